@@ -1,0 +1,137 @@
+"""The PTX intermediate representation shared by the parser (ptx/parser.py), the interpreter (machine.py) and
+the instruction semantics (ops/).
+
+The parser turns text into these dataclasses and nothing else; the interpreter binds them to register storage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+# PTX scalar types the project knows; anything else in a type position is a parse error.
+INT_TYPES = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "b8", "b16", "b32", "b64", "b128")
+FLOAT_TYPES = ("f16", "f16x2", "bf16", "bf16x2", "f32", "f64", "tf32")
+TYPES = frozenset(INT_TYPES + FLOAT_TYPES + ("pred",))
+
+
+@dataclass(frozen=True)
+class Reg:
+    """A register or special register by its full name: '%r1', '%tid.x', '%SPL', or a scope-local 'low'."""
+    name: str
+
+
+@dataclass(frozen=True)
+class Imm:
+    """An immediate. `value` is a Python int for integer literals (as written, sign included) and for
+    0f/0d literals the raw IEEE bits (`is_float_bits` set); decimal float literals give a float."""
+    value: Union[int, float]
+    is_float_bits: bool = False
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A module-level symbol used as a value: a variable's address, a function name, a label."""
+    name: str
+
+
+@dataclass(frozen=True)
+class Addr:
+    """A memory operand `[base+offset]`; base is a Reg, a Sym (variable or parameter name) or None (absolute)."""
+    base: Union[Reg, Sym, None]
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Vec:
+    """A vector operand `{a, b, c, d}`; elements may be registers, immediates or '_' (Reg('_'))."""
+    elems: tuple["Operand", ...]
+
+
+Operand = Union[Reg, Imm, Sym, Addr, Vec]
+
+
+@dataclass
+class Instr:
+    """One instruction. `mods` holds every dot-suffix in source order: 'add.rn.f32' -> opcode 'add',
+    mods ('rn', 'f32'); 'ld.global.v4.f32' -> ('global', 'v4', 'f32'). `dsts` has two entries for
+    'setp ... p|q' and 'shfl ... d|p'. `guard` is (predicate register name, negated)."""
+    opcode: str
+    mods: tuple[str, ...]
+    dsts: list[Operand]
+    srcs: list[Operand]
+    guard: tuple[str, bool] | None = None
+    line: int = 0
+    text: str = ""                        # the source text, for error messages
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(m for m in self.mods if m in TYPES)
+
+
+@dataclass
+class RegDecl:
+    """`.reg .f32 %f<12>;` -> RegDecl('f32', '%f', 12); `.reg .pred p;` -> RegDecl('pred', 'p', None)."""
+    type: str
+    name: str
+    count: int | None
+
+
+@dataclass
+class VarDecl:
+    """A .global/.const/.shared/.local variable. `init` holds the initializer's elements as written (ints,
+    float bits or symbol names for address initializers); a short initializer zero-fills the rest."""
+    space: str                            # 'global' | 'const' | 'shared' | 'local'
+    name: str
+    type: str                             # element type, e.g. 'b8', 'f32'
+    align: int
+    count: int | None                     # array length; None for a scalar; 0 for `[]` (extern dynamic shared)
+    init: list[Union[int, float, str]] | None = None
+    extern: bool = False
+    attributes: tuple[str, ...] = ()       # e.g. ('managed',)
+
+    @property
+    def size(self) -> int:
+        elem = {"b8": 1, "s8": 1, "u8": 1, "b16": 2, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "b32": 4, "s32": 4,
+                "u32": 4, "f32": 4, "b64": 8, "s64": 8, "u64": 8, "f64": 8}[self.type]
+        return elem * (self.count if self.count else 1)
+
+
+@dataclass
+class Param:
+    """An .entry/.func parameter: `.param .align 8 .b8 p[16]` -> Param('p', 'b8', 8, 16)."""
+    name: str
+    type: str
+    align: int | None
+    count: int | None
+
+    @property
+    def size(self) -> int:
+        base = {"b8": 1, "s8": 1, "u8": 1, "b16": 2, "s16": 2, "u16": 2, "f16": 2, "b32": 4, "s32": 4, "u32": 4,
+                "f32": 4, "b64": 8, "s64": 8, "u64": 8, "f64": 8}[self.type]
+        return base * (self.count or 1)
+
+
+@dataclass
+class Function:
+    """An .entry (kernel) or .func. `body` interleaves Instr and label strings in source order; inline-asm
+    scope registers are already renamed to unique names by the parser."""
+    name: str
+    is_entry: bool
+    params: list[Param]
+    returns: list[Param]
+    regs: list[RegDecl] = field(default_factory=list)
+    locals: list[VarDecl] = field(default_factory=list)     # .local and function-scope .shared declarations
+    body: list[Union[Instr, str]] = field(default_factory=list)
+    maxntid: tuple[int, ...] | None = None
+    line: int = 0
+
+
+@dataclass
+class Module:
+    version: str
+    target: str                            # e.g. 'sm_75'
+    address_size: int
+    variables: list[VarDecl] = field(default_factory=list)
+    functions: dict[str, Function] = field(default_factory=dict)
+    externs: set[str] = field(default_factory=set)          # declared-only functions: vprintf, __assertfail, ...

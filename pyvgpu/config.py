@@ -1,0 +1,55 @@
+"""Where pyvgpu keeps its files: the host map and the daemon token (XDG config dir), daemon state (XDG state dir).
+
+libvcudart reads the same paths (csrc/hostmap.c); keep the two in step.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+TOKEN_BYTES = 32
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "pyvgpu"
+
+
+def state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "pyvgpu"
+
+
+def hosts_path() -> Path:
+    """One `host:port` per line; `#` starts a comment. Order defines GPU numbering."""
+    return config_dir() / "hosts"
+
+
+def token_path() -> Path:
+    return config_dir() / "token"
+
+
+def load_token() -> bytes | None:
+    """PYVGPU_TOKEN (hex or text) wins over the token file; None when neither exists."""
+    env = os.environ.get("PYVGPU_TOKEN")
+    if env:
+        return env.strip().encode()
+    try:
+        return token_path().read_text().strip().encode()
+    except FileNotFoundError:
+        return None
+
+
+def ensure_token() -> bytes:
+    """Return the stored token, creating one (mode 0600) when there is none."""
+    token = load_token()
+    if token:
+        return token
+    path = token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = secrets.token_hex(TOKEN_BYTES)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    return text.encode()
