@@ -1,0 +1,3 @@
+"""placeholder, replaced by the control-plane work"""
+def main() -> int:
+    return 0
