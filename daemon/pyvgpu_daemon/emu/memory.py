@@ -1,0 +1,213 @@
+"""DeviceMemory: the global memory of one emulated device as seen by one session.
+
+The heap is one `np.zeros(capacity, uint8)`; the OS hands out zero pages lazily, so a "4 GiB" device costs only
+what is touched. Addresses are `base + offset`. Allocations are 256-byte aligned (as cudaMalloc guarantees) and
+come from a first-fit free list whose neighbours coalesce on free.
+
+Bounds are kept at the *requested* size, not the rounded one, so an emulated kernel that reads one element past
+its buffer faults like compute-sanitizer would report, instead of silently reading padding.
+
+Not thread-safe by design: each (session, device) has exactly one ordered worker thread that touches it.
+"""
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+ALIGN = 256
+
+
+def _round_up(n: int, a: int = ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+class DeviceMemory:
+    def __init__(self, base: int, capacity: int) -> None:
+        if base < 0 or capacity <= 0:
+            raise ValueError(f"bad device memory window base={base:#x} capacity={capacity}")
+        self.base = int(base)
+        self.capacity = int(capacity)
+        self.used = 0  # bytes (rounded to ALIGN) held by live allocations
+        self.heap: np.ndarray = np.zeros(self.capacity, dtype=np.uint8)
+        # A base of 0 would make the first allocation the NULL pointer; keep that granule unusable.
+        first = ALIGN if self.base == 0 else 0
+        self._free: list[tuple[int, int]] = [(first, self.capacity - first)] if self.capacity > first else []
+        self._starts: list[int] = []          # sorted absolute start addresses of live allocations
+        self._sizes: dict[int, int] = {}      # start -> requested size
+        self._rounded: dict[int, int] = {}    # start -> rounded size (what the free list gave out)
+        self._np_cache: tuple[np.ndarray, np.ndarray] | None = None  # (starts, ends) for vectorised checks
+
+    # ----------------------------------------------------------------- allocator
+    def alloc(self, size: int) -> int:
+        size = int(size)
+        if size < 0:
+            raise CudaError("cudaErrorInvalidValue", f"negative allocation size {size}")
+        # cudaMalloc of 0 bytes is legal; hand out one granule so the pointer is unique and freeable.
+        need = _round_up(max(size, 1))
+        for i, (off, length) in enumerate(self._free):
+            if length >= need:
+                if length == need:
+                    del self._free[i]
+                else:
+                    self._free[i] = (off + need, length - need)
+                addr = self.base + off
+                bisect.insort(self._starts, addr)
+                self._sizes[addr] = size
+                self._rounded[addr] = need
+                self.used += need
+                self._np_cache = None
+                return addr
+        free = self.capacity - self.used
+        note = " (fragmented)" if free >= need else ""
+        raise CudaError("cudaErrorMemoryAllocation",
+                        f"out of emulated device memory: want {size} B, {free} B free{note}")
+
+    def free(self, addr: int) -> None:
+        addr = int(addr)
+        need = self._rounded.get(addr)
+        if need is None:
+            raise CudaError("cudaErrorInvalidValue", f"free of {addr:#x}: not the start of a live allocation")
+        del self._rounded[addr]
+        del self._sizes[addr]
+        self._starts.pop(bisect.bisect_left(self._starts, addr))
+        self.used -= need
+        self._np_cache = None
+        self._release(addr - self.base, need)
+
+    def _release(self, off: int, length: int) -> None:
+        """Return [off, off+length) to the free list, merging with free neighbours."""
+        i = bisect.bisect_left(self._free, (off, 0))
+        if i > 0:
+            poff, plen = self._free[i - 1]
+            if poff + plen == off:
+                off, length = poff, plen + length
+                del self._free[i - 1]
+                i -= 1
+        if i < len(self._free):
+            noff, nlen = self._free[i]
+            if off + length == noff:
+                length += nlen
+                del self._free[i]
+        self._free.insert(i, (off, length))
+
+    def free_all(self) -> None:
+        """Drop every allocation (device reset / session end). The heap is replaced so pages go back to the OS."""
+        first = ALIGN if self.base == 0 else 0
+        self._free = [(first, self.capacity - first)] if self.capacity > first else []
+        self._starts.clear()
+        self._sizes.clear()
+        self._rounded.clear()
+        self.used = 0
+        self._np_cache = None
+        self.heap = np.zeros(self.capacity, dtype=np.uint8)
+
+    def allocations(self) -> dict[int, int]:
+        """Live allocations: start -> requested size."""
+        return dict(self._sizes)
+
+    def allocation_at(self, addr: int) -> tuple[int, int] | None:
+        addr = int(addr)
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return None
+        start = self._starts[i]
+        size = self._sizes[start]
+        # A zero-byte allocation still owns its address (so it can be freed), but contains no bytes.
+        if addr < start + size or addr == start:
+            return start, size
+        return None
+
+    # ----------------------------------------------------------------- host-side access
+    def _offset(self, addr: int, size: int, what: str) -> int:
+        """Offset of [addr, addr+size) in the heap; it must lie inside one live allocation."""
+        addr, size = int(addr), int(size)
+        if size < 0:
+            raise CudaError("cudaErrorInvalidValue", f"{what}: negative size {size}")
+        hit = self.allocation_at(addr)
+        if hit is None or addr + size > hit[0] + hit[1]:
+            raise CudaError("cudaErrorInvalidValue",
+                            f"{what}: [{addr:#x}, +{size}) is not inside one live allocation")
+        return addr - self.base
+
+    def write(self, addr: int, data) -> None:
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if src.size == 0:
+            return
+        off = self._offset(addr, src.size, "write")
+        self.heap[off:off + src.size] = src
+
+    def read(self, addr: int, size: int) -> memoryview:
+        """A zero-copy view; copy it before later device work can change the bytes."""
+        if int(size) == 0:
+            return memoryview(b"")
+        off = self._offset(addr, size, "read")
+        return memoryview(self.heap[off:off + int(size)])
+
+    def copy(self, dst: int, src: int, size: int) -> None:
+        if int(size) == 0:
+            return
+        s = self._offset(src, size, "copy source")
+        d = self._offset(dst, size, "copy destination")
+        size = int(size)
+        # numpy detects overlapping slices of the same buffer and copies through a temporary (memmove semantics).
+        self.heap[d:d + size] = self.heap[s:s + size]
+
+    def fill(self, addr: int, value: int, size: int) -> None:
+        if int(size) == 0:
+            return
+        off = self._offset(addr, size, "fill")
+        self.heap[off:off + int(size)] = int(value) & 0xFF
+
+    # ----------------------------------------------------------------- kernel access checks
+    def _bounds_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._np_cache is None:
+            starts = np.fromiter(self._starts, dtype=np.uint64, count=len(self._starts))
+            ends = starts + np.fromiter((self._sizes[s] for s in self._starts), dtype=np.uint64,
+                                        count=len(self._starts))
+            self._np_cache = (starts, ends)
+        return self._np_cache
+
+    def check_access(self, addrs: np.ndarray, size: int, write: bool) -> None:
+        """Validate a warp/CTA-wide load or store of `size` bytes at each address in `addrs`.
+
+        Misaligned → cudaErrorMisalignedAddress; any byte outside every live allocation → cudaErrorIllegalAddress.
+        """
+        a = np.asarray(addrs)
+        if a.size == 0:
+            return
+        if a.dtype != np.uint64:
+            a = a.astype(np.uint64)
+        kind = "store" if write else "load"
+        if size > 1:
+            mis = (a % np.uint64(size)) != 0
+            if mis.any():
+                bad = int(a[mis][0])
+                raise CudaError("cudaErrorMisalignedAddress", f"misaligned {size}-byte {kind} at {bad:#x}")
+        lo = int(a.min())
+        hi = int(a.max()) + size
+        # Fast path: the whole span sits in one allocation (the usual case: a warp touching one array).
+        i = bisect.bisect_right(self._starts, lo) - 1
+        if i >= 0:
+            start = self._starts[i]
+            if hi <= start + self._sizes[start]:
+                return
+        starts, ends = self._bounds_arrays()
+        if starts.size:
+            idx = np.searchsorted(starts, a, side="right").astype(np.int64) - 1
+            ok = idx >= 0
+            safe = np.where(ok, idx, 0)
+            ok &= (a + np.uint64(size)) <= ends[safe]
+        else:
+            ok = np.zeros(a.shape, dtype=bool)
+        if not ok.all():
+            bad = int(a[~ok][0])
+            raise CudaError("cudaErrorIllegalAddress",
+                            f"out-of-bounds {size}-byte {kind} at {bad:#x} (no live allocation holds it)")
+
+    def view(self, addr: int, size: int) -> np.ndarray:
+        """Writable uint8 view of [addr, addr+size) after the same checks as read (for the emulator's bulk ops)."""
+        off = self._offset(addr, size, "view")
+        return self.heap[off:off + int(size)]
