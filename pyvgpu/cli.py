@@ -1,3 +1,641 @@
-"""placeholder, replaced by the control-plane work"""
-def main() -> int:
+"""The `pyvgpu` command: daemons, the host map, GPU listing, running programs through libvcudart.
+
+Every failure is one line on stderr (`pyvgpu: error: ...`) and a nonzero exit status, never a traceback
+(set PYVGPU_DEBUG=1 to get the traceback of an unexpected error).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ipaddress
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import pyvgpu
+from pyvgpu import config, hostmap
+from pyvgpu.hostmap import Host, HostMapError, format_bytes
+from pyvgpu.protocol import DEFAULT_PORT
+
+PROG = "pyvgpu"
+DAEMON_MODULE = "pyvgpu_daemon"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit status `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _err(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def _note(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]").partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def connect_address(host: str) -> str:
+    """Where to connect to reach a daemon listening on `host` (wildcards → loopback)."""
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((connect_address(host), port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def parse_port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a number from 1 to 65535")
+    return int(text)
+
+
+def parse_host_spec(text: str) -> Host:
+    try:
+        return Host.parse(text)
+    except HostMapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+
+
+def _pid_state(pid: int) -> str | None:
+    """'running', 'zombie' or None (gone). Looks at /proc so a reaped-late zombie does not count as alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return "running"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat.rsplit(")", 1)[1].split()[0]
+        return "zombie" if state in ("Z", "X") else "running"
+    except (FileNotFoundError, IndexError):
+        return "running"
+
+
+def _is_our_daemon(pid: int) -> bool:
+    """The pid still belongs to a pyvgpu daemon (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True    # no /proc: trust the pid file
+    return any(DAEMON_MODULE.encode() in part or b"pyvgpu" in part for part in cmdline)
+
+
+def _live_daemon_pid(port: int) -> int | None:
+    pid = _read_pid(config.daemon_pid_path(port))
+    if pid is not None and _pid_state(pid) == "running" and _is_our_daemon(pid):
+        return pid
+    return None
+
+
+def _load_client():
+    try:
+        from pyvgpu.client import Client
+    except ImportError as exc:
+        raise CliError(f"the protocol client is not available ({exc})") from None
+    return Client
+
+
+# ---------------------------------------------------------------------------------------------- daemon
+def daemon_argv(args: argparse.Namespace) -> list[str]:
+    """Arguments for `python -m pyvgpu_daemon`, from `pyvgpu daemon start`'s options."""
+    argv = ["--host", args.host, "--port", str(args.port), "--backend", args.backend]
+    token_file = args.token_file
+    if token_file is None and not is_loopback(args.host) and not os.environ.get("PYVGPU_TOKEN"):
+        if not config.token_path().exists():
+            config.ensure_token()
+            _note(f"created a token for non-loopback clients in {config.token_path()} "
+                  f"(copy it to each client's {config.token_path()} or PYVGPU_TOKEN; `pyvgpu token --show`)")
+        token_file = str(config.token_path())
+    if token_file is not None:
+        if not Path(token_file).is_file():
+            raise CliError(f"token file {token_file} does not exist (create one with `pyvgpu token`)")
+        argv += ["--token-file", str(token_file)]
+    if args.emu_devices is not None:
+        argv += ["--emu-devices", str(args.emu_devices)]
+    if args.emu_memory is not None:
+        argv += ["--emu-memory", args.emu_memory]
+    if args.emu_slowdown is not None:
+        argv += ["--emu-slowdown", str(args.emu_slowdown)]
+    return argv
+
+
+def cmd_daemon_start(args: argparse.Namespace) -> int:
+    argv = daemon_argv(args)
+    if port_open(args.host, args.port):
+        pid = _live_daemon_pid(args.port)
+        owner = f" (a daemon started by `pyvgpu daemon start --detach`, pid {pid})" if pid else ""
+        raise CliError(f"something is already listening on {args.host}:{args.port}{owner}")
+    if not args.detach:
+        try:
+            from pyvgpu_daemon.__main__ import main as daemon_main
+        except ImportError as exc:
+            raise CliError(f"the daemon package is not installed ({exc})") from None
+        return int(daemon_main(argv) or 0)
+    return _start_detached(args, argv)
+
+
+def _start_detached(args: argparse.Namespace, argv: list[str]) -> int:
+    pid_path = config.daemon_pid_path(args.port)
+    log_path = config.daemon_log_path(args.port)
+    old = _live_daemon_pid(args.port)
+    if old is not None:
+        raise CliError(f"a daemon for port {args.port} is already running (pid {old}, pid file {pid_path})")
+    pid_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", DAEMON_MODULE, *argv]
+    with open(log_path, "ab") as log:
+        log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} pyvgpu daemon start: {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    pid_path.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            pid_path.unlink(missing_ok=True)
+            raise CliError(f"the daemon exited with status {code} during start-up: {_last_log_line(log_path)} "
+                           f"(log: {log_path})")
+        if port_open(args.host, args.port, timeout=0.2):
+            print(f"daemon listening on {args.host}:{args.port} (pid {proc.pid}, backend {args.backend}); "
+                  f"log: {log_path}; stop it with `{PROG} daemon stop --port {args.port}`")
+            return 0
+        time.sleep(0.05)
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    pid_path.unlink(missing_ok=True)
+    raise CliError(f"the daemon did not listen on {args.host}:{args.port} within {args.wait:.0f} s "
+                   f"(log: {log_path})")
+
+
+def _last_log_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    lines = [ln for ln in lines if not ln.startswith("--- ")]
+    return lines[-1] if lines else "no output"
+
+
+def cmd_daemon_stop(args: argparse.Namespace) -> int:
+    pid_path = config.daemon_pid_path(args.port)
+    pid = _read_pid(pid_path)
+    if pid is None:
+        others = sorted(p.stem.split("-", 1)[1] for p in config.state_dir().glob("daemon-*.pid"))
+        hint = f" (pid files exist for port {', '.join(others)}; use --port)" if others else ""
+        raise CliError(f"no daemon started with `{PROG} daemon start --detach` on port {args.port}: "
+                       f"no pid file {pid_path}{hint}")
+    if _pid_state(pid) != "running" or not _is_our_daemon(pid):
+        pid_path.unlink(missing_ok=True)
+        raise CliError(f"the daemon on port {args.port} (pid {pid}) is not running; removed its stale pid file")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and _pid_state(pid) == "running":
+        time.sleep(0.05)
+    forced = False
+    if _pid_state(pid) == "running":
+        os.kill(pid, signal.SIGKILL)
+        forced = True
+        end = time.monotonic() + 5
+        while time.monotonic() < end and _pid_state(pid) == "running":
+            time.sleep(0.05)
+    pid_path.unlink(missing_ok=True)
+    how = f"killed after {args.timeout:.0f} s without exiting on SIGTERM" if forced else "stopped"
+    print(f"daemon on port {args.port} (pid {pid}) {how}")
     return 0
+
+
+def _connect(host: str, port: int, timeout: float):
+    Client = _load_client()
+    try:
+        return Client.connect(connect_address(host), port, token=config.load_token(), timeout=timeout)
+    except Exception as exc:  # noqa: BLE001
+        raise CliError(f"cannot reach the daemon at {Host(connect_address(host), port)}: "
+                       f"{hostmap.describe_error(exc)}") from None
+
+
+def cmd_daemon_status(args: argparse.Namespace) -> int:
+    client = _connect(args.host, args.port, args.timeout)
+    try:
+        status = client.status()
+        info = getattr(client, "info", None) or {}
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(status, indent=2, default=_json_default))
+        return 0
+    print(format_status(Host(connect_address(args.host), args.port), status, info))
+    return 0
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (bytes, bytearray)):
+        return obj.hex()
+    return str(obj)
+
+
+def _mem(value: Any) -> str:
+    return format_bytes(int(value)) if isinstance(value, (int, float)) else str(value)
+
+
+def format_status(where: Host, status: dict, info: dict | None = None) -> str:
+    """Human-readable `daemon status`: backend, devices (memory in use), sessions (memory held per device)."""
+    status = status or {}
+    info = info or {}
+    lines = [f"daemon {where}: backend {status.get('backend') or info.get('backend') or '?'}"
+             + (f", pid {status['pid']}" if "pid" in status else "")
+             + (f", up {float(status['uptime_s']):.0f} s" if "uptime_s" in status else "")]
+    devices = status.get("devices") or info.get("devices") or []
+    lines.append(f"devices: {len(devices)}")
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, dict):
+            lines.append(f"  {i}: {dev}")
+            continue
+        total = dev.get("total_mem")
+        used = dev.get("used", dev.get("used_mem", dev.get("mem_used")))
+        mem = _mem(total) if total is not None else "?"
+        if used is not None:
+            mem = f"{_mem(used)} used of {mem}"
+        lines.append(f"  {dev.get('ordinal', dev.get('index', i))}: {dev.get('name', '?')}, {mem}"
+                     + (f", backend {dev['backend']}" if dev.get("backend") else ""))
+    sessions = status.get("sessions") or []
+    if isinstance(sessions, dict):
+        sessions = [{"session": k, **(v if isinstance(v, dict) else {"info": v})} for k, v in sessions.items()]
+    lines.append(f"sessions: {len(sessions)}")
+    for s in sessions:
+        if not isinstance(s, dict):
+            lines.append(f"  {s}")
+            continue
+        sid = s.get("session", s.get("id", "?"))
+        client = s.get("client") or ""
+        held = s.get("memory", s.get("mem", s.get("held")))
+        parts = []
+        if isinstance(held, dict):
+            parts.append("memory " + ", ".join(f"dev {k}: {_mem(v)}" for k, v in sorted(held.items(), key=str)))
+        elif isinstance(held, list):
+            parts.append("memory " + ", ".join(f"dev {k}: {_mem(v)}" for k, v in enumerate(held)))
+        elif held is not None:
+            parts.append(f"memory {_mem(held)}")
+        for key in ("allocations", "modules", "streams", "events"):
+            if key in s:
+                val = s[key]
+                parts.append(f"{key} {sum(val.values()) if isinstance(val, dict) else val}")
+        lines.append(f"  session {sid}" + (f" ({client})" if client else "")
+                     + (": " + "; ".join(parts) if parts else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- hosts
+def cmd_hosts_add(args: argparse.Namespace) -> int:
+    added, present = hostmap.add(args.hosts)
+    for h in present:
+        _note(f"{h} is already in the host map; not added again")
+    for h in added:
+        print(f"added {h}")
+    _warn_env_override()
+    return 0
+
+
+def cmd_hosts_remove(args: argparse.Namespace) -> int:
+    if args.all:
+        if args.hosts:
+            raise CliError("give either hosts or --all, not both", 2)
+        path = config.hosts_path()
+        count = len(hostmap.load_file(path))
+        hostmap.save([], path)
+        print(f"removed all {count} host(s)")
+        return 0
+    if not args.hosts:
+        raise CliError("name the hosts to remove (HOST[:PORT]...) or give --all", 2)
+    removed, missing = hostmap.remove(args.hosts)
+    for h in removed:
+        print(f"removed {h}")
+    for h in missing:
+        _err(f"{h} is not in the host map ({config.hosts_path()})")
+    _warn_env_override()
+    return 1 if missing else 0
+
+
+def cmd_hosts_list(args: argparse.Namespace) -> int:
+    hm = hostmap.load()
+    if args.json:
+        print(json.dumps({"source": hm.source, "hosts": [str(h) for h in hm]}, indent=2))
+        return 0
+    if hm.source == hostmap.ENV_HOSTS:
+        _note(f"{hostmap.ENV_HOSTS} is set: it replaces {config.hosts_path()} for this shell")
+    if not len(hm):
+        _note(f"the host map is empty ({hm.source}); add daemons with `{PROG} hosts add HOST[:PORT]`")
+        return 0
+    for h in hm:
+        print(h)
+    return 0
+
+
+def _warn_env_override() -> None:
+    if os.environ.get(hostmap.ENV_HOSTS, "").strip():
+        _note(f"note: {hostmap.ENV_HOSTS} is set and replaces the hosts file while it is set")
+
+
+# ---------------------------------------------------------------------------------------------- devices
+def _host_map_for(args: argparse.Namespace) -> hostmap.HostMap:
+    if getattr(args, "hosts", None):
+        return hostmap.HostMap(hostmap.parse_env(args.hosts, "--hosts"), "--hosts")
+    return hostmap.load()
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    hm = _host_map_for(args)
+    if not len(hm):
+        raise CliError(f"no hosts: the host map ({hm.source}) is empty; add one with "
+                       f"`{PROG} hosts add HOST[:PORT]` or pass --hosts")
+    token = config.load_token()
+    connect = _load_client().connect
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(hm))) as pool:
+        reports = list(pool.map(lambda h: hostmap.query_host(h, token, args.timeout, connect), hm.hosts))
+    gpus = hostmap.number_gpus(reports)
+    failed = [r for r in reports if r.error is not None]
+    if args.json:
+        print(json.dumps({
+            "gpus": [{"index": g.index, "host": str(g.host), "remote_ordinal": g.remote_ordinal, "name": g.name,
+                      "total_mem": g.total_mem, "backend": g.backend} for g in gpus],
+            "errors": [{"host": str(r.host), "error": r.error} for r in failed]}, indent=2))
+    else:
+        if gpus:
+            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "BACKEND")]
+            rows += [(f"GPU{g.index}", str(g.host), str(g.remote_ordinal), g.name, format_bytes(g.total_mem),
+                      g.backend) for g in gpus]
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            for r in rows:
+                print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        else:
+            _note("no GPUs found")
+        for r in reports:
+            if r.error is None and not r.devices:
+                _note(f"{r.host}: the daemon reports no devices")
+    for r in failed:
+        _err(f"{r.host}: unreachable: {r.error}")
+    if failed and gpus:
+        _note("GPU numbers above count only the reachable hosts")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------- run / lib / token
+def _lib() -> Path:
+    try:
+        return pyvgpu.lib_path()
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_lib(args: argparse.Namespace) -> int:
+    print(_lib())
+    return 0
+
+
+def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `pyvgpu run` gives the program."""
+    env = dict(os.environ if base is None else base)
+    lib = str(_lib())
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != lib]
+    env["LD_PRELOAD"] = " ".join([lib, *preload])
+    if hosts is None:
+        hosts = list(hostmap.load(env))
+    if not hosts:
+        raise CliError(f"no hosts: the host map ({config.hosts_path()}) is empty; add one with "
+                       f"`{PROG} hosts add HOST[:PORT]` or pass --hosts")
+    env[hostmap.ENV_HOSTS] = ",".join(str(h) for h in hosts)
+    return env
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError("nothing to run: usage: pyvgpu run [--hosts HOST:PORT,...] -- PROGRAM [ARGS...]", 2)
+    hosts = hostmap.parse_env(args.hosts, "--hosts") if args.hosts else None
+    env = run_env(hosts)
+    if args.verbose:
+        _note(f"LD_PRELOAD={env['LD_PRELOAD']} {hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except FileNotFoundError:
+        raise CliError(f"{command[0]}: command not found", 127) from None
+    except PermissionError:
+        raise CliError(f"{command[0]}: permission denied (is it executable?)", 126) from None
+    except OSError as exc:
+        raise CliError(f"{command[0]}: {exc.strerror or exc}", 126) from None
+    return 0  # not reached
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    path = config.token_path()
+    if args.new:
+        config.write_token()
+        print(f"new token written to {path}; restart daemons that use it and copy it to their clients")
+    elif not path.exists() or not path.read_text().strip():
+        config.write_token()
+        print(f"created token {path}")
+    elif not args.show:
+        print(f"token exists: {path}")
+    if os.environ.get("PYVGPU_TOKEN"):
+        _note("PYVGPU_TOKEN is set: it overrides the token file in this shell")
+    if args.show:
+        print(path.read_text().strip())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- parser
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, formatter_class=_Formatter,
+        description="pyvgpu: run unmodified CUDA programs on GPUs of other hosts (or on an emulated GPU).",
+        epilog="typical use:\n"
+               "  pyvgpu daemon start                 # on each GPU host (127.0.0.1:7700 by default)\n"
+               "  pyvgpu hosts add gpu-a gpu-b:7701   # on the client: GPU0, GPU1, ... appear\n"
+               "  pyvgpu devices                      # list them\n"
+               "  pyvgpu run -- ./app args            # or: LD_PRELOAD=$(pyvgpu lib) ./app\n")
+    p.add_argument("--version", action="version", version=f"{PROG} {pyvgpu.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    # daemon
+    d = sub.add_parser("daemon", help="start, stop or inspect a GPU daemon on this host",
+                       description="Manage the pyvgpu daemon, which executes remoted CUDA calls on this host's "
+                                   "GPUs (backend cuda) or on emulated GPUs (backend emu).")
+    dsub = d.add_subparsers(dest="daemon_command", metavar="ACTION")
+    dsub.required = True
+    ds = dsub.add_parser(
+        "start", help="start a daemon (foreground unless --detach)", formatter_class=_Formatter,
+        description="Start a daemon. It listens on 127.0.0.1 unless --host says otherwise; listening on any other "
+                    "address requires a token (created in the config directory when missing, see "
+                    "`pyvgpu token`). Runs in the foreground until Ctrl-C / SIGTERM unless --detach is given.")
+    ds.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    ds.add_argument("--port", type=parse_port, default=DEFAULT_PORT, help="TCP port (default: %(default)s)")
+    ds.add_argument("--backend", choices=("auto", "cuda", "emu"), default="auto",
+                    help="cuda: this host's GPUs via cuda-python; emu: emulated GPUs on the CPU; "
+                         "auto: cuda when a GPU is present, else emu (default: %(default)s)")
+    ds.add_argument("--detach", action="store_true",
+                    help="run in the background: writes a pid file and a log under "
+                         f"{config.state_dir()} (keyed by port), waits until the daemon listens")
+    ds.add_argument("--token-file", metavar="PATH",
+                    help="require clients to prove this shared token (default for non-loopback --host: "
+                         f"{config.token_path()})")
+    ds.add_argument("--emu-devices", type=int, metavar="N", help="number of emulated GPUs (backend emu)")
+    ds.add_argument("--emu-memory", metavar="SIZE", help="memory of each emulated GPU, e.g. 4G or 512M (backend emu)")
+    ds.add_argument("--emu-slowdown", type=float, metavar="F",
+                    help="make the emulated GPUs F times slower (for uneven-GPU experiments)")
+    ds.add_argument("--wait", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
+                    help="with --detach: how long to wait for the daemon to listen (default: %(default)s)")
+    ds.set_defaults(func=cmd_daemon_start)
+    dstop = dsub.add_parser("stop", help="stop a daemon started with --detach",
+                            description="Stop the daemon that `pyvgpu daemon start --detach` started on PORT "
+                                        "(SIGTERM, then SIGKILL after --timeout seconds), using its pid file.")
+    dstop.add_argument("--port", type=parse_port, default=DEFAULT_PORT, help="its port (default: %(default)s)")
+    dstop.add_argument("--timeout", type=float, default=STOP_TIMEOUT_S, metavar="SECONDS",
+                       help="seconds to wait after SIGTERM before SIGKILL (default: %(default)s)")
+    dstop.set_defaults(func=cmd_daemon_stop)
+    dstat = dsub.add_parser("status", help="show a daemon's devices and sessions",
+                            description="Connect to a daemon and show its backend, devices (memory in use) and "
+                                        "sessions (client, memory held per device).")
+    dstat.add_argument("--host", default="127.0.0.1", help="daemon address (default: %(default)s)")
+    dstat.add_argument("--port", type=parse_port, default=DEFAULT_PORT, help="daemon port (default: %(default)s)")
+    dstat.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="connect timeout")
+    dstat.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    dstat.set_defaults(func=cmd_daemon_status)
+
+    # hosts
+    h = sub.add_parser("hosts", help="edit the host map (which daemons this client uses)",
+                       formatter_class=_Formatter,
+                       description=f"The host map lives in {config.hosts_path()}: one HOST[:PORT] per line "
+                                   f"(IPv6 as [ADDR]:PORT, default port {DEFAULT_PORT}, '#' comments). GPUs are "
+                                   f"numbered in host-map order, then by each host's device ordinal. "
+                                   f"PYVGPU_HOSTS=host:port,... replaces the file for one run.")
+    hsub = h.add_subparsers(dest="hosts_command", metavar="ACTION")
+    hsub.required = True
+    ha = hsub.add_parser("add", help="append daemons to the host map",
+                         description="Append HOST[:PORT] entries to the host map (entries already present are "
+                                     "reported and skipped).")
+    ha.add_argument("hosts", nargs="+", type=parse_host_spec, metavar="HOST[:PORT]")
+    ha.set_defaults(func=cmd_hosts_add)
+    hr = hsub.add_parser("remove", help="remove daemons from the host map",
+                         description="Remove HOST[:PORT] entries (or all with --all) from the host map.")
+    hr.add_argument("hosts", nargs="*", type=parse_host_spec, metavar="HOST[:PORT]")
+    hr.add_argument("--all", action="store_true", help="empty the host map")
+    hr.set_defaults(func=cmd_hosts_remove)
+    hl = hsub.add_parser("list", help="print the host map in GPU-numbering order",
+                         description="Print the host map in effect (PYVGPU_HOSTS if set, else the hosts file).")
+    hl.add_argument("--json", action="store_true", help="print as JSON")
+    hl.set_defaults(func=cmd_hosts_list)
+
+    # devices
+    dv = sub.add_parser("devices", help="list GPU0..GPUn over all hosts",
+                        description="Ask every daemon in the host map for its devices and print them as the CUDA "
+                                    "program will number them: index, host:port, remote ordinal, name, memory, "
+                                    "backend. An unreachable host gets one error line and a nonzero exit; the "
+                                    "others are still listed.")
+    dv.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
+    dv.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="per-host connect timeout")
+    dv.add_argument("--json", action="store_true", help="print as JSON")
+    dv.set_defaults(func=cmd_devices)
+
+    # run
+    r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
+                       usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] -- PROGRAM [ARGS...]",
+                       description="Run PROGRAM with LD_PRELOAD set to libvcudart and PYVGPU_HOSTS set to the host "
+                                   "map (or --hosts), so its CUDA runtime calls go to the daemons. The program must "
+                                   "be linked with nvcc's -cudart shared (the default static cudart cannot be "
+                                   "interposed).")
+    r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
+    r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
+    r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
+    r.set_defaults(func=cmd_run)
+
+    # lib
+    lb = sub.add_parser("lib", help="print the path of libvcudart.so",
+                        description="Print the path of the interposer library, for LD_PRELOAD=$(pyvgpu lib) ./app.")
+    lb.set_defaults(func=cmd_lib)
+
+    # token
+    t = sub.add_parser("token", help="create or show the shared token for non-loopback daemons",
+                       description=f"A daemon listening on a non-loopback address requires clients to prove a "
+                                   f"shared token (HMAC challenge-response). It is stored in {config.token_path()} "
+                                   f"(mode 0600); clients read the same file or PYVGPU_TOKEN. Without options: "
+                                   f"create it if missing and print its path.")
+    tg = t.add_mutually_exclusive_group()
+    tg.add_argument("--show", action="store_true", help="print the token (creating it if missing)")
+    tg.add_argument("--new", action="store_true", help="replace the token with a fresh random one")
+    t.set_defaults(func=cmd_token)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        _err(str(exc))
+        return exc.code
+    except HostMapError as exc:
+        _err(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback
+        if os.environ.get("PYVGPU_DEBUG"):
+            raise
+        _err(f"{type(exc).__name__}: {exc}".splitlines()[0])
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -30,15 +30,38 @@ def token_path() -> Path:
     return config_dir() / "token"
 
 
+def daemon_pid_path(port: int) -> Path:
+    """Pid file of a daemon started by `pyvgpu daemon start --detach` on `port`."""
+    return state_dir() / f"daemon-{port}.pid"
+
+
+def daemon_log_path(port: int) -> Path:
+    """stdout/stderr of a daemon started by `pyvgpu daemon start --detach` on `port`."""
+    return state_dir() / f"daemon-{port}.log"
+
+
 def load_token() -> bytes | None:
     """PYVGPU_TOKEN (hex or text) wins over the token file; None when neither exists."""
     env = os.environ.get("PYVGPU_TOKEN")
     if env:
         return env.strip().encode()
     try:
-        return token_path().read_text().strip().encode()
+        return token_path().read_text().strip().encode() or None
     except FileNotFoundError:
         return None
+
+
+def write_token(text: str | None = None) -> bytes:
+    """Store `text` (default: a fresh random token) as the token file, mode 0600, replacing any old one atomically."""
+    text = text if text is not None else secrets.token_hex(TOKEN_BYTES)
+    path = token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".token.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    os.replace(tmp, path)
+    return text.encode()
 
 
 def ensure_token() -> bytes:
@@ -49,7 +72,12 @@ def ensure_token() -> bytes:
     path = token_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = secrets.token_hex(TOKEN_BYTES)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:          # an empty file, or another process won the race
+        if path.read_text().strip():
+            return path.read_text().strip().encode()
+        return write_token(text)
     with os.fdopen(fd, "w") as fh:
         fh.write(text + "\n")
     return text.encode()
