@@ -150,7 +150,7 @@ def stack_missing() -> str | None:
 
 
 _MISSING = stack_missing()
-needs_stack = pytest.mark.skipif(_MISSING is not None, reason=f"remoting stack not ready: {(_MISSING or "")[:120]}")
+needs_stack = pytest.mark.skipif(_MISSING is not None, reason=f"remoting stack not ready: {(_MISSING or '')[:120]}")
 
 # small configuration: 64-32-10 MLP, global batch 64, a few dozen steps
 GPU_ARGS = ("--batch", "64", "--hidden", "32", "--lr", "0.5", "--seed", "3", "--log-every", "10")
