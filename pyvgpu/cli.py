@@ -576,8 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # devices
     dv = sub.add_parser("devices", help="list GPU0..GPUn over all hosts",
-                        description="Ask every daemon in the host map for its devices and print them as the CUDA "
-                                    "program will number them: index, host:port, remote ordinal, name, memory, "
+                        description="Ask every daemon in the host map for its devices and print them as a CUDA "
+                                    "program will number them (GPU0, GPU1, ...: host-map order, then each host's "
+                                    "device ordinal): index, host:port, remote ordinal, name, memory, "
                                     "backend. An unreachable host gets one error line and a nonzero exit; the "
                                     "others are still listed.")
     dv.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
@@ -599,7 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # lib
     lb = sub.add_parser("lib", help="print the path of libvcudart.so",
-                        description="Print the path of the interposer library, for LD_PRELOAD=$(pyvgpu lib) ./app.")
+                        description="Print the path of the interposer library libvcudart.so (SONAME libcudart.so.13), "
+                                    "for LD_PRELOAD=$(pyvgpu lib) ./app. PYVGPU_LIB overrides where it is looked "
+                                    "for.")
     lb.set_defaults(func=cmd_lib)
 
     # token
