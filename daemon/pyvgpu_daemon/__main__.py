@@ -1,0 +1,125 @@
+"""`python -m pyvgpu_daemon`: run the daemon in the foreground.
+
+    python -m pyvgpu_daemon [--host 127.0.0.1] [--port 7700] [--backend auto|cuda|emu] [--token-file PATH]
+                            [--emu-devices N] [--emu-memory SIZE] [--emu-slowdown FACTOR] [--log-level LEVEL]
+
+`pyvgpu daemon start` builds a DaemonOptions and calls run(options) (or main(argv)).
+Exit status: 0 after a clean SIGTERM/SIGINT shutdown, 2 for a configuration error (said on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyvgpu import config
+from pyvgpu.protocol import DEFAULT_PORT
+
+
+@dataclass
+class DaemonOptions:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    backend: str = "auto"                # auto | cuda | emu
+    token_file: str | None = None        # explicit token: authentication is required even on loopback
+    token: bytes | None = None           # same, given directly (wins over token_file)
+    emu_devices: int = 1
+    emu_memory: str | int = "4G"
+    emu_slowdown: float = 1.0
+    log_level: str = "INFO"
+
+
+class ConfigError(Exception):
+    pass
+
+
+def parse_args(argv: list[str] | None) -> DaemonOptions:
+    p = argparse.ArgumentParser(prog="python -m pyvgpu_daemon",
+                                description="pyvgpu daemon: serves remoted CUDA calls on real or emulated GPUs")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; any other address requires a token)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0 = any)")
+    p.add_argument("--backend", choices=("auto", "cuda", "emu"), default="auto",
+                   help="auto: real GPUs when present, else the emulated device")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="shared secret clients must prove; default for non-loopback hosts: PYVGPU_TOKEN or "
+                        f"{config.token_path()}")
+    p.add_argument("--emu-devices", type=int, default=1, metavar="N", help="emulated devices (default 1)")
+    p.add_argument("--emu-memory", default="4G", metavar="SIZE", help="memory per emulated device (default 4G)")
+    p.add_argument("--emu-slowdown", type=float, default=1.0, metavar="FACTOR",
+                   help="make every emulated kernel take FACTOR times as long (load-balancing tests)")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    ns = p.parse_args(argv)
+    return DaemonOptions(host=ns.host, port=ns.port, backend=ns.backend, token_file=ns.token_file,
+                         emu_devices=ns.emu_devices, emu_memory=ns.emu_memory, emu_slowdown=ns.emu_slowdown,
+                         log_level=ns.log_level)
+
+
+def resolve_token(opts: DaemonOptions) -> bytes | None:
+    """The token to demand, or None for no authentication; ConfigError when one is required and missing."""
+    from pyvgpu_daemon.server import requires_token
+    if opts.token:
+        return opts.token
+    if opts.token_file:
+        try:
+            text = Path(opts.token_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {opts.token_file}: {exc.strerror}") from None
+        if not text:
+            raise ConfigError(f"token file {opts.token_file} is empty")
+        return text.encode()
+    if requires_token(opts.host):
+        token = config.load_token()
+        if not token:
+            raise ConfigError(
+                f"refusing to listen on {opts.host} without a token: any address other than 127.0.0.1 requires "
+                f"authentication. Create one with `pyvgpu daemon start` (it writes {config.token_path()}), set "
+                f"PYVGPU_TOKEN, or pass --token-file PATH.")
+        return token
+    return None
+
+
+def run(opts: DaemonOptions) -> int:
+    logging.basicConfig(level=getattr(logging, opts.log_level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s pyvgpu-daemon %(levelname)s %(message)s")
+    log = logging.getLogger("pyvgpu.daemon")
+    from pyvgpu_daemon.backends import make_backend
+    from pyvgpu_daemon.backends.emu import parse_size
+    from pyvgpu_daemon.server import ServerConfig, run_server
+    try:
+        token = resolve_token(opts)
+        memory = parse_size(opts.emu_memory)
+        backend = make_backend(opts.backend, emu_devices=opts.emu_devices, emu_memory=memory,
+                               emu_slowdown=opts.emu_slowdown, instance=f"{opts.host}:{opts.port}")
+    except (ConfigError, ValueError, RuntimeError) as exc:
+        print(f"pyvgpu-daemon: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    cfg = ServerConfig(host=opts.host, port=opts.port, token=token)
+    try:
+        import uvloop
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:  # uvloop is a dependency; plain asyncio keeps a broken install usable
+        log.warning("uvloop not available; using the default asyncio loop")
+        runner = asyncio.Runner()
+    try:
+        with runner:
+            runner.run(run_server(cfg, backend))
+    except OSError as exc:
+        print(f"pyvgpu-daemon: error: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    log.info("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The interface every backend implements.
+
+A Backend describes the host's devices (one snapshot each, sent in the HELLO reply) and opens one DeviceContext
+per (session, device). Every DeviceContext method runs on that pair's ordered worker thread (executor.py), never
+on the event loop, and may block. Handles given to and returned by a context (streams, events, modules,
+functions) are backend objects; the session translates wire handles to them after validating, so a backend never
+sees a garbage handle. Pointers are validated by the session against the allocations it knows before they get here.
+Failures raise pyvgpu_daemon.errors.CudaError.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+# Legacy default stream as the backend sees it.
+DEFAULT_STREAM = None
+
+
+@dataclass
+class KernelDesc:
+    """One kernel of a loaded module: parameter layout [(offset, size)...] and function attributes."""
+    name: str
+    params: list[tuple[int, int]]
+    attrs: dict[str, int] = field(default_factory=dict)
+    handle: Any = None       # backend object used by launch()
+
+
+@dataclass
+class LoadedModule:
+    handle: Any                                        # backend object passed back to module_unload()
+    kernels: dict[str, KernelDesc]
+    variables: dict[str, tuple[int, int]]              # name -> (device address, size)
+
+
+class DeviceContext(ABC):
+    """One session's view of one device. Methods are called from a single thread, in the client's order."""
+
+    ordinal: int
+
+    @abstractmethod
+    def mem_info(self) -> tuple[int, int]: ...            # (free, total)
+
+    @abstractmethod
+    def malloc(self, size: int) -> int: ...
+
+    @abstractmethod
+    def free(self, ptr: int) -> None: ...
+
+    @abstractmethod
+    def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None: ...
+
+    @abstractmethod
+    def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes: ...
+
+    @abstractmethod
+    def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None: ...
+
+    @abstractmethod
+    def memcpy2d_htod(self, dst: int, dpitch: int, width: int, height: int, data: bytes | memoryview,
+                      stream: Any) -> None: ...
+
+    @abstractmethod
+    def memcpy2d_dtoh(self, src: int, spitch: int, width: int, height: int, stream: Any) -> bytes: ...
+
+    @abstractmethod
+    def memcpy2d_dtod(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int,
+                      stream: Any) -> None: ...
+
+    @abstractmethod
+    def memset(self, ptr: int, value: int, size: int, stream: Any) -> None: ...
+
+    @abstractmethod
+    def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None: ...
+
+    @abstractmethod
+    def module_load(self, image: bytes) -> LoadedModule: ...
+
+    @abstractmethod
+    def module_unload(self, module: LoadedModule) -> None: ...
+
+    @abstractmethod
+    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
+
+    @abstractmethod
+    def stream_create(self, flags: int, priority: int) -> Any: ...
+
+    @abstractmethod
+    def stream_destroy(self, stream: Any) -> None: ...
+
+    @abstractmethod
+    def stream_sync(self, stream: Any) -> None: ...
+
+    @abstractmethod
+    def stream_query(self, stream: Any) -> bool: ...      # True when idle
+
+    @abstractmethod
+    def stream_wait_event(self, stream: Any, event: Any, flags: int) -> None: ...
+
+    @abstractmethod
+    def event_create(self, flags: int) -> Any: ...
+
+    @abstractmethod
+    def event_destroy(self, event: Any) -> None: ...
+
+    @abstractmethod
+    def event_record(self, event: Any, stream: Any) -> None: ...
+
+    @abstractmethod
+    def event_sync(self, event: Any) -> None: ...
+
+    @abstractmethod
+    def event_query(self, event: Any) -> bool: ...        # True when complete
+
+    @abstractmethod
+    def event_elapsed(self, start: Any, end: Any) -> float: ...
+
+    @abstractmethod
+    def synchronize(self) -> None: ...
+
+    def take_stdout(self) -> bytes:
+        """Device printf output not yet returned (backends that buffer it override this)."""
+        return b""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """cudaDeviceReset: drop every resource of this context and clear its sticky error state."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release everything (session end). Must not raise."""
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def devices(self) -> list[dict[str, Any]]:
+        """One snapshot per device (keys: protocol.DEVICE_INFO_KEYS)."""
+
+    @abstractmethod
+    def open_context(self, ordinal: int, va_base: int, session_id: int) -> DeviceContext:
+        """Called on the (session, device) worker thread, on the first op of that pair."""
+
+    def close(self) -> None:
+        pass
+
+
+def pack_rows(data: bytes | memoryview, width: int, height: int) -> memoryview:
+    """Validate a packed 2D host buffer (rows of `width` bytes, no pitch)."""
+    mv = memoryview(data).cast("B")
+    if mv.nbytes != width * height:
+        from pyvgpu_daemon.errors import CudaError
+        raise CudaError("cudaErrorInvalidValue", f"2D payload has {mv.nbytes} bytes, expected {width}x{height}")
+    return mv

@@ -1,0 +1,370 @@
+"""The emulated GPU: memory, copies, memsets, streams, events and (via emu/module.py) kernels, all on the CPU.
+
+Each (session, device) gets its own DeviceMemory at `va_base + ordinal * VA_WINDOW_BYTES`, so the pointers a
+client sees are unique across the hosts it talks to. The configured memory size is one budget per device shared
+by every session, as on a real GPU (cudaMemGetInfo's free shrinks when another process allocates).
+
+All work of a (session, device) runs in order on its worker thread, so streams are plain handles: by the time an
+op runs, everything queued before it has finished. Events therefore record wall-clock time in that worker, which
+makes cudaEventElapsedTime meaningful (it measures the emulated work between the two records).
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+
+import numpy as np
+from dataclasses import dataclass
+from typing import Any
+
+from pyvgpu.protocol import VA_WINDOW_BYTES
+from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
+from pyvgpu_daemon.errors import CudaError
+
+log = logging.getLogger("pyvgpu.daemon")
+
+EMU_NAME = "pyvgpu emulated GPU (sm_75)"
+SM = 75
+EVENT_DISABLE_TIMING = 0x2        # cudaEventDisableTiming
+STDOUT_LIMIT = 8 << 20            # printf bytes kept per device between syncs; the rest is dropped, as CUDA does
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = ((1 << 31) - 1, 65535, 65535)
+
+
+def parse_size(text: str | int) -> int:
+    """'4G', '512M', '1.5GiB', '1048576' → bytes."""
+    if isinstance(text, int):
+        return text
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
+    value = int(float(num) * mult)
+    if value <= 0:
+        raise ValueError(f"bad size {text!r}")
+    return value
+
+
+def emu_attrs(total_mem: int) -> dict[int, int]:
+    """cudaDeviceAttr number → value for the emulated sm_75 device (numbers from CUDA 13 driver_types.h)."""
+    return {
+        1: 1024, 2: 1024, 3: 1024, 4: 64,                 # max threads/block, max block dims
+        5: MAX_GRID[0], 6: MAX_GRID[1], 7: MAX_GRID[2],   # max grid dims
+        8: 48 << 10,                                      # shared mem per block
+        9: 64 << 10,                                      # total constant memory
+        10: 32,                                           # warp size
+        11: (1 << 31) - 1,                                # max pitch
+        12: 65536,                                        # registers per block
+        13: 1_590_000,                                    # clock rate kHz
+        14: 512, 15: 1,                                   # texture alignment, gpu overlap
+        16: 40,                                           # multiprocessors
+        17: 0, 18: 0, 19: 0,                              # kernel exec timeout, integrated, can map host memory
+        20: 0,                                            # compute mode default
+        30: 512, 31: 1, 32: 0,                            # surface alignment, concurrent kernels, ECC
+        33: 0, 34: 0, 35: 0,                              # PCI bus / device id, TCC
+        36: 5_001_000, 37: 256, 38: 4 << 20,              # memory clock kHz, bus width, L2 size
+        39: 1024, 40: 3, 41: 1,                           # threads per SM, async engines, unified addressing
+        50: 0, 51: 32,                                    # PCI domain, texture pitch alignment
+        75: 7, 76: 5,                                     # compute capability
+        78: 1, 79: 1, 80: 1,                              # stream priorities, global/local L1 cache
+        81: 64 << 10, 82: 65536,                          # shared mem / registers per SM
+        83: 0, 84: 0, 85: 0, 86: 0, 87: 32,               # managed memory, multi-GPU board, atomics, fp32:fp64
+        88: 0, 89: 0, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
+        97: 64 << 10, 98: 0, 99: 0,                       # opt-in shared/block, flush remote writes, host register
+        106: 16, 108: 0, 109: 0, 111: 0,                  # blocks per SM, persisting L2, access window, reserved shm
+        115: 0, 120: 0,                                   # memory pools, cluster launch
+    }
+
+
+@dataclass
+class EmuStream:
+    flags: int
+    priority: int
+
+
+@dataclass
+class EmuEvent:
+    flags: int
+    recorded_at: float | None = None
+
+
+class EmuBackend(Backend):
+    name = "emu"
+
+    def __init__(self, devices: int = 1, memory: int = 4 << 30, slowdown: float = 1.0,
+                 instance: str = "") -> None:
+        if devices < 1:
+            raise ValueError("need at least one emulated device")
+        if not 0 < memory <= VA_WINDOW_BYTES:
+            raise ValueError(f"emulated memory must be in 1..{VA_WINDOW_BYTES} bytes")
+        if slowdown < 1.0:
+            raise ValueError("slowdown factor must be >= 1")
+        self.ndevices = devices
+        self.memory = memory
+        self.slowdown = slowdown
+        self.instance = instance or f"{socket.gethostname()}"
+        # Budget shared by all sessions of one device; touched from several worker threads, hence the lock.
+        self._budget_lock = threading.Lock()
+        self._budget_used = [0] * devices
+
+    def devices(self) -> list[dict[str, Any]]:
+        out = []
+        for r in range(self.ndevices):
+            out.append({
+                "name": EMU_NAME, "total_mem": self.memory, "major": 7, "minor": 5, "multiprocessors": 40,
+                "warp_size": 32, "max_threads_per_block": 1024, "max_block_dim": list(MAX_BLOCK),
+                "max_grid_dim": list(MAX_GRID), "shared_mem_per_block": 48 << 10,
+                "shared_mem_per_multiprocessor": 64 << 10, "regs_per_block": 65536, "clock_rate_khz": 1_590_000,
+                "memory_clock_rate_khz": 5_001_000, "memory_bus_width": 256, "l2_cache_size": 4 << 20,
+                "max_threads_per_multiprocessor": 1024, "total_const_mem": 64 << 10,
+                "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
+                "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(self.memory), "backend": self.name,
+            })
+        return out
+
+    def open_context(self, ordinal: int, va_base: int, session_id: int) -> "EmuContext":
+        return EmuContext(self, ordinal, va_base + ordinal * VA_WINDOW_BYTES)
+
+    # -- shared memory budget
+    def reserve(self, ordinal: int, nbytes: int) -> None:
+        with self._budget_lock:
+            if self._budget_used[ordinal] + nbytes > self.memory:
+                raise CudaError("cudaErrorMemoryAllocation",
+                                f"emulated device {ordinal}: {nbytes} B requested, "
+                                f"{self.memory - self._budget_used[ordinal]} B free")
+            self._budget_used[ordinal] += nbytes
+
+    def release(self, ordinal: int, nbytes: int) -> None:
+        with self._budget_lock:
+            self._budget_used[ordinal] = max(0, self._budget_used[ordinal] - nbytes)
+
+    def free_bytes(self, ordinal: int) -> int:
+        with self._budget_lock:
+            return self.memory - self._budget_used[ordinal]
+
+
+def _rounded(size: int) -> int:
+    return (max(size, 1) + ALIGN - 1) // ALIGN * ALIGN
+
+
+class EmuContext(DeviceContext):
+    def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
+        self.backend = backend
+        self.ordinal = ordinal
+        self.mem = DeviceMemory(base, backend.memory)
+        self._charged = 0          # bytes of the shared budget this context holds
+        self._stdout = bytearray()
+        self._stdout_dropped = 0
+
+    # ------------------------------------------------------------------ memory
+    def _charge(self, nbytes: int) -> None:
+        self.backend.reserve(self.ordinal, nbytes)
+        self._charged += nbytes
+
+    def _uncharge(self, nbytes: int) -> None:
+        nbytes = min(nbytes, self._charged)
+        self.backend.release(self.ordinal, nbytes)
+        self._charged -= nbytes
+
+    def mem_info(self) -> tuple[int, int]:
+        return self.backend.free_bytes(self.ordinal), self.backend.memory
+
+    def malloc(self, size: int) -> int:
+        need = _rounded(size)
+        self._charge(need)
+        try:
+            return self.mem.alloc(size)
+        except CudaError:
+            self._uncharge(need)
+            raise
+
+    def free(self, ptr: int) -> None:
+        hit = self.mem.allocation_at(ptr)
+        self.mem.free(ptr)
+        if hit is not None:
+            self._uncharge(_rounded(hit[1]))
+
+    def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
+        self.mem.write(dst, data)
+
+    def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes:
+        # Copy out now: later device work on this worker may change the heap before the reply is written.
+        return bytes(self.mem.read(src, size))
+
+    def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
+        self.mem.copy(dst, src, size)
+
+    @staticmethod
+    def _check_2d(pitch: int, width: int, height: int) -> None:
+        if width > pitch and height > 1:
+            raise CudaError("cudaErrorInvalidPitchValue", f"width {width} > pitch {pitch}")
+
+    def memcpy2d_htod(self, dst: int, dpitch: int, width: int, height: int, data: bytes | memoryview,
+                      stream: Any) -> None:
+        self._check_2d(dpitch, width, height)
+        mv = pack_rows(data, width, height)
+        if width == 0 or height == 0:
+            return
+        # Validate the whole destination span first so a bad copy changes nothing.
+        self.mem.view(dst, dpitch * (height - 1) + width)
+        for row in range(height):
+            self.mem.write(dst + row * dpitch, mv[row * width:(row + 1) * width])
+
+    def memcpy2d_dtoh(self, src: int, spitch: int, width: int, height: int, stream: Any) -> bytes:
+        self._check_2d(spitch, width, height)
+        if width == 0 or height == 0:
+            return b""
+        span = self.mem.view(src, spitch * (height - 1) + width)
+        if spitch == width:
+            return span.tobytes()
+        return b"".join(span[r * spitch:r * spitch + width].tobytes() for r in range(height))
+
+    def memcpy2d_dtod(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int,
+                      stream: Any) -> None:
+        self._check_2d(dpitch, width, height)
+        self._check_2d(spitch, width, height)
+        if width == 0 or height == 0:
+            return
+        self.mem.view(src, spitch * (height - 1) + width)
+        self.mem.view(dst, dpitch * (height - 1) + width)
+        for row in range(height):
+            self.mem.copy(dst + row * dpitch, src + row * spitch, width)
+
+    def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
+        self.mem.fill(ptr, value, size)
+
+    def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
+        self._check_2d(pitch, width, height)
+        if width == 0 or height == 0:
+            return
+        span = self.mem.view(ptr, pitch * (height - 1) + width)
+        if pitch == width:
+            span[:] = value & 0xFF
+        else:
+            for r in range(height):
+                span[r * pitch:r * pitch + width] = value & 0xFF
+
+    # ------------------------------------------------------------------ modules and kernels
+    def module_load(self, image: bytes) -> LoadedModule:
+        try:
+            from pyvgpu_daemon.emu.module import EmuModule  # written alongside; imported lazily on purpose
+        except ImportError as exc:
+            raise CudaError("cudaErrorNotSupported", f"kernel emulation unavailable: {exc}") from None
+        before = set(self.mem.allocations())
+        used_before = self.mem.used
+        module = EmuModule.load(bytes(image), self.mem, sm=SM)
+        owned = [a for a in self.mem.allocations() if a not in before]
+        grown = self.mem.used - used_before
+        try:
+            self._charge(grown)
+        except CudaError:
+            for a in owned:
+                self.mem.free(a)
+            raise
+        kernels = {name: KernelDesc(name, [(int(o), int(s)) for o, s in info.params], dict(info.attrs), name)
+                   for name, info in module.kernels.items()}
+        variables = {name: (int(a), int(s)) for name, (a, s) in module.variables.items()}
+        return LoadedModule((module, owned, grown), kernels, variables)
+
+    def module_unload(self, module: LoadedModule) -> None:
+        _, owned, grown = module.handle
+        for a in owned:
+            try:
+                self.mem.free(a)
+            except CudaError:
+                pass
+        self._uncharge(grown)
+
+    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        if any(g < 1 for g in grid) or any(b < 1 for b in block):
+            raise CudaError("cudaErrorInvalidConfiguration", f"empty grid {grid} or block {block}")
+        if any(g > m for g, m in zip(grid, MAX_GRID)) or any(b > m for b, m in zip(block, MAX_BLOCK)) \
+                or block[0] * block[1] * block[2] > 1024:
+            raise CudaError("cudaErrorInvalidConfiguration", f"grid {grid} / block {block} exceed sm_75 limits")
+        emu_module = module.handle[0]
+        t0 = time.perf_counter()
+        try:
+            out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params))
+            self._append_stdout(getattr(out, "stdout", b"") or b"")
+        except CudaError as exc:
+            # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
+            self._append_stdout(getattr(exc, "stdout", b"") or b"")
+            raise
+        if self.backend.slowdown > 1.0:
+            # --emu-slowdown: stretch the kernel to F× its emulated time so load balancing sees a slower GPU.
+            time.sleep((time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
+        return b""
+
+    def _append_stdout(self, data: bytes) -> None:
+        room = STDOUT_LIMIT - len(self._stdout)
+        if len(data) > room:
+            self._stdout_dropped += len(data) - max(room, 0)
+            data = data[:max(room, 0)]
+        self._stdout += data
+
+    def take_stdout(self) -> bytes:
+        out = bytes(self._stdout)
+        self._stdout.clear()
+        if self._stdout_dropped:
+            log.warning("device %d: dropped %d bytes of printf output (buffer limit %d)",
+                        self.ordinal, self._stdout_dropped, STDOUT_LIMIT)
+            self._stdout_dropped = 0
+        return out
+
+    # ------------------------------------------------------------------ streams and events
+    def stream_create(self, flags: int, priority: int) -> EmuStream:
+        return EmuStream(flags, priority)
+
+    def stream_destroy(self, stream: Any) -> None:
+        pass
+
+    def stream_sync(self, stream: Any) -> None:
+        pass  # in-order worker: everything before this op is already done
+
+    def stream_query(self, stream: Any) -> bool:
+        return True
+
+    def stream_wait_event(self, stream: Any, event: Any, flags: int) -> None:
+        pass
+
+    def event_create(self, flags: int) -> EmuEvent:
+        return EmuEvent(flags)
+
+    def event_destroy(self, event: Any) -> None:
+        pass
+
+    def event_record(self, event: EmuEvent, stream: Any) -> None:
+        event.recorded_at = time.monotonic()
+
+    def event_sync(self, event: Any) -> None:
+        pass
+
+    def event_query(self, event: Any) -> bool:
+        return True
+
+    def event_elapsed(self, start: EmuEvent, end: EmuEvent) -> float:
+        if (start.flags | end.flags) & EVENT_DISABLE_TIMING:
+            raise CudaError("cudaErrorInvalidResourceHandle", "event created with cudaEventDisableTiming")
+        if start.recorded_at is None or end.recorded_at is None:
+            raise CudaError("cudaErrorInvalidResourceHandle", "event was never recorded")
+        return (end.recorded_at - start.recorded_at) * 1000.0
+
+    def synchronize(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.mem.free_all()
+        self._uncharge(self._charged)
+        self._stdout.clear()
+
+    def close(self) -> None:
+        try:
+            self.reset()
+        except Exception:  # noqa: BLE001 - close must not raise
+            log.exception("device %d: error while releasing emulated memory", self.ordinal)
+        # Drop the heap now rather than whenever the context object is collected.
+        self.mem.heap = np.zeros(0, dtype=np.uint8)

@@ -1,0 +1,317 @@
+"""The listener: handshake and authentication, then one request loop per connection (= session).
+
+The loop thread only parses frames, validates their shape and routes each device op to the ordered worker of
+(session, device); replies are written when the worker's result comes back. A frame that breaks the protocol ends
+that session with a one-line reason in the log; nothing a client sends can stop the daemon or touch other sessions.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyvgpu import auth, wire
+from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, HELLO_CLIENT, HELLO_PROOF,
+                             HELLO_VA_BASE, HELLO_VERSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
+                             VA_WINDOW_BYTES, OpFlag, OpSpec)
+from pyvgpu_daemon import handlers
+from pyvgpu_daemon.backends.base import Backend
+from pyvgpu_daemon.session import Session
+
+log = logging.getLogger("pyvgpu.daemon")
+
+HANDSHAKE_TIMEOUT_S = 30.0
+READ_BUFFER_LIMIT = 16 << 20         # StreamReader flow-control threshold: big copies arrive in few wake-ups
+MAX_PENDING_JOBS = 4096              # per (session, device): a client flooding async ops waits for the device
+MAX_PENDING_BYTES = 256 << 20        # payload bytes queued per (session, device) before reading pauses
+WRITE_HIGH_WATER = 64 << 20          # stop reading requests while this much reply data is unsent
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+OP_HELLO = OP_BY_NAME["HELLO"].code
+ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
+ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
+
+
+class SessionEnd(Exception):
+    """Ends one session with a reason for the log."""
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 7700
+    token: bytes | None = None       # None: no authentication (only allowed on loopback)
+
+
+def requires_token(host: str) -> bool:
+    """Only the loopback defaults are exempt: any other address (even another 127.x) needs a token."""
+    return host not in LOOPBACK_HOSTS
+
+
+@dataclass
+class Server:
+    config: ServerConfig
+    backend: Backend
+    sessions: dict[int, Session] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    _next_session: int = 1
+    _server: asyncio.AbstractServer | None = None
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _devices: list[dict[str, Any]] = field(default_factory=list)
+    bound: tuple[str, int] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._devices = self.backend.devices()
+        self._server = await asyncio.start_server(self._connection, self.config.host, self.config.port,
+                                                  limit=READ_BUFFER_LIMIT, reuse_address=True)
+        sock = self._server.sockets[0].getsockname()
+        self.bound = (sock[0], sock[1])
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        log.info("shutting down: %d session(s) open", len(self.sessions))
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=15)
+        await self._server.wait_closed()
+        self.backend.close()
+
+    # ------------------------------------------------------------------ connections
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_info = writer.get_extra_info("peername")
+        peer = f"{peer_info[0]}:{peer_info[1]}" if isinstance(peer_info, tuple) else str(peer_info)
+        sid = self._next_session
+        self._next_session += 1
+        session = Session(sid, peer, self.backend, len(self._devices))
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        reason = "client closed the connection"
+        try:
+            sock = writer.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if not await self._handshake(session, reader, writer):
+                return
+            self.sessions[sid] = session
+            log.info("%s: connected from %s (%s), va_base=%#x", session.tag(), peer, session.client,
+                     session.va_base)
+            reason = await self._serve(session, reader, writer)
+        except SessionEnd as exc:
+            reason = str(exc)
+        except wire.ProtocolError as exc:
+            reason = f"protocol error: {exc}"
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection lost: {exc.__class__.__name__}: {exc}"
+        except asyncio.CancelledError:
+            reason = "daemon shutting down"
+        except Exception:  # noqa: BLE001 - a bug in one session must not take the daemon down
+            log.exception("%s: internal error", session.tag())
+            reason = "internal error (see traceback above)"
+        finally:
+            await self._end_session(session, writer, reason)
+
+    async def _handshake(self, session: Session, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> bool:
+        nonce = auth.make_nonce()
+        auth_required = self.config.token is not None
+        writer.write(wire.encode_server_hello(PROTOCOL_VERSION, nonce, auth_required))
+        try:
+            header = await asyncio.wait_for(wire.read_header(reader), HANDSHAKE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise SessionEnd(f"no hello within {HANDSHAKE_TIMEOUT_S:.0f} s") from None
+        if header is None:
+            raise SessionEnd("closed before the hello")
+        req = wire.parse_request(header, max_payload=0)
+        if req.op != OP_HELLO or len(req.args) != 1 or not isinstance(req.args[0], dict) or req.req_id == 0:
+            raise SessionEnd(f"first request is not a well-formed HELLO (op {req.op})")
+        hello: dict[Any, Any] = req.args[0]
+        version = hello.get(HELLO_VERSION)
+        client = hello.get(HELLO_CLIENT)
+        session.client = (client if isinstance(client, str) else repr(client))[:200]
+        if version != PROTOCOL_VERSION:
+            msg = f"protocol version mismatch: client speaks {version!r}, daemon speaks {PROTOCOL_VERSION}"
+            await self._reply_and_close(writer, req.req_id, ERR_PROTOCOL_MISMATCH, msg)
+            raise SessionEnd(msg)
+        if auth_required:
+            assert self.config.token is not None
+            proof = hello.get(HELLO_PROOF)
+            if not auth.verify(self.config.token, nonce, proof if isinstance(proof, str) else None):
+                msg = "authentication failed: missing or wrong token proof"
+                await self._reply_and_close(writer, req.req_id, ERR_AUTH, msg)
+                raise SessionEnd(msg)
+        va_base = hello.get(HELLO_VA_BASE)
+        if va_base is None:
+            va_base = VA_WINDOW_BYTES
+        if isinstance(va_base, bool) or not isinstance(va_base, int) or va_base <= 0 \
+                or va_base % 4096 or va_base + len(self._devices) * VA_WINDOW_BYTES > (1 << 64):
+            msg = f"bad va_base {va_base!r}"
+            await self._reply_and_close(writer, req.req_id, ERR_INVALID_VALUE, msg)
+            raise SessionEnd(msg)
+        session.va_base = va_base
+        result = {"devices": self._devices, "backend": self.backend.name, "session": session.id}
+        writer.writelines(wire.encode_reply(req.req_id, 0, result))
+        return True
+
+    async def _reply_and_close(self, writer: asyncio.StreamWriter, req_id: int, err: int, msg: str) -> None:
+        writer.writelines(wire.encode_reply(req_id, err, msg))
+        try:
+            await asyncio.wait_for(writer.drain(), 5)
+        except (asyncio.TimeoutError, OSError):
+            pass
+
+    async def _serve(self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+        loop = asyncio.get_running_loop()
+        max_payload = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
+        transport = writer.transport
+        while True:
+            header = await wire.read_header(reader)
+            if header is None:
+                return "client closed the connection"
+            req = wire.parse_request(header)
+            spec = OP_BY_CODE.get(req.op)
+            if spec is None:
+                raise SessionEnd(f"unknown op {req.op}")
+            self._check_shape(spec, req, max_payload)
+            payload = await wire.read_payload(reader, req.payload_len)
+            if spec.flags & OpFlag.NO_DEVICE:
+                if spec.name == "STATUS":
+                    writer.writelines(wire.encode_reply(req.req_id, 0, self.status(session)))
+                elif spec.name == "GOODBYE":
+                    writer.writelines(wire.encode_reply(req.req_id, 0, None))
+                    return "client said goodbye"
+                else:
+                    raise SessionEnd(f"{spec.name} after the handshake")
+            else:
+                self._dispatch(session, spec, req, payload, writer, loop)
+                st = session.devices.get(req.args[0]) if isinstance(req.args[0], int) else None
+                if st is not None and (st.worker.pending > MAX_PENDING_JOBS
+                                       or st.worker.pending_bytes > MAX_PENDING_BYTES):
+                    await self._wait_drained(st)
+            if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                await writer.drain()
+
+    @staticmethod
+    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
+        if len(req.args) != len(spec.args):
+            raise SessionEnd(f"{spec.name} with {len(req.args)} args, spec has {len(spec.args)}")
+        if req.payload_len and not spec.flags & OpFlag.PAYLOAD_IN:
+            raise SessionEnd(f"{spec.name} carries a {req.payload_len}-byte payload it does not take")
+        if req.payload_len > max_payload:
+            raise SessionEnd(f"{spec.name} payload of {req.payload_len} bytes exceeds device memory")
+        if req.req_id == 0 and not spec.flags & OpFlag.ASYNC:
+            raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
+
+    def _dispatch(self, session: Session, spec: OpSpec, req: wire.Request, payload: bytes,
+                  writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop) -> None:
+        dev = req.args[0]
+        if isinstance(dev, bool) or not isinstance(dev, int) or not 0 <= dev < len(self._devices):
+            # No device to latch an asynchronous failure on: answer it when asked, drop it (logged) otherwise.
+            log.info("%s: %s on invalid device %r", session.tag(), spec.name, dev)
+            if req.req_id:
+                writer.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
+            return
+        st = session.device(dev, loop)
+        fut = st.worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload,
+                               req.req_id == 0, nbytes=len(payload))
+        if req.req_id:
+            fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(session, writer, rid, f))
+        else:
+            fut.add_done_callback(self._swallow)
+
+    @staticmethod
+    def _swallow(fut: asyncio.Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("fire-and-forget job raised: %r", fut.exception())
+
+    def _send_outcome(self, session: Session, writer: asyncio.StreamWriter, req_id: int,
+                      fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or writer.is_closing():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("%s: job raised %r", session.tag(), exc)
+            writer.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
+            return
+        out: handlers.Outcome | None = fut.result()
+        if out is None:
+            return                       # session is closing
+        writer.writelines(wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload))
+
+    async def _wait_drained(self, st: Any) -> None:
+        # Wait for the device to catch up: a no-op job completes when everything queued before it has run.
+        await st.worker.submit(lambda: None)
+
+    async def _end_session(self, session: Session, writer: asyncio.StreamWriter, reason: str) -> None:
+        session.closing = True
+        released = 0
+        futures = []
+        loop = asyncio.get_running_loop()
+        for st in session.devices.values():
+            futures.append(st.worker.submit(handlers.cleanup, session, st))
+            st.worker.stop()
+        for fut in futures:
+            try:
+                # Shielded: cleanup must finish even when the daemon is being cancelled.
+                released += await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                try:
+                    released += await fut
+                except Exception:  # noqa: BLE001
+                    pass
+            except Exception as exc:  # noqa: BLE001
+                log.error("%s: cleanup failed: %r", session.tag(), exc)
+        for st in session.devices.values():
+            await loop.run_in_executor(None, st.worker.join, 5.0)
+        self.sessions.pop(session.id, None)
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001
+            pass
+        log.info("%s: ended (%s); released %d bytes on %d device(s)", session.tag(), reason, released,
+                 len(session.devices))
+
+    # ------------------------------------------------------------------ status
+    def status(self, me: Session | None = None) -> dict[str, Any]:
+        sessions = []
+        for s in sorted(self.sessions.values(), key=lambda x: x.id):
+            entry = s.summary()
+            entry["self"] = s is me
+            sessions.append(entry)
+        return {
+            "backend": self.backend.name,
+            "address": f"{self.bound[0]}:{self.bound[1]}" if self.bound else "",
+            "pid": os.getpid(),
+            "uptime_s": time.time() - self.started,
+            "protocol": PROTOCOL_VERSION,
+            "auth": self.config.token is not None,
+            "devices": self._devices,
+            "sessions": sessions,
+        }
+
+
+async def run_server(config: ServerConfig, backend: Backend, ready_line: bool = True) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    server = Server(config, backend)
+    await server.start()
+    assert server.bound is not None
+    if ready_line:
+        print(f"pyvgpu-daemon listening on {server.bound[0]}:{server.bound[1]} backend={backend.name} "
+              f"devices={len(server._devices)}", file=sys.stderr, flush=True)
+    await server.serve_until(stop)
