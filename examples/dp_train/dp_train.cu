@@ -18,7 +18,8 @@
 //
 // Output: lines of key=value pairs (machine-readable; lines starting with '#' are comments):
 //   step=S epoch=E loss=L test_err=T ms_per_1000=W busy_per_1000=D busy_gpu=d0,d1,.. shares=n0,n1,..
-//   final steps=S loss=L test_err=T wall_s=.. ms_per_1000=W busy_per_1000=D ...
+//   final steps=S loss=L test_err=T wall_s=.. warmup_ms=.. ms_per_1000=W busy_per_1000=D ...
+// The first step is a warm-up (lazy module loading): its time is reported as warmup_ms, not in the rates.
 // loss: mean training loss over the steps of the interval; ms_per_1000: wall time per 1000 batches in the
 // interval (evaluation excluded); busy_per_1000: device-busy time per 1000 batches measured with CUDA events
 // around each GPU's kernels (maximum over GPUs; busy_gpu lists every GPU). ms_per_1000 - busy_per_1000 is the
@@ -39,13 +40,16 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #define CK(call)                                                                                          \
     do {                                                                                                  \
         cudaError_t e_ = (call);                                                                          \
         if (e_ != cudaSuccess) {                                                                          \
             fprintf(stderr, "dp_train: CUDA error %s (%d) at %s:%d in %s: %s\n", cudaGetErrorName(e_),     \
                     (int)e_, __FILE__, __LINE__, #call, cudaGetErrorString(e_));                          \
-            exit(2);                                                                                      \
+            fflush(stdout);                                                                               \
+            _exit(2); /* from any GPU thread, without running exit handlers under other threads' calls */ \
         }                                                                                                 \
     } while (0)
 
@@ -157,7 +161,7 @@ struct Options {
     std::vector<int> hidden{128};
     long steps = 200;
     double epochs = 0;  // > 0 overrides steps
-    float lr = 0.1f;
+    float lr = 0.3f;
     uint64_t seed = 1;
     bool ring = false;
     bool adaptive = false;
@@ -393,23 +397,29 @@ static int count_errors(const float* logits, const int* y, int n, int C) {
     return err;
 }
 
-// Host reporting shared by both paths.
+// Host reporting shared by both paths. The first step is a warm-up (module loading, first-touch allocations): its
+// loss counts, its time is reported separately (warmup_ms) and left out of the per-1000-batch figures.
 struct Reporter {
-    long interval_steps = 0;
+    long interval_steps = 0, interval_timed = 0;
     double interval_loss = 0, interval_wall = 0;
     std::vector<double> interval_busy;
-    long total_steps = 0;
-    double total_wall = 0;
+    long total_steps = 0, total_timed = 0;
+    double total_wall = 0, warmup_ms = 0;
     std::vector<double> total_busy;
     explicit Reporter(int ngpu) : interval_busy(ngpu, 0.0), total_busy(ngpu, 0.0) {}
+    bool timed() const { return total_steps > 1; }  // call after add_step
     void add_step(double loss, double wall_ms) {
         ++interval_steps;
         ++total_steps;
         interval_loss += loss;
+        if (!timed()) { warmup_ms = wall_ms; return; }
+        ++interval_timed;
+        ++total_timed;
         interval_wall += wall_ms;
         total_wall += wall_ms;
     }
-    void add_busy(int g, double ms) {
+    void add_busy(int g, double ms) {  // after add_step of the same step
+        if (!timed()) return;
         interval_busy[g] += ms;
         total_busy[g] += ms;
     }
@@ -423,7 +433,7 @@ struct Reporter {
         return s;
     }
     void print(long step, double epoch, double test_err, const std::vector<int>* shares, bool has_busy) {
-        double per = interval_steps ? 1000.0 / interval_steps : 0;
+        double per = interval_timed ? 1000.0 / interval_timed : 0;
         printf("step=%ld epoch=%.3f loss=%.6f test_err=%.4f ms_per_1000=%.1f", step, epoch,
                interval_steps ? interval_loss / interval_steps : 0.0, test_err, interval_wall * per);
         if (has_busy)
@@ -436,14 +446,14 @@ struct Reporter {
         }
         printf("\n");
         fflush(stdout);
-        interval_steps = 0;
+        interval_steps = interval_timed = 0;
         interval_loss = interval_wall = 0;
         std::fill(interval_busy.begin(), interval_busy.end(), 0.0);
     }
     void final_line(double last_loss, double test_err, bool has_busy) {
-        double per = total_steps ? 1000.0 / total_steps : 0;
-        printf("final steps=%ld loss=%.6f test_err=%.4f wall_s=%.3f ms_per_1000=%.1f", total_steps, last_loss,
-               test_err, total_wall / 1000.0, total_wall * per);
+        double per = total_timed ? 1000.0 / total_timed : 0;
+        printf("final steps=%ld loss=%.6f test_err=%.4f wall_s=%.3f warmup_ms=%.1f ms_per_1000=%.1f", total_steps,
+               last_loss, test_err, (total_wall + warmup_ms) / 1000.0, warmup_ms, total_wall * per);
         if (has_busy)
             printf(" busy_per_1000=%.1f busy_gpu=%s", *std::max_element(total_busy.begin(), total_busy.end()) * per,
                    join(total_busy, per).c_str());
