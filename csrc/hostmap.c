@@ -1,0 +1,288 @@
+/* The host map: PYVGPU_HOSTS=host[:port],... or the hosts file ($XDG_CONFIG_HOME/pyvgpu/hosts, one host[:port]
+ * per line, '#' comments). Hosts are contacted once, in order; GPUs are numbered in host-map order, then by each
+ * host's device ordinal, from the device snapshots of the HELLO reply. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define PV_MAX_HOSTS 32
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static cudaError_t init_err;
+static int ndevices;
+static struct pv_device devices[PV_MAX_DEVICES];
+
+struct host_entry { char host[256]; int port; };
+
+static int parse_entry(const char *text, struct host_entry *e)
+{
+    char buf[300];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *s = buf;
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = 0;
+    if (!*s)
+        return 0;
+    e->port = PV_DEFAULT_PORT;
+    char *colon = strrchr(s, ':');
+    if (s[0] == '[') {   /* [v6addr]:port */
+        char *close = strchr(s, ']');
+        if (!close)
+            return -1;
+        *close = 0;
+        if (close[1] == ':')
+            e->port = atoi(close + 2);
+        snprintf(e->host, sizeof e->host, "%s", s + 1);
+    } else if (colon && strchr(s, ':') == colon) {
+        *colon = 0;
+        char *end;
+        long p = strtol(colon + 1, &end, 10);
+        if (*end || p <= 0 || p > 65535)
+            return -1;
+        e->port = (int)p;
+        snprintf(e->host, sizeof e->host, "%s", s);
+    } else {
+        snprintf(e->host, sizeof e->host, "%s", s);
+    }
+    return e->port > 0 && e->port <= 65535 ? 1 : -1;
+}
+
+static int read_hosts(struct host_entry *out, int cap)
+{
+    int n = 0;
+    const char *env = getenv("PYVGPU_HOSTS");
+    if (env && *env) {
+        char *dup = strdup(env), *save = NULL;
+        if (!dup)
+            return 0;
+        for (char *tok = strtok_r(dup, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
+            int rc = parse_entry(tok, &out[n]);
+            if (rc < 0)
+                pv_log("ignoring malformed PYVGPU_HOSTS entry '%s'", tok);
+            else if (rc > 0)
+                n++;
+        }
+        free(dup);
+        return n;
+    }
+    char path[4096];
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(path, sizeof path, "%s/pyvgpu/hosts", xdg);
+    else if (home && *home)
+        snprintf(path, sizeof path, "%s/.config/pyvgpu/hosts", home);
+    else
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    while (n < cap && fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        int rc = parse_entry(line, &out[n]);
+        if (rc < 0)
+            pv_log("ignoring malformed line in %s: %s", path, line);
+        else if (rc > 0)
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static int get_int(const msgpack_object *m, const char *key, int dflt)
+{
+    int64_t v;
+    return pv_obj_i64(pv_map_get(m, key), &v) == 0 ? (int)v : dflt;
+}
+
+static uint64_t get_u64(const msgpack_object *m, const char *key, uint64_t dflt)
+{
+    int64_t v;
+    return pv_obj_i64(pv_map_get(m, key), &v) == 0 && v >= 0 ? (uint64_t)v : dflt;
+}
+
+static void get_dim3(const msgpack_object *m, const char *key, int out[3], int dflt)
+{
+    const msgpack_object *a = pv_map_get(m, key);
+    for (int i = 0; i < 3; i++) {
+        int64_t v;
+        out[i] = (a && a->type == MSGPACK_OBJECT_ARRAY && a->via.array.size > (uint32_t)i &&
+                  pv_obj_i64(&a->via.array.ptr[i], &v) == 0) ? (int)v : dflt;
+    }
+}
+
+static void set_default_attr(struct pv_device *d, int attr, int value)
+{
+    if (attr >= 0 && attr < PV_MAX_ATTRS && !d->have_attr[attr]) {
+        d->have_attr[attr] = 1;
+        d->attr[attr] = value;
+    }
+}
+
+static void parse_device(struct pv_device *d, const msgpack_object *s)
+{
+    if (pv_obj_str(pv_map_get(s, "name"), d->name, sizeof d->name) != 0)
+        snprintf(d->name, sizeof d->name, "pyvgpu device");
+    d->total_mem = get_u64(s, "total_mem", 0);
+    d->major = get_int(s, "major", 7);
+    d->minor = get_int(s, "minor", 5);
+    d->sms = get_int(s, "multiprocessors", 1);
+    d->warp = get_int(s, "warp_size", 32);
+    d->max_tpb = get_int(s, "max_threads_per_block", 1024);
+    get_dim3(s, "max_block_dim", d->max_block, 0);
+    if (!d->max_block[0]) {
+        d->max_block[0] = d->max_block[1] = 1024;
+        d->max_block[2] = 64;
+    }
+    get_dim3(s, "max_grid_dim", d->max_grid, 0);
+    if (!d->max_grid[0]) {
+        d->max_grid[0] = 2147483647;
+        d->max_grid[1] = d->max_grid[2] = 65535;
+    }
+    d->smem_per_block = get_u64(s, "shared_mem_per_block", 49152);
+    d->smem_per_sm = get_u64(s, "shared_mem_per_multiprocessor", 65536);
+    d->regs_per_block = get_int(s, "regs_per_block", 65536);
+    d->clock_khz = get_int(s, "clock_rate_khz", 1000000);
+    d->mem_clock_khz = get_int(s, "memory_clock_rate_khz", 1000000);
+    d->bus_width = get_int(s, "memory_bus_width", 256);
+    d->l2 = get_int(s, "l2_cache_size", 0);
+    d->max_tpm = get_int(s, "max_threads_per_multiprocessor", 2048);
+    d->const_mem = get_u64(s, "total_const_mem", 65536);
+    d->pci_bus = get_int(s, "pci_bus_id", d->index);
+    const msgpack_object *u = pv_map_get(s, "uuid");
+    if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
+        memcpy(d->uuid, u->via.bin.ptr, 16);
+    const msgpack_object *attrs = pv_map_get(s, "attrs");
+    if (attrs && attrs->type == MSGPACK_OBJECT_MAP) {
+        for (uint32_t i = 0; i < attrs->via.map.size; i++) {
+            int64_t k, v;
+            if (pv_obj_i64(&attrs->via.map.ptr[i].key, &k) == 0 && pv_obj_i64(&attrs->via.map.ptr[i].val, &v) == 0 &&
+                k >= 0 && k < PV_MAX_ATTRS) {
+                d->have_attr[k] = 1;
+                d->attr[k] = (int)v;
+            }
+        }
+    }
+    /* the named snapshot fields answer the common attributes when the daemon's table lacks them */
+    set_default_attr(d, 1, d->max_tpb);
+    for (int i = 0; i < 3; i++) {
+        set_default_attr(d, 2 + i, d->max_block[i]);
+        set_default_attr(d, 5 + i, d->max_grid[i]);
+    }
+    set_default_attr(d, 8, (int)d->smem_per_block);
+    set_default_attr(d, 9, (int)d->const_mem);
+    set_default_attr(d, 10, d->warp);
+    set_default_attr(d, 12, d->regs_per_block);
+    set_default_attr(d, 13, d->clock_khz);
+    set_default_attr(d, 16, d->sms);
+    set_default_attr(d, 33, d->pci_bus);
+    set_default_attr(d, 36, d->mem_clock_khz);
+    set_default_attr(d, 37, d->bus_width);
+    set_default_attr(d, 38, d->l2);
+    set_default_attr(d, 39, d->max_tpm);
+    set_default_attr(d, 41, 1);
+    set_default_attr(d, 75, d->major);
+    set_default_attr(d, 76, d->minor);
+    set_default_attr(d, 81, (int)d->smem_per_sm);
+    set_default_attr(d, 82, d->regs_per_block);
+    set_default_attr(d, 97, (int)d->smem_per_block);
+    set_default_attr(d, 106, 16);
+    d->regs_per_sm = d->attr[82];
+    d->max_blocks_per_sm = d->attr[106];
+}
+
+static void do_init(void)
+{
+    struct host_entry hosts[PV_MAX_HOSTS];
+    int nh = read_hosts(hosts, PV_MAX_HOSTS);
+    if (nh == 0) {
+        pv_log("no hosts configured (set PYVGPU_HOSTS or run `pyvgpu hosts add HOST`)");
+        init_err = PV_cudaErrorNoDevice;
+        return;
+    }
+    cudaError_t first_err = PV_SUCCESS;
+    for (int h = 0; h < nh; h++) {
+        struct pv_reply hello;
+        cudaError_t err;
+        struct pv_conn *c = pv_conn_open(hosts[h].host, hosts[h].port, ndevices, &hello, &err);
+        if (!c) {
+            if (first_err == PV_SUCCESS)
+                first_err = err;
+            continue;
+        }
+        const msgpack_object *devs = pv_map_get(hello.result, "devices");
+        int nd = (devs && devs->type == MSGPACK_OBJECT_ARRAY) ? (int)devs->via.array.size : 0;
+        for (int r = 0; r < nd && ndevices < PV_MAX_DEVICES; r++) {
+            struct pv_device *d = &devices[ndevices];
+            memset(d, 0, sizeof *d);
+            d->conn = c;
+            d->remote = r;
+            d->index = ndevices;
+            parse_device(d, &devs->via.array.ptr[r]);
+            ndevices++;
+            c->ndev++;
+        }
+        pv_reply_free(&hello);
+    }
+    if (ndevices == 0)
+        init_err = first_err != PV_SUCCESS ? first_err : PV_cudaErrorNoDevice;
+}
+
+cudaError_t pv_init(void)
+{
+    pthread_once(&init_once, do_init);
+    return init_err;
+}
+
+int pv_device_count(void)
+{
+    return pv_init() == PV_SUCCESS ? ndevices : 0;
+}
+
+struct pv_device *pv_device(int index)
+{
+    if (pv_init() != PV_SUCCESS || index < 0 || index >= ndevices)
+        return NULL;
+    return &devices[index];
+}
+
+cudaError_t pv_cur(struct pv_device **out)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_device *d = pv_device(pv_tls_device());
+    if (!d)
+        return PV_cudaErrorInvalidDevice;
+    *out = d;
+    return PV_SUCCESS;
+}
+
+int pv_dev_attr(const struct pv_device *d, int attr, int *value)
+{
+    if (attr < 0 || attr >= PV_MAX_ATTRS || !d->have_attr[attr])
+        return -1;
+    *value = d->attr[attr];
+    return 0;
+}
+
+cudaError_t pv_call_u64(struct pv_device *d, int op, int want_reply, const uint64_t *args, int nargs,
+                        struct pv_reply *rep)
+{
+    struct pv_req r;
+    if (!pv_conn_alive(d->conn))
+        return PV_ERR_UNAVAILABLE;
+    pv_req_begin(&r, d->conn, op, nargs + 1, want_reply, NULL, 0, NULL, 0);
+    msgpack_pack_int(&r.pk, d->remote);
+    for (int i = 0; i < nargs; i++)
+        msgpack_pack_uint64(&r.pk, args[i]);
+    return pv_req_finish(&r, rep);
+}

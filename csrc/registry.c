@@ -1,0 +1,469 @@
+/* Client-side tables: registered fatbins, functions and variables (by host stub pointer), per-device module load
+ * state and kernel parameter layouts, device allocations (pointer → device), and the set of live handles
+ * (streams, events, functions) so garbage handles are refused without being dereferenced. Each table has its own
+ * short lock; no lock is held across network calls except a fatbin's load lock (first use on a device). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_CONTAINER_MAGIC 0xBA55ED50u
+
+struct pv_fatbin {
+    uint32_t magic;
+    const void *image;
+    size_t size;
+    uint64_t module_id;
+    pthread_mutex_t mu;                 /* serializes module loads of this fatbin */
+    int loaded[PV_MAX_DEVICES];         /* 0 not yet, 1 loaded, <0 failed (negated error) */
+    struct pv_func **funcs;
+    int nfuncs, capfuncs;
+    struct pv_var **vars;
+    int nvars, capvars;
+    struct pv_fatbin *next;
+};
+static struct pv_fatbin *fatbins;
+static pthread_mutex_t fatbins_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ------------------------------------------------------------------------------------------ handle set */
+#define HSET_BUCKETS 1024
+struct hnode { const void *h; struct hnode *next; };
+static struct hnode *hset[HSET_BUCKETS];
+static pthread_mutex_t hset_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t hash_ptr(const void *p)
+{
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 17;
+    x *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(x >> 40) % HSET_BUCKETS;
+}
+
+void pv_handle_add(const void *h)
+{
+    struct hnode *n = malloc(sizeof *n);
+    if (!n)
+        return;
+    n->h = h;
+    size_t b = hash_ptr(h);
+    pthread_mutex_lock(&hset_mu);
+    n->next = hset[b];
+    hset[b] = n;
+    pthread_mutex_unlock(&hset_mu);
+}
+
+int pv_handle_remove(const void *h)
+{
+    size_t b = hash_ptr(h);
+    pthread_mutex_lock(&hset_mu);
+    for (struct hnode **pp = &hset[b]; *pp; pp = &(*pp)->next) {
+        if ((*pp)->h == h) {
+            struct hnode *n = *pp;
+            *pp = n->next;
+            pthread_mutex_unlock(&hset_mu);
+            free(n);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&hset_mu);
+    return -1;
+}
+
+int pv_handle_valid(const void *h)
+{
+    if (!h)
+        return 0;
+    size_t b = hash_ptr(h);
+    pthread_mutex_lock(&hset_mu);
+    int found = 0;
+    for (struct hnode *n = hset[b]; n; n = n->next)
+        if (n->h == h) {
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&hset_mu);
+    return found;
+}
+
+cudaError_t pv_stream_remote(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev)
+{
+    /* 0 = legacy default stream; 1 = cudaStreamLegacy; 2 = cudaStreamPerThread: all map to the device's
+     * default stream (the daemon serializes a device's work anyway). */
+    if ((uintptr_t)s <= 2) {
+        *remote = 0;
+        if (sdev)
+            *sdev = d;
+        return PV_SUCCESS;
+    }
+    if (!pv_handle_valid(s) || s->magic != PV_STREAM_MAGIC)
+        return PV_cudaErrorInvalidResourceHandle;
+    *remote = s->remote;
+    if (sdev)
+        *sdev = pv_device(s->dev);
+    return PV_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------ functions, vars */
+#define FTAB_BUCKETS 512
+struct fnode { const void *key; void *val; struct fnode *next; };
+static struct fnode *ftab[FTAB_BUCKETS], *vtab[FTAB_BUCKETS];
+static pthread_mutex_t ftab_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t next_module_id = 1;
+
+static void tab_put(struct fnode **tab, const void *key, void *val)
+{
+    struct fnode *n = malloc(sizeof *n);
+    if (!n)
+        return;
+    n->key = key;
+    n->val = val;
+    size_t b = hash_ptr(key) % FTAB_BUCKETS;
+    pthread_mutex_lock(&ftab_mu);
+    n->next = tab[b];
+    tab[b] = n;
+    pthread_mutex_unlock(&ftab_mu);
+}
+
+static void *tab_get(struct fnode **tab, const void *key)
+{
+    size_t b = hash_ptr(key) % FTAB_BUCKETS;
+    void *val = NULL;
+    pthread_mutex_lock(&ftab_mu);
+    for (struct fnode *n = tab[b]; n; n = n->next)
+        if (n->key == key) {
+            val = n->val;
+            break;
+        }
+    pthread_mutex_unlock(&ftab_mu);
+    return val;
+}
+
+struct pv_func *pv_func_by_host(const void *host_fun) { return tab_get(ftab, host_fun); }
+struct pv_var *pv_var_by_host(const void *host_var) { return tab_get(vtab, host_var); }
+
+int pv_func_valid(const struct pv_func *f)
+{
+    return f && pv_handle_valid(f) && f->magic == PV_FUNC_MAGIC;
+}
+
+static int grow(void *arr, int *cap, int n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    int nc = *cap ? *cap * 2 : 16;
+    void *p = realloc(*(void **)arr, (size_t)nc * elem);
+    if (!p)
+        return -1;
+    *(void **)arr = p;
+    *cap = nc;
+    return 0;
+}
+
+PV_API void **__cudaRegisterFatBinary(void *fatCubin)
+{
+    struct pv_fatbin *fb = calloc(1, sizeof *fb);
+    if (!fb) {
+        pv_log("out of memory registering a fatbin");
+        return NULL;
+    }
+    fb->magic = 0xFA7B1111u;
+    pthread_mutex_init(&fb->mu, NULL);
+    fb->module_id = atomic_fetch_add(&next_module_id, 1);
+    const uint32_t *w = fatCubin;
+    if (w && w[0] == FATBIN_WRAPPER_MAGIC) {
+        const unsigned char *data = *(const unsigned char *const *)((const char *)fatCubin + 8);
+        uint32_t magic = 0;
+        if (data)
+            memcpy(&magic, data, 4);
+        if (magic == FATBIN_CONTAINER_MAGIC) {
+            uint16_t hsize;
+            uint64_t psize;
+            memcpy(&hsize, data + 6, 2);
+            memcpy(&psize, data + 8, 8);
+            fb->image = data;
+            fb->size = (size_t)hsize + (size_t)psize;
+        } else {
+            pv_log("fatbin wrapper at %p does not point at a fatbin container", fatCubin);
+        }
+    } else if (w) {
+        pv_log("unrecognised fatbin wrapper at %p (magic 0x%08x)", fatCubin, w[0]);
+    }
+    pthread_mutex_lock(&fatbins_mu);
+    fb->next = fatbins;
+    fatbins = fb;
+    pthread_mutex_unlock(&fatbins_mu);
+    return (void **)fb;
+}
+
+void pv_modules_forget_device(int di)
+{
+    pthread_mutex_lock(&fatbins_mu);
+    for (struct pv_fatbin *fb = fatbins; fb; fb = fb->next) {
+        pthread_mutex_lock(&fb->mu);
+        fb->loaded[di] = 0;
+        for (int i = 0; i < fb->nfuncs; i++)
+            fb->funcs[i]->dev[di] = NULL;   /* leaked on purpose: a concurrent launch may still read it */
+        for (int i = 0; i < fb->nvars; i++)
+            fb->vars[i]->have[di] = 0;
+        pthread_mutex_unlock(&fb->mu);
+    }
+    pthread_mutex_unlock(&fatbins_mu);
+}
+
+PV_API void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
+
+PV_API void __cudaUnregisterFatBinary(void **handle)
+{
+    /* Runs at process exit; the daemon frees the session's modules when the connection closes. Tables stay
+     * valid so late calls from other threads or destructors never touch freed memory. */
+    (void)handle;
+}
+
+PV_API void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
+                                   int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize)
+{
+    (void)deviceFun; (void)thread_limit; (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
+    struct pv_fatbin *fb = (struct pv_fatbin *)handle;
+    if (!fb || !deviceName)
+        return;
+    struct pv_func *f = calloc(1, sizeof *f);
+    if (!f || !(f->name = strdup(deviceName))) {
+        free(f);
+        pv_log("out of memory registering kernel %s", deviceName);
+        return;
+    }
+    f->magic = PV_FUNC_MAGIC;
+    f->fb = fb;
+    f->host_fun = hostFun;
+    pthread_mutex_lock(&fb->mu);
+    if (grow(&fb->funcs, &fb->capfuncs, fb->nfuncs, sizeof *fb->funcs) == 0)
+        fb->funcs[fb->nfuncs++] = f;
+    pthread_mutex_unlock(&fb->mu);
+    pv_handle_add(f);
+    tab_put(ftab, hostFun, f);
+}
+
+PV_API void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
+                              size_t size, int constant, int global)
+{
+    (void)deviceAddress; (void)ext; (void)constant; (void)global;
+    struct pv_fatbin *fb = (struct pv_fatbin *)handle;
+    if (!fb || !deviceName)
+        return;
+    struct pv_var *v = calloc(1, sizeof *v);
+    if (!v || !(v->name = strdup(deviceName))) {
+        free(v);
+        pv_log("out of memory registering variable %s", deviceName);
+        return;
+    }
+    v->fb = fb;
+    v->host_var = hostVar;
+    v->size = size;
+    pthread_mutex_lock(&fb->mu);
+    if (grow(&fb->vars, &fb->capvars, fb->nvars, sizeof *fb->vars) == 0)
+        fb->vars[fb->nvars++] = v;
+    pthread_mutex_unlock(&fb->mu);
+    tab_put(vtab, hostVar, v);
+}
+
+static atomic_int managed_once;
+PV_API void __cudaRegisterManagedVar(void **handle, void **hostVarPtrAddress, char *deviceAddress,
+                                     const char *deviceName, int ext, size_t size, int constant, int global)
+{
+    (void)handle; (void)hostVarPtrAddress; (void)deviceAddress; (void)ext; (void)size; (void)constant; (void)global;
+    if (atomic_exchange(&managed_once, 1) == 0)
+        pv_log("__managed__ variables are not supported (first: %s); using them fails", deviceName ? deviceName : "?");
+}
+
+PV_API char __cudaInitModule(void **handle)
+{
+    (void)handle;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ module load */
+static struct pv_kinfo *parse_kernel(const msgpack_object *k)
+{
+    struct pv_kinfo *ki = calloc(1, sizeof *ki);
+    if (!ki)
+        return NULL;
+    if (pv_obj_u64(pv_map_get(k, "id"), &ki->func_id) != 0) {
+        free(ki);
+        return NULL;
+    }
+    const msgpack_object *ps = pv_map_get(k, "params");
+    if (ps && ps->type == MSGPACK_OBJECT_ARRAY && ps->via.array.size) {
+        ki->params = calloc(ps->via.array.size, sizeof *ki->params);
+        if (!ki->params) {
+            free(ki);
+            return NULL;
+        }
+        for (uint32_t i = 0; i < ps->via.array.size; i++) {
+            const msgpack_object *p = &ps->via.array.ptr[i];
+            uint64_t off, sz;
+            if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 2 ||
+                pv_obj_u64(&p->via.array.ptr[0], &off) != 0 || pv_obj_u64(&p->via.array.ptr[1], &sz) != 0 ||
+                off > 65536 || sz > 65536) {
+                free(ki->params);
+                free(ki);
+                return NULL;
+            }
+            ki->params[i][0] = (uint32_t)off;
+            ki->params[i][1] = (uint32_t)sz;
+            if (off + sz > ki->param_bytes)
+                ki->param_bytes = (size_t)(off + sz);
+        }
+        ki->nparams = (int)ps->via.array.size;
+    }
+    const msgpack_object *a = pv_map_get(k, "attrs");
+    int64_t v;
+    ki->max_threads = pv_obj_i64(pv_map_get(a, "max_threads_per_block"), &v) == 0 ? v : 1024;
+    ki->shared = pv_obj_i64(pv_map_get(a, "shared_size_bytes"), &v) == 0 ? v : 0;
+    ki->constant = pv_obj_i64(pv_map_get(a, "const_size_bytes"), &v) == 0 ? v : 0;
+    ki->local = pv_obj_i64(pv_map_get(a, "local_size_bytes"), &v) == 0 ? v : 0;
+    ki->regs = pv_obj_i64(pv_map_get(a, "num_regs"), &v) == 0 ? v : 32;
+    ki->ptx = pv_obj_i64(pv_map_get(a, "ptx_version"), &v) == 0 ? v : 0;
+    ki->binary = pv_obj_i64(pv_map_get(a, "binary_version"), &v) == 0 ? v : 0;
+    ki->max_dyn_shared = pv_obj_i64(pv_map_get(a, "max_dynamic_shared_size_bytes"), &v) == 0 ? v : 49152;
+    return ki;
+}
+
+cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
+{
+    int di = d->index;
+    pthread_mutex_lock(&fb->mu);
+    if (fb->loaded[di] != 0) {
+        int st = fb->loaded[di];
+        pthread_mutex_unlock(&fb->mu);
+        return st > 0 ? PV_SUCCESS : -st;
+    }
+    if (!fb->image) {
+        pthread_mutex_unlock(&fb->mu);
+        return PV_cudaErrorInvalidKernelImage;
+    }
+    struct pv_req r;
+    struct pv_reply rep;
+    cudaError_t err = PV_ERR_UNAVAILABLE;
+    if (pv_conn_alive(d->conn)) {
+        pv_req_begin(&r, d->conn, PV_OP_MODULE_LOAD, 2, 1, fb->image, fb->size, NULL, 0);
+        msgpack_pack_int(&r.pk, d->remote);
+        msgpack_pack_uint64(&r.pk, fb->module_id);
+        err = pv_req_finish(&r, &rep);
+    }
+    if (err == PV_ERR_UNAVAILABLE) {   /* transient for this call; do not latch */
+        pthread_mutex_unlock(&fb->mu);
+        return err;
+    }
+    if (err == PV_SUCCESS) {
+        const msgpack_object *kernels = pv_map_get(rep.result, "kernels");
+        const msgpack_object *vars = pv_map_get(rep.result, "vars");
+        for (int i = 0; i < fb->nfuncs; i++) {
+            struct pv_func *f = fb->funcs[i];
+            const msgpack_object *k = pv_map_get(kernels, f->name);
+            if (k && !f->dev[di])
+                f->dev[di] = parse_kernel(k);
+        }
+        for (int i = 0; i < fb->nvars; i++) {
+            struct pv_var *v = fb->vars[i];
+            const msgpack_object *e = pv_map_get(vars, v->name);
+            uint64_t addr, size;
+            if (e && e->type == MSGPACK_OBJECT_ARRAY && e->via.array.size == 2 &&
+                pv_obj_u64(&e->via.array.ptr[0], &addr) == 0 && pv_obj_u64(&e->via.array.ptr[1], &size) == 0) {
+                v->addr[di] = addr;
+                v->have[di] = 1;
+                if (size && size != v->size)
+                    v->size = (size_t)size;
+            }
+        }
+        fb->loaded[di] = 1;
+    } else {
+        pv_log("loading a module (%zu bytes) on GPU%d (%s:%d) failed: error %d", fb->size, di, d->conn->host,
+               d->conn->port, err);
+        fb->loaded[di] = -err;
+    }
+    pv_reply_free(&rep);
+    pthread_mutex_unlock(&fb->mu);
+    return err;
+}
+
+/* ------------------------------------------------------------------------------------------ allocations */
+static struct pv_alloc *allocs;
+static size_t nallocs, capallocs;
+static pthread_rwlock_t alloc_mu = PTHREAD_RWLOCK_INITIALIZER;
+
+static size_t lower_bound(uint64_t ptr)   /* first index with allocs[i].ptr > ptr */
+{
+    size_t lo = 0, hi = nallocs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (allocs[mid].ptr <= ptr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void pv_alloc_add(uint64_t ptr, size_t size, int dev)
+{
+    pthread_rwlock_wrlock(&alloc_mu);
+    if (nallocs == capallocs) {
+        size_t nc = capallocs ? capallocs * 2 : 256;
+        struct pv_alloc *p = realloc(allocs, nc * sizeof *p);
+        if (!p) {
+            pthread_rwlock_unlock(&alloc_mu);
+            pv_log("out of memory tracking an allocation");
+            return;
+        }
+        allocs = p;
+        capallocs = nc;
+    }
+    size_t i = lower_bound(ptr);
+    memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
+    allocs[i] = (struct pv_alloc){ ptr, size, dev };
+    nallocs++;
+    pthread_rwlock_unlock(&alloc_mu);
+}
+
+int pv_alloc_remove(uint64_t ptr, int *dev)
+{
+    pthread_rwlock_wrlock(&alloc_mu);
+    size_t i = lower_bound(ptr);
+    if (i == 0 || allocs[i - 1].ptr != ptr) {
+        pthread_rwlock_unlock(&alloc_mu);
+        return -1;
+    }
+    *dev = allocs[i - 1].dev;
+    memmove(&allocs[i - 1], &allocs[i], (nallocs - i) * sizeof *allocs);
+    nallocs--;
+    pthread_rwlock_unlock(&alloc_mu);
+    return 0;
+}
+
+int pv_alloc_find(uint64_t ptr, struct pv_alloc *out)
+{
+    pthread_rwlock_rdlock(&alloc_mu);
+    size_t i = lower_bound(ptr);
+    int rc = -1;
+    if (i > 0) {
+        const struct pv_alloc *a = &allocs[i - 1];
+        if (ptr < a->ptr + (a->size ? a->size : 1)) {
+            *out = *a;
+            rc = 0;
+        }
+    }
+    pthread_rwlock_unlock(&alloc_mu);
+    return rc;
+}
+
+void pv_alloc_forget_device(int dev)
+{
+    pthread_rwlock_wrlock(&alloc_mu);
+    size_t j = 0;
+    for (size_t i = 0; i < nallocs; i++)
+        if (allocs[i].dev != dev)
+            allocs[j++] = allocs[i];
+    nallocs = j;
+    pthread_rwlock_unlock(&alloc_mu);
+}

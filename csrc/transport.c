@@ -1,0 +1,479 @@
+/* One TCP connection per host, shared by all threads of the process: a send mutex keeps frames whole, a reader
+ * thread hands each reply to the thread waiting for its req_id. When the connection dies, every pending and later
+ * call on that host fails with cudaErrorDevicesUnavailable. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+struct pv_pending {
+    uint64_t id;
+    int done;
+    int err;
+    struct pv_reply rep;
+    void *out;
+    size_t out_cap;
+    pthread_cond_t cv;
+    struct pv_pending *next;
+};
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end || x <= 0 || x > 1000000) ? dflt : (int)x;
+}
+
+int pv_conn_alive(const struct pv_conn *c)
+{
+    return c && !atomic_load(&c->dead);
+}
+
+static void conn_fail(struct pv_conn *c, const char *why)
+{
+    pthread_mutex_lock(&c->mu);
+    int was_dead = atomic_exchange(&c->dead, 1);
+    for (struct pv_pending *p = c->pending; p; p = p->next) {
+        p->err = PV_ERR_UNAVAILABLE;
+        p->done = 1;
+        pthread_cond_signal(&p->cv);
+    }
+    c->pending = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!was_dead) {
+        pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
+               c->host, c->port, why);
+        shutdown(c->fd, SHUT_RDWR);   /* wakes the reader; the fd itself is closed at exit only */
+    }
+}
+
+static int drain(int fd, uint64_t n)
+{
+    char buf[65536];
+    while (n > 0) {
+        size_t k = n > sizeof buf ? sizeof buf : (size_t)n;
+        if (pv_read_full(fd, buf, k) != 0)
+            return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+static void emit_stdout(const msgpack_object *o)
+{
+    const char *p = NULL;
+    size_t n = 0;
+    if (o->type == MSGPACK_OBJECT_BIN) {
+        p = o->via.bin.ptr;
+        n = o->via.bin.size;
+    } else if (o->type == MSGPACK_OBJECT_STR) {
+        p = o->via.str.ptr;
+        n = o->via.str.size;
+    }
+    if (!n)
+        return;
+    fflush(stdout);
+    while (n > 0) {
+        ssize_t k = write(1, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    struct pv_conn *c = arg;
+    for (;;) {
+        msgpack_unpacked msg;
+        char *raw;
+        int rc = pv_read_header(c->fd, &msg, &raw);
+        if (rc != 0) {
+            conn_fail(c, rc == -2 ? "malformed reply frame" : "connection closed");
+            return NULL;
+        }
+        const msgpack_object *h = &msg.data;
+        uint64_t id, plen;
+        int64_t err;
+        if (h->via.array.size != 5 || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
+            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0) {
+            msgpack_unpacked_destroy(&msg);
+            free(raw);
+            conn_fail(c, "malformed reply header");
+            return NULL;
+        }
+        emit_stdout(&h->via.array.ptr[4]);
+        pthread_mutex_lock(&c->mu);
+        struct pv_pending **pp = &c->pending, *p = NULL;
+        while (*pp && (*pp)->id != id)
+            pp = &(*pp)->next;
+        if (*pp) {
+            p = *pp;
+            *pp = p->next;
+        }
+        pthread_mutex_unlock(&c->mu);
+        int io = 0;
+        if (plen) {
+            if (p && p->out && plen <= p->out_cap) {
+                io = pv_read_full(c->fd, p->out, (size_t)plen);
+                if (io == 0)
+                    p->rep.payload_len = (size_t)plen;
+            } else {
+                io = drain(c->fd, plen);
+            }
+        }
+        if (!p) {
+            msgpack_unpacked_destroy(&msg);
+            free(raw);
+            if (id != 0)
+                pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
+        } else {
+            pthread_mutex_lock(&c->mu);
+            p->rep.msg = msg;
+            p->rep.raw = raw;
+            p->rep.have_msg = 1;
+            p->rep.result = &msg.data.via.array.ptr[3];
+            p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
+            p->done = 1;
+            pthread_cond_signal(&p->cv);
+            pthread_mutex_unlock(&c->mu);
+        }
+        if (io) {
+            conn_fail(c, "connection closed inside a reply payload");
+            return NULL;
+        }
+    }
+}
+
+void pv_reply_free(struct pv_reply *rep)
+{
+    if (rep && rep->have_msg) {
+        msgpack_unpacked_destroy(&rep->msg);
+        free(rep->raw);
+        rep->have_msg = 0;
+        rep->raw = NULL;
+        rep->result = NULL;
+    }
+}
+
+void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply,
+                  const void *payload, size_t payload_len, void *out, size_t out_cap)
+{
+    r->conn = c;
+    r->payload = payload;
+    r->payload_len = payload_len;
+    r->out = out;
+    r->out_cap = out_cap;
+    r->req_id = want_reply ? atomic_fetch_add(&c->next_id, 1) : 0;
+    msgpack_sbuffer_init(&r->sb);
+    msgpack_sbuffer_write(&r->sb, "\0\0\0\0", 4);   /* length prefix, patched in pv_req_finish */
+    msgpack_packer_init(&r->pk, &r->sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&r->pk, (size_t)(3 + nargs));
+    msgpack_pack_int(&r->pk, op);
+    msgpack_pack_uint64(&r->pk, r->req_id);
+    msgpack_pack_uint64(&r->pk, payload_len);
+}
+
+static cudaError_t send_frame(struct pv_req *r)
+{
+    struct pv_conn *c = r->conn;
+    uint32_t n = (uint32_t)(r->sb.size - 4);
+    unsigned char *d = (unsigned char *)r->sb.data;
+    d[0] = n & 0xff;
+    d[1] = (n >> 8) & 0xff;
+    d[2] = (n >> 16) & 0xff;
+    d[3] = (n >> 24) & 0xff;
+    pthread_mutex_lock(&c->send_mu);
+    int rc = atomic_load(&c->dead) ? -1 : pv_write_full(c->fd, r->sb.data, r->sb.size, r->payload, r->payload_len);
+    pthread_mutex_unlock(&c->send_mu);
+    if (rc != 0) {
+        conn_fail(c, "send failed");
+        return PV_ERR_UNAVAILABLE;
+    }
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
+{
+    struct pv_conn *c = r->conn;
+    cudaError_t err;
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+    if (r->req_id == 0) {
+        err = send_frame(r);
+        msgpack_sbuffer_destroy(&r->sb);
+        return err;
+    }
+    struct pv_pending p;
+    memset(&p, 0, sizeof p);
+    p.id = r->req_id;
+    p.out = r->out;
+    p.out_cap = r->out_cap;
+    pthread_cond_init(&p.cv, NULL);
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->dead)) {
+        pthread_mutex_unlock(&c->mu);
+        pthread_cond_destroy(&p.cv);
+        msgpack_sbuffer_destroy(&r->sb);
+        return PV_ERR_UNAVAILABLE;
+    }
+    p.next = c->pending;
+    c->pending = &p;
+    pthread_mutex_unlock(&c->mu);
+
+    (void)send_frame(r);   /* a send failure fails every pending request, ours included */
+    msgpack_sbuffer_destroy(&r->sb);
+
+    pthread_mutex_lock(&c->mu);
+    while (!p.done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&p.cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    pthread_cond_destroy(&p.cv);
+    err = p.err;
+    if (rep) {
+        *rep = p.rep;
+        rep->err = err;
+    } else {
+        pv_reply_free(&p.rep);
+    }
+    return err;
+}
+
+/* ---------------------------------------------------------------------------------------------- connect */
+static int connect_timeout(const char *host, int port, int timeout_ms)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+    int gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0) {
+        pv_log("cannot resolve host %s: %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+            struct pollfd pfd = { fd, POLLOUT, 0 };
+            rc = poll(&pfd, 1, timeout_ms);
+            if (rc == 1) {
+                int soerr = 0;
+                socklen_t len = sizeof soerr;
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+                rc = soerr ? -1 : 0;
+                errno = soerr;
+            } else {
+                errno = rc == 0 ? ETIMEDOUT : errno;
+                rc = -1;
+            }
+        }
+        if (rc == 0) {
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            break;
+        }
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0)
+        pv_log("cannot connect to daemon %s:%d: %s", host, port, strerror(errno));
+    freeaddrinfo(res);
+    return fd;
+}
+
+static void tune_socket(int fd)
+{
+    int one = 1, idle = 10, intvl = 5, cnt = 3;
+    unsigned user_timeout = (unsigned)env_int("PYVGPU_TCP_USER_TIMEOUT_MS", 30000);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
+static void set_rcv_timeout(int fd, int ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
+{
+    msgpack_unpacked g;
+    char *graw;
+    if (pv_read_header(c->fd, &g, &graw) != 0) {
+        pv_log("daemon %s:%d sent no greeting (not a pyvgpu daemon, or it timed out)", c->host, c->port);
+        return PV_ERR_UNAVAILABLE;
+    }
+    const msgpack_object *a = g.data.via.array.ptr;
+    char magic[32] = "";
+    int64_t version = -1;
+    if (g.data.via.array.size != 4 || pv_obj_str(&a[0], magic, sizeof magic) != 0 ||
+        strcmp(magic, PV_HELLO_SERVER_MAGIC) != 0 || pv_obj_i64(&a[1], &version) != 0 ||
+        a[2].type != MSGPACK_OBJECT_BIN || a[3].type != MSGPACK_OBJECT_BOOLEAN) {
+        pv_log("%s:%d is not a pyvgpu daemon (bad greeting)", c->host, c->port);
+        msgpack_unpacked_destroy(&g);
+        free(graw);
+        return PV_ERR_UNAVAILABLE;
+    }
+    int auth_required = a[3].via.boolean;
+    char proof[65] = "";
+    const char *token = pv_token();
+    int have_proof = 0;
+    if (token && pv_hmac_hex(token, a[2].via.bin.ptr, a[2].via.bin.size, proof) == 0)
+        have_proof = 1;
+    msgpack_unpacked_destroy(&g);
+    free(graw);
+    if (auth_required && !have_proof) {
+        pv_log("daemon %s:%d requires a token and none was found (set PYVGPU_TOKEN or the token file)", c->host,
+               c->port);
+        return PV_ERR_AUTH;
+    }
+
+    char client[512];
+    char exe[256] = "?";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0)
+        exe[n] = 0;
+    char hn[128] = "?";
+    gethostname(hn, sizeof hn - 1);
+    snprintf(client, sizeof client, "%d@%s %s", (int)getpid(), hn, exe);
+
+    struct pv_req r;
+    pv_req_begin(&r, c, PV_OP_HELLO, 1, 1, NULL, 0, NULL, 0);
+    msgpack_pack_map(&r.pk, 4);
+    pv_pack_str(&r.pk, "version");
+    msgpack_pack_int(&r.pk, PV_PROTOCOL_VERSION);
+    pv_pack_str(&r.pk, "proof");
+    if (have_proof)
+        pv_pack_str(&r.pk, proof);
+    else
+        msgpack_pack_nil(&r.pk);
+    pv_pack_str(&r.pk, "client");
+    pv_pack_str(&r.pk, client);
+    pv_pack_str(&r.pk, "va_base");
+    msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
+    /* the reader thread is not running yet: send and read the reply inline */
+    uint32_t hn32 = (uint32_t)(r.sb.size - 4);
+    unsigned char *d = (unsigned char *)r.sb.data;
+    d[0] = hn32 & 0xff;
+    d[1] = (hn32 >> 8) & 0xff;
+    d[2] = (hn32 >> 16) & 0xff;
+    d[3] = (hn32 >> 24) & 0xff;
+    int wrc = pv_write_full(c->fd, r.sb.data, r.sb.size, NULL, 0);
+    msgpack_sbuffer_destroy(&r.sb);
+    if (wrc != 0) {
+        pv_log("daemon %s:%d closed the connection during the handshake", c->host, c->port);
+        return PV_ERR_UNAVAILABLE;
+    }
+    memset(hello, 0, sizeof *hello);
+    if (pv_read_header(c->fd, &hello->msg, &hello->raw) != 0) {
+        pv_log("daemon %s:%d closed the connection during the handshake%s", c->host, c->port,
+               version != PV_PROTOCOL_VERSION ? " (protocol version mismatch)" : "");
+        return version != PV_PROTOCOL_VERSION ? PV_ERR_PROTOCOL_MISMATCH : PV_ERR_UNAVAILABLE;
+    }
+    hello->have_msg = 1;
+    const msgpack_object *h = &hello->msg.data;
+    int64_t err = -1;
+    uint64_t plen = 0;
+    if (h->via.array.size != 5 || pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
+        pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 || plen != 0) {
+        pv_log("daemon %s:%d sent a malformed hello reply", c->host, c->port);
+        pv_reply_free(hello);
+        return PV_ERR_UNAVAILABLE;
+    }
+    hello->err = (int)err;
+    hello->result = &h->via.array.ptr[3];
+    if (version != PV_PROTOCOL_VERSION || err == PV_ERR_PROTOCOL_MISMATCH) {
+        pv_log("protocol version mismatch: daemon %s:%d speaks version %lld, this libvcudart speaks %d", c->host,
+               c->port, (long long)version, PV_PROTOCOL_VERSION);
+        pv_reply_free(hello);
+        return PV_ERR_PROTOCOL_MISMATCH;
+    }
+    if (err == PV_ERR_AUTH) {
+        pv_log("daemon %s:%d rejected the token proof (check PYVGPU_TOKEN / the token file)", c->host, c->port);
+        pv_reply_free(hello);
+        return PV_ERR_AUTH;
+    }
+    if (err != 0 || hello->result->type != MSGPACK_OBJECT_MAP) {
+        pv_log("daemon %s:%d refused the session (error %lld)", c->host, c->port, (long long)err);
+        pv_reply_free(hello);
+        return err ? (cudaError_t)err : PV_ERR_UNAVAILABLE;
+    }
+    return PV_SUCCESS;
+}
+
+struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err)
+{
+    int fd = connect_timeout(host, port, env_int("PYVGPU_CONNECT_TIMEOUT_MS", 5000));
+    if (fd < 0) {
+        *err = PV_ERR_UNAVAILABLE;
+        return NULL;
+    }
+    tune_socket(fd);
+    struct pv_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        *err = PV_cudaErrorMemoryAllocation;
+        return NULL;
+    }
+    snprintf(c->host, sizeof c->host, "%s", host);
+    c->port = port;
+    c->fd = fd;
+    c->first_gpu = first_gpu;
+    atomic_init(&c->next_id, 1);
+    atomic_init(&c->dead, 0);
+    pthread_mutex_init(&c->send_mu, NULL);
+    pthread_mutex_init(&c->mu, NULL);
+    set_rcv_timeout(fd, env_int("PYVGPU_HANDSHAKE_TIMEOUT_MS", 10000));
+    *err = handshake(c, hello);
+    if (*err != PV_SUCCESS) {
+        close(fd);
+        pthread_mutex_destroy(&c->send_mu);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return NULL;
+    }
+    set_rcv_timeout(fd, 0);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&c->reader, &attr, reader_main, c) != 0) {
+        pthread_attr_destroy(&attr);
+        pv_log("cannot start the reader thread for %s:%d", host, port);
+        pv_reply_free(hello);
+        close(fd);
+        free(c);
+        *err = PV_ERR_UNAVAILABLE;
+        return NULL;
+    }
+    pthread_attr_destroy(&attr);
+    c->reader_started = 1;
+    return c;
+}
