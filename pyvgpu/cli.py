@@ -134,26 +134,37 @@ def _load_client():
 
 
 # ---------------------------------------------------------------------------------------------- daemon
+def requires_token(host: str) -> bool:
+    """Whether the daemon will demand a token when listening on `host` (the daemon's own rule when available)."""
+    try:
+        from pyvgpu_daemon.server import requires_token as daemon_rule
+    except ImportError:
+        return not is_loopback(host)
+    return daemon_rule(host)
+
+
 def daemon_argv(args: argparse.Namespace) -> list[str]:
-    """Arguments for `python -m pyvgpu_daemon`, from `pyvgpu daemon start`'s options."""
+    """Arguments for `python -m pyvgpu_daemon`, from `pyvgpu daemon start`'s options.
+
+    A daemon on a non-loopback address reads the token itself (PYVGPU_TOKEN or the token file); this makes sure
+    one exists, creating the token file when neither does."""
     argv = ["--host", args.host, "--port", str(args.port), "--backend", args.backend]
-    token_file = args.token_file
-    if token_file is None and not is_loopback(args.host) and not os.environ.get("PYVGPU_TOKEN"):
-        if not config.token_path().exists():
-            config.ensure_token()
-            _note(f"created a token for non-loopback clients in {config.token_path()} "
-                  f"(copy it to each client's {config.token_path()} or PYVGPU_TOKEN; `pyvgpu token --show`)")
-        token_file = str(config.token_path())
-    if token_file is not None:
-        if not Path(token_file).is_file():
-            raise CliError(f"token file {token_file} does not exist (create one with `pyvgpu token`)")
-        argv += ["--token-file", str(token_file)]
+    if args.token_file is not None:
+        if not Path(args.token_file).is_file():
+            raise CliError(f"token file {args.token_file} does not exist (create one with `pyvgpu token`)")
+        argv += ["--token-file", str(args.token_file)]
+    elif requires_token(args.host) and config.load_token() is None:
+        config.ensure_token()
+        _note(f"listening on {args.host} requires a token: created {config.token_path()}; clients need the same "
+              f"token in their {config.token_path()} or PYVGPU_TOKEN (`pyvgpu token --show` prints it)")
     if args.emu_devices is not None:
         argv += ["--emu-devices", str(args.emu_devices)]
     if args.emu_memory is not None:
         argv += ["--emu-memory", args.emu_memory]
     if args.emu_slowdown is not None:
         argv += ["--emu-slowdown", str(args.emu_slowdown)]
+    if args.log_level is not None:
+        argv += ["--log-level", args.log_level]
     return argv
 
 
@@ -194,7 +205,8 @@ def _start_detached(args: argparse.Namespace, argv: list[str]) -> int:
             raise CliError(f"the daemon exited with status {code} during start-up: {_last_log_line(log_path)} "
                            f"(log: {log_path})")
         if port_open(args.host, args.port, timeout=0.2):
-            print(f"daemon listening on {args.host}:{args.port} (pid {proc.pid}, backend {args.backend}); "
+            what = _describe_running(args)
+            print(f"daemon listening on {args.host}:{args.port} (pid {proc.pid}, {what}); "
                   f"log: {log_path}; stop it with `{PROG} daemon stop --port {args.port}`")
             return 0
         time.sleep(0.05)
@@ -206,6 +218,20 @@ def _start_detached(args: argparse.Namespace, argv: list[str]) -> int:
     pid_path.unlink(missing_ok=True)
     raise CliError(f"the daemon did not listen on {args.host}:{args.port} within {args.wait:.0f} s "
                    f"(log: {log_path})")
+
+
+def _describe_running(args: argparse.Namespace) -> str:
+    """'backend emu, 2 device(s)' from the daemon's hello, or the requested backend if it cannot be asked."""
+    token = Path(args.token_file).read_text().strip().encode() if args.token_file else config.load_token()
+    try:
+        client = _load_client().connect(connect_address(args.host), args.port, token=token, timeout=5.0)
+    except Exception:  # noqa: BLE001 - only a nicer message is at stake
+        return f"backend {args.backend}"
+    try:
+        info = client.info or {}
+        return f"backend {info.get('backend', args.backend)}, {len(info.get('devices') or [])} device(s)"
+    finally:
+        client.close()
 
 
 def _last_log_line(path: Path) -> str:
@@ -279,12 +305,23 @@ def _mem(value: Any) -> str:
 
 
 def format_status(where: Host, status: dict, info: dict | None = None) -> str:
-    """Human-readable `daemon status`: backend, devices (memory in use), sessions (memory held per device)."""
+    """Human-readable `daemon status`: backend, devices (memory held by sessions), sessions (memory per device)."""
     status = status or {}
     info = info or {}
-    lines = [f"daemon {where}: backend {status.get('backend') or info.get('backend') or '?'}"
-             + (f", pid {status['pid']}" if "pid" in status else "")
-             + (f", up {float(status['uptime_s']):.0f} s" if "uptime_s" in status else "")]
+    head = f"daemon {status.get('address') or where}: backend {status.get('backend') or info.get('backend') or '?'}"
+    if "pid" in status:
+        head += f", pid {status['pid']}"
+    if isinstance(status.get("uptime_s"), (int, float)):
+        head += f", up {float(status['uptime_s']):.0f} s"
+    if "auth" in status:
+        head += ", token required" if status["auth"] else ", no token (loopback)"
+    lines = [head]
+    sessions = [s for s in (status.get("sessions") or []) if isinstance(s, dict)]
+    held_by_dev: dict[int, int] = {}
+    for s in sessions:
+        for d in s.get("devices") or []:
+            if isinstance(d, dict) and isinstance(d.get("memory"), int):
+                held_by_dev[d.get("device", 0)] = held_by_dev.get(d.get("device", 0), 0) + d["memory"]
     devices = status.get("devices") or info.get("devices") or []
     lines.append(f"devices: {len(devices)}")
     for i, dev in enumerate(devices):
@@ -292,36 +329,31 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
             lines.append(f"  {i}: {dev}")
             continue
         total = dev.get("total_mem")
-        used = dev.get("used", dev.get("used_mem", dev.get("mem_used")))
-        mem = _mem(total) if total is not None else "?"
-        if used is not None:
-            mem = f"{_mem(used)} used of {mem}"
-        lines.append(f"  {dev.get('ordinal', dev.get('index', i))}: {dev.get('name', '?')}, {mem}"
-                     + (f", backend {dev['backend']}" if dev.get("backend") else ""))
-    sessions = status.get("sessions") or []
-    if isinstance(sessions, dict):
-        sessions = [{"session": k, **(v if isinstance(v, dict) else {"info": v})} for k, v in sessions.items()]
-    lines.append(f"sessions: {len(sessions)}")
-    for s in sessions:
-        if not isinstance(s, dict):
-            lines.append(f"  {s}")
-            continue
-        sid = s.get("session", s.get("id", "?"))
-        client = s.get("client") or ""
-        held = s.get("memory", s.get("mem", s.get("held")))
-        parts = []
-        if isinstance(held, dict):
-            parts.append("memory " + ", ".join(f"dev {k}: {_mem(v)}" for k, v in sorted(held.items(), key=str)))
-        elif isinstance(held, list):
-            parts.append("memory " + ", ".join(f"dev {k}: {_mem(v)}" for k, v in enumerate(held)))
-        elif held is not None:
-            parts.append(f"memory {_mem(held)}")
-        for key in ("allocations", "modules", "streams", "events"):
-            if key in s:
-                val = s[key]
-                parts.append(f"{key} {sum(val.values()) if isinstance(val, dict) else val}")
-        lines.append(f"  session {sid}" + (f" ({client})" if client else "")
-                     + (": " + "; ".join(parts) if parts else ""))
+        mem = f"{_mem(held_by_dev.get(i, 0))} held of {_mem(total) if total is not None else '?'}"
+        lines.append(f"  {i}: {dev.get('name', '?')}, {mem}" + (f", {dev['backend']}" if dev.get("backend") else ""))
+    others = [s for s in sessions if not s.get("self")]
+    lines.append(f"sessions: {len(others)}" + (" (not counting this status query)" if len(others) != len(sessions)
+                                               else ""))
+    for s in others:
+        who = s.get("client") or s.get("peer") or ""
+        line = f"  session {s.get('id', '?')}" + (f" ({who})" if who else "")
+        if s.get("peer") and s.get("client"):
+            line += f" from {s['peer']}"
+        if isinstance(s.get("since"), (int, float)):
+            line += f", {max(0.0, time.time() - float(s['since'])):.0f} s"
+        if "memory" in s:
+            line += f": {_mem(s['memory'])} held"
+        per_dev = []
+        for d in s.get("devices") or []:
+            if not isinstance(d, dict):
+                continue
+            extra = ", ".join(f"{d[k]} {k}" for k in ("allocations", "modules", "streams", "events") if d.get(k))
+            err = f", sticky error {d['sticky_error']}" if d.get("sticky_error") else ""
+            per_dev.append(f"dev {d.get('device', '?')}: {_mem(d.get('memory', 0))}"
+                           + (f" ({extra})" if extra else "") + err)
+        if per_dev:
+            line += " [" + "; ".join(per_dev) + "]"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -413,7 +445,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
             if r.error is None and not r.devices:
                 _note(f"{r.host}: the daemon reports no devices")
     for r in failed:
-        _err(f"{r.host}: unreachable: {r.error}")
+        _err(f"{r.host}: {r.error}")
     if failed and gpus:
         _note("GPU numbers above count only the reachable hosts")
     return 1 if failed else 0
@@ -525,12 +557,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run in the background: writes a pid file and a log under "
                          f"{config.state_dir()} (keyed by port), waits until the daemon listens")
     ds.add_argument("--token-file", metavar="PATH",
-                    help="require clients to prove this shared token (default for non-loopback --host: "
-                         f"{config.token_path()})")
-    ds.add_argument("--emu-devices", type=int, metavar="N", help="number of emulated GPUs (backend emu)")
-    ds.add_argument("--emu-memory", metavar="SIZE", help="memory of each emulated GPU, e.g. 4G or 512M (backend emu)")
+                    help="require clients to prove this shared token, even on loopback (default for a "
+                         f"non-loopback --host: PYVGPU_TOKEN or {config.token_path()}, created when missing)")
+    ds.add_argument("--emu-devices", type=int, metavar="N", help="number of emulated GPUs (backend emu; default 1)")
+    ds.add_argument("--emu-memory", metavar="SIZE",
+                    help="memory of each emulated GPU, e.g. 4G or 512M (backend emu; default 4G)")
     ds.add_argument("--emu-slowdown", type=float, metavar="F",
                     help="make the emulated GPUs F times slower (for uneven-GPU experiments)")
+    ds.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                    help="daemon log verbosity (default: INFO)")
     ds.add_argument("--wait", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
                     help="with --detach: how long to wait for the daemon to listen (default: %(default)s)")
     ds.set_defaults(func=cmd_daemon_start)

@@ -282,18 +282,18 @@ def query_host(host: Host, token: bytes | None = None, timeout: float = 5.0,
 
 
 def describe_error(exc: BaseException) -> str:
-    """One line for a connection failure."""
+    """One line for a failure to use a daemon: network failures start with 'unreachable: '."""
     import socket
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve the host name ({exc.strerror or exc})"
+        return f"unreachable: cannot resolve the host name ({exc.strerror or exc})"
     if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (is `pyvgpu daemon start` running there?)"
+        return "unreachable: connection refused (is `pyvgpu daemon start` running there?)"
     if isinstance(exc, (TimeoutError, socket.timeout)):
-        return "timed out (is a pyvgpu daemon listening there?)"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
+        return "unreachable: timed out (is a pyvgpu daemon listening there?)"
+    if isinstance(exc, OSError):
+        return f"unreachable: {exc.strerror or exc}"
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)
+    return text[0] if text else type(exc).__name__
 
 
 def format_bytes(n: int) -> str:

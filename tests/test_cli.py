@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -312,6 +314,49 @@ def test_daemon_status_shows_sessions(cli, daemon):
     assert st.returncode == 0, st.stderr
     assert "session" in st.stdout
     assert "1.0 MiB" in st.stdout           # the memory the open session holds
+
+
+@needs_daemon
+def test_daemon_start_foreground_delegates_to_daemon(env, tmp_path):
+    port = free_port()
+    log = open(tmp_path / "fg.log", "wb")
+    proc = subprocess.Popen([*pyvgpu_cmd(), "daemon", "start", "--backend", "emu", "--port", str(port),
+                             "--emu-devices", "3"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        from pyvgpu.client import Client
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "fg.log").read_text()
+            try:
+                c = Client.connect("127.0.0.1", port, timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "foreground daemon never listened"
+                time.sleep(0.1)
+        assert len(c.info["devices"]) == 3 and c.info["backend"] == "emu"
+        c.close()
+        assert not (Path(env["XDG_STATE_HOME"]) / "pyvgpu" / f"daemon-{port}.pid").exists()   # foreground
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(20)
+    assert code == 0
+
+
+@needs_daemon
+def test_token_required_off_loopback(cli, env):
+    port = free_port()
+    token_file = Path(env["XDG_CONFIG_HOME"]) / "pyvgpu" / "token"
+    proc = cli("daemon", "start", "--detach", "--backend", "emu", "--host", "0.0.0.0", "--port", str(port))
+    assert proc.returncode == 0, proc.stderr
+    try:
+        assert token_file.is_file() and "token" in proc.stderr         # created and said so
+        ok = cli("devices", "--hosts", f"127.0.0.1:{port}")
+        assert ok.returncode == 0 and "GPU0" in ok.stdout, ok.stderr    # the CLI proves the stored token
+        bad = cli("devices", "--hosts", f"127.0.0.1:{port}", extra_env={"PYVGPU_TOKEN": "wrong"})
+        assert_clean_error(bad, "token")
+        assert "GPU0" not in bad.stdout
+    finally:
+        assert cli("daemon", "stop", "--port", str(port)).returncode == 0
 
 
 def test_daemon_stop_without_pid_file(cli):

@@ -166,6 +166,13 @@ def test_query_host_reports_failure_as_one_line():
 
     rep = hostmap.query_host(Host("x", 1), connect=refuse)
     assert rep.devices is None and "refused" in rep.error and "\n" not in rep.error
+    assert rep.error.startswith("unreachable: ")
+
+    def reject(*a, **k):
+        raise RuntimeError("daemon x:1 rejected the token proof\n(details)")
+
+    rep = hostmap.query_host(Host("x", 1), connect=reject)
+    assert rep.error == "daemon x:1 rejected the token proof"
 
     class Fake:
         info = {"devices": [{"name": "d"}], "backend": "emu"}

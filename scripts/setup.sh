@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Install everything pyvgpu needs on Debian/Ubuntu and install the package (which builds libvcudart.so).
+# Idempotent: installs only what is missing and skips the build when the sources did not change.
+#   PYTHON=/path/to/python   install into that interpreter instead of the automatic choice (see common.sh)
+#   PYVGPU_SETUP_FORCE=1     rebuild and reinstall even when nothing changed
+#   PYVGPU_EXTRAS=test       pip extras to install with the package (default: test)
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$ROOT"
+
+say "1/3 system packages (C compiler, CMake, msgpack-c, OpenSSL)"
+apt_ensure build-essential cmake pkg-config libmsgpack-dev libssl-dev
+
+say "2/3 Python"
+choose_python
+info "using $PY ($("$PY" -V 2>&1))"
+
+say "3/3 pyvgpu (pip install: builds libvcudart.so with CMake via scikit-build-core)"
+extras="${PYVGPU_EXTRAS-test}"
+spec="."
+[ -n "$extras" ] && spec=".[$extras]"
+stamp_dir="$ROOT/build"
+stamp="$stamp_dir/.setup-stamp-$(printf '%s' "$PY" | cksum | cut -d' ' -f1)"
+digest="$( { printf '%s\n' "$PY" "$extras"; \
+             find pyproject.toml CMakeLists.txt csrc pyvgpu daemon -type f \
+                  ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 2>/dev/null \
+             | sort -z | xargs -0 cksum; } | cksum | cut -d' ' -f1)"
+installed_ok() {
+    "$PY" - <<'PYEOF' >/dev/null 2>&1
+import pyvgpu, pyvgpu_daemon, pyvgpu.cli
+pyvgpu.lib_path()
+PYEOF
+}
+if [ -z "${PYVGPU_SETUP_FORCE:-}" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && installed_ok; then
+    info "already installed and up to date (sources unchanged since the last set-up; PYVGPU_SETUP_FORCE=1 rebuilds)"
+else
+    pip_args=(install --disable-pip-version-check --progress-bar off)
+    # Build in this Python when it already has the build backend (no network needed), else let pip fetch it.
+    if "$PY" -c 'import scikit_build_core' >/dev/null 2>&1; then
+        pip_args+=(--no-build-isolation)
+    fi
+    # Keep a developer's editable install editable.
+    if "$PY" -m pip show pyvgpu 2>/dev/null | grep -qx "Editable project location: $ROOT"; then
+        info "pyvgpu is installed editable from $ROOT: reinstalling editable"
+        pip_args+=(-e)
+    fi
+    info "$PY -m pip ${pip_args[*]} $spec"
+    "$PY" -m pip "${pip_args[@]}" "$spec"
+    mkdir -p "$stamp_dir"
+    printf '%s\n' "$digest" > "$stamp"
+fi
+
+if lib="$("$PY" -c 'import pyvgpu; print(pyvgpu.lib_path())' 2>/dev/null)"; then
+    info "interposer library: $lib"
+else
+    rm -f "$stamp"
+    warn "libvcudart.so was not found after the install: $("$PY" -c 'import pyvgpu; pyvgpu.lib_path()' 2>&1 | tail -1)"
+fi
+info "pyvgpu command: $PY_SCRIPTS/pyvgpu"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (scripts/setup.sh installs the system packages, builds libvcudart.so and installs
+# pyvgpu with its test dependencies into the chosen Python), then run pytest over tests/. pytest's exit status is
+# this script's exit status. Extra arguments go to pytest (e.g. scripts/test.sh -x -k hostmap).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$ROOT"
+
+bash "$ROOT/scripts/setup.sh"
+choose_python
+
+say "running the test suite: $PY -m pytest -q tests $*"
+exec "$PY" -m pytest -q tests "$@"
