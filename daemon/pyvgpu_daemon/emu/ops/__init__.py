@@ -1,0 +1,131 @@
+"""ALU instruction semantics: pure, vectorised NumPy functions built once per instruction.
+
+    op = build_alu(instr)          # at module load time; CudaError(cudaErrorInvalidPtx) if unsupported
+    result = op.fn(*sources)       # sources read as op.src_types (arrays, or NumPy scalars for immediates)
+                                   # result: one array per entry of op.dst_types (a tuple when there are two)
+
+Families: integer.py (add sub mul mad mul24 mad24 div rem abs neg min max sad on integers), bits.py (and or xor not
+cnot shl shr shf popc clz bfind brev bfe bfi prmt), floating.py (f32/f64 add sub mul fma mad div rcp sqrt rsqrt ex2
+lg2 sin cos tanh abs neg min max copysign testp), half.py (f16/bf16/f16x2/bf16x2 add sub mul fma neg abs min max),
+compare.py (setp set selp), convert.py (cvt). Anything else, and any modifier a family does not know, is refused
+with an error naming the instruction and its line; nothing is silently approximated except the documented
+.approx functions.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...errors import CudaError
+from ..ptx import ir
+from . import bits, compare, convert, floating, half, integer
+from .common import AluOp, Unsupported
+
+__all__ = ["AluOp", "build_alu", "is_alu", "ALU_OPCODES"]
+
+_FLOAT = {"f32", "f64"}
+
+
+def _types(instr):
+    return instr.types
+
+
+def _is_float(instr):
+    return any(t in _FLOAT for t in _types(instr))
+
+
+def _is_half(instr):
+    return any(t in half.HALF_TYPES for t in _types(instr))
+
+
+def _by_type(int_b, float_b, half_b=None):
+    def build(instr):
+        if _is_half(instr):
+            if half_b is None:
+                raise Unsupported("half type")
+            return half_b(instr)
+        if _is_float(instr):
+            if float_b is None:
+                raise Unsupported("float type")
+            return float_b(instr)
+        if int_b is None:
+            raise Unsupported("integer type")
+        return int_b(instr)
+    return build
+
+
+_BUILDERS: dict[str, Callable[[ir.Instr], AluOp]] = {
+    "add": _by_type(lambda i: integer.build_add_sub(i, False), lambda i: floating.build_arith(i, "add"),
+                    lambda i: half.build_half_arith(i, "add")),
+    "sub": _by_type(lambda i: integer.build_add_sub(i, True), lambda i: floating.build_arith(i, "sub"),
+                    lambda i: half.build_half_arith(i, "sub")),
+    "mul": _by_type(integer.build_mul, lambda i: floating.build_arith(i, "mul"),
+                    lambda i: half.build_half_arith(i, "mul")),
+    "mad": _by_type(integer.build_mad, floating.build_fma, lambda i: half.build_half_arith(i, "fma")),
+    "fma": _by_type(None, floating.build_fma, lambda i: half.build_half_arith(i, "fma")),
+    "mul24": integer.build_mul24,
+    "mad24": integer.build_mad24,
+    "div": _by_type(integer.build_div, floating.build_div),
+    "rem": integer.build_rem,
+    "abs": _by_type(lambda i: integer.build_abs_neg(i, False), lambda i: floating.build_abs_neg(i, False),
+                    lambda i: half.build_half_neg_abs(i, False)),
+    "neg": _by_type(lambda i: integer.build_abs_neg(i, True), lambda i: floating.build_abs_neg(i, True),
+                    lambda i: half.build_half_neg_abs(i, True)),
+    "min": _by_type(lambda i: integer.build_min_max(i, False), lambda i: floating.build_min_max(i, False),
+                    lambda i: half.build_half_min_max(i, False)),
+    "max": _by_type(lambda i: integer.build_min_max(i, True), lambda i: floating.build_min_max(i, True),
+                    lambda i: half.build_half_min_max(i, True)),
+    "sad": integer.build_sad,
+    "and": lambda i: bits.build_logic(i, "and"),
+    "or": lambda i: bits.build_logic(i, "or"),
+    "xor": lambda i: bits.build_logic(i, "xor"),
+    "not": bits.build_not,
+    "cnot": bits.build_cnot,
+    "shl": lambda i: bits.build_shift(i, True),
+    "shr": lambda i: bits.build_shift(i, False),
+    "shf": bits.build_shf,
+    "popc": bits.build_popc,
+    "clz": bits.build_clz,
+    "bfind": bits.build_bfind,
+    "brev": bits.build_brev,
+    "bfe": bits.build_bfe,
+    "bfi": bits.build_bfi,
+    "prmt": bits.build_prmt,
+    "copysign": floating.build_copysign,
+    "testp": floating.build_testp,
+    "rcp": floating.build_rcp,
+    "sqrt": floating.build_sqrt,
+    "rsqrt": floating.build_rsqrt,
+    "ex2": floating.build_transcendental,
+    "lg2": floating.build_transcendental,
+    "sin": floating.build_transcendental,
+    "cos": floating.build_transcendental,
+    "tanh": floating.build_transcendental,
+    "setp": compare.build_setp,
+    "set": compare.build_set,
+    "selp": compare.build_selp,
+    "cvt": convert.build_cvt,
+}
+
+ALU_OPCODES = frozenset(_BUILDERS)
+
+
+def is_alu(opcode: str) -> bool:
+    """True for the opcodes whose semantics live here (the interpreter handles everything else)."""
+    return opcode in _BUILDERS
+
+
+def _name(instr: ir.Instr) -> str:
+    return ".".join((instr.opcode,) + tuple(instr.mods))
+
+
+def build_alu(instr: ir.Instr) -> AluOp:
+    """The AluOp of one instruction; CudaError(cudaErrorInvalidPtx) naming it and its line if unsupported."""
+    builder = _BUILDERS.get(instr.opcode)
+    if builder is None:
+        raise CudaError("cudaErrorInvalidPtx", f"unsupported instruction {_name(instr)} at line {instr.line}")
+    try:
+        op = builder(instr)
+    except Unsupported as e:
+        raise CudaError("cudaErrorInvalidPtx",
+                        f"unsupported instruction {_name(instr)} at line {instr.line} ({e})") from None
+    return op

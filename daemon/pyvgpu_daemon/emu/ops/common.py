@@ -1,0 +1,186 @@
+"""Shared pieces of the ALU semantics: the AluOp record, modifier parsing, dtype table and the floating-point
+helpers (error-free transforms, round-to-odd, directed-rounding fix-ups, ftz, sat).
+
+Conventions used by every family module:
+- A builder takes an `ir.Instr` and returns an `AluOp`, or raises `Unsupported` (turned into
+  cudaErrorInvalidPtx by `build_alu`).
+- `fn` never loops over lanes in Python. Floating-point fns are wrapped in `np.errstate(all="ignore")` so that
+  inf - inf, 0/0, log(0)... give IEEE results without RuntimeWarnings whatever the caller's error state is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ..ptx import ir
+
+
+@dataclass(frozen=True)
+class AluOp:
+    fn: Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]
+    src_types: tuple[str, ...]
+    dst_types: tuple[str, ...]
+
+
+class Unsupported(Exception):
+    """Raised by a builder for an opcode/modifier combination it does not implement."""
+
+
+DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
+    "s8": np.dtype(np.int8), "s16": np.dtype(np.int16), "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
+    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "b8": np.dtype(np.uint8), "b16": np.dtype(np.uint16), "b32": np.dtype(np.uint32), "b64": np.dtype(np.uint64),
+    "pred": np.dtype(np.bool_), "bf16": np.dtype(np.uint16), "f16x2": np.dtype(np.uint32),
+    "bf16x2": np.dtype(np.uint32),
+}
+WIDTH = {"8": 8, "16": 16, "32": 32, "64": 64}
+SIGNED = {"s8", "s16", "s32", "s64"}
+UNSIGNED = {"u8", "u16", "u32", "u64", "b8", "b16", "b32", "b64"}
+INTS = SIGNED | UNSIGNED
+UNSIGNED_OF = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+SIGNED_OF = {8: np.dtype(np.int8), 16: np.dtype(np.int16), 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+
+
+def width(t: str) -> int:
+    """Bit width of a PTX type (pred counts as 1)."""
+    return 1 if t == "pred" else DTYPES[t].itemsize * 8
+
+
+def split_mods(instr: ir.Instr, allowed: Iterable[str] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(types, flags) of an instruction; a flag outside `allowed` or a repeated flag is Unsupported."""
+    allowed = set(allowed)
+    types = tuple(m for m in instr.mods if m in ir.TYPES)
+    flags = tuple(m for m in instr.mods if m not in ir.TYPES)
+    for f in flags:
+        if f not in allowed:
+            raise Unsupported(f"modifier .{f}")
+    if len(set(flags)) != len(flags):
+        raise Unsupported("repeated modifier")
+    return types, flags
+
+
+def one_of(flags: tuple[str, ...], choices: Iterable[str]) -> str | None:
+    hit = [f for f in flags if f in choices]
+    if len(hit) > 1:
+        raise Unsupported("conflicting modifiers " + ".".join(hit))
+    return hit[0] if hit else None
+
+
+def quiet(fn):
+    """Run `fn` with all floating-point warnings/exceptions ignored (IEEE default results)."""
+    return np.errstate(all="ignore")(fn)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Floating-point helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+FINFO = {np.dtype(np.float32): np.finfo(np.float32), np.dtype(np.float64): np.finfo(np.float64),
+         np.dtype(np.float16): np.finfo(np.float16)}
+_BITS = {np.dtype(np.float16): (np.uint16, 0x8000, 0x7C00), np.dtype(np.float32): (np.uint32, 0x80000000, 0x7F800000),
+         np.dtype(np.float64): (np.uint64, 0x8000000000000000, 0x7FF0000000000000)}
+
+
+def ftz(x):
+    """Flush subnormals to zero of the same sign (works on arrays and scalars of f16/f32/f64)."""
+    x = np.asarray(x)
+    ut, sign, exp = _BITS[x.dtype]
+    u = x.view(ut)
+    sub = (u & ut(exp)) == 0
+    return np.where(sub, u & ut(sign), u).view(x.dtype)
+
+
+def sat(x):
+    """Clamp to [0, 1]; NaN -> +0; -0 -> +0."""
+    x = np.fmin(np.fmax(x, x.dtype.type(0)), x.dtype.type(1))
+    return np.add(x, x.dtype.type(0))
+
+
+def two_sum(a, b):
+    """s = fl(a+b) and the exact error e (a + b = s + e) for finite inputs without overflow."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+_SPLIT = np.float64(134217729.0)  # 2**27 + 1
+
+
+def two_prod64(a, b):
+    """Dekker's TwoProduct in float64: p = fl(a*b), a*b = p + e exactly unless |a|,|b| > ~2**996 or the product
+    lies in the subnormal range (then e is only approximately the error)."""
+    p = a * b
+    c = _SPLIT * a
+    ah = c - (c - a)
+    al = a - ah
+    c = _SPLIT * b
+    bh = c - (c - b)
+    bl = b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
+
+
+def round_odd(s, e):
+    """Given s = RN(x) and e = x - s exactly, return RO(x): the neighbour of x with an odd last bit when x is
+    inexact. Rounding RO(x) once more to a format with at least 2 fewer significand bits is correctly rounded."""
+    s = np.asarray(s)
+    ut = _BITS[s.dtype][0]
+    even = (s.view(ut) & ut(1)) == 0
+    fix = even & (e != 0) & np.isfinite(e)
+    if not np.any(fix):
+        return s
+    return np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf).astype(s.dtype)), s)
+
+
+def step_directed(r, resid, mode: str):
+    """r is the round-to-nearest result, resid has the sign of (exact - r). Move r one ulp where the directed
+    mode ('rz', 'rm', 'rp') requires it. NaN resid (inf/NaN operands) leaves r unchanged."""
+    dt = r.dtype.type
+    if mode == "rm":
+        return np.where(resid < 0, np.nextafter(r, dt(-np.inf)), r)
+    if mode == "rp":
+        return np.where(resid > 0, np.nextafter(r, dt(np.inf)), r)
+    if mode == "rz":
+        move = ((resid < 0) & (r > 0)) | ((resid > 0) & (r < 0))
+        return np.where(move, np.nextafter(r, dt(0)), r)
+    return r
+
+
+def fix_overflow(r, finite_in, mode: str):
+    """RN overflowed to +-inf from finite operands: directed modes clamp to +-MAX where required."""
+    if mode == "rn":
+        return r
+    big = np.isinf(r) & finite_in
+    if not np.any(big):
+        return r
+    mx = FINFO[r.dtype].max
+    dt = r.dtype.type
+    if mode == "rz":
+        clamp = big
+    elif mode == "rm":
+        clamp = big & (r > 0)
+    else:
+        clamp = big & (r < 0)
+    return np.where(clamp, np.copysign(dt(mx), r), r)
+
+
+def narrow_directed(x64, target, mode: str):
+    """Round float64 values to `target` (float32 or float16) with mode rn/rz/rm/rp. Exact: the residual
+    x64 - r is computed in float64, where it is exact."""
+    r = x64.astype(target)
+    if mode == "rn":
+        return r
+    resid = x64 - r.astype(np.float64)
+    r = step_directed(r, resid, mode)
+    return fix_overflow(r, np.isfinite(x64), mode)
+
+
+def finite_all(*xs):
+    m = np.isfinite(xs[0])
+    for x in xs[1:]:
+        m = m & np.isfinite(x)
+    return m

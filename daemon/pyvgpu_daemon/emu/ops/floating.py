@@ -1,0 +1,417 @@
+"""f32/f64 arithmetic: add sub mul fma mad div rcp sqrt rsqrt ex2 lg2 sin cos tanh abs neg min max copysign
+testp.
+
+Rounding:
+- .rn (and no rounding modifier) is IEEE round-to-nearest-even: NumPy's own f32/f64 add/sub/mul/div/sqrt.
+- .rz/.rm/.rp are exact: the RN result is computed, the sign of (exact - RN) is found with an error-free
+  transform (TwoSum, an exact f64 product for f32, Dekker's TwoProduct for f64, an exact residual for div and
+  sqrt), and the result is moved one ulp where the mode requires. Overflow clamps to +-MAX where the mode says so.
+- fma.rn.f32: the f64 product is exact; the f64 sum is converted to f32. Double rounding can only go wrong when
+  the f64 sum lies exactly on an f32 midpoint (or the result is f32-subnormal): those lanes are recomputed with
+  round-to-odd (TwoSum error), which is exact.
+- fma.f64: Boldo & Melquiond's emulation (TwoProduct, TwoSum, round-to-odd of the low parts, then one RN add).
+  Exact except when a*b overflows before c cancels it, when |a| or |b| > 2**996 (Veltkamp split overflows) or
+  when a*b is below ~2**-969 (its error term is no longer exact); there the result may be off by one ulp.
+- .ftz flushes subnormal inputs and results to zero of the same sign; .sat clamps to [0,1] with NaN -> +0.
+- .approx functions (ex2, lg2, sin, cos, tanh, rsqrt, rcp.approx, div.approx/.full, sqrt.approx) are computed
+  in f64 and rounded once: they are at least as accurate as the hardware's (whose max errors are ~2 ulp for ex2,
+  rcp, rsqrt, div.full; 2**-22.6 absolute for lg2; 2**-20.5 absolute for sin/cos in [-pi, pi]; 2**-10.987 relative
+  for tanh), so results can differ from silicon by up to those bounds.
+- min/max ignore a NaN operand (both NaN -> canonical NaN 0x7FFFFFFF / 0x7FFFFFFFFFFFFFFF); -0 < +0.
+  min/max.NaN propagate NaN (canonical).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import (AluOp, Unsupported, finite_all, fix_overflow, ftz, narrow_directed, one_of, quiet, round_odd,
+                     sat, split_mods, step_directed, two_prod64, two_sum)
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+_FT = {"f32": F32, "f64": F64}
+RND = ("rn", "rz", "rm", "rp")
+
+
+def _ftype(types):
+    if len(types) != 1 or types[0] not in _FT:
+        raise Unsupported("type")
+    return types[0]
+
+
+def _post(r, do_ftz, do_sat):
+    if do_ftz:
+        r = ftz(r)
+    if do_sat:
+        r = sat(r)
+    return r
+
+
+def _rm_zero_sign(r, x, y):
+    """Round toward -inf: an exact zero sum of x + y is -0 unless both are +0."""
+    z = r == 0
+    if not np.any(z):
+        return r
+    both_pos = ~np.signbit(x) & ~np.signbit(y)
+    return np.where(z, np.where(both_pos, r.dtype.type(0), r.dtype.type(-0.0)), r)
+
+
+def _addsub(t, mode, is_sub, do_ftz, do_sat):
+    dt = _FT[t]
+
+    def fn(a, b):
+        a = np.asarray(a, dt)
+        b = np.asarray(b, dt)
+        if do_ftz:
+            a = ftz(a)
+            b = ftz(b)
+        if is_sub:
+            b = np.negative(b)
+        if mode == "rn":
+            r = np.add(a, b)
+        else:
+            r, e = two_sum(a, b)
+            r = step_directed(r, e, mode)
+            r = fix_overflow(r, finite_all(a, b), mode)
+            if mode == "rm":
+                r = _rm_zero_sign(r, a, b)
+        return _post(r, do_ftz, do_sat)
+    if mode == "rn" and not do_ftz and not do_sat:
+        fn = np.subtract if is_sub else np.add
+    return fn
+
+
+def _mul(t, mode, do_ftz, do_sat):
+    dt = _FT[t]
+
+    def fn(a, b):
+        a = np.asarray(a, dt)
+        b = np.asarray(b, dt)
+        if do_ftz:
+            a = ftz(a)
+            b = ftz(b)
+        r = np.multiply(a, b)
+        if mode != "rn":
+            if dt == F32:
+                e = np.multiply(a, b, dtype=np.float64) - r.astype(np.float64)
+            else:
+                _, e = two_prod64(a, b)
+            r = step_directed(r, e, mode)
+            r = fix_overflow(r, finite_all(a, b), mode)
+        return _post(r, do_ftz, do_sat)
+    if mode == "rn" and not do_ftz and not do_sat:
+        fn = np.multiply
+    return fn
+
+
+_LOW29 = np.uint64((1 << 29) - 1)
+_HALF29 = np.uint64(1 << 28)
+_EXP32 = np.uint32(0x7F800000)
+
+
+def _fma32_exact(a, b, c, mode):
+    """Correctly rounded f32 fma (any mode) via an exact f64 product, TwoSum and round-to-odd."""
+    p = np.multiply(a, b, dtype=np.float64)
+    c64 = np.asarray(c, np.float64)
+    s, e = two_sum(p, c64)
+    s = np.where(np.isfinite(p) & np.isfinite(c64), s, p + c64)
+    r = narrow_directed(round_odd(s, e), np.float32, mode)
+    if mode == "rm":
+        r = _rm_zero_sign(r, p, c64)
+    return r
+
+
+def _fma32(mode, do_ftz, do_sat):
+    def fn(a, b, c):
+        a = np.asarray(a, F32)
+        b = np.asarray(b, F32)
+        c = np.asarray(c, F32)
+        if do_ftz:
+            a = ftz(a)
+            b = ftz(b)
+            c = ftz(c)
+        if mode != "rn":
+            return _post(_fma32_exact(a, b, c, mode), do_ftz, do_sat)
+        s = np.multiply(a, b, dtype=np.float64)
+        if s.ndim and s.shape == c.shape:
+            np.add(s, c, out=s)
+        else:
+            s = np.asarray(np.add(s, c, dtype=np.float64))
+        r = s.astype(np.float32)
+        # lanes where rounding f64 -> f32 may double-round: exact f32 midpoints, f32-subnormal/zero results
+        cand = ((s.view(np.uint64) & _LOW29) == _HALF29) | ((r.view(np.uint32) & _EXP32) == 0)
+        if cand.any():
+            if r.ndim == 0:
+                r = _fma32_exact(a, b, c, "rn")
+            else:
+                idx = np.flatnonzero(cand)
+                ab, bb, cb = np.broadcast_arrays(a, b, c)
+                shape = r.shape
+                r = r.reshape(-1)
+                r[idx] = _fma32_exact(ab.reshape(-1)[idx], bb.reshape(-1)[idx], cb.reshape(-1)[idx], "rn")
+                r = r.reshape(shape)
+        return _post(r, do_ftz, do_sat)
+    return fn
+
+
+def fma64(a, b, c, mode="rn"):
+    """f64 fused multiply-add, correctly rounded (see module docstring for the limits)."""
+    a = np.asarray(a, F64)
+    b = np.asarray(b, F64)
+    c = np.asarray(c, F64)
+    p, pe = two_prod64(a, b)
+    th, tl = two_sum(c, p)
+    w, ew = two_sum(tl, pe)
+    if mode == "rn":
+        v = round_odd(w, ew)
+        r = th + v
+        r = np.where(v == 0, th, r)
+    else:
+        r, e2 = two_sum(th, w)
+        r = np.where(w == 0, th, r)
+        resid = e2 + ew
+        r = step_directed(r, resid, mode)
+        r = fix_overflow(r, finite_all(a, b, c) & np.isfinite(p), mode)
+        if mode == "rm":
+            r = _rm_zero_sign(r, p, c)
+    # special operands (inf/NaN) and products that overflow: plain IEEE evaluation has the right result
+    bad = ~(np.isfinite(p) & np.isfinite(c) & np.isfinite(pe))
+    if np.any(bad):
+        r = np.where(bad, a * b + c, r)
+    return r
+
+
+def _fma64(mode, do_ftz, do_sat):
+    def fn(a, b, c):
+        if do_ftz:
+            a, b, c = ftz(np.asarray(a, F64)), ftz(np.asarray(b, F64)), ftz(np.asarray(c, F64))
+        return _post(fma64(a, b, c, mode), do_ftz, do_sat)
+    return fn
+
+
+def _div(t, mode, do_ftz, do_sat, approx):
+    dt = _FT[t]
+
+    def fn(a, b):
+        a = np.asarray(a, dt)
+        b = np.asarray(b, dt)
+        if do_ftz:
+            a = ftz(a)
+            b = ftz(b)
+        r = np.divide(a, b)
+        if mode not in ("rn", None):
+            if dt == F32:
+                rr = a.astype(np.float64) - r.astype(np.float64) * b.astype(np.float64)
+            else:
+                p, pe = two_prod64(r, b)
+                rr = (a - p) - pe
+            resid = np.where(b < 0, -rr, rr)
+            r = step_directed(r, resid, mode)
+            r = fix_overflow(r, finite_all(a) & (b != 0), mode)
+        return _post(r, do_ftz, do_sat)
+    return fn
+
+
+def _sqrt(t, mode, do_ftz):
+    dt = _FT[t]
+
+    def fn(a):
+        a = np.asarray(a, dt)
+        if do_ftz:
+            a = ftz(a)
+        r = np.sqrt(a)
+        if mode not in ("rn", None):
+            if dt == F32:
+                r64 = r.astype(np.float64)
+                resid = a.astype(np.float64) - r64 * r64
+            else:
+                p, pe = two_prod64(r, r)
+                resid = (a - p) - pe
+            r = step_directed(r, np.where(np.isfinite(r) & (r > 0), resid, 0), mode)
+        return ftz(r) if do_ftz else r
+    return fn
+
+
+def _via64(f, dt, do_ftz):
+    """Evaluate f in float64 and round once to dt (the .approx transcendental functions)."""
+    def fn(a):
+        a = np.asarray(a, dt)
+        if do_ftz:
+            a = ftz(a)
+        r = f(a.astype(np.float64)).astype(dt)
+        return ftz(r) if do_ftz else r
+    return fn
+
+
+def build_arith(instr, op):
+    """add sub mul (float types)."""
+    types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "sat"})
+    t = _ftype(types)
+    mode = one_of(flags, RND) or "rn"
+    do_ftz = "ftz" in flags
+    do_sat = "sat" in flags
+    if t == "f64" and (do_ftz or do_sat):
+        raise Unsupported(".ftz/.sat with .f64")
+    if op == "mul":
+        f = _mul(t, mode, do_ftz, do_sat)
+    else:
+        f = _addsub(t, mode, op == "sub", do_ftz, do_sat)
+    return AluOp(quiet(f), (t, t), (t,))
+
+
+def build_fma(instr):
+    """fma / mad (float types)."""
+    types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "sat"})
+    t = _ftype(types)
+    mode = one_of(flags, RND)
+    if mode is None:
+        if instr.opcode == "fma":
+            raise Unsupported("fma needs a rounding modifier")
+        mode = "rn"        # mad.f32 without rounding = fused multiply-add rounded to nearest
+    do_ftz = "ftz" in flags
+    do_sat = "sat" in flags
+    if t == "f64":
+        if do_sat or do_ftz:
+            raise Unsupported(".ftz/.sat with .f64")
+        f = _fma64(mode, False, False)
+    else:
+        f = _fma32(mode, do_ftz, do_sat)
+    return AluOp(quiet(f), (t, t, t), (t,))
+
+
+def build_div(instr):
+    types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "approx", "full"})
+    t = _ftype(types)
+    mode = one_of(flags, RND + ("approx", "full"))
+    if mode is None:
+        raise Unsupported("div.f needs .approx/.full/.rnd")
+    if t == "f64" and (mode in ("approx", "full") or "ftz" in flags):
+        raise Unsupported("div.f64 modifier")
+    rmode = mode if mode in RND else "rn"
+    return AluOp(quiet(_div(t, rmode, "ftz" in flags, False, mode in ("approx", "full"))), (t, t), (t,))
+
+
+def build_rcp(instr):
+    types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "approx"})
+    t = _ftype(types)
+    mode = one_of(flags, RND + ("approx",))
+    if mode is None:
+        raise Unsupported("rcp needs .approx or .rnd")
+    if t == "f64" and mode == "approx" and "ftz" not in flags:
+        raise Unsupported("rcp.approx.f64 needs .ftz")
+    dt = _FT[t]
+    one = dt.type(1)
+    d = _div(t, mode if mode in RND else "rn", "ftz" in flags, False, mode == "approx")
+    return AluOp(quiet(lambda a: d(one, a)), (t,), (t,))
+
+
+def build_sqrt(instr):
+    types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "approx"})
+    t = _ftype(types)
+    mode = one_of(flags, RND + ("approx",))
+    if mode is None:
+        raise Unsupported("sqrt needs .approx or .rnd")
+    if t == "f64" and (mode == "approx" or "ftz" in flags):
+        raise Unsupported("sqrt.f64 modifier")
+    return AluOp(quiet(_sqrt(t, mode if mode in RND else "rn", "ftz" in flags)), (t,), (t,))
+
+
+def build_rsqrt(instr):
+    types, flags = split_mods(instr, {"approx", "ftz"})
+    t = _ftype(types)
+    if "approx" not in flags:
+        raise Unsupported("rsqrt needs .approx")
+    if t == "f64" and "ftz" in flags:
+        raise Unsupported("rsqrt.ftz.f64")
+    f = (lambda x: 1.0 / np.sqrt(x)) if t == "f32" else (lambda x: np.float64(1.0) / np.sqrt(x))
+    return AluOp(quiet(_via64(f, _FT[t], "ftz" in flags)), (t,), (t,))
+
+
+_TRANS = {"ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+
+
+def build_transcendental(instr):
+    types, flags = split_mods(instr, {"approx", "ftz"})
+    if types != ("f32",):
+        raise Unsupported("type")
+    if "approx" not in flags:
+        raise Unsupported(".approx required")
+    return AluOp(quiet(_via64(_TRANS[instr.opcode], F32, "ftz" in flags)), ("f32",), ("f32",))
+
+
+def build_abs_neg(instr, is_neg):
+    types, flags = split_mods(instr, {"ftz"})
+    t = _ftype(types)
+    uf = np.negative if is_neg else np.abs
+    if "ftz" in flags:
+        return AluOp(lambda a: uf(ftz(a)), (t,), (t,))
+    return AluOp(uf, (t,), (t,))
+
+
+_CANON = {F32: np.uint32(0x7FFFFFFF), F64: np.uint64(0x7FFFFFFFFFFFFFFF)}
+_UT = {F32: np.uint32, F64: np.uint64}
+
+
+def _minmax(dt, is_max, nan_prop, do_ftz):
+    uf = (np.maximum if is_max else np.minimum) if nan_prop else (np.fmax if is_max else np.fmin)
+    ut = _UT[dt]
+    canon = np.array(_CANON[dt]).view(dt)[()]
+
+    def fn(a, b):
+        a = np.asarray(a, dt)
+        b = np.asarray(b, dt)
+        if do_ftz:
+            a = ftz(a)
+            b = ftz(b)
+        r = uf(a, b)
+        z = (a == 0) & (b == 0)
+        if np.any(z):
+            ua, ub = a.view(ut), b.view(ut)
+            r = np.where(z, (ua & ub if is_max else ua | ub).view(dt), r)
+        n = np.isnan(r)
+        if np.any(n):
+            r = np.where(n, canon, r)
+        return r
+    return fn
+
+
+def build_min_max(instr, is_max):
+    types, flags = split_mods(instr, {"ftz", "NaN"})
+    t = _ftype(types)
+    if t == "f64" and flags:
+        raise Unsupported("modifier with .f64")
+    return AluOp(quiet(_minmax(_FT[t], is_max, "NaN" in flags, "ftz" in flags)), (t, t), (t,))
+
+
+def build_copysign(instr):
+    types, flags = split_mods(instr, ())
+    t = _ftype(types)
+    # d = b with the sign of a
+    return AluOp(lambda a, b: np.copysign(b, a), (t, t), (t,))
+
+
+_TESTP = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
+
+
+def build_testp(instr):
+    types, flags = split_mods(instr, _TESTP)
+    t = _ftype(types)
+    what = one_of(flags, _TESTP)
+    if what is None:
+        raise Unsupported("testp needs a test")
+    tiny = np.finfo(_FT[t]).tiny
+
+    def fn(a):
+        if what == "finite":
+            return np.isfinite(a)
+        if what == "infinite":
+            return np.isinf(a)
+        if what == "number":
+            return ~np.isnan(a)
+        if what == "notanumber":
+            return np.isnan(a)
+        mag = np.abs(a)
+        if what == "normal":
+            return np.isfinite(a) & (mag >= tiny)
+        return (mag < tiny) & (mag > 0)
+    return AluOp(quiet(fn), (t,), ("pred",))
