@@ -3,7 +3,8 @@
 # Idempotent: installs only what is missing and skips the build when the sources did not change.
 #   PYTHON=/path/to/python   install into that interpreter instead of the automatic choice (see common.sh)
 #   PYVGPU_SETUP_FORCE=1     rebuild and reinstall even when nothing changed
-#   PYVGPU_EXTRAS=test       pip extras to install with the package (default: test)
+#   PYVGPU_EXTRAS=test       pip extras to install with the package (default: test, plus cuda when
+#                            nvidia-smi lists a GPU)
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
@@ -17,6 +18,12 @@ info "using $PY ($("$PY" -V 2>&1))"
 
 say "3/3 pyvgpu (pip install: builds libvcudart.so with CMake via scikit-build-core)"
 extras="${PYVGPU_EXTRAS-test}"
+# The daemon's real-GPU backend needs cuda-python: add it when this host has an NVIDIA GPU, so that
+# `--backend auto` can pick the GPU (without it, auto falls back to the emulated device).
+if [ -z "${PYVGPU_EXTRAS+x}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    info "NVIDIA GPU found: installing the cuda extra (cuda-python) for the daemon's real-GPU backend"
+    extras="test,cuda"
+fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 stamp_dir="$ROOT/build"
