@@ -14,11 +14,31 @@ STICKY_ERRORS: frozenset[int] = frozenset(
 )
 
 
+# Names that are not cudaError_t enumerators but that driver-API habits suggest; mapped to the runtime's code so a
+# slip in a message name never turns into a KeyError inside an error path.
+ALIASES: dict[str, str] = {
+    "cudaErrorInvalidImage": "cudaErrorInvalidKernelImage",
+    "cudaErrorInvalidHandle": "cudaErrorInvalidResourceHandle",
+    "cudaErrorOutOfMemory": "cudaErrorMemoryAllocation",
+    "cudaErrorNoBinaryForGpu": "cudaErrorNoKernelImageForDevice",
+}
+
+
+def code_of(name: str) -> int:
+    """cudaError_t value of `name` (aliases allowed); unknown names give cudaErrorUnknown."""
+    return ERROR_CODES.get(ALIASES.get(name, name), ERROR_CODES["cudaErrorUnknown"])
+
+
 class CudaError(Exception):
     """A failure with a cudaError_t code; `message` is for the daemon log, the client sees the code."""
 
     def __init__(self, code: int | str, message: str = "") -> None:
-        self.code = ERROR_CODES[code] if isinstance(code, str) else int(code)
+        if isinstance(code, str):
+            if code not in ERROR_CODES and code not in ALIASES:
+                message = f"[{code}] {message}"
+            self.code = code_of(code)
+        else:
+            self.code = int(code)
         self.message = message
         super().__init__(f"{ERROR_NAMES.get(self.code, self.code)}: {message}" if message else ERROR_NAMES.get(self.code, str(self.code)))
 

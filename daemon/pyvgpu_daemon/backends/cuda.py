@@ -1,24 +1,454 @@
-"""Real GPUs through cuda-python's driver API (placeholder until the full backend lands)."""
+"""Real GPUs through cuda-python's driver API (`from cuda.bindings import driver`).
+
+One CUDA context per (session, device), created with cuCtxCreate on that pair's worker thread and made current
+there: destroying it at session end frees everything the client held, whatever state it left behind, and a sticky
+fault in one client's context cannot poison another's. Kernel images are the fatbins the client ships;
+cuModuleLoadData loads them, kernels are enumerated from the module itself (cuModuleGetFunctionCount +
+cuModuleEnumerateFunctions + cuFuncGetName), parameter layouts come from cuFuncGetParamInfo, and launches hand the
+client's packed parameter buffer to cuLaunchKernel through CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE.
+
+Module globals are listed from the ELF symbol tables of the fatbin's cubins (the driver has no enumeration call)
+and resolved with cuModuleGetGlobal.
+
+The `driver` module is injectable so the plumbing can be exercised without a GPU (tests/test_daemon_cuda.py).
+"""
 from __future__ import annotations
 
+import ctypes
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any
 
-def probe() -> tuple[int, str]:
-    """(number of usable GPUs, reason when 0). Never raises."""
+import numpy as np
+
+from pyvgpu.protocol import ERROR_NAMES
+from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.errors import CudaError
+
+log = logging.getLogger("pyvgpu.daemon")
+
+# CUdevice_attribute numbers equal cudaDeviceAttr numbers; these are the ones the snapshot carries.
+SNAPSHOT_ATTRS = tuple(range(1, 44)) + tuple(range(45, 92)) + (95, 97, 98, 99, 100, 101, 106, 108, 109, 111, 112,
+                                                              113, 114, 115, 116, 117, 118, 119, 120, 121, 125, 126)
+FUNC_ATTRS = {
+    "max_threads_per_block": "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
+    "shared_size_bytes": "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES",
+    "const_size_bytes": "CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES",
+    "local_size_bytes": "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES",
+    "num_regs": "CU_FUNC_ATTRIBUTE_NUM_REGS",
+    "ptx_version": "CU_FUNC_ATTRIBUTE_PTX_VERSION",
+    "binary_version": "CU_FUNC_ATTRIBUTE_BINARY_VERSION",
+    "max_dynamic_shared_size_bytes": "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+}
+EVENT_DISABLE_TIMING = 0x2
+
+
+def _load_driver() -> Any:
+    from cuda.bindings import driver
+    return driver
+
+
+def probe(driver: Any = None) -> tuple[int, str]:
+    """(number of usable GPUs, reason when 0). Never raises: a missing driver is an answer, not a crash."""
     try:
-        from cuda.bindings import driver
+        drv = driver or _load_driver()
     except Exception as exc:  # noqa: BLE001
         return 0, f"cuda-python not importable: {exc}"
     try:
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return 0, f"cuInit failed: {err.name}"
-        err, count = driver.cuDeviceGetCount()
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return 0, f"cuDeviceGetCount failed: {err.name}"
-        return int(count), "" if count else "driver reports zero devices"
+        (err,) = drv.cuInit(0)
+        if int(err) != 0:
+            return 0, f"cuInit failed: {getattr(err, 'name', err)}"
+        err, count = drv.cuDeviceGetCount()
+        if int(err) != 0:
+            return 0, f"cuDeviceGetCount failed: {getattr(err, 'name', err)}"
+        return int(count), "" if count else "the driver reports zero devices"
     except Exception as exc:  # noqa: BLE001
         return 0, f"{type(exc).__name__}: {exc}"
 
 
-class CudaBackend:  # replaced below by the full implementation
+def to_cuda_error(err: Any, what: str) -> CudaError:
+    """CUresult → CudaError. The runtime reuses the driver's numbers for every code a client can meet here."""
+    code = int(err)
+    name = getattr(err, "name", str(code))
+    return CudaError(code if code in ERROR_NAMES else "cudaErrorUnknown", f"{what}: {name}")
+
+
+def check(result: Any, what: str) -> Any:
+    """Unpack a cuda-python return tuple (err, *values), raising on failure; → None, the value, or a tuple."""
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if int(err) != 0:
+        raise to_cuda_error(err, what)
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+# ---------------------------------------------------------------------------------------------- fatbin globals
+def _fatbin_elves(image: bytes) -> list[bytes]:
+    """Decompressed cubins of a fatbin image (wrapper or container(s)); best effort, never raises."""
+    out: list[bytes] = []
+    try:
+        buf = bytes(image)
+        pos = 0
+        if struct.unpack_from("<I", buf, 0)[0] == 0x466243B1:      # __fatBinC_Wrapper_t before the container
+            pos = 24 if len(buf) >= 40 and struct.unpack_from("<I", buf, 24)[0] == 0xBA55ED50 else 16
+        while pos + 16 <= len(buf) and struct.unpack_from("<I", buf, pos)[0] == 0xBA55ED50:
+            _, _, hsize, psize = struct.unpack_from("<IHHQ", buf, pos)
+            p, end = pos + hsize, pos + hsize + psize
+            while p + 64 <= end:
+                kind, _, ehsize, esize = struct.unpack_from("<HHIQ", buf, p)
+                if ehsize < 64:
+                    break
+                (csize,) = struct.unpack_from("<I", buf, p + 16)
+                (flags,) = struct.unpack_from("<Q", buf, p + 40)
+                (usize,) = struct.unpack_from("<Q", buf, p + 56)
+                data = buf[p + ehsize:p + ehsize + esize]
+                if kind == 2:
+                    if flags & 0x8000:
+                        import zstandard
+                        data = zstandard.ZstdDecompressor().decompress(data[:csize or len(data)],
+                                                                      max_output_size=max(usize, 1))
+                    elif flags & 0x2000:
+                        import lz4.block
+                        data = lz4.block.decompress(data[:csize or len(data)], uncompressed_size=usize)
+                    out.append(data)
+                p += ehsize + esize
+            pos = (end + 7) & ~7
+    except Exception as exc:  # noqa: BLE001 - only used to list globals
+        log.debug("fatbin scan for globals stopped: %s", exc)
+    return out
+
+
+def elf_global_names(elf: bytes) -> list[str]:
+    """Names of data objects (STT_OBJECT, defined) in a 64-bit cubin's symbol table."""
+    names: list[str] = []
+    try:
+        if elf[:4] != b"\x7fELF" or elf[4] != 2:
+            return names
+        (shoff,) = struct.unpack_from("<Q", elf, 0x28)
+        shentsize, shnum, _ = struct.unpack_from("<HHH", elf, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+        for _name, sh_type, _f, _a, off, size, link, _i, _al, entsize in sections:
+            if sh_type != 2 or not entsize:                           # SHT_SYMTAB
+                continue
+            stroff = sections[link][4]
+            for k in range(size // entsize):
+                st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", elf, off + k * entsize)
+                if st_info & 0xF == 1 and st_shndx != 0 and st_name:  # STT_OBJECT, defined
+                    end = elf.index(b"\0", stroff + st_name)
+                    names.append(elf[stroff + st_name:end].decode("latin-1"))
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+    return names
+
+
+# ---------------------------------------------------------------------------------------------- backend
+class CudaBackend(Backend):
     name = "cuda"
+
+    def __init__(self, driver: Any = None) -> None:
+        self.drv = driver or _load_driver()
+        check(self.drv.cuInit(0), "cuInit")
+        self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
+        if self.count < 1:
+            raise RuntimeError("no CUDA device")
+        self._snapshots = [self._snapshot(i) for i in range(self.count)]
+
+    def _attr(self, dev: Any, number: int) -> int | None:
+        try:
+            attr = self.drv.CUdevice_attribute(number)
+        except ValueError:
+            return None                    # not an attribute of this driver version
+        err, value = self.drv.cuDeviceGetAttribute(attr, dev)
+        return int(value) if int(err) == 0 else None
+
+    def _snapshot(self, ordinal: int) -> dict[str, Any]:
+        drv = self.drv
+        dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        raw_name = check(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
+        name = raw_name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)
+        total = int(check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem"))
+        attrs = {n: v for n in SNAPSHOT_ATTRS if (v := self._attr(dev, n)) is not None}
+        try:
+            uuid_obj = check(drv.cuDeviceGetUuid(dev), "cuDeviceGetUuid")
+            uuid = bytes(getattr(uuid_obj, "bytes", b""))[:16]
+        except CudaError:
+            uuid = b""
+        try:
+            pci = check(drv.cuDeviceGetPCIBusId(64, dev), "cuDeviceGetPCIBusId")
+            pci = pci.split(b"\0", 1)[0].decode() if isinstance(pci, bytes) else str(pci)
+        except CudaError:
+            pci = ""
+        a = attrs.get
+        return {
+            "name": name, "total_mem": total, "major": a(75, 0), "minor": a(76, 0),
+            "multiprocessors": a(16, 0), "warp_size": a(10, 32), "max_threads_per_block": a(1, 1024),
+            "max_block_dim": [a(2, 1024), a(3, 1024), a(4, 64)], "max_grid_dim": [a(5, 0), a(6, 0), a(7, 0)],
+            "shared_mem_per_block": a(8, 0), "shared_mem_per_multiprocessor": a(81, 0),
+            "regs_per_block": a(12, 0), "clock_rate_khz": a(13, 0), "memory_clock_rate_khz": a(36, 0),
+            "memory_bus_width": a(37, 0), "l2_cache_size": a(38, 0), "max_threads_per_multiprocessor": a(39, 0),
+            "total_const_mem": a(9, 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs, "backend": self.name,
+        }
+
+    def devices(self) -> list[dict[str, Any]]:
+        return self._snapshots
+
+    def open_context(self, ordinal: int, va_base: int, session_id: int) -> "CudaContext":
+        # va_base is an emulated-device notion: real allocations live where the driver puts them.
+        return CudaContext(self.drv, ordinal)
+
+
+@dataclass
+class _Event:
+    handle: Any
+    flags: int
+    recorded: bool = False
+
+
+class CudaContext(DeviceContext):
+    """Lives on one worker thread; the context is made current there once and stays current."""
+
+    def __init__(self, drv: Any, ordinal: int) -> None:
+        self.drv = drv
+        self.ordinal = ordinal
+        self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        self.ctx = self._create()
+
+    def _create(self) -> Any:
+        try:
+            result = self.drv.cuCtxCreate(None, 0, self.dev)      # cuda-python 13: (params, flags, dev)
+        except TypeError:
+            result = self.drv.cuCtxCreate(0, self.dev)            # cuda-python 12: (flags, dev)
+        ctx = check(result, "cuCtxCreate")
+        check(self.drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return ctx
+
+    def _stream(self, stream: Any) -> Any:
+        return self.drv.CUstream(0) if stream is None else stream
+
+    def _sync_stream(self, stream: Any) -> None:
+        check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
+
+    # ------------------------------------------------------------------ memory
+    def mem_info(self) -> tuple[int, int]:
+        free, total = check(self.drv.cuMemGetInfo(), "cuMemGetInfo")
+        return int(free), int(total)
+
+    def malloc(self, size: int) -> int:
+        return int(check(self.drv.cuMemAlloc(size), "cuMemAlloc"))
+
+    def free(self, ptr: int) -> None:
+        check(self.drv.cuMemFree(ptr), "cuMemFree")
+
+    def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        # From pageable memory the call returns once the bytes are staged, so `data` may be dropped after it.
+        check(self.drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, self._stream(stream)),
+              "cuMemcpyHtoDAsync")
+
+    def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes:
+        out = np.empty(size, dtype=np.uint8)
+        check(self.drv.cuMemcpyDtoHAsync(out.ctypes.data, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
+        self._sync_stream(stream)
+        return out.tobytes()
+
+    def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
+        check(self.drv.cuMemcpyDtoDAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoDAsync")
+
+    def _copy2d(self, stream: Any, *, src_host: int = 0, src_dev: int = 0, src_pitch: int, dst_host: int = 0,
+                dst_dev: int = 0, dst_pitch: int, width: int, height: int) -> None:
+        drv = self.drv
+        c = drv.CUDA_MEMCPY2D()
+        host, device = drv.CUmemorytype.CU_MEMORYTYPE_HOST, drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        if src_host:
+            c.srcMemoryType, c.srcHost = host, src_host
+        else:
+            c.srcMemoryType, c.srcDevice = device, src_dev
+        if dst_host:
+            c.dstMemoryType, c.dstHost = host, dst_host
+        else:
+            c.dstMemoryType, c.dstDevice = device, dst_dev
+        c.srcPitch, c.dstPitch, c.WidthInBytes, c.Height = src_pitch, dst_pitch, width, height
+        check(drv.cuMemcpy2DAsync(c, self._stream(stream)), "cuMemcpy2DAsync")
+
+    def memcpy2d_htod(self, dst: int, dpitch: int, width: int, height: int, data: bytes | memoryview,
+                      stream: Any) -> None:
+        rows = np.frombuffer(pack_rows(data, width, height), dtype=np.uint8)
+        if rows.nbytes == 0:
+            return
+        self._copy2d(stream, src_host=rows.ctypes.data, src_pitch=width, dst_dev=dst, dst_pitch=dpitch,
+                     width=width, height=height)
+        # The 2D path does not promise to stage pageable memory before returning: finish before `rows` goes.
+        self._sync_stream(stream)
+
+    def memcpy2d_dtoh(self, src: int, spitch: int, width: int, height: int, stream: Any) -> bytes:
+        out = np.empty(width * height, dtype=np.uint8)
+        if out.nbytes:
+            self._copy2d(stream, src_dev=src, src_pitch=spitch, dst_host=out.ctypes.data, dst_pitch=width,
+                         width=width, height=height)
+            self._sync_stream(stream)
+        return out.tobytes()
+
+    def memcpy2d_dtod(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int,
+                      stream: Any) -> None:
+        self._copy2d(stream, src_dev=src, src_pitch=spitch, dst_dev=dst, dst_pitch=dpitch, width=width,
+                     height=height)
+
+    def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
+        check(self.drv.cuMemsetD8Async(ptr, value & 0xFF, size, self._stream(stream)), "cuMemsetD8Async")
+
+    def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
+        check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
+              "cuMemsetD2D8Async")
+
+    # ------------------------------------------------------------------ modules and kernels
+    def module_load(self, image: bytes) -> LoadedModule:
+        drv = self.drv
+        image = bytes(image)
+        # cuModuleLoadData reads a fatbin/cubin/PTX from a host pointer; PTX must be NUL-terminated.
+        buf = np.frombuffer(image + (b"\0" if not image.endswith(b"\0") else b""), dtype=np.uint8)
+        module = check(drv.cuModuleLoadData(buf.ctypes.data), "cuModuleLoadData")
+        try:
+            kernels = self._kernels(module)
+            variables = self._globals(module, image)
+        except BaseException:
+            drv.cuModuleUnload(module)
+            raise
+        return LoadedModule(module, kernels, variables)
+
+    def _kernels(self, module: Any) -> dict[str, KernelDesc]:
+        drv = self.drv
+        count = int(check(drv.cuModuleGetFunctionCount(module), "cuModuleGetFunctionCount"))
+        funcs = check(drv.cuModuleEnumerateFunctions(count, module), "cuModuleEnumerateFunctions") if count else []
+        kernels: dict[str, KernelDesc] = {}
+        for f in funcs or []:
+            if hasattr(drv, "cuFuncLoad"):
+                # Lazy loading (the default) may hand out functions not yet on the device; load before querying.
+                err = drv.cuFuncLoad(f)
+                if int(err[0] if isinstance(err, tuple) else err) != 0:
+                    log.debug("cuFuncLoad failed: %s", err)
+            raw = check(drv.cuFuncGetName(f), "cuFuncGetName")
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            kernels[name] = KernelDesc(name, self._param_layout(f), self._func_attrs(f), f)
+        return kernels
+
+    def _param_layout(self, f: Any) -> list[tuple[int, int]]:
+        drv = self.drv
+        params: list[tuple[int, int]] = []
+        n: int | None = None
+        if hasattr(drv, "cuFuncGetParamCount"):
+            err, cnt = drv.cuFuncGetParamCount(f)
+            n = int(cnt) if int(err) == 0 else None
+        i = 0
+        while n is None or i < n:
+            err, offset, size = drv.cuFuncGetParamInfo(f, i)
+            if int(err) != 0:
+                if n is None:
+                    break                 # past the last parameter
+                raise to_cuda_error(err, f"cuFuncGetParamInfo({i})")
+            params.append((int(offset), int(size)))
+            i += 1
+        return params
+
+    def _func_attrs(self, f: Any) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key, enum_name in FUNC_ATTRS.items():
+            attr = getattr(self.drv.CUfunction_attribute, enum_name, None)
+            if attr is None:
+                continue
+            err, value = self.drv.cuFuncGetAttribute(attr, f)
+            if int(err) == 0:
+                out[key] = int(value)
+        return out
+
+    def _globals(self, module: Any, image: bytes) -> dict[str, tuple[int, int]]:
+        names: list[str] = []
+        elves = [image] if image[:4] == b"\x7fELF" else _fatbin_elves(image)
+        for elf in elves:
+            names += elf_global_names(elf)
+        found: dict[str, tuple[int, int]] = {}
+        for name in dict.fromkeys(names):
+            err, ptr, size = self.drv.cuModuleGetGlobal(module, name.encode())
+            if int(err) == 0:
+                found[name] = (int(ptr), int(size))
+        return found
+
+    def module_unload(self, module: LoadedModule) -> None:
+        check(self.drv.cuModuleUnload(module.handle), "cuModuleUnload")
+
+    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        drv = self.drv
+        # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
+        # device-side layout, so the buffer goes to the driver as is.
+        arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
+        arg_size = ctypes.c_size_t(len(params))
+        extra = (ctypes.c_void_p * 5)(drv.CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arg_buf),
+                                      drv.CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(arg_size),
+                                      drv.CU_LAUNCH_PARAM_END)
+        check(drv.cuLaunchKernel(kernel.handle, *grid, *block, shmem, self._stream(stream), 0,
+                                 ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})")
+        return b""  # device printf of a real GPU goes to the daemon's own stdout
+
+    # ------------------------------------------------------------------ streams and events
+    def stream_create(self, flags: int, priority: int) -> Any:
+        return check(self.drv.cuStreamCreateWithPriority(flags, priority), "cuStreamCreateWithPriority")
+
+    def stream_destroy(self, stream: Any) -> None:
+        check(self.drv.cuStreamDestroy(stream), "cuStreamDestroy")
+
+    def stream_sync(self, stream: Any) -> None:
+        self._sync_stream(stream)
+
+    def stream_query(self, stream: Any) -> bool:
+        (err,) = self.drv.cuStreamQuery(self._stream(stream))
+        if int(err) == 600:                # CUDA_ERROR_NOT_READY
+            return False
+        check((err,), "cuStreamQuery")
+        return True
+
+    def stream_wait_event(self, stream: Any, event: _Event, flags: int) -> None:
+        check(self.drv.cuStreamWaitEvent(self._stream(stream), event.handle, flags), "cuStreamWaitEvent")
+
+    def event_create(self, flags: int) -> _Event:
+        return _Event(check(self.drv.cuEventCreate(flags), "cuEventCreate"), flags)
+
+    def event_destroy(self, event: _Event) -> None:
+        check(self.drv.cuEventDestroy(event.handle), "cuEventDestroy")
+
+    def event_record(self, event: _Event, stream: Any) -> None:
+        check(self.drv.cuEventRecord(event.handle, self._stream(stream)), "cuEventRecord")
+        event.recorded = True
+
+    def event_sync(self, event: _Event) -> None:
+        check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
+
+    def event_query(self, event: _Event) -> bool:
+        (err,) = self.drv.cuEventQuery(event.handle)
+        if int(err) == 600:
+            return False
+        check((err,), "cuEventQuery")
+        return True
+
+    def event_elapsed(self, start: _Event, end: _Event) -> float:
+        return float(check(self.drv.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
+
+    def synchronize(self) -> None:
+        check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def reset(self) -> None:
+        # A context that took a sticky fault is unusable: replace it (this frees all it held).
+        try:
+            self.drv.cuCtxDestroy(self.ctx)
+        finally:
+            self.ctx = self._create()
+
+    def close(self) -> None:
+        try:
+            self.drv.cuCtxDestroy(self.ctx)
+        except Exception as exc:  # noqa: BLE001 - close must not raise
+            log.warning("device %d: cuCtxDestroy failed: %s", self.ordinal, exc)
