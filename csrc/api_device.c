@@ -1,1 +1,183 @@
+/* Device management: count, current device (per thread), properties and attributes (from the HELLO snapshot,
+ * answered locally), synchronize, reset, flags, peer queries. */
+#include <string.h>
+
 #include "common.h"
+
+PV_API cudaError_t cudaGetDeviceCount(int *count)
+{
+    if (!count)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    *count = err == PV_SUCCESS ? pv_device_count() : 0;
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaSetDevice(int device)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (!pv_device(device))
+        return pv_ret(PV_cudaErrorInvalidDevice);
+    pv_tls_set_device(device);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaInitDevice(int device, unsigned deviceFlags, unsigned flags)
+{
+    (void)deviceFlags; (void)flags;
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    return pv_device(device) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidDevice);
+}
+
+PV_API cudaError_t cudaGetDevice(int *device)
+{
+    if (!device)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    *device = pv_tls_device();
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaSetDeviceFlags(unsigned flags)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    d->flags = (int)flags;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGetDeviceFlags(unsigned *flags)
+{
+    struct pv_device *d;
+    if (!flags)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *flags = (unsigned)d->flags | 0x10u;   /* cudaDeviceMapHost is always reported, as cudart does */
+    return PV_SUCCESS;
+}
+
+static void put_int(void *base, size_t off, int v) { memcpy((char *)base + off, &v, sizeof v); }
+static void put_size(void *base, size_t off, size_t v) { memcpy((char *)base + off, &v, sizeof v); }
+
+PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
+{
+    if (!prop)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_device *d = pv_device(device);
+    if (!d)
+        return pv_ret(PV_cudaErrorInvalidDevice);
+    memset(prop, 0, PV_cudaDeviceProp_SIZE);
+    char *p = prop;
+    memcpy(p + PV_cudaDeviceProp_name, d->name, strlen(d->name) < 255 ? strlen(d->name) : 255);
+    memcpy(p + PV_cudaDeviceProp_uuid, d->uuid, 16);
+    put_size(p, PV_cudaDeviceProp_totalGlobalMem, d->total_mem);
+    put_size(p, PV_cudaDeviceProp_sharedMemPerBlock, d->smem_per_block);
+    put_int(p, PV_cudaDeviceProp_regsPerBlock, d->regs_per_block);
+    put_int(p, PV_cudaDeviceProp_warpSize, d->warp);
+    put_size(p, PV_cudaDeviceProp_memPitch, 2147483647);
+    put_int(p, PV_cudaDeviceProp_maxThreadsPerBlock, d->max_tpb);
+    for (int i = 0; i < 3; i++) {
+        put_int(p, PV_cudaDeviceProp_maxThreadsDim + 4 * i, d->max_block[i]);
+        put_int(p, PV_cudaDeviceProp_maxGridSize + 4 * i, d->max_grid[i]);
+    }
+    put_size(p, PV_cudaDeviceProp_totalConstMem, d->const_mem);
+    put_int(p, PV_cudaDeviceProp_major, d->major);
+    put_int(p, PV_cudaDeviceProp_minor, d->minor);
+    put_size(p, PV_cudaDeviceProp_textureAlignment, 512);
+    put_size(p, PV_cudaDeviceProp_texturePitchAlignment, 32);
+    put_int(p, PV_cudaDeviceProp_multiProcessorCount, d->sms);
+    put_int(p, PV_cudaDeviceProp_canMapHostMemory, 0);
+    put_int(p, PV_cudaDeviceProp_concurrentKernels, 1);
+    put_int(p, PV_cudaDeviceProp_pciBusID, d->pci_bus);
+    put_int(p, PV_cudaDeviceProp_asyncEngineCount, 1);
+    put_int(p, PV_cudaDeviceProp_unifiedAddressing, 1);
+    put_int(p, PV_cudaDeviceProp_memoryBusWidth, d->bus_width);
+    put_int(p, PV_cudaDeviceProp_l2CacheSize, d->l2);
+    put_int(p, PV_cudaDeviceProp_maxThreadsPerMultiProcessor, d->max_tpm);
+    put_int(p, PV_cudaDeviceProp_streamPrioritiesSupported, 1);
+    put_size(p, PV_cudaDeviceProp_sharedMemPerMultiprocessor, d->smem_per_sm);
+    put_int(p, PV_cudaDeviceProp_regsPerMultiprocessor, d->regs_per_sm);
+    put_int(p, PV_cudaDeviceProp_maxBlocksPerMultiProcessor, d->max_blocks_per_sm);
+    int v;
+    put_size(p, PV_cudaDeviceProp_sharedMemPerBlockOptin,
+             pv_dev_attr(d, 97, &v) == 0 ? (size_t)v : d->smem_per_block);
+    if (pv_dev_attr(d, 111, &v) == 0)
+        put_size(p, PV_cudaDeviceProp_reservedSharedMemPerBlock, (size_t)v);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device)
+{
+    if (!value)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_device *d = pv_device(device);
+    if (!d)
+        return pv_ret(PV_cudaErrorInvalidDevice);
+    if (pv_dev_attr(d, attr, value) != 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    if (least)
+        *least = 0;
+    if (greatest)
+        *greatest = -5;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaDeviceSynchronize(void)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_reply rep;
+    err = pv_call_u64(d, PV_OP_DEVICE_SYNC, 1, NULL, 0, &rep);
+    pv_reply_free(&rep);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaDeviceReset(void)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_reply rep;
+    err = pv_call_u64(d, PV_OP_DEVICE_RESET, 1, NULL, 0, &rep);
+    pv_reply_free(&rep);
+    if (err == PV_SUCCESS) {
+        pv_alloc_forget_device(d->index);
+        pv_modules_forget_device(d->index);
+        d->flags = 0;
+    }
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
+{
+    if (!can)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (!pv_device(device) || !pv_device(peer))
+        return pv_ret(PV_cudaErrorInvalidDevice);
+    *can = 0;   /* copies between GPUs are staged through this process; kernels never see peer memory */
+    return PV_SUCCESS;
+}

@@ -1,1 +1,41 @@
+/* Errors and versions, answered locally: last error per thread, names and strings from the generated table. */
 #include "common.h"
+
+PV_API cudaError_t cudaGetLastError(void) { return pv_last_error(1); }
+PV_API cudaError_t cudaPeekAtLastError(void) { return pv_last_error(0); }
+
+static const struct pv_error_desc *find_error(cudaError_t e)
+{
+    for (int i = 0; i < PV_ERROR_TABLE_LEN; i++)
+        if (pv_error_table[i].code == e)
+            return &pv_error_table[i];
+    return NULL;
+}
+
+PV_API const char *cudaGetErrorName(cudaError_t e)
+{
+    const struct pv_error_desc *d = find_error(e);
+    return d ? d->name : "unrecognized error code";
+}
+
+PV_API const char *cudaGetErrorString(cudaError_t e)
+{
+    const struct pv_error_desc *d = find_error(e);
+    return d ? d->text : "unrecognized error code";
+}
+
+PV_API cudaError_t cudaDriverGetVersion(int *v)
+{
+    if (!v)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    *v = 13000;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    if (!v)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    *v = 13000;
+    return PV_SUCCESS;
+}

@@ -1,1 +1,270 @@
+/* Kernel launches (nvcc 13 ABI and cudaLaunchKernel), launch configuration (thread-local, answered locally),
+ * function attributes and occupancy (computed locally from the module-load attributes and the device snapshot). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "common.h"
+
+PV_API unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
+{
+    struct pv_call_config c = { grid, block, shmem, stream };
+    return pv_push_config(&c) == 0 ? 0u : 1u;
+}
+
+PV_API cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, void *stream)
+{
+    struct pv_call_config c;
+    if (pv_pop_config(&c) != 0)
+        return pv_ret(PV_cudaErrorInvalidConfiguration);
+    if (grid)
+        *grid = c.grid;
+    if (block)
+        *block = c.block;
+    if (shmem)
+        *shmem = c.shmem;
+    if (stream)
+        *(cudaStream_t *)stream = c.stream;
+    return PV_SUCCESS;
+}
+
+static cudaError_t get_kernel(cudaKernel_t *k, const void *host_fun)
+{
+    if (!k)
+        return PV_cudaErrorInvalidValue;
+    struct pv_func *f = pv_func_by_host(host_fun);
+    if (!f)
+        return PV_cudaErrorInvalidDeviceFunction;
+    *k = f;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *host_fun) { return pv_ret(get_kernel(k, host_fun)); }
+PV_API cudaError_t cudaGetKernel(cudaKernel_t *k, const void *host_fun) { return pv_ret(get_kernel(k, host_fun)); }
+
+/* Kernel info of f on device d, loading its module there on first use. */
+static cudaError_t kinfo(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
+{
+    cudaError_t err = pv_module_ensure(f->fb, d);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!f->dev[d->index]) {
+        pv_log("kernel %s is not in the module loaded on GPU%d (%s:%d)", f->name, d->index, d->conn->host,
+               d->conn->port);
+        return PV_cudaErrorInvalidDeviceFunction;
+    }
+    *out = f->dev[d->index];
+    return PV_SUCCESS;
+}
+
+static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return err;
+    uint64_t stream = 0;
+    struct pv_device *sd = NULL;
+    err = pv_stream_remote(s, d, &stream, &sd);
+    if (err != PV_SUCCESS)
+        return err;
+    if (sd != d)
+        return PV_cudaErrorInvalidResourceHandle;
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    if (!grid.x || !grid.y || !grid.z || !threads || threads > (uint64_t)d->max_tpb ||
+        block.x > (unsigned)d->max_block[0] || block.y > (unsigned)d->max_block[1] ||
+        block.z > (unsigned)d->max_block[2] || grid.x > (unsigned)d->max_grid[0] ||
+        grid.y > (unsigned)d->max_grid[1] || grid.z > (unsigned)d->max_grid[2])
+        return PV_cudaErrorInvalidConfiguration;
+    struct pv_kinfo *ki;
+    err = kinfo(f, d, &ki);
+    if (err != PV_SUCCESS)
+        return err;
+    if (ki->max_threads > 0 && threads > (uint64_t)ki->max_threads)
+        return PV_cudaErrorLaunchOutOfResources;
+    if (ki->nparams && !args)
+        return PV_cudaErrorInvalidValue;
+    char small[1024];
+    char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    if (buf == small)
+        memset(small, 0, ki->param_bytes);
+    for (int i = 0; i < ki->nparams; i++)
+        memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
+    err = PV_ERR_UNAVAILABLE;
+    if (pv_conn_alive(d->conn)) {
+        struct pv_req r;
+        pv_req_begin(&r, d->conn, PV_OP_LAUNCH, 6, 0, buf, ki->param_bytes, NULL, 0);
+        msgpack_pack_int(&r.pk, d->remote);
+        msgpack_pack_uint64(&r.pk, ki->func_id);
+        msgpack_pack_array(&r.pk, 3);
+        msgpack_pack_unsigned_int(&r.pk, grid.x);
+        msgpack_pack_unsigned_int(&r.pk, grid.y);
+        msgpack_pack_unsigned_int(&r.pk, grid.z);
+        msgpack_pack_array(&r.pk, 3);
+        msgpack_pack_unsigned_int(&r.pk, block.x);
+        msgpack_pack_unsigned_int(&r.pk, block.y);
+        msgpack_pack_unsigned_int(&r.pk, block.z);
+        msgpack_pack_uint64(&r.pk, shmem);
+        msgpack_pack_uint64(&r.pk, stream);
+        err = pv_req_finish(&r, NULL);
+    }
+    if (buf != small)
+        free(buf);
+    return err;
+}
+
+PV_API cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem,
+                                      cudaStream_t s)
+{
+    if (!pv_func_valid(k))
+        return pv_ret(PV_cudaErrorInvalidDeviceFunction);
+    return pv_ret(launch(k, grid, block, args, shmem, s));
+}
+
+PV_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem,
+                                           cudaStream_t s)
+{
+    return __cudaLaunchKernel(k, grid, block, args, shmem, s);
+}
+
+PV_API cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+                                    cudaStream_t s)
+{
+    struct pv_func *f = pv_func_by_host(func);
+    if (!f && pv_func_valid((const struct pv_func *)func))
+        f = (struct pv_func *)func;   /* a cudaKernel_t passed as the function */
+    if (!f)
+        return pv_ret(PV_cudaErrorInvalidDeviceFunction);
+    return pv_ret(launch(f, grid, block, args, shmem, s));
+}
+
+PV_API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+                                         cudaStream_t s)
+{
+    return cudaLaunchKernel(func, grid, block, args, shmem, s);
+}
+
+/* ------------------------------------------------------------------------------------------ attributes */
+static cudaError_t func_info(const void *func, struct pv_device **d, struct pv_kinfo **ki)
+{
+    cudaError_t err = pv_cur(d);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_func *f = pv_func_by_host(func);
+    if (!f && pv_func_valid((const struct pv_func *)func))
+        f = (struct pv_func *)func;
+    if (!f)
+        return PV_cudaErrorInvalidDeviceFunction;
+    return kinfo(f, *d, ki);
+}
+
+PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    if (!attr)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = func_info(func, &d, &ki);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    char *p = attr;
+    memset(p, 0, PV_cudaFuncAttributes_SIZE);
+    size_t sz;
+    int v;
+    sz = (size_t)ki->shared;
+    memcpy(p + PV_cudaFuncAttributes_sharedSizeBytes, &sz, sizeof sz);
+    sz = (size_t)ki->constant;
+    memcpy(p + PV_cudaFuncAttributes_constSizeBytes, &sz, sizeof sz);
+    sz = (size_t)ki->local;
+    memcpy(p + PV_cudaFuncAttributes_localSizeBytes, &sz, sizeof sz);
+    v = (int)(ki->max_threads > 0 ? ki->max_threads : d->max_tpb);
+    memcpy(p + PV_cudaFuncAttributes_maxThreadsPerBlock, &v, sizeof v);
+    v = (int)ki->regs;
+    memcpy(p + PV_cudaFuncAttributes_numRegs, &v, sizeof v);
+    v = (int)ki->ptx;
+    memcpy(p + PV_cudaFuncAttributes_ptxVersion, &v, sizeof v);
+    v = (int)ki->binary;
+    memcpy(p + PV_cudaFuncAttributes_binaryVersion, &v, sizeof v);
+    v = (int)ki->max_dyn_shared;
+    memcpy(p + PV_cudaFuncAttributes_maxDynamicSharedSizeBytes, &v, sizeof v);
+    v = -1;
+    memcpy(p + PV_cudaFuncAttributes_preferredShmemCarveout, &v, sizeof v);
+    return PV_SUCCESS;
+}
+
+/* cudaFuncCachePrefer* is a hint: accepted, as on GPUs where it has no effect. */
+PV_API cudaError_t cudaFuncSetCacheConfig(const void *func, int config)
+{
+    if (config < 0 || config > 3)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    return pv_func_by_host(func) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidDeviceFunction);
+}
+
+static int occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn)
+{
+    int maxt = ki->max_threads > 0 && ki->max_threads < d->max_tpb ? (int)ki->max_threads : d->max_tpb;
+    if (block <= 0 || block > maxt)
+        return 0;
+    int warp = d->warp > 0 ? d->warp : 32;
+    int warps = (block + warp - 1) / warp;
+    int limit = d->max_tpm / (warps * warp);
+    if (d->max_blocks_per_sm > 0 && d->max_blocks_per_sm < limit)
+        limit = d->max_blocks_per_sm;
+    if (ki->regs > 0 && d->regs_per_sm > 0) {
+        long per_warp = ((ki->regs * warp + 255) / 256) * 256;
+        long by_regs = d->regs_per_sm / (per_warp * warps);
+        if (by_regs < limit)
+            limit = (int)by_regs;
+    }
+    size_t smem = (size_t)ki->shared + dyn;
+    if (smem > 0) {
+        if (smem > d->smem_per_block && dyn > (size_t)ki->max_dyn_shared)
+            return 0;
+        long by_smem = (long)(d->smem_per_sm / smem);
+        if (by_smem < limit)
+            limit = (int)by_smem;
+    }
+    return limit > 0 ? limit : 0;
+}
+
+PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *func, int block,
+                                                                          size_t dyn, unsigned flags)
+{
+    (void)flags;
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    if (!n)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = func_info(func, &d, &ki);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *n = occupancy(d, ki, block, dyn);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *func, int block, size_t dyn)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, func, block, dyn, 0);
+}
+
+PV_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, const void *func, int nblocks, int block)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    if (!dyn || nblocks <= 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = func_info(func, &d, &ki);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (occupancy(d, ki, block, 0) < nblocks) {
+        *dyn = 0;
+        return PV_SUCCESS;
+    }
+    size_t per = d->smem_per_sm / (size_t)nblocks;
+    per = per > (size_t)ki->shared ? per - (size_t)ki->shared : 0;
+    if (per > (size_t)ki->max_dyn_shared)
+        per = (size_t)ki->max_dyn_shared;
+    *dyn = per;
+    return PV_SUCCESS;
+}

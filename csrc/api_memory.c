@@ -1,1 +1,660 @@
+/* Memory: device allocations, copies of every kind (1D, 2D, peer, symbols), memsets, host memory, mem info,
+ * pointer attributes. A copy goes to the host that owns the device pointer; copies between GPUs are staged
+ * through this process. Host-to-device data and memsets are fire-and-forget; device-to-host copies wait for the
+ * reply, whose payload is read straight into the caller's buffer. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "common.h"
+
+#define PV_CHUNK ((size_t)64 << 20)   /* bytes per frame of a large copy: bounds daemon-side buffering */
+
+/* ------------------------------------------------------------------------------------------ primitives */
+static cudaError_t h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
+{
+    for (size_t off = 0; off < n; off += PV_CHUNK) {
+        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
+        if (!pv_conn_alive(d->conn))
+            return PV_ERR_UNAVAILABLE;
+        struct pv_req r;
+        pv_req_begin(&r, d->conn, PV_OP_MEMCPY_HTOD, 3, 0, (const char *)src + off, k, NULL, 0);
+        msgpack_pack_int(&r.pk, d->remote);
+        msgpack_pack_uint64(&r.pk, dst + off);
+        msgpack_pack_uint64(&r.pk, stream);
+        cudaError_t err = pv_req_finish(&r, NULL);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+static cudaError_t d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
+{
+    for (size_t off = 0; off < n; off += PV_CHUNK) {
+        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
+        if (!pv_conn_alive(d->conn))
+            return PV_ERR_UNAVAILABLE;
+        struct pv_req r;
+        struct pv_reply rep;
+        pv_req_begin(&r, d->conn, PV_OP_MEMCPY_DTOH, 4, 1, NULL, 0, (char *)dst + off, k);
+        msgpack_pack_int(&r.pk, d->remote);
+        msgpack_pack_uint64(&r.pk, src + off);
+        msgpack_pack_uint64(&r.pk, k);
+        msgpack_pack_uint64(&r.pk, stream);
+        cudaError_t err = pv_req_finish(&r, &rep);
+        size_t got = rep.payload_len;
+        pv_reply_free(&rep);
+        if (err != PV_SUCCESS)
+            return err;
+        if (got != k) {
+            pv_log("GPU%d (%s:%d) returned %zu of %zu bytes of a device-to-host copy", d->index, d->conn->host,
+                   d->conn->port, got, k);
+            return PV_cudaErrorUnknown;
+        }
+    }
+    return PV_SUCCESS;
+}
+
+static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)
+{
+    uint64_t a[4] = { dst, src, n, stream };
+    return pv_call_u64(d, PV_OP_MEMCPY_DTOD, 0, a, 4, NULL);
+}
+
+static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
+{
+    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
+    char *buf = malloc(cap);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    cudaError_t err = PV_SUCCESS;
+    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
+        size_t k = n - off < cap ? n - off : cap;
+        err = d2h(sd, buf, src + off, k, 0);
+        if (err == PV_SUCCESS)
+            err = h2d(dd, dst + off, buf, k, 0);
+    }
+    free(buf);
+    return err;
+}
+
+static cudaError_t d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
+                       uint64_t stream)
+{
+    if (dd == sd)
+        return d2d_same(dd, dst, src, n, stream);
+    return d2d_staged(dd, dst, sd, src, n);
+}
+
+/* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */
+static int dev_range(const void *p, size_t n, struct pv_device **d)
+{
+    struct pv_alloc a;
+    uint64_t u = (uint64_t)(uintptr_t)p;
+    if (pv_alloc_find(u, &a) != 0 || a.dev < 0)
+        return -1;
+    if (n > a.size || u - a.ptr > a.size - n)
+        return -1;
+    *d = pv_device(a.dev);
+    return *d ? 0 : -1;
+}
+
+static int is_device_ptr(const void *p)
+{
+    struct pv_alloc a;
+    return pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0;
+}
+
+static uint64_t stream_for(cudaStream_t s, struct pv_device *d)
+{
+    uint64_t remote = 0;
+    struct pv_device *sd = NULL;
+    if (pv_stream_remote(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
+        return 0;   /* a stream of another GPU: the target device's default stream keeps the order we need */
+    return remote;
+}
+
+cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
+{
+    (void)async;
+    if (kind < 0 || kind > cudaMemcpyDefault)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (n == 0)
+        return PV_SUCCESS;
+    if (!dst || !src)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return PV_cudaErrorInvalidResourceHandle;
+    if (kind == cudaMemcpyDefault) {
+        int dd = is_device_ptr(dst), sd = is_device_ptr(src);
+        kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                  : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    }
+    struct pv_device *ddev = NULL, *sdev = NULL;
+    switch (kind) {
+    case cudaMemcpyHostToHost:
+        memmove(dst, src, n);
+        return PV_SUCCESS;
+    case cudaMemcpyHostToDevice:
+        if (dev_range(dst, n, &ddev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return h2d(ddev, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, ddev));
+    case cudaMemcpyDeviceToHost:
+        if (dev_range(src, n, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return d2h(sdev, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
+    default:
+        if (dev_range(dst, n, &ddev) != 0 || dev_range(src, n, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return d2d(ddev, (uint64_t)(uintptr_t)dst, sdev, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ alloc/free */
+PV_API cudaError_t cudaMalloc(void **ptr, size_t size)
+{
+    struct pv_device *d;
+    if (!ptr)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (size == 0) {
+        *ptr = NULL;
+        return PV_SUCCESS;
+    }
+    struct pv_reply rep;
+    uint64_t a[1] = { size };
+    err = pv_call_u64(d, PV_OP_MALLOC, 1, a, 1, &rep);
+    uint64_t p = 0;
+    if (err == PV_SUCCESS && (pv_obj_u64(rep.result, &p) != 0 || p == 0)) {
+        pv_log("GPU%d (%s:%d) answered MALLOC without a pointer", d->index, d->conn->host, d->conn->port);
+        err = PV_cudaErrorUnknown;
+    }
+    pv_reply_free(&rep);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    pv_alloc_add(p, size, d->index);
+    *ptr = (void *)(uintptr_t)p;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaMallocPitch(void **ptr, size_t *pitch, size_t width, size_t height)
+{
+    if (!pitch)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    size_t p = (width + 511) & ~(size_t)511;
+    cudaError_t err = cudaMalloc(ptr, p * height);
+    if (err == PV_SUCCESS)
+        *pitch = p;
+    return err;
+}
+
+PV_API cudaError_t cudaFree(void *ptr)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (!ptr)
+        return PV_SUCCESS;
+    struct pv_alloc a;
+    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    struct pv_device *d = pv_device(a.dev);
+    struct pv_reply rep;
+    uint64_t args[1] = { a.ptr };
+    err = pv_call_u64(d, PV_OP_FREE, 1, args, 1, &rep);
+    pv_reply_free(&rep);
+    int dev;
+    if (err == PV_SUCCESS || err == PV_cudaErrorInvalidValue)
+        pv_alloc_remove(a.ptr, &dev);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_reply rep;
+    err = pv_call_u64(d, PV_OP_MEM_GET_INFO, 1, NULL, 0, &rep);
+    uint64_t f = 0, t = 0;
+    if (err == PV_SUCCESS) {
+        const msgpack_object *r = rep.result;
+        if (!r || r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 2 ||
+            pv_obj_u64(&r->via.array.ptr[0], &f) != 0 || pv_obj_u64(&r->via.array.ptr[1], &t) != 0)
+            err = PV_cudaErrorUnknown;
+    }
+    pv_reply_free(&rep);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (free_b)
+        *free_b = (size_t)f;
+    if (total_b)
+        *total_b = (size_t)t;
+    return PV_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ host memory */
+PV_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags)
+{
+    if (!ptr)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    void *p = NULL;
+    if (posix_memalign(&p, PV_HOST_ALIGN, size ? size : 1) != 0)
+        return pv_ret(PV_cudaErrorMemoryAllocation);
+    pv_alloc_add((uint64_t)(uintptr_t)p, size ? size : 1, -1 - (int)(flags & 0xff));
+    *ptr = p;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
+
+PV_API cudaError_t cudaFreeHost(void *ptr)
+{
+    if (!ptr)
+        return PV_SUCCESS;
+    struct pv_alloc a;
+    int dev;
+    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
+        pv_alloc_remove(a.ptr, &dev) != 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    free(ptr);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr)
+{
+    struct pv_alloc a;
+    if (!flags || pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    *flags = (unsigned)(-1 - a.dev);
+    return PV_SUCCESS;
+}
+
+/* Pinning has no meaning on a client whose GPUs are remote: registration succeeds and changes nothing. */
+PV_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned flags)
+{
+    (void)flags;
+    return (ptr && size) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaHostUnregister(void *ptr) { return ptr ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue); }
+
+PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
+{
+    if (!attrs)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    char *p = attrs;
+    memset(p, 0, PV_cudaPointerAttributes_SIZE);
+    struct pv_alloc a;
+    int type = cudaMemoryTypeUnregistered, dev = -2;
+    void *dptr = NULL, *hptr = NULL;
+    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
+        if (a.dev >= 0) {
+            type = cudaMemoryTypeDevice;
+            dev = a.dev;
+            dptr = (void *)ptr;
+        } else {
+            type = cudaMemoryTypeHost;
+            dev = pv_tls_device();
+            hptr = (void *)ptr;
+        }
+    } else {
+        hptr = (void *)ptr;
+    }
+    memcpy(p + PV_cudaPointerAttributes_type, &type, sizeof type);
+    memcpy(p + PV_cudaPointerAttributes_device, &dev, sizeof dev);
+    memcpy(p + PV_cudaPointerAttributes_devicePointer, &dptr, sizeof dptr);
+    memcpy(p + PV_cudaPointerAttributes_hostPointer, &hptr, sizeof hptr);
+    return PV_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ 1D copies */
+PV_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+{
+    return pv_ret(pv_memcpy(dst, src, n, kind, NULL, 0));
+}
+
+PV_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s)
+{
+    return pv_ret(pv_memcpy(dst, src, n, kind, s, 1));
+}
+
+static cudaError_t peer(void *dst, int dstDev, const void *src, int srcDev, size_t n)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_device *dd = pv_device(dstDev), *sd = pv_device(srcDev), *chk;
+    if (!dd || !sd)
+        return PV_cudaErrorInvalidDevice;
+    if (n == 0)
+        return PV_SUCCESS;
+    if (dev_range(dst, n, &chk) != 0 || chk != dd || dev_range(src, n, &chk) != 0 || chk != sd)
+        return PV_cudaErrorInvalidValue;
+    return d2d(dd, (uint64_t)(uintptr_t)dst, sd, (uint64_t)(uintptr_t)src, n, 0);
+}
+
+PV_API cudaError_t cudaMemcpyPeer(void *dst, int dstDev, const void *src, int srcDev, size_t n)
+{
+    return pv_ret(peer(dst, dstDev, src, srcDev, n));
+}
+
+PV_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDev, const void *src, int srcDev, size_t n, cudaStream_t s)
+{
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    return pv_ret(peer(dst, dstDev, src, srcDev, n));
+}
+
+/* ------------------------------------------------------------------------------------------ 2D copies */
+static int dev_range_2d(const void *p, size_t pitch, size_t width, size_t height, struct pv_device **d)
+{
+    return dev_range(p, pitch * (height - 1) + width, d);
+}
+
+static cudaError_t h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+                          size_t width, size_t height, uint64_t stream)
+{
+    size_t total = width * height;
+    char *packed = NULL;
+    const char *payload = src;
+    if (spitch != width) {
+        packed = malloc(total);
+        if (!packed)
+            return PV_cudaErrorMemoryAllocation;
+        for (size_t r = 0; r < height; r++)
+            memcpy(packed + r * width, src + r * spitch, width);
+        payload = packed;
+    }
+    cudaError_t err = PV_ERR_UNAVAILABLE;
+    if (pv_conn_alive(d->conn)) {
+        struct pv_req r;
+        pv_req_begin(&r, d->conn, PV_OP_MEMCPY2D_HTOD, 6, 0, payload, total, NULL, 0);
+        msgpack_pack_int(&r.pk, d->remote);
+        msgpack_pack_uint64(&r.pk, dst);
+        msgpack_pack_uint64(&r.pk, dpitch);
+        msgpack_pack_uint64(&r.pk, width);
+        msgpack_pack_uint64(&r.pk, height);
+        msgpack_pack_uint64(&r.pk, stream);
+        err = pv_req_finish(&r, NULL);
+    }
+    free(packed);
+    return err;
+}
+
+static cudaError_t d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+                          size_t height, uint64_t stream)
+{
+    size_t total = width * height;
+    char *packed = dpitch == width ? dst : malloc(total);
+    if (!packed)
+        return PV_cudaErrorMemoryAllocation;
+    cudaError_t err = PV_ERR_UNAVAILABLE;
+    size_t got = 0;
+    if (pv_conn_alive(d->conn)) {
+        struct pv_req r;
+        struct pv_reply rep;
+        pv_req_begin(&r, d->conn, PV_OP_MEMCPY2D_DTOH, 6, 1, NULL, 0, packed, total);
+        msgpack_pack_int(&r.pk, d->remote);
+        msgpack_pack_uint64(&r.pk, src);
+        msgpack_pack_uint64(&r.pk, spitch);
+        msgpack_pack_uint64(&r.pk, width);
+        msgpack_pack_uint64(&r.pk, height);
+        msgpack_pack_uint64(&r.pk, stream);
+        err = pv_req_finish(&r, &rep);
+        got = rep.payload_len;
+        pv_reply_free(&rep);
+    }
+    if (err == PV_SUCCESS && got != total)
+        err = PV_cudaErrorUnknown;
+    if (err == PV_SUCCESS && packed != dst)
+        for (size_t r = 0; r < height; r++)
+            memcpy(dst + r * dpitch, packed + r * width, width);
+    if (packed != dst)
+        free(packed);
+    return err;
+}
+
+static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                            int kind, cudaStream_t s)
+{
+    if (kind < 0 || kind > cudaMemcpyDefault)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (width == 0 || height == 0)
+        return PV_SUCCESS;
+    if (width > dpitch || width > spitch)
+        return PV_cudaErrorInvalidPitchValue;
+    if (!dst || !src)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return PV_cudaErrorInvalidResourceHandle;
+    if (kind == cudaMemcpyDefault) {
+        int dd = is_device_ptr(dst), sd = is_device_ptr(src);
+        kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                  : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    }
+    struct pv_device *ddev = NULL, *sdev = NULL;
+    uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
+    switch (kind) {
+    case cudaMemcpyHostToHost:
+        for (size_t r = 0; r < height; r++)
+            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+        return PV_SUCCESS;
+    case cudaMemcpyHostToDevice:
+        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return h2d_2d(ddev, du, dpitch, src, spitch, width, height, stream_for(s, ddev));
+    case cudaMemcpyDeviceToHost:
+        if (dev_range_2d(src, spitch, width, height, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return d2h_2d(sdev, dst, dpitch, su, spitch, width, height, stream_for(s, sdev));
+    default:
+        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0 ||
+            dev_range_2d(src, spitch, width, height, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        if (ddev == sdev) {
+            uint64_t a[7] = { du, dpitch, su, spitch, width, height, stream_for(s, sdev) };
+            return pv_call_u64(sdev, PV_OP_MEMCPY2D_DTOD, 0, a, 7, NULL);
+        } else {
+            char *tmp = malloc(width * height);
+            if (!tmp)
+                return PV_cudaErrorMemoryAllocation;
+            err = d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
+            if (err == PV_SUCCESS)
+                err = h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
+            free(tmp);
+            return err;
+        }
+    }
+}
+
+PV_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                size_t height, int kind)
+{
+    return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, NULL));
+}
+
+PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                     size_t height, int kind, cudaStream_t s)
+{
+    return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
+}
+
+/* ------------------------------------------------------------------------------------------ memset */
+static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return PV_cudaErrorInvalidResourceHandle;
+    if (n == 0)
+        return PV_SUCCESS;
+    struct pv_device *d;
+    if (dev_range(ptr, n, &d) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t a[4] = { (uint64_t)(uintptr_t)ptr, (uint64_t)(value & 0xff), n, stream_for(s, d) };
+    return pv_call_u64(d, PV_OP_MEMSET, 0, a, 4, NULL);
+}
+
+static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return PV_cudaErrorInvalidResourceHandle;
+    if (width == 0 || height == 0)
+        return PV_SUCCESS;
+    if (width > pitch)
+        return PV_cudaErrorInvalidPitchValue;
+    struct pv_device *d;
+    if (dev_range_2d(ptr, pitch, width, height, &d) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t a[6] = { (uint64_t)(uintptr_t)ptr, pitch, (uint64_t)(value & 0xff), width, height, stream_for(s, d) };
+    return pv_call_u64(d, PV_OP_MEMSET2D, 0, a, 6, NULL);
+}
+
+PV_API cudaError_t cudaMemset(void *p, int v, size_t n) { return pv_ret(memset_1d(p, v, n, NULL)); }
+PV_API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { return pv_ret(memset_1d(p, v, n, s)); }
+PV_API cudaError_t cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h)
+{
+    return pv_ret(memset_2d(p, pitch, v, w, h, NULL));
+}
+PV_API cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s)
+{
+    return pv_ret(memset_2d(p, pitch, v, w, h, s));
+}
+
+/* ------------------------------------------------------------------------------------------ symbols */
+static cudaError_t symbol_addr(const void *symbol, struct pv_device **dout, uint64_t *addr, size_t *size)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_var *v = pv_var_by_host(symbol);
+    if (!v)
+        return PV_cudaErrorInvalidSymbol;
+    err = pv_module_ensure(v->fb, d);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!v->have[d->index])
+        return PV_cudaErrorInvalidSymbol;
+    *dout = d;
+    *addr = v->addr[d->index];
+    *size = v->size;
+    return PV_SUCCESS;
+}
+
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+{
+    struct pv_device *d, *sd;
+    uint64_t addr;
+    size_t size;
+    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
+    if (err != PV_SUCCESS)
+        return err;
+    if (offset > size || n > size - offset)
+        return PV_cudaErrorInvalidValue;
+    if (n == 0)
+        return PV_SUCCESS;
+    if (!src)
+        return PV_cudaErrorInvalidValue;
+    if (kind == cudaMemcpyDefault)
+        kind = is_device_ptr(src) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    if (kind == cudaMemcpyHostToDevice)
+        return h2d(d, addr + offset, src, n, stream_for(s, d));
+    if (kind == cudaMemcpyDeviceToDevice) {
+        if (dev_range(src, n, &sd) != 0)
+            return PV_cudaErrorInvalidValue;
+        return d2d(d, addr + offset, sd, (uint64_t)(uintptr_t)src, n, stream_for(s, sd));
+    }
+    return PV_cudaErrorInvalidMemcpyDirection;
+}
+
+static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t offset, int kind, cudaStream_t s)
+{
+    struct pv_device *d, *dd;
+    uint64_t addr;
+    size_t size;
+    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
+    if (err != PV_SUCCESS)
+        return err;
+    if (offset > size || n > size - offset)
+        return PV_cudaErrorInvalidValue;
+    if (n == 0)
+        return PV_SUCCESS;
+    if (!dst)
+        return PV_cudaErrorInvalidValue;
+    if (kind == cudaMemcpyDefault)
+        kind = is_device_ptr(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    if (kind == cudaMemcpyDeviceToHost)
+        return d2h(d, dst, addr + offset, n, stream_for(s, d));
+    if (kind == cudaMemcpyDeviceToDevice) {
+        if (dev_range(dst, n, &dd) != 0)
+            return PV_cudaErrorInvalidValue;
+        return d2d(dd, (uint64_t)(uintptr_t)dst, d, addr + offset, n, stream_for(s, d));
+    }
+    return PV_cudaErrorInvalidMemcpyDirection;
+}
+
+PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t offset, int kind)
+{
+    return pv_ret(to_symbol(symbol, src, n, offset, kind, NULL));
+}
+PV_API cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t n, size_t offset, int kind,
+                                           cudaStream_t s)
+{
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    return pv_ret(to_symbol(symbol, src, n, offset, kind, s));
+}
+PV_API cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t n, size_t offset, int kind)
+{
+    return pv_ret(from_symbol(dst, symbol, n, offset, kind, NULL));
+}
+PV_API cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, size_t offset, int kind,
+                                             cudaStream_t s)
+{
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    return pv_ret(from_symbol(dst, symbol, n, offset, kind, s));
+}
+
+PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
+{
+    struct pv_device *d;
+    uint64_t addr;
+    size_t size;
+    if (!devPtr)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *devPtr = (void *)(uintptr_t)addr;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+{
+    struct pv_device *d;
+    uint64_t addr;
+    size_t sz;
+    if (!size)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = symbol_addr(symbol, &d, &addr, &sz);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *size = sz;
+    return PV_SUCCESS;
+}

@@ -1,1 +1,304 @@
+/* Streams and events: client handles wrap daemon handles and carry their device; garbage or destroyed handles
+ * are refused (cudaErrorInvalidResourceHandle) before anything is dereferenced or sent. */
+#include <stdlib.h>
+
 #include "common.h"
+
+static struct pv_stream *stream_of(cudaStream_t s)
+{
+    return ((uintptr_t)s > 2 && pv_handle_valid(s) && s->magic == PV_STREAM_MAGIC) ? s : NULL;
+}
+
+static struct pv_event *event_of(cudaEvent_t e)
+{
+    return (e && pv_handle_valid(e) && e->magic == PV_EVENT_MAGIC) ? e : NULL;
+}
+
+/* Device and daemon handle a stream argument refers to (0 and NULL-like handles: current device's default). */
+static cudaError_t resolve_stream(cudaStream_t s, struct pv_device **d, uint64_t *remote)
+{
+    if ((uintptr_t)s <= 2) {
+        *remote = 0;
+        return pv_cur(d);
+    }
+    struct pv_stream *st = stream_of(s);
+    if (!st)
+        return PV_cudaErrorInvalidResourceHandle;
+    *d = pv_device(st->dev);
+    *remote = st->remote;
+    return *d ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
+static cudaError_t simple(struct pv_device *d, int op, uint64_t a0, int want_reply)
+{
+    struct pv_reply rep;
+    uint64_t a[1] = { a0 };
+    cudaError_t err = pv_call_u64(d, op, want_reply, a, 1, want_reply ? &rep : NULL);
+    if (want_reply)
+        pv_reply_free(&rep);
+    return err;
+}
+
+/* ------------------------------------------------------------------------------------------ streams */
+PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags, int priority)
+{
+    struct pv_device *d;
+    if (!ps)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if (flags > 1)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (priority > 0)
+        priority = 0;
+    if (priority < -5)
+        priority = -5;
+    if (!pv_conn_alive(d->conn))
+        return pv_ret(PV_ERR_UNAVAILABLE);
+    struct pv_req r;
+    struct pv_reply rep;
+    pv_req_begin(&r, d->conn, PV_OP_STREAM_CREATE, 3, 1, NULL, 0, NULL, 0);
+    msgpack_pack_int(&r.pk, d->remote);
+    msgpack_pack_unsigned_int(&r.pk, flags);
+    msgpack_pack_int(&r.pk, priority);
+    err = pv_req_finish(&r, &rep);
+    uint64_t h = 0;
+    if (err == PV_SUCCESS && pv_obj_u64(rep.result, &h) != 0)
+        err = PV_cudaErrorUnknown;
+    pv_reply_free(&rep);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return pv_ret(PV_cudaErrorMemoryAllocation);
+    st->magic = PV_STREAM_MAGIC;
+    st->dev = d->index;
+    st->remote = h;
+    st->flags = flags;
+    st->priority = priority;
+    pv_handle_add(st);
+    *ps = st;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned flags)
+{
+    return cudaStreamCreateWithPriority(ps, flags, 0);
+}
+
+PV_API cudaError_t cudaStreamCreate(cudaStream_t *ps) { return cudaStreamCreateWithPriority(ps, 0, 0); }
+
+PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    struct pv_stream *st = stream_of(s);
+    if (!st || pv_handle_remove(st) != 0)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_device *d = pv_device(st->dev);
+    uint64_t a[1] = { st->remote };
+    cudaError_t err = d ? pv_call_u64(d, PV_OP_STREAM_DESTROY, 0, a, 1, NULL) : PV_cudaErrorInvalidResourceHandle;
+    st->magic = 0;
+    free(st);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    return pv_ret(simple(d, PV_OP_STREAM_SYNC, remote, 1));
+}
+
+PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    err = simple(d, PV_OP_STREAM_QUERY, remote, 1);
+    return err == PV_cudaErrorNotReady ? err : pv_ret(err);
+}
+
+PV_API cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned *flags)
+{
+    if (!flags)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if ((uintptr_t)s <= 2) {
+        *flags = 0;
+        return PV_SUCCESS;
+    }
+    struct pv_stream *st = stream_of(s);
+    if (!st)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    *flags = st->flags;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority)
+{
+    if (!priority)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if ((uintptr_t)s <= 2) {
+        *priority = 0;
+        return PV_SUCCESS;
+    }
+    struct pv_stream *st = stream_of(s);
+    if (!st)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    *priority = st->priority;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    if (!device)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *device = d->index;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_event *ev = event_of(e);
+    if (!ev)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (ev->dev != d->index) {
+        /* a dependency across GPUs: wait for the event here, then the stream's later work is ordered after it */
+        struct pv_device *ed = pv_device(ev->dev);
+        return pv_ret(ed ? simple(ed, PV_OP_EVENT_SYNC, ev->remote, 1) : PV_cudaErrorInvalidResourceHandle);
+    }
+    uint64_t a[3] = { remote, ev->remote, flags };
+    return pv_ret(pv_call_u64(d, PV_OP_STREAM_WAIT_EVENT, 0, a, 3, NULL));
+}
+
+/* ------------------------------------------------------------------------------------------ events */
+PV_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned flags)
+{
+    struct pv_device *d;
+    if (!pe || flags > 0xf)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_reply rep;
+    uint64_t a[1] = { flags };
+    err = pv_call_u64(d, PV_OP_EVENT_CREATE, 1, a, 1, &rep);
+    uint64_t h = 0;
+    if (err == PV_SUCCESS && pv_obj_u64(rep.result, &h) != 0)
+        err = PV_cudaErrorUnknown;
+    pv_reply_free(&rep);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return pv_ret(PV_cudaErrorMemoryAllocation);
+    ev->magic = PV_EVENT_MAGIC;
+    ev->dev = d->index;
+    ev->remote = h;
+    ev->flags = flags;
+    pv_handle_add(ev);
+    *pe = ev;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, 0); }
+
+PV_API cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    struct pv_event *ev = event_of(e);
+    if (!ev || pv_handle_remove(ev) != 0)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_device *d = pv_device(ev->dev);
+    uint64_t a[1] = { ev->remote };
+    cudaError_t err = d ? pv_call_u64(d, PV_OP_EVENT_DESTROY, 0, a, 1, NULL) : PV_cudaErrorInvalidResourceHandle;
+    ev->magic = 0;
+    free(ev);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    struct pv_event *ev = event_of(e);
+    if (!ev)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err;
+    if ((uintptr_t)s <= 2) {
+        d = pv_device(ev->dev);   /* the default stream of the event's device */
+        remote = 0;
+        err = d ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+    } else {
+        err = resolve_stream(s, &d, &remote);
+    }
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (d->index != ev->dev)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    uint64_t a[2] = { ev->remote, remote };
+    return pv_ret(pv_call_u64(d, PV_OP_EVENT_RECORD, 0, a, 2, NULL));
+}
+
+PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned flags)
+{
+    (void)flags;
+    return cudaEventRecord(e, s);
+}
+
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    struct pv_event *ev = event_of(e);
+    struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
+    if (!d)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    return pv_ret(simple(d, PV_OP_EVENT_SYNC, ev->remote, 1));
+}
+
+PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    struct pv_event *ev = event_of(e);
+    struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
+    if (!d)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    cudaError_t err = simple(d, PV_OP_EVENT_QUERY, ev->remote, 1);
+    return err == PV_cudaErrorNotReady ? err : pv_ret(err);
+}
+
+PV_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    if (!ms)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    struct pv_event *a = event_of(start), *b = event_of(end);
+    if (!a || !b)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (a->dev != b->dev)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_device *d = pv_device(a->dev);
+    if (!d)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_reply rep;
+    uint64_t args[2] = { a->remote, b->remote };
+    cudaError_t err = pv_call_u64(d, PV_OP_EVENT_ELAPSED, 1, args, 2, &rep);
+    double v = 0;
+    if (err == PV_SUCCESS && pv_obj_f64(rep.result, &v) != 0)
+        err = PV_cudaErrorUnknown;
+    pv_reply_free(&rep);
+    if (err != PV_SUCCESS)
+        return err == PV_cudaErrorNotReady ? err : pv_ret(err);
+    *ms = (float)v;
+    return PV_SUCCESS;
+}

@@ -374,6 +374,7 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
                 v->have[di] = 1;
                 if (size && size != v->size)
                     v->size = (size_t)size;
+                pv_alloc_add(addr, v->size, di);   /* symbol addresses are device pointers for copies */
             }
         }
         fb->loaded[di] = 1;
