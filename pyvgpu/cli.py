@@ -192,6 +192,7 @@ def _start_detached(args: argparse.Namespace, argv: list[str]) -> int:
     pid_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", DAEMON_MODULE, *argv]
     with open(log_path, "ab") as log:
+        start_offset = log.tell()
         log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} pyvgpu daemon start: {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -202,8 +203,8 @@ def _start_detached(args: argparse.Namespace, argv: list[str]) -> int:
         code = proc.poll()
         if code is not None:
             pid_path.unlink(missing_ok=True)
-            raise CliError(f"the daemon exited with status {code} during start-up: {_last_log_line(log_path)} "
-                           f"(log: {log_path})")
+            raise CliError(f"the daemon exited with status {code} during start-up: "
+                           f"{_last_log_line(log_path, start_offset)} (log: {log_path})")
         if port_open(args.host, args.port, timeout=0.2):
             what = _describe_running(args)
             print(f"daemon listening on {args.host}:{args.port} (pid {proc.pid}, {what}); "
@@ -234,11 +235,15 @@ def _describe_running(args: argparse.Namespace) -> str:
         client.close()
 
 
-def _last_log_line(path: Path) -> str:
+def _last_log_line(path: Path, offset: int = 0) -> str:
+    """The last non-empty line the daemon wrote since `offset` (this start's part of the appended log)."""
     try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
     except OSError:
         return "no log"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.startswith("--- ")]
     return lines[-1] if lines else "no output"
 

@@ -306,6 +306,17 @@ def test_daemon_detach_status_stop(cli, env):
 
 
 @needs_daemon
+def test_daemon_detach_failure_is_one_line_with_the_reason(cli, env):
+    port = free_port()
+    proc = cli("daemon", "start", "--detach", "--backend", "emu", "--port", str(port), "--emu-devices", "1",
+               "--emu-memory", "lots")
+    assert_clean_error(proc, "exited with status 2", f"daemon-{port}.log")
+    assert "lots" in proc.stderr.lower()              # the daemon's own reason is passed on
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (Path(env["XDG_STATE_HOME"]) / "pyvgpu" / f"daemon-{port}.pid").exists()
+
+
+@needs_daemon
 def test_daemon_status_shows_sessions(cli, daemon):
     from pyvgpu.client import Client
     with Client.connect("127.0.0.1", daemon.port) as c:
