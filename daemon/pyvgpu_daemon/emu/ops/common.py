@@ -107,6 +107,16 @@ def two_sum(a, b):
     return s, e
 
 
+def fast_two_sum(a, b):
+    """Like two_sum but ordered by magnitude (Fast2Sum), so no intermediate can overflow when s is finite."""
+    swap = np.abs(a) < np.abs(b)
+    big = np.where(swap, b, a)
+    small = np.where(swap, a, b)
+    s = big + small
+    e = small - (s - big)
+    return s, e
+
+
 _SPLIT = np.float64(134217729.0)  # 2**27 + 1
 
 

@@ -24,8 +24,38 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (AluOp, Unsupported, finite_all, fix_overflow, ftz, narrow_directed, one_of, quiet, round_odd,
+from .common import (AluOp, Unsupported, fast_two_sum, finite_all, fix_overflow, ftz, narrow_directed, one_of, quiet, round_odd,
                      sat, split_mods, step_directed, two_prod64, two_sum)
+
+def _mul_resid64(a, b, r):
+    """A value with the sign of (a*b - r) for float64 a, b and r = RN(a*b), valid over the whole range
+    (subnormal results included): the operands are scaled to [0.5, 1) so TwoProduct is exact."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    p, e = two_prod64(ma, mb)
+    rs = np.ldexp(r, -(ea + eb))
+    return (p - rs) + e
+
+
+def _div_resid64(a, b, r):
+    """A value with the sign of (a - r*b) for r = RN(a/b), scaled like _mul_resid64."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    rs = np.ldexp(r, eb - ea)
+    p, e = two_prod64(rs, mb)
+    return (ma - p) - e
+
+
+def _sqrt_resid64(a, r):
+    """A value with the sign of (a - r*r) for r = RN(sqrt(a)), a >= 0."""
+    ma, ea = np.frexp(a)
+    odd = (ea & 1) == 1
+    ma = np.where(odd, ma * 2.0, ma)
+    ea = np.where(odd, ea - 1, ea)
+    rs = np.ldexp(r, -(ea // 2))
+    p, e = two_prod64(rs, rs)
+    return (ma - p) - e
+
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -70,7 +100,7 @@ def _addsub(t, mode, is_sub, do_ftz, do_sat):
         if mode == "rn":
             r = np.add(a, b)
         else:
-            r, e = two_sum(a, b)
+            r, e = fast_two_sum(a, b)
             r = step_directed(r, e, mode)
             r = fix_overflow(r, finite_all(a, b), mode)
             if mode == "rm":
@@ -95,7 +125,7 @@ def _mul(t, mode, do_ftz, do_sat):
             if dt == F32:
                 e = np.multiply(a, b, dtype=np.float64) - r.astype(np.float64)
             else:
-                _, e = two_prod64(a, b)
+                e = _mul_resid64(a, b, r)
             r = step_directed(r, e, mode)
             r = fix_overflow(r, finite_all(a, b), mode)
         return _post(r, do_ftz, do_sat)
@@ -203,8 +233,7 @@ def _div(t, mode, do_ftz, do_sat, approx):
             if dt == F32:
                 rr = a.astype(np.float64) - r.astype(np.float64) * b.astype(np.float64)
             else:
-                p, pe = two_prod64(r, b)
-                rr = (a - p) - pe
+                rr = _div_resid64(a, b, r)
             resid = np.where(b < 0, -rr, rr)
             r = step_directed(r, resid, mode)
             r = fix_overflow(r, finite_all(a) & (b != 0), mode)
@@ -225,8 +254,7 @@ def _sqrt(t, mode, do_ftz):
                 r64 = r.astype(np.float64)
                 resid = a.astype(np.float64) - r64 * r64
             else:
-                p, pe = two_prod64(r, r)
-                resid = (a - p) - pe
+                resid = _sqrt_resid64(a, r)
             r = step_directed(r, np.where(np.isfinite(r) & (r > 0), resid, 0), mode)
         return ftz(r) if do_ftz else r
     return fn

@@ -1,0 +1,455 @@
+"""emu/ops: f32/f64 arithmetic, comparisons and selection. Expected values are exact rationals
+(fractions.Fraction) rounded by the reference in test_emu_ops_ref.py, IEEE 754 special-value rules written out
+here, and Python's math module for the .approx functions (with the ulp bounds the ops docstring states)."""
+from __future__ import annotations
+
+import math
+import random
+import struct
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+from pyvgpu_daemon.emu.ops import build_alu
+from pyvgpu_daemon.emu.ptx import ir
+from test_emu_ops_ref import f32_bits, f32_from_bits, f64_bits, max_finite, round_frac
+
+MODES = ["rn", "rz", "rm", "rp"]
+NPT = {"f32": np.float32, "f64": np.float64}
+
+
+def alu(spec, ndst=1, line=1):
+    parts = spec.split(".")
+    return build_alu(ir.Instr(parts[0], tuple(parts[1:]), [ir.Reg(f"%d{i}") for i in range(ndst)],
+                              [ir.Reg("%a"), ir.Reg("%b"), ir.Reg("%c")], line=line))
+
+
+def rand_vals(fmt, n, rng):
+    """Finite values of fmt: random bit patterns (subnormals and huge values included), moderate values and a
+    few exact specials."""
+    out = []
+    for _ in range(n):
+        k = rng.random()
+        if fmt == "f32":
+            if k < 0.4:
+                u = rng.getrandbits(32)
+                if (u >> 23) & 0xFF == 0xFF:
+                    u &= ~(1 << 30)
+                out.append(f32_from_bits(u))
+            elif k < 0.9:
+                out.append(float(np.float32(rng.uniform(-1, 1) * 2.0 ** rng.randint(-30, 30))))
+            else:
+                out.append(rng.choice([0.0, -0.0, 1.0, -1.0, 3.0, 2.0 ** -149, -2.0 ** -126, float(max_finite("f32"))]))
+        else:
+            if k < 0.4:
+                u = rng.getrandbits(64)
+                if (u >> 52) & 0x7FF == 0x7FF:
+                    u &= ~(1 << 62)
+                out.append(struct.unpack("<d", struct.pack("<Q", u))[0])
+            elif k < 0.9:
+                out.append(rng.uniform(-1, 1) * 2.0 ** rng.randint(-60, 60))
+            else:
+                out.append(rng.choice([0.0, -0.0, 1.0, -1.0, 5e-324, -2.2250738585072014e-308]))
+    return out
+
+
+def same(got, want):
+    """Bitwise equality, NaN matching any NaN."""
+    if isinstance(want, float) and math.isnan(want):
+        return math.isnan(got)
+    return f64_bits(float(got)) == f64_bits(float(want))
+
+
+def zero_sum_sign(sx_neg, sy_neg, mode):
+    if sx_neg and sy_neg:
+        return -0.0
+    if not sx_neg and not sy_neg:
+        return -0.0 if False else 0.0
+    return -0.0 if mode == "rm" else 0.0
+
+
+def ref_add(x, y, fmt, mode):
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return x + y
+    q = F(x) + F(y)
+    if q == 0:
+        if x == 0 and y == 0:
+            return zero_sum_sign(math.copysign(1, x) < 0, math.copysign(1, y) < 0, mode)
+        return -0.0 if mode == "rm" else 0.0
+    return round_frac(q, fmt, mode)
+
+
+def ref_mul(x, y, fmt, mode):
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return x * y
+    q = F(x) * F(y)
+    if q == 0:
+        return math.copysign(0.0, math.copysign(1, x) * math.copysign(1, y))
+    r = round_frac(q, fmt, mode)
+    return r
+
+
+def ref_div(x, y, fmt, mode):
+    if math.isnan(x) or math.isnan(y) or (x == 0 and y == 0) or (math.isinf(x) and math.isinf(y)):
+        return math.nan
+    s = math.copysign(1, x) * math.copysign(1, y)
+    if y == 0 or math.isinf(x):
+        return math.copysign(math.inf, s)
+    if math.isinf(y) or x == 0:
+        return math.copysign(0.0, s)
+    return round_frac(F(x) / F(y), fmt, mode)
+
+
+def ref_fma(x, y, z, fmt, mode):
+    if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
+        return float(np.float64(x) * np.float64(y) + np.float64(z))
+    p = F(x) * F(y)
+    q = p + F(z)
+    if q == 0:
+        pneg = (math.copysign(1, x) * math.copysign(1, y)) < 0
+        if p == 0 and z == 0:
+            return zero_sum_sign(pneg, math.copysign(1, z) < 0, mode)
+        return -0.0 if mode == "rm" else 0.0
+    return round_frac(q, fmt, mode)
+
+
+def canon(vals, fmt):
+    """The values as the format actually holds them."""
+    return np.array(vals, NPT[fmt]).tolist()
+
+
+def run(op, fmt, *cols):
+    args = [np.array(c, NPT[fmt]) for c in cols]
+    with np.errstate(all="raise"):   # ops must not depend on the caller's error state
+        return op.fn(*args)
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f64"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("opc", ["add", "sub", "mul", "div"])
+def test_basic_arith_all_rounding_modes(opc, mode, fmt):
+    rng = random.Random(hash((opc, mode, fmt)) & 0xFFFF)
+    n = 1500
+    a, b = rand_vals(fmt, n, rng), rand_vals(fmt, n, rng)
+    # near-cancellation and exact-halfway material
+    a += [1.0, 1.0, -0.0, 0.0, -0.0, 2.0 ** -149, 1e30]
+    b += [-1.0, 2.0 ** -30, 0.0, -0.0, -0.0, 2.0 ** -149, 1e30]
+    a, b = canon(a, fmt), canon(b, fmt)
+    got = run(alu(f"{opc}.{mode}.{fmt}"), fmt, a, b)
+    bad = []
+    for x, y, g in zip(a, b, got):
+        if opc == "add":
+            w = ref_add(x, y, fmt, mode)
+        elif opc == "sub":
+            w = ref_add(x, -y, fmt, mode)
+        elif opc == "mul":
+            w = ref_mul(x, y, fmt, mode)
+        else:
+            w = ref_div(x, y, fmt, mode)
+        if not same(g, w):
+            bad.append((x, y, float(g), w))
+    assert not bad, bad[:5]
+
+
+def test_default_rounding_is_rn():
+    a = np.array([1.0, 3.0], np.float32)
+    b = np.array([2.0 ** -24, 2.0 ** -22 * 1.5], np.float32)
+    assert alu("add.f32").fn(a, b).tolist() == alu("add.rn.f32").fn(a, b).tolist() == [1.0, 3.0 + 2.0 ** -21]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fma_f32_all_modes_random(mode):
+    rng = random.Random(7 + MODES.index(mode))
+    n = 3000
+    a, b, c = (rand_vals("f32", n, rng) for _ in range(3))
+    # products that cancel c, and the classic double-rounding trap (f64 sum lands on an f32 midpoint)
+    t = 1 + 2.0 ** -12
+    a += [t, t, t, 3.0, -1.5]
+    b += [t, t, t, 1 / 3.0, 2.0]
+    c += [2.0 ** -80, -2.0 ** -80, 0.0, -1.0, 3.0]
+    a, b, c = canon(a, "f32"), canon(b, "f32"), canon(c, "f32")
+    got = run(alu(f"fma.{mode}.f32"), "f32", a, b, c)
+    bad = [(x, y, z, float(g), ref_fma(x, y, z, "f32", mode)) for x, y, z, g in zip(a, b, c, got)
+           if not same(g, ref_fma(x, y, z, "f32", mode))]
+    assert not bad, bad[:5]
+
+
+def test_fma_rn_f32_double_rounding_case_explicit():
+    t = np.float32(1 + 2.0 ** -12)
+    # exact: 1 + 2^-11 + 2^-24 + 2^-80 (just above an f32 midpoint) -> rounds up
+    up = alu("fma.rn.f32").fn(np.array([t]), np.array([t]), np.array([2.0 ** -80], np.float32))[0]
+    assert f32_bits(float(up)) == f32_bits(1 + 2.0 ** -11) + 1
+    down = alu("fma.rn.f32").fn(np.array([t]), np.array([t]), np.array([-2.0 ** -80], np.float32))[0]
+    assert f32_bits(float(down)) == f32_bits(1 + 2.0 ** -11)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fma_f64_random(mode):
+    rng = random.Random(70 + MODES.index(mode))
+    n = 2000
+    a, b, c = rand_vals("f64", n, rng), rand_vals("f64", n, rng), rand_vals("f64", n, rng)
+    # keep products inside the range where the documented algorithm is exact
+    keep = [i for i in range(n) if a[i] == 0 or b[i] == 0 or
+            (abs(a[i]) < 2.0 ** 900 and abs(b[i]) < 2.0 ** 900 and 2.0 ** -900 < abs(a[i] * b[i]) < 2.0 ** 1000)]
+    a, b, c = [a[i] for i in keep], [b[i] for i in keep], [c[i] for i in keep]
+    # heavy cancellation: c = -(a*b) rounded, so the result is the product's rounding error
+    for _ in range(300):
+        x, y = rng.uniform(1, 2), rng.uniform(1, 2)
+        a.append(x)
+        b.append(y)
+        c.append(-(x * y))
+    t = 1 + 2.0 ** -27
+    a += [t, t]
+    b += [t, t]
+    c += [2.0 ** -200, -2.0 ** -200]
+    got = run(alu(f"fma.{mode}.f64"), "f64", a, b, c)
+    bad = [(x, y, z, float(g)) for x, y, z, g in zip(a, b, c, got) if not same(g, ref_fma(x, y, z, "f64", mode))]
+    assert not bad, bad[:5]
+
+
+def test_expf_magic_number_pattern():
+    """expf: t = cvt.sat.f32.f32(x * log2e/...), then fma.rm.f32 t, 252, 0f4B400001: a round-down whose low bits
+    become the exponent field."""
+    rng = random.Random(3)
+    xs = [rng.uniform(-2, 2) for _ in range(2000)] + [math.nan, -0.0, 0.0, 1.0, 5.0, -5.0, 0.5]
+    xs32 = np.array(xs, np.float32)
+    satv = alu("cvt.sat.f32.f32").fn(xs32)
+    magic = f32_from_bits(0x4B400001)
+    got = alu("fma.rm.f32").fn(satv, np.float32(252.0), np.float32(magic))
+    for x, s, g in zip(xs32.tolist(), satv.tolist(), got.tolist()):
+        ws = 0.0 if math.isnan(x) else min(max(x, 0.0), 1.0)
+        assert f64_bits(s) == f64_bits(ws + 0.0), (x, s)
+        assert g == round_frac(F(ws) * 252 + F(magic), "f32", "rm"), (x, s, g)
+
+
+def test_add_rz_roundf_pattern():
+    # roundf adds 0.5 with .rz then truncates: 0.49999997 + 0.5 must stay below 1
+    x = np.float32(0.49999997)
+    r = alu("add.rz.f32").fn(np.array([x]), np.float32(0.5))[0]
+    assert r < 1.0 and r == round_frac(F(float(x)) + F(1, 2), "f32", "rz")
+    assert alu("add.rn.f32").fn(np.array([x]), np.float32(0.5))[0] == 1.0
+
+
+def test_directed_overflow_clamps():
+    big = np.array([3e38, -3e38], np.float32)
+    mx = float(max_finite("f32"))
+    assert alu("add.rz.f32").fn(big, big).tolist() == [mx, -mx]
+    assert alu("add.rm.f32").fn(big, big).tolist() == [mx, -math.inf]
+    assert alu("add.rp.f32").fn(big, big).tolist() == [math.inf, -mx]
+    assert alu("mul.rn.f32").fn(big, big).tolist() == [math.inf, math.inf]
+    assert alu("mul.rz.f32").fn(big, big).tolist() == [mx, mx]
+
+
+def test_specials_inf_nan_zero():
+    inf, nan = math.inf, math.nan
+    a = np.array([inf, inf, 0.0, -0.0, nan, 1.0], np.float32)
+    b = np.array([-inf, 1.0, -0.0, -0.0, 1.0, -1.0], np.float32)
+    r = alu("add.f32").fn(a, b)
+    assert math.isnan(r[0]) and r[1] == inf and math.isnan(r[4])
+    assert f32_bits(float(r[2])) == 0 and f32_bits(float(r[3])) == 0x80000000 and f32_bits(float(r[5])) == 0
+    rm = alu("add.rm.f32").fn(a, b)
+    assert f32_bits(float(rm[2])) == 0x80000000 and f32_bits(float(rm[5])) == 0x80000000
+    m = alu("mul.f32").fn(np.array([inf, -0.0], np.float32), np.array([0.0, 5.0], np.float32))
+    assert math.isnan(m[0]) and f32_bits(float(m[1])) == 0x80000000
+    d = alu("div.rn.f32").fn(np.array([1.0, -1.0, 0.0], np.float32), np.array([0.0, 0.0, 0.0], np.float32))
+    assert d[0] == inf and d[1] == -inf and math.isnan(d[2])
+
+
+def test_ftz_and_sat():
+    sub = 2.0 ** -130
+    a = np.array([sub, -sub, 1.0, 2.0 ** -100], np.float32)
+    b = np.array([0.0, -0.0, -1.0, 2.0 ** -40], np.float32)
+    r = alu("add.ftz.f32").fn(a, b)
+    assert [f32_bits(float(v)) for v in r[:2]] == [0, 0x80000000]
+    # subnormal result flushed, sign kept
+    m = alu("mul.ftz.f32").fn(np.array([2.0 ** -100, -2.0 ** -100], np.float32), np.float32(2.0 ** -40))
+    assert [f32_bits(float(v)) for v in m] == [0, 0x80000000]
+    assert alu("mul.f32").fn(np.array([2.0 ** -100], np.float32), np.float32(2.0 ** -40))[0] == 2.0 ** -140
+    s = alu("add.sat.f32").fn(np.array([math.nan, 2.0, -3.0, -0.0, 0.25], np.float32), np.float32(0.0))
+    assert [f32_bits(float(v)) for v in s] == [0, f32_bits(1.0), 0, 0, f32_bits(0.25)]
+    f = alu("fma.rn.ftz.f32").fn(np.array([sub], np.float32), np.float32(2.0 ** 100), np.float32(1.0))
+    assert f[0] == 1.0   # subnormal input flushed before the multiply
+
+
+def test_div_approx_full_rcp_sqrt():
+    rng = random.Random(11)
+    xs = [v for v in rand_vals("f32", 2000, rng) if v != 0 and abs(v) > 1e-37 and abs(v) < 1e37]
+    X = np.array(xs, np.float32)
+    for mode in MODES:
+        r = alu(f"rcp.{mode}.f32").fn(X)
+        assert all(same(g, round_frac(1 / F(x), "f32", mode)) for x, g in zip(xs, r.tolist())), mode
+        s = alu(f"sqrt.{mode}.f32").fn(np.abs(X))
+        assert all(same(g, ref_sqrt(abs(x), "f32", mode)) for x, g in zip(xs, s.tolist())), mode
+    for spec in ("div.approx.f32", "div.full.f32", "div.approx.ftz.f32"):
+        q = alu(spec).fn(X, np.float32(3.0))
+        assert all(abs(g - x / 3) <= 2 * float(np.spacing(np.float32(abs(x / 3)))) for x, g in zip(xs, q.tolist()))
+    X64 = np.array(rand_vals("f64", 500, rng), np.float64)
+    X64 = X64[(X64 != 0) & (np.abs(X64) < 1e300) & (np.abs(X64) > 1e-300)]
+    r = alu("rcp.rn.f64").fn(X64)
+    assert all(same(g, round_frac(1 / F(float(x)), "f64", "rn")) for x, g in zip(X64.tolist(), r.tolist()))
+    r = alu("rcp.approx.ftz.f64").fn(X64)
+    assert np.all(np.abs(r - 1 / X64) <= np.abs(1 / X64) * 2.0 ** -50)
+    s = alu("sqrt.rn.f64").fn(np.abs(X64))
+    assert all(same(g, ref_sqrt(abs(x), "f64", "rn")) for x, g in zip(X64.tolist(), s.tolist()))
+    sp = alu("sqrt.rn.f32").fn(np.array([-1.0, -0.0, math.inf], np.float32))
+    assert math.isnan(sp[0]) and f32_bits(float(sp[1])) == 0x80000000 and sp[2] == math.inf
+
+
+def ref_sqrt(x, fmt, mode):
+    if x == 0:
+        return x
+    q = F(x)
+    lg = q.numerator.bit_length() - q.denominator.bit_length()
+    k = max(0, (240 - lg) // 2 + 1)     # at least ~120 significant bits of the root
+    n = q.numerator * 4 ** k // q.denominator
+    s = math.isqrt(n)
+    exact = s * s == n and q.numerator * 4 ** k % q.denominator == 0
+    v = F(s, 2 ** k)
+    if not exact:
+        v += F(1, 2 ** (k + 1))   # strictly between s and s+1: keeps the rounding direction
+    return round_frac(v, fmt, mode)
+
+
+def ulp_err(got, want, fmt="f32"):
+    if want == 0:
+        return abs(got)
+    return abs(float(got) - want) / float(np.spacing(np.float32(abs(want))))
+
+
+def test_approx_functions_within_bounds():
+    rng = random.Random(5)
+    xs = np.array([rng.uniform(-20, 20) for _ in range(2000)], np.float32)
+    e = alu("ex2.approx.ftz.f32").fn(xs)
+    assert max(ulp_err(g, 2.0 ** float(x)) for x, g in zip(xs, e)) <= 2
+    e2 = alu("ex2.approx.f32").fn(np.array([-math.inf, math.inf, 0.0, -200.0], np.float32))
+    assert e2.tolist()[:3] == [0.0, math.inf, 1.0] and e2[3] == np.float32(2.0 ** -200)
+    assert alu("ex2.approx.ftz.f32").fn(np.array([-140.0], np.float32))[0] == 0.0   # subnormal result flushed
+    pos = np.abs(xs) + np.float32(1e-3)
+    lg = alu("lg2.approx.ftz.f32").fn(pos)
+    assert max(abs(g - math.log2(float(x))) for x, g in zip(pos, lg)) <= 2.0 ** -22.6 * 4
+    lg0 = alu("lg2.approx.ftz.f32").fn(np.array([0.0, -1.0, 2.0 ** -130], np.float32))
+    assert lg0[0] == -math.inf and math.isnan(lg0[1]) and lg0[2] == -math.inf
+    ang = np.array([rng.uniform(-math.pi, math.pi) for _ in range(1000)], np.float32)
+    assert max(abs(g - math.sin(float(x))) for x, g in zip(ang, alu("sin.approx.ftz.f32").fn(ang))) <= 2.0 ** -20.5
+    assert max(abs(g - math.cos(float(x))) for x, g in zip(ang, alu("cos.approx.f32").fn(ang))) <= 2.0 ** -20.5
+    th = alu("tanh.approx.f32").fn(xs)
+    assert max(abs(g - math.tanh(float(x))) / max(abs(math.tanh(float(x))), 1e-30) for x, g in zip(xs, th)) <= 2.0 ** -10.9
+    rs = alu("rsqrt.approx.f32").fn(pos)
+    assert max(ulp_err(g, 1 / math.sqrt(float(x))) for x, g in zip(pos, rs)) <= 2
+
+
+def test_min_max_nan_and_signed_zero():
+    nan = math.nan
+    a = np.array([nan, 1.0, nan, -0.0, 0.0, -3.0], np.float32)
+    b = np.array([2.0, nan, nan, 0.0, -0.0, 4.0], np.float32)
+    mn = alu("min.f32").fn(a, b)
+    mx = alu("max.f32").fn(a, b)
+    assert mn[0] == 2.0 and mn[1] == 1.0 and f32_bits(float(mn[2])) == 0x7FFFFFFF
+    assert f32_bits(float(mn[3])) == 0x80000000 and f32_bits(float(mn[4])) == 0x80000000 and mn[5] == -3.0
+    assert mx[0] == 2.0 and mx[1] == 1.0 and f32_bits(float(mx[2])) == 0x7FFFFFFF
+    assert f32_bits(float(mx[3])) == 0 and f32_bits(float(mx[4])) == 0 and mx[5] == 4.0
+    nn = alu("min.NaN.f32").fn(a, b)
+    assert [f32_bits(float(v)) for v in nn[:3]] == [0x7FFFFFFF] * 3
+    d = alu("max.f64").fn(np.array([nan, -1.0]), np.array([-7.0, nan]))
+    assert d.tolist() == [-7.0, -1.0]
+
+
+def test_abs_neg_copysign_testp():
+    a = np.array([-0.0, 1.5, -math.inf, f32_from_bits(0xFFC00001)], np.float32)
+    assert [f32_bits(float(v)) for v in alu("abs.f32").fn(a)] == [0, f32_bits(1.5), 0x7F800000, 0x7FC00001]
+    assert [f32_bits(float(v)) for v in alu("neg.f32").fn(a)] == [0, f32_bits(-1.5), 0x7F800000, 0x7FC00001]
+    # copysign.f32 d, a, b: the sign comes from a, the magnitude from b
+    cs = alu("copysign.f32").fn(np.array([-1.0, 1.0, -0.0], np.float32), np.array([2.0, -3.0, 5.0], np.float32))
+    assert cs.tolist() == [-2.0, 3.0, -5.0]
+    v = np.array([0.0, 2.0 ** -130, 1.0, math.inf, math.nan], np.float32)
+    exp = {"finite": [1, 1, 1, 0, 0], "infinite": [0, 0, 0, 1, 0], "number": [1, 1, 1, 1, 0],
+           "notanumber": [0, 0, 0, 0, 1], "normal": [0, 0, 1, 0, 0], "subnormal": [0, 1, 0, 0, 0]}
+    for k, want in exp.items():
+        assert alu(f"testp.{k}.f32").fn(v).astype(int).tolist() == want, k
+
+
+# ------------------------------------------------------------------------------------------------ setp / set / selp
+
+def cmp_ref(op, x, y):
+    un = math.isnan(x) or math.isnan(y)
+    base = {"eq": x == y, "ne": x != y and not un, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}
+    if op in base:
+        return base[op] and not un
+    if op in ("equ", "neu", "ltu", "leu", "gtu", "geu"):
+        return un or {"equ": x == y, "neu": x != y, "ltu": x < y, "leu": x <= y, "gtu": x > y, "geu": x >= y}[op]
+    if op == "num":
+        return not un
+    return un
+
+
+FCMP = ["eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"]
+PAIRS = [(1.0, 2.0), (2.0, 1.0), (1.0, 1.0), (math.nan, 1.0), (1.0, math.nan), (math.nan, math.nan),
+         (-0.0, 0.0), (math.inf, math.inf), (-math.inf, 3.0)]
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f64", "f16"])
+@pytest.mark.parametrize("op", FCMP)
+def test_setp_float_all_comparisons(op, fmt):
+    dt = {"f32": np.float32, "f64": np.float64, "f16": np.float16}[fmt]
+    a = np.array([p[0] for p in PAIRS], dt)
+    b = np.array([p[1] for p in PAIRS], dt)
+    want = [cmp_ref(op, x, y) for x, y in PAIRS]
+    got = alu(f"setp.{op}.{fmt}").fn(a, b)
+    assert got.dtype == np.bool_ and got.tolist() == want
+    p, q = alu(f"setp.{op}.{fmt}", ndst=2).fn(a, b)
+    assert p.tolist() == want and q.tolist() == [not w for w in want]
+
+
+def test_setp_int_and_boolops():
+    a = np.array([-1, 0, 5], np.int32)
+    b = np.array([0, 0, 3], np.int32)
+    assert alu("setp.lt.s32").fn(a, b).tolist() == [True, False, False]
+    ua, ub = a.view(np.uint32), b.view(np.uint32)
+    assert alu("setp.lt.u32").fn(ua, ub).tolist() == [False, False, False]
+    assert alu("setp.hi.u32").fn(ua, ub).tolist() == [True, False, True]
+    c = np.array([True, False, True])
+    op = alu("setp.ge.and.s32", ndst=2)
+    assert op.src_types == ("s32", "s32", "pred")
+    p, q = op.fn(a, b, c)
+    assert p.tolist() == [False, False, True] and q.tolist() == [True, False, False]
+    assert alu("setp.eq.or.s32").fn(a, b, c).tolist() == [True, True, True]
+    assert alu("setp.eq.xor.s32").fn(a, b, c).tolist() == [True, True, True]
+    assert alu("setp.ne.s16").fn(np.array([1, 2], np.int16), np.int16(2)).tolist() == [True, False]
+
+
+def test_setp_ftz():
+    sub = np.float32(2.0 ** -130)
+    assert alu("setp.eq.ftz.f32").fn(np.array([sub]), np.float32(0.0)).tolist() == [True]
+    assert alu("setp.eq.f32").fn(np.array([sub]), np.float32(0.0)).tolist() == [False]
+
+
+def test_set_forms():
+    a = np.array([1.0, 2.0, math.nan], np.float16)
+    b = np.array([1.0, 3.0, math.nan], np.float16)
+    r = alu("set.eq.f16.f16").fn(a, b)
+    assert r.dtype == np.float16 and r.view(np.uint16).tolist() == [0x3C00, 0, 0]
+    r = alu("set.lt.u32.f32").fn(np.array([1.0, 2.0], np.float32), np.float32(1.5))
+    assert r.tolist() == [0xFFFFFFFF, 0]
+    r = alu("set.lt.f32.s32").fn(np.array([1, 2], np.int32), np.int32(2))
+    assert r.tolist() == [1.0, 0.0]
+    r = alu("set.gtu.s32.f64").fn(np.array([math.nan, 0.0]), np.float64(1.0))
+    assert r.tolist() == [-1, 0]
+    # f16x2: per 16-bit half
+    lo = np.float16(1.0).view(np.uint16)
+    hi = np.float16(5.0).view(np.uint16)
+    x = np.array([int(lo) | int(hi) << 16], np.uint32)
+    y = np.array([int(lo) | int(lo) << 16], np.uint32)
+    assert alu("set.eq.u32.f16x2").fn(x, y).tolist() == [0x0000FFFF]
+    assert alu("set.eq.f16x2.f16x2").fn(x, y).tolist() == [0x3C00]
+    p, q = alu("setp.gt.f16x2", ndst=2).fn(x, y)
+    assert p.tolist() == [False] and q.tolist() == [True]
+
+
+def test_selp():
+    c = np.array([True, False])
+    assert alu("selp.f32").fn(np.float32(1.5), np.array([2.5, 3.5], np.float32), c).tolist() == [1.5, 3.5]
+    r = alu("selp.u16").fn(np.uint16(1), np.uint16(0), c)
+    assert r.dtype == np.uint16 and r.tolist() == [1, 0]
+    r = alu("selp.b64").fn(np.array([2**64 - 1] * 2, np.uint64), np.array([5, 6], np.uint64), c)
+    assert r.tolist() == [2**64 - 1, 6]
