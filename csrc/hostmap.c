@@ -157,6 +157,11 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
     d->max_tpm = get_int(s, "max_threads_per_multiprocessor", 2048);
     d->const_mem = get_u64(s, "total_const_mem", 65536);
     d->pci_bus = get_int(s, "pci_bus_id", d->index);
+    char pci[64];
+    unsigned dom, bus, slot, fn;
+    if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 &&
+        sscanf(pci, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4)
+        d->pci_bus = (int)bus;
     const msgpack_object *u = pv_map_get(s, "uuid");
     if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
         memcpy(d->uuid, u->via.bin.ptr, 16);

@@ -1,0 +1,45 @@
+// Fault scenarios driven by tests/test_api_faults.py.
+//   api_faults transfer : allocates, prints READY, then copies 64 MiB back and forth forever (killed by the test)
+//   api_faults lost     : copies in a loop; after the daemon dies prints "LOST <error> <ms>" for the failing call and
+//                         "NEXT <error> <ms>" for a later call, then exits 0
+#include <cuda_runtime.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "lost";
+    size_t n = (size_t)64 << 20;
+    void *d = nullptr;
+    cudaError_t e = cudaMalloc(&d, n);
+    if (e != cudaSuccess) {
+        printf("FAIL cudaMalloc %s\n", cudaGetErrorName(e));
+        return 1;
+    }
+    std::vector<unsigned char> h(n, 0x5A);
+    printf("READY\n");
+    fflush(stdout);
+    for (long i = 0;; i++) {
+        double t0 = now_ms();
+        e = cudaMemcpy(d, h.data(), n, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            printf("LOST %s %.0f\n", cudaGetErrorName(e), now_ms() - t0);
+            double t1 = now_ms();
+            void *p;
+            cudaError_t e2 = cudaMalloc(&p, 1024);
+            printf("NEXT %s %.0f\n", cudaGetErrorName(e2), now_ms() - t1);
+            t1 = now_ms();
+            e2 = cudaDeviceSynchronize();
+            printf("SYNC %s %.0f\n", cudaGetErrorName(e2), now_ms() - t1);
+            fflush(stdout);
+            return strcmp(mode, "lost") == 0 ? 0 : 1;
+        }
+    }
+}
