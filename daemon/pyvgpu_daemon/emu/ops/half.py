@@ -62,6 +62,11 @@ def encode(x64, fmt, mode="rn", canon_nan=True):
     else:
         r32 = x64.astype(np.float32)
         r32 = round_odd(r32, x64 - r32.astype(np.float64))
+        # beyond the f32 range: +-FLT_MAX has an odd last bit and nonzero low bits, so bf16 rounding of it
+        # gives inf or bf16's max exactly as rounding the true value would
+        big = np.isinf(r32) & np.isfinite(x64)
+        if np.any(big):
+            r32 = np.where(big, np.copysign(np.float32(np.finfo(np.float32).max), r32), r32)
         bits = bf16_from_f32(r32, mode)
         if not canon_nan:
             return bits
