@@ -1,0 +1,159 @@
+"""EmuModule: a loaded fatbin/PTX image on the emulated GPU (see docs/architecture.md, "Emulator contracts")."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyvgpu_daemon.errors import CudaError
+
+from . import fatbin
+from .limits import EmuLimits
+from .machine import Kernel, Launch, _init_bytes
+from .ptx import ir
+from .ptx.parser import parse
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    params: list[tuple[int, int]]
+    attrs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class LaunchOutput:
+    stdout: bytes
+
+
+class EmuModule:
+    def __init__(self, ptx: ir.Module, memory, sm: int, limits: EmuLimits) -> None:
+        self.ptx = ptx
+        self.memory = memory
+        self.sm = sm
+        self.limits = limits
+        self.variables: dict[str, tuple[int, int]] = {}
+        self.kernels: dict[str, KernelInfo] = {}
+        self._compiled: dict[str, Kernel] = {}
+        self._allocs: list[int] = []
+        self._launches = 0
+
+    @classmethod
+    def load(cls, image: bytes, memory, sm: int = 75, limits: EmuLimits | None = None) -> "EmuModule":
+        image = bytes(image)
+        if fatbin.is_fatbin(image):
+            text = fatbin.select_ptx(image, sm)
+        else:
+            try:
+                text = image.rstrip(b"\0").decode("utf-8")
+            except UnicodeDecodeError:
+                raise CudaError("cudaErrorInvalidImage", "image is neither a fatbin nor PTX text") from None
+            if ".version" not in text and ".entry" not in text:
+                raise CudaError("cudaErrorInvalidImage", "image is neither a fatbin nor PTX text")
+        mod = parse(text)
+        tgt = mod.target
+        if tgt.startswith("sm_"):
+            try:
+                need = int("".join(ch for ch in tgt[3:] if ch.isdigit()))
+            except ValueError:
+                need = 0
+            if need > sm:
+                raise CudaError("cudaErrorNoKernelImageForDevice",
+                                f"PTX targets {tgt} but the emulated device is sm_{sm}; kernels: "
+                                f"{', '.join(n for n, f in mod.functions.items() if f.is_entry)}")
+        self = cls(mod, memory, sm, limits or EmuLimits())
+        try:
+            self._alloc_variables()
+            for name, fn in mod.functions.items():
+                if fn.is_entry:
+                    k = Kernel(mod, fn, self._symbols, self.limits)
+                    self._compiled[name] = k
+                    self.kernels[name] = self._info(k)
+        except BaseException:
+            self.unload()
+            raise
+        return self
+
+    def _alloc_variables(self) -> None:
+        self._symbols: dict[str, int] = {}
+        pending = []
+        for v in self.ptx.variables:
+            if v.space not in ("global", "const"):
+                continue
+            if v.extern:
+                raise CudaError("cudaErrorInvalidPtx",
+                                f"extern .{v.space} variable {v.name} needs separate compilation (-rdc), "
+                                f"which the emulator does not link")
+            size = max(v.size, 1)
+            addr = self.memory.alloc(size)
+            self._allocs.append(addr)
+            self._symbols[v.name] = addr
+            self.variables[v.name] = (addr, v.size)
+            pending.append(v)
+        for v in pending:
+            data = _init_bytes(v, self._symbols)
+            if data:
+                self.memory.write(self._symbols[v.name], data)
+
+    def unload(self) -> None:
+        for a in self._allocs:
+            try:
+                self.memory.free(a)
+            except CudaError:
+                pass
+        self._allocs.clear()
+
+    def _info(self, k: Kernel) -> KernelInfo:
+        maxt = 1024
+        if k.maxntid:
+            p = 1
+            for d in k.maxntid:
+                p *= d
+            maxt = min(maxt, p)
+        const_size = sum(v.size for v in self.ptx.variables if v.space == "const")
+        attrs = {
+            "max_threads_per_block": maxt,
+            "shared_size_bytes": k.static_shared,
+            "const_size_bytes": const_size,
+            "local_size_bytes": k.local_size,
+            "num_regs": k.num_regs,
+            "ptx_version": _ptx_version(self.ptx.version),
+            "binary_version": self.sm,
+            "max_dynamic_shared_size_bytes": max(0, self.limits.default_dynamic_shared_bytes - k.static_shared),
+        }
+        return KernelInfo(k.name, list(k.param_layout), attrs)
+
+    def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+               params: bytes) -> LaunchOutput:
+        k = self._compiled.get(kernel)
+        if k is None:
+            raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
+        grid = tuple(int(x) for x in grid)
+        block = tuple(int(x) for x in block)
+        if len(grid) != 3 or len(block) != 3 or min(grid) < 1 or min(block) < 1:
+            raise CudaError("cudaErrorInvalidConfiguration", f"bad launch configuration grid={grid} block={block}")
+        nthreads = block[0] * block[1] * block[2]
+        maxt = self.kernels[kernel].attrs["max_threads_per_block"]
+        if nthreads > maxt or block[0] > 1024 or block[1] > 1024 or block[2] > 64:
+            raise CudaError("cudaErrorInvalidConfiguration",
+                            f"block {block} has more than {maxt} threads or exceeds the per-dimension limits")
+        if grid[0] > 2**31 - 1 or grid[1] > 65535 or grid[2] > 65535:
+            raise CudaError("cudaErrorInvalidConfiguration", f"grid {grid} exceeds the device limits")
+        if shmem < 0 or k.static_shared + shmem > self.limits.max_shared_bytes:
+            raise CudaError("cudaErrorInvalidValue",
+                            f"{k.static_shared} B static + {shmem} B dynamic shared memory exceeds "
+                            f"{self.limits.max_shared_bytes} B")
+        if len(params) < k.param_size:
+            raise CudaError("cudaErrorInvalidValue",
+                            f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.param_size} B")
+        self._launches += 1
+        run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
+                     grid_id=self._launches)
+        out = run.run()
+        return LaunchOutput(out)
+
+
+def _ptx_version(v: str) -> int:
+    try:
+        major, minor = v.split(".")
+        return int(major) * 10 + int(minor)
+    except ValueError:
+        return 0
