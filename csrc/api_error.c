@@ -39,3 +39,11 @@ PV_API cudaError_t cudaRuntimeGetVersion(int *v)
     *v = 13000;
     return PV_SUCCESS;
 }
+
+/* cudaCreateChannelDesc is a pure constructor: answered locally. */
+struct pv_channel_desc { int x, y, z, w; int f; };
+PV_API struct pv_channel_desc cudaCreateChannelDesc(int x, int y, int z, int w, int f)
+{
+    struct pv_channel_desc d = { x, y, z, w, f };
+    return d;
+}

@@ -1,0 +1,46 @@
+"""Two daemons on two ports act as two hosts: the program sees GPU0 and GPU1, drives them from two threads, copies
+between them through the client, and each allocation lands on the right daemon (checked with STATUS)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pyvgpu
+from pyvgpu.client import Client
+from pyvgpu.protocol import VA_WINDOW_BYTES
+
+MiB = 1 << 20
+
+
+def session_memory(port: int) -> list[int]:
+    with Client.connect("127.0.0.1", port) as c:
+        return [s["memory"] for s in c.status()["sessions"] if not s.get("self")]
+
+
+def test_two_hosts_two_threads(cuda_build, daemon_factory):
+    a, b = daemon_factory(), daemon_factory()
+    prog = cuda_build("api_multihost.cu")
+    env = {**os.environ, "LD_PRELOAD": str(pyvgpu.lib_path()), "PYVGPU_HOSTS": f"{a.address},{b.address}"}
+    proc = subprocess.Popen([str(prog)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(("READY", "FAIL")):
+                break
+        assert lines and lines[-1].startswith("READY"), "".join(lines) + proc.stderr.read()
+        ptrs = dict(zip(("ptr0", "ptr1"), map(int, lines[-2].split()[1::2])))
+        # GPU k's pointers live in VA window k + 1, so pointers of different hosts never collide
+        assert ptrs["ptr0"] // VA_WINDOW_BYTES == 1
+        assert ptrs["ptr1"] // VA_WINDOW_BYTES == 2
+        # host A holds GPU0's 3 MiB; host B holds GPU1's 5 MiB plus the 3 MiB peer-copy target
+        assert session_memory(a.port) == [3 * MiB]
+        assert session_memory(b.port) == [8 * MiB]
+        out, err = proc.communicate("go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    assert out.strip().endswith("OK")
