@@ -182,14 +182,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
-def recv_frame(sock: socket.socket, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[list[Any], bytes]:
-    """Blocking read of one frame whose header's third field is the payload length (requests and replies)."""
+def recv_frame(sock: socket.socket, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[list[Any], bytes | bytearray]:
+    """Blocking read of one frame whose header's third field is the payload length (requests and replies).
+    The payload is the bytearray it was received into (no second copy of bulk data)."""
     n = header_length(bytes(_recv_exact(sock, FRAME_PREFIX_BYTES)))
     header = unpack_header(bytes(_recv_exact(sock, n)))
     plen = header[2] if len(header) >= 3 else 0
     if not _is_uint(plen, max_payload):
         raise ProtocolError(f"payload length {plen!r} out of range")
-    payload = bytes(_recv_exact(sock, plen)) if plen else b""
+    payload = _recv_exact(sock, plen) if plen else b""
     return header, payload
 
 
