@@ -270,12 +270,15 @@ class EmuContext(DeviceContext):
         return LoadedModule((module, owned, grown), kernels, variables)
 
     def module_unload(self, module: LoadedModule) -> None:
-        _, owned, grown = module.handle
-        for a in owned:
-            try:
-                self.mem.free(a)
-            except CudaError:
-                pass
+        emu_module, owned, grown = module.handle
+        if hasattr(emu_module, "unload"):
+            emu_module.unload()           # frees the module's variables
+        else:
+            for a in owned:
+                try:
+                    self.mem.free(a)
+                except CudaError:
+                    pass
         self._uncharge(grown)
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
