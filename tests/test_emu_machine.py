@@ -221,3 +221,167 @@ def test_dynamic_shared_memory():
     launch(m, "dynSmem", 4, 256, px, po, np.int32(n), shmem=1024)
     xp = np.concatenate([x, np.zeros(24, np.float32)]).reshape(4, 256)[:, ::-1].reshape(-1)[:n]
     np.testing.assert_array_equal(d.get(po, n, np.float32), xp * 2)
+
+
+# ------------------------------------------------------------------------------------------------ emu_atomics.cu
+def test_every_atomic_kind_under_contention():
+    d = Dev()
+    m = d.load("emu_atomics.cu")
+    n = 2000
+    ints = d.put(np.array([0, 0, 1 << 30, -5, -1, 0, 0, -1, 0], np.int32))
+    uints = d.put(np.zeros(2, np.uint32))
+    ulls, flt, dbl = d.zeros(1, np.uint64), d.zeros(1, np.float32), d.zeros(1, np.float64)
+    slots = d.zeros(n, np.int32)
+    launch(m, "atomicsAll", (n + 127) // 128, 128, ints, uints, ulls, flt, dbl, slots, np.int32(n))
+    i = np.arange(n)
+    got = d.get(ints, 9, np.int32)
+    assert sorted(d.get(slots, n, np.int32)) == list(range(n))
+    # thread-linear order: slot numbers follow thread order
+    np.testing.assert_array_equal(d.get(slots, n, np.int32), i)
+    andv = np.bitwise_and.reduce(~(1 << (i % 31)))
+    orv = np.bitwise_or.reduce(1 << (i % 17))
+    xorv = np.bitwise_xor.reduce(i)
+    assert list(got) == [n, -(n * (n - 1) // 2), 1000 - (n - 1), 3 * (n - 1), andv, orv, xorv, n - 1, 2 * n]
+    assert list(d.get(uints, 2, np.uint32)) == [n % 16, (16 - n % 16) % 16]
+    assert d.get(ulls, 1, np.uint64)[0] == sum(int(k) << 20 for k in i)
+    assert d.get(flt, 1, np.float32)[0] == 0.5 * n
+    assert d.get(dbl, 1, np.float64)[0] == 0.25 * n
+
+
+def test_cas_loop_float_max_and_shared_histogram():
+    d = Dev()
+    m = d.load("emu_atomics.cu")
+    n = 3000
+    x = ((np.arange(n) * 7919) % 1000 - 300.5).astype(np.float32)
+    px, po = d.put(x), d.put(np.array([-1e30], np.float32))
+    launch(m, "casMax", (n + 255) // 256, 256, px, po, np.int32(n))
+    assert d.get(po, 1, np.float32)[0] == x.max()
+    v = (np.arange(n) * 31 + 7).astype(np.int32)
+    pv, pb = d.put(v), d.zeros(16, np.int32)
+    launch(m, "histo", (n + 255) // 256, 256, pv, pb, np.int32(n))
+    np.testing.assert_array_equal(d.get(pb, 16, np.int32), np.bincount(v & 15, minlength=16))
+
+
+def test_float_atomic_add_order_is_thread_order():
+    d = Dev()
+    m = d.load("emu_atomics.cu")
+    n = 512
+    ints = d.put(np.zeros(9, np.int32))
+    flt = d.zeros(1, np.float32)
+    for _ in range(2):
+        d.mem.fill(flt, 0, 4)
+        launch(m, "atomicsAll", 4, 128, ints, d.zeros(2, np.uint32), d.zeros(1, np.uint64), flt,
+               d.zeros(1, np.float64), d.zeros(n, np.int32), np.int32(n))
+        assert d.get(flt, 1, np.float32)[0] == np.float32(0.5) * n
+
+
+# ------------------------------------------------------------------------------------------------ emu_math.cu
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    ia = a.view(np.int32).astype(np.int64)
+    ib = b.view(np.int32).astype(np.int64)
+    ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
+    ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
+    return np.abs(ia - ib)
+
+
+def test_math_functions_within_ulp_bounds():
+    d = Dev()
+    m = d.load("emu_math.cu")
+    n = 1024
+    x = ((np.arange(n) - 512) * np.float32(0.0173)).astype(np.float32)
+    px, po = d.put(x), d.zeros(6 * n, np.float32)
+    launch(m, "mathF", n // 256, 256, px, po, np.int32(n))
+    out = d.get(po, 6 * n, np.float32).reshape(6, n)
+    x64 = x.astype(np.float64)
+    ref = [np.exp(x64), np.log(np.abs(x64) + 0.5), np.sin(x64), np.sqrt(np.abs(x64)), np.tanh(x64),
+           np.power(np.abs(x64) + np.float32(0.1).astype(np.float64), np.float64(np.float32(1.7)))]
+    ref[1] = np.log((np.abs(x) + np.float32(0.5)).astype(np.float64))
+    ref[5] = np.power((np.abs(x) + np.float32(0.1)).astype(np.float64), np.float64(np.float32(1.7)))
+    # CUDA's documented bounds (Programming Guide, math functions): expf 2, logf 1, sinf 2, sqrtf 0, tanhf 2, powf 4
+    bounds = [2, 1, 2, 0, 2, 4]
+    for k, (r, b) in enumerate(zip(ref, bounds)):
+        u = _ulps(out[k], r.astype(np.float32))
+        assert u.max() <= b, (k, int(u.max()), x[int(u.argmax())])
+
+
+def test_double_precision():
+    d = Dev()
+    m = d.load("emu_math.cu")
+    n = 1024
+    x = (np.arange(n) - 300) * 0.01
+    px, po = d.put(x), d.zeros(4 * n, np.float64)
+    launch(m, "mathD", n // 128, 128, px, po, np.int32(n))
+    out = d.get(po, 4 * n, np.float64).reshape(4, n)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(out[0], x * x + 1.0 / (x + 3.0))
+    np.testing.assert_array_equal(out[1], np.sqrt(np.abs(x)) + (x * 2.0 - 1.0))
+    np.testing.assert_allclose(out[2], np.exp(x * 0.5), rtol=4e-16)
+    np.testing.assert_array_equal(out[3], np.trunc(x * 1000.0) / 7.0)
+
+
+def test_half_precision():
+    d = Dev()
+    m = d.load("emu_math.cu")
+    n = 1024
+    a = ((np.arange(n) % 64) * 0.125).astype(np.float16)
+    b = ((np.arange(n) % 9) - 4.0).astype(np.float16)
+    pa, pb, pc, pf = d.put(a), d.put(b), d.zeros(n, np.float16), d.zeros(n, np.float32)
+    launch(m, "halfK", n // 256, 256, pa, pb, pc, pf, np.int32(n))
+    np.testing.assert_array_equal(d.get(pc, n, np.float16), (a * b) + np.float16(1))
+    np.testing.assert_array_equal(d.get(pf, n, np.float32), a.astype(np.float32) + b.astype(np.float32))
+
+
+# ------------------------------------------------------------------------------------------------ emu_misc.cu
+def test_constant_and_device_variables():
+    d = Dev()
+    m = d.load("emu_misc.cu")
+    caddr, csize = m.variables["cCoef"]
+    assert csize == 64
+    coef = np.arange(16, dtype=np.float32) * np.float32(0.5)
+    d.mem.write(caddr, coef.tobytes())
+    gaddr, _ = m.variables["gCounter"]
+    d.mem.write(gaddr, np.int32(10).tobytes())
+    taddr, tsize = m.variables["gTable"]
+    assert tsize == 32
+    np.testing.assert_array_equal(d.get(taddr, 8, np.float32), [1, 2, 3, 0, 0, 0, 0, 0])
+    n = 100
+    po = d.zeros(n, np.float32)
+    launch(m, "useSymbols", 1, 128, po, np.int32(n))
+    i = np.arange(n)
+    tbl = np.array([1, 2, 3, 0, 0, 0, 0, 0], np.float32)
+    np.testing.assert_array_equal(d.get(po, n, np.float32), coef[i % 16] * tbl[i % 8])
+    assert d.get(gaddr, 1, np.int32)[0] == 15
+
+
+def test_local_array_and_noinline_function_with_struct():
+    d = Dev()
+    m = d.load("emu_misc.cu")
+    n = 100
+    idx = (np.arange(n) * 7).astype(np.int32)
+    p = np.array([10, 20, 30, 40], np.float32)
+    pi, pp, po = d.put(idx), d.put(p), d.zeros(n, np.float32)
+    launch(m, "localArr", 1, 128, pi, pp, po, np.int32(n))
+    i = np.arange(n)
+    exp = ((idx & 31) * np.float32(1.5) + i).astype(np.float32) + \
+        ((i + np.float32(0.5)).astype(np.float32) + np.float32(2.0) + p[i % 4]).astype(np.float32)
+    np.testing.assert_array_equal(d.get(po, n, np.float32), exp)
+
+
+def test_printf_lines_in_thread_order():
+    d = Dev()
+    m = d.load("emu_misc.cu")
+    out = launch(m, "hello", 2, 32, np.int32(7), np.float32(1.5), np.float64(2.25), 0)
+    lines = out.stdout.decode().splitlines()
+    assert lines == [f"block {b} thread {t} n=7 f=1.500 d=2.25 x=0xff s=hi" for b in range(2) for t in range(2)]
+
+
+def test_assert_raises_cuda_error_assert():
+    d = Dev()
+    m = d.load("emu_assert.cu")
+    v = np.arange(64, dtype=np.int32)
+    v[37] = -1
+    with pytest.raises(CudaError) as e:
+        launch(m, "checkPositive", 2, 32, d.put(v), np.int32(64))
+    assert e.value.code == 710   # cudaErrorAssert
+    text = e.value.stdout.decode()
+    assert "block: [1,0,0], thread: [5,0,0] Assertion `v[i] >= 0` failed." in text
