@@ -147,8 +147,8 @@ def test_disconnect_with_queued_async_work(daemon):
 
 def test_slow_op_in_one_session_does_not_block_another(daemon_factory):
     d = daemon_factory("--emu-memory", "2G")
-    a = Client.connect("127.0.0.1", d.port)
-    b = Client.connect("127.0.0.1", d.port)
+    a = Client.connect("127.0.0.1", d.port, timeout=300)   # seconds of device work on a loaded machine
+    b = Client.connect("127.0.0.1", d.port, timeout=300)
     try:
         size = 1536 << 20
         p = a.call("MALLOC", 0, size)[1]
