@@ -1,5 +1,6 @@
 /* Device management: count, current device (per thread), properties and attributes (from the HELLO snapshot,
  * answered locally), synchronize, reset, flags, peer queries. */
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -179,5 +180,19 @@ PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
     if (!pv_device(device) || !pv_device(peer))
         return pv_ret(PV_cudaErrorInvalidDevice);
     *can = 0;   /* copies between GPUs are staged through this process; kernels never see peer memory */
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaDeviceGetPCIBusId(char *out, int len, int device)
+{
+    if (!out || len <= 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_device *d = pv_device(device);
+    if (!d)
+        return pv_ret(PV_cudaErrorInvalidDevice);
+    snprintf(out, (size_t)len, "%s", d->pci_id);
     return PV_SUCCESS;
 }

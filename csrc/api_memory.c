@@ -658,3 +658,32 @@ PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
     *size = sz;
     return PV_SUCCESS;
 }
+
+/* Stream-ordered allocation: a device's work runs in arrival order on the daemon, so an allocation made now and a
+ * free sent now are ordered after all work already submitted to the stream. */
+PV_API cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
+{
+    struct pv_device *d;
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if ((uintptr_t)s > 2) {
+        uint64_t remote;
+        struct pv_device *cur;
+        if ((err = pv_cur(&cur)) != PV_SUCCESS || (err = pv_stream_remote(s, cur, &remote, &d)) != PV_SUCCESS)
+            return pv_ret(err);
+        int saved = pv_tls_device();
+        pv_tls_set_device(d->index);
+        err = cudaMalloc(ptr, size);
+        pv_tls_set_device(saved);
+        return err;
+    }
+    return cudaMalloc(ptr, size);
+}
+
+PV_API cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s)
+{
+    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    return cudaFree(ptr);
+}

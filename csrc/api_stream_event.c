@@ -302,3 +302,47 @@ PV_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
     *ms = (float)v;
     return PV_SUCCESS;
 }
+
+/* Stream capture (CUDA graphs) is not supported, so no stream is ever capturing. */
+PV_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    if (!status)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *status = 0;   /* cudaStreamCaptureStatusNone */
+    return PV_SUCCESS;
+}
+
+/* Host functions run on the calling thread once the stream's earlier work has completed: later work of the
+ * stream is submitted after they return, so stream order is kept. */
+PV_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, void (*fn)(void *), void *user)
+{
+    if (!fn)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = cudaStreamSynchronize(s);
+    if (err != PV_SUCCESS)
+        return err;
+    fn(user);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t, cudaError_t, void *), void *user,
+                                         unsigned flags)
+{
+    if (!cb || flags != 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    cudaError_t status = simple(d, PV_OP_STREAM_SYNC, remote, 1);
+    if (status == PV_ERR_UNAVAILABLE)
+        return pv_ret(status);
+    cb(s, status, user);
+    return PV_SUCCESS;
+}

@@ -119,6 +119,7 @@ struct pv_device {
     int have_attr[PV_MAX_ATTRS];
     int attr[PV_MAX_ATTRS];
     int flags;                     /* cudaSetDeviceFlags value */
+    char pci_id[64];               /* "dddd:bb:dd.f" */
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);

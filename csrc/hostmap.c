@@ -162,6 +162,9 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
     if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 &&
         sscanf(pci, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4)
         d->pci_bus = (int)bus;
+    snprintf(d->pci_id, sizeof d->pci_id, "0000:%02x:00.0", (unsigned)d->pci_bus & 0xffu);
+    if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 && strchr(pci, ':'))
+        snprintf(d->pci_id, sizeof d->pci_id, "%s", pci);
     const msgpack_object *u = pv_map_get(s, "uuid");
     if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
         memcpy(d->uuid, u->via.bin.ptr, 16);
