@@ -452,6 +452,11 @@ class Server:
             "protocol": PROTOCOL_VERSION,
             "auth": self.config.token is not None,
             "devices": self._devices,
+            "device_usage": [
+                {"device": r,
+                 "memory": sum(x["memory"] for s in sessions for x in s["devices"] if x["device"] == r),
+                 "sessions": sum(1 for s in sessions if any(x["device"] == r for x in s["devices"]))}
+                for r in range(len(self._devices))],
             "sessions": sessions,
         }
 
