@@ -453,3 +453,16 @@ def test_selp():
     assert r.dtype == np.uint16 and r.tolist() == [1, 0]
     r = alu("selp.b64").fn(np.array([2**64 - 1] * 2, np.uint64), np.array([5, 6], np.uint64), c)
     assert r.tolist() == [2**64 - 1, 6]
+
+
+def test_fma_rn_f32_double_rounding_in_subnormal_range():
+    # exact = 2^-127 + 2^-149 + 2^-150 - 2^-196: just below an f32-subnormal midpoint. RN64 of the sum lands on
+    # the midpoint, and ties-to-even from there would round up; the correct result rounds down.
+    a = np.float32(2.0 ** -75 * (1 + 2.0 ** -23))
+    b = np.float32(2.0 ** -75 * (1 - 2.0 ** -23))
+    c = np.float32(2.0 ** -127 + 2.0 ** -149)
+    want = round_frac(F(float(a)) * F(float(b)) + F(float(c)), "f32", "rn")
+    assert want == 2.0 ** -127 + 2.0 ** -149
+    got = alu("fma.rn.f32").fn(np.array([a, a]), np.array([b, b]), np.array([c, c]))
+    assert got.tolist() == [want, want]
+    assert float(alu("fma.rn.f32").fn(a, b, c)) == want          # scalar operands too

@@ -56,6 +56,32 @@ def _float_to_int(dt_name, st_name, irnd, do_ftz):
         big_at = 2.0 ** 63 if dt_name in SIGNED else 2.0 ** 64
         hi = float(np.nextafter(big_at, 0))
     top = dt.type(info.max)
+    if w <= 32 and st_name in ("f32", "f64"):
+        # fast path in the source precision: clamp to the largest source value that converts without overflow,
+        # let the cast truncate (rzi), then patch the lanes at/above 2**(w-1) (or 2**w) and NaN
+        sd = DTYPES[st_name]
+        lim = float(info.max) + 1.0                      # 2**(w-1) or 2**w: exact in f32 and f64
+        hi_s = sd.type(np.nextafter(sd.type(lim), sd.type(0)))
+        lo_s = sd.type(info.min)
+        lim_s = sd.type(lim)
+        zero = dt.type(0)
+        rnd1 = None if irnd == "rzi" else rnd
+
+        def fast(a):
+            x = np.asarray(a, sd)
+            if do_ftz and st_name == "f32":
+                x = ftz(x)
+            if rnd1 is not None:
+                x = rnd1(x)
+            out = np.clip(x, lo_s, hi_s).astype(dt)
+            big = x >= lim_s
+            if big.any():
+                out = np.where(big, top, out)
+            nan = x != x
+            if nan.any():
+                out = np.where(nan, zero, out)
+            return out
+        return fast
 
     def fn(a):
         x = _to_f64(a, st_name)
@@ -85,6 +111,8 @@ def _int_exact_pair(a, st_name):
 
 def _int_to_float(dt_name, st_name, mode):
     def fn(a):
+        if mode == "rn" and dt_name in ("f32", "f64"):
+            return np.asarray(a).astype(DTYPES[dt_name])   # the C conversion rounds to nearest even
         s, e = _int_exact_pair(a, st_name)
         if dt_name == "f64":
             if e is None or mode == "rn":

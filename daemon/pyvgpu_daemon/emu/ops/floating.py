@@ -134,8 +134,9 @@ def _mul(t, mode, do_ftz, do_sat):
     return fn
 
 
-_LOW29 = np.uint64((1 << 29) - 1)
-_HALF29 = np.uint64(1 << 28)
+_LOW29 = np.uint32((1 << 29) - 1)
+_HALF29 = np.uint32(1 << 28)
+_LOW28 = np.uint32((1 << 28) - 1)
 _EXP32 = np.uint32(0x7F800000)
 
 
@@ -151,7 +152,25 @@ def _fma32_exact(a, b, c, mode):
     return r
 
 
+def _redo(r, mask, a, b, c, mode):
+    """Recompute the lanes in `mask` with the exact algorithm (they are rare)."""
+    if r.ndim == 0:
+        return np.asarray(_fma32_exact(a, b, c, mode), np.float32)
+    idx = np.flatnonzero(mask)
+    ab, bb, cb = (x.reshape(-1) for x in np.broadcast_arrays(a, b, c))
+    shape = r.shape
+    r = r.reshape(-1)
+    r[idx] = _fma32_exact(ab[idx], bb[idx], cb[idx], mode)
+    return r.reshape(shape)
+
+
 def _fma32(mode, do_ftz, do_sat):
+    """f32 fma. The f64 product a*b is exact; s = RN64(a*b + c) and r = RN32(s).
+    rn: r is wrong only when s is exactly an f32 midpoint (low 29 mantissa bits = 0x10000000) or the result is
+        f32-subnormal/zero; those lanes are redone exactly.
+    rz/rm/rp: d = s - r is exact, and whenever d != 0 it has the sign of (exact - r) (the TwoSum error of s is
+        smaller than one f64 ulp of s); lanes with d == 0 are redone exactly. r then moves one ulp where the mode
+        requires; r = +-inf from a finite s gets d = -+inf, which moves it back to +-MAX where required."""
     def fn(a, b, c):
         a = np.asarray(a, F32)
         b = np.asarray(b, F32)
@@ -160,26 +179,40 @@ def _fma32(mode, do_ftz, do_sat):
             a = ftz(a)
             b = ftz(b)
             c = ftz(c)
-        if mode != "rn":
-            return _post(_fma32_exact(a, b, c, mode), do_ftz, do_sat)
         s = np.multiply(a, b, dtype=np.float64)
         if s.ndim and s.shape == c.shape:
             np.add(s, c, out=s)
         else:
             s = np.asarray(np.add(s, c, dtype=np.float64))
         r = s.astype(np.float32)
-        # lanes where rounding f64 -> f32 may double-round: exact f32 midpoints, f32-subnormal/zero results
-        cand = ((s.view(np.uint64) & _LOW29) == _HALF29) | ((r.view(np.uint32) & _EXP32) == 0)
-        if cand.any():
-            if r.ndim == 0:
-                r = _fma32_exact(a, b, c, "rn")
-            else:
-                idx = np.flatnonzero(cand)
-                ab, bb, cb = np.broadcast_arrays(a, b, c)
-                shape = r.shape
-                r = r.reshape(-1)
-                r[idx] = _fma32_exact(ab.reshape(-1)[idx], bb.reshape(-1)[idx], cb.reshape(-1)[idx], "rn")
-                r = r.reshape(shape)
+        if mode == "rn":
+            lo = s.reshape(-1).view(np.uint32)[::2]            # low word of each f64 (little-endian)
+            # stage 1 (one pass): every f32 midpoint, normal or subnormal, has its low 28 f64 mantissa bits
+            # zero; stage 2 keeps the real midpoints (low 29 bits = 0x10000000) and the nonzero results in
+            # the f32 subnormal range, where the midpoint sits lower
+            m1 = np.equal(np.bitwise_and(lo, _LOW28), 0)
+            if m1.any():
+                idx = np.flatnonzero(m1)
+                sf = s.reshape(-1)
+                rb = r.reshape(-1).view(np.uint32)
+                if idx.size * 8 > m1.size:
+                    idx = None
+                sub = (lambda x: x) if idx is None else (lambda x: x[idx])
+                cand = np.equal(np.bitwise_and(sub(lo), _LOW29), _HALF29)
+                cand |= np.equal(np.bitwise_and(sub(rb), _EXP32), 0) & (sub(sf) != 0)
+                if cand.any():
+                    if idx is None:
+                        r = _redo(r, cand.reshape(r.shape), a, b, c, mode)
+                    else:
+                        mask = np.zeros(r.size, bool)
+                        mask[idx[cand]] = True
+                        r = _redo(r, mask.reshape(r.shape), a, b, c, mode)
+        else:
+            d = np.subtract(s, r, out=s) if s.ndim else s - np.float64(r)   # exact; s is not needed again
+            exact = d == 0
+            r = step_directed(r, d, mode)
+            if exact.any():
+                r = _redo(r, exact, a, b, c, mode)
         return _post(r, do_ftz, do_sat)
     return fn
 
@@ -351,11 +384,33 @@ def build_rsqrt(instr):
         raise Unsupported("rsqrt needs .approx")
     if t == "f64" and "ftz" in flags:
         raise Unsupported("rsqrt.ftz.f64")
-    f = (lambda x: 1.0 / np.sqrt(x)) if t == "f32" else (lambda x: np.float64(1.0) / np.sqrt(x))
-    return AluOp(quiet(_via64(f, _FT[t], "ftz" in flags)), (t,), (t,))
+    if t == "f32":
+        f = _approx32(lambda x: np.float32(1.0) / np.sqrt(x), "ftz" in flags, "rsqrt")
+    else:
+        f = _via64(lambda x: np.float64(1.0) / np.sqrt(x), F64, False)
+    return AluOp(quiet(f), (t,), (t,))
 
 
 _TRANS = {"ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+_TINY32 = np.float32(2.0 ** -126)
+
+
+def _approx32(f, do_ftz, name):
+    """.approx f32 functions: NumPy's float32 kernels (measured <= 2 ulp from the exact value, inside the
+    hardware's bounds). ex2 ignores input ftz (2**subnormal rounds to 1 either way)."""
+    if not do_ftz:
+        return lambda a: f(np.asarray(a, F32))
+
+    def fn(a):
+        x = np.asarray(a, F32)
+        if name != "ex2":
+            x = ftz(x)
+        r = f(x)
+        if name == "ex2":        # results are >= 0: flush only when something is below FLT_MIN
+            small = r < _TINY32
+            return np.where(small, np.float32(0), r) if small.any() else r
+        return ftz(r)
+    return fn
 
 
 def build_transcendental(instr):
@@ -364,7 +419,7 @@ def build_transcendental(instr):
         raise Unsupported("type")
     if "approx" not in flags:
         raise Unsupported(".approx required")
-    return AluOp(quiet(_via64(_TRANS[instr.opcode], F32, "ftz" in flags)), ("f32",), ("f32",))
+    return AluOp(quiet(_approx32(_TRANS[instr.opcode], "ftz" in flags, instr.opcode)), ("f32",), ("f32",))
 
 
 def build_abs_neg(instr, is_neg):
