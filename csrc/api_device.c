@@ -147,7 +147,7 @@ PV_API cudaError_t cudaDeviceSynchronize(void)
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     err = pv_call_u64(d, PV_OP_DEVICE_SYNC, 1, NULL, 0, &rep);
     pv_reply_free(&rep);
     return pv_ret(err);
@@ -159,7 +159,7 @@ PV_API cudaError_t cudaDeviceReset(void)
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     err = pv_call_u64(d, PV_OP_DEVICE_RESET, 1, NULL, 0, &rep);
     pv_reply_free(&rep);
     if (err == PV_SUCCESS) {

@@ -35,7 +35,7 @@ static cudaError_t d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, u
         if (!pv_conn_alive(d->conn))
             return PV_ERR_UNAVAILABLE;
         struct pv_req r;
-        struct pv_reply rep;
+        struct pv_reply rep = { 0 };
         pv_req_begin(&r, d->conn, PV_OP_MEMCPY_DTOH, 4, 1, NULL, 0, (char *)dst + off, k);
         msgpack_pack_int(&r.pk, d->remote);
         msgpack_pack_uint64(&r.pk, src + off);
@@ -166,7 +166,7 @@ PV_API cudaError_t cudaMalloc(void **ptr, size_t size)
         *ptr = NULL;
         return PV_SUCCESS;
     }
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     uint64_t a[1] = { size };
     err = pv_call_u64(d, PV_OP_MALLOC, 1, a, 1, &rep);
     uint64_t p = 0;
@@ -204,7 +204,7 @@ PV_API cudaError_t cudaFree(void *ptr)
     if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
         return pv_ret(PV_cudaErrorInvalidValue);
     struct pv_device *d = pv_device(a.dev);
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     uint64_t args[1] = { a.ptr };
     err = pv_call_u64(d, PV_OP_FREE, 1, args, 1, &rep);
     pv_reply_free(&rep);
@@ -220,7 +220,7 @@ PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     err = pv_call_u64(d, PV_OP_MEM_GET_INFO, 1, NULL, 0, &rep);
     uint64_t f = 0, t = 0;
     if (err == PV_SUCCESS) {
@@ -399,7 +399,7 @@ static cudaError_t d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_
     size_t got = 0;
     if (pv_conn_alive(d->conn)) {
         struct pv_req r;
-        struct pv_reply rep;
+        struct pv_reply rep = { 0 };
         pv_req_begin(&r, d->conn, PV_OP_MEMCPY2D_DTOH, 6, 1, NULL, 0, packed, total);
         msgpack_pack_int(&r.pk, d->remote);
         msgpack_pack_uint64(&r.pk, src);

@@ -31,7 +31,7 @@ static cudaError_t resolve_stream(cudaStream_t s, struct pv_device **d, uint64_t
 
 static cudaError_t simple(struct pv_device *d, int op, uint64_t a0, int want_reply)
 {
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     uint64_t a[1] = { a0 };
     cudaError_t err = pv_call_u64(d, op, want_reply, a, 1, want_reply ? &rep : NULL);
     if (want_reply)
@@ -57,7 +57,7 @@ PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags
     if (!pv_conn_alive(d->conn))
         return pv_ret(PV_ERR_UNAVAILABLE);
     struct pv_req r;
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     pv_req_begin(&r, d->conn, PV_OP_STREAM_CREATE, 3, 1, NULL, 0, NULL, 0);
     msgpack_pack_int(&r.pk, d->remote);
     msgpack_pack_unsigned_int(&r.pk, flags);
@@ -194,7 +194,7 @@ PV_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned flags)
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     uint64_t a[1] = { flags };
     err = pv_call_u64(d, PV_OP_EVENT_CREATE, 1, a, 1, &rep);
     uint64_t h = 0;
@@ -290,7 +290,7 @@ PV_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
     struct pv_device *d = pv_device(a->dev);
     if (!d)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     uint64_t args[2] = { a->remote, b->remote };
     cudaError_t err = pv_call_u64(d, PV_OP_EVENT_ELAPSED, 1, args, 2, &rep);
     double v = 0;

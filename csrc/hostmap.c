@@ -19,7 +19,7 @@ struct host_entry { char host[256]; int port; };
 
 static int parse_entry(const char *text, struct host_entry *e)
 {
-    char buf[300];
+    char buf[256];
     snprintf(buf, sizeof buf, "%s", text);
     char *s = buf;
     while (*s && isspace((unsigned char)*s))
@@ -286,6 +286,8 @@ cudaError_t pv_call_u64(struct pv_device *d, int op, int want_reply, const uint6
                         struct pv_reply *rep)
 {
     struct pv_req r;
+    if (rep)
+        memset(rep, 0, sizeof *rep);
     if (!pv_conn_alive(d->conn))
         return PV_ERR_UNAVAILABLE;
     pv_req_begin(&r, d->conn, op, nargs + 1, want_reply, NULL, 0, NULL, 0);

@@ -343,7 +343,7 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
         return PV_cudaErrorInvalidKernelImage;
     }
     struct pv_req r;
-    struct pv_reply rep;
+    struct pv_reply rep = { 0 };
     cudaError_t err = PV_ERR_UNAVAILABLE;
     if (pv_conn_alive(d->conn)) {
         pv_req_begin(&r, d->conn, PV_OP_MODULE_LOAD, 2, 1, fb->image, fb->size, NULL, 0);

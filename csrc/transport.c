@@ -37,6 +37,40 @@ static int env_int(const char *name, int dflt)
     return (*end || x <= 0 || x > 1000000) ? dflt : (int)x;
 }
 
+/* fork(): the child shares the parent's sockets but not its reader threads. Its calls fail cleanly (as CUDA's do
+ * in a child of an initialized process) and the parent's sessions are never touched: the child only closes its
+ * copies of the descriptors. */
+#define PV_MAX_CONNS 64
+static struct pv_conn *all_conns[PV_MAX_CONNS];
+static int nconns;
+static pthread_mutex_t conns_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_child(void)
+{
+    pthread_mutex_init(&conns_mu, NULL);
+    for (int i = 0; i < nconns; i++) {
+        struct pv_conn *c = all_conns[i];
+        atomic_store(&c->dead, 1);
+        pthread_mutex_init(&c->send_mu, NULL);
+        pthread_mutex_init(&c->mu, NULL);
+        c->pending = NULL;
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
+
+static void remember_conn(struct pv_conn *c)
+{
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&conns_mu);
+    if (nconns < PV_MAX_CONNS)
+        all_conns[nconns++] = c;
+    pthread_mutex_unlock(&conns_mu);
+}
+
 int pv_conn_alive(const struct pv_conn *c)
 {
     return c && !atomic_load(&c->dead);
@@ -475,5 +509,6 @@ struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct p
     }
     pthread_attr_destroy(&attr);
     c->reader_started = 1;
+    remember_conn(c);
     return c;
 }

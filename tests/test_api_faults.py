@@ -70,3 +70,8 @@ def test_daemon_killed_mid_call_fails_fast(cuda_build, daemon):
     assert next_ms < 1000 and sync_ms < 1000        # later calls fail at once
     assert elapsed < 30
     assert f"connection to daemon {daemon.address} lost" in err
+
+
+def test_forked_child_fails_cleanly_parent_carries_on(cuda_build, daemon, run):
+    proc = run(cuda_build("api_faults.cu"), [daemon], "fork", timeout=120)
+    assert "FORK OK" in proc.stdout, proc.stdout + proc.stderr

@@ -2,7 +2,10 @@
 //   api_faults transfer : allocates, prints READY, then copies 64 MiB back and forth forever (killed by the test)
 //   api_faults lost     : copies in a loop; after the daemon dies prints "LOST <error> <ms>" for the failing call and
 //                         "NEXT <error> <ms>" for a later call, then exits 0
+//   api_faults fork     : a forked child's calls fail cleanly; the parent's session carries on ("FORK OK")
 #include <cuda_runtime.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,15 @@
 static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+#define CHECK_FORK(call)                                                                               \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            printf("FAIL %s -> %s\n", #call, cudaGetErrorName(e_));                                    \
+            return 1;                                                                                  \
+        }                                                                                              \
+    } while (0)
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "lost";
@@ -23,6 +35,28 @@ int main(int argc, char **argv) {
         return 1;
     }
     std::vector<unsigned char> h(n, 0x5A);
+    if (strcmp(mode, "fork") == 0) {
+        CHECK_FORK(cudaMemcpy(d, h.data(), n, cudaMemcpyHostToDevice));
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            void *p;
+            cudaError_t ce = cudaMalloc(&p, 16);
+            _exit(ce == cudaErrorDevicesUnavailable ? 0 : 3);
+        }
+        int st = -1;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("FAIL child status %d\n", st);
+            return 1;
+        }
+        std::vector<unsigned char> back(n);
+        CHECK_FORK(cudaMemcpy(back.data(), d, n, cudaMemcpyDeviceToHost));
+        CHECK_FORK(memcmp(back.data(), h.data(), n) == 0 ? cudaSuccess : cudaErrorUnknown);
+        CHECK_FORK(cudaFree(d));
+        printf("FORK OK\n");
+        return 0;
+    }
     printf("READY\n");
     fflush(stdout);
     for (long i = 0;; i++) {
