@@ -327,6 +327,10 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
         for d in s.get("devices") or []:
             if isinstance(d, dict) and isinstance(d.get("memory"), int):
                 held_by_dev[d.get("device", 0)] = held_by_dev.get(d.get("device", 0), 0) + d["memory"]
+    usage = {u.get("device"): u for u in (status.get("device_usage") or []) if isinstance(u, dict)}
+    for dev_ordinal, u in usage.items():
+        if isinstance(u.get("memory"), int):
+            held_by_dev[dev_ordinal] = u["memory"]
     devices = status.get("devices") or info.get("devices") or []
     lines.append(f"devices: {len(devices)}")
     for i, dev in enumerate(devices):
@@ -335,6 +339,8 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
             continue
         total = dev.get("total_mem")
         mem = f"{_mem(held_by_dev.get(i, 0))} held of {_mem(total) if total is not None else '?'}"
+        if isinstance(usage.get(i, {}).get("sessions"), int):
+            mem += f" by {usage[i]['sessions']} session(s)"
         lines.append(f"  {i}: {dev.get('name', '?')}, {mem}" + (f", {dev['backend']}" if dev.get("backend") else ""))
     others = [s for s in sessions if not s.get("self")]
     lines.append(f"sessions: {len(others)}" + (" (not counting this status query)" if len(others) != len(sessions)
