@@ -44,7 +44,7 @@ def _decompress(payload: bytes, flags: int, compressed: int, uncompressed: int) 
             raw = payload[:compressed] if compressed else payload
             out = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max(uncompressed, 1))
         except Exception as exc:  # noqa: BLE001 - any decoder failure is a corrupt image
-            raise CudaError("cudaErrorInvalidImage", f"fatbin entry: zstd decompression failed: {exc}") from exc
+            raise CudaError("cudaErrorInvalidKernelImage", f"fatbin entry: zstd decompression failed: {exc}") from exc
         return out
     if flags & FLAG_LZ4:
         try:
@@ -52,7 +52,7 @@ def _decompress(payload: bytes, flags: int, compressed: int, uncompressed: int) 
             raw = payload[:compressed] if compressed else payload
             out = lz4.block.decompress(raw, uncompressed_size=uncompressed)
         except Exception as exc:  # noqa: BLE001
-            raise CudaError("cudaErrorInvalidImage", f"fatbin entry: LZ4 decompression failed: {exc}") from exc
+            raise CudaError("cudaErrorInvalidKernelImage", f"fatbin entry: LZ4 decompression failed: {exc}") from exc
         return out
     return payload
 
@@ -60,20 +60,20 @@ def _decompress(payload: bytes, flags: int, compressed: int, uncompressed: int) 
 def parse_container(buf: bytes, pos: int = 0) -> tuple[list[FatbinEntry], int]:
     """Decode one container at `pos`; returns its entries and the offset just past it."""
     if len(buf) < pos + 16:
-        raise CudaError("cudaErrorInvalidImage", "fatbin: truncated container header")
+        raise CudaError("cudaErrorInvalidKernelImage", "fatbin: truncated container header")
     magic, _version, hsize, psize = struct.unpack_from("<IHHQ", buf, pos)
     if magic != CONTAINER_MAGIC:
-        raise CudaError("cudaErrorInvalidImage", f"fatbin: bad container magic {magic:#x}")
+        raise CudaError("cudaErrorInvalidKernelImage", f"fatbin: bad container magic {magic:#x}")
     start = pos + hsize
     end = start + psize
     if end > len(buf):
-        raise CudaError("cudaErrorInvalidImage", "fatbin: container payload runs past the image")
+        raise CudaError("cudaErrorInvalidKernelImage", "fatbin: container payload runs past the image")
     entries = []
     p = start
     while p + 64 <= end:
         kind, _ver, ehsize, esize = struct.unpack_from("<HHIQ", buf, p)
         if ehsize < 64 or p + ehsize + esize > end:
-            raise CudaError("cudaErrorInvalidImage", f"fatbin: corrupt entry header at offset {p - pos}")
+            raise CudaError("cudaErrorInvalidKernelImage", f"fatbin: corrupt entry header at offset {p - pos}")
         compressed, = struct.unpack_from("<I", buf, p + 16)
         arch, = struct.unpack_from("<I", buf, p + 28)
         flags, = struct.unpack_from("<Q", buf, p + 40)
@@ -95,14 +95,14 @@ def parse_image(image: bytes) -> list[FatbinEntry]:
     if len(buf) >= 4 and struct.unpack_from("<I", buf, 0)[0] == WRAPPER_MAGIC:
         pos = 24 if len(buf) >= 24 + 16 else 16
         if struct.unpack_from("<I", buf, pos)[0] != CONTAINER_MAGIC:
-            raise CudaError("cudaErrorInvalidImage", "fatbin wrapper is not followed by its container")
+            raise CudaError("cudaErrorInvalidKernelImage", "fatbin wrapper is not followed by its container")
     entries: list[FatbinEntry] = []
     while pos + 16 <= len(buf) and struct.unpack_from("<I", buf, pos)[0] == CONTAINER_MAGIC:
         more, pos = parse_container(buf, pos)
         entries.extend(more)
         pos = (pos + 7) & ~7
     if not entries and not buf.startswith(struct.pack("<I", CONTAINER_MAGIC)):
-        raise CudaError("cudaErrorInvalidImage", "not a fatbin image")
+        raise CudaError("cudaErrorInvalidKernelImage", "not a fatbin image")
     return entries
 
 

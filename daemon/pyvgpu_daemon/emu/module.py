@@ -45,9 +45,9 @@ class EmuModule:
             try:
                 text = image.rstrip(b"\0").decode("utf-8")
             except UnicodeDecodeError:
-                raise CudaError("cudaErrorInvalidImage", "image is neither a fatbin nor PTX text") from None
+                raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text") from None
             if ".version" not in text and ".entry" not in text:
-                raise CudaError("cudaErrorInvalidImage", "image is neither a fatbin nor PTX text")
+                raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text")
         mod = parse(text)
         tgt = mod.target
         if tgt.startswith("sm_"):
