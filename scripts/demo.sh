@@ -66,4 +66,7 @@ if ! pyvgpu_cmd run --hosts "127.0.0.1:$port" -- "$out"; then
     tail -n 20 "$log" >&2 || true
     exit 1
 fi
-say "done: the vector add above ran on the daemon's GPU (backend $backend) through the interposer"
+actual="$("$PY" -c "from pyvgpu.client import Client
+c = Client.connect('127.0.0.1', $port)
+print(c.info.get('backend', '?')); c.close()" 2>/dev/null || echo "$backend")"
+say "done: the vector add above ran on the daemon's GPU (backend $actual) through libvcudart"

@@ -154,5 +154,5 @@ def test_hello_example_through_pyvgpu_run(daemon, vcudart, tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr + daemon.log_text()[-3000:]
     assert "1 GPU(s) visible" in proc.stdout
-    assert "c[4999] = 12498.5" in proc.stdout           # 0.5*4999 + 2*4999 + 1
+    assert "c[4999] = 12498.5" in proc.stdout and "c[1] = 3.5" in proc.stdout           # 0.5*4999 + 2*4999 + 1
     assert "PASSED: all 5000 elements match" in proc.stdout

@@ -58,14 +58,14 @@ int main(int argc, char **argv) {
     CHECK(cudaMemcpy(c, dc, bytes, cudaMemcpyDeviceToHost));   // waits for the kernel, reports its errors
 
     printf("hello: c[i] = a[i] + b[i] with a[i] = 0.5*i, b[i] = 2*i + 1, n = %d\n", n);
-    for (int i = 0; i < 4 && i < n; ++i) printf("  c[%d] = %g\n", i, c[i]);
-    printf("  ...\n  c[%d] = %g\n", n - 1, c[n - 1]);
+    for (int i = 0; i < 4 && i < n; ++i) printf("  c[%d] = %.1f\n", i, c[i]);
+    printf("  ...\n  c[%d] = %.1f\n", n - 1, c[n - 1]);
 
     int bad = 0;
     for (int i = 0; i < n; ++i) {
         float want = a[i] + b[i];
         if (c[i] != want) {
-            if (bad < 5) fprintf(stderr, "hello: c[%d] = %g, expected %g\n", i, c[i], want);
+            if (bad < 5) fprintf(stderr, "hello: c[%d] = %.1f, expected %.1f\n", i, c[i], want);
             ++bad;
         }
     }
