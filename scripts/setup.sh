@@ -38,18 +38,44 @@ import pyvgpu, pyvgpu_daemon, pyvgpu.cli
 pyvgpu.lib_path()
 PYEOF
 }
-if [ -z "${PYVGPU_SETUP_FORCE:-}" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && installed_ok; then
+missing_requirements() {  # requirements of the package and its extras that this Python lacks (no versions checked)
+    "$PY" - "$extras" <<'PYEOF' 2>/dev/null || true
+import re, sys
+from importlib import metadata
+try:
+    import tomllib
+except ImportError:          # Python 3.10: skip the check
+    sys.exit(0)
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+reqs = list(project.get("dependencies", []))
+for extra in filter(None, sys.argv[1].split(",")):
+    reqs += project.get("optional-dependencies", {}).get(extra, [])
+for req in reqs:
+    try:
+        metadata.version(re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0])
+    except metadata.PackageNotFoundError:
+        print(req)
+PYEOF
+}
+if "$PY" -m pip show pyvgpu 2>/dev/null | grep -qx "Editable project location: $ROOT"; then
+    # A developer's editable install of this checkout: the Python code is already live. Reinstalling would put
+    # a copy of libvcudart.so into site-packages that shadows later source builds, so build it where
+    # `pyvgpu lib` finds it in a checkout (build/dev) instead, and add only missing dependencies.
+    info "pyvgpu is installed editable from $ROOT: building libvcudart.so in build/dev (cmake)"
+    cmake -S "$ROOT" -B "$ROOT/build/dev" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$ROOT/build/dev" -j "$(nproc 2>/dev/null || echo 2)"
+    mapfile -t missing < <(missing_requirements)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        info "installing missing dependencies: ${missing[*]}"
+        "$PY" -m pip install --disable-pip-version-check --progress-bar off "${missing[@]}"
+    fi
+elif [ -z "${PYVGPU_SETUP_FORCE:-}" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && installed_ok; then
     info "already installed and up to date (sources unchanged since the last set-up; PYVGPU_SETUP_FORCE=1 rebuilds)"
 else
     pip_args=(install --disable-pip-version-check --progress-bar off)
     # Build in this Python when it already has the build backend (no network needed), else let pip fetch it.
     if "$PY" -c 'import scikit_build_core' >/dev/null 2>&1; then
         pip_args+=(--no-build-isolation)
-    fi
-    # Keep a developer's editable install editable.
-    if "$PY" -m pip show pyvgpu 2>/dev/null | grep -qx "Editable project location: $ROOT"; then
-        info "pyvgpu is installed editable from $ROOT: reinstalling editable"
-        pip_args+=(-e)
     fi
     info "$PY -m pip ${pip_args[*]} $spec"
     "$PY" -m pip "${pip_args[@]}" "$spec"
