@@ -127,6 +127,26 @@ def _int_to_float(dt_name, st_name, mode):
 
 
 def _float_to_float(dt_name, st_name, mode, frnd, do_ftz, do_sat, do_relu):
+    if dt_name == st_name and dt_name in ("f32", "f64") and not do_relu:
+        # same type: round to integral / saturate / flush, all exact in the source precision
+        rnd = _ROUND[frnd] if frnd else None
+        sd = DTYPES[st_name]
+
+        def same(a):
+            x = np.asarray(a, sd)
+            if do_ftz:
+                x = ftz(x)
+            if rnd is not None:
+                x = rnd(x)
+            if do_sat:
+                x = np.add(np.fmin(np.fmax(x, sd.type(0)), sd.type(1)), sd.type(0))
+            return ftz(x) if do_ftz else x
+        return same
+    if (mode == "rn" and frnd is None and not (do_ftz or do_sat or do_relu)
+            and dt_name in ("f32", "f64") and st_name in ("f32", "f64", "f16")):
+        dd = DTYPES[dt_name]
+        return lambda a: np.asarray(a).astype(dd)       # widening is exact; f64 -> f32 is IEEE RN
+
     def fn(a):
         if do_ftz and st_name in ("f32", "f16"):
             x = ftz(np.asarray(a, DTYPES[st_name])).astype(np.float64)

@@ -349,6 +349,8 @@ def build_div(instr):
     if t == "f64" and (mode in ("approx", "full") or "ftz" in flags):
         raise Unsupported("div.f64 modifier")
     rmode = mode if mode in RND else "rn"
+    if rmode == "rn" and "ftz" not in flags:
+        return AluOp(quiet(np.divide), (t, t), (t,))
     return AluOp(quiet(_div(t, rmode, "ftz" in flags, False, mode in ("approx", "full"))), (t, t), (t,))
 
 
@@ -374,6 +376,8 @@ def build_sqrt(instr):
         raise Unsupported("sqrt needs .approx or .rnd")
     if t == "f64" and (mode == "approx" or "ftz" in flags):
         raise Unsupported("sqrt.f64 modifier")
+    if mode in ("rn", "approx") and "ftz" not in flags:
+        return AluOp(quiet(np.sqrt), (t,), (t,))
     return AluOp(quiet(_sqrt(t, mode if mode in RND else "rn", "ftz" in flags)), (t,), (t,))
 
 
@@ -382,12 +386,10 @@ def build_rsqrt(instr):
     t = _ftype(types)
     if "approx" not in flags:
         raise Unsupported("rsqrt needs .approx")
-    if t == "f64" and "ftz" in flags:
-        raise Unsupported("rsqrt.ftz.f64")
     if t == "f32":
         f = _approx32(lambda x: np.float32(1.0) / np.sqrt(x), "ftz" in flags, "rsqrt")
     else:
-        f = _via64(lambda x: np.float64(1.0) / np.sqrt(x), F64, False)
+        f = _via64(lambda x: np.float64(1.0) / np.sqrt(x), F64, "ftz" in flags)
     return AluOp(quiet(f), (t,), (t,))
 
 
@@ -447,12 +449,12 @@ def _minmax(dt, is_max, nan_prop, do_ftz):
             a = ftz(a)
             b = ftz(b)
         r = uf(a, b)
-        z = (a == 0) & (b == 0)
-        if np.any(z):
+        if np.equal(r, 0).any():          # only a zero result can be a +0/-0 pair: -0 < +0
+            z = (a == 0) & (b == 0)
             ua, ub = a.view(ut), b.view(ut)
             r = np.where(z, (ua & ub if is_max else ua | ub).view(dt), r)
         n = np.isnan(r)
-        if np.any(n):
+        if n.any():
             r = np.where(n, canon, r)
         return r
     return fn

@@ -76,7 +76,7 @@ def _mul_parts(t, mode):
             raise Unsupported("mul.wide.64")
         wt = ("s" if signed else "u") + str(2 * w)
         wd = DTYPES[wt]
-        return (lambda a, b: np.multiply(np.asarray(a, wd), np.asarray(b, wd))), wt
+        return (lambda a, b: np.multiply(a, b, dtype=wd)), wt
     if mode == "hi":
         if w == 64:
             return (_mulhi_s64 if signed else _mulhi_u64), t
