@@ -57,7 +57,8 @@ for req in reqs:
         print(req)
 PYEOF
 }
-if "$PY" -m pip show pyvgpu 2>/dev/null | grep -qx "Editable project location: $ROOT"; then
+pip_show="$("$PY" -m pip show pyvgpu 2>/dev/null || true)"   # (not piped into grep -q: SIGPIPE + pipefail)
+if grep -qxF "Editable project location: $ROOT" <<<"$pip_show"; then
     # A developer's editable install of this checkout: the Python code is already live. Reinstalling would put
     # a copy of libvcudart.so into site-packages that shadows later source builds, so build it where
     # `pyvgpu lib` finds it in a checkout (build/dev) instead, and add only missing dependencies.
