@@ -336,3 +336,14 @@ def test_half_sat_ftz():
     sub = f16_from_bits(0x0003)
     r = alu("mul.rn.ftz.f16", nsrc=2).fn(np.array([sub, 2.0 ** -10], np.float16), np.float16(2.0 ** -5))
     assert r.view(np.uint16).tolist() == [0, 0]
+
+
+def test_half_ex2_tanh_approx():
+    xs = [-3.0, -0.5, 0.0, 0.75, 4.0, 15.5, 16.0]
+    got = alu("ex2.approx.f16").fn(np.array(xs, np.float16))
+    for x, g in zip(xs, got.tolist()):
+        w = 2.0 ** x
+        assert (w > 65504 and g == math.inf) or abs(g - w) <= float(np.spacing(np.float16(w)))
+    th = alu("tanh.approx.bf16").fn(np.array([bf16_bits_of(v) for v in (0.5, -2.0, 0.0)], np.uint16))
+    assert [bf16_from_bits(int(v)) for v in th] == [round_frac(F(math.tanh(v)), "bf16") if v else 0.0
+                                                    for v in (0.5, -2.0, 0.0)]

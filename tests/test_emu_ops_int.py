@@ -418,3 +418,66 @@ def test_scalar_immediates_work():
     assert int(op.fn(np.int32(2**31 - 1), np.int32(1))) == -2**31
     assert as_list(alu("mul.hi.u64").fn(np.uint64(2**64 - 1), np.uint64(2**64 - 1))) == [2**64 - 2]
     assert as_list(alu("div.s32").fn(np.array([9], np.int32), np.int32(-2))) == [-4]
+
+
+# ------------------------------------------------------------------------------------------------ lop3 dp4a dp2a slct
+
+@pytest.mark.parametrize("lut", [0x00, 0xFF, 0x96, 0xE8, 0xF0, 0xCC, 0xAA, 0x80, 0x1E, 0x6A])
+def test_lop3_truth_table(lut):
+    n = 100
+    a, b, c = rand_int("u32", n), rand_int("u32", n), rand_int("u32", n)
+    op = build_alu(ir.Instr("lop3", ("b32",), [ir.Reg("%r0")],
+                            [ir.Reg("%r1"), ir.Reg("%r2"), ir.Reg("%r3"), ir.Imm(lut)]))
+    got = op.fn(arr(a, "u32"), arr(b, "u32"), arr(c, "u32"), np.uint32(lut))
+
+    def ref(x, y, z):
+        d = 0
+        for i in range(32):
+            idx = ((x >> i & 1) << 2) | ((y >> i & 1) << 1) | (z >> i & 1)
+            d |= ((lut >> idx) & 1) << i
+        return d
+    assert as_list(got) == [ref(x, y, z) for x, y, z in zip(a, b, c)]
+
+
+def test_lop3_register_lut_refused():
+    with pytest.raises(CudaError):
+        build_alu(ir.Instr("lop3", ("b32",), [ir.Reg("%r0")], [ir.Reg("%r1")] * 4))
+
+
+def _sbyte(v, i, signed):
+    x = (v >> (8 * i)) & 0xFF
+    return x - 256 if signed and x >= 128 else x
+
+
+def _shalf(v, i, signed):
+    x = (v >> (16 * i)) & 0xFFFF
+    return x - 65536 if signed and x >= 32768 else x
+
+
+@pytest.mark.parametrize("at", ["u32", "s32"])
+@pytest.mark.parametrize("bt", ["u32", "s32"])
+def test_dp4a_dp2a(at, bt):
+    n = 200
+    a, b = rand_int("u32", n), rand_int("u32", n)
+    ct = "u32" if at == bt == "u32" else "s32"
+    c = rand_int(ct, n)
+    op = alu(f"dp4a.{at}.{bt}")
+    assert op.src_types == (at, bt, ct) and op.dst_types == (ct,)
+    got = op.fn(arr(a, "u32").view(NP[at]), arr(b, "u32").view(NP[bt]), arr(c, ct))
+    want = [wrap(z + sum(_sbyte(x, i, at == "s32") * _sbyte(y, i, bt == "s32") for i in range(4)), ct)
+            for x, y, z in zip(a, b, c)]
+    assert as_list(got) == want
+    for part, k in (("lo", 0), ("hi", 2)):
+        got = alu(f"dp2a.{part}.{at}.{bt}").fn(arr(a, "u32").view(NP[at]), arr(b, "u32").view(NP[bt]), arr(c, ct))
+        want = [wrap(z + _shalf(x, 0, at == "s32") * _sbyte(y, k, bt == "s32")
+                     + _shalf(x, 1, at == "s32") * _sbyte(y, k + 1, bt == "s32"), ct) for x, y, z in zip(a, b, c)]
+        assert as_list(got) == want
+
+
+def test_slct():
+    c = np.array([-1, 0, 5, -2**31], np.int32)
+    got = alu("slct.u32.s32").fn(np.uint32(1), np.uint32(2), c)
+    assert as_list(got) == [2, 1, 1, 2]
+    cf = np.array([-0.0, -1e-40, 3.0, np.nan, -np.inf], np.float32)
+    got = alu("slct.f32.f32").fn(np.float32(1.5), np.float32(-2.5), cf)
+    assert got.tolist() == [1.5, -2.5, 1.5, -2.5, -2.5]

@@ -237,3 +237,93 @@ def build_prmt(instr):
             out |= byte << np.uint32(8 * i)
         return out
     return AluOp(fn, ("b32", "b32", "b32"), ("b32",))
+
+
+def build_lop3(instr):
+    """lop3.b32 d, a, b, c, immLut: bit i of d = bit (a_i<<2 | b_i<<1 | c_i) of immLut (immLut must be an
+    immediate)."""
+    types, _ = split_mods(instr, ())
+    _one_type(types, {"b32"})
+    if len(instr.srcs) != 4 or not isinstance(instr.srcs[3], ir.Imm):
+        raise Unsupported("lop3 needs an immediate lookup table")
+    lut = int(instr.srcs[3].value) & 0xFF
+    ones = np.uint32(0xFFFFFFFF)
+
+    def fn(a, b, c, _lut=None):
+        a = np.asarray(a, np.uint32)
+        b = np.asarray(b, np.uint32)
+        c = np.asarray(c, np.uint32)
+        out = np.zeros(np.broadcast(a, b, c).shape, np.uint32)
+        na, nb, nc = a ^ ones, b ^ ones, c ^ ones
+        for i in range(8):
+            if lut >> i & 1:
+                out |= (a if i & 4 else na) & (b if i & 2 else nb) & (c if i & 1 else nc)
+        return out
+    return AluOp(fn, ("b32", "b32", "b32", "b32"), ("b32",))
+
+
+def _bytes(x, signed):
+    x = np.asarray(x, np.uint32)
+    out = []
+    for i in range(4):
+        v = ((x >> np.uint32(8 * i)) & np.uint32(0xFF)).astype(np.int64)
+        out.append((v ^ 0x80) - 0x80 if signed else v)
+    return out
+
+
+def _halves(x, signed):
+    x = np.asarray(x, np.uint32)
+    out = []
+    for i in range(2):
+        v = ((x >> np.uint32(16 * i)) & np.uint32(0xFFFF)).astype(np.int64)
+        out.append((v ^ 0x8000) - 0x8000 if signed else v)
+    return out
+
+
+def build_dp4a(instr):
+    """dp4a.atype.btype d, a, b, c: d = c + sum of the four byte products (bytes sign/zero-extended by type),
+    modulo 2**32; d and c are .u32 when both types are .u32, else .s32."""
+    types, _ = split_mods(instr, ())
+    if len(types) != 2 or any(t not in ("u32", "s32") for t in types):
+        raise Unsupported("type")
+    at, bt = types
+    ct = "u32" if at == bt == "u32" else "s32"
+
+    def fn(a, b, c):
+        pa, pb = _bytes(a, at == "s32"), _bytes(b, bt == "s32")
+        acc = np.asarray(c).astype(np.int64)
+        for x, y in zip(pa, pb):
+            acc = acc + x * y
+        return (acc & 0xFFFFFFFF).astype(np.uint32).view(DTYPES[ct])
+    return AluOp(fn, (at, bt, ct), (ct,))
+
+
+def build_dp2a(instr):
+    """dp2a.{lo,hi}.atype.btype d, a, b, c: d = c + a.h0*b.byte[k] + a.h1*b.byte[k+1], k = 0 (.lo) or 2 (.hi)."""
+    types, flags = split_mods(instr, {"lo", "hi"})
+    part = one_of(flags, ("lo", "hi"))
+    if part is None or len(types) != 2 or any(t not in ("u32", "s32") for t in types):
+        raise Unsupported("dp2a form")
+    at, bt = types
+    ct = "u32" if at == bt == "u32" else "s32"
+    k = 0 if part == "lo" else 2
+
+    def fn(a, b, c):
+        ha, bb = _halves(a, at == "s32"), _bytes(b, bt == "s32")
+        acc = np.asarray(c).astype(np.int64) + ha[0] * bb[k] + ha[1] * bb[k + 1]
+        return (acc & 0xFFFFFFFF).astype(np.uint32).view(DTYPES[ct])
+    return AluOp(fn, (at, bt, ct), (ct,))
+
+
+_SLCT_D = {"b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f32", "f64"}
+
+
+def build_slct(instr):
+    """slct.dtype.s32 d, a, b, c: d = c >= 0 ? a : b;  slct{.ftz}.dtype.f32: the same on a float c (NaN -> b)."""
+    types, flags = split_mods(instr, {"ftz"})
+    if len(types) != 2 or types[0] not in _SLCT_D or types[1] not in ("s32", "f32"):
+        raise Unsupported("type")
+    dt, ct = types
+    zero = np.int32(0) if ct == "s32" else np.float32(0)
+    # .ftz only changes the sign of a flushed subnormal c, and -0 >= 0 anyway: no effect on the choice
+    return AluOp(lambda a, b, c: np.where(np.greater_equal(c, zero), a, b), (dt, dt, ct), (dt,))

@@ -232,3 +232,31 @@ def build_half_min_max(instr, is_max):
             out.append(bits)
         return unlanes(t, out)
     return AluOp(quiet(fn), (t, t), (t,))
+
+
+_HALF_APPROX = {"ex2": np.exp2, "tanh": np.tanh}
+
+
+def build_half_approx(instr):
+    """ex2.approx{.ftz}.{f16,f16x2,bf16,bf16x2} and tanh.approx.{f16,f16x2,bf16,bf16x2}: computed in f64 and
+    rounded once to the format (the hardware's are approximations within a few ulp of that)."""
+    types, flags = split_mods(instr, {"approx", "ftz"})
+    if len(types) != 1 or types[0] not in HALF_TYPES or "approx" not in flags:
+        raise Unsupported("form")
+    t = types[0]
+    fmt = base_fmt(t)
+    f = _HALF_APPROX[instr.opcode]
+    do_ftz = "ftz" in flags
+
+    def fn(a):
+        out = []
+        for bits in lanes(t, a):
+            x = decode(bits, fmt)
+            if do_ftz:
+                x = _ftz64(x, fmt)
+            y = f(x)
+            if do_ftz:
+                y = _ftz64(y, fmt)
+            out.append(encode(y, fmt))
+        return unlanes(t, out)
+    return AluOp(quiet(fn), (t,), (t,))
