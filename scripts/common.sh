@@ -21,7 +21,7 @@ as_root() {
 }
 
 dpkg_installed() {
-    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+    [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
 }
 
 # apt_ensure PKG...: install the packages that are missing (Debian/Ubuntu). No-op when all are present.

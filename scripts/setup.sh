@@ -20,7 +20,8 @@ say "3/3 pyvgpu (pip install: builds libvcudart.so with CMake via scikit-build-c
 extras="${PYVGPU_EXTRAS-test}"
 # The daemon's real-GPU backend needs cuda-python: add it when this host has an NVIDIA GPU, so that
 # `--backend auto` can pick the GPU (without it, auto falls back to the emulated device).
-if [ -z "${PYVGPU_EXTRAS+x}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+if [ -z "${PYVGPU_EXTRAS+x}" ] && command -v nvidia-smi >/dev/null 2>&1 \
+        && grep -q '^GPU' <<<"$(nvidia-smi -L 2>/dev/null || true)"; then
     info "NVIDIA GPU found: installing the cuda extra (cuda-python) for the daemon's real-GPU backend"
     extras="test,cuda"
 fi
@@ -86,6 +87,10 @@ fi
 
 if lib="$("$PY" -c 'import pyvgpu; print(pyvgpu.lib_path())' 2>/dev/null)"; then
     info "interposer library: $lib"
+    dev_lib="$ROOT/build/dev/csrc/libvcudart.so"
+    if [ "$lib" != "$dev_lib" ] && [ -f "$dev_lib" ] && [ "$dev_lib" -nt "$lib" ]; then
+        warn "$dev_lib is newer than $lib, which is the one found first; PYVGPU_LIB=$dev_lib selects it"
+    fi
 else
     rm -f "$stamp"
     warn "libvcudart.so was not found after the install: $("$PY" -c 'import pyvgpu; pyvgpu.lib_path()' 2>&1 | tail -1)"
