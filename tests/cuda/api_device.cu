@@ -75,6 +75,16 @@ int main() {
     int a;
     EXPECT_ERR(cudaDeviceGetAttribute(&a, cudaDevAttrWarpSize, n), cudaErrorInvalidDevice);
     EXPECT_ERR(cudaGetLastError(), cudaErrorInvalidDevice);
+    EXPECT_ERR(cudaDeviceGetAttribute(&a, (cudaDeviceAttr)44, 0), cudaErrorInvalidValue);   // not an attribute
+    EXPECT_ERR(cudaDeviceGetAttribute(&a, (cudaDeviceAttr)100000, 0), cudaErrorInvalidValue);
+    EXPECT_ERR(cudaGetLastError(), cudaErrorInvalidValue);
+    for (int at = 1; at < 148; at++) {   // every valid attribute has an answer
+        if (at == 44 || (at > 101 && at < 106) || at == 107 || at == 110 || at == 136 || at == 137 || at == 146)
+            continue;
+        CHECK(cudaDeviceGetAttribute(&a, (cudaDeviceAttr)at, 0));
+    }
+    CHECK(cudaDeviceGetAttribute(&a, cudaDevAttrWarpSize, n - 1));
+    EXPECT_ERR(cudaGetLastError(), cudaSuccess);
 
     // current device is per thread
     EXPECT_ERR(cudaSetDevice(n), cudaErrorInvalidDevice);
