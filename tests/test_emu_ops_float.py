@@ -466,3 +466,13 @@ def test_fma_rn_f32_double_rounding_in_subnormal_range():
     got = alu("fma.rn.f32").fn(np.array([a, a]), np.array([b, b]), np.array([c, c]))
     assert got.tolist() == [want, want]
     assert float(alu("fma.rn.f32").fn(a, b, c)) == want          # scalar operands too
+
+
+def test_fma_rn_f32_with_immediate_operands_broadcasts():
+    t = np.float32(1 + 2.0 ** -12)
+    got = alu("fma.rn.f32").fn(np.array([t, t, np.float32(2.0)]), t, np.float32(2.0 ** -80))
+    want_mid = f32_from_bits(f32_bits(1 + 2.0 ** -11) + 1)
+    assert got.tolist() == [want_mid, want_mid, round_frac(F(2) * F(float(t)) + F(2) ** -80, "f32", "rn")]
+    got = alu("fma.rm.f32").fn(np.array([t, -t]), t, np.float32(-2.0 ** -80))
+    assert got.tolist() == [round_frac(F(float(t)) ** 2 - F(2) ** -80, "f32", "rm"),
+                            round_frac(-F(float(t)) ** 2 - F(2) ** -80, "f32", "rm")]

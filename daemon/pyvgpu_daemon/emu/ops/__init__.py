@@ -4,12 +4,35 @@
     result = op.fn(*sources)       # sources read as op.src_types (arrays, or NumPy scalars for immediates)
                                    # result: one array per entry of op.dst_types (a tuple when there are two)
 
-Families: integer.py (add sub mul mad mul24 mad24 div rem abs neg min max sad on integers), bits.py (and or xor not
-cnot shl shr shf popc clz bfind brev bfe bfi prmt), floating.py (f32/f64 add sub mul fma mad div rcp sqrt rsqrt ex2
-lg2 sin cos tanh abs neg min max copysign testp), half.py (f16/bf16/f16x2/bf16x2 add sub mul fma neg abs min max),
-compare.py (setp set selp), convert.py (cvt). Anything else, and any modifier a family does not know, is refused
-with an error naming the instruction and its line; nothing is silently approximated except the documented
-.approx functions.
+Families (one module each):
+- integer.py: add sub (.sat.s32) mul/mad (.lo .hi .wide; 16/32/64-bit, mul.hi.64 exact) mul24 mad24 div rem abs
+  neg min max sad.
+- bits.py: and or xor not cnot (b16/b32/b64/pred) shl shr (count clamped) shf (.l/.r .wrap/.clamp) popc clz bfind
+  (.shiftamt) brev bfe bfi prmt (generic mode) lop3 dp4a dp2a slct.
+- floating.py: f32/f64 add sub mul fma mad div rcp sqrt with .rn/.rz/.rm/.rp (exact), .ftz, .sat; div/rcp/sqrt
+  .approx/.full; rsqrt ex2 lg2 sin cos tanh .approx; abs neg min max (.NaN) copysign testp.
+- half.py: f16/bf16/f16x2/bf16x2 add sub mul fma (.rn .ftz .sat .relu) neg abs min max, ex2/tanh .approx.
+- compare.py: setp (every comparison incl. unordered, num, nan; p|q; .and/.or/.xor with a predicate source; .ftz;
+  f16x2 per half) set (integer masks / 1.0) selp.
+- convert.py: cvt int<->int (.sat), float->int (.rni .rzi .rmi .rpi, saturating, NaN -> 0), int->float (.rn .rz .rm
+  .rp), float<->float (f16 bf16 f32 f64, .ftz .sat .relu, same-type .rni...), cvt.rn{.relu}.{f16x2,bf16x2}.f32.
+
+Refused with cudaErrorInvalidPtx (naming the instruction and its line): any other opcode or modifier, e.g. the
+carry chain (add.cc, addc, madc: it needs a CC register the interpreter does not model), prmt's special modes,
+.satfinite, mixed-precision add/fma (add.f32.f16), packed integer types (.u16x2), min/max with three operands or
+.xorsign/.abs, cvt to/from tf32/e4m3/e5m2.
+
+Known deviations from hardware (everything else is bit-exact):
+- NaN payloads of f32/f64 arithmetic are the host's (e.g. 0xFFC00000 for inf - inf) instead of the GPU's
+  canonical 0x7FFFFFFF; isnan-style checks are unaffected. min/max, half-precision results and f16 conversions
+  do produce the canonical NaN.
+- .approx functions: see floating.py (within the ISA's error bounds of the exact value, not bit-equal to silicon).
+- fma.f64 is exact except when |a| or |b| > 2**996 or |a*b| < 2**-969 (then it may be 1 ulp off).
+- Integer division by zero (unspecified in the ISA): quotient all ones, remainder = dividend.
+- min/max order -0 below +0.
+
+Every fn runs with floating-point warnings silenced, so results do not depend on the caller's np.errstate.
+Micro-benchmark: python -m pyvgpu_daemon.emu.ops._bench
 """
 from __future__ import annotations
 
