@@ -1,6 +1,7 @@
 /* Device management: count, current device (per thread), properties and attributes (from the HELLO snapshot,
  * answered locally), synchronize, reset, flags, peer queries. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -202,5 +203,67 @@ PV_API cudaError_t cudaDeviceGetPCIBusId(char *out, int len, int device)
     if (!d)
         return pv_ret(PV_cudaErrorInvalidDevice);
     snprintf(out, (size_t)len, "%s", d->pci_id);
+    return PV_SUCCESS;
+}
+
+/* The cache configuration is a hint (cudaFuncCachePreferNone..PreferEqual), kept per device. */
+PV_API cudaError_t cudaDeviceSetCacheConfig(int config)
+{
+    struct pv_device *d;
+    if (config < 0 || config > 3)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    d->cache_config = config;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaDeviceGetCacheConfig(int *config)
+{
+    struct pv_device *d;
+    if (!config)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *config = d->cache_config;
+    return PV_SUCCESS;
+}
+
+/* Limits are reported with CUDA's defaults (setting them needs a protocol op: cudaDeviceSetLimit is not supported). */
+PV_API cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
+{
+    static const size_t defaults[] = { 1024, 1 << 20, 8 << 20, 2, 2048, 64, 0 };
+    if (!value || limit < 0 || limit >= (int)(sizeof defaults / sizeof defaults[0]))
+        return pv_ret(PV_cudaErrorUnsupportedLimit);
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *value = defaults[limit];
+    return PV_SUCCESS;
+}
+
+/* The device whose compute capability is closest to prop's (the first such device). */
+PV_API cudaError_t cudaChooseDevice(int *device, const void *prop)
+{
+    if (!device || !prop)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    int major, minor, best = 0, best_dist = 1 << 30;
+    memcpy(&major, (const char *)prop + PV_cudaDeviceProp_major, sizeof major);
+    memcpy(&minor, (const char *)prop + PV_cudaDeviceProp_minor, sizeof minor);
+    for (int i = 0; i < pv_device_count(); i++) {
+        struct pv_device *d = pv_device(i);
+        int dist = abs((d->major * 10 + d->minor) - (major * 10 + minor));
+        if (dist < best_dist) {
+            best_dist = dist;
+            best = i;
+        }
+    }
+    *device = best;
     return PV_SUCCESS;
 }

@@ -346,3 +346,38 @@ PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t
     cb(s, status, user);
     return PV_SUCCESS;
 }
+
+PV_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
+                                            const void **deps, const void **edge_data, size_t *ndeps)
+{
+    int st;
+    cudaError_t err = cudaStreamIsCapturing(s, &st);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!status)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    *status = st;
+    if (id)
+        *id = 0;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (edge_data)
+        *edge_data = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    return PV_SUCCESS;
+}
+
+/* The capture mode is a per-thread setting; with capture unsupported it only needs to round-trip. */
+static _Thread_local int tls_capture_mode;
+PV_API cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
+{
+    if (!mode || *mode < 0 || *mode > 2)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    int old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
+    return PV_SUCCESS;
+}

@@ -120,6 +120,7 @@ struct pv_device {
     int attr[PV_MAX_ATTRS];
     int flags;                     /* cudaSetDeviceFlags value */
     char pci_id[64];               /* "dddd:bb:dd.f" */
+    int cache_config;
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);

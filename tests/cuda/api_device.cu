@@ -216,6 +216,32 @@ int main() {
         CHECK(cudaFreeHost(h));
         checks += 8;
     }
+    // settings answered locally
+    {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+        EXPECT(mode == cudaStreamCaptureModeGlobal);
+        CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+        EXPECT(mode == cudaStreamCaptureModeRelaxed);
+        size_t lim = 0;
+        CHECK(cudaDeviceGetLimit(&lim, cudaLimitStackSize));
+        EXPECT(lim > 0);
+        CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
+        cudaFuncCache cc = cudaFuncCachePreferNone;
+        CHECK(cudaDeviceGetCacheConfig(&cc));
+        EXPECT(cc == cudaFuncCachePreferShared);
+        cudaDeviceProp want;
+        memset(&want, 0, sizeof want);
+        want.major = 7;
+        int chosen = -1;
+        CHECK(cudaChooseDevice(&chosen, &want));
+        EXPECT(chosen >= 0 && chosen < n);
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+        unsigned long long id = 5;
+        CHECK(cudaStreamGetCaptureInfo(0, &cs, &id));
+        EXPECT(cs == cudaStreamCaptureStatusNone);
+        checks += 6;
+    }
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaDeviceReset());
     size_t fr, tot;
