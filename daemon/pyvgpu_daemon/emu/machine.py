@@ -1110,6 +1110,7 @@ class Chunk:
         self.lmem = np.zeros(T * self.frame, np.uint8)
         self.lane_off = lin * self.frame
         self.views: dict = {}
+        self._acache: dict = {}
 
     # ---------------------------------------------------------------- special registers
     def special(self, name: str) -> np.ndarray:
@@ -1260,8 +1261,39 @@ class Chunk:
             raise CudaError("cudaErrorMisalignedAddress",
                             f"misaligned {size}-byte {what} {'store' if write else 'load'} at {what} offset {bad:#x}")
 
+    def _window_index(self, space, addr, off, isz, vsize):
+        """Fast path for converged shared/local accesses through a register: per address array (registers are
+        immutable) remember its int64 form, range and low bits, so each further access with another constant
+        offset costs one add. Returns element indices into the space's buffer, or None to take the slow path."""
+        key = (addr.__array_interface__["data"][0], addr.dtype, space)
+        ent = self._acache.get(key)
+        if ent is None or ent[0].shape != addr.shape:
+            a64 = addr.astype(np.int64)
+            if space == "shared" and addr.dtype == np.uint64:
+                a64 = addr.view(np.int64)
+            base = self.cta_off if space == "shared" else self.lane_off
+            ent = (addr, int(a64.min()), int(a64.max()), int(np.bitwise_or.reduce(a64 & 15)), base + a64, {})
+            if len(self._acache) > 32:
+                self._acache.clear()
+            self._acache[key] = ent
+        _, lo, hi, low, bb, q = ent
+        limit = self.shared_size if space == "shared" else self.frame
+        if lo + off < 0 or hi + off + vsize > limit or off % vsize or (low & (vsize - 1)):
+            return None
+        sh = isz.bit_length() - 1
+        qa = q.get(sh)
+        if qa is None:
+            qa = q[sh] = bb >> sh
+        return qa, off >> sh
+
     def load(self, space, addr, off, dt, nvec, sel):
         isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
+            hit = self._window_index(space, addr, off, isz, isz * nvec)
+            if hit is not None:
+                idx, c = hit
+                v = self._view(self.smem if space == "shared" else self.lmem, dt)
+                return [v[c + k:].take(idx) for k in range(nvec)]
         parts = self.resolve(space, addr, off, isz, False, sel, isz * nvec)
         n = self.T if sel is None else len(sel)
         if len(parts) == 1 and parts[0][2] is None:
@@ -1281,6 +1313,17 @@ class Chunk:
 
     def store(self, space, addr, off, dt, vals, sel):
         isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
+            hit = self._window_index(space, addr, off, isz, isz * len(vals))
+            if hit is not None:
+                idx, c = hit
+                v = self._view(self.smem if space == "shared" else self.lmem, dt)
+                for k, x in enumerate(vals):
+                    x = np.asarray(x)
+                    if x.dtype != dt:
+                        x = x.astype(dt) if x.ndim == 0 or x.dtype.itemsize != isz else x.view(dt)
+                    v[c + k:][idx] = x
+                return
         parts = self.resolve(space, addr, off, isz, True, sel, isz * len(vals))
         n = self.T if sel is None else len(sel)
         for buf, boff, pos in parts:
