@@ -155,11 +155,10 @@ def _fma32_exact(a, b, c, mode):
     return r
 
 
-def _redo(r, mask, a, b, c, mode):
-    """Recompute the lanes in `mask` with the exact algorithm (they are rare)."""
+def _redo(r, idx, a, b, c, mode):
+    """Recompute the lanes at flat indices `idx` with the exact algorithm (they are rare)."""
     if r.ndim == 0:
         return np.asarray(_fma32_exact(a, b, c, mode), np.float32)
-    idx = np.flatnonzero(mask)
     ab, bb, cb = (x.reshape(-1) for x in np.broadcast_arrays(a, b, c))
     shape = r.shape
     r = r.reshape(-1)
@@ -195,27 +194,25 @@ def _fma32(mode, do_ftz, do_sat):
             # the f32 subnormal range, where the midpoint sits lower
             m1 = np.equal(np.bitwise_and(lo, _LOW28), 0)
             if m1.any():
-                idx = np.flatnonzero(m1)
                 sf = s.reshape(-1)
                 rb = r.reshape(-1).view(np.uint32)
-                if idx.size * 8 > m1.size:
-                    idx = None
-                sub = (lambda x: x) if idx is None else (lambda x: x[idx])
-                cand = np.equal(np.bitwise_and(sub(lo), _LOW29), _HALF29)
-                cand |= np.equal(np.bitwise_and(sub(rb), _EXP32), 0) & (sub(sf) != 0)
-                if cand.any():
-                    if idx is None:
-                        r = _redo(r, cand.reshape(r.shape), a, b, c, mode)
-                    else:
-                        mask = np.zeros(r.size, bool)
-                        mask[idx[cand]] = True
-                        r = _redo(r, mask.reshape(r.shape), a, b, c, mode)
+                idx = np.flatnonzero(m1)
+                if idx.size * 8 > m1.size:        # many exact results (integer-valued data): stay vectorised
+                    cand = np.equal(np.bitwise_and(lo, _LOW29), _HALF29)
+                    cand |= np.equal(np.bitwise_and(rb, _EXP32), 0) & (sf != 0)
+                    idx = np.flatnonzero(cand)
+                else:
+                    keep = np.equal(np.bitwise_and(lo[idx], _LOW29), _HALF29)
+                    keep |= np.equal(np.bitwise_and(rb[idx], _EXP32), 0) & (sf[idx] != 0)
+                    idx = idx[keep]
+                if idx.size:
+                    r = _redo(r, idx, a, b, c, mode)
         else:
             d = np.subtract(s, r, out=s) if s.ndim else s - np.float64(r)   # exact; s is not needed again
             exact = d == 0
             r = step_directed(r, d, mode)
             if exact.any():
-                r = _redo(r, exact, a, b, c, mode)
+                r = _redo(r, np.flatnonzero(exact), a, b, c, mode)
         return _post(r, do_ftz, do_sat)
     return fn
 
