@@ -208,9 +208,10 @@ PV_API cudaError_t cudaFree(void *ptr)
     uint64_t args[1] = { a.ptr };
     err = pv_call_u64(d, PV_OP_FREE, 1, args, 1, &rep);
     pv_reply_free(&rep);
+    /* Forget the allocation whatever the answer: a SYNC op reports an earlier deferred error after doing its own
+     * work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory with it. */
     int dev;
-    if (err == PV_SUCCESS || err == PV_cudaErrorInvalidValue)
-        pv_alloc_remove(a.ptr, &dev);
+    pv_alloc_remove(a.ptr, &dev);
     return pv_ret(err);
 }
 
