@@ -476,3 +476,39 @@ def test_fma_rn_f32_with_immediate_operands_broadcasts():
     got = alu("fma.rm.f32").fn(np.array([t, -t]), t, np.float32(-2.0 ** -80))
     assert got.tolist() == [round_frac(F(float(t)) ** 2 - F(2) ** -80, "f32", "rm"),
                             round_frac(-F(float(t)) ** 2 - F(2) ** -80, "f32", "rm")]
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f64"])
+@pytest.mark.parametrize("mode", MODES)
+def test_sqrt_rcp_directed_full_range(fmt, mode):
+    rng = random.Random(900 + MODES.index(mode) + (fmt == "f64") * 10)
+    xs = [abs(v) for v in rand_vals(fmt, 1500, rng)]
+    xs += [0.0, -0.0, 2.0 ** -149 if fmt == "f32" else 5e-324, 4.0, 2.0]
+    xs = canon(xs, fmt)
+    s = run(alu(f"sqrt.{mode}.{fmt}"), fmt, xs)
+    bad = [(x, float(g)) for x, g in zip(xs, s) if not same(g, ref_sqrt(x, fmt, mode))]
+    assert not bad, bad[:5]
+    nz = [x for x in xs if x != 0]
+    r = run(alu(f"rcp.{mode}.{fmt}"), fmt, nz)
+    bad = [(x, float(g)) for x, g in zip(nz, r) if not same(g, round_frac(1 / F(x), fmt, mode))]
+    assert not bad, bad[:5]
+
+
+def test_fma_rn_f32_integer_valued_data_and_midpoints():
+    """Many exact results (integer-valued data) take the vectorised candidate path; midpoint traps mixed in."""
+    rng = random.Random(77)
+    n = 4000
+    a = [float(rng.randint(-1000, 1000)) for _ in range(n)]
+    b = [float(rng.randint(-1000, 1000)) for _ in range(n)]
+    c = [float(rng.randint(-10**6, 10**6)) for _ in range(n)]
+    t = float(np.float32(1 + 2.0 ** -12))
+    for i in range(0, n, 97):
+        a[i], b[i], c[i] = t, t, rng.choice([2.0 ** -80, -2.0 ** -80])
+    # (2^12+1)^2 = 2^24 + 2^13 + 1: an odd integer above 2^24, i.e. an f32 midpoint; c = -+2^-40 decides
+    m = float(2 ** 12 + 1)
+    a += [m, m]
+    b += [m, m]
+    c += [2.0 ** -40, -2.0 ** -40]
+    got = run(alu("fma.rn.f32"), "f32", a, b, c)
+    bad = [(x, y, z, float(g)) for x, y, z, g in zip(a, b, c, got) if not same(g, ref_fma(x, y, z, "f32", "rn"))]
+    assert not bad, bad[:5]
