@@ -3,6 +3,7 @@ between them through the client, and each allocation lands on the right daemon (
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pyvgpu
@@ -44,3 +45,13 @@ def test_two_hosts_two_threads(cuda_build, daemon_factory):
             proc.wait()
     assert proc.returncode == 0, out + err
     assert out.strip().endswith("OK")
+
+
+def test_hosts_are_driven_in_parallel(cuda_build, daemon_factory, run):
+    """No global lock around the network: GPU1's round trips complete while GPU0's thread waits on a slow kernel."""
+    slow, fast = daemon_factory("--emu-slowdown", "200"), daemon_factory()
+    proc = run(cuda_build("api_parallel.cu"), [slow, fast], "2000", timeout=300)
+    t0 = float(re.search(r"^T0 (\d+)", proc.stdout, re.M).group(1))
+    t1 = float(re.search(r"^T1 (\d+)", proc.stdout, re.M).group(1))
+    assert t0 > 300, proc.stdout            # the slow kernel really was slow
+    assert t1 < t0 / 3, proc.stdout         # and GPU1's work did not wait for it
