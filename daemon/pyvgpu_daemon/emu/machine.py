@@ -746,7 +746,7 @@ class Kernel:
         else:
             raise _err_ptx(t, "warp operation not supported")
         msk = g.src(mask_src, "u32", t) if mask_src is not None else "None"
-        if masked:
+        if masked and op != "activemask":       # activemask reports who is here; it never waits
             lines.append(f"m = S.warp_ready(m, {msk}, {nxt})")
             lines.append("if m is None: return")
             if gexpr is not None and gexpr != "m":
@@ -1111,6 +1111,7 @@ class Chunk:
         self.lane_off = lin * self.frame
         self.views: dict = {}
         self._acache: dict = {}
+        self.forced = False
 
     # ---------------------------------------------------------------- special registers
     def special(self, name: str) -> np.ndarray:
@@ -1403,8 +1404,11 @@ class Chunk:
         else:
             mk = np.broadcast_to(mask, (self.T,)).astype(np.uint64)
             member = live & (((mk >> self.laneid.astype(np.uint64)) & np.uint64(1)) != 0)
-        missing = member & ~m & (st == RUN)
+        # Wait for member lanes still running elsewhere, and for lanes parked at another warp operation unless
+        # every lane was just woken because nothing else could run (then the op goes ahead with those present).
+        missing = member & ~m & ((st == RUN) | ((st == WAIT) & (not self.forced)))
         if not missing.any():
+            self.forced = False
             return m
         badw = np.zeros(self.nwarps, bool)
         badw[self.warp[missing]] = True
@@ -1416,7 +1420,7 @@ class Chunk:
     def shfl(self, mode, a, b, c, m):
         T = self.T
         lane = self.laneid.astype(np.int64)
-        b = np.broadcast_to(np.asarray(b).astype(np.int64), (T,))
+        b = np.broadcast_to(np.asarray(b).astype(np.int64) & 31, (T,))      # bval = b[4:0] (ISA pseudo-code)
         c = np.broadcast_to(np.asarray(c).astype(np.int64), (T,))
         clamp = c & 31
         seg = (c >> 8) & 31
@@ -1432,7 +1436,7 @@ class Chunk:
             j = lane ^ b
             p = j <= maxl
         else:
-            j = minl | (b & ~seg & 31)
+            j = minl | (b & ~seg)
             p = j <= maxl
         j = np.where(p, j, lane)
         src = self.warp_first + j
@@ -1633,6 +1637,7 @@ class Chunk:
         wait = st == WAIT
         if wait.any():
             st[wait] = RUN
+            self.forced = True
             return True
         bar = st == BAR
         if not bar.any():
