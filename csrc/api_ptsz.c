@@ -22,6 +22,13 @@ cudaError_t cudaStreamGetPriority(cudaStream_t, int *);
 cudaError_t cudaStreamQuery(cudaStream_t);
 cudaError_t cudaStreamSynchronize(cudaStream_t);
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned);
+cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
+cudaError_t cudaFreeAsync(void *, cudaStream_t);
+cudaError_t cudaLaunchHostFunc(cudaStream_t, void (*)(void *), void *);
+cudaError_t cudaStreamAddCallback(cudaStream_t, void (*)(cudaStream_t, cudaError_t, void *), void *, unsigned);
+cudaError_t cudaStreamIsCapturing(cudaStream_t, int *);
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, int *, unsigned long long *, void **, const void **, const void **,
+                                     size_t *);
 
 PV_API cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) { return cudaEventRecord(e, s); }
 PV_API cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t e, cudaStream_t s, unsigned f)
@@ -78,4 +85,21 @@ PV_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { return cudaStrea
 PV_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned f)
 {
     return cudaStreamWaitEvent(s, e, f);
+}
+PV_API cudaError_t cudaMallocAsync_ptsz(void **p, size_t n, cudaStream_t s) { return cudaMallocAsync(p, n, s); }
+PV_API cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return cudaFreeAsync(p, s); }
+PV_API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, void (*fn)(void *), void *u)
+{
+    return cudaLaunchHostFunc(s, fn, u);
+}
+PV_API cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t s, void (*cb)(cudaStream_t, cudaError_t, void *), void *u,
+                                              unsigned f)
+{
+    return cudaStreamAddCallback(s, cb, u, f);
+}
+PV_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, int *st) { return cudaStreamIsCapturing(s, st); }
+PV_API cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t s, int *st, unsigned long long *id, void **g,
+                                                 const void **deps, const void **edges, size_t *nd)
+{
+    return cudaStreamGetCaptureInfo(s, st, id, g, deps, edges, nd);
 }
