@@ -19,7 +19,7 @@ def test_per_thread_default_stream_build(cuda_build, daemon, run):
     """Built with --default-stream per-thread the program calls the *_ptsz / *_ptds entry points."""
     prog = cuda_build("api_threads.cu", "--default-stream", "per-thread")
     imports = subprocess.run(["nm", "-D", "--undefined-only", str(prog)], capture_output=True,
-                                           text=True, check=True).stdout
+                             text=True, check=True).stdout
     assert "cudaMemcpyAsync_ptsz" in imports and "cudaStreamSynchronize_ptsz" in imports
     proc = run(prog, [daemon], timeout=600)
     assert re.search(r"^OK 83$", proc.stdout, re.M), proc.stdout + proc.stderr
