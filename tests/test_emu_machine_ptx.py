@@ -272,3 +272,41 @@ def test_ptx_for_a_newer_target_is_refused():
     with pytest.raises(CudaError) as e:
         EmuModule.load((head(90) + body).encode(), mem, sm=75)
     assert e.value.code == 209
+
+
+def test_spin_wait_on_a_flag_set_by_a_later_warp_completes():
+    body = """
+.global .align 4 .u32 flag;
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<4>; .reg .pred %p<3>; .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra $L_other;
+$L_spin:
+  ld.volatile.global.u32 %r2, [flag];
+  setp.eq.u32 %p2, %r2, 0;
+  @%p2 bra $L_spin;
+  st.global.u32 [%rd1], %r2;
+  bra.uni $L_end;
+$L_other:
+  setp.ne.u32 %p1, %r1, 32;
+  @%p1 bra $L_end;
+  st.volatile.global.u32 [flag], 7;
+$L_end:
+  ret;
+}
+"""
+    assert run(body, 64, 1)[0] == 7
+
+
+def test_every_corpus_kernel_compiles():
+    from pathlib import Path
+    files = sorted(Path("/work/shared/reference/ptx-corpus/ptx").glob("*.ptx"))
+    if not files:
+        pytest.skip("reference corpus not present")
+    for f in files:
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = EmuModule.load(f.read_bytes(), mem, sm=80)
+        assert mod.kernels, f.name

@@ -1591,6 +1591,8 @@ class Chunk:
         deadline = L.deadline
         check_every = 0
         big = np.int32(1 << 30)
+        last_p = -1
+        loops = 0
         with np.errstate(all="ignore"):
             while True:
                 check_every += 1
@@ -1620,6 +1622,17 @@ class Chunk:
                         break
                     continue
                 P = int(np.where(runm, pc, big).min())
+                # Starvation escape: lanes looping at low PCs (a spin-wait on a flag) would keep lanes at higher
+                # PCs (the ones that set the flag) from ever running under strict min-PC. After a long run of
+                # backward steps, run the highest-PC group once; any order is a legal schedule.
+                if P <= last_p:
+                    loops += 1
+                    if loops > 128:
+                        loops = 0
+                        P = int(np.where(runm, pc, -1).max())
+                else:
+                    loops = 0
+                last_p = P
                 m = runm & (pc == P)
                 if P >= len(M):
                     raise CudaError("cudaErrorLaunchFailure", f"{self.kernel.name}: fell off the end of the code")
