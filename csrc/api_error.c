@@ -1,4 +1,6 @@
 /* Errors and versions, answered locally: last error per thread, names and strings from the generated table. */
+#include <stdio.h>
+
 #include "common.h"
 
 PV_API cudaError_t cudaGetLastError(void) { return pv_last_error(1); }
@@ -10,6 +12,16 @@ static const struct pv_error_desc *find_error(cudaError_t e)
         if (pv_error_table[i].code == e)
             return &pv_error_table[i];
     return NULL;
+}
+
+const char *pv_err_name(cudaError_t e)
+{
+    static _Thread_local char buf[32];
+    const struct pv_error_desc *d = find_error(e);
+    if (d)
+        return d->name;
+    snprintf(buf, sizeof buf, "error %d", e);
+    return buf;
 }
 
 PV_API const char *cudaGetErrorName(cudaError_t e)

@@ -42,6 +42,7 @@ void pv_tls_set_device(int dev);
 cudaError_t pv_ret(cudaError_t err);      /* records a failure as the thread's last error; returns err */
 cudaError_t pv_last_error(int reset);
 cudaError_t pv_unsupported(const char *name, atomic_int *once);
+const char *pv_err_name(cudaError_t err);  /* api_error.c: "cudaErrorX" or "error N" */
 int pv_push_config(const struct pv_call_config *cfg);
 int pv_pop_config(struct pv_call_config *cfg);
 

@@ -379,8 +379,8 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
         }
         fb->loaded[di] = 1;
     } else {
-        pv_log("loading a module (%zu bytes) on GPU%d (%s:%d) failed: error %d", fb->size, di, d->conn->host,
-               d->conn->port, err);
+        pv_log("loading a module (%zu bytes) on GPU%d (%s:%d) failed: %s", fb->size, di, d->conn->host,
+               d->conn->port, pv_err_name(err));
         fb->loaded[di] = -err;
     }
     pv_reply_free(&rep);

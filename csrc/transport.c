@@ -456,7 +456,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
         return PV_ERR_AUTH;
     }
     if (err != 0 || hello->result->type != MSGPACK_OBJECT_MAP) {
-        pv_log("daemon %s:%d refused the session (error %lld)", c->host, c->port, (long long)err);
+        pv_log("daemon %s:%d refused the session: %s", c->host, c->port, pv_err_name((cudaError_t)err));
         pv_reply_free(hello);
         return err ? (cudaError_t)err : PV_ERR_UNAVAILABLE;
     }
