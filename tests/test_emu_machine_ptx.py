@@ -310,3 +310,21 @@ def test_every_corpus_kernel_compiles():
         mem = DeviceMemory(1 << 40, 1 << 24)
         mod = EmuModule.load(f.read_bytes(), mem, sm=80)
         assert mod.kernels, f.name
+
+
+def test_clock64_advances():
+    body = """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b64 %rd<6>; .reg .b32 %r<3>;
+  ld.param.u64 %rd1, [out];
+  mov.u64 %rd2, %clock64;
+  add.u32 %r1, %r1, 1;
+  add.u32 %r1, %r1, 1;
+  mov.u64 %rd3, %clock64;
+  sub.s64 %rd4, %rd3, %rd2;
+  st.global.u64 [%rd1], %rd4;
+  ret;
+}
+"""
+    assert run(body, 32, 1, dtype=np.uint64)[0] > 0

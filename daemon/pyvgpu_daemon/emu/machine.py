@@ -375,8 +375,11 @@ class _Gen:
                 base = SI[w] if t in _SIGNED else U[w]
                 return f"{var}.view({self.const(base)}).astype({self.dt(t)})"
             if name in SPECIALS:
-                self.specials_used.add(name)
-                var = "sp_" + name.strip("%").replace(".", "_")
+                if name.startswith(("%clock", "%globaltimer")):
+                    var = f"S.special({name!r})"     # read at each use: clocks advance
+                else:
+                    self.specials_used.add(name)
+                    var = "sp_" + name.strip("%").replace(".", "_")
                 if _TYPE_BITS.get(t) == 64 and name not in ("%clock64", "%globaltimer"):
                     return f"{var}.astype({self.dt(t)})"
                 if _TYPE_BITS.get(t) == 32 and name in ("%clock64", "%globaltimer"):
@@ -1090,32 +1093,38 @@ class Chunk:
                       64: np.zeros(T, np.uint64)}
         self.barpred = np.zeros(T, bool)
         self.barsite = np.zeros(T, np.int32)
-        lin = np.arange(T, dtype=np.int64)
-        self.lin_in_cta = lin % cs
-        self.cta_local = lin // cs
-        bx, by, bz = launch.block
-        self._special: dict[str, np.ndarray] = {}
-        self.laneid = (self.lin_in_cta % 32).astype(np.uint32)
-        self.warp = (self.cta_local * ((cs + 31) // 32) + self.lin_in_cta // 32)
+        geo = launch.geometry(ncta)      # lane-layout arrays shared by every chunk of this size (read-only)
+        lin = geo["lin"]
+        self.lin_in_cta = geo["lin_in_cta"]
+        self.cta_local = geo["cta_local"]
+        self._special: dict[str, np.ndarray] = geo["special"]
+        self.laneid = geo["laneid"]
+        self.warp = geo["warp"]
         self.nwarps = ncta * ((cs + 31) // 32)
-        self.warp_first = self.warp * 0 + (lin - self.laneid.astype(np.int64))
+        self.warp_first = geo["warp_first"]
         self.shared_size = launch.shared_size
         self.smem = np.zeros(max(ncta * self.shared_size, 16), np.uint8)
         for off, v in k.shared_inits:
             raw = _init_bytes(v, launch.symbols)
             for c in range(ncta):
                 self.smem[c * self.shared_size + off:c * self.shared_size + off + len(raw)] = raw
-        self.cta_off = self.cta_local * self.shared_size
         self.frame = k.frame
+        if "cta_off" not in geo:
+            geo["cta_off"] = self.cta_local * self.shared_size
+            geo["lane_off"] = lin * self.frame
+        self.cta_off = geo["cta_off"]
         self.lmem = np.zeros(T * self.frame, np.uint8)
-        self.lane_off = lin * self.frame
+        self.lane_off = geo["lane_off"]
         self.views: dict = {}
         self._acache: dict = {}
+        self._own_special: dict = {}
         self.forced = False
 
     # ---------------------------------------------------------------- special registers
     def special(self, name: str) -> np.ndarray:
         s = self._special.get(name)
+        if s is None:
+            s = self._own_special.get(name)
         if s is not None:
             return s
         L = self.launch
@@ -1162,7 +1171,8 @@ class Chunk:
                  "ge": ~((one << ln) - one), "gt": ~(((one << ln) << one) - one)}[kind] & np.uint64(0xFFFFFFFF)
         elif name in ("%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"):
             # Not cached: a clock must advance. Derived from the launch's executed-instruction count.
-            c = self.launch.steps * 4 + 1000
+            self.launch.clock_bump += 16      # each read advances, even within one block
+            c = (self.launch.steps + self.launch.clock_bump) * 4 + 1000
             if name.startswith("%globaltimer"):
                 c = time.time_ns()
             if name in ("%clock64", "%globaltimer"):
@@ -1177,7 +1187,10 @@ class Chunk:
         else:
             raise CudaError("cudaErrorInvalidPtx", f"special register {name} is not supported")
         v = np.ascontiguousarray(v).astype(np.uint32)
-        self._special[name] = v
+        if name.startswith("%ctaid") or name == "%smid":
+            self._own_special[name] = v
+        else:
+            self._special[name] = v
         return v
 
     # ---------------------------------------------------------------- params
@@ -1845,8 +1858,25 @@ class Launch:
         self.shared_size = _align(kernel.dyn_shared_base + self.dyn_shared if (kernel.dyn_shared_names or shmem)
                                   else kernel.static_shared, 16) or 16
         self.stdout = bytearray()
+        self._geo: dict = {}
+        self.clock_bump = 0
         self.steps = 0
         self.deadline = time.monotonic() + limits.max_seconds
+
+    def geometry(self, ncta: int) -> dict:
+        g = self._geo.get(ncta)
+        if g is None:
+            cs = self.ctasize
+            T = ncta * cs
+            lin = np.arange(T, dtype=np.int64)
+            lin_in_cta = lin % cs
+            cta_local = lin // cs
+            laneid = (lin_in_cta % 32).astype(np.uint32)
+            warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
+            g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
+                 "warp_first": lin - laneid.astype(np.int64), "special": {}}
+            self._geo = {ncta: g}     # keep one geometry (the full-chunk one, or the tail)
+        return g
 
     def run(self) -> bytes:
         k = self.kernel
