@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common.h"
 
@@ -17,6 +18,19 @@ static struct pv_device devices[PV_MAX_DEVICES];
 
 struct host_entry { char host[256]; int port; };
 
+static int parse_port(const char *text, int *port)
+{
+    char *end;
+    if (!*text)
+        return -1;
+    long p = strtol(text, &end, 10);
+    if (*end || p <= 0 || p > 65535)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+/* host, host:port, [v6] or [v6]:port (the syntax of pyvgpu/hostmap.py). 1 parsed, 0 blank, -1 malformed. */
 static int parse_entry(const char *text, struct host_entry *e)
 {
     char buf[256];
@@ -30,27 +44,42 @@ static int parse_entry(const char *text, struct host_entry *e)
     if (!*s)
         return 0;
     e->port = PV_DEFAULT_PORT;
-    char *colon = strrchr(s, ':');
-    if (s[0] == '[') {   /* [v6addr]:port */
+    if (s[0] == '[') {
         char *close = strchr(s, ']');
-        if (!close)
+        if (!close || close == s + 1)
             return -1;
         *close = 0;
-        if (close[1] == ':')
-            e->port = atoi(close + 2);
-        snprintf(e->host, sizeof e->host, "%s", s + 1);
-    } else if (colon && strchr(s, ':') == colon) {
-        *colon = 0;
-        char *end;
-        long p = strtol(colon + 1, &end, 10);
-        if (*end || p <= 0 || p > 65535)
+        if (close[1] && (close[1] != ':' || parse_port(close + 2, &e->port) != 0))
             return -1;
-        e->port = (int)p;
-        snprintf(e->host, sizeof e->host, "%s", s);
-    } else {
-        snprintf(e->host, sizeof e->host, "%s", s);
+        snprintf(e->host, sizeof e->host, "%s", s + 1);
+        return 1;
     }
-    return e->port > 0 && e->port <= 65535 ? 1 : -1;
+    char *colon = strchr(s, ':');
+    if (colon && strchr(colon + 1, ':'))
+        return -1;   /* a bare IPv6 address is ambiguous: it must be written in brackets */
+    if (colon) {
+        *colon = 0;
+        if (parse_port(colon + 1, &e->port) != 0 || !*s)
+            return -1;
+    }
+    snprintf(e->host, sizeof e->host, "%s", s);
+    return 1;
+}
+
+static int same_host(const struct host_entry *a, const struct host_entry *b)
+{
+    return a->port == b->port && strcasecmp(a->host, b->host) == 0;
+}
+
+static int add_entry(struct host_entry *out, int n, const struct host_entry *e, const char *where)
+{
+    for (int i = 0; i < n; i++)
+        if (same_host(&out[i], e)) {
+            pv_log("ignoring duplicate host %s:%d in %s", e->host, e->port, where);
+            return n;
+        }
+    out[n] = *e;
+    return n + 1;
 }
 
 static int read_hosts(struct host_entry *out, int cap)
@@ -62,11 +91,12 @@ static int read_hosts(struct host_entry *out, int cap)
         if (!dup)
             return 0;
         for (char *tok = strtok_r(dup, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
-            int rc = parse_entry(tok, &out[n]);
+            struct host_entry e;
+            int rc = parse_entry(tok, &e);
             if (rc < 0)
                 pv_log("ignoring malformed PYVGPU_HOSTS entry '%s'", tok);
             else if (rc > 0)
-                n++;
+                n = add_entry(out, n, &e, "PYVGPU_HOSTS");
         }
         free(dup);
         return n;
@@ -87,11 +117,13 @@ static int read_hosts(struct host_entry *out, int cap)
         char *hash = strchr(line, '#');
         if (hash)
             *hash = 0;
-        int rc = parse_entry(line, &out[n]);
+        struct host_entry e;
+        line[strcspn(line, "\r\n")] = 0;
+        int rc = parse_entry(line, &e);
         if (rc < 0)
             pv_log("ignoring malformed line in %s: %s", path, line);
         else if (rc > 0)
-            n++;
+            n = add_entry(out, n, &e, path);
     }
     fclose(f);
     return n;

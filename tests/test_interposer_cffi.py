@@ -96,3 +96,13 @@ def test_hosts_file(vcudart, tmp_path, daemon):
     out, err = call(vcudart, tmp_path)
     assert (out["count_err"], out["count"]) == (0, 1), err
     assert out["malloc"] == 0 and out["set"] == 0
+
+
+def test_host_entries_duplicates_and_malformed(vcudart, tmp_path, daemon):
+    hosts = f" {daemon.address} ,{daemon.address},2001:db8::1:7700,[::1:{daemon.port},127.0.0.1:99999"
+    out, err = call(vcudart, tmp_path, PYVGPU_HOSTS=hosts)
+    assert (out["count_err"], out["count"]) == (0, 1), err     # one session, not two
+    assert f"ignoring duplicate host 127.0.0.1:{daemon.port} in PYVGPU_HOSTS" in err
+    assert "ignoring malformed PYVGPU_HOSTS entry '2001:db8::1:7700'" in err   # bare IPv6 is ambiguous
+    assert "ignoring malformed PYVGPU_HOSTS entry '[::1:" in err
+    assert "ignoring malformed PYVGPU_HOSTS entry '127.0.0.1:99999'" in err
