@@ -189,3 +189,42 @@ def test_format_bytes():
     assert hostmap.format_bytes(512) == "512 B"
     assert hostmap.format_bytes(16 << 30) == "16.0 GiB"
     assert hostmap.format_bytes(1536 << 20) == "1.5 GiB"
+
+
+# ---------------------------------------------------------------------------------------------- C parity
+def test_libvcudart_reads_the_hosts_file_pyvgpu_writes(daemon_factory, tmp_path):
+    """A hosts file written by `pyvgpu hosts add` (header comments, hand-added comment) is what libvcudart reads:
+    a CUDA program run with plain LD_PRELOAD (no PYVGPU_HOSTS) sees the GPUs of both daemons, in map order."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import pyvgpu
+    from conftest import NVCC, ROOT, build_cuda
+    if not Path(NVCC).exists():
+        pytest.skip("nvcc not installed")
+    try:
+        lib = pyvgpu.lib_path()
+    except FileNotFoundError:
+        pytest.skip("libvcudart.so not built")
+    a = daemon_factory("--emu-devices", "2")
+    b = daemon_factory("--emu-devices", "1")
+    cfg = tmp_path / "cfg"
+    path = cfg / "pyvgpu" / "hosts"
+    hostmap.add([Host.parse(a.address)], path)
+    path.write_text(path.read_text() + "   # a hand-written comment\n\n")
+    hostmap.add([Host.parse(b.address)], path)
+    assert [str(h) for h in hostmap.load_file(path)] == [a.address, b.address]
+
+    exe = build_cuda(ROOT / "examples" / "hello" / "vector_add.cu")
+    env = {k: v for k, v in os.environ.items() if k != "PYVGPU_HOSTS"}
+    env.update(XDG_CONFIG_HOME=str(cfg), LD_PRELOAD=str(lib))
+    proc = subprocess.run([str(exe), "300"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 GPU(s) visible" in proc.stdout
+    assert "PASSED" in proc.stdout
+    # numbering as the C side sees it: a holds GPU0-1, b starts at GPU2; the client announces each host's pointer
+    # window as (first GPU index + 1) * VA_WINDOW_BYTES, which the daemons log
+    from pyvgpu.protocol import VA_WINDOW_BYTES
+    assert f"va_base={hex(1 * VA_WINDOW_BYTES)}" in a.log_text()
+    assert f"va_base={hex(3 * VA_WINDOW_BYTES)}" in b.log_text()
