@@ -183,6 +183,7 @@ def run_program(binary: Path, args: list[str], label: str, env: dict | None = No
     cmd = [str(binary), *args]
     log(f"{label}: {' '.join(cmd[1:])}")
     t0 = time.monotonic()
+    load0 = os.getloadavg()[0]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
     lines: list[str] = []
@@ -201,7 +202,8 @@ def run_program(binary: Path, args: list[str], label: str, env: dict | None = No
         proc.wait()
     stderr = proc.stderr.read() if proc.stderr else ""
     res = parse_output("".join(lines))
-    res.update(rc=proc.returncode, stderr=stderr[-4000:], wall_s=time.monotonic() - t0, args=args)
+    res.update(rc=proc.returncode, stderr=stderr[-4000:], wall_s=time.monotonic() - t0, args=args,
+               load=(load0, os.getloadavg()[0]))  # 1-minute load average before/after: other work on the cores
     if proc.returncode != 0:
         log(f"  {label}: exit {proc.returncode}: {stderr.strip()[-500:]}")
     return res
@@ -232,6 +234,10 @@ def tables(results: dict, cfg: dict) -> str:
         r = results.get(key)
         return r["final"].get("test_err") if r and r.get("rc") == 0 and r["final"] else None
 
+    def load(key):
+        r = results.get(key)
+        return "%.1f→%.1f" % tuple(r["load"]) if r and r.get("load") else "—"
+
     r1 = s_per_1000("remote1")
     local = s_per_1000("local")
     rows = [
@@ -244,8 +250,8 @@ def tables(results: dict, cfg: dict) -> str:
     out = []
     out.append(f"Configuration: {cfg['desc']}\n")
     out.append("Table 1: time per 1000 batches (ours: wall; device = CUDA-event busy time; remoting+host = wall - device)\n")
-    out.append("| configuration | paper s/1000 | paper × 1 remote | ours s/1000 | ours device s/1000 | ours remoting+host s/1000 | ours × 1 remote | test error |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| configuration | paper s/1000 | paper × 1 remote | ours s/1000 | ours device s/1000 | ours remoting+host s/1000 | ours × 1 remote | test error | load avg |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, key, paper_s, paper_x in rows:
         ours = s_per_1000(key)
         dev = busy(key)
@@ -254,7 +260,7 @@ def tables(results: dict, cfg: dict) -> str:
         out.append(f"| {name} | {paper_s:.2f} | {fmt(paper_x, '.2f')} | "
                    f"{fmt(ours, '.3f', note or '—')} | {fmt(dev, '.3f')} | "
                    f"{fmt(ours - dev if ours is not None and dev is not None else None, '.3f')} | {fmt(x, '.2f')} | "
-                   f"{fmt(err(key), '.2%')} |")
+                   f"{fmt(err(key), '.2%')} | {load(key)} |")
     out.append("")
     out.append("Table 2: ratios")
     out.append("| ratio | paper | ours |")
@@ -367,21 +373,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="paper", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "build" / "paper"), help="output directory (default: %(default)s)")
     ap.add_argument("--data", help="MNIST IDX directory (default: scikit-learn's digits, converted once)")
-    ap.add_argument("--batch", type=int, default=100, help="global batch (paper: 2000)")
+    ap.add_argument("--batch", type=int, default=512, help="global batch (paper: 2000; digits has 1438 training images)")
     ap.add_argument("--hidden", default="128", help="hidden layer sizes, e.g. 128 or 256,128")
-    ap.add_argument("--steps", type=int, default=60, help="batches per GPU configuration")
+    ap.add_argument("--steps", type=int, default=80, help="batches per GPU configuration")
     ap.add_argument("--cpu-steps", type=int, default=0, help="batches for the CPU and local-GPU runs (default: --steps)")
-    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--lr", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--sync", default="ps", choices=["ps", "ring"])
     ap.add_argument("--gpus", default="1,2,4", help="remote GPU counts to run")
     ap.add_argument("--slowdown", type=float, default=3.0, help="--emu-slowdown of the slow daemon (0: skip)")
-    ap.add_argument("--uneven-steps", type=int, default=0, help="batches for the uneven runs (default: --steps)")
-    ap.add_argument("--uneven-batch", type=int, default=0, help="global batch of the uneven runs (default: 4 × --batch)")
+    ap.add_argument("--uneven-steps", type=int, default=20, help="batches for each uneven run")
+    ap.add_argument("--uneven-batch", type=int, default=0, help="global batch of the uneven runs (default: --batch)")
     ap.add_argument("--no-remote", action="store_true", help="skip the remote (daemon) runs")
     ap.add_argument("--no-local", action="store_true", help="skip the local-GPU run")
     ap.add_argument("--binary", help="a built dp_train (default: build it with nvcc)")
+    ap.add_argument("--docs-figures", action="store_true",
+                    help="also copy the figures to docs/paper_time_per_1000.png and docs/paper_test_error.png")
+    ap.add_argument("--emu-memory", default="1G", help="memory per emulated GPU")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = ap.parse_args(argv)
 
@@ -421,16 +430,16 @@ def main(argv: list[str] | None = None) -> int:
             counts = sorted({int(x) for x in args.gpus.split(",") if x})
             need = max(counts) if counts else 0
             log(f"starting {need} emulated-GPU daemon(s)")
-            daemons = [Daemon(outdir) for _ in range(need)]
+            daemons = [Daemon(outdir, "--emu-memory", args.emu_memory) for _ in range(need)]
             for n in counts:
                 results[f"remote{n}"] = run_program(
                     binary, [*common, "--gpus", str(n), "--steps", str(args.steps)], f"{n} remote GPU(s)",
                     env=remote_env(daemons[:n]), timeout=args.timeout)
             if args.slowdown and args.slowdown > 1:
-                slow = Daemon(outdir, "--emu-slowdown", str(args.slowdown))
+                slow = Daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.slowdown))
                 daemons.append(slow)
-                ub = args.uneven_batch or 4 * args.batch
-                us = args.uneven_steps or args.steps
+                ub = args.uneven_batch or args.batch
+                us = args.uneven_steps
                 uneven = [a for a in common]
                 uneven[uneven.index("--batch") + 1] = str(ub)
                 env = remote_env([daemons[0], slow])
@@ -451,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for p in figures(results, outdir, cfg):
             log(f"figure: {p}")
+            if args.docs_figures:
+                dst = ROOT / "docs" / ("paper_" + p.name[len("fig_"):])
+                shutil.copyfile(p, dst)
+                log(f"figure copied to {dst}")
     except ImportError as e:
         log(f"no figures: {e} (pip install matplotlib)")
     log(f"done in {time.monotonic() - t_start:.0f} s; results in {outdir}")

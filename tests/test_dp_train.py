@@ -159,29 +159,36 @@ GPU_STEPS = "30"
 
 @pytest.fixture(scope="module")
 def two_daemons(tmp_path_factory):
+    """Two emulated hosts with one GPU each, and two emulated hosts with two GPUs each."""
     tmp = tmp_path_factory.mktemp("dpd")
     ds = [start_daemon(tmp), start_daemon(tmp)]
-    yield ds
-    for d in ds:
+    ds2 = [start_daemon(tmp, "--emu-devices", "2"), start_daemon(tmp, "--emu-devices", "2")]
+    yield ds, ds2
+    for d in ds + ds2:
         d.stop()
 
 
 @pytest.fixture(scope="module")
 def gpu_runs(binary, digits, two_daemons):
-    """The training runs shared by the GPU tests (each run is a few seconds to tens of seconds on the emulator)."""
+    """The training runs shared by the GPU tests (a few seconds each on the emulator)."""
+    ones, twos = two_daemons
     base = ("--data", str(digits), *GPU_ARGS, "--steps", GPU_STEPS)
     out = {}
-    out["gpu1"] = parse(run_cuda(binary, two_daemons[:1], *base, "--gpus", "1", timeout=300).stdout)
-    out["gpu2_ps"] = parse(run_cuda(binary, two_daemons, *base, "--gpus", "2", "--sync", "ps", timeout=300).stdout)
-    out["gpu2_ring"] = parse(run_cuda(binary, two_daemons, *base, "--gpus", "2", "--sync", "ring", timeout=300).stdout)
+    out["gpu1"] = parse(run_cuda(binary, ones[:1], *base, "--gpus", "1", timeout=300).stdout)
+    out["gpu2_ps"] = parse(run_cuda(binary, ones, *base, "--gpus", "2", "--sync", "ps", timeout=300).stdout)
+    out["gpu2_ring"] = parse(run_cuda(binary, ones, *base, "--gpus", "2", "--sync", "ring", timeout=300).stdout)
+    out["gpu4_ring"] = parse(run_cuda(binary, twos, *base, "--gpus", "4", "--sync", "ring", timeout=300).stdout)
     return out
 
 
 @needs_stack
-def test_gpu_training_converges(gpu_runs):
-    logs, final = gpu_runs["gpu1"]
-    assert logs[-1]["loss"] < 0.5 * logs[0]["loss"]
-    assert final["test_err"] <= 0.15
+def test_gpu_training_converges_on_digits(binary, digits, two_daemons):
+    """200 batches on one remote emulated GPU: the loss falls and the test error is at most 5%."""
+    args = ("--data", str(digits), "--batch", "64", "--hidden", "64", "--lr", "0.5", "--seed", "3",
+            "--steps", "200", "--log-every", "50", "--gpus", "1")
+    logs, final = parse(run_cuda(binary, two_daemons[0][:1], *args, timeout=300).stdout)
+    assert logs[-1]["loss"] < 0.25 * logs[0]["loss"]
+    assert final["test_err"] <= 0.05
     assert final["busy_per_1000"] > 0 and final["ms_per_1000"] >= final["busy_per_1000"]
 
 
@@ -189,7 +196,11 @@ def test_gpu_training_converges(gpu_runs):
 def test_multi_gpu_matches_single_gpu(gpu_runs):
     assert_same_curve(gpu_runs["gpu1"][0], gpu_runs["gpu2_ps"][0])
     assert_same_curve(gpu_runs["gpu2_ps"][0], gpu_runs["gpu2_ring"][0])
+    assert_same_curve(gpu_runs["gpu1"][0], gpu_runs["gpu4_ring"][0])
     assert len(gpu_runs["gpu2_ps"][1]["busy_gpu"]) == 2
+    assert len(gpu_runs["gpu4_ring"][1]["busy_gpu"]) == 4
+    first, last = gpu_runs["gpu1"][0][0], gpu_runs["gpu1"][0][-1]
+    assert last["loss"] < 0.7 * first["loss"]
 
 
 @needs_stack
