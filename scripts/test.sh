@@ -9,5 +9,8 @@ cd "$ROOT"
 bash "$ROOT/scripts/setup.sh"
 choose_python
 
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/bin/nvcc ] && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    warn "nvcc (CUDA 13) not found: the tests that build CUDA programs under tests/ cannot run here"
+fi
 say "running the test suite: $PY -m pytest -q tests $*"
 exec "$PY" -m pytest -q tests "$@"
