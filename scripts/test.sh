@@ -9,7 +9,11 @@ cd "$ROOT"
 bash "$ROOT/scripts/setup.sh"
 choose_python
 
-if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/bin/nvcc ] && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+# The CUDA toolkit's usual home is not always on PATH; the test fixtures look for nvcc on PATH.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="$PATH:/usr/local/cuda/bin"
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/bin/nvcc ]; then
     warn "nvcc (CUDA 13) not found: the tests that build CUDA programs under tests/ cannot run here"
 fi
 say "running the test suite: $PY -m pytest -q tests $*"
