@@ -328,3 +328,39 @@ def test_clock64_advances():
 }
 """
     assert run(body, 32, 1, dtype=np.uint64)[0] > 0
+
+
+def test_cache_hint_modifiers_and_recursion_refused():
+    body = """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<3>; .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  ld.global.nc.L1::no_allocate.u32 %r1, [%rd1];
+  add.u32 %r1, %r1, 5;
+  st.global.L1::no_allocate.u32 [%rd1], %r1;
+  ret;
+}
+"""
+    assert run(body, 1, 1)[0] == 5
+    rec = """
+.func (.param .b32 rv) f(.param .b32 a)
+{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [a];
+  { .param .b32 p0; st.param.b32 [p0], %r1; .param .b32 r0;
+    call.uni (r0), f, (p0); ld.param.b32 %r2, [r0]; }
+  st.param.b32 [rv], %r2;
+  ret;
+}
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<3>;
+  { .param .b32 p0; st.param.b32 [p0], 1; .param .b32 r0;
+    call.uni (r0), f, (p0); ld.param.b32 %r2, [r0]; }
+  ret;
+}
+"""
+    with pytest.raises(CudaError) as e:
+        EmuModule.load((head() + rec).encode(), DeviceMemory(1 << 40, 1 << 20))
+    assert e.value.code == 218 and "recursive" in e.value.message
