@@ -364,3 +364,32 @@ def test_cache_hint_modifiers_and_recursion_refused():
     with pytest.raises(CudaError) as e:
         EmuModule.load((head() + rec).encode(), DeviceMemory(1 << 40, 1 << 20))
     assert e.value.code == 218 and "recursive" in e.value.message
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_atomics_equal_serial_thread_order(live):
+    from pyvgpu_daemon.emu.machine import _atomic
+    rng = np.random.default_rng(0)
+    ops = {"add": lambda o, b, c: o + b, "cas": lambda o, b, c: c if o == b else o, "exch": lambda o, b, c: b,
+           "min": lambda o, b, c: min(o, b), "max": lambda o, b, c: max(o, b),
+           "inc": lambda o, b, c: 0 if o >= b else o + 1, "dec": lambda o, b, c: b if (o == 0 or o > b) else o - 1,
+           "and": lambda o, b, c: o & b, "or": lambda o, b, c: o | b, "xor": lambda o, b, c: o ^ b}
+    for trial in range(15):
+        n = int(rng.integers(1, 400))
+        nad = int(rng.integers(1, 6))
+        for op, f in ops.items():
+            for dt in ((np.float32, np.float64, np.int32, np.uint64) if op == "add" else (np.uint32,)):
+                v = (rng.random(8) * 20).astype(dt)
+                v0 = v.copy()
+                idx = rng.integers(0, nad, n)
+                b = (rng.random(n) * (3 if op == "add" else 20)).astype(dt)
+                c = rng.integers(0, 20, n).astype(dt)
+                old = _atomic(v, idx, op, b, c if op == "cas" else None, live)
+                w = v0.copy()
+                ref = np.empty(n, dt)
+                for i in range(n):
+                    ref[i] = w[idx[i]]
+                    w[idx[i]] = dt(f(w[idx[i]], b[i], c[i]))
+                np.testing.assert_array_equal(v, w, err_msg=f"{op} {dt}")
+                if live:
+                    np.testing.assert_array_equal(old, ref, err_msg=f"{op} {dt}")

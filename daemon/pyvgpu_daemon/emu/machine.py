@@ -1753,6 +1753,25 @@ def _atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live: boo
         old = np.empty(n, dt)
         old[order] = old_sorted
         return old if live else None
+    if op == "add" and dt.kind == "f":
+        starts = np.flatnonzero(first)
+        if len(starts) <= maxrank:
+            # few, heavily contended addresses: one sequential accumulate per address (serial rounding, in
+            # thread order), exactly what applying the adds one by one gives
+            ends = np.r_[starts[1:], n]
+            sb = b[order].astype(dt)
+            old_sorted = np.empty(n, dt)
+            for s0, e0 in zip(starts.tolist(), ends.tolist()):
+                a = int(sidx[s0])
+                seq = np.empty(e0 - s0 + 1, dt)
+                seq[0] = v[a]
+                seq[1:] = sb[s0:e0]
+                acc = np.add.accumulate(seq, dtype=dt)
+                old_sorted[s0:e0] = acc[:-1]
+                v[a] = acc[-1]
+            old = np.empty(n, dt)
+            old[order] = old_sorted
+            return old
     # rounds: lanes of rank r touch distinct addresses
     byrank = np.argsort(rank, kind="stable")
     counts = np.bincount(rank)
