@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common.h"
 
@@ -266,4 +267,19 @@ PV_API cudaError_t cudaChooseDevice(int *device, const void *prop)
     }
     *device = best;
     return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pci)
+{
+    if (!device || !pci)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    for (int i = 0; i < pv_device_count(); i++)
+        if (strcasecmp(pv_device(i)->pci_id, pci) == 0) {
+            *device = i;
+            return PV_SUCCESS;
+        }
+    return pv_ret(PV_cudaErrorInvalidDevice);
 }

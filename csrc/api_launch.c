@@ -268,3 +268,16 @@ PV_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, const 
     *dyn = per;
     return PV_SUCCESS;
 }
+
+PV_API cudaError_t cudaFuncGetName(const char **name, const void *func)
+{
+    if (!name)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    struct pv_func *f = pv_func_by_host(func);
+    if (!f && pv_func_valid((const struct pv_func *)func))
+        f = (struct pv_func *)func;
+    if (!f)
+        return pv_ret(PV_cudaErrorInvalidDeviceFunction);
+    *name = f->name;
+    return PV_SUCCESS;
+}

@@ -381,3 +381,22 @@ PV_API cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
     *mode = old;
     return PV_SUCCESS;
 }
+
+/* Stream ids: 0 for the legacy default stream, 1 for the per-thread one, the daemon handle + 2 otherwise (daemon
+ * handles are unique per session, and a session is one host). */
+PV_API cudaError_t cudaStreamGetId(cudaStream_t s, unsigned long long *id)
+{
+    if (!id)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if ((uintptr_t)s <= 2) {
+        *id = (uintptr_t)s == 2 ? 1 : 0;
+        return PV_SUCCESS;
+    }
+    struct pv_stream *st = stream_of(s);
+    if (!st)
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    *id = ((unsigned long long)st->dev << 48) + st->remote + 2;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamGetId_ptsz(cudaStream_t s, unsigned long long *id) { return cudaStreamGetId(s, id); }

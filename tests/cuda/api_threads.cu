@@ -81,7 +81,17 @@ int main() {
     char pci[32] = {0};
     CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, 0));
     EXPECT(strchr(pci, ':') != nullptr);
+    int back = -1;
+    CHECK(cudaDeviceGetByPCIBusId(&back, pci));
+    EXPECT(back == 0 || ndev > 1);
+    unsigned long long id0 = 7, id1 = 7;
+    CHECK(cudaStreamGetId(0, &id0));
+    CHECK(cudaStreamGetId(s, &id1));
+    EXPECT(id0 == 0 && id1 > 1);
     CHECK(cudaStreamDestroy(s));
+    const char *fname = nullptr;
+    CHECK(cudaFuncGetName(&fname, scale));
+    EXPECT(fname && strstr(fname, "scale"));
     printf("OK %ld\n", checks.load() + 3);
     return 0;
 }
