@@ -59,3 +59,15 @@ PV_API struct pv_channel_desc cudaCreateChannelDesc(int x, int y, int z, int w, 
     struct pv_channel_desc d = { x, y, z, w, f };
     return d;
 }
+
+/* Profiler control: no profiler can attach to a remote GPU through this library; as with cudart when no profiler
+ * is attached, the calls succeed (logged once so the user knows nothing is being profiled). */
+static atomic_int profiler_once;
+static cudaError_t profiler(const char *name)
+{
+    if (atomic_exchange(&profiler_once, 1) == 0)
+        pv_log("%s: no profiler is attached to pyvgpu's remote GPUs; profiler control has no effect", name);
+    return PV_SUCCESS;
+}
+PV_API cudaError_t cudaProfilerStart(void) { return profiler(__func__); }
+PV_API cudaError_t cudaProfilerStop(void) { return profiler(__func__); }
