@@ -385,3 +385,56 @@ def test_assert_raises_cuda_error_assert():
     assert e.value.code == 710   # cudaErrorAssert
     text = e.value.stdout.decode()
     assert "block: [1,0,0], thread: [5,0,0] Assertion `v[i] >= 0` failed." in text
+
+
+# ------------------------------------------------------------------------------------------------ emu_ml.cu
+def test_row_softmax():
+    d = Dev()
+    m = d.load("emu_ml.cu")
+    rows, cols = 37, 200
+    x = np.random.default_rng(7).normal(0, 3, (rows, cols)).astype(np.float32)
+    px, po = d.put(x), d.zeros(rows * cols, np.float32)
+    launch(m, "rowSoftmax", rows, 64, px, po, np.int32(cols), shmem=64 * 4)
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(d.get(po, rows * cols, np.float32).reshape(rows, cols), e / e.sum(1, keepdims=True),
+                               rtol=2e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_adam_with_powf(step):
+    d = Dev()
+    m = d.load("emu_ml.cu")
+    n = 3000
+    rng = np.random.default_rng(step)
+    w, g = rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    mm, vv = rng.normal(size=n).astype(np.float32) * 0.1, rng.random(n).astype(np.float32) * 0.1
+    pw, pg, pm, pv = d.put(w), d.put(g), d.put(mm), d.put(vv)
+    lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
+    launch(m, "adamStep", (n + 255) // 256, 256, pw, pg, pm, pv, np.float32(lr), np.float32(b1), np.float32(b2),
+           np.float32(eps), np.int32(step), np.int32(n))
+    f = np.float64
+    b1f, b2f = f(np.float32(b1)), f(np.float32(b2))
+    mi = b1f * mm + (1 - b1f) * g
+    vi = b2f * vv + (1 - b2f) * g.astype(f) ** 2
+    wi = w - f(np.float32(lr)) * (mi / (1 - b1f ** step)) / (np.sqrt(vi / (1 - b2f ** step)) + f(np.float32(eps)))
+    np.testing.assert_allclose(d.get(pm, n, np.float32), mi, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(d.get(pw, n, np.float32), wi, rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_and_cross_entropy():
+    d = Dev()
+    m = d.load("emu_ml.cu")
+    n = 4096
+    x = np.linspace(-8, 8, n).astype(np.float32)
+    px, py = d.put(x), d.zeros(n, np.float32)
+    launch(m, "geluK", n // 256, 256, px, py, np.int32(n))
+    t = x.astype(np.float64)
+    ref = 0.5 * t * (1 + np.tanh(0.7978845608 * (t + 0.044715 * t ** 3)))
+    np.testing.assert_allclose(d.get(py, n, np.float32), ref, rtol=1e-5, atol=1e-6)
+    rows, cols = 500, 10
+    p = np.random.default_rng(8).dirichlet(np.ones(cols), rows).astype(np.float32)
+    lab = np.random.default_rng(9).integers(0, cols, rows).astype(np.int32)
+    pp, pl, ploss = d.put(p), d.put(lab), d.zeros(1, np.float32)
+    launch(m, "xentLoss", 2, 256, pp, pl, ploss, np.int32(rows), np.int32(cols))
+    terms = -np.log(np.maximum(p[np.arange(rows), lab], np.float32(1e-12)).astype(np.float64))
+    assert abs(d.get(ploss, 1, np.float32)[0] - terms.sum()) < 1e-4 * terms.sum()
