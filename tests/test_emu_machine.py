@@ -438,3 +438,19 @@ def test_gelu_and_cross_entropy():
     launch(m, "xentLoss", 2, 256, pp, pl, ploss, np.int32(rows), np.int32(cols))
     terms = -np.log(np.maximum(p[np.arange(rows), lab], np.float32(1e-12)).astype(np.float64))
     assert abs(d.get(ploss, 1, np.float32)[0] - terms.sum()) < 1e-4 * terms.sum()
+
+
+@pytest.mark.parametrize("flags", [("-G",), ("-lineinfo",)])
+def test_debug_and_lineinfo_builds(flags):
+    d = Dev()
+    m = d.load("emu_shared.cu", *flags)
+    n = 1000
+    x = np.random.default_rng(10).integers(-1000, 1000, n).astype(np.int32)
+    nb = (n + 255) // 256
+    px, po = d.put(x), d.zeros(nb, np.int32)
+    launch(m, "blockReduce", nb, 256, px, po, np.int32(n))
+    np.testing.assert_array_equal(d.get(po, nb, np.int32), np.add.reduceat(x, np.arange(0, n, 256)))
+    xf = (np.arange(n) % 13 - 6).astype(np.float32)
+    pf, pr = d.put(xf), d.zeros(nb, np.float32)
+    launch(m, "warpReduce", nb, 256, pf, pr, np.int32(n))
+    np.testing.assert_array_equal(d.get(pr, nb, np.float32), np.add.reduceat(xf, np.arange(0, n, 256)))
