@@ -27,7 +27,6 @@ Known deviations from hardware (everything else is bit-exact):
   canonical 0x7FFFFFFF; isnan-style checks are unaffected. min/max, half-precision results and f16 conversions
   do produce the canonical NaN.
 - .approx functions: see floating.py (within the ISA's error bounds of the exact value, not bit-equal to silicon).
-- fma.f64 is exact except when |a| or |b| > 2**996 or |a*b| < 2**-969 (then it may be 1 ulp off).
 - Integer division by zero (unspecified in the ISA): quotient all ones, remainder = dividend.
 - min/max order -0 below +0.
 

@@ -69,6 +69,29 @@ def one_of(flags: tuple[str, ...], choices: Iterable[str]) -> str | None:
     return hit[0] if hit else None
 
 
+CHUNK = 16384
+
+
+def chunked(fn, ch: int = CHUNK):
+    """Run a multi-pass elementwise fn over cache-sized slices of 1-D lane vectors: its temporaries then stay
+    in cache, which makes 10-40-pass fns (exact fma, directed rounding) 2-4x faster on large launches. Scalars
+    (immediates) are passed through whole; single-output fns only."""
+    def run(*args):
+        arrs = [np.asarray(x) for x in args]
+        n = 0
+        for x in arrs:
+            if x.ndim == 1:
+                n = max(n, x.shape[0])
+            elif x.ndim > 1:
+                return fn(*args)
+        if n <= 2 * ch:
+            return fn(*args)
+        parts = [fn(*[x[i:i + ch] if x.ndim else x for x in arrs]) for i in range(0, n, ch)]
+        return np.concatenate(parts)
+    run.__wrapped__ = fn
+    return run
+
+
 def quiet(fn):
     """Run `fn` with all floating-point warnings/exceptions ignored (IEEE default results)."""
     return np.errstate(all="ignore")(fn)

@@ -9,9 +9,9 @@ Rounding:
 - fma.rn.f32: the f64 product is exact; the f64 sum is converted to f32. Double rounding can only go wrong when
   the f64 sum lies exactly on an f32 midpoint (or the result is f32-subnormal): those lanes are recomputed with
   round-to-odd (TwoSum error), which is exact.
-- fma.f64: Boldo & Melquiond's emulation (TwoProduct, TwoSum, round-to-odd of the low parts, then one RN add).
-  Exact except when a*b overflows before c cancels it, when |a| or |b| > 2**996 (Veltkamp split overflows) or
-  when a*b is below ~2**-969 (its error term is no longer exact); there the result may be off by one ulp.
+- fma.f64: Boldo & Melquiond's emulation (TwoProduct, TwoSum, round-to-odd of the low parts, then one RN add),
+  exact in every mode; lanes outside its range (an operand above 2**995, a product that overflows, or one below
+  2**-960 including products that underflow to zero) are evaluated with exact rationals one lane at a time.
 - .ftz flushes subnormal inputs and results to zero of the same sign; .sat clamps to [0,1] with NaN -> +0.
 - .approx functions: ex2, lg2, sin, cos, tanh and rsqrt (f32) use NumPy's float32 kernels (measured within 2 ulp
   of the exact value; sin/cos absolute error < 1e-7 on [-pi, pi]); rcp.approx, div.approx, div.full and
@@ -25,9 +25,13 @@ Rounding:
 """
 from __future__ import annotations
 
+import math
+import sys
+from fractions import Fraction
+
 import numpy as np
 
-from .common import (AluOp, Unsupported, fast_two_sum, finite_all, fix_overflow, ftz, narrow_directed, one_of, quiet, round_odd,
+from .common import (AluOp, Unsupported, chunked, fast_two_sum, finite_all, fix_overflow, ftz, narrow_directed, one_of, quiet, round_odd,
                      sat, split_mods, step_directed, two_prod64, two_sum)
 
 def _mul_resid64(a, b, r):
@@ -217,11 +221,126 @@ def _fma32(mode, do_ftz, do_sat):
     return fn
 
 
+def _round_fraction64(q: Fraction, mode: str, zero_sign: float) -> float:
+    """Round an exact rational to float64 with mode rn/rz/rm/rp (scalar; used for rare lanes)."""
+    if q == 0:
+        return zero_sign
+    try:
+        r = float(q)                      # correctly rounded to nearest
+    except OverflowError:
+        r = math.inf if q > 0 else -math.inf
+    if mode == "rn":
+        return r
+    if math.isinf(r):
+        keep_inf = (mode == "rm" and r < 0) or (mode == "rp" and r > 0)
+        return r if keep_inf else math.copysign(sys.float_info.max, r)
+    fr = Fraction(r)
+    if mode == "rm" and fr > q:
+        r = math.nextafter(r, -math.inf)
+    elif mode == "rp" and fr < q:
+        r = math.nextafter(r, math.inf)
+    elif mode == "rz" and abs(fr) > abs(q):
+        r = math.nextafter(r, 0.0)
+    return r
+
+
+def _fma64_scalar(a: float, b: float, c: float, mode: str) -> float:
+    p = Fraction(a) * Fraction(b)
+    q = p + Fraction(c)
+    if q == 0:
+        pneg = math.copysign(1.0, a) * math.copysign(1.0, b) < 0
+        cneg = math.copysign(1.0, c) < 0
+        if p == 0 and c == 0 and pneg == cneg:
+            zs = -0.0 if pneg else 0.0
+        else:
+            zs = -0.0 if mode == "rm" else 0.0
+        return _round_fraction64(q, mode, zs)
+    return _round_fraction64(q, mode, 0.0)
+
+
+_BIG64 = 2.0 ** 995
+_SMALL64 = 2.0 ** -960
+
+
+def _fma64_rn_fast(a, b, c):
+    """fma.rn.f64 on same-shape (broadcast) arrays with a handful of reused buffers: Dekker TwoProduct, two
+    TwoSums, round-to-odd on the bit pattern, one final add. Returns (r, suspect) where suspect flags lanes whose
+    result may be wrong (NaN from special operands or a split/product overflow; products below 2**-960)."""
+    sp = np.float64(134217729.0)          # 2**27 + 1 (Veltkamp split)
+    p = np.multiply(a, b)
+    t = np.multiply(a, sp)
+    ah = np.subtract(t, a)
+    np.subtract(t, ah, out=ah)                 # ah = t - (t - a)
+    al = np.subtract(a, ah)
+    np.multiply(b, sp, out=t)
+    bh = np.subtract(t, b)
+    np.subtract(t, bh, out=bh)                 # bh = t - (t - b)
+    bl = np.subtract(b, bh, out=t)
+    e = np.multiply(ah, bh)                    # e = ((ah*bh - p) + ah*bl + al*bh) + al*bl
+    np.subtract(e, p, out=e)
+    np.multiply(ah, bl, out=ah)
+    np.add(e, ah, out=e)
+    np.multiply(al, bh, out=bh)
+    np.add(e, bh, out=e)
+    np.multiply(al, bl, out=al)
+    np.add(e, al, out=e)                       # e: exact error of p (buffers ah, al, bh, t now free)
+    th = np.add(c, p)                          # TwoSum(c, p) -> th, tl
+    bb = np.subtract(th, c, out=t)
+    tl = np.subtract(th, bb, out=ah)
+    np.subtract(c, tl, out=tl)
+    np.subtract(p, bb, out=bb)
+    np.add(tl, bb, out=tl)
+    w = np.add(tl, e, out=al)                  # TwoSum(tl, e) -> w, ew
+    bb = np.subtract(w, tl, out=t)
+    ew = np.subtract(w, bb, out=bh)
+    np.subtract(tl, ew, out=ew)
+    np.subtract(e, bb, out=bb)
+    np.add(ew, bb, out=ew)
+    # round w to odd: an inexact w with an even last bit moves one ulp toward the exact value
+    u = w.view(np.uint64)
+    pos, neg = ew > 0, ew < 0
+    fix = (pos | neg) & ((u & np.uint64(1)) == 0)
+    if fix.any():
+        up = fix & (pos == (w > 0))
+        np.add(u, up, out=u)
+        np.subtract(u, fix ^ up, out=u)
+    # r = th + w, except that a zero w must not turn th = -0 into +0
+    zt = th == 0
+    keep = None
+    if zt.any():
+        keep = zt & (w == 0)
+        saved = th[keep]
+    np.add(th, w, out=th)
+    if keep is not None:
+        th[keep] = saved
+    suspect = np.isnan(th)
+    np.abs(p, out=p)
+    small = p < _SMALL64
+    if small.any():
+        suspect |= small & (a != 0) & (b != 0)
+    return th, suspect
+
+
 def fma64(a, b, c, mode="rn"):
-    """f64 fused multiply-add, correctly rounded (see module docstring for the limits)."""
+    """f64 fused multiply-add, correctly rounded in every mode. Vectorised error-free transforms for the
+    common range; lanes where they are not exact (an operand above 2**995, a product that overflows or lies
+    below 2**-960) are evaluated exactly with rationals, one lane at a time (they are rare)."""
     a = np.asarray(a, F64)
     b = np.asarray(b, F64)
     c = np.asarray(c, F64)
+    if mode == "rn" and (a.ndim or b.ndim or c.ndim):
+        a, b, c = np.broadcast_arrays(a, b, c)
+        r, suspect = _fma64_rn_fast(a, b, c)
+        if suspect.any():
+            idx = np.flatnonzero(suspect)
+            ab, bb, cb, rf = a.reshape(-1), b.reshape(-1), c.reshape(-1), r.reshape(-1)
+            for i in idx.tolist():
+                x, y, z = float(ab[i]), float(bb[i]), float(cb[i])
+                if math.isfinite(x) and math.isfinite(y) and math.isfinite(z):
+                    rf[i] = _fma64_scalar(x, y, z, "rn")
+                else:
+                    rf[i] = x * y + z          # inf/NaN operands: IEEE evaluation is exact
+        return r
     p, pe = two_prod64(a, b)
     th, tl = two_sum(c, p)
     w, ew = two_sum(tl, pe)
@@ -234,13 +353,22 @@ def fma64(a, b, c, mode="rn"):
         r = np.where(w == 0, th, r)
         resid = e2 + ew
         r = step_directed(r, resid, mode)
-        r = fix_overflow(r, finite_all(a, b, c) & np.isfinite(p), mode)
         if mode == "rm":
             r = _rm_zero_sign(r, p, c)
-    # special operands (inf/NaN) and products that overflow: plain IEEE evaluation has the right result
-    bad = ~(np.isfinite(p) & np.isfinite(c) & np.isfinite(pe))
-    if np.any(bad):
-        r = np.where(bad, a * b + c, r)
+    fin = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+    if not fin.all():                     # inf/NaN operands: plain IEEE evaluation is exact
+        r = np.where(fin, r, a * b + c)
+    ap = np.abs(p)
+    # product tiny (including underflowed to zero from nonzero operands), huge, or overflowed
+    tiny = (ap < _SMALL64) & (a != 0) & (b != 0)
+    hard = fin & ((np.abs(a) > _BIG64) | (np.abs(b) > _BIG64) | ~(ap < np.inf) | tiny)
+    if hard.any():
+        r = np.array(r, F64, copy=True)
+        ab, bb, cb = (x.reshape(-1) for x in np.broadcast_arrays(a, b, c))
+        flat = r.reshape(-1)
+        for i in np.flatnonzero(hard.reshape(-1)).tolist():
+            flat[i] = _fma64_scalar(float(ab[i]), float(bb[i]), float(cb[i]), mode)
+        r = flat.reshape(r.shape)
     return r
 
 
@@ -317,6 +445,8 @@ def build_arith(instr, op):
         f = _mul(t, mode, do_ftz, do_sat)
     else:
         f = _addsub(t, mode, op == "sub", do_ftz, do_sat)
+    if mode != "rn":
+        f = chunked(f, 16384)
     return AluOp(quiet(f), (t, t), (t,))
 
 
@@ -334,9 +464,9 @@ def build_fma(instr):
     if t == "f64":
         if do_sat or do_ftz:
             raise Unsupported(".ftz/.sat with .f64")
-        f = _fma64(mode, False, False)
+        f = chunked(_fma64(mode, False, False), 16384)
     else:
-        f = _fma32(mode, do_ftz, do_sat)
+        f = chunked(_fma32(mode, do_ftz, do_sat), 32768)
     return AluOp(quiet(f), (t, t, t), (t,))
 
 
@@ -351,7 +481,8 @@ def build_div(instr):
     rmode = mode if mode in RND else "rn"
     if rmode == "rn" and "ftz" not in flags:
         return AluOp(quiet(np.divide), (t, t), (t,))
-    return AluOp(quiet(_div(t, rmode, "ftz" in flags, False, mode in ("approx", "full"))), (t, t), (t,))
+    return AluOp(quiet(chunked(_div(t, rmode, "ftz" in flags, False, mode in ("approx", "full")), 16384)),
+                 (t, t), (t,))
 
 
 def build_rcp(instr):
@@ -378,7 +509,7 @@ def build_sqrt(instr):
         raise Unsupported("sqrt.f64 modifier")
     if mode in ("rn", "approx") and "ftz" not in flags:
         return AluOp(quiet(np.sqrt), (t,), (t,))
-    return AluOp(quiet(_sqrt(t, mode if mode in RND else "rn", "ftz" in flags)), (t,), (t,))
+    return AluOp(quiet(chunked(_sqrt(t, mode if mode in RND else "rn", "ftz" in flags), 16384)), (t,), (t,))
 
 
 def build_rsqrt(instr):
