@@ -99,3 +99,12 @@ def test_implemented_entry_points_are_strong(vcudart, name):
     kinds = {line.split()[2].split("@")[0]: line.split()[1] for line in out.splitlines() if len(line.split()) == 3}
     assert kinds[name] == "T"
     assert kinds["cudaGraphCreate"] == "W"      # an unsupported export falls back to its generated stub
+
+
+def test_runtime_dependencies_are_minimal(vcudart):
+    """A client needs only libc and libcrypto: msgpack-c is linked in (and hidden), CUDA is never needed."""
+    dyn = subprocess.run(["readelf", "-d", str(vcudart)], check=True, capture_output=True, text=True).stdout
+    needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn))
+    assert not any("cuda" in n for n in needed), needed
+    assert needed <= {"libc.so.6", "ld-linux-x86-64.so.2", "libcrypto.so.3", "libmsgpackc.so.2", "libm.so.6",
+                      "libpthread.so.0"}, needed
