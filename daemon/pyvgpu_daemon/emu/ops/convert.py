@@ -74,12 +74,10 @@ def _float_to_int(dt_name, st_name, irnd, do_ftz):
             if rnd1 is not None:
                 x = rnd1(x)
             out = np.clip(x, lo_s, hi_s).astype(dt)
-            big = x >= lim_s
-            if big.any():
-                out = np.where(big, top, out)
-            nan = x != x
-            if nan.any():
-                out = np.where(nan, zero, out)
+            odd = ~np.less(x, lim_s)              # one pass finds both x >= 2**(w-1) and NaN
+            if odd.any():
+                out = np.where(np.greater_equal(x, lim_s), top, out)
+                out = np.where(np.isnan(x), zero, out)
             return out
         return fast
 
