@@ -108,3 +108,14 @@ def test_runtime_dependencies_are_minimal(vcudart):
     assert not any("cuda" in n for n in needed), needed
     assert needed <= {"libc.so.6", "ld-linux-x86-64.so.2", "libcrypto.so.3", "libmsgpackc.so.2", "libm.so.6",
                       "libpthread.so.0"}, needed
+
+
+def test_generated_layouts_up_to_date(tmp_path):
+    """csrc/layouts_gen.h (struct offsets, valid device attributes) matches the CUDA 13.0 headers when present."""
+    text = (ROOT / "csrc" / "layouts_gen.h").read_text()
+    assert "#define PV_cudaDeviceProp_SIZE 1008" in text and "#define PV_DEV_ATTR_LIMIT" in text
+    if not (Path("/usr/local/cuda-13.0") / "include" / "cuda_runtime_api.h").exists():
+        return
+    out = tmp_path / "layouts_gen.h"
+    subprocess.run([sys.executable, str(ROOT / "tools" / "gen_cudart_layouts.py"), f"--out={out}"], check=True)
+    assert out.read_text() == text
