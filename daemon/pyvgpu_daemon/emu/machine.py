@@ -694,7 +694,6 @@ class Kernel:
             if bar_id is None:
                 raise _err_ptx(t, "barrier id must be an immediate")
         if len(srcs) > 1:
-            cnt = "S.ctasize"
             lines.append(f"S.check_bar_count({g.src(srcs[1], 'u32', t)}, {t.line})")
         if red is None:
             if masked:
@@ -931,8 +930,6 @@ class Kernel:
                 o = off + k * (tb // 8)
                 if o + tb // 8 > self.param_size:
                     raise _err_ptx(ins, "parameter read past the end of the parameter list")
-                name = g.const(None, "kp")
-                g.param_consts.append((name, o, t))
                 lines.append(f"_v = S.param({o}, {g.dt(t)})")
                 g.write(lines, e, t, "_v", gexpr, ins, False)
             return
@@ -1530,7 +1527,6 @@ class Chunk:
 
     def read_cstring(self, lane: int, addr: int, limit: int = 1 << 16) -> bytes:
         buf, off = self.byte_span(lane, addr, 1)
-        end = off
         n = buf.size
         stop = min(n, off + limit)
         chunk = buf[off:stop].tobytes()
@@ -1685,8 +1681,6 @@ class Chunk:
                 mm = rel & (self.barsite == s)
                 # reduction over all parked lanes of each CTA (all of them reach the same bar.red)
                 p = self.barpred & mm
-                kind_dst = self.kernel.gen.bar_sites[s]
-                t = kind_dst[1]
                 pr = p.reshape(self.ncta, cs)
                 mr = mm.reshape(self.ncta, cs)
                 red_kind = self.kernel.bar_kinds[s]
