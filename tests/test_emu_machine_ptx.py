@@ -393,3 +393,35 @@ def test_atomics_equal_serial_thread_order(live):
                 np.testing.assert_array_equal(v, w, err_msg=f"{op} {dt}")
                 if live:
                     np.testing.assert_array_equal(old, ref, err_msg=f"{op} {dt}")
+
+
+def test_match_any_and_all():
+    body = """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<8>; .reg .pred %p<2>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  rem.u32 %r2, %r1, 3;
+  match.any.sync.b32 %r3, %r2, -1;
+  shr.u32 %r4, %r1, 5;
+  match.all.sync.b32 %r5|%p1, %r4, -1;
+  match.all.sync.b32 %r6|%p1, %r2, -1;
+  selp.u32 %r7, 1, 0, %p1;
+  mul.wide.u32 %rd2, %r1, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {%r3, %r5, %r6, %r7};
+  ret;
+}
+"""
+    out = run(body, 64, 64 * 4).reshape(64, 4)
+    t = np.arange(64)
+    lane = t % 32
+    for i in range(64):
+        w = t[(t // 32) == (i // 32)]
+        exp = sum(1 << int(l) for l, v in zip(w % 32, w % 3) if v == i % 3)
+        assert out[i, 0] == exp
+    np.testing.assert_array_equal(out[:, 1], 0xFFFFFFFF)
+    np.testing.assert_array_equal(out[:, 2], 0)
+    np.testing.assert_array_equal(out[:, 3], 0)
+    assert lane.size == 64

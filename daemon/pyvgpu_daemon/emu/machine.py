@@ -745,6 +745,13 @@ class Kernel:
         elif op == "activemask":
             if t.mods != ("b32",):
                 raise _err_ptx(t, "expected activemask.b32")
+        elif op == "match":
+            if len(t.mods) != 3 or t.mods[0] not in ("any", "all") or t.mods[1] != "sync" \
+                    or t.mods[2] not in ("b32", "b64"):
+                raise _err_ptx(t, "expected match.{any,all}.sync.{b32,b64}")
+            if t.mods[0] == "any" and len(t.dsts) != 1:
+                raise _err_ptx(t, "match.any has no predicate destination")
+            mask_src = t.srcs[1]
         else:
             raise _err_ptx(t, "warp operation not supported")
         msk = g.src(mask_src, "u32", t) if mask_src is not None else "None"
@@ -771,6 +778,12 @@ class Kernel:
             a = g.src(t.srcs[0], t.mods[2], t)
             lines.append(f"_d = S.redux({t.mods[1]!r}, {t.mods[2]!r}, {a}, {msk}, {gexpr})")
             g.write(lines, t.dsts[0], t.mods[2], "_d", gexpr, t)
+        elif op == "match":
+            a = g.src(t.srcs[0], t.mods[2], t)
+            lines.append(f"_d, _p = S.match({t.mods[0]!r}, {a}, {msk}, {gexpr})")
+            g.write(lines, t.dsts[0], "b32", "_d", gexpr, t)
+            if len(t.dsts) > 1:
+                g.write(lines, t.dsts[1], "pred", "_p", gexpr, t)
         elif op == "activemask":
             lines.append(f"_d = S.activemask({'m' if masked else None})")
             g.write(lines, t.dsts[0], "b32", "_d", self._guard(g, t, masked), t)
@@ -1507,6 +1520,35 @@ class Chunk:
         full = np.zeros(self.nwarps, a.dtype)
         full[w[starts]] = r
         return full[self.warp]
+
+    def match(self, mode, a, mask, m):
+        """match.any: the mask of active member lanes of the warp holding the same value; match.all: the member
+        mask when all active members agree (and the predicate), else 0."""
+        act = self._active(mask, m)
+        a = np.broadcast_to(np.asarray(a), (self.T,))
+        idx = np.flatnonzero(act)
+        d = np.zeros(self.T, np.uint32)
+        p = np.zeros(self.T, bool)
+        if idx.size == 0:
+            return d, p
+        w = self.warp[idx]
+        vals = a[idx].astype(np.uint64, copy=False) if a.dtype.itemsize == 8 else a[idx].astype(np.uint64)
+        bits = np.left_shift(np.uint64(1), self.laneid[idx].astype(np.uint64)).astype(np.float64)
+        if mode == "any":
+            _, key = np.unique(np.stack([w.astype(np.uint64), vals]), axis=1, return_inverse=True)
+            key = key.reshape(-1)
+            sums = np.bincount(key, weights=bits)
+            d[idx] = sums[key].astype(np.uint64).astype(np.uint32)
+            return d, p
+        wmask = np.bincount(w, weights=bits, minlength=self.nwarps)
+        vmin = np.full(self.nwarps, np.iinfo(np.uint64).max, np.uint64)
+        vmax = np.zeros(self.nwarps, np.uint64)
+        np.minimum.at(vmin, w, vals)
+        np.maximum.at(vmax, w, vals)
+        same = (vmin == vmax)[w]
+        d[idx] = np.where(same, wmask[w].astype(np.uint64).astype(np.uint32), 0)
+        p[idx] = same
+        return d, p
 
     def activemask(self, m):
         act = np.ones(self.T, bool) if m is None else m
