@@ -234,7 +234,5 @@ def build_cvt(instr):
             narrowing = wd < ws or (dt_name != st_name and wd == ws)   # f16 <-> bf16 also rounds
             if narrowing and frnd is None:
                 raise Unsupported("narrowing cvt needs .rn/.rz/.rm/.rp")
-            if not narrowing and frnd is not None:
-                raise Unsupported("rounding modifier on an exact conversion")
             f = quiet(_float_to_float(dt_name, st_name, frnd or "rn", None, do_ftz, do_sat, do_relu))
     return AluOp(f, (st_name,), (dt_name,))
