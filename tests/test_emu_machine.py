@@ -454,3 +454,27 @@ def test_debug_and_lineinfo_builds(flags):
     pf, pr = d.put(xf), d.zeros(nb, np.float32)
     launch(m, "warpReduce", nb, 256, pf, pr, np.int32(n))
     np.testing.assert_array_equal(d.get(pr, nb, np.float32), np.add.reduceat(xf, np.arange(0, n, 256)))
+
+
+@pytest.mark.parametrize("vals", [(42, 3000000000, -1234567890123, 3.14159265358979, -2.5),
+                                  (-7, 0, 1 << 40, -0.000123456, 1e30)])
+def test_printf_formats_match_c(vals):
+    import ctypes
+    libc = ctypes.CDLL(None)
+    i, u, ll, dd, ff = vals
+    d = Dev()
+    m = d.load("emu_misc.cu")
+    s = d.put(np.frombuffer(b"hello\0", np.uint8))
+    out = launch(m, "fmtTest", 1, 1, np.int32(i), np.uint32(u), np.int64(ll), np.float64(dd), np.float32(ff), s)
+    f32 = float(np.float32(ff))
+
+    def c(fmt, *args):
+        buf = ctypes.create_string_buffer(512)
+        libc.snprintf(buf, 512, fmt, *args)
+        return buf.value
+    exp = c(b"[%d|%5d|%-5d|%05d|%+d|%u|%x|%X|%#o|%lld|%llx|%c|%%]\n", *([ctypes.c_int(i)] * 5),
+            *([ctypes.c_uint(u)] * 4), ctypes.c_longlong(ll), ctypes.c_longlong(ll), ctypes.c_int(65 + (i & 7)))
+    exp += c(b"[%f|%.2f|%10.3e|%g|%G|%e|%8.3g]\n", *([ctypes.c_double(dd)] * 4), ctypes.c_double(dd * 1e20),
+             ctypes.c_double(f32), ctypes.c_double(f32))
+    exp += c(b"[%s|%.3s|%8s|%-8s|%p]\n", *([ctypes.c_char_p(b"hello")] * 4), ctypes.c_void_p(0))
+    assert out.stdout == exp

@@ -38,6 +38,12 @@ extern "C" __global__ void hello(int n, float f, double d, const char* tag) {
         printf("block %d thread %d n=%d f=%.3f d=%g x=%#x s=%s\n", blockIdx.x, threadIdx.x, n, f, d, 255, "hi");
 }
 
+extern "C" __global__ void fmtTest(int i, unsigned u, long long ll, double d, float f, const char* s) {
+    printf("[%d|%5d|%-5d|%05d|%+d|%u|%x|%X|%#o|%lld|%llx|%c|%%]\n", i, i, i, i, i, u, u, u, u, ll, ll, 'A' + (i & 7));
+    printf("[%f|%.2f|%10.3e|%g|%G|%e|%8.3g]\n", d, d, d, d, d * 1e20, (double)f, f);
+    printf("[%s|%.3s|%8s|%-8s|%p]\n", s, s, s, s, (void*)0);
+}
+
 int main() {
     float coef[16];
     for (int i = 0; i < 16; i++) coef[i] = i * 0.5f;

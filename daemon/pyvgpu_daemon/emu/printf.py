@@ -19,6 +19,16 @@ def _c_format(flags: str, width, prec, conv: str, value) -> str:
     return spec % value
 
 
+def _pad(text: str, flags: str, w) -> str:
+    if not w or len(text) >= w:
+        return text
+    if "-" in flags:
+        return text.ljust(w)
+    if "0" in flags:
+        return text.zfill(w)
+    return text.rjust(w)
+
+
 def format_printf(chunk, lane: int, fmt_addr: int, args_addr: int) -> tuple[bytes, int]:
     fmt = chunk.read_cstring(lane, fmt_addr)
     out = bytearray()
@@ -69,9 +79,16 @@ def format_printf(chunk, lane: int, fmt_addr: int, args_addr: int) -> tuple[byte
                 v = (v & 0xFF) - ((v & 0x80) << 1 if signed else 0)
             if conv == "c":
                 text = _c_format(flags, w, None, "c", chr(v & 0xFF))
+            elif conv == "o" and "#" in flags:
+                # C's alternate octal form is a leading 0 (Python would write 0o)
+                digits = _c_format("", None, p, "o", v)
+                if not digits.startswith("0"):
+                    digits = "0" + digits
+                text = _pad(digits, flags, w)
             else:
                 c = "d" if conv in "diu" else conv
-                text = _c_format(flags.replace("#", "") if c == "d" else flags, w, p, c, v)
+                fl = flags.replace("#", "") if c == "d" or v == 0 else flags   # C: %#x of 0 is "0"
+                text = _c_format(fl, w, p, c, v)
             out += text.encode("latin-1")
         elif conv in "eEfFgGaA":
             v = struct.unpack("<d", take(8))[0]
