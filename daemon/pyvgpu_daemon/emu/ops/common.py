@@ -166,7 +166,7 @@ def round_odd(s, e):
     ut = _BITS[s.dtype][0]
     even = (s.view(ut) & ut(1)) == 0
     fix = even & (e != 0) & np.isfinite(e)
-    if not np.any(fix):
+    if not np.asarray(fix).any():
         return s
     return np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf).astype(s.dtype)), s)
 
@@ -204,7 +204,7 @@ def fix_overflow(r, finite_in, mode: str):
     if mode == "rn":
         return r
     big = np.isinf(r) & finite_in
-    if not np.any(big):
+    if not np.asarray(big).any():
         return r
     mx = FINFO[r.dtype].max
     dt = r.dtype.type

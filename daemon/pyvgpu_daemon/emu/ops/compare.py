@@ -113,7 +113,9 @@ def build_setp(instr):
             return _combine(r, boolop, c), _combine(~r, boolop, c)
     else:
         if boolop is None and t not in ("bf16",) and not do_ftz:
-            return AluOp(quiet(_cmp_fn(cmp, t in ("f32", "f64", "f16"))), srcs, ("pred",))
+            is_float = t in ("f32", "f64", "f16")
+            f = _cmp_fn(cmp, is_float)
+            return AluOp(quiet(f) if is_float else f, srcs, ("pred",))   # integer compares never warn
 
         def fn(a, b, c=None):
             return _combine(lane_fn(a, b)[0], boolop, c)

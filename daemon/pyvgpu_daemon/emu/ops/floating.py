@@ -87,7 +87,7 @@ def _post(r, do_ftz, do_sat):
 def _rm_zero_sign(r, x, y):
     """Round toward -inf: an exact zero sum of x + y is -0 unless both are +0."""
     z = r == 0
-    if not np.any(z):
+    if not np.asarray(z).any():
         return r
     both_pos = ~np.signbit(x) & ~np.signbit(y)
     return np.where(z, np.where(both_pos, r.dtype.type(0), r.dtype.type(-0.0)), r)

@@ -65,7 +65,7 @@ def encode(x64, fmt, mode="rn", canon_nan=True):
         # beyond the f32 range: +-FLT_MAX has an odd last bit and nonzero low bits, so bf16 rounding of it
         # gives inf or bf16's max exactly as rounding the true value would
         big = np.isinf(r32) & np.isfinite(x64)
-        if np.any(big):
+        if np.asarray(big).any():
             r32 = np.where(big, np.copysign(np.float32(np.finfo(np.float32).max), r32), r32)
         bits = bf16_from_f32(r32, mode)
         if not canon_nan:
@@ -121,7 +121,7 @@ def _sat64(x):
 
 def _rm_zero(r, x, y):
     z = r == 0
-    if not np.any(z):
+    if not np.asarray(z).any():
         return r
     return np.where(z & ~(~np.signbit(x) & ~np.signbit(y)), -0.0, r)
 
