@@ -670,7 +670,7 @@ class Kernel:
         raise _err_ptx(t, "unsupported control flow")
 
     def _gen_bar(self, g, t: ir.Instr, lines, masked, nxt):
-        mods = [m for m in t.mods if m not in ("aligned",)]
+        mods = [m for m in t.mods if m not in ("aligned", "cta")]
         if t.guard is not None:
             raise _err_ptx(t, "predicated barriers are not supported")
         red = None
