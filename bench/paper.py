@@ -276,6 +276,19 @@ def tables(results: dict, cfg: dict) -> str:
     out.append(f"| final test error | ~{PAPER['test_err']:.0%} (MNIST) | "
                f"{fmt(err('remote1') if err('remote1') is not None else err('cpu'), '.2%')} ({cfg['dataset']}) |")
     out.append("")
+    if any(k.startswith("paced") for k in results):
+        out.append(f"Table 1b: paced emulated GPUs (every daemon --emu-slowdown {cfg.get('paced')}, "
+                   f"{cfg.get('paced_steps')} batches): most of each kernel's time is a sleep, so the emulated GPUs "
+                   "no longer compete for this machine's cores, as GPUs on separate hosts would not")
+        out.append("| configuration | paper × 1 remote | ours s/1000 | ours device s/1000 | ours remoting+host s/1000 | ours × 1 remote |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        p1 = s_per_1000("paced1")
+        for n, px in ((1, 1.0), (2, PAPER["speedup2"]), (4, PAPER["speedup4"])):
+            t, dv = s_per_1000(f"paced{n}"), busy(f"paced{n}")
+            out.append(f"| {n} remote GPU{'s' if n > 1 else ''} | {px:.2f} | {fmt(t, '.3f')} | {fmt(dv, '.3f')} | "
+                       f"{fmt(t - dv if t is not None and dv is not None else None, '.3f')} | "
+                       f"{fmt(p1 / t if p1 and t else None, '.2f')} |")
+        out.append("")
     if "uneven_static" in results or "uneven_adaptive" in results:
         out.append(f"Table 3: uneven GPUs (2 remote GPUs, GPU1's daemon with --emu-slowdown {cfg['slowdown']})")
         out.append("| balance | s/1000 batches | final shares (GPU0,GPU1) | test error |")
@@ -322,11 +335,20 @@ def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     ax1.set_yscale("log")
     ax1.set_xticks([1, 2, 4])
     ax1.set_title(f"Time per 1000 batches ({cfg['dataset']}, batch {cfg['batch']})")
-    ax1.legend(fontsize=8)
     ax2.plot([1, 2, 4], [1.0, PAPER["speedup2"], PAPER["speedup4"]], "o-", label="paper (GTX 750, Ethernet)")
     if ns:
-        ax2.plot(ns, [ours[0] / t for t in ours], "s-", label="pyvgpu (emulated GPUs, loopback)")
+        ax2.plot(ns, [ours[0] / t for t in ours], "s-", label=f"pyvgpu, emulated GPUs sharing {os.cpu_count()} cores")
+    pn, pt = [], []
+    for n in (1, 2, 4):
+        r = results.get(f"paced{n}")
+        if r and r.get("rc") == 0 and r["final"]:
+            pn.append(n)
+            pt.append(r["final"]["ms_per_1000"] / 1000.0)
+    if pn:
+        ax1.plot(pn, pt, "^-", label=f"pyvgpu: paced emulated GPUs (slowdown {cfg.get('paced')})")
+        ax2.plot(pn, [pt[0] / t for t in pt], "^-", label="pyvgpu, paced GPUs (no core contention)")
     ax2.plot([1, 2, 4], [1, 2, 4], ":", color="gray", label="linear")
+    ax1.legend(fontsize=7)
     ax2.set_xlabel("number of remote GPUs")
     ax2.set_ylabel("speed-up vs 1 remote GPU")
     ax2.set_xticks([1, 2, 4])
@@ -339,17 +361,22 @@ def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     paths.append(p)
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = {"cpu": dict(lw=6, alpha=0.3), "local": dict(lw=4, alpha=0.5, marker="D", ms=5),
+              "remote1": dict(lw=2.5, marker="o", ms=6), "remote2": dict(lw=1.5, marker="s", ms=4),
+              "remote4": dict(lw=1, marker="^", ms=3, linestyle="--"),
+              "uneven_adaptive": dict(lw=1, marker="x", ms=5, linestyle=":")}
     for key, name in (("cpu", "CPU"), ("local", "local GPU"), ("remote1", "1 remote GPU"),
                       ("remote2", "2 remote GPUs"), ("remote4", "4 remote GPUs"),
-                      ("uneven_adaptive", "2 uneven GPUs, adaptive")):
+                      ("uneven_adaptive", "2 uneven GPUs, adaptive balance")):
         r = results.get(key)
         if r and r.get("rc") == 0 and r["log"]:
-            ax.plot([e["step"] for e in r["log"]], [100 * e["test_err"] for e in r["log"]], "o-", ms=3, label=name)
+            ax.plot([e["step"] for e in r["log"]], [100 * e["test_err"] for e in r["log"]], label=name,
+                    **styles[key])
     ax.axhline(100 * PAPER["test_err"], linestyle=":", color="gray", label="paper: ~1% (MNIST)")
     ax.set_xlabel("batches")
     ax.set_ylabel("test error (%)")
     ax.set_yscale("log")
-    ax.set_title(f"Test error vs batches ({cfg['dataset']})")
+    ax.set_title(f"Test error vs batches ({cfg['dataset']}, batch {cfg['batch']}; the curves coincide)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = outdir / "fig_test_error.png"
@@ -385,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slowdown", type=float, default=3.0, help="--emu-slowdown of the slow daemon (0: skip)")
     ap.add_argument("--uneven-steps", type=int, default=20, help="batches for each uneven run")
     ap.add_argument("--uneven-batch", type=int, default=0, help="global batch of the uneven runs (default: --batch)")
+    ap.add_argument("--paced", type=float, default=8.0,
+                    help="also run 1/2/4 remote GPUs with every daemon at --emu-slowdown PACED (0: skip): most of a "
+                         "kernel's time is then a sleep, so the emulated GPUs stop competing for this machine's cores")
+    ap.add_argument("--paced-steps", type=int, default=12, help="batches for each paced run")
     ap.add_argument("--no-remote", action="store_true", help="skip the remote (daemon) runs")
     ap.add_argument("--no-local", action="store_true", help="skip the local-GPU run")
     ap.add_argument("--binary", help="a built dp_train (default: build it with nvcc)")
@@ -392,7 +423,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="also copy the figures to docs/paper_time_per_1000.png and docs/paper_test_error.png")
     ap.add_argument("--emu-memory", default="1G", help="memory per emulated GPU")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--replot", metavar="DIR", help="only redraw tables and figures from DIR/results.json")
     args = ap.parse_args(argv)
+    if args.replot:
+        saved = json.loads((Path(args.replot) / "results.json").read_text())
+        print(tables(saved["results"], saved["config"]))
+        for p in figures(saved["results"], Path(args.replot), saved["config"]):
+            log(f"figure: {p}")
+            if args.docs_figures:
+                shutil.copyfile(p, ROOT / "docs" / ("paper_" + p.name[len("fig_"):]))
+        return 0
 
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -435,6 +475,21 @@ def main(argv: list[str] | None = None) -> int:
                 results[f"remote{n}"] = run_program(
                     binary, [*common, "--gpus", str(n), "--steps", str(args.steps)], f"{n} remote GPU(s)",
                     env=remote_env(daemons[:n]), timeout=args.timeout)
+            if args.paced and args.paced > 1:
+                for d in daemons:
+                    d.stop()
+                log(f"starting {need} paced emulated-GPU daemon(s) (--emu-slowdown {args.paced})")
+                daemons = [Daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.paced))
+                           for _ in range(need)]
+                for n in counts:
+                    results[f"paced{n}"] = run_program(
+                        binary, [*common, "--gpus", str(n), "--steps", str(args.paced_steps)],
+                        f"{n} paced remote GPU(s)", env=remote_env(daemons[:n]), timeout=args.timeout)
+                cfg["paced"] = args.paced
+                cfg["paced_steps"] = args.paced_steps
+                for d in daemons:
+                    d.stop()
+                daemons = [Daemon(outdir, "--emu-memory", args.emu_memory)]  # a normal GPU for the uneven pair
             if args.slowdown and args.slowdown > 1:
                 slow = Daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.slowdown))
                 daemons.append(slow)
