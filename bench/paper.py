@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     binary = Path(args.binary) if args.binary else build_binary()
     log(f"binary: {binary}")
     data = Path(args.data) if args.data else digits_dir()
-    dataset = "MNIST" if args.data else "sklearn digits 8x8"
+    dataset = "sklearn digits 8x8" if (data / "digits.json").exists() else "MNIST"
     log(f"data: {data} ({dataset})")
     cpu_steps = args.cpu_steps or args.steps
     common = ["--data", str(data), "--batch", str(args.batch), "--hidden", args.hidden, "--lr", str(args.lr),
