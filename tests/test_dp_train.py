@@ -210,6 +210,16 @@ def test_gpu_matches_cpu(gpu_runs, binary, digits):
 
 
 @needs_stack
+def test_two_hidden_layers_three_gpus_match_cpu(binary, digits, two_daemons):
+    """Two hidden layers (both ReLU-masked backward products) and a batch that 3 GPUs split unevenly (34/33/33)."""
+    args = ("--data", str(digits), "--batch", "100", "--hidden", "48,24", "--lr", "0.5", "--seed", "5",
+            "--steps", "20", "--log-every", "10")
+    gpu_logs, _ = parse(run_cuda(binary, two_daemons[1], *args, "--gpus", "3", "--sync", "ring", timeout=300).stdout)
+    cpu_logs, _ = parse(run_cpu(binary, digits, *args).stdout)
+    assert_same_curve(gpu_logs, cpu_logs)
+
+
+@needs_stack
 def test_adaptive_balance_moves_work_off_slow_gpu(binary, digits, daemon_factory):
     fast, slow = daemon_factory(), daemon_factory("--emu-slowdown", "4")
     args = ("--data", str(digits), "--batch", "256", "--hidden", "32", "--lr", "0.3", "--steps", "12",
