@@ -121,6 +121,12 @@ def test_cpu_deterministic_and_threads_agree(binary, digits):
     assert [e["loss"] for e in a] != [e["loss"] for e in c]
 
 
+def test_cpu_epochs_flag(binary, digits):
+    logs, final = parse(run_cpu(binary, digits, "--batch", "256", "--hidden", "16", "--epochs", "2",
+                                "--log-every", "0").stdout)
+    assert final["steps"] == 2 * (1438 // 256) and len(logs) == 1 and logs[0]["epoch"] == pytest.approx(2.0)
+
+
 def test_bad_flags_are_refused(binary, digits):
     for args in (["--sync", "tree"], ["--balance", "magic"], ["--frobnicate"]):
         proc = subprocess.run([str(binary), "--data", str(digits), "--cpu", *args], capture_output=True, text=True,
