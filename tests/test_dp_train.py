@@ -50,6 +50,7 @@ def binary() -> Path:
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory) -> Path:
+    pytest.importorskip("sklearn", reason="scikit-learn (its bundled digits set is the training data) is not installed")
     spec = importlib.util.spec_from_file_location("prepare_digits", ROOT / "examples" / "dp_train" / "prepare_digits.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
