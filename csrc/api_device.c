@@ -232,18 +232,53 @@ PV_API cudaError_t cudaDeviceGetCacheConfig(int *config)
     return PV_SUCCESS;
 }
 
-/* Limits are reported with CUDA's defaults (setting them needs a protocol op: cudaDeviceSetLimit is not supported). */
-PV_API cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
+/* Limits live in the daemon's context for this device (DEVICE_SET_LIMIT / DEVICE_GET_LIMIT): the backend knows
+ * what its device supports, rounds or clamps as the driver does, and answers cudaErrorUnsupportedLimit. */
+static cudaError_t limit_call(struct pv_device *d, int op, int limit, const size_t *value, struct pv_reply *rep)
 {
-    static const size_t defaults[] = { 1024, 1 << 20, 8 << 20, 2, 2048, 64, 0 };
-    if (!value || limit < 0 || limit >= (int)(sizeof defaults / sizeof defaults[0]))
-        return pv_ret(PV_cudaErrorUnsupportedLimit);
+    memset(rep, 0, sizeof *rep);
+    if (!pv_conn_alive(d->conn))
+        return PV_ERR_UNAVAILABLE;
+    struct pv_req r;
+    pv_req_begin(&r, d->conn, op, value ? 3 : 2, 1, NULL, 0, NULL, 0);
+    msgpack_pack_int(&r.pk, d->remote);
+    msgpack_pack_int(&r.pk, limit);
+    if (value)
+        msgpack_pack_uint64(&r.pk, (uint64_t)*value);
+    return pv_req_finish(&r, rep);
+}
+
+PV_API cudaError_t cudaDeviceSetLimit(int limit, size_t value)
+{
     struct pv_device *d;
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    *value = defaults[limit];
-    return PV_SUCCESS;
+    struct pv_reply rep;
+    err = limit_call(d, PV_OP_DEVICE_SET_LIMIT, limit, &value, &rep);
+    pv_reply_free(&rep);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
+{
+    if (!value)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    struct pv_reply rep;
+    err = limit_call(d, PV_OP_DEVICE_GET_LIMIT, limit, NULL, &rep);
+    uint64_t v = 0;
+    if (err == PV_SUCCESS && pv_obj_u64(rep.result, &v) != 0) {
+        pv_log("GPU%d (%s:%d) answered DEVICE_GET_LIMIT without a value", d->index, d->conn->host, d->conn->port);
+        err = PV_cudaErrorUnknown;
+    }
+    pv_reply_free(&rep);
+    if (err == PV_SUCCESS)
+        *value = (size_t)v;
+    return pv_ret(err);
 }
 
 /* The device whose compute capability is closest to prop's (the first such device). */

@@ -1,5 +1,6 @@
 /* Kernel launches (nvcc 13 ABI and cudaLaunchKernel), launch configuration (thread-local, answered locally),
- * function attributes and occupancy (computed locally from the module-load attributes and the device snapshot). */
+ * function attributes and occupancy (computed locally from the module-load attributes and the device snapshot),
+ * cudaFuncSetAttribute (validated and recorded here, forwarded fire-and-forget as FUNC_SET_ATTR). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,9 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
         return err;
     if (ki->max_threads > 0 && threads > (uint64_t)ki->max_threads)
         return PV_cudaErrorLaunchOutOfResources;
+    /* More dynamic shared memory than the default (48 KiB minus static) needs cudaFuncSetAttribute first. */
+    if (shmem > (size_t)ki->max_dyn_shared)
+        return PV_cudaErrorInvalidValue;
     if (ki->nparams && !args)
         return PV_cudaErrorInvalidValue;
     char small[1024];
@@ -188,8 +192,52 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
     memcpy(p + PV_cudaFuncAttributes_binaryVersion, &v, sizeof v);
     v = (int)ki->max_dyn_shared;
     memcpy(p + PV_cudaFuncAttributes_maxDynamicSharedSizeBytes, &v, sizeof v);
-    v = -1;
+    v = (int)ki->carveout;
     memcpy(p + PV_cudaFuncAttributes_preferredShmemCarveout, &v, sizeof v);
+    return PV_SUCCESS;
+}
+
+/* Largest static + dynamic shared memory a block may opt in to on d (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
+static int64_t smem_optin(const struct pv_device *d)
+{
+    int v;
+    if (pv_dev_attr(d, 97, &v) == 0 && v > 0)
+        return v;
+    return (int64_t)d->smem_per_block;
+}
+
+PV_API cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    cudaError_t err = func_info(func, &d, &ki);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
+        if (value < 0 || ki->shared + (int64_t)value > smem_optin(d))
+            return pv_ret(PV_cudaErrorInvalidValue);
+    } else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT) {
+        if (value < -1 || value > 100)
+            return pv_ret(PV_cudaErrorInvalidValue);
+    } else {
+        /* cluster attributes (10..15) need sm_90 clusters; anything else is not a settable attribute */
+        return pv_ret(PV_cudaErrorInvalidValue);
+    }
+    if (!pv_conn_alive(d->conn))
+        return pv_ret(PV_ERR_UNAVAILABLE);
+    struct pv_req r;
+    pv_req_begin(&r, d->conn, PV_OP_FUNC_SET_ATTR, 4, 0, NULL, 0, NULL, 0);
+    msgpack_pack_int(&r.pk, d->remote);
+    msgpack_pack_uint64(&r.pk, ki->func_id);
+    msgpack_pack_int(&r.pk, attr);
+    msgpack_pack_int(&r.pk, value);
+    err = pv_req_finish(&r, NULL);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE)
+        ki->max_dyn_shared = value;
+    else
+        ki->carveout = value;
     return PV_SUCCESS;
 }
 

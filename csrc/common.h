@@ -137,7 +137,11 @@ struct pv_kinfo {
     int nparams;
     uint32_t (*params)[2];         /* [offset, size] */
     size_t param_bytes;
-    int64_t max_threads, shared, constant, local, regs, ptx, binary, max_dyn_shared;
+    int64_t max_threads, shared, constant, local, regs, ptx, binary;
+    /* cudaFuncSetAttribute state of this kernel on this device (start: the module-load attributes; a device
+     * reset drops the kinfo, so they return to CUDA's defaults as they do with a new context). */
+    _Atomic int64_t max_dyn_shared;   /* cudaFuncAttributeMaxDynamicSharedMemorySize */
+    _Atomic int64_t carveout;         /* cudaFuncAttributePreferredSharedMemoryCarveout, -1 = default */
 };
 struct pv_fatbin;
 struct pv_func {

@@ -326,6 +326,7 @@ static struct pv_kinfo *parse_kernel(const msgpack_object *k)
     ki->ptx = pv_obj_i64(pv_map_get(a, "ptx_version"), &v) == 0 ? v : 0;
     ki->binary = pv_obj_i64(pv_map_get(a, "binary_version"), &v) == 0 ? v : 0;
     ki->max_dyn_shared = pv_obj_i64(pv_map_get(a, "max_dynamic_shared_size_bytes"), &v) == 0 ? v : 49152;
+    ki->carveout = pv_obj_i64(pv_map_get(a, "preferred_shmem_carveout"), &v) == 0 ? v : -1;
     return ki;
 }
 

@@ -95,6 +95,8 @@ OPS: tuple[OpSpec, ...] = (
            OpFlag.PAYLOAD_IN),
     OpSpec(31, "LAUNCH", ("dev", "func_id", "grid", "block", "shmem", "stream"), "nil",
            OpFlag.ASYNC | OpFlag.PAYLOAD_IN),
+    # attr: a cudaFuncAttribute value (FUNC_ATTR_*); the client validated it, the daemon checks again.
+    OpSpec(32, "FUNC_SET_ATTR", ("dev", "func_id", "attr", "value"), "nil", OpFlag.ASYNC),
     OpSpec(40, "STREAM_CREATE", ("dev", "flags", "priority"), "stream", OpFlag.NONE),
     OpSpec(41, "STREAM_DESTROY", ("dev", "stream"), "nil", OpFlag.ASYNC),
     OpSpec(42, "STREAM_SYNC", ("dev", "stream"), "nil", OpFlag.SYNC),
@@ -108,7 +110,22 @@ OPS: tuple[OpSpec, ...] = (
     OpSpec(55, "EVENT_ELAPSED", ("dev", "start", "end"), "float ms", OpFlag.NONE),
     OpSpec(60, "DEVICE_SYNC", ("dev",), "nil", OpFlag.SYNC),
     OpSpec(61, "DEVICE_RESET", ("dev",), "nil", OpFlag.SYNC),
+    # limit: a cudaLimit value (LIMIT_*); anything else is cudaErrorUnsupportedLimit.
+    OpSpec(62, "DEVICE_SET_LIMIT", ("dev", "limit", "value"), "nil", OpFlag.NONE),
+    OpSpec(63, "DEVICE_GET_LIMIT", ("dev", "limit"), "value (u64)", OpFlag.NONE),
 )
+
+# cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
+FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE = 8      # cudaFuncAttributeMaxDynamicSharedMemorySize
+FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT = 9     # cudaFuncAttributePreferredSharedMemoryCarveout: -1 or 0..100
+
+# cudaLimit values (CUDA 13 driver_types.h; the CU_LIMIT_* numbers are equal) and CUDA's defaults for them.
+LIMIT_NAMES: dict[int, str] = {
+    0: "cudaLimitStackSize", 1: "cudaLimitPrintfFifoSize", 2: "cudaLimitMallocHeapSize",
+    3: "cudaLimitDevRuntimeSyncDepth", 4: "cudaLimitDevRuntimePendingLaunchCount",
+    5: "cudaLimitMaxL2FetchGranularity", 6: "cudaLimitPersistingL2CacheSize",
+}
+LIMIT_DEFAULTS: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
 
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
 OP_BY_CODE: dict[int, OpSpec] = {op.code: op for op in OPS}
@@ -149,6 +166,9 @@ def c_header() -> str:
         f"#define PV_ERR_PROTOCOL_MISMATCH {ERR_PROTOCOL_MISMATCH}",
         f"#define PV_ERR_AUTH {ERR_AUTH}",
         f"#define PV_ERR_UNAVAILABLE {ERR_UNAVAILABLE}",
+        f"#define PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE {FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE}",
+        f"#define PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT {FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT}",
+        f"#define PV_LIMIT_COUNT {len(LIMIT_NAMES)}",
         "",
     ]
     for flag in OpFlag:

@@ -86,6 +86,8 @@ def run(opts: DaemonOptions) -> int:
     logging.basicConfig(level=getattr(logging, opts.log_level.upper(), logging.INFO), stream=sys.stderr,
                         format="%(asctime)s pyvgpu-daemon %(levelname)s %(message)s")
     log = logging.getLogger("pyvgpu.daemon")
+    from pyvgpu_daemon.memtune import tune_malloc
+    tune_malloc()            # before the backend allocates anything: large NumPy temporaries stay in the heap
     from pyvgpu_daemon.backends import make_backend
     from pyvgpu_daemon.backends.emu import parse_size
     from pyvgpu_daemon.server import ServerConfig, run_server

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pyvgpu.protocol import OPS, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
+from pyvgpu.protocol import LIMIT_NAMES, OPS, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, release_device
@@ -56,7 +56,7 @@ def _dim3(name: str, v: Any) -> tuple[int, int, int]:
 
 
 ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "value": _int, "priority": _int, "grid": _dim3, "block": _dim3,
+    "value": _int, "priority": _int, "grid": _dim3, "block": _dim3, "attr": _int, "limit": _int,
 }
 
 
@@ -225,6 +225,13 @@ def op_launch(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any,
     return None, b""
 
 
+def op_func_set_attr(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
+    func_id, attr, value = a
+    module, kernel = st.function(func_id)
+    st.ctx.func_set_attr(module, kernel, attr, value)
+    return None, b""
+
+
 def op_stream_create(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
     flags, priority = a
     obj = st.ctx.stream_create(flags, priority)
@@ -315,6 +322,25 @@ def op_device_reset(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tupl
     return None, b""
 
 
+def _limit(limit: int) -> int:
+    if limit not in LIMIT_NAMES:
+        raise CudaError("cudaErrorUnsupportedLimit", f"limit {limit} is not a cudaLimit")
+    return limit
+
+
+def op_device_set_limit(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
+    limit, value = a
+    if value < 0:
+        raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES.get(limit, limit)} = {value}")
+    st.ctx.set_limit(_limit(limit), value)
+    return None, b""
+
+
+def op_device_get_limit(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
+    (limit,) = a
+    return int(st.ctx.get_limit(_limit(limit))), b""
+
+
 HANDLERS: dict[str, Handler] = {
     "MEM_GET_INFO": op_mem_get_info, "MALLOC": op_malloc, "FREE": op_free,
     "MEMCPY_HTOD": op_memcpy_htod, "MEMCPY_DTOH": op_memcpy_dtoh, "MEMCPY_DTOD": op_memcpy_dtod,
@@ -324,7 +350,8 @@ HANDLERS: dict[str, Handler] = {
     "STREAM_QUERY": op_stream_query, "STREAM_WAIT_EVENT": op_stream_wait_event,
     "EVENT_CREATE": op_event_create, "EVENT_DESTROY": op_event_destroy, "EVENT_RECORD": op_event_record,
     "EVENT_SYNC": op_event_sync, "EVENT_QUERY": op_event_query, "EVENT_ELAPSED": op_event_elapsed,
-    "DEVICE_SYNC": op_device_sync, "DEVICE_RESET": op_device_reset,
+    "DEVICE_SYNC": op_device_sync, "DEVICE_RESET": op_device_reset, "FUNC_SET_ATTR": op_func_set_attr,
+    "DEVICE_SET_LIMIT": op_device_set_limit, "DEVICE_GET_LIMIT": op_device_get_limit,
 }
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyvgpu_daemon.errors import CudaError
+
 # Legacy default stream as the backend sees it.
 DEFAULT_STREAM = None
 
@@ -84,6 +86,18 @@ class DeviceContext(ABC):
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
         """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
 
+    def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
+        """cudaFuncSetAttribute for this session's copy of the kernel (attr: protocol.FUNC_ATTR_*)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cudaFuncSetAttribute")
+
+    def set_limit(self, limit: int, value: int) -> None:
+        """cudaDeviceSetLimit (limit: a key of protocol.LIMIT_NAMES, already checked)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cudaDeviceSetLimit")
+
+    def get_limit(self, limit: int) -> int:
+        """cudaDeviceGetLimit (limit: a key of protocol.LIMIT_NAMES, already checked)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cudaDeviceGetLimit")
+
     @abstractmethod
     def stream_create(self, flags: int, priority: int) -> Any: ...
 
@@ -152,6 +166,5 @@ def pack_rows(data: bytes | memoryview, width: int, height: int) -> memoryview:
     """Validate a packed 2D host buffer (rows of `width` bytes, no pitch)."""
     mv = memoryview(data).cast("B")
     if mv.nbytes != width * height:
-        from pyvgpu_daemon.errors import CudaError
         raise CudaError("cudaErrorInvalidValue", f"2D payload has {mv.nbytes} bytes, expected {width}x{height}")
     return mv

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pyvgpu.protocol import ERROR_NAMES
+from pyvgpu.protocol import ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.errors import CudaError
 
@@ -40,6 +40,13 @@ FUNC_ATTRS = {
     "ptx_version": "CU_FUNC_ATTRIBUTE_PTX_VERSION",
     "binary_version": "CU_FUNC_ATTRIBUTE_BINARY_VERSION",
     "max_dynamic_shared_size_bytes": "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+}
+# cudaFuncSetAttribute: cudaFuncAttribute value → (CUfunction_attribute name, KernelDesc.attrs key)
+FUNC_SET_ATTRS = {
+    FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE: ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                                        "max_dynamic_shared_size_bytes"),
+    FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT: ("CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT",
+                                         "preferred_shmem_carveout"),
 }
 EVENT_DISABLE_TIMING = 0x2
 
@@ -393,6 +400,31 @@ class CudaContext(DeviceContext):
         check(drv.cuLaunchKernel(kernel.handle, *grid, *block, shmem, self._stream(stream), 0,
                                  ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})")
         return b""  # device printf of a real GPU goes to the daemon's own stdout
+
+    def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
+        # cudaFuncAttribute and CUfunction_attribute share their numbers (MaxDynamicSharedMemorySize = 8,
+        # PreferredSharedMemoryCarveout = 9); the driver does the validation against this device.
+        key = FUNC_SET_ATTRS.get(attr)
+        if key is None:
+            raise CudaError("cudaErrorInvalidValue", f"{kernel.name}: cudaFuncAttribute {attr} cannot be set")
+        enum_name, attr_key = key
+        drv_attr = getattr(self.drv.CUfunction_attribute, enum_name, attr)
+        check(self.drv.cuFuncSetAttribute(kernel.handle, drv_attr, value), f"cuFuncSetAttribute({kernel.name})")
+        kernel.attrs[attr_key] = value
+
+    # ------------------------------------------------------------------ limits
+    def _limit(self, limit: int) -> Any:
+        enum = getattr(self.drv, "CUlimit", None)
+        try:
+            return enum(limit) if enum is not None else limit
+        except ValueError:
+            raise CudaError("cudaErrorUnsupportedLimit", f"limit {limit} unknown to this driver") from None
+
+    def set_limit(self, limit: int, value: int) -> None:
+        check(self.drv.cuCtxSetLimit(self._limit(limit), value), "cuCtxSetLimit")
+
+    def get_limit(self, limit: int) -> int:
+        return int(check(self.drv.cuCtxGetLimit(self._limit(limit)), "cuCtxGetLimit"))
 
     # ------------------------------------------------------------------ streams and events
     def stream_create(self, flags: int, priority: int) -> Any:

@@ -20,7 +20,8 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Any
 
-from pyvgpu.protocol import VA_WINDOW_BYTES
+from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
+                             LIMIT_NAMES, VA_WINDOW_BYTES)
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.errors import CudaError
@@ -31,6 +32,10 @@ EMU_NAME = "pyvgpu emulated GPU (sm_75)"
 SM = 75
 EVENT_DISABLE_TIMING = 0x2        # cudaEventDisableTiming
 STDOUT_LIMIT = 8 << 20            # printf bytes kept per device between syncs; the rest is dropped, as CUDA does
+SHARED_PER_BLOCK = 48 << 10       # static + dynamic shared memory a launch gets without opting in
+SHARED_PER_BLOCK_OPTIN = 64 << 10  # cudaDevAttrMaxSharedMemoryPerBlockOptin of sm_75 (= limits.max_shared_bytes)
+MAX_SYNC_DEPTH = 24               # cudaLimitDevRuntimeSyncDepth maximum
+MAX_L2_FETCH_GRANULARITY = 128
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = ((1 << 31) - 1, 65535, 65535)
 
@@ -73,7 +78,7 @@ def emu_attrs(total_mem: int) -> dict[int, int]:
         81: 64 << 10, 82: 65536,                          # shared mem / registers per SM
         83: 0, 84: 0, 85: 0, 86: 0, 87: 32,               # managed memory, multi-GPU board, atomics, fp32:fp64
         88: 0, 89: 0, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
-        97: 64 << 10, 98: 0, 99: 0,                       # opt-in shared/block, flush remote writes, host register
+        97: SHARED_PER_BLOCK_OPTIN, 98: 0, 99: 0,         # opt-in shared/block, flush remote writes, host register
         106: 16, 108: 0, 109: 0, 111: 0,                  # blocks per SM, persisting L2, access window, reserved shm
         115: 0, 120: 0,                                   # memory pools, cluster launch
     }
@@ -158,6 +163,7 @@ class EmuContext(DeviceContext):
         self._charged = 0          # bytes of the shared budget this context holds
         self._stdout = bytearray()
         self._stdout_dropped = 0
+        self._limits = dict(LIMIT_DEFAULTS)
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -288,22 +294,37 @@ class EmuContext(DeviceContext):
         if any(g > m for g, m in zip(grid, MAX_GRID)) or any(b > m for b, m in zip(block, MAX_BLOCK)) \
                 or block[0] * block[1] * block[2] > 1024:
             raise CudaError("cudaErrorInvalidConfiguration", f"grid {grid} / block {block} exceed sm_75 limits")
+        static = int(kernel.attrs.get("shared_size_bytes", 0))
+        dyn_max = int(kernel.attrs.get("max_dynamic_shared_size_bytes", max(0, SHARED_PER_BLOCK - static)))
+        if shmem > dyn_max:
+            # As on a GPU: more than the default needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first.
+            raise CudaError("cudaErrorInvalidValue",
+                            f"{kernel.name}: {shmem} B of dynamic shared memory, the function allows {dyn_max} B "
+                            f"(cudaFuncAttributeMaxDynamicSharedMemorySize)")
         emu_module = module.handle[0]
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params))
-            self._append_stdout(getattr(out, "stdout", b"") or b"")
+            self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
-            self._append_stdout(getattr(exc, "stdout", b"") or b"")
+            self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))
             raise
         if self.backend.slowdown > 1.0:
             # --emu-slowdown: stretch the kernel to F× its emulated time so load balancing sees a slower GPU.
             time.sleep((time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
         return b""
 
+    def _fifo(self, data: bytes) -> bytes:
+        """One launch's printf output as the device's printf FIFO (cudaLimitPrintfFifoSize) holds it."""
+        cap = self._limits[1]
+        if len(data) > cap:
+            self._stdout_dropped += len(data) - cap
+            data = data[:cap]
+        return data
+
     def _append_stdout(self, data: bytes) -> None:
-        room = STDOUT_LIMIT - len(self._stdout)
+        room = max(STDOUT_LIMIT, self._limits[1]) - len(self._stdout)
         if len(data) > room:
             self._stdout_dropped += len(data) - max(room, 0)
             data = data[:max(room, 0)]
@@ -313,10 +334,37 @@ class EmuContext(DeviceContext):
         out = bytes(self._stdout)
         self._stdout.clear()
         if self._stdout_dropped:
-            log.warning("device %d: dropped %d bytes of printf output (buffer limit %d)",
-                        self.ordinal, self._stdout_dropped, STDOUT_LIMIT)
+            log.warning("device %d: dropped %d bytes of printf output (printf FIFO %d B, buffer limit %d B)",
+                        self.ordinal, self._stdout_dropped, self._limits[1], STDOUT_LIMIT)
             self._stdout_dropped = 0
         return out
+
+    def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
+        if attr == FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE:
+            room = SHARED_PER_BLOCK_OPTIN - int(kernel.attrs.get("shared_size_bytes", 0))
+            if not 0 <= value <= room:
+                raise CudaError("cudaErrorInvalidValue",
+                                f"{kernel.name}: max dynamic shared memory {value} B, the device allows {room} B")
+            kernel.attrs["max_dynamic_shared_size_bytes"] = value
+        elif attr == FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT:
+            if not -1 <= value <= 100:
+                raise CudaError("cudaErrorInvalidValue", f"{kernel.name}: shared memory carveout {value}")
+            kernel.attrs["preferred_shmem_carveout"] = value     # a hint: the emulator has no L1 to split
+        else:
+            raise CudaError("cudaErrorInvalidValue", f"{kernel.name}: cudaFuncAttribute {attr} cannot be set")
+
+    # ------------------------------------------------------------------ limits
+    def set_limit(self, limit: int, value: int) -> None:
+        if limit == 3 and value > MAX_SYNC_DEPTH:
+            raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES[limit]} {value} > {MAX_SYNC_DEPTH}")
+        if limit == 5:
+            value = min(value, MAX_L2_FETCH_GRANULARITY)          # a hint, clamped as the driver does
+        elif limit == 6:
+            value = min(value, emu_attrs(0)[108])                 # no persisting L2 on the emulated device
+        self._limits[limit] = value
+
+    def get_limit(self, limit: int) -> int:
+        return self._limits[limit]
 
     # ------------------------------------------------------------------ streams and events
     def stream_create(self, flags: int, priority: int) -> EmuStream:
@@ -363,6 +411,7 @@ class EmuContext(DeviceContext):
         self.mem.free_all()
         self._uncharge(self._charged)
         self._stdout.clear()
+        self._limits = dict(LIMIT_DEFAULTS)
 
     def close(self) -> None:
         try:

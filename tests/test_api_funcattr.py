@@ -1,0 +1,39 @@
+"""cudaFuncSetAttribute, cudaFuncGetAttributes, cudaDeviceSetLimit/GetLimit end to end through libvcudart and the
+emulated device (tests/cuda/api_funcattr.cu)."""
+from __future__ import annotations
+
+import re
+
+from pyvgpu.protocol import LIMIT_DEFAULTS
+
+
+def test_dynamic_shared_opt_in_attributes_and_limits(cuda_build, daemon, run):
+    prog = cuda_build("api_funcattr.cu")
+    proc = run(prog, [daemon], timeout=300)
+    out = proc.stdout
+    assert re.search(r"^OK \d+$", out, re.M), out + proc.stderr
+    assert "optin 65536" in out                      # sm_75's cudaDevAttrMaxSharedMemoryPerBlockOptin
+    assert "big_smem ok" in out
+    limits = {int(n): int(v) for n, v in re.findall(r"^LIMIT (\d+) (\d+)$", out, re.M)}
+    assert limits == LIMIT_DEFAULTS                  # CUDA's defaults, answered by the daemon
+    # nothing fell through to the unsupported stubs
+    assert "is not supported" not in proc.stderr
+
+
+def test_printf_fifo_limit_bounds_one_launch(cuda_build, daemon, run):
+    prog = cuda_build("api_funcattr.cu")
+    fifo = 4096
+    proc = run(prog, [daemon], "printf", str(fifo), timeout=300)
+    assert "PRINTF_DONE" in proc.stdout, proc.stdout + proc.stderr
+    text = proc.stdout.split("PRINTF_DONE")[0]
+    lines = [ln for ln in text.splitlines() if ln.startswith("thread ")]
+    assert 0 < len(text.encode()) <= fifo
+    assert 0 < len(lines) < 2 * 128 * 4                  # the excess was dropped, as on a GPU
+    assert "dropped" in daemon.log_text()
+
+
+def test_printf_default_fifo_keeps_everything(cuda_build, daemon, run):
+    prog = cuda_build("api_funcattr.cu")
+    proc = run(prog, [daemon], "printf", str(1 << 20), timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("thread ")]
+    assert len(lines) == 2 * 128 * 4
