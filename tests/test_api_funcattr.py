@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pyvgpu.protocol import LIMIT_DEFAULTS
 
 
@@ -37,3 +39,14 @@ def test_printf_default_fifo_keeps_everything(cuda_build, daemon, run):
     proc = run(prog, [daemon], "printf", str(1 << 20), timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("thread ")]
     assert len(lines) == 2 * 128 * 4
+
+
+def test_on_a_real_gpu(cuda_build, daemon_factory, run):
+    """The same program against the cuda backend (cuFuncSetAttribute / cuCtxSetLimit); skipped without a GPU."""
+    from pyvgpu_daemon.backends.cuda import probe   # noqa: PLC0415
+
+    if probe()[0] == 0:
+        pytest.skip("no CUDA GPU")
+    d = daemon_factory(backend="cuda")
+    proc = run(cuda_build("api_funcattr.cu"), [d], timeout=300)
+    assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr

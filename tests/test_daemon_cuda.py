@@ -96,6 +96,19 @@ class CUdevice_attribute(enum.IntEnum):
 class CUfunction_attribute:
     CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
     CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+
+
+class CUlimit(enum.IntEnum):
+    CU_LIMIT_STACK_SIZE = 0
+    CU_LIMIT_PRINTF_FIFO_SIZE = 1
+    CU_LIMIT_MALLOC_HEAP_SIZE = 2
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 3
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 4
+    CU_LIMIT_MAX_L2_FETCH_GRANULARITY = 5
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 6
+    CU_LIMIT_SHMEM_SIZE = 7
 
 
 class CUmemorytype:
@@ -117,6 +130,7 @@ class FakeDriver:
     CUresult = CUresult
     CUdevice_attribute = CUdevice_attribute
     CUfunction_attribute = CUfunction_attribute
+    CUlimit = CUlimit
     CUmemorytype = CUmemorytype
     CUDA_MEMCPY2D = CUDA_MEMCPY2D
     CU_LAUNCH_PARAM_END = 0
@@ -133,6 +147,8 @@ class FakeDriver:
         self.counter = np.zeros(1, dtype=np.int32)
         self.events: dict[int, float] = {}
         self._ids = 100
+        self.limits: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0, 7: 0}
+        self.func_attrs: list[tuple] = []
 
     def _id(self) -> int:
         self._ids += 1
@@ -250,7 +266,23 @@ class FakeDriver:
         return OK, *self.PARAMS[i]
 
     def cuFuncGetAttribute(self, attr, f):
-        return OK, {0: 1024, 4: 12}[attr]
+        known = {0: 1024, 4: 12}
+        return (OK, known[attr]) if attr in known else (CUresult.CUDA_ERROR_INVALID_VALUE, 0)
+
+    def cuFuncSetAttribute(self, f, attr, value):
+        if int(attr) == 8 and value > 99 * 1024:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        self.func_attrs.append((f, int(attr), value))
+        return (OK,)
+
+    def cuCtxSetLimit(self, limit, value):
+        assert isinstance(limit, CUlimit)
+        self.limits[int(limit)] = value
+        return (OK,)
+
+    def cuCtxGetLimit(self, limit):
+        assert isinstance(limit, CUlimit)
+        return OK, self.limits[int(limit)]
 
     def cuModuleGetGlobal(self, m, name):
         if name == b"counter":
@@ -394,6 +426,30 @@ def test_fake_driver_module_launch_events_reset():
     with pytest.raises(CudaError) as e:
         ctx.module_load(b"not an image")
     assert e.value.code == ERROR_CODES["cudaErrorInvalidValue"]
+    ctx.close()
+
+
+def test_fake_driver_func_attributes_and_limits():
+    drv = FakeDriver()
+    ctx = CudaBackend(driver=drv).open_context(0, 1 << 40, 1)
+    mod = ctx.module_load(_tiny_elf_with_global("counter"))
+    (k,) = mod.kernels.values()
+    ctx.func_set_attr(mod, k, 8, 64 << 10)
+    ctx.func_set_attr(mod, k, 9, 25)
+    assert drv.func_attrs == [(k.handle, 8, 64 << 10), (k.handle, 9, 25)]
+    assert k.attrs["max_dynamic_shared_size_bytes"] == 64 << 10 and k.attrs["preferred_shmem_carveout"] == 25
+    with pytest.raises(CudaError) as e:
+        ctx.func_set_attr(mod, k, 8, 100 * 1024)              # the driver's answer is passed on
+    assert e.value.code == ERROR_CODES["cudaErrorInvalidValue"]
+    with pytest.raises(CudaError) as e:
+        ctx.func_set_attr(mod, k, 0, 1)                       # not a settable cudaFuncAttribute
+    assert e.value.code == ERROR_CODES["cudaErrorInvalidValue"]
+    assert ctx.get_limit(1) == 1 << 20
+    ctx.set_limit(0, 4096)
+    assert ctx.get_limit(0) == 4096 and drv.limits[0] == 4096
+    with pytest.raises(CudaError) as e:
+        ctx.get_limit(42)
+    assert e.value.code == ERROR_CODES["cudaErrorUnsupportedLimit"]
     ctx.close()
 
 

@@ -319,8 +319,9 @@ class EmuContext(DeviceContext):
         """One launch's printf output as the device's printf FIFO (cudaLimitPrintfFifoSize) holds it."""
         cap = self._limits[1]
         if len(data) > cap:
-            self._stdout_dropped += len(data) - cap
-            data = data[:cap]
+            cut = data.rfind(b"\n", 0, cap) + 1 or cap     # whole lines, as a GPU drops whole printf records
+            self._stdout_dropped += len(data) - cut
+            data = data[:cut]
         return data
 
     def _append_stdout(self, data: bytes) -> None:
