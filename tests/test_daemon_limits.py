@@ -48,6 +48,8 @@ def test_limit_defaults_round_trips_and_errors(client):
         assert client.call("DEVICE_SET_LIMIT", 0, bad, 1)[0] == E["cudaErrorUnsupportedLimit"], bad
     assert client.call("DEVICE_GET_LIMIT", 5, 0)[0] == E["cudaErrorInvalidDevice"]
     assert client.call("DEVICE_SET_LIMIT", 0, 0, "x")[0] == E["cudaErrorInvalidValue"]
+    assert client.call("DEVICE_SET_LIMIT", 0, 0, -1)[0] == E["cudaErrorInvalidValue"]
+    assert client.call("DEVICE_SET_LIMIT", 0, 99, -1)[0] == E["cudaErrorUnsupportedLimit"]
 
 
 def test_limits_are_per_session_and_reset(daemon, client):
@@ -94,6 +96,7 @@ def test_dynamic_shared_needs_the_attribute(client, funcattr_ptx):
     assert client.call(*set_attr, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, 101)[0] == E["cudaErrorInvalidValue"]
     assert client.call(*set_attr, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, -2)[0] == E["cudaErrorInvalidValue"]
     assert client.call(*set_attr, 99, 0)[0] == E["cudaErrorInvalidValue"]
+    assert client.call(*set_attr, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, 1 << 40)[0] == E["cudaErrorInvalidValue"]
     assert client.call("FUNC_SET_ATTR", 0, fid + 1000, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, 1)[0] == \
         E["cudaErrorInvalidDeviceFunction"]
     assert client.call(*set_attr, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, 50)[0] == 0

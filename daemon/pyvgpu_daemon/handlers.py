@@ -228,6 +228,8 @@ def op_launch(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any,
 def op_func_set_attr(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
     func_id, attr, value = a
     module, kernel = st.function(func_id)
+    if not -(1 << 31) <= value < (1 << 31):
+        raise CudaError("cudaErrorInvalidValue", f"{kernel.name}: attribute value {value} is not an int")
     st.ctx.func_set_attr(module, kernel, attr, value)
     return None, b""
 
@@ -330,9 +332,10 @@ def _limit(limit: int) -> int:
 
 def op_device_set_limit(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
     limit, value = a
+    _limit(limit)
     if value < 0:
-        raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES.get(limit, limit)} = {value}")
-    st.ctx.set_limit(_limit(limit), value)
+        raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES[limit]} = {value}")
+    st.ctx.set_limit(limit, value)
     return None, b""
 
 
