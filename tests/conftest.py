@@ -29,9 +29,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cuda_source_bytes(src: Path) -> bytes:
+    """The source plus every shared header in tests/cuda (check.h, ...), for cache keys of built programs."""
+    return src.read_bytes() + b"".join(h.read_bytes() for h in sorted(CUDA_SRC.glob("*.h")))
+
+
 def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
-    """nvcc -cudart shared, cached by a hash of the source, flags and nvcc path."""
-    digest = hashlib.sha256(src.read_bytes() + repr(extra).encode() + NVCC.encode()).hexdigest()[:16]
+    """nvcc -cudart shared, cached by a hash of the source (with the tests/cuda headers), flags and nvcc path."""
+    digest = hashlib.sha256(cuda_source_bytes(src) + repr(extra).encode() + NVCC.encode()).hexdigest()[:16]
     out = BUILD / f"{src.stem}-{digest}"
     if out.exists():
         return out

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import cuda_source_bytes
+
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.skipif(not Path(NVCC).exists(), reason="nvcc is needed 
 
 def ptx_of(name: str, *flags: str) -> bytes:
     src = CUDA / name
-    key = hashlib.sha256(src.read_bytes() + repr(flags).encode()).hexdigest()[:16]
+    key = hashlib.sha256(cuda_source_bytes(src) + repr(flags).encode()).hexdigest()[:16]
     out = CACHE / f"{src.stem}-{key}.ptx"
     if not out.exists():
         CACHE.mkdir(parents=True, exist_ok=True)

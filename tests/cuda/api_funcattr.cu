@@ -9,30 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            printf("FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_));          \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            printf("FAIL %s:%d %s\n", __FILE__, __LINE__, #cond);                                      \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-#define EXPECT_ERR(call, code)                                                                         \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != (code)) {                                                                            \
-            printf("FAIL %s:%d %s -> %s, expected %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
-                   cudaGetErrorName(code));                                                            \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "check.h"
 
 static const int kFloats = 16384;   // 64 KiB of dynamic shared memory
 static const int kThreads = 256;

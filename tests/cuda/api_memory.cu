@@ -6,21 +6,7 @@
 #include <cstring>
 #include <cstdint>
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            printf("FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_));          \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            printf("FAIL %s:%d %s\n", __FILE__, __LINE__, #cond);                                      \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "check.h"
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
     uint32_t x = seed * 2654435761u + 1;

@@ -8,15 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            printf("FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_));          \
-            fflush(stdout);                                                                            \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "check.h"
 
 static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();

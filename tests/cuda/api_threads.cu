@@ -9,23 +9,7 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            printf("FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_));          \
-            fflush(stdout);                                                                            \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            printf("FAIL %s:%d %s\n", __FILE__, __LINE__, #cond);                                      \
-            fflush(stdout);                                                                            \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "check.h"
 
 __global__ void scale(int *p, int n, int k) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
