@@ -39,6 +39,43 @@ static cudaError_t simple(struct pv_device *d, int op, uint64_t a0, int want_rep
     return err;
 }
 
+/* A one-argument request with a reply about the stream s (sync, query); errors are returned, not recorded. */
+static cudaError_t stream_simple(cudaStream_t s, int op)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = resolve_stream(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return err;
+    return simple(d, op, remote, 1);
+}
+
+/* The same about the event e, on the event's device. */
+static cudaError_t event_simple(cudaEvent_t e, int op)
+{
+    struct pv_event *ev = event_of(e);
+    struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
+    if (!d)
+        return PV_cudaErrorInvalidResourceHandle;
+    return simple(d, op, ev->remote, 1);
+}
+
+/* Creation flags and priority of the stream s (0 and 0 for the default streams); outputs untouched on error. */
+static cudaError_t stream_props(cudaStream_t s, unsigned *flags, int *priority)
+{
+    if ((uintptr_t)s <= 2) {
+        *flags = 0;
+        *priority = 0;
+        return PV_SUCCESS;
+    }
+    struct pv_stream *st = stream_of(s);
+    if (!st)
+        return PV_cudaErrorInvalidResourceHandle;
+    *flags = st->flags;
+    *priority = st->priority;
+    return PV_SUCCESS;
+}
+
 /* ------------------------------------------------------------------------------------------ streams */
 PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags, int priority)
 {
@@ -102,55 +139,28 @@ PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
     return pv_ret(err);
 }
 
-PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
-{
-    struct pv_device *d;
-    uint64_t remote;
-    cudaError_t err = resolve_stream(s, &d, &remote);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    return pv_ret(simple(d, PV_OP_STREAM_SYNC, remote, 1));
-}
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(stream_simple(s, PV_OP_STREAM_SYNC)); }
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    struct pv_device *d;
-    uint64_t remote;
-    cudaError_t err = resolve_stream(s, &d, &remote);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    err = simple(d, PV_OP_STREAM_QUERY, remote, 1);
+    cudaError_t err = stream_simple(s, PV_OP_STREAM_QUERY);
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
 PV_API cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned *flags)
 {
+    int priority;
     if (!flags)
         return pv_ret(PV_cudaErrorInvalidValue);
-    if ((uintptr_t)s <= 2) {
-        *flags = 0;
-        return PV_SUCCESS;
-    }
-    struct pv_stream *st = stream_of(s);
-    if (!st)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    *flags = st->flags;
-    return PV_SUCCESS;
+    return pv_ret(stream_props(s, flags, &priority));
 }
 
 PV_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority)
 {
+    unsigned flags;
     if (!priority)
         return pv_ret(PV_cudaErrorInvalidValue);
-    if ((uintptr_t)s <= 2) {
-        *priority = 0;
-        return PV_SUCCESS;
-    }
-    struct pv_stream *st = stream_of(s);
-    if (!st)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    *priority = st->priority;
-    return PV_SUCCESS;
+    return pv_ret(stream_props(s, &flags, priority));
 }
 
 PV_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device)
@@ -259,22 +269,11 @@ PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsig
     return cudaEventRecord(e, s);
 }
 
-PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e)
-{
-    struct pv_event *ev = event_of(e);
-    struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
-    if (!d)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    return pv_ret(simple(d, PV_OP_EVENT_SYNC, ev->remote, 1));
-}
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(event_simple(e, PV_OP_EVENT_SYNC)); }
 
 PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-    struct pv_event *ev = event_of(e);
-    struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
-    if (!d)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    cudaError_t err = simple(d, PV_OP_EVENT_QUERY, ev->remote, 1);
+    cudaError_t err = event_simple(e, PV_OP_EVENT_QUERY);
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
