@@ -557,28 +557,38 @@ static cudaError_t symbol_addr(const void *symbol, struct pv_device **dout, uint
     return PV_SUCCESS;
 }
 
-static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+/* Checks shared by the symbol copies: n bytes at offset lie within the symbol and, unless n is 0, the other side's
+ * pointer ptr is set. On success *d is the current device and *addr the device address of symbol + offset. */
+static cudaError_t symbol_span(const void *symbol, size_t n, size_t offset, const void *ptr, struct pv_device **d,
+                               uint64_t *addr)
 {
-    struct pv_device *d, *sd;
-    uint64_t addr;
     size_t size;
-    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
+    cudaError_t err = symbol_addr(symbol, d, addr, &size);
     if (err != PV_SUCCESS)
         return err;
     if (offset > size || n > size - offset)
         return PV_cudaErrorInvalidValue;
-    if (n == 0)
-        return PV_SUCCESS;
-    if (!src)
+    if (n != 0 && !ptr)
         return PV_cudaErrorInvalidValue;
+    *addr += offset;
+    return PV_SUCCESS;
+}
+
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+{
+    struct pv_device *d, *sd;
+    uint64_t addr;
+    cudaError_t err = symbol_span(symbol, n, offset, src, &d, &addr);
+    if (err != PV_SUCCESS || n == 0)
+        return err;
     if (kind == cudaMemcpyDefault)
         kind = is_device_ptr(src) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     if (kind == cudaMemcpyHostToDevice)
-        return h2d(d, addr + offset, src, n, stream_for(s, d));
+        return h2d(d, addr, src, n, stream_for(s, d));
     if (kind == cudaMemcpyDeviceToDevice) {
         if (dev_range(src, n, &sd) != 0)
             return PV_cudaErrorInvalidValue;
-        return d2d(d, addr + offset, sd, (uint64_t)(uintptr_t)src, n, stream_for(s, sd));
+        return d2d(d, addr, sd, (uint64_t)(uintptr_t)src, n, stream_for(s, sd));
     }
     return PV_cudaErrorInvalidMemcpyDirection;
 }
@@ -587,24 +597,17 @@ static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t o
 {
     struct pv_device *d, *dd;
     uint64_t addr;
-    size_t size;
-    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
-    if (err != PV_SUCCESS)
+    cudaError_t err = symbol_span(symbol, n, offset, dst, &d, &addr);
+    if (err != PV_SUCCESS || n == 0)
         return err;
-    if (offset > size || n > size - offset)
-        return PV_cudaErrorInvalidValue;
-    if (n == 0)
-        return PV_SUCCESS;
-    if (!dst)
-        return PV_cudaErrorInvalidValue;
     if (kind == cudaMemcpyDefault)
         kind = is_device_ptr(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
     if (kind == cudaMemcpyDeviceToHost)
-        return d2h(d, dst, addr + offset, n, stream_for(s, d));
+        return d2h(d, dst, addr, n, stream_for(s, d));
     if (kind == cudaMemcpyDeviceToDevice) {
         if (dev_range(dst, n, &dd) != 0)
             return PV_cudaErrorInvalidValue;
-        return d2d(dd, (uint64_t)(uintptr_t)dst, d, addr + offset, n, stream_for(s, d));
+        return d2d(dd, (uint64_t)(uintptr_t)dst, d, addr, n, stream_for(s, d));
     }
     return PV_cudaErrorInvalidMemcpyDirection;
 }
