@@ -44,6 +44,24 @@ PV_API cudaError_t cudaGetDevice(int *device)
     return PV_SUCCESS;
 }
 
+/* The current device once a call's arguments are checked: cudaErrorInvalidValue when args_ok is 0. */
+static cudaError_t checked_cur(int args_ok, struct pv_device **d)
+{
+    return args_ok ? pv_cur(d) : PV_cudaErrorInvalidValue;
+}
+
+/* An argument-less request with a reply to the current device, returned in *d (DEVICE_SYNC, DEVICE_RESET). */
+static cudaError_t cur_call(int op, struct pv_device **d)
+{
+    cudaError_t err = pv_cur(d);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_reply rep = { 0 };
+    err = pv_call_u64(*d, op, 1, NULL, 0, &rep);
+    pv_reply_free(&rep);
+    return err;
+}
+
 PV_API cudaError_t cudaSetDeviceFlags(unsigned flags)
 {
     struct pv_device *d;
@@ -57,9 +75,7 @@ PV_API cudaError_t cudaSetDeviceFlags(unsigned flags)
 PV_API cudaError_t cudaGetDeviceFlags(unsigned *flags)
 {
     struct pv_device *d;
-    if (!flags)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = pv_cur(&d);
+    cudaError_t err = checked_cur(flags != NULL, &d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     *flags = (unsigned)d->flags | 0x10u;   /* cudaDeviceMapHost is always reported, as cudart does */
@@ -154,24 +170,13 @@ PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 PV_API cudaError_t cudaDeviceSynchronize(void)
 {
     struct pv_device *d;
-    cudaError_t err = pv_cur(&d);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    struct pv_reply rep = { 0 };
-    err = pv_call_u64(d, PV_OP_DEVICE_SYNC, 1, NULL, 0, &rep);
-    pv_reply_free(&rep);
-    return pv_ret(err);
+    return pv_ret(cur_call(PV_OP_DEVICE_SYNC, &d));
 }
 
 PV_API cudaError_t cudaDeviceReset(void)
 {
     struct pv_device *d;
-    cudaError_t err = pv_cur(&d);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    struct pv_reply rep = { 0 };
-    err = pv_call_u64(d, PV_OP_DEVICE_RESET, 1, NULL, 0, &rep);
-    pv_reply_free(&rep);
+    cudaError_t err = cur_call(PV_OP_DEVICE_RESET, &d);
     if (err == PV_SUCCESS) {
         pv_alloc_forget_device(d->index);
         pv_modules_forget_device(d->index);
@@ -211,9 +216,7 @@ PV_API cudaError_t cudaDeviceGetPCIBusId(char *out, int len, int device)
 PV_API cudaError_t cudaDeviceSetCacheConfig(int config)
 {
     struct pv_device *d;
-    if (config < 0 || config > 3)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = pv_cur(&d);
+    cudaError_t err = checked_cur(config >= 0 && config <= 3, &d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     d->cache_config = config;
@@ -223,9 +226,7 @@ PV_API cudaError_t cudaDeviceSetCacheConfig(int config)
 PV_API cudaError_t cudaDeviceGetCacheConfig(int *config)
 {
     struct pv_device *d;
-    if (!config)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = pv_cur(&d);
+    cudaError_t err = checked_cur(config != NULL, &d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     *config = d->cache_config;
@@ -262,10 +263,8 @@ PV_API cudaError_t cudaDeviceSetLimit(int limit, size_t value)
 
 PV_API cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
 {
-    if (!value)
-        return pv_ret(PV_cudaErrorInvalidValue);
     struct pv_device *d;
-    cudaError_t err = pv_cur(&d);
+    cudaError_t err = checked_cur(value != NULL, &d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     struct pv_reply rep;
