@@ -118,6 +118,15 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
     return err;
 }
 
+/* The kernel a host-side function (stub) address names, or a cudaKernel_t passed as the function; NULL if neither. */
+static struct pv_func *func_of(const void *func)
+{
+    struct pv_func *f = pv_func_by_host(func);
+    if (!f && pv_func_valid((const struct pv_func *)func))
+        f = (struct pv_func *)func;
+    return f;
+}
+
 PV_API cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem,
                                       cudaStream_t s)
 {
@@ -135,9 +144,7 @@ PV_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 grid, dim3 block
 PV_API cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
                                     cudaStream_t s)
 {
-    struct pv_func *f = pv_func_by_host(func);
-    if (!f && pv_func_valid((const struct pv_func *)func))
-        f = (struct pv_func *)func;   /* a cudaKernel_t passed as the function */
+    struct pv_func *f = func_of(func);
     if (!f)
         return pv_ret(PV_cudaErrorInvalidDeviceFunction);
     return pv_ret(launch(f, grid, block, args, shmem, s));
@@ -155,9 +162,7 @@ static cudaError_t func_info(const void *func, struct pv_device **d, struct pv_k
     cudaError_t err = pv_cur(d);
     if (err != PV_SUCCESS)
         return err;
-    struct pv_func *f = pv_func_by_host(func);
-    if (!f && pv_func_valid((const struct pv_func *)func))
-        f = (struct pv_func *)func;
+    struct pv_func *f = func_of(func);
     if (!f)
         return PV_cudaErrorInvalidDeviceFunction;
     return kinfo(f, *d, ki);
@@ -167,9 +172,7 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
-    if (!attr)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = func_info(func, &d, &ki);
+    cudaError_t err = attr ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
     char *p = attr;
@@ -282,9 +285,7 @@ PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n
     (void)flags;
     struct pv_device *d;
     struct pv_kinfo *ki;
-    if (!n)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = func_info(func, &d, &ki);
+    cudaError_t err = n ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
     *n = occupancy(d, ki, block, dyn);
@@ -300,9 +301,7 @@ PV_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, const 
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
-    if (!dyn || nblocks <= 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = func_info(func, &d, &ki);
+    cudaError_t err = (dyn && nblocks > 0) ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
     if (occupancy(d, ki, block, 0) < nblocks) {
@@ -321,9 +320,7 @@ PV_API cudaError_t cudaFuncGetName(const char **name, const void *func)
 {
     if (!name)
         return pv_ret(PV_cudaErrorInvalidValue);
-    struct pv_func *f = pv_func_by_host(func);
-    if (!f && pv_func_valid((const struct pv_func *)func))
-        f = (struct pv_func *)func;
+    struct pv_func *f = func_of(func);
     if (!f)
         return pv_ret(PV_cudaErrorInvalidDeviceFunction);
     *name = f->name;
