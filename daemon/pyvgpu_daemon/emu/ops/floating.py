@@ -76,6 +76,12 @@ def _ftype(types):
     return types[0]
 
 
+def _operands(dt, do_ftz, *xs):
+    """The operands as arrays of dt, subnormals flushed to zero of the same sign when do_ftz."""
+    xs = tuple(np.asarray(x, dt) for x in xs)
+    return tuple(ftz(x) for x in xs) if do_ftz else xs
+
+
 def _post(r, do_ftz, do_sat):
     if do_ftz:
         r = ftz(r)
@@ -97,11 +103,7 @@ def _addsub(t, mode, is_sub, do_ftz, do_sat):
     dt = _FT[t]
 
     def fn(a, b):
-        a = np.asarray(a, dt)
-        b = np.asarray(b, dt)
-        if do_ftz:
-            a = ftz(a)
-            b = ftz(b)
+        a, b = _operands(dt, do_ftz, a, b)
         if is_sub:
             b = np.negative(b)
         if mode == "rn":
@@ -122,11 +124,7 @@ def _mul(t, mode, do_ftz, do_sat):
     dt = _FT[t]
 
     def fn(a, b):
-        a = np.asarray(a, dt)
-        b = np.asarray(b, dt)
-        if do_ftz:
-            a = ftz(a)
-            b = ftz(b)
+        a, b = _operands(dt, do_ftz, a, b)
         r = np.multiply(a, b)
         if mode != "rn":
             if dt == F32:
@@ -178,13 +176,7 @@ def _fma32(mode, do_ftz, do_sat):
         smaller than one f64 ulp of s); lanes with d == 0 are redone exactly. r then moves one ulp where the mode
         requires; r = +-inf from a finite s gets d = -+inf, which moves it back to +-MAX where required."""
     def fn(a, b, c):
-        a = np.asarray(a, F32)
-        b = np.asarray(b, F32)
-        c = np.asarray(c, F32)
-        if do_ftz:
-            a = ftz(a)
-            b = ftz(b)
-            c = ftz(c)
+        a, b, c = _operands(F32, do_ftz, a, b, c)
         s = np.multiply(a, b, dtype=np.float64)
         if s.ndim and (c.ndim == 0 or s.shape == c.shape):
             np.add(s, c, out=s)
@@ -384,11 +376,7 @@ def _div(t, mode, do_ftz, do_sat, approx):
     dt = _FT[t]
 
     def fn(a, b):
-        a = np.asarray(a, dt)
-        b = np.asarray(b, dt)
-        if do_ftz:
-            a = ftz(a)
-            b = ftz(b)
+        a, b = _operands(dt, do_ftz, a, b)
         r = np.divide(a, b)
         if mode not in ("rn", None):
             if dt == F32:
@@ -574,11 +562,7 @@ def _minmax(dt, is_max, nan_prop, do_ftz):
     canon = np.array(_CANON[dt]).view(dt)[()]
 
     def fn(a, b):
-        a = np.asarray(a, dt)
-        b = np.asarray(b, dt)
-        if do_ftz:
-            a = ftz(a)
-            b = ftz(b)
+        a, b = _operands(dt, do_ftz, a, b)
         r = uf(a, b)
         if np.equal(r, 0).any():          # only a zero result can be a +0/-0 pair: -0 < +0
             z = (a == 0) & (b == 0)
