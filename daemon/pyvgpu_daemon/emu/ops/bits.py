@@ -262,21 +262,14 @@ def build_lop3(instr):
     return AluOp(fn, ("b32", "b32", "b32", "b32"), ("b32",))
 
 
-def _bytes(x, signed):
+def _fields(x, bits, signed):
+    """The 32 // bits fields of the b32 x, lowest first, as int64 (sign-extended when signed)."""
     x = np.asarray(x, np.uint32)
+    mask, sign = (1 << bits) - 1, 1 << (bits - 1)
     out = []
-    for i in range(4):
-        v = ((x >> np.uint32(8 * i)) & np.uint32(0xFF)).astype(np.int64)
-        out.append((v ^ 0x80) - 0x80 if signed else v)
-    return out
-
-
-def _halves(x, signed):
-    x = np.asarray(x, np.uint32)
-    out = []
-    for i in range(2):
-        v = ((x >> np.uint32(16 * i)) & np.uint32(0xFFFF)).astype(np.int64)
-        out.append((v ^ 0x8000) - 0x8000 if signed else v)
+    for i in range(32 // bits):
+        v = ((x >> np.uint32(bits * i)) & np.uint32(mask)).astype(np.int64)
+        out.append((v ^ sign) - sign if signed else v)
     return out
 
 
@@ -290,7 +283,7 @@ def build_dp4a(instr):
     ct = "u32" if at == bt == "u32" else "s32"
 
     def fn(a, b, c):
-        pa, pb = _bytes(a, at == "s32"), _bytes(b, bt == "s32")
+        pa, pb = _fields(a, 8, at == "s32"), _fields(b, 8, bt == "s32")
         acc = np.asarray(c).astype(np.int64)
         for x, y in zip(pa, pb):
             acc = acc + x * y
@@ -309,7 +302,7 @@ def build_dp2a(instr):
     k = 0 if part == "lo" else 2
 
     def fn(a, b, c):
-        ha, bb = _halves(a, at == "s32"), _bytes(b, bt == "s32")
+        ha, bb = _fields(a, 16, at == "s32"), _fields(b, 8, bt == "s32")
         acc = np.asarray(c).astype(np.int64) + ha[0] * bb[k] + ha[1] * bb[k + 1]
         return (acc & 0xFFFFFFFF).astype(np.uint32).view(DTYPES[ct])
     return AluOp(fn, (at, bt, ct), (ct,))
