@@ -234,20 +234,29 @@ def op_func_set_attr(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tup
     return None, b""
 
 
+def _add_handle(st: DeviceState, table: dict[int, Any], obj: Any) -> int:
+    """A new handle for obj (a stream or event) in table."""
+    h = st.new_handle()
+    table[h] = obj
+    return h
+
+
+def _pop_handle(table: dict[int, Any], h: int, what: str) -> Any:
+    """Remove and return the object of handle h; cudaErrorInvalidResourceHandle for an unknown handle."""
+    obj = table.pop(h, None)
+    if obj is None:
+        raise CudaError("cudaErrorInvalidResourceHandle", f"destroy of unknown {what} {h:#x}")
+    return obj
+
+
 def op_stream_create(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
     flags, priority = a
-    obj = st.ctx.stream_create(flags, priority)
-    h = st.new_handle()
-    st.streams[h] = obj
-    return h, b""
+    return _add_handle(st, st.streams, st.ctx.stream_create(flags, priority)), b""
 
 
 def op_stream_destroy(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
     (h,) = a
-    obj = st.streams.pop(h, None)
-    if obj is None:
-        raise CudaError("cudaErrorInvalidResourceHandle", f"destroy of unknown stream {h:#x}")
-    st.ctx.stream_destroy(obj)
+    st.ctx.stream_destroy(_pop_handle(st.streams, h, "stream"))
     return None, b""
 
 
@@ -269,18 +278,12 @@ def op_stream_wait_event(s: Session, st: DeviceState, a: list[Any], p: bytes) ->
 
 
 def op_event_create(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    obj = st.ctx.event_create(a[0])
-    h = st.new_handle()
-    st.events[h] = obj
-    return h, b""
+    return _add_handle(st, st.events, st.ctx.event_create(a[0])), b""
 
 
 def op_event_destroy(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
     (h,) = a
-    obj = st.events.pop(h, None)
-    if obj is None:
-        raise CudaError("cudaErrorInvalidResourceHandle", f"destroy of unknown event {h:#x}")
-    st.ctx.event_destroy(obj)
+    st.ctx.event_destroy(_pop_handle(st.events, h, "event"))
     return None, b""
 
 
