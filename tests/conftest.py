@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import pyvgpu
+from pyvgpu.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_SRC = Path(__file__).resolve().parent / "cuda"
@@ -119,6 +120,14 @@ def daemon_factory(tmp_path):
 def daemon(daemon_factory) -> Daemon:
     """One emulated-GPU daemon on a free loopback port."""
     return daemon_factory()
+
+
+@pytest.fixture
+def client(daemon):
+    """A protocol client connected to the daemon fixture's daemon, closed after the test."""
+    c = Client.connect("127.0.0.1", daemon.port)
+    yield c
+    c.close()
 
 
 @pytest.fixture(scope="session")

@@ -16,13 +16,6 @@ E = ERROR_CODES
 SMEM = 64 << 10
 
 
-@pytest.fixture
-def client(daemon):
-    c = Client.connect("127.0.0.1", daemon.port)
-    yield c
-    c.close()
-
-
 def ok(c: Client, op: str, *args, payload=b""):
     err, result, data = c.call(op, *args, payload=payload)
     assert err == 0, f"{op}{args}: error {err}"

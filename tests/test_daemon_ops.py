@@ -14,13 +14,6 @@ from pyvgpu.protocol import ERROR_CODES, VA_WINDOW_BYTES
 E = ERROR_CODES
 
 
-@pytest.fixture
-def client(daemon):
-    c = Client.connect("127.0.0.1", daemon.port)
-    yield c
-    c.close()
-
-
 def ok(c: Client, op: str, *args, payload=b""):
     err, result, data = c.call(op, *args, payload=payload)
     assert err == 0, f"{op}{args}: error {err}"
