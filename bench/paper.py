@@ -308,6 +308,17 @@ def tables(results: dict, cfg: dict) -> str:
     return "\n".join(out)
 
 
+def _series(results: dict, prefix: str) -> tuple[list[int], list[float]]:
+    """GPU counts (1, 2, 4) of the successful runs <prefix><n> and their seconds per 1000 batches."""
+    ns, seconds = [], []
+    for n in (1, 2, 4):
+        r = results.get(f"{prefix}{n}")
+        if r and r.get("rc") == 0 and r["final"]:
+            ns.append(n)
+            seconds.append(r["final"]["ms_per_1000"] / 1000.0)
+    return ns, seconds
+
+
 def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     import matplotlib
 
@@ -315,12 +326,7 @@ def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    ns, ours = [], []
-    for n in (1, 2, 4):
-        r = results.get(f"remote{n}")
-        if r and r.get("rc") == 0 and r["final"]:
-            ns.append(n)
-            ours.append(r["final"]["ms_per_1000"] / 1000.0)
+    ns, ours = _series(results, "remote")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     if ns:
         ax1.plot(ns, ours, "o-", label="pyvgpu: remote emulated GPUs (wall)")
@@ -338,12 +344,7 @@ def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     ax2.plot([1, 2, 4], [1.0, PAPER["speedup2"], PAPER["speedup4"]], "o-", label="paper (GTX 750, Ethernet)")
     if ns:
         ax2.plot(ns, [ours[0] / t for t in ours], "s-", label=f"pyvgpu, emulated GPUs sharing {os.cpu_count()} cores")
-    pn, pt = [], []
-    for n in (1, 2, 4):
-        r = results.get(f"paced{n}")
-        if r and r.get("rc") == 0 and r["final"]:
-            pn.append(n)
-            pt.append(r["final"]["ms_per_1000"] / 1000.0)
+    pn, pt = _series(results, "paced")
     if pn:
         ax1.plot(pn, pt, "^-", label=f"pyvgpu: paced emulated GPUs (slowdown {cfg.get('paced')})")
         ax2.plot(pn, [pt[0] / t for t in pt], "^-", label="pyvgpu, paced GPUs (no core contention)")
