@@ -114,6 +114,25 @@ static uint64_t stream_for(cudaStream_t s, struct pv_device *d)
     return remote;
 }
 
+/* The library is initialized and s is a default stream (0, 1, 2) or a live stream handle. */
+static cudaError_t init_with_stream(cudaStream_t s)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    return ((uintptr_t)s > 2 && !pv_handle_valid(s)) ? PV_cudaErrorInvalidResourceHandle : PV_SUCCESS;
+}
+
+/* cudaMemcpyDefault resolved by where dst and src live; any other kind as given. */
+static int copy_kind(int kind, const void *dst, const void *src)
+{
+    if (kind != cudaMemcpyDefault)
+        return kind;
+    int dd = is_device_ptr(dst), sd = is_device_ptr(src);
+    return dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+              : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+}
+
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
 {
     (void)async;
@@ -123,16 +142,10 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
         return PV_SUCCESS;
     if (!dst || !src)
         return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init();
+    cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
-        return PV_cudaErrorInvalidResourceHandle;
-    if (kind == cudaMemcpyDefault) {
-        int dd = is_device_ptr(dst), sd = is_device_ptr(src);
-        kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                  : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-    }
+    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
     case cudaMemcpyHostToHost:
@@ -433,16 +446,10 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
         return PV_cudaErrorInvalidPitchValue;
     if (!dst || !src)
         return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init();
+    cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
-        return PV_cudaErrorInvalidResourceHandle;
-    if (kind == cudaMemcpyDefault) {
-        int dd = is_device_ptr(dst), sd = is_device_ptr(src);
-        kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                  : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-    }
+    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
     switch (kind) {
@@ -493,11 +500,9 @@ PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, 
 /* ------------------------------------------------------------------------------------------ memset */
 static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
 {
-    cudaError_t err = pv_init();
+    cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
-        return PV_cudaErrorInvalidResourceHandle;
     if (n == 0)
         return PV_SUCCESS;
     struct pv_device *d;
@@ -509,11 +514,9 @@ static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
 
 static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
 {
-    cudaError_t err = pv_init();
+    cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
-        return PV_cudaErrorInvalidResourceHandle;
     if (width == 0 || height == 0)
         return PV_SUCCESS;
     if (width > pitch)
