@@ -39,6 +39,15 @@ static cudaError_t simple(struct pv_device *d, int op, uint64_t a0, int want_rep
     return err;
 }
 
+/* The daemon handle in the reply rep of a *_CREATE request that returned err; frees rep either way. */
+static cudaError_t reply_handle(cudaError_t err, struct pv_reply *rep, uint64_t *h)
+{
+    if (err == PV_SUCCESS && pv_obj_u64(rep->result, h) != 0)
+        err = PV_cudaErrorUnknown;
+    pv_reply_free(rep);
+    return err;
+}
+
 /* A one-argument request with a reply about the stream s (sync, query); errors are returned, not recorded. */
 static cudaError_t stream_simple(cudaStream_t s, int op)
 {
@@ -99,11 +108,8 @@ PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags
     msgpack_pack_int(&r.pk, d->remote);
     msgpack_pack_unsigned_int(&r.pk, flags);
     msgpack_pack_int(&r.pk, priority);
-    err = pv_req_finish(&r, &rep);
     uint64_t h = 0;
-    if (err == PV_SUCCESS && pv_obj_u64(rep.result, &h) != 0)
-        err = PV_cudaErrorUnknown;
-    pv_reply_free(&rep);
+    err = reply_handle(pv_req_finish(&r, &rep), &rep, &h);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     struct pv_stream *st = calloc(1, sizeof *st);
@@ -206,11 +212,8 @@ PV_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned flags)
         return pv_ret(err);
     struct pv_reply rep = { 0 };
     uint64_t a[1] = { flags };
-    err = pv_call_u64(d, PV_OP_EVENT_CREATE, 1, a, 1, &rep);
     uint64_t h = 0;
-    if (err == PV_SUCCESS && pv_obj_u64(rep.result, &h) != 0)
-        err = PV_cudaErrorUnknown;
-    pv_reply_free(&rep);
+    err = reply_handle(pv_call_u64(d, PV_OP_EVENT_CREATE, 1, a, 1, &rep), &rep, &h);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     struct pv_event *ev = calloc(1, sizeof *ev);
