@@ -82,9 +82,6 @@ PV_API cudaError_t cudaGetDeviceFlags(unsigned *flags)
     return PV_SUCCESS;
 }
 
-static void put_int(void *base, size_t off, int v) { memcpy((char *)base + off, &v, sizeof v); }
-static void put_size(void *base, size_t off, size_t v) { memcpy((char *)base + off, &v, sizeof v); }
-
 PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
 {
     if (!prop)
@@ -99,39 +96,39 @@ PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
     char *p = prop;
     memcpy(p + PV_cudaDeviceProp_name, d->name, strlen(d->name) < 255 ? strlen(d->name) : 255);
     memcpy(p + PV_cudaDeviceProp_uuid, d->uuid, 16);
-    put_size(p, PV_cudaDeviceProp_totalGlobalMem, d->total_mem);
-    put_size(p, PV_cudaDeviceProp_sharedMemPerBlock, d->smem_per_block);
-    put_int(p, PV_cudaDeviceProp_regsPerBlock, d->regs_per_block);
-    put_int(p, PV_cudaDeviceProp_warpSize, d->warp);
-    put_size(p, PV_cudaDeviceProp_memPitch, 2147483647);
-    put_int(p, PV_cudaDeviceProp_maxThreadsPerBlock, d->max_tpb);
+    pv_put_size(p, PV_cudaDeviceProp_totalGlobalMem, d->total_mem);
+    pv_put_size(p, PV_cudaDeviceProp_sharedMemPerBlock, d->smem_per_block);
+    pv_put_int(p, PV_cudaDeviceProp_regsPerBlock, d->regs_per_block);
+    pv_put_int(p, PV_cudaDeviceProp_warpSize, d->warp);
+    pv_put_size(p, PV_cudaDeviceProp_memPitch, 2147483647);
+    pv_put_int(p, PV_cudaDeviceProp_maxThreadsPerBlock, d->max_tpb);
     for (int i = 0; i < 3; i++) {
-        put_int(p, PV_cudaDeviceProp_maxThreadsDim + 4 * i, d->max_block[i]);
-        put_int(p, PV_cudaDeviceProp_maxGridSize + 4 * i, d->max_grid[i]);
+        pv_put_int(p, PV_cudaDeviceProp_maxThreadsDim + 4 * i, d->max_block[i]);
+        pv_put_int(p, PV_cudaDeviceProp_maxGridSize + 4 * i, d->max_grid[i]);
     }
-    put_size(p, PV_cudaDeviceProp_totalConstMem, d->const_mem);
-    put_int(p, PV_cudaDeviceProp_major, d->major);
-    put_int(p, PV_cudaDeviceProp_minor, d->minor);
-    put_size(p, PV_cudaDeviceProp_textureAlignment, 512);
-    put_size(p, PV_cudaDeviceProp_texturePitchAlignment, 32);
-    put_int(p, PV_cudaDeviceProp_multiProcessorCount, d->sms);
-    put_int(p, PV_cudaDeviceProp_canMapHostMemory, 0);
-    put_int(p, PV_cudaDeviceProp_concurrentKernels, 1);
-    put_int(p, PV_cudaDeviceProp_pciBusID, d->pci_bus);
-    put_int(p, PV_cudaDeviceProp_asyncEngineCount, 1);
-    put_int(p, PV_cudaDeviceProp_unifiedAddressing, 1);
-    put_int(p, PV_cudaDeviceProp_memoryBusWidth, d->bus_width);
-    put_int(p, PV_cudaDeviceProp_l2CacheSize, d->l2);
-    put_int(p, PV_cudaDeviceProp_maxThreadsPerMultiProcessor, d->max_tpm);
-    put_int(p, PV_cudaDeviceProp_streamPrioritiesSupported, 1);
-    put_size(p, PV_cudaDeviceProp_sharedMemPerMultiprocessor, d->smem_per_sm);
-    put_int(p, PV_cudaDeviceProp_regsPerMultiprocessor, d->regs_per_sm);
-    put_int(p, PV_cudaDeviceProp_maxBlocksPerMultiProcessor, d->max_blocks_per_sm);
+    pv_put_size(p, PV_cudaDeviceProp_totalConstMem, d->const_mem);
+    pv_put_int(p, PV_cudaDeviceProp_major, d->major);
+    pv_put_int(p, PV_cudaDeviceProp_minor, d->minor);
+    pv_put_size(p, PV_cudaDeviceProp_textureAlignment, 512);
+    pv_put_size(p, PV_cudaDeviceProp_texturePitchAlignment, 32);
+    pv_put_int(p, PV_cudaDeviceProp_multiProcessorCount, d->sms);
+    pv_put_int(p, PV_cudaDeviceProp_canMapHostMemory, 0);
+    pv_put_int(p, PV_cudaDeviceProp_concurrentKernels, 1);
+    pv_put_int(p, PV_cudaDeviceProp_pciBusID, d->pci_bus);
+    pv_put_int(p, PV_cudaDeviceProp_asyncEngineCount, 1);
+    pv_put_int(p, PV_cudaDeviceProp_unifiedAddressing, 1);
+    pv_put_int(p, PV_cudaDeviceProp_memoryBusWidth, d->bus_width);
+    pv_put_int(p, PV_cudaDeviceProp_l2CacheSize, d->l2);
+    pv_put_int(p, PV_cudaDeviceProp_maxThreadsPerMultiProcessor, d->max_tpm);
+    pv_put_int(p, PV_cudaDeviceProp_streamPrioritiesSupported, 1);
+    pv_put_size(p, PV_cudaDeviceProp_sharedMemPerMultiprocessor, d->smem_per_sm);
+    pv_put_int(p, PV_cudaDeviceProp_regsPerMultiprocessor, d->regs_per_sm);
+    pv_put_int(p, PV_cudaDeviceProp_maxBlocksPerMultiProcessor, d->max_blocks_per_sm);
     int v;
-    put_size(p, PV_cudaDeviceProp_sharedMemPerBlockOptin,
+    pv_put_size(p, PV_cudaDeviceProp_sharedMemPerBlockOptin,
              pv_dev_attr(d, 97, &v) == 0 ? (size_t)v : d->smem_per_block);
     if (pv_dev_attr(d, 111, &v) == 0)
-        put_size(p, PV_cudaDeviceProp_reservedSharedMemPerBlock, (size_t)v);
+        pv_put_size(p, PV_cudaDeviceProp_reservedSharedMemPerBlock, (size_t)v);
     return PV_SUCCESS;
 }
 

@@ -177,26 +177,15 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
         return pv_ret(err);
     char *p = attr;
     memset(p, 0, PV_cudaFuncAttributes_SIZE);
-    size_t sz;
-    int v;
-    sz = (size_t)ki->shared;
-    memcpy(p + PV_cudaFuncAttributes_sharedSizeBytes, &sz, sizeof sz);
-    sz = (size_t)ki->constant;
-    memcpy(p + PV_cudaFuncAttributes_constSizeBytes, &sz, sizeof sz);
-    sz = (size_t)ki->local;
-    memcpy(p + PV_cudaFuncAttributes_localSizeBytes, &sz, sizeof sz);
-    v = (int)(ki->max_threads > 0 ? ki->max_threads : d->max_tpb);
-    memcpy(p + PV_cudaFuncAttributes_maxThreadsPerBlock, &v, sizeof v);
-    v = (int)ki->regs;
-    memcpy(p + PV_cudaFuncAttributes_numRegs, &v, sizeof v);
-    v = (int)ki->ptx;
-    memcpy(p + PV_cudaFuncAttributes_ptxVersion, &v, sizeof v);
-    v = (int)ki->binary;
-    memcpy(p + PV_cudaFuncAttributes_binaryVersion, &v, sizeof v);
-    v = (int)ki->max_dyn_shared;
-    memcpy(p + PV_cudaFuncAttributes_maxDynamicSharedSizeBytes, &v, sizeof v);
-    v = (int)ki->carveout;
-    memcpy(p + PV_cudaFuncAttributes_preferredShmemCarveout, &v, sizeof v);
+    pv_put_size(p, PV_cudaFuncAttributes_sharedSizeBytes, (size_t)ki->shared);
+    pv_put_size(p, PV_cudaFuncAttributes_constSizeBytes, (size_t)ki->constant);
+    pv_put_size(p, PV_cudaFuncAttributes_localSizeBytes, (size_t)ki->local);
+    pv_put_int(p, PV_cudaFuncAttributes_maxThreadsPerBlock, (int)(ki->max_threads > 0 ? ki->max_threads : d->max_tpb));
+    pv_put_int(p, PV_cudaFuncAttributes_numRegs, (int)ki->regs);
+    pv_put_int(p, PV_cudaFuncAttributes_ptxVersion, (int)ki->ptx);
+    pv_put_int(p, PV_cudaFuncAttributes_binaryVersion, (int)ki->binary);
+    pv_put_int(p, PV_cudaFuncAttributes_maxDynamicSharedSizeBytes, (int)ki->max_dyn_shared);
+    pv_put_int(p, PV_cudaFuncAttributes_preferredShmemCarveout, (int)ki->carveout);
     return PV_SUCCESS;
 }
 

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <msgpack.h>
 
@@ -15,6 +16,10 @@
 
 #define PV_API __attribute__((visibility("default")))
 #define PV_WEAK_API __attribute__((visibility("default"), weak))
+
+/* Store a field of a CUDA struct filled in by offset (layouts_gen.h), alignment-safe. */
+static inline void pv_put_int(void *base, size_t off, int v) { memcpy((char *)base + off, &v, sizeof v); }
+static inline void pv_put_size(void *base, size_t off, size_t v) { memcpy((char *)base + off, &v, sizeof v); }
 
 /* ---- minimal CUDA runtime types (ABI-compatible with CUDA 13.0's declarations) ---- */
 typedef int cudaError_t;
