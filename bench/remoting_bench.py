@@ -156,7 +156,7 @@ class Bench:
     def __init__(self, cuda: Path, raw: Path, servers: Servers):
         self.cuda, self.raw, self.servers = cuda, raw, servers
         import pyvgpu
-        self.lib = str(pyvgpu.lib_path())
+        self.lib = os.environ.get("PYVGPU_BENCH_LIB") or str(pyvgpu.lib_path())   # another build to compare
 
     def env(self, ports: list[int]) -> dict:
         return {**os.environ, "LD_PRELOAD": self.lib, "PYVGPU_HOSTS": ",".join(f"127.0.0.1:{p}" for p in ports)}

@@ -1,5 +1,5 @@
 /* Raw-TCP baseline of bench/remoting_bench.py: the same bytes as one cudaMemcpy, moved with one request and one
- * reply on a plain socket (TCP_NODELAY both sides, default socket buffers, recv straight into the destination).
+ * reply on a plain socket (TCP_NODELAY both sides, default socket buffers, recv(MSG_WAITALL) straight into the destination).
  *
  *   rawtcp server PORT                        listen on 127.0.0.1:PORT; one forked child per connection; prints
  *                                             "listening" once ready
@@ -33,7 +33,7 @@ static int recv_all(int fd, void *buf, size_t n)
 {
     char *p = buf;
     while (n) {
-        ssize_t k = recv(fd, p, n, 0);
+        ssize_t k = recv(fd, p, n, MSG_WAITALL);   /* one wake-up per message, not per segment */
         if (k <= 0) return -1;
         p += k; n -= (size_t)k;
     }
