@@ -7,7 +7,7 @@
 
 #include "common.h"
 
-#define PV_CHUNK ((size_t)64 << 20)   /* bytes per frame of a large copy: bounds daemon-side buffering */
+#define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
 /* ------------------------------------------------------------------------------------------ primitives */
 static cudaError_t h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
