@@ -10,15 +10,16 @@ LIB_NAME = "libvcudart.so"
 
 
 def lib_candidates() -> list[Path]:
-    """Where libvcudart.so may be, most specific first: $PYVGPU_LIB, the installed package, a source build."""
+    """Where libvcudart.so may be, most specific first: $PYVGPU_LIB, the package dir, a source build, site-packages."""
     here = Path(__file__).resolve().parent
     out: list[Path] = []
     if os.environ.get("PYVGPU_LIB"):
         out.append(Path(os.environ["PYVGPU_LIB"]))
     out.append(here / "lib" / LIB_NAME)
+    # A source checkout's own build wins over an older copy in site-packages (editable installs put one there).
+    out.append(here.parent / "build" / "dev" / "csrc" / LIB_NAME)
     for key in ("platlib", "purelib"):
         out.append(Path(sysconfig.get_paths()[key]) / "pyvgpu" / "lib" / LIB_NAME)
-    out.append(here.parent / "build" / "dev" / "csrc" / LIB_NAME)
     return out
 
 
