@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pyvgpu import wire
 from pyvgpu.client import Client
-from pyvgpu.protocol import OP_BY_NAME, OPS, PROTOCOL_VERSION
+from pyvgpu.protocol import ERR_UNAVAILABLE, OP_BY_NAME, OPS, PROTOCOL_VERSION
 
 E_OK = 0
 
@@ -102,7 +102,9 @@ def test_malformed_frames_end_only_that_session(daemon):
             s = raw_session(daemon.port)
             s.sendall(data)
             s.settimeout(5)
-            assert s.recv(100) == b""                              # the daemon closed this session
+            rep, _, _ = wire.recv_reply(s)                         # the daemon says why it ends this session
+            assert rep.is_notice and rep.err == ERR_UNAVAILABLE and isinstance(rep.result, str), rep
+            assert s.recv(100) == b""                              # ... and closes it
             s.close()
             assert keeper.call("MEM_GET_INFO", 0)[0] == 0
     time.sleep(0.2)

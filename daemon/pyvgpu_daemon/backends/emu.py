@@ -208,25 +208,25 @@ class EmuContext(DeviceContext):
         if width > pitch and height > 1:
             raise CudaError("cudaErrorInvalidPitchValue", f"width {width} > pitch {pitch}")
 
+    def _rows(self, addr: int, pitch: int, width: int, height: int) -> np.ndarray:
+        """The height x width bytes at addr, rows pitch apart, as one strided view of the heap (the whole span is
+        validated first, so a bad 2D op changes nothing). Every 2D op is one NumPy call: cost follows bytes, not rows."""
+        span = self.mem.view(addr, pitch * (height - 1) + width)
+        return np.lib.stride_tricks.as_strided(span, shape=(height, width), strides=(pitch, 1))
+
     def memcpy2d_htod(self, dst: int, dpitch: int, width: int, height: int, data: bytes | memoryview,
                       stream: Any) -> None:
         self._check_2d(dpitch, width, height)
         mv = pack_rows(data, width, height)
         if width == 0 or height == 0:
             return
-        # Validate the whole destination span first so a bad copy changes nothing.
-        self.mem.view(dst, dpitch * (height - 1) + width)
-        for row in range(height):
-            self.mem.write(dst + row * dpitch, mv[row * width:(row + 1) * width])
+        self._rows(dst, dpitch, width, height)[...] = np.frombuffer(mv, dtype=np.uint8).reshape(height, width)
 
     def memcpy2d_dtoh(self, src: int, spitch: int, width: int, height: int, stream: Any) -> bytes:
         self._check_2d(spitch, width, height)
         if width == 0 or height == 0:
             return b""
-        span = self.mem.view(src, spitch * (height - 1) + width)
-        if spitch == width:
-            return span.tobytes()
-        return b"".join(span[r * spitch:r * spitch + width].tobytes() for r in range(height))
+        return self._rows(src, spitch, width, height).tobytes()
 
     def memcpy2d_dtod(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int,
                       stream: Any) -> None:
@@ -234,10 +234,10 @@ class EmuContext(DeviceContext):
         self._check_2d(spitch, width, height)
         if width == 0 or height == 0:
             return
-        self.mem.view(src, spitch * (height - 1) + width)
-        self.mem.view(dst, dpitch * (height - 1) + width)
-        for row in range(height):
-            self.mem.copy(dst + row * dpitch, src + row * spitch, width)
+        source = self._rows(src, spitch, width, height)
+        target = self._rows(dst, dpitch, width, height)
+        # NumPy copies through a temporary when the two views overlap (memmove semantics, as cudaMemcpy2D's).
+        target[...] = source
 
     def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
         self.mem.fill(ptr, value, size)
@@ -246,12 +246,7 @@ class EmuContext(DeviceContext):
         self._check_2d(pitch, width, height)
         if width == 0 or height == 0:
             return
-        span = self.mem.view(ptr, pitch * (height - 1) + width)
-        if pitch == width:
-            span[:] = value & 0xFF
-        else:
-            for r in range(height):
-                span[r * pitch:r * pitch + width] = value & 0xFF
+        self._rows(ptr, pitch, width, height)[...] = value & 0xFF
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
