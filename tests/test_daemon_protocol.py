@@ -12,9 +12,9 @@ import pytest
 
 from pyvgpu import auth, wire
 from pyvgpu.client import Client, HandshakeError
+from pyvgpu.protocol import (DEVICE_INFO_KEYS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, OP_BY_NAME,
+                             PROTOCOL_VERSION, VA_WINDOW_BYTES)
 from pyvgpu.tls import ClientTLS
-from pyvgpu.protocol import (DEVICE_INFO_KEYS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, OP_BY_NAME, PROTOCOL_VERSION,
-                             VA_WINDOW_BYTES)
 
 
 def wait_listening(proc: subprocess.Popen, host: str, port: int, log: Path, timeout: float = 30) -> None:
@@ -205,3 +205,35 @@ def test_sigterm_shuts_down_cleanly_with_open_sessions(daemon):
     assert daemon.proc.wait(15) == 0
     assert "Traceback" not in daemon.log_text()
     c.close(goodbye=False)
+
+
+@pytest.mark.parametrize("hello", [
+    {"version": PROTOCOL_VERSION, "proof": "é" * 64},            # non-ASCII proof: a traceback before auth, once
+    {"version": PROTOCOL_VERSION, "proof": 12345},
+    {"version": PROTOCOL_VERSION, "proof": "ab" * 40},
+    {"version": PROTOCOL_VERSION, "va_base": "0x1000"},
+    {"version": PROTOCOL_VERSION, "va_base": True},
+    [PROTOCOL_VERSION],
+])
+def test_hello_fields_are_type_checked_before_use(daemon_factory, tmp_path, hello):
+    tok = tmp_path / "tok"
+    tok.write_text("s3cret\n")
+    tok.chmod(0o600)
+    d = daemon_factory("--token-file", str(tok))
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    wire.parse_server_hello(wire.recv_header(s))
+    wire.send_parts(s, wire.encode_request(1, 3, [hello]))
+    rep, _, _ = wire.recv_reply(s)
+    assert rep.req_id == 3 and rep.err == ERROR_CODES["cudaErrorInvalidValue"] and "malformed hello" in rep.result
+    assert s.recv(10) == b""
+    s.close()
+    with Client.connect("127.0.0.1", d.port, token=b"s3cret") as c:      # the daemon carries on
+        assert c.call("MEM_GET_INFO", 0)[0] == 0
+    time.sleep(0.2)
+    assert "malformed hello" in d.log_text() and "Traceback" not in d.log_text()
+
+
+def test_client_text_is_kept_short(daemon):
+    with Client.connect("127.0.0.1", daemon.port, client_text="x" * 5000) as c:
+        me = [s for s in c.status()["sessions"] if s["self"]][0]
+        assert me["client"] == "x" * 200

@@ -164,6 +164,7 @@ class EmuContext(DeviceContext):
         self._stdout = bytearray()
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
+        self._cancelled = threading.Event()     # set from the loop thread when the session's client is gone
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -307,8 +308,12 @@ class EmuContext(DeviceContext):
             raise
         if self.backend.slowdown > 1.0:
             # --emu-slowdown: stretch the kernel to F× its emulated time so load balancing sees a slower GPU.
-            time.sleep((time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
+            if self._cancelled.wait((time.perf_counter() - t0) * (self.backend.slowdown - 1.0)):
+                raise CudaError("cudaErrorLaunchTimeout", f"{kernel.name}: cancelled, the session's client is gone")
         return b""
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def _fifo(self, data: bytes) -> bytes:
         """One launch's printf output as the device's printf FIFO (cudaLimitPrintfFifoSize) holds it."""
