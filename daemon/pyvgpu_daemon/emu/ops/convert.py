@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (DTYPES, INTS, SIGNED, AluOp, Unsupported, ftz, narrow_directed, one_of, quiet, round_odd,
-                     step_directed, split_mods, two_sum, width)
+from ..ptx.types import DTYPES, INTS, SIGNED, width
+from .common import (AluOp, Unsupported, ftz, narrow_directed, one_of, quiet, round_odd, step_directed, split_mods,
+                     two_sum)
 from .half import decode, encode, join2
 
 IRND = ("rni", "rzi", "rmi", "rpi")

@@ -6,14 +6,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from harness import ROOT
 from pyvgpu import protocol
 from pyvgpu.cuda_errors import CUDA_ERRORS
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
