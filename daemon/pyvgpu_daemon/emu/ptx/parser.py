@@ -366,16 +366,7 @@ class _Parser:
                 self.reg_decl(fn, scopes, depth)
                 continue
             if x in (".local", ".shared", ".param", ".const", ".global"):
-                sid = self.scope_counter
-
-                def rename(n: str, _d=depth, _sid=sid) -> str:
-                    new = n if _d == 1 else f"{n}${'{'}{_sid}"
-                    scopes[-1][n] = new
-                    return new
-                v = self.var_decl(False, rename)
-                if v.space in ("global", "const"):
-                    raise _err(t.line, f"function-scope .{v.space} variable {v.name!r} is not supported")
-                fn.locals.append(v)
+                fn.locals.append(self.scoped_var(t, scopes, depth))
                 continue
             if x in _SKIP_LINE:
                 self.skip_line(t.line)
@@ -394,6 +385,19 @@ class _Parser:
                 self.next()
                 continue
             fn.body.append(self.instruction(lookup))
+
+    def scoped_var(self, t: Token, scopes: list[dict[str, str]], depth: int) -> ir.VarDecl:
+        """A variable declared inside a function body; in a nested scope its name gets the scope's suffix."""
+        sid = self.scope_counter
+
+        def rename(n: str) -> str:
+            new = n if depth == 1 else f"{n}${'{'}{sid}"
+            scopes[-1][n] = new
+            return new
+        v = self.var_decl(False, rename)
+        if v.space in ("global", "const"):
+            raise _err(t.line, f"function-scope .{v.space} variable {v.name!r} is not supported")
+        return v
 
     def reg_decl(self, fn: ir.Function, scopes, depth: int) -> None:
         kw = self.next()
