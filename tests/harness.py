@@ -122,14 +122,15 @@ def daemon_command(*args: str, backend: str = "emu") -> list[str]:
 
 
 def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | None = None,
-                 timeout: float = 30) -> Daemon:
+                 cwd: Path | None = None, timeout: float = 30) -> Daemon:
     """`python -m pyvgpu_daemon` on 127.0.0.1 and a free port, its log in workdir; returns once it listens.
-    `env` is added to this process's environment."""
+    `env` is added to this process's environment; `cwd` is the daemon's working directory (`python -m` puts it
+    first on sys.path)."""
     port = free_port()
     log = Path(workdir) / f"daemon-{port}.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", str(port), *extra, backend=backend),
-                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
     wait_listening(proc, port, log, timeout=timeout)
     return Daemon(port, proc, log, extra=extra)
 
