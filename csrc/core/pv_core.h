@@ -70,6 +70,7 @@ const msgpack_object *pv_map_get_int(const msgpack_object *map, int64_t key);
 int pv_obj_i64(const msgpack_object *o, int64_t *out);
 int pv_obj_u64(const msgpack_object *o, uint64_t *out);
 int pv_obj_f64(const msgpack_object *o, double *out);
+int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n);   /* str or bin: its bytes */
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap);   /* str or bin → NUL-terminated */
 /* Reads u32 + header of at most `limit` bytes; caller frees *raw. 0 ok, -1 I/O error, -2 malformed. */
 int pv_read_header(struct pv_io *io, msgpack_unpacked *out, char **raw, uint32_t limit);
@@ -89,8 +90,9 @@ struct pv_conn {
     atomic_int dead;
     atomic_uint_fast64_t next_id;
     pthread_mutex_t send_mu;       /* one frame at a time on the socket */
-    pthread_mutex_t mu;            /* pending list */
+    pthread_mutex_t mu;            /* pending list, receiving */
     struct pv_pending *pending;
+    int receiving;                 /* the reader is reading the payload of a reply someone waits for */
     pthread_t reader;
     atomic_int reader_started;
     atomic_int sending;            /* threads inside a send */

@@ -143,12 +143,20 @@ static int64_t env_ms(const char *name, int64_t dflt)
 static int conn_silent(struct pv_conn *c, int64_t now)
 {
     pthread_mutex_lock(&c->mu);
-    int waiting = c->pending != NULL;
+    int waiting = c->pending != NULL || c->receiving;
     pthread_mutex_unlock(&c->mu);
     if (!waiting && atomic_load(&c->sending) == 0)
         return 0;
     int64_t heard = atomic_load(&c->io.last_rx_ms), since = atomic_load(&c->busy_since_ms);
     return now - (heard > since ? heard : since) > c->silence_ms;
+}
+
+static void fail_silent(struct pv_conn *c)
+{
+    char why[160];
+    snprintf(why, sizeof why, "no reply or heartbeat for %lld ms: daemon stopped or unreachable "
+             "(PYVGPU_REPLY_TIMEOUT_MS)", (long long)c->silence_ms);
+    conn_fail(c, why);
 }
 
 static void mark_busy(struct pv_conn *c, int was_idle)
@@ -183,10 +191,7 @@ static int conn_tick(void *arg)
     if (deadline)
         return now > deadline;
     if (conn_silent(c, now)) {
-        char why[128];
-        snprintf(why, sizeof why, "no reply or heartbeat for %lld ms: daemon stopped or unreachable "
-                 "(PYVGPU_REPLY_TIMEOUT_MS)", (long long)c->silence_ms);
-        conn_fail(c, why);
+        fail_silent(c);
         return 1;
     }
     if (atomic_load(&c->reader_started) && pthread_equal(pthread_self(), c->reader) &&
@@ -246,6 +251,7 @@ static void *reader_main(void *arg)
         if (*pp) {
             p = *pp;
             *pp = p->next;
+            c->receiving = 1;          /* still waited for while its payload arrives */
         }
         pthread_mutex_unlock(&c->mu);
         int io = 0;
@@ -273,6 +279,7 @@ static void *reader_main(void *arg)
             p->rep.result = &msg.data.via.array.ptr[3];
             p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
             p->done = 1;
+            c->receiving = 0;
             pthread_cond_signal(&p->cv);
             pthread_mutex_unlock(&c->mu);
         }
@@ -373,7 +380,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
             /* the reader's tick normally notices a silent daemon; this covers a reader blocked elsewhere */
             pthread_mutex_unlock(&c->mu);
             if (conn_silent(c, pv_now_ms()))
-                conn_fail(c, "no reply or heartbeat within PYVGPU_REPLY_TIMEOUT_MS");
+                fail_silent(c);
             pthread_mutex_lock(&c->mu);
         }
     }
