@@ -171,6 +171,8 @@ class EmuContext(DeviceContext):
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
         self._cancelled = threading.Event()     # set from the loop thread when the session's client is gone
+        self._modules = 0                       # modules loaded and the PTX bytes behind them (EmuLimits bounds)
+        self._module_bytes = 0
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -261,17 +263,26 @@ class EmuContext(DeviceContext):
             from pyvgpu_daemon.emu.module import EmuModule  # written alongside; imported lazily on purpose
         except ImportError as exc:
             raise CudaError("cudaErrorNotSupported", f"kernel emulation unavailable: {exc}") from None
+        lim = self.backend.limits
+        if self._modules >= lim.max_modules:
+            raise CudaError("cudaErrorMemoryAllocation", f"device {self.ordinal}: {self._modules} modules loaded, the "
+                                                         f"emulator's bound per session")
         before = set(self.mem.allocations())
         used_before = self.mem.used
-        module = EmuModule.load(bytes(image), self.mem, sm=SM, limits=self.backend.limits)
+        module = EmuModule.load(bytes(image), self.mem, sm=SM, limits=lim)
         owned = [a for a in self.mem.allocations() if a not in before]
         grown = self.mem.used - used_before
         try:
+            if self._module_bytes + module.source_bytes > lim.max_module_ptx_bytes:
+                raise CudaError("cudaErrorMemoryAllocation",
+                                f"device {self.ordinal}: modules of {self._module_bytes + module.source_bytes} PTX bytes "
+                                f"exceed the emulator's bound of {lim.max_module_ptx_bytes} per session")
             self._charge(grown)
         except CudaError:
-            for a in owned:
-                self.mem.free(a)
+            module.unload()
             raise
+        self._modules += 1
+        self._module_bytes += module.source_bytes
         kernels = {name: KernelDesc(name, [(int(o), int(s)) for o, s in info.params], dict(info.attrs), name)
                    for name, info in module.kernels.items()}
         variables = {name: (int(a), int(s)) for name, (a, s) in module.variables.items()}
@@ -279,15 +290,10 @@ class EmuContext(DeviceContext):
 
     def module_unload(self, module: LoadedModule) -> None:
         emu_module, owned, grown = module.handle
-        if hasattr(emu_module, "unload"):
-            emu_module.unload()           # frees the module's variables
-        else:
-            for a in owned:
-                try:
-                    self.mem.free(a)
-                except CudaError:
-                    pass
+        emu_module.unload()               # frees the module's variables
         self._uncharge(grown)
+        self._modules -= 1
+        self._module_bytes -= emu_module.source_bytes
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
@@ -298,7 +304,7 @@ class EmuContext(DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max)
+                                   max_dynamic_shared=dyn_max, cancel=self._cancelled)
             self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
@@ -412,11 +418,11 @@ class EmuContext(DeviceContext):
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)
+        self._modules = self._module_bytes = 0
 
     def close(self) -> None:
         try:
             self.reset()
         except Exception:  # noqa: BLE001 - close must not raise
             log.exception("device %d: error while releasing emulated memory", self.ordinal)
-        # Drop the heap now rather than whenever the context object is collected.
-        self.mem.heap = np.zeros(0, dtype=np.uint8)
+        self.mem.close()

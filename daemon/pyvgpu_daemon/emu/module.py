@@ -6,6 +6,7 @@ KernelInfo (parameter layout, cudaFuncAttributes). launch: EmuLimits.check_launc
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from pyvgpu_daemon.errors import CudaError
@@ -42,12 +43,14 @@ class EmuModule:
         self._compiled: dict[str, Kernel] = {}
         self._allocs: list[int] = []
         self._launches = 0
+        self.source_bytes = 0                  # PTX text size (what the module's host-side structures scale with)
 
     @classmethod
     def load(cls, image: bytes, memory, sm: int = 75, limits: EmuLimits | None = None) -> "EmuModule":
         image = bytes(image)
+        limits = limits or EmuLimits()
         if fatbin.is_fatbin(image):
-            text = fatbin.select_ptx(image, sm)
+            text = fatbin.select_ptx(image, sm, limits.max_image_bytes)
         else:
             try:
                 text = image.rstrip(b"\0").decode("utf-8")
@@ -55,7 +58,7 @@ class EmuModule:
                 raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text") from None
             if ".version" not in text and ".entry" not in text:
                 raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text")
-        mod = parse(text)
+        mod = parse(text, limits)
         tgt = mod.target
         if tgt.startswith("sm_"):
             try:
@@ -66,7 +69,8 @@ class EmuModule:
                 raise CudaError("cudaErrorNoKernelImageForDevice",
                                 f"PTX targets {tgt} but the emulated device is sm_{sm}; kernels: "
                                 f"{', '.join(n for n, f in mod.functions.items() if f.is_entry)}")
-        self = cls(mod, memory, sm, limits or EmuLimits())
+        self = cls(mod, memory, sm, limits)
+        self.source_bytes = len(text)
         try:
             self._alloc_variables()
             for name, fn in mod.functions.items():
@@ -130,9 +134,11 @@ class EmuModule:
         return KernelInfo(k.name, list(k.layout.param_layout), attrs)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-               params: bytes, max_dynamic_shared: int | None = None) -> LaunchOutput:
+               params: bytes, max_dynamic_shared: int | None = None,
+               cancel: threading.Event | None = None) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
-        (the backend passes the session's value); None checks only the device's opt-in maximum."""
+        (the backend passes the session's value); None checks only the device's opt-in maximum. `cancel`: once set
+        (the session's client is gone), the launch stops with cudaErrorLaunchTimeout at its next check."""
         k = self._compiled.get(kernel)
         if k is None:
             raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
@@ -146,7 +152,7 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
-                     grid_id=self._launches)
+                     grid_id=self._launches, cancel=cancel)
         return LaunchOutput(run.run())
 
 
