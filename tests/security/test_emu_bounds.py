@@ -192,3 +192,9 @@ def test_illegal_access_is_sticky_and_names_the_kernel(daemon, client):
     assert client.call("MEM_GET_INFO", 0)[0] == 0
     log = daemon.log_text()
     assert "poke: out-of-bounds 8-byte store at 0xfffffffffffffff8" in log and "(sticky)" in log
+
+
+def test_printf_fifo_is_bounded(client):
+    assert client.call("DEVICE_SET_LIMIT", 0, 1, 64 << 20)[0] == 0
+    assert client.call("DEVICE_SET_LIMIT", 0, 1, (64 << 20) + 1)[0] == E["cudaErrorMemoryAllocation"]
+    assert client.call("DEVICE_GET_LIMIT", 0, 1)[1] == 64 << 20

@@ -4,6 +4,7 @@
   cudaErrorDevicesUnavailable within PYVGPU_REPLY_TIMEOUT_MS (+ one tick);
 - a kernel longer than that timeout still succeeds: the daemon's heartbeats keep the connection alive;
 - a kernel printing exactly the default 1 MiB printf FIFO returns from cudaDeviceSynchronize with every byte;
+- a huge grid of an empty kernel ends at the emulator's launch time limit;
 - a client killed during a long kernel does not keep it running: its session ends at once;
 - a silent or trickling peer is timed out by the daemon, a live but idle client is not (it sends PING);
 - SIGTERM lets queued work finish, answers it, tells the client, then exits.
@@ -81,6 +82,16 @@ def test_one_mib_of_printf_reaches_the_client(cuda_build, daemon):
     assert len(proc.stdout) == 1 << 20 and len(lines) == (1 << 20) // 64
     assert sorted(int(ln.split()[1]) for ln in lines) == list(range(len(lines)))
     assert all(ln.endswith(b"UVWX") and len(ln) == 63 for ln in lines)
+
+
+def test_huge_grid_ends_at_the_launch_time_limit(cuda_build, daemon_factory):
+    d = daemon_factory(env={"PYVGPU_EMU_MAX_SECONDS": "2"})
+    proc = subprocess.run([str(cuda_build("harden.cu")), "grid"], capture_output=True, text=True, timeout=120,
+                          env=env_for([d]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    err, ms = timing(proc.stderr, "SYNC")
+    assert err == "cudaErrorLaunchTimeout" and 2000 <= ms < 2000 + 1500, proc.stderr   # never ended before
+    assert "_Z5emptyv: ran longer than 2.0 s" in d.log_text()
 
 
 def test_client_killed_during_a_long_kernel_cancels_it(cuda_build, daemon_factory):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
-                             LIMIT_NAMES, VA_WINDOW_BYTES)
+                             LIMIT_NAMES, MAX_STDOUT_BYTES, VA_WINDOW_BYTES)
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
@@ -33,6 +33,7 @@ EMU_NAME = "pyvgpu emulated GPU (sm_75)"
 SM = 75
 EVENT_DISABLE_TIMING = 0x2        # cudaEventDisableTiming
 STDOUT_LIMIT = 8 << 20            # printf bytes kept per device between syncs; the rest is dropped, as CUDA does
+MAX_PRINTF_FIFO = MAX_STDOUT_BYTES  # the largest cudaLimitPrintfFifoSize (a reply carries at most this much)
 # What the emulated device reports beyond its limits (emu/limits.py): clocks, memory bus and L2 of an sm_75 part.
 CLOCK_RATE_KHZ = 1_590_000
 MEMORY_CLOCK_RATE_KHZ = 5_001_000
@@ -304,8 +305,9 @@ class EmuContext(DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max, cancel=self._cancelled)
-            self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
+                                   max_dynamic_shared=dyn_max, cancel=self._cancelled, printf_fifo=self._limits[1])
+            self._stdout_dropped += out.dropped
+            self._append_stdout(self._fifo(out.stdout))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
             self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))
@@ -367,6 +369,8 @@ class EmuContext(DeviceContext):
             value = min(value, lim.max_l2_fetch_granularity)     # a hint, clamped as the driver does
         elif limit == 6:
             value = min(value, lim.persisting_l2_bytes)          # no persisting L2 on the emulated device
+        elif limit == 1 and value > MAX_PRINTF_FIFO:
+            raise CudaError("cudaErrorMemoryAllocation", f"{LIMIT_NAMES[limit]} {value} > {MAX_PRINTF_FIFO}")
         self._limits[limit] = value
 
     def get_limit(self, limit: int) -> int:

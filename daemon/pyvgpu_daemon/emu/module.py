@@ -30,6 +30,7 @@ class KernelInfo:
 @dataclass
 class LaunchOutput:
     stdout: bytes
+    dropped: int = 0          # printf bytes the full FIFO dropped
 
 
 class EmuModule:
@@ -135,10 +136,11 @@ class EmuModule:
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None,
-               cancel: threading.Event | None = None) -> LaunchOutput:
+               cancel: threading.Event | None = None, printf_fifo: int = 1 << 20) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
         (the backend passes the session's value); None checks only the device's opt-in maximum. `cancel`: once set
-        (the session's client is gone), the launch stops with cudaErrorLaunchTimeout at its next check."""
+        (the session's client is gone), the launch stops with cudaErrorLaunchTimeout at its next check.
+        `printf_fifo`: cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it)."""
         k = self._compiled.get(kernel)
         if k is None:
             raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
@@ -152,8 +154,8 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
-                     grid_id=self._launches, cancel=cancel)
-        return LaunchOutput(run.run())
+                     grid_id=self._launches, cancel=cancel, printf_fifo=printf_fifo)
+        return LaunchOutput(run.run(), run.stdout_dropped)
 
 
 def _ptx_version(v: str) -> int:

@@ -33,7 +33,7 @@ MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1, cancel: threading.Event | None = None):
+                 grid_id: int = 1, cancel: threading.Event | None = None, printf_fifo: int = 1 << 20):
         self.kernel = kernel
         self.mem = mem
         self.symbols = symbols
@@ -49,6 +49,8 @@ class Launch:
         self.shared_size = align(lay.dyn_shared_base + self.dyn_shared if (lay.dyn_shared_names or shmem)
                                  else lay.static_shared, 16) or 16
         self.stdout = bytearray()
+        self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
+        self.stdout_dropped = 0
         self._geo: dict = {}
         self.clock_bump = 0
         self.steps = 0
