@@ -143,11 +143,11 @@ def parse_request(header: list[Any], max_payload: int = MAX_PAYLOAD_BYTES) -> Re
         raise ProtocolError(f"request header has {len(header)} fields, needs at least 3")
     op, req_id, payload_len = header[0], header[1], header[2]
     if not _is_uint(op, 0xFFFF):
-        raise ProtocolError(f"op {op!r} is not a small unsigned integer")
+        raise ProtocolError(f"op {op!r:.40} is not a small unsigned integer")
     if not _is_uint(req_id):
-        raise ProtocolError(f"req_id {req_id!r} is not a u64")
+        raise ProtocolError(f"req_id {req_id!r:.40} is not a u64")
     if not _is_uint(payload_len, max_payload):
-        raise ProtocolError(f"payload length {payload_len!r} outside 0..{max_payload}")
+        raise ProtocolError(f"payload length {payload_len!r:.40} outside 0..{max_payload}")
     return Request(op, req_id, payload_len, header[3:])
 
 
@@ -156,11 +156,11 @@ def parse_reply(header: list[Any]) -> Reply:
         raise ProtocolError(f"reply header has {len(header)} fields, needs 5")
     req_id, err, payload_len, result, stdout_len = header
     if not _is_uint(req_id) or not isinstance(err, int) or isinstance(err, bool):
-        raise ProtocolError(f"bad reply req_id/err {req_id!r}/{err!r}")
+        raise ProtocolError(f"bad reply req_id/err {req_id!r:.40}/{err!r:.40}")
     if not _is_uint(payload_len, MAX_PAYLOAD_BYTES):
-        raise ProtocolError(f"reply payload length {payload_len!r} out of range")
+        raise ProtocolError(f"reply payload length {payload_len!r:.40} out of range")
     if not _is_uint(stdout_len, MAX_STDOUT_BYTES):
-        raise ProtocolError(f"reply printf length {stdout_len!r} outside 0..{MAX_STDOUT_BYTES}")
+        raise ProtocolError(f"reply printf length {stdout_len!r:.40} outside 0..{MAX_STDOUT_BYTES}")
     return Reply(req_id, err, payload_len, result, stdout_len)
 
 
@@ -238,7 +238,7 @@ def recv_frame(sock: socket.socket, max_payload: int = MAX_PAYLOAD_BYTES) -> tup
     header = unpack_header(bytes(_recv_exact(sock, n)))
     plen = header[2] if len(header) >= 3 else 0
     if not _is_uint(plen, max_payload):
-        raise ProtocolError(f"payload length {plen!r} out of range")
+        raise ProtocolError(f"payload length {plen!r:.40} out of range")
     payload = _recv_exact(sock, plen) if plen else b""
     return header, payload
 
