@@ -10,8 +10,8 @@ import time
 
 from harness import frame, raw_session, rss
 from pyvgpu import wire
-from pyvgpu.client import Client
-from pyvgpu.protocol import OP_BY_NAME
+from pyvgpu.client import Client, HandshakeError
+from pyvgpu.protocol import ERR_UNAVAILABLE, OP_BY_NAME
 
 
 def request(op: str, req_id: int, *args, payload_len: int = 0) -> bytes:
@@ -60,3 +60,37 @@ def test_unread_replies_stay_within_the_reply_bound(daemon):
         rep, payload, _ = wire.recv_reply(c.sock)
         assert (rep.req_id, rep.err, len(payload)) == (100 + i, 0, size) and payload[:4] == b"3333"
     c.close()
+
+
+def test_a_client_that_reads_nothing_is_ended(daemon_factory):
+    d = daemon_factory("--frame-timeout", "1")
+    c = Client.connect("127.0.0.1", d.port)
+    ptr = c.call("MALLOC", 0, 16 << 20)[1]
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    c.sock.sendall(b"".join(request("MEMCPY_DTOH", 100 + i, 0, ptr, 16 << 20, 0) for i in range(16)))
+    t0 = time.monotonic()
+    while "client read none of its" not in d.log_text() and time.monotonic() - t0 < 15:
+        time.sleep(0.1)
+    assert "client read none of its" in d.log_text()
+    c.close(goodbye=False)
+    with Client.connect("127.0.0.1", d.port) as other:
+        assert [s for s in other.status()["sessions"] if not s["self"]] == []
+
+
+def test_sessions_are_bounded(daemon_factory):
+    d = daemon_factory("--max-sessions", "2")
+    a = Client.connect("127.0.0.1", d.port)
+    b = Client.connect("127.0.0.1", d.port)
+    try:
+        try:
+            Client.connect("127.0.0.1", d.port)
+            raise AssertionError("a third session was accepted")
+        except HandshakeError as exc:
+            assert exc.code == ERR_UNAVAILABLE and "daemon busy" in str(exc)
+        assert a.call("MEM_GET_INFO", 0)[0] == 0
+    finally:
+        b.close()
+    time.sleep(0.3)
+    with Client.connect("127.0.0.1", d.port) as c:             # room again
+        assert c.call("MEM_GET_INFO", 0)[0] == 0
+    a.close()
