@@ -227,9 +227,33 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
+void probe_ctx_gone(CUcontext ctx);
+
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
     LOG("cuDevicePrimaryCtxReset_v2(dev=%d)", d);
+    probe_ctx_gone((CUcontext)&primary_ctx);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *params, unsigned int flags, CUdevice d)
+{
+    struct ctx *x = calloc(1, sizeof *x);
+    x->magic = 0x43545831, x->dev = d;
+    *c = (CUcontext)x;
+    cur_ctx = *c;
+    LOG("cuCtxCreate_v4(params=%p, flags=%u, dev=%d) -> %p", (void *)params, flags, d, (void *)x);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext c)
+{
+    LOG("cuCtxDestroy_v2(%p)", (void *)c);
+    probe_ctx_gone(c);
+    if (cur_ctx == c)
+        cur_ctx = NULL;
+    if (c != (CUcontext)&primary_ctx)
+        free(c);
     return CUDA_SUCCESS;
 }
 
@@ -340,6 +364,8 @@ CUresult cuMemFree(CUdeviceptr p)
 CUresult cuMemGetInfo(size_t *f, size_t *t)
 {
     LOG("cuMemGetInfo_v2");
+    if (getenv("PROBE_MEMINFO_RC")) /* to learn the runtime's CUresult -> cudaError_t mapping */
+        return (CUresult)atoi(getenv("PROBE_MEMINFO_RC"));
     *f = (size_t)3 << 30;
     *t = (size_t)4 << 30;
     return CUDA_SUCCESS;
@@ -550,6 +576,20 @@ static CUresult new_module(CUmodule *m, const void *image)
     return CUDA_SUCCESS;
 }
 
+CUresult cuModuleLoad(CUmodule *m, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    LOG("cuModuleLoad(%s)", path);
+    if (!fp)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    buf[n] = 0;
+    fclose(fp);
+    dump_image("  cuModuleLoad", buf);
+    return new_module(m, buf);
+}
+
 CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
     dump_image("cuModuleLoadData", image);
@@ -691,8 +731,14 @@ static CUresult log_launch(const char *fn, CUfunction f, unsigned gx, unsigned g
     LOG("%s(%p=%s, grid=%u,%u,%u, block=%u,%u,%u, shmem=%u, stream=%p, kernelParams=%p, extra=%p)", fn, (void *)f,
         fu && fu->magic == 0x46554e31 ? fu->name : "?", gx, gy, gz, bx, by, bz, shm, (void *)s, (void *)params,
         (void *)extra);
-    for (int i = 0; params && i < 4; i++)
-        LOG("  kernelParams[%d]=%p -> 0x%016llx", i, params[i], params[i] ? *(unsigned long long *)params[i] : 0);
+    /* The parameter count is in the kernel's metadata, not here: print entries while they point near the
+     * array itself (the runtime builds both on its stack). */
+    for (int i = 0; params && i < 16; i++) {
+        long d = (long)((char *)params[i] - (char *)params);
+        if (d < -65536 || d > 65536)
+            break;
+        LOG("  kernelParams[%d]=%p -> 0x%016llx", i, params[i], *(unsigned long long *)params[i]);
+    }
     return CUDA_SUCCESS;
 }
 

@@ -172,10 +172,27 @@ static uint64_t ctx_wrapper(int k, uint64_t *a, int *done)
         *(unsigned *)a[1] = 0;
         return 0;
     case 3:
-        return 0;
+        return getenv("PROBE_WRAPPER3") ? (uint64_t)atoi(getenv("PROBE_WRAPPER3")) : 0;
     }
     *done = 0;
     return 0;
+}
+
+/* What the driver does when a context goes away (cuCtxDestroy, cuDevicePrimaryCtxReset): every value stored
+ * for it is handed to its destructor, then forgotten. */
+void probe_ctx_gone(CUcontext ctx)
+{
+    for (int i = 0; i < ncls;) {
+        if (cls_items[i].ctx != ctx) {
+            i++;
+            continue;
+        }
+        struct cls c = cls_items[i];
+        cls_items[i] = cls_items[--ncls];
+        plog("  cls destructor %p(ctx=%p, key=%p, value=%p)", c.dtor, (void *)ctx, c.key, c.value);
+        if (c.dtor && !getenv("PROBE_NO_CLS_DTOR"))
+            ((void (*)(CUcontext, void *, void *))c.dtor)(ctx, c.key, c.value);
+    }
 }
 
 struct known {
@@ -243,6 +260,10 @@ CUresult cuGetExportTable(const void **out, const CUuuid *id)
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             if (strcmp(known[i].uuid, u) == 0 && known[i].unsized)
                 tables[t].slots[0] = probe_slot_fns[t][0];
+        /* PROBE_TABLE_SIZE=<uuid hex>:<bytes>: what the table claims in slot 0, to find the runtime's minimum */
+        const char *sz = getenv("PROBE_TABLE_SIZE");
+        if (sz && strncmp(sz, u, 32) == 0 && sz[32] == ':')
+            tables[t].slots[0] = (void *)(uintptr_t)atol(sz + 33);
         /* PROBE_EMPTY_TABLE=<uuid hex>: a table that claims N bytes (PROBE_EMPTY_SIZE, default 8), NULL slots */
         const char *empty = getenv("PROBE_EMPTY_TABLE");
         if (empty && strstr(empty, u)) {
