@@ -1,14 +1,14 @@
 /* cuGetExportTable for the probe: every UUID asked for gets a table of PROBE_NSLOTS logging trampolines
- * (slot 0 holds the table's size in bytes, as the tables of the real driver do), and the slots whose meaning
- * was established (docs/driver.md) answer as the driver would. PROBE_NO_TABLE=<uuid hex> refuses one table,
- * to see what the runtime does without it. */
+ * (slot 0 holds the table's size in bytes, except in the context-local-storage table whose slot 0 is a
+ * function), and the slots whose meaning was established (docs/driver.md) answer as the driver would.
+ * PROBE_NO_TABLE=<uuid hex> refuses one table, PROBE_TABLE_SIZE / PROBE_EMPTY_TABLE shrink one, to see what the
+ * runtime does then. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <unistd.h>
 
 #include "integrity.h"
@@ -16,7 +16,6 @@
 
 struct table {
     unsigned char uuid[16];
-    const char *name;
     void *slots[PROBE_NSLOTS];
 };
 
