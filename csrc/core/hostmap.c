@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common.h"
+#include "pv_core.h"
 
 #define PV_MAX_HOSTS 32
 
@@ -161,46 +161,46 @@ static void set_default_attr(struct pv_device *d, int attr, int value)
 
 static void parse_device(struct pv_device *d, const msgpack_object *s)
 {
-    if (pv_obj_str(pv_map_get(s, "name"), d->name, sizeof d->name) != 0)
+    if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_NAME), d->name, sizeof d->name) != 0)
         snprintf(d->name, sizeof d->name, "pyvgpu device");
-    d->total_mem = get_u64(s, "total_mem", 0);
-    d->major = get_int(s, "major", 7);
-    d->minor = get_int(s, "minor", 5);
-    d->sms = get_int(s, "multiprocessors", 1);
-    d->warp = get_int(s, "warp_size", 32);
-    d->max_tpb = get_int(s, "max_threads_per_block", 1024);
-    get_dim3(s, "max_block_dim", d->max_block, 0);
+    d->total_mem = get_u64(s, PV_KEY_DEV_TOTAL_MEM, 0);
+    d->major = get_int(s, PV_KEY_DEV_MAJOR, 7);
+    d->minor = get_int(s, PV_KEY_DEV_MINOR, 5);
+    d->sms = get_int(s, PV_KEY_DEV_MULTIPROCESSORS, 1);
+    d->warp = get_int(s, PV_KEY_DEV_WARP_SIZE, 32);
+    d->max_tpb = get_int(s, PV_KEY_DEV_MAX_THREADS_PER_BLOCK, 1024);
+    get_dim3(s, PV_KEY_DEV_MAX_BLOCK_DIM, d->max_block, 0);
     if (!d->max_block[0]) {
         d->max_block[0] = d->max_block[1] = 1024;
         d->max_block[2] = 64;
     }
-    get_dim3(s, "max_grid_dim", d->max_grid, 0);
+    get_dim3(s, PV_KEY_DEV_MAX_GRID_DIM, d->max_grid, 0);
     if (!d->max_grid[0]) {
         d->max_grid[0] = 2147483647;
         d->max_grid[1] = d->max_grid[2] = 65535;
     }
-    d->smem_per_block = get_u64(s, "shared_mem_per_block", 49152);
-    d->smem_per_sm = get_u64(s, "shared_mem_per_multiprocessor", 65536);
-    d->regs_per_block = get_int(s, "regs_per_block", 65536);
-    d->clock_khz = get_int(s, "clock_rate_khz", 1000000);
-    d->mem_clock_khz = get_int(s, "memory_clock_rate_khz", 1000000);
-    d->bus_width = get_int(s, "memory_bus_width", 256);
-    d->l2 = get_int(s, "l2_cache_size", 0);
-    d->max_tpm = get_int(s, "max_threads_per_multiprocessor", 2048);
-    d->const_mem = get_u64(s, "total_const_mem", 65536);
-    d->pci_bus = get_int(s, "pci_bus_id", d->index);
+    d->smem_per_block = get_u64(s, PV_KEY_DEV_SHARED_MEM_PER_BLOCK, 49152);
+    d->smem_per_sm = get_u64(s, PV_KEY_DEV_SHARED_MEM_PER_MULTIPROCESSOR, 65536);
+    d->regs_per_block = get_int(s, PV_KEY_DEV_REGS_PER_BLOCK, 65536);
+    d->clock_khz = get_int(s, PV_KEY_DEV_CLOCK_RATE_KHZ, 1000000);
+    d->mem_clock_khz = get_int(s, PV_KEY_DEV_MEMORY_CLOCK_RATE_KHZ, 1000000);
+    d->bus_width = get_int(s, PV_KEY_DEV_MEMORY_BUS_WIDTH, 256);
+    d->l2 = get_int(s, PV_KEY_DEV_L2_CACHE_SIZE, 0);
+    d->max_tpm = get_int(s, PV_KEY_DEV_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
+    d->const_mem = get_u64(s, PV_KEY_DEV_TOTAL_CONST_MEM, 65536);
+    d->pci_bus = get_int(s, PV_KEY_DEV_PCI_BUS_ID, d->index);
     char pci[64];
     unsigned dom, bus, slot, fn;
-    if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 &&
+    if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_PCI_BUS_ID), pci, sizeof pci) == 0 &&
         sscanf(pci, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4)
         d->pci_bus = (int)bus;
     snprintf(d->pci_id, sizeof d->pci_id, "0000:%02x:00.0", (unsigned)d->pci_bus & 0xffu);
-    if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 && strchr(pci, ':'))
+    if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_PCI_BUS_ID), pci, sizeof pci) == 0 && strchr(pci, ':'))
         snprintf(d->pci_id, sizeof d->pci_id, "%s", pci);
-    const msgpack_object *u = pv_map_get(s, "uuid");
+    const msgpack_object *u = pv_map_get(s, PV_KEY_DEV_UUID);
     if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
         memcpy(d->uuid, u->via.bin.ptr, 16);
-    const msgpack_object *attrs = pv_map_get(s, "attrs");
+    const msgpack_object *attrs = pv_map_get(s, PV_KEY_DEV_ATTRS);
     if (attrs && attrs->type == MSGPACK_OBJECT_MAP) {
         for (uint32_t i = 0; i < attrs->via.map.size; i++) {
             int64_t k, v;
@@ -212,31 +212,31 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
         }
     }
     /* the named snapshot fields answer the common attributes when the daemon's table lacks them */
-    set_default_attr(d, 1, d->max_tpb);
+    set_default_attr(d, PV_cudaDevAttrMaxThreadsPerBlock, d->max_tpb);
     for (int i = 0; i < 3; i++) {
-        set_default_attr(d, 2 + i, d->max_block[i]);
-        set_default_attr(d, 5 + i, d->max_grid[i]);
+        set_default_attr(d, PV_cudaDevAttrMaxBlockDimX + i, d->max_block[i]);
+        set_default_attr(d, PV_cudaDevAttrMaxGridDimX + i, d->max_grid[i]);
     }
-    set_default_attr(d, 8, (int)d->smem_per_block);
-    set_default_attr(d, 9, (int)d->const_mem);
-    set_default_attr(d, 10, d->warp);
-    set_default_attr(d, 12, d->regs_per_block);
-    set_default_attr(d, 13, d->clock_khz);
-    set_default_attr(d, 16, d->sms);
-    set_default_attr(d, 33, d->pci_bus);
-    set_default_attr(d, 36, d->mem_clock_khz);
-    set_default_attr(d, 37, d->bus_width);
-    set_default_attr(d, 38, d->l2);
-    set_default_attr(d, 39, d->max_tpm);
-    set_default_attr(d, 41, 1);
-    set_default_attr(d, 75, d->major);
-    set_default_attr(d, 76, d->minor);
-    set_default_attr(d, 81, (int)d->smem_per_sm);
-    set_default_attr(d, 82, d->regs_per_block);
-    set_default_attr(d, 97, (int)d->smem_per_block);
-    set_default_attr(d, 106, 16);
-    d->regs_per_sm = d->attr[82];
-    d->max_blocks_per_sm = d->attr[106];
+    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlock, (int)d->smem_per_block);
+    set_default_attr(d, PV_cudaDevAttrTotalConstantMemory, (int)d->const_mem);
+    set_default_attr(d, PV_cudaDevAttrWarpSize, d->warp);
+    set_default_attr(d, PV_cudaDevAttrMaxRegistersPerBlock, d->regs_per_block);
+    set_default_attr(d, PV_cudaDevAttrClockRate, d->clock_khz);
+    set_default_attr(d, PV_cudaDevAttrMultiProcessorCount, d->sms);
+    set_default_attr(d, PV_cudaDevAttrPciBusId, d->pci_bus);
+    set_default_attr(d, PV_cudaDevAttrMemoryClockRate, d->mem_clock_khz);
+    set_default_attr(d, PV_cudaDevAttrGlobalMemoryBusWidth, d->bus_width);
+    set_default_attr(d, PV_cudaDevAttrL2CacheSize, d->l2);
+    set_default_attr(d, PV_cudaDevAttrMaxThreadsPerMultiProcessor, d->max_tpm);
+    set_default_attr(d, PV_cudaDevAttrUnifiedAddressing, 1);
+    set_default_attr(d, PV_cudaDevAttrComputeCapabilityMajor, d->major);
+    set_default_attr(d, PV_cudaDevAttrComputeCapabilityMinor, d->minor);
+    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerMultiprocessor, (int)d->smem_per_sm);
+    set_default_attr(d, PV_cudaDevAttrMaxRegistersPerMultiprocessor, d->regs_per_block);
+    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, (int)d->smem_per_block);
+    set_default_attr(d, PV_cudaDevAttrMaxBlocksPerMultiprocessor, 16);
+    d->regs_per_sm = d->attr[PV_cudaDevAttrMaxRegistersPerMultiprocessor];
+    d->max_blocks_per_sm = d->attr[PV_cudaDevAttrMaxBlocksPerMultiprocessor];
 }
 
 static void do_init(void)
@@ -258,7 +258,7 @@ static void do_init(void)
                 first_err = err;
             continue;
         }
-        const msgpack_object *devs = pv_map_get(hello.result, "devices");
+        const msgpack_object *devs = pv_map_get(hello.result, PV_KEY_HELLO_REPLY_DEVICES);
         int nd = (devs && devs->type == MSGPACK_OBJECT_ARRAY) ? (int)devs->via.array.size : 0;
         for (int r = 0; r < nd && ndevices < PV_MAX_DEVICES; r++) {
             struct pv_device *d = &devices[ndevices];
@@ -312,19 +312,4 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value)
         return -1;
     *value = d->attr[attr];
     return 0;
-}
-
-cudaError_t pv_call_u64(struct pv_device *d, int op, int want_reply, const uint64_t *args, int nargs,
-                        struct pv_reply *rep)
-{
-    struct pv_req r;
-    if (rep)
-        memset(rep, 0, sizeof *rep);
-    if (!pv_conn_alive(d->conn))
-        return PV_ERR_UNAVAILABLE;
-    pv_req_begin(&r, d->conn, op, nargs + 1, want_reply, NULL, 0, NULL, 0);
-    msgpack_pack_int(&r.pk, d->remote);
-    for (int i = 0; i < nargs; i++)
-        msgpack_pack_uint64(&r.pk, args[i]);
-    return pv_req_finish(&r, rep);
 }
