@@ -139,7 +139,7 @@ static uint64_t integrity(int k, uint64_t *a, int *done)
         *done = 0;
         return 0;
     }
-    struct integrity_input in = {0};
+    struct pv_integrity_input in = {0};
     struct table *self = find_table("d4082055bde6704b8d34ba123c66e1f2");
     struct table *rt = find_table("6bd5fb6c5bf4e74a8987d93912fd9df9");
     in.driver_version = 13000;
@@ -153,7 +153,7 @@ static uint64_t integrity(int k, uint64_t *a, int *done)
     in.ndevices = 1;
     memset(in.devices[0].uuid, 0x5a, 16);
     in.devices[0].pci_bus = 1;
-    integrity_answer(&in, (uint8_t *)a[2]);
+    pv_integrity_answer(&in, (uint8_t *)a[2]);
     const uint8_t *o = (const uint8_t *)a[2];
     plog("  integrity(rt=%u, ts=%lu) -> %02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x",
          in.runtime_version, (unsigned long)in.timestamp, o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8],

@@ -1,10 +1,10 @@
-/* The runtime's integrity check (export table d4082055...): slot 1 is
+/* NVIDIA's runtime's integrity check (export table d4082055...): slot 1 is
  *     CUresult check(unsigned runtime_version, uint64_t timestamp, uint8_t out[16])
  * For runtime_version % 10 == 0 or 1 the answer is a fixed constant; otherwise it is HMAC-MD2 (RFC 1319 +
  * RFC 2104, block and digest 16 bytes) under a fixed 16-byte key of a message that binds the answer to this
  * process: driver version, runtime version, pid, tid, the addresses of the cudart-interface table, of this
  * table and of this function, the timestamp, then uuid and PCI domain/bus/device of every device. The layout
- * and key are public facts (ZLUDA's notes) confirmed here by experiment: the runtime accepts the answer.
+ * and key are public facts (ZLUDA's notes) confirmed by experiment (tools/driver_probe): the runtime accepts the answer.
  * MD2 and HMAC are written from the RFCs (no maintained C library ships MD2 any more). */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -93,7 +93,7 @@ static void hmac_md2(const void *msg, size_t len, uint8_t out[16])
     md2_final(&m, out);
 }
 
-void integrity_answer(const struct integrity_input *in, uint8_t out[16])
+void pv_integrity_answer(const struct pv_integrity_input *in, uint8_t out[16])
 {
     static const uint8_t fixed[16] = {0x5c, 0x67, 0xcb, 0x03, 0x1c, 0x18, 0x41, 0x33,
                                       0xe8, 0xd1, 0x4c, 0x1f, 0xaa, 0x83, 0xd3, 0x8e};
@@ -103,7 +103,7 @@ void integrity_answer(const struct integrity_input *in, uint8_t out[16])
             out[7] = 24;
         return;
     }
-    uint8_t msg[48 + 28 * INTEGRITY_MAX_DEVICES];
+    uint8_t msg[48 + 28 * PV_INTEGRITY_MAX_DEVICES];
     size_t n = 0;
 #define PUT(v)                                                                                                    \
     do {                                                                                                          \
@@ -119,7 +119,7 @@ void integrity_answer(const struct integrity_input *in, uint8_t out[16])
     PUT((uint64_t)(uintptr_t)in->integrity_table);
     PUT((uint64_t)(uintptr_t)in->fn);
     PUT(in->timestamp);
-    for (unsigned d = 0; d < in->ndevices && d < INTEGRITY_MAX_DEVICES; d++) {
+    for (unsigned d = 0; d < in->ndevices && d < PV_INTEGRITY_MAX_DEVICES; d++) {
         memcpy(msg + n, in->devices[d].uuid, 16);
         n += 16;
         PUT(in->devices[d].pci_domain);
