@@ -35,15 +35,17 @@ def cuda_source_bytes(src: Path) -> bytes:
     return src.read_bytes() + b"".join(h.read_bytes() for h in sorted(CUDA_SRC.glob("*.h")))
 
 
-def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
-    """nvcc -cudart shared, cached by a hash of the source (with the tests/cuda headers), flags and nvcc path."""
-    digest = hashlib.sha256(cuda_source_bytes(src) + repr(extra).encode() + NVCC.encode()).hexdigest()[:16]
+def build_cuda(src: Path, extra: tuple[str, ...] = (), runtime: str = "shared") -> Path:
+    """nvcc -cudart RUNTIME (shared: for libvcudart; static: nvcc's default; none: driver-API programs), cached by a
+    hash of the source (with the tests/cuda headers), flags, runtime and nvcc path."""
+    key = repr((extra, runtime)) if runtime != "shared" else repr(extra)
+    digest = hashlib.sha256(cuda_source_bytes(src) + key.encode() + NVCC.encode()).hexdigest()[:16]
     out = BUILD / f"{src.stem}-{digest}"
     if out.exists():
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    cmd = [NVCC, "-cudart", "shared", "-O3", "-o", str(tmp), str(src), *extra]
+    cmd = [NVCC, "-cudart", runtime, "-O3", "-o", str(tmp), str(src), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"nvcc failed for {src.name}:\n{proc.stderr}")
@@ -53,8 +55,8 @@ def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
 
 @pytest.fixture(scope="session")
 def cuda_build():
-    """cuda_build('name.cu', *nvcc_flags) -> path of the built program (tests/cuda/name.cu)."""
-    return lambda name, *extra: build_cuda(CUDA_SRC / name, tuple(extra))
+    """cuda_build('name.cu', *nvcc_flags, runtime='shared') -> path of the built program (tests/cuda/name.cu)."""
+    return lambda name, *extra, runtime="shared": build_cuda(CUDA_SRC / name, tuple(extra), runtime)
 
 
 @dataclass
