@@ -176,12 +176,8 @@ def generate(syms: list[str], rows: list[tuple[str, int, str, str]], results: li
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cuda", default="/usr/local/cuda-13.0", type=Path)
-    ap.add_argument("--out", default=OUT_DIR, type=Path)
-    args = ap.parse_args(argv)
-    inc = args.cuda / "include"
+def surface(inc: Path) -> tuple[list[str], list[tuple[str, int, str, str]]]:
+    """Every exported symbol, and (base name, version, per-thread suffix, symbol) per ABI, pairing checked."""
     with tempfile.TemporaryDirectory() as tmp:
         standins = Path(tmp)
         for rel, text in STANDINS.items():
@@ -190,6 +186,16 @@ def main(argv: list[str]) -> int:
         syms = symbols(inc, standins)
         rows = pair(syms, pfns(inc, standins))
         check_pairs(inc, standins, rows)
+    return syms, rows
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cuda", default="/usr/local/cuda-13.0", type=Path)
+    ap.add_argument("--out", default=OUT_DIR, type=Path)
+    args = ap.parse_args(argv)
+    inc = args.cuda / "include"
+    syms, rows = surface(inc)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "driver_exports.txt").write_text("\n".join(syms) + "\n")
     results = curesults(inc)

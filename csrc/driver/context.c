@@ -354,6 +354,11 @@ PV_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned flags)
     return CUDA_SUCCESS;
 }
 
+PV_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned flags)
+{
+    return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
 /* ------------------------------------------------------------------------------------- queries on contexts */
 PV_API CUresult cuCtxGetDevice(CUdevice *out)
 {
