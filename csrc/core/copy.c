@@ -117,6 +117,19 @@ static int copy_kind(int kind, const void *dst, const void *src)
               : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
 }
 
+/* What every copy checks once its sizes are known to be non-zero: both pointers set, the library initialized, the
+ * stream valid; then cudaMemcpyDefault is resolved into *kind. */
+static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaStream_t s)
+{
+    if (!dst || !src)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = pv_init_with_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    *kind = copy_kind(*kind, dst, src);
+    return PV_SUCCESS;
+}
+
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
 {
     (void)async;
@@ -124,12 +137,9 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
         return PV_cudaErrorInvalidMemcpyDirection;
     if (n == 0)
         return PV_SUCCESS;
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init_with_stream(s);
+    cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
-    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
     case cudaMemcpyHostToHost:
@@ -204,12 +214,9 @@ cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch
         return PV_SUCCESS;
     if (width > dpitch || width > spitch)
         return PV_cudaErrorInvalidPitchValue;
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init_with_stream(s);
+    cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
-    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
     switch (kind) {

@@ -44,6 +44,7 @@ const msgpack_object *pv_map_get_int(const msgpack_object *map, int64_t key);
 int pv_obj_i64(const msgpack_object *o, int64_t *out);
 int pv_obj_u64(const msgpack_object *o, uint64_t *out);
 int pv_obj_f64(const msgpack_object *o, double *out);
+int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n);   /* str or bin: its bytes */
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap);   /* str or bin → NUL-terminated */
 int pv_read_full(int fd, void *buf, size_t n);                    /* 0 ok, -1 error/EOF */
 int pv_write_full(int fd, const void *a, size_t an, const void *b, size_t bn);

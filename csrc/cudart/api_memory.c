@@ -238,42 +238,37 @@ static cudaError_t symbol_span(const void *symbol, size_t n, size_t offset, cons
     return PV_SUCCESS;
 }
 
-static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+/* A copy between a symbol (+offset) and memory: to the symbol from src, or from the symbol into dst. kind says where
+ * the other side lives (cudaMemcpyDefault: found out from the pointer). */
+static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, size_t n, size_t offset, int kind,
+                               cudaStream_t s)
 {
-    struct pv_device *d, *sd;
+    struct pv_device *d, *od;
     uint64_t addr;
-    cudaError_t err = symbol_span(symbol, n, offset, src, &d, &addr);
+    cudaError_t err = symbol_span(symbol, n, offset, other, &d, &addr);
     if (err != PV_SUCCESS || n == 0)
         return err;
+    int host_kind = to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     if (kind == cudaMemcpyDefault)
-        kind = pv_is_device_ptr(src) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    if (kind == cudaMemcpyHostToDevice)
-        return pv_copy_h2d(d, addr, src, n, pv_stream_for(s, d));
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (pv_dev_range(src, n, &sd) != 0)
-            return PV_cudaErrorInvalidValue;
-        return pv_copy_d2d(d, addr, sd, (uint64_t)(uintptr_t)src, n, pv_stream_for(s, sd));
-    }
-    return PV_cudaErrorInvalidMemcpyDirection;
+        kind = pv_is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
+    if (kind == host_kind)
+        return to_symbol ? pv_copy_h2d(d, addr, other, n, pv_stream_for(s, d)) : pv_copy_d2h(d, other, addr, n, pv_stream_for(s, d));
+    if (kind != cudaMemcpyDeviceToDevice)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (pv_dev_range(other, n, &od) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t o = (uint64_t)(uintptr_t)other;
+    return to_symbol ? pv_copy_d2d(d, addr, od, o, n, pv_stream_for(s, od)) : pv_copy_d2d(od, o, d, addr, n, pv_stream_for(s, d));
+}
+
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+{
+    return symbol_copy(1, symbol, (void *)src, n, offset, kind, s);
 }
 
 static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t offset, int kind, cudaStream_t s)
 {
-    struct pv_device *d, *dd;
-    uint64_t addr;
-    cudaError_t err = symbol_span(symbol, n, offset, dst, &d, &addr);
-    if (err != PV_SUCCESS || n == 0)
-        return err;
-    if (kind == cudaMemcpyDefault)
-        kind = pv_is_device_ptr(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
-    if (kind == cudaMemcpyDeviceToHost)
-        return pv_copy_d2h(d, dst, addr, n, pv_stream_for(s, d));
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (pv_dev_range(dst, n, &dd) != 0)
-            return PV_cudaErrorInvalidValue;
-        return pv_copy_d2d(dd, (uint64_t)(uintptr_t)dst, d, addr, n, pv_stream_for(s, d));
-    }
-    return PV_cudaErrorInvalidMemcpyDirection;
+    return symbol_copy(0, symbol, dst, n, offset, kind, s);
 }
 
 PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t offset, int kind)
@@ -299,32 +294,32 @@ PV_API cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size
     return pv_ret(from_symbol(dst, symbol, n, offset, kind, s));
 }
 
-PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
-{
-    struct pv_device *d;
-    uint64_t addr;
-    size_t size;
-    if (!devPtr)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *devPtr = (void *)(uintptr_t)addr;
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+/* cudaGetSymbolAddress / cudaGetSymbolSize: exactly one of dev_ptr and size is wanted. */
+static cudaError_t symbol_query(const void *symbol, void **dev_ptr, size_t *size)
 {
     struct pv_device *d;
     uint64_t addr;
     size_t sz;
-    if (!size)
-        return pv_ret(PV_cudaErrorInvalidValue);
+    if (!dev_ptr && !size)
+        return PV_cudaErrorInvalidValue;
     cudaError_t err = symbol_addr(symbol, &d, &addr, &sz);
     if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *size = sz;
+        return err;
+    if (dev_ptr)
+        *dev_ptr = (void *)(uintptr_t)addr;
+    if (size)
+        *size = sz;
     return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
+{
+    return devPtr ? pv_ret(symbol_query(symbol, devPtr, NULL)) : pv_ret(PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+{
+    return size ? pv_ret(symbol_query(symbol, NULL, size)) : pv_ret(PV_cudaErrorInvalidValue);
 }
 
 /* Stream-ordered allocation: a device's work runs in arrival order on the daemon, so an allocation made now and a

@@ -4,36 +4,16 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from harness import daemon_command, free_port, stop_process, wait_listening
 from pyvgpu import auth, wire
 from pyvgpu.client import Client, HandshakeError
 from pyvgpu.protocol import (DEVICE_INFO_KEYS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, OP_BY_NAME, PROTOCOL_VERSION,
                              VA_WINDOW_BYTES)
-
-
-def wait_listening(proc: subprocess.Popen, host: str, port: int, log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited {proc.returncode}: {log.read_text()}")
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"daemon did not listen: {log.read_text()}")
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -46,19 +26,9 @@ def clean_env(tmp_path):
 
 def spawn(tmp_path: Path, env: dict, *args: str) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / f"daemon-{time.monotonic_ns()}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "pyvgpu_daemon", "--backend", "emu", *args],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(daemon_command(*args), stdout=fh, stderr=subprocess.STDOUT, env=env)
     return proc, log
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_handshake_and_device_snapshot(daemon):
@@ -118,7 +88,7 @@ def test_non_loopback_without_token_refuses_to_start(tmp_path, clean_env):
     try:
         assert proc.wait(30) == 2
     finally:
-        stop(proc)
+        stop_process(proc)
     text = log.read_text()
     assert "refusing to listen on 127.0.0.2 without a token" in text
     assert "Traceback" not in text
@@ -143,7 +113,7 @@ def test_auth_on_non_loopback(tmp_path, clean_env, how):
         env["PYVGPU_TOKEN"] = token.decode()
     proc, log = spawn(tmp_path, env, *args)
     try:
-        wait_listening(proc, "127.0.0.2", port, log)
+        wait_listening(proc, port, log, host="127.0.0.2")
         with pytest.raises(HandshakeError) as e:
             Client.connect("127.0.0.2", port, token=b"wrong")
         assert e.value.code == ERR_AUTH
@@ -166,7 +136,7 @@ def test_auth_on_non_loopback(tmp_path, clean_env, how):
         assert "authentication failed" in log.read_text()
         assert auth.verify(token, nonce, auth.proof(token, nonce))
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def test_sigterm_shuts_down_cleanly_with_open_sessions(daemon):

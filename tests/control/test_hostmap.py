@@ -59,24 +59,15 @@ def test_missing_file_is_empty(tmp_path):
     assert hostmap.load_file(tmp_path / "nope") == []
 
 
-def test_duplicates_in_file_name_both_lines(tmp_path):
+@pytest.mark.parametrize("text, error", [
+    ("gpu-a\n# x\nGPU-A:7700\n", r"line 3: gpu-a:7700 duplicates line 1|line 3: GPU-A:7700 duplicates line 1"),
+    ("[0:0:0:0:0:0:0:1]:7700\n[::1]\n", "duplicates line 1"),     # IPv6 addresses compare in canonical form
+    ("gpu-a\ngpu-b:notaport\n", r"line 2: .*port"),
+], ids=["duplicate-names-both-lines", "ipv6-duplicates-canonical", "bad-line-numbered"])
+def test_bad_hosts_file_names_the_line(tmp_path, text, error):
     path = tmp_path / "hosts"
-    path.write_text("gpu-a\n# x\nGPU-A:7700\n")
-    with pytest.raises(HostMapError, match=r"line 3: gpu-a:7700 duplicates line 1|line 3: GPU-A:7700 duplicates line 1"):
-        hostmap.load_file(path)
-
-
-def test_ipv6_duplicates_compare_canonical(tmp_path):
-    path = tmp_path / "hosts"
-    path.write_text("[0:0:0:0:0:0:0:1]:7700\n[::1]\n")
-    with pytest.raises(HostMapError, match="duplicates line 1"):
-        hostmap.load_file(path)
-
-
-def test_bad_line_is_reported_with_line_number(tmp_path):
-    path = tmp_path / "hosts"
-    path.write_text("gpu-a\ngpu-b:notaport\n")
-    with pytest.raises(HostMapError, match=r"line 2: .*port"):
+    path.write_text(text)
+    with pytest.raises(HostMapError, match=error):
         hostmap.load_file(path)
 
 
@@ -200,7 +191,7 @@ def test_libvcudart_reads_the_hosts_file_pyvgpu_writes(daemon_factory, tmp_path)
     from pathlib import Path
 
     import pyvgpu
-    from conftest import NVCC, ROOT, build_cuda
+    from harness import NVCC, ROOT, build_cuda
     if not Path(NVCC).exists():
         pytest.skip("nvcc not installed")
     try:

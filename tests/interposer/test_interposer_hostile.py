@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import threading
 import msgpack
 import pytest
 
+from harness import serve_one_connection
 from pyvgpu import wire
 from pyvgpu.protocol import ERR_UNAVAILABLE, PROTOCOL_VERSION
 
@@ -46,25 +46,17 @@ BAD_REPLIES = {
 
 
 def hostile_daemon(kind: str, done: threading.Event) -> int:
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+    def handle(conn):
+        conn.sendall(wire.encode_server_hello(PROTOCOL_VERSION, b"n" * 32, False))
+        header, _ = wire.recv_frame(conn)
+        conn.sendall(b"".join(bytes(p) for p in wire.encode_reply(
+            header[1], 0, {"devices": [SNAPSHOT], "backend": "emu", "session": 1})))
+        header, _ = wire.recv_frame(conn)           # the MALLOC
+        conn.sendall(BAD_REPLIES[kind](header[1]))
+        if kind != "truncated-payload":    # the others stay connected: the client must notice by itself
+            done.wait(10)
 
-    def serve():
-        with srv:
-            conn, _ = srv.accept()
-            with conn:
-                conn.sendall(wire.encode_server_hello(PROTOCOL_VERSION, b"n" * 32, False))
-                header, _ = wire.recv_frame(conn)
-                conn.sendall(b"".join(bytes(p) for p in wire.encode_reply(
-                    header[1], 0, {"devices": [SNAPSHOT], "backend": "emu", "session": 1})))
-                header, _ = wire.recv_frame(conn)           # the MALLOC
-                conn.sendall(BAD_REPLIES[kind](header[1]))
-                if kind != "truncated-payload":    # the others stay connected: the client must notice by itself
-                    done.wait(10)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return srv.getsockname()[1]
+    return serve_one_connection(handle)
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_REPLIES))

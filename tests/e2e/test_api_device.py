@@ -26,7 +26,7 @@ def test_two_emulated_devices_on_one_host(cuda_build, daemon_factory, run):
 
 def test_no_daemon_is_a_clean_error(cuda_build, run):
     """A host map naming a port nobody listens on: cudaGetDeviceCount fails with an error, no hang, no crash."""
-    from conftest import Daemon, free_port   # noqa: PLC0415 (the tests directory is on sys.path under pytest)
+    from harness import Daemon, free_port   # noqa: PLC0415
 
     port = free_port()
     fake = Daemon(port=port, proc=None, log=None)  # type: ignore[arg-type]

@@ -80,7 +80,7 @@ def test_no_hosts_configured(vcudart, tmp_path):
 
 
 def test_unreachable_host_fails_fast(vcudart, tmp_path):
-    from conftest import free_port
+    from harness import free_port
 
     port = free_port()
     out, err = call(vcudart, tmp_path, PYVGPU_HOSTS=f"127.0.0.1:{port}")

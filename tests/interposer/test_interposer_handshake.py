@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 
 import msgpack
 
+from harness import serve_one_connection
 from pyvgpu import wire
 from pyvgpu.protocol import ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, HELLO_SERVER_MAGIC
 
@@ -54,32 +54,23 @@ def test_token_accepted_and_refused(vcudart, daemon_factory, tmp_path):
     assert out["err"] == 0 and out["count"] == 1, err
 
 
-def fake_daemon(greeting: bytes, hold: threading.Event) -> tuple[int, threading.Thread]:
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
+def fake_daemon(greeting: bytes, hold: threading.Event) -> int:
+    def handle(conn):
+        conn.sendall(greeting)
+        try:
+            header, _ = wire.recv_frame(conn)          # the client's HELLO
+            conn.sendall(b"".join(bytes(p) for p in wire.encode_reply(header[1], ERR_PROTOCOL_MISMATCH,
+                                                                       "version mismatch")))
+        except (ConnectionError, wire.ProtocolError):
+            pass
+        hold.wait(10)
 
-    def serve():
-        with srv:
-            conn, _ = srv.accept()
-            with conn:
-                conn.sendall(greeting)
-                try:
-                    header, _ = wire.recv_frame(conn)          # the client's HELLO
-                    conn.sendall(b"".join(bytes(p) for p in wire.encode_reply(header[1], ERR_PROTOCOL_MISMATCH,
-                                                                               "version mismatch")))
-                except (ConnectionError, wire.ProtocolError):
-                    pass
-                hold.wait(10)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    return srv.getsockname()[1], t
+    return serve_one_connection(handle)
 
 
 def test_protocol_version_mismatch(vcudart, tmp_path):
     hold = threading.Event()
-    port, t = fake_daemon(wire.encode_server_hello(999, b"n" * 32, False), hold)
+    port = fake_daemon(wire.encode_server_hello(999, b"n" * 32, False), hold)
     try:
         out, err = probe(vcudart, tmp_path, f"127.0.0.1:{port}")
     finally:
@@ -91,7 +82,7 @@ def test_protocol_version_mismatch(vcudart, tmp_path):
 def test_not_a_pyvgpu_daemon(vcudart, tmp_path):
     hold = threading.Event()
     body = msgpack.packb(["SSH-2.0", 1], use_bin_type=True)
-    port, t = fake_daemon(len(body).to_bytes(4, "little") + body, hold)
+    port = fake_daemon(len(body).to_bytes(4, "little") + body, hold)
     try:
         out, err = probe(vcudart, tmp_path, f"127.0.0.1:{port}")
     finally:

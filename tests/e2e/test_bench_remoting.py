@@ -6,9 +6,8 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
 
 
 def test_remoting_bench_tiny(tmp_path):

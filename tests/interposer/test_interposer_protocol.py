@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import ROOT, start_daemon
 from pyvgpu import protocol
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu.cuda_errors import CUDA_ERRORS
-from conftest import start_daemon
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NVCC, build_cuda
+from harness import NVCC, ROOT, build_cuda
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
 

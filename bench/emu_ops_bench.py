@@ -1,16 +1,21 @@
-"""Micro-benchmark (not a test): cost of AluOp.fn on 1M float32 lanes against the raw NumPy operation.
+"""Emulator instruction semantics: cost of AluOp.fn (daemon/pyvgpu_daemon/emu/ops/) on 1M float32 lanes against
+the raw NumPy operation it wraps (ratio = fn / raw).
 
-    python -m pyvgpu_daemon.emu.ops._bench [lanes]
+    python bench/emu_ops_bench.py [lanes]
 """
 from __future__ import annotations
 
 import sys
 import timeit
+from pathlib import Path
 
 import numpy as np
 
-from ..ptx import ir
-from . import build_alu
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "daemon"), str(ROOT)]
+
+from pyvgpu_daemon.emu.ops import build_alu  # noqa: E402
+from pyvgpu_daemon.emu.ptx import ir  # noqa: E402
 
 
 def _op(spec: str, ndst: int = 1):

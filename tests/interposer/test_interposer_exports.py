@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
+
 REAL = Path("/usr/local/cuda-13.0/lib64/libcudart.so.13")
 
 

@@ -141,14 +141,20 @@ def test_cvt_int_to_float_corpus_forms():
 
 # ------------------------------------------------------------------------------------------------ float <-> float
 
-def rand_f32(rng, n):
+def rand_finite(rng, n, bits: int, mant: int, from_bits):
+    """n random finite values from uniformly random bit patterns (an all-ones exponent loses its top bit)."""
+    exp_mask = (1 << (bits - 1 - mant)) - 1
     out = []
     for _ in range(n):
-        u = rng.getrandbits(32)
-        if (u >> 23) & 0xFF == 0xFF:
-            u &= ~(1 << 30)
-        out.append(f32_from_bits(u))
+        u = rng.getrandbits(bits)
+        if (u >> mant) & exp_mask == exp_mask:
+            u &= ~(1 << (bits - 2))
+        out.append(from_bits(u))
     return out
+
+
+def rand_f32(rng, n):
+    return rand_finite(rng, n, 32, 23, f32_from_bits)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -248,13 +254,7 @@ def test_cvt_relu_f16():
 # ------------------------------------------------------------------------------------------------ half arithmetic
 
 def rand_f16(rng, n):
-    out = []
-    for _ in range(n):
-        u = rng.getrandbits(16)
-        if (u >> 10) & 0x1F == 0x1F:
-            u &= ~(1 << 14)
-        out.append(f16_from_bits(u))
-    return out
+    return rand_finite(rng, n, 16, 10, f16_from_bits)
 
 
 def rand_bf16(rng, n):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import pyvgpu
-from conftest import NVCC, ROOT, Daemon
+from harness import NVCC, ROOT, Daemon
 
 DRIVER_DIR = ROOT / "csrc" / "driver"
 REQUESTS = ROOT / "tools" / "driver_probe" / "requested-13.0.txt"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, build_cuda, run_cuda, start_daemon
+from harness import ROOT, build_cuda, run_cuda, start_daemon
 
 import pyvgpu
 
@@ -147,7 +147,7 @@ def stack_missing() -> str | None:
         pyvgpu.lib_path()
     except FileNotFoundError as e:
         return f"libvcudart not built: {e}"
-    for mod in ("pyvgpu_daemon.__main__", "pyvgpu_daemon.emu.machine"):
+    for mod in ("pyvgpu_daemon.__main__", "pyvgpu_daemon.emu.runtime"):
         try:
             if importlib.util.find_spec(mod) is None:
                 return f"{mod} not available yet"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import pyvgpu
-from conftest import free_port
+from harness import free_port
 
 HAVE_DAEMON = importlib.util.find_spec("pyvgpu_daemon.__main__") is not None
 needs_daemon = pytest.mark.skipif(not HAVE_DAEMON, reason="pyvgpu_daemon.__main__ is not there yet")

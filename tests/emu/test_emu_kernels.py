@@ -2,41 +2,19 @@
 EmuModule into a DeviceMemory, launched, and checked against NumPy references."""
 from __future__ import annotations
 
-import hashlib
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import cuda_source_bytes
-
+from harness import NVCC, ptx_of
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.errors import CudaError
 
-ROOT = Path(__file__).resolve().parent.parent
-CUDA = ROOT / "tests" / "cuda"
-CACHE = ROOT / "build" / "emu-ptx"
-NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
-
 pytestmark = pytest.mark.skipif(not Path(NVCC).exists(), reason="nvcc is needed to build the test kernels")
-
-
-def ptx_of(name: str, *flags: str) -> bytes:
-    src = CUDA / name
-    key = hashlib.sha256(cuda_source_bytes(src) + repr(flags).encode()).hexdigest()[:16]
-    out = CACHE / f"{src.stem}-{key}.ptx"
-    if not out.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        subprocess.run([NVCC, "-ptx", "-arch=sm_75", "-O3", *flags, "-o", str(tmp), str(src)], check=True,
-                       capture_output=True)
-        tmp.rename(out)
-    return out.read_bytes()
 
 
 class Dev:

@@ -57,7 +57,7 @@ def test_limits_are_per_session_and_reset(daemon, client):
 # ---------------------------------------------------------------------------------------------- function attributes
 @pytest.fixture(scope="module")
 def funcattr_ptx() -> bytes:
-    from test_emu_machine import ptx_of   # noqa: PLC0415 (tests/ is on sys.path under pytest)
+    from harness import ptx_of   # noqa: PLC0415
     return ptx_of("api_funcattr.cu")
 
 

@@ -368,7 +368,7 @@ def test_cache_hint_modifiers_and_recursion_refused():
 
 @pytest.mark.parametrize("live", [True, False])
 def test_atomics_equal_serial_thread_order(live):
-    from pyvgpu_daemon.emu.machine import _atomic
+    from pyvgpu_daemon.emu.ops.atomic import apply_atomic as _atomic
     rng = np.random.default_rng(0)
     ops = {"add": lambda o, b, c: o + b, "cas": lambda o, b, c: c if o == b else o, "exch": lambda o, b, c: b,
            "min": lambda o, b, c: min(o, b), "max": lambda o, b, c: max(o, b),
