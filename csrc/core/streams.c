@@ -97,16 +97,24 @@ cudaError_t pv_stream_create(unsigned flags, int priority, cudaStream_t *out)
     return PV_SUCCESS;
 }
 
+/* The end of a stream or event (obj, validated by the caller): out of the handle set, its daemon handle destroyed
+ * fire-and-forget, freed. */
+static cudaError_t handle_destroy(void *obj, uint32_t *magic, int dev, uint64_t remote, handle_call destroy)
+{
+    if (pv_handle_remove(obj) != 0)
+        return PV_cudaErrorInvalidResourceHandle;
+    struct pv_device *d = pv_device(dev);
+    cudaError_t err = d ? destroy(d, remote) : PV_cudaErrorInvalidResourceHandle;
+    *magic = 0;
+    free(obj);
+    return err;
+}
+
 cudaError_t pv_stream_destroy(cudaStream_t s)
 {
     struct pv_stream *st = stream_of(s);
-    if (!st || pv_handle_remove(st) != 0)
-        return PV_cudaErrorInvalidResourceHandle;
-    struct pv_device *d = pv_device(st->dev);
-    cudaError_t err = d ? pv_send_STREAM_DESTROY(d, st->remote) : PV_cudaErrorInvalidResourceHandle;
-    st->magic = 0;
-    free(st);
-    return err;
+    return st ? handle_destroy(st, &st->magic, st->dev, st->remote, pv_send_STREAM_DESTROY)
+              : PV_cudaErrorInvalidResourceHandle;
 }
 
 cudaError_t pv_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags)
@@ -169,13 +177,8 @@ cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)
 cudaError_t pv_event_destroy(cudaEvent_t e)
 {
     struct pv_event *ev = event_of(e);
-    if (!ev || pv_handle_remove(ev) != 0)
-        return PV_cudaErrorInvalidResourceHandle;
-    struct pv_device *d = pv_device(ev->dev);
-    cudaError_t err = d ? pv_send_EVENT_DESTROY(d, ev->remote) : PV_cudaErrorInvalidResourceHandle;
-    ev->magic = 0;
-    free(ev);
-    return err;
+    return ev ? handle_destroy(ev, &ev->magic, ev->dev, ev->remote, pv_send_EVENT_DESTROY)
+              : PV_cudaErrorInvalidResourceHandle;
 }
 
 cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s)

@@ -11,6 +11,25 @@ static const char *drv_err_name(CUresult r)
     return cuGetErrorName(r, &s) == CUDA_SUCCESS && s ? s : "unknown CUresult";
 }
 
+/* A whole file, NUL-terminated (PTX is text); exits with FAIL when it cannot be read. */
+#define drv_read_file(path, len) drv_read_file_at(__FILE__, __LINE__, (path), (len))
+static void *drv_read_file_at(const char *file, int line, const char *path, size_t *len)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        fclose(f);
+        *len = (size_t)n;
+        return buf;
+    }
+    printf("FAIL %s:%d cannot read %s\n", file, line, path ? path : "(null)");
+    fflush(stdout);
+    exit(1);
+}
+
 #define DCHECK(call)                                                                                  \
     do {                                                                                              \
         CUresult r_ = (call);                                                                         \

@@ -8,14 +8,9 @@
 int main(int argc, char **argv)
 {
     int n = argc > 2 ? atoi(argv[2]) : 48;
-    FILE *fp = argc > 1 ? fopen(argv[1], "rb") : NULL;
-    DEXPECT(fp != NULL && n > 0);
-    fseek(fp, 0, SEEK_END);
-    long len = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *image = malloc((size_t)len);
-    DEXPECT(image && fread(image, 1, (size_t)len, fp) == (size_t)len);
-    fclose(fp);
+    size_t len;
+    DEXPECT(n > 0);
+    char *image = drv_read_file(argc > 1 ? argv[1] : NULL, &len);
 
     CUdevice dev;
     CUcontext ctx;

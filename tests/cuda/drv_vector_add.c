@@ -8,20 +8,6 @@
 
 static long checks;
 
-static void *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    DEXPECT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc(*len + 1);
-    DEXPECT(buf && fread(buf, 1, *len, f) == *len);
-    buf[*len] = 0;
-    fclose(f);
-    return buf;
-}
-
 static void add_with(CUmodule mod, int n)
 {
     CUfunction f;
@@ -170,7 +156,7 @@ int main(int argc, char **argv)
     DCHECK(cuModuleLoad(&from_ptx, argv[1]));
     add_with(from_ptx, 100000);
     size_t len;
-    void *image = read_file(argv[2], &len);
+    void *image = drv_read_file(argv[2], &len);
     DCHECK(cuModuleLoadData(&from_fatbin, image));
     free(image);   // the driver keeps its own copy
     add_with(from_fatbin, 3000);
