@@ -29,6 +29,7 @@ log = logging.getLogger("pyvgpu.daemon")
 MAX_PARAM_BYTES = 1 << 20         # kernel parameter buffer (CUDA's own limit is 32 KiB)
 MAX_MODULE_BYTES = 1 << 30
 ERR_UNKNOWN = ERROR_CODES["cudaErrorUnknown"]
+KERNEL_ATTR_SET = frozenset(P.KERNEL_ATTR_KEYS)
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,9 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
     kernels: dict[str, Any] = {}
     ids: list[int] = []
     for name, k in loaded.kernels.items():
+        unknown = set(k.attrs) - KERNEL_ATTR_SET
+        if unknown:   # a backend bug: the client would not understand these keys
+            raise CudaError("cudaErrorUnknown", f"kernel {name}: attributes {sorted(unknown)} are not in the spec")
         fid = st.new_handle()
         st.functions[fid] = (loaded, k)
         ids.append(fid)
