@@ -355,7 +355,8 @@ IAMAX = Family("BLAS_IAMAX", 205, (
     Dim("n", quick=True), Vector("x", "xType", "n", "incx"), TypeArg("xType"), Inc("incx"),
     Result("result", "resultType", index=True), TypeArg("resultType", values=("CUDA_R_32I", "CUDA_R_64I")),
     Dim("minimum"),
-), checks=(Check("minimum > 1", "CUBLAS_STATUS_INVALID_VALUE", "minimum is 0 or 1"),), doc="result = 1-based index of the first max (minimum=0) or min (minimum=1) of |Re x| + |Im x|")
+), checks=(Check("minimum > 1", "CUBLAS_STATUS_INVALID_VALUE", "minimum is 0 or 1"),),
+    doc="result = 1-based index of the first max (minimum=0) or min (minimum=1) of |Re x| + |Im x|")
 COPY = Family("BLAS_COPY", 206, (
     Dim("n", quick=True), Vector("x", "xType", "n", "incx"), TypeArg("xType"), Inc("incx"),
     Vector("y", "xType", "n", "incy", "w"), Inc("incy"),
@@ -399,13 +400,13 @@ SYMV = Family("BLAS_SYMV", 223, (
 GEMM = Family("BLAS_GEMM", 240, (
     Enum("transa", OP), Enum("transb", OP), Dim("m"), Dim("n"), Dim("k"),
     Scalar("alpha", "scaleType"),
-    Matrix("A", "Atype", _OPA, _KA, "lda", stride="strideA", batch="batchCount"), TypeArg("Atype", values=None), Ld("lda"),
-    Stride("strideA"),
-    Matrix("B", "Btype", _OPB, _KB, "ldb", stride="strideB", batch="batchCount"), TypeArg("Btype", values=None), Ld("ldb"),
-    Stride("strideB"),
+    Matrix("A", "Atype", _OPA, _KA, "lda", stride="strideA", batch="batchCount"), TypeArg("Atype", values=None),
+    Ld("lda"), Stride("strideA"),
+    Matrix("B", "Btype", _OPB, _KB, "ldb", stride="strideB", batch="batchCount"), TypeArg("Btype", values=None),
+    Ld("ldb"), Stride("strideB"),
     Scalar("beta", "scaleType"),
-    Matrix("C", "Ctype", "m", "n", "ldc", "rw", stride="strideC", batch="batchCount"), TypeArg("Ctype", values=None), Ld("ldc"),
-    Stride("strideC"), Dim("batchCount"),
+    Matrix("C", "Ctype", "m", "n", "ldc", "rw", stride="strideC", batch="batchCount"), TypeArg("Ctype", values=None),
+    Ld("ldc"), Stride("strideC"), Dim("batchCount"),
     TypeArg("computeType", "cublasComputeType_t", None), Enum("algo", "cublasGemmAlgo_t"),
 ), checks=(
     Check("gemm_scale_type(Atype, Btype, Ctype, computeType) < 0", "CUBLAS_STATUS_NOT_SUPPORTED",
@@ -733,12 +734,62 @@ def wire_args(fam: Family) -> str:
     return " ".join(f"{a.name}:{kinds[type(a)]}" for a in fam.args)
 
 
+# ----------------------------------------------------------------------------------------------- C header
+def c_header() -> str:
+    """The C view of the table: constants, the expression functions, and per family an argument struct (every
+    argument as int64_t: sizes, enums, types, pointer values) with the generated check function."""
+    out = ["/* Generated from pyvgpu/cublas_spec.py by `python pyvgpu/cublas_spec.py --c-header`. Do not edit. */",
+           "#ifndef PVB_CUBLAS_SPEC_GEN_H", "#define PVB_CUBLAS_SPEC_GEN_H", "", "#include <stdint.h>", ""]
+    out += [f"#define PVB_{name} {value}" for value, name, _ in STATUSES]
+    out += [f"#define PVB_{t.name} {t.value}" for t in DATA_TYPES]
+    out += ["", "struct pvb_status_desc { int code; const char *name; const char *text; };",
+            "static const struct pvb_status_desc pvb_status_table[] = {"]
+    out += [f'    {{ {v}, "{n}", "{text}" }},' for v, n, text in STATUSES]
+    out += ["};", f"#define PVB_STATUS_TABLE_LEN {len(STATUSES)}",
+            f'#define PVB_UNKNOWN_STATUS_TEXT "{UNKNOWN_STATUS_TEXT}"',
+            "", "static inline int64_t pvb_max(int64_t a, int64_t b) { return a > b ? a : b; }",
+            "static inline int64_t pvb_is_complex(int64_t t)", "{", "    switch (t) {"]
+    out += [f"    case {t.value}:" for t in DATA_TYPES if t.is_complex]
+    out += ["        return 1;", "    default:", "        return 0;", "    }", "}", "",
+            "static inline int64_t pvb_real_of(int64_t t)", "{", "    switch (t) {"]
+    for cname, rname in _REAL_PART.items():
+        out += [f"    case {DTYPE[cname].value}:", f"        return {DTYPE[rname].value};"]
+    out += ["    default:", "        return t;", "    }", "}", "",
+            "static inline int64_t pvb_gemm_scale_type(int64_t a, int64_t b, int64_t c, int64_t compute)", "{",
+            "    if (a != b)", "        return -1;"]
+    for t in GEMM_TYPES:
+        computes = " || ".join(f"compute == {COMPUTE[c]}" for c in t.computes)
+        out.append(f"    if (a == {DTYPE[t.ab].value} && c == {DTYPE[t.c].value} && ({computes}))")
+        out.append(f"        return {DTYPE[t.scale].value};")
+    out += ["    return -1;", "}", ""]
+    for fam in FAMILIES:
+        out.append(f"/* {fam.name} ({fam.code}): {fam.doc} */")
+        out.append(f"struct pvb_args_{fam.name} {{")
+        out += [f"    int64_t {a.name};" for a in fam.args]
+        out.append("};")
+        out.append(f"static inline int pvb_check_{fam.name}(const struct pvb_args_{fam.name} *a, const char **why)")
+        out.append("{")
+        for c in all_checks(fam):
+            why = c.why.replace('"', "'")
+            out.append(f"    if ({c_expr(c.expr, lambda n: f'a->{n}')}) {{")
+            out.append(f'        *why = "{why}";')
+            out.append(f"        return {STATUS[c.status]};")
+            out.append("    }")
+        out += ["    return 0;", "}", ""]
+    out += ["#endif", ""]
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--c-header":
+        with open(argv[2], "w", encoding="utf-8") as fh:
+            fh.write(c_header())
+        return 0
     if len(argv) == 2 and argv[1] == "--list":
         for e in ENTRIES:
             print(f"{e.name:32s} {e.family.name:18s} " + ", ".join(f"{t} {n}" for t, n in c_params(e)))
         return 0
-    print("usage: cublas_spec.py --list", file=sys.stderr)
+    print("usage: cublas_spec.py --c-header OUT.h | --list", file=sys.stderr)
     return 2
 
 

@@ -57,6 +57,14 @@ def cuda_build():
     return lambda name, *extra: build_cuda(CUDA_SRC / name, tuple(extra))
 
 
+@pytest.fixture(scope="session")
+def cublas_include() -> Path:
+    """cuBLAS's headers (nvidia-cublas wheel, fetched once into build/cublas/ by tools/cublas_wheel.py)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import cublas_wheel
+    return cublas_wheel.fetch()
+
+
 @dataclass
 class Daemon:
     port: int

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pyvgpu import cublas_spec as spec
-from pyvgpu_daemon.blas import level1, level2, level3  # noqa: F401  (they register the routines)
+from pyvgpu_daemon.blas import level1, level2, level3  # noqa: F401  (importing them registers the routines)
 from pyvgpu_daemon.blas.operands import LIMITS, HostValue, BlasError, BlasLimits, Operands
 from pyvgpu_daemon.blas.registry import ROUTINES
 from pyvgpu_daemon.emu.memory import DeviceMemory
