@@ -17,7 +17,7 @@ def lib_candidates() -> list[Path]:
         out.append(Path(os.environ["PYVGPU_LIB"]))
     out.append(here / "lib" / LIB_NAME)
     # A source checkout's own build wins over an older copy in site-packages (editable installs put one there).
-    out.append(here.parent / "build" / "dev" / "csrc" / LIB_NAME)
+    out.append(here.parent / "build" / "dev" / "lib" / LIB_NAME)
     for key in ("platlib", "purelib"):
         out.append(Path(sysconfig.get_paths()[key]) / "pyvgpu" / "lib" / LIB_NAME)
     return out

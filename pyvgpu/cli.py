@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import ipaddress
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyvgpu
-from pyvgpu import config, hostmap
+from pyvgpu import auth, config, hostmap
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
 from pyvgpu.protocol import DEFAULT_PORT
 
@@ -46,15 +45,6 @@ def _note(message: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]").partition("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def connect_address(host: str) -> str:
     """Where to connect to reach a daemon listening on `host` (wildcards → loopback)."""
     host = host.strip("[]")
@@ -134,15 +124,6 @@ def _load_client():
 
 
 # ---------------------------------------------------------------------------------------------- daemon
-def requires_token(host: str) -> bool:
-    """Whether the daemon will demand a token when listening on `host` (the daemon's own rule when available)."""
-    try:
-        from pyvgpu_daemon.server import requires_token as daemon_rule
-    except ImportError:
-        return not is_loopback(host)
-    return daemon_rule(host)
-
-
 def daemon_argv(args: argparse.Namespace) -> list[str]:
     """Arguments for `python -m pyvgpu_daemon`, from `pyvgpu daemon start`'s options.
 
@@ -153,7 +134,7 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
         if not Path(args.token_file).is_file():
             raise CliError(f"token file {args.token_file} does not exist (create one with `pyvgpu token`)")
         argv += ["--token-file", str(args.token_file)]
-    elif requires_token(args.host) and config.load_token() is None:
+    elif auth.requires_token(args.host) and config.load_token() is None:
         config.ensure_token()
         _note(f"listening on {args.host} requires a token: created {config.token_path()}; clients need the same "
               f"token in their {config.token_path()} or PYVGPU_TOKEN (`pyvgpu token --show` prints it)")

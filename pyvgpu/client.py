@@ -13,7 +13,8 @@ from typing import Any
 
 from pyvgpu import auth, wire
 from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_NAMES, HELLO_CLIENT, HELLO_PROOF,
-                             HELLO_VA_BASE, HELLO_VERSION, OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag)
+                             HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE, HELLO_VERSION, OP_BY_NAME,
+                             PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag, reply_matches)
 
 
 class ClientError(Exception):
@@ -88,11 +89,11 @@ class Client:
     # ------------------------------------------------------------------ calls
     @property
     def devices(self) -> list[dict[str, Any]]:
-        return list(self.info.get("devices", []))
+        return list(self.info.get(HELLO_REPLY_DEVICES, []))
 
     @property
     def session(self) -> Any:
-        return self.info.get("session")
+        return self.info.get(HELLO_REPLY_SESSION)
 
     def _roundtrip(self, op: int, args: list[Any], payload: bytes | bytearray | memoryview = b"",
                    reply: bool = True) -> tuple[int, Any, bytes]:
@@ -122,7 +123,10 @@ class Client:
         spec = OP_BY_NAME[op_name]
         if not reply and not spec.flags & OpFlag.ASYNC:
             raise ValueError(f"{op_name} is not an ASYNC op and cannot be sent fire-and-forget")
-        return self._roundtrip(spec.code, list(args), payload, reply)
+        err, result, data = self._roundtrip(spec.code, list(args), payload, reply)
+        if reply and err == 0 and not reply_matches(spec, result):
+            raise ClientError(f"{op_name} answered {result!r:.80}, not the {spec.reply} its spec declares")
+        return err, result, data
 
     def check(self, op_name: str, *args: Any, payload: bytes | bytearray | memoryview = b"") -> tuple[Any, bytes]:
         """call() that raises ClientError on a non-zero err; → (result, payload)."""

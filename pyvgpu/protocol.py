@@ -1,8 +1,8 @@
 """The pyvgpu wire protocol: the single source of truth for both sides.
 
-libvcudart (C) gets its constants from a header generated from this file at build time
-(`python pyvgpu/protocol.py --c-header OUT.h`, run by CMake); tests/test_protocol.py proves the two agree.
-This module must import nothing outside the standard library so the build can run it before install.
+The C client gets its constants, shared keys and one sender function per op from files generated from this module
+at build time (pyvgpu/protocol_c.py, run by CMake); tests prove the two sides agree. This module must import
+nothing outside the standard library so the build can run it before install.
 
 Framing (both directions, little endian):
 
@@ -50,7 +50,10 @@ HELLO_VERSION = "version"
 HELLO_PROOF = "proof"          # hex HMAC or None
 HELLO_CLIENT = "client"        # free text: "pid@host argv0" for logs and status
 HELLO_VA_BASE = "va_base"      # base address for this session's device 0; device r gets va_base + r*VA_WINDOW_BYTES
-
+# Keys of the HELLO reply's map.
+HELLO_REPLY_DEVICES = "devices"    # list of device snapshots (DEVICE_INFO_KEYS)
+HELLO_REPLY_BACKEND = "backend"
+HELLO_REPLY_SESSION = "session"
 
 class OpFlag(enum.IntFlag):
     NONE = 0
@@ -61,58 +64,105 @@ class OpFlag(enum.IntFlag):
     NO_DEVICE = 16   # first argument is not a device ordinal
 
 
+# Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
+#   dev      the daemon-local device ordinal; the first argument of every device op (C: from struct pv_device)
+#   u64 i64 u32 i32   integers of that range        ptr / size   a device address / a byte count (u64)
+#   f64      a double                               dim3         [x, y, z], each u32
+#   bytes    a msgpack bin                          str          a msgpack str
+#   handle   a raw daemon handle (u64), for create/destroy
+#   stream event func   a daemon handle (u64) that the daemon resolves to its backend object before the handler
+#            runs (unknown: cudaErrorInvalidResourceHandle, or cudaErrorInvalidDeviceFunction for func)
+#   map      a msgpack map (HELLO only)
+ARG_TYPES: frozenset[str] = frozenset({
+    "dev", "u64", "i64", "u32", "i32", "ptr", "size", "f64", "dim3", "bytes", "str", "handle", "stream", "event",
+    "func", "map"})
+# Reply shapes: what the reply's result holds on success. PAYLOAD_OUT ops answer nil plus the payload.
+REPLY_TYPES: frozenset[str] = frozenset({"nil", "u64", "i64", "f64", "u64x2", "map"})
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str
+
+
 @dataclass(frozen=True)
 class OpSpec:
     code: int
     name: str
-    args: tuple[str, ...]    # request arguments after payload_len, in order
-    result: str              # what the reply's result holds
+    args: tuple[Arg, ...]    # request arguments after payload_len, in order
+    reply: str               # shape of the reply's result (REPLY_TYPES)
     flags: OpFlag
+    doc: str = ""
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args)
 
 
-# The table of remoted operations. Arguments named `dev` are the daemon-local device ordinal; `stream`/`event`
-# are daemon handles (0 = the legacy default stream); pointers are device addresses (u64).
+def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFlag.NONE, doc: str = "") -> OpSpec:
+    """One op from its spec line: `args` is "name:type name:type ..." in wire order."""
+    parsed = tuple(Arg(*a.split(":")) for a in args.split())
+    for a in parsed:
+        if a.type not in ARG_TYPES:
+            raise ValueError(f"op {name}: argument {a.name} has unknown wire type {a.type!r}")
+    if reply not in REPLY_TYPES:
+        raise ValueError(f"op {name}: unknown reply shape {reply!r}")
+    if not flags & OpFlag.NO_DEVICE and (not parsed or parsed[0] != Arg("dev", "dev")):
+        raise ValueError(f"op {name}: a device op's first argument is dev:dev")
+    if flags & OpFlag.PAYLOAD_OUT and reply != "nil":
+        raise ValueError(f"op {name}: a PAYLOAD_OUT op answers with its payload and a nil result")
+    if flags & OpFlag.ASYNC and reply != "nil":
+        raise ValueError(f"op {name}: an ASYNC op may be sent fire-and-forget, so it cannot have a result")
+    return OpSpec(code, name, parsed, reply, flags, doc)
+
+
+A, S, PIN, POUT, ND = OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE
+
+# The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
+# 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
+# 450-499 hardening and performance.
 OPS: tuple[OpSpec, ...] = (
-    OpSpec(1, "HELLO", ("hello",), "map: devices, backend, session", OpFlag.NO_DEVICE),
-    OpSpec(2, "STATUS", (), "map: sessions, devices, backend", OpFlag.NO_DEVICE),
-    OpSpec(3, "GOODBYE", (), "nil", OpFlag.NO_DEVICE),
-    OpSpec(10, "MEM_GET_INFO", ("dev",), "[free, total]", OpFlag.NONE),
-    OpSpec(11, "MALLOC", ("dev", "size"), "ptr", OpFlag.NONE),
-    OpSpec(12, "FREE", ("dev", "ptr"), "nil", OpFlag.SYNC),
-    OpSpec(13, "MEMCPY_HTOD", ("dev", "dst", "stream"), "nil", OpFlag.ASYNC | OpFlag.PAYLOAD_IN),
-    OpSpec(14, "MEMCPY_DTOH", ("dev", "src", "size", "stream"), "nil (payload)", OpFlag.SYNC | OpFlag.PAYLOAD_OUT),
-    OpSpec(15, "MEMCPY_DTOD", ("dev", "dst", "src", "size", "stream"), "nil", OpFlag.ASYNC),
-    OpSpec(16, "MEMCPY2D_HTOD", ("dev", "dst", "dpitch", "width", "height", "stream"), "nil",
-           OpFlag.ASYNC | OpFlag.PAYLOAD_IN),
-    OpSpec(17, "MEMCPY2D_DTOH", ("dev", "src", "spitch", "width", "height", "stream"), "nil (payload, rows packed)",
-           OpFlag.SYNC | OpFlag.PAYLOAD_OUT),
-    OpSpec(18, "MEMCPY2D_DTOD", ("dev", "dst", "dpitch", "src", "spitch", "width", "height", "stream"), "nil",
-           OpFlag.ASYNC),
-    OpSpec(19, "MEMSET", ("dev", "ptr", "value", "size", "stream"), "nil", OpFlag.ASYNC),
-    OpSpec(20, "MEMSET2D", ("dev", "ptr", "pitch", "value", "width", "height", "stream"), "nil", OpFlag.ASYNC),
-    OpSpec(30, "MODULE_LOAD", ("dev", "module_id"),
-           "map: kernels {name: {id, params: [[offset, size]...], attrs: {...}}}, vars {name: [addr, size]}",
-           OpFlag.PAYLOAD_IN),
-    OpSpec(31, "LAUNCH", ("dev", "func_id", "grid", "block", "shmem", "stream"), "nil",
-           OpFlag.ASYNC | OpFlag.PAYLOAD_IN),
-    # attr: a cudaFuncAttribute value (FUNC_ATTR_*); the client validated it, the daemon checks again.
-    OpSpec(32, "FUNC_SET_ATTR", ("dev", "func_id", "attr", "value"), "nil", OpFlag.ASYNC),
-    OpSpec(40, "STREAM_CREATE", ("dev", "flags", "priority"), "stream", OpFlag.NONE),
-    OpSpec(41, "STREAM_DESTROY", ("dev", "stream"), "nil", OpFlag.ASYNC),
-    OpSpec(42, "STREAM_SYNC", ("dev", "stream"), "nil", OpFlag.SYNC),
-    OpSpec(43, "STREAM_QUERY", ("dev", "stream"), "nil (err cudaErrorNotReady while busy)", OpFlag.NONE),
-    OpSpec(44, "STREAM_WAIT_EVENT", ("dev", "stream", "event", "flags"), "nil", OpFlag.ASYNC),
-    OpSpec(50, "EVENT_CREATE", ("dev", "flags"), "event", OpFlag.NONE),
-    OpSpec(51, "EVENT_DESTROY", ("dev", "event"), "nil", OpFlag.ASYNC),
-    OpSpec(52, "EVENT_RECORD", ("dev", "event", "stream"), "nil", OpFlag.ASYNC),
-    OpSpec(53, "EVENT_SYNC", ("dev", "event"), "nil", OpFlag.SYNC),
-    OpSpec(54, "EVENT_QUERY", ("dev", "event"), "nil (err cudaErrorNotReady while pending)", OpFlag.NONE),
-    OpSpec(55, "EVENT_ELAPSED", ("dev", "start", "end"), "float ms", OpFlag.NONE),
-    OpSpec(60, "DEVICE_SYNC", ("dev",), "nil", OpFlag.SYNC),
-    OpSpec(61, "DEVICE_RESET", ("dev",), "nil", OpFlag.SYNC),
-    # limit: a cudaLimit value (LIMIT_*); anything else is cudaErrorUnsupportedLimit.
-    OpSpec(62, "DEVICE_SET_LIMIT", ("dev", "limit", "value"), "nil", OpFlag.NONE),
-    OpSpec(63, "DEVICE_GET_LIMIT", ("dev", "limit"), "value (u64)", OpFlag.NONE),
+    op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
+    op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
+    op(3, "GOODBYE", "", "nil", ND),
+    op(10, "MEM_GET_INFO", "dev:dev", "u64x2", doc="[free, total]"),
+    op(11, "MALLOC", "dev:dev size:size", "u64", doc="the device pointer"),
+    op(12, "FREE", "dev:dev ptr:ptr", "nil", S),
+    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN),
+    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT),
+    op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size stream:stream", "nil", A),
+    op(16, "MEMCPY2D_HTOD", "dev:dev dst:ptr dpitch:size width:size height:size stream:stream", "nil", A | PIN,
+       "payload: the rows packed"),
+    op(17, "MEMCPY2D_DTOH", "dev:dev src:ptr spitch:size width:size height:size stream:stream", "nil", S | POUT,
+       "payload: the rows packed"),
+    op(18, "MEMCPY2D_DTOD",
+       "dev:dev dst:ptr dpitch:size src:ptr spitch:size width:size height:size stream:stream", "nil", A),
+    op(19, "MEMSET", "dev:dev ptr:ptr value:i32 size:size stream:stream", "nil", A),
+    op(20, "MEMSET2D", "dev:dev ptr:ptr pitch:size value:i32 width:size height:size stream:stream", "nil", A),
+    op(30, "MODULE_LOAD", "dev:dev module_id:u64", "map", PIN,
+       "payload: fatbin or PTX; result: MODULE_* keys (kernels by name with id, params, attrs; vars)"),
+    op(31, "LAUNCH", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil", A | PIN,
+       "payload: the packed parameter buffer"),
+    op(32, "FUNC_SET_ATTR", "dev:dev func:func attr:i32 value:i64", "nil", A,
+       "attr: FUNC_ATTR_*; the client validated it, the daemon checks again"),
+    op(40, "STREAM_CREATE", "dev:dev flags:u32 priority:i32", "u64", doc="the stream handle"),
+    op(41, "STREAM_DESTROY", "dev:dev stream:handle", "nil", A),
+    op(42, "STREAM_SYNC", "dev:dev stream:stream", "nil", S),
+    op(43, "STREAM_QUERY", "dev:dev stream:stream", "nil", doc="err cudaErrorNotReady while busy"),
+    op(44, "STREAM_WAIT_EVENT", "dev:dev stream:stream event:event flags:u32", "nil", A),
+    op(50, "EVENT_CREATE", "dev:dev flags:u32", "u64", doc="the event handle"),
+    op(51, "EVENT_DESTROY", "dev:dev event:handle", "nil", A),
+    op(52, "EVENT_RECORD", "dev:dev event:event stream:stream", "nil", A),
+    op(53, "EVENT_SYNC", "dev:dev event:event", "nil", S),
+    op(54, "EVENT_QUERY", "dev:dev event:event", "nil", doc="err cudaErrorNotReady while pending"),
+    op(55, "EVENT_ELAPSED", "dev:dev start:event end:event", "f64", doc="milliseconds"),
+    op(60, "DEVICE_SYNC", "dev:dev", "nil", S),
+    op(61, "DEVICE_RESET", "dev:dev", "nil", S),
+    # limit: a cudaLimit (LIMIT_*); anything else, even out of an int's range, is cudaErrorUnsupportedLimit,
+    # which wins over a bad value (as CUDA's own check order).
+    op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil"),
+    op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -139,6 +189,34 @@ DEVICE_INFO_KEYS: tuple[str, ...] = (
     "max_threads_per_multiprocessor", "total_const_mem", "uuid", "pci_bus_id", "attrs", "backend",
 )
 
+# Keys of the MODULE_LOAD reply: {kernels: {name: {id, params: [[offset, size]...], attrs: {KERNEL_ATTR_KEYS}}},
+# vars: {name: [address, size]}}.
+MODULE_KERNELS = "kernels"
+MODULE_VARS = "vars"
+KERNEL_ID = "id"
+KERNEL_PARAMS = "params"
+KERNEL_ATTRS = "attrs"
+# Function attributes a kernel entry reports (cudaFuncAttributes fields); a backend omits what it does not know.
+KERNEL_ATTR_KEYS: tuple[str, ...] = (
+    "max_threads_per_block", "shared_size_bytes", "const_size_bytes", "local_size_bytes", "num_regs",
+    "ptx_version", "binary_version", "max_dynamic_shared_size_bytes", "preferred_shmem_carveout",
+)
+
+
+def shared_keys() -> dict[str, str]:
+    """Every string key both sides use, by its C name (PV_KEY_...): generated into the C header."""
+    keys = {f"HELLO_{n}": v for n, v in (("VERSION", HELLO_VERSION), ("PROOF", HELLO_PROOF),
+                                          ("CLIENT", HELLO_CLIENT), ("VA_BASE", HELLO_VA_BASE),
+                                          ("REPLY_DEVICES", HELLO_REPLY_DEVICES),
+                                          ("REPLY_BACKEND", HELLO_REPLY_BACKEND),
+                                          ("REPLY_SESSION", HELLO_REPLY_SESSION))}
+    keys.update({"MODULE_KERNELS": MODULE_KERNELS, "MODULE_VARS": MODULE_VARS, "KERNEL_ID": KERNEL_ID,
+                 "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
+    keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
+    keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
+    return keys
+
+
 # Error codes, from CUDA's own enum (generated file) plus the names this project relies on.
 ERROR_CODES: dict[str, int] = {name: value for value, name, _ in CUDA_ERRORS}
 ERROR_NAMES: dict[int, str] = {value: name for value, name, _ in CUDA_ERRORS}
@@ -151,54 +229,21 @@ def cuda_error(name: str) -> int:
     return ERROR_CODES[name]
 
 
-def c_header() -> str:
-    """The C view of this module: op codes, flags, error codes with names and descriptions."""
-    out = [
-        "/* Generated from pyvgpu/protocol.py by `python pyvgpu/protocol.py --c-header`. Do not edit. */",
-        "#ifndef PYVGPU_PROTOCOL_GEN_H",
-        "#define PYVGPU_PROTOCOL_GEN_H",
-        "",
-        f"#define PV_PROTOCOL_VERSION {PROTOCOL_VERSION}",
-        f'#define PV_HELLO_SERVER_MAGIC "{HELLO_SERVER_MAGIC}"',
-        f"#define PV_DEFAULT_PORT {DEFAULT_PORT}",
-        f"#define PV_MAX_HEADER_BYTES {MAX_HEADER_BYTES}u",
-        f"#define PV_VA_WINDOW_BYTES {VA_WINDOW_BYTES}ull",
-        f"#define PV_ERR_PROTOCOL_MISMATCH {ERR_PROTOCOL_MISMATCH}",
-        f"#define PV_ERR_AUTH {ERR_AUTH}",
-        f"#define PV_ERR_UNAVAILABLE {ERR_UNAVAILABLE}",
-        f"#define PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE {FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE}",
-        f"#define PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT {FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT}",
-        f"#define PV_LIMIT_COUNT {len(LIMIT_NAMES)}",
-        "",
-    ]
-    for flag in OpFlag:
-        if flag.name and flag.name != "NONE":
-            out.append(f"#define PV_FLAG_{flag.name} {int(flag)}")
-    out += ["", "enum pv_op {"]
-    out += [f"    PV_OP_{op.name} = {op.code}," for op in OPS]
-    out += ["};", "", "/* Flags of each op, indexed by op code (0 = unknown op). */",
-            f"#define PV_OP_TABLE_SIZE {max(op.code for op in OPS) + 1}"]
-    out.append("static const unsigned char pv_op_flags[PV_OP_TABLE_SIZE] = {")
-    out += [f"    [{op.code}] = {int(op.flags)}," for op in OPS]
-    out += ["};", "", "/* cudaError_t values (CUDA's numbering). */"]
-    out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
-    out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",
-            "static const struct pv_error_desc pv_error_table[] = {"]
-    for value, name, text in CUDA_ERRORS:
-        esc = text.replace("\\", "\\\\").replace('"', '\\"')
-        out.append(f'    {{ {value}, "{name}", "{esc}" }},')
-    out += ["};", f"#define PV_ERROR_TABLE_LEN {len(CUDA_ERRORS)}", "", "#endif", ""]
-    return "\n".join(out)
+def _is_u64(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << 64)
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[1] == "--c-header":
-        with open(argv[2], "w", encoding="utf-8") as fh:
-            fh.write(c_header())
-        return 0
-    print("usage: protocol.py --c-header OUT.h", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+def reply_matches(spec: OpSpec, result: object) -> bool:
+    """Whether a successful reply's result has the shape spec.reply declares (checked by the Python client)."""
+    shape = spec.reply
+    if shape == "nil":
+        return result is None
+    if shape == "u64":
+        return _is_u64(result)
+    if shape == "i64":
+        return isinstance(result, int) and not isinstance(result, bool)
+    if shape == "f64":
+        return isinstance(result, (int, float)) and not isinstance(result, bool)
+    if shape == "u64x2":
+        return isinstance(result, (list, tuple)) and len(result) == 2 and all(map(_is_u64, result))
+    return isinstance(result, dict)

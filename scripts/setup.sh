@@ -87,7 +87,7 @@ fi
 
 if lib="$("$PY" -c 'import pyvgpu; print(pyvgpu.lib_path())' 2>/dev/null)"; then
     info "interposer library: $lib"
-    dev_lib="$ROOT/build/dev/csrc/libvcudart.so"
+    dev_lib="$ROOT/build/dev/lib/libvcudart.so"
     if [ "$lib" != "$dev_lib" ] && [ -f "$dev_lib" ] && [ "$dev_lib" -nt "$lib" ]; then
         warn "$dev_lib is newer than $lib, which is the one found first; PYVGPU_LIB=$dev_lib selects it"
     fi

@@ -90,13 +90,14 @@ class Daemon:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def start_daemon(tmp: Path, *extra: str, backend: str = "emu", env: dict | None = None) -> Daemon:
+def start_daemon(tmp: Path, *extra: str, backend: str = "emu", env: dict | None = None,
+                 cwd: Path | None = None) -> Daemon:
     port = free_port()
     log = tmp / f"daemon-{port}.log"
     cmd = [sys.executable, "-m", "pyvgpu_daemon", "--host", "127.0.0.1", "--port", str(port),
            "--backend", backend, *extra]
     fh = open(log, "wb")
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -1,5 +1,5 @@
 """libvcudart is a drop-in for libcudart.so.13: SONAME, the version node every symbol carries, every export of
-CUDA 13.0's libcudart (csrc/cudart_exports.txt, and the real library when the toolkit is installed) and nothing
+CUDA 13.0's libcudart (csrc/cudart/cudart_exports.txt, and the real library when the toolkit is installed) and nothing
 else; an nvcc-built program runs against it through LD_LIBRARY_PATH as well as LD_PRELOAD."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ REAL = Path("/usr/local/cuda-13.0/lib64/libcudart.so.13")
 
 
 def committed_exports() -> list[str]:
-    return [n for n in (ROOT / "csrc" / "cudart_exports.txt").read_text().split() if n]
+    return [n for n in (ROOT / "csrc" / "cudart" / "cudart_exports.txt").read_text().split() if n]
 
 
 def dyn_symbols(lib: Path) -> list[tuple[str, str, str]]:
@@ -71,9 +71,9 @@ def test_generated_stubs_up_to_date():
     c_text, map_text = gen.generate(committed_exports(), gen.read_prototypes(cuda)) if (cuda / "include").exists() \
         else (None, None)
     if c_text is not None:
-        assert (ROOT / "csrc" / "unsupported_gen.c").read_text() == c_text
-        assert (ROOT / "csrc" / "libcudart.map").read_text() == map_text
-    stubs = (ROOT / "csrc" / "unsupported_gen.c").read_text()
+        assert (ROOT / "csrc" / "cudart" / "unsupported_gen.c").read_text() == c_text
+        assert (ROOT / "csrc" / "cudart" / "libcudart.map").read_text() == map_text
+    stubs = (ROOT / "csrc" / "cudart" / "unsupported_gen.c").read_text()
     # return types that are not error codes keep their ABI (struct by value, pointers, void)
     assert re.search(r"struct pv_channel_desc cudaCreateChannelDesc\(void\)", stubs)
     assert re.search(r"void \*cudaGetErrorName\(void\)", stubs)
@@ -81,11 +81,12 @@ def test_generated_stubs_up_to_date():
 
 
 def test_ld_library_path_drop_in(cuda_build, tmp_path, vcudart):
-    """No LD_PRELOAD: a directory holding libcudart.so.13 -> libvcudart satisfies the program's DT_NEEDED."""
-    (tmp_path / "libcudart.so.13").symlink_to(vcudart)
+    """No LD_PRELOAD: the library directory holds libcudart.so.13 (libvcudart under its SONAME, beside the client
+    core it needs) and satisfies the program's DT_NEEDED."""
+    assert (vcudart.parent / "libcudart.so.13").is_file()
     prog = cuda_build("api_device.cu")
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env.update(LD_LIBRARY_PATH=str(tmp_path), PYVGPU_HOSTS="127.0.0.1:1")
+    env.update(LD_LIBRARY_PATH=str(vcudart.parent), PYVGPU_HOSTS="127.0.0.1:1")
     proc = subprocess.run([str(prog)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1
     assert "cudaErrorDevicesUnavailable" in proc.stdout
@@ -102,17 +103,23 @@ def test_implemented_entry_points_are_strong(vcudart, name):
 
 
 def test_runtime_dependencies_are_minimal(vcudart):
-    """A client needs only libc and libcrypto: msgpack-c is linked in (and hidden), CUDA is never needed."""
-    dyn = subprocess.run(["readelf", "-d", str(vcudart)], check=True, capture_output=True, text=True).stdout
-    needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn))
-    assert not any("cuda" in n for n in needed), needed
-    assert needed <= {"libc.so.6", "ld-linux-x86-64.so.2", "libcrypto.so.3", "libmsgpackc.so.2", "libm.so.6",
-                      "libpthread.so.0"}, needed
+    """A client needs only libc and libcrypto beside the client core (found by RUNPATH $ORIGIN): msgpack-c is
+    linked in (and hidden), CUDA is never needed."""
+    allowed = {"libc.so.6", "ld-linux-x86-64.so.2", "libcrypto.so.3", "libmsgpackc.so.2", "libm.so.6",
+               "libpthread.so.0"}
+    core = vcudart.parent / "libpvcore.so"
+    for lib, extra in ((vcudart, {"libpvcore.so"}), (core, set())):
+        dyn = subprocess.run(["readelf", "-d", str(lib)], check=True, capture_output=True, text=True).stdout
+        needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn))
+        assert not any("cuda" in n for n in needed), needed
+        assert needed <= allowed | extra, needed
+        if extra:
+            assert "Library runpath: [$ORIGIN]" in dyn
 
 
 def test_generated_layouts_up_to_date(tmp_path):
     """csrc/layouts_gen.h (struct offsets, valid device attributes) matches the CUDA 13.0 headers when present."""
-    text = (ROOT / "csrc" / "layouts_gen.h").read_text()
+    text = (ROOT / "csrc" / "cudart" / "layouts_gen.h").read_text()
     assert "#define PV_cudaDeviceProp_SIZE 1008" in text and "#define PV_DEV_ATTR_LIMIT" in text
     if not (Path("/usr/local/cuda-13.0") / "include" / "cuda_runtime_api.h").exists():
         return

@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
 
 def resolve_token(opts: DaemonOptions) -> bytes | None:
     """The token to demand, or None for no authentication; ConfigError when one is required and missing."""
-    from pyvgpu_daemon.server import requires_token
+    from pyvgpu.auth import requires_token
     if opts.token:
         return opts.token
     if opts.token_file:

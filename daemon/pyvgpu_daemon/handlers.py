@@ -1,26 +1,31 @@
-"""Device ops: one handler per op of protocol.OPS, and the deferred/sticky error rules around them.
+"""Device ops: one handler per device op of protocol.OPS, and the deferred/sticky error rules around them.
 
-Everything here runs on the (session, device) ordered worker thread. `execute` is the job the server submits:
-it type-checks the arguments against the op's spec, runs the handler, and applies the rules of protocol.py:
+A handler takes a `Call` and the op's arguments by name, exactly as the spec lists them after `dev`; the
+`@handler` decorator checks that at import, and that every device op has one. Before a handler runs, `execute`
+converts every argument by its wire type (a wrong type is cudaErrorInvalidValue) and resolves `stream`, `event` and
+`func` handles to backend objects through the session's tables. A handler returns the op's result, or for a
+PAYLOAD_OUT op the payload bytes.
 
+Everything here runs on the (session, device) ordered worker thread. `execute` applies the rules of protocol.py:
 - an op sent fire-and-forget (req_id 0, only ASYNC ops) gets no reply; its first failure is latched per device;
 - an op flagged SYNC returns the latched error (and clears it) and carries the device's printf output;
 - a sticky error (memory fault, assert, …) makes every later op on the device fail with it until DEVICE_RESET.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pyvgpu.protocol import LIMIT_NAMES, OPS, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
-from pyvgpu_daemon.backends.base import Backend
+from pyvgpu import protocol as P
+from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
+from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, release_device
 
 log = logging.getLogger("pyvgpu.daemon")
 
-U64 = (1 << 64) - 1
 MAX_PARAM_BYTES = 1 << 20         # kernel parameter buffer (CUDA's own limit is 32 KiB)
 MAX_MODULE_BYTES = 1 << 30
 ERR_UNKNOWN = ERROR_CODES["cudaErrorUnknown"]
@@ -35,17 +40,32 @@ class Outcome:
     stdout: bytes | None = None
 
 
-# ---------------------------------------------------------------------------------------------- argument checks
-def _u64(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= U64:
-        raise CudaError("cudaErrorInvalidValue", f"argument {name}={v!r:.40} is not a u64")
-    return v
+@dataclass(frozen=True)
+class Call:
+    """What a handler gets besides its arguments: the session, its state of this device, the request payload."""
+    session: Session
+    st: DeviceState
+    payload: bytes | bytearray | memoryview
+
+    @property
+    def ctx(self) -> DeviceContext:
+        assert self.st.ctx is not None
+        return self.st.ctx
 
 
-def _int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v <= U64:
-        raise CudaError("cudaErrorInvalidValue", f"argument {name}={v!r:.40} is not an integer")
-    return v
+# ---------------------------------------------------------------------------------------------- argument types
+def _int_in(lo: int, hi: int, what: str) -> Callable[[str, Any], int]:
+    def check(name: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise CudaError("cudaErrorInvalidValue", f"argument {name}={v!r:.40} is not {what}")
+        return v
+    return check
+
+
+def _f64(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise CudaError("cudaErrorInvalidValue", f"argument {name}={v!r:.40} is not a number")
+    return float(v)
 
 
 def _dim3(name: str, v: Any) -> tuple[int, int, int]:
@@ -55,14 +75,56 @@ def _dim3(name: str, v: Any) -> tuple[int, int, int]:
     return int(v[0]), int(v[1]), int(v[2])
 
 
+def _of(kind: type, what: str) -> Callable[[str, Any], Any]:
+    def check(name: str, v: Any) -> Any:
+        if not isinstance(v, kind):
+            raise CudaError("cudaErrorInvalidValue", f"argument {name}={v!r:.40} is not {what}")
+        return v
+    return check
+
+
+_u64 = _int_in(0, (1 << 64) - 1, "a u64")
+# Wire type -> conversion of the received value (protocol.ARG_TYPES; dev is the server's, map HELLO's).
 ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "value": _int, "priority": _int, "grid": _dim3, "block": _dim3, "attr": _int, "limit": _int,
+    "u64": _u64, "ptr": _u64, "size": _u64, "handle": _u64, "stream": _u64, "event": _u64, "func": _u64,
+    "i64": _int_in(-(1 << 63), (1 << 63) - 1, "an i64"), "u32": _int_in(0, (1 << 32) - 1, "a u32"),
+    "i32": _int_in(-(1 << 31), (1 << 31) - 1, "an i32"), "f64": _f64, "dim3": _dim3,
+    "bytes": _of(bytes, "bytes"), "str": _of(str, "a string"),
 }
+# Handle kinds resolved through the session's tables before the handler sees them.
+RESOLVE: dict[str, Callable[[DeviceState, int], Any]] = {
+    "stream": DeviceState.stream, "event": DeviceState.event, "func": DeviceState.function,
+}
+assert set(ARG_CHECKS) | {"dev", "map"} == P.ARG_TYPES, "a wire type without a conversion"
 
 
-def check_args(spec: OpSpec, args: list[Any]) -> list[Any]:
-    """Args after `dev`, converted; a wrong type is cudaErrorInvalidValue (arity was checked by the server)."""
-    return [ARG_CHECKS.get(name, _u64)(name, v) for name, v in zip(spec.args[1:], args[1:])]
+def convert_args(spec: OpSpec, st: DeviceState, args: list[Any]) -> dict[str, Any]:
+    """The arguments after `dev` by name, converted and resolved (arity was checked by the server)."""
+    out: dict[str, Any] = {}
+    for arg, v in zip(spec.args[1:], args[1:]):
+        v = ARG_CHECKS[arg.type](arg.name, v)
+        resolve = RESOLVE.get(arg.type)
+        out[arg.name] = resolve(st, v) if resolve else v
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- registration
+HANDLERS: dict[str, Callable[..., Any]] = {}
+
+
+def handler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Registers fn as the handler of op `name`; its parameters after the Call must be the spec's argument names."""
+    spec = OP_BY_NAME[name]
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        params = list(inspect.signature(fn).parameters)[1:]
+        if params != list(spec.arg_names[1:]):
+            raise TypeError(f"handler {fn.__name__} of {name} takes {params}, the spec says {list(spec.arg_names[1:])}")
+        if name in HANDLERS:
+            raise TypeError(f"two handlers for {name}")
+        HANDLERS[name] = fn
+        return fn
+    return register
 
 
 def _check_2d(pitch: int, width: int, height: int) -> int:
@@ -72,168 +134,153 @@ def _check_2d(pitch: int, width: int, height: int) -> int:
     return 0 if width == 0 or height == 0 else pitch * (height - 1) + width
 
 
-# ---------------------------------------------------------------------------------------------- handlers
-# Signature: (session, state, args-after-dev, payload) -> (result, out_payload)
-Handler = Callable[[Session, DeviceState, list[Any], bytes], tuple[Any, bytes]]
+# ---------------------------------------------------------------------------------------------- memory
+@handler("MEM_GET_INFO")
+def mem_get_info(c: Call) -> list[int]:
+    free, total = c.ctx.mem_info()
+    return [int(free), int(total)]
 
 
-def op_mem_get_info(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    free, total = st.ctx.mem_info()
-    return [int(free), int(total)], b""
-
-
-def op_malloc(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    (size,) = a
+@handler("MALLOC")
+def malloc(c: Call, size: int) -> int:
     if size == 0:
-        return 0, b""                     # cudaMalloc(&p, 0) succeeds with a NULL pointer
-    ptr = st.ctx.malloc(size)
-    st.add_allocation(ptr, size)
-    return ptr, b""
+        return 0                          # cudaMalloc(&p, 0) succeeds with a NULL pointer
+    ptr = c.ctx.malloc(size)
+    c.st.add_allocation(ptr, size)
+    return ptr
 
 
-def op_free(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    (ptr,) = a
+@handler("FREE")
+def free(c: Call, ptr: int) -> None:
     if ptr == 0:
-        return None, b""                  # cudaFree(NULL) is a no-op
-    if ptr not in st.allocations:
+        return                            # cudaFree(NULL) is a no-op
+    if ptr not in c.st.allocations:
         raise CudaError("cudaErrorInvalidValue", f"free of {ptr:#x}: not an allocation of this session")
-    st.ctx.free(ptr)
-    st.remove_allocation(ptr)
-    return None, b""
+    c.ctx.free(ptr)
+    c.st.remove_allocation(ptr)
 
 
-def op_memcpy_htod(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    dst, stream = a
-    stream_obj = st.stream(stream)
-    if p:
-        st.check_range(dst, len(p), "memcpy HtoD destination")
-        st.ctx.memcpy_htod(dst, p, stream_obj)
-    return None, b""
+@handler("MEMCPY_HTOD")
+def memcpy_htod(c: Call, dst: int, stream: Any) -> None:
+    if c.payload:
+        c.st.check_range(dst, len(c.payload), "memcpy HtoD destination")
+        c.ctx.memcpy_htod(dst, c.payload, stream)
 
 
-def op_memcpy_dtoh(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    src, size, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMCPY_DTOH")
+def memcpy_dtoh(c: Call, src: int, size: int, stream: Any) -> bytes:
     if size == 0:
-        return None, b""
-    st.check_range(src, size, "memcpy DtoH source")
-    return None, st.ctx.memcpy_dtoh(src, size, stream_obj)
+        return b""
+    c.st.check_range(src, size, "memcpy DtoH source")
+    return c.ctx.memcpy_dtoh(src, size, stream)
 
 
-def op_memcpy_dtod(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    dst, src, size, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMCPY_DTOD")
+def memcpy_dtod(c: Call, dst: int, src: int, size: int, stream: Any) -> None:
     if size:
-        st.check_range(src, size, "memcpy DtoD source")
-        st.check_range(dst, size, "memcpy DtoD destination")
-        st.ctx.memcpy_dtod(dst, src, size, stream_obj)
-    return None, b""
+        c.st.check_range(src, size, "memcpy DtoD source")
+        c.st.check_range(dst, size, "memcpy DtoD destination")
+        c.ctx.memcpy_dtod(dst, src, size, stream)
 
 
-def op_memcpy2d_htod(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    dst, dpitch, width, height, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMCPY2D_HTOD")
+def memcpy2d_htod(c: Call, dst: int, dpitch: int, width: int, height: int, stream: Any) -> None:
     span = _check_2d(dpitch, width, height)
-    if len(p) != width * height:
-        raise CudaError("cudaErrorInvalidValue", f"2D payload of {len(p)} B, expected {width}x{height}")
+    if len(c.payload) != width * height:
+        raise CudaError("cudaErrorInvalidValue", f"2D payload of {len(c.payload)} B, expected {width}x{height}")
     if span:
-        st.check_range(dst, span, "memcpy2D HtoD destination")
-        st.ctx.memcpy2d_htod(dst, dpitch, width, height, p, stream_obj)
-    return None, b""
+        c.st.check_range(dst, span, "memcpy2D HtoD destination")
+        c.ctx.memcpy2d_htod(dst, dpitch, width, height, c.payload, stream)
 
 
-def op_memcpy2d_dtoh(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    src, spitch, width, height, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMCPY2D_DTOH")
+def memcpy2d_dtoh(c: Call, src: int, spitch: int, width: int, height: int, stream: Any) -> bytes:
     span = _check_2d(spitch, width, height)
     if not span:
-        return None, b""
-    st.check_range(src, span, "memcpy2D DtoH source")
-    return None, st.ctx.memcpy2d_dtoh(src, spitch, width, height, stream_obj)
+        return b""
+    c.st.check_range(src, span, "memcpy2D DtoH source")
+    return c.ctx.memcpy2d_dtoh(src, spitch, width, height, stream)
 
 
-def op_memcpy2d_dtod(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    dst, dpitch, src, spitch, width, height, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMCPY2D_DTOD")
+def memcpy2d_dtod(c: Call, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int,
+                  stream: Any) -> None:
     dspan = _check_2d(dpitch, width, height)
     sspan = _check_2d(spitch, width, height)
     if dspan:
-        st.check_range(src, sspan, "memcpy2D DtoD source")
-        st.check_range(dst, dspan, "memcpy2D DtoD destination")
-        st.ctx.memcpy2d_dtod(dst, dpitch, src, spitch, width, height, stream_obj)
-    return None, b""
+        c.st.check_range(src, sspan, "memcpy2D DtoD source")
+        c.st.check_range(dst, dspan, "memcpy2D DtoD destination")
+        c.ctx.memcpy2d_dtod(dst, dpitch, src, spitch, width, height, stream)
 
 
-def op_memset(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    ptr, value, size, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMSET")
+def memset(c: Call, ptr: int, value: int, size: int, stream: Any) -> None:
     if size:
-        st.check_range(ptr, size, "memset")
-        st.ctx.memset(ptr, value & 0xFF, size, stream_obj)
-    return None, b""
+        c.st.check_range(ptr, size, "memset")
+        c.ctx.memset(ptr, value & 0xFF, size, stream)
 
 
-def op_memset2d(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    ptr, pitch, value, width, height, stream = a
-    stream_obj = st.stream(stream)
+@handler("MEMSET2D")
+def memset2d(c: Call, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
     span = _check_2d(pitch, width, height)
     if span:
-        st.check_range(ptr, span, "memset2D")
-        st.ctx.memset2d(ptr, pitch, value & 0xFF, width, height, stream_obj)
-    return None, b""
+        c.st.check_range(ptr, span, "memset2D")
+        c.ctx.memset2d(ptr, pitch, value & 0xFF, width, height, stream)
 
 
-def op_module_load(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    (module_id,) = a
+# ---------------------------------------------------------------------------------------------- modules, launches
+@handler("MODULE_LOAD")
+def module_load(c: Call, module_id: int) -> dict[str, Any]:
+    st = c.st
     entry = st.modules.get(module_id)
     if entry is not None:
         # A client may ship the same registration twice (e.g. after losing a reply); answer the same ids.
-        return entry.reply, b""
-    if not p:
+        return entry.reply
+    if not c.payload:
         raise CudaError("cudaErrorInvalidValue", "module load without an image")
-    if len(p) > MAX_MODULE_BYTES:
-        raise CudaError("cudaErrorInvalidValue", f"module image of {len(p)} bytes is too large")
-    loaded = st.ctx.module_load(p)
+    if len(c.payload) > MAX_MODULE_BYTES:
+        raise CudaError("cudaErrorInvalidValue", f"module image of {len(c.payload)} bytes is too large")
+    loaded = c.ctx.module_load(c.payload)
     kernels: dict[str, Any] = {}
     ids: list[int] = []
     for name, k in loaded.kernels.items():
         fid = st.new_handle()
         st.functions[fid] = (loaded, k)
         ids.append(fid)
-        kernels[name] = {"id": fid, "params": [[int(o), int(sz)] for o, sz in k.params],
-                         "attrs": {str(key): int(v) for key, v in k.attrs.items()}}
+        kernels[name] = {P.KERNEL_ID: fid, P.KERNEL_PARAMS: [[int(o), int(sz)] for o, sz in k.params],
+                         P.KERNEL_ATTRS: {str(key): int(v) for key, v in k.attrs.items()}}
     for addr, size in loaded.variables.values():
         st.add_variable(int(addr), int(size))
-    reply = {"kernels": kernels, "vars": {n: [int(addr), int(size)] for n, (addr, size) in loaded.variables.items()}}
+    reply = {P.MODULE_KERNELS: kernels,
+             P.MODULE_VARS: {n: [int(addr), int(size)] for n, (addr, size) in loaded.variables.items()}}
     st.modules[module_id] = ModuleEntry(loaded, reply, ids)
-    log.info("%s: module %d loaded: %d kernels, %d variables", s.tag(st.ordinal), module_id,
+    log.info("%s: module %d loaded: %d kernels, %d variables", c.session.tag(st.ordinal), module_id,
              len(kernels), len(loaded.variables))
-    return reply, b""
+    return reply
 
 
-def op_launch(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    func_id, grid, block, shmem, stream = a
-    module, kernel = st.function(func_id)
-    stream_obj = st.stream(stream)
-    if len(p) > MAX_PARAM_BYTES:
-        raise CudaError("cudaErrorInvalidValue", f"parameter buffer of {len(p)} bytes")
+@handler("LAUNCH")
+def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+           stream: Any) -> None:
+    module, kernel = func
+    if len(c.payload) > MAX_PARAM_BYTES:
+        raise CudaError("cudaErrorInvalidValue", f"parameter buffer of {len(c.payload)} bytes")
     need = max((o + sz for o, sz in kernel.params), default=0)
-    if len(p) < need:
+    if len(c.payload) < need:
         raise CudaError("cudaErrorInvalidValue",
-                        f"kernel {kernel.name}: parameter buffer has {len(p)} bytes, layout needs {need}")
-    st.ctx.launch(module, kernel, grid, block, shmem, p, stream_obj)
-    return None, b""
+                        f"kernel {kernel.name}: parameter buffer has {len(c.payload)} bytes, layout needs {need}")
+    c.ctx.launch(module, kernel, grid, block, shmem, c.payload, stream)
 
 
-def op_func_set_attr(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    func_id, attr, value = a
-    module, kernel = st.function(func_id)
+@handler("FUNC_SET_ATTR")
+def func_set_attr(c: Call, func: Any, attr: int, value: int) -> None:
+    module, kernel = func
     if not -(1 << 31) <= value < (1 << 31):
         raise CudaError("cudaErrorInvalidValue", f"{kernel.name}: attribute value {value} is not an int")
-    st.ctx.func_set_attr(module, kernel, attr, value)
-    return None, b""
+    c.ctx.func_set_attr(module, kernel, attr, value)
 
 
+# ---------------------------------------------------------------------------------------------- streams, events
 def _add_handle(st: DeviceState, table: dict[int, Any], obj: Any) -> int:
     """A new handle for obj (a stream or event) in table."""
     h = st.new_handle()
@@ -249,82 +296,80 @@ def _pop_handle(table: dict[int, Any], h: int, what: str) -> Any:
     return obj
 
 
-def op_stream_create(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    flags, priority = a
-    return _add_handle(st, st.streams, st.ctx.stream_create(flags, priority)), b""
+@handler("STREAM_CREATE")
+def stream_create(c: Call, flags: int, priority: int) -> int:
+    return _add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
 
 
-def op_stream_destroy(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    (h,) = a
-    st.ctx.stream_destroy(_pop_handle(st.streams, h, "stream"))
-    return None, b""
+@handler("STREAM_DESTROY")
+def stream_destroy(c: Call, stream: int) -> None:
+    c.ctx.stream_destroy(_pop_handle(c.st.streams, stream, "stream"))
 
 
-def op_stream_sync(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    st.ctx.stream_sync(st.stream(a[0]))
-    return None, b""
+@handler("STREAM_SYNC")
+def stream_sync(c: Call, stream: Any) -> None:
+    c.ctx.stream_sync(stream)
 
 
-def op_stream_query(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    if not st.ctx.stream_query(st.stream(a[0])):
+@handler("STREAM_QUERY")
+def stream_query(c: Call, stream: Any) -> None:
+    if not c.ctx.stream_query(stream):
         raise CudaError("cudaErrorNotReady")
-    return None, b""
 
 
-def op_stream_wait_event(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    stream, event, flags = a
-    st.ctx.stream_wait_event(st.stream(stream), st.event(event), flags)
-    return None, b""
+@handler("STREAM_WAIT_EVENT")
+def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> None:
+    c.ctx.stream_wait_event(stream, event, flags)
 
 
-def op_event_create(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    return _add_handle(st, st.events, st.ctx.event_create(a[0])), b""
+@handler("EVENT_CREATE")
+def event_create(c: Call, flags: int) -> int:
+    return _add_handle(c.st, c.st.events, c.ctx.event_create(flags))
 
 
-def op_event_destroy(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    (h,) = a
-    st.ctx.event_destroy(_pop_handle(st.events, h, "event"))
-    return None, b""
+@handler("EVENT_DESTROY")
+def event_destroy(c: Call, event: int) -> None:
+    c.ctx.event_destroy(_pop_handle(c.st.events, event, "event"))
 
 
-def op_event_record(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    event, stream = a
-    st.ctx.event_record(st.event(event), st.stream(stream))
-    return None, b""
+@handler("EVENT_RECORD")
+def event_record(c: Call, event: Any, stream: Any) -> None:
+    c.ctx.event_record(event, stream)
 
 
-def op_event_sync(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    st.ctx.event_sync(st.event(a[0]))
-    return None, b""
+@handler("EVENT_SYNC")
+def event_sync(c: Call, event: Any) -> None:
+    c.ctx.event_sync(event)
 
 
-def op_event_query(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    if not st.ctx.event_query(st.event(a[0])):
+@handler("EVENT_QUERY")
+def event_query(c: Call, event: Any) -> None:
+    if not c.ctx.event_query(event):
         raise CudaError("cudaErrorNotReady")
-    return None, b""
 
 
-def op_event_elapsed(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    start, end = a
-    return float(st.ctx.event_elapsed(st.event(start), st.event(end))), b""
+@handler("EVENT_ELAPSED")
+def event_elapsed(c: Call, start: Any, end: Any) -> float:
+    return float(c.ctx.event_elapsed(start, end))
 
 
-def op_device_sync(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    st.ctx.synchronize()
-    return None, b""
+# ---------------------------------------------------------------------------------------------- device
+@handler("DEVICE_SYNC")
+def device_sync(c: Call) -> None:
+    c.ctx.synchronize()
 
 
-def op_device_reset(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
+@handler("DEVICE_RESET")
+def device_reset(c: Call) -> None:
     # cudaDeviceReset destroys every allocation, module, stream and event of the context and clears errors.
-    for entry in list(st.modules.values()):
+    for entry in list(c.st.modules.values()):
         try:
-            st.ctx.module_unload(entry.loaded)
+            c.ctx.module_unload(entry.loaded)
         except CudaError:
             pass
-    st.ctx.reset()
-    st.clear_tables()
-    log.info("%s: device reset", s.tag(st.ordinal))
-    return None, b""
+    c.ctx.reset()
+    c.st.clear_tables()
+    log.info("%s: device reset", c.session.tag(c.st.ordinal))
 
 
 def _limit(limit: int) -> int:
@@ -333,32 +378,18 @@ def _limit(limit: int) -> int:
     return limit
 
 
-def op_device_set_limit(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    limit, value = a
+@handler("DEVICE_SET_LIMIT")
+def device_set_limit(c: Call, limit: int, value: int) -> None:
     _limit(limit)
     if value < 0:
         raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES[limit]} = {value}")
-    st.ctx.set_limit(limit, value)
-    return None, b""
+    c.ctx.set_limit(limit, value)
 
 
-def op_device_get_limit(s: Session, st: DeviceState, a: list[Any], p: bytes) -> tuple[Any, bytes]:
-    (limit,) = a
-    return int(st.ctx.get_limit(_limit(limit))), b""
+@handler("DEVICE_GET_LIMIT")
+def device_get_limit(c: Call, limit: int) -> int:
+    return int(c.ctx.get_limit(_limit(limit)))
 
-
-HANDLERS: dict[str, Handler] = {
-    "MEM_GET_INFO": op_mem_get_info, "MALLOC": op_malloc, "FREE": op_free,
-    "MEMCPY_HTOD": op_memcpy_htod, "MEMCPY_DTOH": op_memcpy_dtoh, "MEMCPY_DTOD": op_memcpy_dtod,
-    "MEMCPY2D_HTOD": op_memcpy2d_htod, "MEMCPY2D_DTOH": op_memcpy2d_dtoh, "MEMCPY2D_DTOD": op_memcpy2d_dtod,
-    "MEMSET": op_memset, "MEMSET2D": op_memset2d, "MODULE_LOAD": op_module_load, "LAUNCH": op_launch,
-    "STREAM_CREATE": op_stream_create, "STREAM_DESTROY": op_stream_destroy, "STREAM_SYNC": op_stream_sync,
-    "STREAM_QUERY": op_stream_query, "STREAM_WAIT_EVENT": op_stream_wait_event,
-    "EVENT_CREATE": op_event_create, "EVENT_DESTROY": op_event_destroy, "EVENT_RECORD": op_event_record,
-    "EVENT_SYNC": op_event_sync, "EVENT_QUERY": op_event_query, "EVENT_ELAPSED": op_event_elapsed,
-    "DEVICE_SYNC": op_device_sync, "DEVICE_RESET": op_device_reset, "FUNC_SET_ATTR": op_func_set_attr,
-    "DEVICE_SET_LIMIT": op_device_set_limit, "DEVICE_GET_LIMIT": op_device_get_limit,
-}
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}
@@ -381,7 +412,11 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         try:
             if st.ctx is None:
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
-            result, out = HANDLERS[spec.name](session, st, check_args(spec, args), payload)
+            ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
+            if spec.flags & OpFlag.PAYLOAD_OUT:
+                out = ret or b""
+            else:
+                result = ret
         except CudaError as exc:
             err = exc.code
             if exc.sticky:

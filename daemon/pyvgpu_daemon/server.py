@@ -18,8 +18,9 @@ from typing import Any
 
 from pyvgpu import auth, wire
 from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, HELLO_CLIENT, HELLO_PROOF,
-                             HELLO_VA_BASE, HELLO_VERSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
-                             VA_WINDOW_BYTES, OpFlag, OpSpec)
+                             HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE,
+                             HELLO_VERSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag,
+                             OpSpec)
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.session import Session
@@ -30,7 +31,6 @@ HANDSHAKE_TIMEOUT_S = 30.0
 MAX_PENDING_JOBS = 4096              # per (session, device): a client flooding async ops waits for the device
 MAX_PENDING_BYTES = 256 << 20        # payload bytes queued per (session, device) before reading pauses
 WRITE_HIGH_WATER = 64 << 20          # stop reading requests while this much reply data is unsent
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 OP_HELLO = OP_BY_NAME["HELLO"].code
 ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
@@ -201,11 +201,6 @@ class ServerConfig:
     token: bytes | None = None       # None: no authentication (only allowed on loopback)
 
 
-def requires_token(host: str) -> bool:
-    """Only the loopback defaults are exempt: any other address (even another 127.x) needs a token."""
-    return host not in LOOPBACK_HOSTS
-
-
 @dataclass
 class Server:
     config: ServerConfig
@@ -315,7 +310,8 @@ class Server:
             await self._reply_and_close(writer, req.req_id, ERR_INVALID_VALUE, msg)
             raise SessionEnd(msg)
         session.va_base = va_base
-        result = {"devices": self._devices, "backend": self.backend.name, "session": session.id}
+        result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
+                  HELLO_REPLY_SESSION: session.id}
         writer.writelines(wire.encode_reply(req.req_id, 0, result))
         return True
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "cudart.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
@@ -14,14 +14,7 @@ static cudaError_t h2d(struct pv_device *d, uint64_t dst, const void *src, size_
 {
     for (size_t off = 0; off < n; off += PV_CHUNK) {
         size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
-        if (!pv_conn_alive(d->conn))
-            return PV_ERR_UNAVAILABLE;
-        struct pv_req r;
-        pv_req_begin(&r, d->conn, PV_OP_MEMCPY_HTOD, 3, 0, (const char *)src + off, k, NULL, 0);
-        msgpack_pack_int(&r.pk, d->remote);
-        msgpack_pack_uint64(&r.pk, dst + off);
-        msgpack_pack_uint64(&r.pk, stream);
-        cudaError_t err = pv_req_finish(&r, NULL);
+        cudaError_t err = pv_send_MEMCPY_HTOD(d, dst + off, stream, (const char *)src + off, k);
         if (err != PV_SUCCESS)
             return err;
     }
@@ -32,18 +25,8 @@ static cudaError_t d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, u
 {
     for (size_t off = 0; off < n; off += PV_CHUNK) {
         size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
-        if (!pv_conn_alive(d->conn))
-            return PV_ERR_UNAVAILABLE;
-        struct pv_req r;
-        struct pv_reply rep = { 0 };
-        pv_req_begin(&r, d->conn, PV_OP_MEMCPY_DTOH, 4, 1, NULL, 0, (char *)dst + off, k);
-        msgpack_pack_int(&r.pk, d->remote);
-        msgpack_pack_uint64(&r.pk, src + off);
-        msgpack_pack_uint64(&r.pk, k);
-        msgpack_pack_uint64(&r.pk, stream);
-        cudaError_t err = pv_req_finish(&r, &rep);
-        size_t got = rep.payload_len;
-        pv_reply_free(&rep);
+        size_t got = 0;
+        cudaError_t err = pv_call_MEMCPY_DTOH(d, src + off, k, stream, (char *)dst + off, k, &got);
         if (err != PV_SUCCESS)
             return err;
         if (got != k) {
@@ -57,8 +40,7 @@ static cudaError_t d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, u
 
 static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)
 {
-    uint64_t a[4] = { dst, src, n, stream };
-    return pv_call_u64(d, PV_OP_MEMCPY_DTOD, 0, a, 4, NULL);
+    return pv_send_MEMCPY_DTOD(d, dst, src, n, stream);
 }
 
 static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
@@ -105,22 +87,24 @@ static int is_device_ptr(const void *p)
     return pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0;
 }
 
+/* The daemon handle of stream s for work on device d (validated before by init_with_stream). A stream of another
+ * GPU: the target device's default stream keeps the order we need. */
 static uint64_t stream_for(cudaStream_t s, struct pv_device *d)
 {
     uint64_t remote = 0;
     struct pv_device *sd = NULL;
-    if (pv_stream_remote(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
-        return 0;   /* a stream of another GPU: the target device's default stream keeps the order we need */
+    if (pv_stream_resolve(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
+        return 0;
     return remote;
 }
 
-/* The library is initialized and s is a default stream (0, 1, 2) or a live stream handle. */
+/* The library is initialized and s is a default stream or a live stream handle. */
 static cudaError_t init_with_stream(cudaStream_t s)
 {
     cudaError_t err = pv_init();
     if (err != PV_SUCCESS)
         return err;
-    return ((uintptr_t)s > 2 && !pv_handle_valid(s)) ? PV_cudaErrorInvalidResourceHandle : PV_SUCCESS;
+    return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
 }
 
 /* cudaMemcpyDefault resolved by where dst and src live; any other kind as given. */
@@ -133,6 +117,19 @@ static int copy_kind(int kind, const void *dst, const void *src)
               : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
 }
 
+/* What every copy checks once its sizes are known to be non-zero: both pointers set, the library initialized, the
+ * stream valid; then cudaMemcpyDefault is resolved into *kind. */
+static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaStream_t s)
+{
+    if (!dst || !src)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = init_with_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    *kind = copy_kind(*kind, dst, src);
+    return PV_SUCCESS;
+}
+
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
 {
     (void)async;
@@ -140,12 +137,9 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
         return PV_cudaErrorInvalidMemcpyDirection;
     if (n == 0)
         return PV_SUCCESS;
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = init_with_stream(s);
+    cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
-    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
     case cudaMemcpyHostToHost:
@@ -179,15 +173,12 @@ PV_API cudaError_t cudaMalloc(void **ptr, size_t size)
         *ptr = NULL;
         return PV_SUCCESS;
     }
-    struct pv_reply rep = { 0 };
-    uint64_t a[1] = { size };
-    err = pv_call_u64(d, PV_OP_MALLOC, 1, a, 1, &rep);
     uint64_t p = 0;
-    if (err == PV_SUCCESS && (pv_obj_u64(rep.result, &p) != 0 || p == 0)) {
-        pv_log("GPU%d (%s:%d) answered MALLOC without a pointer", d->index, d->conn->host, d->conn->port);
+    err = pv_call_MALLOC(d, size, &p);
+    if (err == PV_SUCCESS && p == 0) {
+        pv_log("GPU%d (%s:%d) answered MALLOC with a NULL pointer", d->index, d->conn->host, d->conn->port);
         err = PV_cudaErrorUnknown;
     }
-    pv_reply_free(&rep);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     pv_alloc_add(p, size, d->index);
@@ -217,10 +208,7 @@ PV_API cudaError_t cudaFree(void *ptr)
     if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
         return pv_ret(PV_cudaErrorInvalidValue);
     struct pv_device *d = pv_device(a.dev);
-    struct pv_reply rep = { 0 };
-    uint64_t args[1] = { a.ptr };
-    err = pv_call_u64(d, PV_OP_FREE, 1, args, 1, &rep);
-    pv_reply_free(&rep);
+    err = pv_call_FREE(d, a.ptr);
     /* Forget the allocation whatever the answer: a SYNC op reports an earlier deferred error after doing its own
      * work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory with it. */
     int dev;
@@ -234,22 +222,14 @@ PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep = { 0 };
-    err = pv_call_u64(d, PV_OP_MEM_GET_INFO, 1, NULL, 0, &rep);
-    uint64_t f = 0, t = 0;
-    if (err == PV_SUCCESS) {
-        const msgpack_object *r = rep.result;
-        if (!r || r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 2 ||
-            pv_obj_u64(&r->via.array.ptr[0], &f) != 0 || pv_obj_u64(&r->via.array.ptr[1], &t) != 0)
-            err = PV_cudaErrorUnknown;
-    }
-    pv_reply_free(&rep);
+    uint64_t ft[2];
+    err = pv_call_MEM_GET_INFO(d, ft);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     if (free_b)
-        *free_b = (size_t)f;
+        *free_b = (size_t)ft[0];
     if (total_b)
-        *total_b = (size_t)t;
+        *total_b = (size_t)ft[1];
     return PV_SUCCESS;
 }
 
@@ -361,7 +341,7 @@ PV_API cudaError_t cudaMemcpyPeer(void *dst, int dstDev, const void *src, int sr
 
 PV_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDev, const void *src, int srcDev, size_t n, cudaStream_t s)
 {
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+    if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     return pv_ret(peer(dst, dstDev, src, srcDev, n));
 }
@@ -386,18 +366,7 @@ static cudaError_t h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, cons
             memcpy(packed + r * width, src + r * spitch, width);
         payload = packed;
     }
-    cudaError_t err = PV_ERR_UNAVAILABLE;
-    if (pv_conn_alive(d->conn)) {
-        struct pv_req r;
-        pv_req_begin(&r, d->conn, PV_OP_MEMCPY2D_HTOD, 6, 0, payload, total, NULL, 0);
-        msgpack_pack_int(&r.pk, d->remote);
-        msgpack_pack_uint64(&r.pk, dst);
-        msgpack_pack_uint64(&r.pk, dpitch);
-        msgpack_pack_uint64(&r.pk, width);
-        msgpack_pack_uint64(&r.pk, height);
-        msgpack_pack_uint64(&r.pk, stream);
-        err = pv_req_finish(&r, NULL);
-    }
+    cudaError_t err = pv_send_MEMCPY2D_HTOD(d, dst, dpitch, width, height, stream, payload, total);
     free(packed);
     return err;
 }
@@ -409,22 +378,8 @@ static cudaError_t d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_
     char *packed = dpitch == width ? dst : malloc(total);
     if (!packed)
         return PV_cudaErrorMemoryAllocation;
-    cudaError_t err = PV_ERR_UNAVAILABLE;
     size_t got = 0;
-    if (pv_conn_alive(d->conn)) {
-        struct pv_req r;
-        struct pv_reply rep = { 0 };
-        pv_req_begin(&r, d->conn, PV_OP_MEMCPY2D_DTOH, 6, 1, NULL, 0, packed, total);
-        msgpack_pack_int(&r.pk, d->remote);
-        msgpack_pack_uint64(&r.pk, src);
-        msgpack_pack_uint64(&r.pk, spitch);
-        msgpack_pack_uint64(&r.pk, width);
-        msgpack_pack_uint64(&r.pk, height);
-        msgpack_pack_uint64(&r.pk, stream);
-        err = pv_req_finish(&r, &rep);
-        got = rep.payload_len;
-        pv_reply_free(&rep);
-    }
+    cudaError_t err = pv_call_MEMCPY2D_DTOH(d, src, spitch, width, height, stream, packed, total, &got);
     if (err == PV_SUCCESS && got != total)
         err = PV_cudaErrorUnknown;
     if (err == PV_SUCCESS && packed != dst)
@@ -444,12 +399,9 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
         return PV_SUCCESS;
     if (width > dpitch || width > spitch)
         return PV_cudaErrorInvalidPitchValue;
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = init_with_stream(s);
+    cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
-    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
     switch (kind) {
@@ -470,8 +422,7 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
             dev_range_2d(src, spitch, width, height, &sdev) != 0)
             return PV_cudaErrorInvalidValue;
         if (ddev == sdev) {
-            uint64_t a[7] = { du, dpitch, su, spitch, width, height, stream_for(s, sdev) };
-            return pv_call_u64(sdev, PV_OP_MEMCPY2D_DTOD, 0, a, 7, NULL);
+            return pv_send_MEMCPY2D_DTOD(sdev, du, dpitch, su, spitch, width, height, stream_for(s, sdev));
         } else {
             char *tmp = malloc(width * height);
             if (!tmp)
@@ -508,8 +459,7 @@ static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
     struct pv_device *d;
     if (dev_range(ptr, n, &d) != 0)
         return PV_cudaErrorInvalidValue;
-    uint64_t a[4] = { (uint64_t)(uintptr_t)ptr, (uint64_t)(value & 0xff), n, stream_for(s, d) };
-    return pv_call_u64(d, PV_OP_MEMSET, 0, a, 4, NULL);
+    return pv_send_MEMSET(d, (uint64_t)(uintptr_t)ptr, value & 0xff, n, stream_for(s, d));
 }
 
 static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
@@ -524,8 +474,7 @@ static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, s
     struct pv_device *d;
     if (dev_range_2d(ptr, pitch, width, height, &d) != 0)
         return PV_cudaErrorInvalidValue;
-    uint64_t a[6] = { (uint64_t)(uintptr_t)ptr, pitch, (uint64_t)(value & 0xff), width, height, stream_for(s, d) };
-    return pv_call_u64(d, PV_OP_MEMSET2D, 0, a, 6, NULL);
+    return pv_send_MEMSET2D(d, (uint64_t)(uintptr_t)ptr, pitch, value & 0xff, width, height, stream_for(s, d));
 }
 
 PV_API cudaError_t cudaMemset(void *p, int v, size_t n) { return pv_ret(memset_1d(p, v, n, NULL)); }
@@ -577,42 +526,37 @@ static cudaError_t symbol_span(const void *symbol, size_t n, size_t offset, cons
     return PV_SUCCESS;
 }
 
-static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+/* A copy between a symbol (+offset) and memory: to the symbol from src, or from the symbol into dst. kind says where
+ * the other side lives (cudaMemcpyDefault: found out from the pointer). */
+static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, size_t n, size_t offset, int kind,
+                               cudaStream_t s)
 {
-    struct pv_device *d, *sd;
+    struct pv_device *d, *od;
     uint64_t addr;
-    cudaError_t err = symbol_span(symbol, n, offset, src, &d, &addr);
+    cudaError_t err = symbol_span(symbol, n, offset, other, &d, &addr);
     if (err != PV_SUCCESS || n == 0)
         return err;
+    int host_kind = to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     if (kind == cudaMemcpyDefault)
-        kind = is_device_ptr(src) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    if (kind == cudaMemcpyHostToDevice)
-        return h2d(d, addr, src, n, stream_for(s, d));
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (dev_range(src, n, &sd) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2d(d, addr, sd, (uint64_t)(uintptr_t)src, n, stream_for(s, sd));
-    }
-    return PV_cudaErrorInvalidMemcpyDirection;
+        kind = is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
+    if (kind == host_kind)
+        return to_symbol ? h2d(d, addr, other, n, stream_for(s, d)) : d2h(d, other, addr, n, stream_for(s, d));
+    if (kind != cudaMemcpyDeviceToDevice)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (dev_range(other, n, &od) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t o = (uint64_t)(uintptr_t)other;
+    return to_symbol ? d2d(d, addr, od, o, n, stream_for(s, od)) : d2d(od, o, d, addr, n, stream_for(s, d));
+}
+
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+{
+    return symbol_copy(1, symbol, (void *)src, n, offset, kind, s);
 }
 
 static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t offset, int kind, cudaStream_t s)
 {
-    struct pv_device *d, *dd;
-    uint64_t addr;
-    cudaError_t err = symbol_span(symbol, n, offset, dst, &d, &addr);
-    if (err != PV_SUCCESS || n == 0)
-        return err;
-    if (kind == cudaMemcpyDefault)
-        kind = is_device_ptr(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
-    if (kind == cudaMemcpyDeviceToHost)
-        return d2h(d, dst, addr, n, stream_for(s, d));
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (dev_range(dst, n, &dd) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2d(dd, (uint64_t)(uintptr_t)dst, d, addr, n, stream_for(s, d));
-    }
-    return PV_cudaErrorInvalidMemcpyDirection;
+    return symbol_copy(0, symbol, dst, n, offset, kind, s);
 }
 
 PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t offset, int kind)
@@ -622,7 +566,7 @@ PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_
 PV_API cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t n, size_t offset, int kind,
                                            cudaStream_t s)
 {
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+    if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     return pv_ret(to_symbol(symbol, src, n, offset, kind, s));
 }
@@ -633,37 +577,37 @@ PV_API cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t n,
 PV_API cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, size_t offset, int kind,
                                              cudaStream_t s)
 {
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+    if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     return pv_ret(from_symbol(dst, symbol, n, offset, kind, s));
 }
 
-PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
-{
-    struct pv_device *d;
-    uint64_t addr;
-    size_t size;
-    if (!devPtr)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *devPtr = (void *)(uintptr_t)addr;
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+/* cudaGetSymbolAddress / cudaGetSymbolSize: exactly one of dev_ptr and size is wanted. */
+static cudaError_t symbol_query(const void *symbol, void **dev_ptr, size_t *size)
 {
     struct pv_device *d;
     uint64_t addr;
     size_t sz;
-    if (!size)
-        return pv_ret(PV_cudaErrorInvalidValue);
+    if (!dev_ptr && !size)
+        return PV_cudaErrorInvalidValue;
     cudaError_t err = symbol_addr(symbol, &d, &addr, &sz);
     if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *size = sz;
+        return err;
+    if (dev_ptr)
+        *dev_ptr = (void *)(uintptr_t)addr;
+    if (size)
+        *size = sz;
     return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
+{
+    return devPtr ? pv_ret(symbol_query(symbol, devPtr, NULL)) : pv_ret(PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+{
+    return size ? pv_ret(symbol_query(symbol, NULL, size)) : pv_ret(PV_cudaErrorInvalidValue);
 }
 
 /* Stream-ordered allocation: a device's work runs in arrival order on the daemon, so an allocation made now and a
@@ -677,7 +621,7 @@ PV_API cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
     if ((uintptr_t)s > 2) {
         uint64_t remote;
         struct pv_device *cur;
-        if ((err = pv_cur(&cur)) != PV_SUCCESS || (err = pv_stream_remote(s, cur, &remote, &d)) != PV_SUCCESS)
+        if ((err = pv_cur(&cur)) != PV_SUCCESS || (err = pv_stream_resolve(s, cur, &remote, &d)) != PV_SUCCESS)
             return pv_ret(err);
         int saved = pv_tls_device();
         pv_tls_set_device(d->index);
@@ -690,7 +634,7 @@ PV_API cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
 
 PV_API cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s)
 {
-    if ((uintptr_t)s > 2 && !pv_handle_valid(s))
+    if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     return cudaFree(ptr);
 }

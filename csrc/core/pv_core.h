@@ -1,7 +1,9 @@
-/* libvcudart shared declarations: minimal CUDA runtime types (no CUDA headers needed), logging, per-thread
- * state, and the interfaces between transport / hostmap / registry / api_*.c. */
-#ifndef PV_COMMON_H
-#define PV_COMMON_H
+/* The client core (libpvcore.so): what every API library of a process (libvcudart, libvcuda, libvcublas) shares.
+ * One connection per host, one device numbering, one table of allocations, streams, events and modules, one
+ * error model (cudaError_t numbers on the wire), and the generated per-op senders (ops_gen.h). No CUDA headers are
+ * needed: the few CUDA types the core handles are declared here, ABI-compatible with CUDA 13.0's. */
+#ifndef PV_CORE_H
+#define PV_CORE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -12,44 +14,29 @@
 #include <msgpack.h>
 
 #include "protocol_gen.h"
-#include "layouts_gen.h"
 
+/* Entry points an API library exports (its version script decides under which node). */
 #define PV_API __attribute__((visibility("default")))
 #define PV_WEAK_API __attribute__((visibility("default"), weak))
 
-/* Store a field of a CUDA struct filled in by offset (layouts_gen.h), alignment-safe. */
-static inline void pv_put_int(void *base, size_t off, int v) { memcpy((char *)base + off, &v, sizeof v); }
-static inline void pv_put_size(void *base, size_t off, size_t v) { memcpy((char *)base + off, &v, sizeof v); }
-
-/* ---- minimal CUDA runtime types (ABI-compatible with CUDA 13.0's declarations) ---- */
+/* ---- minimal CUDA types (ABI-compatible with CUDA 13.0; CUstream == cudaStream_t, CUevent == cudaEvent_t) ---- */
 typedef int cudaError_t;
 typedef struct { unsigned x, y, z; } dim3;
 typedef struct pv_stream *cudaStream_t;
 typedef struct pv_event *cudaEvent_t;
-typedef struct pv_func *cudaKernel_t;
-
-enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
-       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
-enum { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
 
 #define PV_SUCCESS 0
 #define PV_MAX_DEVICES 64
 #define PV_MAX_ATTRS 256
-#define PV_HOST_ALIGN 4096
 
-/* ---- logging ---- */
+/* ---- logging and per-thread state (state.c) ---- */
 void pv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* ---- per-thread state ---- */
-struct pv_call_config { dim3 grid, block; size_t shmem; cudaStream_t stream; };
-int pv_tls_device(void);                  /* current device of this thread (0 by default) */
+/* Logs once per flag (the first caller wins); returns 1 when it logged. */
+int pv_log_once(atomic_int *once, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int pv_tls_device(void);                  /* current device of this thread (0 by default), shared by all APIs */
 void pv_tls_set_device(int dev);
-cudaError_t pv_ret(cudaError_t err);      /* records a failure as the thread's last error; returns err */
-cudaError_t pv_last_error(int reset);
-cudaError_t pv_unsupported(const char *name, atomic_int *once);
-const char *pv_err_name(cudaError_t err);  /* api_error.c: "cudaErrorX" or "error N" */
-int pv_push_config(const struct pv_call_config *cfg);
-int pv_pop_config(struct pv_call_config *cfg);
+const char *pv_err_name(cudaError_t err);  /* errors.c: "cudaErrorX" or "error N" */
+const char *pv_err_text(cudaError_t err);  /* the description, or NULL for an unknown code */
 
 /* ---- wire (wire.c): framing and msgpack helpers ---- */
 const msgpack_object *pv_map_get(const msgpack_object *map, const char *key);
@@ -57,12 +44,15 @@ const msgpack_object *pv_map_get_int(const msgpack_object *map, int64_t key);
 int pv_obj_i64(const msgpack_object *o, int64_t *out);
 int pv_obj_u64(const msgpack_object *o, uint64_t *out);
 int pv_obj_f64(const msgpack_object *o, double *out);
+int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n);   /* str or bin: its bytes */
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap);   /* str or bin → NUL-terminated */
 int pv_read_full(int fd, void *buf, size_t n);                    /* 0 ok, -1 error/EOF */
 int pv_write_full(int fd, const void *a, size_t an, const void *b, size_t bn);
 int pv_read_header(int fd, msgpack_unpacked *out, char **raw);    /* reads u32 + header; caller frees *raw */
+void pv_seal_frame(msgpack_sbuffer *sb);                          /* patches the u32 length prefix of a frame */
 void pv_pack_bytes(msgpack_packer *pk, const void *data, size_t n);
 void pv_pack_str(msgpack_packer *pk, const char *s);
+void pv_pack_dim3(msgpack_packer *pk, dim3 v);
 
 /* ---- transport (transport.c): one connection per host ---- */
 struct pv_pending;
@@ -90,7 +80,7 @@ struct pv_reply {
     size_t payload_len;            /* bytes written into the caller's out buffer */
 };
 
-/* Request building: the caller packs exactly nargs arguments after pv_req_begin. */
+/* A request being built. The generated senders (ops_gen.c) are its only users outside transport.c. */
 struct pv_req {
     struct pv_conn *conn;
     msgpack_sbuffer sb;
@@ -101,10 +91,11 @@ struct pv_req {
     void *out;                     /* reply payload destination (PAYLOAD_OUT ops) */
     size_t out_cap;
 };
-void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply,
-                  const void *payload, size_t payload_len, void *out, size_t out_cap);
-/* Sends the request; for a reply request waits for it and fills rep (pv_reply_free after). Returns the
- * cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
+/* Starts a request on connection c: header [op, req_id, payload_len] for nargs arguments the caller packs next. */
+void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
+                  size_t payload_len, void *out, size_t out_cap);
+/* Sends the request; for a reply request waits for it and fills rep (pv_reply_free after; rep may be NULL).
+ * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
 void pv_reply_free(struct pv_reply *rep);
 /* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure. */
@@ -136,6 +127,19 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value);
 const char *pv_token(void);                 /* auth.c */
 int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out[65]);
 
+/* ---- requests to a device: the generated senders and what they are built from ---- */
+/* Starts a request of op to device d: nargs counts every wire argument (the device ordinal included; the caller
+ * packs the rest). PV_ERR_UNAVAILABLE when d's connection is gone. */
+cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
+                        const void *payload, size_t payload_len, void *out, size_t out_cap);
+/* Decode a reply's result into *out when err is PV_SUCCESS; free rep; a malformed result is logged and becomes
+ * cudaErrorUnknown. They return the call's error. */
+cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t *out);
+cudaError_t pv_reply_i64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, int64_t *out);
+cudaError_t pv_reply_f64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, double *out);
+cudaError_t pv_reply_u64x2(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t out[2]);
+#include "ops_gen.h"
+
 /* ---- registry (registry.c) ---- */
 struct pv_kinfo {
     uint64_t func_id;
@@ -164,6 +168,10 @@ struct pv_var {
     uint64_t addr[PV_MAX_DEVICES];
     int have[PV_MAX_DEVICES];
 };
+/* A module image (fatbin container or PTX) loaded lazily on each device at first use. */
+struct pv_fatbin *pv_fatbin_register(const void *wrapper);       /* from a fatbin wrapper; NULL when out of memory */
+struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, const char *name);
+struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size);
 struct pv_func *pv_func_by_host(const void *host_fun);
 int pv_func_valid(const struct pv_func *f);
 struct pv_var *pv_var_by_host(const void *host_var);
@@ -181,15 +189,14 @@ struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; };
 void pv_handle_add(const void *h);
 int pv_handle_remove(const void *h);
 int pv_handle_valid(const void *h);
-/* Resolves a stream for device d: NULL/legacy/per-thread → 0. Returns 0 or cudaErrorInvalidResourceHandle. */
-cudaError_t pv_stream_remote(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev);
-
-/* ---- memory helpers shared by api files ---- */
-cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
-
-/* Simple request helpers for ops whose args are all unsigned integers. */
-cudaError_t pv_call_u64(struct pv_device *d, int op, int want_reply, const uint64_t *args, int nargs,
-                        struct pv_reply *rep);
+/* The one stream resolver. A stream argument is NULL or a default-stream sentinel (cudaStreamLegacy = 1,
+ * cudaStreamPerThread = 2: the daemon serializes a device's work, so all mean its default stream) or a live stream
+ * handle; anything else is cudaErrorInvalidResourceHandle. On success *remote is the daemon handle (0 for the
+ * default stream) and *sdev the stream's device (d for the default stream; d may be NULL when the caller only
+ * validates). */
+cudaError_t pv_stream_resolve(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev);
+/* 1 when s is a default-stream sentinel or a live stream handle. */
+int pv_stream_ok(cudaStream_t s);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

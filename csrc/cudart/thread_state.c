@@ -1,29 +1,11 @@
-/* Per-thread runtime state (current device, last error, launch configuration stack) and logging. */
-#include <stdarg.h>
-#include <stdio.h>
-#include <string.h>
-
-#include "common.h"
+/* The runtime's own per-thread state: the last error (cudaGetLastError) and the `<<<>>>` configuration stack. */
+#include "cudart.h"
 
 #define PV_CONFIG_DEPTH 16
 
-static _Thread_local int tls_device;
 static _Thread_local cudaError_t tls_last_error;
 static _Thread_local struct pv_call_config tls_configs[PV_CONFIG_DEPTH];
 static _Thread_local int tls_config_depth;
-
-void pv_log(const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "pyvgpu: %s\n", buf);
-}
-
-int pv_tls_device(void) { return tls_device; }
-void pv_tls_set_device(int dev) { tls_device = dev; }
 
 cudaError_t pv_ret(cudaError_t err)
 {
@@ -42,8 +24,7 @@ cudaError_t pv_last_error(int reset)
 
 cudaError_t pv_unsupported(const char *name, atomic_int *once)
 {
-    if (atomic_exchange(once, 1) == 0)
-        pv_log("%s is not supported by libvcudart (returns cudaErrorNotSupported)", name);
+    pv_log_once(once, "%s is not supported by libvcudart (returns cudaErrorNotSupported)", name);
     return pv_ret(PV_cudaErrorNotSupported);
 }
 

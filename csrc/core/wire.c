@@ -7,7 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "pv_core.h"
 
 int pv_read_full(int fd, void *buf, size_t n)
 {
@@ -182,24 +182,48 @@ int pv_obj_f64(const msgpack_object *o, double *out)
     return -1;
 }
 
+int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n)
+{
+    if (o && o->type == MSGPACK_OBJECT_STR) {
+        *p = o->via.str.ptr;
+        *n = o->via.str.size;
+        return 0;
+    }
+    if (o && o->type == MSGPACK_OBJECT_BIN) {
+        *p = o->via.bin.ptr;
+        *n = o->via.bin.size;
+        return 0;
+    }
+    return -1;
+}
+
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap)
 {
     const char *p;
     size_t n;
-    if (!o || cap == 0)
+    if (cap == 0 || pv_obj_bytes(o, &p, &n) != 0)
         return -1;
-    if (o->type == MSGPACK_OBJECT_STR) {
-        p = o->via.str.ptr;
-        n = o->via.str.size;
-    } else if (o->type == MSGPACK_OBJECT_BIN) {
-        p = o->via.bin.ptr;
-        n = o->via.bin.size;
-    } else {
-        return -1;
-    }
     if (n >= cap)
         n = cap - 1;
     memcpy(out, p, n);
     out[n] = 0;
     return 0;
+}
+
+void pv_seal_frame(msgpack_sbuffer *sb)
+{
+    uint32_t n = (uint32_t)(sb->size - 4);
+    unsigned char *d = (unsigned char *)sb->data;
+    d[0] = n & 0xff;
+    d[1] = (n >> 8) & 0xff;
+    d[2] = (n >> 16) & 0xff;
+    d[3] = (n >> 24) & 0xff;
+}
+
+void pv_pack_dim3(msgpack_packer *pk, dim3 v)
+{
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint32(pk, v.x);
+    msgpack_pack_uint32(pk, v.y);
+    msgpack_pack_uint32(pk, v.z);
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "pv_core.h"
 
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
 #define FATBIN_CONTAINER_MAGIC 0xBA55ED50u
@@ -86,10 +86,8 @@ int pv_handle_valid(const void *h)
     return found;
 }
 
-cudaError_t pv_stream_remote(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev)
+cudaError_t pv_stream_resolve(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev)
 {
-    /* 0 = legacy default stream; 1 = cudaStreamLegacy; 2 = cudaStreamPerThread: all map to the device's
-     * default stream (the daemon serializes a device's work anyway). */
     if ((uintptr_t)s <= 2) {
         *remote = 0;
         if (sdev)
@@ -102,6 +100,12 @@ cudaError_t pv_stream_remote(cudaStream_t s, struct pv_device *d, uint64_t *remo
     if (sdev)
         *sdev = pv_device(s->dev);
     return PV_SUCCESS;
+}
+
+int pv_stream_ok(cudaStream_t s)
+{
+    uint64_t remote;
+    return pv_stream_resolve(s, NULL, &remote, NULL) == PV_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------------------ functions, vars */
@@ -160,7 +164,7 @@ static int grow(void *arr, int *cap, int n, size_t elem)
     return 0;
 }
 
-PV_API void **__cudaRegisterFatBinary(void *fatCubin)
+struct pv_fatbin *pv_fatbin_register(const void *fatCubin)
 {
     struct pv_fatbin *fb = calloc(1, sizeof *fb);
     if (!fb) {
@@ -193,7 +197,7 @@ PV_API void **__cudaRegisterFatBinary(void *fatCubin)
     fb->next = fatbins;
     fatbins = fb;
     pthread_mutex_unlock(&fatbins_mu);
-    return (void **)fb;
+    return fb;
 }
 
 void pv_modules_forget_device(int di)
@@ -211,75 +215,47 @@ void pv_modules_forget_device(int di)
     pthread_mutex_unlock(&fatbins_mu);
 }
 
-PV_API void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
-
-PV_API void __cudaUnregisterFatBinary(void **handle)
+struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, const char *name)
 {
-    /* Runs at process exit; the daemon frees the session's modules when the connection closes. Tables stay
-     * valid so late calls from other threads or destructors never touch freed memory. */
-    (void)handle;
-}
-
-PV_API void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
-                                   int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize)
-{
-    (void)deviceFun; (void)thread_limit; (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
-    struct pv_fatbin *fb = (struct pv_fatbin *)handle;
-    if (!fb || !deviceName)
-        return;
+    if (!fb || !name)
+        return NULL;
     struct pv_func *f = calloc(1, sizeof *f);
-    if (!f || !(f->name = strdup(deviceName))) {
+    if (!f || !(f->name = strdup(name))) {
         free(f);
-        pv_log("out of memory registering kernel %s", deviceName);
-        return;
+        pv_log("out of memory registering kernel %s", name);
+        return NULL;
     }
     f->magic = PV_FUNC_MAGIC;
     f->fb = fb;
-    f->host_fun = hostFun;
+    f->host_fun = host_fun;
     pthread_mutex_lock(&fb->mu);
     if (grow(&fb->funcs, &fb->capfuncs, fb->nfuncs, sizeof *fb->funcs) == 0)
         fb->funcs[fb->nfuncs++] = f;
     pthread_mutex_unlock(&fb->mu);
     pv_handle_add(f);
-    tab_put(ftab, hostFun, f);
+    tab_put(ftab, host_fun, f);
+    return f;
 }
 
-PV_API void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
-                              size_t size, int constant, int global)
+struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size)
 {
-    (void)deviceAddress; (void)ext; (void)constant; (void)global;
-    struct pv_fatbin *fb = (struct pv_fatbin *)handle;
-    if (!fb || !deviceName)
-        return;
+    if (!fb || !name)
+        return NULL;
     struct pv_var *v = calloc(1, sizeof *v);
-    if (!v || !(v->name = strdup(deviceName))) {
+    if (!v || !(v->name = strdup(name))) {
         free(v);
-        pv_log("out of memory registering variable %s", deviceName);
-        return;
+        pv_log("out of memory registering variable %s", name);
+        return NULL;
     }
     v->fb = fb;
-    v->host_var = hostVar;
+    v->host_var = host_var;
     v->size = size;
     pthread_mutex_lock(&fb->mu);
     if (grow(&fb->vars, &fb->capvars, fb->nvars, sizeof *fb->vars) == 0)
         fb->vars[fb->nvars++] = v;
     pthread_mutex_unlock(&fb->mu);
-    tab_put(vtab, hostVar, v);
-}
-
-static atomic_int managed_once;
-PV_API void __cudaRegisterManagedVar(void **handle, void **hostVarPtrAddress, char *deviceAddress,
-                                     const char *deviceName, int ext, size_t size, int constant, int global)
-{
-    (void)handle; (void)hostVarPtrAddress; (void)deviceAddress; (void)ext; (void)size; (void)constant; (void)global;
-    if (atomic_exchange(&managed_once, 1) == 0)
-        pv_log("__managed__ variables are not supported (first: %s); using them fails", deviceName ? deviceName : "?");
-}
-
-PV_API char __cudaInitModule(void **handle)
-{
-    (void)handle;
-    return 1;
+    tab_put(vtab, host_var, v);
+    return v;
 }
 
 /* ------------------------------------------------------------------------------------------ module load */
@@ -288,11 +264,11 @@ static struct pv_kinfo *parse_kernel(const msgpack_object *k)
     struct pv_kinfo *ki = calloc(1, sizeof *ki);
     if (!ki)
         return NULL;
-    if (pv_obj_u64(pv_map_get(k, "id"), &ki->func_id) != 0) {
+    if (pv_obj_u64(pv_map_get(k, PV_KEY_KERNEL_ID), &ki->func_id) != 0) {
         free(ki);
         return NULL;
     }
-    const msgpack_object *ps = pv_map_get(k, "params");
+    const msgpack_object *ps = pv_map_get(k, PV_KEY_KERNEL_PARAMS);
     if (ps && ps->type == MSGPACK_OBJECT_ARRAY && ps->via.array.size) {
         ki->params = calloc(ps->via.array.size, sizeof *ki->params);
         if (!ki->params) {
@@ -316,17 +292,17 @@ static struct pv_kinfo *parse_kernel(const msgpack_object *k)
         }
         ki->nparams = (int)ps->via.array.size;
     }
-    const msgpack_object *a = pv_map_get(k, "attrs");
+    const msgpack_object *a = pv_map_get(k, PV_KEY_KERNEL_ATTRS);
     int64_t v;
-    ki->max_threads = pv_obj_i64(pv_map_get(a, "max_threads_per_block"), &v) == 0 ? v : 1024;
-    ki->shared = pv_obj_i64(pv_map_get(a, "shared_size_bytes"), &v) == 0 ? v : 0;
-    ki->constant = pv_obj_i64(pv_map_get(a, "const_size_bytes"), &v) == 0 ? v : 0;
-    ki->local = pv_obj_i64(pv_map_get(a, "local_size_bytes"), &v) == 0 ? v : 0;
-    ki->regs = pv_obj_i64(pv_map_get(a, "num_regs"), &v) == 0 ? v : 32;
-    ki->ptx = pv_obj_i64(pv_map_get(a, "ptx_version"), &v) == 0 ? v : 0;
-    ki->binary = pv_obj_i64(pv_map_get(a, "binary_version"), &v) == 0 ? v : 0;
-    ki->max_dyn_shared = pv_obj_i64(pv_map_get(a, "max_dynamic_shared_size_bytes"), &v) == 0 ? v : 49152;
-    ki->carveout = pv_obj_i64(pv_map_get(a, "preferred_shmem_carveout"), &v) == 0 ? v : -1;
+    ki->max_threads = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_MAX_THREADS_PER_BLOCK), &v) == 0 ? v : 1024;
+    ki->shared = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_SHARED_SIZE_BYTES), &v) == 0 ? v : 0;
+    ki->constant = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_CONST_SIZE_BYTES), &v) == 0 ? v : 0;
+    ki->local = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_LOCAL_SIZE_BYTES), &v) == 0 ? v : 0;
+    ki->regs = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_NUM_REGS), &v) == 0 ? v : 32;
+    ki->ptx = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_PTX_VERSION), &v) == 0 ? v : 0;
+    ki->binary = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_BINARY_VERSION), &v) == 0 ? v : 0;
+    ki->max_dyn_shared = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES), &v) == 0 ? v : 49152;
+    ki->carveout = pv_obj_i64(pv_map_get(a, PV_KEY_KATTR_PREFERRED_SHMEM_CARVEOUT), &v) == 0 ? v : -1;
     return ki;
 }
 
@@ -343,22 +319,15 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
         pthread_mutex_unlock(&fb->mu);
         return PV_cudaErrorInvalidKernelImage;
     }
-    struct pv_req r;
     struct pv_reply rep = { 0 };
-    cudaError_t err = PV_ERR_UNAVAILABLE;
-    if (pv_conn_alive(d->conn)) {
-        pv_req_begin(&r, d->conn, PV_OP_MODULE_LOAD, 2, 1, fb->image, fb->size, NULL, 0);
-        msgpack_pack_int(&r.pk, d->remote);
-        msgpack_pack_uint64(&r.pk, fb->module_id);
-        err = pv_req_finish(&r, &rep);
-    }
+    cudaError_t err = pv_call_MODULE_LOAD(d, fb->module_id, fb->image, fb->size, &rep);
     if (err == PV_ERR_UNAVAILABLE) {   /* transient for this call; do not latch */
         pthread_mutex_unlock(&fb->mu);
         return err;
     }
     if (err == PV_SUCCESS) {
-        const msgpack_object *kernels = pv_map_get(rep.result, "kernels");
-        const msgpack_object *vars = pv_map_get(rep.result, "vars");
+        const msgpack_object *kernels = pv_map_get(rep.result, PV_KEY_MODULE_KERNELS);
+        const msgpack_object *vars = pv_map_get(rep.result, PV_KEY_MODULE_VARS);
         for (int i = 0; i < fb->nfuncs; i++) {
             struct pv_func *f = fb->funcs[i];
             const msgpack_object *k = pv_map_get(kernels, f->name);

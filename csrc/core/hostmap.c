@@ -2,12 +2,13 @@
  * per line, '#' comments). Hosts are contacted once, in order; GPUs are numbered in host-map order, then by each
  * host's device ordinal, from the device snapshots of the HELLO reply. */
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "common.h"
+#include "pv_core.h"
 
 #define PV_MAX_HOSTS 32
 
@@ -129,16 +130,10 @@ static int read_hosts(struct host_entry *out, int cap)
     return n;
 }
 
-static int get_int(const msgpack_object *m, const char *key, int dflt)
+static int64_t get_i64(const msgpack_object *m, const char *key, int64_t dflt)
 {
     int64_t v;
-    return pv_obj_i64(pv_map_get(m, key), &v) == 0 ? (int)v : dflt;
-}
-
-static uint64_t get_u64(const msgpack_object *m, const char *key, uint64_t dflt)
-{
-    int64_t v;
-    return pv_obj_i64(pv_map_get(m, key), &v) == 0 && v >= 0 ? (uint64_t)v : dflt;
+    return pv_obj_i64(pv_map_get(m, key), &v) == 0 && v >= 0 ? v : dflt;
 }
 
 static void get_dim3(const msgpack_object *m, const char *key, int out[3], int dflt)
@@ -159,48 +154,109 @@ static void set_default_attr(struct pv_device *d, int attr, int value)
     }
 }
 
+/* The scalar fields of a device snapshot: where each lands in struct pv_device, its default when the daemon omits
+ * it, and the cudaDeviceAttr it also answers when the daemon's attribute table lacks that attribute (0: none). */
+struct snapshot_field {
+    const char *key;
+    size_t offset;
+    int is_u64;              /* uint64_t field, else int */
+    int64_t dflt;
+    int attr;
+};
+#define INT_FIELD(key, field, dflt, attr) { key, offsetof(struct pv_device, field), 0, dflt, attr }
+#define U64_FIELD(key, field, dflt, attr) { key, offsetof(struct pv_device, field), 1, dflt, attr }
+static const struct snapshot_field snapshot_fields[] = {
+    U64_FIELD(PV_KEY_DEV_TOTAL_MEM, total_mem, 0, 0),
+    INT_FIELD(PV_KEY_DEV_MAJOR, major, 7, PV_cudaDevAttrComputeCapabilityMajor),
+    INT_FIELD(PV_KEY_DEV_MINOR, minor, 5, PV_cudaDevAttrComputeCapabilityMinor),
+    INT_FIELD(PV_KEY_DEV_MULTIPROCESSORS, sms, 1, PV_cudaDevAttrMultiProcessorCount),
+    INT_FIELD(PV_KEY_DEV_WARP_SIZE, warp, 32, PV_cudaDevAttrWarpSize),
+    INT_FIELD(PV_KEY_DEV_MAX_THREADS_PER_BLOCK, max_tpb, 1024, PV_cudaDevAttrMaxThreadsPerBlock),
+    U64_FIELD(PV_KEY_DEV_SHARED_MEM_PER_BLOCK, smem_per_block, 49152, PV_cudaDevAttrMaxSharedMemoryPerBlock),
+    U64_FIELD(PV_KEY_DEV_SHARED_MEM_PER_MULTIPROCESSOR, smem_per_sm, 65536,
+              PV_cudaDevAttrMaxSharedMemoryPerMultiprocessor),
+    INT_FIELD(PV_KEY_DEV_REGS_PER_BLOCK, regs_per_block, 65536, PV_cudaDevAttrMaxRegistersPerBlock),
+    INT_FIELD(PV_KEY_DEV_CLOCK_RATE_KHZ, clock_khz, 1000000, PV_cudaDevAttrClockRate),
+    INT_FIELD(PV_KEY_DEV_MEMORY_CLOCK_RATE_KHZ, mem_clock_khz, 1000000, PV_cudaDevAttrMemoryClockRate),
+    INT_FIELD(PV_KEY_DEV_MEMORY_BUS_WIDTH, bus_width, 256, PV_cudaDevAttrGlobalMemoryBusWidth),
+    INT_FIELD(PV_KEY_DEV_L2_CACHE_SIZE, l2, 0, PV_cudaDevAttrL2CacheSize),
+    INT_FIELD(PV_KEY_DEV_MAX_THREADS_PER_MULTIPROCESSOR, max_tpm, 2048, PV_cudaDevAttrMaxThreadsPerMultiProcessor),
+    U64_FIELD(PV_KEY_DEV_TOTAL_CONST_MEM, const_mem, 65536, PV_cudaDevAttrTotalConstantMemory),
+};
+
+static void parse_scalars(struct pv_device *d, const msgpack_object *s)
+{
+    for (size_t i = 0; i < sizeof snapshot_fields / sizeof snapshot_fields[0]; i++) {
+        const struct snapshot_field *f = &snapshot_fields[i];
+        int64_t v = get_i64(s, f->key, f->dflt);
+        if (f->is_u64) {
+            uint64_t u = (uint64_t)v;
+            memcpy((char *)d + f->offset, &u, sizeof u);
+        } else {
+            int n = (int)v;
+            memcpy((char *)d + f->offset, &n, sizeof n);
+        }
+    }
+}
+
+/* The table's attributes, and the few derived ones, for a daemon whose attribute table lacks them. */
+static void default_attrs(struct pv_device *d)
+{
+    for (size_t i = 0; i < sizeof snapshot_fields / sizeof snapshot_fields[0]; i++) {
+        const struct snapshot_field *f = &snapshot_fields[i];
+        int64_t v;
+        if (!f->attr)
+            continue;
+        if (f->is_u64) {
+            uint64_t u;
+            memcpy(&u, (const char *)d + f->offset, sizeof u);
+            v = (int64_t)u;
+        } else {
+            int n;
+            memcpy(&n, (const char *)d + f->offset, sizeof n);
+            v = n;
+        }
+        set_default_attr(d, f->attr, (int)v);
+    }
+    for (int i = 0; i < 3; i++) {
+        set_default_attr(d, PV_cudaDevAttrMaxBlockDimX + i, d->max_block[i]);
+        set_default_attr(d, PV_cudaDevAttrMaxGridDimX + i, d->max_grid[i]);
+    }
+    set_default_attr(d, PV_cudaDevAttrPciBusId, d->pci_bus);
+    set_default_attr(d, PV_cudaDevAttrUnifiedAddressing, 1);
+    set_default_attr(d, PV_cudaDevAttrMaxRegistersPerMultiprocessor, d->regs_per_block);
+    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, (int)d->smem_per_block);
+    set_default_attr(d, PV_cudaDevAttrMaxBlocksPerMultiprocessor, 16);
+}
+
 static void parse_device(struct pv_device *d, const msgpack_object *s)
 {
-    if (pv_obj_str(pv_map_get(s, "name"), d->name, sizeof d->name) != 0)
+    if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_NAME), d->name, sizeof d->name) != 0)
         snprintf(d->name, sizeof d->name, "pyvgpu device");
-    d->total_mem = get_u64(s, "total_mem", 0);
-    d->major = get_int(s, "major", 7);
-    d->minor = get_int(s, "minor", 5);
-    d->sms = get_int(s, "multiprocessors", 1);
-    d->warp = get_int(s, "warp_size", 32);
-    d->max_tpb = get_int(s, "max_threads_per_block", 1024);
-    get_dim3(s, "max_block_dim", d->max_block, 0);
+    parse_scalars(d, s);
+    get_dim3(s, PV_KEY_DEV_MAX_BLOCK_DIM, d->max_block, 0);
     if (!d->max_block[0]) {
         d->max_block[0] = d->max_block[1] = 1024;
         d->max_block[2] = 64;
     }
-    get_dim3(s, "max_grid_dim", d->max_grid, 0);
+    get_dim3(s, PV_KEY_DEV_MAX_GRID_DIM, d->max_grid, 0);
     if (!d->max_grid[0]) {
         d->max_grid[0] = 2147483647;
         d->max_grid[1] = d->max_grid[2] = 65535;
     }
-    d->smem_per_block = get_u64(s, "shared_mem_per_block", 49152);
-    d->smem_per_sm = get_u64(s, "shared_mem_per_multiprocessor", 65536);
-    d->regs_per_block = get_int(s, "regs_per_block", 65536);
-    d->clock_khz = get_int(s, "clock_rate_khz", 1000000);
-    d->mem_clock_khz = get_int(s, "memory_clock_rate_khz", 1000000);
-    d->bus_width = get_int(s, "memory_bus_width", 256);
-    d->l2 = get_int(s, "l2_cache_size", 0);
-    d->max_tpm = get_int(s, "max_threads_per_multiprocessor", 2048);
-    d->const_mem = get_u64(s, "total_const_mem", 65536);
-    d->pci_bus = get_int(s, "pci_bus_id", d->index);
+    d->pci_bus = (int)get_i64(s, PV_KEY_DEV_PCI_BUS_ID, d->index);
     char pci[64];
     unsigned dom, bus, slot, fn;
-    if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 &&
+    if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_PCI_BUS_ID), pci, sizeof pci) == 0 &&
         sscanf(pci, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4)
         d->pci_bus = (int)bus;
     snprintf(d->pci_id, sizeof d->pci_id, "0000:%02x:00.0", (unsigned)d->pci_bus & 0xffu);
-    if (pv_obj_str(pv_map_get(s, "pci_bus_id"), pci, sizeof pci) == 0 && strchr(pci, ':'))
+    if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_PCI_BUS_ID), pci, sizeof pci) == 0 && strchr(pci, ':'))
         snprintf(d->pci_id, sizeof d->pci_id, "%s", pci);
-    const msgpack_object *u = pv_map_get(s, "uuid");
+    const msgpack_object *u = pv_map_get(s, PV_KEY_DEV_UUID);
     if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
         memcpy(d->uuid, u->via.bin.ptr, 16);
-    const msgpack_object *attrs = pv_map_get(s, "attrs");
+    const msgpack_object *attrs = pv_map_get(s, PV_KEY_DEV_ATTRS);
     if (attrs && attrs->type == MSGPACK_OBJECT_MAP) {
         for (uint32_t i = 0; i < attrs->via.map.size; i++) {
             int64_t k, v;
@@ -212,31 +268,9 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
         }
     }
     /* the named snapshot fields answer the common attributes when the daemon's table lacks them */
-    set_default_attr(d, 1, d->max_tpb);
-    for (int i = 0; i < 3; i++) {
-        set_default_attr(d, 2 + i, d->max_block[i]);
-        set_default_attr(d, 5 + i, d->max_grid[i]);
-    }
-    set_default_attr(d, 8, (int)d->smem_per_block);
-    set_default_attr(d, 9, (int)d->const_mem);
-    set_default_attr(d, 10, d->warp);
-    set_default_attr(d, 12, d->regs_per_block);
-    set_default_attr(d, 13, d->clock_khz);
-    set_default_attr(d, 16, d->sms);
-    set_default_attr(d, 33, d->pci_bus);
-    set_default_attr(d, 36, d->mem_clock_khz);
-    set_default_attr(d, 37, d->bus_width);
-    set_default_attr(d, 38, d->l2);
-    set_default_attr(d, 39, d->max_tpm);
-    set_default_attr(d, 41, 1);
-    set_default_attr(d, 75, d->major);
-    set_default_attr(d, 76, d->minor);
-    set_default_attr(d, 81, (int)d->smem_per_sm);
-    set_default_attr(d, 82, d->regs_per_block);
-    set_default_attr(d, 97, (int)d->smem_per_block);
-    set_default_attr(d, 106, 16);
-    d->regs_per_sm = d->attr[82];
-    d->max_blocks_per_sm = d->attr[106];
+    default_attrs(d);
+    d->regs_per_sm = d->attr[PV_cudaDevAttrMaxRegistersPerMultiprocessor];
+    d->max_blocks_per_sm = d->attr[PV_cudaDevAttrMaxBlocksPerMultiprocessor];
 }
 
 static void do_init(void)
@@ -258,7 +292,7 @@ static void do_init(void)
                 first_err = err;
             continue;
         }
-        const msgpack_object *devs = pv_map_get(hello.result, "devices");
+        const msgpack_object *devs = pv_map_get(hello.result, PV_KEY_HELLO_REPLY_DEVICES);
         int nd = (devs && devs->type == MSGPACK_OBJECT_ARRAY) ? (int)devs->via.array.size : 0;
         for (int r = 0; r < nd && ndevices < PV_MAX_DEVICES; r++) {
             struct pv_device *d = &devices[ndevices];
@@ -312,19 +346,4 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value)
         return -1;
     *value = d->attr[attr];
     return 0;
-}
-
-cudaError_t pv_call_u64(struct pv_device *d, int op, int want_reply, const uint64_t *args, int nargs,
-                        struct pv_reply *rep)
-{
-    struct pv_req r;
-    if (rep)
-        memset(rep, 0, sizeof *rep);
-    if (!pv_conn_alive(d->conn))
-        return PV_ERR_UNAVAILABLE;
-    pv_req_begin(&r, d->conn, op, nargs + 1, want_reply, NULL, 0, NULL, 0);
-    msgpack_pack_int(&r.pk, d->remote);
-    for (int i = 0; i < nargs; i++)
-        msgpack_pack_uint64(&r.pk, args[i]);
-    return pv_req_finish(&r, rep);
 }

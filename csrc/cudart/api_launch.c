@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "cudart.h"
 
 PV_API unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
 {
@@ -65,7 +65,7 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
         return err;
     uint64_t stream = 0;
     struct pv_device *sd = NULL;
-    err = pv_stream_remote(s, d, &stream, &sd);
+    err = pv_stream_resolve(s, d, &stream, &sd);
     if (err != PV_SUCCESS)
         return err;
     if (sd != d)
@@ -95,24 +95,7 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
         memset(small, 0, ki->param_bytes);
     for (int i = 0; i < ki->nparams; i++)
         memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
-    err = PV_ERR_UNAVAILABLE;
-    if (pv_conn_alive(d->conn)) {
-        struct pv_req r;
-        pv_req_begin(&r, d->conn, PV_OP_LAUNCH, 6, 0, buf, ki->param_bytes, NULL, 0);
-        msgpack_pack_int(&r.pk, d->remote);
-        msgpack_pack_uint64(&r.pk, ki->func_id);
-        msgpack_pack_array(&r.pk, 3);
-        msgpack_pack_unsigned_int(&r.pk, grid.x);
-        msgpack_pack_unsigned_int(&r.pk, grid.y);
-        msgpack_pack_unsigned_int(&r.pk, grid.z);
-        msgpack_pack_array(&r.pk, 3);
-        msgpack_pack_unsigned_int(&r.pk, block.x);
-        msgpack_pack_unsigned_int(&r.pk, block.y);
-        msgpack_pack_unsigned_int(&r.pk, block.z);
-        msgpack_pack_uint64(&r.pk, shmem);
-        msgpack_pack_uint64(&r.pk, stream);
-        err = pv_req_finish(&r, NULL);
-    }
+    err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
     if (buf != small)
         free(buf);
     return err;
@@ -193,7 +176,7 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
 static int64_t smem_optin(const struct pv_device *d)
 {
     int v;
-    if (pv_dev_attr(d, 97, &v) == 0 && v > 0)
+    if (pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 && v > 0)
         return v;
     return (int64_t)d->smem_per_block;
 }
@@ -215,15 +198,7 @@ PV_API cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
         /* cluster attributes (10..15) need sm_90 clusters; anything else is not a settable attribute */
         return pv_ret(PV_cudaErrorInvalidValue);
     }
-    if (!pv_conn_alive(d->conn))
-        return pv_ret(PV_ERR_UNAVAILABLE);
-    struct pv_req r;
-    pv_req_begin(&r, d->conn, PV_OP_FUNC_SET_ATTR, 4, 0, NULL, 0, NULL, 0);
-    msgpack_pack_int(&r.pk, d->remote);
-    msgpack_pack_uint64(&r.pk, ki->func_id);
-    msgpack_pack_int(&r.pk, attr);
-    msgpack_pack_int(&r.pk, value);
-    err = pv_req_finish(&r, NULL);
+    err = pv_send_FUNC_SET_ATTR(d, ki->func_id, attr, value);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "pv_core.h"
 
 static pthread_once_t token_once = PTHREAD_ONCE_INIT;
 static char *token_value;

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common.h"
+#include "cudart.h"
 
 PV_API cudaError_t cudaGetDeviceCount(int *count)
 {
@@ -51,15 +51,12 @@ static cudaError_t checked_cur(int args_ok, struct pv_device **d)
 }
 
 /* An argument-less request with a reply to the current device, returned in *d (DEVICE_SYNC, DEVICE_RESET). */
-static cudaError_t cur_call(int op, struct pv_device **d)
+static cudaError_t cur_call(cudaError_t (*call)(struct pv_device *), struct pv_device **d)
 {
     cudaError_t err = pv_cur(d);
     if (err != PV_SUCCESS)
         return err;
-    struct pv_reply rep = { 0 };
-    err = pv_call_u64(*d, op, 1, NULL, 0, &rep);
-    pv_reply_free(&rep);
-    return err;
+    return call(*d);
 }
 
 PV_API cudaError_t cudaSetDeviceFlags(unsigned flags)
@@ -126,8 +123,8 @@ PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
     pv_put_int(p, PV_cudaDeviceProp_maxBlocksPerMultiProcessor, d->max_blocks_per_sm);
     int v;
     pv_put_size(p, PV_cudaDeviceProp_sharedMemPerBlockOptin,
-             pv_dev_attr(d, 97, &v) == 0 ? (size_t)v : d->smem_per_block);
-    if (pv_dev_attr(d, 111, &v) == 0)
+             pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 ? (size_t)v : d->smem_per_block);
+    if (pv_dev_attr(d, PV_cudaDevAttrReservedSharedMemoryPerBlock, &v) == 0)
         pv_put_size(p, PV_cudaDeviceProp_reservedSharedMemPerBlock, (size_t)v);
     return PV_SUCCESS;
 }
@@ -167,13 +164,13 @@ PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 PV_API cudaError_t cudaDeviceSynchronize(void)
 {
     struct pv_device *d;
-    return pv_ret(cur_call(PV_OP_DEVICE_SYNC, &d));
+    return pv_ret(cur_call(pv_call_DEVICE_SYNC, &d));
 }
 
 PV_API cudaError_t cudaDeviceReset(void)
 {
     struct pv_device *d;
-    cudaError_t err = cur_call(PV_OP_DEVICE_RESET, &d);
+    cudaError_t err = cur_call(pv_call_DEVICE_RESET, &d);
     if (err == PV_SUCCESS) {
         pv_alloc_forget_device(d->index);
         pv_modules_forget_device(d->index);
@@ -232,30 +229,13 @@ PV_API cudaError_t cudaDeviceGetCacheConfig(int *config)
 
 /* Limits live in the daemon's context for this device (DEVICE_SET_LIMIT / DEVICE_GET_LIMIT): the backend knows
  * what its device supports, rounds or clamps as the driver does, and answers cudaErrorUnsupportedLimit. */
-static cudaError_t limit_call(struct pv_device *d, int op, int limit, const size_t *value, struct pv_reply *rep)
-{
-    memset(rep, 0, sizeof *rep);
-    if (!pv_conn_alive(d->conn))
-        return PV_ERR_UNAVAILABLE;
-    struct pv_req r;
-    pv_req_begin(&r, d->conn, op, value ? 3 : 2, 1, NULL, 0, NULL, 0);
-    msgpack_pack_int(&r.pk, d->remote);
-    msgpack_pack_int(&r.pk, limit);
-    if (value)
-        msgpack_pack_uint64(&r.pk, (uint64_t)*value);
-    return pv_req_finish(&r, rep);
-}
-
 PV_API cudaError_t cudaDeviceSetLimit(int limit, size_t value)
 {
     struct pv_device *d;
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep;
-    err = limit_call(d, PV_OP_DEVICE_SET_LIMIT, limit, &value, &rep);
-    pv_reply_free(&rep);
-    return pv_ret(err);
+    return pv_ret(pv_call_DEVICE_SET_LIMIT(d, limit, (int64_t)value));
 }
 
 PV_API cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
@@ -264,14 +244,8 @@ PV_API cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
     cudaError_t err = checked_cur(value != NULL, &d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep;
-    err = limit_call(d, PV_OP_DEVICE_GET_LIMIT, limit, NULL, &rep);
     uint64_t v = 0;
-    if (err == PV_SUCCESS && pv_obj_u64(rep.result, &v) != 0) {
-        pv_log("GPU%d (%s:%d) answered DEVICE_GET_LIMIT without a value", d->index, d->conn->host, d->conn->port);
-        err = PV_cudaErrorUnknown;
-    }
-    pv_reply_free(&rep);
+    err = pv_call_DEVICE_GET_LIMIT(d, limit, &v);
     if (err == PV_SUCCESS)
         *value = (size_t)v;
     return pv_ret(err);

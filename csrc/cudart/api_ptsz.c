@@ -1,6 +1,6 @@
 /* The per-thread-default-stream entry points (nvcc --default-stream per-thread). A device's work is serialized by
  * the daemon, so the per-thread default stream behaves like the legacy one: each forwards to its base function. */
-#include "common.h"
+#include "cudart.h"
 
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t, unsigned);

@@ -1,39 +1,20 @@
 /* Errors and versions, answered locally: last error per thread, names and strings from the generated table. */
 #include <stdio.h>
 
-#include "common.h"
+#include "cudart.h"
 
 PV_API cudaError_t cudaGetLastError(void) { return pv_last_error(1); }
 PV_API cudaError_t cudaPeekAtLastError(void) { return pv_last_error(0); }
 
-static const struct pv_error_desc *find_error(cudaError_t e)
-{
-    for (int i = 0; i < PV_ERROR_TABLE_LEN; i++)
-        if (pv_error_table[i].code == e)
-            return &pv_error_table[i];
-    return NULL;
-}
-
-const char *pv_err_name(cudaError_t e)
-{
-    static _Thread_local char buf[32];
-    const struct pv_error_desc *d = find_error(e);
-    if (d)
-        return d->name;
-    snprintf(buf, sizeof buf, "error %d", e);
-    return buf;
-}
-
 PV_API const char *cudaGetErrorName(cudaError_t e)
 {
-    const struct pv_error_desc *d = find_error(e);
-    return d ? d->name : "unrecognized error code";
+    return pv_err_text(e) ? pv_err_name(e) : "unrecognized error code";
 }
 
 PV_API const char *cudaGetErrorString(cudaError_t e)
 {
-    const struct pv_error_desc *d = find_error(e);
-    return d ? d->text : "unrecognized error code";
+    const char *text = pv_err_text(e);
+    return text ? text : "unrecognized error code";
 }
 
 PV_API cudaError_t cudaDriverGetVersion(int *v)

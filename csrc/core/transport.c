@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "pv_core.h"
 
 struct pv_pending {
     uint64_t id;
@@ -110,14 +110,7 @@ static void emit_stdout(const msgpack_object *o)
 {
     const char *p = NULL;
     size_t n = 0;
-    if (o->type == MSGPACK_OBJECT_BIN) {
-        p = o->via.bin.ptr;
-        n = o->via.bin.size;
-    } else if (o->type == MSGPACK_OBJECT_STR) {
-        p = o->via.str.ptr;
-        n = o->via.str.size;
-    }
-    if (!n)
+    if (pv_obj_bytes(o, &p, &n) != 0 || !n)
         return;
     fflush(stdout);
     while (n > 0) {
@@ -227,12 +220,7 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
 static cudaError_t send_frame(struct pv_req *r)
 {
     struct pv_conn *c = r->conn;
-    uint32_t n = (uint32_t)(r->sb.size - 4);
-    unsigned char *d = (unsigned char *)r->sb.data;
-    d[0] = n & 0xff;
-    d[1] = (n >> 8) & 0xff;
-    d[2] = (n >> 16) & 0xff;
-    d[3] = (n >> 24) & 0xff;
+    pv_seal_frame(&r->sb);
     pthread_mutex_lock(&c->send_mu);
     int rc = atomic_load(&c->dead) ? -1 : pv_write_full(c->fd, r->sb.data, r->sb.size, r->payload, r->payload_len);
     pthread_mutex_unlock(&c->send_mu);
@@ -400,26 +388,21 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     snprintf(client, sizeof client, "%d@%s %s", (int)getpid(), hn, exe);
 
     struct pv_req r;
-    pv_req_begin(&r, c, PV_OP_HELLO, 1, 1, NULL, 0, NULL, 0);
+    pv_req_begin(&r, c, PV_OP_HELLO, PV_OP_HELLO_NARGS, 1, NULL, 0, NULL, 0);
     msgpack_pack_map(&r.pk, 4);
-    pv_pack_str(&r.pk, "version");
+    pv_pack_str(&r.pk, PV_KEY_HELLO_VERSION);
     msgpack_pack_int(&r.pk, PV_PROTOCOL_VERSION);
-    pv_pack_str(&r.pk, "proof");
+    pv_pack_str(&r.pk, PV_KEY_HELLO_PROOF);
     if (have_proof)
         pv_pack_str(&r.pk, proof);
     else
         msgpack_pack_nil(&r.pk);
-    pv_pack_str(&r.pk, "client");
+    pv_pack_str(&r.pk, PV_KEY_HELLO_CLIENT);
     pv_pack_str(&r.pk, client);
-    pv_pack_str(&r.pk, "va_base");
+    pv_pack_str(&r.pk, PV_KEY_HELLO_VA_BASE);
     msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
     /* the reader thread is not running yet: send and read the reply inline */
-    uint32_t hn32 = (uint32_t)(r.sb.size - 4);
-    unsigned char *d = (unsigned char *)r.sb.data;
-    d[0] = hn32 & 0xff;
-    d[1] = (hn32 >> 8) & 0xff;
-    d[2] = (hn32 >> 16) & 0xff;
-    d[3] = (hn32 >> 24) & 0xff;
+    pv_seal_frame(&r.sb);
     int wrc = pv_write_full(c->fd, r.sb.data, r.sb.size, NULL, 0);
     msgpack_sbuffer_destroy(&r.sb);
     if (wrc != 0) {

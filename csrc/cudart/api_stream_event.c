@@ -2,7 +2,7 @@
  * are refused (cudaErrorInvalidResourceHandle) before anything is dereferenced or sent. */
 #include <stdlib.h>
 
-#include "common.h"
+#include "cudart.h"
 
 static struct pv_stream *stream_of(cudaStream_t s)
 {
@@ -14,59 +14,43 @@ static struct pv_event *event_of(cudaEvent_t e)
     return (e && pv_handle_valid(e) && e->magic == PV_EVENT_MAGIC) ? e : NULL;
 }
 
-/* Device and daemon handle a stream argument refers to (0 and NULL-like handles: current device's default). */
+/* Device and daemon handle a stream argument refers to (the default streams: the current device's). */
 static cudaError_t resolve_stream(cudaStream_t s, struct pv_device **d, uint64_t *remote)
 {
+    struct pv_device *cur = NULL;
     if ((uintptr_t)s <= 2) {
-        *remote = 0;
-        return pv_cur(d);
+        cudaError_t err = pv_cur(&cur);
+        if (err != PV_SUCCESS)
+            return err;
     }
-    struct pv_stream *st = stream_of(s);
-    if (!st)
-        return PV_cudaErrorInvalidResourceHandle;
-    *d = pv_device(st->dev);
-    *remote = st->remote;
+    cudaError_t err = pv_stream_resolve(s, cur, remote, d);
+    if (err != PV_SUCCESS)
+        return err;
     return *d ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
 }
 
-static cudaError_t simple(struct pv_device *d, int op, uint64_t a0, int want_reply)
-{
-    struct pv_reply rep = { 0 };
-    uint64_t a[1] = { a0 };
-    cudaError_t err = pv_call_u64(d, op, want_reply, a, 1, want_reply ? &rep : NULL);
-    if (want_reply)
-        pv_reply_free(&rep);
-    return err;
-}
+/* A generated sender that takes one stream or event handle and waits for the reply (sync, query). */
+typedef cudaError_t (*handle_call)(struct pv_device *d, uint64_t handle);
 
-/* The daemon handle in the reply rep of a *_CREATE request that returned err; frees rep either way. */
-static cudaError_t reply_handle(cudaError_t err, struct pv_reply *rep, uint64_t *h)
-{
-    if (err == PV_SUCCESS && pv_obj_u64(rep->result, h) != 0)
-        err = PV_cudaErrorUnknown;
-    pv_reply_free(rep);
-    return err;
-}
-
-/* A one-argument request with a reply about the stream s (sync, query); errors are returned, not recorded. */
-static cudaError_t stream_simple(cudaStream_t s, int op)
+/* call about the stream s; errors are returned, not recorded. */
+static cudaError_t stream_simple(cudaStream_t s, handle_call call)
 {
     struct pv_device *d;
     uint64_t remote;
     cudaError_t err = resolve_stream(s, &d, &remote);
     if (err != PV_SUCCESS)
         return err;
-    return simple(d, op, remote, 1);
+    return call(d, remote);
 }
 
 /* The same about the event e, on the event's device. */
-static cudaError_t event_simple(cudaEvent_t e, int op)
+static cudaError_t event_simple(cudaEvent_t e, handle_call call)
 {
     struct pv_event *ev = event_of(e);
     struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
     if (!d)
         return PV_cudaErrorInvalidResourceHandle;
-    return simple(d, op, ev->remote, 1);
+    return call(d, ev->remote);
 }
 
 /* Creation flags and priority of the stream s (0 and 0 for the default streams); outputs untouched on error. */
@@ -100,16 +84,8 @@ PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags
         priority = 0;
     if (priority < -5)
         priority = -5;
-    if (!pv_conn_alive(d->conn))
-        return pv_ret(PV_ERR_UNAVAILABLE);
-    struct pv_req r;
-    struct pv_reply rep = { 0 };
-    pv_req_begin(&r, d->conn, PV_OP_STREAM_CREATE, 3, 1, NULL, 0, NULL, 0);
-    msgpack_pack_int(&r.pk, d->remote);
-    msgpack_pack_unsigned_int(&r.pk, flags);
-    msgpack_pack_int(&r.pk, priority);
     uint64_t h = 0;
-    err = reply_handle(pv_req_finish(&r, &rep), &rep, &h);
+    err = pv_call_STREAM_CREATE(d, flags, priority, &h);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     struct pv_stream *st = calloc(1, sizeof *st);
@@ -138,18 +114,17 @@ PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
     if (!st || pv_handle_remove(st) != 0)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     struct pv_device *d = pv_device(st->dev);
-    uint64_t a[1] = { st->remote };
-    cudaError_t err = d ? pv_call_u64(d, PV_OP_STREAM_DESTROY, 0, a, 1, NULL) : PV_cudaErrorInvalidResourceHandle;
+    cudaError_t err = d ? pv_send_STREAM_DESTROY(d, st->remote) : PV_cudaErrorInvalidResourceHandle;
     st->magic = 0;
     free(st);
     return pv_ret(err);
 }
 
-PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(stream_simple(s, PV_OP_STREAM_SYNC)); }
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(stream_simple(s, pv_call_STREAM_SYNC)); }
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    cudaError_t err = stream_simple(s, PV_OP_STREAM_QUERY);
+    cudaError_t err = stream_simple(s, pv_call_STREAM_QUERY);
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
@@ -195,10 +170,9 @@ PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f
     if (ev->dev != d->index) {
         /* a dependency across GPUs: wait for the event here, then the stream's later work is ordered after it */
         struct pv_device *ed = pv_device(ev->dev);
-        return pv_ret(ed ? simple(ed, PV_OP_EVENT_SYNC, ev->remote, 1) : PV_cudaErrorInvalidResourceHandle);
+        return pv_ret(ed ? pv_call_EVENT_SYNC(ed, ev->remote) : PV_cudaErrorInvalidResourceHandle);
     }
-    uint64_t a[3] = { remote, ev->remote, flags };
-    return pv_ret(pv_call_u64(d, PV_OP_STREAM_WAIT_EVENT, 0, a, 3, NULL));
+    return pv_ret(pv_send_STREAM_WAIT_EVENT(d, remote, ev->remote, flags));
 }
 
 /* ------------------------------------------------------------------------------------------ events */
@@ -210,10 +184,8 @@ PV_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned flags)
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    struct pv_reply rep = { 0 };
-    uint64_t a[1] = { flags };
     uint64_t h = 0;
-    err = reply_handle(pv_call_u64(d, PV_OP_EVENT_CREATE, 1, a, 1, &rep), &rep, &h);
+    err = pv_call_EVENT_CREATE(d, flags, &h);
     if (err != PV_SUCCESS)
         return pv_ret(err);
     struct pv_event *ev = calloc(1, sizeof *ev);
@@ -236,8 +208,7 @@ PV_API cudaError_t cudaEventDestroy(cudaEvent_t e)
     if (!ev || pv_handle_remove(ev) != 0)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     struct pv_device *d = pv_device(ev->dev);
-    uint64_t a[1] = { ev->remote };
-    cudaError_t err = d ? pv_call_u64(d, PV_OP_EVENT_DESTROY, 0, a, 1, NULL) : PV_cudaErrorInvalidResourceHandle;
+    cudaError_t err = d ? pv_send_EVENT_DESTROY(d, ev->remote) : PV_cudaErrorInvalidResourceHandle;
     ev->magic = 0;
     free(ev);
     return pv_ret(err);
@@ -262,8 +233,7 @@ PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         return pv_ret(err);
     if (d->index != ev->dev)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    uint64_t a[2] = { ev->remote, remote };
-    return pv_ret(pv_call_u64(d, PV_OP_EVENT_RECORD, 0, a, 2, NULL));
+    return pv_ret(pv_send_EVENT_RECORD(d, ev->remote, remote));
 }
 
 PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned flags)
@@ -272,11 +242,11 @@ PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsig
     return cudaEventRecord(e, s);
 }
 
-PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(event_simple(e, PV_OP_EVENT_SYNC)); }
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(event_simple(e, pv_call_EVENT_SYNC)); }
 
 PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-    cudaError_t err = event_simple(e, PV_OP_EVENT_QUERY);
+    cudaError_t err = event_simple(e, pv_call_EVENT_QUERY);
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
@@ -292,13 +262,8 @@ PV_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
     struct pv_device *d = pv_device(a->dev);
     if (!d)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    struct pv_reply rep = { 0 };
-    uint64_t args[2] = { a->remote, b->remote };
-    cudaError_t err = pv_call_u64(d, PV_OP_EVENT_ELAPSED, 1, args, 2, &rep);
     double v = 0;
-    if (err == PV_SUCCESS && pv_obj_f64(rep.result, &v) != 0)
-        err = PV_cudaErrorUnknown;
-    pv_reply_free(&rep);
+    cudaError_t err = pv_call_EVENT_ELAPSED(d, a->remote, b->remote, &v);
     if (err != PV_SUCCESS)
         return err == PV_cudaErrorNotReady ? err : pv_ret(err);
     *ms = (float)v;
@@ -342,7 +307,7 @@ PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t
     cudaError_t err = resolve_stream(s, &d, &remote);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    cudaError_t status = simple(d, PV_OP_STREAM_SYNC, remote, 1);
+    cudaError_t status = pv_call_STREAM_SYNC(d, remote);
     if (status == PV_ERR_UNAVAILABLE)
         return pv_ret(status);
     cb(s, status, user);

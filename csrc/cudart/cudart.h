@@ -1,0 +1,31 @@
+/* libvcudart's internal declarations: the runtime's types and per-thread state on top of the client core. */
+#ifndef PV_CUDART_H
+#define PV_CUDART_H
+
+#include "pv_core.h"
+#include "layouts_gen.h"
+
+/* Store a field of a CUDA struct filled in by offset (layouts_gen.h), alignment-safe. */
+static inline void pv_put_int(void *base, size_t off, int v) { memcpy((char *)base + off, &v, sizeof v); }
+static inline void pv_put_size(void *base, size_t off, size_t v) { memcpy((char *)base + off, &v, sizeof v); }
+
+typedef struct pv_func *cudaKernel_t;
+
+enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+enum { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+
+#define PV_HOST_ALIGN 4096
+
+/* ---- per-thread runtime state (thread_state.c) ---- */
+struct pv_call_config { dim3 grid, block; size_t shmem; cudaStream_t stream; };
+cudaError_t pv_ret(cudaError_t err);      /* records a failure as the thread's last error; returns err */
+cudaError_t pv_last_error(int reset);
+cudaError_t pv_unsupported(const char *name, atomic_int *once);
+int pv_push_config(const struct pv_call_config *cfg);
+int pv_pop_config(struct pv_call_config *cfg);
+
+/* ---- memory helpers shared by api files (api_memory.c) ---- */
+cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
+
+#endif

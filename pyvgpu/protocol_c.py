@@ -1,0 +1,194 @@
+"""The C view of pyvgpu/protocol.py, generated at build time into csrc's build directory (CMake runs this file).
+
+    python pyvgpu/protocol_c.py OUTDIR
+
+writes three files:
+- protocol_gen.h: constants, op codes and flags, op names, shared string keys (PV_KEY_*), device attribute numbers
+  (PV_cudaDevAttr*) and the cudaError_t table;
+- ops_gen.h / ops_gen.c: one sender per device op, with the op's arguments as C parameters in wire order.
+  `pv_call_<OP>(d, args..., [payload, payload_len], [result])` sends and waits for the reply;
+  ASYNC ops also get `pv_send_<OP>(d, args..., [payload, payload_len])`, fire-and-forget.
+  No C file states an op's argument count, order or reply shape by hand: they come from OPS.
+
+Like protocol.py this imports only the standard library (the build runs it before the package is installed).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a script by the C build
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvgpu import protocol as P  # noqa: E402
+from pyvgpu.cuda_enums import DEVICE_ATTRS  # noqa: E402
+from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
+
+GENERATED = "/* Generated from pyvgpu/protocol.py by pyvgpu/protocol_c.py. Do not edit. */"
+
+# Wire type -> (C parameter declarations, msgpack packing statement); {n} is the argument's name. Every handle
+# and address travels as a u64.
+_U64 = ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});")
+C_ARG: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("u64", "ptr", "size", "handle", "stream", "event", "func"), _U64),
+    "i64": ("int64_t {n}", "msgpack_pack_int64(&r.pk, {n});"),
+    "u32": ("uint32_t {n}", "msgpack_pack_uint32(&r.pk, {n});"),
+    "i32": ("int32_t {n}", "msgpack_pack_int32(&r.pk, {n});"),
+    "f64": ("double {n}", "msgpack_pack_double(&r.pk, {n});"),
+    "dim3": ("dim3 {n}", "pv_pack_dim3(&r.pk, {n});"),
+    "str": ("const char *{n}", "pv_pack_str(&r.pk, {n});"),
+    "bytes": ("const void *{n}, size_t {n}_len", "pv_pack_bytes(&r.pk, {n}, {n}_len);"),
+}
+# Reply shape -> (C out-parameter, decoding call); nil replies need neither.
+C_REPLY: dict[str, tuple[str, str]] = {
+    "u64": ("uint64_t *result", "pv_reply_u64"),
+    "i64": ("int64_t *result", "pv_reply_i64"),
+    "f64": ("double *result", "pv_reply_f64"),
+    "u64x2": ("uint64_t result[2]", "pv_reply_u64x2"),
+    "map": ("struct pv_reply *rep", ""),
+}
+
+
+def generated_ops() -> list[P.OpSpec]:
+    """The ops that get C senders: every device op (HELLO/STATUS/GOODBYE are the handshake's and tools')."""
+    return [op for op in P.OPS if not op.flags & P.OpFlag.NO_DEVICE]
+
+
+def _params(op: P.OpSpec, wait: bool) -> str:
+    ps = ["struct pv_device *d"] + [C_ARG[a.type][0].format(n=a.name) for a in op.args[1:]]
+    if op.flags & P.OpFlag.PAYLOAD_IN:
+        ps.append("const void *payload, size_t payload_len")
+    if wait and op.flags & P.OpFlag.PAYLOAD_OUT:
+        ps.append("void *out, size_t out_cap, size_t *got")
+    if wait and op.reply in C_REPLY:
+        ps.append(C_REPLY[op.reply][0])
+    return ", ".join(ps)
+
+
+def _signature(op: P.OpSpec, wait: bool) -> str:
+    return f"cudaError_t pv_{'call' if wait else 'send'}_{op.name}({_params(op, wait)})"
+
+
+def _body(op: P.OpSpec, wait: bool) -> list[str]:
+    payload = "payload, payload_len" if op.flags & P.OpFlag.PAYLOAD_IN else "NULL, 0"
+    out = "out, out_cap" if wait and op.flags & P.OpFlag.PAYLOAD_OUT else "NULL, 0"
+    lines = ["    struct pv_req r;"]
+    if wait and op.reply == "map":
+        lines.append("    memset(rep, 0, sizeof *rep);")      # the caller frees it whatever happens
+    lines += [f"    cudaError_t err = pv_op_begin(&r, d, PV_OP_{op.name}, PV_OP_{op.name}_NARGS, {int(wait)}, {payload}, "
+              f"{out});",
+             "    if (err != PV_SUCCESS)",
+             "        return err;"]
+    lines += ["    " + C_ARG[a.type][1].format(n=a.name) for a in op.args[1:]]
+    if not wait:
+        lines.append("    return pv_req_finish(&r, NULL);")
+    elif op.flags & P.OpFlag.PAYLOAD_OUT:
+        lines += ["    struct pv_reply pr;",
+                  "    err = pv_req_finish(&r, &pr);",
+                  "    if (got)",
+                  "        *got = pr.payload_len;",
+                  "    pv_reply_free(&pr);",
+                  "    return err;"]
+    elif op.reply == "map":
+        lines.append("    return pv_req_finish(&r, rep);")
+    elif op.reply in C_REPLY:
+        lines += ["    struct pv_reply pr;",
+                  f"    return {C_REPLY[op.reply][1]}(d, PV_OP_{op.name}, pv_req_finish(&r, &pr), &pr, result);"]
+    else:
+        lines.append("    return pv_req_finish(&r, NULL);")
+    return lines
+
+
+def _senders(op: P.OpSpec) -> list[tuple[P.OpSpec, bool]]:
+    return [(op, True)] + ([(op, False)] if op.flags & P.OpFlag.ASYNC else [])
+
+
+def ops_header() -> str:
+    out = [GENERATED, "#ifndef PV_OPS_GEN_H", "#define PV_OPS_GEN_H", "",
+           "/* pv_call_X: send and wait (result out-parameters are set only on success); pv_send_X: fire-and-forget.",
+           " * Both return the cudaError_t of the call; transport failures are PV_ERR_UNAVAILABLE. */"]
+    for op in generated_ops():
+        out.append(f"/* {op.name}: {' '.join(f'{a.name}:{a.type}' for a in op.args)} -> {op.reply}"
+                   + (f"; {op.doc}" if op.doc else "") + " */")
+        out += [_signature(o, wait) + ";" for o, wait in _senders(op)]
+    out += ["", "#endif", ""]
+    return "\n".join(out)
+
+
+def ops_source() -> str:
+    out = [GENERATED, '#include "pv_core.h"', ""]
+    for op in generated_ops():
+        for o, wait in _senders(op):
+            out += [_signature(o, wait), "{", *_body(o, wait), "}", ""]
+    return "\n".join(out)
+
+
+def _c_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def protocol_header() -> str:
+    out = [
+        GENERATED,
+        "#ifndef PYVGPU_PROTOCOL_GEN_H",
+        "#define PYVGPU_PROTOCOL_GEN_H",
+        "",
+        f"#define PV_PROTOCOL_VERSION {P.PROTOCOL_VERSION}",
+        f'#define PV_HELLO_SERVER_MAGIC "{P.HELLO_SERVER_MAGIC}"',
+        f"#define PV_DEFAULT_PORT {P.DEFAULT_PORT}",
+        f"#define PV_MAX_HEADER_BYTES {P.MAX_HEADER_BYTES}u",
+        f"#define PV_VA_WINDOW_BYTES {P.VA_WINDOW_BYTES}ull",
+        f"#define PV_ERR_PROTOCOL_MISMATCH {P.ERR_PROTOCOL_MISMATCH}",
+        f"#define PV_ERR_AUTH {P.ERR_AUTH}",
+        f"#define PV_ERR_UNAVAILABLE {P.ERR_UNAVAILABLE}",
+        f"#define PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE {P.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE}",
+        f"#define PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT {P.FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT}",
+        f"#define PV_LIMIT_COUNT {len(P.LIMIT_NAMES)}",
+        "",
+    ]
+    out += [f"#define PV_FLAG_{f.name} {int(f)}" for f in P.OpFlag if f.name and f.name != "NONE"]
+    out += ["", "enum pv_op {"]
+    out += [f"    PV_OP_{op.name} = {op.code}," for op in P.OPS]
+    out += ["};", "/* Wire arguments of each op (the device ordinal included). */"]
+    out += [f"#define PV_OP_{op.name}_NARGS {len(op.args)}" for op in P.OPS]
+    out += ["", f"#define PV_OP_TABLE_SIZE {max(op.code for op in P.OPS) + 1}",
+            "/* Flags and names of each op, indexed by op code (0 / NULL = unknown op). */",
+            "static const unsigned char pv_op_flags[PV_OP_TABLE_SIZE] = {"]
+    out += [f"    [{op.code}] = {int(op.flags)}," for op in P.OPS]
+    out += ["};", "static const char *const pv_op_names[PV_OP_TABLE_SIZE] = {"]
+    out += [f'    [{op.code}] = "{op.name}",' for op in P.OPS]
+    out += ["};", "", "/* String keys shared with the daemon (protocol.shared_keys()). */"]
+    out += [f'#define PV_KEY_{name} "{_c_string(value)}"' for name, value in P.shared_keys().items()]
+    out += ["", "/* cudaDeviceAttr values (CUDA's numbering, pyvgpu/cuda_enums.py). */"]
+    out += [f"#define PV_{name} {value}" for name, value in DEVICE_ATTRS.items()]
+    out += ["", "/* cudaError_t values (CUDA's numbering). */"]
+    out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
+    out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",
+            "static const struct pv_error_desc pv_error_table[] = {"]
+    out += [f'    {{ {value}, "{name}", "{_c_string(text)}" }},' for value, name, text in CUDA_ERRORS]
+    out += ["};", f"#define PV_ERROR_TABLE_LEN {len(CUDA_ERRORS)}", "", "#endif", ""]
+    return "\n".join(out)
+
+
+def write_all(outdir: Path) -> list[Path]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(), "ops_gen.c": ops_source()}
+    written = []
+    for name, text in files.items():
+        path = outdir / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:   # keep mtimes: no needless rebuilds
+            path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: protocol_c.py OUTDIR", file=sys.stderr)
+        return 2
+    write_all(Path(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
