@@ -29,10 +29,15 @@ names and strings are what NVIDIA's libcublas.so.13 returns; tests/test_cublas_s
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, Callable, Mapping, Union
+
+if not __package__:  # run as a script by the C build, before the package is installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------- constants
 CUBLAS_VERSION = 131000            # CUBLAS_VER_MAJOR * 10000 + MINOR * 100 + PATCH of the headers we follow
@@ -301,6 +306,9 @@ class Family:
     doc: str = ""
     work: Expr = "n"          # multiply-adds of one call (the emulated device refuses calls above its budget)
 
+    def __repr__(self) -> str:
+        return f"Family({self.name})"
+
     def arg(self, name: str) -> Arg:
         for a in self.args:
             if a.name == name:
@@ -471,6 +479,9 @@ class Entry:
     name: str
     family: Family
     bind: Mapping[str, int] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Entry({self.name})"
 
     @property
     def name64(self) -> str:
@@ -724,72 +735,66 @@ def c_params(entry: Entry, ilp64: bool = False) -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------------------------- wire view
-# How each argument kind travels (phase B turns this into the ops of pyvgpu/protocol.py): sizes, increments and
-# strides as i64 (one wire form for the int and _64 APIs), enums and types as i32, device pointers as ptr,
-# scalars as `scalar` (the value's bytes in host pointer mode, the device address in device pointer mode), results
-# as `result` (0 in host pointer mode: the reply carries the value; else the device address).
+# Each family is one op of pyvgpu/protocol.py (the argument table above is its spec). Before its own arguments an op
+# carries the handle's state at the time of the call: the daemon handle, the stream, the pointer mode and the math
+# mode. Sizes, increments and strides travel as i64 (one wire form for the int and _64 APIs), enums and types as
+# i32, device pointers (vectors, matrices, pointer arrays, device-mode results) as ptr, scalars as bytes: the
+# value's bytes in host pointer mode, the 8-byte little-endian device address in device pointer mode. A result in
+# host pointer mode is ptr 0 and comes back as the reply's payload (its bytes), so only those calls wait.
+WIRE_PREFIX = "dev:dev handle:blas stream:stream pmode:u32 math:u32"
+WIRE_TYPE: dict[type, str] = {Enum: "i32", TypeArg: "i32", Dim: "i64", Ld: "i64", Inc: "i64", Stride: "i64",
+                              Scalar: "bytes", Vector: "ptr", Matrix: "ptr", MatrixArray: "ptr", Result: "ptr"}
+# Handle ops (their codes follow the families').
+OP_CREATE, OP_DESTROY, OP_SET_WORKSPACE = 290, 291, 292
+MAX_HANDLES_PER_DEVICE = 1024       # cuBLAS handles one session may hold on one device (daemon-side bound)
+
+
 def wire_args(fam: Family) -> str:
-    kinds = {Enum: "i32", TypeArg: "i32", Dim: "i64", Ld: "i64", Inc: "i64", Stride: "i64", Scalar: "scalar",
-             Vector: "ptr", Matrix: "ptr", MatrixArray: "ptr", Result: "result"}
-    return " ".join(f"{a.name}:{kinds[type(a)]}" for a in fam.args)
+    return WIRE_PREFIX + " " + " ".join(f"{a.name}:{WIRE_TYPE[type(a)]}" for a in fam.args)
 
 
-# ----------------------------------------------------------------------------------------------- C header
-def c_header() -> str:
-    """The C view of the table: constants, the expression functions, and per family an argument struct (every
-    argument as int64_t: sizes, enums, types, pointer values) with the generated check function."""
-    out = ["/* Generated from pyvgpu/cublas_spec.py by `python pyvgpu/cublas_spec.py --c-header`. Do not edit. */",
-           "#ifndef PVB_CUBLAS_SPEC_GEN_H", "#define PVB_CUBLAS_SPEC_GEN_H", "", "#include <stdint.h>", ""]
-    out += [f"#define PVB_{name} {value}" for value, name, _ in STATUSES]
-    out += [f"#define PVB_{t.name} {t.value}" for t in DATA_TYPES]
-    out += ["", "struct pvb_status_desc { int code; const char *name; const char *text; };",
-            "static const struct pvb_status_desc pvb_status_table[] = {"]
-    out += [f'    {{ {v}, "{n}", "{text}" }},' for v, n, text in STATUSES]
-    out += ["};", f"#define PVB_STATUS_TABLE_LEN {len(STATUSES)}",
-            f'#define PVB_UNKNOWN_STATUS_TEXT "{UNKNOWN_STATUS_TEXT}"',
-            "", "static inline int64_t pvb_max(int64_t a, int64_t b) { return a > b ? a : b; }",
-            "static inline int64_t pvb_is_complex(int64_t t)", "{", "    switch (t) {"]
-    out += [f"    case {t.value}:" for t in DATA_TYPES if t.is_complex]
-    out += ["        return 1;", "    default:", "        return 0;", "    }", "}", "",
-            "static inline int64_t pvb_real_of(int64_t t)", "{", "    switch (t) {"]
-    for cname, rname in _REAL_PART.items():
-        out += [f"    case {DTYPE[cname].value}:", f"        return {DTYPE[rname].value};"]
-    out += ["    default:", "        return t;", "    }", "}", "",
-            "static inline int64_t pvb_gemm_scale_type(int64_t a, int64_t b, int64_t c, int64_t compute)", "{",
-            "    if (a != b)", "        return -1;"]
-    for t in GEMM_TYPES:
-        computes = " || ".join(f"compute == {COMPUTE[c]}" for c in t.computes)
-        out.append(f"    if (a == {DTYPE[t.ab].value} && c == {DTYPE[t.c].value} && ({computes}))")
-        out.append(f"        return {DTYPE[t.scale].value};")
-    out += ["    return -1;", "}", ""]
-    for fam in FAMILIES:
-        out.append(f"/* {fam.name} ({fam.code}): {fam.doc} */")
-        out.append(f"struct pvb_args_{fam.name} {{")
-        out += [f"    int64_t {a.name};" for a in fam.args]
-        out.append("};")
-        out.append(f"static inline int pvb_check_{fam.name}(const struct pvb_args_{fam.name} *a, const char **why)")
-        out.append("{")
-        for c in all_checks(fam):
-            why = c.why.replace('"', "'")
-            out.append(f"    if ({c_expr(c.expr, lambda n: f'a->{n}')}) {{")
-            out.append(f'        *why = "{why}";')
-            out.append(f"        return {STATUS[c.status]};")
-            out.append("    }")
-        out += ["    return 0;", "}", ""]
-    out += ["#endif", ""]
-    return "\n".join(out)
+def has_result(fam: Family) -> bool:
+    return any(isinstance(a, Result) for a in fam.args)
+
+
+# cuBLAS statuses <-> the cudaError_t numbers the wire carries. A status the daemon refuses a call with travels as
+# its cudaError_t; a cudaError_t a waiting call gets back becomes its status (anything not listed: the GPU failed
+# to run it, CUBLAS_STATUS_EXECUTION_FAILED). Device faults inside an asynchronous call stay cudaErrors: the next
+# synchronizing CUDA call reports them, as on a GPU.
+STATUS_CUDA: tuple[tuple[str, str], ...] = (
+    ("CUBLAS_STATUS_INVALID_VALUE", "cudaErrorInvalidValue"),
+    ("CUBLAS_STATUS_NOT_SUPPORTED", "cudaErrorNotSupported"),
+    ("CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation"),
+    ("CUBLAS_STATUS_NOT_INITIALIZED", "cudaErrorInvalidResourceHandle"),
+    ("CUBLAS_STATUS_EXECUTION_FAILED", "cudaErrorLaunchOutOfResources"),
+    ("CUBLAS_STATUS_ARCH_MISMATCH", "cudaErrorNoKernelImageForDevice"),
+    ("CUBLAS_STATUS_INTERNAL_ERROR", "cudaErrorUnknown"),
+)
+_CUDA_CODE = {name: value for value, name, _ in CUDA_ERRORS}
+
+
+def cuda_error_of_status(status: int) -> int:
+    for st_name, cuda_name in STATUS_CUDA:
+        if STATUS[st_name] == status:
+            return _CUDA_CODE[cuda_name]
+    return _CUDA_CODE["cudaErrorUnknown"]
+
+
+def status_of_cuda_error(err: int) -> int:
+    if err == 0:
+        return SUCCESS
+    for st_name, cuda_name in STATUS_CUDA:
+        if _CUDA_CODE[cuda_name] == err:
+            return STATUS[st_name]
+    return STATUS["CUBLAS_STATUS_EXECUTION_FAILED"]
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[1] == "--c-header":
-        with open(argv[2], "w", encoding="utf-8") as fh:
-            fh.write(c_header())
-        return 0
     if len(argv) == 2 and argv[1] == "--list":
         for e in ENTRIES:
             print(f"{e.name:32s} {e.family.name:18s} " + ", ".join(f"{t} {n}" for t, n in c_params(e)))
         return 0
-    print("usage: cublas_spec.py --c-header OUT.h | --list", file=sys.stderr)
+    print("usage: cublas_spec.py --list", file=sys.stderr)
     return 2
 
 

@@ -7,11 +7,8 @@ beta == 0) is never touched. Every view lies inside one live allocation of the s
 fails with cudaErrorIllegalAddress (sticky, as the fault of a cuBLAS kernel is on a GPU); a pointer not aligned to
 its element is cudaErrorMisalignedAddress.
 
-Layout: element (i, j) of a column-major matrix with leading dimension ld is at `ptr + (i + j * ld) * size`, so a
-rows x cols matrix is the view of shape (rows, cols) with strides (size, ld * size); a strided batch adds a first
-axis with stride `stride * size`. Vector element i is at `ptr + i * inc * size` for inc >= 0 and at
-`ptr + (n - 1 - i) * |inc| * size` for inc < 0 (BLAS's convention: a negative increment walks backwards from the
-last element).
+Shapes and strides come from layout.py (column-major matrices with their leading dimension, strided batches,
+vectors with negative increments walking backwards).
 """
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pyvgpu import cublas_spec as spec
-from pyvgpu_daemon.blas import numeric
+from pyvgpu_daemon.blas import layout, numeric
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.errors import CudaError
 
@@ -89,36 +86,31 @@ class Operands:
     def _view(self, addr: int, st: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...],
               what: str) -> np.ndarray:
         """A view of elements at addr + sum(index * stride) (strides in elements, any sign)."""
-        if 0 in shape:
-            return np.empty(shape, dtype=st)
-        lo = hi = 0
-        for n, s in zip(shape, strides):
-            lo += min(0, (n - 1) * s)
-            hi += max(0, (n - 1) * s)
-        first = addr + lo * st.itemsize
+        reach = layout.span(shape, strides)
+        if reach is None:
+            return np.empty(tuple(max(n, 0) for n in shape), dtype=st)
+        lo, hi = reach
         self._aligned(addr, st, what)
-        off0 = self._checked(first, addr + (hi + 1) * st.itemsize, what)
+        off0 = self._checked(addr + lo * st.itemsize, addr + (hi + 1) * st.itemsize, what)
         return np.ndarray(shape, dtype=st, buffer=self.memory.heap, offset=off0 - lo * st.itemsize,
                           strides=tuple(s * st.itemsize for s in strides))
 
     def vec(self, name: str) -> np.ndarray:
         arg = self.fam.arg(name)
         assert isinstance(arg, spec.Vector)
-        n, inc = max(self.expr(arg.n), 0), self[arg.inc]
         st = numeric.storage(self.dtype(name))
-        # Negative inc: logical element 0 is the highest address; _view starts at addr + (n-1)*|inc|.
-        base = self.args[name] + ((n - 1) * -inc * st.itemsize if inc < 0 and n > 0 else 0)
-        return self._view(base, st, (n,), (inc,), name)
+        first, shape, strides = layout.vector(self.expr(arg.n), self[arg.inc])
+        return self._view(self.args[name] + first * st.itemsize, st, shape, strides, name)
 
     def mat(self, name: str) -> np.ndarray:
         """(rows, cols) view; (batch, rows, cols) for a strided-batch matrix."""
         arg = self.fam.arg(name)
         assert isinstance(arg, spec.Matrix)
-        rows, cols, ld = self.expr(arg.rows), self.expr(arg.cols), self[arg.ld]
         st = numeric.storage(self.dtype(name))
-        if arg.batch is None:
-            return self._view(self.args[name], st, (rows, cols), (1, ld), name)
-        return self._view(self.args[name], st, (self[arg.batch], rows, cols), (self[arg.stride], 1, ld), name)
+        batch = None if arg.batch is None else self[arg.batch]
+        shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self[arg.ld], batch,
+                                       self[arg.stride] if arg.stride else 0)
+        return self._view(self.args[name], st, shape, strides, name)
 
     def mats(self, name: str) -> list[np.ndarray]:
         """The matrices of a device array of device pointers."""
@@ -131,9 +123,9 @@ class Operands:
             raise BlasError(spec.STATUS["CUBLAS_STATUS_EXECUTION_FAILED"],
                             f"{count} batch pointers > {LIMITS.max_batch_pointers}")
         ptrs = self._view(self.args[name], np.dtype(np.uint64), (count,), (1,), name).copy()
-        rows, cols, ld = self.expr(arg.rows), self.expr(arg.cols), self[arg.ld]
+        shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self[arg.ld])
         st = numeric.storage(self.dtype(name))
-        return [self._view(int(p), st, (rows, cols), (1, ld), f"{name}[{i}]") for i, p in enumerate(ptrs)]
+        return [self._view(int(p), st, shape, strides, f"{name}[{i}]") for i, p in enumerate(ptrs)]
 
     def scalar(self, name: str) -> np.generic:
         """alpha/beta/c/s: the host value sent with the call, or the element at the device address."""
