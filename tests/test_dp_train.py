@@ -129,7 +129,8 @@ def test_cpu_epochs_flag(binary, digits):
 
 
 def test_bad_flags_are_refused(binary, digits):
-    for args in (["--sync", "tree"], ["--balance", "magic"], ["--frobnicate"]):
+    for args in (["--sync", "tree"], ["--balance", "magic"], ["--frobnicate"], ["--gemm", "magic"],
+                 ["--gemm", "cublas"]):          # the default build has no cuBLAS
         proc = subprocess.run([str(binary), "--data", str(digits), "--cpu", *args], capture_output=True, text=True,
                               timeout=30, env=cpu_env())
         assert proc.returncode != 0 and "dp_train:" in proc.stderr
@@ -224,6 +225,27 @@ def test_two_hidden_layers_three_gpus_match_cpu(binary, digits, two_daemons):
     gpu_logs, _ = parse(run_cuda(binary, two_daemons[1], *args, "--gpus", "3", "--sync", "ring", timeout=300).stdout)
     cpu_logs, _ = parse(run_cpu(binary, digits, *args).stdout)
     assert_same_curve(gpu_logs, cpu_logs)
+
+
+@pytest.fixture(scope="module")
+def cublas_binary(request) -> Path:
+    include = request.getfixturevalue("cublas_include")
+    return build_cuda(SOURCE, ("-std=c++17", "-DDP_TRAIN_CUBLAS", "-I", str(include), "-L",
+                               str(pyvgpu.lib_path().parent), "-lcublas"))
+
+
+@needs_stack
+def test_gemm_cublas_follows_the_own_kernels_curve(cublas_binary, digits, two_daemons, gpu_runs):
+    """--gemm cublas (cublasSgemm through libvcublas for all four products: forward with bias(+ReLU) epilogues,
+    both backward products) on two remote GPUs follows the own kernels' loss curve; only summation orders
+    differ."""
+    args = ("--data", str(digits), *GPU_ARGS, "--steps", GPU_STEPS, "--gpus", "2", "--sync", "ps")
+    proc = run_cuda(cublas_binary, two_daemons[0], *args, "--gemm", "cublas", timeout=300,
+                    env={"LD_LIBRARY_PATH": str(pyvgpu.lib_path().parent)})
+    assert "# gemm=cublas" in proc.stdout and "not supported" not in proc.stderr
+    logs, final = parse(proc.stdout)
+    assert_same_curve(logs, gpu_runs["gpu2_ps"][0])
+    assert final["test_err"] == pytest.approx(gpu_runs["gpu2_ps"][1]["test_err"], abs=TEST_ERR_ATOL)
 
 
 @needs_stack
