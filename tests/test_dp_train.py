@@ -272,19 +272,20 @@ def load_paper():
 
 
 @needs_stack
-def test_paper_bench_smoke(binary, digits, tmp_path, capsys):
+def test_paper_bench_smoke(binary, cublas_binary, digits, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     paper = load_paper()
     out = tmp_path / "paper"
-    rc = paper.main(["--out", str(out), "--binary", str(binary), "--data", str(digits), "--batch", "64",
-                     "--hidden", "16", "--steps", "4", "--log-every", "2", "--gpus", "1,2", "--paced", "0",
-                     "--slowdown", "2", "--uneven-steps", "3", "--no-local"])
+    rc = paper.main(["--out", str(out), "--binary", str(binary), "--cublas-binary", str(cublas_binary),
+                     "--data", str(digits), "--batch", "64", "--hidden", "16", "--steps", "4", "--log-every", "2",
+                     "--gpus", "1,2", "--paced", "0", "--slowdown", "2", "--uneven-steps", "3", "--no-local"])
     text = capsys.readouterr().out
     assert rc == 0, text
-    assert "Table 1" in text and "Table 3" in text and "3451" in text
+    assert "Table 1" in text and "Table 1c" in text and "Table 3" in text and "3451" in text
     for name in ("results.json", "tables.md", "fig_time_per_1000.png", "fig_test_error.png"):
         assert (out / name).is_file(), name
     import json
     res = json.loads((out / "results.json").read_text())["results"]
     assert res["remote2"]["final"]["steps"] == 4 and res["cpu"]["rc"] == 0
+    assert res["cublas2"]["final"]["steps"] == 4
     assert sum(res["uneven_adaptive"]["log"][-1]["shares"]) == 64
