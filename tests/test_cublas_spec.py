@@ -7,11 +7,11 @@ nvidia-cublas wheel, fetched by the cublas_include fixture; the export list comm
 - the committed stubs and version script are what the generator makes from the committed export list;
 - a library built from the stubs exports exactly NVIDIA's functions under NVIDIA's version node, and a stub
   answers CUBLAS_STATUS_NOT_SUPPORTED (or 0 / a zero complex for the legacy API) and logs its name once;
-- the C translation of every check agrees with the Python evaluation on thousands of argument sets.
+- the C translation of every check agrees with the Python evaluation on thousands of argument sets;
+- the generated C (pyvgpu/cublas_c.py) has an entry point per entry and API width, and structs of int64_t.
 """
 from __future__ import annotations
 
-import ctypes
 import random
 import subprocess
 import sys
@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from conftest import NVCC, ROOT
-from pyvgpu import cublas_spec as spec
+from pyvgpu import cublas_c, cublas_spec as spec
 
 sys.path.insert(0, str(ROOT / "tools"))
 import cublas_wheel  # noqa: E402
@@ -66,7 +66,8 @@ def test_families_and_wire_view():
                 assert ref is None or ref in names, (fam.name, a.name, ref)
             dtype = getattr(a, "dtype", None)
             assert dtype is None or dtype in names or dtype in fam.derived, (fam.name, a.name, dtype)
-        assert len(spec.wire_args(fam).split()) == len(names)
+        wire = spec.wire_args(fam).split()
+        assert [w.split(":")[0] for w in wire] == ["dev", "handle", "stream", "pmode", "math", *names]
 
 
 def test_enum_and_type_values_compile_against_the_headers(cublas_include, tmp_path):
@@ -151,11 +152,11 @@ def _sample(fam: spec.Family, rng: random.Random) -> dict[str, int]:
 
 
 def test_c_checks_agree_with_python(tmp_path):
-    header = tmp_path / "cublas_spec_gen.h"
-    header.write_text(spec.c_header())
+    header = tmp_path / "cublas_gen.h"
+    header.write_text(cublas_c.header())
     rng = random.Random(9)
     cases = [(fam, _sample(fam, rng)) for fam in spec.FAMILIES for _ in range(150)]
-    lines = ['#include <stdio.h>', '#include "cublas_spec_gen.h"', "int main(void)", "{", "    const char *why;"]
+    lines = ['#include <stdio.h>', '#include "cublas_gen.h"', "int main(void)", "{", "    const char *why;"]
     for i, (fam, values) in enumerate(cases):
         init = ", ".join(f".{k} = {v}" for k, v in values.items())
         lines.append(f"    {{ struct pvb_args_{fam.name} a{i} = {{ {init} }}; why = \"\";")
@@ -181,7 +182,7 @@ def test_status_strings_table():
     names = {name for _, name, _ in spec.STATUSES}
     assert "CUBLAS_STATUS_NOT_SUPPORTED" in names and spec.STATUS["CUBLAS_STATUS_NOT_SUPPORTED"] == 15
     assert spec.STATUS["CUBLAS_STATUS_INVALID_VALUE"] == 7 and spec.SUCCESS == 0
-    header = spec.c_header()
+    header = cublas_c.header()
     for value, name, text in spec.STATUSES:
         assert f'{{ {value}, "{name}", "{text}" }},' in header
 
@@ -196,12 +197,28 @@ def test_c_expr_translation():
             spec.c_expr(bad)
 
 
-def test_ctypes_struct_of_generated_header_is_int64_only():
-    """Every argument travels as int64_t in the generated structs (pointers included), so the C marshalling
-    fills them without casts that could truncate."""
-    header = spec.c_header()
-    body = header[header.index("struct pvb_args_BLAS_AXPY {"):]
-    body = body[:body.index("};")]
-    fields = [line.split() for line in body.splitlines()[1:]]
-    assert fields and all(f[0] == "int64_t" for f in fields)
-    assert ctypes.sizeof(ctypes.c_int64) == 8
+def test_generated_structs_hold_every_argument_as_int64():
+    """Every argument is an int64_t in the generated structs (pointers included): the C marshalling fills them
+    without casts that could truncate a 64-bit size or address."""
+    header = cublas_c.header()
+    for fam in spec.FAMILIES:
+        body = header[header.index(f"struct pvb_args_{fam.name} {{"):]
+        body = body[:body.index("};")]
+        fields = [line.split() for line in body.splitlines()[1:]]
+        assert fields == [["int64_t", f"{n};"] for n in fam.names]
+
+
+def test_status_cuda_mapping_round_trips():
+    for name, _ in spec.STATUS_CUDA:
+        st = spec.STATUS[name]
+        assert spec.status_of_cuda_error(spec.cuda_error_of_status(st)) == st
+    assert spec.status_of_cuda_error(0) == spec.SUCCESS
+    assert spec.status_of_cuda_error(700) == spec.STATUS["CUBLAS_STATUS_EXECUTION_FAILED"]   # illegal address
+
+
+def test_c_entry_points_generated_for_every_entry():
+    src = cublas_c.calls_source()
+    for e in spec.ENTRIES:
+        for name in (e.name, e.name64):
+            assert f"PV_API pvb_status {name}(" in src
+    assert src.count("PV_API") == 2 * len(spec.ENTRIES)
