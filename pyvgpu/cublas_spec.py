@@ -566,13 +566,15 @@ def _entries() -> tuple[Entry, ...]:
 ENTRIES: tuple[Entry, ...] = _entries()
 ENTRY: dict[str, Entry] = {e.name: e for e in ENTRIES}
 
-# Supported functions whose logic lives on the client (hand-written C): handle lifecycle and state, version and
-# status strings, and the host<->device copy helpers (cudaMemcpy2D on the handle's stream).
+# Supported functions whose logic lives on the client (hand-written C, csrc/cublas/api_*.c): handle lifecycle and
+# state, version and status strings, and the host<->device copy helpers (the core's 2D copies).
 LOCAL_ENTRIES: tuple[str, ...] = (
     "cublasCreate_v2", "cublasDestroy_v2", "cublasGetVersion_v2", "cublasGetProperty", "cublasGetCudartVersion",
     "cublasSetStream_v2", "cublasGetStream_v2", "cublasGetPointerMode_v2", "cublasSetPointerMode_v2",
     "cublasGetMathMode", "cublasSetMathMode", "cublasSetWorkspace_v2", "cublasGetStatusName",
     "cublasGetStatusString",
+    *(f"cublas{d}{w}{a}{s}" for d in ("Set", "Get") for w in ("Vector", "Matrix") for a in ("", "Async")
+      for s in ("", "_64")),
 )
 
 # ----------------------------------------------------------------------------------------------- expressions

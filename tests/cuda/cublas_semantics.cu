@@ -1,7 +1,8 @@
 // cuBLAS semantics through libvcublas: statuses the client answers at once, calls ordered with kernels and copies
 // on one stream (fire-and-forget: one synchronisation at the end), device pointer mode (scalars written by a
 // kernel just before the call, a result consumed by a kernel just after), host-mode results, beta == 0 over NaN,
-// per-call math mode, handle state, unsupported functions. Prints "OK <checks>".
+// per-call math mode, handle state, the copy helpers (Set/GetMatrix/Vector), unsupported functions.
+// Prints "OK <checks>".
 #include <cublas_v2.h>
 #include <cmath>
 #include <string>
@@ -103,6 +104,33 @@ int main() {
     OKC(idx == best + 1);
     const float three = 3.0f;
     CHECK_BLAS(cublasSscal(h, -5, &three, C, 1));
+
+    // The copy helpers: a 5 x 3 block (lda 7) into a device matrix with ldb 6 and back into ld 5; strided vectors.
+    {
+        std::vector<float> ha(7 * 3), hb(5 * 3, -1.0f), hv(9), hw(3, 0.0f);
+        for (int i = 0; i < 21; i++) ha[i] = (float)i;
+        for (int i = 0; i < 9; i++) hv[i] = 100.0f + i;
+        float *dm, *dv;
+        CHECK(cudaMalloc((void **)&dm, 6 * 3 * sizeof(float)));
+        CHECK(cudaMalloc((void **)&dv, 6 * sizeof(float)));
+        CHECK_BLAS(cublasSetMatrix(5, 3, sizeof(float), ha.data(), 7, dm, 6));
+        CHECK_BLAS(cublasGetMatrixAsync(5, 3, sizeof(float), dm, 6, hb.data(), 5, s));
+        CHECK(cudaStreamSynchronize(s));
+        bool same = true;
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 5; i++) same = same && hb[i + 5 * j] == ha[i + 7 * j];
+        OKC(same);
+        CHECK_BLAS(cublasSetVector(3, sizeof(float), hv.data(), 4, dv, 2));       // hv[0], hv[4], hv[8] -> dv[0, 2, 4]
+        CHECK_BLAS(cublasGetVector(3, sizeof(float), dv, 2, hw.data(), 1));
+        OKC(hw[0] == 100.0f && hw[1] == 104.0f && hw[2] == 108.0f);
+        EXPECT_BLAS(cublasSetVector(3, sizeof(float), hv.data(), 0, dv, 1), CUBLAS_STATUS_INVALID_VALUE);
+        EXPECT_BLAS(cublasSetMatrix(5, 3, sizeof(float), ha.data(), 4, dm, 6), CUBLAS_STATUS_INVALID_VALUE);
+        EXPECT_BLAS(cublasGetVector(3, sizeof(float), hv.data(), 1, hw.data(), 1), CUBLAS_STATUS_MAPPING_ERROR);
+        EXPECT_BLAS(cublasSetMatrix(6, 3, sizeof(float), ha.data(), 7, dm, 7), CUBLAS_STATUS_MAPPING_ERROR);  // past the end
+        checks += 4;
+        CHECK(cudaFree(dm));
+        CHECK(cudaFree(dv));
+    }
 
     // Handle state.
     cudaStream_t got;
