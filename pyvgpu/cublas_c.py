@@ -23,6 +23,7 @@ from pathlib import Path
 if not __package__:  # run as a script by the C build
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyvgpu import cublas_spec as S  # noqa: E402
+from pyvgpu.protocol_c import write_files  # noqa: E402
 
 GENERATED = "/* Generated from pyvgpu/cublas_spec.py by pyvgpu/cublas_c.py. Do not edit. */"
 
@@ -168,14 +169,7 @@ def calls_source() -> str:
 
 
 def write_all(outdir: Path) -> list[Path]:
-    outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in {"cublas_gen.h": header(), "calls_gen.c": calls_source()}.items():
-        path = outdir / name
-        if not path.exists() or path.read_text(encoding="utf-8") != text:   # keep mtimes: no needless rebuilds
-            path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    return write_files(outdir, {"cublas_gen.h": header(), "calls_gen.c": calls_source()})
 
 
 def main(argv: list[str]) -> int:

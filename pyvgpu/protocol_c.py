@@ -171,8 +171,13 @@ def protocol_header() -> str:
 
 
 def write_all(outdir: Path) -> list[Path]:
+    return write_files(outdir, {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(),
+                                "ops_gen.c": ops_source()})
+
+
+def write_files(outdir: Path, files: dict[str, str]) -> list[Path]:
+    """Write generated files (name -> text) into outdir, leaving unchanged ones alone."""
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(), "ops_gen.c": ops_source()}
     written = []
     for name, text in files.items():
         path = outdir / name

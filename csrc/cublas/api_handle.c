@@ -11,6 +11,16 @@ pvb_status pvb_unsupported(const char *name, atomic_int *once)
     return PVB_CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+/* The live handle behind `handle` for a call that reads or writes through `arg`: NOT_INITIALIZED for a handle that
+ * is not a live one (as cuBLAS answers a NULL one), INVALID_VALUE for a NULL `arg`. */
+static pvb_status live(struct pvb_handle *handle, const void *arg, struct pvb_handle **h)
+{
+    *h = pvb_handle_of(handle);
+    if (!*h)
+        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
+    return arg ? PVB_CUBLAS_STATUS_SUCCESS : PVB_CUBLAS_STATUS_INVALID_VALUE;
+}
+
 PV_API pvb_status cublasCreate_v2(struct pvb_handle **out)
 {
     if (!out)
@@ -39,9 +49,10 @@ PV_API pvb_status cublasCreate_v2(struct pvb_handle **out)
 
 PV_API pvb_status cublasDestroy_v2(struct pvb_handle *handle)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
     pv_handle_remove(h);
     /* Ordered after the handle's calls on the daemon; the daemon also destroys it when the session ends. */
     (void)pv_send_BLAS_DESTROY(h->dev, h->remote);
@@ -52,9 +63,10 @@ PV_API pvb_status cublasDestroy_v2(struct pvb_handle *handle)
 
 PV_API pvb_status cublasSetStream_v2(struct pvb_handle *handle, cudaStream_t stream)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
     if (!pv_stream_ok(stream))
         return PVB_CUBLAS_STATUS_INVALID_VALUE;
     h->stream = stream;
@@ -69,20 +81,19 @@ PV_API pvb_status cublasSetStream_v2(struct pvb_handle *handle, cudaStream_t str
 
 PV_API pvb_status cublasGetStream_v2(struct pvb_handle *handle, cudaStream_t *out)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!out)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    *out = h->stream;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, out, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *out = h->stream;
+    return st;
 }
 
 PV_API pvb_status cublasSetPointerMode_v2(struct pvb_handle *handle, int mode)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
     if (mode != PVB_POINTER_MODE_HOST && mode != PVB_POINTER_MODE_DEVICE)
         return PVB_CUBLAS_STATUS_INVALID_VALUE;
     h->pmode = mode;
@@ -91,20 +102,19 @@ PV_API pvb_status cublasSetPointerMode_v2(struct pvb_handle *handle, int mode)
 
 PV_API pvb_status cublasGetPointerMode_v2(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    *mode = h->pmode;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, mode, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *mode = h->pmode;
+    return st;
 }
 
 PV_API pvb_status cublasSetMathMode(struct pvb_handle *handle, int mode)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
     int base = mode & ~PVB_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
     for (size_t i = 0; i < sizeof pvb_math_modes / sizeof pvb_math_modes[0]; i++)
         if (pvb_math_modes[i] == base) {
@@ -116,20 +126,19 @@ PV_API pvb_status cublasSetMathMode(struct pvb_handle *handle, int mode)
 
 PV_API pvb_status cublasGetMathMode(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    *mode = h->math;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, mode, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *mode = h->math;
+    return st;
 }
 
 PV_API pvb_status cublasSetWorkspace_v2(struct pvb_handle *handle, void *workspace, size_t size)
 {
-    struct pvb_handle *h = pvb_handle_of(handle);
-    if (!h)
-        return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
     /* cuBLAS: a workspace must be 256-byte aligned, and a size without memory (or memory without size) is
      * not one. */
     if (((uintptr_t)workspace % 256) != 0 || (!workspace && size) || (workspace && !size))

@@ -5,6 +5,8 @@ alpha == 0 the matrix and x are not read, with beta == 0 y is not read.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from pyvgpu import cublas_spec as spec
@@ -15,18 +17,24 @@ from pyvgpu_daemon.blas.registry import routine
 LOWER, UNIT = spec.CONSTANTS["LOWER"], spec.ENUMS["cublasDiagType_t"]["CUBLAS_DIAG_UNIT"]
 
 
-@routine(spec.GEMV)
-def gemv(o: Operands) -> None:
-    if o["m"] == 0 or o["n"] == 0:
-        return
+def _y_update(o: Operands, product: Callable[[], np.ndarray]) -> None:
+    """y = alpha * product() + beta * y with reference BLAS's quick returns (alpha == 0 and beta == 1: nothing;
+    alpha == 0: y = beta * y, the product's operands are not read; beta == 0: y is not read)."""
     alpha, beta = o.scalar("alpha"), o.scalar("beta")
     if alpha == 0 and beta == 1:
         return
     y = o.vec("y")
     if alpha == 0:
         dense.scale(y, beta)
+    else:
+        dense.update(y, product(), alpha, beta)
+
+
+@routine(spec.GEMV)
+def gemv(o: Operands) -> None:
+    if o["m"] == 0 or o["n"] == 0:
         return
-    dense.update(y, dense.op(o.mat("A"), o["trans"]) @ o.vec("x"), alpha, beta)
+    _y_update(o, lambda: dense.op(o.mat("A"), o["trans"]) @ o.vec("x"))
 
 
 @routine(spec.GER)
@@ -56,17 +64,10 @@ def trsv(o: Operands) -> None:
 def symv(o: Operands) -> None:
     if o["n"] == 0:
         return
-    alpha, beta = o.scalar("alpha"), o.scalar("beta")
-    if alpha == 0 and beta == 1:
-        return
-    y = o.vec("y")
-    if alpha == 0:
-        dense.scale(y, beta)
-        return
-    a = o.mat("A")
-    # The full symmetric matrix from the stored triangle (the other triangle is never read).
-    if o["uplo"] == LOWER:
-        s = np.tril(a) + np.tril(a, -1).T
-    else:
-        s = np.triu(a) + np.triu(a, 1).T
-    dense.update(y, s @ o.vec("x"), alpha, beta)
+
+    def product() -> np.ndarray:
+        a = o.mat("A")
+        # The full symmetric matrix from the stored triangle (the other triangle is never read).
+        s = np.tril(a) + np.tril(a, -1).T if o["uplo"] == LOWER else np.triu(a) + np.triu(a, 1).T
+        return s @ o.vec("x")
+    _y_update(o, product)
