@@ -10,7 +10,7 @@ client's packed parameter buffer to cuLaunchKernel through CU_LAUNCH_PARAM_BUFFE
 Module globals are listed from the ELF symbol tables of the fatbin's cubins (the driver has no enumeration call)
 and resolved with cuModuleGetGlobal.
 
-The `driver` module is injectable so the plumbing can be exercised without a GPU (tests/test_daemon_cuda.py).
+The `driver` module is injectable so the plumbing can be exercised without a GPU (tests/daemon/test_daemon_cuda.py).
 """
 from __future__ import annotations
 
