@@ -131,7 +131,9 @@ def test_wheel_contains_library_daemon_and_command(tmp_path):
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
         lib = zf.read("pyvgpu/lib/libvcudart.so")
-    assert {"pyvgpu/cli.py", "pyvgpu/hostmap.py", "pyvgpu/protocol.py", "pyvgpu_daemon/__main__.py"} <= names
+    assert {"pyvgpu/cli.py", "pyvgpu/hostmap.py", "pyvgpu/protocol.py", "pyvgpu_daemon/__main__.py",
+            "pyvgpu/cublas_spec.py", "pyvgpu/lib/libvcublas.so", "pyvgpu/lib/libcublas.so.13",
+            "pyvgpu/lib/libcublas.so"} <= names
     assert "pyvgpu = pyvgpu.cli:main" in entry_points
     assert lib[:4] == b"\x7fELF" and b"libcudart.so.13" in lib
 

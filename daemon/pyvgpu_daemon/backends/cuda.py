@@ -24,6 +24,7 @@ import numpy as np
 
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu.protocol import ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT
+from pyvgpu_daemon.backends import cublas_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.errors import CudaError
 
@@ -158,8 +159,9 @@ def elf_global_names(elf: bytes) -> list[str]:
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, driver: Any = None) -> None:
+    def __init__(self, driver: Any = None, cublas: Any = None) -> None:
         self.drv = driver or _load_driver()
+        self.cublas = cublas           # a cublas_cuda.Cublas (tests inject one); None: loaded on first use
         check(self.drv.cuInit(0), "cuInit")
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
@@ -214,7 +216,7 @@ class CudaBackend(Backend):
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "CudaContext":
         # va_base is an emulated-device notion: real allocations live where the driver puts them.
-        return CudaContext(self.drv, ordinal)
+        return CudaContext(self.drv, ordinal, self.cublas)
 
 
 @dataclass
@@ -227,9 +229,10 @@ class _Event:
 class CudaContext(DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
-    def __init__(self, drv: Any, ordinal: int) -> None:
+    def __init__(self, drv: Any, ordinal: int, cublas: Any = None) -> None:
         self.drv = drv
         self.ordinal = ordinal
+        self._cublas = cublas
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
 
@@ -479,6 +482,25 @@ class CudaContext(DeviceContext):
 
     def synchronize(self) -> None:
         check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)
+    blas_validates_pointers = True      # real cuBLAS would touch whatever it is given
+
+    def _blas(self) -> cublas_cuda.Cublas:
+        return self._cublas or cublas_cuda.library()
+
+    def blas_create(self) -> cublas_cuda.RealHandle:
+        return self._blas().create()
+
+    def blas_destroy(self, handle: cublas_cuda.RealHandle) -> None:
+        self._blas().destroy(handle)
+
+    def blas_set_workspace(self, handle: cublas_cuda.RealHandle, ptr: int, size: int) -> None:
+        self._blas().set_workspace(handle, ptr, size)
+
+    def blas_call(self, handle: cublas_cuda.RealHandle, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).

@@ -23,6 +23,7 @@ from typing import Any
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
                              LIMIT_NAMES, VA_WINDOW_BYTES)
 from pyvgpu.cuda_enums import DEVICE_ATTRS
+from pyvgpu_daemon import blas
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
@@ -194,6 +195,12 @@ class EmuBackend(Backend):
 
 def _rounded(size: int) -> int:
     return (max(size, 1) + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class EmuBlasHandle:
+    """A cuBLAS handle of the emulated device: it holds only what the client set on it."""
+    workspace: tuple[int, int] = (0, 0)
 
 
 class EmuContext(DeviceContext):
@@ -441,6 +448,22 @@ class EmuContext(DeviceContext):
 
     def synchronize(self) -> None:
         pass
+
+    # ------------------------------------------------------------------ cuBLAS
+    def blas_create(self) -> EmuBlasHandle:
+        return EmuBlasHandle()
+
+    def blas_destroy(self, handle: EmuBlasHandle) -> None:
+        pass
+
+    def blas_set_workspace(self, handle: EmuBlasHandle, ptr: int, size: int) -> None:
+        handle.workspace = (ptr, size)      # NumPy needs none; kept so the handle's state is what the client set
+
+    def blas_call(self, handle: EmuBlasHandle, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        # One ordered worker per (session, device): the call runs after everything queued before it, as on its
+        # stream; math modes only allow a GPU to be less precise, the emulation always computes as documented.
+        return blas.execute(family, self.mem, args)
 
     def reset(self) -> None:
         self.mem.free_all()
