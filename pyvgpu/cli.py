@@ -488,9 +488,10 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     libs = [str(_lib()), str(_lib(pyvgpu.DRIVER_LIB_NAME))]
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p not in libs]
     env["LD_PRELOAD"] = " ".join([*libs, *preload])
+    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
     libdir = str(Path(libs[1]).parent)
-    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
-    env["LD_LIBRARY_PATH"] = ":".join([libdir, *paths])
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
     if hosts is None:
         hosts = list(hostmap.load(env))
     if not hosts:
@@ -664,8 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     lb = sub.add_parser("lib", help="print the path of libvcudart.so (--driver: libvcuda, --dir: their directory)",
                         description="Print the path of the interposer library libvcudart.so (SONAME libcudart.so.13), "
                                     "for LD_PRELOAD=$(pyvgpu lib) ./app; with --driver the driver drop-in "
-                                    "libvcuda.so.1 (SONAME libcuda.so.1); with --dir the directory holding both and "
-                                    "the names programs look for (libcuda.so.1, libcuda.so, libcudart.so.13), for "
+                                    "libvcuda.so.1 (SONAME libcuda.so.1); with --dir the directory holding every "
+                                    "client library and the names programs look for (libcuda.so.1, libcuda.so, "
+                                    "libcudart.so.13, libcublas.so.13, ...), for "
                                     "LD_LIBRARY_PATH and `nvcc app.cu -L$(pyvgpu lib --dir) -lcuda`. PYVGPU_LIB "
                                     "overrides where libvcudart is looked for (the others are beside it).")
     lbg = lb.add_mutually_exclusive_group()

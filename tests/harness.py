@@ -182,8 +182,11 @@ def lib_path() -> Path:
 
 
 def interposer_env(daemons: Iterable[Daemon], lib: str | Path | None = None) -> dict[str, str]:
-    """What a CUDA program needs to run through libvcudart against `daemons` (GPU order = their order)."""
-    return {"LD_PRELOAD": str(lib or lib_path()), "PYVGPU_HOSTS": ",".join(d.address for d in daemons)}
+    """What a CUDA program needs to run through libvcudart against `daemons` (GPU order = their order); the other
+    client libraries (libcublas.so.13, ...) are found beside it, as `pyvgpu run` sets them up."""
+    lib = Path(lib or lib_path())
+    return {"LD_PRELOAD": str(lib), "PYVGPU_HOSTS": ",".join(d.address for d in daemons),
+            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib.parent), os.environ.get("LD_LIBRARY_PATH")]))}
 
 
 def run_cuda(program: Path, daemons: list[Daemon], *args: str, timeout: float = 300,

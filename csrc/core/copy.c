@@ -1,7 +1,8 @@
-/* Copies and memsets on the devices that own the memory, shared by every API library: a copy goes to the host
- * that owns the device pointer; copies between GPUs are staged through this process. Host-to-device data and
- * memsets are fire-and-forget; device-to-host copies wait for the reply, whose payload is read straight into the
- * caller's buffer. Large copies travel in PV_CHUNK frames. */
+/* Copies and memsets on the devices that own the memory, shared by every API library (libvcudart's cudaMemcpy*,
+ * libvcuda's cuMemcpy*, libvcublas's cublasSet/GetMatrix/Vector): a copy goes to the host that owns the device
+ * pointer; copies between GPUs are staged through this process. Host-to-device data and memsets are
+ * fire-and-forget; device-to-host copies wait for the reply, whose payload is read straight into the caller's
+ * buffer. Large 1D copies travel in PV_CHUNK frames; 2D copies carry their rows packed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,7 +168,7 @@ static int dev_range_2d(const void *p, size_t pitch, size_t width, size_t height
     return pv_dev_range(p, pitch * (height - 1) + width, d);
 }
 
-static cudaError_t h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
                           size_t width, size_t height, uint64_t stream)
 {
     size_t total = width * height;
@@ -186,7 +187,7 @@ static cudaError_t h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, cons
     return err;
 }
 
-static cudaError_t d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
                           size_t height, uint64_t stream)
 {
     size_t total = width * height;
@@ -227,11 +228,11 @@ cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch
     case cudaMemcpyHostToDevice:
         if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0)
             return PV_cudaErrorInvalidValue;
-        return h2d_2d(ddev, du, dpitch, src, spitch, width, height, pv_stream_for(s, ddev));
+        return pv_h2d_2d(ddev, du, dpitch, src, spitch, width, height, pv_stream_for(s, ddev));
     case cudaMemcpyDeviceToHost:
         if (dev_range_2d(src, spitch, width, height, &sdev) != 0)
             return PV_cudaErrorInvalidValue;
-        return d2h_2d(sdev, dst, dpitch, su, spitch, width, height, pv_stream_for(s, sdev));
+        return pv_d2h_2d(sdev, dst, dpitch, su, spitch, width, height, pv_stream_for(s, sdev));
     default:
         if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0 ||
             dev_range_2d(src, spitch, width, height, &sdev) != 0)
@@ -242,9 +243,9 @@ cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch
             char *tmp = malloc(width * height);
             if (!tmp)
                 return PV_cudaErrorMemoryAllocation;
-            err = d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
+            err = pv_d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
             if (err == PV_SUCCESS)
-                err = h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
+                err = pv_h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
             free(tmp);
             return err;
         }

@@ -225,7 +225,13 @@ cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size
 cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
                         uint64_t stream);
-int pv_dev_range(const void *p, size_t n, struct pv_device **d);   /* 0: [p, p+n) in one allocation of *d */
+/* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
+cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+                      size_t width, size_t height, uint64_t stream);
+cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+                      size_t height, uint64_t stream);
+/* 0 and *d = the device whose allocation holds [p, p+n), -1 when no single allocation does. */
+int pv_dev_range(const void *p, size_t n, struct pv_device **d);
 int pv_is_device_ptr(const void *p);
 uint64_t pv_stream_for(cudaStream_t s, struct pv_device *d);       /* daemon handle of s on d (0: default) */
 cudaError_t pv_init_with_stream(cudaStream_t s);                   /* initialized, and s is a valid stream */
