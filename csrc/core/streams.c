@@ -53,19 +53,22 @@ cudaError_t pv_stream_query(cudaStream_t s) { return stream_simple(s, pv_call_ST
 cudaError_t pv_event_sync(cudaEvent_t e) { return event_simple(e, pv_call_EVENT_SYNC); }
 cudaError_t pv_event_query(cudaEvent_t e) { return event_simple(e, pv_call_EVENT_QUERY); }
 
+/* The stream a handle names: *st NULL for a default-stream sentinel; cudaErrorInvalidResourceHandle for garbage. */
+static cudaError_t stream_handle(cudaStream_t s, struct pv_stream **st)
+{
+    *st = (uintptr_t)s <= 2 ? NULL : stream_of(s);
+    return (uintptr_t)s <= 2 || *st ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
 cudaError_t pv_stream_props(cudaStream_t s, unsigned *flags, int *priority)
 {
-    if ((uintptr_t)s <= 2) {
-        *flags = 0;
-        *priority = 0;
-        return PV_SUCCESS;
+    struct pv_stream *st;
+    cudaError_t err = stream_handle(s, &st);
+    if (err == PV_SUCCESS) {
+        *flags = st ? st->flags : 0;
+        *priority = st ? st->priority : 0;
     }
-    struct pv_stream *st = stream_of(s);
-    if (!st)
-        return PV_cudaErrorInvalidResourceHandle;
-    *flags = st->flags;
-    *priority = st->priority;
-    return PV_SUCCESS;
+    return err;
 }
 
 cudaError_t pv_stream_create(unsigned flags, int priority, cudaStream_t *out)
@@ -139,15 +142,11 @@ cudaError_t pv_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags)
  * handles are unique per session, and a session is one host). */
 cudaError_t pv_stream_id(cudaStream_t s, unsigned long long *id)
 {
-    if ((uintptr_t)s <= 2) {
-        *id = (uintptr_t)s == 2 ? 1 : 0;
-        return PV_SUCCESS;
-    }
-    struct pv_stream *st = stream_of(s);
-    if (!st)
-        return PV_cudaErrorInvalidResourceHandle;
-    *id = ((unsigned long long)st->dev << 48) + st->remote + 2;
-    return PV_SUCCESS;
+    struct pv_stream *st;
+    cudaError_t err = stream_handle(s, &st);
+    if (err == PV_SUCCESS)
+        *id = st ? ((unsigned long long)st->dev << 48) + st->remote + 2 : (uintptr_t)s == 2 ? 1 : 0;
+    return err;
 }
 
 cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)

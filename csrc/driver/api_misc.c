@@ -60,29 +60,17 @@ static const struct pv_curesult *curesult(CUresult e)
     return NULL;
 }
 
-PV_API CUresult cuGetErrorName(CUresult e, const char **out)
+/* cuGetErrorName / cuGetErrorString: an unknown code gives NULL and CUDA_ERROR_INVALID_VALUE. */
+static CUresult describe(CUresult e, const char **out, int name)
 {
     const struct pv_curesult *r = out ? curesult(e) : NULL;
-    if (!r) {
-        if (out)
-            *out = NULL;
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    *out = r->name;
-    return CUDA_SUCCESS;
+    if (out)
+        *out = r ? (name ? r->name : r->text) : NULL;
+    return r ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-PV_API CUresult cuGetErrorString(CUresult e, const char **out)
-{
-    const struct pv_curesult *r = out ? curesult(e) : NULL;
-    if (!r) {
-        if (out)
-            *out = NULL;
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    *out = r->text;
-    return CUDA_SUCCESS;
-}
+PV_API CUresult cuGetErrorName(CUresult e, const char **out) { return describe(e, out, 1); }
+PV_API CUresult cuGetErrorString(CUresult e, const char **out) { return describe(e, out, 0); }
 
 /* Profiler control has no meaning for a remote device: accepted, as with no profiler attached. */
 PV_API CUresult cuProfilerStart(void) { return drv_ready(); }
