@@ -458,8 +458,9 @@ class Server:
         except Exception:  # noqa: BLE001
             pass
         if session.va_base or session.devices:
-            log.info("%s: ended (%s); released %d bytes on %d device(s)", session.tag(), reason, released,
-                     len(session.devices))
+            log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
+                     reason, sum(st.ops for st in session.devices.values()),
+                     sum(st.waited for st in session.devices.values()), released, len(session.devices))
         else:
             log.info("%s: connection from %s ended before a session began (%s)", session.tag(), session.peer,
                      reason)
