@@ -73,78 +73,39 @@ static int ssl_result(struct pv_io *io, int k, short *events)
     return -1;
 }
 
-/* Up to n bytes: >0 read, -1 EOF/error/aborted. */
-static ssize_t io_read_some(struct pv_io *io, void *buf, size_t n)
+/* One non-blocking transfer of up to n bytes: >0 bytes moved, 0 would block (wait for *events), -1 failed or EOF. */
+static ssize_t io_step(struct pv_io *io, void *buf, size_t n, int writing, short *events)
 {
+    *events = writing ? POLLOUT : POLLIN;
+    if (io->ssl) {
+        int len = n > (1u << 30) ? (int)(1u << 30) : (int)n;
+        pthread_mutex_lock(&io->ssl_mu);
+        int r = writing ? SSL_write(io->ssl, buf, len) : SSL_read(io->ssl, buf, len);
+        ssize_t k = ssl_result(io, r, events);
+        pthread_mutex_unlock(&io->ssl_mu);
+        return k;
+    }
     for (;;) {
-        short events = POLLIN;
-        ssize_t k;
-        if (io->ssl) {
-            pthread_mutex_lock(&io->ssl_mu);
-            int r = SSL_read(io->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n);
-            k = ssl_result(io, r, &events);
-            pthread_mutex_unlock(&io->ssl_mu);
-            if (k < 0)
-                return -1;
-        } else {
-            k = recv(io->fd, buf, n, 0);
-            if (k == 0)
-                return -1;
-            if (k < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
-                    return -1;
-                k = 0;
-            }
-        }
-        if (k > 0) {
-            atomic_store(&io->last_rx_ms, pv_now_ms());
+        ssize_t k = writing ? send(io->fd, buf, n, MSG_NOSIGNAL) : recv(io->fd, buf, n, 0);
+        if (k > 0)
             return k;
-        }
-        if (pv_io_wait(io, events) != 0)
+        if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
             return -1;
+        if (errno != EINTR)
+            return 0;
     }
 }
 
-int pv_io_read(struct pv_io *io, void *buf, size_t n)
+/* Moves all n bytes (waiting as needed, bounded by the tick): 0 ok, -1 error/EOF/aborted. */
+static int io_transfer(struct pv_io *io, char *p, size_t n, int writing)
 {
-    char *p = buf;
     while (n > 0) {
-        ssize_t k = io_read_some(io, p, n);
+        short events;
+        ssize_t k = io_step(io, p, n, writing, &events);
         if (k < 0)
             return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* Writes all of [p, p+n): 0 ok, -1 error/aborted. */
-static int io_write_all(struct pv_io *io, const char *p, size_t n)
-{
-    while (n > 0) {
-        short events = POLLOUT;
-        ssize_t k;
-        if (io->ssl) {
-            pthread_mutex_lock(&io->ssl_mu);
-            int r = SSL_write(io->ssl, p, n > (1u << 30) ? (int)(1u << 30) : (int)n);
-            k = ssl_result(io, r, &events);
-            pthread_mutex_unlock(&io->ssl_mu);
-            if (k < 0)
-                return -1;
-        } else {
-            k = send(io->fd, p, n, MSG_NOSIGNAL);
-            if (k < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
-                    return -1;
-                k = 0;
-            }
-        }
         if (k > 0) {
-            atomic_store(&io->last_tx_ms, pv_now_ms());
+            atomic_store(writing ? &io->last_tx_ms : &io->last_rx_ms, pv_now_ms());
             p += k;
             n -= (size_t)k;
         } else if (pv_io_wait(io, events) != 0) {
@@ -152,6 +113,16 @@ static int io_write_all(struct pv_io *io, const char *p, size_t n)
         }
     }
     return 0;
+}
+
+int pv_io_read(struct pv_io *io, void *buf, size_t n)
+{
+    return io_transfer(io, buf, n, 0);
+}
+
+static int io_write_all(struct pv_io *io, const char *p, size_t n)
+{
+    return io_transfer(io, (char *)p, n, 1);
 }
 
 int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_t bn)

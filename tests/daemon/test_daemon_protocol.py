@@ -84,14 +84,17 @@ def test_first_frame_must_be_hello(daemon):
     assert "not a well-formed HELLO" in daemon.log_text()
 
 
-def test_non_loopback_without_token_refuses_to_start(tmp_path, clean_env):
-    proc, log = spawn(tmp_path, clean_env, "--host", "127.0.0.2", "--port", str(free_port("127.0.0.2")))
+@pytest.mark.parametrize("token, refusal", [(None, "without a token"), ("s3cret", "without TLS")])
+def test_non_loopback_needs_token_and_tls(tmp_path, clean_env, token, refusal):
+    env = {**clean_env, **({"PYVGPU_TOKEN": token} if token else {})}
+    proc, log = spawn(tmp_path, env, "--host", "127.0.0.2", "--port", str(free_port("127.0.0.2")))
     try:
         assert proc.wait(30) == 2
     finally:
         stop_process(proc)
     text = log.read_text()
-    assert "refusing to listen on 127.0.0.2 without a token" in text
+    assert f"refusing to listen on 127.0.0.2 {refusal}" in text
+    assert "--tls-cert" in text or token is None
     assert "Traceback" not in text
 
 
@@ -99,18 +102,6 @@ def test_token_file_missing_is_a_clear_error(tmp_path, clean_env):
     proc, log = spawn(tmp_path, clean_env, "--port", "0", "--token-file", str(tmp_path / "nope"))
     assert proc.wait(30) == 2
     assert "cannot read token file" in log.read_text()
-
-
-def test_non_loopback_needs_tls_too(tmp_path, clean_env):
-    env = {**clean_env, "PYVGPU_TOKEN": "s3cret"}
-    proc, log = spawn(tmp_path, env, "--host", "127.0.0.2", "--port", str(free_port("127.0.0.2")))
-    try:
-        assert proc.wait(30) == 2
-    finally:
-        stop_process(proc)
-    text = log.read_text()
-    assert "refusing to listen on 127.0.0.2 without TLS" in text and "--tls-cert" in text
-    assert "Traceback" not in text
 
 
 def test_token_file_readable_by_others_is_refused(tmp_path, clean_env):

@@ -122,6 +122,17 @@ def test_launch_time_limit_holds_for_any_grid_and_kernel(kernel, grid):
     assert limit <= elapsed < limit + 0.7, elapsed
 
 
+def test_cancelled_launch_stops_at_its_next_check():
+    import threading
+    m = EmuModule.load(SLOW.encode(), DeviceMemory(1 << 40, 1 << 20), limits=EmuLimits(max_seconds=60))
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(CudaError, match="cancelled, the session's client is gone"):
+        m.launch("slow", (64, 1, 1), (1024, 1, 1), 0, b"", cancel=cancel)
+    assert time.monotonic() - t0 < 1.0
+
+
 # ---------------------------------------------------------------------------------------------- memory
 def test_freed_device_memory_goes_back_to_the_os(daemon_factory):
     d = daemon_factory("--emu-memory", "1G")
