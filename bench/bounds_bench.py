@@ -3,8 +3,8 @@
     python bench/bounds_bench.py
 
 Starts emulated-GPU daemons on loopback (tests/harness.py), attacks them as tests/security does, and prints one
-line per case: the daemon's resident-memory growth (VmRSS) or the time until the bound took effect. The tests
-assert the bounds; this prints the numbers behind docs/security.md's table.
+line per case: the daemon's resident-memory growth (VmRSS) or the time until the bound took effect, and what TLS
+costs on loopback. The tests assert the bounds; this prints the numbers behind docs/security.md's table.
 """
 from __future__ import annotations
 
@@ -198,6 +198,31 @@ def emulator_cases() -> None:
     report("cudaMemset2D of 8 M one-byte rows (CPU)", f"{time.process_time() - t0:.3f} s")
 
 
+def tls_cost(work: Path) -> None:
+    """What TLS costs on loopback: 16 MiB pageable copies, plain and TLS daemons side by side (medians)."""
+    import statistics
+    sys.path.insert(0, str(ROOT / "bench"))
+    from remoting_bench import build
+    from pyvgpu.tls import make_self_signed
+    bw, _ = build()
+    fp = make_self_signed(work / "c.pem", work / "k.pem", ["127.0.0.1"])
+    plain = start_daemon(work)
+    tls = start_daemon(work, "--tls-cert", str(work / "c.pem"), "--tls-key", str(work / "k.pem"))
+    try:
+        for kind in ("h2d", "d2h"):
+            rates: dict[str, list[float]] = {"plain": [], "tls": []}
+            for _ in range(3):
+                for name, d, extra in (("plain", plain, {}), ("tls", tls, {"PYVGPU_TLS_FINGERPRINT": fp})):
+                    out = subprocess.run([str(bw), "bw", kind, "pageable", str(16 * MiB), "8"], capture_output=True,
+                                         text=True, timeout=300, env={**os.environ, **interposer_env([d]), **extra})
+                    rates[name].append(16 * MiB / statistics.median(float(x) for x in out.stdout.split()[1:]))
+            report(f"16 MiB {kind} copies over TLS (plain TCP)", f"{statistics.median(rates['tls']):.2f} GB/s",
+                   f"({statistics.median(rates['plain']):.2f} GB/s)")
+    finally:
+        plain.stop()
+        tls.stop()
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -205,6 +230,7 @@ def main() -> int:
         memory_cases(work)
         wait_cases(work)
         emulator_cases()
+        tls_cost(work)
     return 0
 
 
