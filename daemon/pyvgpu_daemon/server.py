@@ -408,8 +408,11 @@ class Server:
             now = time.monotonic()
             for link in list(self._links.values()):
                 s = link.stream
-                if link.busy() and now - s.last_write >= interval and s.write_buffer_size() == 0:
-                    s.writelines(beat)
+                try:
+                    if link.busy() and now - s.last_write >= interval and s.write_buffer_size() == 0:
+                        s.writelines(beat)
+                except Exception:  # noqa: BLE001 - one session's broken transport must not stop everyone's beat
+                    log.exception("%s: heartbeat failed", link.session.tag())
 
     # ------------------------------------------------------------------ ending
     async def _drain(self, link: Link) -> None:
