@@ -106,13 +106,13 @@ def run(opts: DaemonOptions) -> int:
     from pyvgpu_daemon.memtune import tune_malloc
     tune_malloc()            # before the backend allocates anything: large NumPy temporaries stay in the heap
     from pyvgpu_daemon.backends import make_backend
-    from pyvgpu_daemon.backends.emu import parse_size
+    from pyvgpu.units import parse_size
     from pyvgpu_daemon.server import MetricsError, ServerConfig, run_server
     from pyvgpu_daemon.sharing import Sharing, SharingConfig, parse_session_memory
     try:
         token = resolve_token(opts)
         memory = parse_size(opts.emu_memory)
-        default_limit, device_limits = parse_session_memory(opts.session_memory, parse_size)
+        default_limit, device_limits = parse_session_memory(opts.session_memory)
         if not opts.max_weight >= 1.0:
             raise ConfigError(f"--max-weight {opts.max_weight}: must be at least 1 (the default weight)")
         if opts.metrics_port is not None and not 0 <= opts.metrics_port <= 65535:

@@ -101,7 +101,7 @@ class FairShare:
         if share.vtime > self.clock:
             self.clock = share.vtime
         if self._waiting:
-            if more and share.vtime <= self._waiting[0][0] + self.quantum:
+            if more and share.vtime < self._waiting[0][0] + self.quantum:
                 return True, None
             _, _, nxt = heapq.heappop(self._waiting)
             self._grant(nxt)

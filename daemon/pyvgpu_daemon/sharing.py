@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyvgpu.protocol import HELLO_CLIENT, HELLO_HOSTNAME, HELLO_MEMORY, HELLO_PID, HELLO_WEIGHT, OP_BY_CODE
-from pyvgpu_daemon.scheduler import LATENCY_BOUNDS, WINDOWS, WINDOW_S, DeviceScheduler, Lane, SchedulerConfig, \
-    Schedulers
+from pyvgpu.units import parse_size
+from pyvgpu_daemon.scheduler import WINDOWS, WINDOW_S, DeviceScheduler, Lane, SchedulerConfig, Schedulers
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -36,7 +36,7 @@ class SharingConfig:
     max_weight: float = MAX_WEIGHT
 
 
-def parse_session_memory(specs: list[str], parse_size: Any) -> tuple[int | None, dict[int, int]]:
+def parse_session_memory(specs: list[str]) -> tuple[int | None, dict[int, int]]:
     """`--session-memory` values: 'SIZE' (every device) or 'DEVICE=SIZE'. ValueError naming a bad one."""
     default: int | None = None
     per_device: dict[int, int] = {}
@@ -152,5 +152,3 @@ class Sharing:
             })
         return out
 
-
-LATENCY_BUCKETS = list(LATENCY_BOUNDS)
