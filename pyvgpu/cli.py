@@ -149,6 +149,7 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
     for spec in args.session_memory or []:
         argv += ["--session-memory", spec]
     for flag, value in (("--max-weight", args.max_weight), ("--scheduling", args.scheduling),
+                        ("--time-slice", args.time_slice),
                         ("--metrics-port", args.metrics_port), ("--metrics-host", args.metrics_host)):
         if value is not None:
             argv += [flag, str(value)]
@@ -666,6 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="largest share weight a client may ask for with `pyvgpu run --weight` (default 10)")
     ds.add_argument("--scheduling", choices=("fair", "off"),
                     help="fair: the sessions of a device share its time by weight (default); off: no arbitration")
+    ds.add_argument("--time-slice", type=float, metavar="MS",
+                    help="device time a session may run ahead of a waiting one before it hands the GPU over "
+                         "(default 2 ms)")
     ds.add_argument("--metrics-port", type=int, metavar="PORT",
                     help="serve Prometheus metrics at http://HOST:PORT/metrics")
     ds.add_argument("--metrics-host", metavar="ADDR",

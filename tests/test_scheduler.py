@@ -226,7 +226,7 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
         a.end(tag, t0, t0, clock.t, more=False)
     assert a.device_seconds == pytest.approx(0.006)
     assert a.slowdown() is None and sched.stats.slowdown(clock.t) is None
-    # while another lane waits for the turn, a job counts as shared: (wait + run) / alone
+    # while another lane waits for the turn, a job counts as shared: (wait + run) / alone, summed over all jobs
     b = sched.lane(1.0, "b")
     a.begin()
     sched._share.request(b.share)        # b queues behind a (no thread needed to observe the bookkeeping)
@@ -234,8 +234,9 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
     clock.t += 0.004                     # the same kernel now takes twice as long
     a._wait_s = 0.002                    # and it waited 2 ms for the turn
     a.end(tag, t0, t0, clock.t, more=False)
-    assert a.slowdown() == pytest.approx((0.002 + 0.004) / 0.002)
-    assert sched.stats.slowdown(clock.t) == pytest.approx(3.0)
+    expected = (3 * 0.002 + 0.002 + 0.004) / (4 * 0.002)
+    assert a.slowdown() == pytest.approx(expected)
+    assert sched.stats.slowdown(clock.t) == pytest.approx(expected)
     assert sched._share.holder is b.share   # finishing without more work handed the turn to b
     assert sched.stats.busy_ratio(clock.t) > 0
     hist = a.hist[tag[0]]
@@ -283,7 +284,7 @@ def test_flooding_session_cannot_starve_another():
         first_b = seq.index("B")
         between = [len(r) for r in seq[first_b:seq.rindex("B")].split("B")[1:]]
         assert max(between) <= 2, seq           # B re-requests after each reply: it waits for one A job at most
-        assert wb.lane.device_seconds == pytest.approx(6 * 0.005, rel=0.5)
+        assert 6 * 0.005 <= wb.lane.device_seconds < 1.0     # its six jobs (sleep may overshoot on a busy host)
     finally:
         for w in (wa, wb):
             w.stop()

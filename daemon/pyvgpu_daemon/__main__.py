@@ -3,6 +3,7 @@
     python -m pyvgpu_daemon [--host 127.0.0.1] [--port 7700] [--backend auto|cuda|emu] [--token-file PATH]
                             [--emu-devices N] [--emu-memory SIZE] [--emu-slowdown FACTOR] [--log-level LEVEL]
                             [--session-memory [DEVICE=]SIZE ...] [--max-weight W] [--scheduling fair|off]
+                            [--time-slice MS]
                             [--metrics-port PORT] [--metrics-host ADDR]
 
 `pyvgpu daemon start` builds a DaemonOptions and calls run(options) (or main(argv)).
@@ -35,6 +36,7 @@ class DaemonOptions:
     session_memory: list[str] = field(default_factory=list)    # "SIZE" or "DEVICE=SIZE" (sharing.py)
     max_weight: float = 10.0
     scheduling: str = "fair"             # fair | off
+    time_slice_ms: float = 2.0
     metrics_port: int | None = None
     metrics_host: str | None = None
 
@@ -66,13 +68,17 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
                    help="largest share weight a client may ask for (default 10; the default weight is 1)")
     p.add_argument("--scheduling", choices=("fair", "off"), default="fair",
                    help="fair: sessions of a device share its time by weight (default); off: no arbitration")
+    p.add_argument("--time-slice", type=float, default=2.0, metavar="MS",
+                   help="fair scheduling: device time a session may run ahead of a waiting one before it hands the "
+                        "device over (default 2 ms)")
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", metavar="ADDR", help="address of the metrics server (default: --host)")
     ns = p.parse_args(argv)
     return DaemonOptions(host=ns.host, port=ns.port, backend=ns.backend, token_file=ns.token_file,
                          emu_devices=ns.emu_devices, emu_memory=ns.emu_memory, emu_slowdown=ns.emu_slowdown,
                          log_level=ns.log_level, session_memory=ns.session_memory, max_weight=ns.max_weight,
-                         scheduling=ns.scheduling, metrics_port=ns.metrics_port, metrics_host=ns.metrics_host)
+                         scheduling=ns.scheduling, time_slice_ms=ns.time_slice, metrics_port=ns.metrics_port,
+                         metrics_host=ns.metrics_host)
 
 
 def resolve_token(opts: DaemonOptions) -> bytes | None:
@@ -115,9 +121,12 @@ def run(opts: DaemonOptions) -> int:
         default_limit, device_limits = parse_session_memory(opts.session_memory)
         if not opts.max_weight >= 1.0:
             raise ConfigError(f"--max-weight {opts.max_weight}: must be at least 1 (the default weight)")
+        if not 0 <= opts.time_slice_ms <= 1000:
+            raise ConfigError(f"--time-slice {opts.time_slice_ms}: expected 0 to 1000 ms")
         if opts.metrics_port is not None and not 0 <= opts.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port {opts.metrics_port}: not a port")
-        sharing = SharingConfig(default_limit, device_limits, opts.scheduling == "fair", opts.max_weight)
+        sharing = SharingConfig(default_limit, device_limits, opts.scheduling == "fair", opts.max_weight,
+                                opts.time_slice_ms / 1000.0)
         backend = make_backend(opts.backend, emu_devices=opts.emu_devices, emu_memory=memory,
                                emu_slowdown=opts.emu_slowdown, instance=f"{opts.host}:{opts.port}")
         Sharing(sharing, backend.devices())          # checks device ordinals of --session-memory

@@ -9,8 +9,9 @@ queueing (start-time fair queueing over device time):
 - when the turn is free or its holder finishes a job while others wait, the waiting lane with the smallest vtime
   gets it (ties: the one that asked first); the holder keeps it only while its vtime is within `quantum` of theirs,
   so a session that floods the device with launches or copies gets its weighted share and no more;
-- a lane that was idle re-enters at the device's virtual clock (the vtime of the last lane granted): idling banks
-  no credit, so a returning session cannot monopolise the device either.
+- a lane that was idle re-enters no earlier than the least-served lane that has work (start-time fair queueing's
+  system virtual time): idling banks no credit, so a returning session cannot monopolise the device, while a session
+  that pauses only for a round trip between its batches loses nothing.
 
 A blocking host wait on the device (stream/event/context synchronize on the real-GPU backend) is not device work:
 backends wrap it in `DeviceContext.wait_scope()`, which `Lane.waiting` implements by giving the turn away for the
@@ -19,10 +20,11 @@ devices never serialize behind each other. Alone on a device a lane takes the tu
 keeps it while it has work, so the per-op cost is a few attribute updates (bench/fairness_bench.py measures it).
 
 Device time is the wall time a job ran while holding the turn, minus the waits it gave the turn away for. The same
-measurement feeds the load figures (`DeviceStats`): busy ratio over recent 1-second windows, and the slowdown
-sessions saw while sharing: for each job run while another session was active, (time it waited for the turn + its
-run time) / (its run time when alone), the alone time being a running average per kernel (per copy size class for
-other ops) of that session's uncontended runs.
+measurement feeds the load figures (`DeviceStats`): the busy ratio over recent 1-second windows, and the slowdown the
+device's sessions saw from sharing it: over the jobs of the last windows, (time waited for the turn + run time) /
+(run time alone), the alone time being a running average per kernel (per op and size class for other ops) of that
+session's uncontended runs. Summed over jobs, so each job weighs by its alone time (a session that waits long for
+tiny jobs does not outweigh the device's real work); reported only when some job actually ran while sharing.
 
 `FairShare` is the pure decision logic (no threads, no clocks) so tests can check orders and weights exactly.
 """
@@ -42,7 +44,9 @@ from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OPS, OpSpec
 
 WINDOW_S = 1.0                      # one load window
 WINDOWS = 10                        # windows kept: busy ratio and slowdown are over the last 10 s
-QUANTUM_S = 0.0005                  # lag a holder may run ahead of the most deserving waiter before handing over
+QUANTUM_S = 0.002                   # time slice: how far (device seconds / weight) a holder may run ahead of the most
+                                    # deserving waiter before handing over (`--time-slice`); fewer thread hand-overs
+                                    # for small jobs, at most this much extra wait for the others
 ALONE_EWMA = 0.2                    # weight of a new sample in a kernel's alone-time average
 MIN_WEIGHT, DEFAULT_WEIGHT = 0.01, 1.0
 # Upper bounds (seconds) of the op latency histogram buckets; +Inf is implied.
@@ -65,7 +69,8 @@ class FairShare:
     def __init__(self, quantum: float = QUANTUM_S) -> None:
         self.quantum = quantum
         self.holder: Share | None = None
-        self.clock = 0.0                                 # the largest vtime granted or finished: where lanes re-enter
+        self.clock = 0.0                                 # the largest vtime granted or finished: where lanes
+                                                         # re-enter an idle device
         self._waiting: list[tuple[float, int, Share]] = []
         self._seq = itertools.count()
 
@@ -80,7 +85,11 @@ class FairShare:
 
     def request(self, share: Share) -> bool:
         """`share` wants the turn: True when it got it now, False when it waits (it is granted by finish())."""
-        floor = self.clock if self.holder is None else max(self.clock, self.holder.vtime)
+        if self.holder is None and not self._waiting:
+            floor = self.clock
+        else:                                            # the least-served lane with work: the system virtual time
+            floor = min(self.holder.vtime if self.holder is not None else float("inf"),
+                        self._waiting[0][0] if self._waiting else float("inf"))
         if share.vtime < floor:
             share.vtime = floor                          # idle time earns no credit
         if self.holder is None and not self._waiting:
@@ -175,7 +184,7 @@ class DeviceStats:
 
     def __init__(self, now: float) -> None:
         self.busy = Windows(now)
-        self.shared = Windows(now, 2)       # (observed, alone) seconds of the jobs run while sharing
+        self.shared = Windows(now, 3)       # (observed, alone) seconds of every job, jobs run while sharing
         self.device_seconds = 0.0           # every session's, since the daemon started
         self.retired_ops: dict[int, list[float]] = {}      # latency histograms of ended sessions
 
@@ -184,9 +193,10 @@ class DeviceStats:
         return min(1.0, busy / span)
 
     def slowdown(self, now: float) -> float | None:
-        """Observed / alone time of the jobs run while sharing in the last windows; None when nothing was shared."""
-        (obs, alone), _ = self.shared.sums(now)
-        return obs / alone if alone > 0 else None
+        """(waits + run times) / alone times of the device's jobs in the last windows; None when no job there ran
+        while another session was active (nothing was shared)."""
+        (obs, alone, shared), _ = self.shared.sums(now)
+        return obs / alone if alone > 0 and shared else None
 
 
 # ---------------------------------------------------------------------------------------------- threads
@@ -271,8 +281,9 @@ class Lane:
         self._wait_s = -1.0                 # how long the next job waited for the turn (-1: it did not wait)
         self.device_seconds = 0.0
         self.turn_wait_seconds = 0.0        # time spent waiting for other sessions' work
-        self.shared_observed = 0.0          # jobs run while sharing: waited + ran (seconds)
-        self.shared_alone = 0.0             # the same jobs' alone times (seconds)
+        self.observed = 0.0                 # waited for the turn + ran, every job (seconds)
+        self.alone = 0.0                    # the same jobs' alone times (seconds)
+        self.shared_jobs = 0
         self.jobs = 0
         self.last_active = 0.0
         self.hist: dict[int, list[float]] = {}   # op code -> counts per latency bucket (+Inf last), then the sum
@@ -328,16 +339,19 @@ class Lane:
         self.record(tag, submitted, t1)
         key = tag[1]
         alone = self._alone.get(key)
-        if wait >= 0.0 or self.sched._share.waiting:
-            # ran while sharing: compare with what this kind of job takes this session alone
-            wait = max(wait, 0.0)
-            base = alone if alone is not None else cost
-            self.turn_wait_seconds += wait
-            self.shared_observed += wait + cost
-            self.shared_alone += base
-            stats.shared.add(t1, (wait + cost, base))
-        else:
+        shared = wait >= 0.0 or self.sched._share.waiting > 0
+        wait = max(wait, 0.0)
+        base = alone if alone is not None else cost
+        if not shared:
             self._alone[key] = cost if alone is None else alone + ALONE_EWMA * (cost - alone)
+        # every job counts, weighted by its alone time: a session that rarely waits dilutes one that waits long
+        # for tiny jobs, as it should (the device-time-weighted slowdown of the device's work)
+        self.turn_wait_seconds += wait
+        self.observed += wait + cost
+        self.alone += base
+        stats.shared.add(t1, (wait + cost, base, 1.0 if shared else 0.0))
+        if shared:
+            self.shared_jobs += 1
 
     def record(self, tag: Tag, submitted: float, t1: float) -> None:
         """A control op (no device time): its latency only."""
@@ -374,7 +388,8 @@ class Lane:
 
     # -- figures
     def slowdown(self) -> float | None:
-        return self.shared_observed / self.shared_alone if self.shared_alone > 0 else None
+        """Over the session's life: (waits + run times) / alone times; None until it shared the device."""
+        return self.observed / self.alone if self.alone > 0 and self.shared_jobs else None
 
 
 # ---------------------------------------------------------------------------------------------- stream priorities

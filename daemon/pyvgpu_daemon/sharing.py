@@ -21,7 +21,7 @@ from typing import Any
 
 from pyvgpu.protocol import HELLO_CLIENT, HELLO_HOSTNAME, HELLO_MEMORY, HELLO_PID, HELLO_WEIGHT, OP_BY_CODE
 from pyvgpu.units import parse_size
-from pyvgpu_daemon.scheduler import WINDOWS, WINDOW_S, DeviceScheduler, Lane, SchedulerConfig, Schedulers
+from pyvgpu_daemon.scheduler import QUANTUM_S, WINDOWS, WINDOW_S, DeviceScheduler, Lane, SchedulerConfig, Schedulers
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -34,6 +34,7 @@ class SharingConfig:
     device_session_memory: dict[int, int] = field(default_factory=dict)   # device ordinal -> per-session limit
     fair: bool = True                                     # --scheduling fair|off
     max_weight: float = MAX_WEIGHT
+    time_slice: float = QUANTUM_S                         # --time-slice, seconds
 
 
 def parse_session_memory(specs: list[str]) -> tuple[int | None, dict[int, int]]:
@@ -63,7 +64,7 @@ class Sharing:
             raise ValueError(f"--session-memory names device {bad[0]}, the daemon has {len(devices)} device(s)")
         self.config = config
         self.totals = [int(d.get("total_mem", 0) or 0) for d in devices]
-        self.schedulers = Schedulers(len(devices), SchedulerConfig(fair=config.fair, max_weight=config.max_weight))
+        self.schedulers = Schedulers(len(devices), SchedulerConfig(config.fair, config.max_weight, config.time_slice))
 
     def device_limit(self, ordinal: int) -> int:
         """The per-session limit the operator set on this device (the device's memory when none)."""
