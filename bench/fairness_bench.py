@@ -6,12 +6,13 @@ running through libvcudart against `python -m pyvgpu_daemon --backend emu`.
                                    [--only fairness,overhead,placement]
 
 * fairness: 8 tenants on one emulated GPU for SECONDS: 7 `steady` (spin kernels of ~2 ms in batches of 8, a
-  cudaDeviceSynchronize after each batch) and 1 flooder (`flood`: 4x longer kernels fire-and-forget, or `dtod`:
-  64 MiB device-to-device copies, which the emulator runs in NumPy without holding the GIL). Between two status samples (after every tenant has started, before any stops) each
-  tenant's device time comes from the daemon (device_seconds) and, independently of the daemon's accounting, from the
-  work it got done (ops run x the alone time of one such op, measured alone first). Its fair share is 1/8 of the
-  total; the figure is the smallest share / fair share of the 7 steady tenants. The same with `--scheduling off`
-  (no arbitration: the daemon before the scheduler) and with one steady tenant at weight 3 (its fair share 3/10).
+  cudaDeviceSynchronize after each batch) and 1 flooder: the same kernel fire-and-forget with a synchronize only
+  every 256 launches (`flood`), or 64 MiB device-to-device copies likewise (`dtod`, which the emulator runs in
+  NumPy without holding the GIL). Between two status samples (every tenant started, none stopped) the daemon gives
+  each tenant's device time and device ops. With the kernel flooder every tenant runs the same kernel, so its share
+  of the kernels run is its share of the device's work, independent of the daemon's own accounting; fair share is
+  weight / total weight. Configurations: fair, off (`--scheduling off`: no arbitration, the daemon before the
+  scheduler), fair with one steady tenant at weight 3 (fair share 3/10), and the copy flooder fair and off.
 * overhead: one session alone, the daemon with the scheduler (fair) against `--scheduling off`, and against another
   checkout's daemon when --baseline-checkout is given (e.g. main before the scheduler). Workloads: 5000 fire-and-forget
   4-byte memsets, 5000 empty launches, 1000 launch+synchronize round trips, 40 spin kernels. Rounds rotate the order
@@ -45,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from pyvgpu.client import Client  # noqa: E402
 
 MiB = 1 << 20
-STEADY_ITERS, FLOOD_ITERS, BATCH = 64, 256, 8
+STEADY_ITERS, BATCH = 64, 8
 
 
 def build() -> Path:
@@ -132,85 +133,72 @@ def sessions_by_pid(port: int) -> dict[int, dict]:
 
 
 # ---------------------------------------------------------------------------------------------- fairness
-FLOODS = {"kernels": ("flood", FLOOD_ITERS), "dtod": ("dtod", 64 * MiB)}
+FLOODS = {"kernels": ("flood", STEADY_ITERS), "dtod": ("dtod", 64 * MiB)}
 
 
-def alone_op_seconds(exe: Path, workdir: Path, reps: int = 3) -> dict[str, float]:
-    """Alone device time of one op of each tenant kind (steady kernel, flood kernel, 64 MiB device copy): each kind
-    runs alone for a second, `reps` times interleaved, and the daemon's device_seconds / ops of that session are
-    taken; the median."""
-    kinds = {"steady": ("steady", 1.5, STEADY_ITERS, BATCH),
-             **{k: (mode, 1.5, arg) for k, (mode, arg) in FLOODS.items()}}
-    got: dict[str, list[float]] = {k: [] for k in kinds}
-    with daemon(workdir, "--emu-memory", "1G") as port:
-        hosts = f"127.0.0.1:{port}"
-        run_alone(exe, hosts, "kernels", 2, STEADY_ITERS)          # warm-up
-        for _ in range(reps):
-            for kind, args in kinds.items():
-                p = tenant(exe, hosts, *args)
-                time.sleep(0.5)
-                b = sessions_by_pid(port).get(p.pid)
-                time.sleep(0.8)
-                a = sessions_by_pid(port)[p.pid]
-                finish(p)
-                if b is not None and a["ops"] > b["ops"]:
-                    got[kind].append((a["device_seconds"] - b["device_seconds"]) / (a["ops"] - b["ops"]))
-    return {k: statistics.median(v) for k, v in got.items()}
-
-
-def fairness_run(exe: Path, workdir: Path, seconds: float, scheduling: str, flood: str, weights: list[float],
-                 alone: dict[str, float]) -> dict:
+def fairness_run(exe: Path, workdir: Path, seconds: float, scheduling: str, flood: str,
+                 weights: list[float]) -> dict:
+    """8 tenants at once; per tenant between two status samples: device time (daemon) and device ops run."""
     with daemon(workdir, "--scheduling", scheduling, "--emu-memory", "1G") as port:
         hosts = f"127.0.0.1:{port}"
-        procs = []
-        for i in range(7):
-            procs.append(("steady", tenant(exe, hosts, "steady", seconds, STEADY_ITERS, BATCH, weight=weights[i])))
+        procs = [("steady", tenant(exe, hosts, "steady", seconds, STEADY_ITERS, BATCH, weight=weights[i]))
+                 for i in range(7)]
         mode, arg = FLOODS[flood]
-        procs.append((flood, tenant(exe, hosts, mode, seconds, arg)))
+        procs.append((f"flood-{flood}", tenant(exe, hosts, mode, seconds, arg)))
         time.sleep(min(2.0, seconds * 0.25))
         t0, before = time.perf_counter(), sessions_by_pid(port)
         time.sleep(seconds * 0.5)
         t1, after = time.perf_counter(), sessions_by_pid(port)
-        results = [(kind, p, finish(p)) for kind, p in procs]
+        for _, p in procs:
+            finish(p)
     rows = []
-    for kind, p, res in results:
+    for kind, p in procs:
         b, a = before[p.pid], after[p.pid]
-        ops = a["ops"] - b["ops"]
-        rows.append({"kind": kind, "weight": a.get("weight", 1.0), "device_s": a["device_seconds"] - b["device_seconds"],
-                     "ops": ops, "work_s": ops * alone[kind]})
-    total_dev = sum(r["device_s"] for r in rows)
-    total_work = sum(r["work_s"] for r in rows)
+        rows.append({"kind": kind, "weight": a.get("weight", 1.0),
+                     "device_s": a["device_seconds"] - b["device_seconds"], "ops": a["work_ops"] - b["work_ops"]})
     wsum = sum(r["weight"] for r in rows)
+    total_dev = sum(r["device_s"] for r in rows)
     for r in rows:
-        fair = r["weight"] / wsum
-        r["fair_share"] = fair
-        r["device_share_of_fair"] = r["device_s"] / total_dev / fair if total_dev else 0.0
-        r["work_share_of_fair"] = r["work_s"] / total_work / fair if total_work else 0.0
+        r["fair_share"] = r["weight"] / wsum
+        r["device_of_fair"] = r["device_s"] / total_dev / r["fair_share"] if total_dev else 0.0
+    out = {"scheduling": scheduling, "flood": flood, "weights": weights, "window_s": t1 - t0,
+           "device_s_per_s": total_dev / (t1 - t0), "tenants": rows}
     steady = [r for r in rows if r["kind"] == "steady"]
-    return {"scheduling": scheduling, "flood": flood, "weights": weights, "window_s": t1 - t0,
-            "busy_fraction": total_dev / (t1 - t0), "work_fraction": total_work / (t1 - t0), "tenants": rows,
-            "min_steady_device_of_fair": min(r["device_share_of_fair"] for r in steady),
-            "min_steady_work_of_fair": min(r["work_share_of_fair"] for r in steady),
-            "flooder_work_of_fair": next(r["work_share_of_fair"] for r in rows if r["kind"] != "steady")}
+    out["min_steady_device_of_fair"] = min(r["device_of_fair"] for r in steady)
+    if flood == "kernels":
+        # every tenant runs the same kernel: its share of the kernels run is its share of the device's work
+        total_ops = sum(r["ops"] for r in rows)
+        for r in rows:
+            r["kernels_of_fair"] = r["ops"] / total_ops / r["fair_share"] if total_ops else 0.0
+        out["min_steady_kernels_of_fair"] = min(r["kernels_of_fair"] for r in steady)
+        out["flooder_kernels_of_fair"] = rows[-1]["kernels_of_fair"]
+        out["kernels_per_s"] = total_ops / (t1 - t0)
+    else:
+        out["steady_kernels_per_s"] = [r["ops"] / (t1 - t0) for r in steady]
+        out["flooder_copies_per_s"] = rows[-1]["ops"] / (t1 - t0)
+    return out
 
 
-def bench_fairness(exe: Path, workdir: Path, quick: bool, log) -> dict:
+def bench_fairness(exe: Path, workdir: Path, quick: bool, rounds: int, log) -> dict:
     seconds = 6.0 if quick else 12.0
-    alone = alone_op_seconds(exe, workdir)
-    log(f"alone: steady kernel {alone['steady'] * 1e3:.2f} ms, flood kernel {alone['kernels'] * 1e3:.2f} ms, "
-        f"64 MiB device copy {alone['dtod'] * 1e3:.2f} ms")
-    runs = []
-    configs = [("fair", "kernels", [1.0] * 7), ("off", "kernels", [1.0] * 7), ("fair", "dtod", [1.0] * 7),
-               ("off", "dtod", [1.0] * 7), ("fair", "kernels", [3.0] + [1.0] * 6)]
+    configs = [("fair", "kernels", [1.0] * 7), ("off", "kernels", [1.0] * 7), ("fair", "kernels", [3.0] + [1.0] * 6),
+               ("fair", "dtod", [1.0] * 7), ("off", "dtod", [1.0] * 7)]
     if quick:
-        configs = configs[:2]
-    for scheduling, flood, weights in configs:
-        r = fairness_run(exe, workdir, seconds, scheduling, flood, weights, alone)
-        runs.append(r)
-        log(f"fairness {scheduling:4s} flood={flood:7s} weights={weights[0]:g},1..: min steady share/fair "
-            f"{r['min_steady_work_of_fair']:.2f} (work) {r['min_steady_device_of_fair']:.2f} (device time), "
-            f"flooder {r['flooder_work_of_fair']:.2f}")
-    return {"alone_op_s": alone, "runs": runs, "seconds": seconds}
+        configs, rounds = configs[:2], 1
+    runs = []
+    for r in range(rounds):
+        for scheduling, flood, weights in configs:
+            run = fairness_run(exe, workdir, seconds, scheduling, flood, weights)
+            run["round"] = r
+            runs.append(run)
+            what = (f"min steady kernels/fair {run['min_steady_kernels_of_fair']:.2f}, flooder "
+                    f"{run['flooder_kernels_of_fair']:.2f}, weight-3 tenant {run['tenants'][0]['kernels_of_fair']:.2f}"
+                    if flood == "kernels" else
+                    f"steady kernels/s {min(run['steady_kernels_per_s']):.0f}..{max(run['steady_kernels_per_s']):.0f}"
+                    f", flooder copies/s {run['flooder_copies_per_s']:.0f}")
+            log(f"fairness {scheduling:4s} flood={flood:7s} w0={weights[0]:g}: {what}; min steady device time/fair "
+                f"{run['min_steady_device_of_fair']:.2f}")
+    return {"runs": runs, "seconds": seconds}
 
 
 # ---------------------------------------------------------------------------------------------- overhead
@@ -297,6 +285,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     ap.add_argument("--out", type=Path, help="write the results as JSON")
     ap.add_argument("--rounds", type=int, default=7, help="overhead: runs per daemon and workload (default 7)")
+    ap.add_argument("--fair-rounds", type=int, default=2, help="fairness: repetitions of every configuration")
     ap.add_argument("--baseline-checkout", type=Path, help="overhead: also time this checkout's daemon")
     ap.add_argument("--only", default="fairness,overhead,placement", help="comma-separated parts to run")
     args = ap.parse_args()
@@ -309,7 +298,7 @@ def main() -> int:
         workdir = Path(tmp)
         log = lambda m: print(m, flush=True)   # noqa: E731
         if "fairness" in parts:
-            results["fairness"] = bench_fairness(exe, workdir, args.quick, log)
+            results["fairness"] = bench_fairness(exe, workdir, args.quick, args.fair_rounds, log)
         if "overhead" in parts:
             results["overhead"] = bench_overhead(exe, workdir, 2 if args.quick else args.rounds,
                                                  args.baseline_checkout, log)

@@ -169,7 +169,7 @@ class DeviceState:
                "bytes_dtod": self.bytes_dtod}
         lane = self.lane
         if lane is not None:
-            out.update(weight=lane.weight, device_seconds=lane.device_seconds,
+            out.update(weight=lane.weight, device_seconds=lane.device_seconds, work_ops=lane.jobs,
                        turn_wait_seconds=lane.turn_wait_seconds, slowdown=lane.slowdown())
         return out
 
