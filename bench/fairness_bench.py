@@ -69,6 +69,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+DAEMON_PIDS: dict[int, int] = {}          # port -> pid of the daemons this script started (CPU time)
+
+
+def cpu_seconds(port: int) -> float:
+    """User + system CPU time of the daemon on `port` so far (its exited threads included)."""
+    fields = Path(f"/proc/{DAEMON_PIDS[port]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def daemon(workdir: Path, *extra: str, checkout: Path = ROOT):
     """A daemon of `checkout` (its pyvgpu and pyvgpu_daemon first on the path) on a free port; → port."""
@@ -76,7 +85,8 @@ def daemon(workdir: Path, *extra: str, checkout: Path = ROOT):
     log = workdir / f"daemon-{port}.log"
     env = {**os.environ, "PYTHONPATH": f"{checkout}:{checkout / 'daemon'}"}
     proc = subprocess.Popen([sys.executable, "-m", "pyvgpu_daemon", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend", "emu", *extra], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+                             "--backend", "emu", *extra], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
+                            cwd=checkout)                   # `python -m` puts the cwd first on sys.path
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -89,8 +99,10 @@ def daemon(workdir: Path, *extra: str, checkout: Path = ROOT):
                 if time.monotonic() > deadline:
                     raise RuntimeError("daemon did not listen") from None
                 time.sleep(0.05)
+        DAEMON_PIDS[port] = proc.pid
         yield port
     finally:
+        DAEMON_PIDS.pop(port, None)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(15)
@@ -202,39 +214,45 @@ def bench_fairness(exe: Path, workdir: Path, quick: bool, rounds: int, log) -> d
 
 
 # ---------------------------------------------------------------------------------------------- overhead
-WORKLOADS = (("memset x5000 (fire-and-forget)", ("ops", 5000, "memset")),
-             ("empty launch x5000 (fire-and-forget)", ("ops", 5000, "launch")),
-             ("launch+sync x1000 (round trips)", ("sync", 1000)),
-             ("spin kernel x40", ("kernels", 40, STEADY_ITERS)))
+WORKLOADS = (("memset x20000 (fire-and-forget)", ("ops", 20000, "memset")),
+             ("empty launch x10000 (fire-and-forget)", ("ops", 10000, "launch")),
+             ("launch+sync x3000 (round trips)", ("sync", 3000)),
+             ("spin kernel x100", ("kernels", 100, STEADY_ITERS)))
 
 
 def bench_overhead(exe: Path, workdir: Path, rounds: int, baseline: Path | None, log) -> dict:
+    """One session alone: wall time of the program and CPU time of the daemon, per daemon configuration."""
     configs = [("fair", ROOT, ()), ("off", ROOT, ("--scheduling", "off"))]
     if baseline is not None:
         configs.append(("baseline", baseline, ()))
-    samples: dict[str, dict[str, list[float]]] = {w: {c[0]: [] for c in configs} for w, _ in WORKLOADS}
+    names = [c[0] for c in configs]
+    wall: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w, _ in WORKLOADS}
+    cpu: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w, _ in WORKLOADS}
     with contextmanager_stack([daemon(workdir, *extra, checkout=co) for _, co, extra in configs]) as ports:
-        hosts = {name: f"127.0.0.1:{port}" for (name, _, _), port in zip(configs, ports)}
-        for name in hosts:                                  # warm-up: module loads, first sessions
+        port_of = dict(zip(names, ports))
+        for name in names:                                  # warm-up: module loads, first sessions
             for _, args in WORKLOADS:
-                run_alone(exe, hosts[name], *args)
+                run_alone(exe, f"127.0.0.1:{port_of[name]}", *args)
         for r in range(rounds):
-            order = [c[0] for c in configs]
-            order = order[r % len(order):] + order[:r % len(order)]
+            order = names[r % len(names):] + names[:r % len(names)]
             for wname, args in WORKLOADS:
                 for name in order:
-                    samples[wname][name].append(run_alone(exe, hosts[name], *args)["ns"] / 1e9)
+                    c0 = cpu_seconds(port_of[name])
+                    wall[wname][name].append(run_alone(exe, f"127.0.0.1:{port_of[name]}", *args)["ns"] / 1e9)
+                    cpu[wname][name].append(cpu_seconds(port_of[name]) - c0)
     rows = []
     for wname, _ in WORKLOADS:
-        med = {name: statistics.median(v) for name, v in samples[wname].items()}
-        row = {"workload": wname, "median_s": med, "samples": samples[wname],
-               "fair_vs_off": med["fair"] / med["off"] - 1.0}
-        if "baseline" in med:
-            row["fair_vs_baseline"] = med["fair"] / med["baseline"] - 1.0
+        mw = {n: statistics.median(v) for n, v in wall[wname].items()}
+        mc = {n: statistics.median(v) for n, v in cpu[wname].items()}
+        row = {"workload": wname, "wall_median_s": mw, "cpu_median_s": mc, "wall": wall[wname], "cpu": cpu[wname]}
+        ref = "baseline" if "baseline" in mw else "off"
+        row["reference"] = ref
+        row["wall_vs_ref"] = mw["fair"] / mw[ref] - 1.0
+        row["cpu_vs_ref"] = mc["fair"] / mc[ref] - 1.0
         rows.append(row)
-        log(f"overhead {wname:40s} " + "  ".join(f"{k} {v * 1e3:8.1f} ms" for k, v in med.items())
-            + f"  fair/off {row['fair_vs_off']:+.1%}"
-            + (f"  fair/baseline {row['fair_vs_baseline']:+.1%}" if "fair_vs_baseline" in row else ""))
+        log(f"overhead {wname:40s} wall " + " ".join(f"{k} {v * 1e3:7.1f}" for k, v in mw.items())
+            + " ms; daemon cpu " + " ".join(f"{k} {v * 1e3:7.1f}" for k, v in mc.items())
+            + f" ms; fair vs {ref}: wall {row['wall_vs_ref']:+.1%}, cpu {row['cpu_vs_ref']:+.1%}")
     return {"rounds": rounds, "rows": rows}
 
 

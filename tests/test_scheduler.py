@@ -223,9 +223,10 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
         a.begin()
         t0 = clock.t
         clock.t += 0.002
-        a.end(tag, t0, t0, clock.t, more=False)
+        a.end(tag, t0, t0, clock.t)
+        a.idle()
     assert a.device_seconds == pytest.approx(0.006)
-    assert a.slowdown() is None and sched.stats.slowdown(clock.t) is None
+    assert a.slowdown() is None and sched.slowdown(clock.t) is None
     # while another lane waits for the turn, a job counts as shared: (wait + run) / alone, summed over all jobs
     b = sched.lane(1.0, "b")
     a.begin()
@@ -233,12 +234,13 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
     t0 = clock.t
     clock.t += 0.004                     # the same kernel now takes twice as long
     a._wait_s = 0.002                    # and it waited 2 ms for the turn
-    a.end(tag, t0, t0, clock.t, more=False)
+    a.end(tag, t0, t0, clock.t)
+    a.pass_turn(more=False)
     expected = (3 * 0.002 + 0.002 + 0.004) / (4 * 0.002)
     assert a.slowdown() == pytest.approx(expected)
-    assert sched.stats.slowdown(clock.t) == pytest.approx(expected)
+    assert sched.slowdown(clock.t) == pytest.approx(expected)
     assert sched._share.holder is b.share   # finishing without more work handed the turn to b
-    assert sched.stats.busy_ratio(clock.t) > 0
+    assert sched.busy_ratio(clock.t) > 0
     hist = a.hist[tag[0]]
     assert sum(hist[:-1]) == 4
 

@@ -298,6 +298,12 @@ def test_metrics_page_equals_daemon_status(daemon_factory):
     assert (a_dev["bytes_htod"], a_dev["bytes_dtoh"], a_dev["bytes_dtod"]) == (MiB, 4096, MiB)
     assert a_dev["weight"] == 2.0 and session_of(status, a.session)["pid"] == os.getpid()
     # the status query's own session and ended sessions leave no per-session series behind
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with Client.connect("127.0.0.1", d.port) as watcher:
+            if all(s["self"] for s in watcher.status()["sessions"]):
+                break
+        time.sleep(0.05)
     m2 = scrape(mport)
     assert not [k for k in m2 if k[0].startswith("pyvgpu_session_")]
     assert m2[("pyvgpu_op_duration_seconds_count", L(device="1", op="MEMSET"))] == 20   # counts survive the session

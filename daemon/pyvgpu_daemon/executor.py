@@ -67,8 +67,10 @@ class OrderedWorker:
         """The next job to run (blocks while there is none)."""
         q = self._queue
         if not pending:
-            if self.lane is not None and q.empty():
+            if self.lane is not None and self.lane.holding and q.empty():
                 self.lane.idle()          # nothing to do: let the device's other sessions run
+            if self.priority_of is None:
+                return q.get()
             pending.append(q.get())
         priority_of = self.priority_of
         if priority_of is None:
@@ -91,7 +93,8 @@ class OrderedWorker:
             fn, args, fut, nbytes, submitted, tag = item
             work = lane is not None and tag is not None and tag[3]
             if work:
-                lane.begin()              # device work runs in this session's turn
+                if not lane.holding:
+                    lane.begin()          # device work runs in this session's turn
             elif lane is not None and lane.holding and lane.sched.contended:
                 lane.idle()               # a control op needs no turn: others may use the device meanwhile
             t0 = clock()
@@ -106,7 +109,9 @@ class OrderedWorker:
                 # The loop is gone (daemon shutting down): nobody is waiting for this result any more.
                 pass
             if work:
-                lane.end(tag, submitted, t0, t1, bool(pending) or not q.empty())
+                lane.end(tag, submitted, t0, t1)
+                if lane.sched.contended:
+                    lane.pass_turn(bool(pending) or not q.empty())
             elif lane is not None and tag is not None:
                 lane.record(tag, submitted, t1)
 

@@ -30,11 +30,11 @@ tiny jobs does not outweigh the device's real work); reported only when some job
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import threading
 import time
+from bisect import bisect_left
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +48,7 @@ QUANTUM_S = 0.002                   # time slice: how far (device seconds / weig
                                     # deserving waiter before handing over (`--time-slice`); fewer thread hand-overs
                                     # for small jobs, at most this much extra wait for the others
 ALONE_EWMA = 0.2                    # weight of a new sample in a kernel's alone-time average
+ALONE_SAMPLE = 7                    # ... from the first and then every 8th uncontended job
 MIN_WEIGHT, DEFAULT_WEIGHT = 0.01, 1.0
 # Upper bounds (seconds) of the op latency histogram buckets; +Inf is implied.
 LATENCY_BOUNDS: tuple[float, ...] = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
@@ -188,15 +189,6 @@ class DeviceStats:
         self.device_seconds = 0.0           # every session's, since the daemon started
         self.retired_ops: dict[int, list[float]] = {}      # latency histograms of ended sessions
 
-    def busy_ratio(self, now: float, last: int = WINDOWS) -> float:
-        (busy,), span = self.busy.sums(now, last)
-        return min(1.0, busy / span)
-
-    def slowdown(self, now: float) -> float | None:
-        """(waits + run times) / alone times of the device's jobs in the last windows; None when no job there ran
-        while another session was active (nothing was shared)."""
-        (obs, alone, shared), _ = self.shared.sums(now)
-        return obs / alone if alone > 0 and shared else None
 
 
 # ---------------------------------------------------------------------------------------------- threads
@@ -219,7 +211,7 @@ class DeviceScheduler:
     @property
     def contended(self) -> bool:
         """Another lane waits for the turn (read without the lock: a hint, exact enough for a decision per job)."""
-        return self._share.waiting > 0
+        return bool(self._share._waiting)
 
     def lane(self, weight: float = DEFAULT_WEIGHT, name: str = "") -> Lane:
         lane = Lane(self, max(MIN_WEIGHT, float(weight)), name)
@@ -229,6 +221,7 @@ class DeviceScheduler:
 
     def retire(self, lane: Lane) -> None:
         """A session ended (its worker has stopped): its latency counts stay in the device's (monotonic)."""
+        lane.flush(self.clock())
         with self._lock:
             self.lanes.discard(lane)
             for op, counts in lane.hist.items():
@@ -239,6 +232,30 @@ class DeviceScheduler:
     def live_lanes(self) -> list[Lane]:
         with self._lock:
             return list(self.lanes)
+
+    # -- figures: the windows plus what live lanes have not flushed yet (at most their current window)
+    def _pending(self) -> list[float]:
+        out = [0.0, 0.0, 0.0, 0.0]
+        with self._lock:
+            for lane in self.lanes:
+                for i, v in enumerate(lane.pending()):
+                    out[i] += v
+        return out
+
+    def busy_ratio(self, now: float, last: int = WINDOWS) -> float:
+        (busy,), span = self.stats.busy.sums(now, last)
+        return min(1.0, (busy + self._pending()[0]) / span)
+
+    def slowdown(self, now: float) -> float | None:
+        """(waits + run times) / alone times of the device's jobs in the last windows; None when no job there ran
+        while another session was active (nothing was shared)."""
+        (obs, alone, shared), _ = self.stats.shared.sums(now)
+        pend = self._pending()
+        obs, alone, shared = obs + pend[1], alone + pend[2], shared + pend[3]
+        return obs / alone if alone > 0 and shared else None
+
+    def device_seconds(self) -> float:
+        return self.stats.device_seconds + self._pending()[0]
 
     # -- turn taking (called by a lane's worker thread)
     def _acquire(self, lane: Lane) -> bool:
@@ -263,35 +280,61 @@ class DeviceScheduler:
         return True, True
 
 
-@dataclass(eq=False)
-class _LaneShare(Share):
-    lane: Any = None
+class _LaneShare:
+    """A lane as FairShare sees it. Its virtual time is derived from the lane's device time, so the per-job path
+    never touches it: vtime = offset + device_seconds / weight (raising it to a floor moves the offset)."""
+
+    __slots__ = ("weight", "name", "lane", "_offset")
+
+    def __init__(self, weight: float, name: str, lane: "Lane") -> None:
+        self.weight, self.name, self.lane, self._offset = weight, name, lane, 0.0
+
+    @property
+    def vtime(self) -> float:
+        return self._offset + self.lane.device_seconds / self.weight
+
+    @vtime.setter
+    def vtime(self, value: float) -> None:
+        self._offset = value - self.lane.device_seconds / self.weight
 
 
 class Lane:
     """One session's use of one device: its turn taking and its figures. Driven by one worker thread; other
-    threads only read the figures (floats and ints, consistent enough under the GIL for status)."""
+    threads only read the figures (floats and ints, consistent enough under the GIL for status).
+
+    The per-job path (end) is the scheduler's whole cost to a session alone, so an uncontended job only adds its
+    device time and its latency; virtual time derives from device time, alone times are learnt from a sample of
+    jobs, and the device's windows receive the figures once per window (flush)."""
 
     def __init__(self, sched: DeviceScheduler, weight: float, name: str) -> None:
         self.sched = sched
-        self.share = _LaneShare(weight, 0.0, name, self)
+        self.device_seconds = 0.0
+        self.share = _LaneShare(weight, name, self)
         self.holding = False
         self._wake = threading.Event()
         self._excluded = 0.0                # seconds of the current job spent in waiting()
         self._wait_s = -1.0                 # how long the next job waited for the turn (-1: it did not wait)
-        self.device_seconds = 0.0
         self.turn_wait_seconds = 0.0        # time spent waiting for other sessions' work
-        self.observed = 0.0                 # waited for the turn + ran, every job (seconds)
-        self.alone = 0.0                    # the same jobs' alone times (seconds)
-        self.shared_jobs = 0
-        self.jobs = 0
+        self.shared_jobs = 0                # jobs run while another session was active
+        self.shared_seconds = 0.0           # their device time
+        self.shared_alone = 0.0             # their alone times
+        self.observed = 0.0                 # flushed: waited for the turn + ran, every job (seconds)
+        self.alone = 0.0                    # flushed: the same jobs' alone times (seconds)
         self.last_active = 0.0
         self.hist: dict[int, list[float]] = {}   # op code -> counts per latency bucket (+Inf last), then the sum
         self._alone: dict[Hashable, float] = {}  # stats key -> running average of its uncontended run time
+        self._sample = 0
+        self._flushed = (0.0, 0.0, 0.0, 0.0, 0)  # device_seconds, waits, shared seconds, shared alone, jobs then
+        self._flush_at = 0.0
 
     @property
     def weight(self) -> float:
         return self.share.weight
+
+    @property
+    def jobs(self) -> int:
+        """Device work jobs run (from the latency histograms)."""
+        return int(sum(sum(h[:-1]) for op, h in list(self.hist.items()) if _WORK.get(op, True)))
 
     # -- around each job (worker thread)
     def begin(self) -> None:
@@ -303,55 +346,84 @@ class Lane:
             t = sched.clock()
             if sched._acquire(self):
                 self._wait_s = sched.clock() - t
+            self.last_active = t
         self.holding = True
 
-    def end(self, tag: Tag | None, submitted: float, t0: float, t1: float, more: bool) -> None:
-        """Account a job that ran from t0 to t1 (submitted at `submitted`; tag None: an internal job); pass the
-        turn on when others wait or when there is no more work (`more`: the session has further jobs queued)."""
-        sched = self.sched
-        cost = t1 - t0 - self._excluded
-        self._excluded = 0.0
-        if cost < 0.0:
-            cost = 0.0
-        wait = self._wait_s
-        self._wait_s = -1.0
-        if sched.fair:
-            self._account(tag, submitted, t1, cost, wait)
-            self.share.vtime += cost / self.share.weight      # only the holder changes its own vtime
-            if sched._share.waiting or not more:
-                t = sched.clock()
-                self.holding, waited = sched._finish(self, more)
-                if waited:
-                    self._wait_s = sched.clock() - t
-        else:
-            with sched._lock:
-                self._account(tag, submitted, t1, cost, wait)
-
-    def _account(self, tag: Tag | None, submitted: float, t1: float, cost: float, wait: float) -> None:
-        stats = self.sched.stats
+    def end(self, tag: Tag | None, submitted: float, t0: float, t1: float) -> None:
+        """Account a job that ran from t0 to t1 (submitted at `submitted`; tag None: an internal job). The worker
+        then calls pass_turn() when another lane waits (DeviceScheduler.contended), idle() when it has no work."""
+        cost = t1 - t0
+        if self._excluded:
+            cost = max(0.0, cost - self._excluded)
+            self._excluded = 0.0
+        if t1 >= self._flush_at:
+            self.flush(t1)
         self.device_seconds += cost
-        stats.device_seconds += cost
-        stats.busy.add_interval(t1 - cost, t1)
         if tag is None:
             return
-        self.jobs += 1
-        self.last_active = t1
-        self.record(tag, submitted, t1)
-        key = tag[1]
+        h = self.hist.get(tag[0])
+        if h is None:
+            h = self.hist[tag[0]] = [0.0] * (len(LATENCY_BOUNDS) + 2)
+        lat = t1 - submitted
+        h[bisect_left(LATENCY_BOUNDS, lat)] += 1
+        h[-1] += lat
+        if self._wait_s >= 0.0 or self.sched._share._waiting:
+            self._shared(tag[1], cost)
+        else:                                       # learn what this kind of job takes alone (a sample of them)
+            alone = self._alone.get(tag[1])
+            if alone is None:
+                self._alone[tag[1]] = cost
+            else:
+                self._sample += 1
+                if not self._sample & ALONE_SAMPLE:
+                    self._alone[tag[1]] = alone + ALONE_EWMA * (cost - alone)
+
+    def _shared(self, key: Hashable, cost: float) -> None:
+        """A job run while another session was active: (wait + run) against its alone time (its own run time
+        when its alone time is not known yet). Uncontended jobs count with observed = alone = their run time, so
+        the device's figure is device-time weighted: a session waiting long for tiny jobs does not outweigh the
+        device's real work."""
+        wait = max(self._wait_s, 0.0)
+        self._wait_s = -1.0
         alone = self._alone.get(key)
-        shared = wait >= 0.0 or self.sched._share.waiting > 0
-        wait = max(wait, 0.0)
-        base = alone if alone is not None else cost
-        if not shared:
-            self._alone[key] = cost if alone is None else alone + ALONE_EWMA * (cost - alone)
-        # every job counts, weighted by its alone time: a session that rarely waits dilutes one that waits long
-        # for tiny jobs, as it should (the device-time-weighted slowdown of the device's work)
         self.turn_wait_seconds += wait
-        self.observed += wait + cost
-        self.alone += base
-        stats.shared.add(t1, (wait + cost, base, 1.0 if shared else 0.0))
-        if shared:
-            self.shared_jobs += 1
+        self.shared_jobs += 1
+        self.shared_seconds += cost
+        self.shared_alone += alone if alone is not None else cost
+
+    def pending(self) -> tuple[float, float, float, float]:
+        """Figures since the last flush: (busy seconds, observed seconds, alone seconds, shared jobs)."""
+        d0, w0, s0, a0, n0 = self._flushed
+        busy = self.device_seconds - d0
+        shared_alone = self.shared_alone - a0
+        alone = busy - (self.shared_seconds - s0) + shared_alone
+        return busy, busy + self.turn_wait_seconds - w0, alone, float(self.shared_jobs - n0)
+
+    def flush(self, now: float) -> None:
+        """Move this lane's figures since the last flush into its device's windows (once per window, at the end)."""
+        stats = self.sched.stats
+        when = min(now, self._flush_at - 1e-9) if self._flush_at else now
+        with self.sched._lock:
+            busy, observed, alone, shared = self.pending()
+            stats.device_seconds += busy
+            if busy:
+                stats.busy.add(when, (busy,))
+                stats.shared.add(when, (observed, alone, shared))
+                self.last_active = max(self.last_active, when)
+            self.observed += observed
+            self.alone += alone
+            self._flushed = (self.device_seconds, self.turn_wait_seconds, self.shared_seconds, self.shared_alone,
+                             self.shared_jobs)
+        self._flush_at = (int(now // WINDOW_S) + 1) * WINDOW_S
+
+    def pass_turn(self, more: bool) -> None:
+        """Others wait: keep the turn only if this lane is still the most deserving (within the time slice), else
+        hand it over and, with `more` work queued, wait to get it back."""
+        sched = self.sched
+        t = sched.clock()
+        self.holding, waited = sched._finish(self, more)
+        if waited:
+            self._wait_s = sched.clock() - t
 
     def record(self, tag: Tag, submitted: float, t1: float) -> None:
         """A control op (no device time): its latency only."""
@@ -359,7 +431,7 @@ class Lane:
         if h is None:
             h = self.hist[tag[0]] = [0.0] * (len(LATENCY_BOUNDS) + 2)
         lat = t1 - submitted
-        h[bisect.bisect_left(LATENCY_BOUNDS, lat)] += 1
+        h[bisect_left(LATENCY_BOUNDS, lat)] += 1
         h[-1] += lat
 
     def idle(self) -> None:
@@ -389,7 +461,9 @@ class Lane:
     # -- figures
     def slowdown(self) -> float | None:
         """Over the session's life: (waits + run times) / alone times; None until it shared the device."""
-        return self.observed / self.alone if self.alone > 0 and self.shared_jobs else None
+        _, observed, alone, _ = self.pending()
+        observed, alone = self.observed + observed, self.alone + alone
+        return observed / alone if alone > 0 and self.shared_jobs else None
 
 
 # ---------------------------------------------------------------------------------------------- stream priorities
@@ -416,26 +490,34 @@ def _stream_arg(spec: OpSpec) -> int | None:
 
 
 assert CONTROL_OPS <= {spec.name for spec in OPS}, CONTROL_OPS - {spec.name for spec in OPS}
-_STREAM_INDEX: dict[int, int | None] = {spec.code: _stream_arg(spec) for spec in OPS}
-_WORK: dict[int, bool] = {spec.code: spec.name not in CONTROL_OPS for spec in OPS}
-_FUNC_INDEX: dict[int, int] = {spec.code: [a.type for a in spec.args].index("func")
-                               for spec in OPS if "func" in [a.type for a in spec.args]}
+
+
+def _tagging(spec: OpSpec) -> tuple[int | None, int | None, bool]:
+    """(index of its func argument, index of the stream it may move with, it is device work) for an op."""
+    types = [a.type for a in spec.args]
+    return (types.index("func") if "func" in types else None, _stream_arg(spec), spec.name not in CONTROL_OPS)
+
+
+_TAGGING: dict[int, tuple[int | None, int | None, bool]] = {spec.code: _tagging(spec) for spec in OPS}
+_WORK: dict[int, bool] = {code: t[2] for code, t in _TAGGING.items()}
 
 
 def job_tag(code: int, args: list[Any], payload_len: int) -> Tag:
     """The Tag of a request (computed on the loop as it is dispatched; args as received, unchecked).
 
     Stats key: per kernel for ops on a function, else per op and payload size class."""
-    fi = _FUNC_INDEX.get(code)
-    key: Hashable = (code, args[fi]) if fi is not None and isinstance(args[fi], int) else \
-        (code, payload_len.bit_length())
-    si = _STREAM_INDEX.get(code)
+    fi, si, work = _TAGGING.get(code, (None, None, True))
+    if fi is None:
+        key: Hashable = (code, payload_len.bit_length())
+    else:
+        f = args[fi]
+        key = (code, f if type(f) is int else -1)
     stream = None
     if si is not None:
         h = args[si]
-        if isinstance(h, int) and not isinstance(h, bool) and h not in DEFAULT_STREAM_HANDLES:
+        if type(h) is int and h not in DEFAULT_STREAM_HANDLES:     # type(): not bool, not garbage
             stream = h
-    return code, key, stream, _WORK.get(code, True)
+    return code, key, stream, work
 
 
 def pick(pending: deque, priority_of: Callable[[int], int | None]) -> Any:

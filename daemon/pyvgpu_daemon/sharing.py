@@ -133,7 +133,7 @@ class Sharing:
                     mine = hist.setdefault(op, [0.0] * len(counts))
                     for i, v in enumerate(counts):
                         mine[i] += v
-            slowdown = sched.stats.slowdown(now)
+            slowdown = sched.slowdown(now)
             used = sum(st.held + st.var_bytes for st in states)
             out.append({
                 "device": r,
@@ -144,10 +144,10 @@ class Sharing:
                 "session_memory_limit": self.device_limit(r),
                 "sessions": len(states),
                 "active_sessions": active,
-                "busy_ratio": sched.stats.busy_ratio(now),
-                "busy_ratio_1s": sched.stats.busy_ratio(now, 1),
+                "busy_ratio": sched.busy_ratio(now),
+                "busy_ratio_1s": sched.busy_ratio(now, 1),
                 "slowdown": slowdown,
-                "device_seconds": sched.stats.device_seconds,
+                "device_seconds": sched.device_seconds(),
                 "op_latency": {OP_BY_CODE[op].name: {"counts": [int(c) for c in v[:-1]], "sum": v[-1]}
                                for op, v in sorted(hist.items()) if op in OP_BY_CODE},
             })
