@@ -12,7 +12,8 @@ import pytest
 
 from pyvgpu.protocol import OP_BY_NAME
 from pyvgpu_daemon.executor import OrderedWorker
-from pyvgpu_daemon.scheduler import (WINDOW_S, DeviceScheduler, FairShare, Share, Windows, job_tag, pick)
+from pyvgpu_daemon.scheduler import (WINDOW_S, DeviceScheduler, FairShare, Share, Windows, is_work, pick,
+                                     stats_key, stream_of)
 
 
 # ---------------------------------------------------------------------------------------------- FairShare
@@ -139,8 +140,14 @@ def test_finish_without_more_frees_or_hands_over():
 
 
 # ---------------------------------------------------------------------------------------------- pick / tags
+LAUNCH_CODE = OP_BY_NAME["LAUNCH"].code
+
+
 def _job(name: str, stream: int | None, barrier: bool = False):
-    return (name, None if barrier else (0, None, stream, True))
+    """A queued job on `stream` (a LAUNCH there), or a barrier (a MALLOC)."""
+    if barrier:
+        return (name, (OP_BY_NAME["MALLOC"].code, [0, 64], 0))
+    return (name, (LAUNCH_CODE, [0, 0x2000, [1, 1, 1], [1, 1, 1], 0, 0 if stream is None else stream], 16))
 
 
 def test_pick_honours_priorities_within_barriers():
@@ -167,21 +174,23 @@ def test_pick_default_stream_and_unknown_streams_are_barriers():
 def test_job_tags():
     code = lambda n: OP_BY_NAME[n].code   # noqa: E731
     grid = [1, 1, 1]
+    launch = (code("LAUNCH"), [0, 0x2000, grid, grid, 0, 0x1000], 16)
     # a launch: stats per kernel, moves with its (created) stream, device work
-    assert job_tag(code("LAUNCH"), [0, 0x2000, grid, grid, 0, 0x1000], 16) == \
-        (code("LAUNCH"), (code("LAUNCH"), 0x2000), 0x1000, True)
+    assert (stats_key(launch), stream_of(launch), is_work(launch[0])) == ((code("LAUNCH"), 0x2000), 0x1000, True)
     # the default stream (0, legacy 1, per-thread 2) is a barrier
     for h in (0, 1, 2):
-        assert job_tag(code("MEMCPY_HTOD"), [0, 0x10, h], 4096)[2] is None
-    assert job_tag(code("MEMCPY_HTOD"), [0, 0x10, 0x1000], 4096)[1] == (code("MEMCPY_HTOD"), 13)
+        assert stream_of((code("MEMCPY_HTOD"), [0, 0x10, h], 4096)) is None
+    assert stats_key((code("MEMCPY_HTOD"), [0, 0x10, 0x1000], 4096)) == (code("MEMCPY_HTOD"), 13)
     # ops with an event argument never move; control ops are not device work
-    assert job_tag(code("EVENT_RECORD"), [0, 0x3000, 0x1000], 0)[2] is None
-    assert job_tag(code("STREAM_WAIT_EVENT"), [0, 0x1000, 0x3000, 0], 0)[2] is None
-    assert job_tag(code("STREAM_SYNC"), [0, 0x1000], 0)[2:] == (0x1000, False)
-    assert job_tag(code("MALLOC"), [0, 64], 0)[3] is False
-    assert job_tag(code("MEMSET"), [0, 0x10, 0, 64, 0], 0)[3] is True
-    # garbage handles from the wire do not crash the tagging (the handler rejects them later)
-    assert job_tag(code("LAUNCH"), [0, "x", grid, grid, 0, "y"], 0)[2] is None
+    assert stream_of((code("EVENT_RECORD"), [0, 0x3000, 0x1000], 0)) is None
+    assert stream_of((code("STREAM_WAIT_EVENT"), [0, 0x1000, 0x3000, 0], 0)) is None
+    assert stream_of((code("STREAM_SYNC"), [0, 0x1000], 0)) == 0x1000 and not is_work(code("STREAM_SYNC"))
+    assert not is_work(code("MALLOC")) and is_work(code("MEMSET"))
+    assert is_work(449)                                  # an op this table does not know is device work
+    # garbage from the wire does not crash the tagging (the handler rejects it later)
+    bad = (code("LAUNCH"), [0, "x", grid, grid, 0, "y"], 0)
+    assert stream_of(bad) is None and stats_key(bad) == (code("LAUNCH"), -1)
+    assert stream_of((code("LAUNCH"), [0, 1, grid, grid, 0, True], 0)) is None
 
 
 # ---------------------------------------------------------------------------------------------- windows
@@ -217,7 +226,7 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
     clock = FakeClock()
     sched = DeviceScheduler(0, clock=clock)
     a = sched.lane(1.0, "a")
-    tag = (OP_BY_NAME["LAUNCH"].code, ("k", 1), None, True)
+    tag = (OP_BY_NAME["LAUNCH"].code, [0, 0x2000, [1, 1, 1], [1, 1, 1], 0, 0], 16)
     # alone: 3 jobs of 2 ms each establish the kernel's alone time
     for _ in range(3):
         a.begin()
@@ -234,7 +243,7 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
     t0 = clock.t
     clock.t += 0.004                     # the same kernel now takes twice as long
     a._wait_s = 0.002                    # and it waited 2 ms for the turn
-    a.end(tag, t0, t0, clock.t)
+    assert a.end(tag, t0, t0, clock.t) is True      # b waits
     a.pass_turn(more=False)
     expected = (3 * 0.002 + 0.002 + 0.004) / (4 * 0.002)
     assert a.slowdown() == pytest.approx(expected)
@@ -259,8 +268,8 @@ def submit(loop, worker, fn, tag):
     return asyncio.run_coroutine_threadsafe(go(), loop)
 
 
-WORK = (OP_BY_NAME["MEMSET"].code, ("m", 0), None, True)
-CONTROL = (OP_BY_NAME["MALLOC"].code, ("a", 0), None, False)
+WORK = (OP_BY_NAME["MEMSET"].code, [0, 0x10, 0, 64, 0], 0)
+CONTROL = (OP_BY_NAME["MALLOC"].code, [0, 64], 0)
 
 
 def test_flooding_session_cannot_starve_another():

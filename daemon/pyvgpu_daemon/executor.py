@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from pyvgpu_daemon.scheduler import Lane, Tag, pick
+from pyvgpu_daemon.scheduler import Lane, Tag, is_work, pick
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -91,7 +91,7 @@ class OrderedWorker:
                     lane.idle()
                 return
             fn, args, fut, nbytes, submitted, tag = item
-            work = lane is not None and tag is not None and tag[3]
+            work = lane is not None and tag is not None and is_work(tag[0])
             if work:
                 if not lane.holding:
                     lane.begin()          # device work runs in this session's turn
@@ -109,8 +109,7 @@ class OrderedWorker:
                 # The loop is gone (daemon shutting down): nobody is waiting for this result any more.
                 pass
             if work:
-                lane.end(tag, submitted, t0, t1)
-                if lane.sched.contended:
+                if lane.end(tag, submitted, t0, t1):
                     lane.pass_turn(bool(pending) or not q.empty())
             elif lane is not None and tag is not None:
                 lane.record(tag, submitted, t1)

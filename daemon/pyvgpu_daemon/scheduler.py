@@ -48,7 +48,7 @@ QUANTUM_S = 0.002                   # time slice: how far (device seconds / weig
                                     # deserving waiter before handing over (`--time-slice`); fewer thread hand-overs
                                     # for small jobs, at most this much extra wait for the others
 ALONE_EWMA = 0.2                    # weight of a new sample in a kernel's alone-time average
-ALONE_SAMPLE = 7                    # ... from the first and then every 8th uncontended job
+ALONE_SAMPLE = 7                    # ... from every 8th uncontended job (the 1st, 9th, ...)
 MIN_WEIGHT, DEFAULT_WEIGHT = 0.01, 1.0
 # Upper bounds (seconds) of the op latency histogram buckets; +Inf is implied.
 LATENCY_BOUNDS: tuple[float, ...] = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
@@ -349,9 +349,9 @@ class Lane:
             self.last_active = t
         self.holding = True
 
-    def end(self, tag: Tag | None, submitted: float, t0: float, t1: float) -> None:
-        """Account a job that ran from t0 to t1 (submitted at `submitted`; tag None: an internal job). The worker
-        then calls pass_turn() when another lane waits (DeviceScheduler.contended), idle() when it has no work."""
+    def end(self, tag: Tag | None, submitted: float, t0: float, t1: float) -> bool:
+        """Account a job that ran from t0 to t1 (submitted at `submitted`; tag None: an internal job). → whether
+        another lane waits for the turn: the worker then calls pass_turn(); idle() when it has no more work."""
         cost = t1 - t0
         if self._excluded:
             cost = max(0.0, cost - self._excluded)
@@ -359,24 +359,24 @@ class Lane:
         if t1 >= self._flush_at:
             self.flush(t1)
         self.device_seconds += cost
+        waiting = self.sched._share._waiting
         if tag is None:
-            return
+            return bool(waiting)
         h = self.hist.get(tag[0])
         if h is None:
             h = self.hist[tag[0]] = [0.0] * (len(LATENCY_BOUNDS) + 2)
         lat = t1 - submitted
         h[bisect_left(LATENCY_BOUNDS, lat)] += 1
         h[-1] += lat
-        if self._wait_s >= 0.0 or self.sched._share._waiting:
-            self._shared(tag[1], cost)
-        else:                                       # learn what this kind of job takes alone (a sample of them)
-            alone = self._alone.get(tag[1])
-            if alone is None:
-                self._alone[tag[1]] = cost
-            else:
-                self._sample += 1
-                if not self._sample & ALONE_SAMPLE:
-                    self._alone[tag[1]] = alone + ALONE_EWMA * (cost - alone)
+        if self._wait_s >= 0.0 or waiting:
+            self._shared(stats_key(tag), cost)
+            return bool(waiting)
+        self._sample += 1
+        if self._sample & ALONE_SAMPLE == 1:        # learn what this kind of job takes alone, from a sample
+            key = stats_key(tag)
+            alone = self._alone.get(key)
+            self._alone[key] = cost if alone is None else alone + ALONE_EWMA * (cost - alone)
+        return False
 
     def _shared(self, key: Hashable, cost: float) -> None:
         """A job run while another session was active: (wait + run) against its alone time (its own run time
@@ -467,13 +467,17 @@ class Lane:
 
 
 # ---------------------------------------------------------------------------------------------- stream priorities
-# Job tags: (op code, stats key, stream, work). stream is the wire handle of a created stream when the job is
-# stream-ordered work that may move with its stream (op has a stream argument and no event argument, and the handle
-# is not a default-stream sentinel), else None: such a job is a barrier nothing crosses. work: the op occupies the
-# device (copies, memsets, launches, library calls), so it runs only in the session's turn and counts as device
-# time; control ops (CONTROL_OPS: allocation, handles, queries, host waits) run whenever the session's order reaches
-# them, so a session is never held up by another's long kernel just to allocate or to wait for its own work.
-Tag = tuple[int, Hashable, "int | None", bool]
+# Job tags: (op code, request args as received, payload length), built on the loop at no cost; what the worker
+# needs from them is derived there, when needed:
+# - is_work(code): the op occupies the device (copies, memsets, launches, library calls), so it runs only in the
+#   session's turn and counts as device time; control ops (CONTROL_OPS: allocation, handles, queries, host waits)
+#   run whenever the session's order reaches them, so a session is never held up by another's long kernel just to
+#   allocate or to wait for its own work;
+# - stream_of(tag): the wire handle of a created stream when the job is stream-ordered work that may move with its
+#   stream (op has a stream argument and no event argument, the handle is not a default-stream sentinel), else None:
+#   a barrier nothing crosses;
+# - stats_key(tag): per kernel for ops on a function, else per op and payload size class (alone times).
+Tag = tuple[int, Any, int]
 LOOKAHEAD = 256
 CONTROL_OPS: frozenset[str] = frozenset({
     "MEM_GET_INFO", "MALLOC", "FREE", "MODULE_LOAD", "FUNC_SET_ATTR", "STREAM_CREATE", "STREAM_DESTROY",
@@ -502,22 +506,26 @@ _TAGGING: dict[int, tuple[int | None, int | None, bool]] = {spec.code: _tagging(
 _WORK: dict[int, bool] = {code: t[2] for code, t in _TAGGING.items()}
 
 
-def job_tag(code: int, args: list[Any], payload_len: int) -> Tag:
-    """The Tag of a request (computed on the loop as it is dispatched; args as received, unchecked).
+def is_work(code: int) -> bool:
+    return _WORK.get(code, True)
 
-    Stats key: per kernel for ops on a function, else per op and payload size class."""
-    fi, si, work = _TAGGING.get(code, (None, None, True))
+
+def stats_key(tag: Tag) -> Hashable:
+    code, args, payload_len = tag
+    fi = _TAGGING.get(code, (None, None, True))[0]
     if fi is None:
-        key: Hashable = (code, payload_len.bit_length())
-    else:
-        f = args[fi]
-        key = (code, f if type(f) is int else -1)
-    stream = None
-    if si is not None:
-        h = args[si]
-        if type(h) is int and h not in DEFAULT_STREAM_HANDLES:     # type(): not bool, not garbage
-            stream = h
-    return code, key, stream, work
+        return code, payload_len.bit_length()
+    f = args[fi]
+    return code, f if type(f) is int else -1
+
+
+def stream_of(tag: Tag) -> int | None:
+    code, args, _ = tag
+    si = _TAGGING.get(code, (None, None, True))[1]
+    if si is None:
+        return None
+    h = args[si]
+    return h if type(h) is int and h not in DEFAULT_STREAM_HANDLES else None   # type(): not bool, not garbage
 
 
 def pick(pending: deque, priority_of: Callable[[int], int | None]) -> Any:
@@ -529,17 +537,18 @@ def pick(pending: deque, priority_of: Callable[[int], int | None]) -> Any:
     the earliest is taken); nothing moves across a barrier (default-stream work, events, allocations, syncs of the
     whole device), so CUDA's ordering rules hold."""
     head = pending[0]
-    tag = head[-1]
-    if tag is None or tag[2] is None:
+    stream = stream_of(head[-1]) if head[-1] is not None else None
+    if stream is None:
         return pending.popleft()
-    best_i, best_p = 0, priority_of(tag[2])
+    best_i, best_p = 0, priority_of(stream)
     if best_p is None:
         return pending.popleft()
     for i in range(1, min(len(pending), LOOKAHEAD)):
         t = pending[i][-1]
-        if t is None or t[2] is None:
+        stream = stream_of(t) if t is not None else None
+        if stream is None:
             break
-        p = priority_of(t[2])
+        p = priority_of(stream)
         if p is None:
             break
         if p < best_p:

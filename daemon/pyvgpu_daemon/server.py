@@ -23,7 +23,7 @@ from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, HELLO
                              OpSpec)
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend
-from pyvgpu_daemon.scheduler import LATENCY_BOUNDS, job_tag
+from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
 
@@ -392,7 +392,7 @@ class Server:
             return
         st = session.device(dev, loop)
         fut = st.worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload,
-                               req.req_id == 0, nbytes=len(payload), tag=job_tag(spec.code, req.args, len(payload)))
+                               req.req_id == 0, nbytes=len(payload), tag=(spec.code, req.args, len(payload)))
         if req.req_id:
             fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(session, writer, rid, f))
         else:
