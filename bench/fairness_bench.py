@@ -24,49 +24,31 @@ running through libvcudart against `python -m pyvgpu_daemon --backend emu`.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = Path(__file__).resolve().parent / "cuda" / "share.cu"
-BUILD = ROOT / "build" / "bench-share"
-NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+from harness import NVCC, cached_build, start_daemon  # noqa: E402
 from pyvgpu.client import Client  # noqa: E402
 
+SRC = Path(__file__).resolve().parent / "cuda" / "share.cu"
+BUILD = ROOT / "build" / "bench-share"
 MiB = 1 << 20
 STEADY_ITERS, BATCH = 64, 8
 
 
 def build() -> Path:
-    digest = hashlib.sha256(SRC.read_bytes() + NVCC.encode()).hexdigest()[:16]
-    out = BUILD / f"share-{digest}"
-    if not out.exists():
-        BUILD.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        proc = subprocess.run([NVCC, "-cudart", "shared", "-O3", "-o", str(tmp), str(SRC)], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed:\n{proc.stderr}")
-        tmp.rename(out)
-    return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return cached_build(BUILD, "share", [SRC], lambda out: [NVCC, "-cudart", "shared", "-O3", "-o", str(out),
+                                                            str(SRC)])
 
 
 DAEMON_PIDS: dict[int, int] = {}          # port -> pid of the daemons this script started (CPU time)
@@ -81,34 +63,13 @@ def cpu_seconds(port: int) -> float:
 @contextmanager
 def daemon(workdir: Path, *extra: str, checkout: Path = ROOT):
     """A daemon of `checkout` (its pyvgpu and pyvgpu_daemon first on the path) on a free port; → port."""
-    port = free_port()
-    log = workdir / f"daemon-{port}.log"
-    env = {**os.environ, "PYTHONPATH": f"{checkout}:{checkout / 'daemon'}"}
-    proc = subprocess.Popen([sys.executable, "-m", "pyvgpu_daemon", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend", "emu", *extra], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
-                            cwd=checkout)                   # `python -m` puts the cwd first on sys.path
+    d = start_daemon(workdir, *extra, env={"PYTHONPATH": f"{checkout}:{checkout / 'daemon'}"}, cwd=checkout)
+    DAEMON_PIDS[d.port] = d.proc.pid
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"daemon exited:\n{log.read_text(errors='replace')}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("daemon did not listen") from None
-                time.sleep(0.05)
-        DAEMON_PIDS[port] = proc.pid
-        yield port
+        yield d.port
     finally:
-        DAEMON_PIDS.pop(port, None)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        DAEMON_PIDS.pop(d.port, None)
+        d.stop()
 
 
 def lib() -> str:
@@ -228,8 +189,8 @@ def bench_overhead(exe: Path, workdir: Path, rounds: int, baseline: Path | None,
     names = [c[0] for c in configs]
     wall: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w, _ in WORKLOADS}
     cpu: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w, _ in WORKLOADS}
-    with contextmanager_stack([daemon(workdir, *extra, checkout=co) for _, co, extra in configs]) as ports:
-        port_of = dict(zip(names, ports))
+    with ExitStack() as stack:
+        port_of = {name: stack.enter_context(daemon(workdir, *extra, checkout=co)) for name, co, extra in configs}
         for name in names:                                  # warm-up: module loads, first sessions
             for _, args in WORKLOADS:
                 run_alone(exe, f"127.0.0.1:{port_of[name]}", *args)
@@ -254,13 +215,6 @@ def bench_overhead(exe: Path, workdir: Path, rounds: int, baseline: Path | None,
             + " ms; daemon cpu " + " ".join(f"{k} {v * 1e3:7.1f}" for k, v in mc.items())
             + f" ms; fair vs {ref}: wall {row['wall_vs_ref']:+.1%}, cpu {row['cpu_vs_ref']:+.1%}")
     return {"rounds": rounds, "rows": rows}
-
-
-@contextmanager
-def contextmanager_stack(cms):
-    from contextlib import ExitStack
-    with ExitStack() as stack:
-        yield [stack.enter_context(cm) for cm in cms]
 
 
 # ---------------------------------------------------------------------------------------------- placement

@@ -442,12 +442,18 @@ def _device_load(rep: hostmap.HostDevices, ordinal: int) -> dict[str, Any]:
     return {}
 
 
-def cmd_devices(args: argparse.Namespace) -> int:
+def _daemon_entries(args: argparse.Namespace) -> list[Host]:
+    """The host map's (or --hosts') entries that name daemons (not `auto`); CliError when there are none."""
     hm = _host_map_for(args)
     entries = [h for h in hm.hosts if not h.is_auto]
     if not entries:
         raise CliError(f"no hosts: the host map ({hm.source}) is empty; add one with "
                        f"`{PROG} hosts add HOST[:PORT]` or pass --hosts")
+    return entries
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    entries = _daemon_entries(args)
     reports = hostmap.query_daemons(entries, config.load_token(), args.timeout, _load_client().connect, status=True)
     gpus = hostmap.number_gpus(reports)
     failed = [r for r in reports if r.error is not None]
@@ -499,7 +505,7 @@ def _lib() -> Path:
 
 
 def cmd_lib(args: argparse.Namespace) -> int:
-    print(_lib())
+    print(_lib().parent if args.dir else _lib())
     return 0
 
 
@@ -509,6 +515,10 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     lib = str(_lib())
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != lib]
     env["LD_PRELOAD"] = " ".join([lib, *preload])
+    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
+    lib_dir = str(Path(lib).parent)
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != lib_dir]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([lib_dir, *paths])
     if hosts is None:
         hosts = list(hostmap.load(env))
     if not hosts:
@@ -585,11 +595,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_top(args: argparse.Namespace) -> int:
     from pyvgpu import top
-    hm = _host_map_for(args)
-    entries = [h for h in hm.hosts if not h.is_auto]
-    if not entries:
-        raise CliError(f"no hosts: the host map ({hm.source}) is empty; add one with "
-                       f"`{PROG} hosts add HOST[:PORT]` or pass --hosts")
+    entries = _daemon_entries(args)
     if not args.interval > 0:
         raise CliError("--interval must be positive", 2)
     clear = sys.stdout.isatty() if args.clear is None else args.clear
@@ -774,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the path of the interposer library libvcudart.so (SONAME libcudart.so.13), "
                                     "for LD_PRELOAD=$(pyvgpu lib) ./app. PYVGPU_LIB overrides where it is looked "
                                     "for.")
+    lb.add_argument("--dir", action="store_true",
+                    help="print its directory instead: every client library (libcudart.so.13, libcublas.so.13 and "
+                         "their link names) is there, for LD_LIBRARY_PATH and nvcc -L")
     lb.set_defaults(func=cmd_lib)
 
     # token

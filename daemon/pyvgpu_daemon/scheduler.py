@@ -362,12 +362,7 @@ class Lane:
         waiting = self.sched._share._waiting
         if tag is None:
             return bool(waiting)
-        h = self.hist.get(tag[0])
-        if h is None:
-            h = self.hist[tag[0]] = [0.0] * (len(LATENCY_BOUNDS) + 2)
-        lat = t1 - submitted
-        h[bisect_left(LATENCY_BOUNDS, lat)] += 1
-        h[-1] += lat
+        self.record(tag, submitted, t1)
         if self._wait_s >= 0.0 or waiting:
             self._shared(stats_key(tag), cost)
             return bool(waiting)
@@ -426,7 +421,7 @@ class Lane:
             self._wait_s = sched.clock() - t
 
     def record(self, tag: Tag, submitted: float, t1: float) -> None:
-        """A control op (no device time): its latency only."""
+        """A job's latency, from its submission to its end, into its op's histogram."""
         h = self.hist.get(tag[0])
         if h is None:
             h = self.hist[tag[0]] = [0.0] * (len(LATENCY_BOUNDS) + 2)
@@ -482,7 +477,8 @@ LOOKAHEAD = 256
 CONTROL_OPS: frozenset[str] = frozenset({
     "MEM_GET_INFO", "MALLOC", "FREE", "MODULE_LOAD", "FUNC_SET_ATTR", "STREAM_CREATE", "STREAM_DESTROY",
     "STREAM_SYNC", "STREAM_QUERY", "EVENT_CREATE", "EVENT_DESTROY", "EVENT_SYNC", "EVENT_QUERY", "EVENT_ELAPSED",
-    "DEVICE_SYNC", "DEVICE_RESET", "DEVICE_SET_LIMIT", "DEVICE_GET_LIMIT"})
+    "DEVICE_SYNC", "DEVICE_RESET", "DEVICE_SET_LIMIT", "DEVICE_GET_LIMIT", "BLAS_CREATE", "BLAS_DESTROY",
+    "BLAS_SET_WORKSPACE"})
 
 
 def _stream_arg(spec: OpSpec) -> int | None:

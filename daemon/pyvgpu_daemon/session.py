@@ -50,12 +50,14 @@ class DeviceState:
     functions: dict[int, tuple[LoadedModule, KernelDesc]] = field(default_factory=dict)
     streams: dict[int, Any] = field(default_factory=dict)
     events: dict[int, Any] = field(default_factory=dict)
+    blas_handles: dict[int, Any] = field(default_factory=dict)       # cuBLAS handles (backend objects)
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
     var_bytes: int = 0         # bytes of module globals (counted against the limit with `held`)
     limit: int | None = None   # memory quota of this session on this device (sharing.py); None: none
     ops: int = 0
+    waited: int = 0            # ops whose reply the client waited for
     bytes_htod: int = 0        # request payload bytes (copies, module images, kernel parameters)
     bytes_dtoh: int = 0        # reply payload bytes
     bytes_dtod: int = 0        # bytes copied on the device
@@ -107,6 +109,12 @@ class DeviceState:
         except KeyError:
             raise CudaError("cudaErrorInvalidResourceHandle", f"unknown event {handle:#x}") from None
 
+    def blas(self, handle: int) -> Any:
+        try:
+            return self.blas_handles[handle]
+        except KeyError:
+            raise CudaError("cudaErrorInvalidResourceHandle", f"unknown cuBLAS handle {handle:#x}") from None
+
     def function(self, handle: int) -> tuple[LoadedModule, KernelDesc]:
         try:
             return self.functions[handle]
@@ -156,6 +164,7 @@ class DeviceState:
         self.streams.clear()
         self.events.clear()
         self.stream_priority.clear()
+        self.blas_handles.clear()
         self.held = 0
         self.var_bytes = 0
         self.deferred = 0
@@ -164,9 +173,9 @@ class DeviceState:
     def summary(self) -> dict[str, Any]:
         out = {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
-               "ops": self.ops, "sticky_error": self.sticky, "memory_used": self.held + self.var_bytes,
-               "memory_limit": self.limit, "bytes_htod": self.bytes_htod, "bytes_dtoh": self.bytes_dtoh,
-               "bytes_dtod": self.bytes_dtod}
+               "blas_handles": len(self.blas_handles), "ops": self.ops, "waited": self.waited,
+               "sticky_error": self.sticky, "memory_used": self.held + self.var_bytes, "memory_limit": self.limit,
+               "bytes_htod": self.bytes_htod, "bytes_dtoh": self.bytes_dtoh, "bytes_dtod": self.bytes_dtod}
         lane = self.lane
         if lane is not None:
             out.update(weight=lane.weight, device_seconds=lane.device_seconds, work_ops=lane.jobs,
@@ -220,6 +229,7 @@ def release_device(session: Session, st: DeviceState) -> int:
     held = st.held
     ctx = st.ctx
     if ctx is not None:
+        destroy_blas_handles(st)
         for entry in list(st.modules.values()):
             try:
                 ctx.module_unload(entry.loaded)
@@ -247,3 +257,14 @@ def release_device(session: Session, st: DeviceState) -> int:
         st.ctx = None
     st.clear_tables()
     return held
+
+
+def destroy_blas_handles(st: DeviceState) -> None:
+    """cuBLAS handles die with their session (and with a device reset): destroy them before the context goes."""
+    assert st.ctx is not None
+    for h in list(st.blas_handles.values()):
+        try:
+            st.ctx.blas_destroy(h)
+        except Exception as exc:  # noqa: BLE001 - cleanup carries on
+            log.warning("device %d: cuBLAS handle destroy failed: %s", st.ordinal, exc)
+    st.blas_handles.clear()
