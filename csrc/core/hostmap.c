@@ -109,7 +109,7 @@ static int add_entry(struct host_entry *out, int n, const struct host_entry *e, 
 {
     for (int i = 0; i < n; i++)
         if (same_host(&out[i], e) && (out[i].device < 0 || e->device < 0 || out[i].device == e->device)) {
-            pv_log("ignoring duplicate entry for %s:%d in %s", e->host, e->port, where);
+            pv_log("ignoring duplicate host %s:%d in %s", e->host, e->port, where);
             return n;
         }
     out[n] = *e;

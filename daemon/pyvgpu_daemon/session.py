@@ -66,7 +66,7 @@ class DeviceState:
 
     @property
     def lane(self) -> Lane | None:
-        return self.worker.lane
+        return self.worker.lane if self.worker is not None else None
 
     # ------------------------------------------------------------------ quota
     def check_quota(self, nbytes: int, what: str) -> None:
