@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -118,12 +119,18 @@ def fairness_run(exe: Path, workdir: Path, seconds: float, scheduling: str, floo
                  for i in range(7)]
         mode, arg = FLOODS[flood]
         procs.append((f"flood-{flood}", tenant(exe, hosts, mode, seconds, arg)))
-        time.sleep(min(2.0, seconds * 0.25))
-        t0, before = time.perf_counter(), sessions_by_pid(port)
-        time.sleep(seconds * 0.5)
-        t1, after = time.perf_counter(), sessions_by_pid(port)
-        for _, p in procs:
-            finish(p)
+        try:
+            time.sleep(min(2.0, seconds * 0.25))
+            t0, before = time.perf_counter(), sessions_by_pid(port)
+            time.sleep(seconds * 0.5)
+            t1, after = time.perf_counter(), sessions_by_pid(port)
+            for _, p in procs:
+                finish(p)
+        finally:
+            for _, p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     rows = []
     for kind, p in procs:
         b, a = before[p.pid], after[p.pid]
@@ -261,6 +268,7 @@ def main() -> int:
     ap.add_argument("--baseline-checkout", type=Path, help="overhead: also time this checkout's daemon")
     ap.add_argument("--only", default="fairness,overhead,placement", help="comma-separated parts to run")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))    # stop daemons and tenants on the way out
     exe = build()
     parts = set(args.only.split(","))
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
