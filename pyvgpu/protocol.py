@@ -181,6 +181,12 @@ OPS: tuple[OpSpec, ...] = (
     # which wins over a bad value (as CUDA's own check order).
     op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil"),
     op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64"),
+    # 100-199: the driver API (libvcuda.so.1, docs/driver.md)
+    op(100, "MODULE_UNLOAD", "dev:dev module_id:u64", "nil", A,
+       doc="cuModuleUnload/cuLibraryUnload: the module's kernels and variables go; unknown id: invalid handle"),
+    op(101, "MEMSET_ELEMS",
+       "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
+       doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
     # cuBLAS (pyvgpu/cublas_spec.py): a handle lives in the session on one device; each routine family is one op
     # whose arguments are the family's table (cublas_spec.wire_args), sent fire-and-forget unless it returns a
     # result to host memory (then the reply's payload holds the value).

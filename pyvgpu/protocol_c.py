@@ -161,6 +161,10 @@ def protocol_header() -> str:
     out += [f'#define PV_KEY_{name} "{_c_string(value)}"' for name, value in P.shared_keys().items()]
     out += ["", "/* cudaDeviceAttr values (CUDA's numbering, pyvgpu/cuda_enums.py). */"]
     out += [f"#define PV_{name} {value}" for name, value in DEVICE_ATTRS.items()]
+    limit = max(DEVICE_ATTRS.values()) + 1
+    out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
+            "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"
+            + ", ".join(f"[{v}] = 1" for v in sorted(set(DEVICE_ATTRS.values()))) + "};"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

@@ -79,6 +79,13 @@ class DeviceContext(ABC):
     @abstractmethod
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None: ...
 
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        """Sets width elements of elem bytes (1, 2, 4) to value in each of height rows pitch bytes apart (the
+        driver's cuMemsetD8/D16/D32 and 2D forms). This default writes the pattern as a 2D copy."""
+        row = value.to_bytes(elem, "little") * width
+        self.memcpy2d_htod(ptr, pitch, len(row), height, row * height, stream)
+
     @abstractmethod
     def module_load(self, image: bytes) -> LoadedModule: ...
 

@@ -288,6 +288,17 @@ class EmuContext(DeviceContext):
             for r in range(height):
                 span[r * pitch:r * pitch + width] = value & 0xFF
 
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        row_bytes = width * elem
+        self._check_2d(pitch, row_bytes, height)
+        if width == 0 or height == 0:
+            return
+        span = self.mem.view(ptr, pitch * (height - 1) + row_bytes)
+        row = np.full(width, value, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]).view(np.uint8)
+        for r in range(height):
+            span[r * pitch:r * pitch + row_bytes] = row
+
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
         try:
