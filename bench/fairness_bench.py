@@ -159,8 +159,8 @@ def fairness_run(exe: Path, workdir: Path, seconds: float, scheduling: str, floo
     return out
 
 
-def bench_fairness(exe: Path, workdir: Path, quick: bool, rounds: int, log) -> dict:
-    seconds = 6.0 if quick else 12.0
+def bench_fairness(exe: Path, workdir: Path, quick: bool, rounds: int, log, seconds: float | None = None) -> dict:
+    seconds = seconds or (6.0 if quick else 12.0)
     configs = [("fair", "kernels", [1.0] * 7), ("off", "kernels", [1.0] * 7), ("fair", "kernels", [3.0] + [1.0] * 6),
                ("fair", "dtod", [1.0] * 7), ("off", "dtod", [1.0] * 7)]
     if quick:
@@ -265,6 +265,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write the results as JSON")
     ap.add_argument("--rounds", type=int, default=7, help="overhead: runs per daemon and workload (default 7)")
     ap.add_argument("--fair-rounds", type=int, default=2, help="fairness: repetitions of every configuration")
+    ap.add_argument("--seconds", type=float, help="fairness: length of each run (default 12; 6 with --quick)")
     ap.add_argument("--baseline-checkout", type=Path, help="overhead: also time this checkout's daemon")
     ap.add_argument("--only", default="fairness,overhead,placement", help="comma-separated parts to run")
     args = ap.parse_args()
@@ -278,7 +279,7 @@ def main() -> int:
         workdir = Path(tmp)
         log = lambda m: print(m, flush=True)   # noqa: E731
         if "fairness" in parts:
-            results["fairness"] = bench_fairness(exe, workdir, args.quick, args.fair_rounds, log)
+            results["fairness"] = bench_fairness(exe, workdir, args.quick, args.fair_rounds, log, args.seconds)
         if "overhead" in parts:
             results["overhead"] = bench_overhead(exe, workdir, 2 if args.quick else args.rounds,
                                                  args.baseline_checkout, log)
