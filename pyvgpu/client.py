@@ -15,8 +15,9 @@ from typing import Any
 
 from pyvgpu import auth, tls as tlsmod, wire
 from pyvgpu.protocol import (CLIENT_SILENCE_TIMEOUT_S, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_NAMES, HELLO_CLIENT,
-                             HELLO_PROOF, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE, HELLO_VERSION,
-                             OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag, reply_matches)
+                             HELLO_HOSTNAME, HELLO_PID, HELLO_PROOF, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
+                             HELLO_VA_BASE, HELLO_VERSION, OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag,
+                             reply_matches)
 
 
 class ClientError(Exception):
@@ -57,10 +58,11 @@ class Client:
     @classmethod
     def connect(cls, host: str, port: int, token: bytes | None = None, timeout: float = CLIENT_SILENCE_TIMEOUT_S,
                 va_base: int | None = None, client_text: str | None = None, version: int = PROTOCOL_VERSION,
-                tls: tlsmod.ClientTLS | None | str = "env") -> "Client":
+                hello: dict[str, Any] | None = None, tls: tlsmod.ClientTLS | None | str = "env") -> "Client":
         """Connect and perform the handshake; raises HandshakeError (version mismatch, auth), ssl.SSLError (TLS
-        verification) or OSError. `timeout` bounds every wait for the daemon; `tls`: "env" reads PYVGPU_TLS*
-        and the config directory (pyvgpu/tls.py), None is plain TCP."""
+        verification) or OSError. `timeout` bounds every wait for the daemon; `hello`: more keys for the hello map
+        (e.g. protocol.HELLO_MEMORY, HELLO_WEIGHT); `tls`: "env" reads PYVGPU_TLS* and the config directory
+        (pyvgpu/tls.py), None is plain TCP."""
         cfg = tlsmod.client_config() if tls == "env" else tls
         assert not isinstance(cfg, str)
         sock = socket.create_connection((host, port), timeout=timeout)
@@ -74,13 +76,14 @@ class Client:
                 raise
         self = cls(sock, host, port)
         try:
-            self._handshake(token, va_base, client_text, version)
+            self._handshake(token, va_base, client_text, version, hello or {})
         except BaseException:
             sock.close()
             raise
         return self
 
-    def _handshake(self, token: bytes | None, va_base: int | None, client_text: str | None, version: int) -> None:
+    def _handshake(self, token: bytes | None, va_base: int | None, client_text: str | None, version: int,
+                   extra: dict[str, Any]) -> None:
         s_version, nonce, auth_required = wire.parse_server_hello(wire.recv_header(self.sock))
         self.server_version = s_version
         if auth_required and token is None:
@@ -91,6 +94,9 @@ class Client:
             HELLO_PROOF: auth.proof(token, nonce) if token is not None else None,
             HELLO_CLIENT: client_text or f"{os.getpid()}@{socket.gethostname()} {os.path.basename(sys.argv[0] or 'python')}",
             HELLO_VA_BASE: VA_WINDOW_BYTES if va_base is None else va_base,
+            HELLO_PID: os.getpid(),
+            HELLO_HOSTNAME: socket.gethostname(),
+            **extra,
         }
         # The hello is sent even when versions differ so the daemon logs the mismatch too.
         err, result, _ = self._roundtrip(OP_BY_NAME["HELLO"].code, [hello])

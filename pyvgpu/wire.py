@@ -57,6 +57,7 @@ class Hello:
     proof: str | None             # 64 lowercase hex digits or None
     client: str
     va_base: int | None
+    fields: dict[Any, Any]        # the whole map: other keys (sharing.py's) are type-checked by their reader
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -179,7 +180,7 @@ def parse_hello(fields: Any) -> Hello:
     va_base = fields.get(HELLO_VA_BASE)
     if va_base is not None and (isinstance(va_base, bool) or not isinstance(va_base, int)):
         raise ProtocolError(f"hello va_base {va_base!r:.40} is not an integer")
-    return Hello(fields.get(HELLO_VERSION), proof, client[:HELLO_CLIENT_MAX], va_base)
+    return Hello(fields.get(HELLO_VERSION), proof, client[:HELLO_CLIENT_MAX], va_base, fields)
 
 
 def parse_server_hello(header: list[Any]) -> tuple[int, bytes, bool]:

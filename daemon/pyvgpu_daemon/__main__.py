@@ -4,6 +4,9 @@
                             [--tls-cert PATH --tls-key PATH] [--max-sessions N] [--idle-timeout S]
                             [--frame-timeout S] [--drain-timeout S]
                             [--emu-devices N] [--emu-memory SIZE] [--emu-slowdown FACTOR] [--log-level LEVEL]
+                            [--session-memory [DEVICE=]SIZE ...] [--max-weight W] [--scheduling fair|off]
+                            [--time-slice MS]
+                            [--metrics-port PORT] [--metrics-host ADDR]
 
 `pyvgpu daemon start` builds a DaemonOptions and calls run(options) (or main(argv)).
 Exit status: 0 after a clean SIGTERM/SIGINT shutdown (queued work drained up to --drain-timeout), 2 for a
@@ -17,6 +20,7 @@ import logging
 import ssl
 import sys
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from pyvgpu import config
 from pyvgpu.protocol import DEFAULT_PORT
@@ -37,6 +41,12 @@ class DaemonOptions:
     tls_cert: str | None = None          # PEM certificate (chain) and key: the daemon speaks TLS
     tls_key: str | None = None
     bounds: Bounds = field(default_factory=Bounds)
+    session_memory: list[str] = field(default_factory=list)    # "SIZE" or "DEVICE=SIZE" (sharing.py)
+    max_weight: float = 10.0
+    scheduling: str = "fair"             # fair | off
+    time_slice_ms: float = 2.0
+    metrics_port: int | None = None
+    metrics_host: str | None = None
 
 
 # Bounds a user may set on the command line: option -> Bounds field (the rest are documented constants).
@@ -79,6 +89,18 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
                        metavar="N" if name == "max_sessions" else "S",
                        help=f"{helps[name]} (default {getattr(defaults, name):g})")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument("--session-memory", action="append", default=[], metavar="[DEVICE=]SIZE",
+                   help="device memory each session may hold on every device (SIZE) or on one device "
+                        "(DEVICE=SIZE); repeatable; default: no limit")
+    p.add_argument("--max-weight", type=float, default=10.0, metavar="W",
+                   help="largest share weight a client may ask for (default 10; the default weight is 1)")
+    p.add_argument("--scheduling", choices=("fair", "off"), default="fair",
+                   help="fair: sessions of a device share its time by weight (default); off: no arbitration")
+    p.add_argument("--time-slice", type=float, default=2.0, metavar="MS",
+                   help="fair scheduling: device time a session may run ahead of a waiting one before it hands the "
+                        "device over (default 2 ms)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-host", metavar="ADDR", help="address of the metrics server (default: --host)")
     ns = p.parse_args(argv)
     try:
         bounds = Bounds(**{name: getattr(ns, opt[2:].replace("-", "_")) for opt, name in BOUND_OPTIONS.items()})
@@ -86,7 +108,10 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
         p.error(str(exc))
     return DaemonOptions(host=ns.host, port=ns.port, backend=ns.backend, token_file=ns.token_file,
                          emu_devices=ns.emu_devices, emu_memory=ns.emu_memory, emu_slowdown=ns.emu_slowdown,
-                         log_level=ns.log_level, tls_cert=ns.tls_cert, tls_key=ns.tls_key, bounds=bounds)
+                         log_level=ns.log_level, tls_cert=ns.tls_cert, tls_key=ns.tls_key, bounds=bounds,
+                         session_memory=ns.session_memory, max_weight=ns.max_weight,
+                         scheduling=ns.scheduling, time_slice_ms=ns.time_slice, metrics_port=ns.metrics_port,
+                         metrics_host=ns.metrics_host)
 
 
 def resolve_token(opts: DaemonOptions) -> bytes | None:
@@ -137,18 +162,30 @@ def run(opts: DaemonOptions) -> int:
     from pyvgpu_daemon.memtune import tune_malloc
     tune_malloc()            # before the backend allocates anything: large NumPy temporaries stay in the heap
     from pyvgpu_daemon.backends import make_backend
-    from pyvgpu_daemon.backends.emu import parse_size
-    from pyvgpu_daemon.server import ServerConfig, run_server
+    from pyvgpu.units import parse_size
+    from pyvgpu_daemon.server import MetricsError, ServerConfig, run_server
+    from pyvgpu_daemon.sharing import Sharing, SharingConfig, parse_session_memory
     try:
         token = resolve_token(opts)
         tls = resolve_tls(opts)
         memory = parse_size(opts.emu_memory)
+        default_limit, device_limits = parse_session_memory(opts.session_memory)
+        if not opts.max_weight >= 1.0:
+            raise ConfigError(f"--max-weight {opts.max_weight}: must be at least 1 (the default weight)")
+        if not 0 <= opts.time_slice_ms <= 1000:
+            raise ConfigError(f"--time-slice {opts.time_slice_ms}: expected 0 to 1000 ms")
+        if opts.metrics_port is not None and not 0 <= opts.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port {opts.metrics_port}: not a port")
+        sharing = SharingConfig(default_limit, device_limits, opts.scheduling == "fair", opts.max_weight,
+                                opts.time_slice_ms / 1000.0)
         backend = make_backend(opts.backend, emu_devices=opts.emu_devices, emu_memory=memory,
                                emu_slowdown=opts.emu_slowdown, instance=f"{opts.host}:{opts.port}")
+        Sharing(sharing, backend.devices())          # checks device ordinals of --session-memory
     except (ConfigError, ValueError, RuntimeError) as exc:
         print(f"pyvgpu-daemon: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    cfg = ServerConfig(host=opts.host, port=opts.port, token=token, tls=tls, bounds=opts.bounds)
+    cfg = ServerConfig(host=opts.host, port=opts.port, token=token, tls=tls, bounds=opts.bounds, sharing=sharing,
+                       metrics_port=opts.metrics_port, metrics_host=opts.metrics_host)
     try:
         import uvloop
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
@@ -158,6 +195,9 @@ def run(opts: DaemonOptions) -> int:
     try:
         with runner:
             runner.run(run_server(cfg, backend))
+    except MetricsError as exc:
+        print(f"pyvgpu-daemon: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except OSError as exc:
         print(f"pyvgpu-daemon: error: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}",
               file=sys.stderr, flush=True)

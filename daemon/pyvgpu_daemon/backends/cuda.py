@@ -227,7 +227,8 @@ class CudaContext(DeviceContext):
         return self.drv.CUstream(0) if stream is None else stream
 
     def _sync_stream(self, stream: Any) -> None:
-        check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
 
     # ------------------------------------------------------------------ memory
     def mem_info(self) -> tuple[int, int]:
@@ -451,7 +452,8 @@ class CudaContext(DeviceContext):
         event.recorded = True
 
     def event_sync(self, event: _Event) -> None:
-        check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
 
     def event_query(self, event: _Event) -> bool:
         (err,) = self.drv.cuEventQuery(event.handle)
@@ -464,7 +466,8 @@ class CudaContext(DeviceContext):
         return float(check(self.drv.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
 
     def synchronize(self) -> None:
-        check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
 
     # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)
     blas_validates_pointers = True      # real cuBLAS would touch whatever it is given
