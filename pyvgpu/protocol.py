@@ -163,6 +163,18 @@ OPS: tuple[OpSpec, ...] = (
     # which wins over a bad value (as CUDA's own check order).
     op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil"),
     op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64"),
+    # ---- 300-399: runtime features (issue 13)
+    # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
+    # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
+    op(300, "GRAPH_CREATE", "dev:dev", "u64", PIN,
+       "payload: request frames (u32 length | header | payload each, req_id 0, this device, ops in GRAPH_OPS); "
+       "result: the graph handle"),
+    op(301, "GRAPH_LAUNCH", "dev:dev graph:handle stream:stream", "nil", A,
+       "runs the graph's ops in order; their stream arguments become `stream`"),
+    op(302, "GRAPH_DESTROY", "dev:dev graph:handle", "nil", A),
+    op(303, "MEMSET_ELEM",
+       "dev:dev ptr:ptr pitch:size value:u32 elem_size:u32 width:size height:size stream:stream", "nil", A,
+       "rows of `width` elements of elem_size (1, 2 or 4) bytes set to value (cuMemsetD2D8/16/32)"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -176,6 +188,13 @@ LIMIT_NAMES: dict[int, str] = {
     5: "cudaLimitMaxL2FetchGranularity", 6: "cudaLimitPersistingL2CacheSize",
 }
 LIMIT_DEFAULTS: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
+
+# Ops a graph may hold (GRAPH_CREATE): device work that needs no reply. Anything else in an upload is refused.
+GRAPH_OPS: frozenset[str] = frozenset({
+    "MEMCPY_DTOD", "MEMCPY2D_DTOD", "MEMSET", "MEMSET2D", "MEMSET_ELEM", "LAUNCH", "EVENT_RECORD",
+    "STREAM_WAIT_EVENT"})
+MAX_GRAPH_OPS = 1 << 16              # ops of one uploaded graph
+MAX_GRAPH_BYTES = 256 << 20          # bytes of uploaded graphs one session may hold per device
 
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
 OP_BY_CODE: dict[int, OpSpec] = {op.code: op for op in OPS}

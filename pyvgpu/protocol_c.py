@@ -21,7 +21,7 @@ from pathlib import Path
 if not __package__:  # run as a script by the C build
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyvgpu import protocol as P  # noqa: E402
-from pyvgpu.cuda_enums import DEVICE_ATTRS  # noqa: E402
+from pyvgpu.cuda_enums import CUDA_ENUMS, DEVICE_ATTRS  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 GENERATED = "/* Generated from pyvgpu/protocol.py by pyvgpu/protocol_c.py. Do not edit. */"
@@ -85,7 +85,7 @@ def _body(op: P.OpSpec, wait: bool) -> list[str]:
              "        return err;"]
     lines += ["    " + C_ARG[a.type][1].format(n=a.name) for a in op.args[1:]]
     if not wait:
-        lines.append("    return pv_req_finish(&r, NULL);")
+        lines.append("    return pv_req_send(&r);")       # fire-and-forget: sent, or recorded into a graph
     elif op.flags & P.OpFlag.PAYLOAD_OUT:
         lines += ["    struct pv_reply pr;",
                   "    err = pv_req_finish(&r, &pr);",
@@ -165,6 +165,10 @@ def protocol_header() -> str:
     out += [f'#define PV_KEY_{name} "{_c_string(value)}"' for name, value in P.shared_keys().items()]
     out += ["", "/* cudaDeviceAttr values (CUDA's numbering, pyvgpu/cuda_enums.py). */"]
     out += [f"#define PV_{name} {value}" for name, value in DEVICE_ATTRS.items()]
+    out += ["", "/* The other CUDA enumerations both sides use (pyvgpu/cuda_enums.py CUDA_ENUMS). */"]
+    out += [f"#define PV_{name} {value}" for values in CUDA_ENUMS.values() for name, value in values.items()]
+    out += ["", "/* Graph limits (protocol.py). */", f"#define PV_MAX_GRAPH_OPS {P.MAX_GRAPH_OPS}",
+            f"#define PV_MAX_GRAPH_BYTES {P.MAX_GRAPH_BYTES}ull"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

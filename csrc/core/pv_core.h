@@ -82,6 +82,7 @@ struct pv_reply {
 /* A request being built. The generated senders (ops_gen.c) are its only users outside transport.c. */
 struct pv_req {
     struct pv_conn *conn;
+    struct pv_device *dev;         /* the device of a device op (set by pv_op_begin), else NULL */
     msgpack_sbuffer sb;
     msgpack_packer pk;
     uint64_t req_id;
@@ -137,7 +138,28 @@ cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv
 cudaError_t pv_reply_i64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, int64_t *out);
 cudaError_t pv_reply_f64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, double *out);
 cudaError_t pv_reply_u64x2(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t out[2]);
+/* Sends a fire-and-forget request, or appends it to this thread's recorder when one is active (record.c). */
+cudaError_t pv_req_send(struct pv_req *r);
 #include "ops_gen.h"
+
+/* ---- recorder (record.c): fire-and-forget requests captured as frames instead of being sent (graphs) ---- */
+struct pv_frames {                 /* the recorded frames of one device, in order */
+    struct pv_device *dev;
+    char *data;                    /* u32 length | header | payload, repeated */
+    size_t len, cap;
+    size_t count;
+};
+struct pv_recorder {
+    struct pv_frames *per_dev;     /* one entry per device that received a frame */
+    int ndev, capdev;
+    cudaError_t err;               /* first failure while recording (out of memory) */
+};
+/* While a recorder is active on this thread every pv_send_* appends its frame to it (nothing is sent);
+ * pv_call_* requests still go out. Recording does not nest. */
+void pv_record_begin(struct pv_recorder *rec);
+void pv_record_end(void);
+int pv_recording(void);
+void pv_recorder_free(struct pv_recorder *rec);
 
 /* ---- registry (registry.c) ---- */
 struct pv_kinfo {

@@ -9,6 +9,7 @@ cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs
     if (!pv_conn_alive(d->conn))
         return PV_ERR_UNAVAILABLE;
     pv_req_begin(r, d->conn, op, nargs, want_reply, payload, payload_len, out, out_cap);
+    r->dev = d;
     msgpack_pack_int(&r->pk, d->remote);
     return PV_SUCCESS;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cudart.h"
+#include "graph.h"
 
 PV_API unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
 {
@@ -57,6 +57,70 @@ static cudaError_t kinfo(struct pv_func *f, struct pv_device *d, struct pv_kinfo
     return PV_SUCCESS;
 }
 
+/* Argument buffer from cuLaunchKernel-style `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/_SIZE/_END), or NULL. */
+static const void *extra_buffer(void **extra, size_t *size)
+{
+    const void *buf = NULL;
+    *size = 0;
+    for (int i = 0; extra && extra[i] && i < 16; i += 2) {
+        if (extra[i] == (void *)1)
+            buf = extra[i + 1];
+        else if (extra[i] == (void *)2 && extra[i + 1])
+            *size = *(const size_t *)extra[i + 1];
+    }
+    return buf;
+}
+
+cudaError_t pv_launch_prepare(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, void **args,
+                              void **extra, size_t shmem, struct pv_kernel_launch *out)
+{
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    if (!grid.x || !grid.y || !grid.z || !threads || threads > (uint64_t)d->max_tpb ||
+        block.x > (unsigned)d->max_block[0] || block.y > (unsigned)d->max_block[1] ||
+        block.z > (unsigned)d->max_block[2] || grid.x > (unsigned)d->max_grid[0] ||
+        grid.y > (unsigned)d->max_grid[1] || grid.z > (unsigned)d->max_grid[2])
+        return PV_cudaErrorInvalidConfiguration;
+    struct pv_kinfo *ki;
+    cudaError_t err = kinfo(f, d, &ki);
+    if (err != PV_SUCCESS)
+        return err;
+    if (ki->max_threads > 0 && threads > (uint64_t)ki->max_threads)
+        return PV_cudaErrorLaunchOutOfResources;
+    /* More dynamic shared memory than the default (48 KiB minus static) needs cudaFuncSetAttribute first. */
+    if (shmem > (size_t)ki->max_dyn_shared)
+        return PV_cudaErrorInvalidValue;
+    size_t xsize;
+    const void *xbuf = args ? NULL : extra_buffer(extra, &xsize);
+    if (ki->nparams && !args && (!xbuf || xsize < ki->param_bytes))
+        return PV_cudaErrorInvalidValue;
+    char *buf = calloc(1, ki->param_bytes ? ki->param_bytes : 1);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    if (xbuf)
+        memcpy(buf, xbuf, ki->param_bytes);
+    else
+        for (int i = 0; i < ki->nparams; i++)
+            memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
+    *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, ki->param_bytes };
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_launch_send(const struct pv_kernel_launch *k, uint64_t stream)
+{
+    struct pv_device *d = pv_device(k->dev);
+    struct pv_kinfo *ki;
+    cudaError_t err = d ? kinfo(k->func, d, &ki) : PV_cudaErrorInvalidDevice;
+    if (err != PV_SUCCESS)
+        return err;
+    return pv_send_LAUNCH(d, ki->func_id, k->grid, k->block, k->shmem, stream, k->params, k->param_bytes);
+}
+
+void pv_launch_free(struct pv_kernel_launch *k)
+{
+    free(k->params);
+    k->params = NULL;
+}
+
 static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s)
 {
     struct pv_device *d;
@@ -70,39 +134,27 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
         return err;
     if (sd != d)
         return PV_cudaErrorInvalidResourceHandle;
-    uint64_t threads = (uint64_t)block.x * block.y * block.z;
-    if (!grid.x || !grid.y || !grid.z || !threads || threads > (uint64_t)d->max_tpb ||
-        block.x > (unsigned)d->max_block[0] || block.y > (unsigned)d->max_block[1] ||
-        block.z > (unsigned)d->max_block[2] || grid.x > (unsigned)d->max_grid[0] ||
-        grid.y > (unsigned)d->max_grid[1] || grid.z > (unsigned)d->max_grid[2])
-        return PV_cudaErrorInvalidConfiguration;
-    struct pv_kinfo *ki;
-    err = kinfo(f, d, &ki);
+    struct pv_kernel_launch k;
+    err = pv_launch_prepare(f, d, grid, block, args, NULL, shmem, &k);
     if (err != PV_SUCCESS)
         return err;
-    if (ki->max_threads > 0 && threads > (uint64_t)ki->max_threads)
-        return PV_cudaErrorLaunchOutOfResources;
-    /* More dynamic shared memory than the default (48 KiB minus static) needs cudaFuncSetAttribute first. */
-    if (shmem > (size_t)ki->max_dyn_shared)
-        return PV_cudaErrorInvalidValue;
-    if (ki->nparams && !args)
-        return PV_cudaErrorInvalidValue;
-    char small[1024];
-    char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    if (buf == small)
-        memset(small, 0, ki->param_bytes);
-    for (int i = 0; i < ki->nparams; i++)
-        memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
-    err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
-    if (buf != small)
-        free(buf);
+    if (pv_capturing(s)) {
+        struct pv_gnode *n;
+        err = pv_capture_node(s, PV_cudaGraphNodeTypeKernel, &n);
+        if (err == PV_SUCCESS) {
+            n->p.kernel = k;                  /* the node owns the packed arguments now */
+            n->dev = d->index;
+            return PV_SUCCESS;
+        }
+    } else {
+        err = pv_launch_send(&k, stream);
+    }
+    pv_launch_free(&k);
     return err;
 }
 
 /* The kernel a host-side function (stub) address names, or a cudaKernel_t passed as the function; NULL if neither. */
-static struct pv_func *func_of(const void *func)
+struct pv_func *pv_func_of(const void *func)
 {
     struct pv_func *f = pv_func_by_host(func);
     if (!f && pv_func_valid((const struct pv_func *)func))
@@ -127,7 +179,7 @@ PV_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 grid, dim3 block
 PV_API cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
                                     cudaStream_t s)
 {
-    struct pv_func *f = func_of(func);
+    struct pv_func *f = pv_func_of(func);
     if (!f)
         return pv_ret(PV_cudaErrorInvalidDeviceFunction);
     return pv_ret(launch(f, grid, block, args, shmem, s));
@@ -145,7 +197,7 @@ static cudaError_t func_info(const void *func, struct pv_device **d, struct pv_k
     cudaError_t err = pv_cur(d);
     if (err != PV_SUCCESS)
         return err;
-    struct pv_func *f = func_of(func);
+    struct pv_func *f = pv_func_of(func);
     if (!f)
         return PV_cudaErrorInvalidDeviceFunction;
     return kinfo(f, *d, ki);
@@ -284,7 +336,7 @@ PV_API cudaError_t cudaFuncGetName(const char **name, const void *func)
 {
     if (!name)
         return pv_ret(PV_cudaErrorInvalidValue);
-    struct pv_func *f = func_of(func);
+    struct pv_func *f = pv_func_of(func);
     if (!f)
         return pv_ret(PV_cudaErrorInvalidDeviceFunction);
     *name = f->name;

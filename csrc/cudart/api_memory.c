@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cudart.h"
+#include "graph.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
@@ -85,6 +85,35 @@ static int is_device_ptr(const void *p)
 {
     struct pv_alloc a;
     return pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0;
+}
+
+int pv_ptr_device(const void *p)
+{
+    struct pv_alloc a;
+    return (pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0) ? a.dev : -1;
+}
+
+/* Adds a memcpy node for a 1D copy on the capturing stream s. */
+static cudaError_t capture_copy(cudaStream_t s, const struct cudaMemcpy3DParms *p)
+{
+    struct pv_gnode *n;
+    cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeMemcpy, &n);
+    if (err == PV_SUCCESS)
+        err = pv_gnode_set_copy(n, p);
+    if (err != PV_SUCCESS && n)
+        n->type = PV_cudaGraphNodeTypeEmpty;
+    return err;
+}
+
+static cudaError_t capture_memset(cudaStream_t s, const struct cudaMemsetParams *p)
+{
+    struct pv_gnode *n;
+    cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeMemset, &n);
+    if (err == PV_SUCCESS)
+        err = pv_gnode_set_memset(n, p);
+    if (err != PV_SUCCESS && n)
+        n->type = PV_cudaGraphNodeTypeEmpty;
+    return err;
 }
 
 /* The daemon handle of stream s for work on device d (validated before by init_with_stream). A stream of another
@@ -306,6 +335,12 @@ PV_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 
 PV_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s)
 {
+    if (pv_capturing(s)) {
+        struct cudaMemcpy3DParms p;
+        pv_copy1d_params(&p, dst, src, n, kind);
+        return pv_ret(kind < 0 || kind > cudaMemcpyDefault ? PV_cudaErrorInvalidMemcpyDirection
+                                                           : capture_copy(s, &p));
+    }
     return pv_ret(pv_memcpy(dst, src, n, kind, s, 1));
 }
 
@@ -438,36 +473,131 @@ PV_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_
 PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                      size_t height, int kind, cudaStream_t s)
 {
+    if (pv_capturing(s)) {
+        if (width > dpitch || width > spitch)
+            return pv_ret(PV_cudaErrorInvalidPitchValue);
+        struct cudaMemcpy3DParms p = { 0 };
+        p.srcPtr = (struct cudaPitchedPtr){ (void *)src, spitch, width, height };
+        p.dstPtr = (struct cudaPitchedPtr){ dst, dpitch, width, height };
+        p.extent = (struct cudaExtent){ width, height, 1 };
+        p.kind = kind;
+        return pv_ret(capture_copy(s, &p));
+    }
     return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
 }
 
+/* ------------------------------------------------------------------------------------------ 3D copies */
+/* Linear memory only here; copies that involve a CUDA array are api_array.c's. */
+cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    if (p->srcArray || p->dstArray)
+        return pv_array_copy3d(p, s);
+    const struct cudaExtent *e = &p->extent;
+    if (!e->width || !e->height || !e->depth)
+        return PV_SUCCESS;
+    const struct cudaPitchedPtr *sp = &p->srcPtr, *dp = &p->dstPtr;
+    if (e->depth == 1 && e->height == 1 && !p->srcPos.y && !p->dstPos.y && !p->srcPos.z && !p->dstPos.z)
+        return pv_memcpy((char *)dp->ptr + p->dstPos.x, (const char *)sp->ptr + p->srcPos.x, e->width, p->kind, s,
+                         1);
+    if ((e->depth > 1 || p->srcPos.z || p->dstPos.z) && (!sp->ysize || !dp->ysize))
+        return PV_cudaErrorInvalidValue;
+    for (size_t z = 0; z < e->depth; z++) {
+        const char *src = (const char *)sp->ptr + ((p->srcPos.z + z) * sp->ysize + p->srcPos.y) * sp->pitch +
+                          p->srcPos.x;
+        char *dst = (char *)dp->ptr + ((p->dstPos.z + z) * dp->ysize + p->dstPos.y) * dp->pitch + p->dstPos.x;
+        cudaError_t err = memcpy2d(dst, dp->pitch, src, sp->pitch, e->width, e->height, p->kind, s);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    if (!p)
+        return PV_cudaErrorInvalidValue;
+    if (p->kind < 0 || p->kind > cudaMemcpyDefault)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if ((p->srcArray && p->srcPtr.ptr) || (p->dstArray && p->dstPtr.ptr) || (!p->srcArray && !p->srcPtr.ptr) ||
+        (!p->dstArray && !p->dstPtr.ptr))
+        return PV_cudaErrorInvalidValue;
+    if (pv_capturing(s))
+        return capture_copy(s, p);
+    cudaError_t err = init_with_stream(s);
+    return err != PV_SUCCESS ? err : pv_memcpy3d_run(p, s);
+}
+
+PV_API cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return pv_ret(memcpy3d(p, NULL)); }
+PV_API cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    return pv_ret(memcpy3d(p, s));
+}
+PV_API cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p) { return cudaMemcpy3D(p); }
+PV_API cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    return cudaMemcpy3DAsync(p, s);
+}
+
+PV_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *out, struct cudaExtent e)
+{
+    if (!out)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    size_t pitch;
+    void *p = NULL;
+    cudaError_t err = cudaMallocPitch(&p, &pitch, e.width, e.height * e.depth);
+    if (err == PV_SUCCESS)
+        *out = (struct cudaPitchedPtr){ p, pitch, e.width, e.height };
+    return err;
+}
+
 /* ------------------------------------------------------------------------------------------ memset */
-static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
+/* Rows of `width` elements of elementSize bytes (1: MEMSET/MEMSET2D, 2 or 4: MEMSET_ELEM), pitch ignored for one row.
+ * The runner of memset nodes and of every cudaMemset* call. */
+cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s)
+{
+    size_t es = p->elementSize, w = p->width, h = p->height;
+    if (es != 1 && es != 2 && es != 4)
+        return PV_cudaErrorInvalidValue;
+    if (w == 0 || h == 0)
+        return PV_SUCCESS;
+    size_t pitch = h == 1 ? w * es : p->pitch;
+    if (w * es > pitch)
+        return PV_cudaErrorInvalidPitchValue;
+    struct pv_device *d;
+    if (dev_range_2d(p->dst, pitch, w * es, h, &d) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t ptr = (uint64_t)(uintptr_t)p->dst;
+    if (es == 1 && h == 1)
+        return pv_send_MEMSET(d, ptr, (int)(p->value & 0xff), w, stream_for(s, d));
+    if (es == 1)
+        return pv_send_MEMSET2D(d, ptr, pitch, (int)(p->value & 0xff), w, h, stream_for(s, d));
+    return pv_send_MEMSET_ELEM(d, ptr, pitch, p->value, (uint32_t)es, w, h, stream_for(s, d));
+}
+
+static cudaError_t memset_any(const struct cudaMemsetParams *p, cudaStream_t s)
 {
     cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
-    if (n == 0)
+    if (p->width == 0 || p->height == 0)
         return PV_SUCCESS;
-    struct pv_device *d;
-    if (dev_range(ptr, n, &d) != 0)
-        return PV_cudaErrorInvalidValue;
-    return pv_send_MEMSET(d, (uint64_t)(uintptr_t)ptr, value & 0xff, n, stream_for(s, d));
+    if (pv_capturing(s))
+        return capture_memset(s, p);
+    return pv_memset_run(p, s);
+}
+
+static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
+{
+    struct cudaMemsetParams p = { ptr, n, (unsigned)value & 0xffu, 1, n, 1 };
+    return memset_any(&p, s);
 }
 
 static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
 {
-    cudaError_t err = init_with_stream(s);
-    if (err != PV_SUCCESS)
-        return err;
-    if (width == 0 || height == 0)
-        return PV_SUCCESS;
-    if (width > pitch)
+    if (width && height && width > pitch)
         return PV_cudaErrorInvalidPitchValue;
-    struct pv_device *d;
-    if (dev_range_2d(ptr, pitch, width, height, &d) != 0)
-        return PV_cudaErrorInvalidValue;
-    return pv_send_MEMSET2D(d, (uint64_t)(uintptr_t)ptr, pitch, value & 0xff, width, height, stream_for(s, d));
+    struct cudaMemsetParams p = { ptr, pitch, (unsigned)value & 0xffu, 1, width, height };
+    return memset_any(&p, s);
 }
 
 PV_API cudaError_t cudaMemset(void *p, int v, size_t n) { return pv_ret(memset_1d(p, v, n, NULL)); }
@@ -479,6 +609,36 @@ PV_API cudaError_t cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h
 PV_API cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s)
 {
     return pv_ret(memset_2d(p, pitch, v, w, h, s));
+}
+
+static cudaError_t memset_3d(struct cudaPitchedPtr pp, int value, struct cudaExtent e, cudaStream_t s)
+{
+    if (e.width > pp.pitch && (e.height > 1 || e.depth > 1))
+        return PV_cudaErrorInvalidPitchValue;
+    if (e.depth > 1 && pp.ysize < e.height)
+        return PV_cudaErrorInvalidValue;
+    if (e.depth == 1 || pp.ysize == e.height)           /* the slices are contiguous rows */
+        return memset_2d(pp.ptr, pp.pitch, value, e.width, e.height * e.depth, s);
+    for (size_t z = 0; z < e.depth; z++) {
+        cudaError_t err = memset_2d((char *)pp.ptr + z * pp.ysize * pp.pitch, pp.pitch, value, e.width, e.height, s);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int v, struct cudaExtent e)
+{
+    return pv_ret(memset_3d(p, v, e, NULL));
+}
+PV_API cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int v, struct cudaExtent e, cudaStream_t s)
+{
+    return pv_ret(memset_3d(p, v, e, s));
+}
+PV_API cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int v, struct cudaExtent e) { return cudaMemset3D(p, v, e); }
+PV_API cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int v, struct cudaExtent e, cudaStream_t s)
+{
+    return cudaMemset3DAsync(p, v, e, s);
 }
 
 /* ------------------------------------------------------------------------------------------ symbols */
@@ -561,11 +721,33 @@ PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_
 {
     return pv_ret(to_symbol(symbol, src, n, offset, kind, NULL));
 }
+/* A symbol copy on a capturing stream: a 1D memcpy node to or from the symbol's address on the current device. */
+static cudaError_t capture_symbol(cudaStream_t s, const void *symbol, void *ptr, size_t n, size_t offset, int kind,
+                                  int to)
+{
+    struct pv_device *d;
+    uint64_t addr;
+    cudaError_t err = symbol_span(symbol, n, offset, ptr, &d, &addr);
+    if (err != PV_SUCCESS)
+        return err;
+    struct cudaMemcpy3DParms p;
+    void *sym = (void *)(uintptr_t)addr;
+    if (to)
+        pv_copy1d_params(&p, sym, ptr, n, kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
+                                              kind == cudaMemcpyDefault ? kind : -1);
+    else
+        pv_copy1d_params(&p, ptr, sym, n, kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
+                                              kind == cudaMemcpyDefault ? kind : -1);
+    return p.kind < 0 ? PV_cudaErrorInvalidMemcpyDirection : capture_copy(s, &p);
+}
+
 PV_API cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t n, size_t offset, int kind,
                                            cudaStream_t s)
 {
     if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (pv_capturing(s))
+        return pv_ret(capture_symbol(s, symbol, (void *)src, n, offset, kind, 1));
     return pv_ret(to_symbol(symbol, src, n, offset, kind, s));
 }
 PV_API cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t n, size_t offset, int kind)
@@ -577,6 +759,8 @@ PV_API cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size
 {
     if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (pv_capturing(s))
+        return pv_ret(capture_symbol(s, symbol, dst, n, offset, kind, 0));
     return pv_ret(from_symbol(dst, symbol, n, offset, kind, s));
 }
 

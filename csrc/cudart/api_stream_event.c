@@ -2,7 +2,7 @@
  * are refused (cudaErrorInvalidResourceHandle) before anything is dereferenced or sent. */
 #include <stdlib.h>
 
-#include "cudart.h"
+#include "graph.h"
 
 static struct pv_stream *stream_of(cudaStream_t s)
 {
@@ -113,6 +113,7 @@ PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
     struct pv_stream *st = stream_of(s);
     if (!st || pv_handle_remove(st) != 0)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    pv_capture_stream_forget(st);
     struct pv_device *d = pv_device(st->dev);
     cudaError_t err = d ? pv_send_STREAM_DESTROY(d, st->remote) : PV_cudaErrorInvalidResourceHandle;
     st->magic = 0;
@@ -120,11 +121,20 @@ PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
     return pv_ret(err);
 }
 
-PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(stream_simple(s, pv_call_STREAM_SYNC)); }
+cudaError_t pv_stream_sync_run(cudaStream_t s) { return stream_simple(s, pv_call_STREAM_SYNC); }
+
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    cudaError_t err = pv_capture_forbid(s);
+    return pv_ret(err != PV_SUCCESS ? err : pv_stream_sync_run(s));
+}
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    cudaError_t err = stream_simple(s, pv_call_STREAM_QUERY);
+    cudaError_t err = pv_capture_forbid(s);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    err = stream_simple(s, pv_call_STREAM_QUERY);
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
@@ -157,22 +167,32 @@ PV_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device)
     return PV_SUCCESS;
 }
 
-PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
     struct pv_device *d;
     uint64_t remote;
     cudaError_t err = resolve_stream(s, &d, &remote);
     if (err != PV_SUCCESS)
-        return pv_ret(err);
+        return err;
     struct pv_event *ev = event_of(e);
     if (!ev)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+        return PV_cudaErrorInvalidResourceHandle;
     if (ev->dev != d->index) {
         /* a dependency across GPUs: wait for the event here, then the stream's later work is ordered after it */
         struct pv_device *ed = pv_device(ev->dev);
-        return pv_ret(ed ? pv_call_EVENT_SYNC(ed, ev->remote) : PV_cudaErrorInvalidResourceHandle);
+        return ed ? pv_call_EVENT_SYNC(ed, ev->remote) : PV_cudaErrorInvalidResourceHandle;
     }
-    return pv_ret(pv_send_STREAM_WAIT_EVENT(d, remote, ev->remote, flags));
+    return pv_send_STREAM_WAIT_EVENT(d, remote, ev->remote, flags & ~1u);
+}
+
+PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    cudaError_t err;
+    if (!event_of(e) || !pv_stream_ok(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (pv_capture_wait_event(s, e, flags, &err))
+        return pv_ret(err);
+    return pv_ret(pv_stream_wait_run(s, e, flags));
 }
 
 /* ------------------------------------------------------------------------------------------ events */
@@ -207,6 +227,7 @@ PV_API cudaError_t cudaEventDestroy(cudaEvent_t e)
     struct pv_event *ev = event_of(e);
     if (!ev || pv_handle_remove(ev) != 0)
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    pv_capture_event_forget(ev);
     struct pv_device *d = pv_device(ev->dev);
     cudaError_t err = d ? pv_send_EVENT_DESTROY(d, ev->remote) : PV_cudaErrorInvalidResourceHandle;
     ev->magic = 0;
@@ -214,11 +235,11 @@ PV_API cudaError_t cudaEventDestroy(cudaEvent_t e)
     return pv_ret(err);
 }
 
-PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+cudaError_t pv_event_record_run(cudaEvent_t e, cudaStream_t s)
 {
     struct pv_event *ev = event_of(e);
     if (!ev)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+        return PV_cudaErrorInvalidResourceHandle;
     struct pv_device *d;
     uint64_t remote;
     cudaError_t err;
@@ -230,17 +251,25 @@ PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         err = resolve_stream(s, &d, &remote);
     }
     if (err != PV_SUCCESS)
-        return pv_ret(err);
+        return err;
     if (d->index != ev->dev)
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    return pv_ret(pv_send_EVENT_RECORD(d, ev->remote, remote));
+        return PV_cudaErrorInvalidResourceHandle;
+    return pv_send_EVENT_RECORD(d, ev->remote, remote);
 }
 
 PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned flags)
 {
-    (void)flags;
-    return cudaEventRecord(e, s);
+    cudaError_t err;
+    if (!event_of(e) || !pv_stream_ok(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (flags > 1)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if (pv_capture_event_record(e, s, flags, &err))
+        return pv_ret(err);
+    return pv_ret(pv_event_record_run(e, s));
 }
+
+PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
 
 PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(event_simple(e, pv_call_EVENT_SYNC)); }
 
@@ -270,26 +299,19 @@ PV_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
     return PV_SUCCESS;
 }
 
-/* Stream capture (CUDA graphs) is not supported, so no stream is ever capturing. */
-PV_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status)
-{
-    struct pv_device *d;
-    uint64_t remote;
-    if (!status)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = resolve_stream(s, &d, &remote);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *status = 0;   /* cudaStreamCaptureStatusNone */
-    return PV_SUCCESS;
-}
-
 /* Host functions run on the calling thread once the stream's earlier work has completed: later work of the
  * stream is submitted after they return, so stream order is kept. */
 PV_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, void (*fn)(void *), void *user)
 {
     if (!fn)
         return pv_ret(PV_cudaErrorInvalidValue);
+    if (pv_capturing(s)) {
+        struct pv_gnode *n;
+        cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeHost, &n);
+        if (err == PV_SUCCESS)
+            n->p.host = (struct cudaHostNodeParams){ fn, user };
+        return pv_ret(err);
+    }
     cudaError_t err = cudaStreamSynchronize(s);
     if (err != PV_SUCCESS)
         return err;
@@ -302,6 +324,9 @@ PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t
 {
     if (!cb || flags != 0)
         return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t cerr = pv_capture_forbid(s);            /* callbacks cannot be captured; cudaLaunchHostFunc can */
+    if (cerr != PV_SUCCESS)
+        return pv_ret(cerr);
     struct pv_device *d;
     uint64_t remote;
     cudaError_t err = resolve_stream(s, &d, &remote);
@@ -311,41 +336,6 @@ PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t
     if (status == PV_ERR_UNAVAILABLE)
         return pv_ret(status);
     cb(s, status, user);
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
-                                            const void **deps, const void **edge_data, size_t *ndeps)
-{
-    int st;
-    cudaError_t err = cudaStreamIsCapturing(s, &st);
-    if (err != PV_SUCCESS)
-        return err;
-    if (!status)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *status = st;
-    if (id)
-        *id = 0;
-    if (graph)
-        *graph = NULL;
-    if (deps)
-        *deps = NULL;
-    if (edge_data)
-        *edge_data = NULL;
-    if (ndeps)
-        *ndeps = 0;
-    return PV_SUCCESS;
-}
-
-/* The capture mode is a per-thread setting; with capture unsupported it only needs to round-trip. */
-static _Thread_local int tls_capture_mode;
-PV_API cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
-{
-    if (!mode || *mode < 0 || *mode > 2)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    int old = tls_capture_mode;
-    tls_capture_mode = *mode;
-    *mode = old;
     return PV_SUCCESS;
 }
 

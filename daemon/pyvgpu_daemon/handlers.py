@@ -228,6 +228,19 @@ def memset2d(c: Call, ptr: int, pitch: int, value: int, width: int, height: int,
         c.ctx.memset2d(ptr, pitch, value & 0xFF, width, height, stream)
 
 
+@handler("MEMSET_ELEM")
+def memset_elem(c: Call, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
+                stream: Any) -> None:
+    if elem_size not in (1, 2, 4):
+        raise CudaError("cudaErrorInvalidValue", f"memset element size {elem_size} is not 1, 2 or 4")
+    if ptr % elem_size or (height > 1 and pitch % elem_size):
+        raise CudaError("cudaErrorInvalidValue", f"memset of {elem_size}-byte elements at {ptr:#x}, pitch {pitch}")
+    span = _check_2d(pitch, width * elem_size, height)
+    if span:
+        c.st.check_range(ptr, span, "memset")
+        c.ctx.memset_elem(ptr, pitch, value & ((1 << (8 * elem_size)) - 1), elem_size, width, height, stream)
+
+
 # ---------------------------------------------------------------------------------------------- modules, launches
 @handler("MODULE_LOAD")
 def module_load(c: Call, module_id: int) -> dict[str, Any]:
@@ -390,6 +403,9 @@ def device_set_limit(c: Call, limit: int, value: int) -> None:
 def device_get_limit(c: Call, limit: int) -> int:
     return int(c.ctx.get_limit(_limit(limit)))
 
+
+# The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
+from pyvgpu_daemon import handlers_graph  # noqa: E402,F401
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}

@@ -48,6 +48,8 @@ class DeviceState:
     functions: dict[int, tuple[LoadedModule, KernelDesc]] = field(default_factory=dict)
     streams: dict[int, Any] = field(default_factory=dict)
     events: dict[int, Any] = field(default_factory=dict)
+    graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
+    graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
@@ -119,13 +121,15 @@ class DeviceState:
         self.functions.clear()
         self.streams.clear()
         self.events.clear()
+        self.graphs.clear()
+        self.graph_bytes = 0
         self.held = 0
         self.deferred = 0
         self.sticky = 0
 
     def summary(self) -> dict[str, Any]:
         return {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
-                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
+                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events), "graphs": len(self.graphs),
                 "ops": self.ops, "sticky_error": self.sticky}
 
 

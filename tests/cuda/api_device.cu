@@ -135,12 +135,10 @@ int main() {
     checks += 8;
 
     // unsupported calls: cudaErrorNotSupported, recorded as the last error
-    cudaGraph_t g;
-    EXPECT_ERR(cudaGraphCreate(&g, 0), cudaErrorNotSupported);
+    EXPECT_ERR(cudaCtxResetPersistingL2Cache(), cudaErrorNotSupported);
     EXPECT_ERR(cudaGetLastError(), cudaErrorNotSupported);
-    cudaArray_t arr;
-    cudaChannelFormatDesc desc = cudaCreateChannelDesc(8, 0, 0, 0, cudaChannelFormatKindUnsigned);
-    EXPECT_ERR(cudaMallocArray(&arr, &desc, 16, 16), cudaErrorNotSupported);
+    cudaIpcMemHandle_t ipc;
+    EXPECT_ERR(cudaIpcGetMemHandle(&ipc, nullptr), cudaErrorNotSupported);
     cudaGetLastError();
     checks += 3;
 

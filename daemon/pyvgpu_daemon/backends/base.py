@@ -75,6 +75,11 @@ class DeviceContext(ABC):
     @abstractmethod
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None: ...
 
+    def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
+                    stream: Any) -> None:
+        """Rows of `width` elements of elem_size (1, 2, 4) bytes set to value; checked by the handler."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: memset of {elem_size}-byte elements")
+
     @abstractmethod
     def module_load(self, image: bytes) -> LoadedModule: ...
 

@@ -312,6 +312,12 @@ class CudaContext(DeviceContext):
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
+    def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
+                    stream: Any) -> None:
+        fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem_size]
+        check(getattr(self.drv, fn)(ptr, pitch if height > 1 else width * elem_size, value, width, height,
+                                    self._stream(stream)), fn)
+
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
         drv = self.drv

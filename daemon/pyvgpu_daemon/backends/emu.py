@@ -253,6 +253,14 @@ class EmuContext(DeviceContext):
             for r in range(height):
                 span[r * pitch:r * pitch + width] = value & 0xFF
 
+    def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
+                    stream: Any) -> None:
+        dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem_size]
+        row = width * elem_size
+        span = self.mem.view(ptr, pitch * (height - 1) + row)
+        for r in range(height):
+            span[r * pitch:r * pitch + row].view(dt)[:] = value
+
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
         try:
