@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cudart.h"
+#include "graph.h"
 
 PV_API cudaError_t cudaGetDeviceCount(int *count)
 {
@@ -109,7 +109,6 @@ PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
     pv_put_size(p, PV_cudaDeviceProp_textureAlignment, 512);
     pv_put_size(p, PV_cudaDeviceProp_texturePitchAlignment, 32);
     pv_put_int(p, PV_cudaDeviceProp_multiProcessorCount, d->sms);
-    pv_put_int(p, PV_cudaDeviceProp_canMapHostMemory, 0);
     pv_put_int(p, PV_cudaDeviceProp_concurrentKernels, 1);
     pv_put_int(p, PV_cudaDeviceProp_pciBusID, d->pci_bus);
     pv_put_int(p, PV_cudaDeviceProp_asyncEngineCount, 1);
@@ -122,6 +121,44 @@ PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
     pv_put_int(p, PV_cudaDeviceProp_regsPerMultiprocessor, d->regs_per_sm);
     pv_put_int(p, PV_cudaDeviceProp_maxBlocksPerMultiProcessor, d->max_blocks_per_sm);
     int v;
+    /* int fields (and int arrays) that mirror a device attribute of the snapshot */
+    static const struct { size_t off; int attr; } from_attrs[] = {
+        { PV_cudaDeviceProp_canMapHostMemory, PV_cudaDevAttrCanMapHostMemory },
+        { PV_cudaDeviceProp_managedMemory, PV_cudaDevAttrManagedMemory },
+        { PV_cudaDeviceProp_concurrentManagedAccess, PV_cudaDevAttrConcurrentManagedAccess },
+        { PV_cudaDeviceProp_pageableMemoryAccess, PV_cudaDevAttrPageableMemoryAccess },
+        { PV_cudaDeviceProp_directManagedMemAccessFromHost, PV_cudaDevAttrDirectManagedMemAccessFromHost },
+        { PV_cudaDeviceProp_hostNativeAtomicSupported, PV_cudaDevAttrHostNativeAtomicSupported },
+        { PV_cudaDeviceProp_memoryPoolsSupported, PV_cudaDevAttrMemoryPoolsSupported },
+        { PV_cudaDeviceProp_hostRegisterSupported, PV_cudaDevAttrHostRegisterSupported },
+        { PV_cudaDeviceProp_computePreemptionSupported, PV_cudaDevAttrComputePreemptionSupported },
+        { PV_cudaDeviceProp_cooperativeLaunch, PV_cudaDevAttrCooperativeLaunch },
+        { PV_cudaDeviceProp_maxTexture1D, PV_cudaDevAttrMaxTexture1DWidth },
+        { PV_cudaDeviceProp_maxTexture2D, PV_cudaDevAttrMaxTexture2DWidth },
+        { PV_cudaDeviceProp_maxTexture2D + 4, PV_cudaDevAttrMaxTexture2DHeight },
+        { PV_cudaDeviceProp_maxTexture3D, PV_cudaDevAttrMaxTexture3DWidth },
+        { PV_cudaDeviceProp_maxTexture3D + 4, PV_cudaDevAttrMaxTexture3DHeight },
+        { PV_cudaDeviceProp_maxTexture3D + 8, PV_cudaDevAttrMaxTexture3DDepth },
+        { PV_cudaDeviceProp_maxTexture1DLayered, PV_cudaDevAttrMaxTexture1DLayeredWidth },
+        { PV_cudaDeviceProp_maxTexture1DLayered + 4, PV_cudaDevAttrMaxTexture1DLayeredLayers },
+        { PV_cudaDeviceProp_maxTexture2DLayered, PV_cudaDevAttrMaxTexture2DLayeredWidth },
+        { PV_cudaDeviceProp_maxTexture2DLayered + 4, PV_cudaDevAttrMaxTexture2DLayeredHeight },
+        { PV_cudaDeviceProp_maxTexture2DLayered + 8, PV_cudaDevAttrMaxTexture2DLayeredLayers },
+        { PV_cudaDeviceProp_maxTexture2DLinear, PV_cudaDevAttrMaxTexture2DLinearWidth },
+        { PV_cudaDeviceProp_maxTexture2DLinear + 4, PV_cudaDevAttrMaxTexture2DLinearHeight },
+        { PV_cudaDeviceProp_maxTexture2DLinear + 8, PV_cudaDevAttrMaxTexture2DLinearPitch },
+        { PV_cudaDeviceProp_maxSurface1D, PV_cudaDevAttrMaxSurface1DWidth },
+        { PV_cudaDeviceProp_maxSurface2D, PV_cudaDevAttrMaxSurface2DWidth },
+        { PV_cudaDeviceProp_maxSurface2D + 4, PV_cudaDevAttrMaxSurface2DHeight },
+        { PV_cudaDeviceProp_maxSurface3D, PV_cudaDevAttrMaxSurface3DWidth },
+        { PV_cudaDeviceProp_maxSurface3D + 4, PV_cudaDevAttrMaxSurface3DHeight },
+        { PV_cudaDeviceProp_maxSurface3D + 8, PV_cudaDevAttrMaxSurface3DDepth },
+    };
+    for (size_t i = 0; i < sizeof from_attrs / sizeof *from_attrs; i++)
+        if (pv_dev_attr(d, from_attrs[i].attr, &v) == 0)
+            pv_put_int(p, from_attrs[i].off, v);
+    if (pv_dev_attr(d, PV_cudaDevAttrSurfaceAlignment, &v) == 0)
+        pv_put_size(p, PV_cudaDeviceProp_surfaceAlignment, (size_t)v);
     pv_put_size(p, PV_cudaDeviceProp_sharedMemPerBlockOptin,
              pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 ? (size_t)v : d->smem_per_block);
     if (pv_dev_attr(d, PV_cudaDevAttrReservedSharedMemoryPerBlock, &v) == 0)
@@ -164,7 +201,13 @@ PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 PV_API cudaError_t cudaDeviceSynchronize(void)
 {
     struct pv_device *d;
-    return pv_ret(cur_call(pv_call_DEVICE_SYNC, &d));
+    cudaError_t err = pv_capture_forbid_all();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    err = cur_call(pv_call_DEVICE_SYNC, &d);
+    if (err == PV_SUCCESS)
+        pv_pools_synced(d->index);
+    return pv_ret(err);
 }
 
 PV_API cudaError_t cudaDeviceReset(void)
@@ -174,6 +217,7 @@ PV_API cudaError_t cudaDeviceReset(void)
     if (err == PV_SUCCESS) {
         pv_alloc_forget_device(d->index);
         pv_modules_forget_device(d->index);
+        pv_pools_forget_device(d->index);
         d->flags = 0;
     }
     return pv_ret(err);

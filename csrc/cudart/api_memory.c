@@ -223,6 +223,8 @@ PV_API cudaError_t cudaFree(void *ptr)
         return pv_ret(err);
     if (!ptr)
         return PV_SUCCESS;
+    if (pv_pool_owns(ptr))
+        return pv_ret(pv_pool_free_now(ptr));           /* a pool block: it leaves its pool */
     struct pv_alloc a;
     if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
         return pv_ret(PV_cudaErrorInvalidValue);
@@ -790,33 +792,4 @@ PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
         return pv_ret(err);
     *size = sz;
     return PV_SUCCESS;
-}
-
-/* Stream-ordered allocation: a device's work runs in arrival order on the daemon, so an allocation made now and a
- * free sent now are ordered after all work already submitted to the stream. */
-PV_API cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
-{
-    struct pv_device *d;
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if ((uintptr_t)s > 2) {
-        uint64_t remote;
-        struct pv_device *cur;
-        if ((err = pv_cur(&cur)) != PV_SUCCESS || (err = pv_stream_resolve(s, cur, &remote, &d)) != PV_SUCCESS)
-            return pv_ret(err);
-        int saved = pv_tls_device();
-        pv_tls_set_device(d->index);
-        err = cudaMalloc(ptr, size);
-        pv_tls_set_device(saved);
-        return err;
-    }
-    return cudaMalloc(ptr, size);
-}
-
-PV_API cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s)
-{
-    if (!pv_stream_ok(s))
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    return cudaFree(ptr);
 }

@@ -126,7 +126,13 @@ cudaError_t pv_stream_sync_run(cudaStream_t s) { return stream_simple(s, pv_call
 PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     cudaError_t err = pv_capture_forbid(s);
-    return pv_ret(err != PV_SUCCESS ? err : pv_stream_sync_run(s));
+    if (err == PV_SUCCESS)
+        err = pv_stream_sync_run(s);
+    struct pv_device *d;
+    uint64_t remote;
+    if (err == PV_SUCCESS && resolve_stream(s, &d, &remote) == PV_SUCCESS)
+        pv_pools_synced(d->index);
+    return pv_ret(err);
 }
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
@@ -271,7 +277,13 @@ PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsig
 
 PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
 
-PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(event_simple(e, pv_call_EVENT_SYNC)); }
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    cudaError_t err = event_simple(e, pv_call_EVENT_SYNC);
+    if (err == PV_SUCCESS)
+        pv_pools_synced(e->dev);
+    return pv_ret(err);
+}
 
 PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
 {

@@ -118,6 +118,13 @@ cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s);
 cudaError_t pv_event_record_run(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t pv_stream_sync_run(cudaStream_t s);
+/* Stream-ordered pools (api_pool.c). */
+int pv_pool_owns(const void *ptr);
+cudaError_t pv_pool_free_now(const void *ptr);            /* cudaFree of pool memory */
+void pv_pools_synced(int dev);                            /* a synchronization of dev: release above thresholds */
+void pv_pools_forget_device(int dev);                     /* cudaDeviceReset */
+cudaError_t cudaFree(void *ptr);
+
 /* Device index owning a pointer (a device allocation, a module variable), -1 for host memory. */
 int pv_ptr_device(const void *p);
 

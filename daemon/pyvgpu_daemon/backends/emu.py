@@ -80,7 +80,7 @@ def emu_attrs(total_mem: int) -> dict[int, int]:
         88: 0, 89: 0, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
         97: SHARED_PER_BLOCK_OPTIN, 98: 0, 99: 0,         # opt-in shared/block, flush remote writes, host register
         106: 16, 108: 0, 109: 0, 111: 0,                  # blocks per SM, persisting L2, access window, reserved shm
-        115: 0, 120: 0,                                   # memory pools, cluster launch
+        115: 1, 119: 0, 120: 0,                           # memory pools (handle types: none), cluster launch
     }
 
 
