@@ -175,6 +175,21 @@ OPS: tuple[OpSpec, ...] = (
     op(303, "MEMSET_ELEM",
        "dev:dev ptr:ptr pitch:size value:u32 elem_size:u32 width:size height:size stream:stream", "nil", A,
        "rows of `width` elements of elem_size (1, 2 or 4) bytes set to value (cuMemsetD2D8/16/32)"),
+    # Managed and mapped memory: the client keeps a host copy at the very same address and keeps both coherent with
+    # these ops (see the coherence model in docs/architecture.md). A managed range's pages are digested on the
+    # daemon; MANAGED_DIRTY answers the pages that changed since the client last saw them.
+    op(310, "MALLOC_MANAGED", "dev:dev size:size align:u32 flags:u32", "u64",
+       doc="a zero-filled allocation aligned to `align` (the client's page size) and tracked as managed; "
+           "flags: MANAGED_FLAG_*; result: its address"),
+    op(311, "MANAGED_ATTACH", "dev:dev ptr:ptr size:size", "nil",
+       doc="tracks [ptr, ptr+size) of this session's memory (a __managed__ variable) as managed; the client does "
+           "not know its content yet, so the next MANAGED_DIRTY reports all of it"),
+    op(312, "MANAGED_PUSH", "dev:dev", "nil", A | PIN,
+       doc="payload: runs of bytes the host changed, each u64 address | u32 length | bytes (MANAGED_RUN_HEADER), "
+           "inside managed ranges"),
+    op(313, "MANAGED_DIRTY", "dev:dev", "map",
+       doc="waits for the device, then result {MANAGED_RUNS: [[address, length]...]}: the bytes of managed ranges "
+           "that changed since the client last fetched or pushed them (at most MAX_MANAGED_RUNS runs)"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -196,7 +211,18 @@ GRAPH_OPS: frozenset[str] = frozenset({
 MAX_GRAPH_OPS = 1 << 16              # ops of one uploaded graph
 MAX_GRAPH_BYTES = 256 << 20          # bytes of uploaded graphs one session may hold per device
 
+# Managed memory (MALLOC_MANAGED, MANAGED_PUSH, MANAGED_DIRTY).
+MANAGED_FLAG_MAPPED = 1              # zero-copy host memory (cudaHostAllocMapped / cudaHostRegisterMapped), not managed
+MANAGED_RUN_HEADER = "<QI"           # struct format of a MANAGED_PUSH run header: address, length
+MANAGED_RUNS = "runs"                # MANAGED_DIRTY result key
+MAX_MANAGED_RUNS = 16384             # runs in one MANAGED_DIRTY answer, and managed ranges per session and device
+MAX_MANAGED_ALIGN = 1 << 16          # largest page size a client may ask MALLOC_MANAGED to align to
+
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
+# Ops after whose successful answer the host may read what the device wrote (synchronizing ops, and queries that
+# report completion): the client brings its copies of managed and mapped memory up to date after them.
+SYNC_POINTS: frozenset[str] = frozenset(
+    {op.name for op in OPS if op.flags & OpFlag.SYNC and op.name != "DEVICE_RESET"} | {"STREAM_QUERY", "EVENT_QUERY"})
 OP_BY_CODE: dict[int, OpSpec] = {op.code: op for op in OPS}
 
 # Device snapshot keys (HELLO reply "devices" entries). "attrs" maps cudaDeviceAttr values (int) to ints so the
@@ -233,6 +259,7 @@ def shared_keys() -> dict[str, str]:
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
+    keys["MANAGED_RUNS"] = MANAGED_RUNS
     return keys
 
 

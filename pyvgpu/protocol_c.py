@@ -86,20 +86,23 @@ def _body(op: P.OpSpec, wait: bool) -> list[str]:
     lines += ["    " + C_ARG[a.type][1].format(n=a.name) for a in op.args[1:]]
     if not wait:
         lines.append("    return pv_req_send(&r);")       # fire-and-forget: sent, or recorded into a graph
-    elif op.flags & P.OpFlag.PAYLOAD_OUT:
+        return lines
+    if op.flags & P.OpFlag.PAYLOAD_OUT:
         lines += ["    struct pv_reply pr;",
                   "    err = pv_req_finish(&r, &pr);",
                   "    if (got)",
                   "        *got = pr.payload_len;",
-                  "    pv_reply_free(&pr);",
-                  "    return err;"]
+                  "    pv_reply_free(&pr);"]
     elif op.reply == "map":
-        lines.append("    return pv_req_finish(&r, rep);")
+        lines.append("    err = pv_req_finish(&r, rep);")
     elif op.reply in C_REPLY:
         lines += ["    struct pv_reply pr;",
-                  f"    return {C_REPLY[op.reply][1]}(d, PV_OP_{op.name}, pv_req_finish(&r, &pr), &pr, result);"]
+                  f"    err = {C_REPLY[op.reply][1]}(d, PV_OP_{op.name}, pv_req_finish(&r, &pr), &pr, result);"]
     else:
-        lines.append("    return pv_req_finish(&r, NULL);")
+        lines.append("    err = pv_req_finish(&r, NULL);")
+    if op.name in P.SYNC_POINTS:
+        lines.append("    pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */")
+    lines.append("    return err;")
     return lines
 
 
@@ -168,7 +171,13 @@ def protocol_header() -> str:
     out += ["", "/* The other CUDA enumerations both sides use (pyvgpu/cuda_enums.py CUDA_ENUMS). */"]
     out += [f"#define PV_{name} {value}" for values in CUDA_ENUMS.values() for name, value in values.items()]
     out += ["", "/* Graph limits (protocol.py). */", f"#define PV_MAX_GRAPH_OPS {P.MAX_GRAPH_OPS}",
-            f"#define PV_MAX_GRAPH_BYTES {P.MAX_GRAPH_BYTES}ull"]
+            f"#define PV_MAX_GRAPH_BYTES {P.MAX_GRAPH_BYTES}ull",
+            "/* Managed memory (protocol.py): MALLOC_MANAGED flags, the MANAGED_PUSH run header (u64 address, u32 "
+            "length), limits. */",
+            f"#define PV_MANAGED_FLAG_MAPPED {P.MANAGED_FLAG_MAPPED}",
+            f"#define PV_MANAGED_RUN_HEADER_BYTES {__import__('struct').calcsize(P.MANAGED_RUN_HEADER)}",
+            f"#define PV_MAX_MANAGED_RUNS {P.MAX_MANAGED_RUNS}",
+            f"#define PV_MAX_MANAGED_ALIGN {P.MAX_MANAGED_ALIGN}"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

@@ -160,6 +160,31 @@ void pv_record_begin(struct pv_recorder *rec);
 void pv_record_end(void);
 int pv_recording(void);
 void pv_recorder_free(struct pv_recorder *rec);
+struct pv_recorder *pv_record_pause(void);   /* sends go out again until pv_record_resume(the returned recorder) */
+void pv_record_resume(struct pv_recorder *rec);
+
+/* ---- coherence (coherence.c): host copies of managed and mapped memory (model at the top of coherence.c) ---- */
+enum { PV_REGION_MANAGED = 1, PV_REGION_MAPPED = 2, PV_REGION_VAR = 3, PV_REGION_REGISTERED = 4 };
+struct pv_region_info {
+    uint64_t host;                 /* where the host copy is (== dev except for registered host memory) */
+    uint64_t dev;                  /* the device address */
+    size_t size;
+    int device;                    /* global index of the device holding it */
+    int kind;                      /* PV_REGION_* */
+};
+size_t pv_page_size(void);
+/* A managed or mapped allocation of `size` bytes (rounded up to pages) on d, its host copy mapped at its address. */
+cudaError_t pv_region_alloc(struct pv_device *d, size_t size, int kind, struct pv_region_info *out);
+/* A device copy on d of the program's memory [host, host+size), kept coherent (cudaHostRegisterMapped). */
+cudaError_t pv_region_register(struct pv_device *d, void *host, size_t size, struct pv_region_info *out);
+/* A __managed__ variable's storage on d, mirrored at its own address. */
+cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, struct pv_region_info *out);
+cudaError_t pv_region_free(uint64_t host);          /* by host address; frees the device copy it owns */
+int pv_region_find(const void *p, struct pv_region_info *out);   /* host or device address inside a region; 0 ok */
+int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
+cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
+void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
+void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
 struct pv_kinfo {

@@ -11,6 +11,15 @@ void pv_record_begin(struct pv_recorder *rec) { tls_rec = rec; }
 void pv_record_end(void) { tls_rec = NULL; }
 int pv_recording(void) { return tls_rec != NULL; }
 
+struct pv_recorder *pv_record_pause(void)
+{
+    struct pv_recorder *r = tls_rec;
+    tls_rec = NULL;
+    return r;
+}
+
+void pv_record_resume(struct pv_recorder *rec) { tls_rec = rec; }
+
 void pv_recorder_free(struct pv_recorder *rec)
 {
     for (int i = 0; i < rec->ndev; i++)

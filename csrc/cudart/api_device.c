@@ -218,6 +218,7 @@ PV_API cudaError_t cudaDeviceReset(void)
         pv_alloc_forget_device(d->index);
         pv_modules_forget_device(d->index);
         pv_pools_forget_device(d->index);
+        pv_coherence_forget_device(d->index);
         d->flags = 0;
     }
     return pv_ret(err);

@@ -146,6 +146,60 @@ static int copy_kind(int kind, const void *dst, const void *src)
               : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
 }
 
+/* Managed and mapped memory in a copy: it counts as host memory (its host copy), brought up to date before it is
+ * read (its device synchronized, which pulls the device's writes); writes into it fault like the program's own and
+ * go to the device with the next push. 1 when p lies in such a region. */
+static int region_side(const void *p, size_t n, int reading, cudaError_t *err)
+{
+    struct pv_region_info info;
+    if (!p || pv_region_find(p, &info) != 0)
+        return 0;
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    if (a < info.host || a + n > info.host + info.size) {
+        *err = PV_cudaErrorInvalidValue;                 /* a device-side address of registered memory, or overrun */
+        return 1;
+    }
+    if (reading) {
+        struct pv_device *d = pv_device(info.device);
+        cudaError_t e = d ? pv_call_DEVICE_SYNC(d) : PV_cudaErrorInvalidDevice;
+        if (e != PV_SUCCESS && *err == PV_SUCCESS)
+            *err = e;
+    }
+    return 1;
+}
+
+/* Device bytes into a host copy: through a buffer, since the socket cannot write a read-only (clean) page. */
+static cudaError_t d2h_region(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
+{
+    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
+    char *buf = malloc(cap);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    cudaError_t err = PV_SUCCESS;
+    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
+        size_t k = n - off < cap ? n - off : cap;
+        err = d2h(d, buf, src + off, k, stream);
+        if (err == PV_SUCCESS)
+            memcpy((char *)dst + off, buf, k);
+    }
+    free(buf);
+    return err;
+}
+
+static cudaError_t region_copy(void *dst, const void *src, size_t n, int dreg, int sreg, cudaStream_t s)
+{
+    struct pv_device *d;
+    if (dreg && sreg) {
+        memmove(dst, src, n);
+        return PV_SUCCESS;
+    }
+    if (dreg)                                            /* into the host copy, from the device or the host */
+        return dev_range(src, n, &d) == 0 ? d2h_region(d, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, d))
+                                          : (memmove(dst, src, n), PV_SUCCESS);
+    return dev_range(dst, n, &d) == 0 ? h2d(d, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, d))
+                                      : (memmove(dst, src, n), PV_SUCCESS);
+}
+
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
 {
     (void)async;
@@ -158,6 +212,11 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
     cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
+    int sreg = region_side(src, n, 1, &err), dreg = region_side(dst, n, 0, &err);
+    if (err != PV_SUCCESS)
+        return err;
+    if (sreg || dreg)
+        return region_copy(dst, src, n, dreg, sreg, s);
     kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
@@ -223,6 +282,8 @@ PV_API cudaError_t cudaFree(void *ptr)
         return pv_ret(err);
     if (!ptr)
         return PV_SUCCESS;
+    if (pv_region_release(ptr, 0, &err))
+        return pv_ret(err);                             /* managed memory */
     if (pv_pool_owns(ptr))
         return pv_ret(pv_pool_free_now(ptr));           /* a pool block: it leaves its pool */
     struct pv_alloc a;
@@ -257,8 +318,10 @@ PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 /* ------------------------------------------------------------------------------------------ host memory */
 PV_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags)
 {
-    if (!ptr)
+    if (!ptr || flags > 7)
         return pv_ret(PV_cudaErrorInvalidValue);
+    if (flags & 2u)                                     /* cudaHostAllocMapped: a coherent device copy */
+        return pv_ret(pv_mapped_alloc(ptr, size, flags));
     void *p = NULL;
     if (posix_memalign(&p, PV_HOST_ALIGN, size ? size : 1) != 0)
         return pv_ret(PV_cudaErrorMemoryAllocation);
@@ -273,6 +336,15 @@ PV_API cudaError_t cudaFreeHost(void *ptr)
 {
     if (!ptr)
         return PV_SUCCESS;
+    cudaError_t rerr;
+    if (pv_region_release(ptr, 1, &rerr))
+        return pv_ret(rerr);                            /* mapped memory */
+    struct pv_region_info info;
+    if (pv_region_find(ptr, &info) == 0 && info.kind == PV_REGION_REGISTERED) {
+        /* cudaMallocHost memory that cudaHostGetDevicePointer gave a device copy: drop the copy first */
+        if (info.host == (uint64_t)(uintptr_t)ptr)
+            (void)pv_region_free(info.host);
+    }
     struct pv_alloc a;
     int dev;
     if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
@@ -285,20 +357,14 @@ PV_API cudaError_t cudaFreeHost(void *ptr)
 PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr)
 {
     struct pv_alloc a;
+    if (flags && pv_mapped_flags(ptr, flags))
+        return PV_SUCCESS;
     if (!flags || pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0)
         return pv_ret(PV_cudaErrorInvalidValue);
     *flags = (unsigned)(-1 - a.dev);
     return PV_SUCCESS;
 }
 
-/* Pinning has no meaning on a client whose GPUs are remote: registration succeeds and changes nothing. */
-PV_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned flags)
-{
-    (void)flags;
-    return (ptr && size) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue);
-}
-
-PV_API cudaError_t cudaHostUnregister(void *ptr) { return ptr ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue); }
 
 PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
 {
@@ -307,9 +373,19 @@ PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
     char *p = attrs;
     memset(p, 0, PV_cudaPointerAttributes_SIZE);
     struct pv_alloc a;
+    struct pv_region_info info;
     int type = cudaMemoryTypeUnregistered, dev = -2;
     void *dptr = NULL, *hptr = NULL;
-    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
+    if (pv_region_find(ptr, &info) == 0) {
+        uint64_t off = (uint64_t)(uintptr_t)ptr - ((uint64_t)(uintptr_t)ptr >= info.host &&
+                                                   (uint64_t)(uintptr_t)ptr < info.host + info.size ? info.host
+                                                                                                    : info.dev);
+        type = info.kind == PV_REGION_MANAGED || info.kind == PV_REGION_VAR ? PV_cudaMemoryTypeManaged
+                                                                             : cudaMemoryTypeHost;
+        dev = info.device;
+        dptr = (void *)(uintptr_t)(info.dev + off);
+        hptr = (void *)(uintptr_t)(info.host + off);
+    } else if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
         if (a.dev >= 0) {
             type = cudaMemoryTypeDevice;
             dev = a.dev;
@@ -431,6 +507,12 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
     cudaError_t err = init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
+    if (pv_region_find(dst, NULL) == 0 || pv_region_find(src, NULL) == 0) {
+        /* managed or mapped memory on either side: row by row through the 1D path (which handles it) */
+        for (size_t r = 0; r < height && err == PV_SUCCESS; r++)
+            err = pv_memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, s, 1);
+        return err;
+    }
     kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;

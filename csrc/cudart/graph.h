@@ -125,6 +125,11 @@ void pv_pools_synced(int dev);                            /* a synchronization o
 void pv_pools_forget_device(int dev);                     /* cudaDeviceReset */
 cudaError_t cudaFree(void *ptr);
 
+/* Managed and mapped memory (api_managed.c). */
+cudaError_t pv_mapped_alloc(void **ptr, size_t size, unsigned flags);
+int pv_region_release(void *p, int host_api, cudaError_t *err);
+int pv_mapped_flags(const void *p, unsigned *flags);
+
 /* Device index owning a pointer (a device allocation, a module variable), -1 for host memory. */
 int pv_ptr_device(const void *p);
 

@@ -19,6 +19,7 @@ from typing import Any
 from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, KernelDesc, LoadedModule
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.executor import OrderedWorker
+from pyvgpu_daemon.managed import ManagedTable
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -50,6 +51,7 @@ class DeviceState:
     events: dict[int, Any] = field(default_factory=dict)
     graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
     graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
+    managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
@@ -123,13 +125,14 @@ class DeviceState:
         self.events.clear()
         self.graphs.clear()
         self.graph_bytes = 0
+        self.managed.clear()
         self.held = 0
         self.deferred = 0
         self.sticky = 0
 
     def summary(self) -> dict[str, Any]:
         return {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
-                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events), "graphs": len(self.graphs),
+                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events), "graphs": len(self.graphs), "managed": self.managed.nbytes,
                 "ops": self.ops, "sticky_error": self.sticky}
 
 

@@ -75,6 +75,13 @@ class DeviceContext(ABC):
     @abstractmethod
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None: ...
 
+    def malloc_managed(self, size: int, align: int) -> int:
+        """Device memory for a managed or mapped range: `align`-aligned (the client maps the same addresses on its
+        side, page by page) and, where the backend can choose, inside this session's address window."""
+        if align <= 256:
+            return self.malloc(size)
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: {align}-byte aligned allocations")
+
     def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
                     stream: Any) -> None:
         """Rows of `width` elements of elem_size (1, 2, 4) bytes set to value; checked by the handler."""

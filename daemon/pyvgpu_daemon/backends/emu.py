@@ -66,7 +66,7 @@ def emu_attrs(total_mem: int) -> dict[int, int]:
         13: 1_590_000,                                    # clock rate kHz
         14: 512, 15: 1,                                   # texture alignment, gpu overlap
         16: 40,                                           # multiprocessors
-        17: 0, 18: 0, 19: 0,                              # kernel exec timeout, integrated, can map host memory
+        17: 0, 18: 0, 19: 1,                              # kernel exec timeout, integrated, can map host memory
         20: 0,                                            # compute mode default
         30: 512, 31: 1, 32: 0,                            # surface alignment, concurrent kernels, ECC
         33: 0, 34: 0, 35: 0,                              # PCI bus / device id, TCC
@@ -76,8 +76,9 @@ def emu_attrs(total_mem: int) -> dict[int, int]:
         75: 7, 76: 5,                                     # compute capability
         78: 1, 79: 1, 80: 1,                              # stream priorities, global/local L1 cache
         81: 64 << 10, 82: 65536,                          # shared mem / registers per SM
-        83: 0, 84: 0, 85: 0, 86: 0, 87: 32,               # managed memory, multi-GPU board, atomics, fp32:fp64
-        88: 0, 89: 0, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
+        83: 1, 84: 0, 85: 0, 86: 0, 87: 32,               # managed memory, multi-GPU board, atomics, fp32:fp64
+        88: 0, 89: 1, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
+        100: 0, 101: 0,                                   # host page tables, direct managed access from host
         97: SHARED_PER_BLOCK_OPTIN, 98: 0, 99: 0,         # opt-in shared/block, flush remote writes, host register
         106: 16, 108: 0, 109: 0, 111: 0,                  # blocks per SM, persisting L2, access window, reserved shm
         115: 1, 119: 0, 120: 0,                           # memory pools (handle types: none), cluster launch
@@ -164,6 +165,7 @@ class EmuContext(DeviceContext):
         self._stdout = bytearray()
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
+        self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -187,7 +189,16 @@ class EmuContext(DeviceContext):
             self._uncharge(need)
             raise
 
+    def malloc_managed(self, size: int, align: int) -> int:
+        if align <= ALIGN:
+            return self.malloc(size)
+        start = self.malloc(size + align - ALIGN)      # allocations are ALIGN-aligned: room to reach `align`
+        ptr = (start + align - 1) // align * align
+        self._aligned[ptr] = start
+        return ptr
+
     def free(self, ptr: int) -> None:
+        ptr = self._aligned.pop(ptr, ptr)
         hit = self.mem.allocation_at(ptr)
         self.mem.free(ptr)
         if hit is not None:
@@ -418,6 +429,7 @@ class EmuContext(DeviceContext):
 
     def reset(self) -> None:
         self.mem.free_all()
+        self._aligned.clear()
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)
