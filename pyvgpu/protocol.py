@@ -190,6 +190,19 @@ OPS: tuple[OpSpec, ...] = (
     op(313, "MANAGED_DIRTY", "dev:dev", "map",
        doc="waits for the device, then result {MANAGED_RUNS: [[address, length]...]}: the bytes of managed ranges "
            "that changed since the client last fetched or pushed them (at most MAX_MANAGED_RUNS runs)"),
+    # Peers. Devices of one daemon: access from one context to another's memory, and copies between them.
+    op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", doc="kernels of dev may use the memory of device `peer`"),
+    op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil"),
+    op(322, "MEMCPY_PEER", "dev:dev dst:ptr src_dev:u32 src:ptr size:size stream:stream", "nil",
+       doc="copy from device src_dev of this daemon (whose earlier work the client has waited for)"),
+    # Devices of different daemons: the bytes go daemon to daemon. The source daemon takes a snapshot behind a
+    # single-use ticket (PEER_EXPORT); the destination daemon fetches it from the source (PEER_FETCH, over a session
+    # it opens with its own token) and writes it (PEER_PULL).
+    op(323, "PEER_EXPORT", "dev:dev src:ptr size:size", "map",
+       doc="result {PEER_TICKET: bytes}; at most MAX_PEER_CHUNK bytes, held at most PEER_TICKET_TTL_S seconds"),
+    op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil",
+       doc="fetch a ticket's bytes from the daemon at host:port and write them at dst"),
+    op(325, "PEER_FETCH", "ticket:bytes", "nil", ND | POUT, "the bytes behind a ticket (once)"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -218,6 +231,14 @@ MANAGED_RUNS = "runs"                # MANAGED_DIRTY result key
 MAX_MANAGED_RUNS = 16384             # runs in one MANAGED_DIRTY answer, and managed ranges per session and device
 MAX_MANAGED_ALIGN = 1 << 16          # largest page size a client may ask MALLOC_MANAGED to align to
 
+# Copies between daemons (PEER_EXPORT / PEER_PULL / PEER_FETCH).
+PEER_TICKET = "ticket"               # PEER_EXPORT result key
+MAX_PEER_CHUNK = 64 << 20            # bytes behind one ticket (the client splits larger copies)
+MAX_PEER_HELD = 256 << 20            # bytes of tickets one session may hold on a daemon at once
+PEER_TICKET_TTL_S = 60.0             # an unfetched ticket is dropped after this long
+PEER_CONNECT_TIMEOUT_S = 5.0         # the destination daemon's connect + handshake to the source
+PEER_FETCH_TIMEOUT_S = 60.0          # ... and its whole fetch
+
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
 # Ops after whose successful answer the host may read what the device wrote (synchronizing ops, and queries that
 # report completion): the client brings its copies of managed and mapped memory up to date after them.
@@ -232,6 +253,7 @@ DEVICE_INFO_KEYS: tuple[str, ...] = (
     "max_block_dim", "max_grid_dim", "shared_mem_per_block", "shared_mem_per_multiprocessor", "regs_per_block",
     "clock_rate_khz", "memory_clock_rate_khz", "memory_bus_width", "l2_cache_size",
     "max_threads_per_multiprocessor", "total_const_mem", "uuid", "pci_bus_id", "attrs", "backend",
+    "peers",                  # daemon-local ordinals whose memory this device's kernels can use after PEER_ENABLE
 )
 
 # Keys of the MODULE_LOAD reply: {kernels: {name: {id, params: [[offset, size]...], attrs: {KERNEL_ATTR_KEYS}}},
@@ -260,6 +282,7 @@ def shared_keys() -> dict[str, str]:
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
     keys["MANAGED_RUNS"] = MANAGED_RUNS
+    keys["PEER_TICKET"] = PEER_TICKET
     return keys
 
 

@@ -177,7 +177,8 @@ def protocol_header() -> str:
             f"#define PV_MANAGED_FLAG_MAPPED {P.MANAGED_FLAG_MAPPED}",
             f"#define PV_MANAGED_RUN_HEADER_BYTES {__import__('struct').calcsize(P.MANAGED_RUN_HEADER)}",
             f"#define PV_MAX_MANAGED_RUNS {P.MAX_MANAGED_RUNS}",
-            f"#define PV_MAX_MANAGED_ALIGN {P.MAX_MANAGED_ALIGN}"]
+            f"#define PV_MAX_MANAGED_ALIGN {P.MAX_MANAGED_ALIGN}",
+            f"#define PV_MAX_PEER_CHUNK {P.MAX_PEER_CHUNK}ull"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

@@ -118,6 +118,7 @@ struct pv_device {
     int flags;                     /* cudaSetDeviceFlags value */
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
+    uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);

@@ -7,6 +7,8 @@
 
 #include "graph.h"
 
+static atomic_uchar peer_on[PV_MAX_DEVICES][PV_MAX_DEVICES];   /* [device][peer]: cudaDeviceEnablePeerAccess */
+
 PV_API cudaError_t cudaGetDeviceCount(int *count)
 {
     if (!count)
@@ -219,9 +221,18 @@ PV_API cudaError_t cudaDeviceReset(void)
         pv_modules_forget_device(d->index);
         pv_pools_forget_device(d->index);
         pv_coherence_forget_device(d->index);
+        for (int i = 0; i < PV_MAX_DEVICES; i++)
+            atomic_store(&peer_on[d->index][i], 0);         /* a new context has no peer access */
         d->flags = 0;
     }
     return pv_ret(err);
+}
+
+/* Peer access: between GPUs of one daemon whose snapshot says the device's kernels can use the peer's memory.
+ * Copies between any two GPUs work whatever this says (cudaMemcpyPeer). */
+static int can_access(const struct pv_device *d, const struct pv_device *p)
+{
+    return d != p && d->conn == p->conn && p->remote < 64 && (d->peers >> p->remote) & 1;
 }
 
 PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
@@ -231,11 +242,38 @@ PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
     cudaError_t err = pv_init();
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    if (!pv_device(device) || !pv_device(peer))
+    struct pv_device *d = pv_device(device), *p = pv_device(peer);
+    if (!d || !p)
         return pv_ret(PV_cudaErrorInvalidDevice);
-    *can = 0;   /* copies between GPUs are staged through this process; kernels never see peer memory */
+    *can = can_access(d, p);
     return PV_SUCCESS;
 }
+
+static cudaError_t peer_switch(int peer, unsigned flags, int on)
+{
+    struct pv_device *d, *p;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!(p = pv_device(peer)))
+        return PV_cudaErrorInvalidDevice;
+    if (flags)
+        return PV_cudaErrorInvalidValue;
+    if (!can_access(d, p))
+        return PV_cudaErrorPeerAccessUnsupported;
+    if (atomic_load(&peer_on[d->index][p->index]) == on)
+        return on ? PV_cudaErrorPeerAccessAlreadyEnabled : PV_cudaErrorPeerAccessNotEnabled;
+    uint64_t ft[2];
+    err = pv_call_MEM_GET_INFO(p, ft);                   /* the peer's context must exist on the daemon */
+    if (err == PV_SUCCESS)
+        err = on ? pv_call_PEER_ENABLE(d, (uint32_t)p->remote) : pv_call_PEER_DISABLE(d, (uint32_t)p->remote);
+    if (err == PV_SUCCESS)
+        atomic_store(&peer_on[d->index][p->index], (unsigned char)on);
+    return err;
+}
+
+PV_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) { return pv_ret(peer_switch(peer, flags, 1)); }
+PV_API cudaError_t cudaDeviceDisablePeerAccess(int peer) { return pv_ret(peer_switch(peer, 0, 0)); }
 
 PV_API cudaError_t cudaDeviceGetPCIBusId(char *out, int len, int device)
 {

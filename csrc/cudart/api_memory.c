@@ -60,12 +60,52 @@ static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_devi
     return err;
 }
 
+/* Between GPUs of different daemons the bytes go daemon to daemon: the source snapshots a chunk behind a ticket, the
+ * destination fetches it from the source. If the daemons cannot reach each other, the copy goes through this process
+ * (said once). */
+static cudaError_t d2d_daemons(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
+{
+    static atomic_int fallback_once;
+    for (size_t off = 0; off < n; off += PV_MAX_PEER_CHUNK) {
+        size_t k = n - off < PV_MAX_PEER_CHUNK ? n - off : PV_MAX_PEER_CHUNK;
+        struct pv_reply rep;
+        cudaError_t err = pv_call_PEER_EXPORT(sd, src + off, k, &rep);
+        const msgpack_object *t = err == PV_SUCCESS ? pv_map_get(rep.result, PV_KEY_PEER_TICKET) : NULL;
+        unsigned char ticket[64];
+        size_t tlen = 0;
+        if (err == PV_SUCCESS && (!t || t->type != MSGPACK_OBJECT_BIN || t->via.bin.size > sizeof ticket))
+            err = PV_cudaErrorUnknown;
+        if (err == PV_SUCCESS) {
+            tlen = t->via.bin.size;
+            memcpy(ticket, t->via.bin.ptr, tlen);
+        }
+        pv_reply_free(&rep);
+        if (err == PV_SUCCESS)
+            err = pv_call_PEER_PULL(dd, dst + off, k, sd->conn->host, (uint32_t)sd->conn->port, ticket, tlen);
+        if (err == PV_cudaErrorDevicesUnavailable || err == PV_cudaErrorNotSupported) {
+            if (pv_conn_alive(dd->conn) && pv_conn_alive(sd->conn)) {
+                pv_log_once(&fallback_once, "GPU%d (%s:%d) cannot fetch from GPU%d (%s:%d) directly (%s); copies "
+                            "between them go through this process", dd->index, dd->conn->host, dd->conn->port,
+                            sd->index, sd->conn->host, sd->conn->port, pv_err_name(err));
+                return d2d_staged(dd, dst + off, sd, src + off, n - off);
+            }
+        }
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
 static cudaError_t d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
                        uint64_t stream)
 {
     if (dd == sd)
         return d2d_same(dd, dst, src, n, stream);
-    return d2d_staged(dd, dst, sd, src, n);
+    if (dd->conn != sd->conn)
+        return d2d_daemons(dd, dst, sd, src, n);
+    /* two GPUs of one daemon: it copies between them once the source's earlier work is done */
+    cudaError_t err = pv_call_DEVICE_SYNC(sd);
+    return err != PV_SUCCESS ? err : pv_call_MEMCPY_PEER(dd, dst, (uint32_t)sd->remote, src, n, stream);
 }
 
 /* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */

@@ -406,7 +406,7 @@ def device_get_limit(c: Call, limit: int) -> int:
 
 
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
-from pyvgpu_daemon import handlers_graph, handlers_managed  # noqa: E402,F401
+from pyvgpu_daemon import handlers_graph, handlers_managed, handlers_peer  # noqa: E402,F401
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}

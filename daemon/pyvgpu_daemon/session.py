@@ -20,6 +20,7 @@ from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, 
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.executor import OrderedWorker
 from pyvgpu_daemon.managed import ManagedTable
+from pyvgpu_daemon.peer import PeerHub
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -147,6 +148,7 @@ class Session:
     started: float = field(default_factory=time.time)
     devices: dict[int, DeviceState] = field(default_factory=dict)
     closing: bool = False       # set when the connection ends: queued jobs are skipped, cleanup runs
+    hub: PeerHub = field(default_factory=PeerHub)    # the daemon's peer-copy tickets (shared by its sessions)
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")

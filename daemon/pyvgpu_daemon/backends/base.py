@@ -82,6 +82,18 @@ class DeviceContext(ABC):
             return self.malloc(size)
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: {align}-byte aligned allocations")
 
+    def enable_peer(self, peer: "DeviceContext") -> None:
+        """Kernels of this context may use `peer`'s memory (cudaDeviceEnablePeerAccess)."""
+        raise CudaError("cudaErrorPeerAccessUnsupported", f"{type(self).__name__}: peer access")
+
+    def disable_peer(self, peer: "DeviceContext") -> None:
+        raise CudaError("cudaErrorPeerAccessNotEnabled", f"{type(self).__name__}: peer access")
+
+    def copy_from_peer(self, dst: int, peer: "DeviceContext", src: int, size: int, stream: Any) -> None:
+        """Copies `size` bytes at `src` of another context of this session (this daemon) to `dst` here. The
+        default goes through host memory; a backend with direct peer copies overrides it."""
+        self.memcpy_htod(dst, peer.memcpy_dtoh(src, size, None), stream)
+
     def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
                     stream: Any) -> None:
         """Rows of `width` elements of elem_size (1, 2, 4) bytes set to value; checked by the handler."""

@@ -200,7 +200,19 @@ class CudaBackend(Backend):
             "regs_per_block": a(12, 0), "clock_rate_khz": a(13, 0), "memory_clock_rate_khz": a(36, 0),
             "memory_bus_width": a(37, 0), "l2_cache_size": a(38, 0), "max_threads_per_multiprocessor": a(39, 0),
             "total_const_mem": a(9, 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs, "backend": self.name,
+            "peers": self._peers(dev, ordinal),
         }
+
+    def _peers(self, dev: Any, ordinal: int) -> list[int]:
+        """Daemon-local ordinals whose memory kernels of device `ordinal` can use once peer access is enabled."""
+        out = []
+        for j in range(self.count):
+            if j == ordinal or not hasattr(self.drv, "cuDeviceCanAccessPeer"):
+                continue
+            err, can = self.drv.cuDeviceCanAccessPeer(dev, check(self.drv.cuDeviceGet(j), "cuDeviceGet"))
+            if int(err) == 0 and can:
+                out.append(j)
+        return out
 
     def devices(self) -> list[dict[str, Any]]:
         return self._snapshots
@@ -368,6 +380,18 @@ class CudaContext(DeviceContext):
         fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem_size]
         check(getattr(self.drv, fn)(ptr, pitch if height > 1 else width * elem_size, value, width, height,
                                     self._stream(stream)), fn)
+
+    def enable_peer(self, peer: DeviceContext) -> None:
+        # the numbers of CUDA_ERROR_PEER_ACCESS_* equal cudaErrorPeerAccess* (704, 705, 217)
+        check(self.drv.cuCtxEnablePeerAccess(peer.ctx, 0), "cuCtxEnablePeerAccess")   # type: ignore[attr-defined]
+
+    def disable_peer(self, peer: DeviceContext) -> None:
+        check(self.drv.cuCtxDisablePeerAccess(peer.ctx), "cuCtxDisablePeerAccess")   # type: ignore[attr-defined]
+
+    def copy_from_peer(self, dst: int, peer: DeviceContext, src: int, size: int, stream: Any) -> None:
+        check(self.drv.cuMemcpyPeerAsync(dst, self.ctx, src, peer.ctx, size, self._stream(stream)),  # type: ignore
+              "cuMemcpyPeerAsync")
+        self._sync_stream(stream)    # the source's later work must not race the copy
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:

@@ -37,6 +37,7 @@ SHARED_PER_BLOCK_OPTIN = 64 << 10  # cudaDevAttrMaxSharedMemoryPerBlockOptin of 
 MAX_SYNC_DEPTH = 24               # cudaLimitDevRuntimeSyncDepth maximum
 MAX_L2_FETCH_GRANULARITY = 128
 MAX_BLOCK = (1024, 1024, 64)
+PEER_KERNEL_ACCESS = False        # whether emulated kernels can use another device's memory (peer access)
 MAX_GRID = ((1 << 31) - 1, 65535, 65535)
 
 
@@ -128,6 +129,7 @@ class EmuBackend(Backend):
                 "max_threads_per_multiprocessor": 1024, "total_const_mem": 64 << 10,
                 "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
                 "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(self.memory), "backend": self.name,
+                "peers": [o for o in range(self.ndevices) if o != r] if PEER_KERNEL_ACCESS else [],
             })
         return out
 
@@ -166,6 +168,7 @@ class EmuContext(DeviceContext):
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
         self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
+        self.peers: set[int] = set()              # ordinals whose memory this context's kernels may use
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -271,6 +274,18 @@ class EmuContext(DeviceContext):
         span = self.mem.view(ptr, pitch * (height - 1) + row)
         for r in range(height):
             span[r * pitch:r * pitch + row].view(dt)[:] = value
+
+    def enable_peer(self, peer: DeviceContext) -> None:
+        if not PEER_KERNEL_ACCESS:
+            raise CudaError("cudaErrorPeerAccessUnsupported", "emulated kernels cannot reach another device's memory")
+        if peer.ordinal in self.peers:
+            raise CudaError("cudaErrorPeerAccessAlreadyEnabled", f"device {self.ordinal} -> {peer.ordinal}")
+        self.peers.add(peer.ordinal)
+
+    def disable_peer(self, peer: DeviceContext) -> None:
+        if peer.ordinal not in self.peers:
+            raise CudaError("cudaErrorPeerAccessNotEnabled", f"device {self.ordinal} -> {peer.ordinal}")
+        self.peers.discard(peer.ordinal)
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
@@ -433,6 +448,7 @@ class EmuContext(DeviceContext):
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)
+        self.peers.clear()
 
     def close(self) -> None:
         try:
