@@ -19,10 +19,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "daemon"), str(ROOT), str(ROOT / "tests")]
 
-from pyvgpu_daemon.emu import machine  # noqa: E402
+from pyvgpu_daemon.emu.chunk_api import EXIT  # noqa: E402
 from pyvgpu_daemon.emu.memory import DeviceMemory  # noqa: E402
 from pyvgpu_daemon.emu.module import EmuModule  # noqa: E402
-from test_emu_machine import ptx_of  # noqa: E402
+from pyvgpu_daemon.emu.runtime import Chunk  # noqa: E402
+from harness import ptx_of  # noqa: E402
 
 
 def count_thread_instructions(mod, kernel, grid, block, shmem, params) -> int:
@@ -30,16 +31,15 @@ def count_thread_instructions(mod, kernel, grid, block, shmem, params) -> int:
     k = mod._compiled[kernel]
     sizes = np.array([len(b.instrs) + 1 for b in k.blocks], np.int64)
     total = 0
-    orig_run = machine.Chunk.run
+    bind = Chunk.bind_blocks
 
-    def counting_run(self):
-        nonlocal total
-        blocks, handlers = self.kernel.make(self)
+    def counting_bind(chunk):
+        blocks, handlers = bind(chunk)
         wrapped = []
         for bi, (c, mfn) in enumerate(blocks):
-            def cw(c=c, bi=bi, chunk=self):
+            def cw(c=c, bi=bi):
                 nonlocal total
-                total += int(sizes[bi]) * int((chunk.st != machine.EXIT).sum())
+                total += int(sizes[bi]) * int((chunk.st != EXIT).sum())
                 return c()
 
             def mw(m, mfn=mfn, bi=bi):
@@ -47,17 +47,12 @@ def count_thread_instructions(mod, kernel, grid, block, shmem, params) -> int:
                 total += int(sizes[bi]) * int(m.sum())
                 return mfn(m)
             wrapped.append((cw, mw))
-        real_make = self.kernel.make
-        self.kernel.make = lambda S, w=wrapped, h=handlers: (w, h)
-        try:
-            orig_run(self)
-        finally:
-            self.kernel.make = real_make
-    machine.Chunk.run = counting_run
+        return wrapped, handlers
+    Chunk.bind_blocks = counting_bind
     try:
         mod.launch(kernel, grid, block, shmem, params)
     finally:
-        machine.Chunk.run = orig_run
+        Chunk.bind_blocks = bind
     return total
 
 

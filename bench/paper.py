@@ -5,6 +5,8 @@ Runs examples/dp_train/dp_train (an ordinary multi-GPU CUDA program) as:
   * local GPU, where a real one is visible (skipped with a note otherwise),
   * 1, 2 and 4 remote GPUs: one emulated-GPU daemon per GPU on loopback ports, the unmodified binary under
     LD_PRELOAD=libvcudart.so with PYVGPU_HOSTS listing the daemons,
+  * the same 1, 2 and 4 remote GPUs with the products done by cuBLAS (`--gemm cublas`, the binary built with
+    -lcublas against libvcublas), beside the program's own kernels,
   * uneven GPUs: two remote GPUs, one daemon started with `--emu-slowdown F`, static vs adaptive balance,
 then prints the paper's tables beside the published figures and draws its two figures as PNG:
   fig_time_per_1000.png (time per 1000 batches against the number of GPUs) and
@@ -17,19 +19,19 @@ Results also go to results.json and tables.md in the output directory.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]      # this checkout's pyvgpu, and the shared harness
+
+from harness import Daemon, cached_build, interposer_env, lib_path, start_daemon  # noqa: E402
 EXAMPLE = ROOT / "examples" / "dp_train"
 SOURCE = EXAMPLE / "dp_train.cu"
 BUILD = ROOT / "build" / "dp_train"
@@ -59,21 +61,16 @@ def nvcc_path() -> str:
     return shutil.which("nvcc") or "/usr/local/bin/nvcc"
 
 
-def build_binary(nvcc: str | None = None) -> Path:
-    """nvcc -cudart shared -O3 -std=c++17, cached by the source's hash."""
+def build_binary(nvcc: str | None = None, cublas: bool = False) -> Path:
+    """nvcc -cudart shared -O3 -std=c++17 (cublas: also -DDP_TRAIN_CUBLAS -lcublas, against the headers of the
+    nvidia-cublas wheel and libvcublas), cached by the source's hash and the flags."""
     nvcc = nvcc or nvcc_path()
     flags = ["-cudart", "shared", "-O3", "-std=c++17"]
-    digest = hashlib.sha256(SOURCE.read_bytes() + repr(flags).encode() + nvcc.encode()).hexdigest()[:16]
-    out = BUILD / f"dp_train-{digest}"
-    if out.exists():
-        return out
-    BUILD.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
-    proc = subprocess.run([nvcc, *flags, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"nvcc failed:\n{proc.stderr}")
-    os.replace(tmp, out)
-    return out
+    if cublas:
+        sys.path.insert(0, str(ROOT / "tools"))
+        import cublas_wheel  # noqa: PLC0415
+        flags += ["-DDP_TRAIN_CUBLAS", "-I", str(cublas_wheel.fetch()), "-L", str(lib_path().parent), "-lcublas"]
+    return cached_build(BUILD, "dp_train", [SOURCE], lambda o: [nvcc, *flags, "-o", str(o), str(SOURCE)])
 
 
 def load_prepare_digits():
@@ -87,12 +84,6 @@ def digits_dir(out: str | None = None) -> Path:
     return load_prepare_digits().prepare(out)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def python_env() -> dict:
     """Environment in which `python -m pyvgpu_daemon` and `import pyvgpu` work from a source checkout too."""
     env = dict(os.environ)
@@ -101,49 +92,9 @@ def python_env() -> dict:
     return env
 
 
-class Daemon:
-    def __init__(self, logdir: Path, *extra: str):
-        self.port = free_port()
-        self.log = logdir / f"daemon-{self.port}.log"
-        cmd = [sys.executable, "-m", "pyvgpu_daemon", "--host", "127.0.0.1", "--port", str(self.port),
-               "--backend", "emu", *extra]
-        self.fh = open(self.log, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self.fh, stderr=subprocess.STDOUT, env=python_env())
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"daemon did not listen on port {self.port}: {self.log_tail()}")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log_tail(self, n: int = 2000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.fh.close()
-
-
-def lib_path() -> Path:
-    sys.path.insert(0, str(ROOT))
-    import pyvgpu  # noqa: PLC0415
-
-    return pyvgpu.lib_path()
+def start_emu_daemon(logdir: Path, *extra: str) -> Daemon:
+    """An emulated-GPU daemon from this checkout's sources on a free loopback port."""
+    return start_daemon(logdir, *extra, env=python_env(), timeout=60)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -210,7 +161,7 @@ def run_program(binary: Path, args: list[str], label: str, env: dict | None = No
 
 
 def remote_env(daemons: list[Daemon]) -> dict:
-    return {"LD_PRELOAD": str(lib_path()), "PYVGPU_HOSTS": ",".join(d.address for d in daemons)}
+    return interposer_env(daemons)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -276,6 +227,21 @@ def tables(results: dict, cfg: dict) -> str:
     out.append(f"| final test error | ~{PAPER['test_err']:.0%} (MNIST) | "
                f"{fmt(err('remote1') if err('remote1') is not None else err('cpu'), '.2%')} ({cfg['dataset']}) |")
     out.append("")
+    if any(k.startswith("cublas") for k in results):
+        out.append("Table 1c: the products by cuBLAS (--gemm cublas: cublasSgemm through libvcublas, NumPy on the "
+                   "emulated GPUs) beside the program's own GEMM kernels, same runs otherwise")
+        out.append("| configuration | own kernels s/1000 | cuBLAS s/1000 | cuBLAS / own | own device s/1000 | "
+                   "cuBLAS device s/1000 | test error own | test error cuBLAS |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for n in (1, 2, 4):
+            own, cb = s_per_1000(f"remote{n}"), s_per_1000(f"cublas{n}")
+            if own is None and cb is None:
+                continue
+            out.append(f"| {n} remote GPU{'s' if n > 1 else ''} | {fmt(own, '.3f')} | {fmt(cb, '.3f')} | "
+                       f"{fmt(cb / own if cb and own else None, '.2f')} | {fmt(busy(f'remote{n}'), '.3f')} | "
+                       f"{fmt(busy(f'cublas{n}'), '.3f')} | {fmt(err(f'remote{n}'), '.2%')} | "
+                       f"{fmt(err(f'cublas{n}'), '.2%')} |")
+        out.append("")
     if any(k.startswith("paced") for k in results):
         out.append(f"Table 1b: paced emulated GPUs (every daemon --emu-slowdown {cfg.get('paced')}, "
                    f"{cfg.get('paced_steps')} batches): most of each kernel's time is a sleep, so the emulated GPUs "
@@ -355,11 +321,7 @@ def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     ax2.set_xticks([1, 2, 4])
     ax2.set_title("Scaling")
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    p = outdir / "fig_time_per_1000.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(_save(fig, outdir / "fig_time_per_1000.png"))
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     styles = {"cpu": dict(lw=6, alpha=0.3), "local": dict(lw=4, alpha=0.5, marker="D", ms=5),
@@ -379,12 +341,16 @@ def figures(results: dict, outdir: Path, cfg: dict) -> list[Path]:
     ax.set_yscale("log")
     ax.set_title(f"Test error vs batches ({cfg['dataset']}, batch {cfg['batch']}; the curves coincide)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    p = outdir / "fig_test_error.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(_save(fig, outdir / "fig_test_error.png"))
     return paths
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (optional dependency, imported where used)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -420,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-remote", action="store_true", help="skip the remote (daemon) runs")
     ap.add_argument("--no-local", action="store_true", help="skip the local-GPU run")
     ap.add_argument("--binary", help="a built dp_train (default: build it with nvcc)")
+    ap.add_argument("--cublas-binary", help="a dp_train built with -DDP_TRAIN_CUBLAS -lcublas (default: build it)")
+    ap.add_argument("--no-cublas", action="store_true", help="skip the --gemm cublas runs")
     ap.add_argument("--docs-figures", action="store_true",
                     help="also copy the figures to docs/paper_time_per_1000.png and docs/paper_test_error.png")
     ap.add_argument("--emu-memory", default="1G", help="memory per emulated GPU")
@@ -471,16 +439,23 @@ def main(argv: list[str] | None = None) -> int:
             counts = sorted({int(x) for x in args.gpus.split(",") if x})
             need = max(counts) if counts else 0
             log(f"starting {need} emulated-GPU daemon(s)")
-            daemons = [Daemon(outdir, "--emu-memory", args.emu_memory) for _ in range(need)]
+            daemons = [start_emu_daemon(outdir, "--emu-memory", args.emu_memory) for _ in range(need)]
             for n in counts:
                 results[f"remote{n}"] = run_program(
                     binary, [*common, "--gpus", str(n), "--steps", str(args.steps)], f"{n} remote GPU(s)",
                     env=remote_env(daemons[:n]), timeout=args.timeout)
+            if not args.no_cublas:
+                cublas_binary = Path(args.cublas_binary) if args.cublas_binary else build_binary(cublas=True)
+                log(f"cuBLAS binary: {cublas_binary}")
+                for n in counts:
+                    results[f"cublas{n}"] = run_program(
+                        cublas_binary, [*common, "--gpus", str(n), "--steps", str(args.steps), "--gemm", "cublas"],
+                        f"{n} remote GPU(s), --gemm cublas", env=remote_env(daemons[:n]), timeout=args.timeout)
             if args.paced and args.paced > 1:
                 for d in daemons:
                     d.stop()
                 log(f"starting {need} paced emulated-GPU daemon(s) (--emu-slowdown {args.paced})")
-                daemons = [Daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.paced))
+                daemons = [start_emu_daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.paced))
                            for _ in range(need)]
                 for n in counts:
                     results[f"paced{n}"] = run_program(
@@ -490,9 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                 cfg["paced_steps"] = args.paced_steps
                 for d in daemons:
                     d.stop()
-                daemons = [Daemon(outdir, "--emu-memory", args.emu_memory)]  # a normal GPU for the uneven pair
+                daemons = [start_emu_daemon(outdir, "--emu-memory", args.emu_memory)]  # a normal GPU for the uneven pair
             if args.slowdown and args.slowdown > 1:
-                slow = Daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.slowdown))
+                slow = start_emu_daemon(outdir, "--emu-memory", args.emu_memory, "--emu-slowdown", str(args.slowdown))
                 daemons.append(slow)
                 ub = args.uneven_batch or args.batch
                 us = args.uneven_steps

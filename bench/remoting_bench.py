@@ -20,13 +20,10 @@ round B then A), so a noisy shared machine shifts both sides alike. Medians over
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,9 +33,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from harness import (NVCC, Daemon, cached_build, free_port, interposer_env, start_daemon,  # noqa: E402
+                     stop_process, wait_listening)
+
 SRC = Path(__file__).resolve().parent / "cuda"
 BUILD = ROOT / "build" / "bench-remoting"
-NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
 CC = shutil.which("cc") or shutil.which("gcc") or "cc"
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -54,83 +55,43 @@ def iters_for(size: int, quick: bool) -> int:
     return max(1, n // 4) if quick else n
 
 
-def _build(cmd_of, src: Path, name: str) -> Path:
-    digest = hashlib.sha256(src.read_bytes() + repr(cmd_of(Path("x"))).encode()).hexdigest()[:16]
-    out = BUILD / f"{name}-{digest}"
-    if out.exists():
-        return out
-    BUILD.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    proc = subprocess.run(cmd_of(tmp), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"build of {src.name} failed:\n{proc.stderr}")
-    tmp.rename(out)
-    return out
-
-
 def build() -> tuple[Path, Path]:
-    cuda = _build(lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(SRC / "bandwidth.cu")],
-                  SRC / "bandwidth.cu", "bandwidth")
-    raw = _build(lambda o: [CC, "-O2", "-o", str(o), str(SRC / "rawtcp.c")], SRC / "rawtcp.c", "rawtcp")
+    cuda = cached_build(BUILD, "bandwidth", [SRC / "bandwidth.cu"],
+                        lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(SRC / "bandwidth.cu")])
+    raw = cached_build(BUILD, "rawtcp", [SRC / "rawtcp.c"], lambda o: [CC, "-O2", "-o", str(o), str(SRC / "rawtcp.c")])
     return cuda, raw
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_listen(proc: subprocess.Popen, port: int, what: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{what} did not listen on {port}")
 
 
 class Servers:
     """The emulated-GPU daemons and raw TCP servers of one run (stopped on exit)."""
 
     def __init__(self, raw_bin: Path, count: int, workdir: Path):
-        self.procs: list[subprocess.Popen] = []
-        self.daemons: list[int] = []
+        self.daemons: list[Daemon] = []
+        self.raw_procs: list[subprocess.Popen] = []
         self.raws: list[int] = []
-        for i in range(count):
-            port = free_port()
-            log = workdir / f"daemon-{port}.log"
-            p = subprocess.Popen([sys.executable, "-m", "pyvgpu_daemon", "--host", "127.0.0.1", "--port", str(port),
-                                  "--backend", "emu"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-            self.procs.append(p)
-            _wait_listen(p, port, "daemon", log)
-            self.daemons.append(port)
-            port = free_port()
-            log = workdir / f"rawtcp-{port}.log"
-            p = subprocess.Popen([str(raw_bin), "server", str(port)], stdout=open(log, "wb"),
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs.append(p)
-            _wait_listen(p, port, "rawtcp server", log)
-            self.raws.append(port)
+        try:
+            for _ in range(count):
+                self.daemons.append(start_daemon(workdir))
+                self.raws.append(self._start_raw(raw_bin, workdir))
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_raw(self, raw_bin: Path, workdir: Path) -> int:
+        port = free_port()
+        log = workdir / f"rawtcp-{port}.log"
+        with open(log, "wb") as fh:
+            p = subprocess.Popen([str(raw_bin), "server", str(port)], stdout=fh, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        self.raw_procs.append(p)
+        wait_listening(p, port, log, what="rawtcp server")
+        return port
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                if p.args[1:2] == ["server"]:
-                    os.killpg(p.pid, signal.SIGTERM)   # its own group: the server and its per-connection children
-                else:
-                    p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        for d in self.daemons:
+            d.stop()
+        for p in self.raw_procs:
+            stop_process(p, group=True)   # its own group: the server and its per-connection children
 
 
 def run_lines(cmd: list[str], env: dict | None = None, timeout: float = 600) -> dict[str, list[int]]:
@@ -158,8 +119,8 @@ class Bench:
         import pyvgpu
         self.lib = os.environ.get("PYVGPU_BENCH_LIB") or str(pyvgpu.lib_path())   # another build to compare
 
-    def env(self, ports: list[int]) -> dict:
-        return {**os.environ, "LD_PRELOAD": self.lib, "PYVGPU_HOSTS": ",".join(f"127.0.0.1:{p}" for p in ports)}
+    def env(self, daemons: list[Daemon]) -> dict:
+        return {**os.environ, **interposer_env(daemons, self.lib)}
 
     def pv(self, *args) -> dict[str, list[int]]:
         return run_lines([str(self.cuda), *map(str, args)], env=self.env(self.servers.daemons[:1]))

@@ -452,7 +452,7 @@ def _lib() -> Path:
 
 
 def cmd_lib(args: argparse.Namespace) -> int:
-    print(_lib())
+    print(_lib().parent if args.dir else _lib())
     return 0
 
 
@@ -462,6 +462,10 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     lib = str(_lib())
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != lib]
     env["LD_PRELOAD"] = " ".join([lib, *preload])
+    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
+    lib_dir = str(Path(lib).parent)
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != lib_dir]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([lib_dir, *paths])
     if hosts is None:
         hosts = list(hostmap.load(env))
     if not hosts:
@@ -630,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the path of the interposer library libvcudart.so (SONAME libcudart.so.13), "
                                     "for LD_PRELOAD=$(pyvgpu lib) ./app. PYVGPU_LIB overrides where it is looked "
                                     "for.")
+    lb.add_argument("--dir", action="store_true",
+                    help="print its directory instead: every client library (libcudart.so.13, libcublas.so.13 and "
+                         "their link names) is there, for LD_LIBRARY_PATH and nvcc -L")
     lb.set_defaults(func=cmd_lib)
 
     # token

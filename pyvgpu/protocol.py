@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 if not __package__:  # run as a script by the C build, before the package is installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvgpu import cublas_spec as _blas  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 PROTOCOL_VERSION = 1
@@ -70,12 +71,13 @@ class OpFlag(enum.IntFlag):
 #   f64      a double                               dim3         [x, y, z], each u32
 #   bytes    a msgpack bin                          str          a msgpack str
 #   handle   a raw daemon handle (u64), for create/destroy
-#   stream event func   a daemon handle (u64) that the daemon resolves to its backend object before the handler
-#            runs (unknown: cudaErrorInvalidResourceHandle, or cudaErrorInvalidDeviceFunction for func)
+#   stream event func blas   a daemon handle (u64) that the daemon resolves to its backend object before the
+#            handler runs (unknown: cudaErrorInvalidResourceHandle, or cudaErrorInvalidDeviceFunction for func;
+#            blas: a cuBLAS handle of BLAS_CREATE)
 #   map      a msgpack map (HELLO only)
 ARG_TYPES: frozenset[str] = frozenset({
     "dev", "u64", "i64", "u32", "i32", "ptr", "size", "f64", "dim3", "bytes", "str", "handle", "stream", "event",
-    "func", "map"})
+    "func", "blas", "map"})
 # Reply shapes: what the reply's result holds on success. PAYLOAD_OUT ops answer nil plus the payload.
 REPLY_TYPES: frozenset[str] = frozenset({"nil", "u64", "i64", "f64", "u64x2", "map"})
 
@@ -203,6 +205,15 @@ OPS: tuple[OpSpec, ...] = (
     op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil",
        doc="fetch a ticket's bytes from the daemon at host:port and write them at dst"),
     op(325, "PEER_FETCH", "ticket:bytes", "nil", ND | POUT, "the bytes behind a ticket (once)"),
+    # cuBLAS (pyvgpu/cublas_spec.py): a handle lives in the session on one device; each routine family is one op
+    # whose arguments are the family's table (cublas_spec.wire_args), sent fire-and-forget unless it returns a
+    # result to host memory (then the reply's payload holds the value).
+    op(_blas.OP_CREATE, "BLAS_CREATE", "dev:dev", "u64", doc="a cuBLAS handle of this session on this device"),
+    op(_blas.OP_DESTROY, "BLAS_DESTROY", "dev:dev handle:handle", "nil", A),
+    op(_blas.OP_SET_WORKSPACE, "BLAS_SET_WORKSPACE", "dev:dev handle:blas ptr:ptr size:size", "nil", A,
+       "cublasSetWorkspace (ptr 0, size 0: the library's own)"),
+    *(op(f.code, f.name, _blas.wire_args(f), "nil", A | POUT if _blas.has_result(f) else A, f.doc)
+      for f in _blas.FAMILIES),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).

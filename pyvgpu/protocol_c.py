@@ -26,15 +26,11 @@ from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 GENERATED = "/* Generated from pyvgpu/protocol.py by pyvgpu/protocol_c.py. Do not edit. */"
 
-# Wire type -> (C parameter declarations, msgpack packing statements); {n} is the argument's name.
+# Wire type -> (C parameter declarations, msgpack packing statement); {n} is the argument's name. Every handle
+# and address travels as a u64.
+_U64 = ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});")
 C_ARG: dict[str, tuple[str, str]] = {
-    "u64": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
-    "ptr": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
-    "size": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
-    "handle": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
-    "stream": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
-    "event": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
-    "func": ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});"),
+    **dict.fromkeys(("u64", "ptr", "size", "handle", "stream", "event", "func", "blas"), _U64),
     "i64": ("int64_t {n}", "msgpack_pack_int64(&r.pk, {n});"),
     "u32": ("uint32_t {n}", "msgpack_pack_uint32(&r.pk, {n});"),
     "i32": ("int32_t {n}", "msgpack_pack_int32(&r.pk, {n});"),
@@ -189,8 +185,13 @@ def protocol_header() -> str:
 
 
 def write_all(outdir: Path) -> list[Path]:
+    return write_files(outdir, {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(),
+                                "ops_gen.c": ops_source()})
+
+
+def write_files(outdir: Path, files: dict[str, str]) -> list[Path]:
+    """Write generated files (name -> text) into outdir, leaving unchanged ones alone."""
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(), "ops_gen.c": ops_source()}
     written = []
     for name, text in files.items():
         path = outdir / name

@@ -1,54 +1,16 @@
-"""Shared fixtures: build CUDA test programs (cached), start daemons on free loopback ports, run programs
-through libvcudart."""
-from __future__ import annotations
+"""Shared fixtures, over tests/harness.py (the module the benchmarks share): CUDA test programs built once per
+session (cached), daemons on free loopback ports, programs run through libvcudart.
 
-import hashlib
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+Layout: tests/interposer (libvcudart), tests/daemon (the daemon through its protocol), tests/emu (the emulated
+GPU directly), tests/e2e (unmodified CUDA programs through libvcudart and daemons), tests/control (the `pyvgpu`
+command, host map, wire format, set-up); tests/cuda holds the CUDA sources the tests build.
+"""
+from __future__ import annotations
 
 import pytest
 
-import pyvgpu
+from harness import CUDA_SRC, ROOT, Daemon, build_cuda, lib_path, run_cuda, start_daemon
 from pyvgpu.client import Client
-
-ROOT = Path(__file__).resolve().parent.parent
-CUDA_SRC = Path(__file__).resolve().parent / "cuda"
-BUILD = ROOT / "build" / "tests-cuda"
-NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cuda_source_bytes(src: Path) -> bytes:
-    """The source plus every shared header in tests/cuda (check.h, ...), for cache keys of built programs."""
-    return src.read_bytes() + b"".join(h.read_bytes() for h in sorted(CUDA_SRC.glob("*.h")))
-
-
-def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
-    """nvcc -cudart shared, cached by a hash of the source (with the tests/cuda headers), flags and nvcc path."""
-    digest = hashlib.sha256(cuda_source_bytes(src) + repr(extra).encode() + NVCC.encode()).hexdigest()[:16]
-    out = BUILD / f"{src.stem}-{digest}"
-    if out.exists():
-        return out
-    BUILD.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    cmd = [NVCC, "-cudart", "shared", "-O3", "-o", str(tmp), str(src), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"nvcc failed for {src.name}:\n{proc.stderr}")
-    tmp.rename(out)
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -57,50 +19,13 @@ def cuda_build():
     return lambda name, *extra: build_cuda(CUDA_SRC / name, tuple(extra))
 
 
-@dataclass
-class Daemon:
-    port: int
-    proc: subprocess.Popen
-    log: Path
-    host: str = "127.0.0.1"
-    extra: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
-def start_daemon(tmp: Path, *extra: str, backend: str = "emu", env: dict | None = None,
-                 cwd: Path | None = None) -> Daemon:
-    port = free_port()
-    log = tmp / f"daemon-{port}.log"
-    cmd = [sys.executable, "-m", "pyvgpu_daemon", "--host", "127.0.0.1", "--port", str(port),
-           "--backend", backend, *extra]
-    fh = open(log, "wb")
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return Daemon(port, proc, log, extra=extra)
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"daemon did not listen on {port}:\n{log.read_text(errors='replace')}")
+@pytest.fixture(scope="session")
+def cublas_include():
+    """cuBLAS's headers (nvidia-cublas wheel, fetched once into build/cublas/ by tools/cublas_wheel.py)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tools"))
+    import cublas_wheel
+    return cublas_wheel.fetch()
 
 
 @pytest.fixture
@@ -132,21 +57,8 @@ def client(daemon):
 
 
 @pytest.fixture(scope="session")
-def vcudart() -> Path:
-    return pyvgpu.lib_path()
-
-
-def run_cuda(program: Path, daemons: list[Daemon], *args: str, timeout: float = 300,
-             env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run a CUDA program under LD_PRELOAD=libvcudart against the given daemons (GPU order = list order)."""
-    full_env = {**os.environ, "LD_PRELOAD": str(pyvgpu.lib_path()),
-                "PYVGPU_HOSTS": ",".join(d.address for d in daemons), **(env or {})}
-    proc = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout, env=full_env)
-    if check and proc.returncode != 0:
-        logs = "\n".join(d.log_text()[-3000:] for d in daemons)
-        raise AssertionError(f"{program.name} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
-                             f"stderr:\n{proc.stderr}\ndaemon logs:\n{logs}")
-    return proc
+def vcudart():
+    return lib_path()
 
 
 @pytest.fixture

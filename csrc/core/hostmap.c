@@ -2,6 +2,7 @@
  * per line, '#' comments). Hosts are contacted once, in order; GPUs are numbered in host-map order, then by each
  * host's device ordinal, from the device snapshots of the HELLO reply. */
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,16 +130,10 @@ static int read_hosts(struct host_entry *out, int cap)
     return n;
 }
 
-static int get_int(const msgpack_object *m, const char *key, int dflt)
+static int64_t get_i64(const msgpack_object *m, const char *key, int64_t dflt)
 {
     int64_t v;
-    return pv_obj_i64(pv_map_get(m, key), &v) == 0 ? (int)v : dflt;
-}
-
-static uint64_t get_u64(const msgpack_object *m, const char *key, uint64_t dflt)
-{
-    int64_t v;
-    return pv_obj_i64(pv_map_get(m, key), &v) == 0 && v >= 0 ? (uint64_t)v : dflt;
+    return pv_obj_i64(pv_map_get(m, key), &v) == 0 && v >= 0 ? v : dflt;
 }
 
 static void get_dim3(const msgpack_object *m, const char *key, int out[3], int dflt)
@@ -159,16 +154,86 @@ static void set_default_attr(struct pv_device *d, int attr, int value)
     }
 }
 
+/* The scalar fields of a device snapshot: where each lands in struct pv_device, its default when the daemon omits
+ * it, and the cudaDeviceAttr it also answers when the daemon's attribute table lacks that attribute (0: none). */
+struct snapshot_field {
+    const char *key;
+    size_t offset;
+    int is_u64;              /* uint64_t field, else int */
+    int64_t dflt;
+    int attr;
+};
+#define INT_FIELD(key, field, dflt, attr) { key, offsetof(struct pv_device, field), 0, dflt, attr }
+#define U64_FIELD(key, field, dflt, attr) { key, offsetof(struct pv_device, field), 1, dflt, attr }
+static const struct snapshot_field snapshot_fields[] = {
+    U64_FIELD(PV_KEY_DEV_TOTAL_MEM, total_mem, 0, 0),
+    INT_FIELD(PV_KEY_DEV_MAJOR, major, 7, PV_cudaDevAttrComputeCapabilityMajor),
+    INT_FIELD(PV_KEY_DEV_MINOR, minor, 5, PV_cudaDevAttrComputeCapabilityMinor),
+    INT_FIELD(PV_KEY_DEV_MULTIPROCESSORS, sms, 1, PV_cudaDevAttrMultiProcessorCount),
+    INT_FIELD(PV_KEY_DEV_WARP_SIZE, warp, 32, PV_cudaDevAttrWarpSize),
+    INT_FIELD(PV_KEY_DEV_MAX_THREADS_PER_BLOCK, max_tpb, 1024, PV_cudaDevAttrMaxThreadsPerBlock),
+    U64_FIELD(PV_KEY_DEV_SHARED_MEM_PER_BLOCK, smem_per_block, 49152, PV_cudaDevAttrMaxSharedMemoryPerBlock),
+    U64_FIELD(PV_KEY_DEV_SHARED_MEM_PER_MULTIPROCESSOR, smem_per_sm, 65536,
+              PV_cudaDevAttrMaxSharedMemoryPerMultiprocessor),
+    INT_FIELD(PV_KEY_DEV_REGS_PER_BLOCK, regs_per_block, 65536, PV_cudaDevAttrMaxRegistersPerBlock),
+    INT_FIELD(PV_KEY_DEV_CLOCK_RATE_KHZ, clock_khz, 1000000, PV_cudaDevAttrClockRate),
+    INT_FIELD(PV_KEY_DEV_MEMORY_CLOCK_RATE_KHZ, mem_clock_khz, 1000000, PV_cudaDevAttrMemoryClockRate),
+    INT_FIELD(PV_KEY_DEV_MEMORY_BUS_WIDTH, bus_width, 256, PV_cudaDevAttrGlobalMemoryBusWidth),
+    INT_FIELD(PV_KEY_DEV_L2_CACHE_SIZE, l2, 0, PV_cudaDevAttrL2CacheSize),
+    INT_FIELD(PV_KEY_DEV_MAX_THREADS_PER_MULTIPROCESSOR, max_tpm, 2048, PV_cudaDevAttrMaxThreadsPerMultiProcessor),
+    U64_FIELD(PV_KEY_DEV_TOTAL_CONST_MEM, const_mem, 65536, PV_cudaDevAttrTotalConstantMemory),
+};
+
+static void parse_scalars(struct pv_device *d, const msgpack_object *s)
+{
+    for (size_t i = 0; i < sizeof snapshot_fields / sizeof snapshot_fields[0]; i++) {
+        const struct snapshot_field *f = &snapshot_fields[i];
+        int64_t v = get_i64(s, f->key, f->dflt);
+        if (f->is_u64) {
+            uint64_t u = (uint64_t)v;
+            memcpy((char *)d + f->offset, &u, sizeof u);
+        } else {
+            int n = (int)v;
+            memcpy((char *)d + f->offset, &n, sizeof n);
+        }
+    }
+}
+
+/* The table's attributes, and the few derived ones, for a daemon whose attribute table lacks them. */
+static void default_attrs(struct pv_device *d)
+{
+    for (size_t i = 0; i < sizeof snapshot_fields / sizeof snapshot_fields[0]; i++) {
+        const struct snapshot_field *f = &snapshot_fields[i];
+        int64_t v;
+        if (!f->attr)
+            continue;
+        if (f->is_u64) {
+            uint64_t u;
+            memcpy(&u, (const char *)d + f->offset, sizeof u);
+            v = (int64_t)u;
+        } else {
+            int n;
+            memcpy(&n, (const char *)d + f->offset, sizeof n);
+            v = n;
+        }
+        set_default_attr(d, f->attr, (int)v);
+    }
+    for (int i = 0; i < 3; i++) {
+        set_default_attr(d, PV_cudaDevAttrMaxBlockDimX + i, d->max_block[i]);
+        set_default_attr(d, PV_cudaDevAttrMaxGridDimX + i, d->max_grid[i]);
+    }
+    set_default_attr(d, PV_cudaDevAttrPciBusId, d->pci_bus);
+    set_default_attr(d, PV_cudaDevAttrUnifiedAddressing, 1);
+    set_default_attr(d, PV_cudaDevAttrMaxRegistersPerMultiprocessor, d->regs_per_block);
+    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, (int)d->smem_per_block);
+    set_default_attr(d, PV_cudaDevAttrMaxBlocksPerMultiprocessor, 16);
+}
+
 static void parse_device(struct pv_device *d, const msgpack_object *s)
 {
     if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_NAME), d->name, sizeof d->name) != 0)
         snprintf(d->name, sizeof d->name, "pyvgpu device");
-    d->total_mem = get_u64(s, PV_KEY_DEV_TOTAL_MEM, 0);
-    d->major = get_int(s, PV_KEY_DEV_MAJOR, 7);
-    d->minor = get_int(s, PV_KEY_DEV_MINOR, 5);
-    d->sms = get_int(s, PV_KEY_DEV_MULTIPROCESSORS, 1);
-    d->warp = get_int(s, PV_KEY_DEV_WARP_SIZE, 32);
-    d->max_tpb = get_int(s, PV_KEY_DEV_MAX_THREADS_PER_BLOCK, 1024);
+    parse_scalars(d, s);
     get_dim3(s, PV_KEY_DEV_MAX_BLOCK_DIM, d->max_block, 0);
     if (!d->max_block[0]) {
         d->max_block[0] = d->max_block[1] = 1024;
@@ -179,16 +244,7 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
         d->max_grid[0] = 2147483647;
         d->max_grid[1] = d->max_grid[2] = 65535;
     }
-    d->smem_per_block = get_u64(s, PV_KEY_DEV_SHARED_MEM_PER_BLOCK, 49152);
-    d->smem_per_sm = get_u64(s, PV_KEY_DEV_SHARED_MEM_PER_MULTIPROCESSOR, 65536);
-    d->regs_per_block = get_int(s, PV_KEY_DEV_REGS_PER_BLOCK, 65536);
-    d->clock_khz = get_int(s, PV_KEY_DEV_CLOCK_RATE_KHZ, 1000000);
-    d->mem_clock_khz = get_int(s, PV_KEY_DEV_MEMORY_CLOCK_RATE_KHZ, 1000000);
-    d->bus_width = get_int(s, PV_KEY_DEV_MEMORY_BUS_WIDTH, 256);
-    d->l2 = get_int(s, PV_KEY_DEV_L2_CACHE_SIZE, 0);
-    d->max_tpm = get_int(s, PV_KEY_DEV_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
-    d->const_mem = get_u64(s, PV_KEY_DEV_TOTAL_CONST_MEM, 65536);
-    d->pci_bus = get_int(s, PV_KEY_DEV_PCI_BUS_ID, d->index);
+    d->pci_bus = (int)get_i64(s, PV_KEY_DEV_PCI_BUS_ID, d->index);
     char pci[64];
     unsigned dom, bus, slot, fn;
     if (pv_obj_str(pv_map_get(s, PV_KEY_DEV_PCI_BUS_ID), pci, sizeof pci) == 0 &&
@@ -218,29 +274,7 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
         }
     }
     /* the named snapshot fields answer the common attributes when the daemon's table lacks them */
-    set_default_attr(d, PV_cudaDevAttrMaxThreadsPerBlock, d->max_tpb);
-    for (int i = 0; i < 3; i++) {
-        set_default_attr(d, PV_cudaDevAttrMaxBlockDimX + i, d->max_block[i]);
-        set_default_attr(d, PV_cudaDevAttrMaxGridDimX + i, d->max_grid[i]);
-    }
-    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlock, (int)d->smem_per_block);
-    set_default_attr(d, PV_cudaDevAttrTotalConstantMemory, (int)d->const_mem);
-    set_default_attr(d, PV_cudaDevAttrWarpSize, d->warp);
-    set_default_attr(d, PV_cudaDevAttrMaxRegistersPerBlock, d->regs_per_block);
-    set_default_attr(d, PV_cudaDevAttrClockRate, d->clock_khz);
-    set_default_attr(d, PV_cudaDevAttrMultiProcessorCount, d->sms);
-    set_default_attr(d, PV_cudaDevAttrPciBusId, d->pci_bus);
-    set_default_attr(d, PV_cudaDevAttrMemoryClockRate, d->mem_clock_khz);
-    set_default_attr(d, PV_cudaDevAttrGlobalMemoryBusWidth, d->bus_width);
-    set_default_attr(d, PV_cudaDevAttrL2CacheSize, d->l2);
-    set_default_attr(d, PV_cudaDevAttrMaxThreadsPerMultiProcessor, d->max_tpm);
-    set_default_attr(d, PV_cudaDevAttrUnifiedAddressing, 1);
-    set_default_attr(d, PV_cudaDevAttrComputeCapabilityMajor, d->major);
-    set_default_attr(d, PV_cudaDevAttrComputeCapabilityMinor, d->minor);
-    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerMultiprocessor, (int)d->smem_per_sm);
-    set_default_attr(d, PV_cudaDevAttrMaxRegistersPerMultiprocessor, d->regs_per_block);
-    set_default_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, (int)d->smem_per_block);
-    set_default_attr(d, PV_cudaDevAttrMaxBlocksPerMultiprocessor, 16);
+    default_attrs(d);
     d->regs_per_sm = d->attr[PV_cudaDevAttrMaxRegistersPerMultiprocessor];
     d->max_blocks_per_sm = d->attr[PV_cudaDevAttrMaxBlocksPerMultiprocessor];
 }

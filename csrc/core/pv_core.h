@@ -44,6 +44,7 @@ const msgpack_object *pv_map_get_int(const msgpack_object *map, int64_t key);
 int pv_obj_i64(const msgpack_object *o, int64_t *out);
 int pv_obj_u64(const msgpack_object *o, uint64_t *out);
 int pv_obj_f64(const msgpack_object *o, double *out);
+int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n);   /* str or bin: its bytes */
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap);   /* str or bin → NUL-terminated */
 int pv_read_full(int fd, void *buf, size_t n);                    /* 0 ok, -1 error/EOF */
 int pv_write_full(int fd, const void *a, size_t an, const void *b, size_t bn);
@@ -186,6 +187,15 @@ int pv_coherence_pending(void);                     /* the host has written page
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
 void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
+
+/* ---- copies (copy.c) ---- */
+/* 0 and *d = the device whose allocation holds [p, p+n), -1 when no single allocation does. */
+int pv_dev_range(const void *p, size_t n, struct pv_device **d);
+/* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
+cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+                      size_t width, size_t height, uint64_t stream);
+cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+                      size_t height, uint64_t stream);
 
 /* ---- registry (registry.c) ---- */
 struct pv_kinfo {

@@ -28,50 +28,48 @@ static cudaError_t malformed(struct pv_device *d, int op, struct pv_reply *rep)
     return PV_cudaErrorUnknown;
 }
 
-cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t *out)
+/* Decoders: 0 and *out set when the result has the shape, -1 otherwise (*out untouched). */
+typedef int (*decode_fn)(const msgpack_object *o, void *out);
+
+static int dec_u64(const msgpack_object *o, void *out) { return pv_obj_u64(o, out); }
+static int dec_i64(const msgpack_object *o, void *out) { return pv_obj_i64(o, out); }
+static int dec_f64(const msgpack_object *o, void *out) { return pv_obj_f64(o, out); }
+
+static int dec_u64x2(const msgpack_object *o, void *out)
 {
-    uint64_t v;
-    if (err == PV_SUCCESS && pv_obj_u64(rep->result, &v) != 0)
+    uint64_t v[2];
+    if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2 ||
+        pv_obj_u64(&o->via.array.ptr[0], &v[0]) != 0 || pv_obj_u64(&o->via.array.ptr[1], &v[1]) != 0)
+        return -1;
+    memcpy(out, v, sizeof v);
+    return 0;
+}
+
+static cudaError_t reply_value(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, decode_fn decode,
+                               void *out)
+{
+    if (err == PV_SUCCESS && decode(rep->result, out) != 0)
         return malformed(d, op, rep);
-    if (err == PV_SUCCESS)
-        *out = v;
     pv_reply_free(rep);
     return err;
+}
+
+cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t *out)
+{
+    return reply_value(d, op, err, rep, dec_u64, out);
 }
 
 cudaError_t pv_reply_i64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, int64_t *out)
 {
-    int64_t v;
-    if (err == PV_SUCCESS && pv_obj_i64(rep->result, &v) != 0)
-        return malformed(d, op, rep);
-    if (err == PV_SUCCESS)
-        *out = v;
-    pv_reply_free(rep);
-    return err;
+    return reply_value(d, op, err, rep, dec_i64, out);
 }
 
 cudaError_t pv_reply_f64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, double *out)
 {
-    double v;
-    if (err == PV_SUCCESS && pv_obj_f64(rep->result, &v) != 0)
-        return malformed(d, op, rep);
-    if (err == PV_SUCCESS)
-        *out = v;
-    pv_reply_free(rep);
-    return err;
+    return reply_value(d, op, err, rep, dec_f64, out);
 }
 
 cudaError_t pv_reply_u64x2(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t out[2])
 {
-    uint64_t a, b;
-    if (err == PV_SUCCESS) {
-        const msgpack_object *r = rep->result;
-        if (!r || r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 2 ||
-            pv_obj_u64(&r->via.array.ptr[0], &a) != 0 || pv_obj_u64(&r->via.array.ptr[1], &b) != 0)
-            return malformed(d, op, rep);
-        out[0] = a;
-        out[1] = b;
-    }
-    pv_reply_free(rep);
-    return err;
+    return reply_value(d, op, err, rep, dec_u64x2, out);
 }

@@ -110,14 +110,7 @@ static void emit_stdout(const msgpack_object *o)
 {
     const char *p = NULL;
     size_t n = 0;
-    if (o->type == MSGPACK_OBJECT_BIN) {
-        p = o->via.bin.ptr;
-        n = o->via.bin.size;
-    } else if (o->type == MSGPACK_OBJECT_STR) {
-        p = o->via.str.ptr;
-        n = o->via.str.size;
-    }
-    if (!n)
+    if (pv_obj_bytes(o, &p, &n) != 0 || !n)
         return;
     fflush(stdout);
     while (n > 0) {

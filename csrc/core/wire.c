@@ -182,21 +182,27 @@ int pv_obj_f64(const msgpack_object *o, double *out)
     return -1;
 }
 
+int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n)
+{
+    if (o && o->type == MSGPACK_OBJECT_STR) {
+        *p = o->via.str.ptr;
+        *n = o->via.str.size;
+        return 0;
+    }
+    if (o && o->type == MSGPACK_OBJECT_BIN) {
+        *p = o->via.bin.ptr;
+        *n = o->via.bin.size;
+        return 0;
+    }
+    return -1;
+}
+
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap)
 {
     const char *p;
     size_t n;
-    if (!o || cap == 0)
+    if (cap == 0 || pv_obj_bytes(o, &p, &n) != 0)
         return -1;
-    if (o->type == MSGPACK_OBJECT_STR) {
-        p = o->via.str.ptr;
-        n = o->via.str.size;
-    } else if (o->type == MSGPACK_OBJECT_BIN) {
-        p = o->via.bin.ptr;
-        n = o->via.bin.size;
-    } else {
-        return -1;
-    }
     if (n >= cap)
         n = cap - 1;
     memcpy(out, p, n);

@@ -109,18 +109,6 @@ static cudaError_t d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd,
 }
 
 /* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */
-static int dev_range(const void *p, size_t n, struct pv_device **d)
-{
-    struct pv_alloc a;
-    uint64_t u = (uint64_t)(uintptr_t)p;
-    if (pv_alloc_find(u, &a) != 0 || a.dev < 0)
-        return -1;
-    if (n > a.size || u - a.ptr > a.size - n)
-        return -1;
-    *d = pv_device(a.dev);
-    return *d ? 0 : -1;
-}
-
 static int is_device_ptr(const void *p)
 {
     struct pv_alloc a;
@@ -234,10 +222,23 @@ static cudaError_t region_copy(void *dst, const void *src, size_t n, int dreg, i
         return PV_SUCCESS;
     }
     if (dreg)                                            /* into the host copy, from the device or the host */
-        return dev_range(src, n, &d) == 0 ? d2h_region(d, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, d))
-                                          : (memmove(dst, src, n), PV_SUCCESS);
-    return dev_range(dst, n, &d) == 0 ? h2d(d, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, d))
-                                      : (memmove(dst, src, n), PV_SUCCESS);
+        return pv_dev_range(src, n, &d) == 0 ? d2h_region(d, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, d))
+                                             : (memmove(dst, src, n), PV_SUCCESS);
+    return pv_dev_range(dst, n, &d) == 0 ? h2d(d, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, d))
+                                         : (memmove(dst, src, n), PV_SUCCESS);
+}
+
+/* What every copy checks once its sizes are known to be non-zero: both pointers set, the library initialized, the
+ * stream valid; then cudaMemcpyDefault is resolved into *kind. */
+static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaStream_t s)
+{
+    if (!dst || !src)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = init_with_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    *kind = copy_kind(*kind, dst, src);
+    return PV_SUCCESS;
 }
 
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
@@ -247,9 +248,7 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
         return PV_cudaErrorInvalidMemcpyDirection;
     if (n == 0)
         return PV_SUCCESS;
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = init_with_stream(s);
+    cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
     int sreg = region_side(src, n, 1, &err), dreg = region_side(dst, n, 0, &err);
@@ -257,22 +256,21 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
         return err;
     if (sreg || dreg)
         return region_copy(dst, src, n, dreg, sreg, s);
-    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
     case cudaMemcpyHostToHost:
         memmove(dst, src, n);
         return PV_SUCCESS;
     case cudaMemcpyHostToDevice:
-        if (dev_range(dst, n, &ddev) != 0)
+        if (pv_dev_range(dst, n, &ddev) != 0)
             return PV_cudaErrorInvalidValue;
         return h2d(ddev, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, ddev));
     case cudaMemcpyDeviceToHost:
-        if (dev_range(src, n, &sdev) != 0)
+        if (pv_dev_range(src, n, &sdev) != 0)
             return PV_cudaErrorInvalidValue;
         return d2h(sdev, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
     default:
-        if (dev_range(dst, n, &ddev) != 0 || dev_range(src, n, &sdev) != 0)
+        if (pv_dev_range(dst, n, &ddev) != 0 || pv_dev_range(src, n, &sdev) != 0)
             return PV_cudaErrorInvalidValue;
         return d2d(ddev, (uint64_t)(uintptr_t)dst, sdev, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
     }
@@ -472,7 +470,7 @@ static cudaError_t peer(void *dst, int dstDev, const void *src, int srcDev, size
         return PV_cudaErrorInvalidDevice;
     if (n == 0)
         return PV_SUCCESS;
-    if (dev_range(dst, n, &chk) != 0 || chk != dd || dev_range(src, n, &chk) != 0 || chk != sd)
+    if (pv_dev_range(dst, n, &chk) != 0 || chk != dd || pv_dev_range(src, n, &chk) != 0 || chk != sd)
         return PV_cudaErrorInvalidValue;
     return d2d(dd, (uint64_t)(uintptr_t)dst, sd, (uint64_t)(uintptr_t)src, n, 0);
 }
@@ -492,45 +490,7 @@ PV_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDev, const void *src, i
 /* ------------------------------------------------------------------------------------------ 2D copies */
 static int dev_range_2d(const void *p, size_t pitch, size_t width, size_t height, struct pv_device **d)
 {
-    return dev_range(p, pitch * (height - 1) + width, d);
-}
-
-static cudaError_t h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
-                          size_t width, size_t height, uint64_t stream)
-{
-    size_t total = width * height;
-    char *packed = NULL;
-    const char *payload = src;
-    if (spitch != width) {
-        packed = malloc(total);
-        if (!packed)
-            return PV_cudaErrorMemoryAllocation;
-        for (size_t r = 0; r < height; r++)
-            memcpy(packed + r * width, src + r * spitch, width);
-        payload = packed;
-    }
-    cudaError_t err = pv_send_MEMCPY2D_HTOD(d, dst, dpitch, width, height, stream, payload, total);
-    free(packed);
-    return err;
-}
-
-static cudaError_t d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
-                          size_t height, uint64_t stream)
-{
-    size_t total = width * height;
-    char *packed = dpitch == width ? dst : malloc(total);
-    if (!packed)
-        return PV_cudaErrorMemoryAllocation;
-    size_t got = 0;
-    cudaError_t err = pv_call_MEMCPY2D_DTOH(d, src, spitch, width, height, stream, packed, total, &got);
-    if (err == PV_SUCCESS && got != total)
-        err = PV_cudaErrorUnknown;
-    if (err == PV_SUCCESS && packed != dst)
-        for (size_t r = 0; r < height; r++)
-            memcpy(dst + r * dpitch, packed + r * width, width);
-    if (packed != dst)
-        free(packed);
-    return err;
+    return pv_dev_range(p, pitch * (height - 1) + width, d);
 }
 
 static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
@@ -542,9 +502,7 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
         return PV_SUCCESS;
     if (width > dpitch || width > spitch)
         return PV_cudaErrorInvalidPitchValue;
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = init_with_stream(s);
+    cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
     if (pv_region_find(dst, NULL) == 0 || pv_region_find(src, NULL) == 0) {
@@ -553,7 +511,6 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
             err = pv_memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, s, 1);
         return err;
     }
-    kind = copy_kind(kind, dst, src);
     struct pv_device *ddev = NULL, *sdev = NULL;
     uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
     switch (kind) {
@@ -564,11 +521,11 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
     case cudaMemcpyHostToDevice:
         if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0)
             return PV_cudaErrorInvalidValue;
-        return h2d_2d(ddev, du, dpitch, src, spitch, width, height, stream_for(s, ddev));
+        return pv_h2d_2d(ddev, du, dpitch, src, spitch, width, height, stream_for(s, ddev));
     case cudaMemcpyDeviceToHost:
         if (dev_range_2d(src, spitch, width, height, &sdev) != 0)
             return PV_cudaErrorInvalidValue;
-        return d2h_2d(sdev, dst, dpitch, su, spitch, width, height, stream_for(s, sdev));
+        return pv_d2h_2d(sdev, dst, dpitch, su, spitch, width, height, stream_for(s, sdev));
     default:
         if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0 ||
             dev_range_2d(src, spitch, width, height, &sdev) != 0)
@@ -579,9 +536,9 @@ static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t sp
             char *tmp = malloc(width * height);
             if (!tmp)
                 return PV_cudaErrorMemoryAllocation;
-            err = d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
+            err = pv_d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
             if (err == PV_SUCCESS)
-                err = h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
+                err = pv_h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
             free(tmp);
             return err;
         }
@@ -803,42 +760,37 @@ static cudaError_t symbol_span(const void *symbol, size_t n, size_t offset, cons
     return PV_SUCCESS;
 }
 
-static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+/* A copy between a symbol (+offset) and memory: to the symbol from src, or from the symbol into dst. kind says where
+ * the other side lives (cudaMemcpyDefault: found out from the pointer). */
+static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, size_t n, size_t offset, int kind,
+                               cudaStream_t s)
 {
-    struct pv_device *d, *sd;
+    struct pv_device *d, *od;
     uint64_t addr;
-    cudaError_t err = symbol_span(symbol, n, offset, src, &d, &addr);
+    cudaError_t err = symbol_span(symbol, n, offset, other, &d, &addr);
     if (err != PV_SUCCESS || n == 0)
         return err;
+    int host_kind = to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     if (kind == cudaMemcpyDefault)
-        kind = is_device_ptr(src) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    if (kind == cudaMemcpyHostToDevice)
-        return h2d(d, addr, src, n, stream_for(s, d));
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (dev_range(src, n, &sd) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2d(d, addr, sd, (uint64_t)(uintptr_t)src, n, stream_for(s, sd));
-    }
-    return PV_cudaErrorInvalidMemcpyDirection;
+        kind = is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
+    if (kind == host_kind)
+        return to_symbol ? h2d(d, addr, other, n, stream_for(s, d)) : d2h(d, other, addr, n, stream_for(s, d));
+    if (kind != cudaMemcpyDeviceToDevice)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (pv_dev_range(other, n, &od) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t o = (uint64_t)(uintptr_t)other;
+    return to_symbol ? d2d(d, addr, od, o, n, stream_for(s, od)) : d2d(od, o, d, addr, n, stream_for(s, d));
+}
+
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+{
+    return symbol_copy(1, symbol, (void *)src, n, offset, kind, s);
 }
 
 static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t offset, int kind, cudaStream_t s)
 {
-    struct pv_device *d, *dd;
-    uint64_t addr;
-    cudaError_t err = symbol_span(symbol, n, offset, dst, &d, &addr);
-    if (err != PV_SUCCESS || n == 0)
-        return err;
-    if (kind == cudaMemcpyDefault)
-        kind = is_device_ptr(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
-    if (kind == cudaMemcpyDeviceToHost)
-        return d2h(d, dst, addr, n, stream_for(s, d));
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (dev_range(dst, n, &dd) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2d(dd, (uint64_t)(uintptr_t)dst, d, addr, n, stream_for(s, d));
-    }
-    return PV_cudaErrorInvalidMemcpyDirection;
+    return symbol_copy(0, symbol, dst, n, offset, kind, s);
 }
 
 PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t offset, int kind)
@@ -888,30 +840,30 @@ PV_API cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size
     return pv_ret(from_symbol(dst, symbol, n, offset, kind, s));
 }
 
-PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
-{
-    struct pv_device *d;
-    uint64_t addr;
-    size_t size;
-    if (!devPtr)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = symbol_addr(symbol, &d, &addr, &size);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *devPtr = (void *)(uintptr_t)addr;
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+/* cudaGetSymbolAddress / cudaGetSymbolSize: exactly one of dev_ptr and size is wanted. */
+static cudaError_t symbol_query(const void *symbol, void **dev_ptr, size_t *size)
 {
     struct pv_device *d;
     uint64_t addr;
     size_t sz;
-    if (!size)
-        return pv_ret(PV_cudaErrorInvalidValue);
+    if (!dev_ptr && !size)
+        return PV_cudaErrorInvalidValue;
     cudaError_t err = symbol_addr(symbol, &d, &addr, &sz);
     if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *size = sz;
+        return err;
+    if (dev_ptr)
+        *dev_ptr = (void *)(uintptr_t)addr;
+    if (size)
+        *size = sz;
     return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
+{
+    return devPtr ? pv_ret(symbol_query(symbol, devPtr, NULL)) : pv_ret(PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
+{
+    return size ? pv_ret(symbol_query(symbol, NULL, size)) : pv_ret(PV_cudaErrorInvalidValue);
 }

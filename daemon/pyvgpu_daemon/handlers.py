@@ -22,13 +22,14 @@ from pyvgpu import protocol as P
 from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, release_device
+from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, destroy_blas_handles, release_device
 
 log = logging.getLogger("pyvgpu.daemon")
 
 MAX_PARAM_BYTES = 1 << 20         # kernel parameter buffer (CUDA's own limit is 32 KiB)
 MAX_MODULE_BYTES = 1 << 30
 ERR_UNKNOWN = ERROR_CODES["cudaErrorUnknown"]
+KERNEL_ATTR_SET = frozenset(P.KERNEL_ATTR_KEYS)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ _u64 = _int_in(0, (1 << 64) - 1, "a u64")
 # Wire type -> conversion of the received value (protocol.ARG_TYPES; dev is the server's, map HELLO's).
 ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "u64": _u64, "ptr": _u64, "size": _u64, "handle": _u64, "stream": _u64, "event": _u64, "func": _u64,
+    "blas": _u64,
     "i64": _int_in(-(1 << 63), (1 << 63) - 1, "an i64"), "u32": _int_in(0, (1 << 32) - 1, "a u32"),
     "i32": _int_in(-(1 << 31), (1 << 31) - 1, "an i32"), "f64": _f64, "dim3": _dim3,
     "bytes": _of(bytes, "bytes"), "str": _of(str, "a string"),
@@ -94,6 +96,7 @@ ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
 # Handle kinds resolved through the session's tables before the handler sees them.
 RESOLVE: dict[str, Callable[[DeviceState, int], Any]] = {
     "stream": DeviceState.stream, "event": DeviceState.event, "func": DeviceState.function,
+    "blas": DeviceState.blas,
 }
 assert set(ARG_CHECKS) | {"dev", "map"} == P.ARG_TYPES, "a wire type without a conversion"
 
@@ -258,6 +261,9 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
     kernels: dict[str, Any] = {}
     ids: list[int] = []
     for name, k in loaded.kernels.items():
+        unknown = set(k.attrs) - KERNEL_ATTR_SET
+        if unknown:   # a backend bug: the client would not understand these keys
+            raise CudaError("cudaErrorUnknown", f"kernel {name}: attributes {sorted(unknown)} are not in the spec")
         fid = st.new_handle()
         st.functions[fid] = (loaded, k)
         ids.append(fid)
@@ -375,7 +381,9 @@ def device_sync(c: Call) -> None:
 
 @handler("DEVICE_RESET")
 def device_reset(c: Call) -> None:
-    # cudaDeviceReset destroys every allocation, module, stream and event of the context and clears errors.
+    # cudaDeviceReset destroys every allocation, module, stream, event and cuBLAS handle of the context and clears
+    # errors.
+    destroy_blas_handles(c.st)
     for entry in list(c.st.modules.values()):
         try:
             c.ctx.module_unload(entry.loaded)
@@ -405,6 +413,7 @@ def device_get_limit(c: Call, limit: int) -> int:
     return int(c.ctx.get_limit(_limit(limit)))
 
 
+from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
 from pyvgpu_daemon import handlers_graph, handlers_managed, handlers_peer  # noqa: E402,F401
 
@@ -420,6 +429,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if session.closing:
         return None                       # the client is gone: skip queued work, cleanup follows
     st.ops += 1
+    if not fire_and_forget:
+        st.waited += 1                    # the client waits for this one's reply (a blocking round trip)
     result: Any = None
     out = b""
     err = 0

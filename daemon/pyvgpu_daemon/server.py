@@ -440,8 +440,9 @@ class Server:
             writer.close()
         except Exception:  # noqa: BLE001
             pass
-        log.info("%s: ended (%s); released %d bytes on %d device(s)", session.tag(), reason, released,
-                 len(session.devices))
+        log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
+                 reason, sum(st.ops for st in session.devices.values()),
+                 sum(st.waited for st in session.devices.values()), released, len(session.devices))
 
     # ------------------------------------------------------------------ status
     def status(self, me: Session | None = None) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class DeviceState:
     functions: dict[int, tuple[LoadedModule, KernelDesc]] = field(default_factory=dict)
     streams: dict[int, Any] = field(default_factory=dict)
     events: dict[int, Any] = field(default_factory=dict)
+    blas_handles: dict[int, Any] = field(default_factory=dict)       # cuBLAS handles (backend objects)
     graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
     graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
     managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
@@ -57,6 +58,7 @@ class DeviceState:
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
     ops: int = 0
+    waited: int = 0            # ops whose reply the client waited for
     _next_handle: int = FIRST_HANDLE
 
     # ------------------------------------------------------------------ handles
@@ -78,6 +80,12 @@ class DeviceState:
             return self.events[handle]
         except KeyError:
             raise CudaError("cudaErrorInvalidResourceHandle", f"unknown event {handle:#x}") from None
+
+    def blas(self, handle: int) -> Any:
+        try:
+            return self.blas_handles[handle]
+        except KeyError:
+            raise CudaError("cudaErrorInvalidResourceHandle", f"unknown cuBLAS handle {handle:#x}") from None
 
     def function(self, handle: int) -> tuple[LoadedModule, KernelDesc]:
         try:
@@ -124,6 +132,7 @@ class DeviceState:
         self.functions.clear()
         self.streams.clear()
         self.events.clear()
+        self.blas_handles.clear()
         self.graphs.clear()
         self.graph_bytes = 0
         self.managed.clear()
@@ -133,8 +142,9 @@ class DeviceState:
 
     def summary(self) -> dict[str, Any]:
         return {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
-                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events), "graphs": len(self.graphs), "managed": self.managed.nbytes,
-                "ops": self.ops, "sticky_error": self.sticky}
+                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
+                "blas_handles": len(self.blas_handles), "graphs": len(self.graphs), "managed": self.managed.nbytes,
+                "ops": self.ops, "waited": self.waited, "sticky_error": self.sticky}
 
 
 @dataclass
@@ -172,6 +182,7 @@ def release_device(session: Session, st: DeviceState) -> int:
     held = st.held
     ctx = st.ctx
     if ctx is not None:
+        destroy_blas_handles(st)
         for entry in list(st.modules.values()):
             try:
                 ctx.module_unload(entry.loaded)
@@ -199,3 +210,14 @@ def release_device(session: Session, st: DeviceState) -> int:
         st.ctx = None
     st.clear_tables()
     return held
+
+
+def destroy_blas_handles(st: DeviceState) -> None:
+    """cuBLAS handles die with their session (and with a device reset): destroy them before the context goes."""
+    assert st.ctx is not None
+    for h in list(st.blas_handles.values()):
+        try:
+            st.ctx.blas_destroy(h)
+        except Exception as exc:  # noqa: BLE001 - cleanup carries on
+            log.warning("device %d: cuBLAS handle destroy failed: %s", st.ordinal, exc)
+    st.blas_handles.clear()

@@ -158,6 +158,29 @@ class DeviceContext(ABC):
     @abstractmethod
     def synchronize(self) -> None: ...
 
+    # ------------------------------------------------------------------ cuBLAS (pyvgpu/cublas_spec.py)
+    # Whether the daemon must check every device region a cuBLAS call names against the session's allocations
+    # before the backend runs it (a real library would read or write anywhere); the emulated device checks each
+    # operand it touches against the session's own heap itself.
+    blas_validates_pointers: bool = False
+
+    def blas_create(self) -> Any:
+        """A cuBLAS handle (backend object) on this device."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
+    def blas_destroy(self, handle: Any) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
+    def blas_set_workspace(self, handle: Any, ptr: int, size: int) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
+    def blas_call(self, handle: Any, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        """Run one call of a cuBLAS family, in order on `stream`. `args` are the family's arguments by name (scalars:
+        bytes in host pointer mode, device addresses in device pointer mode; results: None in host pointer mode).
+        Returns the result's bytes for a host-mode result. Failures: BlasError (a status), CudaError (a fault)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
     def take_stdout(self) -> bytes:
         """Device printf output not yet returned (backends that buffer it override this)."""
         return b""

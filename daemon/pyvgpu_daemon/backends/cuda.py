@@ -10,7 +10,7 @@ client's packed parameter buffer to cuLaunchKernel through CU_LAUNCH_PARAM_BUFFE
 Module globals are listed from the ELF symbol tables of the fatbin's cubins (the driver has no enumeration call)
 and resolved with cuModuleGetGlobal.
 
-The `driver` module is injectable so the plumbing can be exercised without a GPU (tests/test_daemon_cuda.py).
+The `driver` module is injectable so the plumbing can be exercised without a GPU (tests/daemon/test_daemon_cuda.py).
 """
 from __future__ import annotations
 
@@ -22,16 +22,18 @@ from typing import Any
 
 import numpy as np
 
+from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
                              VA_WINDOW_BYTES)
+from pyvgpu_daemon.backends import cublas_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
 
-# CUdevice_attribute numbers equal cudaDeviceAttr numbers; these are the ones the snapshot carries.
-SNAPSHOT_ATTRS = tuple(range(1, 44)) + tuple(range(45, 92)) + (95, 97, 98, 99, 100, 101, 106, 108, 109, 111, 112,
-                                                              113, 114, 115, 116, 117, 118, 119, 120, 121, 125, 126)
+# CUdevice_attribute numbers equal cudaDeviceAttr numbers; the snapshot carries every one CUDA 13 defines (the driver
+# answers each; one it does not know is left out).
+SNAPSHOT_ATTRS = tuple(sorted(DEVICE_ATTRS.values()))
 FUNC_ATTRS = {
     "max_threads_per_block": "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
     "shared_size_bytes": "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES",
@@ -158,8 +160,9 @@ def elf_global_names(elf: bytes) -> list[str]:
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, driver: Any = None) -> None:
+    def __init__(self, driver: Any = None, cublas: Any = None) -> None:
         self.drv = driver or _load_driver()
+        self.cublas = cublas           # a cublas_cuda.Cublas (tests inject one); None: loaded on first use
         check(self.drv.cuInit(0), "cuInit")
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
@@ -191,15 +194,22 @@ class CudaBackend(Backend):
             pci = pci.split(b"\0", 1)[0].decode() if isinstance(pci, bytes) else str(pci)
         except CudaError:
             pci = ""
-        a = attrs.get
+        def a(name: str, default: int) -> int:
+            return attrs.get(DEVICE_ATTRS["cudaDevAttr" + name], default)
         return {
-            "name": name, "total_mem": total, "major": a(75, 0), "minor": a(76, 0),
-            "multiprocessors": a(16, 0), "warp_size": a(10, 32), "max_threads_per_block": a(1, 1024),
-            "max_block_dim": [a(2, 1024), a(3, 1024), a(4, 64)], "max_grid_dim": [a(5, 0), a(6, 0), a(7, 0)],
-            "shared_mem_per_block": a(8, 0), "shared_mem_per_multiprocessor": a(81, 0),
-            "regs_per_block": a(12, 0), "clock_rate_khz": a(13, 0), "memory_clock_rate_khz": a(36, 0),
-            "memory_bus_width": a(37, 0), "l2_cache_size": a(38, 0), "max_threads_per_multiprocessor": a(39, 0),
-            "total_const_mem": a(9, 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs, "backend": self.name,
+            "name": name, "total_mem": total, "major": a("ComputeCapabilityMajor", 0),
+            "minor": a("ComputeCapabilityMinor", 0), "multiprocessors": a("MultiProcessorCount", 0),
+            "warp_size": a("WarpSize", 32), "max_threads_per_block": a("MaxThreadsPerBlock", 1024),
+            "max_block_dim": [a("MaxBlockDimX", 1024), a("MaxBlockDimY", 1024), a("MaxBlockDimZ", 64)],
+            "max_grid_dim": [a("MaxGridDimX", 0), a("MaxGridDimY", 0), a("MaxGridDimZ", 0)],
+            "shared_mem_per_block": a("MaxSharedMemoryPerBlock", 0),
+            "shared_mem_per_multiprocessor": a("MaxSharedMemoryPerMultiprocessor", 0),
+            "regs_per_block": a("MaxRegistersPerBlock", 0), "clock_rate_khz": a("ClockRate", 0),
+            "memory_clock_rate_khz": a("MemoryClockRate", 0), "memory_bus_width": a("GlobalMemoryBusWidth", 0),
+            "l2_cache_size": a("L2CacheSize", 0),
+            "max_threads_per_multiprocessor": a("MaxThreadsPerMultiProcessor", 0),
+            "total_const_mem": a("TotalConstantMemory", 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs,
+            "backend": self.name,
             "peers": self._peers(dev, ordinal),
         }
 
@@ -221,7 +231,7 @@ class CudaBackend(Backend):
         # Ordinary allocations live where the driver puts them; managed and mapped ones are placed in the session's
         # window (va_base + ordinal * VA_WINDOW_BYTES) when the driver honours the address hint, because the client
         # maps their host copy at the same address.
-        return CudaContext(self.drv, ordinal, va_base + ordinal * VA_WINDOW_BYTES)
+        return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES)
 
 
 @dataclass
@@ -234,9 +244,10 @@ class _Event:
 class CudaContext(DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
-    def __init__(self, drv: Any, ordinal: int, window: int = 0) -> None:
+    def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0) -> None:
         self.drv = drv
         self.ordinal = ordinal
+        self._cublas = cublas
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
         self._hint = window                      # next address to ask for in this session's window
@@ -560,6 +571,25 @@ class CudaContext(DeviceContext):
             except Exception as exc:  # noqa: BLE001 - keep releasing the others
                 log.warning("device %d: releasing managed memory at %#x failed: %s", self.ordinal, ptr, exc)
         self._vmm.clear()
+
+    # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)
+    blas_validates_pointers = True      # real cuBLAS would touch whatever it is given
+
+    def _blas(self) -> cublas_cuda.Cublas:
+        return self._cublas or cublas_cuda.library()
+
+    def blas_create(self) -> cublas_cuda.RealHandle:
+        return self._blas().create()
+
+    def blas_destroy(self, handle: cublas_cuda.RealHandle) -> None:
+        self._blas().destroy(handle)
+
+    def blas_set_workspace(self, handle: cublas_cuda.RealHandle, ptr: int, size: int) -> None:
+        self._blas().set_workspace(handle, ptr, size)
+
+    def blas_call(self, handle: cublas_cuda.RealHandle, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).

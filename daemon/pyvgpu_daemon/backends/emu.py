@@ -22,7 +22,10 @@ from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
                              LIMIT_NAMES, VA_WINDOW_BYTES)
+from pyvgpu.cuda_enums import DEVICE_ATTRS
+from pyvgpu_daemon import blas
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.errors import CudaError
 
@@ -32,13 +35,12 @@ EMU_NAME = "pyvgpu emulated GPU (sm_75)"
 SM = 75
 EVENT_DISABLE_TIMING = 0x2        # cudaEventDisableTiming
 STDOUT_LIMIT = 8 << 20            # printf bytes kept per device between syncs; the rest is dropped, as CUDA does
-SHARED_PER_BLOCK = 48 << 10       # static + dynamic shared memory a launch gets without opting in
-SHARED_PER_BLOCK_OPTIN = 64 << 10  # cudaDevAttrMaxSharedMemoryPerBlockOptin of sm_75 (= limits.max_shared_bytes)
-MAX_SYNC_DEPTH = 24               # cudaLimitDevRuntimeSyncDepth maximum
-MAX_L2_FETCH_GRANULARITY = 128
-MAX_BLOCK = (1024, 1024, 64)
+# What the emulated device reports beyond its limits (emu/limits.py): clocks, memory bus and L2 of an sm_75 part.
+CLOCK_RATE_KHZ = 1_590_000
+MEMORY_CLOCK_RATE_KHZ = 5_001_000
+MEMORY_BUS_WIDTH = 256
+L2_CACHE_SIZE = 4 << 20
 PEER_KERNEL_ACCESS = False        # whether emulated kernels can use another device's memory (peer access)
-MAX_GRID = ((1 << 31) - 1, 65535, 65535)
 
 
 def parse_size(text: str | int) -> int:
@@ -54,36 +56,74 @@ def parse_size(text: str | int) -> int:
     return value
 
 
-def emu_attrs(total_mem: int) -> dict[int, int]:
-    """cudaDeviceAttr number → value for the emulated sm_75 device (numbers from CUDA 13 driver_types.h)."""
-    return {
-        1: 1024, 2: 1024, 3: 1024, 4: 64,                 # max threads/block, max block dims
-        5: MAX_GRID[0], 6: MAX_GRID[1], 7: MAX_GRID[2],   # max grid dims
-        8: 48 << 10,                                      # shared mem per block
-        9: 64 << 10,                                      # total constant memory
-        10: 32,                                           # warp size
-        11: (1 << 31) - 1,                                # max pitch
-        12: 65536,                                        # registers per block
-        13: 1_590_000,                                    # clock rate kHz
-        14: 512, 15: 1,                                   # texture alignment, gpu overlap
-        16: 40,                                           # multiprocessors
-        17: 0, 18: 0, 19: 1,                              # kernel exec timeout, integrated, can map host memory
-        20: 0,                                            # compute mode default
-        30: 512, 31: 1, 32: 0,                            # surface alignment, concurrent kernels, ECC
-        33: 0, 34: 0, 35: 0,                              # PCI bus / device id, TCC
-        36: 5_001_000, 37: 256, 38: 4 << 20,              # memory clock kHz, bus width, L2 size
-        39: 1024, 40: 3, 41: 1,                           # threads per SM, async engines, unified addressing
-        50: 0, 51: 32,                                    # PCI domain, texture pitch alignment
-        75: 7, 76: 5,                                     # compute capability
-        78: 1, 79: 1, 80: 1,                              # stream priorities, global/local L1 cache
-        81: 64 << 10, 82: 65536,                          # shared mem / registers per SM
-        83: 1, 84: 0, 85: 0, 86: 0, 87: 32,               # managed memory, multi-GPU board, atomics, fp32:fp64
-        88: 0, 89: 1, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
-        100: 0, 101: 0,                                   # host page tables, direct managed access from host
-        97: SHARED_PER_BLOCK_OPTIN, 98: 0, 99: 0,         # opt-in shared/block, flush remote writes, host register
-        106: 16, 108: 0, 109: 0, 111: 0,                  # blocks per SM, persisting L2, access window, reserved shm
-        115: 1, 119: 0, 120: 0,                           # memory pools (handle types: none), cluster launch
+def emu_attrs(lim: EmuLimits) -> dict[int, int]:
+    """cudaDeviceAttr number → value for the emulated sm_75 device (names: pyvgpu/cuda_enums.py)."""
+    named = {
+        "MaxThreadsPerBlock": lim.max_threads_per_block,
+        "MaxBlockDimX": lim.max_block_dim[0],
+        "MaxBlockDimY": lim.max_block_dim[1],
+        "MaxBlockDimZ": lim.max_block_dim[2],
+        "MaxGridDimX": lim.max_grid_dim[0],
+        "MaxGridDimY": lim.max_grid_dim[1],
+        "MaxGridDimZ": lim.max_grid_dim[2],
+        "MaxSharedMemoryPerBlock": lim.shared_per_block,
+        "TotalConstantMemory": lim.const_bytes,
+        "WarpSize": lim.warp_size,
+        "MaxPitch": lim.max_pitch,
+        "MaxRegistersPerBlock": lim.regs_per_block,
+        "ClockRate": CLOCK_RATE_KHZ,
+        "TextureAlignment": 512,
+        "GpuOverlap": 1,
+        "MultiProcessorCount": lim.multiprocessors,
+        "KernelExecTimeout": 0,
+        "Integrated": 0,
+        "CanMapHostMemory": 1,                      # mapped host memory: a coherent device copy
+        "ComputeMode": 0,
+        "SurfaceAlignment": 512,
+        "ConcurrentKernels": 1,
+        "EccEnabled": 0,
+        "PciBusId": 0,
+        "PciDeviceId": 0,
+        "TccDriver": 0,
+        "MemoryClockRate": MEMORY_CLOCK_RATE_KHZ,
+        "GlobalMemoryBusWidth": MEMORY_BUS_WIDTH,
+        "L2CacheSize": L2_CACHE_SIZE,
+        "MaxThreadsPerMultiProcessor": lim.max_threads_per_multiprocessor,
+        "AsyncEngineCount": 3,
+        "UnifiedAddressing": 1,
+        "PciDomainId": 0,
+        "TexturePitchAlignment": 32,
+        "ComputeCapabilityMajor": SM // 10,
+        "ComputeCapabilityMinor": SM % 10,
+        "StreamPrioritiesSupported": 1,
+        "GlobalL1CacheSupported": 1,
+        "LocalL1CacheSupported": 1,
+        "MaxSharedMemoryPerMultiprocessor": lim.shared_per_multiprocessor,
+        "MaxRegistersPerMultiprocessor": lim.regs_per_multiprocessor,
+        "ManagedMemory": 1,
+        "IsMultiGpuBoard": 0,
+        "MultiGpuBoardGroupID": 0,
+        "HostNativeAtomicSupported": 0,
+        "SingleToDoublePrecisionPerfRatio": 32,
+        "PageableMemoryAccess": 0,
+        "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
+        "ComputePreemptionSupported": 1,
+        "CanUseHostPointerForRegisteredMem": 0,
+        "CooperativeLaunch": 1,
+        "MaxSharedMemoryPerBlockOptin": lim.shared_per_block_optin,
+        "CanFlushRemoteWrites": 0,
+        "HostRegisterSupported": 0,
+        "MaxBlocksPerMultiprocessor": lim.max_blocks_per_multiprocessor,
+        "MaxPersistingL2CacheSize": lim.persisting_l2_bytes,
+        "MaxAccessPolicyWindowSize": 0,
+        "ReservedSharedMemoryPerBlock": 0,
+        "MemoryPoolsSupported": 1,
+        "MemoryPoolSupportedHandleTypes": 0,
+        "PageableMemoryAccessUsesHostPageTables": 0,
+        "DirectManagedMemAccessFromHost": 0,
+        "ClusterLaunch": 0,
     }
+    return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
 
 
 @dataclass
@@ -102,7 +142,7 @@ class EmuBackend(Backend):
     name = "emu"
 
     def __init__(self, devices: int = 1, memory: int = 4 << 30, slowdown: float = 1.0,
-                 instance: str = "") -> None:
+                 instance: str = "", limits: EmuLimits | None = None) -> None:
         if devices < 1:
             raise ValueError("need at least one emulated device")
         if not 0 < memory <= VA_WINDOW_BYTES:
@@ -113,25 +153,29 @@ class EmuBackend(Backend):
         self.memory = memory
         self.slowdown = slowdown
         self.instance = instance or f"{socket.gethostname()}"
+        self.limits = limits or EmuLimits()
         # Budget shared by all sessions of one device; touched from several worker threads, hence the lock.
         self._budget_lock = threading.Lock()
         self._budget_used = [0] * devices
 
     def devices(self) -> list[dict[str, Any]]:
-        out = []
-        for r in range(self.ndevices):
-            out.append({
-                "name": EMU_NAME, "total_mem": self.memory, "major": 7, "minor": 5, "multiprocessors": 40,
-                "warp_size": 32, "max_threads_per_block": 1024, "max_block_dim": list(MAX_BLOCK),
-                "max_grid_dim": list(MAX_GRID), "shared_mem_per_block": 48 << 10,
-                "shared_mem_per_multiprocessor": 64 << 10, "regs_per_block": 65536, "clock_rate_khz": 1_590_000,
-                "memory_clock_rate_khz": 5_001_000, "memory_bus_width": 256, "l2_cache_size": 4 << 20,
-                "max_threads_per_multiprocessor": 1024, "total_const_mem": 64 << 10,
-                "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
-                "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(self.memory), "backend": self.name,
-                "peers": [o for o in range(self.ndevices) if o != r] if PEER_KERNEL_ACCESS else [],
-            })
-        return out
+        return [self._snapshot(r) for r in range(self.ndevices)]
+
+    def _snapshot(self, r: int) -> dict[str, Any]:
+        lim = self.limits
+        return {
+            "name": EMU_NAME, "total_mem": self.memory, "major": SM // 10, "minor": SM % 10,
+            "multiprocessors": lim.multiprocessors, "warp_size": lim.warp_size,
+            "max_threads_per_block": lim.max_threads_per_block, "max_block_dim": list(lim.max_block_dim),
+            "max_grid_dim": list(lim.max_grid_dim), "shared_mem_per_block": lim.shared_per_block,
+            "shared_mem_per_multiprocessor": lim.shared_per_multiprocessor, "regs_per_block": lim.regs_per_block,
+            "clock_rate_khz": CLOCK_RATE_KHZ, "memory_clock_rate_khz": MEMORY_CLOCK_RATE_KHZ,
+            "memory_bus_width": MEMORY_BUS_WIDTH, "l2_cache_size": L2_CACHE_SIZE,
+            "max_threads_per_multiprocessor": lim.max_threads_per_multiprocessor, "total_const_mem": lim.const_bytes,
+            "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
+            "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(lim), "backend": self.name,
+            "peers": [o for o in range(self.ndevices) if o != r] if PEER_KERNEL_ACCESS else [],
+        }
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "EmuContext":
         return EmuContext(self, ordinal, va_base + ordinal * VA_WINDOW_BYTES)
@@ -156,6 +200,12 @@ class EmuBackend(Backend):
 
 def _rounded(size: int) -> int:
     return (max(size, 1) + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class EmuBlasHandle:
+    """A cuBLAS handle of the emulated device: it holds only what the client set on it."""
+    workspace: tuple[int, int] = (0, 0)
 
 
 class EmuContext(DeviceContext):
@@ -295,7 +345,7 @@ class EmuContext(DeviceContext):
             raise CudaError("cudaErrorNotSupported", f"kernel emulation unavailable: {exc}") from None
         before = set(self.mem.allocations())
         used_before = self.mem.used
-        module = EmuModule.load(bytes(image), self.mem, sm=SM)
+        module = EmuModule.load(bytes(image), self.mem, sm=SM, limits=self.backend.limits)
         owned = [a for a in self.mem.allocations() if a not in before]
         grown = self.mem.used - used_before
         try:
@@ -323,22 +373,14 @@ class EmuContext(DeviceContext):
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
-        if any(g < 1 for g in grid) or any(b < 1 for b in block):
-            raise CudaError("cudaErrorInvalidConfiguration", f"empty grid {grid} or block {block}")
-        if any(g > m for g, m in zip(grid, MAX_GRID)) or any(b > m for b, m in zip(block, MAX_BLOCK)) \
-                or block[0] * block[1] * block[2] > 1024:
-            raise CudaError("cudaErrorInvalidConfiguration", f"grid {grid} / block {block} exceed sm_75 limits")
         static = int(kernel.attrs.get("shared_size_bytes", 0))
-        dyn_max = int(kernel.attrs.get("max_dynamic_shared_size_bytes", max(0, SHARED_PER_BLOCK - static)))
-        if shmem > dyn_max:
-            # As on a GPU: more than the default needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first.
-            raise CudaError("cudaErrorInvalidValue",
-                            f"{kernel.name}: {shmem} B of dynamic shared memory, the function allows {dyn_max} B "
-                            f"(cudaFuncAttributeMaxDynamicSharedMemorySize)")
+        lim = self.backend.limits
+        dyn_max = int(kernel.attrs.get("max_dynamic_shared_size_bytes", max(0, lim.shared_per_block - static)))
         emu_module = module.handle[0]
         t0 = time.perf_counter()
         try:
-            out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params))
+            out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
+                                   max_dynamic_shared=dyn_max)
             self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
@@ -376,7 +418,7 @@ class EmuContext(DeviceContext):
 
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         if attr == FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE:
-            room = SHARED_PER_BLOCK_OPTIN - int(kernel.attrs.get("shared_size_bytes", 0))
+            room = self.backend.limits.shared_per_block_optin - int(kernel.attrs.get("shared_size_bytes", 0))
             if not 0 <= value <= room:
                 raise CudaError("cudaErrorInvalidValue",
                                 f"{kernel.name}: max dynamic shared memory {value} B, the device allows {room} B")
@@ -390,12 +432,13 @@ class EmuContext(DeviceContext):
 
     # ------------------------------------------------------------------ limits
     def set_limit(self, limit: int, value: int) -> None:
-        if limit == 3 and value > MAX_SYNC_DEPTH:
-            raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES[limit]} {value} > {MAX_SYNC_DEPTH}")
+        lim = self.backend.limits
+        if limit == 3 and value > lim.max_sync_depth:
+            raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES[limit]} {value} > {lim.max_sync_depth}")
         if limit == 5:
-            value = min(value, MAX_L2_FETCH_GRANULARITY)          # a hint, clamped as the driver does
+            value = min(value, lim.max_l2_fetch_granularity)     # a hint, clamped as the driver does
         elif limit == 6:
-            value = min(value, emu_attrs(0)[108])                 # no persisting L2 on the emulated device
+            value = min(value, lim.persisting_l2_bytes)          # no persisting L2 on the emulated device
         self._limits[limit] = value
 
     def get_limit(self, limit: int) -> int:
@@ -441,6 +484,22 @@ class EmuContext(DeviceContext):
 
     def synchronize(self) -> None:
         pass
+
+    # ------------------------------------------------------------------ cuBLAS
+    def blas_create(self) -> EmuBlasHandle:
+        return EmuBlasHandle()
+
+    def blas_destroy(self, handle: EmuBlasHandle) -> None:
+        pass
+
+    def blas_set_workspace(self, handle: EmuBlasHandle, ptr: int, size: int) -> None:
+        handle.workspace = (ptr, size)      # NumPy needs none; kept so the handle's state is what the client set
+
+    def blas_call(self, handle: EmuBlasHandle, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        # One ordered worker per (session, device): the call runs after everything queued before it, as on its
+        # stream; math modes only allow a GPU to be less precise, the emulation always computes as documented.
+        return blas.execute(family, self.mem, args)
 
     def reset(self) -> None:
         self.mem.free_all()

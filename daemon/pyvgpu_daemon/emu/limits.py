@@ -1,8 +1,20 @@
-"""Resource limits of the emulated GPU's interpreter."""
+"""EmuLimits: the one home of the emulated device's limits, and the one launch validator on the emulator side.
+
+Two kinds of limits live here:
+- the interpreter's budgets (lanes per chunk, instructions and seconds per launch, call depth), some of them
+  settable through PYVGPU_EMU_* environment variables;
+- the emulated sm_75 device's limits (block and grid dimensions, shared memory, registers, ...). The device
+  snapshot (`backends/emu.py`: cudaDeviceProp fields and cudaDeviceAttr values) reads them, and so does
+  `check_launch`, so what a client is told and what a launch is held to cannot drift apart.
+"""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from pyvgpu_daemon.errors import CudaError
+
+Dim3 = tuple[int, int, int]
 
 
 def _env_int(name: str, default: int) -> int:
@@ -14,6 +26,7 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass
 class EmuLimits:
+    # ---- the interpreter
     # Threads interpreted together (a chunk holds whole CTAs; one CTA always fits whatever this says).
     lanes_per_chunk: int = _env_int("PYVGPU_EMU_LANES_PER_CHUNK", 65536)
     # Vector instructions (one instruction over the lanes of a chunk) one launch may execute in all. A deadlocked
@@ -21,9 +34,54 @@ class EmuLimits:
     max_vector_instructions: int = _env_int("PYVGPU_EMU_MAX_VECTOR_INSTRUCTIONS", 50_000_000)
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))
-    # Per-thread local memory (bytes) and per-CTA shared memory the emulated device grants.
-    max_local_bytes: int = 512 * 1024
-    max_shared_bytes: int = 64 * 1024
-    default_dynamic_shared_bytes: int = 48 * 1024
     # Inlining depth for .func calls (recursion is refused outright).
     max_call_depth: int = 32
+
+    # ---- the emulated device (sm_75)
+    max_threads_per_block: int = 1024
+    max_block_dim: Dim3 = (1024, 1024, 64)
+    max_grid_dim: Dim3 = ((1 << 31) - 1, 65535, 65535)
+    warp_size: int = 32
+    multiprocessors: int = 40
+    max_threads_per_multiprocessor: int = 1024
+    max_blocks_per_multiprocessor: int = 16
+    regs_per_block: int = 65536
+    regs_per_multiprocessor: int = 65536
+    # Static + dynamic shared memory per CTA: without opting in (cudaFuncAttributeMaxDynamicSharedMemorySize),
+    # and the opt-in maximum (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+    shared_per_block: int = 48 * 1024
+    shared_per_block_optin: int = 64 * 1024
+    shared_per_multiprocessor: int = 64 * 1024
+    const_bytes: int = 64 * 1024
+    # Per-thread local memory (bytes).
+    max_local_bytes: int = 512 * 1024
+    max_pitch: int = (1 << 31) - 1
+    max_sync_depth: int = 24                 # cudaLimitDevRuntimeSyncDepth maximum
+    max_l2_fetch_granularity: int = 128      # cudaLimitMaxL2FetchGranularity maximum
+    persisting_l2_bytes: int = 0             # no persisting L2 on the emulated device
+
+    def check_launch(self, kernel: str, grid: Dim3, block: Dim3, shmem: int, *, kernel_max_threads: int,
+                     static_shared: int, max_dynamic_shared: int | None = None) -> None:
+        """CUDA's launch-configuration errors, in the order a launch meets them: the device's dimensions
+        (cudaErrorInvalidConfiguration), the function's dynamic shared memory maximum when one is given
+        (cudaErrorInvalidValue), the kernel's own thread maximum (.maxntid, cudaErrorInvalidConfiguration), and
+        the device's opt-in shared memory maximum (cudaErrorInvalidValue)."""
+        if len(grid) != 3 or len(block) != 3 or min(grid) < 1 or min(block) < 1:
+            raise CudaError("cudaErrorInvalidConfiguration", f"bad launch configuration grid={grid} block={block}")
+        nthreads = block[0] * block[1] * block[2]
+        too_big = any(g > m for g, m in zip(grid, self.max_grid_dim)) or \
+            any(b > m for b, m in zip(block, self.max_block_dim))
+        if too_big or nthreads > self.max_threads_per_block:
+            raise CudaError("cudaErrorInvalidConfiguration", f"grid {grid} / block {block} exceed sm_75 limits")
+        if max_dynamic_shared is not None and shmem > max_dynamic_shared:
+            # As on a GPU: more than the default needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first.
+            raise CudaError("cudaErrorInvalidValue",
+                            f"{kernel}: {shmem} B of dynamic shared memory, the function allows "
+                            f"{max_dynamic_shared} B (cudaFuncAttributeMaxDynamicSharedMemorySize)")
+        if nthreads > kernel_max_threads:
+            raise CudaError("cudaErrorInvalidConfiguration",
+                            f"{kernel}: block {block} has more than {kernel_max_threads} threads")
+        if shmem < 0 or static_shared + shmem > self.shared_per_block_optin:
+            raise CudaError("cudaErrorInvalidValue",
+                            f"{kernel}: {static_shared} B static + {shmem} B dynamic shared memory exceeds "
+                            f"{self.shared_per_block_optin} B")

@@ -1,4 +1,9 @@
-"""EmuModule: a loaded fatbin/PTX image on the emulated GPU (see docs/architecture.md, "Emulator contracts")."""
+"""EmuModule: a loaded fatbin/PTX image on the emulated GPU (see docs/architecture.md, "Emulator contracts").
+
+load: fatbin (fatbin.py) or PTX text -> ir.Module (ptx/parser.py); module .global/.const variables are allocated in
+the device's DeviceMemory and initialised; every .entry is translated once (translator/Kernel) and described by a
+KernelInfo (parameter layout, cudaFuncAttributes). launch: EmuLimits.check_launch, then runtime/Launch.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,10 +11,12 @@ from dataclasses import dataclass, field
 from pyvgpu_daemon.errors import CudaError
 
 from . import fatbin
+from .layout import init_bytes
 from .limits import EmuLimits
-from .machine import Kernel, Launch, _init_bytes
 from .ptx import ir
 from .ptx.parser import parse
+from .runtime import Launch
+from .translator import Kernel
 
 
 @dataclass
@@ -89,7 +96,7 @@ class EmuModule:
             self.variables[v.name] = (addr, v.size)
             pending.append(v)
         for v in pending:
-            data = _init_bytes(v, self._symbols)
+            data = init_bytes(v, self._symbols)
             if data:
                 self.memory.write(self._symbols[v.name], data)
 
@@ -102,53 +109,45 @@ class EmuModule:
         self._allocs.clear()
 
     def _info(self, k: Kernel) -> KernelInfo:
-        maxt = 1024
+        maxt = self.limits.max_threads_per_block
         if k.maxntid:
             p = 1
             for d in k.maxntid:
                 p *= d
             maxt = min(maxt, p)
         const_size = sum(v.size for v in self.ptx.variables if v.space == "const")
+        static_shared = k.layout.static_shared
         attrs = {
             "max_threads_per_block": maxt,
-            "shared_size_bytes": k.static_shared,
+            "shared_size_bytes": static_shared,
             "const_size_bytes": const_size,
-            "local_size_bytes": k.local_size,
+            "local_size_bytes": k.layout.local_size,
             "num_regs": k.num_regs,
             "ptx_version": _ptx_version(self.ptx.version),
             "binary_version": self.sm,
-            "max_dynamic_shared_size_bytes": max(0, self.limits.default_dynamic_shared_bytes - k.static_shared),
+            "max_dynamic_shared_size_bytes": max(0, self.limits.shared_per_block - static_shared),
         }
-        return KernelInfo(k.name, list(k.param_layout), attrs)
+        return KernelInfo(k.name, list(k.layout.param_layout), attrs)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-               params: bytes) -> LaunchOutput:
+               params: bytes, max_dynamic_shared: int | None = None) -> LaunchOutput:
+        """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
+        (the backend passes the session's value); None checks only the device's opt-in maximum."""
         k = self._compiled.get(kernel)
         if k is None:
             raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
         grid = tuple(int(x) for x in grid)
         block = tuple(int(x) for x in block)
-        if len(grid) != 3 or len(block) != 3 or min(grid) < 1 or min(block) < 1:
-            raise CudaError("cudaErrorInvalidConfiguration", f"bad launch configuration grid={grid} block={block}")
-        nthreads = block[0] * block[1] * block[2]
-        maxt = self.kernels[kernel].attrs["max_threads_per_block"]
-        if nthreads > maxt or block[0] > 1024 or block[1] > 1024 or block[2] > 64:
-            raise CudaError("cudaErrorInvalidConfiguration",
-                            f"block {block} has more than {maxt} threads or exceeds the per-dimension limits")
-        if grid[0] > 2**31 - 1 or grid[1] > 65535 or grid[2] > 65535:
-            raise CudaError("cudaErrorInvalidConfiguration", f"grid {grid} exceeds the device limits")
-        if shmem < 0 or k.static_shared + shmem > self.limits.max_shared_bytes:
+        self.limits.check_launch(kernel, grid, block, shmem,
+                                 kernel_max_threads=self.kernels[kernel].attrs["max_threads_per_block"],
+                                 static_shared=k.layout.static_shared, max_dynamic_shared=max_dynamic_shared)
+        if len(params) < k.layout.param_size:
             raise CudaError("cudaErrorInvalidValue",
-                            f"{k.static_shared} B static + {shmem} B dynamic shared memory exceeds "
-                            f"{self.limits.max_shared_bytes} B")
-        if len(params) < k.param_size:
-            raise CudaError("cudaErrorInvalidValue",
-                            f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.param_size} B")
+                            f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
                      grid_id=self._launches)
-        out = run.run()
-        return LaunchOutput(out)
+        return LaunchOutput(run.run())
 
 
 def _ptx_version(v: str) -> int:

@@ -31,7 +31,8 @@ Known deviations from hardware (everything else is bit-exact):
 - min/max order -0 below +0.
 
 Every fn runs with floating-point warnings silenced, so results do not depend on the caller's np.errstate.
-Micro-benchmark: python -m pyvgpu_daemon.emu.ops._bench
+Micro-benchmark: python bench/emu_ops_bench.py
+Atomics (atom, red) are in atomic.py: they read and write memory, so the runtime applies them, not build_alu.
 """
 from __future__ import annotations
 

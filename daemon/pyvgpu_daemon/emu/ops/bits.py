@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ptx import ir
-from .common import DTYPES, SIGNED, SIGNED_OF, UNSIGNED_OF, AluOp, Unsupported, one_of, split_mods, width
+from ..ptx.types import DTYPES, SIGNED, UNSIGNED_OF, width
+from .common import AluOp, Unsupported, one_of, split_mods
 
 _LOGIC_T = {"b16", "b32", "b64", "pred", "b8", "u16", "u32", "u64", "s16", "s32", "s64"}
 

@@ -1,5 +1,6 @@
-"""Shared pieces of the ALU semantics: the AluOp record, modifier parsing, dtype table and the floating-point
-helpers (error-free transforms, round-to-odd, directed-rounding fix-ups, ftz, sat).
+"""Shared pieces of the ALU semantics: the AluOp record, modifier parsing and the floating-point helpers
+(error-free transforms, round-to-odd, directed-rounding fix-ups, ftz, sat). The type tables (DTYPES, SIGNED,
+width, ...) are ptx/types.py's.
 
 Conventions used by every family module:
 - A builder takes an `ir.Instr` and returns an `AluOp`, or raises `Unsupported` (turned into
@@ -15,6 +16,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..ptx import ir
+from ..ptx.types import TYPES
 
 
 @dataclass(frozen=True)
@@ -28,32 +30,11 @@ class Unsupported(Exception):
     """Raised by a builder for an opcode/modifier combination it does not implement."""
 
 
-DTYPES: dict[str, np.dtype] = {
-    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
-    "s8": np.dtype(np.int8), "s16": np.dtype(np.int16), "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
-    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "b8": np.dtype(np.uint8), "b16": np.dtype(np.uint16), "b32": np.dtype(np.uint32), "b64": np.dtype(np.uint64),
-    "pred": np.dtype(np.bool_), "bf16": np.dtype(np.uint16), "f16x2": np.dtype(np.uint32),
-    "bf16x2": np.dtype(np.uint32),
-}
-WIDTH = {"8": 8, "16": 16, "32": 32, "64": 64}
-SIGNED = {"s8", "s16", "s32", "s64"}
-UNSIGNED = {"u8", "u16", "u32", "u64", "b8", "b16", "b32", "b64"}
-INTS = SIGNED | UNSIGNED
-UNSIGNED_OF = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
-SIGNED_OF = {8: np.dtype(np.int8), 16: np.dtype(np.int16), 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
-
-
-def width(t: str) -> int:
-    """Bit width of a PTX type (pred counts as 1)."""
-    return 1 if t == "pred" else DTYPES[t].itemsize * 8
-
-
 def split_mods(instr: ir.Instr, allowed: Iterable[str] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(types, flags) of an instruction; a flag outside `allowed` or a repeated flag is Unsupported."""
     allowed = set(allowed)
-    types = tuple(m for m in instr.mods if m in ir.TYPES)
-    flags = tuple(m for m in instr.mods if m not in ir.TYPES)
+    types = tuple(m for m in instr.mods if m in TYPES)
+    flags = tuple(m for m in instr.mods if m not in TYPES)
     for f in flags:
         if f not in allowed:
             raise Unsupported(f"modifier .{f}")

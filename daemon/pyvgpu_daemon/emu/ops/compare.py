@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import DTYPES, INTS, AluOp, Unsupported, ftz, one_of, quiet, split_mods
-from .half import HALF_TYPES, base_fmt, decode, encode, lanes, unlanes
+from ..ptx.types import DTYPES, INTS
+from .common import AluOp, Unsupported, ftz, one_of, quiet, split_mods
+from .half import HALF_TYPES, base_fmt, decode, lanes, unlanes
 
 CMP = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
        "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")

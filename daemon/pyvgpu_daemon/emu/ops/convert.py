@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (DTYPES, INTS, SIGNED, AluOp, Unsupported, ftz, narrow_directed, one_of, quiet, round_odd,
-                     step_directed, split_mods, two_sum, width)
+from ..ptx.types import DTYPES, INTS, SIGNED, width
+from .common import (AluOp, Unsupported, ftz, narrow_directed, one_of, quiet, round_odd, step_directed, split_mods,
+                     two_sum)
 from .half import decode, encode, join2
 
 IRND = ("rni", "rzi", "rmi", "rpi")
@@ -178,30 +179,16 @@ def build_cvt(instr):
     if irnd and frnd:
         raise Unsupported("two rounding modifiers")
     do_ftz, do_sat, do_relu = "ftz" in flags, "sat" in flags, "relu" in flags
-
-    # packed pair: cvt.rn{.relu}.f16x2.f32 d, a, b
     if dt_name in ("f16x2", "bf16x2"):
         if st_name != "f32" or irnd or do_sat or do_ftz:
             raise Unsupported("packed cvt form")
-        fmt = dt_name[:-2]
-        mode = frnd or "rn"
-        one = _float_to_float(fmt, "f32", mode, None, False, False, do_relu)
-
-        def pack(a, b):
-            lo = one(b)
-            hi = one(a)
-            if fmt == "f16":
-                lo, hi = lo.view(np.uint16), hi.view(np.uint16)
-            return join2(lo, hi)
-        return AluOp(quiet(pack), ("f32", "f32"), (dt_name,))
-
+        return _build_cvt_packed(dt_name, frnd or "rn", do_relu)
     d_int, s_int = dt_name in INTS, st_name in INTS
     d_flt, s_flt = dt_name in FLOATS, st_name in FLOATS
     if not ((d_int or d_flt) and (s_int or s_flt)):
         raise Unsupported("type")
     if do_relu and dt_name not in ("f16", "bf16"):
         raise Unsupported(".relu")
-
     if d_int and s_int:
         if irnd or frnd or do_ftz or do_relu:
             raise Unsupported("rounding on int->int")
@@ -211,28 +198,48 @@ def build_cvt(instr):
             raise Unsupported("float->int needs .rni/.rzi/.rmi/.rpi")
         f = quiet(_float_to_int(dt_name, st_name, irnd, do_ftz))
     elif s_int:
-        if irnd or do_ftz:
-            raise Unsupported("int->float rounding")
-        f = quiet(_int_to_float(dt_name, st_name, frnd or "rn"))
-        if do_sat:
-            g = f
-
-            def f(a, g=g):
-                r = g(a)
-                if dt_name in ("f32", "f64"):
-                    return np.fmin(np.fmax(r, r.dtype.type(0)), r.dtype.type(1))
-                raise Unsupported(".sat")
-            if dt_name not in ("f32", "f64"):
-                raise Unsupported(".sat int->half")
+        f = _cvt_int_to_float(dt_name, st_name, irnd, frnd, do_ftz, do_sat)
     else:
-        wd, ws = width(dt_name), width(st_name)
-        if irnd:
-            if dt_name != st_name:
-                raise Unsupported(".rni etc. need equal float types")
-            f = quiet(_float_to_float(dt_name, st_name, "rn", irnd, do_ftz, do_sat, do_relu))
-        else:
-            narrowing = wd < ws or (dt_name != st_name and wd == ws)   # f16 <-> bf16 also rounds
-            if narrowing and frnd is None:
-                raise Unsupported("narrowing cvt needs .rn/.rz/.rm/.rp")
-            f = quiet(_float_to_float(dt_name, st_name, frnd or "rn", None, do_ftz, do_sat, do_relu))
+        f = _cvt_float_to_float(dt_name, st_name, irnd, frnd, do_ftz, do_sat, do_relu)
     return AluOp(f, (st_name,), (dt_name,))
+
+
+def _build_cvt_packed(dt_name: str, mode: str, do_relu: bool) -> AluOp:
+    """cvt.rn{.relu}.{f16x2,bf16x2}.f32 d, a, b: a in the upper half, b in the lower."""
+    fmt = dt_name[:-2]
+    one = _float_to_float(fmt, "f32", mode, None, False, False, do_relu)
+
+    def pack(a, b):
+        lo = one(b)
+        hi = one(a)
+        if fmt == "f16":
+            lo, hi = lo.view(np.uint16), hi.view(np.uint16)
+        return join2(lo, hi)
+    return AluOp(quiet(pack), ("f32", "f32"), (dt_name,))
+
+
+def _cvt_int_to_float(dt_name: str, st_name: str, irnd, frnd, do_ftz: bool, do_sat: bool):
+    if irnd or do_ftz:
+        raise Unsupported("int->float rounding")
+    f = quiet(_int_to_float(dt_name, st_name, frnd or "rn"))
+    if not do_sat:
+        return f
+    if dt_name not in ("f32", "f64"):
+        raise Unsupported(".sat int->half")
+
+    def saturated(a):
+        r = f(a)
+        return np.fmin(np.fmax(r, r.dtype.type(0)), r.dtype.type(1))
+    return saturated
+
+
+def _cvt_float_to_float(dt_name: str, st_name: str, irnd, frnd, do_ftz: bool, do_sat: bool, do_relu: bool):
+    if irnd:
+        if dt_name != st_name:
+            raise Unsupported(".rni etc. need equal float types")
+        return quiet(_float_to_float(dt_name, st_name, "rn", irnd, do_ftz, do_sat, do_relu))
+    wd, ws = width(dt_name), width(st_name)
+    narrowing = wd < ws or (dt_name != st_name and wd == ws)   # f16 <-> bf16 also rounds
+    if narrowing and frnd is None:
+        raise Unsupported("narrowing cvt needs .rn/.rz/.rm/.rp")
+    return quiet(_float_to_float(dt_name, st_name, frnd or "rn", None, do_ftz, do_sat, do_relu))

@@ -473,12 +473,18 @@ def build_div(instr):
                  (t, t), (t,))
 
 
-def build_rcp(instr):
+def _rnd_or_approx(instr, name: str):
+    """(type, flags, mode) of rcp/sqrt: exactly one of .approx or a rounding modifier is required."""
     types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "approx"})
     t = _ftype(types)
     mode = one_of(flags, RND + ("approx",))
     if mode is None:
-        raise Unsupported("rcp needs .approx or .rnd")
+        raise Unsupported(f"{name} needs .approx or .rnd")
+    return t, flags, mode
+
+
+def build_rcp(instr):
+    t, flags, mode = _rnd_or_approx(instr, "rcp")
     if t == "f64" and mode == "approx" and "ftz" not in flags:
         raise Unsupported("rcp.approx.f64 needs .ftz")
     dt = _FT[t]
@@ -488,11 +494,7 @@ def build_rcp(instr):
 
 
 def build_sqrt(instr):
-    types, flags = split_mods(instr, {"rn", "rz", "rm", "rp", "ftz", "approx"})
-    t = _ftype(types)
-    mode = one_of(flags, RND + ("approx",))
-    if mode is None:
-        raise Unsupported("sqrt needs .approx or .rnd")
+    t, flags, mode = _rnd_or_approx(instr, "sqrt")
     if t == "f64" and (mode == "approx" or "ftz" in flags):
         raise Unsupported("sqrt.f64 modifier")
     if mode in ("rn", "approx") and "ftz" not in flags:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import DTYPES, SIGNED, SIGNED_OF, UNSIGNED_OF, AluOp, Unsupported, one_of, split_mods, width
+from ..ptx.types import DTYPES, SIGNED, SIGNED_OF, UNSIGNED_OF, width
+from .common import AluOp, Unsupported, one_of, split_mods
 
 _ARITH_T = {"s16", "s32", "s64", "u16", "u32", "u64"}
 

@@ -1,17 +1,14 @@
-"""The PTX intermediate representation shared by the parser (ptx/parser.py), the interpreter (machine.py) and
-the instruction semantics (ops/).
+"""The PTX intermediate representation shared by the parser (ptx/parser.py), the translator (translator/) and
+the instruction semantics (ops/). Type names and sizes come from ptx/types.py.
 
-The parser turns text into these dataclasses and nothing else; the interpreter binds them to register storage.
+The parser turns text into these dataclasses and nothing else; the translator turns them into Python block code.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Union
 
-# PTX scalar types the project knows; anything else in a type position is a parse error.
-INT_TYPES = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "b8", "b16", "b32", "b64", "b128")
-FLOAT_TYPES = ("f16", "f16x2", "bf16", "bf16x2", "f32", "f64", "tf32")
-TYPES = frozenset(INT_TYPES + FLOAT_TYPES + ("pred",))
+from .types import BYTES, TYPES
 
 
 @dataclass(frozen=True)
@@ -92,9 +89,7 @@ class VarDecl:
 
     @property
     def size(self) -> int:
-        elem = {"b8": 1, "s8": 1, "u8": 1, "b16": 2, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "b32": 4, "s32": 4,
-                "u32": 4, "f32": 4, "b64": 8, "s64": 8, "u64": 8, "f64": 8}[self.type]
-        return elem * (self.count if self.count else 1)
+        return BYTES[self.type] * (self.count if self.count else 1)
 
 
 @dataclass
@@ -107,9 +102,7 @@ class Param:
 
     @property
     def size(self) -> int:
-        base = {"b8": 1, "s8": 1, "u8": 1, "b16": 2, "s16": 2, "u16": 2, "f16": 2, "b32": 4, "s32": 4, "u32": 4,
-                "f32": 4, "b64": 8, "s64": 8, "u64": 8, "f64": 8}[self.type]
-        return base * (self.count or 1)
+        return BYTES[self.type] * (self.count or 1)
 
 
 @dataclass

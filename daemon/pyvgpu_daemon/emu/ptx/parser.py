@@ -14,8 +14,9 @@ from pyvgpu_daemon.errors import CudaError
 
 from . import ir
 from .lexer import Token, tokenize
+from .types import BYTES
 
-# Every instruction name of the PTX ISA (9.x). The parser accepts these; the machine decides what it can run.
+# Every instruction name of the PTX ISA (9.x). The parser accepts these; the translator decides what it can run.
 KNOWN_OPCODES = frozenset("""
 abs activemask add addc alloca and applypriority atom bar barrier bfe bfi bfind bmsk bra brev brkpt brx call
 clz cnot copysign cos cp cvt cvta discard div dp2a dp4a elect exit ex2 fence fma fns getctarank griddepcontrol
@@ -30,10 +31,6 @@ vmax2 vmax4 vmin vmin2 vmin4 vote vset vset2 vset4 vshl vshr vsub vsub2 vsub4 wg
 _NO_DST = frozenset("st bra brx ret exit membar fence red call nanosleep trap brkpt prefetch prefetchu pmevent "
                     "sust sured cp discard applypriority stackrestore griddepcontrol setmaxnreg mbarrier "
                     "stmatrix".split())
-
-_ELEM_SIZE = {"b8": 1, "s8": 1, "u8": 1, "b16": 2, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "b32": 4, "s32": 4,
-              "u32": 4, "f32": 4, "b64": 8, "s64": 8, "u64": 8, "f64": 8, "f16x2": 4, "bf16x2": 4, "pred": 1,
-              "b128": 16}
 
 _SKIP_LINE = (".file", ".loc")
 _PERF = {".maxntid", ".reqntid", ".minnctapersm", ".maxnctapersm", ".maxnreg", ".maxclusterrank", ".reqnctapercluster",
@@ -198,7 +195,7 @@ class _Parser:
             elif t.text in (".v2", ".v4", ".v8"):
                 self.next()
                 vec = int(t.text[2:])
-            elif t.text.startswith(".") and t.text[1:] in _ELEM_SIZE:
+            elif t.text.startswith(".") and t.text[1:] in BYTES:
                 self.next()
                 typ = t.text[1:]
             elif t.text == ".ptr":
@@ -233,7 +230,7 @@ class _Parser:
         if rename is not None:
             name = rename(name)
         if not align:
-            align = _ELEM_SIZE.get(typ, 1) * vec
+            align = BYTES.get(typ, 1) * vec
         return ir.VarDecl(space=space, name=name, type=typ, align=align, count=count, init=init,
                           extern=extern or (count == 0), attributes=tuple(attrs))
 
@@ -284,7 +281,7 @@ class _Parser:
                 d = self.next().text
                 if d == ".align":
                     align = self.int_value()
-                elif d[1:] in _ELEM_SIZE:
+                elif d[1:] in BYTES:
                     typ = d[1:]
                 elif d in (".ptr", ".global", ".const", ".shared", ".local"):
                     pass
@@ -369,16 +366,7 @@ class _Parser:
                 self.reg_decl(fn, scopes, depth)
                 continue
             if x in (".local", ".shared", ".param", ".const", ".global"):
-                sid = self.scope_counter
-
-                def rename(n: str, _d=depth, _sid=sid) -> str:
-                    new = n if _d == 1 else f"{n}${'{'}{_sid}"
-                    scopes[-1][n] = new
-                    return new
-                v = self.var_decl(False, rename)
-                if v.space in ("global", "const"):
-                    raise _err(t.line, f"function-scope .{v.space} variable {v.name!r} is not supported")
-                fn.locals.append(v)
+                fn.locals.append(self.scoped_var(t, scopes, depth))
                 continue
             if x in _SKIP_LINE:
                 self.skip_line(t.line)
@@ -398,6 +386,19 @@ class _Parser:
                 continue
             fn.body.append(self.instruction(lookup))
 
+    def scoped_var(self, t: Token, scopes: list[dict[str, str]], depth: int) -> ir.VarDecl:
+        """A variable declared inside a function body; in a nested scope its name gets the scope's suffix."""
+        sid = self.scope_counter
+
+        def rename(n: str) -> str:
+            new = n if depth == 1 else f"{n}${'{'}{sid}"
+            scopes[-1][n] = new
+            return new
+        v = self.var_decl(False, rename)
+        if v.space in ("global", "const"):
+            raise _err(t.line, f"function-scope .{v.space} variable {v.name!r} is not supported")
+        return v
+
     def reg_decl(self, fn: ir.Function, scopes, depth: int) -> None:
         kw = self.next()
         typ = None
@@ -406,7 +407,7 @@ class _Parser:
             d = self.next().text
             if d in (".v2", ".v4"):
                 vec = int(d[2:])
-            elif d[1:] in _ELEM_SIZE:
+            elif d[1:] in BYTES:
                 typ = d[1:]
             else:
                 raise _err(kw.line, f"unsupported register attribute {d!r}")
@@ -478,27 +479,28 @@ class _Parser:
         rets: list[ir.Operand] = []
         if self.peek().text == "(":
             self.next()
-            if not self.accept(")"):
-                while True:
-                    rets.append(self.operand(lookup))
-                    if self.accept(")"):
-                        break
-                    self.expect(",")
+            rets = self.operand_list(lookup)
             self.expect(",")
         fn_tok = self.next()
         args: list[ir.Operand] = []
         if self.accept(","):
             if self.accept("("):
-                if not self.accept(")"):
-                    while True:
-                        args.append(self.operand(lookup))
-                        if self.accept(")"):
-                            break
-                        self.expect(",")
+                args = self.operand_list(lookup)
             else:
                 raise _err(line, "indirect calls with a prototype list are not supported")
         self.expect(";")
         return ir.Instr("call", mods, rets, [ir.Sym(fn_tok.text), *args], guard, line, f"call {fn_tok.text}")
+
+    def operand_list(self, lookup) -> list[ir.Operand]:
+        """`a, b, c)` after an opening parenthesis, up to and including the closing one."""
+        out: list[ir.Operand] = []
+        if not self.accept(")"):
+            while True:
+                out.append(self.operand(lookup))
+                if self.accept(")"):
+                    break
+                self.expect(",")
+        return out
 
     def operand(self, lookup) -> ir.Operand:
         t = self.peek()

@@ -1,0 +1,117 @@
+"""ChunkAPI: the one interface between generated block code (translator/) and the runtime (runtime/).
+
+The translator compiles each kernel into Python source defining `make(S)`; the runtime calls it once per chunk
+with S = the chunk, an instance of a ChunkAPI subclass. Generated code may touch S only through the members
+declared below (`MEMBERS`): the code generator refuses to emit any other (`Codegen.rt`), and a test checks the
+generated source of every test kernel against this list. Everything else generated code uses is in its own
+namespace (NumPy as `np` and the value helpers of translator/codegen.py).
+
+Lane vectors: every array argument or result has one element per lane of the chunk (T lanes) unless its
+description says otherwise. `sel` is None (all lanes) or the sorted indices of the lanes taking part; `m` is a
+boolean lane mask. Memory spaces: 'global', 'shared', 'local', 'generic' ('param' and 'const' are mapped by the
+translator). Addresses are an unsigned lane vector (`addr`) plus a constant byte offset (`off`), or `addr` None
+for an absolute address `off`.
+
+Lane states (`st`) and block results: a converged block function returns the index of the next block, DIVERGED
+(the lanes went different ways: `pc` holds each lane's next block) or ALL_EXITED.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+# Values of ChunkAPI.st, per lane.
+RUN, BAR, WAIT, EXIT = 0, 1, 2, 3
+# What a converged block function returns besides the next block index.
+DIVERGED, ALL_EXITED = -1, -2
+
+
+class ChunkAPI(ABC):
+    """The chunk as generated code sees it (the `S` of `make(S)`)."""
+
+    # ---- state
+    T: int                          # lanes in this chunk (whole CTAs)
+    pc: np.ndarray                  # int32 per lane: the block each lane runs next (written by diverged code)
+    st: np.ndarray                  # int8 per lane: RUN / BAR / WAIT / EXIT
+    zeros: dict[int, np.ndarray]    # register width (1, 16, 32, 64) -> the initial (all-zero) register value
+    barpred: np.ndarray             # bool per lane: the predicate a lane brings to a diverged bar.red
+    barsite: np.ndarray             # int32 per lane: which bar.red site a parked lane waits at
+
+    # ---- registers and parameters
+    @abstractmethod
+    def special(self, name: str) -> np.ndarray:
+        """The lane vector of special register `name` ('%tid.x', '%laneid', '%clock64', ...)."""
+
+    @abstractmethod
+    def param(self, off: int, dt):
+        """The kernel parameter of NumPy type dt at byte offset off of the launch's parameter buffer (a scalar)."""
+
+    # ---- memory
+    @abstractmethod
+    def load(self, space: str, addr, off: int, dt, nvec: int, sel) -> list[np.ndarray]:
+        """nvec consecutive elements of type dt per lane (one array per element, one entry per selected lane);
+        CudaError(cudaErrorIllegalAddress / cudaErrorMisalignedAddress) on a bad access."""
+
+    @abstractmethod
+    def store(self, space: str, addr, off: int, dt, vals: list, sel) -> None:
+        """Store len(vals) consecutive elements of type dt per selected lane (vals: lane vectors or scalars)."""
+
+    @abstractmethod
+    def atom(self, space: str, op: str, dt, addr, off: int, b, c, sel, live: bool):
+        """Atomic op (ops/atomic.py) in lane order; the old values of the selected lanes when live, else None."""
+
+    @abstractmethod
+    def isspace(self, space: str, a) -> np.ndarray:
+        """isspacep: whether each generic address lies in the space."""
+
+    # ---- CTA barriers
+    @abstractmethod
+    def check_bar_count(self, cnt, line: int) -> None:
+        """Refuse a barrier thread count other than the CTA size (cudaErrorInvalidPtx)."""
+
+    @abstractmethod
+    def cta_reduce(self, p, kind: str, _unused) -> np.ndarray:
+        """Converged bar.red: 'popc' (uint32 count), 'and' or 'or' of p over each CTA, per lane."""
+
+    # ---- warp operations
+    @abstractmethod
+    def warp_ready(self, m: np.ndarray, mask, nxt: int):
+        """Diverged warp operation at block nxt - 1: the lanes of m that may go ahead (their warp's other member
+        lanes are here too); the others are parked (WAIT). None when no lane may."""
+
+    @abstractmethod
+    def shfl(self, mode: str, a, b, c, m) -> tuple[np.ndarray, np.ndarray]:
+        """shfl.sync.{up,down,bfly,idx}: (value, in-range predicate) per lane."""
+
+    @abstractmethod
+    def vote(self, mode: str, p, mask, m) -> np.ndarray:
+        """vote.sync.{ballot,any,all,uni} over the active member lanes of each warp."""
+
+    @abstractmethod
+    def redux(self, op: str, t: str, a, mask, m) -> np.ndarray:
+        """redux.sync.{add,min,max,and,or,xor} over the active member lanes of each warp."""
+
+    @abstractmethod
+    def match(self, mode: str, a, mask, m) -> tuple[np.ndarray, np.ndarray]:
+        """match.{any,all}.sync: (lane mask, predicate) per lane."""
+
+    @abstractmethod
+    def activemask(self, m) -> np.ndarray:
+        """activemask.b32: the lanes of each warp executing it."""
+
+    # ---- system calls
+    @abstractmethod
+    def vprintf(self, fmt_off: int, args_off: int, sel) -> np.ndarray:
+        """Device printf: format string and argument buffer pointers at local offsets; the argument counts."""
+
+    @abstractmethod
+    def assertfail(self, offs: list[int], sel) -> None:
+        """__assertfail: print CUDA's assertion message per failing lane, then raise cudaErrorAssert."""
+
+    @abstractmethod
+    def trap(self, sel, line: int) -> None:
+        """trap / brkpt executed by any selected lane: cudaErrorLaunchFailure."""
+
+
+MEMBERS: frozenset[str] = frozenset(ChunkAPI.__annotations__) | frozenset(ChunkAPI.__abstractmethods__)

@@ -1,0 +1,169 @@
+"""Atomic read-modify-write semantics (atom, red): applied to a NumPy view of memory in serial thread order.
+
+    apply_atomic(view, idx, op, b, c, live) -> old values (or None when nobody reads them)
+
+`view` is the memory as an array of the operation's type, `idx` the element index each accessing lane touches (in
+lane order), `b` (and `c` for cas) the operands per lane. The result equals applying the lanes' operations one
+after the other in lane order, which is one legal outcome of a GPU's unordered atomics; the paths below only make
+that fast: unordered ufunc.at when no result is read, prefix sums for integer add, one accumulate per address for
+heavily contended float adds, otherwise rounds in which every lane of a round touches a distinct address.
+
+The translator checks operations and types against ATOMIC_OPS / ATOMIC_TYPES; the runtime resolves addresses and
+calls apply_atomic per memory buffer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import CudaError
+
+ATOMIC_OPS = frozenset({"add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec"})
+# Memory-ordering and scope modifiers: accepted and ignored (the emulator runs one chunk at a time).
+ATOMIC_SEMANTICS = frozenset({"relaxed", "acquire", "release", "acq_rel", "cta", "gpu", "sys", "cluster", "noftz"})
+# The PTX types each operation supports on the emulated device.
+ATOMIC_TYPES: dict[str, frozenset[str]] = {
+    "add": frozenset({"u32", "s32", "u64", "f32", "f64"}), "min": frozenset({"u32", "s32", "u64", "s64"}),
+    "max": frozenset({"u32", "s32", "u64", "s64"}), "and": frozenset({"b32", "b64"}),
+    "or": frozenset({"b32", "b64"}), "xor": frozenset({"b32", "b64"}), "exch": frozenset({"b32", "b64"}),
+    "cas": frozenset({"b32", "b64"}), "inc": frozenset({"u32"}), "dec": frozenset({"u32"}),
+}
+
+_UNORDERED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+              "xor": np.bitwise_xor}
+
+
+def apply_atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live: bool):
+    """Apply atomics in lane order; return old values (if live)."""
+    n = idx.size
+    if n == 0:
+        return np.empty(0, v.dtype)
+    if not live and (op in _UNORDERED or op == "exch"):
+        _apply_unordered(v, idx, op, b)
+        return None
+    g = _Groups(idx)
+    dt = v.dtype
+    if g.maxrank == 0:
+        old = v.take(idx)
+        v[idx] = combine(op, old, b, c, dt)
+        return old
+    if op == "add" and dt.kind in "iu":
+        return _int_add(v, b, g)
+    if op == "exch":
+        old = _exch(v, b, g)
+        return old if live else None
+    if op == "add" and dt.kind == "f" and g.naddr <= g.maxrank:
+        return _float_add_per_address(v, b, g)
+    return _rounds(v, idx, op, b, c, g)
+
+
+def combine(op: str, old, b, c, dt):
+    """The new value of one read-modify-write: op applied to the old value and the operands."""
+    with np.errstate(all="ignore"):
+        if op == "add":
+            return (old + b).astype(dt)
+        if op == "min":
+            return np.minimum(old, b)
+        if op == "max":
+            return np.maximum(old, b)
+        if op == "and":
+            return old & b
+        if op == "or":
+            return old | b
+        if op == "xor":
+            return old ^ b
+        if op == "exch":
+            return b.astype(dt)
+        if op == "cas":
+            return np.where(old == b, c, old).astype(dt)
+        if op == "inc":
+            return np.where(old >= b, dt.type(0), old + dt.type(1)).astype(dt)
+        if op == "dec":
+            return np.where((old == 0) | (old > b), b, old - dt.type(1)).astype(dt)
+    raise CudaError("cudaErrorInvalidPtx", f"atomic {op}")
+
+
+def _apply_unordered(v, idx, op, b) -> None:
+    if op == "exch":
+        v[idx] = b          # last lane in order wins, as in serial order
+    else:
+        _UNORDERED[op].at(v, idx, b)
+
+
+class _Groups:
+    """The lanes sorted by address (stable, so lane order within an address): `rank` = how many earlier lanes
+    touch the same address."""
+
+    def __init__(self, idx: np.ndarray) -> None:
+        n = idx.size
+        self.n = n
+        self.order = np.argsort(idx, kind="stable")
+        self.sidx = idx[self.order]
+        self.first = np.r_[True, self.sidx[1:] != self.sidx[:-1]]
+        self.last = np.r_[self.sidx[1:] != self.sidx[:-1], True]
+        self.gstart = np.maximum.accumulate(np.where(self.first, np.arange(n), 0))
+        self.rank = np.arange(n) - self.gstart
+        self.maxrank = int(self.rank.max())
+        self.naddr = int(np.count_nonzero(self.first))
+
+    def unsort(self, old_sorted: np.ndarray, dt: np.dtype) -> np.ndarray:
+        old = np.empty(self.n, dt)
+        old[self.order] = old_sorted
+        return old
+
+
+def _int_add(v, b, g: _Groups):
+    """Integer add: each lane's old value is the initial value plus an exclusive prefix sum within its address."""
+    dt = v.dtype
+    sb = b[g.order].astype(dt)
+    cs = np.cumsum(sb, dtype=dt)
+    excl = cs - sb
+    init = v.take(g.sidx)
+    old_sorted = (init + (excl - excl[g.gstart])).astype(dt)
+    v[g.sidx[g.last]] = (old_sorted[g.last] + sb[g.last]).astype(dt)
+    return g.unsort(old_sorted, v.dtype)
+
+
+def _exch(v, b, g: _Groups):
+    """Exchange: each lane sees the value the previous lane at its address wrote."""
+    sb = b[g.order]
+    init = v.take(g.sidx)
+    old_sorted = np.where(g.first, init, np.r_[sb[:1], sb[:-1]])
+    v[g.sidx[g.last]] = sb[g.last]
+    return g.unsort(old_sorted, v.dtype)
+
+
+def _float_add_per_address(v, b, g: _Groups):
+    """Few, heavily contended addresses: one sequential accumulate per address (serial rounding, in thread
+    order), exactly what applying the adds one by one gives."""
+    dt = v.dtype
+    starts = np.flatnonzero(g.first)
+    ends = np.r_[starts[1:], g.n]
+    sb = b[g.order].astype(dt)
+    old_sorted = np.empty(g.n, dt)
+    for s0, e0 in zip(starts.tolist(), ends.tolist()):
+        a = int(g.sidx[s0])
+        seq = np.empty(e0 - s0 + 1, dt)
+        seq[0] = v[a]
+        seq[1:] = sb[s0:e0]
+        acc = np.add.accumulate(seq, dtype=dt)
+        old_sorted[s0:e0] = acc[:-1]
+        v[a] = acc[-1]
+    return g.unsort(old_sorted, v.dtype)
+
+
+def _rounds(v, idx, op, b, c, g: _Groups):
+    """Any operation: round r applies the lanes of rank r, which touch distinct addresses."""
+    dt = v.dtype
+    byrank = np.argsort(g.rank, kind="stable")
+    counts = np.bincount(g.rank)
+    old = np.empty(g.n, dt)
+    pos = 0
+    for r in range(g.maxrank + 1):
+        cnt = int(counts[r])
+        lanes = g.order[byrank[pos:pos + cnt]]
+        pos += cnt
+        ii = idx[lanes]
+        o = v.take(ii)
+        old[lanes] = o
+        v[ii] = combine(op, o, b[lanes], None if c is None else c[lanes], dt)
+    return old

@@ -1,0 +1,38 @@
+"""The runtime (executive): runs a translated kernel over a launch's grid, chunk by chunk.
+
+Execution model
+---------------
+All threads of a launch chunk (whole CTAs, `EmuLimits.lanes_per_chunk` lanes at most) are one NumPy lane vector.
+Lane order is thread order: lane = cta * threads_per_cta + (x + y*bx + z*bx*by). There is no padding: a CTA whose
+size is not a multiple of 32 simply has a short last warp.
+
+The translator (translator/) compiled the kernel once into `make(S)`. For every chunk, `make(chunk)` binds the
+block functions to that chunk's state (registers are closure variables holding immutable NumPy arrays), giving two
+functions per block: a converged version (every lane of the chunk is live and at this block: no masks at all) and
+a masked one. The chunk is the `S` of the generated code; what it offers generated code is ChunkAPI
+(emu/chunk_api.py).
+
+Scheduling (chunk.py): per-lane PC (block index) and state (run / barrier / warp-wait / exited). While converged
+the driver simply follows the block functions' return values; when lanes diverge it runs the block with the lowest
+PC over the lanes sitting there (min-PC, which reconverges at NVVM's join points), and goes back to the converged
+path as soon as every lane is live and at one PC again.
+
+bar.sync/bar.red/barrier: lanes park; when nothing can run, every CTA whose non-exited lanes are all parked is
+released (exited threads count as arrived). A CTA that cannot be released with nothing runnable is a deadlock
+(cudaErrorLaunchFailure). Warp `.sync` operations wait until the non-exited lanes of their member mask are at
+the same instruction (lanes still running elsewhere are waited for; lanes parked elsewhere are not).
+
+Memory (spaces.py): global through DeviceMemory (every access checked by `check_access`); module
+`.global`/`.const` variables live there too; shared is one uint8 array of `n_cta * shared_size` per chunk (32-bit
+shared addresses); local is one uint8 array of `lanes * frame` (the kernel's local depots plus the parameter space
+of call sequences); kernel parameters are read from the packed launch buffer; generic addresses are global
+addresses as they are, and shared or local addresses plus a window base (cvta, emu/layout.py).
+
+Files: launch.py (grid -> chunks), chunk.py (chunk state, scheduler), special.py (special registers,
+parameters), spaces.py (loads, stores, atomics), collective.py (barriers, warp operations), calls.py (printf,
+assert, trap), printf.py (printf formatting).
+"""
+from .chunk import Chunk
+from .launch import Launch
+
+__all__ = ["Chunk", "Launch"]

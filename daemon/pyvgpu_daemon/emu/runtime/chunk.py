@@ -1,0 +1,206 @@
+"""Chunk: the state of one chunk of CTAs during a launch, and the scheduler that runs its block functions.
+
+Chunk implements ChunkAPI (the `S` of generated code) from one mixin per concern: special registers and
+parameters (special.py), memory spaces (spaces.py), barriers and warp operations (collective.py), device-side
+calls (calls.py). The state those mixins share is set up here:
+
+    T, ncta, cta0, ctasize        lanes, CTAs in the chunk, index of its first CTA, threads per CTA
+    pc, st, zeros, barpred, barsite   see ChunkAPI
+    lin_in_cta, cta_local, laneid, warp, warp_first, nwarps   lane geometry (Launch.geometry, shared, read-only)
+    smem, shared_size, cta_off    the chunk's shared memory and each lane's CTA base offset in it
+    lmem, frame, lane_off         the chunk's local memory and each lane's frame offset in it
+    mem                           the device's DeviceMemory (global space)
+    forced                        set when every parked warp-op lane was woken because nothing else could run
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..chunk_api import ALL_EXITED, BAR, EXIT, RUN, WAIT, ChunkAPI
+from ..layout import init_bytes
+from .calls import DeviceCalls
+from .collective import Collectives
+from .spaces import LaneMemory
+from .special import SpecialRegisters
+
+_CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and the deadline
+_STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
+
+
+class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, ChunkAPI):
+    """State of one chunk of CTAs during a launch: the `S` of the generated code."""
+
+    def __init__(self, launch, cta0: int, ncta: int) -> None:
+        k = launch.kernel
+        self.launch = launch
+        self.mem = launch.mem
+        self.kernel = k
+        cs = launch.ctasize
+        T = ncta * cs
+        self.T = T
+        self.ncta = ncta
+        self.cta0 = cta0
+        self.ctasize = cs
+        self.pc = np.zeros(T, np.int32)
+        self.st = np.zeros(T, np.int8)
+        self.zeros = {1: np.zeros(T, bool), 16: np.zeros(T, np.uint16), 32: np.zeros(T, np.uint32),
+                      64: np.zeros(T, np.uint64)}
+        self.barpred = np.zeros(T, bool)
+        self.barsite = np.zeros(T, np.int32)
+        geo = launch.geometry(ncta)
+        self.lin_in_cta = geo["lin_in_cta"]
+        self.cta_local = geo["cta_local"]
+        self._special: dict[str, np.ndarray] = geo["special"]
+        self.laneid = geo["laneid"]
+        self.warp = geo["warp"]
+        self.nwarps = ncta * ((cs + 31) // 32)
+        self.warp_first = geo["warp_first"]
+        self._init_memory(launch, geo)
+        self.views: dict = {}
+        self._acache: dict = {}
+        self._own_special: dict = {}
+        self.forced = False
+
+    def _init_memory(self, launch, geo: dict) -> None:
+        lay = self.kernel.layout
+        ncta = self.ncta
+        self.shared_size = launch.shared_size
+        self.smem = np.zeros(max(ncta * self.shared_size, 16), np.uint8)
+        for off, v in lay.shared_inits:
+            raw = init_bytes(v, launch.symbols)
+            for c in range(ncta):
+                self.smem[c * self.shared_size + off:c * self.shared_size + off + len(raw)] = raw
+        self.frame = lay.frame
+        if "cta_off" not in geo:
+            geo["cta_off"] = self.cta_local * self.shared_size
+            geo["lane_off"] = geo["lin"] * self.frame
+        self.cta_off = geo["cta_off"]
+        self.lmem = np.zeros(self.T * self.frame, np.uint8)
+        self.lane_off = geo["lane_off"]
+
+    # ---------------------------------------------------------------- driver
+    def bind_blocks(self):
+        """The kernel's block functions bound to this chunk: ([(converged, masked) per block], [bar.red
+        release handlers])."""
+        return self.kernel.make(self)
+
+    def run(self) -> None:
+        L = self.launch
+        blocks, handlers = self.bind_blocks()
+        C = [b[0] for b in blocks]
+        M = [b[1] for b in blocks]
+        sizes = [len(b.instrs) + 1 for b in self.kernel.blocks]
+        pc, st = self.pc, self.st
+        cur = 0
+        conv = True
+        steps = L.steps
+        check_every = 0
+        self._last_p = -1
+        self._loops = 0
+        with np.errstate(all="ignore"):
+            while True:
+                check_every += 1
+                if check_every >= _CHECK_EVERY:
+                    check_every = 0
+                    self._check_budget(steps)
+                if conv:
+                    steps += sizes[cur]
+                    r = C[cur]()
+                    if r >= 0:
+                        cur = r
+                        continue
+                    if r == ALL_EXITED:
+                        break
+                    conv = False
+                    continue
+                runm = st == RUN
+                if not runm.any():
+                    if not self._release(handlers):
+                        break
+                    continue
+                P = self._pick(runm)
+                m = runm & (pc == P)
+                if P >= len(M):
+                    raise CudaError("cudaErrorLaunchFailure", f"{self.kernel.name}: fell off the end of the code")
+                if m.all():
+                    conv = True
+                    cur = P
+                    continue
+                steps += sizes[P]
+                L.steps = steps
+                M[P](m)
+        L.steps = steps
+
+    def _check_budget(self, steps: int) -> None:
+        L = self.launch
+        L.steps = steps
+        if steps > L.limits.max_vector_instructions:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{self.kernel.name}: instruction budget of {L.limits.max_vector_instructions} vector "
+                            f"instructions exhausted (runaway loop or spin-wait?)")
+        if time.monotonic() > L.deadline:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{self.kernel.name}: ran longer than {L.limits.max_seconds} s")
+
+    def _pick(self, runm: np.ndarray) -> int:
+        """The block the diverged scheduler runs next: the lowest PC of the runnable lanes."""
+        P = int(np.where(runm, self.pc, np.int32(1 << 30)).min())
+        # Starvation escape: lanes looping at low PCs (a spin-wait on a flag) would keep lanes at higher
+        # PCs (the ones that set the flag) from ever running under strict min-PC. After a long run of
+        # backward steps, run the highest-PC group once; any order is a legal schedule.
+        if P <= self._last_p:
+            self._loops += 1
+            if self._loops > _STARVATION:
+                self._loops = 0
+                P = int(np.where(runm, self.pc, -1).max())
+        else:
+            self._loops = 0
+        self._last_p = P
+        return P
+
+    def _release(self, handlers) -> bool:
+        """Nothing can run: wake lanes parked at warp operations, else release every CTA whose live lanes all
+        wait at a barrier (running bar.red's release handlers). False when every lane has exited."""
+        st = self.st
+        wait = st == WAIT
+        if wait.any():
+            st[wait] = RUN
+            self.forced = True
+            return True
+        bar = st == BAR
+        if not bar.any():
+            return False        # every lane exited
+        cs = self.ctasize
+        nbar = bar.reshape(self.ncta, cs).sum(1)
+        nalive = (st != EXIT).reshape(self.ncta, cs).sum(1)
+        ok = (nbar == nalive) & (nbar > 0)
+        if not ok.any():
+            bad = int(np.flatnonzero(nbar > 0)[0]) + self.cta0
+            raise CudaError("cudaErrorLaunchFailure",
+                            f"{self.kernel.name}: deadlock: CTA {bad} waits at a barrier that some of its live "
+                            f"threads can never reach")
+        rel = bar & np.repeat(ok, cs)
+        if handlers:
+            self._reduce_released(rel, handlers)
+        st[rel] = RUN
+        return True
+
+    def _reduce_released(self, rel: np.ndarray, handlers) -> None:
+        """bar.red: per site, the reduction over all parked lanes of each released CTA, to its handler."""
+        cs = self.ctasize
+        for s in np.unique(self.barsite[rel]).tolist():
+            mm = rel & (self.barsite == s)
+            pr = (self.barpred & mm).reshape(self.ncta, cs)
+            mr = mm.reshape(self.ncta, cs)
+            red_kind = self.kernel.bar_kinds[s]
+            if red_kind == "popc":
+                v = np.repeat(pr.sum(1, dtype=np.uint32), cs)
+            elif red_kind == "and":
+                v = np.repeat(~((mr & ~pr).any(1)), cs)
+            else:
+                v = np.repeat(pr.any(1), cs)
+            handlers[s](mm, v)

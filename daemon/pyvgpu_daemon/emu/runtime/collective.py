@@ -1,0 +1,172 @@
+"""CTA barriers and warp operations over the chunk's lanes (ChunkAPI.check_bar_count, cta_reduce, warp_ready,
+shfl, vote, redux, match, activemask).
+
+Warps are consecutive groups of 32 lanes of a CTA (`warp`: the chunk-wide warp number of each lane, `laneid`:
+the lane's index in its warp); a CTA whose size is not a multiple of 32 has a short last warp, and shfl never reads
+across a CTA's end. Results follow the PTX ISA's pseudo-code, per warp, over the active member lanes.
+
+Uses the chunk state described in chunk.py (T, st, forced, ncta, ctasize, cta_local, laneid, warp, warp_first,
+nwarps).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..chunk_api import EXIT, RUN, WAIT
+
+
+class Collectives:
+    def check_bar_count(self, cnt, line):
+        c = np.asarray(cnt)
+        if (c != self.ctasize).any():
+            raise CudaError("cudaErrorInvalidPtx",
+                            f"line {line}: barriers with a thread count other than the CTA size are not supported")
+
+    def cta_reduce(self, p, kind, _unused):
+        r = np.asarray(p).reshape(self.ncta, self.ctasize)
+        if kind == "popc":
+            v = r.sum(1, dtype=np.uint32)
+        elif kind == "and":
+            v = r.all(1)
+        else:
+            v = r.any(1)
+        return np.repeat(v, self.ctasize)
+
+    def warp_ready(self, m, mask, nxt):
+        """Keep the lanes of m whose warp's other live member lanes are here too; park the others (WAIT)."""
+        st = self.st
+        live = st != EXIT
+        if mask is None:
+            member = live
+        else:
+            mk = np.broadcast_to(mask, (self.T,)).astype(np.uint64)
+            member = live & (((mk >> self.laneid.astype(np.uint64)) & np.uint64(1)) != 0)
+        # Wait for member lanes still running elsewhere, and for lanes parked at another warp operation unless
+        # every lane was just woken because nothing else could run (then the op goes ahead with those present).
+        missing = member & ~m & ((st == RUN) | ((st == WAIT) & (not self.forced)))
+        if not missing.any():
+            self.forced = False
+            return m
+        badw = np.zeros(self.nwarps, bool)
+        badw[self.warp[missing]] = True
+        park = m & badw[self.warp]
+        st[park] = WAIT
+        m = m & ~park
+        return m if m.any() else None
+
+    def shfl(self, mode, a, b, c, m):
+        T = self.T
+        lane = self.laneid.astype(np.int64)
+        b = np.broadcast_to(np.asarray(b).astype(np.int64) & 31, (T,))      # bval = b[4:0] (ISA pseudo-code)
+        c = np.broadcast_to(np.asarray(c).astype(np.int64), (T,))
+        clamp = c & 31
+        seg = (c >> 8) & 31
+        maxl = (lane & seg) | (clamp & ~seg)
+        minl = lane & seg
+        if mode == "up":
+            j = lane - b
+            p = j >= maxl
+        elif mode == "down":
+            j = lane + b
+            p = j <= maxl
+        elif mode == "bfly":
+            j = lane ^ b
+            p = j <= maxl
+        else:
+            j = minl | (b & ~seg)
+            p = j <= maxl
+        j = np.where(p, j, lane)
+        src = self.warp_first + j
+        cta_end = (self.cta_local + 1) * self.ctasize
+        ok = src < cta_end
+        src = np.where(ok, src, np.arange(T))
+        a = np.broadcast_to(np.asarray(a), (T,))
+        return a.take(src), p
+
+    def _warp_sum(self, vals, act):
+        return np.bincount(self.warp, weights=np.where(act, vals, 0).astype(np.float64), minlength=self.nwarps)
+
+    def _active(self, mask, m):
+        act = np.ones(self.T, bool) if m is None else (m if m.dtype == bool else self._mask_from_sel(m))
+        if mask is not None:
+            mk = np.broadcast_to(np.asarray(mask).astype(np.uint64), (self.T,))
+            act = act & (((mk >> self.laneid.astype(np.uint64)) & np.uint64(1)) != 0)
+        return act
+
+    def _mask_from_sel(self, m):
+        out = np.zeros(self.T, bool)
+        out[m] = True
+        return out
+
+    def vote(self, mode, p, mask, m):
+        act = self._active(mask, m)
+        p = np.broadcast_to(np.asarray(p, bool), (self.T,))
+        if mode == "ballot":
+            bits = np.left_shift(np.uint64(1), self.laneid.astype(np.uint64)).astype(np.float64)
+            s = self._warp_sum(bits, act & p)
+            return s.astype(np.uint64).astype(np.uint32)[self.warp]
+        n_act = np.bincount(self.warp, weights=act.astype(np.float64), minlength=self.nwarps)
+        n_true = np.bincount(self.warp, weights=(act & p).astype(np.float64), minlength=self.nwarps)
+        if mode == "any":
+            r = n_true > 0
+        elif mode == "all":
+            r = n_true == n_act
+        else:
+            r = (n_true == 0) | (n_true == n_act)
+        return r[self.warp]
+
+    def redux(self, op, t, a, mask, m):
+        act = self._active(mask, m)
+        a = np.broadcast_to(np.asarray(a), (self.T,))
+        idx = np.flatnonzero(act)
+        out = np.zeros(self.T, a.dtype)
+        if idx.size == 0:
+            return out
+        w = self.warp[idx]
+        starts = np.flatnonzero(np.r_[True, w[1:] != w[:-1]])
+        vals = a[idx]
+        if op == "add":
+            r = np.add.reduceat(vals.astype(np.int64), starts).astype(a.dtype)
+        else:
+            uf = {"min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+                  "xor": np.bitwise_xor}[op]
+            r = uf.reduceat(vals, starts)
+        full = np.zeros(self.nwarps, a.dtype)
+        full[w[starts]] = r
+        return full[self.warp]
+
+    def match(self, mode, a, mask, m):
+        """match.any: the mask of active member lanes of the warp holding the same value; match.all: the member
+        mask when all active members agree (and the predicate), else 0."""
+        act = self._active(mask, m)
+        a = np.broadcast_to(np.asarray(a), (self.T,))
+        idx = np.flatnonzero(act)
+        d = np.zeros(self.T, np.uint32)
+        p = np.zeros(self.T, bool)
+        if idx.size == 0:
+            return d, p
+        w = self.warp[idx]
+        vals = a[idx].astype(np.uint64, copy=False) if a.dtype.itemsize == 8 else a[idx].astype(np.uint64)
+        bits = np.left_shift(np.uint64(1), self.laneid[idx].astype(np.uint64)).astype(np.float64)
+        if mode == "any":
+            _, key = np.unique(np.stack([w.astype(np.uint64), vals]), axis=1, return_inverse=True)
+            key = key.reshape(-1)
+            sums = np.bincount(key, weights=bits)
+            d[idx] = sums[key].astype(np.uint64).astype(np.uint32)
+            return d, p
+        wmask = np.bincount(w, weights=bits, minlength=self.nwarps)
+        vmin = np.full(self.nwarps, np.iinfo(np.uint64).max, np.uint64)
+        vmax = np.zeros(self.nwarps, np.uint64)
+        np.minimum.at(vmin, w, vals)
+        np.maximum.at(vmax, w, vals)
+        same = (vmin == vmax)[w]
+        d[idx] = np.where(same, wmask[w].astype(np.uint64).astype(np.uint32), 0)
+        p[idx] = same
+        return d, p
+
+    def activemask(self, m):
+        act = np.ones(self.T, bool) if m is None else m
+        return self.vote("ballot", act, None, None)
+

@@ -1,0 +1,258 @@
+"""Memory spaces as the chunk's lanes see them: loads, stores and atomics (ChunkAPI.load/store/atom/isspace).
+
+`resolve` turns an access (space, address lane vector or absolute offset, selected lanes) into (buffer, byte
+offsets, positions) parts after checking it: global addresses through DeviceMemory.check_access, shared and
+local offsets against the CTA's shared window and the thread's frame (cudaErrorIllegalAddress,
+cudaErrorMisalignedAddress). Generic addresses are split by window (emu/layout.py) into their global, shared and
+local parts. Converged shared/local accesses through a register take a cached fast path (`_window_index`).
+Atomics are applied by ops/atomic.py, in lane order.
+
+Also the byte-level reads device-side calls need (byte_span, read_bytes, read_cstring).
+
+Uses the chunk state described in chunk.py (T, mem, smem, shared_size, cta_off, lmem, frame, lane_off, views,
+_acache).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..layout import LOC_WIN, SH_WIN, WIN_SIZE
+from ..ops.atomic import apply_atomic
+
+
+class LaneMemory:
+    # ---------------------------------------------------------------- addresses
+    def _view(self, buf: np.ndarray, dt) -> np.ndarray:
+        key = (id(buf), dt)
+        v = self.views.get(key)
+        if v is None:
+            isz = np.dtype(dt).itemsize
+            n = buf.size - buf.size % isz
+            v = buf[:n].view(dt)
+            self.views[key] = v
+        return v
+
+    def resolve(self, space: str, addr, off: int, size: int, write: bool, sel, vsize: int):
+        """-> list of (buffer, byte offsets, positions) covering the accessed lanes; checks bounds/alignment.
+        positions: indices into the accessed-lane list (None = all, in order)."""
+        a = self._lane_addresses(space, addr, off, sel)
+        if space == "global":
+            a = a.astype(np.uint64, copy=False)
+            self.mem.check_access(a, vsize, write)
+            return [(self.mem.heap, (a - np.uint64(self.mem.base)).view(np.int64), None)]
+        if space == "shared":
+            a = a.astype(np.int64, copy=False) if a.dtype != np.uint64 else a.view(np.int64)
+            self._check_window(a, vsize, self.shared_size, "shared", write)
+            co = self.cta_off if sel is None else self.cta_off[sel]
+            return [(self.smem, co + a, None)]
+        if space == "local":
+            a = a.astype(np.int64, copy=False) if a.dtype != np.uint64 else a.view(np.int64)
+            self._check_window(a, vsize, self.frame, "local", write)
+            lo = self.lane_off if sel is None else self.lane_off[sel]
+            return [(self.lmem, lo + a, None)]
+        if space == "generic":
+            return self._resolve_generic(a.astype(np.uint64, copy=False), size, write, sel, vsize)
+        raise CudaError("cudaErrorInvalidPtx", f"memory space {space} not supported")
+
+    def _lane_addresses(self, space: str, addr, off: int, sel):
+        """The address each accessing lane uses: addr + off, or off itself when addr is None."""
+        if addr is None:
+            n = self.T if sel is None else len(sel)
+            return np.full(n, off, np.int64).view(np.uint64) if space == "generic" or space == "global" \
+                else np.full(n, off, np.int64)
+        a = addr if sel is None else addr[sel]
+        if off:
+            a = a + a.dtype.type(off & ((1 << (a.dtype.itemsize * 8)) - 1))
+        return a
+
+    def _resolve_generic(self, a, size: int, write: bool, sel, vsize: int):
+        lanes = np.arange(len(a)) if sel is None else sel
+        out = []
+        is_sh, is_lo = _windows(a)
+        if not is_sh.any() and not is_lo.any():
+            return self.resolve("global", a, 0, size, write, None, vsize)
+        is_gl = ~(is_sh | is_lo)
+        for kind, msk, win in (("global", is_gl, 0), ("shared", is_sh, SH_WIN), ("local", is_lo, LOC_WIN)):
+            if not msk.any():
+                continue
+            pos = np.flatnonzero(msk)
+            sub = a[pos] - np.uint64(win)
+            if kind == "global":
+                self.mem.check_access(sub, vsize, write)
+                out.append((self.mem.heap, (sub - np.uint64(self.mem.base)).view(np.int64), pos))
+            else:
+                s = sub.view(np.int64)
+                limit = self.shared_size if kind == "shared" else self.frame
+                self._check_window(s, vsize, limit, kind, write)
+                base = self.cta_off if kind == "shared" else self.lane_off
+                out.append((self.smem if kind == "shared" else self.lmem, base[lanes[pos]] + s, pos))
+        return out
+
+    def _check_window(self, a, size, limit, what, write):
+        if a.size == 0:
+            return
+        lo = int(a.min())
+        hi = int(a.max())
+        if lo < 0 or hi + size > limit:
+            bad = int(a[(a < 0) | (a + size > limit)][0])
+            raise CudaError("cudaErrorIllegalAddress",
+                            f"out-of-range {size}-byte {what} {'store' if write else 'load'} at {what} offset "
+                            f"{bad:#x} (window is {limit} bytes)")
+        if size > 1 and (a & (size - 1)).any():
+            bad = int(a[(a & (size - 1)) != 0][0])
+            raise CudaError("cudaErrorMisalignedAddress",
+                            f"misaligned {size}-byte {what} {'store' if write else 'load'} at {what} offset {bad:#x}")
+
+    def _window_index(self, space, addr, off, isz, vsize):
+        """Fast path for converged shared/local accesses through a register: per address array (registers are
+        immutable) remember its int64 form, range and low bits, so each further access with another constant
+        offset costs one add. Returns element indices into the space's buffer, or None to take the slow path."""
+        key = (addr.__array_interface__["data"][0], addr.dtype, space)
+        ent = self._acache.get(key)
+        if ent is None or ent[0].shape != addr.shape:
+            a64 = addr.astype(np.int64)
+            if space == "shared" and addr.dtype == np.uint64:
+                a64 = addr.view(np.int64)
+            base = self.cta_off if space == "shared" else self.lane_off
+            ent = (addr, int(a64.min()), int(a64.max()), int(np.bitwise_or.reduce(a64 & 15)), base + a64, {})
+            if len(self._acache) > 32:
+                self._acache.clear()
+            self._acache[key] = ent
+        _, lo, hi, low, bb, q = ent
+        limit = self.shared_size if space == "shared" else self.frame
+        if lo + off < 0 or hi + off + vsize > limit or off % vsize or (low & (vsize - 1)):
+            return None
+        sh = isz.bit_length() - 1
+        qa = q.get(sh)
+        if qa is None:
+            qa = q[sh] = bb >> sh
+        return qa, off >> sh
+
+    # ---------------------------------------------------------------- loads, stores, atomics
+    def load(self, space, addr, off, dt, nvec, sel):
+        isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
+            hit = self._window_index(space, addr, off, isz, isz * nvec)
+            if hit is not None:
+                idx, c = hit
+                v = self._view(self.smem if space == "shared" else self.lmem, dt)
+                return [v[c + k:].take(idx) for k in range(nvec)]
+        parts = self.resolve(space, addr, off, isz, False, sel, isz * nvec)
+        n = self.T if sel is None else len(sel)
+        if len(parts) == 1 and parts[0][2] is None:
+            buf, boff, _ = parts[0]
+            v = self._view(buf, dt)
+            idx = boff >> (isz.bit_length() - 1) if isz > 1 else boff
+            if nvec == 1:
+                return [v.take(idx)]
+            return [v.take(idx + k) for k in range(nvec)]
+        outs = [np.empty(n, dt) for _ in range(nvec)]
+        for buf, boff, pos in parts:
+            v = self._view(buf, dt)
+            idx = boff >> (isz.bit_length() - 1) if isz > 1 else boff
+            for k in range(nvec):
+                outs[k][pos] = v.take(idx + k)
+        return outs
+
+    def store(self, space, addr, off, dt, vals, sel):
+        isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
+            hit = self._window_index(space, addr, off, isz, isz * len(vals))
+            if hit is not None:
+                idx, c = hit
+                v = self._view(self.smem if space == "shared" else self.lmem, dt)
+                for k, x in enumerate(vals):
+                    x = np.asarray(x)
+                    if x.dtype != dt:
+                        x = x.astype(dt) if x.ndim == 0 or x.dtype.itemsize != isz else x.view(dt)
+                    v[c + k:][idx] = x
+                return
+        parts = self.resolve(space, addr, off, isz, True, sel, isz * len(vals))
+        for buf, boff, pos in parts:
+            v = self._view(buf, dt)
+            idx = boff >> (isz.bit_length() - 1) if isz > 1 else boff
+            for k, x in enumerate(vals):
+                x = np.asarray(x)
+                if x.ndim == 0:
+                    vv = x.astype(dt)
+                else:
+                    vv = x if sel is None else x[sel]
+                    if pos is not None:
+                        vv = vv[pos]
+                    if vv.dtype != dt:
+                        vv = vv.astype(dt) if vv.dtype.itemsize != isz else vv.view(dt)
+                v[idx + k] = vv
+
+    def isspace(self, space, a):
+        sh, lo = _windows(a.astype(np.uint64, copy=False))
+        if space == "shared":
+            return sh
+        if space == "local":
+            return lo
+        if space in ("global", "const"):
+            return ~(sh | lo)
+        return np.zeros(a.shape, bool)
+
+    def atom(self, space, op, dt, addr, off, b, c, sel, live):
+        isz = np.dtype(dt).itemsize
+        parts = self.resolve(space, addr, off, isz, True, sel, isz)
+        n = self.T if sel is None else len(sel)
+        b = np.broadcast_to(np.asarray(b, dtype=dt) if np.ndim(b) == 0 else b, (self.T,))
+        b = b if sel is None else b[sel]
+        if c is not None:
+            c = np.broadcast_to(np.asarray(c, dtype=dt) if np.ndim(c) == 0 else c, (self.T,))
+            c = c if sel is None else c[sel]
+        old = np.empty(n, dt) if live else None
+        for buf, boff, pos in parts:
+            v = self._view(buf, dt)
+            idx = boff >> (isz.bit_length() - 1)
+            bb = b if pos is None else b[pos]
+            cc = None if c is None else (c if pos is None else c[pos])
+            res = apply_atomic(v, idx, op, bb.astype(dt, copy=False), cc, live)
+            if live:
+                if pos is None:
+                    old = res
+                else:
+                    old[pos] = res
+        return old
+
+    # ---------------------------------------------------------------- byte-level reads (printf, assert)
+    def read_cstring(self, lane: int, addr: int, limit: int = 1 << 16) -> bytes:
+        buf, off = self.byte_span(lane, addr, 1)
+        n = buf.size
+        stop = min(n, off + limit)
+        chunk = buf[off:stop].tobytes()
+        z = chunk.find(b"\0")
+        if z < 0:
+            if stop >= n:
+                raise CudaError("cudaErrorIllegalAddress", f"unterminated string at {addr:#x}")
+            z = len(chunk)
+        return chunk[:z]
+
+    def byte_span(self, lane: int, addr: int, size: int):
+        """(uint8 buffer, offset) for a generic address seen by one lane; checked."""
+        a = np.array([addr], np.uint64)
+        parts = self.resolve("generic", a, 0, 1, False, None, 1)
+        buf, boff, _ = parts[0]
+        o = int(boff[0])
+        if buf is self.smem:
+            o = o - int(self.cta_off[0]) + int(self.cta_off[lane])
+        elif buf is self.lmem:
+            o = o - int(self.lane_off[0]) + int(self.lane_off[lane])
+        return buf, o
+
+    def read_bytes(self, lane: int, addr: int, size: int) -> bytes:
+        buf, o = self.byte_span(lane, addr, size)
+        if o + size > buf.size:
+            raise CudaError("cudaErrorIllegalAddress", f"read past the end of memory at {addr:#x}")
+        return buf[o:o + size].tobytes()
+
+
+
+def _windows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which generic addresses (uint64) lie in the shared window, and which in the local one."""
+    sh = (a >= np.uint64(SH_WIN)) & (a < np.uint64(SH_WIN + WIN_SIZE))
+    lo = (a >= np.uint64(LOC_WIN)) & (a < np.uint64(LOC_WIN + WIN_SIZE))
+    return sh, lo

@@ -1,0 +1,97 @@
+"""Special registers and kernel parameters: the read-only inputs of a chunk's threads (ChunkAPI.special,
+ChunkAPI.param).
+
+Values are uint32 lane vectors, computed on first use and cached: per launch geometry when they are the same for
+every chunk of that size (%tid, %laneid, ...), per chunk when they depend on its CTAs (%ctaid, %smid). Clocks are
+never cached: %clock/%clock64 advance with the launch's executed-instruction count and with every read,
+%globaltimer is the host's time in ns. %smid is cta % multiprocessors.
+
+Uses the chunk state described in chunk.py (launch, T, cta0, lin_in_cta, cta_local, laneid, shared_size).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+_CLOCKS = frozenset({"%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"})
+_PER_CHUNK = frozenset({"%ctaid.x", "%ctaid.y", "%ctaid.z", "%smid"})
+
+
+class SpecialRegisters:
+    def special(self, name: str) -> np.ndarray:
+        s = self._special.get(name)
+        if s is None:
+            s = self._own_special.get(name)
+        if s is not None:
+            return s
+        if name in _CLOCKS:
+            return self._clock(name)
+        v = np.ascontiguousarray(self._special_value(name)).astype(np.uint32)
+        if name in _PER_CHUNK:
+            self._own_special[name] = v
+        else:
+            self._special[name] = v
+        return v
+
+    def param(self, off: int, dt):
+        return np.frombuffer(self.launch.params, dtype=dt, count=1, offset=off)[0]
+
+    def _special_value(self, name: str):
+        L = self.launch
+        if name in _INDEXES:
+            return self._index(name)
+        if name.startswith("%lanemask_") and name[10:] in ("eq", "lt", "le", "ge", "gt"):
+            return self._lanemask(name[10:])
+        if name == "%laneid":
+            return self.laneid
+        if name == "%warpid":
+            return self.lin_in_cta // 32
+        if name == "%smid":
+            return (self.cta_local + self.cta0) % L.sm_count
+        constant = {"%nwarpid": 32, "%warpsize": 32, "WARP_SZ": 32, "%nsmid": L.sm_count, "%gridid": L.grid_id,
+                    "%dynamic_smem_size": L.dyn_shared, "%total_smem_size": self.shared_size}
+        if name in constant:
+            return np.full(self.T, constant[name])
+        raise CudaError("cudaErrorInvalidPtx", f"special register {name} is not supported")
+
+    def _index(self, name: str):
+        """%tid / %ntid / %ctaid / %nctaid .x .y .z."""
+        L = self.launch
+        kind, axis = _INDEXES[name]
+        if kind == "ntid":
+            return np.full(self.T, L.block[axis])
+        if kind == "nctaid":
+            return np.full(self.T, L.grid[axis])
+        dims = L.block if kind == "tid" else L.grid
+        lin = self.lin_in_cta if kind == "tid" else self.cta_local + self.cta0
+        if axis == 0:
+            return lin % dims[0]
+        if axis == 1:
+            return (lin // dims[0]) % dims[1]
+        return lin // (dims[0] * dims[1])
+
+    def _lanemask(self, kind: str):
+        ln = self.laneid.astype(np.uint64)
+        one = np.uint64(1)
+        v = {"eq": lambda: one << ln, "lt": lambda: (one << ln) - one, "le": lambda: ((one << ln) << one) - one,
+             "ge": lambda: ~((one << ln) - one), "gt": lambda: ~(((one << ln) << one) - one)}[kind]()
+        return v & np.uint64(0xFFFFFFFF)
+
+    def _clock(self, name: str) -> np.ndarray:
+        # Not cached: a clock must advance. Derived from the launch's executed-instruction count.
+        L = self.launch
+        L.clock_bump += 16      # each read advances, even within one block
+        c = (L.steps + L.clock_bump) * 4 + 1000
+        if name.startswith("%globaltimer"):
+            c = time.time_ns()
+        if name in ("%clock64", "%globaltimer"):
+            return np.full(self.T, c, np.uint64)
+        if name.endswith("_hi"):
+            c >>= 32
+        return np.full(self.T, c & 0xFFFFFFFF, np.uint32)
+
+
+_INDEXES = {f"%{kind}.{ax}": (kind, i) for kind in ("tid", "ntid", "ctaid", "nctaid") for i, ax in enumerate("xyz")}

@@ -1,0 +1,67 @@
+"""Basic blocks of a flat kernel body.
+
+A block is a run of straight-line instructions ended by its terminator: a branch, ret/exit, a CTA barrier
+(bar.sync/bar.red/barrier: kind 'bar', the lanes park there) or a warp operation (shfl, vote, redux, match,
+activemask, bar.warp.sync: kind 'warp', in a block of its own because it waits for its warp). A label starts a
+new block; a block without terminator falls through to the next one, and the body ends with an implicit exit.
+`labels` maps every label to the index of the block it starts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ptx import ir
+
+
+@dataclass
+class Block:
+    index: int
+    instrs: list
+    term: ir.Instr | None        # bra / ret / exit / bar / warp op (None: fall through)
+    kind: str                    # 'plain' | 'bar' | 'warp'
+
+
+WARP_OPS = frozenset({"shfl", "vote", "redux", "activemask", "match"})
+BRANCHES = frozenset({"bra", "ret", "exit", "brx"})
+
+
+def is_warp(ins: ir.Instr) -> bool:
+    return ins.opcode in WARP_OPS or (ins.opcode in ("bar", "barrier") and "warp" in ins.mods)
+
+
+def is_bar(ins: ir.Instr) -> bool:
+    return ins.opcode in ("bar", "barrier") and "warp" not in ins.mods
+
+
+def split_blocks(body: list) -> tuple[list[Block], dict[str, int]]:
+    blocks: list[Block] = []
+    labels: dict[str, int] = {}
+    cur: list = []
+    pending_labels: list[str] = []
+
+    def close(term, kind):
+        nonlocal cur, pending_labels
+        b = Block(len(blocks), cur, term, kind)
+        for lb in pending_labels:
+            labels[lb] = b.index
+        pending_labels = []
+        blocks.append(b)
+        cur = []
+
+    for item in body:
+        if isinstance(item, str):
+            if cur:
+                close(None, "plain")
+            pending_labels.append(item)
+        elif is_warp(item):
+            if cur:
+                close(None, "plain")
+            close(item, "warp")
+        elif is_bar(item):
+            close(item, "bar")
+        elif item.opcode in BRANCHES:
+            close(item, "plain")
+        else:
+            cur.append(item)
+    close(ir.Instr("exit", (), [], [], None, 0, "end of body"), "plain")
+    return blocks, labels

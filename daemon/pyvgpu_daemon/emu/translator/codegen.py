@@ -1,0 +1,264 @@
+"""Code generation: a kernel's basic blocks become the Python source of one function `make(S)`.
+
+    def make(S):                       # S: the chunk (a ChunkAPI, see emu/chunk_api.py)
+        T = S.T; pcv = S.pc; stv = S.st
+        sp_tid_x = S.special('%tid.x')  # special registers the kernel reads
+        r0 = S.zeros[32]                # one closure variable per register, holding an immutable NumPy array
+        def c0(): ...                   # block 0, converged: every lane of the chunk is live and here; returns
+        def m0(m): ...                  #   the next block; masked: the lanes in m, sets pcv[m] / stv[m]
+        ...
+        def h0(mm, v): ...              # bar.red release handler of each diverged bar.red site
+        return [(c0, m0), ...], [h0, ...]
+
+A register write rebinds its variable (`r3 = ...`), a masked write merges with np.where. Operands are views of
+register arrays in the instruction's type; immediates, addresses and dtypes are constants in the namespace of the
+generated code, which otherwise holds only `np` and the value helpers below. The chunk is reached only through
+`Codegen.rt(member)`, which refuses anything ChunkAPI does not declare.
+
+This module holds what every emitter uses: names, operands, register writes, guards. What code each instruction
+becomes lives in control.py (branches, exit, barriers, warp operations) and instrs.py (straight-line
+instructions); kernel.py assembles the blocks into `make` and compiles it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..chunk_api import MEMBERS
+from ..ptx import ir
+from ..ptx.parser import float_bits_to_value
+from ..ptx.types import BITS, DTYPES, SIGNED, SINT, UINT, reg_width, scalar_type
+
+SPECIALS = {"%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
+            "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
+            "%gridid", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge", "%lanemask_gt",
+            "%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi",
+            "%dynamic_smem_size", "%total_smem_size", "%warpsize", "WARP_SZ"}
+_CLOCKS64 = ("%clock64", "%globaltimer")
+
+
+def err_ptx(instr: ir.Instr, why: str) -> CudaError:
+    return CudaError("cudaErrorInvalidPtx",
+                     f"unsupported instruction {'.'.join((instr.opcode,) + instr.mods)} at line {instr.line}: {why}")
+
+
+# ---------------------------------------------------------------------------------------------- value helpers
+def _fit(v, w, signed):
+    """Resize an integer/float array to a register of width w bits (sign- or zero-extension, truncation)."""
+    iw = v.dtype.itemsize * 8
+    if iw == w:
+        return v
+    if iw < w:
+        src = v.view(SINT[iw] if signed else UINT[iw])
+        return src.astype(SINT[w] if signed else UINT[w]).view(UINT[w])
+    return v.view(UINT[iw]).astype(UINT[w])
+
+
+def _where(m, t, old):
+    """A masked register write: t where m, else the register's old value (reinterpreted as t's type)."""
+    t = np.asarray(t)
+    if old.dtype != t.dtype:
+        old = old.view(t.dtype) if old.dtype.itemsize == t.dtype.itemsize else old.astype(t.dtype)
+    return np.where(m, t, old)
+
+
+def _scatter(old, sel, v):
+    """A register write of the selected lanes `sel` (values v, one per selected lane)."""
+    if old.dtype.itemsize == v.dtype.itemsize:
+        new = old.view(v.dtype).copy()
+    else:
+        new = old.astype(v.dtype)
+    new[sel] = v
+    return new
+
+
+NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit}
+
+
+class Codegen:
+    """The code generator of one kernel (`k`: the translator's Kernel, for its layout and symbols)."""
+
+    def __init__(self, kern) -> None:
+        self.k = kern
+        self.ns: dict = dict(NAMESPACE)
+        self.nconst = 0
+        self.specials_used: set[str] = set()
+        self.reg_index: dict[str, int] = {n: i for i, n in enumerate(kern.flat.regs)}
+        self.reg_width: dict[str, int] = {n: reg_width(t) for n, t in kern.flat.regs.items()}
+        self.written: set[str] = set()
+        self.bar_sites: list = []
+
+    # ---------------------------------------------------------------- names
+    def const(self, value, hint="c") -> str:
+        self.nconst += 1
+        name = f"_{hint}{self.nconst}"
+        self.ns[name] = value
+        return name
+
+    def dt(self, t: str) -> str:
+        return self.const(scalar_type(t), "dt")
+
+    def rvar(self, name: str) -> str:
+        return f"r{self.reg_index[name]}"
+
+    @staticmethod
+    def rt(member: str) -> str:
+        """The expression for a member of the chunk; only ChunkAPI's members exist for generated code."""
+        if member not in MEMBERS:
+            raise AssertionError(f"generated code may not use S.{member}: ChunkAPI does not declare it")
+        return f"S.{member}"
+
+    # ---------------------------------------------------------------- operands
+    def imm(self, o: ir.Imm, t: str, ins: ir.Instr):
+        bits = BITS.get(t, 32)
+        if t == "pred":
+            return np.bool_(bool(o.value))
+        if t in ("f32", "f64", "f16"):
+            if o.is_float_bits:
+                v = float_bits_to_value(o.value, 32 if len(o.text.lstrip("-")) == 10 else 64)
+            else:
+                v = float(o.value)
+            with np.errstate(all="ignore"):
+                return DTYPES[t].type(v)
+        if isinstance(o.value, float):
+            raise err_ptx(ins, f"float literal {o.text} for an integer operand")
+        v = o.value & ((1 << bits) - 1)
+        if t in SIGNED and v >= 1 << (bits - 1):
+            v -= 1 << bits
+        return (SINT[bits] if t in SIGNED else UINT[bits])(v)
+
+    def src(self, o, t: str, ins: ir.Instr) -> str:
+        if isinstance(o, ir.Reg):
+            neg = o.name.startswith("!")
+            name = o.name[1:] if neg else o.name
+            if name in self.reg_index:
+                return self._src_reg(name, neg, t, ins)
+            if name in SPECIALS:
+                return self._src_special(name, t)
+            raise err_ptx(ins, f"undeclared register {name}")
+        if isinstance(o, ir.Imm):
+            return self.const(self.imm(o, t, ins))
+        if isinstance(o, (ir.Sym, ir.Addr)):
+            base, off = (o, 0) if isinstance(o, ir.Sym) else (o.base, o.offset)
+            if not isinstance(base, ir.Sym):
+                raise err_ptx(ins, "unexpected address operand")
+            addr = self.k.sym_address(base.name, ins) + off
+            bits = BITS.get(t, 64)
+            return self.const((UINT[bits] if bits in UINT else np.uint64)(addr & ((1 << bits) - 1)))
+        if isinstance(o, ir.Vec):
+            raise err_ptx(ins, "vector operand not allowed here")
+        raise err_ptx(ins, f"bad operand {o!r}")
+
+    def _src_reg(self, name: str, neg: bool, t: str, ins: ir.Instr) -> str:
+        var = self.rvar(name)
+        w = self.reg_width[name]
+        if w == 1:
+            if t != "pred":
+                raise err_ptx(ins, f"predicate register {name} used as .{t}")
+            return f"(~{var})" if neg else var
+        if neg:
+            raise err_ptx(ins, f"'!' on non-predicate register {name}")
+        if t == "pred":
+            raise err_ptx(ins, f"register {name} used as a predicate")
+        tw = BITS[t]
+        if tw == w:
+            return f"{var}.view({self.dt(t)})"
+        if tw < w:
+            return f"{var}.view({self.const(UINT[w])}).astype({self.const(UINT[tw])}).view({self.dt(t)})"
+        base = SINT[w] if t in SIGNED else UINT[w]
+        return f"{var}.view({self.const(base)}).astype({self.dt(t)})"
+
+    def _src_special(self, name: str, t: str) -> str:
+        if name.startswith(("%clock", "%globaltimer")):
+            var = f"{self.rt('special')}({name!r})"     # read at each use: clocks advance
+        else:
+            self.specials_used.add(name)
+            var = "sp_" + name.strip("%").replace(".", "_")
+        if BITS.get(t) == 64 and name not in _CLOCKS64:
+            return f"{var}.astype({self.dt(t)})"
+        if BITS.get(t) == 32 and name in _CLOCKS64:
+            return f"{var}.astype({self.const(np.uint32)}).view({self.dt(t)})"
+        return f"{var}.view({self.dt(t)})"
+
+    @staticmethod
+    def is_array_src(o) -> bool:
+        return isinstance(o, ir.Reg)
+
+    def write(self, lines: list, o, t: str, val: str, g: str | None, ins: ir.Instr, is_array=True) -> None:
+        """Assign `val` (typed t) to destination operand o under mask g (None = all lanes)."""
+        if isinstance(o, ir.Reg) and o.name == "_":
+            return
+        if not isinstance(o, ir.Reg) or o.name not in self.reg_index:
+            raise err_ptx(ins, f"bad destination {o!r}")
+        var = self.rvar(o.name)
+        self.written.add(var)
+        w = self.reg_width[o.name]
+        if w == 1:
+            if t != "pred":
+                raise err_ptx(ins, f"predicate register {o.name} written as .{t}")
+        else:
+            if t == "pred":
+                raise err_ptx(ins, f"register {o.name} written as a predicate")
+            if BITS[t] != w:
+                val = f"_fit({val}, {w}, {t in SIGNED})"
+        if not is_array:
+            val = f"np.full(T, {val})"
+        if g is None:
+            lines.append(f"{var} = {val}")
+        else:
+            lines.append(f"{var} = _where({g}, {val}, {var})")
+
+    def write_selected(self, lines: list, o: ir.Reg, t: str, val: str, sel: str) -> None:
+        """Assign `val` (typed t, one value per selected lane, or per lane when sel is "None") to register o."""
+        var = self.rvar(o.name)
+        self.written.add(var)
+        w = self.reg_width[o.name]
+        if BITS[t] != w:
+            val = f"_fit({val}, {w}, {t in SIGNED})"
+        if sel == "None":
+            lines.append(f"{var} = {val}")
+        else:
+            lines.append(f"{var} = _scatter({var}, _s, {val})")
+
+    # ---------------------------------------------------------------- address operands
+    def address(self, o, ins: ir.Instr):
+        """-> (kind, expr, const_offset): kind 'reg' (expr = u64/u32 array), 'const' (absolute address in the
+        space), 'kparam' (kernel parameter byte offset)."""
+        if not isinstance(o, ir.Addr):
+            raise err_ptx(ins, "expected a [address] operand")
+        if o.base is None:
+            return "const", None, o.offset
+        if isinstance(o.base, ir.Reg):
+            name = o.base.name
+            if name not in self.reg_index:
+                raise err_ptx(ins, f"undeclared address register {name}")
+            w = self.reg_width[name]
+            if w not in (32, 64):
+                raise err_ptx(ins, f"address register {name} is not 32 or 64 bits wide")
+            return "reg", f"{self.rvar(name)}.view({self.const(UINT[w])})", o.offset
+        sym = o.base.name
+        kparams = self.k.layout.kparams
+        if sym in kparams:
+            return "kparam", None, kparams[sym] + o.offset
+        return "const", None, self.k.sym_address(sym, ins) + o.offset
+
+    # ---------------------------------------------------------------- guards
+    def guard(self, ins: ir.Instr, masked: bool) -> str | None:
+        """The lane mask expression an instruction runs under (None: every lane of a converged block)."""
+        if ins.guard is None:
+            return "m" if masked else None
+        name, neg = ins.guard
+        if name not in self.reg_index or self.reg_width[name] != 1:
+            raise err_ptx(ins, f"guard {name} is not a predicate register")
+        p = self.rvar(name)
+        e = f"(~{p})" if neg else p
+        return f"(m & {e})" if masked else e
+
+    @staticmethod
+    def sel(lines: list, gexpr: str | None) -> str:
+        """The selection (`_s`, lane indices) of a guard, for memory operations; "None" for all lanes."""
+        if gexpr is None:
+            return "None"
+        lines.append(f"_s = np.flatnonzero({gexpr})")
+        return "_s"

@@ -1,0 +1,203 @@
+"""Block terminators: branches, ret/exit, CTA barriers and warp operations.
+
+Converged code (every lane of the chunk here) returns the next block, DIVERGED after writing each lane's next
+block to `pcv`, or ALL_EXITED; masked code (the lanes in `m`) writes `pcv[m]` / `stv[m]` and returns nothing.
+
+- bra / ret / exit: a guarded branch or exit that splits the lanes diverges the chunk.
+- bar.sync / barrier.sync / bar.red: converged, every lane of every CTA is here, so the barrier is a no-op and
+  bar.red reduces at once (ChunkAPI.cta_reduce); masked, the lanes park (BAR) and the runtime releases a CTA when
+  all its live lanes are parked, calling the bar.red site's release handler (`bar_sites`, `Kernel.bar_kinds`).
+- shfl / vote / redux / match / activemask / bar.warp.sync: masked, a warp operation first waits for the other
+  member lanes of its warp (ChunkAPI.warp_ready); activemask never waits.
+"""
+from __future__ import annotations
+
+from ..chunk_api import ALL_EXITED, BAR, DIVERGED, EXIT
+from ..ptx import ir
+from .cfg import Block
+from .codegen import Codegen, err_ptx
+
+
+def emit_terminator(g: Codegen, b: Block, lines: list, masked: bool) -> None:
+    nxt = b.index + 1
+    if b.kind == "warp":
+        _emit_warp(g, b.term, lines, masked, nxt)
+    elif b.kind == "bar":
+        _emit_bar(g, b.term, lines, masked, nxt)
+    elif b.term is None:
+        lines.append(f"pcv[m] = {nxt}" if masked else f"return {nxt}")
+    elif b.term.opcode == "bra":
+        _emit_branch(g, b.term, lines, masked, nxt)
+    elif b.term.opcode in ("ret", "exit"):
+        _emit_exit(g, b.term, lines, masked, nxt)
+    else:
+        raise err_ptx(b.term, "unsupported control flow")
+
+
+def _emit_branch(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    labels = g.k.labels
+    if not t.srcs or not isinstance(t.srcs[0], ir.Sym) or t.srcs[0].name not in labels:
+        raise err_ptx(t, "branch to an unknown label")
+    tgt = labels[t.srcs[0].name]
+    for m_ in t.mods:
+        if m_ != "uni":
+            raise err_ptx(t, f"modifier .{m_}")
+    _emit_guarded(g, t, lines, masked, nxt, unguarded_masked=f"pcv[m] = {tgt}", taken_all=f"return {tgt}",
+                  taken_masked=f"pcv[m & _p] = {tgt}", diverge=[f"pcv[:] = np.where(_p, {tgt}, {nxt})"])
+
+
+def _emit_exit(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    _emit_guarded(g, t, lines, masked, nxt, unguarded_masked=f"stv[m] = {EXIT}", taken_all=f"return {ALL_EXITED}",
+                  taken_masked=f"stv[m & _p] = {EXIT}", diverge=[f"stv[_p] = {EXIT}", f"pcv[:] = {nxt}"])
+
+
+def _emit_guarded(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int, *, unguarded_masked: str,
+                  taken_all: str, taken_masked: str, diverge: list[str]) -> None:
+    """A branch or exit, taken by the lanes of its guard `_p` (every lane when it has none). Converged code stays
+    converged when all or none take it, else applies `diverge` and reports DIVERGED."""
+    if t.guard is None:
+        lines.append(unguarded_masked if masked else taken_all)
+        return
+    lines.append(f"_p = {g.guard(t, False)}")
+    if masked:
+        lines += [f"pcv[m] = {nxt}", taken_masked]
+    else:
+        lines += ["_n = np.count_nonzero(_p)", f"if _n == T: {taken_all}", f"if _n == 0: return {nxt}", *diverge,
+                  f"return {DIVERGED}"]
+
+
+# ---------------------------------------------------------------------------------------------- CTA barriers
+def _bar_form(t: ir.Instr):
+    """-> (reduction or None, barrier operands, bar.red's predicate operand) of a supported barrier."""
+    mods = [m for m in t.mods if m not in ("aligned", "cta")]
+    if t.guard is not None:
+        raise err_ptx(t, "predicated barriers are not supported")
+    if mods and mods[0] in ("sync", "red"):
+        kind = mods[0]
+    elif not mods and t.opcode == "bar":
+        kind = "sync"
+    else:
+        raise err_ptx(t, "only bar.sync/bar.red/barrier.sync are supported")
+    srcs = list(t.srcs)
+    red = pred_op = None
+    if kind == "red":
+        if len(mods) != 3 or mods[1] not in ("popc", "and", "or") or mods[2] not in ("u32", "pred"):
+            raise err_ptx(t, "expected bar.red.{popc.u32,and.pred,or.pred}")
+        red = mods[1]
+        pred_op = srcs[-1]
+        srcs = srcs[:-1]
+    elif len(mods) != 1:
+        raise err_ptx(t, "unexpected modifiers")
+    if not srcs or not isinstance(srcs[0], ir.Imm):
+        raise err_ptx(t, "barrier id must be an immediate")
+    return red, srcs, pred_op
+
+
+def _emit_bar(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    red, srcs, pred_op = _bar_form(t)
+    if len(srcs) > 1:
+        lines.append(f"{g.rt('check_bar_count')}({g.src(srcs[1], 'u32', t)}, {t.line})")
+    if red is None:
+        lines += [f"stv[m] = {BAR}", f"pcv[m] = {nxt}"] if masked else [f"return {nxt}"]
+        return
+    p = g.src(pred_op, "pred", t)
+    dst_type = "u32" if red == "popc" else "pred"
+    if masked:
+        site = len(g.bar_sites)
+        g.bar_sites.append((t.dsts[0], dst_type))
+        g.k.bar_kinds.append(red)
+        lines += [f"{g.rt('barpred')}[m] = {p}[m]", f"{g.rt('barsite')}[m] = {site}", f"stv[m] = {BAR}",
+                  f"pcv[m] = {nxt}"]
+    else:
+        lines.append(f"_v = {g.rt('cta_reduce')}({p}, {red!r}, None)")
+        g.write(lines, t.dsts[0], dst_type, "_v", None, t)
+        lines.append(f"return {nxt}")
+
+
+# ---------------------------------------------------------------------------------------------- warp operations
+# opcode -> (does the modifier list fit, index of the member-mask operand or None, the error otherwise)
+_WARP_FORMS = {
+    "bar": (lambda m: m == ("warp", "sync"), 0, "expected bar.warp.sync"),
+    "shfl": (lambda m: len(m) == 3 and m[0] == "sync" and m[1] in ("up", "down", "bfly", "idx") and m[2] == "b32",
+             3, "expected shfl.sync.{up,down,bfly,idx}.b32"),
+    "vote": (lambda m: len(m) == 3 and m[0] == "sync" and (m[1], m[2]) in (
+        ("ballot", "b32"), ("any", "pred"), ("all", "pred"), ("uni", "pred")),
+             1, "expected vote.sync.{ballot.b32,any.pred,all.pred,uni.pred}"),
+    "redux": (lambda m: len(m) == 3 and m[0] == "sync" and m[1] in ("add", "min", "max", "and", "or", "xor")
+              and m[2] in ("u32", "s32", "b32"), 1, "expected redux.sync.{add,min,max,and,or,xor}.{u32,s32,b32}"),
+    "activemask": (lambda m: m == ("b32",), None, "expected activemask.b32"),
+    "match": (lambda m: len(m) == 3 and m[0] in ("any", "all") and m[1] == "sync" and m[2] in ("b32", "b64"),
+              1, "expected match.{any,all}.sync.{b32,b64}"),
+}
+
+
+def _warp_mask_operand(t: ir.Instr):
+    form = _WARP_FORMS.get(t.opcode)
+    if form is None:
+        raise err_ptx(t, "warp operation not supported")
+    fits, mask_index, why = form
+    if not fits(t.mods):
+        raise err_ptx(t, why)
+    if t.opcode == "match" and t.mods[0] == "any" and len(t.dsts) != 1:
+        raise err_ptx(t, "match.any has no predicate destination")
+    return None if mask_index is None else t.srcs[mask_index]
+
+
+def _emit_warp(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    op = t.opcode
+    if t.guard is not None and op != "activemask":
+        gexpr = g.guard(t, masked)
+    else:
+        gexpr = "m" if masked else None
+    mask_src = _warp_mask_operand(t)
+    msk = g.src(mask_src, "u32", t) if mask_src is not None else "None"
+    if masked and op != "activemask":       # activemask reports who is here; it never waits
+        lines.append(f"m = {g.rt('warp_ready')}(m, {msk}, {nxt})")
+        lines.append("if m is None: return")
+    _WARP_EMITTERS[op](g, t, lines, masked, gexpr, msk)
+    lines.append(f"pcv[m] = {nxt}" if masked else f"return {nxt}")
+
+
+def _warp_bar(g, t, lines, masked, gexpr, msk) -> None:
+    pass                                    # bar.warp.sync: waiting (warp_ready) is all it does
+
+
+def _warp_shfl(g, t, lines, masked, gexpr, msk) -> None:
+    a = g.src(t.srcs[0], "b32", t)
+    b = g.src(t.srcs[1], "u32", t)
+    c = g.src(t.srcs[2], "u32", t)
+    lines.append(f"_d, _p = {g.rt('shfl')}({t.mods[1]!r}, {a}, {b}, {c}, {gexpr})")
+    _write_value_and_pred(g, t, lines, gexpr)
+
+
+def _warp_vote(g, t, lines, masked, gexpr, msk) -> None:
+    p = g.src(t.srcs[0], "pred", t)
+    lines.append(f"_d = {g.rt('vote')}({t.mods[1]!r}, {p}, {msk}, {gexpr})")
+    g.write(lines, t.dsts[0], t.mods[2], "_d", gexpr, t)
+
+
+def _warp_redux(g, t, lines, masked, gexpr, msk) -> None:
+    a = g.src(t.srcs[0], t.mods[2], t)
+    lines.append(f"_d = {g.rt('redux')}({t.mods[1]!r}, {t.mods[2]!r}, {a}, {msk}, {gexpr})")
+    g.write(lines, t.dsts[0], t.mods[2], "_d", gexpr, t)
+
+
+def _warp_match(g, t, lines, masked, gexpr, msk) -> None:
+    a = g.src(t.srcs[0], t.mods[2], t)
+    lines.append(f"_d, _p = {g.rt('match')}({t.mods[0]!r}, {a}, {msk}, {gexpr})")
+    _write_value_and_pred(g, t, lines, gexpr)
+
+
+def _warp_activemask(g, t, lines, masked, gexpr, msk) -> None:
+    lines.append(f"_d = {g.rt('activemask')}({'m' if masked else None})")
+    g.write(lines, t.dsts[0], "b32", "_d", g.guard(t, masked), t)
+
+
+def _write_value_and_pred(g: Codegen, t: ir.Instr, lines: list, gexpr) -> None:
+    g.write(lines, t.dsts[0], "b32", "_d", gexpr, t)
+    if len(t.dsts) > 1:
+        g.write(lines, t.dsts[1], "pred", "_p", gexpr, t)
+
+
+_WARP_EMITTERS = {"bar": _warp_bar, "shfl": _warp_shfl, "vote": _warp_vote, "redux": _warp_redux,
+                  "match": _warp_match, "activemask": _warp_activemask}

@@ -1,0 +1,131 @@
+"""Kernel: one .entry translated, once, at module load. The translator's pipeline in order:
+
+    inline.py   .entry + the .funcs it calls -> one flat body
+    layout.py   parameter offsets, shared and local memory layout (emu/layout.py)
+    cfg.py      flat body -> basic blocks
+    codegen.py  + instrs.py + control.py: each block -> a converged and a masked Python function
+    (here)      the block functions assembled into `make(S)`, compiled and exec'd once
+
+The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for the generated code's shape).
+"""
+from __future__ import annotations
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..layout import kernel_layout
+from ..limits import EmuLimits
+from ..ptx import ir
+from ..ptx.types import reg_width
+from . import control, instrs
+from .cfg import Block, split_blocks
+from .codegen import Codegen, err_ptx
+from .inline import inline
+
+
+class Kernel:
+    """One .entry compiled for the interpreter."""
+
+    def __init__(self, mod: ir.Module, entry: ir.Function, symbols: dict[str, int], limits: EmuLimits):
+        self.mod = mod
+        self.limits = limits
+        self.symbols = symbols                 # module .global/.const variable -> device address
+        self.flat = inline(mod, entry, limits)
+        self.name = entry.name
+        self.layout = kernel_layout(mod, entry, self.flat.body, self.flat.locals, limits)
+        self.maxntid = entry.maxntid
+        self.num_regs = min(255, sum(2 if reg_width(t) == 64 else 1 for t in self.flat.regs.values()))
+        self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
+        self.blocks, self.labels = split_blocks(self.flat.body)
+        self.bar_kinds: list[str] = []         # reduction of each diverged bar.red site ('popc', 'and', 'or')
+        self._compile()
+
+    def sym_address(self, name: str, ins: ir.Instr) -> int:
+        """The address of a symbol operand: a module variable's device address, or the offset of a shared or
+        local variable in its window."""
+        if name in self.symbols:
+            return self.symbols[name]
+        if name in self.layout.shared:
+            return self.layout.shared[name]
+        if name in self.layout.local:
+            return self.layout.local[name]
+        if name in self.layout.kparams:
+            raise err_ptx(ins, f"taking the address of kernel parameter {name} is not supported")
+        if name in self.mod.functions or name in self.mod.externs:
+            raise err_ptx(ins, f"function pointers ({name}) are not supported")
+        raise err_ptx(ins, f"unknown symbol {name}")
+
+    def _compile(self) -> None:
+        g = Codegen(self)
+        funcs = [_block_source(g, b, masked) for b in self.blocks for masked in (False, True)]
+        self.source = _make_source(g, self.blocks, funcs)
+        try:
+            code = compile(self.source, f"<ptx {self.name}>", "exec")
+        except SyntaxError as e:  # a bug in the generator, not in the user's PTX
+            raise CudaError("cudaErrorInvalidPtx", f"{self.name}: internal code generation error: {e}") from e
+        exec(code, g.ns)
+        self.namespace = g.ns
+        self.make = g.ns["make"]
+
+
+def _read_registers(body: list) -> set[str]:
+    """Every register some instruction reads (sources, address bases, guards)."""
+    regs: set[str] = set()
+
+    def collect(o) -> None:
+        if isinstance(o, ir.Reg):
+            regs.add(o.name.lstrip("!"))
+        elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
+            regs.add(o.base.name)
+        elif isinstance(o, ir.Vec):
+            for e in o.elems:
+                collect(e)
+
+    for ins in body:
+        if isinstance(ins, ir.Instr):
+            if ins.guard:
+                regs.add(ins.guard[0])
+            for o in ins.srcs:
+                collect(o)
+    return regs
+
+
+def _block_source(g: Codegen, b: Block, masked: bool) -> str:
+    """One block function: c<index>() (converged) or m<index>(m) (masked)."""
+    g.written = set()
+    lines: list[str] = []
+    for ins in b.instrs:
+        instrs.emit(g, ins, lines, masked)
+    control.emit_terminator(g, b, lines, masked)
+    name = f"{'m' if masked else 'c'}{b.index}"
+    head = f"    def {name}({'m' if masked else ''}):"
+    body = []
+    if g.written:
+        body.append("nonlocal " + ", ".join(sorted(g.written)))
+    body.extend(lines)
+    return head + "\n" + "\n".join("        " + ln for ln in body)
+
+
+def _bar_handlers(g: Codegen) -> list[str]:
+    """The release handler of each diverged bar.red site: writes the CTA's reduction to the destination."""
+    handlers = []
+    for site, (dst, t) in enumerate(g.bar_sites):
+        lines: list[str] = []
+        g.write(lines, dst, t, "v", "mm", None)
+        var = g.rvar(dst.name)
+        handlers.append(f"    def h{site}(mm, v):\n        nonlocal {var}\n        " + "\n        ".join(lines))
+    return handlers
+
+
+def _make_source(g: Codegen, blocks: list[Block], funcs: list[str]) -> str:
+    S = g.rt
+    src = ["def make(S):", f"    T = {S('T')}", f"    pcv = {S('pc')}", f"    stv = {S('st')}"]
+    for name in sorted(g.specials_used):
+        src.append(f"    sp_{name.strip('%').replace('.', '_')} = {S('special')}({name!r})")
+    for name, w in g.reg_width.items():
+        src.append(f"    {g.rvar(name)} = {S('zeros')}[{w}]")
+    src.extend(funcs)
+    src.extend(_bar_handlers(g))
+    blist = ", ".join(f"(c{b.index}, m{b.index})" for b in blocks)
+    hlist = ", ".join(f"h{i}" for i in range(len(g.bar_sites)))
+    src.append(f"    return [{blist}], [{hlist}]")
+    return "\n".join(src)

@@ -1,0 +1,200 @@
+"""The one shared harness of the tests and the benchmarks: daemons on free loopback ports, CUDA programs built once
+and run under the interposer.
+
+tests/conftest.py wraps these in pytest fixtures; bench/*.py import this module directly (they put tests/ on
+sys.path). Nothing here depends on pytest.
+
+    d = start_daemon(workdir, "--emu-devices", "2")     # python -m pyvgpu_daemon on 127.0.0.1:<free port>
+    exe = build_cuda(CUDA_SRC / "api_device.cu")        # nvcc -cudart shared, cached under build/tests-cuda
+    proc = run_cuda(exe, [d])                            # LD_PRELOAD=libvcudart, PYVGPU_HOSTS=the daemons
+    d.stop()
+
+Build caching: every build is keyed by a hash of its sources, its command and the compiler's path, and written
+atomically (a temporary name, then a rename), so concurrent sessions and repeated runs reuse one result.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA_SRC = ROOT / "tests" / "cuda"
+NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
+LOOPBACK = "127.0.0.1"
+
+
+# ---------------------------------------------------------------------------------------------- processes
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(proc: subprocess.Popen, port: int, log: Path, what: str = "daemon", host: str = LOOPBACK,
+                   timeout: float = 30) -> None:
+    """Wait until something accepts connections on host:port; RuntimeError with the log if proc exits first or
+    nothing listens within `timeout` seconds (then proc is killed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{_read(log)}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"{what} did not listen on {host}:{port}:\n{_read(log)}")
+
+
+def stop_process(proc: subprocess.Popen, group: bool = False, timeout: float = 10) -> None:
+    """SIGTERM (to its process group when `group`), then SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        if group:
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _read(log: Path | None) -> str:
+    return log.read_text(errors="replace") if log is not None and log.exists() else ""
+
+
+def serve_one_connection(handle: Callable[[socket.socket], None]) -> int:
+    """A stand-in peer on 127.0.0.1:<free port>: a background thread accepts one connection and runs
+    handle(connection), then closes both. Returns the port."""
+    srv = socket.socket()
+    srv.bind((LOOPBACK, 0))
+    srv.listen(4)
+
+    def serve() -> None:
+        with srv:
+            conn, _ = srv.accept()
+            with conn:
+                handle(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------- daemons
+@dataclass
+class Daemon:
+    port: int
+    proc: subprocess.Popen | None
+    log: Path | None
+    host: str = LOOPBACK
+    extra: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+
+    def log_text(self) -> str:
+        return _read(self.log)
+
+    def log_tail(self, n: int = 2000) -> str:
+        return self.log_text()[-n:]
+
+
+def daemon_command(*args: str, backend: str = "emu") -> list[str]:
+    return [sys.executable, "-m", "pyvgpu_daemon", "--backend", backend, *args]
+
+
+def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | None = None,
+                 cwd: Path | None = None, timeout: float = 30) -> Daemon:
+    """`python -m pyvgpu_daemon` on 127.0.0.1 and a free port, its log in workdir; returns once it listens.
+    `env` is added to this process's environment; `cwd` is the daemon's working directory (`python -m` puts it
+    first on sys.path)."""
+    port = free_port()
+    log = Path(workdir) / f"daemon-{port}.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", str(port), *extra, backend=backend),
+                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
+    wait_listening(proc, port, log, timeout=timeout)
+    return Daemon(port, proc, log, extra=extra)
+
+
+# ---------------------------------------------------------------------------------------------- builds
+def cached_build(out_dir: Path, name: str, sources: Iterable[Path], command: Callable[[Path], list[str]],
+                 key: bytes = b"") -> Path:
+    """Run `command(output path)` once per distinct (sources, command, key); later calls return the cached
+    result. RuntimeError with the compiler's output when the build fails."""
+    digest = hashlib.sha256(b"".join(Path(s).read_bytes() for s in sources) + key +
+                            repr(command(Path("OUT"))).encode()).hexdigest()[:16]
+    out = Path(out_dir) / f"{name}-{digest}"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    proc = subprocess.run(command(tmp), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"build of {name} failed:\n{proc.stderr}")
+    os.replace(tmp, out)
+    return out
+
+
+def cuda_headers() -> list[Path]:
+    """The shared headers of tests/cuda (check.h, ...): part of every test program's cache key."""
+    return sorted(CUDA_SRC.glob("*.h"))
+
+
+def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
+    """nvcc -cudart shared -O3, cached by the source (with the tests/cuda headers), flags and nvcc path."""
+    src = Path(src)
+    return cached_build(ROOT / "build" / "tests-cuda", src.stem, [src, *cuda_headers()],
+                        lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(src), *extra])
+
+
+def ptx_of(name: str, *flags: str) -> bytes:
+    """tests/cuda/<name> compiled to sm_75 PTX by nvcc (cached under build/emu-ptx)."""
+    src = CUDA_SRC / name
+    out = cached_build(ROOT / "build" / "emu-ptx", src.stem, [src, *cuda_headers()],
+                       lambda o: [NVCC, "-ptx", "-arch=sm_75", "-O3", *flags, "-o", str(o), str(src)])
+    return out.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------- CUDA programs
+def lib_path() -> Path:
+    import pyvgpu   # noqa: PLC0415 (bench scripts put the checkout on sys.path first)
+    return pyvgpu.lib_path()
+
+
+def interposer_env(daemons: Iterable[Daemon], lib: str | Path | None = None) -> dict[str, str]:
+    """What a CUDA program needs to run through libvcudart against `daemons` (GPU order = their order); the other
+    client libraries (libcublas.so.13, ...) are found beside it, as `pyvgpu run` sets them up."""
+    lib = Path(lib or lib_path())
+    return {"LD_PRELOAD": str(lib), "PYVGPU_HOSTS": ",".join(d.address for d in daemons),
+            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib.parent), os.environ.get("LD_LIBRARY_PATH")]))}
+
+
+def run_cuda(program: Path, daemons: list[Daemon], *args: str, timeout: float = 300,
+             env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a CUDA program under LD_PRELOAD=libvcudart against the given daemons (GPU order = list order)."""
+    full_env = {**os.environ, **interposer_env(daemons), **(env or {})}
+    proc = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout, env=full_env)
+    if check and proc.returncode != 0:
+        logs = "\n".join(d.log_text()[-3000:] for d in daemons)
+        raise AssertionError(f"{program.name} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}\ndaemon logs:\n{logs}")
+    return proc
