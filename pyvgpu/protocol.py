@@ -205,6 +205,31 @@ OPS: tuple[OpSpec, ...] = (
     op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil",
        doc="fetch a ticket's bytes from the daemon at host:port and write them at dst"),
     op(325, "PEER_FETCH", "ticket:bytes", "nil", ND | POUT, "the bytes behind a ticket (once)"),
+    # CUDA arrays, texture and surface objects. A channel format is the bits of its x, y, z, w channels and a
+    # cudaChannelFormatKind; array extents are in elements (height 0: 1D, depth 0: 2D; with ARRAY_FLAG_LAYERED depth
+    # counts layers). 3D copies name each side either by an array handle (ptr, pitch, rows unused) or by linear
+    # device memory (array 0: ptr, row pitch, rows per slice); offsets (x in bytes, y rows, z slices) and the extent
+    # (width in bytes, height rows, depth slices) are in bytes and rows; a host side is the payload, rows packed.
+    op(330, "ARRAY_CREATE", "dev:dev bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 kind:i32 width:size height:size "
+                            "depth:size flags:u32", "u64", doc="the array handle"),
+    op(331, "ARRAY_DESTROY", "dev:dev array:handle", "nil", S),
+    op(332, "MEMCPY3D_HTOD", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
+                             "height:size depth:size stream:stream", "nil", A | PIN),
+    op(333, "MEMCPY3D_DTOH", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
+                             "height:size depth:size stream:stream", "nil", S | POUT),
+    op(334, "MEMCPY3D_DTOD", "dev:dev dst_array:handle dst:ptr dpitch:size drows:size dx:size dy:size dz:size "
+                             "src_array:handle src:ptr spitch:size srows:size sx:size sy:size sz:size width:size "
+                             "height:size depth:size stream:stream", "nil", A),
+    # A texture object over an array (res_type cudaResourceTypeArray) or linear memory (Linear: width elements;
+    # Pitch2D: width x height elements, pitch bytes), with its sampler (cudaTextureDesc fields); result: the value
+    # kernels take as cudaTextureObject_t.
+    op(335, "TEX_CREATE", "dev:dev res_type:i32 array:handle ptr:ptr bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 "
+                          "kind:i32 width:size height:size pitch:size addr_x:i32 addr_y:i32 addr_z:i32 filter:i32 "
+                          "read_mode:i32 normalized:i32 srgb:i32 border_r:f64 border_g:f64 border_b:f64 "
+                          "border_a:f64", "u64"),
+    op(336, "TEX_DESTROY", "dev:dev tex:u64", "nil"),
+    op(337, "SURF_CREATE", "dev:dev array:handle", "u64", doc="the value kernels take as cudaSurfaceObject_t"),
+    op(338, "SURF_DESTROY", "dev:dev surf:u64", "nil"),
     # cuBLAS (pyvgpu/cublas_spec.py): a handle lives in the session on one device; each routine family is one op
     # whose arguments are the family's table (cublas_spec.wire_args), sent fire-and-forget unless it returns a
     # result to host memory (then the reply's payload holds the value).
@@ -241,6 +266,12 @@ MANAGED_RUN_HEADER = "<QI"           # struct format of a MANAGED_PUSH run heade
 MANAGED_RUNS = "runs"                # MANAGED_DIRTY result key
 MAX_MANAGED_RUNS = 16384             # runs in one MANAGED_DIRTY answer, and managed ranges per session and device
 MAX_MANAGED_ALIGN = 1 << 16          # largest page size a client may ask MALLOC_MANAGED to align to
+
+# CUDA arrays (ARRAY_CREATE flags: cudaArray* values).
+ARRAY_FLAG_LAYERED = 1               # cudaArrayLayered
+ARRAY_FLAG_SURFACE = 2               # cudaArraySurfaceLoadStore
+ARRAY_FLAG_CUBEMAP = 4               # cudaArrayCubemap (not supported)
+ARRAY_FLAG_GATHER = 8                # cudaArrayTextureGather
 
 # Copies between daemons (PEER_EXPORT / PEER_PULL / PEER_FETCH).
 PEER_TICKET = "ticket"               # PEER_EXPORT result key

@@ -174,7 +174,11 @@ def protocol_header() -> str:
             f"#define PV_MANAGED_RUN_HEADER_BYTES {__import__('struct').calcsize(P.MANAGED_RUN_HEADER)}",
             f"#define PV_MAX_MANAGED_RUNS {P.MAX_MANAGED_RUNS}",
             f"#define PV_MAX_MANAGED_ALIGN {P.MAX_MANAGED_ALIGN}",
-            f"#define PV_MAX_PEER_CHUNK {P.MAX_PEER_CHUNK}ull"]
+            f"#define PV_MAX_PEER_CHUNK {P.MAX_PEER_CHUNK}ull",
+            f"#define PV_ARRAY_FLAG_LAYERED {P.ARRAY_FLAG_LAYERED}",
+            f"#define PV_ARRAY_FLAG_SURFACE {P.ARRAY_FLAG_SURFACE}",
+            f"#define PV_ARRAY_FLAG_CUBEMAP {P.ARRAY_FLAG_CUBEMAP}",
+            f"#define PV_ARRAY_FLAG_GATHER {P.ARRAY_FLAG_GATHER}"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

@@ -114,6 +114,9 @@ void pv_capture_stream_forget(cudaStream_t s);        /* cudaStreamDestroy */
 /* Internal executors shared by the API entry points and graph nodes (no capture checks inside). */
 cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s);
 cudaError_t pv_array_copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s);   /* api_array.c */
+struct pv_array *pv_array_of(const void *a);              /* NULL unless a live array */
+int pv_array_info(const void *a, int *dev, uint64_t *remote, struct cudaChannelFormatDesc *desc,
+                  struct cudaExtent *extent, unsigned *flags);
 cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s);
 cudaError_t pv_event_record_run(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags);

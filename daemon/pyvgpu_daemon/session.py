@@ -54,6 +54,9 @@ class DeviceState:
     graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
     graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
     managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
+    arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_array.ArrayEntry
+    textures: dict[int, Any] = field(default_factory=dict)           # texture object value -> (res type, array)
+    surfaces: dict[int, int] = field(default_factory=dict)           # surface object value -> array handle
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
@@ -136,6 +139,9 @@ class DeviceState:
         self.graphs.clear()
         self.graph_bytes = 0
         self.managed.clear()
+        self.arrays.clear()
+        self.textures.clear()
+        self.surfaces.clear()
         self.held = 0
         self.deferred = 0
         self.sticky = 0
@@ -144,6 +150,7 @@ class DeviceState:
         return {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
                 "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
                 "blas_handles": len(self.blas_handles), "graphs": len(self.graphs), "managed": self.managed.nbytes,
+                "arrays": len(self.arrays), "textures": len(self.textures) + len(self.surfaces),
                 "ops": self.ops, "waited": self.waited, "sticky_error": self.sticky}
 
 
@@ -177,6 +184,13 @@ class Session:
                 "va_base": self.va_base, "memory": sum(d["memory"] for d in devs), "devices": devs}
 
 
+def _quietly(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - cleanup carries on
+        pass
+
+
 def release_device(session: Session, st: DeviceState) -> int:
     """Free everything a session holds on one device (runs on that device's worker). → bytes released."""
     held = st.held
@@ -188,6 +202,12 @@ def release_device(session: Session, st: DeviceState) -> int:
                 ctx.module_unload(entry.loaded)
             except Exception as exc:  # noqa: BLE001 - cleanup carries on
                 log.warning("%s: module unload during cleanup failed: %s", session.tag(st.ordinal), exc)
+        for value in list(st.textures):
+            _quietly(ctx.tex_destroy, value)
+        for value in list(st.surfaces):
+            _quietly(ctx.surf_destroy, value)
+        for entry in list(st.arrays.values()):
+            _quietly(ctx.array_destroy, entry.obj)
         for handle, ev in list(st.events.items()):
             try:
                 ctx.event_destroy(ev)

@@ -25,6 +25,7 @@ from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFER
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.errors import CudaError
@@ -72,7 +73,7 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "MaxPitch": lim.max_pitch,
         "MaxRegistersPerBlock": lim.regs_per_block,
         "ClockRate": CLOCK_RATE_KHZ,
-        "TextureAlignment": 512,
+        "TextureAlignment": 256,                    # = the allocation alignment: any cudaMalloc pointer fits
         "GpuOverlap": 1,
         "MultiProcessorCount": lim.multiprocessors,
         "KernelExecTimeout": 0,
@@ -117,6 +118,17 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "MaxPersistingL2CacheSize": lim.persisting_l2_bytes,
         "MaxAccessPolicyWindowSize": 0,
         "ReservedSharedMemoryPerBlock": 0,
+        "MaxTexture1DWidth": 1 << 17, "MaxTexture2DWidth": 1 << 17, "MaxTexture2DHeight": 1 << 16,
+        "MaxTexture3DWidth": 1 << 14, "MaxTexture3DHeight": 1 << 14, "MaxTexture3DDepth": 1 << 14,
+        "MaxTexture1DLayeredWidth": 1 << 15, "MaxTexture1DLayeredLayers": 2048,
+        "MaxTexture2DLayeredWidth": 1 << 15, "MaxTexture2DLayeredHeight": 1 << 15,
+        "MaxTexture2DLayeredLayers": 2048, "MaxTexture2DGatherWidth": 1 << 15, "MaxTexture2DGatherHeight": 1 << 15,
+        "MaxTexture1DLinearWidth": 1 << 28, "MaxTexture2DLinearWidth": 1 << 17, "MaxTexture2DLinearHeight": 65000,
+        "MaxTexture2DLinearPitch": 2097120, "MaxSurface1DWidth": 1 << 15, "MaxSurface2DWidth": 1 << 17,
+        "MaxSurface2DHeight": 1 << 16, "MaxSurface3DWidth": 1 << 14, "MaxSurface3DHeight": 1 << 14,
+        "MaxSurface3DDepth": 1 << 14, "MaxSurface1DLayeredWidth": 1 << 15, "MaxSurface1DLayeredLayers": 2048,
+        "MaxSurface2DLayeredWidth": 1 << 15, "MaxSurface2DLayeredHeight": 1 << 15,
+        "MaxSurface2DLayeredLayers": 2048,
         "MemoryPoolsSupported": 1,
         "MemoryPoolSupportedHandleTypes": 0,
         "PageableMemoryAccessUsesHostPageTables": 0,
@@ -208,7 +220,7 @@ class EmuBlasHandle:
     workspace: tuple[int, int] = (0, 0)
 
 
-class EmuContext(DeviceContext):
+class EmuContext(EmuArrays, DeviceContext):
     def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
         self.backend = backend
         self.ordinal = ordinal
@@ -380,7 +392,7 @@ class EmuContext(DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max)
+                                   max_dynamic_shared=dyn_max, resources=self.resources)
             self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
@@ -504,6 +516,7 @@ class EmuContext(DeviceContext):
     def reset(self) -> None:
         self.mem.free_all()
         self._aligned.clear()
+        self.drop_resources()
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)

@@ -22,8 +22,9 @@ _MAX_CHUNK_LOCAL = 256 << 20
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1):
+                 grid_id: int = 1, resources=None):
         self.kernel = kernel
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.mem = mem
         self.symbols = symbols
         self.grid = tuple(int(x) for x in grid)
