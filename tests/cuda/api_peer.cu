@@ -16,6 +16,11 @@ __global__ void iota(unsigned *p, unsigned k, size_t n) {
     if (i < n) p[i] = (unsigned)i * 2654435761u + k;
 }
 
+__global__ void copy_add(unsigned *dst, const unsigned *src, unsigned k, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i] + k;
+}
+
 __global__ void add_k(unsigned *p, unsigned k, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] += k;
@@ -74,6 +79,25 @@ int main(int argc, char **argv) {
         CHECK(cudaSetDevice(0));
         EXPECT_ERR(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessUnsupported);
         EXPECT_ERR(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessUnsupported);
+    } else {
+        // kernels of GPU0 read and write GPU1's memory directly
+        CHECK(cudaSetDevice(0));
+        EXPECT_ERR(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
+        CHECK(cudaDeviceEnablePeerAccess(1, 0));
+        EXPECT_ERR(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+        cudaGetLastError();
+        CHECK(cudaMemset(a, 0, 4096));
+        copy_add<<<4, 256>>>(a, c, 5, 1024);              // a (GPU0) = c (GPU1) + 5
+        add_k<<<4, 256>>>(c, 2, 1024);                    // c (GPU1) += 2, from GPU0
+        CHECK(cudaDeviceSynchronize());
+        std::vector<unsigned> ha(1024), hc(1024);
+        CHECK(cudaMemcpy(ha.data(), a, 4096, cudaMemcpyDeviceToHost));
+        CHECK(cudaSetDevice(1));
+        CHECK(cudaMemcpy(hc.data(), c, 4096, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 1024; i++) OKC(ha[i] == (unsigned)i * 2654435761u + 99 + 5 && hc[i] == ha[i] - 3);
+        CHECK(cudaSetDevice(0));
+        CHECK(cudaDeviceDisablePeerAccess(1));
+        checks += 3;
     }
     EXPECT_ERR(cudaDeviceEnablePeerAccess(n + 3, 0), cudaErrorInvalidDevice);
     EXPECT_ERR(cudaDeviceCanAccessPeer(&can, 0, n + 3), cudaErrorInvalidDevice);

@@ -39,9 +39,13 @@ def test_memcpy_peer_between_devices_of_one_daemon(two_dev):
     assert c.call("MEMCPY_PEER", 1, b, 7, a, 10, 0)[0] == E["cudaErrorInvalidDevice"]        # no such device
     assert c.call("MEMCPY_PEER", 1, b, 0, a + len(data) - 5, 10, 0)[0] == E["cudaErrorInvalidValue"]
     assert c.call("MEMCPY_PEER", 1, a, 0, a, 10, 0)[0] == E["cudaErrorInvalidValue"]         # dst is not dev 1's
-    # emulated kernels cannot reach another device's memory, so peer access is refused and not advertised
-    assert c.call("PEER_ENABLE", 0, 1)[0] == E["cudaErrorPeerAccessUnsupported"]
-    assert c.devices[0]["peers"] == [] and c.devices[1]["peers"] == []
+    # emulated kernels reach the other device's memory once peer access is enabled
+    assert c.devices[0]["peers"] == [1] and c.devices[1]["peers"] == [0]
+    ok(c, "PEER_ENABLE", 0, 1)
+    assert c.call("PEER_ENABLE", 0, 1)[0] == E["cudaErrorPeerAccessAlreadyEnabled"]
+    ok(c, "PEER_DISABLE", 0, 1)
+    assert c.call("PEER_DISABLE", 0, 1)[0] == E["cudaErrorPeerAccessNotEnabled"]
+    assert c.call("PEER_ENABLE", 0, 7)[0] == E["cudaErrorInvalidDevice"]
 
 
 def test_tickets(daemon_factory):

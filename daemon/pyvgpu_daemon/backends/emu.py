@@ -41,7 +41,7 @@ CLOCK_RATE_KHZ = 1_590_000
 MEMORY_CLOCK_RATE_KHZ = 5_001_000
 MEMORY_BUS_WIDTH = 256
 L2_CACHE_SIZE = 4 << 20
-PEER_KERNEL_ACCESS = False        # whether emulated kernels can use another device's memory (peer access)
+PEER_KERNEL_ACCESS = True         # emulated kernels can use another device's memory of the session (peers)
 
 
 def parse_size(text: str | int) -> int:
@@ -230,7 +230,7 @@ class EmuContext(EmuArrays, DeviceContext):
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
         self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
-        self.peers: set[int] = set()              # ordinals whose memory this context's kernels may use
+        self.peers: dict[int, DeviceContext] = {}   # contexts whose memory this context's kernels may use
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -342,12 +342,12 @@ class EmuContext(EmuArrays, DeviceContext):
             raise CudaError("cudaErrorPeerAccessUnsupported", "emulated kernels cannot reach another device's memory")
         if peer.ordinal in self.peers:
             raise CudaError("cudaErrorPeerAccessAlreadyEnabled", f"device {self.ordinal} -> {peer.ordinal}")
-        self.peers.add(peer.ordinal)
+        self.peers[peer.ordinal] = peer
 
     def disable_peer(self, peer: DeviceContext) -> None:
         if peer.ordinal not in self.peers:
             raise CudaError("cudaErrorPeerAccessNotEnabled", f"device {self.ordinal} -> {peer.ordinal}")
-        self.peers.discard(peer.ordinal)
+        del self.peers[peer.ordinal]
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
@@ -392,7 +392,8 @@ class EmuContext(EmuArrays, DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max, resources=self.resources)
+                                   max_dynamic_shared=dyn_max, resources=self.resources,
+                                   peers=[p.mem for p in self.peers.values()])
             self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.

@@ -39,6 +39,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
         k = launch.kernel
         self.launch = launch
         self.mem = launch.mem
+        self.peer_mems = launch.peers             # other devices' memories kernels may use (peer access)
         self.kernel = k
         cs = launch.ctasize
         T = ncta * cs
