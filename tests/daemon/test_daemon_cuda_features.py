@@ -240,3 +240,143 @@ def test_peer_access_and_copies_on_the_driver():
     assert e.value.code == ERROR_CODES["cudaErrorPeerAccessNotEnabled"]
     c0.close()
     c1.close()
+
+
+class _NS:
+    """An attribute bag (the driver's nested descriptor structs)."""
+
+    def __init__(self, **kv) -> None:
+        self.__dict__.update(kv)
+
+
+class CUDA_ARRAY3D_DESCRIPTOR(_NS):
+    pass
+
+
+class CUDA_MEMCPY3D(_NS):
+    def __init__(self) -> None:
+        super().__init__(srcXInBytes=0, srcY=0, srcZ=0, srcPitch=0, srcHeight=0, srcHost=0, srcDevice=0, srcArray=None,
+                         dstXInBytes=0, dstY=0, dstZ=0, dstPitch=0, dstHeight=0, dstHost=0, dstDevice=0, dstArray=None)
+
+
+class CUDA_RESOURCE_DESC(_NS):
+    def __init__(self) -> None:
+        super().__init__(res=_NS(array=_NS(), linear=_NS(), pitch2D=_NS()))
+
+
+class CUDA_TEXTURE_DESC(_NS):
+    pass
+
+
+class ArrayFakeDriver(VmmFakeDriver):
+    """Arrays as host buffers (rows of Width * channels * bytes), 3D copies between host, device and arrays, texture
+    and surface objects as records."""
+    CUDA_ARRAY3D_DESCRIPTOR = CUDA_ARRAY3D_DESCRIPTOR
+    CUDA_MEMCPY3D = CUDA_MEMCPY3D
+    CUDA_RESOURCE_DESC = CUDA_RESOURCE_DESC
+    CUDA_TEXTURE_DESC = CUDA_TEXTURE_DESC
+    CUmemorytype = _Enum(CU_MEMORYTYPE_HOST=1, CU_MEMORYTYPE_DEVICE=2, CU_MEMORYTYPE_ARRAY=3)
+    CUresourcetype = _Enum(CU_RESOURCE_TYPE_ARRAY=0, CU_RESOURCE_TYPE_LINEAR=2, CU_RESOURCE_TYPE_PITCH2D=3)
+    ELEM = {0x01: 1, 0x02: 2, 0x03: 4, 0x08: 1, 0x09: 2, 0x0A: 4, 0x10: 2, 0x20: 4}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrays: dict[int, tuple] = {}
+        self.objects: dict[int, tuple] = {}
+
+    CUarray_format = staticmethod(lambda v: v)
+    CUaddress_mode = staticmethod(lambda v: ("addr", v))
+    CUfilter_mode = staticmethod(lambda v: ("filter", v))
+    CUtexObject = staticmethod(lambda v: v)
+    CUsurfObject = staticmethod(lambda v: v)
+
+    def cuArray3DCreate(self, d):
+        pitch = d.Width * d.NumChannels * self.ELEM[d.Format]
+        buf = np.zeros(pitch * max(d.Height, 1) * max(d.Depth, 1), np.uint8)
+        h = ("array", self._id())
+        self.arrays[h] = (d, pitch, max(d.Height, 1), buf)
+        return OK, h
+
+    def cuArrayDestroy(self, h):
+        return (OK,) if self.arrays.pop(h, None) is not None else (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+
+    def _rows(self, c, p, w, h, d):
+        """(address of row r of slice k) for one side."""
+        mt = getattr(c, p + "MemoryType")
+        x, y, z = getattr(c, p + "XInBytes"), getattr(c, p + "Y"), getattr(c, p + "Z")
+        if mt == 3:
+            _, pitch, rows, buf = self.arrays[getattr(c, p + "Array")]
+            base = buf.ctypes.data
+        else:
+            base = getattr(c, p + ("Host" if mt == 1 else "Device"))
+            pitch, rows = getattr(c, p + "Pitch"), getattr(c, p + "Height")
+        return lambda k, r: base + ((z + k) * rows + y + r) * pitch + x
+
+    def cuMemcpy3DAsync(self, c, stream):
+        w, h, d = c.WidthInBytes, c.Height, c.Depth
+        src, dst = self._rows(c, "src", w, h, d), self._rows(c, "dst", w, h, d)
+        for k in range(d):
+            for r in range(h):
+                ctypes.memmove(dst(k, r), src(k, r), w)
+        return (OK,)
+
+    def cuTexObjectCreate(self, r, t, view):
+        v = 0x55000 + self._id()
+        self.objects[v] = ("tex", r, t)
+        return OK, v
+
+    def cuTexObjectDestroy(self, v):
+        return (OK,) if self.objects.pop(v, None) else (CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+    def cuSurfObjectCreate(self, r):
+        v = 0x66000 + self._id()
+        self.objects[v] = ("surf", r)
+        return OK, v
+
+    def cuSurfObjectDestroy(self, v):
+        return (OK,) if self.objects.pop(v, None) else (CUresult.CUDA_ERROR_INVALID_VALUE,)
+
+
+def test_arrays_copies_textures_surfaces_on_the_driver():
+    from pyvgpu_daemon.backends.base import CopySide
+    from pyvgpu_daemon.resources import ArraySpec, ChannelFormat, Sampler
+
+    drv = ArrayFakeDriver()
+    ctx = CudaBackend(driver=drv).open_context(0, VA_BASE, 1)
+    u4 = ChannelFormat.of(8, 8, 8, 8, 1)
+    spec = ArraySpec.of(u4, 6, 3, 0, 2 | 8)                   # surface load/store, gather
+    arr = ctx.array_create(spec)
+    desc, pitch, rows, buf = drv.arrays[arr]
+    assert (desc.Width, desc.Height, desc.Depth, desc.Format, desc.NumChannels, desc.Flags) == (6, 3, 0, 0x01, 4, 2 | 8)
+    rows_in = bytes(range(72))                                  # 3 rows of 24 bytes
+    ctx.copy3d(CopySide(arr, 24, 3, 0, 0, 0, 0), None, 24, 3, 1, None, rows_in)
+    assert buf.tobytes() == rows_in
+    assert ctx.copy3d(None, CopySide(arr, 24, 3, 4, 1, 0, 0), 8, 2, 1, None, None) == rows_in[28:36] + rows_in[52:60]
+    p = ctx.malloc(256)
+    ctx.copy3d(CopySide(None, 32, 3, 0, 0, 0, p), CopySide(arr, 24, 3, 0, 0, 0, 0), 24, 3, 1, None, None)
+    dev = ctx.memcpy_dtoh(p, 96, None)
+    assert [dev[32 * r:32 * r + 24] for r in range(3)] == [rows_in[24 * r:24 * r + 24] for r in range(3)]
+    # the sampler as the driver wants it: element reads of an integer array read as integers
+    s = Sampler.of((1, 0, 3), 0, 0, 1, 0, (0.0, 0.0, 0.0, 1.0))
+    v = ctx.tex_create_array(arr, spec, s)
+    kind, r, t = drv.objects[v]
+    assert r.resType == 0 and r.res.array.hArray == arr
+    assert t.addressMode == [("addr", 1), ("addr", 0), ("addr", 3)] and t.filterMode == ("filter", 0)
+    assert t.flags == 0x01 | 0x02 and t.borderColor == [0.0, 0.0, 0.0, 1.0]
+    f1 = ChannelFormat.of(32, 0, 0, 0, 2)
+    lv = ctx.tex_create_linear(p, f1, 64, 0, 0, Sampler.of((1, 1, 1), 1, 1, 0, 0, (0.0,) * 4))
+    _, lr, lt = drv.objects[lv]
+    assert (lr.resType, lr.res.linear.devPtr, lr.res.linear.format, lr.res.linear.numChannels,
+            lr.res.linear.sizeInBytes, lt.flags) == (2, p, 0x20, 1, 256, 0)
+    pv = ctx.tex_create_linear(p, f1, 8, 2, 64, Sampler.of((1, 1, 1), 0, 0, 0, 0, (0.0,) * 4))
+    _, pr, _ = drv.objects[pv]
+    assert (pr.resType, pr.res.pitch2D.width, pr.res.pitch2D.height, pr.res.pitch2D.pitchInBytes) == (3, 8, 2, 64)
+    sv = ctx.surf_create(arr, spec)
+    assert drv.objects[sv][0] == "surf"
+    for obj in (v, lv, pv):
+        ctx.tex_destroy(obj)
+    ctx.surf_destroy(sv)
+    assert drv.objects == {}
+    ctx.array_destroy(arr)
+    assert drv.arrays == {}
+    ctx.close()

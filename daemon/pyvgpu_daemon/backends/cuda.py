@@ -27,6 +27,7 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUN
                              VA_WINDOW_BYTES)
 from pyvgpu_daemon.backends import cublas_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -241,7 +242,7 @@ class _Event:
     recorded: bool = False
 
 
-class CudaContext(DeviceContext):
+class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0) -> None:
