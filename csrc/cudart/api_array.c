@@ -576,3 +576,32 @@ PV_API cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t d, size_t wod, size_t
 {
     return cudaMemcpyArrayToArray(d, wod, hod, s, wos, hos, n, k);
 }
+
+/* cudaMemcpy3DPeer: a 3D copy whose sides name their GPUs; pointers carry their GPU already here, so the devices are
+ * only checked, and a copy between GPUs goes through this process. */
+static cudaError_t copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s)
+{
+    if (!p)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = begin(s);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!pv_device(p->srcDevice) || !pv_device(p->dstDevice))
+        return PV_cudaErrorInvalidDevice;
+    struct cudaMemcpy3DParms q = { p->srcArray, p->srcPos, p->srcPtr, p->dstArray, p->dstPos, p->dstPtr, p->extent,
+                                   cudaMemcpyDefault };
+    if ((!q.srcArray && !q.srcPtr.ptr) || (!q.dstArray && !q.dstPtr.ptr))
+        return PV_cudaErrorInvalidValue;
+    return pv_memcpy3d_run(&q, s);
+}
+
+PV_API cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p) { return pv_ret(copy3d_peer(p, NULL)); }
+PV_API cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s)
+{
+    return pv_ret(copy3d_peer(p, s));
+}
+PV_API cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p) { return cudaMemcpy3DPeer(p); }
+PV_API cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s)
+{
+    return cudaMemcpy3DPeerAsync(p, s);
+}

@@ -411,3 +411,25 @@ PV_API cudaError_t cudaMemRangeGetAttributes(void **data, size_t *sizes, int *at
     }
     return PV_SUCCESS;
 }
+
+/* Stream association of managed memory: with concurrent managed access the host may touch managed memory at any
+ * time, so attaching it to a stream changes nothing here; the arguments are checked as CUDA checks them. */
+PV_API cudaError_t cudaStreamAttachMemAsync(cudaStream_t s, void *p, size_t n, unsigned flags)
+{
+    struct pv_region_info info;
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    if (!pv_stream_ok(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if ((flags != cudaMemAttachGlobal && flags != cudaMemAttachHost && flags != cudaMemAttachSingle) ||
+        pv_region_find(p, &info) != 0 || info.kind == PV_REGION_REGISTERED ||
+        (n && (uint64_t)(uintptr_t)p + n > info.host + info.size))
+        return pv_ret(PV_cudaErrorInvalidValue);
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t s, void *p, size_t n, unsigned flags)
+{
+    return cudaStreamAttachMemAsync(s, p, n, flags);
+}

@@ -179,6 +179,7 @@ static void test_managed_variables_and_hints() {
     // a captured graph over managed memory replays what the stream did
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaStreamAttachMemAsync(s, m, 0, cudaMemAttachSingle));
     cudaGraph_t g;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     add_k<<<4, 256, 0, s>>>(m, 1, 1024);
@@ -205,10 +206,11 @@ static void test_managed_variables_and_hints() {
     EXPECT_ERR(cudaMemAdvise(m, bytes + 1, cudaMemAdviseSetReadMostly, dev0), cudaErrorInvalidValue);
     int stack_var;
     EXPECT_ERR(cudaMemPrefetchAsync(&stack_var, 4, dev0, 0, 0), cudaErrorInvalidValue);
+    EXPECT_ERR(cudaStreamAttachMemAsync(0, &stack_var, 0, cudaMemAttachGlobal), cudaErrorInvalidValue);
     cudaMemLocation nodev = {cudaMemLocationTypeDevice, 77};
     EXPECT_ERR(cudaMemPrefetchAsync(m, 4, nodev, 0, 0), cudaErrorInvalidDevice);
     cudaGetLastError();
-    checks += 7;
+    checks += 8;
     CHECK(cudaFree(m));
 }
 

@@ -70,6 +70,43 @@ int main(int argc, char **argv) {
     CHECK(cudaMemcpy(small.data(), b, small.size() * 4, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 1024; i++) OKC(small[3 + i] == (unsigned)i * 2654435761u + 99);
 
+    // a 3D copy between the GPUs' pitched memory
+    {
+        cudaPitchedPtr src, dst;
+        CHECK(cudaSetDevice(0));
+        CHECK(cudaMalloc3D(&src, make_cudaExtent(40, 6, 3)));
+        std::vector<unsigned char> vol(40 * 6 * 3), out(40 * 6 * 3, 0);
+        for (size_t i = 0; i < vol.size(); i++) vol[i] = (unsigned char)(i * 13);
+        cudaMemcpy3DParms up = {};
+        up.srcPtr = make_cudaPitchedPtr(vol.data(), 40, 40, 6);
+        up.dstPtr = src;
+        up.extent = make_cudaExtent(40, 6, 3);
+        up.kind = cudaMemcpyHostToDevice;
+        CHECK(cudaMemcpy3D(&up));
+        CHECK(cudaSetDevice(1));
+        CHECK(cudaMalloc3D(&dst, make_cudaExtent(40, 6, 3)));
+        cudaMemcpy3DPeerParms pp = {};
+        pp.srcPtr = src;
+        pp.srcDevice = 0;
+        pp.dstPtr = dst;
+        pp.dstDevice = 1;
+        pp.extent = make_cudaExtent(40, 6, 3);
+        CHECK(cudaMemcpy3DPeer(&pp));
+        cudaMemcpy3DParms down = {};
+        down.srcPtr = dst;
+        down.dstPtr = make_cudaPitchedPtr(out.data(), 40, 40, 6);
+        down.extent = make_cudaExtent(40, 6, 3);
+        down.kind = cudaMemcpyDeviceToHost;
+        CHECK(cudaMemcpy3D(&down));
+        OKC(vol == out);
+        pp.srcDevice = n + 5;
+        EXPECT_ERR(cudaMemcpy3DPeer(&pp), cudaErrorInvalidDevice);
+        cudaGetLastError();
+        CHECK(cudaFree(dst.ptr));
+        CHECK(cudaSetDevice(0));
+        CHECK(cudaFree(src.ptr));
+    }
+
     // peer access: answered from the daemons' snapshots; copies work either way
     int can = -1;
     CHECK(cudaDeviceCanAccessPeer(&can, 0, 0));
