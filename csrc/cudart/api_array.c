@@ -150,47 +150,33 @@ static char *host_row(const struct side *h, size_t k, size_t r)
     return h->ptr + ((h->z + k) * h->rows + h->y + r) * h->pitch + h->x;
 }
 
-/* host -> device, slice by slice, each in groups of rows of at most PV_ROWS_CHUNK bytes packed */
-static cudaError_t put_rows(const struct side *dst, const struct side *src, size_t w, size_t h, size_t d,
-                            cudaStream_t s)
+/* Rows between a device side and a host side, slice by slice in groups of at most PV_ROWS_CHUNK bytes, packed in
+ * a buffer both ways (a host side may be managed memory, whose clean pages the socket could not write). */
+static cudaError_t host_rows(const struct side *dev, const struct side *host, size_t w, size_t h, size_t d,
+                             cudaStream_t s, int to_device)
 {
     size_t per = w ? (PV_ROWS_CHUNK / w ? PV_ROWS_CHUNK / w : 1) : 1;
     char *buf = malloc((per < h ? per : h) * w);
     if (!buf)
         return PV_cudaErrorMemoryAllocation;
     cudaError_t err = PV_SUCCESS;
-    uint64_t arr = dst->arr ? dst->arr->remote : 0;
+    uint64_t arr = dev->arr ? dev->arr->remote : 0, ptr = (uint64_t)(uintptr_t)dev->ptr;
     for (size_t k = 0; k < d && err == PV_SUCCESS; k++)
         for (size_t r = 0; r < h && err == PV_SUCCESS; r += per) {
-            size_t n = h - r < per ? h - r : per;
-            for (size_t i = 0; i < n; i++)
-                memcpy(buf + i * w, host_row(src, k, r + i), w);
-            err = pv_send_MEMCPY3D_HTOD(dst->dev, arr, (uint64_t)(uintptr_t)dst->ptr, dst->pitch, dst->rows, dst->x,
-                                        dst->y + r, dst->z + k, w, n, 1, stream_on(s, dst->dev), buf, n * w);
-        }
-    free(buf);
-    return err;
-}
-
-/* device -> host, the same way round (a buffer, then into the host rows: the host side may be managed memory) */
-static cudaError_t get_rows(const struct side *dst, const struct side *src, size_t w, size_t h, size_t d,
-                            cudaStream_t s)
-{
-    size_t per = w ? (PV_ROWS_CHUNK / w ? PV_ROWS_CHUNK / w : 1) : 1;
-    char *buf = malloc((per < h ? per : h) * w);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    cudaError_t err = PV_SUCCESS;
-    uint64_t arr = src->arr ? src->arr->remote : 0;
-    for (size_t k = 0; k < d && err == PV_SUCCESS; k++)
-        for (size_t r = 0; r < h && err == PV_SUCCESS; r += per) {
-            size_t n = h - r < per ? h - r : per, got = 0;
-            err = pv_call_MEMCPY3D_DTOH(src->dev, arr, (uint64_t)(uintptr_t)src->ptr, src->pitch, src->rows, src->x,
-                                        src->y + r, src->z + k, w, n, 1, stream_on(s, src->dev), buf, n * w, &got);
+            size_t n = h - r < per ? h - r : per, got = n * w;
+            if (to_device) {
+                for (size_t i = 0; i < n; i++)
+                    memcpy(buf + i * w, host_row(host, k, r + i), w);
+                err = pv_send_MEMCPY3D_HTOD(dev->dev, arr, ptr, dev->pitch, dev->rows, dev->x, dev->y + r, dev->z + k,
+                                            w, n, 1, stream_on(s, dev->dev), buf, n * w);
+                continue;
+            }
+            err = pv_call_MEMCPY3D_DTOH(dev->dev, arr, ptr, dev->pitch, dev->rows, dev->x, dev->y + r, dev->z + k, w,
+                                        n, 1, stream_on(s, dev->dev), buf, n * w, &got);
             if (err == PV_SUCCESS && got != n * w)
                 err = PV_cudaErrorUnknown;
             for (size_t i = 0; err == PV_SUCCESS && i < n; i++)
-                memcpy(host_row(dst, k, r + i), buf + i * w, w);
+                memcpy(host_row(host, k, r + i), buf + i * w, w);
         }
     free(buf);
     return err;
@@ -220,9 +206,9 @@ static cudaError_t copy_bytes(const struct side *dst, const struct side *src, si
         return PV_SUCCESS;
     }
     if (!src->dev)
-        return put_rows(dst, src, w, h, d, s);
+        return host_rows(dst, src, w, h, d, s, 1);
     if (!dst->dev)
-        return get_rows(dst, src, w, h, d, s);
+        return host_rows(src, dst, w, h, d, s, 0);
     if (dst->dev == src->dev)
         return pv_send_MEMCPY3D_DTOD(dst->dev, dst->arr ? dst->arr->remote : 0, (uint64_t)(uintptr_t)dst->ptr,
                                      dst->pitch, dst->rows, dst->x, dst->y, dst->z, src->arr ? src->arr->remote : 0,
@@ -233,9 +219,9 @@ static cudaError_t copy_bytes(const struct side *dst, const struct side *src, si
     if (!buf)
         return PV_cudaErrorMemoryAllocation;
     struct side mid = { NULL, buf, w, h, 0, 0, 0, NULL };
-    cudaError_t err = get_rows(&mid, src, w, h, d, s);
+    cudaError_t err = host_rows(src, &mid, w, h, d, s, 0);
     if (err == PV_SUCCESS)
-        err = put_rows(dst, &mid, w, h, d, s);
+        err = host_rows(dst, &mid, w, h, d, s, 1);
     free(buf);
     return err;
 }
@@ -310,17 +296,13 @@ static cudaError_t capture(cudaStream_t s, struct cudaMemcpy3DParms *p, size_t e
             return PV_cudaErrorInvalidValue;
         *bytes[i] /= elem;
     }
-    struct pv_gnode *node;
-    cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeMemcpy, &node);
-    if (err == PV_SUCCESS)
-        err = pv_gnode_set_copy(node, p);
-    if (err != PV_SUCCESS && node)
-        node->type = PV_cudaGraphNodeTypeEmpty;
-    return err;
+    return pv_capture_params(s, PV_cudaGraphNodeTypeMemcpy, p);
 }
 
-static cudaError_t to_array_2d(cudaArray_t dst, size_t wo, size_t ho, const void *src, size_t spitch, size_t width,
-                               size_t height, int kind, cudaStream_t s)
+/* The 2D forms, either way: rows of `width` bytes between the array at (wo bytes, ho) and memory `mem` (host, device,
+ * or managed) of row pitch `mpitch`. */
+static cudaError_t array_2d(int to_array, cudaArray_const_t array, size_t wo, size_t ho, void *mem, size_t mpitch,
+                            size_t width, size_t height, int kind, cudaStream_t s)
 {
     cudaError_t err = begin(s);
     if (err != PV_SUCCESS)
@@ -329,82 +311,58 @@ static cudaError_t to_array_2d(cudaArray_t dst, size_t wo, size_t ho, const void
         return PV_cudaErrorInvalidMemcpyDirection;
     if (!width || !height)
         return PV_SUCCESS;
-    if (!src || width > spitch)
-        return !src ? PV_cudaErrorInvalidValue : PV_cudaErrorInvalidPitchValue;
-    struct pv_array *a = pv_array_of(dst);
+    if (!mem || width > mpitch)
+        return !mem ? PV_cudaErrorInvalidValue : PV_cudaErrorInvalidPitchValue;
+    struct pv_array *a = pv_array_of(array);
     if (!a)
         return PV_cudaErrorInvalidResourceHandle;
     if (pv_capturing(s)) {
         struct cudaMemcpy3DParms p = { 0 };
-        p.dstArray = a;
-        p.dstPos = (struct cudaPos){ wo, ho, 0 };
-        p.srcPtr = (struct cudaPitchedPtr){ (void *)src, spitch, width, height };
+        struct cudaPos at = { wo, ho, 0 };
+        struct cudaPitchedPtr ptr = { mem, mpitch, width, height };
+        if (to_array) {
+            p.dstArray = a;
+            p.dstPos = at;
+            p.srcPtr = ptr;
+        } else {
+            p.srcArray = a;
+            p.srcPos = at;
+            p.dstPtr = ptr;
+        }
         p.extent = (struct cudaExtent){ width, height, 1 };
         p.kind = kind;
-        size_t *b[] = { &p.dstPos.x, &p.extent.width };
+        size_t *b[] = { to_array ? &p.dstPos.x : &p.srcPos.x, &p.extent.width };
         return capture(s, &p, a->elem, b, 2);
     }
-    struct side ds, ss;
-    if ((err = array_side(&ds, a, wo, ho, 0)) != PV_SUCCESS ||
-        (err = linear_side(&ss, (void *)src, spitch, height, 0, 0, 0, 1)) != PV_SUCCESS)
+    struct side as, ms;
+    if ((err = array_side(&as, a, wo, ho, 0)) != PV_SUCCESS ||
+        (err = linear_side(&ms, mem, mpitch, height, 0, 0, 0, to_array)) != PV_SUCCESS)
         return err;
-    return copy_bytes(&ds, &ss, width, height, 1, s);
-}
-
-static cudaError_t from_array_2d(void *dst, size_t dpitch, cudaArray_const_t src, size_t wo, size_t ho, size_t width,
-                                 size_t height, int kind, cudaStream_t s)
-{
-    cudaError_t err = begin(s);
-    if (err != PV_SUCCESS)
-        return err;
-    if (kind < 0 || kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if (!width || !height)
-        return PV_SUCCESS;
-    if (!dst || width > dpitch)
-        return !dst ? PV_cudaErrorInvalidValue : PV_cudaErrorInvalidPitchValue;
-    struct pv_array *a = pv_array_of(src);
-    if (!a)
-        return PV_cudaErrorInvalidResourceHandle;
-    if (pv_capturing(s)) {
-        struct cudaMemcpy3DParms p = { 0 };
-        p.srcArray = a;
-        p.srcPos = (struct cudaPos){ wo, ho, 0 };
-        p.dstPtr = (struct cudaPitchedPtr){ dst, dpitch, width, height };
-        p.extent = (struct cudaExtent){ width, height, 1 };
-        p.kind = kind;
-        size_t *b[] = { &p.srcPos.x, &p.extent.width };
-        return capture(s, &p, a->elem, b, 2);
-    }
-    struct side ds, ss;
-    if ((err = array_side(&ss, a, wo, ho, 0)) != PV_SUCCESS ||
-        (err = linear_side(&ds, dst, dpitch, height, 0, 0, 0, 0)) != PV_SUCCESS)
-        return err;
-    return copy_bytes(&ds, &ss, width, height, 1, s);
+    return to_array ? copy_bytes(&as, &ms, width, height, 1, s) : copy_bytes(&ms, &as, width, height, 1, s);
 }
 
 PV_API cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wo, size_t ho, const void *src, size_t spitch,
                                        size_t width, size_t height, int kind)
 {
-    return pv_ret(to_array_2d(dst, wo, ho, src, spitch, width, height, kind, NULL));
+    return pv_ret(array_2d(1, dst, wo, ho, (void *)src, spitch, width, height, kind, NULL));
 }
 
 PV_API cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wo, size_t ho, const void *src, size_t spitch,
                                             size_t width, size_t height, int kind, cudaStream_t s)
 {
-    return pv_ret(to_array_2d(dst, wo, ho, src, spitch, width, height, kind, s));
+    return pv_ret(array_2d(1, dst, wo, ho, (void *)src, spitch, width, height, kind, s));
 }
 
 PV_API cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wo, size_t ho,
                                          size_t width, size_t height, int kind)
 {
-    return pv_ret(from_array_2d(dst, dpitch, src, wo, ho, width, height, kind, NULL));
+    return pv_ret(array_2d(0, src, wo, ho, dst, dpitch, width, height, kind, NULL));
 }
 
 PV_API cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wo, size_t ho,
                                               size_t width, size_t height, int kind, cudaStream_t s)
 {
-    return pv_ret(from_array_2d(dst, dpitch, src, wo, ho, width, height, kind, s));
+    return pv_ret(array_2d(0, src, wo, ho, dst, dpitch, width, height, kind, s));
 }
 
 PV_API cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wod, size_t hod, cudaArray_const_t src,
@@ -456,54 +414,40 @@ static cudaError_t linear_run(struct pv_array *a, size_t wo, size_t ho, size_t c
     return PV_SUCCESS;
 }
 
-static cudaError_t to_array_1d(cudaArray_t dst, size_t wo, size_t ho, const void *src, size_t count, int kind,
-                               cudaStream_t s)
+static cudaError_t array_1d(int to_array, cudaArray_const_t array, size_t wo, size_t ho, void *mem, size_t count,
+                            int kind, cudaStream_t s)
 {
     cudaError_t err = begin(s);
-    struct pv_array *a = pv_array_of(dst);
+    struct pv_array *a = pv_array_of(array);
     if (err != PV_SUCCESS)
         return err;
     if (kind < 0 || kind > cudaMemcpyDefault)
         return PV_cudaErrorInvalidMemcpyDirection;
     if (!a)
         return PV_cudaErrorInvalidResourceHandle;
-    return count ? (src ? linear_run(a, wo, ho, count, (char *)src, 1, s) : PV_cudaErrorInvalidValue) : PV_SUCCESS;
-}
-
-static cudaError_t from_array_1d(void *dst, cudaArray_const_t src, size_t wo, size_t ho, size_t count, int kind,
-                                 cudaStream_t s)
-{
-    cudaError_t err = begin(s);
-    struct pv_array *a = pv_array_of(src);
-    if (err != PV_SUCCESS)
-        return err;
-    if (kind < 0 || kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if (!a)
-        return PV_cudaErrorInvalidResourceHandle;
-    return count ? (dst ? linear_run(a, wo, ho, count, dst, 0, s) : PV_cudaErrorInvalidValue) : PV_SUCCESS;
+    return count ? (mem ? linear_run(a, wo, ho, count, mem, to_array, s) : PV_cudaErrorInvalidValue) : PV_SUCCESS;
 }
 
 PV_API cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wo, size_t ho, const void *src, size_t count, int kind)
 {
-    return pv_ret(to_array_1d(dst, wo, ho, src, count, kind, NULL));
+    return pv_ret(array_1d(1, dst, wo, ho, (void *)src, count, kind, NULL));
 }
 
 PV_API cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wo, size_t ho, const void *src, size_t count,
                                           int kind, cudaStream_t s)
 {
-    return pv_ret(to_array_1d(dst, wo, ho, src, count, kind, s));
+    return pv_ret(array_1d(1, dst, wo, ho, (void *)src, count, kind, s));
 }
 
 PV_API cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wo, size_t ho, size_t count, int kind)
 {
-    return pv_ret(from_array_1d(dst, src, wo, ho, count, kind, NULL));
+    return pv_ret(array_1d(0, src, wo, ho, dst, count, kind, NULL));
 }
 
 PV_API cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wo, size_t ho, size_t count,
                                             int kind, cudaStream_t s)
 {
-    return pv_ret(from_array_1d(dst, src, wo, ho, count, kind, s));
+    return pv_ret(array_1d(0, src, wo, ho, dst, count, kind, s));
 }
 
 /* Between two arrays, count bytes row after row on each side: through this process. */

@@ -156,6 +156,29 @@ cudaError_t pv_capture_node(cudaStream_t s, int type, struct pv_gnode **out)
     return err;
 }
 
+cudaError_t pv_capture_params(cudaStream_t s, int type, const void *p)
+{
+    struct pv_gnode *n;
+    cudaError_t err = pv_capture_node(s, type, &n);
+    if (err == PV_SUCCESS)
+        err = pv_gnode_set(n, p);
+    if (err != PV_SUCCESS && n)
+        n->type = PV_cudaGraphNodeTypeEmpty;             /* keeps the dependency chain; owns nothing */
+    return err;
+}
+
+/* An event record or wait node for an external event (cudaEventRecordExternal / cudaEventWaitExternal). */
+static cudaError_t event_node(cudaStream_t s, int type, cudaEvent_t e)
+{
+    struct pv_gnode *n;
+    cudaError_t err = pv_capture_node(s, type, &n);
+    if (err == PV_SUCCESS) {
+        n->p.event = e;
+        n->dev = e->dev;
+    }
+    return err;
+}
+
 cudaError_t pv_capture_forbid(cudaStream_t s)
 {
     if (atomic_load(&ncapturing) == 0)
@@ -204,12 +227,7 @@ int pv_capture_event_record(cudaEvent_t e, cudaStream_t s, unsigned flags, cudaE
         *err = PV_cudaErrorStreamCaptureInvalidated;
     } else if (flags & 1u) {                            /* cudaEventRecordExternal: an event record node */
         pthread_mutex_unlock(&mu);
-        struct pv_gnode *n;
-        *err = pv_capture_node(s, PV_cudaGraphNodeTypeEventRecord, &n);
-        if (*err == PV_SUCCESS) {
-            n->p.event = e;
-            n->dev = e->dev;
-        }
+        *err = event_node(s, PV_cudaGraphNodeTypeEventRecord, e);
         return 1;
     } else {
         struct cap_event *ce = calloc(1, sizeof *ce);
@@ -311,12 +329,7 @@ int pv_capture_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags, cudaErr
         }
     } else if (flags & 1u) {                            /* cudaEventWaitExternal: an event wait node */
         pthread_mutex_unlock(&mu);
-        struct pv_gnode *n;
-        *err = pv_capture_node(s, PV_cudaGraphNodeTypeWaitEvent, &n);
-        if (*err == PV_SUCCESS) {
-            n->p.event = e;
-            n->dev = e->dev;
-        }
+        *err = event_node(s, PV_cudaGraphNodeTypeWaitEvent, e);
         return 1;
     }
     /* else: a capturing stream waits on an event recorded outside any capture: already ordered, nothing to add */

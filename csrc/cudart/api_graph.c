@@ -260,6 +260,18 @@ cudaError_t pv_gnode_set_copy(struct pv_gnode *n, const struct cudaMemcpy3DParms
     return PV_SUCCESS;
 }
 
+cudaError_t pv_gnode_set(struct pv_gnode *n, const void *p)
+{
+    switch (n->type) {
+    case PV_cudaGraphNodeTypeMemcpy:
+        return pv_gnode_set_copy(n, p);
+    case PV_cudaGraphNodeTypeMemset:
+        return pv_gnode_set_memset(n, p);
+    default:
+        return PV_cudaErrorInvalidValue;
+    }
+}
+
 void pv_copy1d_params(struct cudaMemcpy3DParms *p, void *dst, const void *src, size_t count, int kind)
 {
     memset(p, 0, sizeof *p);
@@ -390,18 +402,25 @@ PV_API cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const stru
     return pv_ret(pv_gnode_set_kernel(n, p, n->dev));
 }
 
+/* A memcpy or memset node with its parameters (pv_gnode_set), or nothing when they are refused. */
+static cudaError_t add_with_params(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                   size_t ndeps, int type, const void *p)
+{
+    struct pv_gnode *n;
+    cudaError_t err = add_node(out, graph, deps, ndeps, type, &n);
+    if (err != PV_SUCCESS)
+        return err;
+    err = pv_gnode_set(n, p);
+    if (err != PV_SUCCESS)
+        return drop_node(n, err);
+    *out = n;
+    return PV_SUCCESS;
+}
+
 PV_API cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
                                           size_t ndeps, const struct cudaMemcpy3DParms *p)
 {
-    struct pv_gnode *n;
-    cudaError_t err = add_node(out, graph, deps, ndeps, PV_cudaGraphNodeTypeMemcpy, &n);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    err = pv_gnode_set_copy(n, p);
-    if (err != PV_SUCCESS)
-        return pv_ret(drop_node(n, err));
-    *out = n;
-    return PV_SUCCESS;
+    return pv_ret(add_with_params(out, graph, deps, ndeps, PV_cudaGraphNodeTypeMemcpy, p));
 }
 
 PV_API cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
@@ -459,12 +478,16 @@ PV_API cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cud
     return PV_SUCCESS;
 }
 
+/* The Set form of a memcpy or memset node. */
+static cudaError_t set_params(cudaGraphNode_t node, int type, const void *p)
+{
+    struct pv_gnode *n = typed(node, type);
+    return n ? pv_gnode_set(n, p) : PV_cudaErrorInvalidValue;
+}
+
 PV_API cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cudaMemcpy3DParms *p)
 {
-    struct pv_gnode *n = typed(node, PV_cudaGraphNodeTypeMemcpy);
-    if (!n)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    return pv_ret(pv_gnode_set_copy(n, p));
+    return pv_ret(set_params(node, PV_cudaGraphNodeTypeMemcpy, p));
 }
 
 PV_API cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, const void *src, size_t count,
@@ -478,15 +501,7 @@ PV_API cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *ds
 PV_API cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
                                           size_t ndeps, const struct cudaMemsetParams *p)
 {
-    struct pv_gnode *n;
-    cudaError_t err = add_node(out, graph, deps, ndeps, PV_cudaGraphNodeTypeMemset, &n);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    err = pv_gnode_set_memset(n, p);
-    if (err != PV_SUCCESS)
-        return pv_ret(drop_node(n, err));
-    *out = n;
-    return PV_SUCCESS;
+    return pv_ret(add_with_params(out, graph, deps, ndeps, PV_cudaGraphNodeTypeMemset, p));
 }
 
 PV_API cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemsetParams *p)
@@ -500,10 +515,7 @@ PV_API cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cud
 
 PV_API cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cudaMemsetParams *p)
 {
-    struct pv_gnode *n = typed(node, PV_cudaGraphNodeTypeMemset);
-    if (!n)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    return pv_ret(pv_gnode_set_memset(n, p));
+    return pv_ret(set_params(node, PV_cudaGraphNodeTypeMemset, p));
 }
 
 PV_API cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,

@@ -43,7 +43,9 @@ static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, siz
     return pv_send_MEMCPY_DTOD(d, dst, src, n, stream);
 }
 
-static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
+/* n device bytes of d at src through a buffer here, chunk by chunk, handed to put(ctx, offset, bytes, k). */
+static cudaError_t d2h_through(struct pv_device *d, uint64_t src, size_t n, uint64_t stream,
+                               cudaError_t (*put)(void *ctx, size_t off, const char *buf, size_t k), void *ctx)
 {
     size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
     char *buf = malloc(cap);
@@ -52,12 +54,32 @@ static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_devi
     cudaError_t err = PV_SUCCESS;
     for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
         size_t k = n - off < cap ? n - off : cap;
-        err = d2h(sd, buf, src + off, k, 0);
+        err = d2h(d, buf, src + off, k, stream);
         if (err == PV_SUCCESS)
-            err = h2d(dd, dst + off, buf, k, 0);
+            err = put(ctx, off, buf, k);
     }
     free(buf);
     return err;
+}
+
+struct to_device { struct pv_device *d; uint64_t dst; };
+
+static cudaError_t put_device(void *ctx, size_t off, const char *buf, size_t k)
+{
+    struct to_device *t = ctx;
+    return h2d(t->d, t->dst + off, buf, k, 0);
+}
+
+static cudaError_t put_host(void *ctx, size_t off, const char *buf, size_t k)
+{
+    memcpy((char *)ctx + off, buf, k);
+    return PV_SUCCESS;
+}
+
+static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
+{
+    struct to_device t = { dd, dst };
+    return d2h_through(sd, src, n, 0, put_device, &t);
 }
 
 /* Between GPUs of different daemons the bytes go daemon to daemon: the source snapshots a chunk behind a ticket, the
@@ -121,27 +143,10 @@ int pv_ptr_device(const void *p)
     return (pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0) ? a.dev : -1;
 }
 
-/* Adds a memcpy node for a 1D copy on the capturing stream s. */
+/* A copy or memset on a capturing stream becomes a node of its graph. */
 static cudaError_t capture_copy(cudaStream_t s, const struct cudaMemcpy3DParms *p)
 {
-    struct pv_gnode *n;
-    cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeMemcpy, &n);
-    if (err == PV_SUCCESS)
-        err = pv_gnode_set_copy(n, p);
-    if (err != PV_SUCCESS && n)
-        n->type = PV_cudaGraphNodeTypeEmpty;
-    return err;
-}
-
-static cudaError_t capture_memset(cudaStream_t s, const struct cudaMemsetParams *p)
-{
-    struct pv_gnode *n;
-    cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeMemset, &n);
-    if (err == PV_SUCCESS)
-        err = pv_gnode_set_memset(n, p);
-    if (err != PV_SUCCESS && n)
-        n->type = PV_cudaGraphNodeTypeEmpty;
-    return err;
+    return pv_capture_params(s, PV_cudaGraphNodeTypeMemcpy, p);
 }
 
 /* The daemon handle of stream s for work on device d (validated before by init_with_stream). A stream of another
@@ -199,19 +204,7 @@ static int region_side(const void *p, size_t n, int reading, cudaError_t *err)
 /* Device bytes into a host copy: through a buffer, since the socket cannot write a read-only (clean) page. */
 static cudaError_t d2h_region(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
 {
-    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
-    char *buf = malloc(cap);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    cudaError_t err = PV_SUCCESS;
-    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
-        size_t k = n - off < cap ? n - off : cap;
-        err = d2h(d, buf, src + off, k, stream);
-        if (err == PV_SUCCESS)
-            memcpy((char *)dst + off, buf, k);
-    }
-    free(buf);
-    return err;
+    return d2h_through(d, src, n, stream, put_host, dst);
 }
 
 static cudaError_t region_copy(void *dst, const void *src, size_t n, int dreg, int sreg, cudaStream_t s)
@@ -663,7 +656,7 @@ static cudaError_t memset_any(const struct cudaMemsetParams *p, cudaStream_t s)
     if (p->width == 0 || p->height == 0)
         return PV_SUCCESS;
     if (pv_capturing(s))
-        return capture_memset(s, p);
+        return pv_capture_params(s, PV_cudaGraphNodeTypeMemset, p);
     return pv_memset_run(p, s);
 }
 

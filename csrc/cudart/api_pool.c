@@ -8,6 +8,7 @@
  * release threshold go back to the device at the next synchronization (cudaStreamSynchronize, cudaEventSynchronize,
  * cudaDeviceSynchronize), as CUDA's pools release them, or when the program trims the pool. Everything the daemon
  * sees is ordinary device memory, so pools work the same on every backend. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,27 +397,24 @@ static cudaError_t device_arg(int device)
     return pv_device(device) ? PV_SUCCESS : PV_cudaErrorInvalidDevice;
 }
 
-PV_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device)
+/* A device's default pool, or its current one. */
+static cudaError_t get_pool(cudaMemPool_t *pool, int device, int current)
 {
     if (!pool)
-        return pv_ret(PV_cudaErrorInvalidValue);
+        return PV_cudaErrorInvalidValue;
     cudaError_t err = device_arg(device);
     if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *pool = default_pool(device);
-    return *pool ? PV_SUCCESS : pv_ret(PV_cudaErrorMemoryAllocation);
+        return err;
+    *pool = current ? current_pool(device) : default_pool(device);
+    return *pool ? PV_SUCCESS : PV_cudaErrorMemoryAllocation;
 }
 
-PV_API cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device)
+PV_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device)
 {
-    if (!pool)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = device_arg(device);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *pool = current_pool(device);
-    return *pool ? PV_SUCCESS : pv_ret(PV_cudaErrorMemoryAllocation);
+    return pv_ret(get_pool(pool, device, 0));
 }
+
+PV_API cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device) { return pv_ret(get_pool(pool, device, 1)); }
 
 PV_API cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool)
 {
@@ -517,79 +515,59 @@ PV_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep)
     return PV_SUCCESS;
 }
 
-PV_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attr, void *value)
+/* The attributes: where each lives in struct pv_pool, its width (int flags, 64-bit sizes), whether it can be set. */
+static const struct { int attr; size_t off; int wide; int settable; } pool_attrs[] = {
+    { PV_cudaMemPoolReuseFollowEventDependencies, offsetof(struct pv_pool, follow_events), 0, 1 },
+    { PV_cudaMemPoolReuseAllowOpportunistic, offsetof(struct pv_pool, opportunistic), 0, 1 },
+    { PV_cudaMemPoolReuseAllowInternalDependencies, offsetof(struct pv_pool, internal_deps), 0, 1 },
+    { PV_cudaMemPoolAttrReleaseThreshold, offsetof(struct pv_pool, release_threshold), 1, 1 },
+    { PV_cudaMemPoolAttrReservedMemCurrent, offsetof(struct pv_pool, reserved), 1, 0 },
+    { PV_cudaMemPoolAttrReservedMemHigh, offsetof(struct pv_pool, reserved_high), 1, 1 },
+    { PV_cudaMemPoolAttrUsedMemCurrent, offsetof(struct pv_pool, used), 1, 0 },
+    { PV_cudaMemPoolAttrUsedMemHigh, offsetof(struct pv_pool, used_high), 1, 1 },
+};
+
+static cudaError_t pool_attr(cudaMemPool_t pool, int attr, void *value, int set)
 {
     struct pv_pool *p = pool_of(pool);
     if (!p || !value)
-        return pv_ret(PV_cudaErrorInvalidValue);
+        return PV_cudaErrorInvalidValue;
+    size_t i = 0, n = sizeof pool_attrs / sizeof *pool_attrs;
+    while (i < n && pool_attrs[i].attr != attr)
+        i++;
+    if (i == n || (set && !pool_attrs[i].settable))
+        return PV_cudaErrorInvalidValue;                   /* unknown, or read-only */
+    char *field = (char *)p + pool_attrs[i].off;
+    int high = attr == PV_cudaMemPoolAttrReservedMemHigh || attr == PV_cudaMemPoolAttrUsedMemHigh;
     cudaError_t err = PV_SUCCESS;
     pthread_mutex_lock(&p->mu);
-    switch (attr) {
-    case PV_cudaMemPoolReuseFollowEventDependencies:
-        p->follow_events = *(int *)value != 0;
-        break;
-    case PV_cudaMemPoolReuseAllowOpportunistic:
-        p->opportunistic = *(int *)value != 0;
-        break;
-    case PV_cudaMemPoolReuseAllowInternalDependencies:
-        p->internal_deps = *(int *)value != 0;
-        break;
-    case PV_cudaMemPoolAttrReleaseThreshold:
-        p->release_threshold = *(uint64_t *)value;
-        break;
-    case PV_cudaMemPoolAttrReservedMemHigh:                /* only a reset to 0 is allowed */
-    case PV_cudaMemPoolAttrUsedMemHigh:
+    if (!set) {
+        if (pool_attrs[i].wide)
+            *(uint64_t *)value = *(size_t *)field;
+        else
+            *(int *)value = *(int *)field;
+    } else if (high) {                                     /* a watermark can only be reset (to 0) */
         if (*(uint64_t *)value != 0)
             err = PV_cudaErrorInvalidValue;
-        else if (attr == PV_cudaMemPoolAttrReservedMemHigh)
-            p->reserved_high = p->reserved;
         else
-            p->used_high = p->used;
-        break;
-    default:
-        err = PV_cudaErrorInvalidValue;                    /* read-only or unknown */
+            *(size_t *)field = attr == PV_cudaMemPoolAttrReservedMemHigh ? p->reserved : p->used;
+    } else if (pool_attrs[i].wide) {
+        *(uint64_t *)field = *(uint64_t *)value;
+    } else {
+        *(int *)field = *(int *)value != 0;
     }
     pthread_mutex_unlock(&p->mu);
-    return pv_ret(err);
+    return err;
+}
+
+PV_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attr, void *value)
+{
+    return pv_ret(pool_attr(pool, attr, value, 1));
 }
 
 PV_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attr, void *value)
 {
-    struct pv_pool *p = pool_of(pool);
-    if (!p || !value)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = PV_SUCCESS;
-    pthread_mutex_lock(&p->mu);
-    switch (attr) {
-    case PV_cudaMemPoolReuseFollowEventDependencies:
-        *(int *)value = p->follow_events;
-        break;
-    case PV_cudaMemPoolReuseAllowOpportunistic:
-        *(int *)value = p->opportunistic;
-        break;
-    case PV_cudaMemPoolReuseAllowInternalDependencies:
-        *(int *)value = p->internal_deps;
-        break;
-    case PV_cudaMemPoolAttrReleaseThreshold:
-        *(uint64_t *)value = p->release_threshold;
-        break;
-    case PV_cudaMemPoolAttrReservedMemCurrent:
-        *(uint64_t *)value = p->reserved;
-        break;
-    case PV_cudaMemPoolAttrReservedMemHigh:
-        *(uint64_t *)value = p->reserved_high;
-        break;
-    case PV_cudaMemPoolAttrUsedMemCurrent:
-        *(uint64_t *)value = p->used;
-        break;
-    case PV_cudaMemPoolAttrUsedMemHigh:
-        *(uint64_t *)value = p->used_high;
-        break;
-    default:
-        err = PV_cudaErrorInvalidValue;
-    }
-    pthread_mutex_unlock(&p->mu);
-    return pv_ret(err);
+    return pv_ret(pool_attr(pool, attr, value, 0));
 }
 
 /* Peer access to a pool: its own device always has read/write; another device of the same daemon may be given

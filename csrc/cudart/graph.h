@@ -87,6 +87,8 @@ cudaError_t pv_gnode_set_kernel(struct pv_gnode *n, const struct cudaKernelNodeP
 cudaError_t pv_gnode_set_memset(struct pv_gnode *n, const struct cudaMemsetParams *p);
 cudaError_t pv_gnode_set_copy(struct pv_gnode *n, const struct cudaMemcpy3DParms *p);
 void pv_copy1d_params(struct cudaMemcpy3DParms *p, void *dst, const void *src, size_t count, int kind);
+/* The parameters of a memcpy node (a cudaMemcpy3DParms) or a memset node (a cudaMemsetParams), by n->type. */
+cudaError_t pv_gnode_set(struct pv_gnode *n, const void *p);
 
 /* Runs one node's work on stream s now (client actions at launch, and device work while recording). */
 cudaError_t pv_gnode_run(struct pv_gnode *n, cudaStream_t s);
@@ -99,6 +101,8 @@ int pv_capturing(cudaStream_t s);
 /* A node of `type` appended to s's capture after the stream's current dependencies (which become the node);
  * *out is the node so the caller fills its parameters; on error the capture is invalidated. */
 cudaError_t pv_capture_node(cudaStream_t s, int type, struct pv_gnode **out);
+/* The same for a memcpy or memset node with its parameters (pv_gnode_set); an empty node when they are refused. */
+cudaError_t pv_capture_params(cudaStream_t s, int type, const void *p);
 /* A call that is illegal while s captures (synchronization, queries): invalidates the capture and answers
  * cudaErrorStreamCaptureUnsupported; PV_SUCCESS when s is not capturing. */
 cudaError_t pv_capture_forbid(cudaStream_t s);

@@ -308,6 +308,14 @@ def _add_handle(st: DeviceState, table: dict[int, Any], obj: Any) -> int:
     return h
 
 
+def lookup_handle(table: dict[int, Any], h: int, what: str) -> Any:
+    """The object of handle h; cudaErrorInvalidResourceHandle for an unknown handle."""
+    obj = table.get(h)
+    if obj is None:
+        raise CudaError("cudaErrorInvalidResourceHandle", f"unknown {what} {h:#x}")
+    return obj
+
+
 def _pop_handle(table: dict[int, Any], h: int, what: str) -> Any:
     """Remove and return the object of handle h; cudaErrorInvalidResourceHandle for an unknown handle."""
     obj = table.pop(h, None)

@@ -18,7 +18,7 @@ from typing import Any
 from pyvgpu import wire
 from pyvgpu.protocol import GRAPH_OPS, MAX_GRAPH_BYTES, MAX_GRAPH_OPS, OP_BY_CODE, OpSpec
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import ARG_CHECKS, HANDLERS, Call, convert_args, handler
+from pyvgpu_daemon.handlers import ARG_CHECKS, HANDLERS, Call, convert_args, handler, lookup_handle
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,7 @@ def graph_create(c: Call) -> int:
 
 
 def _graph(c: Call, h: int) -> Graph:
-    g = c.st.graphs.get(h)
-    if g is None:
-        raise CudaError("cudaErrorInvalidResourceHandle", f"unknown graph {h:#x}")
-    return g
+    return lookup_handle(c.st.graphs, h, "graph")
 
 
 @handler("GRAPH_LAUNCH")
