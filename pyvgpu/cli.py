@@ -9,6 +9,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -444,28 +445,53 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- run / lib / token
-def _lib() -> Path:
+def _lib(name: str = pyvgpu.LIB_NAME) -> Path:
     try:
-        return pyvgpu.lib_path()
+        return pyvgpu.lib_path(name)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
 
 
 def cmd_lib(args: argparse.Namespace) -> int:
-    print(_lib().parent if args.dir else _lib())
+    if args.dir:
+        print(_lib(pyvgpu.DRIVER_LIB_NAME).parent)
+    else:
+        print(_lib(pyvgpu.DRIVER_LIB_NAME if args.driver else pyvgpu.LIB_NAME))
     return 0
+
+
+def static_executable(path: str) -> bool:
+    """Whether path is an ELF executable without a program interpreter (statically linked): such a program
+    cannot dlopen libcuda.so.1 nor take LD_PRELOAD, so nothing can remote its CUDA calls."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return False                       # not a little-endian 64-bit ELF: not ours to judge
+            phoff = int.from_bytes(head[0x20:0x28], "little")
+            phentsize = int.from_bytes(head[0x36:0x38], "little")
+            phnum = int.from_bytes(head[0x38:0x3A], "little")
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    types = [int.from_bytes(table[i:i + 4], "little") for i in range(0, len(table), phentsize)]
+    return 3 not in types and 2 not in types       # no PT_INTERP, no PT_DYNAMIC
 
 
 def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `pyvgpu run` gives the program."""
     env = dict(os.environ if base is None else base)
-    lib = str(_lib())
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != lib]
-    env["LD_PRELOAD"] = " ".join([lib, *preload])
+    # libvcudart stands in for libcudart.so.13 (programs built with -cudart shared); libvcuda for libcuda.so.1
+    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries).
+    # Preloading libvcuda also beats an RPATH that points at another libcuda.so.1.
+    libs = [str(_lib()), str(_lib(pyvgpu.DRIVER_LIB_NAME))]
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p not in libs]
+    env["LD_PRELOAD"] = " ".join([*libs, *preload])
     # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
-    lib_dir = str(Path(lib).parent)
-    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != lib_dir]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([lib_dir, *paths])
+    libdir = str(Path(libs[1]).parent)
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
     if hosts is None:
         hosts = list(hostmap.load(env))
     if not hosts:
@@ -483,8 +509,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError("nothing to run: usage: pyvgpu run [--hosts HOST:PORT,...] -- PROGRAM [ARGS...]", 2)
     hosts = hostmap.parse_env(args.hosts, "--hosts") if args.hosts else None
     env = run_env(hosts)
+    exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
+    if exe and static_executable(exe):
+        raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
+                       f"its CUDA calls cannot be remoted (link it dynamically; nvcc does by default)", 126)
     if args.verbose:
-        _note(f"LD_PRELOAD={env['LD_PRELOAD']} {hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}")
+        _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
+              f"{hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}")
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -620,23 +651,28 @@ def build_parser() -> argparse.ArgumentParser:
     # run
     r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
                        usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] -- PROGRAM [ARGS...]",
-                       description="Run PROGRAM with LD_PRELOAD set to libvcudart and PYVGPU_HOSTS set to the host "
-                                   "map (or --hosts), so its CUDA runtime calls go to the daemons. The program must "
-                                   "be linked with nvcc's -cudart shared (the default static cudart cannot be "
-                                   "interposed).")
+                       description="Run PROGRAM with its CUDA calls going to the daemons of the host map (or "
+                                   "--hosts): LD_PRELOAD holds libvcudart (for programs built with -cudart shared) "
+                                   "and libvcuda, the libcuda.so.1 drop-in (for nvcc's default static runtime, "
+                                   "NVIDIA's own libcudart, driver-API programs), LD_LIBRARY_PATH the directory "
+                                   "`pyvgpu lib --dir` prints, PYVGPU_HOSTS the hosts.")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
     r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)
 
     # lib
-    lb = sub.add_parser("lib", help="print the path of libvcudart.so",
+    lb = sub.add_parser("lib", help="print the path of libvcudart.so (--driver: libvcuda, --dir: their directory)",
                         description="Print the path of the interposer library libvcudart.so (SONAME libcudart.so.13), "
-                                    "for LD_PRELOAD=$(pyvgpu lib) ./app. PYVGPU_LIB overrides where it is looked "
-                                    "for.")
-    lb.add_argument("--dir", action="store_true",
-                    help="print its directory instead: every client library (libcudart.so.13, libcublas.so.13 and "
-                         "their link names) is there, for LD_LIBRARY_PATH and nvcc -L")
+                                    "for LD_PRELOAD=$(pyvgpu lib) ./app; with --driver the driver drop-in "
+                                    "libvcuda.so.1 (SONAME libcuda.so.1); with --dir the directory holding every "
+                                    "client library and the names programs look for (libcuda.so.1, libcuda.so, "
+                                    "libcudart.so.13, libcublas.so.13, ...), for "
+                                    "LD_LIBRARY_PATH and `nvcc app.cu -L$(pyvgpu lib --dir) -lcuda`. PYVGPU_LIB "
+                                    "overrides where libvcudart is looked for (the others are beside it).")
+    lbg = lb.add_mutually_exclusive_group()
+    lbg.add_argument("--driver", action="store_true", help="print the path of libvcuda.so.1")
+    lbg.add_argument("--dir", action="store_true", help="print the directory of the client libraries")
     lb.set_defaults(func=cmd_lib)
 
     # token

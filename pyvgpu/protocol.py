@@ -165,6 +165,12 @@ OPS: tuple[OpSpec, ...] = (
     # which wins over a bad value (as CUDA's own check order).
     op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil"),
     op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64"),
+    # 100-199: the driver API (libvcuda.so.1, docs/driver.md)
+    op(100, "MODULE_UNLOAD", "dev:dev module_id:u64", "nil", A,
+       doc="cuModuleUnload/cuLibraryUnload: the module's kernels and variables go; unknown id: invalid handle"),
+    op(101, "MEMSET_ELEMS",
+       "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
+       doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
     # ---- 300-399: runtime features (issue 13)
     # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
     # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
@@ -174,9 +180,6 @@ OPS: tuple[OpSpec, ...] = (
     op(301, "GRAPH_LAUNCH", "dev:dev graph:handle stream:stream", "nil", A,
        "runs the graph's ops in order; their stream arguments become `stream`"),
     op(302, "GRAPH_DESTROY", "dev:dev graph:handle", "nil", A),
-    op(303, "MEMSET_ELEM",
-       "dev:dev ptr:ptr pitch:size value:u32 elem_size:u32 width:size height:size stream:stream", "nil", A,
-       "rows of `width` elements of elem_size (1, 2 or 4) bytes set to value (cuMemsetD2D8/16/32)"),
     # Managed and mapped memory: the client keeps a host copy at the very same address and keeps both coherent with
     # these ops (see the coherence model in docs/architecture.md). A managed range's pages are digested on the
     # daemon; MANAGED_DIRTY answers the pages that changed since the client last saw them.
@@ -255,7 +258,7 @@ LIMIT_DEFAULTS: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048
 
 # Ops a graph may hold (GRAPH_CREATE): device work that needs no reply. Anything else in an upload is refused.
 GRAPH_OPS: frozenset[str] = frozenset({
-    "MEMCPY_DTOD", "MEMCPY2D_DTOD", "MEMSET", "MEMSET2D", "MEMSET_ELEM", "LAUNCH", "EVENT_RECORD",
+    "MEMCPY_DTOD", "MEMCPY2D_DTOD", "MEMSET", "MEMSET2D", "MEMSET_ELEMS", "LAUNCH", "EVENT_RECORD",
     "STREAM_WAIT_EVENT"})
 MAX_GRAPH_OPS = 1 << 16              # ops of one uploaded graph
 MAX_GRAPH_BYTES = 256 << 20          # bytes of uploaded graphs one session may hold per device

@@ -179,6 +179,10 @@ def protocol_header() -> str:
             f"#define PV_ARRAY_FLAG_SURFACE {P.ARRAY_FLAG_SURFACE}",
             f"#define PV_ARRAY_FLAG_CUBEMAP {P.ARRAY_FLAG_CUBEMAP}",
             f"#define PV_ARRAY_FLAG_GATHER {P.ARRAY_FLAG_GATHER}"]
+    limit = max(DEVICE_ATTRS.values()) + 1
+    out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
+            "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"
+            + ", ".join(f"[{v}] = 1" for v in sorted(set(DEVICE_ATTRS.values()))) + "};"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

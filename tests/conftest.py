@@ -15,8 +15,8 @@ from pyvgpu.client import Client
 
 @pytest.fixture(scope="session")
 def cuda_build():
-    """cuda_build('name.cu', *nvcc_flags) -> path of the built program (tests/cuda/name.cu)."""
-    return lambda name, *extra: build_cuda(CUDA_SRC / name, tuple(extra))
+    """cuda_build('name.cu', *nvcc_flags, runtime='shared') -> path of the built program (tests/cuda/name.cu)."""
+    return lambda name, *extra, runtime="shared": build_cuda(CUDA_SRC / name, tuple(extra), runtime)
 
 
 @pytest.fixture(scope="session")

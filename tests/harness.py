@@ -159,11 +159,12 @@ def cuda_headers() -> list[Path]:
     return sorted(CUDA_SRC.glob("*.h"))
 
 
-def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
-    """nvcc -cudart shared -O3, cached by the source (with the tests/cuda headers), flags and nvcc path."""
+def build_cuda(src: Path, extra: tuple[str, ...] = (), runtime: str = "shared") -> Path:
+    """nvcc -cudart RUNTIME -O3 (shared: for libvcudart; static: nvcc's default, for libvcuda; none: driver-API
+    programs and kernel images), cached by the source (with the tests/cuda headers), flags and nvcc path."""
     src = Path(src)
     return cached_build(ROOT / "build" / "tests-cuda", src.stem, [src, *cuda_headers()],
-                        lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(src), *extra])
+                        lambda o: [NVCC, "-cudart", runtime, "-O3", "-o", str(o), str(src), *extra])
 
 
 def ptx_of(name: str, *flags: str) -> bytes:

@@ -3,9 +3,10 @@
 
 The headers are needed only to *build* CUDA test programs that call cuBLAS and to (re)generate the committed
 files under csrc/cublas/; a client that runs a binary needs nothing from NVIDIA, and nothing of NVIDIA's is
-committed to git. The wheel is large (444 MB for 13.10.0.20; ~5 s from PyPI's CDN on the development machine),
-so it is downloaded into a temporary directory, the headers (~580 KB) are extracted into a cache under build/,
-and the wheel is deleted:
+committed to git. The wheel is large (444 MB for 13.10.0.20), so the headers (~580 KB) are read straight out of
+the wheel on PyPI with HTTP range requests (a few MB transferred); where that is not possible (no range support,
+only a local index), pip downloads the wheel into a temporary directory, the headers are extracted into a cache
+under build/, and the wheel is deleted:
 
     python tools/cublas_wheel.py                 # prints the cached include directory (fetching it if missing)
     python tools/cublas_wheel.py --lib           # also keep lib/libcublas.so.13 (57 MB; to refresh the exports)
@@ -19,11 +20,14 @@ generator and the tests that check pyvgpu/cublas_spec.py against NVIDIA's signat
 from __future__ import annotations
 
 import argparse
+import html
+import io
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,37 +59,128 @@ def fetch(version: str = PINNED_VERSION, want_lib: bool = False, python: str = s
     inc = include_dir(version)
     if all((inc / h).is_file() for h in HEADERS) and (not want_lib or lib_path(version).is_file()):
         return inc
-    with tempfile.TemporaryDirectory(prefix="pyvgpu-cublas-") as tmp:
-        subprocess.run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                        "--progress-bar", "off", "-q", "-d", tmp, f"nvidia-cublas=={version}"], check=True)
-        wheels = list(Path(tmp).glob("nvidia_cublas-*.whl"))
-        if len(wheels) != 1:
-            raise SystemExit(f"cublas_wheel: expected one nvidia_cublas wheel in {tmp}, found {wheels}")
-        staging = Path(tempfile.mkdtemp(prefix="stage-", dir=CACHE.parent if CACHE.parent.exists() else None))
+    remote = None if want_lib else _remote_wheel(version)
+    if remote is not None:
         try:
+            with zipfile.ZipFile(remote) as zf:
+                _unpack(zf, version, want_lib)
+        except (OSError, zipfile.BadZipFile) as exc:
+            print(f"cublas_wheel: reading the headers out of the remote wheel failed ({exc}); downloading it",
+                  file=sys.stderr)
+            remote = None
+    if remote is None:
+        with tempfile.TemporaryDirectory(prefix="pyvgpu-cublas-") as tmp:
+            subprocess.run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                            "--progress-bar", "off", "-q", "-d", tmp, f"nvidia-cublas=={version}"], check=True)
+            wheels = list(Path(tmp).glob("nvidia_cublas-*.whl"))
+            if len(wheels) != 1:
+                raise SystemExit(f"cublas_wheel: expected one nvidia_cublas wheel in {tmp}, found {wheels}")
             with zipfile.ZipFile(wheels[0]) as zf:
-                for info in zf.infolist():
-                    name = info.filename
-                    if name.startswith("nvidia/cu13/include/") and name.endswith(".h"):
-                        _extract(zf, info, staging / "include" / Path(name).name)
-                    elif want_lib and name == "nvidia/cu13/lib/libcublas.so.13":
-                        _extract(zf, info, staging / "lib" / "libcublas.so.13")
-                    elif name.endswith("licenses/License.txt"):
-                        _extract(zf, info, staging / "License.txt")
-            dest = cache_dir(version)
-            dest.mkdir(parents=True, exist_ok=True)
-            for part in ("include", "lib", "License.txt"):
-                src = staging / part
-                if src.exists():
-                    if (dest / part).exists() and src.is_dir():
-                        shutil.rmtree(dest / part)
-                    shutil.move(str(src), str(dest / part))
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+                _unpack(zf, version, want_lib)
     missing = [h for h in HEADERS if not (inc / h).is_file()]
     if missing:
         raise SystemExit(f"cublas_wheel: nvidia-cublas {version} lacks {missing}")
     return inc
+
+
+def _unpack(zf: zipfile.ZipFile, version: str, want_lib: bool) -> None:
+    """Extract the headers (and the library if asked) into the cache, atomically per part."""
+    staging = Path(tempfile.mkdtemp(prefix="stage-", dir=CACHE.parent if CACHE.parent.exists() else None))
+    try:
+        for info in zf.infolist():
+            name = info.filename
+            if name.startswith("nvidia/cu13/include/") and name.endswith(".h"):
+                _extract(zf, info, staging / "include" / Path(name).name)
+            elif want_lib and name == "nvidia/cu13/lib/libcublas.so.13":
+                _extract(zf, info, staging / "lib" / "libcublas.so.13")
+            elif name.endswith("licenses/License.txt"):
+                _extract(zf, info, staging / "License.txt")
+        dest = cache_dir(version)
+        dest.mkdir(parents=True, exist_ok=True)
+        for part in ("include", "lib", "License.txt"):
+            src = staging / part
+            if src.exists():
+                if (dest / part).exists() and src.is_dir():
+                    shutil.rmtree(dest / part)
+                shutil.move(str(src), str(dest / part))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------- remote wheel
+SIMPLE_INDEX = "https://pypi.org/simple/nvidia-cublas/"
+
+
+class HTTPRangeFile(io.RawIOBase):
+    """A read-only, seekable view of a remote file through HTTP range requests.
+
+    Why: the wheel is 444 MB and only its headers (~0.6 MB) are needed; zipfile reads the central directory at the
+    end and then each member it extracts, so a few range requests replace the whole download. Blocks are cached so
+    zipfile's many small reads cost one request each block."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, url: str, size: int, timeout: float = 60.0) -> None:
+        super().__init__()
+        self.url, self.size, self.timeout, self.pos = url, size, timeout, 0
+        self._blocks: dict[int, bytes] = {}
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def _block(self, index: int) -> bytes:
+        if index not in self._blocks:
+            lo = index * self.BLOCK
+            hi = min(self.size, lo + self.BLOCK) - 1
+            req = urllib.request.Request(self.url, headers={"Range": f"bytes={lo}-{hi}"})
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                if resp.status != 206:
+                    raise OSError(f"no range support (HTTP {resp.status})")
+                data = resp.read()
+            if len(data) != hi - lo + 1:
+                raise OSError(f"short range read ({len(data)} of {hi - lo + 1} bytes)")
+            self._blocks[index] = data
+        return self._blocks[index]
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        n = min(len(buf), max(0, self.size - self.pos))
+        done = 0
+        while done < n:
+            block = self._block((self.pos + done) // self.BLOCK)
+            start = (self.pos + done) % self.BLOCK
+            k = min(n - done, len(block) - start)
+            buf[done:done + k] = block[start:start + k]
+            done += k
+        self.pos += n
+        return n
+
+
+def _remote_wheel(version: str) -> io.BufferedReader | None:
+    """The pinned manylinux x86-64 wheel on PyPI as a seekable file, or None when PyPI cannot be reached that way."""
+    try:
+        with urllib.request.urlopen(SIMPLE_INDEX, timeout=30) as resp:
+            page = resp.read().decode()
+        pat = rf'href="(https://[^"#]*/nvidia_cublas-{re.escape(version)}-py3-none-[^"#]*x86_64[^"#]*\.whl)'
+        m = re.search(pat, page)
+        if not m:
+            return None
+        url = html.unescape(m.group(1))
+        head = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(head, timeout=30) as resp:
+            size = int(resp.headers["Content-Length"])
+        return io.BufferedReader(HTTPRangeFile(url, size), buffer_size=1 << 16)
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path) -> None:

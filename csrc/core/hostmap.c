@@ -353,3 +353,18 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value)
     *value = d->attr[attr];
     return 0;
 }
+
+cudaError_t pv_device_attribute(const struct pv_device *d, int attr, int *value, int log_missing)
+{
+    if (attr <= 0 || attr >= PV_DEV_ATTR_LIMIT || !pv_dev_attr_valid[attr])
+        return PV_cudaErrorInvalidValue;
+    if (pv_dev_attr(d, attr, value) != 0) {
+        /* a valid attribute the daemon's snapshot does not carry: the feature is reported absent */
+        static atomic_uchar logged[PV_DEV_ATTR_LIMIT];
+        if (log_missing && atomic_exchange(&logged[attr], 1) == 0)
+            pv_log("GPU%d (%s:%d): attribute %d is not in the device snapshot; answering 0", d->index,
+                   d->conn->host, d->conn->port, attr);
+        *value = 0;
+    }
+    return PV_SUCCESS;
+}

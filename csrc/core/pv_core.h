@@ -126,6 +126,9 @@ int pv_device_count(void);
 struct pv_device *pv_device(int index);     /* NULL when out of range */
 cudaError_t pv_cur(struct pv_device **out); /* init + current device */
 int pv_dev_attr(const struct pv_device *d, int attr, int *value);
+/* cudaDeviceGetAttribute's answer (CU_DEVICE_ATTRIBUTE_* has the same numbers): invalid attribute →
+ * cudaErrorInvalidValue; a valid one the snapshot lacks → 0 (logged once when log_missing). */
+cudaError_t pv_device_attribute(const struct pv_device *d, int attr, int *value, int log_missing);
 const char *pv_token(void);                 /* auth.c */
 int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out[65]);
 
@@ -188,15 +191,6 @@ cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (b
 void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
-/* ---- copies (copy.c) ---- */
-/* 0 and *d = the device whose allocation holds [p, p+n), -1 when no single allocation does. */
-int pv_dev_range(const void *p, size_t n, struct pv_device **d);
-/* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
-cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
-                      size_t width, size_t height, uint64_t stream);
-cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
-                      size_t height, uint64_t stream);
-
 /* ---- registry (registry.c) ---- */
 struct pv_kinfo {
     uint64_t func_id;
@@ -227,6 +221,16 @@ struct pv_var {
 };
 /* A module image (fatbin container or PTX) loaded lazily on each device at first use. */
 struct pv_fatbin *pv_fatbin_register(const void *wrapper);       /* from a fatbin wrapper; NULL when out of memory */
+size_t pv_image_size(const void *image);   /* wrapper, fatbin container, ELF cubin or PTX; 0: not recognised */
+/* A module from an image (any pv_image_size form); copy: keep a private copy (the caller may free its own).
+ * NULL when the image is not recognised or memory runs out. */
+struct pv_fatbin *pv_fatbin_from_image(const void *image, int copy);
+/* fb's kernel / variable by name (after a load: every kernel and variable of the module), or NULL. */
+struct pv_func *pv_fatbin_func(struct pv_fatbin *fb, const char *name);
+struct pv_var *pv_fatbin_var(struct pv_fatbin *fb, const char *name);
+struct pv_func *pv_fatbin_func_at(struct pv_fatbin *fb, int i);   /* the i-th kernel, NULL past the end */
+/* Unloads fb from every device (MODULE_UNLOAD); its functions stop being valid handles. */
+void pv_fatbin_unload(struct pv_fatbin *fb);
 struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, const char *name);
 struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size);
 struct pv_func *pv_func_by_host(const void *host_fun);
@@ -240,6 +244,11 @@ void pv_alloc_add(uint64_t ptr, size_t size, int dev);
 int pv_alloc_remove(uint64_t ptr, int *dev);                 /* 0 ok, -1 not an allocation start */
 int pv_alloc_find(uint64_t ptr, struct pv_alloc *out);       /* containing allocation; 0 ok */
 void pv_alloc_forget_device(int dev);
+/* Pinned host memory (PV_HOST_ALIGN-aligned, recorded in the allocation table as host memory). */
+#define PV_HOST_ALIGN 4096
+cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out);
+cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidValue unless from pv_host_alloc */
+cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
 struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; };
 struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; };
@@ -254,6 +263,71 @@ int pv_handle_valid(const void *h);
 cudaError_t pv_stream_resolve(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev);
 /* 1 when s is a default-stream sentinel or a live stream handle. */
 int pv_stream_ok(cudaStream_t s);
+
+/* ---- copies and memsets (copy.c) ---- */
+enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+/* Transfers with the devices already known (fire-and-forget except device-to-host; d2d between two GPUs is staged
+ * through this process, in order with the calling thread). */
+cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream);
+cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
+cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
+                        uint64_t stream);
+/* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
+cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+                      size_t width, size_t height, uint64_t stream);
+cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+                      size_t height, uint64_t stream);
+/* 0 and *d = the device whose allocation holds [p, p+n), -1 when no single allocation does. */
+int pv_dev_range(const void *p, size_t n, struct pv_device **d);
+int pv_is_device_ptr(const void *p);
+uint64_t pv_stream_for(cudaStream_t s, struct pv_device *d);       /* daemon handle of s on d (0: default) */
+cudaError_t pv_init_with_stream(cudaStream_t s);                   /* initialized, and s is a valid stream */
+/* A copy by cudaMemcpyKind (cudaMemcpyDefault: by where the pointers live). */
+cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
+cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                        int kind, cudaStream_t s);
+/* copy_features.c: between two GPUs (daemon to daemon, or by their daemon); copies touching managed or mapped
+ * memory (1 when handled, result in *err). */
+cudaError_t pv_copy_d2d_gpus(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n);
+int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, cudaError_t *err);
+int pv_copy2d_regions(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                      int kind, cudaStream_t s, cudaError_t *err);
+/* Sets width elements of elem bytes (1, 2, 4) to value in height rows pitch bytes apart. */
+cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t width, size_t height, cudaStream_t s);
+
+/* ---- launches (launch.c) ---- */
+/* Kernel info of f on device d, loading its module there on first use. */
+cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out);
+/* Launches f on d after CUDA's configuration checks: args holds one pointer per parameter, or packed (when not
+ * NULL) is the parameter buffer already laid out (at least the layout's size). Fire-and-forget. */
+cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
+                      void **args, const void *packed, size_t packed_len);
+/* pv_launch's checks, then the parameter buffer it would send (malloc'd, *len bytes) instead of sending it. */
+cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, void **args,
+                           const void *packed, size_t packed_len, char **buf, size_t *len);
+int64_t pv_smem_optin(const struct pv_device *d);   /* largest static + dynamic shared memory of a block */
+int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn);
+/* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
+cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value);
+
+/* ---- streams and events (streams.c); new ones belong to the thread's current device ---- */
+/* Device and daemon handle a stream argument refers to (the default streams: the current device's). */
+cudaError_t pv_stream_target(cudaStream_t s, struct pv_device **d, uint64_t *remote);
+cudaError_t pv_stream_create(unsigned flags, int priority, cudaStream_t *out);
+cudaError_t pv_stream_destroy(cudaStream_t s);
+cudaError_t pv_stream_sync(cudaStream_t s);
+cudaError_t pv_stream_query(cudaStream_t s);                       /* cudaErrorNotReady while busy */
+cudaError_t pv_stream_props(cudaStream_t s, unsigned *flags, int *priority);
+cudaError_t pv_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t pv_stream_id(cudaStream_t s, unsigned long long *id);
+int pv_event_ok(cudaEvent_t e);                                   /* a live event handle */
+cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out);
+cudaError_t pv_event_destroy(cudaEvent_t e);
+cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);
+cudaError_t pv_event_sync(cudaEvent_t e);
+cudaError_t pv_event_query(cudaEvent_t e);                         /* cudaErrorNotReady while pending */
+cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

@@ -1,6 +1,7 @@
-/* Kernel launches (nvcc 13 ABI and cudaLaunchKernel), launch configuration (thread-local, answered locally),
- * function attributes and occupancy (computed locally from the module-load attributes and the device snapshot),
- * cudaFuncSetAttribute (validated and recorded here, forwarded fire-and-forget as FUNC_SET_ATTR). */
+/* Kernel launches (nvcc 13 ABI and cudaLaunchKernel; the checks, packing and sending are the core's launch.c),
+ * launch configuration (thread-local, answered locally), function attributes and occupancy (computed locally from
+ * the module-load attributes and the device snapshot), cudaFuncSetAttribute (validated and recorded here, forwarded
+ * fire-and-forget as FUNC_SET_ATTR). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,19 +43,34 @@ static cudaError_t get_kernel(cudaKernel_t *k, const void *host_fun)
 PV_API cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *host_fun) { return pv_ret(get_kernel(k, host_fun)); }
 PV_API cudaError_t cudaGetKernel(cudaKernel_t *k, const void *host_fun) { return pv_ret(get_kernel(k, host_fun)); }
 
-/* Kernel info of f on device d, loading its module there on first use. */
-static cudaError_t kinfo(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
+static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s)
 {
-    cudaError_t err = pv_module_ensure(f->fb, d);
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)
         return err;
-    if (!f->dev[d->index]) {
-        pv_log("kernel %s is not in the module loaded on GPU%d (%s:%d)", f->name, d->index, d->conn->host,
-               d->conn->port);
-        return PV_cudaErrorInvalidDeviceFunction;
+    uint64_t stream = 0;
+    struct pv_device *sd = NULL;
+    err = pv_stream_resolve(s, d, &stream, &sd);
+    if (err != PV_SUCCESS)
+        return err;
+    if (sd != d)
+        return PV_cudaErrorInvalidResourceHandle;
+    if (!pv_capturing(s))
+        return pv_launch(f, d, grid, block, shmem, stream, args, NULL, 0);
+    struct pv_kernel_launch k;
+    err = pv_launch_prepare(f, d, grid, block, args, NULL, shmem, &k);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_gnode *n;
+    err = pv_capture_node(s, PV_cudaGraphNodeTypeKernel, &n);
+    if (err == PV_SUCCESS) {
+        n->p.kernel = k;                  /* the node owns the packed arguments now */
+        n->dev = d->index;
+        return PV_SUCCESS;
     }
-    *out = f->dev[d->index];
-    return PV_SUCCESS;
+    pv_launch_free(&k);
+    return err;
 }
 
 /* Argument buffer from cuLaunchKernel-style `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/_SIZE/_END), or NULL. */
@@ -71,86 +87,33 @@ static const void *extra_buffer(void **extra, size_t *size)
     return buf;
 }
 
+/* A launch checked and packed now, sent later (captured and graph kernel nodes). */
 cudaError_t pv_launch_prepare(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, void **args,
                               void **extra, size_t shmem, struct pv_kernel_launch *out)
 {
-    uint64_t threads = (uint64_t)block.x * block.y * block.z;
-    if (!grid.x || !grid.y || !grid.z || !threads || threads > (uint64_t)d->max_tpb ||
-        block.x > (unsigned)d->max_block[0] || block.y > (unsigned)d->max_block[1] ||
-        block.z > (unsigned)d->max_block[2] || grid.x > (unsigned)d->max_grid[0] ||
-        grid.y > (unsigned)d->max_grid[1] || grid.z > (unsigned)d->max_grid[2])
-        return PV_cudaErrorInvalidConfiguration;
-    struct pv_kinfo *ki;
-    cudaError_t err = kinfo(f, d, &ki);
-    if (err != PV_SUCCESS)
-        return err;
-    if (ki->max_threads > 0 && threads > (uint64_t)ki->max_threads)
-        return PV_cudaErrorLaunchOutOfResources;
-    /* More dynamic shared memory than the default (48 KiB minus static) needs cudaFuncSetAttribute first. */
-    if (shmem > (size_t)ki->max_dyn_shared)
-        return PV_cudaErrorInvalidValue;
-    size_t xsize;
+    size_t xsize = 0;
     const void *xbuf = args ? NULL : extra_buffer(extra, &xsize);
-    if (ki->nparams && !args && (!xbuf || xsize < ki->param_bytes))
-        return PV_cudaErrorInvalidValue;
-    char *buf = calloc(1, ki->param_bytes ? ki->param_bytes : 1);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    if (xbuf)
-        memcpy(buf, xbuf, ki->param_bytes);
-    else
-        for (int i = 0; i < ki->nparams; i++)
-            memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
-    *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, ki->param_bytes };
-    return PV_SUCCESS;
+    char *buf;
+    size_t len;
+    cudaError_t err = pv_launch_pack(f, d, grid, block, shmem, args, xbuf, xsize, &buf, &len);
+    if (err == PV_SUCCESS)
+        *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, len };
+    return err;
 }
 
 cudaError_t pv_launch_send(const struct pv_kernel_launch *k, uint64_t stream)
 {
     struct pv_device *d = pv_device(k->dev);
-    struct pv_kinfo *ki;
-    cudaError_t err = d ? kinfo(k->func, d, &ki) : PV_cudaErrorInvalidDevice;
-    if (err != PV_SUCCESS)
-        return err;
-    return pv_send_LAUNCH(d, ki->func_id, k->grid, k->block, k->shmem, stream, k->params, k->param_bytes);
+    if (!d)
+        return PV_cudaErrorInvalidDevice;
+    return pv_launch(k->func, d, k->grid, k->block, k->shmem, stream, NULL, k->params ? k->params : "",
+                     k->param_bytes);
 }
 
 void pv_launch_free(struct pv_kernel_launch *k)
 {
     free(k->params);
     k->params = NULL;
-}
-
-static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s)
-{
-    struct pv_device *d;
-    cudaError_t err = pv_cur(&d);
-    if (err != PV_SUCCESS)
-        return err;
-    uint64_t stream = 0;
-    struct pv_device *sd = NULL;
-    err = pv_stream_resolve(s, d, &stream, &sd);
-    if (err != PV_SUCCESS)
-        return err;
-    if (sd != d)
-        return PV_cudaErrorInvalidResourceHandle;
-    struct pv_kernel_launch k;
-    err = pv_launch_prepare(f, d, grid, block, args, NULL, shmem, &k);
-    if (err != PV_SUCCESS)
-        return err;
-    if (pv_capturing(s)) {
-        struct pv_gnode *n;
-        err = pv_capture_node(s, PV_cudaGraphNodeTypeKernel, &n);
-        if (err == PV_SUCCESS) {
-            n->p.kernel = k;                  /* the node owns the packed arguments now */
-            n->dev = d->index;
-            return PV_SUCCESS;
-        }
-    } else {
-        err = pv_launch_send(&k, stream);
-    }
-    pv_launch_free(&k);
-    return err;
 }
 
 /* The kernel a host-side function (stub) address names, or a cudaKernel_t passed as the function; NULL if neither. */
@@ -200,7 +163,7 @@ static cudaError_t func_info(const void *func, struct pv_device **d, struct pv_k
     struct pv_func *f = pv_func_of(func);
     if (!f)
         return PV_cudaErrorInvalidDeviceFunction;
-    return kinfo(f, *d, ki);
+    return pv_kinfo_get(f, *d, ki);
 }
 
 PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
@@ -224,40 +187,12 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
     return PV_SUCCESS;
 }
 
-/* Largest static + dynamic shared memory a block may opt in to on d (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
-static int64_t smem_optin(const struct pv_device *d)
-{
-    int v;
-    if (pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 && v > 0)
-        return v;
-    return (int64_t)d->smem_per_block;
-}
-
 PV_API cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
     cudaError_t err = func_info(func, &d, &ki);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
-        if (value < 0 || ki->shared + (int64_t)value > smem_optin(d))
-            return pv_ret(PV_cudaErrorInvalidValue);
-    } else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT) {
-        if (value < -1 || value > 100)
-            return pv_ret(PV_cudaErrorInvalidValue);
-    } else {
-        /* cluster attributes (10..15) need sm_90 clusters; anything else is not a settable attribute */
-        return pv_ret(PV_cudaErrorInvalidValue);
-    }
-    err = pv_send_FUNC_SET_ATTR(d, ki->func_id, attr, value);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE)
-        ki->max_dyn_shared = value;
-    else
-        ki->carveout = value;
-    return PV_SUCCESS;
+    return pv_ret(err == PV_SUCCESS ? pv_func_set_attr(d, ki, attr, value) : err);
 }
 
 /* cudaFuncCachePrefer* is a hint: accepted, as on GPUs where it has no effect. */
@@ -266,33 +201,6 @@ PV_API cudaError_t cudaFuncSetCacheConfig(const void *func, int config)
     if (config < 0 || config > 3)
         return pv_ret(PV_cudaErrorInvalidValue);
     return pv_func_by_host(func) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidDeviceFunction);
-}
-
-static int occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn)
-{
-    int maxt = ki->max_threads > 0 && ki->max_threads < d->max_tpb ? (int)ki->max_threads : d->max_tpb;
-    if (block <= 0 || block > maxt)
-        return 0;
-    int warp = d->warp > 0 ? d->warp : 32;
-    int warps = (block + warp - 1) / warp;
-    int limit = d->max_tpm / (warps * warp);
-    if (d->max_blocks_per_sm > 0 && d->max_blocks_per_sm < limit)
-        limit = d->max_blocks_per_sm;
-    if (ki->regs > 0 && d->regs_per_sm > 0) {
-        long per_warp = ((ki->regs * warp + 255) / 256) * 256;
-        long by_regs = d->regs_per_sm / (per_warp * warps);
-        if (by_regs < limit)
-            limit = (int)by_regs;
-    }
-    size_t smem = (size_t)ki->shared + dyn;
-    if (smem > 0) {
-        if (smem > d->smem_per_block && dyn > (size_t)ki->max_dyn_shared)
-            return 0;
-        long by_smem = (long)(d->smem_per_sm / smem);
-        if (by_smem < limit)
-            limit = (int)by_smem;
-    }
-    return limit > 0 ? limit : 0;
 }
 
 PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *func, int block,
@@ -304,7 +212,7 @@ PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n
     cudaError_t err = n ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    *n = occupancy(d, ki, block, dyn);
+    *n = pv_occupancy(d, ki, block, dyn);
     return PV_SUCCESS;
 }
 
@@ -320,7 +228,7 @@ PV_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, const 
     cudaError_t err = (dyn && nblocks > 0) ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    if (occupancy(d, ki, block, 0) < nblocks) {
+    if (pv_occupancy(d, ki, block, 0) < nblocks) {
         *dyn = 0;
         return PV_SUCCESS;
     }

@@ -1,141 +1,9 @@
 /* Memory: device allocations, copies of every kind (1D, 2D, peer, symbols), memsets, host memory, mem info,
- * pointer attributes. A copy goes to the host that owns the device pointer; copies between GPUs are staged
- * through this process. Host-to-device data and memsets are fire-and-forget; device-to-host copies wait for the
- * reply, whose payload is read straight into the caller's buffer. */
+ * pointer attributes. The transfers themselves are the core's (core/copy.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph.h"
-
-#define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
-
-/* ------------------------------------------------------------------------------------------ primitives */
-static cudaError_t h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
-{
-    for (size_t off = 0; off < n; off += PV_CHUNK) {
-        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
-        cudaError_t err = pv_send_MEMCPY_HTOD(d, dst + off, stream, (const char *)src + off, k);
-        if (err != PV_SUCCESS)
-            return err;
-    }
-    return PV_SUCCESS;
-}
-
-static cudaError_t d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
-{
-    for (size_t off = 0; off < n; off += PV_CHUNK) {
-        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
-        size_t got = 0;
-        cudaError_t err = pv_call_MEMCPY_DTOH(d, src + off, k, stream, (char *)dst + off, k, &got);
-        if (err != PV_SUCCESS)
-            return err;
-        if (got != k) {
-            pv_log("GPU%d (%s:%d) returned %zu of %zu bytes of a device-to-host copy", d->index, d->conn->host,
-                   d->conn->port, got, k);
-            return PV_cudaErrorUnknown;
-        }
-    }
-    return PV_SUCCESS;
-}
-
-static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)
-{
-    return pv_send_MEMCPY_DTOD(d, dst, src, n, stream);
-}
-
-/* n device bytes of d at src through a buffer here, chunk by chunk, handed to put(ctx, offset, bytes, k). */
-static cudaError_t d2h_through(struct pv_device *d, uint64_t src, size_t n, uint64_t stream,
-                               cudaError_t (*put)(void *ctx, size_t off, const char *buf, size_t k), void *ctx)
-{
-    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
-    char *buf = malloc(cap);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    cudaError_t err = PV_SUCCESS;
-    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
-        size_t k = n - off < cap ? n - off : cap;
-        err = d2h(d, buf, src + off, k, stream);
-        if (err == PV_SUCCESS)
-            err = put(ctx, off, buf, k);
-    }
-    free(buf);
-    return err;
-}
-
-struct to_device { struct pv_device *d; uint64_t dst; };
-
-static cudaError_t put_device(void *ctx, size_t off, const char *buf, size_t k)
-{
-    struct to_device *t = ctx;
-    return h2d(t->d, t->dst + off, buf, k, 0);
-}
-
-static cudaError_t put_host(void *ctx, size_t off, const char *buf, size_t k)
-{
-    memcpy((char *)ctx + off, buf, k);
-    return PV_SUCCESS;
-}
-
-static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
-{
-    struct to_device t = { dd, dst };
-    return d2h_through(sd, src, n, 0, put_device, &t);
-}
-
-/* Between GPUs of different daemons the bytes go daemon to daemon: the source snapshots a chunk behind a ticket, the
- * destination fetches it from the source. If the daemons cannot reach each other, the copy goes through this process
- * (said once). */
-static cudaError_t d2d_daemons(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
-{
-    static atomic_int fallback_once;
-    for (size_t off = 0; off < n; off += PV_MAX_PEER_CHUNK) {
-        size_t k = n - off < PV_MAX_PEER_CHUNK ? n - off : PV_MAX_PEER_CHUNK;
-        struct pv_reply rep;
-        cudaError_t err = pv_call_PEER_EXPORT(sd, src + off, k, &rep);
-        const msgpack_object *t = err == PV_SUCCESS ? pv_map_get(rep.result, PV_KEY_PEER_TICKET) : NULL;
-        unsigned char ticket[64];
-        size_t tlen = 0;
-        if (err == PV_SUCCESS && (!t || t->type != MSGPACK_OBJECT_BIN || t->via.bin.size > sizeof ticket))
-            err = PV_cudaErrorUnknown;
-        if (err == PV_SUCCESS) {
-            tlen = t->via.bin.size;
-            memcpy(ticket, t->via.bin.ptr, tlen);
-        }
-        pv_reply_free(&rep);
-        if (err == PV_SUCCESS)
-            err = pv_call_PEER_PULL(dd, dst + off, k, sd->conn->host, (uint32_t)sd->conn->port, ticket, tlen);
-        if (err == PV_cudaErrorDevicesUnavailable || err == PV_cudaErrorNotSupported) {
-            if (pv_conn_alive(dd->conn) && pv_conn_alive(sd->conn)) {
-                pv_log_once(&fallback_once, "GPU%d (%s:%d) cannot fetch from GPU%d (%s:%d) directly (%s); copies "
-                            "between them go through this process", dd->index, dd->conn->host, dd->conn->port,
-                            sd->index, sd->conn->host, sd->conn->port, pv_err_name(err));
-                return d2d_staged(dd, dst + off, sd, src + off, n - off);
-            }
-        }
-        if (err != PV_SUCCESS)
-            return err;
-    }
-    return PV_SUCCESS;
-}
-
-static cudaError_t d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
-                       uint64_t stream)
-{
-    if (dd == sd)
-        return d2d_same(dd, dst, src, n, stream);
-    if (dd->conn != sd->conn)
-        return d2d_daemons(dd, dst, sd, src, n);
-    /* two GPUs of one daemon: it copies between them once the source's earlier work is done */
-    cudaError_t err = pv_call_DEVICE_SYNC(sd);
-    return err != PV_SUCCESS ? err : pv_call_MEMCPY_PEER(dd, dst, (uint32_t)sd->remote, src, n, stream);
-}
-
-/* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */
-static int is_device_ptr(const void *p)
-{
-    struct pv_alloc a;
-    return pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0;
-}
 
 int pv_ptr_device(const void *p)
 {
@@ -147,126 +15,6 @@ int pv_ptr_device(const void *p)
 static cudaError_t capture_copy(cudaStream_t s, const struct cudaMemcpy3DParms *p)
 {
     return pv_capture_params(s, PV_cudaGraphNodeTypeMemcpy, p);
-}
-
-/* The daemon handle of stream s for work on device d (validated before by init_with_stream). A stream of another
- * GPU: the target device's default stream keeps the order we need. */
-static uint64_t stream_for(cudaStream_t s, struct pv_device *d)
-{
-    uint64_t remote = 0;
-    struct pv_device *sd = NULL;
-    if (pv_stream_resolve(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
-        return 0;
-    return remote;
-}
-
-/* The library is initialized and s is a default stream or a live stream handle. */
-static cudaError_t init_with_stream(cudaStream_t s)
-{
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return err;
-    return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
-}
-
-/* cudaMemcpyDefault resolved by where dst and src live; any other kind as given. */
-static int copy_kind(int kind, const void *dst, const void *src)
-{
-    if (kind != cudaMemcpyDefault)
-        return kind;
-    int dd = is_device_ptr(dst), sd = is_device_ptr(src);
-    return dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-              : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-}
-
-/* Managed and mapped memory in a copy: it counts as host memory (its host copy), brought up to date before it is
- * read (its device synchronized, which pulls the device's writes); writes into it fault like the program's own and
- * go to the device with the next push. 1 when p lies in such a region. */
-static int region_side(const void *p, size_t n, int reading, cudaError_t *err)
-{
-    struct pv_region_info info;
-    if (!p || pv_region_find(p, &info) != 0)
-        return 0;
-    uint64_t a = (uint64_t)(uintptr_t)p;
-    if (a < info.host || a + n > info.host + info.size) {
-        *err = PV_cudaErrorInvalidValue;                 /* a device-side address of registered memory, or overrun */
-        return 1;
-    }
-    if (reading) {
-        struct pv_device *d = pv_device(info.device);
-        cudaError_t e = d ? pv_call_DEVICE_SYNC(d) : PV_cudaErrorInvalidDevice;
-        if (e != PV_SUCCESS && *err == PV_SUCCESS)
-            *err = e;
-    }
-    return 1;
-}
-
-/* Device bytes into a host copy: through a buffer, since the socket cannot write a read-only (clean) page. */
-static cudaError_t d2h_region(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
-{
-    return d2h_through(d, src, n, stream, put_host, dst);
-}
-
-static cudaError_t region_copy(void *dst, const void *src, size_t n, int dreg, int sreg, cudaStream_t s)
-{
-    struct pv_device *d;
-    if (dreg && sreg) {
-        memmove(dst, src, n);
-        return PV_SUCCESS;
-    }
-    if (dreg)                                            /* into the host copy, from the device or the host */
-        return pv_dev_range(src, n, &d) == 0 ? d2h_region(d, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, d))
-                                             : (memmove(dst, src, n), PV_SUCCESS);
-    return pv_dev_range(dst, n, &d) == 0 ? h2d(d, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, d))
-                                         : (memmove(dst, src, n), PV_SUCCESS);
-}
-
-/* What every copy checks once its sizes are known to be non-zero: both pointers set, the library initialized, the
- * stream valid; then cudaMemcpyDefault is resolved into *kind. */
-static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaStream_t s)
-{
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = init_with_stream(s);
-    if (err != PV_SUCCESS)
-        return err;
-    *kind = copy_kind(*kind, dst, src);
-    return PV_SUCCESS;
-}
-
-cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
-{
-    (void)async;
-    if (kind < 0 || kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if (n == 0)
-        return PV_SUCCESS;
-    cudaError_t err = copy_begin(dst, src, &kind, s);
-    if (err != PV_SUCCESS)
-        return err;
-    int sreg = region_side(src, n, 1, &err), dreg = region_side(dst, n, 0, &err);
-    if (err != PV_SUCCESS)
-        return err;
-    if (sreg || dreg)
-        return region_copy(dst, src, n, dreg, sreg, s);
-    struct pv_device *ddev = NULL, *sdev = NULL;
-    switch (kind) {
-    case cudaMemcpyHostToHost:
-        memmove(dst, src, n);
-        return PV_SUCCESS;
-    case cudaMemcpyHostToDevice:
-        if (pv_dev_range(dst, n, &ddev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return h2d(ddev, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, ddev));
-    case cudaMemcpyDeviceToHost:
-        if (pv_dev_range(src, n, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2h(sdev, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
-    default:
-        if (pv_dev_range(dst, n, &ddev) != 0 || pv_dev_range(src, n, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2d(ddev, (uint64_t)(uintptr_t)dst, sdev, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
-    }
 }
 
 /* ------------------------------------------------------------------------------------------ alloc/free */
@@ -353,12 +101,7 @@ PV_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags)
         return pv_ret(PV_cudaErrorInvalidValue);
     if (flags & 2u)                                     /* cudaHostAllocMapped: a coherent device copy */
         return pv_ret(pv_mapped_alloc(ptr, size, flags));
-    void *p = NULL;
-    if (posix_memalign(&p, PV_HOST_ALIGN, size ? size : 1) != 0)
-        return pv_ret(PV_cudaErrorMemoryAllocation);
-    pv_alloc_add((uint64_t)(uintptr_t)p, size ? size : 1, -1 - (int)(flags & 0xff));
-    *ptr = p;
-    return PV_SUCCESS;
+    return pv_ret(pv_host_alloc(size, flags, ptr));
 }
 
 PV_API cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
@@ -376,26 +119,15 @@ PV_API cudaError_t cudaFreeHost(void *ptr)
         if (info.host == (uint64_t)(uintptr_t)ptr)
             (void)pv_region_free(info.host);
     }
-    struct pv_alloc a;
-    int dev;
-    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
-        pv_alloc_remove(a.ptr, &dev) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    free(ptr);
-    return PV_SUCCESS;
+    return pv_ret(pv_host_free(ptr));
 }
 
 PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr)
 {
-    struct pv_alloc a;
     if (flags && pv_mapped_flags(ptr, flags))
         return PV_SUCCESS;
-    if (!flags || pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *flags = (unsigned)(-1 - a.dev);
-    return PV_SUCCESS;
+    return pv_ret(flags ? pv_host_flags(ptr, flags) : PV_cudaErrorInvalidValue);
 }
-
 
 PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
 {
@@ -417,6 +149,7 @@ PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
         dptr = (void *)(uintptr_t)(info.dev + off);
         hptr = (void *)(uintptr_t)(info.host + off);
     } else if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
+
         if (a.dev >= 0) {
             type = cudaMemoryTypeDevice;
             dev = a.dev;
@@ -465,7 +198,7 @@ static cudaError_t peer(void *dst, int dstDev, const void *src, int srcDev, size
         return PV_SUCCESS;
     if (pv_dev_range(dst, n, &chk) != 0 || chk != dd || pv_dev_range(src, n, &chk) != 0 || chk != sd)
         return PV_cudaErrorInvalidValue;
-    return d2d(dd, (uint64_t)(uintptr_t)dst, sd, (uint64_t)(uintptr_t)src, n, 0);
+    return pv_copy_d2d(dd, (uint64_t)(uintptr_t)dst, sd, (uint64_t)(uintptr_t)src, n, 0);
 }
 
 PV_API cudaError_t cudaMemcpyPeer(void *dst, int dstDev, const void *src, int srcDev, size_t n)
@@ -481,67 +214,10 @@ PV_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDev, const void *src, i
 }
 
 /* ------------------------------------------------------------------------------------------ 2D copies */
-static int dev_range_2d(const void *p, size_t pitch, size_t width, size_t height, struct pv_device **d)
-{
-    return pv_dev_range(p, pitch * (height - 1) + width, d);
-}
-
-static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-                            int kind, cudaStream_t s)
-{
-    if (kind < 0 || kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if (width == 0 || height == 0)
-        return PV_SUCCESS;
-    if (width > dpitch || width > spitch)
-        return PV_cudaErrorInvalidPitchValue;
-    cudaError_t err = copy_begin(dst, src, &kind, s);
-    if (err != PV_SUCCESS)
-        return err;
-    if (pv_region_find(dst, NULL) == 0 || pv_region_find(src, NULL) == 0) {
-        /* managed or mapped memory on either side: row by row through the 1D path (which handles it) */
-        for (size_t r = 0; r < height && err == PV_SUCCESS; r++)
-            err = pv_memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, s, 1);
-        return err;
-    }
-    struct pv_device *ddev = NULL, *sdev = NULL;
-    uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
-    switch (kind) {
-    case cudaMemcpyHostToHost:
-        for (size_t r = 0; r < height; r++)
-            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
-        return PV_SUCCESS;
-    case cudaMemcpyHostToDevice:
-        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return pv_h2d_2d(ddev, du, dpitch, src, spitch, width, height, stream_for(s, ddev));
-    case cudaMemcpyDeviceToHost:
-        if (dev_range_2d(src, spitch, width, height, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return pv_d2h_2d(sdev, dst, dpitch, su, spitch, width, height, stream_for(s, sdev));
-    default:
-        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0 ||
-            dev_range_2d(src, spitch, width, height, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        if (ddev == sdev) {
-            return pv_send_MEMCPY2D_DTOD(sdev, du, dpitch, su, spitch, width, height, stream_for(s, sdev));
-        } else {
-            char *tmp = malloc(width * height);
-            if (!tmp)
-                return PV_cudaErrorMemoryAllocation;
-            err = pv_d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
-            if (err == PV_SUCCESS)
-                err = pv_h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
-            free(tmp);
-            return err;
-        }
-    }
-}
-
 PV_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                 size_t height, int kind)
 {
-    return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, NULL));
+    return pv_ret(pv_memcpy2d(dst, dpitch, src, spitch, width, height, kind, NULL));
 }
 
 PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -557,7 +233,7 @@ PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, 
         p.kind = kind;
         return pv_ret(capture_copy(s, &p));
     }
-    return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
+    return pv_ret(pv_memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
 }
 
 /* ------------------------------------------------------------------------------------------ 3D copies */
@@ -579,7 +255,7 @@ cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
         const char *src = (const char *)sp->ptr + ((p->srcPos.z + z) * sp->ysize + p->srcPos.y) * sp->pitch +
                           p->srcPos.x;
         char *dst = (char *)dp->ptr + ((p->dstPos.z + z) * dp->ysize + p->dstPos.y) * dp->pitch + p->dstPos.x;
-        cudaError_t err = memcpy2d(dst, dp->pitch, src, sp->pitch, e->width, e->height, p->kind, s);
+        cudaError_t err = pv_memcpy2d(dst, dp->pitch, src, sp->pitch, e->width, e->height, p->kind, s);
         if (err != PV_SUCCESS)
             return err;
     }
@@ -597,7 +273,7 @@ static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s)
         return PV_cudaErrorInvalidValue;
     if (pv_capturing(s))
         return capture_copy(s, p);
-    cudaError_t err = init_with_stream(s);
+    cudaError_t err = pv_init_with_stream(s);
     return err != PV_SUCCESS ? err : pv_memcpy3d_run(p, s);
 }
 
@@ -625,32 +301,19 @@ PV_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *out, struct cudaExtent e)
 }
 
 /* ------------------------------------------------------------------------------------------ memset */
-/* Rows of `width` elements of elementSize bytes (1: MEMSET/MEMSET2D, 2 or 4: MEMSET_ELEM), pitch ignored for one row.
- * The runner of memset nodes and of every cudaMemset* call. */
+/* The runner of memset nodes and of every cudaMemset* call (the core's pv_memset; pitch unused for one row). */
 cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s)
 {
-    size_t es = p->elementSize, w = p->width, h = p->height;
+    size_t es = p->elementSize;
     if (es != 1 && es != 2 && es != 4)
         return PV_cudaErrorInvalidValue;
-    if (w == 0 || h == 0)
-        return PV_SUCCESS;
-    size_t pitch = h == 1 ? w * es : p->pitch;
-    if (w * es > pitch)
-        return PV_cudaErrorInvalidPitchValue;
-    struct pv_device *d;
-    if (dev_range_2d(p->dst, pitch, w * es, h, &d) != 0)
-        return PV_cudaErrorInvalidValue;
-    uint64_t ptr = (uint64_t)(uintptr_t)p->dst;
-    if (es == 1 && h == 1)
-        return pv_send_MEMSET(d, ptr, (int)(p->value & 0xff), w, stream_for(s, d));
-    if (es == 1)
-        return pv_send_MEMSET2D(d, ptr, pitch, (int)(p->value & 0xff), w, h, stream_for(s, d));
-    return pv_send_MEMSET_ELEM(d, ptr, pitch, p->value, (uint32_t)es, w, h, stream_for(s, d));
+    uint32_t value = es == 4 ? p->value : p->value & ((1u << (8 * es)) - 1);
+    return pv_memset(p->dst, p->height == 1 ? p->width * es : p->pitch, value, (int)es, p->width, p->height, s);
 }
 
 static cudaError_t memset_any(const struct cudaMemsetParams *p, cudaStream_t s)
 {
-    cudaError_t err = init_with_stream(s);
+    cudaError_t err = pv_init_with_stream(s);
     if (err != PV_SUCCESS)
         return err;
     if (p->width == 0 || p->height == 0)
@@ -765,15 +428,15 @@ static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, s
         return err;
     int host_kind = to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     if (kind == cudaMemcpyDefault)
-        kind = is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
+        kind = pv_is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
     if (kind == host_kind)
-        return to_symbol ? h2d(d, addr, other, n, stream_for(s, d)) : d2h(d, other, addr, n, stream_for(s, d));
+        return to_symbol ? pv_copy_h2d(d, addr, other, n, pv_stream_for(s, d)) : pv_copy_d2h(d, other, addr, n, pv_stream_for(s, d));
     if (kind != cudaMemcpyDeviceToDevice)
         return PV_cudaErrorInvalidMemcpyDirection;
     if (pv_dev_range(other, n, &od) != 0)
         return PV_cudaErrorInvalidValue;
     uint64_t o = (uint64_t)(uintptr_t)other;
-    return to_symbol ? d2d(d, addr, od, o, n, stream_for(s, od)) : d2d(od, o, d, addr, n, stream_for(s, d));
+    return to_symbol ? pv_copy_d2d(d, addr, od, o, n, pv_stream_for(s, od)) : pv_copy_d2d(od, o, d, addr, n, pv_stream_for(s, d));
 }
 
 static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)

@@ -122,9 +122,7 @@ struct pv_array *pv_array_of(const void *a);              /* NULL unless a live 
 int pv_array_info(const void *a, int *dev, uint64_t *remote, struct cudaChannelFormatDesc *desc,
                   struct cudaExtent *extent, unsigned *flags);
 cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s);
-cudaError_t pv_event_record_run(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags);
-cudaError_t pv_stream_sync_run(cudaStream_t s);
 /* Stream-ordered pools (api_pool.c). */
 int pv_pool_owns(const void *ptr);
 cudaError_t pv_pool_free_now(const void *ptr);            /* cudaFree of pool memory */

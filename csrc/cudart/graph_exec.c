@@ -82,13 +82,13 @@ cudaError_t pv_gnode_run(struct pv_gnode *n, cudaStream_t s)
     case PV_cudaGraphNodeTypeMemset:
         return pv_memset_run(&n->p.memset, s);
     case PV_cudaGraphNodeTypeHost: {
-        cudaError_t err = pv_stream_sync_run(s);      /* the host function follows the work before it */
+        cudaError_t err = pv_stream_sync(s);      /* the host function follows the work before it */
         if (err == PV_SUCCESS)
             n->p.host.fn(n->p.host.userData);
         return err;
     }
     case PV_cudaGraphNodeTypeEventRecord:
-        return pv_event_record_run(n->p.event, s);
+        return pv_event_record(n->p.event, s);
     case PV_cudaGraphNodeTypeWaitEvent:
         return pv_stream_wait_run(s, n->p.event, 0);
     case PV_cudaGraphNodeTypeEmpty:

@@ -232,17 +232,19 @@ def memset2d(c: Call, ptr: int, pitch: int, value: int, width: int, height: int,
         c.ctx.memset2d(ptr, pitch, value & 0xFF, width, height, stream)
 
 
-@handler("MEMSET_ELEM")
-def memset_elem(c: Call, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
-                stream: Any) -> None:
-    if elem_size not in (1, 2, 4):
-        raise CudaError("cudaErrorInvalidValue", f"memset element size {elem_size} is not 1, 2 or 4")
-    if ptr % elem_size or (height > 1 and pitch % elem_size):
-        raise CudaError("cudaErrorInvalidValue", f"memset of {elem_size}-byte elements at {ptr:#x}, pitch {pitch}")
-    span = _check_2d(pitch, width * elem_size, height)
+@handler("MEMSET_ELEMS")
+def memset_elems(c: Call, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                 stream: Any) -> None:
+    if elem not in (1, 2, 4):
+        raise CudaError("cudaErrorInvalidValue", f"memset element of {elem} bytes")
+    if value >> (8 * elem):
+        raise CudaError("cudaErrorInvalidValue", f"memset value {value:#x} does not fit {elem} bytes")
+    if height > 1 and pitch % elem:
+        raise CudaError("cudaErrorInvalidValue", f"pitch {pitch} is not a multiple of the {elem}-byte element")
+    span = _check_2d(pitch, width * elem, height)
     if span:
         c.st.check_range(ptr, span, "memset")
-        c.ctx.memset_elem(ptr, pitch, value & ((1 << (8 * elem_size)) - 1), elem_size, width, height, stream)
+        c.ctx.memset_elems(ptr, pitch, value, elem, width, height, stream)
 
 
 # ---------------------------------------------------------------------------------------------- modules, launches
@@ -277,6 +279,20 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
     log.info("%s: module %d loaded: %d kernels, %d variables", c.session.tag(st.ordinal), module_id,
              len(kernels), len(loaded.variables))
     return reply
+
+
+@handler("MODULE_UNLOAD")
+def module_unload(c: Call, module_id: int) -> None:
+    st = c.st
+    entry = st.modules.pop(module_id, None)
+    if entry is None:
+        raise CudaError("cudaErrorInvalidResourceHandle", f"unload of unknown module {module_id}")
+    for fid in entry.function_ids:
+        st.functions.pop(fid, None)
+    for addr, _ in entry.loaded.variables.values():
+        st.remove_variable(int(addr))
+    c.ctx.module_unload(entry.loaded)
+    log.info("%s: module %d unloaded", c.session.tag(st.ordinal), module_id)
 
 
 @handler("LAUNCH")

@@ -171,7 +171,7 @@ def test_memset_elements(elem):
     ctx = CudaBackend(driver=drv).open_context(0, VA_BASE, 1)
     p = ctx.malloc(1024)
     ctx.memset(p, 0, 1024, None)
-    ctx.memset_elem(p + 64, 128, 0xA1B2C3D4 & ((1 << (8 * elem)) - 1), elem, 5, 3, None)
+    ctx.memset_elems(p + 64, 128, 0xA1B2C3D4 & ((1 << (8 * elem)) - 1), elem, 5, 3, None)
     mem = np.frombuffer(ctx.memcpy_dtoh(p, 1024, None), np.uint8)
     dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]
     for r in range(3):

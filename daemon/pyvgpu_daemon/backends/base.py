@@ -136,10 +136,12 @@ class DeviceContext(ABC):
         default goes through host memory; a backend with direct peer copies overrides it."""
         self.memcpy_htod(dst, peer.memcpy_dtoh(src, size, None), stream)
 
-    def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
-                    stream: Any) -> None:
-        """Rows of `width` elements of elem_size (1, 2, 4) bytes set to value; checked by the handler."""
-        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: memset of {elem_size}-byte elements")
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        """Sets width elements of elem bytes (1, 2, 4) to value in each of height rows pitch bytes apart (the
+        driver's cuMemsetD8/D16/D32 and 2D forms). This default writes the pattern as a 2D copy."""
+        row = value.to_bytes(elem, "little") * width
+        self.memcpy2d_htod(ptr, pitch, len(row), height, row * height, stream)
 
     @abstractmethod
     def module_load(self, image: bytes) -> LoadedModule: ...

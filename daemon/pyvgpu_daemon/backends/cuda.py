@@ -387,12 +387,6 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
-    def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
-                    stream: Any) -> None:
-        fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem_size]
-        check(getattr(self.drv, fn)(ptr, pitch if height > 1 else width * elem_size, value, width, height,
-                                    self._stream(stream)), fn)
-
     def enable_peer(self, peer: DeviceContext) -> None:
         # the numbers of CUDA_ERROR_PEER_ACCESS_* equal cudaErrorPeerAccess* (704, 705, 217)
         check(self.drv.cuCtxEnablePeerAccess(peer.ctx, 0), "cuCtxEnablePeerAccess")   # type: ignore[attr-defined]
@@ -404,6 +398,10 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuMemcpyPeerAsync(dst, self.ctx, src, peer.ctx, size, self._stream(stream)),  # type: ignore
               "cuMemcpyPeerAsync")
         self._sync_stream(stream)    # the source's later work must not race the copy
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
+        check(getattr(self.drv, fn)(ptr, pitch, value, width, height, self._stream(stream)), fn)
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:

@@ -329,14 +329,6 @@ class EmuContext(EmuArrays, DeviceContext):
             for r in range(height):
                 span[r * pitch:r * pitch + width] = value & 0xFF
 
-    def memset_elem(self, ptr: int, pitch: int, value: int, elem_size: int, width: int, height: int,
-                    stream: Any) -> None:
-        dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem_size]
-        row = width * elem_size
-        span = self.mem.view(ptr, pitch * (height - 1) + row)
-        for r in range(height):
-            span[r * pitch:r * pitch + row].view(dt)[:] = value
-
     def enable_peer(self, peer: DeviceContext) -> None:
         if not PEER_KERNEL_ACCESS:
             raise CudaError("cudaErrorPeerAccessUnsupported", "emulated kernels cannot reach another device's memory")
@@ -348,6 +340,16 @@ class EmuContext(EmuArrays, DeviceContext):
         if peer.ordinal not in self.peers:
             raise CudaError("cudaErrorPeerAccessNotEnabled", f"device {self.ordinal} -> {peer.ordinal}")
         del self.peers[peer.ordinal]
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        row_bytes = width * elem
+        self._check_2d(pitch, row_bytes, height)
+        if width == 0 or height == 0:
+            return
+        span = self.mem.view(ptr, pitch * (height - 1) + row_bytes)
+        row = np.full(width, value, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]).view(np.uint8)
+        for r in range(height):
+            span[r * pitch:r * pitch + row_bytes] = row
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
