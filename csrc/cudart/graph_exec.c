@@ -414,13 +414,21 @@ static cudaError_t launch_locked(struct pv_gexec *x, cudaStream_t s)
     return err;
 }
 
+/* The exec and stream arguments of a launch or upload, checked. */
+static cudaError_t exec_on_stream(cudaGraphExec_t exec, cudaStream_t s, struct pv_gexec **x)
+{
+    *x = exec_of(exec);
+    if (!*x)
+        return PV_cudaErrorInvalidValue;
+    return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
 PV_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
 {
-    struct pv_gexec *x = exec_of(exec);
-    if (!x)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    if (!pv_stream_ok(s))
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_gexec *x;
+    cudaError_t cerr = exec_on_stream(exec, s, &x);
+    if (cerr != PV_SUCCESS)
+        return pv_ret(cerr);
     if (pv_capturing(s)) {                               /* launching into a capture embeds the graph */
         struct pv_gnode *n;
         cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeGraph, &n);
@@ -441,13 +449,11 @@ PV_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t s) { 
 /* Segments are uploaded at instantiation; an upload call only refreshes them after parameter changes. */
 PV_API cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s)
 {
-    struct pv_gexec *x = exec_of(exec);
-    if (!x)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    if (!pv_stream_ok(s))
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    struct pv_gexec *x;
+    cudaError_t err = exec_on_stream(exec, s, &x);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
     pthread_mutex_lock(&x->mu);
-    cudaError_t err = PV_SUCCESS;
     if (x->stale) {
         drop_segments(x);
         err = build_segments(x);
