@@ -51,6 +51,19 @@ HELLO_VERSION = "version"
 HELLO_PROOF = "proof"          # hex HMAC or None
 HELLO_CLIENT = "client"        # free text: "pid@host argv0" for logs and status
 HELLO_VA_BASE = "va_base"      # base address for this session's device 0; device r gets va_base + r*VA_WINDOW_BYTES
+HELLO_PID = "pid"              # the client's process id (u64; status and metrics labels)
+HELLO_HOSTNAME = "hostname"    # the client's host name (str; status and metrics labels)
+HELLO_MEMORY = "memory"        # device memory the client asks for per device (u64 bytes; capped by the daemon's
+                               # per-session limit, which applies when absent); allocations beyond it fail
+HELLO_WEIGHT = "weight"        # the client's share of a device's time relative to other sessions (f64 > 0,
+                               # default 1; capped by the daemon's --max-weight)
+# Environment variables the client library reads and `pyvgpu run` sets (--memory, --weight).
+ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
+ENV_WEIGHT = "PYVGPU_WEIGHT"
+# Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
+# the separator of a device selection (`host:port/ORDINAL`).
+HOSTMAP_AUTO = "auto"
+HOSTMAP_DEVICE_SEP = "/"
 # Keys of the HELLO reply's map.
 HELLO_REPLY_DEVICES = "devices"    # list of device snapshots (DEVICE_INFO_KEYS)
 HELLO_REPLY_BACKEND = "backend"
@@ -118,6 +131,9 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
         raise ValueError(f"op {name}: an ASYNC op may be sent fire-and-forget, so it cannot have a result")
     return OpSpec(code, name, parsed, reply, flags, doc)
 
+
+# Stream arguments that name the device's default stream: NULL, cudaStreamLegacy (1), cudaStreamPerThread (2).
+DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
 A, S, PIN, POUT, ND = OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE
 
@@ -319,11 +335,15 @@ def shared_keys() -> dict[str, str]:
     """Every string key both sides use, by its C name (PV_KEY_...): generated into the C header."""
     keys = {f"HELLO_{n}": v for n, v in (("VERSION", HELLO_VERSION), ("PROOF", HELLO_PROOF),
                                           ("CLIENT", HELLO_CLIENT), ("VA_BASE", HELLO_VA_BASE),
+                                          ("PID", HELLO_PID), ("HOSTNAME", HELLO_HOSTNAME),
+                                          ("MEMORY", HELLO_MEMORY), ("WEIGHT", HELLO_WEIGHT),
                                           ("REPLY_DEVICES", HELLO_REPLY_DEVICES),
                                           ("REPLY_BACKEND", HELLO_REPLY_BACKEND),
                                           ("REPLY_SESSION", HELLO_REPLY_SESSION))}
     keys.update({"MODULE_KERNELS": MODULE_KERNELS, "MODULE_VARS": MODULE_VARS, "KERNEL_ID": KERNEL_ID,
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
+    keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "HOSTMAP_AUTO": HOSTMAP_AUTO,
+                 "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
     keys["MANAGED_RUNS"] = MANAGED_RUNS

@@ -33,6 +33,13 @@ NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
 LOOPBACK = "127.0.0.1"
 
 
+def call_ok(client, op: str, *args, payload=b""):
+    """client.call(op, *args) that must succeed (assert); → its result."""
+    err, result, _ = client.call(op, *args, payload=payload)
+    assert err == 0, f"{op}{args}: error {err}"
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- processes
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:

@@ -60,7 +60,7 @@ struct pv_conn {
     char host[256];
     int port;
     int fd;
-    int first_gpu;                 /* global index of this host's device 0 */
+    int first_gpu;                 /* pointer window index of this host's device 0 (see pv_conn_open) */
     int ndev;
     atomic_int dead;
     atomic_uint_fast64_t next_id;
@@ -99,7 +99,18 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
  * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
 void pv_reply_free(struct pv_reply *rep);
-/* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure. */
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+struct pv_hello_extra {
+    uint64_t pid;
+    char hostname[128];
+    uint64_t memory;               /* 0: no request */
+    double weight;                 /* 0: the default */
+};
+void pv_hello_extra_read(struct pv_hello_extra *x);
+int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */
+void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x);
+/* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure.
+ * first_gpu: the index of the pointer window of the daemon's device 0 (va_base = (first_gpu + 1) * window). */
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err);
 int pv_conn_alive(const struct pv_conn *c);
 

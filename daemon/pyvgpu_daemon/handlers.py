@@ -140,7 +140,7 @@ def _check_2d(pitch: int, width: int, height: int) -> int:
 # ---------------------------------------------------------------------------------------------- memory
 @handler("MEM_GET_INFO")
 def mem_get_info(c: Call) -> list[int]:
-    free, total = c.ctx.mem_info()
+    free, total = c.st.mem_view(*c.ctx.mem_info())     # a session with a memory limit sees it as the total
     return [int(free), int(total)]
 
 
@@ -148,6 +148,7 @@ def mem_get_info(c: Call) -> list[int]:
 def malloc(c: Call, size: int) -> int:
     if size == 0:
         return 0                          # cudaMalloc(&p, 0) succeeds with a NULL pointer
+    c.st.check_quota(size, "cudaMalloc")
     ptr = c.ctx.malloc(size)
     c.st.add_allocation(ptr, size)
     return ptr
@@ -185,6 +186,7 @@ def memcpy_dtod(c: Call, dst: int, src: int, size: int, stream: Any) -> None:
         c.st.check_range(src, size, "memcpy DtoD source")
         c.st.check_range(dst, size, "memcpy DtoD destination")
         c.ctx.memcpy_dtod(dst, src, size, stream)
+        c.st.bytes_dtod += size
 
 
 @handler("MEMCPY2D_HTOD")
@@ -215,6 +217,7 @@ def memcpy2d_dtod(c: Call, dst: int, dpitch: int, src: int, spitch: int, width: 
         c.st.check_range(src, sspan, "memcpy2D DtoD source")
         c.st.check_range(dst, dspan, "memcpy2D DtoD destination")
         c.ctx.memcpy2d_dtod(dst, dpitch, src, spitch, width, height, stream)
+        c.st.bytes_dtod += width * height
 
 
 @handler("MEMSET")
@@ -260,6 +263,13 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
     if len(c.payload) > MAX_MODULE_BYTES:
         raise CudaError("cudaErrorInvalidValue", f"module image of {len(c.payload)} bytes is too large")
     loaded = c.ctx.module_load(c.payload)
+    new_vars = sum(int(size) for addr, size in loaded.variables.values()
+                   if int(addr) not in st.variables and int(addr) not in st.allocations)
+    try:
+        st.check_quota(new_vars, f"module {module_id} globals")
+    except CudaError:
+        c.ctx.module_unload(loaded)
+        raise
     kernels: dict[str, Any] = {}
     ids: list[int] = []
     for name, k in loaded.kernels.items():
@@ -342,12 +352,15 @@ def _pop_handle(table: dict[int, Any], h: int, what: str) -> Any:
 
 @handler("STREAM_CREATE")
 def stream_create(c: Call, flags: int, priority: int) -> int:
-    return _add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
+    h = _add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
+    c.st.add_stream(h, priority)
+    return h
 
 
 @handler("STREAM_DESTROY")
 def stream_destroy(c: Call, stream: int) -> None:
     c.ctx.stream_destroy(_pop_handle(c.st.streams, stream, "stream"))
+    c.st.stream_priority.pop(stream, None)
 
 
 @handler("STREAM_SYNC")
@@ -464,9 +477,13 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         try:
             if st.ctx is None:
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
+                if st.lane is not None:
+                    st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+            st.bytes_htod += len(payload)
             ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
             if spec.flags & OpFlag.PAYLOAD_OUT:
                 out = ret or b""
+                st.bytes_dtoh += len(out)
             else:
                 result = ret
         except CudaError as exc:

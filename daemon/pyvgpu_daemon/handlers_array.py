@@ -30,6 +30,7 @@ def _array(c: Call, h: int) -> ArrayEntry:
 def array_create(c: Call, bits_x: int, bits_y: int, bits_z: int, bits_w: int, kind: int, width: int, height: int,
                  depth: int, flags: int) -> int:
     spec = ArraySpec.of(ChannelFormat.of(bits_x, bits_y, bits_z, bits_w, kind), width, height, depth, flags)
+    c.st.check_quota(spec.nbytes, "cudaMallocArray")
     obj = c.ctx.array_create(spec)
     h = c.st.new_handle()
     c.st.arrays[h] = ArrayEntry(spec, obj)

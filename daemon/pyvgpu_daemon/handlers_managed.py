@@ -17,6 +17,7 @@ def malloc_managed(c: Call, size: int, align: int, flags: int) -> int:
     if size == 0 or align < 256 or align > MAX_MANAGED_ALIGN or align & (align - 1) or flags & ~MANAGED_FLAG_MAPPED:
         raise CudaError("cudaErrorInvalidValue", f"managed allocation of {size} B, alignment {align}, flags {flags}")
     rounded = -(-size // align) * align                 # whole client pages: the host maps them
+    c.st.check_quota(rounded, "cudaMallocManaged")
     ptr = c.ctx.malloc_managed(rounded, align)
     try:
         c.ctx.memset(ptr, 0, rounded, None)             # host and device copies both start as zeros

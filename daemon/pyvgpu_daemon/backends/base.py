@@ -10,8 +10,9 @@ Failures raise pyvgpu_daemon.errors.CudaError.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -52,6 +53,9 @@ class DeviceContext(ABC):
     """One session's view of one device. Methods are called from a single thread, in the client's order."""
 
     ordinal: int
+    # A scope for host waits on the device (stream, event or context synchronize) that block in the driver: the
+    # daemon's scheduler sets it so that other sessions may use the device meanwhile (scheduler.Lane.waiting).
+    wait_scope: Callable[[], AbstractContextManager[None]] = nullcontext
 
     @abstractmethod
     def mem_info(self) -> tuple[int, int]: ...            # (free, total)

@@ -267,7 +267,8 @@ class CudaContext(CudaArrays, DeviceContext):
         return self.drv.CUstream(0) if stream is None else stream
 
     def _sync_stream(self, stream: Any) -> None:
-        check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
 
     # ------------------------------------------------------------------ memory
     def mem_info(self) -> tuple[int, int]:
@@ -548,7 +549,8 @@ class CudaContext(CudaArrays, DeviceContext):
         event.recorded = True
 
     def event_sync(self, event: _Event) -> None:
-        check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
 
     def event_query(self, event: _Event) -> bool:
         (err,) = self.drv.cuEventQuery(event.handle)
@@ -561,7 +563,8 @@ class CudaContext(CudaArrays, DeviceContext):
         return float(check(self.drv.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
 
     def synchronize(self) -> None:
-        check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
 
     def _release_all_vmm(self) -> None:
         for ptr, (handle, mapped) in list(self._vmm.items()):

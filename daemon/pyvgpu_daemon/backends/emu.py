@@ -44,19 +44,6 @@ L2_CACHE_SIZE = 4 << 20
 PEER_KERNEL_ACCESS = True         # emulated kernels can use another device's memory of the session (peers)
 
 
-def parse_size(text: str | int) -> int:
-    """'4G', '512M', '1.5GiB', '1048576' → bytes."""
-    if isinstance(text, int):
-        return text
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
-    value = int(float(num) * mult)
-    if value <= 0:
-        raise ValueError(f"bad size {text!r}")
-    return value
-
-
 def emu_attrs(lim: EmuLimits) -> dict[int, int]:
     """cudaDeviceAttr number → value for the emulated sm_75 device (names: pyvgpu/cuda_enums.py)."""
     named = {
