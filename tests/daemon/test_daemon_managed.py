@@ -1,7 +1,8 @@
 """Managed memory at the protocol level: MALLOC_MANAGED gives page-aligned, zero-filled memory tracked as managed;
 MANAGED_PUSH applies the host's changed bytes; MANAGED_DIRTY reports exactly the bytes the device changed since the
-client last saw them (page digests), never the host's own pushes; bad requests are cudaErrorInvalidValue. Also the
-digest itself: any change of a page changes its digest."""
+client last saw them (page digests), never the host's own pushes; bad requests are cudaErrorInvalidValue; managed
+memory and CUDA arrays count against a session's memory limit. Also the digest itself: any change of a page changes
+its digest."""
 from __future__ import annotations
 
 import struct
@@ -9,11 +10,13 @@ import struct
 import numpy as np
 import pytest
 
-from pyvgpu.protocol import ERROR_CODES, MANAGED_RUN_HEADER, MANAGED_RUNS
+from pyvgpu.client import Client
+from pyvgpu.protocol import ERROR_CODES, HELLO_MEMORY, MANAGED_RUN_HEADER, MANAGED_RUNS
 from pyvgpu_daemon import managed
 
 E = ERROR_CODES
 PG = 4096
+MiB = 1 << 20
 
 
 def ok(c, op, *args, payload=b""):
@@ -99,3 +102,15 @@ def test_digest_sees_every_change():
     f[[3, 200]] = -f[[3, 200]]                         # two sign flips: the classic blind spot of linear sums
     assert tuple(managed.digest_pages(f.tobytes())[0]) != tuple(base[0])
     assert managed.digest_pages(b"\0" * 100).shape == (1, 2)
+
+
+def test_managed_memory_and_arrays_count_against_the_session_limit(daemon_factory):
+    d = daemon_factory("--emu-memory", "256M")
+    with Client.connect("127.0.0.1", d.port, hello={HELLO_MEMORY: 4 * MiB}) as c:
+        ok(c, "MALLOC_MANAGED", 0, 2 * MiB, PG, 0)
+        assert c.call("MALLOC_MANAGED", 0, 2 * MiB + 1, PG, 0)[0] == E["cudaErrorMemoryAllocation"]
+        arr, _ = ok(c, "ARRAY_CREATE", 0, 32, 0, 0, 0, 2, 512, 512, 0, 0)          # 1 MiB of float
+        assert c.call("ARRAY_CREATE", 0, 32, 0, 0, 0, 2, 1024, 512, 0, 0)[0] == E["cudaErrorMemoryAllocation"]
+        assert ok(c, "MEM_GET_INFO", 0)[0] == [1 * MiB, 4 * MiB]
+        ok(c, "ARRAY_DESTROY", 0, arr)
+        assert ok(c, "MEM_GET_INFO", 0)[0] == [2 * MiB, 4 * MiB]
