@@ -23,6 +23,7 @@ from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, HELLO
                              OpSpec)
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend
+from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
@@ -221,7 +222,11 @@ class Server:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _devices: list[dict[str, Any]] = field(default_factory=list)
     bound: tuple[str, int] | None = None
+    hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
+
+    def __post_init__(self) -> None:
+        self.hub.token = self.config.token               # the daemon proves its own token to a peer daemon
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -257,7 +262,7 @@ class Server:
         peer = f"{peer_info[0]}:{peer_info[1]}" if isinstance(peer_info, tuple) else str(peer_info)
         sid = self._next_session
         self._next_session += 1
-        session = Session(sid, peer, self.backend, len(self._devices))
+        session = Session(sid, peer, self.backend, len(self._devices), hub=self.hub)
         session.sharing = self.sharing
         reason = "client closed the connection"
         try:
@@ -359,6 +364,10 @@ class Server:
                 elif spec.name == "GOODBYE":
                     writer.writelines(wire.encode_reply(req.req_id, 0, None))
                     return "client said goodbye"
+                elif spec.name == "PEER_FETCH":
+                    data = self.hub.take(req.args[0])      # in memory already: answered on the loop
+                    writer.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
+                                                        None, None, data or b""))
                 else:
                     raise SessionEnd(f"{spec.name} after the handshake")
             else:
@@ -423,6 +432,7 @@ class Server:
 
     async def _end_session(self, session: Session, writer: Any, reason: str) -> None:
         session.closing = True
+        self.hub.drop_session(session.id)
         released = 0
         futures = []
         loop = asyncio.get_running_loop()

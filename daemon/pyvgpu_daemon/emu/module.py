@@ -130,9 +130,11 @@ class EmuModule:
         return KernelInfo(k.name, list(k.layout.param_layout), attrs)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-               params: bytes, max_dynamic_shared: int | None = None) -> LaunchOutput:
+               params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=()) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
-        (the backend passes the session's value); None checks only the device's opt-in maximum."""
+        (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
+        texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
+        other devices whose memory kernels may use (peer access)."""
         k = self._compiled.get(kernel)
         if k is None:
             raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
@@ -146,7 +148,7 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
-                     grid_id=self._launches)
+                     grid_id=self._launches, resources=resources, peers=peers)
         return LaunchOutput(run.run())
 
 

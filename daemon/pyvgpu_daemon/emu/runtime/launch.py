@@ -22,8 +22,10 @@ _MAX_CHUNK_LOCAL = 256 << 20
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1):
+                 grid_id: int = 1, resources=None, peers=()):
         self.kernel = kernel
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
+        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
         self.mem = mem
         self.symbols = symbols
         self.grid = tuple(int(x) for x in grid)
