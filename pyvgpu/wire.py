@@ -152,6 +152,28 @@ def parse_request(header: list[Any], max_payload: int = MAX_PAYLOAD_BYTES) -> Re
     return Request(op, req_id, payload_len, header[3:])
 
 
+def split_frames(buf: bytes | bytearray | memoryview, max_frames: int) -> list[tuple[list[Any], memoryview]]:
+    """Frames laid end to end in buf (a graph upload) → [(header, payload view)]; any malformation or more than
+    max_frames frames → ProtocolError. Each header's third field is its payload length, as in requests."""
+    mv = memoryview(buf).cast("B")
+    out: list[tuple[list[Any], memoryview]] = []
+    pos = 0
+    while pos < len(mv):
+        if len(out) >= max_frames:
+            raise ProtocolError(f"more than {max_frames} frames")
+        n = header_length(bytes(mv[pos:pos + FRAME_PREFIX_BYTES]))
+        if pos + FRAME_PREFIX_BYTES + n > len(mv):
+            raise ProtocolError("frame header runs past the end of the buffer")
+        header = unpack_header(bytes(mv[pos + FRAME_PREFIX_BYTES:pos + FRAME_PREFIX_BYTES + n]))
+        pos += FRAME_PREFIX_BYTES + n
+        plen = header[2] if len(header) >= 3 else None
+        if not _is_uint(plen, len(mv) - pos):
+            raise ProtocolError(f"frame payload length {plen!r} runs past the end of the buffer")
+        out.append((header, mv[pos:pos + plen]))
+        pos += plen
+    return out
+
+
 def parse_reply(header: list[Any]) -> Reply:
     if len(header) != 5:
         raise ProtocolError(f"reply header has {len(header)} fields, needs 5")

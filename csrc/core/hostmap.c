@@ -284,6 +284,12 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
     const msgpack_object *u = pv_map_get(s, PV_KEY_DEV_UUID);
     if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
         memcpy(d->uuid, u->via.bin.ptr, 16);
+    const msgpack_object *peers = pv_map_get(s, PV_KEY_DEV_PEERS);
+    for (uint32_t i = 0; peers && peers->type == MSGPACK_OBJECT_ARRAY && i < peers->via.array.size; i++) {
+        int64_t r;
+        if (pv_obj_i64(&peers->via.array.ptr[i], &r) == 0 && r >= 0 && r < 64)
+            d->peers |= 1ull << r;
+    }
     const msgpack_object *attrs = pv_map_get(s, PV_KEY_DEV_ATTRS);
     if (attrs && attrs->type == MSGPACK_OBJECT_MAP) {
         for (uint32_t i = 0; i < attrs->via.map.size; i++) {

@@ -88,7 +88,13 @@ int pv_conn_alive(const struct pv_conn *c)
 static void conn_fail(struct pv_conn *c, const char *why)
 {
     pthread_mutex_lock(&c->mu);
-    int was_dead = atomic_exchange(&c->dead, 1);
+    /* said before the connection counts as dead (callers hold mu, so once): a program that fails on it and exits
+     * at once still leaves the reason behind */
+    int was_dead = atomic_load(&c->dead);
+    if (!was_dead)
+        pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
+               c->host, c->port, why);
+    atomic_store(&c->dead, 1);
     for (struct pv_pending *p = c->pending; p; p = p->next) {
         p->err = PV_ERR_UNAVAILABLE;
         p->done = 1;
@@ -96,11 +102,8 @@ static void conn_fail(struct pv_conn *c, const char *why)
     }
     c->pending = NULL;
     pthread_mutex_unlock(&c->mu);
-    if (!was_dead) {
-        pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
-               c->host, c->port, why);
+    if (!was_dead)
         shutdown(c->io.fd, SHUT_RDWR);   /* wakes the reader; the fd itself is closed at exit only */
-    }
 }
 
 /* Reads n bytes of the stream and hands each piece to sink (NULL: discard). -1 when the stream fails. */

@@ -31,6 +31,7 @@ from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, E
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
+from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
@@ -88,7 +89,9 @@ def reply_bytes(spec: OpSpec, args: list[Any]) -> int:
     if not spec.flags & OpFlag.PAYLOAD_OUT:
         return 0
     named = dict(zip(spec.arg_names, args))
-    dims = [named[k] for k in ("size",) if k in named] or [named.get("width"), named.get("height")]
+    dims = [named["size"]] if "size" in named else [named[k] for k in ("width", "height", "depth") if k in named]
+    if not dims:
+        return 0                          # a small result (a BLAS scalar, a peer ticket's bounded chunk)
     total = 1
     for v in dims:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -113,11 +116,15 @@ class Server:
     _drain_deadline: float | None = None
     _devices: list[dict[str, Any]] = field(default_factory=list)
     bound: tuple[str, int] | None = None
+    hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
 
     @property
     def bounds(self) -> Bounds:
         return self.config.bounds
+
+    def __post_init__(self) -> None:
+        self.hub.token = self.config.token               # the daemon proves its own token to a peer daemon
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -173,7 +180,7 @@ class Server:
         peer = f"{peer_info[0]}:{peer_info[1]}" if isinstance(peer_info, tuple) else str(peer_info)
         sid = self._next_session
         self._next_session += 1
-        session = Session(sid, peer, self.backend, len(self._devices))
+        session = Session(sid, peer, self.backend, len(self._devices), hub=self.hub)
         session.sharing = self.sharing
         link = Link(session, stream)
         reason = "client closed the connection"
@@ -290,6 +297,10 @@ class Server:
                 elif spec.name == "PING":
                     if req.req_id:
                         stream.writelines(wire.encode_reply(req.req_id, 0, None))
+                elif spec.name == "PEER_FETCH":
+                    data = self.hub.take(req.args[0])      # in memory already: answered on the loop
+                    stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
+                                                        None, None, data or b""))
                 else:
                     raise SessionEnd(f"{spec.name} after the handshake")
                 continue
@@ -447,6 +458,7 @@ class Server:
     async def _end_session(self, link: Link, reason: str, notify: bool) -> None:
         session, stream = link.session, link.stream
         session.closing = True
+        self.hub.drop_session(session.id)
         self._links.pop(session.id, None)
         if notify and not stream.is_closing():
             stream.writelines(wire.encode_notice(ERR_UNAVAILABLE, reason))

@@ -25,6 +25,7 @@ from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFER
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.errors import CudaError
@@ -41,6 +42,7 @@ CLOCK_RATE_KHZ = 1_590_000
 MEMORY_CLOCK_RATE_KHZ = 5_001_000
 MEMORY_BUS_WIDTH = 256
 L2_CACHE_SIZE = 4 << 20
+PEER_KERNEL_ACCESS = True         # emulated kernels can use another device's memory of the session (peers)
 
 
 def emu_attrs(lim: EmuLimits) -> dict[int, int]:
@@ -59,12 +61,12 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "MaxPitch": lim.max_pitch,
         "MaxRegistersPerBlock": lim.regs_per_block,
         "ClockRate": CLOCK_RATE_KHZ,
-        "TextureAlignment": 512,
+        "TextureAlignment": 256,                    # = the allocation alignment: any cudaMalloc pointer fits
         "GpuOverlap": 1,
         "MultiProcessorCount": lim.multiprocessors,
         "KernelExecTimeout": 0,
         "Integrated": 0,
-        "CanMapHostMemory": 0,
+        "CanMapHostMemory": 1,                      # mapped host memory: a coherent device copy
         "ComputeMode": 0,
         "SurfaceAlignment": 512,
         "ConcurrentKernels": 1,
@@ -87,13 +89,13 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "LocalL1CacheSupported": 1,
         "MaxSharedMemoryPerMultiprocessor": lim.shared_per_multiprocessor,
         "MaxRegistersPerMultiprocessor": lim.regs_per_multiprocessor,
-        "ManagedMemory": 0,
+        "ManagedMemory": 1,
         "IsMultiGpuBoard": 0,
         "MultiGpuBoardGroupID": 0,
         "HostNativeAtomicSupported": 0,
         "SingleToDoublePrecisionPerfRatio": 32,
         "PageableMemoryAccess": 0,
-        "ConcurrentManagedAccess": 0,
+        "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
         "ComputePreemptionSupported": 1,
         "CanUseHostPointerForRegisteredMem": 0,
         "CooperativeLaunch": 1,
@@ -104,7 +106,21 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "MaxPersistingL2CacheSize": lim.persisting_l2_bytes,
         "MaxAccessPolicyWindowSize": 0,
         "ReservedSharedMemoryPerBlock": 0,
-        "MemoryPoolsSupported": 0,
+        "MaxTexture1DWidth": 1 << 17, "MaxTexture2DWidth": 1 << 17, "MaxTexture2DHeight": 1 << 16,
+        "MaxTexture3DWidth": 1 << 14, "MaxTexture3DHeight": 1 << 14, "MaxTexture3DDepth": 1 << 14,
+        "MaxTexture1DLayeredWidth": 1 << 15, "MaxTexture1DLayeredLayers": 2048,
+        "MaxTexture2DLayeredWidth": 1 << 15, "MaxTexture2DLayeredHeight": 1 << 15,
+        "MaxTexture2DLayeredLayers": 2048, "MaxTexture2DGatherWidth": 1 << 15, "MaxTexture2DGatherHeight": 1 << 15,
+        "MaxTexture1DLinearWidth": 1 << 28, "MaxTexture2DLinearWidth": 1 << 17, "MaxTexture2DLinearHeight": 65000,
+        "MaxTexture2DLinearPitch": 2097120, "MaxSurface1DWidth": 1 << 15, "MaxSurface2DWidth": 1 << 17,
+        "MaxSurface2DHeight": 1 << 16, "MaxSurface3DWidth": 1 << 14, "MaxSurface3DHeight": 1 << 14,
+        "MaxSurface3DDepth": 1 << 14, "MaxSurface1DLayeredWidth": 1 << 15, "MaxSurface1DLayeredLayers": 2048,
+        "MaxSurface2DLayeredWidth": 1 << 15, "MaxSurface2DLayeredHeight": 1 << 15,
+        "MaxSurface2DLayeredLayers": 2048,
+        "MemoryPoolsSupported": 1,
+        "MemoryPoolSupportedHandleTypes": 0,
+        "PageableMemoryAccessUsesHostPageTables": 0,
+        "DirectManagedMemAccessFromHost": 0,
         "ClusterLaunch": 0,
     }
     return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
@@ -158,6 +174,7 @@ class EmuBackend(Backend):
             "max_threads_per_multiprocessor": lim.max_threads_per_multiprocessor, "total_const_mem": lim.const_bytes,
             "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
             "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(lim), "backend": self.name,
+            "peers": [o for o in range(self.ndevices) if o != r] if PEER_KERNEL_ACCESS else [],
         }
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "EmuContext":
@@ -191,7 +208,7 @@ class EmuBlasHandle:
     workspace: tuple[int, int] = (0, 0)
 
 
-class EmuContext(DeviceContext):
+class EmuContext(EmuArrays, DeviceContext):
     def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
         self.backend = backend
         self.ordinal = ordinal
@@ -203,6 +220,8 @@ class EmuContext(DeviceContext):
         self._cancelled = threading.Event()     # set from the loop thread when the session's client is gone
         self._modules = 0                       # modules loaded and the PTX bytes behind them (EmuLimits bounds)
         self._module_bytes = 0
+        self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
+        self.peers: dict[int, DeviceContext] = {}   # contexts whose memory this context's kernels may use
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -226,7 +245,16 @@ class EmuContext(DeviceContext):
             self._uncharge(need)
             raise
 
+    def malloc_managed(self, size: int, align: int) -> int:
+        if align <= ALIGN:
+            return self.malloc(size)
+        start = self.malloc(size + align - ALIGN)      # allocations are ALIGN-aligned: room to reach `align`
+        ptr = (start + align - 1) // align * align
+        self._aligned[ptr] = start
+        return ptr
+
     def free(self, ptr: int) -> None:
+        ptr = self._aligned.pop(ptr, ptr)
         hit = self.mem.allocation_at(ptr)
         self.mem.free(ptr)
         if hit is not None:
@@ -287,6 +315,17 @@ class EmuContext(DeviceContext):
             return
         self._rows(ptr, pitch, width, height)[...] = value & 0xFF
 
+    def enable_peer(self, peer: DeviceContext) -> None:
+        if not PEER_KERNEL_ACCESS:
+            raise CudaError("cudaErrorPeerAccessUnsupported", "emulated kernels cannot reach another device's memory")
+        if peer.ordinal in self.peers:
+            raise CudaError("cudaErrorPeerAccessAlreadyEnabled", f"device {self.ordinal} -> {peer.ordinal}")
+        self.peers[peer.ordinal] = peer
+
+    def disable_peer(self, peer: DeviceContext) -> None:
+        if peer.ordinal not in self.peers:
+            raise CudaError("cudaErrorPeerAccessNotEnabled", f"device {self.ordinal} -> {peer.ordinal}")
+        del self.peers[peer.ordinal]
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
         row_bytes = width * elem
@@ -343,7 +382,9 @@ class EmuContext(DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max, cancel=self._cancelled, printf_fifo=self._limits[1])
+                                   max_dynamic_shared=dyn_max, resources=self.resources,
+                                   peers=[p.mem for p in self.peers.values()], cancel=self._cancelled,
+                                   printf_fifo=self._limits[1])
             self._stdout_dropped += out.dropped
             self._append_stdout(self._fifo(out.stdout))
         except CudaError as exc:
@@ -473,10 +514,13 @@ class EmuContext(DeviceContext):
 
     def reset(self) -> None:
         self.mem.free_all()
+        self._aligned.clear()
+        self.drop_resources()
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)
         self._modules = self._module_bytes = 0
+        self.peers.clear()
 
     def close(self) -> None:
         try:

@@ -135,12 +135,14 @@ class EmuModule:
         return KernelInfo(k.name, list(k.layout.param_layout), attrs)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-               params: bytes, max_dynamic_shared: int | None = None,
+               params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
                cancel: threading.Event | None = None, printf_fifo: int = 1 << 20) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
-        (the backend passes the session's value); None checks only the device's opt-in maximum. `cancel`: once set
-        (the session's client is gone), the launch stops with cudaErrorLaunchTimeout at its next check.
-        `printf_fifo`: cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it)."""
+        (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
+        texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
+        other devices whose memory kernels may use (peer access). `cancel`: once set (the session's client is
+        gone), the launch stops with cudaErrorLaunchTimeout at its next check. `printf_fifo`:
+        cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it)."""
         k = self._compiled.get(kernel)
         if k is None:
             raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
@@ -154,7 +156,8 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
-                     grid_id=self._launches, cancel=cancel, printf_fifo=printf_fifo)
+                     grid_id=self._launches, resources=resources, peers=peers, cancel=cancel,
+                     printf_fifo=printf_fifo)
         return LaunchOutput(run.run(), run.stdout_dropped)
 
 

@@ -543,8 +543,13 @@ class _Parser:
                     off += sign * self.int_value()
             else:
                 off = self.int_value()
+            coords = None
+            if self.accept(","):                        # [texture, {coordinates}] of tex/tld4/suld/sust
+                coords = self.operand(lookup)
+                if not isinstance(coords, ir.Vec):
+                    raise _err(t.line, "expected {coordinates} after the texture or surface operand")
             self.expect("]")
-            return ir.Addr(base, off)
+            return ir.Addr(base, off, coords)
         if t.text == "{":
             self.next()
             elems = []
@@ -621,7 +626,10 @@ def _fix(o, regnames, params):
         return ir.Sym(o.name)
     if isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg) and o.base.name in params \
             and o.base.name not in regnames:
-        return ir.Addr(ir.Sym(o.base.name), o.offset)
+        return ir.Addr(ir.Sym(o.base.name), o.offset,
+                       _fix(o.coords, regnames, params) if o.coords is not None else None)
+    if isinstance(o, ir.Addr) and o.coords is not None:
+        return ir.Addr(o.base, o.offset, _fix(o.coords, regnames, params))
     if isinstance(o, ir.Vec):
         return ir.Vec(tuple(_fix(e, regnames, params) for e in o.elems))
     return o

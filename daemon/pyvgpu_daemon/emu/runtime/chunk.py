@@ -26,18 +26,20 @@ from .calls import DeviceCalls
 from .collective import Collectives
 from .spaces import LaneMemory
 from .special import SpecialRegisters
+from .texunit import TextureUnit
 
 _CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and cancellation
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
-class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, ChunkAPI):
+class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit, ChunkAPI):
     """State of one chunk of CTAs during a launch: the `S` of the generated code."""
 
     def __init__(self, launch, cta0: int, ncta: int) -> None:
         k = launch.kernel
         self.launch = launch
         self.mem = launch.mem
+        self.peer_mems = launch.peers             # other devices' memories kernels may use (peer access)
         self.kernel = k
         cs = launch.ctasize
         T = ncta * cs

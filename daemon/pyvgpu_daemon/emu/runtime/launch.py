@@ -33,8 +33,11 @@ MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1, cancel: threading.Event | None = None, printf_fifo: int = 1 << 20):
+                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
+                 printf_fifo: int = 1 << 20):
         self.kernel = kernel
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
+        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
         self.mem = mem
         self.symbols = symbols
         self.grid = tuple(int(x) for x in grid)

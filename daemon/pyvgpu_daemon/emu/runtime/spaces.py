@@ -39,9 +39,7 @@ class LaneMemory:
         positions: indices into the accessed-lane list (None = all, in order)."""
         a = self._lane_addresses(space, addr, off, sel)
         if space == "global":
-            a = a.astype(np.uint64, copy=False)
-            self.mem.check_access(a, vsize, write)
-            return [(self.mem.heap, (a - np.uint64(self.mem.base)).view(np.int64), None)]
+            return self._global(a.astype(np.uint64, copy=False), vsize, write, None)
         if space == "shared":
             a = a.astype(np.int64, copy=False) if a.dtype != np.uint64 else a.view(np.int64)
             self._check_window(a, vsize, self.shared_size, "shared", write)
@@ -55,6 +53,33 @@ class LaneMemory:
         if space == "generic":
             return self._resolve_generic(a.astype(np.uint64, copy=False), size, write, sel, vsize)
         raise CudaError("cudaErrorInvalidPtx", f"memory space {space} not supported")
+
+    def _global(self, a, vsize: int, write: bool, pos) -> list:
+        """Parts of a global access: this device's memory, or, with peer access enabled, other devices' of the
+        session (`peer_mems`, DeviceMemory each) for the addresses inside their windows."""
+        mem = self.mem
+        if self.peer_mems and a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < mem.base or hi >= mem.base + mem.capacity:
+                return self._global_split(a, vsize, write, pos)
+        mem.check_access(a, vsize, write)
+        return [(mem.heap, (a - np.uint64(mem.base)).view(np.int64), pos)]
+
+    def _global_split(self, a, vsize: int, write: bool, pos) -> list:
+        out = []
+        left = np.ones(len(a), bool)
+        for m in (self.mem, *self.peer_mems):
+            msk = (a >= np.uint64(m.base)) & (a < np.uint64(m.base + m.capacity))
+            if not msk.any():
+                continue
+            idx = np.flatnonzero(msk)
+            sub = a[idx]
+            m.check_access(sub, vsize, write)
+            out.append((m.heap, (sub - np.uint64(m.base)).view(np.int64), idx if pos is None else pos[idx]))
+            left &= ~msk
+        if left.any():
+            self.mem.check_access(a[left], vsize, write)    # outside every window: the fault names the address
+        return out
 
     def _lane_addresses(self, space: str, addr, off: int, sel):
         """The address each accessing lane uses: addr + off, or off itself when addr is None."""
@@ -80,8 +105,7 @@ class LaneMemory:
             pos = np.flatnonzero(msk)
             sub = a[pos] - np.uint64(win)
             if kind == "global":
-                self.mem.check_access(sub, vsize, write)
-                out.append((self.mem.heap, (sub - np.uint64(self.mem.base)).view(np.int64), pos))
+                out += self._global(sub, vsize, write, pos)
             else:
                 s = sub.view(np.int64)
                 limit = self.shared_size if kind == "shared" else self.frame

@@ -59,7 +59,8 @@ class _Scope:
                 return ir.Sym(self.prefix + n)
             return o
         if isinstance(o, ir.Addr):
-            return ir.Addr(self.rename(o.base) if o.base is not None else None, o.offset)
+            return ir.Addr(self.rename(o.base) if o.base is not None else None, o.offset,
+                           self.rename(o.coords) if o.coords is not None else None)
         if isinstance(o, ir.Vec):
             return ir.Vec(tuple(self.rename(e) for e in o.elems))
         return o
