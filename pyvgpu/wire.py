@@ -43,6 +43,7 @@ class Reply:
     payload_len: int
     result: Any
     stdout_len: int
+    event_times: list[Any] | None = None      # protocol v3: [handle, records, ms, ...] (protocol docstring)
 
     @property
     def is_notice(self) -> bool:
@@ -91,13 +92,18 @@ def encode_request(op: int, req_id: int, args: list[Any] | tuple[Any, ...] = (),
 
 
 def encode_reply(req_id: int, err: int, result: Any = None, stdout: bytes | None = None,
-                 payload: bytes | bytearray | memoryview = b"") -> list[bytes | memoryview]:
+                 payload: bytes | bytearray | memoryview = b"",
+                 event_times: list[Any] | None = None) -> list[bytes | memoryview]:
     """Header, payload, then printf output (outside the header: it may be as large as the printf FIFO).
-    ProtocolError when the result does not fit MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
+    event_times, when any, is the header's sixth field. ProtocolError when the result does not fit
+    MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
     out_len = len(stdout) if stdout else 0
     if out_len > MAX_STDOUT_BYTES:
         raise ProtocolError(f"{out_len} bytes of printf output exceed the {MAX_STDOUT_BYTES}-byte reply limit")
-    parts = encode_frame([req_id, err, payload_nbytes(payload), result, out_len], payload, MAX_REPLY_HEADER_BYTES)
+    header = [req_id, err, payload_nbytes(payload), result, out_len]
+    if event_times:
+        header.append(event_times)
+    parts = encode_frame(header, payload, MAX_REPLY_HEADER_BYTES)
     if out_len:
         parts.append(_bulk(stdout))  # type: ignore[arg-type]
     return parts
@@ -175,16 +181,19 @@ def split_frames(buf: bytes | bytearray | memoryview, max_frames: int) -> list[t
 
 
 def parse_reply(header: list[Any]) -> Reply:
-    if len(header) != 5:
-        raise ProtocolError(f"reply header has {len(header)} fields, needs 5")
-    req_id, err, payload_len, result, stdout_len = header
+    if len(header) not in (5, 6):
+        raise ProtocolError(f"reply header has {len(header)} fields, needs 5 or 6")
+    req_id, err, payload_len, result, stdout_len = header[:5]
+    times = header[5] if len(header) == 6 else None
+    if times is not None and not (isinstance(times, list) and len(times) % 3 == 0):
+        raise ProtocolError(f"reply event times {str(times)[:40]} are not [handle, records, ms] triples")
     if not _is_uint(req_id) or not isinstance(err, int) or isinstance(err, bool):
         raise ProtocolError(f"bad reply req_id/err {req_id!r:.40}/{err!r:.40}")
     if not _is_uint(payload_len, MAX_PAYLOAD_BYTES):
         raise ProtocolError(f"reply payload length {payload_len!r:.40} out of range")
     if not _is_uint(stdout_len, MAX_STDOUT_BYTES):
         raise ProtocolError(f"reply printf length {stdout_len!r:.40} outside 0..{MAX_STDOUT_BYTES}")
-    return Reply(req_id, err, payload_len, result, stdout_len)
+    return Reply(req_id, err, payload_len, result, stdout_len, times)
 
 
 _HEX = frozenset("0123456789abcdef")

@@ -90,9 +90,13 @@ struct pv_conn {
     atomic_int dead;
     atomic_uint_fast64_t next_id;
     pthread_mutex_t send_mu;       /* one frame at a time on the socket */
-    pthread_mutex_t mu;            /* pending list, receiving */
+    pthread_mutex_t mu;            /* pending list, receiving, detached requests */
     struct pv_pending *pending;
     int receiving;                 /* the reader is reading the payload of a reply someone waits for */
+    struct pv_pending *current;    /* ... that reply's request */
+    pthread_cond_t detached_cv;    /* a detached request completed (or the connection died) */
+    int detached_n;                /* detached requests in flight (pv_req_detach) */
+    size_t detached_bytes;         /* reply payload bytes they will bring, at most PV_DETACH_WINDOW_BYTES */
     pthread_t reader;
     atomic_int reader_started;
     atomic_int sending;            /* threads inside a send */
@@ -114,6 +118,7 @@ struct pv_reply {
 /* A request being built. The generated senders (ops_gen.c) are its only users outside transport.c. */
 struct pv_req {
     struct pv_conn *conn;
+    int op;
     struct pv_device *dev;         /* the device of a device op (set by pv_op_begin), else NULL */
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -130,6 +135,18 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
  * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
 void pv_reply_free(struct pv_reply *rep);
+/* Sends a request (req_id != 0, out/out_cap its reply payload's destination) without waiting for the reply: the
+ * reader thread puts the payload into out when it arrives, before any later reply of the connection is delivered
+ * (the daemon answers in order), and frees the request. For ops flagged DETACHED, whose failure the daemon latches
+ * for the next synchronizing call. Blocks only while the connection's detached bytes in flight would exceed
+ * PV_DETACH_WINDOW_BYTES (or PV_DETACH_MAX requests); the wait is bounded like a reply's. */
+#define PV_DETACH_MAX 1024
+cudaError_t pv_req_detach(struct pv_req *r);
+/* Until no detached request still writes into [p, p+n) (freeing or unregistering host memory). */
+void pv_detached_drain(const void *p, size_t n);
+/* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
+int64_t pv_now_ns(void);
+void pv_stats_note(int op, int dev, uint64_t bytes, int blocked, int64_t ns);
 /* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
 struct pv_hello_extra {
     uint64_t pid;
@@ -293,7 +310,13 @@ cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidVal
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
 struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; };
-struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; };
+struct pv_event {
+    uint32_t magic; int dev; uint64_t remote; unsigned flags;
+    /* Times the daemon reported (streams.c; under its lock): the event's time on the device's clock after its
+     * `known`-th record; valid for cudaEventElapsedTime while no later record was sent (known == sent). */
+    uint64_t sent, known;
+    double t_ms;
+};
 void pv_handle_add(const void *h);
 int pv_handle_remove(const void *h);
 int pv_handle_valid(const void *h);
@@ -313,6 +336,8 @@ enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToH
  * through this process, in order with the calling thread). */
 cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
+/* Device-to-host without waiting (detached requests): dst must stay valid until a synchronization covers the copy. */
+cudaError_t pv_copy_d2h_async(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
                         uint64_t stream);
 /* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
@@ -325,7 +350,8 @@ int pv_dev_range(const void *p, size_t n, struct pv_device **d);
 int pv_is_device_ptr(const void *p);
 uint64_t pv_stream_for(cudaStream_t s, struct pv_device *d);       /* daemon handle of s on d (0: default) */
 cudaError_t pv_init_with_stream(cudaStream_t s);                   /* initialized, and s is a valid stream */
-/* A copy by cudaMemcpyKind (cudaMemcpyDefault: by where the pointers live). */
+/* A copy by cudaMemcpyKind (cudaMemcpyDefault: by where the pointers live); async: cudaMemcpyAsync semantics (a
+ * device-to-host copy into pinned memory returns before the bytes are there). */
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
 cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                         int kind, cudaStream_t s);
@@ -370,6 +396,9 @@ cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_event_sync(cudaEvent_t e);
 cudaError_t pv_event_query(cudaEvent_t e);                         /* cudaErrorNotReady while pending */
 cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* A reply's event times (protocol v3, the reply header's sixth field: [handle, records, ms, ...] of events of d
+ * whose latest record completed); called by the reader before the caller wakes. */
+void pv_event_times_apply(struct pv_device *d, const msgpack_object *times);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

@@ -30,6 +30,8 @@ struct pv_pending {
     struct pv_reply rep;
     void *out;
     size_t out_cap;
+    struct pv_device *dev;         /* the device the request went to (event times in its reply are that device's) */
+    int detached;                  /* nobody waits: heap-allocated, freed by whoever completes it (pv_req_detach) */
     pthread_cond_t cv;
     struct pv_pending *next;
 };
@@ -61,8 +63,12 @@ static void atfork_child(void)
         atomic_store(&c->dead, 1);
         pthread_mutex_init(&c->send_mu, NULL);
         pthread_mutex_init(&c->mu, NULL);
+        pthread_cond_init(&c->detached_cv, NULL);
         pthread_mutex_init(&c->io.ssl_mu, NULL);
-        c->pending = NULL;
+        c->pending = NULL;         /* the parent's detached requests stay the parent's: leaked here, never freed */
+        c->current = NULL;
+        c->detached_n = 0;
+        c->detached_bytes = 0;
         c->io.ssl = NULL;          /* the parent's TLS state: never used (or freed) here */
         close(c->io.fd);
         c->io.fd = -1;
@@ -95,12 +101,20 @@ static void conn_fail(struct pv_conn *c, const char *why)
         pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
                c->host, c->port, why);
     atomic_store(&c->dead, 1);
-    for (struct pv_pending *p = c->pending; p; p = p->next) {
+    for (struct pv_pending *p = c->pending, *next; p; p = next) {
+        next = p->next;
+        if (p->detached) {
+            free(p);               /* its bytes never come; the program's next synchronization fails instead */
+            continue;
+        }
         p->err = PV_ERR_UNAVAILABLE;
         p->done = 1;
         pthread_cond_signal(&p->cv);
     }
     c->pending = NULL;
+    c->detached_n = 0;
+    c->detached_bytes = 0;
+    pthread_cond_broadcast(&c->detached_cv);
     pthread_mutex_unlock(&c->mu);
     if (!was_dead)
         shutdown(c->io.fd, SHUT_RDWR);   /* wakes the reader; the fd itself is closed at exit only */
@@ -215,6 +229,42 @@ static int notice(struct pv_conn *c, int64_t err, const msgpack_object *result)
     return -1;
 }
 
+/* A reply's sixth field (protocol v3): times of events of the request's device (pv_event_times_apply). */
+static const msgpack_object *reply_events(const msgpack_object *h)
+{
+    return h->via.array.size == 6 && h->via.array.ptr[5].type != MSGPACK_OBJECT_NIL ? &h->via.array.ptr[5] : NULL;
+}
+
+/* The reader has the whole reply of p (payload in p->out, printf relayed): wake its caller, or finish a detached
+ * request (its bytes are where the program wants them; nobody waits). */
+static void complete(struct pv_conn *c, struct pv_pending *p, msgpack_unpacked msg, char *raw, int err)
+{
+    const msgpack_object *events = reply_events(&msg.data);
+    if (events && p->dev && err != PV_ERR_UNAVAILABLE)
+        pv_event_times_apply(p->dev, events);     /* before the caller wakes: it may ask for elapsed times next */
+    pthread_mutex_lock(&c->mu);
+    c->receiving = 0;
+    c->current = NULL;
+    if (p->detached) {
+        c->detached_n--;
+        c->detached_bytes -= p->out_cap;
+        pthread_cond_broadcast(&c->detached_cv);
+        pthread_mutex_unlock(&c->mu);
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        free(p);                   /* a failure was latched by the daemon for the next synchronizing call */
+        return;
+    }
+    p->rep.msg = msg;
+    p->rep.raw = raw;
+    p->rep.have_msg = 1;
+    p->rep.result = &msg.data.via.array.ptr[3];
+    p->err = err;
+    p->done = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void *reader_main(void *arg)
 {
     struct pv_conn *c = arg;
@@ -229,9 +279,11 @@ static void *reader_main(void *arg)
         const msgpack_object *h = &msg.data;
         uint64_t id, plen, olen;
         int64_t err;
-        if (h->via.array.size != 5 || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
+        const msgpack_object *ev = reply_events(h);
+        if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
             pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 ||
-            pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES) {
+            pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES ||
+            (ev && ev->type != MSGPACK_OBJECT_ARRAY)) {
             msgpack_unpacked_destroy(&msg);
             free(raw);
             conn_fail(c, "malformed reply header");
@@ -255,6 +307,7 @@ static void *reader_main(void *arg)
             p = *pp;
             *pp = p->next;
             c->receiving = 1;          /* still waited for while its payload arrives */
+            c->current = p;
         }
         pthread_mutex_unlock(&c->mu);
         int io = 0;
@@ -275,16 +328,7 @@ static void *reader_main(void *arg)
             if (id != 0)
                 pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
         } else {
-            pthread_mutex_lock(&c->mu);
-            p->rep.msg = msg;
-            p->rep.raw = raw;
-            p->rep.have_msg = 1;
-            p->rep.result = &msg.data.via.array.ptr[3];
-            p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
-            p->done = 1;
-            c->receiving = 0;
-            pthread_cond_signal(&p->cv);
-            pthread_mutex_unlock(&c->mu);
+            complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
         }
         if (io) {
             conn_fail(c, "connection closed inside a reply payload");
@@ -308,6 +352,8 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
                   const void *payload, size_t payload_len, void *out, size_t out_cap)
 {
     r->conn = c;
+    r->op = op;
+    r->dev = NULL;
     r->payload = payload;
     r->payload_len = payload_len;
     r->out = out;
@@ -341,6 +387,26 @@ static cudaError_t send_frame(struct pv_req *r)
     return PV_SUCCESS;
 }
 
+static int dev_index(const struct pv_req *r) { return r->dev ? r->dev->index : -1; }
+
+/* Until p is done; the reader's tick normally notices a silent daemon, the check here covers a reader blocked
+ * elsewhere. Called and returns with c->mu held. */
+static void wait_done(struct pv_conn *c, pthread_cond_t *cv, int *done)
+{
+    while (!*done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(cv, &c->mu, &ts);
+        if (!*done) {
+            pthread_mutex_unlock(&c->mu);
+            if (conn_silent(c, pv_now_ms()))
+                fail_silent(c);
+            pthread_mutex_lock(&c->mu);
+        }
+    }
+}
+
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
 {
     struct pv_conn *c = r->conn;
@@ -350,6 +416,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     if (r->req_id == 0) {
         err = send_frame(r);
         msgpack_sbuffer_destroy(&r->sb);
+        pv_stats_note(r->op, dev_index(r), r->payload_len, 0, 0);
         return err;
     }
     struct pv_pending p;
@@ -357,6 +424,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     p.id = r->req_id;
     p.out = r->out;
     p.out_cap = r->out_cap;
+    p.dev = r->dev;
     pthread_cond_init(&p.cv, NULL);
     pthread_mutex_lock(&c->mu);
     if (atomic_load(&c->dead)) {
@@ -370,24 +438,14 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     c->pending = &p;
     pthread_mutex_unlock(&c->mu);
 
+    int64_t t0 = pv_now_ns();
     (void)send_frame(r);   /* a send failure fails every pending request, ours included */
     msgpack_sbuffer_destroy(&r->sb);
 
     pthread_mutex_lock(&c->mu);
-    while (!p.done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&p.cv, &c->mu, &ts);
-        if (!p.done) {
-            /* the reader's tick normally notices a silent daemon; this covers a reader blocked elsewhere */
-            pthread_mutex_unlock(&c->mu);
-            if (conn_silent(c, pv_now_ms()))
-                fail_silent(c);
-            pthread_mutex_lock(&c->mu);
-        }
-    }
+    wait_done(c, &p.cv, &p.done);
     pthread_mutex_unlock(&c->mu);
+    pv_stats_note(r->op, dev_index(r), r->payload_len + p.rep.payload_len, 1, pv_now_ns() - t0);
     pthread_cond_destroy(&p.cv);
     err = p.err;
     if (rep) {
@@ -397,6 +455,95 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
         pv_reply_free(&p.rep);
     }
     return err;
+}
+
+/* A request whose reply nobody waits for (its payload lands in r->out when it comes; see pv_core.h). Waits only
+ * for room in the connection's window of bytes in flight. */
+cudaError_t pv_req_detach(struct pv_req *r)
+{
+    struct pv_conn *c = r->conn;
+    struct pv_pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        msgpack_sbuffer_destroy(&r->sb);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    p->id = r->req_id;
+    p->out = r->out;
+    p->out_cap = r->out_cap;
+    p->dev = r->dev;
+    p->detached = 1;
+    int64_t t0 = pv_now_ns();
+    int waited = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!atomic_load(&c->dead) && c->detached_n > 0 &&
+           (c->detached_bytes + r->out_cap > PV_DETACH_WINDOW_BYTES || c->detached_n >= PV_DETACH_MAX)) {
+        waited = 1;                /* the window is full: wait for the oldest bytes in flight */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&c->detached_cv, &c->mu, &ts);
+        pthread_mutex_unlock(&c->mu);
+        if (conn_silent(c, pv_now_ms()))
+            fail_silent(c);
+        pthread_mutex_lock(&c->mu);
+    }
+    if (atomic_load(&c->dead)) {
+        pthread_mutex_unlock(&c->mu);
+        free(p);
+        msgpack_sbuffer_destroy(&r->sb);
+        return PV_ERR_UNAVAILABLE;
+    }
+    mark_busy(c, c->pending == NULL && atomic_load(&c->sending) == 0);
+    p->next = c->pending;
+    c->pending = p;
+    c->detached_n++;
+    c->detached_bytes += r->out_cap;
+    pthread_mutex_unlock(&c->mu);
+    cudaError_t err = send_frame(r);   /* a failure ends the connection, which frees p */
+    msgpack_sbuffer_destroy(&r->sb);
+    pv_stats_note(r->op, dev_index(r), r->out_cap, waited, waited ? pv_now_ns() - t0 : 0);
+    return err;
+}
+
+static int overlaps(const struct pv_pending *p, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t a = (uintptr_t)p->out;
+    return p->detached && a < hi && lo < a + p->out_cap;
+}
+
+static int detached_into(struct pv_conn *c, uintptr_t lo, uintptr_t hi)
+{
+    if (c->current && overlaps(c->current, lo, hi))
+        return 1;
+    for (struct pv_pending *p = c->pending; p; p = p->next)
+        if (overlaps(p, lo, hi))
+            return 1;
+    return 0;
+}
+
+void pv_detached_drain(const void *lo, size_t n)
+{
+    uintptr_t a = (uintptr_t)lo, b = a + n;
+    pthread_mutex_lock(&conns_mu);
+    int count = nconns;
+    struct pv_conn *conns[PV_MAX_CONNS];
+    memcpy(conns, all_conns, sizeof conns);
+    pthread_mutex_unlock(&conns_mu);
+    for (int i = 0; i < count; i++) {
+        struct pv_conn *c = conns[i];
+        pthread_mutex_lock(&c->mu);
+        while (!atomic_load(&c->dead) && detached_into(c, a, b)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&c->detached_cv, &c->mu, &ts);
+            pthread_mutex_unlock(&c->mu);
+            if (conn_silent(c, pv_now_ms()))
+                fail_silent(c);
+            pthread_mutex_lock(&c->mu);
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------- connect */
@@ -533,7 +680,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     int64_t err = -1;
     uint64_t plen = 0;
     uint64_t olen = 0;
-    if (h->via.array.size != 5 || pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
+    if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
         pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 || plen != 0 ||
         pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen != 0) {
         pv_log("daemon %s:%d sent a malformed hello reply", c->host, c->port);
@@ -567,6 +714,7 @@ static void conn_free(struct pv_conn *c)
     pv_io_destroy(&c->io);
     pthread_mutex_destroy(&c->send_mu);
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->detached_cv);
     free(c);
 }
 
@@ -597,6 +745,7 @@ struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct p
     atomic_init(&c->handshake_deadline_ms, pv_now_ms() + env_int("PYVGPU_HANDSHAKE_TIMEOUT_MS", 10000));
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->detached_cv, NULL);
     pv_io_init(&c->io, fd);
     c->io.tick = conn_tick;
     c->io.tick_arg = c;

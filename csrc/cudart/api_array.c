@@ -523,7 +523,7 @@ PV_API cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t d, size_t wod, size_t
 
 /* cudaMemcpy3DPeer: a 3D copy whose sides name their GPUs; pointers carry their GPU already here, so the devices are
  * only checked, and a copy between GPUs goes through this process. */
-static cudaError_t copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s)
+static cudaError_t copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s, int async)
 {
     if (!p)
         return PV_cudaErrorInvalidValue;
@@ -536,13 +536,13 @@ static cudaError_t copy3d_peer(const struct cudaMemcpy3DPeerParms *p, cudaStream
                                    cudaMemcpyDefault };
     if ((!q.srcArray && !q.srcPtr.ptr) || (!q.dstArray && !q.dstPtr.ptr))
         return PV_cudaErrorInvalidValue;
-    return pv_memcpy3d_run(&q, s);
+    return pv_memcpy3d_run(&q, s, async);
 }
 
-PV_API cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p) { return pv_ret(copy3d_peer(p, NULL)); }
+PV_API cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p) { return pv_ret(copy3d_peer(p, NULL, 0)); }
 PV_API cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s)
 {
-    return pv_ret(copy3d_peer(p, s));
+    return pv_ret(copy3d_peer(p, s, 1));
 }
 PV_API cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p) { return cudaMemcpy3DPeer(p); }
 PV_API cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p, cudaStream_t s)

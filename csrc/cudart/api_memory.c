@@ -238,7 +238,7 @@ PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, 
 
 /* ------------------------------------------------------------------------------------------ 3D copies */
 /* Linear memory only here; copies that involve a CUDA array are api_array.c's. */
-cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s, int async)
 {
     if (p->srcArray || p->dstArray)
         return pv_array_copy3d(p, s);
@@ -248,7 +248,7 @@ cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
     const struct cudaPitchedPtr *sp = &p->srcPtr, *dp = &p->dstPtr;
     if (e->depth == 1 && e->height == 1 && !p->srcPos.y && !p->dstPos.y && !p->srcPos.z && !p->dstPos.z)
         return pv_memcpy((char *)dp->ptr + p->dstPos.x, (const char *)sp->ptr + p->srcPos.x, e->width, p->kind, s,
-                         1);
+                         async);
     if ((e->depth > 1 || p->srcPos.z || p->dstPos.z) && (!sp->ysize || !dp->ysize))
         return PV_cudaErrorInvalidValue;
     for (size_t z = 0; z < e->depth; z++) {
@@ -262,7 +262,7 @@ cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
     return PV_SUCCESS;
 }
 
-static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s, int async)
 {
     if (!p)
         return PV_cudaErrorInvalidValue;
@@ -274,13 +274,13 @@ static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s)
     if (pv_capturing(s))
         return capture_copy(s, p);
     cudaError_t err = pv_init_with_stream(s);
-    return err != PV_SUCCESS ? err : pv_memcpy3d_run(p, s);
+    return err != PV_SUCCESS ? err : pv_memcpy3d_run(p, s, async);
 }
 
-PV_API cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return pv_ret(memcpy3d(p, NULL)); }
+PV_API cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return pv_ret(memcpy3d(p, NULL, 0)); }
 PV_API cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t s)
 {
-    return pv_ret(memcpy3d(p, s));
+    return pv_ret(memcpy3d(p, s, 1));
 }
 PV_API cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p) { return cudaMemcpy3D(p); }
 PV_API cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t s)

@@ -116,7 +116,8 @@ void pv_capture_event_forget(cudaEvent_t e);          /* cudaEventDestroy */
 void pv_capture_stream_forget(cudaStream_t s);        /* cudaStreamDestroy */
 
 /* Internal executors shared by the API entry points and graph nodes (no capture checks inside). */
-cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s);
+/* async: cudaMemcpy*Async semantics (a device-to-host copy into pinned memory does not wait). */
+cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s, int async);
 cudaError_t pv_array_copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s);   /* api_array.c */
 struct pv_array *pv_array_of(const void *a);              /* NULL unless a live array */
 int pv_array_info(const void *a, int *dev, uint64_t *remote, struct cudaChannelFormatDesc *desc,

@@ -78,7 +78,7 @@ cudaError_t pv_gnode_run(struct pv_gnode *n, cudaStream_t s)
         return pv_launch_send(&n->p.kernel, remote);
     }
     case PV_cudaGraphNodeTypeMemcpy:
-        return pv_memcpy3d_run(&n->p.copy, s);
+        return pv_memcpy3d_run(&n->p.copy, s, 1);
     case PV_cudaGraphNodeTypeMemset:
         return pv_memset_run(&n->p.memset, s);
     case PV_cudaGraphNodeTypeHost: {

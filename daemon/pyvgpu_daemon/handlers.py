@@ -39,6 +39,7 @@ class Outcome:
     result: Any = None
     payload: bytes = b""
     stdout: bytes | None = None
+    event_times: list[float] | None = None   # the reply's sixth field (event_times.py)
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,12 @@ def memcpy_dtoh(c: Call, src: int, size: int, stream: Any) -> bytes:
         return b""
     c.st.check_range(src, size, "memcpy DtoH source")
     return c.ctx.memcpy_dtoh(src, size, stream)
+
+
+@handler("MEMCPY_DTOH_ASYNC")
+def memcpy_dtoh_async(c: Call, src: int, size: int, stream: Any) -> bytes:
+    # DETACHED: the same copy, but the client does not wait; a failure is latched for its next synchronizing call
+    return memcpy_dtoh(c, src, size, stream)
 
 
 @handler("MEMCPY_DTOD")
@@ -381,17 +388,23 @@ def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> None:
 
 @handler("EVENT_CREATE")
 def event_create(c: Call, flags: int) -> int:
-    return _add_handle(c.st, c.st.events, c.ctx.event_create(flags))
+    ev = c.ctx.event_create(flags)
+    h = _add_handle(c.st, c.st.events, ev)
+    c.st.event_times.created(h, ev)
+    return h
 
 
 @handler("EVENT_DESTROY")
 def event_destroy(c: Call, event: int) -> None:
-    c.ctx.event_destroy(_pop_handle(c.st.events, event, "event"))
+    ev = _pop_handle(c.st.events, event, "event")
+    c.st.event_times.forget(event, ev)
+    c.ctx.event_destroy(ev)
 
 
 @handler("EVENT_RECORD")
 def event_record(c: Call, event: Any, stream: Any) -> None:
     c.ctx.event_record(event, stream)
+    c.st.event_times.recorded(event)         # its time travels with a later reply (event_times.py)
 
 
 @handler("EVENT_SYNC")
@@ -466,7 +479,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if session.closing:
         return None                       # the client is gone: skip queued work, cleanup follows
     st.ops += 1
-    if not fire_and_forget:
+    detached = bool(spec.flags & OpFlag.DETACHED)
+    if not fire_and_forget and not detached:
         st.waited += 1                    # the client waits for this one's reply (a blocking round trip)
     result: Any = None
     out = b""
@@ -496,10 +510,11 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         except Exception:  # noqa: BLE001 - a backend bug must cost one op, not the daemon
             err = ERR_UNKNOWN
             log.exception("%s: %s raised unexpectedly", session.tag(st.ordinal), spec.name)
-    if fire_and_forget:
+    if fire_and_forget or detached:
         if err and not st.deferred:
-            st.deferred = err
-        return None
+            st.deferred = err             # a detached op's failure, too, is the next synchronizing call's
+        if not detached:
+            return None
     stdout = None
     if spec.flags & OpFlag.SYNC:
         if st.deferred:
@@ -508,9 +523,10 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             st.deferred = 0
         if st.ctx is not None:
             stdout = st.ctx.take_stdout() or None
+    times = st.event_times.report(st.ctx)
     if err:
-        return Outcome(err, None, b"", stdout)
-    return Outcome(0, result, out, stdout)
+        return Outcome(err, None, b"", stdout, times)
+    return Outcome(0, result, out, stdout, times)
 
 
 def cleanup(session: Session, st: DeviceState) -> int:

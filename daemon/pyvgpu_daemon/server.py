@@ -420,7 +420,7 @@ class Server:
         if out is None:
             return                       # session is closing
         try:
-            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload)
+            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload, out.event_times)
         except wire.ProtocolError as exc:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
             log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", session.tag(), req_id, exc)
