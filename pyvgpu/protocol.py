@@ -24,6 +24,15 @@ Reply header:    [req_id, err, payload_len, result, stdout_len(, event_times)]
     clock of that device and session where only differences count. A client that has sent exactly `records` records
     of the event answers cudaEventElapsedTime from these times instead of asking (EVENT_ELAPSED): the training step
     of examples/dp_train needs one blocking round trip instead of three.
+Compressed payloads: when the hello negotiated a codec (HELLO_COMPRESS both ways), the bulk payload of an op flagged
+    COMPRESSIBLE (a request's for PAYLOAD_IN ops, the reply's for PAYLOAD_OUT ops) may travel compressed: the
+    header's payload_len is then [wire_len, raw_len, codec] (COMPRESS_CODECS) instead of an integer, and the
+    wire_len payload bytes are blocks, each u32 LE compressed length | u32 LE raw length | bytes, every raw length
+    COMPRESS_BLOCK except the last's, the raw lengths summing to raw_len; a block whose compressed length equals its
+    raw length is stored as is. A receiver never decodes a block into more than its raw length. Whether a payload
+    is compressed is the sender's choice (compress.py, compress.c: only when the link is slow enough for the codec's
+    speed and the data compresses): each side measures the rate at which it receives bulk payloads and tells the
+    other (the client with LINK_RATE, the daemon in a heartbeat notice's result {NOTICE_RATE: bytes/s}).
 Detached requests: an op flagged DETACHED is sent with a req_id but the client does not wait for its reply; the
     reply's payload lands in the client's buffer when it arrives, before any later reply (replies of a device come
     in order, so a later synchronizing reply proves the bytes are there). Its failure is latched like a
@@ -103,6 +112,7 @@ class OpFlag(enum.IntFlag):
     PAYLOAD_OUT = 8  # reply carries a bulk payload
     NO_DEVICE = 16   # first argument is not a device ordinal
     DETACHED = 32    # sent with a req_id, but nobody waits for the reply (see Detached requests above)
+    COMPRESSIBLE = 64  # its bulk payload may travel compressed (see Compressed payloads above)
 
 
 # Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
@@ -154,6 +164,8 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
         raise ValueError(f"op {name}: a device op's first argument is dev:dev")
     if flags & OpFlag.PAYLOAD_OUT and reply != "nil":
         raise ValueError(f"op {name}: a PAYLOAD_OUT op answers with its payload and a nil result")
+    if flags & OpFlag.COMPRESSIBLE and not flags & (OpFlag.PAYLOAD_IN | OpFlag.PAYLOAD_OUT):
+        raise ValueError(f"op {name}: COMPRESSIBLE needs a payload")
     if flags & OpFlag.DETACHED and flags & (OpFlag.ASYNC | OpFlag.SYNC):
         raise ValueError(f"op {name}: a DETACHED op has a reply nobody waits for: neither ASYNC nor SYNC")
     if flags & OpFlag.ASYNC and reply != "nil":
@@ -164,8 +176,8 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
 # Stream arguments that name the device's default stream: NULL, cudaStreamLegacy (1), cudaStreamPerThread (2).
 DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
-A, S, PIN, POUT, ND, DET = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE,
-                            OpFlag.DETACHED)
+A, S, PIN, POUT, ND, DET, Z = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE,
+                               OpFlag.DETACHED, OpFlag.COMPRESSIBLE)
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
@@ -175,13 +187,15 @@ OPS: tuple[OpSpec, ...] = (
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
     op(3, "GOODBYE", "", "nil", ND),
     op(450, "PING", "", "nil", ND | A, "keepalive: proves the client is alive while it has nothing to ask"),
-    op(460, "MEMCPY_DTOH_ASYNC", "dev:dev src:ptr size:size stream:stream", "nil", POUT | DET,
+    op(460, "MEMCPY_DTOH_ASYNC", "dev:dev src:ptr size:size stream:stream", "nil", POUT | DET | Z,
        "cudaMemcpyAsync device-to-host into pinned memory: the bytes travel when the copy ran, nobody waits"),
+    op(461, "LINK_RATE", "rate:u64", "nil", ND | A,
+       "the rate (bytes/s) at which the client receives bulk payloads: the daemon compresses replies by it"),
     op(10, "MEM_GET_INFO", "dev:dev", "u64x2", doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", doc="the device pointer"),
     op(12, "FREE", "dev:dev ptr:ptr", "nil", S),
-    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN),
-    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT),
+    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z),
+    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT | Z),
     op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size stream:stream", "nil", A),
     op(16, "MEMCPY2D_HTOD", "dev:dev dst:ptr dpitch:size width:size height:size stream:stream", "nil", A | PIN,
        "payload: the rows packed"),
@@ -333,6 +347,24 @@ PEER_TICKET_TTL_S = 60.0             # an unfetched ticket is dropped after this
 PEER_CONNECT_TIMEOUT_S = 5.0         # the destination daemon's connect + handshake to the source
 PEER_FETCH_TIMEOUT_S = 60.0          # ... and its whole fetch
 
+# Compressed payloads (see the module docstring). The sender's policy (pyvgpu_daemon/compress.py, csrc/core/compress.c):
+# a payload of at least COMPRESS_MIN_BYTES is compressed with the codec whose predicted time, max(bytes / codec
+# speed, compressed bytes / link rate), is lowest, if that is at most COMPRESS_GAIN of bytes / link rate; ratio and
+# speed come from compressing COMPRESS_SAMPLES pieces of COMPRESS_SAMPLE_BYTES spread over the payload; the link rate
+# is what the receiver reported (nothing reported yet: no compression).
+COMPRESS_CODECS: dict[str, int] = {"lz4": 1, "zstd": 2}   # LZ4 block format; zstd frames (level ZSTD_LEVEL)
+ZSTD_LEVEL = 1
+COMPRESS_BLOCK = 1 << 20
+COMPRESS_MIN_BYTES = 64 << 10
+COMPRESS_SAMPLE_BYTES = 16 << 10
+COMPRESS_SAMPLES = 3
+COMPRESS_GAIN = 0.8
+RATE_SAMPLE_MIN_BYTES = 256 << 10    # payloads at least this large on the wire give a sample of the receive rate
+RATE_REPORT_CHANGE = 0.25            # a receiver reports its rate again when it moved by more than this fraction
+HELLO_COMPRESS = "compress"          # hello (both ways): the codecs a side offers / the ones the daemon accepted
+NOTICE_RATE = "rate"                 # key of a heartbeat notice's result: the daemon's receive rate (bytes/s)
+ENV_COMPRESS = "PYVGPU_COMPRESS"     # client: off | auto (default) | lz4 | zstd (always, for tests and benchmarks)
+
 # Replies' event times and detached requests (see the module docstring).
 MAX_EVENT_TIMES = 1024               # events one reply reports (the rest follow in later replies)
 DETACH_WINDOW_BYTES = 64 << 20       # detached reply bytes a client lets be in flight per connection (= the daemon's
@@ -385,6 +417,7 @@ def shared_keys() -> dict[str, str]:
                  "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
+    keys.update({"HELLO_COMPRESS": HELLO_COMPRESS, "NOTICE_RATE": NOTICE_RATE, "ENV_COMPRESS": ENV_COMPRESS})
     keys["MANAGED_RUNS"] = MANAGED_RUNS
     keys["PEER_TICKET"] = PEER_TICKET
     return keys

@@ -14,8 +14,31 @@
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
 /* ------------------------------------------------------------------------------------------ primitives */
+/* Host-to-device bytes compressed by codec, in frames of PV_COMPRESS_BLOCK raw bytes: the next block compresses
+ * while the one before drains from the socket. A block that does not shrink travels stored (compress.c). */
+static cudaError_t h2d_compressed(struct pv_device *d, int codec, uint64_t dst, const char *src, size_t n,
+                                  uint64_t stream)
+{
+    size_t cap = pv_compress_bound(PV_COMPRESS_BLOCK);
+    char *buf = malloc(cap);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    cudaError_t err = PV_SUCCESS;
+    for (size_t off = 0; off < n && err == PV_SUCCESS; off += PV_COMPRESS_BLOCK) {
+        size_t k = n - off < PV_COMPRESS_BLOCK ? n - off : PV_COMPRESS_BLOCK;
+        size_t z = pv_compress_encode(codec, src + off, k, buf, cap);
+        err = z ? pv_sendz_MEMCPY_HTOD(d, dst + off, stream, buf, z, k, codec) : PV_cudaErrorUnknown;
+    }
+    free(buf);
+    return err;
+}
+
 cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
 {
+    int codec = pv_recording() ? 0 : pv_compress_choose(d->conn->codecs, atomic_load(&d->conn->peer_rx_rate), src,
+                                                           n);
+    if (codec)
+        return h2d_compressed(d, codec, dst, src, n, stream);
     for (size_t off = 0; off < n; off += PV_CHUNK) {
         size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
         cudaError_t err = pv_send_MEMCPY_HTOD(d, dst + off, stream, (const char *)src + off, k);

@@ -104,6 +104,10 @@ struct pv_conn {
     int64_t silence_ms;            /* PYVGPU_REPLY_TIMEOUT_MS: a waiting call gives up after this long unheard */
     int64_t ping_ms;               /* PYVGPU_PING_INTERVAL_MS: keepalive when nothing was sent for this long */
     _Atomic int64_t handshake_deadline_ms;   /* nonzero while connecting */
+    int codecs;                    /* bit (1 << codec): compression the hello negotiated (compress.c) */
+    _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
+    double rx_rate;                /* bytes/s bulk replies arrive at here (reader thread only) */
+    double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
 };
 
 struct pv_reply {
@@ -131,6 +135,9 @@ struct pv_req {
 /* Starts a request on connection c: header [op, req_id, payload_len] for nargs arguments the caller packs next. */
 void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
                   size_t payload_len, void *out, size_t out_cap);
+/* ... its payload compressed by codec (payload_len bytes on the wire, raw_len decoded); codec 0: pv_req_begin. */
+void pv_req_begin_z(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
+                    size_t payload_len, size_t raw_len, int codec, void *out, size_t out_cap);
 /* Sends the request; for a reply request waits for it and fills rep (pv_reply_free after; rep may be NULL).
  * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
@@ -146,7 +153,7 @@ cudaError_t pv_req_detach(struct pv_req *r);
 void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
-void pv_stats_note(int op, int dev, uint64_t bytes, int blocked, int64_t ns);
+void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
 /* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
 struct pv_hello_extra {
     uint64_t pid;
@@ -161,6 +168,20 @@ void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x);
  * first_gpu: the index of the pointer window of the daemon's device 0 (va_base = (first_gpu + 1) * window). */
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err);
 int pv_conn_alive(const struct pv_conn *c);
+
+/* ---- compression of bulk payloads (compress.c; pyvgpu/protocol.py "Compressed payloads") ---- */
+int pv_compress_offer(void);                          /* bit (1 << codec) per codec this process can use */
+int pv_compress_hello_count(void);                    /* hello map entries pv_compress_hello_pack adds */
+void pv_compress_hello_pack(msgpack_packer *pk);
+int pv_compress_accepted(const msgpack_object *hello_result);    /* codecs the daemon accepted (a mask) */
+/* The codec to send n bytes of data with (0: uncompressed), by PYVGPU_COMPRESS and the policy of compress.c. */
+int pv_compress_choose(int negotiated, uint64_t link_bps, const void *data, size_t n);
+size_t pv_compress_bound(size_t n);                   /* wire bytes n raw bytes may take, block headers included */
+/* n bytes → blocks of the wire format in dst (cap bytes); the wire size, 0 when cap is too small. */
+size_t pv_compress_encode(int codec, const void *src, size_t n, void *dst, size_t cap);
+/* A block header (8 bytes) of a payload with `left` raw bytes still to come: 0 and its lengths when well formed. */
+int pv_compress_block_header(const unsigned char hdr[8], size_t left, size_t *clen, size_t *rlen);
+int pv_decompress_block(int codec, const void *src, size_t clen, void *dst, size_t rlen);   /* 0: exactly rlen */
 
 /* ---- hostmap (hostmap.c): devices ---- */
 struct pv_device {
@@ -196,6 +217,10 @@ int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out
  * packs the rest). PV_ERR_UNAVAILABLE when d's connection is gone. */
 cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
                         const void *payload, size_t payload_len, void *out, size_t out_cap);
+/* ... with a payload compressed by codec (payload_len bytes on the wire, raw_len once decoded); codec 0: plain. */
+cudaError_t pv_op_begin_z(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
+                          const void *payload, size_t payload_len, size_t raw_len, int codec, void *out,
+                          size_t out_cap);
 /* Decode a reply's result into *out when err is PV_SUCCESS; free rep; a malformed result is logged and becomes
  * cudaErrorUnknown. They return the call's error. */
 cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t *out);

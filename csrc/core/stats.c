@@ -1,6 +1,7 @@
 /* Request statistics of this process (PYVGPU_STATS, `pyvgpu run --stats`): per op the requests sent, the bulk bytes
- * they moved (request payload + reply payload), how many of them blocked the calling thread on a reply (a blocking
- * round trip) and for how long. On a network it is the blocked calls that decide a program's speed: each costs at
+ * they moved on the wire (request payload + reply payload, compressed where they were), how many of them blocked the
+ * calling thread on a reply (a blocking round trip; for a detached request, a wait for room in its window) and for
+ * how long. On a network it is the blocked calls that decide a program's speed: each costs at
  * least one round-trip time, whatever the link's bandwidth.
  *
  * Always compiled in: a few relaxed atomic adds per request, next to a syscall. The table is printed at exit when
@@ -31,14 +32,14 @@ int64_t pv_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void pv_stats_note(int op, int dev, uint64_t bytes, int blocked, int64_t ns)
+void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns)
 {
     struct op_stats *s[2] = { op > 0 && op < PV_OP_TABLE_SIZE ? &op_stats[op] : NULL,
                               dev >= 0 && dev < PV_MAX_DEVICES ? &dev_stats[dev] : NULL };
     for (int i = 0; i < 2; i++) {
         if (!s[i])
             continue;
-        atomic_fetch_add_explicit(&s[i]->calls, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s[i]->calls, (uint64_t)calls, memory_order_relaxed);
         atomic_fetch_add_explicit(&s[i]->bytes, bytes, memory_order_relaxed);
         if (blocked) {
             atomic_fetch_add_explicit(&s[i]->blocked, 1, memory_order_relaxed);

@@ -31,6 +31,8 @@ struct pv_pending {
     void *out;
     size_t out_cap;
     struct pv_device *dev;         /* the device the request went to (event times in its reply are that device's) */
+    int op;                        /* its op (statistics of detached requests) */
+    size_t wire_len;               /* reply payload bytes on the wire (compressed or not) */
     int detached;                  /* nobody waits: heap-allocated, freed by whoever completes it (pv_req_detach) */
     pthread_cond_t cv;
     struct pv_pending *next;
@@ -220,13 +222,96 @@ static int conn_tick(void *arg)
 /* A notice (req_id 0): a heartbeat, or the daemon ending the session. 0: carry on; -1: the session is over. */
 static int notice(struct pv_conn *c, int64_t err, const msgpack_object *result)
 {
-    if (err == 0)
+    if (err == 0) {
+        uint64_t rate;
+        const msgpack_object *r = pv_map_get(result, PV_KEY_NOTICE_RATE);
+        if (r && pv_obj_u64(r, &rate) == 0)
+            atomic_store(&c->peer_rx_rate, rate);   /* the daemon's receive rate: compression decides by it */
         return 0;
+    }
     char reason[256] = "no reason given", why[320];
     (void)pv_obj_str(result, reason, sizeof reason);
     snprintf(why, sizeof why, "the daemon ended the session: %s", reason);
     conn_fail(c, why);
     return -1;
+}
+
+/* A header's payload length: an integer, or [wire_len, raw_len, codec] for a compressed payload (protocol.py). 0 ok. */
+static int payload_field(const struct pv_conn *c, const msgpack_object *o, uint64_t *wire, uint64_t *raw, int *codec)
+{
+    *codec = 0;
+    if (pv_obj_u64(o, wire) == 0) {
+        *raw = *wire;
+        return 0;
+    }
+    uint64_t cd;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 || pv_obj_u64(&o->via.array.ptr[0], wire) != 0 ||
+        pv_obj_u64(&o->via.array.ptr[1], raw) != 0 || pv_obj_u64(&o->via.array.ptr[2], &cd) != 0 || cd > 30 ||
+        !(c->codecs & (1 << cd)) || *raw == 0 ||
+        *wire > *raw + 8 * ((*raw + PV_COMPRESS_BLOCK - 1) / PV_COMPRESS_BLOCK))
+        return -1;
+    *codec = (int)cd;
+    return 0;
+}
+
+/* Reads a compressed payload (wire bytes of blocks) into out, raw bytes; -1 when the stream fails, -2 malformed. */
+static int read_compressed(struct pv_conn *c, int codec, uint64_t wire, char *out, uint64_t raw)
+{
+    char *block = malloc(PV_COMPRESS_BLOCK);
+    if (!block)
+        return -1;
+    uint64_t off = 0, got = 0;
+    int rc = 0;
+    while (rc == 0 && off < raw) {
+        unsigned char hdr[8];
+        size_t clen, rlen;
+        if (got + 8 > wire || pv_io_read(&c->io, hdr, 8) != 0) {
+            rc = got + 8 > wire ? -2 : -1;
+            break;
+        }
+        got += 8;
+        if (pv_compress_block_header(hdr, (size_t)(raw - off), &clen, &rlen) != 0 || got + clen > wire) {
+            rc = -2;
+            break;
+        }
+        if (pv_io_read(&c->io, block, clen) != 0) {
+            rc = -1;
+            break;
+        }
+        got += clen;
+        if (pv_decompress_block(codec, block, clen, out + off, rlen) != 0)
+            rc = -2;
+        off += rlen;
+    }
+    if (rc == 0 && got != wire)
+        rc = -2;
+    free(block);
+    return rc;
+}
+
+/* A bulk reply arrived at nbytes / ns: the daemon compresses its replies by this rate (LINK_RATE, sent from the
+ * reader thread when the send lock is free and the rate moved by more than PV_RATE_REPORT_CHANGE). */
+static void rate_sample(struct pv_conn *c, uint64_t nbytes, int64_t ns)
+{
+    if (!c->codecs || ns <= 0 || nbytes < PV_RATE_SAMPLE_MIN_BYTES)
+        return;
+    double rate = (double)nbytes * 1e9 / (double)ns;
+    c->rx_rate = c->rx_rate > 0 ? 0.5 * c->rx_rate + 0.5 * rate : rate;
+    double last = c->rx_reported;
+    if (last > 0 && c->rx_rate < last * (1 + PV_RATE_REPORT_CHANGE) && c->rx_rate > last * (1 - PV_RATE_REPORT_CHANGE))
+        return;
+    if (pthread_mutex_trylock(&c->send_mu) != 0)
+        return;                    /* a frame is on its way: report with a later sample */
+    if (!atomic_load(&c->dead) && pv_io_writable(&c->io)) {
+        struct pv_req r;
+        pv_req_begin(&r, c, PV_OP_LINK_RATE, PV_OP_LINK_RATE_NARGS, 0, NULL, 0, NULL, 0);
+        msgpack_pack_uint64(&r.pk, (uint64_t)c->rx_rate);
+        pv_seal_frame(&r.sb);
+        if (pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0) == 0)
+            c->rx_reported = c->rx_rate;
+        msgpack_sbuffer_destroy(&r.sb);
+    }
+    pthread_mutex_unlock(&c->send_mu);
 }
 
 /* A reply's sixth field (protocol v3): times of events of the request's device (pv_event_times_apply). */
@@ -246,6 +331,7 @@ static void complete(struct pv_conn *c, struct pv_pending *p, msgpack_unpacked m
     c->receiving = 0;
     c->current = NULL;
     if (p->detached) {
+        pv_stats_note(p->op, p->dev ? p->dev->index : -1, 1, p->wire_len, 0, 0);
         c->detached_n--;
         c->detached_bytes -= p->out_cap;
         pthread_cond_broadcast(&c->detached_cv);
@@ -277,11 +363,13 @@ static void *reader_main(void *arg)
             return NULL;
         }
         const msgpack_object *h = &msg.data;
-        uint64_t id, plen, olen;
+        uint64_t id, plen, rawlen, olen;
         int64_t err;
-        const msgpack_object *ev = reply_events(h);
+        int codec = 0;
+        const msgpack_object *ev = (h->via.array.size == 5 || h->via.array.size == 6) ? reply_events(h) : NULL;
         if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
-            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 ||
+            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
+            payload_field(c, &h->via.array.ptr[2], &plen, &rawlen, &codec) != 0 ||
             pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES ||
             (ev && ev->type != MSGPACK_OBJECT_ARRAY)) {
             msgpack_unpacked_destroy(&msg);
@@ -311,14 +399,19 @@ static void *reader_main(void *arg)
         }
         pthread_mutex_unlock(&c->mu);
         int io = 0;
+        int64_t t0 = pv_now_ns();
         if (plen) {
-            if (p && p->out && plen <= p->out_cap) {
-                io = pv_io_read(&c->io, p->out, (size_t)plen);
+            if (p && p->out && rawlen <= p->out_cap) {
+                io = codec ? read_compressed(c, codec, plen, p->out, rawlen)
+                           : pv_io_read(&c->io, p->out, (size_t)plen);
                 if (io == 0)
-                    p->rep.payload_len = (size_t)plen;
+                    p->rep.payload_len = (size_t)rawlen;
+                p->wire_len = (size_t)plen;
             } else {
                 io = relay(c, plen, NULL);
             }
+            if (io == 0)
+                rate_sample(c, plen, pv_now_ns() - t0);
         }
         if (io == 0 && olen)
             io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
@@ -331,7 +424,8 @@ static void *reader_main(void *arg)
             complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
         }
         if (io) {
-            conn_fail(c, "connection closed inside a reply payload");
+            conn_fail(c, io == -2 ? "malformed compressed reply payload"
+                                  : "connection closed inside a reply payload");
             return NULL;
         }
     }
@@ -351,6 +445,12 @@ void pv_reply_free(struct pv_reply *rep)
 void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply,
                   const void *payload, size_t payload_len, void *out, size_t out_cap)
 {
+    pv_req_begin_z(r, c, op, nargs, want_reply, payload, payload_len, 0, 0, out, out_cap);
+}
+
+void pv_req_begin_z(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
+                    size_t payload_len, size_t raw_len, int codec, void *out, size_t out_cap)
+{
     r->conn = c;
     r->op = op;
     r->dev = NULL;
@@ -365,7 +465,14 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
     msgpack_pack_array(&r->pk, (size_t)(3 + nargs));
     msgpack_pack_int(&r->pk, op);
     msgpack_pack_uint64(&r->pk, r->req_id);
-    msgpack_pack_uint64(&r->pk, payload_len);
+    if (codec) {
+        msgpack_pack_array(&r->pk, 3);             /* a compressed payload: [wire_len, raw_len, codec] */
+        msgpack_pack_uint64(&r->pk, payload_len);
+        msgpack_pack_uint64(&r->pk, raw_len);
+        msgpack_pack_int(&r->pk, codec);
+    } else {
+        msgpack_pack_uint64(&r->pk, payload_len);
+    }
 }
 
 static cudaError_t send_frame(struct pv_req *r)
@@ -416,7 +523,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     if (r->req_id == 0) {
         err = send_frame(r);
         msgpack_sbuffer_destroy(&r->sb);
-        pv_stats_note(r->op, dev_index(r), r->payload_len, 0, 0);
+        pv_stats_note(r->op, dev_index(r), 1, r->payload_len, 0, 0);
         return err;
     }
     struct pv_pending p;
@@ -445,7 +552,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     pthread_mutex_lock(&c->mu);
     wait_done(c, &p.cv, &p.done);
     pthread_mutex_unlock(&c->mu);
-    pv_stats_note(r->op, dev_index(r), r->payload_len + p.rep.payload_len, 1, pv_now_ns() - t0);
+    pv_stats_note(r->op, dev_index(r), 1, r->payload_len + p.wire_len, 1, pv_now_ns() - t0);
     pthread_cond_destroy(&p.cv);
     err = p.err;
     if (rep) {
@@ -471,6 +578,7 @@ cudaError_t pv_req_detach(struct pv_req *r)
     p->out = r->out;
     p->out_cap = r->out_cap;
     p->dev = r->dev;
+    p->op = r->op;
     p->detached = 1;
     int64_t t0 = pv_now_ns();
     int waited = 0;
@@ -501,7 +609,8 @@ cudaError_t pv_req_detach(struct pv_req *r)
     pthread_mutex_unlock(&c->mu);
     cudaError_t err = send_frame(r);   /* a failure ends the connection, which frees p */
     msgpack_sbuffer_destroy(&r->sb);
-    pv_stats_note(r->op, dev_index(r), r->out_cap, waited, waited ? pv_now_ns() - t0 : 0);
+    if (waited)                   /* the call itself is counted when its reply completes it */
+        pv_stats_note(r->op, dev_index(r), 0, 0, 1, pv_now_ns() - t0);
     return err;
 }
 
@@ -648,7 +757,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_hello_extra_read(&extra);
     struct pv_req r;
     pv_req_begin(&r, c, PV_OP_HELLO, PV_OP_HELLO_NARGS, 1, NULL, 0, NULL, 0);
-    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra));
+    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra) + pv_compress_hello_count());
     pv_pack_str(&r.pk, PV_KEY_HELLO_VERSION);
     msgpack_pack_int(&r.pk, PV_PROTOCOL_VERSION);
     pv_pack_str(&r.pk, PV_KEY_HELLO_PROOF);
@@ -661,6 +770,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_pack_str(&r.pk, PV_KEY_HELLO_VA_BASE);
     msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
     pv_hello_extra_pack(&r.pk, &extra);
+    pv_compress_hello_pack(&r.pk);
     /* the reader thread is not running yet: send and read the reply inline */
     pv_seal_frame(&r.sb);
     int wrc = pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0);
@@ -705,6 +815,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
         pv_reply_free(hello);
         return err ? (cudaError_t)err : PV_ERR_UNAVAILABLE;
     }
+    c->codecs = pv_compress_accepted(hello->result);
     return PV_SUCCESS;
 }
 
@@ -742,6 +853,7 @@ struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct p
     atomic_init(&c->sending, 0);
     atomic_init(&c->reader_started, 0);
     atomic_init(&c->busy_since_ms, pv_now_ms());
+    atomic_init(&c->peer_rx_rate, 0);
     atomic_init(&c->handshake_deadline_ms, pv_now_ms() + env_int("PYVGPU_HANDSHAKE_TIMEOUT_MS", 10000));
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);

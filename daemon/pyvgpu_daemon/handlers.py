@@ -21,6 +21,7 @@ from typing import Any, Callable
 from pyvgpu import protocol as P
 from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
+from pyvgpu_daemon.compress import Compressed, compress_reply
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, destroy_blas_handles, release_device
 
@@ -40,6 +41,8 @@ class Outcome:
     payload: bytes = b""
     stdout: bytes | None = None
     event_times: list[float] | None = None   # the reply's sixth field (event_times.py)
+    raw_len: int = 0                         # payload compressed by `codec` (compress.py); raw_len: its size
+    codec: int = 0
 
 
 @dataclass(frozen=True)
@@ -493,6 +496,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
                 if st.lane is not None:
                     st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+            if isinstance(payload, Compressed):
+                payload = payload.decode()            # on this worker, never on the loop (compress.py)
             st.bytes_htod += len(payload)
             ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
             if spec.flags & OpFlag.PAYLOAD_OUT:
@@ -526,6 +531,10 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     times = st.event_times.report(st.ctx)
     if err:
         return Outcome(err, None, b"", stdout, times)
+    if session.codecs and spec.flags & OpFlag.COMPRESSIBLE and len(out):
+        wire_out, codec = compress_reply(out, session.peer_rate, session.codecs)
+        if codec:
+            return Outcome(0, result, wire_out, stdout, times, len(out), codec)
     return Outcome(0, result, out, stdout, times)
 
 

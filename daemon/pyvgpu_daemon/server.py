@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyvgpu import auth, wire
-from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES, HELLO_REPLY_BACKEND,
-                             HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
-                             VA_WINDOW_BYTES, OpFlag, OpSpec)
-from pyvgpu_daemon import handlers
+from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
+                             HELLO_COMPRESS, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
+                             NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
+                             RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpFlag, OpSpec)
+from pyvgpu_daemon import compress, handlers
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
 from pyvgpu_daemon.peer import PeerHub
@@ -63,6 +64,7 @@ class ServerConfig:
     sharing: SharingConfig = field(default_factory=SharingConfig)
     metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
     metrics_host: str | None = None  # default: the daemon's own address
+    compress: bool = True            # offer compression of bulk payloads (compress.py)
 
 
 @dataclass
@@ -73,6 +75,8 @@ class Link:
     outstanding: int = 0             # requests whose reply is not written yet
     reply_owed: int = 0              # payload bytes of those replies
     oversize: bool = False           # holds the daemon-wide slot for a frame above the session queue bound
+    rx_rate: float = 0.0             # bytes/s bulk payloads arrive at (compress.py's link rate for the client)
+    rx_reported: float = 0.0         # the rate last told to the client
 
     def queued_jobs(self) -> int:
         return sum(st.worker.pending for st in self.session.devices.values())
@@ -264,6 +268,10 @@ class Server:
             raise SessionEnd(msg)
         result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
                   HELLO_REPLY_SESSION: session.id}
+        codecs = compress.accept(hello.fields.get(HELLO_COMPRESS), self.config.compress)
+        if codecs:
+            session.codecs = tuple(COMPRESS_CODECS[n] for n in codecs)
+            result[HELLO_COMPRESS] = codecs
         stream.writelines(wire.encode_reply(req.req_id, 0, result))
 
     async def _reply_and_close(self, stream: FrameStream, req_id: int, err: int, msg: str) -> None:
@@ -287,7 +295,7 @@ class Server:
             spec = OP_BY_CODE.get(req.op)
             if spec is None:
                 raise SessionEnd(f"unknown op {req.op}")
-            self._check_shape(spec, req, max_payload)
+            self._check_shape(spec, req, max_payload, link.session.codecs)
             if spec.flags & OpFlag.NO_DEVICE:
                 if spec.name == "STATUS":
                     stream.writelines(wire.encode_reply(req.req_id, 0, self.status(link.session)))
@@ -297,6 +305,11 @@ class Server:
                 elif spec.name == "PING":
                     if req.req_id:
                         stream.writelines(wire.encode_reply(req.req_id, 0, None))
+                elif spec.name == "LINK_RATE":
+                    rate = req.args[0]
+                    if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
+                        raise SessionEnd(f"LINK_RATE of {rate!r:.40}")
+                    link.session.peer_rate = float(rate)
                 elif spec.name == "PEER_FETCH":
                     data = self.hub.take(req.args[0])      # in memory already: answered on the loop
                     stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
@@ -305,21 +318,41 @@ class Server:
                     raise SessionEnd(f"{spec.name} after the handshake")
                 continue
             need = reply_bytes(spec, req.args)
-            await self._admit_request(link, hsize + req.payload_len)
+            await self._admit_request(link, hsize + req.size)       # a compressed payload counts as decoded
             await self._wait_replies_read(link, need)
-            payload = await stream.read_payload(req.payload_len, b.payload_deadline_s(req.payload_len))
-            self._dispatch(link, spec, req, payload, hsize + req.payload_len, need)
+            t0 = time.perf_counter()
+            payload: Any = await stream.read_payload(req.payload_len, b.payload_deadline_s(req.payload_len))
+            if req.payload_len >= RATE_SAMPLE_MIN_BYTES:
+                self._rate_sample(link, req.payload_len, time.perf_counter() - t0)
+            if req.codec:
+                compress.check_blocks(payload, req.raw_len)
+                payload = compress.Compressed(req.codec, req.raw_len, payload)
+            self._dispatch(link, spec, req, payload, hsize + req.size, need)
 
     @staticmethod
-    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
+    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int, codecs: tuple[int, ...] = ()) -> None:
         if len(req.args) != len(spec.args):
             raise SessionEnd(f"{spec.name} with {len(req.args)} args, spec has {len(spec.args)}")
         if req.payload_len and not spec.flags & OpFlag.PAYLOAD_IN:
             raise SessionEnd(f"{spec.name} carries a {req.payload_len}-byte payload it does not take")
-        if req.payload_len > max_payload:
-            raise SessionEnd(f"{spec.name} payload of {req.payload_len} bytes exceeds device memory")
+        if req.size > max_payload:
+            raise SessionEnd(f"{spec.name} payload of {req.size} bytes exceeds device memory")
+        if req.codec and (req.codec not in codecs or not spec.flags & OpFlag.COMPRESSIBLE):
+            raise SessionEnd(f"{spec.name} with a payload compressed by codec {req.codec}, not negotiated for it")
         if req.req_id == 0 and not spec.flags & OpFlag.ASYNC:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
+
+    def _rate_sample(self, link: Link, nbytes: int, seconds: float) -> None:
+        """A bulk payload arrived at nbytes / seconds: the client learns the rate (a heartbeat notice's result) when
+        it moved by more than RATE_REPORT_CHANGE, and compresses by it (compress.c)."""
+        if seconds <= 0 or not link.session.codecs:
+            return
+        rate = nbytes / seconds
+        link.rx_rate = rate if not link.rx_rate else 0.5 * link.rx_rate + 0.5 * rate
+        last = link.rx_reported
+        if not last or abs(link.rx_rate - last) > RATE_REPORT_CHANGE * last:
+            link.rx_reported = link.rx_rate
+            link.stream.writelines(wire.encode_notice(0, info={NOTICE_RATE: int(link.rx_rate)}))
 
     # ------------------------------------------------------------------ flow control
     async def _admit_request(self, link: Link, nbytes: int) -> None:
@@ -420,7 +453,8 @@ class Server:
         if out is None:
             return                       # session is closing
         try:
-            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload, out.event_times)
+            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload, out.event_times,
+                                      out.raw_len, out.codec)
         except wire.ProtocolError as exc:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
             log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", session.tag(), req_id, exc)

@@ -223,6 +223,8 @@ class Session:
     devices: dict[int, DeviceState] = field(default_factory=dict)
     closing: bool = False       # set when the connection ends: queued jobs are skipped, cleanup runs
     hub: PeerHub = field(default_factory=PeerHub)    # the daemon's peer-copy tickets (shared by its sessions)
+    codecs: tuple[int, ...] = ()         # compression codecs the hello negotiated (compress.py)
+    peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")
