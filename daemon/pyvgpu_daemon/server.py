@@ -28,7 +28,7 @@ from pyvgpu import auth, wire
 from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES, HELLO_REPLY_BACKEND,
                              HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
                              VA_WINDOW_BYTES, OpFlag, OpSpec)
-from pyvgpu_daemon import handlers
+from pyvgpu_daemon import fastpath, handlers
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
 from pyvgpu_daemon.peer import PeerHub
@@ -73,6 +73,7 @@ class Link:
     outstanding: int = 0             # requests whose reply is not written yet
     reply_owed: int = 0              # payload bytes of those replies
     oversize: bool = False           # holds the daemon-wide slot for a frame above the session queue bound
+    sending_device_memory: bool = False   # a reply sent from device memory may still be partly unsent (fastpath)
 
     def queued_jobs(self) -> int:
         return sum(st.worker.pending for st in self.session.devices.values())
@@ -288,6 +289,11 @@ class Server:
             if spec is None:
                 raise SessionEnd(f"unknown op {req.op}")
             self._check_shape(spec, req, max_payload)
+            if link.sending_device_memory:
+                # nothing of this session runs until the device bytes of that reply are on their way (fastpath.py)
+                if stream.write_paused:
+                    await self._until(link, stream.drain())
+                link.sending_device_memory = False
             if spec.flags & OpFlag.NO_DEVICE:
                 if spec.name == "STATUS":
                     stream.writelines(wire.encode_reply(req.req_id, 0, self.status(link.session)))
@@ -307,8 +313,33 @@ class Server:
             need = reply_bytes(spec, req.args)
             await self._admit_request(link, hsize + req.payload_len)
             await self._wait_replies_read(link, need)
+            if req.payload_len >= fastpath.LANDING_MIN and await self._land(link, spec, req):
+                continue
             payload = await stream.read_payload(req.payload_len, b.payload_deadline_s(req.payload_len))
             self._dispatch(link, spec, req, payload, hsize + req.payload_len, need)
+
+    async def _land(self, link: Link, spec: OpSpec, req: wire.Request) -> bool:
+        """Receive a host-to-device copy straight into device memory when its device is idle (fastpath.landing).
+        → False when the request must take the ordinary path (nothing was read)."""
+        st = self._idle_device(link, req)
+        view = fastpath.landing(st, spec, req.args, req.payload_len) if st is not None else None
+        if view is None:
+            return False
+        assert st is not None
+        t0 = time.perf_counter()
+        try:
+            await link.stream.read_payload_into(view, self.bounds.payload_deadline_s(req.payload_len))
+        finally:
+            self._release_oversize(link)
+        fastpath.landed(st, spec, req.args, req.payload_len, t0)
+        if req.req_id:
+            self._write_outcome(link, req.req_id, handlers.Outcome(0))
+        return True
+
+    def _idle_device(self, link: Link, req: wire.Request) -> Any:
+        """The session's state of the request's device, when it exists already (else None)."""
+        dev = req.args[0]
+        return link.session.devices.get(dev) if type(dev) is int else None
 
     @staticmethod
     def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
@@ -389,43 +420,62 @@ class Server:
             self._release_oversize(link)
             return
         st = session.device(dev, asyncio.get_running_loop())
-        fut = st.worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload,
-                               req.req_id == 0, nbytes=nbytes, tag=(spec.code, req.args, len(payload)))
+        worker = st.worker
+        tag = (spec.code, req.args, len(payload))
+        req_id = req.req_id
+        if req_id == 0:
+            if link.oversize:
+                fut = worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
+                                    nbytes=nbytes, tag=tag)
+                fut.add_done_callback(lambda _f: self._release_oversize(link))
+            else:
+                worker.post(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
+                            nbytes=nbytes, tag=tag)
+            return
+        if not link.oversize and worker.idle and not worker.pending:
+            parts = fastpath.reply_from_device(st, spec, req_id, req.args)
+            if parts is not None:
+                stream.writelines(parts)
+                link.sending_device_memory = stream.write_paused
+                return
+            out = fastpath.answer(session, st, self.backend, spec, req.args, payload)
+            if out is not None:
+                self._write_outcome(link, req_id, out)
+                return
+        link.outstanding += 1
+        link.reply_owed += need
         if link.oversize:
-            fut.add_done_callback(lambda _f: self._release_oversize(link))
-        if req.req_id:
-            link.outstanding += 1
-            link.reply_owed += need
-            fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(link, rid, need, f))
+            worker.call(lambda result, exc: (self._release_oversize(link), self._send_outcome(link, req_id, need,
+                                                                                               result, exc)),
+                        handlers.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
+                        tag=tag)
         else:
-            fut.add_done_callback(self._swallow)
+            worker.call(lambda result, exc: self._send_outcome(link, req_id, need, result, exc),
+                        handlers.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
+                        tag=tag)
 
-    @staticmethod
-    def _swallow(fut: asyncio.Future[Any]) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
-            log.error("fire-and-forget job raised: %r", fut.exception())
-
-    def _send_outcome(self, link: Link, req_id: int, need: int, fut: asyncio.Future[Any]) -> None:
+    def _send_outcome(self, link: Link, req_id: int, need: int, out: handlers.Outcome | None,
+                      exc: BaseException | None) -> None:
+        """A worker's answer to request req_id (called on the loop when the job is handed back)."""
         link.outstanding -= 1
         link.reply_owed -= need
-        session, stream = link.session, link.stream
-        if fut.cancelled() or stream.is_closing():
+        if link.stream.is_closing():
             return
-        exc = fut.exception()
         if exc is not None:
-            log.error("%s: job raised %r", session.tag(), exc)
-            stream.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
+            log.error("%s: job raised %r", link.session.tag(), exc)
+            link.stream.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
             return
-        out: handlers.Outcome | None = fut.result()
-        if out is None:
-            return                       # session is closing
+        if out is not None:              # None: the session is closing
+            self._write_outcome(link, req_id, out)
+
+    def _write_outcome(self, link: Link, req_id: int, out: handlers.Outcome) -> None:
         try:
             parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload)
         except wire.ProtocolError as exc:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
-            log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", session.tag(), req_id, exc)
+            log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", link.session.tag(), req_id, exc)
             parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
-        stream.writelines(parts)
+        link.stream.writelines(parts)
 
     async def _heartbeats(self) -> None:
         """Every session with work in flight hears from the daemon at least every heartbeat_s."""

@@ -39,6 +39,9 @@ class FrameStream(asyncio.BufferedProtocol):
     SCRATCH_KEEP = 256 << 10          # a scratch buffer grown past this is dropped once empty
     DIRECT_MIN = 64 << 10             # reads at least this large go straight into their own buffer
     PAUSE_AT = 8 << 20                # unconsumed scratch bytes before the socket stops being read
+    WRITE_HIGH = 64 << 10             # unsent reply bytes above which the writer counts as paused; it resumes only
+                                      # once everything is sent (low water 0), so drain() means "all sent" (a reply
+                                      # sent straight from device memory relies on it: server.py)
 
     def __init__(self, on_connect: Any) -> None:
         self._on_connect = on_connect
@@ -60,6 +63,7 @@ class FrameStream(asyncio.BufferedProtocol):
     # -- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=self.WRITE_HIGH, low=0)
         self.closed = asyncio.get_running_loop().create_future()
         self._on_connect(self)
 
@@ -172,6 +176,13 @@ class FrameStream(asyncio.BufferedProtocol):
 
     async def _read_direct(self, n: int, deadline: float | None) -> memoryview:
         out = memoryview(np.empty(n, dtype=np.uint8)).cast("B")
+        await self._read_into(out, deadline)
+        return out
+
+    async def _read_into(self, out: memoryview, deadline: float | None) -> None:
+        """Fill `out` (a writable byte view) from the stream: what is buffered is copied, the rest the transport
+        writes into it directly."""
+        n = len(out)
         have = min(n, self._buffered())
         out[:have] = self._buf[self._lo:self._lo + have]
         self._take(have)
@@ -184,7 +195,6 @@ class FrameStream(asyncio.BufferedProtocol):
                     await self._wait(deadline)
             finally:
                 self._target = None
-        return out
 
     async def read_header(self, idle_s: float | None, frame_s: float) -> tuple[list[Any], int] | None:
         """The next frame's header and its size in bytes, or None on a clean EOF before a frame starts.
@@ -221,6 +231,16 @@ class FrameStream(asyncio.BufferedProtocol):
         except TimeoutError:
             raise StreamTimeout(f"{n}-byte payload not complete within {within_s:.0f} s (too slow)") from None
 
+    async def read_payload_into(self, out: memoryview, within_s: float) -> None:
+        """read_payload into a buffer of the caller's (device memory: server.py), same errors."""
+        try:
+            await self._read_into(out, asyncio.get_running_loop().time() + within_s)
+        except asyncio.IncompleteReadError as exc:
+            raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {len(out)} payload bytes") \
+                from None
+        except TimeoutError:
+            raise StreamTimeout(f"{len(out)}-byte payload not complete within {within_s:.0f} s (too slow)") from None
+
     # -- writer side
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self.transport.get_extra_info(name, default) if self.transport is not None else default
@@ -238,6 +258,11 @@ class FrameStream(asyncio.BufferedProtocol):
             fut = asyncio.get_running_loop().create_future()
             self._drain_waiters.append(fut)
             await fut
+
+    @property
+    def write_paused(self) -> bool:
+        """More than WRITE_HIGH bytes were left unsent; stays True until everything is sent."""
+        return self._write_paused
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
