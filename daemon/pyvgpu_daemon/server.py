@@ -43,6 +43,11 @@ OP_HELLO = OP_BY_NAME["HELLO"].code
 ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
 POLL_S = 0.02                        # re-check interval while waiting for a client to read its replies
+# Flag tests per op code as set lookups (an enum.Flag `&` costs about a microsecond on the per-frame path).
+_NO_DEVICE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.NO_DEVICE)
+_PAYLOAD_IN = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_IN)
+_PAYLOAD_OUT = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_OUT)
+_ASYNC = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.ASYNC)
 
 
 class SessionEnd(Exception):
@@ -279,10 +284,15 @@ class Server:
         stream = link.stream
         max_payload = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
         while True:
-            await self._wait_replies_read(link, 0)
-            got = await stream.read_header(b.idle_timeout_s, b.frame_timeout_s)
+            # The per-frame path: a client floods small frames through here. Checks that usually pass are made
+            # inline and only their waits are awaited (an await of a coroutine costs even when it does not wait).
+            if link.reply_owed or stream.write_buffer_size():
+                await self._wait_replies_read(link, 0)
+            got = stream.header_now()
             if got is None:
-                return "client closed the connection"
+                got = await stream.read_header(b.idle_timeout_s, b.frame_timeout_s)
+                if got is None:
+                    return "client closed the connection"
             header, hsize = got
             req = wire.parse_request(header)
             spec = OP_BY_CODE.get(req.op)
@@ -290,11 +300,8 @@ class Server:
                 raise SessionEnd(f"unknown op {req.op}")
             self._check_shape(spec, req, max_payload)
             if link.sending_device_memory:
-                # nothing of this session runs until the device bytes of that reply are on their way (fastpath.py)
-                if stream.write_paused:
-                    await self._until(link, stream.drain())
-                link.sending_device_memory = False
-            if spec.flags & OpFlag.NO_DEVICE:
+                await self._wait_sent(link)
+            if spec.code in _NO_DEVICE:
                 if spec.name == "STATUS":
                     stream.writelines(wire.encode_reply(req.req_id, 0, self.status(link.session)))
                 elif spec.name == "GOODBYE":
@@ -310,13 +317,19 @@ class Server:
                 else:
                     raise SessionEnd(f"{spec.name} after the handshake")
                 continue
-            need = reply_bytes(spec, req.args)
-            await self._admit_request(link, hsize + req.payload_len)
-            await self._wait_replies_read(link, need)
-            if req.payload_len >= fastpath.LANDING_MIN and await self._land(link, spec, req):
+            plen = req.payload_len
+            nbytes = hsize + plen
+            need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0
+            if not self._room(link, nbytes):
+                await self._admit_request(link, nbytes)
+            if need or link.reply_owed or stream.write_buffer_size():
+                await self._wait_replies_read(link, need)
+            if plen >= fastpath.LANDING_MIN and await self._land(link, spec, req):
                 continue
-            payload = await stream.read_payload(req.payload_len, b.payload_deadline_s(req.payload_len))
-            self._dispatch(link, spec, req, payload, hsize + req.payload_len, need)
+            payload = stream.payload_now(plen) if plen else b""
+            if payload is None:
+                payload = await stream.read_payload(plen, b.payload_deadline_s(plen))
+            self._dispatch(link, spec, req, payload, nbytes, need)
 
     async def _land(self, link: Link, spec: OpSpec, req: wire.Request) -> bool:
         """Receive a host-to-device copy straight into device memory when its device is idle (fastpath.landing).
@@ -345,14 +358,26 @@ class Server:
     def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
         if len(req.args) != len(spec.args):
             raise SessionEnd(f"{spec.name} with {len(req.args)} args, spec has {len(spec.args)}")
-        if req.payload_len and not spec.flags & OpFlag.PAYLOAD_IN:
+        if req.payload_len and spec.code not in _PAYLOAD_IN:
             raise SessionEnd(f"{spec.name} carries a {req.payload_len}-byte payload it does not take")
         if req.payload_len > max_payload:
             raise SessionEnd(f"{spec.name} payload of {req.payload_len} bytes exceeds device memory")
-        if req.req_id == 0 and not spec.flags & OpFlag.ASYNC:
+        if req.req_id == 0 and spec.code not in _ASYNC:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
 
     # ------------------------------------------------------------------ flow control
+    def _room(self, link: Link, nbytes: int) -> bool:
+        """_admit_request would not wait (the usual case, tested without a coroutine)."""
+        b = self.bounds
+        if nbytes > b.session_queue_bytes:
+            return False
+        jobs = queued = 0
+        for st in link.session.devices.values():
+            w = st.worker
+            jobs += w.pending
+            queued += w.pending_bytes
+        return not (queued + nbytes > b.session_queue_bytes and queued) and jobs < b.session_queue_jobs
+
     async def _admit_request(self, link: Link, nbytes: int) -> None:
         """Room in the session's request queue for nbytes more, waiting for its devices if needed. A frame larger
         than the whole queue bound waits for an empty queue and for the daemon-wide oversize slot."""
@@ -409,17 +434,33 @@ class Server:
             last = owed if last is None else min(last, owed)
             await asyncio.sleep(POLL_S)
 
+    async def _wait_sent(self, link: Link) -> None:
+        """Nothing of this session runs until the device bytes of a reply sent from device memory are on their way
+        (fastpath.py); a client that reads none of them for frame_timeout_s is ended, as in _wait_replies_read."""
+        stream = link.stream
+        last = stream.write_buffer_size()
+        while stream.write_paused:
+            try:
+                await asyncio.wait_for(self._until(link, stream.drain()), self.bounds.frame_timeout_s)
+            except TimeoutError:
+                owed = stream.write_buffer_size()
+                if owed >= last:
+                    raise SessionEnd(f"client read none of its {owed} reply bytes for "
+                                     f"{self.bounds.frame_timeout_s:.0f} s") from None
+                last = owed
+        link.sending_device_memory = False
+
     def _dispatch(self, link: Link, spec: OpSpec, req: wire.Request, payload: Any, nbytes: int, need: int) -> None:
         session, stream = link.session, link.stream
         dev = req.args[0]
-        if isinstance(dev, bool) or not isinstance(dev, int) or not 0 <= dev < len(self._devices):
+        if type(dev) is not int or not 0 <= dev < len(self._devices):      # type(): a bool is not a device
             # No device to latch an asynchronous failure on: answer it when asked, drop it (logged) otherwise.
             log.info("%s: %s on invalid device %r", session.tag(), spec.name, dev)
             if req.req_id:
                 stream.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
             self._release_oversize(link)
             return
-        st = session.device(dev, asyncio.get_running_loop())
+        st = session.devices.get(dev) or session.device(dev, asyncio.get_running_loop())
         worker = st.worker
         tag = (spec.code, req.args, len(payload))
         req_id = req.req_id

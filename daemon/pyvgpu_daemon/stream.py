@@ -17,13 +17,16 @@ Bounds (what a peer can make this object spend):
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from typing import Any
 
 import numpy as np
 
 from pyvgpu import wire
-from pyvgpu.protocol import FRAME_PREFIX_BYTES
+from pyvgpu.protocol import FRAME_PREFIX_BYTES, MAX_HEADER_BYTES
+
+_PREFIX = struct.Struct("<I")
 
 
 class Draining(Exception):
@@ -195,6 +198,28 @@ class FrameStream(asyncio.BufferedProtocol):
                     await self._wait(deadline)
             finally:
                 self._target = None
+
+    def header_now(self) -> tuple[list[Any], int] | None:
+        """The next frame's header and size when all of it is buffered already (no await: a client that pipelines
+        small frames has many waiting), else None; ProtocolError for a bad length or header."""
+        if self._draining:
+            raise Draining()
+        lo = self._lo
+        if self._hi - lo < FRAME_PREFIX_BYTES:
+            return None
+        (n,) = _PREFIX.unpack_from(self._buf, lo)
+        if not 0 < n <= MAX_HEADER_BYTES:
+            wire.header_length(_PREFIX.pack(n))       # raises the usual ProtocolError
+        if self._hi - lo - FRAME_PREFIX_BYTES < n:
+            return None
+        body = self._take(FRAME_PREFIX_BYTES + n)[FRAME_PREFIX_BYTES:]
+        return wire.unpack_header(body), FRAME_PREFIX_BYTES + n
+
+    def payload_now(self, n: int) -> bytes | None:
+        """n payload bytes when they are buffered already and small (no await), else None."""
+        if n < self.DIRECT_MIN and self._hi - self._lo >= n:
+            return self._take(n)
+        return None
 
     async def read_header(self, idle_s: float | None, frame_s: float) -> tuple[list[Any], int] | None:
         """The next frame's header and its size in bytes, or None on a clean EOF before a frame starts.
