@@ -150,6 +150,21 @@ int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_
     return bn ? io_write_all(io, b, bn) : 0;
 }
 
+/* Bytes (or EOF, or an error) are waiting to be read: the next read returns without blocking. Under TLS also
+ * whole records OpenSSL has decrypted already. */
+int pv_io_readable(struct pv_io *io)
+{
+    if (io->ssl) {
+        pthread_mutex_lock(&io->ssl_mu);
+        int pending = SSL_pending(io->ssl) > 0;
+        pthread_mutex_unlock(&io->ssl_mu);
+        if (pending)
+            return 1;
+    }
+    struct pollfd pfd = { io->fd, POLLIN, 0 };
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
 int pv_io_writable(struct pv_io *io)
 {
     struct pollfd pfd = { io->fd, POLLOUT, 0 };

@@ -59,6 +59,7 @@ void pv_io_destroy(struct pv_io *io);
 int pv_io_read(struct pv_io *io, void *buf, size_t n);            /* 0 ok, -1 error/EOF/aborted by the tick */
 int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_t bn);
 int pv_io_wait(struct pv_io *io, short events);                   /* poll with ticks: 0 ready, -1 aborted */
+int pv_io_readable(struct pv_io *io);
 int pv_io_writable(struct pv_io *io);                             /* 1 when a small write would not block */
 /* TLS (ssl.c): whether connections use it (PYVGPU_TLS*, the config dir), and the handshake + verification. */
 int pv_ssl_enabled(void);
@@ -93,6 +94,7 @@ struct pv_conn {
     pthread_mutex_t mu;            /* pending list, receiving */
     struct pv_pending *pending;
     int receiving;                 /* the reader is reading the payload of a reply someone waits for */
+    int reading;                   /* a thread holds the read role: it alone reads frames (transport.c) */
     pthread_t reader;
     atomic_int reader_started;
     atomic_int sending;            /* threads inside a send */

@@ -1,6 +1,16 @@
 /* One connection per host (TCP, or TLS when configured), shared by all threads of the process: a send mutex keeps
- * frames whole, a reader thread hands each reply to the thread waiting for its req_id. When the connection dies,
- * every pending and later call on that host fails with cudaErrorDevicesUnavailable.
+ * frames whole; replies are read by whichever thread holds the read role and handed to the thread waiting for their
+ * req_id. When the connection dies, every pending and later call on that host fails with
+ * cudaErrorDevicesUnavailable.
+ *
+ * Who reads: a thread waiting for a reply takes the read role itself when nobody holds it (leader/follower), so a
+ * lone synchronous call is one send and one receive on the calling thread, as a plain socket round trip: a reader
+ * thread that received the reply and then woke the caller cost one more cross-thread wake-up per call, which on a
+ * virtualised host is the largest part of a small call (bench/README.md, "where the time goes"). The leader reads
+ * until its own reply arrives, handing other threads' replies to them; leaving, it wakes one waiter to lead. The
+ * background thread ("sweeper") never sleeps on the socket, so it is not woken by replies: every PV_IO_TICK_MS it
+ * reads what arrived while no call waited (heartbeats, the daemon's notice that it ends the session), checks that a
+ * waited-for daemon is still heard from, and pings an idle daemon.
  *
  * Every wait is bounded. While a call waits for its reply (or a send cannot progress) the daemon must be heard from
  * at least every PYVGPU_REPLY_TIMEOUT_MS: it sends heartbeats while it works, so a long kernel keeps the connection
@@ -215,81 +225,123 @@ static int notice(struct pv_conn *c, int64_t err, const msgpack_object *result)
     return -1;
 }
 
+/* Gives the read role up; a thread still waiting for its reply takes it over (it is woken for that). */
+static void release_read_role(struct pv_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->reading = 0;
+    if (c->pending)
+        pthread_cond_signal(&c->pending->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Reads one frame and delivers it (the caller holds the read role). 0: carry on; -1: the connection failed (every
+ * waiter has been woken with an error). */
+static int read_frame(struct pv_conn *c)
+{
+    msgpack_unpacked msg;
+    char *raw;
+    int rc = pv_read_header(&c->io, &msg, &raw, PV_MAX_REPLY_HEADER_BYTES);
+    if (rc != 0) {
+        conn_fail(c, rc == -2 ? "malformed reply frame" : "connection closed");
+        return -1;
+    }
+    const msgpack_object *h = &msg.data;
+    uint64_t id, plen, olen;
+    int64_t err;
+    if (h->via.array.size != 5 || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
+        pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 ||
+        pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES) {
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        conn_fail(c, "malformed reply header");
+        return -1;
+    }
+    if (id == 0) {
+        int over = notice(c, err, &h->via.array.ptr[3]);
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        if (over || relay(c, plen, NULL) != 0 || relay(c, olen, to_stdout) != 0) {
+            conn_fail(c, "connection closed");
+            return -1;
+        }
+        return 0;
+    }
+    pthread_mutex_lock(&c->mu);
+    struct pv_pending **pp = &c->pending, *p = NULL;
+    while (*pp && (*pp)->id != id)
+        pp = &(*pp)->next;
+    if (*pp) {
+        p = *pp;
+        *pp = p->next;
+        c->receiving = 1;          /* still waited for while its payload arrives */
+    }
+    pthread_mutex_unlock(&c->mu);
+    int io = 0;
+    if (plen) {
+        if (p && p->out && plen <= p->out_cap) {
+            io = pv_io_read(&c->io, p->out, (size_t)plen);
+            if (io == 0)
+                p->rep.payload_len = (size_t)plen;
+        } else {
+            io = relay(c, plen, NULL);
+        }
+    }
+    if (io == 0 && olen)
+        io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
+    if (!p) {
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
+    } else {
+        pthread_mutex_lock(&c->mu);
+        p->rep.msg = msg;
+        p->rep.raw = raw;
+        p->rep.have_msg = 1;
+        p->rep.result = &msg.data.via.array.ptr[3];
+        p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
+        p->done = 1;
+        c->receiving = 0;
+        pthread_cond_signal(&p->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (io) {
+        conn_fail(c, "connection closed inside a reply payload");
+        return -1;
+    }
+    return 0;
+}
+
+/* The background thread: every tick, reads what arrived while no call held the read role, fails a silent daemon a
+ * call waits for, and pings an idle one (see the top of this file). */
 static void *reader_main(void *arg)
 {
     struct pv_conn *c = arg;
     for (;;) {
-        msgpack_unpacked msg;
-        char *raw;
-        int rc = pv_read_header(&c->io, &msg, &raw, PV_MAX_REPLY_HEADER_BYTES);
-        if (rc != 0) {
-            conn_fail(c, rc == -2 ? "malformed reply frame" : "connection closed");
+        struct timespec ts = { PV_IO_TICK_MS / 1000, (long)(PV_IO_TICK_MS % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+        if (atomic_load(&c->dead))
+            return NULL;
+        int64_t now = pv_now_ms();
+        if (conn_silent(c, now)) {
+            fail_silent(c);
             return NULL;
         }
-        const msgpack_object *h = &msg.data;
-        uint64_t id, plen, olen;
-        int64_t err;
-        if (h->via.array.size != 5 || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
-            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 ||
-            pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES) {
-            msgpack_unpacked_destroy(&msg);
-            free(raw);
-            conn_fail(c, "malformed reply header");
-            return NULL;
-        }
-        if (id == 0) {
-            int over = notice(c, err, &h->via.array.ptr[3]);
-            msgpack_unpacked_destroy(&msg);
-            free(raw);
-            if (over || relay(c, plen, NULL) != 0 || relay(c, olen, to_stdout) != 0) {
-                conn_fail(c, "connection closed");
-                return NULL;
-            }
-            continue;
-        }
+        if (now - atomic_load(&c->io.last_tx_ms) > c->ping_ms)
+            send_ping(c);
         pthread_mutex_lock(&c->mu);
-        struct pv_pending **pp = &c->pending, *p = NULL;
-        while (*pp && (*pp)->id != id)
-            pp = &(*pp)->next;
-        if (*pp) {
-            p = *pp;
-            *pp = p->next;
-            c->receiving = 1;          /* still waited for while its payload arrives */
-        }
+        int mine = !c->reading;
+        if (mine)
+            c->reading = 1;
         pthread_mutex_unlock(&c->mu);
-        int io = 0;
-        if (plen) {
-            if (p && p->out && plen <= p->out_cap) {
-                io = pv_io_read(&c->io, p->out, (size_t)plen);
-                if (io == 0)
-                    p->rep.payload_len = (size_t)plen;
-            } else {
-                io = relay(c, plen, NULL);
-            }
-        }
-        if (io == 0 && olen)
-            io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
-        if (!p) {
-            msgpack_unpacked_destroy(&msg);
-            free(raw);
-            if (id != 0)
-                pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
-        } else {
-            pthread_mutex_lock(&c->mu);
-            p->rep.msg = msg;
-            p->rep.raw = raw;
-            p->rep.have_msg = 1;
-            p->rep.result = &msg.data.via.array.ptr[3];
-            p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
-            p->done = 1;
-            c->receiving = 0;
-            pthread_cond_signal(&p->cv);
-            pthread_mutex_unlock(&c->mu);
-        }
-        if (io) {
-            conn_fail(c, "connection closed inside a reply payload");
+        if (!mine)
+            continue;
+        int rc = 0;
+        while (rc == 0 && pv_io_readable(&c->io))
+            rc = read_frame(c);
+        release_read_role(c);
+        if (rc != 0)
             return NULL;
-        }
     }
 }
 
@@ -375,6 +427,16 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
 
     pthread_mutex_lock(&c->mu);
     while (!p.done) {
+        if (!c->reading && !atomic_load(&c->dead)) {
+            /* nobody reads: this thread does, until its own reply is in (or the connection fails) */
+            c->reading = 1;
+            pthread_mutex_unlock(&c->mu);
+            while (!p.done && read_frame(c) == 0)
+                ;                  /* p.done is set under mu by read_frame; read here as the only reader */
+            release_read_role(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
