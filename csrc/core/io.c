@@ -96,23 +96,48 @@ static ssize_t io_step(struct pv_io *io, void *buf, size_t n, int writing, short
     }
 }
 
+#define PV_LOWAT_MIN ((size_t)64 << 10)   /* reads at least this large wait for many bytes per wake-up */
+#define PV_LOWAT_MAX ((size_t)1 << 20)
+
+/* A plain TCP read of `left` more bytes waits until min(left, PV_LOWAT_MAX) are readable (SO_RCVLOWAT), instead of
+ * waking per segment batch as a non-blocking socket otherwise does: as recv(MSG_WAITALL) does for a blocking one.
+ * *lowat is the value set (1: the default); the kernel caps it to what the receive buffer can hold. */
+static void set_lowat(struct pv_io *io, size_t left, int *lowat)
+{
+    int want = left >= PV_LOWAT_MIN ? (int)(left < PV_LOWAT_MAX ? left : PV_LOWAT_MAX) : 1;
+    if (io->ssl || !((size_t)*lowat > left || (*lowat == 1 && want > 1)))
+        return;                    /* raise it once; lower it only when fewer bytes than it are still to come */
+    if (setsockopt(io->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0)
+        *lowat = want;
+}
+
 /* Moves all n bytes (waiting as needed, bounded by the tick): 0 ok, -1 error/EOF/aborted. */
 static int io_transfer(struct pv_io *io, char *p, size_t n, int writing)
 {
+    int lowat = 1, rc = 0;
     while (n > 0) {
         short events;
         ssize_t k = io_step(io, p, n, writing, &events);
-        if (k < 0)
-            return -1;
+        if (k < 0) {
+            rc = -1;
+            break;
+        }
         if (k > 0) {
             atomic_store(writing ? &io->last_tx_ms : &io->last_rx_ms, pv_now_ms());
             p += k;
             n -= (size_t)k;
-        } else if (pv_io_wait(io, events) != 0) {
-            return -1;
+        } else {
+            if (!writing && (n >= PV_LOWAT_MIN || lowat > 1))
+                set_lowat(io, n, &lowat);
+            if (pv_io_wait(io, events) != 0) {
+                rc = -1;
+                break;
+            }
         }
     }
-    return 0;
+    if (lowat > 1)
+        set_lowat(io, 0, &lowat);
+    return rc;
 }
 
 int pv_io_read(struct pv_io *io, void *buf, size_t n)

@@ -17,6 +17,7 @@ Bounds (what a peer can make this object spend):
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import time
 from typing import Any
@@ -38,10 +39,13 @@ class StreamTimeout(Exception):
 
 
 class FrameStream(asyncio.BufferedProtocol):
-    SCRATCH_MIN = 16 << 10            # scratch buffer of a quiet connection
+    SCRATCH_MIN = 64 << 10            # scratch buffer of a quiet connection
     SCRATCH_KEEP = 256 << 10          # a scratch buffer grown past this is dropped once empty
     DIRECT_MIN = 64 << 10             # reads at least this large go straight into their own buffer
-    PAUSE_AT = 8 << 20                # unconsumed scratch bytes before the socket stops being read
+    PAUSE_AT = 64 << 10               # unconsumed scratch bytes before the socket stops being read: a thousand
+                                      # pipelined small frames, and little of a bulk payload that arrives before
+                                      # its header is parsed (the rest lands in its own buffer, or device memory)
+    LOWAT_MAX = 1 << 20               # while a large payload arrives, wake for no less than this (SO_RCVLOWAT)
     WRITE_HIGH = 64 << 10             # unsent reply bytes above which the writer counts as paused; it resumes only
                                       # once everything is sent (low water 0), so drain() means "all sent" (a reply
                                       # sent straight from device memory relies on it: server.py)
@@ -61,12 +65,18 @@ class FrameStream(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] | None = None     # done when the connection is lost
+        self._sock: Any = None            # the plain TCP socket (None under TLS), for SO_RCVLOWAT
+        self._lowat = 1
         self.last_write = time.monotonic()
 
     # -- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=self.WRITE_HIGH, low=0)
+        sock = transport.get_extra_info("socket")
+        if transport.get_extra_info("sslcontext") is None and sock is not None and \
+                sock.family in (socket.AF_INET, socket.AF_INET6):
+            self._sock = sock
         self.closed = asyncio.get_running_loop().create_future()
         self._on_connect(self)
 
@@ -82,14 +92,28 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._buf.extend(bytes(len(self._buf)))
         return memoryview(self._buf)[self._hi:]
 
+    def _set_lowat(self, n: int) -> None:
+        """Wake the loop only once n bytes are readable. A large payload otherwise arrives in a wake-up (and a
+        Python callback) per ~64 KiB; the kernel's copy is the same either way."""
+        if self._sock is not None and n != self._lowat:
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+                self._lowat = n
+            except OSError:
+                self._sock = None
+
     def buffer_updated(self, nbytes: int) -> None:
         if self._target is not None:
             self._tpos += nbytes
-            if self._tpos >= len(self._target):
+            left = len(self._target) - self._tpos
+            if left <= 0:
                 self._target = None       # full: whatever arrives next belongs to the following frame
+                self._set_lowat(1)
+            elif left < self._lowat:
+                self._set_lowat(left)     # never wait for bytes beyond the payload
         else:
             self._hi += nbytes
-            if self._hi - self._lo > self.PAUSE_AT and not self._read_paused and self.transport is not None:
+            if self._hi - self._lo >= self.PAUSE_AT and not self._read_paused and self.transport is not None:
                 self._read_paused = True
                 self.transport.pause_reading()
         self._wake()
@@ -191,6 +215,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._take(have)
         if have < n:
             self._target, self._tpos = out, have
+            self._set_lowat(min(n - have, self.LOWAT_MAX))
             try:
                 while self._tpos < n:
                     if self._eof:
@@ -198,6 +223,7 @@ class FrameStream(asyncio.BufferedProtocol):
                     await self._wait(deadline)
             finally:
                 self._target = None
+                self._set_lowat(1)
 
     def header_now(self) -> tuple[list[Any], int] | None:
         """The next frame's header and size when all of it is buffered already (no await: a client that pipelines
