@@ -6,9 +6,12 @@ synchronous call (bench/README.md, "where the time goes"). When a (session, devi
 has completed, so the loop may act for the worker; nothing is submitted meanwhile because the loop is the only
 submitter and it is busy doing exactly this. Three cases, each only where the backend says it is safe:
 
-- `answer`: an op of the backend's `loop_ops` (state queries and synchronizations that have nothing to wait for)
+- `answer` / `run_async`: an op of the backend's `loop_ops` (state queries, synchronizations that have nothing to
+  wait for, and small copies, memsets and event records: at most LOOP_BYTES bytes, so the loop never stalls on one)
   runs through the same `handlers.execute` as on the worker, so its checks, errors, latched errors and printf output
-  are the same;
+  are the same, and it is accounted to the session's lane as on the worker (device time, latency). A stream of
+  small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
+  that competes with the loop for the GIL;
 - `landing`: a host-to-device copy's payload is received straight into device memory (`DeviceContext.host_view`),
   instead of into a buffer that the worker copies later; the range is checked first exactly as the handler does,
   and anything unusual (a bad range or stream, a sticky error, a small copy) takes the ordinary path;
@@ -28,6 +31,7 @@ from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.scheduler import is_work
 from pyvgpu_daemon.session import DeviceState, Session
 from pyvgpu_daemon.stream import FrameStream
 
@@ -35,6 +39,10 @@ OP_HTOD = OP_BY_NAME["MEMCPY_HTOD"].code
 OP_DTOH = OP_BY_NAME["MEMCPY_DTOH"].code
 LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their header anyway: copied once, cheaply
 SEND_MIN = 4 * FrameStream.WRITE_HIGH     # smaller replies are copied (the copied tail would be most of them)
+LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set
+# Ops whose cost grows with a size argument: run on the loop only up to LOOP_BYTES (MEMCPY_HTOD: its payload).
+_SIZE_ARG: dict[int, int] = {OP_BY_NAME[name].code: OP_BY_NAME[name].arg_names.index("size")
+                             for name in ("MEMSET", "MEMCPY_DTOH", "MEMCPY_DTOD")}
 
 
 def idle_context(st: DeviceState) -> DeviceContext | None:
@@ -64,18 +72,43 @@ def _range_view(st: DeviceState, ctx: DeviceContext, ptr: Any, size: int, stream
         return None
 
 
+def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) -> bool:
+    ctx = idle_context(st)
+    if ctx is None or spec.name not in ctx.loop_ops or len(payload) > LOOP_BYTES:
+        return False
+    i = _SIZE_ARG.get(spec.code)
+    return i is None or (type(args[i]) is int and args[i] <= LOOP_BYTES)
+
+
+def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,
+         fire_and_forget: bool) -> handlers.Outcome | None:
+    t0 = time.perf_counter()
+    out = handlers.execute(session, st, backend, spec, args, payload, fire_and_forget)
+    lane = st.lane
+    if lane is not None:
+        tag = (spec.code, args, len(payload))
+        if is_work(spec.code):
+            lane.end(tag, t0, t0, time.perf_counter())      # device time, as the worker accounts it
+        else:
+            lane.record(tag, t0, time.perf_counter())
+    return out
+
+
 def answer(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
            payload: Any) -> handlers.Outcome | None:
     """Run a request the backend allows on the loop, now; None when it must go to the worker."""
-    ctx = idle_context(st)
-    if ctx is None or spec.name not in ctx.loop_ops:
+    if not _loop_may_run(st, spec, args, payload):
         return None
-    t0 = time.perf_counter()
-    out = handlers.execute(session, st, backend, spec, args, payload, False)
-    lane = st.lane
-    if lane is not None:
-        lane.record((spec.code, args, 0), t0, time.perf_counter())
-    return out
+    return _run(session, st, backend, spec, args, payload, False)
+
+
+def run_async(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
+              payload: Any) -> bool:
+    """Run a fire-and-forget op on the loop when allowed (its failure is latched as on the worker). → ran it."""
+    if not _loop_may_run(st, spec, args, payload):
+        return False
+    _run(session, st, backend, spec, args, payload, True)
+    return True
 
 
 def landing(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -> memoryview | None:

@@ -121,6 +121,7 @@ class Server:
     _heartbeat: asyncio.Task[None] | None = None
     _drain_deadline: float | None = None
     _devices: list[dict[str, Any]] = field(default_factory=list)
+    _payload_cap: int = 0
     bound: tuple[str, int] | None = None
     hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
@@ -135,6 +136,7 @@ class Server:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._devices = self.backend.devices()
+        self._payload_cap = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
         self._oversize = asyncio.Lock()
         self.sharing = Sharing(self.config.sharing, self._devices)
         loop = asyncio.get_running_loop()
@@ -282,10 +284,13 @@ class Server:
     async def _serve(self, link: Link) -> str:
         b = self.bounds
         stream = link.stream
-        max_payload = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
+        max_payload = self._max_payload()
+        stream.on_data = lambda: self._frames_now(link)
         while True:
-            # The per-frame path: a client floods small frames through here. Checks that usually pass are made
-            # inline and only their waits are awaited (an await of a coroutine costs even when it does not wait).
+            if self._step_now(link):
+                continue
+            # The per-frame path for what _step_now leaves: waits (flow control, payloads still to come), frames
+            # without a device, errors. Checks that usually pass are made inline and only their waits are awaited.
             if link.reply_owed or stream.write_buffer_size():
                 await self._wait_replies_read(link, 0)
             got = stream.header_now()
@@ -330,6 +335,51 @@ class Server:
             if payload is None:
                 payload = await stream.read_payload(plen, b.payload_deadline_s(plen))
             self._dispatch(link, spec, req, payload, nbytes, need)
+
+    def _max_payload(self) -> int:
+        """The largest payload a request may announce: a copy the size of the largest device, plus slack."""
+        return self._payload_cap
+
+    def _step_now(self, link: Link) -> bool:
+        """Handle the next frame at once when it is complete in the buffer and needs no wait: a device op whose
+        payload (if any) is small and buffered, with room in the session's queue and no reply bytes owed. → True
+        when handled; False leaves the stream untouched for _serve's general path (which also raises the errors)."""
+        stream = link.stream
+        if link.sending_device_memory or link.reply_owed or stream.write_buffer_size():
+            return False
+        got = stream.peek_header()
+        if got is None:
+            return False
+        header, hsize = got
+        req = wire.parse_request(header)
+        spec = OP_BY_CODE.get(req.op)
+        if spec is None or spec.code in _NO_DEVICE:
+            return False
+        self._check_shape(spec, req, self._max_payload())
+        plen = req.payload_len
+        nbytes = hsize + plen
+        if plen >= FrameStream.DIRECT_MIN or not stream.buffered(nbytes) or not self._room(link, nbytes):
+            return False
+        need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0   # fits: nothing else is owed
+        stream.skip(hsize)
+        payload = stream.payload_now(plen) if plen else b""
+        self._dispatch(link, spec, req, payload, nbytes, need)
+        return True
+
+    def _frames_now(self, link: Link) -> None:
+        """FrameStream.on_data: bytes arrived while the session waited for a frame; handle what _step_now can
+        right in the transport's callback (no wake-up of _serve, one loop iteration less per small request).
+        Anything else, errors included, is left to _serve."""
+        handled = False
+        try:
+            while self._step_now(link):
+                handled = True
+        except (wire.ProtocolError, SessionEnd):
+            pass                          # raised before the frame was consumed: _serve meets it and ends the session
+        except Exception:  # noqa: BLE001 - a callback of the transport must not raise
+            log.exception("%s: handling a frame failed", link.session.tag())
+        if handled:
+            link.stream.handled_at = asyncio.get_running_loop().time()
 
     async def _land(self, link: Link, spec: OpSpec, req: wire.Request) -> bool:
         """Receive a host-to-device copy straight into device memory when its device is idle (fastpath.landing).
@@ -465,6 +515,9 @@ class Server:
         tag = (spec.code, req.args, len(payload))
         req_id = req.req_id
         if req_id == 0:
+            if not link.oversize and worker.idle and not worker.pending and \
+                    fastpath.run_async(session, st, self.backend, spec, req.args, payload):
+                return
             if link.oversize:
                 fut = worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
                                     nbytes=nbytes, tag=tag)
@@ -549,6 +602,7 @@ class Server:
     async def _end_session(self, link: Link, reason: str, notify: bool) -> None:
         session, stream = link.session, link.stream
         session.closing = True
+        stream.on_data = None
         self.hub.drop_session(session.id)
         self._links.pop(session.id, None)
         if notify and not stream.is_closing():

@@ -67,6 +67,11 @@ class FrameStream(asyncio.BufferedProtocol):
         self.closed: asyncio.Future[None] | None = None     # done when the connection is lost
         self._sock: Any = None            # the plain TCP socket (None under TLS), for SO_RCVLOWAT
         self._lowat = 1
+        # Set by the server once the session is established: called when bytes arrive while the reader waits for
+        # a new frame, to handle the complete frames it can without waking the reader (server._frames_now).
+        self.on_data: Any = None
+        self._parked = False              # the reader waits for the first byte of a frame
+        self.handled_at = 0.0             # loop time on_data last handled a frame (activity for the idle timeout)
         self.last_write = time.monotonic()
 
     # -- protocol callbacks
@@ -116,6 +121,10 @@ class FrameStream(asyncio.BufferedProtocol):
             if self._hi - self._lo >= self.PAUSE_AT and not self._read_paused and self.transport is not None:
                 self._read_paused = True
                 self.transport.pause_reading()
+            if self._parked and self.on_data is not None and not self._draining:
+                self.on_data()
+                if not self._buffered():
+                    return                # all handled: the reader keeps waiting for the next frame
         self._wake()
 
     def eof_received(self) -> bool:
@@ -182,12 +191,15 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def _take(self, n: int) -> bytes:
         out = bytes(self._buf[self._lo:self._lo + n])
+        self._advance(n)
+        return out
+
+    def _advance(self, n: int) -> None:
         self._lo += n
         if self._lo == self._hi:
             self._lo = self._hi = 0
             if len(self._buf) > self.SCRATCH_KEEP:
                 self._buf = bytearray(self.SCRATCH_MIN)
-        return out
 
     async def readexactly(self, n: int, deadline: float | None = None) -> bytes | memoryview:
         """n bytes (bytes for small reads, a memoryview of an np.empty buffer for large ones);
@@ -225,11 +237,9 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._target = None
                 self._set_lowat(1)
 
-    def header_now(self) -> tuple[list[Any], int] | None:
-        """The next frame's header and size when all of it is buffered already (no await: a client that pipelines
-        small frames has many waiting), else None; ProtocolError for a bad length or header."""
-        if self._draining:
-            raise Draining()
+    def peek_header(self) -> tuple[list[Any], int] | None:
+        """The next frame's header and size when all of it is buffered already, without consuming it, else None;
+        ProtocolError for a bad length or header."""
         lo = self._lo
         if self._hi - lo < FRAME_PREFIX_BYTES:
             return None
@@ -238,8 +248,25 @@ class FrameStream(asyncio.BufferedProtocol):
             wire.header_length(_PREFIX.pack(n))       # raises the usual ProtocolError
         if self._hi - lo - FRAME_PREFIX_BYTES < n:
             return None
-        body = self._take(FRAME_PREFIX_BYTES + n)[FRAME_PREFIX_BYTES:]
+        body = bytes(self._buf[lo + FRAME_PREFIX_BYTES:lo + FRAME_PREFIX_BYTES + n])
         return wire.unpack_header(body), FRAME_PREFIX_BYTES + n
+
+    def header_now(self) -> tuple[list[Any], int] | None:
+        """peek_header, consuming the header (no await: a client that pipelines small frames has many waiting)."""
+        if self._draining:
+            raise Draining()
+        got = self.peek_header()
+        if got is not None:
+            self._take(got[1])
+        return got
+
+    def buffered(self, n: int) -> bool:
+        """At least n bytes are buffered."""
+        return self._hi - self._lo >= n
+
+    def skip(self, n: int) -> None:
+        """Consume n buffered bytes (a header peek_header returned)."""
+        self._advance(n)
 
     def payload_now(self, n: int) -> bytes | None:
         """n payload bytes when they are buffered already and small (no await), else None."""
@@ -254,13 +281,19 @@ class FrameStream(asyncio.BufferedProtocol):
             raise Draining()
         loop = asyncio.get_running_loop()
         idle_deadline = loop.time() + idle_s if idle_s is not None else None
-        try:
-            while not self._buffered():
-                if self._eof:
-                    return None
+        while not self._buffered():
+            if self._eof:
+                return None
+            self._parked = True
+            try:
                 await self._wait(idle_deadline)
-        except TimeoutError:
-            raise StreamTimeout(f"idle for {idle_s:.0f} s (no request, no PING)") from None
+            except TimeoutError:
+                assert idle_s is not None
+                if self.handled_at + idle_s <= loop.time():
+                    raise StreamTimeout(f"idle for {idle_s:.0f} s (no request, no PING)") from None
+                idle_deadline = self.handled_at + idle_s      # on_data handled frames meanwhile: not idle
+            finally:
+                self._parked = False
         deadline = loop.time() + frame_s
         try:
             prefix = await self.readexactly(FRAME_PREFIX_BYTES, deadline)

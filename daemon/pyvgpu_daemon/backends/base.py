@@ -58,7 +58,8 @@ class DeviceContext(ABC):
     wait_scope: Callable[[], AbstractContextManager[None]] = nullcontext
     # Ops the server may run on its event-loop thread instead of the worker, when the (session, device) has nothing
     # queued or running (executor.OrderedWorker.idle): their handlers then touch nothing another thread uses and
-    # never block. Empty by default: a real GPU's calls need the context current on the calling thread.
+    # never block; copies and memsets among them only up to fastpath.LOOP_BYTES. Empty by default: a real GPU's
+    # calls need the context current on the calling thread.
     loop_ops: frozenset[str] = frozenset()
 
     def host_view(self, ptr: int, size: int) -> memoryview | None:
