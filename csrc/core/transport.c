@@ -431,8 +431,10 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
             /* nobody reads: this thread does, until its own reply is in (or the connection fails) */
             c->reading = 1;
             pthread_mutex_unlock(&c->mu);
-            while (!p.done && read_frame(c) == 0)
-                ;                  /* p.done is set under mu by read_frame; read here as the only reader */
+            /* p.done is set under mu by read_frame; read here as the only reader. The reply is rarely there yet:
+             * wait for it first rather than try a read that finds nothing. */
+            while (!p.done && pv_io_await(&c->io) == 0 && read_frame(c) == 0)
+                ;
             release_read_role(c);
             pthread_mutex_lock(&c->mu);
             continue;

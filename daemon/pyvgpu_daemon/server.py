@@ -379,7 +379,7 @@ class Server:
         except Exception:  # noqa: BLE001 - a callback of the transport must not raise
             log.exception("%s: handling a frame failed", link.session.tag())
         if handled:
-            link.stream.handled_at = asyncio.get_running_loop().time()
+            link.stream.handled_at = link.stream.event_loop().time()
 
     async def _land(self, link: Link, spec: OpSpec, req: wire.Request) -> bool:
         """Receive a host-to-device copy straight into device memory when its device is idle (fastpath.landing).
@@ -510,7 +510,7 @@ class Server:
                 stream.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
             self._release_oversize(link)
             return
-        st = session.devices.get(dev) or session.device(dev, asyncio.get_running_loop())
+        st = session.devices.get(dev) or session.device(dev, stream.event_loop())
         worker = st.worker
         tag = (spec.code, req.args, len(payload))
         req_id = req.req_id

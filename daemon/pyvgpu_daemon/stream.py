@@ -64,6 +64,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.closed: asyncio.Future[None] | None = None     # done when the connection is lost
         self._sock: Any = None            # the plain TCP socket (None under TLS), for SO_RCVLOWAT
         self._lowat = 1
@@ -82,7 +83,9 @@ class FrameStream(asyncio.BufferedProtocol):
         if transport.get_extra_info("sslcontext") is None and sock is not None and \
                 sock.family in (socket.AF_INET, socket.AF_INET6):
             self._sock = sock
-        self.closed = asyncio.get_running_loop().create_future()
+        # the loop, kept: asyncio.get_running_loop() makes a getpid() system call each time (per frame here)
+        self.loop = asyncio.get_running_loop()
+        self.closed = self.loop.create_future()
         self._on_connect(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -168,7 +171,7 @@ class FrameStream(asyncio.BufferedProtocol):
         if self._read_paused and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()
-        loop = asyncio.get_running_loop()
+        loop = self.event_loop()
         self._waiter = fut = loop.create_future()
         timer = loop.call_at(deadline, self._expire, fut) if deadline is not None else None
         try:
@@ -179,6 +182,9 @@ class FrameStream(asyncio.BufferedProtocol):
                 timer.cancel()
         if self._draining:
             raise Draining()
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        return self.loop if self.loop is not None else asyncio.get_running_loop()
 
     def stop_reading(self) -> None:
         """Daemon shutdown: the next (or current) wait for bytes raises Draining."""
@@ -279,7 +285,7 @@ class FrameStream(asyncio.BufferedProtocol):
         The first byte must come within idle_s (None: no limit), the rest of the header within frame_s of it."""
         if self._draining:
             raise Draining()
-        loop = asyncio.get_running_loop()
+        loop = self.event_loop()
         idle_deadline = loop.time() + idle_s if idle_s is not None else None
         while not self._buffered():
             if self._eof:
@@ -309,7 +315,7 @@ class FrameStream(asyncio.BufferedProtocol):
         if n == 0:
             return b""
         try:
-            return await self.readexactly(n, asyncio.get_running_loop().time() + within_s)
+            return await self.readexactly(n, self.event_loop().time() + within_s)
         except asyncio.IncompleteReadError as exc:
             raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {n} payload bytes") from None
         except TimeoutError:
@@ -318,7 +324,7 @@ class FrameStream(asyncio.BufferedProtocol):
     async def read_payload_into(self, out: memoryview, within_s: float) -> None:
         """read_payload into a buffer of the caller's (device memory: server.py), same errors."""
         try:
-            await self._read_into(out, asyncio.get_running_loop().time() + within_s)
+            await self._read_into(out, self.event_loop().time() + within_s)
         except asyncio.IncompleteReadError as exc:
             raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {len(out)} payload bytes") \
                 from None
@@ -339,7 +345,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     async def drain(self) -> None:
         if self._write_paused and self.transport is not None and not self.transport.is_closing():
-            fut = asyncio.get_running_loop().create_future()
+            fut = self.event_loop().create_future()
             self._drain_waiters.append(fut)
             await fut
 
