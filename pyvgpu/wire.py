@@ -21,6 +21,7 @@ from pyvgpu.protocol import (FRAME_PREFIX_BYTES, HELLO_CLIENT, HELLO_CLIENT_MAX,
                              MAX_REPLY_HEADER_BYTES, MAX_STDOUT_BYTES)
 
 _PREFIX = struct.Struct("<I")
+_packb = msgpack.packb
 U64_MAX = (1 << 64) - 1
 
 
@@ -94,6 +95,12 @@ def encode_reply(req_id: int, err: int, result: Any = None, stdout: bytes | None
                  payload: bytes | bytearray | memoryview = b"") -> list[bytes | memoryview]:
     """Header, payload, then printf output (outside the header: it may be as large as the printf FIFO).
     ProtocolError when the result does not fit MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
+    if not stdout and not payload:
+        # the common small reply (a query's answer): one header, no payload (payload_nbytes of b"" is 0)
+        body = _packb([req_id, err, 0, result, 0], use_bin_type=True)
+        if len(body) > MAX_REPLY_HEADER_BYTES:
+            raise ProtocolError(f"header of {len(body)} bytes exceeds the {MAX_REPLY_HEADER_BYTES}-byte limit")
+        return [_PREFIX.pack(len(body)) + body]
     out_len = len(stdout) if stdout else 0
     if out_len > MAX_STDOUT_BYTES:
         raise ProtocolError(f"{out_len} bytes of printf output exceed the {MAX_STDOUT_BYTES}-byte reply limit")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyvgpu import protocol as P
@@ -32,13 +31,16 @@ ERR_UNKNOWN = ERROR_CODES["cudaErrorUnknown"]
 KERNEL_ATTR_SET = frozenset(P.KERNEL_ATTR_KEYS)
 
 
-@dataclass(frozen=True)
 class Outcome:
-    """What a job hands back to the loop: None for fire-and-forget, else the reply fields."""
-    err: int
-    result: Any = None
-    payload: bytes = b""
-    stdout: bytes | None = None
+    """What a job hands back to the loop: None for fire-and-forget, else the reply fields. (Slotted, not a frozen
+    dataclass: one is made per request.)"""
+    __slots__ = ("err", "result", "payload", "stdout")
+
+    def __init__(self, err: int, result: Any = None, payload: bytes = b"", stdout: bytes | None = None) -> None:
+        self.err = err
+        self.result = result
+        self.payload = payload
+        self.stdout = stdout
 
 
 class Call:

@@ -527,11 +527,12 @@ class Server:
                             nbytes=nbytes, tag=tag)
             return
         if not link.oversize and worker.idle and not worker.pending:
-            parts = fastpath.reply_from_device(st, spec, req_id, req.args)
-            if parts is not None:
-                stream.writelines(parts)
-                link.sending_device_memory = stream.write_paused
-                return
+            if spec.code == fastpath.OP_DTOH:
+                parts = fastpath.reply_from_device(st, spec, req_id, req.args)
+                if parts is not None:
+                    stream.writelines(parts)
+                    link.sending_device_memory = stream.write_paused
+                    return
             out = fastpath.answer(session, st, self.backend, spec, req.args, payload)
             if out is not None:
                 self._write_outcome(link, req_id, out)
