@@ -363,7 +363,9 @@ RATE_SAMPLE_MIN_BYTES = 256 << 10    # payloads at least this large on the wire 
 RATE_REPORT_CHANGE = 0.25            # a receiver reports its rate again when it moved by more than this fraction
 HELLO_COMPRESS = "compress"          # hello (both ways): the codecs a side offers / the ones the daemon accepted
 NOTICE_RATE = "rate"                 # key of a heartbeat notice's result: the daemon's receive rate (bytes/s)
-ENV_COMPRESS = "PYVGPU_COMPRESS"     # client: off | auto (default) | lz4 | zstd (always, for tests and benchmarks)
+# client: off | auto (default: the policy above, never to a loopback address) | adaptive (the policy on loopback too,
+# for benchmarks through bench/netshape.py) | lz4 | zstd (always that codec: tests)
+ENV_COMPRESS = "PYVGPU_COMPRESS"
 
 # Replies' event times and detached requests (see the module docstring).
 MAX_EVENT_TIMES = 1024               # events one reply reports (the rest follow in later replies)

@@ -12,7 +12,7 @@ import asyncio
 import socket
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -22,6 +22,7 @@ from pyvgpu.protocol import (COMPRESS_BLOCK, COMPRESS_CODECS, FRAME_PREFIX_BYTES
                              MAX_REPLY_HEADER_BYTES, MAX_STDOUT_BYTES)
 
 _PREFIX = struct.Struct("<I")
+_packb = msgpack.packb
 U64_MAX = (1 << 64) - 1
 
 
@@ -29,8 +30,8 @@ class ProtocolError(Exception):
     """A frame that does not follow the protocol. The peer's session ends; the process carries on."""
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
+    """A parsed request header (a NamedTuple: the daemon makes one per frame, a frozen dataclass costs ~1 µs)."""
     op: int
     req_id: int
     payload_len: int             # bytes on the wire
@@ -107,6 +108,12 @@ def encode_reply(req_id: int, err: int, result: Any = None, stdout: bytes | None
     """Header, payload, then printf output (outside the header: it may be as large as the printf FIFO).
     event_times, when any, is the header's sixth field. ProtocolError when the result does not fit
     MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
+    if not stdout and not payload and not event_times:
+        # the common small reply (a query's answer): one header, no payload (payload_nbytes of b"" is 0)
+        body = _packb([req_id, err, 0, result, 0], use_bin_type=True)
+        if len(body) > MAX_REPLY_HEADER_BYTES:
+            raise ProtocolError(f"header of {len(body)} bytes exceeds the {MAX_REPLY_HEADER_BYTES}-byte limit")
+        return [_PREFIX.pack(len(body)) + body]
     out_len = len(stdout) if stdout else 0
     if out_len > MAX_STDOUT_BYTES:
         raise ProtocolError(f"{out_len} bytes of printf output exceed the {MAX_STDOUT_BYTES}-byte reply limit")
@@ -175,7 +182,11 @@ def payload_field(v: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[int, in
 def parse_request(header: list[Any], max_payload: int = MAX_PAYLOAD_BYTES) -> Request:
     if len(header) < 3:
         raise ProtocolError(f"request header has {len(header)} fields, needs at least 3")
-    op, req_id = header[0], header[1]
+    op, req_id, payload_len = header[0], header[1], header[2]
+    # the common case in one expression (type(): bool is not an int here), the messages below otherwise
+    if type(op) is int and type(req_id) is int and type(payload_len) is int and 0 <= op <= 0xFFFF and \
+            0 <= req_id <= U64_MAX and 0 <= payload_len <= max_payload:
+        return Request(op, req_id, payload_len, header[3:])
     if not _is_uint(op, 0xFFFF):
         raise ProtocolError(f"op {op!r:.40} is not a small unsigned integer")
     if not _is_uint(req_id):

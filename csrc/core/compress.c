@@ -6,12 +6,17 @@
  * used are part of both libraries' stable ABI (declared below by hand for that reason).
  *
  * The choice (pv_compress_choose): PYVGPU_COMPRESS=off never compresses, lz4/zstd always do (tests, benchmarks);
- * auto (the default) compresses a payload of at least PV_COMPRESS_MIN_BYTES when the daemon has reported the rate at
- * which it receives (a heartbeat notice) and a codec's predicted time, max(bytes / its speed, compressed bytes /
- * rate), is at most PV_COMPRESS_GAIN of bytes / rate; ratio and speed come from compressing samples of the payload.
- * On loopback the reported rate is far above any codec's speed, so nothing is compressed. Decoding never writes
+ * auto (the default) offers no codec to a daemon on a loopback address (a loopback copy is a memcpy) and elsewhere
+ * compresses by the policy below; adaptive applies the policy on loopback too (benchmarks through the shaping proxy
+ * bench/netshape.py, which listens on loopback). The policy: compress a payload of at least PV_COMPRESS_MIN_BYTES
+ * when the daemon has reported the rate at which it receives (a heartbeat notice) and a codec's predicted time,
+ * max(bytes / its speed, compressed bytes / rate), is at most PV_COMPRESS_GAIN of bytes / rate; ratio and speed come
+ * from compressing samples of the payload. Decoding never writes
  * more than a block's stated raw length, and a reply may not claim more raw bytes than its destination holds. */
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +40,7 @@ static struct {
 static pthread_once_t cz_once = PTHREAD_ONCE_INIT;
 static _Atomic double speed_bps[3];   /* per codec: bytes/s it compresses at here, learnt from samples */
 
-enum { PV_COMPRESS_OFF = -1, PV_COMPRESS_AUTO = 0 };
+enum { PV_COMPRESS_OFF = -1, PV_COMPRESS_AUTO = 0, PV_COMPRESS_ADAPTIVE = 100 };
 
 static void *sym(void *lib, const char *name) { return lib ? dlsym(lib, name) : NULL; }
 
@@ -49,8 +54,10 @@ static void cz_init(void)
         cz.mode = PV_CODEC_LZ4;
     else if (env && !strcmp(env, "zstd"))
         cz.mode = PV_CODEC_ZSTD;
+    else if (env && !strcmp(env, "adaptive"))
+        cz.mode = PV_COMPRESS_ADAPTIVE;
     else if (env && *env && strcmp(env, "auto") != 0)
-        pv_log("ignoring %s='%s': expected off, auto, lz4 or zstd", PV_KEY_ENV_COMPRESS, env);
+        pv_log("ignoring %s='%s': expected off, auto, adaptive, lz4 or zstd", PV_KEY_ENV_COMPRESS, env);
     if (cz.mode == PV_COMPRESS_OFF)
         return;
     void *lz4 = dlopen("liblz4.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -64,7 +71,7 @@ static void cz_init(void)
     cz.zstd_is_error = (zstd_is_error_fn)sym(zstd, "ZSTD_isError");
     if (cz.zstd_compress && cz.zstd_decompress && cz.zstd_is_error)
         cz.available |= 1 << PV_CODEC_ZSTD;
-    if (cz.mode > 0 && !(cz.available & (1 << cz.mode)))
+    if (cz.mode > 0 && cz.mode != PV_COMPRESS_ADAPTIVE && !(cz.available & (1 << cz.mode)))
         pv_log("%s=%s: that codec's library could not be loaded; not compressing", PV_KEY_ENV_COMPRESS, env);
 }
 
@@ -76,11 +83,34 @@ int pv_compress_offer(void)
     return cz.available;
 }
 
-int pv_compress_hello_count(void) { return pv_compress_offer() ? 1 : 0; }
+/* Whether fd's peer is this host (127.0.0.0/8, ::1, an IPv4-mapped loopback address). */
+static int peer_is_loopback(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
 
-void pv_compress_hello_pack(msgpack_packer *pk)
+int pv_compress_offer_to(int fd)
 {
     int mask = pv_compress_offer();
+    if (cz.mode == PV_COMPRESS_AUTO && peer_is_loopback(fd))
+        return 0;                  /* a loopback copy is a memcpy: compressing can only cost */
+    return mask;
+}
+
+int pv_compress_hello_count(int mask) { return mask ? 1 : 0; }
+
+void pv_compress_hello_pack(msgpack_packer *pk, int mask)
+{
     if (!mask)
         return;
     pv_pack_str(pk, PV_KEY_HELLO_COMPRESS);
@@ -199,7 +229,7 @@ int pv_compress_choose(int negotiated, uint64_t link_bps, const void *data, size
     pthread_once(&cz_once, cz_init);
     if (!negotiated || cz.mode == PV_COMPRESS_OFF || n < PV_COMPRESS_MIN_BYTES)
         return 0;
-    if (cz.mode > 0)
+    if (cz.mode > 0 && cz.mode != PV_COMPRESS_ADAPTIVE)
         return negotiated & (1 << cz.mode) ? cz.mode : 0;
     if (!link_bps)
         return 0;                  /* the daemon has not measured the link yet */

@@ -43,9 +43,12 @@ int pv_config_path(const char *name, char *out, size_t cap);
 
 /* ---- io (io.c): one connection's byte stream, plain TCP or TLS over a non-blocking socket ---- */
 #define PV_IO_TICK_MS 200          /* a blocked read or write calls its stream's tick at least this often */
+#define PV_IO_RBUF 4096            /* small reads come through a buffer: a reply's prefix and header in one recv */
 struct ssl_st;
 struct pv_io {
     int fd;
+    unsigned char rbuf[PV_IO_RBUF];   /* received, not yet read (touched by the thread holding the read role) */
+    size_t rlo, rhi;
     struct ssl_st *ssl;            /* TLS session (ssl.c), NULL for plain TCP */
     pthread_mutex_t ssl_mu;        /* one OpenSSL call at a time; never held while waiting */
     int (*tick)(void *arg);        /* nonzero ends the wait with an error (the connection is considered dead) */
@@ -59,6 +62,8 @@ void pv_io_destroy(struct pv_io *io);
 int pv_io_read(struct pv_io *io, void *buf, size_t n);            /* 0 ok, -1 error/EOF/aborted by the tick */
 int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_t bn);
 int pv_io_wait(struct pv_io *io, short events);                   /* poll with ticks: 0 ready, -1 aborted */
+int pv_io_readable(struct pv_io *io);
+int pv_io_await(struct pv_io *io);                                /* until readable (ticks): 0, or -1 aborted */
 int pv_io_writable(struct pv_io *io);                             /* 1 when a small write would not block */
 /* TLS (ssl.c): whether connections use it (PYVGPU_TLS*, the config dir), and the handshake + verification. */
 int pv_ssl_enabled(void);
@@ -94,9 +99,10 @@ struct pv_conn {
     struct pv_pending *pending;
     int receiving;                 /* the reader is reading the payload of a reply someone waits for */
     struct pv_pending *current;    /* ... that reply's request */
-    pthread_cond_t detached_cv;    /* a detached request completed (or the connection died) */
+    pthread_cond_t detached_cv;    /* a detached request completed, the read role is free, or the connection died */
     int detached_n;                /* detached requests in flight (pv_req_detach) */
     size_t detached_bytes;         /* reply payload bytes they will bring, at most PV_DETACH_WINDOW_BYTES */
+    int reading;                   /* a thread holds the read role: it alone reads frames (transport.c) */
     pthread_t reader;
     atomic_int reader_started;
     atomic_int sending;            /* threads inside a send */
@@ -106,7 +112,7 @@ struct pv_conn {
     _Atomic int64_t handshake_deadline_ms;   /* nonzero while connecting */
     int codecs;                    /* bit (1 << codec): compression the hello negotiated (compress.c) */
     _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
-    double rx_rate;                /* bytes/s bulk replies arrive at here (reader thread only) */
+    double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
     double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
 };
 
@@ -171,8 +177,9 @@ int pv_conn_alive(const struct pv_conn *c);
 
 /* ---- compression of bulk payloads (compress.c; pyvgpu/protocol.py "Compressed payloads") ---- */
 int pv_compress_offer(void);                          /* bit (1 << codec) per codec this process can use */
-int pv_compress_hello_count(void);                    /* hello map entries pv_compress_hello_pack adds */
-void pv_compress_hello_pack(msgpack_packer *pk);
+int pv_compress_offer_to(int fd);                     /* ... to the daemon at the other end of fd */
+int pv_compress_hello_count(int offer);               /* hello map entries pv_compress_hello_pack adds */
+void pv_compress_hello_pack(msgpack_packer *pk, int offer);
 int pv_compress_accepted(const msgpack_object *hello_result);    /* codecs the daemon accepted (a mask) */
 /* The codec to send n bytes of data with (0: uncompressed), by PYVGPU_COMPRESS and the policy of compress.c. */
 int pv_compress_choose(int negotiated, uint64_t link_bps, const void *data, size_t n);

@@ -1,6 +1,16 @@
 /* One connection per host (TCP, or TLS when configured), shared by all threads of the process: a send mutex keeps
- * frames whole, a reader thread hands each reply to the thread waiting for its req_id. When the connection dies,
- * every pending and later call on that host fails with cudaErrorDevicesUnavailable.
+ * frames whole; replies are read by whichever thread holds the read role and handed to the thread waiting for their
+ * req_id. When the connection dies, every pending and later call on that host fails with
+ * cudaErrorDevicesUnavailable.
+ *
+ * Who reads: a thread waiting for a reply takes the read role itself when nobody holds it (leader/follower), so a
+ * lone synchronous call is one send and one receive on the calling thread, as a plain socket round trip: a reader
+ * thread that received the reply and then woke the caller cost one more cross-thread wake-up per call, which on a
+ * virtualised host is the largest part of a small call (bench/README.md, "where the time goes"). The leader reads
+ * until its own reply arrives, handing other threads' replies to them; leaving, it wakes one waiter to lead. The
+ * background thread ("sweeper") never sleeps on the socket, so it is not woken by replies: every PV_IO_TICK_MS it
+ * reads what arrived while no call waited (heartbeats, the daemon's notice that it ends the session), checks that a
+ * waited-for daemon is still heard from, and pings an idle daemon.
  *
  * Every wait is bounded. While a call waits for its reply (or a send cannot progress) the daemon must be heard from
  * at least every PYVGPU_REPLY_TIMEOUT_MS: it sends heartbeats while it works, so a long kernel keeps the connection
@@ -351,83 +361,128 @@ static void complete(struct pv_conn *c, struct pv_pending *p, msgpack_unpacked m
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Gives the read role up; a thread still waiting for its reply takes it over (it is woken for that), as does one
+ * waiting for room in the window of detached requests or for their bytes (detached_cv). */
+static void release_read_role(struct pv_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->reading = 0;
+    for (struct pv_pending *p = c->pending; p; p = p->next)
+        if (!p->detached) {
+            pthread_cond_signal(&p->cv);
+            break;
+        }
+    pthread_cond_broadcast(&c->detached_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Reads one frame and delivers it (the caller holds the read role). 0: carry on; -1: the connection failed (every
+ * waiter has been woken with an error). */
+static int read_frame(struct pv_conn *c)
+{
+    msgpack_unpacked msg;
+    char *raw;
+    int rc = pv_read_header(&c->io, &msg, &raw, PV_MAX_REPLY_HEADER_BYTES);
+    if (rc != 0) {
+        conn_fail(c, rc == -2 ? "malformed reply frame" : "connection closed");
+        return -1;
+    }
+    const msgpack_object *h = &msg.data;
+    uint64_t id, plen, rawlen, olen;
+    int64_t err;
+    int codec = 0;
+    const msgpack_object *ev = (h->via.array.size == 5 || h->via.array.size == 6) ? reply_events(h) : NULL;
+    if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
+        pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
+        payload_field(c, &h->via.array.ptr[2], &plen, &rawlen, &codec) != 0 ||
+        pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES ||
+        (ev && ev->type != MSGPACK_OBJECT_ARRAY)) {
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        conn_fail(c, "malformed reply header");
+        return -1;
+    }
+    if (id == 0) {
+        int over = notice(c, err, &h->via.array.ptr[3]);
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        if (over || relay(c, plen, NULL) != 0 || relay(c, olen, to_stdout) != 0) {
+            conn_fail(c, "connection closed");
+            return -1;
+        }
+        return 0;
+    }
+    pthread_mutex_lock(&c->mu);
+    struct pv_pending **pp = &c->pending, *p = NULL;
+    while (*pp && (*pp)->id != id)
+        pp = &(*pp)->next;
+    if (*pp) {
+        p = *pp;
+        *pp = p->next;
+        c->receiving = 1;          /* still waited for while its payload arrives */
+        c->current = p;
+    }
+    pthread_mutex_unlock(&c->mu);
+    int io = 0;
+    int64_t t0 = pv_now_ns();
+    if (plen) {
+        if (p && p->out && rawlen <= p->out_cap) {
+            io = codec ? read_compressed(c, codec, plen, p->out, rawlen) : pv_io_read(&c->io, p->out, (size_t)plen);
+            if (io == 0)
+                p->rep.payload_len = (size_t)rawlen;
+            p->wire_len = (size_t)plen;
+        } else {
+            io = relay(c, plen, NULL);
+        }
+        if (io == 0)
+            rate_sample(c, plen, pv_now_ns() - t0);
+    }
+    if (io == 0 && olen)
+        io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
+    if (!p) {
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
+    } else {
+        complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
+    }
+    if (io) {
+        conn_fail(c, io == -2 ? "malformed compressed reply payload" : "connection closed inside a reply payload");
+        return -1;
+    }
+    return 0;
+}
+
+/* The background thread: every tick, reads what arrived while no call held the read role, fails a silent daemon a
+ * call waits for, and pings an idle one (see the top of this file). */
 static void *reader_main(void *arg)
 {
     struct pv_conn *c = arg;
     for (;;) {
-        msgpack_unpacked msg;
-        char *raw;
-        int rc = pv_read_header(&c->io, &msg, &raw, PV_MAX_REPLY_HEADER_BYTES);
-        if (rc != 0) {
-            conn_fail(c, rc == -2 ? "malformed reply frame" : "connection closed");
+        struct timespec ts = { PV_IO_TICK_MS / 1000, (long)(PV_IO_TICK_MS % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+        if (atomic_load(&c->dead))
+            return NULL;
+        int64_t now = pv_now_ms();
+        if (conn_silent(c, now)) {
+            fail_silent(c);
             return NULL;
         }
-        const msgpack_object *h = &msg.data;
-        uint64_t id, plen, rawlen, olen;
-        int64_t err;
-        int codec = 0;
-        const msgpack_object *ev = (h->via.array.size == 5 || h->via.array.size == 6) ? reply_events(h) : NULL;
-        if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
-            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
-            payload_field(c, &h->via.array.ptr[2], &plen, &rawlen, &codec) != 0 ||
-            pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES ||
-            (ev && ev->type != MSGPACK_OBJECT_ARRAY)) {
-            msgpack_unpacked_destroy(&msg);
-            free(raw);
-            conn_fail(c, "malformed reply header");
-            return NULL;
-        }
-        if (id == 0) {
-            int over = notice(c, err, &h->via.array.ptr[3]);
-            msgpack_unpacked_destroy(&msg);
-            free(raw);
-            if (over || relay(c, plen, NULL) != 0 || relay(c, olen, to_stdout) != 0) {
-                conn_fail(c, "connection closed");
-                return NULL;
-            }
-            continue;
-        }
+        if (now - atomic_load(&c->io.last_tx_ms) > c->ping_ms)
+            send_ping(c);
         pthread_mutex_lock(&c->mu);
-        struct pv_pending **pp = &c->pending, *p = NULL;
-        while (*pp && (*pp)->id != id)
-            pp = &(*pp)->next;
-        if (*pp) {
-            p = *pp;
-            *pp = p->next;
-            c->receiving = 1;          /* still waited for while its payload arrives */
-            c->current = p;
-        }
+        int mine = !c->reading;
+        if (mine)
+            c->reading = 1;
         pthread_mutex_unlock(&c->mu);
-        int io = 0;
-        int64_t t0 = pv_now_ns();
-        if (plen) {
-            if (p && p->out && rawlen <= p->out_cap) {
-                io = codec ? read_compressed(c, codec, plen, p->out, rawlen)
-                           : pv_io_read(&c->io, p->out, (size_t)plen);
-                if (io == 0)
-                    p->rep.payload_len = (size_t)rawlen;
-                p->wire_len = (size_t)plen;
-            } else {
-                io = relay(c, plen, NULL);
-            }
-            if (io == 0)
-                rate_sample(c, plen, pv_now_ns() - t0);
-        }
-        if (io == 0 && olen)
-            io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
-        if (!p) {
-            msgpack_unpacked_destroy(&msg);
-            free(raw);
-            if (id != 0)
-                pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
-        } else {
-            complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
-        }
-        if (io) {
-            conn_fail(c, io == -2 ? "malformed compressed reply payload"
-                                  : "connection closed inside a reply payload");
+        if (!mine)
+            continue;
+        int rc = 0;
+        while (rc == 0 && pv_io_readable(&c->io))
+            rc = read_frame(c);
+        release_read_role(c);
+        if (rc != 0)
             return NULL;
-        }
     }
 }
 
@@ -496,16 +551,34 @@ static cudaError_t send_frame(struct pv_req *r)
 
 static int dev_index(const struct pv_req *r) { return r->dev ? r->dev->index : -1; }
 
-/* Until p is done; the reader's tick normally notices a silent daemon, the check here covers a reader blocked
- * elsewhere. Called and returns with c->mu held. */
-static void wait_done(struct pv_conn *c, pthread_cond_t *cv, int *done)
+/* Waits until ready(c, arg) (evaluated with c->mu held). When nobody reads, this thread does, until it is ready or
+ * the connection fails: a lone call is one send and one receive on the calling thread (top of this file). Otherwise it
+ * sleeps on cv, woken by the reader that delivered what it waits for or that gave the read role up; the sweeper's
+ * tick normally notices a silent daemon, the check here covers a reader blocked elsewhere. Called and returns with
+ * c->mu held. ready must become true once the connection is dead (conn_fail completes every request). */
+static void wait_until(struct pv_conn *c, pthread_cond_t *cv, int (*ready)(struct pv_conn *c, void *arg), void *arg)
 {
-    while (!*done) {
+    while (!ready(c, arg)) {
+        if (!c->reading && !atomic_load(&c->dead)) {
+            c->reading = 1;
+            int go = 1;
+            while (go) {
+                pthread_mutex_unlock(&c->mu);
+                /* the reply is rarely there yet: wait for it first rather than try a read that finds nothing */
+                go = pv_io_await(&c->io) == 0 && read_frame(c) == 0;
+                pthread_mutex_lock(&c->mu);
+                go = go && !ready(c, arg);
+            }
+            pthread_mutex_unlock(&c->mu);
+            release_read_role(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
         pthread_cond_timedwait(cv, &c->mu, &ts);
-        if (!*done) {
+        if (!ready(c, arg)) {
             pthread_mutex_unlock(&c->mu);
             if (conn_silent(c, pv_now_ms()))
                 fail_silent(c);
@@ -513,6 +586,8 @@ static void wait_done(struct pv_conn *c, pthread_cond_t *cv, int *done)
         }
     }
 }
+
+static int pending_done(struct pv_conn *c, void *arg) { return ((struct pv_pending *)arg)->done; }
 
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
 {
@@ -550,7 +625,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     msgpack_sbuffer_destroy(&r->sb);
 
     pthread_mutex_lock(&c->mu);
-    wait_done(c, &p.cv, &p.done);
+    wait_until(c, &p.cv, pending_done, &p);
     pthread_mutex_unlock(&c->mu);
     pv_stats_note(r->op, dev_index(r), 1, r->payload_len + p.wire_len, 1, pv_now_ns() - t0);
     pthread_cond_destroy(&p.cv);
@@ -562,6 +637,18 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
         pv_reply_free(&p.rep);
     }
     return err;
+}
+
+struct window_need {
+    size_t bytes;
+};
+
+/* Room in the window of detached requests for need->bytes more (or the connection is dead). With c->mu held. */
+static int window_room(struct pv_conn *c, void *arg)
+{
+    size_t n = ((struct window_need *)arg)->bytes;
+    return atomic_load(&c->dead) || c->detached_n == 0 ||
+           (c->detached_bytes + n <= PV_DETACH_WINDOW_BYTES && c->detached_n < PV_DETACH_MAX);
 }
 
 /* A request whose reply nobody waits for (its payload lands in r->out when it comes; see pv_core.h). Waits only
@@ -583,18 +670,9 @@ cudaError_t pv_req_detach(struct pv_req *r)
     int64_t t0 = pv_now_ns();
     int waited = 0;
     pthread_mutex_lock(&c->mu);
-    while (!atomic_load(&c->dead) && c->detached_n > 0 &&
-           (c->detached_bytes + r->out_cap > PV_DETACH_WINDOW_BYTES || c->detached_n >= PV_DETACH_MAX)) {
-        waited = 1;                /* the window is full: wait for the oldest bytes in flight */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&c->detached_cv, &c->mu, &ts);
-        pthread_mutex_unlock(&c->mu);
-        if (conn_silent(c, pv_now_ms()))
-            fail_silent(c);
-        pthread_mutex_lock(&c->mu);
-    }
+    struct window_need need = { r->out_cap };
+    waited = !window_room(c, &need);     /* the window is full: wait for the oldest bytes in flight */
+    wait_until(c, &c->detached_cv, window_room, &need);
     if (atomic_load(&c->dead)) {
         pthread_mutex_unlock(&c->mu);
         free(p);
@@ -630,9 +708,16 @@ static int detached_into(struct pv_conn *c, uintptr_t lo, uintptr_t hi)
     return 0;
 }
 
+/* No detached request of c brings bytes into range [0], [1] (or c is dead). With c->mu held. */
+static int drained(struct pv_conn *c, void *arg)
+{
+    const uintptr_t *range = arg;
+    return atomic_load(&c->dead) || !detached_into(c, range[0], range[1]);
+}
+
 void pv_detached_drain(const void *lo, size_t n)
 {
-    uintptr_t a = (uintptr_t)lo, b = a + n;
+    uintptr_t range[2] = { (uintptr_t)lo, (uintptr_t)lo + n };
     pthread_mutex_lock(&conns_mu);
     int count = nconns;
     struct pv_conn *conns[PV_MAX_CONNS];
@@ -641,16 +726,7 @@ void pv_detached_drain(const void *lo, size_t n)
     for (int i = 0; i < count; i++) {
         struct pv_conn *c = conns[i];
         pthread_mutex_lock(&c->mu);
-        while (!atomic_load(&c->dead) && detached_into(c, a, b)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&c->detached_cv, &c->mu, &ts);
-            pthread_mutex_unlock(&c->mu);
-            if (conn_silent(c, pv_now_ms()))
-                fail_silent(c);
-            pthread_mutex_lock(&c->mu);
-        }
+        wait_until(c, &c->detached_cv, drained, range);
         pthread_mutex_unlock(&c->mu);
     }
 }
@@ -757,7 +833,8 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_hello_extra_read(&extra);
     struct pv_req r;
     pv_req_begin(&r, c, PV_OP_HELLO, PV_OP_HELLO_NARGS, 1, NULL, 0, NULL, 0);
-    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra) + pv_compress_hello_count());
+    int offer = pv_compress_offer_to(c->io.fd);
+    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra) + pv_compress_hello_count(offer));
     pv_pack_str(&r.pk, PV_KEY_HELLO_VERSION);
     msgpack_pack_int(&r.pk, PV_PROTOCOL_VERSION);
     pv_pack_str(&r.pk, PV_KEY_HELLO_PROOF);
@@ -770,7 +847,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_pack_str(&r.pk, PV_KEY_HELLO_VA_BASE);
     msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
     pv_hello_extra_pack(&r.pk, &extra);
-    pv_compress_hello_pack(&r.pk);
+    pv_compress_hello_pack(&r.pk, offer);
     /* the reader thread is not running yet: send and read the reply inline */
     pv_seal_frame(&r.sb);
     int wrc = pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0);

@@ -157,9 +157,17 @@ def _sample(data: memoryview) -> bytes:
     return b"".join(bytes(data[s:s + k]) for s in starts)
 
 
+def may_pay(link_bps: float, codecs: tuple[int, ...]) -> bool:
+    """Whether compressing could pay on this link at all (False: send as it is without sampling the data): a
+    link rate was reported and a negotiated codec is not known to be slower than the link (choose's test)."""
+    if not codecs or not link_bps:
+        return False
+    return any(not SPEEDS[c].bps or SPEEDS[c].bps * COMPRESS_GAIN > link_bps for c in codecs if c in SPEEDS)
+
+
 def choose(data: memoryview, link_bps: float, codecs: tuple[int, ...]) -> int:
     """The codec to send `data` with over a link that delivers link_bps bytes/s, or 0 (uncompressed)."""
-    if not codecs or not link_bps or len(data) < COMPRESS_MIN_BYTES:
+    if len(data) < COMPRESS_MIN_BYTES or not may_pay(link_bps, codecs):
         return 0
     sample = _sample(data)
     plain = 1.0 / link_bps

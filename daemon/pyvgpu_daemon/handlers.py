@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyvgpu import protocol as P
@@ -33,24 +32,32 @@ ERR_UNKNOWN = ERROR_CODES["cudaErrorUnknown"]
 KERNEL_ATTR_SET = frozenset(P.KERNEL_ATTR_KEYS)
 
 
-@dataclass(frozen=True)
 class Outcome:
-    """What a job hands back to the loop: None for fire-and-forget, else the reply fields."""
-    err: int
-    result: Any = None
-    payload: bytes = b""
-    stdout: bytes | None = None
-    event_times: list[float] | None = None   # the reply's sixth field (event_times.py)
-    raw_len: int = 0                         # payload compressed by `codec` (compress.py); raw_len: its size
-    codec: int = 0
+    """What a job hands back to the loop: None for fire-and-forget, else the reply fields. (Slotted, not a frozen
+    dataclass: one is made per request.) event_times: the reply's sixth field (event_times.py); a payload compressed
+    by `codec` (compress.py) has raw_len bytes once decoded."""
+    __slots__ = ("err", "result", "payload", "stdout", "event_times", "raw_len", "codec")
+
+    def __init__(self, err: int, result: Any = None, payload: bytes = b"", stdout: bytes | None = None,
+                 event_times: list[float] | None = None, raw_len: int = 0, codec: int = 0) -> None:
+        self.err = err
+        self.result = result
+        self.payload = payload
+        self.stdout = stdout
+        self.event_times = event_times
+        self.raw_len = raw_len
+        self.codec = codec
 
 
-@dataclass(frozen=True)
 class Call:
-    """What a handler gets besides its arguments: the session, its state of this device, the request payload."""
-    session: Session
-    st: DeviceState
-    payload: bytes | bytearray | memoryview
+    """What a handler gets besides its arguments: the session, its state of this device, the request payload.
+    (A slotted class, not a frozen dataclass: one is made per op, and a frozen dataclass's __init__ costs ~1 µs.)"""
+    __slots__ = ("session", "st", "payload")
+
+    def __init__(self, session: Session, st: DeviceState, payload: bytes | bytearray | memoryview) -> None:
+        self.session = session
+        self.st = st
+        self.payload = payload
 
     @property
     def ctx(self) -> DeviceContext:
@@ -88,7 +95,8 @@ def _of(kind: type, what: str) -> Callable[[str, Any], Any]:
     return check
 
 
-_u64 = _int_in(0, (1 << 64) - 1, "a u64")
+U64_MAX = (1 << 64) - 1
+_u64 = _int_in(0, U64_MAX, "a u64")
 # Wire type -> conversion of the received value (protocol.ARG_TYPES; dev is the server's, map HELLO's).
 ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "u64": _u64, "ptr": _u64, "size": _u64, "handle": _u64, "stream": _u64, "event": _u64, "func": _u64,
@@ -103,20 +111,38 @@ RESOLVE: dict[str, Callable[[DeviceState, int], Any]] = {
     "blas": DeviceState.blas,
 }
 assert set(ARG_CHECKS) | {"dev", "map"} == P.ARG_TYPES, "a wire type without a conversion"
+# Per device op: (name, conversion, resolver or None) of each argument after `dev`, computed once.
+_CONVERSIONS: dict[int, tuple[tuple[str, Callable[[str, Any], Any], Any], ...]] = {
+    spec.code: tuple((a.name, ARG_CHECKS[a.type], RESOLVE.get(a.type)) for a in spec.args[1:])
+    for spec in OPS if not spec.flags & OpFlag.NO_DEVICE}
+# Flag tests per op code as set lookups (an enum.Flag `&` costs about a microsecond on the per-op path).
+_DEVICE_RESET = OP_BY_NAME["DEVICE_RESET"].code
+_PAYLOAD_OUT = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.PAYLOAD_OUT)
+_SYNC = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.SYNC)
+_DETACHED = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.DETACHED)
+_COMPRESSIBLE = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.COMPRESSIBLE)
 
 
 def convert_args(spec: OpSpec, st: DeviceState, args: list[Any]) -> dict[str, Any]:
     """The arguments after `dev` by name, converted and resolved (arity was checked by the server)."""
-    out: dict[str, Any] = {}
-    for arg, v in zip(spec.args[1:], args[1:]):
-        v = ARG_CHECKS[arg.type](arg.name, v)
-        resolve = RESOLVE.get(arg.type)
-        out[arg.name] = resolve(st, v) if resolve else v
+    return dict(zip(spec.arg_names[1:], _positional(spec, st, args)))
+
+
+def _positional(spec: OpSpec, st: DeviceState, args: list[Any]) -> list[Any]:
+    """The arguments after `dev` in spec order, converted and resolved."""
+    out = []
+    for (name, check, resolve), v in zip(_CONVERSIONS[spec.code], args[1:]):
+        if check is _u64 and type(v) is int and 0 <= v <= U64_MAX:
+            pass                          # the common case without a call (type(): bool is not a u64)
+        else:
+            v = check(name, v)
+        out.append(resolve(st, v) if resolve is not None else v)
     return out
 
 
 # ---------------------------------------------------------------------------------------------- registration
 HANDLERS: dict[str, Callable[..., Any]] = {}
+BY_KEYWORD: set[str] = set()     # handlers whose arguments are keyword-only (generated ones, e.g. cuBLAS families)
 
 
 def handler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -124,7 +150,10 @@ def handler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     spec = OP_BY_NAME[name]
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        params = list(inspect.signature(fn).parameters)[1:]
+        sig = inspect.signature(fn).parameters
+        params = list(sig)[1:]
+        if any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in sig.values()):
+            BY_KEYWORD.add(name)
         if params != list(spec.arg_names[1:]):
             raise TypeError(f"handler {fn.__name__} of {name} takes {params}, the spec says {list(spec.arg_names[1:])}")
         if name in HANDLERS:
@@ -482,13 +511,13 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if session.closing:
         return None                       # the client is gone: skip queued work, cleanup follows
     st.ops += 1
-    detached = bool(spec.flags & OpFlag.DETACHED)
+    detached = spec.code in _DETACHED
     if not fire_and_forget and not detached:
         st.waited += 1                    # the client waits for this one's reply (a blocking round trip)
     result: Any = None
     out = b""
     err = 0
-    if st.sticky and spec.name != "DEVICE_RESET":
+    if st.sticky and spec.code != _DEVICE_RESET:
         err = st.sticky
     else:
         try:
@@ -499,8 +528,12 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             if isinstance(payload, Compressed):
                 payload = payload.decode()            # on this worker, never on the loop (compress.py)
             st.bytes_htod += len(payload)
-            ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
-            if spec.flags & OpFlag.PAYLOAD_OUT:
+            # positional where @handler found the spec's arguments in order as ordinary parameters
+            if spec.name in BY_KEYWORD:
+                ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
+            else:
+                ret = HANDLERS[spec.name](Call(session, st, payload), *_positional(spec, st, args))
+            if spec.code in _PAYLOAD_OUT:
                 out = ret or b""
                 st.bytes_dtoh += len(out)
             else:
@@ -521,7 +554,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         if not detached:
             return None
     stdout = None
-    if spec.flags & OpFlag.SYNC:
+    if spec.code in _SYNC:
         if st.deferred:
             # The earlier asynchronous failure is what the synchronizing call reports, as on a real GPU.
             err = st.deferred
@@ -531,7 +564,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     times = st.event_times.report(st.ctx)
     if err:
         return Outcome(err, None, b"", stdout, times)
-    if session.codecs and spec.flags & OpFlag.COMPRESSIBLE and len(out):
+    if session.codecs and spec.code in _COMPRESSIBLE and len(out):
         wire_out, codec = compress_reply(out, session.peer_rate, session.codecs)
         if codec:
             return Outcome(0, result, wire_out, stdout, times, len(out), codec)

@@ -42,7 +42,8 @@ def test_async_copies_and_event_times_need_no_round_trip(cuda_build, daemon, run
     copies = rows["MEMCPY_DTOH_ASYNC"]
     # 1 + 4 + 6 + 1 + 1 detached copies; only those that found the 64 MiB window full waited (for older bytes)
     assert copies["calls"] == 13, rows
-    assert copies["bytes"] == (1 + 1 + 6 * 64 + 1 + 1) * (256 << 10), rows
+    # bytes on the wire: the last copy fails (after a kernel fault) and brings none
+    assert copies["bytes"] == (1 + 1 + 6 * 64 + 1) * (256 << 10), rows
     assert 1 <= copies["blocked"] <= 2, rows           # the 5th and 6th 16 MiB pieces wait for the first ones
     # cudaEventElapsedTime: one round trip for the record not reported yet, one for the untimed event
     assert rows["EVENT_ELAPSED"]["calls"] == 2, rows
