@@ -279,27 +279,33 @@ def run(a: argparse.Namespace, log) -> dict:
         bn = Bench(a, Path(tmp), log)
         bn.start()
         try:
-            ls = links(a)
-            samples: dict[str, dict[str, list[dict]]] = {l.name: {"link": []} for l in ls}
-            for r in range(a.rounds):
-                order = ls[r % len(ls):] + ls[:r % len(ls)]
-                for link in order:
-                    log(f"round {r + 1}/{a.rounds}: {link.name}")
-                    s = samples[link.name]
-                    s["link"].append(bn.measure_link(link))
-                    for side in bn.sides:
-                        s.setdefault(f"micro/{side.name}", []).append(bn.micro(side, link))
-                        for g in a.gpus:
-                            s.setdefault(f"paper{g}/{side.name}", []).append(bn.paper_run(side, link, g))
-            res["links"] = {name: {k: median_dict(v) for k, v in s.items()} for name, s in samples.items()}
-            res["steady"] = {f"paper{g}/{side.name}": bn.steady_state(side, g) for side in bn.sides for g in a.gpus}
-            res["fits"] = fits(res["links"], ls, bn.sides, a.gpus, a.steps)
-            if a.compress:
+            if not a.compress_only:
+                run_links(a, bn, res, log)
+            if a.compress or a.compress_only:
                 res["compression"] = compression(bn, log)
         finally:
             bn.stop()
     res["machine"]["loadavg_end"] = rb.machine()["loadavg"]
     return res
+
+
+def run_links(a: argparse.Namespace, bn: Bench, res: dict, log) -> None:
+    """Links × (micro-benchmarks, paper workload) in rounds, the steady-state counts and the fits, into res."""
+    ls = links(a)
+    samples: dict[str, dict[str, list[dict]]] = {l.name: {"link": []} for l in ls}
+    for r in range(a.rounds):
+        order = ls[r % len(ls):] + ls[:r % len(ls)]
+        for link in order:
+            log(f"round {r + 1}/{a.rounds}: {link.name}")
+            s = samples[link.name]
+            s["link"].append(bn.measure_link(link))
+            for side in bn.sides:
+                s.setdefault(f"micro/{side.name}", []).append(bn.micro(side, link))
+                for g in a.gpus:
+                    s.setdefault(f"paper{g}/{side.name}", []).append(bn.paper_run(side, link, g))
+    res["links"] = {name: {k: median_dict(v) for k, v in s.items()} for name, s in samples.items()}
+    res["steady"] = {f"paper{g}/{side.name}": bn.steady_state(side, g) for side in bn.sides for g in a.gpus}
+    res["fits"] = fits(res["links"], ls, bn.sides, a.gpus, a.steps)
 
 
 def median_dict(rows: list[dict]) -> dict:
@@ -335,11 +341,53 @@ def fits(lk: dict, ls: list[LinkSpec], sides: list[Side], gpus: list[int], steps
     return out
 
 
+COMPRESS_DATA = ("zeros", "float32", "noise")
+COMPRESS_MODES = ("off", "adaptive", "lz4", "zstd")
+
+
 def compression(bn: Bench, log) -> dict:
-    raise NotImplementedError
+    """16 MiB pinned copies of each kind of data (bandwidth.cu's BW_DATA) over 1 Gb/s + 0.2 ms, with PYVGPU_COMPRESS
+    off, adaptive (the default policy, here applied through the loopback proxy) and each codec forced; then on the
+    direct loopback link with the default (auto: no codec offered to a loopback daemon) against off."""
+    side = bn.sides[0]
+    out: dict = {}
+    for link, modes in ((LinkSpec("1G+0.2ms", 0.2, "1G"), COMPRESS_MODES), (LinkSpec("direct", None), ("off", "auto"))):
+        for data in COMPRESS_DATA:
+            for mode in modes:
+                log(f"compression: {link.name} {data} {mode}")
+                ports = bn.ports(link, [side.daemons[0].port])
+                env = bn.env(side, ports, {"PYVGPU_COMPRESS": mode, "BW_DATA": data})
+                h2d = rb.run_lines([str(bn.cuda), "bw", "h2d", "pinned", str(COPY), "4"], env=env)["bw"]
+                d2h = rb.run_lines([str(bn.cuda), "bw", "d2h", "pinned", str(COPY), "4"], env=env)["bw"]
+                bn.drop_proxies()
+                out.setdefault(link.name, {}).setdefault(data, {})[mode] = {
+                    "h2d_GBps": COPY / statistics.median(h2d), "d2h_GBps": COPY / statistics.median(d2h)}
+    return out
+
+
+def compression_table(comp: dict) -> list[str]:
+    out = ["", "Compression: 16 MiB pinned copies, GB/s (H2D / D2H), and the gain over PYVGPU_COMPRESS=off", ""]
+    for link, rows in comp.items():
+        modes = list(next(iter(rows.values())))
+        out += [f"{link}:", "", "| data | " + " | ".join(modes) + " | gain of " + modes[1] + " |",
+                "|---|" + "---:|" * (len(modes) + 1)]
+        for data, r in rows.items():
+            cells = [f"{r[m]['h2d_GBps']:.3f} / {r[m]['d2h_GBps']:.3f}" for m in modes]
+            off, best = r[modes[0]], r[modes[1]]
+            gain = f"{best['h2d_GBps'] / off['h2d_GBps']:.2f}x / {best['d2h_GBps'] / off['d2h_GBps']:.2f}x"
+            out.append(f"| {data} | " + " | ".join(cells) + f" | {gain} |")
+        out.append("")
+    return out
 
 
 def table(res: dict) -> str:
+    out = links_table(res) if "links" in res else []
+    if "compression" in res:
+        out += compression_table(res["compression"])
+    return "\n".join(out)
+
+
+def links_table(res: dict) -> list[str]:
     lk = res["links"]
     names = list(lk)
     sides = sorted({k.split("/")[1] for n in names for k in lk[n] if "/" in k})
@@ -380,7 +428,7 @@ def table(res: dict) -> str:
         if st.get("per_op"):
             out.append(f"\n{key}: blocking calls per step and GPU by op: " +
                        ", ".join(f"{k} {v:.2f}" for k, v in st["per_op"].items()))
-    return "\n".join(out)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--baseline", type=Path, help="another checkout to run side by side (its build/dev or built)")
     ap.add_argument("--compress", action="store_true", help="also the compression section (1 Gb/s)")
+    ap.add_argument("--compress-only", action="store_true", help="only the compression section")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     if a.quick:

@@ -3,9 +3,10 @@ a client's compressed payload, and the choice of compressing a reply.
 
 Decoding never produces more than a block's stated raw length (at most COMPRESS_BLOCK) whatever the compressed
 bytes claim, and a payload's raw length was admitted against the session's request bound before a byte of it was
-read (server.py), so a decompression bomb costs what the same payload uncompressed would. The block structure is
-checked on the loop (a malformed one ends the session, like any malformed frame); decoding runs on the device's
-worker thread (a corrupt block fails that op with cudaErrorInvalidValue).
+read (server.py), so a decompression bomb costs what the same payload uncompressed would. The block structure (and a
+zstd frame's stated size) is checked on the loop, where a malformed one ends the session like any malformed frame;
+decoding runs on the device's worker thread, where a block that does not decode to exactly its raw length
+(CorruptPayload) fails its op and ends the session too (Session.end_soon): the daemon carries on.
 
 Choice (compress_reply): a reply of at least COMPRESS_MIN_BYTES is compressed when the client reported a receive rate
 (LINK_RATE) slow enough that a codec's measured speed and the payload's sampled ratio predict at most COMPRESS_GAIN
@@ -25,7 +26,6 @@ import numpy as np
 from pyvgpu import wire
 from pyvgpu.protocol import (COMPRESS_BLOCK, COMPRESS_CODECS, COMPRESS_GAIN, COMPRESS_MIN_BYTES,
                              COMPRESS_SAMPLE_BYTES, COMPRESS_SAMPLES, ZSTD_LEVEL)
-from pyvgpu_daemon.errors import CudaError
 
 BLOCK_HEADER = struct.Struct("<II")
 LZ4, ZSTD = COMPRESS_CODECS["lz4"], COMPRESS_CODECS["zstd"]
@@ -63,12 +63,23 @@ def _zstd() -> Codec | None:
         return c.compress(data)
 
     def decompress(data: bytes | memoryview, n: int) -> bytes:
-        claimed = zstandard.frame_content_size(bytes(data[:18]))
+        claimed = _zstd_claim(data[:18])
         if claimed > n:
             raise ValueError(f"zstd frame claims {claimed} bytes, the block holds {n}")
         return zstandard.ZstdDecompressor().decompress(data, max_output_size=n)
 
     return Codec(ZSTD, compress, decompress)
+
+
+def _zstd_claim(head: bytes | memoryview) -> int:
+    """The content size a zstd frame header states (-1: unstated); ProtocolError when it is no frame header."""
+    try:
+        import zstandard
+        return zstandard.frame_content_size(bytes(head))
+    except ImportError:
+        return -1
+    except Exception as exc:  # noqa: BLE001 - zstandard.ZstdError: not a frame
+        raise wire.ProtocolError(f"compressed payload: not a zstd frame ({exc})"[:120]) from None
 
 
 CODECS: dict[int, Codec] = {c.code: c for c in (_lz4(), _zstd()) if c is not None}
@@ -83,6 +94,10 @@ def accept(offered: Any, enabled: bool) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- receiving
+class CorruptPayload(Exception):
+    """A compressed block that does not decode to exactly its stated raw length (a corrupt or hostile payload)."""
+
+
 @dataclass(frozen=True)
 class Compressed:
     """A request payload as it came, to be decoded on the worker thread (decode())."""
@@ -106,18 +121,17 @@ class Compressed:
             try:
                 got = block if clen == rlen else codec.decompress(block, rlen)
             except Exception as exc:  # noqa: BLE001 - any decoder failure is a corrupt payload
-                raise CudaError("cudaErrorInvalidValue", f"compressed payload: block at {off} does not decode: "
-                                                         f"{exc}"[:200]) from None
+                raise CorruptPayload(f"compressed payload: block at {off} does not decode: {exc}"[:200]) from None
             if len(got) != rlen:
-                raise CudaError("cudaErrorInvalidValue",
-                                f"compressed payload: block at {off} decodes to {len(got)} bytes, not {rlen}")
+                raise CorruptPayload(f"compressed payload: block at {off} decodes to {len(got)} bytes, not {rlen}")
             out[off:off + rlen] = np.frombuffer(got, dtype=np.uint8)
             off += rlen
         return memoryview(out)
 
 
-def check_blocks(data: memoryview | bytes, raw_len: int) -> None:
-    """The block structure of a compressed payload (not its content): ProtocolError when malformed."""
+def check_blocks(data: memoryview | bytes, raw_len: int, codec: int = 0) -> None:
+    """The block structure of a compressed payload (not its content; for zstd also each frame's stated content
+    size, which must be the block's raw length or unstated): ProtocolError when malformed."""
     mv = memoryview(data).cast("B")
     pos = total = 0
     nblocks = -(-raw_len // COMPRESS_BLOCK)
@@ -129,6 +143,10 @@ def check_blocks(data: memoryview | bytes, raw_len: int) -> None:
         if rlen != want or clen > rlen or clen == 0:
             raise wire.ProtocolError(f"compressed payload: block {i} of {rlen} raw / {clen} compressed bytes, "
                                      f"expected {want} raw")
+        if codec == ZSTD and clen < rlen:
+            claimed = _zstd_claim(mv[pos + BLOCK_HEADER.size:pos + BLOCK_HEADER.size + min(clen, 18)])
+            if claimed not in (rlen, -1):
+                raise wire.ProtocolError(f"compressed payload: zstd block {i} claims {claimed} bytes, holds {rlen}")
         pos += BLOCK_HEADER.size + clen
         total += rlen
     if pos != len(mv):
@@ -198,10 +216,15 @@ def encode(data: memoryview, codec: int) -> bytes:
     return b"".join(parts)
 
 
-def compress_reply(payload: bytes | memoryview, link_bps: float, codecs: tuple[int, ...]) -> tuple[Any, int]:
-    """(what to send, codec): the payload compressed when it pays (choose), else as it is with codec 0."""
+def compress_reply(payload: bytes | memoryview, link_bps: float, codecs: tuple[int, ...],
+                   always: bool = False) -> tuple[Any, int]:
+    """(what to send, codec): the payload compressed when it pays (choose), or always (with the first negotiated
+    codec, when at least COMPRESS_MIN_BYTES), else as it is with codec 0."""
     data = memoryview(payload).cast("B")
-    codec = choose(data, link_bps, codecs)
+    if always:
+        codec = next((c for c in codecs if c in CODECS), 0) if len(data) >= COMPRESS_MIN_BYTES else 0
+    else:
+        codec = choose(data, link_bps, codecs)
     if not codec:
         return payload, 0
     return encode(data, codec), codec

@@ -135,7 +135,7 @@ def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: i
     """The reply frame of a device-to-host copy sent from device memory (see the module docstring), or None."""
     if spec.code != OP_DTOH or st.deferred or st.sticky:
         return None
-    if compress.may_pay(session.peer_rate, session.codecs):
+    if session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
         return None                               # the worker decides whether to compress it (handlers.execute)
     size = args[2]
     if not _u64(size) or size < SEND_MIN:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from pyvgpu import protocol as P
 from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
-from pyvgpu_daemon.compress import Compressed, compress_reply
+from pyvgpu_daemon.compress import Compressed, CorruptPayload, compress_reply
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, destroy_blas_handles, release_device
 
@@ -538,6 +538,11 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 st.bytes_dtoh += len(out)
             else:
                 result = ret
+        except CorruptPayload as exc:
+            err = ERROR_CODES["cudaErrorInvalidValue"]
+            log.warning("%s: %s: %s; ending the session", session.tag(st.ordinal), spec.name, exc)
+            if session.end_soon is not None:
+                session.end_soon(str(exc))
         except CudaError as exc:
             err = exc.code
             if exc.sticky:
@@ -565,7 +570,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if err:
         return Outcome(err, None, b"", stdout, times)
     if session.codecs and spec.code in _COMPRESSIBLE and len(out):
-        wire_out, codec = compress_reply(out, session.peer_rate, session.codecs)
+        wire_out, codec = compress_reply(out, session.peer_rate, session.codecs, session.compress_always)
         if codec:
             return Outcome(0, result, wire_out, stdout, times, len(out), codec)
     return Outcome(0, result, out, stdout, times)

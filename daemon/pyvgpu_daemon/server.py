@@ -70,7 +70,7 @@ class ServerConfig:
     sharing: SharingConfig = field(default_factory=SharingConfig)
     metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
     metrics_host: str | None = None  # default: the daemon's own address
-    compress: bool = True            # offer compression of bulk payloads (compress.py)
+    compress: str = "auto"           # auto | always | off: compression of bulk payloads (compress.py)
 
 
 @dataclass
@@ -210,6 +210,8 @@ class Server:
             established = True
             self.sessions[sid] = session
             self._links[sid] = link
+            loop = asyncio.get_running_loop()
+            session.end_soon = lambda why: loop.call_soon_threadsafe(self._abort, link, why)
             log.info("%s: connected from %s (%s), va_base=%#x", session.tag(), peer, session.client,
                      session.va_base)
             reason = await self._serve(link)
@@ -277,9 +279,10 @@ class Server:
             raise SessionEnd(msg)
         result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
                   HELLO_REPLY_SESSION: session.id}
-        codecs = compress.accept(hello.fields.get(HELLO_COMPRESS), self.config.compress)
+        codecs = compress.accept(hello.fields.get(HELLO_COMPRESS), self.config.compress != "off")
         if codecs:
             session.codecs = tuple(COMPRESS_CODECS[n] for n in codecs)
+            session.compress_always = self.config.compress == "always"
             result[HELLO_COMPRESS] = codecs
         stream.writelines(wire.encode_reply(req.req_id, 0, result))
 
@@ -352,7 +355,7 @@ class Server:
                 if plen >= RATE_SAMPLE_MIN_BYTES:
                     self._rate_sample(link, plen, time.perf_counter() - t0)
             if req.codec:
-                compress.check_blocks(payload, req.raw_len)
+                compress.check_blocks(payload, req.raw_len, req.codec)
                 payload = compress.Compressed(req.codec, req.raw_len, payload)
             self._dispatch(link, spec, req, payload, nbytes, need)
 
@@ -438,6 +441,16 @@ class Server:
             raise SessionEnd(f"{spec.name} with a payload compressed by codec {req.codec}, not negotiated for it")
         if req.req_id == 0 and spec.code not in _ASYNC:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
+
+    def _abort(self, link: Link, why: str) -> None:
+        """End a session from outside its _serve (a worker found its request malformed: Session.end_soon): the
+        client is told why and the connection closes, which ends _serve and runs the usual cleanup."""
+        stream = link.stream
+        if link.session.closing or stream.is_closing():
+            return
+        log.warning("%s: ending the session: %s", link.session.tag(), why)
+        stream.writelines(wire.encode_notice(ERR_UNAVAILABLE, why))
+        stream.close()
 
     def _rate_sample(self, link: Link, nbytes: int, seconds: float) -> None:
         """A bulk payload arrived at nbytes / seconds: the client learns the rate (a heartbeat notice's result) when

@@ -14,7 +14,7 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES
 from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, KernelDesc, LoadedModule
@@ -225,6 +225,8 @@ class Session:
     hub: PeerHub = field(default_factory=PeerHub)    # the daemon's peer-copy tickets (shared by its sessions)
     codecs: tuple[int, ...] = ()         # compression codecs the hello negotiated (compress.py)
     peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported
+    compress_always: bool = False        # daemon --compress always: every bulk reply compressed (tests, benchmarks)
+    end_soon: Callable[[str], None] | None = None   # any thread: end the session, why (server.py sets it)
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")

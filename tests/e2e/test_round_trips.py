@@ -72,3 +72,32 @@ def test_dp_train_step_needs_one_blocking_round_trip_per_gpu(daemon_factory, run
         assert b[gpu]["blocked"] - a[gpu]["blocked"] == 4, (a, b)      # 4 more steps, 1 blocking call each
     assert b["MEMCPY_DTOH"]["blocked"] - a["MEMCPY_DTOH"]["blocked"] == 8
     assert "EVENT_ELAPSED" not in b, b
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_copies_are_byte_exact_and_smaller_on_the_wire(cuda_build, daemon_factory, run, tmp_path, codec):
+    """PYVGPU_COMPRESS=<codec> compresses every upload of at least 64 KiB (loopback included); the daemon's --compress
+    always compresses every bulk reply: tests/cuda/wire_compress.cu checks the bytes, the statistics the wire bytes."""
+    prog = cuda_build("wire_compress.cu")
+    daemon = daemon_factory("--compress", "always")
+    stats = tmp_path / "stats.txt"
+    proc = run(prog, [daemon], env={"PYVGPU_STATS": str(stats), "PYVGPU_COMPRESS": codec}, timeout=300)
+    assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
+    rows = parse_stats(stats)
+    raw = (3 << 20) + 12345 + 100 + 70000
+    for op in ("MEMCPY_HTOD", "MEMCPY_DTOH", "MEMCPY_DTOH_ASYNC"):
+        assert rows[op]["calls"] >= 3, rows
+        # a third zeros, a third noise, a third half-zero floats: well under the raw size, above the noise alone
+        assert raw / 3 < rows[op]["bytes"] < raw * 0.8, (op, rows[op])
+
+
+def test_no_compression_to_a_loopback_daemon_by_default(cuda_build, daemon_factory, run, tmp_path):
+    """PYVGPU_COMPRESS unset (auto): a loopback daemon is offered no codec, so even --compress always sends raw."""
+    prog = cuda_build("wire_compress.cu")
+    daemon = daemon_factory("--compress", "always")
+    stats = tmp_path / "stats.txt"
+    env = {"PYVGPU_STATS": str(stats), "PYVGPU_COMPRESS": ""}
+    proc = run(prog, [daemon], env=env, timeout=300)
+    assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
+    rows = parse_stats(stats)
+    assert rows["MEMCPY_HTOD"]["bytes"] == rows["MEMCPY_DTOH"]["bytes"] == (3 << 20) + 12345 + 100 + 70000, rows
