@@ -23,7 +23,6 @@ Rounds interleave the links (rotating order); figures are medians over rounds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -456,12 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     res = run(a, log)
     res["seconds"] = round(time.monotonic() - t0, 1)
-    print(table(res))
-    print(f"\n{res['seconds']} s; load average {res['machine']['loadavg']} → {res['machine']['loadavg_end']}")
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=1))
-    return 0
+    return rb.finish(table(res), res, res["machine"]["loadavg"], a.out)
 
 
 if __name__ == "__main__":
