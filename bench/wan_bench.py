@@ -218,11 +218,9 @@ class Bench:
 
     def steady_state(self, side: Side, gpus: int, base_steps: int = 2, extra: int = 4) -> dict:
         """Blocking round trips per step and GPU in the steady state: two runs on the direct link that differ only
-        in their number of steps. Counted by the daemons (their log: ops the client waited for, per session), and
-        for this checkout also by the client's statistics (per op)."""
+        in their number of steps, counted by the client's statistics (PYVGPU_STATS, per op)."""
         counts = []
         for steps in (base_steps, base_steps + extra):
-            marks = [d.log.stat().st_size for d in side.daemons[:gpus]]
             stats = self.workdir / f"steady-{side.name}-{gpus}-{steps}.txt"
             env = self.env(side, [d.port for d in side.daemons[:gpus]], {"PYVGPU_STATS": str(stats)})
             a = self.a
@@ -232,28 +230,15 @@ class Bench:
                                     quiet=True)
             if res["rc"] != 0:
                 raise RuntimeError(f"dp_train failed: {res['stderr'][-1500:]}")
-            waited = sum(daemon_waited(d, m) for d, m in zip(side.daemons, marks))
-            counts.append((waited, parse_stats(stats)))
-        (w1, s1), (w2, s2) = counts
-        out = {"daemon_waited_per_step_per_gpu": (w2 - w1) / extra / gpus}
+            counts.append(parse_stats(stats))
+        s1, s2 = counts
+        out: dict = {}
         if s1 and s2:
             out["client_blocked_per_step_per_gpu"] = (s2["all"]["blocked"] - s1["all"]["blocked"]) / extra / gpus
             out["per_op"] = {k: (s2[k]["blocked"] - s1.get(k, {}).get("blocked", 0)) / extra / gpus for k in s2
                              if k != "all" and not k.startswith("GPU")
                              and s2[k]["blocked"] != s1.get(k, {}).get("blocked", 0)}
         return out
-
-
-def daemon_waited(d: Daemon, mark: int, timeout: float = 10.0) -> int:
-    """Ops the client waited for, summed over the sessions that ended in d's log after byte `mark`."""
-    import re
-    deadline = time.monotonic() + timeout
-    while True:
-        text = d.log.read_bytes()[mark:].decode(errors="replace")
-        found = re.findall(r"ended \(.*?\); (\d+) ops \((\d+) waited for\)", text)
-        if found or time.monotonic() > deadline:
-            return sum(int(w) for _, w in found)
-        time.sleep(0.1)
 
 
 def build_baseline(base: Path) -> Path:
@@ -414,14 +399,13 @@ def links_table(res: dict) -> list[str]:
                            f"{p['remoting_ms']:.1f} |")
     out += ["", "Slopes over the links without a line rate (ms of step time per ms of RTT = blocking round trips "
                 "per step) beside the counted ones (steady state, per step and GPU)", "",
-            "| run | slope of step time | slope of wall - device | counted by the daemons | counted by the client |",
-            "|---|---:|---:|---:|---:|"]
+            "| run | slope of step time | slope of wall - device | counted by the client (PYVGPU_STATS) |",
+            "|---|---:|---:|---:|"]
     for key, f in res["fits"].items():
         if key.startswith("paper"):
             st = res.get("steady", {}).get(key, {})
             cl = st.get("client_blocked_per_step_per_gpu")
             out.append(f"| {key} | {f['slope_wall']:.2f} | {f['slope_remoting']:.2f} | "
-                       f"{st.get('daemon_waited_per_step_per_gpu', float('nan')):.2f} | "
                        f"{'' if cl is None else f'{cl:.2f}'} |")
     for key, st in res.get("steady", {}).items():
         if st.get("per_op"):

@@ -348,8 +348,8 @@ PEER_CONNECT_TIMEOUT_S = 5.0         # the destination daemon's connect + handsh
 PEER_FETCH_TIMEOUT_S = 60.0          # ... and its whole fetch
 
 # Compressed payloads (see the module docstring). The sender's policy (pyvgpu_daemon/compress.py, csrc/core/compress.c):
-# a payload of at least COMPRESS_MIN_BYTES is compressed with the codec whose predicted time, max(bytes / codec
-# speed, compressed bytes / link rate), is lowest, if that is at most COMPRESS_GAIN of bytes / link rate; ratio and
+# a payload of at least COMPRESS_MIN_BYTES is compressed with the codec whose predicted time, bytes / codec speed +
+# compressed bytes / link rate, is lowest, if that is at most COMPRESS_GAIN of bytes / link rate; ratio and
 # speed come from compressing COMPRESS_SAMPLES pieces of COMPRESS_SAMPLE_BYTES spread over the payload; the link rate
 # is what the receiver reported (nothing reported yet: no compression).
 COMPRESS_CODECS: dict[str, int] = {"lz4": 1, "zstd": 2}   # LZ4 block format; zstd frames (level ZSTD_LEVEL)

@@ -10,7 +10,7 @@
  * compresses by the policy below; adaptive applies the policy on loopback too (benchmarks through the shaping proxy
  * bench/netshape.py, which listens on loopback). The policy: compress a payload of at least PV_COMPRESS_MIN_BYTES
  * when the daemon has reported the rate at which it receives (a heartbeat notice) and a codec's predicted time,
- * max(bytes / its speed, compressed bytes / rate), is at most PV_COMPRESS_GAIN of bytes / rate; ratio and speed come
+ * bytes / its speed + compressed bytes / rate, is at most PV_COMPRESS_GAIN of bytes / rate; ratio and speed come
  * from compressing samples of the payload. Decoding never writes
  * more than a block's stated raw length, and a reply may not claim more raw bytes than its destination holds. */
 #include <arpa/inet.h>
@@ -253,9 +253,8 @@ int pv_compress_choose(int negotiated, uint64_t link_bps, const void *data, size
         size_t z = block_compress(c, sample, total, tmp, cap);
         learn_speed(c, total, pv_now_ns() - t0);
         double ratio = z ? (double)z / (double)total : 1.0, speed = atomic_load(&speed_bps[c]);
-        double per_byte = speed > 0 ? 1.0 / speed : plain;
-        if (ratio * plain > per_byte)
-            per_byte = ratio * plain;
+        /* compressing and sending add up: a block is compressed, then written (the socket buffer hides little) */
+        double per_byte = (speed > 0 ? 1.0 / speed : plain) + ratio * plain;
         if (per_byte < best_t) {
             best = c;
             best_t = per_byte;

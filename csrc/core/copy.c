@@ -14,8 +14,9 @@
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
 /* ------------------------------------------------------------------------------------------ primitives */
-/* Host-to-device bytes compressed by codec, in frames of PV_COMPRESS_BLOCK raw bytes: the next block compresses
- * while the one before drains from the socket. A block that does not shrink travels stored (compress.c). */
+/* Host-to-device bytes compressed by codec, one frame per PV_COMPRESS_BLOCK raw bytes (a frame is compressed, then
+ * written: the socket buffer overlaps little of the two, which the choice in compress.c accounts for). A block that
+ * does not shrink travels stored. */
 static cudaError_t h2d_compressed(struct pv_device *d, int codec, uint64_t dst, const char *src, size_t n,
                                   uint64_t stream)
 {

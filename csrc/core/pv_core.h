@@ -64,6 +64,7 @@ int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_
 int pv_io_wait(struct pv_io *io, short events);                   /* poll with ticks: 0 ready, -1 aborted */
 int pv_io_readable(struct pv_io *io);
 int pv_io_await(struct pv_io *io);                                /* until readable (ticks): 0, or -1 aborted */
+size_t pv_io_arrived(struct pv_io *io);   /* bytes received, not read yet (buffer + socket; TLS: its raw bytes) */
 int pv_io_writable(struct pv_io *io);                             /* 1 when a small write would not block */
 /* TLS (ssl.c): whether connections use it (PYVGPU_TLS*, the config dir), and the handshake + verification. */
 int pv_ssl_enabled(void);

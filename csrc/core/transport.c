@@ -425,6 +425,7 @@ static int read_frame(struct pv_conn *c)
     pthread_mutex_unlock(&c->mu);
     int io = 0;
     int64_t t0 = pv_now_ns();
+    uint64_t early = plen >= PV_RATE_SAMPLE_MIN_BYTES && c->codecs ? pv_io_arrived(&c->io) : 0;
     if (plen) {
         if (p && p->out && rawlen <= p->out_cap) {
             io = codec ? read_compressed(c, codec, plen, p->out, rawlen) : pv_io_read(&c->io, p->out, (size_t)plen);
@@ -434,8 +435,8 @@ static int read_frame(struct pv_conn *c)
         } else {
             io = relay(c, plen, NULL);
         }
-        if (io == 0)
-            rate_sample(c, plen, pv_now_ns() - t0);
+        if (io == 0 && plen > early)
+            rate_sample(c, plen - early, pv_now_ns() - t0);   /* bytes that were there already do not count */
     }
     if (io == 0 && olen)
         io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */

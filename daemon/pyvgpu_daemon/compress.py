@@ -177,7 +177,8 @@ def _sample(data: memoryview) -> bytes:
 
 def may_pay(link_bps: float, codecs: tuple[int, ...]) -> bool:
     """Whether compressing could pay on this link at all (False: send as it is without sampling the data): a
-    link rate was reported and a negotiated codec is not known to be slower than the link (choose's test)."""
+    link rate was reported and a negotiated codec is not known to be too slow for it (choose's test with a perfect
+    ratio: 1 / speed < COMPRESS_GAIN / link rate)."""
     if not codecs or not link_bps:
         return False
     return any(not SPEEDS[c].bps or SPEEDS[c].bps * COMPRESS_GAIN > link_bps for c in codecs if c in SPEEDS)
@@ -197,7 +198,7 @@ def choose(data: memoryview, link_bps: float, codecs: tuple[int, ...]) -> int:
         t0 = time.perf_counter()
         ratio = len(c.compress(sample)) / len(sample)
         SPEEDS[code].learn(len(sample), time.perf_counter() - t0)
-        per_byte = max(1.0 / SPEEDS[code].bps, ratio * plain)
+        per_byte = 1.0 / SPEEDS[code].bps + ratio * plain     # compressed whole, then sent: the times add up
         if per_byte < best_t:
             best, best_t = code, per_byte
     return best

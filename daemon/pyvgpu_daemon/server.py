@@ -350,10 +350,10 @@ class Server:
                 continue
             payload: Any = stream.payload_now(plen) if plen else b""
             if payload is None:
-                t0 = time.perf_counter()
+                t0, early = time.perf_counter(), stream.arrived() if plen >= RATE_SAMPLE_MIN_BYTES else 0
                 payload = await stream.read_payload(plen, b.payload_deadline_s(plen))
                 if plen >= RATE_SAMPLE_MIN_BYTES:
-                    self._rate_sample(link, plen, time.perf_counter() - t0)
+                    self._rate_sample(link, plen - early, time.perf_counter() - t0)
             if req.codec:
                 compress.check_blocks(payload, req.raw_len, req.codec)
                 payload = compress.Compressed(req.codec, req.raw_len, payload)
@@ -412,13 +412,13 @@ class Server:
         if view is None:
             return False
         assert st is not None
-        t0 = time.perf_counter()
+        t0, early = time.perf_counter(), link.stream.arrived() if req.payload_len >= RATE_SAMPLE_MIN_BYTES else 0
         try:
             await link.stream.read_payload_into(view, self.bounds.payload_deadline_s(req.payload_len))
         finally:
             self._release_oversize(link)
         if req.payload_len >= RATE_SAMPLE_MIN_BYTES:
-            self._rate_sample(link, req.payload_len, time.perf_counter() - t0)
+            self._rate_sample(link, req.payload_len - early, time.perf_counter() - t0)
         fastpath.landed(st, spec, req.args, req.payload_len, t0)
         if req.req_id:
             self._write_outcome(link, req.req_id, handlers.Outcome(0))
@@ -453,9 +453,10 @@ class Server:
         stream.close()
 
     def _rate_sample(self, link: Link, nbytes: int, seconds: float) -> None:
-        """A bulk payload arrived at nbytes / seconds: the client learns the rate (a heartbeat notice's result) when
-        it moved by more than RATE_REPORT_CHANGE, and compresses by it (compress.c)."""
-        if seconds <= 0 or not link.session.codecs:
+        """nbytes of a bulk payload arrived in `seconds` (what had arrived before the read began is not counted):
+        the client learns the rate (a heartbeat notice's result) when it moved by more than RATE_REPORT_CHANGE, and
+        compresses by it (compress.c)."""
+        if seconds <= 0 or nbytes < RATE_SAMPLE_MIN_BYTES or not link.session.codecs:
             return
         rate = nbytes / seconds
         link.rx_rate = rate if not link.rx_rate else 0.5 * link.rx_rate + 0.5 * rate
