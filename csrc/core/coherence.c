@@ -252,21 +252,45 @@ static void untrack(struct region *r)
 }
 
 /* ------------------------------------------------------------------------------------------ push */
+/* The runs to push. Its memory is mmap'ed, never the malloc heap: registered memory may lie in that heap, and the
+ * buffer must not share a page with a region whose page is being pushed (writing it would fault and wait for that
+ * page: on_fault), nor may growing it make malloc write bookkeeping there. */
 struct runbuf { char *data; size_t len, cap; };
+
+/* Room for `more` bytes after b->len. 0, or -1 when out of memory. */
+static int runbuf_reserve(struct runbuf *b, size_t more)
+{
+    size_t need = b->len + more;
+    if (need <= b->cap)
+        return 0;
+    size_t nc = b->cap ? b->cap : 1 << 16;
+    while (nc < need)
+        nc *= 2;
+    char *p = mmap(NULL, nc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    if (b->data) {
+        memcpy(p, b->data, b->len);
+        munmap(b->data, b->cap);
+    }
+    b->data = p;
+    b->cap = nc;
+    return 0;
+}
+
+static void runbuf_free(struct runbuf *b)
+{
+    if (b->data)
+        munmap(b->data, b->cap);
+    b->data = NULL;
+    b->cap = b->len = 0;
+}
 
 static int runbuf_put(struct runbuf *b, uint64_t addr, const void *bytes, uint32_t n)
 {
     size_t need = b->len + PV_MANAGED_RUN_HEADER_BYTES + n;
-    if (need > b->cap) {
-        size_t nc = b->cap ? b->cap : 1 << 16;
-        while (nc < need)
-            nc *= 2;
-        char *p = realloc(b->data, nc);
-        if (!p)
-            return -1;
-        b->data = p;
-        b->cap = nc;
-    }
+    if (runbuf_reserve(b, PV_MANAGED_RUN_HEADER_BYTES + n) != 0)
+        return -1;
     memcpy(b->data + b->len, &addr, 8);
     memcpy(b->data + b->len + 8, &n, 4);
     memcpy(b->data + b->len + PV_MANAGED_RUN_HEADER_BYTES, bytes, n);
@@ -320,7 +344,17 @@ static cudaError_t push_region(struct region *r, struct pv_device *target, struc
     int wait = d != target;
     size_t npages = r->span_len / page_size;
     cudaError_t err = PV_SUCCESS;
+    /* the most one page's runs take: every other byte changed */
+    size_t page_runs_max = page_size + (page_size / 2 + 1) * PV_MANAGED_RUN_HEADER_BYTES;
     for (size_t pg = 0; pg < npages && err == PV_SUCCESS; pg++) {
+        /* Allocate before the page is BUSY: registered memory may be the program's malloc heap, and a malloc that
+         * writes its own bookkeeping on a BUSY page would fault and wait for that page forever (on_fault). */
+        if (atomic_load(&r->state[pg]) != PG_DIRTY)
+            continue;
+        if (runbuf_reserve(b, page_runs_max) != 0) {
+            err = PV_cudaErrorMemoryAllocation;
+            break;
+        }
         unsigned char st = PG_DIRTY;
         if (!atomic_compare_exchange_strong(&r->state[pg], &st, PG_BUSY))
             continue;
@@ -362,7 +396,7 @@ cudaError_t pv_coherence_flush(struct pv_device *target)
     for (int i = 0; i < n && err == PV_SUCCESS; i++)
         err = push_region(dirty[i], target, &b);
     free(dirty);
-    free(b.data);
+    runbuf_free(&b);
     pthread_mutex_unlock(&sync_mu);
     pv_record_resume(rec);
     tls_busy = 0;

@@ -61,13 +61,13 @@ def test_proxy_adds_its_round_trip_time_and_paces_its_rate():
             s.sendall(bytes([i]) * 8)
             assert recv_exact(s, 8) == bytes([i]) * 8
             rtts.append(time.perf_counter() - t0)
-        assert 0.019 < sorted(rtts)[2] < 0.1, rtts
+        assert 0.019 < sorted(rtts)[2] < 1.0, rtts      # upper bounds: slack for a loaded machine
         data = bytes(range(256)) * 4096            # 1 MiB: 0.1 s at 10 MB/s each way (pipelined through the echo)
         t0 = time.perf_counter()
         threading.Thread(target=s.sendall, args=(data,), daemon=True).start()
         assert recv_exact(s, len(data)) == data
         took = time.perf_counter() - t0
-        assert 0.1 < took < 2.0, took
+        assert 0.1 < took < 10.0, took
         s.close()
     finally:
         stop_process(proc, group=True)
