@@ -45,11 +45,18 @@ _SIZE_ARG: dict[int, int] = {OP_BY_NAME[name].code: OP_BY_NAME[name].arg_names.i
                              for name in ("MEMSET", "MEMCPY_DTOH", "MEMCPY_DTOD")}
 
 
-def idle_context(st: DeviceState) -> DeviceContext | None:
-    """The device's context when the loop may act for its worker (nothing queued or running), else None."""
+def idle_context(st: DeviceState, work: bool = True) -> DeviceContext | None:
+    """The device's context when the loop may act for its worker (nothing queued or running), else None. Device
+    work (scheduler.is_work: copies, memsets, event records) only while this session is alone on the device: on a
+    shared device it runs in the session's turn on its worker, so the fair share and the sharing slowdown that
+    placement reads stay measured (the loop takes no turn)."""
     w = st.worker
     if w.pending or not w.idle:
         return None
+    if work:
+        lane = w.lane
+        if lane is not None and len(lane.sched.lanes) > 1:      # read without the lock: a hint, as `contended`
+            return None
     return st.ctx
 
 
@@ -73,7 +80,7 @@ def _range_view(st: DeviceState, ctx: DeviceContext, ptr: Any, size: int, stream
 
 
 def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) -> bool:
-    ctx = idle_context(st)
+    ctx = idle_context(st, is_work(spec.code))
     if ctx is None or spec.name not in ctx.loop_ops or len(payload) > LOOP_BYTES:
         return False
     i = _SIZE_ARG.get(spec.code)

@@ -3,6 +3,7 @@ errors and ordering as through the worker. Copies of 16 MiB take the landing and
 (above fastpath.LANDING_MIN and SEND_MIN); pipelined requests make the worker busy, so both paths are crossed."""
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -11,6 +12,10 @@ from harness import raw_session
 from pyvgpu import wire
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME
+from pyvgpu_daemon import fastpath, handlers
+from pyvgpu_daemon.backends.emu import EmuBackend
+from pyvgpu_daemon.session import Session
+from pyvgpu_daemon.sharing import Sharing, SharingConfig
 
 MIB = 1 << 20
 INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
@@ -81,3 +86,33 @@ def test_landing_refuses_memory_that_is_not_the_sessions(client: Client):
     client.call("MEMCPY_HTOD", 0, ptr + 2 * n, 0, payload=b"\x33" * (128 << 10), reply=False)
     assert client.call("DEVICE_SYNC", 0)[0] == INVALID_VALUE
     assert client.check("MEMCPY_DTOH", 0, ptr, n, 0)[1] == b"\x11" * n
+
+
+def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
+    """Alone on a device, the loop runs a session's small work itself; once another session uses the device, its
+    work goes to the worker (the session's turn: fair share and the sharing slowdown stay measured), while state
+    queries, which need no turn, are still answered on the loop."""
+    backend = EmuBackend(memory=64 * MIB)
+    sharing = Sharing(SharingConfig(), backend.devices())
+    loop = asyncio.new_event_loop()
+    sessions = []
+    try:
+        for sid in (1, 2):
+            s = Session(sid, "test", backend, 1)
+            s.va_base, s.sharing = sid << 40, sharing
+            sessions.append(s)
+        a = sessions[0]
+        st = a.device(0, loop)
+        st.worker.idle = True                      # as its thread sets it with an empty queue
+        ptr = handlers.execute(a, st, backend, OP_BY_NAME["MALLOC"], [0, 4096], b"", False).result
+        memset = [0, ptr, 7, 4, 0]
+        assert fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
+        sessions[1].device(0, loop)                # a second session opens the device
+        assert not fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
+        out = fastpath.answer(a, st, backend, OP_BY_NAME["MEM_GET_INFO"], [0], b"")
+        assert out is not None and out.err == 0
+    finally:
+        for s in sessions:
+            for dev in s.devices.values():
+                dev.worker.stop()
+        loop.close()
