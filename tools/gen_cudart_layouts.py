@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate csrc/cudart/layouts_gen.h: sizes and field offsets of the CUDA 13.0 structs libvcudart fills in
+"""Generate csrc/core/layouts_gen.h: sizes and field offsets of the CUDA 13.0 structs libvcudart fills in
 (cudaDeviceProp, cudaFuncAttributes, cudaPointerAttributes), measured by compiling a probe against the headers.
 (The valid cudaDeviceAttr values come from pyvgpu/cuda_enums.py, into protocol_gen.h.)
 
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--out=")]
 CUDA = Path(ARGS[0]) if ARGS else Path("/usr/local/cuda-13.0")
-OUT = next((Path(a[6:]) for a in sys.argv[1:] if a.startswith("--out=")), ROOT / "csrc" / "cudart" / "layouts_gen.h")
+OUT = next((Path(a[6:]) for a in sys.argv[1:] if a.startswith("--out=")), ROOT / "csrc" / "core" / "layouts_gen.h")
 
 FIELDS = {
     "cudaDeviceProp": ["name", "uuid", "totalGlobalMem", "sharedMemPerBlock", "regsPerBlock", "warpSize", "memPitch",

@@ -229,6 +229,7 @@ struct pv_var {
     size_t size;
     uint64_t addr[PV_MAX_DEVICES];
     int have[PV_MAX_DEVICES];
+    uint64_t managed_host;         /* a __managed__ variable: its host mirror once bound (managed.c), else 0 */
 };
 /* A module image (fatbin container or PTX) loaded lazily on each device at first use. */
 struct pv_fatbin *pv_fatbin_register(const void *wrapper);       /* from a fatbin wrapper; NULL when out of memory */
@@ -317,6 +318,9 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
 /* pv_launch's checks, then the parameter buffer it would send (malloc'd, *len bytes) instead of sending it. */
 cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, void **args,
                            const void *packed, size_t packed_len, char **buf, size_t *len);
+/* The packed parameter buffer cuLaunchKernel's `extra` names (CU_LAUNCH_PARAM_BUFFER_POINTER and _SIZE, both
+ * needed; anything else is cudaErrorInvalidValue). */
+cudaError_t pv_launch_extra(void **extra, const void **buf, size_t *len);
 int64_t pv_smem_optin(const struct pv_device *d);   /* largest static + dynamic shared memory of a block */
 int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn);
 /* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */

@@ -5,9 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "graph.h"
+#include "cudart.h"
 
-static atomic_uchar peer_on[PV_MAX_DEVICES][PV_MAX_DEVICES];   /* [device][peer]: cudaDeviceEnablePeerAccess */
 
 PV_API cudaError_t cudaGetDeviceCount(int *count)
 {
@@ -205,26 +204,11 @@ PV_API cudaError_t cudaDeviceSynchronize(void)
 PV_API cudaError_t cudaDeviceReset(void)
 {
     struct pv_device *d;
-    cudaError_t err = cur_call(pv_call_DEVICE_RESET, &d);
-    if (err == PV_SUCCESS) {
-        pv_alloc_forget_device(d->index);
-        pv_modules_forget_device(d->index);
-        pv_pools_forget_device(d->index);
-        pv_coherence_forget_device(d->index);
-        for (int i = 0; i < PV_MAX_DEVICES; i++)
-            atomic_store(&peer_on[d->index][i], 0);         /* a new context has no peer access */
-        d->flags = 0;
-    }
-    return pv_ret(err);
+    cudaError_t err = pv_cur(&d);
+    return pv_ret(err == PV_SUCCESS ? pv_device_reset(d) : err);
 }
 
-/* Peer access: between GPUs of one daemon whose snapshot says the device's kernels can use the peer's memory.
- * Copies between any two GPUs work whatever this says (cudaMemcpyPeer). */
-static int can_access(const struct pv_device *d, const struct pv_device *p)
-{
-    return d != p && d->conn == p->conn && p->remote < 64 && (d->peers >> p->remote) & 1;
-}
-
+/* Peer access (core peers.c): between GPUs of one daemon whose snapshot says so. */
 PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
 {
     if (!can)
@@ -235,7 +219,7 @@ PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
     struct pv_device *d = pv_device(device), *p = pv_device(peer);
     if (!d || !p)
         return pv_ret(PV_cudaErrorInvalidDevice);
-    *can = can_access(d, p);
+    *can = pv_peer_possible(d, p);
     return PV_SUCCESS;
 }
 
@@ -247,19 +231,7 @@ static cudaError_t peer_switch(int peer, unsigned flags, int on)
         return err;
     if (!(p = pv_device(peer)))
         return PV_cudaErrorInvalidDevice;
-    if (flags)
-        return PV_cudaErrorInvalidValue;
-    if (!can_access(d, p))
-        return PV_cudaErrorPeerAccessUnsupported;
-    if (atomic_load(&peer_on[d->index][p->index]) == on)
-        return on ? PV_cudaErrorPeerAccessAlreadyEnabled : PV_cudaErrorPeerAccessNotEnabled;
-    uint64_t ft[2];
-    err = pv_call_MEM_GET_INFO(p, ft);                   /* the peer's context must exist on the daemon */
-    if (err == PV_SUCCESS)
-        err = on ? pv_call_PEER_ENABLE(d, (uint32_t)p->remote) : pv_call_PEER_DISABLE(d, (uint32_t)p->remote);
-    if (err == PV_SUCCESS)
-        atomic_store(&peer_on[d->index][p->index], (unsigned char)on);
-    return err;
+    return pv_peer_switch(d, p, flags, on);
 }
 
 PV_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) { return pv_ret(peer_switch(peer, flags, 1)); }

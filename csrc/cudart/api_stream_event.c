@@ -1,6 +1,6 @@
 /* Streams and events: the runtime's entry points on the core's streams.c (handles, validation, the ops); errors
  * are recorded as the thread's last error here, except cudaErrorNotReady from queries. */
-#include "graph.h"
+#include "cudart.h"
 
 PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags, int priority)
 {
@@ -64,12 +64,6 @@ PV_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device)
         return pv_ret(err);
     *device = d->index;
     return PV_SUCCESS;
-}
-
-/* cudaEventWaitExternal (1) only matters to a capture. */
-cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags)
-{
-    return pv_stream_wait_event(s, e, flags & ~1u);
 }
 
 PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
@@ -138,13 +132,8 @@ PV_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, void (*fn)(void *), void *
 {
     if (!fn)
         return pv_ret(PV_cudaErrorInvalidValue);
-    if (pv_capturing(s)) {
-        struct pv_gnode *n;
-        cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeHost, &n);
-        if (err == PV_SUCCESS)
-            n->p.host = (struct cudaHostNodeParams){ fn, user };
-        return pv_ret(err);
-    }
+    if (pv_capturing(s))
+        return pv_ret(pv_capture_host(s, fn, user));
     cudaError_t err = cudaStreamSynchronize(s);
     if (err != PV_SUCCESS)
         return err;
