@@ -197,7 +197,8 @@ static int table_insert(struct region *r)
     return 0;
 }
 
-static void table_remove(struct region *r)
+/* Out of the table; kept: the struct stays the caller's (re-tracked), else it goes to the spare list. */
+static void table_remove(struct region *r, int kept)
 {
     pthread_mutex_lock(&table_mu);
     atomic_fetch_add(&table_seq, 1);
@@ -210,7 +211,7 @@ static void table_remove(struct region *r)
     atomic_fetch_add(&table_seq, 1);
     atomic_fetch_sub(&regions_on[r->info.device], 1);
     atomic_fetch_sub(&dirty_total, atomic_exchange(&r->ndirty, 0));
-    if (nspare < MAX_REGIONS)
+    if (!kept && nspare < MAX_REGIONS)
         spare[nspare++] = r;
     pthread_mutex_unlock(&table_mu);
 }
@@ -240,7 +241,7 @@ static cudaError_t track(struct region *r)
 
 static void untrack(struct region *r)
 {
-    table_remove(r);
+    table_remove(r, 0);
     if (r->own_mapping)
         munmap((void *)(uintptr_t)r->span, r->span_len);
     else
@@ -623,6 +624,72 @@ cudaError_t pv_region_register(struct pv_device *d, void *host, size_t size, str
     return PV_SUCCESS;
 }
 
+/* The live __managed__-variable region of device `device` whose pages overlap [span, span+len), or NULL. */
+static struct region *var_region_over(int device, uint64_t span, size_t len)
+{
+    pthread_mutex_lock(&table_mu);
+    struct region *hit = NULL;
+    for (int i = 0; i < nregions && !hit; i++) {
+        struct region *r = table[i];
+        if (span < r->span + r->span_len && r->span < span + len)
+            hit = r;
+    }
+    pthread_mutex_unlock(&table_mu);
+    return hit && hit->info.kind == PV_REGION_VAR && hit->info.device == device ? hit : NULL;
+}
+
+/* Maps the pages of [span, span+len) that [have, have+have_len) does not cover, read-only, at their addresses. */
+static int map_missing(uint64_t span, size_t len, uint64_t have, size_t have_len)
+{
+    size_t pg = page_size;
+    for (uint64_t a = span; a < span + len; a += pg) {
+        if (a >= have && a < have + have_len)
+            continue;
+        void *m = mmap((void *)(uintptr_t)a, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
+                       MAP_NORESERVE, -1, 0);
+        if (m != (void *)(uintptr_t)a) {
+            if (m != MAP_FAILED)
+                munmap(m, pg);
+            for (uint64_t b = span; b < a; b += pg)   /* undo this call's pages */
+                if (b < have || b >= have + have_len)
+                    munmap((void *)(uintptr_t)b, pg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Variables of one module lie side by side, so two may share a host page: the later one joins the region of the
+ * earlier (one region per run of pages, as the fault handler needs; the daemon keeps a range per variable). The
+ * host's pending writes are pushed first, since the region's page states start over. Binding happens when the
+ * program first uses a module's variables; a concurrent host write to the region in the moment it is re-tracked would
+ * not be caught (documented in docs/architecture.md). */
+static cudaError_t var_join(struct region *r, uint64_t dev, size_t size, uint64_t span, size_t span_len)
+{
+    cudaError_t err = pv_coherence_flush(NULL);
+    if (err != PV_SUCCESS)
+        return err;
+    pthread_mutex_lock(&sync_mu);
+    uint64_t lo = span < r->span ? span : r->span;
+    uint64_t hi = span + span_len > r->span + r->span_len ? span + span_len : r->span + r->span_len;
+    if (map_missing(lo, hi - lo, r->span, r->span_len) != 0) {
+        pthread_mutex_unlock(&sync_mu);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    table_remove(r, 1);                                  /* the pages stay mapped, with the host's bytes */
+    munmap(r->shadow, r->span_len);
+    free((void *)r->state);
+    uint64_t first = dev < r->info.dev ? dev : r->info.dev;
+    uint64_t last = dev + size > r->info.dev + r->info.size ? dev + size : r->info.dev + r->info.size;
+    r->info.dev = r->info.host = first;
+    r->info.size = last - first;
+    r->span = lo;
+    r->span_len = hi - lo;
+    err = track(r);
+    pthread_mutex_unlock(&sync_mu);
+    return err;
+}
+
 /* A __managed__ variable: the module's storage on device d at [dev, dev+size), mirrored at the same address. */
 cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, struct pv_region_info *out)
 {
@@ -632,6 +699,17 @@ cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, str
     cudaError_t err = pv_call_MANAGED_ATTACH(d, dev, size);
     if (err != PV_SUCCESS)
         return err;
+    struct region *shared = var_region_over(d->index, span, span_len);
+    if (shared) {
+        if ((err = var_join(shared, dev, size, span, span_len)) != PV_SUCCESS) {
+            pv_log("GPU%d: cannot map the host copy of a __managed__ variable at %#llx", d->index,
+                   (unsigned long long)dev);
+            return err;
+        }
+        *out = (struct pv_region_info){ dev, dev, size, d->index, PV_REGION_VAR };
+        pv_coherence_after_sync(d, PV_SUCCESS);          /* fetch the variable's initial value */
+        return PV_SUCCESS;
+    }
     void *m = mmap((void *)(uintptr_t)span, span_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
                    MAP_NORESERVE, -1, 0);
     struct region *r = m == (void *)(uintptr_t)span ? region_alloc() : NULL;

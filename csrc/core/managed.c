@@ -58,7 +58,7 @@ static void advice_drop(uint64_t base)
 cudaError_t pv_managed_alloc(void **ptr, size_t size, unsigned flags)
 {
     if (!ptr || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
-        return PV_cudaErrorInvalidValue;
+        return PV_cudaErrorInvalidValue;     /* cuMemAllocManaged's answer to 0 bytes; cudaMallocManaged's is its own */
     struct pv_device *d;
     cudaError_t err = pv_cur(&d);
     if (err != PV_SUCCESS)

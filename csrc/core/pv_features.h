@@ -104,6 +104,8 @@ cudaError_t pv_texture_create(cudaTextureObject_t *out, const struct cudaResourc
                               const struct cudaTextureDesc *t, const struct cudaResourceViewDesc *v);
 cudaError_t pv_surface_create(cudaSurfaceObject_t *out, const struct cudaResourceDesc *r);
 cudaError_t pv_texobj_destroy(unsigned long long value, int surface);
+/* The channel format of a resource (zeros for a resource that is not an array or linear memory). */
+void pv_resource_format(const struct cudaResourceDesc *r, struct cudaChannelFormatDesc *fmt);
 /* The descriptors an object was created with (any of the outputs may be NULL). */
 cudaError_t pv_texobj_descs(unsigned long long value, int surface, struct cudaResourceDesc *res,
                             struct cudaTextureDesc *tex, struct cudaResourceViewDesc *view);

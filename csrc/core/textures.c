@@ -173,3 +173,18 @@ cudaError_t pv_surface_create(cudaSurfaceObject_t *out, const struct cudaResourc
         *out = value;
     return err;
 }
+
+void pv_resource_format(const struct cudaResourceDesc *r, struct cudaChannelFormatDesc *fmt)
+{
+    int dev;
+    uint64_t remote;
+    struct cudaExtent e;
+    unsigned flags;
+    memset(fmt, 0, sizeof *fmt);
+    if (r->resType == PV_cudaResourceTypeArray)
+        pv_array_info(r->res.array.array, &dev, &remote, fmt, &e, &flags);
+    else if (r->resType == PV_cudaResourceTypeLinear)
+        *fmt = r->res.linear.desc;
+    else if (r->resType == PV_cudaResourceTypePitch2D)
+        *fmt = r->res.pitch2D.desc;
+}

@@ -4,8 +4,13 @@
 
 #include "cudart.h"
 
+/* 0 bytes: NULL and success, as NVIDIA's runtime answers without asking the driver (tools/driver_probe). */
 PV_API cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned flags)
 {
+    if (ptr && size == 0 && (flags == 1 || flags == 2)) {
+        *ptr = NULL;
+        return PV_SUCCESS;
+    }
     return pv_ret(pv_managed_alloc(ptr, size, flags));
 }
 

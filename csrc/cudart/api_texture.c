@@ -1,9 +1,18 @@
 /* Texture and surface objects over CUDA arrays and linear memory, on the core's textures.c. */
 #include "cudart.h"
 
+/* NVIDIA's runtime refuses linear filtering of integer elements itself, with cudaErrorInvalidFilterSetting (its
+ * static build makes no driver call for it: tools/driver_probe); the driver's answer, and the daemon's, is
+ * cudaErrorInvalidValue. */
 PV_API cudaError_t cudaCreateTextureObject(cudaTextureObject_t *out, const struct cudaResourceDesc *r,
                                            const struct cudaTextureDesc *t, const struct cudaResourceViewDesc *v)
 {
+    struct cudaChannelFormatDesc fmt;
+    if (r && t && t->filterMode == PV_cudaFilterModeLinear && t->readMode == PV_cudaReadModeElementType) {
+        pv_resource_format(r, &fmt);
+        if (fmt.x && fmt.f != PV_cudaChannelFormatKindFloat)
+            return pv_ret(PV_cudaErrorInvalidFilterSetting);
+    }
     return pv_ret(pv_texture_create(out, r, t, v));
 }
 

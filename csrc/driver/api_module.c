@@ -283,6 +283,24 @@ PV_API CUresult cuLibraryEnumerateKernels(CUkernel *out, unsigned n, CUlibrary l
 }
 
 /* ------------------------------------------------------------------------------------------ kernels, functions */
+struct pv_func *drv_func_of(const void *h, const struct pv_device *d)
+{
+    (void)d;
+    return pv_func_valid(h) ? (struct pv_func *)h : NULL;
+}
+
+CUresult drv_func_error(const void *h)
+{
+    (void)h;
+    return drv_result(PV_cudaErrorInvalidDeviceFunction);
+}
+
+CUfunction drv_func_handle(struct pv_func *f, int dev)
+{
+    (void)dev;
+    return f;
+}
+
 /* The kernel info of f on device dev (-1: the current context's device), loading its module there. */
 static CUresult kinfo(struct pv_func *f, int dev, struct pv_device **d, struct pv_kinfo **ki)
 {
@@ -411,3 +429,32 @@ static CUresult get_name(const char **out, struct pv_func *f)
 
 PV_API CUresult cuFuncGetName(const char **out, CUfunction f) { return get_name(out, f); }
 PV_API CUresult cuKernelGetName(const char **out, CUkernel k) { return get_name(out, k); }
+
+/* A __managed__ variable of a library: its storage on the current context's device (device 0 before any context:
+ * NVIDIA's runtime asks when it loads its fatbins), mirrored on the host at the same address (core managed.c). The
+ * first device that binds a variable keeps it. */
+PV_API CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
+{
+    CUresult r = name ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dmod_valid(lib))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct pv_ctx *c = drv_ctx_top();
+    struct pv_device *d = pv_device(c ? c->dev : pv_tls_device());
+    if (!d)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if ((r = drv_result(pv_module_ensure(lib->fb, d))) != CUDA_SUCCESS)
+        return r;
+    struct pv_var *v = pv_fatbin_var(lib->fb, name);
+    void *host;
+    if (!v)
+        return CUDA_ERROR_NOT_FOUND;
+    if ((r = drv_result(pv_managed_var_bind(v, d, &host))) != CUDA_SUCCESS)
+        return r;
+    if (dptr)
+        *dptr = (CUdeviceptr)(uintptr_t)host;
+    if (bytes)
+        *bytes = v->size;
+    return CUDA_SUCCESS;
+}

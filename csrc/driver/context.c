@@ -41,6 +41,8 @@ int drv_ctx_valid(const struct pv_ctx *c)
     return c && pv_handle_valid(c) && c->magic == PV_CTX_MAGIC;
 }
 
+static CUresult drv_valid_or(const struct pv_ctx *c, CUresult err) { return drv_ctx_valid(c) ? CUDA_SUCCESS : err; }
+
 struct pv_ctx *drv_primary(int dev)
 {
     if (dev < 0 || dev >= pv_device_count())
@@ -288,10 +290,7 @@ static CUresult primary_of(CUdevice dev, struct pv_ctx **out)
 static CUresult primary_reset(struct pv_ctx *c)
 {
     cls_drop(c);
-    struct pv_device *d = pv_device(c->dev);
-    cudaError_t err = pv_call_DEVICE_RESET(d);
-    pv_alloc_forget_device(d->index);
-    pv_modules_forget_device(d->index);
+    cudaError_t err = pv_device_reset(pv_device(c->dev));
     c->flags = 0;
     return drv_result(err);
 }
@@ -378,11 +377,19 @@ PV_API CUresult cuCtxGetDevice_v2(CUdevice *out, CUcontext c)
     return r;
 }
 
+/* Invalidates captures that are not relaxed (as cudaDeviceSynchronize); kept pool blocks above their thresholds go. */
 PV_API CUresult cuCtxSynchronize_v2(CUcontext c)
 {
     struct pv_device *d;
     CUresult r = drv_ctx_device(c, &d);
-    return r == CUDA_SUCCESS ? drv_result(pv_call_DEVICE_SYNC(d)) : r;
+    if (r != CUDA_SUCCESS)
+        return r;
+    cudaError_t err = pv_capture_forbid_all();
+    if (err == PV_SUCCESS)
+        err = pv_call_DEVICE_SYNC(d);
+    if (err == PV_SUCCESS)
+        pv_pools_synced(d->index);
+    return drv_result(err);
 }
 
 PV_API CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(NULL); }
@@ -495,3 +502,20 @@ PV_API CUresult cuCtxResetPersistingL2Cache(void)
     struct pv_device *d;
     return drv_cur_device(&d);
 }
+
+/* ------------------------------------------------------------------------------------------ peer access */
+/* Kernels of the current context's device reach the peer context's device memory (GPUs of one daemon). */
+static CUresult peer_switch(CUcontext peer, unsigned flags, int on)
+{
+    struct pv_device *d, *p;
+    CUresult r = drv_cur_device(&d);
+    if (r == CUDA_SUCCESS)
+        r = drv_valid_or(peer, CUDA_ERROR_INVALID_CONTEXT);
+    if (r != CUDA_SUCCESS)
+        return r;
+    p = pv_device(peer->dev);
+    return drv_result(pv_peer_switch(d, p, flags, on));
+}
+
+PV_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) { return peer_switch(peer, flags, 1); }
+PV_API CUresult cuCtxDisablePeerAccess(CUcontext peer) { return peer_switch(peer, 0, 0); }
