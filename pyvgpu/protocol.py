@@ -13,9 +13,17 @@ Framing (both directions, little endian):
 Request header:  [op, req_id, payload_len, args...]
     req_id == 0 means fire-and-forget: the daemon sends no reply. Only ops whose FLAG_ASYNC is set may be sent
     that way; their failures are latched per (session, device) and returned by the next synchronizing op.
-Reply header:    [req_id, err, payload_len, result, stdout]
+Reply header:    [req_id, err, payload_len, result, stdout_len]
     err is a cudaError_t value (0 = success). result is an op-specific msgpack value (nil when unused).
-    stdout is bytes of device printf output produced since the last reply on this device, or nil.
+    The header is followed by payload_len payload bytes, then by stdout_len bytes of device printf output produced
+    since the last reply on this device (kept out of the header, so a 1 MiB printf FIFO never overflows a frame;
+    at most MAX_STDOUT_BYTES). A reply header may be up to MAX_REPLY_HEADER_BYTES long.
+Notices: a reply frame with req_id 0 answers no request. err 0 is a heartbeat: the daemon sends one every
+    HEARTBEAT_INTERVAL_S while the session has work in flight and nothing else was written, so a client waiting for
+    a long kernel can tell a busy daemon from a stopped one. err != 0 says the daemon is ending the session (result
+    is the reason, a str): shutting down, idle timeout, a protocol violation.
+Keepalive: a client sends PING (fire-and-forget) when it has sent nothing for a while, so the daemon's idle
+    timeout ends only sessions whose client is gone or silent.
 
 Handshake: on connect the daemon sends [HELLO_SERVER_MAGIC, PROTOCOL_VERSION, nonce(bytes 32), auth_required(bool)]
 as a normal frame (u32 length + msgpack, no payload); the client answers with an OP_HELLO request whose single
@@ -36,12 +44,18 @@ if not __package__:  # run as a script by the C build, before the package is ins
 from pyvgpu import cublas_spec as _blas  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 HELLO_SERVER_MAGIC = "pyvgpu"
 DEFAULT_PORT = 7700
 FRAME_PREFIX_BYTES = 4
-MAX_HEADER_BYTES = 1 << 20          # a header larger than this is malformed
+MAX_HEADER_BYTES = 1 << 20          # a request header larger than this is malformed
+MAX_REPLY_HEADER_BYTES = 16 << 20   # a reply header larger than this is malformed (module-load maps can be big)
 MAX_PAYLOAD_BYTES = 1 << 34         # 16 GiB: larger claimed payloads are malformed
+MAX_STDOUT_BYTES = 64 << 20         # printf bytes one reply may carry
+HEARTBEAT_INTERVAL_S = 1.0          # daemon -> client while work is in flight (see Notices above)
+# Client defaults (the C client reads PYVGPU_REPLY_TIMEOUT_MS / PYVGPU_PING_INTERVAL_MS; see docs/security.md).
+CLIENT_SILENCE_TIMEOUT_S = 10.0     # a waiting client gives up after this long without a byte from the daemon
+CLIENT_PING_INTERVAL_S = 15.0       # a client that sent nothing for this long sends PING
 # Device-pointer windows: virtual GPU k's emulated allocations live at VA_WINDOW_BYTES * (k + 1) so that
 # pointers of different hosts never collide on the client (the client sends its base in the hello).
 VA_WINDOW_BYTES = 1 << 40
@@ -51,6 +65,7 @@ HELLO_VERSION = "version"
 HELLO_PROOF = "proof"          # hex HMAC or None
 HELLO_CLIENT = "client"        # free text: "pid@host argv0" for logs and status
 HELLO_VA_BASE = "va_base"      # base address for this session's device 0; device r gets va_base + r*VA_WINDOW_BYTES
+HELLO_CLIENT_MAX = 200         # characters of HELLO_CLIENT kept (longer text is cut)
 HELLO_PID = "pid"              # the client's process id (u64; status and metrics labels)
 HELLO_HOSTNAME = "hostname"    # the client's host name (str; status and metrics labels)
 HELLO_MEMORY = "memory"        # device memory the client asks for per device (u64 bytes; capped by the daemon's
@@ -144,6 +159,7 @@ OPS: tuple[OpSpec, ...] = (
     op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
     op(3, "GOODBYE", "", "nil", ND),
+    op(450, "PING", "", "nil", ND | A, "keepalive: proves the client is alive while it has nothing to ask"),
     op(10, "MEM_GET_INFO", "dev:dev", "u64x2", doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", doc="the device pointer"),
     op(12, "FREE", "dev:dev ptr:ptr", "nil", S),

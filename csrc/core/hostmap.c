@@ -136,12 +136,7 @@ static int read_hosts(struct host_entry *out, int cap)
         return n;
     }
     char path[4096];
-    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(path, sizeof path, "%s/pyvgpu/hosts", xdg);
-    else if (home && *home)
-        snprintf(path, sizeof path, "%s/.config/pyvgpu/hosts", home);
-    else
+    if (pv_config_path("hosts", path, sizeof path) != 0)
         return 0;
     FILE *f = fopen(path, "r");
     if (!f)

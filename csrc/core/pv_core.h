@@ -38,6 +38,32 @@ void pv_tls_set_device(int dev);
 const char *pv_err_name(cudaError_t err);  /* errors.c: "cudaErrorX" or "error N" */
 const char *pv_err_text(cudaError_t err);  /* the description, or NULL for an unknown code */
 
+/* config file paths: $XDG_CONFIG_HOME/pyvgpu/NAME (default ~/.config/pyvgpu/NAME); 0 ok (state.c) */
+int pv_config_path(const char *name, char *out, size_t cap);
+
+/* ---- io (io.c): one connection's byte stream, plain TCP or TLS over a non-blocking socket ---- */
+#define PV_IO_TICK_MS 200          /* a blocked read or write calls its stream's tick at least this often */
+struct ssl_st;
+struct pv_io {
+    int fd;
+    struct ssl_st *ssl;            /* TLS session (ssl.c), NULL for plain TCP */
+    pthread_mutex_t ssl_mu;        /* one OpenSSL call at a time; never held while waiting */
+    int (*tick)(void *arg);        /* nonzero ends the wait with an error (the connection is considered dead) */
+    void *tick_arg;
+    _Atomic int64_t last_rx_ms;    /* pv_now_ms() of the last bytes received / sent */
+    _Atomic int64_t last_tx_ms;
+};
+int64_t pv_now_ms(void);                                          /* CLOCK_MONOTONIC in ms */
+void pv_io_init(struct pv_io *io, int fd);
+void pv_io_destroy(struct pv_io *io);
+int pv_io_read(struct pv_io *io, void *buf, size_t n);            /* 0 ok, -1 error/EOF/aborted by the tick */
+int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_t bn);
+int pv_io_wait(struct pv_io *io, short events);                   /* poll with ticks: 0 ready, -1 aborted */
+int pv_io_writable(struct pv_io *io);                             /* 1 when a small write would not block */
+/* TLS (ssl.c): whether connections use it (PYVGPU_TLS*, the config dir), and the handshake + verification. */
+int pv_ssl_enabled(void);
+cudaError_t pv_ssl_connect(struct pv_io *io, const char *host, int port);
+
 /* ---- wire (wire.c): framing and msgpack helpers ---- */
 const msgpack_object *pv_map_get(const msgpack_object *map, const char *key);
 const msgpack_object *pv_map_get_int(const msgpack_object *map, int64_t key);
@@ -46,9 +72,8 @@ int pv_obj_u64(const msgpack_object *o, uint64_t *out);
 int pv_obj_f64(const msgpack_object *o, double *out);
 int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n);   /* str or bin: its bytes */
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap);   /* str or bin → NUL-terminated */
-int pv_read_full(int fd, void *buf, size_t n);                    /* 0 ok, -1 error/EOF */
-int pv_write_full(int fd, const void *a, size_t an, const void *b, size_t bn);
-int pv_read_header(int fd, msgpack_unpacked *out, char **raw);    /* reads u32 + header; caller frees *raw */
+/* Reads u32 + header of at most `limit` bytes; caller frees *raw. 0 ok, -1 I/O error, -2 malformed. */
+int pv_read_header(struct pv_io *io, msgpack_unpacked *out, char **raw, uint32_t limit);
 void pv_seal_frame(msgpack_sbuffer *sb);                          /* patches the u32 length prefix of a frame */
 void pv_pack_bytes(msgpack_packer *pk, const void *data, size_t n);
 void pv_pack_str(msgpack_packer *pk, const char *s);
@@ -59,16 +84,22 @@ struct pv_pending;
 struct pv_conn {
     char host[256];
     int port;
-    int fd;
+    struct pv_io io;
     int first_gpu;                 /* pointer window index of this host's device 0 (see pv_conn_open) */
     int ndev;
     atomic_int dead;
     atomic_uint_fast64_t next_id;
     pthread_mutex_t send_mu;       /* one frame at a time on the socket */
-    pthread_mutex_t mu;            /* pending list */
+    pthread_mutex_t mu;            /* pending list, receiving */
     struct pv_pending *pending;
+    int receiving;                 /* the reader is reading the payload of a reply someone waits for */
     pthread_t reader;
-    int reader_started;
+    atomic_int reader_started;
+    atomic_int sending;            /* threads inside a send */
+    _Atomic int64_t busy_since_ms; /* when the connection last went from idle to waiting/sending */
+    int64_t silence_ms;            /* PYVGPU_REPLY_TIMEOUT_MS: a waiting call gives up after this long unheard */
+    int64_t ping_ms;               /* PYVGPU_PING_INTERVAL_MS: keepalive when nothing was sent for this long */
+    _Atomic int64_t handshake_deadline_ms;   /* nonzero while connecting */
 };
 
 struct pv_reply {

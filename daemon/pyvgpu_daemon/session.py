@@ -30,6 +30,7 @@ log = logging.getLogger("pyvgpu.daemon")
 # mean "the default stream" here (one ordered queue per device makes per-thread default streams equivalent to the
 # legacy one).
 FIRST_HANDLE = 0x1000
+MAX_HANDLES = 1 << 18      # live streams + events + functions + cuBLAS handles per session and device
 
 
 @dataclass
@@ -99,6 +100,9 @@ class DeviceState:
 
     # ------------------------------------------------------------------ handles
     def new_handle(self) -> int:
+        if len(self.streams) + len(self.events) + len(self.functions) + len(self.blas_handles) >= MAX_HANDLES:
+            raise CudaError("cudaErrorMemoryAllocation", f"{MAX_HANDLES} live streams, events, functions and cuBLAS "
+                                                         f"handles: the daemon's bound per session and device")
         h = self._next_handle
         self._next_handle += 1
         return h

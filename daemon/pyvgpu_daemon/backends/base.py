@@ -241,6 +241,10 @@ class DeviceContext(ABC):
     def close(self) -> None:
         """Release everything (session end). Must not raise."""
 
+    def cancel(self) -> None:
+        """The session's client is gone: stop device work now running as soon as it can be stopped.
+        Called from the event-loop thread while the worker may be inside a method; must be thread-safe."""
+
 
 class Backend(ABC):
     name: str

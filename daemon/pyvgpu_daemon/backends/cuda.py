@@ -100,38 +100,16 @@ def check(result: Any, what: str) -> Any:
 
 # ---------------------------------------------------------------------------------------------- fatbin globals
 def _fatbin_elves(image: bytes) -> list[bytes]:
-    """Decompressed cubins of a fatbin image (wrapper or container(s)); best effort, never raises."""
-    out: list[bytes] = []
+    """Decompressed cubins of a fatbin image (wrapper or container(s)); best effort, never raises. Decompression is
+    bounded as the emulator's is (emu/fatbin.py): a hostile image cannot make the daemon inflate it without limit."""
+    from pyvgpu_daemon.emu import fatbin
     try:
-        buf = bytes(image)
-        pos = 0
-        if struct.unpack_from("<I", buf, 0)[0] == 0x466243B1:      # __fatBinC_Wrapper_t before the container
-            pos = 24 if len(buf) >= 40 and struct.unpack_from("<I", buf, 24)[0] == 0xBA55ED50 else 16
-        while pos + 16 <= len(buf) and struct.unpack_from("<I", buf, pos)[0] == 0xBA55ED50:
-            _, _, hsize, psize = struct.unpack_from("<IHHQ", buf, pos)
-            p, end = pos + hsize, pos + hsize + psize
-            while p + 64 <= end:
-                kind, _, ehsize, esize = struct.unpack_from("<HHIQ", buf, p)
-                if ehsize < 64:
-                    break
-                (csize,) = struct.unpack_from("<I", buf, p + 16)
-                (flags,) = struct.unpack_from("<Q", buf, p + 40)
-                (usize,) = struct.unpack_from("<Q", buf, p + 56)
-                data = buf[p + ehsize:p + ehsize + esize]
-                if kind == 2:
-                    if flags & 0x8000:
-                        import zstandard
-                        data = zstandard.ZstdDecompressor().decompress(data[:csize or len(data)],
-                                                                      max_output_size=max(usize, 1))
-                    elif flags & 0x2000:
-                        import lz4.block
-                        data = lz4.block.decompress(data[:csize or len(data)], uncompressed_size=usize)
-                    out.append(data)
-                p += ehsize + esize
-            pos = (end + 7) & ~7
+        entries = fatbin.parse_image(image, max(fatbin.DEFAULT_MAX_BYTES, 8 * len(image)),
+                                     decompress=(fatbin.KIND_ELF,))
     except Exception as exc:  # noqa: BLE001 - only used to list globals
         log.debug("fatbin scan for globals stopped: %s", exc)
-    return out
+        return []
+    return [e.data for e in entries if e.kind == fatbin.KIND_ELF]
 
 
 def elf_global_names(elf: bytes) -> list[str]:

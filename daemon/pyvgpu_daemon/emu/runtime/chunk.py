@@ -28,7 +28,7 @@ from .spaces import LaneMemory
 from .special import SpecialRegisters
 from .texunit import TextureUnit
 
-_CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and the deadline
+_CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and cancellation
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
@@ -103,10 +103,13 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
         check_every = 0
         self._last_p = -1
         self._loops = 0
+        deadline = L.deadline
+        clock = time.monotonic
         with np.errstate(all="ignore"):
             while True:
+                # The deadline after every step (one block: cheap next to a clock read); the rest less often.
                 check_every += 1
-                if check_every >= _CHECK_EVERY:
+                if check_every >= _CHECK_EVERY or clock() > deadline:
                     check_every = 0
                     self._check_budget(steps)
                 if conv:
@@ -144,9 +147,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
             raise CudaError("cudaErrorLaunchTimeout",
                             f"{self.kernel.name}: instruction budget of {L.limits.max_vector_instructions} vector "
                             f"instructions exhausted (runaway loop or spin-wait?)")
-        if time.monotonic() > L.deadline:
-            raise CudaError("cudaErrorLaunchTimeout",
-                            f"{self.kernel.name}: ran longer than {L.limits.max_seconds} s")
+        L.check_time()
 
     def _pick(self, runm: np.ndarray) -> int:
         """The block the diverged scheduler runs next: the lowest PC of the runnable lanes."""

@@ -4,25 +4,37 @@ A chunk holds `EmuLimits.lanes_per_chunk // threads_per_cta` CTAs (at least one)
 would pass about 256 MB. The launch keeps what its chunks share: the grid, the parameter buffer, the shared
 memory size (static + dynamic, 16-byte aligned), the lane-geometry arrays of the chunk size, printf output, the
 instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
+
+The time limit holds for any grid and any kernel: the deadline (and the session's cancellation) is checked
+before every chunk, so a huge grid of cheap CTAs stops on time, and after every scheduler step inside a chunk
+(chunk.py), a step being one basic block of at most cfg.MAX_BLOCK_INSTRS instructions over the chunk's lanes. A
+launch therefore overruns EmuLimits.max_seconds by at most one such step or one chunk's set-up.
+
+An index past the end of an emulated memory buffer is an access no bounds check should have let through; it is
+reported as what it is on a GPU, a sticky cudaErrorIllegalAddress naming the kernel, never as an internal error.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 
-from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.errors import CudaError, code_of
 
 from ..layout import align
 from ..limits import EmuLimits
 from .chunk import Chunk
 
 _MAX_CHUNK_LOCAL = 256 << 20
+ILLEGAL_ADDRESS = code_of("cudaErrorIllegalAddress")
+MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1, resources=None, peers=()):
+                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
+                 printf_fifo: int = 1 << 20):
         self.kernel = kernel
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
@@ -40,10 +52,21 @@ class Launch:
         self.shared_size = align(lay.dyn_shared_base + self.dyn_shared if (lay.dyn_shared_names or shmem)
                                  else lay.static_shared, 16) or 16
         self.stdout = bytearray()
+        self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
+        self.stdout_dropped = 0
         self._geo: dict = {}
         self.clock_bump = 0
         self.steps = 0
         self.deadline = time.monotonic() + limits.max_seconds
+        self.cancel = cancel                  # set when the session's client is gone: stop at the next check
+
+    def check_time(self) -> None:
+        """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled."""
+        if time.monotonic() > self.deadline:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{self.kernel.name}: ran longer than {self.limits.max_seconds} s (PYVGPU_EMU_MAX_SECONDS)")
+        if self.cancel is not None and self.cancel.is_set():
+            raise CudaError("cudaErrorLaunchTimeout", f"{self.kernel.name}: cancelled, the session's client is gone")
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs, shared by every chunk of that size (read-only)."""
@@ -68,10 +91,17 @@ class Launch:
         cta = 0
         try:
             while cta < ncta_total:
+                self.check_time()
                 n = min(per, ncta_total - cta)
                 Chunk(self, cta, n).run()
                 cta += n
+        except IndexError as e:
+            err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
+            err.stdout = bytes(self.stdout)
+            raise err from e
         except CudaError as e:
+            if e.code in (ILLEGAL_ADDRESS, MISALIGNED_ADDRESS) and not e.message.startswith(self.kernel.name):
+                e = CudaError(e.code, f"{self.kernel.name}: {e.message}")
             e.stdout = bytes(self.stdout)
-            raise
+            raise e
         return bytes(self.stdout)

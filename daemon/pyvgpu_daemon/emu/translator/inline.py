@@ -3,9 +3,10 @@
 Each call site gets its own copy of the callee, with registers, labels and local variables renamed under a
 unique prefix (`callee@N:`); the callee's .param names are bound to the caller's argument and return variables,
 `ret` becomes a branch to the copy's end label, and a guarded call branches around the copy. Function-scope
-.shared variables exist once per function (`func::name`), as in CUDA. Recursion and call chains deeper than
-EmuLimits.max_call_depth are cudaErrorInvalidPtx; calls to functions without a body (vprintf, __assertfail)
-stay `call` instructions for the code generator.
+.shared variables exist once per function (`func::name`), as in CUDA. Recursion, call chains deeper than
+EmuLimits.max_call_depth, and a flat kernel above EmuLimits.max_instructions / max_registers (copies multiply:
+each call site inlines its callee again) are cudaErrorInvalidPtx; calls to functions without a body (vprintf,
+__assertfail) stay `call` instructions for the code generator.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class FlatKernel:
 
 
 def inline(mod: ir.Module, entry: ir.Function, limits: EmuLimits) -> FlatKernel:
-    inl = _Inliner(mod, limits)
+    inl = _Inliner(mod, limits, entry.name)
     inl.expand(entry, "", {}, None, (entry.name,))
     return FlatKernel(entry.name, inl.body, inl.regs, inl.locals, entry)
 
@@ -83,9 +84,10 @@ def _regset(fn: ir.Function) -> dict[str, str]:
 
 
 class _Inliner:
-    def __init__(self, mod: ir.Module, limits: EmuLimits) -> None:
+    def __init__(self, mod: ir.Module, limits: EmuLimits, body_name: str) -> None:
         self.mod = mod
         self.limits = limits
+        self.body_name = body_name
         self.body: list = []
         self.regs: dict[str, str] = {}
         self.locals: list[ir.VarDecl] = []
@@ -95,6 +97,9 @@ class _Inliner:
         rs = _regset(fn)
         for n, t in rs.items():
             self.regs[prefix + n] = t
+        if len(self.regs) > self.limits.max_registers:
+            raise CudaError("cudaErrorInvalidPtx", f"{self.body_name}: more than {self.limits.max_registers} "
+                                                   f"registers once its calls are inlined")
         labels = {x for x in fn.body if isinstance(x, str)}
         scope = _Scope(prefix, rs, pmap, labels, self._declare_locals(fn, prefix))
         for item in fn.body:
@@ -117,6 +122,9 @@ class _Inliner:
         return names
 
     def _instr(self, ins: ir.Instr, fn: ir.Function, scope: _Scope, end_label: str | None, stack: tuple) -> None:
+        if len(self.body) > self.limits.max_instructions:
+            raise CudaError("cudaErrorInvalidPtx", f"{self.body_name}: more than {self.limits.max_instructions} "
+                                                   f"instructions once its calls are inlined")
         rn = scope.rename
         guard = scope.guard(ins.guard)
         if ins.opcode == "ret" and not fn.is_entry:
