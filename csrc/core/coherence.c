@@ -16,6 +16,7 @@
  * - Limits: writes by the kernel into managed memory (read(2) into it) fail with EFAULT on a clean page, as the page is
  *   read-only until the process itself touches it; a program that installs its own SIGSEGV handler after the first
  *   managed allocation must chain to the previous one. */
+#define _GNU_SOURCE                      /* mremap */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -255,23 +256,39 @@ static void untrack(struct region *r)
 /* ------------------------------------------------------------------------------------------ push */
 struct runbuf { char *data; size_t len, cap; };
 
+/* Room for `more` bytes. The buffer is mmap'd, never on the malloc heap, and grown before a page is taken for its
+ * push: registered host memory shares pages with the heap, and a write (or a malloc) into a page that is read-only
+ * for its own push would fault and wait for itself. */
+static int runbuf_reserve(struct runbuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t nc = b->cap ? b->cap : 1 << 16;
+    while (nc < b->len + more)
+        nc *= 2;
+    void *p = b->data ? mremap(b->data, b->cap, nc, MREMAP_MAYMOVE)
+                      : mmap(NULL, nc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    b->data = p;
+    b->cap = nc;
+    return 0;
+}
+
+static void runbuf_free(struct runbuf *b)
+{
+    if (b->data)
+        munmap(b->data, b->cap);
+}
+
 static int runbuf_put(struct runbuf *b, uint64_t addr, const void *bytes, uint32_t n)
 {
-    size_t need = b->len + PV_MANAGED_RUN_HEADER_BYTES + n;
-    if (need > b->cap) {
-        size_t nc = b->cap ? b->cap : 1 << 16;
-        while (nc < need)
-            nc *= 2;
-        char *p = realloc(b->data, nc);
-        if (!p)
-            return -1;
-        b->data = p;
-        b->cap = nc;
-    }
+    if (runbuf_reserve(b, PV_MANAGED_RUN_HEADER_BYTES + n) != 0)
+        return -1;
     memcpy(b->data + b->len, &addr, 8);
     memcpy(b->data + b->len + 8, &n, 4);
     memcpy(b->data + b->len + PV_MANAGED_RUN_HEADER_BYTES, bytes, n);
-    b->len = need;
+    b->len += PV_MANAGED_RUN_HEADER_BYTES + n;
     return 0;
 }
 
@@ -323,6 +340,13 @@ static cudaError_t push_region(struct region *r, struct pv_device *target, struc
     cudaError_t err = PV_SUCCESS;
     for (size_t pg = 0; pg < npages && err == PV_SUCCESS; pg++) {
         unsigned char st = PG_DIRTY;
+        if (atomic_load(&r->state[pg]) != PG_DIRTY)
+            continue;
+        /* the worst page: every other byte changed, a run header each */
+        if (runbuf_reserve(b, page_size / 2 * (PV_MANAGED_RUN_HEADER_BYTES + 1) + page_size) != 0) {
+            err = PV_cudaErrorMemoryAllocation;
+            break;
+        }
         if (!atomic_compare_exchange_strong(&r->state[pg], &st, PG_BUSY))
             continue;
         /* read-only first: a write from now on faults and starts a new dirty period from the bytes pushed now */
@@ -363,7 +387,7 @@ cudaError_t pv_coherence_flush(struct pv_device *target)
     for (int i = 0; i < n && err == PV_SUCCESS; i++)
         err = push_region(dirty[i], target, &b);
     free(dirty);
-    free(b.data);
+    runbuf_free(&b);
     pthread_mutex_unlock(&sync_mu);
     pv_record_resume(rec);
     tls_busy = 0;
@@ -619,7 +643,7 @@ cudaError_t pv_region_register(struct pv_device *d, void *host, size_t size, str
         atomic_fetch_add(&r->ndirty, 1);
         atomic_fetch_add(&dirty_total, 1);
     }
-    pv_alloc_add(ptr, span_len, d->index);
+    pv_alloc_add_owned(ptr, span_len, d->index, PV_OWNER_DEVICE);   /* ends with its registration */
     *out = r->info;
     return PV_SUCCESS;
 }

@@ -185,7 +185,7 @@ static cudaError_t pool_alloc(struct pv_pool *p, size_t size, void **out)
             p->reserved += got;
             if (p->reserved > p->reserved_high)
                 p->reserved_high = p->reserved;
-            pv_alloc_add(ptr, got, p->dev);
+            pv_alloc_add_owned(ptr, got, p->dev, PV_OWNER_DEVICE);   /* a pool's, whoever asked */
         }
     }
     if (err == PV_SUCCESS) {

@@ -35,6 +35,16 @@ void pv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int pv_log_once(atomic_int *once, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int pv_tls_device(void);                  /* current device of this thread (0 by default), shared by all APIs */
 void pv_tls_set_device(int dev);
+unsigned pv_tls_device_gen(void);         /* counts pv_tls_set_device calls of this thread */
+/* The owner new allocations, streams and events of this thread are recorded under: the driver's current context
+ * when it is a created one, NULL (its device's primary context) otherwise. */
+const void *pv_tls_owner(void);
+void pv_tls_set_owner(const void *owner);
+#define PV_OWNER_DEVICE ((const void *)1) /* device-level memory no context owns (pools, module storage) */
+/* Set by a runtime call on this thread (it binds the device's primary context when none is current); the driver
+ * clears it when it changes the thread's contexts. */
+int pv_tls_runtime_bound(void);
+void pv_tls_set_runtime_bound(int bound);
 const char *pv_err_name(cudaError_t err);  /* errors.c: "cudaErrorX" or "error N" */
 const char *pv_err_text(cudaError_t err);  /* the description, or NULL for an unknown code */
 
@@ -252,6 +262,7 @@ struct pv_func {
     const void *host_fun;
     char *name;
     struct pv_kinfo *dev[PV_MAX_DEVICES];
+    void *api_handle[PV_MAX_DEVICES];   /* an API library's handle for the kernel on a device (libvcuda's CUfunction) */
 };
 struct pv_var {
     struct pv_fatbin *fb;
@@ -282,8 +293,11 @@ struct pv_var *pv_var_by_host(const void *host_var);
 cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d);
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
-struct pv_alloc { uint64_t ptr; size_t size; int dev; };
-void pv_alloc_add(uint64_t ptr, size_t size, int dev);
+struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };
+void pv_alloc_add(uint64_t ptr, size_t size, int dev);                 /* owned by pv_tls_owner() */
+void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner);
+/* The starts of the allocations of `owner` on device dev (host memory too when with_host), malloc'd into *out. */
+size_t pv_alloc_owned(const void *owner, int dev, int with_host, uint64_t **out);
 int pv_alloc_remove(uint64_t ptr, int *dev);                 /* 0 ok, -1 not an allocation start */
 int pv_alloc_find(uint64_t ptr, struct pv_alloc *out);       /* containing allocation; 0 ok */
 void pv_alloc_forget_device(int dev);
@@ -293,8 +307,8 @@ cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out);
 cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidValue unless from pv_host_alloc */
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
-struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; };
-struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; };
+struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; const void *owner; };
+struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; const void *owner; };
 void pv_handle_add(const void *h);
 int pv_handle_remove(const void *h);
 int pv_handle_valid(const void *h);
@@ -374,6 +388,8 @@ cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_event_sync(cudaEvent_t e);
 cudaError_t pv_event_query(cudaEvent_t e);                         /* cudaErrorNotReady while pending */
 cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* Destroys the streams and events `owner` made on device dev. */
+void pv_streams_release(const void *owner, int dev);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

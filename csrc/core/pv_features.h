@@ -121,5 +121,8 @@ void pv_peers_forget_device(int dev);
 /* DEVICE_RESET of d, then everything the client kept of it goes: allocations, modules, pools, managed memory,
  * peer access, flags. */
 cudaError_t pv_device_reset(struct pv_device *d);
+/* The end of one context of device dev: the allocations (device, managed, mapped; pinned host memory too for a
+ * created context), streams and events `owner` made there are freed and destroyed (see pv_tls_owner). */
+void pv_owner_release(const void *owner, int dev);
 
 #endif

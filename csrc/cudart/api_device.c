@@ -24,7 +24,8 @@ PV_API cudaError_t cudaSetDevice(int device)
         return pv_ret(err);
     if (!pv_device(device))
         return pv_ret(PV_cudaErrorInvalidDevice);
-    pv_tls_set_device(device);
+    pv_tls_set_device(device);                  /* the driver's current context becomes this device's primary */
+    pv_tls_set_runtime_bound(1);
     return PV_SUCCESS;
 }
 

@@ -391,8 +391,17 @@ void drv_memset_in(const CUDA_MEMSET_NODE_PARAMS *m, struct cudaMemsetParams *ou
 
 /* ---- modules and libraries (api_module.c) ---- */
 #define PV_DMOD_MAGIC 0x444d4f44u
-struct pv_dmod { uint32_t magic; struct pv_fatbin *fb; int library; };
-/* The kernel a CUfunction or CUkernel handle names, usable on device d; NULL when it is not one (or not there). */
+struct pv_dmod {
+    uint32_t magic;
+    struct pv_fatbin *fb;
+    int library;                    /* a library: context-independent, loaded where its kernels are used */
+    struct pv_ctx *ctx;             /* a module: the context it was loaded in (unloaded with it) */
+    int dev;                        /* a module: that context's device */
+    struct pv_dmod *next;
+};
+void drv_modules_release(struct pv_ctx *c);             /* unloads the modules c loaded */
+/* The kernel a CUfunction or CUkernel handle names, usable on device d (NULL: any); NULL when it is not one, or a
+ * function of another device. */
 struct pv_func *drv_func_of(const void *h, const struct pv_device *d);
 CUresult drv_func_error(const void *h);                 /* what a launch of a handle drv_func_of refused answers */
 CUfunction drv_func_handle(struct pv_func *f, int dev); /* the CUfunction of kernel f on device dev */

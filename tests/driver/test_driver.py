@@ -189,6 +189,23 @@ def test_driver_api_peers(cuda_build, daemon_factory, kernels, lib_dir, layout):
         assert "fetched 16384 B from peer daemon" in daemons[0].log_text()
 
 
+def test_driver_api_context_semantics(cuda_build, daemon_factory, kernels, lib_dir):
+    """cuCtxDestroy frees what the context made and nothing else (its daemon memory comes back), a primary reset
+    beside a created context frees only the primary's, a CUfunction belongs to its context's device."""
+    daemon = daemon_factory("--emu-devices", "2")
+    proc = run_driver(drv_program(cuda_build, "drv_ctx_semantics.c", lib_dir), [daemon], str(kernels[0]),
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 20"
+
+
+def test_runtime_and_driver_in_one_program(cuda_build, daemon_factory, run, lib_dir):
+    """libvcudart and libvcuda agree on the thread's context: cudaSetDevice makes the primary context current, a
+    runtime allocation in a created context goes with it."""
+    daemon = daemon_factory("--emu-devices", "2")
+    proc = run(cuda_build("drv_mixed.cu", f"-L{lib_dir}", "-lcuda"), [daemon])
+    assert verdict(proc.stdout) == "OK 9"
+
+
 def test_proc_address_answers_every_name_and_stubs_refuse(cuda_build, lib_dir):
     """No daemon: resolution is local. Every request of NVIDIA's 13.0 runtime gets the symbol it got from the probe;
     every export's name resolves; an unsupported function returns CUDA_ERROR_NOT_SUPPORTED and logs once."""
