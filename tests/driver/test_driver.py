@@ -206,6 +206,40 @@ def test_runtime_and_driver_in_one_program(cuda_build, daemon_factory, run, lib_
     assert verdict(proc.stdout) == "OK 9"
 
 
+def test_program_loading_another_driver_by_path_is_explained(tmp_path):
+    """A program that dlopens a libcuda by its path bypasses libvcuda: `pyvgpu run` says so before it starts (the path
+    is in the binary) and libvcuda once more when the other driver was loaded, one line each."""
+    other = tmp_path / "private" / "libcuda.so.1"
+    other.parent.mkdir()
+    (tmp_path / "stub.c").write_text("int cuInit(unsigned f) { (void)f; return 100; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(other), str(tmp_path / "stub.c")],
+                   check=True)
+    (tmp_path / "app.c").write_text(f"""#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {{
+    void *h = dlopen("{other}", RTLD_NOW);
+    int (*init)(unsigned) = h ? (int (*)(unsigned))dlsym(h, "cuInit") : 0;
+    printf("cuInit -> %d\\n", init ? init(0) : -1);
+    return 0;
+}}
+""")
+    app = tmp_path / "app"
+    subprocess.run(["cc", "-o", str(app), str(tmp_path / "app.c"), "-ldl"], check=True)
+    proc = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", "127.0.0.1:9", "--", str(app)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "cuInit -> 100" in proc.stdout                 # the other driver answered, not pyvgpu's
+    assert f"names the CUDA driver by path ({other})" in proc.stderr
+    assert f"loaded another CUDA driver, {other}" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 2, proc.stderr
+
+
+def test_programs_naming_the_driver_by_name_get_no_warning(cuda_build, lib_dir):
+    from pyvgpu.cli import driver_paths
+    assert driver_paths(str(cuda_build("api_kernels.cu", runtime="static")), lib_dir) == []   # NVIDIA's runtime
+    assert driver_paths(str(lib_dir / "libvcuda.so.1"), lib_dir) == []
+
+
 def test_proc_address_answers_every_name_and_stubs_refuse(cuda_build, lib_dir):
     """No daemon: resolution is local. Every request of NVIDIA's 13.0 runtime gets the symbol it got from the probe;
     every export's name resolves; an unsupported function returns CUDA_ERROR_NOT_SUPPORTED and logs once."""
