@@ -180,6 +180,11 @@ cudaError_t pv_capture_update_deps(cudaStream_t s, struct pv_gnode *const *deps,
                                    size_t n, unsigned flags);
 cudaError_t pv_capture_exchange_mode(int *mode);      /* the per-thread capture mode */
 
+/* The synchronizing calls of both APIs (sync.c): capture invalidation, the wait, pool releases. */
+cudaError_t pv_sync_stream(cudaStream_t s);
+cudaError_t pv_sync_event(cudaEvent_t e);
+cudaError_t pv_sync_device(struct pv_device *d);
+
 /* cudaStreamWaitEvent without its capture part (cudaEventWaitExternal only matters to a capture). */
 cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags);
 /* cudaMemset* with its capture check. */

@@ -52,7 +52,7 @@ static cudaError_t checked_cur(int args_ok, struct pv_device **d)
     return args_ok ? pv_cur(d) : PV_cudaErrorInvalidValue;
 }
 
-/* An argument-less request with a reply to the current device, returned in *d (DEVICE_SYNC, DEVICE_RESET). */
+/* A core call on the current device, returned in *d (pv_sync_device, pv_device_reset). */
 static cudaError_t cur_call(cudaError_t (*call)(struct pv_device *), struct pv_device **d)
 {
     cudaError_t err = pv_cur(d);
@@ -193,20 +193,13 @@ PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 PV_API cudaError_t cudaDeviceSynchronize(void)
 {
     struct pv_device *d;
-    cudaError_t err = pv_capture_forbid_all();
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    err = cur_call(pv_call_DEVICE_SYNC, &d);
-    if (err == PV_SUCCESS)
-        pv_pools_synced(d->index);
-    return pv_ret(err);
+    return pv_ret(cur_call(pv_sync_device, &d));
 }
 
 PV_API cudaError_t cudaDeviceReset(void)
 {
     struct pv_device *d;
-    cudaError_t err = pv_cur(&d);
-    return pv_ret(err == PV_SUCCESS ? pv_device_reset(d) : err);
+    return pv_ret(cur_call(pv_device_reset, &d));
 }
 
 /* Peer access (core peers.c): between GPUs of one daemon whose snapshot says so. */

@@ -20,17 +20,7 @@ PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
     return pv_ret(pv_stream_destroy(s));
 }
 
-PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
-{
-    cudaError_t err = pv_capture_forbid(s);
-    if (err == PV_SUCCESS)
-        err = pv_stream_sync(s);
-    struct pv_device *d;
-    uint64_t remote;
-    if (err == PV_SUCCESS && pv_stream_target(s, &d, &remote) == PV_SUCCESS)
-        pv_pools_synced(d->index);
-    return pv_ret(err);
-}
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(pv_sync_stream(s)); }
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
 {
@@ -104,13 +94,7 @@ PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsig
 
 PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
 
-PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e)
-{
-    cudaError_t err = pv_event_sync(e);
-    if (err == PV_SUCCESS)
-        pv_pools_synced(e->dev);
-    return pv_ret(err);
-}
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(pv_sync_event(e)); }
 
 PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
 {

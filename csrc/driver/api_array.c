@@ -64,6 +64,22 @@ PV_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *out, CUarray a)
     return r;
 }
 
+/* The widest 1D texture over linear memory (the snapshot's attribute; the format does not change it here). */
+PV_API CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *w, int format, unsigned nchannels, CUdevice dev)
+{
+    struct cudaChannelFormatDesc cd;
+    CUresult r = w ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = drv_format_in(format, nchannels, &cd);
+    struct pv_device *d = pv_device(dev);
+    int v;
+    if (r == CUDA_SUCCESS && !d)
+        r = CUDA_ERROR_INVALID_DEVICE;
+    if (r == CUDA_SUCCESS)
+        *w = pv_dev_attr(d, PV_cudaDevAttrMaxTexture1DLinearWidth, &v) == 0 ? (size_t)v : 0;
+    return r;
+}
+
 /* ------------------------------------------------------------------------------------------ 1D array copies */
 /* A byte offset into an array as (byte in row, row): the 1D copies run row after row from there. */
 static CUresult array_offset(CUarray a, size_t offset, size_t *x, size_t *y)

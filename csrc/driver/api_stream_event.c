@@ -37,16 +37,7 @@ static CUresult stream_ready(CUstream s)
 PV_API CUresult cuStreamSynchronize(CUstream s)
 {
     CUresult r = stream_ready(s);
-    if (r != CUDA_SUCCESS)
-        return r;
-    cudaError_t err = pv_capture_forbid(s);
-    if (err == PV_SUCCESS)
-        err = pv_stream_sync(s);
-    struct pv_device *d;
-    uint64_t remote;
-    if (err == PV_SUCCESS && pv_stream_target(s, &d, &remote) == PV_SUCCESS)
-        pv_pools_synced(d->index);
-    return drv_result(err);
+    return r == CUDA_SUCCESS ? drv_result(pv_sync_stream(s)) : r;
 }
 
 PV_API CUresult cuStreamQuery(CUstream s)
@@ -101,12 +92,22 @@ PV_API CUresult cuStreamGetDevice(CUstream s, CUdevice *dev)
     return r;
 }
 
+/* The context that made the stream (its owner), or the current one for the default streams. */
 PV_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx)
 {
     CUdevice dev;
     CUresult r = ctx ? cuStreamGetDevice(s, &dev) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        *ctx = (uintptr_t)s <= 2 ? drv_ctx_top() : drv_primary(dev);
+        *ctx = (uintptr_t)s <= 2 ? drv_ctx_top() : s->owner ? (CUcontext)s->owner : drv_primary(dev);
+    return r;
+}
+
+/* No green contexts here: a stream's green context is always NULL. */
+PV_API CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *ctx, void **green)
+{
+    CUresult r = cuStreamGetCtx(s, ctx);
+    if (r == CUDA_SUCCESS && green)
+        *green = NULL;
     return r;
 }
 
@@ -169,16 +170,7 @@ PV_API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags)
 
 PV_API CUresult cuEventRecord(CUevent e, CUstream s) { return cuEventRecordWithFlags(e, s, 0); }
 
-PV_API CUresult cuEventSynchronize(CUevent e)
-{
-    CUresult r = drv_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    cudaError_t err = pv_event_sync(e);
-    if (err == PV_SUCCESS)
-        pv_pools_synced(e->dev);
-    return drv_result(err);
-}
+PV_API CUresult cuEventSynchronize(CUevent e) { DRV_RETURN(pv_sync_event(e)); }
 
 PV_API CUresult cuEventQuery(CUevent e)
 {
@@ -203,6 +195,7 @@ PV_API CUresult cuStreamGetPriority_ptsz(CUstream s, int *p) { return cuStreamGe
 PV_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id) { return cuStreamGetId(s, id); }
 PV_API CUresult cuStreamGetDevice_ptsz(CUstream s, CUdevice *d) { return cuStreamGetDevice(s, d); }
 PV_API CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *c) { return cuStreamGetCtx(s, c); }
+PV_API CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *c, void **g) { return cuStreamGetCtx_v2(s, c, g); }
 PV_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
 PV_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned f) { return cuEventRecordWithFlags(e, s, f); }
 PV_API CUresult cuLaunchHostFunc_ptsz(CUstream s, void (*fn)(void *), void *u) { return cuLaunchHostFunc(s, fn, u); }

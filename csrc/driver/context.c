@@ -435,14 +435,7 @@ PV_API CUresult cuCtxSynchronize_v2(CUcontext c)
 {
     struct pv_device *d;
     CUresult r = drv_ctx_device(c, &d);
-    if (r != CUDA_SUCCESS)
-        return r;
-    cudaError_t err = pv_capture_forbid_all();
-    if (err == PV_SUCCESS)
-        err = pv_call_DEVICE_SYNC(d);
-    if (err == PV_SUCCESS)
-        pv_pools_synced(d->index);
-    return drv_result(err);
+    return r == CUDA_SUCCESS ? drv_result(pv_sync_device(d)) : r;
 }
 
 PV_API CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(NULL); }
