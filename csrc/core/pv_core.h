@@ -181,6 +181,9 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value);
 /* cudaDeviceGetAttribute's answer (CU_DEVICE_ATTRIBUTE_* has the same numbers): invalid attribute →
  * cudaErrorInvalidValue; a valid one the snapshot lacks → 0 (logged once when log_missing). */
 cudaError_t pv_device_attribute(const struct pv_device *d, int attr, int *value, int log_missing);
+/* usage.c: a device's figures from its daemon's STATUS (every session's use, not only this process's). */
+struct pv_usage { uint64_t used, total, free; double busy; /* share of the last second it ran work, 0..1 */ };
+cudaError_t pv_device_usage(struct pv_device *d, struct pv_usage *out);
 const char *pv_token(void);                 /* auth.c */
 int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out[65]);
 
