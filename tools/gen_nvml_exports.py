@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generate libvnvml's export surface (csrc/nvml/) from NVIDIA's nvml.h.
 
-nvml.h comes from the `nvidia-nvml-dev` wheel on PyPI (NVML's headers; nothing of it is committed): pass it with
---header, or let this script `pip download` the pinned wheel into a temporary directory. Run it when the header
+nvml.h comes from the `nvidia-nvml-dev` wheel on PyPI (NVML's headers; nothing of it is committed; pinned in the
+`test` extra of pyproject.toml): pass it with --header, else the installed wheel's header is used, else this script
+`pip download`s the pinned wheel into a temporary directory. Run it when the header
 changes; the outputs are committed so the library builds without NVIDIA's files:
 
     python tools/gen_nvml_exports.py [--header PATH/nvml.h] [--out csrc/nvml]
@@ -25,12 +26,25 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "csrc" / "nvml"
 PINNED = "nvidia-nvml-dev==13.5.37"
-DECL = re.compile(r"^\s*(nvmlReturn_t|const\s+char\s*\*)\s*(nvml\w+)\s*\(", re.M)
+# A declaration after preprocessing; DEPRECATED(x) expands to __attribute__((deprecated)) before the type.
+DECL = re.compile(r"^\s*(?:__attribute__\(\(\w+\)\)\s*)?(nvmlReturn_t|const\s+char\s*\*)\s*(nvml\w+)\s*\(", re.M)
+
+
+def installed_header() -> Path | None:
+    """nvml.h of the installed nvidia-nvml-dev wheel when it is the pinned version."""
+    try:
+        dist = metadata.distribution(PINNED.split("==")[0])
+    except metadata.PackageNotFoundError:
+        return None
+    if dist.version != PINNED.split("==")[1]:
+        return None
+    return next((Path(str(dist.locate_file(f))) for f in dist.files or [] if f.name == "nvml.h"), None)
 
 
 def fetch_header(tmp: Path) -> Path:
@@ -72,12 +86,12 @@ def generate(decls: dict[str, str], out: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--header", type=Path, help="nvml.h (default: fetched from the pinned nvidia-nvml-dev wheel)")
+    ap.add_argument("--header", type=Path, help="nvml.h (default: the pinned nvidia-nvml-dev wheel's, installed or fetched)")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pyvgpu-nvml-") as tmp:
-        header = args.header or fetch_header(Path(tmp))
+        header = args.header or installed_header() or fetch_header(Path(tmp))
         generate(declarations(header), args.out)
     return 0
 

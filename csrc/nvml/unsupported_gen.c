@@ -23,794 +23,852 @@ PV_WEAK_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(void) { return
 static atomic_int once_9;
 PV_WEAK_API nvmlReturn_t nvmlDeviceDiscoverGpus(void) { return pv_nvml_unsupported("nvmlDeviceDiscoverGpus", &once_9); }
 static atomic_int once_10;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAPIRestriction(void) { return pv_nvml_unsupported("nvmlDeviceGetAPIRestriction", &once_10); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceFreezeNvLinkUtilizationCounter(void) { return pv_nvml_unsupported("nvmlDeviceFreezeNvLinkUtilizationCounter", &once_10); }
 static atomic_int once_11;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingBufferSize(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingBufferSize", &once_11); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAPIRestriction(void) { return pv_nvml_unsupported("nvmlDeviceGetAPIRestriction", &once_11); }
 static atomic_int once_12;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingMode(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingMode", &once_12); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingBufferSize(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingBufferSize", &once_12); }
 static atomic_int once_13;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingPids(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingPids", &once_13); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingMode(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingMode", &once_13); }
 static atomic_int once_14;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingStats(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingStats", &once_14); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingPids(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingPids", &once_14); }
 static atomic_int once_15;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingStats_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingStats_v2", &once_15); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingStats(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingStats", &once_15); }
 static atomic_int once_16;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetActiveVgpus(void) { return pv_nvml_unsupported("nvmlDeviceGetActiveVgpus", &once_16); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAccountingStats_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetAccountingStats_v2", &once_16); }
 static atomic_int once_17;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetAdaptiveClockInfoStatus", &once_17); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetActiveVgpus(void) { return pv_nvml_unsupported("nvmlDeviceGetActiveVgpus", &once_17); }
 static atomic_int once_18;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAdaptiveTgpModeInfo_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetAdaptiveTgpModeInfo_v1", &once_18); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetAdaptiveClockInfoStatus", &once_18); }
 static atomic_int once_19;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAddressingMode(void) { return pv_nvml_unsupported("nvmlDeviceGetAddressingMode", &once_19); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAdaptiveTgpModeInfo_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetAdaptiveTgpModeInfo_v1", &once_19); }
 static atomic_int once_20;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetArchitecture(void) { return pv_nvml_unsupported("nvmlDeviceGetArchitecture", &once_20); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAddressingMode(void) { return pv_nvml_unsupported("nvmlDeviceGetAddressingMode", &once_20); }
 static atomic_int once_21;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAttributes(void) { return pv_nvml_unsupported("nvmlDeviceGetAttributes", &once_21); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetApplicationsClock(void) { return pv_nvml_unsupported("nvmlDeviceGetApplicationsClock", &once_21); }
 static atomic_int once_22;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAttributes_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetAttributes_v2", &once_22); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetArchitecture(void) { return pv_nvml_unsupported("nvmlDeviceGetArchitecture", &once_22); }
 static atomic_int once_23;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(void) { return pv_nvml_unsupported("nvmlDeviceGetAutoBoostedClocksEnabled", &once_23); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAttributes(void) { return pv_nvml_unsupported("nvmlDeviceGetAttributes", &once_23); }
 static atomic_int once_24;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetBAR1MemoryInfo", &once_24); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAttributes_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetAttributes_v2", &once_24); }
 static atomic_int once_25;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBBXTimeData_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetBBXTimeData_v1", &once_25); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(void) { return pv_nvml_unsupported("nvmlDeviceGetAutoBoostedClocksEnabled", &once_25); }
 static atomic_int once_26;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBankRemapperStatus_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetBankRemapperStatus_v1", &once_26); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetBAR1MemoryInfo", &once_26); }
 static atomic_int once_27;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBoardId(void) { return pv_nvml_unsupported("nvmlDeviceGetBoardId", &once_27); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBBXTimeData_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetBBXTimeData_v1", &once_27); }
 static atomic_int once_28;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(void) { return pv_nvml_unsupported("nvmlDeviceGetBoardPartNumber", &once_28); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBankRemapperStatus_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetBankRemapperStatus_v1", &once_28); }
 static atomic_int once_29;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBrand(void) { return pv_nvml_unsupported("nvmlDeviceGetBrand", &once_29); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBoardId(void) { return pv_nvml_unsupported("nvmlDeviceGetBoardId", &once_29); }
 static atomic_int once_30;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBridgeChipInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetBridgeChipInfo", &once_30); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(void) { return pv_nvml_unsupported("nvmlDeviceGetBoardPartNumber", &once_30); }
 static atomic_int once_31;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetBusType(void) { return pv_nvml_unsupported("nvmlDeviceGetBusType", &once_31); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBrand(void) { return pv_nvml_unsupported("nvmlDeviceGetBrand", &once_31); }
 static atomic_int once_32;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetC2cModeInfoV(void) { return pv_nvml_unsupported("nvmlDeviceGetC2cModeInfoV", &once_32); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBridgeChipInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetBridgeChipInfo", &once_32); }
 static atomic_int once_33;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceGetCapabilities", &once_33); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetBusType(void) { return pv_nvml_unsupported("nvmlDeviceGetBusType", &once_33); }
 static atomic_int once_34;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetClkMonStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetClkMonStatus", &once_34); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetC2cModeInfoV(void) { return pv_nvml_unsupported("nvmlDeviceGetC2cModeInfoV", &once_34); }
 static atomic_int once_35;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetClock(void) { return pv_nvml_unsupported("nvmlDeviceGetClock", &once_35); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceGetCapabilities", &once_35); }
 static atomic_int once_36;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetClockInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetClockInfo", &once_36); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetClkMonStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetClkMonStatus", &once_36); }
 static atomic_int once_37;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetClockOffsets(void) { return pv_nvml_unsupported("nvmlDeviceGetClockOffsets", &once_37); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetClock(void) { return pv_nvml_unsupported("nvmlDeviceGetClock", &once_37); }
 static atomic_int once_38;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeInstanceId", &once_38); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetClockInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetClockInfo", &once_38); }
 static atomic_int once_39;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeMode(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeMode", &once_39); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetClockOffsets(void) { return pv_nvml_unsupported("nvmlDeviceGetClockOffsets", &once_39); }
 static atomic_int once_40;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeRunningProcesses", &once_40); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeInstanceId", &once_40); }
 static atomic_int once_41;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeRunningProcesses_v2", &once_41); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeMode(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeMode", &once_41); }
 static atomic_int once_42;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeRunningProcesses_v3", &once_42); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeRunningProcesses", &once_42); }
 static atomic_int once_43;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeGpuAttestationReport(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeGpuAttestationReport", &once_43); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeRunningProcesses_v2", &once_43); }
 static atomic_int once_44;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeGpuCertificate(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeGpuCertificate", &once_44); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetComputeRunningProcesses_v3", &once_44); }
 static atomic_int once_45;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeMemSizeInfo", &once_45); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeGpuAttestationReport(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeGpuAttestationReport", &once_45); }
 static atomic_int once_46;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeProtectedMemoryUsage", &once_46); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeGpuCertificate(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeGpuCertificate", &once_46); }
 static atomic_int once_47;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCoolerInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetCoolerInfo", &once_47); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeMemSizeInfo", &once_47); }
 static atomic_int once_48;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCount(void) { return pv_nvml_unsupported("nvmlDeviceGetCount", &once_48); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(void) { return pv_nvml_unsupported("nvmlDeviceGetConfComputeProtectedMemoryUsage", &once_48); }
 static atomic_int once_49;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCount_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetCount_v2", &once_49); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCoolerInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetCoolerInfo", &once_49); }
 static atomic_int once_50;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCpuAffinity(void) { return pv_nvml_unsupported("nvmlDeviceGetCpuAffinity", &once_50); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCount(void) { return pv_nvml_unsupported("nvmlDeviceGetCount", &once_50); }
 static atomic_int once_51;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(void) { return pv_nvml_unsupported("nvmlDeviceGetCpuAffinityWithinScope", &once_51); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCount_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetCount_v2", &once_51); }
 static atomic_int once_52;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCreatableVgpus(void) { return pv_nvml_unsupported("nvmlDeviceGetCreatableVgpus", &once_52); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCpuAffinity(void) { return pv_nvml_unsupported("nvmlDeviceGetCpuAffinity", &once_52); }
 static atomic_int once_53;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(void) { return pv_nvml_unsupported("nvmlDeviceGetCudaComputeCapability", &once_53); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(void) { return pv_nvml_unsupported("nvmlDeviceGetCpuAffinityWithinScope", &once_53); }
 static atomic_int once_54;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrPcieLinkGeneration", &once_54); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCreatableVgpus(void) { return pv_nvml_unsupported("nvmlDeviceGetCreatableVgpus", &once_54); }
 static atomic_int once_55;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrPcieLinkWidth", &once_55); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(void) { return pv_nvml_unsupported("nvmlDeviceGetCudaComputeCapability", &once_55); }
 static atomic_int once_56;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrentClockFreqs", &once_56); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrPcieLinkGeneration", &once_56); }
 static atomic_int once_57;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrentClocksEventReasons", &once_57); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrPcieLinkWidth", &once_57); }
 static atomic_int once_58;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDecoderUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetDecoderUtilization", &once_58); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrentClockFreqs", &once_58); }
 static atomic_int once_59;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(void) { return pv_nvml_unsupported("nvmlDeviceGetDefaultEccMode", &once_59); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrentClocksEventReasons", &once_59); }
 static atomic_int once_60;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void) { return pv_nvml_unsupported("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", &once_60); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void) { return pv_nvml_unsupported("nvmlDeviceGetCurrentClocksThrottleReasons", &once_60); }
 static atomic_int once_61;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDisplayActive(void) { return pv_nvml_unsupported("nvmlDeviceGetDisplayActive", &once_61); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDecoderUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetDecoderUtilization", &once_61); }
 static atomic_int once_62;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDisplayMode(void) { return pv_nvml_unsupported("nvmlDeviceGetDisplayMode", &once_62); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(void) { return pv_nvml_unsupported("nvmlDeviceGetDefaultApplicationsClock", &once_62); }
 static atomic_int once_63;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDramEncryptionMode(void) { return pv_nvml_unsupported("nvmlDeviceGetDramEncryptionMode", &once_63); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(void) { return pv_nvml_unsupported("nvmlDeviceGetDefaultEccMode", &once_63); }
 static atomic_int once_64;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDriverModel(void) { return pv_nvml_unsupported("nvmlDeviceGetDriverModel", &once_64); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDetailedEccErrors(void) { return pv_nvml_unsupported("nvmlDeviceGetDetailedEccErrors", &once_64); }
 static atomic_int once_65;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDriverModel_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetDriverModel_v2", &once_65); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void) { return pv_nvml_unsupported("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", &once_65); }
 static atomic_int once_66;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetDynamicPstatesInfo", &once_66); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDisplayActive(void) { return pv_nvml_unsupported("nvmlDeviceGetDisplayActive", &once_66); }
 static atomic_int once_67;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetEccMode(void) { return pv_nvml_unsupported("nvmlDeviceGetEccMode", &once_67); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDisplayMode(void) { return pv_nvml_unsupported("nvmlDeviceGetDisplayMode", &once_67); }
 static atomic_int once_68;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderCapacity(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderCapacity", &once_68); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDramEncryptionMode(void) { return pv_nvml_unsupported("nvmlDeviceGetDramEncryptionMode", &once_68); }
 static atomic_int once_69;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderSessions(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderSessions", &once_69); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDriverModel(void) { return pv_nvml_unsupported("nvmlDeviceGetDriverModel", &once_69); }
 static atomic_int once_70;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderStats(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderStats", &once_70); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDriverModel_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetDriverModel_v2", &once_70); }
 static atomic_int once_71;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderUtilization", &once_71); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetDynamicPstatesInfo", &once_71); }
 static atomic_int once_72;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void) { return pv_nvml_unsupported("nvmlDeviceGetEnforcedPowerLimit", &once_72); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetEccMode(void) { return pv_nvml_unsupported("nvmlDeviceGetEccMode", &once_72); }
 static atomic_int once_73;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFBCSessions(void) { return pv_nvml_unsupported("nvmlDeviceGetFBCSessions", &once_73); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderCapacity(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderCapacity", &once_73); }
 static atomic_int once_74;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFBCStats(void) { return pv_nvml_unsupported("nvmlDeviceGetFBCStats", &once_74); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderSessions(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderSessions", &once_74); }
 static atomic_int once_75;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetFanControlPolicy_v2", &once_75); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderStats(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderStats", &once_75); }
 static atomic_int once_76;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetFanSpeed", &once_76); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetEncoderUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetEncoderUtilization", &once_76); }
 static atomic_int once_77;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanSpeedRPM(void) { return pv_nvml_unsupported("nvmlDeviceGetFanSpeedRPM", &once_77); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void) { return pv_nvml_unsupported("nvmlDeviceGetEnforcedPowerLimit", &once_77); }
 static atomic_int once_78;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanSpeed_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetFanSpeed_v2", &once_78); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFBCSessions(void) { return pv_nvml_unsupported("nvmlDeviceGetFBCSessions", &once_78); }
 static atomic_int once_79;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetFieldValues(void) { return pv_nvml_unsupported("nvmlDeviceGetFieldValues", &once_79); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFBCStats(void) { return pv_nvml_unsupported("nvmlDeviceGetFBCStats", &once_79); }
 static atomic_int once_80;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpcClkMinMaxVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetGpcClkMinMaxVfOffset", &once_80); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetFanControlPolicy_v2", &once_80); }
 static atomic_int once_81;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpcClkVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetGpcClkVfOffset", &once_81); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetFanSpeed", &once_81); }
 static atomic_int once_82;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuFabricInfoV", &once_82); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanSpeedRPM(void) { return pv_nvml_unsupported("nvmlDeviceGetFanSpeedRPM", &once_82); }
 static atomic_int once_83;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo_v4(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuFabricInfo_v4", &once_83); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFanSpeed_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetFanSpeed_v2", &once_83); }
 static atomic_int once_84;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceById", &once_84); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetFieldValues(void) { return pv_nvml_unsupported("nvmlDeviceGetFieldValues", &once_84); }
 static atomic_int once_85;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceId", &once_85); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpcClkMinMaxVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetGpcClkMinMaxVfOffset", &once_85); }
 static atomic_int once_86;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstancePossiblePlacements", &once_86); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpcClkVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetGpcClkVfOffset", &once_86); }
 static atomic_int once_87;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstancePossiblePlacements_v2", &once_87); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuFabricInfo", &once_87); }
 static atomic_int once_88;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceProfileInfo", &once_88); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuFabricInfoV", &once_88); }
 static atomic_int once_89;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceProfileInfoByIdV", &once_89); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo_v4(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuFabricInfo_v4", &once_89); }
 static atomic_int once_90;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceProfileInfoV", &once_90); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceById", &once_90); }
 static atomic_int once_91;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceRemainingCapacity", &once_91); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceId", &once_91); }
 static atomic_int once_92;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstances(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstances", &once_92); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstancePossiblePlacements", &once_92); }
 static atomic_int once_93;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuMaxPcieLinkGeneration", &once_93); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstancePossiblePlacements_v2", &once_93); }
 static atomic_int once_94;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuOperationMode", &once_94); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceProfileInfo", &once_94); }
 static atomic_int once_95;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuUptime_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuUptime_v1", &once_95); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceProfileInfoByIdV", &once_95); }
 static atomic_int once_96;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(void) { return pv_nvml_unsupported("nvmlDeviceGetGraphicsRunningProcesses", &once_96); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceProfileInfoV", &once_96); }
 static atomic_int once_97;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetGraphicsRunningProcesses_v2", &once_97); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstanceRemainingCapacity", &once_97); }
 static atomic_int once_98;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetGraphicsRunningProcesses_v3", &once_98); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuInstances(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuInstances", &once_98); }
 static atomic_int once_99;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures", &once_99); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuMaxPcieLinkGeneration", &once_99); }
 static atomic_int once_100;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures_v2", &once_100); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuOperationMode", &once_100); }
 static atomic_int once_101;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures_v3", &once_101); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGpuUptime_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetGpuUptime_v1", &once_101); }
 static atomic_int once_102;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures_v4", &once_102); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(void) { return pv_nvml_unsupported("nvmlDeviceGetGraphicsRunningProcesses", &once_102); }
 static atomic_int once_103;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(void) { return pv_nvml_unsupported("nvmlDeviceGetGspFirmwareMode", &once_103); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetGraphicsRunningProcesses_v2", &once_103); }
 static atomic_int once_104;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetGspFirmwareVersion", &once_104); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetGraphicsRunningProcesses_v3", &once_104); }
 static atomic_int once_105;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByIndex(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByIndex", &once_105); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures", &once_105); }
 static atomic_int once_106;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByIndex_v2", &once_106); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures_v2", &once_106); }
 static atomic_int once_107;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByPciBusId", &once_107); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures_v3", &once_107); }
 static atomic_int once_108;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByPciBusId_v2", &once_108); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(void) { return pv_nvml_unsupported("nvmlDeviceGetGridLicensableFeatures_v4", &once_108); }
 static atomic_int once_109;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByUUID(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByUUID", &once_109); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(void) { return pv_nvml_unsupported("nvmlDeviceGetGspFirmwareMode", &once_109); }
 static atomic_int once_110;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByUUIDV(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByUUIDV", &once_110); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetGspFirmwareVersion", &once_110); }
 static atomic_int once_111;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHostVgpuMode(void) { return pv_nvml_unsupported("nvmlDeviceGetHostVgpuMode", &once_111); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByIndex(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByIndex", &once_111); }
 static atomic_int once_112;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetHostname_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetHostname_v1", &once_112); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByIndex_v2", &once_112); }
 static atomic_int once_113;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetIndex(void) { return pv_nvml_unsupported("nvmlDeviceGetIndex", &once_113); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByPciBusId", &once_113); }
 static atomic_int once_114;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(void) { return pv_nvml_unsupported("nvmlDeviceGetInforomConfigurationChecksum", &once_114); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByPciBusId_v2", &once_114); }
 static atomic_int once_115;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetInforomImageVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetInforomImageVersion", &once_115); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleBySerial(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleBySerial", &once_115); }
 static atomic_int once_116;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetInforomVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetInforomVersion", &once_116); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByUUID(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByUUID", &once_116); }
 static atomic_int once_117;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetIrqNum(void) { return pv_nvml_unsupported("nvmlDeviceGetIrqNum", &once_117); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHandleByUUIDV(void) { return pv_nvml_unsupported("nvmlDeviceGetHandleByUUIDV", &once_117); }
 static atomic_int once_118;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetJpgUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetJpgUtilization", &once_118); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHostVgpuMode(void) { return pv_nvml_unsupported("nvmlDeviceGetHostVgpuMode", &once_118); }
 static atomic_int once_119;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(void) { return pv_nvml_unsupported("nvmlDeviceGetLastBBXFlushTime", &once_119); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetHostname_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetHostname_v1", &once_119); }
 static atomic_int once_120;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(void) { return pv_nvml_unsupported("nvmlDeviceGetMPSComputeRunningProcesses", &once_120); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetIndex(void) { return pv_nvml_unsupported("nvmlDeviceGetIndex", &once_120); }
 static atomic_int once_121;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetMPSComputeRunningProcesses_v2", &once_121); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(void) { return pv_nvml_unsupported("nvmlDeviceGetInforomConfigurationChecksum", &once_121); }
 static atomic_int once_122;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetMPSComputeRunningProcesses_v3", &once_122); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetInforomImageVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetInforomImageVersion", &once_122); }
 static atomic_int once_123;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMarginTemperature(void) { return pv_nvml_unsupported("nvmlDeviceGetMarginTemperature", &once_123); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetInforomVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetInforomVersion", &once_123); }
 static atomic_int once_124;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxClockInfo", &once_124); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetIrqNum(void) { return pv_nvml_unsupported("nvmlDeviceGetIrqNum", &once_124); }
 static atomic_int once_125;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxCustomerBoostClock", &once_125); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetJpgUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetJpgUtilization", &once_125); }
 static atomic_int once_126;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxMigDeviceCount", &once_126); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(void) { return pv_nvml_unsupported("nvmlDeviceGetLastBBXFlushTime", &once_126); }
 static atomic_int once_127;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxPcieLinkGeneration", &once_127); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(void) { return pv_nvml_unsupported("nvmlDeviceGetMPSComputeRunningProcesses", &once_127); }
 static atomic_int once_128;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxPcieLinkWidth", &once_128); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetMPSComputeRunningProcesses_v2", &once_128); }
 static atomic_int once_129;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemClkMinMaxVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetMemClkMinMaxVfOffset", &once_129); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetMPSComputeRunningProcesses_v3", &once_129); }
 static atomic_int once_130;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemClkVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetMemClkVfOffset", &once_130); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMarginTemperature(void) { return pv_nvml_unsupported("nvmlDeviceGetMarginTemperature", &once_130); }
 static atomic_int once_131;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryAffinity", &once_131); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxClockInfo", &once_131); }
 static atomic_int once_132;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryBusWidth(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryBusWidth", &once_132); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxCustomerBoostClock", &once_132); }
 static atomic_int once_133;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryErrorCounter", &once_133); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxMigDeviceCount", &once_133); }
 static atomic_int once_134;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryInfo", &once_134); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxPcieLinkGeneration", &once_134); }
 static atomic_int once_135;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryInfo_v2", &once_135); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(void) { return pv_nvml_unsupported("nvmlDeviceGetMaxPcieLinkWidth", &once_135); }
 static atomic_int once_136;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryLimits_v1", &once_136); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemClkMinMaxVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetMemClkMinMaxVfOffset", &once_136); }
 static atomic_int once_137;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void) { return pv_nvml_unsupported("nvmlDeviceGetMigDeviceHandleByIndex", &once_137); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemClkVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceGetMemClkVfOffset", &once_137); }
 static atomic_int once_138;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMigMode(void) { return pv_nvml_unsupported("nvmlDeviceGetMigMode", &once_138); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryAffinity", &once_138); }
 static atomic_int once_139;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(void) { return pv_nvml_unsupported("nvmlDeviceGetMinMaxClockOfPState", &once_139); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryBusWidth(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryBusWidth", &once_139); }
 static atomic_int once_140;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetMinMaxFanSpeed", &once_140); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryErrorCounter", &once_140); }
 static atomic_int once_141;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMinorNumber(void) { return pv_nvml_unsupported("nvmlDeviceGetMinorNumber", &once_141); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryInfo", &once_141); }
 static atomic_int once_142;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetModuleId(void) { return pv_nvml_unsupported("nvmlDeviceGetModuleId", &once_142); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryInfo_v2", &once_142); }
 static atomic_int once_143;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetMultiGpuBoard(void) { return pv_nvml_unsupported("nvmlDeviceGetMultiGpuBoard", &once_143); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetMemoryLimits_v1", &once_143); }
 static atomic_int once_144;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetName(void) { return pv_nvml_unsupported("nvmlDeviceGetName", &once_144); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void) { return pv_nvml_unsupported("nvmlDeviceGetMigDeviceHandleByIndex", &once_144); }
 static atomic_int once_145;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNumFans(void) { return pv_nvml_unsupported("nvmlDeviceGetNumFans", &once_145); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMigMode(void) { return pv_nvml_unsupported("nvmlDeviceGetMigMode", &once_145); }
 static atomic_int once_146;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNumGpuCores(void) { return pv_nvml_unsupported("nvmlDeviceGetNumGpuCores", &once_146); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(void) { return pv_nvml_unsupported("nvmlDeviceGetMinMaxClockOfPState", &once_146); }
 static atomic_int once_147;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(void) { return pv_nvml_unsupported("nvmlDeviceGetNumaNodeId", &once_147); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetMinMaxFanSpeed", &once_147); }
 static atomic_int once_148;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkCapability", &once_148); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMinorNumber(void) { return pv_nvml_unsupported("nvmlDeviceGetMinorNumber", &once_148); }
 static atomic_int once_149;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkErrorCounter", &once_149); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetModuleId(void) { return pv_nvml_unsupported("nvmlDeviceGetModuleId", &once_149); }
 static atomic_int once_150;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkInfo", &once_150); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetMultiGpuBoard(void) { return pv_nvml_unsupported("nvmlDeviceGetMultiGpuBoard", &once_150); }
 static atomic_int once_151;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkInfo_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkInfo_v3", &once_151); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetName(void) { return pv_nvml_unsupported("nvmlDeviceGetName", &once_151); }
 static atomic_int once_152;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkRemoteDeviceType", &once_152); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNumFans(void) { return pv_nvml_unsupported("nvmlDeviceGetNumFans", &once_152); }
 static atomic_int once_153;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkRemotePciInfo", &once_153); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNumGpuCores(void) { return pv_nvml_unsupported("nvmlDeviceGetNumGpuCores", &once_153); }
 static atomic_int once_154;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkRemotePciInfo_v2", &once_154); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(void) { return pv_nvml_unsupported("nvmlDeviceGetNumaNodeId", &once_154); }
 static atomic_int once_155;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkState(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkState", &once_155); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkCapability", &once_155); }
 static atomic_int once_156;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkTelemetrySamples_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkTelemetrySamples_v1", &once_156); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkErrorCounter", &once_156); }
 static atomic_int once_157;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkVersion", &once_157); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkInfo", &once_157); }
 static atomic_int once_158;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkBwMode", &once_158); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkInfo_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkInfo_v3", &once_158); }
 static atomic_int once_159;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkNvlePrivateInfo_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkNvlePrivateInfo_v1", &once_159); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkRemoteDeviceType", &once_159); }
 static atomic_int once_160;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkRemapTableInfo_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkRemapTableInfo_v1", &once_160); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkRemotePciInfo", &once_160); }
 static atomic_int once_161;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkSupportedBwModes(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkSupportedBwModes", &once_161); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkRemotePciInfo_v2", &once_161); }
 static atomic_int once_162;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetOfaUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetOfaUtilization", &once_162); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkState(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkState", &once_162); }
 static atomic_int once_163;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetP2PStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetP2PStatus", &once_163); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkTelemetrySamples_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkTelemetrySamples_v1", &once_163); }
 static atomic_int once_164;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfo", &once_164); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkUtilizationControl(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkUtilizationControl", &once_164); }
 static atomic_int once_165;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfoExt", &once_165); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkUtilizationCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkUtilizationCounter", &once_165); }
 static atomic_int once_166;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfo_v2", &once_166); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetNvLinkVersion", &once_166); }
 static atomic_int once_167;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfo_v3", &once_167); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkBwMode", &once_167); }
 static atomic_int once_168;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieLinkMaxSpeed", &once_168); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkNvlePrivateInfo_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkNvlePrivateInfo_v1", &once_168); }
 static atomic_int once_169;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieReplayCounter", &once_169); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkRemapTableInfo_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkRemapTableInfo_v1", &once_169); }
 static atomic_int once_170;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieSpeed", &once_170); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetNvlinkSupportedBwModes(void) { return pv_nvml_unsupported("nvmlDeviceGetNvlinkSupportedBwModes", &once_170); }
 static atomic_int once_171;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieThroughput(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieThroughput", &once_171); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetOfaUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetOfaUtilization", &once_171); }
 static atomic_int once_172;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPdi(void) { return pv_nvml_unsupported("nvmlDeviceGetPdi", &once_172); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetP2PStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetP2PStatus", &once_172); }
 static atomic_int once_173;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPerformanceModes(void) { return pv_nvml_unsupported("nvmlDeviceGetPerformanceModes", &once_173); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfo", &once_173); }
 static atomic_int once_174;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPerformanceState(void) { return pv_nvml_unsupported("nvmlDeviceGetPerformanceState", &once_174); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfoExt", &once_174); }
 static atomic_int once_175;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPersistenceMode(void) { return pv_nvml_unsupported("nvmlDeviceGetPersistenceMode", &once_175); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfo_v2", &once_175); }
 static atomic_int once_176;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPgpuMetadataString(void) { return pv_nvml_unsupported("nvmlDeviceGetPgpuMetadataString", &once_176); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(void) { return pv_nvml_unsupported("nvmlDeviceGetPciInfo_v3", &once_176); }
 static atomic_int once_177;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPlatformInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetPlatformInfo", &once_177); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieLinkMaxSpeed", &once_177); }
 static atomic_int once_178;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementDefaultLimit", &once_178); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieReplayCounter", &once_178); }
 static atomic_int once_179;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementLimit", &once_179); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieSpeed", &once_179); }
 static atomic_int once_180;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementLimitConstraints", &once_180); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPcieThroughput(void) { return pv_nvml_unsupported("nvmlDeviceGetPcieThroughput", &once_180); }
 static atomic_int once_181;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerMizerMode_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerMizerMode_v1", &once_181); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPdi(void) { return pv_nvml_unsupported("nvmlDeviceGetPdi", &once_181); }
 static atomic_int once_182;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerSource(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerSource", &once_182); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPerformanceModes(void) { return pv_nvml_unsupported("nvmlDeviceGetPerformanceModes", &once_182); }
 static atomic_int once_183;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerUsage(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerUsage", &once_183); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPerformanceState(void) { return pv_nvml_unsupported("nvmlDeviceGetPerformanceState", &once_183); }
 static atomic_int once_184;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetProcessUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetProcessUtilization", &once_184); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPersistenceMode(void) { return pv_nvml_unsupported("nvmlDeviceGetPersistenceMode", &once_184); }
 static atomic_int once_185;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetProcessesUtilizationInfo", &once_185); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPgpuMetadataString(void) { return pv_nvml_unsupported("nvmlDeviceGetPgpuMetadataString", &once_185); }
 static atomic_int once_186;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRemappedRows(void) { return pv_nvml_unsupported("nvmlDeviceGetRemappedRows", &once_186); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPlatformInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetPlatformInfo", &once_186); }
 static atomic_int once_187;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRemappedRows_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetRemappedRows_v2", &once_187); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementDefaultLimit", &once_187); }
 static atomic_int once_188;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRepairStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetRepairStatus", &once_188); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementLimit", &once_188); }
 static atomic_int once_189;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRetiredPages(void) { return pv_nvml_unsupported("nvmlDeviceGetRetiredPages", &once_189); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementLimitConstraints", &once_189); }
 static atomic_int once_190;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetRetiredPagesPendingStatus", &once_190); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerManagementMode", &once_190); }
 static atomic_int once_191;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetRetiredPages_v2", &once_191); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerMizerMode_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerMizerMode_v1", &once_191); }
 static atomic_int once_192;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(void) { return pv_nvml_unsupported("nvmlDeviceGetRowRemapperHistogram", &once_192); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerSource(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerSource", &once_192); }
 static atomic_int once_193;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(void) { return pv_nvml_unsupported("nvmlDeviceGetRunningProcessDetailList", &once_193); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerState(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerState", &once_193); }
 static atomic_int once_194;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSamples(void) { return pv_nvml_unsupported("nvmlDeviceGetSamples", &once_194); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetPowerUsage(void) { return pv_nvml_unsupported("nvmlDeviceGetPowerUsage", &once_194); }
 static atomic_int once_195;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSerial(void) { return pv_nvml_unsupported("nvmlDeviceGetSerial", &once_195); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetProcessUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetProcessUtilization", &once_195); }
 static atomic_int once_196;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetSramEccErrorStatus", &once_196); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetProcessesUtilizationInfo", &once_196); }
 static atomic_int once_197;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(void) { return pv_nvml_unsupported("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", &once_197); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRemappedRows(void) { return pv_nvml_unsupported("nvmlDeviceGetRemappedRows", &once_197); }
 static atomic_int once_198;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedClocksEventReasons", &once_198); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRemappedRows_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetRemappedRows_v2", &once_198); }
 static atomic_int once_199;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedEventTypes", &once_199); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRepairStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetRepairStatus", &once_199); }
 static atomic_int once_200;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedGraphicsClocks", &once_200); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRetiredPages(void) { return pv_nvml_unsupported("nvmlDeviceGetRetiredPages", &once_200); }
 static atomic_int once_201;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedMemoryClocks", &once_201); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetRetiredPagesPendingStatus", &once_201); }
 static atomic_int once_202;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedPerformanceStates", &once_202); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetRetiredPages_v2", &once_202); }
 static atomic_int once_203;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedVgpus(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedVgpus", &once_203); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(void) { return pv_nvml_unsupported("nvmlDeviceGetRowRemapperHistogram", &once_203); }
 static atomic_int once_204;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTargetFanSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetTargetFanSpeed", &once_204); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(void) { return pv_nvml_unsupported("nvmlDeviceGetRunningProcessDetailList", &once_204); }
 static atomic_int once_205;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(void) { return pv_nvml_unsupported("nvmlDeviceGetTemperatureThreshold", &once_205); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSamples(void) { return pv_nvml_unsupported("nvmlDeviceGetSamples", &once_205); }
 static atomic_int once_206;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTemperatureV(void) { return pv_nvml_unsupported("nvmlDeviceGetTemperatureV", &once_206); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSerial(void) { return pv_nvml_unsupported("nvmlDeviceGetSerial", &once_206); }
 static atomic_int once_207;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetThermalSettings(void) { return pv_nvml_unsupported("nvmlDeviceGetThermalSettings", &once_207); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetSramEccErrorStatus", &once_207); }
 static atomic_int once_208;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(void) { return pv_nvml_unsupported("nvmlDeviceGetTopologyCommonAncestor", &once_208); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(void) { return pv_nvml_unsupported("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", &once_208); }
 static atomic_int once_209;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(void) { return pv_nvml_unsupported("nvmlDeviceGetTopologyNearestGpus", &once_209); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedClocksEventReasons", &once_209); }
 static atomic_int once_210;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void) { return pv_nvml_unsupported("nvmlDeviceGetTotalEccErrors", &once_210); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedClocksThrottleReasons", &once_210); }
 static atomic_int once_211;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void) { return pv_nvml_unsupported("nvmlDeviceGetTotalEnergyConsumption", &once_211); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedEventTypes", &once_211); }
 static atomic_int once_212;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetUUID(void) { return pv_nvml_unsupported("nvmlDeviceGetUUID", &once_212); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedGraphicsClocks", &once_212); }
 static atomic_int once_213;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetUnrepairableMemoryFlag_v1", &once_213); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedMemoryClocks", &once_213); }
 static atomic_int once_214;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetUtilizationRates(void) { return pv_nvml_unsupported("nvmlDeviceGetUtilizationRates", &once_214); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedPerformanceStates", &once_214); }
 static atomic_int once_215;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVbiosVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetVbiosVersion", &once_215); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetSupportedVgpus(void) { return pv_nvml_unsupported("nvmlDeviceGetSupportedVgpus", &once_215); }
 static atomic_int once_216;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuCapabilities", &once_216); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTargetFanSpeed(void) { return pv_nvml_unsupported("nvmlDeviceGetTargetFanSpeed", &once_216); }
 static atomic_int once_217;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuHeterogeneousMode", &once_217); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTemperature(void) { return pv_nvml_unsupported("nvmlDeviceGetTemperature", &once_217); }
 static atomic_int once_218;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuInstancesUtilizationInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuInstancesUtilizationInfo", &once_218); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(void) { return pv_nvml_unsupported("nvmlDeviceGetTemperatureThreshold", &once_218); }
 static atomic_int once_219;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuMetadata(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuMetadata", &once_219); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTemperatureV(void) { return pv_nvml_unsupported("nvmlDeviceGetTemperatureV", &once_219); }
 static atomic_int once_220;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuProcessUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuProcessUtilization", &once_220); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetThermalSettings(void) { return pv_nvml_unsupported("nvmlDeviceGetThermalSettings", &once_220); }
 static atomic_int once_221;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuProcessesUtilizationInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuProcessesUtilizationInfo", &once_221); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(void) { return pv_nvml_unsupported("nvmlDeviceGetTopologyCommonAncestor", &once_221); }
 static atomic_int once_222;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerCapabilities", &once_222); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(void) { return pv_nvml_unsupported("nvmlDeviceGetTopologyNearestGpus", &once_222); }
 static atomic_int once_223;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerLog_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerLog_v2", &once_223); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void) { return pv_nvml_unsupported("nvmlDeviceGetTotalEccErrors", &once_223); }
 static atomic_int once_224;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerState_v2", &once_224); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void) { return pv_nvml_unsupported("nvmlDeviceGetTotalEnergyConsumption", &once_224); }
 static atomic_int once_225;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuTypeCreatablePlacements", &once_225); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetUUID(void) { return pv_nvml_unsupported("nvmlDeviceGetUUID", &once_225); }
 static atomic_int once_226;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuTypeSupportedPlacements(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuTypeSupportedPlacements", &once_226); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(void) { return pv_nvml_unsupported("nvmlDeviceGetUnrepairableMemoryFlag_v1", &once_226); }
 static atomic_int once_227;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuUtilization", &once_227); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetUtilizationRates(void) { return pv_nvml_unsupported("nvmlDeviceGetUtilizationRates", &once_227); }
 static atomic_int once_228;
-PV_WEAK_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(void) { return pv_nvml_unsupported("nvmlDeviceGetVirtualizationMode", &once_228); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVbiosVersion(void) { return pv_nvml_unsupported("nvmlDeviceGetVbiosVersion", &once_228); }
 static atomic_int once_229;
-PV_WEAK_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(void) { return pv_nvml_unsupported("nvmlDeviceIsMigDeviceHandle", &once_229); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuCapabilities", &once_229); }
 static atomic_int once_230;
-PV_WEAK_API nvmlReturn_t nvmlDeviceLockNvlinkRemapTable_v1(void) { return pv_nvml_unsupported("nvmlDeviceLockNvlinkRemapTable_v1", &once_230); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuHeterogeneousMode", &once_230); }
 static atomic_int once_231;
-PV_WEAK_API nvmlReturn_t nvmlDeviceModifyDrainState(void) { return pv_nvml_unsupported("nvmlDeviceModifyDrainState", &once_231); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuInstancesUtilizationInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuInstancesUtilizationInfo", &once_231); }
 static atomic_int once_232;
-PV_WEAK_API nvmlReturn_t nvmlDeviceOnSameBoard(void) { return pv_nvml_unsupported("nvmlDeviceOnSameBoard", &once_232); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuMetadata(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuMetadata", &once_232); }
 static atomic_int once_233;
-PV_WEAK_API nvmlReturn_t nvmlDevicePerfMetricsGetSamples_v1(void) { return pv_nvml_unsupported("nvmlDevicePerfMetricsGetSamples_v1", &once_233); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuProcessUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuProcessUtilization", &once_233); }
 static atomic_int once_234;
-PV_WEAK_API nvmlReturn_t nvmlDevicePowerSmoothingActivatePresetProfile(void) { return pv_nvml_unsupported("nvmlDevicePowerSmoothingActivatePresetProfile", &once_234); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuProcessesUtilizationInfo(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuProcessesUtilizationInfo", &once_234); }
 static atomic_int once_235;
-PV_WEAK_API nvmlReturn_t nvmlDevicePowerSmoothingSetState(void) { return pv_nvml_unsupported("nvmlDevicePowerSmoothingSetState", &once_235); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerCapabilities", &once_235); }
 static atomic_int once_236;
-PV_WEAK_API nvmlReturn_t nvmlDevicePowerSmoothingUpdatePresetProfileParam(void) { return pv_nvml_unsupported("nvmlDevicePowerSmoothingUpdatePresetProfileParam", &once_236); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerLog(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerLog", &once_236); }
 static atomic_int once_237;
-PV_WEAK_API nvmlReturn_t nvmlDeviceQueryDrainState(void) { return pv_nvml_unsupported("nvmlDeviceQueryDrainState", &once_237); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerLog_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerLog_v2", &once_237); }
 static atomic_int once_238;
-PV_WEAK_API nvmlReturn_t nvmlDeviceReadPRMCounters_v1(void) { return pv_nvml_unsupported("nvmlDeviceReadPRMCounters_v1", &once_238); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerState(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerState", &once_238); }
 static atomic_int once_239;
-PV_WEAK_API nvmlReturn_t nvmlDeviceReadWritePRM_v1(void) { return pv_nvml_unsupported("nvmlDeviceReadWritePRM_v1", &once_239); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuSchedulerState_v2", &once_239); }
 static atomic_int once_240;
-PV_WEAK_API nvmlReturn_t nvmlDeviceRegisterEvents(void) { return pv_nvml_unsupported("nvmlDeviceRegisterEvents", &once_240); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuTypeCreatablePlacements", &once_240); }
 static atomic_int once_241;
-PV_WEAK_API nvmlReturn_t nvmlDeviceRemoveGpu(void) { return pv_nvml_unsupported("nvmlDeviceRemoveGpu", &once_241); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuTypeSupportedPlacements(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuTypeSupportedPlacements", &once_241); }
 static atomic_int once_242;
-PV_WEAK_API nvmlReturn_t nvmlDeviceRemoveGpu_v2(void) { return pv_nvml_unsupported("nvmlDeviceRemoveGpu_v2", &once_242); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVgpuUtilization(void) { return pv_nvml_unsupported("nvmlDeviceGetVgpuUtilization", &once_242); }
 static atomic_int once_243;
-PV_WEAK_API nvmlReturn_t nvmlDeviceResetGpuLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceResetGpuLockedClocks", &once_243); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetViolationStatus(void) { return pv_nvml_unsupported("nvmlDeviceGetViolationStatus", &once_243); }
 static atomic_int once_244;
-PV_WEAK_API nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceResetMemoryLockedClocks", &once_244); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(void) { return pv_nvml_unsupported("nvmlDeviceGetVirtualizationMode", &once_244); }
 static atomic_int once_245;
-PV_WEAK_API nvmlReturn_t nvmlDeviceResetNvLinkErrorCounters(void) { return pv_nvml_unsupported("nvmlDeviceResetNvLinkErrorCounters", &once_245); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(void) { return pv_nvml_unsupported("nvmlDeviceIsMigDeviceHandle", &once_245); }
 static atomic_int once_246;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetAPIRestriction(void) { return pv_nvml_unsupported("nvmlDeviceSetAPIRestriction", &once_246); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceLockNvlinkRemapTable_v1(void) { return pv_nvml_unsupported("nvmlDeviceLockNvlinkRemapTable_v1", &once_246); }
 static atomic_int once_247;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetAccountingMode(void) { return pv_nvml_unsupported("nvmlDeviceSetAccountingMode", &once_247); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceModifyDrainState(void) { return pv_nvml_unsupported("nvmlDeviceModifyDrainState", &once_247); }
 static atomic_int once_248;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetAdaptiveTgpMode_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetAdaptiveTgpMode_v1", &once_248); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceOnSameBoard(void) { return pv_nvml_unsupported("nvmlDeviceOnSameBoard", &once_248); }
 static atomic_int once_249;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetAutoBoostedClocksEnabled(void) { return pv_nvml_unsupported("nvmlDeviceSetAutoBoostedClocksEnabled", &once_249); }
+PV_WEAK_API nvmlReturn_t nvmlDevicePerfMetricsGetSamples_v1(void) { return pv_nvml_unsupported("nvmlDevicePerfMetricsGetSamples_v1", &once_249); }
 static atomic_int once_250;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetClockOffsets(void) { return pv_nvml_unsupported("nvmlDeviceSetClockOffsets", &once_250); }
+PV_WEAK_API nvmlReturn_t nvmlDevicePowerSmoothingActivatePresetProfile(void) { return pv_nvml_unsupported("nvmlDevicePowerSmoothingActivatePresetProfile", &once_250); }
 static atomic_int once_251;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetComputeMode(void) { return pv_nvml_unsupported("nvmlDeviceSetComputeMode", &once_251); }
+PV_WEAK_API nvmlReturn_t nvmlDevicePowerSmoothingSetState(void) { return pv_nvml_unsupported("nvmlDevicePowerSmoothingSetState", &once_251); }
 static atomic_int once_252;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetConfComputeUnprotectedMemSize(void) { return pv_nvml_unsupported("nvmlDeviceSetConfComputeUnprotectedMemSize", &once_252); }
+PV_WEAK_API nvmlReturn_t nvmlDevicePowerSmoothingUpdatePresetProfileParam(void) { return pv_nvml_unsupported("nvmlDevicePowerSmoothingUpdatePresetProfileParam", &once_252); }
 static atomic_int once_253;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetCpuAffinity(void) { return pv_nvml_unsupported("nvmlDeviceSetCpuAffinity", &once_253); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceQueryDrainState(void) { return pv_nvml_unsupported("nvmlDeviceQueryDrainState", &once_253); }
 static atomic_int once_254;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetDefaultAutoBoostedClocksEnabled(void) { return pv_nvml_unsupported("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", &once_254); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceReadPRMCounters_v1(void) { return pv_nvml_unsupported("nvmlDeviceReadPRMCounters_v1", &once_254); }
 static atomic_int once_255;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetDefaultFanSpeed_v2", &once_255); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceReadWritePRM_v1(void) { return pv_nvml_unsupported("nvmlDeviceReadWritePRM_v1", &once_255); }
 static atomic_int once_256;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetDramEncryptionMode(void) { return pv_nvml_unsupported("nvmlDeviceSetDramEncryptionMode", &once_256); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceRegisterEvents(void) { return pv_nvml_unsupported("nvmlDeviceRegisterEvents", &once_256); }
 static atomic_int once_257;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetDriverModel(void) { return pv_nvml_unsupported("nvmlDeviceSetDriverModel", &once_257); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceRemoveGpu(void) { return pv_nvml_unsupported("nvmlDeviceRemoveGpu", &once_257); }
 static atomic_int once_258;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetEccMode(void) { return pv_nvml_unsupported("nvmlDeviceSetEccMode", &once_258); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceRemoveGpu_v2(void) { return pv_nvml_unsupported("nvmlDeviceRemoveGpu_v2", &once_258); }
 static atomic_int once_259;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetFanControlPolicy(void) { return pv_nvml_unsupported("nvmlDeviceSetFanControlPolicy", &once_259); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceResetApplicationsClocks(void) { return pv_nvml_unsupported("nvmlDeviceResetApplicationsClocks", &once_259); }
 static atomic_int once_260;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetFanSpeed_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetFanSpeed_v2", &once_260); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceResetGpuLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceResetGpuLockedClocks", &once_260); }
 static atomic_int once_261;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetGpuLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceSetGpuLockedClocks", &once_261); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceResetMemoryLockedClocks", &once_261); }
 static atomic_int once_262;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetGpuOperationMode(void) { return pv_nvml_unsupported("nvmlDeviceSetGpuOperationMode", &once_262); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceResetNvLinkErrorCounters(void) { return pv_nvml_unsupported("nvmlDeviceResetNvLinkErrorCounters", &once_262); }
 static atomic_int once_263;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetHostname_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetHostname_v1", &once_263); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceResetNvLinkUtilizationCounter(void) { return pv_nvml_unsupported("nvmlDeviceResetNvLinkUtilizationCounter", &once_263); }
 static atomic_int once_264;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetMemoryLimits_v1", &once_264); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetAPIRestriction(void) { return pv_nvml_unsupported("nvmlDeviceSetAPIRestriction", &once_264); }
 static atomic_int once_265;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceSetMemoryLockedClocks", &once_265); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetAccountingMode(void) { return pv_nvml_unsupported("nvmlDeviceSetAccountingMode", &once_265); }
 static atomic_int once_266;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetMigMode(void) { return pv_nvml_unsupported("nvmlDeviceSetMigMode", &once_266); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetAdaptiveTgpMode_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetAdaptiveTgpMode_v1", &once_266); }
 static atomic_int once_267;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvLinkDeviceLowPowerThreshold(void) { return pv_nvml_unsupported("nvmlDeviceSetNvLinkDeviceLowPowerThreshold", &once_267); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetApplicationsClocks(void) { return pv_nvml_unsupported("nvmlDeviceSetApplicationsClocks", &once_267); }
 static atomic_int once_268;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlDeviceSetNvlinkBwMode", &once_268); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetAutoBoostedClocksEnabled(void) { return pv_nvml_unsupported("nvmlDeviceSetAutoBoostedClocksEnabled", &once_268); }
 static atomic_int once_269;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvlinkBwModeAsync_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetNvlinkBwModeAsync_v1", &once_269); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetClockOffsets(void) { return pv_nvml_unsupported("nvmlDeviceSetClockOffsets", &once_269); }
 static atomic_int once_270;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvlinkNvleReady_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetNvlinkNvleReady_v1", &once_270); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetComputeMode(void) { return pv_nvml_unsupported("nvmlDeviceSetComputeMode", &once_270); }
 static atomic_int once_271;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetPersistenceMode(void) { return pv_nvml_unsupported("nvmlDeviceSetPersistenceMode", &once_271); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetConfComputeUnprotectedMemSize(void) { return pv_nvml_unsupported("nvmlDeviceSetConfComputeUnprotectedMemSize", &once_271); }
 static atomic_int once_272;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit(void) { return pv_nvml_unsupported("nvmlDeviceSetPowerManagementLimit", &once_272); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetCpuAffinity(void) { return pv_nvml_unsupported("nvmlDeviceSetCpuAffinity", &once_272); }
 static atomic_int once_273;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetPowerManagementLimit_v2", &once_273); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetDefaultAutoBoostedClocksEnabled(void) { return pv_nvml_unsupported("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", &once_273); }
 static atomic_int once_274;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetPowerMizerMode_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetPowerMizerMode_v1", &once_274); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetDefaultFanSpeed_v2", &once_274); }
 static atomic_int once_275;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetRusdSettings_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetRusdSettings_v1", &once_275); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetDramEncryptionMode(void) { return pv_nvml_unsupported("nvmlDeviceSetDramEncryptionMode", &once_275); }
 static atomic_int once_276;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetTemperatureThreshold(void) { return pv_nvml_unsupported("nvmlDeviceSetTemperatureThreshold", &once_276); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetDriverModel(void) { return pv_nvml_unsupported("nvmlDeviceSetDriverModel", &once_276); }
 static atomic_int once_277;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuCapabilities", &once_277); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetEccMode(void) { return pv_nvml_unsupported("nvmlDeviceSetEccMode", &once_277); }
 static atomic_int once_278;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuHeterogeneousMode", &once_278); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetFanControlPolicy(void) { return pv_nvml_unsupported("nvmlDeviceSetFanControlPolicy", &once_278); }
 static atomic_int once_279;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuSchedulerState_v2", &once_279); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetFanSpeed_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetFanSpeed_v2", &once_279); }
 static atomic_int once_280;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetVirtualizationMode(void) { return pv_nvml_unsupported("nvmlDeviceSetVirtualizationMode", &once_280); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetGpcClkVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceSetGpcClkVfOffset", &once_280); }
 static atomic_int once_281;
-PV_WEAK_API nvmlReturn_t nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetupNvlinkNvleEncryptionKey_v1", &once_281); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetGpuLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceSetGpuLockedClocks", &once_281); }
 static atomic_int once_282;
-PV_WEAK_API nvmlReturn_t nvmlDeviceValidateInforom(void) { return pv_nvml_unsupported("nvmlDeviceValidateInforom", &once_282); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetGpuOperationMode(void) { return pv_nvml_unsupported("nvmlDeviceSetGpuOperationMode", &once_282); }
 static atomic_int once_283;
-PV_WEAK_API nvmlReturn_t nvmlDeviceVgpuForceGspUnload(void) { return pv_nvml_unsupported("nvmlDeviceVgpuForceGspUnload", &once_283); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetHostname_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetHostname_v1", &once_283); }
 static atomic_int once_284;
-PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", &once_284); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetMemClkVfOffset(void) { return pv_nvml_unsupported("nvmlDeviceSetMemClkVfOffset", &once_284); }
 static atomic_int once_285;
-PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetProfilesInfo(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", &once_285); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetMemoryLimits_v1", &once_285); }
 static atomic_int once_286;
-PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1", &once_286); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(void) { return pv_nvml_unsupported("nvmlDeviceSetMemoryLockedClocks", &once_286); }
 static atomic_int once_287;
-PV_WEAK_API nvmlReturn_t nvmlEventSetCreate(void) { return pv_nvml_unsupported("nvmlEventSetCreate", &once_287); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetMigMode(void) { return pv_nvml_unsupported("nvmlDeviceSetMigMode", &once_287); }
 static atomic_int once_288;
-PV_WEAK_API nvmlReturn_t nvmlEventSetFree(void) { return pv_nvml_unsupported("nvmlEventSetFree", &once_288); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvLinkDeviceLowPowerThreshold(void) { return pv_nvml_unsupported("nvmlDeviceSetNvLinkDeviceLowPowerThreshold", &once_288); }
 static atomic_int once_289;
-PV_WEAK_API nvmlReturn_t nvmlEventSetGetContextCount_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetContextCount_v1", &once_289); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvLinkUtilizationControl(void) { return pv_nvml_unsupported("nvmlDeviceSetNvLinkUtilizationControl", &once_289); }
 static atomic_int once_290;
-PV_WEAK_API nvmlReturn_t nvmlEventSetGetContextData_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetContextData_v1", &once_290); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlDeviceSetNvlinkBwMode", &once_290); }
 static atomic_int once_291;
-PV_WEAK_API nvmlReturn_t nvmlEventSetGetContextInfo_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetContextInfo_v1", &once_291); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvlinkBwModeAsync_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetNvlinkBwModeAsync_v1", &once_291); }
 static atomic_int once_292;
-PV_WEAK_API nvmlReturn_t nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1", &once_292); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetNvlinkNvleReady_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetNvlinkNvleReady_v1", &once_292); }
 static atomic_int once_293;
-PV_WEAK_API nvmlReturn_t nvmlEventSetRegisterGpuOperationalEvents_v1(void) { return pv_nvml_unsupported("nvmlEventSetRegisterGpuOperationalEvents_v1", &once_293); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetPersistenceMode(void) { return pv_nvml_unsupported("nvmlDeviceSetPersistenceMode", &once_293); }
 static atomic_int once_294;
-PV_WEAK_API nvmlReturn_t nvmlEventSetWait(void) { return pv_nvml_unsupported("nvmlEventSetWait", &once_294); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit(void) { return pv_nvml_unsupported("nvmlDeviceSetPowerManagementLimit", &once_294); }
 static atomic_int once_295;
-PV_WEAK_API nvmlReturn_t nvmlEventSetWait_v2(void) { return pv_nvml_unsupported("nvmlEventSetWait_v2", &once_295); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetPowerManagementLimit_v2", &once_295); }
 static atomic_int once_296;
-PV_WEAK_API nvmlReturn_t nvmlEventSetWait_v3(void) { return pv_nvml_unsupported("nvmlEventSetWait_v3", &once_296); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetPowerMizerMode_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetPowerMizerMode_v1", &once_296); }
 static atomic_int once_297;
-PV_WEAK_API nvmlReturn_t nvmlGetExcludedDeviceCount(void) { return pv_nvml_unsupported("nvmlGetExcludedDeviceCount", &once_297); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetRusdSettings_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetRusdSettings_v1", &once_297); }
 static atomic_int once_298;
-PV_WEAK_API nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(void) { return pv_nvml_unsupported("nvmlGetExcludedDeviceInfoByIndex", &once_298); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetTemperatureThreshold(void) { return pv_nvml_unsupported("nvmlDeviceSetTemperatureThreshold", &once_298); }
 static atomic_int once_299;
-PV_WEAK_API nvmlReturn_t nvmlGetVgpuCompatibility(void) { return pv_nvml_unsupported("nvmlGetVgpuCompatibility", &once_299); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuCapabilities(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuCapabilities", &once_299); }
 static atomic_int once_300;
-PV_WEAK_API nvmlReturn_t nvmlGetVgpuDriverCapabilities(void) { return pv_nvml_unsupported("nvmlGetVgpuDriverCapabilities", &once_300); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuHeterogeneousMode", &once_300); }
 static atomic_int once_301;
-PV_WEAK_API nvmlReturn_t nvmlGetVgpuVersion(void) { return pv_nvml_unsupported("nvmlGetVgpuVersion", &once_301); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuSchedulerState(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuSchedulerState", &once_301); }
 static atomic_int once_302;
-PV_WEAK_API nvmlReturn_t nvmlGpmMetricsGet(void) { return pv_nvml_unsupported("nvmlGpmMetricsGet", &once_302); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlDeviceSetVgpuSchedulerState_v2", &once_302); }
 static atomic_int once_303;
-PV_WEAK_API nvmlReturn_t nvmlGpmMigSampleGet(void) { return pv_nvml_unsupported("nvmlGpmMigSampleGet", &once_303); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetVirtualizationMode(void) { return pv_nvml_unsupported("nvmlDeviceSetVirtualizationMode", &once_303); }
 static atomic_int once_304;
-PV_WEAK_API nvmlReturn_t nvmlGpmQueryDeviceSupport(void) { return pv_nvml_unsupported("nvmlGpmQueryDeviceSupport", &once_304); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(void) { return pv_nvml_unsupported("nvmlDeviceSetupNvlinkNvleEncryptionKey_v1", &once_304); }
 static atomic_int once_305;
-PV_WEAK_API nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(void) { return pv_nvml_unsupported("nvmlGpmQueryIfStreamingEnabled", &once_305); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceValidateInforom(void) { return pv_nvml_unsupported("nvmlDeviceValidateInforom", &once_305); }
 static atomic_int once_306;
-PV_WEAK_API nvmlReturn_t nvmlGpmSampleAlloc(void) { return pv_nvml_unsupported("nvmlGpmSampleAlloc", &once_306); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceVgpuForceGspUnload(void) { return pv_nvml_unsupported("nvmlDeviceVgpuForceGspUnload", &once_306); }
 static atomic_int once_307;
-PV_WEAK_API nvmlReturn_t nvmlGpmSampleFree(void) { return pv_nvml_unsupported("nvmlGpmSampleFree", &once_307); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", &once_307); }
 static atomic_int once_308;
-PV_WEAK_API nvmlReturn_t nvmlGpmSampleGet(void) { return pv_nvml_unsupported("nvmlGpmSampleGet", &once_308); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", &once_308); }
 static atomic_int once_309;
-PV_WEAK_API nvmlReturn_t nvmlGpmSetStreamingEnabled(void) { return pv_nvml_unsupported("nvmlGpmSetStreamingEnabled", &once_309); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetProfilesInfo(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", &once_309); }
 static atomic_int once_310;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void) { return pv_nvml_unsupported("nvmlGpuInstanceCreateComputeInstance", &once_310); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", &once_310); }
 static atomic_int once_311;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(void) { return pv_nvml_unsupported("nvmlGpuInstanceCreateComputeInstanceWithPlacement", &once_311); }
+PV_WEAK_API nvmlReturn_t nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(void) { return pv_nvml_unsupported("nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1", &once_311); }
 static atomic_int once_312;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceDestroy(void) { return pv_nvml_unsupported("nvmlGpuInstanceDestroy", &once_312); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetCreate(void) { return pv_nvml_unsupported("nvmlEventSetCreate", &once_312); }
 static atomic_int once_313;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetActiveVgpus(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetActiveVgpus", &once_313); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetFree(void) { return pv_nvml_unsupported("nvmlEventSetFree", &once_313); }
 static atomic_int once_314;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceById", &once_314); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetGetContextCount_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetContextCount_v1", &once_314); }
 static atomic_int once_315;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstancePossiblePlacements", &once_315); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetGetContextData_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetContextData_v1", &once_315); }
 static atomic_int once_316;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceProfileInfo", &once_316); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetGetContextInfo_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetContextInfo_v1", &once_316); }
 static atomic_int once_317;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceProfileInfoV", &once_317); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(void) { return pv_nvml_unsupported("nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1", &once_317); }
 static atomic_int once_318;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", &once_318); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetRegisterGpuOperationalEvents_v1(void) { return pv_nvml_unsupported("nvmlEventSetRegisterGpuOperationalEvents_v1", &once_318); }
 static atomic_int once_319;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstances", &once_319); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetWait(void) { return pv_nvml_unsupported("nvmlEventSetWait", &once_319); }
 static atomic_int once_320;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetCreatableVgpus(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetCreatableVgpus", &once_320); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetWait_v2(void) { return pv_nvml_unsupported("nvmlEventSetWait_v2", &once_320); }
 static atomic_int once_321;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetInfo(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetInfo", &once_321); }
+PV_WEAK_API nvmlReturn_t nvmlEventSetWait_v3(void) { return pv_nvml_unsupported("nvmlEventSetWait_v3", &once_321); }
 static atomic_int once_322;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuHeterogeneousMode", &once_322); }
+PV_WEAK_API nvmlReturn_t nvmlGetExcludedDeviceCount(void) { return pv_nvml_unsupported("nvmlGetExcludedDeviceCount", &once_322); }
 static atomic_int once_323;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerLog_v2(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuSchedulerLog_v2", &once_323); }
+PV_WEAK_API nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(void) { return pv_nvml_unsupported("nvmlGetExcludedDeviceInfoByIndex", &once_323); }
 static atomic_int once_324;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuSchedulerState_v2", &once_324); }
+PV_WEAK_API nvmlReturn_t nvmlGetVgpuCompatibility(void) { return pv_nvml_unsupported("nvmlGetVgpuCompatibility", &once_324); }
 static atomic_int once_325;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuTypeCreatablePlacements(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", &once_325); }
+PV_WEAK_API nvmlReturn_t nvmlGetVgpuDriverCapabilities(void) { return pv_nvml_unsupported("nvmlGetVgpuDriverCapabilities", &once_325); }
 static atomic_int once_326;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceSetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlGpuInstanceSetVgpuHeterogeneousMode", &once_326); }
+PV_WEAK_API nvmlReturn_t nvmlGetVgpuVersion(void) { return pv_nvml_unsupported("nvmlGetVgpuVersion", &once_326); }
 static atomic_int once_327;
-PV_WEAK_API nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlGpuInstanceSetVgpuSchedulerState_v2", &once_327); }
+PV_WEAK_API nvmlReturn_t nvmlGpmMetricsGet(void) { return pv_nvml_unsupported("nvmlGpmMetricsGet", &once_327); }
 static atomic_int once_328;
-PV_WEAK_API nvmlReturn_t nvmlInit(void) { return pv_nvml_unsupported("nvmlInit", &once_328); }
+PV_WEAK_API nvmlReturn_t nvmlGpmMigSampleGet(void) { return pv_nvml_unsupported("nvmlGpmMigSampleGet", &once_328); }
 static atomic_int once_329;
-PV_WEAK_API nvmlReturn_t nvmlInitWithFlags(void) { return pv_nvml_unsupported("nvmlInitWithFlags", &once_329); }
+PV_WEAK_API nvmlReturn_t nvmlGpmQueryDeviceSupport(void) { return pv_nvml_unsupported("nvmlGpmQueryDeviceSupport", &once_329); }
 static atomic_int once_330;
-PV_WEAK_API nvmlReturn_t nvmlInit_v2(void) { return pv_nvml_unsupported("nvmlInit_v2", &once_330); }
+PV_WEAK_API nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(void) { return pv_nvml_unsupported("nvmlGpmQueryIfStreamingEnabled", &once_330); }
 static atomic_int once_331;
-PV_WEAK_API nvmlReturn_t nvmlSetVgpuVersion(void) { return pv_nvml_unsupported("nvmlSetVgpuVersion", &once_331); }
+PV_WEAK_API nvmlReturn_t nvmlGpmSampleAlloc(void) { return pv_nvml_unsupported("nvmlGpmSampleAlloc", &once_331); }
 static atomic_int once_332;
-PV_WEAK_API nvmlReturn_t nvmlShutdown(void) { return pv_nvml_unsupported("nvmlShutdown", &once_332); }
+PV_WEAK_API nvmlReturn_t nvmlGpmSampleFree(void) { return pv_nvml_unsupported("nvmlGpmSampleFree", &once_332); }
 static atomic_int once_333;
-PV_WEAK_API nvmlReturn_t nvmlSystemEventSetCreate(void) { return pv_nvml_unsupported("nvmlSystemEventSetCreate", &once_333); }
+PV_WEAK_API nvmlReturn_t nvmlGpmSampleGet(void) { return pv_nvml_unsupported("nvmlGpmSampleGet", &once_333); }
 static atomic_int once_334;
-PV_WEAK_API nvmlReturn_t nvmlSystemEventSetFree(void) { return pv_nvml_unsupported("nvmlSystemEventSetFree", &once_334); }
+PV_WEAK_API nvmlReturn_t nvmlGpmSetStreamingEnabled(void) { return pv_nvml_unsupported("nvmlGpmSetStreamingEnabled", &once_334); }
 static atomic_int once_335;
-PV_WEAK_API nvmlReturn_t nvmlSystemEventSetWait(void) { return pv_nvml_unsupported("nvmlSystemEventSetWait", &once_335); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void) { return pv_nvml_unsupported("nvmlGpuInstanceCreateComputeInstance", &once_335); }
 static atomic_int once_336;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetCPER_v1(void) { return pv_nvml_unsupported("nvmlSystemGetCPER_v1", &once_336); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(void) { return pv_nvml_unsupported("nvmlGpuInstanceCreateComputeInstanceWithPlacement", &once_336); }
 static atomic_int once_337;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeCapabilities(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeCapabilities", &once_337); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceDestroy(void) { return pv_nvml_unsupported("nvmlGpuInstanceDestroy", &once_337); }
 static atomic_int once_338;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeGpusReadyState(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeGpusReadyState", &once_338); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetActiveVgpus(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetActiveVgpus", &once_338); }
 static atomic_int once_339;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeKeyRotationThresholdInfo", &once_339); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceById", &once_339); }
 static atomic_int once_340;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeSettings(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeSettings", &once_340); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstancePossiblePlacements", &once_340); }
 static atomic_int once_341;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeSettings_v2(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeSettings_v2", &once_341); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceProfileInfo", &once_341); }
 static atomic_int once_342;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeState(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeState", &once_342); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceProfileInfoV", &once_342); }
 static atomic_int once_343;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(void) { return pv_nvml_unsupported("nvmlSystemGetCudaDriverVersion", &once_343); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", &once_343); }
 static atomic_int once_344;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(void) { return pv_nvml_unsupported("nvmlSystemGetCudaDriverVersion_v2", &once_344); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetComputeInstances", &once_344); }
 static atomic_int once_345;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetDriverBranch(void) { return pv_nvml_unsupported("nvmlSystemGetDriverBranch", &once_345); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetCreatableVgpus(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetCreatableVgpus", &once_345); }
 static atomic_int once_346;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetDriverVersion(void) { return pv_nvml_unsupported("nvmlSystemGetDriverVersion", &once_346); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetInfo(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetInfo", &once_346); }
 static atomic_int once_347;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetHicVersion(void) { return pv_nvml_unsupported("nvmlSystemGetHicVersion", &once_347); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuHeterogeneousMode", &once_347); }
 static atomic_int once_348;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetNVMLVersion(void) { return pv_nvml_unsupported("nvmlSystemGetNVMLVersion", &once_348); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerLog(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuSchedulerLog", &once_348); }
 static atomic_int once_349;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlSystemGetNvlinkBwMode", &once_349); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerLog_v2(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuSchedulerLog_v2", &once_349); }
 static atomic_int once_350;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetProcessName(void) { return pv_nvml_unsupported("nvmlSystemGetProcessName", &once_350); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerState(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuSchedulerState", &once_350); }
 static atomic_int once_351;
-PV_WEAK_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(void) { return pv_nvml_unsupported("nvmlSystemGetTopologyGpuSet", &once_351); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuSchedulerState_v2", &once_351); }
 static atomic_int once_352;
-PV_WEAK_API nvmlReturn_t nvmlSystemRegisterEvents(void) { return pv_nvml_unsupported("nvmlSystemRegisterEvents", &once_352); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceGetVgpuTypeCreatablePlacements(void) { return pv_nvml_unsupported("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", &once_352); }
 static atomic_int once_353;
-PV_WEAK_API nvmlReturn_t nvmlSystemSetConfComputeGpusReadyState(void) { return pv_nvml_unsupported("nvmlSystemSetConfComputeGpusReadyState", &once_353); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceSetVgpuHeterogeneousMode(void) { return pv_nvml_unsupported("nvmlGpuInstanceSetVgpuHeterogeneousMode", &once_353); }
 static atomic_int once_354;
-PV_WEAK_API nvmlReturn_t nvmlSystemSetConfComputeKeyRotationThresholdInfo(void) { return pv_nvml_unsupported("nvmlSystemSetConfComputeKeyRotationThresholdInfo", &once_354); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState(void) { return pv_nvml_unsupported("nvmlGpuInstanceSetVgpuSchedulerState", &once_354); }
 static atomic_int once_355;
-PV_WEAK_API nvmlReturn_t nvmlSystemSetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlSystemSetNvlinkBwMode", &once_355); }
+PV_WEAK_API nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState_v2(void) { return pv_nvml_unsupported("nvmlGpuInstanceSetVgpuSchedulerState_v2", &once_355); }
 static atomic_int once_356;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetCount(void) { return pv_nvml_unsupported("nvmlUnitGetCount", &once_356); }
+PV_WEAK_API nvmlReturn_t nvmlInit(void) { return pv_nvml_unsupported("nvmlInit", &once_356); }
 static atomic_int once_357;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetDevices(void) { return pv_nvml_unsupported("nvmlUnitGetDevices", &once_357); }
+PV_WEAK_API nvmlReturn_t nvmlInitWithFlags(void) { return pv_nvml_unsupported("nvmlInitWithFlags", &once_357); }
 static atomic_int once_358;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetFanSpeedInfo(void) { return pv_nvml_unsupported("nvmlUnitGetFanSpeedInfo", &once_358); }
+PV_WEAK_API nvmlReturn_t nvmlInit_v2(void) { return pv_nvml_unsupported("nvmlInit_v2", &once_358); }
 static atomic_int once_359;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetHandleByIndex(void) { return pv_nvml_unsupported("nvmlUnitGetHandleByIndex", &once_359); }
+PV_WEAK_API nvmlReturn_t nvmlSetVgpuVersion(void) { return pv_nvml_unsupported("nvmlSetVgpuVersion", &once_359); }
 static atomic_int once_360;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetLedState(void) { return pv_nvml_unsupported("nvmlUnitGetLedState", &once_360); }
+PV_WEAK_API nvmlReturn_t nvmlShutdown(void) { return pv_nvml_unsupported("nvmlShutdown", &once_360); }
 static atomic_int once_361;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetPsuInfo(void) { return pv_nvml_unsupported("nvmlUnitGetPsuInfo", &once_361); }
+PV_WEAK_API nvmlReturn_t nvmlSystemEventSetCreate(void) { return pv_nvml_unsupported("nvmlSystemEventSetCreate", &once_361); }
 static atomic_int once_362;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetTemperature(void) { return pv_nvml_unsupported("nvmlUnitGetTemperature", &once_362); }
+PV_WEAK_API nvmlReturn_t nvmlSystemEventSetFree(void) { return pv_nvml_unsupported("nvmlSystemEventSetFree", &once_362); }
 static atomic_int once_363;
-PV_WEAK_API nvmlReturn_t nvmlUnitGetUnitInfo(void) { return pv_nvml_unsupported("nvmlUnitGetUnitInfo", &once_363); }
+PV_WEAK_API nvmlReturn_t nvmlSystemEventSetWait(void) { return pv_nvml_unsupported("nvmlSystemEventSetWait", &once_363); }
 static atomic_int once_364;
-PV_WEAK_API nvmlReturn_t nvmlUnitSetLedState(void) { return pv_nvml_unsupported("nvmlUnitSetLedState", &once_364); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetCPER_v1(void) { return pv_nvml_unsupported("nvmlSystemGetCPER_v1", &once_364); }
 static atomic_int once_365;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceClearAccountingPids(void) { return pv_nvml_unsupported("nvmlVgpuInstanceClearAccountingPids", &once_365); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeCapabilities(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeCapabilities", &once_365); }
 static atomic_int once_366;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetAccountingMode(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetAccountingMode", &once_366); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeGpusReadyState(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeGpusReadyState", &once_366); }
 static atomic_int once_367;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetAccountingPids(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetAccountingPids", &once_367); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeKeyRotationThresholdInfo", &once_367); }
 static atomic_int once_368;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetAccountingStats(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetAccountingStats", &once_368); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeSettings(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeSettings", &once_368); }
 static atomic_int once_369;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEccMode(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEccMode", &once_369); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeSettings_v2(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeSettings_v2", &once_369); }
 static atomic_int once_370;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEncoderCapacity(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEncoderCapacity", &once_370); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetConfComputeState(void) { return pv_nvml_unsupported("nvmlSystemGetConfComputeState", &once_370); }
 static atomic_int once_371;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEncoderSessions(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEncoderSessions", &once_371); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(void) { return pv_nvml_unsupported("nvmlSystemGetCudaDriverVersion", &once_371); }
 static atomic_int once_372;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEncoderStats(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEncoderStats", &once_372); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(void) { return pv_nvml_unsupported("nvmlSystemGetCudaDriverVersion_v2", &once_372); }
 static atomic_int once_373;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFBCSessions(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFBCSessions", &once_373); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetDriverBranch(void) { return pv_nvml_unsupported("nvmlSystemGetDriverBranch", &once_373); }
 static atomic_int once_374;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFBCStats(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFBCStats", &once_374); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetDriverVersion(void) { return pv_nvml_unsupported("nvmlSystemGetDriverVersion", &once_374); }
 static atomic_int once_375;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFbUsage(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFbUsage", &once_375); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetHicVersion(void) { return pv_nvml_unsupported("nvmlSystemGetHicVersion", &once_375); }
 static atomic_int once_376;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFrameRateLimit(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFrameRateLimit", &once_376); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetNVMLVersion(void) { return pv_nvml_unsupported("nvmlSystemGetNVMLVersion", &once_376); }
 static atomic_int once_377;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetGpuInstanceId(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetGpuInstanceId", &once_377); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlSystemGetNvlinkBwMode", &once_377); }
 static atomic_int once_378;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetGpuPciId(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetGpuPciId", &once_378); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetProcessName(void) { return pv_nvml_unsupported("nvmlSystemGetProcessName", &once_378); }
 static atomic_int once_379;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetLicenseInfo", &once_379); }
+PV_WEAK_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(void) { return pv_nvml_unsupported("nvmlSystemGetTopologyGpuSet", &once_379); }
 static atomic_int once_380;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo_v2(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetLicenseInfo_v2", &once_380); }
+PV_WEAK_API nvmlReturn_t nvmlSystemRegisterEvents(void) { return pv_nvml_unsupported("nvmlSystemRegisterEvents", &once_380); }
 static atomic_int once_381;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetMdevUUID(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetMdevUUID", &once_381); }
+PV_WEAK_API nvmlReturn_t nvmlSystemSetConfComputeGpusReadyState(void) { return pv_nvml_unsupported("nvmlSystemSetConfComputeGpusReadyState", &once_381); }
 static atomic_int once_382;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetMetadata(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetMetadata", &once_382); }
+PV_WEAK_API nvmlReturn_t nvmlSystemSetConfComputeKeyRotationThresholdInfo(void) { return pv_nvml_unsupported("nvmlSystemSetConfComputeKeyRotationThresholdInfo", &once_382); }
 static atomic_int once_383;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetPlacementId(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetPlacementId", &once_383); }
+PV_WEAK_API nvmlReturn_t nvmlSystemSetNvlinkBwMode(void) { return pv_nvml_unsupported("nvmlSystemSetNvlinkBwMode", &once_383); }
 static atomic_int once_384;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetRuntimeStateSize(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetRuntimeStateSize", &once_384); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetCount(void) { return pv_nvml_unsupported("nvmlUnitGetCount", &once_384); }
 static atomic_int once_385;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetType(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetType", &once_385); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetDevices(void) { return pv_nvml_unsupported("nvmlUnitGetDevices", &once_385); }
 static atomic_int once_386;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetUUID(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetUUID", &once_386); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetFanSpeedInfo(void) { return pv_nvml_unsupported("nvmlUnitGetFanSpeedInfo", &once_386); }
 static atomic_int once_387;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetVmDriverVersion(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetVmDriverVersion", &once_387); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetHandleByIndex(void) { return pv_nvml_unsupported("nvmlUnitGetHandleByIndex", &once_387); }
 static atomic_int once_388;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetVmID(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetVmID", &once_388); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetLedState(void) { return pv_nvml_unsupported("nvmlUnitGetLedState", &once_388); }
 static atomic_int once_389;
-PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceSetEncoderCapacity(void) { return pv_nvml_unsupported("nvmlVgpuInstanceSetEncoderCapacity", &once_389); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetPsuInfo(void) { return pv_nvml_unsupported("nvmlUnitGetPsuInfo", &once_389); }
 static atomic_int once_390;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetBAR1Info(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetBAR1Info", &once_390); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetTemperature(void) { return pv_nvml_unsupported("nvmlUnitGetTemperature", &once_390); }
 static atomic_int once_391;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetCapabilities(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetCapabilities", &once_391); }
+PV_WEAK_API nvmlReturn_t nvmlUnitGetUnitInfo(void) { return pv_nvml_unsupported("nvmlUnitGetUnitInfo", &once_391); }
 static atomic_int once_392;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetClass(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetClass", &once_392); }
+PV_WEAK_API nvmlReturn_t nvmlUnitSetLedState(void) { return pv_nvml_unsupported("nvmlUnitSetLedState", &once_392); }
 static atomic_int once_393;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetDeviceID(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetDeviceID", &once_393); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceClearAccountingPids(void) { return pv_nvml_unsupported("nvmlVgpuInstanceClearAccountingPids", &once_393); }
 static atomic_int once_394;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetFbReservation(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetFbReservation", &once_394); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetAccountingMode(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetAccountingMode", &once_394); }
 static atomic_int once_395;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetFrameRateLimit(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetFrameRateLimit", &once_395); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetAccountingPids(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetAccountingPids", &once_395); }
 static atomic_int once_396;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetFramebufferSize(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetFramebufferSize", &once_396); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetAccountingStats(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetAccountingStats", &once_396); }
 static atomic_int once_397;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetGpuInstanceProfileId(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetGpuInstanceProfileId", &once_397); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEccMode(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEccMode", &once_397); }
 static atomic_int once_398;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetGspHeapSize(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetGspHeapSize", &once_398); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEncoderCapacity(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEncoderCapacity", &once_398); }
 static atomic_int once_399;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetLicense(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetLicense", &once_399); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEncoderSessions(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEncoderSessions", &once_399); }
 static atomic_int once_400;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetMaxInstances(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetMaxInstances", &once_400); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetEncoderStats(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetEncoderStats", &once_400); }
 static atomic_int once_401;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerGpuInstance(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetMaxInstancesPerGpuInstance", &once_401); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFBCSessions(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFBCSessions", &once_401); }
 static atomic_int once_402;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerVm(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetMaxInstancesPerVm", &once_402); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFBCStats(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFBCStats", &once_402); }
 static atomic_int once_403;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetName(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetName", &once_403); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFbUsage(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFbUsage", &once_403); }
 static atomic_int once_404;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetNumDisplayHeads(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetNumDisplayHeads", &once_404); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetFrameRateLimit(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetFrameRateLimit", &once_404); }
 static atomic_int once_405;
-PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetResolution(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetResolution", &once_405); }
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetGpuInstanceId(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetGpuInstanceId", &once_405); }
+static atomic_int once_406;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetGpuPciId(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetGpuPciId", &once_406); }
+static atomic_int once_407;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetLicenseInfo", &once_407); }
+static atomic_int once_408;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo_v2(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetLicenseInfo_v2", &once_408); }
+static atomic_int once_409;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetLicenseStatus(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetLicenseStatus", &once_409); }
+static atomic_int once_410;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetMdevUUID(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetMdevUUID", &once_410); }
+static atomic_int once_411;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetMetadata(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetMetadata", &once_411); }
+static atomic_int once_412;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetPlacementId(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetPlacementId", &once_412); }
+static atomic_int once_413;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetRuntimeStateSize(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetRuntimeStateSize", &once_413); }
+static atomic_int once_414;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetType(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetType", &once_414); }
+static atomic_int once_415;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetUUID(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetUUID", &once_415); }
+static atomic_int once_416;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetVmDriverVersion(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetVmDriverVersion", &once_416); }
+static atomic_int once_417;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceGetVmID(void) { return pv_nvml_unsupported("nvmlVgpuInstanceGetVmID", &once_417); }
+static atomic_int once_418;
+PV_WEAK_API nvmlReturn_t nvmlVgpuInstanceSetEncoderCapacity(void) { return pv_nvml_unsupported("nvmlVgpuInstanceSetEncoderCapacity", &once_418); }
+static atomic_int once_419;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetBAR1Info(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetBAR1Info", &once_419); }
+static atomic_int once_420;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetCapabilities(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetCapabilities", &once_420); }
+static atomic_int once_421;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetClass(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetClass", &once_421); }
+static atomic_int once_422;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetDeviceID(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetDeviceID", &once_422); }
+static atomic_int once_423;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetFbReservation(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetFbReservation", &once_423); }
+static atomic_int once_424;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetFrameRateLimit(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetFrameRateLimit", &once_424); }
+static atomic_int once_425;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetFramebufferSize(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetFramebufferSize", &once_425); }
+static atomic_int once_426;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetGpuInstanceProfileId(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetGpuInstanceProfileId", &once_426); }
+static atomic_int once_427;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetGspHeapSize(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetGspHeapSize", &once_427); }
+static atomic_int once_428;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetLicense(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetLicense", &once_428); }
+static atomic_int once_429;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetMaxInstances(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetMaxInstances", &once_429); }
+static atomic_int once_430;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerGpuInstance(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetMaxInstancesPerGpuInstance", &once_430); }
+static atomic_int once_431;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerVm(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetMaxInstancesPerVm", &once_431); }
+static atomic_int once_432;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetName(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetName", &once_432); }
+static atomic_int once_433;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetNumDisplayHeads(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetNumDisplayHeads", &once_433); }
+static atomic_int once_434;
+PV_WEAK_API nvmlReturn_t nvmlVgpuTypeGetResolution(void) { return pv_nvml_unsupported("nvmlVgpuTypeGetResolution", &once_434); }

@@ -95,11 +95,25 @@ int main(int argc, char **argv)
         NCHECK(nvmlDeviceGetPciInfo_v3(h, &pci));
         char cbus[32];
         DCHECK(cuDeviceGetPCIBusId(cbus, sizeof cbus, (CUdevice)i));
+        OKC(strncasecmp(cbus, pci.busIdLegacy, 12) == 0);
+        // GPUs of two hosts may share a bus id (each is its host's): the first GPU with it answers
+        nvmlPciInfo_t found;
         NCHECK(nvmlDeviceGetHandleByPciBusId_v2(pci.busId, &again));
-        OKC(again == h && strncasecmp(cbus, pci.busIdLegacy, 12) == 0);
+        NCHECK(nvmlDeviceGetPciInfo_v3(again, &found));
+        unsigned first = i;
+        for (unsigned j = 0; j < i; j++) {
+            char other[32];
+            DCHECK(cuDeviceGetPCIBusId(other, sizeof other, (CUdevice)j));
+            if (first == i && strcasecmp(other, cbus) == 0)
+                first = j;
+        }
+        unsigned found_index;
+        NCHECK(nvmlDeviceGetIndex(again, &found_index));
+        OKC(strcmp(found.busId, pci.busId) == 0 && found_index == first);
         int major, minor, cmajor, cminor;
         NCHECK(nvmlDeviceGetCudaComputeCapability(h, &major, &minor));
-        DCHECK(cuDeviceComputeCapability(&cmajor, &cminor, (CUdevice)i));
+        DCHECK(cuDeviceGetAttribute(&cmajor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, (CUdevice)i));
+        DCHECK(cuDeviceGetAttribute(&cminor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, (CUdevice)i));
         unsigned index;
         NCHECK(nvmlDeviceGetIndex(h, &index));
         OKC(major == cmajor && minor == cminor && index == i);

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import pyvgpu
 from harness import NVCC, ROOT, Daemon
 
 DRIVER_DIR = ROOT / "csrc" / "driver"
@@ -29,11 +28,6 @@ def toolkit_dir() -> Path:
 
 
 CUDA_HOME = toolkit_dir()
-
-
-@pytest.fixture(scope="session")
-def lib_dir() -> Path:
-    return pyvgpu.lib_dir()
 
 
 def run_driver(program: Path, daemons: list[Daemon], *args: str, lib_dir: Path, first: tuple[str, ...] = (),
