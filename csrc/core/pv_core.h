@@ -192,6 +192,7 @@ int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out
  * packs the rest). PV_ERR_UNAVAILABLE when d's connection is gone. */
 cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
                         const void *payload, size_t payload_len, void *out, size_t out_cap);
+cudaError_t pv_conn_status(struct pv_conn *c, struct pv_reply *rep);  /* STATUS (request.c); caller frees rep */
 /* Decode a reply's result into *out when err is PV_SUCCESS; free rep; a malformed result is logged and becomes
  * cudaErrorUnknown. They return the call's error. */
 cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t *out);

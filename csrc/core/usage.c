@@ -17,14 +17,12 @@ static int field_u64(const msgpack_object *m, const char *key, uint64_t *out)
 
 cudaError_t pv_device_usage(struct pv_device *d, struct pv_usage *out)
 {
-    if (!pv_conn_alive(d->conn))
-        return PV_ERR_UNAVAILABLE;
-    struct pv_req r;
     struct pv_reply rep;
-    pv_req_begin(&r, d->conn, PV_OP_STATUS, PV_OP_STATUS_NARGS, 1, NULL, 0, NULL, 0);
-    cudaError_t err = pv_req_finish(&r, &rep);
-    if (err != PV_SUCCESS)
+    cudaError_t err = pv_conn_status(d->conn, &rep);
+    if (err != PV_SUCCESS) {
+        pv_reply_free(&rep);
         return err;
+    }
     const msgpack_object *list = pv_map_get(rep.result, PV_KEY_STATUS_DEVICE_USAGE);
     err = PV_cudaErrorUnknown;                           /* until the device's entry is found and well formed */
     for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size; i++) {

@@ -56,3 +56,11 @@ static void *drv_read_file_at(const char *file, int line, const char *path, size
             exit(1);                                                                                  \
         }                                                                                             \
     } while (0)
+
+/* The checks a program counts for its closing "OK <checks>" line; OKC(cond) expects and counts. */
+static long checks __attribute__((unused));
+#define OKC(cond)      \
+    do {               \
+        DEXPECT(cond); \
+        checks++;      \
+    } while (0)

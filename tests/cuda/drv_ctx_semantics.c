@@ -6,14 +6,6 @@
 
 #include "drv_check.h"
 
-static long checks;
-
-#define OKC(cond)            \
-    do {                     \
-        DEXPECT(cond);       \
-        checks++;            \
-    } while (0)
-
 static size_t free_mem(void)
 {
     size_t f, t;

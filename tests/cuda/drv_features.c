@@ -7,15 +7,8 @@
 
 #include "drv_check.h"
 
-static long checks;
 static CUmodule mod;
 static CUfunction fscale, fvadd, ftex, fsurf;
-
-#define OKC(cond)            \
-    do {                     \
-        DEXPECT(cond);       \
-        checks++;            \
-    } while (0)
 
 static void host_count(void *arg) { (*(int *)arg)++; }
 

@@ -9,13 +9,6 @@
 #include "check.h"
 #include "drv_check.h"
 
-static long checks;
-#define OKC(cond)            \
-    do {                     \
-        EXPECT(cond);        \
-        checks++;            \
-    } while (0)
-
 static void *fresh_thread(void *)
 {
     CUcontext cur, p0;

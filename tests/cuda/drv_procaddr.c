@@ -8,8 +8,6 @@
 
 #include "drv_check.h"
 
-static long checks;
-
 /* symbol without _vN / _ptds / _ptsz: the name callers ask for */
 static void base_of(const char *sym, char *out, size_t cap)
 {

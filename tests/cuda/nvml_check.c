@@ -40,13 +40,6 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t, int, unsigned *);
         }                                                                                              \
     } while (0)
 
-static long checks;
-#define OKC(cond)            \
-    do {                     \
-        DEXPECT(cond);       \
-        checks++;            \
-    } while (0)
-
 static double now(void)
 {
     struct timespec t;
