@@ -1,39 +1,18 @@
 // libvnvml (libnvidia-ml.so.1) against the daemons: device count, names, UUIDs (handles by UUID and by PCI bus id),
 // compute capability, memory that follows an allocation made through libvcuda, utilization while kernels run, and
-// NVML_ERROR_NOT_SUPPORTED for the rest. Declares the few NVML functions it calls itself (no NVIDIA header needed).
+// NVML_ERROR_NOT_SUPPORTED for the rest. Built against NVIDIA's nvml.h (the nvidia-nvml-dev wheel) as programs are:
+// its macros give the current ABIs (nvmlInit -> nvmlInit_v2, ...) and its struct layouts are the ones checked.
 // Usage: nvml_check PTX_FILE NGPUS. Prints "OK <checks>".
+#include <nvml.h>
 #include <string.h>
 #include <time.h>
 
 #include "drv_check.h"
 
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct { char busIdLegacy[16]; unsigned domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; }
-    nvmlPciInfo_t;
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
-nvmlReturn_t nvmlInit_v2(void);
-nvmlReturn_t nvmlShutdown(void);
-const char *nvmlErrorString(nvmlReturn_t);
-nvmlReturn_t nvmlSystemGetDriverVersion(char *, unsigned);
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *);
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned, nvmlDevice_t *);
-nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *, nvmlDevice_t *);
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *, nvmlDevice_t *);
-nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t, char *, unsigned);
-nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t, char *, unsigned);
-nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t, nvmlPciInfo_t *);
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
-nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t, nvmlUtilization_t *);
-nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t, int *, int *);
-nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t, unsigned *);
-nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t, int, unsigned *);
-
 #define NCHECK(call)                                                                                   \
     do {                                                                                               \
         nvmlReturn_t r_ = (call);                                                                      \
-        if (r_ != 0) {                                                                                 \
+        if (r_ != NVML_SUCCESS) {                                                                      \
             printf("FAIL %s:%d %s -> %d %s\n", __FILE__, __LINE__, #call, r_, nvmlErrorString(r_));    \
             fflush(stdout);                                                                            \
             exit(1);                                                                                   \
@@ -54,9 +33,9 @@ int main(int argc, char **argv)
         return 2;
     }
     unsigned want = (unsigned)atoi(argv[2]), n = 0;
-    DEXPECT(nvmlDeviceGetCount_v2(&n) == 1);           // NVML_ERROR_UNINITIALIZED before nvmlInit
-    NCHECK(nvmlInit_v2());
-    NCHECK(nvmlDeviceGetCount_v2(&n));
+    DEXPECT(nvmlDeviceGetCount(&n) == NVML_ERROR_UNINITIALIZED);
+    NCHECK(nvmlInit());
+    NCHECK(nvmlDeviceGetCount(&n));
     OKC(n == want);
     char ver[80];
     NCHECK(nvmlSystemGetDriverVersion(ver, sizeof ver));
@@ -69,7 +48,7 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < n && i < 16; i++) {
         nvmlDevice_t h, again;
         char name[96], cname[96];
-        NCHECK(nvmlDeviceGetHandleByIndex_v2(i, &h));
+        NCHECK(nvmlDeviceGetHandleByIndex(i, &h));
         NCHECK(nvmlDeviceGetName(h, name, sizeof name));
         DCHECK(cuDeviceGetName(cname, sizeof cname, (CUdevice)i));
         OKC(strcmp(name, cname) == 0);
@@ -85,14 +64,14 @@ int main(int argc, char **argv)
         NCHECK(nvmlDeviceGetHandleByUUID(uuids[i], &again));
         OKC(again == h);
         nvmlPciInfo_t pci;
-        NCHECK(nvmlDeviceGetPciInfo_v3(h, &pci));
+        NCHECK(nvmlDeviceGetPciInfo(h, &pci));
         char cbus[32];
         DCHECK(cuDeviceGetPCIBusId(cbus, sizeof cbus, (CUdevice)i));
         OKC(strncasecmp(cbus, pci.busIdLegacy, 12) == 0);
         // GPUs of two hosts may share a bus id (each is its host's): the first GPU with it answers
         nvmlPciInfo_t found;
-        NCHECK(nvmlDeviceGetHandleByPciBusId_v2(pci.busId, &again));
-        NCHECK(nvmlDeviceGetPciInfo_v3(again, &found));
+        NCHECK(nvmlDeviceGetHandleByPciBusId(pci.busId, &again));
+        NCHECK(nvmlDeviceGetPciInfo(again, &found));
         unsigned first = i;
         for (unsigned j = 0; j < i; j++) {
             char other[32];
@@ -114,12 +93,15 @@ int main(int argc, char **argv)
 
     // memory in use follows an allocation made through the driver
     nvmlDevice_t h0;
-    NCHECK(nvmlDeviceGetHandleByIndex_v2(0, &h0));
+    NCHECK(nvmlDeviceGetHandleByIndex(0, &h0));
     nvmlMemory_t before, after;
     NCHECK(nvmlDeviceGetMemoryInfo(h0, &before));
     size_t total = 0;
     DCHECK(cuDeviceTotalMem(&total, 0));
     OKC(before.total == total && before.used + before.free == before.total);
+    nvmlMemory_v2_t v2 = { .version = nvmlMemory_v2 };           // the versioned struct of newer programs
+    NCHECK(nvmlDeviceGetMemoryInfo_v2(h0, &v2));
+    OKC(v2.total == total && v2.reserved + v2.free + v2.used == v2.total);
     CUcontext ctx;
     DCHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
     DCHECK(cuCtxSetCurrent(ctx));
@@ -146,12 +128,12 @@ int main(int argc, char **argv)
     NCHECK(nvmlDeviceGetUtilizationRates(h0, &util));
     OKC(util.gpu > 0 && util.gpu <= 100);
     unsigned temp;
-    DEXPECT(nvmlDeviceGetTemperature(h0, 0, &temp) == 3);   // NVML_ERROR_NOT_SUPPORTED
+    DEXPECT(nvmlDeviceGetTemperature(h0, NVML_TEMPERATURE_GPU, &temp) == NVML_ERROR_NOT_SUPPORTED);
     checks++;
     DCHECK(cuMemFree(p));
     DCHECK(cuModuleUnload(mod));
     NCHECK(nvmlShutdown());
-    DEXPECT(nvmlDeviceGetCount_v2(&n) == 1);           // uninitialized again
+    DEXPECT(nvmlDeviceGetCount(&n) == NVML_ERROR_UNINITIALIZED);
     checks++;
     free(ptx);
     printf("OK %ld\n", checks);

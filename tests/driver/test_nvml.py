@@ -4,6 +4,7 @@ other NVML call NVML_ERROR_NOT_SUPPORTED; checked with a C program and with nvid
 daemons; the exports are nvml.h's."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,15 +15,26 @@ from harness import ROOT
 NVML_DIR = ROOT / "csrc" / "nvml"
 
 
+def nvml_header() -> Path:
+    """nvml.h of the pinned nvidia-nvml-dev wheel (the `test` extra), found as tools/gen_nvml_exports.py finds it."""
+    spec = importlib.util.spec_from_file_location("gen_nvml_exports", ROOT / "tools" / "gen_nvml_exports.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    header = gen.installed_header()
+    assert header, f"{gen.PINNED} is not installed (pip install -e .[test])"
+    return header
+
+
 def test_c_program_against_two_daemons(cuda_build, daemon_factory, lib_dir):
     a, b = daemon_factory(), daemon_factory("--emu-devices", "2")
-    prog = cuda_build("nvml_check.c", f"-L{lib_dir}", "-lnvidia-ml", "-lcuda", runtime="none")
+    prog = cuda_build("nvml_check.c", f"-I{nvml_header().parent}", f"-L{lib_dir}", "-lnvidia-ml", "-lcuda",
+                      runtime="none")
     ptx = cuda_build("drv_kernels.cu", "-ptx", runtime="none")
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "PYVGPU_HOSTS": f"{a.address},{b.address}"}
     env.pop("LD_PRELOAD", None)
     proc = subprocess.run([str(prog), str(ptx), "3"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "OK 29"
+    assert proc.stdout.strip().splitlines()[-1] == "OK 30"
     assert proc.stderr.count("nvmlDeviceGetTemperature is not supported by libvnvml") == 1
 
 
@@ -76,7 +88,7 @@ def test_exports_are_nvml_h(lib_dir):
 
 
 def test_generated_nvml_files_up_to_date(tmp_path):
-    """csrc/nvml's generated files match nvml.h (NVML_HEADER, or the pinned nvidia-nvml-dev wheel from PyPI)."""
+    """csrc/nvml's generated files match nvml.h (NVML_HEADER, else the pinned nvidia-nvml-dev wheel's)."""
     header = os.environ.get("NVML_HEADER")
     args = ["--header", header] if header else []
     subprocess.run([sys.executable, str(ROOT / "tools" / "gen_nvml_exports.py"), *args, "--out", str(tmp_path)],
