@@ -1,7 +1,11 @@
 """Memory layout of the emulated device, shared by the translator and the runtime.
 
 - Generic addresses: a global address is itself; shared offset 0 is SH_WIN and local offset 0 is LOC_WIN (cvta
-  adds or subtracts the window base; each window spans WIN_SIZE bytes).
+  adds or subtracts the window base; each window spans WIN_SIZE bytes). Kernel parameters have addresses too
+  (`mov` of a parameter's name, PTX ISA 7.7+): parameter byte offset 0 is PAR_WIN, both in the .param state space
+  and as a generic address (read-only); the .param variables of call sequences live in the local frame, so their
+  .param-space address is their local offset (cvta.param adds LOC_WIN to those). Device functions have addresses
+  FN_WIN + 16 * index (never dereferenced: only `call` through a register uses them).
 - A kernel's layout (`KernelLayout`): kernel parameters at their aligned offsets in the packed launch buffer;
   shared memory = module-level .shared variables the kernel uses, then function-scope ones, then dynamic shared
   memory (extern or `[]` declarations) at a 16-byte boundary; the local frame of each thread = the kernel's local
@@ -24,6 +28,9 @@ from .ptx.types import BITS
 
 SH_WIN = 0x00FF_0000_0000_0000      # generic address of shared offset 0
 LOC_WIN = 0x00FE_0000_0000_0000     # generic address of local offset 0
+PAR_WIN = 0x00FD_0000_0000_0000     # generic and .param-space address of kernel parameter byte 0
+FN_WIN = 0x00FC_0000_0000_0000      # address of the module's first device function
+FN_STRIDE = 16
 WIN_SIZE = 1 << 40
 
 

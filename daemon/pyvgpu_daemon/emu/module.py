@@ -58,10 +58,7 @@ class EmuModule:
         mod = parse(text)
         tgt = mod.target
         if tgt.startswith("sm_"):
-            try:
-                need = int("".join(ch for ch in tgt[3:] if ch.isdigit()))
-            except ValueError:
-                need = 0
+            need = _target_sm(tgt)
             if need > sm:
                 raise CudaError("cudaErrorNoKernelImageForDevice",
                                 f"PTX targets {tgt} but the emulated device is sm_{sm}; kernels: "
@@ -123,7 +120,9 @@ class EmuModule:
             "const_size_bytes": const_size,
             "local_size_bytes": k.layout.local_size,
             "num_regs": k.num_regs,
-            "ptx_version": _ptx_version(self.ptx.version),
+            # cudaFuncAttributes.ptxVersion is the virtual architecture the PTX was generated for (75 for
+            # .target sm_75), not the PTX ISA version: CUB picks its tuning policies (and kernels) by it.
+            "ptx_version": _target_sm(self.ptx.target) or self.sm,
             "binary_version": self.sm,
             "max_dynamic_shared_size_bytes": max(0, self.limits.shared_per_block - static_shared),
         }
@@ -150,9 +149,7 @@ class EmuModule:
         return LaunchOutput(run.run())
 
 
-def _ptx_version(v: str) -> int:
-    try:
-        major, minor = v.split(".")
-        return int(major) * 10 + int(minor)
-    except ValueError:
-        return 0
+def _target_sm(target: str) -> int:
+    """75 for 'sm_75' (also 'sm_90a', 'compute_80'); 0 if the target names no architecture."""
+    digits = "".join(ch for ch in target.partition("_")[2] if ch.isdigit())
+    return int(digits) if digits else 0

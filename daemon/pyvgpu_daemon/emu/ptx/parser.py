@@ -14,6 +14,7 @@ from pyvgpu_daemon.errors import CudaError
 
 from . import ir
 from .lexer import Token, tokenize
+from .predefined import WARP_SZ
 from .types import BYTES
 
 # Every instruction name of the PTX ISA (9.x). The parser accepts these; the translator decides what it can run.
@@ -557,6 +558,8 @@ class _Parser:
     def name_operand(name: str, lookup) -> ir.Operand:
         if name == "_":
             return ir.Reg("_")
+        if name == "WARP_SZ":         # the predefined constant: an immediate wherever it appears
+            return ir.Imm(WARP_SZ, False, name)
         r = lookup(name)
         if r is not None:
             return ir.Reg(r) if not _is_param_scoped(r) else ir.Sym(r)

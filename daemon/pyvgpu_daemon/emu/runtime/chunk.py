@@ -10,6 +10,7 @@ calls (calls.py). The state those mixins share is set up here:
     smem, shared_size, cta_off    the chunk's shared memory and each lane's CTA base offset in it
     lmem, frame, lane_off         the chunk's local memory and each lane's frame offset in it
     mem                           the device's DeviceMemory (global space)
+    pbuf                          the launch's parameter buffer as read-only bytes (kernel parameters by address)
     forced                        set when every parked warp-op lane was woken because nothing else could run
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, ChunkAPI):
         k = launch.kernel
         self.launch = launch
         self.mem = launch.mem
+        self.pbuf = launch.pbuf
         self.kernel = k
         cs = launch.ctasize
         T = ncta * cs

@@ -30,6 +30,7 @@ class Launch:
         self.block = tuple(int(x) for x in block)
         self.ctasize = self.block[0] * self.block[1] * self.block[2]
         self.params = bytes(params)
+        self.pbuf = np.frombuffer(self.params, np.uint8)
         self.limits = limits
         self.sm_count = limits.multiprocessors
         self.grid_id = grid_id

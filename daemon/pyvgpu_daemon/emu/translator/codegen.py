@@ -26,17 +26,11 @@ import numpy as np
 from pyvgpu_daemon.errors import CudaError
 
 from ..chunk_api import MEMBERS
+from ..layout import LOC_WIN, PAR_WIN, WIN_SIZE
 from ..ptx import ir
 from ..ptx.parser import float_bits_to_value
+from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
 from ..ptx.types import BITS, DTYPES, SIGNED, SINT, UINT, reg_width, scalar_type
-
-SPECIALS = {"%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
-            "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
-            "%gridid", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge", "%lanemask_gt",
-            "%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi",
-            "%dynamic_smem_size", "%total_smem_size", "%warpsize", "WARP_SZ"}
-_CLOCKS64 = ("%clock64", "%globaltimer")
-
 
 def err_ptx(instr: ir.Instr, why: str) -> CudaError:
     return CudaError("cudaErrorInvalidPtx",
@@ -73,7 +67,16 @@ def _scatter(old, sel, v):
     return new
 
 
-NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit}
+def _cvta_param(v, to: bool):
+    """cvta.param / cvta.to.param: kernel parameter addresses (PAR_WIN + offset) are the same in both; a call
+    sequence's .param variable is a local offset in the .param space and LOC_WIN + offset as a generic address."""
+    v = np.asarray(v, np.uint64)
+    in_par = (v >= np.uint64(PAR_WIN)) & (v < np.uint64(PAR_WIN + WIN_SIZE))
+    moved = v - np.uint64(LOC_WIN) if to else v + np.uint64(LOC_WIN)
+    return np.where(in_par, v, moved)
+
+
+NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit, "_cvta_param": _cvta_param}
 
 
 class Codegen:
@@ -134,8 +137,8 @@ class Codegen:
             name = o.name[1:] if neg else o.name
             if name in self.reg_index:
                 return self._src_reg(name, neg, t, ins)
-            if name in SPECIALS:
-                return self._src_special(name, t)
+            if name in SPECIAL_REGISTERS:
+                return self._src_special(name, t, ins)
             raise err_ptx(ins, f"undeclared register {name}")
         if isinstance(o, ir.Imm):
             return self.const(self.imm(o, t, ins))
@@ -169,17 +172,21 @@ class Codegen:
         base = SINT[w] if t in SIGNED else UINT[w]
         return f"{var}.view({self.const(base)}).astype({self.dt(t)})"
 
-    def _src_special(self, name: str, t: str) -> str:
-        if name.startswith(("%clock", "%globaltimer")):
+    def _src_special(self, name: str, t: str, ins: ir.Instr) -> str:
+        if name in CLOCKS:
             var = f"{self.rt('special')}({name!r})"     # read at each use: clocks advance
         else:
             self.specials_used.add(name)
             var = "sp_" + name.strip("%").replace(".", "_")
-        if BITS.get(t) == 64 and name not in _CLOCKS64:
-            return f"{var}.astype({self.dt(t)})"
-        if BITS.get(t) == 32 and name in _CLOCKS64:
-            return f"{var}.astype({self.const(np.uint32)}).view({self.dt(t)})"
-        return f"{var}.view({self.dt(t)})"
+        st = SPECIAL_REGISTERS[name]
+        if (st == "pred") != (t == "pred"):
+            raise err_ptx(ins, f"special register {name} (.{st}) read as .{t}")
+        if st == "pred":
+            return var
+        sw, tw = BITS[st], BITS[t]
+        if sw == tw:
+            return f"{var}.view({self.dt(t)})"
+        return f"{var}.astype({self.const(UINT[tw])}).view({self.dt(t)})"    # zero-extend or truncate
 
     @staticmethod
     def is_array_src(o) -> bool:

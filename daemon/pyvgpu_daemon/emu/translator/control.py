@@ -12,6 +12,8 @@ block to `pcv`, or ALL_EXITED; masked code (the lanes in `m`) writes `pcv[m]` / 
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..chunk_api import ALL_EXITED, BAR, DIVERGED, EXIT
 from ..ptx import ir
 from .cfg import Block
@@ -143,7 +145,16 @@ def _warp_mask_operand(t: ir.Instr):
     return None if mask_index is None else t.srcs[mask_index]
 
 
+def _canonical(t: ir.Instr) -> ir.Instr:
+    """shfl/vote/redux with .sync after the mode (`vote.ballot.sync.b32`, which ptxas accepts too) as the ISA's
+    spelling `vote.sync.ballot.b32`."""
+    if t.opcode in ("shfl", "vote", "redux") and "sync" in t.mods[1:]:
+        return dataclasses.replace(t, mods=("sync",) + tuple(m for m in t.mods if m != "sync"))
+    return t
+
+
 def _emit_warp(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    t = _canonical(t)
     op = t.opcode
     if t.guard is not None and op != "activemask":
         gexpr = g.guard(t, masked)

@@ -102,10 +102,8 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
         mods = mods[1:]
     if len(mods) != 2 or mods[0] not in ("global", "shared", "local", "const", "param") or \
             mods[1] not in ("u32", "u64"):
-        raise err_ptx(ins, "expected cvta[.to].{global,shared,local,const}.{u32,u64}")
+        raise err_ptx(ins, "expected cvta[.to].{global,shared,local,const,param}.{u32,u64}")
     space, t = mods
-    if space == "param":
-        raise err_ptx(ins, "cvta.param is not supported")
     s = ins.srcs[0]
     if isinstance(s, (ir.Sym, ir.Addr)):
         v = g.src(s, "u64", ins)
@@ -115,10 +113,13 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
         arr = isinstance(s, ir.Reg)
         if t == "u32":
             v = f"{v}.astype({g.const(np.uint64)})"
-    win = {"shared": SH_WIN, "local": LOC_WIN}.get(space, 0)
-    if win:
-        wc = g.const(np.uint64(win))
-        v = f"({v} - {wc})" if to else f"({v} + {wc})"
+    if space == "param":
+        v = f"_cvta_param({v}, {to})"
+    else:
+        win = {"shared": SH_WIN, "local": LOC_WIN}.get(space, 0)
+        if win:
+            wc = g.const(np.uint64(win))
+            v = f"({v} - {wc})" if to else f"({v} + {wc})"
     if t == "u32":
         v = f"({v}).astype({g.const(np.uint32)})"
     g.write(lines, ins.dsts[0], t, v, gexpr, ins, arr)
@@ -173,8 +174,8 @@ def _ld(g: Codegen, ins: ir.Instr, lines: list, gexpr, ldu: bool = False) -> Non
     if kind == "kparam":
         _ld_kparam(g, ins, lines, gexpr, space, t, dsts, off)
         return
-    if space == "param":
-        space = "local"      # call-sequence parameters live in the local frame
+    if space == "param" and kind != "reg":
+        space = "local"      # call-sequence .param variables live in the local frame
     if space == "const":
         space = "global"
     sel = g.sel(lines, gexpr)
@@ -208,14 +209,14 @@ def _ldu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
 
 def _st(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     space, vec, t = _memmods(ins)
-    if space == "param":
-        space = "local"
     if space == "const":
         raise err_ptx(ins, "stores to the const space are illegal")
     srcs = _elements(ins, ins.srcs[1], vec, "source")
     kind, expr, off = g.address(ins.srcs[0], ins)
     if kind == "kparam":
-        raise err_ptx(ins, "stores to kernel parameters are not supported")
+        raise err_ptx(ins, "stores to kernel parameters are illegal (they are read-only)")
+    if space == "param" and kind != "reg":
+        space = "local"
     vals = [g.src(o, t, ins) for o in srcs]
     sel = g.sel(lines, gexpr)
     a = expr if kind == "reg" else "None"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pyvgpu_daemon.errors import CudaError
 
-from ..layout import kernel_layout
+from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
 from ..ptx.types import reg_width
@@ -49,7 +49,7 @@ class Kernel:
         if name in self.layout.local:
             return self.layout.local[name]
         if name in self.layout.kparams:
-            raise err_ptx(ins, f"taking the address of kernel parameter {name} is not supported")
+            return PAR_WIN + self.layout.kparams[name]
         if name in self.mod.functions or name in self.mod.externs:
             raise err_ptx(ins, f"function pointers ({name}) are not supported")
         raise err_ptx(ins, f"unknown symbol {name}")
