@@ -302,7 +302,7 @@ class EmuContext(DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max)
+                                   max_dynamic_shared=dyn_max, stack_size=self._limits[0])  # cudaLimitStackSize
             self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.

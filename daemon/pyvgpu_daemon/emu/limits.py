@@ -34,8 +34,13 @@ class EmuLimits:
     max_vector_instructions: int = _env_int("PYVGPU_EMU_MAX_VECTOR_INSTRUCTIONS", 50_000_000)
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))
-    # Inlining depth for .func calls (recursion is refused outright).
+    # Inlining depth for .func calls (recursive functions are not inlined: they run on the call stack).
     max_call_depth: int = 32
+    # The call stack of out-of-line (recursive, address-taken) functions, per thread: cudaLimitStackSize (CUDA's
+    # default 1 KiB unless the program sets it) times this factor, since the emulator's frames keep every saved
+    # register in an 8-byte slot and so are larger than a GPU's.
+    default_stack_size: int = 1024
+    call_stack_factor: int = 8
 
     # ---- the emulated device (sm_75)
     max_threads_per_block: int = 1024

@@ -2,13 +2,14 @@
 
 Chunk implements ChunkAPI (the `S` of generated code) from one mixin per concern: special registers and
 parameters (special.py), memory spaces (spaces.py), barriers and warp operations (collective.py), device-side
-calls (calls.py). The state those mixins share is set up here:
+calls (calls.py), call frames of out-of-line functions (frames.py). The state those mixins share is set up here:
 
     T, ncta, cta0, ctasize        lanes, CTAs in the chunk, index of its first CTA, threads per CTA
     pc, st, zeros, barpred, barsite   see ChunkAPI
     lin_in_cta, cta_local, laneid, warp, warp_first, nwarps   lane geometry (Launch.geometry, shared, read-only)
     smem, shared_size, cta_off    the chunk's shared memory and each lane's CTA base offset in it
-    lmem, frame, lane_off         the chunk's local memory and each lane's frame offset in it
+    lmem, frame, lane_off         the chunk's local memory (`frame` bytes per lane: the kernel's static frame,
+                                  then its call stack) and each lane's offset in it
     mem                           the device's DeviceMemory (global space)
     pbuf                          the launch's parameter buffer as read-only bytes (kernel parameters by address)
     forced                        set when every parked warp-op lane was woken because nothing else could run
@@ -25,6 +26,7 @@ from ..chunk_api import ALL_EXITED, BAR, EXIT, RUN, WAIT, ChunkAPI
 from ..layout import init_bytes
 from .calls import DeviceCalls
 from .collective import Collectives
+from .frames import CallFrames
 from .spaces import LaneMemory
 from .special import SpecialRegisters
 
@@ -32,7 +34,7 @@ _CHECK_EVERY = 64          # scheduler steps between checks of the instruction b
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
-class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, ChunkAPI):
+class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, ChunkAPI):
     """State of one chunk of CTAs during a launch: the `S` of the generated code."""
 
     def __init__(self, launch, cta0: int, ncta: int) -> None:
@@ -76,7 +78,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, ChunkAPI):
             raw = init_bytes(v, launch.symbols)
             for c in range(ncta):
                 self.smem[c * self.shared_size + off:c * self.shared_size + off + len(raw)] = raw
-        self.frame = lay.frame
+        self.frame = launch.frame
         if "cta_off" not in geo:
             geo["cta_off"] = self.cta_local * self.shared_size
             geo["lane_off"] = geo["lin"] * self.frame

@@ -1,7 +1,7 @@
 """Launch: one kernel launch, run as a sequence of chunks of whole CTAs.
 
 A chunk holds `EmuLimits.lanes_per_chunk // threads_per_cta` CTAs (at least one), fewer when their local memory
-would pass about 256 MB. The launch keeps what its chunks share: the grid, the parameter buffer, the shared
+(static frame + call stack per thread) would pass about 256 MB. The launch keeps what its chunks share: the grid, the parameter buffer, the shared
 memory size (static + dynamic, 16-byte aligned), the lane-geometry arrays of the chunk size, printf output, the
 instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
 """
@@ -22,7 +22,7 @@ _MAX_CHUNK_LOCAL = 256 << 20
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1):
+                 grid_id: int = 1, stack_size: int | None = None):
         self.kernel = kernel
         self.mem = mem
         self.symbols = symbols
@@ -38,6 +38,11 @@ class Launch:
         lay = kernel.layout
         self.shared_size = align(lay.dyn_shared_base + self.dyn_shared if (lay.dyn_shared_names or shmem)
                                  else lay.static_shared, 16) or 16
+        # Local memory per thread: the static frame, then (kernels with out-of-line calls) the call stack:
+        # cudaLimitStackSize scaled by EmuLimits.call_stack_factor, at most the device's local memory per thread.
+        stack = (stack_size if stack_size is not None else limits.default_stack_size) * limits.call_stack_factor
+        stack = min(stack, limits.max_local_bytes)
+        self.frame = lay.frame + (align(stack, 16) if lay.has_calls else 0)
         self.stdout = bytearray()
         self._geo: dict = {}
         self.clock_bump = 0
@@ -63,7 +68,7 @@ class Launch:
     def run(self) -> bytes:
         ncta_total = self.grid[0] * self.grid[1] * self.grid[2]
         per = max(1, self.limits.lanes_per_chunk // self.ctasize)
-        per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.kernel.layout.frame)))
+        per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
         cta = 0
         try:
             while cta < ncta_total:

@@ -26,10 +26,11 @@ import numpy as np
 from pyvgpu_daemon.errors import CudaError
 
 from ..chunk_api import MEMBERS
-from ..layout import LOC_WIN, PAR_WIN, WIN_SIZE
+from ..layout import FN_STRIDE, FN_WIN, LOC_WIN, PAR_WIN, WIN_SIZE
 from ..ptx import ir
 from ..ptx.parser import float_bits_to_value
 from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
+from .inline import FP
 from ..ptx.types import BITS, DTYPES, SIGNED, SINT, UINT, reg_width, scalar_type
 
 def err_ptx(instr: ir.Instr, why: str) -> CudaError:
@@ -76,7 +77,40 @@ def _cvta_param(v, to: bool):
     return np.where(in_par, v, moved)
 
 
-NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit, "_cvta_param": _cvta_param}
+def _lanes(v, T: int):
+    """A frame base per lane: v itself, or the constant v in every lane."""
+    return np.full(T, v, np.uint64) if np.ndim(v) == 0 else v
+
+
+def _brx_targets(i, table, mask, T: int, line: int, nxt: int):
+    """The block of each lane of brx.idx (lanes outside mask: nxt); an index outside the table is
+    cudaErrorInvalidPc (the ISA leaves it undefined)."""
+    i = np.broadcast_to(np.asarray(i).astype(np.int64), (T,))
+    act = np.ones(T, bool) if mask is None else np.broadcast_to(mask, (T,))
+    bad = act & ((i < 0) | (i >= len(table)))
+    if bad.any():
+        raise CudaError("cudaErrorInvalidPc", f"brx.idx at PTX line {line}: index {int(i[bad][0])} is outside "
+                                              f"its {len(table)} targets")
+    return np.where(act, table[np.clip(i, 0, len(table) - 1)], nxt)
+
+
+def _ocall_targets(a, table, mask, T: int, line: int):
+    """The entry block of each lane's callee for a call through a register (table: entry block per function
+    index, -1 if not callable here); any other address is cudaErrorInvalidPc."""
+    a = np.broadcast_to(np.asarray(a, np.uint64), (T,))
+    act = np.ones(T, bool) if mask is None else mask
+    rel = a - np.uint64(FN_WIN)
+    ok = (a >= np.uint64(FN_WIN)) & (rel < np.uint64(len(table) * FN_STRIDE)) & (rel % np.uint64(FN_STRIDE) == 0)
+    tb = np.where(ok, table[np.where(ok, rel // np.uint64(FN_STRIDE), 0).astype(np.int64)], -1)
+    bad = act & (tb < 0)
+    if bad.any():
+        raise CudaError("cudaErrorInvalidPc", f"call through {int(a[bad][0]):#x} at PTX line {line}: not the "
+                                              f"address of a device function of this module")
+    return np.where(act, tb, 0)
+
+
+NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit, "_cvta_param": _cvta_param,
+             "_lanes": _lanes, "_brx_targets": _brx_targets, "_ocall_targets": _ocall_targets}
 
 
 class Codegen:
@@ -146,8 +180,11 @@ class Codegen:
             base, off = (o, 0) if isinstance(o, ir.Sym) else (o.base, o.offset)
             if not isinstance(base, ir.Sym):
                 raise err_ptx(ins, "unexpected address operand")
-            addr = self.k.sym_address(base.name, ins) + off
             bits = BITS.get(t, 64)
+            if self.k.frame_of(base.name) is not None:      # a local of a call frame: frame base + offset
+                v = self.frame_address(base.name, off)
+                return v if bits == 64 else f"{v}.astype({self.const(UINT[bits])})"
+            addr = self.k.sym_address(base.name, ins) + off
             return self.const((UINT[bits] if bits in UINT else np.uint64)(addr & ((1 << bits) - 1)))
         if isinstance(o, ir.Vec):
             raise err_ptx(ins, "vector operand not allowed here")
@@ -188,9 +225,38 @@ class Codegen:
             return f"{var}.view({self.dt(t)})"
         return f"{var}.astype({self.const(UINT[tw])}).view({self.dt(t)})"    # zero-extend or truncate
 
-    @staticmethod
-    def is_array_src(o) -> bool:
-        return isinstance(o, ir.Reg)
+    def is_array_src(self, o) -> bool:
+        """Whether an operand's value differs per lane (registers; addresses of call-frame variables)."""
+        if isinstance(o, ir.Reg):
+            return True
+        base = o.base if isinstance(o, ir.Addr) else o
+        return isinstance(base, ir.Sym) and self.k.frame_of(base.name) is not None
+
+    # ---------------------------------------------------------------- call frames (inline.py, layout.py)
+    @property
+    def fp(self) -> str:
+        """The variable of the hidden frame-base register (uint64 local offsets)."""
+        return self.rvar(FP)
+
+    def save_area(self, ctx: str | None) -> str:
+        """Where a context saves its registers around its calls (a local address)."""
+        off = self.k.layout.frames[ctx].save_off
+        return str(off) if ctx is None else f"({self.fp} + {self.const(np.uint64(off))})"
+
+    def callee_frame(self, ctx: str | None) -> str:
+        """The frame base of a function called from context ctx: the call stack's base for the kernel body, else
+        right after the caller's own frame."""
+        if ctx is None:
+            return self.const(np.uint64(self.k.layout.frame))
+        return f"({self.fp} + {self.const(np.uint64(self.k.layout.frames[ctx].size))})"
+
+    def frame_address(self, name: str, off: int = 0) -> str:
+        """The local address of a variable (+ off): a constant in the static frame, frame base + offset in a call
+        frame."""
+        o = self.k.layout.local[name] + off
+        if self.k.frame_of(name) is None:
+            return str(o)
+        return f"({self.fp} + {self.const(np.uint64(o))})"
 
     def write(self, lines: list, o, t: str, val: str, g: str | None, ins: ir.Instr, is_array=True) -> None:
         """Assign `val` (typed t) to destination operand o under mask g (None = all lanes)."""
@@ -230,8 +296,9 @@ class Codegen:
 
     # ---------------------------------------------------------------- address operands
     def address(self, o, ins: ir.Instr):
-        """-> (kind, expr, const_offset): kind 'reg' (expr = u64/u32 array), 'const' (absolute address in the
-        space), 'kparam' (kernel parameter byte offset)."""
+        """-> (kind, expr, const_offset): kind 'reg' (expr = u64/u32 array), 'frame' (expr = the frame base, a
+        local variable of a call frame), 'const' (absolute address in the space), 'kparam' (kernel parameter byte
+        offset)."""
         if not isinstance(o, ir.Addr):
             raise err_ptx(ins, "expected a [address] operand")
         if o.base is None:
@@ -248,6 +315,8 @@ class Codegen:
         kparams = self.k.layout.kparams
         if sym in kparams:
             return "kparam", None, kparams[sym] + o.offset
+        if self.k.frame_of(sym) is not None:
+            return "frame", self.fp, self.k.layout.local[sym] + o.offset
         return "const", None, self.k.sym_address(sym, ins) + o.offset
 
     # ---------------------------------------------------------------- guards

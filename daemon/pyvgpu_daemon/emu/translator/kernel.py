@@ -1,8 +1,9 @@
 """Kernel: one .entry translated, once, at module load. The translator's pipeline in order:
 
-    inline.py   .entry + the .funcs it calls -> one flat body
-    layout.py   parameter offsets, shared and local memory layout (emu/layout.py)
+    inline.py   .entry + the .funcs it calls -> one flat body (out-of-line functions after it)
+    layout.py   parameter offsets, shared and local memory layout, call frames (emu/layout.py)
     cfg.py      flat body -> basic blocks
+    liveness.py registers live across out-of-line calls (saved in the caller's frame)
     codegen.py  + instrs.py + control.py: each block -> a converged and a masked Python function
     (here)      the block functions assembled into `make(S)`, compiled and exec'd once
 
@@ -19,7 +20,8 @@ from ..ptx.types import reg_width
 from . import control, instrs
 from .cfg import Block, split_blocks
 from .codegen import Codegen, err_ptx
-from .inline import inline
+from .inline import FP, entry_label, inline
+from .liveness import live_in
 
 
 class Kernel:
@@ -31,13 +33,37 @@ class Kernel:
         self.symbols = symbols                 # module .global/.const variable -> device address
         self.flat = inline(mod, entry, limits)
         self.name = entry.name
-        self.layout = kernel_layout(mod, entry, self.flat.body, self.flat.locals, limits)
+        self.layout = kernel_layout(mod, self.flat, limits)
         self.maxntid = entry.maxntid
         self.num_regs = min(255, sum(2 if reg_width(t) == 64 else 1 for t in self.flat.regs.values()))
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
         self.blocks, self.labels = split_blocks(self.flat.body)
+        self.saved = self._saved_registers()   # CallSite.index -> registers saved around that call
+        # function address -> entry block, for calls through a register
+        self.fn_entry = {symbols[f]: self.labels[entry_label(f)] for f in self.flat.out_of_line}
         self.bar_kinds: list[str] = []         # reduction of each diverged bar.red site ('popc', 'and', 'or')
         self._compile()
+
+    def _saved_registers(self) -> dict[int, list[str]]:
+        """The registers live across each out-of-line call (restored by its oreturn), and the frames sized for
+        them."""
+        if not self.flat.calls:
+            return {}
+        live = live_in(self.blocks, self.labels, self.flat.regs)
+        saved: dict[int, list[str]] = {}
+        need: dict[str | None, int] = {}
+        for b in self.blocks:
+            if b.term is not None and b.term.opcode == "ocall":
+                site = b.term.meta
+                regs = sorted(live[b.index + 1] - {FP})
+                saved[site.index] = regs
+                need[site.ctx] = max(need.get(site.ctx, 0), 8 * len(regs))
+        self.layout.finish_frames(need, self.limits, self.name)
+        return saved
+
+    def frame_of(self, name: str) -> str | None:
+        """The out-of-line function whose frame holds local/.param variable `name` (None: static or not local)."""
+        return self.layout.local_ctx.get(name) if name in self.layout.local else None
 
     def sym_address(self, name: str, ins: ir.Instr) -> int:
         """The address of a symbol operand: a module variable's device address, or the offset of a shared or
@@ -47,11 +73,13 @@ class Kernel:
         if name in self.layout.shared:
             return self.layout.shared[name]
         if name in self.layout.local:
+            if self.frame_of(name) is not None:
+                raise err_ptx(ins, f"{name} lives in a call frame: its address is not a constant")
             return self.layout.local[name]
         if name in self.layout.kparams:
             return PAR_WIN + self.layout.kparams[name]
-        if name in self.mod.functions or name in self.mod.externs:
-            raise err_ptx(ins, f"function pointers ({name}) are not supported")
+        if name in self.mod.externs:
+            raise err_ptx(ins, f"the address of external function {name} (there is no device linker)")
         raise err_ptx(ins, f"unknown symbol {name}")
 
     def _compile(self) -> None:

@@ -1,0 +1,80 @@
+"""Register liveness over a kernel's basic blocks: which registers hold values a later instruction may read.
+
+Used to save only the live registers around out-of-line calls (inline.py: ocall / oreturn): the registers live
+into the block after a call (where oreturn restores them) are the caller's values the call must preserve. The
+analysis is the classic backward data-flow over the CFG of cfg.py. A guarded write may leave the old value, so
+it does not end a register's liveness; calls do not count as writes (the callee's writes to its own activation's
+registers are what the saving undoes).
+"""
+from __future__ import annotations
+
+from ..ptx import ir
+from .cfg import Block
+
+
+def _regs(o, into: set[str], regs: dict) -> None:
+    if isinstance(o, ir.Reg):
+        n = o.name.lstrip("!")
+        if n in regs:
+            into.add(n)
+    elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
+        _regs(o.base, into, regs)
+    elif isinstance(o, ir.Vec):
+        for e in o.elems:
+            _regs(e, into, regs)
+
+
+def _use_def(b: Block, regs: dict) -> tuple[set[str], set[str]]:
+    """(registers read before any write in the block, registers certainly written in it)."""
+    use: set[str] = set()
+    kill: set[str] = set()
+    for ins in b.instrs + ([b.term] if b.term is not None else []):
+        read: set[str] = set()
+        if ins.guard is not None and ins.guard[0] in regs:
+            read.add(ins.guard[0])
+        for o in ins.srcs:
+            _regs(o, read, regs)
+        use |= read - kill
+        if ins.guard is None:
+            written: set[str] = set()
+            for o in ins.dsts:
+                _regs(o, written, regs)
+            kill |= written
+    return use, kill
+
+
+def successors(b: Block, labels: dict[str, int], nblocks: int) -> list[int]:
+    t = b.term
+    nxt = [b.index + 1] if b.index + 1 < nblocks else []
+    if t is None or b.kind != "plain":
+        return nxt
+    if t.opcode == "bra":
+        tgt = [labels[t.srcs[0].name]]
+        return tgt + nxt if t.guard is not None else tgt
+    if t.opcode == "brx":
+        tgt = [labels[e.name] for e in t.srcs[1].elems]
+        return tgt + nxt if t.guard is not None else tgt
+    if t.opcode in ("ret", "exit", "oret"):
+        return nxt if t.guard is not None else []
+    return nxt                      # ocall: the call returns to the next block
+
+
+def live_in(blocks: list[Block], labels: dict[str, int], regs: dict) -> list[set[str]]:
+    """The registers live on entry to each block."""
+    n = len(blocks)
+    ud = [_use_def(b, regs) for b in blocks]
+    succ = [successors(b, labels, n) for b in blocks]
+    live: list[set[str]] = [set() for _ in blocks]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(n - 1, -1, -1):
+            out: set[str] = set()
+            for s in succ[i]:
+                out |= live[s]
+            use, kill = ud[i]
+            new = use | (out - kill)
+            if new != live[i]:
+                live[i] = new
+                changed = True
+    return live
