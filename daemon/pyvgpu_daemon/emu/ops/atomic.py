@@ -16,17 +16,28 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import CudaError
+from . import half
 
 ATOMIC_OPS = frozenset({"add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec"})
-# Memory-ordering and scope modifiers: accepted and ignored (the emulator runs one chunk at a time).
+# Memory-ordering, scope and half-precision modifiers: accepted and ignored (the emulator runs one chunk at a
+# time; .noftz is what half-precision adds do anyway).
 ATOMIC_SEMANTICS = frozenset({"relaxed", "acquire", "release", "acq_rel", "cta", "gpu", "sys", "cluster", "noftz"})
-# The PTX types each operation supports on the emulated device.
+# The PTX types each operation supports on the emulated device: every 32- and 64-bit integer type (bit-size
+# operations take any integer type of their width), f32/f64 add and the half-precision adds of sm_70+.
+_INT = frozenset({"b32", "b64", "u32", "u64", "s32", "s64"})
+HALF_ADD = frozenset({"f16", "bf16", "f16x2", "bf16x2"})
 ATOMIC_TYPES: dict[str, frozenset[str]] = {
-    "add": frozenset({"u32", "s32", "u64", "f32", "f64"}), "min": frozenset({"u32", "s32", "u64", "s64"}),
-    "max": frozenset({"u32", "s32", "u64", "s64"}), "and": frozenset({"b32", "b64"}),
-    "or": frozenset({"b32", "b64"}), "xor": frozenset({"b32", "b64"}), "exch": frozenset({"b32", "b64"}),
-    "cas": frozenset({"b32", "b64"}), "inc": frozenset({"u32"}), "dec": frozenset({"u32"}),
+    "add": frozenset({"u32", "s32", "u64", "s64", "f32", "f64"}) | HALF_ADD,
+    "min": _INT - {"b32", "b64"}, "max": _INT - {"b32", "b64"},
+    "and": _INT, "or": _INT, "xor": _INT, "exch": _INT | {"f32", "f64", "b16"}, "cas": _INT | {"b16"},
+    "inc": frozenset({"u32"}), "dec": frozenset({"u32"}),
 }
+
+
+def op_name(op: str, t: str) -> str:
+    """The operation apply_atomic is given: half-precision adds name their format ('add.bf16'), since their
+    memory views hold raw bits (bf16, f16x2, bf16x2)."""
+    return f"{op}.{t}" if op == "add" and t in HALF_ADD else op
 
 _UNORDERED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
               "xor": np.bitwise_xor}
@@ -79,7 +90,17 @@ def combine(op: str, old, b, c, dt):
             return np.where(old >= b, dt.type(0), old + dt.type(1)).astype(dt)
         if op == "dec":
             return np.where((old == 0) | (old > b), b, old - dt.type(1)).astype(dt)
+        if op.startswith("add."):
+            return _half_add(op[4:], old, b).astype(dt)
     raise CudaError("cudaErrorInvalidPtx", f"atomic {op}")
+
+
+def _half_add(t: str, old, b):
+    """old + b in a half-precision format (per 16-bit half for the x2 types), rounded to nearest even once."""
+    fmt = half.base_fmt(t)
+    parts = [half.encode(half.decode(x, fmt) + half.decode(y, fmt), fmt)
+             for x, y in zip(half.lanes(t, old), half.lanes(t, b))]
+    return half.unlanes(t, parts)
 
 
 def _apply_unordered(v, idx, op, b) -> None:

@@ -74,8 +74,13 @@ def chunked(fn, ch: int = CHUNK):
 
 
 def quiet(fn):
-    """Run `fn` with all floating-point warnings/exceptions ignored (IEEE default results)."""
-    return np.errstate(all="ignore")(fn)
+    """Run `fn` with all floating-point warnings/exceptions ignored (IEEE default results). (A closure rather than
+    np.errstate's decorator form, whose functools.wraps formats a ufunc's docstring: 0.5 ms per built op.)"""
+    def run(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    run.__wrapped__ = fn
+    return run
 
 
 # ---------------------------------------------------------------------------------------------------------------

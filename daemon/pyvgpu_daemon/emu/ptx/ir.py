@@ -144,3 +144,4 @@ class Module:
     variables: list[VarDecl] = field(default_factory=list)
     functions: dict[str, Function] = field(default_factory=dict)
     externs: set[str] = field(default_factory=set)          # declared-only functions: vprintf, __assertfail, ...
+    facts: dict = field(default_factory=dict)               # what the translator derives once per module

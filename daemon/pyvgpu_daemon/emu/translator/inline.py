@@ -67,7 +67,13 @@ def inline(mod: ir.Module, entry: ir.Function, limits: EmuLimits) -> FlatKernel:
 
 
 def out_of_line(mod: ir.Module) -> tuple[set[str], set[str]]:
-    """(functions on a cycle of direct calls, functions whose address is taken) of a module."""
+    """(functions on a cycle of direct calls, functions whose address is taken) of a module (computed once)."""
+    if "out_of_line" not in mod.facts:
+        mod.facts["out_of_line"] = _out_of_line(mod)
+    return mod.facts["out_of_line"]
+
+
+def _out_of_line(mod: ir.Module) -> tuple[set[str], set[str]]:
     funcs = {n for n, f in mod.functions.items() if not f.is_entry}
     callees: dict[str, set[str]] = {n: set() for n in mod.functions}
     taken: set[str] = set()

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..layout import LOC_WIN, SH_WIN, formal_offsets
 from ..ops import build_alu, is_alu
-from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES
+from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES, op_name
 from ..ptx import ir
 from ..ptx.types import BITS, UINT
 from .codegen import Codegen, err_ptx
@@ -142,6 +142,8 @@ def _memmods(ins: ir.Instr) -> tuple[str, int, str]:
     for m in ins.mods:
         if m in _SPACES:
             space = m
+        elif m in ("shared::cta", "shared::cluster", "param::entry", "param::func"):
+            space = m.partition("::")[0]      # every CTA is a cluster of one; .param either kind
         elif m in ("v2", "v4", "v8"):
             vec = int(m[1:])
         elif m in BITS and m != "pred":
@@ -229,8 +231,8 @@ def _atom_mods(ins: ir.Instr) -> tuple[str, str, str]:
     space = "generic"
     op = t = None
     for m in ins.mods:
-        if m in ("global", "shared"):
-            space = m
+        if m in ("global", "shared", "shared::cta", "shared::cluster"):
+            space = m.partition("::")[0]        # every CTA is a cluster of one
         elif m in ATOMIC_OPS:
             op = m
         elif m in BITS and m not in ("pred", "b128"):
@@ -257,7 +259,8 @@ def _atom(g: Codegen, ins: ir.Instr, lines: list, gexpr, red: bool = False) -> N
         and ins.dsts[0].name in g.k.read_regs
     sel = g.sel(lines, gexpr)
     a = expr if kind in ("reg", "frame") else "None"
-    lines.append(f"_t = {g.rt('atom')}({space!r}, {op!r}, {g.dt(t)}, {a}, {off}, {b}, {c}, {sel}, {live})")
+    lines.append(f"_t = {g.rt('atom')}({space!r}, {op_name(op, t)!r}, {g.dt(t)}, {a}, {off}, {b}, {c}, {sel}, "
+                 f"{live})")
     if live:
         g.write_selected(lines, ins.dsts[0], t, "_t", sel)
 

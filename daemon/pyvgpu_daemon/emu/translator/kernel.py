@@ -11,6 +11,8 @@ The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for t
 """
 from __future__ import annotations
 
+import functools
+
 from pyvgpu_daemon.errors import CudaError
 
 from ..layout import PAR_WIN, kernel_layout
@@ -83,16 +85,32 @@ class Kernel:
         raise err_ptx(ins, f"unknown symbol {name}")
 
     def _compile(self) -> None:
+        """Generate the kernel's source now (unsupported PTX fails the module load, as a JIT would); compile it to
+        Python bytecode at the first launch (`make`): a module often holds many kernels a program never runs."""
         g = Codegen(self)
         funcs = [_block_source(g, b, masked) for b in self.blocks for masked in (False, True)]
         self.source = _make_source(g, self.blocks, funcs)
-        try:
-            code = compile(self.source, f"<ptx {self.name}>", "exec")
-        except SyntaxError as e:  # a bug in the generator, not in the user's PTX
-            raise CudaError("cudaErrorInvalidPtx", f"{self.name}: internal code generation error: {e}") from e
-        exec(code, g.ns)
         self.namespace = g.ns
-        self.make = g.ns["make"]
+        self._make = None
+
+    @property
+    def make(self):
+        """make(S): the block functions bound to a chunk (see codegen.py)."""
+        if self._make is None:
+            try:
+                code = _bytecode(self.source, self.name)
+            except SyntaxError as e:  # a bug in the generator, not in the user's PTX
+                raise CudaError("cudaErrorInvalidPtx", f"{self.name}: internal code generation error: {e}") from e
+            exec(code, self.namespace)
+            self._make = self.namespace["make"]
+        return self._make
+
+
+@functools.lru_cache(maxsize=256)
+def _bytecode(source: str, name: str):
+    """Compiled block code, shared by every load of the same kernel (the source names its constants, whose
+    values, e.g. variable addresses, live in each load's own namespace)."""
+    return compile(source, f"<ptx {name}>", "exec")
 
 
 def _read_registers(body: list) -> set[str]:
