@@ -5,8 +5,9 @@
 `view` is the memory as an array of the operation's type, `idx` the element index each accessing lane touches (in
 lane order), `b` (and `c` for cas) the operands per lane. The result equals applying the lanes' operations one
 after the other in lane order, which is one legal outcome of a GPU's unordered atomics; the paths below only make
-that fast: unordered ufunc.at when no result is read, prefix sums for integer add, one accumulate per address for
-heavily contended float adds, otherwise rounds in which every lane of a round touches a distinct address.
+that fast: unordered ufunc.at when no result is read, prefix sums for integer add, for a few heavily contended
+addresses one pass per address (an accumulate for float add, min, max, and, or, xor; a step per successful swap
+for cas), otherwise rounds in which every lane of a round touches a distinct address.
 
 The translator checks operations and types against ATOMIC_OPS / ATOMIC_TYPES; the runtime resolves addresses and
 calls apply_atomic per memory buffer.
@@ -62,8 +63,13 @@ def apply_atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live
     if op == "exch":
         old = _exch(v, b, g)
         return old if live else None
-    if op == "add" and dt.kind == "f" and g.naddr <= g.maxrank:
-        return _float_add_per_address(v, b, g)
+    if g.naddr <= g.maxrank:             # few, heavily contended addresses: one pass per address
+        if op == "add" and dt.kind == "f":
+            return _float_add_per_address(v, b, g)
+        if op in _ACCUMULATE:
+            return _accumulate_per_address(v, b, g, _ACCUMULATE[op])
+        if op == "cas":
+            return _cas_per_address(v, b, c, g)
     return _rounds(v, idx, op, b, c, g)
 
 
@@ -170,6 +176,57 @@ def _float_add_per_address(v, b, g: _Groups):
         old_sorted[s0:e0] = acc[:-1]
         v[a] = acc[-1]
     return g.unsort(old_sorted, v.dtype)
+
+
+_ACCUMULATE = {"min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+               "xor": np.bitwise_xor}
+
+
+def _segments(g: _Groups):
+    """(address, start, end) of each address's run of lanes in address-sorted order."""
+    starts = np.flatnonzero(g.first)
+    ends = np.r_[starts[1:], g.n]
+    return zip(g.sidx[starts].tolist(), starts.tolist(), ends.tolist())
+
+
+def _accumulate_per_address(v, b, g: _Groups, uf):
+    """min / max / and / or / xor: the running result of the lanes in order is exactly what serial application
+    leaves after each lane."""
+    dt = v.dtype
+    sb = b[g.order].astype(dt)
+    old_sorted = np.empty(g.n, dt)
+    for a, s0, e0 in _segments(g):
+        seq = np.empty(e0 - s0 + 1, dt)
+        seq[0] = v[a]
+        seq[1:] = sb[s0:e0]
+        acc = uf.accumulate(seq, dtype=dt)
+        old_sorted[s0:e0] = acc[:-1]
+        v[a] = acc[-1]
+    return g.unsort(old_sorted, dt)
+
+
+def _cas_per_address(v, b, c, g: _Groups):
+    """Compare-and-swap in lane order, one vector step per successful swap: from the current value, the next lane
+    whose compare operand equals it swaps; the lanes before it fail (and see the current value). A CAS loop
+    retried by every lane of a launch succeeds once per address and step, so this is linear, not quadratic."""
+    dt = v.dtype
+    sb = b[g.order].astype(dt)
+    sc = c[g.order].astype(dt)
+    old_sorted = np.empty(g.n, dt)
+    for a, s0, e0 in _segments(g):
+        cur = v[a]
+        pos = s0
+        while pos < e0:
+            hit = np.flatnonzero(sb[pos:e0] == cur)
+            stop = e0 if hit.size == 0 else pos + int(hit[0])
+            old_sorted[pos:stop] = cur
+            if stop == e0:
+                break
+            old_sorted[stop] = cur
+            cur = sc[stop]
+            pos = stop + 1
+        v[a] = cur
+    return g.unsort(old_sorted, dt)
 
 
 def _rounds(v, idx, op, b, c, g: _Groups):

@@ -123,7 +123,8 @@ class Codegen:
         self.specials_used: set[str] = set()
         self.reg_index: dict[str, int] = {n: i for i, n in enumerate(kern.flat.regs)}
         self.reg_width: dict[str, int] = {n: reg_width(t) for n, t in kern.flat.regs.items()}
-        self.written: set[str] = set()
+        self.written: set[str] = set()          # variables of `make` the current block function assigns
+        self.local_defined: set[str] = set()    # block-local registers the current block function assigned
         self.bar_sites: list = []
 
     # ---------------------------------------------------------------- names
@@ -265,7 +266,6 @@ class Codegen:
         if not isinstance(o, ir.Reg) or o.name not in self.reg_index:
             raise err_ptx(ins, f"bad destination {o!r}")
         var = self.rvar(o.name)
-        self.written.add(var)
         w = self.reg_width[o.name]
         if w == 1:
             if t != "pred":
@@ -277,22 +277,45 @@ class Codegen:
                 val = f"_fit({val}, {w}, {t in SIGNED})"
         if not is_array:
             val = f"np.full(T, {val})"
-        if g is None:
+        if g is None or (g == "m" and not self._is_global(o.name)):
+            # a block-local register under the block's own mask: the other lanes never read this value
             lines.append(f"{var} = {val}")
         else:
-            lines.append(f"{var} = _where({g}, {val}, {var})")
+            lines.append(f"{var} = _where({g}, {val}, {self._old(o.name)})")
+        self._assigned(o.name)
 
     def write_selected(self, lines: list, o: ir.Reg, t: str, val: str, sel: str) -> None:
         """Assign `val` (typed t, one value per selected lane, or per lane when sel is "None") to register o."""
         var = self.rvar(o.name)
-        self.written.add(var)
         w = self.reg_width[o.name]
         if BITS[t] != w:
             val = f"_fit({val}, {w}, {t in SIGNED})"
         if sel == "None":
             lines.append(f"{var} = {val}")
         else:
-            lines.append(f"{var} = _scatter({var}, _s, {val})")
+            lines.append(f"{var} = _scatter({self._old(o.name)}, _s, {val})")
+        self._assigned(o.name)
+
+    # ---------------------------------------------------------------- register scopes
+    # Registers live into some block are variables of `make` (closure cells, shared by the block functions, written
+    # with `nonlocal`); every other register lives within one block and is a local variable of the block function
+    # (faster, and far fewer cells for Python to compile: nvcc's PTX defines thousands of short-lived registers).
+    def _is_global(self, name: str) -> bool:
+        return name in self.k.global_regs
+
+    def _assigned(self, name: str) -> None:
+        if self._is_global(name):
+            self.written.add(self.rvar(name))
+        else:
+            self.local_defined.add(name)
+
+    def _old(self, name: str) -> str:
+        """A register's value before a partial write: for a block-local register not yet assigned in this block,
+        zeros (no lane reads that value)."""
+        if self._is_global(name) or name in self.local_defined:
+            return self.rvar(name)
+        w = self.reg_width[name]
+        return f"_z{w}"
 
     # ---------------------------------------------------------------- address operands
     def address(self, o, ins: ir.Instr):

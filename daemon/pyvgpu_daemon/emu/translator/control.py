@@ -128,7 +128,7 @@ def _emit_ocall(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) ->
     if regs:
         lines.append(f"{g.rt('spill')}({g.save_area(site.ctx)}, [{', '.join(g.rvar(r) for r in regs)}], {sel})")
     g.written.add(fp)
-    lines.append(f"{fp} = _where(m, _nf, {fp})" if masked else f"{fp} = _lanes(_nf, T)")
+    lines.append(f"{fp} = _where(m, _nf, {fp})" if masked else f"{fp} = _lanes(_nf, T)")   # fp: always live
     if isinstance(site.target, ir.Reg):
         _emit_jump_table(lines, masked)
     else:

@@ -40,6 +40,11 @@ class Kernel:
         self.num_regs = min(255, sum(2 if reg_width(t) == 64 else 1 for t in self.flat.regs.values()))
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
         self.blocks, self.labels = split_blocks(self.flat.body)
+        self.live = live_in(self.blocks, self.labels, self.flat.regs)
+        # registers live across blocks (variables of `make`); the rest are local to one block function
+        self.global_regs: set[str] = set().union(*self.live) | {FP} | {
+            b.term.dsts[0].name for b in self.blocks
+            if b.kind == "bar" and b.term.dsts and isinstance(b.term.dsts[0], ir.Reg)}   # bar.red results
         self.saved = self._saved_registers()   # CallSite.index -> registers saved around that call
         # function address -> entry block, for calls through a register
         self.fn_entry = {symbols[f]: self.labels[entry_label(f)] for f in self.flat.out_of_line}
@@ -51,7 +56,7 @@ class Kernel:
         them."""
         if not self.flat.calls:
             return {}
-        live = live_in(self.blocks, self.labels, self.flat.regs)
+        live = self.live
         saved: dict[int, list[str]] = {}
         need: dict[str | None, int] = {}
         for b in self.blocks:
@@ -138,6 +143,7 @@ def _read_registers(body: list) -> set[str]:
 def _block_source(g: Codegen, b: Block, masked: bool) -> str:
     """One block function: c<index>() (converged) or m<index>(m) (masked)."""
     g.written = set()
+    g.local_defined = set()
     lines: list[str] = []
     for ins in b.instrs:
         instrs.emit(g, ins, lines, masked)
@@ -167,8 +173,11 @@ def _make_source(g: Codegen, blocks: list[Block], funcs: list[str]) -> str:
     src = ["def make(S):", f"    T = {S('T')}", f"    pcv = {S('pc')}", f"    stv = {S('st')}"]
     for name in sorted(g.specials_used):
         src.append(f"    sp_{name.strip('%').replace('.', '_')} = {S('special')}({name!r})")
+    for w in (1, 16, 32, 64):
+        src.append(f"    _z{w} = {S('zeros')}[{w}]")
     for name, w in g.reg_width.items():
-        src.append(f"    {g.rvar(name)} = {S('zeros')}[{w}]")
+        if name in g.k.global_regs:
+            src.append(f"    {g.rvar(name)} = _z{w}")
     src.extend(funcs)
     src.extend(_bar_handlers(g))
     blist = ", ".join(f"(c{b.index}, m{b.index})" for b in blocks)
