@@ -32,6 +32,8 @@ class EmuLimits:
     # Vector instructions (one instruction over the lanes of a chunk) one launch may execute in all. A deadlocked
     # or runaway kernel ends with cudaErrorLaunchTimeout instead of hanging the daemon.
     max_vector_instructions: int = _env_int("PYVGPU_EMU_MAX_VECTOR_INSTRUCTIONS", 50_000_000)
+    # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
+    threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))
     # Inlining depth for .func calls (recursive functions are not inlined: they run on the call stack).

@@ -16,8 +16,6 @@ calls (calls.py), call frames of out-of-line functions (frames.py). The state th
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from pyvgpu_daemon.errors import CudaError
@@ -79,9 +77,6 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
             for c in range(ncta):
                 self.smem[c * self.shared_size + off:c * self.shared_size + off + len(raw)] = raw
         self.frame = launch.frame
-        if "cta_off" not in geo:
-            geo["cta_off"] = self.cta_local * self.shared_size
-            geo["lane_off"] = geo["lin"] * self.frame
         self.cta_off = geo["cta_off"]
         self.lmem = np.zeros(self.T * self.frame, np.uint8)
         self.lane_off = geo["lane_off"]
@@ -101,7 +96,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
         pc, st = self.pc, self.st
         cur = 0
         conv = True
-        steps = L.steps
+        steps = done = 0            # this chunk's vector instructions, and how many the launch was told of
         check_every = 0
         self._last_p = -1
         self._loops = 0
@@ -110,7 +105,8 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
                 check_every += 1
                 if check_every >= _CHECK_EVERY:
                     check_every = 0
-                    self._check_budget(steps)
+                    L.account(self.kernel.name, steps - done)
+                    done = steps
                 if conv:
                     steps += sizes[cur]
                     r = C[cur]()
@@ -135,20 +131,8 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
                     cur = P
                     continue
                 steps += sizes[P]
-                L.steps = steps
                 M[P](m)
-        L.steps = steps
-
-    def _check_budget(self, steps: int) -> None:
-        L = self.launch
-        L.steps = steps
-        if steps > L.limits.max_vector_instructions:
-            raise CudaError("cudaErrorLaunchTimeout",
-                            f"{self.kernel.name}: instruction budget of {L.limits.max_vector_instructions} vector "
-                            f"instructions exhausted (runaway loop or spin-wait?)")
-        if time.monotonic() > L.deadline:
-            raise CudaError("cudaErrorLaunchTimeout",
-                            f"{self.kernel.name}: ran longer than {L.limits.max_seconds} s")
+        L.account(self.kernel.name, steps - done)
 
     def _pick(self, runm: np.ndarray) -> int:
         """The block the diverged scheduler runs next: the lowest PC of the runnable lanes."""

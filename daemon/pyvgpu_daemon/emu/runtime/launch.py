@@ -1,13 +1,20 @@
-"""Launch: one kernel launch, run as a sequence of chunks of whole CTAs.
+"""Launch: one kernel launch, run as chunks of whole CTAs.
 
 A chunk holds `EmuLimits.lanes_per_chunk // threads_per_cta` CTAs (at least one), fewer when their local memory
-(static frame + call stack per thread) would pass about 256 MB. The launch keeps what its chunks share: the grid, the parameter buffer, the shared
-memory size (static + dynamic, 16-byte aligned), the lane-geometry arrays of the chunk size, printf output, the
-instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
+(static frame + call stack per thread) would pass about 256 MB. The launch keeps what its chunks share: the grid,
+the parameter buffer, the shared memory size (static + dynamic, 16-byte aligned), the lane-geometry arrays of the
+chunk size, printf output, the instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
+
+Chunks run one after the other, in CTA order, unless the kernel cannot observe other CTAs (Kernel.independent_ctas:
+no atomics, fences, volatile or scoped memory accesses, printf or assert): then up to `EmuLimits.threads` chunks run
+at once on a thread pool (NumPy releases the GIL in its loops), with the same results, since nothing one CTA does
+is visible to another.
 """
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -48,34 +55,62 @@ class Launch:
         self.clock_bump = 0
         self.steps = 0
         self.deadline = time.monotonic() + limits.max_seconds
+        self._lock = threading.Lock()
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs, shared by every chunk of that size (read-only)."""
-        g = self._geo.get(ncta)
-        if g is None:
-            cs = self.ctasize
-            T = ncta * cs
-            lin = np.arange(T, dtype=np.int64)
-            lin_in_cta = lin % cs
-            cta_local = lin // cs
-            laneid = (lin_in_cta % 32).astype(np.uint32)
-            warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
-            g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
-                 "warp_first": lin - laneid.astype(np.int64), "special": {}}
-            self._geo = {ncta: g}     # keep one geometry (the full-chunk one, or the tail)
+        with self._lock:                # chunks running at once share it
+            g = self._geo.get(ncta)
+            if g is None:
+                cs = self.ctasize
+                T = ncta * cs
+                lin = np.arange(T, dtype=np.int64)
+                lin_in_cta = lin % cs
+                cta_local = lin // cs
+                laneid = (lin_in_cta % 32).astype(np.uint32)
+                warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
+                g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
+                     "warp_first": lin - laneid.astype(np.int64), "special": {},
+                     "cta_off": cta_local * self.shared_size, "lane_off": lin * self.frame}
+                self._geo = {ncta: g}     # keep one geometry (the full-chunk one, or the tail)
         return g
+
+    def account(self, kernel: str, steps: int) -> None:
+        """A chunk executed `steps` more vector instructions: enforce the launch's budget and deadline."""
+        with self._lock:
+            self.steps += steps
+            total = self.steps
+        if total > self.limits.max_vector_instructions:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{kernel}: instruction budget of {self.limits.max_vector_instructions} vector "
+                            f"instructions exhausted (runaway loop or spin-wait?)")
+        if time.monotonic() > self.deadline:
+            raise CudaError("cudaErrorLaunchTimeout", f"{kernel}: ran longer than {self.limits.max_seconds} s")
 
     def run(self) -> bytes:
         ncta_total = self.grid[0] * self.grid[1] * self.grid[2]
         per = max(1, self.limits.lanes_per_chunk // self.ctasize)
         per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
-        cta = 0
+        chunks = [(cta, min(per, ncta_total - cta)) for cta in range(0, ncta_total, per)]
+        threads = min(self.limits.threads, len(chunks)) if self.kernel.independent_ctas else 1
+        self.kernel.make             # compiled (first launch) before any chunk runs
         try:
-            while cta < ncta_total:
-                n = min(per, ncta_total - cta)
-                Chunk(self, cta, n).run()
-                cta += n
+            if threads > 1:
+                self._run_parallel(chunks, threads)
+            else:
+                for cta, n in chunks:
+                    Chunk(self, cta, n).run()
         except CudaError as e:
             e.stdout = bytes(self.stdout)
             raise
         return bytes(self.stdout)
+
+    def _run_parallel(self, chunks: list[tuple[int, int]], threads: int) -> None:
+        """Every chunk on a pool of `threads`; the first failure (in chunk order) is the launch's."""
+        ex = ThreadPoolExecutor(threads, thread_name_prefix="emu-chunk")
+        try:
+            futures = [ex.submit(lambda c=c, n=n: Chunk(self, c, n).run()) for c, n in chunks]
+            for f in futures:
+                f.result()
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)

@@ -133,9 +133,7 @@ class LaneMemory:
                 a64 = addr.view(np.int64)
             base = self.cta_off if space == "shared" else self.lane_off
             ent = (addr, int(a64.min()), int(a64.max()), int(np.bitwise_or.reduce(a64 & 15)), base + a64, {})
-            if len(self._acache) > 32:
-                self._acache.clear()
-            self._acache[key] = ent
+            self._cache_put(key, ent)
         _, lo, hi, low, bb, q = ent
         limit = self.shared_size if space == "shared" else self.frame
         if lo + off < 0 or hi + off + vsize > limit or off % vsize or (low & (vsize - 1)):
@@ -146,9 +144,69 @@ class LaneMemory:
             qa = q[sh] = bb >> sh
         return qa, off >> sh
 
+    def _global_slices(self, addr, off, isz, nvec, write):
+        """Fast path for converged global accesses through a register: per address array (registers are
+        immutable) remember its range, alignment and whether the lanes' addresses are evenly spaced (coalesced
+        accesses: stride = element or vector size; every lane the same address: stride 0). Returns, for each
+        vector element, a slice of the heap viewed as the access type (None: take the general path, which also
+        reports any fault)."""
+        key = (addr.__array_interface__["data"][0], addr.dtype, "global")
+        ent = self._acache.get(key)
+        if ent is None or ent[0].shape != addr.shape:
+            a = addr.astype(np.uint64, copy=False)
+            lo, hi = int(a.min()), int(a.max())
+            T = a.size
+            stride = None
+            if T == 1 or lo == hi:
+                stride = 0
+            elif a[0] == lo and (hi - lo) % (T - 1) == 0:
+                s = (hi - lo) // (T - 1)
+                if np.array_equal(a, np.uint64(lo) + np.uint64(s) * self._iota64()):
+                    stride = s
+            ent = (addr, lo, hi, int(np.bitwise_or.reduce(a & np.uint64(63))), stride, {})
+            self._cache_put(key, ent)
+        _, lo, hi, low, stride, q = ent
+        vsize = isz * nvec
+        if stride is None or stride % isz or off % vsize or (low & (vsize - 1)):
+            return None
+        hit = q.get((off, isz, nvec))
+        if hit is None:
+            start = lo + off
+            if not self.mem.contains(start, hi + off + vsize - start):
+                return None
+            i0 = (start - self.mem.base) // isz
+            step = stride // isz
+            if step == 0:
+                hit = [i0 + k for k in range(nvec)]                         # one address: an element each
+            else:
+                n = step * (addr.size - 1) + 1
+                hit = [slice(i0 + k, i0 + k + n, step) for k in range(nvec)]
+            q[(off, isz, nvec)] = hit
+        return hit
+
+    def _iota64(self) -> np.ndarray:
+        io = getattr(self, "_iota", None)
+        if io is None or io.size != self.T:
+            io = self._iota = np.arange(self.T, dtype=np.uint64)
+        return io
+
+    def _cache_put(self, key, ent) -> None:
+        """Add an address-cache entry, dropping the oldest beyond 64 (the entries keep their arrays alive, so a
+        cached data pointer cannot be reused by another array)."""
+        if len(self._acache) >= 64:
+            del self._acache[next(iter(self._acache))]
+        self._acache[key] = ent
+
     # ---------------------------------------------------------------- loads, stores, atomics
     def load(self, space, addr, off, dt, nvec, sel):
         isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and space == "global":
+            hit = self._global_slices(addr, off, isz, nvec, False)
+            if hit is not None:
+                v = self._view(self.mem.heap, dt)
+                if isinstance(hit[0], slice):
+                    return [v[h].copy() for h in hit]
+                return [np.full(self.T, v[h]) for h in hit]
         if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
             hit = self._window_index(space, addr, off, isz, isz * nvec)
             if hit is not None:
@@ -174,6 +232,17 @@ class LaneMemory:
 
     def store(self, space, addr, off, dt, vals, sel):
         isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and space == "global":
+            hit = self._global_slices(addr, off, isz, len(vals), True)
+            if hit is not None:
+                v = self._view(self.mem.heap, dt)
+                for h, x in zip(hit, vals):
+                    x = np.asarray(x)
+                    if x.dtype != dt:
+                        x = x.astype(dt) if x.ndim == 0 or x.dtype.itemsize != isz else x.view(dt)
+                    # one address for every lane: the last lane's store is the one that stays
+                    v[h] = x if isinstance(h, slice) or x.ndim == 0 else x[-1]
+                return
         if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
             hit = self._window_index(space, addr, off, isz, isz * len(vals))
             if hit is not None:

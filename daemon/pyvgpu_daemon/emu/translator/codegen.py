@@ -27,6 +27,7 @@ from pyvgpu_daemon.errors import CudaError
 
 from ..chunk_api import MEMBERS
 from ..layout import FN_STRIDE, FN_WIN, LOC_WIN, PAR_WIN, WIN_SIZE
+from ..ops.common import select
 from ..ptx import ir
 from ..ptx.parser import float_bits_to_value
 from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
@@ -55,7 +56,7 @@ def _where(m, t, old):
     t = np.asarray(t)
     if old.dtype != t.dtype:
         old = old.view(t.dtype) if old.dtype.itemsize == t.dtype.itemsize else old.astype(t.dtype)
-    return np.where(m, t, old)
+    return select(m, t, old)
 
 
 def _scatter(old, sel, v):

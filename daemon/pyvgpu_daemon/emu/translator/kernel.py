@@ -39,6 +39,7 @@ class Kernel:
         self.maxntid = entry.maxntid
         self.num_regs = min(255, sum(2 if reg_width(t) == 64 else 1 for t in self.flat.regs.values()))
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
+        self.independent_ctas = _independent_ctas(self.flat.body)
         self.blocks, self.labels = split_blocks(self.flat.body)
         self.live = live_in(self.blocks, self.labels, self.flat.regs)
         # registers live across blocks (variables of `make`); the rest are local to one block function
@@ -116,6 +117,19 @@ def _bytecode(source: str, name: str):
     """Compiled block code, shared by every load of the same kernel (the source names its constants, whose
     values, e.g. variable addresses, live in each load's own namespace)."""
     return compile(source, f"<ptx {name}>", "exec")
+
+
+# What lets one CTA observe another (or order its effects against another's): then chunks run one at a time.
+_SHARING_OPCODES = frozenset({"atom", "red", "membar", "fence", "call", "trap", "brkpt", "mbarrier", "cp"})
+_SHARING_MODS = frozenset({"volatile", "relaxed", "acquire", "release", "acq_rel", "mmio", "sys", "gpu"})
+
+
+def _independent_ctas(body: list) -> bool:
+    """Whether no CTA of a launch can see what another does (CUDA gives unsynchronised data races no meaning):
+    no atomics or fences, no volatile or memory-model-scoped accesses, no device-side calls (printf output and
+    assert order follow the threads)."""
+    return not any(isinstance(ins, ir.Instr) and (ins.opcode in _SHARING_OPCODES or _SHARING_MODS & set(ins.mods))
+                   for ins in body)
 
 
 def _read_registers(body: list) -> set[str]:
