@@ -85,7 +85,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
     def bind_blocks(self):
         """The kernel's block functions bound to this chunk: ([(converged, masked) per block], [bar.red
         release handlers])."""
-        return self.kernel.make(self)
+        return self.launch.make(self)
 
     def run(self) -> None:
         L = self.launch

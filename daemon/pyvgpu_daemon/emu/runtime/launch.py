@@ -93,7 +93,10 @@ class Launch:
         per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
         chunks = [(cta, min(per, ncta_total - cta)) for cta in range(0, ncta_total, per)]
         threads = min(self.limits.threads, len(chunks)) if self.kernel.independent_ctas else 1
-        self.kernel.make             # compiled (first launch) before any chunk runs
+        native = self.limits.native == "on" or (self.limits.native == "auto" and
+                                                ncta_total * self.ctasize >= self.limits.native_min_threads)
+        # the block code every chunk binds (compiled at a kernel's first launch, before any chunk runs)
+        self.make = (self.kernel.native_make() if native else None) or self.kernel.make
         try:
             if threads > 1:
                 self._run_parallel(chunks, threads)

@@ -15,12 +15,14 @@ import functools
 
 from pyvgpu_daemon.errors import CudaError
 
+from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
 from ..ptx.types import reg_width
 from . import control, instrs
 from .cfg import Block, split_blocks
+from .cgen import PRELUDE, NativeRun, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
 from .liveness import live_in
@@ -98,6 +100,7 @@ class Kernel:
         self.source = _make_source(g, self.blocks, funcs)
         self.namespace = g.ns
         self._make = None
+        self._native = None          # None: not tried yet; False: no native code; else its make(S)
 
     @property
     def make(self):
@@ -110,6 +113,46 @@ class Kernel:
             exec(code, self.namespace)
             self._make = self.namespace["make"]
         return self._make
+
+
+    def native_make(self):
+        """make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
+        (translator/cgen.py, emu/native.py); None when the kernel has no runs or no native code can be built
+        (the NumPy make then serves, with the same results)."""
+        if self._native is None:
+            self._native = self._build_native() or False
+        return self._native or None
+
+    def _build_native(self):
+        g = Codegen(self)
+        regs = g.reg_width
+        plans = {b.index: plan_runs(b.instrs, b.term, regs, g.imm, self.global_regs) for b in self.blocks}
+        if not any(plans.values()):
+            return None
+        c_funcs = []
+        for bi, runs in plans.items():
+            for start, end, run in runs:
+                e = c_body(run.instrs, regs, g.imm)
+                c_funcs.append(function_source(run, e, regs, f"nr{bi}_{run.index}"))
+        lib = native.load(PRELUDE + "\n".join(c_funcs))
+        if lib is None:
+            return None
+        for bi, runs in plans.items():
+            for start, end, run in runs:
+                fn = getattr(lib, f"nr{bi}_{run.index}")
+                run.source = g.const(NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs]),
+                                     "nr")
+        funcs = [_block_source(g, b, masked, None if masked else plans[b.index])
+                 for b in self.blocks for masked in (False, True)]
+        source = _make_source(g, self.blocks, funcs)
+        try:
+            code = _bytecode(source, self.name)
+        except SyntaxError as e:
+            raise CudaError("cudaErrorInvalidPtx", f"{self.name}: internal code generation error: {e}") from e
+        exec(code, g.ns)
+        self._native_lib = lib              # keeps the library loaded as long as the kernel
+        self.native_source = source
+        return g.ns["make"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -154,13 +197,22 @@ def _read_registers(body: list) -> set[str]:
     return regs
 
 
-def _block_source(g: Codegen, b: Block, masked: bool) -> str:
-    """One block function: c<index>() (converged) or m<index>(m) (masked)."""
+def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:
+    """One block function: c<index>() (converged) or m<index>(m) (masked); `runs`: (start, end, Run) of the
+    instructions that become native calls (cgen.plan_runs)."""
     g.written = set()
     g.local_defined = set()
     lines: list[str] = []
-    for ins in b.instrs:
-        instrs.emit(g, ins, lines, masked)
+    at = {start: (end, run) for start, end, run in runs or ()}
+    i = 0
+    while i < len(b.instrs):
+        if i in at:
+            end, run = at[i]
+            _emit_run(g, run, lines)
+            i = end
+            continue
+        instrs.emit(g, b.instrs[i], lines, masked)
+        i += 1
     control.emit_terminator(g, b, lines, masked)
     name = f"{'m' if masked else 'c'}{b.index}"
     head = f"    def {name}({'m' if masked else ''}):"
@@ -169,6 +221,17 @@ def _block_source(g: Codegen, b: Block, masked: bool) -> str:
         body.append("nonlocal " + ", ".join(sorted(g.written)))
     body.extend(lines)
     return head + "\n" + "\n".join("        " + ln for ln in body)
+
+
+def _emit_run(g: Codegen, run, lines: list) -> None:
+    """A native run: inputs are the registers' current arrays, outputs become the registers' new arrays."""
+    first, last = run.instrs[0].line, run.instrs[-1].line
+    lines.append(f"# {first}-{last}: {len(run.instrs)} instructions as native code")
+    ins = ", ".join(g._old(r) for r in run.inputs)
+    lines.append(f"_o = {run.source}(T{', ' if ins else ''}{ins})")
+    for k, r in enumerate(run.outputs):
+        lines.append(f"{g.rvar(r)} = _o[{k}]")
+        g._assigned(r)
 
 
 def _bar_handlers(g: Codegen) -> list[str]:
