@@ -576,10 +576,19 @@ class NativeRun:
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
                 keep.append(a)
-            ptrs.append(a.ctypes.data)
+            ptrs.append(_address(a))
         outs = [np.empty(T, dt) for dt in self.out_dtypes]
-        self.fn(T, *ptrs, *(o.ctypes.data for o in outs))
+        self.fn(T, *ptrs, *(_address(o) for o in outs))
         return outs
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a contiguous array (from_buffer: 0.3 us, 6x faster than a.ctypes.data; read-only
+    arrays refuse it)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 def operand_registers(ins: ir.Instr, regs) -> tuple[list[str], list[str]]:
