@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness import ROOT, build_cuda
+
 PROGRAMS = {
     "emu_warp.cu": (),                # warpSize (WARP_SZ), shuffles, ballot + %lanemask_lt, special registers
     "emu_calls.cu": (),               # recursion, deep recursion with cudaLimitStackSize, function pointers
@@ -20,4 +22,19 @@ PROGRAMS = {
 def test_real_program_runs_on_emulated_gpu(program, cuda_build, daemon, run):
     exe = cuda_build(program)
     proc = run(exe, [daemon], *PROGRAMS[program])
+    assert f"PASS {program[:-3]}" in proc.stdout, proc.stdout + proc.stderr
+
+
+BENCH = {
+    "black_scholes.cu": ("20000", "2"),          # option pricing (expf/logf/rsqrt/division heavy)
+    "streams_overlap.cu": ("65536", "4", "2"),   # kernels and async copies in 4 streams
+}
+
+
+@pytest.mark.parametrize("program", list(BENCH))
+def test_benchmark_program_is_correct_with_native_code(program, daemon_factory, run):
+    # bench/cuda programs at small sizes, with native code for every launch (the speed-up of large ones)
+    exe = build_cuda(ROOT / "bench" / "cuda" / program)
+    daemon = daemon_factory(env={"PYVGPU_EMU_NATIVE": "on"})
+    proc = run(exe, [daemon], *BENCH[program])
     assert f"PASS {program[:-3]}" in proc.stdout, proc.stdout + proc.stderr
