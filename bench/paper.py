@@ -5,6 +5,8 @@ Runs examples/dp_train/dp_train (an ordinary multi-GPU CUDA program) as:
   * local GPU, where a real one is visible (skipped with a note otherwise),
   * 1, 2 and 4 remote GPUs: one emulated-GPU daemon per GPU on loopback ports, the unmodified binary under
     LD_PRELOAD=libvcudart.so with PYVGPU_HOSTS listing the daemons,
+  * the same 1, 2 and 4 remote GPUs with the products done by cuBLAS (`--gemm cublas`, the binary built with
+    -lcublas against libvcublas), beside the program's own kernels,
   * uneven GPUs: two remote GPUs, one daemon started with `--emu-slowdown F`, static vs adaptive balance,
 then prints the paper's tables beside the published figures and draws its two figures as PNG:
   fig_time_per_1000.png (time per 1000 batches against the number of GPUs) and
@@ -29,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]      # this checkout's pyvgpu, and the shared harness
 
-from harness import Daemon, cached_build, interposer_env, start_daemon  # noqa: E402
+from harness import Daemon, cached_build, interposer_env, lib_path, start_daemon  # noqa: E402
 EXAMPLE = ROOT / "examples" / "dp_train"
 SOURCE = EXAMPLE / "dp_train.cu"
 BUILD = ROOT / "build" / "dp_train"
@@ -59,10 +61,15 @@ def nvcc_path() -> str:
     return shutil.which("nvcc") or "/usr/local/bin/nvcc"
 
 
-def build_binary(nvcc: str | None = None) -> Path:
-    """nvcc -cudart shared -O3 -std=c++17, cached by the source's hash."""
+def build_binary(nvcc: str | None = None, cublas: bool = False) -> Path:
+    """nvcc -cudart shared -O3 -std=c++17 (cublas: also -DDP_TRAIN_CUBLAS -lcublas, against the headers of the
+    nvidia-cublas wheel and libvcublas), cached by the source's hash and the flags."""
     nvcc = nvcc or nvcc_path()
     flags = ["-cudart", "shared", "-O3", "-std=c++17"]
+    if cublas:
+        sys.path.insert(0, str(ROOT / "tools"))
+        import cublas_wheel  # noqa: PLC0415
+        flags += ["-DDP_TRAIN_CUBLAS", "-I", str(cublas_wheel.fetch()), "-L", str(lib_path().parent), "-lcublas"]
     return cached_build(BUILD, "dp_train", [SOURCE], lambda o: [nvcc, *flags, "-o", str(o), str(SOURCE)])
 
 
@@ -220,6 +227,21 @@ def tables(results: dict, cfg: dict) -> str:
     out.append(f"| final test error | ~{PAPER['test_err']:.0%} (MNIST) | "
                f"{fmt(err('remote1') if err('remote1') is not None else err('cpu'), '.2%')} ({cfg['dataset']}) |")
     out.append("")
+    if any(k.startswith("cublas") for k in results):
+        out.append("Table 1c: the products by cuBLAS (--gemm cublas: cublasSgemm through libvcublas, NumPy on the "
+                   "emulated GPUs) beside the program's own GEMM kernels, same runs otherwise")
+        out.append("| configuration | own kernels s/1000 | cuBLAS s/1000 | cuBLAS / own | own device s/1000 | "
+                   "cuBLAS device s/1000 | test error own | test error cuBLAS |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for n in (1, 2, 4):
+            own, cb = s_per_1000(f"remote{n}"), s_per_1000(f"cublas{n}")
+            if own is None and cb is None:
+                continue
+            out.append(f"| {n} remote GPU{'s' if n > 1 else ''} | {fmt(own, '.3f')} | {fmt(cb, '.3f')} | "
+                       f"{fmt(cb / own if cb and own else None, '.2f')} | {fmt(busy(f'remote{n}'), '.3f')} | "
+                       f"{fmt(busy(f'cublas{n}'), '.3f')} | {fmt(err(f'remote{n}'), '.2%')} | "
+                       f"{fmt(err(f'cublas{n}'), '.2%')} |")
+        out.append("")
     if any(k.startswith("paced") for k in results):
         out.append(f"Table 1b: paced emulated GPUs (every daemon --emu-slowdown {cfg.get('paced')}, "
                    f"{cfg.get('paced_steps')} batches): most of each kernel's time is a sleep, so the emulated GPUs "
@@ -364,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-remote", action="store_true", help="skip the remote (daemon) runs")
     ap.add_argument("--no-local", action="store_true", help="skip the local-GPU run")
     ap.add_argument("--binary", help="a built dp_train (default: build it with nvcc)")
+    ap.add_argument("--cublas-binary", help="a dp_train built with -DDP_TRAIN_CUBLAS -lcublas (default: build it)")
+    ap.add_argument("--no-cublas", action="store_true", help="skip the --gemm cublas runs")
     ap.add_argument("--docs-figures", action="store_true",
                     help="also copy the figures to docs/paper_time_per_1000.png and docs/paper_test_error.png")
     ap.add_argument("--emu-memory", default="1G", help="memory per emulated GPU")
@@ -420,6 +444,13 @@ def main(argv: list[str] | None = None) -> int:
                 results[f"remote{n}"] = run_program(
                     binary, [*common, "--gpus", str(n), "--steps", str(args.steps)], f"{n} remote GPU(s)",
                     env=remote_env(daemons[:n]), timeout=args.timeout)
+            if not args.no_cublas:
+                cublas_binary = Path(args.cublas_binary) if args.cublas_binary else build_binary(cublas=True)
+                log(f"cuBLAS binary: {cublas_binary}")
+                for n in counts:
+                    results[f"cublas{n}"] = run_program(
+                        cublas_binary, [*common, "--gpus", str(n), "--steps", str(args.steps), "--gemm", "cublas"],
+                        f"{n} remote GPU(s), --gemm cublas", env=remote_env(daemons[:n]), timeout=args.timeout)
             if args.paced and args.paced > 1:
                 for d in daemons:
                     d.stop()

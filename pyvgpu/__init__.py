@@ -6,28 +6,37 @@ import sysconfig
 from pathlib import Path
 
 __version__ = "0.1.0"
-LIB_NAME = "libvcudart.so"
+LIB_NAME = "libvcudart.so"          # the runtime drop-in (SONAME libcudart.so.13), for LD_PRELOAD
+DRIVER_LIB_NAME = "libvcuda.so.1"   # the driver drop-in (SONAME libcuda.so.1), beside it with its link names
 
 
-def lib_candidates() -> list[Path]:
-    """Where libvcudart.so may be, most specific first: $PYVGPU_LIB, the package dir, a source build, site-packages."""
+def lib_candidates(name: str = LIB_NAME) -> list[Path]:
+    """Where a client library may be, most specific first: beside $PYVGPU_LIB, the package dir, a source build,
+    site-packages. All client libraries live in one directory."""
     here = Path(__file__).resolve().parent
     out: list[Path] = []
     if os.environ.get("PYVGPU_LIB"):
-        out.append(Path(os.environ["PYVGPU_LIB"]))
-    out.append(here / "lib" / LIB_NAME)
+        given = Path(os.environ["PYVGPU_LIB"])
+        out.append(given if name == LIB_NAME else given.parent / name)
+    out.append(here / "lib" / name)
     # A source checkout's own build wins over an older copy in site-packages (editable installs put one there).
-    out.append(here.parent / "build" / "dev" / "lib" / LIB_NAME)
+    out.append(here.parent / "build" / "dev" / "lib" / name)
     for key in ("platlib", "purelib"):
-        out.append(Path(sysconfig.get_paths()[key]) / "pyvgpu" / "lib" / LIB_NAME)
+        out.append(Path(sysconfig.get_paths()[key]) / "pyvgpu" / "lib" / name)
     return out
 
 
-def lib_path() -> Path:
-    """The interposer library to LD_PRELOAD; FileNotFoundError naming the places searched when it is missing."""
-    candidates = lib_candidates()
+def lib_path(name: str = LIB_NAME) -> Path:
+    """A client library (libvcudart by default); FileNotFoundError naming the places searched when it is missing."""
+    candidates = lib_candidates(name)
     for path in candidates:
         if path.is_file():
             return path
-    raise FileNotFoundError(f"{LIB_NAME} not found; looked in: " + ", ".join(map(str, candidates))
+    raise FileNotFoundError(f"{name} not found; looked in: " + ", ".join(map(str, candidates))
                             + " (build it with `pip install .` or `cmake -S . -B build/dev && cmake --build build/dev`)")
+
+
+def lib_dir() -> Path:
+    """The directory holding every client library and the names programs look for (libcuda.so.1, libcuda.so,
+    libcudart.so.13): for LD_LIBRARY_PATH and `-L... -lcuda`."""
+    return lib_path(DRIVER_LIB_NAME).parent

@@ -6,9 +6,9 @@ Every failure is one line on stderr (`pyvgpu: error: ...`) and a nonzero exit st
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyvgpu
-from pyvgpu import auth, config, hostmap
+from pyvgpu import auth, config, hostmap, placement
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
-from pyvgpu.protocol import DEFAULT_PORT
+from pyvgpu.protocol import DEFAULT_PORT, ENV_MEMORY, ENV_WEIGHT
+from pyvgpu.units import parse_size
 
 PROG = "pyvgpu"
 DAEMON_MODULE = "pyvgpu_daemon"
@@ -146,6 +147,13 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--emu-slowdown", str(args.emu_slowdown)]
     if args.log_level is not None:
         argv += ["--log-level", args.log_level]
+    for spec in args.session_memory or []:
+        argv += ["--session-memory", spec]
+    for flag, value in (("--max-weight", args.max_weight), ("--scheduling", args.scheduling),
+                        ("--time-slice", args.time_slice),
+                        ("--metrics-port", args.metrics_port), ("--metrics-host", args.metrics_host)):
+        if value is not None:
+            argv += [flag, str(value)]
     return argv
 
 
@@ -290,8 +298,13 @@ def _mem(value: Any) -> str:
     return format_bytes(int(value)) if isinstance(value, (int, float)) else str(value)
 
 
+def _slowdown(value: Any) -> str:
+    return f"{float(value):.2f}x" if isinstance(value, (int, float)) else "-"
+
+
 def format_status(where: Host, status: dict, info: dict | None = None) -> str:
-    """Human-readable `daemon status`: backend, devices (memory held by sessions), sessions (memory per device)."""
+    """Human-readable `daemon status`: backend, devices (memory in use, load, sharing slowdown), sessions (weight,
+    memory used of its limit and device time per device)."""
     status = status or {}
     info = info or {}
     head = f"daemon {status.get('address') or where}: backend {status.get('backend') or info.get('backend') or '?'}"
@@ -301,28 +314,30 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
         head += f", up {float(status['uptime_s']):.0f} s"
     if "auth" in status:
         head += ", token required" if status["auth"] else ", no token (loopback)"
+    if status.get("scheduling"):
+        head += f", scheduling {status['scheduling']}"
     lines = [head]
     sessions = [s for s in (status.get("sessions") or []) if isinstance(s, dict)]
-    held_by_dev: dict[int, int] = {}
-    for s in sessions:
-        for d in s.get("devices") or []:
-            if isinstance(d, dict) and isinstance(d.get("memory"), int):
-                held_by_dev[d.get("device", 0)] = held_by_dev.get(d.get("device", 0), 0) + d["memory"]
     usage = {u.get("device"): u for u in (status.get("device_usage") or []) if isinstance(u, dict)}
-    for dev_ordinal, u in usage.items():
-        if isinstance(u.get("memory"), int):
-            held_by_dev[dev_ordinal] = u["memory"]
     devices = status.get("devices") or info.get("devices") or []
     lines.append(f"devices: {len(devices)}")
     for i, dev in enumerate(devices):
         if not isinstance(dev, dict):
             lines.append(f"  {i}: {dev}")
             continue
+        u = usage.get(i, {})
         total = dev.get("total_mem")
-        mem = f"{_mem(held_by_dev.get(i, 0))} held of {_mem(total) if total is not None else '?'}"
-        if isinstance(usage.get(i, {}).get("sessions"), int):
-            mem += f" by {usage[i]['sessions']} session(s)"
-        lines.append(f"  {i}: {dev.get('name', '?')}, {mem}" + (f", {dev['backend']}" if dev.get("backend") else ""))
+        used = u.get("memory_used", u.get("memory", 0))
+        mem = f"{_mem(used)} held of {_mem(total) if total is not None else '?'}"
+        if isinstance(u.get("sessions"), int):
+            mem += f" by {u['sessions']} session(s)"
+        line = f"  {i}: {dev.get('name', '?')}, {mem}" + (f", {dev['backend']}" if dev.get("backend") else "")
+        if isinstance(u.get("busy_ratio"), (int, float)):
+            line += (f"; busy {u['busy_ratio']:.2f} (last 10 s), {u.get('active_sessions', 0)} active, "
+                     f"sharing slowdown {_slowdown(u.get('slowdown'))}")
+        if isinstance(u.get("session_memory_limit"), int) and u["session_memory_limit"] != total:
+            line += f"; session limit {_mem(u['session_memory_limit'])}"
+        lines.append(line)
     others = [s for s in sessions if not s.get("self")]
     lines.append(f"sessions: {len(others)}" + (" (not counting this status query)" if len(others) != len(sessions)
                                                else ""))
@@ -333,6 +348,8 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
             line += f" from {s['peer']}"
         if isinstance(s.get("since"), (int, float)):
             line += f", {max(0.0, time.time() - float(s['since'])):.0f} s"
+        if isinstance(s.get("weight"), (int, float)) and s["weight"] != 1.0:
+            line += f", weight {s['weight']:g}"
         if "memory" in s:
             line += f": {_mem(s['memory'])} held"
         per_dev = []
@@ -341,8 +358,14 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
                 continue
             extra = ", ".join(f"{d[k]} {k}" for k in ("allocations", "modules", "streams", "events") if d.get(k))
             err = f", sticky error {d['sticky_error']}" if d.get("sticky_error") else ""
-            per_dev.append(f"dev {d.get('device', '?')}: {_mem(d.get('memory', 0))}"
-                           + (f" ({extra})" if extra else "") + err)
+            used = d.get("memory_used", d.get("memory", 0))
+            limit = d.get("memory_limit")
+            mem = f"{_mem(used)} of {_mem(limit)} limit" if isinstance(limit, int) else f"{_mem(used)}, no limit"
+            if isinstance(d.get("device_seconds"), (int, float)):
+                mem += f", {d['device_seconds']:.3f} s device time"
+                if d.get("slowdown") is not None:
+                    mem += f", slowdown {_slowdown(d['slowdown'])}"
+            per_dev.append(f"dev {d.get('device', '?')}: {mem}" + (f" ({extra})" if extra else "") + err)
         if per_dev:
             line += " [" + "; ".join(per_dev) + "]"
         lines.append(line)
@@ -407,61 +430,121 @@ def _host_map_for(args: argparse.Namespace) -> hostmap.HostMap:
     return hostmap.load()
 
 
-def cmd_devices(args: argparse.Namespace) -> int:
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _device_load(rep: hostmap.HostDevices, ordinal: int) -> dict[str, Any]:
+    """The device_usage entry of `ordinal` in a report's daemon status ({} when the daemon did not say)."""
+    for u in (rep.status or {}).get("device_usage") or []:
+        if isinstance(u, dict) and u.get("device") == ordinal:
+            return u
+    return {}
+
+
+def _daemon_entries(args: argparse.Namespace) -> list[Host]:
+    """The host map's (or --hosts') entries that name daemons (not `auto`); CliError when there are none."""
     hm = _host_map_for(args)
-    if not len(hm):
+    entries = [h for h in hm.hosts if not h.is_auto]
+    if not entries:
         raise CliError(f"no hosts: the host map ({hm.source}) is empty; add one with "
                        f"`{PROG} hosts add HOST[:PORT]` or pass --hosts")
-    token = config.load_token()
-    connect = _load_client().connect
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(hm))) as pool:
-        reports = list(pool.map(lambda h: hostmap.query_host(h, token, args.timeout, connect), hm.hosts))
+    return entries
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    entries = _daemon_entries(args)
+    reports = hostmap.query_daemons(entries, config.load_token(), args.timeout, _load_client().connect, status=True)
     gpus = hostmap.number_gpus(reports)
     failed = [r for r in reports if r.error is not None]
+    load = {}
+    for g in gpus:
+        rep = next(r for r in reports if r.host.daemon_key() == g.host.daemon_key() and r.error is None)
+        load[g.index] = _device_load(rep, g.remote_ordinal)
     if args.json:
         print(json.dumps({
             "gpus": [{"index": g.index, "host": str(g.host), "remote_ordinal": g.remote_ordinal, "name": g.name,
-                      "total_mem": g.total_mem, "backend": g.backend} for g in gpus],
+                      "total_mem": g.total_mem, "backend": g.backend,
+                      "memory_used": load[g.index].get("memory_used"),
+                      "busy_ratio": load[g.index].get("busy_ratio"),
+                      "sharing_slowdown": load[g.index].get("slowdown"),
+                      "sessions": load[g.index].get("sessions"),
+                      "active_sessions": load[g.index].get("active_sessions")} for g in gpus],
             "errors": [{"host": str(r.host), "error": r.error} for r in failed]}, indent=2))
     else:
         if gpus:
-            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "BACKEND")]
-            rows += [(f"GPU{g.index}", str(g.host), str(g.remote_ordinal), g.name, format_bytes(g.total_mem),
-                      g.backend) for g in gpus]
-            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-            for r in rows:
-                print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "USED", "BUSY", "SLOWDOWN", "SESSIONS", "BACKEND")]
+            for g in gpus:
+                u = load[g.index]
+                busy = u.get("busy_ratio")
+                rows.append((f"GPU{g.index}", str(g.host), str(g.remote_ordinal), g.name, format_bytes(g.total_mem),
+                             format_bytes(int(u["memory_used"])) if "memory_used" in u else "?",
+                             f"{busy:.2f}" if isinstance(busy, (int, float)) else "?", _slowdown(u.get("slowdown")),
+                             str(u.get("sessions", "?")), g.backend))
+            print(_table(rows))
         else:
             _note("no GPUs found")
         for r in reports:
             if r.error is None and not r.devices:
                 _note(f"{r.host}: the daemon reports no devices")
-    for r in failed:
-        _err(f"{r.host}: {r.error}")
+            elif r.error is None and r.host.device is not None and r.host.device >= len(r.devices or []):
+                _note(f"{r.host}: the daemon has no device {r.host.device}")
+    for r in {r.host.daemon_key(): r for r in failed}.values():
+        _err(f"{r.host.daemon}: {r.error}")
     if failed and gpus:
         _note("GPU numbers above count only the reachable hosts")
     return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------------------------- run / lib / token
-def _lib() -> Path:
+def _lib(name: str = pyvgpu.LIB_NAME) -> Path:
     try:
-        return pyvgpu.lib_path()
+        return pyvgpu.lib_path(name)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
 
 
 def cmd_lib(args: argparse.Namespace) -> int:
-    print(_lib())
+    if args.dir:
+        print(_lib(pyvgpu.DRIVER_LIB_NAME).parent)
+    else:
+        print(_lib(pyvgpu.DRIVER_LIB_NAME if args.driver else pyvgpu.LIB_NAME))
     return 0
+
+
+def static_executable(path: str) -> bool:
+    """Whether path is an ELF executable without a program interpreter (statically linked): such a program
+    cannot dlopen libcuda.so.1 nor take LD_PRELOAD, so nothing can remote its CUDA calls."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return False                       # not a little-endian 64-bit ELF: not ours to judge
+            phoff = int.from_bytes(head[0x20:0x28], "little")
+            phentsize = int.from_bytes(head[0x36:0x38], "little")
+            phnum = int.from_bytes(head[0x38:0x3A], "little")
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    types = [int.from_bytes(table[i:i + 4], "little") for i in range(0, len(table), phentsize)]
+    return 3 not in types and 2 not in types       # no PT_INTERP, no PT_DYNAMIC
 
 
 def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `pyvgpu run` gives the program."""
     env = dict(os.environ if base is None else base)
-    lib = str(_lib())
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != lib]
-    env["LD_PRELOAD"] = " ".join([lib, *preload])
+    # libvcudart stands in for libcudart.so.13 (programs built with -cudart shared); libvcuda for libcuda.so.1
+    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries).
+    # Preloading libvcuda also beats an RPATH that points at another libcuda.so.1.
+    libs = [str(_lib()), str(_lib(pyvgpu.DRIVER_LIB_NAME))]
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p not in libs]
+    env["LD_PRELOAD"] = " ".join([*libs, *preload])
+    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
+    libdir = str(Path(libs[1]).parent)
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
     if hosts is None:
         hosts = list(hostmap.load(env))
     if not hosts:
@@ -471,16 +554,63 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     return env
 
 
+def place(pool: list[Host], n: int, memory: int, timeout: float, explain: bool) -> list[Host]:
+    """The n GPUs of `pool` placement chooses (best first), as host:port/ordinal entries."""
+    if not pool:
+        raise CliError("placement needs a pool: the host map has no daemons besides `auto` (add some with "
+                       f"`{PROG} hosts add HOST[:PORT]` or pass --hosts)")
+    reports = hostmap.query_daemons(pool, config.load_token(), timeout, _load_client().connect, status=True)
+    candidates: list[placement.Candidate] = []
+    for r in reports:
+        if r.error is not None:
+            _note(f"placement: skipping {r.host}: {r.error}")
+            continue
+        candidates += placement.candidates_from_status(r.host, r.status or {"devices": r.devices},
+                                                       len(candidates), only=r.host.device)
+    chosen, every = placement.rank(candidates, n, memory)
+    if explain:
+        for ch in every:
+            print(f"{PROG}: placement: {placement.explain(ch, memory)}", file=sys.stderr)
+    if len(chosen) < n:
+        fits = f" with {format_bytes(memory)} free" if memory else ""
+        raise CliError(f"placement: {n} GPU(s) asked, {len(chosen)} of the pool's {len(candidates)} "
+                       f"reachable GPU(s) qualify{fits} (--explain says why)")
+    return [Host(ch.candidate.host.host, ch.candidate.host.port, ch.candidate.ordinal) for ch in chosen]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise CliError("nothing to run: usage: pyvgpu run [--hosts HOST:PORT,...] -- PROGRAM [ARGS...]", 2)
-    hosts = hostmap.parse_env(args.hosts, "--hosts") if args.hosts else None
+        raise CliError("nothing to run: usage: pyvgpu run [--hosts HOST:PORT,...] [-n N] -- PROGRAM [ARGS...]", 2)
+    entries = hostmap.parse_env(args.hosts, "--hosts") if args.hosts else list(hostmap.load())
+    memory = 0
+    if args.memory is not None:
+        try:
+            memory = parse_size(args.memory)
+        except ValueError as exc:
+            raise CliError(f"--memory: {exc}", 2) from None
+    if args.weight is not None and not args.weight > 0:
+        raise CliError("--weight must be a positive number", 2)
+    autos = [h for h in entries if h.is_auto]
+    n = args.n if args.n is not None else sum(h.count for h in autos)
+    if args.n is not None and args.n < 1:
+        raise CliError("-n must be at least 1", 2)
+    hosts = place([h for h in entries if not h.is_auto], n, memory, args.timeout, args.explain) if n else entries
     env = run_env(hosts)
+    if memory:
+        env[ENV_MEMORY] = str(memory)
+    if args.weight is not None:
+        env[ENV_WEIGHT] = repr(float(args.weight))
+    exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
+    if exe and static_executable(exe):
+        raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
+                       f"its CUDA calls cannot be remoted (link it dynamically; nvcc does by default)", 126)
     if args.verbose:
-        _note(f"LD_PRELOAD={env['LD_PRELOAD']} {hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}")
+        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT) if k in env)
+        _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
+              f"{hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}{extra}")
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -492,6 +622,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"{command[0]}: {exc.strerror or exc}", 126) from None
     return 0  # not reached
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from pyvgpu import top
+    entries = _daemon_entries(args)
+    if not args.interval > 0:
+        raise CliError("--interval must be positive", 2)
+    clear = sys.stdout.isatty() if args.clear is None else args.clear
+    return top.run(entries, args.interval, args.iterations, sys.stdout, clear, args.timeout)
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -558,6 +697,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="make the emulated GPUs F times slower (for uneven-GPU experiments)")
     ds.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                     help="daemon log verbosity (default: INFO)")
+    ds.add_argument("--session-memory", action="append", metavar="[DEVICE=]SIZE",
+                    help="memory quota of each session: on every device (e.g. 2G) or on one (e.g. 1=8G); "
+                         "repeatable; clients may ask for less (`pyvgpu run --memory`); default: none")
+    ds.add_argument("--max-weight", type=float, metavar="W",
+                    help="largest share weight a client may ask for with `pyvgpu run --weight` (default 10)")
+    ds.add_argument("--scheduling", choices=("fair", "off"),
+                    help="fair: the sessions of a device share its time by weight (default); off: no arbitration")
+    ds.add_argument("--time-slice", type=float, metavar="MS",
+                    help="device time a session may run ahead of a waiting one before it hands the GPU over "
+                         "(default 2 ms)")
+    ds.add_argument("--metrics-port", type=int, metavar="PORT",
+                    help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    ds.add_argument("--metrics-host", metavar="ADDR",
+                    help="address of the metrics server (default: the daemon's --host)")
     ds.add_argument("--wait", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
                     help="with --detach: how long to wait for the daemon to listen (default: %(default)s)")
     ds.set_defaults(func=cmd_daemon_start)
@@ -615,21 +768,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     # run
     r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
-                       usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] -- PROGRAM [ARGS...]",
-                       description="Run PROGRAM with LD_PRELOAD set to libvcudart and PYVGPU_HOSTS set to the host "
-                                   "map (or --hosts), so its CUDA runtime calls go to the daemons. The program must "
-                                   "be linked with nvcc's -cudart shared (the default static cudart cannot be "
-                                   "interposed).")
+                       usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] [-n N [--explain]] [--memory SIZE] "
+                             "[--weight W] -- PROGRAM [ARGS...]",
+                       description="Run PROGRAM with its CUDA calls going to the daemons of the host map (or "
+                                   "--hosts): LD_PRELOAD holds libvcudart (for programs built with -cudart shared) "
+                                   "and libvcuda, the libcuda.so.1 drop-in (for nvcc's default static runtime, "
+                                   "NVIDIA's own libcudart, driver-API programs), LD_LIBRARY_PATH the directory "
+                                   "`pyvgpu lib --dir` prints, PYVGPU_HOSTS the hosts. With -n N (or an `auto:N` "
+                                   "entry in the host map) it gets the N GPUs of the pool where it is predicted to "
+                                   "slow down least and to slow others least, with --memory free "
+                                   "(pyvgpu/placement.py; --explain prints why).")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
+    r.add_argument("-n", type=int, metavar="N", help="place the program on N GPUs of the pool (host map or --hosts)")
+    r.add_argument("--explain", action="store_true", help="with -n / auto: one line per GPU on the decision")
+    r.add_argument("--memory", metavar="SIZE",
+                   help="device memory the program needs per GPU, e.g. 1G: placement picks GPUs with that much "
+                        "free, and the daemons limit the program's sessions to it (cudaMemGetInfo shows it)")
+    r.add_argument("--weight", type=float, metavar="W",
+                   help="the program's share of each GPU's time relative to other programs there (default 1; "
+                        "daemons cap it with --max-weight)")
+    r.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="per-host connect timeout for placement (default: %(default)s)")
     r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)
 
+    # top
+    tp = sub.add_parser("top", help="live view of every daemon's GPUs and sessions",
+                        description="Poll every daemon of the host map (or --hosts) and show, per GPU, memory in "
+                                    "use, busy ratio, sharing slowdown and sessions; per session its client, "
+                                    "weight, memory used of its limit, share of device time, ops/s and bytes/s; "
+                                    "per op the rate and latency (p50/p99). Ctrl-C ends it.")
+    tp.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
+    tp.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="refresh period (default 1)")
+    tp.add_argument("--iterations", "-n", type=int, default=0, metavar="N",
+                    help="stop after N refreshes (default: run until interrupted)")
+    tp.add_argument("--clear", action=argparse.BooleanOptionalAction, default=None,
+                    help="clear the screen between refreshes (default: when stdout is a terminal)")
+    tp.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="per-host connect timeout")
+    tp.set_defaults(func=cmd_top)
+
     # lib
-    lb = sub.add_parser("lib", help="print the path of libvcudart.so",
+    lb = sub.add_parser("lib", help="print the path of libvcudart.so (--driver: libvcuda, --dir: their directory)",
                         description="Print the path of the interposer library libvcudart.so (SONAME libcudart.so.13), "
-                                    "for LD_PRELOAD=$(pyvgpu lib) ./app. PYVGPU_LIB overrides where it is looked "
-                                    "for.")
+                                    "for LD_PRELOAD=$(pyvgpu lib) ./app; with --driver the driver drop-in "
+                                    "libvcuda.so.1 (SONAME libcuda.so.1); with --dir the directory holding every "
+                                    "client library and the names programs look for (libcuda.so.1, libcuda.so, "
+                                    "libcudart.so.13, libcublas.so.13, ...), for "
+                                    "LD_LIBRARY_PATH and `nvcc app.cu -L$(pyvgpu lib --dir) -lcuda`. PYVGPU_LIB "
+                                    "overrides where libvcudart is looked for (the others are beside it).")
+    lbg = lb.add_mutually_exclusive_group()
+    lbg.add_argument("--driver", action="store_true", help="print the path of libvcuda.so.1")
+    lbg.add_argument("--dir", action="store_true", help="print the directory of the client libraries")
     lb.set_defaults(func=cmd_lib)
 
     # token

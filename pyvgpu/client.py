@@ -12,9 +12,9 @@ import threading
 from typing import Any
 
 from pyvgpu import auth, wire
-from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_NAMES, HELLO_CLIENT, HELLO_PROOF,
-                             HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE, HELLO_VERSION, OP_BY_NAME,
-                             PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag, reply_matches)
+from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_NAMES, HELLO_CLIENT, HELLO_HOSTNAME, HELLO_PID,
+                             HELLO_PROOF, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE, HELLO_VERSION,
+                             OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag, reply_matches)
 
 
 class ClientError(Exception):
@@ -49,19 +49,21 @@ class Client:
     @classmethod
     def connect(cls, host: str, port: int, token: bytes | None = None, timeout: float = 10.0,
                 va_base: int | None = None, client_text: str | None = None,
-                version: int = PROTOCOL_VERSION) -> "Client":
-        """Connect and perform the handshake; raises HandshakeError (version mismatch, auth) or OSError."""
+                version: int = PROTOCOL_VERSION, hello: dict[str, Any] | None = None) -> "Client":
+        """Connect and perform the handshake; raises HandshakeError (version mismatch, auth) or OSError.
+        `hello`: more keys for the hello map (e.g. protocol.HELLO_MEMORY, HELLO_WEIGHT)."""
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self = cls(sock, host, port)
         try:
-            self._handshake(token, va_base, client_text, version)
+            self._handshake(token, va_base, client_text, version, hello or {})
         except BaseException:
             sock.close()
             raise
         return self
 
-    def _handshake(self, token: bytes | None, va_base: int | None, client_text: str | None, version: int) -> None:
+    def _handshake(self, token: bytes | None, va_base: int | None, client_text: str | None, version: int,
+                   extra: dict[str, Any]) -> None:
         s_version, nonce, auth_required = wire.parse_server_hello(wire.recv_header(self.sock))
         self.server_version = s_version
         if auth_required and token is None:
@@ -72,6 +74,9 @@ class Client:
             HELLO_PROOF: auth.proof(token, nonce) if token is not None else None,
             HELLO_CLIENT: client_text or f"{os.getpid()}@{socket.gethostname()} {os.path.basename(sys.argv[0] or 'python')}",
             HELLO_VA_BASE: VA_WINDOW_BYTES if va_base is None else va_base,
+            HELLO_PID: os.getpid(),
+            HELLO_HOSTNAME: socket.gethostname(),
+            **extra,
         }
         # The hello is sent even when versions differ so the daemon logs the mismatch too.
         err, result, _ = self._roundtrip(OP_BY_NAME["HELLO"].code, [hello])

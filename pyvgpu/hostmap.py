@@ -7,14 +7,18 @@ too (csrc/), so it is deliberately small:
     gpu-a                      host name or IPv4 address, default port 7700 (protocol.DEFAULT_PORT)
     gpu-b:7701                 host:port, port a decimal 1..65535
     [::1]:7700                 IPv6 addresses are written in brackets, port optional ([fe80::1%eth0] too)
+    gpu-c:7700/1               one device of a daemon: its ordinal there after '/' (any entry form)
+    auto:2                     2 GPUs chosen by placement among the other entries (`auto` = 1); `pyvgpu run`
+                               resolves it (pyvgpu/placement.py); libvcudart alone skips it with a note
 
 Each line holds one entry; surrounding whitespace is ignored. A bare IPv6 address without brackets is refused
 (`2001:db8::1:7700` could be read two ways). `PYVGPU_HOSTS=host:port,host:port` (same entry syntax, comma
-separated) replaces the file for one run when it is set and not empty. The same daemon (host and port, host names
-compared case-insensitively, IPv6 addresses in canonical form) may appear only once.
+separated) replaces the file for one run when it is set and not empty. A daemon (host and port, host names
+compared case-insensitively, IPv6 addresses in canonical form) may appear once for all its devices, or several
+times with different ordinals; `auto` at most once.
 
 GPU numbering: GPUs are numbered in host-map order, then by each host's own device ordinal: with hosts A (2
-GPUs) and B (1 GPU), GPU0 = A/0, GPU1 = A/1, GPU2 = B/0.
+GPUs) and B (1 GPU), GPU0 = A/0, GPU1 = A/1, GPU2 = B/0; with `B/0,A/1` GPU0 = B/0 and GPU1 = A/1.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pyvgpu import config
-from pyvgpu.protocol import DEFAULT_PORT
+from pyvgpu.protocol import DEFAULT_PORT, HOSTMAP_AUTO, HOSTMAP_DEVICE_SEP
+from pyvgpu.units import format_bytes  # noqa: F401 - part of this module's interface (CLI, tests)
 
 ENV_HOSTS = "PYVGPU_HOSTS"
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
@@ -40,28 +45,65 @@ class HostMapError(ValueError):
 class Host:
     host: str
     port: int = DEFAULT_PORT
+    device: int | None = None    # `/ORDINAL`: only this device of the daemon; None: all of them
+    count: int = 0               # an `auto[:N]` entry: N GPUs to choose by placement (host is HOSTMAP_AUTO)
 
     @property
     def is_ipv6(self) -> bool:
         return ":" in self.host
 
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if self.is_ipv6 else f"{self.host}:{self.port}"
+    @property
+    def is_auto(self) -> bool:
+        return self.count > 0
 
-    def key(self) -> tuple[str, int]:
-        """Identity used for duplicate detection."""
+    @property
+    def daemon(self) -> "Host":
+        """The daemon this entry names (without a device selection)."""
+        return Host(self.host, self.port) if self.device is not None else self
+
+    def __str__(self) -> str:
+        if self.is_auto:
+            return HOSTMAP_AUTO if self.count == 1 else f"{HOSTMAP_AUTO}:{self.count}"
+        base = f"[{self.host}]:{self.port}" if self.is_ipv6 else f"{self.host}:{self.port}"
+        return base if self.device is None else f"{base}{HOSTMAP_DEVICE_SEP}{self.device}"
+
+    def daemon_key(self) -> tuple[str, int]:
+        """Identity of the daemon (host names case-insensitive, IPv6 canonical)."""
+        if self.is_auto:
+            return HOSTMAP_AUTO, 0
         if self.is_ipv6:
             addr, _, zone = self.host.partition("%")
             canon = ipaddress.IPv6Address(addr).compressed + (f"%{zone}" if zone else "")
             return canon.lower(), self.port
         return self.host.lower(), self.port
 
+    def key(self) -> tuple[str, int, int | None]:
+        """Identity of the entry."""
+        return (*self.daemon_key(), self.device)
+
+    def overlaps(self, other: "Host") -> bool:
+        """Both entries name the same device(s) of one daemon (or both are `auto`): a duplicate."""
+        return self.daemon_key() == other.daemon_key() and \
+            (self.device is None or other.device is None or self.device == other.device)
+
     @classmethod
     def parse(cls, spec: str, default_port: int = DEFAULT_PORT) -> "Host":
-        """Parse `host`, `host:port`, `[v6]` or `[v6]:port`; HostMapError explaining what is wrong."""
+        """Parse `host`, `host:port`, `[v6]` or `[v6]:port`, each with an optional `/ORDINAL`, or `auto[:N]`;
+        HostMapError explaining what is wrong."""
         text = spec.strip()
         if not text:
             raise HostMapError("empty host entry")
+        name, colon, count = text.partition(":")
+        if name.lower() == HOSTMAP_AUTO:
+            if colon and (not count.isdigit() or not 1 <= int(count) <= 64):
+                raise HostMapError(f"{spec!r}: expected {HOSTMAP_AUTO} or {HOSTMAP_AUTO}:N with N from 1 to 64")
+            return cls(HOSTMAP_AUTO, DEFAULT_PORT, None, int(count) if colon else 1)
+        device: int | None = None
+        text, sep, dev_text = text.partition(HOSTMAP_DEVICE_SEP)
+        if sep:
+            if not dev_text.isdigit() or int(dev_text) >= 64:
+                raise HostMapError(f"{spec!r}: the device after '{HOSTMAP_DEVICE_SEP}' must be an ordinal 0..63")
+            device = int(dev_text)
         port_text: str | None = None
         if text.startswith("["):
             end = text.find("]")
@@ -89,7 +131,7 @@ class Host:
             if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
                 raise HostMapError(f"{spec!r}: port must be a number from 1 to 65535")
             port = int(port_text)
-        return cls(host, port)
+        return cls(host, port, device)
 
 
 @dataclass(frozen=True)
@@ -117,7 +159,7 @@ class HostMap:
 def parse_lines(lines: Iterable[str], origin: str = "hosts file") -> list[Host]:
     """Parse hosts-file lines; HostMapError names `origin` and the line for a bad or duplicate entry."""
     hosts: list[Host] = []
-    seen: dict[tuple[str, int], int] = {}
+    lines_of: list[int] = []
     for lineno, raw in enumerate(lines, 1):
         text = raw.split("#", 1)[0].strip()
         if not text:
@@ -126,17 +168,17 @@ def parse_lines(lines: Iterable[str], origin: str = "hosts file") -> list[Host]:
             host = Host.parse(text)
         except HostMapError as exc:
             raise HostMapError(f"{origin}, line {lineno}: {exc}") from None
-        if host.key() in seen:
-            raise HostMapError(f"{origin}, line {lineno}: {host} duplicates line {seen[host.key()]}")
-        seen[host.key()] = lineno
+        for other, at in zip(hosts, lines_of):
+            if host.overlaps(other):
+                raise HostMapError(f"{origin}, line {lineno}: {host} duplicates line {at}")
         hosts.append(host)
+        lines_of.append(lineno)
     return hosts
 
 
 def parse_env(value: str, origin: str = ENV_HOSTS) -> list[Host]:
     """Parse a comma-separated list (PYVGPU_HOSTS, `pyvgpu run --hosts`); empty items are ignored."""
     hosts: list[Host] = []
-    seen: set[tuple[str, int]] = set()
     for item in value.split(","):
         if not item.strip():
             continue
@@ -144,9 +186,8 @@ def parse_env(value: str, origin: str = ENV_HOSTS) -> list[Host]:
             host = Host.parse(item)
         except HostMapError as exc:
             raise HostMapError(f"{origin}: {exc}") from None
-        if host.key() in seen:
+        if any(host.overlaps(h) for h in hosts):
             raise HostMapError(f"{origin}: {host} is listed twice")
-        seen.add(host.key())
         hosts.append(host)
     return hosts
 
@@ -183,8 +224,7 @@ HEADER = ("# pyvgpu host map: one daemon per line as host[:port] ([v6addr]:port 
 
 def save(hosts: list[Host], path: Path | None = None) -> None:
     """Write `hosts` as a fresh hosts file (canonical `host:port` lines)."""
-    keys = [h.key() for h in hosts]
-    if len(set(keys)) != len(keys):
+    if any(a.overlaps(b) for i, a in enumerate(hosts) for b in hosts[:i]):
         raise HostMapError("refusing to save a host map with duplicate entries")
     _write_lines(path or config.hosts_path(), [HEADER, *(f"{h}\n" for h in hosts)])
 
@@ -198,14 +238,14 @@ def add(new: list[Host], path: Path | None = None) -> tuple[list[Host], list[Hos
         lines = path.read_text().splitlines(keepends=True)
     except FileNotFoundError:
         lines = [HEADER]
-    existing = {h.key() for h in parse_lines(lines, str(path))}
+    existing = parse_lines(lines, str(path))
     added: list[Host] = []
     present: list[Host] = []
     for host in new:
-        if host.key() in existing:
+        if any(host.overlaps(h) for h in existing):
             present.append(host)
             continue
-        existing.add(host.key())
+        existing.append(host)
         added.append(host)
     if added:
         if lines and not lines[-1].endswith("\n"):
@@ -246,24 +286,29 @@ class HostDevices:
     devices: list[dict[str, Any]] | None = None
     backend: str | None = None
     error: str | None = None
+    status: dict[str, Any] | None = None      # the daemon's STATUS (load, memory, sessions) when asked for
 
 
 def number_gpus(reports: Iterable[HostDevices]) -> list[Gpu]:
-    """GPU numbering over the reachable hosts: host-map order, then each host's ordinal."""
+    """GPU numbering over the reachable hosts: host-map order, then each host's ordinal (only the selected
+    device for an entry with /ORDINAL; an ordinal the daemon does not have numbers nothing)."""
     gpus: list[Gpu] = []
     for rep in reports:
         if rep.devices is None:
             continue
         for ordinal, dev in enumerate(rep.devices):
-            gpus.append(Gpu(index=len(gpus), host=rep.host, remote_ordinal=ordinal,
+            if rep.host.device is not None and ordinal != rep.host.device:
+                continue
+            gpus.append(Gpu(index=len(gpus), host=rep.host.daemon, remote_ordinal=ordinal,
                             name=str(dev.get("name", "?")), total_mem=int(dev.get("total_mem", 0) or 0),
                             backend=str(dev.get("backend") or rep.backend or "?")))
     return gpus
 
 
 def query_host(host: Host, token: bytes | None = None, timeout: float = 5.0,
-               connect: Callable[..., Any] | None = None) -> HostDevices:
-    """Ask one daemon for its devices (HELLO). Failures become a one-line `error`, never an exception."""
+               connect: Callable[..., Any] | None = None, status: bool = False) -> HostDevices:
+    """Ask one daemon for its devices (HELLO) and, with `status`, its STATUS. Failures become a one-line `error`,
+    never an exception."""
     if connect is None:
         from pyvgpu.client import Client
         connect = Client.connect
@@ -273,12 +318,36 @@ def query_host(host: Host, token: bytes | None = None, timeout: float = 5.0,
         return HostDevices(host, error=describe_error(exc))
     try:
         info = client.info or {}
-        return HostDevices(host, devices=list(info.get("devices") or []), backend=info.get("backend"))
+        rep = HostDevices(host, devices=list(info.get("devices") or []), backend=info.get("backend"))
+        if status:
+            try:
+                rep.status = client.status()
+            except Exception as exc:  # noqa: BLE001
+                return HostDevices(host, error=describe_error(exc))
+        return rep
     finally:
         try:
             client.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def query_daemons(entries: list[Host], token: bytes | None = None, timeout: float = 5.0,
+                  connect: Callable[..., Any] | None = None, status: bool = False) -> list[HostDevices]:
+    """Ask each daemon of `entries` once (concurrently); → one report per entry, in entry order (an entry with
+    /ORDINAL shares its daemon's report). `auto` entries are skipped."""
+    import concurrent.futures
+    daemons: dict[tuple[str, int], Host] = {}
+    for e in entries:
+        if not e.is_auto:
+            daemons.setdefault(e.daemon_key(), e.daemon)
+    if not daemons:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(daemons))) as pool:
+        got = dict(zip(daemons, pool.map(lambda h: query_host(h, token, timeout, connect, status),
+                                         daemons.values())))
+    return [HostDevices(e, r.devices, r.backend, r.error, r.status)
+            for e in entries if not e.is_auto for r in (got[e.daemon_key()],)]
 
 
 def describe_error(exc: BaseException) -> str:
@@ -294,10 +363,3 @@ def describe_error(exc: BaseException) -> str:
         return f"unreachable: {exc.strerror or exc}"
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def format_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

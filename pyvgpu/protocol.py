@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 if not __package__:  # run as a script by the C build, before the package is installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyvgpu import cublas_spec as _blas  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 PROTOCOL_VERSION = 1
@@ -50,6 +51,19 @@ HELLO_VERSION = "version"
 HELLO_PROOF = "proof"          # hex HMAC or None
 HELLO_CLIENT = "client"        # free text: "pid@host argv0" for logs and status
 HELLO_VA_BASE = "va_base"      # base address for this session's device 0; device r gets va_base + r*VA_WINDOW_BYTES
+HELLO_PID = "pid"              # the client's process id (u64; status and metrics labels)
+HELLO_HOSTNAME = "hostname"    # the client's host name (str; status and metrics labels)
+HELLO_MEMORY = "memory"        # device memory the client asks for per device (u64 bytes; capped by the daemon's
+                               # per-session limit, which applies when absent); allocations beyond it fail
+HELLO_WEIGHT = "weight"        # the client's share of a device's time relative to other sessions (f64 > 0,
+                               # default 1; capped by the daemon's --max-weight)
+# Environment variables the client library reads and `pyvgpu run` sets (--memory, --weight).
+ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
+ENV_WEIGHT = "PYVGPU_WEIGHT"
+# Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
+# the separator of a device selection (`host:port/ORDINAL`).
+HOSTMAP_AUTO = "auto"
+HOSTMAP_DEVICE_SEP = "/"
 # Keys of the HELLO reply's map.
 HELLO_REPLY_DEVICES = "devices"    # list of device snapshots (DEVICE_INFO_KEYS)
 HELLO_REPLY_BACKEND = "backend"
@@ -70,12 +84,13 @@ class OpFlag(enum.IntFlag):
 #   f64      a double                               dim3         [x, y, z], each u32
 #   bytes    a msgpack bin                          str          a msgpack str
 #   handle   a raw daemon handle (u64), for create/destroy
-#   stream event func   a daemon handle (u64) that the daemon resolves to its backend object before the handler
-#            runs (unknown: cudaErrorInvalidResourceHandle, or cudaErrorInvalidDeviceFunction for func)
+#   stream event func blas   a daemon handle (u64) that the daemon resolves to its backend object before the
+#            handler runs (unknown: cudaErrorInvalidResourceHandle, or cudaErrorInvalidDeviceFunction for func;
+#            blas: a cuBLAS handle of BLAS_CREATE)
 #   map      a msgpack map (HELLO only)
 ARG_TYPES: frozenset[str] = frozenset({
     "dev", "u64", "i64", "u32", "i32", "ptr", "size", "f64", "dim3", "bytes", "str", "handle", "stream", "event",
-    "func", "map"})
+    "func", "blas", "map"})
 # Reply shapes: what the reply's result holds on success. PAYLOAD_OUT ops answer nil plus the payload.
 REPLY_TYPES: frozenset[str] = frozenset({"nil", "u64", "i64", "f64", "u64x2", "map"})
 
@@ -116,6 +131,9 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
         raise ValueError(f"op {name}: an ASYNC op may be sent fire-and-forget, so it cannot have a result")
     return OpSpec(code, name, parsed, reply, flags, doc)
 
+
+# Stream arguments that name the device's default stream: NULL, cudaStreamLegacy (1), cudaStreamPerThread (2).
+DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
 A, S, PIN, POUT, ND = OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE
 
@@ -163,6 +181,21 @@ OPS: tuple[OpSpec, ...] = (
     # which wins over a bad value (as CUDA's own check order).
     op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil"),
     op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64"),
+    # 100-199: the driver API (libvcuda.so.1, docs/driver.md)
+    op(100, "MODULE_UNLOAD", "dev:dev module_id:u64", "nil", A,
+       doc="cuModuleUnload/cuLibraryUnload: the module's kernels and variables go; unknown id: invalid handle"),
+    op(101, "MEMSET_ELEMS",
+       "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
+       doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
+    # cuBLAS (pyvgpu/cublas_spec.py): a handle lives in the session on one device; each routine family is one op
+    # whose arguments are the family's table (cublas_spec.wire_args), sent fire-and-forget unless it returns a
+    # result to host memory (then the reply's payload holds the value).
+    op(_blas.OP_CREATE, "BLAS_CREATE", "dev:dev", "u64", doc="a cuBLAS handle of this session on this device"),
+    op(_blas.OP_DESTROY, "BLAS_DESTROY", "dev:dev handle:handle", "nil", A),
+    op(_blas.OP_SET_WORKSPACE, "BLAS_SET_WORKSPACE", "dev:dev handle:blas ptr:ptr size:size", "nil", A,
+       "cublasSetWorkspace (ptr 0, size 0: the library's own)"),
+    *(op(f.code, f.name, _blas.wire_args(f), "nil", A | POUT if _blas.has_result(f) else A, f.doc)
+      for f in _blas.FAMILIES),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -207,11 +240,15 @@ def shared_keys() -> dict[str, str]:
     """Every string key both sides use, by its C name (PV_KEY_...): generated into the C header."""
     keys = {f"HELLO_{n}": v for n, v in (("VERSION", HELLO_VERSION), ("PROOF", HELLO_PROOF),
                                           ("CLIENT", HELLO_CLIENT), ("VA_BASE", HELLO_VA_BASE),
+                                          ("PID", HELLO_PID), ("HOSTNAME", HELLO_HOSTNAME),
+                                          ("MEMORY", HELLO_MEMORY), ("WEIGHT", HELLO_WEIGHT),
                                           ("REPLY_DEVICES", HELLO_REPLY_DEVICES),
                                           ("REPLY_BACKEND", HELLO_REPLY_BACKEND),
                                           ("REPLY_SESSION", HELLO_REPLY_SESSION))}
     keys.update({"MODULE_KERNELS": MODULE_KERNELS, "MODULE_VARS": MODULE_VARS, "KERNEL_ID": KERNEL_ID,
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
+    keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "HOSTMAP_AUTO": HOSTMAP_AUTO,
+                 "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
     return keys

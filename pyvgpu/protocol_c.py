@@ -30,7 +30,7 @@ GENERATED = "/* Generated from pyvgpu/protocol.py by pyvgpu/protocol_c.py. Do no
 # and address travels as a u64.
 _U64 = ("uint64_t {n}", "msgpack_pack_uint64(&r.pk, {n});")
 C_ARG: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(("u64", "ptr", "size", "handle", "stream", "event", "func"), _U64),
+    **dict.fromkeys(("u64", "ptr", "size", "handle", "stream", "event", "func", "blas"), _U64),
     "i64": ("int64_t {n}", "msgpack_pack_int64(&r.pk, {n});"),
     "u32": ("uint32_t {n}", "msgpack_pack_uint32(&r.pk, {n});"),
     "i32": ("int32_t {n}", "msgpack_pack_int32(&r.pk, {n});"),
@@ -161,6 +161,10 @@ def protocol_header() -> str:
     out += [f'#define PV_KEY_{name} "{_c_string(value)}"' for name, value in P.shared_keys().items()]
     out += ["", "/* cudaDeviceAttr values (CUDA's numbering, pyvgpu/cuda_enums.py). */"]
     out += [f"#define PV_{name} {value}" for name, value in DEVICE_ATTRS.items()]
+    limit = max(DEVICE_ATTRS.values()) + 1
+    out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
+            "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"
+            + ", ".join(f"[{v}] = 1" for v in sorted(set(DEVICE_ATTRS.values()))) + "};"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",
@@ -171,8 +175,13 @@ def protocol_header() -> str:
 
 
 def write_all(outdir: Path) -> list[Path]:
+    return write_files(outdir, {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(),
+                                "ops_gen.c": ops_source()})
+
+
+def write_files(outdir: Path, files: dict[str, str]) -> list[Path]:
+    """Write generated files (name -> text) into outdir, leaving unchanged ones alone."""
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(), "ops_gen.c": ops_source()}
     written = []
     for name, text in files.items():
         path = outdir / name

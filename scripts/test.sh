@@ -16,5 +16,10 @@ fi
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/bin/nvcc ]; then
     warn "nvcc (CUDA 13) not found: the tests that build CUDA programs under tests/ cannot run here"
 fi
+# cuBLAS's headers for the CUDA test programs that call cuBLAS: read once out of PyPI's nvidia-cublas wheel with
+# HTTP range requests (a few MB; the whole 444 MB wheel only where that fails), kept in build/cublas/. Only tests
+# need them: a client running a binary needs nothing from NVIDIA.
+say "cuBLAS headers for the test programs (tools/cublas_wheel.py)"
+info "$("$PY" "$ROOT/tools/cublas_wheel.py")"
 say "running the test suite: $PY -m pytest -q tests $*"
 exec "$PY" -m pytest -q tests "$@"

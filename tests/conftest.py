@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import pytest
 
-from harness import CUDA_SRC, Daemon, build_cuda, lib_path, run_cuda, start_daemon
+from harness import CUDA_SRC, ROOT, Daemon, build_cuda, lib_path, run_cuda, start_daemon
 from pyvgpu.client import Client
 
 
 @pytest.fixture(scope="session")
 def cuda_build():
-    """cuda_build('name.cu', *nvcc_flags) -> path of the built program (tests/cuda/name.cu)."""
-    return lambda name, *extra: build_cuda(CUDA_SRC / name, tuple(extra))
+    """cuda_build('name.cu', *nvcc_flags, runtime='shared') -> path of the built program (tests/cuda/name.cu)."""
+    return lambda name, *extra, runtime="shared": build_cuda(CUDA_SRC / name, tuple(extra), runtime)
+
+
+@pytest.fixture(scope="session")
+def cublas_include():
+    """cuBLAS's headers (nvidia-cublas wheel, fetched once into build/cublas/ by tools/cublas_wheel.py)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tools"))
+    import cublas_wheel
+    return cublas_wheel.fetch()
 
 
 @pytest.fixture

@@ -33,6 +33,13 @@ NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
 LOOPBACK = "127.0.0.1"
 
 
+def call_ok(client, op: str, *args, payload=b""):
+    """client.call(op, *args) that must succeed (assert); → its result."""
+    err, result, _ = client.call(op, *args, payload=payload)
+    assert err == 0, f"{op}{args}: error {err}"
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- processes
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
@@ -159,11 +166,12 @@ def cuda_headers() -> list[Path]:
     return sorted(CUDA_SRC.glob("*.h"))
 
 
-def build_cuda(src: Path, extra: tuple[str, ...] = ()) -> Path:
-    """nvcc -cudart shared -O3, cached by the source (with the tests/cuda headers), flags and nvcc path."""
+def build_cuda(src: Path, extra: tuple[str, ...] = (), runtime: str = "shared") -> Path:
+    """nvcc -cudart RUNTIME -O3 (shared: for libvcudart; static: nvcc's default, for libvcuda; none: driver-API
+    programs and kernel images), cached by the source (with the tests/cuda headers), flags and nvcc path."""
     src = Path(src)
     return cached_build(ROOT / "build" / "tests-cuda", src.stem, [src, *cuda_headers()],
-                        lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(src), *extra])
+                        lambda o: [NVCC, "-cudart", runtime, "-O3", "-o", str(o), str(src), *extra])
 
 
 def ptx_of(name: str, *flags: str) -> bytes:
@@ -181,8 +189,11 @@ def lib_path() -> Path:
 
 
 def interposer_env(daemons: Iterable[Daemon], lib: str | Path | None = None) -> dict[str, str]:
-    """What a CUDA program needs to run through libvcudart against `daemons` (GPU order = their order)."""
-    return {"LD_PRELOAD": str(lib or lib_path()), "PYVGPU_HOSTS": ",".join(d.address for d in daemons)}
+    """What a CUDA program needs to run through libvcudart against `daemons` (GPU order = their order); the other
+    client libraries (libcublas.so.13, ...) are found beside it, as `pyvgpu run` sets them up."""
+    lib = Path(lib or lib_path())
+    return {"LD_PRELOAD": str(lib), "PYVGPU_HOSTS": ",".join(d.address for d in daemons),
+            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib.parent), os.environ.get("LD_LIBRARY_PATH")]))}
 
 
 def run_cuda(program: Path, daemons: list[Daemon], *args: str, timeout: float = 300,

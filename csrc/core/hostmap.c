@@ -1,6 +1,9 @@
-/* The host map: PYVGPU_HOSTS=host[:port],... or the hosts file ($XDG_CONFIG_HOME/pyvgpu/hosts, one host[:port]
- * per line, '#' comments). Hosts are contacted once, in order; GPUs are numbered in host-map order, then by each
- * host's device ordinal, from the device snapshots of the HELLO reply. */
+/* The host map: PYVGPU_HOSTS=host[:port][/ordinal],... or the hosts file ($XDG_CONFIG_HOME/pyvgpu/hosts, one entry
+ * per line, '#' comments), the syntax of pyvgpu/hostmap.py. An entry without /ordinal stands for all of the host's
+ * devices, with /ordinal for that one device; a host may appear several times with different ordinals. Each daemon
+ * is contacted once (one connection, in order of first appearance); GPUs are numbered in entry order, then by each
+ * host's device ordinal, from the device snapshots of the HELLO reply. `auto` entries are resolved by `pyvgpu run`
+ * (placement); met here, they are skipped with a note. */
 #include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,7 +20,13 @@ static cudaError_t init_err;
 static int ndevices;
 static struct pv_device devices[PV_MAX_DEVICES];
 
-struct host_entry { char host[256]; int port; };
+struct host_entry {
+    char host[256];
+    int port;
+    int device;                   /* daemon-local ordinal, -1: every device of the host */
+    int conn;                     /* index of the host's connection (do_init) */
+};
+static atomic_int auto_noted;
 
 static int parse_port(const char *text, int *port)
 {
@@ -31,7 +40,22 @@ static int parse_port(const char *text, int *port)
     return 0;
 }
 
-/* host, host:port, [v6] or [v6]:port (the syntax of pyvgpu/hostmap.py). 1 parsed, 0 blank, -1 malformed. */
+/* "/N" at the end of an entry: the device ordinal (cut off s); -1 when absent; -2 malformed. */
+static int parse_device_sel(char *s)
+{
+    char *sep = strstr(s, PV_KEY_HOSTMAP_DEVICE_SEP);
+    if (!sep)
+        return -1;
+    *sep = 0;
+    char *num = sep + strlen(PV_KEY_HOSTMAP_DEVICE_SEP), *end;
+    if (!isdigit((unsigned char)*num))
+        return -2;
+    long v = strtol(num, &end, 10);
+    return (*end || v < 0 || v >= PV_MAX_DEVICES) ? -2 : (int)v;
+}
+
+/* host, host:port, [v6] or [v6]:port, each with an optional /ordinal (the syntax of pyvgpu/hostmap.py).
+ * 1 parsed, 0 blank or an `auto` entry, -1 malformed. */
 static int parse_entry(const char *text, struct host_entry *e)
 {
     char buf[256];
@@ -44,6 +68,15 @@ static int parse_entry(const char *text, struct host_entry *e)
         s[--n] = 0;
     if (!*s)
         return 0;
+    size_t alen = strlen(PV_KEY_HOSTMAP_AUTO);
+    if (strncasecmp(s, PV_KEY_HOSTMAP_AUTO, alen) == 0 && (s[alen] == 0 || s[alen] == ':')) {
+        pv_log_once(&auto_noted, "host map entry '%s' is resolved by `pyvgpu run` (GPU placement); using the "
+                    "other entries", s);
+        return 0;
+    }
+    e->device = parse_device_sel(s);
+    if (e->device == -2)
+        return -1;
     e->port = PV_DEFAULT_PORT;
     if (s[0] == '[') {
         char *close = strchr(s, ']');
@@ -75,7 +108,7 @@ static int same_host(const struct host_entry *a, const struct host_entry *b)
 static int add_entry(struct host_entry *out, int n, const struct host_entry *e, const char *where)
 {
     for (int i = 0; i < n; i++)
-        if (same_host(&out[i], e)) {
+        if (same_host(&out[i], e) && (out[i].device < 0 || e->device < 0 || out[i].device == e->device)) {
             pv_log("ignoring duplicate host %s:%d in %s", e->host, e->port, where);
             return n;
         }
@@ -273,6 +306,49 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
     d->max_blocks_per_sm = d->attr[PV_cudaDevAttrMaxBlocksPerMultiprocessor];
 }
 
+/* One connection per distinct daemon, in order of first appearance. Each session's pointer windows start after those
+ * of the daemons before it (all their devices, selected or not), so pointers never collide. → connections opened. */
+static int open_hosts(struct host_entry *hosts, int nh, struct pv_conn **conns, struct pv_reply *hellos,
+                      cudaError_t *first_err)
+{
+    int nconn = 0, window = 0;
+    for (int h = 0; h < nh; h++) {
+        int k = 0;
+        while (k < h && !same_host(&hosts[k], &hosts[h]))
+            k++;
+        if (k < h) {
+            hosts[h].conn = hosts[k].conn;
+            continue;
+        }
+        hosts[h].conn = nconn;
+        cudaError_t err;
+        conns[nconn] = pv_conn_open(hosts[h].host, hosts[h].port, window, &hellos[nconn], &err);
+        if (!conns[nconn]) {
+            if (*first_err == PV_SUCCESS)
+                *first_err = err;
+        } else {
+            const msgpack_object *devs = pv_map_get(hellos[nconn].result, PV_KEY_HELLO_REPLY_DEVICES);
+            window += (devs && devs->type == MSGPACK_OBJECT_ARRAY) ? (int)devs->via.array.size : 0;
+        }
+        nconn++;
+    }
+    return nconn;
+}
+
+static void add_device(struct pv_conn *c, const msgpack_object *snap, int remote)
+{
+    if (ndevices >= PV_MAX_DEVICES)
+        return;
+    struct pv_device *d = &devices[ndevices];
+    memset(d, 0, sizeof *d);
+    d->conn = c;
+    d->remote = remote;
+    d->index = ndevices;
+    parse_device(d, snap);
+    ndevices++;
+    c->ndev++;
+}
+
 static void do_init(void)
 {
     struct host_entry hosts[PV_MAX_HOSTS];
@@ -283,29 +359,29 @@ static void do_init(void)
         return;
     }
     cudaError_t first_err = PV_SUCCESS;
+    struct pv_conn *conns[PV_MAX_HOSTS];
+    struct pv_reply hellos[PV_MAX_HOSTS];
+    int nconn = open_hosts(hosts, nh, conns, hellos, &first_err);
     for (int h = 0; h < nh; h++) {
-        struct pv_reply hello;
-        cudaError_t err;
-        struct pv_conn *c = pv_conn_open(hosts[h].host, hosts[h].port, ndevices, &hello, &err);
-        if (!c) {
-            if (first_err == PV_SUCCESS)
-                first_err = err;
+        struct pv_conn *c = conns[hosts[h].conn];
+        if (!c)
+            continue;
+        const msgpack_object *devs = pv_map_get(hellos[hosts[h].conn].result, PV_KEY_HELLO_REPLY_DEVICES);
+        int nd = (devs && devs->type == MSGPACK_OBJECT_ARRAY) ? (int)devs->via.array.size : 0;
+        if (hosts[h].device >= nd) {
+            pv_log("%s:%d has no device %d (it has %d); entry skipped", hosts[h].host, hosts[h].port,
+                   hosts[h].device, nd);
             continue;
         }
-        const msgpack_object *devs = pv_map_get(hello.result, PV_KEY_HELLO_REPLY_DEVICES);
-        int nd = (devs && devs->type == MSGPACK_OBJECT_ARRAY) ? (int)devs->via.array.size : 0;
-        for (int r = 0; r < nd && ndevices < PV_MAX_DEVICES; r++) {
-            struct pv_device *d = &devices[ndevices];
-            memset(d, 0, sizeof *d);
-            d->conn = c;
-            d->remote = r;
-            d->index = ndevices;
-            parse_device(d, &devs->via.array.ptr[r]);
-            ndevices++;
-            c->ndev++;
+        for (int r = hosts[h].device < 0 ? 0 : hosts[h].device; r < nd; r++) {
+            add_device(c, &devs->via.array.ptr[r], r);
+            if (hosts[h].device >= 0)
+                break;
         }
-        pv_reply_free(&hello);
     }
+    for (int i = 0; i < nconn; i++)
+        if (conns[i])
+            pv_reply_free(&hellos[i]);
     if (ndevices == 0)
         init_err = first_err != PV_SUCCESS ? first_err : PV_cudaErrorNoDevice;
 }
@@ -346,4 +422,19 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value)
         return -1;
     *value = d->attr[attr];
     return 0;
+}
+
+cudaError_t pv_device_attribute(const struct pv_device *d, int attr, int *value, int log_missing)
+{
+    if (attr <= 0 || attr >= PV_DEV_ATTR_LIMIT || !pv_dev_attr_valid[attr])
+        return PV_cudaErrorInvalidValue;
+    if (pv_dev_attr(d, attr, value) != 0) {
+        /* a valid attribute the daemon's snapshot does not carry: the feature is reported absent */
+        static atomic_uchar logged[PV_DEV_ATTR_LIMIT];
+        if (log_missing && atomic_exchange(&logged[attr], 1) == 0)
+            pv_log("GPU%d (%s:%d): attribute %d is not in the device snapshot; answering 0", d->index,
+                   d->conn->host, d->conn->port, attr);
+        *value = 0;
+    }
+    return PV_SUCCESS;
 }

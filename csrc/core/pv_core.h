@@ -60,7 +60,7 @@ struct pv_conn {
     char host[256];
     int port;
     int fd;
-    int first_gpu;                 /* global index of this host's device 0 */
+    int first_gpu;                 /* pointer window index of this host's device 0 (see pv_conn_open) */
     int ndev;
     atomic_int dead;
     atomic_uint_fast64_t next_id;
@@ -98,7 +98,18 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
  * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
 void pv_reply_free(struct pv_reply *rep);
-/* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure. */
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+struct pv_hello_extra {
+    uint64_t pid;
+    char hostname[128];
+    uint64_t memory;               /* 0: no request */
+    double weight;                 /* 0: the default */
+};
+void pv_hello_extra_read(struct pv_hello_extra *x);
+int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */
+void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x);
+/* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure.
+ * first_gpu: the index of the pointer window of the daemon's device 0 (va_base = (first_gpu + 1) * window). */
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err);
 int pv_conn_alive(const struct pv_conn *c);
 
@@ -124,6 +135,9 @@ int pv_device_count(void);
 struct pv_device *pv_device(int index);     /* NULL when out of range */
 cudaError_t pv_cur(struct pv_device **out); /* init + current device */
 int pv_dev_attr(const struct pv_device *d, int attr, int *value);
+/* cudaDeviceGetAttribute's answer (CU_DEVICE_ATTRIBUTE_* has the same numbers): invalid attribute →
+ * cudaErrorInvalidValue; a valid one the snapshot lacks → 0 (logged once when log_missing). */
+cudaError_t pv_device_attribute(const struct pv_device *d, int attr, int *value, int log_missing);
 const char *pv_token(void);                 /* auth.c */
 int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out[65]);
 
@@ -170,6 +184,16 @@ struct pv_var {
 };
 /* A module image (fatbin container or PTX) loaded lazily on each device at first use. */
 struct pv_fatbin *pv_fatbin_register(const void *wrapper);       /* from a fatbin wrapper; NULL when out of memory */
+size_t pv_image_size(const void *image);   /* wrapper, fatbin container, ELF cubin or PTX; 0: not recognised */
+/* A module from an image (any pv_image_size form); copy: keep a private copy (the caller may free its own).
+ * NULL when the image is not recognised or memory runs out. */
+struct pv_fatbin *pv_fatbin_from_image(const void *image, int copy);
+/* fb's kernel / variable by name (after a load: every kernel and variable of the module), or NULL. */
+struct pv_func *pv_fatbin_func(struct pv_fatbin *fb, const char *name);
+struct pv_var *pv_fatbin_var(struct pv_fatbin *fb, const char *name);
+struct pv_func *pv_fatbin_func_at(struct pv_fatbin *fb, int i);   /* the i-th kernel, NULL past the end */
+/* Unloads fb from every device (MODULE_UNLOAD); its functions stop being valid handles. */
+void pv_fatbin_unload(struct pv_fatbin *fb);
 struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, const char *name);
 struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size);
 struct pv_func *pv_func_by_host(const void *host_fun);
@@ -183,6 +207,11 @@ void pv_alloc_add(uint64_t ptr, size_t size, int dev);
 int pv_alloc_remove(uint64_t ptr, int *dev);                 /* 0 ok, -1 not an allocation start */
 int pv_alloc_find(uint64_t ptr, struct pv_alloc *out);       /* containing allocation; 0 ok */
 void pv_alloc_forget_device(int dev);
+/* Pinned host memory (PV_HOST_ALIGN-aligned, recorded in the allocation table as host memory). */
+#define PV_HOST_ALIGN 4096
+cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out);
+cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidValue unless from pv_host_alloc */
+cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
 struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; };
 struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; };
@@ -197,6 +226,61 @@ int pv_handle_valid(const void *h);
 cudaError_t pv_stream_resolve(cudaStream_t s, struct pv_device *d, uint64_t *remote, struct pv_device **sdev);
 /* 1 when s is a default-stream sentinel or a live stream handle. */
 int pv_stream_ok(cudaStream_t s);
+
+/* ---- copies and memsets (copy.c) ---- */
+enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+/* Transfers with the devices already known (fire-and-forget except device-to-host; d2d between two GPUs is staged
+ * through this process, in order with the calling thread). */
+cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream);
+cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
+cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
+                        uint64_t stream);
+/* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
+cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+                      size_t width, size_t height, uint64_t stream);
+cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+                      size_t height, uint64_t stream);
+/* 0 and *d = the device whose allocation holds [p, p+n), -1 when no single allocation does. */
+int pv_dev_range(const void *p, size_t n, struct pv_device **d);
+int pv_is_device_ptr(const void *p);
+uint64_t pv_stream_for(cudaStream_t s, struct pv_device *d);       /* daemon handle of s on d (0: default) */
+cudaError_t pv_init_with_stream(cudaStream_t s);                   /* initialized, and s is a valid stream */
+/* A copy by cudaMemcpyKind (cudaMemcpyDefault: by where the pointers live). */
+cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
+cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                        int kind, cudaStream_t s);
+/* Sets width elements of elem bytes (1, 2, 4) to value in height rows pitch bytes apart. */
+cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t width, size_t height, cudaStream_t s);
+
+/* ---- launches (launch.c) ---- */
+/* Kernel info of f on device d, loading its module there on first use. */
+cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out);
+/* Launches f on d after CUDA's configuration checks: args holds one pointer per parameter, or packed (when not
+ * NULL) is the parameter buffer already laid out (at least the layout's size). Fire-and-forget. */
+cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
+                      void **args, const void *packed, size_t packed_len);
+int64_t pv_smem_optin(const struct pv_device *d);   /* largest static + dynamic shared memory of a block */
+int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn);
+/* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
+cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value);
+
+/* ---- streams and events (streams.c); new ones belong to the thread's current device ---- */
+/* Device and daemon handle a stream argument refers to (the default streams: the current device's). */
+cudaError_t pv_stream_target(cudaStream_t s, struct pv_device **d, uint64_t *remote);
+cudaError_t pv_stream_create(unsigned flags, int priority, cudaStream_t *out);
+cudaError_t pv_stream_destroy(cudaStream_t s);
+cudaError_t pv_stream_sync(cudaStream_t s);
+cudaError_t pv_stream_query(cudaStream_t s);                       /* cudaErrorNotReady while busy */
+cudaError_t pv_stream_props(cudaStream_t s, unsigned *flags, int *priority);
+cudaError_t pv_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t pv_stream_id(cudaStream_t s, unsigned long long *id);
+cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out);
+cudaError_t pv_event_destroy(cudaEvent_t e);
+cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);
+cudaError_t pv_event_sync(cudaEvent_t e);
+cudaError_t pv_event_query(cudaEvent_t e);                         /* cudaErrorNotReady while pending */
+cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

@@ -164,40 +164,97 @@ static int grow(void *arr, int *cap, int n, size_t elem)
     return 0;
 }
 
-struct pv_fatbin *pv_fatbin_register(const void *fatCubin)
+/* Bytes of a module image: a fatbin wrapper (its container's), a fatbin container (header + payload), an ELF
+ * cubin (up to the end of its section/program header tables), or NUL-terminated PTX text. 0: not recognised. */
+size_t pv_image_size(const void *image)
+{
+    const unsigned char *p = image;
+    uint32_t magic;
+    if (!p)
+        return 0;
+    memcpy(&magic, p, 4);
+    if (magic == FATBIN_WRAPPER_MAGIC) {
+        const unsigned char *data;
+        memcpy(&data, p + 8, sizeof data);
+        uint32_t inner = 0;
+        if (data)
+            memcpy(&inner, data, 4);
+        return inner == FATBIN_CONTAINER_MAGIC ? pv_image_size(data) : 0;
+    }
+    if (magic == FATBIN_CONTAINER_MAGIC) {
+        uint16_t hsize;
+        uint64_t psize;
+        memcpy(&hsize, p + 6, 2);
+        memcpy(&psize, p + 8, 8);
+        return (size_t)hsize + (size_t)psize;
+    }
+    if (memcmp(p, "\177ELF", 4) == 0 && p[4] == 2) {   /* ELFCLASS64 */
+        uint64_t shoff, phoff;
+        uint16_t phentsize, phnum, shentsize, shnum;
+        memcpy(&phoff, p + 0x20, 8);
+        memcpy(&shoff, p + 0x28, 8);
+        memcpy(&phentsize, p + 0x36, 2);
+        memcpy(&phnum, p + 0x38, 2);
+        memcpy(&shentsize, p + 0x3A, 2);
+        memcpy(&shnum, p + 0x3C, 2);
+        uint64_t a = shoff + (uint64_t)shentsize * shnum, b = phoff + (uint64_t)phentsize * phnum;
+        return (size_t)(a > b ? a : b);
+    }
+    return strlen((const char *)p) + 1;    /* PTX: text up to its NUL, which the daemon expects too */
+}
+
+static struct pv_fatbin *fatbin_new(const void *image, size_t size)
 {
     struct pv_fatbin *fb = calloc(1, sizeof *fb);
     if (!fb) {
-        pv_log("out of memory registering a fatbin");
+        pv_log("out of memory registering a module");
         return NULL;
     }
     fb->magic = 0xFA7B1111u;
     pthread_mutex_init(&fb->mu, NULL);
     fb->module_id = atomic_fetch_add(&next_module_id, 1);
-    const uint32_t *w = fatCubin;
-    if (w && w[0] == FATBIN_WRAPPER_MAGIC) {
-        const unsigned char *data = *(const unsigned char *const *)((const char *)fatCubin + 8);
-        uint32_t magic = 0;
-        if (data)
-            memcpy(&magic, data, 4);
-        if (magic == FATBIN_CONTAINER_MAGIC) {
-            uint16_t hsize;
-            uint64_t psize;
-            memcpy(&hsize, data + 6, 2);
-            memcpy(&psize, data + 8, 8);
-            fb->image = data;
-            fb->size = (size_t)hsize + (size_t)psize;
-        } else {
-            pv_log("fatbin wrapper at %p does not point at a fatbin container", fatCubin);
-        }
-    } else if (w) {
-        pv_log("unrecognised fatbin wrapper at %p (magic 0x%08x)", fatCubin, w[0]);
-    }
+    fb->image = image;
+    fb->size = size;
     pthread_mutex_lock(&fatbins_mu);
     fb->next = fatbins;
     fatbins = fb;
     pthread_mutex_unlock(&fatbins_mu);
     return fb;
+}
+
+struct pv_fatbin *pv_fatbin_register(const void *fatCubin)
+{
+    const uint32_t *w = fatCubin;
+    const void *image = NULL;
+    size_t size = 0;
+    if (w && w[0] == FATBIN_WRAPPER_MAGIC) {
+        image = *(const void *const *)((const char *)fatCubin + 8);
+        if (!(size = pv_image_size(fatCubin))) {
+            image = NULL;
+            pv_log("fatbin wrapper at %p does not point at a fatbin container", fatCubin);
+        }
+    } else if (w) {
+        pv_log("unrecognised fatbin wrapper at %p (magic 0x%08x)", fatCubin, w[0]);
+    }
+    return fatbin_new(image, size);
+}
+
+struct pv_fatbin *pv_fatbin_from_image(const void *image, int copy)
+{
+    size_t size = pv_image_size(image);
+    if (!size)
+        return NULL;
+    const void *img = image;
+    if (*(const uint32_t *)image == FATBIN_WRAPPER_MAGIC)
+        img = *(const void *const *)((const char *)image + 8);
+    if (copy) {
+        void *c = malloc(size);
+        if (!c)
+            return NULL;
+        memcpy(c, img, size);
+        img = c;
+    }
+    return fatbin_new(img, size);
 }
 
 void pv_modules_forget_device(int di)
@@ -215,12 +272,13 @@ void pv_modules_forget_device(int di)
     pthread_mutex_unlock(&fatbins_mu);
 }
 
-struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, const char *name)
+/* A kernel of fb named name; the caller holds fb->mu. */
+static struct pv_func *add_func_locked(struct pv_fatbin *fb, const void *host_fun, const char *name)
 {
-    if (!fb || !name)
-        return NULL;
     struct pv_func *f = calloc(1, sizeof *f);
-    if (!f || !(f->name = strdup(name))) {
+    if (!f || !(f->name = strdup(name)) || grow(&fb->funcs, &fb->capfuncs, fb->nfuncs, sizeof *fb->funcs) != 0) {
+        if (f)
+            free(f->name);
         free(f);
         pv_log("out of memory registering kernel %s", name);
         return NULL;
@@ -228,21 +286,30 @@ struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, c
     f->magic = PV_FUNC_MAGIC;
     f->fb = fb;
     f->host_fun = host_fun;
-    pthread_mutex_lock(&fb->mu);
-    if (grow(&fb->funcs, &fb->capfuncs, fb->nfuncs, sizeof *fb->funcs) == 0)
-        fb->funcs[fb->nfuncs++] = f;
-    pthread_mutex_unlock(&fb->mu);
+    fb->funcs[fb->nfuncs++] = f;
     pv_handle_add(f);
-    tab_put(ftab, host_fun, f);
+    if (host_fun)
+        tab_put(ftab, host_fun, f);
     return f;
 }
 
-struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size)
+struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, const char *name)
 {
     if (!fb || !name)
         return NULL;
+    pthread_mutex_lock(&fb->mu);
+    struct pv_func *f = add_func_locked(fb, host_fun, name);
+    pthread_mutex_unlock(&fb->mu);
+    return f;
+}
+
+/* A variable of fb named name; the caller holds fb->mu. */
+static struct pv_var *add_var_locked(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size)
+{
     struct pv_var *v = calloc(1, sizeof *v);
-    if (!v || !(v->name = strdup(name))) {
+    if (!v || !(v->name = strdup(name)) || grow(&fb->vars, &fb->capvars, fb->nvars, sizeof *fb->vars) != 0) {
+        if (v)
+            free(v->name);
         free(v);
         pv_log("out of memory registering variable %s", name);
         return NULL;
@@ -250,12 +317,71 @@ struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, con
     v->fb = fb;
     v->host_var = host_var;
     v->size = size;
-    pthread_mutex_lock(&fb->mu);
-    if (grow(&fb->vars, &fb->capvars, fb->nvars, sizeof *fb->vars) == 0)
-        fb->vars[fb->nvars++] = v;
-    pthread_mutex_unlock(&fb->mu);
-    tab_put(vtab, host_var, v);
+    fb->vars[fb->nvars++] = v;
+    if (host_var)
+        tab_put(vtab, host_var, v);
     return v;
+}
+
+struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size)
+{
+    if (!fb || !name)
+        return NULL;
+    pthread_mutex_lock(&fb->mu);
+    struct pv_var *v = add_var_locked(fb, host_var, name, size);
+    pthread_mutex_unlock(&fb->mu);
+    return v;
+}
+
+struct pv_func *pv_fatbin_func(struct pv_fatbin *fb, const char *name)
+{
+    struct pv_func *f = NULL;
+    pthread_mutex_lock(&fb->mu);
+    for (int i = 0; i < fb->nfuncs && !f; i++)
+        if (strcmp(fb->funcs[i]->name, name) == 0)
+            f = fb->funcs[i];
+    pthread_mutex_unlock(&fb->mu);
+    return f;
+}
+
+struct pv_func *pv_fatbin_func_at(struct pv_fatbin *fb, int i)
+{
+    pthread_mutex_lock(&fb->mu);
+    struct pv_func *f = i >= 0 && i < fb->nfuncs ? fb->funcs[i] : NULL;
+    pthread_mutex_unlock(&fb->mu);
+    return f;
+}
+
+struct pv_var *pv_fatbin_var(struct pv_fatbin *fb, const char *name)
+{
+    struct pv_var *v = NULL;
+    pthread_mutex_lock(&fb->mu);
+    for (int i = 0; i < fb->nvars && !v; i++)
+        if (strcmp(fb->vars[i]->name, name) == 0)
+            v = fb->vars[i];
+    pthread_mutex_unlock(&fb->mu);
+    return v;
+}
+
+void pv_fatbin_unload(struct pv_fatbin *fb)
+{
+    pthread_mutex_lock(&fb->mu);
+    for (int di = 0; di < PV_MAX_DEVICES; di++) {
+        struct pv_device *d = fb->loaded[di] == 1 ? pv_device(di) : NULL;
+        if (d && pv_send_MODULE_UNLOAD(d, fb->module_id) != PV_SUCCESS)
+            pv_log("unloading module %llu on GPU%d failed", (unsigned long long)fb->module_id, di);
+        for (int i = 0; d && i < fb->nvars; i++) {
+            int dev;
+            if (fb->vars[i]->have[di])
+                pv_alloc_remove(fb->vars[i]->addr[di], &dev);
+        }
+        fb->loaded[di] = 0;
+    }
+    /* Functions and variables stay allocated (a racing caller may hold one) but are no longer valid handles. */
+    for (int i = 0; i < fb->nfuncs; i++)
+        pv_handle_remove(fb->funcs[i]);
+    fb->image = NULL;
+    pthread_mutex_unlock(&fb->mu);
 }
 
 /* ------------------------------------------------------------------------------------------ module load */
@@ -306,6 +432,31 @@ static struct pv_kinfo *parse_kernel(const msgpack_object *k)
     return ki;
 }
 
+/* Kernels and variables the module has but nobody registered (a module loaded through the driver API) become
+ * functions and variables of fb, so they can be found by name. The caller holds fb->mu. */
+static void adopt_names(struct pv_fatbin *fb, const msgpack_object *kernels, const msgpack_object *vars)
+{
+    char name[1024];
+    const msgpack_object *maps[2] = { kernels, vars };
+    for (int m = 0; m < 2; m++) {
+        if (!maps[m] || maps[m]->type != MSGPACK_OBJECT_MAP)
+            continue;
+        for (uint32_t i = 0; i < maps[m]->via.map.size; i++) {
+            if (pv_obj_str(&maps[m]->via.map.ptr[i].key, name, sizeof name) != 0)
+                continue;
+            int known = 0;
+            for (int j = 0; m == 0 && j < fb->nfuncs && !known; j++)
+                known = strcmp(fb->funcs[j]->name, name) == 0;
+            for (int j = 0; m == 1 && j < fb->nvars && !known; j++)
+                known = strcmp(fb->vars[j]->name, name) == 0;
+            if (!known && m == 0)
+                add_func_locked(fb, NULL, name);
+            else if (!known)
+                add_var_locked(fb, NULL, name, 0);
+        }
+    }
+}
+
 cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
 {
     int di = d->index;
@@ -328,6 +479,7 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
     if (err == PV_SUCCESS) {
         const msgpack_object *kernels = pv_map_get(rep.result, PV_KEY_MODULE_KERNELS);
         const msgpack_object *vars = pv_map_get(rep.result, PV_KEY_MODULE_VARS);
+        adopt_names(fb, kernels, vars);
         for (int i = 0; i < fb->nfuncs; i++) {
             struct pv_func *f = fb->funcs[i];
             const msgpack_object *k = pv_map_get(kernels, f->name);
@@ -437,4 +589,37 @@ void pv_alloc_forget_device(int dev)
             allocs[j++] = allocs[i];
     nallocs = j;
     pthread_rwlock_unlock(&alloc_mu);
+}
+
+/* ------------------------------------------------------------------------------------------ host memory */
+/* Pinned host memory of a client whose GPUs are remote is ordinary page-aligned memory; it is recorded in the
+ * allocation table with a negative device (-1 - flags) so pointer queries and cudaMemcpyDefault know it. */
+cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, PV_HOST_ALIGN, size ? size : 1) != 0)
+        return PV_cudaErrorMemoryAllocation;
+    pv_alloc_add((uint64_t)(uintptr_t)p, size ? size : 1, -1 - (int)(flags & 0xff));
+    *out = p;
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_host_free(void *ptr)
+{
+    struct pv_alloc a;
+    int dev;
+    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
+        pv_alloc_remove(a.ptr, &dev) != 0)
+        return PV_cudaErrorInvalidValue;
+    free(ptr);
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_host_flags(const void *ptr, unsigned *flags)
+{
+    struct pv_alloc a;
+    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0)
+        return PV_cudaErrorInvalidValue;
+    *flags = (unsigned)(-1 - a.dev);
+    return PV_SUCCESS;
 }

@@ -387,9 +387,11 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     gethostname(hn, sizeof hn - 1);
     snprintf(client, sizeof client, "%d@%s %s", (int)getpid(), hn, exe);
 
+    struct pv_hello_extra extra;
+    pv_hello_extra_read(&extra);
     struct pv_req r;
     pv_req_begin(&r, c, PV_OP_HELLO, PV_OP_HELLO_NARGS, 1, NULL, 0, NULL, 0);
-    msgpack_pack_map(&r.pk, 4);
+    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra));
     pv_pack_str(&r.pk, PV_KEY_HELLO_VERSION);
     msgpack_pack_int(&r.pk, PV_PROTOCOL_VERSION);
     pv_pack_str(&r.pk, PV_KEY_HELLO_PROOF);
@@ -401,6 +403,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_pack_str(&r.pk, client);
     pv_pack_str(&r.pk, PV_KEY_HELLO_VA_BASE);
     msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
+    pv_hello_extra_pack(&r.pk, &extra);
     /* the reader thread is not running yet: send and read the reply inline */
     pv_seal_frame(&r.sb);
     int wrc = pv_write_full(c->fd, r.sb.data, r.sb.size, NULL, 0);

@@ -139,17 +139,7 @@ PV_API cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device)
     struct pv_device *d = pv_device(device);
     if (!d)
         return pv_ret(PV_cudaErrorInvalidDevice);
-    if (attr <= 0 || attr >= PV_DEV_ATTR_LIMIT || !pv_dev_attr_valid[attr])
-        return pv_ret(PV_cudaErrorInvalidValue);
-    if (pv_dev_attr(d, attr, value) != 0) {
-        /* a valid attribute the daemon's snapshot does not carry: the feature is reported absent */
-        static atomic_uchar logged[PV_DEV_ATTR_LIMIT];
-        if (atomic_exchange(&logged[attr], 1) == 0)
-            pv_log("GPU%d (%s:%d): attribute %d is not in the device snapshot; answering 0", d->index,
-                   d->conn->host, d->conn->port, attr);
-        *value = 0;
-    }
-    return PV_SUCCESS;
+    return pv_ret(pv_device_attribute(d, attr, value, 1));
 }
 
 PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)

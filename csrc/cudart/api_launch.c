@@ -1,6 +1,7 @@
-/* Kernel launches (nvcc 13 ABI and cudaLaunchKernel), launch configuration (thread-local, answered locally),
- * function attributes and occupancy (computed locally from the module-load attributes and the device snapshot),
- * cudaFuncSetAttribute (validated and recorded here, forwarded fire-and-forget as FUNC_SET_ATTR). */
+/* Kernel launches (nvcc 13 ABI and cudaLaunchKernel; the checks, packing and sending are the core's launch.c),
+ * launch configuration (thread-local, answered locally), function attributes and occupancy (computed locally from
+ * the module-load attributes and the device snapshot), cudaFuncSetAttribute (validated and recorded here, forwarded
+ * fire-and-forget as FUNC_SET_ATTR). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,21 +43,6 @@ static cudaError_t get_kernel(cudaKernel_t *k, const void *host_fun)
 PV_API cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *host_fun) { return pv_ret(get_kernel(k, host_fun)); }
 PV_API cudaError_t cudaGetKernel(cudaKernel_t *k, const void *host_fun) { return pv_ret(get_kernel(k, host_fun)); }
 
-/* Kernel info of f on device d, loading its module there on first use. */
-static cudaError_t kinfo(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
-{
-    cudaError_t err = pv_module_ensure(f->fb, d);
-    if (err != PV_SUCCESS)
-        return err;
-    if (!f->dev[d->index]) {
-        pv_log("kernel %s is not in the module loaded on GPU%d (%s:%d)", f->name, d->index, d->conn->host,
-               d->conn->port);
-        return PV_cudaErrorInvalidDeviceFunction;
-    }
-    *out = f->dev[d->index];
-    return PV_SUCCESS;
-}
-
 static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s)
 {
     struct pv_device *d;
@@ -70,35 +56,7 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
         return err;
     if (sd != d)
         return PV_cudaErrorInvalidResourceHandle;
-    uint64_t threads = (uint64_t)block.x * block.y * block.z;
-    if (!grid.x || !grid.y || !grid.z || !threads || threads > (uint64_t)d->max_tpb ||
-        block.x > (unsigned)d->max_block[0] || block.y > (unsigned)d->max_block[1] ||
-        block.z > (unsigned)d->max_block[2] || grid.x > (unsigned)d->max_grid[0] ||
-        grid.y > (unsigned)d->max_grid[1] || grid.z > (unsigned)d->max_grid[2])
-        return PV_cudaErrorInvalidConfiguration;
-    struct pv_kinfo *ki;
-    err = kinfo(f, d, &ki);
-    if (err != PV_SUCCESS)
-        return err;
-    if (ki->max_threads > 0 && threads > (uint64_t)ki->max_threads)
-        return PV_cudaErrorLaunchOutOfResources;
-    /* More dynamic shared memory than the default (48 KiB minus static) needs cudaFuncSetAttribute first. */
-    if (shmem > (size_t)ki->max_dyn_shared)
-        return PV_cudaErrorInvalidValue;
-    if (ki->nparams && !args)
-        return PV_cudaErrorInvalidValue;
-    char small[1024];
-    char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    if (buf == small)
-        memset(small, 0, ki->param_bytes);
-    for (int i = 0; i < ki->nparams; i++)
-        memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
-    err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
-    if (buf != small)
-        free(buf);
-    return err;
+    return pv_launch(f, d, grid, block, shmem, stream, args, NULL, 0);
 }
 
 /* The kernel a host-side function (stub) address names, or a cudaKernel_t passed as the function; NULL if neither. */
@@ -148,7 +106,7 @@ static cudaError_t func_info(const void *func, struct pv_device **d, struct pv_k
     struct pv_func *f = func_of(func);
     if (!f)
         return PV_cudaErrorInvalidDeviceFunction;
-    return kinfo(f, *d, ki);
+    return pv_kinfo_get(f, *d, ki);
 }
 
 PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
@@ -172,40 +130,12 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
     return PV_SUCCESS;
 }
 
-/* Largest static + dynamic shared memory a block may opt in to on d (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
-static int64_t smem_optin(const struct pv_device *d)
-{
-    int v;
-    if (pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 && v > 0)
-        return v;
-    return (int64_t)d->smem_per_block;
-}
-
 PV_API cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
     cudaError_t err = func_info(func, &d, &ki);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
-        if (value < 0 || ki->shared + (int64_t)value > smem_optin(d))
-            return pv_ret(PV_cudaErrorInvalidValue);
-    } else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT) {
-        if (value < -1 || value > 100)
-            return pv_ret(PV_cudaErrorInvalidValue);
-    } else {
-        /* cluster attributes (10..15) need sm_90 clusters; anything else is not a settable attribute */
-        return pv_ret(PV_cudaErrorInvalidValue);
-    }
-    err = pv_send_FUNC_SET_ATTR(d, ki->func_id, attr, value);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE)
-        ki->max_dyn_shared = value;
-    else
-        ki->carveout = value;
-    return PV_SUCCESS;
+    return pv_ret(err == PV_SUCCESS ? pv_func_set_attr(d, ki, attr, value) : err);
 }
 
 /* cudaFuncCachePrefer* is a hint: accepted, as on GPUs where it has no effect. */
@@ -214,33 +144,6 @@ PV_API cudaError_t cudaFuncSetCacheConfig(const void *func, int config)
     if (config < 0 || config > 3)
         return pv_ret(PV_cudaErrorInvalidValue);
     return pv_func_by_host(func) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidDeviceFunction);
-}
-
-static int occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn)
-{
-    int maxt = ki->max_threads > 0 && ki->max_threads < d->max_tpb ? (int)ki->max_threads : d->max_tpb;
-    if (block <= 0 || block > maxt)
-        return 0;
-    int warp = d->warp > 0 ? d->warp : 32;
-    int warps = (block + warp - 1) / warp;
-    int limit = d->max_tpm / (warps * warp);
-    if (d->max_blocks_per_sm > 0 && d->max_blocks_per_sm < limit)
-        limit = d->max_blocks_per_sm;
-    if (ki->regs > 0 && d->regs_per_sm > 0) {
-        long per_warp = ((ki->regs * warp + 255) / 256) * 256;
-        long by_regs = d->regs_per_sm / (per_warp * warps);
-        if (by_regs < limit)
-            limit = (int)by_regs;
-    }
-    size_t smem = (size_t)ki->shared + dyn;
-    if (smem > 0) {
-        if (smem > d->smem_per_block && dyn > (size_t)ki->max_dyn_shared)
-            return 0;
-        long by_smem = (long)(d->smem_per_sm / smem);
-        if (by_smem < limit)
-            limit = (int)by_smem;
-    }
-    return limit > 0 ? limit : 0;
 }
 
 PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *func, int block,
@@ -252,7 +155,7 @@ PV_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n
     cudaError_t err = n ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    *n = occupancy(d, ki, block, dyn);
+    *n = pv_occupancy(d, ki, block, dyn);
     return PV_SUCCESS;
 }
 
@@ -268,7 +171,7 @@ PV_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, const 
     cudaError_t err = (dyn && nblocks > 0) ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    if (occupancy(d, ki, block, 0) < nblocks) {
+    if (pv_occupancy(d, ki, block, 0) < nblocks) {
         *dyn = 0;
         return PV_SUCCESS;
     }

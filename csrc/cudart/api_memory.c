@@ -1,164 +1,9 @@
 /* Memory: device allocations, copies of every kind (1D, 2D, peer, symbols), memsets, host memory, mem info,
- * pointer attributes. A copy goes to the host that owns the device pointer; copies between GPUs are staged
- * through this process. Host-to-device data and memsets are fire-and-forget; device-to-host copies wait for the
- * reply, whose payload is read straight into the caller's buffer. */
+ * pointer attributes. The transfers themselves are the core's (core/copy.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cudart.h"
-
-#define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
-
-/* ------------------------------------------------------------------------------------------ primitives */
-static cudaError_t h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
-{
-    for (size_t off = 0; off < n; off += PV_CHUNK) {
-        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
-        cudaError_t err = pv_send_MEMCPY_HTOD(d, dst + off, stream, (const char *)src + off, k);
-        if (err != PV_SUCCESS)
-            return err;
-    }
-    return PV_SUCCESS;
-}
-
-static cudaError_t d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
-{
-    for (size_t off = 0; off < n; off += PV_CHUNK) {
-        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
-        size_t got = 0;
-        cudaError_t err = pv_call_MEMCPY_DTOH(d, src + off, k, stream, (char *)dst + off, k, &got);
-        if (err != PV_SUCCESS)
-            return err;
-        if (got != k) {
-            pv_log("GPU%d (%s:%d) returned %zu of %zu bytes of a device-to-host copy", d->index, d->conn->host,
-                   d->conn->port, got, k);
-            return PV_cudaErrorUnknown;
-        }
-    }
-    return PV_SUCCESS;
-}
-
-static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)
-{
-    return pv_send_MEMCPY_DTOD(d, dst, src, n, stream);
-}
-
-static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
-{
-    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
-    char *buf = malloc(cap);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    cudaError_t err = PV_SUCCESS;
-    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
-        size_t k = n - off < cap ? n - off : cap;
-        err = d2h(sd, buf, src + off, k, 0);
-        if (err == PV_SUCCESS)
-            err = h2d(dd, dst + off, buf, k, 0);
-    }
-    free(buf);
-    return err;
-}
-
-static cudaError_t d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
-                       uint64_t stream)
-{
-    if (dd == sd)
-        return d2d_same(dd, dst, src, n, stream);
-    return d2d_staged(dd, dst, sd, src, n);
-}
-
-/* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */
-static int dev_range(const void *p, size_t n, struct pv_device **d)
-{
-    struct pv_alloc a;
-    uint64_t u = (uint64_t)(uintptr_t)p;
-    if (pv_alloc_find(u, &a) != 0 || a.dev < 0)
-        return -1;
-    if (n > a.size || u - a.ptr > a.size - n)
-        return -1;
-    *d = pv_device(a.dev);
-    return *d ? 0 : -1;
-}
-
-static int is_device_ptr(const void *p)
-{
-    struct pv_alloc a;
-    return pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0;
-}
-
-/* The daemon handle of stream s for work on device d (validated before by init_with_stream). A stream of another
- * GPU: the target device's default stream keeps the order we need. */
-static uint64_t stream_for(cudaStream_t s, struct pv_device *d)
-{
-    uint64_t remote = 0;
-    struct pv_device *sd = NULL;
-    if (pv_stream_resolve(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
-        return 0;
-    return remote;
-}
-
-/* The library is initialized and s is a default stream or a live stream handle. */
-static cudaError_t init_with_stream(cudaStream_t s)
-{
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return err;
-    return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
-}
-
-/* cudaMemcpyDefault resolved by where dst and src live; any other kind as given. */
-static int copy_kind(int kind, const void *dst, const void *src)
-{
-    if (kind != cudaMemcpyDefault)
-        return kind;
-    int dd = is_device_ptr(dst), sd = is_device_ptr(src);
-    return dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-              : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-}
-
-/* What every copy checks once its sizes are known to be non-zero: both pointers set, the library initialized, the
- * stream valid; then cudaMemcpyDefault is resolved into *kind. */
-static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaStream_t s)
-{
-    if (!dst || !src)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = init_with_stream(s);
-    if (err != PV_SUCCESS)
-        return err;
-    *kind = copy_kind(*kind, dst, src);
-    return PV_SUCCESS;
-}
-
-cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
-{
-    (void)async;
-    if (kind < 0 || kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if (n == 0)
-        return PV_SUCCESS;
-    cudaError_t err = copy_begin(dst, src, &kind, s);
-    if (err != PV_SUCCESS)
-        return err;
-    struct pv_device *ddev = NULL, *sdev = NULL;
-    switch (kind) {
-    case cudaMemcpyHostToHost:
-        memmove(dst, src, n);
-        return PV_SUCCESS;
-    case cudaMemcpyHostToDevice:
-        if (dev_range(dst, n, &ddev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return h2d(ddev, (uint64_t)(uintptr_t)dst, src, n, stream_for(s, ddev));
-    case cudaMemcpyDeviceToHost:
-        if (dev_range(src, n, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2h(sdev, dst, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
-    default:
-        if (dev_range(dst, n, &ddev) != 0 || dev_range(src, n, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2d(ddev, (uint64_t)(uintptr_t)dst, sdev, (uint64_t)(uintptr_t)src, n, stream_for(s, sdev));
-    }
-}
 
 /* ------------------------------------------------------------------------------------------ alloc/free */
 PV_API cudaError_t cudaMalloc(void **ptr, size_t size)
@@ -236,38 +81,16 @@ PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 /* ------------------------------------------------------------------------------------------ host memory */
 PV_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags)
 {
-    if (!ptr)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    void *p = NULL;
-    if (posix_memalign(&p, PV_HOST_ALIGN, size ? size : 1) != 0)
-        return pv_ret(PV_cudaErrorMemoryAllocation);
-    pv_alloc_add((uint64_t)(uintptr_t)p, size ? size : 1, -1 - (int)(flags & 0xff));
-    *ptr = p;
-    return PV_SUCCESS;
+    return pv_ret(ptr ? pv_host_alloc(size, flags, ptr) : PV_cudaErrorInvalidValue);
 }
 
 PV_API cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
 
-PV_API cudaError_t cudaFreeHost(void *ptr)
-{
-    if (!ptr)
-        return PV_SUCCESS;
-    struct pv_alloc a;
-    int dev;
-    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
-        pv_alloc_remove(a.ptr, &dev) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    free(ptr);
-    return PV_SUCCESS;
-}
+PV_API cudaError_t cudaFreeHost(void *ptr) { return ptr ? pv_ret(pv_host_free(ptr)) : PV_SUCCESS; }
 
 PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr)
 {
-    struct pv_alloc a;
-    if (!flags || pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *flags = (unsigned)(-1 - a.dev);
-    return PV_SUCCESS;
+    return pv_ret(flags ? pv_host_flags(ptr, flags) : PV_cudaErrorInvalidValue);
 }
 
 /* Pinning has no meaning on a client whose GPUs are remote: registration succeeds and changes nothing. */
@@ -329,9 +152,9 @@ static cudaError_t peer(void *dst, int dstDev, const void *src, int srcDev, size
         return PV_cudaErrorInvalidDevice;
     if (n == 0)
         return PV_SUCCESS;
-    if (dev_range(dst, n, &chk) != 0 || chk != dd || dev_range(src, n, &chk) != 0 || chk != sd)
+    if (pv_dev_range(dst, n, &chk) != 0 || chk != dd || pv_dev_range(src, n, &chk) != 0 || chk != sd)
         return PV_cudaErrorInvalidValue;
-    return d2d(dd, (uint64_t)(uintptr_t)dst, sd, (uint64_t)(uintptr_t)src, n, 0);
+    return pv_copy_d2d(dd, (uint64_t)(uintptr_t)dst, sd, (uint64_t)(uintptr_t)src, n, 0);
 }
 
 PV_API cudaError_t cudaMemcpyPeer(void *dst, int dstDev, const void *src, int srcDev, size_t n)
@@ -347,145 +170,34 @@ PV_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDev, const void *src, i
 }
 
 /* ------------------------------------------------------------------------------------------ 2D copies */
-static int dev_range_2d(const void *p, size_t pitch, size_t width, size_t height, struct pv_device **d)
-{
-    return dev_range(p, pitch * (height - 1) + width, d);
-}
-
-static cudaError_t h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
-                          size_t width, size_t height, uint64_t stream)
-{
-    size_t total = width * height;
-    char *packed = NULL;
-    const char *payload = src;
-    if (spitch != width) {
-        packed = malloc(total);
-        if (!packed)
-            return PV_cudaErrorMemoryAllocation;
-        for (size_t r = 0; r < height; r++)
-            memcpy(packed + r * width, src + r * spitch, width);
-        payload = packed;
-    }
-    cudaError_t err = pv_send_MEMCPY2D_HTOD(d, dst, dpitch, width, height, stream, payload, total);
-    free(packed);
-    return err;
-}
-
-static cudaError_t d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
-                          size_t height, uint64_t stream)
-{
-    size_t total = width * height;
-    char *packed = dpitch == width ? dst : malloc(total);
-    if (!packed)
-        return PV_cudaErrorMemoryAllocation;
-    size_t got = 0;
-    cudaError_t err = pv_call_MEMCPY2D_DTOH(d, src, spitch, width, height, stream, packed, total, &got);
-    if (err == PV_SUCCESS && got != total)
-        err = PV_cudaErrorUnknown;
-    if (err == PV_SUCCESS && packed != dst)
-        for (size_t r = 0; r < height; r++)
-            memcpy(dst + r * dpitch, packed + r * width, width);
-    if (packed != dst)
-        free(packed);
-    return err;
-}
-
-static cudaError_t memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-                            int kind, cudaStream_t s)
-{
-    if (kind < 0 || kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if (width == 0 || height == 0)
-        return PV_SUCCESS;
-    if (width > dpitch || width > spitch)
-        return PV_cudaErrorInvalidPitchValue;
-    cudaError_t err = copy_begin(dst, src, &kind, s);
-    if (err != PV_SUCCESS)
-        return err;
-    struct pv_device *ddev = NULL, *sdev = NULL;
-    uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
-    switch (kind) {
-    case cudaMemcpyHostToHost:
-        for (size_t r = 0; r < height; r++)
-            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
-        return PV_SUCCESS;
-    case cudaMemcpyHostToDevice:
-        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return h2d_2d(ddev, du, dpitch, src, spitch, width, height, stream_for(s, ddev));
-    case cudaMemcpyDeviceToHost:
-        if (dev_range_2d(src, spitch, width, height, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        return d2h_2d(sdev, dst, dpitch, su, spitch, width, height, stream_for(s, sdev));
-    default:
-        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0 ||
-            dev_range_2d(src, spitch, width, height, &sdev) != 0)
-            return PV_cudaErrorInvalidValue;
-        if (ddev == sdev) {
-            return pv_send_MEMCPY2D_DTOD(sdev, du, dpitch, su, spitch, width, height, stream_for(s, sdev));
-        } else {
-            char *tmp = malloc(width * height);
-            if (!tmp)
-                return PV_cudaErrorMemoryAllocation;
-            err = d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
-            if (err == PV_SUCCESS)
-                err = h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
-            free(tmp);
-            return err;
-        }
-    }
-}
-
 PV_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                 size_t height, int kind)
 {
-    return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, NULL));
+    return pv_ret(pv_memcpy2d(dst, dpitch, src, spitch, width, height, kind, NULL));
 }
 
 PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                      size_t height, int kind, cudaStream_t s)
 {
-    return pv_ret(memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
+    return pv_ret(pv_memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
 }
 
 /* ------------------------------------------------------------------------------------------ memset */
-static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
+PV_API cudaError_t cudaMemset(void *p, int v, size_t n)
 {
-    cudaError_t err = init_with_stream(s);
-    if (err != PV_SUCCESS)
-        return err;
-    if (n == 0)
-        return PV_SUCCESS;
-    struct pv_device *d;
-    if (dev_range(ptr, n, &d) != 0)
-        return PV_cudaErrorInvalidValue;
-    return pv_send_MEMSET(d, (uint64_t)(uintptr_t)ptr, value & 0xff, n, stream_for(s, d));
+    return pv_ret(pv_memset(p, n, (uint32_t)v & 0xff, 1, n, 1, NULL));
 }
-
-static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
+PV_API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
-    cudaError_t err = init_with_stream(s);
-    if (err != PV_SUCCESS)
-        return err;
-    if (width == 0 || height == 0)
-        return PV_SUCCESS;
-    if (width > pitch)
-        return PV_cudaErrorInvalidPitchValue;
-    struct pv_device *d;
-    if (dev_range_2d(ptr, pitch, width, height, &d) != 0)
-        return PV_cudaErrorInvalidValue;
-    return pv_send_MEMSET2D(d, (uint64_t)(uintptr_t)ptr, pitch, value & 0xff, width, height, stream_for(s, d));
+    return pv_ret(pv_memset(p, n, (uint32_t)v & 0xff, 1, n, 1, s));
 }
-
-PV_API cudaError_t cudaMemset(void *p, int v, size_t n) { return pv_ret(memset_1d(p, v, n, NULL)); }
-PV_API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { return pv_ret(memset_1d(p, v, n, s)); }
 PV_API cudaError_t cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h)
 {
-    return pv_ret(memset_2d(p, pitch, v, w, h, NULL));
+    return pv_ret(pv_memset(p, pitch, (uint32_t)v & 0xff, 1, w, h, NULL));
 }
 PV_API cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s)
 {
-    return pv_ret(memset_2d(p, pitch, v, w, h, s));
+    return pv_ret(pv_memset(p, pitch, (uint32_t)v & 0xff, 1, w, h, s));
 }
 
 /* ------------------------------------------------------------------------------------------ symbols */
@@ -538,15 +250,15 @@ static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, s
         return err;
     int host_kind = to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     if (kind == cudaMemcpyDefault)
-        kind = is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
+        kind = pv_is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
     if (kind == host_kind)
-        return to_symbol ? h2d(d, addr, other, n, stream_for(s, d)) : d2h(d, other, addr, n, stream_for(s, d));
+        return to_symbol ? pv_copy_h2d(d, addr, other, n, pv_stream_for(s, d)) : pv_copy_d2h(d, other, addr, n, pv_stream_for(s, d));
     if (kind != cudaMemcpyDeviceToDevice)
         return PV_cudaErrorInvalidMemcpyDirection;
-    if (dev_range(other, n, &od) != 0)
+    if (pv_dev_range(other, n, &od) != 0)
         return PV_cudaErrorInvalidValue;
     uint64_t o = (uint64_t)(uintptr_t)other;
-    return to_symbol ? d2d(d, addr, od, o, n, stream_for(s, od)) : d2d(od, o, d, addr, n, stream_for(s, d));
+    return to_symbol ? pv_copy_d2d(d, addr, od, o, n, pv_stream_for(s, od)) : pv_copy_d2d(od, o, d, addr, n, pv_stream_for(s, d));
 }
 
 static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)

@@ -11,11 +11,7 @@ static inline void pv_put_size(void *base, size_t off, size_t v) { memcpy((char 
 
 typedef struct pv_func *cudaKernel_t;
 
-enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
-       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
 enum { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
-
-#define PV_HOST_ALIGN 4096
 
 /* ---- per-thread runtime state (thread_state.c) ---- */
 struct pv_call_config { dim3 grid, block; size_t shmem; cudaStream_t stream; };
@@ -24,8 +20,5 @@ cudaError_t pv_last_error(int reset);
 cudaError_t pv_unsupported(const char *name, atomic_int *once);
 int pv_push_config(const struct pv_call_config *cfg);
 int pv_pop_config(struct pv_call_config *cfg);
-
-/* ---- memory helpers shared by api files (api_memory.c) ---- */
-cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
 
 #endif

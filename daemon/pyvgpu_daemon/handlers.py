@@ -22,13 +22,14 @@ from pyvgpu import protocol as P
 from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, release_device
+from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, destroy_blas_handles, release_device
 
 log = logging.getLogger("pyvgpu.daemon")
 
 MAX_PARAM_BYTES = 1 << 20         # kernel parameter buffer (CUDA's own limit is 32 KiB)
 MAX_MODULE_BYTES = 1 << 30
 ERR_UNKNOWN = ERROR_CODES["cudaErrorUnknown"]
+KERNEL_ATTR_SET = frozenset(P.KERNEL_ATTR_KEYS)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ _u64 = _int_in(0, (1 << 64) - 1, "a u64")
 # Wire type -> conversion of the received value (protocol.ARG_TYPES; dev is the server's, map HELLO's).
 ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "u64": _u64, "ptr": _u64, "size": _u64, "handle": _u64, "stream": _u64, "event": _u64, "func": _u64,
+    "blas": _u64,
     "i64": _int_in(-(1 << 63), (1 << 63) - 1, "an i64"), "u32": _int_in(0, (1 << 32) - 1, "a u32"),
     "i32": _int_in(-(1 << 31), (1 << 31) - 1, "an i32"), "f64": _f64, "dim3": _dim3,
     "bytes": _of(bytes, "bytes"), "str": _of(str, "a string"),
@@ -94,6 +96,7 @@ ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
 # Handle kinds resolved through the session's tables before the handler sees them.
 RESOLVE: dict[str, Callable[[DeviceState, int], Any]] = {
     "stream": DeviceState.stream, "event": DeviceState.event, "func": DeviceState.function,
+    "blas": DeviceState.blas,
 }
 assert set(ARG_CHECKS) | {"dev", "map"} == P.ARG_TYPES, "a wire type without a conversion"
 
@@ -137,7 +140,7 @@ def _check_2d(pitch: int, width: int, height: int) -> int:
 # ---------------------------------------------------------------------------------------------- memory
 @handler("MEM_GET_INFO")
 def mem_get_info(c: Call) -> list[int]:
-    free, total = c.ctx.mem_info()
+    free, total = c.st.mem_view(*c.ctx.mem_info())     # a session with a memory limit sees it as the total
     return [int(free), int(total)]
 
 
@@ -145,6 +148,7 @@ def mem_get_info(c: Call) -> list[int]:
 def malloc(c: Call, size: int) -> int:
     if size == 0:
         return 0                          # cudaMalloc(&p, 0) succeeds with a NULL pointer
+    c.st.check_quota(size, "cudaMalloc")
     ptr = c.ctx.malloc(size)
     c.st.add_allocation(ptr, size)
     return ptr
@@ -181,6 +185,7 @@ def memcpy_dtod(c: Call, dst: int, src: int, size: int, stream: Any) -> None:
         c.st.check_range(src, size, "memcpy DtoD source")
         c.st.check_range(dst, size, "memcpy DtoD destination")
         c.ctx.memcpy_dtod(dst, src, size, stream)
+        c.st.bytes_dtod += size
 
 
 @handler("MEMCPY2D_HTOD")
@@ -211,6 +216,7 @@ def memcpy2d_dtod(c: Call, dst: int, dpitch: int, src: int, spitch: int, width: 
         c.st.check_range(src, sspan, "memcpy2D DtoD source")
         c.st.check_range(dst, dspan, "memcpy2D DtoD destination")
         c.ctx.memcpy2d_dtod(dst, dpitch, src, spitch, width, height, stream)
+        c.st.bytes_dtod += width * height
 
 
 @handler("MEMSET")
@@ -228,6 +234,21 @@ def memset2d(c: Call, ptr: int, pitch: int, value: int, width: int, height: int,
         c.ctx.memset2d(ptr, pitch, value & 0xFF, width, height, stream)
 
 
+@handler("MEMSET_ELEMS")
+def memset_elems(c: Call, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                 stream: Any) -> None:
+    if elem not in (1, 2, 4):
+        raise CudaError("cudaErrorInvalidValue", f"memset element of {elem} bytes")
+    if value >> (8 * elem):
+        raise CudaError("cudaErrorInvalidValue", f"memset value {value:#x} does not fit {elem} bytes")
+    if height > 1 and pitch % elem:
+        raise CudaError("cudaErrorInvalidValue", f"pitch {pitch} is not a multiple of the {elem}-byte element")
+    span = _check_2d(pitch, width * elem, height)
+    if span:
+        c.st.check_range(ptr, span, "memset")
+        c.ctx.memset_elems(ptr, pitch, value, elem, width, height, stream)
+
+
 # ---------------------------------------------------------------------------------------------- modules, launches
 @handler("MODULE_LOAD")
 def module_load(c: Call, module_id: int) -> dict[str, Any]:
@@ -241,9 +262,19 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
     if len(c.payload) > MAX_MODULE_BYTES:
         raise CudaError("cudaErrorInvalidValue", f"module image of {len(c.payload)} bytes is too large")
     loaded = c.ctx.module_load(c.payload)
+    new_vars = sum(int(size) for addr, size in loaded.variables.values()
+                   if int(addr) not in st.variables and int(addr) not in st.allocations)
+    try:
+        st.check_quota(new_vars, f"module {module_id} globals")
+    except CudaError:
+        c.ctx.module_unload(loaded)
+        raise
     kernels: dict[str, Any] = {}
     ids: list[int] = []
     for name, k in loaded.kernels.items():
+        unknown = set(k.attrs) - KERNEL_ATTR_SET
+        if unknown:   # a backend bug: the client would not understand these keys
+            raise CudaError("cudaErrorUnknown", f"kernel {name}: attributes {sorted(unknown)} are not in the spec")
         fid = st.new_handle()
         st.functions[fid] = (loaded, k)
         ids.append(fid)
@@ -257,6 +288,20 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
     log.info("%s: module %d loaded: %d kernels, %d variables", c.session.tag(st.ordinal), module_id,
              len(kernels), len(loaded.variables))
     return reply
+
+
+@handler("MODULE_UNLOAD")
+def module_unload(c: Call, module_id: int) -> None:
+    st = c.st
+    entry = st.modules.pop(module_id, None)
+    if entry is None:
+        raise CudaError("cudaErrorInvalidResourceHandle", f"unload of unknown module {module_id}")
+    for fid in entry.function_ids:
+        st.functions.pop(fid, None)
+    for addr, _ in entry.loaded.variables.values():
+        st.remove_variable(int(addr))
+    c.ctx.module_unload(entry.loaded)
+    log.info("%s: module %d unloaded", c.session.tag(st.ordinal), module_id)
 
 
 @handler("LAUNCH")
@@ -298,12 +343,15 @@ def _pop_handle(table: dict[int, Any], h: int, what: str) -> Any:
 
 @handler("STREAM_CREATE")
 def stream_create(c: Call, flags: int, priority: int) -> int:
-    return _add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
+    h = _add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
+    c.st.add_stream(h, priority)
+    return h
 
 
 @handler("STREAM_DESTROY")
 def stream_destroy(c: Call, stream: int) -> None:
     c.ctx.stream_destroy(_pop_handle(c.st.streams, stream, "stream"))
+    c.st.stream_priority.pop(stream, None)
 
 
 @handler("STREAM_SYNC")
@@ -361,7 +409,9 @@ def device_sync(c: Call) -> None:
 
 @handler("DEVICE_RESET")
 def device_reset(c: Call) -> None:
-    # cudaDeviceReset destroys every allocation, module, stream and event of the context and clears errors.
+    # cudaDeviceReset destroys every allocation, module, stream, event and cuBLAS handle of the context and clears
+    # errors.
+    destroy_blas_handles(c.st)
     for entry in list(c.st.modules.values()):
         try:
             c.ctx.module_unload(entry.loaded)
@@ -391,6 +441,8 @@ def device_get_limit(c: Call, limit: int) -> int:
     return int(c.ctx.get_limit(_limit(limit)))
 
 
+from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
+
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}
 assert _device_ops == set(HANDLERS), f"handler table out of step with protocol.OPS: {_device_ops ^ set(HANDLERS)}"
@@ -403,6 +455,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if session.closing:
         return None                       # the client is gone: skip queued work, cleanup follows
     st.ops += 1
+    if not fire_and_forget:
+        st.waited += 1                    # the client waits for this one's reply (a blocking round trip)
     result: Any = None
     out = b""
     err = 0
@@ -412,9 +466,13 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         try:
             if st.ctx is None:
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
+                if st.lane is not None:
+                    st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+            st.bytes_htod += len(payload)
             ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
             if spec.flags & OpFlag.PAYLOAD_OUT:
                 out = ret or b""
+                st.bytes_dtoh += len(out)
             else:
                 result = ret
         except CudaError as exc:

@@ -23,7 +23,9 @@ from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, HELLO
                              OpSpec)
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend
+from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
+from pyvgpu_daemon.sharing import Sharing, SharingConfig
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -38,6 +40,10 @@ ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
 
 class SessionEnd(Exception):
     """Ends one session with a reason for the log."""
+
+
+class MetricsError(RuntimeError):
+    """The metrics server could not start (the daemon does not start either)."""
 
 
 class FrameStream(asyncio.BufferedProtocol):
@@ -199,6 +205,9 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 7700
     token: bytes | None = None       # None: no authentication (only allowed on loopback)
+    sharing: SharingConfig = field(default_factory=SharingConfig)
+    metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
+    metrics_host: str | None = None  # default: the daemon's own address
 
 
 @dataclass
@@ -212,10 +221,12 @@ class Server:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _devices: list[dict[str, Any]] = field(default_factory=list)
     bound: tuple[str, int] | None = None
+    sharing: Sharing | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._devices = self.backend.devices()
+        self.sharing = Sharing(self.config.sharing, self._devices)
         loop = asyncio.get_running_loop()
 
         def on_connect(stream: FrameStream) -> None:
@@ -247,6 +258,7 @@ class Server:
         sid = self._next_session
         self._next_session += 1
         session = Session(sid, peer, self.backend, len(self._devices))
+        session.sharing = self.sharing
         reason = "client closed the connection"
         try:
             sock = writer.get_extra_info("socket")
@@ -310,6 +322,11 @@ class Server:
             await self._reply_and_close(writer, req.req_id, ERR_INVALID_VALUE, msg)
             raise SessionEnd(msg)
         session.va_base = va_base
+        assert self.sharing is not None
+        msg = self.sharing.apply_hello(session, hello)
+        if msg is not None:
+            await self._reply_and_close(writer, req.req_id, ERR_INVALID_VALUE, msg)
+            raise SessionEnd(msg)
         result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
                   HELLO_REPLY_SESSION: session.id}
         writer.writelines(wire.encode_reply(req.req_id, 0, result))
@@ -375,7 +392,7 @@ class Server:
             return
         st = session.device(dev, loop)
         fut = st.worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload,
-                               req.req_id == 0, nbytes=len(payload))
+                               req.req_id == 0, nbytes=len(payload), tag=(spec.code, req.args, len(payload)))
         if req.req_id:
             fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(session, writer, rid, f))
         else:
@@ -425,21 +442,26 @@ class Server:
                 log.error("%s: cleanup failed: %r", session.tag(), exc)
         for st in session.devices.values():
             await loop.run_in_executor(None, st.worker.join, 5.0)
+            if st.lane is not None:
+                st.lane.sched.retire(st.lane)
         self.sessions.pop(session.id, None)
         try:
             writer.close()
         except Exception:  # noqa: BLE001
             pass
-        log.info("%s: ended (%s); released %d bytes on %d device(s)", session.tag(), reason, released,
-                 len(session.devices))
+        log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
+                 reason, sum(st.ops for st in session.devices.values()),
+                 sum(st.waited for st in session.devices.values()), released, len(session.devices))
 
     # ------------------------------------------------------------------ status
     def status(self, me: Session | None = None) -> dict[str, Any]:
         sessions = []
-        for s in sorted(self.sessions.values(), key=lambda x: x.id):
+        live = sorted(self.sessions.values(), key=lambda x: x.id)
+        for s in live:
             entry = s.summary()
             entry["self"] = s is me
             sessions.append(entry)
+        assert self.sharing is not None
         return {
             "backend": self.backend.name,
             "address": f"{self.bound[0]}:{self.bound[1]}" if self.bound else "",
@@ -448,11 +470,10 @@ class Server:
             "protocol": PROTOCOL_VERSION,
             "auth": self.config.token is not None,
             "devices": self._devices,
-            "device_usage": [
-                {"device": r,
-                 "memory": sum(x["memory"] for s in sessions for x in s["devices"] if x["device"] == r),
-                 "sessions": sum(1 for s in sessions if any(x["device"] == r for x in s["devices"]))}
-                for r in range(len(self._devices))],
+            "scheduling": "fair" if self.sharing.config.fair else "off",
+            "max_weight": self.sharing.config.max_weight,
+            "latency_buckets": list(LATENCY_BOUNDS),
+            "device_usage": self.sharing.device_figures(live, time.perf_counter()),
             "sessions": sessions,
         }
 
@@ -466,9 +487,28 @@ async def run_server(config: ServerConfig, backend: Backend, ready_line: bool = 
         except (NotImplementedError, RuntimeError):
             pass
     server = Server(config, backend)
-    await server.start()
+    metrics = None
+    if config.metrics_port is not None:
+        from pyvgpu_daemon.metrics import MetricsServer, loop_snapshot
+        host = config.metrics_host or config.host
+        try:
+            metrics = MetricsServer(host, config.metrics_port, loop_snapshot(loop, server.status))
+        except OSError as exc:
+            raise MetricsError(f"cannot serve metrics on {host}:{config.metrics_port}: {exc.strerror or exc}") \
+                from None
+        log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
+    try:
+        await server.start()
+    except BaseException:
+        if metrics is not None:
+            metrics.stop()
+        raise
     assert server.bound is not None
     if ready_line:
         print(f"pyvgpu-daemon listening on {server.bound[0]}:{server.bound[1]} backend={backend.name} "
               f"devices={len(server._devices)}", file=sys.stderr, flush=True)
-    await server.serve_until(stop)
+    try:
+        await server.serve_until(stop)
+    finally:
+        if metrics is not None:
+            metrics.stop()

@@ -16,15 +16,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyvgpu.protocol import DEFAULT_STREAM_HANDLES
 from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, KernelDesc, LoadedModule
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.executor import OrderedWorker
+from pyvgpu_daemon.scheduler import Lane
 
 log = logging.getLogger("pyvgpu.daemon")
 
-# cudaStreamLegacy and cudaStreamPerThread are sentinel pointer values; all three mean "the default stream" here
-# (one ordered queue per device makes per-thread default streams equivalent to the legacy one).
-DEFAULT_STREAM_HANDLES = frozenset({0, 1, 2})
+# cudaStreamLegacy and cudaStreamPerThread are sentinel pointer values; all three (protocol.DEFAULT_STREAM_HANDLES)
+# mean "the default stream" here (one ordered queue per device makes per-thread default streams equivalent to the
+# legacy one).
 FIRST_HANDLE = 0x1000
 
 
@@ -48,11 +50,44 @@ class DeviceState:
     functions: dict[int, tuple[LoadedModule, KernelDesc]] = field(default_factory=dict)
     streams: dict[int, Any] = field(default_factory=dict)
     events: dict[int, Any] = field(default_factory=dict)
+    blas_handles: dict[int, Any] = field(default_factory=dict)       # cuBLAS handles (backend objects)
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
+    var_bytes: int = 0         # bytes of module globals (counted against the limit with `held`)
+    limit: int | None = None   # memory quota of this session on this device (sharing.py); None: none
     ops: int = 0
+    waited: int = 0            # ops whose reply the client waited for
+    bytes_htod: int = 0        # request payload bytes (copies, module images, kernel parameters)
+    bytes_dtoh: int = 0        # reply payload bytes
+    bytes_dtod: int = 0        # bytes copied on the device
+    stream_priority: dict[int, int] = field(default_factory=dict)    # stream handle -> CUDA priority
     _next_handle: int = FIRST_HANDLE
+
+    @property
+    def lane(self) -> Lane | None:
+        return self.worker.lane if self.worker is not None else None
+
+    # ------------------------------------------------------------------ quota
+    def check_quota(self, nbytes: int, what: str) -> None:
+        """cudaErrorMemoryAllocation when `nbytes` more would exceed this session's limit on this device.
+        Every op that makes the device hold memory for the session calls this first."""
+        if self.limit is not None and self.held + self.var_bytes + nbytes > self.limit:
+            raise CudaError("cudaErrorMemoryAllocation",
+                            f"{what} of {nbytes} B exceeds the session's memory limit on device {self.ordinal}: "
+                            f"{self.held + self.var_bytes} of {self.limit} B in use")
+
+    def mem_view(self, free: int, total: int) -> tuple[int, int]:
+        """cudaMemGetInfo as this session sees it: its limit as the total, what is left of it as free."""
+        if self.limit is None or self.limit >= total:
+            return free, total
+        return min(free, max(0, self.limit - self.held - self.var_bytes)), self.limit
+
+    def add_stream(self, handle: int, priority: int) -> None:
+        """A created stream: its priority orders the session's queued work once any stream has a priority."""
+        self.stream_priority[handle] = priority
+        if priority and self.worker.priority_of is None:
+            self.worker.priority_of = self.stream_priority.get
 
     # ------------------------------------------------------------------ handles
     def new_handle(self) -> int:
@@ -73,6 +108,12 @@ class DeviceState:
             return self.events[handle]
         except KeyError:
             raise CudaError("cudaErrorInvalidResourceHandle", f"unknown event {handle:#x}") from None
+
+    def blas(self, handle: int) -> Any:
+        try:
+            return self.blas_handles[handle]
+        except KeyError:
+            raise CudaError("cudaErrorInvalidResourceHandle", f"unknown cuBLAS handle {handle:#x}") from None
 
     def function(self, handle: int) -> tuple[LoadedModule, KernelDesc]:
         try:
@@ -95,10 +136,13 @@ class DeviceState:
         if addr in self.variables or addr in self.allocations:
             return
         self.variables[addr] = size
+        self.var_bytes += size
         bisect.insort(self._starts, addr)
 
     def remove_variable(self, addr: int) -> None:
-        if self.variables.pop(addr, None) is not None:
+        size = self.variables.pop(addr, None)
+        if size is not None:
+            self.var_bytes -= size
             self._starts.pop(bisect.bisect_left(self._starts, addr))
 
     def check_range(self, ptr: int, size: int, what: str) -> None:
@@ -119,14 +163,24 @@ class DeviceState:
         self.functions.clear()
         self.streams.clear()
         self.events.clear()
+        self.stream_priority.clear()
+        self.blas_handles.clear()
         self.held = 0
+        self.var_bytes = 0
         self.deferred = 0
         self.sticky = 0
 
     def summary(self) -> dict[str, Any]:
-        return {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
-                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
-                "ops": self.ops, "sticky_error": self.sticky}
+        out = {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
+               "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
+               "blas_handles": len(self.blas_handles), "ops": self.ops, "waited": self.waited,
+               "sticky_error": self.sticky, "memory_used": self.held + self.var_bytes, "memory_limit": self.limit,
+               "bytes_htod": self.bytes_htod, "bytes_dtoh": self.bytes_dtoh, "bytes_dtod": self.bytes_dtod}
+        lane = self.lane
+        if lane is not None:
+            out.update(weight=lane.weight, device_seconds=lane.device_seconds, work_ops=lane.jobs,
+                       turn_wait_seconds=lane.turn_wait_seconds, slowdown=lane.slowdown())
+        return out
 
 
 @dataclass
@@ -137,6 +191,11 @@ class Session:
     ndevices: int
     client: str = ""
     va_base: int = 0
+    pid: int | None = None               # the client's, from the hello
+    hostname: str = ""
+    memory_request: int | None = None    # HELLO_MEMORY
+    weight: float = 1.0                  # HELLO_WEIGHT, capped
+    sharing: Any = None                  # sharing.Sharing: quotas and device schedulers (None: neither)
     started: float = field(default_factory=time.time)
     devices: dict[int, DeviceState] = field(default_factory=dict)
     closing: bool = False       # set when the connection ends: queued jobs are skipped, cleanup runs
@@ -148,14 +207,21 @@ class Session:
         """The state of device `ordinal` (validated by the caller), creating its worker on first use."""
         st = self.devices.get(ordinal)
         if st is None:
-            st = DeviceState(ordinal, OrderedWorker(f"s{self.id}-d{ordinal}", loop))
+            name = f"s{self.id}-d{ordinal}"
+            sharing = self.sharing
+            lane = sharing.lane(ordinal, self.weight, name) if sharing is not None else None
+            st = DeviceState(ordinal, OrderedWorker(name, loop, lane))
+            if sharing is not None:
+                st.limit = sharing.limit(ordinal, self.memory_request)
             self.devices[ordinal] = st
         return st
 
     def summary(self) -> dict[str, Any]:
         devs = [st.summary() for st in sorted(self.devices.values(), key=lambda s: s.ordinal)]
         return {"id": self.id, "client": self.client, "peer": self.peer, "since": self.started,
-                "va_base": self.va_base, "memory": sum(d["memory"] for d in devs), "devices": devs}
+                "va_base": self.va_base, "memory": sum(d["memory"] for d in devs), "devices": devs,
+                "pid": self.pid, "hostname": self.hostname, "memory_request": self.memory_request,
+                "weight": self.weight}
 
 
 def release_device(session: Session, st: DeviceState) -> int:
@@ -163,6 +229,7 @@ def release_device(session: Session, st: DeviceState) -> int:
     held = st.held
     ctx = st.ctx
     if ctx is not None:
+        destroy_blas_handles(st)
         for entry in list(st.modules.values()):
             try:
                 ctx.module_unload(entry.loaded)
@@ -190,3 +257,14 @@ def release_device(session: Session, st: DeviceState) -> int:
         st.ctx = None
     st.clear_tables()
     return held
+
+
+def destroy_blas_handles(st: DeviceState) -> None:
+    """cuBLAS handles die with their session (and with a device reset): destroy them before the context goes."""
+    assert st.ctx is not None
+    for h in list(st.blas_handles.values()):
+        try:
+            st.ctx.blas_destroy(h)
+        except Exception as exc:  # noqa: BLE001 - cleanup carries on
+            log.warning("device %d: cuBLAS handle destroy failed: %s", st.ordinal, exc)
+    st.blas_handles.clear()

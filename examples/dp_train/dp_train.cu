@@ -3,10 +3,11 @@
 // Ordinary single-machine multi-GPU CUDA code: one host thread per GPU (std::thread + cudaSetDevice), the global
 // batch split across the GPUs, gradients copied to the host after every step, averaged on the CPU (the host acts
 // as parameter server) and copied back; every GPU then applies the same SGD update to its own copy of the
-// parameters. No cuBLAS, no vendor library, no pyvgpu-specific call: the same binary runs on a real multi-GPU
+// parameters. Its own kernels by default (no vendor library); built with -DDP_TRAIN_CUBLAS -lcublas, --gemm cublas
+// does the products with cublasSgemm instead. No pyvgpu-specific call: the same binary runs on a real multi-GPU
 // machine and, under pyvgpu (LD_PRELOAD=libvcudart.so), on GPUs spread over several hosts.
 //
-// Build: nvcc -cudart shared -O3 -std=c++17 -o dp_train dp_train.cu
+// Build: nvcc -cudart shared -O3 -std=c++17 -o dp_train dp_train.cu   (make CUBLAS=1: with --gemm cublas)
 // Run:   ./dp_train --data DIR --gpus 2 --batch 100 --hidden 128 --steps 300 --log-every 50
 //        ./dp_train --data DIR --cpu                        (the same training on the CPU: the baseline)
 //
@@ -41,6 +42,20 @@
 #include <vector>
 
 #include <unistd.h>
+
+#ifdef DP_TRAIN_CUBLAS   // make CUBLAS=1: --gemm cublas does the products with cublasSgemm
+#include <cublas_v2.h>
+#define CKB(call)                                                                                         \
+    do {                                                                                                  \
+        cublasStatus_t s_ = (call);                                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            fprintf(stderr, "dp_train: cuBLAS error %s at %s:%d in %s\n", cublasGetStatusName(s_),       \
+                    __FILE__, __LINE__, #call);                                                           \
+            fflush(stdout);                                                                               \
+            _exit(2);                                                                                     \
+        }                                                                                                 \
+    } while (0)
+#endif
 
 #define CK(call)                                                                                          \
     do {                                                                                                  \
@@ -171,17 +186,19 @@ struct Options {
     int threads = 1;
     int train_limit = 0;  // use only the first N training samples (0 = all)
     int test_limit = 0;
+    bool cublas = false;  // --gemm cublas: cublasSgemm for the products (own kernels: the default, the reference)
 };
 
 static void usage() {
     printf(
         "usage: dp_train [--gpus N] [--batch B] [--hidden 128[,64..]] [--steps S | --epochs E] [--lr LR]\n"
         "                [--seed S] [--sync ps|ring] [--balance static|adaptive] [--cpu] [--threads T]\n"
-        "                [--data DIR] [--log-every K] [--train-limit N] [--test-limit N]\n"
+        "                [--data DIR] [--log-every K] [--train-limit N] [--test-limit N] [--gemm own|cublas]\n"
         "  --data DIR: MNIST-format IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte,\n"
         "              t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte). Default: $DP_TRAIN_DATA, else the digits\n"
         "              cache written by prepare_digits.py ($XDG_CACHE_HOME/pyvgpu/digits or ~/.cache/pyvgpu/digits).\n"
-        "  --cpu: train on the CPU only (no CUDA call is made), with --threads T worker threads for the products.\n");
+        "  --cpu: train on the CPU only (no CUDA call is made), with --threads T worker threads for the products.\n"
+        "  --gemm cublas: the GPU products by cublasSgemm (needs a build with make CUBLAS=1); own: its kernels.\n");
 }
 
 static std::vector<int> parse_list(const std::string& s) {
@@ -231,6 +248,15 @@ static Options parse(int argc, char** argv) {
         else if (a == "--threads") o.threads = atoi(val().c_str());
         else if (a == "--train-limit") o.train_limit = atoi(val().c_str());
         else if (a == "--test-limit") o.test_limit = atoi(val().c_str());
+        else if (a == "--gemm") {
+            std::string v = val();
+            if (v == "own") o.cublas = false;
+            else if (v == "cublas") o.cublas = true;
+            else die("--gemm must be own or cublas, not %s", v.c_str());
+#ifndef DP_TRAIN_CUBLAS
+            if (o.cublas) die("--gemm cublas: this dp_train was built without cuBLAS (make CUBLAS=1)");
+#endif
+        }
         else if (a == "-h" || a == "--help") { usage(); exit(0); }
         else die("unknown option %s (see --help)", a.c_str());
     }
@@ -642,9 +668,41 @@ class Barrier {  // reusable (generation-counted) barrier for the GPU threads
 
 static dim3 gemm_grid(int M, int N) { return dim3((N + TILE - 1) / TILE, (M + TILE - 1) / TILE); }
 
+#ifdef DP_TRAIN_CUBLAS
+static bool g_cublas = false;                       // --gemm cublas
+static thread_local cublasHandle_t t_blas = nullptr;  // one handle per GPU thread, on its GPU
+
+// The epilogues of gemm_kernel, applied after cublasSgemm stored the plain product in C.
+template <int EPI>
+__global__ void epilogue_kernel(int M, int N, float* __restrict__ C, int ldc, const float* __restrict__ aux,
+                                int ldaux) {
+    const int n = blockIdx.x * TILE + threadIdx.x, m = blockIdx.y * TILE + threadIdx.y;
+    if (m >= M || n >= N) return;
+    float v = C[(size_t)m * ldc + n];
+    if (EPI == EPI_BIAS) v += aux[n];
+    if (EPI == EPI_BIAS_RELU) v = fmaxf(v + aux[n], 0.f);
+    if (EPI == EPI_RELU_MASK) v = aux[(size_t)m * ldaux + n] > 0.f ? v : 0.f;
+    C[(size_t)m * ldc + n] = v;
+}
+#endif
+
 template <bool TA, bool TB, int EPI>
 static void gemm(int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                  const float* aux = nullptr, int ldaux = 0) {
+#ifdef DP_TRAIN_CUBLAS
+    if (g_cublas) {
+        // cuBLAS is column-major: the row-major M x N product C = op(A) op(B) is the column-major N x M product
+        // C^T = op(B)^T op(A)^T, and a row-major matrix with leading dimension ld is its transpose, column-major.
+        const float one = 1.f, zero = 0.f;
+        CKB(cublasSgemm(t_blas, TB ? CUBLAS_OP_T : CUBLAS_OP_N, TA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B,
+                        ldb, A, lda, &zero, C, ldc));
+        if (EPI != EPI_STORE) {
+            epilogue_kernel<EPI><<<gemm_grid(M, N), dim3(TILE, TILE)>>>(M, N, C, ldc, aux, ldaux);
+            CK(cudaGetLastError());
+        }
+        return;
+    }
+#endif
     gemm_kernel<TA, TB, EPI><<<gemm_grid(M, N), dim3(TILE, TILE)>>>(M, N, K, A, lda, B, ldb, C, ldc, aux, ldaux);
     CK(cudaGetLastError());
 }
@@ -820,6 +878,9 @@ static double gpu_test_error(GpuNet& net, const Model& m, const Dataset& test, i
 
 static void gpu_worker(Shared& S, int g, const std::vector<float>& init) {
     CK(cudaSetDevice(g));
+#ifdef DP_TRAIN_CUBLAS
+    if (g_cublas) CKB(cublasCreate(&t_blas));   // on this thread's GPU, the default stream like the kernels
+#endif
     const Options& o = S.o;
     const Model& m = S.m;
     GpuNet net(m, o.batch);  // sized for the whole global batch: adaptive shares may grow up to it
@@ -889,6 +950,9 @@ static void gpu_worker(Shared& S, int g, const std::vector<float>& init) {
         S.bar.wait();
     }
     for (auto& e : ev) CK(cudaEventDestroy(e));
+#ifdef DP_TRAIN_CUBLAS
+    if (t_blas) CKB(cublasDestroy(t_blas));
+#endif
 }
 
 static int run_gpu(const Options& o, const Model& m, const Dataset& train, const Dataset& test, long total) {
@@ -898,6 +962,10 @@ static int run_gpu(const Options& o, const Model& m, const Dataset& train, const
         fprintf(stderr, "dp_train: --gpus %d but only %d CUDA device(s) visible\n", o.gpus, count);
         return 1;
     }
+#ifdef DP_TRAIN_CUBLAS
+    g_cublas = o.cublas;
+#endif
+    printf("# gemm=%s\n", o.cublas ? "cublas" : "own");
     for (int g = 0; g < o.gpus; ++g) {
         cudaDeviceProp prop;
         CK(cudaGetDeviceProperties(&prop, g));

@@ -176,26 +176,48 @@ def test_lib_prints_existing_path(cli):
     assert path.is_file() and path.name == "libvcudart.so"
 
 
-def test_lib_honours_pyvgpu_lib(cli, tmp_path):
+def fake_libs(tmp_path: Path) -> Path:
+    """A directory with stand-ins for libvcudart.so and libvcuda.so.1 (not ELF files: the loader ignores them with
+    a warning); returns the libvcudart path, for PYVGPU_LIB."""
+    (tmp_path / "libvcuda.so.1").write_bytes(b"not really")
     fake = tmp_path / "libvcudart.so"
     fake.write_bytes(b"not really")
-    proc = cli("lib", extra_env={"PYVGPU_LIB": str(fake)})
+    return fake
+
+
+def test_lib_honours_pyvgpu_lib(cli, tmp_path):
+    fake = fake_libs(tmp_path)
+    env = {"PYVGPU_LIB": str(fake)}
+    proc = cli("lib", extra_env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == str(fake)
+    assert cli("lib", "--driver", extra_env=env).stdout.strip() == str(tmp_path / "libvcuda.so.1")
+    assert cli("lib", "--dir", extra_env=env).stdout.strip() == str(tmp_path)
 
 
 def test_run_sets_environment(cli, tmp_path):
-    fake = tmp_path / "libvcudart.so"      # not an ELF file: the loader ignores it with a warning
-    fake.write_bytes(b"not really")
-    script = "import os; print(os.environ['LD_PRELOAD']); print(os.environ['PYVGPU_HOSTS'])"
+    fake = fake_libs(tmp_path)
+    script = ("import os; print(os.environ['LD_PRELOAD']); print(os.environ['PYVGPU_HOSTS']); "
+              "print(os.environ['LD_LIBRARY_PATH'])")
     proc = cli("run", "--hosts", "a:1,[::1]:2", "--", sys.executable, "-c", script, "ignored-arg",
-               extra_env={"PYVGPU_LIB": str(fake)})
+               extra_env={"PYVGPU_LIB": str(fake), "LD_LIBRARY_PATH": "/opt/x"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [str(fake), "a:1,[::1]:2"]
+    assert proc.stdout.splitlines() == [f"{fake} {tmp_path / 'libvcuda.so.1'}", "a:1,[::1]:2", f"{tmp_path}:/opt/x"]
+
+
+def test_run_refuses_static_executable(cli, tmp_path):
+    """A statically linked program cannot load libcuda.so.1: one line says so instead of a CUDA error later."""
+    fake = fake_libs(tmp_path)
+    src = tmp_path / "s.c"
+    src.write_text("int main(void) { return 0; }\n")
+    exe = tmp_path / "static-app"
+    subprocess.run(["cc", "-static", "-o", str(exe), str(src)], check=True, capture_output=True)
+    proc = cli("run", "--hosts", "a:1", "--", str(exe), extra_env={"PYVGPU_LIB": str(fake)})
+    assert_clean_error(proc, "statically linked", "cannot be remoted")
+    assert proc.returncode == 126
 
 
 def test_run_uses_host_map_and_exit_status(cli, tmp_path):
-    fake = tmp_path / "libvcudart.so"
-    fake.write_bytes(b"x")
+    fake = fake_libs(tmp_path)
     assert cli("hosts", "add", "gpu-a:7000", "gpu-b").returncode == 0
     script = "import os, sys; print(os.environ['PYVGPU_HOSTS']); sys.exit(7)"
     proc = cli("run", "--", sys.executable, "-c", script, extra_env={"PYVGPU_LIB": str(fake)})
@@ -204,8 +226,7 @@ def test_run_uses_host_map_and_exit_status(cli, tmp_path):
 
 
 def test_run_errors(cli, tmp_path):
-    fake = tmp_path / "libvcudart.so"
-    fake.write_bytes(b"x")
+    fake = fake_libs(tmp_path)
     lib = {"PYVGPU_LIB": str(fake)}
     assert_clean_error(cli("run", extra_env=lib), "nothing to run")
     assert_clean_error(cli("run", "--", "true", extra_env=lib), "no hosts")

@@ -131,9 +131,18 @@ def test_wheel_contains_library_daemon_and_command(tmp_path):
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
         lib = zf.read("pyvgpu/lib/libvcudart.so")
-    assert {"pyvgpu/cli.py", "pyvgpu/hostmap.py", "pyvgpu/protocol.py", "pyvgpu_daemon/__main__.py"} <= names
+        driver = zf.read("pyvgpu/lib/libvcuda.so.1")
+        # the names programs and the loader look for, beside the libraries (`pyvgpu lib --dir`): copies of it
+        aliases = [zf.read(f"pyvgpu/lib/{n}") for n in ("libcuda.so.1", "libcuda.so")]
+    for copy in aliases:
+        assert copy[:4] == b"\x7fELF" and b"libcuda.so.1" in copy and b"cuGetExportTable" in copy
+    assert {"pyvgpu/cli.py", "pyvgpu/hostmap.py", "pyvgpu/protocol.py", "pyvgpu_daemon/__main__.py",
+            "pyvgpu/cublas_spec.py", "pyvgpu/lib/libvcublas.so", "pyvgpu/lib/libcublas.so.13",
+            "pyvgpu/lib/libcublas.so"} <= names
+    assert {"pyvgpu/lib/libpvcore.so", "pyvgpu/lib/libcudart.so.13"} <= names
     assert "pyvgpu = pyvgpu.cli:main" in entry_points
     assert lib[:4] == b"\x7fELF" and b"libcudart.so.13" in lib
+    assert driver[:4] == b"\x7fELF" and b"libcuda.so.1" in driver
 
 
 @pytest.mark.skipif(not Path(NVCC).exists(), reason="nvcc not installed")

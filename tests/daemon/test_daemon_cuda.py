@@ -501,3 +501,30 @@ def test_real_gpu_module_load_and_launch(daemon_factory, tmp_path):
         assert c.call("MEM_GET_INFO", 0)[0] == ERROR_CODES["cudaErrorIllegalAddress"]
         assert c.call("DEVICE_RESET", 0)[0] == 0
         assert c.call("MEM_GET_INFO", 0)[0] == 0
+
+
+def test_fake_driver_host_waits_give_the_device_turn_away():
+    """Every blocking driver wait (stream/event/context synchronize, and the syncs inside D2H copies) runs inside the
+    context's wait_scope, which the scheduler sets so other sessions may use the device meanwhile."""
+    from contextlib import contextmanager
+    drv = FakeDriver()
+    ctx = CudaBackend(driver=drv).open_context(0, 1 << 40, 1)
+    waits: list[str] = []
+
+    @contextmanager
+    def scope():
+        waits.append("in")
+        yield
+        waits.append("out")
+    ctx.wait_scope = scope
+    p = ctx.malloc(64)
+    ctx.memcpy_htod(p, b"x" * 64, None)
+    assert waits == []                                   # enqueueing work does not wait
+    ctx.synchronize()
+    ctx.stream_sync(None)
+    ev = ctx.event_create(0)
+    ctx.event_record(ev, None)
+    ctx.event_sync(ev)
+    assert ctx.memcpy_dtoh(p, 64, None) == b"x" * 64
+    assert waits == ["in", "out"] * 4
+    ctx.close()

@@ -292,3 +292,41 @@ def test_emu_slowdown_stretches_kernels(daemon_factory):
     t_slow = kernel_ms(slow.port)
     assert t_fast > 0
     assert t_slow > 5 * t_fast, (t_fast, t_slow)
+
+
+def test_module_unload_forgets_kernels_and_globals(daemon):
+    """MODULE_UNLOAD (cuModuleUnload): the module's functions and variables are gone, its memory is released; an
+    unknown module id is an invalid handle; the same id can be loaded again."""
+    with Client.connect("127.0.0.1", daemon.port) as c:
+        info = load(c, module_id=7)
+        fid = info["kernels"]["add_one"]["id"]
+        addr, _ = info["vars"]["bias"]
+        assert c.call("MODULE_UNLOAD", 0, 7)[0] == 0
+        assert c.call("MEMCPY_DTOH", 0, addr, 4, 0)[0] == E["cudaErrorInvalidValue"]   # before memory is reused
+        ptr = c.call("MALLOC", 0, 64)[1]
+        err, _, _ = c.call("LAUNCH", 0, fid, [1, 1, 1], [1, 1, 1], 0, 0, payload=add_one_params(ptr, 1))
+        assert err == E["cudaErrorInvalidDeviceFunction"]
+        assert c.call("MODULE_UNLOAD", 0, 7)[0] == E["cudaErrorInvalidResourceHandle"]
+        again = load(c, module_id=7)
+        assert set(again["kernels"]) == {"add_one", "hello"} and again["kernels"]["add_one"]["id"] != fid
+
+
+@pytest.mark.parametrize("elem,value", [(1, 0xAB), (2, 0xBEEF), (4, 0xA1B2C3D4)])
+def test_memset_elems_1d_and_2d(daemon, elem, value):
+    """MEMSET_ELEMS (cuMemsetD8/D16/D32 and their 2D forms): little-endian elements, the pitch gap untouched."""
+    with Client.connect("127.0.0.1", daemon.port) as c:
+        width, height, pitch = 10, 3, 64
+        ptr = c.call("MALLOC", 0, pitch * height)[1]
+        assert c.call("MEMSET", 0, ptr, 0x11, pitch * height, 0)[0] == 0
+        assert c.call("MEMSET_ELEMS", 0, ptr, pitch, value, elem, width, height, 0)[0] == 0
+        back = c.call("MEMCPY_DTOH", 0, ptr, pitch * height, 0)[2]
+        row = value.to_bytes(elem, "little") * width
+        for r in range(height):
+            assert back[r * pitch:r * pitch + len(row)] == row
+            assert back[r * pitch + len(row):(r + 1) * pitch] == b"\x11" * (pitch - len(row))
+        assert c.call("MEMSET_ELEMS", 0, ptr, pitch, 1 << (8 * elem), elem, 1, 1, 0)[0] == E["cudaErrorInvalidValue"]
+        assert c.call("MEMSET_ELEMS", 0, ptr, pitch, 0, 3, 1, 1, 0)[0] == E["cudaErrorInvalidValue"]
+        assert c.call("MEMSET_ELEMS", 0, ptr, pitch, 0, elem, pitch // elem, height + 1, 0)[0] == \
+            E["cudaErrorInvalidValue"]                                  # past the allocation
+        assert c.call("MEMSET_ELEMS", 0, ptr, pitch, 0, elem, pitch // elem + 1, 2, 0)[0] == \
+            E["cudaErrorInvalidPitchValue"]                             # a row wider than the pitch

@@ -213,7 +213,8 @@ def test_status_reports_sessions_memory_and_devices(daemon):
             assert other["client"] == "tester 42" and other["memory"] == 8000 and not other["self"]
             assert other["devices"][0]["allocations"] == 2
             assert mine[b.session]["self"]
-            assert st["device_usage"] == [{"device": 0, "memory": 8000, "sessions": 1}]
+            assert [{k: u[k] for k in ("device", "memory", "sessions")} for u in st["device_usage"]] == \
+                [{"device": 0, "memory": 8000, "sessions": 1}]
     time.sleep(0.3)
     with Client.connect("127.0.0.1", daemon.port) as c:
         assert [s["id"] for s in c.status()["sessions"]] == [c.session]

@@ -129,7 +129,8 @@ def test_cpu_epochs_flag(binary, digits):
 
 
 def test_bad_flags_are_refused(binary, digits):
-    for args in (["--sync", "tree"], ["--balance", "magic"], ["--frobnicate"]):
+    for args in (["--sync", "tree"], ["--balance", "magic"], ["--frobnicate"], ["--gemm", "magic"],
+                 ["--gemm", "cublas"]):          # the default build has no cuBLAS
         proc = subprocess.run([str(binary), "--data", str(digits), "--cpu", *args], capture_output=True, text=True,
                               timeout=30, env=cpu_env())
         assert proc.returncode != 0 and "dp_train:" in proc.stderr
@@ -226,6 +227,26 @@ def test_two_hidden_layers_three_gpus_match_cpu(binary, digits, two_daemons):
     assert_same_curve(gpu_logs, cpu_logs)
 
 
+@pytest.fixture(scope="module")
+def cublas_binary(request) -> Path:
+    include = request.getfixturevalue("cublas_include")
+    return build_cuda(SOURCE, ("-std=c++17", "-DDP_TRAIN_CUBLAS", "-I", str(include), "-L",
+                               str(pyvgpu.lib_path().parent), "-lcublas"))
+
+
+@needs_stack
+def test_gemm_cublas_follows_the_own_kernels_curve(cublas_binary, digits, two_daemons, gpu_runs):
+    """--gemm cublas (cublasSgemm through libvcublas for all four products: forward with bias(+ReLU) epilogues,
+    both backward products) on two remote GPUs follows the own kernels' loss curve; only summation orders
+    differ."""
+    args = ("--data", str(digits), *GPU_ARGS, "--steps", GPU_STEPS, "--gpus", "2", "--sync", "ps")
+    proc = run_cuda(cublas_binary, two_daemons[0], *args, "--gemm", "cublas", timeout=300)
+    assert "# gemm=cublas" in proc.stdout and "not supported" not in proc.stderr
+    logs, final = parse(proc.stdout)
+    assert_same_curve(logs, gpu_runs["gpu2_ps"][0])
+    assert final["test_err"] == pytest.approx(gpu_runs["gpu2_ps"][1]["test_err"], abs=TEST_ERR_ATOL)
+
+
 @needs_stack
 def test_adaptive_balance_moves_work_off_slow_gpu(binary, digits, daemon_factory):
     fast, slow = daemon_factory(), daemon_factory("--emu-slowdown", "4")
@@ -250,19 +271,20 @@ def load_paper():
 
 
 @needs_stack
-def test_paper_bench_smoke(binary, digits, tmp_path, capsys):
+def test_paper_bench_smoke(binary, cublas_binary, digits, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     paper = load_paper()
     out = tmp_path / "paper"
-    rc = paper.main(["--out", str(out), "--binary", str(binary), "--data", str(digits), "--batch", "64",
-                     "--hidden", "16", "--steps", "4", "--log-every", "2", "--gpus", "1,2", "--paced", "0",
-                     "--slowdown", "2", "--uneven-steps", "3", "--no-local"])
+    rc = paper.main(["--out", str(out), "--binary", str(binary), "--cublas-binary", str(cublas_binary),
+                     "--data", str(digits), "--batch", "64", "--hidden", "16", "--steps", "4", "--log-every", "2",
+                     "--gpus", "1,2", "--paced", "0", "--slowdown", "2", "--uneven-steps", "3", "--no-local"])
     text = capsys.readouterr().out
     assert rc == 0, text
-    assert "Table 1" in text and "Table 3" in text and "3451" in text
+    assert "Table 1" in text and "Table 1c" in text and "Table 3" in text and "3451" in text
     for name in ("results.json", "tables.md", "fig_time_per_1000.png", "fig_test_error.png"):
         assert (out / name).is_file(), name
     import json
     res = json.loads((out / "results.json").read_text())["results"]
     assert res["remote2"]["final"]["steps"] == 4 and res["cpu"]["rc"] == 0
+    assert res["cublas2"]["final"]["steps"] == 4
     assert sum(res["uneven_adaptive"]["log"][-1]["shares"]) == 64

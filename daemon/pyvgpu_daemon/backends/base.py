@@ -10,8 +10,9 @@ Failures raise pyvgpu_daemon.errors.CudaError.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -39,6 +40,9 @@ class DeviceContext(ABC):
     """One session's view of one device. Methods are called from a single thread, in the client's order."""
 
     ordinal: int
+    # A scope for host waits on the device (stream, event or context synchronize) that block in the driver: the
+    # daemon's scheduler sets it so that other sessions may use the device meanwhile (scheduler.Lane.waiting).
+    wait_scope: Callable[[], AbstractContextManager[None]] = nullcontext
 
     @abstractmethod
     def mem_info(self) -> tuple[int, int]: ...            # (free, total)
@@ -74,6 +78,13 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None: ...
+
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        """Sets width elements of elem bytes (1, 2, 4) to value in each of height rows pitch bytes apart (the
+        driver's cuMemsetD8/D16/D32 and 2D forms). This default writes the pattern as a 2D copy."""
+        row = value.to_bytes(elem, "little") * width
+        self.memcpy2d_htod(ptr, pitch, len(row), height, row * height, stream)
 
     @abstractmethod
     def module_load(self, image: bytes) -> LoadedModule: ...
@@ -133,6 +144,29 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def synchronize(self) -> None: ...
+
+    # ------------------------------------------------------------------ cuBLAS (pyvgpu/cublas_spec.py)
+    # Whether the daemon must check every device region a cuBLAS call names against the session's allocations
+    # before the backend runs it (a real library would read or write anywhere); the emulated device checks each
+    # operand it touches against the session's own heap itself.
+    blas_validates_pointers: bool = False
+
+    def blas_create(self) -> Any:
+        """A cuBLAS handle (backend object) on this device."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
+    def blas_destroy(self, handle: Any) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
+    def blas_set_workspace(self, handle: Any, ptr: int, size: int) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
+
+    def blas_call(self, handle: Any, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        """Run one call of a cuBLAS family, in order on `stream`. `args` are the family's arguments by name (scalars:
+        bytes in host pointer mode, device addresses in device pointer mode; results: None in host pointer mode).
+        Returns the result's bytes for a host-mode result. Failures: BlasError (a status), CudaError (a fault)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
 
     def take_stdout(self) -> bytes:
         """Device printf output not yet returned (backends that buffer it override this)."""

@@ -22,15 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu.protocol import ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT
+from pyvgpu_daemon.backends import cublas_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
 
-# CUdevice_attribute numbers equal cudaDeviceAttr numbers; these are the ones the snapshot carries.
-SNAPSHOT_ATTRS = tuple(range(1, 44)) + tuple(range(45, 92)) + (95, 97, 98, 99, 100, 101, 106, 108, 109, 111, 112,
-                                                              113, 114, 115, 116, 117, 118, 119, 120, 121, 125, 126)
+# CUdevice_attribute numbers equal cudaDeviceAttr numbers; the snapshot carries every one CUDA 13 defines (the driver
+# answers each; one it does not know is left out).
+SNAPSHOT_ATTRS = tuple(sorted(DEVICE_ATTRS.values()))
 FUNC_ATTRS = {
     "max_threads_per_block": "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
     "shared_size_bytes": "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES",
@@ -157,8 +159,9 @@ def elf_global_names(elf: bytes) -> list[str]:
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, driver: Any = None) -> None:
+    def __init__(self, driver: Any = None, cublas: Any = None) -> None:
         self.drv = driver or _load_driver()
+        self.cublas = cublas           # a cublas_cuda.Cublas (tests inject one); None: loaded on first use
         check(self.drv.cuInit(0), "cuInit")
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
@@ -190,15 +193,22 @@ class CudaBackend(Backend):
             pci = pci.split(b"\0", 1)[0].decode() if isinstance(pci, bytes) else str(pci)
         except CudaError:
             pci = ""
-        a = attrs.get
+        def a(name: str, default: int) -> int:
+            return attrs.get(DEVICE_ATTRS["cudaDevAttr" + name], default)
         return {
-            "name": name, "total_mem": total, "major": a(75, 0), "minor": a(76, 0),
-            "multiprocessors": a(16, 0), "warp_size": a(10, 32), "max_threads_per_block": a(1, 1024),
-            "max_block_dim": [a(2, 1024), a(3, 1024), a(4, 64)], "max_grid_dim": [a(5, 0), a(6, 0), a(7, 0)],
-            "shared_mem_per_block": a(8, 0), "shared_mem_per_multiprocessor": a(81, 0),
-            "regs_per_block": a(12, 0), "clock_rate_khz": a(13, 0), "memory_clock_rate_khz": a(36, 0),
-            "memory_bus_width": a(37, 0), "l2_cache_size": a(38, 0), "max_threads_per_multiprocessor": a(39, 0),
-            "total_const_mem": a(9, 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs, "backend": self.name,
+            "name": name, "total_mem": total, "major": a("ComputeCapabilityMajor", 0),
+            "minor": a("ComputeCapabilityMinor", 0), "multiprocessors": a("MultiProcessorCount", 0),
+            "warp_size": a("WarpSize", 32), "max_threads_per_block": a("MaxThreadsPerBlock", 1024),
+            "max_block_dim": [a("MaxBlockDimX", 1024), a("MaxBlockDimY", 1024), a("MaxBlockDimZ", 64)],
+            "max_grid_dim": [a("MaxGridDimX", 0), a("MaxGridDimY", 0), a("MaxGridDimZ", 0)],
+            "shared_mem_per_block": a("MaxSharedMemoryPerBlock", 0),
+            "shared_mem_per_multiprocessor": a("MaxSharedMemoryPerMultiprocessor", 0),
+            "regs_per_block": a("MaxRegistersPerBlock", 0), "clock_rate_khz": a("ClockRate", 0),
+            "memory_clock_rate_khz": a("MemoryClockRate", 0), "memory_bus_width": a("GlobalMemoryBusWidth", 0),
+            "l2_cache_size": a("L2CacheSize", 0),
+            "max_threads_per_multiprocessor": a("MaxThreadsPerMultiProcessor", 0),
+            "total_const_mem": a("TotalConstantMemory", 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs,
+            "backend": self.name,
         }
 
     def devices(self) -> list[dict[str, Any]]:
@@ -206,7 +216,7 @@ class CudaBackend(Backend):
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "CudaContext":
         # va_base is an emulated-device notion: real allocations live where the driver puts them.
-        return CudaContext(self.drv, ordinal)
+        return CudaContext(self.drv, ordinal, self.cublas)
 
 
 @dataclass
@@ -219,9 +229,10 @@ class _Event:
 class CudaContext(DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
-    def __init__(self, drv: Any, ordinal: int) -> None:
+    def __init__(self, drv: Any, ordinal: int, cublas: Any = None) -> None:
         self.drv = drv
         self.ordinal = ordinal
+        self._cublas = cublas
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
 
@@ -238,7 +249,8 @@ class CudaContext(DeviceContext):
         return self.drv.CUstream(0) if stream is None else stream
 
     def _sync_stream(self, stream: Any) -> None:
-        check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
 
     # ------------------------------------------------------------------ memory
     def mem_info(self) -> tuple[int, int]:
@@ -311,6 +323,11 @@ class CudaContext(DeviceContext):
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
+
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
+        check(getattr(self.drv, fn)(ptr, pitch, value, width, height, self._stream(stream)), fn)
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
@@ -457,7 +474,8 @@ class CudaContext(DeviceContext):
         event.recorded = True
 
     def event_sync(self, event: _Event) -> None:
-        check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
 
     def event_query(self, event: _Event) -> bool:
         (err,) = self.drv.cuEventQuery(event.handle)
@@ -470,7 +488,27 @@ class CudaContext(DeviceContext):
         return float(check(self.drv.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
 
     def synchronize(self) -> None:
-        check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        with self.wait_scope():
+            check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)
+    blas_validates_pointers = True      # real cuBLAS would touch whatever it is given
+
+    def _blas(self) -> cublas_cuda.Cublas:
+        return self._cublas or cublas_cuda.library()
+
+    def blas_create(self) -> cublas_cuda.RealHandle:
+        return self._blas().create()
+
+    def blas_destroy(self, handle: cublas_cuda.RealHandle) -> None:
+        self._blas().destroy(handle)
+
+    def blas_set_workspace(self, handle: cublas_cuda.RealHandle, ptr: int, size: int) -> None:
+        self._blas().set_workspace(handle, ptr, size)
+
+    def blas_call(self, handle: cublas_cuda.RealHandle, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).

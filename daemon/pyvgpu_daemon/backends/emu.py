@@ -22,6 +22,8 @@ from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
                              LIMIT_NAMES, VA_WINDOW_BYTES)
+from pyvgpu.cuda_enums import DEVICE_ATTRS
+from pyvgpu_daemon import blas
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
@@ -40,50 +42,71 @@ MEMORY_BUS_WIDTH = 256
 L2_CACHE_SIZE = 4 << 20
 
 
-def parse_size(text: str | int) -> int:
-    """'4G', '512M', '1.5GiB', '1048576' → bytes."""
-    if isinstance(text, int):
-        return text
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
-    value = int(float(num) * mult)
-    if value <= 0:
-        raise ValueError(f"bad size {text!r}")
-    return value
-
-
 def emu_attrs(lim: EmuLimits) -> dict[int, int]:
-    """cudaDeviceAttr number → value for the emulated sm_75 device (numbers from CUDA 13 driver_types.h)."""
-    return {
-        1: lim.max_threads_per_block,                     # max threads/block
-        2: lim.max_block_dim[0], 3: lim.max_block_dim[1], 4: lim.max_block_dim[2],   # max block dims
-        5: lim.max_grid_dim[0], 6: lim.max_grid_dim[1], 7: lim.max_grid_dim[2],      # max grid dims
-        8: lim.shared_per_block,                          # shared mem per block
-        9: lim.const_bytes,                               # total constant memory
-        10: lim.warp_size,                                # warp size
-        11: lim.max_pitch,                                # max pitch
-        12: lim.regs_per_block,                           # registers per block
-        13: CLOCK_RATE_KHZ,                               # clock rate kHz
-        14: 512, 15: 1,                                   # texture alignment, gpu overlap
-        16: lim.multiprocessors,                          # multiprocessors
-        17: 0, 18: 0, 19: 0,                              # kernel exec timeout, integrated, can map host memory
-        20: 0,                                            # compute mode default
-        30: 512, 31: 1, 32: 0,                            # surface alignment, concurrent kernels, ECC
-        33: 0, 34: 0, 35: 0,                              # PCI bus / device id, TCC
-        36: MEMORY_CLOCK_RATE_KHZ, 37: MEMORY_BUS_WIDTH, 38: L2_CACHE_SIZE,   # memory clock kHz, bus width, L2
-        39: lim.max_threads_per_multiprocessor, 40: 3, 41: 1,   # threads per SM, async engines, unified addressing
-        50: 0, 51: 32,                                    # PCI domain, texture pitch alignment
-        75: SM // 10, 76: SM % 10,                        # compute capability
-        78: 1, 79: 1, 80: 1,                              # stream priorities, global/local L1 cache
-        81: lim.shared_per_multiprocessor, 82: lim.regs_per_multiprocessor,   # shared mem / registers per SM
-        83: 0, 84: 0, 85: 0, 86: 0, 87: 32,               # managed memory, multi-GPU board, atomics, fp32:fp64
-        88: 0, 89: 0, 90: 1, 91: 0, 95: 1,                # pageable access, concurrent managed, preemption, coop
-        97: lim.shared_per_block_optin, 98: 0, 99: 0,     # opt-in shared/block, flush remote writes, host register
-        106: lim.max_blocks_per_multiprocessor,           # blocks per SM
-        108: lim.persisting_l2_bytes, 109: 0, 111: 0,     # persisting L2, access window, reserved shared memory
-        115: 0, 120: 0,                                   # memory pools, cluster launch
+    """cudaDeviceAttr number → value for the emulated sm_75 device (names: pyvgpu/cuda_enums.py)."""
+    named = {
+        "MaxThreadsPerBlock": lim.max_threads_per_block,
+        "MaxBlockDimX": lim.max_block_dim[0],
+        "MaxBlockDimY": lim.max_block_dim[1],
+        "MaxBlockDimZ": lim.max_block_dim[2],
+        "MaxGridDimX": lim.max_grid_dim[0],
+        "MaxGridDimY": lim.max_grid_dim[1],
+        "MaxGridDimZ": lim.max_grid_dim[2],
+        "MaxSharedMemoryPerBlock": lim.shared_per_block,
+        "TotalConstantMemory": lim.const_bytes,
+        "WarpSize": lim.warp_size,
+        "MaxPitch": lim.max_pitch,
+        "MaxRegistersPerBlock": lim.regs_per_block,
+        "ClockRate": CLOCK_RATE_KHZ,
+        "TextureAlignment": 512,
+        "GpuOverlap": 1,
+        "MultiProcessorCount": lim.multiprocessors,
+        "KernelExecTimeout": 0,
+        "Integrated": 0,
+        "CanMapHostMemory": 0,
+        "ComputeMode": 0,
+        "SurfaceAlignment": 512,
+        "ConcurrentKernels": 1,
+        "EccEnabled": 0,
+        "PciBusId": 0,
+        "PciDeviceId": 0,
+        "TccDriver": 0,
+        "MemoryClockRate": MEMORY_CLOCK_RATE_KHZ,
+        "GlobalMemoryBusWidth": MEMORY_BUS_WIDTH,
+        "L2CacheSize": L2_CACHE_SIZE,
+        "MaxThreadsPerMultiProcessor": lim.max_threads_per_multiprocessor,
+        "AsyncEngineCount": 3,
+        "UnifiedAddressing": 1,
+        "PciDomainId": 0,
+        "TexturePitchAlignment": 32,
+        "ComputeCapabilityMajor": SM // 10,
+        "ComputeCapabilityMinor": SM % 10,
+        "StreamPrioritiesSupported": 1,
+        "GlobalL1CacheSupported": 1,
+        "LocalL1CacheSupported": 1,
+        "MaxSharedMemoryPerMultiprocessor": lim.shared_per_multiprocessor,
+        "MaxRegistersPerMultiprocessor": lim.regs_per_multiprocessor,
+        "ManagedMemory": 0,
+        "IsMultiGpuBoard": 0,
+        "MultiGpuBoardGroupID": 0,
+        "HostNativeAtomicSupported": 0,
+        "SingleToDoublePrecisionPerfRatio": 32,
+        "PageableMemoryAccess": 0,
+        "ConcurrentManagedAccess": 0,
+        "ComputePreemptionSupported": 1,
+        "CanUseHostPointerForRegisteredMem": 0,
+        "CooperativeLaunch": 1,
+        "MaxSharedMemoryPerBlockOptin": lim.shared_per_block_optin,
+        "CanFlushRemoteWrites": 0,
+        "HostRegisterSupported": 0,
+        "MaxBlocksPerMultiprocessor": lim.max_blocks_per_multiprocessor,
+        "MaxPersistingL2CacheSize": lim.persisting_l2_bytes,
+        "MaxAccessPolicyWindowSize": 0,
+        "ReservedSharedMemoryPerBlock": 0,
+        "MemoryPoolsSupported": 0,
+        "ClusterLaunch": 0,
     }
+    return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
 
 
 @dataclass
@@ -159,6 +182,12 @@ class EmuBackend(Backend):
 
 def _rounded(size: int) -> int:
     return (max(size, 1) + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class EmuBlasHandle:
+    """A cuBLAS handle of the emulated device: it holds only what the client set on it."""
+    workspace: tuple[int, int] = (0, 0)
 
 
 class EmuContext(DeviceContext):
@@ -258,6 +287,17 @@ class EmuContext(DeviceContext):
         else:
             for r in range(height):
                 span[r * pitch:r * pitch + width] = value & 0xFF
+
+    def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
+                     stream: Any) -> None:
+        row_bytes = width * elem
+        self._check_2d(pitch, row_bytes, height)
+        if width == 0 or height == 0:
+            return
+        span = self.mem.view(ptr, pitch * (height - 1) + row_bytes)
+        row = np.full(width, value, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]).view(np.uint8)
+        for r in range(height):
+            span[r * pitch:r * pitch + row_bytes] = row
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
@@ -406,6 +446,22 @@ class EmuContext(DeviceContext):
 
     def synchronize(self) -> None:
         pass
+
+    # ------------------------------------------------------------------ cuBLAS
+    def blas_create(self) -> EmuBlasHandle:
+        return EmuBlasHandle()
+
+    def blas_destroy(self, handle: EmuBlasHandle) -> None:
+        pass
+
+    def blas_set_workspace(self, handle: EmuBlasHandle, ptr: int, size: int) -> None:
+        handle.workspace = (ptr, size)      # NumPy needs none; kept so the handle's state is what the client set
+
+    def blas_call(self, handle: EmuBlasHandle, family: str, stream: Any, pmode: int, math: int,
+                  args: dict[str, Any]) -> bytes | None:
+        # One ordered worker per (session, device): the call runs after everything queued before it, as on its
+        # stream; math modes only allow a GPU to be less precise, the emulation always computes as documented.
+        return blas.execute(family, self.mem, args)
 
     def reset(self) -> None:
         self.mem.free_all()

@@ -1,0 +1,275 @@
+/* Copies and memsets on the devices that own the memory, shared by every API library (libvcudart's cudaMemcpy*,
+ * libvcuda's cuMemcpy*, libvcublas's cublasSet/GetMatrix/Vector): a copy goes to the host that owns the device
+ * pointer; copies between GPUs are staged through this process. Host-to-device data and memsets are
+ * fire-and-forget; device-to-host copies wait for the reply, whose payload is read straight into the caller's
+ * buffer. Large 1D copies travel in PV_CHUNK frames; 2D copies carry their rows packed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pv_core.h"
+
+#define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
+
+/* ------------------------------------------------------------------------------------------ primitives */
+cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
+{
+    for (size_t off = 0; off < n; off += PV_CHUNK) {
+        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
+        cudaError_t err = pv_send_MEMCPY_HTOD(d, dst + off, stream, (const char *)src + off, k);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
+{
+    for (size_t off = 0; off < n; off += PV_CHUNK) {
+        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
+        size_t got = 0;
+        cudaError_t err = pv_call_MEMCPY_DTOH(d, src + off, k, stream, (char *)dst + off, k, &got);
+        if (err != PV_SUCCESS)
+            return err;
+        if (got != k) {
+            pv_log("GPU%d (%s:%d) returned %zu of %zu bytes of a device-to-host copy", d->index, d->conn->host,
+                   d->conn->port, got, k);
+            return PV_cudaErrorUnknown;
+        }
+    }
+    return PV_SUCCESS;
+}
+
+static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)
+{
+    return pv_send_MEMCPY_DTOD(d, dst, src, n, stream);
+}
+
+static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
+{
+    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
+    char *buf = malloc(cap);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    cudaError_t err = PV_SUCCESS;
+    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
+        size_t k = n - off < cap ? n - off : cap;
+        err = pv_copy_d2h(sd, buf, src + off, k, 0);
+        if (err == PV_SUCCESS)
+            err = pv_copy_h2d(dd, dst + off, buf, k, 0);
+    }
+    free(buf);
+    return err;
+}
+
+cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
+                       uint64_t stream)
+{
+    if (dd == sd)
+        return d2d_same(dd, dst, src, n, stream);
+    return d2d_staged(dd, dst, sd, src, n);
+}
+
+/* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */
+int pv_dev_range(const void *p, size_t n, struct pv_device **d)
+{
+    struct pv_alloc a;
+    uint64_t u = (uint64_t)(uintptr_t)p;
+    if (pv_alloc_find(u, &a) != 0 || a.dev < 0)
+        return -1;
+    if (n > a.size || u - a.ptr > a.size - n)
+        return -1;
+    *d = pv_device(a.dev);
+    return *d ? 0 : -1;
+}
+
+int pv_is_device_ptr(const void *p)
+{
+    struct pv_alloc a;
+    return pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0;
+}
+
+/* The daemon handle of stream s for work on device d (validated before by init_with_stream). A stream of another
+ * GPU: the target device's default stream keeps the order we need. */
+uint64_t pv_stream_for(cudaStream_t s, struct pv_device *d)
+{
+    uint64_t remote = 0;
+    struct pv_device *sd = NULL;
+    if (pv_stream_resolve(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
+        return 0;
+    return remote;
+}
+
+/* The library is initialized and s is a default stream or a live stream handle. */
+cudaError_t pv_init_with_stream(cudaStream_t s)
+{
+    cudaError_t err = pv_init();
+    if (err != PV_SUCCESS)
+        return err;
+    return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
+/* cudaMemcpyDefault resolved by where dst and src live; any other kind as given. */
+static int copy_kind(int kind, const void *dst, const void *src)
+{
+    if (kind != cudaMemcpyDefault)
+        return kind;
+    int dd = pv_is_device_ptr(dst), sd = pv_is_device_ptr(src);
+    return dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+              : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+}
+
+/* What every copy checks once its sizes are known to be non-zero: both pointers set, the library initialized, the
+ * stream valid; then cudaMemcpyDefault is resolved into *kind. */
+static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaStream_t s)
+{
+    if (!dst || !src)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = pv_init_with_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    *kind = copy_kind(*kind, dst, src);
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
+{
+    (void)async;
+    if (kind < 0 || kind > cudaMemcpyDefault)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (n == 0)
+        return PV_SUCCESS;
+    cudaError_t err = copy_begin(dst, src, &kind, s);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_device *ddev = NULL, *sdev = NULL;
+    switch (kind) {
+    case cudaMemcpyHostToHost:
+        memmove(dst, src, n);
+        return PV_SUCCESS;
+    case cudaMemcpyHostToDevice:
+        if (pv_dev_range(dst, n, &ddev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return pv_copy_h2d(ddev, (uint64_t)(uintptr_t)dst, src, n, pv_stream_for(s, ddev));
+    case cudaMemcpyDeviceToHost:
+        if (pv_dev_range(src, n, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return pv_copy_d2h(sdev, dst, (uint64_t)(uintptr_t)src, n, pv_stream_for(s, sdev));
+    default:
+        if (pv_dev_range(dst, n, &ddev) != 0 || pv_dev_range(src, n, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return pv_copy_d2d(ddev, (uint64_t)(uintptr_t)dst, sdev, (uint64_t)(uintptr_t)src, n, pv_stream_for(s, sdev));
+    }
+}
+
+
+/* ------------------------------------------------------------------------------------------ 2D copies */
+static int dev_range_2d(const void *p, size_t pitch, size_t width, size_t height, struct pv_device **d)
+{
+    return pv_dev_range(p, pitch * (height - 1) + width, d);
+}
+
+cudaError_t pv_h2d_2d(struct pv_device *d, uint64_t dst, size_t dpitch, const char *src, size_t spitch,
+                          size_t width, size_t height, uint64_t stream)
+{
+    size_t total = width * height;
+    char *packed = NULL;
+    const char *payload = src;
+    if (spitch != width) {
+        packed = malloc(total);
+        if (!packed)
+            return PV_cudaErrorMemoryAllocation;
+        for (size_t r = 0; r < height; r++)
+            memcpy(packed + r * width, src + r * spitch, width);
+        payload = packed;
+    }
+    cudaError_t err = pv_send_MEMCPY2D_HTOD(d, dst, dpitch, width, height, stream, payload, total);
+    free(packed);
+    return err;
+}
+
+cudaError_t pv_d2h_2d(struct pv_device *d, char *dst, size_t dpitch, uint64_t src, size_t spitch, size_t width,
+                          size_t height, uint64_t stream)
+{
+    size_t total = width * height;
+    char *packed = dpitch == width ? dst : malloc(total);
+    if (!packed)
+        return PV_cudaErrorMemoryAllocation;
+    size_t got = 0;
+    cudaError_t err = pv_call_MEMCPY2D_DTOH(d, src, spitch, width, height, stream, packed, total, &got);
+    if (err == PV_SUCCESS && got != total)
+        err = PV_cudaErrorUnknown;
+    if (err == PV_SUCCESS && packed != dst)
+        for (size_t r = 0; r < height; r++)
+            memcpy(dst + r * dpitch, packed + r * width, width);
+    if (packed != dst)
+        free(packed);
+    return err;
+}
+
+cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                            int kind, cudaStream_t s)
+{
+    if (kind < 0 || kind > cudaMemcpyDefault)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if (width == 0 || height == 0)
+        return PV_SUCCESS;
+    if (width > dpitch || width > spitch)
+        return PV_cudaErrorInvalidPitchValue;
+    cudaError_t err = copy_begin(dst, src, &kind, s);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_device *ddev = NULL, *sdev = NULL;
+    uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;
+    switch (kind) {
+    case cudaMemcpyHostToHost:
+        for (size_t r = 0; r < height; r++)
+            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+        return PV_SUCCESS;
+    case cudaMemcpyHostToDevice:
+        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return pv_h2d_2d(ddev, du, dpitch, src, spitch, width, height, pv_stream_for(s, ddev));
+    case cudaMemcpyDeviceToHost:
+        if (dev_range_2d(src, spitch, width, height, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        return pv_d2h_2d(sdev, dst, dpitch, su, spitch, width, height, pv_stream_for(s, sdev));
+    default:
+        if (dev_range_2d(dst, dpitch, width, height, &ddev) != 0 ||
+            dev_range_2d(src, spitch, width, height, &sdev) != 0)
+            return PV_cudaErrorInvalidValue;
+        if (ddev == sdev) {
+            return pv_send_MEMCPY2D_DTOD(sdev, du, dpitch, su, spitch, width, height, pv_stream_for(s, sdev));
+        } else {
+            char *tmp = malloc(width * height);
+            if (!tmp)
+                return PV_cudaErrorMemoryAllocation;
+            err = pv_d2h_2d(sdev, tmp, width, su, spitch, width, height, 0);
+            if (err == PV_SUCCESS)
+                err = pv_h2d_2d(ddev, du, dpitch, tmp, width, width, height, 0);
+            free(tmp);
+            return err;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ memset */
+cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t width, size_t height, cudaStream_t s)
+{
+    cudaError_t err = pv_init_with_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    if (width == 0 || height == 0)
+        return PV_SUCCESS;
+    size_t row = width * (size_t)elem;
+    if (row > pitch)
+        return PV_cudaErrorInvalidPitchValue;
+    struct pv_device *d;
+    if (dev_range_2d(ptr, pitch, row, height, &d) != 0)
+        return PV_cudaErrorInvalidValue;
+    uint64_t p = (uint64_t)(uintptr_t)ptr, stream = pv_stream_for(s, d);
+    if (elem == 1 && height == 1)
+        return pv_send_MEMSET(d, p, (int32_t)(value & 0xff), row, stream);
+    if (elem == 1)
+        return pv_send_MEMSET2D(d, p, pitch, (int32_t)(value & 0xff), width, height, stream);
+    return pv_send_MEMSET_ELEMS(d, p, pitch, value, (uint32_t)elem, width, height, stream);
+}

@@ -1,0 +1,126 @@
+/* Launching a kernel on a device, shared by every API library: the configuration checks CUDA makes, the kernel's
+ * info on that device (its module is loaded there on first use), the parameter buffer (packed from one pointer
+ * per parameter, or taken as already packed), and the fire-and-forget LAUNCH. Also the occupancy computation,
+ * from the module-load attributes and the device snapshot. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pv_core.h"
+
+cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
+{
+    cudaError_t err = pv_module_ensure(f->fb, d);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!f->dev[d->index]) {
+        pv_log("kernel %s is not in the module loaded on GPU%d (%s:%d)", f->name, d->index, d->conn->host,
+               d->conn->port);
+        return PV_cudaErrorInvalidDeviceFunction;
+    }
+    *out = f->dev[d->index];
+    return PV_SUCCESS;
+}
+
+static int config_ok(const struct pv_device *d, dim3 grid, dim3 block)
+{
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    return grid.x && grid.y && grid.z && threads && threads <= (uint64_t)d->max_tpb &&
+           block.x <= (unsigned)d->max_block[0] && block.y <= (unsigned)d->max_block[1] &&
+           block.z <= (unsigned)d->max_block[2] && grid.x <= (unsigned)d->max_grid[0] &&
+           grid.y <= (unsigned)d->max_grid[1] && grid.z <= (unsigned)d->max_grid[2];
+}
+
+cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
+                      void **args, const void *packed, size_t packed_len)
+{
+    if (!config_ok(d, grid, block))
+        return PV_cudaErrorInvalidConfiguration;
+    struct pv_kinfo *ki;
+    cudaError_t err = pv_kinfo_get(f, d, &ki);
+    if (err != PV_SUCCESS)
+        return err;
+    if (ki->max_threads > 0 && (uint64_t)block.x * block.y * block.z > (uint64_t)ki->max_threads)
+        return PV_cudaErrorLaunchOutOfResources;
+    /* More dynamic shared memory than the default (48 KiB minus static) needs the attribute raised first. */
+    if (shmem > (size_t)ki->max_dyn_shared)
+        return PV_cudaErrorInvalidValue;
+    if (packed) {
+        if (packed_len < ki->param_bytes)
+            return PV_cudaErrorInvalidValue;
+        return pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, packed, ki->param_bytes);
+    }
+    if (ki->nparams && !args)
+        return PV_cudaErrorInvalidValue;
+    char small[1024];
+    char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    if (buf == small)
+        memset(small, 0, ki->param_bytes);
+    for (int i = 0; i < ki->nparams; i++)
+        memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
+    err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
+    if (buf != small)
+        free(buf);
+    return err;
+}
+
+/* Largest static + dynamic shared memory a block may opt in to on d (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
+int64_t pv_smem_optin(const struct pv_device *d)
+{
+    int v;
+    if (pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 && v > 0)
+        return v;
+    return (int64_t)d->smem_per_block;
+}
+
+int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn)
+{
+    int maxt = ki->max_threads > 0 && ki->max_threads < d->max_tpb ? (int)ki->max_threads : d->max_tpb;
+    if (block <= 0 || block > maxt)
+        return 0;
+    int warp = d->warp > 0 ? d->warp : 32;
+    int warps = (block + warp - 1) / warp;
+    int limit = d->max_tpm / (warps * warp);
+    if (d->max_blocks_per_sm > 0 && d->max_blocks_per_sm < limit)
+        limit = d->max_blocks_per_sm;
+    if (ki->regs > 0 && d->regs_per_sm > 0) {
+        long per_warp = ((ki->regs * warp + 255) / 256) * 256;
+        long by_regs = d->regs_per_sm / (per_warp * warps);
+        if (by_regs < limit)
+            limit = (int)by_regs;
+    }
+    size_t smem = (size_t)ki->shared + dyn;
+    if (smem > 0) {
+        if (smem > d->smem_per_block && dyn > (size_t)ki->max_dyn_shared)
+            return 0;
+        long by_smem = (long)(d->smem_per_sm / smem);
+        if (by_smem < limit)
+            limit = (int)by_smem;
+    }
+    return limit > 0 ? limit : 0;
+}
+
+/* cudaFuncSetAttribute / cuFuncSetAttribute: validated here (the dynamic shared memory a block may opt in to, the
+ * carveout range; anything else is not settable), recorded in ki, forwarded fire-and-forget. */
+cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value)
+{
+    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
+        if (value < 0 || ki->shared + (int64_t)value > pv_smem_optin(d))
+            return PV_cudaErrorInvalidValue;
+    } else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT) {
+        if (value < -1 || value > 100)
+            return PV_cudaErrorInvalidValue;
+    } else {
+        /* cluster attributes (10..15) need sm_90 clusters; anything else is not a settable attribute */
+        return PV_cudaErrorInvalidValue;
+    }
+    cudaError_t err = pv_send_FUNC_SET_ATTR(d, ki->func_id, attr, value);
+    if (err != PV_SUCCESS)
+        return err;
+    if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE)
+        ki->max_dyn_shared = value;
+    else
+        ki->carveout = value;
+    return PV_SUCCESS;
+}

@@ -1,0 +1,218 @@
+/* Streams and events, shared by every API library: client handles wrap daemon handles and carry their device;
+ * garbage or destroyed handles are refused (cudaErrorInvalidResourceHandle) before anything is dereferenced or
+ * sent. New streams and events belong to the calling thread's current device (the driver's current context sets
+ * it too). Errors are returned, never recorded: recording is each API's business. */
+#include <stdlib.h>
+
+#include "pv_core.h"
+
+static struct pv_stream *stream_of(cudaStream_t s)
+{
+    return ((uintptr_t)s > 2 && pv_handle_valid(s) && s->magic == PV_STREAM_MAGIC) ? s : NULL;
+}
+
+static struct pv_event *event_of(cudaEvent_t e)
+{
+    return (e && pv_handle_valid(e) && e->magic == PV_EVENT_MAGIC) ? e : NULL;
+}
+
+cudaError_t pv_stream_target(cudaStream_t s, struct pv_device **d, uint64_t *remote)
+{
+    struct pv_device *cur = NULL;
+    if ((uintptr_t)s <= 2) {
+        cudaError_t err = pv_cur(&cur);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    cudaError_t err = pv_stream_resolve(s, cur, remote, d);
+    if (err != PV_SUCCESS)
+        return err;
+    return *d ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
+/* A generated sender that takes one stream or event handle and waits for the reply (sync, query). */
+typedef cudaError_t (*handle_call)(struct pv_device *d, uint64_t handle);
+
+static cudaError_t stream_simple(cudaStream_t s, handle_call call)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = pv_stream_target(s, &d, &remote);
+    return err == PV_SUCCESS ? call(d, remote) : err;
+}
+
+static cudaError_t event_simple(cudaEvent_t e, handle_call call)
+{
+    struct pv_event *ev = event_of(e);
+    struct pv_device *d = ev ? pv_device(ev->dev) : NULL;
+    return d ? call(d, ev->remote) : PV_cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t pv_stream_sync(cudaStream_t s) { return stream_simple(s, pv_call_STREAM_SYNC); }
+cudaError_t pv_stream_query(cudaStream_t s) { return stream_simple(s, pv_call_STREAM_QUERY); }
+cudaError_t pv_event_sync(cudaEvent_t e) { return event_simple(e, pv_call_EVENT_SYNC); }
+cudaError_t pv_event_query(cudaEvent_t e) { return event_simple(e, pv_call_EVENT_QUERY); }
+
+/* The stream a handle names: *st NULL for a default-stream sentinel; cudaErrorInvalidResourceHandle for garbage. */
+static cudaError_t stream_handle(cudaStream_t s, struct pv_stream **st)
+{
+    *st = (uintptr_t)s <= 2 ? NULL : stream_of(s);
+    return (uintptr_t)s <= 2 || *st ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t pv_stream_props(cudaStream_t s, unsigned *flags, int *priority)
+{
+    struct pv_stream *st;
+    cudaError_t err = stream_handle(s, &st);
+    if (err == PV_SUCCESS) {
+        *flags = st ? st->flags : 0;
+        *priority = st ? st->priority : 0;
+    }
+    return err;
+}
+
+cudaError_t pv_stream_create(unsigned flags, int priority, cudaStream_t *out)
+{
+    struct pv_device *d;
+    if (flags > 1)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return err;
+    if (priority > 0)
+        priority = 0;
+    if (priority < -5)
+        priority = -5;
+    uint64_t h = 0;
+    err = pv_call_STREAM_CREATE(d, flags, priority, &h);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return PV_cudaErrorMemoryAllocation;
+    st->magic = PV_STREAM_MAGIC;
+    st->dev = d->index;
+    st->remote = h;
+    st->flags = flags;
+    st->priority = priority;
+    pv_handle_add(st);
+    *out = st;
+    return PV_SUCCESS;
+}
+
+/* The end of a stream or event (obj, validated by the caller): out of the handle set, its daemon handle destroyed
+ * fire-and-forget, freed. */
+static cudaError_t handle_destroy(void *obj, uint32_t *magic, int dev, uint64_t remote, handle_call destroy)
+{
+    if (pv_handle_remove(obj) != 0)
+        return PV_cudaErrorInvalidResourceHandle;
+    struct pv_device *d = pv_device(dev);
+    cudaError_t err = d ? destroy(d, remote) : PV_cudaErrorInvalidResourceHandle;
+    *magic = 0;
+    free(obj);
+    return err;
+}
+
+cudaError_t pv_stream_destroy(cudaStream_t s)
+{
+    struct pv_stream *st = stream_of(s);
+    return st ? handle_destroy(st, &st->magic, st->dev, st->remote, pv_send_STREAM_DESTROY)
+              : PV_cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t pv_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = pv_stream_target(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_event *ev = event_of(e);
+    if (!ev)
+        return PV_cudaErrorInvalidResourceHandle;
+    if (ev->dev != d->index) {
+        /* a dependency across GPUs: wait for the event here, then the stream's later work is ordered after it */
+        struct pv_device *ed = pv_device(ev->dev);
+        return ed ? pv_call_EVENT_SYNC(ed, ev->remote) : PV_cudaErrorInvalidResourceHandle;
+    }
+    return pv_send_STREAM_WAIT_EVENT(d, remote, ev->remote, flags);
+}
+
+/* Stream ids: 0 for the legacy default stream, 1 for the per-thread one, the daemon handle + 2 otherwise (daemon
+ * handles are unique per session, and a session is one host). */
+cudaError_t pv_stream_id(cudaStream_t s, unsigned long long *id)
+{
+    struct pv_stream *st;
+    cudaError_t err = stream_handle(s, &st);
+    if (err == PV_SUCCESS)
+        *id = st ? ((unsigned long long)st->dev << 48) + st->remote + 2 : (uintptr_t)s == 2 ? 1 : 0;
+    return err;
+}
+
+cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)
+{
+    struct pv_device *d;
+    if (flags > 0xf)
+        return PV_cudaErrorInvalidValue;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return err;
+    uint64_t h = 0;
+    err = pv_call_EVENT_CREATE(d, flags, &h);
+    if (err != PV_SUCCESS)
+        return err;
+    struct pv_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return PV_cudaErrorMemoryAllocation;
+    ev->magic = PV_EVENT_MAGIC;
+    ev->dev = d->index;
+    ev->remote = h;
+    ev->flags = flags;
+    pv_handle_add(ev);
+    *out = ev;
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_event_destroy(cudaEvent_t e)
+{
+    struct pv_event *ev = event_of(e);
+    return ev ? handle_destroy(ev, &ev->magic, ev->dev, ev->remote, pv_send_EVENT_DESTROY)
+              : PV_cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s)
+{
+    struct pv_event *ev = event_of(e);
+    if (!ev)
+        return PV_cudaErrorInvalidResourceHandle;
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err;
+    if ((uintptr_t)s <= 2) {
+        d = pv_device(ev->dev);   /* the default stream of the event's device */
+        remote = 0;
+        err = d ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+    } else {
+        err = pv_stream_target(s, &d, &remote);
+    }
+    if (err != PV_SUCCESS)
+        return err;
+    if (d->index != ev->dev)
+        return PV_cudaErrorInvalidResourceHandle;
+    return pv_send_EVENT_RECORD(d, ev->remote, remote);
+}
+
+cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    struct pv_event *a = event_of(start), *b = event_of(end);
+    if (!a || !b || a->dev != b->dev)
+        return PV_cudaErrorInvalidResourceHandle;
+    struct pv_device *d = pv_device(a->dev);
+    if (!d)
+        return PV_cudaErrorInvalidResourceHandle;
+    double v = 0;
+    cudaError_t err = pv_call_EVENT_ELAPSED(d, a->remote, b->remote, &v);
+    if (err == PV_SUCCESS)
+        *ms = (float)v;
+    return err;
+}

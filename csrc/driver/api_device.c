@@ -1,0 +1,125 @@
+/* Devices: everything is answered from the device snapshots the daemons sent at connection time (NVIDIA's runtime
+ * reads 112 attributes one by one at start-up: a round trip each would cost seconds on a slow link). */
+#include <stdio.h>
+#include <strings.h>
+
+#include "driver.h"
+
+static CUresult device_of(CUdevice dev, struct pv_device **out)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    *out = pv_device(dev);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+PV_API CUresult cuDeviceGetCount(int *count)
+{
+    CUresult r = count ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *count = pv_device_count();
+    return r;
+}
+
+PV_API CUresult cuDeviceGet(CUdevice *out, int ordinal)
+{
+    struct pv_device *d;
+    CUresult r = out ? device_of(ordinal, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *out = ordinal;
+    return r;
+}
+
+PV_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    struct pv_device *d;
+    CUresult r = name && len > 0 ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        snprintf(name, (size_t)len, "%s", d->name);
+    return r;
+}
+
+PV_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    struct pv_device *d;
+    CUresult r = uuid ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        memcpy(uuid->bytes, d->uuid, 16);
+    return r;
+}
+
+PV_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+PV_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    struct pv_device *d;
+    CUresult r = bytes ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *bytes = (size_t)d->total_mem;
+    return r;
+}
+
+PV_API CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev)
+{
+    struct pv_device *d;
+    CUresult r = value ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    /* quiet about attributes the snapshot lacks: NVIDIA's runtime reads all of them at start-up */
+    return r == CUDA_SUCCESS ? drv_result(pv_device_attribute(d, attr, value, 0)) : r;
+}
+
+PV_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    struct pv_device *d;
+    CUresult r = major && minor ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS) {
+        *major = d->major;
+        *minor = d->minor;
+    }
+    return r;
+}
+
+PV_API CUresult cuDeviceGetPCIBusId(char *out, int len, CUdevice dev)
+{
+    struct pv_device *d;
+    CUresult r = out && len > 0 ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        snprintf(out, (size_t)len, "%s", d->pci_id);
+    return r;
+}
+
+PV_API CUresult cuDeviceGetByPCIBusId(CUdevice *out, const char *pci)
+{
+    CUresult r = out && pci ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (int i = 0; i < pv_device_count(); i++)
+        if (strcasecmp(pv_device(i)->pci_id, pci) == 0) {
+            *out = i;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* Peer access: copies between GPUs are staged through this process; kernels never see another GPU's memory. */
+PV_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+    struct pv_device *d;
+    CUresult r = can ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = device_of(peer, &d);
+    if (r == CUDA_SUCCESS)
+        *can = 0;
+    return r;
+}
+
+PV_API CUresult cuDeviceGetP2PAttribute(int *value, int attr, CUdevice a, CUdevice b)
+{
+    struct pv_device *d;
+    CUresult r = value ? device_of(a, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = device_of(b, &d);
+    if (r == CUDA_SUCCESS)
+        *value = 0;
+    return r;
+}

@@ -1,0 +1,116 @@
+/* Launches: cuLaunchKernel with kernelParams (one pointer per parameter; the layout comes from the module-load
+ * reply) or with extra (CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE: the parameter buffer already laid out), and
+ * cuLaunchKernelEx for the attributes that can be honoured; occupancy, computed as libvcudart does (core). The
+ * function may be a CUfunction or a CUkernel (NVIDIA's runtime passes a CUkernel): it runs on the current
+ * context's device, its module loaded there on first use. */
+#include "driver.h"
+
+#define PARAM_END 0
+#define PARAM_BUFFER_POINTER 1
+#define PARAM_BUFFER_SIZE 2
+
+/* The packed parameter buffer named by extra; CUDA_ERROR_INVALID_VALUE unless it names both buffer and size. */
+static CUresult extra_buffer(void **extra, const void **buf, size_t *len)
+{
+    const void *b = NULL;
+    const size_t *n = NULL;
+    for (int i = 0; i < 64 && (uintptr_t)extra[i] != PARAM_END; i += 2) {
+        if ((uintptr_t)extra[i] == PARAM_BUFFER_POINTER)
+            b = extra[i + 1];
+        else if ((uintptr_t)extra[i] == PARAM_BUFFER_SIZE)
+            n = extra[i + 1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!b || !n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *buf = b;
+    *len = *n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(struct pv_func *f, dim3 grid, dim3 block, unsigned shmem, CUstream s, void **params,
+                       void **extra)
+{
+    struct pv_device *d, *sd = NULL;
+    CUresult r = drv_cur_device(&d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pv_func_valid(f))
+        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    uint64_t stream = 0;
+    if (pv_stream_resolve(s, d, &stream, &sd) != PV_SUCCESS || sd != d)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (params && extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *packed = NULL;
+    size_t len = 0;
+    if (extra && (r = extra_buffer(extra, &packed, &len)) != CUDA_SUCCESS)
+        return r;
+    return drv_result(pv_launch(f, d, grid, block, shmem, stream, params, packed, len));
+}
+
+#define LAUNCH(name)                                                                                              \
+    PV_API CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,         \
+                         unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)                  \
+    {                                                                                                             \
+        return launch(f, (dim3){ gx, gy, gz }, (dim3){ bx, by, bz }, shmem, s, params, extra);                  \
+    }
+LAUNCH(cuLaunchKernel)
+LAUNCH(cuLaunchKernel_ptsz)
+
+/* Attributes a remote launch can honour: a priority (the daemon serializes a device's work: accepted), a
+ * cooperative launch (all blocks of the emulated device are co-resident), a cluster of one block. */
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    if (!c || (c->numAttrs && !c->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        const CUlaunchAttribute *a = &c->attrs[i];
+        int ok = a->id == CU_LAUNCH_ATTRIBUTE_IGNORE || a->id == CU_LAUNCH_ATTRIBUTE_PRIORITY ||
+                 a->id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE ||
+                 (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION && a->value.clusterDim.x <= 1 &&
+                  a->value.clusterDim.y <= 1 && a->value.clusterDim.z <= 1);
+        if (!ok)
+            return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return launch(f, (dim3){ c->gridDimX, c->gridDimY, c->gridDimZ }, (dim3){ c->blockDimX, c->blockDimY, c->blockDimZ },
+                  c->sharedMemBytes, c->hStream, params, extra);
+}
+
+PV_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    return launch_ex(c, f, params, extra);
+}
+
+PV_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    return launch_ex(c, f, params, extra);
+}
+
+static CUresult occupancy(int *n, CUfunction f, int block, size_t dyn)
+{
+    struct pv_device *d;
+    CUresult r = n ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pv_func_valid(f))
+        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    struct pv_kinfo *ki;
+    r = drv_result(pv_kinfo_get(f, d, &ki));
+    if (r == CUDA_SUCCESS)
+        *n = pv_occupancy(d, ki, block, dyn);
+    return r;
+}
+
+PV_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t dyn)
+{
+    return occupancy(n, f, block, dyn);
+}
+
+PV_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction f, int block, size_t dyn,
+                                                                      unsigned flags)
+{
+    (void)flags;
+    return occupancy(n, f, block, dyn);
+}

@@ -1,0 +1,413 @@
+/* Modules, libraries, kernels and functions, on the core's module registry (the same one libvcudart's fatbin
+ * registration fills). A module is loaded on the current context's device at once (MODULE_LOAD, so load errors
+ * surface here, as in CUDA); a library is only recorded, and loaded on a device when one of its kernels is first
+ * used there: NVIDIA's runtime loads every fatbin with cuLibraryLoadData, possibly before any context exists.
+ * CUfunction and CUkernel are the same registry object; the device comes from the current context at use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+#define MAX_MODULE_FILE ((long)1 << 30)
+enum { JIT_OPTION_LIBRARY_BINARY_IS_PRESERVED = 1 };   /* CU_LIBRARY_BINARY_IS_PRESERVED */
+enum { CU_MODULE_EAGER_LOADING = 1 };
+
+static int dmod_valid(const struct pv_dmod *m)
+{
+    return m && pv_handle_valid(m) && m->magic == PV_DMOD_MAGIC;
+}
+
+static CUresult dmod_new(struct pv_fatbin *fb, int library, struct pv_dmod **out)
+{
+    struct pv_dmod *m = calloc(1, sizeof *m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->magic = PV_DMOD_MAGIC;
+    m->fb = fb;
+    m->library = library;
+    pv_handle_add(m);
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+/* A file's bytes, NUL-terminated (PTX is text), owned by the caller. */
+static CUresult read_file(const char *path, void **out)
+{
+    if (!path)
+        return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= MAX_MODULE_FILE && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        fclose(f);
+        *out = buf;
+        return CUDA_SUCCESS;
+    }
+    fclose(f);
+    free(buf);
+    return n > MAX_MODULE_FILE ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_FILE_NOT_FOUND;
+}
+
+/* ------------------------------------------------------------------------------------------ modules */
+static CUresult module_load(CUmodule *out, const void *image, int copy)
+{
+    struct pv_device *d;
+    CUresult r = out && image ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct pv_fatbin *fb = pv_fatbin_from_image(image, copy);
+    if (!fb)
+        return CUDA_ERROR_INVALID_IMAGE;
+    r = drv_result(pv_module_ensure(fb, d));
+    if (r == CUDA_SUCCESS)
+        r = dmod_new(fb, 0, out);
+    if (r != CUDA_SUCCESS)
+        pv_fatbin_unload(fb);
+    return r;
+}
+
+PV_API CUresult cuModuleLoadData(CUmodule *out, const void *image) { return module_load(out, image, 1); }
+PV_API CUresult cuModuleLoadFatBinary(CUmodule *out, const void *image) { return module_load(out, image, 1); }
+
+/* JIT options steer a compiler the daemon's backend owns: accepted and left alone. */
+PV_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned n, void *options, void **values)
+{
+    (void)n, (void)options, (void)values;
+    return module_load(out, image, 1);
+}
+
+PV_API CUresult cuModuleLoad(CUmodule *out, const char *path)
+{
+    void *buf;
+    CUresult r = out ? read_file(path, &buf) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = module_load(out, buf, 1);
+    free(buf);
+    return r;
+}
+
+static CUresult dmod_unload(struct pv_dmod *m)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dmod_valid(m))
+        return CUDA_ERROR_INVALID_HANDLE;
+    pv_handle_remove(m);
+    pv_fatbin_unload(m->fb);
+    m->magic = 0;
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuModuleUnload(CUmodule m) { return dmod_unload(m); }
+
+PV_API CUresult cuModuleGetLoadingMode(int *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    *mode = CU_MODULE_EAGER_LOADING;   /* recording a library costs nothing: it is shipped at first use anyway */
+    return CUDA_SUCCESS;
+}
+
+/* m loaded on the current context's device. */
+static CUresult loaded_here(struct pv_dmod *m, struct pv_device **d)
+{
+    CUresult r = drv_cur_device(d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dmod_valid(m))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return drv_result(pv_module_ensure(m->fb, *d));
+}
+
+PV_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name)
+{
+    struct pv_device *d;
+    CUresult r = out && name ? loaded_here(m, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct pv_func *f = pv_fatbin_func(m->fb, name);
+    if (!f || !f->dev[d->index])
+        return CUDA_ERROR_NOT_FOUND;
+    *out = f;
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_global(CUdeviceptr *dptr, size_t *bytes, struct pv_dmod *m, const char *name)
+{
+    struct pv_device *d;
+    CUresult r = name ? loaded_here(m, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct pv_var *v = pv_fatbin_var(m->fb, name);
+    if (!v || !v->have[d->index])
+        return CUDA_ERROR_NOT_FOUND;
+    if (dptr)
+        *dptr = v->addr[d->index];
+    if (bytes)
+        *bytes = v->size;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name)
+{
+    return get_global(dptr, bytes, m, name);
+}
+
+/* Kernels of m present on the current context's device: their count, and up to n of them into out. */
+static CUresult kernels_here(struct pv_dmod *m, unsigned *count, struct pv_func **out, unsigned n)
+{
+    struct pv_device *d;
+    CUresult r = loaded_here(m, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned k = 0;
+    for (int i = 0;; i++) {
+        struct pv_func *f = pv_fatbin_func_at(m->fb, i);
+        if (!f)
+            break;
+        if (!f->dev[d->index])
+            continue;
+        if (out && k < n)
+            out[k] = f;
+        k++;
+    }
+    *count = k;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule m)
+{
+    return count ? kernels_here(m, count, NULL, 0) : CUDA_ERROR_INVALID_VALUE;
+}
+
+PV_API CUresult cuModuleEnumerateFunctions(CUfunction *out, unsigned n, CUmodule m)
+{
+    unsigned count;
+    return out ? kernels_here(m, &count, out, n) : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------------------------------ libraries */
+static int preserved(const int *options, void **values, unsigned n)
+{
+    for (unsigned i = 0; options && values && i < n; i++)
+        if (options[i] == JIT_OPTION_LIBRARY_BINARY_IS_PRESERVED && values[i])
+            return 1;
+    return 0;
+}
+
+PV_API CUresult cuLibraryLoadData(CUlibrary *out, const void *code, void *jit_options, void **jit_values,
+                                  unsigned njit, int *options, void **values, unsigned n)
+{
+    (void)jit_options, (void)jit_values, (void)njit;
+    CUresult r = out && code ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* NVIDIA's runtime promises its fatbins stay (BINARY_IS_PRESERVED): those are not copied. */
+    struct pv_fatbin *fb = pv_fatbin_from_image(code, !preserved(options, values, n));
+    if (!fb)
+        return CUDA_ERROR_INVALID_IMAGE;
+    return dmod_new(fb, 1, out);
+}
+
+PV_API CUresult cuLibraryLoadFromFile(CUlibrary *out, const char *path, void *jit_options, void **jit_values,
+                                      unsigned njit, int *options, void **values, unsigned n)
+{
+    void *buf;
+    CUresult r = out ? read_file(path, &buf) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = cuLibraryLoadData(out, buf, jit_options, jit_values, njit, NULL, NULL, 0);
+    free(buf);
+    return r;
+}
+
+PV_API CUresult cuLibraryUnload(CUlibrary lib) { return dmod_unload(lib); }
+
+/* A kernel by name. With a current context the library is loaded there and the name checked; without one (the
+ * runtime may ask before any context exists) the name is recorded and checked when the kernel is first used. */
+PV_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary lib, const char *name)
+{
+    CUresult r = out && name ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dmod_valid(lib))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct pv_func *f = pv_fatbin_func(lib->fb, name);
+    struct pv_device *d;
+    if (!f && drv_cur_device(&d) == CUDA_SUCCESS) {
+        r = drv_result(pv_module_ensure(lib->fb, d));
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (!(f = pv_fatbin_func(lib->fb, name)))
+            return CUDA_ERROR_NOT_FOUND;
+    }
+    if (!f && !(f = pv_fatbin_add_func(lib->fb, NULL, name)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = f;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuLibraryGetModule(CUmodule *out, CUlibrary lib)
+{
+    CUresult r = out ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dmod_valid(lib))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = lib;   /* one object: its module in the current context is the library loaded there */
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
+{
+    return get_global(dptr, bytes, lib, name);
+}
+
+PV_API CUresult cuLibraryGetKernelCount(unsigned *count, CUlibrary lib)
+{
+    return count ? kernels_here(lib, count, NULL, 0) : CUDA_ERROR_INVALID_VALUE;
+}
+
+PV_API CUresult cuLibraryEnumerateKernels(CUkernel *out, unsigned n, CUlibrary lib)
+{
+    unsigned count;
+    return out ? kernels_here(lib, &count, out, n) : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------------------------------ kernels, functions */
+/* The kernel info of f on device dev (-1: the current context's device), loading its module there. */
+static CUresult kinfo(struct pv_func *f, int dev, struct pv_device **d, struct pv_kinfo **ki)
+{
+    CUresult r = dev < 0 ? drv_cur_device(d) : drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dev >= 0 && !(*d = pv_device(dev)))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!pv_func_valid(f))
+        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    return drv_result(pv_kinfo_get(f, *d, ki));
+}
+
+PV_API CUresult cuKernelGetFunction(CUfunction *out, CUkernel k)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = out ? kinfo(k, -1, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *out = k;
+    return r;
+}
+
+enum { FA_MAX_THREADS = 0, FA_SHARED = 1, FA_CONST = 2, FA_LOCAL = 3, FA_REGS = 4, FA_PTX = 5, FA_BINARY = 6,
+       FA_CACHE_MODE_CA = 7, FA_MAX_DYN_SHARED = 8, FA_CARVEOUT = 9, FA_LAST = 15 };
+
+static CUresult get_attr(int *v, int attr, struct pv_func *f, int dev)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = v ? kinfo(f, dev, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    switch (attr) {
+    case FA_MAX_THREADS: *v = (int)(ki->max_threads > 0 ? ki->max_threads : d->max_tpb); break;
+    case FA_SHARED: *v = (int)ki->shared; break;
+    case FA_CONST: *v = (int)ki->constant; break;
+    case FA_LOCAL: *v = (int)ki->local; break;
+    case FA_REGS: *v = (int)ki->regs; break;
+    case FA_PTX: *v = (int)ki->ptx; break;
+    case FA_BINARY: *v = (int)ki->binary; break;
+    case FA_MAX_DYN_SHARED: *v = (int)ki->max_dyn_shared; break;
+    case FA_CARVEOUT: *v = (int)ki->carveout; break;
+    default:
+        if (attr < FA_CACHE_MODE_CA || attr > FA_LAST)
+            return CUDA_ERROR_INVALID_VALUE;
+        *v = 0;   /* cache mode, and the cluster attributes of a device without clusters */
+    }
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuFuncGetAttribute(int *v, int attr, CUfunction f) { return get_attr(v, attr, f, -1); }
+PV_API CUresult cuKernelGetAttribute(int *v, int attr, CUkernel k, CUdevice dev)
+{
+    return get_attr(v, attr, k, dev);
+}
+
+static CUresult set_attr(struct pv_func *f, int dev, int attr, int value)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = kinfo(f, dev, &d, &ki);
+    return r == CUDA_SUCCESS ? drv_result(pv_func_set_attr(d, ki, attr, value)) : r;
+}
+
+PV_API CUresult cuFuncSetAttribute(CUfunction f, int attr, int value) { return set_attr(f, -1, attr, value); }
+PV_API CUresult cuKernelSetAttribute(int attr, int value, CUkernel k, CUdevice dev)
+{
+    return set_attr(k, dev, attr, value);
+}
+
+/* Cache preferences are hints: accepted, as on GPUs where they have no effect. */
+PV_API CUresult cuFuncSetCacheConfig(CUfunction f, int config)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pv_func_valid(f))
+        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    return config < 0 || config > 3 ? CUDA_ERROR_INVALID_VALUE : r;
+}
+
+PV_API CUresult cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return pv_device(dev) ? cuFuncSetCacheConfig(k, config) : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static CUresult param_info(struct pv_func *f, size_t index, size_t *offset, size_t *size)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = offset || size ? kinfo(f, -1, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (index >= (size_t)ki->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (offset)
+        *offset = ki->params[index][0];
+    if (size)
+        *size = ki->params[index][1];
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size)
+{
+    return param_info(f, i, off, size);
+}
+PV_API CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *off, size_t *size)
+{
+    return param_info(k, i, off, size);
+}
+
+static CUresult get_name(const char **out, struct pv_func *f)
+{
+    CUresult r = out ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pv_func_valid(f))
+        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    *out = f->name;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuFuncGetName(const char **out, CUfunction f) { return get_name(out, f); }
+PV_API CUresult cuKernelGetName(const char **out, CUkernel k) { return get_name(out, k); }

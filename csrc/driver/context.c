@@ -1,0 +1,497 @@
+/* Contexts. Every context of device d (its primary context and any created with cuCtxCreate) maps onto the one
+ * context the daemon keeps for (this session, d): a CUcontext is a client object naming a device, its flags and,
+ * for NVIDIA's runtime, its context-local storage. Each thread has a stack of current contexts; making a context
+ * current also makes its device the thread's current device of the core, so libvcudart in the same process agrees.
+ * Primary contexts are never freed (their handles stay valid across resets, as the runtime expects). */
+#include <stdlib.h>
+
+#include "driver.h"
+
+#define CTX_DEPTH 64
+
+static struct pv_ctx *primaries[PV_MAX_DEVICES];
+static pthread_mutex_t primaries_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t next_ctx_id = 1;
+static _Thread_local struct pv_ctx *stack[CTX_DEPTH];
+static _Thread_local int depth;
+
+struct pv_cls {                      /* one value of context-local storage */
+    void *key, *value;
+    void (*dtor)(struct pv_ctx *, void *, void *);
+    struct pv_cls *next;
+};
+
+static struct pv_ctx *ctx_new(int dev, int primary, unsigned flags)
+{
+    struct pv_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->magic = PV_CTX_MAGIC;
+    c->dev = dev;
+    c->primary = primary;
+    c->flags = flags;
+    c->id = atomic_fetch_add(&next_ctx_id, 1);
+    pthread_mutex_init(&c->mu, NULL);
+    pv_handle_add(c);
+    return c;
+}
+
+int drv_ctx_valid(const struct pv_ctx *c)
+{
+    return c && pv_handle_valid(c) && c->magic == PV_CTX_MAGIC;
+}
+
+struct pv_ctx *drv_primary(int dev)
+{
+    if (dev < 0 || dev >= pv_device_count())
+        return NULL;
+    pthread_mutex_lock(&primaries_mu);
+    if (!primaries[dev])
+        primaries[dev] = ctx_new(dev, 1, 0);
+    struct pv_ctx *c = primaries[dev];
+    pthread_mutex_unlock(&primaries_mu);
+    return c;
+}
+
+struct pv_ctx *drv_ctx_top(void) { return depth ? stack[depth - 1] : NULL; }
+
+static void made_current(struct pv_ctx *c)
+{
+    if (c)
+        pv_tls_set_device(c->dev);
+}
+
+CUresult drv_ctx_device(struct pv_ctx *c, struct pv_device **out)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!c)
+        c = drv_ctx_top();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!drv_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = pv_device(c->dev);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult drv_cur_device(struct pv_device **out) { return drv_ctx_device(NULL, out); }
+
+/* ------------------------------------------------------------------------------------- context-local storage */
+CUresult drv_cls_set(struct pv_ctx *c, void *key, void *value, void (*dtor)(struct pv_ctx *, void *, void *))
+{
+    if (!c)
+        c = drv_ctx_top();
+    if (!drv_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&c->mu);
+    struct pv_cls *e;
+    for (e = c->cls; e && e->key != key; e = e->next)
+        ;
+    if (!e && (e = calloc(1, sizeof *e))) {
+        e->key = key;
+        e->next = c->cls;
+        c->cls = e;
+    }
+    if (e) {
+        e->value = value;
+        e->dtor = dtor;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult drv_cls_get(struct pv_ctx *c, void *key, void **value)
+{
+    if (!c)
+        c = drv_ctx_top();
+    if (!drv_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&c->mu);
+    struct pv_cls *e;
+    for (e = c->cls; e && e->key != key; e = e->next)
+        ;
+    if (e)
+        *value = e->value;
+    pthread_mutex_unlock(&c->mu);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;   /* nothing stored: the runtime builds its state */
+}
+
+CUresult drv_cls_remove(struct pv_ctx *c, void *key)
+{
+    if (!c)
+        c = drv_ctx_top();
+    if (!drv_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&c->mu);
+    struct pv_cls **pp = &c->cls, *e = NULL;
+    while (*pp && (*pp)->key != key)
+        pp = &(*pp)->next;
+    if ((e = *pp))
+        *pp = e->next;
+    pthread_mutex_unlock(&c->mu);
+    free(e);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The context goes away (destroyed or reset): every stored value goes to its destructor, then is forgotten; the
+ * runtime rebuilds its state on its next call. Destructors run without the lock (they call back into us). */
+static void cls_drop(struct pv_ctx *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct pv_cls *e = c->cls;
+    c->cls = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (e) {
+        struct pv_cls *next = e->next;
+        if (e->dtor)
+            e->dtor(c, e->key, e->value);
+        free(e);
+        e = next;
+    }
+}
+
+/* ------------------------------------------------------------------------------------- the context stack */
+PV_API CUresult cuCtxGetCurrent(CUcontext *out)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = drv_ctx_top();
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuCtxSetCurrent(CUcontext c)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!c) {
+        if (depth)
+            depth--;
+        return CUDA_SUCCESS;
+    }
+    if (!drv_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!depth)
+        depth = 1;
+    stack[depth - 1] = c;
+    made_current(c);
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuCtxPushCurrent_v2(CUcontext c)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!drv_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (depth == CTX_DEPTH)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stack[depth++] = c;
+    made_current(c);
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuCtxPopCurrent_v2(CUcontext *out)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!depth)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct pv_ctx *c = stack[--depth];
+    if (out)
+        *out = c;
+    made_current(drv_ctx_top());
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------- created contexts */
+static CUresult ctx_create(CUcontext *out, unsigned flags, CUdevice dev)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!pv_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (depth == CTX_DEPTH)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct pv_ctx *c = ctx_new(dev, 0, flags);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stack[depth++] = c;
+    made_current(c);
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuCtxCreate_v2(CUcontext *out, unsigned flags, CUdevice dev) { return ctx_create(out, flags, dev); }
+
+PV_API CUresult cuCtxCreate_v3(CUcontext *out, void *affinity, int n, unsigned flags, CUdevice dev)
+{
+    if (n > 0 && affinity)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    return ctx_create(out, flags, dev);
+}
+
+/* params (execution affinity, CIG) cannot be honoured remotely: only NULL is accepted. */
+PV_API CUresult cuCtxCreate_v4(CUcontext *out, void *params, unsigned flags, CUdevice dev)
+{
+    if (params)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return ctx_create(out, flags, dev);
+}
+
+/* The context's device-side resources stay with the daemon's (session, device) context until the device is reset
+ * or the process ends: contexts of one device share it (docs/driver.md). */
+PV_API CUresult cuCtxDestroy_v2(CUcontext c)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!drv_ctx_valid(c) || c->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < depth; i++)
+        if (stack[i] == c) {
+            for (int j = i; j + 1 < depth; j++)
+                stack[j] = stack[j + 1];
+            depth--;
+            i--;
+        }
+    made_current(drv_ctx_top());
+    cls_drop(c);
+    pv_handle_remove(c);
+    c->magic = 0;
+    free(c);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------- primary contexts */
+static CUresult primary_of(CUdevice dev, struct pv_ctx **out)
+{
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    *out = drv_primary(dev);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* Everything of the primary context of d goes: the daemon's context of (session, d) is reset, the runtime's
+ * context state is destroyed through its destructors. The handle stays valid. */
+static CUresult primary_reset(struct pv_ctx *c)
+{
+    cls_drop(c);
+    struct pv_device *d = pv_device(c->dev);
+    cudaError_t err = pv_call_DEVICE_RESET(d);
+    pv_alloc_forget_device(d->index);
+    pv_modules_forget_device(d->index);
+    c->flags = 0;
+    return drv_result(err);
+}
+
+PV_API CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
+{
+    struct pv_ctx *c;
+    CUresult r = out ? primary_of(dev, &c) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    atomic_fetch_add(&c->refs, 1);
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+/* The last release destroys the primary context's state, as in CUDA. */
+PV_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    struct pv_ctx *c;
+    CUresult r = primary_of(dev, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int old = atomic_load(&c->refs);
+    do {
+        if (old <= 0)
+            return CUDA_ERROR_INVALID_CONTEXT;
+    } while (!atomic_compare_exchange_weak(&c->refs, &old, old - 1));
+    return old == 1 ? primary_reset(c) : CUDA_SUCCESS;
+}
+
+PV_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+PV_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    struct pv_ctx *c;
+    CUresult r = primary_of(dev, &c);
+    return r == CUDA_SUCCESS ? primary_reset(c) : r;
+}
+
+PV_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
+PV_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned *flags, int *active)
+{
+    struct pv_ctx *c;
+    CUresult r = (flags && active) ? primary_of(dev, &c) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    *flags = c->flags;
+    *active = atomic_load(&c->refs) > 0;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned flags)
+{
+    struct pv_ctx *c;
+    CUresult r = primary_of(dev, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    c->flags = flags;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned flags)
+{
+    return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+/* ------------------------------------------------------------------------------------- queries on contexts */
+PV_API CUresult cuCtxGetDevice(CUdevice *out)
+{
+    struct pv_device *d;
+    CUresult r = out ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *out = d->index;
+    return r;
+}
+
+PV_API CUresult cuCtxGetDevice_v2(CUdevice *out, CUcontext c)
+{
+    struct pv_device *d;
+    CUresult r = out ? drv_ctx_device(c, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *out = d->index;
+    return r;
+}
+
+PV_API CUresult cuCtxSynchronize_v2(CUcontext c)
+{
+    struct pv_device *d;
+    CUresult r = drv_ctx_device(c, &d);
+    return r == CUDA_SUCCESS ? drv_result(pv_call_DEVICE_SYNC(d)) : r;
+}
+
+PV_API CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(NULL); }
+
+PV_API CUresult cuCtxGetFlags(unsigned *flags)
+{
+    struct pv_device *d;
+    CUresult r = flags ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *flags = drv_ctx_top()->flags;
+    return r;
+}
+
+PV_API CUresult cuCtxSetFlags(unsigned flags)
+{
+    struct pv_device *d;
+    CUresult r = drv_cur_device(&d);
+    if (r == CUDA_SUCCESS)
+        drv_ctx_top()->flags = flags;
+    return r;
+}
+
+PV_API CUresult cuCtxGetApiVersion(CUcontext c, unsigned *version)
+{
+    struct pv_device *d;
+    CUresult r = version ? drv_ctx_device(c, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *version = PV_CUDA_VERSION;
+    return r;
+}
+
+PV_API CUresult cuCtxGetId(CUcontext c, unsigned long long *id)
+{
+    struct pv_device *d;
+    CUresult r = id ? drv_ctx_device(c, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *id = (c ? c : drv_ctx_top())->id;
+    return r;
+}
+
+PV_API CUresult cuCtxGetLimit(size_t *value, int limit)
+{
+    struct pv_device *d;
+    CUresult r = value ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t v = 0;
+    r = drv_result(pv_call_DEVICE_GET_LIMIT(d, limit, &v));
+    if (r == CUDA_SUCCESS)
+        *value = (size_t)v;
+    return r;
+}
+
+PV_API CUresult cuCtxSetLimit(int limit, size_t value)
+{
+    struct pv_device *d;
+    CUresult r = drv_cur_device(&d);
+    return r == CUDA_SUCCESS ? drv_result(pv_call_DEVICE_SET_LIMIT(d, limit, (int64_t)value)) : r;
+}
+
+/* Cache and shared-memory configurations are hints: accepted and reported back, as on GPUs that ignore them. */
+PV_API CUresult cuCtxGetCacheConfig(int *config)
+{
+    struct pv_device *d;
+    CUresult r = config ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *config = d->cache_config;
+    return r;
+}
+
+PV_API CUresult cuCtxSetCacheConfig(int config)
+{
+    struct pv_device *d;
+    CUresult r = config >= 0 && config <= 3 ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        d->cache_config = config;
+    return r;
+}
+
+PV_API CUresult cuCtxGetSharedMemConfig(int *config)
+{
+    struct pv_device *d;
+    CUresult r = config ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *config = 0;   /* CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE */
+    return r;
+}
+
+PV_API CUresult cuCtxSetSharedMemConfig(int config)
+{
+    struct pv_device *d;
+    return config >= 0 && config <= 2 ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+}
+
+PV_API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+    struct pv_device *d;
+    CUresult r = drv_cur_device(&d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (least)
+        *least = 0;
+    if (greatest)
+        *greatest = -5;
+    return CUDA_SUCCESS;
+}
+
+PV_API CUresult cuCtxResetPersistingL2Cache(void)
+{
+    struct pv_device *d;
+    return drv_cur_device(&d);
+}

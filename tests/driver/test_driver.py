@@ -1,0 +1,178 @@
+"""libvcuda.so.1, the driver drop-in (docs/driver.md), on emulated GPUs: programs built by plain nvcc (NVIDIA's
+static runtime inside them) pass the same checks as their -cudart shared builds through libvcudart; NVIDIA's own
+libcudart.so.13 runs on it; driver-API programs load modules from PTX files and fatbins, launch with kernelParams and
+with extra, and drive contexts from several threads over two hosts; cuGetProcAddress answers what NVIDIA's runtime
+asks for; the exports are CUDA 13.0's."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pyvgpu
+from harness import NVCC, ROOT, Daemon
+
+DRIVER_DIR = ROOT / "csrc" / "driver"
+REQUESTS = ROOT / "tools" / "driver_probe" / "requested-13.0.txt"
+
+
+def toolkit_dir() -> Path:
+    """The CUDA toolkit nvcc belongs to (nvcc may be a wrapper script): its TOP, as nvcc reports it."""
+    out = subprocess.run([NVCC, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], capture_output=True,
+                         text=True).stderr
+    top = re.search(r"^#\$ TOP=(\S+)", out, re.M)
+    return Path(top.group(1)).resolve() if top else Path(NVCC).resolve().parent.parent
+
+
+CUDA_HOME = toolkit_dir()
+
+
+@pytest.fixture(scope="session")
+def lib_dir() -> Path:
+    return pyvgpu.lib_dir()
+
+
+def run_driver(program: Path, daemons: list[Daemon], *args: str, lib_dir: Path, first: tuple[str, ...] = (),
+               timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a program whose libcuda.so.1 is libvcuda (LD_LIBRARY_PATH; directories in `first` come before it)."""
+    full = {**os.environ, "LD_LIBRARY_PATH": ":".join([*first, str(lib_dir)]),
+            "PYVGPU_HOSTS": ",".join(d.address for d in daemons), **(env or {})}
+    full.pop("LD_PRELOAD", None)
+    proc = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout, env=full)
+    if proc.returncode != 0:
+        logs = "\n".join(d.log_text()[-3000:] for d in daemons)
+        raise AssertionError(f"{program.name} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}\ndaemon logs:\n{logs}")
+    return proc
+
+
+def verdict(out: str) -> str:
+    """The program's closing "OK <checks>" or "PASS <name>" line."""
+    lines = [ln for ln in out.splitlines() if ln.startswith(("OK", "PASS"))]
+    assert lines, out
+    return lines[-1]
+
+
+# (program, arguments, daemons): the project's test programs, as their -cudart shared tests run them
+PROGRAMS = [
+    ("api_memory.cu", ("4194304",), 1),
+    ("api_kernels.cu", (), 1),
+    ("api_device.cu", (), 2),
+    ("api_funcattr.cu", (), 1),
+    ("api_threads.cu", (), 1),
+    ("emu_basic.cu", (), 1),
+    ("emu_shared.cu", (), 1),
+    ("emu_assert.cu", (), 1),
+]
+
+
+@pytest.mark.parametrize("program,args,ndaemons", PROGRAMS, ids=[p[0][:-3] for p in PROGRAMS])
+def test_static_runtime_builds_pass_the_same_checks(program, args, ndaemons, cuda_build, daemon_factory, run,
+                                                    lib_dir):
+    daemons = [daemon_factory() for _ in range(ndaemons)]
+    static = run_driver(cuda_build(program, runtime="static"), daemons, *args, lib_dir=lib_dir)
+    shared = run(cuda_build(program), daemons, *args)
+    assert verdict(static.stdout) == verdict(shared.stdout)
+    if program == "emu_assert.cu":
+        assert "sync: cudaErrorAssert" in static.stdout
+    if program == "api_kernels.cu":
+        assert "hello from the device 42" in static.stdout   # device printf through NVIDIA's runtime
+
+
+def test_example_static_build_through_pyvgpu_run_on_two_hosts(daemon_factory, tmp_path):
+    """`nvcc -o app vector_add.cu` then `pyvgpu run -- ./app` (the new user's first try), GPUs of two daemons."""
+    a, b = daemon_factory(), daemon_factory()
+    app = tmp_path / "app"
+    subprocess.run([NVCC, "-o", str(app), str(ROOT / "examples" / "hello" / "vector_add.cu")], check=True,
+                   capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", f"{a.address},{b.address}", "--",
+                           str(app), "50000"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hello: 2 GPU(s) visible" in proc.stdout
+    assert "hello: PASSED: all 50000 elements match the CPU" in proc.stdout
+
+
+def test_nvidia_shared_runtime_on_libvcuda(daemon, tmp_path, lib_dir):
+    """A -cudart shared program with NVIDIA's own libcudart.so.13 (found first) and libvcuda, no libvcudart."""
+    app = tmp_path / "app"
+    subprocess.run([NVCC, "-cudart", "shared", "-o", str(app), str(ROOT / "examples" / "hello" / "vector_add.cu")],
+                   check=True, capture_output=True)
+    toolkit = CUDA_HOME / "lib64"
+    proc = run_driver(app, [daemon], "20000", lib_dir=lib_dir, first=(str(toolkit),), env={"LD_DEBUG": "files"})
+    assert "hello: PASSED: all 20000 elements match the CPU" in proc.stdout
+    inits = re.findall(r"calling init: (\S+)", proc.stderr)
+    assert any(p.endswith("libcudart.so.13") and Path(p).resolve().parent == toolkit.resolve() for p in inits), inits
+    # libvcuda, under its own name or the loader's (a symlink in a build tree, a copy in the installed package)
+    assert any(Path(p).name in ("libvcuda.so.1", "libcuda.so.1") and Path(p).resolve().parent == lib_dir.resolve()
+               for p in inits), inits
+
+
+@pytest.fixture(scope="session")
+def kernels(cuda_build) -> tuple[Path, Path]:
+    """drv_kernels.cu as a PTX file and as a fatbin."""
+    return cuda_build("drv_kernels.cu", "-ptx", runtime="none"), cuda_build("drv_kernels.cu", "-fatbin",
+                                                                           runtime="none")
+
+
+def drv_program(cuda_build, name: str, lib_dir: Path) -> Path:
+    return cuda_build(name, f"-L{lib_dir}", "-lcuda", "-lpthread", "-ldl", "-lm", runtime="none")
+
+
+def test_driver_api_vector_add_from_ptx_file_and_fatbin(cuda_build, daemon, kernels, lib_dir):
+    ptx, fatbin = kernels
+    assert b".entry vadd" in ptx.read_bytes() and fatbin.read_bytes()[:4] == b"\x50\xed\x55\xba"
+    proc = run_driver(drv_program(cuda_build, "drv_vector_add.c", lib_dir), [daemon], str(ptx), str(fatbin),
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 25"
+
+
+def test_driver_api_tiled_matmul(cuda_build, daemon, kernels, lib_dir):
+    proc = run_driver(drv_program(cuda_build, "drv_matmul.c", lib_dir), [daemon], str(kernels[1]), "40",
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout).startswith("OK ")
+
+
+def test_driver_api_contexts_from_threads_on_two_hosts(cuda_build, daemon_factory, kernels, lib_dir):
+    a, b = daemon_factory(), daemon_factory("--emu-devices", "2")
+    proc = run_driver(drv_program(cuda_build, "drv_contexts.c", lib_dir), [a, b], str(kernels[0]), "6",
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 3 devices 6 threads"
+    for d in (a, b):   # every host ran kernels
+        assert "module" in d.log_text() and "loaded" in d.log_text()
+
+
+def test_proc_address_answers_every_name_and_stubs_refuse(cuda_build, lib_dir):
+    """No daemon: resolution is local. Every request of NVIDIA's 13.0 runtime gets the symbol it got from the probe;
+    every export's name resolves; an unsupported function returns CUDA_ERROR_NOT_SUPPORTED and logs once."""
+    proc = run_driver(drv_program(cuda_build, "drv_procaddr.c", lib_dir), [], str(DRIVER_DIR / "driver_exports.txt"),
+                      str(REQUESTS), lib_dir=lib_dir)
+    nexports = len((DRIVER_DIR / "driver_exports.txt").read_text().split())
+    nrequests = sum(1 for ln in REQUESTS.read_text().splitlines() if not ln.startswith('"') and "NOT_FOUND" not in ln)
+    assert verdict(proc.stdout) == f"OK {nexports + nrequests + 6}"
+    assert proc.stderr.count("cuArrayCreate_v2 is not supported by libvcuda") == 1
+
+
+def test_exports_are_the_driver_headers(lib_dir):
+    lib = lib_dir / "libvcuda.so.1"
+    dyn = subprocess.run(["readelf", "-d", "-V", str(lib)], check=True, capture_output=True, text=True).stdout
+    assert "Library soname: [libcuda.so.1]" in dyn and "Library runpath: [$ORIGIN]" in dyn
+    assert "Version definition" not in dyn                     # unversioned, like the toolkit's link stub
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(lib)], check=True, capture_output=True, text=True).stdout
+    exported = {ln.split()[2] for ln in nm.splitlines() if len(ln.split()) == 3}
+    assert exported == set((DRIVER_DIR / "driver_exports.txt").read_text().split())
+    for name in ("libcuda.so.1", "libcuda.so"):
+        assert (lib_dir / name).resolve() == lib.resolve() or (lib_dir / name).read_bytes() == lib.read_bytes()
+
+
+def test_generated_driver_files_up_to_date(tmp_path):
+    """csrc/driver's generated files match the CUDA 13.0 headers when they are present."""
+    if not (CUDA_HOME / "include" / "cudaTypedefs.h").exists():
+        return
+    subprocess.run([sys.executable, str(ROOT / "tools" / "gen_driver_exports.py"), "--cuda", str(CUDA_HOME),
+                    "--out", str(tmp_path)], check=True, capture_output=True)
+    for name in ("driver_exports.txt", "exports_gen.c", "libcuda.map", "curesult_gen.h"):
+        assert (tmp_path / name).read_text() == (DRIVER_DIR / name).read_text(), name
