@@ -23,6 +23,7 @@ import numpy as np
 
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED, TYPES
+from .liveness import reads_writes
 
 MIN_RUN = 3
 
@@ -429,28 +430,18 @@ _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
         "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
 
 
+# ops/compare._cmp_fn in C: float ne is ordered; the u-forms are true when either operand is NaN
+_FCMP = {"eq": "({a} == {b})", "lt": "({a} < {b})", "le": "({a} <= {b})", "gt": "({a} > {b})",
+         "ge": "({a} >= {b})", "ne": "({a} < {b} || {a} > {b})", "neu": "({a} != {b})",
+         "equ": "!({a} < {b} || {a} > {b})", "ltu": "!({a} >= {b})", "leu": "!({a} > {b})", "gtu": "!({a} <= {b})",
+         "geu": "!({a} < {b})", "num": "({a} == {a} && {b} == {b})", "nan": "({a} != {a} || {b} != {b})"}
+
+
 def _compare(t: str, op: str, a: str, b: str) -> str:
-    """ops/compare._cmp_fn in C (float ne is ordered; the u-forms are true when either operand is NaN)."""
-    if t not in ("f32", "f64"):
-        if op not in _CMP:
-            raise NoC
-        return f"({a} {_CMP[op]} {b})"
-    if op in ("eq", "lt", "le", "gt", "ge"):
-        return f"({a} {_CMP[op]} {b})"
-    if op == "ne":
-        return f"({a} < {b} || {a} > {b})"
-    if op == "neu":
-        return f"({a} != {b})"
-    if op == "equ":
-        return f"!({a} < {b} || {a} > {b})"
-    if op in ("ltu", "leu", "gtu", "geu"):
-        inv = {"ltu": ">=", "leu": ">", "gtu": "<=", "geu": "<"}[op]
-        return f"!({a} {inv} {b})"
-    if op == "num":
-        return f"({a} == {a} && {b} == {b})"
-    if op == "nan":
-        return f"({a} != {a} || {b} != {b})"
-    raise NoC
+    form = _FCMP.get(op) if t in ("f32", "f64") else (f"({{a}} {_CMP[op]} {{b}})" if op in _CMP else None)
+    if form is None:
+        raise NoC
+    return form.format(a=a, b=b)
 
 
 def _setp(e: CEmitter, ins: ir.Instr) -> None:
@@ -591,36 +582,6 @@ def _address(a: np.ndarray) -> int:
         return a.ctypes.data
 
 
-def operand_registers(ins: ir.Instr, regs) -> tuple[list[str], list[str]]:
-    """(registers the instruction reads, in order; registers it writes). A guarded write also reads its
-    destination (the lanes the guard excludes keep it)."""
-    reads: list[str] = []
-
-    def collect(o) -> None:
-        if isinstance(o, ir.Reg):
-            n = o.name.lstrip("!")
-            if n in regs:
-                reads.append(n)
-        elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
-            collect(o.base)
-        elif isinstance(o, ir.Vec):
-            for x in o.elems:
-                collect(x)
-
-    if ins.guard is not None:
-        collect(ir.Reg(ins.guard[0]))
-    for o in ins.srcs:
-        collect(o)
-    writes: list[str] = []
-    for o in ins.dsts:
-        n = len(reads)
-        collect(o)
-        writes += reads[n:]
-        if ins.guard is None:
-            del reads[n:]
-    return reads, writes
-
-
 def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[str]) -> list[tuple[int, int, Run]]:
     """The runs of a block's instruction list: (start, end, Run) for each stretch of at least MIN_RUN
     instructions with a C form."""
@@ -648,7 +609,7 @@ def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[st
         inputs: list[str] = []
         written: list[str] = []
         for ins in instrs[start:end]:
-            reads, writes = operand_registers(ins, regs)
+            reads, writes = reads_writes(ins, regs, True)
             for r in reads:
                 if r not in written and r not in inputs:
                     inputs.append(r)
@@ -657,8 +618,7 @@ def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[st
                     written.append(r)
         later: set[str] = set()
         for ins in instrs[end:] + ([term] if term is not None else []):
-            reads, _ = operand_registers(ins, regs)
-            later.update(reads)
+            later.update(reads_writes(ins, regs, True)[0])
         outputs = [r for r in written if r in global_regs or r in later]
         out.append((start, end, Run(len(out), instrs[start:end], inputs, outputs)))
     return out

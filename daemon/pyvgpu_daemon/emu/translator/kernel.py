@@ -25,7 +25,7 @@ from .cfg import Block, split_blocks
 from .cgen import PRELUDE, NativeRun, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
-from .liveness import live_in
+from .liveness import live_in, reads_writes
 
 
 class Kernel:
@@ -178,23 +178,17 @@ def _independent_ctas(body: list) -> bool:
 def _read_registers(body: list) -> set[str]:
     """Every register some instruction reads (sources, address bases, guards)."""
     regs: set[str] = set()
-
-    def collect(o) -> None:
-        if isinstance(o, ir.Reg):
-            regs.add(o.name.lstrip("!"))
-        elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
-            regs.add(o.base.name)
-        elif isinstance(o, ir.Vec):
-            for e in o.elems:
-                collect(e)
-
+    everything = _Anything()
     for ins in body:
         if isinstance(ins, ir.Instr):
-            if ins.guard:
-                regs.add(ins.guard[0])
-            for o in ins.srcs:
-                collect(o)
+            regs.update(reads_writes(ins, everything, False)[0])
     return regs
+
+
+class _Anything:
+    """A register table that holds every name."""
+    def __contains__(self, name) -> bool:
+        return True
 
 
 def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:

@@ -12,16 +12,33 @@ from ..ptx import ir
 from .cfg import Block
 
 
-def _regs(o, into: set[str], regs: dict) -> None:
+def operand_registers(o, regs, into: list) -> None:
+    """Append the registers operand o names (a register, an address's base, a vector's elements) to `into`."""
     if isinstance(o, ir.Reg):
         n = o.name.lstrip("!")
         if n in regs:
-            into.add(n)
+            into.append(n)
     elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
-        _regs(o.base, into, regs)
+        operand_registers(o.base, regs, into)
     elif isinstance(o, ir.Vec):
         for e in o.elems:
-            _regs(e, into, regs)
+            operand_registers(e, regs, into)
+
+
+def reads_writes(ins: ir.Instr, regs, guarded_write_reads: bool) -> tuple[list[str], list[str]]:
+    """(registers the instruction reads, in order; registers it writes). With guarded_write_reads a guarded
+    write also reads its destination (the lanes the guard excludes keep the old value)."""
+    reads: list[str] = []
+    if ins.guard is not None:
+        operand_registers(ir.Reg(ins.guard[0]), regs, reads)
+    for o in ins.srcs:
+        operand_registers(o, regs, reads)
+    writes: list[str] = []
+    for o in ins.dsts:
+        operand_registers(o, regs, writes)
+    if guarded_write_reads and ins.guard is not None:
+        reads += [w for w in writes if w not in reads]
+    return reads, writes
 
 
 def _use_def(b: Block, regs: dict) -> tuple[set[str], set[str]]:
@@ -29,17 +46,10 @@ def _use_def(b: Block, regs: dict) -> tuple[set[str], set[str]]:
     use: set[str] = set()
     kill: set[str] = set()
     for ins in b.instrs + ([b.term] if b.term is not None else []):
-        read: set[str] = set()
-        if ins.guard is not None and ins.guard[0] in regs:
-            read.add(ins.guard[0])
-        for o in ins.srcs:
-            _regs(o, read, regs)
-        use |= read - kill
+        reads, writes = reads_writes(ins, regs, False)
+        use |= set(reads) - kill
         if ins.guard is None:
-            written: set[str] = set()
-            for o in ins.dsts:
-                _regs(o, written, regs)
-            kill |= written
+            kill |= set(writes)
     return use, kill
 
 
