@@ -93,10 +93,14 @@ class Launch:
         per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
         chunks = [(cta, min(per, ncta_total - cta)) for cta in range(0, ncta_total, per)]
         threads = min(self.limits.threads, len(chunks)) if self.kernel.independent_ctas else 1
-        native = self.limits.native == "on" or (self.limits.native == "auto" and
-                                                ncta_total * self.ctasize >= self.limits.native_min_threads)
-        # the block code every chunk binds (compiled at a kernel's first launch, before any chunk runs)
-        self.make = (self.kernel.native_make() if native else None) or self.kernel.make
+        # the block code every chunk binds (compiled at a kernel's first launch, before any chunk runs): native
+        # when built ("on": built now; "auto", for large launches: built in the background, used once ready)
+        native = None
+        if self.limits.native == "on":
+            native = self.kernel.native_make(wait=True)
+        elif self.limits.native == "auto" and ncta_total * self.ctasize >= self.limits.native_min_threads:
+            native = self.kernel.native_make(wait=False)
+        self.make = native or self.kernel.make
         try:
             if threads > 1:
                 self._run_parallel(chunks, threads)

@@ -12,6 +12,7 @@ The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for t
 from __future__ import annotations
 
 import functools
+import threading
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -101,6 +102,8 @@ class Kernel:
         self.namespace = g.ns
         self._make = None
         self._native = None          # None: not tried yet; False: no native code; else its make(S)
+        self._native_thread: threading.Thread | None = None
+        self._native_lock = threading.Lock()
 
     @property
     def make(self):
@@ -115,13 +118,34 @@ class Kernel:
         return self._make
 
 
-    def native_make(self):
+    def native_make(self, wait: bool = True):
         """make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
         (translator/cgen.py, emu/native.py); None when the kernel has no runs or no native code can be built
-        (the NumPy make then serves, with the same results)."""
-        if self._native is None:
-            self._native = self._build_native() or False
+        (the NumPy make then serves, with the same results). wait=False starts the build on a background thread
+        and answers None until it is done, so a launch never waits for the compiler."""
+        with self._native_lock:
+            if self._native is None and self._native_thread is None:
+                if wait:
+                    self._native = self._build_native_or_false()
+                else:
+                    self._native_thread = threading.Thread(target=self._background_build, daemon=True,
+                                                           name=f"emu-native {self.name[:40]}")
+                    self._native_thread.start()
+            thread = self._native_thread
+        if wait and thread is not None:
+            thread.join()
         return self._native or None
+
+    def _background_build(self) -> None:
+        self._native = self._build_native_or_false()
+
+    def _build_native_or_false(self):
+        try:
+            return self._build_native() or False
+        except Exception as e:  # noqa: BLE001 - native code is an optimisation: a generator bug costs only speed
+            native.log.warning("emulated GPU: no native code for %s (%s: %s); it runs as NumPy code", self.name,
+                               type(e).__name__, e)
+            return False
 
     def _build_native(self):
         g = Codegen(self)
