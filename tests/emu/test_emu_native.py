@@ -53,25 +53,20 @@ def values(t: str) -> np.ndarray:
     return RNG.permutation(v) if t not in ("f32", "f64") else np.concatenate([special, rnd])[:N].astype(ut)
 
 
-def run_both(text: str, srcs: list[str], dsts: list[str]):
-    """One instruction (PTX text with %a0.. sources, %d0.. destinations of the given types) through NumPy
-    (build_alu) and through C (cgen + native.load); returns [(numpy bits, native bits)] per destination."""
+def prepare(text: str, srcs: list[str], dsts: list[str]):
+    """One instruction (PTX text with %a0.. sources, %d0.. destinations of the given types): its inputs, the bits
+    its NumPy function (build_alu) computes per destination, and its run's C function (named later)."""
     op, _, rest = text.partition(" ")
     parts = op.split(".")
     ops = [o.strip() for o in rest.split(",")]
 
     def operand(o):
-        if o.startswith("%"):
-            return ir.Reg(o)
-        return parse_literal(o)
-    dst_ops = ops[0].split("|")
-    ins = ir.Instr(parts[0], tuple(parts[1:]), [operand(o) for o in dst_ops], [operand(o) for o in ops[1:]])
+        return ir.Reg(o) if o.startswith("%") else parse_literal(o)
+    ins = ir.Instr(parts[0], tuple(parts[1:]), [operand(o) for o in ops[0].split("|")],
+                   [operand(o) for o in ops[1:]])
     regs = {f"%a{k}": (1 if t == "pred" else BITS[t]) for k, t in enumerate(srcs)}
     regs.update({f"%d{k}": (1 if t == "pred" else BITS[t]) for k, t in enumerate(dsts)})
     inputs = [values(t) for t in srcs]
-
-    # NumPy: the instruction's AluOp on the sources read as their types (immediates as the code generator
-    # converts them)
     g = Codegen.__new__(Codegen)
     if ins.opcode == "mov":               # not an ALU op: the code generator copies the bits
         ref = [inputs[0] if inputs else np.asarray(g.imm(ins.srcs[0], parts[-1], ins))]
@@ -84,20 +79,10 @@ def run_both(text: str, srcs: list[str], dsts: list[str]):
         with np.errstate(all="ignore"):
             ref = alu.fn(*args)
         ref = list(ref) if isinstance(ref, tuple) else [ref]
-
+    bits = [np.asarray(r).astype(bool) if t == "pred" else np.broadcast_to(np.asarray(r), (N,)).view(_U[BITS[t]])
+            for r, t in zip(ref, dsts)]
     run = cgen.Run(0, [ins], [f"%a{k}" for k in range(len(srcs))], [f"%d{k}" for k in range(len(dsts))])
-    e = cgen.c_body([ins], regs, g.imm)
-    lib = native.load(cgen.PRELUDE + cgen.function_source(run, e, regs, "f"))
-    assert lib is not None, "the test machine has a C compiler"
-    nat = cgen.NativeRun(lib.f, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs])(N, *inputs)
-    out = []
-    for r, n, t in zip(ref, nat, dsts):
-        r = np.asarray(r)
-        if t == "pred":
-            out.append((r.astype(bool), n))
-        else:
-            out.append((np.broadcast_to(r, (N,)).view(_U[BITS[t]]), n))
-    return out
+    return regs, inputs, bits, run, cgen.c_body([ins], regs, g.imm)
 
 
 F = ["f32", "f64"]
@@ -159,12 +144,26 @@ FORMS = [
 ]
 
 
-@pytest.mark.parametrize("form", FORMS, ids=[f[0].split(" ")[0] + "/" + ",".join(f[1]) for f in FORMS])
-def test_c_form_equals_the_numpy_semantics(form):
-    text, srcs, dsts = form
-    for k, (ref, nat) in enumerate(run_both(text, srcs, dsts)):
-        bad = np.flatnonzero(ref != nat)
-        assert bad.size == 0, f"{text}: destination {k} differs at {bad[:5]}: numpy {ref[bad[:5]]} C {nat[bad[:5]]}"
+@pytest.fixture(scope="module")
+def forms():
+    """Every form prepared, and its C function built: all of them in one library (one compiler run)."""
+    prepared = [prepare(*f) for f in FORMS]
+    source = cgen.PRELUDE + "".join(cgen.function_source(run, e, regs, f"f{k}")
+                                    for k, (regs, _, _, run, e) in enumerate(prepared))
+    lib = native.load(source)
+    assert lib is not None, "the test machine has a C compiler"
+    return prepared, lib
+
+
+@pytest.mark.parametrize("k", range(len(FORMS)), ids=[f[0].split(" ")[0] + "/" + ",".join(f[1]) for f in FORMS])
+def test_c_form_equals_the_numpy_semantics(k, forms):
+    prepared, lib = forms
+    regs, inputs, ref, run, _ = prepared[k]
+    nat = cgen.NativeRun(getattr(lib, f"f{k}"), [regs[r] for r in run.inputs],
+                         [regs[r] for r in run.outputs])(N, *inputs)
+    for d, (r, n) in enumerate(zip(ref, nat)):
+        bad = np.flatnonzero(r != n)
+        assert bad.size == 0, f"{FORMS[k][0]}: destination {d} differs at {bad[:5]}: numpy {r[bad[:5]]} C {n[bad[:5]]}"
 
 
 def test_instructions_without_a_c_form_stay_numpy():
