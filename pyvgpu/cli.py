@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyvgpu
-from pyvgpu import auth, config, hostmap, placement
+from pyvgpu import auth, config, hostmap, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
 from pyvgpu.protocol import DEFAULT_PORT, ENV_MEMORY, ENV_WEIGHT
 from pyvgpu.units import parse_size
@@ -129,7 +129,8 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
     """Arguments for `python -m pyvgpu_daemon`, from `pyvgpu daemon start`'s options.
 
     A daemon on a non-loopback address reads the token itself (PYVGPU_TOKEN or the token file); this makes sure
-    one exists, creating the token file when neither does."""
+    one exists, creating the token file when neither does. It also needs TLS: without --tls-cert/--tls-key this
+    host's self-signed certificate is used, created when missing, and its fingerprint is printed for clients."""
     argv = ["--host", args.host, "--port", str(args.port), "--backend", args.backend]
     if args.token_file is not None:
         if not Path(args.token_file).is_file():
@@ -139,6 +140,7 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
         config.ensure_token()
         _note(f"listening on {args.host} requires a token: created {config.token_path()}; clients need the same "
               f"token in their {config.token_path()} or PYVGPU_TOKEN (`pyvgpu token --show` prints it)")
+    argv += _tls_argv(args)
     if args.emu_devices is not None:
         argv += ["--emu-devices", str(args.emu_devices)]
     if args.emu_memory is not None:
@@ -155,6 +157,25 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
         if value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+def _tls_argv(args: argparse.Namespace) -> list[str]:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise CliError("--tls-cert and --tls-key go together")
+    if args.tls_cert:
+        return ["--tls-cert", str(args.tls_cert), "--tls-key", str(args.tls_key)]
+    if not auth.requires_tls(args.host):
+        return []
+    cert, key = tls.daemon_cert_paths()
+    if not (cert.is_file() and key.is_file()):
+        names = list(dict.fromkeys([socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1"]
+                                   + ([args.host] if args.host not in ("0.0.0.0", "::") else [])))
+        tls.make_self_signed(cert, key, names)
+        _note(f"listening on {args.host} requires TLS: created a self-signed certificate {cert}")
+    fp = tls.cert_fingerprint(cert)
+    _note(f"TLS certificate sha256:{fp}; on each client: `{PROG} tls trust {fp}` "
+          f"(or PYVGPU_TLS_FINGERPRINT={fp})")
+    return ["--tls-cert", str(cert), "--tls-key", str(key)]
 
 
 def cmd_daemon_start(args: argparse.Namespace) -> int:
@@ -624,6 +645,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def cmd_tls_fingerprint(args: argparse.Namespace) -> int:
+    cert = Path(args.cert) if args.cert else tls.daemon_cert_paths()[0]
+    if not cert.is_file():
+        raise CliError(f"no daemon certificate {cert} yet (`{PROG} daemon start --host ADDR` creates one)")
+    print(tls.cert_fingerprint(cert))
+    return 0
+
+
+def cmd_tls_trust(args: argparse.Namespace) -> int:
+    try:
+        path = tls.trust_fingerprint(args.fingerprint, args.note or "")
+    except tls.TLSConfigError as exc:
+        raise CliError(str(exc), 2) from None
+    print(f"trusted: {tls.normalize_fingerprint(args.fingerprint)} (in {path}); this client now speaks TLS to "
+          f"every daemon")
+    return 0
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     from pyvgpu import top
     entries = _daemon_entries(args)
@@ -690,6 +729,10 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--token-file", metavar="PATH",
                     help="require clients to prove this shared token, even on loopback (default for a "
                          f"non-loopback --host: PYVGPU_TOKEN or {config.token_path()}, created when missing)")
+    ds.add_argument("--tls-cert", metavar="PATH",
+                    help="PEM certificate to serve TLS with (default for a non-loopback --host: this host's "
+                         f"self-signed {tls.daemon_cert_paths()[0]}, created when missing)")
+    ds.add_argument("--tls-key", metavar="PATH", help="PEM private key of --tls-cert")
     ds.add_argument("--emu-devices", type=int, metavar="N", help="number of emulated GPUs (backend emu; default 1)")
     ds.add_argument("--emu-memory", metavar="SIZE",
                     help="memory of each emulated GPU, e.g. 4G or 512M (backend emu; default 4G)")
@@ -821,6 +864,25 @@ def build_parser() -> argparse.ArgumentParser:
     lbg.add_argument("--driver", action="store_true", help="print the path of libvcuda.so.1")
     lbg.add_argument("--dir", action="store_true", help="print the directory of the client libraries")
     lb.set_defaults(func=cmd_lib)
+
+    # tls
+    tl = sub.add_parser("tls", help="TLS fingerprints: show this host's daemon certificate, trust a daemon's",
+                        formatter_class=_Formatter,
+                        description="Daemons off loopback speak TLS. A client trusts a daemon by its certificate's "
+                                    "SHA-256 fingerprint (PYVGPU_TLS_FINGERPRINT or the list in "
+                                    f"{tls.fingerprints_path()}) or by a CA bundle (PYVGPU_TLS_CA or "
+                                    f"{tls.ca_path({})}). Once either is set, the client uses TLS for every daemon.")
+    tlsub = tl.add_subparsers(dest="tls_command", metavar="ACTION")
+    tlsub.required = True
+    tf = tlsub.add_parser("fingerprint", help="print the SHA-256 fingerprint of a daemon certificate",
+                          description="Print the fingerprint of this host's daemon certificate (or of --cert).")
+    tf.add_argument("--cert", metavar="PATH", help="a PEM certificate (default: this host's daemon certificate)")
+    tf.set_defaults(func=cmd_tls_fingerprint)
+    tt = tlsub.add_parser("trust", help="trust a daemon certificate on this client",
+                          description="Add a daemon certificate's SHA-256 fingerprint to this client's list.")
+    tt.add_argument("fingerprint", help="64 hex digits (colons and a sha256: prefix allowed)")
+    tt.add_argument("--note", help="a comment stored with it (e.g. the host)")
+    tt.set_defaults(func=cmd_tls_trust)
 
     # token
     t = sub.add_parser("token", help="create or show the shared token for non-loopback daemons",

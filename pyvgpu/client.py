@@ -1,7 +1,9 @@
 """A small blocking Python client of the pyvgpu daemon (CLI `devices` / `daemon status`, tests, fuzzing).
 
-One TCP connection = one daemon session. Calls are serialized by a lock (send + wait for that reply), which is all
-the CLI and the tests need; libvcudart is the pipelined client.
+One TCP connection (TLS when configured, see pyvgpu/tls.py) = one daemon session. Calls are serialized by a lock
+(send + wait for that reply), which is all the CLI and the tests need; libvcudart is the pipelined client.
+Every wait is bounded: the socket timeout is the longest the client waits without hearing from the daemon, which
+sends heartbeats while it works on a request.
 """
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ import sys
 import threading
 from typing import Any
 
-from pyvgpu import auth, wire
-from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_NAMES, HELLO_CLIENT, HELLO_HOSTNAME, HELLO_PID,
-                             HELLO_PROOF, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE, HELLO_VERSION,
-                             OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag, reply_matches)
+from pyvgpu import auth, tls as tlsmod, wire
+from pyvgpu.protocol import (CLIENT_SILENCE_TIMEOUT_S, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_NAMES, HELLO_CLIENT,
+                             HELLO_HOSTNAME, HELLO_PID, HELLO_PROOF, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
+                             HELLO_VA_BASE, HELLO_VERSION, OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag,
+                             reply_matches)
 
 
 class ClientError(Exception):
@@ -27,6 +30,10 @@ class ClientError(Exception):
 
 class HandshakeError(ClientError):
     pass
+
+
+class SessionEnded(ClientError):
+    """The daemon ended the session and said why (shutting down, idle timeout, a protocol violation)."""
 
 
 def error_name(code: int) -> str:
@@ -44,16 +51,29 @@ class Client:
         self._next_id = 1
         self._stash: dict[int, tuple[int, Any, bytes]] = {}
         self.stdout_chunks: list[bytes] = []   # printf output returned by SYNC replies, in arrival order
+        self.heartbeats = 0                     # heartbeat notices received
+        self.ended: SessionEnded | None = None  # set when the daemon said it ends the session
 
     # ------------------------------------------------------------------ set-up
     @classmethod
-    def connect(cls, host: str, port: int, token: bytes | None = None, timeout: float = 10.0,
-                va_base: int | None = None, client_text: str | None = None,
-                version: int = PROTOCOL_VERSION, hello: dict[str, Any] | None = None) -> "Client":
-        """Connect and perform the handshake; raises HandshakeError (version mismatch, auth) or OSError.
-        `hello`: more keys for the hello map (e.g. protocol.HELLO_MEMORY, HELLO_WEIGHT)."""
+    def connect(cls, host: str, port: int, token: bytes | None = None, timeout: float = CLIENT_SILENCE_TIMEOUT_S,
+                va_base: int | None = None, client_text: str | None = None, version: int = PROTOCOL_VERSION,
+                hello: dict[str, Any] | None = None, tls: tlsmod.ClientTLS | None | str = "env") -> "Client":
+        """Connect and perform the handshake; raises HandshakeError (version mismatch, auth), ssl.SSLError (TLS
+        verification) or OSError. `timeout` bounds every wait for the daemon; `hello`: more keys for the hello map
+        (e.g. protocol.HELLO_MEMORY, HELLO_WEIGHT); `tls`: "env" reads PYVGPU_TLS* and the config directory
+        (pyvgpu/tls.py), None is plain TCP."""
+        cfg = tlsmod.client_config() if tls == "env" else tls
+        assert not isinstance(cfg, str)
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if cfg is not None:
+            try:
+                sock = cfg.context().wrap_socket(sock, server_hostname=host)
+                cfg.check_peer(sock.getpeercert(binary_form=True), f"{host}:{port}")
+            except BaseException:
+                sock.close()
+                raise
         self = cls(sock, host, port)
         try:
             self._handshake(token, va_base, client_text, version, hello or {})
@@ -114,10 +134,18 @@ class Client:
 
     def _wait(self, req_id: int) -> tuple[int, Any, bytes]:
         while req_id not in self._stash:
-            header, payload = wire.recv_frame(self.sock)
-            rep = wire.parse_reply(header)
-            if rep.stdout:
-                self.stdout_chunks.append(rep.stdout)
+            if self.ended is not None:
+                raise self.ended
+            rep, payload, stdout = wire.recv_reply(self.sock)
+            if stdout:
+                self.stdout_chunks.append(stdout)
+            if rep.is_notice:
+                if rep.err == 0:
+                    self.heartbeats += 1
+                else:
+                    self.ended = SessionEnded(f"daemon {self.host}:{self.port} ended the session: {rep.result}",
+                                              rep.err)
+                continue
             self._stash[rep.req_id] = (rep.err, rep.result, payload)
         return self._stash.pop(req_id)
 

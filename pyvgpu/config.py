@@ -1,5 +1,5 @@
-"""Where pyvgpu keeps its files: the host map and the daemon token (XDG config dir), daemon state (XDG state dir),
-rebuildable caches (XDG cache dir).
+"""Where pyvgpu keeps its files: the host map, the daemon token and TLS files (XDG config dir), daemon state (XDG
+state dir), rebuildable caches (XDG cache dir).
 
 libvcudart reads the same paths (csrc/hostmap.c); keep the two in step.
 """
@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+
+from pyvgpu.auth import read_token_file
 
 TOKEN_BYTES = 32
 
@@ -37,6 +39,11 @@ def token_path() -> Path:
     return config_dir() / "token"
 
 
+def tls_dir() -> Path:
+    """TLS files: the daemon's own certificate and key, and what clients trust (see pyvgpu/tls.py)."""
+    return config_dir() / "tls"
+
+
 def daemon_pid_path(port: int) -> Path:
     """Pid file of a daemon started by `pyvgpu daemon start --detach` on `port`."""
     return state_dir() / f"daemon-{port}.pid"
@@ -48,14 +55,15 @@ def daemon_log_path(port: int) -> Path:
 
 
 def load_token() -> bytes | None:
-    """PYVGPU_TOKEN (hex or text) wins over the token file; None when neither exists."""
+    """PYVGPU_TOKEN (hex or text) wins over the token file; None when neither exists (or the file is empty).
+    A token file that group/other may access raises auth.TokenFileError (a clear message for the user)."""
     env = os.environ.get("PYVGPU_TOKEN")
     if env:
         return env.strip().encode()
-    try:
-        return token_path().read_text().strip().encode() or None
-    except FileNotFoundError:
+    path = token_path()
+    if not path.exists() or path.stat().st_size == 0:
         return None
+    return read_token_file(path)
 
 
 def write_token(text: str | None = None) -> bytes:
@@ -83,7 +91,7 @@ def ensure_token() -> bytes:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:          # an empty file, or another process won the race
         if path.read_text().strip():
-            return path.read_text().strip().encode()
+            return read_token_file(path)
         return write_token(text)
     with os.fdopen(fd, "w") as fh:
         fh.write(text + "\n")

@@ -13,9 +13,17 @@ Framing (both directions, little endian):
 Request header:  [op, req_id, payload_len, args...]
     req_id == 0 means fire-and-forget: the daemon sends no reply. Only ops whose FLAG_ASYNC is set may be sent
     that way; their failures are latched per (session, device) and returned by the next synchronizing op.
-Reply header:    [req_id, err, payload_len, result, stdout]
+Reply header:    [req_id, err, payload_len, result, stdout_len]
     err is a cudaError_t value (0 = success). result is an op-specific msgpack value (nil when unused).
-    stdout is bytes of device printf output produced since the last reply on this device, or nil.
+    The header is followed by payload_len payload bytes, then by stdout_len bytes of device printf output produced
+    since the last reply on this device (kept out of the header, so a 1 MiB printf FIFO never overflows a frame;
+    at most MAX_STDOUT_BYTES). A reply header may be up to MAX_REPLY_HEADER_BYTES long.
+Notices: a reply frame with req_id 0 answers no request. err 0 is a heartbeat: the daemon sends one every
+    HEARTBEAT_INTERVAL_S while the session has work in flight and nothing else was written, so a client waiting for
+    a long kernel can tell a busy daemon from a stopped one. err != 0 says the daemon is ending the session (result
+    is the reason, a str): shutting down, idle timeout, a protocol violation.
+Keepalive: a client sends PING (fire-and-forget) when it has sent nothing for a while, so the daemon's idle
+    timeout ends only sessions whose client is gone or silent.
 
 Handshake: on connect the daemon sends [HELLO_SERVER_MAGIC, PROTOCOL_VERSION, nonce(bytes 32), auth_required(bool)]
 as a normal frame (u32 length + msgpack, no payload); the client answers with an OP_HELLO request whose single
@@ -36,12 +44,18 @@ if not __package__:  # run as a script by the C build, before the package is ins
 from pyvgpu import cublas_spec as _blas  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 HELLO_SERVER_MAGIC = "pyvgpu"
 DEFAULT_PORT = 7700
 FRAME_PREFIX_BYTES = 4
-MAX_HEADER_BYTES = 1 << 20          # a header larger than this is malformed
+MAX_HEADER_BYTES = 1 << 20          # a request header larger than this is malformed
+MAX_REPLY_HEADER_BYTES = 16 << 20   # a reply header larger than this is malformed (module-load maps can be big)
 MAX_PAYLOAD_BYTES = 1 << 34         # 16 GiB: larger claimed payloads are malformed
+MAX_STDOUT_BYTES = 64 << 20         # printf bytes one reply may carry
+HEARTBEAT_INTERVAL_S = 1.0          # daemon -> client while work is in flight (see Notices above)
+# Client defaults (the C client reads PYVGPU_REPLY_TIMEOUT_MS / PYVGPU_PING_INTERVAL_MS; see docs/security.md).
+CLIENT_SILENCE_TIMEOUT_S = 10.0     # a waiting client gives up after this long without a byte from the daemon
+CLIENT_PING_INTERVAL_S = 15.0       # a client that sent nothing for this long sends PING
 # Device-pointer windows: virtual GPU k's emulated allocations live at VA_WINDOW_BYTES * (k + 1) so that
 # pointers of different hosts never collide on the client (the client sends its base in the hello).
 VA_WINDOW_BYTES = 1 << 40
@@ -51,6 +65,7 @@ HELLO_VERSION = "version"
 HELLO_PROOF = "proof"          # hex HMAC or None
 HELLO_CLIENT = "client"        # free text: "pid@host argv0" for logs and status
 HELLO_VA_BASE = "va_base"      # base address for this session's device 0; device r gets va_base + r*VA_WINDOW_BYTES
+HELLO_CLIENT_MAX = 200         # characters of HELLO_CLIENT kept (longer text is cut)
 HELLO_PID = "pid"              # the client's process id (u64; status and metrics labels)
 HELLO_HOSTNAME = "hostname"    # the client's host name (str; status and metrics labels)
 HELLO_MEMORY = "memory"        # device memory the client asks for per device (u64 bytes; capped by the daemon's
@@ -144,6 +159,7 @@ OPS: tuple[OpSpec, ...] = (
     op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
     op(3, "GOODBYE", "", "nil", ND),
+    op(450, "PING", "", "nil", ND | A, "keepalive: proves the client is alive while it has nothing to ask"),
     op(10, "MEM_GET_INFO", "dev:dev", "u64x2", doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", doc="the device pointer"),
     op(12, "FREE", "dev:dev ptr:ptr", "nil", S),
@@ -187,6 +203,68 @@ OPS: tuple[OpSpec, ...] = (
     op(101, "MEMSET_ELEMS",
        "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
        doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
+    # ---- 300-399: runtime features (issue 13)
+    # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
+    # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
+    op(300, "GRAPH_CREATE", "dev:dev", "u64", PIN,
+       "payload: request frames (u32 length | header | payload each, req_id 0, this device, ops in GRAPH_OPS); "
+       "result: the graph handle"),
+    op(301, "GRAPH_LAUNCH", "dev:dev graph:handle stream:stream", "nil", A,
+       "runs the graph's ops in order; their stream arguments become `stream`"),
+    op(302, "GRAPH_DESTROY", "dev:dev graph:handle", "nil", A),
+    # Managed and mapped memory: the client keeps a host copy at the very same address and keeps both coherent with
+    # these ops (see the coherence model in docs/architecture.md). A managed range's pages are digested on the
+    # daemon; MANAGED_DIRTY answers the pages that changed since the client last saw them.
+    op(310, "MALLOC_MANAGED", "dev:dev size:size align:u32 flags:u32", "u64",
+       doc="a zero-filled allocation aligned to `align` (the client's page size) and tracked as managed; "
+           "flags: MANAGED_FLAG_*; result: its address"),
+    op(311, "MANAGED_ATTACH", "dev:dev ptr:ptr size:size", "nil",
+       doc="tracks [ptr, ptr+size) of this session's memory (a __managed__ variable) as managed; the client does "
+           "not know its content yet, so the next MANAGED_DIRTY reports all of it"),
+    op(312, "MANAGED_PUSH", "dev:dev", "nil", A | PIN,
+       doc="payload: runs of bytes the host changed, each u64 address | u32 length | bytes (MANAGED_RUN_HEADER), "
+           "inside managed ranges"),
+    op(313, "MANAGED_DIRTY", "dev:dev", "map",
+       doc="waits for the device, then result {MANAGED_RUNS: [[address, length]...]}: the bytes of managed ranges "
+           "that changed since the client last fetched or pushed them (at most MAX_MANAGED_RUNS runs)"),
+    # Peers. Devices of one daemon: access from one context to another's memory, and copies between them.
+    op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", doc="kernels of dev may use the memory of device `peer`"),
+    op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil"),
+    op(322, "MEMCPY_PEER", "dev:dev dst:ptr src_dev:u32 src:ptr size:size stream:stream", "nil",
+       doc="copy from device src_dev of this daemon (whose earlier work the client has waited for)"),
+    # Devices of different daemons: the bytes go daemon to daemon. The source daemon takes a snapshot behind a
+    # single-use ticket (PEER_EXPORT); the destination daemon fetches it from the source (PEER_FETCH, over a session
+    # it opens with its own token) and writes it (PEER_PULL).
+    op(323, "PEER_EXPORT", "dev:dev src:ptr size:size", "map",
+       doc="result {PEER_TICKET: bytes}; at most MAX_PEER_CHUNK bytes, held at most PEER_TICKET_TTL_S seconds"),
+    op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil",
+       doc="fetch a ticket's bytes from the daemon at host:port and write them at dst"),
+    op(325, "PEER_FETCH", "ticket:bytes", "nil", ND | POUT, "the bytes behind a ticket (once)"),
+    # CUDA arrays, texture and surface objects. A channel format is the bits of its x, y, z, w channels and a
+    # cudaChannelFormatKind; array extents are in elements (height 0: 1D, depth 0: 2D; with ARRAY_FLAG_LAYERED depth
+    # counts layers). 3D copies name each side either by an array handle (ptr, pitch, rows unused) or by linear
+    # device memory (array 0: ptr, row pitch, rows per slice); offsets (x in bytes, y rows, z slices) and the extent
+    # (width in bytes, height rows, depth slices) are in bytes and rows; a host side is the payload, rows packed.
+    op(330, "ARRAY_CREATE", "dev:dev bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 kind:i32 width:size height:size "
+                            "depth:size flags:u32", "u64", doc="the array handle"),
+    op(331, "ARRAY_DESTROY", "dev:dev array:handle", "nil", S),
+    op(332, "MEMCPY3D_HTOD", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
+                             "height:size depth:size stream:stream", "nil", A | PIN),
+    op(333, "MEMCPY3D_DTOH", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
+                             "height:size depth:size stream:stream", "nil", S | POUT),
+    op(334, "MEMCPY3D_DTOD", "dev:dev dst_array:handle dst:ptr dpitch:size drows:size dx:size dy:size dz:size "
+                             "src_array:handle src:ptr spitch:size srows:size sx:size sy:size sz:size width:size "
+                             "height:size depth:size stream:stream", "nil", A),
+    # A texture object over an array (res_type cudaResourceTypeArray) or linear memory (Linear: width elements;
+    # Pitch2D: width x height elements, pitch bytes), with its sampler (cudaTextureDesc fields); result: the value
+    # kernels take as cudaTextureObject_t.
+    op(335, "TEX_CREATE", "dev:dev res_type:i32 array:handle ptr:ptr bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 "
+                          "kind:i32 width:size height:size pitch:size addr_x:i32 addr_y:i32 addr_z:i32 filter:i32 "
+                          "read_mode:i32 normalized:i32 srgb:i32 border_r:f64 border_g:f64 border_b:f64 "
+                          "border_a:f64", "u64"),
+    op(336, "TEX_DESTROY", "dev:dev tex:u64", "nil"),
+    op(337, "SURF_CREATE", "dev:dev array:handle", "u64", doc="the value kernels take as cudaSurfaceObject_t"),
+    op(338, "SURF_DESTROY", "dev:dev surf:u64", "nil"),
     # cuBLAS (pyvgpu/cublas_spec.py): a handle lives in the session on one device; each routine family is one op
     # whose arguments are the family's table (cublas_spec.wire_args), sent fire-and-forget unless it returns a
     # result to host memory (then the reply's payload holds the value).
@@ -210,7 +288,39 @@ LIMIT_NAMES: dict[int, str] = {
 }
 LIMIT_DEFAULTS: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
 
+# Ops a graph may hold (GRAPH_CREATE): device work that needs no reply. Anything else in an upload is refused.
+GRAPH_OPS: frozenset[str] = frozenset({
+    "MEMCPY_DTOD", "MEMCPY2D_DTOD", "MEMSET", "MEMSET2D", "MEMSET_ELEMS", "LAUNCH", "EVENT_RECORD",
+    "STREAM_WAIT_EVENT"})
+MAX_GRAPH_OPS = 1 << 16              # ops of one uploaded graph
+MAX_GRAPH_BYTES = 256 << 20          # bytes of uploaded graphs one session may hold per device
+
+# Managed memory (MALLOC_MANAGED, MANAGED_PUSH, MANAGED_DIRTY).
+MANAGED_FLAG_MAPPED = 1              # zero-copy host memory (cudaHostAllocMapped / cudaHostRegisterMapped), not managed
+MANAGED_RUN_HEADER = "<QI"           # struct format of a MANAGED_PUSH run header: address, length
+MANAGED_RUNS = "runs"                # MANAGED_DIRTY result key
+MAX_MANAGED_RUNS = 16384             # runs in one MANAGED_DIRTY answer, and managed ranges per session and device
+MAX_MANAGED_ALIGN = 1 << 16          # largest page size a client may ask MALLOC_MANAGED to align to
+
+# CUDA arrays (ARRAY_CREATE flags: cudaArray* values).
+ARRAY_FLAG_LAYERED = 1               # cudaArrayLayered
+ARRAY_FLAG_SURFACE = 2               # cudaArraySurfaceLoadStore
+ARRAY_FLAG_CUBEMAP = 4               # cudaArrayCubemap (not supported)
+ARRAY_FLAG_GATHER = 8                # cudaArrayTextureGather
+
+# Copies between daemons (PEER_EXPORT / PEER_PULL / PEER_FETCH).
+PEER_TICKET = "ticket"               # PEER_EXPORT result key
+MAX_PEER_CHUNK = 64 << 20            # bytes behind one ticket (the client splits larger copies)
+MAX_PEER_HELD = 256 << 20            # bytes of tickets one session may hold on a daemon at once
+PEER_TICKET_TTL_S = 60.0             # an unfetched ticket is dropped after this long
+PEER_CONNECT_TIMEOUT_S = 5.0         # the destination daemon's connect + handshake to the source
+PEER_FETCH_TIMEOUT_S = 60.0          # ... and its whole fetch
+
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
+# Ops after whose successful answer the host may read what the device wrote (synchronizing ops, and queries that
+# report completion): the client brings its copies of managed and mapped memory up to date after them.
+SYNC_POINTS: frozenset[str] = frozenset(
+    {op.name for op in OPS if op.flags & OpFlag.SYNC and op.name != "DEVICE_RESET"} | {"STREAM_QUERY", "EVENT_QUERY"})
 OP_BY_CODE: dict[int, OpSpec] = {op.code: op for op in OPS}
 
 # Device snapshot keys (HELLO reply "devices" entries). "attrs" maps cudaDeviceAttr values (int) to ints so the
@@ -220,6 +330,7 @@ DEVICE_INFO_KEYS: tuple[str, ...] = (
     "max_block_dim", "max_grid_dim", "shared_mem_per_block", "shared_mem_per_multiprocessor", "regs_per_block",
     "clock_rate_khz", "memory_clock_rate_khz", "memory_bus_width", "l2_cache_size",
     "max_threads_per_multiprocessor", "total_const_mem", "uuid", "pci_bus_id", "attrs", "backend",
+    "peers",                  # daemon-local ordinals whose memory this device's kernels can use after PEER_ENABLE
 )
 
 # Keys of the MODULE_LOAD reply: {kernels: {name: {id, params: [[offset, size]...], attrs: {KERNEL_ATTR_KEYS}}},
@@ -251,6 +362,8 @@ def shared_keys() -> dict[str, str]:
                  "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
+    keys["MANAGED_RUNS"] = MANAGED_RUNS
+    keys["PEER_TICKET"] = PEER_TICKET
     return keys
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 if not __package__:  # run as a script by the C build
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyvgpu import protocol as P  # noqa: E402
-from pyvgpu.cuda_enums import DEVICE_ATTRS  # noqa: E402
+from pyvgpu.cuda_enums import CUDA_ENUMS, DEVICE_ATTRS  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 GENERATED = "/* Generated from pyvgpu/protocol.py by pyvgpu/protocol_c.py. Do not edit. */"
@@ -81,21 +81,24 @@ def _body(op: P.OpSpec, wait: bool) -> list[str]:
              "        return err;"]
     lines += ["    " + C_ARG[a.type][1].format(n=a.name) for a in op.args[1:]]
     if not wait:
-        lines.append("    return pv_req_finish(&r, NULL);")
-    elif op.flags & P.OpFlag.PAYLOAD_OUT:
+        lines.append("    return pv_req_send(&r);")       # fire-and-forget: sent, or recorded into a graph
+        return lines
+    if op.flags & P.OpFlag.PAYLOAD_OUT:
         lines += ["    struct pv_reply pr;",
                   "    err = pv_req_finish(&r, &pr);",
                   "    if (got)",
                   "        *got = pr.payload_len;",
-                  "    pv_reply_free(&pr);",
-                  "    return err;"]
+                  "    pv_reply_free(&pr);"]
     elif op.reply == "map":
-        lines.append("    return pv_req_finish(&r, rep);")
+        lines.append("    err = pv_req_finish(&r, rep);")
     elif op.reply in C_REPLY:
         lines += ["    struct pv_reply pr;",
-                  f"    return {C_REPLY[op.reply][1]}(d, PV_OP_{op.name}, pv_req_finish(&r, &pr), &pr, result);"]
+                  f"    err = {C_REPLY[op.reply][1]}(d, PV_OP_{op.name}, pv_req_finish(&r, &pr), &pr, result);"]
     else:
-        lines.append("    return pv_req_finish(&r, NULL);")
+        lines.append("    err = pv_req_finish(&r, NULL);")
+    if op.name in P.SYNC_POINTS:
+        lines.append("    pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */")
+    lines.append("    return err;")
     return lines
 
 
@@ -137,6 +140,10 @@ def protocol_header() -> str:
         f'#define PV_HELLO_SERVER_MAGIC "{P.HELLO_SERVER_MAGIC}"',
         f"#define PV_DEFAULT_PORT {P.DEFAULT_PORT}",
         f"#define PV_MAX_HEADER_BYTES {P.MAX_HEADER_BYTES}u",
+        f"#define PV_MAX_REPLY_HEADER_BYTES {P.MAX_REPLY_HEADER_BYTES}u",
+        f"#define PV_MAX_STDOUT_BYTES {P.MAX_STDOUT_BYTES}ull",
+        f"#define PV_CLIENT_SILENCE_TIMEOUT_MS {int(P.CLIENT_SILENCE_TIMEOUT_S * 1000)}",
+        f"#define PV_CLIENT_PING_INTERVAL_MS {int(P.CLIENT_PING_INTERVAL_S * 1000)}",
         f"#define PV_VA_WINDOW_BYTES {P.VA_WINDOW_BYTES}ull",
         f"#define PV_ERR_PROTOCOL_MISMATCH {P.ERR_PROTOCOL_MISMATCH}",
         f"#define PV_ERR_AUTH {P.ERR_AUTH}",
@@ -161,6 +168,21 @@ def protocol_header() -> str:
     out += [f'#define PV_KEY_{name} "{_c_string(value)}"' for name, value in P.shared_keys().items()]
     out += ["", "/* cudaDeviceAttr values (CUDA's numbering, pyvgpu/cuda_enums.py). */"]
     out += [f"#define PV_{name} {value}" for name, value in DEVICE_ATTRS.items()]
+    out += ["", "/* The other CUDA enumerations both sides use (pyvgpu/cuda_enums.py CUDA_ENUMS). */"]
+    out += [f"#define PV_{name} {value}" for values in CUDA_ENUMS.values() for name, value in values.items()]
+    out += ["", "/* Graph limits (protocol.py). */", f"#define PV_MAX_GRAPH_OPS {P.MAX_GRAPH_OPS}",
+            f"#define PV_MAX_GRAPH_BYTES {P.MAX_GRAPH_BYTES}ull",
+            "/* Managed memory (protocol.py): MALLOC_MANAGED flags, the MANAGED_PUSH run header (u64 address, u32 "
+            "length), limits. */",
+            f"#define PV_MANAGED_FLAG_MAPPED {P.MANAGED_FLAG_MAPPED}",
+            f"#define PV_MANAGED_RUN_HEADER_BYTES {__import__('struct').calcsize(P.MANAGED_RUN_HEADER)}",
+            f"#define PV_MAX_MANAGED_RUNS {P.MAX_MANAGED_RUNS}",
+            f"#define PV_MAX_MANAGED_ALIGN {P.MAX_MANAGED_ALIGN}",
+            f"#define PV_MAX_PEER_CHUNK {P.MAX_PEER_CHUNK}ull",
+            f"#define PV_ARRAY_FLAG_LAYERED {P.ARRAY_FLAG_LAYERED}",
+            f"#define PV_ARRAY_FLAG_SURFACE {P.ARRAY_FLAG_SURFACE}",
+            f"#define PV_ARRAY_FLAG_CUBEMAP {P.ARRAY_FLAG_CUBEMAP}",
+            f"#define PV_ARRAY_FLAG_GATHER {P.ARRAY_FLAG_GATHER}"]
     limit = max(DEVICE_ATTRS.values()) + 1
     out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
             "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"

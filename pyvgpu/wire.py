@@ -16,7 +16,9 @@ from typing import Any
 
 import msgpack
 
-from pyvgpu.protocol import FRAME_PREFIX_BYTES, HELLO_SERVER_MAGIC, MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
+from pyvgpu.protocol import (FRAME_PREFIX_BYTES, HELLO_CLIENT, HELLO_CLIENT_MAX, HELLO_PROOF, HELLO_SERVER_MAGIC,
+                             HELLO_VA_BASE, HELLO_VERSION, MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES,
+                             MAX_REPLY_HEADER_BYTES, MAX_STDOUT_BYTES)
 
 _PREFIX = struct.Struct("<I")
 U64_MAX = (1 << 64) - 1
@@ -40,22 +42,42 @@ class Reply:
     err: int
     payload_len: int
     result: Any
-    stdout: bytes | None
+    stdout_len: int
+
+    @property
+    def is_notice(self) -> bool:
+        """req_id 0: a heartbeat (err 0) or the daemon ending the session (err != 0, result = reason)."""
+        return self.req_id == 0
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The client's HELLO map, type-checked before any field is used (protocol.HELLO_* keys)."""
+    version: Any                  # compared with PROTOCOL_VERSION only; any type is a mismatch, never an error
+    proof: str | None             # 64 lowercase hex digits or None
+    client: str
+    va_base: int | None
+    fields: dict[Any, Any]        # the whole map: other keys (sharing.py's) are type-checked by their reader
 
 
 # ---------------------------------------------------------------------------------------------- encoding
-def pack_header(header: list[Any]) -> bytes:
+def pack_header(header: list[Any], limit: int = MAX_HEADER_BYTES) -> bytes:
     body = msgpack.packb(header, use_bin_type=True)
-    if len(body) > MAX_HEADER_BYTES:
-        raise ProtocolError(f"header of {len(body)} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
+    if len(body) > limit:
+        raise ProtocolError(f"header of {len(body)} bytes exceeds the {limit}-byte limit")
     return _PREFIX.pack(len(body)) + body
 
 
-def encode_frame(header: list[Any], payload: bytes | bytearray | memoryview = b"") -> list[bytes | memoryview]:
+def _bulk(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    return data if isinstance(data, bytes) else memoryview(data).cast("B")
+
+
+def encode_frame(header: list[Any], payload: bytes | bytearray | memoryview = b"",
+                 limit: int = MAX_HEADER_BYTES) -> list[bytes | memoryview]:
     """The byte strings to write, in order. The payload is passed through untouched (no copy)."""
-    parts: list[bytes | memoryview] = [pack_header(header)]
+    parts: list[bytes | memoryview] = [pack_header(header, limit)]
     if payload_nbytes(payload):
-        parts.append(payload if isinstance(payload, bytes) else memoryview(payload).cast("B"))
+        parts.append(_bulk(payload))
     return parts
 
 
@@ -70,7 +92,20 @@ def encode_request(op: int, req_id: int, args: list[Any] | tuple[Any, ...] = (),
 
 def encode_reply(req_id: int, err: int, result: Any = None, stdout: bytes | None = None,
                  payload: bytes | bytearray | memoryview = b"") -> list[bytes | memoryview]:
-    return encode_frame([req_id, err, payload_nbytes(payload), result, stdout or None], payload)
+    """Header, payload, then printf output (outside the header: it may be as large as the printf FIFO).
+    ProtocolError when the result does not fit MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
+    out_len = len(stdout) if stdout else 0
+    if out_len > MAX_STDOUT_BYTES:
+        raise ProtocolError(f"{out_len} bytes of printf output exceed the {MAX_STDOUT_BYTES}-byte reply limit")
+    parts = encode_frame([req_id, err, payload_nbytes(payload), result, out_len], payload, MAX_REPLY_HEADER_BYTES)
+    if out_len:
+        parts.append(_bulk(stdout))  # type: ignore[arg-type]
+    return parts
+
+
+def encode_notice(err: int, reason: str = "") -> list[bytes | memoryview]:
+    """A frame that answers no request: a heartbeat (err 0) or the end of the session (err != 0, why)."""
+    return encode_reply(0, err, reason[:200] if err else None)
 
 
 def encode_server_hello(version: int, nonce: bytes, auth_required: bool) -> bytes:
@@ -78,22 +113,21 @@ def encode_server_hello(version: int, nonce: bytes, auth_required: bool) -> byte
 
 
 # ---------------------------------------------------------------------------------------------- decoding
-def header_length(prefix: bytes) -> int:
+def header_length(prefix: bytes, limit: int = MAX_HEADER_BYTES) -> int:
     if len(prefix) != FRAME_PREFIX_BYTES:
         raise ProtocolError(f"truncated frame prefix ({len(prefix)} bytes)")
     (n,) = _PREFIX.unpack(prefix)
-    if n == 0 or n > MAX_HEADER_BYTES:
-        raise ProtocolError(f"header length {n} outside 1..{MAX_HEADER_BYTES}")
+    if n == 0 or n > limit:
+        raise ProtocolError(f"header length {n} outside 1..{limit}")
     return n
 
 
-def unpack_header(body: bytes) -> list[Any]:
+def unpack_header(body: bytes | bytearray) -> list[Any]:
     """msgpack → list, rejecting trailing bytes, non-array headers and absurd container sizes."""
+    n = len(body)
     try:
         obj = msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True,
-                              max_str_len=MAX_HEADER_BYTES, max_bin_len=MAX_HEADER_BYTES,
-                              max_array_len=MAX_HEADER_BYTES, max_map_len=MAX_HEADER_BYTES,
-                              max_ext_len=MAX_HEADER_BYTES)
+                              max_str_len=n, max_bin_len=n, max_array_len=n, max_map_len=n, max_ext_len=n)
     except Exception as exc:  # msgpack raises a zoo of types (ExtraData, FormatError, ValueError, RecursionError…)
         raise ProtocolError(f"undecodable header: {type(exc).__name__}: {exc}"[:200]) from None
     if not isinstance(obj, list):
@@ -110,27 +144,65 @@ def parse_request(header: list[Any], max_payload: int = MAX_PAYLOAD_BYTES) -> Re
         raise ProtocolError(f"request header has {len(header)} fields, needs at least 3")
     op, req_id, payload_len = header[0], header[1], header[2]
     if not _is_uint(op, 0xFFFF):
-        raise ProtocolError(f"op {op!r} is not a small unsigned integer")
+        raise ProtocolError(f"op {op!r:.40} is not a small unsigned integer")
     if not _is_uint(req_id):
-        raise ProtocolError(f"req_id {req_id!r} is not a u64")
+        raise ProtocolError(f"req_id {req_id!r:.40} is not a u64")
     if not _is_uint(payload_len, max_payload):
-        raise ProtocolError(f"payload length {payload_len!r} outside 0..{max_payload}")
+        raise ProtocolError(f"payload length {payload_len!r:.40} outside 0..{max_payload}")
     return Request(op, req_id, payload_len, header[3:])
+
+
+def split_frames(buf: bytes | bytearray | memoryview, max_frames: int) -> list[tuple[list[Any], memoryview]]:
+    """Frames laid end to end in buf (a graph upload) → [(header, payload view)]; any malformation or more than
+    max_frames frames → ProtocolError. Each header's third field is its payload length, as in requests."""
+    mv = memoryview(buf).cast("B")
+    out: list[tuple[list[Any], memoryview]] = []
+    pos = 0
+    while pos < len(mv):
+        if len(out) >= max_frames:
+            raise ProtocolError(f"more than {max_frames} frames")
+        n = header_length(bytes(mv[pos:pos + FRAME_PREFIX_BYTES]))
+        if pos + FRAME_PREFIX_BYTES + n > len(mv):
+            raise ProtocolError("frame header runs past the end of the buffer")
+        header = unpack_header(bytes(mv[pos + FRAME_PREFIX_BYTES:pos + FRAME_PREFIX_BYTES + n]))
+        pos += FRAME_PREFIX_BYTES + n
+        plen = header[2] if len(header) >= 3 else None
+        if not _is_uint(plen, len(mv) - pos):
+            raise ProtocolError(f"frame payload length {plen!r} runs past the end of the buffer")
+        out.append((header, mv[pos:pos + plen]))
+        pos += plen
+    return out
 
 
 def parse_reply(header: list[Any]) -> Reply:
     if len(header) != 5:
         raise ProtocolError(f"reply header has {len(header)} fields, needs 5")
-    req_id, err, payload_len, result, stdout = header
+    req_id, err, payload_len, result, stdout_len = header
     if not _is_uint(req_id) or not isinstance(err, int) or isinstance(err, bool):
-        raise ProtocolError(f"bad reply req_id/err {req_id!r}/{err!r}")
+        raise ProtocolError(f"bad reply req_id/err {req_id!r:.40}/{err!r:.40}")
     if not _is_uint(payload_len, MAX_PAYLOAD_BYTES):
-        raise ProtocolError(f"reply payload length {payload_len!r} out of range")
-    if stdout is not None and not isinstance(stdout, (bytes, str)):
-        raise ProtocolError("reply stdout is neither bytes nor nil")
-    if isinstance(stdout, str):
-        stdout = stdout.encode()
-    return Reply(req_id, err, payload_len, result, stdout)
+        raise ProtocolError(f"reply payload length {payload_len!r:.40} out of range")
+    if not _is_uint(stdout_len, MAX_STDOUT_BYTES):
+        raise ProtocolError(f"reply printf length {stdout_len!r:.40} outside 0..{MAX_STDOUT_BYTES}")
+    return Reply(req_id, err, payload_len, result, stdout_len)
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def parse_hello(fields: Any) -> Hello:
+    """The HELLO map, every field type-checked (a hostile client must not reach auth with a non-str proof)."""
+    if not isinstance(fields, dict):
+        raise ProtocolError(f"hello is a {type(fields).__name__}, not a map")
+    proof = fields.get(HELLO_PROOF)
+    if proof is not None and not (isinstance(proof, str) and len(proof) == 64 and set(proof) <= _HEX):
+        raise ProtocolError("hello proof is not 64 lowercase hex digits")
+    client = fields.get(HELLO_CLIENT, "")
+    client = client if isinstance(client, str) else repr(client)
+    va_base = fields.get(HELLO_VA_BASE)
+    if va_base is not None and (isinstance(va_base, bool) or not isinstance(va_base, int)):
+        raise ProtocolError(f"hello va_base {va_base!r:.40} is not an integer")
+    return Hello(fields.get(HELLO_VERSION), proof, client[:HELLO_CLIENT_MAX], va_base, fields)
 
 
 def parse_server_hello(header: list[Any]) -> tuple[int, bytes, bool]:
@@ -183,15 +255,24 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
 
 
 def recv_frame(sock: socket.socket, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[list[Any], bytes | bytearray]:
-    """Blocking read of one frame whose header's third field is the payload length (requests and replies).
+    """Blocking read of one request frame (header's third field is the payload length).
     The payload is the bytearray it was received into (no second copy of bulk data)."""
     n = header_length(bytes(_recv_exact(sock, FRAME_PREFIX_BYTES)))
     header = unpack_header(bytes(_recv_exact(sock, n)))
     plen = header[2] if len(header) >= 3 else 0
     if not _is_uint(plen, max_payload):
-        raise ProtocolError(f"payload length {plen!r} out of range")
+        raise ProtocolError(f"payload length {plen!r:.40} out of range")
     payload = _recv_exact(sock, plen) if plen else b""
     return header, payload
+
+
+def recv_reply(sock: socket.socket) -> tuple[Reply, bytes | bytearray, bytes]:
+    """Blocking read of one reply frame → (reply, payload, printf output)."""
+    n = header_length(bytes(_recv_exact(sock, FRAME_PREFIX_BYTES)), MAX_REPLY_HEADER_BYTES)
+    rep = parse_reply(unpack_header(bytes(_recv_exact(sock, n))))
+    payload = _recv_exact(sock, rep.payload_len) if rep.payload_len else b""
+    stdout = bytes(_recv_exact(sock, rep.stdout_len)) if rep.stdout_len else b""
+    return rep, payload, stdout
 
 
 def recv_header(sock: socket.socket) -> list[Any]:

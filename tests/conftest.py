@@ -3,14 +3,60 @@ session (cached), daemons on free loopback ports, programs run through libvcudar
 
 Layout: tests/interposer (libvcudart), tests/daemon (the daemon through its protocol), tests/emu (the emulated
 GPU directly), tests/e2e (unmodified CUDA programs through libvcudart and daemons), tests/control (the `pyvgpu`
-command, host map, wire format, set-up); tests/cuda holds the CUDA sources the tests build.
+command, host map, wire format, set-up), tests/security (bounds, hangs, TLS and the frame fuzzer of issue 11);
+tests/cuda holds the CUDA sources the tests build.
 """
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from harness import CUDA_SRC, ROOT, Daemon, build_cuda, lib_path, run_cuda, start_daemon
 from pyvgpu.client import Client
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_config(tmp_path_factory):
+    """Tests never read the developer's ~/.config/pyvgpu (host map, token, TLS trust) or TLS settings."""
+    keys = ("XDG_CONFIG_HOME", "PYVGPU_TLS", "PYVGPU_TLS_CA", "PYVGPU_TLS_FINGERPRINT")
+    saved = {k: os.environ.get(k) for k in keys}
+    for k in keys:
+        os.environ.pop(k, None)
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@dataclass(frozen=True)
+class TlsPair:
+    cert: Path
+    key: Path
+    fingerprint: str
+
+
+def make_tls_pair(where: Path, names: list[str]) -> TlsPair:
+    from pyvgpu.tls import make_self_signed
+    cert, key = where / "daemon.crt", where / "daemon.key"
+    return TlsPair(cert, key, make_self_signed(cert, key, names))
+
+
+@pytest.fixture(scope="session")
+def tls_pair(tmp_path_factory) -> TlsPair:
+    """A self-signed daemon certificate for the loopback addresses the tests listen on."""
+    return make_tls_pair(tmp_path_factory.mktemp("tls"), ["127.0.0.1", "127.0.0.2", "localhost"])
+
+
+@pytest.fixture(scope="session")
+def other_tls_pair(tmp_path_factory) -> TlsPair:
+    """Another certificate for the same names: what an impostor daemon would present."""
+    return make_tls_pair(tmp_path_factory.mktemp("tls-other"), ["127.0.0.1", "127.0.0.2", "localhost"])
 
 
 @pytest.fixture(scope="session")

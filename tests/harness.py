@@ -100,6 +100,35 @@ def serve_one_connection(handle: Callable[[socket.socket], None]) -> int:
     return srv.getsockname()[1]
 
 
+# ---------------------------------------------------------------------------------------------- raw protocol peers
+def frame(obj: object, payload: bytes = b"") -> bytes:
+    """One frame from any msgpack-able header (well-formed or not) and raw payload bytes."""
+    import msgpack   # noqa: PLC0415 (a dependency of the package; imported where frames are made)
+    body = msgpack.packb(obj, use_bin_type=True)
+    return len(body).to_bytes(4, "little") + body + payload
+
+
+def raw_session(port: int, host: str = LOOPBACK, client: str = "raw", timeout: float = 10) -> socket.socket:
+    """A connected socket past the handshake (no token, plain TCP), speaking raw bytes."""
+    from pyvgpu import wire   # noqa: PLC0415
+    from pyvgpu.protocol import PROTOCOL_VERSION   # noqa: PLC0415
+    s = socket.create_connection((host, port), timeout=timeout)
+    wire.parse_server_hello(wire.recv_header(s))
+    wire.send_parts(s, wire.encode_request(1, 1, [{"version": PROTOCOL_VERSION, "client": client}]))
+    rep, _, _ = wire.recv_reply(s)
+    assert rep.err == 0, rep
+    return s
+
+
+def rss(pid: int) -> int:
+    """Resident memory of a process in bytes (Linux)."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
 # ---------------------------------------------------------------------------------------------- daemons
 @dataclass
 class Daemon:

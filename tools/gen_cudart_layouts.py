@@ -28,11 +28,45 @@ FIELDS = {
                        "globalL1CacheSupported", "localL1CacheSupported", "sharedMemPerMultiprocessor",
                        "regsPerMultiprocessor", "managedMemory", "computePreemptionSupported", "cooperativeLaunch",
                        "sharedMemPerBlockOptin", "maxBlocksPerMultiProcessor", "reservedSharedMemPerBlock",
-                       "hostRegisterSupported", "memoryPoolsSupported", "clusterLaunch"],
+                       "hostRegisterSupported", "memoryPoolsSupported", "clusterLaunch", "concurrentManagedAccess",
+                       "pageableMemoryAccess", "directManagedMemAccessFromHost", "hostNativeAtomicSupported",
+                       "maxTexture1D", "maxTexture2D", "maxTexture3D", "maxSurface1D", "maxSurface2D", "maxSurface3D",
+                       "surfaceAlignment", "maxTexture2DLinear", "maxTexture1DLayered",
+                       "maxTexture2DLayered"],
     "cudaFuncAttributes": ["sharedSizeBytes", "constSizeBytes", "localSizeBytes", "maxThreadsPerBlock", "numRegs",
                            "ptxVersion", "binaryVersion", "cacheModeCA", "maxDynamicSharedSizeBytes",
                            "preferredShmemCarveout"],
     "cudaPointerAttributes": ["type", "device", "devicePointer", "hostPointer"],
+    # The structs of the runtime-feature APIs (graphs, arrays, textures, pools, managed memory): libvcudart declares
+    # them in cudart_types.h and checks its declarations against these numbers at compile time.
+    "cudaMemLocation": ["type", "id"],
+    "cudaKernelNodeParams": ["func", "gridDim", "blockDim", "sharedMemBytes", "kernelParams", "extra"],
+    "cudaMemsetParams": ["dst", "pitch", "value", "elementSize", "width", "height"],
+    "cudaHostNodeParams": ["fn", "userData"],
+    "cudaPos": ["x", "y", "z"],
+    "cudaExtent": ["width", "height", "depth"],
+    "cudaPitchedPtr": ["ptr", "pitch", "xsize", "ysize"],
+    "cudaMemcpy3DParms": ["srcArray", "srcPos", "srcPtr", "dstArray", "dstPos", "dstPtr", "extent", "kind"],
+    "cudaMemcpy3DPeerParms": ["srcArray", "srcPos", "srcPtr", "srcDevice", "dstArray", "dstPos", "dstPtr",
+                              "dstDevice", "extent"],
+    "cudaChannelFormatDesc": ["x", "y", "z", "w", "f"],
+    "cudaResourceDesc": ["resType", "res.array.array", "res.linear.devPtr", "res.linear.desc",
+                         "res.linear.sizeInBytes", "res.pitch2D.devPtr", "res.pitch2D.desc", "res.pitch2D.width",
+                         "res.pitch2D.height", "res.pitch2D.pitchInBytes", "flags"],
+    "cudaTextureDesc": ["addressMode", "filterMode", "readMode", "sRGB", "borderColor", "normalizedCoords",
+                        "maxAnisotropy", "mipmapFilterMode", "mipmapLevelBias", "minMipmapLevelClamp",
+                        "maxMipmapLevelClamp", "disableTrilinearOptimization", "seamlessCubemap"],
+    "cudaResourceViewDesc": ["format", "width", "height", "depth", "firstMipmapLevel", "lastMipmapLevel",
+                             "firstLayer", "lastLayer"],
+    "cudaMemPoolProps": ["allocType", "handleTypes", "location", "win32SecurityAttributes", "maxSize", "usage"],
+    "cudaMemAccessDesc": ["location", "flags"],
+    "cudaGraphInstantiateParams_st": ["flags", "uploadStream", "errNode_out", "result_out"],
+    "cudaGraphExecUpdateResultInfo_st": ["result", "errorNode", "errorFromNode"],
+    "cudaGraphEdgeData_st": ["from_port", "to_port", "type"],
+    "cudaMemcpyNodeParams": ["flags", "copyParams"],
+    "cudaMemAllocNodeParams": ["poolProps", "accessDescs", "accessDescCount", "bytesize", "dptr"],
+    "cudaGraphNodeParams": ["type", "kernel", "memcpy", "memset", "host", "graph", "eventWait", "eventRecord",
+                            "alloc", "free"],
 }
 
 
@@ -41,7 +75,7 @@ def main() -> int:
     for struct, fields in FIELDS.items():
         src.append(f'printf("#define PV_{struct}_SIZE %zu\\n", sizeof(struct {struct}));')
         for f in fields:
-            src.append(f'printf("#define PV_{struct}_{f} %zu\\n", offsetof(struct {struct}, {f}));')
+            src.append(f'printf("#define PV_{struct}_{f.replace(".", "_")} %zu\\n", offsetof(struct {struct}, {f}));')
     src += ["return 0; }", ""]
     with tempfile.TemporaryDirectory() as tmp:
         c = Path(tmp) / "probe.c"

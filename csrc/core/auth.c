@@ -1,6 +1,8 @@
 /* Token proof for the handshake: hex(HMAC-SHA256(key = token, msg = nonce)), token from PYVGPU_TOKEN or the
- * token file ($XDG_CONFIG_HOME/pyvgpu/token, default ~/.config/pyvgpu/token), surrounding whitespace stripped. */
+ * token file ($XDG_CONFIG_HOME/pyvgpu/token, default ~/.config/pyvgpu/token), surrounding whitespace stripped.
+ * A token file that group or other may access is refused (pyvgpu/auth.py applies the same rule). */
 #include <ctype.h>
+#include <sys/stat.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdio.h>
@@ -35,17 +37,19 @@ static void load_token(void)
         return;
     }
     char path[4096];
-    const char *xdg = getenv("XDG_CONFIG_HOME");
-    const char *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(path, sizeof path, "%s/pyvgpu/token", xdg);
-    else if (home && *home)
-        snprintf(path, sizeof path, "%s/.config/pyvgpu/token", home);
-    else
+    if (pv_config_path("token", path, sizeof path) != 0)
         return;
     FILE *f = fopen(path, "r");
     if (!f)
         return;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || (sb.st_mode & (S_IRWXG | S_IRWXO))) {
+        /* a shared secret others on this host can read proves nothing: refuse it, as the daemon and the CLI do */
+        pv_log("token file %s is accessible by group/other (mode %04o); not using it: run `chmod 600 %s`", path,
+               (unsigned)(sb.st_mode & 07777), path);
+        fclose(f);
+        return;
+    }
     char buf[1024];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);

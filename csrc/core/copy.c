@@ -44,29 +44,12 @@ static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, siz
     return pv_send_MEMCPY_DTOD(d, dst, src, n, stream);
 }
 
-static cudaError_t d2d_staged(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n)
-{
-    size_t cap = n < PV_CHUNK ? n : PV_CHUNK;
-    char *buf = malloc(cap);
-    if (!buf)
-        return PV_cudaErrorMemoryAllocation;
-    cudaError_t err = PV_SUCCESS;
-    for (size_t off = 0; off < n && err == PV_SUCCESS; off += cap) {
-        size_t k = n - off < cap ? n - off : cap;
-        err = pv_copy_d2h(sd, buf, src + off, k, 0);
-        if (err == PV_SUCCESS)
-            err = pv_copy_h2d(dd, dst + off, buf, k, 0);
-    }
-    free(buf);
-    return err;
-}
-
 cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
                        uint64_t stream)
 {
     if (dd == sd)
         return d2d_same(dd, dst, src, n, stream);
-    return d2d_staged(dd, dst, sd, src, n);
+    return pv_copy_d2d_gpus(dd, dst, sd, src, n);
 }
 
 /* Device owning [p, p+n): 0 and *d set when the range lies inside one known device allocation. */
@@ -140,6 +123,8 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
         return PV_SUCCESS;
     cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
+        return err;
+    if (pv_copy_regions(dst, src, n, s, &err))
         return err;
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
@@ -217,6 +202,8 @@ cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch
         return PV_cudaErrorInvalidPitchValue;
     cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
+        return err;
+    if (pv_copy2d_regions(dst, dpitch, src, spitch, width, height, kind, s, &err))
         return err;
     struct pv_device *ddev = NULL, *sdev = NULL;
     uint64_t du = (uint64_t)(uintptr_t)dst, su = (uint64_t)(uintptr_t)src;

@@ -136,12 +136,7 @@ static int read_hosts(struct host_entry *out, int cap)
         return n;
     }
     char path[4096];
-    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(path, sizeof path, "%s/pyvgpu/hosts", xdg);
-    else if (home && *home)
-        snprintf(path, sizeof path, "%s/.config/pyvgpu/hosts", home);
-    else
+    if (pv_config_path("hosts", path, sizeof path) != 0)
         return 0;
     FILE *f = fopen(path, "r");
     if (!f)
@@ -289,6 +284,12 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
     const msgpack_object *u = pv_map_get(s, PV_KEY_DEV_UUID);
     if (u && u->type == MSGPACK_OBJECT_BIN && u->via.bin.size == 16)
         memcpy(d->uuid, u->via.bin.ptr, 16);
+    const msgpack_object *peers = pv_map_get(s, PV_KEY_DEV_PEERS);
+    for (uint32_t i = 0; peers && peers->type == MSGPACK_OBJECT_ARRAY && i < peers->via.array.size; i++) {
+        int64_t r;
+        if (pv_obj_i64(&peers->via.array.ptr[i], &r) == 0 && r >= 0 && r < 64)
+            d->peers |= 1ull << r;
+    }
     const msgpack_object *attrs = pv_map_get(s, PV_KEY_DEV_ATTRS);
     if (attrs && attrs->type == MSGPACK_OBJECT_MAP) {
         for (uint32_t i = 0; i < attrs->via.map.size; i++) {

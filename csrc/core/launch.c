@@ -30,39 +30,84 @@ static int config_ok(const struct pv_device *d, dim3 grid, dim3 block)
            grid.y <= (unsigned)d->max_grid[1] && grid.z <= (unsigned)d->max_grid[2];
 }
 
-cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
-                      void **args, const void *packed, size_t packed_len)
+/* CUDA's launch checks of f on d for this configuration; *ki its kernel info there. */
+static cudaError_t launch_check(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem,
+                                struct pv_kinfo **ki)
 {
     if (!config_ok(d, grid, block))
         return PV_cudaErrorInvalidConfiguration;
-    struct pv_kinfo *ki;
-    cudaError_t err = pv_kinfo_get(f, d, &ki);
+    cudaError_t err = pv_kinfo_get(f, d, ki);
     if (err != PV_SUCCESS)
         return err;
-    if (ki->max_threads > 0 && (uint64_t)block.x * block.y * block.z > (uint64_t)ki->max_threads)
+    if ((*ki)->max_threads > 0 && (uint64_t)block.x * block.y * block.z > (uint64_t)(*ki)->max_threads)
         return PV_cudaErrorLaunchOutOfResources;
     /* More dynamic shared memory than the default (48 KiB minus static) needs the attribute raised first. */
-    if (shmem > (size_t)ki->max_dyn_shared)
+    if (shmem > (size_t)(*ki)->max_dyn_shared)
         return PV_cudaErrorInvalidValue;
+    return PV_SUCCESS;
+}
+
+/* The parameter buffer into buf (ki->param_bytes, zeroed by the caller): packed from args or copied from packed. */
+static cudaError_t fill_params(const struct pv_kinfo *ki, void **args, const void *packed, size_t packed_len,
+                               char *buf)
+{
+    if (packed) {
+        if (packed_len < ki->param_bytes)
+            return PV_cudaErrorInvalidValue;
+        memcpy(buf, packed, ki->param_bytes);
+        return PV_SUCCESS;
+    }
+    if (ki->nparams && !args)
+        return PV_cudaErrorInvalidValue;
+    for (int i = 0; i < ki->nparams; i++)
+        memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
+                      void **args, const void *packed, size_t packed_len)
+{
+    struct pv_kinfo *ki;
+    cudaError_t err = launch_check(f, d, grid, block, shmem, &ki);
+    if (err != PV_SUCCESS)
+        return err;
     if (packed) {
         if (packed_len < ki->param_bytes)
             return PV_cudaErrorInvalidValue;
         return pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, packed, ki->param_bytes);
     }
-    if (ki->nparams && !args)
-        return PV_cudaErrorInvalidValue;
     char small[1024];
     char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
     if (!buf)
         return PV_cudaErrorMemoryAllocation;
     if (buf == small)
         memset(small, 0, ki->param_bytes);
-    for (int i = 0; i < ki->nparams; i++)
-        memcpy(buf + ki->params[i][0], args[i], ki->params[i][1]);
-    err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
+    err = fill_params(ki, args, NULL, 0, buf);
+    if (err == PV_SUCCESS)
+        err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
     if (buf != small)
         free(buf);
     return err;
+}
+
+cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, void **args,
+                           const void *packed, size_t packed_len, char **buf, size_t *len)
+{
+    struct pv_kinfo *ki;
+    cudaError_t err = launch_check(f, d, grid, block, shmem, &ki);
+    if (err != PV_SUCCESS)
+        return err;
+    char *b = calloc(1, ki->param_bytes ? ki->param_bytes : 1);
+    if (!b)
+        return PV_cudaErrorMemoryAllocation;
+    err = fill_params(ki, args, packed, packed_len, b);
+    if (err != PV_SUCCESS) {
+        free(b);
+        return err;
+    }
+    *buf = b;
+    *len = ki->param_bytes;
+    return PV_SUCCESS;
 }
 
 /* Largest static + dynamic shared memory a block may opt in to on d (cudaDevAttrMaxSharedMemoryPerBlockOptin). */

@@ -38,6 +38,32 @@ void pv_tls_set_device(int dev);
 const char *pv_err_name(cudaError_t err);  /* errors.c: "cudaErrorX" or "error N" */
 const char *pv_err_text(cudaError_t err);  /* the description, or NULL for an unknown code */
 
+/* config file paths: $XDG_CONFIG_HOME/pyvgpu/NAME (default ~/.config/pyvgpu/NAME); 0 ok (state.c) */
+int pv_config_path(const char *name, char *out, size_t cap);
+
+/* ---- io (io.c): one connection's byte stream, plain TCP or TLS over a non-blocking socket ---- */
+#define PV_IO_TICK_MS 200          /* a blocked read or write calls its stream's tick at least this often */
+struct ssl_st;
+struct pv_io {
+    int fd;
+    struct ssl_st *ssl;            /* TLS session (ssl.c), NULL for plain TCP */
+    pthread_mutex_t ssl_mu;        /* one OpenSSL call at a time; never held while waiting */
+    int (*tick)(void *arg);        /* nonzero ends the wait with an error (the connection is considered dead) */
+    void *tick_arg;
+    _Atomic int64_t last_rx_ms;    /* pv_now_ms() of the last bytes received / sent */
+    _Atomic int64_t last_tx_ms;
+};
+int64_t pv_now_ms(void);                                          /* CLOCK_MONOTONIC in ms */
+void pv_io_init(struct pv_io *io, int fd);
+void pv_io_destroy(struct pv_io *io);
+int pv_io_read(struct pv_io *io, void *buf, size_t n);            /* 0 ok, -1 error/EOF/aborted by the tick */
+int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_t bn);
+int pv_io_wait(struct pv_io *io, short events);                   /* poll with ticks: 0 ready, -1 aborted */
+int pv_io_writable(struct pv_io *io);                             /* 1 when a small write would not block */
+/* TLS (ssl.c): whether connections use it (PYVGPU_TLS*, the config dir), and the handshake + verification. */
+int pv_ssl_enabled(void);
+cudaError_t pv_ssl_connect(struct pv_io *io, const char *host, int port);
+
 /* ---- wire (wire.c): framing and msgpack helpers ---- */
 const msgpack_object *pv_map_get(const msgpack_object *map, const char *key);
 const msgpack_object *pv_map_get_int(const msgpack_object *map, int64_t key);
@@ -46,9 +72,8 @@ int pv_obj_u64(const msgpack_object *o, uint64_t *out);
 int pv_obj_f64(const msgpack_object *o, double *out);
 int pv_obj_bytes(const msgpack_object *o, const char **p, size_t *n);   /* str or bin: its bytes */
 int pv_obj_str(const msgpack_object *o, char *out, size_t cap);   /* str or bin → NUL-terminated */
-int pv_read_full(int fd, void *buf, size_t n);                    /* 0 ok, -1 error/EOF */
-int pv_write_full(int fd, const void *a, size_t an, const void *b, size_t bn);
-int pv_read_header(int fd, msgpack_unpacked *out, char **raw);    /* reads u32 + header; caller frees *raw */
+/* Reads u32 + header of at most `limit` bytes; caller frees *raw. 0 ok, -1 I/O error, -2 malformed. */
+int pv_read_header(struct pv_io *io, msgpack_unpacked *out, char **raw, uint32_t limit);
 void pv_seal_frame(msgpack_sbuffer *sb);                          /* patches the u32 length prefix of a frame */
 void pv_pack_bytes(msgpack_packer *pk, const void *data, size_t n);
 void pv_pack_str(msgpack_packer *pk, const char *s);
@@ -59,16 +84,22 @@ struct pv_pending;
 struct pv_conn {
     char host[256];
     int port;
-    int fd;
+    struct pv_io io;
     int first_gpu;                 /* pointer window index of this host's device 0 (see pv_conn_open) */
     int ndev;
     atomic_int dead;
     atomic_uint_fast64_t next_id;
     pthread_mutex_t send_mu;       /* one frame at a time on the socket */
-    pthread_mutex_t mu;            /* pending list */
+    pthread_mutex_t mu;            /* pending list, receiving */
     struct pv_pending *pending;
+    int receiving;                 /* the reader is reading the payload of a reply someone waits for */
     pthread_t reader;
-    int reader_started;
+    atomic_int reader_started;
+    atomic_int sending;            /* threads inside a send */
+    _Atomic int64_t busy_since_ms; /* when the connection last went from idle to waiting/sending */
+    int64_t silence_ms;            /* PYVGPU_REPLY_TIMEOUT_MS: a waiting call gives up after this long unheard */
+    int64_t ping_ms;               /* PYVGPU_PING_INTERVAL_MS: keepalive when nothing was sent for this long */
+    _Atomic int64_t handshake_deadline_ms;   /* nonzero while connecting */
 };
 
 struct pv_reply {
@@ -83,6 +114,7 @@ struct pv_reply {
 /* A request being built. The generated senders (ops_gen.c) are its only users outside transport.c. */
 struct pv_req {
     struct pv_conn *conn;
+    struct pv_device *dev;         /* the device of a device op (set by pv_op_begin), else NULL */
     msgpack_sbuffer sb;
     msgpack_packer pk;
     uint64_t req_id;
@@ -129,6 +161,7 @@ struct pv_device {
     int flags;                     /* cudaSetDeviceFlags value */
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
+    uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);
@@ -152,7 +185,53 @@ cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv
 cudaError_t pv_reply_i64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, int64_t *out);
 cudaError_t pv_reply_f64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, double *out);
 cudaError_t pv_reply_u64x2(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t out[2]);
+/* Sends a fire-and-forget request, or appends it to this thread's recorder when one is active (record.c). */
+cudaError_t pv_req_send(struct pv_req *r);
 #include "ops_gen.h"
+
+/* ---- recorder (record.c): fire-and-forget requests captured as frames instead of being sent (graphs) ---- */
+struct pv_frames {                 /* the recorded frames of one device, in order */
+    struct pv_device *dev;
+    char *data;                    /* u32 length | header | payload, repeated */
+    size_t len, cap;
+    size_t count;
+};
+struct pv_recorder {
+    struct pv_frames *per_dev;     /* one entry per device that received a frame */
+    int ndev, capdev;
+    cudaError_t err;               /* first failure while recording (out of memory) */
+};
+/* While a recorder is active on this thread every pv_send_* appends its frame to it (nothing is sent);
+ * pv_call_* requests still go out. Recording does not nest. */
+void pv_record_begin(struct pv_recorder *rec);
+void pv_record_end(void);
+int pv_recording(void);
+void pv_recorder_free(struct pv_recorder *rec);
+struct pv_recorder *pv_record_pause(void);   /* sends go out again until pv_record_resume(the returned recorder) */
+void pv_record_resume(struct pv_recorder *rec);
+
+/* ---- coherence (coherence.c): host copies of managed and mapped memory (model at the top of coherence.c) ---- */
+enum { PV_REGION_MANAGED = 1, PV_REGION_MAPPED = 2, PV_REGION_VAR = 3, PV_REGION_REGISTERED = 4 };
+struct pv_region_info {
+    uint64_t host;                 /* where the host copy is (== dev except for registered host memory) */
+    uint64_t dev;                  /* the device address */
+    size_t size;
+    int device;                    /* global index of the device holding it */
+    int kind;                      /* PV_REGION_* */
+};
+size_t pv_page_size(void);
+/* A managed or mapped allocation of `size` bytes (rounded up to pages) on d, its host copy mapped at its address. */
+cudaError_t pv_region_alloc(struct pv_device *d, size_t size, int kind, struct pv_region_info *out);
+/* A device copy on d of the program's memory [host, host+size), kept coherent (cudaHostRegisterMapped). */
+cudaError_t pv_region_register(struct pv_device *d, void *host, size_t size, struct pv_region_info *out);
+/* A __managed__ variable's storage on d, mirrored at its own address. */
+cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, struct pv_region_info *out);
+cudaError_t pv_region_free(uint64_t host);          /* by host address; frees the device copy it owns */
+int pv_region_find(const void *p, struct pv_region_info *out);   /* host or device address inside a region; 0 ok */
+int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
+cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
+void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
+void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
 struct pv_kinfo {
@@ -250,6 +329,12 @@ cudaError_t pv_init_with_stream(cudaStream_t s);                   /* initialize
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
 cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                         int kind, cudaStream_t s);
+/* copy_features.c: between two GPUs (daemon to daemon, or by their daemon); copies touching managed or mapped
+ * memory (1 when handled, result in *err). */
+cudaError_t pv_copy_d2d_gpus(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n);
+int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, cudaError_t *err);
+int pv_copy2d_regions(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                      int kind, cudaStream_t s, cudaError_t *err);
 /* Sets width elements of elem bytes (1, 2, 4) to value in height rows pitch bytes apart. */
 cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t width, size_t height, cudaStream_t s);
 
@@ -260,6 +345,9 @@ cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo
  * NULL) is the parameter buffer already laid out (at least the layout's size). Fire-and-forget. */
 cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
                       void **args, const void *packed, size_t packed_len);
+/* pv_launch's checks, then the parameter buffer it would send (malloc'd, *len bytes) instead of sending it. */
+cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, void **args,
+                           const void *packed, size_t packed_len, char **buf, size_t *len);
 int64_t pv_smem_optin(const struct pv_device *d);   /* largest static + dynamic shared memory of a block */
 int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn);
 /* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
@@ -275,6 +363,7 @@ cudaError_t pv_stream_query(cudaStream_t s);                       /* cudaErrorN
 cudaError_t pv_stream_props(cudaStream_t s, unsigned *flags, int *priority);
 cudaError_t pv_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t pv_stream_id(cudaStream_t s, unsigned long long *id);
+int pv_event_ok(cudaEvent_t e);                                   /* a live event handle */
 cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out);
 cudaError_t pv_event_destroy(cudaEvent_t e);
 cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);

@@ -8,7 +8,14 @@ cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs
 {
     if (!pv_conn_alive(d->conn))
         return PV_ERR_UNAVAILABLE;
+    if (pv_coherence_pending() && op != PV_OP_MANAGED_PUSH && op != PV_OP_MANAGED_DIRTY) {
+        /* pages the host wrote reach the device before any work that might read them */
+        cudaError_t err = pv_coherence_flush(d);
+        if (err != PV_SUCCESS)
+            return err;
+    }
     pv_req_begin(r, d->conn, op, nargs, want_reply, payload, payload_len, out, out_cap);
+    r->dev = d;
     msgpack_pack_int(&r->pk, d->remote);
     return PV_SUCCESS;
 }

@@ -1,7 +1,8 @@
-/* Logging and the per-thread state every API library shares: the current device (cudaSetDevice and the driver's
- * current context agree on it). */
+/* Logging, config-file paths and the per-thread state every API library shares: the current device (cudaSetDevice
+ * and the driver's current context agree on it). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "pv_core.h"
 
@@ -35,3 +36,16 @@ int pv_log_once(atomic_int *once, const char *fmt, ...)
 
 int pv_tls_device(void) { return tls_device; }
 void pv_tls_set_device(int dev) { tls_device = dev; }
+
+int pv_config_path(const char *name, char *out, size_t cap)
+{
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && *xdg)
+        n = snprintf(out, cap, "%s/pyvgpu/%s", xdg, name);
+    else if (home && *home)
+        n = snprintf(out, cap, "%s/.config/pyvgpu/%s", home, name);
+    else
+        return -1;
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}

@@ -16,6 +16,8 @@ static struct pv_event *event_of(cudaEvent_t e)
     return (e && pv_handle_valid(e) && e->magic == PV_EVENT_MAGIC) ? e : NULL;
 }
 
+int pv_event_ok(cudaEvent_t e) { return event_of(e) != NULL; }
+
 cudaError_t pv_stream_target(cudaStream_t s, struct pv_device **d, uint64_t *remote)
 {
     struct pv_device *cur = NULL;

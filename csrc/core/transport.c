@@ -1,6 +1,13 @@
-/* One TCP connection per host, shared by all threads of the process: a send mutex keeps frames whole, a reader
- * thread hands each reply to the thread waiting for its req_id. When the connection dies, every pending and later
- * call on that host fails with cudaErrorDevicesUnavailable. */
+/* One connection per host (TCP, or TLS when configured), shared by all threads of the process: a send mutex keeps
+ * frames whole, a reader thread hands each reply to the thread waiting for its req_id. When the connection dies,
+ * every pending and later call on that host fails with cudaErrorDevicesUnavailable.
+ *
+ * Every wait is bounded. While a call waits for its reply (or a send cannot progress) the daemon must be heard from
+ * at least every PYVGPU_REPLY_TIMEOUT_MS: it sends heartbeats while it works, so a long kernel keeps the connection
+ * alive and a stopped or wedged daemon fails the call instead of hanging it. When the process has sent nothing for
+ * PYVGPU_PING_INTERVAL_MS, the reader sends a PING so the daemon's idle timeout spares live clients. The daemon
+ * may end a session with a notice (req_id 0, err != 0) saying why; printf output follows a reply's payload and is
+ * relayed to fd 1 in pieces, whatever its size. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -54,9 +61,11 @@ static void atfork_child(void)
         atomic_store(&c->dead, 1);
         pthread_mutex_init(&c->send_mu, NULL);
         pthread_mutex_init(&c->mu, NULL);
+        pthread_mutex_init(&c->io.ssl_mu, NULL);
         c->pending = NULL;
-        close(c->fd);
-        c->fd = -1;
+        c->io.ssl = NULL;          /* the parent's TLS state: never used (or freed) here */
+        close(c->io.fd);
+        c->io.fd = -1;
     }
 }
 
@@ -79,7 +88,13 @@ int pv_conn_alive(const struct pv_conn *c)
 static void conn_fail(struct pv_conn *c, const char *why)
 {
     pthread_mutex_lock(&c->mu);
-    int was_dead = atomic_exchange(&c->dead, 1);
+    /* said before the connection counts as dead (callers hold mu, so once): a program that fails on it and exits
+     * at once still leaves the reason behind */
+    int was_dead = atomic_load(&c->dead);
+    if (!was_dead)
+        pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
+               c->host, c->port, why);
+    atomic_store(&c->dead, 1);
     for (struct pv_pending *p = c->pending; p; p = p->next) {
         p->err = PV_ERR_UNAVAILABLE;
         p->done = 1;
@@ -87,31 +102,28 @@ static void conn_fail(struct pv_conn *c, const char *why)
     }
     c->pending = NULL;
     pthread_mutex_unlock(&c->mu);
-    if (!was_dead) {
-        pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
-               c->host, c->port, why);
-        shutdown(c->fd, SHUT_RDWR);   /* wakes the reader; the fd itself is closed at exit only */
-    }
+    if (!was_dead)
+        shutdown(c->io.fd, SHUT_RDWR);   /* wakes the reader; the fd itself is closed at exit only */
 }
 
-static int drain(int fd, uint64_t n)
+/* Reads n bytes of the stream and hands each piece to sink (NULL: discard). -1 when the stream fails. */
+static int relay(struct pv_conn *c, uint64_t n, void (*sink)(const char *, size_t))
 {
     char buf[65536];
     while (n > 0) {
         size_t k = n > sizeof buf ? sizeof buf : (size_t)n;
-        if (pv_read_full(fd, buf, k) != 0)
+        if (pv_io_read(&c->io, buf, k) != 0)
             return -1;
+        if (sink)
+            sink(buf, k);
         n -= k;
     }
     return 0;
 }
 
-static void emit_stdout(const msgpack_object *o)
+/* Device printf output, in the order the daemon sent it, after whatever the program already printed. */
+static void to_stdout(const char *p, size_t n)
 {
-    const char *p = NULL;
-    size_t n = 0;
-    if (pv_obj_bytes(o, &p, &n) != 0 || !n)
-        return;
     fflush(stdout);
     while (n > 0) {
         ssize_t k = write(1, p, n);
@@ -124,28 +136,117 @@ static void emit_stdout(const msgpack_object *o)
     }
 }
 
+/* ---------------------------------------------------------------------------------------------- liveness */
+static int64_t env_ms(const char *name, int64_t dflt)
+{
+    return env_int(name, (int)dflt);
+}
+
+/* A call is waiting or a send is stuck: has the daemon been silent too long? */
+static int conn_silent(struct pv_conn *c, int64_t now)
+{
+    pthread_mutex_lock(&c->mu);
+    int waiting = c->pending != NULL || c->receiving;
+    pthread_mutex_unlock(&c->mu);
+    if (!waiting && atomic_load(&c->sending) == 0)
+        return 0;
+    int64_t heard = atomic_load(&c->io.last_rx_ms), since = atomic_load(&c->busy_since_ms);
+    return now - (heard > since ? heard : since) > c->silence_ms;
+}
+
+static void fail_silent(struct pv_conn *c)
+{
+    char why[160];
+    snprintf(why, sizeof why, "no reply or heartbeat for %lld ms: daemon stopped or unreachable "
+             "(PYVGPU_REPLY_TIMEOUT_MS)", (long long)c->silence_ms);
+    conn_fail(c, why);
+}
+
+static void mark_busy(struct pv_conn *c, int was_idle)
+{
+    if (was_idle)
+        atomic_store(&c->busy_since_ms, pv_now_ms());
+}
+
+/* Keepalive from the reader thread: only when no other frame is being sent and the socket has room. */
+static void send_ping(struct pv_conn *c)
+{
+    if (pthread_mutex_trylock(&c->send_mu) != 0)
+        return;                     /* a frame is on its way: that is activity enough */
+    if (!atomic_load(&c->dead) && pv_io_writable(&c->io)) {
+        struct pv_req r;
+        pv_req_begin(&r, c, PV_OP_PING, PV_OP_PING_NARGS, 0, NULL, 0, NULL, 0);
+        pv_seal_frame(&r.sb);
+        (void)pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0);
+        msgpack_sbuffer_destroy(&r.sb);
+    }
+    pthread_mutex_unlock(&c->send_mu);
+}
+
+/* Called by the stream at least every PV_IO_TICK_MS while a read or write waits; nonzero aborts the wait. */
+static int conn_tick(void *arg)
+{
+    struct pv_conn *c = arg;
+    if (atomic_load(&c->dead))
+        return 1;
+    int64_t now = pv_now_ms();
+    int64_t deadline = atomic_load(&c->handshake_deadline_ms);
+    if (deadline)
+        return now > deadline;
+    if (conn_silent(c, now)) {
+        fail_silent(c);
+        return 1;
+    }
+    if (atomic_load(&c->reader_started) && pthread_equal(pthread_self(), c->reader) &&
+        now - atomic_load(&c->io.last_tx_ms) > c->ping_ms)
+        send_ping(c);
+    return 0;
+}
+
+/* A notice (req_id 0): a heartbeat, or the daemon ending the session. 0: carry on; -1: the session is over. */
+static int notice(struct pv_conn *c, int64_t err, const msgpack_object *result)
+{
+    if (err == 0)
+        return 0;
+    char reason[256] = "no reason given", why[320];
+    (void)pv_obj_str(result, reason, sizeof reason);
+    snprintf(why, sizeof why, "the daemon ended the session: %s", reason);
+    conn_fail(c, why);
+    return -1;
+}
+
 static void *reader_main(void *arg)
 {
     struct pv_conn *c = arg;
     for (;;) {
         msgpack_unpacked msg;
         char *raw;
-        int rc = pv_read_header(c->fd, &msg, &raw);
+        int rc = pv_read_header(&c->io, &msg, &raw, PV_MAX_REPLY_HEADER_BYTES);
         if (rc != 0) {
             conn_fail(c, rc == -2 ? "malformed reply frame" : "connection closed");
             return NULL;
         }
         const msgpack_object *h = &msg.data;
-        uint64_t id, plen;
+        uint64_t id, plen, olen;
         int64_t err;
         if (h->via.array.size != 5 || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
-            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0) {
+            pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 ||
+            pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES) {
             msgpack_unpacked_destroy(&msg);
             free(raw);
             conn_fail(c, "malformed reply header");
             return NULL;
         }
-        emit_stdout(&h->via.array.ptr[4]);
+        if (id == 0) {
+            int over = notice(c, err, &h->via.array.ptr[3]);
+            msgpack_unpacked_destroy(&msg);
+            free(raw);
+            if (over || relay(c, plen, NULL) != 0 || relay(c, olen, to_stdout) != 0) {
+                conn_fail(c, "connection closed");
+                return NULL;
+            }
+            continue;
+        }
         pthread_mutex_lock(&c->mu);
         struct pv_pending **pp = &c->pending, *p = NULL;
         while (*pp && (*pp)->id != id)
@@ -153,18 +254,21 @@ static void *reader_main(void *arg)
         if (*pp) {
             p = *pp;
             *pp = p->next;
+            c->receiving = 1;          /* still waited for while its payload arrives */
         }
         pthread_mutex_unlock(&c->mu);
         int io = 0;
         if (plen) {
             if (p && p->out && plen <= p->out_cap) {
-                io = pv_read_full(c->fd, p->out, (size_t)plen);
+                io = pv_io_read(&c->io, p->out, (size_t)plen);
                 if (io == 0)
                     p->rep.payload_len = (size_t)plen;
             } else {
-                io = drain(c->fd, plen);
+                io = relay(c, plen, NULL);
             }
         }
+        if (io == 0 && olen)
+            io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
         if (!p) {
             msgpack_unpacked_destroy(&msg);
             free(raw);
@@ -178,6 +282,7 @@ static void *reader_main(void *arg)
             p->rep.result = &msg.data.via.array.ptr[3];
             p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
             p->done = 1;
+            c->receiving = 0;
             pthread_cond_signal(&p->cv);
             pthread_mutex_unlock(&c->mu);
         }
@@ -222,7 +327,12 @@ static cudaError_t send_frame(struct pv_req *r)
     struct pv_conn *c = r->conn;
     pv_seal_frame(&r->sb);
     pthread_mutex_lock(&c->send_mu);
-    int rc = atomic_load(&c->dead) ? -1 : pv_write_full(c->fd, r->sb.data, r->sb.size, r->payload, r->payload_len);
+    pthread_mutex_lock(&c->mu);
+    mark_busy(c, c->pending == NULL);
+    pthread_mutex_unlock(&c->mu);
+    atomic_fetch_add(&c->sending, 1);
+    int rc = atomic_load(&c->dead) ? -1 : pv_io_write(&c->io, r->sb.data, r->sb.size, r->payload, r->payload_len);
+    atomic_fetch_sub(&c->sending, 1);
     pthread_mutex_unlock(&c->send_mu);
     if (rc != 0) {
         conn_fail(c, "send failed");
@@ -255,6 +365,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
         msgpack_sbuffer_destroy(&r->sb);
         return PV_ERR_UNAVAILABLE;
     }
+    mark_busy(c, c->pending == NULL && atomic_load(&c->sending) == 0);
     p.next = c->pending;
     c->pending = &p;
     pthread_mutex_unlock(&c->mu);
@@ -268,6 +379,13 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
         pthread_cond_timedwait(&p.cv, &c->mu, &ts);
+        if (!p.done) {
+            /* the reader's tick normally notices a silent daemon; this covers a reader blocked elsewhere */
+            pthread_mutex_unlock(&c->mu);
+            if (conn_silent(c, pv_now_ms()))
+                fail_silent(c);
+            pthread_mutex_lock(&c->mu);
+        }
     }
     pthread_mutex_unlock(&c->mu);
     pthread_cond_destroy(&p.cv);
@@ -314,10 +432,8 @@ static int connect_timeout(const char *host, int port, int timeout_ms)
                 rc = -1;
             }
         }
-        if (rc == 0) {
-            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-            break;
-        }
+        if (rc == 0)
+            break;                   /* the stream stays non-blocking: io.c bounds every wait */
         close(fd);
         fd = -1;
     }
@@ -339,17 +455,11 @@ static void tune_socket(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 }
 
-static void set_rcv_timeout(int fd, int ms)
-{
-    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-}
-
 static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
 {
     msgpack_unpacked g;
     char *graw;
-    if (pv_read_header(c->fd, &g, &graw) != 0) {
+    if (pv_read_header(&c->io, &g, &graw, PV_MAX_HEADER_BYTES) != 0) {
         pv_log("daemon %s:%d sent no greeting (not a pyvgpu daemon, or it timed out)", c->host, c->port);
         return PV_ERR_UNAVAILABLE;
     }
@@ -406,14 +516,14 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_hello_extra_pack(&r.pk, &extra);
     /* the reader thread is not running yet: send and read the reply inline */
     pv_seal_frame(&r.sb);
-    int wrc = pv_write_full(c->fd, r.sb.data, r.sb.size, NULL, 0);
+    int wrc = pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0);
     msgpack_sbuffer_destroy(&r.sb);
     if (wrc != 0) {
         pv_log("daemon %s:%d closed the connection during the handshake", c->host, c->port);
         return PV_ERR_UNAVAILABLE;
     }
     memset(hello, 0, sizeof *hello);
-    if (pv_read_header(c->fd, &hello->msg, &hello->raw) != 0) {
+    if (pv_read_header(&c->io, &hello->msg, &hello->raw, PV_MAX_REPLY_HEADER_BYTES) != 0) {
         pv_log("daemon %s:%d closed the connection during the handshake%s", c->host, c->port,
                version != PV_PROTOCOL_VERSION ? " (protocol version mismatch)" : "");
         return version != PV_PROTOCOL_VERSION ? PV_ERR_PROTOCOL_MISMATCH : PV_ERR_UNAVAILABLE;
@@ -422,8 +532,10 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     const msgpack_object *h = &hello->msg.data;
     int64_t err = -1;
     uint64_t plen = 0;
+    uint64_t olen = 0;
     if (h->via.array.size != 5 || pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
-        pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 || plen != 0) {
+        pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 || plen != 0 ||
+        pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen != 0) {
         pv_log("daemon %s:%d sent a malformed hello reply", c->host, c->port);
         pv_reply_free(hello);
         return PV_ERR_UNAVAILABLE;
@@ -449,6 +561,15 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     return PV_SUCCESS;
 }
 
+static void conn_free(struct pv_conn *c)
+{
+    close(c->io.fd);
+    pv_io_destroy(&c->io);
+    pthread_mutex_destroy(&c->send_mu);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err)
 {
     int fd = connect_timeout(host, port, env_int("PYVGPU_CONNECT_TIMEOUT_MS", 5000));
@@ -465,22 +586,28 @@ struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct p
     }
     snprintf(c->host, sizeof c->host, "%s", host);
     c->port = port;
-    c->fd = fd;
     c->first_gpu = first_gpu;
+    c->silence_ms = env_ms("PYVGPU_REPLY_TIMEOUT_MS", PV_CLIENT_SILENCE_TIMEOUT_MS);
+    c->ping_ms = env_ms("PYVGPU_PING_INTERVAL_MS", PV_CLIENT_PING_INTERVAL_MS);
     atomic_init(&c->next_id, 1);
     atomic_init(&c->dead, 0);
+    atomic_init(&c->sending, 0);
+    atomic_init(&c->reader_started, 0);
+    atomic_init(&c->busy_since_ms, pv_now_ms());
+    atomic_init(&c->handshake_deadline_ms, pv_now_ms() + env_int("PYVGPU_HANDSHAKE_TIMEOUT_MS", 10000));
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
-    set_rcv_timeout(fd, env_int("PYVGPU_HANDSHAKE_TIMEOUT_MS", 10000));
-    *err = handshake(c, hello);
+    pv_io_init(&c->io, fd);
+    c->io.tick = conn_tick;
+    c->io.tick_arg = c;
+    *err = pv_ssl_enabled() ? pv_ssl_connect(&c->io, host, port) : PV_SUCCESS;
+    if (*err == PV_SUCCESS)
+        *err = handshake(c, hello);
     if (*err != PV_SUCCESS) {
-        close(fd);
-        pthread_mutex_destroy(&c->send_mu);
-        pthread_mutex_destroy(&c->mu);
-        free(c);
+        conn_free(c);
         return NULL;
     }
-    set_rcv_timeout(fd, 0);
+    atomic_store(&c->handshake_deadline_ms, 0);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -488,13 +615,12 @@ struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct p
         pthread_attr_destroy(&attr);
         pv_log("cannot start the reader thread for %s:%d", host, port);
         pv_reply_free(hello);
-        close(fd);
-        free(c);
+        conn_free(c);
         *err = PV_ERR_UNAVAILABLE;
         return NULL;
     }
     pthread_attr_destroy(&attr);
-    c->reader_started = 1;
+    atomic_store(&c->reader_started, 1);
     remember_conn(c);
     return c;
 }

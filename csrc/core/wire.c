@@ -1,67 +1,24 @@
 /* Framing of the pyvgpu protocol (u32 LE header length | msgpack header | raw payload) and msgpack-object
- * accessors. Bulk payloads are written and read straight between the socket and the caller's buffers. */
-#include <errno.h>
+ * accessors. Bulk payloads are written and read straight between the stream (io.c) and the caller's buffers. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include "pv_core.h"
 
-int pv_read_full(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t k = recv(fd, p, n, 0);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-int pv_write_full(int fd, const void *a, size_t an, const void *b, size_t bn)
-{
-    struct iovec iov[2] = { { (void *)a, an }, { (void *)b, bn } };
-    int idx = 0, cnt = bn ? 2 : 1;
-    while (idx < cnt) {
-        struct msghdr mh = { .msg_iov = &iov[idx], .msg_iovlen = (size_t)(cnt - idx) };
-        ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        size_t left = (size_t)k;
-        while (idx < cnt && left >= iov[idx].iov_len) {
-            left -= iov[idx].iov_len;
-            idx++;
-        }
-        if (idx < cnt) {
-            iov[idx].iov_base = (char *)iov[idx].iov_base + left;
-            iov[idx].iov_len -= left;
-        }
-    }
-    return 0;
-}
-
-int pv_read_header(int fd, msgpack_unpacked *out, char **raw)
+int pv_read_header(struct pv_io *io, msgpack_unpacked *out, char **raw, uint32_t limit)
 {
     unsigned char prefix[4];
     *raw = NULL;
-    if (pv_read_full(fd, prefix, 4) != 0)
+    if (pv_io_read(io, prefix, 4) != 0)
         return -1;
     uint32_t n = (uint32_t)prefix[0] | ((uint32_t)prefix[1] << 8) | ((uint32_t)prefix[2] << 16) |
                  ((uint32_t)prefix[3] << 24);
-    if (n == 0 || n > PV_MAX_HEADER_BYTES)
+    if (n == 0 || n > limit)
         return -2;
     char *body = malloc(n);
     if (!body)
         return -1;
-    if (pv_read_full(fd, body, n) != 0) {
+    if (pv_io_read(io, body, n) != 0) {
         free(body);
         return -1;
     }

@@ -5,7 +5,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cudart.h"
+#include "graph.h"
+
+static atomic_uchar peer_on[PV_MAX_DEVICES][PV_MAX_DEVICES];   /* [device][peer]: cudaDeviceEnablePeerAccess */
 
 PV_API cudaError_t cudaGetDeviceCount(int *count)
 {
@@ -109,7 +111,6 @@ PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
     pv_put_size(p, PV_cudaDeviceProp_textureAlignment, 512);
     pv_put_size(p, PV_cudaDeviceProp_texturePitchAlignment, 32);
     pv_put_int(p, PV_cudaDeviceProp_multiProcessorCount, d->sms);
-    pv_put_int(p, PV_cudaDeviceProp_canMapHostMemory, 0);
     pv_put_int(p, PV_cudaDeviceProp_concurrentKernels, 1);
     pv_put_int(p, PV_cudaDeviceProp_pciBusID, d->pci_bus);
     pv_put_int(p, PV_cudaDeviceProp_asyncEngineCount, 1);
@@ -122,6 +123,44 @@ PV_API cudaError_t cudaGetDeviceProperties(void *prop, int device)
     pv_put_int(p, PV_cudaDeviceProp_regsPerMultiprocessor, d->regs_per_sm);
     pv_put_int(p, PV_cudaDeviceProp_maxBlocksPerMultiProcessor, d->max_blocks_per_sm);
     int v;
+    /* int fields (and int arrays) that mirror a device attribute of the snapshot */
+    static const struct { size_t off; int attr; } from_attrs[] = {
+        { PV_cudaDeviceProp_canMapHostMemory, PV_cudaDevAttrCanMapHostMemory },
+        { PV_cudaDeviceProp_managedMemory, PV_cudaDevAttrManagedMemory },
+        { PV_cudaDeviceProp_concurrentManagedAccess, PV_cudaDevAttrConcurrentManagedAccess },
+        { PV_cudaDeviceProp_pageableMemoryAccess, PV_cudaDevAttrPageableMemoryAccess },
+        { PV_cudaDeviceProp_directManagedMemAccessFromHost, PV_cudaDevAttrDirectManagedMemAccessFromHost },
+        { PV_cudaDeviceProp_hostNativeAtomicSupported, PV_cudaDevAttrHostNativeAtomicSupported },
+        { PV_cudaDeviceProp_memoryPoolsSupported, PV_cudaDevAttrMemoryPoolsSupported },
+        { PV_cudaDeviceProp_hostRegisterSupported, PV_cudaDevAttrHostRegisterSupported },
+        { PV_cudaDeviceProp_computePreemptionSupported, PV_cudaDevAttrComputePreemptionSupported },
+        { PV_cudaDeviceProp_cooperativeLaunch, PV_cudaDevAttrCooperativeLaunch },
+        { PV_cudaDeviceProp_maxTexture1D, PV_cudaDevAttrMaxTexture1DWidth },
+        { PV_cudaDeviceProp_maxTexture2D, PV_cudaDevAttrMaxTexture2DWidth },
+        { PV_cudaDeviceProp_maxTexture2D + 4, PV_cudaDevAttrMaxTexture2DHeight },
+        { PV_cudaDeviceProp_maxTexture3D, PV_cudaDevAttrMaxTexture3DWidth },
+        { PV_cudaDeviceProp_maxTexture3D + 4, PV_cudaDevAttrMaxTexture3DHeight },
+        { PV_cudaDeviceProp_maxTexture3D + 8, PV_cudaDevAttrMaxTexture3DDepth },
+        { PV_cudaDeviceProp_maxTexture1DLayered, PV_cudaDevAttrMaxTexture1DLayeredWidth },
+        { PV_cudaDeviceProp_maxTexture1DLayered + 4, PV_cudaDevAttrMaxTexture1DLayeredLayers },
+        { PV_cudaDeviceProp_maxTexture2DLayered, PV_cudaDevAttrMaxTexture2DLayeredWidth },
+        { PV_cudaDeviceProp_maxTexture2DLayered + 4, PV_cudaDevAttrMaxTexture2DLayeredHeight },
+        { PV_cudaDeviceProp_maxTexture2DLayered + 8, PV_cudaDevAttrMaxTexture2DLayeredLayers },
+        { PV_cudaDeviceProp_maxTexture2DLinear, PV_cudaDevAttrMaxTexture2DLinearWidth },
+        { PV_cudaDeviceProp_maxTexture2DLinear + 4, PV_cudaDevAttrMaxTexture2DLinearHeight },
+        { PV_cudaDeviceProp_maxTexture2DLinear + 8, PV_cudaDevAttrMaxTexture2DLinearPitch },
+        { PV_cudaDeviceProp_maxSurface1D, PV_cudaDevAttrMaxSurface1DWidth },
+        { PV_cudaDeviceProp_maxSurface2D, PV_cudaDevAttrMaxSurface2DWidth },
+        { PV_cudaDeviceProp_maxSurface2D + 4, PV_cudaDevAttrMaxSurface2DHeight },
+        { PV_cudaDeviceProp_maxSurface3D, PV_cudaDevAttrMaxSurface3DWidth },
+        { PV_cudaDeviceProp_maxSurface3D + 4, PV_cudaDevAttrMaxSurface3DHeight },
+        { PV_cudaDeviceProp_maxSurface3D + 8, PV_cudaDevAttrMaxSurface3DDepth },
+    };
+    for (size_t i = 0; i < sizeof from_attrs / sizeof *from_attrs; i++)
+        if (pv_dev_attr(d, from_attrs[i].attr, &v) == 0)
+            pv_put_int(p, from_attrs[i].off, v);
+    if (pv_dev_attr(d, PV_cudaDevAttrSurfaceAlignment, &v) == 0)
+        pv_put_size(p, PV_cudaDeviceProp_surfaceAlignment, (size_t)v);
     pv_put_size(p, PV_cudaDeviceProp_sharedMemPerBlockOptin,
              pv_dev_attr(d, PV_cudaDevAttrMaxSharedMemoryPerBlockOptin, &v) == 0 ? (size_t)v : d->smem_per_block);
     if (pv_dev_attr(d, PV_cudaDevAttrReservedSharedMemoryPerBlock, &v) == 0)
@@ -154,7 +193,13 @@ PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 PV_API cudaError_t cudaDeviceSynchronize(void)
 {
     struct pv_device *d;
-    return pv_ret(cur_call(pv_call_DEVICE_SYNC, &d));
+    cudaError_t err = pv_capture_forbid_all();
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    err = cur_call(pv_call_DEVICE_SYNC, &d);
+    if (err == PV_SUCCESS)
+        pv_pools_synced(d->index);
+    return pv_ret(err);
 }
 
 PV_API cudaError_t cudaDeviceReset(void)
@@ -164,9 +209,20 @@ PV_API cudaError_t cudaDeviceReset(void)
     if (err == PV_SUCCESS) {
         pv_alloc_forget_device(d->index);
         pv_modules_forget_device(d->index);
+        pv_pools_forget_device(d->index);
+        pv_coherence_forget_device(d->index);
+        for (int i = 0; i < PV_MAX_DEVICES; i++)
+            atomic_store(&peer_on[d->index][i], 0);         /* a new context has no peer access */
         d->flags = 0;
     }
     return pv_ret(err);
+}
+
+/* Peer access: between GPUs of one daemon whose snapshot says the device's kernels can use the peer's memory.
+ * Copies between any two GPUs work whatever this says (cudaMemcpyPeer). */
+static int can_access(const struct pv_device *d, const struct pv_device *p)
+{
+    return d != p && d->conn == p->conn && p->remote < 64 && (d->peers >> p->remote) & 1;
 }
 
 PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
@@ -176,11 +232,38 @@ PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
     cudaError_t err = pv_init();
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    if (!pv_device(device) || !pv_device(peer))
+    struct pv_device *d = pv_device(device), *p = pv_device(peer);
+    if (!d || !p)
         return pv_ret(PV_cudaErrorInvalidDevice);
-    *can = 0;   /* copies between GPUs are staged through this process; kernels never see peer memory */
+    *can = can_access(d, p);
     return PV_SUCCESS;
 }
+
+static cudaError_t peer_switch(int peer, unsigned flags, int on)
+{
+    struct pv_device *d, *p;
+    cudaError_t err = pv_cur(&d);
+    if (err != PV_SUCCESS)
+        return err;
+    if (!(p = pv_device(peer)))
+        return PV_cudaErrorInvalidDevice;
+    if (flags)
+        return PV_cudaErrorInvalidValue;
+    if (!can_access(d, p))
+        return PV_cudaErrorPeerAccessUnsupported;
+    if (atomic_load(&peer_on[d->index][p->index]) == on)
+        return on ? PV_cudaErrorPeerAccessAlreadyEnabled : PV_cudaErrorPeerAccessNotEnabled;
+    uint64_t ft[2];
+    err = pv_call_MEM_GET_INFO(p, ft);                   /* the peer's context must exist on the daemon */
+    if (err == PV_SUCCESS)
+        err = on ? pv_call_PEER_ENABLE(d, (uint32_t)p->remote) : pv_call_PEER_DISABLE(d, (uint32_t)p->remote);
+    if (err == PV_SUCCESS)
+        atomic_store(&peer_on[d->index][p->index], (unsigned char)on);
+    return err;
+}
+
+PV_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) { return pv_ret(peer_switch(peer, flags, 1)); }
+PV_API cudaError_t cudaDeviceDisablePeerAccess(int peer) { return pv_ret(peer_switch(peer, 0, 0)); }
 
 PV_API cudaError_t cudaDeviceGetPCIBusId(char *out, int len, int device)
 {

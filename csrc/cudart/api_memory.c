@@ -3,7 +3,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cudart.h"
+#include "graph.h"
+
+int pv_ptr_device(const void *p)
+{
+    struct pv_alloc a;
+    return (pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0) ? a.dev : -1;
+}
+
+/* A copy or memset on a capturing stream becomes a node of its graph. */
+static cudaError_t capture_copy(cudaStream_t s, const struct cudaMemcpy3DParms *p)
+{
+    return pv_capture_params(s, PV_cudaGraphNodeTypeMemcpy, p);
+}
 
 /* ------------------------------------------------------------------------------------------ alloc/free */
 PV_API cudaError_t cudaMalloc(void **ptr, size_t size)
@@ -49,6 +61,10 @@ PV_API cudaError_t cudaFree(void *ptr)
         return pv_ret(err);
     if (!ptr)
         return PV_SUCCESS;
+    if (pv_region_release(ptr, 0, &err))
+        return pv_ret(err);                             /* managed memory */
+    if (pv_pool_owns(ptr))
+        return pv_ret(pv_pool_free_now(ptr));           /* a pool block: it leaves its pool */
     struct pv_alloc a;
     if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
         return pv_ret(PV_cudaErrorInvalidValue);
@@ -81,26 +97,37 @@ PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 /* ------------------------------------------------------------------------------------------ host memory */
 PV_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags)
 {
-    return pv_ret(ptr ? pv_host_alloc(size, flags, ptr) : PV_cudaErrorInvalidValue);
+    if (!ptr || flags > 7)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if (flags & 2u)                                     /* cudaHostAllocMapped: a coherent device copy */
+        return pv_ret(pv_mapped_alloc(ptr, size, flags));
+    return pv_ret(pv_host_alloc(size, flags, ptr));
 }
 
 PV_API cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
 
-PV_API cudaError_t cudaFreeHost(void *ptr) { return ptr ? pv_ret(pv_host_free(ptr)) : PV_SUCCESS; }
+PV_API cudaError_t cudaFreeHost(void *ptr)
+{
+    if (!ptr)
+        return PV_SUCCESS;
+    cudaError_t rerr;
+    if (pv_region_release(ptr, 1, &rerr))
+        return pv_ret(rerr);                            /* mapped memory */
+    struct pv_region_info info;
+    if (pv_region_find(ptr, &info) == 0 && info.kind == PV_REGION_REGISTERED) {
+        /* cudaMallocHost memory that cudaHostGetDevicePointer gave a device copy: drop the copy first */
+        if (info.host == (uint64_t)(uintptr_t)ptr)
+            (void)pv_region_free(info.host);
+    }
+    return pv_ret(pv_host_free(ptr));
+}
 
 PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr)
 {
+    if (flags && pv_mapped_flags(ptr, flags))
+        return PV_SUCCESS;
     return pv_ret(flags ? pv_host_flags(ptr, flags) : PV_cudaErrorInvalidValue);
 }
-
-/* Pinning has no meaning on a client whose GPUs are remote: registration succeeds and changes nothing. */
-PV_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned flags)
-{
-    (void)flags;
-    return (ptr && size) ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue);
-}
-
-PV_API cudaError_t cudaHostUnregister(void *ptr) { return ptr ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue); }
 
 PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
 {
@@ -109,9 +136,20 @@ PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
     char *p = attrs;
     memset(p, 0, PV_cudaPointerAttributes_SIZE);
     struct pv_alloc a;
+    struct pv_region_info info;
     int type = cudaMemoryTypeUnregistered, dev = -2;
     void *dptr = NULL, *hptr = NULL;
-    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
+    if (pv_region_find(ptr, &info) == 0) {
+        uint64_t off = (uint64_t)(uintptr_t)ptr - ((uint64_t)(uintptr_t)ptr >= info.host &&
+                                                   (uint64_t)(uintptr_t)ptr < info.host + info.size ? info.host
+                                                                                                    : info.dev);
+        type = info.kind == PV_REGION_MANAGED || info.kind == PV_REGION_VAR ? PV_cudaMemoryTypeManaged
+                                                                             : cudaMemoryTypeHost;
+        dev = info.device;
+        dptr = (void *)(uintptr_t)(info.dev + off);
+        hptr = (void *)(uintptr_t)(info.host + off);
+    } else if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
+
         if (a.dev >= 0) {
             type = cudaMemoryTypeDevice;
             dev = a.dev;
@@ -139,6 +177,12 @@ PV_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 
 PV_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s)
 {
+    if (pv_capturing(s)) {
+        struct cudaMemcpy3DParms p;
+        pv_copy1d_params(&p, dst, src, n, kind);
+        return pv_ret(kind < 0 || kind > cudaMemcpyDefault ? PV_cudaErrorInvalidMemcpyDirection
+                                                           : capture_copy(s, &p));
+    }
     return pv_ret(pv_memcpy(dst, src, n, kind, s, 1));
 }
 
@@ -179,25 +223,159 @@ PV_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_
 PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                      size_t height, int kind, cudaStream_t s)
 {
+    if (pv_capturing(s)) {
+        if (width > dpitch || width > spitch)
+            return pv_ret(PV_cudaErrorInvalidPitchValue);
+        struct cudaMemcpy3DParms p = { 0 };
+        p.srcPtr = (struct cudaPitchedPtr){ (void *)src, spitch, width, height };
+        p.dstPtr = (struct cudaPitchedPtr){ dst, dpitch, width, height };
+        p.extent = (struct cudaExtent){ width, height, 1 };
+        p.kind = kind;
+        return pv_ret(capture_copy(s, &p));
+    }
     return pv_ret(pv_memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
 }
 
+/* ------------------------------------------------------------------------------------------ 3D copies */
+/* Linear memory only here; copies that involve a CUDA array are api_array.c's. */
+cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    if (p->srcArray || p->dstArray)
+        return pv_array_copy3d(p, s);
+    const struct cudaExtent *e = &p->extent;
+    if (!e->width || !e->height || !e->depth)
+        return PV_SUCCESS;
+    const struct cudaPitchedPtr *sp = &p->srcPtr, *dp = &p->dstPtr;
+    if (e->depth == 1 && e->height == 1 && !p->srcPos.y && !p->dstPos.y && !p->srcPos.z && !p->dstPos.z)
+        return pv_memcpy((char *)dp->ptr + p->dstPos.x, (const char *)sp->ptr + p->srcPos.x, e->width, p->kind, s,
+                         1);
+    if ((e->depth > 1 || p->srcPos.z || p->dstPos.z) && (!sp->ysize || !dp->ysize))
+        return PV_cudaErrorInvalidValue;
+    for (size_t z = 0; z < e->depth; z++) {
+        const char *src = (const char *)sp->ptr + ((p->srcPos.z + z) * sp->ysize + p->srcPos.y) * sp->pitch +
+                          p->srcPos.x;
+        char *dst = (char *)dp->ptr + ((p->dstPos.z + z) * dp->ysize + p->dstPos.y) * dp->pitch + p->dstPos.x;
+        cudaError_t err = pv_memcpy2d(dst, dp->pitch, src, sp->pitch, e->width, e->height, p->kind, s);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    if (!p)
+        return PV_cudaErrorInvalidValue;
+    if (p->kind < 0 || p->kind > cudaMemcpyDefault)
+        return PV_cudaErrorInvalidMemcpyDirection;
+    if ((p->srcArray && p->srcPtr.ptr) || (p->dstArray && p->dstPtr.ptr) || (!p->srcArray && !p->srcPtr.ptr) ||
+        (!p->dstArray && !p->dstPtr.ptr))
+        return PV_cudaErrorInvalidValue;
+    if (pv_capturing(s))
+        return capture_copy(s, p);
+    cudaError_t err = pv_init_with_stream(s);
+    return err != PV_SUCCESS ? err : pv_memcpy3d_run(p, s);
+}
+
+PV_API cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return pv_ret(memcpy3d(p, NULL)); }
+PV_API cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    return pv_ret(memcpy3d(p, s));
+}
+PV_API cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p) { return cudaMemcpy3D(p); }
+PV_API cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t s)
+{
+    return cudaMemcpy3DAsync(p, s);
+}
+
+PV_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *out, struct cudaExtent e)
+{
+    if (!out)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    size_t pitch;
+    void *p = NULL;
+    cudaError_t err = cudaMallocPitch(&p, &pitch, e.width, e.height * e.depth);
+    if (err == PV_SUCCESS)
+        *out = (struct cudaPitchedPtr){ p, pitch, e.width, e.height };
+    return err;
+}
+
 /* ------------------------------------------------------------------------------------------ memset */
-PV_API cudaError_t cudaMemset(void *p, int v, size_t n)
+/* The runner of memset nodes and of every cudaMemset* call (the core's pv_memset; pitch unused for one row). */
+cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s)
 {
-    return pv_ret(pv_memset(p, n, (uint32_t)v & 0xff, 1, n, 1, NULL));
+    size_t es = p->elementSize;
+    if (es != 1 && es != 2 && es != 4)
+        return PV_cudaErrorInvalidValue;
+    uint32_t value = es == 4 ? p->value : p->value & ((1u << (8 * es)) - 1);
+    return pv_memset(p->dst, p->height == 1 ? p->width * es : p->pitch, value, (int)es, p->width, p->height, s);
 }
-PV_API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+
+static cudaError_t memset_any(const struct cudaMemsetParams *p, cudaStream_t s)
 {
-    return pv_ret(pv_memset(p, n, (uint32_t)v & 0xff, 1, n, 1, s));
+    cudaError_t err = pv_init_with_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    if (p->width == 0 || p->height == 0)
+        return PV_SUCCESS;
+    if (pv_capturing(s))
+        return pv_capture_params(s, PV_cudaGraphNodeTypeMemset, p);
+    return pv_memset_run(p, s);
 }
+
+static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
+{
+    struct cudaMemsetParams p = { ptr, n, (unsigned)value & 0xffu, 1, n, 1 };
+    return memset_any(&p, s);
+}
+
+static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
+{
+    if (width && height && width > pitch)
+        return PV_cudaErrorInvalidPitchValue;
+    struct cudaMemsetParams p = { ptr, pitch, (unsigned)value & 0xffu, 1, width, height };
+    return memset_any(&p, s);
+}
+
+PV_API cudaError_t cudaMemset(void *p, int v, size_t n) { return pv_ret(memset_1d(p, v, n, NULL)); }
+PV_API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { return pv_ret(memset_1d(p, v, n, s)); }
 PV_API cudaError_t cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h)
 {
-    return pv_ret(pv_memset(p, pitch, (uint32_t)v & 0xff, 1, w, h, NULL));
+    return pv_ret(memset_2d(p, pitch, v, w, h, NULL));
 }
 PV_API cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s)
 {
-    return pv_ret(pv_memset(p, pitch, (uint32_t)v & 0xff, 1, w, h, s));
+    return pv_ret(memset_2d(p, pitch, v, w, h, s));
+}
+
+static cudaError_t memset_3d(struct cudaPitchedPtr pp, int value, struct cudaExtent e, cudaStream_t s)
+{
+    if (e.width > pp.pitch && (e.height > 1 || e.depth > 1))
+        return PV_cudaErrorInvalidPitchValue;
+    if (e.depth > 1 && pp.ysize < e.height)
+        return PV_cudaErrorInvalidValue;
+    if (e.depth == 1 || pp.ysize == e.height)           /* the slices are contiguous rows */
+        return memset_2d(pp.ptr, pp.pitch, value, e.width, e.height * e.depth, s);
+    for (size_t z = 0; z < e.depth; z++) {
+        cudaError_t err = memset_2d((char *)pp.ptr + z * pp.ysize * pp.pitch, pp.pitch, value, e.width, e.height, s);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int v, struct cudaExtent e)
+{
+    return pv_ret(memset_3d(p, v, e, NULL));
+}
+PV_API cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int v, struct cudaExtent e, cudaStream_t s)
+{
+    return pv_ret(memset_3d(p, v, e, s));
+}
+PV_API cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int v, struct cudaExtent e) { return cudaMemset3D(p, v, e); }
+PV_API cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int v, struct cudaExtent e, cudaStream_t s)
+{
+    return cudaMemset3DAsync(p, v, e, s);
 }
 
 /* ------------------------------------------------------------------------------------------ symbols */
@@ -275,11 +453,33 @@ PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_
 {
     return pv_ret(to_symbol(symbol, src, n, offset, kind, NULL));
 }
+/* A symbol copy on a capturing stream: a 1D memcpy node to or from the symbol's address on the current device. */
+static cudaError_t capture_symbol(cudaStream_t s, const void *symbol, void *ptr, size_t n, size_t offset, int kind,
+                                  int to)
+{
+    struct pv_device *d;
+    uint64_t addr;
+    cudaError_t err = symbol_span(symbol, n, offset, ptr, &d, &addr);
+    if (err != PV_SUCCESS)
+        return err;
+    struct cudaMemcpy3DParms p;
+    void *sym = (void *)(uintptr_t)addr;
+    if (to)
+        pv_copy1d_params(&p, sym, ptr, n, kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
+                                              kind == cudaMemcpyDefault ? kind : -1);
+    else
+        pv_copy1d_params(&p, ptr, sym, n, kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
+                                              kind == cudaMemcpyDefault ? kind : -1);
+    return p.kind < 0 ? PV_cudaErrorInvalidMemcpyDirection : capture_copy(s, &p);
+}
+
 PV_API cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t n, size_t offset, int kind,
                                            cudaStream_t s)
 {
     if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (pv_capturing(s))
+        return pv_ret(capture_symbol(s, symbol, (void *)src, n, offset, kind, 1));
     return pv_ret(to_symbol(symbol, src, n, offset, kind, s));
 }
 PV_API cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t n, size_t offset, int kind)
@@ -291,6 +491,8 @@ PV_API cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size
 {
     if (!pv_stream_ok(s))
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (pv_capturing(s))
+        return pv_ret(capture_symbol(s, symbol, dst, n, offset, kind, 0));
     return pv_ret(from_symbol(dst, symbol, n, offset, kind, s));
 }
 
@@ -320,33 +522,4 @@ PV_API cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
 PV_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 {
     return size ? pv_ret(symbol_query(symbol, NULL, size)) : pv_ret(PV_cudaErrorInvalidValue);
-}
-
-/* Stream-ordered allocation: a device's work runs in arrival order on the daemon, so an allocation made now and a
- * free sent now are ordered after all work already submitted to the stream. */
-PV_API cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t s)
-{
-    struct pv_device *d;
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if ((uintptr_t)s > 2) {
-        uint64_t remote;
-        struct pv_device *cur;
-        if ((err = pv_cur(&cur)) != PV_SUCCESS || (err = pv_stream_resolve(s, cur, &remote, &d)) != PV_SUCCESS)
-            return pv_ret(err);
-        int saved = pv_tls_device();
-        pv_tls_set_device(d->index);
-        err = cudaMalloc(ptr, size);
-        pv_tls_set_device(saved);
-        return err;
-    }
-    return cudaMalloc(ptr, size);
-}
-
-PV_API cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s)
-{
-    if (!pv_stream_ok(s))
-        return pv_ret(PV_cudaErrorInvalidResourceHandle);
-    return cudaFree(ptr);
 }

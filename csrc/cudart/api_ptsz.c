@@ -22,8 +22,6 @@ cudaError_t cudaStreamGetPriority(cudaStream_t, int *);
 cudaError_t cudaStreamQuery(cudaStream_t);
 cudaError_t cudaStreamSynchronize(cudaStream_t);
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned);
-cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
-cudaError_t cudaFreeAsync(void *, cudaStream_t);
 cudaError_t cudaLaunchHostFunc(cudaStream_t, void (*)(void *), void *);
 cudaError_t cudaStreamAddCallback(cudaStream_t, void (*)(cudaStream_t, cudaError_t, void *), void *, unsigned);
 cudaError_t cudaStreamIsCapturing(cudaStream_t, int *);
@@ -86,8 +84,6 @@ PV_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsig
 {
     return cudaStreamWaitEvent(s, e, f);
 }
-PV_API cudaError_t cudaMallocAsync_ptsz(void **p, size_t n, cudaStream_t s) { return cudaMallocAsync(p, n, s); }
-PV_API cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return cudaFreeAsync(p, s); }
 PV_API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, void (*fn)(void *), void *u)
 {
     return cudaLaunchHostFunc(s, fn, u);

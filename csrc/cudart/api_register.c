@@ -26,18 +26,3 @@ PV_API void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress,
     (void)deviceAddress; (void)ext; (void)constant; (void)global;
     (void)pv_fatbin_add_var((struct pv_fatbin *)handle, hostVar, deviceName, size);
 }
-
-static atomic_int managed_once;
-PV_API void __cudaRegisterManagedVar(void **handle, void **hostVarPtrAddress, char *deviceAddress,
-                                     const char *deviceName, int ext, size_t size, int constant, int global)
-{
-    (void)handle; (void)hostVarPtrAddress; (void)deviceAddress; (void)ext; (void)size; (void)constant; (void)global;
-    pv_log_once(&managed_once, "__managed__ variables are not supported (first: %s); using them fails",
-                deviceName ? deviceName : "?");
-}
-
-PV_API char __cudaInitModule(void **handle)
-{
-    (void)handle;
-    return 1;
-}

@@ -1,6 +1,6 @@
 /* Streams and events: the runtime's entry points on the core's streams.c (handles, validation, the ops); errors
  * are recorded as the thread's last error here, except cudaErrorNotReady from queries. */
-#include "cudart.h"
+#include "graph.h"
 
 PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags, int priority)
 {
@@ -13,12 +13,31 @@ PV_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned flags)
 }
 
 PV_API cudaError_t cudaStreamCreate(cudaStream_t *ps) { return cudaStreamCreateWithPriority(ps, 0, 0); }
-PV_API cudaError_t cudaStreamDestroy(cudaStream_t s) { return pv_ret(pv_stream_destroy(s)); }
-PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(pv_stream_sync(s)); }
+PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if ((uintptr_t)s > 2 && pv_stream_ok(s))
+        pv_capture_stream_forget(s);
+    return pv_ret(pv_stream_destroy(s));
+}
+
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    cudaError_t err = pv_capture_forbid(s);
+    if (err == PV_SUCCESS)
+        err = pv_stream_sync(s);
+    struct pv_device *d;
+    uint64_t remote;
+    if (err == PV_SUCCESS && pv_stream_target(s, &d, &remote) == PV_SUCCESS)
+        pv_pools_synced(d->index);
+    return pv_ret(err);
+}
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    cudaError_t err = pv_stream_query(s);
+    cudaError_t err = pv_capture_forbid(s);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    err = pv_stream_query(s);
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
@@ -47,9 +66,20 @@ PV_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device)
     return PV_SUCCESS;
 }
 
+/* cudaEventWaitExternal (1) only matters to a capture. */
+cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    return pv_stream_wait_event(s, e, flags & ~1u);
+}
+
 PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
-    return pv_ret(pv_stream_wait_event(s, e, flags));
+    cudaError_t err;
+    if (!pv_event_ok(e) || !pv_stream_ok(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (pv_capture_wait_event(s, e, flags, &err))
+        return pv_ret(err);
+    return pv_ret(pv_stream_wait_run(s, e, flags));
 }
 
 /* ------------------------------------------------------------------------------------------ events */
@@ -59,16 +89,34 @@ PV_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned flags)
 }
 
 PV_API cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, 0); }
-PV_API cudaError_t cudaEventDestroy(cudaEvent_t e) { return pv_ret(pv_event_destroy(e)); }
-PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return pv_ret(pv_event_record(e, s)); }
+PV_API cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    if (pv_event_ok(e))
+        pv_capture_event_forget(e);
+    return pv_ret(pv_event_destroy(e));
+}
 
 PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned flags)
 {
-    (void)flags;
-    return cudaEventRecord(e, s);
+    cudaError_t err;
+    if (!pv_event_ok(e) || !pv_stream_ok(s))
+        return pv_ret(PV_cudaErrorInvalidResourceHandle);
+    if (flags > 1)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    if (pv_capture_event_record(e, s, flags, &err))
+        return pv_ret(err);
+    return pv_ret(pv_event_record(e, s));
 }
 
-PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(pv_event_sync(e)); }
+PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
+
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    cudaError_t err = pv_event_sync(e);
+    if (err == PV_SUCCESS)
+        pv_pools_synced(e->dev);
+    return pv_ret(err);
+}
 
 PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
 {
@@ -84,26 +132,19 @@ PV_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
     return err == PV_cudaErrorNotReady ? err : pv_ret(err);
 }
 
-/* Stream capture (CUDA graphs) is not supported, so no stream is ever capturing. */
-PV_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status)
-{
-    struct pv_device *d;
-    uint64_t remote;
-    if (!status)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    cudaError_t err = pv_stream_target(s, &d, &remote);
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    *status = 0;   /* cudaStreamCaptureStatusNone */
-    return PV_SUCCESS;
-}
-
 /* Host functions run on the calling thread once the stream's earlier work has completed: later work of the
  * stream is submitted after they return, so stream order is kept. */
 PV_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, void (*fn)(void *), void *user)
 {
     if (!fn)
         return pv_ret(PV_cudaErrorInvalidValue);
+    if (pv_capturing(s)) {
+        struct pv_gnode *n;
+        cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeHost, &n);
+        if (err == PV_SUCCESS)
+            n->p.host = (struct cudaHostNodeParams){ fn, user };
+        return pv_ret(err);
+    }
     cudaError_t err = cudaStreamSynchronize(s);
     if (err != PV_SUCCESS)
         return err;
@@ -116,6 +157,9 @@ PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t
 {
     if (!cb || flags != 0)
         return pv_ret(PV_cudaErrorInvalidValue);
+    cudaError_t cerr = pv_capture_forbid(s);            /* callbacks cannot be captured; cudaLaunchHostFunc can */
+    if (cerr != PV_SUCCESS)
+        return pv_ret(cerr);
     struct pv_device *d;
     uint64_t remote;
     cudaError_t err = pv_stream_target(s, &d, &remote);
@@ -125,41 +169,6 @@ PV_API cudaError_t cudaStreamAddCallback(cudaStream_t s, void (*cb)(cudaStream_t
     if (status == PV_ERR_UNAVAILABLE)
         return pv_ret(status);
     cb(s, status, user);
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
-                                            const void **deps, const void **edge_data, size_t *ndeps)
-{
-    int st;
-    cudaError_t err = cudaStreamIsCapturing(s, &st);
-    if (err != PV_SUCCESS)
-        return err;
-    if (!status)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *status = st;
-    if (id)
-        *id = 0;
-    if (graph)
-        *graph = NULL;
-    if (deps)
-        *deps = NULL;
-    if (edge_data)
-        *edge_data = NULL;
-    if (ndeps)
-        *ndeps = 0;
-    return PV_SUCCESS;
-}
-
-/* The capture mode is a per-thread setting; with capture unsupported it only needs to round-trip. */
-static _Thread_local int tls_capture_mode;
-PV_API cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
-{
-    if (!mode || *mode < 0 || *mode > 2)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    int old = tls_capture_mode;
-    tls_capture_mode = *mode;
-    *mode = old;
     return PV_SUCCESS;
 }
 

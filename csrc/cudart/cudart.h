@@ -4,6 +4,7 @@
 
 #include "pv_core.h"
 #include "layouts_gen.h"
+#include "cudart_types.h"
 
 /* Store a field of a CUDA struct filled in by offset (layouts_gen.h), alignment-safe. */
 static inline void pv_put_int(void *base, size_t off, int v) { memcpy((char *)base + off, &v, sizeof v); }

@@ -1,25 +1,30 @@
 """`python -m pyvgpu_daemon`: run the daemon in the foreground.
 
     python -m pyvgpu_daemon [--host 127.0.0.1] [--port 7700] [--backend auto|cuda|emu] [--token-file PATH]
+                            [--tls-cert PATH --tls-key PATH] [--max-sessions N] [--idle-timeout S]
+                            [--frame-timeout S] [--drain-timeout S]
                             [--emu-devices N] [--emu-memory SIZE] [--emu-slowdown FACTOR] [--log-level LEVEL]
                             [--session-memory [DEVICE=]SIZE ...] [--max-weight W] [--scheduling fair|off]
                             [--time-slice MS]
                             [--metrics-port PORT] [--metrics-host ADDR]
 
 `pyvgpu daemon start` builds a DaemonOptions and calls run(options) (or main(argv)).
-Exit status: 0 after a clean SIGTERM/SIGINT shutdown, 2 for a configuration error (said on stderr).
+Exit status: 0 after a clean SIGTERM/SIGINT shutdown (queued work drained up to --drain-timeout), 2 for a
+configuration error (said on stderr).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import ssl
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from pyvgpu import config
 from pyvgpu.protocol import DEFAULT_PORT
+from pyvgpu_daemon.bounds import Bounds
 
 
 @dataclass
@@ -33,12 +38,22 @@ class DaemonOptions:
     emu_memory: str | int = "4G"
     emu_slowdown: float = 1.0
     log_level: str = "INFO"
+    tls_cert: str | None = None          # PEM certificate (chain) and key: the daemon speaks TLS
+    tls_key: str | None = None
+    bounds: Bounds = field(default_factory=Bounds)
     session_memory: list[str] = field(default_factory=list)    # "SIZE" or "DEVICE=SIZE" (sharing.py)
     max_weight: float = 10.0
     scheduling: str = "fair"             # fair | off
     time_slice_ms: float = 2.0
     metrics_port: int | None = None
     metrics_host: str | None = None
+
+
+# Bounds a user may set on the command line: option -> Bounds field (the rest are documented constants).
+BOUND_OPTIONS: dict[str, str] = {
+    "--max-sessions": "max_sessions", "--idle-timeout": "idle_timeout_s", "--frame-timeout": "frame_timeout_s",
+    "--drain-timeout": "drain_timeout_s", "--handshake-timeout": "handshake_timeout_s",
+}
 
 
 class ConfigError(Exception):
@@ -60,6 +75,19 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
     p.add_argument("--emu-memory", default="4G", metavar="SIZE", help="memory per emulated device (default 4G)")
     p.add_argument("--emu-slowdown", type=float, default=1.0, metavar="FACTOR",
                    help="make every emulated kernel take FACTOR times as long (load-balancing tests)")
+    p.add_argument("--tls-cert", metavar="PATH", help="PEM certificate (chain): speak TLS (required with a token "
+                                                      "on any address but loopback)")
+    p.add_argument("--tls-key", metavar="PATH", help="PEM private key of --tls-cert")
+    defaults = Bounds()
+    kinds = {f.name: f.type for f in fields(Bounds)}
+    helps = {"max_sessions": "sessions at once", "idle_timeout_s": "seconds without a request or PING before a "
+             "session ends", "frame_timeout_s": "seconds a started frame may take (plus 1 s per 256 KiB of payload)",
+             "drain_timeout_s": "seconds queued work may finish after SIGTERM",
+             "handshake_timeout_s": "seconds for TLS + hello"}
+    for opt, name in BOUND_OPTIONS.items():
+        p.add_argument(opt, type=int if kinds[name] in (int, "int") else float, default=getattr(defaults, name),
+                       metavar="N" if name == "max_sessions" else "S",
+                       help=f"{helps[name]} (default {getattr(defaults, name):g})")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.add_argument("--session-memory", action="append", default=[], metavar="[DEVICE=]SIZE",
                    help="device memory each session may hold on every device (SIZE) or on one device "
@@ -74,28 +102,31 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", metavar="ADDR", help="address of the metrics server (default: --host)")
     ns = p.parse_args(argv)
+    try:
+        bounds = Bounds(**{name: getattr(ns, opt[2:].replace("-", "_")) for opt, name in BOUND_OPTIONS.items()})
+    except ValueError as exc:
+        p.error(str(exc))
     return DaemonOptions(host=ns.host, port=ns.port, backend=ns.backend, token_file=ns.token_file,
                          emu_devices=ns.emu_devices, emu_memory=ns.emu_memory, emu_slowdown=ns.emu_slowdown,
-                         log_level=ns.log_level, session_memory=ns.session_memory, max_weight=ns.max_weight,
+                         log_level=ns.log_level, tls_cert=ns.tls_cert, tls_key=ns.tls_key, bounds=bounds,
+                         session_memory=ns.session_memory, max_weight=ns.max_weight,
                          scheduling=ns.scheduling, time_slice_ms=ns.time_slice, metrics_port=ns.metrics_port,
                          metrics_host=ns.metrics_host)
 
 
 def resolve_token(opts: DaemonOptions) -> bytes | None:
-    """The token to demand, or None for no authentication; ConfigError when one is required and missing."""
-    from pyvgpu.auth import requires_token
+    """The token to demand, or None for no authentication; ConfigError when one is required and missing, or when
+    a token file is readable by group/other."""
+    from pyvgpu.auth import TokenFileError, read_token_file, requires_token
     if opts.token:
         return opts.token
-    if opts.token_file:
-        try:
-            text = Path(opts.token_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read token file {opts.token_file}: {exc.strerror}") from None
-        if not text:
-            raise ConfigError(f"token file {opts.token_file} is empty")
-        return text.encode()
+    try:
+        if opts.token_file:
+            return read_token_file(opts.token_file)
+        token = config.load_token() if requires_token(opts.host) else None
+    except TokenFileError as exc:
+        raise ConfigError(str(exc)) from None
     if requires_token(opts.host):
-        token = config.load_token()
         if not token:
             raise ConfigError(
                 f"refusing to listen on {opts.host} without a token: any address other than 127.0.0.1 requires "
@@ -103,6 +134,25 @@ def resolve_token(opts: DaemonOptions) -> bytes | None:
                 f"PYVGPU_TOKEN, or pass --token-file PATH.")
         return token
     return None
+
+
+def resolve_tls(opts: DaemonOptions) -> ssl.SSLContext | None:
+    """The TLS context to serve with, or None for plain TCP (loopback only); ConfigError otherwise."""
+    from pyvgpu.auth import requires_tls
+    from pyvgpu.tls import TLSConfigError, server_context
+    if bool(opts.tls_cert) != bool(opts.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if not opts.tls_cert:
+        if requires_tls(opts.host):
+            raise ConfigError(
+                f"refusing to listen on {opts.host} without TLS: any address other than 127.0.0.1 carries your data "
+                f"and kernels over the network. Pass --tls-cert PATH --tls-key PATH (`pyvgpu daemon start --host "
+                f"{opts.host}` creates a self-signed pair and prints its fingerprint).")
+        return None
+    try:
+        return server_context(opts.tls_cert, opts.tls_key)
+    except TLSConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def run(opts: DaemonOptions) -> int:
@@ -117,6 +167,7 @@ def run(opts: DaemonOptions) -> int:
     from pyvgpu_daemon.sharing import Sharing, SharingConfig, parse_session_memory
     try:
         token = resolve_token(opts)
+        tls = resolve_tls(opts)
         memory = parse_size(opts.emu_memory)
         default_limit, device_limits = parse_session_memory(opts.session_memory)
         if not opts.max_weight >= 1.0:
@@ -133,7 +184,7 @@ def run(opts: DaemonOptions) -> int:
     except (ConfigError, ValueError, RuntimeError) as exc:
         print(f"pyvgpu-daemon: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    cfg = ServerConfig(host=opts.host, port=opts.port, token=token, sharing=sharing,
+    cfg = ServerConfig(host=opts.host, port=opts.port, token=token, tls=tls, bounds=opts.bounds, sharing=sharing,
                        metrics_port=opts.metrics_port, metrics_host=opts.metrics_host)
     try:
         import uvloop

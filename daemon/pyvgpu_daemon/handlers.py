@@ -162,6 +162,7 @@ def free(c: Call, ptr: int) -> None:
         raise CudaError("cudaErrorInvalidValue", f"free of {ptr:#x}: not an allocation of this session")
     c.ctx.free(ptr)
     c.st.remove_allocation(ptr)
+    c.st.managed.remove(ptr)
 
 
 @handler("MEMCPY_HTOD")
@@ -333,6 +334,14 @@ def _add_handle(st: DeviceState, table: dict[int, Any], obj: Any) -> int:
     return h
 
 
+def lookup_handle(table: dict[int, Any], h: int, what: str) -> Any:
+    """The object of handle h; cudaErrorInvalidResourceHandle for an unknown handle."""
+    obj = table.get(h)
+    if obj is None:
+        raise CudaError("cudaErrorInvalidResourceHandle", f"unknown {what} {h:#x}")
+    return obj
+
+
 def _pop_handle(table: dict[int, Any], h: int, what: str) -> Any:
     """Remove and return the object of handle h; cudaErrorInvalidResourceHandle for an unknown handle."""
     obj = table.pop(h, None)
@@ -442,6 +451,8 @@ def device_get_limit(c: Call, limit: int) -> int:
 
 
 from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
+# The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
+from pyvgpu_daemon import handlers_array, handlers_graph, handlers_managed, handlers_peer  # noqa: E402,F401
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}

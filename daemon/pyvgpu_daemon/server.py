@@ -1,8 +1,15 @@
-"""The listener: handshake and authentication, then one request loop per connection (= session).
+"""The listener: TLS, handshake and authentication, then one request loop per connection (= session).
 
 The loop thread only parses frames, validates their shape and routes each device op to the ordered worker of
 (session, device); replies are written when the worker's result comes back. A frame that breaks the protocol ends
-that session with a one-line reason in the log; nothing a client sends can stop the daemon or touch other sessions.
+that session with a one-line reason in the log (and a notice to the client); nothing a client sends can stop the
+daemon or touch other sessions.
+
+Flow control (bounds.py): before a request's payload is read, the session's queue of received-but-unexecuted
+request bytes must have room (else the loop waits for its devices); a PAYLOAD_OUT request is admitted only while
+the reply bytes the session is owed and has not read fit the reply bound; a frame larger than the queue bound is
+admitted alone, one at a time daemon-wide. Every wait for the client has a deadline; while a session has work in
+flight the daemon sends heartbeats, so the client can bound its own waits.
 """
 from __future__ import annotations
 
@@ -11,193 +18,39 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyvgpu import auth, wire
-from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, HELLO_CLIENT, HELLO_PROOF,
-                             HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, HELLO_VA_BASE,
-                             HELLO_VERSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES, OpFlag,
-                             OpSpec)
+from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES, HELLO_REPLY_BACKEND,
+                             HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
+                             VA_WINDOW_BYTES, OpFlag, OpSpec)
 from pyvgpu_daemon import handlers
 from pyvgpu_daemon.backends.base import Backend
+from pyvgpu_daemon.bounds import Bounds
+from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
+from pyvgpu_daemon.stream import Draining, FrameStream, StreamTimeout
 
 log = logging.getLogger("pyvgpu.daemon")
 
-HANDSHAKE_TIMEOUT_S = 30.0
-MAX_PENDING_JOBS = 4096              # per (session, device): a client flooding async ops waits for the device
-MAX_PENDING_BYTES = 256 << 20        # payload bytes queued per (session, device) before reading pauses
-WRITE_HIGH_WATER = 64 << 20          # stop reading requests while this much reply data is unsent
 OP_HELLO = OP_BY_NAME["HELLO"].code
 ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
+POLL_S = 0.02                        # re-check interval while waiting for a client to read its replies
 
 
 class SessionEnd(Exception):
-    """Ends one session with a reason for the log."""
+    """Ends one session with a reason for the log (and the client's notice)."""
 
 
 class MetricsError(RuntimeError):
     """The metrics server could not start (the daemon does not start either)."""
-
-
-class FrameStream(asyncio.BufferedProtocol):
-    """The connection as both reader and writer (the subset of StreamReader/StreamWriter the server uses).
-
-    Why not asyncio streams: StreamReader copies every byte into a growing bytearray and again into the bytes it
-    returns; for bulk payloads that ran at a fifth of loopback speed. Here a large read hands the transport the
-    destination buffer itself (BufferedProtocol.get_buffer), so a 64 MiB copy lands where it will be used with
-    one copy by the kernel. Small frames go through a compacting scratch buffer.
-    """
-
-    SCRATCH = 256 << 10
-    DIRECT_MIN = 64 << 10             # reads at least this large go straight into their own buffer
-    PAUSE_AT = 8 << 20                # unconsumed scratch bytes before the socket stops being read
-
-    def __init__(self, on_connect: Any) -> None:
-        self._on_connect = on_connect
-        self._buf = bytearray(self.SCRATCH)
-        self._lo = 0
-        self._hi = 0
-        self._target: memoryview | None = None
-        self._tpos = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self._eof = False
-        self._read_paused = False
-        self._write_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
-        self.transport: asyncio.Transport | None = None
-
-    # -- protocol callbacks
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self._on_connect(self)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._target is not None:
-            return self._target[self._tpos:]
-        if self._hi == len(self._buf):
-            if self._lo:
-                n = self._hi - self._lo
-                self._buf[:n] = self._buf[self._lo:self._hi]
-                self._lo, self._hi = 0, n
-            else:
-                self._buf.extend(bytes(len(self._buf)))
-        return memoryview(self._buf)[self._hi:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._target is not None:
-            self._tpos += nbytes
-            if self._tpos >= len(self._target):
-                self._target = None       # full: whatever arrives next belongs to the following frame
-        else:
-            self._hi += nbytes
-            if self._hi - self._lo > self.PAUSE_AT and not self._read_paused and self.transport is not None:
-                self._read_paused = True
-                self.transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> bool:
-        self._eof = True
-        self._wake()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._eof = True
-        self._wake()
-        for w in self._drain_waiters:
-            if not w.done():
-                w.set_result(None)
-        self._drain_waiters.clear()
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        for w in self._drain_waiters:
-            if not w.done():
-                w.set_result(None)
-        self._drain_waiters.clear()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def _wait(self) -> None:
-        if self._read_paused and self.transport is not None:
-            self._read_paused = False
-            self.transport.resume_reading()
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    # -- reader side
-    async def readexactly(self, n: int) -> bytes | bytearray:
-        """n bytes (bytes for small reads, a bytearray for large ones); IncompleteReadError at EOF."""
-        if n >= self.DIRECT_MIN:
-            return await self._read_direct(n)
-        while self._hi - self._lo < n:
-            if self._eof:
-                partial = bytes(self._buf[self._lo:self._hi])
-                self._lo = self._hi
-                raise asyncio.IncompleteReadError(partial, n)
-            await self._wait()
-        out = bytes(self._buf[self._lo:self._lo + n])
-        self._lo += n
-        if self._lo == self._hi:
-            self._lo = self._hi = 0
-        return out
-
-    async def _read_direct(self, n: int) -> bytearray:
-        out = bytearray(n)
-        have = min(n, self._hi - self._lo)
-        out[:have] = self._buf[self._lo:self._lo + have]
-        self._lo += have
-        if self._lo == self._hi:
-            self._lo = self._hi = 0
-        if have < n:
-            self._target, self._tpos = memoryview(out), have
-            try:
-                while self._tpos < n:
-                    if self._eof:
-                        raise asyncio.IncompleteReadError(bytes(out[:self._tpos]), n)
-                    await self._wait()
-            finally:
-                self._target = None
-        return out
-
-    # -- writer side
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self.transport.get_extra_info(name, default) if self.transport is not None else default
-
-    def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
-
-    def writelines(self, parts: list[bytes | memoryview]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(parts)
-
-    async def drain(self) -> None:
-        if self._write_paused and self.transport is not None and not self.transport.is_closing():
-            fut = asyncio.get_running_loop().create_future()
-            self._drain_waiters.append(fut)
-            await fut
-
-    def is_closing(self) -> bool:
-        return self.transport is None or self.transport.is_closing()
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
 
 
 @dataclass
@@ -205,9 +58,46 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 7700
     token: bytes | None = None       # None: no authentication (only allowed on loopback)
+    tls: ssl.SSLContext | None = None
+    bounds: Bounds = field(default_factory=Bounds)
     sharing: SharingConfig = field(default_factory=SharingConfig)
     metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
     metrics_host: str | None = None  # default: the daemon's own address
+
+
+@dataclass
+class Link:
+    """One connection's flow-control state (touched on the loop thread only)."""
+    session: Session
+    stream: FrameStream
+    outstanding: int = 0             # requests whose reply is not written yet
+    reply_owed: int = 0              # payload bytes of those replies
+    oversize: bool = False           # holds the daemon-wide slot for a frame above the session queue bound
+
+    def queued_jobs(self) -> int:
+        return sum(st.worker.pending for st in self.session.devices.values())
+
+    def queued_bytes(self) -> int:
+        return sum(st.worker.pending_bytes for st in self.session.devices.values())
+
+    def busy(self) -> bool:
+        return self.outstanding > 0 or self.queued_jobs() > 0
+
+
+def reply_bytes(spec: OpSpec, args: list[Any]) -> int:
+    """Payload bytes a PAYLOAD_OUT request's reply will carry (a bad argument: 0, the handler refuses it)."""
+    if not spec.flags & OpFlag.PAYLOAD_OUT:
+        return 0
+    named = dict(zip(spec.arg_names, args))
+    dims = [named["size"]] if "size" in named else [named[k] for k in ("width", "height", "depth") if k in named]
+    if not dims:
+        return 0                          # a small result (a BLAS scalar, a peer ticket's bounded chunk)
+    total = 1
+    for v in dims:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return 0
+        total *= v
+    return total
 
 
 @dataclass
@@ -219,156 +109,206 @@ class Server:
     _next_session: int = 1
     _server: asyncio.AbstractServer | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _streams: set[FrameStream] = field(default_factory=set)
+    _links: dict[int, Link] = field(default_factory=dict)
+    _oversize: asyncio.Lock | None = None
+    _heartbeat: asyncio.Task[None] | None = None
+    _drain_deadline: float | None = None
     _devices: list[dict[str, Any]] = field(default_factory=list)
     bound: tuple[str, int] | None = None
+    hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
+
+    @property
+    def bounds(self) -> Bounds:
+        return self.config.bounds
+
+    def __post_init__(self) -> None:
+        self.hub.token = self.config.token               # the daemon proves its own token to a peer daemon
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._devices = self.backend.devices()
+        self._oversize = asyncio.Lock()
         self.sharing = Sharing(self.config.sharing, self._devices)
         loop = asyncio.get_running_loop()
 
         def on_connect(stream: FrameStream) -> None:
-            task = loop.create_task(self._connection(stream, stream))
+            if len(self._streams) >= self.bounds.max_sessions + self.bounds.max_handshaking:
+                log.warning("refusing a connection from %s: %d connections open", stream.get_extra_info("peername"),
+                            len(self._streams))
+                assert stream.transport is not None
+                stream.transport.abort()
+                return
+            self._streams.add(stream)
+            task = loop.create_task(self._connection(stream))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+        tls: dict[str, Any] = {}
+        if self.config.tls is not None:
+            tls = {"ssl": self.config.tls, "ssl_handshake_timeout": self.bounds.handshake_timeout_s}
         self._server = await loop.create_server(lambda: FrameStream(on_connect), self.config.host,
-                                                self.config.port, reuse_address=True)
+                                                self.config.port, reuse_address=True, **tls)
         sock = self._server.sockets[0].getsockname()
         self.bound = (sock[0], sock[1])
+        self._heartbeat = loop.create_task(self._heartbeats())
 
     async def serve_until(self, stop: asyncio.Event) -> None:
         await stop.wait()
-        log.info("shutting down: %d session(s) open", len(self.sessions))
+        log.info("shutting down: %d session(s) open; queued work may finish for %.0f s", len(self.sessions),
+                 self.bounds.drain_timeout_s)
         assert self._server is not None
         self._server.close()
+        loop = asyncio.get_running_loop()
+        self._drain_deadline = loop.time() + self.bounds.drain_timeout_s
+        for stream in list(self._streams):
+            stream.stop_reading()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=self.bounds.drain_timeout_s + 5)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
-            await asyncio.wait(self._tasks, timeout=15)
-        await self._server.wait_closed()
+            await asyncio.wait(self._tasks, timeout=10)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         self.backend.close()
 
     # ------------------------------------------------------------------ connections
-    async def _connection(self, reader: Any, writer: Any) -> None:
-        peer_info = writer.get_extra_info("peername")
+    async def _connection(self, stream: FrameStream) -> None:
+        peer_info = stream.get_extra_info("peername")
         peer = f"{peer_info[0]}:{peer_info[1]}" if isinstance(peer_info, tuple) else str(peer_info)
         sid = self._next_session
         self._next_session += 1
-        session = Session(sid, peer, self.backend, len(self._devices))
+        session = Session(sid, peer, self.backend, len(self._devices), hub=self.hub)
         session.sharing = self.sharing
+        link = Link(session, stream)
         reason = "client closed the connection"
+        notify = False                   # tell the client why the daemon ends its session
+        established = False
         try:
-            sock = writer.get_extra_info("socket")
+            sock = stream.get_extra_info("socket")
             if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if not await self._handshake(session, reader, writer):
-                return
+            try:
+                await asyncio.wait_for(self._handshake(session, stream), self.bounds.handshake_timeout_s)
+            except TimeoutError:
+                raise SessionEnd(f"no hello within {self.bounds.handshake_timeout_s:.0f} s") from None
+            established = True
             self.sessions[sid] = session
+            self._links[sid] = link
             log.info("%s: connected from %s (%s), va_base=%#x", session.tag(), peer, session.client,
                      session.va_base)
-            reason = await self._serve(session, reader, writer)
+            reason = await self._serve(link)
+        except Draining:
+            reason, notify = "daemon shutting down", True
+            if established:
+                await self._drain(link)
         except SessionEnd as exc:
-            reason = str(exc)
+            reason, notify = str(exc), established
+        except StreamTimeout as exc:
+            reason, notify = f"timed out: {exc}", established
         except wire.ProtocolError as exc:
-            reason = f"protocol error: {exc}"
+            reason, notify = f"protocol error: {exc}", established
         except (ConnectionError, OSError) as exc:
             reason = f"connection lost: {exc.__class__.__name__}: {exc}"
         except asyncio.CancelledError:
-            reason = "daemon shutting down"
+            reason, notify = "daemon shutting down", True
         except Exception:  # noqa: BLE001 - a bug in one session must not take the daemon down
             log.exception("%s: internal error", session.tag())
-            reason = "internal error (see traceback above)"
+            reason, notify = "internal error (see traceback above)", established
         finally:
-            await self._end_session(session, writer, reason)
+            self._streams.discard(stream)
+            await self._end_session(link, reason, notify)
 
-    async def _handshake(self, session: Session, reader: Any,
-                         writer: Any) -> bool:
+    async def _handshake(self, session: Session, stream: FrameStream) -> None:
         nonce = auth.make_nonce()
         auth_required = self.config.token is not None
-        writer.write(wire.encode_server_hello(PROTOCOL_VERSION, nonce, auth_required))
-        try:
-            header = await asyncio.wait_for(wire.read_header(reader), HANDSHAKE_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise SessionEnd(f"no hello within {HANDSHAKE_TIMEOUT_S:.0f} s") from None
-        if header is None:
+        stream.writelines([wire.encode_server_hello(PROTOCOL_VERSION, nonce, auth_required)])
+        got = await stream.read_header(None, self.bounds.handshake_timeout_s)
+        if got is None:
             raise SessionEnd("closed before the hello")
-        req = wire.parse_request(header, max_payload=0)
-        if req.op != OP_HELLO or len(req.args) != 1 or not isinstance(req.args[0], dict) or req.req_id == 0:
+        req = wire.parse_request(got[0], max_payload=0)
+        if req.op != OP_HELLO or len(req.args) != 1 or req.req_id == 0:
             raise SessionEnd(f"first request is not a well-formed HELLO (op {req.op})")
-        hello: dict[Any, Any] = req.args[0]
-        version = hello.get(HELLO_VERSION)
-        client = hello.get(HELLO_CLIENT)
-        session.client = (client if isinstance(client, str) else repr(client))[:200]
-        if version != PROTOCOL_VERSION:
-            msg = f"protocol version mismatch: client speaks {version!r}, daemon speaks {PROTOCOL_VERSION}"
-            await self._reply_and_close(writer, req.req_id, ERR_PROTOCOL_MISMATCH, msg)
+        try:
+            hello = wire.parse_hello(req.args[0])
+        except wire.ProtocolError as exc:
+            await self._reply_and_close(stream, req.req_id, ERR_INVALID_VALUE, f"malformed hello: {exc}")
+            raise SessionEnd(f"malformed hello: {exc}") from None
+        session.client = hello.client
+        if hello.version != PROTOCOL_VERSION:
+            msg = f"protocol version mismatch: client speaks {hello.version!r:.20}, daemon speaks {PROTOCOL_VERSION}"
+            await self._reply_and_close(stream, req.req_id, ERR_PROTOCOL_MISMATCH, msg)
             raise SessionEnd(msg)
         if auth_required:
             assert self.config.token is not None
-            proof = hello.get(HELLO_PROOF)
-            if not auth.verify(self.config.token, nonce, proof if isinstance(proof, str) else None):
+            if not auth.verify(self.config.token, nonce, hello.proof):
                 msg = "authentication failed: missing or wrong token proof"
-                await self._reply_and_close(writer, req.req_id, ERR_AUTH, msg)
+                await self._reply_and_close(stream, req.req_id, ERR_AUTH, msg)
                 raise SessionEnd(msg)
-        va_base = hello.get(HELLO_VA_BASE)
-        if va_base is None:
-            va_base = VA_WINDOW_BYTES
-        if isinstance(va_base, bool) or not isinstance(va_base, int) or va_base <= 0 \
-                or va_base % 4096 or va_base + len(self._devices) * VA_WINDOW_BYTES > (1 << 64):
+        if len(self.sessions) >= self.bounds.max_sessions:
+            msg = f"daemon busy: {len(self.sessions)} sessions open (--max-sessions {self.bounds.max_sessions})"
+            await self._reply_and_close(stream, req.req_id, ERR_UNAVAILABLE, msg)
+            raise SessionEnd(msg)
+        va_base = VA_WINDOW_BYTES if hello.va_base is None else hello.va_base
+        if va_base <= 0 or va_base % 4096 or va_base + len(self._devices) * VA_WINDOW_BYTES > (1 << 64):
             msg = f"bad va_base {va_base!r}"
-            await self._reply_and_close(writer, req.req_id, ERR_INVALID_VALUE, msg)
+            await self._reply_and_close(stream, req.req_id, ERR_INVALID_VALUE, msg)
             raise SessionEnd(msg)
         session.va_base = va_base
         assert self.sharing is not None
-        msg = self.sharing.apply_hello(session, hello)
+        msg = self.sharing.apply_hello(session, hello.fields)
         if msg is not None:
-            await self._reply_and_close(writer, req.req_id, ERR_INVALID_VALUE, msg)
+            await self._reply_and_close(stream, req.req_id, ERR_INVALID_VALUE, msg)
             raise SessionEnd(msg)
         result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
                   HELLO_REPLY_SESSION: session.id}
-        writer.writelines(wire.encode_reply(req.req_id, 0, result))
-        return True
+        stream.writelines(wire.encode_reply(req.req_id, 0, result))
 
-    async def _reply_and_close(self, writer: Any, req_id: int, err: int, msg: str) -> None:
-        writer.writelines(wire.encode_reply(req_id, err, msg))
+    async def _reply_and_close(self, stream: FrameStream, req_id: int, err: int, msg: str) -> None:
+        stream.writelines(wire.encode_reply(req_id, err, msg))
         try:
-            await asyncio.wait_for(writer.drain(), 5)
-        except (asyncio.TimeoutError, OSError):
+            await asyncio.wait_for(stream.drain(), 5)
+        except (TimeoutError, OSError):
             pass
 
-    async def _serve(self, session: Session, reader: Any, writer: Any) -> str:
-        loop = asyncio.get_running_loop()
+    async def _serve(self, link: Link) -> str:
+        b = self.bounds
+        stream = link.stream
         max_payload = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
-        transport = writer.transport
         while True:
-            header = await wire.read_header(reader)
-            if header is None:
+            await self._wait_replies_read(link, 0)
+            got = await stream.read_header(b.idle_timeout_s, b.frame_timeout_s)
+            if got is None:
                 return "client closed the connection"
+            header, hsize = got
             req = wire.parse_request(header)
             spec = OP_BY_CODE.get(req.op)
             if spec is None:
                 raise SessionEnd(f"unknown op {req.op}")
             self._check_shape(spec, req, max_payload)
-            payload = await wire.read_payload(reader, req.payload_len)
             if spec.flags & OpFlag.NO_DEVICE:
                 if spec.name == "STATUS":
-                    writer.writelines(wire.encode_reply(req.req_id, 0, self.status(session)))
+                    stream.writelines(wire.encode_reply(req.req_id, 0, self.status(link.session)))
                 elif spec.name == "GOODBYE":
-                    writer.writelines(wire.encode_reply(req.req_id, 0, None))
+                    stream.writelines(wire.encode_reply(req.req_id, 0, None))
                     return "client said goodbye"
+                elif spec.name == "PING":
+                    if req.req_id:
+                        stream.writelines(wire.encode_reply(req.req_id, 0, None))
+                elif spec.name == "PEER_FETCH":
+                    data = self.hub.take(req.args[0])      # in memory already: answered on the loop
+                    stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
+                                                        None, None, data or b""))
                 else:
                     raise SessionEnd(f"{spec.name} after the handshake")
-            else:
-                self._dispatch(session, spec, req, payload, writer, loop)
-                st = session.devices.get(req.args[0]) if isinstance(req.args[0], int) else None
-                if st is not None and (st.worker.pending > MAX_PENDING_JOBS
-                                       or st.worker.pending_bytes > MAX_PENDING_BYTES):
-                    await self._wait_drained(st)
-            if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                await writer.drain()
+                continue
+            need = reply_bytes(spec, req.args)
+            await self._admit_request(link, hsize + req.payload_len)
+            await self._wait_replies_read(link, need)
+            payload = await stream.read_payload(req.payload_len, b.payload_deadline_s(req.payload_len))
+            self._dispatch(link, spec, req, payload, hsize + req.payload_len, need)
 
     @staticmethod
     def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
@@ -381,20 +321,82 @@ class Server:
         if req.req_id == 0 and not spec.flags & OpFlag.ASYNC:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
 
-    def _dispatch(self, session: Session, spec: OpSpec, req: wire.Request, payload: bytes,
-                  writer: Any, loop: asyncio.AbstractEventLoop) -> None:
+    # ------------------------------------------------------------------ flow control
+    async def _admit_request(self, link: Link, nbytes: int) -> None:
+        """Room in the session's request queue for nbytes more, waiting for its devices if needed. A frame larger
+        than the whole queue bound waits for an empty queue and for the daemon-wide oversize slot."""
+        b = self.bounds
+        queued = link.queued_bytes()
+        if queued + nbytes > b.session_queue_bytes and queued or link.queued_jobs() >= b.session_queue_jobs:
+            await self._until(link, self._session_drained(link))
+        if nbytes > b.session_queue_bytes:
+            assert self._oversize is not None
+            await self._until(link, self._oversize.acquire())
+            link.oversize = True
+
+    def _release_oversize(self, link: Link) -> None:
+        if link.oversize:
+            link.oversize = False
+            assert self._oversize is not None
+            self._oversize.release()
+
+    async def _session_drained(self, link: Link) -> None:
+        """Until every job queued on the session's devices so far has run."""
+        waits = [st.worker.submit(lambda: None) for st in link.session.devices.values() if st.worker.pending]
+        if waits:
+            await asyncio.gather(*waits)
+
+    async def _until(self, link: Link, aw: Any) -> Any:
+        """Await aw, but give up (ConnectionError) as soon as the client's connection is gone."""
+        task = asyncio.ensure_future(aw)
+        closed = link.stream.closed
+        assert closed is not None
+        done, _ = await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            task.cancel()
+            raise ConnectionError("client went away while its session waited for its device")
+        return task.result()
+
+    async def _wait_replies_read(self, link: Link, need: int) -> None:
+        """Until the reply bytes the session is owed or has not read, plus need, fit the reply bound (a single
+        larger reply is admitted when nothing else is owed). A client that reads nothing for frame_timeout_s ends."""
+        b = self.bounds
+        stream = link.stream
+        last = None
+        stall_until = 0.0
+        while True:
+            owed = link.reply_owed + stream.write_buffer_size()
+            if owed == 0 or owed + need <= b.reply_queue_bytes:
+                return
+            if stream.is_closing():
+                raise ConnectionError("connection closed")
+            now = time.monotonic()
+            if last is None or owed < last:
+                stall_until = now + b.frame_timeout_s
+            elif now > stall_until:
+                raise SessionEnd(f"client read none of its {owed} reply bytes for {b.frame_timeout_s:.0f} s")
+            last = owed if last is None else min(last, owed)
+            await asyncio.sleep(POLL_S)
+
+    def _dispatch(self, link: Link, spec: OpSpec, req: wire.Request, payload: Any, nbytes: int, need: int) -> None:
+        session, stream = link.session, link.stream
         dev = req.args[0]
         if isinstance(dev, bool) or not isinstance(dev, int) or not 0 <= dev < len(self._devices):
             # No device to latch an asynchronous failure on: answer it when asked, drop it (logged) otherwise.
             log.info("%s: %s on invalid device %r", session.tag(), spec.name, dev)
             if req.req_id:
-                writer.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
+                stream.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
+            self._release_oversize(link)
             return
-        st = session.device(dev, loop)
+        st = session.device(dev, asyncio.get_running_loop())
         fut = st.worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload,
-                               req.req_id == 0, nbytes=len(payload), tag=(spec.code, req.args, len(payload)))
+                               req.req_id == 0, nbytes=nbytes, tag=(spec.code, req.args, len(payload)))
+        if link.oversize:
+            fut.add_done_callback(lambda _f: self._release_oversize(link))
         if req.req_id:
-            fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(session, writer, rid, f))
+            link.outstanding += 1
+            link.reply_owed += need
+            fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(link, rid, need, f))
         else:
             fut.add_done_callback(self._swallow)
 
@@ -403,30 +405,69 @@ class Server:
         if not fut.cancelled() and fut.exception() is not None:
             log.error("fire-and-forget job raised: %r", fut.exception())
 
-    def _send_outcome(self, session: Session, writer: Any, req_id: int,
-                      fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or writer.is_closing():
+    def _send_outcome(self, link: Link, req_id: int, need: int, fut: asyncio.Future[Any]) -> None:
+        link.outstanding -= 1
+        link.reply_owed -= need
+        session, stream = link.session, link.stream
+        if fut.cancelled() or stream.is_closing():
             return
         exc = fut.exception()
         if exc is not None:
             log.error("%s: job raised %r", session.tag(), exc)
-            writer.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
+            stream.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
             return
         out: handlers.Outcome | None = fut.result()
         if out is None:
             return                       # session is closing
-        writer.writelines(wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload))
+        try:
+            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload)
+        except wire.ProtocolError as exc:
+            # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
+            log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", session.tag(), req_id, exc)
+            parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
+        stream.writelines(parts)
 
-    async def _wait_drained(self, st: Any) -> None:
-        # Wait for the device to catch up: a no-op job completes when everything queued before it has run.
-        await st.worker.submit(lambda: None)
+    async def _heartbeats(self) -> None:
+        """Every session with work in flight hears from the daemon at least every heartbeat_s."""
+        interval = self.bounds.heartbeat_s
+        beat = wire.encode_notice(0)
+        while True:
+            await asyncio.sleep(interval / 2)
+            now = time.monotonic()
+            for link in list(self._links.values()):
+                s = link.stream
+                try:
+                    if link.busy() and now - s.last_write >= interval and s.write_buffer_size() == 0:
+                        s.writelines(beat)
+                except Exception:  # noqa: BLE001 - one session's broken transport must not stop everyone's beat
+                    log.exception("%s: heartbeat failed", link.session.tag())
 
-    async def _end_session(self, session: Session, writer: Any, reason: str) -> None:
+    # ------------------------------------------------------------------ ending
+    async def _drain(self, link: Link) -> None:
+        """Daemon shutdown: let the session's queued work finish and its replies go out, up to the deadline."""
+        loop = asyncio.get_running_loop()
+        left = (self._drain_deadline or loop.time()) - loop.time()
+        try:
+            await asyncio.wait_for(self._until(link, self._session_drained(link)), max(left, 0.0))
+            while link.stream.write_buffer_size() and not link.stream.is_closing() \
+                    and loop.time() < (self._drain_deadline or 0):
+                await asyncio.sleep(POLL_S)
+        except (TimeoutError, ConnectionError):
+            pass
+
+    async def _end_session(self, link: Link, reason: str, notify: bool) -> None:
+        session, stream = link.session, link.stream
         session.closing = True
+        self.hub.drop_session(session.id)
+        self._links.pop(session.id, None)
+        if notify and not stream.is_closing():
+            stream.writelines(wire.encode_notice(ERR_UNAVAILABLE, reason))
         released = 0
         futures = []
         loop = asyncio.get_running_loop()
         for st in session.devices.values():
+            if st.ctx is not None:
+                st.ctx.cancel()          # an orphaned kernel stops at its next check instead of running on
             futures.append(st.worker.submit(handlers.cleanup, session, st))
             st.worker.stop()
         for fut in futures:
@@ -444,14 +485,19 @@ class Server:
             await loop.run_in_executor(None, st.worker.join, 5.0)
             if st.lane is not None:
                 st.lane.sched.retire(st.lane)
+        self._release_oversize(link)
         self.sessions.pop(session.id, None)
         try:
-            writer.close()
+            stream.close()
         except Exception:  # noqa: BLE001
             pass
-        log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
-                 reason, sum(st.ops for st in session.devices.values()),
-                 sum(st.waited for st in session.devices.values()), released, len(session.devices))
+        if session.va_base or session.devices:
+            log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
+                     reason, sum(st.ops for st in session.devices.values()),
+                     sum(st.waited for st in session.devices.values()), released, len(session.devices))
+        else:
+            log.info("%s: connection from %s ended before a session began (%s)", session.tag(), session.peer,
+                     reason)
 
     # ------------------------------------------------------------------ status
     def status(self, me: Session | None = None) -> dict[str, Any]:
@@ -469,6 +515,7 @@ class Server:
             "uptime_s": time.time() - self.started,
             "protocol": PROTOCOL_VERSION,
             "auth": self.config.token is not None,
+            "tls": self.config.tls is not None,
             "devices": self._devices,
             "scheduling": "fair" if self.sharing.config.fair else "off",
             "max_weight": self.sharing.config.max_weight,
@@ -506,7 +553,8 @@ async def run_server(config: ServerConfig, backend: Backend, ready_line: bool = 
     assert server.bound is not None
     if ready_line:
         print(f"pyvgpu-daemon listening on {server.bound[0]}:{server.bound[1]} backend={backend.name} "
-              f"devices={len(server._devices)}", file=sys.stderr, flush=True)
+              f"devices={len(server._devices)}" + (" tls" if config.tls is not None else ""),
+              file=sys.stderr, flush=True)
     try:
         await server.serve_until(stop)
     finally:

@@ -20,6 +20,8 @@ from pyvgpu.protocol import DEFAULT_STREAM_HANDLES
 from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, KernelDesc, LoadedModule
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.executor import OrderedWorker
+from pyvgpu_daemon.managed import ManagedTable
+from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import Lane
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -28,6 +30,7 @@ log = logging.getLogger("pyvgpu.daemon")
 # mean "the default stream" here (one ordered queue per device makes per-thread default streams equivalent to the
 # legacy one).
 FIRST_HANDLE = 0x1000
+MAX_HANDLES = 1 << 18      # live streams + events + functions + cuBLAS handles per session and device
 
 
 @dataclass
@@ -51,6 +54,12 @@ class DeviceState:
     streams: dict[int, Any] = field(default_factory=dict)
     events: dict[int, Any] = field(default_factory=dict)
     blas_handles: dict[int, Any] = field(default_factory=dict)       # cuBLAS handles (backend objects)
+    graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
+    graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
+    managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
+    arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_array.ArrayEntry
+    textures: dict[int, Any] = field(default_factory=dict)           # texture object value -> (res type, array)
+    surfaces: dict[int, int] = field(default_factory=dict)           # surface object value -> array handle
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
@@ -91,6 +100,9 @@ class DeviceState:
 
     # ------------------------------------------------------------------ handles
     def new_handle(self) -> int:
+        if len(self.streams) + len(self.events) + len(self.functions) + len(self.blas_handles) >= MAX_HANDLES:
+            raise CudaError("cudaErrorMemoryAllocation", f"{MAX_HANDLES} live streams, events, functions and cuBLAS "
+                                                         f"handles: the daemon's bound per session and device")
         h = self._next_handle
         self._next_handle += 1
         return h
@@ -165,6 +177,12 @@ class DeviceState:
         self.events.clear()
         self.stream_priority.clear()
         self.blas_handles.clear()
+        self.graphs.clear()
+        self.graph_bytes = 0
+        self.managed.clear()
+        self.arrays.clear()
+        self.textures.clear()
+        self.surfaces.clear()
         self.held = 0
         self.var_bytes = 0
         self.deferred = 0
@@ -173,7 +191,9 @@ class DeviceState:
     def summary(self) -> dict[str, Any]:
         out = {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
                "modules": len(self.modules), "streams": len(self.streams), "events": len(self.events),
-               "blas_handles": len(self.blas_handles), "ops": self.ops, "waited": self.waited,
+               "blas_handles": len(self.blas_handles), "graphs": len(self.graphs), "managed": self.managed.nbytes,
+               "arrays": len(self.arrays), "textures": len(self.textures) + len(self.surfaces),
+               "ops": self.ops, "waited": self.waited,
                "sticky_error": self.sticky, "memory_used": self.held + self.var_bytes, "memory_limit": self.limit,
                "bytes_htod": self.bytes_htod, "bytes_dtoh": self.bytes_dtoh, "bytes_dtod": self.bytes_dtod}
         lane = self.lane
@@ -199,6 +219,7 @@ class Session:
     started: float = field(default_factory=time.time)
     devices: dict[int, DeviceState] = field(default_factory=dict)
     closing: bool = False       # set when the connection ends: queued jobs are skipped, cleanup runs
+    hub: PeerHub = field(default_factory=PeerHub)    # the daemon's peer-copy tickets (shared by its sessions)
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")
@@ -224,6 +245,13 @@ class Session:
                 "weight": self.weight}
 
 
+def _quietly(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - cleanup carries on
+        pass
+
+
 def release_device(session: Session, st: DeviceState) -> int:
     """Free everything a session holds on one device (runs on that device's worker). → bytes released."""
     held = st.held
@@ -235,6 +263,12 @@ def release_device(session: Session, st: DeviceState) -> int:
                 ctx.module_unload(entry.loaded)
             except Exception as exc:  # noqa: BLE001 - cleanup carries on
                 log.warning("%s: module unload during cleanup failed: %s", session.tag(st.ordinal), exc)
+        for value in list(st.textures):
+            _quietly(ctx.tex_destroy, value)
+        for value in list(st.surfaces):
+            _quietly(ctx.surf_destroy, value)
+        for entry in list(st.arrays.values()):
+            _quietly(ctx.array_destroy, entry.obj)
         for handle, ev in list(st.events.items()):
             try:
                 ctx.event_destroy(ev)

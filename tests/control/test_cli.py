@@ -52,10 +52,11 @@ def assert_clean_error(proc: subprocess.CompletedProcess, *fragments: str) -> No
 
 # ---------------------------------------------------------------------------------------------- help
 @pytest.mark.parametrize("args, expected", [
-    ((), ["daemon", "hosts", "devices", "run", "lib", "token"]),
+    ((), ["daemon", "hosts", "devices", "run", "lib", "token", "tls"]),
     (("daemon",), ["start", "stop", "status"]),
-    (("daemon", "start"), ["--host", "--port", "--backend", "--detach", "--token-file", "--emu-devices",
-                           "--emu-memory", "--emu-slowdown", "127.0.0.1", "token"]),
+    (("daemon", "start"), ["--host", "--port", "--backend", "--detach", "--token-file", "--tls-cert",
+                           "--emu-devices", "--emu-memory", "--emu-slowdown", "127.0.0.1", "token"]),
+    (("tls",), ["fingerprint", "trust", "PYVGPU_TLS_FINGERPRINT", "PYVGPU_TLS_CA"]),
     (("daemon", "stop"), ["--port", "SIGTERM"]),
     (("daemon", "status"), ["--host", "--port", "sessions"]),
     (("hosts",), ["add", "remove", "list", "PYVGPU_HOSTS"]),
@@ -382,11 +383,18 @@ def test_token_required_off_loopback(cli, env):
     assert proc.returncode == 0, proc.stderr
     try:
         assert token_file.is_file() and "token" in proc.stderr         # created and said so
+        fp = cli("tls", "fingerprint").stdout.strip()                  # ... and a self-signed certificate
+        assert len(fp) == 64 and f"tls trust {fp}" in proc.stderr
+        plain = cli("devices", "--hosts", f"127.0.0.1:{port}", "--timeout", "3")
+        assert plain.returncode != 0 and "GPU0" not in plain.stdout    # off loopback it speaks TLS only
+        assert cli("tls", "trust", fp, "--note", "test daemon").returncode == 0
         ok = cli("devices", "--hosts", f"127.0.0.1:{port}")
         assert ok.returncode == 0 and "GPU0" in ok.stdout, ok.stderr    # the CLI proves the stored token
         bad = cli("devices", "--hosts", f"127.0.0.1:{port}", extra_env={"PYVGPU_TOKEN": "wrong"})
         assert_clean_error(bad, "token")
         assert "GPU0" not in bad.stdout
+        wrong = cli("devices", "--hosts", f"127.0.0.1:{port}", extra_env={"PYVGPU_TLS_FINGERPRINT": "ab" * 32})
+        assert_clean_error(wrong, "not a pinned fingerprint")
     finally:
         assert cli("daemon", "stop", "--port", str(port)).returncode == 0
 

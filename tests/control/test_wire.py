@@ -52,9 +52,9 @@ def test_reply_round_trip_over_socket(req_id, err, result, stdout, payload):
     a, b = socket.socketpair()
     with a, b:
         wire.send_parts(a, wire.encode_reply(req_id, err, result, stdout, payload))
-        hdr, data = wire.recv_frame(b)
-    rep = wire.parse_reply(hdr)
-    assert (rep.req_id, rep.err, rep.result, rep.stdout, data) == (req_id, err, result, stdout, payload)
+        rep, data, out = wire.recv_reply(b)
+    assert (rep.req_id, rep.err, rep.result, out, data) == (req_id, err, result, stdout or b"", payload)
+    assert rep.stdout_len == len(stdout or b"")
 
 
 def test_payload_from_numpy_and_memoryview():

@@ -10,21 +10,12 @@ import time
 import msgpack
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from harness import frame, raw_session
 from pyvgpu import wire
 from pyvgpu.client import Client
-from pyvgpu.protocol import OP_BY_NAME, OPS, PROTOCOL_VERSION
+from pyvgpu.protocol import ERR_UNAVAILABLE, OP_BY_NAME, OPS
 
 E_OK = 0
-
-
-def raw_session(port: int) -> socket.socket:
-    """A connected socket past the handshake, speaking raw bytes."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    wire.parse_server_hello(wire.recv_header(s))
-    wire.send_parts(s, wire.encode_request(1, 1, [{"version": PROTOCOL_VERSION, "client": "fuzz"}]))
-    hdr, _ = wire.recv_frame(s)
-    assert wire.parse_reply(hdr).err == 0
-    return s
 
 
 def wait_no_sessions(port: int, keep: int | None = None, timeout: float = 10) -> dict:
@@ -37,11 +28,6 @@ def wait_no_sessions(port: int, keep: int | None = None, timeout: float = 10) ->
             if not others or time.monotonic() > deadline:
                 return {"others": others, "status": st}
             time.sleep(0.05)
-
-
-def frame(obj, payload: bytes = b"") -> bytes:
-    body = msgpack.packb(obj, use_bin_type=True)
-    return struct.pack("<I", len(body)) + body + payload
 
 
 def good_frames() -> st.SearchStrategy[bytes]:
@@ -102,7 +88,9 @@ def test_malformed_frames_end_only_that_session(daemon):
             s = raw_session(daemon.port)
             s.sendall(data)
             s.settimeout(5)
-            assert s.recv(100) == b""                              # the daemon closed this session
+            rep, _, _ = wire.recv_reply(s)                         # the daemon says why it ends this session
+            assert rep.is_notice and rep.err == ERR_UNAVAILABLE and isinstance(rep.result, str), rep
+            assert s.recv(100) == b""                              # ... and closes it
             s.close()
             assert keeper.call("MEM_GET_INFO", 0)[0] == 0
     time.sleep(0.2)

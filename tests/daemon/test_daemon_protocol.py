@@ -12,8 +12,9 @@ import pytest
 from harness import daemon_command, free_port, stop_process, wait_listening
 from pyvgpu import auth, wire
 from pyvgpu.client import Client, HandshakeError
-from pyvgpu.protocol import (DEVICE_INFO_KEYS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, OP_BY_NAME, PROTOCOL_VERSION,
-                             VA_WINDOW_BYTES)
+from pyvgpu.protocol import (DEVICE_INFO_KEYS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, OP_BY_NAME,
+                             PROTOCOL_VERSION, VA_WINDOW_BYTES)
+from pyvgpu.tls import ClientTLS
 
 
 @pytest.fixture
@@ -83,14 +84,17 @@ def test_first_frame_must_be_hello(daemon):
     assert "not a well-formed HELLO" in daemon.log_text()
 
 
-def test_non_loopback_without_token_refuses_to_start(tmp_path, clean_env):
-    proc, log = spawn(tmp_path, clean_env, "--host", "127.0.0.2", "--port", str(free_port("127.0.0.2")))
+@pytest.mark.parametrize("token, refusal", [(None, "without a token"), ("s3cret", "without TLS")])
+def test_non_loopback_needs_token_and_tls(tmp_path, clean_env, token, refusal):
+    env = {**clean_env, **({"PYVGPU_TOKEN": token} if token else {})}
+    proc, log = spawn(tmp_path, env, "--host", "127.0.0.2", "--port", str(free_port("127.0.0.2")))
     try:
         assert proc.wait(30) == 2
     finally:
         stop_process(proc)
     text = log.read_text()
-    assert "refusing to listen on 127.0.0.2 without a token" in text
+    assert f"refusing to listen on 127.0.0.2 {refusal}" in text
+    assert "--tls-cert" in text or token is None
     assert "Traceback" not in text
 
 
@@ -100,38 +104,54 @@ def test_token_file_missing_is_a_clear_error(tmp_path, clean_env):
     assert "cannot read token file" in log.read_text()
 
 
+def test_token_file_readable_by_others_is_refused(tmp_path, clean_env):
+    tok = tmp_path / "tok"
+    tok.write_text("s3cret\n")
+    tok.chmod(0o644)
+    proc, log = spawn(tmp_path, clean_env, "--port", "0", "--token-file", str(tok))
+    assert proc.wait(30) == 2
+    text = log.read_text()
+    assert f"token file {tok} is accessible by group/other (mode 0644)" in text and "chmod 600" in text
+    assert "Traceback" not in text
+
+
 @pytest.mark.parametrize("how", ["token-file", "env"])
-def test_auth_on_non_loopback(tmp_path, clean_env, how):
+def test_auth_on_non_loopback(tmp_path, clean_env, tls_pair, how):
     token = b"s3cret-token-for-tests"
     port = free_port("127.0.0.2")
-    args = ["--host", "127.0.0.2", "--port", str(port)]
+    args = ["--host", "127.0.0.2", "--port", str(port), "--tls-cert", str(tls_pair.cert),
+            "--tls-key", str(tls_pair.key)]
     env = dict(clean_env)
     if how == "token-file":
         (tmp_path / "tok").write_bytes(token + b"\n")
+        (tmp_path / "tok").chmod(0o600)
         args += ["--token-file", str(tmp_path / "tok")]
     else:
         env["PYVGPU_TOKEN"] = token.decode()
+    tls = ClientTLS(None, frozenset({tls_pair.fingerprint}))
     proc, log = spawn(tmp_path, env, *args)
     try:
         wait_listening(proc, port, log, host="127.0.0.2")
         with pytest.raises(HandshakeError) as e:
-            Client.connect("127.0.0.2", port, token=b"wrong")
+            Client.connect("127.0.0.2", port, token=b"wrong", tls=tls)
         assert e.value.code == ERR_AUTH
         with pytest.raises(HandshakeError) as e:
-            Client.connect("127.0.0.2", port)             # no token at all
+            Client.connect("127.0.0.2", port, tls=tls)             # no token at all
         assert e.value.code == ERR_AUTH
         # a client that sends no proof anyway gets ERR_AUTH from the daemon, then the connection closes
-        s = socket.create_connection(("127.0.0.2", port))
+        s = tls.context().wrap_socket(socket.create_connection(("127.0.0.2", port)), server_hostname="127.0.0.2")
         _, nonce, required = wire.parse_server_hello(wire.recv_header(s))
         assert required
         wire.send_parts(s, wire.encode_request(1, 7, [{"version": PROTOCOL_VERSION, "proof": "00" * 32}]))
-        hdr, _ = wire.recv_frame(s)
-        assert wire.parse_reply(hdr).err == ERR_AUTH
+        rep, _, _ = wire.recv_reply(s)
+        assert rep.err == ERR_AUTH
         assert s.recv(10) == b""
         s.close()
-        with Client.connect("127.0.0.2", port, token=token) as c:
+        with Client.connect("127.0.0.2", port, token=token, tls=tls) as c:
             assert c.call("MEM_GET_INFO", 0)[0] == 0
-            assert c.status()["auth"] is True
+            assert c.status()["auth"] is True and c.status()["tls"] is True
+        with pytest.raises(OSError):                               # plain TCP is not spoken there
+            Client.connect("127.0.0.2", port, token=token, tls=None, timeout=3)
         time.sleep(0.2)
         assert "authentication failed" in log.read_text()
         assert auth.verify(token, nonce, auth.proof(token, nonce))
@@ -146,3 +166,35 @@ def test_sigterm_shuts_down_cleanly_with_open_sessions(daemon):
     assert daemon.proc.wait(15) == 0
     assert "Traceback" not in daemon.log_text()
     c.close(goodbye=False)
+
+
+@pytest.mark.parametrize("hello", [
+    {"version": PROTOCOL_VERSION, "proof": "é" * 64},            # non-ASCII proof: a traceback before auth, once
+    {"version": PROTOCOL_VERSION, "proof": 12345},
+    {"version": PROTOCOL_VERSION, "proof": "ab" * 40},
+    {"version": PROTOCOL_VERSION, "va_base": "0x1000"},
+    {"version": PROTOCOL_VERSION, "va_base": True},
+    [PROTOCOL_VERSION],
+])
+def test_hello_fields_are_type_checked_before_use(daemon_factory, tmp_path, hello):
+    tok = tmp_path / "tok"
+    tok.write_text("s3cret\n")
+    tok.chmod(0o600)
+    d = daemon_factory("--token-file", str(tok))
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    wire.parse_server_hello(wire.recv_header(s))
+    wire.send_parts(s, wire.encode_request(1, 3, [hello]))
+    rep, _, _ = wire.recv_reply(s)
+    assert rep.req_id == 3 and rep.err == ERROR_CODES["cudaErrorInvalidValue"] and "malformed hello" in rep.result
+    assert s.recv(10) == b""
+    s.close()
+    with Client.connect("127.0.0.1", d.port, token=b"s3cret") as c:      # the daemon carries on
+        assert c.call("MEM_GET_INFO", 0)[0] == 0
+    time.sleep(0.2)
+    assert "malformed hello" in d.log_text() and "Traceback" not in d.log_text()
+
+
+def test_client_text_is_kept_short(daemon):
+    with Client.connect("127.0.0.1", daemon.port, client_text="x" * 5000) as c:
+        me = [s for s in c.status()["sessions"] if s["self"]][0]
+        assert me["client"] == "x" * 200

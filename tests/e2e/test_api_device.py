@@ -12,8 +12,8 @@ def test_device_queries_errors_streams_events(cuda_build, daemon, run):
     assert "devices 1" in proc.stdout
     assert re.search(r"GPU0 .+ sm_\d+ mem=\d+ sms=\d+", proc.stdout)
     # the unsupported calls were named once each on stderr
-    assert proc.stderr.count("pyvgpu: cudaGraphCreate is not supported") == 1
-    assert "cudaMallocArray is not supported" in proc.stderr
+    assert proc.stderr.count("pyvgpu: cudaIpcGetMemHandle is not supported") == 1
+    assert "cudaIpcOpenMemHandle is not supported" in proc.stderr
 
 
 def test_two_emulated_devices_on_one_host(cuda_build, daemon_factory, run):

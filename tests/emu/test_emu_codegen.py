@@ -18,7 +18,7 @@ from pyvgpu_daemon.emu.translator.codegen import NAMESPACE, Codegen
 
 # One kernel that makes the generator use every kind of chunk access: special registers (cached and clocks),
 # parameters, loads, stores, atomics, isspacep, barriers with a thread count, bar.red, every warp operation,
-# printf, assert and trap (the last two behind predicates that are never true).
+# printf, assert and trap, texture and surface instructions (the last three behind predicates that are never true).
 PTX = r"""
 .version 9.0
 .target sm_75
@@ -43,7 +43,7 @@ TD:
 
 .visible .entry k(.param .u64 out)
 {
-  .reg .b32 %r<20>; .reg .pred %p<8>; .reg .b64 %rd<12>;
+  .reg .b32 %r<20>; .reg .pred %p<8>; .reg .b64 %rd<12>; .reg .f32 %f<8>;
   ld.param.u64 %rd1, [out];
   cvta.to.global.u64 %rd1, %rd1;
   mov.u32 %r1, %tid.x;
@@ -86,6 +86,12 @@ TD:
 DONE:
   setp.gt.u32 %p5, %r1, 1000;
   @%p5 trap;
+  @!%p5 bra NOTEX;
+  tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f5, %f6}];
+  txq.width.b32 %r12, [%rd1];
+  suld.b.2d.b32.trap {%r13}, [%rd1, {%r1, %r1}];
+  sust.b.2d.b32.trap [%rd1, {%r1, %r1}], {%r13};
+NOTEX:
   @!%p5 bra END;
   {
   .param .b64 param0;

@@ -21,7 +21,7 @@ cudaError_t cudaMalloc(void **, size_t);
 cudaError_t cudaRuntimeGetVersion(int *);
 cudaError_t cudaMallocHost(void **, size_t);
 cudaError_t cudaFreeHost(void *);
-cudaError_t cudaGraphCreate(void **, unsigned);
+cudaError_t cudaCtxResetPersistingL2Cache(void);
 cudaError_t cudaStreamSynchronize(void *);
 """
 
@@ -38,7 +38,7 @@ p = ffi.new("void **")
 out["host_err"] = lib.cudaMallocHost(p, 1000); out["host_align"] = int(ffi.cast("uintptr_t", p[0])) % 256
 out["freehost"] = lib.cudaFreeHost(p[0]); out["freehost_again"] = lib.cudaFreeHost(p[0])
 lib.cudaGetLastError()
-out["graph"] = lib.cudaGraphCreate(p, 0); out["graph_last"] = lib.cudaPeekAtLastError()
+out["graph"] = lib.cudaCtxResetPersistingL2Cache(); out["graph_last"] = lib.cudaPeekAtLastError()
 lib.cudaGetLastError()
 t = time.monotonic(); n = ffi.new("int *", 7)
 out["count_err"] = lib.cudaGetDeviceCount(n); out["count"] = n[0]; out["count_s"] = time.monotonic() - t
@@ -68,7 +68,7 @@ def test_local_answers_without_daemon(vcudart, tmp_path):
     assert (out["host_err"], out["host_align"], out["freehost"]) == (0, 0, 0)
     assert out["freehost_again"] == 1                     # cudaErrorInvalidValue: not a live host allocation
     assert out["graph"] == out["graph_last"] == 801       # unsupported: cudaErrorNotSupported, recorded
-    assert "pyvgpu: cudaGraphCreate is not supported" in err
+    assert "pyvgpu: cudaCtxResetPersistingL2Cache is not supported" in err
 
 
 def test_no_hosts_configured(vcudart, tmp_path):

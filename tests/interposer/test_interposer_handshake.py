@@ -39,6 +39,7 @@ def probe(vcudart, tmp_path, hosts: str, **env):
 def test_token_accepted_and_refused(vcudart, daemon_factory, tmp_path):
     secret = tmp_path / "daemon-token"
     secret.write_text("s3cret-token\n")
+    secret.chmod(0o600)
     d = daemon_factory("--token-file", str(secret))
     out, err = probe(vcudart, tmp_path, d.address, PYVGPU_TOKEN="  s3cret-token ")
     assert out == {"err": 0, "count": 1, "malloc": 0, "free": 0}, err
@@ -49,7 +50,13 @@ def test_token_accepted_and_refused(vcudart, daemon_factory, tmp_path):
     assert out["err"] == ERR_AUTH
     assert "requires a token" in err
     (tmp_path / "cfg" / "pyvgpu").mkdir(parents=True)
-    (tmp_path / "cfg" / "pyvgpu" / "token").write_text("s3cret-token\n")   # the token file
+    token_file = tmp_path / "cfg" / "pyvgpu" / "token"
+    token_file.write_text("s3cret-token\n")
+    token_file.chmod(0o640)                       # readable by the group: refused, and the user is told why
+    out, err = probe(vcudart, tmp_path, d.address)
+    assert out["err"] == ERR_AUTH, err
+    assert f"token file {token_file} is accessible by group/other (mode 0640)" in err and "chmod 600" in err
+    token_file.chmod(0o600)                       # the token file
     out, err = probe(vcudart, tmp_path, d.address)
     assert out["err"] == 0 and out["count"] == 1, err
 

@@ -36,6 +36,19 @@ class LoadedModule:
     variables: dict[str, tuple[int, int]]              # name -> (device address, size)
 
 
+@dataclass(frozen=True)
+class CopySide:
+    """One side of a 3D copy, checked by the handler: a backend array (array not None; ptr unused) or linear device
+    memory at ptr; rows of `pitch` bytes, `rows` rows per slice; the copy starts at byte x of row y of slice z."""
+    array: Any
+    pitch: int
+    rows: int
+    x: int
+    y: int
+    z: int
+    ptr: int
+
+
 class DeviceContext(ABC):
     """One session's view of one device. Methods are called from a single thread, in the client's order."""
 
@@ -78,6 +91,54 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None: ...
+
+    def malloc_managed(self, size: int, align: int) -> int:
+        """Device memory for a managed or mapped range: `align`-aligned (the client maps the same addresses on its
+        side, page by page) and, where the backend can choose, inside this session's address window."""
+        if align <= 256:
+            return self.malloc(size)
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: {align}-byte aligned allocations")
+
+    # ---- arrays, textures, surfaces (descriptions checked by handlers_array.py, resources.py)
+    def array_create(self, spec: Any) -> Any:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: CUDA arrays")
+
+    def array_destroy(self, array: Any) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: CUDA arrays")
+
+    def copy3d(self, dst: CopySide | None, src: CopySide | None, width: int, height: int, depth: int, stream: Any,
+               data: bytes | memoryview | None) -> bytes | None:
+        """A 3D copy of width bytes x height rows x depth slices; dst None: to the host (returns the rows packed);
+        src None: from the host (data, rows packed)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: 3D copies")
+
+    def tex_create_array(self, array: Any, spec: Any, sampler: Any) -> int:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: texture objects")
+
+    def tex_create_linear(self, ptr: int, fmt: Any, width: int, height: int, pitch: int, sampler: Any) -> int:
+        """Over linear memory: height 0 for cudaResourceTypeLinear (1D, fetched by integer index)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: texture objects")
+
+    def tex_destroy(self, value: int) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: texture objects")
+
+    def surf_create(self, array: Any, spec: Any) -> int:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: surface objects")
+
+    def surf_destroy(self, value: int) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: surface objects")
+
+    def enable_peer(self, peer: "DeviceContext") -> None:
+        """Kernels of this context may use `peer`'s memory (cudaDeviceEnablePeerAccess)."""
+        raise CudaError("cudaErrorPeerAccessUnsupported", f"{type(self).__name__}: peer access")
+
+    def disable_peer(self, peer: "DeviceContext") -> None:
+        raise CudaError("cudaErrorPeerAccessNotEnabled", f"{type(self).__name__}: peer access")
+
+    def copy_from_peer(self, dst: int, peer: "DeviceContext", src: int, size: int, stream: Any) -> None:
+        """Copies `size` bytes at `src` of another context of this session (this daemon) to `dst` here. The
+        default goes through host memory; a backend with direct peer copies overrides it."""
+        self.memcpy_htod(dst, peer.memcpy_dtoh(src, size, None), stream)
 
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
@@ -179,6 +240,10 @@ class DeviceContext(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release everything (session end). Must not raise."""
+
+    def cancel(self) -> None:
+        """The session's client is gone: stop device work now running as soon as it can be stopped.
+        Called from the event-loop thread while the worker may be inside a method; must be thread-safe."""
 
 
 class Backend(ABC):

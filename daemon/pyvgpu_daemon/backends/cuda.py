@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from pyvgpu.cuda_enums import DEVICE_ATTRS
-from pyvgpu.protocol import ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT
+from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
+                             VA_WINDOW_BYTES)
 from pyvgpu_daemon.backends import cublas_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -98,38 +100,16 @@ def check(result: Any, what: str) -> Any:
 
 # ---------------------------------------------------------------------------------------------- fatbin globals
 def _fatbin_elves(image: bytes) -> list[bytes]:
-    """Decompressed cubins of a fatbin image (wrapper or container(s)); best effort, never raises."""
-    out: list[bytes] = []
+    """Decompressed cubins of a fatbin image (wrapper or container(s)); best effort, never raises. Decompression is
+    bounded as the emulator's is (emu/fatbin.py): a hostile image cannot make the daemon inflate it without limit."""
+    from pyvgpu_daemon.emu import fatbin
     try:
-        buf = bytes(image)
-        pos = 0
-        if struct.unpack_from("<I", buf, 0)[0] == 0x466243B1:      # __fatBinC_Wrapper_t before the container
-            pos = 24 if len(buf) >= 40 and struct.unpack_from("<I", buf, 24)[0] == 0xBA55ED50 else 16
-        while pos + 16 <= len(buf) and struct.unpack_from("<I", buf, pos)[0] == 0xBA55ED50:
-            _, _, hsize, psize = struct.unpack_from("<IHHQ", buf, pos)
-            p, end = pos + hsize, pos + hsize + psize
-            while p + 64 <= end:
-                kind, _, ehsize, esize = struct.unpack_from("<HHIQ", buf, p)
-                if ehsize < 64:
-                    break
-                (csize,) = struct.unpack_from("<I", buf, p + 16)
-                (flags,) = struct.unpack_from("<Q", buf, p + 40)
-                (usize,) = struct.unpack_from("<Q", buf, p + 56)
-                data = buf[p + ehsize:p + ehsize + esize]
-                if kind == 2:
-                    if flags & 0x8000:
-                        import zstandard
-                        data = zstandard.ZstdDecompressor().decompress(data[:csize or len(data)],
-                                                                      max_output_size=max(usize, 1))
-                    elif flags & 0x2000:
-                        import lz4.block
-                        data = lz4.block.decompress(data[:csize or len(data)], uncompressed_size=usize)
-                    out.append(data)
-                p += ehsize + esize
-            pos = (end + 7) & ~7
+        entries = fatbin.parse_image(image, max(fatbin.DEFAULT_MAX_BYTES, 8 * len(image)),
+                                     decompress=(fatbin.KIND_ELF,))
     except Exception as exc:  # noqa: BLE001 - only used to list globals
         log.debug("fatbin scan for globals stopped: %s", exc)
-    return out
+        return []
+    return [e.data for e in entries if e.kind == fatbin.KIND_ELF]
 
 
 def elf_global_names(elf: bytes) -> list[str]:
@@ -209,14 +189,28 @@ class CudaBackend(Backend):
             "max_threads_per_multiprocessor": a("MaxThreadsPerMultiProcessor", 0),
             "total_const_mem": a("TotalConstantMemory", 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs,
             "backend": self.name,
+            "peers": self._peers(dev, ordinal),
         }
+
+    def _peers(self, dev: Any, ordinal: int) -> list[int]:
+        """Daemon-local ordinals whose memory kernels of device `ordinal` can use once peer access is enabled."""
+        out = []
+        for j in range(self.count):
+            if j == ordinal or not hasattr(self.drv, "cuDeviceCanAccessPeer"):
+                continue
+            err, can = self.drv.cuDeviceCanAccessPeer(dev, check(self.drv.cuDeviceGet(j), "cuDeviceGet"))
+            if int(err) == 0 and can:
+                out.append(j)
+        return out
 
     def devices(self) -> list[dict[str, Any]]:
         return self._snapshots
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "CudaContext":
-        # va_base is an emulated-device notion: real allocations live where the driver puts them.
-        return CudaContext(self.drv, ordinal, self.cublas)
+        # Ordinary allocations live where the driver puts them; managed and mapped ones are placed in the session's
+        # window (va_base + ordinal * VA_WINDOW_BYTES) when the driver honours the address hint, because the client
+        # maps their host copy at the same address.
+        return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES)
 
 
 @dataclass
@@ -226,15 +220,17 @@ class _Event:
     recorded: bool = False
 
 
-class CudaContext(DeviceContext):
+class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
-    def __init__(self, drv: Any, ordinal: int, cublas: Any = None) -> None:
+    def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0) -> None:
         self.drv = drv
         self.ordinal = ordinal
         self._cublas = cublas
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
+        self._hint = window                      # next address to ask for in this session's window
+        self._vmm: dict[int, tuple[Any, int]] = {}   # managed/mapped address -> (physical handle, mapped size)
 
     def _create(self) -> Any:
         try:
@@ -261,7 +257,53 @@ class CudaContext(DeviceContext):
         return int(check(self.drv.cuMemAlloc(size), "cuMemAlloc"))
 
     def free(self, ptr: int) -> None:
+        if ptr in self._vmm:
+            self._vmm_release(ptr, *self._vmm.pop(ptr))
+            return
         check(self.drv.cuMemFree(ptr), "cuMemFree")
+
+    def _location(self, obj: Any) -> None:
+        obj.location.type = self.drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        obj.location.id = self.ordinal
+
+    def malloc_managed(self, size: int, align: int) -> int:
+        """Device memory at an address of the session's window (virtual memory management: reserve at a hint, create,
+        map, grant access). Kernels use it as ordinary device memory; the client keeps the host copy coherent."""
+        drv = self.drv
+        prop = drv.CUmemAllocationProp()
+        prop.type = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        self._location(prop)
+        gran = int(check(drv.cuMemGetAllocationGranularity(
+            prop, drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity"))
+        gran = max(gran, align)
+        mapped = -(-size // gran) * gran
+        hint = -(-self._hint // gran) * gran if self._hint else 0
+        ptr = int(check(drv.cuMemAddressReserve(mapped, gran, hint, 0), "cuMemAddressReserve"))
+        handle = None
+        try:
+            handle = check(drv.cuMemCreate(mapped, prop, 0), "cuMemCreate")
+            check(drv.cuMemMap(ptr, mapped, 0, handle, 0), "cuMemMap")
+            access = drv.CUmemAccessDesc()
+            self._location(access)
+            access.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            check(drv.cuMemSetAccess(ptr, mapped, [access], 1), "cuMemSetAccess")
+        except CudaError:
+            self._vmm_release(ptr, handle, mapped, mapped_ok=handle is not None)
+            raise
+        if hint and ptr != hint:
+            log.info("device %d: managed allocation placed at %#x, not at the window address %#x", self.ordinal, ptr,
+                     hint)
+        self._hint = max(self._hint, ptr + mapped)
+        self._vmm[ptr] = (handle, mapped)
+        return ptr
+
+    def _vmm_release(self, ptr: int, handle: Any, mapped: int, mapped_ok: bool = True) -> None:
+        drv = self.drv
+        if handle is not None:
+            if mapped_ok:
+                drv.cuMemUnmap(ptr, mapped)
+            drv.cuMemRelease(handle)
+        drv.cuMemAddressFree(ptr, mapped)
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
@@ -324,6 +366,17 @@ class CudaContext(DeviceContext):
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
+    def enable_peer(self, peer: DeviceContext) -> None:
+        # the numbers of CUDA_ERROR_PEER_ACCESS_* equal cudaErrorPeerAccess* (704, 705, 217)
+        check(self.drv.cuCtxEnablePeerAccess(peer.ctx, 0), "cuCtxEnablePeerAccess")   # type: ignore[attr-defined]
+
+    def disable_peer(self, peer: DeviceContext) -> None:
+        check(self.drv.cuCtxDisablePeerAccess(peer.ctx), "cuCtxDisablePeerAccess")   # type: ignore[attr-defined]
+
+    def copy_from_peer(self, dst: int, peer: DeviceContext, src: int, size: int, stream: Any) -> None:
+        check(self.drv.cuMemcpyPeerAsync(dst, self.ctx, src, peer.ctx, size, self._stream(stream)),  # type: ignore
+              "cuMemcpyPeerAsync")
+        self._sync_stream(stream)    # the source's later work must not race the copy
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
         fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
@@ -491,6 +544,14 @@ class CudaContext(DeviceContext):
         with self.wait_scope():
             check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
 
+    def _release_all_vmm(self) -> None:
+        for ptr, (handle, mapped) in list(self._vmm.items()):
+            try:
+                self._vmm_release(ptr, handle, mapped)
+            except Exception as exc:  # noqa: BLE001 - keep releasing the others
+                log.warning("device %d: releasing managed memory at %#x failed: %s", self.ordinal, ptr, exc)
+        self._vmm.clear()
+
     # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)
     blas_validates_pointers = True      # real cuBLAS would touch whatever it is given
 
@@ -512,12 +573,14 @@ class CudaContext(DeviceContext):
 
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).
+        self._release_all_vmm()
         try:
             self.drv.cuCtxDestroy(self.ctx)
         finally:
             self.ctx = self._create()
 
     def close(self) -> None:
+        self._release_all_vmm()                      # physical allocations outlive a context: give them back
         try:
             self.drv.cuCtxDestroy(self.ctx)
         except Exception as exc:  # noqa: BLE001 - close must not raise

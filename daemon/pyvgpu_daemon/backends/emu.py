@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
-                             LIMIT_NAMES, VA_WINDOW_BYTES)
+                             LIMIT_NAMES, MAX_STDOUT_BYTES, VA_WINDOW_BYTES)
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.errors import CudaError
@@ -35,11 +36,13 @@ EMU_NAME = "pyvgpu emulated GPU (sm_75)"
 SM = 75
 EVENT_DISABLE_TIMING = 0x2        # cudaEventDisableTiming
 STDOUT_LIMIT = 8 << 20            # printf bytes kept per device between syncs; the rest is dropped, as CUDA does
+MAX_PRINTF_FIFO = MAX_STDOUT_BYTES  # the largest cudaLimitPrintfFifoSize (a reply carries at most this much)
 # What the emulated device reports beyond its limits (emu/limits.py): clocks, memory bus and L2 of an sm_75 part.
 CLOCK_RATE_KHZ = 1_590_000
 MEMORY_CLOCK_RATE_KHZ = 5_001_000
 MEMORY_BUS_WIDTH = 256
 L2_CACHE_SIZE = 4 << 20
+PEER_KERNEL_ACCESS = True         # emulated kernels can use another device's memory of the session (peers)
 
 
 def emu_attrs(lim: EmuLimits) -> dict[int, int]:
@@ -58,12 +61,12 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "MaxPitch": lim.max_pitch,
         "MaxRegistersPerBlock": lim.regs_per_block,
         "ClockRate": CLOCK_RATE_KHZ,
-        "TextureAlignment": 512,
+        "TextureAlignment": 256,                    # = the allocation alignment: any cudaMalloc pointer fits
         "GpuOverlap": 1,
         "MultiProcessorCount": lim.multiprocessors,
         "KernelExecTimeout": 0,
         "Integrated": 0,
-        "CanMapHostMemory": 0,
+        "CanMapHostMemory": 1,                      # mapped host memory: a coherent device copy
         "ComputeMode": 0,
         "SurfaceAlignment": 512,
         "ConcurrentKernels": 1,
@@ -86,13 +89,13 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "LocalL1CacheSupported": 1,
         "MaxSharedMemoryPerMultiprocessor": lim.shared_per_multiprocessor,
         "MaxRegistersPerMultiprocessor": lim.regs_per_multiprocessor,
-        "ManagedMemory": 0,
+        "ManagedMemory": 1,
         "IsMultiGpuBoard": 0,
         "MultiGpuBoardGroupID": 0,
         "HostNativeAtomicSupported": 0,
         "SingleToDoublePrecisionPerfRatio": 32,
         "PageableMemoryAccess": 0,
-        "ConcurrentManagedAccess": 0,
+        "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
         "ComputePreemptionSupported": 1,
         "CanUseHostPointerForRegisteredMem": 0,
         "CooperativeLaunch": 1,
@@ -103,7 +106,21 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "MaxPersistingL2CacheSize": lim.persisting_l2_bytes,
         "MaxAccessPolicyWindowSize": 0,
         "ReservedSharedMemoryPerBlock": 0,
-        "MemoryPoolsSupported": 0,
+        "MaxTexture1DWidth": 1 << 17, "MaxTexture2DWidth": 1 << 17, "MaxTexture2DHeight": 1 << 16,
+        "MaxTexture3DWidth": 1 << 14, "MaxTexture3DHeight": 1 << 14, "MaxTexture3DDepth": 1 << 14,
+        "MaxTexture1DLayeredWidth": 1 << 15, "MaxTexture1DLayeredLayers": 2048,
+        "MaxTexture2DLayeredWidth": 1 << 15, "MaxTexture2DLayeredHeight": 1 << 15,
+        "MaxTexture2DLayeredLayers": 2048, "MaxTexture2DGatherWidth": 1 << 15, "MaxTexture2DGatherHeight": 1 << 15,
+        "MaxTexture1DLinearWidth": 1 << 28, "MaxTexture2DLinearWidth": 1 << 17, "MaxTexture2DLinearHeight": 65000,
+        "MaxTexture2DLinearPitch": 2097120, "MaxSurface1DWidth": 1 << 15, "MaxSurface2DWidth": 1 << 17,
+        "MaxSurface2DHeight": 1 << 16, "MaxSurface3DWidth": 1 << 14, "MaxSurface3DHeight": 1 << 14,
+        "MaxSurface3DDepth": 1 << 14, "MaxSurface1DLayeredWidth": 1 << 15, "MaxSurface1DLayeredLayers": 2048,
+        "MaxSurface2DLayeredWidth": 1 << 15, "MaxSurface2DLayeredHeight": 1 << 15,
+        "MaxSurface2DLayeredLayers": 2048,
+        "MemoryPoolsSupported": 1,
+        "MemoryPoolSupportedHandleTypes": 0,
+        "PageableMemoryAccessUsesHostPageTables": 0,
+        "DirectManagedMemAccessFromHost": 0,
         "ClusterLaunch": 0,
     }
     return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
@@ -157,6 +174,7 @@ class EmuBackend(Backend):
             "max_threads_per_multiprocessor": lim.max_threads_per_multiprocessor, "total_const_mem": lim.const_bytes,
             "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
             "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(lim), "backend": self.name,
+            "peers": [o for o in range(self.ndevices) if o != r] if PEER_KERNEL_ACCESS else [],
         }
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "EmuContext":
@@ -190,7 +208,7 @@ class EmuBlasHandle:
     workspace: tuple[int, int] = (0, 0)
 
 
-class EmuContext(DeviceContext):
+class EmuContext(EmuArrays, DeviceContext):
     def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
         self.backend = backend
         self.ordinal = ordinal
@@ -199,6 +217,11 @@ class EmuContext(DeviceContext):
         self._stdout = bytearray()
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
+        self._cancelled = threading.Event()     # set from the loop thread when the session's client is gone
+        self._modules = 0                       # modules loaded and the PTX bytes behind them (EmuLimits bounds)
+        self._module_bytes = 0
+        self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
+        self.peers: dict[int, DeviceContext] = {}   # contexts whose memory this context's kernels may use
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -222,7 +245,16 @@ class EmuContext(DeviceContext):
             self._uncharge(need)
             raise
 
+    def malloc_managed(self, size: int, align: int) -> int:
+        if align <= ALIGN:
+            return self.malloc(size)
+        start = self.malloc(size + align - ALIGN)      # allocations are ALIGN-aligned: room to reach `align`
+        ptr = (start + align - 1) // align * align
+        self._aligned[ptr] = start
+        return ptr
+
     def free(self, ptr: int) -> None:
+        ptr = self._aligned.pop(ptr, ptr)
         hit = self.mem.allocation_at(ptr)
         self.mem.free(ptr)
         if hit is not None:
@@ -243,25 +275,25 @@ class EmuContext(DeviceContext):
         if width > pitch and height > 1:
             raise CudaError("cudaErrorInvalidPitchValue", f"width {width} > pitch {pitch}")
 
+    def _rows(self, addr: int, pitch: int, width: int, height: int) -> np.ndarray:
+        """The height x width bytes at addr, rows pitch apart, as one strided view of the heap (the whole span is
+        validated first, so a bad 2D op changes nothing). Every 2D op is one NumPy call: cost follows bytes, not rows."""
+        span = self.mem.view(addr, pitch * (height - 1) + width)
+        return np.lib.stride_tricks.as_strided(span, shape=(height, width), strides=(pitch, 1))
+
     def memcpy2d_htod(self, dst: int, dpitch: int, width: int, height: int, data: bytes | memoryview,
                       stream: Any) -> None:
         self._check_2d(dpitch, width, height)
         mv = pack_rows(data, width, height)
         if width == 0 or height == 0:
             return
-        # Validate the whole destination span first so a bad copy changes nothing.
-        self.mem.view(dst, dpitch * (height - 1) + width)
-        for row in range(height):
-            self.mem.write(dst + row * dpitch, mv[row * width:(row + 1) * width])
+        self._rows(dst, dpitch, width, height)[...] = np.frombuffer(mv, dtype=np.uint8).reshape(height, width)
 
     def memcpy2d_dtoh(self, src: int, spitch: int, width: int, height: int, stream: Any) -> bytes:
         self._check_2d(spitch, width, height)
         if width == 0 or height == 0:
             return b""
-        span = self.mem.view(src, spitch * (height - 1) + width)
-        if spitch == width:
-            return span.tobytes()
-        return b"".join(span[r * spitch:r * spitch + width].tobytes() for r in range(height))
+        return self._rows(src, spitch, width, height).tobytes()
 
     def memcpy2d_dtod(self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int,
                       stream: Any) -> None:
@@ -269,10 +301,10 @@ class EmuContext(DeviceContext):
         self._check_2d(spitch, width, height)
         if width == 0 or height == 0:
             return
-        self.mem.view(src, spitch * (height - 1) + width)
-        self.mem.view(dst, dpitch * (height - 1) + width)
-        for row in range(height):
-            self.mem.copy(dst + row * dpitch, src + row * spitch, width)
+        source = self._rows(src, spitch, width, height)
+        target = self._rows(dst, dpitch, width, height)
+        # NumPy copies through a temporary when the two views overlap (memmove semantics, as cudaMemcpy2D's).
+        target[...] = source
 
     def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
         self.mem.fill(ptr, value, size)
@@ -281,23 +313,27 @@ class EmuContext(DeviceContext):
         self._check_2d(pitch, width, height)
         if width == 0 or height == 0:
             return
-        span = self.mem.view(ptr, pitch * (height - 1) + width)
-        if pitch == width:
-            span[:] = value & 0xFF
-        else:
-            for r in range(height):
-                span[r * pitch:r * pitch + width] = value & 0xFF
+        self._rows(ptr, pitch, width, height)[...] = value & 0xFF
 
+    def enable_peer(self, peer: DeviceContext) -> None:
+        if not PEER_KERNEL_ACCESS:
+            raise CudaError("cudaErrorPeerAccessUnsupported", "emulated kernels cannot reach another device's memory")
+        if peer.ordinal in self.peers:
+            raise CudaError("cudaErrorPeerAccessAlreadyEnabled", f"device {self.ordinal} -> {peer.ordinal}")
+        self.peers[peer.ordinal] = peer
+
+    def disable_peer(self, peer: DeviceContext) -> None:
+        if peer.ordinal not in self.peers:
+            raise CudaError("cudaErrorPeerAccessNotEnabled", f"device {self.ordinal} -> {peer.ordinal}")
+        del self.peers[peer.ordinal]
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
         row_bytes = width * elem
         self._check_2d(pitch, row_bytes, height)
         if width == 0 or height == 0:
             return
-        span = self.mem.view(ptr, pitch * (height - 1) + row_bytes)
         row = np.full(width, value, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32}[elem]).view(np.uint8)
-        for r in range(height):
-            span[r * pitch:r * pitch + row_bytes] = row
+        self._rows(ptr, pitch, row_bytes, height)[...] = row       # one row, broadcast over all of them
 
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
@@ -305,17 +341,26 @@ class EmuContext(DeviceContext):
             from pyvgpu_daemon.emu.module import EmuModule  # written alongside; imported lazily on purpose
         except ImportError as exc:
             raise CudaError("cudaErrorNotSupported", f"kernel emulation unavailable: {exc}") from None
+        lim = self.backend.limits
+        if self._modules >= lim.max_modules:
+            raise CudaError("cudaErrorMemoryAllocation", f"device {self.ordinal}: {self._modules} modules loaded, the "
+                                                         f"emulator's bound per session")
         before = set(self.mem.allocations())
         used_before = self.mem.used
-        module = EmuModule.load(bytes(image), self.mem, sm=SM, limits=self.backend.limits)
+        module = EmuModule.load(bytes(image), self.mem, sm=SM, limits=lim)
         owned = [a for a in self.mem.allocations() if a not in before]
         grown = self.mem.used - used_before
         try:
+            if self._module_bytes + module.source_bytes > lim.max_module_ptx_bytes:
+                raise CudaError("cudaErrorMemoryAllocation",
+                                f"device {self.ordinal}: modules of {self._module_bytes + module.source_bytes} PTX bytes "
+                                f"exceed the emulator's bound of {lim.max_module_ptx_bytes} per session")
             self._charge(grown)
         except CudaError:
-            for a in owned:
-                self.mem.free(a)
+            module.unload()
             raise
+        self._modules += 1
+        self._module_bytes += module.source_bytes
         kernels = {name: KernelDesc(name, [(int(o), int(s)) for o, s in info.params], dict(info.attrs), name)
                    for name, info in module.kernels.items()}
         variables = {name: (int(a), int(s)) for name, (a, s) in module.variables.items()}
@@ -323,15 +368,10 @@ class EmuContext(DeviceContext):
 
     def module_unload(self, module: LoadedModule) -> None:
         emu_module, owned, grown = module.handle
-        if hasattr(emu_module, "unload"):
-            emu_module.unload()           # frees the module's variables
-        else:
-            for a in owned:
-                try:
-                    self.mem.free(a)
-                except CudaError:
-                    pass
+        emu_module.unload()               # frees the module's variables
         self._uncharge(grown)
+        self._modules -= 1
+        self._module_bytes -= emu_module.source_bytes
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
@@ -342,16 +382,23 @@ class EmuContext(DeviceContext):
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max, stack_size=self._limits[0])  # cudaLimitStackSize
-            self._append_stdout(self._fifo(getattr(out, "stdout", b"") or b""))
+                                   max_dynamic_shared=dyn_max, resources=self.resources,
+                                   peers=[p.mem for p in self.peers.values()], cancel=self._cancelled,
+                                   printf_fifo=self._limits[1], stack_size=self._limits[0])  # cudaLimitStackSize
+            self._stdout_dropped += out.dropped
+            self._append_stdout(self._fifo(out.stdout))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
             self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))
             raise
         if self.backend.slowdown > 1.0:
             # --emu-slowdown: stretch the kernel to F× its emulated time so load balancing sees a slower GPU.
-            time.sleep((time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
+            if self._cancelled.wait((time.perf_counter() - t0) * (self.backend.slowdown - 1.0)):
+                raise CudaError("cudaErrorLaunchTimeout", f"{kernel.name}: cancelled, the session's client is gone")
         return b""
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def _fifo(self, data: bytes) -> bytes:
         """One launch's printf output as the device's printf FIFO (cudaLimitPrintfFifoSize) holds it."""
@@ -401,6 +448,8 @@ class EmuContext(DeviceContext):
             value = min(value, lim.max_l2_fetch_granularity)     # a hint, clamped as the driver does
         elif limit == 6:
             value = min(value, lim.persisting_l2_bytes)          # no persisting L2 on the emulated device
+        elif limit == 1 and value > MAX_PRINTF_FIFO:
+            raise CudaError("cudaErrorMemoryAllocation", f"{LIMIT_NAMES[limit]} {value} > {MAX_PRINTF_FIFO}")
         self._limits[limit] = value
 
     def get_limit(self, limit: int) -> int:
@@ -465,14 +514,17 @@ class EmuContext(DeviceContext):
 
     def reset(self) -> None:
         self.mem.free_all()
+        self._aligned.clear()
+        self.drop_resources()
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)
+        self._modules = self._module_bytes = 0
+        self.peers.clear()
 
     def close(self) -> None:
         try:
             self.reset()
         except Exception:  # noqa: BLE001 - close must not raise
             log.exception("device %d: error while releasing emulated memory", self.ordinal)
-        # Drop the heap now rather than whenever the context object is collected.
-        self.mem.heap = np.zeros(0, dtype=np.uint8)
+        self.mem.close()

@@ -115,6 +115,24 @@ class ChunkAPI(ABC):
     def activemask(self, m) -> np.ndarray:
         """activemask.b32: the lanes of each warp executing it."""
 
+    # ---- textures and surfaces (runtime/texunit.py; the objects are the launch's `resources`)
+    @abstractmethod
+    def tex(self, geom: str, dtype: str, handle, coords: list, gather, sel) -> list[np.ndarray]:
+        """tex.{1d,2d,3d,a1d,a2d}.v4.{dtype} (gather None) and tld4 (gather: the component 0..3): the four result
+        components per selected lane. `handle` holds the texture object; for a1d/a2d coords[0] is the layer."""
+
+    @abstractmethod
+    def txq(self, what: str, handle, sel) -> np.ndarray:
+        """txq.<what> (u32 per selected lane); 'su:<what>' for suq."""
+
+    @abstractmethod
+    def suld(self, geom: str, dt, nvec: int, mode: str, handle, coords: list, sel) -> list[np.ndarray]:
+        """suld.b: nvec elements of dt at byte x (coords[0]), row y, slice z; mode 'trap', 'clamp' or 'zero'."""
+
+    @abstractmethod
+    def sust(self, geom: str, dt, mode: str, handle, coords: list, vals: list, sel) -> None:
+        """sust.b: store len(vals) elements of dt at byte x, row y, slice z."""
+
     # ---- system calls
     @abstractmethod
     def vprintf(self, fmt_off: int, args_off: int, sel) -> np.ndarray:

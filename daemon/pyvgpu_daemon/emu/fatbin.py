@@ -9,9 +9,13 @@ An image handed to the emulator is one of
 
 Each entry has a 64-byte fixed header (kind 1 = PTX, 2 = ELF; header size at 4; payload size at 8; compressed
 size at 16; arch at 28; flags at 40 with 0x8000 = zstd, 0x2000 = raw LZ4 block; uncompressed size at 56).
+
+Decompression is bounded: all entries of one image together may inflate to `max_bytes` (EmuLimits.max_image_bytes)
+and no decoder is ever asked for more, whatever sizes the headers claim (a 64 KiB zstd frame can claim 2 GiB).
 """
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass
 
@@ -37,28 +41,53 @@ class FatbinEntry:
         return self.kind == KIND_PTX
 
 
-def _decompress(payload: bytes, flags: int, compressed: int, uncompressed: int) -> bytes:
-    if flags & FLAG_ZSTD:
-        try:
-            import zstandard
-            raw = payload[:compressed] if compressed else payload
-            out = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max(uncompressed, 1))
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is a corrupt image
-            raise CudaError("cudaErrorInvalidKernelImage", f"fatbin entry: zstd decompression failed: {exc}") from exc
-        return out
-    if flags & FLAG_LZ4:
-        try:
-            import lz4.block
-            raw = payload[:compressed] if compressed else payload
-            out = lz4.block.decompress(raw, uncompressed_size=uncompressed)
-        except Exception as exc:  # noqa: BLE001
-            raise CudaError("cudaErrorInvalidKernelImage", f"fatbin entry: LZ4 decompression failed: {exc}") from exc
-        return out
-    return payload
+DEFAULT_MAX_BYTES = 64 << 20
 
 
-def parse_container(buf: bytes, pos: int = 0) -> tuple[list[FatbinEntry], int]:
-    """Decode one container at `pos`; returns its entries and the offset just past it."""
+def _too_big(claimed: int, room: int) -> CudaError:
+    return CudaError("cudaErrorInvalidKernelImage",
+                     f"fatbin entry decompresses to {claimed} bytes, more than the {room} bytes left of the image's "
+                     f"bound (PYVGPU_EMU_MAX_IMAGE_BYTES)")
+
+
+def _unzstd(raw: bytes, room: int) -> bytes:
+    import zstandard
+    claimed = zstandard.frame_content_size(raw)       # the frame's own claim, -1 when absent
+    if claimed > room:
+        raise _too_big(claimed, room)
+    # A stream reader fills its output as it goes: reading room + 1 bytes can never allocate more than that.
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
+        out = reader.read(room + 1)
+    if len(out) > room:
+        raise _too_big(len(out), room)
+    return out
+
+
+def _decompress(payload: bytes, flags: int, compressed: int, uncompressed: int, room: int) -> bytes:
+    """One entry's payload, decompressed into at most `room` bytes."""
+    raw = payload[:compressed] if compressed else payload
+    if not flags & (FLAG_ZSTD | FLAG_LZ4):
+        if len(payload) > room:
+            raise _too_big(len(payload), room)
+        return payload
+    if flags & FLAG_LZ4 and not flags & FLAG_ZSTD and uncompressed > room:
+        raise _too_big(uncompressed, room)            # LZ4 allocates the size the header claims
+    try:
+        if flags & FLAG_ZSTD:
+            return _unzstd(raw, room)
+        import lz4.block
+        return lz4.block.decompress(raw, uncompressed_size=uncompressed)
+    except CudaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a corrupt image
+        codec = "zstd" if flags & FLAG_ZSTD else "LZ4"
+        raise CudaError("cudaErrorInvalidKernelImage", f"fatbin entry: {codec} decompression failed: {exc}") from exc
+
+
+def parse_container(buf: bytes, pos: int = 0, room: int = DEFAULT_MAX_BYTES,
+                    decompress: tuple[int, ...] = (KIND_PTX,)) -> tuple[list[FatbinEntry], int]:
+    """Decode one container at `pos`; returns its entries and the offset just past it. Entries of the kinds in
+    `decompress` are decompressed (together at most `room` bytes), the others kept as stored."""
     if len(buf) < pos + 16:
         raise CudaError("cudaErrorInvalidKernelImage", "fatbin: truncated container header")
     magic, _version, hsize, psize = struct.unpack_from("<IHHQ", buf, pos)
@@ -79,17 +108,20 @@ def parse_container(buf: bytes, pos: int = 0) -> tuple[list[FatbinEntry], int]:
         flags, = struct.unpack_from("<Q", buf, p + 40)
         uncompressed, = struct.unpack_from("<Q", buf, p + 56)
         payload = bytes(buf[p + ehsize:p + ehsize + esize])
-        if kind == KIND_PTX:
-            data = _decompress(payload, flags, compressed, uncompressed)
+        if kind in decompress:
+            data = _decompress(payload, flags, compressed, uncompressed, room)
+            room -= len(data)
         else:
-            data = payload  # ELF images are never executed; keep them as stored
+            data = payload  # e.g. ELF images on the emulator: never executed, kept as stored
         entries.append(FatbinEntry(kind, arch, flags, data))
         p += ehsize + esize
     return entries, end
 
 
-def parse_image(image: bytes) -> list[FatbinEntry]:
-    """All entries of a fatbin image (one or more containers, optionally behind a wrapper)."""
+def parse_image(image: bytes, max_bytes: int = DEFAULT_MAX_BYTES,
+                decompress: tuple[int, ...] = (KIND_PTX,)) -> list[FatbinEntry]:
+    """All entries of a fatbin image (one or more containers, optionally behind a wrapper); the entries of the
+    kinds in `decompress` are decompressed, to at most max_bytes in all (cudaErrorInvalidKernelImage beyond)."""
     buf = bytes(image)
     pos = 0
     if len(buf) >= 4 and struct.unpack_from("<I", buf, 0)[0] == WRAPPER_MAGIC:
@@ -98,7 +130,8 @@ def parse_image(image: bytes) -> list[FatbinEntry]:
             raise CudaError("cudaErrorInvalidKernelImage", "fatbin wrapper is not followed by its container")
     entries: list[FatbinEntry] = []
     while pos + 16 <= len(buf) and struct.unpack_from("<I", buf, pos)[0] == CONTAINER_MAGIC:
-        more, pos = parse_container(buf, pos)
+        room = max_bytes - sum(len(e.data) for e in entries if e.kind in decompress)
+        more, pos = parse_container(buf, pos, room, decompress)
         entries.extend(more)
         pos = (pos + 7) & ~7
     if not entries and not buf.startswith(struct.pack("<I", CONTAINER_MAGIC)):
@@ -131,13 +164,13 @@ def elf_kernel_names(elf: bytes) -> list[str]:
     return names
 
 
-def select_ptx(image: bytes, sm: int = 75) -> str:
+def select_ptx(image: bytes, sm: int = 75, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """The PTX text of the highest architecture not above `sm`.
 
     No PTX at all (or only PTX for newer architectures) → cudaErrorNoKernelImageForDevice naming the kernels
     found in the image's cubins.
     """
-    entries = parse_image(image)
+    entries = parse_image(image, max_bytes)
     ptx = [e for e in entries if e.is_ptx and e.arch <= sm]
     if not ptx:
         names: list[str] = []

@@ -1,8 +1,13 @@
 """DeviceMemory: the global memory of one emulated device as seen by one session.
 
-The heap is one `np.zeros(capacity, uint8)`; the OS hands out zero pages lazily, so a "4 GiB" device costs only
-what is touched. Addresses are `base + offset`. Allocations are 256-byte aligned (as cudaMalloc guarantees) and
-come from a first-fit free list whose neighbours coalesce on free.
+The heap is one anonymous mapping of `capacity` bytes seen as a uint8 array; the OS hands out zero pages lazily,
+so a "4 GiB" device costs only what is touched, and the whole pages of a freed range go back to the OS at once
+(madvise MADV_DONTNEED), so host memory follows the live allocations, not the high-water mark. Addresses are
+`base + offset`. Allocations are 256-byte aligned (as cudaMalloc guarantees) and come from a first-fit free list
+whose neighbours coalesce on free; a session holds at most `max_allocations` of them.
+
+Kernel accesses are checked without 64-bit wrap-around: an address near 2**64 plus the access size never passes
+for an address inside an allocation.
 
 Bounds are kept at the *requested* size, not the rounded one, so an emulated kernel that reads one element past
 its buffer faults like compute-sanitizer would report, instead of silently reading padding.
@@ -12,12 +17,15 @@ Not thread-safe by design: each (session, device) has exactly one ordered worker
 from __future__ import annotations
 
 import bisect
+import mmap
 
 import numpy as np
 
 from pyvgpu_daemon.errors import CudaError
 
 ALIGN = 256
+PAGE = mmap.PAGESIZE
+MAX_ALLOCATIONS = 1 << 20     # per session and device: each costs host bookkeeping, not only device bytes
 
 
 def _round_up(n: int, a: int = ALIGN) -> int:
@@ -25,13 +33,15 @@ def _round_up(n: int, a: int = ALIGN) -> int:
 
 
 class DeviceMemory:
-    def __init__(self, base: int, capacity: int) -> None:
+    def __init__(self, base: int, capacity: int, max_allocations: int = MAX_ALLOCATIONS) -> None:
         if base < 0 or capacity <= 0:
             raise ValueError(f"bad device memory window base={base:#x} capacity={capacity}")
         self.base = int(base)
         self.capacity = int(capacity)
+        self.max_allocations = max_allocations
         self.used = 0  # bytes (rounded to ALIGN) held by live allocations
-        self.heap: np.ndarray = np.zeros(self.capacity, dtype=np.uint8)
+        self._map = mmap.mmap(-1, self.capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.heap: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
         # A base of 0 would make the first allocation the NULL pointer; keep that granule unusable.
         first = ALIGN if self.base == 0 else 0
         self._free: list[tuple[int, int]] = [(first, self.capacity - first)] if self.capacity > first else []
@@ -45,6 +55,9 @@ class DeviceMemory:
         size = int(size)
         if size < 0:
             raise CudaError("cudaErrorInvalidValue", f"negative allocation size {size}")
+        if len(self._sizes) >= self.max_allocations:
+            raise CudaError("cudaErrorMemoryAllocation",
+                            f"{len(self._sizes)} live allocations: the emulator's bound per session and device")
         # cudaMalloc of 0 bytes is legal; hand out one granule so the pointer is unique and freeable.
         need = _round_up(max(size, 1))
         for i, (off, length) in enumerate(self._free):
@@ -92,6 +105,14 @@ class DeviceMemory:
                 length += nlen
                 del self._free[i]
         self._free.insert(i, (off, length))
+        self._give_back(off, length)
+
+    def _give_back(self, off: int, length: int) -> None:
+        """Return the whole pages of the free extent [off, off+length) to the OS (they read as zeros after)."""
+        lo = (off + PAGE - 1) // PAGE * PAGE
+        hi = (off + length) // PAGE * PAGE
+        if hi > lo:
+            self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def free_all(self) -> None:
         """Drop every allocation (device reset / session end). The heap is replaced so pages go back to the OS."""
@@ -102,7 +123,15 @@ class DeviceMemory:
         self._rounded.clear()
         self.used = 0
         self._np_cache = None
-        self.heap = np.zeros(self.capacity, dtype=np.uint8)
+        self._give_back(0, self.capacity)
+
+    def close(self) -> None:
+        """Unmap the heap now (session end) rather than whenever the object is collected."""
+        self.heap = np.zeros(0, dtype=np.uint8)
+        try:
+            self._map.close()
+        except BufferError:          # a view of the heap is still alive somewhere: its owner's collection unmaps
+            pass
 
     def allocations(self) -> dict[int, int]:
         """Live allocations: start -> requested size."""
@@ -207,7 +236,9 @@ class DeviceMemory:
             idx = np.searchsorted(starts, a, side="right").astype(np.int64) - 1
             ok = idx >= 0
             safe = np.where(ok, idx, 0)
-            ok &= (a + np.uint64(size)) <= ends[safe]
+            # starts[safe] <= a, so end - a cannot wrap where a < end; a + size could (an address near 2**64).
+            end = ends[safe]
+            ok &= (a < end) & (end - a >= np.uint64(size))
         else:
             ok = np.zeros(a.shape, dtype=bool)
         if not ok.all():

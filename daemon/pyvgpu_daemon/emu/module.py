@@ -11,6 +11,7 @@ which the daemon logs on one line with the session and device.
 """
 from __future__ import annotations
 
+import threading
 import traceback
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ class KernelInfo:
 @dataclass
 class LaunchOutput:
     stdout: bytes
+    dropped: int = 0          # printf bytes the full FIFO dropped
 
 
 class EmuModule:
@@ -48,12 +50,14 @@ class EmuModule:
         self._compiled: dict[str, Kernel] = {}
         self._allocs: list[int] = []
         self._launches = 0
+        self.source_bytes = 0                  # PTX text size (what the module's host-side structures scale with)
 
     @classmethod
     def load(cls, image: bytes, memory, sm: int = 75, limits: EmuLimits | None = None) -> "EmuModule":
         image = bytes(image)
+        limits = limits or EmuLimits()
         if fatbin.is_fatbin(image):
-            text = fatbin.select_ptx(image, sm)
+            text = fatbin.select_ptx(image, sm, limits.max_image_bytes)
         else:
             try:
                 text = image.rstrip(b"\0").decode("utf-8")
@@ -61,7 +65,7 @@ class EmuModule:
                 raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text") from None
             if ".version" not in text and ".entry" not in text:
                 raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text")
-        mod = parse(text)
+        mod = parse(text, limits)
         tgt = mod.target
         if tgt.startswith("sm_"):
             need = _target_sm(tgt)
@@ -69,7 +73,8 @@ class EmuModule:
                 raise CudaError("cudaErrorNoKernelImageForDevice",
                                 f"PTX targets {tgt} but the emulated device is sm_{sm}; kernels: "
                                 f"{', '.join(n for n, f in mod.functions.items() if f.is_entry)}")
-        self = cls(mod, memory, sm, limits or EmuLimits())
+        self = cls(mod, memory, sm, limits)
+        self.source_bytes = len(text)
         try:
             self._alloc_variables()
             for name, fn in mod.functions.items():
@@ -139,9 +144,15 @@ class EmuModule:
         return KernelInfo(k.name, list(k.layout.param_layout), attrs)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-               params: bytes, max_dynamic_shared: int | None = None, stack_size: int | None = None) -> LaunchOutput:
+               params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
+               cancel: threading.Event | None = None, printf_fifo: int = 1 << 20,
+               stack_size: int | None = None) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
-        (the backend passes the session's value); None checks only the device's opt-in maximum. `stack_size`:
+        (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
+        texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
+        other devices whose memory kernels may use (peer access). `cancel`: once set (the session's client is
+        gone), the launch stops with cudaErrorLaunchTimeout at its next check. `printf_fifo`:
+        cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it). `stack_size`:
         the context's cudaLimitStackSize (None: CUDA's default)."""
         k = self._compiled.get(kernel)
         if k is None:
@@ -156,9 +167,10 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
-                     grid_id=self._launches, stack_size=stack_size)
+                     grid_id=self._launches, resources=resources, peers=peers, cancel=cancel,
+                     printf_fifo=printf_fifo, stack_size=stack_size)
         try:
-            return LaunchOutput(run.run())
+            return LaunchOutput(run.run(), run.stdout_dropped)
         except CudaError:
             raise
         except Exception as e:  # noqa: BLE001 - an emulator bug: a sticky launch failure, never cudaErrorUnknown

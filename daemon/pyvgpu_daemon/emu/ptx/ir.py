@@ -34,9 +34,11 @@ class Sym:
 
 @dataclass(frozen=True)
 class Addr:
-    """A memory operand `[base+offset]`; base is a Reg, a Sym (variable or parameter name) or None (absolute)."""
+    """A memory operand `[base+offset]`; base is a Reg, a Sym (variable or parameter name) or None (absolute).
+    Texture and surface instructions name their object and coordinates as `[object, {c0, c1, ...}]`: `coords`."""
     base: Union[Reg, Sym, None]
     offset: int = 0
+    coords: Union["Vec", None] = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ with initializers, .entry/.func with parameters and return parameters, .reg decl
 operands, nested `{ }` scopes (inline asm, call sequences) whose local names are renamed uniquely, and call
 sequences. `.file`, `.loc`, `.section`, `.pragma` are skipped. Anything unknown is cudaErrorInvalidPtx naming it and
 its line. Instruction *semantics* (which modifiers an opcode accepts) are checked when a kernel is compiled.
+
+Bounded by EmuLimits: the text's size, registers per function (a range `%rd<N>` counts N), declarations per module
+and per parameter list, instructions per function. Past a bound the module is cudaErrorInvalidPtx, before the
+parser has spent more than the bound.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import struct
 
 from pyvgpu_daemon.errors import CudaError
 
+from ..limits import EmuLimits
 from . import ir
 from .lexer import Token, tokenize
 from .predefined import WARP_SZ
@@ -68,11 +73,21 @@ def parse_literal(text: str, line: int = 0) -> ir.Imm:
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, limits: EmuLimits) -> None:
+        if len(src) > limits.max_ptx_bytes:
+            raise CudaError("cudaErrorInvalidPtx", f"PTX of {len(src)} bytes is larger than the emulator's bound of "
+                                                   f"{limits.max_ptx_bytes} bytes (PYVGPU_EMU_MAX_PTX_BYTES)")
+        self.limits = limits
         self.toks: list[Token] = tokenize(src)
         self.i = 0
         self.scope_counter = 0
+        self.decls = 0                     # module-level declarations so far
+        self.fn_regs = 0                   # registers the current function declared so far
         self.mod = ir.Module(version="", target="", address_size=64)
+
+    def _bound(self, n: int, limit: int, what: str, line: int) -> None:
+        if n > limit:
+            raise _err(line, f"{what} exceed the emulator's bound of {limit}")
 
     # ---------------------------------------------------------------- token helpers
     def peek(self, k: int = 0) -> Token | None:
@@ -162,6 +177,8 @@ class _Parser:
         return self.mod
 
     def top_decl(self) -> None:
+        self.decls += 1
+        self._bound(self.decls, self.limits.max_declarations, "module-level declarations", self.line())
         extern = False
         while self.peek().text in (".visible", ".extern", ".weak", ".common"):
             if self.next().text == ".extern":
@@ -299,6 +316,7 @@ class _Parser:
             if kind.text == ".reg" and typ == "pred":
                 raise _err(kind.line, ".reg .pred parameters are not supported")
             params.append(ir.Param(name, typ, align, count))
+            self._bound(len(params), self.limits.max_declarations, "parameters", kind.line)
             if self.accept(")"):
                 return params
             self.expect(",")
@@ -314,6 +332,7 @@ class _Parser:
         if self.peek() is not None and self.peek().text == "(":
             params = self.param_list(kw.line)
         fn = ir.Function(name=name, is_entry=is_entry, params=params, returns=returns, line=kw.line)
+        self.fn_regs = 0
         while self.peek() is not None and self.peek().text in _PERF:
             d = self.next().text
             vals = []
@@ -369,6 +388,7 @@ class _Parser:
                 continue
             if x in (".local", ".shared", ".param", ".const", ".global"):
                 fn.locals.append(self.scoped_var(t, scopes, depth))
+                self._bound(len(fn.locals), self.limits.max_declarations, f"declarations in {fn.name}", t.line)
                 continue
             if x in _SKIP_LINE:
                 self.skip_line(t.line)
@@ -390,6 +410,8 @@ class _Parser:
                 self.next()
                 continue
             fn.body.append(self.instruction(lookup))
+            if len(fn.body) > self.limits.max_instructions:
+                self._bound(len(fn.body), self.limits.max_instructions, f"instructions in {fn.name}", t.line)
 
     def scoped_var(self, t: Token, scopes: list[dict[str, str]], depth: int) -> ir.VarDecl:
         """A variable declared inside a function body; in a nested scope its name gets the scope's suffix."""
@@ -429,6 +451,10 @@ class _Parser:
             if self.accept("<"):
                 count = self.int_value()
                 self.expect(">")
+                if count < 0:
+                    raise _err(nt.line, f"negative register count {name}<{count}>")
+            self.fn_regs += 1 if count is None else count
+            self._bound(self.fn_regs, self.limits.max_registers, f"registers declared in {fn.name}", nt.line)
             new = name if depth == 1 else f"{name}${{{self.scope_counter}"
             scopes[-1][name] = new
             if count is not None:
@@ -549,8 +575,13 @@ class _Parser:
                     off += sign * self.int_value()
             else:
                 off = self.int_value()
+            coords = None
+            if self.accept(","):                        # [texture, {coordinates}] of tex/tld4/suld/sust
+                coords = self.operand(lookup)
+                if not isinstance(coords, ir.Vec):
+                    raise _err(t.line, "expected {coordinates} after the texture or surface operand")
             self.expect("]")
-            return ir.Addr(base, off)
+            return ir.Addr(base, off, coords)
         if t.text == "{":
             self.next()
             elems = []
@@ -603,9 +634,9 @@ def _is_param_scoped(name: str) -> bool:
     return False
 
 
-def parse(src: str) -> ir.Module:
+def parse(src: str, limits: EmuLimits | None = None) -> ir.Module:
     """Parse PTX text; CudaError(cudaErrorInvalidPtx) naming the problem and its line."""
-    p = _Parser(src)
+    p = _Parser(src, limits or EmuLimits())
     mod = p.parse()
     mod.externs -= set(mod.functions)
     # Scoped .param names are recorded as renamed; make operands referring to them Syms, registers Regs.
@@ -629,7 +660,10 @@ def _fix(o, regnames, params):
         return ir.Sym(o.name)
     if isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg) and o.base.name in params \
             and o.base.name not in regnames:
-        return ir.Addr(ir.Sym(o.base.name), o.offset)
+        return ir.Addr(ir.Sym(o.base.name), o.offset,
+                       _fix(o.coords, regnames, params) if o.coords is not None else None)
+    if isinstance(o, ir.Addr) and o.coords is not None:
+        return ir.Addr(o.base, o.offset, _fix(o.coords, regnames, params))
     if isinstance(o, ir.Vec):
         return ir.Vec(tuple(_fix(e, regnames, params) for e in o.elems))
     return o

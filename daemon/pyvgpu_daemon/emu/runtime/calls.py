@@ -1,7 +1,7 @@
 """Device-side calls: printf (vprintf), assert (__assertfail) and trap (ChunkAPI.vprintf, assertfail, trap).
 
 printf text and assertion messages go to the launch's stdout buffer (returned to the client with the next
-synchronizing reply); a failed assert is cudaErrorAssert and a trap cudaErrorLaunchFailure, both sticky on the
+synchronizing reply; once it passes the printf FIFO size further records are dropped); a failed assert is cudaErrorAssert and a trap cudaErrorLaunchFailure, both sticky on the
 device. Formatting is printf.py's.
 
 Uses the chunk state described in chunk.py (launch, kernel, T, cta0, ctasize) and LaneMemory (load,
@@ -22,9 +22,13 @@ class DeviceCalls:
         argps = self.load("local", None, args_off, np.uint64, 1, sel)[0]
         lanes = np.arange(self.T) if sel is None else sel
         nargs = np.zeros(len(lanes), np.int32)
+        launch = self.launch
         for k, lane in enumerate(lanes.tolist()):
             text, na = format_printf(self, lane, int(fmts[k]), int(argps[k]))
-            self.launch.stdout += text
+            if len(launch.stdout) <= launch.printf_cap:       # a full FIFO drops records, as on a GPU
+                launch.stdout += text
+            else:
+                launch.stdout_dropped += len(text)
             nargs[k] = na
         return nargs if sel is None else _expand(nargs, sel, self.T)
 

@@ -2,7 +2,8 @@
 
 Chunk implements ChunkAPI (the `S` of generated code) from one mixin per concern: special registers and
 parameters (special.py), memory spaces (spaces.py), barriers and warp operations (collective.py), device-side
-calls (calls.py), call frames of out-of-line functions (frames.py). The state those mixins share is set up here:
+calls (calls.py), call frames of out-of-line functions (frames.py), texture and surface instructions (texunit.py).
+The state those mixins share is set up here:
 
     T, ncta, cta0, ctasize        lanes, CTAs in the chunk, index of its first CTA, threads per CTA
     pc, st, zeros, barpred, barsite   see ChunkAPI
@@ -10,11 +11,13 @@ calls (calls.py), call frames of out-of-line functions (frames.py). The state th
     smem, shared_size, cta_off    the chunk's shared memory and each lane's CTA base offset in it
     lmem, frame, lane_off         the chunk's local memory (`frame` bytes per lane: the kernel's static frame,
                                   then its call stack) and each lane's offset in it
-    mem                           the device's DeviceMemory (global space)
+    mem, peer_mems                the device's DeviceMemory (global space), peer devices' memories
     pbuf                          the launch's parameter buffer as read-only bytes (kernel parameters by address)
     forced                        set when every parked warp-op lane was woken because nothing else could run
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -27,12 +30,13 @@ from .collective import Collectives
 from .frames import CallFrames
 from .spaces import LaneMemory
 from .special import SpecialRegisters
+from .texunit import TextureUnit
 
-_CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and the deadline
+_CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and cancellation
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
-class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, ChunkAPI):
+class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, TextureUnit, ChunkAPI):
     """State of one chunk of CTAs during a launch: the `S` of the generated code."""
 
     def __init__(self, launch, cta0: int, ncta: int) -> None:
@@ -40,6 +44,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
         self.launch = launch
         self.mem = launch.mem
         self.pbuf = launch.pbuf
+        self.peer_mems = launch.peers             # other devices' memories kernels may use (peer access)
         self.kernel = k
         cs = launch.ctasize
         T = ncta * cs
@@ -100,10 +105,13 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
         check_every = 0
         self._last_p = -1
         self._loops = 0
+        deadline = L.deadline
+        clock = time.monotonic
         with np.errstate(all="ignore"):
             while True:
+                # The deadline after every step (one block: cheap next to a clock read); the rest less often.
                 check_every += 1
-                if check_every >= _CHECK_EVERY:
+                if check_every >= _CHECK_EVERY or clock() > deadline:
                     check_every = 0
                     L.account(self.kernel.name, steps - done)
                     done = steps

@@ -7,30 +7,44 @@ chunk size, printf output, the instruction count and the deadline that bound the
 
 Chunks run one after the other, in CTA order, unless the kernel cannot observe other CTAs (Kernel.independent_ctas:
 no atomics, fences, volatile or scoped memory accesses, printf or assert): then up to `EmuLimits.threads` chunks run
-at once on a thread pool (NumPy releases the GIL in its loops), with the same results, since nothing one CTA does
-is visible to another.
+at once on a thread pool (NumPy and native code release the GIL), with the same results, since nothing one CTA
+does is visible to another.
+
+The time limit holds for any grid and any kernel: the deadline (and the session's cancellation) is checked
+before every chunk, so a huge grid of cheap CTAs stops on time, and after every scheduler step inside a chunk
+(chunk.py), a step being one basic block of at most cfg.MAX_BLOCK_INSTRS instructions over the chunk's lanes. A
+launch therefore overruns EmuLimits.max_seconds by at most one such step or one chunk's set-up.
+
+An index past the end of an emulated memory buffer is an access no bounds check should have let through; it is
+reported as what it is on a GPU, a sticky cudaErrorIllegalAddress naming the kernel, never as an internal error.
 """
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.errors import CudaError, code_of
 
 from ..layout import align
 from ..limits import EmuLimits
 from .chunk import Chunk
 
 _MAX_CHUNK_LOCAL = 256 << 20
+ILLEGAL_ADDRESS = code_of("cudaErrorIllegalAddress")
+MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1, stack_size: int | None = None):
+                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
+                 printf_fifo: int = 1 << 20, stack_size: int | None = None):
         self.kernel = kernel
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
+        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
         self.mem = mem
         self.symbols = symbols
         self.grid = tuple(int(x) for x in grid)
@@ -51,11 +65,22 @@ class Launch:
         stack = min(stack, limits.max_local_bytes)
         self.frame = lay.frame + (align(stack, 16) if lay.has_calls else 0)
         self.stdout = bytearray()
+        self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
+        self.stdout_dropped = 0
         self._geo: dict = {}
         self.clock_bump = 0
         self.steps = 0
         self.deadline = time.monotonic() + limits.max_seconds
+        self.cancel = cancel                  # set when the session's client is gone: stop at the next check
         self._lock = threading.Lock()
+
+    def check_time(self) -> None:
+        """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled."""
+        if time.monotonic() > self.deadline:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{self.kernel.name}: ran longer than {self.limits.max_seconds} s (PYVGPU_EMU_MAX_SECONDS)")
+        if self.cancel is not None and self.cancel.is_set():
+            raise CudaError("cudaErrorLaunchTimeout", f"{self.kernel.name}: cancelled, the session's client is gone")
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs, shared by every chunk of that size (read-only)."""
@@ -76,7 +101,8 @@ class Launch:
         return g
 
     def account(self, kernel: str, steps: int) -> None:
-        """A chunk executed `steps` more vector instructions: enforce the launch's budget and deadline."""
+        """A chunk executed `steps` more vector instructions: enforce the launch's budget, deadline and
+        cancellation."""
         with self._lock:
             self.steps += steps
             total = self.steps
@@ -84,15 +110,14 @@ class Launch:
             raise CudaError("cudaErrorLaunchTimeout",
                             f"{kernel}: instruction budget of {self.limits.max_vector_instructions} vector "
                             f"instructions exhausted (runaway loop or spin-wait?)")
-        if time.monotonic() > self.deadline:
-            raise CudaError("cudaErrorLaunchTimeout", f"{kernel}: ran longer than {self.limits.max_seconds} s")
+        self.check_time()
 
     def run(self) -> bytes:
         ncta_total = self.grid[0] * self.grid[1] * self.grid[2]
         per = max(1, self.limits.lanes_per_chunk // self.ctasize)
         per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
-        chunks = [(cta, min(per, ncta_total - cta)) for cta in range(0, ncta_total, per)]
-        threads = min(self.limits.threads, len(chunks)) if self.kernel.independent_ctas else 1
+        nchunks = -(-ncta_total // per)
+        threads = min(self.limits.threads, nchunks) if self.kernel.independent_ctas else 1
         # the block code every chunk binds (compiled at a kernel's first launch, before any chunk runs): native
         # when built ("on": built now; "auto", for large launches: built in the background, used once ready)
         native = None
@@ -103,21 +128,34 @@ class Launch:
         self.make = native or self.kernel.make
         try:
             if threads > 1:
-                self._run_parallel(chunks, threads)
+                self._run_parallel(ncta_total, per, threads)
             else:
-                for cta, n in chunks:
-                    Chunk(self, cta, n).run()
+                for cta in range(0, ncta_total, per):
+                    self.check_time()
+                    Chunk(self, cta, min(per, ncta_total - cta)).run()
+        except IndexError as e:
+            err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
+            err.stdout = bytes(self.stdout)
+            raise err from e
         except CudaError as e:
+            if e.code in (ILLEGAL_ADDRESS, MISALIGNED_ADDRESS) and not e.message.startswith(self.kernel.name):
+                e = CudaError(e.code, f"{self.kernel.name}: {e.message}")
             e.stdout = bytes(self.stdout)
-            raise
+            raise e
         return bytes(self.stdout)
 
-    def _run_parallel(self, chunks: list[tuple[int, int]], threads: int) -> None:
-        """Every chunk on a pool of `threads`; the first failure (in chunk order) is the launch's."""
+    def _run_parallel(self, ncta_total: int, per: int, threads: int) -> None:
+        """The chunks on a pool of `threads`, at most 2 * threads queued at a time (a grid may have billions of
+        CTAs); the first failure, in chunk order, is the launch's and stops the rest."""
         ex = ThreadPoolExecutor(threads, thread_name_prefix="emu-chunk")
+        pending: deque = deque()
         try:
-            futures = [ex.submit(lambda c=c, n=n: Chunk(self, c, n).run()) for c, n in chunks]
-            for f in futures:
-                f.result()
+            for cta in range(0, ncta_total, per):
+                self.check_time()
+                if len(pending) >= 2 * threads:
+                    pending.popleft().result()
+                pending.append(ex.submit(lambda c=cta: Chunk(self, c, min(per, ncta_total - c)).run()))
+            while pending:
+                pending.popleft().result()
         finally:
             ex.shutdown(wait=True, cancel_futures=True)

@@ -10,7 +10,7 @@ fast path (`_window_index`). Atomics are applied by ops/atomic.py, in lane order
 
 Also the byte-level reads device-side calls need (byte_span, read_bytes, read_cstring).
 
-Uses the chunk state described in chunk.py (T, mem, pbuf, smem, shared_size, cta_off, lmem, frame, lane_off,
+Uses the chunk state described in chunk.py (T, mem, peer_mems, pbuf, smem, shared_size, cta_off, lmem, frame, lane_off,
 views, _acache).
 """
 from __future__ import annotations
@@ -40,9 +40,7 @@ class LaneMemory:
         positions: indices into the accessed-lane list (None = all, in order)."""
         a = self._lane_addresses(space, addr, off, sel)
         if space == "global":
-            a = a.astype(np.uint64, copy=False)
-            self.mem.check_access(a, vsize, write)
-            return [(self.mem.heap, (a - np.uint64(self.mem.base)).view(np.int64), None)]
+            return self._global(a.astype(np.uint64, copy=False), vsize, write, None)
         if space == "shared" or space == "local":
             buf, boff = self._window_part(space, a, write, vsize, sel)
             return [(buf, boff, None)]
@@ -61,6 +59,33 @@ class LaneMemory:
             pa = _in_window(a, PAR_WIN)
             return self._parts(a, (("param", pa, PAR_WIN), ("local", ~pa, 0)), write, sel, vsize)
         raise CudaError("cudaErrorInvalidPtx", f"memory space {space} not supported")
+
+    def _global(self, a, vsize: int, write: bool, pos) -> list:
+        """Parts of a global access: this device's memory, or, with peer access enabled, other devices' of the
+        session (`peer_mems`, DeviceMemory each) for the addresses inside their windows."""
+        mem = self.mem
+        if self.peer_mems and a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < mem.base or hi >= mem.base + mem.capacity:
+                return self._global_split(a, vsize, write, pos)
+        mem.check_access(a, vsize, write)
+        return [(mem.heap, (a - np.uint64(mem.base)).view(np.int64), pos)]
+
+    def _global_split(self, a, vsize: int, write: bool, pos) -> list:
+        out = []
+        left = np.ones(len(a), bool)
+        for m in (self.mem, *self.peer_mems):
+            msk = (a >= np.uint64(m.base)) & (a < np.uint64(m.base + m.capacity))
+            if not msk.any():
+                continue
+            idx = np.flatnonzero(msk)
+            sub = a[idx]
+            m.check_access(sub, vsize, write)
+            out.append((m.heap, (sub - np.uint64(m.base)).view(np.int64), idx if pos is None else pos[idx]))
+            left &= ~msk
+        if left.any():
+            self.mem.check_access(a[left], vsize, write)    # outside every window: the fault names the address
+        return out
 
     def _lane_addresses(self, space: str, addr, off: int, sel):
         """The address each accessing lane uses: addr + off, or off itself when addr is None."""
@@ -82,17 +107,17 @@ class LaneMemory:
             if not msk.any():
                 continue
             pos = np.flatnonzero(msk)
-            buf, boff = self._window_part(kind, a[pos] - np.uint64(win), write, vsize, lanes[pos])
-            out.append((buf, boff, pos))
+            sub = a[pos] - np.uint64(win)
+            if kind == "global":
+                out += self._global(sub, vsize, write, pos)
+            else:
+                buf, boff = self._window_part(kind, sub, write, vsize, lanes[pos])
+                out.append((buf, boff, pos))
         return out
 
     def _window_part(self, kind: str, off, write: bool, vsize: int, lanes):
         """(buffer, byte offsets) of offsets into one space as `lanes` (None: every lane, in order) see them;
-        checked against the space's bounds."""
-        if kind == "global":
-            off = off.astype(np.uint64, copy=False)
-            self.mem.check_access(off, vsize, write)
-            return self.mem.heap, (off - np.uint64(self.mem.base)).view(np.int64)
+        checked against the space's bounds (shared, local, param)."""
         s = off.view(np.int64) if off.dtype == np.uint64 else off.astype(np.int64, copy=False)
         if kind == "param":
             if write:

@@ -6,6 +6,10 @@ out-of-line call or return (ocall, oret: inline.py), a CTA barrier
 activemask, bar.warp.sync: kind 'warp', in a block of its own because it waits for its warp). A label starts a
 new block; a block without terminator falls through to the next one, and the body ends with an implicit exit.
 `labels` maps every label to the index of the block it starts.
+
+A run of more than MAX_BLOCK_INSTRS straight-line instructions is cut into blocks that fall through to each other:
+a scheduler step (one block over a chunk's lanes) stays short, so the launch deadline is checked often enough
+whatever the kernel (runtime/launch.py).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ class Block:
     term: ir.Instr | None        # bra / ret / exit / bar / warp op (None: fall through)
     kind: str                    # 'plain' | 'bar' | 'warp'
 
+
+MAX_BLOCK_INSTRS = 64
 
 WARP_OPS = frozenset({"shfl", "vote", "redux", "activemask", "match"})
 BRANCHES = frozenset({"bra", "ret", "exit", "brx", "ocall", "oret"})
@@ -64,5 +70,7 @@ def split_blocks(body: list) -> tuple[list[Block], dict[str, int]]:
             close(item, "plain")
         else:
             cur.append(item)
+            if len(cur) >= MAX_BLOCK_INSTRS:
+                close(None, "plain")
     close(ir.Instr("exit", (), [], [], None, 0, "end of body"), "plain")
     return blocks, labels

@@ -3,8 +3,10 @@
 Each call site of an ordinary function gets its own copy of the callee, with registers, labels and local variables
 renamed under a unique prefix (`callee@N:`); the callee's .param names are bound to the caller's argument and
 return variables, `ret` becomes a branch to the copy's end label, and a guarded call branches around the copy.
-Function-scope .shared variables exist once per function (`func::name`), as in CUDA. Calls to functions without a
-body (vprintf, __assertfail) stay `call` instructions for the code generator.
+Function-scope .shared variables exist once per function (`func::name`), as in CUDA. Call chains deeper than
+EmuLimits.max_call_depth, and a flat kernel above EmuLimits.max_instructions / max_registers (copies multiply:
+each call site inlines its callee again) are cudaErrorInvalidPtx; calls to functions without a body (vprintf,
+__assertfail) stay `call` instructions for the code generator.
 
 Functions that cannot be inlined are compiled once, out of line (`out_of_line`): those on a cycle of direct calls
 (recursion) and those whose address is taken (calls through a register may reach them). Their bodies follow the
@@ -59,7 +61,7 @@ class FlatKernel:
 
 
 def inline(mod: ir.Module, entry: ir.Function, limits: EmuLimits) -> FlatKernel:
-    inl = _Inliner(mod, limits)
+    inl = _Inliner(mod, limits, entry.name)
     inl.expand(entry, "", {}, None, (entry.name,))
     inl.expand_out_of_line()
     return FlatKernel(entry.name, inl.body, inl.regs, inl.locals, entry, inl.local_ctx, inl.formals, inl.done,
@@ -145,7 +147,8 @@ class _Scope:
                 return ir.Sym(self.prefix + n)
             return o
         if isinstance(o, ir.Addr):
-            return ir.Addr(self.rename(o.base) if o.base is not None else None, o.offset)
+            return ir.Addr(self.rename(o.base) if o.base is not None else None, o.offset,
+                           self.rename(o.coords) if o.coords is not None else None)
         if isinstance(o, ir.Vec):
             return ir.Vec(tuple(self.rename(e) for e in o.elems))
         return o
@@ -173,9 +176,10 @@ def entry_label(fname: str) -> str:
 
 
 class _Inliner:
-    def __init__(self, mod: ir.Module, limits: EmuLimits) -> None:
+    def __init__(self, mod: ir.Module, limits: EmuLimits, body_name: str) -> None:
         self.mod = mod
         self.limits = limits
+        self.body_name = body_name
         self.body: list = []
         self.regs: dict[str, str] = {}
         self.locals: list[ir.VarDecl] = []
@@ -193,6 +197,9 @@ class _Inliner:
         rs = _regset(fn)
         for n, t in rs.items():
             self.regs[prefix + n] = t
+        if len(self.regs) > self.limits.max_registers:
+            raise CudaError("cudaErrorInvalidPtx", f"{self.body_name}: more than {self.limits.max_registers} "
+                                                   f"registers once its calls are inlined")
         labels = {x for x in fn.body if isinstance(x, str)}
         scope = _Scope(prefix, rs, pmap, labels, self._declare_locals(fn, prefix))
         for item in fn.body:
@@ -247,6 +254,9 @@ class _Inliner:
         return names
 
     def _instr(self, ins: ir.Instr, fn: ir.Function, scope: _Scope, end_label: str | None, stack: tuple) -> None:
+        if len(self.body) > self.limits.max_instructions:
+            raise CudaError("cudaErrorInvalidPtx", f"{self.body_name}: more than {self.limits.max_instructions} "
+                                                   f"instructions once its calls are inlined")
         rn = scope.rename
         guard = scope.guard(ins.guard)
         if ins.opcode == "ret" and not fn.is_entry:

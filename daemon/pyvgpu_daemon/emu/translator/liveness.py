@@ -13,13 +13,17 @@ from .cfg import Block
 
 
 def operand_registers(o, regs, into: list) -> None:
-    """Append the registers operand o names (a register, an address's base, a vector's elements) to `into`."""
+    """Append the registers operand o names (a register, an address's base and coordinates, a vector's elements)
+    to `into`."""
     if isinstance(o, ir.Reg):
         n = o.name.lstrip("!")
         if n in regs:
             into.append(n)
-    elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
-        operand_registers(o.base, regs, into)
+    elif isinstance(o, ir.Addr):
+        if isinstance(o.base, ir.Reg):
+            operand_registers(o.base, regs, into)
+        if o.coords is not None:              # texture and surface coordinates
+            operand_registers(o.coords, regs, into)
     elif isinstance(o, ir.Vec):
         for e in o.elems:
             operand_registers(e, regs, into)

@@ -1,0 +1,676 @@
+/* Executable graphs: instantiation (a private copy of the graph with child graphs inlined, a topological order,
+ * segments), launch, upload, update and the per-exec parameter setters.
+ *
+ * Segments: consecutive device-only nodes of one GPU are recorded into one frame list (core record.c) and uploaded
+ * once as a daemon graph (GRAPH_CREATE); launching such a segment is one GRAPH_LAUNCH frame. Every other node (host
+ * functions, copies from or to host memory, copies between GPUs) is a client action run at launch by the same code
+ * that runs the API call. When consecutive segments use different GPUs the earlier GPU is synchronized first, so
+ * the graph's dependencies hold across devices; the daemon serializes each device's work, so within a GPU the
+ * order of the segment is enough. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+
+enum { SEG_DEVICE, SEG_NODE };
+
+struct pv_segment {
+    int kind;
+    int dev;                       /* SEG_DEVICE: the GPU; SEG_NODE: the node's GPU or -1 */
+    uint64_t handle;               /* SEG_DEVICE: daemon graph */
+    struct pv_gnode *node;         /* SEG_NODE */
+};
+
+struct pv_gexec {
+    uint32_t magic;
+    struct pv_graph *graph;        /* private, flattened copy */
+    struct pv_gnode **order;       /* topological order of graph's nodes */
+    int n;
+    struct pv_segment *segs;
+    int nsegs;
+    int stale;                     /* parameters changed since the segments were uploaded */
+    unsigned long long flags;
+    pthread_mutex_t mu;            /* one launch or update of this exec at a time */
+};
+
+static struct pv_gexec *exec_of(cudaGraphExec_t e)
+{
+    return (e && pv_handle_valid(e) && e->magic == PV_GEXEC_MAGIC) ? e : NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ running nodes */
+int pv_gnode_device_only(const struct pv_gnode *n, int *dev)
+{
+    switch (n->type) {
+    case PV_cudaGraphNodeTypeKernel:
+    case PV_cudaGraphNodeTypeMemset:
+    case PV_cudaGraphNodeTypeEventRecord:
+    case PV_cudaGraphNodeTypeWaitEvent:
+        *dev = n->dev;
+        return n->dev >= 0;
+    case PV_cudaGraphNodeTypeMemcpy: {
+        const struct cudaMemcpy3DParms *p = &n->p.copy;
+        if (p->srcArray || p->dstArray)
+            return 0;                                   /* array copies run as client actions */
+        int sd = pv_ptr_device(p->srcPtr.ptr), dd = pv_ptr_device(p->dstPtr.ptr);
+        int kind_ok = p->kind == cudaMemcpyDeviceToDevice || p->kind == cudaMemcpyDefault;
+        *dev = dd;
+        return kind_ok && sd >= 0 && sd == dd;
+    }
+    default:
+        return 0;
+    }
+}
+
+cudaError_t pv_gnode_run(struct pv_gnode *n, cudaStream_t s)
+{
+    if (!n->enabled)
+        return PV_SUCCESS;
+    switch (n->type) {
+    case PV_cudaGraphNodeTypeKernel: {
+        struct pv_device *d = pv_device(n->dev);
+        uint64_t remote = 0;
+        struct pv_device *sd = NULL;
+        if (!d)
+            return PV_cudaErrorInvalidDevice;
+        if (pv_stream_resolve(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
+            remote = 0;                                 /* another GPU's stream: this GPU's default stream */
+        return pv_launch_send(&n->p.kernel, remote);
+    }
+    case PV_cudaGraphNodeTypeMemcpy:
+        return pv_memcpy3d_run(&n->p.copy, s);
+    case PV_cudaGraphNodeTypeMemset:
+        return pv_memset_run(&n->p.memset, s);
+    case PV_cudaGraphNodeTypeHost: {
+        cudaError_t err = pv_stream_sync(s);      /* the host function follows the work before it */
+        if (err == PV_SUCCESS)
+            n->p.host.fn(n->p.host.userData);
+        return err;
+    }
+    case PV_cudaGraphNodeTypeEventRecord:
+        return pv_event_record(n->p.event, s);
+    case PV_cudaGraphNodeTypeWaitEvent:
+        return pv_stream_wait_run(s, n->p.event, 0);
+    case PV_cudaGraphNodeTypeEmpty:
+        return PV_SUCCESS;
+    default:
+        return PV_cudaErrorNotSupported;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ instantiate */
+/* Replaces every child-graph node of g by the child's nodes: the child's roots take the node's dependencies and the
+ * node's dependents depend on the child's leaves. Repeats until no child graph is left (nested children). */
+static cudaError_t flatten(struct pv_graph *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        struct pv_gnode *cn = g->nodes[i];
+        if (cn->type != PV_cudaGraphNodeTypeGraph)
+            continue;
+        struct pv_graph *child = cn->p.child;
+        struct pv_gnode **map;
+        struct pv_graph *copy;
+        cudaError_t err = pv_graph_clone(child, &copy, &map);
+        if (err != PV_SUCCESS)
+            return err;
+        /* move copy's nodes into g */
+        int base = g->n;
+        for (int j = 0; j < copy->n && err == PV_SUCCESS; j++) {
+            struct pv_gnode *m;
+            err = pv_gnode_add(g, copy->nodes[j]->type, NULL, 0, &m);
+            if (err == PV_SUCCESS) {
+                err = pv_gnode_copy_params(m, copy->nodes[j]);
+                m->orig = NULL;                         /* not addressable through the parent's exec */
+                if (err != PV_SUCCESS)
+                    m->type = PV_cudaGraphNodeTypeEmpty;
+            }
+        }
+        for (int j = 0; j < copy->n && err == PV_SUCCESS; j++) {
+            struct pv_gnode *src = child->nodes[j], *m = g->nodes[base + j];
+            for (int k = 0; k < src->ndeps && err == PV_SUCCESS; k++)
+                for (int q = 0; q < child->n; q++)
+                    if (child->nodes[q] == src->deps[k])
+                        err = pv_gnode_add_dep(m, g->nodes[base + q]);
+            if (!src->ndeps)                            /* a root of the child: after the node's dependencies */
+                for (int k = 0; k < cn->ndeps && err == PV_SUCCESS; k++)
+                    err = pv_gnode_add_dep(m, cn->deps[k]);
+        }
+        free(map);
+        pv_graph_free(copy);
+        if (err != PV_SUCCESS)
+            return err;
+        /* dependents of the child node now depend on every node of the child (its leaves suffice; all is exact) */
+        for (int j = 0; j < base && err == PV_SUCCESS; j++) {
+            struct pv_gnode *m = g->nodes[j];
+            if (!pv_graph_has_edge(cn, m))
+                continue;
+            for (int q = base; q < g->n && err == PV_SUCCESS; q++)
+                err = pv_gnode_add_dep(m, g->nodes[q]);
+        }
+        if (err != PV_SUCCESS)
+            return err;
+        cudaGraphDestroyNode(cn);
+        i = -1;                                          /* start over: the node array changed */
+    }
+    return PV_SUCCESS;
+}
+
+/* Kahn's algorithm, ties broken by creation order so a captured stream replays in its own order. */
+static cudaError_t topo_order(struct pv_graph *g, struct pv_gnode ***out)
+{
+    int n = g->n;
+    struct pv_gnode **order = malloc(sizeof *order * (size_t)(n ? n : 1));
+    int *indeg = calloc((size_t)(n ? n : 1), sizeof *indeg);
+    char *done = calloc((size_t)(n ? n : 1), 1);
+    if (!order || !indeg || !done) {
+        free(order); free(indeg); free(done);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    for (int i = 0; i < n; i++)
+        indeg[i] = g->nodes[i]->ndeps;
+    for (int k = 0; k < n; k++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!done[i] && indeg[i] == 0 && (best < 0 || g->nodes[i]->index < g->nodes[best]->index))
+                best = i;
+        if (best < 0) {                                  /* a cycle */
+            free(order); free(indeg); free(done);
+            return PV_cudaErrorInvalidValue;
+        }
+        done[best] = 1;
+        order[k] = g->nodes[best];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < g->nodes[i]->ndeps; j++)
+                if (g->nodes[i]->deps[j] == g->nodes[best])
+                    indeg[i]--;
+    }
+    free(indeg);
+    free(done);
+    *out = order;
+    return PV_SUCCESS;
+}
+
+static void drop_segments(struct pv_gexec *x)
+{
+    for (int i = 0; i < x->nsegs; i++)
+        if (x->segs[i].kind == SEG_DEVICE && x->segs[i].handle) {
+            struct pv_device *d = pv_device(x->segs[i].dev);
+            if (d)
+                (void)pv_send_GRAPH_DESTROY(d, x->segs[i].handle);
+        }
+    free(x->segs);
+    x->segs = NULL;
+    x->nsegs = 0;
+}
+
+static cudaError_t push_segment(struct pv_gexec *x, struct pv_segment s, int *cap)
+{
+    if (x->nsegs == *cap) {
+        int nc = *cap ? *cap * 2 : 8;
+        struct pv_segment *p = realloc(x->segs, (size_t)nc * sizeof *p);
+        if (!p)
+            return PV_cudaErrorMemoryAllocation;
+        x->segs = p;
+        *cap = nc;
+    }
+    x->segs[x->nsegs++] = s;
+    return PV_SUCCESS;
+}
+
+/* Records nodes order[from..to) (device-only, all on GPU dev) and uploads them as one daemon graph. */
+static cudaError_t upload(struct pv_gexec *x, int from, int to, int dev, uint64_t *handle)
+{
+    struct pv_device *d = pv_device(dev);
+    if (!d)
+        return PV_cudaErrorInvalidDevice;
+    /* modules must be loaded before recording: a module load is a call with a reply, never recorded */
+    for (int i = from; i < to; i++)
+        if (x->order[i]->type == PV_cudaGraphNodeTypeKernel) {
+            cudaError_t err = pv_module_ensure(x->order[i]->p.kernel.func->fb, d);
+            if (err != PV_SUCCESS)
+                return err;
+        }
+    struct pv_recorder rec = { 0 };
+    cudaError_t err = PV_SUCCESS;
+    pv_record_begin(&rec);
+    for (int i = from; i < to && err == PV_SUCCESS; i++)
+        err = pv_gnode_run(x->order[i], NULL);
+    pv_record_end();
+    if (err == PV_SUCCESS)
+        err = rec.err;
+    if (err == PV_SUCCESS && (rec.ndev > 1 || (rec.ndev == 1 && rec.per_dev[0].dev != d)))
+        err = PV_cudaErrorUnknown;                      /* a device-only node reached another GPU: a bug */
+    if (err == PV_SUCCESS && rec.ndev && rec.per_dev[0].count > PV_MAX_GRAPH_OPS)
+        err = PV_cudaErrorNotSupported;
+    *handle = 0;
+    if (err == PV_SUCCESS && rec.ndev)
+        err = pv_call_GRAPH_CREATE(d, rec.per_dev[0].data, rec.per_dev[0].len, handle);
+    pv_recorder_free(&rec);
+    return err;
+}
+
+static cudaError_t build_segments(struct pv_gexec *x)
+{
+    int cap = 0;
+    cudaError_t err = PV_SUCCESS;
+    for (int i = 0; i < x->n && err == PV_SUCCESS;) {
+        int dev;
+        struct pv_gnode *n = x->order[i];
+        if (!n->enabled || n->type == PV_cudaGraphNodeTypeEmpty) {
+            i++;
+            continue;
+        }
+        if (!pv_gnode_device_only(n, &dev)) {
+            err = push_segment(x, (struct pv_segment){ SEG_NODE, n->dev, 0, n }, &cap);
+            i++;
+            continue;
+        }
+        int j = i + 1, d2;
+        while (j < x->n && (!x->order[j]->enabled || x->order[j]->type == PV_cudaGraphNodeTypeEmpty ||
+                            (pv_gnode_device_only(x->order[j], &d2) && d2 == dev)))
+            j++;
+        uint64_t h;
+        err = upload(x, i, j, dev, &h);
+        if (err == PV_SUCCESS && h)
+            err = push_segment(x, (struct pv_segment){ SEG_DEVICE, dev, h, NULL }, &cap);
+        i = j;
+    }
+    if (err != PV_SUCCESS)
+        drop_segments(x);
+    else
+        x->stale = 0;
+    return err;
+}
+
+static void exec_free(struct pv_gexec *x)
+{
+    drop_segments(x);
+    free(x->order);
+    pv_graph_free(x->graph);
+    pthread_mutex_destroy(&x->mu);
+    x->magic = 0;
+    free(x);
+}
+
+static cudaError_t instantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags,
+                               cudaGraphNode_t *err_node, int *result)
+{
+    struct pv_graph *g = pv_graph_of(graph);
+    *result = PV_cudaGraphInstantiateError;
+    if (!out || !g)
+        return PV_cudaErrorInvalidValue;
+    if (flags & ~(unsigned long long)(PV_cudaGraphInstantiateFlagAutoFreeOnLaunch | PV_cudaGraphInstantiateFlagUpload |
+                                      PV_cudaGraphInstantiateFlagUseNodePriority))
+        return PV_cudaErrorInvalidValue;                /* device launch needs the device runtime */
+    struct pv_gexec *x = calloc(1, sizeof *x);
+    if (!x)
+        return PV_cudaErrorMemoryAllocation;
+    x->magic = PV_GEXEC_MAGIC;
+    x->flags = flags;
+    pthread_mutex_init(&x->mu, NULL);
+    cudaError_t err = pv_graph_clone(g, &x->graph, NULL);
+    if (err == PV_SUCCESS)
+        err = flatten(x->graph);
+    for (int i = 0; err == PV_SUCCESS && i < x->graph->n; i++)
+        if (x->graph->nodes[i]->type > PV_cudaGraphNodeTypeEventRecord) {
+            if (err_node)
+                *err_node = x->graph->nodes[i]->orig;
+            *result = PV_cudaGraphInstantiateNodeOperationNotSupported;
+            err = PV_cudaErrorNotSupported;
+        }
+    if (err == PV_SUCCESS) {
+        x->n = x->graph->n;
+        err = topo_order(x->graph, &x->order);
+        if (err == PV_cudaErrorInvalidValue)
+            *result = PV_cudaGraphInstantiateInvalidStructure;
+    }
+    if (err == PV_SUCCESS)
+        err = build_segments(x);
+    if (err != PV_SUCCESS) {
+        exec_free(x);
+        return err;
+    }
+    pv_handle_add(x);
+    *result = PV_cudaGraphInstantiateSuccess;
+    *out = x;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags)
+{
+    int result;
+    return pv_ret(instantiate(out, graph, flags, NULL, &result));
+}
+
+PV_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags)
+{
+    return cudaGraphInstantiate(out, graph, flags);
+}
+
+PV_API cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *out, cudaGraph_t graph,
+                                                  cudaGraphInstantiateParams *p)
+{
+    if (!p)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    p->errNode_out = NULL;
+    int result;
+    cudaError_t err = instantiate(out, graph, p->flags, &p->errNode_out, &result);
+    p->result_out = result;
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *out, cudaGraph_t graph,
+                                                       cudaGraphInstantiateParams *p)
+{
+    return cudaGraphInstantiateWithParams(out, graph, p);
+}
+
+PV_API cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t exec, unsigned long long *flags)
+{
+    struct pv_gexec *x = exec_of(exec);
+    if (!x || !flags)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    *flags = x->flags;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    struct pv_gexec *x = exec_of(exec);
+    if (!x || pv_handle_remove(x) != 0)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    exec_free(x);
+    return PV_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ launch */
+static cudaError_t launch_locked(struct pv_gexec *x, cudaStream_t s)
+{
+    cudaError_t err = PV_SUCCESS;
+    if (x->stale) {
+        drop_segments(x);
+        err = build_segments(x);
+    }
+    int prev = -1;
+    for (int i = 0; i < x->nsegs && err == PV_SUCCESS; i++) {
+        struct pv_segment *g = &x->segs[i];
+        struct pv_device *pd = prev >= 0 ? pv_device(prev) : NULL;
+        if (pd && g->dev != prev)                       /* work on another GPU waits for this one's */
+            err = pv_call_DEVICE_SYNC(pd);
+        if (err != PV_SUCCESS)
+            break;
+        if (g->kind == SEG_DEVICE) {
+            struct pv_device *d = pv_device(g->dev), *sd = NULL;
+            uint64_t remote = 0;
+            if (pv_stream_resolve(s, d, &remote, &sd) != PV_SUCCESS || sd != d)
+                remote = 0;
+            err = pv_send_GRAPH_LAUNCH(d, g->handle, remote);
+        } else {
+            err = pv_gnode_run(g->node, s);
+        }
+        if (g->dev >= 0)
+            prev = g->dev;
+    }
+    return err;
+}
+
+/* The exec and stream arguments of a launch or upload, checked. */
+static cudaError_t exec_on_stream(cudaGraphExec_t exec, cudaStream_t s, struct pv_gexec **x)
+{
+    *x = exec_of(exec);
+    if (!*x)
+        return PV_cudaErrorInvalidValue;
+    return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
+}
+
+PV_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    struct pv_gexec *x;
+    cudaError_t cerr = exec_on_stream(exec, s, &x);
+    if (cerr != PV_SUCCESS)
+        return pv_ret(cerr);
+    if (pv_capturing(s)) {                               /* launching into a capture embeds the graph */
+        struct pv_gnode *n;
+        cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeGraph, &n);
+        if (err == PV_SUCCESS)
+            err = pv_graph_clone(x->graph, &n->p.child, NULL);
+        if (err != PV_SUCCESS && n)
+            n->type = PV_cudaGraphNodeTypeEmpty;
+        return pv_ret(err);
+    }
+    pthread_mutex_lock(&x->mu);
+    cudaError_t err = launch_locked(x, s);
+    pthread_mutex_unlock(&x->mu);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t s) { return cudaGraphLaunch(exec, s); }
+
+/* Segments are uploaded at instantiation; an upload call only refreshes them after parameter changes. */
+PV_API cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s)
+{
+    struct pv_gexec *x;
+    cudaError_t err = exec_on_stream(exec, s, &x);
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    pthread_mutex_lock(&x->mu);
+    if (x->stale) {
+        drop_segments(x);
+        err = build_segments(x);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t exec, cudaStream_t s) { return cudaGraphUpload(exec, s); }
+
+/* ------------------------------------------------------------------------------------------ updates */
+/* The exec's copy of node `orig` (a node of the graph it was instantiated from). */
+static struct pv_gnode *exec_node(struct pv_gexec *x, cudaGraphNode_t orig)
+{
+    for (int i = 0; i < x->n; i++)
+        if (x->order[i]->orig == orig)
+            return x->order[i];
+    return NULL;
+}
+
+/* Runs set(copy, args) on the exec's copy of node under the exec's lock; the segments are rebuilt lazily. */
+#define EXEC_SET(exec, node, type_, call)                                                                   \
+    do {                                                                                                    \
+        struct pv_gexec *x_ = exec_of(exec);                                                                \
+        struct pv_gnode *o_ = pv_gnode_of(node);                                                            \
+        if (!x_ || !o_)                                                                                     \
+            return pv_ret(PV_cudaErrorInvalidValue);                                                        \
+        pthread_mutex_lock(&x_->mu);                                                                        \
+        struct pv_gnode *n = exec_node(x_, o_);                                                             \
+        cudaError_t err_ = (n && n->type == (type_)) ? (call) : PV_cudaErrorInvalidValue;                   \
+        if (err_ == PV_SUCCESS)                                                                             \
+            x_->stale = 1;                                                                                  \
+        pthread_mutex_unlock(&x_->mu);                                                                      \
+        return pv_ret(err_);                                                                                \
+    } while (0)
+
+PV_API cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                    const struct cudaKernelNodeParams *p)
+{
+    EXEC_SET(exec, node, PV_cudaGraphNodeTypeKernel, pv_gnode_set_kernel(n, p, n->dev));
+}
+
+PV_API cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                    const struct cudaMemcpy3DParms *p)
+{
+    EXEC_SET(exec, node, PV_cudaGraphNodeTypeMemcpy, pv_gnode_set_copy(n, p));
+}
+
+PV_API cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst,
+                                                      const void *src, size_t count, int kind)
+{
+    struct cudaMemcpy3DParms p;
+    pv_copy1d_params(&p, dst, src, count, kind);
+    return cudaGraphExecMemcpyNodeSetParams(exec, node, &p);
+}
+
+PV_API cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                    const struct cudaMemsetParams *p)
+{
+    EXEC_SET(exec, node, PV_cudaGraphNodeTypeMemset, pv_gnode_set_memset(n, p));
+}
+
+static cudaError_t set_host(struct pv_gnode *n, const struct cudaHostNodeParams *p)
+{
+    if (!p || !p->fn)
+        return PV_cudaErrorInvalidValue;
+    n->p.host = *p;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                  const struct cudaHostNodeParams *p)
+{
+    EXEC_SET(exec, node, PV_cudaGraphNodeTypeHost, set_host(n, p));
+}
+
+static cudaError_t set_event(struct pv_gnode *n, cudaEvent_t e)
+{
+    if (!e || !pv_handle_valid(e) || e->magic != PV_EVENT_MAGIC || e->dev != n->dev)
+        return PV_cudaErrorInvalidValue;
+    n->p.event = e;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node, cudaEvent_t e)
+{
+    EXEC_SET(exec, node, PV_cudaGraphNodeTypeEventRecord, set_event(n, e));
+}
+
+PV_API cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node, cudaEvent_t e)
+{
+    EXEC_SET(exec, node, PV_cudaGraphNodeTypeWaitEvent, set_event(n, e));
+}
+
+static cudaError_t set_enabled(struct pv_gnode *n, unsigned on)
+{
+    if (n->type != PV_cudaGraphNodeTypeKernel && n->type != PV_cudaGraphNodeTypeMemcpy &&
+        n->type != PV_cudaGraphNodeTypeMemset)
+        return PV_cudaErrorInvalidValue;
+    n->enabled = on ? 1 : 0;
+    return PV_SUCCESS;
+}
+
+PV_API cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned on)
+{
+    struct pv_gnode *o = pv_gnode_of(node);
+    EXEC_SET(exec, node, o ? o->type : -1, set_enabled(n, on));
+}
+
+PV_API cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned *on)
+{
+    struct pv_gexec *x = exec_of(exec);
+    struct pv_gnode *o = pv_gnode_of(node), *n = NULL;
+    if (x && o && on) {
+        pthread_mutex_lock(&x->mu);
+        n = exec_node(x, o);
+        if (n)
+            *on = (unsigned)n->enabled;
+        pthread_mutex_unlock(&x->mu);
+    }
+    return n ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                              struct cudaGraphNodeParams *p)
+{
+    if (!p)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    switch (p->type) {
+    case PV_cudaGraphNodeTypeKernel:
+        return cudaGraphExecKernelNodeSetParams(exec, node, &p->u.kernel);
+    case PV_cudaGraphNodeTypeMemcpy:
+        return cudaGraphExecMemcpyNodeSetParams(exec, node, &p->u.memcpy.copyParams);
+    case PV_cudaGraphNodeTypeMemset:
+        return cudaGraphExecMemsetNodeSetParams(exec, node, &p->u.memset);
+    case PV_cudaGraphNodeTypeHost:
+        return cudaGraphExecHostNodeSetParams(exec, node, &p->u.host);
+    case PV_cudaGraphNodeTypeEventRecord:
+        return cudaGraphExecEventRecordNodeSetEvent(exec, node, p->u.eventRecord.event);
+    case PV_cudaGraphNodeTypeWaitEvent:
+        return cudaGraphExecEventWaitNodeSetEvent(exec, node, p->u.eventWait.event);
+    default:
+        return pv_ret(PV_cudaErrorNotSupported);
+    }
+}
+
+/* cudaGraphExecUpdate where the topology is unchanged: the same node count, types and edges in creation order
+ * (what capturing the same code again produces). The exec takes the new graph's parameters; anything else is
+ * refused with the reason CUDA gives, and the exec is left as it was. */
+static int pos_in(const struct pv_graph *g, const struct pv_gnode *n)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i] == n)
+            return i;
+    return -1;
+}
+
+static int same_topology(const struct pv_graph *a, const struct pv_graph *b, int *why, int *bad)
+{
+    *why = PV_cudaGraphExecUpdateErrorTopologyChanged;
+    if (a->n != b->n)
+        return 0;
+    for (int i = 0; i < a->n; i++) {
+        const struct pv_gnode *x = a->nodes[i], *y = b->nodes[i];
+        *bad = i;
+        if (x->type != y->type) {
+            *why = PV_cudaGraphExecUpdateErrorNodeTypeChanged;
+            return 0;
+        }
+        if (x->ndeps != y->ndeps)
+            return 0;
+        for (int j = 0; j < x->ndeps; j++) {
+            int found = 0;
+            for (int k = 0; k < y->ndeps && !found; k++)
+                found = pos_in(a, x->deps[j]) == pos_in(b, y->deps[k]);
+            if (!found)
+                return 0;
+        }
+        if (x->dev != y->dev) {                          /* work moved to another GPU */
+            *why = PV_cudaGraphExecUpdateErrorUnsupportedFunctionChange;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PV_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo *info)
+{
+    struct pv_gexec *x = exec_of(exec);
+    struct pv_graph *g = pv_graph_of(graph);
+    if (!x || !g || !info)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    memset(info, 0, sizeof *info);
+    pthread_mutex_lock(&x->mu);
+    struct pv_graph *fresh = NULL;
+    cudaError_t err = pv_graph_clone(g, &fresh, NULL);
+    if (err == PV_SUCCESS)
+        err = flatten(fresh);
+    int why = PV_cudaGraphExecUpdateError, bad = -1;
+    if (err == PV_SUCCESS && !same_topology(x->graph, fresh, &why, &bad)) {
+        info->result = why;
+        info->errorNode = bad >= 0 && bad < g->n ? g->nodes[bad] : NULL;
+        err = PV_cudaErrorGraphExecUpdateFailure;
+    }
+    if (err == PV_SUCCESS) {
+        /* take the new parameters node by node; the exec keeps its own node identities (orig links) */
+        for (int i = 0; i < fresh->n && err == PV_SUCCESS; i++) {
+            struct pv_gnode *mine = x->graph->nodes[i];
+            pv_gnode_release(mine);
+            err = pv_gnode_copy_params(mine, fresh->nodes[i]);
+            if (err != PV_SUCCESS)
+                mine->type = PV_cudaGraphNodeTypeEmpty;
+        }
+        x->stale = 1;
+        info->result = err == PV_SUCCESS ? PV_cudaGraphExecUpdateSuccess : PV_cudaGraphExecUpdateError;
+    }
+    pv_graph_free(fresh);
+    pthread_mutex_unlock(&x->mu);
+    return pv_ret(err);
+}
