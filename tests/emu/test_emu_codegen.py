@@ -142,8 +142,8 @@ def test_generated_code_uses_exactly_the_declared_interface(loaded):
     assert used == MEMBERS, f"declared but never generated: {sorted(MEMBERS - used)}"
     extra = free_names(k.source) - set(NAMESPACE)
     assert all(n.startswith("_") and n in k.namespace for n in extra), sorted(extra)   # constants
-    assert set(NAMESPACE) == {"np", "_where", "_scatter", "_fit", "_cvta_param", "_lanes", "_brx_targets",
-                              "_ocall_targets"}
+    assert set(NAMESPACE) == {"np", "_where", "_scatter", "_fit", "_cvta_param", "_uniform", "_lanes",
+                              "_brx_targets", "_ocall_targets"}
 
 
 def test_generator_refuses_undeclared_members():

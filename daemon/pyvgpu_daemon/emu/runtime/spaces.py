@@ -175,20 +175,10 @@ class LaneMemory:
         accesses: stride = element or vector size; every lane the same address: stride 0). Returns, for each
         vector element, a slice of the heap viewed as the access type (None: take the general path, which also
         reports any fault)."""
-        key = (addr.__array_interface__["data"][0], addr.dtype, "global")
+        key = (addr.__array_interface__["data"][0], addr.dtype, addr.strides, "global")
         ent = self._acache.get(key)
         if ent is None or ent[0].shape != addr.shape:
-            a = addr.astype(np.uint64, copy=False)
-            lo, hi = int(a.min()), int(a.max())
-            T = a.size
-            stride = None
-            if T == 1 or lo == hi:
-                stride = 0
-            elif a[0] == lo and (hi - lo) % (T - 1) == 0:
-                s = (hi - lo) // (T - 1)
-                if np.array_equal(a, np.uint64(lo) + np.uint64(s) * self._iota64()):
-                    stride = s
-            ent = (addr, lo, hi, int(np.bitwise_or.reduce(a & np.uint64(63))), stride, {})
+            ent = (addr, *self._stride_of(addr), {})
             self._cache_put(key, ent)
         _, lo, hi, low, stride, q = ent
         vsize = isz * nvec
@@ -209,10 +199,30 @@ class LaneMemory:
             q[(off, isz, nvec)] = hit
         return hit
 
-    def _iota64(self) -> np.ndarray:
-        io = getattr(self, "_iota", None)
+    def _stride_of(self, addr) -> tuple:
+        """(lowest, highest address, low bits, stride) of evenly spaced lane addresses (stride 0: all equal);
+        stride None when they are not (then the other fields do not matter). Evenly spaced addresses are found
+        from the first and last lane and checked in two passes; the range and alignment follow from them."""
+        a = addr.astype(np.uint64, copy=False)
+        T = a.size
+        first, last = int(a[0]), int(a[-1])
+        if T == 1 or (addr.strides == (0,)):
+            return first, first, first & 63, 0
+        if last < first or (last - first) % (T - 1):
+            return 0, 0, 0, None
+        s = (last - first) // (T - 1)
+        if s == 0:
+            ok = bool((a == np.uint64(first)).all())
+        else:
+            ok = np.array_equal(a - np.uint64(first), self._strided_iota(s))
+        return (first, last, (first | s) & 63, s) if ok else (0, 0, 0, None)
+
+    def _strided_iota(self, s: int) -> np.ndarray:
+        """0, s, 2s, ... (uint64, one per lane), cached per stride."""
+        cache = self.__dict__.setdefault("_iotas", {})
+        io = cache.get(s)
         if io is None or io.size != self.T:
-            io = self._iota = np.arange(self.T, dtype=np.uint64)
+            io = cache[s] = np.arange(self.T, dtype=np.uint64) * np.uint64(s)
         return io
 
     def _cache_put(self, key, ent) -> None:

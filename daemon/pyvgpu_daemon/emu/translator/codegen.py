@@ -78,6 +78,13 @@ def _cvta_param(v, to: bool):
     return np.where(in_par, v, moved)
 
 
+def _uniform(v, T: int):
+    """A register holding the same value in every lane (an immediate, a kernel parameter, an address): a read-only
+    stride-0 view of one element rather than T copies of it (registers are never written in place; native code
+    copies it when it needs it contiguous)."""
+    return np.broadcast_to(np.asarray(v), (T,))
+
+
 def _lanes(v, T: int):
     """A frame base per lane: v itself, or the constant v in every lane."""
     return np.full(T, v, np.uint64) if np.ndim(v) == 0 else v
@@ -111,7 +118,7 @@ def _ocall_targets(a, table, mask, T: int, line: int):
 
 
 NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit, "_cvta_param": _cvta_param,
-             "_lanes": _lanes, "_brx_targets": _brx_targets, "_ocall_targets": _ocall_targets}
+             "_uniform": _uniform, "_lanes": _lanes, "_brx_targets": _brx_targets, "_ocall_targets": _ocall_targets}
 
 
 class Codegen:
@@ -277,7 +284,7 @@ class Codegen:
             if BITS[t] != w:
                 val = f"_fit({val}, {w}, {t in SIGNED})"
         if not is_array:
-            val = f"np.full(T, {val})"
+            val = f"_uniform({val}, T)"
         if g is None or (g == "m" and not self._is_global(o.name)):
             # a block-local register under the block's own mask: the other lanes never read this value
             lines.append(f"{var} = {val}")
