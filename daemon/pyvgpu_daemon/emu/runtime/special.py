@@ -36,7 +36,8 @@ class SpecialRegisters:
         t = SPECIAL_REGISTERS.get(name)
         if t is None:
             raise CudaError("cudaErrorInvalidPtx", f"special register {name} is not supported")
-        v = np.ascontiguousarray(np.broadcast_to(self._special_value(name), (self.T,))).astype(_DTYPE[t])
+        v = np.empty(self.T, _DTYPE[t])
+        np.copyto(v, self._special_value(name), casting="unsafe")      # one pass: broadcast and type
         if name in _PER_CHUNK:
             self._own_special[name] = v
         else:
@@ -74,13 +75,13 @@ class SpecialRegisters:
         L = self.launch
         kind, axis = _INDEXES[name]
         if kind == "ntid":
-            return np.full(self.T, L.block[axis])
+            return L.block[axis]
         if kind == "nctaid":
-            return np.full(self.T, L.grid[axis])
+            return L.grid[axis]
         dims = L.block if kind == "tid" else L.grid
         lin = self.lin_in_cta if kind == "tid" else self.cta_local + self.cta0
         if axis == 0:
-            return lin % dims[0]
+            return lin if dims[1] * dims[2] == 1 else lin % dims[0]     # 1-D: already below dims[0]
         if axis == 1:
             return (lin // dims[0]) % dims[1]
         return lin // (dims[0] * dims[1])
