@@ -4,6 +4,7 @@ signed zeros, subnormals, extremes); whole kernels give identical memory with na
 a C compiler kernels still run (as NumPy code)."""
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -248,3 +249,21 @@ def test_without_a_compiler_kernels_run_as_numpy(monkeypatch, caplog):
     assert mod._compiled["k"].native_make() is None
     assert out == _launch(EmuLimits(native="off"), data)[0]
     assert any("native code unavailable" in r.message for r in caplog.records)
+
+
+def test_library_cache_keeps_the_most_recently_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "MAX_CACHED", 3)
+    src = "int f%d(void) { return %d; }\n"
+    files = []
+    for i in range(3):
+        before = set(tmp_path.glob("*.so"))
+        assert native.load(src % (i, i), tmp_path) is not None
+        (new,) = set(tmp_path.glob("*.so")) - before
+        os.utime(new, (1000 + i, 1000 + i))                         # built in the order 0, 1, 2
+        files.append(new)
+    assert native.load(src % (0, 0), tmp_path).f0() == 0            # a cache hit marks 0 as used
+    assert native.load(src % (3, 3), tmp_path).f3() == 3            # a fourth library: the least recently used goes
+    left = set(tmp_path.glob("*.so"))
+    assert len(left) == 3 and files[0] in left and files[1] not in left and files[2] in left
+    assert native.load(src % (1, 1), tmp_path).f1() == 1            # a removed one is simply built again
+    assert len(set(tmp_path.glob("*.so"))) == 3

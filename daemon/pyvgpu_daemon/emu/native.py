@@ -8,6 +8,8 @@ The library is built for this machine (-march=native: the vector units decide th
 IEEE semantics (-ffp-contract=off: no fused multiply-adds the PTX did not ask for; no -ffast-math), and cached
 under the XDG cache dir by a hash of the source, the compiler, the flags and the CPU's feature flags, written
 under a temporary name and renamed, so concurrent daemons share it safely. PYVGPU_EMU_CC names the compiler.
+The cache holds at most MAX_CACHED libraries (each kernel a client loads may add one): the least recently used
+go first (a library in use stays mapped after its file is removed).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ log = logging.getLogger("pyvgpu.daemon")
 
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fPIC", "-shared")
 COMPILE_TIMEOUT = 120           # seconds one compiler run may take
+MAX_CACHED = 1024               # libraries kept in the cache directory (about 15-30 KB each)
 
 _lock = threading.Lock()        # one build at a time per process (the daemon runs launches on several threads)
 _warned: set[str] = set()
@@ -65,10 +68,13 @@ def load(source: str, directory: Path | None = None) -> ctypes.CDLL | None:
     directory = directory or cache_dir() / "emu-native"
     path = directory / f"{key}.so"
     with _lock:
-        if not path.exists():
+        if path.exists():
+            _touch(path)
+        else:
             try:
                 directory.mkdir(parents=True, exist_ok=True)
                 _compile(cc, source, path)
+                _prune(directory, MAX_CACHED)
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
                 _warn_once("compiler failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
                 return None
@@ -95,3 +101,28 @@ def _compile(cc: str, source: str, path: Path) -> None:
                 f.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _touch(path: Path) -> None:
+    """Mark a cached library as used (the cache drops the least recently used first)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Remove the least recently used libraries beyond `keep` (another daemon may prune at the same time: a file
+    already gone is fine)."""
+    entries = []
+    for f in directory.glob("*.so"):
+        try:
+            entries.append((f.stat().st_mtime, f))
+        except FileNotFoundError:
+            pass
+    entries.sort()
+    for _, f in entries[:max(0, len(entries) - keep)]:
+        try:
+            f.unlink()
+        except FileNotFoundError:
+            pass
