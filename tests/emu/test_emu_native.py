@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pyvgpu_daemon.emu import native
+from pyvgpu_daemon.emu.layout import LOC_WIN, SH_WIN
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
@@ -71,6 +72,9 @@ def prepare(text: str, srcs: list[str], dsts: list[str]):
     g = Codegen.__new__(Codegen)
     if ins.opcode == "mov":               # not an ALU op: the code generator copies the bits
         ref = [inputs[0] if inputs else np.asarray(g.imm(ins.srcs[0], parts[-1], ins))]
+    elif ins.opcode == "cvta":            # generic = global addresses; shared/local ones sit in their windows
+        win = np.uint64({"shared": SH_WIN, "local": LOC_WIN}.get(parts[-2], 0))
+        ref = [inputs[0] - win if parts[1] == "to" else inputs[0] + win]
     else:
         alu = build_alu(ins)
         args = []
@@ -142,6 +146,9 @@ FORMS = [
                                                            ("f64", "s64"), ("f32", "f64"))],
     *[(f"mov.{t} %d0, %a0", [t], [t]) for t in ("b32", "f64", "pred", "u16")],
     ("mov.f32 %d0, 0fBF000000", [], ["f32"]),
+    *[(f"{op}.approx{z}.f32 %d0, %a0", ["f32"], ["f32"]) for op in ("ex2", "lg2") for z in ("", ".ftz")],
+    *[(f"cvta{to}.{sp}.u64 %d0, %a0", ["u64"], ["u64"]) for to in ("", ".to")
+      for sp in ("global", "const", "shared", "local")],
 ]
 
 
@@ -167,10 +174,27 @@ def test_c_form_equals_the_numpy_semantics(k, forms):
         assert bad.size == 0, f"{FORMS[k][0]}: destination {d} differs at {bad[:5]}: numpy {r[bad[:5]]} C {n[bad[:5]]}"
 
 
+def test_ex2_lg2_c_forms_equal_numpy_over_their_whole_domain(forms):
+    """Beyond the shared random values: ex2 over every exponent it can produce, lg2 over every positive magnitude."""
+    prepared, lib = forms
+    rng = np.random.default_rng(3)
+    cases = {"ex2": rng.uniform(-160, 140, 200000).astype(np.float32),
+             "lg2": rng.integers(0, 0x7F800000, 200000, dtype=np.uint32).view(np.float32)}
+    for k, (text, _, _) in enumerate(FORMS):
+        op = text.split(".")[0]
+        if op not in cases:
+            continue
+        x = cases[op]
+        want = build_alu(prepared[k][3].instrs[0]).fn(x).view(np.uint32)
+        got = cgen.NativeRun(getattr(lib, f"f{k}"), [32], [32])(x.size, x.view(np.uint32))[0]
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, f"{text}: differs at inputs {x[bad[:5]]}: numpy {want[bad[:5]]} C {got[bad[:5]]}"
+
+
 def test_instructions_without_a_c_form_stay_numpy():
     regs = {"%a0": 32, "%d0": 32}
     g = Codegen.__new__(Codegen)
-    for text in ("ex2.approx.f32", "lg2.approx.ftz.f32", "add.rz.f32", "add.sat.s32", "fma.rm.f32",
+    for text in ("cvta.to.global.u32", "cvta.param.u64", "sin.approx.f32", "tanh.approx.f32", "add.rz.f32", "add.sat.s32", "fma.rm.f32",
                  "cvt.rzi.s32.f32", "add.f16"):
         parts = text.split(".")
         ins = ir.Instr(parts[0], tuple(parts[1:]), [ir.Reg("%d0")], [ir.Reg("%a0")] * 2)
@@ -194,8 +218,9 @@ KERNEL = """
   mad.lo.s32 %r5, %r2, %r3, %r4;
   setp.ge.u32 %p1, %r5, %r1;
   @%p1 bra DONE;
+  cvta.to.global.u64 %rd6, %rd1;
   mul.wide.u32 %rd3, %r5, 8;
-  add.s64 %rd4, %rd1, %rd3;
+  add.s64 %rd4, %rd6, %rd3;
   ld.global.v2.f32 {%f1, %f2}, [%rd4];
   mul.f32 %f3, %f1, %f2;
   fma.rn.f32 %f4, %f1, 0f3F000000, %f3;

@@ -214,16 +214,8 @@ class LaneMemory:
         if s == 0:
             ok = bool((a == np.uint64(first)).all())
         else:
-            ok = np.array_equal(a - np.uint64(first), self._strided_iota(s))
+            ok = np.array_equal(a - np.uint64(first), _strided_iota(T, s))
         return (first, last, (first | s) & 63, s) if ok else (0, 0, 0, None)
-
-    def _strided_iota(self, s: int) -> np.ndarray:
-        """0, s, 2s, ... (uint64, one per lane), cached per stride."""
-        cache = self.__dict__.setdefault("_iotas", {})
-        io = cache.get(s)
-        if io is None or io.size != self.T:
-            io = cache[s] = np.arange(self.T, dtype=np.uint64) * np.uint64(s)
-        return io
 
     def _cache_put(self, key, ent) -> None:
         """Add an address-cache entry, dropping the oldest beyond 64 (the entries keep their arrays alive, so a
@@ -381,3 +373,21 @@ def _in_window(a: np.ndarray, win: int) -> np.ndarray:
 def _windows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which generic addresses (uint64) lie in the shared, the local and the kernel-parameter window."""
     return _in_window(a, SH_WIN), _in_window(a, LOC_WIN), _in_window(a, PAR_WIN)
+
+
+# 0, s, 2s, ... (uint64) per (lanes, stride): shared by every chunk of every launch (a chunk's LaneMemory lives for
+# one chunk, and building the array costs as much as the check that uses it). Read-only; cleared when full (a dict
+# clear is atomic, so the launch threads need no lock).
+_IOTAS: dict[tuple[int, int], np.ndarray] = {}
+_IOTAS_MAX = 32
+
+
+def _strided_iota(lanes: int, s: int) -> np.ndarray:
+    io = _IOTAS.get((lanes, s))
+    if io is None:
+        if len(_IOTAS) >= _IOTAS_MAX:
+            _IOTAS.clear()
+        io = np.arange(lanes, dtype=np.uint64) * np.uint64(s)
+        io.flags.writeable = False
+        _IOTAS[(lanes, s)] = io
+    return io

@@ -26,7 +26,7 @@ class Block:
     kind: str                    # 'plain' | 'bar' | 'warp'
 
 
-MAX_BLOCK_INSTRS = 64
+MAX_BLOCK_INSTRS = 256
 
 WARP_OPS = frozenset({"shfl", "vote", "redux", "activemask", "match"})
 BRANCHES = frozenset({"bra", "ret", "exit", "brx", "ocall", "oret"})

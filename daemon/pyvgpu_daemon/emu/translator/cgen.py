@@ -10,8 +10,8 @@ same instructions as NumPy calls.
 Every C form gives exactly the bits the instruction's NumPy function in ops/ gives (a differential test checks
 each one on random and special values): IEEE single/double add, sub, mul, div, sqrt and fused multiply-add are
 correctly rounded in both; .ftz flushes operands and results as ops/common.ftz does; min/max follow
-ops/floating._minmax. Instructions without such a form (the .approx transcendentals, which use NumPy's own
-float32 kernels; directed rounding; half precision; memory, control and warp operations) end a run and stay
+ops/floating._minmax; ex2/lg2.approx.f32 are the same double-precision steps as ops/floating.ex2_f32/lg2_f32.
+Instructions without such a form (sin, cos, tanh .approx, which use NumPy's own float32 kernels; directed rounding; half precision; memory, control and warp operations) end a run and stay
 NumPy calls.
 """
 from __future__ import annotations
@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..layout import LOC_WIN, SH_WIN
+from ..ops.floating import EX2_CLAMP, EX2_COEFFS, LG2_COEFFS, LG2_SCALE, SQRT2
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED, TYPES
 from .liveness import reads_writes
 
-MIN_RUN = 3
+MIN_RUN = 2                     # launches with native code have >= 2**18 threads: a call beats two NumPy ops
 
 PRELUDE = r"""
 #include <stdint.h>
@@ -39,6 +41,38 @@ static inline uint64_t B64(double f) { uint64_t x; memcpy(&x, &f, 8); return x; 
 /* ops/common.ftz: x * (|x| >= smallest normal) keeps NaN and inf, turns subnormals into zeros of their sign */
 static inline float FTZ32(float x) { return x * (float)(fabsf(x) >= FLT_MIN); }
 static inline double FTZ64(double x) { return x * (double)(fabs(x) >= DBL_MIN); }
+"""
+
+
+def _horner(var: str, coeffs: tuple, acc: str) -> str:
+    """C statements of ops/floating's Horner loops: acc = c[-1]; acc = acc * var + c[k] downwards."""
+    steps = [f"double {acc} = {coeffs[-1].hex()};"]
+    steps += [f"{acc} = {acc} * {var} + {c.hex()};" for c in coeffs[-2::-1]]
+    return " ".join(steps)
+
+
+# ops/floating.ex2_f32 and lg2_f32, step for step (same constants, same order, no contraction: -ffp-contract=off).
+PRELUDE += f"""static inline float EX2F(float x) {{
+    double d = (double)x; int nan = d != d;
+    d = nan ? 0.0 : d; d = d < -{EX2_CLAMP!r} ? -{EX2_CLAMP!r} : d; d = d > {EX2_CLAMP!r} ? {EX2_CLAMP!r} : d;
+    double n = rint(d); double f = d - n;
+    {_horner("f", EX2_COEFFS, "p")}
+    double r = p * F64((uint64_t)((int64_t)n + 1023) << 52);
+    return nan ? F32(UINT32_C(0x7fffffff)) : (float)r;
+}}
+static inline float LG2F(float x) {{
+    double d = (double)x; uint64_t bits = B64(d);
+    int64_t e = (int64_t)((bits >> 52) & 0x7ff) - 1023;
+    double m = F64((bits & UINT64_C(0x000fffffffffffff)) | UINT64_C(0x3ff0000000000000));
+    int big = m > {SQRT2.hex()};
+    m = big ? m * 0.5 : m; e = big ? e + 1 : e;
+    double s = (m - 1.0) / (m + 1.0); double z = s * s;
+    {_horner("z", LG2_COEFFS, "q")}
+    float r = (float)((double)e + (s * q) * {LG2_SCALE.hex()});
+    r = d == 0.0 ? -INFINITY : r; r = d == INFINITY ? INFINITY : r;
+    return (d < 0.0 || d != d) ? F32(UINT32_C(0x7fffffff)) : r;
+}}
+static inline float EX2FZ(float x) {{ float r = EX2F(x); return r < FLT_MIN ? 0.0f : r; }}
 """
 
 _INT_C = {("s", 16): "int16_t", ("u", 16): "uint16_t", ("s", 32): "int32_t", ("u", 32): "uint32_t",
@@ -206,6 +240,22 @@ def _mov(e: CEmitter, ins: ir.Instr) -> None:
     e.write(ins.dsts[0], t, e.src(ins.srcs[0], t, ins), ins)
 
 
+def _cvta(e: CEmitter, ins: ir.Instr) -> None:
+    """cvta[.to].{global,const,shared,local}.u64 of a register: generic addresses are the global ones; shared and
+    local addresses are offset by their windows (instrs._cvta)."""
+    mods = list(ins.mods)
+    to = bool(mods) and mods[0] == "to"
+    mods = mods[1:] if to else mods
+    if mods[1:] != ["u64"] or mods[0] not in ("global", "const", "shared", "local") or \
+            not isinstance(ins.srcs[0], ir.Reg):
+        raise NoC
+    v = e.src(ins.srcs[0], "u64", ins)
+    win = {"shared": SH_WIN, "local": LOC_WIN}.get(mods[0], 0)
+    if win:
+        v = f"({v} {'-' if to else '+'} UINT64_C({win:#x}))"
+    e.write(ins.dsts[0], "u64", v, ins)
+
+
 def _float_arith(e: CEmitter, ins: ir.Instr) -> None:
     """add / sub / mul .rn (default) {.ftz} on f32, f64."""
     t, flags = _one_type(ins, ("f32", "f64"))
@@ -332,6 +382,22 @@ def _rsqrt(e: CEmitter, ins: ir.Instr) -> None:
     if "approx" not in flags:
         raise NoC
     _unary_float(e, ins, lambda a, t: f"(1.0f / sqrtf({a}))", {"f32": {"approx"}})
+
+
+def _ex2_lg2(e: CEmitter, ins: ir.Instr) -> None:
+    # ex2/lg2.approx{.ftz}.f32 (ops/floating._approx32: lg2 flushes its input, ex2 results below FLT_MIN)
+    t, flags = _one_type(ins, ("f32",))
+    if "approx" not in flags or not flags <= {"approx", "ftz"}:
+        raise NoC
+    a = e.src(ins.srcs[0], t, ins)
+    if ins.opcode == "lg2":
+        v = f"LG2F({_ftz(e, a, t, 'ftz' in flags)})"
+        v = _ftz(e, v, t, "ftz" in flags)
+    else:
+        v = f"EX2F({a})"
+        if "ftz" in flags:
+            v = f"EX2FZ({a})"
+    e.write(ins.dsts[0], t, v, ins)
 
 
 def _abs_neg(e: CEmitter, ins: ir.Instr) -> None:
@@ -514,8 +580,8 @@ def _cvt(e: CEmitter, ins: ir.Instr) -> None:
 
 
 _EMITTERS = {
-    "mov": _mov, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div,
-    "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
+    "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div,
+    "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "ex2": _ex2_lg2, "lg2": _ex2_lg2, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
     "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
     "setp": _setp, "selp": _selp, "cvt": _cvt,
 }
@@ -565,12 +631,28 @@ class NativeRun:
             if a.itemsize != size or a.shape != (T,):
                 raise RuntimeError(f"native run input of {a.itemsize} B x {a.shape}, expected {size} B x {T}")
             if not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)
+                a = _expanded(a, T) if a.strides == (0,) else np.ascontiguousarray(a)
                 keep.append(a)
             ptrs.append(_address(a))
         outs = [np.empty(T, dt) for dt in self.out_dtypes]
         self.fn(T, *ptrs, *(_address(o) for o in outs))
         return outs
+
+
+# Uniform registers (stride-0 views: parameters, constants) expanded to T lanes, by value: every chunk of a launch
+# passes the same ones, and the C code only reads its inputs. Cleared when full (atomic: no lock between threads).
+_UNIFORMS: dict[tuple, np.ndarray] = {}
+_UNIFORMS_MAX = 64
+
+
+def _expanded(a: np.ndarray, T: int) -> np.ndarray:
+    key = (a.dtype.str, a[:1].tobytes(), T)
+    c = _UNIFORMS.get(key)
+    if c is None:
+        if len(_UNIFORMS) >= _UNIFORMS_MAX:
+            _UNIFORMS.clear()
+        c = _UNIFORMS[key] = np.ascontiguousarray(a)
+    return c
 
 
 def _address(a: np.ndarray) -> int:
