@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, from nothing: set up (scripts/setup.sh), start a local daemon on the best backend available
-# (`auto`: this host's GPU if it has one, else the emulated GPU), build examples/hello with nvcc, run it through
-# libvcudart, print what it computed, stop the daemon. Safe to run again.
+# (`auto`: this host's GPU if it has one, else the emulated GPU), build examples/hello with nvcc twice (-cudart
+# shared, and the default static-runtime build), run both through pyvgpu (libvcudart, libvcuda), print what they
+# computed, stop the daemon. Safe to run again.
 #   PYVGPU_DEMO_PORT=N   port for the daemon (default: 7700, or the next free port above it)
 #   PYVGPU_DEMO_BACKEND  auto (default), cuda or emu
 set -euo pipefail
@@ -66,7 +67,20 @@ if ! pyvgpu_cmd run --hosts "127.0.0.1:$port" -- "$out"; then
     tail -n 20 "$log" >&2 || true
     exit 1
 fi
+# The default nvcc build links NVIDIA's static runtime, which reaches the GPU through the driver: the same
+# program then runs through libvcuda (the drop-in libcuda.so.1) with no rebuild for pyvgpu.
+out_static="$ROOT/build/examples/hello_static"
+if [ ! -x "$out_static" ] || [ examples/hello/vector_add.cu -nt "$out_static" ]; then
+    info "$NVCC -O2 -o $out_static examples/hello/vector_add.cu   (default build: static CUDA runtime)"
+    "$NVCC" -O2 -o "$out_static" examples/hello/vector_add.cu
+fi
+say "running the default (static runtime) build through libvcuda: pyvgpu run --hosts 127.0.0.1:$port -- build/examples/hello_static"
+if ! pyvgpu_cmd run --hosts "127.0.0.1:$port" -- "$out_static"; then
+    warn "the statically linked sample failed; the daemon's log ($log) ends with:"
+    tail -n 20 "$log" >&2 || true
+    exit 1
+fi
 actual="$("$PY" -c "from pyvgpu.client import Client
 c = Client.connect('127.0.0.1', $port)
 print(c.info.get('backend', '?')); c.close()" 2>/dev/null || echo "$backend")"
-say "done: the vector add above ran on the daemon's GPU (backend $actual) through libvcudart"
+say "done: the vector add above ran on the daemon's GPU (backend $actual), through libvcudart and through libvcuda"
