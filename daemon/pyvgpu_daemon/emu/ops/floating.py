@@ -540,10 +540,14 @@ def ex2_f32(x):
     n = np.rint(d)
     f = d - n
     p = np.full(d.shape, EX2_COEFFS[10])
-    for c in EX2_COEFFS[9::-1]:
-        p = p * f + c
-    scale = ((n.astype(np.int64) + 1023) << 52).view(F64)
-    r = (p * scale).astype(F32)
+    for c in EX2_COEFFS[9::-1]:         # in place: the same roundings, no temporaries
+        p *= f
+        p += c
+    scale = n.astype(np.int64)
+    scale += 1023
+    scale <<= 52
+    p *= scale.view(F64)
+    r = p.astype(F32)
     return np.where(nan, np.array(0x7FFFFFFF, np.uint32).view(F32), r)
 
 
@@ -561,8 +565,11 @@ def lg2_f32(x):
     z = s * s
     q = np.full(d.shape, LG2_COEFFS[8])
     for c in LG2_COEFFS[7::-1]:
-        q = q * z + c
-    r = (e.astype(F64) + (s * q) * LG2_SCALE).astype(F32)
+        q *= z
+        q += c
+    q *= s
+    q *= LG2_SCALE
+    r = (e.astype(F64) + q).astype(F32)
     r = np.where(d == 0.0, np.float32(-np.inf), r)
     r = np.where(d == np.inf, np.float32(np.inf), r)
     return np.where((d < 0.0) | (d != d), np.array(0x7FFFFFFF, np.uint32).view(F32), r)
