@@ -10,6 +10,7 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -96,16 +97,64 @@ static ssize_t io_step(struct pv_io *io, void *buf, size_t n, int writing, short
     }
 }
 
+#define PV_LOWAT_MIN ((size_t)64 << 10)   /* reads at least this large wait for many bytes per wake-up */
+#define PV_LOWAT_MAX ((size_t)1 << 20)
+
+/* A plain TCP read of `left` more bytes waits until min(left, PV_LOWAT_MAX) are readable (SO_RCVLOWAT), instead of
+ * waking per segment batch as a non-blocking socket otherwise does: as recv(MSG_WAITALL) does for a blocking one.
+ * *lowat is the value set (1: the default); the kernel caps it to what the receive buffer can hold. */
+static void set_lowat(struct pv_io *io, size_t left, int *lowat)
+{
+    int want = left >= PV_LOWAT_MIN ? (int)(left < PV_LOWAT_MAX ? left : PV_LOWAT_MAX) : 1;
+    if (io->ssl || !((size_t)*lowat > left || (*lowat == 1 && want > 1)))
+        return;                    /* raise it once; lower it only when fewer bytes than it are still to come */
+    if (setsockopt(io->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0)
+        *lowat = want;
+}
+
+/* Reads at least `need` and at most `cap` bytes into p (waiting as needed, bounded by the tick). → bytes read, or
+ * -1 on an error, EOF or a wait aborted by the tick. */
+static ssize_t io_read_some(struct pv_io *io, char *p, size_t need, size_t cap)
+{
+    size_t got = 0;
+    int lowat = 1;
+    ssize_t rc = 0;
+    while (got < need) {
+        short events;
+        ssize_t k = io_step(io, p + got, cap - got, 0, &events);
+        if (k < 0) {
+            rc = -1;
+            break;
+        }
+        if (k > 0) {
+            atomic_store(&io->last_rx_ms, pv_now_ms());
+            got += (size_t)k;
+        } else {
+            if (need - got >= PV_LOWAT_MIN || lowat > 1)
+                set_lowat(io, need - got, &lowat);
+            if (pv_io_wait(io, events) != 0) {
+                rc = -1;
+                break;
+            }
+        }
+    }
+    if (lowat > 1)
+        set_lowat(io, 0, &lowat);
+    return rc < 0 ? -1 : (ssize_t)got;
+}
+
 /* Moves all n bytes (waiting as needed, bounded by the tick): 0 ok, -1 error/EOF/aborted. */
 static int io_transfer(struct pv_io *io, char *p, size_t n, int writing)
 {
+    if (!writing)
+        return io_read_some(io, p, n, n) < 0 ? -1 : 0;
     while (n > 0) {
         short events;
-        ssize_t k = io_step(io, p, n, writing, &events);
+        ssize_t k = io_step(io, p, n, 1, &events);
         if (k < 0)
             return -1;
         if (k > 0) {
-            atomic_store(writing ? &io->last_tx_ms : &io->last_rx_ms, pv_now_ms());
+            atomic_store(&io->last_tx_ms, pv_now_ms());
             p += k;
             n -= (size_t)k;
         } else if (pv_io_wait(io, events) != 0) {
@@ -117,7 +166,52 @@ static int io_transfer(struct pv_io *io, char *p, size_t n, int writing)
 
 int pv_io_read(struct pv_io *io, void *buf, size_t n)
 {
-    return io_transfer(io, buf, n, 0);
+    char *p = buf;
+    size_t have = io->rhi - io->rlo;
+    if (have) {
+        size_t k = have < n ? have : n;
+        memcpy(p, io->rbuf + io->rlo, k);
+        io->rlo += k;
+        if (io->rlo == io->rhi)
+            io->rlo = io->rhi = 0;
+        p += k;
+        n -= k;
+    }
+    if (n == 0)
+        return 0;
+    if (n >= PV_IO_RBUF)
+        return io_transfer(io, p, n, 0);       /* bulk: straight into the destination */
+    ssize_t got = io_read_some(io, (char *)io->rbuf, n, PV_IO_RBUF);   /* the buffer is empty here */
+    if (got < 0)
+        return -1;
+    memcpy(p, io->rbuf, n);
+    io->rlo = n;
+    io->rhi = (size_t)got;
+    if (io->rlo == io->rhi)
+        io->rlo = io->rhi = 0;
+    return 0;
+}
+
+size_t pv_io_arrived(struct pv_io *io)
+{
+    int n = 0;
+    if (ioctl(io->fd, FIONREAD, &n) != 0 || n < 0)
+        n = 0;
+    return io->rhi - io->rlo + (size_t)n;
+}
+
+int pv_io_await(struct pv_io *io)
+{
+    if (io->rhi > io->rlo)
+        return 0;
+    if (io->ssl) {
+        pthread_mutex_lock(&io->ssl_mu);
+        int pending = SSL_pending(io->ssl) > 0;
+        pthread_mutex_unlock(&io->ssl_mu);
+        if (pending)
+            return 0;
+    }
+    return pv_io_wait(io, POLLIN);
 }
 
 static int io_write_all(struct pv_io *io, const char *p, size_t n)
@@ -148,6 +242,23 @@ int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_
     if (io_write_all(io, a, an) != 0)
         return -1;
     return bn ? io_write_all(io, b, bn) : 0;
+}
+
+/* Bytes (or EOF, or an error) are waiting to be read: the next read returns without blocking. Under TLS also
+ * whole records OpenSSL has decrypted already. */
+int pv_io_readable(struct pv_io *io)
+{
+    if (io->rhi > io->rlo)
+        return 1;
+    if (io->ssl) {
+        pthread_mutex_lock(&io->ssl_mu);
+        int pending = SSL_pending(io->ssl) > 0;
+        pthread_mutex_unlock(&io->ssl_mu);
+        if (pending)
+            return 1;
+    }
+    struct pollfd pfd = { io->fd, POLLIN, 0 };
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLIN | POLLHUP | POLLERR));
 }
 
 int pv_io_writable(struct pv_io *io)

@@ -4,7 +4,18 @@ Device work (copies, kernels, waits) may take seconds; running it on the event l
 client. Each (session, device) gets a thread that runs its jobs in submission order (that order *is* CUDA's
 per-device ordering here: all streams of a device are serialized, which is legal), except that work of a stream with
 a higher CUDA priority may overtake queued work of lower-priority streams (scheduler.pick says exactly when). Results
-travel back to the loop with call_soon_threadsafe, where they complete an asyncio future.
+travel back to the loop with call_soon_threadsafe, where they complete an asyncio future or call a callback.
+
+Hand-back in batches: each call_soon_threadsafe wakes the loop (a write to its wake-up pipe and a loop iteration),
+which made the hand-back, not the work, the cost of a stream of small fire-and-forget ops (bench/README.md,
+"where the time goes"). A job someone waits for (a future or a callback) is handed back at once; jobs nobody waits
+for (`post`) are handed back together when the queue runs dry or every HANDBACK_BATCH jobs, so the loop's
+flow-control counters (`pending`, `pending_bytes`) still move while a client floods the worker.
+
+`idle` is set by the worker thread itself once it has handed everything back and finished its bookkeeping, just
+before it blocks for the next job. With `pending == 0` (read on the loop, which alone submits) it means no job of
+this (session, device) is queued or running: the loop may then answer a query that needs no ordering itself
+(server.py), without the two thread hops.
 
 With a `Lane` (scheduler.py) the worker runs each job only while holding its device's turn, so the sessions of one
 device share it fairly; the lane also measures every job (device time, latency, sharing slowdown).
@@ -24,6 +35,8 @@ from pyvgpu_daemon.scheduler import Lane, Tag, is_work, pick
 log = logging.getLogger("pyvgpu.daemon")
 
 _STOP: tuple[Any, ...] = (None, (), None, 0, 0.0, None)
+HANDBACK_BATCH = 256              # fire-and-forget completions handed back to the loop at once, at most
+Done = Callable[[Any, "BaseException | None"], None]
 
 
 class OrderedWorker:
@@ -42,17 +55,31 @@ class OrderedWorker:
         self.pending = 0
         self.pending_bytes = 0
         self._stopped = False
+        self.idle = False                 # written by the worker thread only (see the module docstring)
 
     def submit(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0, tag: Tag | None = None) -> asyncio.Future[Any]:
         """Queue fn(*args) behind everything submitted before; the future gets its result or exception.
         `tag` (scheduler.Tag) names the op for the figures and says whether the job may move with its stream."""
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._put(fn, args, fut, nbytes, tag)
+        return fut
+
+    def call(self, done: Done, fn: Callable[..., Any], *args: Any, nbytes: int = 0, tag: Tag | None = None) -> None:
+        """As submit, but done(result, exception) is called on the loop as soon as the job is handed back (no future,
+        no extra loop iteration for its callbacks: the reply path of a request)."""
+        self._put(fn, args, done, nbytes, tag)
+
+    def post(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0, tag: Tag | None = None) -> None:
+        """Queue fn(*args) with nobody waiting for it (a fire-and-forget op): handed back in batches; an exception
+        is logged."""
+        self._put(fn, args, None, nbytes, tag)
+
+    def _put(self, fn: Callable[..., Any], args: tuple[Any, ...], done: Any, nbytes: int, tag: Tag | None) -> None:
         if self._stopped:
             raise RuntimeError(f"worker {self.name} is stopped")
-        fut: asyncio.Future[Any] = self._loop.create_future()
         self.pending += 1
         self.pending_bytes += nbytes
-        self._queue.put((fn, args, fut, nbytes, time.perf_counter(), tag))
-        return fut
+        self._queue.put((fn, args, done, nbytes, time.perf_counter(), tag))
 
     def stop(self) -> None:
         """No more jobs; the thread exits after finishing what is queued."""
@@ -63,15 +90,23 @@ class OrderedWorker:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def _next(self, pending: deque[tuple[Any, ...]]) -> tuple[Any, ...]:
-        """The next job to run (blocks while there is none)."""
+    def _next(self, pending: deque[tuple[Any, ...]], done: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        """The next job to run (blocks while there is none, after handing back what is done)."""
         q = self._queue
         if not pending:
-            if self.lane is not None and self.lane.holding and q.empty():
-                self.lane.idle()          # nothing to do: let the device's other sessions run
+            if q.empty():
+                if done:
+                    self._hand_back(done)
+                if self.lane is not None and self.lane.holding:
+                    self.lane.idle()      # nothing to do: let the device's other sessions run
+                self.idle = True
+                item = q.get()
+                self.idle = False
+            else:
+                item = q.get()
             if self.priority_of is None:
-                return q.get()
-            pending.append(q.get())
+                return item
+            pending.append(item)
         priority_of = self.priority_of
         if priority_of is None:
             return pending.popleft()
@@ -79,18 +114,30 @@ class OrderedWorker:
             pending.append(q.get_nowait())
         return pick(pending, priority_of)
 
+    def _hand_back(self, done: list[tuple[Any, ...]]) -> None:
+        batch = done[:]
+        done.clear()
+        try:
+            self._loop.call_soon_threadsafe(self._complete, batch)
+        except RuntimeError:
+            # The loop is gone (daemon shutting down): nobody is waiting for these results any more.
+            pass
+
     def _run(self) -> None:
         pending: deque[tuple[Any, ...]] = deque()
+        done: list[tuple[Any, ...]] = []
         q = self._queue
         lane = self.lane
         clock = time.perf_counter
         while True:
-            item = self._next(pending)
+            item = self._next(pending, done)
             if item is _STOP:
+                if done:
+                    self._hand_back(done)
                 if lane is not None:
                     lane.idle()
                 return
-            fn, args, fut, nbytes, submitted, tag = item
+            fn, args, waiter, nbytes, submitted, tag = item
             work = lane is not None and tag is not None and is_work(tag[0])
             if work:
                 if not lane.holding:
@@ -103,24 +150,32 @@ class OrderedWorker:
             except BaseException as e:  # noqa: BLE001 - handed to the loop, which decides
                 result, exc = None, e
             t1 = clock()
-            try:
-                self._loop.call_soon_threadsafe(self._complete, fut, result, exc, nbytes)
-            except RuntimeError:
-                # The loop is gone (daemon shutting down): nobody is waiting for this result any more.
-                pass
+            done.append((waiter, result, exc, nbytes))
+            if waiter is not None or len(done) >= HANDBACK_BATCH:
+                self._hand_back(done)     # someone waits: before the bookkeeping below
             if work:
                 if lane.end(tag, submitted, t0, t1):
                     lane.pass_turn(bool(pending) or not q.empty())
             elif lane is not None and tag is not None:
                 lane.record(tag, submitted, t1)
 
-    def _complete(self, fut: asyncio.Future[Any], result: Any, exc: BaseException | None, nbytes: int) -> None:
-        self.pending -= 1
-        self.pending_bytes -= nbytes
-        if fut.cancelled():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
+    def _complete(self, batch: list[tuple[Any, ...]]) -> None:
+        for waiter, result, exc, nbytes in batch:
+            self.pending -= 1
+            self.pending_bytes -= nbytes
+            if waiter is None:
+                if exc is not None:
+                    log.error("%s: fire-and-forget job raised: %r", self.name, exc)
+            elif isinstance(waiter, asyncio.Future):
+                if waiter.cancelled():
+                    continue
+                if exc is not None:
+                    waiter.set_exception(exc)
+                else:
+                    waiter.set_result(result)
+            else:
+                try:
+                    waiter(result, exc)
+                except Exception:  # noqa: BLE001 - one reply's failure must not lose the rest of the batch
+                    log.exception("%s: completion callback failed", self.name)
 

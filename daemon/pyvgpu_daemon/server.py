@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyvgpu import auth, protocol, wire
-from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES, HELLO_REPLY_BACKEND,
-                             HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
-                             VA_WINDOW_BYTES, OpFlag, OpSpec)
-from pyvgpu_daemon import handlers
+from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
+                             HELLO_COMPRESS, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
+                             NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
+                             RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpFlag, OpSpec)
+from pyvgpu_daemon import compress, fastpath, handlers
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
 from pyvgpu_daemon.peer import PeerHub
@@ -43,6 +44,12 @@ OP_HELLO = OP_BY_NAME["HELLO"].code
 ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
 POLL_S = 0.02                        # re-check interval while waiting for a client to read its replies
+# Flag tests per op code as set lookups (an enum.Flag `&` costs about a microsecond on the per-frame path).
+_NO_DEVICE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.NO_DEVICE)
+_PAYLOAD_IN = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_IN)
+_PAYLOAD_OUT = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_OUT)
+_ASYNC = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.ASYNC)
+_COMPRESSIBLE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.COMPRESSIBLE)
 
 
 class SessionEnd(Exception):
@@ -63,6 +70,7 @@ class ServerConfig:
     sharing: SharingConfig = field(default_factory=SharingConfig)
     metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
     metrics_host: str | None = None  # default: the daemon's own address
+    compress: str = "auto"           # auto | always | off: compression of bulk payloads (compress.py)
 
 
 @dataclass
@@ -73,6 +81,9 @@ class Link:
     outstanding: int = 0             # requests whose reply is not written yet
     reply_owed: int = 0              # payload bytes of those replies
     oversize: bool = False           # holds the daemon-wide slot for a frame above the session queue bound
+    rx_rate: float = 0.0             # bytes/s bulk payloads arrive at (compress.py's link rate for the client)
+    rx_reported: float = 0.0         # the rate last told to the client
+    sending_device_memory: bool = False   # a reply sent from device memory may still be partly unsent (fastpath)
 
     def queued_jobs(self) -> int:
         return sum(st.worker.pending for st in self.session.devices.values())
@@ -115,6 +126,7 @@ class Server:
     _heartbeat: asyncio.Task[None] | None = None
     _drain_deadline: float | None = None
     _devices: list[dict[str, Any]] = field(default_factory=list)
+    _payload_cap: int = 0
     bound: tuple[str, int] | None = None
     hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
@@ -129,6 +141,7 @@ class Server:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._devices = self.backend.devices()
+        self._payload_cap = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
         self._oversize = asyncio.Lock()
         self.sharing = Sharing(self.config.sharing, self._devices)
         loop = asyncio.get_running_loop()
@@ -197,6 +210,8 @@ class Server:
             established = True
             self.sessions[sid] = session
             self._links[sid] = link
+            loop = asyncio.get_running_loop()
+            session.end_soon = lambda why: loop.call_soon_threadsafe(self._abort, link, why)
             log.info("%s: connected from %s (%s), va_base=%#x", session.tag(), peer, session.client,
                      session.va_base)
             reason = await self._serve(link)
@@ -264,6 +279,11 @@ class Server:
             raise SessionEnd(msg)
         result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
                   HELLO_REPLY_SESSION: session.id}
+        codecs = compress.accept(hello.fields.get(HELLO_COMPRESS), self.config.compress != "off")
+        if codecs:
+            session.codecs = tuple(COMPRESS_CODECS[n] for n in codecs)
+            session.compress_always = self.config.compress == "always"
+            result[HELLO_COMPRESS] = codecs
         stream.writelines(wire.encode_reply(req.req_id, 0, result))
 
     async def _reply_and_close(self, stream: FrameStream, req_id: int, err: int, msg: str) -> None:
@@ -276,19 +296,29 @@ class Server:
     async def _serve(self, link: Link) -> str:
         b = self.bounds
         stream = link.stream
-        max_payload = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
+        max_payload = self._max_payload()
+        stream.on_data = lambda: self._frames_now(link)
         while True:
-            await self._wait_replies_read(link, 0)
-            got = await stream.read_header(b.idle_timeout_s, b.frame_timeout_s)
+            if self._step_now(link):
+                continue
+            # The per-frame path for what _step_now leaves: waits (flow control, payloads still to come), frames
+            # without a device, errors. Checks that usually pass are made inline and only their waits are awaited.
+            if link.reply_owed or stream.write_buffer_size():
+                await self._wait_replies_read(link, 0)
+            got = stream.header_now()
             if got is None:
-                return "client closed the connection"
+                got = await stream.read_header(b.idle_timeout_s, b.frame_timeout_s)
+                if got is None:
+                    return "client closed the connection"
             header, hsize = got
             req = wire.parse_request(header)
             spec = OP_BY_CODE.get(req.op)
             if spec is None:
                 raise SessionEnd(f"unknown op {req.op}")
-            self._check_shape(spec, req, max_payload)
-            if spec.flags & OpFlag.NO_DEVICE:
+            self._check_shape(spec, req, max_payload, link.session.codecs)
+            if link.sending_device_memory:
+                await self._wait_sent(link)
+            if spec.code in _NO_DEVICE:
                 if spec.name == "STATUS":
                     stream.writelines(wire.encode_reply(req.req_id, 0, self.status(link.session)))
                 elif spec.name == "GOODBYE":
@@ -297,6 +327,11 @@ class Server:
                 elif spec.name == "PING":
                     if req.req_id:
                         stream.writelines(wire.encode_reply(req.req_id, 0, None))
+                elif spec.name == "LINK_RATE":
+                    rate = req.args[0]
+                    if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
+                        raise SessionEnd(f"LINK_RATE of {rate!r:.40}")
+                    link.session.peer_rate = float(rate)
                 elif spec.name == "PEER_FETCH":
                     data = self.hub.take(req.args[0])      # in memory already: answered on the loop
                     stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
@@ -304,24 +339,145 @@ class Server:
                 else:
                     raise SessionEnd(f"{spec.name} after the handshake")
                 continue
-            need = reply_bytes(spec, req.args)
-            await self._admit_request(link, hsize + req.payload_len)
-            await self._wait_replies_read(link, need)
-            payload = await stream.read_payload(req.payload_len, b.payload_deadline_s(req.payload_len))
-            self._dispatch(link, spec, req, payload, hsize + req.payload_len, need)
+            plen = req.payload_len
+            nbytes = hsize + req.size               # a compressed payload counts as decoded
+            need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0
+            if not self._room(link, nbytes):
+                await self._admit_request(link, nbytes)
+            if need or link.reply_owed or stream.write_buffer_size():
+                await self._wait_replies_read(link, need)
+            if plen >= fastpath.LANDING_MIN and not req.codec and await self._land(link, spec, req):
+                continue
+            payload: Any = stream.payload_now(plen) if plen else b""
+            if payload is None:
+                t0, early = time.perf_counter(), stream.arrived() if plen >= RATE_SAMPLE_MIN_BYTES else 0
+                payload = await stream.read_payload(plen, b.payload_deadline_s(plen))
+                if plen >= RATE_SAMPLE_MIN_BYTES:
+                    self._rate_sample(link, plen - early, time.perf_counter() - t0)
+            if req.codec:
+                compress.check_blocks(payload, req.raw_len, req.codec)
+                payload = compress.Compressed(req.codec, req.raw_len, payload)
+            self._dispatch(link, spec, req, payload, nbytes, need)
+
+    def _max_payload(self) -> int:
+        """The largest payload a request may announce: a copy the size of the largest device, plus slack."""
+        return self._payload_cap
+
+    def _step_now(self, link: Link) -> bool:
+        """Handle the next frame at once when it is complete in the buffer and needs no wait: a device op whose
+        payload (if any) is small and buffered, with room in the session's queue and no reply bytes owed. → True
+        when handled; False leaves the stream untouched for _serve's general path (which also raises the errors)."""
+        stream = link.stream
+        if link.sending_device_memory or link.reply_owed or stream.write_buffer_size():
+            return False
+        got = stream.peek_header()
+        if got is None:
+            return False
+        header, hsize = got
+        req = wire.parse_request(header)
+        spec = OP_BY_CODE.get(req.op)
+        if spec is None or spec.code in _NO_DEVICE or req.codec:
+            return False                  # a compressed payload takes _serve's path (decoded size, Compressed)
+        self._check_shape(spec, req, self._max_payload(), link.session.codecs)
+        plen = req.payload_len
+        nbytes = hsize + plen
+        if plen >= FrameStream.DIRECT_MIN or not stream.buffered(nbytes) or not self._room(link, nbytes):
+            return False
+        need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0   # fits: nothing else is owed
+        stream.skip(hsize)
+        payload = stream.payload_now(plen) if plen else b""
+        self._dispatch(link, spec, req, payload, nbytes, need)
+        return True
+
+    def _frames_now(self, link: Link) -> None:
+        """FrameStream.on_data: bytes arrived while the session waited for a frame; handle what _step_now can
+        right in the transport's callback (no wake-up of _serve, one loop iteration less per small request).
+        Anything else, errors included, is left to _serve."""
+        handled = False
+        try:
+            while self._step_now(link):
+                handled = True
+        except (wire.ProtocolError, SessionEnd):
+            pass                          # raised before the frame was consumed: _serve meets it and ends the session
+        except Exception:  # noqa: BLE001 - a callback of the transport must not raise
+            log.exception("%s: handling a frame failed", link.session.tag())
+        if handled:
+            link.stream.handled_at = link.stream.event_loop().time()
+
+    async def _land(self, link: Link, spec: OpSpec, req: wire.Request) -> bool:
+        """Receive a host-to-device copy straight into device memory when its device is idle (fastpath.landing).
+        → False when the request must take the ordinary path (nothing was read)."""
+        st = self._idle_device(link, req)
+        view = fastpath.landing(st, spec, req.args, req.payload_len) if st is not None else None
+        if view is None:
+            return False
+        assert st is not None
+        t0, early = time.perf_counter(), link.stream.arrived() if req.payload_len >= RATE_SAMPLE_MIN_BYTES else 0
+        try:
+            await link.stream.read_payload_into(view, self.bounds.payload_deadline_s(req.payload_len))
+        finally:
+            self._release_oversize(link)
+        if req.payload_len >= RATE_SAMPLE_MIN_BYTES:
+            self._rate_sample(link, req.payload_len - early, time.perf_counter() - t0)
+        fastpath.landed(st, spec, req.args, req.payload_len, t0)
+        if req.req_id:
+            self._write_outcome(link, req.req_id, handlers.Outcome(0))
+        return True
+
+    def _idle_device(self, link: Link, req: wire.Request) -> Any:
+        """The session's state of the request's device, when it exists already (else None)."""
+        dev = req.args[0]
+        return link.session.devices.get(dev) if type(dev) is int else None
 
     @staticmethod
-    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
+    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int, codecs: tuple[int, ...] = ()) -> None:
         if len(req.args) != len(spec.args):
             raise SessionEnd(f"{spec.name} with {len(req.args)} args, spec has {len(spec.args)}")
-        if req.payload_len and not spec.flags & OpFlag.PAYLOAD_IN:
+        if req.payload_len and spec.code not in _PAYLOAD_IN:
             raise SessionEnd(f"{spec.name} carries a {req.payload_len}-byte payload it does not take")
-        if req.payload_len > max_payload:
-            raise SessionEnd(f"{spec.name} payload of {req.payload_len} bytes exceeds device memory")
-        if req.req_id == 0 and not spec.flags & OpFlag.ASYNC:
+        if req.size > max_payload:
+            raise SessionEnd(f"{spec.name} payload of {req.size} bytes exceeds device memory")
+        if req.codec and (req.codec not in codecs or spec.code not in _COMPRESSIBLE):
+            raise SessionEnd(f"{spec.name} with a payload compressed by codec {req.codec}, not negotiated for it")
+        if req.req_id == 0 and spec.code not in _ASYNC:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
 
+    def _abort(self, link: Link, why: str) -> None:
+        """End a session from outside its _serve (a worker found its request malformed: Session.end_soon): the
+        client is told why and the connection closes, which ends _serve and runs the usual cleanup."""
+        stream = link.stream
+        if link.session.closing or stream.is_closing():
+            return
+        log.warning("%s: ending the session: %s", link.session.tag(), why)
+        stream.writelines(wire.encode_notice(ERR_UNAVAILABLE, why))
+        stream.close()
+
+    def _rate_sample(self, link: Link, nbytes: int, seconds: float) -> None:
+        """nbytes of a bulk payload arrived in `seconds` (what had arrived before the read began is not counted):
+        the client learns the rate (a heartbeat notice's result) when it moved by more than RATE_REPORT_CHANGE, and
+        compresses by it (compress.c)."""
+        if seconds <= 0 or nbytes < RATE_SAMPLE_MIN_BYTES or not link.session.codecs:
+            return
+        rate = nbytes / seconds
+        link.rx_rate = rate if not link.rx_rate else 0.5 * link.rx_rate + 0.5 * rate
+        last = link.rx_reported
+        if not last or abs(link.rx_rate - last) > RATE_REPORT_CHANGE * last:
+            link.rx_reported = link.rx_rate
+            link.stream.writelines(wire.encode_notice(0, info={NOTICE_RATE: int(link.rx_rate)}))
+
     # ------------------------------------------------------------------ flow control
+    def _room(self, link: Link, nbytes: int) -> bool:
+        """_admit_request would not wait (the usual case, tested without a coroutine)."""
+        b = self.bounds
+        if nbytes > b.session_queue_bytes:
+            return False
+        jobs = queued = 0
+        for st in link.session.devices.values():
+            w = st.worker
+            jobs += w.pending
+            queued += w.pending_bytes
+        return not (queued + nbytes > b.session_queue_bytes and queued) and jobs < b.session_queue_jobs
+
     async def _admit_request(self, link: Link, nbytes: int) -> None:
         """Room in the session's request queue for nbytes more, waiting for its devices if needed. A frame larger
         than the whole queue bound waits for an empty queue and for the daemon-wide oversize slot."""
@@ -378,54 +534,94 @@ class Server:
             last = owed if last is None else min(last, owed)
             await asyncio.sleep(POLL_S)
 
+    async def _wait_sent(self, link: Link) -> None:
+        """Nothing of this session runs until the device bytes of a reply sent from device memory are on their way
+        (fastpath.py); a client that reads none of them for frame_timeout_s is ended, as in _wait_replies_read."""
+        stream = link.stream
+        last = stream.write_buffer_size()
+        while stream.write_paused:
+            try:
+                await asyncio.wait_for(self._until(link, stream.drain()), self.bounds.frame_timeout_s)
+            except TimeoutError:
+                owed = stream.write_buffer_size()
+                if owed >= last:
+                    raise SessionEnd(f"client read none of its {owed} reply bytes for "
+                                     f"{self.bounds.frame_timeout_s:.0f} s") from None
+                last = owed
+        link.sending_device_memory = False
+
     def _dispatch(self, link: Link, spec: OpSpec, req: wire.Request, payload: Any, nbytes: int, need: int) -> None:
         session, stream = link.session, link.stream
         dev = req.args[0]
-        if isinstance(dev, bool) or not isinstance(dev, int) or not 0 <= dev < len(self._devices):
+        if type(dev) is not int or not 0 <= dev < len(self._devices):      # type(): a bool is not a device
             # No device to latch an asynchronous failure on: answer it when asked, drop it (logged) otherwise.
             log.info("%s: %s on invalid device %r", session.tag(), spec.name, dev)
             if req.req_id:
                 stream.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
             self._release_oversize(link)
             return
-        st = session.device(dev, asyncio.get_running_loop())
-        fut = st.worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload,
-                               req.req_id == 0, nbytes=nbytes, tag=(spec.code, req.args, len(payload)))
+        st = session.devices.get(dev) or session.device(dev, stream.event_loop())
+        worker = st.worker
+        tag = (spec.code, req.args, len(payload))
+        req_id = req.req_id
+        if req_id == 0:
+            if not link.oversize and worker.idle and not worker.pending and \
+                    fastpath.run_async(session, st, self.backend, spec, req.args, payload):
+                return
+            if link.oversize:
+                fut = worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
+                                    nbytes=nbytes, tag=tag)
+                fut.add_done_callback(lambda _f: self._release_oversize(link))
+            else:
+                worker.post(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
+                            nbytes=nbytes, tag=tag)
+            return
+        if not link.oversize and worker.idle and not worker.pending:
+            if spec.code == fastpath.OP_DTOH:
+                parts = fastpath.reply_from_device(session, st, spec, req_id, req.args)
+                if parts is not None:
+                    stream.writelines(parts)
+                    link.sending_device_memory = stream.write_paused
+                    return
+            out = fastpath.answer(session, st, self.backend, spec, req.args, payload)
+            if out is not None:
+                self._write_outcome(link, req_id, out)
+                return
+        link.outstanding += 1
+        link.reply_owed += need
         if link.oversize:
-            fut.add_done_callback(lambda _f: self._release_oversize(link))
-        if req.req_id:
-            link.outstanding += 1
-            link.reply_owed += need
-            fut.add_done_callback(lambda f, rid=req.req_id: self._send_outcome(link, rid, need, f))
+            worker.call(lambda result, exc: (self._release_oversize(link), self._send_outcome(link, req_id, need,
+                                                                                               result, exc)),
+                        handlers.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
+                        tag=tag)
         else:
-            fut.add_done_callback(self._swallow)
+            worker.call(lambda result, exc: self._send_outcome(link, req_id, need, result, exc),
+                        handlers.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
+                        tag=tag)
 
-    @staticmethod
-    def _swallow(fut: asyncio.Future[Any]) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
-            log.error("fire-and-forget job raised: %r", fut.exception())
-
-    def _send_outcome(self, link: Link, req_id: int, need: int, fut: asyncio.Future[Any]) -> None:
+    def _send_outcome(self, link: Link, req_id: int, need: int, out: handlers.Outcome | None,
+                      exc: BaseException | None) -> None:
+        """A worker's answer to request req_id (called on the loop when the job is handed back)."""
         link.outstanding -= 1
         link.reply_owed -= need
-        session, stream = link.session, link.stream
-        if fut.cancelled() or stream.is_closing():
+        if link.stream.is_closing():
             return
-        exc = fut.exception()
         if exc is not None:
-            log.error("%s: job raised %r", session.tag(), exc)
-            stream.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
+            log.error("%s: job raised %r", link.session.tag(), exc)
+            link.stream.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
             return
-        out: handlers.Outcome | None = fut.result()
-        if out is None:
-            return                       # session is closing
+        if out is not None:              # None: the session is closing
+            self._write_outcome(link, req_id, out)
+
+    def _write_outcome(self, link: Link, req_id: int, out: handlers.Outcome) -> None:
         try:
-            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload)
+            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload, out.event_times,
+                                      out.raw_len, out.codec)
         except wire.ProtocolError as exc:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
-            log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", session.tag(), req_id, exc)
+            log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", link.session.tag(), req_id, exc)
             parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
-        stream.writelines(parts)
+        link.stream.writelines(parts)
 
     async def _heartbeats(self) -> None:
         """Every session with work in flight hears from the daemon at least every heartbeat_s."""
@@ -458,6 +654,7 @@ class Server:
     async def _end_session(self, link: Link, reason: str, notify: bool) -> None:
         session, stream = link.session, link.stream
         session.closing = True
+        stream.on_data = None
         self.hub.drop_session(session.id)
         self._links.pop(session.id, None)
         if notify and not stream.is_closing():

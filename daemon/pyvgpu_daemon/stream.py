@@ -17,13 +17,19 @@ Bounds (what a peer can make this object spend):
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import socket
+import struct
+import termios
 import time
 from typing import Any
 
 import numpy as np
 
 from pyvgpu import wire
-from pyvgpu.protocol import FRAME_PREFIX_BYTES
+from pyvgpu.protocol import FRAME_PREFIX_BYTES, MAX_HEADER_BYTES
+
+_PREFIX = struct.Struct("<I")
 
 
 class Draining(Exception):
@@ -35,10 +41,16 @@ class StreamTimeout(Exception):
 
 
 class FrameStream(asyncio.BufferedProtocol):
-    SCRATCH_MIN = 16 << 10            # scratch buffer of a quiet connection
+    SCRATCH_MIN = 64 << 10            # scratch buffer of a quiet connection
     SCRATCH_KEEP = 256 << 10          # a scratch buffer grown past this is dropped once empty
     DIRECT_MIN = 64 << 10             # reads at least this large go straight into their own buffer
-    PAUSE_AT = 8 << 20                # unconsumed scratch bytes before the socket stops being read
+    PAUSE_AT = 64 << 10               # unconsumed scratch bytes before the socket stops being read: a thousand
+                                      # pipelined small frames, and little of a bulk payload that arrives before
+                                      # its header is parsed (the rest lands in its own buffer, or device memory)
+    LOWAT_MAX = 1 << 20               # while a large payload arrives, wake for no less than this (SO_RCVLOWAT)
+    WRITE_HIGH = 64 << 10             # unsent reply bytes above which the writer counts as paused; it resumes only
+                                      # once everything is sent (low water 0), so drain() means "all sent" (a reply
+                                      # sent straight from device memory relies on it: server.py)
 
     def __init__(self, on_connect: Any) -> None:
         self._on_connect = on_connect
@@ -54,13 +66,28 @@ class FrameStream(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.closed: asyncio.Future[None] | None = None     # done when the connection is lost
+        self._sock: Any = None            # the plain TCP socket (None under TLS), for SO_RCVLOWAT
+        self._lowat = 1
+        # Set by the server once the session is established: called when bytes arrive while the reader waits for
+        # a new frame, to handle the complete frames it can without waking the reader (server._frames_now).
+        self.on_data: Any = None
+        self._parked = False              # the reader waits for the first byte of a frame
+        self.handled_at = 0.0             # loop time on_data last handled a frame (activity for the idle timeout)
         self.last_write = time.monotonic()
 
     # -- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.closed = asyncio.get_running_loop().create_future()
+        self.transport.set_write_buffer_limits(high=self.WRITE_HIGH, low=0)
+        sock = transport.get_extra_info("socket")
+        if transport.get_extra_info("sslcontext") is None and sock is not None and \
+                sock.family in (socket.AF_INET, socket.AF_INET6):
+            self._sock = sock
+        # the loop, kept: asyncio.get_running_loop() makes a getpid() system call each time (per frame here)
+        self.loop = asyncio.get_running_loop()
+        self.closed = self.loop.create_future()
         self._on_connect(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -75,16 +102,34 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._buf.extend(bytes(len(self._buf)))
         return memoryview(self._buf)[self._hi:]
 
+    def _set_lowat(self, n: int) -> None:
+        """Wake the loop only once n bytes are readable. A large payload otherwise arrives in a wake-up (and a
+        Python callback) per ~64 KiB; the kernel's copy is the same either way."""
+        if self._sock is not None and n != self._lowat:
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+                self._lowat = n
+            except OSError:
+                self._sock = None
+
     def buffer_updated(self, nbytes: int) -> None:
         if self._target is not None:
             self._tpos += nbytes
-            if self._tpos >= len(self._target):
+            left = len(self._target) - self._tpos
+            if left <= 0:
                 self._target = None       # full: whatever arrives next belongs to the following frame
+                self._set_lowat(1)
+            elif left < self._lowat:
+                self._set_lowat(left)     # never wait for bytes beyond the payload
         else:
             self._hi += nbytes
-            if self._hi - self._lo > self.PAUSE_AT and not self._read_paused and self.transport is not None:
+            if self._hi - self._lo >= self.PAUSE_AT and not self._read_paused and self.transport is not None:
                 self._read_paused = True
                 self.transport.pause_reading()
+            if self._parked and self.on_data is not None and not self._draining:
+                self.on_data()
+                if not self._buffered():
+                    return                # all handled: the reader keeps waiting for the next frame
         self._wake()
 
     def eof_received(self) -> bool:
@@ -128,7 +173,7 @@ class FrameStream(asyncio.BufferedProtocol):
         if self._read_paused and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()
-        loop = asyncio.get_running_loop()
+        loop = self.event_loop()
         self._waiter = fut = loop.create_future()
         timer = loop.call_at(deadline, self._expire, fut) if deadline is not None else None
         try:
@@ -140,6 +185,9 @@ class FrameStream(asyncio.BufferedProtocol):
         if self._draining:
             raise Draining()
 
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        return self.loop if self.loop is not None else asyncio.get_running_loop()
+
     def stop_reading(self) -> None:
         """Daemon shutdown: the next (or current) wait for bytes raises Draining."""
         self._draining = True
@@ -149,14 +197,29 @@ class FrameStream(asyncio.BufferedProtocol):
     def _buffered(self) -> int:
         return self._hi - self._lo
 
+    def arrived(self) -> int:
+        """Bytes received and not yet read: this buffer's and the kernel's socket buffer's (FIONREAD). A transfer's
+        rate is measured on the bytes that arrive after this (server.py's link-rate samples)."""
+        n = self._buffered()
+        sock = self.get_extra_info("socket")
+        if sock is not None:
+            try:
+                n += struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+            except OSError:
+                pass
+        return n
+
     def _take(self, n: int) -> bytes:
         out = bytes(self._buf[self._lo:self._lo + n])
+        self._advance(n)
+        return out
+
+    def _advance(self, n: int) -> None:
         self._lo += n
         if self._lo == self._hi:
             self._lo = self._hi = 0
             if len(self._buf) > self.SCRATCH_KEEP:
                 self._buf = bytearray(self.SCRATCH_MIN)
-        return out
 
     async def readexactly(self, n: int, deadline: float | None = None) -> bytes | memoryview:
         """n bytes (bytes for small reads, a memoryview of an np.empty buffer for large ones);
@@ -172,11 +235,19 @@ class FrameStream(asyncio.BufferedProtocol):
 
     async def _read_direct(self, n: int, deadline: float | None) -> memoryview:
         out = memoryview(np.empty(n, dtype=np.uint8)).cast("B")
+        await self._read_into(out, deadline)
+        return out
+
+    async def _read_into(self, out: memoryview, deadline: float | None) -> None:
+        """Fill `out` (a writable byte view) from the stream: what is buffered is copied, the rest the transport
+        writes into it directly."""
+        n = len(out)
         have = min(n, self._buffered())
         out[:have] = self._buf[self._lo:self._lo + have]
         self._take(have)
         if have < n:
             self._target, self._tpos = out, have
+            self._set_lowat(min(n - have, self.LOWAT_MAX))
             try:
                 while self._tpos < n:
                     if self._eof:
@@ -184,22 +255,65 @@ class FrameStream(asyncio.BufferedProtocol):
                     await self._wait(deadline)
             finally:
                 self._target = None
-        return out
+                self._set_lowat(1)
+
+    def peek_header(self) -> tuple[list[Any], int] | None:
+        """The next frame's header and size when all of it is buffered already, without consuming it, else None;
+        ProtocolError for a bad length or header."""
+        lo = self._lo
+        if self._hi - lo < FRAME_PREFIX_BYTES:
+            return None
+        (n,) = _PREFIX.unpack_from(self._buf, lo)
+        if not 0 < n <= MAX_HEADER_BYTES:
+            wire.header_length(_PREFIX.pack(n))       # raises the usual ProtocolError
+        if self._hi - lo - FRAME_PREFIX_BYTES < n:
+            return None
+        body = bytes(self._buf[lo + FRAME_PREFIX_BYTES:lo + FRAME_PREFIX_BYTES + n])
+        return wire.unpack_header(body), FRAME_PREFIX_BYTES + n
+
+    def header_now(self) -> tuple[list[Any], int] | None:
+        """peek_header, consuming the header (no await: a client that pipelines small frames has many waiting)."""
+        if self._draining:
+            raise Draining()
+        got = self.peek_header()
+        if got is not None:
+            self._take(got[1])
+        return got
+
+    def buffered(self, n: int) -> bool:
+        """At least n bytes are buffered."""
+        return self._hi - self._lo >= n
+
+    def skip(self, n: int) -> None:
+        """Consume n buffered bytes (a header peek_header returned)."""
+        self._advance(n)
+
+    def payload_now(self, n: int) -> bytes | None:
+        """n payload bytes when they are buffered already and small (no await), else None."""
+        if n < self.DIRECT_MIN and self._hi - self._lo >= n:
+            return self._take(n)
+        return None
 
     async def read_header(self, idle_s: float | None, frame_s: float) -> tuple[list[Any], int] | None:
         """The next frame's header and its size in bytes, or None on a clean EOF before a frame starts.
         The first byte must come within idle_s (None: no limit), the rest of the header within frame_s of it."""
         if self._draining:
             raise Draining()
-        loop = asyncio.get_running_loop()
+        loop = self.event_loop()
         idle_deadline = loop.time() + idle_s if idle_s is not None else None
-        try:
-            while not self._buffered():
-                if self._eof:
-                    return None
+        while not self._buffered():
+            if self._eof:
+                return None
+            self._parked = True
+            try:
                 await self._wait(idle_deadline)
-        except TimeoutError:
-            raise StreamTimeout(f"idle for {idle_s:.0f} s (no request, no PING)") from None
+            except TimeoutError:
+                assert idle_s is not None
+                if self.handled_at + idle_s <= loop.time():
+                    raise StreamTimeout(f"idle for {idle_s:.0f} s (no request, no PING)") from None
+                idle_deadline = self.handled_at + idle_s      # on_data handled frames meanwhile: not idle
+            finally:
+                self._parked = False
         deadline = loop.time() + frame_s
         try:
             prefix = await self.readexactly(FRAME_PREFIX_BYTES, deadline)
@@ -215,11 +329,21 @@ class FrameStream(asyncio.BufferedProtocol):
         if n == 0:
             return b""
         try:
-            return await self.readexactly(n, asyncio.get_running_loop().time() + within_s)
+            return await self.readexactly(n, self.event_loop().time() + within_s)
         except asyncio.IncompleteReadError as exc:
             raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {n} payload bytes") from None
         except TimeoutError:
             raise StreamTimeout(f"{n}-byte payload not complete within {within_s:.0f} s (too slow)") from None
+
+    async def read_payload_into(self, out: memoryview, within_s: float) -> None:
+        """read_payload into a buffer of the caller's (device memory: server.py), same errors."""
+        try:
+            await self._read_into(out, self.event_loop().time() + within_s)
+        except asyncio.IncompleteReadError as exc:
+            raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {len(out)} payload bytes") \
+                from None
+        except TimeoutError:
+            raise StreamTimeout(f"{len(out)}-byte payload not complete within {within_s:.0f} s (too slow)") from None
 
     # -- writer side
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -235,9 +359,14 @@ class FrameStream(asyncio.BufferedProtocol):
 
     async def drain(self) -> None:
         if self._write_paused and self.transport is not None and not self.transport.is_closing():
-            fut = asyncio.get_running_loop().create_future()
+            fut = self.event_loop().create_future()
             self._drain_waiters.append(fut)
             await fut
+
+    @property
+    def write_paused(self) -> bool:
+        """More than WRITE_HIGH bytes were left unsent; stays True until everything is sent."""
+        return self._write_paused
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()

@@ -56,6 +56,17 @@ class DeviceContext(ABC):
     # A scope for host waits on the device (stream, event or context synchronize) that block in the driver: the
     # daemon's scheduler sets it so that other sessions may use the device meanwhile (scheduler.Lane.waiting).
     wait_scope: Callable[[], AbstractContextManager[None]] = nullcontext
+    # Ops the server may run on its event-loop thread instead of the worker, when the (session, device) has nothing
+    # queued or running (executor.OrderedWorker.idle): their handlers then touch nothing another thread uses and
+    # never block; copies and memsets among them only up to fastpath.LOOP_BYTES. Empty by default: a real GPU's
+    # calls need the context current on the calling thread.
+    loop_ops: frozenset[str] = frozenset()
+
+    def host_view(self, ptr: int, size: int) -> memoryview | None:
+        """A writable view of device bytes [ptr, ptr+size) in this process's memory, for receiving a copy's payload
+        straight into the device and sending one from it (the caller checked the range is the session's and that no
+        device work is queued); None where device memory is not host memory (a real GPU)."""
+        return None
 
     @abstractmethod
     def mem_info(self) -> tuple[int, int]: ...            # (free, total)
@@ -202,6 +213,11 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def event_elapsed(self, start: Any, end: Any) -> float: ...
+
+    def event_time(self, event: Any) -> float | None:
+        """The completed event's time in ms on a clock of this context (only differences count), sent with replies
+        (event_times.py); None when the backend cannot tell (the client then asks event_elapsed)."""
+        return None
 
     @abstractmethod
     def synchronize(self) -> None: ...

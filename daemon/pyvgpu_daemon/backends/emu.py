@@ -209,6 +209,12 @@ class EmuBlasHandle:
 
 
 class EmuContext(EmuArrays, DeviceContext):
+    # Every stream is the worker's queue, so once it is empty these answer from state alone, and the small work ops
+    # finish at once (base.loop_ops; the server bounds their bytes).
+    loop_ops = frozenset({"MEM_GET_INFO", "STREAM_QUERY", "EVENT_QUERY", "DEVICE_GET_LIMIT", "STREAM_SYNC",
+                          "EVENT_SYNC", "DEVICE_SYNC", "EVENT_ELAPSED", "EVENT_RECORD", "STREAM_WAIT_EVENT",
+                          "MEMSET", "MEMCPY_HTOD", "MEMCPY_DTOH", "MEMCPY_DTOD"})
+
     def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
         self.backend = backend
         self.ordinal = ordinal
@@ -259,6 +265,9 @@ class EmuContext(EmuArrays, DeviceContext):
         self.mem.free(ptr)
         if hit is not None:
             self._uncharge(_rounded(hit[1]))
+
+    def host_view(self, ptr: int, size: int) -> memoryview:
+        return memoryview(self.mem.view(ptr, size)).cast("B")
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
         self.mem.write(dst, data)
@@ -485,6 +494,11 @@ class EmuContext(EmuArrays, DeviceContext):
 
     def event_query(self, event: Any) -> bool:
         return True
+
+    def event_time(self, event: EmuEvent) -> float | None:
+        if event.flags & EVENT_DISABLE_TIMING or event.recorded_at is None:
+            return None
+        return event.recorded_at * 1000.0
 
     def event_elapsed(self, start: EmuEvent, end: EmuEvent) -> float:
         if (start.flags | end.flags) & EVENT_DISABLE_TIMING:

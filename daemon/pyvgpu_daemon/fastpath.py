@@ -1,0 +1,172 @@
+"""What the event loop does itself, without the hop to the (session, device) worker thread, when ordering allows it.
+
+A job on the worker costs two thread hand-overs (loop → worker → loop), which on a loaded host dominate a small
+synchronous call (bench/README.md, "where the time goes"). When a (session, device) has nothing queued or running
+(`OrderedWorker.idle` with `pending == 0`, both read on the loop, which alone submits), every op before the next one
+has completed, so the loop may act for the worker; nothing is submitted meanwhile because the loop is the only
+submitter and it is busy doing exactly this. Three cases, each only where the backend says it is safe:
+
+- `answer` / `run_async`: an op of the backend's `loop_ops` (state queries, synchronizations that have nothing to
+  wait for, and small copies, memsets and event records: at most LOOP_BYTES bytes, so the loop never stalls on one)
+  runs through the same `handlers.execute` as on the worker, so its checks, errors, latched errors and printf output
+  are the same, and it is accounted to the session's lane as on the worker (device time, latency). A stream of
+  small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
+  that competes with the loop for the GIL;
+- `landing`: a host-to-device copy's payload is received straight into device memory (`DeviceContext.host_view`),
+  instead of into a buffer that the worker copies later; the range is checked first exactly as the handler does,
+  and anything unusual (a bad range or stream, a sticky error, a small copy) takes the ordinary path;
+- `reply_from_device`: a device-to-host copy's reply is written from device memory, not from a copy of it. The
+  transport keeps a reference to unsent bytes, so the device bytes must not change until they are sent: the last
+  FrameStream.WRITE_HIGH bytes go out as a copy, so "writer paused" means "bytes of device memory are unsent", and
+  the server then holds the session's next request until everything is sent (`Link.sending_device_memory`).
+  Other sessions cannot reach this session's memory through the daemon (session.check_range).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pyvgpu import wire
+from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
+from pyvgpu_daemon import compress, handlers
+from pyvgpu_daemon.backends.base import Backend, DeviceContext
+from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.scheduler import is_work
+from pyvgpu_daemon.session import DeviceState, Session
+from pyvgpu_daemon.stream import FrameStream
+
+OP_HTOD = OP_BY_NAME["MEMCPY_HTOD"].code
+OP_DTOH = OP_BY_NAME["MEMCPY_DTOH"].code
+LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their header anyway: copied once, cheaply
+SEND_MIN = 4 * FrameStream.WRITE_HIGH     # smaller replies are copied (the copied tail would be most of them)
+LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set
+# Ops whose cost grows with a size argument: run on the loop only up to LOOP_BYTES (MEMCPY_HTOD: its payload).
+_SIZE_ARG: dict[int, int] = {OP_BY_NAME[name].code: OP_BY_NAME[name].arg_names.index("size")
+                             for name in ("MEMSET", "MEMCPY_DTOH", "MEMCPY_DTOD")}
+
+
+def idle_context(st: DeviceState, work: bool = True) -> DeviceContext | None:
+    """The device's context when the loop may act for its worker (nothing queued or running), else None. Device
+    work (scheduler.is_work: copies, memsets, event records) only while this session is alone on the device: on a
+    shared device it runs in the session's turn on its worker, so the fair share and the sharing slowdown that
+    placement reads stay measured (the loop takes no turn)."""
+    w = st.worker
+    if w.pending or not w.idle:
+        return None
+    if work:
+        lane = w.lane
+        if lane is not None and len(lane.sched.lanes) > 1:      # read without the lock: a hint, as `contended`
+            return None
+    return st.ctx
+
+
+def _u64(v: Any) -> bool:
+    return type(v) is int and 0 <= v < (1 << 64)       # type(): not bool, as handlers.ARG_CHECKS
+
+
+def _stream_ok(st: DeviceState, h: Any) -> bool:
+    return _u64(h) and (h in DEFAULT_STREAM_HANDLES or h in st.streams)
+
+
+def _range_view(st: DeviceState, ctx: DeviceContext, ptr: Any, size: int, stream: Any) -> memoryview | None:
+    """Device bytes [ptr, ptr+size) of this session as host memory, when the handler would accept them."""
+    if not _u64(ptr) or not _stream_ok(st, stream):
+        return None
+    try:
+        st.check_range(ptr, size, "copy")
+        return ctx.host_view(ptr, size)
+    except CudaError:
+        return None
+
+
+def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) -> bool:
+    ctx = idle_context(st, is_work(spec.code))
+    if ctx is None or spec.name not in ctx.loop_ops or len(payload) > LOOP_BYTES:
+        return False
+    i = _SIZE_ARG.get(spec.code)
+    return i is None or (type(args[i]) is int and args[i] <= LOOP_BYTES)
+
+
+def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,
+         fire_and_forget: bool) -> handlers.Outcome | None:
+    t0 = time.perf_counter()
+    out = handlers.execute(session, st, backend, spec, args, payload, fire_and_forget)
+    lane = st.lane
+    if lane is not None:
+        tag = (spec.code, args, len(payload))
+        if is_work(spec.code):
+            lane.end(tag, t0, t0, time.perf_counter())      # device time, as the worker accounts it
+        else:
+            lane.record(tag, t0, time.perf_counter())
+    return out
+
+
+def answer(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
+           payload: Any) -> handlers.Outcome | None:
+    """Run a request the backend allows on the loop, now; None when it must go to the worker."""
+    if not _loop_may_run(st, spec, args, payload):
+        return None
+    return _run(session, st, backend, spec, args, payload, False)
+
+
+def run_async(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
+              payload: Any) -> bool:
+    """Run a fire-and-forget op on the loop when allowed (its failure is latched as on the worker). → ran it."""
+    if not _loop_may_run(st, spec, args, payload):
+        return False
+    _run(session, st, backend, spec, args, payload, True)
+    return True
+
+
+def landing(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -> memoryview | None:
+    """Where a host-to-device payload of nbytes may be received: the device bytes themselves, or None."""
+    if spec.code != OP_HTOD or nbytes < LANDING_MIN or st.sticky:
+        return None
+    ctx = idle_context(st)
+    if ctx is None:
+        return None
+    return _range_view(st, ctx, args[1], nbytes, args[2])
+
+
+def landed(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, started: float) -> None:
+    """The bookkeeping handlers.execute does for a copy, after its payload landed in device memory."""
+    st.ops += 1
+    st.bytes_htod += nbytes
+    lane = st.lane
+    if lane is not None:
+        lane.record((spec.code, args, nbytes), started, time.perf_counter())
+
+
+def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: int,
+                      args: list[Any]) -> list[Any] | None:
+    """The reply frame of a device-to-host copy sent from device memory (see the module docstring), or None."""
+    if spec.code != OP_DTOH or st.deferred or st.sticky:
+        return None
+    if session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
+        return None                               # the worker decides whether to compress it (handlers.execute)
+    size = args[2]
+    if not _u64(size) or size < SEND_MIN:
+        return None
+    ctx = idle_context(st)
+    if ctx is None:
+        return None
+    t0 = time.perf_counter()
+    view = _range_view(st, ctx, args[1], size, args[3])
+    if view is None:
+        return None
+    st.ops += 1
+    st.waited += 1
+    st.bytes_dtoh += size
+    stdout = ctx.take_stdout() or None            # MEMCPY_DTOH is SYNC: it carries the device's printf output
+    times = st.event_times.report(ctx)            # ... and event times, as every reply (protocol v3)
+    tail = FrameStream.WRITE_HIGH
+    try:
+        parts = wire.encode_reply(req_id, 0, None, stdout, view, times)
+    except wire.ProtocolError:
+        parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
+    else:
+        parts[1:2] = [view[:size - tail], bytes(view[size - tail:])]
+    lane = st.lane
+    if lane is not None:
+        lane.record((spec.code, args, 0), t0, time.perf_counter())
+    return parts
