@@ -631,14 +631,17 @@ static cudaError_t inflight_send(struct pv_req *r, struct pv_inflight *f)
     return PV_SUCCESS;
 }
 
-/* Waits (bounded: wait_until) for the reply of f and hands it over as pv_req_finish does. */
-static cudaError_t inflight_wait(struct pv_inflight *f, struct pv_reply *rep)
+/* Waits (bounded: wait_until) for the reply of f and hands it over as pv_req_finish does. The statistics count the
+ * call as blocked for the time since `since`; a collected request (late: !sent_now) only if its reply had not
+ * arrived yet. */
+static cudaError_t inflight_wait(struct pv_inflight *f, struct pv_reply *rep, int sent_now, int64_t since)
 {
     struct pv_conn *c = f->conn;
     pthread_mutex_lock(&c->mu);
+    int blocked = sent_now || !f->p.done;
     wait_until(c, &f->p.cv, pending_done, &f->p);
     pthread_mutex_unlock(&c->mu);
-    pv_stats_note(f->op, f->dev, 1, f->payload_len + f->p.wire_len, 1, pv_now_ns() - f->t0);
+    pv_stats_note(f->op, f->dev, 1, f->payload_len + f->p.wire_len, blocked, blocked ? pv_now_ns() - since : 0);
     pthread_cond_destroy(&f->p.cv);
     cudaError_t err = f->p.err;
     if (rep) {
@@ -662,7 +665,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     }
     struct pv_inflight f;
     cudaError_t err = inflight_send(r, &f);
-    return err != PV_SUCCESS ? err : inflight_wait(&f, rep);
+    return err != PV_SUCCESS ? err : inflight_wait(&f, rep, 1, f.t0);
 }
 
 cudaError_t pv_req_start(struct pv_req *r, struct pv_inflight **out)
@@ -685,7 +688,7 @@ cudaError_t pv_req_collect(struct pv_inflight *f, struct pv_reply *rep)
 {
     if (rep)
         memset(rep, 0, sizeof *rep);
-    cudaError_t err = inflight_wait(f, rep);
+    cudaError_t err = inflight_wait(f, rep, 0, pv_now_ns());   /* its time in flight before: not waited for */
     free(f);
     return err;
 }
