@@ -49,10 +49,13 @@ def count_thread_instructions(mod, kernel, grid, block, shmem, params) -> int:
             wrapped.append((cw, mw))
         return wrapped, handlers
     Chunk.bind_blocks = counting_bind
+    threads = mod.limits.threads
+    mod.limits.threads = 1          # one chunk at a time: the counters above are not shared safely
     try:
         mod.launch(kernel, grid, block, shmem, params)
     finally:
         Chunk.bind_blocks = bind
+        mod.limits.threads = threads
     return total
 
 

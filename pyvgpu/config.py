@@ -1,5 +1,5 @@
 """Where pyvgpu keeps its files: the host map, the daemon token and TLS files (XDG config dir), daemon state (XDG
-state dir).
+state dir), rebuildable caches (XDG cache dir).
 
 libvcudart reads the same paths (csrc/hostmap.c); keep the two in step.
 """
@@ -21,6 +21,12 @@ def config_dir() -> Path:
 
 def state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "pyvgpu"
+
+
+def cache_dir() -> Path:
+    """Rebuildable files: the emulated GPU's native code (daemon/pyvgpu_daemon/emu/native.py)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "pyvgpu"
 
 

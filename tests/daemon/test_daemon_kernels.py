@@ -3,6 +3,7 @@ client-packed parameter buffer, module globals, printf returned with the next SY
 until DEVICE_RESET, session cleanup of modules, and --emu-slowdown."""
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -203,6 +204,27 @@ def test_kernel_fault_is_sticky_until_reset(daemon):
         assert c.call("LAUNCH", 0, fid, [1, 1, 1], [1, 1, 1], 0, 0,
                       payload=add_one_params(good, 1))[0] == E["cudaErrorInvalidDeviceFunction"]  # reset dropped it
         assert "add_one" in load(c, 1)["kernels"]                                            # reload works
+
+
+def test_internal_emulator_fault_is_logged_and_sticky(daemon_factory, tmp_path):
+    # A daemon whose emulator has a bug (injected: every chunk raises TypeError when it runs).
+    (tmp_path / "sitecustomize.py").write_text(
+        "from pyvgpu_daemon.emu.runtime import chunk\n"
+        "def broken(self):\n"
+        "    raise TypeError(\"unsupported operand type(s) for +: 'NoneType' and 'int'\")\n"
+        "chunk.Chunk.run = broken\n")
+    daemon = daemon_factory(env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                                          os.environ.get("PYTHONPATH")]))})
+    with Client.connect("127.0.0.1", daemon.port) as c:
+        fid = load(c)["kernels"]["add_one"]["id"]
+        ptr = c.call("MALLOC", 0, 64)[1]
+        c.call("LAUNCH", 0, fid, [1, 1, 1], [16, 1, 1], 0, 0, payload=add_one_params(ptr, 16), reply=False)
+        # never cudaErrorUnknown: a sticky launch failure, as a crashed kernel is
+        assert c.call("DEVICE_SYNC", 0)[0] == E["cudaErrorLaunchFailure"]
+        assert c.call("MEM_GET_INFO", 0)[0] == E["cudaErrorLaunchFailure"]
+    lines = [ln for ln in daemon.log_text().splitlines() if "internal emulator error" in ln]
+    assert len(lines) == 1, daemon.log_text()
+    assert "dev 0" in lines[0] and "add_one" in lines[0] and "TypeError: unsupported operand" in lines[0]
 
 
 def test_bad_images_are_rejected_with_cuda_codes(daemon):

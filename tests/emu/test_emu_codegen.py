@@ -26,6 +26,20 @@ PTX = r"""
 .extern .func (.param .b32 func_retval0) vprintf (.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
 .extern .func __assertfail (.param .b64 p0, .param .b64 p1, .param .b32 p2, .param .b64 p3, .param .b64 p4);
 .global .align 1 .b8 $str[4] = {104, 105, 10, 0};
+.func (.param .b32 rv) tri(.param .b32 a)
+{
+  .reg .b32 %q<4>; .reg .pred %pp;
+  ld.param.b32 %q1, [a];
+  setp.eq.u32 %pp, %q1, 0;
+  @%pp bra TD;
+  sub.u32 %q2, %q1, 1;
+  { .param .b32 p0; st.param.b32 [p0], %q2; .param .b32 r0;
+    call.uni (r0), tri, (p0); ld.param.b32 %q3, [r0]; }
+  add.u32 %q1, %q1, %q3;
+TD:
+  st.param.b32 [rv], %q1;
+  ret;
+}
 
 .visible .entry k(.param .u64 out)
 {
@@ -54,6 +68,9 @@ PTX = r"""
   st.global.u32 [%rd4+384], %r7;
   st.global.u32 [%rd4+512], %r8;
   st.global.u32 [%rd4+640], %r10;
+  { .param .b32 p0; st.param.b32 [p0], %r1; .param .b32 r0;
+    call.uni (r0), tri, (p0); ld.param.b32 %r12, [r0]; }
+  st.global.u32 [%rd4+768], %r12;
   setp.eq.u32 %p4, %r1, 0;
   @!%p4 bra DONE;
   mov.u64 %rd5, $str;
@@ -125,7 +142,8 @@ def test_generated_code_uses_exactly_the_declared_interface(loaded):
     assert used == MEMBERS, f"declared but never generated: {sorted(MEMBERS - used)}"
     extra = free_names(k.source) - set(NAMESPACE)
     assert all(n.startswith("_") and n in k.namespace for n in extra), sorted(extra)   # constants
-    assert set(NAMESPACE) == {"np", "_where", "_scatter", "_fit"}
+    assert set(NAMESPACE) == {"np", "_where", "_scatter", "_fit", "_cvta_param", "_uniform", "_lanes",
+                              "_brx_targets", "_ocall_targets"}
 
 
 def test_generator_refuses_undeclared_members():
@@ -160,3 +178,4 @@ def test_chunk_implements_the_interface_and_the_kernel_runs(loaded):
     assert (v[96:128] == 0xFFFF).all()                       # ballot of lanes < 16
     assert (v[128:160] == lanes.sum()).all()                 # redux.add of tid
     assert (v[160:192] == 0xFFFFFFFF).all()                  # activemask
+    assert (v[192:224] == lanes * (lanes + 1) // 2).all()    # tri(tid), recursively: tid + (tid - 1) + ... + 0

@@ -330,7 +330,7 @@ def test_clock64_advances():
     assert run(body, 32, 1, dtype=np.uint64)[0] > 0
 
 
-def test_cache_hint_modifiers_and_recursion_refused():
+def test_cache_hint_modifiers_and_unbounded_recursion_overflows_the_call_stack():
     body = """
 .visible .entry k(.param .u64 out)
 {
@@ -361,9 +361,13 @@ def test_cache_hint_modifiers_and_recursion_refused():
   ret;
 }
 """
+    # Recursion runs on a bounded call stack: f calls itself without end, so the stack overflows.
+    mem = DeviceMemory(1 << 40, 1 << 20)
+    mod = EmuModule.load((head() + rec).encode(), mem)
     with pytest.raises(CudaError) as e:
-        EmuModule.load((head() + rec).encode(), DeviceMemory(1 << 40, 1 << 20))
-    assert e.value.code == 218 and "recursive" in e.value.message
+        mod.launch("k", (1, 1, 1), (32, 1, 1), 0, struct.pack("<Q", mem.alloc(8)))
+    assert e.value.code == 714 and "call stack overflow" in e.value.message   # cudaErrorHardwareStackError
+    assert e.value.sticky
 
 
 @pytest.mark.parametrize("live", [True, False])

@@ -393,7 +393,7 @@ class EmuContext(EmuArrays, DeviceContext):
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
                                    max_dynamic_shared=dyn_max, resources=self.resources,
                                    peers=[p.mem for p in self.peers.values()], cancel=self._cancelled,
-                                   printf_fifo=self._limits[1])
+                                   printf_fifo=self._limits[1], stack_size=self._limits[0])  # cudaLimitStackSize
             self._stdout_dropped += out.dropped
             self._append_stdout(self._fifo(out.stdout))
         except CudaError as exc:

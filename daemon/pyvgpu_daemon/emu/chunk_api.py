@@ -8,8 +8,8 @@ namespace (NumPy as `np` and the value helpers of translator/codegen.py).
 
 Lane vectors: every array argument or result has one element per lane of the chunk (T lanes) unless its
 description says otherwise. `sel` is None (all lanes) or the sorted indices of the lanes taking part; `m` is a
-boolean lane mask. Memory spaces: 'global', 'shared', 'local', 'generic' ('param' and 'const' are mapped by the
-translator). Addresses are an unsigned lane vector (`addr`) plus a constant byte offset (`off`), or `addr` None
+boolean lane mask. Memory spaces: 'global', 'shared', 'local', 'generic', 'param' (.param addresses in registers:
+kernel parameters or call sequences' variables; 'const' and .param symbols are mapped by the translator). Addresses are an unsigned lane vector (`addr`) plus a constant byte offset (`off`), or `addr` None
 for an absolute address `off`.
 
 Lane states (`st`) and block results: a converged block function returns the index of the next block, DIVERGED
@@ -64,6 +64,21 @@ class ChunkAPI(ABC):
     @abstractmethod
     def isspace(self, space: str, a) -> np.ndarray:
         """isspacep: whether each generic address lies in the space."""
+
+    # ---- call frames of out-of-line functions (frame addresses: a local offset, an int or one per lane)
+    @abstractmethod
+    def spill(self, addr, vals: list, sel, room: int = 0) -> None:
+        """Store values (lane vectors or scalars) in consecutive 8-byte slots at frame address addr of the
+        selected lanes; `room`: bytes from addr that must fit in local memory (cudaErrorHardwareStackError)."""
+
+    @abstractmethod
+    def unspill(self, addr, widths: list[int], sel) -> list[np.ndarray]:
+        """Read consecutive 8-byte slots back as registers of the given widths (1, 16, 32, 64), one value per
+        selected lane."""
+
+    @abstractmethod
+    def lcopy(self, dst, src, n: int, sel) -> None:
+        """Copy n bytes of local memory from frame address src to dst in every selected lane."""
 
     # ---- CTA barriers
     @abstractmethod

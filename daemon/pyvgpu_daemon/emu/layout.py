@@ -1,7 +1,11 @@
 """Memory layout of the emulated device, shared by the translator and the runtime.
 
 - Generic addresses: a global address is itself; shared offset 0 is SH_WIN and local offset 0 is LOC_WIN (cvta
-  adds or subtracts the window base; each window spans WIN_SIZE bytes).
+  adds or subtracts the window base; each window spans WIN_SIZE bytes). Kernel parameters have addresses too
+  (`mov` of a parameter's name, PTX ISA 7.7+): parameter byte offset 0 is PAR_WIN, both in the .param state space
+  and as a generic address (read-only); the .param variables of call sequences live in the local frame, so their
+  .param-space address is their local offset (cvta.param adds LOC_WIN to those). Device functions have addresses
+  FN_WIN + 16 * index (never dereferenced: only `call` through a register uses them).
 - A kernel's layout (`KernelLayout`): kernel parameters at their aligned offsets in the packed launch buffer;
   shared memory = module-level .shared variables the kernel uses, then function-scope ones, then dynamic shared
   memory (extern or `[]` declarations) at a 16-byte boundary; the local frame of each thread = the kernel's local
@@ -20,15 +24,31 @@ from pyvgpu_daemon.errors import CudaError
 from .limits import EmuLimits
 from .ptx import ir
 from .ptx.parser import float_bits_to_value
-from .ptx.types import BITS
+from .ptx.types import BITS, BYTES
 
 SH_WIN = 0x00FF_0000_0000_0000      # generic address of shared offset 0
 LOC_WIN = 0x00FE_0000_0000_0000     # generic address of local offset 0
+PAR_WIN = 0x00FD_0000_0000_0000     # generic and .param-space address of kernel parameter byte 0
+FN_WIN = 0x00FC_0000_0000_0000      # address of the module's first device function
+FN_STRIDE = 16
 WIN_SIZE = 1 << 40
 
 
 def align(x: int, a: int) -> int:
     return (x + a - 1) // a * a
+
+
+FRAME_HEADER = 16      # an out-of-line function's frame starts with the caller's frame base and return block
+
+
+@dataclass
+class Frame:
+    """The local memory of one context: the kernel's own (static) or one activation of an out-of-line function
+    (on the call stack): variables from 0 (functions: after FRAME_HEADER, formal parameters first), then the
+    registers saved around its calls (`save_off`, 8 bytes each), `size` in all (16-byte multiple)."""
+    locals_end: int
+    save_off: int = 0
+    size: int = 0
 
 
 @dataclass
@@ -41,21 +61,34 @@ class KernelLayout:
     static_shared: int
     dyn_shared_base: int
     shared_inits: list[tuple[int, ir.VarDecl]]
-    local: dict[str, int]                     # local / call-param variable -> offset in the thread's frame
-    local_size: int
-    frame: int
+    local: dict[str, int]                     # local / call-param variable -> offset in its context's frame
+    local_size: int                           # the kernel's own local variables (static frame)
+    frame: int                                # per-thread local memory before the call stack
+    local_ctx: dict[str, str | None]          # local / call-param variable -> out-of-line function, or None
+    frames: dict[str | None, Frame]           # context -> its frame (None: the kernel's static frame)
+    has_calls: bool = False                   # out-of-line calls: a call stack follows `frame`
+
+    def finish_frames(self, save_bytes: dict[str | None, int], limits: EmuLimits, kernel: str) -> None:
+        """Place each context's register save area (bytes per context) and size the frames."""
+        for ctx, fr in self.frames.items():
+            fr.save_off = align(fr.locals_end, 8)
+            fr.size = align(fr.save_off + save_bytes.get(ctx, 0), 16)
+        self.frame = align(max(self.frames[None].size, 16), 16)
+        if self.frame > limits.max_local_bytes:
+            raise CudaError("cudaErrorInvalidPtx", f"{kernel}: {self.frame} B of local memory per thread")
 
 
-def kernel_layout(mod: ir.Module, entry: ir.Function, flat_body: list, flat_locals: list,
-                  limits: EmuLimits) -> KernelLayout:
+def kernel_layout(mod: ir.Module, flat, limits: EmuLimits) -> KernelLayout:
+    """The layout of a flattened kernel (translator/inline.py FlatKernel); frames are finished by the translator
+    once it knows the registers saved around calls (KernelLayout.finish_frames)."""
+    entry = flat.entry
     kparams, param_layout, param_size = _param_layout(entry)
-    shared, dyn, static, dyn_base, inits = _shared_layout(mod, flat_body, flat_locals)
-    local, local_size = _local_layout(flat_locals)
-    frame = align(max(local_size, 16), 16)
-    if frame > limits.max_local_bytes:
-        raise CudaError("cudaErrorInvalidPtx", f"{entry.name}: {frame} B of local memory per thread")
-    return KernelLayout(kparams, param_layout, param_size, shared, dyn, static, dyn_base, inits, local, local_size,
-                        frame)
+    shared, dyn, static, dyn_base, inits = _shared_layout(mod, flat.body, flat.locals)
+    local, frames = _local_layout(flat.locals, flat.local_ctx, flat.formals)
+    lay = KernelLayout(kparams, param_layout, param_size, shared, dyn, static, dyn_base, inits, local,
+                       frames[None].locals_end, 0, flat.local_ctx, frames, bool(flat.calls))
+    lay.finish_frames({}, limits, entry.name)
+    return lay
 
 
 def _param_layout(entry: ir.Function) -> tuple[dict[str, int], list[tuple[int, int]], int]:
@@ -104,15 +137,37 @@ def _shared_layout(mod: ir.Module, flat_body: list, flat_locals: list):
     return shared, dyn, off, dyn_base, inits
 
 
-def _local_layout(flat_locals: list) -> tuple[dict[str, int], int]:
+def formal_offsets(params) -> list[int]:
+    """Offsets of an out-of-line function's formal parameters, then its return values (ir.Param or ir.VarDecl,
+    in declaration order), in its frame: after FRAME_HEADER, each at its alignment (natural unless declared).
+    Callers place arguments by the callee's declaration or their .callprototype, which must agree."""
+    off = FRAME_HEADER
+    out = []
+    for p in params:
+        off = align(off, p.align or BYTES[p.type])
+        out.append(off)
+        off += p.size
+    return out
+
+
+def _local_layout(flat_locals: list, local_ctx: dict, formals: dict) -> tuple[dict[str, int], dict]:
+    """Offsets of local and .param variables in their context's frame (see Frame)."""
     local: dict[str, int] = {}
-    off = 0
+    frames: dict[str | None, Frame] = {None: Frame(0)}
+    by_name = {v.name: v for v in flat_locals if v.space in ("local", "param")}
+    for fname, names in formals.items():
+        decls = [by_name[n] for n in names]
+        offs = formal_offsets(decls)
+        local.update(zip(names, offs))
+        frames[fname] = Frame(offs[-1] + decls[-1].size if decls else FRAME_HEADER)
     for v in flat_locals:
-        if v.space in ("local", "param"):
-            off = align(off, max(v.align, 1))
-            local[v.name] = off
-            off += v.size
-    return local, off
+        if v.space not in ("local", "param") or v.name in local:
+            continue
+        fr = frames[local_ctx.get(v.name)]
+        off = align(fr.locals_end, max(v.align or 1, 1))
+        local[v.name] = off
+        fr.locals_end = off + v.size
+    return local, frames
 
 
 def init_bytes(v: ir.VarDecl, symbols: dict) -> bytes:

@@ -32,10 +32,22 @@ class EmuLimits:
     # Vector instructions (one instruction over the lanes of a chunk) one launch may execute in all. A deadlocked
     # or runaway kernel ends with cudaErrorLaunchTimeout instead of hanging the daemon.
     max_vector_instructions: int = _env_int("PYVGPU_EMU_MAX_VECTOR_INSTRUCTIONS", 50_000_000)
+    # Native code for runs of ALU instructions (emu/native.py): "auto" builds it (in the background: about a
+    # second, once per kernel and machine) when a launch has at least native_min_threads threads, and later
+    # launches use it; "on" builds it at the first launch and uses it for every launch; "off".
+    native: str = os.environ.get("PYVGPU_EMU_NATIVE", "auto")
+    native_min_threads: int = _env_int("PYVGPU_EMU_NATIVE_MIN_THREADS", 1 << 18)
+    # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
+    threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))
-    # Inlining depth for .func calls (recursion is refused outright).
+    # Inlining depth for .func calls (recursive functions are not inlined: they run on the call stack).
     max_call_depth: int = 32
+    # The call stack of out-of-line (recursive, address-taken) functions, per thread: cudaLimitStackSize (CUDA's
+    # default 1 KiB unless the program sets it) times this factor, since the emulator's frames keep every saved
+    # register in an 8-byte slot and so are larger than a GPU's.
+    default_stack_size: int = 1024
+    call_stack_factor: int = 8
 
     # ---- what one module load may make the daemon spend (a hostile image ends in an error, never in a big heap)
     # Bytes a fatbin image may decompress to, all entries together (cudaErrorInvalidKernelImage beyond).

@@ -199,6 +199,14 @@ class DeviceMemory:
             self._np_cache = (starts, ends)
         return self._np_cache
 
+    def contains(self, addr: int, size: int) -> bool:
+        """Whether [addr, addr + size) lies inside one live allocation."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return False
+        start = self._starts[i]
+        return addr + size <= start + self._sizes[start]
+
     def check_access(self, addrs: np.ndarray, size: int, write: bool) -> None:
         """Validate a warp/CTA-wide load or store of `size` bytes at each address in `addrs`.
 
@@ -210,8 +218,8 @@ class DeviceMemory:
         if a.dtype != np.uint64:
             a = a.astype(np.uint64)
         kind = "store" if write else "load"
-        if size > 1:
-            mis = (a % np.uint64(size)) != 0
+        if size > 1 and int(np.bitwise_or.reduce(a & np.uint64(size - 1))):   # sizes are powers of two
+            mis = (a & np.uint64(size - 1)) != 0
             if mis.any():
                 bad = int(a[mis][0])
                 raise CudaError("cudaErrorMisalignedAddress", f"misaligned {size}-byte {kind} at {bad:#x}")

@@ -3,16 +3,22 @@
 load: fatbin (fatbin.py) or PTX text -> ir.Module (ptx/parser.py); module .global/.const variables are allocated in
 the device's DeviceMemory and initialised; every .entry is translated once (translator/Kernel) and described by a
 KernelInfo (parameter layout, cudaFuncAttributes). launch: EmuLimits.check_launch, then runtime/Launch.
+
+An internal fault of the emulator (any exception that is not a CudaError: a bug) never reaches a program as
+cudaErrorUnknown: in a launch it becomes cudaErrorLaunchFailure (sticky, as a crashed kernel is on a GPU), in a
+translation cudaErrorInvalidPtx, each with a message naming the kernel, the exception and where it was raised,
+which the daemon logs on one line with the session and device.
 """
 from __future__ import annotations
 
 import threading
+import traceback
 from dataclasses import dataclass, field
 
 from pyvgpu_daemon.errors import CudaError
 
 from . import fatbin
-from .layout import init_bytes
+from .layout import FN_STRIDE, FN_WIN, init_bytes
 from .limits import EmuLimits
 from .ptx import ir
 from .ptx.parser import parse
@@ -62,10 +68,7 @@ class EmuModule:
         mod = parse(text, limits)
         tgt = mod.target
         if tgt.startswith("sm_"):
-            try:
-                need = int("".join(ch for ch in tgt[3:] if ch.isdigit()))
-            except ValueError:
-                need = 0
+            need = _target_sm(tgt)
             if need > sm:
                 raise CudaError("cudaErrorNoKernelImageForDevice",
                                 f"PTX targets {tgt} but the emulated device is sm_{sm}; kernels: "
@@ -76,7 +79,7 @@ class EmuModule:
             self._alloc_variables()
             for name, fn in mod.functions.items():
                 if fn.is_entry:
-                    k = Kernel(mod, fn, self._symbols, self.limits)
+                    k = _translate(mod, fn, self._symbols, self.limits)
                     self._compiled[name] = k
                     self.kernels[name] = self._info(k)
         except BaseException:
@@ -86,6 +89,10 @@ class EmuModule:
 
     def _alloc_variables(self) -> None:
         self._symbols: dict[str, int] = {}
+        # Device functions have addresses (function pointers, calls through registers); nothing is stored there.
+        funcs = [n for n, f in self.ptx.functions.items() if not f.is_entry]
+        for i, name in enumerate(funcs):
+            self._symbols[name] = FN_WIN + FN_STRIDE * i
         pending = []
         for v in self.ptx.variables:
             if v.space not in ("global", "const"):
@@ -128,7 +135,9 @@ class EmuModule:
             "const_size_bytes": const_size,
             "local_size_bytes": k.layout.local_size,
             "num_regs": k.num_regs,
-            "ptx_version": _ptx_version(self.ptx.version),
+            # cudaFuncAttributes.ptxVersion is the virtual architecture the PTX was generated for (75 for
+            # .target sm_75), not the PTX ISA version: CUB picks its tuning policies (and kernels) by it.
+            "ptx_version": _target_sm(self.ptx.target) or self.sm,
             "binary_version": self.sm,
             "max_dynamic_shared_size_bytes": max(0, self.limits.shared_per_block - static_shared),
         }
@@ -136,13 +145,15 @@ class EmuModule:
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
-               cancel: threading.Event | None = None, printf_fifo: int = 1 << 20) -> LaunchOutput:
+               cancel: threading.Event | None = None, printf_fifo: int = 1 << 20,
+               stack_size: int | None = None) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
         (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
         texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
         other devices whose memory kernels may use (peer access). `cancel`: once set (the session's client is
         gone), the launch stops with cudaErrorLaunchTimeout at its next check. `printf_fifo`:
-        cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it)."""
+        cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it). `stack_size`:
+        the context's cudaLimitStackSize (None: CUDA's default)."""
         k = self._compiled.get(kernel)
         if k is None:
             raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
@@ -157,13 +168,36 @@ class EmuModule:
         self._launches += 1
         run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
                      grid_id=self._launches, resources=resources, peers=peers, cancel=cancel,
-                     printf_fifo=printf_fifo)
-        return LaunchOutput(run.run(), run.stdout_dropped)
+                     printf_fifo=printf_fifo, stack_size=stack_size)
+        try:
+            return LaunchOutput(run.run(), run.stdout_dropped)
+        except CudaError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an emulator bug: a sticky launch failure, never cudaErrorUnknown
+            err = CudaError("cudaErrorLaunchFailure", f"{kernel}: internal emulator error: {_describe(e)}")
+            err.stdout = bytes(run.stdout)
+            raise err from e
 
 
-def _ptx_version(v: str) -> int:
+def _translate(mod: ir.Module, fn: ir.Function, symbols: dict, limits: EmuLimits) -> Kernel:
     try:
-        major, minor = v.split(".")
-        return int(major) * 10 + int(minor)
-    except ValueError:
-        return 0
+        return Kernel(mod, fn, symbols, limits)
+    except CudaError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a translator bug: the module fails to load, naming kernel and cause
+        raise CudaError("cudaErrorInvalidPtx", f"{fn.name}: internal emulator error in translation: "
+                                               f"{_describe(e)}") from e
+
+
+def _describe(e: BaseException) -> str:
+    """One line for the daemon log: the exception and where it was raised (innermost frame; for generated block
+    code that is the kernel's block function and its line in the generated source)."""
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno} in {tb[-1].name}" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def _target_sm(target: str) -> int:
+    """75 for 'sm_75' (also 'sm_90a', 'compute_80'); 0 if the target names no architecture."""
+    digits = "".join(ch for ch in target.partition("_")[2] if ch.isdigit())
+    return int(digits) if digits else 0

@@ -8,7 +8,7 @@ Families (one module each):
 - integer.py: add sub (.sat.s32) mul/mad (.lo .hi .wide; 16/32/64-bit, mul.hi.64 exact) mul24 mad24 div rem abs
   neg min max sad.
 - bits.py: and or xor not cnot (b16/b32/b64/pred) shl shr (count clamped) shf (.l/.r .wrap/.clamp) popc clz bfind
-  (.shiftamt) brev bfe bfi prmt (generic mode) lop3 dp4a dp2a slct.
+  (.shiftamt) brev bfe bfi prmt (generic mode) lop3 dp4a dp2a slct bmsk szext.
 - floating.py: f32/f64 add sub mul fma mad div rcp sqrt with .rn/.rz/.rm/.rp (exact), .ftz, .sat; div/rcp/sqrt
   .approx/.full; rsqrt ex2 lg2 sin cos tanh .approx; abs neg min max (.NaN) copysign testp.
 - half.py: f16/bf16/f16x2/bf16x2 add sub mul fma (.rn .ftz .sat .relu) neg abs min max, ex2/tanh .approx.
@@ -117,6 +117,8 @@ _BUILDERS: dict[str, Callable[[ir.Instr], AluOp]] = {
     "dp4a": bits.build_dp4a,
     "dp2a": bits.build_dp2a,
     "slct": bits.build_slct,
+    "bmsk": bits.build_bmsk,
+    "szext": bits.build_szext,
     "copysign": floating.build_copysign,
     "testp": floating.build_testp,
     "rcp": floating.build_rcp,

@@ -5,8 +5,9 @@
 `view` is the memory as an array of the operation's type, `idx` the element index each accessing lane touches (in
 lane order), `b` (and `c` for cas) the operands per lane. The result equals applying the lanes' operations one
 after the other in lane order, which is one legal outcome of a GPU's unordered atomics; the paths below only make
-that fast: unordered ufunc.at when no result is read, prefix sums for integer add, one accumulate per address for
-heavily contended float adds, otherwise rounds in which every lane of a round touches a distinct address.
+that fast: unordered ufunc.at when no result is read, prefix sums for integer add, for a few heavily contended
+addresses one pass per address (an accumulate for float add, min, max, and, or, xor; a step per successful swap
+for cas), otherwise rounds in which every lane of a round touches a distinct address.
 
 The translator checks operations and types against ATOMIC_OPS / ATOMIC_TYPES; the runtime resolves addresses and
 calls apply_atomic per memory buffer.
@@ -16,17 +17,28 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import CudaError
+from . import half
 
 ATOMIC_OPS = frozenset({"add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec"})
-# Memory-ordering and scope modifiers: accepted and ignored (the emulator runs one chunk at a time).
+# Memory-ordering, scope and half-precision modifiers: accepted and ignored (the emulator runs one chunk at a
+# time; .noftz is what half-precision adds do anyway).
 ATOMIC_SEMANTICS = frozenset({"relaxed", "acquire", "release", "acq_rel", "cta", "gpu", "sys", "cluster", "noftz"})
-# The PTX types each operation supports on the emulated device.
+# The PTX types each operation supports on the emulated device: every 32- and 64-bit integer type (bit-size
+# operations take any integer type of their width), f32/f64 add and the half-precision adds of sm_70+.
+_INT = frozenset({"b32", "b64", "u32", "u64", "s32", "s64"})
+HALF_ADD = frozenset({"f16", "bf16", "f16x2", "bf16x2"})
 ATOMIC_TYPES: dict[str, frozenset[str]] = {
-    "add": frozenset({"u32", "s32", "u64", "f32", "f64"}), "min": frozenset({"u32", "s32", "u64", "s64"}),
-    "max": frozenset({"u32", "s32", "u64", "s64"}), "and": frozenset({"b32", "b64"}),
-    "or": frozenset({"b32", "b64"}), "xor": frozenset({"b32", "b64"}), "exch": frozenset({"b32", "b64"}),
-    "cas": frozenset({"b32", "b64"}), "inc": frozenset({"u32"}), "dec": frozenset({"u32"}),
+    "add": frozenset({"u32", "s32", "u64", "s64", "f32", "f64"}) | HALF_ADD,
+    "min": _INT - {"b32", "b64"}, "max": _INT - {"b32", "b64"},
+    "and": _INT, "or": _INT, "xor": _INT, "exch": _INT | {"f32", "f64", "b16"}, "cas": _INT | {"b16"},
+    "inc": frozenset({"u32"}), "dec": frozenset({"u32"}),
 }
+
+
+def op_name(op: str, t: str) -> str:
+    """The operation apply_atomic is given: half-precision adds name their format ('add.bf16'), since their
+    memory views hold raw bits (bf16, f16x2, bf16x2)."""
+    return f"{op}.{t}" if op == "add" and t in HALF_ADD else op
 
 _UNORDERED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
               "xor": np.bitwise_xor}
@@ -51,8 +63,13 @@ def apply_atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live
     if op == "exch":
         old = _exch(v, b, g)
         return old if live else None
-    if op == "add" and dt.kind == "f" and g.naddr <= g.maxrank:
-        return _float_add_per_address(v, b, g)
+    if g.naddr <= g.maxrank:             # few, heavily contended addresses: one pass per address
+        if op == "add" and dt.kind == "f":
+            return _float_add_per_address(v, b, g)
+        if op in _ACCUMULATE:
+            return _accumulate_per_address(v, b, g, _ACCUMULATE[op])
+        if op == "cas":
+            return _cas_per_address(v, b, c, g)
     return _rounds(v, idx, op, b, c, g)
 
 
@@ -79,7 +96,17 @@ def combine(op: str, old, b, c, dt):
             return np.where(old >= b, dt.type(0), old + dt.type(1)).astype(dt)
         if op == "dec":
             return np.where((old == 0) | (old > b), b, old - dt.type(1)).astype(dt)
+        if op.startswith("add."):
+            return _half_add(op[4:], old, b).astype(dt)
     raise CudaError("cudaErrorInvalidPtx", f"atomic {op}")
+
+
+def _half_add(t: str, old, b):
+    """old + b in a half-precision format (per 16-bit half for the x2 types), rounded to nearest even once."""
+    fmt = half.base_fmt(t)
+    parts = [half.encode(half.decode(x, fmt) + half.decode(y, fmt), fmt)
+             for x, y in zip(half.lanes(t, old), half.lanes(t, b))]
+    return half.unlanes(t, parts)
 
 
 def _apply_unordered(v, idx, op, b) -> None:
@@ -149,6 +176,57 @@ def _float_add_per_address(v, b, g: _Groups):
         old_sorted[s0:e0] = acc[:-1]
         v[a] = acc[-1]
     return g.unsort(old_sorted, v.dtype)
+
+
+_ACCUMULATE = {"min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+               "xor": np.bitwise_xor}
+
+
+def _segments(g: _Groups):
+    """(address, start, end) of each address's run of lanes in address-sorted order."""
+    starts = np.flatnonzero(g.first)
+    ends = np.r_[starts[1:], g.n]
+    return zip(g.sidx[starts].tolist(), starts.tolist(), ends.tolist())
+
+
+def _accumulate_per_address(v, b, g: _Groups, uf):
+    """min / max / and / or / xor: the running result of the lanes in order is exactly what serial application
+    leaves after each lane."""
+    dt = v.dtype
+    sb = b[g.order].astype(dt)
+    old_sorted = np.empty(g.n, dt)
+    for a, s0, e0 in _segments(g):
+        seq = np.empty(e0 - s0 + 1, dt)
+        seq[0] = v[a]
+        seq[1:] = sb[s0:e0]
+        acc = uf.accumulate(seq, dtype=dt)
+        old_sorted[s0:e0] = acc[:-1]
+        v[a] = acc[-1]
+    return g.unsort(old_sorted, dt)
+
+
+def _cas_per_address(v, b, c, g: _Groups):
+    """Compare-and-swap in lane order, one vector step per successful swap: from the current value, the next lane
+    whose compare operand equals it swaps; the lanes before it fail (and see the current value). A CAS loop
+    retried by every lane of a launch succeeds once per address and step, so this is linear, not quadratic."""
+    dt = v.dtype
+    sb = b[g.order].astype(dt)
+    sc = c[g.order].astype(dt)
+    old_sorted = np.empty(g.n, dt)
+    for a, s0, e0 in _segments(g):
+        cur = v[a]
+        pos = s0
+        while pos < e0:
+            hit = np.flatnonzero(sb[pos:e0] == cur)
+            stop = e0 if hit.size == 0 else pos + int(hit[0])
+            old_sorted[pos:stop] = cur
+            if stop == e0:
+                break
+            old_sorted[stop] = cur
+            cur = sc[stop]
+            pos = stop + 1
+        v[a] = cur
+    return g.unsort(old_sorted, dt)
 
 
 def _rounds(v, idx, op, b, c, g: _Groups):

@@ -1,4 +1,5 @@
-"""Logic and bit manipulation: and or xor not cnot shl shr shf popc clz brev bfind bfe bfi prmt."""
+"""Logic and bit manipulation: and or xor not cnot shl shr shf popc clz brev bfind bfe bfi prmt lop3 dp4a dp2a slct
+bmsk szext."""
 from __future__ import annotations
 
 import numpy as np
@@ -321,3 +322,53 @@ def build_slct(instr):
     zero = np.int32(0) if ct == "s32" else np.float32(0)
     # .ftz only changes the sign of a flushed subnormal c, and -0 >= 0 anyway: no effect on the choice
     return AluOp(lambda a, b, c: np.where(np.greater_equal(c, zero), a, b), (dt, dt, ct), (dt,))
+
+
+def _clamp_or_wrap(instr) -> bool:
+    """True for .clamp, False for .wrap (bmsk, szext)."""
+    _, flags = split_mods(instr, {"clamp", "wrap"})
+    mode = one_of(flags, ("clamp", "wrap"))
+    if mode is None:
+        raise Unsupported("missing .clamp/.wrap")
+    return mode == "clamp"
+
+
+def build_bmsk(instr):
+    """bmsk.{clamp,wrap}.b32 d, a, b: a mask of b ones from bit a (PTX ISA pseudo-code, computed in 64 bits)."""
+    clamp = _clamp_or_wrap(instr)
+    _one_type(split_mods(instr, {"clamp", "wrap"})[0], {"b32"})
+    ones = np.uint64(0xFFFFFFFF)
+
+    def fn(a, b):
+        a = np.asarray(a, np.uint32).astype(np.uint64)
+        b = np.asarray(b, np.uint32).astype(np.uint64)
+        a1 = a & np.uint64(31)
+        b1 = b & np.uint64(31)
+        s = a1 + b1
+        mask0 = (ones << a1) & ones
+        mask1 = (ones << s) & ones
+        zero1 = s >= np.uint64(32)
+        if clamp:
+            mask0 = np.where(a >= np.uint64(32), np.uint64(0), mask0)
+            zero1 = zero1 | (a >= np.uint64(32)) | (b >= np.uint64(32))
+        mask1 = np.where(zero1, np.uint64(0), np.where(b1 == 0, ones, mask1))
+        return (mask0 & ~mask1 & ones).astype(np.uint32)
+    return AluOp(fn, ("b32", "u32"), ("b32",))
+
+
+def build_szext(instr):
+    """szext.{clamp,wrap}.{u32,s32} d, a, b: the low N bits of a zero- or sign-extended, N = b mod 32 (.wrap) or
+    min(b, 32) (.clamp); 0 when N is 0."""
+    clamp = _clamp_or_wrap(instr)
+    t = _one_type(split_mods(instr, {"clamp", "wrap"})[0], {"u32", "s32"})
+
+    def fn(a, b):
+        a = np.asarray(a).view(np.uint32).astype(np.uint64) if np.ndim(a) else np.uint64(np.uint32(a))
+        b = np.asarray(b, np.uint32).astype(np.uint64)
+        n = np.minimum(b, np.uint64(32)) if clamp else b & np.uint64(31)
+        low = a & ((np.uint64(1) << n) - np.uint64(1))
+        if t == "s32":
+            sign = (n > 0) & (((a >> np.maximum(n, np.uint64(1)) - np.uint64(1)) & np.uint64(1)) == 1)
+            low = np.where(sign, low | (np.uint64(0xFFFFFFFF) << n), low)
+        return (low & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(DTYPES[t])
+    return AluOp(fn, (t, "u32"), (t,))

@@ -74,8 +74,33 @@ def chunked(fn, ch: int = CHUNK):
 
 
 def quiet(fn):
-    """Run `fn` with all floating-point warnings/exceptions ignored (IEEE default results)."""
-    return np.errstate(all="ignore")(fn)
+    """Run `fn` with all floating-point warnings/exceptions ignored (IEEE default results). (A closure rather than
+    np.errstate's decorator form, whose functools.wraps formats a ufunc's docstring: 0.5 ms per built op.)"""
+    def run(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    run.__wrapped__ = fn
+    run.quiet_inner = fn      # generated code runs under errstate(all="ignore") already and calls fn directly
+    return run
+
+
+_UINT_OF_SIZE = {4: np.uint32, 8: np.uint64}
+
+
+def select(c, a, b):
+    """Lane-wise c ? a : b. For 4- and 8-byte values a branch-free bit blend: np.where mispredicts on the
+    random predicates data-dependent selects have (about 4x slower at 64K lanes)."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    dt = np.result_type(a, b)
+    ut = _UINT_OF_SIZE.get(dt.itemsize)
+    c = np.asarray(c)
+    if ut is None or c.ndim == 0 or dt.kind not in "uif":
+        return np.where(c, a, b)
+    ua = np.asarray(a, dt).view(ut)
+    ub = np.asarray(b, dt).view(ut)
+    mask = np.negative(c.view(np.uint8), dtype=ut)      # 0 or all ones per lane
+    return (ub ^ ((ua ^ ub) & mask)).view(dt)
 
 
 # ---------------------------------------------------------------------------------------------------------------

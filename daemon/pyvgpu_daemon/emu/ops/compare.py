@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ptx.types import DTYPES, INTS
-from .common import AluOp, Unsupported, ftz, one_of, quiet, split_mods
+from .common import AluOp, Unsupported, ftz, one_of, quiet, split_mods, select
 from .half import HALF_TYPES, base_fmt, decode, lanes, unlanes
 
 CMP = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
@@ -180,4 +180,4 @@ def build_selp(instr):
     if len(types) != 1 or types[0] not in DTYPES or types[0] == "pred":
         raise Unsupported("type")
     t = types[0]
-    return AluOp(lambda a, b, c: np.where(c, a, b), (t, t, "pred"), (t,))
+    return AluOp(lambda a, b, c: select(c, a, b), (t, t, "pred"), (t,))

@@ -13,8 +13,10 @@ Rounding:
   exact in every mode; lanes outside its range (an operand above 2**995, a product that overflows, or one below
   2**-960 including products that underflow to zero) are evaluated with exact rationals one lane at a time.
 - .ftz flushes subnormal inputs and results to zero of the same sign; .sat clamps to [0,1] with NaN -> +0.
-- .approx functions: ex2, lg2, sin, cos, tanh and rsqrt (f32) use NumPy's float32 kernels (measured within 2 ulp
-  of the exact value; sin/cos absolute error < 1e-7 on [-pi, pi]); rcp.approx, div.approx, div.full and
+- .approx functions: ex2 and lg2 (f32) are computed in double precision by basic operations (ex2_f32, lg2_f32:
+  the correctly rounded result but for rare 1-ulp cases, the same bits in the native C); sin, cos, tanh and rsqrt
+  (f32) use NumPy's float32 kernels (measured within 2 ulp of the exact value; sin/cos absolute error < 1e-7 on
+  [-pi, pi]); rcp.approx, div.approx, div.full and
   sqrt.approx return the correctly rounded IEEE result; rsqrt.f64 and rcp.approx.ftz.f64 are computed in f64.
   The hardware's own results carry the errors the ISA allows (e.g. ~2 ulp for ex2/rcp/rsqrt/div.full, 2**-22.6
   absolute for lg2, 2**-20.5 absolute for sin/cos in [-pi, pi], 2**-10.987 relative for tanh), so results can
@@ -514,13 +516,72 @@ def build_rsqrt(instr):
     return AluOp(quiet(f), (t,), (t,))
 
 
-_TRANS = {"ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+# ex2/lg2.approx.f32 are computed in double precision by basic IEEE operations only (rint, +, -, *, /, integer bit
+# operations), each in a fixed order: translator/cgen.py writes the same steps in C from these same constants, so
+# the NumPy and the native path give identical bits by construction (library exp2/log2 kernels differ between
+# NumPy's SIMD code and libm). The double result is within ~1e-13 relative of the exact value, so the float result
+# is the correctly rounded one but for exact values within that distance of a rounding midpoint (at most 1 ulp off
+# then; the ISA allows 2 ulp for ex2 and 2**-22.6 absolute for lg2). NaN in -> canonical NaN 0x7FFFFFFF.
+EX2_COEFFS = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(11))     # 2**f = sum c_k f**k, |f| <= 1/2
+EX2_CLAMP = 200.0                           # 2**200 overflows f32, 2**-200 underflows it; keeps n + 1023 in range
+LG2_COEFFS = tuple(1.0 / (2 * k + 1) for k in range(9))    # ln m = 2 s sum z**k / (2k+1), s = (m-1)/(m+1), z = s*s
+LG2_SCALE = 2.0 / math.log(2.0)
+SQRT2 = math.sqrt(2.0)
+
+
+def ex2_f32(x):
+    """2**x of float32 lanes (module comment above; cgen.EX2F is the same in C)."""
+    x = np.asarray(x, F32)
+    d = x.astype(F64)
+    nan = d != d
+    d = np.where(nan, 0.0, d)
+    d = np.where(d < -EX2_CLAMP, -EX2_CLAMP, d)
+    d = np.where(d > EX2_CLAMP, EX2_CLAMP, d)
+    n = np.rint(d)
+    f = d - n
+    p = np.full(d.shape, EX2_COEFFS[10])
+    for c in EX2_COEFFS[9::-1]:         # in place: the same roundings, no temporaries
+        p *= f
+        p += c
+    scale = n.astype(np.int64)
+    scale += 1023
+    scale <<= 52
+    p *= scale.view(F64)
+    r = p.astype(F32)
+    return np.where(nan, np.array(0x7FFFFFFF, np.uint32).view(F32), r)
+
+
+def lg2_f32(x):
+    """log2(x) of float32 lanes (module comment above; cgen.LG2F is the same in C)."""
+    x = np.asarray(x, F32)
+    d = x.astype(F64)
+    bits = d.view(np.int64)
+    e = ((bits >> 52) & 0x7FF) - 1023
+    m = ((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).view(F64)
+    big = m > SQRT2
+    m = np.where(big, m * 0.5, m)
+    e = np.where(big, e + 1, e)
+    s = (m - 1.0) / (m + 1.0)
+    z = s * s
+    q = np.full(d.shape, LG2_COEFFS[8])
+    for c in LG2_COEFFS[7::-1]:
+        q *= z
+        q += c
+    q *= s
+    q *= LG2_SCALE
+    r = (e.astype(F64) + q).astype(F32)
+    r = np.where(d == 0.0, np.float32(-np.inf), r)
+    r = np.where(d == np.inf, np.float32(np.inf), r)
+    return np.where((d < 0.0) | (d != d), np.array(0x7FFFFFFF, np.uint32).view(F32), r)
+
+
+_TRANS = {"ex2": ex2_f32, "lg2": lg2_f32, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
 _TINY32 = np.float32(2.0 ** -126)
 
 
 def _approx32(f, do_ftz, name):
-    """.approx f32 functions: NumPy's float32 kernels (measured <= 2 ulp from the exact value, inside the
-    hardware's bounds). ex2 ignores input ftz (2**subnormal rounds to 1 either way)."""
+    """.approx f32 functions: ex2_f32/lg2_f32, else NumPy's float32 kernels (measured <= 2 ulp from the exact value,
+    inside the hardware's bounds). ex2 ignores input ftz (2**subnormal rounds to 1 either way)."""
     if not do_ftz:
         return lambda a: f(np.asarray(a, F32))
 

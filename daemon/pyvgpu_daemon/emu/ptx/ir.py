@@ -62,6 +62,8 @@ class Instr:
     guard: tuple[str, bool] | None = None
     line: int = 0
     text: str = ""                        # the source text, for error messages
+    proto: str | None = None              # indirect call: the .callprototype / .calltargets label it names
+    meta: object = None                   # the translator's annotations of its pseudo-instructions (inline.py)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -107,6 +109,13 @@ class Param:
         return BYTES[self.type] * (self.count or 1)
 
 
+@dataclass(frozen=True)
+class Signature:
+    """The parameter lists of a call: a .func's declaration or a `.callprototype` (names `_` in prototypes)."""
+    returns: tuple[Param, ...]
+    params: tuple[Param, ...]
+
+
 @dataclass
 class Function:
     """An .entry (kernel) or .func. `body` interleaves Instr and label strings in source order; inline-asm
@@ -120,6 +129,13 @@ class Function:
     body: list[Union[Instr, str]] = field(default_factory=list)
     maxntid: tuple[int, ...] | None = None
     line: int = 0
+    prototypes: dict[str, Signature] = field(default_factory=dict)    # `label: .callprototype ...`
+    call_targets: dict[str, list[str]] = field(default_factory=dict)  # `label: .calltargets f, g`
+    branch_targets: dict[str, list[str]] = field(default_factory=dict)  # `label: .branchtargets L1, L2`
+
+    @property
+    def signature(self) -> Signature:
+        return Signature(tuple(self.returns), tuple(self.params))
 
 
 @dataclass
@@ -130,3 +146,4 @@ class Module:
     variables: list[VarDecl] = field(default_factory=list)
     functions: dict[str, Function] = field(default_factory=dict)
     externs: set[str] = field(default_factory=set)          # declared-only functions: vprintf, __assertfail, ...
+    facts: dict = field(default_factory=dict)               # what the translator derives once per module

@@ -19,6 +19,7 @@ from pyvgpu_daemon.errors import CudaError
 from ..limits import EmuLimits
 from . import ir
 from .lexer import Token, tokenize
+from .predefined import WARP_SZ
 from .types import BYTES
 
 # Every instruction name of the PTX ISA (9.x). The parser accepts these; the translator decides what it can run.
@@ -38,6 +39,7 @@ _NO_DST = frozenset("st bra brx ret exit membar fence red call nanosleep trap br
                     "stmatrix".split())
 
 _SKIP_LINE = (".file", ".loc")
+_CALL_DIRECTIVES = (".callprototype", ".calltargets", ".branchtargets")
 _PERF = {".maxntid", ".reqntid", ".minnctapersm", ".maxnctapersm", ".maxnreg", ".maxclusterrank", ".reqnctapercluster",
          ".explicitcluster", ".noreturn", ".blocksareclusters"}
 
@@ -399,7 +401,10 @@ class _Parser:
             if t.kind == "id" and self.peek(1) is not None and self.peek(1).text == ":" and not x.startswith("."):
                 self.next()
                 self.next()
-                fn.body.append(x)
+                if self.peek() is not None and self.peek().text in _CALL_DIRECTIVES:
+                    self.call_directive(fn, x)
+                else:
+                    fn.body.append(x)
                 continue
             if x == ";":
                 self.next()
@@ -502,20 +507,47 @@ class _Parser:
         return ir.Instr(opcode, mods, list(dsts), list(srcs), guard, line, op_tok.text)
 
     def call(self, opcode, mods, guard, line, lookup) -> ir.Instr:
+        """`call (rets), f, (args);` directly, or `call (rets), %reg, (args), proto;` through a register, where
+        proto names a .callprototype or .calltargets directive of the function."""
         rets: list[ir.Operand] = []
         if self.peek().text == "(":
             self.next()
             rets = self.operand_list(lookup)
             self.expect(",")
         fn_tok = self.next()
+        target = self.name_operand(fn_tok.text, lookup)
         args: list[ir.Operand] = []
+        proto = None
         if self.accept(","):
             if self.accept("("):
                 args = self.operand_list(lookup)
+                if self.accept(","):
+                    proto = self.next().text
             else:
-                raise _err(line, "indirect calls with a prototype list are not supported")
+                proto = self.next().text
         self.expect(";")
-        return ir.Instr("call", mods, rets, [ir.Sym(fn_tok.text), *args], guard, line, f"call {fn_tok.text}")
+        if isinstance(target, ir.Reg) and proto is None:
+            raise _err(line, f"indirect call through {fn_tok.text} without a prototype")
+        return ir.Instr("call", mods, rets, [target, *args], guard, line, f"call {fn_tok.text}", proto)
+
+    def call_directive(self, fn: ir.Function, label: str) -> None:
+        """`label: .callprototype (rets) _ (params);`, `label: .calltargets f, g;`, `label: .branchtargets L1, L2;`"""
+        kw = self.next()
+        if kw.text == ".callprototype":
+            rets = self.param_list(kw.line) if self.peek().text == "(" else []
+            self.expect("_")
+            params = self.param_list(kw.line) if self.peek().text == "(" else []
+            while self.peek().text in (".noreturn", ".abi_preserve", ".abi_preserve_control"):
+                self.next()
+                if self.peek().kind == "num":
+                    self.next()
+            fn.prototypes[label] = ir.Signature(tuple(rets), tuple(params))
+        else:
+            names = [self.next().text]
+            while self.accept(","):
+                names.append(self.next().text)
+            (fn.call_targets if kw.text == ".calltargets" else fn.branch_targets)[label] = names
+        self.expect(";")
 
     def operand_list(self, lookup) -> list[ir.Operand]:
         """`a, b, c)` after an opening parenthesis, up to and including the closing one."""
@@ -588,6 +620,8 @@ class _Parser:
     def name_operand(name: str, lookup) -> ir.Operand:
         if name == "_":
             return ir.Reg("_")
+        if name == "WARP_SZ":         # the predefined constant: an immediate wherever it appears
+            return ir.Imm(WARP_SZ, False, name)
         r = lookup(name)
         if r is not None:
             return ir.Reg(r) if not _is_param_scoped(r) else ir.Sym(r)

@@ -22,15 +22,24 @@ released (exited threads count as arrived). A CTA that cannot be released with n
 (cudaErrorLaunchFailure). Warp `.sync` operations wait until the non-exited lanes of their member mask are at
 the same instruction (lanes still running elsewhere are waited for; lanes parked elsewhere are not).
 
+Chunks run one after another in CTA order, or at once on a thread pool when the kernel's CTAs cannot observe each
+other (launch.py). Large launches bind the kernel's native variant (runs of ALU instructions compiled to C,
+translator/cgen.py, emu/native.py) when one can be built; it computes the same bits as the NumPy variant.
+
+Calls of out-of-line functions (recursion, function pointers: translator/inline.py) push frames on a call stack in
+each thread's local memory, after its static frame (frames.py); its size is cudaLimitStackSize times
+EmuLimits.call_stack_factor, and overflowing it is cudaErrorHardwareStackError.
+
 Memory (spaces.py): global through DeviceMemory (every access checked by `check_access`); module
 `.global`/`.const` variables live there too; shared is one uint8 array of `n_cta * shared_size` per chunk (32-bit
 shared addresses); local is one uint8 array of `lanes * frame` (the kernel's local depots plus the parameter space
-of call sequences); kernel parameters are read from the packed launch buffer; generic addresses are global
-addresses as they are, and shared or local addresses plus a window base (cvta, emu/layout.py).
+of call sequences, then the call stack); kernel parameters are read from the packed launch buffer, also by
+address (read-only); generic addresses are global addresses as they are, and shared, local or parameter addresses
+plus a window base (cvta, emu/layout.py).
 
 Files: launch.py (grid -> chunks), chunk.py (chunk state, scheduler), special.py (special registers,
 parameters), spaces.py (loads, stores, atomics), collective.py (barriers, warp operations), calls.py (printf,
-assert, trap), printf.py (printf formatting).
+assert, trap), frames.py (call frames), printf.py (printf formatting).
 """
 from .chunk import Chunk
 from .launch import Launch

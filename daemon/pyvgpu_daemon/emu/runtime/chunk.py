@@ -2,14 +2,17 @@
 
 Chunk implements ChunkAPI (the `S` of generated code) from one mixin per concern: special registers and
 parameters (special.py), memory spaces (spaces.py), barriers and warp operations (collective.py), device-side
-calls (calls.py). The state those mixins share is set up here:
+calls (calls.py), call frames of out-of-line functions (frames.py), texture and surface instructions (texunit.py).
+The state those mixins share is set up here:
 
     T, ncta, cta0, ctasize        lanes, CTAs in the chunk, index of its first CTA, threads per CTA
     pc, st, zeros, barpred, barsite   see ChunkAPI
     lin_in_cta, cta_local, laneid, warp, warp_first, nwarps   lane geometry (Launch.geometry, shared, read-only)
     smem, shared_size, cta_off    the chunk's shared memory and each lane's CTA base offset in it
-    lmem, frame, lane_off         the chunk's local memory and each lane's frame offset in it
-    mem                           the device's DeviceMemory (global space)
+    lmem, frame, lane_off         the chunk's local memory (`frame` bytes per lane: the kernel's static frame,
+                                  then its call stack) and each lane's offset in it
+    mem, peer_mems                the device's DeviceMemory (global space), peer devices' memories
+    pbuf                          the launch's parameter buffer as read-only bytes (kernel parameters by address)
     forced                        set when every parked warp-op lane was woken because nothing else could run
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..chunk_api import ALL_EXITED, BAR, EXIT, RUN, WAIT, ChunkAPI
 from ..layout import init_bytes
 from .calls import DeviceCalls
 from .collective import Collectives
+from .frames import CallFrames
 from .spaces import LaneMemory
 from .special import SpecialRegisters
 from .texunit import TextureUnit
@@ -32,13 +36,14 @@ _CHECK_EVERY = 64          # scheduler steps between checks of the instruction b
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
-class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit, ChunkAPI):
+class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, TextureUnit, ChunkAPI):
     """State of one chunk of CTAs during a launch: the `S` of the generated code."""
 
     def __init__(self, launch, cta0: int, ncta: int) -> None:
         k = launch.kernel
         self.launch = launch
         self.mem = launch.mem
+        self.pbuf = launch.pbuf
         self.peer_mems = launch.peers             # other devices' memories kernels may use (peer access)
         self.kernel = k
         cs = launch.ctasize
@@ -76,10 +81,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
             raw = init_bytes(v, launch.symbols)
             for c in range(ncta):
                 self.smem[c * self.shared_size + off:c * self.shared_size + off + len(raw)] = raw
-        self.frame = lay.frame
-        if "cta_off" not in geo:
-            geo["cta_off"] = self.cta_local * self.shared_size
-            geo["lane_off"] = geo["lin"] * self.frame
+        self.frame = launch.frame
         self.cta_off = geo["cta_off"]
         self.lmem = np.zeros(self.T * self.frame, np.uint8)
         self.lane_off = geo["lane_off"]
@@ -88,7 +90,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
     def bind_blocks(self):
         """The kernel's block functions bound to this chunk: ([(converged, masked) per block], [bar.red
         release handlers])."""
-        return self.kernel.make(self)
+        return self.launch.make(self)
 
     def run(self) -> None:
         L = self.launch
@@ -99,7 +101,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
         pc, st = self.pc, self.st
         cur = 0
         conv = True
-        steps = L.steps
+        steps = done = 0            # this chunk's vector instructions, and how many the launch was told of
         check_every = 0
         self._last_p = -1
         self._loops = 0
@@ -111,7 +113,8 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
                 check_every += 1
                 if check_every >= _CHECK_EVERY or clock() > deadline:
                     check_every = 0
-                    self._check_budget(steps)
+                    L.account(self.kernel.name, steps - done)
+                    done = steps
                 if conv:
                     steps += sizes[cur]
                     r = C[cur]()
@@ -136,18 +139,8 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, TextureUnit,
                     cur = P
                     continue
                 steps += sizes[P]
-                L.steps = steps
                 M[P](m)
-        L.steps = steps
-
-    def _check_budget(self, steps: int) -> None:
-        L = self.launch
-        L.steps = steps
-        if steps > L.limits.max_vector_instructions:
-            raise CudaError("cudaErrorLaunchTimeout",
-                            f"{self.kernel.name}: instruction budget of {L.limits.max_vector_instructions} vector "
-                            f"instructions exhausted (runaway loop or spin-wait?)")
-        L.check_time()
+        L.account(self.kernel.name, steps - done)
 
     def _pick(self, runm: np.ndarray) -> int:
         """The block the diverged scheduler runs next: the lowest PC of the runnable lanes."""

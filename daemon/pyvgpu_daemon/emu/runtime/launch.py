@@ -1,9 +1,14 @@
-"""Launch: one kernel launch, run as a sequence of chunks of whole CTAs.
+"""Launch: one kernel launch, run as chunks of whole CTAs.
 
 A chunk holds `EmuLimits.lanes_per_chunk // threads_per_cta` CTAs (at least one), fewer when their local memory
-would pass about 256 MB. The launch keeps what its chunks share: the grid, the parameter buffer, the shared
-memory size (static + dynamic, 16-byte aligned), the lane-geometry arrays of the chunk size, printf output, the
-instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
+(static frame + call stack per thread) would pass about 256 MB. The launch keeps what its chunks share: the grid,
+the parameter buffer, the shared memory size (static + dynamic, 16-byte aligned), the lane-geometry arrays of the
+chunk size, printf output, the instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
+
+Chunks run one after the other, in CTA order, unless the kernel cannot observe other CTAs (Kernel.independent_ctas:
+no atomics, fences, volatile or scoped memory accesses, printf or assert): then up to `EmuLimits.threads` chunks run
+at once on a thread pool (NumPy and native code release the GIL), with the same results, since nothing one CTA
+does is visible to another.
 
 The time limit holds for any grid and any kernel: the deadline (and the session's cancellation) is checked
 before every chunk, so a huge grid of cheap CTAs stops on time, and after every scheduler step inside a chunk
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -34,7 +41,7 @@ MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 class Launch:
     def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
                  grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
-                 printf_fifo: int = 1 << 20):
+                 printf_fifo: int = 1 << 20, stack_size: int | None = None):
         self.kernel = kernel
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
@@ -44,6 +51,7 @@ class Launch:
         self.block = tuple(int(x) for x in block)
         self.ctasize = self.block[0] * self.block[1] * self.block[2]
         self.params = bytes(params)
+        self.pbuf = np.frombuffer(self.params, np.uint8)
         self.limits = limits
         self.sm_count = limits.multiprocessors
         self.grid_id = grid_id
@@ -51,6 +59,11 @@ class Launch:
         lay = kernel.layout
         self.shared_size = align(lay.dyn_shared_base + self.dyn_shared if (lay.dyn_shared_names or shmem)
                                  else lay.static_shared, 16) or 16
+        # Local memory per thread: the static frame, then (kernels with out-of-line calls) the call stack:
+        # cudaLimitStackSize scaled by EmuLimits.call_stack_factor, at most the device's local memory per thread.
+        stack = (stack_size if stack_size is not None else limits.default_stack_size) * limits.call_stack_factor
+        stack = min(stack, limits.max_local_bytes)
+        self.frame = lay.frame + (align(stack, 16) if lay.has_calls else 0)
         self.stdout = bytearray()
         self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
         self.stdout_dropped = 0
@@ -59,6 +72,7 @@ class Launch:
         self.steps = 0
         self.deadline = time.monotonic() + limits.max_seconds
         self.cancel = cancel                  # set when the session's client is gone: stop at the next check
+        self._lock = threading.Lock()
 
     def check_time(self) -> None:
         """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled."""
@@ -70,31 +84,55 @@ class Launch:
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs, shared by every chunk of that size (read-only)."""
-        g = self._geo.get(ncta)
-        if g is None:
-            cs = self.ctasize
-            T = ncta * cs
-            lin = np.arange(T, dtype=np.int64)
-            lin_in_cta = lin % cs
-            cta_local = lin // cs
-            laneid = (lin_in_cta % 32).astype(np.uint32)
-            warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
-            g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
-                 "warp_first": lin - laneid.astype(np.int64), "special": {}}
-            self._geo = {ncta: g}     # keep one geometry (the full-chunk one, or the tail)
+        with self._lock:                # chunks running at once share it
+            g = self._geo.get(ncta)
+            if g is None:
+                cs = self.ctasize
+                T = ncta * cs
+                lin = np.arange(T, dtype=np.int64)
+                lin_in_cta = lin % cs
+                cta_local = lin // cs
+                laneid = (lin_in_cta % 32).astype(np.uint32)
+                warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
+                g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
+                     "warp_first": lin - laneid.astype(np.int64), "special": {},
+                     "cta_off": cta_local * self.shared_size, "lane_off": lin * self.frame}
+                self._geo = {ncta: g}     # keep one geometry (the full-chunk one, or the tail)
         return g
+
+    def account(self, kernel: str, steps: int) -> None:
+        """A chunk executed `steps` more vector instructions: enforce the launch's budget, deadline and
+        cancellation."""
+        with self._lock:
+            self.steps += steps
+            total = self.steps
+        if total > self.limits.max_vector_instructions:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{kernel}: instruction budget of {self.limits.max_vector_instructions} vector "
+                            f"instructions exhausted (runaway loop or spin-wait?)")
+        self.check_time()
 
     def run(self) -> bytes:
         ncta_total = self.grid[0] * self.grid[1] * self.grid[2]
         per = max(1, self.limits.lanes_per_chunk // self.ctasize)
-        per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.kernel.layout.frame)))
-        cta = 0
+        per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
+        nchunks = -(-ncta_total // per)
+        threads = min(self.limits.threads, nchunks) if self.kernel.independent_ctas else 1
+        # the block code every chunk binds (compiled at a kernel's first launch, before any chunk runs): native
+        # when built ("on": built now; "auto", for large launches: built in the background, used once ready)
+        native = None
+        if self.limits.native == "on":
+            native = self.kernel.native_make(wait=True)
+        elif self.limits.native == "auto" and ncta_total * self.ctasize >= self.limits.native_min_threads:
+            native = self.kernel.native_make(wait=False)
+        self.make = native or self.kernel.make
         try:
-            while cta < ncta_total:
-                self.check_time()
-                n = min(per, ncta_total - cta)
-                Chunk(self, cta, n).run()
-                cta += n
+            if threads > 1:
+                self._run_parallel(ncta_total, per, threads)
+            else:
+                for cta in range(0, ncta_total, per):
+                    self.check_time()
+                    Chunk(self, cta, min(per, ncta_total - cta)).run()
         except IndexError as e:
             err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
             err.stdout = bytes(self.stdout)
@@ -105,3 +143,19 @@ class Launch:
             e.stdout = bytes(self.stdout)
             raise e
         return bytes(self.stdout)
+
+    def _run_parallel(self, ncta_total: int, per: int, threads: int) -> None:
+        """The chunks on a pool of `threads`, at most 2 * threads queued at a time (a grid may have billions of
+        CTAs); the first failure, in chunk order, is the launch's and stops the rest."""
+        ex = ThreadPoolExecutor(threads, thread_name_prefix="emu-chunk")
+        pending: deque = deque()
+        try:
+            for cta in range(0, ncta_total, per):
+                self.check_time()
+                if len(pending) >= 2 * threads:
+                    pending.popleft().result()
+                pending.append(ex.submit(lambda c=cta: Chunk(self, c, min(per, ncta_total - c)).run()))
+            while pending:
+                pending.popleft().result()
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)

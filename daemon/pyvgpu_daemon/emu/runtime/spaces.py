@@ -2,15 +2,16 @@
 
 `resolve` turns an access (space, address lane vector or absolute offset, selected lanes) into (buffer, byte
 offsets, positions) parts after checking it: global addresses through DeviceMemory.check_access, shared and
-local offsets against the CTA's shared window and the thread's frame (cudaErrorIllegalAddress,
-cudaErrorMisalignedAddress). Generic addresses are split by window (emu/layout.py) into their global, shared and
-local parts. Converged shared/local accesses through a register take a cached fast path (`_window_index`).
-Atomics are applied by ops/atomic.py, in lane order.
+local offsets against the CTA's shared window and the thread's frame, kernel parameters (read-only) against the
+launch's parameter buffer (cudaErrorIllegalAddress, cudaErrorMisalignedAddress). Generic addresses are split by
+window (emu/layout.py) into their global, shared, local and parameter parts; .param addresses in registers into
+kernel-parameter and local (call sequence) parts. Converged shared/local accesses through a register take a cached
+fast path (`_window_index`). Atomics are applied by ops/atomic.py, in lane order.
 
 Also the byte-level reads device-side calls need (byte_span, read_bytes, read_cstring).
 
-Uses the chunk state described in chunk.py (T, mem, smem, shared_size, cta_off, lmem, frame, lane_off, views,
-_acache).
+Uses the chunk state described in chunk.py (T, mem, peer_mems, pbuf, smem, shared_size, cta_off, lmem, frame, lane_off,
+views, _acache).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from pyvgpu_daemon.errors import CudaError
 
-from ..layout import LOC_WIN, SH_WIN, WIN_SIZE
+from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
 from ..ops.atomic import apply_atomic
 
 
@@ -40,18 +41,23 @@ class LaneMemory:
         a = self._lane_addresses(space, addr, off, sel)
         if space == "global":
             return self._global(a.astype(np.uint64, copy=False), vsize, write, None)
-        if space == "shared":
-            a = a.astype(np.int64, copy=False) if a.dtype != np.uint64 else a.view(np.int64)
-            self._check_window(a, vsize, self.shared_size, "shared", write)
-            co = self.cta_off if sel is None else self.cta_off[sel]
-            return [(self.smem, co + a, None)]
-        if space == "local":
-            a = a.astype(np.int64, copy=False) if a.dtype != np.uint64 else a.view(np.int64)
-            self._check_window(a, vsize, self.frame, "local", write)
-            lo = self.lane_off if sel is None else self.lane_off[sel]
-            return [(self.lmem, lo + a, None)]
+        if space == "shared" or space == "local":
+            buf, boff = self._window_part(space, a, write, vsize, sel)
+            return [(buf, boff, None)]
         if space == "generic":
-            return self._resolve_generic(a.astype(np.uint64, copy=False), size, write, sel, vsize)
+            a = a.astype(np.uint64, copy=False)
+            sh, lo, pa = _windows(a)
+            if not (sh.any() or lo.any() or pa.any()):
+                return self.resolve("global", a, 0, size, write, None, vsize)
+            kinds = (("global", ~(sh | lo | pa), 0), ("shared", sh, SH_WIN), ("local", lo, LOC_WIN),
+                     ("param", pa, PAR_WIN))
+            return self._parts(a, kinds, write, sel, vsize)
+        if space == "param":
+            # A .param address in a register: a kernel parameter's (PAR_WIN + offset) or a call sequence's .param
+            # variable (its local offset).
+            a = a.astype(np.uint64, copy=False)
+            pa = _in_window(a, PAR_WIN)
+            return self._parts(a, (("param", pa, PAR_WIN), ("local", ~pa, 0)), write, sel, vsize)
         raise CudaError("cudaErrorInvalidPtx", f"memory space {space} not supported")
 
     def _global(self, a, vsize: int, write: bool, pos) -> list:
@@ -85,21 +91,19 @@ class LaneMemory:
         """The address each accessing lane uses: addr + off, or off itself when addr is None."""
         if addr is None:
             n = self.T if sel is None else len(sel)
-            return np.full(n, off, np.int64).view(np.uint64) if space == "generic" or space == "global" \
+            return np.full(n, off, np.int64).view(np.uint64) if space in ("generic", "global", "param") \
                 else np.full(n, off, np.int64)
         a = addr if sel is None else addr[sel]
         if off:
             a = a + a.dtype.type(off & ((1 << (a.dtype.itemsize * 8)) - 1))
         return a
 
-    def _resolve_generic(self, a, size: int, write: bool, sel, vsize: int):
+    def _parts(self, a, kinds, write: bool, sel, vsize: int):
+        """Split addresses `a` (uint64, one per accessing lane) by the lane masks of `kinds` ((space, mask, window
+        base) each) into checked parts."""
         lanes = np.arange(len(a)) if sel is None else sel
         out = []
-        is_sh, is_lo = _windows(a)
-        if not is_sh.any() and not is_lo.any():
-            return self.resolve("global", a, 0, size, write, None, vsize)
-        is_gl = ~(is_sh | is_lo)
-        for kind, msk, win in (("global", is_gl, 0), ("shared", is_sh, SH_WIN), ("local", is_lo, LOC_WIN)):
+        for kind, msk, win in kinds:
             if not msk.any():
                 continue
             pos = np.flatnonzero(msk)
@@ -107,12 +111,24 @@ class LaneMemory:
             if kind == "global":
                 out += self._global(sub, vsize, write, pos)
             else:
-                s = sub.view(np.int64)
-                limit = self.shared_size if kind == "shared" else self.frame
-                self._check_window(s, vsize, limit, kind, write)
-                base = self.cta_off if kind == "shared" else self.lane_off
-                out.append((self.smem if kind == "shared" else self.lmem, base[lanes[pos]] + s, pos))
+                buf, boff = self._window_part(kind, sub, write, vsize, lanes[pos])
+                out.append((buf, boff, pos))
         return out
+
+    def _window_part(self, kind: str, off, write: bool, vsize: int, lanes):
+        """(buffer, byte offsets) of offsets into one space as `lanes` (None: every lane, in order) see them;
+        checked against the space's bounds (shared, local, param)."""
+        s = off.view(np.int64) if off.dtype == np.uint64 else off.astype(np.int64, copy=False)
+        if kind == "param":
+            if write:
+                raise CudaError("cudaErrorIllegalAddress",
+                                f"store to kernel parameter memory at parameter offset {int(s[0]):#x}")
+            self._check_window(s, vsize, self.pbuf.size, "kernel parameter", write)
+            return self.pbuf, s
+        limit = self.shared_size if kind == "shared" else self.frame
+        self._check_window(s, vsize, limit, kind, write)
+        base = self.cta_off if kind == "shared" else self.lane_off
+        return (self.smem if kind == "shared" else self.lmem), (base if lanes is None else base[lanes]) + s
 
     def _check_window(self, a, size, limit, what, write):
         if a.size == 0:
@@ -132,7 +148,8 @@ class LaneMemory:
     def _window_index(self, space, addr, off, isz, vsize):
         """Fast path for converged shared/local accesses through a register: per address array (registers are
         immutable) remember its int64 form, range and low bits, so each further access with another constant
-        offset costs one add. Returns element indices into the space's buffer, or None to take the slow path."""
+        offset costs one add. Returns (element indices into the space's buffer, the constant offset in elements,
+        which may be negative), or None to take the slow path."""
         key = (addr.__array_interface__["data"][0], addr.dtype, space)
         ent = self._acache.get(key)
         if ent is None or ent[0].shape != addr.shape:
@@ -141,9 +158,7 @@ class LaneMemory:
                 a64 = addr.view(np.int64)
             base = self.cta_off if space == "shared" else self.lane_off
             ent = (addr, int(a64.min()), int(a64.max()), int(np.bitwise_or.reduce(a64 & 15)), base + a64, {})
-            if len(self._acache) > 32:
-                self._acache.clear()
-            self._acache[key] = ent
+            self._cache_put(key, ent)
         _, lo, hi, low, bb, q = ent
         limit = self.shared_size if space == "shared" else self.frame
         if lo + off < 0 or hi + off + vsize > limit or off % vsize or (low & (vsize - 1)):
@@ -154,15 +169,77 @@ class LaneMemory:
             qa = q[sh] = bb >> sh
         return qa, off >> sh
 
+    def _global_slices(self, addr, off, isz, nvec, write):
+        """Fast path for converged global accesses through a register: per address array (registers are
+        immutable) remember its range, alignment and whether the lanes' addresses are evenly spaced (coalesced
+        accesses: stride = element or vector size; every lane the same address: stride 0). Returns, for each
+        vector element, a slice of the heap viewed as the access type (None: take the general path, which also
+        reports any fault)."""
+        key = (addr.__array_interface__["data"][0], addr.dtype, addr.strides, "global")
+        ent = self._acache.get(key)
+        if ent is None or ent[0].shape != addr.shape:
+            ent = (addr, *self._stride_of(addr), {})
+            self._cache_put(key, ent)
+        _, lo, hi, low, stride, q = ent
+        vsize = isz * nvec
+        if stride is None or stride % isz or off % vsize or (low & (vsize - 1)):
+            return None
+        hit = q.get((off, isz, nvec))
+        if hit is None:
+            start = lo + off
+            if not self.mem.contains(start, hi + off + vsize - start):
+                return None
+            i0 = (start - self.mem.base) // isz
+            step = stride // isz
+            if step == 0:
+                hit = [i0 + k for k in range(nvec)]                         # one address: an element each
+            else:
+                n = step * (addr.size - 1) + 1
+                hit = [slice(i0 + k, i0 + k + n, step) for k in range(nvec)]
+            q[(off, isz, nvec)] = hit
+        return hit
+
+    def _stride_of(self, addr) -> tuple:
+        """(lowest, highest address, low bits, stride) of evenly spaced lane addresses (stride 0: all equal);
+        stride None when they are not (then the other fields do not matter). Evenly spaced addresses are found
+        from the first and last lane and checked in two passes; the range and alignment follow from them."""
+        a = addr.astype(np.uint64, copy=False)
+        T = a.size
+        first, last = int(a[0]), int(a[-1])
+        if T == 1 or (addr.strides == (0,)):
+            return first, first, first & 63, 0
+        if last < first or (last - first) % (T - 1):
+            return 0, 0, 0, None
+        s = (last - first) // (T - 1)
+        if s == 0:
+            ok = bool((a == np.uint64(first)).all())
+        else:
+            ok = np.array_equal(a - np.uint64(first), _strided_iota(T, s))
+        return (first, last, (first | s) & 63, s) if ok else (0, 0, 0, None)
+
+    def _cache_put(self, key, ent) -> None:
+        """Add an address-cache entry, dropping the oldest beyond 64 (the entries keep their arrays alive, so a
+        cached data pointer cannot be reused by another array)."""
+        if len(self._acache) >= 64:
+            del self._acache[next(iter(self._acache))]
+        self._acache[key] = ent
+
     # ---------------------------------------------------------------- loads, stores, atomics
     def load(self, space, addr, off, dt, nvec, sel):
         isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and space == "global":
+            hit = self._global_slices(addr, off, isz, nvec, False)
+            if hit is not None:
+                v = self._view(self.mem.heap, dt)
+                if isinstance(hit[0], slice):
+                    return [v[h].copy() for h in hit]
+                return [np.full(self.T, v[h]) for h in hit]
         if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
             hit = self._window_index(space, addr, off, isz, isz * nvec)
             if hit is not None:
                 idx, c = hit
                 v = self._view(self.smem if space == "shared" else self.lmem, dt)
-                return [v[c + k:].take(idx) for k in range(nvec)]
+                return [v[c + k:].take(idx) if c + k >= 0 else v.take(idx + (c + k)) for k in range(nvec)]
         parts = self.resolve(space, addr, off, isz, False, sel, isz * nvec)
         n = self.T if sel is None else len(sel)
         if len(parts) == 1 and parts[0][2] is None:
@@ -182,6 +259,17 @@ class LaneMemory:
 
     def store(self, space, addr, off, dt, vals, sel):
         isz = np.dtype(dt).itemsize
+        if sel is None and addr is not None and space == "global":
+            hit = self._global_slices(addr, off, isz, len(vals), True)
+            if hit is not None:
+                v = self._view(self.mem.heap, dt)
+                for h, x in zip(hit, vals):
+                    x = np.asarray(x)
+                    if x.dtype != dt:
+                        x = x.astype(dt) if x.ndim == 0 or x.dtype.itemsize != isz else x.view(dt)
+                    # one address for every lane: the last lane's store is the one that stays
+                    v[h] = x if isinstance(h, slice) or x.ndim == 0 else x[-1]
+                return
         if sel is None and addr is not None and (space == "shared" or space == "local") and isz > 1:
             hit = self._window_index(space, addr, off, isz, isz * len(vals))
             if hit is not None:
@@ -191,7 +279,10 @@ class LaneMemory:
                     x = np.asarray(x)
                     if x.dtype != dt:
                         x = x.astype(dt) if x.ndim == 0 or x.dtype.itemsize != isz else x.view(dt)
-                    v[c + k:][idx] = x
+                    if c + k >= 0:
+                        v[c + k:][idx] = x       # a slice saves adding the constant offset to every index
+                    else:
+                        v[idx + (c + k)] = x     # a negative offset (`[%r+-2]`) cannot slice
                 return
         parts = self.resolve(space, addr, off, isz, True, sel, isz * len(vals))
         for buf, boff, pos in parts:
@@ -210,14 +301,14 @@ class LaneMemory:
                 v[idx + k] = vv
 
     def isspace(self, space, a):
-        sh, lo = _windows(a.astype(np.uint64, copy=False))
+        sh, lo, pa = _windows(a.astype(np.uint64, copy=False))
         if space == "shared":
             return sh
         if space == "local":
             return lo
-        if space in ("global", "const"):
-            return ~(sh | lo)
-        return np.zeros(a.shape, bool)
+        if space == "param":
+            return pa
+        return ~(sh | lo | pa)          # global, const
 
     def atom(self, space, op, dt, addr, off, b, c, sel, live):
         isz = np.dtype(dt).itemsize
@@ -275,8 +366,28 @@ class LaneMemory:
 
 
 
-def _windows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which generic addresses (uint64) lie in the shared window, and which in the local one."""
-    sh = (a >= np.uint64(SH_WIN)) & (a < np.uint64(SH_WIN + WIN_SIZE))
-    lo = (a >= np.uint64(LOC_WIN)) & (a < np.uint64(LOC_WIN + WIN_SIZE))
-    return sh, lo
+def _in_window(a: np.ndarray, win: int) -> np.ndarray:
+    return (a >= np.uint64(win)) & (a < np.uint64(win + WIN_SIZE))
+
+
+def _windows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which generic addresses (uint64) lie in the shared, the local and the kernel-parameter window."""
+    return _in_window(a, SH_WIN), _in_window(a, LOC_WIN), _in_window(a, PAR_WIN)
+
+
+# 0, s, 2s, ... (uint64) per (lanes, stride): shared by every chunk of every launch (a chunk's LaneMemory lives for
+# one chunk, and building the array costs as much as the check that uses it). Read-only; cleared when full (a dict
+# clear is atomic, so the launch threads need no lock).
+_IOTAS: dict[tuple[int, int], np.ndarray] = {}
+_IOTAS_MAX = 32
+
+
+def _strided_iota(lanes: int, s: int) -> np.ndarray:
+    io = _IOTAS.get((lanes, s))
+    if io is None:
+        if len(_IOTAS) >= _IOTAS_MAX:
+            _IOTAS.clear()
+        io = np.arange(lanes, dtype=np.uint64) * np.uint64(s)
+        io.flags.writeable = False
+        _IOTAS[(lanes, s)] = io
+    return io

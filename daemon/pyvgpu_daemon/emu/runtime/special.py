@@ -1,8 +1,9 @@
 """Special registers and kernel parameters: the read-only inputs of a chunk's threads (ChunkAPI.special,
 ChunkAPI.param).
 
-Values are uint32 lane vectors, computed on first use and cached: per launch geometry when they are the same for
-every chunk of that size (%tid, %laneid, ...), per chunk when they depend on its CTAs (%ctaid, %smid). Clocks are
+Values are lane vectors of the register's type (ptx/predefined.py: uint32, uint64 or bool), computed on first use
+and cached: per launch geometry when they are the same for every chunk of that size (%tid, %laneid, ...), per
+chunk when they depend on its CTAs (%ctaid, %clusterid, %smid). Clocks are
 never cached: %clock/%clock64 advance with the launch's executed-instruction count and with every read,
 %globaltimer is the host's time in ns. %smid is cta % multiprocessors.
 
@@ -16,8 +17,11 @@ import numpy as np
 
 from pyvgpu_daemon.errors import CudaError
 
-_CLOCKS = frozenset({"%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"})
-_PER_CHUNK = frozenset({"%ctaid.x", "%ctaid.y", "%ctaid.z", "%smid"})
+from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
+
+_PER_CHUNK = frozenset({"%ctaid.x", "%ctaid.y", "%ctaid.z", "%clusterid.x", "%clusterid.y", "%clusterid.z",
+                        "%smid"})
+_DTYPE = {"u32": np.uint32, "u64": np.uint64, "pred": np.bool_}
 
 
 class SpecialRegisters:
@@ -27,9 +31,13 @@ class SpecialRegisters:
             s = self._own_special.get(name)
         if s is not None:
             return s
-        if name in _CLOCKS:
+        if name in CLOCKS:
             return self._clock(name)
-        v = np.ascontiguousarray(self._special_value(name)).astype(np.uint32)
+        t = SPECIAL_REGISTERS.get(name)
+        if t is None:
+            raise CudaError("cudaErrorInvalidPtx", f"special register {name} is not supported")
+        v = np.empty(self.T, _DTYPE[t])
+        np.copyto(v, self._special_value(name), casting="unsafe")      # one pass: broadcast and type
         if name in _PER_CHUNK:
             self._own_special[name] = v
         else:
@@ -51,24 +59,29 @@ class SpecialRegisters:
             return self.lin_in_cta // 32
         if name == "%smid":
             return (self.cta_local + self.cta0) % L.sm_count
-        constant = {"%nwarpid": 32, "%warpsize": 32, "WARP_SZ": 32, "%nsmid": L.sm_count, "%gridid": L.grid_id,
-                    "%dynamic_smem_size": L.dyn_shared, "%total_smem_size": self.shared_size}
-        if name in constant:
-            return np.full(self.T, constant[name])
-        raise CudaError("cudaErrorInvalidPtx", f"special register {name} is not supported")
+        if name.startswith("%clusterid."):
+            return self._index("%ctaid." + name[-1])
+        if name.startswith("%nclusterid."):
+            return self._index("%nctaid." + name[-1])
+        if name.startswith(("%cluster_nctaid.", "%cluster_nctarank")):
+            return 1                # every CTA is a cluster of one
+        constant = {"%nwarpid": 32, "%nsmid": L.sm_count, "%gridid": L.grid_id,
+                    "%dynamic_smem_size": L.dyn_shared, "%total_smem_size": self.shared_size,
+                    "%aggr_smem_size": self.shared_size}
+        return constant.get(name, 0)    # cluster ranks and ids, %pm*, %envreg*, reserved shared memory, graph
 
     def _index(self, name: str):
         """%tid / %ntid / %ctaid / %nctaid .x .y .z."""
         L = self.launch
         kind, axis = _INDEXES[name]
         if kind == "ntid":
-            return np.full(self.T, L.block[axis])
+            return L.block[axis]
         if kind == "nctaid":
-            return np.full(self.T, L.grid[axis])
+            return L.grid[axis]
         dims = L.block if kind == "tid" else L.grid
         lin = self.lin_in_cta if kind == "tid" else self.cta_local + self.cta0
         if axis == 0:
-            return lin % dims[0]
+            return lin if dims[1] * dims[2] == 1 else lin % dims[0]     # 1-D: already below dims[0]
         if axis == 1:
             return (lin // dims[0]) % dims[1]
         return lin // (dims[0] * dims[1])

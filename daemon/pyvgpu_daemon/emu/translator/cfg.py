@@ -1,6 +1,7 @@
 """Basic blocks of a flat kernel body.
 
-A block is a run of straight-line instructions ended by its terminator: a branch, ret/exit, a CTA barrier
+A block is a run of straight-line instructions ended by its terminator: a branch (bra, brx), ret/exit, an
+out-of-line call or return (ocall, oret: inline.py), a CTA barrier
 (bar.sync/bar.red/barrier: kind 'bar', the lanes park there) or a warp operation (shfl, vote, redux, match,
 activemask, bar.warp.sync: kind 'warp', in a block of its own because it waits for its warp). A label starts a
 new block; a block without terminator falls through to the next one, and the body ends with an implicit exit.
@@ -25,10 +26,10 @@ class Block:
     kind: str                    # 'plain' | 'bar' | 'warp'
 
 
-MAX_BLOCK_INSTRS = 64
+MAX_BLOCK_INSTRS = 256
 
 WARP_OPS = frozenset({"shfl", "vote", "redux", "activemask", "match"})
-BRANCHES = frozenset({"bra", "ret", "exit", "brx"})
+BRANCHES = frozenset({"bra", "ret", "exit", "brx", "ocall", "oret"})
 
 
 def is_warp(ins: ir.Instr) -> bool:

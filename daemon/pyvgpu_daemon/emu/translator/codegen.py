@@ -26,17 +26,13 @@ import numpy as np
 from pyvgpu_daemon.errors import CudaError
 
 from ..chunk_api import MEMBERS
+from ..layout import FN_STRIDE, FN_WIN, LOC_WIN, PAR_WIN, WIN_SIZE
+from ..ops.common import select
 from ..ptx import ir
 from ..ptx.parser import float_bits_to_value
+from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
+from .inline import FP
 from ..ptx.types import BITS, DTYPES, SIGNED, SINT, UINT, reg_width, scalar_type
-
-SPECIALS = {"%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
-            "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
-            "%gridid", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge", "%lanemask_gt",
-            "%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi",
-            "%dynamic_smem_size", "%total_smem_size", "%warpsize", "WARP_SZ"}
-_CLOCKS64 = ("%clock64", "%globaltimer")
-
 
 def err_ptx(instr: ir.Instr, why: str) -> CudaError:
     return CudaError("cudaErrorInvalidPtx",
@@ -60,7 +56,7 @@ def _where(m, t, old):
     t = np.asarray(t)
     if old.dtype != t.dtype:
         old = old.view(t.dtype) if old.dtype.itemsize == t.dtype.itemsize else old.astype(t.dtype)
-    return np.where(m, t, old)
+    return select(m, t, old)
 
 
 def _scatter(old, sel, v):
@@ -73,7 +69,56 @@ def _scatter(old, sel, v):
     return new
 
 
-NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit}
+def _cvta_param(v, to: bool):
+    """cvta.param / cvta.to.param: kernel parameter addresses (PAR_WIN + offset) are the same in both; a call
+    sequence's .param variable is a local offset in the .param space and LOC_WIN + offset as a generic address."""
+    v = np.asarray(v, np.uint64)
+    in_par = (v >= np.uint64(PAR_WIN)) & (v < np.uint64(PAR_WIN + WIN_SIZE))
+    moved = v - np.uint64(LOC_WIN) if to else v + np.uint64(LOC_WIN)
+    return np.where(in_par, v, moved)
+
+
+def _uniform(v, T: int):
+    """A register holding the same value in every lane (an immediate, a kernel parameter, an address): a read-only
+    stride-0 view of one element rather than T copies of it (registers are never written in place; native code
+    copies it when it needs it contiguous)."""
+    return np.broadcast_to(np.asarray(v), (T,))
+
+
+def _lanes(v, T: int):
+    """A frame base per lane: v itself, or the constant v in every lane."""
+    return np.full(T, v, np.uint64) if np.ndim(v) == 0 else v
+
+
+def _brx_targets(i, table, mask, T: int, line: int, nxt: int):
+    """The block of each lane of brx.idx (lanes outside mask: nxt); an index outside the table is
+    cudaErrorInvalidPc (the ISA leaves it undefined)."""
+    i = np.broadcast_to(np.asarray(i).astype(np.int64), (T,))
+    act = np.ones(T, bool) if mask is None else np.broadcast_to(mask, (T,))
+    bad = act & ((i < 0) | (i >= len(table)))
+    if bad.any():
+        raise CudaError("cudaErrorInvalidPc", f"brx.idx at PTX line {line}: index {int(i[bad][0])} is outside "
+                                              f"its {len(table)} targets")
+    return np.where(act, table[np.clip(i, 0, len(table) - 1)], nxt)
+
+
+def _ocall_targets(a, table, mask, T: int, line: int):
+    """The entry block of each lane's callee for a call through a register (table: entry block per function
+    index, -1 if not callable here); any other address is cudaErrorInvalidPc."""
+    a = np.broadcast_to(np.asarray(a, np.uint64), (T,))
+    act = np.ones(T, bool) if mask is None else mask
+    rel = a - np.uint64(FN_WIN)
+    ok = (a >= np.uint64(FN_WIN)) & (rel < np.uint64(len(table) * FN_STRIDE)) & (rel % np.uint64(FN_STRIDE) == 0)
+    tb = np.where(ok, table[np.where(ok, rel // np.uint64(FN_STRIDE), 0).astype(np.int64)], -1)
+    bad = act & (tb < 0)
+    if bad.any():
+        raise CudaError("cudaErrorInvalidPc", f"call through {int(a[bad][0]):#x} at PTX line {line}: not the "
+                                              f"address of a device function of this module")
+    return np.where(act, tb, 0)
+
+
+NAMESPACE = {"np": np, "_where": _where, "_scatter": _scatter, "_fit": _fit, "_cvta_param": _cvta_param,
+             "_uniform": _uniform, "_lanes": _lanes, "_brx_targets": _brx_targets, "_ocall_targets": _ocall_targets}
 
 
 class Codegen:
@@ -86,7 +131,8 @@ class Codegen:
         self.specials_used: set[str] = set()
         self.reg_index: dict[str, int] = {n: i for i, n in enumerate(kern.flat.regs)}
         self.reg_width: dict[str, int] = {n: reg_width(t) for n, t in kern.flat.regs.items()}
-        self.written: set[str] = set()
+        self.written: set[str] = set()          # variables of `make` the current block function assigns
+        self.local_defined: set[str] = set()    # block-local registers the current block function assigned
         self.bar_sites: list = []
 
     # ---------------------------------------------------------------- names
@@ -134,8 +180,8 @@ class Codegen:
             name = o.name[1:] if neg else o.name
             if name in self.reg_index:
                 return self._src_reg(name, neg, t, ins)
-            if name in SPECIALS:
-                return self._src_special(name, t)
+            if name in SPECIAL_REGISTERS:
+                return self._src_special(name, t, ins)
             raise err_ptx(ins, f"undeclared register {name}")
         if isinstance(o, ir.Imm):
             return self.const(self.imm(o, t, ins))
@@ -143,8 +189,11 @@ class Codegen:
             base, off = (o, 0) if isinstance(o, ir.Sym) else (o.base, o.offset)
             if not isinstance(base, ir.Sym):
                 raise err_ptx(ins, "unexpected address operand")
-            addr = self.k.sym_address(base.name, ins) + off
             bits = BITS.get(t, 64)
+            if self.k.frame_of(base.name) is not None:      # a local of a call frame: frame base + offset
+                v = self.frame_address(base.name, off)
+                return v if bits == 64 else f"{v}.astype({self.const(UINT[bits])})"
+            addr = self.k.sym_address(base.name, ins) + off
             return self.const((UINT[bits] if bits in UINT else np.uint64)(addr & ((1 << bits) - 1)))
         if isinstance(o, ir.Vec):
             raise err_ptx(ins, "vector operand not allowed here")
@@ -169,21 +218,54 @@ class Codegen:
         base = SINT[w] if t in SIGNED else UINT[w]
         return f"{var}.view({self.const(base)}).astype({self.dt(t)})"
 
-    def _src_special(self, name: str, t: str) -> str:
-        if name.startswith(("%clock", "%globaltimer")):
+    def _src_special(self, name: str, t: str, ins: ir.Instr) -> str:
+        if name in CLOCKS:
             var = f"{self.rt('special')}({name!r})"     # read at each use: clocks advance
         else:
             self.specials_used.add(name)
             var = "sp_" + name.strip("%").replace(".", "_")
-        if BITS.get(t) == 64 and name not in _CLOCKS64:
-            return f"{var}.astype({self.dt(t)})"
-        if BITS.get(t) == 32 and name in _CLOCKS64:
-            return f"{var}.astype({self.const(np.uint32)}).view({self.dt(t)})"
-        return f"{var}.view({self.dt(t)})"
+        st = SPECIAL_REGISTERS[name]
+        if (st == "pred") != (t == "pred"):
+            raise err_ptx(ins, f"special register {name} (.{st}) read as .{t}")
+        if st == "pred":
+            return var
+        sw, tw = BITS[st], BITS[t]
+        if sw == tw:
+            return f"{var}.view({self.dt(t)})"
+        return f"{var}.astype({self.const(UINT[tw])}).view({self.dt(t)})"    # zero-extend or truncate
 
-    @staticmethod
-    def is_array_src(o) -> bool:
-        return isinstance(o, ir.Reg)
+    def is_array_src(self, o) -> bool:
+        """Whether an operand's value differs per lane (registers; addresses of call-frame variables)."""
+        if isinstance(o, ir.Reg):
+            return True
+        base = o.base if isinstance(o, ir.Addr) else o
+        return isinstance(base, ir.Sym) and self.k.frame_of(base.name) is not None
+
+    # ---------------------------------------------------------------- call frames (inline.py, layout.py)
+    @property
+    def fp(self) -> str:
+        """The variable of the hidden frame-base register (uint64 local offsets)."""
+        return self.rvar(FP)
+
+    def save_area(self, ctx: str | None) -> str:
+        """Where a context saves its registers around its calls (a local address)."""
+        off = self.k.layout.frames[ctx].save_off
+        return str(off) if ctx is None else f"({self.fp} + {self.const(np.uint64(off))})"
+
+    def callee_frame(self, ctx: str | None) -> str:
+        """The frame base of a function called from context ctx: the call stack's base for the kernel body, else
+        right after the caller's own frame."""
+        if ctx is None:
+            return self.const(np.uint64(self.k.layout.frame))
+        return f"({self.fp} + {self.const(np.uint64(self.k.layout.frames[ctx].size))})"
+
+    def frame_address(self, name: str, off: int = 0) -> str:
+        """The local address of a variable (+ off): a constant in the static frame, frame base + offset in a call
+        frame."""
+        o = self.k.layout.local[name] + off
+        if self.k.frame_of(name) is None:
+            return str(o)
+        return f"({self.fp} + {self.const(np.uint64(o))})"
 
     def write(self, lines: list, o, t: str, val: str, g: str | None, ins: ir.Instr, is_array=True) -> None:
         """Assign `val` (typed t) to destination operand o under mask g (None = all lanes)."""
@@ -192,7 +274,6 @@ class Codegen:
         if not isinstance(o, ir.Reg) or o.name not in self.reg_index:
             raise err_ptx(ins, f"bad destination {o!r}")
         var = self.rvar(o.name)
-        self.written.add(var)
         w = self.reg_width[o.name]
         if w == 1:
             if t != "pred":
@@ -203,28 +284,52 @@ class Codegen:
             if BITS[t] != w:
                 val = f"_fit({val}, {w}, {t in SIGNED})"
         if not is_array:
-            val = f"np.full(T, {val})"
-        if g is None:
+            val = f"_uniform({val}, T)"
+        if g is None or (g == "m" and not self._is_global(o.name)):
+            # a block-local register under the block's own mask: the other lanes never read this value
             lines.append(f"{var} = {val}")
         else:
-            lines.append(f"{var} = _where({g}, {val}, {var})")
+            lines.append(f"{var} = _where({g}, {val}, {self._old(o.name)})")
+        self._assigned(o.name)
 
     def write_selected(self, lines: list, o: ir.Reg, t: str, val: str, sel: str) -> None:
         """Assign `val` (typed t, one value per selected lane, or per lane when sel is "None") to register o."""
         var = self.rvar(o.name)
-        self.written.add(var)
         w = self.reg_width[o.name]
         if BITS[t] != w:
             val = f"_fit({val}, {w}, {t in SIGNED})"
         if sel == "None":
             lines.append(f"{var} = {val}")
         else:
-            lines.append(f"{var} = _scatter({var}, _s, {val})")
+            lines.append(f"{var} = _scatter({self._old(o.name)}, _s, {val})")
+        self._assigned(o.name)
+
+    # ---------------------------------------------------------------- register scopes
+    # Registers live into some block are variables of `make` (closure cells, shared by the block functions, written
+    # with `nonlocal`); every other register lives within one block and is a local variable of the block function
+    # (faster, and far fewer cells for Python to compile: nvcc's PTX defines thousands of short-lived registers).
+    def _is_global(self, name: str) -> bool:
+        return name in self.k.global_regs
+
+    def _assigned(self, name: str) -> None:
+        if self._is_global(name):
+            self.written.add(self.rvar(name))
+        else:
+            self.local_defined.add(name)
+
+    def _old(self, name: str) -> str:
+        """A register's value before a partial write: for a block-local register not yet assigned in this block,
+        zeros (no lane reads that value)."""
+        if self._is_global(name) or name in self.local_defined:
+            return self.rvar(name)
+        w = self.reg_width[name]
+        return f"_z{w}"
 
     # ---------------------------------------------------------------- address operands
     def address(self, o, ins: ir.Instr):
-        """-> (kind, expr, const_offset): kind 'reg' (expr = u64/u32 array), 'const' (absolute address in the
-        space), 'kparam' (kernel parameter byte offset)."""
+        """-> (kind, expr, const_offset): kind 'reg' (expr = u64/u32 array), 'frame' (expr = the frame base, a
+        local variable of a call frame), 'const' (absolute address in the space), 'kparam' (kernel parameter byte
+        offset)."""
         if not isinstance(o, ir.Addr):
             raise err_ptx(ins, "expected a [address] operand")
         if o.base is None:
@@ -241,6 +346,8 @@ class Codegen:
         kparams = self.k.layout.kparams
         if sym in kparams:
             return "kparam", None, kparams[sym] + o.offset
+        if self.k.frame_of(sym) is not None:
+            return "frame", self.fp, self.k.layout.local[sym] + o.offset
         return "const", None, self.k.sym_address(sym, ins) + o.offset
 
     # ---------------------------------------------------------------- guards

@@ -3,7 +3,10 @@
 Converged code (every lane of the chunk here) returns the next block, DIVERGED after writing each lane's next
 block to `pcv`, or ALL_EXITED; masked code (the lanes in `m`) writes `pcv[m]` / `stv[m]` and returns nothing.
 
-- bra / ret / exit: a guarded branch or exit that splits the lanes diverges the chunk.
+- bra / ret / exit: a guarded branch or exit that splits the lanes diverges the chunk. brx.idx jumps through a
+  table of labels, per lane.
+- ocall / oret (inline.py): calls of out-of-line functions push a frame on the thread's call stack and jump to
+  the callee (per lane for calls through a register); returns pop it and jump back, per lane.
 - bar.sync / barrier.sync / bar.red: converged, every lane of every CTA is here, so the barrier is a no-op and
   bar.red reduces at once (ChunkAPI.cta_reduce); masked, the lanes park (BAR) and the runtime releases a CTA when
   all its live lanes are parked, calling the bar.red site's release handler (`bar_sites`, `Kernel.bar_kinds`).
@@ -12,10 +15,16 @@ block to `pcv`, or ALL_EXITED; masked code (the lanes in `m`) writes `pcv[m]` / 
 """
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from ..chunk_api import ALL_EXITED, BAR, DIVERGED, EXIT
 from ..ptx import ir
+from ..layout import FN_STRIDE, FN_WIN, FRAME_HEADER, formal_offsets
 from .cfg import Block
 from .codegen import Codegen, err_ptx
+from .inline import entry_label
 
 
 def emit_terminator(g: Codegen, b: Block, lines: list, masked: bool) -> None:
@@ -30,6 +39,12 @@ def emit_terminator(g: Codegen, b: Block, lines: list, masked: bool) -> None:
         _emit_branch(g, b.term, lines, masked, nxt)
     elif b.term.opcode in ("ret", "exit"):
         _emit_exit(g, b.term, lines, masked, nxt)
+    elif b.term.opcode == "brx":
+        _emit_brx(g, b.term, lines, masked, nxt)
+    elif b.term.opcode == "ocall":
+        _emit_ocall(g, b.term, lines, masked, nxt)
+    elif b.term.opcode == "oret":
+        _emit_oret(g, b.term, lines, masked, nxt)
     else:
         raise err_ptx(b.term, "unsupported control flow")
 
@@ -64,6 +79,79 @@ def _emit_guarded(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int, 
     else:
         lines += ["_n = np.count_nonzero(_p)", f"if _n == T: {taken_all}", f"if _n == 0: return {nxt}", *diverge,
                   f"return {DIVERGED}"]
+
+
+def _emit_jump_table(lines: list, masked: bool) -> None:
+    """Jump to the per-lane blocks in `_tb` (every lane's, or the masked lanes')."""
+    if masked:
+        lines.append("pcv[m] = _tb[m]")
+    else:
+        lines += ["if (_tb == _tb[0]).all(): return _tb.item(0)", "pcv[:] = _tb", f"return {DIVERGED}"]
+
+
+def _emit_brx(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    """brx.idx{.uni} index, targets: an indirect branch through a table of labels (lanes the guard excludes go on
+    to the next block)."""
+    if not t.mods or t.mods[0] != "idx" or any(m != "uni" for m in t.mods[1:]):
+        raise err_ptx(t, "expected brx.idx{.uni}")
+    idx = g.src(t.srcs[0], "u32", t)
+    table = g.const(np.array([g.k.labels[e.name] for e in t.srcs[1].elems], np.int32), "brx")
+    gexpr = g.guard(t, masked)
+    lines.append(f"_tb = _brx_targets({idx}, {table}, {gexpr}, T, {t.line}, {nxt})")
+    _emit_jump_table(lines, masked)
+
+
+# ---------------------------------------------------------------------------------------------- calls
+def _emit_ocall(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    """A call of an out-of-line function (inline.py): check the targets, push the callee's frame (the caller's
+    frame base and the block to return to, in its header), copy the arguments into it, save the caller's live
+    registers in the caller's frame, and jump. The next block starts with the call's oreturn."""
+    site, k = t.meta, g.k
+    fp = g.fp
+    m = "m" if masked else None
+    sel = g.sel(lines, m)
+    if isinstance(site.target, ir.Reg):
+        table = np.full(max([(a - FN_WIN) // FN_STRIDE for a in k.fn_entry] or [-1]) + 1, -1, np.int32)
+        for a, blk in k.fn_entry.items():
+            table[(a - FN_WIN) // FN_STRIDE] = blk
+        lines.append(f"_tb = _ocall_targets({g.src(site.target, 'u64', t)}, {g.const(table, 'fns')}, {m}, T, "
+                     f"{t.line})")
+        room = max([k.layout.frames[f].size for f in k.flat.out_of_line] or [FRAME_HEADER])
+    else:
+        room = k.layout.frames[site.target.name].size
+    lines.append(f"_nf = {g.callee_frame(site.ctx)}")
+    lines.append(f"{g.rt('spill')}(_nf, [{fp}, {g.const(np.uint64(nxt))}], {sel}, {room})")
+    offs = formal_offsets(site.sig.params + site.sig.returns)
+    for name, p, off in zip(site.args, site.sig.params, offs):
+        lines.append(f"{g.rt('lcopy')}(_nf + {g.const(np.uint64(off))}, {g.frame_address(name)}, {p.size}, {sel})")
+    regs = k.saved[site.index]
+    if regs:
+        lines.append(f"{g.rt('spill')}({g.save_area(site.ctx)}, [{', '.join(g.rvar(r) for r in regs)}], {sel})")
+    g.written.add(fp)
+    lines.append(f"{fp} = _where(m, _nf, {fp})" if masked else f"{fp} = _lanes(_nf, T)")   # fp: always live
+    if isinstance(site.target, ir.Reg):
+        _emit_jump_table(lines, masked)
+    else:
+        entry = k.labels[entry_label(site.target.name)]
+        lines.append(f"pcv[m] = {entry}" if masked else f"return {entry}")
+
+
+def _emit_oret(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    """Return from an out-of-line function: pop its frame (the header holds the caller's frame base and the block
+    after the call) and jump back; a guarded ret returns only the lanes of its guard."""
+    fp = g.fp
+    g.written.add(fp)
+    pop = [f"_h = {g.rt('unspill')}({fp}, [64, 64], _s)", f"{fp} = _scatter({fp}, _s, _h[0])", "pcv[_s] = _h[1]"]
+    if t.guard is None and not masked:
+        lines += [f"_h = {g.rt('unspill')}({fp}, [64, 64], None)", f"{fp} = _h[0]", "_tb = _h[1]"]
+        _emit_jump_table(lines, False)
+    elif t.guard is None:
+        lines += ["_s = np.flatnonzero(m)", *pop]
+    elif masked:
+        lines += [f"pcv[m] = {nxt}", f"_s = np.flatnonzero({g.guard(t, True)})", *pop]
+    else:
+        lines += [f"_p = {g.guard(t, False)}", f"if not _p.any(): return {nxt}", "_s = np.flatnonzero(_p)",
+                  f"pcv[:] = {nxt}", *pop, f"return {DIVERGED}"]
 
 
 # ---------------------------------------------------------------------------------------------- CTA barriers
@@ -143,7 +231,16 @@ def _warp_mask_operand(t: ir.Instr):
     return None if mask_index is None else t.srcs[mask_index]
 
 
+def _canonical(t: ir.Instr) -> ir.Instr:
+    """shfl/vote/redux with .sync after the mode (`vote.ballot.sync.b32`, which ptxas accepts too) as the ISA's
+    spelling `vote.sync.ballot.b32`."""
+    if t.opcode in ("shfl", "vote", "redux") and "sync" in t.mods[1:]:
+        return dataclasses.replace(t, mods=("sync",) + tuple(m for m in t.mods if m != "sync"))
+    return t
+
+
 def _emit_warp(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
+    t = _canonical(t)
     op = t.opcode
     if t.guard is not None and op != "activemask":
         gexpr = g.guard(t, masked)

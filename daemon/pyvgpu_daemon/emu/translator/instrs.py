@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import LOC_WIN, SH_WIN
+from ..layout import LOC_WIN, SH_WIN, formal_offsets
 from ..ops import build_alu, is_alu
-from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES
+from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES, op_name
 from ..ptx import ir
 from ..ptx.types import BITS, UINT
 from .codegen import Codegen, err_ptx
@@ -43,7 +43,7 @@ def _emit_alu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     srcs = [g.src(o, t, ins) for o, t in zip(ins.srcs, alu.src_types)]
     if len(srcs) != len(ins.srcs):
         raise err_ptx(ins, f"expected {len(alu.src_types)} source operands")
-    fn = g.const(alu.fn, "f")
+    fn = g.const(getattr(alu.fn, "quiet_inner", alu.fn), "f")     # the runtime already silences fp errors
     arr = any(g.is_array_src(o) for o in ins.srcs)
     lines.append(f"_t = {fn}({', '.join(srcs)})")
     if len(alu.dst_types) == 1:
@@ -65,7 +65,7 @@ def _mov(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     elif isinstance(s, ir.Vec):
         _mov_pack(g, ins, lines, gexpr, BITS[t])
     elif isinstance(s, (ir.Sym, ir.Addr)):
-        g.write(lines, d, t, g.src(s, t, ins), gexpr, ins, False)
+        g.write(lines, d, t, g.src(s, t, ins), gexpr, ins, g.is_array_src(s))
     else:
         g.write(lines, d, t, g.src(s, t, ins), gexpr, ins, isinstance(s, ir.Reg))
 
@@ -104,23 +104,24 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
         mods = mods[1:]
     if len(mods) != 2 or mods[0] not in ("global", "shared", "local", "const", "param") or \
             mods[1] not in ("u32", "u64"):
-        raise err_ptx(ins, "expected cvta[.to].{global,shared,local,const}.{u32,u64}")
+        raise err_ptx(ins, "expected cvta[.to].{global,shared,local,const,param}.{u32,u64}")
     space, t = mods
-    if space == "param":
-        raise err_ptx(ins, "cvta.param is not supported")
     s = ins.srcs[0]
     if isinstance(s, (ir.Sym, ir.Addr)):
         v = g.src(s, "u64", ins)
-        arr = False
+        arr = g.is_array_src(s)
     else:
         v = g.src(s, t, ins)
         arr = isinstance(s, ir.Reg)
         if t == "u32":
             v = f"{v}.astype({g.const(np.uint64)})"
-    win = {"shared": SH_WIN, "local": LOC_WIN}.get(space, 0)
-    if win:
-        wc = g.const(np.uint64(win))
-        v = f"({v} - {wc})" if to else f"({v} + {wc})"
+    if space == "param":
+        v = f"_cvta_param({v}, {to})"
+    else:
+        win = {"shared": SH_WIN, "local": LOC_WIN}.get(space, 0)
+        if win:
+            wc = g.const(np.uint64(win))
+            v = f"({v} - {wc})" if to else f"({v} + {wc})"
     if t == "u32":
         v = f"({v}).astype({g.const(np.uint32)})"
     g.write(lines, ins.dsts[0], t, v, gexpr, ins, arr)
@@ -143,6 +144,8 @@ def _memmods(ins: ir.Instr) -> tuple[str, int, str]:
     for m in ins.mods:
         if m in _SPACES:
             space = m
+        elif m in ("shared::cta", "shared::cluster", "param::entry", "param::func"):
+            space = m.partition("::")[0]      # every CTA is a cluster of one; .param either kind
         elif m in ("v2", "v4", "v8"):
             vec = int(m[1:])
         elif m in BITS and m != "pred":
@@ -175,12 +178,12 @@ def _ld(g: Codegen, ins: ir.Instr, lines: list, gexpr, ldu: bool = False) -> Non
     if kind == "kparam":
         _ld_kparam(g, ins, lines, gexpr, space, t, dsts, off)
         return
-    if space == "param":
-        space = "local"      # call-sequence parameters live in the local frame
+    if space == "param" and kind != "reg":
+        space = "local"      # call-sequence .param variables live in the local frame
     if space == "const":
         space = "global"
     sel = g.sel(lines, gexpr)
-    a = expr if kind == "reg" else "None"
+    a = expr if kind in ("reg", "frame") else "None"
     lines.append(f"_vs = {g.rt('load')}({space!r}, {a}, {off}, {g.dt(t)}, {vec}, {sel})")
     for k, e in enumerate(dsts):
         if isinstance(e, ir.Reg) and e.name == "_":
@@ -210,17 +213,17 @@ def _ldu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
 
 def _st(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     space, vec, t = _memmods(ins)
-    if space == "param":
-        space = "local"
     if space == "const":
         raise err_ptx(ins, "stores to the const space are illegal")
     srcs = _elements(ins, ins.srcs[1], vec, "source")
     kind, expr, off = g.address(ins.srcs[0], ins)
     if kind == "kparam":
-        raise err_ptx(ins, "stores to kernel parameters are not supported")
+        raise err_ptx(ins, "stores to kernel parameters are illegal (they are read-only)")
+    if space == "param" and kind != "reg":
+        space = "local"
     vals = [g.src(o, t, ins) for o in srcs]
     sel = g.sel(lines, gexpr)
-    a = expr if kind == "reg" else "None"
+    a = expr if kind in ("reg", "frame") else "None"
     lines.append(f"{g.rt('store')}({space!r}, {a}, {off}, {g.dt(t)}, [{', '.join(vals)}], {sel})")
 
 
@@ -230,8 +233,8 @@ def _atom_mods(ins: ir.Instr) -> tuple[str, str, str]:
     space = "generic"
     op = t = None
     for m in ins.mods:
-        if m in ("global", "shared"):
-            space = m
+        if m in ("global", "shared", "shared::cta", "shared::cluster"):
+            space = m.partition("::")[0]        # every CTA is a cluster of one
         elif m in ATOMIC_OPS:
             op = m
         elif m in BITS and m not in ("pred", "b128"):
@@ -257,8 +260,9 @@ def _atom(g: Codegen, ins: ir.Instr, lines: list, gexpr, red: bool = False) -> N
     live = (not red) and bool(ins.dsts) and isinstance(ins.dsts[0], ir.Reg) and ins.dsts[0].name != "_" \
         and ins.dsts[0].name in g.k.read_regs
     sel = g.sel(lines, gexpr)
-    a = expr if kind == "reg" else "None"
-    lines.append(f"_t = {g.rt('atom')}({space!r}, {op!r}, {g.dt(t)}, {a}, {off}, {b}, {c}, {sel}, {live})")
+    a = expr if kind in ("reg", "frame") else "None"
+    lines.append(f"_t = {g.rt('atom')}({space!r}, {op_name(op, t)!r}, {g.dt(t)}, {a}, {off}, {b}, {c}, {sel}, "
+                 f"{live})")
     if live:
         g.write_selected(lines, ins.dsts[0], t, "_t", sel)
 
@@ -285,26 +289,47 @@ def _call(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
         if not isinstance(a, ir.Sym) or a.name not in local:
             raise err_ptx(ins, f"call to {target}: arguments must be .param variables")
     sel = g.sel(lines, gexpr)
-    offs = [local[a.name] for a in args]
+    offs = [g.frame_address(a.name) for a in args]
     if target == "vprintf":
         if len(args) != 2:
             raise err_ptx(ins, "vprintf takes 2 arguments")
         lines.append(f"_n = {g.rt('vprintf')}({offs[0]}, {offs[1]}, {sel})")
         if ins.dsts:
-            lines.append(f"{g.rt('store')}('local', None, {local[ins.dsts[0].name]}, {g.const(np.int32)}, "
-                         f"[_n], {sel})")
+            kind, expr, off = g.address(ir.Addr(ins.dsts[0]), ins)
+            a = expr if kind == "frame" else "None"
+            lines.append(f"{g.rt('store')}('local', {a}, {off}, {g.const(np.int32)}, [_n], {sel})")
         return
     if target == "__assertfail":
         if len(args) != 5:
             raise err_ptx(ins, "__assertfail takes 5 arguments")
-        lines.append(f"{g.rt('assertfail')}({offs}, {sel})")
+        lines.append(f"{g.rt('assertfail')}([{', '.join(offs)}], {sel})")
         return
     raise err_ptx(ins, f"call to undefined or external function {target}")
 
 
+def _oreturn(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    """The first instruction after an out-of-line call: restore the caller's live registers from its frame and copy
+    the return values from the callee's frame (at the same address it had: the caller's frame end)."""
+    site = ins.meta
+    sel = g.sel(lines, gexpr)
+    regs = g.k.saved[site.index]
+    if regs:
+        widths = [g.reg_width[r] for r in regs]
+        lines.append(f"_r = {g.rt('unspill')}({g.save_area(site.ctx)}, {widths}, {sel})")
+        for k, r in enumerate(regs):
+            w = g.reg_width[r]
+            g.write_selected(lines, ir.Reg(r), "pred" if w == 1 else f"b{w}", f"_r[{k}]", sel)
+    if site.rets:
+        lines.append(f"_nf = {g.callee_frame(site.ctx)}")
+        offs = formal_offsets(site.sig.params + site.sig.returns)[len(site.sig.params):]
+        for name, p, off in zip(site.rets, site.sig.returns, offs):
+            lines.append(f"{g.rt('lcopy')}({g.frame_address(name)}, _nf + {g.const(np.uint64(off))}, {p.size}, "
+                         f"{sel})")
+
+
 EMITTERS = {
     "mov": _mov, "cvta": _cvta, "isspacep": _isspacep, "ld": _ld, "ldu": _ldu, "st": _st, "atom": _atom,
-    "red": _red, "trap": _trap, "brkpt": _trap, "call": _call,
+    "red": _red, "trap": _trap, "brkpt": _trap, "call": _call, "oreturn": _oreturn,
     **{op: _noop for op in ("membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard")},
     **TEXTURE_EMITTERS,
 }

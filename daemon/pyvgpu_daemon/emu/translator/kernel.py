@@ -1,8 +1,9 @@
 """Kernel: one .entry translated, once, at module load. The translator's pipeline in order:
 
-    inline.py   .entry + the .funcs it calls -> one flat body
-    layout.py   parameter offsets, shared and local memory layout (emu/layout.py)
+    inline.py   .entry + the .funcs it calls -> one flat body (out-of-line functions after it)
+    layout.py   parameter offsets, shared and local memory layout, call frames (emu/layout.py)
     cfg.py      flat body -> basic blocks
+    liveness.py registers live across out-of-line calls (saved in the caller's frame)
     codegen.py  + instrs.py + control.py: each block -> a converged and a masked Python function
     (here)      the block functions assembled into `make(S)`, compiled and exec'd once
 
@@ -10,16 +11,22 @@ The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for t
 """
 from __future__ import annotations
 
+import functools
+import threading
+
 from pyvgpu_daemon.errors import CudaError
 
-from ..layout import kernel_layout
+from .. import native
+from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
 from ..ptx.types import reg_width
 from . import control, instrs
 from .cfg import Block, split_blocks
+from .cgen import PRELUDE, NativeRun, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
-from .inline import inline
+from .inline import FP, entry_label, inline
+from .liveness import live_in, reads_writes
 
 
 class Kernel:
@@ -31,13 +38,43 @@ class Kernel:
         self.symbols = symbols                 # module .global/.const variable -> device address
         self.flat = inline(mod, entry, limits)
         self.name = entry.name
-        self.layout = kernel_layout(mod, entry, self.flat.body, self.flat.locals, limits)
+        self.layout = kernel_layout(mod, self.flat, limits)
         self.maxntid = entry.maxntid
         self.num_regs = min(255, sum(2 if reg_width(t) == 64 else 1 for t in self.flat.regs.values()))
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
+        self.independent_ctas = _independent_ctas(self.flat.body)
         self.blocks, self.labels = split_blocks(self.flat.body)
+        self.live = live_in(self.blocks, self.labels, self.flat.regs)
+        # registers live across blocks (variables of `make`); the rest are local to one block function
+        self.global_regs: set[str] = set().union(*self.live) | {FP} | {
+            b.term.dsts[0].name for b in self.blocks
+            if b.kind == "bar" and b.term.dsts and isinstance(b.term.dsts[0], ir.Reg)}   # bar.red results
+        self.saved = self._saved_registers()   # CallSite.index -> registers saved around that call
+        # function address -> entry block, for calls through a register
+        self.fn_entry = {symbols[f]: self.labels[entry_label(f)] for f in self.flat.out_of_line}
         self.bar_kinds: list[str] = []         # reduction of each diverged bar.red site ('popc', 'and', 'or')
         self._compile()
+
+    def _saved_registers(self) -> dict[int, list[str]]:
+        """The registers live across each out-of-line call (restored by its oreturn), and the frames sized for
+        them."""
+        if not self.flat.calls:
+            return {}
+        live = self.live
+        saved: dict[int, list[str]] = {}
+        need: dict[str | None, int] = {}
+        for b in self.blocks:
+            if b.term is not None and b.term.opcode == "ocall":
+                site = b.term.meta
+                regs = sorted(live[b.index + 1] - {FP})
+                saved[site.index] = regs
+                need[site.ctx] = max(need.get(site.ctx, 0), 8 * len(regs))
+        self.layout.finish_frames(need, self.limits, self.name)
+        return saved
+
+    def frame_of(self, name: str) -> str | None:
+        """The out-of-line function whose frame holds local/.param variable `name` (None: static or not local)."""
+        return self.layout.local_ctx.get(name) if name in self.layout.local else None
 
     def sym_address(self, name: str, ins: ir.Instr) -> int:
         """The address of a symbol operand: a module variable's device address, or the offset of a shared or
@@ -47,54 +84,153 @@ class Kernel:
         if name in self.layout.shared:
             return self.layout.shared[name]
         if name in self.layout.local:
+            if self.frame_of(name) is not None:
+                raise err_ptx(ins, f"{name} lives in a call frame: its address is not a constant")
             return self.layout.local[name]
         if name in self.layout.kparams:
-            raise err_ptx(ins, f"taking the address of kernel parameter {name} is not supported")
-        if name in self.mod.functions or name in self.mod.externs:
-            raise err_ptx(ins, f"function pointers ({name}) are not supported")
+            return PAR_WIN + self.layout.kparams[name]
+        if name in self.mod.externs:
+            raise err_ptx(ins, f"the address of external function {name} (there is no device linker)")
         raise err_ptx(ins, f"unknown symbol {name}")
 
     def _compile(self) -> None:
+        """Generate the kernel's source now (unsupported PTX fails the module load, as a JIT would); compile it to
+        Python bytecode at the first launch (`make`): a module often holds many kernels a program never runs."""
         g = Codegen(self)
         funcs = [_block_source(g, b, masked) for b in self.blocks for masked in (False, True)]
         self.source = _make_source(g, self.blocks, funcs)
+        self.namespace = g.ns
+        self._make = None
+        self._native = None          # None: not tried yet; False: no native code; else its make(S)
+        self._native_thread: threading.Thread | None = None
+        self._native_lock = threading.Lock()
+
+    @property
+    def make(self):
+        """make(S): the block functions bound to a chunk (see codegen.py)."""
+        if self._make is None:
+            try:
+                code = _bytecode(self.source, self.name)
+            except SyntaxError as e:  # a bug in the generator, not in the user's PTX
+                raise CudaError("cudaErrorInvalidPtx", f"{self.name}: internal code generation error: {e}") from e
+            exec(code, self.namespace)
+            self._make = self.namespace["make"]
+        return self._make
+
+
+    def native_make(self, wait: bool = True):
+        """make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
+        (translator/cgen.py, emu/native.py); None when the kernel has no runs or no native code can be built
+        (the NumPy make then serves, with the same results). wait=False starts the build on a background thread
+        and answers None until it is done, so a launch never waits for the compiler."""
+        with self._native_lock:
+            if self._native is None and self._native_thread is None:
+                if wait:
+                    self._native = self._build_native_or_false()
+                else:
+                    self._native_thread = threading.Thread(target=self._background_build, daemon=True,
+                                                           name=f"emu-native {self.name[:40]}")
+                    self._native_thread.start()
+            thread = self._native_thread
+        if wait and thread is not None:
+            thread.join()
+        return self._native or None
+
+    def _background_build(self) -> None:
+        self._native = self._build_native_or_false()
+
+    def _build_native_or_false(self):
         try:
-            code = compile(self.source, f"<ptx {self.name}>", "exec")
-        except SyntaxError as e:  # a bug in the generator, not in the user's PTX
+            return self._build_native() or False
+        except Exception as e:  # noqa: BLE001 - native code is an optimisation: a generator bug costs only speed
+            native.log.warning("emulated GPU: no native code for %s (%s: %s); it runs as NumPy code", self.name,
+                               type(e).__name__, e)
+            return False
+
+    def _build_native(self):
+        g = Codegen(self)
+        regs = g.reg_width
+        plans = {b.index: plan_runs(b.instrs, b.term, regs, g.imm, self.global_regs) for b in self.blocks}
+        if not any(plans.values()):
+            return None
+        c_funcs = []
+        for bi, runs in plans.items():
+            for start, end, run in runs:
+                e = c_body(run.instrs, regs, g.imm)
+                c_funcs.append(function_source(run, e, regs, f"nr{bi}_{run.index}"))
+        lib = native.load(PRELUDE + "\n".join(c_funcs))
+        if lib is None:
+            return None
+        for bi, runs in plans.items():
+            for start, end, run in runs:
+                fn = getattr(lib, f"nr{bi}_{run.index}")
+                run.source = g.const(NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs]),
+                                     "nr")
+        funcs = [_block_source(g, b, masked, None if masked else plans[b.index])
+                 for b in self.blocks for masked in (False, True)]
+        source = _make_source(g, self.blocks, funcs)
+        try:
+            code = _bytecode(source, self.name)
+        except SyntaxError as e:
             raise CudaError("cudaErrorInvalidPtx", f"{self.name}: internal code generation error: {e}") from e
         exec(code, g.ns)
-        self.namespace = g.ns
-        self.make = g.ns["make"]
+        self._native_lib = lib              # keeps the library loaded as long as the kernel
+        self.native_source = source
+        return g.ns["make"]
+
+
+@functools.lru_cache(maxsize=256)
+def _bytecode(source: str, name: str):
+    """Compiled block code, shared by every load of the same kernel (the source names its constants, whose
+    values, e.g. variable addresses, live in each load's own namespace)."""
+    return compile(source, f"<ptx {name}>", "exec")
+
+
+# What lets one CTA observe another (or order its effects against another's): then chunks run one at a time.
+_SHARING_OPCODES = frozenset({"atom", "red", "membar", "fence", "call", "trap", "brkpt", "mbarrier", "cp"})
+_SHARING_MODS = frozenset({"volatile", "relaxed", "acquire", "release", "acq_rel", "mmio", "sys", "gpu"})
+
+
+def _independent_ctas(body: list) -> bool:
+    """Whether no CTA of a launch can see what another does (CUDA gives unsynchronised data races no meaning):
+    no atomics or fences, no volatile or memory-model-scoped accesses, no device-side calls (printf output and
+    assert order follow the threads)."""
+    return not any(isinstance(ins, ir.Instr) and (ins.opcode in _SHARING_OPCODES or _SHARING_MODS & set(ins.mods))
+                   for ins in body)
 
 
 def _read_registers(body: list) -> set[str]:
     """Every register some instruction reads (sources, address bases, guards)."""
     regs: set[str] = set()
-
-    def collect(o) -> None:
-        if isinstance(o, ir.Reg):
-            regs.add(o.name.lstrip("!"))
-        elif isinstance(o, ir.Addr) and isinstance(o.base, ir.Reg):
-            regs.add(o.base.name)
-        elif isinstance(o, ir.Vec):
-            for e in o.elems:
-                collect(e)
-
+    everything = _Anything()
     for ins in body:
         if isinstance(ins, ir.Instr):
-            if ins.guard:
-                regs.add(ins.guard[0])
-            for o in ins.srcs:
-                collect(o)
+            regs.update(reads_writes(ins, everything, False)[0])
     return regs
 
 
-def _block_source(g: Codegen, b: Block, masked: bool) -> str:
-    """One block function: c<index>() (converged) or m<index>(m) (masked)."""
+class _Anything:
+    """A register table that holds every name."""
+    def __contains__(self, name) -> bool:
+        return True
+
+
+def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:
+    """One block function: c<index>() (converged) or m<index>(m) (masked); `runs`: (start, end, Run) of the
+    instructions that become native calls (cgen.plan_runs)."""
     g.written = set()
+    g.local_defined = set()
     lines: list[str] = []
-    for ins in b.instrs:
-        instrs.emit(g, ins, lines, masked)
+    at = {start: (end, run) for start, end, run in runs or ()}
+    i = 0
+    while i < len(b.instrs):
+        if i in at:
+            end, run = at[i]
+            _emit_run(g, run, lines)
+            i = end
+            continue
+        instrs.emit(g, b.instrs[i], lines, masked)
+        i += 1
     control.emit_terminator(g, b, lines, masked)
     name = f"{'m' if masked else 'c'}{b.index}"
     head = f"    def {name}({'m' if masked else ''}):"
@@ -103,6 +239,17 @@ def _block_source(g: Codegen, b: Block, masked: bool) -> str:
         body.append("nonlocal " + ", ".join(sorted(g.written)))
     body.extend(lines)
     return head + "\n" + "\n".join("        " + ln for ln in body)
+
+
+def _emit_run(g: Codegen, run, lines: list) -> None:
+    """A native run: inputs are the registers' current arrays, outputs become the registers' new arrays."""
+    first, last = run.instrs[0].line, run.instrs[-1].line
+    lines.append(f"# {first}-{last}: {len(run.instrs)} instructions as native code")
+    ins = ", ".join(g._old(r) for r in run.inputs)
+    lines.append(f"_o = {run.source}(T{', ' if ins else ''}{ins})")
+    for k, r in enumerate(run.outputs):
+        lines.append(f"{g.rvar(r)} = _o[{k}]")
+        g._assigned(r)
 
 
 def _bar_handlers(g: Codegen) -> list[str]:
@@ -121,8 +268,11 @@ def _make_source(g: Codegen, blocks: list[Block], funcs: list[str]) -> str:
     src = ["def make(S):", f"    T = {S('T')}", f"    pcv = {S('pc')}", f"    stv = {S('st')}"]
     for name in sorted(g.specials_used):
         src.append(f"    sp_{name.strip('%').replace('.', '_')} = {S('special')}({name!r})")
+    for w in (1, 16, 32, 64):
+        src.append(f"    _z{w} = {S('zeros')}[{w}]")
     for name, w in g.reg_width.items():
-        src.append(f"    {g.rvar(name)} = {S('zeros')}[{w}]")
+        if name in g.k.global_regs:
+            src.append(f"    {g.rvar(name)} = _z{w}")
     src.extend(funcs)
     src.extend(_bar_handlers(g))
     blist = ", ".join(f"(c{b.index}, m{b.index})" for b in blocks)

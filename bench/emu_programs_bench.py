@@ -1,0 +1,117 @@
+"""Emulated-GPU speed on whole programs: CUDA programs of the kinds that were too slow (issue 13 part 4), built with
+`nvcc -cudart shared`, run unmodified through libvcudart against a fresh emulated-GPU daemon, timed by wall clock
+(start of the program to its exit, so module load, copies and every launch count), with the daemon's CPU time
+(user + system, /proc/PID/stat) beside it: on a shared machine it moves less with the other jobs than wall time.
+
+    python bench/emu_programs_bench.py [--quick] [--reps N] [--program NAME] [--timeout S] \\
+        [--baseline DIR] [--env KEY=VALUE ...]
+
+Programs (bench/cuda/): black_scholes (4M options x 512 launches, the default of NVIDIA's BlackScholes sample) and
+streams_overlap (16M ints, 4 streams, 10 repetitions, as NVIDIA's simpleStreams). --quick runs smaller sizes.
+--baseline DIR also runs every program against the daemon of another tree (e.g. `git archive a78f723 | tar -x -C
+DIR`: its `daemon` and root directories go first on the daemon's PYTHONPATH), the two alternating, and prints the
+ratio. A run longer than --timeout seconds is stopped and shown as "> S". --env sets daemon environment variables
+(e.g. PYVGPU_EMU_NATIVE=off).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import harness  # noqa: E402
+
+PROGRAMS = {
+    "black_scholes": (("4000000", "512"), ("4000000", "16")),
+    "streams_overlap": (("16777216", "4", "10"), ("4194304", "4", "2")),
+}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def run_once(exe: Path, args: tuple[str, ...], workdir: Path, tree: Path | None, env: dict[str, str],
+             timeout: float) -> tuple[float | None, float, str]:
+    """(wall seconds or None when stopped at the timeout, daemon CPU seconds, the program's result line)."""
+    denv = dict(env)
+    if tree is not None:
+        denv["PYTHONPATH"] = os.pathsep.join([str(tree / "daemon"), str(tree)])
+    d = harness.start_daemon(workdir, env=denv, cwd=Path("/") if tree is not None else None)
+    try:
+        t0 = time.perf_counter()
+        try:
+            proc = harness.run_cuda(exe, [d], *args, timeout=timeout)
+            secs, out = time.perf_counter() - t0, proc.stdout
+        except subprocess.TimeoutExpired:
+            secs, out = None, ""
+        cpu = cpu_seconds(d.proc.pid)
+    finally:
+        d.stop()
+    last = [ln for ln in out.splitlines() if ln and not ln.startswith("PASS")]
+    return secs, cpu, (last[-1] if last else f"stopped after {timeout:.0f} s")
+
+
+def fmt(times: list, timeout: float) -> str:
+    done = [t for t in times if t is not None]
+    if len(done) < len(times):
+        return f"> {timeout:.0f}"
+    return f"{statistics.median(done):.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--program", action="append", choices=list(PROGRAMS))
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--baseline", type=Path, help="another tree whose daemon runs the same programs")
+    ap.add_argument("--env", action="append", default=[])
+    args = ap.parse_args()
+    env = dict(kv.split("=", 1) for kv in args.env)
+    workdir = ROOT / "build" / "bench-programs"
+    workdir.mkdir(parents=True, exist_ok=True)
+    trees = {"this tree": None} if args.baseline is None else {"baseline": args.baseline.resolve(), "this tree": None}
+    rows = []
+    for name in args.program or list(PROGRAMS):
+        exe = harness.build_cuda(ROOT / "bench" / "cuda" / f"{name}.cu")
+        pargs = PROGRAMS[name][1 if args.quick else 0]
+        res = {label: ([], [], "") for label in trees}
+        for _ in range(args.reps):
+            for label, tree in trees.items():          # alternating, so a change of load hits both
+                secs, cpu, out = run_once(exe, pargs, workdir, tree, env, args.timeout)
+                res[label][0].append(secs)
+                res[label][1].append(cpu)
+                res[label] = (res[label][0], res[label][1], out)
+                print(f"  {name} [{label}]: wall {'> %.0f' % args.timeout if secs is None else '%.1f' % secs} s, "
+                      f"daemon CPU {cpu:.1f} s; {out}", flush=True)
+        rows.append((name, pargs, res))
+    print(f"\nload average now: {os.getloadavg()[0]:.1f}, {os.getloadavg()[1]:.1f}, {os.getloadavg()[2]:.1f}")
+    print(f"{'program':<16} {'arguments':<20} " + " ".join(f"{lb + ' wall s':>16} {lb + ' CPU s':>15}" for lb in trees)
+          + ("  wall ratio" if len(trees) > 1 else ""))
+    for name, pargs, res in rows:
+        cols = " ".join(f"{fmt(res[lb][0], args.timeout):>16} {statistics.median(res[lb][1]):>15.1f}" for lb in trees)
+        ratio = ""
+        if len(trees) > 1:
+            base, cur = res["baseline"][0], res["this tree"][0]
+            if None in cur:
+                ratio = "  n/a"
+            elif None in base:
+                ratio = f"  > {args.timeout / statistics.median(cur):.1f}x"
+            else:
+                ratio = f"  {statistics.median(base) / statistics.median(cur):.1f}x"
+        print(f"{name:<16} {' '.join(pargs):<20} {cols}{ratio}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,706 @@
+"""C for runs of ALU instructions: the native path of the interpreter (emu/native.py builds and loads it).
+
+A *run* is a stretch of consecutive instructions of a converged block that all have a C form here. The code
+generator (codegen.py, kernel.py) replaces each run of at least MIN_RUN instructions by one call of a C function
+that loops over the lanes: registers the run reads become input arrays, registers it writes that anything after
+it reads become output arrays, everything else stays in C locals. The loop has no calls and no branches besides
+selects, so the C compiler vectorises it (AVX2/AVX-512 with -march=native), typically 20-50x the speed of the
+same instructions as NumPy calls.
+
+Every C form gives exactly the bits the instruction's NumPy function in ops/ gives (a differential test checks
+each one on random and special values): IEEE single/double add, sub, mul, div, sqrt and fused multiply-add are
+correctly rounded in both; .ftz flushes operands and results as ops/common.ftz does; min/max follow
+ops/floating._minmax; ex2/lg2.approx.f32 are the same double-precision steps as ops/floating.ex2_f32/lg2_f32.
+Instructions without such a form (sin, cos, tanh .approx, which use NumPy's own float32 kernels; directed rounding; half precision; memory, control and warp operations) end a run and stay
+NumPy calls.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..layout import LOC_WIN, SH_WIN
+from ..ops.floating import EX2_CLAMP, EX2_COEFFS, LG2_COEFFS, LG2_SCALE, SQRT2
+from ..ptx import ir
+from ..ptx.types import BITS, SIGNED, TYPES
+from .liveness import reads_writes
+
+MIN_RUN = 2                     # launches with native code have >= 2**18 threads: a call beats two NumPy ops
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <float.h>
+static inline float F32(uint32_t x) { float f; memcpy(&f, &x, 4); return f; }
+static inline uint32_t B32(float f) { uint32_t x; memcpy(&x, &f, 4); return x; }
+static inline double F64(uint64_t x) { double f; memcpy(&f, &x, 8); return f; }
+static inline uint64_t B64(double f) { uint64_t x; memcpy(&x, &f, 8); return x; }
+/* ops/common.ftz: x * (|x| >= smallest normal) keeps NaN and inf, turns subnormals into zeros of their sign */
+static inline float FTZ32(float x) { return x * (float)(fabsf(x) >= FLT_MIN); }
+static inline double FTZ64(double x) { return x * (double)(fabs(x) >= DBL_MIN); }
+"""
+
+
+def _horner(var: str, coeffs: tuple, acc: str) -> str:
+    """C statements of ops/floating's Horner loops: acc = c[-1]; acc = acc * var + c[k] downwards."""
+    steps = [f"double {acc} = {coeffs[-1].hex()};"]
+    steps += [f"{acc} = {acc} * {var} + {c.hex()};" for c in coeffs[-2::-1]]
+    return " ".join(steps)
+
+
+# ops/floating.ex2_f32 and lg2_f32, step for step (same constants, same order, no contraction: -ffp-contract=off).
+PRELUDE += f"""static inline float EX2F(float x) {{
+    double d = (double)x; int nan = d != d;
+    d = nan ? 0.0 : d; d = d < -{EX2_CLAMP!r} ? -{EX2_CLAMP!r} : d; d = d > {EX2_CLAMP!r} ? {EX2_CLAMP!r} : d;
+    double n = rint(d); double f = d - n;
+    {_horner("f", EX2_COEFFS, "p")}
+    double r = p * F64((uint64_t)((int64_t)n + 1023) << 52);
+    return nan ? F32(UINT32_C(0x7fffffff)) : (float)r;
+}}
+static inline float LG2F(float x) {{
+    double d = (double)x; uint64_t bits = B64(d);
+    int64_t e = (int64_t)((bits >> 52) & 0x7ff) - 1023;
+    double m = F64((bits & UINT64_C(0x000fffffffffffff)) | UINT64_C(0x3ff0000000000000));
+    int big = m > {SQRT2.hex()};
+    m = big ? m * 0.5 : m; e = big ? e + 1 : e;
+    double s = (m - 1.0) / (m + 1.0); double z = s * s;
+    {_horner("z", LG2_COEFFS, "q")}
+    float r = (float)((double)e + (s * q) * {LG2_SCALE.hex()});
+    r = d == 0.0 ? -INFINITY : r; r = d == INFINITY ? INFINITY : r;
+    return (d < 0.0 || d != d) ? F32(UINT32_C(0x7fffffff)) : r;
+}}
+static inline float EX2FZ(float x) {{ float r = EX2F(x); return r < FLT_MIN ? 0.0f : r; }}
+"""
+
+_INT_C = {("s", 16): "int16_t", ("u", 16): "uint16_t", ("s", 32): "int32_t", ("u", 32): "uint32_t",
+          ("s", 64): "int64_t", ("u", 64): "uint64_t", ("u", 8): "uint8_t", ("s", 8): "int8_t"}
+_FLOAT_T = {"f32": "float", "f64": "double"}
+_FLOAT_SUFFIX = {"f32": "f", "f64": ""}
+
+
+def utype(w: int) -> str:
+    """C storage type of a register of width w (predicates: one byte, 0 or 1)."""
+    return "uint8_t" if w == 1 else f"uint{w}_t"
+
+
+def ctype(t: str) -> str:
+    """C type a PTX type's value is computed in."""
+    if t in _FLOAT_T:
+        return _FLOAT_T[t]
+    if t == "pred":
+        return "uint8_t"
+    return _INT_C[("s" if t in SIGNED else "u", BITS[t])]
+
+
+class NoC(Exception):
+    """The instruction has no C form."""
+
+
+@dataclass
+class Run:
+    """A run of instructions compiled to one C function."""
+    index: int
+    instrs: list
+    inputs: list[str]             # registers read before the run writes them (in order of first use)
+    outputs: list[str]            # registers the run writes that code after it may read
+    source: str = ""              # the C function
+
+
+class CEmitter:
+    """C statements for one run; `regs`: register name -> width (1, 16, 32, 64), `imm`: the code generator's
+    immediate conversion (codegen.Codegen.imm)."""
+
+    def __init__(self, regs: dict[str, int], imm) -> None:
+        self.regs = regs
+        self.imm = imm
+        self.names: dict[str, str] = {}
+        self.lines: list[str] = []
+
+    def var(self, name: str) -> str:
+        if name not in self.names:
+            self.names[name] = f"v{len(self.names)}"
+        return self.names[name]
+
+    # ---------------------------------------------------------------- operands
+    def src(self, o, t: str, ins: ir.Instr) -> str:
+        """The C expression of operand o read as PTX type t."""
+        if isinstance(o, ir.Imm):
+            v = self.imm(o, t, ins)
+            if t == "pred":
+                return "1" if v else "0"
+            w = BITS[t]
+            bits = int(np.asarray(v).view({16: np.uint16, 32: np.uint32, 64: np.uint64}[w])) if w > 8 else int(v)
+            lit = f"UINT{w}_C({bits:#x})" if w > 8 else f"{bits}u"
+            return self._from_bits(lit, t, w)
+        if not isinstance(o, ir.Reg):
+            raise NoC
+        neg = o.name.startswith("!")
+        name = o.name[1:] if neg else o.name
+        if name not in self.regs:
+            raise NoC                      # special registers are not run inputs
+        w = self.regs[name]
+        v = self.var(name)
+        if w == 1 or t == "pred":
+            if not (w == 1 and t == "pred"):
+                raise NoC
+            return f"(uint8_t)({v} ^ 1)" if neg else v
+        if neg:
+            raise NoC
+        tw = BITS[t]
+        if tw == w:
+            return self._from_bits(v, t, w)
+        if t in _FLOAT_T:
+            raise NoC                      # a float read from a register of another width
+        if tw < w:
+            return self._from_bits(f"({utype(tw)}){v}", t, tw)
+        signed = t in SIGNED
+        ext = f"({_INT_C[('s', w)]}){v}" if signed else v
+        return f"({ctype(t)}){ext}"
+
+    @staticmethod
+    def _from_bits(bits: str, t: str, w: int) -> str:
+        if t == "f32":
+            return f"F32({bits})"
+        if t == "f64":
+            return f"F64({bits})"
+        return f"({ctype(t)}){bits}"
+
+    def write(self, o, t: str, value: str, ins: ir.Instr) -> None:
+        """Assign a value computed as PTX type t to destination register o (register-width fitting as
+        codegen._fit; a guarded instruction keeps the old value in the lanes its guard excludes)."""
+        if isinstance(o, ir.Reg) and o.name == "_":
+            return
+        if not isinstance(o, ir.Reg) or o.name not in self.regs:
+            raise NoC
+        w = self.regs[o.name]
+        if (w == 1) != (t == "pred"):
+            raise NoC
+        tw = 1 if t == "pred" else BITS[t]
+        if t == "pred":
+            bits = f"(uint8_t)(({value}) != 0)"
+        elif t == "f32":
+            bits = f"B32({value})"
+        elif t == "f64":
+            bits = f"B64({value})"
+        else:
+            bits = f"({utype(tw)})({value})"
+        if w != 1 and tw != w:
+            if tw < w and t in SIGNED:
+                bits = f"({utype(w)})({_INT_C[('s', w)]})({_INT_C[('s', tw)]}){bits}"
+            else:
+                bits = f"({utype(w)}){bits}"
+        v = self.var(o.name)
+        if ins.guard is None:
+            self.lines.append(f"{v} = {bits};")
+        else:
+            g, gneg = ins.guard
+            if g not in self.regs or self.regs[g] != 1:
+                raise NoC
+            self.lines.append(f"{v} = ({'!' if gneg else ''}{self.var(g)}) ? {bits} : {v};")
+
+    # ---------------------------------------------------------------- instructions
+    def emit(self, ins: ir.Instr) -> None:
+        h = _EMITTERS.get(ins.opcode)
+        if h is None:
+            raise NoC
+        h(self, ins)
+
+
+def _types_and_flags(ins: ir.Instr) -> tuple[tuple[str, ...], frozenset[str]]:
+    return tuple(m for m in ins.mods if m in TYPES), frozenset(m for m in ins.mods if m not in TYPES)
+
+
+def _one_type(ins, allowed) -> tuple[str, frozenset[str]]:
+    types, flags = _types_and_flags(ins)
+    if len(types) != 1 or types[0] not in allowed:
+        raise NoC
+    return types[0], flags
+
+
+_INTS = ("u16", "s16", "u32", "s32", "u64", "s64")
+_SIGN = {"f32": "UINT32_C(0x80000000)", "f64": "UINT64_C(0x8000000000000000)"}
+_LOGIC = ("b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "pred")
+
+
+def _unsigned(t: str) -> str:
+    return t if t in ("pred",) or t[0] in "ub" else "u" + t[1:]
+
+
+def _ftz(e: "CEmitter", x: str, t: str, on: bool) -> str:
+    return f"FTZ{t[1:]}({x})" if on else x
+
+
+def _mov(e: CEmitter, ins: ir.Instr) -> None:
+    t, flags = _one_type(ins, _LOGIC + ("f32", "f64"))
+    if flags or not isinstance(ins.dsts[0], ir.Reg) or isinstance(ins.srcs[0], (ir.Vec, ir.Sym, ir.Addr)):
+        raise NoC
+    e.write(ins.dsts[0], t, e.src(ins.srcs[0], t, ins), ins)
+
+
+def _cvta(e: CEmitter, ins: ir.Instr) -> None:
+    """cvta[.to].{global,const,shared,local}.u64 of a register: generic addresses are the global ones; shared and
+    local addresses are offset by their windows (instrs._cvta)."""
+    mods = list(ins.mods)
+    to = bool(mods) and mods[0] == "to"
+    mods = mods[1:] if to else mods
+    if mods[1:] != ["u64"] or mods[0] not in ("global", "const", "shared", "local") or \
+            not isinstance(ins.srcs[0], ir.Reg):
+        raise NoC
+    v = e.src(ins.srcs[0], "u64", ins)
+    win = {"shared": SH_WIN, "local": LOC_WIN}.get(mods[0], 0)
+    if win:
+        v = f"({v} {'-' if to else '+'} UINT64_C({win:#x}))"
+    e.write(ins.dsts[0], "u64", v, ins)
+
+
+def _float_arith(e: CEmitter, ins: ir.Instr) -> None:
+    """add / sub / mul .rn (default) {.ftz} on f32, f64."""
+    t, flags = _one_type(ins, ("f32", "f64"))
+    if not flags <= {"rn", "ftz"} or ("ftz" in flags and t != "f32"):
+        raise NoC
+    z = "ftz" in flags
+    a, b = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:2])
+    if ins.opcode == "sub" and z:
+        # ops/floating._addsub negates b and adds (a NaN b keeps its flipped sign), where plain sub subtracts
+        w = BITS[t]
+        r = f"({a} + F{w}(B{w}({b}) ^ {_SIGN[t]}))"
+    else:
+        r = f"({a} {dict(add='+', sub='-', mul='*')[ins.opcode]} {b})"
+    e.write(ins.dsts[0], t, _ftz(e, r, t, z), ins)
+
+
+def _int_arith(e: CEmitter, ins: ir.Instr) -> None:
+    """add / sub (no .sat / .cc), mul and mad .lo / .wide / .hi on 16-, 32- and 64-bit integers."""
+    t, flags = _one_type(ins, _INTS)
+    w = BITS[t]
+    ut = _unsigned(t)
+    if ins.opcode in ("add", "sub"):
+        if flags:
+            raise NoC
+        a, b = (e.src(s, ut, ins) for s in ins.srcs[:2])
+        op = "+" if ins.opcode == "add" else "-"
+        e.write(ins.dsts[0], ut, f"({ctype(ut)})({a} {op} {b})", ins)
+        return
+    if len(flags) != 1 or not flags <= {"lo", "wide", "hi"}:
+        raise NoC
+    mode = next(iter(flags))
+    if mode == "lo":
+        a, b = (e.src(s, ut, ins) for s in ins.srcs[:2])
+        r, rt = f"({ctype(ut)})({a} * {b})", ut
+    elif mode == "wide":
+        if w == 64:
+            raise NoC
+        wt = ("s" if t in SIGNED else "u") + str(2 * w)
+        a, b = (f"({ctype(wt)}){e.src(s, t, ins)}" for s in ins.srcs[:2])
+        uwt = _unsigned(wt)
+        r, rt = f"({ctype(uwt)})(({ctype(uwt)}){a} * ({ctype(uwt)}){b})", uwt
+    else:
+        a, b = (e.src(s, t, ins) for s in ins.srcs[:2])
+        if w == 64:
+            wide = "__int128" if t in SIGNED else "unsigned __int128"
+        else:
+            wide = ctype(("s" if t in SIGNED else "u") + str(2 * w))
+        r, rt = f"({ctype(t)})((({wide}){a} * ({wide}){b}) >> {w})", t
+    if ins.opcode == "mad":
+        c = e.src(ins.srcs[2], rt, ins)
+        urt = _unsigned(rt)
+        r, rt = f"({ctype(urt)})(({ctype(urt)})({r}) + ({ctype(urt)}){c})", urt
+    e.write(ins.dsts[0], rt, r, ins)
+
+
+def _arith(e: CEmitter, ins: ir.Instr) -> None:
+    types, _ = _types_and_flags(ins)
+    if types and types[0] in ("f32", "f64"):
+        if ins.opcode == "mad":
+            _fma(e, ins)
+        else:
+            _float_arith(e, ins)
+    else:
+        _int_arith(e, ins)
+
+
+def _fma(e: CEmitter, ins: ir.Instr) -> None:
+    """fma.rn / mad{.rn} {.ftz}: correctly rounded fused multiply-add (C99 fma/fmaf)."""
+    t, flags = _one_type(ins, ("f32", "f64"))
+    if ins.opcode == "fma" and "rn" not in flags:
+        raise NoC
+    if not flags <= {"rn", "ftz"} or ("ftz" in flags and t != "f32"):
+        raise NoC
+    z = "ftz" in flags
+    a, b, c = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:3])
+    e.write(ins.dsts[0], t, _ftz(e, f"fma{_FLOAT_SUFFIX[t]}({a}, {b}, {c})", t, z), ins)
+
+
+def _div(e: CEmitter, ins: ir.Instr) -> None:
+    """div.rn / .approx / .full (f32; .rn for f64) {.ftz}: IEEE division (what ops/floating._div computes)."""
+    types, _ = _types_and_flags(ins)
+    if not types or types[0] not in ("f32", "f64"):
+        raise NoC
+    t, flags = _one_type(ins, ("f32", "f64"))
+    mode = flags - {"ftz"}
+    if len(mode) != 1 or not mode <= ({"rn", "approx", "full"} if t == "f32" else {"rn"}):
+        raise NoC
+    if "ftz" in flags and t != "f32":
+        raise NoC
+    z = "ftz" in flags
+    a, b = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:2])
+    e.write(ins.dsts[0], t, _ftz(e, f"({a} / {b})", t, z), ins)
+
+
+def _unary_float(e: CEmitter, ins: ir.Instr, fn, allowed_modes, ftz_types=("f32",)) -> None:
+    t, flags = _one_type(ins, ("f32", "f64"))
+    mode = flags - {"ftz"}
+    if not mode <= allowed_modes[t] or len(mode) != (1 if allowed_modes[t] else 0):
+        raise NoC
+    if "ftz" in flags and t not in ftz_types:
+        raise NoC
+    z = "ftz" in flags
+    a = _ftz(e, e.src(ins.srcs[0], t, ins), t, z)
+    e.write(ins.dsts[0], t, _ftz(e, fn(a, t), t, z), ins)
+
+
+def _rcp(e: CEmitter, ins: ir.Instr) -> None:
+    # rcp.rn (f32, f64), rcp.approx{.ftz}.f32, rcp.approx.ftz.f64: 1 / a (ops/floating.build_rcp)
+    t, flags = _one_type(ins, ("f32", "f64"))
+    if t == "f64" and "approx" in flags and "ftz" not in flags:
+        raise NoC
+    _unary_float(e, ins, lambda a, t: f"(({ctype(t)})1 / {a})", {"f32": {"rn", "approx"}, "f64": {"rn", "approx"}},
+                 ("f32", "f64"))
+
+
+def _sqrt(e: CEmitter, ins: ir.Instr) -> None:
+    # sqrt.rn (f32, f64), sqrt.approx.f32, {.ftz}.f32: IEEE square root
+    _unary_float(e, ins, lambda a, t: f"sqrt{_FLOAT_SUFFIX[t]}({a})", {"f32": {"rn", "approx"}, "f64": {"rn"}})
+
+
+def _rsqrt(e: CEmitter, ins: ir.Instr) -> None:
+    # rsqrt.approx{.ftz}.f32: 1 / sqrt(a) in single precision (ops/floating.build_rsqrt)
+    t, flags = _one_type(ins, ("f32",))
+    if "approx" not in flags:
+        raise NoC
+    _unary_float(e, ins, lambda a, t: f"(1.0f / sqrtf({a}))", {"f32": {"approx"}})
+
+
+def _ex2_lg2(e: CEmitter, ins: ir.Instr) -> None:
+    # ex2/lg2.approx{.ftz}.f32 (ops/floating._approx32: lg2 flushes its input, ex2 results below FLT_MIN)
+    t, flags = _one_type(ins, ("f32",))
+    if "approx" not in flags or not flags <= {"approx", "ftz"}:
+        raise NoC
+    a = e.src(ins.srcs[0], t, ins)
+    if ins.opcode == "lg2":
+        v = f"LG2F({_ftz(e, a, t, 'ftz' in flags)})"
+        v = _ftz(e, v, t, "ftz" in flags)
+    else:
+        v = f"EX2F({a})"
+        if "ftz" in flags:
+            v = f"EX2FZ({a})"
+    e.write(ins.dsts[0], t, v, ins)
+
+
+def _abs_neg(e: CEmitter, ins: ir.Instr) -> None:
+    types, _ = _types_and_flags(ins)
+    if types and types[0] in ("f32", "f64"):
+        t, flags = _one_type(ins, ("f32", "f64"))
+        if not flags <= {"ftz"} or ("ftz" in flags and t != "f32"):
+            raise NoC
+        a = _ftz(e, e.src(ins.srcs[0], t, ins), t, "ftz" in flags)
+        w = BITS[t]
+        bits = f"B{w}({a})"
+        r = f"({bits} ^ {_SIGN[t]})" if ins.opcode == "neg" else f"({bits} & ~{_SIGN[t]})"
+        e.write(ins.dsts[0], t, f"F{w}({r})", ins)
+        return
+    t, flags = _one_type(ins, ("s16", "s32", "s64"))
+    if flags:
+        raise NoC
+    ut = _unsigned(t)
+    a = e.src(ins.srcs[0], ut, ins)
+    neg = f"({ctype(ut)})(({ctype(ut)})0 - {a})"
+    if ins.opcode == "neg":
+        e.write(ins.dsts[0], ut, neg, ins)
+    else:
+        e.write(ins.dsts[0], ut, f"(({ctype(t)}){a} < 0 ? {neg} : {a})", ins)
+
+
+def _min_max(e: CEmitter, ins: ir.Instr) -> None:
+    types, _ = _types_and_flags(ins)
+    is_max = ins.opcode == "max"
+    if types and types[0] in ("f32", "f64"):
+        _float_min_max(e, ins, is_max)
+        return
+    t, flags = _one_type(ins, _INTS)
+    if flags:
+        raise NoC
+    a, b = (e.src(s, t, ins) for s in ins.srcs[:2])
+    e.write(ins.dsts[0], t, f"({a} {'>' if is_max else '<'} {b} ? {a} : {b})", ins)
+
+
+def _float_min_max(e: CEmitter, ins: ir.Instr, is_max: bool) -> None:
+    """ops/floating._minmax: fmin/fmax (NaN-ignoring; .NaN propagates), -0 below +0, NaN results canonical."""
+    t, flags = _one_type(ins, ("f32", "f64"))
+    if not flags <= {"ftz", "NaN"} or (flags and t == "f64"):
+        raise NoC
+    w = BITS[t]
+    z = "ftz" in flags
+    a, b = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:2])
+    va, vb = e.var(f"__a{len(e.lines)}"), e.var(f"__b{len(e.lines)}")
+    e.lines.append(f"{ctype(t)} {va} = {a}, {vb} = {b};")
+    # written out, not fmin/fmax: vectorised, those may become min instructions that mishandle NaN operands
+    pick = f"({va} {'>' if is_max else '<'} {vb} ? {va} : {vb})"
+    if "NaN" in flags:
+        base = f"(({va} != {va} || {vb} != {vb}) ? ({va} + {vb}) : {pick})"
+    else:
+        base = f"({vb} != {vb} ? {va} : ({va} != {va} ? {vb} : {pick}))"
+    zero = f"(B{w}({va}) {'&' if is_max else '|'} B{w}({vb}))"
+    canon = "UINT32_C(0x7FFFFFFF)" if w == 32 else "UINT64_C(0x7FFFFFFFFFFFFFFF)"
+    r = f"(({va} == 0 && {vb} == 0) ? F{w}({zero}) : {base})"
+    e.write(ins.dsts[0], t, f"(({r}) != ({r}) ? F{w}({canon}) : ({r}))", ins)
+
+
+def _logic(e: CEmitter, ins: ir.Instr) -> None:
+    t, flags = _one_type(ins, _LOGIC)
+    if flags:
+        raise NoC
+    ut = _unsigned(t)
+    if ins.opcode == "not":
+        a = e.src(ins.srcs[0], ut, ins)
+        e.write(ins.dsts[0], ut, f"({a} ^ 1)" if t == "pred" else f"({ctype(ut)})~{a}", ins)
+        return
+    a, b = (e.src(s, ut, ins) for s in ins.srcs[:2])
+    op = {"and": "&", "or": "|", "xor": "^"}[ins.opcode]
+    e.write(ins.dsts[0], ut, f"({ctype(ut)})({a} {op} {b})", ins)
+
+
+def _shift(e: CEmitter, ins: ir.Instr) -> None:
+    """shl / shr with ops/bits.build_shift's clamp: counts >= width give 0 (sign fill for shr.s)."""
+    left = ins.opcode == "shl"
+    t, flags = _one_type(ins, ("b16", "b32", "b64") if left else ("b16", "b32", "b64", "u16", "u32", "u64",
+                                                                  "s16", "s32", "s64"))
+    if flags:
+        raise NoC
+    w = BITS[t]
+    a = e.src(ins.srcs[0], t, ins)
+    c = e.src(ins.srcs[1], "u32", ins)
+    if left:
+        r = f"({c} >= {w}u ? ({ctype(t)})0 : ({ctype(t)})({a} << {c}))"
+    elif t in SIGNED:
+        r = f"({ctype(t)})({a} >> ({c} >= {w}u ? {w - 1}u : {c}))"
+    else:
+        r = f"({c} >= {w}u ? ({ctype(t)})0 : ({ctype(t)})({a} >> {c}))"
+    e.write(ins.dsts[0], t, r, ins)
+
+
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+        "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
+
+
+# ops/compare._cmp_fn in C: float ne is ordered; the u-forms are true when either operand is NaN
+_FCMP = {"eq": "({a} == {b})", "lt": "({a} < {b})", "le": "({a} <= {b})", "gt": "({a} > {b})",
+         "ge": "({a} >= {b})", "ne": "({a} < {b} || {a} > {b})", "neu": "({a} != {b})",
+         "equ": "!({a} < {b} || {a} > {b})", "ltu": "!({a} >= {b})", "leu": "!({a} > {b})", "gtu": "!({a} <= {b})",
+         "geu": "!({a} < {b})", "num": "({a} == {a} && {b} == {b})", "nan": "({a} != {a} || {b} != {b})"}
+
+
+def _compare(t: str, op: str, a: str, b: str) -> str:
+    form = _FCMP.get(op) if t in ("f32", "f64") else (f"({{a}} {_CMP[op]} {{b}})" if op in _CMP else None)
+    if form is None:
+        raise NoC
+    return form.format(a=a, b=b)
+
+
+def _setp(e: CEmitter, ins: ir.Instr) -> None:
+    types, flags = _types_and_flags(ins)
+    if len(types) != 1 or types[0] not in _INTS + ("b16", "b32", "b64", "f32", "f64"):
+        raise NoC
+    t = types[0]
+    if t[0] == "b":
+        t = "u" + t[1:]
+    boolop = flags & {"and", "or", "xor"}
+    rest = flags - boolop - {"ftz"}
+    if len(rest) != 1 or len(boolop) > 1 or ("ftz" in flags and t != "f32"):
+        raise NoC
+    op = next(iter(rest))
+    z = "ftz" in flags
+    a, b = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:2])
+    r = _compare(t, op, a, b)
+    rv = e.var(f"__p{len(e.lines)}")
+    e.lines.append(f"uint8_t {rv} = (uint8_t)({r});")
+    results = [rv, f"(uint8_t)({rv} ^ 1)"][:len(ins.dsts)]
+    if boolop:
+        c = e.src(ins.srcs[2], "pred", ins)
+        cop = {"and": "&", "or": "|", "xor": "^"}[next(iter(boolop))]
+        results = [f"({x} {cop} {c})" for x in results]
+    for d, x in zip(ins.dsts, results):
+        e.write(d, "pred", x, ins)
+
+
+def _selp(e: CEmitter, ins: ir.Instr) -> None:
+    t, flags = _one_type(ins, _INTS + ("b16", "b32", "b64", "f32", "f64"))
+    if flags:
+        raise NoC
+    ut = "u" + t[1:] if t[0] in "sbf" else t
+    a, b = (e.src(s, ut, ins) for s in ins.srcs[:2])
+    c = e.src(ins.srcs[2], "pred", ins)
+    e.write(ins.dsts[0], ut, f"({c} ? {a} : {b})", ins)
+
+
+def _cvt(e: CEmitter, ins: ir.Instr) -> None:
+    """cvt between integers (no .sat), integer -> float .rn, f32 -> f64, f64 -> f32 .rn: C conversions round to
+    nearest (the default MXCSR mode) exactly as NumPy's astype does."""
+    types, flags = _types_and_flags(ins)
+    if len(types) != 2:
+        raise NoC
+    dt, st = types
+    ints = _INTS + ("u8", "s8", "b16", "b32", "b64")
+    if dt in ints and st in ints:
+        if flags:
+            raise NoC
+        dt2 = "u" + dt[1:] if dt[0] == "b" else dt
+        st2 = "u" + st[1:] if st[0] == "b" else st
+        if BITS[dt2] == 8 or BITS[st2] == 8:
+            raise NoC
+        a = e.src(ins.srcs[0], st2, ins)
+        e.write(ins.dsts[0], dt2, f"({ctype(dt2)}){a}", ins)
+        return
+    if dt in ("f32", "f64") and st in _INTS + ("b32", "b64"):
+        if flags != {"rn"} or st[0] == "b":
+            raise NoC
+        a = e.src(ins.srcs[0], st, ins)
+        e.write(ins.dsts[0], dt, f"({ctype(dt)}){a}", ins)
+        return
+    if (dt, st) == ("f64", "f32") and not flags:
+        e.write(ins.dsts[0], dt, f"(double){e.src(ins.srcs[0], st, ins)}", ins)
+        return
+    if (dt, st) == ("f32", "f64") and flags == {"rn"}:
+        e.write(ins.dsts[0], dt, f"(float){e.src(ins.srcs[0], st, ins)}", ins)
+        return
+    raise NoC
+
+
+_EMITTERS = {
+    "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div,
+    "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "ex2": _ex2_lg2, "lg2": _ex2_lg2, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
+    "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
+    "setp": _setp, "selp": _selp, "cvt": _cvt,
+}
+
+
+def c_body(instrs: list, regs: dict[str, int], imm) -> CEmitter:
+    """The C statements of a run (NoC if an instruction has no C form)."""
+    e = CEmitter(regs, imm)
+    for ins in instrs:
+        e.emit(ins)
+    return e
+
+
+def function_source(run: Run, e: CEmitter, regs: dict[str, int], name: str) -> str:
+    """`void name(int64_t n, <input arrays>, <output arrays>)`: the run over lanes 0..n-1."""
+    params = ["int64_t n"]
+    params += [f"const {utype(regs[r])} *restrict in{k}" for k, r in enumerate(run.inputs)]
+    params += [f"{utype(regs[r])} *restrict out{k}" for k, r in enumerate(run.outputs)]
+    body = [f"{utype(regs[r])} {e.var(r)} = in{k}[i];" for k, r in enumerate(run.inputs)]
+    declared = set(run.inputs)
+    for r, v in e.names.items():
+        if r not in declared and not r.startswith("__"):
+            body.append(f"{utype(regs[r])} {v} = 0;")
+    body += e.lines
+    body += [f"out{k}[i] = {e.var(r)};" for k, r in enumerate(run.outputs)]
+    inner = "\n        ".join(body)
+    return (f"void {name}({', '.join(params)}) {{\n    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n"
+            f"    }}\n}}\n")
+
+
+class NativeRun:
+    """Generated code's handle on one run's C function: run(T, *input register arrays) -> output arrays (one per
+    output register, of its width: uint16/32/64, bool for predicates). ctypes releases the GIL during the call."""
+    __slots__ = ("fn", "in_sizes", "out_dtypes")
+
+    def __init__(self, fn, in_widths: list[int], out_widths: list[int]) -> None:
+        fn.restype = None
+        fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths))
+        self.fn = fn
+        self.in_sizes = tuple(1 if w == 1 else w // 8 for w in in_widths)
+        self.out_dtypes = tuple(np.dtype(np.bool_) if w == 1 else np.dtype(f"uint{w}") for w in out_widths)
+
+    def __call__(self, T: int, *ins):
+        ptrs = []
+        keep = []
+        for a, size in zip(ins, self.in_sizes):
+            if a.itemsize != size or a.shape != (T,):
+                raise RuntimeError(f"native run input of {a.itemsize} B x {a.shape}, expected {size} B x {T}")
+            if not a.flags.c_contiguous:
+                a = _expanded(a, T) if a.strides == (0,) else np.ascontiguousarray(a)
+                keep.append(a)
+            ptrs.append(_address(a))
+        outs = [np.empty(T, dt) for dt in self.out_dtypes]
+        self.fn(T, *ptrs, *(_address(o) for o in outs))
+        return outs
+
+
+# Uniform registers (stride-0 views: parameters, constants) expanded to T lanes, by value: every chunk of a launch
+# passes the same ones, and the C code only reads its inputs. Cleared when full (atomic: no lock between threads).
+_UNIFORMS: dict[tuple, np.ndarray] = {}
+_UNIFORMS_MAX = 64
+
+
+def _expanded(a: np.ndarray, T: int) -> np.ndarray:
+    key = (a.dtype.str, a[:1].tobytes(), T)
+    c = _UNIFORMS.get(key)
+    if c is None:
+        if len(_UNIFORMS) >= _UNIFORMS_MAX:
+            _UNIFORMS.clear()
+        c = _UNIFORMS[key] = np.ascontiguousarray(a)
+    return c
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a contiguous array (from_buffer: 0.3 us, 6x faster than a.ctypes.data; read-only
+    arrays refuse it)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
+
+
+def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[str]) -> list[tuple[int, int, Run]]:
+    """The runs of a block's instruction list: (start, end, Run) for each stretch of at least MIN_RUN
+    instructions with a C form."""
+    ok = []
+    for ins in instrs:
+        try:
+            c_body([ins], regs, imm)
+            ok.append(True)
+        except NoC:
+            ok.append(False)
+    spans = []
+    i = 0
+    while i < len(instrs):
+        if not ok[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(instrs) and ok[j]:
+            j += 1
+        if j - i >= MIN_RUN:
+            spans.append((i, j))
+        i = j
+    out = []
+    for start, end in spans:
+        inputs: list[str] = []
+        written: list[str] = []
+        for ins in instrs[start:end]:
+            reads, writes = reads_writes(ins, regs, True)
+            for r in reads:
+                if r not in written and r not in inputs:
+                    inputs.append(r)
+            for r in writes:
+                if r not in written:
+                    written.append(r)
+        later: set[str] = set()
+        for ins in instrs[end:] + ([term] if term is not None else []):
+            later.update(reads_writes(ins, regs, True)[0])
+        outputs = [r for r in written if r in global_regs or r in later]
+        out.append((start, end, Run(len(out), instrs[start:end], inputs, outputs)))
+    return out

@@ -1,0 +1,294 @@
+"""The native path (translator/cgen.py, emu/native.py): every instruction form with a C form computes exactly the
+bits its NumPy function in ops/ computes, on random values and on the special ones (NaN with payloads, infinities,
+signed zeros, subnormals, extremes); whole kernels give identical memory with native code on and off; and without
+a C compiler kernels still run (as NumPy code)."""
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from pyvgpu_daemon.emu import native
+from pyvgpu_daemon.emu.layout import LOC_WIN, SH_WIN
+from pyvgpu_daemon.emu.limits import EmuLimits
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.emu.module import EmuModule
+from pyvgpu_daemon.emu.ops import build_alu
+from pyvgpu_daemon.emu.ptx import ir
+from pyvgpu_daemon.emu.ptx.parser import parse_literal
+from pyvgpu_daemon.emu.ptx.types import BITS, DTYPES
+from pyvgpu_daemon.emu.translator import cgen
+from pyvgpu_daemon.emu.translator.codegen import Codegen
+
+N = 4096
+RNG = np.random.default_rng(7)
+_U = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+_F32_SPECIAL = [0x7FC00000, 0xFFC00000, 0x7FA00001, 0x7F800000, 0xFF800000, 0x00000000, 0x80000000, 0x00000001,
+                0x807FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0xBF800000, 0x4B000001, 0x33800000]
+_F64_SPECIAL = [0x7FF8000000000000, 0xFFF8000000000001, 0x7FF0000000000000, 0xFFF0000000000000, 0, 1 << 63, 1,
+                0x000FFFFFFFFFFFFF, 0x0010000000000000, 0x7FEFFFFFFFFFFFFF, 0x3FF0000000000000, 0xBFF0000000000000]
+
+
+def values(t: str) -> np.ndarray:
+    """N raw-bit values of PTX type t: specials first, then random values of every magnitude."""
+    if t == "pred":
+        return RNG.integers(0, 2, N).astype(bool)
+    w = BITS[t]
+    ut = _U[w]
+    if t == "f32":
+        rnd = np.concatenate([RNG.integers(0, 1 << 32, N // 2, dtype=np.uint64).astype(np.uint32),
+                              RNG.standard_normal(N // 2).astype(np.float32).view(np.uint32)])
+        special = np.array(_F32_SPECIAL, np.uint32)
+    elif t == "f64":
+        rnd = np.concatenate([RNG.integers(0, 1 << 63, N // 2, dtype=np.uint64) * np.uint64(2),
+                              RNG.standard_normal(N // 2).view(np.uint64)])
+        special = np.array(_F64_SPECIAL, np.uint64)
+    else:
+        hi = 1 << w
+        rnd = RNG.integers(0, hi, N, dtype=np.uint64).astype(ut)
+        special = np.array([0, 1, hi - 1, hi >> 1, (hi >> 1) - 1, 2, w, w - 1, w + 1], ut)
+    v = rnd.astype(ut)
+    v[:len(special)] = special
+    return RNG.permutation(v) if t not in ("f32", "f64") else np.concatenate([special, rnd])[:N].astype(ut)
+
+
+def prepare(text: str, srcs: list[str], dsts: list[str]):
+    """One instruction (PTX text with %a0.. sources, %d0.. destinations of the given types): its inputs, the bits
+    its NumPy function (build_alu) computes per destination, and its run's C function (named later)."""
+    op, _, rest = text.partition(" ")
+    parts = op.split(".")
+    ops = [o.strip() for o in rest.split(",")]
+
+    def operand(o):
+        return ir.Reg(o) if o.startswith("%") else parse_literal(o)
+    ins = ir.Instr(parts[0], tuple(parts[1:]), [operand(o) for o in ops[0].split("|")],
+                   [operand(o) for o in ops[1:]])
+    regs = {f"%a{k}": (1 if t == "pred" else BITS[t]) for k, t in enumerate(srcs)}
+    regs.update({f"%d{k}": (1 if t == "pred" else BITS[t]) for k, t in enumerate(dsts)})
+    inputs = [values(t) for t in srcs]
+    g = Codegen.__new__(Codegen)
+    if ins.opcode == "mov":               # not an ALU op: the code generator copies the bits
+        ref = [inputs[0] if inputs else np.asarray(g.imm(ins.srcs[0], parts[-1], ins))]
+    elif ins.opcode == "cvta":            # generic = global addresses; shared/local ones sit in their windows
+        win = np.uint64({"shared": SH_WIN, "local": LOC_WIN}.get(parts[-2], 0))
+        ref = [inputs[0] - win if parts[1] == "to" else inputs[0] + win]
+    else:
+        alu = build_alu(ins)
+        args = []
+        it = iter(inputs)
+        for o, t in zip(ins.srcs, alu.src_types):
+            args.append(next(it).view(DTYPES[t]) if isinstance(o, ir.Reg) else g.imm(o, t, ins))
+        with np.errstate(all="ignore"):
+            ref = alu.fn(*args)
+        ref = list(ref) if isinstance(ref, tuple) else [ref]
+    bits = [np.asarray(r).astype(bool) if t == "pred" else np.broadcast_to(np.asarray(r), (N,)).view(_U[BITS[t]])
+            for r, t in zip(ref, dsts)]
+    run = cgen.Run(0, [ins], [f"%a{k}" for k in range(len(srcs))], [f"%d{k}" for k in range(len(dsts))])
+    return regs, inputs, bits, run, cgen.c_body([ins], regs, g.imm)
+
+
+F = ["f32", "f64"]
+FORMS = [
+    # (instruction, source types, destination types)
+    *[(f"{op}.{t} %d0, %a0, %a1", [t, t], [t]) for op in ("add", "sub", "mul") for t in F],
+    *[(f"{op}.rn.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]) for op in ("add", "sub", "mul")],
+    *[(f"fma.rn.{t} %d0, %a0, %a1, %a2", [t] * 3, [t]) for t in F],
+    ("fma.rn.ftz.f32 %d0, %a0, %a1, %a2", ["f32"] * 3, ["f32"]),
+    ("mad.f32 %d0, %a0, %a1, %a2", ["f32"] * 3, ["f32"]),
+    ("fma.rn.f32 %d0, %a0, 0f3E6D3389, 0f3F800000", ["f32"], ["f32"]),
+    *[(f"div.rn.{t} %d0, %a0, %a1", [t, t], [t]) for t in F],
+    ("div.approx.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]),
+    ("div.full.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]),
+    ("div.approx.f32 %d0, 0f3F800000, %a0", ["f32"], ["f32"]),
+    *[(f"rcp.rn.{t} %d0, %a0", [t], [t]) for t in F],
+    ("rcp.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]), ("rcp.approx.ftz.f64 %d0, %a0", ["f64"], ["f64"]),
+    *[(f"sqrt.rn.{t} %d0, %a0", [t], [t]) for t in F],
+    ("sqrt.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]),
+    ("rsqrt.approx.f32 %d0, %a0", ["f32"], ["f32"]), ("rsqrt.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]),
+    *[(f"{op}.{t} %d0, %a0", [t], [t]) for op in ("abs", "neg") for t in F],
+    ("abs.ftz.f32 %d0, %a0", ["f32"], ["f32"]),
+    *[(f"{op}.{t} %d0, %a0, %a1", [t, t], [t]) for op in ("min", "max") for t in F],
+    *[(f"{op}.NaN.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]) for op in ("min", "max")],
+    ("max.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]),
+    *[(f"{op}.{t} %d0, %a0, %a1", [t, t], [t]) for op in ("add", "sub") for t in ("s32", "u32", "s64", "u16")],
+    *[(f"mul.lo.{t} %d0, %a0, %a1", [t, t], [t]) for t in ("s32", "u32", "u64", "s16")],
+    *[(f"mul.hi.{t} %d0, %a0, %a1", [t, t], [t]) for t in ("s32", "u32", "s64", "u64")],
+    ("mul.wide.s32 %d0, %a0, %a1", ["s32"] * 2, ["s64"]), ("mul.wide.u32 %d0, %a0, 4", ["u32"], ["u64"]),
+    ("mul.wide.s16 %d0, %a0, %a1", ["s16"] * 2, ["s32"]),
+    ("mad.lo.s32 %d0, %a0, %a1, %a2", ["s32"] * 3, ["s32"]),
+    ("mad.wide.u32 %d0, %a0, %a1, %a2", ["u32", "u32", "u64"], ["u64"]),
+    ("mad.hi.u32 %d0, %a0, %a1, %a2", ["u32"] * 3, ["u32"]),
+    *[(f"{op}.{t} %d0, %a0", [t], [t]) for op in ("neg", "abs") for t in ("s32", "s64")],
+    *[(f"{op}.{t} %d0, %a0, %a1", [t, t], [t]) for op in ("min", "max") for t in ("s32", "u32", "s64", "u64")],
+    *[(f"{op}.{t} %d0, %a0, %a1", [t, t], [t]) for op in ("and", "or", "xor") for t in ("b32", "b64", "pred")],
+    *[(f"not.{t} %d0, %a0", [t], [t]) for t in ("b16", "b32", "b64", "pred")],
+    *[(f"shl.{t} %d0, %a0, %a1", [t, "u32"], [t]) for t in ("b32", "b64", "b16")],
+    *[(f"shr.{t} %d0, %a0, %a1", [t, "u32"], [t]) for t in ("b32", "u64", "s32", "s64", "s16")],
+    ("shl.b32 %d0, %a0, 3", ["b32"], ["b32"]), ("shr.s32 %d0, %a0, 40", ["s32"], ["s32"]),
+    *[(f"setp.{c}.{t} %d0, %a0, %a1", [t, t], ["pred"]) for t in F
+      for c in ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")],
+    *[(f"setp.{c}.{t} %d0, %a0, %a1", [t, t], ["pred"]) for t in ("s32", "u32", "s64", "u64", "b32")
+      for c in ("eq", "ne", "lt", "le", "gt", "ge")],
+    ("setp.lo.u32 %d0, %a0, %a1", ["u32"] * 2, ["pred"]), ("setp.hs.u64 %d0, %a0, %a1", ["u64"] * 2, ["pred"]),
+    ("setp.gt.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["pred"]),
+    ("setp.lt.and.f32 %d0, %a0, %a1, %a2", ["f32", "f32", "pred"], ["pred"]),
+    ("setp.ne.or.s32 %d0|%d1, %a0, %a1, %a2", ["s32", "s32", "pred"], ["pred", "pred"]),
+    *[(f"selp.{t} %d0, %a0, %a1, %a2", [t, t, "pred"], [t]) for t in ("f32", "b32", "s64", "f64", "u16")],
+    ("selp.f32 %d0, %a0, 0f00000000, %a1", ["f32", "pred"], ["f32"]),
+    *[(f"cvt.{d}.{s} %d0, %a0", [s], [d]) for d, s in (("u64", "u32"), ("s64", "s32"), ("u32", "u64"),
+                                                        ("s32", "s64"), ("s16", "s32"), ("u32", "s16"),
+                                                        ("s32", "u16"), ("f64", "f32"))],
+    *[(f"cvt.rn.{d}.{s} %d0, %a0", [s], [d]) for d, s in (("f32", "s32"), ("f32", "u32"), ("f32", "s64"),
+                                                           ("f32", "u64"), ("f64", "s32"), ("f64", "u64"),
+                                                           ("f64", "s64"), ("f32", "f64"))],
+    *[(f"mov.{t} %d0, %a0", [t], [t]) for t in ("b32", "f64", "pred", "u16")],
+    ("mov.f32 %d0, 0fBF000000", [], ["f32"]),
+    *[(f"{op}.approx{z}.f32 %d0, %a0", ["f32"], ["f32"]) for op in ("ex2", "lg2") for z in ("", ".ftz")],
+    *[(f"cvta{to}.{sp}.u64 %d0, %a0", ["u64"], ["u64"]) for to in ("", ".to")
+      for sp in ("global", "const", "shared", "local")],
+]
+
+
+@pytest.fixture(scope="module")
+def forms():
+    """Every form prepared, and its C function built: all of them in one library (one compiler run)."""
+    prepared = [prepare(*f) for f in FORMS]
+    source = cgen.PRELUDE + "".join(cgen.function_source(run, e, regs, f"f{k}")
+                                    for k, (regs, _, _, run, e) in enumerate(prepared))
+    lib = native.load(source)
+    assert lib is not None, "the test machine has a C compiler"
+    return prepared, lib
+
+
+@pytest.mark.parametrize("k", range(len(FORMS)), ids=[f[0].split(" ")[0] + "/" + ",".join(f[1]) for f in FORMS])
+def test_c_form_equals_the_numpy_semantics(k, forms):
+    prepared, lib = forms
+    regs, inputs, ref, run, _ = prepared[k]
+    nat = cgen.NativeRun(getattr(lib, f"f{k}"), [regs[r] for r in run.inputs],
+                         [regs[r] for r in run.outputs])(N, *inputs)
+    for d, (r, n) in enumerate(zip(ref, nat)):
+        bad = np.flatnonzero(r != n)
+        assert bad.size == 0, f"{FORMS[k][0]}: destination {d} differs at {bad[:5]}: numpy {r[bad[:5]]} C {n[bad[:5]]}"
+
+
+def test_ex2_lg2_c_forms_equal_numpy_over_their_whole_domain(forms):
+    """Beyond the shared random values: ex2 over every exponent it can produce, lg2 over every positive magnitude."""
+    prepared, lib = forms
+    rng = np.random.default_rng(3)
+    cases = {"ex2": rng.uniform(-160, 140, 200000).astype(np.float32),
+             "lg2": rng.integers(0, 0x7F800000, 200000, dtype=np.uint32).view(np.float32)}
+    for k, (text, _, _) in enumerate(FORMS):
+        op = text.split(".")[0]
+        if op not in cases:
+            continue
+        x = cases[op]
+        want = build_alu(prepared[k][3].instrs[0]).fn(x).view(np.uint32)
+        got = cgen.NativeRun(getattr(lib, f"f{k}"), [32], [32])(x.size, x.view(np.uint32))[0]
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, f"{text}: differs at inputs {x[bad[:5]]}: numpy {want[bad[:5]]} C {got[bad[:5]]}"
+
+
+def test_instructions_without_a_c_form_stay_numpy():
+    regs = {"%a0": 32, "%d0": 32}
+    g = Codegen.__new__(Codegen)
+    for text in ("cvta.to.global.u32", "cvta.param.u64", "sin.approx.f32", "tanh.approx.f32", "add.rz.f32", "add.sat.s32", "fma.rm.f32",
+                 "cvt.rzi.s32.f32", "add.f16"):
+        parts = text.split(".")
+        ins = ir.Instr(parts[0], tuple(parts[1:]), [ir.Reg("%d0")], [ir.Reg("%a0")] * 2)
+        with pytest.raises(cgen.NoC):
+            cgen.c_body([ins], regs, g.imm)
+
+
+KERNEL = """
+.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry k(.param .u64 in, .param .u64 out, .param .u32 n)
+{
+  .reg .pred %p<4>; .reg .f32 %f<20>; .reg .b32 %r<10>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, %ntid.x;
+  mov.u32 %r4, %tid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r4;
+  setp.ge.u32 %p1, %r5, %r1;
+  @%p1 bra DONE;
+  cvta.to.global.u64 %rd6, %rd1;
+  mul.wide.u32 %rd3, %r5, 8;
+  add.s64 %rd4, %rd6, %rd3;
+  ld.global.v2.f32 {%f1, %f2}, [%rd4];
+  mul.f32 %f3, %f1, %f2;
+  fma.rn.f32 %f4, %f1, 0f3F000000, %f3;
+  div.rn.f32 %f5, %f4, %f2;
+  abs.f32 %f6, %f5;
+  setp.gt.f32 %p2, %f6, 0f3F800000;
+  rsqrt.approx.f32 %f7, %f6;
+  selp.f32 %f8, %f7, %f5, %p2;
+  ex2.approx.f32 %f9, %f8;
+  sub.f32 %f10, %f9, %f1;
+  min.f32 %f11, %f10, %f2;
+  max.NaN.f32 %f12, %f11, %f3;
+  @%p2 add.f32 %f12, %f12, 0f40000000;
+  cvt.rzi.s32.f32 %r6, %f12;
+  cvt.rn.f32.s32 %f13, %r6;
+  add.s32 %r7, %r6, %r5;
+  shl.b32 %r8, %r7, 2;
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.v2.f32 [%rd5], {%f12, %f13};
+DONE:
+  ret;
+}
+"""
+
+
+def _launch(limits: EmuLimits, data: np.ndarray) -> bytes:
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = EmuModule.load(KERNEL.encode(), mem, limits=limits)
+    n = data.size // 2
+    src = mem.alloc(data.nbytes)
+    dst = mem.alloc(data.nbytes)
+    mem.write(src, data.tobytes())
+    mod.launch("k", ((n + 255) // 256, 1, 1), (256, 1, 1), 0, struct.pack("<QQI", src, dst, n))
+    return bytes(mem.read(dst, data.nbytes)), mod
+
+
+def test_kernel_gives_the_same_bits_with_native_code_on_and_off():
+    data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
+    on, mod_on = _launch(EmuLimits(native="on"), data)
+    off, mod_off = _launch(EmuLimits(native="off"), data)
+    assert mod_on._compiled["k"].native_make() is not None          # the native path really ran
+    assert on == off
+
+
+def test_without_a_compiler_kernels_run_as_numpy(monkeypatch, caplog):
+    monkeypatch.setenv("PYVGPU_EMU_CC", "/nonexistent/cc")
+    monkeypatch.setattr(native, "_warned", set())
+    data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
+    with caplog.at_level("WARNING", logger="pyvgpu.daemon"):
+        out, mod = _launch(EmuLimits(native="on"), data)
+    assert mod._compiled["k"].native_make() is None
+    assert out == _launch(EmuLimits(native="off"), data)[0]
+    assert any("native code unavailable" in r.message for r in caplog.records)
+
+
+def test_library_cache_keeps_the_most_recently_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "MAX_CACHED", 3)
+    src = "int f%d(void) { return %d; }\n"
+    files = []
+    for i in range(3):
+        before = set(tmp_path.glob("*.so"))
+        assert native.load(src % (i, i), tmp_path) is not None
+        (new,) = set(tmp_path.glob("*.so")) - before
+        os.utime(new, (1000 + i, 1000 + i))                         # built in the order 0, 1, 2
+        files.append(new)
+    assert native.load(src % (0, 0), tmp_path).f0() == 0            # a cache hit marks 0 as used
+    assert native.load(src % (3, 3), tmp_path).f3() == 3            # a fourth library: the least recently used goes
+    left = set(tmp_path.glob("*.so"))
+    assert len(left) == 3 and files[0] in left and files[1] not in left and files[2] in left
+    assert native.load(src % (1, 1), tmp_path).f1() == 1            # a removed one is simply built again
+    assert len(set(tmp_path.glob("*.so"))) == 3
