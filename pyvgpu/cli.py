@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -553,6 +554,32 @@ def static_executable(path: str) -> bool:
     return 3 not in types and 2 not in types       # no PT_INTERP, no PT_DYNAMIC
 
 
+DRIVER_NAME = b"libcuda.so"
+SCAN_LIMIT = 1 << 30                               # bytes of an executable searched for driver paths
+
+
+def driver_paths(path: str, own_dir: Path | None = None) -> list[str]:
+    """The absolute paths of a libcuda.so* the file names (NUL-terminated strings, as dlopen takes them), other than
+    files of pyvgpu's own library directory: a program that loads the driver by path bypasses libvcuda."""
+    found: list[str] = []
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            end = min(len(data), SCAN_LIMIT)
+            i = data.find(DRIVER_NAME, 0, end)
+            while i >= 0:
+                start = data.rfind(b"\0", max(0, i - 1024), i) + 1
+                stop = data.find(b"\0", i, min(end, i + 64))
+                text = data[start:stop] if stop > 0 else b""
+                if text.startswith(b"/") and all(0x21 <= c < 0x7f for c in text):
+                    p = text.decode()
+                    if p not in found and not (own_dir and Path(p).parent == own_dir):
+                        found.append(p)
+                i = data.find(DRIVER_NAME, i + 1, end)
+    except (OSError, ValueError):                  # unreadable, or empty (mmap of 0 bytes)
+        return []
+    return found
+
+
 def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `pyvgpu run` gives the program."""
     env = dict(os.environ if base is None else base)
@@ -628,6 +655,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
                        f"its CUDA calls cannot be remoted (link it dynamically; nvcc does by default)", 126)
+    bypass = driver_paths(exe, Path(env["LD_LIBRARY_PATH"].split(os.pathsep)[0])) if exe else []
+    if bypass:
+        _note(f"{command[0]} names the CUDA driver by path ({bypass[0]}): if it loads it from there, its CUDA calls "
+              f"bypass pyvgpu and cannot be remoted (libcuda.so.1 loaded by name is pyvgpu's)")
     if args.verbose:
         extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT) if k in env)
         _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
@@ -857,7 +888,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "for LD_PRELOAD=$(pyvgpu lib) ./app; with --driver the driver drop-in "
                                     "libvcuda.so.1 (SONAME libcuda.so.1); with --dir the directory holding every "
                                     "client library and the names programs look for (libcuda.so.1, libcuda.so, "
-                                    "libcudart.so.13, libcublas.so.13, ...), for "
+                                    "libcudart.so.13, libcublas.so.13, libnvidia-ml.so.1, ...), for "
                                     "LD_LIBRARY_PATH and `nvcc app.cu -L$(pyvgpu lib --dir) -lcuda`. PYVGPU_LIB "
                                     "overrides where libvcudart is looked for (the others are beside it).")
     lbg = lb.add_mutually_exclusive_group()

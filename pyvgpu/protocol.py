@@ -310,6 +310,13 @@ ARRAY_FLAG_GATHER = 8                # cudaArrayTextureGather
 
 # Copies between daemons (PEER_EXPORT / PEER_PULL / PEER_FETCH).
 PEER_TICKET = "ticket"               # PEER_EXPORT result key
+# STATUS result: per device figures (the daemon's sharing.py writes them; libvnvml and the CLI read them)
+STATUS_DEVICE_USAGE = "device_usage"
+USAGE_DEVICE = "device"
+USAGE_MEMORY_USED = "memory_used"    # bytes in use by every session
+USAGE_MEMORY_TOTAL = "memory_total"
+USAGE_MEMORY_FREE = "memory_free"
+USAGE_BUSY_RATIO_1S = "busy_ratio_1s"  # share of the last second the device ran work
 MAX_PEER_CHUNK = 64 << 20            # bytes behind one ticket (the client splits larger copies)
 MAX_PEER_HELD = 256 << 20            # bytes of tickets one session may hold on a daemon at once
 PEER_TICKET_TTL_S = 60.0             # an unfetched ticket is dropped after this long
@@ -364,6 +371,9 @@ def shared_keys() -> dict[str, str]:
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
     keys["MANAGED_RUNS"] = MANAGED_RUNS
     keys["PEER_TICKET"] = PEER_TICKET
+    keys.update({"STATUS_DEVICE_USAGE": STATUS_DEVICE_USAGE, "USAGE_DEVICE": USAGE_DEVICE,
+                 "USAGE_MEMORY_USED": USAGE_MEMORY_USED, "USAGE_MEMORY_TOTAL": USAGE_MEMORY_TOTAL,
+                 "USAGE_MEMORY_FREE": USAGE_MEMORY_FREE, "USAGE_BUSY_RATIO_1S": USAGE_BUSY_RATIO_1S})
     return keys
 
 

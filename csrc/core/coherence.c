@@ -16,6 +16,7 @@
  * - Limits: writes by the kernel into managed memory (read(2) into it) fail with EFAULT on a clean page, as the page is
  *   read-only until the process itself touches it; a program that installs its own SIGSEGV handler after the first
  *   managed allocation must chain to the previous one. */
+#define _GNU_SOURCE                      /* mremap */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -197,7 +198,8 @@ static int table_insert(struct region *r)
     return 0;
 }
 
-static void table_remove(struct region *r)
+/* Out of the table; kept: the struct stays the caller's (re-tracked), else it goes to the spare list. */
+static void table_remove(struct region *r, int kept)
 {
     pthread_mutex_lock(&table_mu);
     atomic_fetch_add(&table_seq, 1);
@@ -210,7 +212,7 @@ static void table_remove(struct region *r)
     atomic_fetch_add(&table_seq, 1);
     atomic_fetch_sub(&regions_on[r->info.device], 1);
     atomic_fetch_sub(&dirty_total, atomic_exchange(&r->ndirty, 0));
-    if (nspare < MAX_REGIONS)
+    if (!kept && nspare < MAX_REGIONS)
         spare[nspare++] = r;
     pthread_mutex_unlock(&table_mu);
 }
@@ -240,7 +242,7 @@ static cudaError_t track(struct region *r)
 
 static void untrack(struct region *r)
 {
-    table_remove(r);
+    table_remove(r, 0);
     if (r->own_mapping)
         munmap((void *)(uintptr_t)r->span, r->span_len);
     else
@@ -254,23 +256,39 @@ static void untrack(struct region *r)
 /* ------------------------------------------------------------------------------------------ push */
 struct runbuf { char *data; size_t len, cap; };
 
+/* Room for `more` bytes. The buffer is mmap'd, never on the malloc heap, and grown before a page is taken for its
+ * push: registered host memory shares pages with the heap, and a write (or a malloc) into a page that is read-only
+ * for its own push would fault and wait for itself. */
+static int runbuf_reserve(struct runbuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t nc = b->cap ? b->cap : 1 << 16;
+    while (nc < b->len + more)
+        nc *= 2;
+    void *p = b->data ? mremap(b->data, b->cap, nc, MREMAP_MAYMOVE)
+                      : mmap(NULL, nc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    b->data = p;
+    b->cap = nc;
+    return 0;
+}
+
+static void runbuf_free(struct runbuf *b)
+{
+    if (b->data)
+        munmap(b->data, b->cap);
+}
+
 static int runbuf_put(struct runbuf *b, uint64_t addr, const void *bytes, uint32_t n)
 {
-    size_t need = b->len + PV_MANAGED_RUN_HEADER_BYTES + n;
-    if (need > b->cap) {
-        size_t nc = b->cap ? b->cap : 1 << 16;
-        while (nc < need)
-            nc *= 2;
-        char *p = realloc(b->data, nc);
-        if (!p)
-            return -1;
-        b->data = p;
-        b->cap = nc;
-    }
+    if (runbuf_reserve(b, PV_MANAGED_RUN_HEADER_BYTES + n) != 0)
+        return -1;
     memcpy(b->data + b->len, &addr, 8);
     memcpy(b->data + b->len + 8, &n, 4);
     memcpy(b->data + b->len + PV_MANAGED_RUN_HEADER_BYTES, bytes, n);
-    b->len = need;
+    b->len += PV_MANAGED_RUN_HEADER_BYTES + n;
     return 0;
 }
 
@@ -322,6 +340,13 @@ static cudaError_t push_region(struct region *r, struct pv_device *target, struc
     cudaError_t err = PV_SUCCESS;
     for (size_t pg = 0; pg < npages && err == PV_SUCCESS; pg++) {
         unsigned char st = PG_DIRTY;
+        if (atomic_load(&r->state[pg]) != PG_DIRTY)
+            continue;
+        /* the worst page: every other byte changed, a run header each */
+        if (runbuf_reserve(b, page_size / 2 * (PV_MANAGED_RUN_HEADER_BYTES + 1) + page_size) != 0) {
+            err = PV_cudaErrorMemoryAllocation;
+            break;
+        }
         if (!atomic_compare_exchange_strong(&r->state[pg], &st, PG_BUSY))
             continue;
         /* read-only first: a write from now on faults and starts a new dirty period from the bytes pushed now */
@@ -362,7 +387,7 @@ cudaError_t pv_coherence_flush(struct pv_device *target)
     for (int i = 0; i < n && err == PV_SUCCESS; i++)
         err = push_region(dirty[i], target, &b);
     free(dirty);
-    free(b.data);
+    runbuf_free(&b);
     pthread_mutex_unlock(&sync_mu);
     pv_record_resume(rec);
     tls_busy = 0;
@@ -618,9 +643,75 @@ cudaError_t pv_region_register(struct pv_device *d, void *host, size_t size, str
         atomic_fetch_add(&r->ndirty, 1);
         atomic_fetch_add(&dirty_total, 1);
     }
-    pv_alloc_add(ptr, span_len, d->index);
+    pv_alloc_add_owned(ptr, span_len, d->index, PV_OWNER_DEVICE);   /* ends with its registration */
     *out = r->info;
     return PV_SUCCESS;
+}
+
+/* The live __managed__-variable region of device `device` whose pages overlap [span, span+len), or NULL. */
+static struct region *var_region_over(int device, uint64_t span, size_t len)
+{
+    pthread_mutex_lock(&table_mu);
+    struct region *hit = NULL;
+    for (int i = 0; i < nregions && !hit; i++) {
+        struct region *r = table[i];
+        if (span < r->span + r->span_len && r->span < span + len)
+            hit = r;
+    }
+    pthread_mutex_unlock(&table_mu);
+    return hit && hit->info.kind == PV_REGION_VAR && hit->info.device == device ? hit : NULL;
+}
+
+/* Maps the pages of [span, span+len) that [have, have+have_len) does not cover, read-only, at their addresses. */
+static int map_missing(uint64_t span, size_t len, uint64_t have, size_t have_len)
+{
+    size_t pg = page_size;
+    for (uint64_t a = span; a < span + len; a += pg) {
+        if (a >= have && a < have + have_len)
+            continue;
+        void *m = mmap((void *)(uintptr_t)a, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
+                       MAP_NORESERVE, -1, 0);
+        if (m != (void *)(uintptr_t)a) {
+            if (m != MAP_FAILED)
+                munmap(m, pg);
+            for (uint64_t b = span; b < a; b += pg)   /* undo this call's pages */
+                if (b < have || b >= have + have_len)
+                    munmap((void *)(uintptr_t)b, pg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Variables of one module lie side by side, so two may share a host page: the later one joins the region of the
+ * earlier (one region per run of pages, as the fault handler needs; the daemon keeps a range per variable). The
+ * host's pending writes are pushed first, since the region's page states start over. Binding happens when the
+ * program first uses a module's variables; a concurrent host write to the region in the moment it is re-tracked would
+ * not be caught (documented in docs/architecture.md). */
+static cudaError_t var_join(struct region *r, uint64_t dev, size_t size, uint64_t span, size_t span_len)
+{
+    cudaError_t err = pv_coherence_flush(NULL);
+    if (err != PV_SUCCESS)
+        return err;
+    pthread_mutex_lock(&sync_mu);
+    uint64_t lo = span < r->span ? span : r->span;
+    uint64_t hi = span + span_len > r->span + r->span_len ? span + span_len : r->span + r->span_len;
+    if (map_missing(lo, hi - lo, r->span, r->span_len) != 0) {
+        pthread_mutex_unlock(&sync_mu);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    table_remove(r, 1);                                  /* the pages stay mapped, with the host's bytes */
+    munmap(r->shadow, r->span_len);
+    free((void *)r->state);
+    uint64_t first = dev < r->info.dev ? dev : r->info.dev;
+    uint64_t last = dev + size > r->info.dev + r->info.size ? dev + size : r->info.dev + r->info.size;
+    r->info.dev = r->info.host = first;
+    r->info.size = last - first;
+    r->span = lo;
+    r->span_len = hi - lo;
+    err = track(r);
+    pthread_mutex_unlock(&sync_mu);
+    return err;
 }
 
 /* A __managed__ variable: the module's storage on device d at [dev, dev+size), mirrored at the same address. */
@@ -632,6 +723,17 @@ cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, str
     cudaError_t err = pv_call_MANAGED_ATTACH(d, dev, size);
     if (err != PV_SUCCESS)
         return err;
+    struct region *shared = var_region_over(d->index, span, span_len);
+    if (shared) {
+        if ((err = var_join(shared, dev, size, span, span_len)) != PV_SUCCESS) {
+            pv_log("GPU%d: cannot map the host copy of a __managed__ variable at %#llx", d->index,
+                   (unsigned long long)dev);
+            return err;
+        }
+        *out = (struct pv_region_info){ dev, dev, size, d->index, PV_REGION_VAR };
+        pv_coherence_after_sync(d, PV_SUCCESS);          /* fetch the variable's initial value */
+        return PV_SUCCESS;
+    }
     void *m = mmap((void *)(uintptr_t)span, span_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
                    MAP_NORESERVE, -1, 0);
     struct region *r = m == (void *)(uintptr_t)span ? region_alloc() : NULL;

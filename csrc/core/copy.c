@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_features.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
@@ -259,4 +259,14 @@ cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t 
     if (elem == 1)
         return pv_send_MEMSET2D(d, p, pitch, (int32_t)(value & 0xff), width, height, stream);
     return pv_send_MEMSET_ELEMS(d, p, pitch, value, (uint32_t)elem, width, height, stream);
+}
+
+/* cudaMemsetParams' form (memset nodes, every cudaMemset* call); pitch unused for one row. */
+cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s)
+{
+    size_t es = p->elementSize;
+    if (es != 1 && es != 2 && es != 4)
+        return PV_cudaErrorInvalidValue;
+    uint32_t value = es == 4 ? p->value : p->value & ((1u << (8 * es)) - 1);
+    return pv_memset(p->dst, p->height == 1 ? p->width * es : p->pitch, value, (int)es, p->width, p->height, s);
 }

@@ -413,6 +413,7 @@ cudaError_t pv_cur(struct pv_device **out)
     struct pv_device *d = pv_device(pv_tls_device());
     if (!d)
         return PV_cudaErrorInvalidDevice;
+    pv_tls_set_runtime_bound(1);         /* a runtime call binds the device's primary context when none is current */
     *out = d;
     return PV_SUCCESS;
 }

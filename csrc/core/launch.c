@@ -1,11 +1,11 @@
 /* Launching a kernel on a device, shared by every API library: the configuration checks CUDA makes, the kernel's
  * info on that device (its module is loaded there on first use), the parameter buffer (packed from one pointer
  * per parameter, or taken as already packed), and the fire-and-forget LAUNCH. Also the occupancy computation,
- * from the module-load attributes and the device snapshot. */
+ * from the module-load attributes and the device snapshot, and launches packed now and sent later (graph nodes). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_graph.h"
 
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
 {
@@ -168,4 +168,63 @@ cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr,
     else
         ki->carveout = value;
     return PV_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ deferred launches */
+#define PARAM_END 0
+#define PARAM_BUFFER_POINTER 1
+#define PARAM_BUFFER_SIZE 2
+
+cudaError_t pv_launch_extra(void **extra, const void **buf, size_t *len)
+{
+    const void *b = NULL;
+    const size_t *n = NULL;
+    for (int i = 0; i < 64 && (uintptr_t)extra[i] != PARAM_END; i += 2) {
+        if ((uintptr_t)extra[i] == PARAM_BUFFER_POINTER)
+            b = extra[i + 1];
+        else if ((uintptr_t)extra[i] == PARAM_BUFFER_SIZE)
+            n = extra[i + 1];
+        else
+            return PV_cudaErrorInvalidValue;
+    }
+    if (!b || !n)
+        return PV_cudaErrorInvalidValue;
+    *buf = b;
+    *len = *n;
+    return PV_SUCCESS;
+}
+
+cudaError_t pv_launch_prepare(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, void **args,
+                              void **extra, size_t shmem, struct pv_kernel_launch *out)
+{
+    size_t xsize = 0;
+    const void *xbuf = NULL;
+    if (args && extra)
+        return PV_cudaErrorInvalidValue;
+    if (extra) {
+        cudaError_t err = pv_launch_extra(extra, &xbuf, &xsize);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    char *buf;
+    size_t len;
+    cudaError_t err = pv_launch_pack(f, d, grid, block, shmem, args, xbuf, xsize, &buf, &len);
+    if (err == PV_SUCCESS)
+        *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, len };
+    return err;
+}
+
+cudaError_t pv_launch_send(const struct pv_kernel_launch *k, uint64_t stream)
+{
+    struct pv_device *d = pv_device(k->dev);
+    if (!d)
+        return PV_cudaErrorInvalidDevice;
+    return pv_launch(k->func, d, k->grid, k->block, k->shmem, stream, NULL, k->params ? k->params : "",
+                     k->param_bytes);
+}
+
+void pv_launch_free(struct pv_kernel_launch *k)
+{
+    free(k->params);
+    k->params = NULL;
 }

@@ -35,6 +35,16 @@ void pv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int pv_log_once(atomic_int *once, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int pv_tls_device(void);                  /* current device of this thread (0 by default), shared by all APIs */
 void pv_tls_set_device(int dev);
+unsigned pv_tls_device_gen(void);         /* counts pv_tls_set_device calls of this thread */
+/* The owner new allocations, streams and events of this thread are recorded under: the driver's current context
+ * when it is a created one, NULL (its device's primary context) otherwise. */
+const void *pv_tls_owner(void);
+void pv_tls_set_owner(const void *owner);
+#define PV_OWNER_DEVICE ((const void *)1) /* device-level memory no context owns (pools, module storage) */
+/* Set by a runtime call on this thread (it binds the device's primary context when none is current); the driver
+ * clears it when it changes the thread's contexts. */
+int pv_tls_runtime_bound(void);
+void pv_tls_set_runtime_bound(int bound);
 const char *pv_err_name(cudaError_t err);  /* errors.c: "cudaErrorX" or "error N" */
 const char *pv_err_text(cudaError_t err);  /* the description, or NULL for an unknown code */
 
@@ -177,6 +187,9 @@ int pv_dev_attr(const struct pv_device *d, int attr, int *value);
 /* cudaDeviceGetAttribute's answer (CU_DEVICE_ATTRIBUTE_* has the same numbers): invalid attribute →
  * cudaErrorInvalidValue; a valid one the snapshot lacks → 0 (logged once when log_missing). */
 cudaError_t pv_device_attribute(const struct pv_device *d, int attr, int *value, int log_missing);
+/* usage.c: a device's figures from its daemon's STATUS (every session's use, not only this process's). */
+struct pv_usage { uint64_t used, total, free; double busy; /* share of the last second it ran work, 0..1 */ };
+cudaError_t pv_device_usage(struct pv_device *d, struct pv_usage *out);
 const char *pv_token(void);                 /* auth.c */
 int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out[65]);
 
@@ -185,6 +198,7 @@ int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out
  * packs the rest). PV_ERR_UNAVAILABLE when d's connection is gone. */
 cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
                         const void *payload, size_t payload_len, void *out, size_t out_cap);
+cudaError_t pv_conn_status(struct pv_conn *c, struct pv_reply *rep);  /* STATUS (request.c); caller frees rep */
 /* Decode a reply's result into *out when err is PV_SUCCESS; free rep; a malformed result is logged and becomes
  * cudaErrorUnknown. They return the call's error. */
 cudaError_t pv_reply_u64(struct pv_device *d, int op, cudaError_t err, struct pv_reply *rep, uint64_t *out);
@@ -258,6 +272,7 @@ struct pv_func {
     const void *host_fun;
     char *name;
     struct pv_kinfo *dev[PV_MAX_DEVICES];
+    void *api_handle[PV_MAX_DEVICES];   /* an API library's handle for the kernel on a device (libvcuda's CUfunction) */
 };
 struct pv_var {
     struct pv_fatbin *fb;
@@ -266,6 +281,7 @@ struct pv_var {
     size_t size;
     uint64_t addr[PV_MAX_DEVICES];
     int have[PV_MAX_DEVICES];
+    uint64_t managed_host;         /* a __managed__ variable: its host mirror once bound (managed.c), else 0 */
 };
 /* A module image (fatbin container or PTX) loaded lazily on each device at first use. */
 struct pv_fatbin *pv_fatbin_register(const void *wrapper);       /* from a fatbin wrapper; NULL when out of memory */
@@ -287,8 +303,11 @@ struct pv_var *pv_var_by_host(const void *host_var);
 cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d);
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
-struct pv_alloc { uint64_t ptr; size_t size; int dev; };
-void pv_alloc_add(uint64_t ptr, size_t size, int dev);
+struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };
+void pv_alloc_add(uint64_t ptr, size_t size, int dev);                 /* owned by pv_tls_owner() */
+void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner);
+/* The starts of the allocations of `owner` on device dev (host memory too when with_host), malloc'd into *out. */
+size_t pv_alloc_owned(const void *owner, int dev, int with_host, uint64_t **out);
 int pv_alloc_remove(uint64_t ptr, int *dev);                 /* 0 ok, -1 not an allocation start */
 int pv_alloc_find(uint64_t ptr, struct pv_alloc *out);       /* containing allocation; 0 ok */
 void pv_alloc_forget_device(int dev);
@@ -298,8 +317,8 @@ cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out);
 cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidValue unless from pv_host_alloc */
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
-struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; };
-struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; };
+struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; const void *owner; };
+struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; const void *owner; };
 void pv_handle_add(const void *h);
 int pv_handle_remove(const void *h);
 int pv_handle_valid(const void *h);
@@ -354,6 +373,9 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
 /* pv_launch's checks, then the parameter buffer it would send (malloc'd, *len bytes) instead of sending it. */
 cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, void **args,
                            const void *packed, size_t packed_len, char **buf, size_t *len);
+/* The packed parameter buffer cuLaunchKernel's `extra` names (CU_LAUNCH_PARAM_BUFFER_POINTER and _SIZE, both
+ * needed; anything else is cudaErrorInvalidValue). */
+cudaError_t pv_launch_extra(void **extra, const void **buf, size_t *len);
 int64_t pv_smem_optin(const struct pv_device *d);   /* largest static + dynamic shared memory of a block */
 int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn);
 /* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
@@ -376,6 +398,8 @@ cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_event_sync(cudaEvent_t e);
 cudaError_t pv_event_query(cudaEvent_t e);                         /* cudaErrorNotReady while pending */
 cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* Destroys the streams and events `owner` made on device dev. */
+void pv_streams_release(const void *owner, int dev);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

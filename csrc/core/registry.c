@@ -496,7 +496,8 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
                 v->have[di] = 1;
                 if (size && size != v->size)
                     v->size = (size_t)size;
-                pv_alloc_add(addr, v->size, di);   /* symbol addresses are device pointers for copies */
+                /* symbol addresses are device pointers for copies; the module owns the storage */
+                pv_alloc_add_owned(addr, v->size, di, PV_OWNER_DEVICE);
             }
         }
         fb->loaded[di] = 1;
@@ -528,7 +529,9 @@ static size_t lower_bound(uint64_t ptr)   /* first index with allocs[i].ptr > pt
     return lo;
 }
 
-void pv_alloc_add(uint64_t ptr, size_t size, int dev)
+void pv_alloc_add(uint64_t ptr, size_t size, int dev) { pv_alloc_add_owned(ptr, size, dev, pv_tls_owner()); }
+
+void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
 {
     pthread_rwlock_wrlock(&alloc_mu);
     if (nallocs == capallocs) {
@@ -544,7 +547,7 @@ void pv_alloc_add(uint64_t ptr, size_t size, int dev)
     }
     size_t i = lower_bound(ptr);
     memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
-    allocs[i] = (struct pv_alloc){ ptr, size, dev };
+    allocs[i] = (struct pv_alloc){ ptr, size, dev, owner };
     nallocs++;
     pthread_rwlock_unlock(&alloc_mu);
 }
@@ -580,6 +583,18 @@ int pv_alloc_find(uint64_t ptr, struct pv_alloc *out)
     return rc;
 }
 
+size_t pv_alloc_owned(const void *owner, int dev, int with_host, uint64_t **out)
+{
+    pthread_rwlock_rdlock(&alloc_mu);
+    size_t n = 0;
+    *out = malloc(sizeof **out * (nallocs ? nallocs : 1));
+    for (size_t i = 0; *out && i < nallocs; i++)
+        if (allocs[i].owner == owner && (allocs[i].dev == dev || (with_host && allocs[i].dev < 0)))
+            (*out)[n++] = allocs[i].ptr;
+    pthread_rwlock_unlock(&alloc_mu);
+    return n;
+}
+
 void pv_alloc_forget_device(int dev)
 {
     pthread_rwlock_wrlock(&alloc_mu);
@@ -597,7 +612,10 @@ void pv_alloc_forget_device(int dev)
 cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out)
 {
     void *p = NULL;
-    if (posix_memalign(&p, PV_HOST_ALIGN, size ? size : 1) != 0)
+    /* whole pages: the memory may get a coherent device copy (cudaHostGetDevicePointer), whose page tracking must
+     * not take in the malloc heap's own data */
+    size_t rounded = ((size ? size : 1) + PV_HOST_ALIGN - 1) / PV_HOST_ALIGN * PV_HOST_ALIGN;
+    if (posix_memalign(&p, PV_HOST_ALIGN, rounded) != 0)
         return PV_cudaErrorMemoryAllocation;
     pv_alloc_add((uint64_t)(uintptr_t)p, size ? size : 1, -1 - (int)(flags & 0xff));
     *out = p;

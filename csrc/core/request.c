@@ -20,6 +20,18 @@ cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs
     return PV_SUCCESS;
 }
 
+/* STATUS, the daemon-wide query (no device, no arguments; as the tools send it): the whole map in *rep, which the
+ * caller frees (it is zeroed first, so freeing is always safe). */
+cudaError_t pv_conn_status(struct pv_conn *c, struct pv_reply *rep)
+{
+    struct pv_req r;
+    memset(rep, 0, sizeof *rep);
+    if (!pv_conn_alive(c))
+        return PV_ERR_UNAVAILABLE;
+    pv_req_begin(&r, c, PV_OP_STATUS, PV_OP_STATUS_NARGS, 1, NULL, 0, NULL, 0);
+    return pv_req_finish(&r, rep);
+}
+
 static cudaError_t malformed(struct pv_device *d, int op, struct pv_reply *rep)
 {
     pv_log("GPU%d (%s:%d) answered %s with a malformed result", d->index, d->conn->host, d->conn->port,

@@ -1,5 +1,6 @@
 /* Logging, config-file paths and the per-thread state every API library shares: the current device (cudaSetDevice
- * and the driver's current context agree on it). */
+ * and the driver's current context agree on it), the owner new resources are recorded under (the driver's current
+ * context), and what the runtime did to the thread's context since the driver last looked. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,9 @@
 #include "pv_core.h"
 
 static _Thread_local int tls_device;
+static _Thread_local const void *tls_owner;
+static _Thread_local unsigned tls_device_gen;
+static _Thread_local int tls_runtime_bound;
 
 static void vlog(const char *fmt, va_list ap)
 {
@@ -35,7 +39,16 @@ int pv_log_once(atomic_int *once, const char *fmt, ...)
 }
 
 int pv_tls_device(void) { return tls_device; }
-void pv_tls_set_device(int dev) { tls_device = dev; }
+void pv_tls_set_device(int dev)
+{
+    tls_device = dev;
+    tls_device_gen++;
+}
+unsigned pv_tls_device_gen(void) { return tls_device_gen; }
+const void *pv_tls_owner(void) { return tls_owner; }
+void pv_tls_set_owner(const void *owner) { tls_owner = owner; }
+int pv_tls_runtime_bound(void) { return tls_runtime_bound; }
+void pv_tls_set_runtime_bound(int bound) { tls_runtime_bound = bound; }
 
 int pv_config_path(const char *name, char *out, size_t cap)
 {

@@ -1,10 +1,43 @@
 /* Streams and events, shared by every API library: client handles wrap daemon handles and carry their device;
  * garbage or destroyed handles are refused (cudaErrorInvalidResourceHandle) before anything is dereferenced or
  * sent. New streams and events belong to the calling thread's current device (the driver's current context sets
- * it too). Errors are returned, never recorded: recording is each API's business. */
+ * it too) and to the thread's owner (the driver's context: a created context's go with it). Errors are returned,
+ * never recorded: recording is each API's business. */
 #include <stdlib.h>
 
 #include "pv_core.h"
+
+/* Every live stream and event, for the end of the context that made them. */
+static void **live;
+static size_t nlive, caplive;
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void live_add(void *obj)
+{
+    pthread_mutex_lock(&live_mu);
+    if (nlive == caplive) {
+        size_t nc = caplive ? caplive * 2 : 64;
+        void **p = realloc(live, nc * sizeof *p);
+        if (p) {
+            live = p;
+            caplive = nc;
+        }
+    }
+    if (nlive < caplive)
+        live[nlive++] = obj;            /* untracked when out of memory: it then lives until the session ends */
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(void *obj)
+{
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; i < nlive; i++)
+        if (live[i] == obj) {
+            live[i] = live[--nlive];
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+}
 
 static struct pv_stream *stream_of(cudaStream_t s)
 {
@@ -97,7 +130,9 @@ cudaError_t pv_stream_create(unsigned flags, int priority, cudaStream_t *out)
     st->remote = h;
     st->flags = flags;
     st->priority = priority;
+    st->owner = pv_tls_owner();
     pv_handle_add(st);
+    live_add(st);
     *out = st;
     return PV_SUCCESS;
 }
@@ -108,6 +143,7 @@ static cudaError_t handle_destroy(void *obj, uint32_t *magic, int dev, uint64_t 
 {
     if (pv_handle_remove(obj) != 0)
         return PV_cudaErrorInvalidResourceHandle;
+    live_remove(obj);
     struct pv_device *d = pv_device(dev);
     cudaError_t err = d ? destroy(d, remote) : PV_cudaErrorInvalidResourceHandle;
     *magic = 0;
@@ -170,7 +206,9 @@ cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)
     ev->dev = d->index;
     ev->remote = h;
     ev->flags = flags;
+    ev->owner = pv_tls_owner();
     pv_handle_add(ev);
+    live_add(ev);
     *out = ev;
     return PV_SUCCESS;
 }
@@ -217,4 +255,24 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end)
     if (err == PV_SUCCESS)
         *ms = (float)v;
     return err;
+}
+
+void pv_streams_release(const void *owner, int dev)
+{
+    pthread_mutex_lock(&live_mu);
+    void **mine = malloc(sizeof *mine * (nlive ? nlive : 1));
+    size_t n = 0;
+    for (size_t i = 0; mine && i < nlive; i++) {
+        struct pv_stream *st = stream_of(live[i]);
+        struct pv_event *ev = st ? NULL : event_of(live[i]);
+        if ((st && st->owner == owner && st->dev == dev) || (ev && ev->owner == owner && ev->dev == dev))
+            mine[n++] = live[i];
+    }
+    pthread_mutex_unlock(&live_mu);
+    for (size_t i = 0; i < n; i++)   /* destroy checks each handle again: another thread may have destroyed it */
+        if (stream_of(mine[i]))
+            (void)pv_stream_destroy(mine[i]);
+        else
+            (void)pv_event_destroy(mine[i]);
+    free(mine);
 }

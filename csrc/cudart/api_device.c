@@ -5,9 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "graph.h"
+#include "cudart.h"
 
-static atomic_uchar peer_on[PV_MAX_DEVICES][PV_MAX_DEVICES];   /* [device][peer]: cudaDeviceEnablePeerAccess */
 
 PV_API cudaError_t cudaGetDeviceCount(int *count)
 {
@@ -25,7 +24,8 @@ PV_API cudaError_t cudaSetDevice(int device)
         return pv_ret(err);
     if (!pv_device(device))
         return pv_ret(PV_cudaErrorInvalidDevice);
-    pv_tls_set_device(device);
+    pv_tls_set_device(device);                  /* the driver's current context becomes this device's primary */
+    pv_tls_set_runtime_bound(1);
     return PV_SUCCESS;
 }
 
@@ -52,7 +52,7 @@ static cudaError_t checked_cur(int args_ok, struct pv_device **d)
     return args_ok ? pv_cur(d) : PV_cudaErrorInvalidValue;
 }
 
-/* An argument-less request with a reply to the current device, returned in *d (DEVICE_SYNC, DEVICE_RESET). */
+/* A core call on the current device, returned in *d (pv_sync_device, pv_device_reset). */
 static cudaError_t cur_call(cudaError_t (*call)(struct pv_device *), struct pv_device **d)
 {
     cudaError_t err = pv_cur(d);
@@ -193,38 +193,16 @@ PV_API cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 PV_API cudaError_t cudaDeviceSynchronize(void)
 {
     struct pv_device *d;
-    cudaError_t err = pv_capture_forbid_all();
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    err = cur_call(pv_call_DEVICE_SYNC, &d);
-    if (err == PV_SUCCESS)
-        pv_pools_synced(d->index);
-    return pv_ret(err);
+    return pv_ret(cur_call(pv_sync_device, &d));
 }
 
 PV_API cudaError_t cudaDeviceReset(void)
 {
     struct pv_device *d;
-    cudaError_t err = cur_call(pv_call_DEVICE_RESET, &d);
-    if (err == PV_SUCCESS) {
-        pv_alloc_forget_device(d->index);
-        pv_modules_forget_device(d->index);
-        pv_pools_forget_device(d->index);
-        pv_coherence_forget_device(d->index);
-        for (int i = 0; i < PV_MAX_DEVICES; i++)
-            atomic_store(&peer_on[d->index][i], 0);         /* a new context has no peer access */
-        d->flags = 0;
-    }
-    return pv_ret(err);
+    return pv_ret(cur_call(pv_device_reset, &d));
 }
 
-/* Peer access: between GPUs of one daemon whose snapshot says the device's kernels can use the peer's memory.
- * Copies between any two GPUs work whatever this says (cudaMemcpyPeer). */
-static int can_access(const struct pv_device *d, const struct pv_device *p)
-{
-    return d != p && d->conn == p->conn && p->remote < 64 && (d->peers >> p->remote) & 1;
-}
-
+/* Peer access (core peers.c): between GPUs of one daemon whose snapshot says so. */
 PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
 {
     if (!can)
@@ -235,7 +213,7 @@ PV_API cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
     struct pv_device *d = pv_device(device), *p = pv_device(peer);
     if (!d || !p)
         return pv_ret(PV_cudaErrorInvalidDevice);
-    *can = can_access(d, p);
+    *can = pv_peer_possible(d, p);
     return PV_SUCCESS;
 }
 
@@ -247,19 +225,7 @@ static cudaError_t peer_switch(int peer, unsigned flags, int on)
         return err;
     if (!(p = pv_device(peer)))
         return PV_cudaErrorInvalidDevice;
-    if (flags)
-        return PV_cudaErrorInvalidValue;
-    if (!can_access(d, p))
-        return PV_cudaErrorPeerAccessUnsupported;
-    if (atomic_load(&peer_on[d->index][p->index]) == on)
-        return on ? PV_cudaErrorPeerAccessAlreadyEnabled : PV_cudaErrorPeerAccessNotEnabled;
-    uint64_t ft[2];
-    err = pv_call_MEM_GET_INFO(p, ft);                   /* the peer's context must exist on the daemon */
-    if (err == PV_SUCCESS)
-        err = on ? pv_call_PEER_ENABLE(d, (uint32_t)p->remote) : pv_call_PEER_DISABLE(d, (uint32_t)p->remote);
-    if (err == PV_SUCCESS)
-        atomic_store(&peer_on[d->index][p->index], (unsigned char)on);
-    return err;
+    return pv_peer_switch(d, p, flags, on);
 }
 
 PV_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) { return pv_ret(peer_switch(peer, flags, 1)); }

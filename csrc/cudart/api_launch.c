@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
+#include "cudart.h"
 
 PV_API unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
 {
@@ -56,64 +56,9 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
         return err;
     if (sd != d)
         return PV_cudaErrorInvalidResourceHandle;
-    if (!pv_capturing(s))
-        return pv_launch(f, d, grid, block, shmem, stream, args, NULL, 0);
-    struct pv_kernel_launch k;
-    err = pv_launch_prepare(f, d, grid, block, args, NULL, shmem, &k);
-    if (err != PV_SUCCESS)
-        return err;
-    struct pv_gnode *n;
-    err = pv_capture_node(s, PV_cudaGraphNodeTypeKernel, &n);
-    if (err == PV_SUCCESS) {
-        n->p.kernel = k;                  /* the node owns the packed arguments now */
-        n->dev = d->index;
-        return PV_SUCCESS;
-    }
-    pv_launch_free(&k);
-    return err;
-}
-
-/* Argument buffer from cuLaunchKernel-style `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/_SIZE/_END), or NULL. */
-static const void *extra_buffer(void **extra, size_t *size)
-{
-    const void *buf = NULL;
-    *size = 0;
-    for (int i = 0; extra && extra[i] && i < 16; i += 2) {
-        if (extra[i] == (void *)1)
-            buf = extra[i + 1];
-        else if (extra[i] == (void *)2 && extra[i + 1])
-            *size = *(const size_t *)extra[i + 1];
-    }
-    return buf;
-}
-
-/* A launch checked and packed now, sent later (captured and graph kernel nodes). */
-cudaError_t pv_launch_prepare(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, void **args,
-                              void **extra, size_t shmem, struct pv_kernel_launch *out)
-{
-    size_t xsize = 0;
-    const void *xbuf = args ? NULL : extra_buffer(extra, &xsize);
-    char *buf;
-    size_t len;
-    cudaError_t err = pv_launch_pack(f, d, grid, block, shmem, args, xbuf, xsize, &buf, &len);
-    if (err == PV_SUCCESS)
-        *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, len };
-    return err;
-}
-
-cudaError_t pv_launch_send(const struct pv_kernel_launch *k, uint64_t stream)
-{
-    struct pv_device *d = pv_device(k->dev);
-    if (!d)
-        return PV_cudaErrorInvalidDevice;
-    return pv_launch(k->func, d, k->grid, k->block, k->shmem, stream, NULL, k->params ? k->params : "",
-                     k->param_bytes);
-}
-
-void pv_launch_free(struct pv_kernel_launch *k)
-{
-    free(k->params);
-    k->params = NULL;
+    if (pv_capturing(s))
+        return pv_capture_launch(s, f, d, grid, block, shmem, args, NULL);
+    return pv_launch(f, d, grid, block, shmem, stream, args, NULL, 0);
 }
 
 /* The kernel a host-side function (stub) address names, or a cudaKernel_t passed as the function; NULL if neither. */

@@ -3,15 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
+#include "cudart.h"
 
-int pv_ptr_device(const void *p)
-{
-    struct pv_alloc a;
-    return (pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0) ? a.dev : -1;
-}
-
-/* A copy or memset on a capturing stream becomes a node of its graph. */
+/* A copy on a capturing stream becomes a node of its graph. */
 static cudaError_t capture_copy(cudaStream_t s, const struct cudaMemcpy3DParms *p)
 {
     return pv_capture_params(s, PV_cudaGraphNodeTypeMemcpy, p);
@@ -54,28 +48,7 @@ PV_API cudaError_t cudaMallocPitch(void **ptr, size_t *pitch, size_t width, size
     return err;
 }
 
-PV_API cudaError_t cudaFree(void *ptr)
-{
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if (!ptr)
-        return PV_SUCCESS;
-    if (pv_region_release(ptr, 0, &err))
-        return pv_ret(err);                             /* managed memory */
-    if (pv_pool_owns(ptr))
-        return pv_ret(pv_pool_free_now(ptr));           /* a pool block: it leaves its pool */
-    struct pv_alloc a;
-    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    struct pv_device *d = pv_device(a.dev);
-    err = pv_call_FREE(d, a.ptr);
-    /* Forget the allocation whatever the answer: a SYNC op reports an earlier deferred error after doing its own
-     * work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory with it. */
-    int dev;
-    pv_alloc_remove(a.ptr, &dev);
-    return pv_ret(err);
-}
+PV_API cudaError_t cudaFree(void *ptr) { return pv_ret(pv_mem_free(ptr)); }
 
 PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
@@ -97,73 +70,26 @@ PV_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 /* ------------------------------------------------------------------------------------------ host memory */
 PV_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags)
 {
-    if (!ptr || flags > 7)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    if (flags & 2u)                                     /* cudaHostAllocMapped: a coherent device copy */
-        return pv_ret(pv_mapped_alloc(ptr, size, flags));
-    return pv_ret(pv_host_alloc(size, flags, ptr));
+    return pv_ret(pv_mem_host_alloc(ptr, size, flags));
 }
 
 PV_API cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
-
-PV_API cudaError_t cudaFreeHost(void *ptr)
-{
-    if (!ptr)
-        return PV_SUCCESS;
-    cudaError_t rerr;
-    if (pv_region_release(ptr, 1, &rerr))
-        return pv_ret(rerr);                            /* mapped memory */
-    struct pv_region_info info;
-    if (pv_region_find(ptr, &info) == 0 && info.kind == PV_REGION_REGISTERED) {
-        /* cudaMallocHost memory that cudaHostGetDevicePointer gave a device copy: drop the copy first */
-        if (info.host == (uint64_t)(uintptr_t)ptr)
-            (void)pv_region_free(info.host);
-    }
-    return pv_ret(pv_host_free(ptr));
-}
-
-PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr)
-{
-    if (flags && pv_mapped_flags(ptr, flags))
-        return PV_SUCCESS;
-    return pv_ret(flags ? pv_host_flags(ptr, flags) : PV_cudaErrorInvalidValue);
-}
+PV_API cudaError_t cudaFreeHost(void *ptr) { return pv_ret(pv_mem_free_host(ptr)); }
+PV_API cudaError_t cudaHostGetFlags(unsigned *flags, void *ptr) { return pv_ret(pv_mem_host_flags(ptr, flags)); }
 
 PV_API cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr)
 {
     if (!attrs)
         return pv_ret(PV_cudaErrorInvalidValue);
+    static const int types[] = { [PV_PTR_UNKNOWN] = cudaMemoryTypeUnregistered, [PV_PTR_HOST] = cudaMemoryTypeHost,
+                                 [PV_PTR_DEVICE] = cudaMemoryTypeDevice, [PV_PTR_MANAGED] = PV_cudaMemoryTypeManaged };
+    struct pv_ptr_info pi;
+    pv_ptr_classify(ptr, &pi);
     char *p = attrs;
     memset(p, 0, PV_cudaPointerAttributes_SIZE);
-    struct pv_alloc a;
-    struct pv_region_info info;
-    int type = cudaMemoryTypeUnregistered, dev = -2;
-    void *dptr = NULL, *hptr = NULL;
-    if (pv_region_find(ptr, &info) == 0) {
-        uint64_t off = (uint64_t)(uintptr_t)ptr - ((uint64_t)(uintptr_t)ptr >= info.host &&
-                                                   (uint64_t)(uintptr_t)ptr < info.host + info.size ? info.host
-                                                                                                    : info.dev);
-        type = info.kind == PV_REGION_MANAGED || info.kind == PV_REGION_VAR ? PV_cudaMemoryTypeManaged
-                                                                             : cudaMemoryTypeHost;
-        dev = info.device;
-        dptr = (void *)(uintptr_t)(info.dev + off);
-        hptr = (void *)(uintptr_t)(info.host + off);
-    } else if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) == 0) {
-
-        if (a.dev >= 0) {
-            type = cudaMemoryTypeDevice;
-            dev = a.dev;
-            dptr = (void *)ptr;
-        } else {
-            type = cudaMemoryTypeHost;
-            dev = pv_tls_device();
-            hptr = (void *)ptr;
-        }
-    } else {
-        hptr = (void *)ptr;
-    }
-    memcpy(p + PV_cudaPointerAttributes_type, &type, sizeof type);
-    memcpy(p + PV_cudaPointerAttributes_device, &dev, sizeof dev);
+    void *dptr = (void *)(uintptr_t)pi.dev, *hptr = (void *)(uintptr_t)pi.host;
+    memcpy(p + PV_cudaPointerAttributes_type, &types[pi.type], sizeof(int));
+    memcpy(p + PV_cudaPointerAttributes_device, &pi.device, sizeof pi.device);
     memcpy(p + PV_cudaPointerAttributes_devicePointer, &dptr, sizeof dptr);
     memcpy(p + PV_cudaPointerAttributes_hostPointer, &hptr, sizeof hptr);
     return PV_SUCCESS;
@@ -177,12 +103,8 @@ PV_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 
 PV_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s)
 {
-    if (pv_capturing(s)) {
-        struct cudaMemcpy3DParms p;
-        pv_copy1d_params(&p, dst, src, n, kind);
-        return pv_ret(kind < 0 || kind > cudaMemcpyDefault ? PV_cudaErrorInvalidMemcpyDirection
-                                                           : capture_copy(s, &p));
-    }
+    if (pv_capturing(s))
+        return pv_ret(pv_capture_copy1d(s, dst, src, n, kind));
     return pv_ret(pv_memcpy(dst, src, n, kind, s, 1));
 }
 
@@ -223,64 +145,16 @@ PV_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_
 PV_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                      size_t height, int kind, cudaStream_t s)
 {
-    if (pv_capturing(s)) {
-        if (width > dpitch || width > spitch)
-            return pv_ret(PV_cudaErrorInvalidPitchValue);
-        struct cudaMemcpy3DParms p = { 0 };
-        p.srcPtr = (struct cudaPitchedPtr){ (void *)src, spitch, width, height };
-        p.dstPtr = (struct cudaPitchedPtr){ dst, dpitch, width, height };
-        p.extent = (struct cudaExtent){ width, height, 1 };
-        p.kind = kind;
-        return pv_ret(capture_copy(s, &p));
-    }
+    if (pv_capturing(s))
+        return pv_ret(pv_capture_copy2d(s, dst, dpitch, src, spitch, width, height, kind));
     return pv_ret(pv_memcpy2d(dst, dpitch, src, spitch, width, height, kind, s));
 }
 
 /* ------------------------------------------------------------------------------------------ 3D copies */
-/* Linear memory only here; copies that involve a CUDA array are api_array.c's. */
-cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
-{
-    if (p->srcArray || p->dstArray)
-        return pv_array_copy3d(p, s);
-    const struct cudaExtent *e = &p->extent;
-    if (!e->width || !e->height || !e->depth)
-        return PV_SUCCESS;
-    const struct cudaPitchedPtr *sp = &p->srcPtr, *dp = &p->dstPtr;
-    if (e->depth == 1 && e->height == 1 && !p->srcPos.y && !p->dstPos.y && !p->srcPos.z && !p->dstPos.z)
-        return pv_memcpy((char *)dp->ptr + p->dstPos.x, (const char *)sp->ptr + p->srcPos.x, e->width, p->kind, s,
-                         1);
-    if ((e->depth > 1 || p->srcPos.z || p->dstPos.z) && (!sp->ysize || !dp->ysize))
-        return PV_cudaErrorInvalidValue;
-    for (size_t z = 0; z < e->depth; z++) {
-        const char *src = (const char *)sp->ptr + ((p->srcPos.z + z) * sp->ysize + p->srcPos.y) * sp->pitch +
-                          p->srcPos.x;
-        char *dst = (char *)dp->ptr + ((p->dstPos.z + z) * dp->ysize + p->dstPos.y) * dp->pitch + p->dstPos.x;
-        cudaError_t err = pv_memcpy2d(dst, dp->pitch, src, sp->pitch, e->width, e->height, p->kind, s);
-        if (err != PV_SUCCESS)
-            return err;
-    }
-    return PV_SUCCESS;
-}
-
-static cudaError_t memcpy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s)
-{
-    if (!p)
-        return PV_cudaErrorInvalidValue;
-    if (p->kind < 0 || p->kind > cudaMemcpyDefault)
-        return PV_cudaErrorInvalidMemcpyDirection;
-    if ((p->srcArray && p->srcPtr.ptr) || (p->dstArray && p->dstPtr.ptr) || (!p->srcArray && !p->srcPtr.ptr) ||
-        (!p->dstArray && !p->dstPtr.ptr))
-        return PV_cudaErrorInvalidValue;
-    if (pv_capturing(s))
-        return capture_copy(s, p);
-    cudaError_t err = pv_init_with_stream(s);
-    return err != PV_SUCCESS ? err : pv_memcpy3d_run(p, s);
-}
-
-PV_API cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return pv_ret(memcpy3d(p, NULL)); }
+PV_API cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return pv_ret(pv_memcpy3d(p, NULL)); }
 PV_API cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t s)
 {
-    return pv_ret(memcpy3d(p, s));
+    return pv_ret(pv_memcpy3d(p, s));
 }
 PV_API cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p) { return cudaMemcpy3D(p); }
 PV_API cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t s)
@@ -301,32 +175,10 @@ PV_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *out, struct cudaExtent e)
 }
 
 /* ------------------------------------------------------------------------------------------ memset */
-/* The runner of memset nodes and of every cudaMemset* call (the core's pv_memset; pitch unused for one row). */
-cudaError_t pv_memset_run(const struct cudaMemsetParams *p, cudaStream_t s)
-{
-    size_t es = p->elementSize;
-    if (es != 1 && es != 2 && es != 4)
-        return PV_cudaErrorInvalidValue;
-    uint32_t value = es == 4 ? p->value : p->value & ((1u << (8 * es)) - 1);
-    return pv_memset(p->dst, p->height == 1 ? p->width * es : p->pitch, value, (int)es, p->width, p->height, s);
-}
-
-static cudaError_t memset_any(const struct cudaMemsetParams *p, cudaStream_t s)
-{
-    cudaError_t err = pv_init_with_stream(s);
-    if (err != PV_SUCCESS)
-        return err;
-    if (p->width == 0 || p->height == 0)
-        return PV_SUCCESS;
-    if (pv_capturing(s))
-        return pv_capture_params(s, PV_cudaGraphNodeTypeMemset, p);
-    return pv_memset_run(p, s);
-}
-
 static cudaError_t memset_1d(void *ptr, int value, size_t n, cudaStream_t s)
 {
     struct cudaMemsetParams p = { ptr, n, (unsigned)value & 0xffu, 1, n, 1 };
-    return memset_any(&p, s);
+    return pv_memset_any(&p, s);
 }
 
 static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s)
@@ -334,7 +186,7 @@ static cudaError_t memset_2d(void *ptr, size_t pitch, int value, size_t width, s
     if (width && height && width > pitch)
         return PV_cudaErrorInvalidPitchValue;
     struct cudaMemsetParams p = { ptr, pitch, (unsigned)value & 0xffu, 1, width, height };
-    return memset_any(&p, s);
+    return pv_memset_any(&p, s);
 }
 
 PV_API cudaError_t cudaMemset(void *p, int v, size_t n) { return pv_ret(memset_1d(p, v, n, NULL)); }

@@ -1,6 +1,6 @@
 /* Streams and events: the runtime's entry points on the core's streams.c (handles, validation, the ops); errors
  * are recorded as the thread's last error here, except cudaErrorNotReady from queries. */
-#include "graph.h"
+#include "cudart.h"
 
 PV_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned flags, int priority)
 {
@@ -20,17 +20,7 @@ PV_API cudaError_t cudaStreamDestroy(cudaStream_t s)
     return pv_ret(pv_stream_destroy(s));
 }
 
-PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s)
-{
-    cudaError_t err = pv_capture_forbid(s);
-    if (err == PV_SUCCESS)
-        err = pv_stream_sync(s);
-    struct pv_device *d;
-    uint64_t remote;
-    if (err == PV_SUCCESS && pv_stream_target(s, &d, &remote) == PV_SUCCESS)
-        pv_pools_synced(d->index);
-    return pv_ret(err);
-}
+PV_API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return pv_ret(pv_sync_stream(s)); }
 
 PV_API cudaError_t cudaStreamQuery(cudaStream_t s)
 {
@@ -64,12 +54,6 @@ PV_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device)
         return pv_ret(err);
     *device = d->index;
     return PV_SUCCESS;
-}
-
-/* cudaEventWaitExternal (1) only matters to a capture. */
-cudaError_t pv_stream_wait_run(cudaStream_t s, cudaEvent_t e, unsigned flags)
-{
-    return pv_stream_wait_event(s, e, flags & ~1u);
 }
 
 PV_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
@@ -110,13 +94,7 @@ PV_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsig
 
 PV_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
 
-PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e)
-{
-    cudaError_t err = pv_event_sync(e);
-    if (err == PV_SUCCESS)
-        pv_pools_synced(e->dev);
-    return pv_ret(err);
-}
+PV_API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return pv_ret(pv_sync_event(e)); }
 
 PV_API cudaError_t cudaEventQuery(cudaEvent_t e)
 {
@@ -138,13 +116,8 @@ PV_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, void (*fn)(void *), void *
 {
     if (!fn)
         return pv_ret(PV_cudaErrorInvalidValue);
-    if (pv_capturing(s)) {
-        struct pv_gnode *n;
-        cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeHost, &n);
-        if (err == PV_SUCCESS)
-            n->p.host = (struct cudaHostNodeParams){ fn, user };
-        return pv_ret(err);
-    }
+    if (pv_capturing(s))
+        return pv_ret(pv_capture_host(s, fn, user));
     cudaError_t err = cudaStreamSynchronize(s);
     if (err != PV_SUCCESS)
         return err;

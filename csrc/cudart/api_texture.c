@@ -1,212 +1,47 @@
-/* Texture and surface objects over CUDA arrays and linear memory. The daemon creates the object on the GPU that
- * holds the memory (TEX_CREATE / SURF_CREATE) and answers the value kernels take; the descriptors the program gave
- * are kept here for the cudaGet*Desc queries. Mipmapped arrays, cube maps and format-changing resource views are
- * refused with cudaErrorNotSupported. */
-#include <stdlib.h>
-#include <string.h>
+/* Texture and surface objects over CUDA arrays and linear memory, on the core's textures.c. */
+#include "cudart.h"
 
-#include "graph.h"
-
-struct texobj {
-    unsigned long long value;
-    int dev;
-    int surface;
-    struct cudaResourceDesc res;
-    struct cudaTextureDesc tex;
-    struct cudaResourceViewDesc view;
-    struct texobj *next;
-};
-static struct texobj *objs;
-static pthread_mutex_t objs_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static cudaError_t remember(unsigned long long value, int dev, int surface, const struct cudaResourceDesc *res,
-                            const struct cudaTextureDesc *tex, const struct cudaResourceViewDesc *view)
-{
-    struct texobj *o = calloc(1, sizeof *o);
-    if (!o)
-        return PV_cudaErrorMemoryAllocation;
-    o->value = value;
-    o->dev = dev;
-    o->surface = surface;
-    o->res = *res;
-    if (tex)
-        o->tex = *tex;
-    if (view)
-        o->view = *view;
-    pthread_mutex_lock(&objs_mu);
-    o->next = objs;
-    objs = o;
-    pthread_mutex_unlock(&objs_mu);
-    return PV_SUCCESS;
-}
-
-/* A copy of the record of object `value` (of the given kind); 0 when found. Values of different GPUs may coincide:
- * the most recent one wins. */
-static int lookup(unsigned long long value, int surface, struct texobj *out, int unlink)
-{
-    pthread_mutex_lock(&objs_mu);
-    for (struct texobj **pp = &objs; *pp; pp = &(*pp)->next)
-        if ((*pp)->value == value && (*pp)->surface == surface) {
-            struct texobj *o = *pp;
-            *out = *o;
-            if (unlink) {
-                *pp = o->next;
-                free(o);
-            }
-            pthread_mutex_unlock(&objs_mu);
-            return 0;
-        }
-    pthread_mutex_unlock(&objs_mu);
-    return -1;
-}
-
-/* Where the resource is: its GPU, the array's daemon handle or the memory's address, its format and extent. */
-struct res_loc {
-    struct pv_device *dev;
-    uint64_t array, ptr;
-    struct cudaChannelFormatDesc fmt;
-    size_t width, height, pitch;
-};
-
-static cudaError_t locate(const struct cudaResourceDesc *r, struct res_loc *out)
-{
-    memset(out, 0, sizeof *out);
-    switch (r->resType) {
-    case PV_cudaResourceTypeArray: {
-        int dev;
-        struct cudaExtent e;
-        unsigned flags;
-        if (pv_array_info(r->res.array.array, &dev, &out->array, &out->fmt, &e, &flags) != 0)
-            return PV_cudaErrorInvalidResourceHandle;
-        out->dev = pv_device(dev);
-        return out->dev ? PV_SUCCESS : PV_cudaErrorInvalidDevice;
-    }
-    case PV_cudaResourceTypeLinear:
-    case PV_cudaResourceTypePitch2D: {
-        int lin = r->resType == PV_cudaResourceTypeLinear;
-        out->ptr = (uint64_t)(uintptr_t)(lin ? r->res.linear.devPtr : r->res.pitch2D.devPtr);
-        out->fmt = lin ? r->res.linear.desc : r->res.pitch2D.desc;
-        size_t elem = (size_t)(out->fmt.x + out->fmt.y + out->fmt.z + out->fmt.w) / 8;
-        if (!elem)
-            return PV_cudaErrorInvalidChannelDescriptor;
-        out->width = lin ? r->res.linear.sizeInBytes / elem : r->res.pitch2D.width;
-        out->height = lin ? 0 : r->res.pitch2D.height;
-        out->pitch = lin ? 0 : r->res.pitch2D.pitchInBytes;
-        int dev = pv_ptr_device((void *)(uintptr_t)out->ptr);
-        out->dev = dev >= 0 ? pv_device(dev) : NULL;
-        return out->dev ? PV_SUCCESS : PV_cudaErrorInvalidValue;
-    }
-    case PV_cudaResourceTypeMipmappedArray:
-        return PV_cudaErrorNotSupported;
-    default:
-        return PV_cudaErrorInvalidValue;
-    }
-}
-
-static cudaError_t create_texture(cudaTextureObject_t *out, const struct cudaResourceDesc *r,
-                                  const struct cudaTextureDesc *t, const struct cudaResourceViewDesc *v)
-{
-    if (!out || !r || !t)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return err;
-    if (v && v->format != PV_cudaResViewFormatNone)
-        return PV_cudaErrorNotSupported;              /* views that reinterpret the format */
-    struct res_loc loc;
-    if ((err = locate(r, &loc)) != PV_SUCCESS)
-        return err;
-    uint64_t value = 0;
-    err = pv_call_TEX_CREATE(loc.dev, r->resType, loc.array, loc.ptr, (uint32_t)loc.fmt.x, (uint32_t)loc.fmt.y,
-                             (uint32_t)loc.fmt.z, (uint32_t)loc.fmt.w, loc.fmt.f, loc.width, loc.height, loc.pitch,
-                             t->addressMode[0], t->addressMode[1], t->addressMode[2], t->filterMode, t->readMode,
-                             t->normalizedCoords, t->sRGB, t->borderColor[0], t->borderColor[1], t->borderColor[2],
-                             t->borderColor[3], &value);
-    if (err == PV_SUCCESS && (err = remember(value, loc.dev->index, 0, r, t, v)) != PV_SUCCESS)
-        (void)pv_call_TEX_DESTROY(loc.dev, value);
-    if (err == PV_SUCCESS)
-        *out = value;
-    return err;
-}
-
+/* NVIDIA's runtime refuses linear filtering of integer elements itself, with cudaErrorInvalidFilterSetting (its
+ * static build makes no driver call for it: tools/driver_probe); the driver's answer, and the daemon's, is
+ * cudaErrorInvalidValue. */
 PV_API cudaError_t cudaCreateTextureObject(cudaTextureObject_t *out, const struct cudaResourceDesc *r,
                                            const struct cudaTextureDesc *t, const struct cudaResourceViewDesc *v)
 {
-    return pv_ret(create_texture(out, r, t, v));
-}
-
-static cudaError_t destroy(unsigned long long value, int surface)
-{
-    if (!value)
-        return PV_SUCCESS;
-    struct texobj o;
-    if (lookup(value, surface, &o, 1) != 0)
-        return PV_cudaErrorInvalidValue;
-    struct pv_device *d = pv_device(o.dev);
-    if (!d)
-        return PV_cudaErrorInvalidDevice;
-    return surface ? pv_call_SURF_DESTROY(d, value) : pv_call_TEX_DESTROY(d, value);
-}
-
-PV_API cudaError_t cudaDestroyTextureObject(cudaTextureObject_t t) { return pv_ret(destroy(t, 0)); }
-PV_API cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t s) { return pv_ret(destroy(s, 1)); }
-
-PV_API cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *out, cudaTextureObject_t t)
-{
-    struct texobj o;
-    if (!out || lookup(t, 0, &o, 0) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *out = o.res;
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *out, cudaTextureObject_t t)
-{
-    struct texobj o;
-    if (!out || lookup(t, 0, &o, 0) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *out = o.tex;
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *out, cudaTextureObject_t t)
-{
-    struct texobj o;
-    if (!out || lookup(t, 0, &o, 0) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *out = o.view;
-    return PV_SUCCESS;
-}
-
-static cudaError_t create_surface(cudaSurfaceObject_t *out, const struct cudaResourceDesc *r)
-{
-    if (!out || !r || r->resType != PV_cudaResourceTypeArray)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init();
-    struct res_loc loc;
-    if (err != PV_SUCCESS || (err = locate(r, &loc)) != PV_SUCCESS)
-        return err;
-    uint64_t value = 0;
-    err = pv_call_SURF_CREATE(loc.dev, loc.array, &value);
-    if (err == PV_SUCCESS && (err = remember(value, loc.dev->index, 1, r, NULL, NULL)) != PV_SUCCESS)
-        (void)pv_call_SURF_DESTROY(loc.dev, value);
-    if (err == PV_SUCCESS)
-        *out = value;
-    return err;
+    struct cudaChannelFormatDesc fmt;
+    if (r && t && t->filterMode == PV_cudaFilterModeLinear && t->readMode == PV_cudaReadModeElementType) {
+        pv_resource_format(r, &fmt);
+        if (fmt.x && fmt.f != PV_cudaChannelFormatKindFloat)
+            return pv_ret(PV_cudaErrorInvalidFilterSetting);
+    }
+    return pv_ret(pv_texture_create(out, r, t, v));
 }
 
 PV_API cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *out, const struct cudaResourceDesc *r)
 {
-    return pv_ret(create_surface(out, r));
+    return pv_ret(pv_surface_create(out, r));
+}
+
+PV_API cudaError_t cudaDestroyTextureObject(cudaTextureObject_t t) { return pv_ret(pv_texobj_destroy(t, 0)); }
+PV_API cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t s) { return pv_ret(pv_texobj_destroy(s, 1)); }
+
+PV_API cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *out, cudaTextureObject_t t)
+{
+    return pv_ret(out ? pv_texobj_descs(t, 0, out, NULL, NULL) : PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *out, cudaTextureObject_t t)
+{
+    return pv_ret(out ? pv_texobj_descs(t, 0, NULL, out, NULL) : PV_cudaErrorInvalidValue);
+}
+
+PV_API cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *out, cudaTextureObject_t t)
+{
+    return pv_ret(out ? pv_texobj_descs(t, 0, NULL, NULL, out) : PV_cudaErrorInvalidValue);
 }
 
 PV_API cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *out, cudaSurfaceObject_t s)
 {
-    struct texobj o;
-    if (!out || lookup(s, 1, &o, 0) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *out = o.res;
-    return PV_SUCCESS;
+    return pv_ret(out ? pv_texobj_descs(s, 1, out, NULL, NULL) : PV_cudaErrorInvalidValue);
 }
 
 PV_API cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *w, const struct cudaChannelFormatDesc *fmt,

@@ -101,25 +101,33 @@ PV_API CUresult cuDeviceGetByPCIBusId(CUdevice *out, const char *pci)
     return CUDA_ERROR_INVALID_DEVICE;
 }
 
-/* Peer access: copies between GPUs are staged through this process; kernels never see another GPU's memory. */
+/* Peer access (core peers.c): kernels of one GPU may use another's memory between GPUs of one daemon whose
+ * snapshot says so; copies between any two GPUs work whatever this says. */
 PV_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
 {
-    struct pv_device *d;
+    struct pv_device *d, *p;
     CUresult r = can ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        r = device_of(peer, &d);
+        r = device_of(peer, &p);
     if (r == CUDA_SUCCESS)
-        *can = 0;
+        *can = pv_peer_possible(d, p);
     return r;
 }
 
+enum { P2P_PERFORMANCE_RANK = 1, P2P_ACCESS_SUPPORTED = 2, P2P_NATIVE_ATOMIC_SUPPORTED = 3,
+       P2P_CUDA_ARRAY_ACCESS_SUPPORTED = 4, P2P_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED = 5 };
+
 PV_API CUresult cuDeviceGetP2PAttribute(int *value, int attr, CUdevice a, CUdevice b)
 {
-    struct pv_device *d;
+    struct pv_device *d, *p;
     CUresult r = value ? device_of(a, &d) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        r = device_of(b, &d);
-    if (r == CUDA_SUCCESS)
-        *value = 0;
-    return r;
+        r = device_of(b, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (attr < P2P_PERFORMANCE_RANK || attr > P2P_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED || d == p)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* a rank of 0 and no native peer atomics are promised; access as cuDeviceCanAccessPeer answers */
+    *value = attr == P2P_PERFORMANCE_RANK ? 0 : attr == P2P_ACCESS_SUPPORTED ? pv_peer_possible(d, p) : 0;
+    return CUDA_SUCCESS;
 }

@@ -5,47 +5,26 @@
  * context's device, its module loaded there on first use. */
 #include "driver.h"
 
-#define PARAM_END 0
-#define PARAM_BUFFER_POINTER 1
-#define PARAM_BUFFER_SIZE 2
-
-/* The packed parameter buffer named by extra; CUDA_ERROR_INVALID_VALUE unless it names both buffer and size. */
-static CUresult extra_buffer(void **extra, const void **buf, size_t *len)
-{
-    const void *b = NULL;
-    const size_t *n = NULL;
-    for (int i = 0; i < 64 && (uintptr_t)extra[i] != PARAM_END; i += 2) {
-        if ((uintptr_t)extra[i] == PARAM_BUFFER_POINTER)
-            b = extra[i + 1];
-        else if ((uintptr_t)extra[i] == PARAM_BUFFER_SIZE)
-            n = extra[i + 1];
-        else
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (!b || !n)
-        return CUDA_ERROR_INVALID_VALUE;
-    *buf = b;
-    *len = *n;
-    return CUDA_SUCCESS;
-}
-
-static CUresult launch(struct pv_func *f, dim3 grid, dim3 block, unsigned shmem, CUstream s, void **params,
-                       void **extra)
+/* On a capturing stream the launch becomes a kernel node (checked and packed now, as CUDA does). */
+static CUresult launch(CUfunction h, dim3 grid, dim3 block, unsigned shmem, CUstream s, void **params, void **extra)
 {
     struct pv_device *d, *sd = NULL;
     CUresult r = drv_cur_device(&d);
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pv_func_valid(f))
-        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    struct pv_func *f = drv_func_of(h, d);
+    if (!f)
+        return drv_func_error(h);
     uint64_t stream = 0;
     if (pv_stream_resolve(s, d, &stream, &sd) != PV_SUCCESS || sd != d)
         return CUDA_ERROR_INVALID_HANDLE;
     if (params && extra)
         return CUDA_ERROR_INVALID_VALUE;
+    if (pv_capturing(s))
+        return drv_result(pv_capture_launch(s, f, d, grid, block, shmem, params, extra));
     const void *packed = NULL;
     size_t len = 0;
-    if (extra && (r = extra_buffer(extra, &packed, &len)) != CUDA_SUCCESS)
+    if (extra && (r = drv_result(pv_launch_extra(extra, &packed, &len))) != CUDA_SUCCESS)
         return r;
     return drv_result(pv_launch(f, d, grid, block, shmem, stream, params, packed, len));
 }
@@ -88,14 +67,15 @@ PV_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, voi
     return launch_ex(c, f, params, extra);
 }
 
-static CUresult occupancy(int *n, CUfunction f, int block, size_t dyn)
+static CUresult occupancy(int *n, CUfunction h, int block, size_t dyn)
 {
     struct pv_device *d;
     CUresult r = n ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pv_func_valid(f))
-        return drv_result(PV_cudaErrorInvalidDeviceFunction);
+    struct pv_func *f = drv_func_of(h, d);
+    if (!f)
+        return drv_func_error(h);
     struct pv_kinfo *ki;
     r = drv_result(pv_kinfo_get(f, d, &ki));
     if (r == CUDA_SUCCESS)

@@ -1,7 +1,8 @@
-/* Memory: device allocations in the current context's device, host (pinned) memory, every copy and memset of the
- * driver API (all on the core's copy.c: fire-and-forget host-to-device data, device-to-host copies that wait),
- * address ranges and pointer attributes from the core's allocation table. The _ptds/_ptsz twins are the same calls:
- * the daemon serializes a device's work, so the per-thread default stream and the legacy one coincide. */
+/* Memory: device allocations in the current context's device, host (pinned or mapped) memory, every 1D/2D/3D copy
+ * and memset of the driver API (on the core's copies: fire-and-forget host-to-device data, device-to-host copies
+ * that wait; on a capturing stream they become graph nodes), address ranges and pointer attributes from what the
+ * core knows of an address. The _ptds/_ptsz twins are the same calls: the daemon serializes a device's work, so the
+ * per-thread default stream and the legacy one coincide. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,21 +33,6 @@ PV_API CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size)
     return r == CUDA_SUCCESS ? alloc_on(d, size, out) : r;
 }
 
-/* Stream-ordered allocation: a device's work runs in arrival order on the daemon, so an allocation made now and a
- * free sent now are ordered after all work already submitted to the stream (as libvcudart's cudaMallocAsync). */
-static CUresult alloc_async(CUdeviceptr *out, size_t size, CUstream s)
-{
-    struct pv_device *d;
-    uint64_t remote;
-    CUresult r = out ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        r = drv_result(pv_stream_target(s, &d, &remote));
-    return r == CUDA_SUCCESS ? alloc_on(d, size, out) : r;
-}
-
-PV_API CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, CUstream s) { return alloc_async(out, size, s); }
-PV_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *out, size_t size, CUstream s) { return alloc_async(out, size, s); }
-
 PV_API CUresult cuMemAllocPitch_v2(CUdeviceptr *out, size_t *pitch, size_t width, size_t height, unsigned elem)
 {
     if (!pitch || (elem != 4 && elem != 8 && elem != 16))
@@ -58,26 +44,11 @@ PV_API CUresult cuMemAllocPitch_v2(CUdeviceptr *out, size_t *pitch, size_t width
     return r;
 }
 
+/* Device memory of every kind: plain, from a pool (it leaves its pool), managed. */
 PV_API CUresult cuMemFree_v2(CUdeviceptr p)
 {
-    CUresult r = drv_ready();
-    if (r != CUDA_SUCCESS || p == 0)
-        return r;
-    struct pv_alloc a;
-    if (pv_alloc_find(p, &a) != 0 || a.dev < 0 || a.ptr != p)
-        return CUDA_ERROR_INVALID_VALUE;
-    cudaError_t err = pv_call_FREE(pv_device(a.dev), p);
-    int dev;
-    pv_alloc_remove(p, &dev);   /* forgotten whatever the answer, as libvcudart does (see cudaFree) */
-    return drv_result(err);
+    DRV_RETURN(pv_mem_free(PTR(p)));
 }
-
-PV_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
-{
-    return pv_stream_ok(s) ? cuMemFree_v2(p) : CUDA_ERROR_INVALID_HANDLE;
-}
-
-PV_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
 
 PV_API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
 {
@@ -101,49 +72,57 @@ PV_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
     CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
-    struct pv_alloc a;
-    if (pv_alloc_find(p, &a) != 0 || a.dev < 0)
+    struct pv_ptr_info pi;
+    pv_ptr_classify(PTR(p), &pi);
+    if (pi.type != PV_PTR_DEVICE && pi.type != PV_PTR_MANAGED)
         return CUDA_ERROR_NOT_FOUND;
     if (base)
-        *base = a.ptr;
+        *base = pi.base;
     if (size)
-        *size = a.size;
+        *size = pi.size;
     return CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------------------------ host memory */
+/* CU_MEMHOSTALLOC_DEVICEMAP (2, cudaHostAllocMapped's number) gives the memory a coherent device copy. */
 PV_API CUresult cuMemHostAlloc(void **out, size_t size, unsigned flags)
 {
     CUresult r = out ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
-    return r == CUDA_SUCCESS ? drv_result(pv_host_alloc(size, flags, out)) : r;
+    return r == CUDA_SUCCESS ? drv_result(pv_mem_host_alloc(out, size, flags)) : r;
 }
 
 PV_API CUresult cuMemAllocHost_v2(void **out, size_t size) { return cuMemHostAlloc(out, size, 0); }
 
 PV_API CUresult cuMemFreeHost(void *p)
 {
-    CUresult r = drv_ready();
-    return r == CUDA_SUCCESS ? drv_result(pv_host_free(p)) : r;
+    DRV_RETURN(pv_mem_free_host(p));
 }
 
 PV_API CUresult cuMemHostGetFlags(unsigned *flags, void *p)
 {
     CUresult r = flags ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
-    return r == CUDA_SUCCESS ? drv_result(pv_host_flags(p, flags)) : r;
+    return r == CUDA_SUCCESS ? drv_result(pv_mem_host_flags(p, flags)) : r;
 }
 
-/* Pinning has no meaning on a client whose GPUs are remote: registration succeeds and changes nothing. */
+/* Pinning has no meaning on a client whose GPUs are remote: plain registration changes nothing; with
+ * CU_MEMHOSTREGISTER_DEVICEMAP the memory gets a coherent device copy (core managed.c). */
 PV_API CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
 {
-    (void)flags;
-    CUresult r = drv_ready();
-    return r == CUDA_SUCCESS && (!p || !size) ? CUDA_ERROR_INVALID_VALUE : r;
+    DRV_RETURN(pv_host_register(p, size, flags));
 }
 
 PV_API CUresult cuMemHostUnregister(void *p)
 {
-    CUresult r = drv_ready();
-    return r == CUDA_SUCCESS && !p ? CUDA_ERROR_INVALID_VALUE : r;
+    DRV_RETURN(pv_host_unregister(p));
+}
+
+PV_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *out, void *p, unsigned flags)
+{
+    CUresult r = out && !flags ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    void *dev;
+    if (r == CUDA_SUCCESS && (r = drv_result(pv_host_device_pointer(p, &dev))) == CUDA_SUCCESS)
+        *out = (CUdeviceptr)(uintptr_t)dev;
+    return r;
 }
 
 /* ------------------------------------------------------------------------------------------ 1D copies */
@@ -152,6 +131,8 @@ static CUresult copy(void *dst, const void *src, size_t n, int kind, CUstream s)
     CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
+    if (pv_capturing(s))
+        return drv_result(pv_capture_copy1d(s, dst, src, n, kind));
     if (n == 0)
         return CUDA_SUCCESS;
     return drv_result(pv_memcpy(dst, src, n, kind, s, s != NULL));
@@ -193,6 +174,8 @@ static CUresult peer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext s
         return CUDA_ERROR_INVALID_HANDLE;
     if (pv_dev_range(PTR(dst), n, &chk) != 0 || chk != dd || pv_dev_range(PTR(src), n, &chk) != 0 || chk != sd)
         return CUDA_ERROR_INVALID_VALUE;
+    if (pv_capturing(s))
+        return drv_result(pv_capture_copy1d(s, PTR(dst), PTR(src), n, cudaMemcpyDefault));
     return drv_result(pv_copy_d2d(dd, dst, sd, src, n, 0));
 }
 
@@ -204,51 +187,24 @@ PEER(cuMemcpyPeer_ptds) { return peer(dst, dc, src, sc, n, NULL); }
 PEER(cuMemcpyPeerAsync, CUstream s) { return peer(dst, dc, src, sc, n, s); }
 PEER(cuMemcpyPeerAsync_ptsz, CUstream s) { return peer(dst, dc, src, sc, n, s); }
 
-/* ------------------------------------------------------------------------------------------ 2D copies */
-/* One side of a CUDA_MEMCPY2D: its address (offsets applied) and whether it is device memory. */
-static CUresult side(int type, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch,
-                     const char **addr, int *is_dev)
+/* ------------------------------------------------------------------------------------------ 2D and 3D copies */
+/* Every 2D/3D form, arrays included, is the core's 3D copy (captured on a capturing stream). */
+static CUresult copy3d(const struct cudaMemcpy3DParms *p, CUresult conv, CUstream s)
 {
-    switch (type) {
-    case CU_MEMORYTYPE_HOST:
-        *addr = host;
-        *is_dev = 0;
-        break;
-    case CU_MEMORYTYPE_DEVICE:
-        *addr = PTR(dev);
-        *is_dev = 1;
-        break;
-    case CU_MEMORYTYPE_UNIFIED:
-        *addr = PTR(dev);
-        *is_dev = pv_is_device_ptr(*addr);
-        break;
-    default:   /* CUDA arrays are not supported */
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    if (!*addr)
-        return CUDA_ERROR_INVALID_VALUE;
-    *addr += y * pitch + x;
-    return CUDA_SUCCESS;
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS || (r = conv) != CUDA_SUCCESS)
+        return r;
+    return drv_result(pv_memcpy3d(p, s));
 }
 
 static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s)
 {
-    CUresult r = c ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
-    if (r != CUDA_SUCCESS)
-        return r;
+    struct cudaMemcpy3DParms p;
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
     if (c->WidthInBytes == 0 || c->Height == 0)
-        return CUDA_SUCCESS;
-    const char *src, *dst;
-    int sdev, ddev;
-    r = side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch, &src, &sdev);
-    if (r == CUDA_SUCCESS)
-        r = side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch, &dst, &ddev);
-    if (r != CUDA_SUCCESS)
-        return r;
-    int kind = ddev ? (sdev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                    : (sdev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-    size_t spitch = c->Height > 1 ? c->srcPitch : c->WidthInBytes, dpitch = c->Height > 1 ? c->dstPitch : c->WidthInBytes;
-    return drv_result(pv_memcpy2d((void *)dst, dpitch, src, spitch, c->WidthInBytes, c->Height, kind, s));
+        return drv_ready();
+    return copy3d(&p, drv_copy2d_in(c, &p), s);
 }
 
 PV_API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL); }
@@ -258,6 +214,43 @@ PV_API CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { return cop
 PV_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s); }
 PV_API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s); }
 
+static CUresult copy3d_drv(const CUDA_MEMCPY3D *c, CUstream s)
+{
+    struct cudaMemcpy3DParms p;
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->WidthInBytes == 0 || c->Height == 0 || c->Depth == 0)
+        return drv_ready();
+    return copy3d(&p, drv_copy3d_in(c, &p), s);
+}
+
+PV_API CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { return copy3d_drv(c, NULL); }
+PV_API CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { return copy3d_drv(c, NULL); }
+PV_API CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d_drv(c, s); }
+PV_API CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d_drv(c, s); }
+
+/* The peer form names the contexts of both sides; pointers carry their GPU here, so they are only checked. */
+static CUresult copy3d_peer(const CUDA_MEMCPY3D_PEER *c, CUstream s)
+{
+    struct pv_device *d;
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = drv_ctx_device(c->srcContext, &d);
+    if (r == CUDA_SUCCESS)
+        r = drv_ctx_device(c->dstContext, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUDA_MEMCPY3D plain;
+    memcpy(&plain, c, sizeof plain);             /* the same layout; the contexts sit in the reserved fields */
+    plain.reserved0 = plain.reserved1 = NULL;
+    return copy3d_drv(&plain, s);
+}
+
+PV_API CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *c) { return copy3d_peer(c, NULL); }
+PV_API CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *c) { return copy3d_peer(c, NULL); }
+PV_API CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *c, CUstream s) { return copy3d_peer(c, s); }
+PV_API CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *c, CUstream s) { return copy3d_peer(c, s); }
+
 /* ------------------------------------------------------------------------------------------ memset */
 static CUresult set(CUdeviceptr p, size_t pitch, unsigned value, int elem, size_t width, size_t height, CUstream s)
 {
@@ -266,7 +259,8 @@ static CUresult set(CUdeviceptr p, size_t pitch, unsigned value, int elem, size_
         return r;
     if (p % (unsigned)elem || (height > 1 && pitch % (unsigned)elem))
         return CUDA_ERROR_INVALID_VALUE;
-    return drv_result(pv_memset(PTR(p), pitch, value, elem, width, height, s));
+    struct cudaMemsetParams m = { PTR(p), pitch, value, (unsigned)elem, width, height };
+    return drv_result(pv_memset_any(&m, s));
 }
 
 #define SET1(name, T, elem, ...)                                                                                 \
@@ -304,53 +298,53 @@ enum { PA_CONTEXT = 1, PA_MEMORY_TYPE = 2, PA_DEVICE_POINTER = 3, PA_HOST_POINTE
        PA_BUFFER_ID = 7, PA_IS_MANAGED = 8, PA_DEVICE_ORDINAL = 9, PA_RANGE_START_ADDR = 11, PA_RANGE_SIZE = 12,
        PA_MAPPED = 13 };
 
-/* One attribute of p; CUDA_ERROR_INVALID_VALUE when p is not memory this process knows, or the attribute does not
- * apply (a host pointer of device memory). unknown: p is in no allocation. */
-static CUresult attribute(void *data, int attr, CUdeviceptr p, int *unknown)
+/* One attribute of what the core knows about p; CUDA_ERROR_INVALID_VALUE when p is no memory this process knows
+ * (except the attributes CUDA answers for any address), or the attribute does not apply (the host pointer of device
+ * memory). Managed memory is device memory that IS_MANAGED, with the same address on both sides. */
+static CUresult attribute(void *data, int attr, const struct pv_ptr_info *pi)
 {
-    struct pv_alloc a;
-    *unknown = pv_alloc_find(p, &a) != 0;
-    int is_dev = !*unknown && a.dev >= 0, dev = *unknown ? -2 : is_dev ? a.dev : pv_tls_device();
+    int known = pi->type != PV_PTR_UNKNOWN, on_dev = pi->type == PV_PTR_DEVICE || pi->type == PV_PTR_MANAGED;
     void *ptr;
     int v;
+    uint64_t u;
     switch (attr) {
     case PA_CONTEXT:
-        ptr = *unknown ? NULL : is_dev ? (void *)drv_primary(dev) : (void *)drv_ctx_top();
+        ptr = !known ? NULL : on_dev ? (void *)drv_primary(pi->device) : (void *)drv_ctx_top();
         memcpy(data, &ptr, sizeof ptr);
-        break;
+        return CUDA_SUCCESS;
     case PA_MEMORY_TYPE:
-        v = *unknown ? 0 : is_dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        v = !known ? 0 : on_dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
         memcpy(data, &v, sizeof v);
-        break;
+        return CUDA_SUCCESS;
+    case PA_DEVICE_ORDINAL:
+        memcpy(data, &pi->device, sizeof pi->device);
+        return CUDA_SUCCESS;
     case PA_DEVICE_POINTER:
     case PA_HOST_POINTER:
-        if (*unknown || is_dev != (attr == PA_DEVICE_POINTER))
+        u = attr == PA_DEVICE_POINTER ? pi->dev : pi->host;
+        if (!known || !u)
             return CUDA_ERROR_INVALID_VALUE;
-        memcpy(data, &p, sizeof p);
-        break;
-    case PA_DEVICE_ORDINAL:
-        memcpy(data, &dev, sizeof dev);
-        break;
+        memcpy(data, &u, sizeof u);
+        return CUDA_SUCCESS;
     case PA_RANGE_START_ADDR:
     case PA_RANGE_SIZE:
     case PA_BUFFER_ID:
-        if (*unknown)
+        if (!known)
             return CUDA_ERROR_INVALID_VALUE;
-        memcpy(data, attr == PA_RANGE_SIZE ? &a.size : &a.ptr, 8);
-        break;
+        u = attr == PA_RANGE_SIZE ? pi->size : pi->base;
+        memcpy(data, &u, sizeof u);
+        return CUDA_SUCCESS;
     case PA_SYNC_MEMOPS:
     case PA_IS_MANAGED:
     case PA_MAPPED:
         /* "a boolean" in cuda.h, four bytes in practice: NVIDIA's runtime reads an unsigned int (a one-byte
          * answer left its upper bytes as garbage and turned pinned memory into managed memory) */
-        v = attr == PA_MAPPED && !*unknown;
+        v = attr == PA_MAPPED ? known : attr == PA_IS_MANAGED ? pi->type == PV_PTR_MANAGED : 0;
         memcpy(data, &v, sizeof v);
-        break;
+        return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    return *unknown && attr != PA_DEVICE_ORDINAL && attr != PA_MEMORY_TYPE && attr != PA_CONTEXT
-               ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 PV_API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p)
@@ -358,20 +352,22 @@ PV_API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p)
     CUresult r = data ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
-    int unknown;
-    r = attribute(data, attr, p, &unknown);
-    return unknown ? CUDA_ERROR_INVALID_VALUE : r;
+    struct pv_ptr_info pi;
+    pv_ptr_classify(PTR(p), &pi);
+    r = attribute(data, attr, &pi);
+    return pi.type == PV_PTR_UNKNOWN && r != CUDA_ERROR_NOT_SUPPORTED ? CUDA_ERROR_INVALID_VALUE : r;
 }
 
 /* As CUDA: memory this process does not know is not an error here; its attributes read as empty (type 0). */
 PV_API CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p)
 {
     CUresult r = attrs && data ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    struct pv_ptr_info pi;
+    pv_ptr_classify(PTR(p), &pi);
     for (unsigned i = 0; r == CUDA_SUCCESS && i < n; i++) {
-        int unknown;
         if (!data[i])
             continue;
-        CUresult e = attribute(data[i], attrs[i], p, &unknown);
+        CUresult e = attribute(data[i], attrs[i], &pi);
         if (e == CUDA_ERROR_NOT_SUPPORTED)
             return e;
         if (e != CUDA_SUCCESS)

@@ -1,8 +1,10 @@
 /* Modules, libraries, kernels and functions, on the core's module registry (the same one libvcudart's fatbin
- * registration fills). A module is loaded on the current context's device at once (MODULE_LOAD, so load errors
- * surface here, as in CUDA); a library is only recorded, and loaded on a device when one of its kernels is first
- * used there: NVIDIA's runtime loads every fatbin with cuLibraryLoadData, possibly before any context exists.
- * CUfunction and CUkernel are the same registry object; the device comes from the current context at use. */
+ * registration fills). A module belongs to the context current at its load and is loaded on that context's device
+ * at once (MODULE_LOAD, so load errors surface here, as in CUDA); it is unloaded with its context. A library is only
+ * recorded, and loaded on a device when one of its kernels is first used there: NVIDIA's runtime loads every fatbin
+ * with cuLibraryLoadData, possibly before any context exists. A CUkernel is the registry's kernel, usable on any
+ * device; a CUfunction is that kernel bound to one device (its module's, or the context's of cuKernelGetFunction),
+ * and used on another device it is CUDA_ERROR_INVALID_HANDLE. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,22 +15,46 @@
 enum { JIT_OPTION_LIBRARY_BINARY_IS_PRESERVED = 1 };   /* CU_LIBRARY_BINARY_IS_PRESERVED */
 enum { CU_MODULE_EAGER_LOADING = 1 };
 
+/* Every live module and library, for the end of the context that loaded it. */
+static struct pv_dmod *dmods;
+static pthread_mutex_t dmods_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static int dmod_valid(const struct pv_dmod *m)
 {
     return m && pv_handle_valid(m) && m->magic == PV_DMOD_MAGIC;
 }
 
-static CUresult dmod_new(struct pv_fatbin *fb, int library, struct pv_dmod **out)
+/* A module of context ctx on device dev, or a library (ctx NULL, dev -1). */
+static CUresult dmod_new(struct pv_fatbin *fb, struct pv_ctx *ctx, int dev, struct pv_dmod **out)
 {
     struct pv_dmod *m = calloc(1, sizeof *m);
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->magic = PV_DMOD_MAGIC;
     m->fb = fb;
-    m->library = library;
+    m->library = dev < 0;
+    m->ctx = ctx;
+    m->dev = dev;
+    pthread_mutex_lock(&dmods_mu);
+    m->next = dmods;
+    dmods = m;
+    pthread_mutex_unlock(&dmods_mu);
     pv_handle_add(m);
     *out = m;
     return CUDA_SUCCESS;
+}
+
+static int dmod_forget(struct pv_dmod *m)       /* out of the list; 0 when it was there */
+{
+    pthread_mutex_lock(&dmods_mu);
+    struct pv_dmod **pp = &dmods;
+    while (*pp && *pp != m)
+        pp = &(*pp)->next;
+    int found = *pp != NULL;
+    if (found)
+        *pp = m->next;
+    pthread_mutex_unlock(&dmods_mu);
+    return found ? 0 : -1;
 }
 
 /* A file's bytes, NUL-terminated (PTX is text), owned by the caller. */
@@ -65,7 +91,7 @@ static CUresult module_load(CUmodule *out, const void *image, int copy)
         return CUDA_ERROR_INVALID_IMAGE;
     r = drv_result(pv_module_ensure(fb, d));
     if (r == CUDA_SUCCESS)
-        r = dmod_new(fb, 0, out);
+        r = dmod_new(fb, drv_ctx_top(), d->index, out);
     if (r != CUDA_SUCCESS)
         pv_fatbin_unload(fb);
     return r;
@@ -97,13 +123,25 @@ static CUresult dmod_unload(struct pv_dmod *m)
     CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
-    if (!dmod_valid(m))
+    if (!dmod_valid(m) || pv_handle_remove(m) != 0 || dmod_forget(m) != 0)
         return CUDA_ERROR_INVALID_HANDLE;
-    pv_handle_remove(m);
     pv_fatbin_unload(m->fb);
     m->magic = 0;
     free(m);
     return CUDA_SUCCESS;
+}
+
+void drv_modules_release(struct pv_ctx *c)
+{
+    for (;;) {
+        pthread_mutex_lock(&dmods_mu);
+        struct pv_dmod *m = dmods;
+        while (m && (m->library || m->ctx != c))
+            m = m->next;
+        pthread_mutex_unlock(&dmods_mu);
+        if (!m || dmod_unload(m) != CUDA_SUCCESS)
+            return;
+    }
 }
 
 PV_API CUresult cuModuleUnload(CUmodule m) { return dmod_unload(m); }
@@ -116,13 +154,17 @@ PV_API CUresult cuModuleGetLoadingMode(int *mode)
     return CUDA_SUCCESS;
 }
 
-/* m loaded on the current context's device. */
+/* m on its device: a module's own; a library is loaded on the current context's device. */
 static CUresult loaded_here(struct pv_dmod *m, struct pv_device **d)
 {
-    CUresult r = drv_cur_device(d);
+    CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
     if (!dmod_valid(m))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->library && (r = drv_cur_device(d)) != CUDA_SUCCESS)
+        return r;
+    if (!m->library && !(*d = pv_device(m->dev)))
         return CUDA_ERROR_INVALID_HANDLE;
     return drv_result(pv_module_ensure(m->fb, *d));
 }
@@ -136,8 +178,8 @@ PV_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *nam
     struct pv_func *f = pv_fatbin_func(m->fb, name);
     if (!f || !f->dev[d->index])
         return CUDA_ERROR_NOT_FOUND;
-    *out = f;
-    return CUDA_SUCCESS;
+    *out = drv_func_handle(f, d->index);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static CUresult get_global(CUdeviceptr *dptr, size_t *bytes, struct pv_dmod *m, const char *name)
@@ -162,7 +204,7 @@ PV_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule 
 }
 
 /* Kernels of m present on the current context's device: their count, and up to n of them into out. */
-static CUresult kernels_here(struct pv_dmod *m, unsigned *count, struct pv_func **out, unsigned n)
+static CUresult kernels_here(struct pv_dmod *m, unsigned *count, void **out, unsigned n, int out_funcs)
 {
     struct pv_device *d;
     CUresult r = loaded_here(m, &d);
@@ -175,8 +217,8 @@ static CUresult kernels_here(struct pv_dmod *m, unsigned *count, struct pv_func 
             break;
         if (!f->dev[d->index])
             continue;
-        if (out && k < n)
-            out[k] = f;
+        if (out && k < n && !(out[k] = out_funcs ? drv_func_handle(f, d->index) : f))
+            return CUDA_ERROR_OUT_OF_MEMORY;
         k++;
     }
     *count = k;
@@ -185,13 +227,13 @@ static CUresult kernels_here(struct pv_dmod *m, unsigned *count, struct pv_func 
 
 PV_API CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule m)
 {
-    return count ? kernels_here(m, count, NULL, 0) : CUDA_ERROR_INVALID_VALUE;
+    return count ? kernels_here(m, count, NULL, 0, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 
 PV_API CUresult cuModuleEnumerateFunctions(CUfunction *out, unsigned n, CUmodule m)
 {
     unsigned count;
-    return out ? kernels_here(m, &count, out, n) : CUDA_ERROR_INVALID_VALUE;
+    return out ? kernels_here(m, &count, (void **)out, n, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------------------------------------------------ libraries */
@@ -214,7 +256,7 @@ PV_API CUresult cuLibraryLoadData(CUlibrary *out, const void *code, void *jit_op
     struct pv_fatbin *fb = pv_fatbin_from_image(code, !preserved(options, values, n));
     if (!fb)
         return CUDA_ERROR_INVALID_IMAGE;
-    return dmod_new(fb, 1, out);
+    return dmod_new(fb, NULL, -1, out);
 }
 
 PV_API CUresult cuLibraryLoadFromFile(CUlibrary *out, const char *path, void *jit_options, void **jit_values,
@@ -273,43 +315,88 @@ PV_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary l
 
 PV_API CUresult cuLibraryGetKernelCount(unsigned *count, CUlibrary lib)
 {
-    return count ? kernels_here(lib, count, NULL, 0) : CUDA_ERROR_INVALID_VALUE;
+    return count ? kernels_here(lib, count, NULL, 0, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 
 PV_API CUresult cuLibraryEnumerateKernels(CUkernel *out, unsigned n, CUlibrary lib)
 {
     unsigned count;
-    return out ? kernels_here(lib, &count, out, n) : CUDA_ERROR_INVALID_VALUE;
+    return out ? kernels_here(lib, &count, (void **)out, n, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------------------------------------------------ kernels, functions */
-/* The kernel info of f on device dev (-1: the current context's device), loading its module there. */
-static CUresult kinfo(struct pv_func *f, int dev, struct pv_device **d, struct pv_kinfo **ki)
+#define PV_DFUNC_MAGIC 0x44465543u
+struct pv_dfunc { uint32_t magic; struct pv_func *f; int dev; };   /* a CUfunction: kernel f bound to device dev */
+static pthread_mutex_t dfunc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct pv_dfunc *dfunc_of(const void *h)
 {
-    CUresult r = dev < 0 ? drv_cur_device(d) : drv_ready();
+    const struct pv_dfunc *df = h;
+    return df && pv_handle_valid(df) && df->magic == PV_DFUNC_MAGIC && pv_func_valid(df->f) ? (struct pv_dfunc *)df
+                                                                                          : NULL;
+}
+
+/* One handle per (kernel, device), kept in the kernel (its functions die with its module's unload). */
+CUfunction drv_func_handle(struct pv_func *f, int dev)
+{
+    pthread_mutex_lock(&dfunc_mu);
+    struct pv_dfunc *df = f->api_handle[dev];
+    if (!df && (df = calloc(1, sizeof *df))) {
+        *df = (struct pv_dfunc){ PV_DFUNC_MAGIC, f, dev };
+        pv_handle_add(df);
+        f->api_handle[dev] = df;
+    }
+    pthread_mutex_unlock(&dfunc_mu);
+    return (CUfunction)df;
+}
+
+struct pv_func *drv_func_of(const void *h, const struct pv_device *d)
+{
+    if (pv_func_valid(h))
+        return (struct pv_func *)h;            /* a CUkernel: any device */
+    struct pv_dfunc *df = dfunc_of(h);
+    return df && (!d || df->dev == d->index) ? df->f : NULL;
+}
+
+CUresult drv_func_error(const void *h)
+{
+    return dfunc_of(h) ? CUDA_ERROR_INVALID_HANDLE    /* a function of another device's context */
+                       : drv_result(PV_cudaErrorInvalidDeviceFunction);
+}
+
+/* The kernel info of handle h (a CUfunction: its device; a CUkernel: device dev, or -1 for the current context's),
+ * loading its module there. */
+static CUresult kinfo(const void *h, int dev, struct pv_device **d, struct pv_kinfo **ki)
+{
+    struct pv_dfunc *df = dfunc_of(h);
+    CUresult r = df || dev >= 0 ? drv_ready() : drv_cur_device(d);
     if (r != CUDA_SUCCESS)
         return r;
+    if (df)
+        dev = df->dev;
     if (dev >= 0 && !(*d = pv_device(dev)))
         return CUDA_ERROR_INVALID_DEVICE;
-    if (!pv_func_valid(f))
+    struct pv_func *f = df ? df->f : pv_func_valid(h) ? (struct pv_func *)h : NULL;
+    if (!f)
         return drv_result(PV_cudaErrorInvalidDeviceFunction);
     return drv_result(pv_kinfo_get(f, *d, ki));
 }
 
+/* The kernel in the current context: a function of that context's device. */
 PV_API CUresult cuKernelGetFunction(CUfunction *out, CUkernel k)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
     CUresult r = out ? kinfo(k, -1, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        *out = k;
+    if (r == CUDA_SUCCESS && !(*out = drv_func_handle(drv_func_of(k, NULL), d->index)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     return r;
 }
 
 enum { FA_MAX_THREADS = 0, FA_SHARED = 1, FA_CONST = 2, FA_LOCAL = 3, FA_REGS = 4, FA_PTX = 5, FA_BINARY = 6,
        FA_CACHE_MODE_CA = 7, FA_MAX_DYN_SHARED = 8, FA_CARVEOUT = 9, FA_LAST = 15 };
 
-static CUresult get_attr(int *v, int attr, struct pv_func *f, int dev)
+static CUresult get_attr(int *v, int attr, const void *f, int dev)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
@@ -340,7 +427,7 @@ PV_API CUresult cuKernelGetAttribute(int *v, int attr, CUkernel k, CUdevice dev)
     return get_attr(v, attr, k, dev);
 }
 
-static CUresult set_attr(struct pv_func *f, int dev, int attr, int value)
+static CUresult set_attr(const void *f, int dev, int attr, int value)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
@@ -360,7 +447,7 @@ PV_API CUresult cuFuncSetCacheConfig(CUfunction f, int config)
     CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pv_func_valid(f))
+    if (!drv_func_of(f, NULL))
         return drv_result(PV_cudaErrorInvalidDeviceFunction);
     return config < 0 || config > 3 ? CUDA_ERROR_INVALID_VALUE : r;
 }
@@ -373,7 +460,7 @@ PV_API CUresult cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev)
     return pv_device(dev) ? cuFuncSetCacheConfig(k, config) : CUDA_ERROR_INVALID_DEVICE;
 }
 
-static CUresult param_info(struct pv_func *f, size_t index, size_t *offset, size_t *size)
+static CUresult param_info(const void *f, size_t index, size_t *offset, size_t *size)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
@@ -398,12 +485,13 @@ PV_API CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *off, size_t *
     return param_info(k, i, off, size);
 }
 
-static CUresult get_name(const char **out, struct pv_func *f)
+static CUresult get_name(const char **out, const void *h)
 {
     CUresult r = out ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pv_func_valid(f))
+    struct pv_func *f = drv_func_of(h, NULL);
+    if (!f)
         return drv_result(PV_cudaErrorInvalidDeviceFunction);
     *out = f->name;
     return CUDA_SUCCESS;
@@ -411,3 +499,32 @@ static CUresult get_name(const char **out, struct pv_func *f)
 
 PV_API CUresult cuFuncGetName(const char **out, CUfunction f) { return get_name(out, f); }
 PV_API CUresult cuKernelGetName(const char **out, CUkernel k) { return get_name(out, k); }
+
+/* A __managed__ variable of a library: its storage on the current context's device (device 0 before any context:
+ * NVIDIA's runtime asks when it loads its fatbins), mirrored on the host at the same address (core managed.c). The
+ * first device that binds a variable keeps it. */
+PV_API CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
+{
+    CUresult r = name ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dmod_valid(lib))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct pv_ctx *c = drv_ctx_top();
+    struct pv_device *d = pv_device(c ? c->dev : pv_tls_device());
+    if (!d)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if ((r = drv_result(pv_module_ensure(lib->fb, d))) != CUDA_SUCCESS)
+        return r;
+    struct pv_var *v = pv_fatbin_var(lib->fb, name);
+    void *host;
+    if (!v)
+        return CUDA_ERROR_NOT_FOUND;
+    if ((r = drv_result(pv_managed_var_bind(v, d, &host))) != CUDA_SUCCESS)
+        return r;
+    if (dptr)
+        *dptr = (CUdeviceptr)(uintptr_t)host;
+    if (bytes)
+        *bytes = v->size;
+    return CUDA_SUCCESS;
+}

@@ -1,6 +1,7 @@
 /* Streams and events on the core's streams.c: new ones belong to the current context's device (the context made
  * that device the thread's current one). Host functions and callbacks run on the calling thread once the stream's
- * earlier work has completed, so later work of the stream is ordered after them. */
+ * earlier work has completed, so later work of the stream is ordered after them. Stream capture is the core's
+ * (capture.c): on a capturing stream, work becomes graph nodes and events carry fork/join dependencies. */
 #include "driver.h"
 
 /* Checks shared by every entry point: initialized, and a current context when one is needed. */
@@ -21,6 +22,8 @@ PV_API CUresult cuStreamCreate(CUstream *out, unsigned flags) { return cuStreamC
 PV_API CUresult cuStreamDestroy_v2(CUstream s)
 {
     CUresult r = drv_ready();
+    if (r == CUDA_SUCCESS && (uintptr_t)s > 2 && pv_stream_ok(s))
+        pv_capture_stream_forget(s);
     return r == CUDA_SUCCESS ? drv_result(pv_stream_destroy(s)) : r;
 }
 
@@ -30,22 +33,33 @@ static CUresult stream_ready(CUstream s)
     return (uintptr_t)s <= 2 ? need_ctx() : drv_ready();
 }
 
+/* A synchronization of a capturing stream invalidates its capture; kept pool blocks above their thresholds go. */
 PV_API CUresult cuStreamSynchronize(CUstream s)
 {
     CUresult r = stream_ready(s);
-    return r == CUDA_SUCCESS ? drv_result(pv_stream_sync(s)) : r;
+    return r == CUDA_SUCCESS ? drv_result(pv_sync_stream(s)) : r;
 }
 
 PV_API CUresult cuStreamQuery(CUstream s)
 {
     CUresult r = stream_ready(s);
-    return r == CUDA_SUCCESS ? drv_result(pv_stream_query(s)) : r;
+    if (r != CUDA_SUCCESS)
+        return r;
+    cudaError_t err = pv_capture_forbid(s);
+    return drv_result(err == PV_SUCCESS ? pv_stream_query(s) : err);
 }
 
 PV_API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 {
     CUresult r = stream_ready(s);
-    return r == CUDA_SUCCESS ? drv_result(pv_stream_wait_event(s, e, flags)) : r;
+    if (r != CUDA_SUCCESS)
+        return r;
+    cudaError_t err;
+    if (!pv_event_ok(e) || !pv_stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (pv_capture_wait_event(s, e, flags, &err))
+        return drv_result(err);
+    return drv_result(pv_stream_wait_run(s, e, flags));
 }
 
 PV_API CUresult cuStreamGetFlags(CUstream s, unsigned *flags)
@@ -78,18 +92,32 @@ PV_API CUresult cuStreamGetDevice(CUstream s, CUdevice *dev)
     return r;
 }
 
+/* The context that made the stream (its owner), or the current one for the default streams. */
 PV_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx)
 {
     CUdevice dev;
     CUresult r = ctx ? cuStreamGetDevice(s, &dev) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        *ctx = (uintptr_t)s <= 2 ? drv_ctx_top() : drv_primary(dev);
+        *ctx = (uintptr_t)s <= 2 ? drv_ctx_top() : s->owner ? (CUcontext)s->owner : drv_primary(dev);
+    return r;
+}
+
+/* No green contexts here: a stream's green context is always NULL. */
+PV_API CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *ctx, void **green)
+{
+    CUresult r = cuStreamGetCtx(s, ctx);
+    if (r == CUDA_SUCCESS && green)
+        *green = NULL;
     return r;
 }
 
 PV_API CUresult cuLaunchHostFunc(CUstream s, void (*fn)(void *), void *user)
 {
-    CUresult r = fn ? cuStreamSynchronize(s) : CUDA_ERROR_INVALID_VALUE;
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (pv_capturing(s))
+        return drv_result(pv_capture_host(s, fn, user));
+    CUresult r = cuStreamSynchronize(s);
     if (r == CUDA_SUCCESS)
         fn(user);
     return r;
@@ -98,6 +126,8 @@ PV_API CUresult cuLaunchHostFunc(CUstream s, void (*fn)(void *), void *user)
 PV_API CUresult cuStreamAddCallback(CUstream s, void (*cb)(CUstream, CUresult, void *), void *user, unsigned flags)
 {
     CUresult r = cb && flags == 0 ? stream_ready(s) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = drv_result(pv_capture_forbid(s));             /* callbacks cannot be captured; host functions can */
     if (r != CUDA_SUCCESS)
         return r;
     cudaError_t status = pv_stream_sync(s);
@@ -117,26 +147,30 @@ PV_API CUresult cuEventCreate(CUevent *out, unsigned flags)
 PV_API CUresult cuEventDestroy_v2(CUevent e)
 {
     CUresult r = drv_ready();
+    if (r == CUDA_SUCCESS && pv_event_ok(e))
+        pv_capture_event_forget(e);
     return r == CUDA_SUCCESS ? drv_result(pv_event_destroy(e)) : r;
 }
 
-PV_API CUresult cuEventRecord(CUevent e, CUstream s)
-{
-    CUresult r = drv_ready();
-    return r == CUDA_SUCCESS ? drv_result(pv_event_record(e, s)) : r;
-}
-
+/* CU_EVENT_RECORD_EXTERNAL (1) only matters to a capture (an event record node). */
 PV_API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags)
 {
-    (void)flags;
-    return cuEventRecord(e, s);
+    CUresult r = drv_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pv_event_ok(e) || !pv_stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    cudaError_t err;
+    if (pv_capture_event_record(e, s, flags, &err))
+        return drv_result(err);
+    return drv_result(pv_event_record(e, s));
 }
 
-PV_API CUresult cuEventSynchronize(CUevent e)
-{
-    CUresult r = drv_ready();
-    return r == CUDA_SUCCESS ? drv_result(pv_event_sync(e)) : r;
-}
+PV_API CUresult cuEventRecord(CUevent e, CUstream s) { return cuEventRecordWithFlags(e, s, 0); }
+
+PV_API CUresult cuEventSynchronize(CUevent e) { DRV_RETURN(pv_sync_event(e)); }
 
 PV_API CUresult cuEventQuery(CUevent e)
 {
@@ -161,6 +195,7 @@ PV_API CUresult cuStreamGetPriority_ptsz(CUstream s, int *p) { return cuStreamGe
 PV_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id) { return cuStreamGetId(s, id); }
 PV_API CUresult cuStreamGetDevice_ptsz(CUstream s, CUdevice *d) { return cuStreamGetDevice(s, d); }
 PV_API CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *c) { return cuStreamGetCtx(s, c); }
+PV_API CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *c, void **g) { return cuStreamGetCtx_v2(s, c, g); }
 PV_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
 PV_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned f) { return cuEventRecordWithFlags(e, s, f); }
 PV_API CUresult cuLaunchHostFunc_ptsz(CUstream s, void (*fn)(void *), void *u) { return cuLaunchHostFunc(s, fn, u); }
@@ -170,53 +205,96 @@ PV_API CUresult cuStreamAddCallback_ptsz(CUstream s, void (*cb)(CUstream, CUresu
 }
 
 /* ------------------------------------------------------------------------------------------ capture */
-/* Stream capture (CUDA graphs) is not supported, so no stream is ever capturing. */
-PV_API CUresult cuStreamIsCapturing(CUstream s, int *status)
+#define NODES(deps) ((struct pv_gnode *const *)(deps))
+enum { CU_STREAM_CAPTURE_MODE_GLOBAL = 0 };
+
+static CUresult begin(CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n, int mode)
 {
-    unsigned flags;
-    int priority;
-    CUresult r = status ? stream_ready(s) : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS && (r = drv_result(pv_stream_props(s, &flags, &priority))) == CUDA_SUCCESS)
-        *status = 0;   /* CU_STREAM_CAPTURE_STATUS_NONE */
-    return r;
+    DRV_RETURN(pv_capture_begin(s, g, NODES(deps), n, edges, mode));
 }
 
-PV_API CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) { return cuStreamIsCapturing(s, status); }
+PV_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { return begin(s, NULL, NULL, NULL, 0, mode); }
+PV_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { return begin(s, NULL, NULL, NULL, 0, mode); }
+PV_API CUresult cuStreamBeginCapture(CUstream s) { return begin(s, NULL, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL); }
+PV_API CUresult cuStreamBeginCapture_ptsz(CUstream s) { return cuStreamBeginCapture(s); }
 
-PV_API CUresult cuStreamGetCaptureInfo_v3(CUstream s, int *status, unsigned long long *id, void **graph,
-                                          const void **deps, const void **edges, size_t *ndeps)
+PV_API CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                            const CUgraphEdgeData *edges, size_t n, int mode)
 {
-    CUresult r = cuStreamIsCapturing(s, status);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (id)
-        *id = 0;
-    if (graph)
-        *graph = NULL;
-    if (deps)
-        *deps = NULL;
+    return pv_graph_of(g) ? begin(s, g, deps, edges, n, mode) : CUDA_ERROR_INVALID_VALUE;
+}
+PV_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges, size_t n, int mode)
+{
+    return cuStreamBeginCaptureToGraph(s, g, deps, edges, n, mode);
+}
+
+PV_API CUresult cuStreamEndCapture(CUstream s, CUgraph *out) { DRV_RETURN(pv_capture_end(s, out)); }
+PV_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *out) { DRV_RETURN(pv_capture_end(s, out)); }
+PV_API CUresult cuStreamIsCapturing(CUstream s, int *status) { DRV_RETURN(pv_capture_status(s, status)); }
+PV_API CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) { DRV_RETURN(pv_capture_status(s, status)); }
+
+/* v1: status and id; v2: and the graph and dependencies; v3: and their edge data (always the default kind). */
+static CUresult capture_info(CUstream s, int *status, unsigned long long *id, CUgraph *graph, const CUgraphNode **deps,
+                             const CUgraphEdgeData **edges, size_t *n)
+{
     if (edges)
         *edges = NULL;
-    if (ndeps)
-        *ndeps = 0;
-    return CUDA_SUCCESS;
+    DRV_RETURN(pv_capture_info(s, status, id, graph, (struct pv_gnode *const **)deps, n));
 }
 
-PV_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, int *status, unsigned long long *id, void **graph,
-                                               const void **deps, const void **edges, size_t *ndeps)
+PV_API CUresult cuStreamGetCaptureInfo_v3(CUstream s, int *status, unsigned long long *id, CUgraph *graph,
+                                          const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *n)
 {
-    return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, edges, ndeps);
+    return capture_info(s, status, id, graph, deps, edges, n);
+}
+PV_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, int *status, unsigned long long *id, CUgraph *graph,
+                                               const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *n)
+{
+    return capture_info(s, status, id, graph, deps, edges, n);
+}
+PV_API CUresult cuStreamGetCaptureInfo_v2(CUstream s, int *status, unsigned long long *id, CUgraph *graph,
+                                          const CUgraphNode **deps, size_t *n)
+{
+    return capture_info(s, status, id, graph, deps, NULL, n);
+}
+PV_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, int *status, unsigned long long *id, CUgraph *graph,
+                                               const CUgraphNode **deps, size_t *n)
+{
+    return capture_info(s, status, id, graph, deps, NULL, n);
+}
+PV_API CUresult cuStreamGetCaptureInfo(CUstream s, int *status, unsigned long long *id)
+{
+    return capture_info(s, status, id, NULL, NULL, NULL, NULL);
+}
+PV_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, int *status, unsigned long long *id)
+{
+    return capture_info(s, status, id, NULL, NULL, NULL, NULL);
 }
 
-/* The capture mode is a per-thread setting; with capture unsupported it only needs to round-trip. */
-static _Thread_local int capture_mode;
-PV_API CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+static CUresult update_deps(CUstream s, CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n, unsigned flags)
 {
-    CUresult r = mode && *mode >= 0 && *mode <= 2 ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS) {
-        int old = capture_mode;
-        capture_mode = *mode;
-        *mode = old;
-    }
-    return r;
+    DRV_RETURN(pv_capture_update_deps(s, NODES(deps), edges, n, flags));
 }
+
+PV_API CUresult cuStreamUpdateCaptureDependencies_v2(CUstream s, CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                                     size_t n, unsigned flags)
+{
+    return update_deps(s, deps, edges, n, flags);
+}
+PV_API CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream s, CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                                          size_t n, unsigned flags)
+{
+    return update_deps(s, deps, edges, n, flags);
+}
+PV_API CUresult cuStreamUpdateCaptureDependencies(CUstream s, CUgraphNode *deps, size_t n, unsigned flags)
+{
+    return update_deps(s, deps, NULL, n, flags);
+}
+PV_API CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream s, CUgraphNode *deps, size_t n, unsigned flags)
+{
+    return update_deps(s, deps, NULL, n, flags);
+}
+
+/* The capture mode is a per-thread setting shared with libvcudart (core capture.c). */
+PV_API CUresult cuThreadExchangeStreamCaptureMode(int *mode) { DRV_RETURN(pv_capture_exchange_mode(mode)); }

@@ -1,8 +1,12 @@
 /* Contexts. Every context of device d (its primary context and any created with cuCtxCreate) maps onto the one
  * context the daemon keeps for (this session, d): a CUcontext is a client object naming a device, its flags and,
  * for NVIDIA's runtime, its context-local storage. Each thread has a stack of current contexts; making a context
- * current also makes its device the thread's current device of the core, so libvcudart in the same process agrees.
- * Primary contexts are never freed (their handles stay valid across resets, as the runtime expects). */
+ * current also makes its device the thread's current device of the core, so libvcudart in the same process agrees,
+ * and the context the owner of what the thread allocates and creates (core pv_tls_owner): destroying a created
+ * context frees its allocations, streams, events and modules and leaves the others' alone. libvcudart's
+ * cudaSetDevice makes that device's primary context current, and a runtime call on a thread without a context binds
+ * its device's primary context, as NVIDIA's runtime does. Primary contexts are never freed (their handles stay
+ * valid across resets, as the runtime expects). */
 #include <stdlib.h>
 
 #include "driver.h"
@@ -14,6 +18,8 @@ static pthread_mutex_t primaries_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t next_ctx_id = 1;
 static _Thread_local struct pv_ctx *stack[CTX_DEPTH];
 static _Thread_local int depth;
+static _Thread_local unsigned seen_gen;          /* the core's device generation when this file last set it */
+static atomic_int created_on[PV_MAX_DEVICES];    /* live created contexts per device */
 
 struct pv_cls {                      /* one value of context-local storage */
     void *key, *value;
@@ -41,6 +47,8 @@ int drv_ctx_valid(const struct pv_ctx *c)
     return c && pv_handle_valid(c) && c->magic == PV_CTX_MAGIC;
 }
 
+static CUresult drv_valid_or(const struct pv_ctx *c, CUresult err) { return drv_ctx_valid(c) ? CUDA_SUCCESS : err; }
+
 struct pv_ctx *drv_primary(int dev)
 {
     if (dev < 0 || dev >= pv_device_count())
@@ -53,12 +61,41 @@ struct pv_ctx *drv_primary(int dev)
     return c;
 }
 
-struct pv_ctx *drv_ctx_top(void) { return depth ? stack[depth - 1] : NULL; }
-
+/* The thread's context changed here: the core's device and owner follow it (no context: the runtime binds again). */
 static void made_current(struct pv_ctx *c)
 {
-    if (c)
+    if (c) {
         pv_tls_set_device(c->dev);
+        pv_tls_set_owner(c->primary ? NULL : c);
+    } else {
+        pv_tls_set_owner(NULL);
+    }
+    pv_tls_set_runtime_bound(0);
+    seen_gen = pv_tls_device_gen();
+}
+
+/* What libvcudart did to this thread since: cudaSetDevice makes that device's primary context current (replacing the
+ * top of the stack), and a runtime call on a thread without a context binds its device's primary context. */
+static void follow_runtime(void)
+{
+    struct pv_ctx *p = NULL;
+    if (pv_tls_device_gen() != seen_gen || (!depth && pv_tls_runtime_bound()))
+        p = drv_primary(pv_tls_device());
+    if (!p)
+        return;
+    if (!depth)
+        depth = 1;
+    stack[depth - 1] = p;
+    pv_tls_set_owner(NULL);
+    seen_gen = pv_tls_device_gen();
+}
+
+static struct pv_ctx *top(void) { return depth ? stack[depth - 1] : NULL; }
+
+struct pv_ctx *drv_ctx_top(void)
+{
+    follow_runtime();
+    return top();
 }
 
 CUresult drv_ctx_device(struct pv_ctx *c, struct pv_device **out)
@@ -169,9 +206,11 @@ PV_API CUresult cuCtxSetCurrent(CUcontext c)
     CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
+    follow_runtime();
     if (!c) {
         if (depth)
             depth--;
+        made_current(top());
         return CUDA_SUCCESS;
     }
     if (!drv_ctx_valid(c))
@@ -190,6 +229,7 @@ PV_API CUresult cuCtxPushCurrent_v2(CUcontext c)
         return r;
     if (!drv_ctx_valid(c))
         return CUDA_ERROR_INVALID_CONTEXT;
+    follow_runtime();
     if (depth == CTX_DEPTH)
         return CUDA_ERROR_OUT_OF_MEMORY;
     stack[depth++] = c;
@@ -202,12 +242,13 @@ PV_API CUresult cuCtxPopCurrent_v2(CUcontext *out)
     CUresult r = drv_ready();
     if (r != CUDA_SUCCESS)
         return r;
+    follow_runtime();
     if (!depth)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct pv_ctx *c = stack[--depth];
     if (out)
         *out = c;
-    made_current(drv_ctx_top());
+    made_current(top());
     return CUDA_SUCCESS;
 }
 
@@ -221,11 +262,13 @@ static CUresult ctx_create(CUcontext *out, unsigned flags, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!pv_device(dev))
         return CUDA_ERROR_INVALID_DEVICE;
+    follow_runtime();
     if (depth == CTX_DEPTH)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct pv_ctx *c = ctx_new(dev, 0, flags);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    atomic_fetch_add(&created_on[dev], 1);
     stack[depth++] = c;
     made_current(c);
     *out = c;
@@ -249,8 +292,8 @@ PV_API CUresult cuCtxCreate_v4(CUcontext *out, void *params, unsigned flags, CUd
     return ctx_create(out, flags, dev);
 }
 
-/* The context's device-side resources stay with the daemon's (session, device) context until the device is reset
- * or the process ends: contexts of one device share it (docs/driver.md). */
+/* Everything the context made goes: its allocations, streams and events (core pv_owner_release) and its modules;
+ * the daemon's context of the device stays for the device's other contexts. */
 PV_API CUresult cuCtxDestroy_v2(CUcontext c)
 {
     CUresult r = drv_ready();
@@ -258,6 +301,7 @@ PV_API CUresult cuCtxDestroy_v2(CUcontext c)
         return r;
     if (!drv_ctx_valid(c) || c->primary)
         return CUDA_ERROR_INVALID_CONTEXT;
+    follow_runtime();
     for (int i = 0; i < depth; i++)
         if (stack[i] == c) {
             for (int j = i; j + 1 < depth; j++)
@@ -265,9 +309,12 @@ PV_API CUresult cuCtxDestroy_v2(CUcontext c)
             depth--;
             i--;
         }
-    made_current(drv_ctx_top());
     cls_drop(c);
-    pv_handle_remove(c);
+    pv_handle_remove(c);                         /* its handle is no longer valid while its resources go */
+    drv_modules_release(c);
+    pv_owner_release(c, c->dev);
+    atomic_fetch_sub(&created_on[c->dev], 1);
+    made_current(top());
     c->magic = 0;
     free(c);
     return CUDA_SUCCESS;
@@ -283,15 +330,20 @@ static CUresult primary_of(CUdevice dev, struct pv_ctx **out)
     return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-/* Everything of the primary context of d goes: the daemon's context of (session, d) is reset, the runtime's
- * context state is destroyed through its destructors. The handle stays valid. */
+/* Everything of the primary context of d goes, the runtime's context state through its destructors; the handle
+ * stays valid. Alone on its device, the daemon's context of (session, d) is reset (limits, function attributes and
+ * a sticky error go too); with created contexts of d alive, only what the primary context made is freed, one
+ * resource at a time, and what the daemon's one context holds for all of them stays (docs/driver.md). */
 static CUresult primary_reset(struct pv_ctx *c)
 {
     cls_drop(c);
-    struct pv_device *d = pv_device(c->dev);
-    cudaError_t err = pv_call_DEVICE_RESET(d);
-    pv_alloc_forget_device(d->index);
-    pv_modules_forget_device(d->index);
+    cudaError_t err = PV_SUCCESS;
+    if (atomic_load(&created_on[c->dev]) == 0) {
+        err = pv_device_reset(pv_device(c->dev));
+    } else {
+        drv_modules_release(c);
+        pv_owner_release(NULL, c->dev);
+    }
     c->flags = 0;
     return drv_result(err);
 }
@@ -378,11 +430,12 @@ PV_API CUresult cuCtxGetDevice_v2(CUdevice *out, CUcontext c)
     return r;
 }
 
+/* Invalidates captures that are not relaxed (as cudaDeviceSynchronize); kept pool blocks above their thresholds go. */
 PV_API CUresult cuCtxSynchronize_v2(CUcontext c)
 {
     struct pv_device *d;
     CUresult r = drv_ctx_device(c, &d);
-    return r == CUDA_SUCCESS ? drv_result(pv_call_DEVICE_SYNC(d)) : r;
+    return r == CUDA_SUCCESS ? drv_result(pv_sync_device(d)) : r;
 }
 
 PV_API CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(NULL); }
@@ -495,3 +548,20 @@ PV_API CUresult cuCtxResetPersistingL2Cache(void)
     struct pv_device *d;
     return drv_cur_device(&d);
 }
+
+/* ------------------------------------------------------------------------------------------ peer access */
+/* Kernels of the current context's device reach the peer context's device memory (GPUs of one daemon). */
+static CUresult peer_switch(CUcontext peer, unsigned flags, int on)
+{
+    struct pv_device *d, *p;
+    CUresult r = drv_cur_device(&d);
+    if (r == CUDA_SUCCESS)
+        r = drv_valid_or(peer, CUDA_ERROR_INVALID_CONTEXT);
+    if (r != CUDA_SUCCESS)
+        return r;
+    p = pv_device(peer->dev);
+    return drv_result(pv_peer_switch(d, p, flags, on));
+}
+
+PV_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) { return peer_switch(peer, flags, 1); }
+PV_API CUresult cuCtxDisablePeerAccess(CUcontext peer) { return peer_switch(peer, 0, 0); }

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyvgpu import auth, wire
+from pyvgpu import auth, protocol, wire
 from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES, HELLO_REPLY_BACKEND,
                              HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
                              VA_WINDOW_BYTES, OpFlag, OpSpec)
@@ -666,7 +666,7 @@ class Server:
             "scheduling": "fair" if self.sharing.config.fair else "off",
             "max_weight": self.sharing.config.max_weight,
             "latency_buckets": list(LATENCY_BOUNDS),
-            "device_usage": self.sharing.device_figures(live, time.perf_counter()),
+            protocol.STATUS_DEVICE_USAGE: self.sharing.device_figures(live, time.perf_counter()),
             "sessions": sessions,
         }
 

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyvgpu import protocol
 from pyvgpu.protocol import HELLO_CLIENT, HELLO_HOSTNAME, HELLO_MEMORY, HELLO_PID, HELLO_WEIGHT, OP_BY_CODE
 from pyvgpu.units import parse_size
 from pyvgpu_daemon.scheduler import QUANTUM_S, WINDOWS, WINDOW_S, DeviceScheduler, Lane, SchedulerConfig, Schedulers
@@ -136,16 +137,16 @@ class Sharing:
             slowdown = sched.slowdown(now)
             used = sum(st.held + st.var_bytes for st in states)
             out.append({
-                "device": r,
+                protocol.USAGE_DEVICE: r,
                 "memory": sum(st.held for st in states),
-                "memory_used": used,
-                "memory_total": self.totals[r],
-                "memory_free": max(0, self.totals[r] - used),
+                protocol.USAGE_MEMORY_USED: used,
+                protocol.USAGE_MEMORY_TOTAL: self.totals[r],
+                protocol.USAGE_MEMORY_FREE: max(0, self.totals[r] - used),
                 "session_memory_limit": self.device_limit(r),
                 "sessions": len(states),
                 "active_sessions": active,
                 "busy_ratio": sched.busy_ratio(now),
-                "busy_ratio_1s": sched.busy_ratio(now, 1),
+                protocol.USAGE_BUSY_RATIO_1S: sched.busy_ratio(now, 1),
                 "slowdown": slowdown,
                 "device_seconds": sched.device_seconds(),
                 "op_latency": {OP_BY_CODE[op].name: {"counts": [int(c) for c in v[:-1]], "sum": v[-1]}

@@ -444,14 +444,14 @@ static void test_integer_textures_and_linear_memory() {
             OKC(NEAR(g, ref_fetch(r, xs[i], ys[i])));
         }
     }
-    // linear filtering of an element-type integer texture is refused, as CUDA refuses it
+    // linear filtering of an element-type integer texture is refused, as NVIDIA's runtime refuses it (by itself)
     cudaResourceDesc rd = {};
     rd.resType = cudaResourceTypeArray;
     rd.res.array.array = a;
     cudaTextureDesc td = {};
     td.filterMode = cudaFilterModeLinear;
     cudaTextureObject_t bad;
-    EXPECT_ERR(cudaCreateTextureObject(&bad, &rd, &td, nullptr), cudaErrorInvalidValue);
+    EXPECT_ERR(cudaCreateTextureObject(&bad, &rd, &td, nullptr), cudaErrorInvalidFilterSetting);
     cudaGetLastError();
     checks++;
 

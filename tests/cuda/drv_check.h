@@ -19,7 +19,7 @@ static void *drv_read_file_at(const char *file, int line, const char *path, size
     char *buf = NULL;
     long n = -1;
     if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        (buf = (char *)malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
         buf[n] = 0;
         fclose(f);
         *len = (size_t)n;
@@ -55,4 +55,12 @@ static void *drv_read_file_at(const char *file, int line, const char *path, size
             fflush(stdout);                                                                           \
             exit(1);                                                                                  \
         }                                                                                             \
+    } while (0)
+
+/* The checks a program counts for its closing "OK <checks>" line; OKC(cond) expects and counts. */
+static long checks __attribute__((unused));
+#define OKC(cond)      \
+    do {               \
+        DEXPECT(cond); \
+        checks++;      \
     } while (0)

@@ -37,3 +37,18 @@ extern "C" __global__ void scale(float *x, float s, int n)
         atomicAdd(&counter, 1);
     }
 }
+
+// Texture and surface objects (drv_features.c): one texel per thread of a width x height float array.
+extern "C" __global__ void tex_fetch(cudaTextureObject_t t, float *out, int width, int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
+    if (x < width && y < height)
+        out[y * width + x] = tex2D<float>(t, x + 0.5f, y + 0.5f);
+}
+
+extern "C" __global__ void surf_store(cudaSurfaceObject_t s, float v, int width, int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
+    if (x < width && y < height)
+        surf2Dwrite(v + y * width + x, s, x * (int)sizeof(float), y);
+}

@@ -8,8 +8,6 @@
 
 #include "drv_check.h"
 
-static long checks;
-
 /* symbol without _vN / _ptds / _ptsz: the name callers ask for */
 static void base_of(const char *sym, char *out, size_t cap)
 {
@@ -73,10 +71,10 @@ int main(int argc, char **argv)
     DCHECK(cuGetProcAddress("cuMemcpyHtoD", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
     DEXPECT(fn == dlsym(RTLD_DEFAULT, "cuMemcpyHtoD_v2_ptds"));
     // a function outside the supported set, through its pointer: CUDA_ERROR_NOT_SUPPORTED (and one log line)
-    CUresult (*array_create)(void *, const void *) = NULL;
-    DCHECK(cuGetProcAddress("cuArrayCreate", (void **)&array_create, 13000, 0, &status));
-    DEXPECT_ERR(array_create(NULL, NULL), CUDA_ERROR_NOT_SUPPORTED);
-    DEXPECT_ERR(array_create(NULL, NULL), CUDA_ERROR_NOT_SUPPORTED);
+    CUresult (*mipmap_create)(void *, const void *, unsigned) = NULL;
+    DCHECK(cuGetProcAddress("cuMipmappedArrayCreate", (void **)&mipmap_create, 13000, 0, &status));
+    DEXPECT_ERR(mipmap_create(NULL, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
+    DEXPECT_ERR(mipmap_create(NULL, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
     const char *s = NULL;
     DCHECK(cuGetErrorName(CUDA_ERROR_NOT_SUPPORTED, &s));
     DEXPECT(strcmp(s, "CUDA_ERROR_NOT_SUPPORTED") == 0);

@@ -6,8 +6,6 @@
 
 #include "drv_check.h"
 
-static long checks;
-
 static void add_with(CUmodule mod, int n)
 {
     CUfunction f;

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import pyvgpu
 from harness import NVCC, ROOT, Daemon
 
 DRIVER_DIR = ROOT / "csrc" / "driver"
@@ -29,11 +28,6 @@ def toolkit_dir() -> Path:
 
 
 CUDA_HOME = toolkit_dir()
-
-
-@pytest.fixture(scope="session")
-def lib_dir() -> Path:
-    return pyvgpu.lib_dir()
 
 
 def run_driver(program: Path, daemons: list[Daemon], *args: str, lib_dir: Path, first: tuple[str, ...] = (),
@@ -57,30 +51,54 @@ def verdict(out: str) -> str:
     return lines[-1]
 
 
-# (program, arguments, daemons): the project's test programs, as their -cudart shared tests run them
+# (program, arguments, daemons): the project's test programs, as their -cudart shared tests run them; a daemon is
+# the arguments it starts with (TWO_GPUS: two emulated GPUs of one daemon)
+ONE, TWO_GPUS = ((),), (("--emu-devices", "2"),)
 PROGRAMS = [
-    ("api_memory.cu", ("4194304",), 1),
-    ("api_kernels.cu", (), 1),
-    ("api_device.cu", (), 2),
-    ("api_funcattr.cu", (), 1),
-    ("api_threads.cu", (), 1),
-    ("emu_basic.cu", (), 1),
-    ("emu_shared.cu", (), 1),
-    ("emu_assert.cu", (), 1),
+    ("api_memory.cu", ("4194304",), ONE),
+    ("api_kernels.cu", (), ONE),
+    ("api_device.cu", (), ((), ())),
+    ("api_funcattr.cu", (), ONE),
+    ("api_threads.cu", (), ONE),
+    ("emu_basic.cu", (), ONE),
+    ("emu_shared.cu", (), ONE),
+    ("emu_assert.cu", (), ONE),
+    # the runtime features: NVIDIA's runtime reaches them through libvcuda's graphs, capture, pools, managed and
+    # mapped memory, arrays, textures, surfaces and peer access
+    ("api_graph.cu", (), ONE),
+    ("api_pool.cu", (), TWO_GPUS),
+    ("api_managed.cu", (), ONE),
+    ("api_managed.cu", ("multi",), TWO_GPUS),
+    ("api_managed.cu", ("multi",), ((), ())),
+    ("api_texture.cu", (), ONE),
+    ("api_peer.cu", (), TWO_GPUS),
+    ("api_peer.cu", (), ((), ())),
 ]
 
 
-@pytest.mark.parametrize("program,args,ndaemons", PROGRAMS, ids=[p[0][:-3] for p in PROGRAMS])
-def test_static_runtime_builds_pass_the_same_checks(program, args, ndaemons, cuda_build, daemon_factory, run,
+FEATURES = {"api_graph.cu", "api_pool.cu", "api_managed.cu", "api_texture.cu", "api_peer.cu"}
+
+
+def program_id(p: tuple) -> str:
+    return "-".join([p[0][:-3], *p[1], f"{len(p[2])}daemons" if len(p[2]) > 1 else "", "2gpus" if p[2] == TWO_GPUS
+                     else ""]).strip("-").replace("--", "-")
+
+
+@pytest.mark.parametrize("program,args,daemon_args", PROGRAMS, ids=[program_id(p) for p in PROGRAMS])
+def test_static_runtime_builds_pass_the_same_checks(program, args, daemon_args, cuda_build, daemon_factory, run,
                                                     lib_dir):
-    daemons = [daemon_factory() for _ in range(ndaemons)]
-    static = run_driver(cuda_build(program, runtime="static"), daemons, *args, lib_dir=lib_dir)
-    shared = run(cuda_build(program), daemons, *args)
+    daemons = [daemon_factory(*a) for a in daemon_args]
+    static = run_driver(cuda_build(program, runtime="static"), daemons, *args, lib_dir=lib_dir, timeout=600)
+    shared = run(cuda_build(program), daemons, *args, timeout=600)
     assert verdict(static.stdout) == verdict(shared.stdout)
+    if program in FEATURES:                                    # every call they make is one libvcuda implements
+        assert "is not supported by libvcuda" not in static.stderr, static.stderr
     if program == "emu_assert.cu":
         assert "sync: cudaErrorAssert" in static.stdout
     if program == "api_kernels.cu":
         assert "hello from the device 42" in static.stdout   # device printf through NVIDIA's runtime
+    if program == "api_peer.cu" and len(daemons) == 2:        # the bytes went daemon to daemon
+        assert "fetched" in daemons[1].log_text() and "through this process" not in static.stderr
 
 
 def test_example_static_build_through_pyvgpu_run_on_two_hosts(daemon_factory, tmp_path):
@@ -145,6 +163,77 @@ def test_driver_api_contexts_from_threads_on_two_hosts(cuda_build, daemon_factor
         assert "module" in d.log_text() and "loaded" in d.log_text()
 
 
+def test_driver_api_runtime_features(cuda_build, daemon, kernels, lib_dir):
+    """Graphs (capture, explicit, update), managed/mapped/registered memory, pools, arrays, textures, surfaces."""
+    proc = run_driver(drv_program(cuda_build, "drv_features.c", lib_dir), [daemon], str(kernels[0]), lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 50"
+    assert "is not supported by libvcuda" not in proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["one daemon", "two daemons"])
+def test_driver_api_peers(cuda_build, daemon_factory, kernels, lib_dir, layout):
+    """Peer access between two GPUs of one daemon (kernels read the peer's memory); between daemons it is refused
+    and cuMemcpyPeer goes daemon to daemon."""
+    daemons = [daemon_factory("--emu-devices", "2")] if layout == "one daemon" else [daemon_factory(), daemon_factory()]
+    proc = run_driver(drv_program(cuda_build, "drv_features.c", lib_dir), daemons, str(kernels[0]), "peer",
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout) == ("OK 4" if layout == "one daemon" else "OK 2")
+    assert ("peer access yes" if layout == "one daemon" else "peer access no") in proc.stdout
+    if layout == "two daemons":
+        assert "fetched 16384 B from peer daemon" in daemons[0].log_text()
+
+
+def test_driver_api_context_semantics(cuda_build, daemon_factory, kernels, lib_dir):
+    """cuCtxDestroy frees what the context made and nothing else (its daemon memory comes back), a primary reset
+    beside a created context frees only the primary's, a CUfunction belongs to its context's device."""
+    daemon = daemon_factory("--emu-devices", "2")
+    proc = run_driver(drv_program(cuda_build, "drv_ctx_semantics.c", lib_dir), [daemon], str(kernels[0]),
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 20"
+
+
+def test_runtime_and_driver_in_one_program(cuda_build, daemon_factory, run, lib_dir):
+    """libvcudart and libvcuda agree on the thread's context: cudaSetDevice makes the primary context current, a
+    runtime allocation in a created context goes with it."""
+    daemon = daemon_factory("--emu-devices", "2")
+    proc = run(cuda_build("drv_mixed.cu", f"-L{lib_dir}", "-lcuda"), [daemon])
+    assert verdict(proc.stdout) == "OK 9"
+
+
+def test_program_loading_another_driver_by_path_is_explained(tmp_path):
+    """A program that dlopens a libcuda by its path bypasses libvcuda: `pyvgpu run` says so before it starts (the path
+    is in the binary) and libvcuda once more when the other driver was loaded, one line each."""
+    other = tmp_path / "private" / "libcuda.so.1"
+    other.parent.mkdir()
+    (tmp_path / "stub.c").write_text("int cuInit(unsigned f) { (void)f; return 100; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(other), str(tmp_path / "stub.c")],
+                   check=True)
+    (tmp_path / "app.c").write_text(f"""#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {{
+    void *h = dlopen("{other}", RTLD_NOW);
+    int (*init)(unsigned) = h ? (int (*)(unsigned))dlsym(h, "cuInit") : 0;
+    printf("cuInit -> %d\\n", init ? init(0) : -1);
+    return 0;
+}}
+""")
+    app = tmp_path / "app"
+    subprocess.run(["cc", "-o", str(app), str(tmp_path / "app.c"), "-ldl"], check=True)
+    proc = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", "127.0.0.1:9", "--", str(app)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "cuInit -> 100" in proc.stdout                 # the other driver answered, not pyvgpu's
+    assert f"names the CUDA driver by path ({other})" in proc.stderr
+    assert f"loaded another CUDA driver, {other}" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 2, proc.stderr
+
+
+def test_programs_naming_the_driver_by_name_get_no_warning(cuda_build, lib_dir):
+    from pyvgpu.cli import driver_paths
+    assert driver_paths(str(cuda_build("api_kernels.cu", runtime="static")), lib_dir) == []   # NVIDIA's runtime
+    assert driver_paths(str(lib_dir / "libvcuda.so.1"), lib_dir) == []
+
+
 def test_proc_address_answers_every_name_and_stubs_refuse(cuda_build, lib_dir):
     """No daemon: resolution is local. Every request of NVIDIA's 13.0 runtime gets the symbol it got from the probe;
     every export's name resolves; an unsupported function returns CUDA_ERROR_NOT_SUPPORTED and logs once."""
@@ -153,7 +242,7 @@ def test_proc_address_answers_every_name_and_stubs_refuse(cuda_build, lib_dir):
     nexports = len((DRIVER_DIR / "driver_exports.txt").read_text().split())
     nrequests = sum(1 for ln in REQUESTS.read_text().splitlines() if not ln.startswith('"') and "NOT_FOUND" not in ln)
     assert verdict(proc.stdout) == f"OK {nexports + nrequests + 6}"
-    assert proc.stderr.count("cuArrayCreate_v2 is not supported by libvcuda") == 1
+    assert proc.stderr.count("cuMipmappedArrayCreate is not supported by libvcuda") == 1
 
 
 def test_exports_are_the_driver_headers(lib_dir):

@@ -15,7 +15,7 @@ mkdir -p "$out" "$bin"
 "$nvcc" -o "$bin/vector_add_static" "$root/examples/hello/vector_add.cu"
 "$nvcc" -cudart shared -o "$bin/vector_add_shared" "$root/examples/hello/vector_add.cu"
 "$nvcc" --default-stream per-thread -o "$bin/vector_add_ptds" "$root/examples/hello/vector_add.cu"
-for p in rt_calls reset entry_point errmap; do "$nvcc" -o "$bin/$p" "$here/$p.cu"; done
+for p in rt_calls reset entry_point errmap features; do "$nvcc" -o "$bin/$p" "$here/$p.cu"; done
 "$nvcc" -ptx -o "$bin/drv_kernel.ptx" "$here/drv_kernel.cu"
 "$nvcc" -fatbin -o "$bin/drv_kernel.fatbin" "$here/drv_kernel.cu"
 gcc -I"$cuda/include" -o "$bin/drv_api" "$here/drv_api.c" -L"$lib" -lcuda
@@ -30,6 +30,7 @@ run static_lazy PROBE_LAZY=1 "$bin/vector_add_static" 1024
 run shared "$bin/vector_add_shared" 1024
 run ptds "$bin/vector_add_ptds" 1024
 run rt_calls PROBE_LOG= PROBE_DEFAULT=0 "$bin/rt_calls"   # probe lines and "==== call" lines interleaved
+run features PROBE_LOG= PROBE_DEFAULT=0 "$bin/features"   # the runtime features, likewise (UNIMPL lines: their calls)
 run reset "$bin/reset"
 run entry_point "$bin/entry_point"
 run drv_api_ptx "$bin/drv_api" "$bin/drv_kernel.ptx"

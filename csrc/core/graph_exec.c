@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
+#include "pv_graph.h"
 
 enum { SEG_DEVICE, SEG_NODE };
 
@@ -33,9 +33,10 @@ struct pv_gexec {
     pthread_mutex_t mu;            /* one launch or update of this exec at a time */
 };
 
-static struct pv_gexec *exec_of(cudaGraphExec_t e)
+struct pv_gexec *pv_gexec_of(const void *e)
 {
-    return (e && pv_handle_valid(e) && e->magic == PV_GEXEC_MAGIC) ? e : NULL;
+    const struct pv_gexec *x = e;
+    return (x && pv_handle_valid(x) && x->magic == PV_GEXEC_MAGIC) ? (struct pv_gexec *)x : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ running nodes */
@@ -149,7 +150,7 @@ static cudaError_t flatten(struct pv_graph *g)
         }
         if (err != PV_SUCCESS)
             return err;
-        cudaGraphDestroyNode(cn);
+        pv_gnode_destroy(cn);
         i = -1;                                          /* start over: the node array changed */
     }
     return PV_SUCCESS;
@@ -292,12 +293,13 @@ static void exec_free(struct pv_gexec *x)
     free(x);
 }
 
-static cudaError_t instantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags,
-                               cudaGraphNode_t *err_node, int *result)
+cudaError_t pv_graph_instantiate(struct pv_gexec **out, struct pv_graph *g, unsigned long long flags,
+                                 struct pv_gnode **err_node, int *result)
 {
-    struct pv_graph *g = pv_graph_of(graph);
     *result = PV_cudaGraphInstantiateError;
-    if (!out || !g)
+    if (err_node)
+        *err_node = NULL;
+    if (!out || !pv_graph_of(g))
         return PV_cudaErrorInvalidValue;
     if (flags & ~(unsigned long long)(PV_cudaGraphInstantiateFlagAutoFreeOnLaunch | PV_cudaGraphInstantiateFlagUpload |
                                       PV_cudaGraphInstantiateFlagUseNodePriority))
@@ -336,49 +338,12 @@ static cudaError_t instantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned
     return PV_SUCCESS;
 }
 
-PV_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags)
-{
-    int result;
-    return pv_ret(instantiate(out, graph, flags, NULL, &result));
-}
+unsigned long long pv_gexec_flags(const struct pv_gexec *x) { return x->flags; }
 
-PV_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags)
+cudaError_t pv_gexec_destroy(struct pv_gexec *x)
 {
-    return cudaGraphInstantiate(out, graph, flags);
-}
-
-PV_API cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *out, cudaGraph_t graph,
-                                                  cudaGraphInstantiateParams *p)
-{
-    if (!p)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    p->errNode_out = NULL;
-    int result;
-    cudaError_t err = instantiate(out, graph, p->flags, &p->errNode_out, &result);
-    p->result_out = result;
-    return pv_ret(err);
-}
-
-PV_API cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *out, cudaGraph_t graph,
-                                                       cudaGraphInstantiateParams *p)
-{
-    return cudaGraphInstantiateWithParams(out, graph, p);
-}
-
-PV_API cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t exec, unsigned long long *flags)
-{
-    struct pv_gexec *x = exec_of(exec);
-    if (!x || !flags)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    *flags = x->flags;
-    return PV_SUCCESS;
-}
-
-PV_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
-{
-    struct pv_gexec *x = exec_of(exec);
-    if (!x || pv_handle_remove(x) != 0)
-        return pv_ret(PV_cudaErrorInvalidValue);
+    if (!pv_gexec_of(x) || pv_handle_remove(x) != 0)
+        return PV_cudaErrorInvalidValue;
     exec_free(x);
     return PV_SUCCESS;
 }
@@ -415,58 +380,51 @@ static cudaError_t launch_locked(struct pv_gexec *x, cudaStream_t s)
 }
 
 /* The exec and stream arguments of a launch or upload, checked. */
-static cudaError_t exec_on_stream(cudaGraphExec_t exec, cudaStream_t s, struct pv_gexec **x)
+static cudaError_t exec_on_stream(struct pv_gexec *x, cudaStream_t s)
 {
-    *x = exec_of(exec);
-    if (!*x)
+    if (!pv_gexec_of(x))
         return PV_cudaErrorInvalidValue;
     return pv_stream_ok(s) ? PV_SUCCESS : PV_cudaErrorInvalidResourceHandle;
 }
 
-PV_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+cudaError_t pv_graph_launch(struct pv_gexec *x, cudaStream_t s)
 {
-    struct pv_gexec *x;
-    cudaError_t cerr = exec_on_stream(exec, s, &x);
-    if (cerr != PV_SUCCESS)
-        return pv_ret(cerr);
+    cudaError_t err = exec_on_stream(x, s);
+    if (err != PV_SUCCESS)
+        return err;
     if (pv_capturing(s)) {                               /* launching into a capture embeds the graph */
         struct pv_gnode *n;
-        cudaError_t err = pv_capture_node(s, PV_cudaGraphNodeTypeGraph, &n);
+        err = pv_capture_node(s, PV_cudaGraphNodeTypeGraph, &n);
         if (err == PV_SUCCESS)
             err = pv_graph_clone(x->graph, &n->p.child, NULL);
         if (err != PV_SUCCESS && n)
             n->type = PV_cudaGraphNodeTypeEmpty;
-        return pv_ret(err);
+        return err;
     }
     pthread_mutex_lock(&x->mu);
-    cudaError_t err = launch_locked(x, s);
+    err = launch_locked(x, s);
     pthread_mutex_unlock(&x->mu);
-    return pv_ret(err);
+    return err;
 }
 
-PV_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t s) { return cudaGraphLaunch(exec, s); }
-
 /* Segments are uploaded at instantiation; an upload call only refreshes them after parameter changes. */
-PV_API cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s)
+cudaError_t pv_graph_upload(struct pv_gexec *x, cudaStream_t s)
 {
-    struct pv_gexec *x;
-    cudaError_t err = exec_on_stream(exec, s, &x);
+    cudaError_t err = exec_on_stream(x, s);
     if (err != PV_SUCCESS)
-        return pv_ret(err);
+        return err;
     pthread_mutex_lock(&x->mu);
     if (x->stale) {
         drop_segments(x);
         err = build_segments(x);
     }
     pthread_mutex_unlock(&x->mu);
-    return pv_ret(err);
+    return err;
 }
-
-PV_API cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t exec, cudaStream_t s) { return cudaGraphUpload(exec, s); }
 
 /* ------------------------------------------------------------------------------------------ updates */
 /* The exec's copy of node `orig` (a node of the graph it was instantiated from). */
-static struct pv_gnode *exec_node(struct pv_gexec *x, cudaGraphNode_t orig)
+static struct pv_gnode *exec_node(struct pv_gexec *x, const struct pv_gnode *orig)
 {
     for (int i = 0; i < x->n; i++)
         if (x->order[i]->orig == orig)
@@ -474,130 +432,87 @@ static struct pv_gnode *exec_node(struct pv_gexec *x, cudaGraphNode_t orig)
     return NULL;
 }
 
-/* Runs set(copy, args) on the exec's copy of node under the exec's lock; the segments are rebuilt lazily. */
-#define EXEC_SET(exec, node, type_, call)                                                                   \
-    do {                                                                                                    \
-        struct pv_gexec *x_ = exec_of(exec);                                                                \
-        struct pv_gnode *o_ = pv_gnode_of(node);                                                            \
-        if (!x_ || !o_)                                                                                     \
-            return pv_ret(PV_cudaErrorInvalidValue);                                                        \
-        pthread_mutex_lock(&x_->mu);                                                                        \
-        struct pv_gnode *n = exec_node(x_, o_);                                                             \
-        cudaError_t err_ = (n && n->type == (type_)) ? (call) : PV_cudaErrorInvalidValue;                   \
-        if (err_ == PV_SUCCESS)                                                                             \
-            x_->stale = 1;                                                                                  \
-        pthread_mutex_unlock(&x_->mu);                                                                      \
-        return pv_ret(err_);                                                                                \
-    } while (0)
+/* One per-exec change: set(copy of orig, arg) under the exec's lock; the segments are rebuilt lazily. */
+struct exec_change {
+    int type;                      /* the node type it applies to; -1: any */
+    cudaError_t (*set)(struct pv_gnode *n, const void *arg);
+    const void *arg;
+};
 
-PV_API cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
-                                                    const struct cudaKernelNodeParams *p)
+static cudaError_t exec_apply(struct pv_gexec *x, struct pv_gnode *orig, const struct exec_change *c)
 {
-    EXEC_SET(exec, node, PV_cudaGraphNodeTypeKernel, pv_gnode_set_kernel(n, p, n->dev));
-}
-
-PV_API cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
-                                                    const struct cudaMemcpy3DParms *p)
-{
-    EXEC_SET(exec, node, PV_cudaGraphNodeTypeMemcpy, pv_gnode_set_copy(n, p));
-}
-
-PV_API cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node, void *dst,
-                                                      const void *src, size_t count, int kind)
-{
-    struct cudaMemcpy3DParms p;
-    pv_copy1d_params(&p, dst, src, count, kind);
-    return cudaGraphExecMemcpyNodeSetParams(exec, node, &p);
-}
-
-PV_API cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
-                                                    const struct cudaMemsetParams *p)
-{
-    EXEC_SET(exec, node, PV_cudaGraphNodeTypeMemset, pv_gnode_set_memset(n, p));
-}
-
-static cudaError_t set_host(struct pv_gnode *n, const struct cudaHostNodeParams *p)
-{
-    if (!p || !p->fn)
+    if (!pv_gexec_of(x) || !pv_gnode_of(orig))
         return PV_cudaErrorInvalidValue;
-    n->p.host = *p;
-    return PV_SUCCESS;
+    pthread_mutex_lock(&x->mu);
+    struct pv_gnode *n = exec_node(x, orig);
+    cudaError_t err = n && (c->type < 0 || n->type == c->type) ? c->set(n, c->arg) : PV_cudaErrorInvalidValue;
+    if (err == PV_SUCCESS)
+        x->stale = 1;
+    pthread_mutex_unlock(&x->mu);
+    return err;
 }
 
-PV_API cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
-                                                  const struct cudaHostNodeParams *p)
+struct kernel_args { struct pv_func *f; dim3 grid, block; size_t shmem; void **args, **extra; };
+
+static cudaError_t set_kernel(struct pv_gnode *n, const void *arg)
 {
-    EXEC_SET(exec, node, PV_cudaGraphNodeTypeHost, set_host(n, p));
+    const struct kernel_args *k = arg;
+    return pv_gnode_set_kernel(n, k->f, n->dev, k->grid, k->block, k->shmem, k->args, k->extra);
 }
 
-static cudaError_t set_event(struct pv_gnode *n, cudaEvent_t e)
+cudaError_t pv_gexec_set_kernel(struct pv_gexec *x, struct pv_gnode *orig, struct pv_func *f, dim3 grid, dim3 block,
+                                size_t shmem, void **args, void **extra)
 {
-    if (!e || !pv_handle_valid(e) || e->magic != PV_EVENT_MAGIC || e->dev != n->dev)
+    struct kernel_args k = { f, grid, block, shmem, args, extra };
+    return exec_apply(x, orig, &(struct exec_change){ PV_cudaGraphNodeTypeKernel, set_kernel, &k });
+}
+
+cudaError_t pv_gexec_set(struct pv_gexec *x, struct pv_gnode *orig, int type, const void *p)
+{
+    if (type != PV_cudaGraphNodeTypeMemcpy && type != PV_cudaGraphNodeTypeMemset && type != PV_cudaGraphNodeTypeHost)
+        return PV_cudaErrorInvalidValue;
+    return exec_apply(x, orig, &(struct exec_change){ type, pv_gnode_set, p });
+}
+
+static cudaError_t set_event(struct pv_gnode *n, const void *arg)
+{
+    cudaEvent_t e = (cudaEvent_t)arg;
+    if (!pv_event_ok(e) || e->dev != n->dev)
         return PV_cudaErrorInvalidValue;
     n->p.event = e;
     return PV_SUCCESS;
 }
 
-PV_API cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node, cudaEvent_t e)
+cudaError_t pv_gexec_set_event(struct pv_gexec *x, struct pv_gnode *orig, int type, cudaEvent_t e)
 {
-    EXEC_SET(exec, node, PV_cudaGraphNodeTypeEventRecord, set_event(n, e));
+    return exec_apply(x, orig, &(struct exec_change){ type, set_event, e });
 }
 
-PV_API cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node, cudaEvent_t e)
-{
-    EXEC_SET(exec, node, PV_cudaGraphNodeTypeWaitEvent, set_event(n, e));
-}
-
-static cudaError_t set_enabled(struct pv_gnode *n, unsigned on)
+static cudaError_t set_enabled(struct pv_gnode *n, const void *arg)
 {
     if (n->type != PV_cudaGraphNodeTypeKernel && n->type != PV_cudaGraphNodeTypeMemcpy &&
         n->type != PV_cudaGraphNodeTypeMemset)
         return PV_cudaErrorInvalidValue;
-    n->enabled = on ? 1 : 0;
+    n->enabled = arg != NULL;
     return PV_SUCCESS;
 }
 
-PV_API cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned on)
+cudaError_t pv_gexec_enable(struct pv_gexec *x, struct pv_gnode *orig, unsigned on)
 {
-    struct pv_gnode *o = pv_gnode_of(node);
-    EXEC_SET(exec, node, o ? o->type : -1, set_enabled(n, on));
+    return exec_apply(x, orig, &(struct exec_change){ -1, set_enabled, on ? x : NULL });
 }
 
-PV_API cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned *on)
+cudaError_t pv_gexec_enabled(struct pv_gexec *x, struct pv_gnode *orig, unsigned *on)
 {
-    struct pv_gexec *x = exec_of(exec);
-    struct pv_gnode *o = pv_gnode_of(node), *n = NULL;
-    if (x && o && on) {
+    struct pv_gnode *n = NULL;
+    if (pv_gexec_of(x) && pv_gnode_of(orig) && on) {
         pthread_mutex_lock(&x->mu);
-        n = exec_node(x, o);
+        n = exec_node(x, orig);
         if (n)
             *on = (unsigned)n->enabled;
         pthread_mutex_unlock(&x->mu);
     }
-    return n ? PV_SUCCESS : pv_ret(PV_cudaErrorInvalidValue);
-}
-
-PV_API cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
-                                              struct cudaGraphNodeParams *p)
-{
-    if (!p)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    switch (p->type) {
-    case PV_cudaGraphNodeTypeKernel:
-        return cudaGraphExecKernelNodeSetParams(exec, node, &p->u.kernel);
-    case PV_cudaGraphNodeTypeMemcpy:
-        return cudaGraphExecMemcpyNodeSetParams(exec, node, &p->u.memcpy.copyParams);
-    case PV_cudaGraphNodeTypeMemset:
-        return cudaGraphExecMemsetNodeSetParams(exec, node, &p->u.memset);
-    case PV_cudaGraphNodeTypeHost:
-        return cudaGraphExecHostNodeSetParams(exec, node, &p->u.host);
-    case PV_cudaGraphNodeTypeEventRecord:
-        return cudaGraphExecEventRecordNodeSetEvent(exec, node, p->u.eventRecord.event);
-    case PV_cudaGraphNodeTypeWaitEvent:
-        return cudaGraphExecEventWaitNodeSetEvent(exec, node, p->u.eventWait.event);
-    default:
-        return pv_ret(PV_cudaErrorNotSupported);
-    }
+    return n ? PV_SUCCESS : PV_cudaErrorInvalidValue;
 }
 
 /* cudaGraphExecUpdate where the topology is unchanged: the same node count, types and edges in creation order
@@ -640,13 +555,12 @@ static int same_topology(const struct pv_graph *a, const struct pv_graph *b, int
     return 1;
 }
 
-PV_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo *info)
+cudaError_t pv_gexec_update(struct pv_gexec *x, struct pv_graph *g, int *result, struct pv_gnode **err_node)
 {
-    struct pv_gexec *x = exec_of(exec);
-    struct pv_graph *g = pv_graph_of(graph);
-    if (!x || !g || !info)
-        return pv_ret(PV_cudaErrorInvalidValue);
-    memset(info, 0, sizeof *info);
+    *result = PV_cudaGraphExecUpdateError;
+    *err_node = NULL;
+    if (!pv_gexec_of(x) || !pv_graph_of(g))
+        return PV_cudaErrorInvalidValue;
     pthread_mutex_lock(&x->mu);
     struct pv_graph *fresh = NULL;
     cudaError_t err = pv_graph_clone(g, &fresh, NULL);
@@ -654,8 +568,8 @@ PV_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, 
         err = flatten(fresh);
     int why = PV_cudaGraphExecUpdateError, bad = -1;
     if (err == PV_SUCCESS && !same_topology(x->graph, fresh, &why, &bad)) {
-        info->result = why;
-        info->errorNode = bad >= 0 && bad < g->n ? g->nodes[bad] : NULL;
+        *result = why;
+        *err_node = bad >= 0 && bad < g->n ? g->nodes[bad] : NULL;
         err = PV_cudaErrorGraphExecUpdateFailure;
     }
     if (err == PV_SUCCESS) {
@@ -668,9 +582,9 @@ PV_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, 
                 mine->type = PV_cudaGraphNodeTypeEmpty;
         }
         x->stale = 1;
-        info->result = err == PV_SUCCESS ? PV_cudaGraphExecUpdateSuccess : PV_cudaGraphExecUpdateError;
+        *result = err == PV_SUCCESS ? PV_cudaGraphExecUpdateSuccess : PV_cudaGraphExecUpdateError;
     }
     pv_graph_free(fresh);
     pthread_mutex_unlock(&x->mu);
-    return pv_ret(err);
+    return err;
 }

@@ -1,9 +1,11 @@
-/* The CUDA 13.0 runtime structs the runtime-feature APIs (graphs, arrays, textures, surfaces, pools, managed memory)
- * take by pointer or by value, declared ABI-compatibly (no CUDA headers are needed to build libvcudart). Every
- * size and offset is checked at compile time against layouts_gen.h, which tools/gen_cudart_layouts.py measured by
- * compiling against NVIDIA's headers. Enumerator values come from protocol_gen.h (PV_cuda*). */
-#ifndef PV_CUDART_TYPES_H
-#define PV_CUDART_TYPES_H
+/* The CUDA 13.0 runtime structs of the runtime features (graphs, arrays, textures, surfaces, pools, managed memory),
+ * declared ABI-compatibly (no CUDA headers are needed to build the libraries). They are the core's own form of
+ * these parameters: libvcudart passes its callers' structs through, libvcuda translates the driver's CUDA_* structs
+ * into them. Every size and offset is checked at compile time against layouts_gen.h, which
+ * tools/gen_cudart_layouts.py measured by compiling against NVIDIA's headers. Enumerator values come from
+ * protocol_gen.h (PV_cuda*). */
+#ifndef PV_TYPES_H
+#define PV_TYPES_H
 
 #include <stddef.h>
 #include <stdint.h>
