@@ -351,11 +351,16 @@ def main(argv: list[str] | None = None) -> int:
             res["seconds"] = round(time.monotonic() - t0, 1)
         finally:
             servers.close()
-    print(table(res))
-    print(f"\n{res['seconds']} s; load average {res['machine']['loadavg_start']} → {res['machine']['loadavg_end']}")
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=1))
+    return finish(table(res), res, res["machine"]["loadavg_start"], a.out)
+
+
+def finish(text: str, res: dict, load_start: object, out: Path | None) -> int:
+    """Print a benchmark's tables and the machine's load over the run; results as JSON to `out` when given."""
+    print(text)
+    print(f"\n{res['seconds']} s; load average {load_start} → {res['machine']['loadavg_end']}")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1))
     return 0
 
 

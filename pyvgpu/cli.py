@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import pyvgpu
 from pyvgpu import auth, config, hostmap, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
-from pyvgpu.protocol import DEFAULT_PORT, ENV_MEMORY, ENV_WEIGHT
+from pyvgpu.protocol import DEFAULT_PORT, ENV_MEMORY, ENV_STATS, ENV_WEIGHT
 from pyvgpu.units import parse_size
 
 PROG = "pyvgpu"
@@ -651,6 +651,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         env[ENV_MEMORY] = str(memory)
     if args.weight is not None:
         env[ENV_WEIGHT] = repr(float(args.weight))
+    if args.stats is not None:
+        env[ENV_STATS] = args.stats
     exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
@@ -843,7 +845,7 @@ def build_parser() -> argparse.ArgumentParser:
     # run
     r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
                        usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] [-n N [--explain]] [--memory SIZE] "
-                             "[--weight W] -- PROGRAM [ARGS...]",
+                             "[--weight W] [--stats [FILE]] -- PROGRAM [ARGS...]",
                        description="Run PROGRAM with its CUDA calls going to the daemons of the host map (or "
                                    "--hosts): LD_PRELOAD holds libvcudart (for programs built with -cudart shared) "
                                    "and libvcuda, the libcuda.so.1 drop-in (for nvcc's default static runtime, "
@@ -863,6 +865,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "daemons cap it with --max-weight)")
     r.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="per-host connect timeout for placement (default: %(default)s)")
+    r.add_argument("--stats", nargs="?", const="1", metavar="FILE",
+                   help="at exit, print per op the calls, bytes, calls that blocked on a reply (blocking round "
+                        "trips) and the time blocked, to stderr (or append them to FILE); sets PYVGPU_STATS")
     r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)

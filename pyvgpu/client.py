@@ -53,6 +53,7 @@ class Client:
         self.stdout_chunks: list[bytes] = []   # printf output returned by SYNC replies, in arrival order
         self.heartbeats = 0                     # heartbeat notices received
         self.ended: SessionEnded | None = None  # set when the daemon said it ends the session
+        self.event_times: dict[int, tuple[int, float]] = {}   # event handle -> (records, ms) from replies
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -146,6 +147,8 @@ class Client:
                     self.ended = SessionEnded(f"daemon {self.host}:{self.port} ended the session: {rep.result}",
                                               rep.err)
                 continue
+            for i in range(0, len(rep.event_times or ()), 3):    # [handle, records, ms, ...] (protocol v3)
+                self.event_times[rep.event_times[i]] = (rep.event_times[i + 1], rep.event_times[i + 2])
             self._stash[rep.req_id] = (rep.err, rep.result, payload)
         return self._stash.pop(req_id)
 

@@ -13,11 +13,30 @@ Framing (both directions, little endian):
 Request header:  [op, req_id, payload_len, args...]
     req_id == 0 means fire-and-forget: the daemon sends no reply. Only ops whose FLAG_ASYNC is set may be sent
     that way; their failures are latched per (session, device) and returned by the next synchronizing op.
-Reply header:    [req_id, err, payload_len, result, stdout_len]
+Reply header:    [req_id, err, payload_len, result, stdout_len(, event_times)]
     err is a cudaError_t value (0 = success). result is an op-specific msgpack value (nil when unused).
     The header is followed by payload_len payload bytes, then by stdout_len bytes of device printf output produced
     since the last reply on this device (kept out of the header, so a 1 MiB printf FIFO never overflows a frame;
     at most MAX_STDOUT_BYTES). A reply header may be up to MAX_REPLY_HEADER_BYTES long.
+    event_times (optional, absent when empty): a flat array [handle, records, ms, ...] of events of the request's
+    device whose latest record has completed since the daemon last reported them (at most MAX_EVENT_TIMES per
+    reply): the event's handle, how many records of it the daemon has executed, and its time in ms (f64) on a
+    clock of that device and session where only differences count. A client that has sent exactly `records` records
+    of the event answers cudaEventElapsedTime from these times instead of asking (EVENT_ELAPSED): the training step
+    of examples/dp_train needs one blocking round trip instead of three.
+Compressed payloads: when the hello negotiated a codec (HELLO_COMPRESS both ways), the bulk payload of an op flagged
+    COMPRESSIBLE (a request's for PAYLOAD_IN ops, the reply's for PAYLOAD_OUT ops) may travel compressed: the
+    header's payload_len is then [wire_len, raw_len, codec] (COMPRESS_CODECS) instead of an integer, and the
+    wire_len payload bytes are blocks, each u32 LE compressed length | u32 LE raw length | bytes, every raw length
+    COMPRESS_BLOCK except the last's, the raw lengths summing to raw_len; a block whose compressed length equals its
+    raw length is stored as is. A receiver never decodes a block into more than its raw length. Whether a payload
+    is compressed is the sender's choice (compress.py, compress.c: only when the link is slow enough for the codec's
+    speed and the data compresses): each side measures the rate at which it receives bulk payloads and tells the
+    other (the client with LINK_RATE, the daemon in a heartbeat notice's result {NOTICE_RATE: bytes/s}).
+Detached requests: an op flagged DETACHED is sent with a req_id but the client does not wait for its reply; the
+    reply's payload lands in the client's buffer when it arrives, before any later reply (replies of a device come
+    in order, so a later synchronizing reply proves the bytes are there). Its failure is latched like a
+    fire-and-forget op's. A client keeps at most DETACH_WINDOW_BYTES of such replies in flight per connection.
 Notices: a reply frame with req_id 0 answers no request. err 0 is a heartbeat: the daemon sends one every
     HEARTBEAT_INTERVAL_S while the session has work in flight and nothing else was written, so a client waiting for
     a long kernel can tell a busy daemon from a stopped one. err != 0 says the daemon is ending the session (result
@@ -44,7 +63,7 @@ if not __package__:  # run as a script by the C build, before the package is ins
 from pyvgpu import cublas_spec as _blas  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 HELLO_SERVER_MAGIC = "pyvgpu"
 DEFAULT_PORT = 7700
 FRAME_PREFIX_BYTES = 4
@@ -75,6 +94,7 @@ HELLO_WEIGHT = "weight"        # the client's share of a device's time relative 
 # Environment variables the client library reads and `pyvgpu run` sets (--memory, --weight).
 ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
 ENV_WEIGHT = "PYVGPU_WEIGHT"
+ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
 HOSTMAP_AUTO = "auto"
@@ -91,6 +111,8 @@ class OpFlag(enum.IntFlag):
     PAYLOAD_IN = 4   # request carries a bulk payload
     PAYLOAD_OUT = 8  # reply carries a bulk payload
     NO_DEVICE = 16   # first argument is not a device ordinal
+    DETACHED = 32    # sent with a req_id, but nobody waits for the reply (see Detached requests above)
+    COMPRESSIBLE = 64  # its bulk payload may travel compressed (see Compressed payloads above)
 
 
 # Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
@@ -142,6 +164,10 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
         raise ValueError(f"op {name}: a device op's first argument is dev:dev")
     if flags & OpFlag.PAYLOAD_OUT and reply != "nil":
         raise ValueError(f"op {name}: a PAYLOAD_OUT op answers with its payload and a nil result")
+    if flags & OpFlag.COMPRESSIBLE and not flags & (OpFlag.PAYLOAD_IN | OpFlag.PAYLOAD_OUT):
+        raise ValueError(f"op {name}: COMPRESSIBLE needs a payload")
+    if flags & OpFlag.DETACHED and flags & (OpFlag.ASYNC | OpFlag.SYNC):
+        raise ValueError(f"op {name}: a DETACHED op has a reply nobody waits for: neither ASYNC nor SYNC")
     if flags & OpFlag.ASYNC and reply != "nil":
         raise ValueError(f"op {name}: an ASYNC op may be sent fire-and-forget, so it cannot have a result")
     return OpSpec(code, name, parsed, reply, flags, doc)
@@ -150,7 +176,8 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
 # Stream arguments that name the device's default stream: NULL, cudaStreamLegacy (1), cudaStreamPerThread (2).
 DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
-A, S, PIN, POUT, ND = OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE
+A, S, PIN, POUT, ND, DET, Z = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE,
+                               OpFlag.DETACHED, OpFlag.COMPRESSIBLE)
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
@@ -160,11 +187,15 @@ OPS: tuple[OpSpec, ...] = (
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
     op(3, "GOODBYE", "", "nil", ND),
     op(450, "PING", "", "nil", ND | A, "keepalive: proves the client is alive while it has nothing to ask"),
+    op(460, "MEMCPY_DTOH_ASYNC", "dev:dev src:ptr size:size stream:stream", "nil", POUT | DET | Z,
+       "cudaMemcpyAsync device-to-host into pinned memory: the bytes travel when the copy ran, nobody waits"),
+    op(461, "LINK_RATE", "rate:u64", "nil", ND | A,
+       "the rate (bytes/s) at which the client receives bulk payloads: the daemon compresses replies by it"),
     op(10, "MEM_GET_INFO", "dev:dev", "u64x2", doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", doc="the device pointer"),
     op(12, "FREE", "dev:dev ptr:ptr", "nil", S),
-    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN),
-    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT),
+    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z),
+    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT | Z),
     op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size stream:stream", "nil", A),
     op(16, "MEMCPY2D_HTOD", "dev:dev dst:ptr dpitch:size width:size height:size stream:stream", "nil", A | PIN,
        "payload: the rows packed"),
@@ -323,6 +354,31 @@ PEER_TICKET_TTL_S = 60.0             # an unfetched ticket is dropped after this
 PEER_CONNECT_TIMEOUT_S = 5.0         # the destination daemon's connect + handshake to the source
 PEER_FETCH_TIMEOUT_S = 60.0          # ... and its whole fetch
 
+# Compressed payloads (see the module docstring). The sender's policy (pyvgpu_daemon/compress.py, csrc/core/compress.c):
+# a payload of at least COMPRESS_MIN_BYTES is compressed with the codec whose predicted time, bytes / codec speed +
+# compressed bytes / link rate, is lowest, if that is at most COMPRESS_GAIN of bytes / link rate; ratio and
+# speed come from compressing COMPRESS_SAMPLES pieces of COMPRESS_SAMPLE_BYTES spread over the payload; the link rate
+# is what the receiver reported (nothing reported yet: no compression).
+COMPRESS_CODECS: dict[str, int] = {"lz4": 1, "zstd": 2}   # LZ4 block format; zstd frames (level ZSTD_LEVEL)
+ZSTD_LEVEL = 1
+COMPRESS_BLOCK = 1 << 20
+COMPRESS_MIN_BYTES = 64 << 10
+COMPRESS_SAMPLE_BYTES = 16 << 10
+COMPRESS_SAMPLES = 3
+COMPRESS_GAIN = 0.8
+RATE_SAMPLE_MIN_BYTES = 256 << 10    # payloads at least this large on the wire give a sample of the receive rate
+RATE_REPORT_CHANGE = 0.25            # a receiver reports its rate again when it moved by more than this fraction
+HELLO_COMPRESS = "compress"          # hello (both ways): the codecs a side offers / the ones the daemon accepted
+NOTICE_RATE = "rate"                 # key of a heartbeat notice's result: the daemon's receive rate (bytes/s)
+# client: off | auto (default: the policy above, never to a loopback address) | adaptive (the policy on loopback too,
+# for benchmarks through bench/netshape.py) | lz4 | zstd (always that codec: tests)
+ENV_COMPRESS = "PYVGPU_COMPRESS"
+
+# Replies' event times and detached requests (see the module docstring).
+MAX_EVENT_TIMES = 1024               # events one reply reports (the rest follow in later replies)
+DETACH_WINDOW_BYTES = 64 << 20       # detached reply bytes a client lets be in flight per connection (= the daemon's
+                                     # default bound on reply bytes a session is owed)
+
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
 # Ops after whose successful answer the host may read what the device wrote (synchronizing ops, and queries that
 # report completion): the client brings its copies of managed and mapped memory up to date after them.
@@ -365,10 +421,12 @@ def shared_keys() -> dict[str, str]:
                                           ("REPLY_SESSION", HELLO_REPLY_SESSION))}
     keys.update({"MODULE_KERNELS": MODULE_KERNELS, "MODULE_VARS": MODULE_VARS, "KERNEL_ID": KERNEL_ID,
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
-    keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "HOSTMAP_AUTO": HOSTMAP_AUTO,
+    keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "ENV_STATS": ENV_STATS,
+                 "HOSTMAP_AUTO": HOSTMAP_AUTO,
                  "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})
     keys.update({f"DEV_{k.upper()}": k for k in DEVICE_INFO_KEYS})
+    keys.update({"HELLO_COMPRESS": HELLO_COMPRESS, "NOTICE_RATE": NOTICE_RATE, "ENV_COMPRESS": ENV_COMPRESS})
     keys["MANAGED_RUNS"] = MANAGED_RUNS
     keys["PEER_TICKET"] = PEER_TICKET
     keys.update({"STATUS_DEVICE_USAGE": STATUS_DEVICE_USAGE, "USAGE_DEVICE": USAGE_DEVICE,

@@ -7,7 +7,10 @@ writes three files:
   (PV_cudaDevAttr*) and the cudaError_t table;
 - ops_gen.h / ops_gen.c: one sender per device op, with the op's arguments as C parameters in wire order.
   `pv_call_<OP>(d, args..., [payload, payload_len], [result])` sends and waits for the reply;
-  ASYNC ops also get `pv_send_<OP>(d, args..., [payload, payload_len])`, fire-and-forget.
+  ASYNC ops also get `pv_send_<OP>(d, args..., [payload, payload_len])`, fire-and-forget; DETACHED ops get
+  `pv_detach_<OP>(d, args..., out, out_cap)`: sent with a req_id, the reply's payload lands in out later;
+  COMPRESSIBLE ASYNC ops with a payload get `pv_sendz_<OP>(d, args..., payload, wire_len, raw_len, codec)`, the
+  payload already compressed (compress.c).
   No C file states an op's argument count, order or reply shape by hand: they come from OPS.
 
 Like protocol.py this imports only the standard library (the build runs it before the package is installed).
@@ -54,34 +57,47 @@ def generated_ops() -> list[P.OpSpec]:
     return [op for op in P.OPS if not op.flags & P.OpFlag.NO_DEVICE]
 
 
-def _params(op: P.OpSpec, wait: bool) -> str:
+CALL, SEND, DETACH, SENDZ = "call", "send", "detach", "sendz"
+
+
+def _params(op: P.OpSpec, mode: str) -> str:
     ps = ["struct pv_device *d"] + [C_ARG[a.type][0].format(n=a.name) for a in op.args[1:]]
     if op.flags & P.OpFlag.PAYLOAD_IN:
         ps.append("const void *payload, size_t payload_len")
-    if wait and op.flags & P.OpFlag.PAYLOAD_OUT:
+    if mode == CALL and op.flags & P.OpFlag.PAYLOAD_OUT:
         ps.append("void *out, size_t out_cap, size_t *got")
-    if wait and op.reply in C_REPLY:
+    if mode == DETACH:
+        ps.append("void *out, size_t out_cap")
+    if mode == SENDZ:
+        ps.append("size_t raw_len, int codec")
+    if mode == CALL and op.reply in C_REPLY:
         ps.append(C_REPLY[op.reply][0])
     return ", ".join(ps)
 
 
-def _signature(op: P.OpSpec, wait: bool) -> str:
-    return f"cudaError_t pv_{'call' if wait else 'send'}_{op.name}({_params(op, wait)})"
+def _signature(op: P.OpSpec, mode: str) -> str:
+    return f"cudaError_t pv_{mode}_{op.name}({_params(op, mode)})"
 
 
-def _body(op: P.OpSpec, wait: bool) -> list[str]:
+def _body(op: P.OpSpec, mode: str) -> list[str]:
     payload = "payload, payload_len" if op.flags & P.OpFlag.PAYLOAD_IN else "NULL, 0"
-    out = "out, out_cap" if wait and op.flags & P.OpFlag.PAYLOAD_OUT else "NULL, 0"
+    if mode == SENDZ:
+        payload += ", raw_len, codec"
+    out = "out, out_cap" if mode not in (SEND, SENDZ) and op.flags & P.OpFlag.PAYLOAD_OUT else "NULL, 0"
     lines = ["    struct pv_req r;"]
-    if wait and op.reply == "map":
+    if mode == CALL and op.reply == "map":
         lines.append("    memset(rep, 0, sizeof *rep);")      # the caller frees it whatever happens
-    lines += [f"    cudaError_t err = pv_op_begin(&r, d, PV_OP_{op.name}, PV_OP_{op.name}_NARGS, {int(wait)}, {payload}, "
-              f"{out});",
-             "    if (err != PV_SUCCESS)",
-             "        return err;"]
+    begin = "pv_op_begin_z" if mode == SENDZ else "pv_op_begin"
+    lines += [f"    cudaError_t err = {begin}(&r, d, PV_OP_{op.name}, PV_OP_{op.name}_NARGS, "
+              f"{int(mode not in (SEND, SENDZ))}, {payload}, {out});",
+              "    if (err != PV_SUCCESS)",
+              "        return err;"]
     lines += ["    " + C_ARG[a.type][1].format(n=a.name) for a in op.args[1:]]
-    if not wait:
+    if mode in (SEND, SENDZ):
         lines.append("    return pv_req_send(&r);")       # fire-and-forget: sent, or recorded into a graph
+        return lines
+    if mode == DETACH:
+        lines.append("    return pv_req_detach(&r);")     # the reply's payload lands in out later
         return lines
     if op.flags & P.OpFlag.PAYLOAD_OUT:
         lines += ["    struct pv_reply pr;",
@@ -102,18 +118,24 @@ def _body(op: P.OpSpec, wait: bool) -> list[str]:
     return lines
 
 
-def _senders(op: P.OpSpec) -> list[tuple[P.OpSpec, bool]]:
-    return [(op, True)] + ([(op, False)] if op.flags & P.OpFlag.ASYNC else [])
+def _senders(op: P.OpSpec) -> list[tuple[P.OpSpec, str]]:
+    f = op.flags
+    modes = [CALL] + ([SEND] if f & P.OpFlag.ASYNC else []) + ([DETACH] if f & P.OpFlag.DETACHED else [])
+    if f & P.OpFlag.ASYNC and f & P.OpFlag.PAYLOAD_IN and f & P.OpFlag.COMPRESSIBLE:
+        modes.append(SENDZ)
+    return [(op, m) for m in modes]
 
 
 def ops_header() -> str:
     out = [GENERATED, "#ifndef PV_OPS_GEN_H", "#define PV_OPS_GEN_H", "",
-           "/* pv_call_X: send and wait (result out-parameters are set only on success); pv_send_X: fire-and-forget.",
-           " * Both return the cudaError_t of the call; transport failures are PV_ERR_UNAVAILABLE. */"]
+           "/* pv_call_X: send and wait (result out-parameters are set only on success); pv_send_X: fire-and-forget;",
+           " * pv_detach_X: sent, the reply's payload lands in out when it comes (pv_req_detach); pv_sendz_X:",
+           " * fire-and-forget with a payload compressed by codec (compress.c).",
+           " * All return the cudaError_t of the call; transport failures are PV_ERR_UNAVAILABLE. */"]
     for op in generated_ops():
         out.append(f"/* {op.name}: {' '.join(f'{a.name}:{a.type}' for a in op.args)} -> {op.reply}"
                    + (f"; {op.doc}" if op.doc else "") + " */")
-        out += [_signature(o, wait) + ";" for o, wait in _senders(op)]
+        out += [_signature(o, mode) + ";" for o, mode in _senders(op)]
     out += ["", "#endif", ""]
     return "\n".join(out)
 
@@ -121,8 +143,8 @@ def ops_header() -> str:
 def ops_source() -> str:
     out = [GENERATED, '#include "pv_core.h"', ""]
     for op in generated_ops():
-        for o, wait in _senders(op):
-            out += [_signature(o, wait), "{", *_body(o, wait), "}", ""]
+        for o, mode in _senders(op):
+            out += [_signature(o, mode), "{", *_body(o, mode), "}", ""]
     return "\n".join(out)
 
 
@@ -142,6 +164,17 @@ def protocol_header() -> str:
         f"#define PV_MAX_HEADER_BYTES {P.MAX_HEADER_BYTES}u",
         f"#define PV_MAX_REPLY_HEADER_BYTES {P.MAX_REPLY_HEADER_BYTES}u",
         f"#define PV_MAX_STDOUT_BYTES {P.MAX_STDOUT_BYTES}ull",
+        f"#define PV_MAX_EVENT_TIMES {P.MAX_EVENT_TIMES}",
+        f"#define PV_DETACH_WINDOW_BYTES {P.DETACH_WINDOW_BYTES}ull",
+        *[f"#define PV_CODEC_{name.upper()} {code}" for name, code in P.COMPRESS_CODECS.items()],
+        f"#define PV_ZSTD_LEVEL {P.ZSTD_LEVEL}",
+        f"#define PV_COMPRESS_BLOCK {P.COMPRESS_BLOCK}u",
+        f"#define PV_COMPRESS_MIN_BYTES {P.COMPRESS_MIN_BYTES}u",
+        f"#define PV_COMPRESS_SAMPLE_BYTES {P.COMPRESS_SAMPLE_BYTES}u",
+        f"#define PV_COMPRESS_SAMPLES {P.COMPRESS_SAMPLES}",
+        f"#define PV_COMPRESS_GAIN {P.COMPRESS_GAIN}",
+        f"#define PV_RATE_SAMPLE_MIN_BYTES {P.RATE_SAMPLE_MIN_BYTES}u",
+        f"#define PV_RATE_REPORT_CHANGE {P.RATE_REPORT_CHANGE}",
         f"#define PV_CLIENT_SILENCE_TIMEOUT_MS {int(P.CLIENT_SILENCE_TIMEOUT_S * 1000)}",
         f"#define PV_CLIENT_PING_INTERVAL_MS {int(P.CLIENT_PING_INTERVAL_S * 1000)}",
         f"#define PV_VA_WINDOW_BYTES {P.VA_WINDOW_BYTES}ull",

@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from pyvgpu.protocol import (FRAME_PREFIX_BYTES, HELLO_CLIENT, HELLO_CLIENT_MAX, HELLO_PROOF, HELLO_SERVER_MAGIC,
+from pyvgpu.protocol import (COMPRESS_BLOCK, COMPRESS_CODECS, FRAME_PREFIX_BYTES, HELLO_CLIENT, HELLO_CLIENT_MAX,
+                             HELLO_PROOF, HELLO_SERVER_MAGIC,
                              HELLO_VA_BASE, HELLO_VERSION, MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES,
                              MAX_REPLY_HEADER_BYTES, MAX_STDOUT_BYTES)
 
@@ -33,8 +34,15 @@ class Request(NamedTuple):
     """A parsed request header (a NamedTuple: the daemon makes one per frame, a frozen dataclass costs ~1 µs)."""
     op: int
     req_id: int
-    payload_len: int
+    payload_len: int             # bytes on the wire
     args: list[Any]
+    raw_len: int = 0             # a compressed payload's size once decoded (codec != 0)
+    codec: int = 0               # protocol.COMPRESS_CODECS value, 0: not compressed
+
+    @property
+    def size(self) -> int:
+        """The payload's size as the op sees it."""
+        return self.raw_len if self.codec else self.payload_len
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class Reply:
     payload_len: int
     result: Any
     stdout_len: int
+    event_times: list[Any] | None = None      # protocol v3: [handle, records, ms, ...] (protocol docstring)
+    raw_len: int = 0                          # a compressed payload's decoded size (codec != 0)
+    codec: int = 0
 
     @property
     def is_notice(self) -> bool:
@@ -92,10 +103,12 @@ def encode_request(op: int, req_id: int, args: list[Any] | tuple[Any, ...] = (),
 
 
 def encode_reply(req_id: int, err: int, result: Any = None, stdout: bytes | None = None,
-                 payload: bytes | bytearray | memoryview = b"") -> list[bytes | memoryview]:
+                 payload: bytes | bytearray | memoryview = b"",
+                 event_times: list[Any] | None = None, raw_len: int = 0, codec: int = 0) -> list[bytes | memoryview]:
     """Header, payload, then printf output (outside the header: it may be as large as the printf FIFO).
-    ProtocolError when the result does not fit MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
-    if not stdout and not payload:
+    event_times, when any, is the header's sixth field. ProtocolError when the result does not fit
+    MAX_REPLY_HEADER_BYTES or stdout exceeds MAX_STDOUT_BYTES."""
+    if not stdout and not payload and not event_times:
         # the common small reply (a query's answer): one header, no payload (payload_nbytes of b"" is 0)
         body = _packb([req_id, err, 0, result, 0], use_bin_type=True)
         if len(body) > MAX_REPLY_HEADER_BYTES:
@@ -104,15 +117,20 @@ def encode_reply(req_id: int, err: int, result: Any = None, stdout: bytes | None
     out_len = len(stdout) if stdout else 0
     if out_len > MAX_STDOUT_BYTES:
         raise ProtocolError(f"{out_len} bytes of printf output exceed the {MAX_STDOUT_BYTES}-byte reply limit")
-    parts = encode_frame([req_id, err, payload_nbytes(payload), result, out_len], payload, MAX_REPLY_HEADER_BYTES)
+    wire_len = payload_nbytes(payload)
+    header = [req_id, err, [wire_len, raw_len, codec] if codec else wire_len, result, out_len]
+    if event_times:
+        header.append(event_times)
+    parts = encode_frame(header, payload, MAX_REPLY_HEADER_BYTES)
     if out_len:
         parts.append(_bulk(stdout))  # type: ignore[arg-type]
     return parts
 
 
-def encode_notice(err: int, reason: str = "") -> list[bytes | memoryview]:
-    """A frame that answers no request: a heartbeat (err 0) or the end of the session (err != 0, why)."""
-    return encode_reply(0, err, reason[:200] if err else None)
+def encode_notice(err: int, reason: str = "", info: dict[str, Any] | None = None) -> list[bytes | memoryview]:
+    """A frame that answers no request: a heartbeat (err 0; info, when given, is its result: e.g. the daemon's
+    receive rate) or the end of the session (err != 0, why)."""
+    return encode_reply(0, err, reason[:200] if err else info)
 
 
 def encode_server_hello(version: int, nonce: bytes, auth_required: bool) -> bytes:
@@ -146,6 +164,21 @@ def _is_uint(x: Any, limit: int = U64_MAX) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= limit
 
 
+def payload_field(v: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[int, int, int]:
+    """A header's payload length: an integer, or [wire_len, raw_len, codec] for a compressed payload (protocol
+    docstring) → (wire_len, raw_len, codec). The wire size of a compressed payload is at most its raw size plus
+    the block headers: compression never expands it past storing the blocks as they are."""
+    if _is_uint(v, max_payload):
+        return v, v, 0
+    if not (isinstance(v, list) and len(v) == 3 and _is_uint(v[0]) and _is_uint(v[1], max_payload)
+            and v[2] in COMPRESS_CODECS.values()):
+        raise ProtocolError(f"payload length {v!r:.60} is neither 0..{max_payload} nor [wire, raw, codec]")
+    wire_len, raw_len, codec = v
+    if raw_len == 0 or wire_len > raw_len + 8 * -(-raw_len // COMPRESS_BLOCK):
+        raise ProtocolError(f"compressed payload of {wire_len} bytes for {raw_len}")
+    return wire_len, raw_len, codec
+
+
 def parse_request(header: list[Any], max_payload: int = MAX_PAYLOAD_BYTES) -> Request:
     if len(header) < 3:
         raise ProtocolError(f"request header has {len(header)} fields, needs at least 3")
@@ -158,9 +191,8 @@ def parse_request(header: list[Any], max_payload: int = MAX_PAYLOAD_BYTES) -> Re
         raise ProtocolError(f"op {op!r:.40} is not a small unsigned integer")
     if not _is_uint(req_id):
         raise ProtocolError(f"req_id {req_id!r:.40} is not a u64")
-    if not _is_uint(payload_len, max_payload):
-        raise ProtocolError(f"payload length {payload_len!r:.40} outside 0..{max_payload}")
-    return Request(op, req_id, payload_len, header[3:])
+    wire_len, raw_len, codec = payload_field(header[2], max_payload)
+    return Request(op, req_id, wire_len, header[3:], raw_len, codec)
 
 
 def split_frames(buf: bytes | bytearray | memoryview, max_frames: int) -> list[tuple[list[Any], memoryview]]:
@@ -186,16 +218,18 @@ def split_frames(buf: bytes | bytearray | memoryview, max_frames: int) -> list[t
 
 
 def parse_reply(header: list[Any]) -> Reply:
-    if len(header) != 5:
-        raise ProtocolError(f"reply header has {len(header)} fields, needs 5")
-    req_id, err, payload_len, result, stdout_len = header
+    if len(header) not in (5, 6):
+        raise ProtocolError(f"reply header has {len(header)} fields, needs 5 or 6")
+    req_id, err, plen, result, stdout_len = header[:5]
+    times = header[5] if len(header) == 6 else None
+    if times is not None and not (isinstance(times, list) and len(times) % 3 == 0):
+        raise ProtocolError(f"reply event times {str(times)[:40]} are not [handle, records, ms] triples")
     if not _is_uint(req_id) or not isinstance(err, int) or isinstance(err, bool):
         raise ProtocolError(f"bad reply req_id/err {req_id!r:.40}/{err!r:.40}")
-    if not _is_uint(payload_len, MAX_PAYLOAD_BYTES):
-        raise ProtocolError(f"reply payload length {payload_len!r:.40} out of range")
+    payload_len, raw_len, codec = payload_field(plen)
     if not _is_uint(stdout_len, MAX_STDOUT_BYTES):
         raise ProtocolError(f"reply printf length {stdout_len!r:.40} outside 0..{MAX_STDOUT_BYTES}")
-    return Reply(req_id, err, payload_len, result, stdout_len)
+    return Reply(req_id, err, payload_len, result, stdout_len, times, raw_len if codec else 0, codec)
 
 
 _HEX = frozenset("0123456789abcdef")

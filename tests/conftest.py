@@ -74,11 +74,16 @@ def cublas_include():
     return cublas_wheel.fetch()
 
 
+# The backend of the daemons the tests start: emu, or cuda where scripts/gpu-check.sh runs the CUDA test programs
+# on a real GPU (tools/gpu_check.py; tests that pass emulator options then fail there, and the report says so).
+TEST_BACKEND = os.environ.get("PYVGPU_TEST_BACKEND", "emu")
+
+
 @pytest.fixture
 def daemon_factory(tmp_path):
     started: list[Daemon] = []
 
-    def make(*extra: str, backend: str = "emu", env: dict | None = None) -> Daemon:
+    def make(*extra: str, backend: str = TEST_BACKEND, env: dict | None = None) -> Daemon:
         d = start_daemon(tmp_path, *extra, backend=backend, env=env)
         started.append(d)
         return d

@@ -15,6 +15,9 @@
 //                                                       kernel (empty <<<1,1>>>), memset4 (cudaMemsetAsync 4 B),
 //                                                       event (cudaEventRecord)
 // std::chrono::steady_clock around each call; exit status 1 on any CUDA error.
+// BW_DATA sets the bytes bw copies (compression, bench/wan_bench.py --compress): unset 0x5a everywhere; zeros;
+// float32 (pixels of 8x8 digit images as a training batch holds them: k/16 for k in 0..16, about half zero, as in
+// scikit-learn's digits that examples/dp_train trains on); noise (float32 with random mantissas).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,12 +36,29 @@ static long long ns_since(clk::time_point t0) {
 
 __global__ void empty_kernel() {}
 
+static void fill_host(void *host, size_t n) {
+    const char *kind = getenv("BW_DATA");
+    unsigned char *p = (unsigned char *)host;
+    memset(p, kind ? 0 : 0x5a, n);   // touch every page before timing
+    if (!kind || !strcmp(kind, "zeros"))
+        return;
+    unsigned x = 12345;
+    bool noise = !strcmp(kind, "noise");
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        x = x * 1664525u + 1013904223u;
+        float f = noise ? (float)(x >> 8) / 16777216.0f - 0.5f
+                        : ((x >> 28) < 8 ? 0.0f : (float)((x >> 8) % 17) / 16.0f);
+        memcpy(p + i, &f, 4);
+    }
+}
+
 static int bw(const char *dir, const char *mem, size_t n, int iters) {
     bool h2d = strcmp(dir, "h2d") == 0, pinned = strcmp(mem, "pinned") == 0;
     void *host = nullptr, *dev = nullptr;
     if (pinned) CK(cudaMallocHost(&host, n));
     else host = malloc(n);
-    memset(host, 0x5a, n);   // touch every page before timing
+    fill_host(host, n);
+    unsigned char last = ((unsigned char *)host)[n - 1];
     CK(cudaMalloc(&dev, n));
     CK(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice));
     CK(cudaDeviceSynchronize());
@@ -55,7 +75,7 @@ static int bw(const char *dir, const char *mem, size_t n, int iters) {
         if (i >= 0) printf(" %lld", t);
     }
     printf("\n");
-    if (((unsigned char *)host)[n - 1] != 0x5a) { fprintf(stderr, "data mismatch\n"); return 1; }
+    if (((unsigned char *)host)[n - 1] != last) { fprintf(stderr, "data mismatch\n"); return 1; }
     CK(cudaFree(dev));
     if (pinned) CK(cudaFreeHost(host)); else free(host);
     return 0;

@@ -416,7 +416,7 @@ cudaError_t pv_memcpy3d_run(const struct cudaMemcpy3DParms *p, cudaStream_t s)
     const struct cudaPitchedPtr *sp = &p->srcPtr, *dp = &p->dstPtr;
     if (e->depth == 1 && e->height == 1 && !p->srcPos.y && !p->dstPos.y && !p->srcPos.z && !p->dstPos.z)
         return pv_memcpy((char *)dp->ptr + p->dstPos.x, (const char *)sp->ptr + p->srcPos.x, e->width, p->kind, s,
-                         1);
+                         s != NULL);   /* the synchronous entry points pass no stream: their D2H copy must wait */
     if ((e->depth > 1 || p->srcPos.z || p->dstPos.z) && (!sp->ysize || !dp->ysize))
         return PV_cudaErrorInvalidValue;
     for (size_t z = 0; z < e->depth; z++) {

@@ -2,7 +2,10 @@
  * libvcuda's cuMemcpy*, libvcublas's cublasSet/GetMatrix/Vector): a copy goes to the host that owns the device
  * pointer; copies between GPUs are staged through this process. Host-to-device data and memsets are
  * fire-and-forget; device-to-host copies wait for the reply, whose payload is read straight into the caller's
- * buffer. Large 1D copies travel in PV_CHUNK frames; 2D copies carry their rows packed. */
+ * buffer, except an asynchronous one into pinned memory: as on a GPU it returns at once, and its bytes land in the
+ * buffer when the daemon has run the copy (a detached request, pv_req_detach), before the reply of any later call
+ * to that daemon, so the synchronization that covers the copy finds them there. Large 1D copies travel in PV_CHUNK
+ * frames; 2D copies carry their rows packed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +14,32 @@
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 
 /* ------------------------------------------------------------------------------------------ primitives */
+/* Host-to-device bytes compressed by codec, one frame per PV_COMPRESS_BLOCK raw bytes (a frame is compressed, then
+ * written: the socket buffer overlaps little of the two, which the choice in compress.c accounts for). A block that
+ * does not shrink travels stored. */
+static cudaError_t h2d_compressed(struct pv_device *d, int codec, uint64_t dst, const char *src, size_t n,
+                                  uint64_t stream)
+{
+    size_t cap = pv_compress_bound(PV_COMPRESS_BLOCK);
+    char *buf = malloc(cap);
+    if (!buf)
+        return PV_cudaErrorMemoryAllocation;
+    cudaError_t err = PV_SUCCESS;
+    for (size_t off = 0; off < n && err == PV_SUCCESS; off += PV_COMPRESS_BLOCK) {
+        size_t k = n - off < PV_COMPRESS_BLOCK ? n - off : PV_COMPRESS_BLOCK;
+        size_t z = pv_compress_encode(codec, src + off, k, buf, cap);
+        err = z ? pv_sendz_MEMCPY_HTOD(d, dst + off, stream, buf, z, k, codec) : PV_cudaErrorUnknown;
+    }
+    free(buf);
+    return err;
+}
+
 cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream)
 {
+    int codec = pv_recording() ? 0 : pv_compress_choose(d->conn->codecs, atomic_load(&d->conn->peer_rx_rate), src,
+                                                           n);
+    if (codec)
+        return h2d_compressed(d, codec, dst, src, n, stream);
     for (size_t off = 0; off < n; off += PV_CHUNK) {
         size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
         cudaError_t err = pv_send_MEMCPY_HTOD(d, dst + off, stream, (const char *)src + off, k);
@@ -37,6 +64,26 @@ cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, 
         }
     }
     return PV_SUCCESS;
+}
+
+/* cudaMemcpyAsync device-to-host into pinned memory: does not wait (see the top of this file). */
+cudaError_t pv_copy_d2h_async(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
+{
+    for (size_t off = 0; off < n; off += PV_CHUNK) {
+        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
+        cudaError_t err = pv_detach_MEMCPY_DTOH_ASYNC(d, src + off, k, stream, (char *)dst + off, k);
+        if (err != PV_SUCCESS)
+            return err;
+    }
+    return PV_SUCCESS;
+}
+
+/* [p, p+n) lies inside one allocation of pinned host memory (pv_host_alloc). */
+static int pinned_range(const void *p, size_t n)
+{
+    struct pv_alloc a;
+    uint64_t u = (uint64_t)(uintptr_t)p;
+    return pv_alloc_find(u, &a) == 0 && a.dev < 0 && n <= a.size && u - a.ptr <= a.size - n;
 }
 
 static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)
@@ -116,7 +163,6 @@ static cudaError_t copy_begin(const void *dst, const void *src, int *kind, cudaS
 
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async)
 {
-    (void)async;
     if (kind < 0 || kind > cudaMemcpyDefault)
         return PV_cudaErrorInvalidMemcpyDirection;
     if (n == 0)
@@ -138,6 +184,8 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
     case cudaMemcpyDeviceToHost:
         if (pv_dev_range(src, n, &sdev) != 0)
             return PV_cudaErrorInvalidValue;
+        if (async && pinned_range(dst, n))
+            return pv_copy_d2h_async(sdev, dst, (uint64_t)(uintptr_t)src, n, pv_stream_for(s, sdev));
         return pv_copy_d2h(sdev, dst, (uint64_t)(uintptr_t)src, n, pv_stream_for(s, sdev));
     default:
         if (pv_dev_range(dst, n, &ddev) != 0 || pv_dev_range(src, n, &sdev) != 0)

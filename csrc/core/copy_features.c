@@ -142,6 +142,6 @@ int pv_copy2d_regions(void *dst, size_t dpitch, const void *src, size_t spitch, 
     /* managed or mapped memory on either side: row by row through the 1D path (which handles it) */
     *err = PV_SUCCESS;
     for (size_t r = 0; r < height && *err == PV_SUCCESS; r++)
-        *err = pv_memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, s, 1);
+        *err = pv_memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, s, s != NULL);
     return 1;
 }

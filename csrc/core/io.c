@@ -10,6 +10,7 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -202,6 +203,14 @@ int pv_io_read(struct pv_io *io, void *buf, size_t n)
     if (io->rlo == io->rhi)
         io->rlo = io->rhi = 0;
     return 0;
+}
+
+size_t pv_io_arrived(struct pv_io *io)
+{
+    int n = 0;
+    if (ioctl(io->fd, FIONREAD, &n) != 0 || n < 0)
+        n = 0;
+    return io->rhi - io->rlo + (size_t)n;
 }
 
 int pv_io_await(struct pv_io *io)

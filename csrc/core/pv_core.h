@@ -74,6 +74,7 @@ int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_
 int pv_io_wait(struct pv_io *io, short events);                   /* poll with ticks: 0 ready, -1 aborted */
 int pv_io_readable(struct pv_io *io);
 int pv_io_await(struct pv_io *io);                                /* until readable (ticks): 0, or -1 aborted */
+size_t pv_io_arrived(struct pv_io *io);   /* bytes received, not read yet (buffer + socket; TLS: its raw bytes) */
 int pv_io_writable(struct pv_io *io);                             /* 1 when a small write would not block */
 /* TLS (ssl.c): whether connections use it (PYVGPU_TLS*, the config dir), and the handshake + verification. */
 int pv_ssl_enabled(void);
@@ -105,9 +106,13 @@ struct pv_conn {
     atomic_int dead;
     atomic_uint_fast64_t next_id;
     pthread_mutex_t send_mu;       /* one frame at a time on the socket */
-    pthread_mutex_t mu;            /* pending list, receiving */
+    pthread_mutex_t mu;            /* pending list, receiving, detached requests */
     struct pv_pending *pending;
     int receiving;                 /* the reader is reading the payload of a reply someone waits for */
+    struct pv_pending *current;    /* ... that reply's request */
+    pthread_cond_t detached_cv;    /* a detached request completed, the read role is free, or the connection died */
+    int detached_n;                /* detached requests in flight (pv_req_detach) */
+    size_t detached_bytes;         /* reply payload bytes they will bring, at most PV_DETACH_WINDOW_BYTES */
     int reading;                   /* a thread holds the read role: it alone reads frames (transport.c) */
     pthread_t reader;
     atomic_int reader_started;
@@ -116,6 +121,10 @@ struct pv_conn {
     int64_t silence_ms;            /* PYVGPU_REPLY_TIMEOUT_MS: a waiting call gives up after this long unheard */
     int64_t ping_ms;               /* PYVGPU_PING_INTERVAL_MS: keepalive when nothing was sent for this long */
     _Atomic int64_t handshake_deadline_ms;   /* nonzero while connecting */
+    int codecs;                    /* bit (1 << codec): compression the hello negotiated (compress.c) */
+    _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
+    double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
+    double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
 };
 
 struct pv_reply {
@@ -130,6 +139,7 @@ struct pv_reply {
 /* A request being built. The generated senders (ops_gen.c) are its only users outside transport.c. */
 struct pv_req {
     struct pv_conn *conn;
+    int op;
     struct pv_device *dev;         /* the device of a device op (set by pv_op_begin), else NULL */
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -142,10 +152,25 @@ struct pv_req {
 /* Starts a request on connection c: header [op, req_id, payload_len] for nargs arguments the caller packs next. */
 void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
                   size_t payload_len, void *out, size_t out_cap);
+/* ... its payload compressed by codec (payload_len bytes on the wire, raw_len decoded); codec 0: pv_req_begin. */
+void pv_req_begin_z(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
+                    size_t payload_len, size_t raw_len, int codec, void *out, size_t out_cap);
 /* Sends the request; for a reply request waits for it and fills rep (pv_reply_free after; rep may be NULL).
  * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
 void pv_reply_free(struct pv_reply *rep);
+/* Sends a request (req_id != 0, out/out_cap its reply payload's destination) without waiting for the reply: the
+ * reader thread puts the payload into out when it arrives, before any later reply of the connection is delivered
+ * (the daemon answers in order), and frees the request. For ops flagged DETACHED, whose failure the daemon latches
+ * for the next synchronizing call. Blocks only while the connection's detached bytes in flight would exceed
+ * PV_DETACH_WINDOW_BYTES (or PV_DETACH_MAX requests); the wait is bounded like a reply's. */
+#define PV_DETACH_MAX 1024
+cudaError_t pv_req_detach(struct pv_req *r);
+/* Until no detached request still writes into [p, p+n) (freeing or unregistering host memory). */
+void pv_detached_drain(const void *p, size_t n);
+/* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
+int64_t pv_now_ns(void);
+void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
 /* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
 struct pv_hello_extra {
     uint64_t pid;
@@ -160,6 +185,21 @@ void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x);
  * first_gpu: the index of the pointer window of the daemon's device 0 (va_base = (first_gpu + 1) * window). */
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err);
 int pv_conn_alive(const struct pv_conn *c);
+
+/* ---- compression of bulk payloads (compress.c; pyvgpu/protocol.py "Compressed payloads") ---- */
+int pv_compress_offer(void);                          /* bit (1 << codec) per codec this process can use */
+int pv_compress_offer_to(int fd);                     /* ... to the daemon at the other end of fd */
+int pv_compress_hello_count(int offer);               /* hello map entries pv_compress_hello_pack adds */
+void pv_compress_hello_pack(msgpack_packer *pk, int offer);
+int pv_compress_accepted(const msgpack_object *hello_result);    /* codecs the daemon accepted (a mask) */
+/* The codec to send n bytes of data with (0: uncompressed), by PYVGPU_COMPRESS and the policy of compress.c. */
+int pv_compress_choose(int negotiated, uint64_t link_bps, const void *data, size_t n);
+size_t pv_compress_bound(size_t n);                   /* wire bytes n raw bytes may take, block headers included */
+/* n bytes → blocks of the wire format in dst (cap bytes); the wire size, 0 when cap is too small. */
+size_t pv_compress_encode(int codec, const void *src, size_t n, void *dst, size_t cap);
+/* A block header (8 bytes) of a payload with `left` raw bytes still to come: 0 and its lengths when well formed. */
+int pv_compress_block_header(const unsigned char hdr[8], size_t left, size_t *clen, size_t *rlen);
+int pv_decompress_block(int codec, const void *src, size_t clen, void *dst, size_t rlen);   /* 0: exactly rlen */
 
 /* ---- hostmap (hostmap.c): devices ---- */
 struct pv_device {
@@ -198,6 +238,10 @@ int pv_hmac_hex(const char *token, const void *nonce, size_t nonce_len, char out
  * packs the rest). PV_ERR_UNAVAILABLE when d's connection is gone. */
 cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
                         const void *payload, size_t payload_len, void *out, size_t out_cap);
+/* ... with a payload compressed by codec (payload_len bytes on the wire, raw_len once decoded); codec 0: plain. */
+cudaError_t pv_op_begin_z(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
+                          const void *payload, size_t payload_len, size_t raw_len, int codec, void *out,
+                          size_t out_cap);
 cudaError_t pv_conn_status(struct pv_conn *c, struct pv_reply *rep);  /* STATUS (request.c); caller frees rep */
 /* Decode a reply's result into *out when err is PV_SUCCESS; free rep; a malformed result is logged and becomes
  * cudaErrorUnknown. They return the call's error. */
@@ -318,7 +362,13 @@ cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidVal
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
 struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; const void *owner; };
-struct pv_event { uint32_t magic; int dev; uint64_t remote; unsigned flags; const void *owner; };
+struct pv_event {
+    uint32_t magic; int dev; uint64_t remote; unsigned flags; const void *owner;
+    /* Times the daemon reported (streams.c; under its lock): the event's time on the device's clock after its
+     * `known`-th record; valid for cudaEventElapsedTime while no later record was sent (known == sent). */
+    uint64_t sent, known;
+    double t_ms;
+};
 void pv_handle_add(const void *h);
 int pv_handle_remove(const void *h);
 int pv_handle_valid(const void *h);
@@ -338,6 +388,8 @@ enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToH
  * through this process, in order with the calling thread). */
 cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
+/* Device-to-host without waiting (detached requests): dst must stay valid until a synchronization covers the copy. */
+cudaError_t pv_copy_d2h_async(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
                         uint64_t stream);
 /* Pitched 2D copies (width bytes per row, height rows); HtoD is sent fire-and-forget, DtoH waits for the rows. */
@@ -350,7 +402,8 @@ int pv_dev_range(const void *p, size_t n, struct pv_device **d);
 int pv_is_device_ptr(const void *p);
 uint64_t pv_stream_for(cudaStream_t s, struct pv_device *d);       /* daemon handle of s on d (0: default) */
 cudaError_t pv_init_with_stream(cudaStream_t s);                   /* initialized, and s is a valid stream */
-/* A copy by cudaMemcpyKind (cudaMemcpyDefault: by where the pointers live). */
+/* A copy by cudaMemcpyKind (cudaMemcpyDefault: by where the pointers live); async: cudaMemcpyAsync semantics (a
+ * device-to-host copy into pinned memory returns before the bytes are there). */
 cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream_t s, int async);
 cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                         int kind, cudaStream_t s);
@@ -398,6 +451,9 @@ cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s);
 cudaError_t pv_event_sync(cudaEvent_t e);
 cudaError_t pv_event_query(cudaEvent_t e);                         /* cudaErrorNotReady while pending */
 cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* A reply's event times (protocol v3, the reply header's sixth field: [handle, records, ms, ...] of events of d
+ * whose latest record completed); called by the reader before the caller wakes. */
+void pv_event_times_apply(struct pv_device *d, const msgpack_object *times);
 /* Destroys the streams and events `owner` made on device dev. */
 void pv_streams_release(const void *owner, int dev);
 

@@ -629,6 +629,7 @@ cudaError_t pv_host_free(void *ptr)
     if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev >= 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
         pv_alloc_remove(a.ptr, &dev) != 0)
         return PV_cudaErrorInvalidValue;
+    pv_detached_drain(ptr, a.size);   /* copies into it still on their way land first (cudaFreeHost synchronizes) */
     free(ptr);
     return PV_SUCCESS;
 }

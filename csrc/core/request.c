@@ -6,6 +6,13 @@
 cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
                         const void *payload, size_t payload_len, void *out, size_t out_cap)
 {
+    return pv_op_begin_z(r, d, op, nargs, want_reply, payload, payload_len, 0, 0, out, out_cap);
+}
+
+cudaError_t pv_op_begin_z(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
+                          const void *payload, size_t payload_len, size_t raw_len, int codec, void *out,
+                          size_t out_cap)
+{
     if (!pv_conn_alive(d->conn))
         return PV_ERR_UNAVAILABLE;
     if (pv_coherence_pending() && op != PV_OP_MANAGED_PUSH && op != PV_OP_MANAGED_DIRTY) {
@@ -14,7 +21,7 @@ cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs
         if (err != PV_SUCCESS)
             return err;
     }
-    pv_req_begin(r, d->conn, op, nargs, want_reply, payload, payload_len, out, out_cap);
+    pv_req_begin_z(r, d->conn, op, nargs, want_reply, payload, payload_len, raw_len, codec, out, out_cap);
     r->dev = d;
     msgpack_pack_int(&r->pk, d->remote);
     return PV_SUCCESS;

@@ -7,6 +7,7 @@
 
 #include "pv_core.h"
 
+#define PV_EVENT_DISABLE_TIMING 2u   /* cudaEventDisableTiming: no times kept or reported */
 /* Every live stream and event, for the end of the context that made them. */
 static void **live;
 static size_t nlive, caplive;
@@ -187,6 +188,108 @@ cudaError_t pv_stream_id(cudaStream_t s, unsigned long long *id)
     return err;
 }
 
+/* ---------------------------------------------------------------------------------------------- event times
+ * Replies carry the times of completed event records (protocol v3). They are kept on the pv_event; the reader finds
+ * it by (device, daemon handle) in this table, which holds exactly the live events, so a reply can only update
+ * events the program owns. Open addressing, linear probing, tombstones; grown at half load. */
+#define EVT_TOMB ((struct pv_event *)1)
+static pthread_mutex_t evt_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pv_event **evt_slots;
+static size_t evt_cap, evt_used;     /* slots, slots not empty (live + tombstones) */
+
+static size_t evt_hash(int dev, uint64_t remote)
+{
+    uint64_t h = remote * 0x9E3779B97F4A7C15ull ^ (uint64_t)dev * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static struct pv_event **evt_find(int dev, uint64_t remote)
+{
+    if (!evt_cap)
+        return NULL;
+    for (size_t i = evt_hash(dev, remote) & (evt_cap - 1);; i = (i + 1) & (evt_cap - 1)) {
+        struct pv_event *e = evt_slots[i];
+        if (!e)
+            return NULL;
+        if (e != EVT_TOMB && e->dev == dev && e->remote == remote)
+            return &evt_slots[i];
+    }
+}
+
+static int evt_insert_slot(struct pv_event **slots, size_t cap, struct pv_event *ev)
+{
+    for (size_t i = evt_hash(ev->dev, ev->remote) & (cap - 1);; i = (i + 1) & (cap - 1))
+        if (!slots[i] || slots[i] == EVT_TOMB) {
+            int fresh = !slots[i];
+            slots[i] = ev;
+            return fresh;
+        }
+}
+
+/* 0 ok; -1 out of memory (the event then has no reported times: its elapsed times are asked for) */
+static int evt_add(struct pv_event *ev)
+{
+    pthread_mutex_lock(&evt_mu);
+    if ((evt_used + 1) * 2 > evt_cap) {
+        size_t cap = evt_cap ? evt_cap * 2 : 64;
+        struct pv_event **slots = calloc(cap, sizeof *slots);
+        if (!slots) {
+            pthread_mutex_unlock(&evt_mu);
+            return -1;
+        }
+        evt_used = 0;
+        for (size_t i = 0; i < evt_cap; i++)
+            if (evt_slots[i] && evt_slots[i] != EVT_TOMB)
+                evt_used += evt_insert_slot(slots, cap, evt_slots[i]);
+        free(evt_slots);
+        evt_slots = slots;
+        evt_cap = cap;
+    }
+    evt_used += evt_insert_slot(evt_slots, evt_cap, ev);
+    pthread_mutex_unlock(&evt_mu);
+    return 0;
+}
+
+static void evt_remove(struct pv_event *ev)
+{
+    pthread_mutex_lock(&evt_mu);
+    struct pv_event **slot = evt_find(ev->dev, ev->remote);
+    if (slot && *slot == ev)
+        *slot = EVT_TOMB;
+    pthread_mutex_unlock(&evt_mu);
+}
+
+void pv_event_times_apply(struct pv_device *d, const msgpack_object *times)
+{
+    if (times->type != MSGPACK_OBJECT_ARRAY || times->via.array.size % 3 != 0)
+        return;                    /* malformed: ignored (elapsed times are then asked for) */
+    pthread_mutex_lock(&evt_mu);
+    for (uint32_t i = 0; i + 3 <= times->via.array.size; i += 3) {
+        uint64_t remote, records;
+        double ms;
+        const msgpack_object *t = &times->via.array.ptr[i];
+        if (pv_obj_u64(&t[0], &remote) != 0 || pv_obj_u64(&t[1], &records) != 0 || pv_obj_f64(&t[2], &ms) != 0)
+            continue;
+        struct pv_event **slot = evt_find(d->index, remote);
+        if (slot) {
+            (*slot)->known = records;
+            (*slot)->t_ms = ms;
+        }
+    }
+    pthread_mutex_unlock(&evt_mu);
+}
+
+/* 1 and *ms when both events' latest records have reported times (so both completed). */
+static int elapsed_known(struct pv_event *a, struct pv_event *b, float *ms)
+{
+    pthread_mutex_lock(&evt_mu);
+    int ok = a->sent && a->known == a->sent && b->sent && b->known == b->sent;
+    if (ok)
+        *ms = (float)(b->t_ms - a->t_ms);
+    pthread_mutex_unlock(&evt_mu);
+    return ok;
+}
+
 cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)
 {
     struct pv_device *d;
@@ -206,6 +309,8 @@ cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)
     ev->dev = d->index;
     ev->remote = h;
     ev->flags = flags;
+    if (!(flags & PV_EVENT_DISABLE_TIMING))
+        (void)evt_add(ev);         /* without it, elapsed times are asked for */
     ev->owner = pv_tls_owner();
     pv_handle_add(ev);
     live_add(ev);
@@ -216,8 +321,10 @@ cudaError_t pv_event_create(unsigned flags, cudaEvent_t *out)
 cudaError_t pv_event_destroy(cudaEvent_t e)
 {
     struct pv_event *ev = event_of(e);
-    return ev ? handle_destroy(ev, &ev->magic, ev->dev, ev->remote, pv_send_EVENT_DESTROY)
-              : PV_cudaErrorInvalidResourceHandle;
+    if (!ev)
+        return PV_cudaErrorInvalidResourceHandle;
+    evt_remove(ev);
+    return handle_destroy(ev, &ev->magic, ev->dev, ev->remote, pv_send_EVENT_DESTROY);
 }
 
 cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s)
@@ -239,6 +346,11 @@ cudaError_t pv_event_record(cudaEvent_t e, cudaStream_t s)
         return err;
     if (d->index != ev->dev)
         return PV_cudaErrorInvalidResourceHandle;
+    if (!pv_recording()) {
+        pthread_mutex_lock(&evt_mu);
+        ev->sent++;                /* before the send: a reply can only report this record after it */
+        pthread_mutex_unlock(&evt_mu);
+    }
     return pv_send_EVENT_RECORD(d, ev->remote, remote);
 }
 
@@ -250,6 +362,8 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end)
     struct pv_device *d = pv_device(a->dev);
     if (!d)
         return PV_cudaErrorInvalidResourceHandle;
+    if (elapsed_known(a, b, ms))
+        return PV_SUCCESS;         /* both completed, their times came with a reply: no round trip */
     double v = 0;
     cudaError_t err = pv_call_EVENT_ELAPSED(d, a->remote, b->remote, &v);
     if (err == PV_SUCCESS)

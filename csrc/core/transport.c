@@ -40,6 +40,10 @@ struct pv_pending {
     struct pv_reply rep;
     void *out;
     size_t out_cap;
+    struct pv_device *dev;         /* the device the request went to (event times in its reply are that device's) */
+    int op;                        /* its op (statistics of detached requests) */
+    size_t wire_len;               /* reply payload bytes on the wire (compressed or not) */
+    int detached;                  /* nobody waits: heap-allocated, freed by whoever completes it (pv_req_detach) */
     pthread_cond_t cv;
     struct pv_pending *next;
 };
@@ -71,8 +75,12 @@ static void atfork_child(void)
         atomic_store(&c->dead, 1);
         pthread_mutex_init(&c->send_mu, NULL);
         pthread_mutex_init(&c->mu, NULL);
+        pthread_cond_init(&c->detached_cv, NULL);
         pthread_mutex_init(&c->io.ssl_mu, NULL);
-        c->pending = NULL;
+        c->pending = NULL;         /* the parent's detached requests stay the parent's: leaked here, never freed */
+        c->current = NULL;
+        c->detached_n = 0;
+        c->detached_bytes = 0;
         c->io.ssl = NULL;          /* the parent's TLS state: never used (or freed) here */
         close(c->io.fd);
         c->io.fd = -1;
@@ -105,12 +113,20 @@ static void conn_fail(struct pv_conn *c, const char *why)
         pv_log("connection to daemon %s:%d lost (%s); its GPUs now fail with cudaErrorDevicesUnavailable",
                c->host, c->port, why);
     atomic_store(&c->dead, 1);
-    for (struct pv_pending *p = c->pending; p; p = p->next) {
+    for (struct pv_pending *p = c->pending, *next; p; p = next) {
+        next = p->next;
+        if (p->detached) {
+            free(p);               /* its bytes never come; the program's next synchronization fails instead */
+            continue;
+        }
         p->err = PV_ERR_UNAVAILABLE;
         p->done = 1;
         pthread_cond_signal(&p->cv);
     }
     c->pending = NULL;
+    c->detached_n = 0;
+    c->detached_bytes = 0;
+    pthread_cond_broadcast(&c->detached_cv);
     pthread_mutex_unlock(&c->mu);
     if (!was_dead)
         shutdown(c->io.fd, SHUT_RDWR);   /* wakes the reader; the fd itself is closed at exit only */
@@ -216,8 +232,13 @@ static int conn_tick(void *arg)
 /* A notice (req_id 0): a heartbeat, or the daemon ending the session. 0: carry on; -1: the session is over. */
 static int notice(struct pv_conn *c, int64_t err, const msgpack_object *result)
 {
-    if (err == 0)
+    if (err == 0) {
+        uint64_t rate;
+        const msgpack_object *r = pv_map_get(result, PV_KEY_NOTICE_RATE);
+        if (r && pv_obj_u64(r, &rate) == 0)
+            atomic_store(&c->peer_rx_rate, rate);   /* the daemon's receive rate: compression decides by it */
         return 0;
+    }
     char reason[256] = "no reason given", why[320];
     (void)pv_obj_str(result, reason, sizeof reason);
     snprintf(why, sizeof why, "the daemon ended the session: %s", reason);
@@ -225,13 +246,133 @@ static int notice(struct pv_conn *c, int64_t err, const msgpack_object *result)
     return -1;
 }
 
-/* Gives the read role up; a thread still waiting for its reply takes it over (it is woken for that). */
+/* A header's payload length: an integer, or [wire_len, raw_len, codec] for a compressed payload (protocol.py). 0 ok. */
+static int payload_field(const struct pv_conn *c, const msgpack_object *o, uint64_t *wire, uint64_t *raw, int *codec)
+{
+    *codec = 0;
+    if (pv_obj_u64(o, wire) == 0) {
+        *raw = *wire;
+        return 0;
+    }
+    uint64_t cd;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 || pv_obj_u64(&o->via.array.ptr[0], wire) != 0 ||
+        pv_obj_u64(&o->via.array.ptr[1], raw) != 0 || pv_obj_u64(&o->via.array.ptr[2], &cd) != 0 || cd > 30 ||
+        !(c->codecs & (1 << cd)) || *raw == 0 ||
+        *wire > *raw + 8 * ((*raw + PV_COMPRESS_BLOCK - 1) / PV_COMPRESS_BLOCK))
+        return -1;
+    *codec = (int)cd;
+    return 0;
+}
+
+/* Reads a compressed payload (wire bytes of blocks) into out, raw bytes; -1 when the stream fails, -2 malformed. */
+static int read_compressed(struct pv_conn *c, int codec, uint64_t wire, char *out, uint64_t raw)
+{
+    char *block = malloc(PV_COMPRESS_BLOCK);
+    if (!block)
+        return -1;
+    uint64_t off = 0, got = 0;
+    int rc = 0;
+    while (rc == 0 && off < raw) {
+        unsigned char hdr[8];
+        size_t clen, rlen;
+        if (got + 8 > wire || pv_io_read(&c->io, hdr, 8) != 0) {
+            rc = got + 8 > wire ? -2 : -1;
+            break;
+        }
+        got += 8;
+        if (pv_compress_block_header(hdr, (size_t)(raw - off), &clen, &rlen) != 0 || got + clen > wire) {
+            rc = -2;
+            break;
+        }
+        if (pv_io_read(&c->io, block, clen) != 0) {
+            rc = -1;
+            break;
+        }
+        got += clen;
+        if (pv_decompress_block(codec, block, clen, out + off, rlen) != 0)
+            rc = -2;
+        off += rlen;
+    }
+    if (rc == 0 && got != wire)
+        rc = -2;
+    free(block);
+    return rc;
+}
+
+/* A bulk reply arrived at nbytes / ns: the daemon compresses its replies by this rate (LINK_RATE, sent from the
+ * reader thread when the send lock is free and the rate moved by more than PV_RATE_REPORT_CHANGE). */
+static void rate_sample(struct pv_conn *c, uint64_t nbytes, int64_t ns)
+{
+    if (!c->codecs || ns <= 0 || nbytes < PV_RATE_SAMPLE_MIN_BYTES)
+        return;
+    double rate = (double)nbytes * 1e9 / (double)ns;
+    c->rx_rate = c->rx_rate > 0 ? 0.5 * c->rx_rate + 0.5 * rate : rate;
+    double last = c->rx_reported;
+    if (last > 0 && c->rx_rate < last * (1 + PV_RATE_REPORT_CHANGE) && c->rx_rate > last * (1 - PV_RATE_REPORT_CHANGE))
+        return;
+    if (pthread_mutex_trylock(&c->send_mu) != 0)
+        return;                    /* a frame is on its way: report with a later sample */
+    if (!atomic_load(&c->dead) && pv_io_writable(&c->io)) {
+        struct pv_req r;
+        pv_req_begin(&r, c, PV_OP_LINK_RATE, PV_OP_LINK_RATE_NARGS, 0, NULL, 0, NULL, 0);
+        msgpack_pack_uint64(&r.pk, (uint64_t)c->rx_rate);
+        pv_seal_frame(&r.sb);
+        if (pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0) == 0)
+            c->rx_reported = c->rx_rate;
+        msgpack_sbuffer_destroy(&r.sb);
+    }
+    pthread_mutex_unlock(&c->send_mu);
+}
+
+/* A reply's sixth field (protocol v3): times of events of the request's device (pv_event_times_apply). */
+static const msgpack_object *reply_events(const msgpack_object *h)
+{
+    return h->via.array.size == 6 && h->via.array.ptr[5].type != MSGPACK_OBJECT_NIL ? &h->via.array.ptr[5] : NULL;
+}
+
+/* The reader has the whole reply of p (payload in p->out, printf relayed): wake its caller, or finish a detached
+ * request (its bytes are where the program wants them; nobody waits). */
+static void complete(struct pv_conn *c, struct pv_pending *p, msgpack_unpacked msg, char *raw, int err)
+{
+    const msgpack_object *events = reply_events(&msg.data);
+    if (events && p->dev && err != PV_ERR_UNAVAILABLE)
+        pv_event_times_apply(p->dev, events);     /* before the caller wakes: it may ask for elapsed times next */
+    pthread_mutex_lock(&c->mu);
+    c->receiving = 0;
+    c->current = NULL;
+    if (p->detached) {
+        pv_stats_note(p->op, p->dev ? p->dev->index : -1, 1, p->wire_len, 0, 0);
+        c->detached_n--;
+        c->detached_bytes -= p->out_cap;
+        pthread_cond_broadcast(&c->detached_cv);
+        pthread_mutex_unlock(&c->mu);
+        msgpack_unpacked_destroy(&msg);
+        free(raw);
+        free(p);                   /* a failure was latched by the daemon for the next synchronizing call */
+        return;
+    }
+    p->rep.msg = msg;
+    p->rep.raw = raw;
+    p->rep.have_msg = 1;
+    p->rep.result = &msg.data.via.array.ptr[3];
+    p->err = err;
+    p->done = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Gives the read role up; a thread still waiting for its reply takes it over (it is woken for that), as does one
+ * waiting for room in the window of detached requests or for their bytes (detached_cv). */
 static void release_read_role(struct pv_conn *c)
 {
     pthread_mutex_lock(&c->mu);
     c->reading = 0;
-    if (c->pending)
-        pthread_cond_signal(&c->pending->cv);
+    for (struct pv_pending *p = c->pending; p; p = p->next)
+        if (!p->detached) {
+            pthread_cond_signal(&p->cv);
+            break;
+        }
+    pthread_cond_broadcast(&c->detached_cv);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -247,11 +388,15 @@ static int read_frame(struct pv_conn *c)
         return -1;
     }
     const msgpack_object *h = &msg.data;
-    uint64_t id, plen, olen;
+    uint64_t id, plen, rawlen, olen;
     int64_t err;
-    if (h->via.array.size != 5 || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
-        pv_obj_i64(&h->via.array.ptr[1], &err) != 0 || pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 ||
-        pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES) {
+    int codec = 0;
+    const msgpack_object *ev = (h->via.array.size == 5 || h->via.array.size == 6) ? reply_events(h) : NULL;
+    if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_u64(&h->via.array.ptr[0], &id) != 0 ||
+        pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
+        payload_field(c, &h->via.array.ptr[2], &plen, &rawlen, &codec) != 0 ||
+        pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen > PV_MAX_STDOUT_BYTES ||
+        (ev && ev->type != MSGPACK_OBJECT_ARRAY)) {
         msgpack_unpacked_destroy(&msg);
         free(raw);
         conn_fail(c, "malformed reply header");
@@ -275,17 +420,23 @@ static int read_frame(struct pv_conn *c)
         p = *pp;
         *pp = p->next;
         c->receiving = 1;          /* still waited for while its payload arrives */
+        c->current = p;
     }
     pthread_mutex_unlock(&c->mu);
     int io = 0;
+    int64_t t0 = pv_now_ns();
+    uint64_t early = plen >= PV_RATE_SAMPLE_MIN_BYTES && c->codecs ? pv_io_arrived(&c->io) : 0;
     if (plen) {
-        if (p && p->out && plen <= p->out_cap) {
-            io = pv_io_read(&c->io, p->out, (size_t)plen);
+        if (p && p->out && rawlen <= p->out_cap) {
+            io = codec ? read_compressed(c, codec, plen, p->out, rawlen) : pv_io_read(&c->io, p->out, (size_t)plen);
             if (io == 0)
-                p->rep.payload_len = (size_t)plen;
+                p->rep.payload_len = (size_t)rawlen;
+            p->wire_len = (size_t)plen;
         } else {
             io = relay(c, plen, NULL);
         }
+        if (io == 0 && plen > early)
+            rate_sample(c, plen - early, pv_now_ns() - t0);   /* bytes that were there already do not count */
     }
     if (io == 0 && olen)
         io = relay(c, olen, to_stdout);    /* before the caller wakes: its output shows at the sync */
@@ -294,19 +445,10 @@ static int read_frame(struct pv_conn *c)
         free(raw);
         pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
     } else {
-        pthread_mutex_lock(&c->mu);
-        p->rep.msg = msg;
-        p->rep.raw = raw;
-        p->rep.have_msg = 1;
-        p->rep.result = &msg.data.via.array.ptr[3];
-        p->err = io ? PV_ERR_UNAVAILABLE : (int)err;
-        p->done = 1;
-        c->receiving = 0;
-        pthread_cond_signal(&p->cv);
-        pthread_mutex_unlock(&c->mu);
+        complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
     }
     if (io) {
-        conn_fail(c, "connection closed inside a reply payload");
+        conn_fail(c, io == -2 ? "malformed compressed reply payload" : "connection closed inside a reply payload");
         return -1;
     }
     return 0;
@@ -359,7 +501,15 @@ void pv_reply_free(struct pv_reply *rep)
 void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply,
                   const void *payload, size_t payload_len, void *out, size_t out_cap)
 {
+    pv_req_begin_z(r, c, op, nargs, want_reply, payload, payload_len, 0, 0, out, out_cap);
+}
+
+void pv_req_begin_z(struct pv_req *r, struct pv_conn *c, int op, int nargs, int want_reply, const void *payload,
+                    size_t payload_len, size_t raw_len, int codec, void *out, size_t out_cap)
+{
     r->conn = c;
+    r->op = op;
+    r->dev = NULL;
     r->payload = payload;
     r->payload_len = payload_len;
     r->out = out;
@@ -371,7 +521,14 @@ void pv_req_begin(struct pv_req *r, struct pv_conn *c, int op, int nargs, int wa
     msgpack_pack_array(&r->pk, (size_t)(3 + nargs));
     msgpack_pack_int(&r->pk, op);
     msgpack_pack_uint64(&r->pk, r->req_id);
-    msgpack_pack_uint64(&r->pk, payload_len);
+    if (codec) {
+        msgpack_pack_array(&r->pk, 3);             /* a compressed payload: [wire_len, raw_len, codec] */
+        msgpack_pack_uint64(&r->pk, payload_len);
+        msgpack_pack_uint64(&r->pk, raw_len);
+        msgpack_pack_int(&r->pk, codec);
+    } else {
+        msgpack_pack_uint64(&r->pk, payload_len);
+    }
 }
 
 static cudaError_t send_frame(struct pv_req *r)
@@ -393,6 +550,46 @@ static cudaError_t send_frame(struct pv_req *r)
     return PV_SUCCESS;
 }
 
+static int dev_index(const struct pv_req *r) { return r->dev ? r->dev->index : -1; }
+
+/* Waits until ready(c, arg) (evaluated with c->mu held). When nobody reads, this thread does, until it is ready or
+ * the connection fails: a lone call is one send and one receive on the calling thread (top of this file). Otherwise it
+ * sleeps on cv, woken by the reader that delivered what it waits for or that gave the read role up; the sweeper's
+ * tick normally notices a silent daemon, the check here covers a reader blocked elsewhere. Called and returns with
+ * c->mu held. ready must become true once the connection is dead (conn_fail completes every request). */
+static void wait_until(struct pv_conn *c, pthread_cond_t *cv, int (*ready)(struct pv_conn *c, void *arg), void *arg)
+{
+    while (!ready(c, arg)) {
+        if (!c->reading && !atomic_load(&c->dead)) {
+            c->reading = 1;
+            int go = 1;
+            while (go) {
+                pthread_mutex_unlock(&c->mu);
+                /* the reply is rarely there yet: wait for it first rather than try a read that finds nothing */
+                go = pv_io_await(&c->io) == 0 && read_frame(c) == 0;
+                pthread_mutex_lock(&c->mu);
+                go = go && !ready(c, arg);
+            }
+            pthread_mutex_unlock(&c->mu);
+            release_read_role(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(cv, &c->mu, &ts);
+        if (!ready(c, arg)) {
+            pthread_mutex_unlock(&c->mu);
+            if (conn_silent(c, pv_now_ms()))
+                fail_silent(c);
+            pthread_mutex_lock(&c->mu);
+        }
+    }
+}
+
+static int pending_done(struct pv_conn *c, void *arg) { return ((struct pv_pending *)arg)->done; }
+
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
 {
     struct pv_conn *c = r->conn;
@@ -402,6 +599,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     if (r->req_id == 0) {
         err = send_frame(r);
         msgpack_sbuffer_destroy(&r->sb);
+        pv_stats_note(r->op, dev_index(r), 1, r->payload_len, 0, 0);
         return err;
     }
     struct pv_pending p;
@@ -409,6 +607,7 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     p.id = r->req_id;
     p.out = r->out;
     p.out_cap = r->out_cap;
+    p.dev = r->dev;
     pthread_cond_init(&p.cv, NULL);
     pthread_mutex_lock(&c->mu);
     if (atomic_load(&c->dead)) {
@@ -422,36 +621,14 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
     c->pending = &p;
     pthread_mutex_unlock(&c->mu);
 
+    int64_t t0 = pv_now_ns();
     (void)send_frame(r);   /* a send failure fails every pending request, ours included */
     msgpack_sbuffer_destroy(&r->sb);
 
     pthread_mutex_lock(&c->mu);
-    while (!p.done) {
-        if (!c->reading && !atomic_load(&c->dead)) {
-            /* nobody reads: this thread does, until its own reply is in (or the connection fails) */
-            c->reading = 1;
-            pthread_mutex_unlock(&c->mu);
-            /* p.done is set under mu by read_frame; read here as the only reader. The reply is rarely there yet:
-             * wait for it first rather than try a read that finds nothing. */
-            while (!p.done && pv_io_await(&c->io) == 0 && read_frame(c) == 0)
-                ;
-            release_read_role(c);
-            pthread_mutex_lock(&c->mu);
-            continue;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&p.cv, &c->mu, &ts);
-        if (!p.done) {
-            /* the reader's tick normally notices a silent daemon; this covers a reader blocked elsewhere */
-            pthread_mutex_unlock(&c->mu);
-            if (conn_silent(c, pv_now_ms()))
-                fail_silent(c);
-            pthread_mutex_lock(&c->mu);
-        }
-    }
+    wait_until(c, &p.cv, pending_done, &p);
     pthread_mutex_unlock(&c->mu);
+    pv_stats_note(r->op, dev_index(r), 1, r->payload_len + p.wire_len, 1, pv_now_ns() - t0);
     pthread_cond_destroy(&p.cv);
     err = p.err;
     if (rep) {
@@ -461,6 +638,98 @@ cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
         pv_reply_free(&p.rep);
     }
     return err;
+}
+
+struct window_need {
+    size_t bytes;
+};
+
+/* Room in the window of detached requests for need->bytes more (or the connection is dead). With c->mu held. */
+static int window_room(struct pv_conn *c, void *arg)
+{
+    size_t n = ((struct window_need *)arg)->bytes;
+    return atomic_load(&c->dead) || c->detached_n == 0 ||
+           (c->detached_bytes + n <= PV_DETACH_WINDOW_BYTES && c->detached_n < PV_DETACH_MAX);
+}
+
+/* A request whose reply nobody waits for (its payload lands in r->out when it comes; see pv_core.h). Waits only
+ * for room in the connection's window of bytes in flight. */
+cudaError_t pv_req_detach(struct pv_req *r)
+{
+    struct pv_conn *c = r->conn;
+    struct pv_pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        msgpack_sbuffer_destroy(&r->sb);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    p->id = r->req_id;
+    p->out = r->out;
+    p->out_cap = r->out_cap;
+    p->dev = r->dev;
+    p->op = r->op;
+    p->detached = 1;
+    int64_t t0 = pv_now_ns();
+    int waited = 0;
+    pthread_mutex_lock(&c->mu);
+    struct window_need need = { r->out_cap };
+    waited = !window_room(c, &need);     /* the window is full: wait for the oldest bytes in flight */
+    wait_until(c, &c->detached_cv, window_room, &need);
+    if (atomic_load(&c->dead)) {
+        pthread_mutex_unlock(&c->mu);
+        free(p);
+        msgpack_sbuffer_destroy(&r->sb);
+        return PV_ERR_UNAVAILABLE;
+    }
+    mark_busy(c, c->pending == NULL && atomic_load(&c->sending) == 0);
+    p->next = c->pending;
+    c->pending = p;
+    c->detached_n++;
+    c->detached_bytes += r->out_cap;
+    pthread_mutex_unlock(&c->mu);
+    cudaError_t err = send_frame(r);   /* a failure ends the connection, which frees p */
+    msgpack_sbuffer_destroy(&r->sb);
+    if (waited)                   /* the call itself is counted when its reply completes it */
+        pv_stats_note(r->op, dev_index(r), 0, 0, 1, pv_now_ns() - t0);
+    return err;
+}
+
+static int overlaps(const struct pv_pending *p, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t a = (uintptr_t)p->out;
+    return p->detached && a < hi && lo < a + p->out_cap;
+}
+
+static int detached_into(struct pv_conn *c, uintptr_t lo, uintptr_t hi)
+{
+    if (c->current && overlaps(c->current, lo, hi))
+        return 1;
+    for (struct pv_pending *p = c->pending; p; p = p->next)
+        if (overlaps(p, lo, hi))
+            return 1;
+    return 0;
+}
+
+/* No detached request of c brings bytes into range [0], [1] (or c is dead). With c->mu held. */
+static int drained(struct pv_conn *c, void *arg)
+{
+    const uintptr_t *range = arg;
+    return atomic_load(&c->dead) || !detached_into(c, range[0], range[1]);
+}
+
+void pv_detached_drain(const void *lo, size_t n)
+{
+    uintptr_t range[2] = { (uintptr_t)lo, (uintptr_t)lo + n };
+    pthread_mutex_lock(&conns_mu);
+    int count = nconns;
+    struct pv_conn *conns[PV_MAX_CONNS];
+    memcpy(conns, all_conns, sizeof conns);
+    pthread_mutex_unlock(&conns_mu);
+    for (int i = 0; i < count; i++) {
+        struct pv_conn *c = conns[i];
+        pthread_mutex_lock(&c->mu);
+        wait_until(c, &c->detached_cv, drained, range);
+        pthread_mutex_unlock(&c->mu);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------- connect */
@@ -565,7 +834,8 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_hello_extra_read(&extra);
     struct pv_req r;
     pv_req_begin(&r, c, PV_OP_HELLO, PV_OP_HELLO_NARGS, 1, NULL, 0, NULL, 0);
-    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra));
+    int offer = pv_compress_offer_to(c->io.fd);
+    msgpack_pack_map(&r.pk, 4 + pv_hello_extra_count(&extra) + pv_compress_hello_count(offer));
     pv_pack_str(&r.pk, PV_KEY_HELLO_VERSION);
     msgpack_pack_int(&r.pk, PV_PROTOCOL_VERSION);
     pv_pack_str(&r.pk, PV_KEY_HELLO_PROOF);
@@ -578,6 +848,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_pack_str(&r.pk, PV_KEY_HELLO_VA_BASE);
     msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
     pv_hello_extra_pack(&r.pk, &extra);
+    pv_compress_hello_pack(&r.pk, offer);
     /* the reader thread is not running yet: send and read the reply inline */
     pv_seal_frame(&r.sb);
     int wrc = pv_io_write(&c->io, r.sb.data, r.sb.size, NULL, 0);
@@ -597,7 +868,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     int64_t err = -1;
     uint64_t plen = 0;
     uint64_t olen = 0;
-    if (h->via.array.size != 5 || pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
+    if ((h->via.array.size != 5 && h->via.array.size != 6) || pv_obj_i64(&h->via.array.ptr[1], &err) != 0 ||
         pv_obj_u64(&h->via.array.ptr[2], &plen) != 0 || plen != 0 ||
         pv_obj_u64(&h->via.array.ptr[4], &olen) != 0 || olen != 0) {
         pv_log("daemon %s:%d sent a malformed hello reply", c->host, c->port);
@@ -622,6 +893,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
         pv_reply_free(hello);
         return err ? (cudaError_t)err : PV_ERR_UNAVAILABLE;
     }
+    c->codecs = pv_compress_accepted(hello->result);
     return PV_SUCCESS;
 }
 
@@ -631,6 +903,7 @@ static void conn_free(struct pv_conn *c)
     pv_io_destroy(&c->io);
     pthread_mutex_destroy(&c->send_mu);
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->detached_cv);
     free(c);
 }
 
@@ -658,9 +931,11 @@ struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct p
     atomic_init(&c->sending, 0);
     atomic_init(&c->reader_started, 0);
     atomic_init(&c->busy_since_ms, pv_now_ms());
+    atomic_init(&c->peer_rx_rate, 0);
     atomic_init(&c->handshake_deadline_ms, pv_now_ms() + env_int("PYVGPU_HANDSHAKE_TIMEOUT_MS", 10000));
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->detached_cv, NULL);
     pv_io_init(&c->io, fd);
     c->io.tick = conn_tick;
     c->io.tick_arg = c;

@@ -6,7 +6,7 @@
                             [--emu-devices N] [--emu-memory SIZE] [--emu-slowdown FACTOR] [--log-level LEVEL]
                             [--session-memory [DEVICE=]SIZE ...] [--max-weight W] [--scheduling fair|off]
                             [--time-slice MS]
-                            [--metrics-port PORT] [--metrics-host ADDR]
+                            [--metrics-port PORT] [--metrics-host ADDR] [--compress auto|always|off]
 
 `pyvgpu daemon start` builds a DaemonOptions and calls run(options) (or main(argv)).
 Exit status: 0 after a clean SIGTERM/SIGINT shutdown (queued work drained up to --drain-timeout), 2 for a
@@ -47,6 +47,7 @@ class DaemonOptions:
     time_slice_ms: float = 2.0
     metrics_port: int | None = None
     metrics_host: str | None = None
+    compress: str = "auto"               # auto: compress replies where it pays (compress.py); always; off: never
 
 
 # Bounds a user may set on the command line: option -> Bounds field (the rest are documented constants).
@@ -101,6 +102,10 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
                         "device over (default 2 ms)")
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", metavar="ADDR", help="address of the metrics server (default: --host)")
+    p.add_argument("--compress", choices=("auto", "always", "off"), default="auto",
+                   help="auto: offer lz4/zstd for bulk payloads and compress replies where the link is slow and the "
+                        "data compresses (default); always: compress every bulk reply to a client that negotiated a "
+                        "codec (tests, benchmarks); off: offer no codec")
     ns = p.parse_args(argv)
     try:
         bounds = Bounds(**{name: getattr(ns, opt[2:].replace("-", "_")) for opt, name in BOUND_OPTIONS.items()})
@@ -111,7 +116,7 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
                          log_level=ns.log_level, tls_cert=ns.tls_cert, tls_key=ns.tls_key, bounds=bounds,
                          session_memory=ns.session_memory, max_weight=ns.max_weight,
                          scheduling=ns.scheduling, time_slice_ms=ns.time_slice, metrics_port=ns.metrics_port,
-                         metrics_host=ns.metrics_host)
+                         metrics_host=ns.metrics_host, compress=ns.compress)
 
 
 def resolve_token(opts: DaemonOptions) -> bytes | None:
@@ -185,7 +190,8 @@ def run(opts: DaemonOptions) -> int:
         print(f"pyvgpu-daemon: error: {exc}", file=sys.stderr, flush=True)
         return 2
     cfg = ServerConfig(host=opts.host, port=opts.port, token=token, tls=tls, bounds=opts.bounds, sharing=sharing,
-                       metrics_port=opts.metrics_port, metrics_host=opts.metrics_host)
+                       metrics_port=opts.metrics_port, metrics_host=opts.metrics_host,
+                       compress=opts.compress)
     try:
         import uvloop
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)

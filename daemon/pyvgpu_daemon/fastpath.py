@@ -28,7 +28,7 @@ from typing import Any
 
 from pyvgpu import wire
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
-from pyvgpu_daemon import handlers
+from pyvgpu_daemon import compress, handlers
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.scheduler import is_work
@@ -137,10 +137,13 @@ def landed(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, started:
         lane.record((spec.code, args, nbytes), started, time.perf_counter())
 
 
-def reply_from_device(st: DeviceState, spec: OpSpec, req_id: int, args: list[Any]) -> list[Any] | None:
+def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: int,
+                      args: list[Any]) -> list[Any] | None:
     """The reply frame of a device-to-host copy sent from device memory (see the module docstring), or None."""
     if spec.code != OP_DTOH or st.deferred or st.sticky:
         return None
+    if session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
+        return None                               # the worker decides whether to compress it (handlers.execute)
     size = args[2]
     if not _u64(size) or size < SEND_MIN:
         return None
@@ -155,9 +158,10 @@ def reply_from_device(st: DeviceState, spec: OpSpec, req_id: int, args: list[Any
     st.waited += 1
     st.bytes_dtoh += size
     stdout = ctx.take_stdout() or None            # MEMCPY_DTOH is SYNC: it carries the device's printf output
+    times = st.event_times.report(ctx)            # ... and event times, as every reply (protocol v3)
     tail = FrameStream.WRITE_HIGH
     try:
-        parts = wire.encode_reply(req_id, 0, None, stdout, view)
+        parts = wire.encode_reply(req_id, 0, None, stdout, view, times)
     except wire.ProtocolError:
         parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
     else:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from pyvgpu import protocol as P
 from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
+from pyvgpu_daemon.compress import Compressed, CorruptPayload, compress_reply
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, ModuleEntry, Session, destroy_blas_handles, release_device
 
@@ -33,14 +34,19 @@ KERNEL_ATTR_SET = frozenset(P.KERNEL_ATTR_KEYS)
 
 class Outcome:
     """What a job hands back to the loop: None for fire-and-forget, else the reply fields. (Slotted, not a frozen
-    dataclass: one is made per request.)"""
-    __slots__ = ("err", "result", "payload", "stdout")
+    dataclass: one is made per request.) event_times: the reply's sixth field (event_times.py); a payload compressed
+    by `codec` (compress.py) has raw_len bytes once decoded."""
+    __slots__ = ("err", "result", "payload", "stdout", "event_times", "raw_len", "codec")
 
-    def __init__(self, err: int, result: Any = None, payload: bytes = b"", stdout: bytes | None = None) -> None:
+    def __init__(self, err: int, result: Any = None, payload: bytes = b"", stdout: bytes | None = None,
+                 event_times: list[float] | None = None, raw_len: int = 0, codec: int = 0) -> None:
         self.err = err
         self.result = result
         self.payload = payload
         self.stdout = stdout
+        self.event_times = event_times
+        self.raw_len = raw_len
+        self.codec = codec
 
 
 class Call:
@@ -113,6 +119,8 @@ _CONVERSIONS: dict[int, tuple[tuple[str, Callable[[str, Any], Any], Any], ...]] 
 _DEVICE_RESET = OP_BY_NAME["DEVICE_RESET"].code
 _PAYLOAD_OUT = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.PAYLOAD_OUT)
 _SYNC = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.SYNC)
+_DETACHED = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.DETACHED)
+_COMPRESSIBLE = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.COMPRESSIBLE)
 
 
 def convert_args(spec: OpSpec, st: DeviceState, args: list[Any]) -> dict[str, Any]:
@@ -203,6 +211,12 @@ def memcpy_dtoh(c: Call, src: int, size: int, stream: Any) -> bytes:
         return b""
     c.st.check_range(src, size, "memcpy DtoH source")
     return c.ctx.memcpy_dtoh(src, size, stream)
+
+
+@handler("MEMCPY_DTOH_ASYNC")
+def memcpy_dtoh_async(c: Call, src: int, size: int, stream: Any) -> bytes:
+    # DETACHED: the same copy, but the client does not wait; a failure is latched for its next synchronizing call
+    return memcpy_dtoh(c, src, size, stream)
 
 
 @handler("MEMCPY_DTOD")
@@ -406,17 +420,23 @@ def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> None:
 
 @handler("EVENT_CREATE")
 def event_create(c: Call, flags: int) -> int:
-    return _add_handle(c.st, c.st.events, c.ctx.event_create(flags))
+    ev = c.ctx.event_create(flags)
+    h = _add_handle(c.st, c.st.events, ev)
+    c.st.event_times.created(h, ev)
+    return h
 
 
 @handler("EVENT_DESTROY")
 def event_destroy(c: Call, event: int) -> None:
-    c.ctx.event_destroy(_pop_handle(c.st.events, event, "event"))
+    ev = _pop_handle(c.st.events, event, "event")
+    c.st.event_times.forget(event, ev)
+    c.ctx.event_destroy(ev)
 
 
 @handler("EVENT_RECORD")
 def event_record(c: Call, event: Any, stream: Any) -> None:
     c.ctx.event_record(event, stream)
+    c.st.event_times.recorded(event)         # its time travels with a later reply (event_times.py)
 
 
 @handler("EVENT_SYNC")
@@ -491,7 +511,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if session.closing:
         return None                       # the client is gone: skip queued work, cleanup follows
     st.ops += 1
-    if not fire_and_forget:
+    detached = spec.code in _DETACHED
+    if not fire_and_forget and not detached:
         st.waited += 1                    # the client waits for this one's reply (a blocking round trip)
     result: Any = None
     out = b""
@@ -504,6 +525,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
                 if st.lane is not None:
                     st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+            if isinstance(payload, Compressed):
+                payload = payload.decode()            # on this worker, never on the loop (compress.py)
             st.bytes_htod += len(payload)
             # positional where @handler found the spec's arguments in order as ordinary parameters
             if spec.name in BY_KEYWORD:
@@ -515,6 +538,11 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 st.bytes_dtoh += len(out)
             else:
                 result = ret
+        except CorruptPayload as exc:
+            err = ERROR_CODES["cudaErrorInvalidValue"]
+            log.warning("%s: %s: %s; ending the session", session.tag(st.ordinal), spec.name, exc)
+            if session.end_soon is not None:
+                session.end_soon(str(exc))
         except CudaError as exc:
             err = exc.code
             if exc.sticky:
@@ -525,10 +553,11 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         except Exception:  # noqa: BLE001 - a backend bug must cost one op, not the daemon
             err = ERR_UNKNOWN
             log.exception("%s: %s raised unexpectedly", session.tag(st.ordinal), spec.name)
-    if fire_and_forget:
+    if fire_and_forget or detached:
         if err and not st.deferred:
-            st.deferred = err
-        return None
+            st.deferred = err             # a detached op's failure, too, is the next synchronizing call's
+        if not detached:
+            return None
     stdout = None
     if spec.code in _SYNC:
         if st.deferred:
@@ -537,9 +566,14 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             st.deferred = 0
         if st.ctx is not None:
             stdout = st.ctx.take_stdout() or None
+    times = st.event_times.report(st.ctx)
     if err:
-        return Outcome(err, None, b"", stdout)
-    return Outcome(0, result, out, stdout)
+        return Outcome(err, None, b"", stdout, times)
+    if session.codecs and spec.code in _COMPRESSIBLE and len(out):
+        wire_out, codec = compress_reply(out, session.peer_rate, session.codecs, session.compress_always)
+        if codec:
+            return Outcome(0, result, wire_out, stdout, times, len(out), codec)
+    return Outcome(0, result, out, stdout, times)
 
 
 def cleanup(session: Session, st: DeviceState) -> int:

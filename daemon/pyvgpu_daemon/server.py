@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyvgpu import auth, protocol, wire
-from pyvgpu.protocol import (ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES, HELLO_REPLY_BACKEND,
-                             HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
-                             VA_WINDOW_BYTES, OpFlag, OpSpec)
-from pyvgpu_daemon import fastpath, handlers
+from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
+                             HELLO_COMPRESS, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
+                             NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
+                             RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpFlag, OpSpec)
+from pyvgpu_daemon import compress, fastpath, handlers
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
 from pyvgpu_daemon.peer import PeerHub
@@ -48,6 +49,7 @@ _NO_DEVICE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFla
 _PAYLOAD_IN = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_IN)
 _PAYLOAD_OUT = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_OUT)
 _ASYNC = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.ASYNC)
+_COMPRESSIBLE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.COMPRESSIBLE)
 
 
 class SessionEnd(Exception):
@@ -68,6 +70,7 @@ class ServerConfig:
     sharing: SharingConfig = field(default_factory=SharingConfig)
     metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
     metrics_host: str | None = None  # default: the daemon's own address
+    compress: str = "auto"           # auto | always | off: compression of bulk payloads (compress.py)
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Link:
     outstanding: int = 0             # requests whose reply is not written yet
     reply_owed: int = 0              # payload bytes of those replies
     oversize: bool = False           # holds the daemon-wide slot for a frame above the session queue bound
+    rx_rate: float = 0.0             # bytes/s bulk payloads arrive at (compress.py's link rate for the client)
+    rx_reported: float = 0.0         # the rate last told to the client
     sending_device_memory: bool = False   # a reply sent from device memory may still be partly unsent (fastpath)
 
     def queued_jobs(self) -> int:
@@ -205,6 +210,8 @@ class Server:
             established = True
             self.sessions[sid] = session
             self._links[sid] = link
+            loop = asyncio.get_running_loop()
+            session.end_soon = lambda why: loop.call_soon_threadsafe(self._abort, link, why)
             log.info("%s: connected from %s (%s), va_base=%#x", session.tag(), peer, session.client,
                      session.va_base)
             reason = await self._serve(link)
@@ -272,6 +279,11 @@ class Server:
             raise SessionEnd(msg)
         result = {HELLO_REPLY_DEVICES: self._devices, HELLO_REPLY_BACKEND: self.backend.name,
                   HELLO_REPLY_SESSION: session.id}
+        codecs = compress.accept(hello.fields.get(HELLO_COMPRESS), self.config.compress != "off")
+        if codecs:
+            session.codecs = tuple(COMPRESS_CODECS[n] for n in codecs)
+            session.compress_always = self.config.compress == "always"
+            result[HELLO_COMPRESS] = codecs
         stream.writelines(wire.encode_reply(req.req_id, 0, result))
 
     async def _reply_and_close(self, stream: FrameStream, req_id: int, err: int, msg: str) -> None:
@@ -303,7 +315,7 @@ class Server:
             spec = OP_BY_CODE.get(req.op)
             if spec is None:
                 raise SessionEnd(f"unknown op {req.op}")
-            self._check_shape(spec, req, max_payload)
+            self._check_shape(spec, req, max_payload, link.session.codecs)
             if link.sending_device_memory:
                 await self._wait_sent(link)
             if spec.code in _NO_DEVICE:
@@ -315,6 +327,11 @@ class Server:
                 elif spec.name == "PING":
                     if req.req_id:
                         stream.writelines(wire.encode_reply(req.req_id, 0, None))
+                elif spec.name == "LINK_RATE":
+                    rate = req.args[0]
+                    if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
+                        raise SessionEnd(f"LINK_RATE of {rate!r:.40}")
+                    link.session.peer_rate = float(rate)
                 elif spec.name == "PEER_FETCH":
                     data = self.hub.take(req.args[0])      # in memory already: answered on the loop
                     stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
@@ -323,17 +340,23 @@ class Server:
                     raise SessionEnd(f"{spec.name} after the handshake")
                 continue
             plen = req.payload_len
-            nbytes = hsize + plen
+            nbytes = hsize + req.size               # a compressed payload counts as decoded
             need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0
             if not self._room(link, nbytes):
                 await self._admit_request(link, nbytes)
             if need or link.reply_owed or stream.write_buffer_size():
                 await self._wait_replies_read(link, need)
-            if plen >= fastpath.LANDING_MIN and await self._land(link, spec, req):
+            if plen >= fastpath.LANDING_MIN and not req.codec and await self._land(link, spec, req):
                 continue
-            payload = stream.payload_now(plen) if plen else b""
+            payload: Any = stream.payload_now(plen) if plen else b""
             if payload is None:
+                t0, early = time.perf_counter(), stream.arrived() if plen >= RATE_SAMPLE_MIN_BYTES else 0
                 payload = await stream.read_payload(plen, b.payload_deadline_s(plen))
+                if plen >= RATE_SAMPLE_MIN_BYTES:
+                    self._rate_sample(link, plen - early, time.perf_counter() - t0)
+            if req.codec:
+                compress.check_blocks(payload, req.raw_len, req.codec)
+                payload = compress.Compressed(req.codec, req.raw_len, payload)
             self._dispatch(link, spec, req, payload, nbytes, need)
 
     def _max_payload(self) -> int:
@@ -353,9 +376,9 @@ class Server:
         header, hsize = got
         req = wire.parse_request(header)
         spec = OP_BY_CODE.get(req.op)
-        if spec is None or spec.code in _NO_DEVICE:
-            return False
-        self._check_shape(spec, req, self._max_payload())
+        if spec is None or spec.code in _NO_DEVICE or req.codec:
+            return False                  # a compressed payload takes _serve's path (decoded size, Compressed)
+        self._check_shape(spec, req, self._max_payload(), link.session.codecs)
         plen = req.payload_len
         nbytes = hsize + plen
         if plen >= FrameStream.DIRECT_MIN or not stream.buffered(nbytes) or not self._room(link, nbytes):
@@ -389,11 +412,13 @@ class Server:
         if view is None:
             return False
         assert st is not None
-        t0 = time.perf_counter()
+        t0, early = time.perf_counter(), link.stream.arrived() if req.payload_len >= RATE_SAMPLE_MIN_BYTES else 0
         try:
             await link.stream.read_payload_into(view, self.bounds.payload_deadline_s(req.payload_len))
         finally:
             self._release_oversize(link)
+        if req.payload_len >= RATE_SAMPLE_MIN_BYTES:
+            self._rate_sample(link, req.payload_len - early, time.perf_counter() - t0)
         fastpath.landed(st, spec, req.args, req.payload_len, t0)
         if req.req_id:
             self._write_outcome(link, req.req_id, handlers.Outcome(0))
@@ -405,15 +430,40 @@ class Server:
         return link.session.devices.get(dev) if type(dev) is int else None
 
     @staticmethod
-    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int) -> None:
+    def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int, codecs: tuple[int, ...] = ()) -> None:
         if len(req.args) != len(spec.args):
             raise SessionEnd(f"{spec.name} with {len(req.args)} args, spec has {len(spec.args)}")
         if req.payload_len and spec.code not in _PAYLOAD_IN:
             raise SessionEnd(f"{spec.name} carries a {req.payload_len}-byte payload it does not take")
-        if req.payload_len > max_payload:
-            raise SessionEnd(f"{spec.name} payload of {req.payload_len} bytes exceeds device memory")
+        if req.size > max_payload:
+            raise SessionEnd(f"{spec.name} payload of {req.size} bytes exceeds device memory")
+        if req.codec and (req.codec not in codecs or spec.code not in _COMPRESSIBLE):
+            raise SessionEnd(f"{spec.name} with a payload compressed by codec {req.codec}, not negotiated for it")
         if req.req_id == 0 and spec.code not in _ASYNC:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
+
+    def _abort(self, link: Link, why: str) -> None:
+        """End a session from outside its _serve (a worker found its request malformed: Session.end_soon): the
+        client is told why and the connection closes, which ends _serve and runs the usual cleanup."""
+        stream = link.stream
+        if link.session.closing or stream.is_closing():
+            return
+        log.warning("%s: ending the session: %s", link.session.tag(), why)
+        stream.writelines(wire.encode_notice(ERR_UNAVAILABLE, why))
+        stream.close()
+
+    def _rate_sample(self, link: Link, nbytes: int, seconds: float) -> None:
+        """nbytes of a bulk payload arrived in `seconds` (what had arrived before the read began is not counted):
+        the client learns the rate (a heartbeat notice's result) when it moved by more than RATE_REPORT_CHANGE, and
+        compresses by it (compress.c)."""
+        if seconds <= 0 or nbytes < RATE_SAMPLE_MIN_BYTES or not link.session.codecs:
+            return
+        rate = nbytes / seconds
+        link.rx_rate = rate if not link.rx_rate else 0.5 * link.rx_rate + 0.5 * rate
+        last = link.rx_reported
+        if not last or abs(link.rx_rate - last) > RATE_REPORT_CHANGE * last:
+            link.rx_reported = link.rx_rate
+            link.stream.writelines(wire.encode_notice(0, info={NOTICE_RATE: int(link.rx_rate)}))
 
     # ------------------------------------------------------------------ flow control
     def _room(self, link: Link, nbytes: int) -> bool:
@@ -528,7 +578,7 @@ class Server:
             return
         if not link.oversize and worker.idle and not worker.pending:
             if spec.code == fastpath.OP_DTOH:
-                parts = fastpath.reply_from_device(st, spec, req_id, req.args)
+                parts = fastpath.reply_from_device(session, st, spec, req_id, req.args)
                 if parts is not None:
                     stream.writelines(parts)
                     link.sending_device_memory = stream.write_paused
@@ -565,7 +615,8 @@ class Server:
 
     def _write_outcome(self, link: Link, req_id: int, out: handlers.Outcome) -> None:
         try:
-            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload)
+            parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload, out.event_times,
+                                      out.raw_len, out.codec)
         except wire.ProtocolError as exc:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
             log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", link.session.tag(), req_id, exc)

@@ -14,11 +14,12 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES
 from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, KernelDesc, LoadedModule
 from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.event_times import EventTimes
 from pyvgpu_daemon.executor import OrderedWorker
 from pyvgpu_daemon.managed import ManagedTable
 from pyvgpu_daemon.peer import PeerHub
@@ -60,6 +61,7 @@ class DeviceState:
     arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_array.ArrayEntry
     textures: dict[int, Any] = field(default_factory=dict)           # texture object value -> (res type, array)
     surfaces: dict[int, int] = field(default_factory=dict)           # surface object value -> array handle
+    event_times: EventTimes = field(default_factory=EventTimes)      # events to report with replies
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
     held: int = 0              # bytes of live allocations (STATUS)
@@ -175,6 +177,7 @@ class DeviceState:
         self.functions.clear()
         self.streams.clear()
         self.events.clear()
+        self.event_times.clear()
         self.stream_priority.clear()
         self.blas_handles.clear()
         self.graphs.clear()
@@ -220,6 +223,10 @@ class Session:
     devices: dict[int, DeviceState] = field(default_factory=dict)
     closing: bool = False       # set when the connection ends: queued jobs are skipped, cleanup runs
     hub: PeerHub = field(default_factory=PeerHub)    # the daemon's peer-copy tickets (shared by its sessions)
+    codecs: tuple[int, ...] = ()         # compression codecs the hello negotiated (compress.py)
+    peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported
+    compress_always: bool = False        # daemon --compress always: every bulk reply compressed (tests, benchmarks)
+    end_soon: Callable[[str], None] | None = None   # any thread: end the session, why (server.py sets it)
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")

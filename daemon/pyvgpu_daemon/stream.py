@@ -17,8 +17,10 @@ Bounds (what a peer can make this object spend):
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import socket
 import struct
+import termios
 import time
 from typing import Any
 
@@ -194,6 +196,18 @@ class FrameStream(asyncio.BufferedProtocol):
     # -- reader side
     def _buffered(self) -> int:
         return self._hi - self._lo
+
+    def arrived(self) -> int:
+        """Bytes received and not yet read: this buffer's and the kernel's socket buffer's (FIONREAD). A transfer's
+        rate is measured on the bytes that arrive after this (server.py's link-rate samples)."""
+        n = self._buffered()
+        sock = self.get_extra_info("socket")
+        if sock is not None:
+            try:
+                n += struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+            except OSError:
+                pass
+        return n
 
     def _take(self, n: int) -> bytes:
         out = bytes(self._buf[self._lo:self._lo + n])

@@ -214,6 +214,11 @@ class DeviceContext(ABC):
     @abstractmethod
     def event_elapsed(self, start: Any, end: Any) -> float: ...
 
+    def event_time(self, event: Any) -> float | None:
+        """The completed event's time in ms on a clock of this context (only differences count), sent with replies
+        (event_times.py); None when the backend cannot tell (the client then asks event_elapsed)."""
+        return None
+
     @abstractmethod
     def synchronize(self) -> None: ...
 

@@ -28,6 +28,7 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUN
 from pyvgpu_daemon.backends import cublas_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
+from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -218,6 +219,7 @@ class _Event:
     handle: Any
     flags: int
     recorded: bool = False
+    anchor: Any = None             # cuda_clock.Anchor of its latest record (None: not timed on the clock)
 
 
 class CudaContext(CudaArrays, DeviceContext):
@@ -231,6 +233,7 @@ class CudaContext(CudaArrays, DeviceContext):
         self.ctx = self._create()
         self._hint = window                      # next address to ask for in this session's window
         self._vmm: dict[int, tuple[Any, int]] = {}   # managed/mapped address -> (physical handle, mapped size)
+        self.clock = EventClock(drv)             # event times for replies (event_times.py)
 
     def _create(self) -> Any:
         try:
@@ -523,8 +526,14 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuEventDestroy(event.handle), "cuEventDestroy")
 
     def event_record(self, event: _Event, stream: Any) -> None:
-        check(self.drv.cuEventRecord(event.handle, self._stream(stream)), "cuEventRecord")
+        s = self._stream(stream)
+        anchor = None if event.flags & EVENT_DISABLE_TIMING else self.clock.before_record(s)
+        check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
         event.recorded = True
+        event.anchor = anchor
+
+    def event_time(self, event: _Event) -> float | None:
+        return self.clock.time(event.anchor, event.handle) if event.recorded else None
 
     def event_sync(self, event: _Event) -> None:
         with self.wait_scope():
@@ -573,6 +582,7 @@ class CudaContext(CudaArrays, DeviceContext):
 
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).
+        self.clock.drop()                            # its anchors go with the context
         self._release_all_vmm()
         try:
             self.drv.cuCtxDestroy(self.ctx)
@@ -580,6 +590,7 @@ class CudaContext(CudaArrays, DeviceContext):
             self.ctx = self._create()
 
     def close(self) -> None:
+        self.clock.drop()
         self._release_all_vmm()                      # physical allocations outlive a context: give them back
         try:
             self.drv.cuCtxDestroy(self.ctx)

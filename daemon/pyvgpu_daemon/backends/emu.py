@@ -495,6 +495,11 @@ class EmuContext(EmuArrays, DeviceContext):
     def event_query(self, event: Any) -> bool:
         return True
 
+    def event_time(self, event: EmuEvent) -> float | None:
+        if event.flags & EVENT_DISABLE_TIMING or event.recorded_at is None:
+            return None
+        return event.recorded_at * 1000.0
+
     def event_elapsed(self, start: EmuEvent, end: EmuEvent) -> float:
         if (start.flags | end.flags) & EVENT_DISABLE_TIMING:
             raise CudaError("cudaErrorInvalidResourceHandle", "event created with cudaEventDisableTiming")
