@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import struct
 import time
 
 from harness import raw_session
@@ -116,3 +117,77 @@ def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
             for dev in s.devices.values():
                 dev.worker.stop()
         loop.close()
+
+
+LOOP_PTX = b""".version 9.0
+.target sm_75
+.address_size 64
+.visible .entry put(.param .u64 out, .param .u32 v)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [v];
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+.visible .entry spin(.param .u64 out, .param .u32 n)
+{
+  .reg .b32 %r<3>; .reg .pred %p<2>;
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, 0;
+LOOP:
+  add.u32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, %r1;
+  @%p1 bra LOOP;
+  ret;
+}
+"""
+
+
+def test_only_tiny_launches_run_on_the_loop():
+    """A launch runs on the loop only when the emulator knows it is short whatever its parameters: a loop-free
+    kernel over few threads that has run before (on the worker, which compiled it); never a kernel with a loop
+    (its cost is its argument's), never a first launch, never while another session shares the device."""
+    backend = EmuBackend(memory=64 * MIB)
+    sharing = Sharing(SharingConfig(), backend.devices())
+    loop = asyncio.new_event_loop()
+    sessions = []
+    try:
+        for sid in (1, 2):
+            s = Session(sid, "test", backend, 1)
+            s.va_base, s.sharing = sid << 40, sharing
+            sessions.append(s)
+        a = sessions[0]
+        st = a.device(0, loop)
+        st.worker.idle = True                      # as its thread sets it with an empty queue
+
+        def run(op, *args, payload=b""):
+            out = handlers.execute(a, st, backend, OP_BY_NAME[op], [0, *args], payload, False)
+            assert out.err == 0
+            return out
+        ptr = run("MALLOC", 4096).result
+        kernels = run("MODULE_LOAD", 1, payload=LOOP_PTX).result["kernels"]
+        launch = OP_BY_NAME["LAUNCH"]
+
+        def args(name):
+            return [0, kernels[name]["id"], [1, 1, 1], [32, 1, 1], 0, 0]
+
+        def params(v):
+            return struct.pack("<QI", ptr, v) + b"\0" * 4
+        assert not fastpath.run_async(a, st, backend, launch, args("put"), params(1))    # first launch: worker
+        run("LAUNCH", *args("put")[1:], payload=params(1))
+        assert fastpath.run_async(a, st, backend, launch, args("put"), params(2))        # ran here and now
+        assert bytes(run("MEMCPY_DTOH", ptr, 4, 0).payload) == struct.pack("<I", 2)
+        assert not fastpath.run_async(a, st, backend, launch, [0, 12345, [1, 1, 1], [32, 1, 1], 0, 0], params(3))
+        assert not fastpath.run_async(a, st, backend, launch, [0, args("put")[1], [1, 1], [32, 1, 1], 0, 0],
+                                      params(3))                                          # malformed: worker
+        run("LAUNCH", *args("spin")[1:], payload=params(3))
+        assert not fastpath.run_async(a, st, backend, launch, args("spin"), params(10 ** 6))
+        sessions[1].device(0, loop)                # a second session opens the device: its turn on the worker
+        assert not fastpath.run_async(a, st, backend, launch, args("put"), params(4))
+    finally:
+        for s in sessions:
+            for dev in s.devices.values():
+                dev.worker.stop()
+        loop.close()
+

@@ -169,6 +169,13 @@ class DeviceContext(ABC):
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
         """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
 
+    def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                    block: tuple[int, int, int], shmem: int) -> bool:
+        """Whether this launch (LAUNCH in loop_ops) is certain to finish within microseconds whatever its
+        parameters, so that the event loop may run it itself (fastpath); the arguments are converted but not yet
+        validated."""
+        return False
+
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         """cudaFuncSetAttribute for this session's copy of the kernel (attr: protocol.FUNC_ATTR_*)."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cudaFuncSetAttribute")
