@@ -27,6 +27,10 @@ class KernelDesc:
     params: list[tuple[int, int]]
     attrs: dict[str, int] = field(default_factory=dict)
     handle: Any = None       # backend object used by launch()
+    param_bytes: int = field(init=False, default=0)     # the least parameter buffer a launch must pass
+
+    def __post_init__(self) -> None:
+        self.param_bytes = max((o + sz for o, sz in self.params), default=0)
 
 
 @dataclass

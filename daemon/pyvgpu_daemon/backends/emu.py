@@ -402,10 +402,12 @@ class EmuContext(EmuArrays, DeviceContext):
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
                                    max_dynamic_shared=dyn_max, resources=self.resources,
-                                   peers=[p.mem for p in self.peers.values()], cancel=self._cancelled,
-                                   printf_fifo=self._limits[1], stack_size=self._limits[0])  # cudaLimitStackSize
-            self._stdout_dropped += out.dropped
-            self._append_stdout(self._fifo(out.stdout))
+                                   peers=[p.mem for p in self.peers.values()] if self.peers else (),
+                                   cancel=self._cancelled, printf_fifo=self._limits[1],
+                                   stack_size=self._limits[0])  # cudaLimitStackSize
+            if out.stdout or out.dropped:
+                self._stdout_dropped += out.dropped
+                self._append_stdout(self._fifo(out.stdout))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
             self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))
