@@ -92,8 +92,8 @@ class LaunchPlan:
     def tiny(self) -> bool:
         """Whether a launch of this configuration is certain to be short, so that the daemon's event loop may run
         it (fastpath): bounded, launched before (the first launch compiles the block code), and the latest launch
-        ran (compilation not counted) in less than TINY_SECONDS (the bound is the static one; the time keeps slow hosts and costly instructions
-        off the loop)."""
+        ran (compilation not counted) in less than TINY_SECONDS: the bound is the static one, the time keeps slow
+        hosts and costly instructions off the loop."""
         return self.bounded and self.last is not None and self.last < TINY_SECONDS
 
     def ran(self, seconds: float) -> None:
