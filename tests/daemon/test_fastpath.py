@@ -15,6 +15,7 @@ from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME
 from pyvgpu_daemon import fastpath, handlers
 from pyvgpu_daemon.backends.emu import EmuBackend
+from pyvgpu_daemon.emu.runtime import launch as emu_launch
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
 
@@ -144,10 +145,11 @@ LOOP:
 """
 
 
-def test_only_tiny_launches_run_on_the_loop():
+def test_only_tiny_launches_run_on_the_loop(monkeypatch):
     """A launch runs on the loop only when the emulator knows it is short whatever its parameters: a loop-free
     kernel over few threads that has run before (on the worker, which compiled it); never a kernel with a loop
     (its cost is its argument's), never a first launch, never while another session shares the device."""
+    monkeypatch.setattr(emu_launch, "TINY_SECONDS", 60.0)    # a loaded host's timing must not decide the test
     backend = EmuBackend(memory=64 * MIB)
     sharing = Sharing(SharingConfig(), backend.devices())
     loop = asyncio.new_event_loop()

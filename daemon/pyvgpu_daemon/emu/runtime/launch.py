@@ -39,7 +39,7 @@ MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 
 _PLAN_GEO_LANES = 1024       # geometries of chunks up to this many lanes are kept with the plan (small, reused)
-# A tiny launch (LaunchPlan.tiny): at most this many threads and instructions, and its latest run took less.
+# A tiny launch (LaunchPlan.tiny): at most this many threads and instructions, and its fastest run took less.
 TINY_LANES = 1024
 TINY_INSTRS = 256
 TINY_SECONDS = 500e-6
@@ -53,7 +53,7 @@ class LaunchPlan:
     validates and sets up nothing again: it packs its parameters and runs (bench/README.md, "P2")."""
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
-                 "per", "threads", "native", "bounded", "last")
+                 "per", "threads", "native", "bounded", "best")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None):
         self.kernel = kernel
@@ -71,7 +71,7 @@ class LaunchPlan:
         stack = min(stack, limits.max_local_bytes)
         self.frame = lay.frame + (align(stack, 16) if lay.has_calls else 0)
         self.geo: dict = {}                   # ncta -> geometry, chunks of at most _PLAN_GEO_LANES lanes only
-        self.last: float | None = None        # seconds the latest completed launch took (None: none completed)
+        self.best: float | None = None        # seconds the fastest completed launch took (None: none completed)
         self.sizes = [len(b.instrs) + 1 for b in kernel.blocks]      # vector instructions per block step
         # CTAs per chunk, and how many chunks run at once
         per = max(1, limits.lanes_per_chunk // self.ctasize)
@@ -91,13 +91,15 @@ class LaunchPlan:
     @property
     def tiny(self) -> bool:
         """Whether a launch of this configuration is certain to be short, so that the daemon's event loop may run
-        it (fastpath): bounded, launched before (the first launch compiles the block code), and the latest launch
-        ran (compilation not counted) in less than TINY_SECONDS: the bound is the static one, the time keeps slow
-        hosts and costly instructions off the loop."""
-        return self.bounded and self.last is not None and self.last < TINY_SECONDS
+        it (fastpath): bounded, launched before (the first launch compiles the block code), and its fastest launch
+        ran (compilation not counted) in less than TINY_SECONDS: the bound is the static one; the time keeps slow
+        hosts and costly instructions off the loop (the fastest: a launch preempted on a loaded host says nothing
+        about its cost)."""
+        return self.bounded and self.best is not None and self.best < TINY_SECONDS
 
     def ran(self, seconds: float) -> None:
-        self.last = seconds
+        if self.best is None or seconds < self.best:
+            self.best = seconds
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs (read-only; "special" holds launch-independent values)."""
