@@ -56,6 +56,19 @@ int pv_io_wait(struct pv_io *io, short events)
     }
 }
 
+/* Bytes already read from the socket and not yet consumed: in the read buffer, or (TLS) decrypted by OpenSSL. */
+static int io_buffered(struct pv_io *io)
+{
+    if (io->rhi > io->rlo)
+        return 1;
+    if (!io->ssl)
+        return 0;
+    pthread_mutex_lock(&io->ssl_mu);
+    int pending = SSL_pending(io->ssl) > 0;
+    pthread_mutex_unlock(&io->ssl_mu);
+    return pending;
+}
+
 /* One non-blocking TLS call's outcome: >0 bytes, 0 retry after waiting for *events, -1 failed. */
 static int ssl_result(struct pv_io *io, int k, short *events)
 {
@@ -202,16 +215,7 @@ size_t pv_io_arrived(struct pv_io *io)
 
 int pv_io_await(struct pv_io *io)
 {
-    if (io->rhi > io->rlo)
-        return 0;
-    if (io->ssl) {
-        pthread_mutex_lock(&io->ssl_mu);
-        int pending = SSL_pending(io->ssl) > 0;
-        pthread_mutex_unlock(&io->ssl_mu);
-        if (pending)
-            return 0;
-    }
-    return pv_io_wait(io, POLLIN);
+    return io_buffered(io) ? 0 : pv_io_wait(io, POLLIN);
 }
 
 static int io_write_all(struct pv_io *io, const char *p, size_t n)
@@ -248,15 +252,8 @@ int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_
  * whole records OpenSSL has decrypted already. */
 int pv_io_readable(struct pv_io *io)
 {
-    if (io->rhi > io->rlo)
+    if (io_buffered(io))
         return 1;
-    if (io->ssl) {
-        pthread_mutex_lock(&io->ssl_mu);
-        int pending = SSL_pending(io->ssl) > 0;
-        pthread_mutex_unlock(&io->ssl_mu);
-        if (pending)
-            return 1;
-    }
     struct pollfd pfd = { io->fd, POLLIN, 0 };
     return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLIN | POLLHUP | POLLERR));
 }
