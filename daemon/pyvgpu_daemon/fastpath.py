@@ -13,7 +13,7 @@ submitter and it is busy doing exactly this. Three cases, each only where the ba
   small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
   that competes with the loop for the GIL. Kernel launches only when the backend knows the launch to be short
   whatever its parameters (`DeviceContext.tiny_launch`; the emulator: emu/runtime/launch.LaunchPlan.tiny, a kernel
-  without loops, calls or barriers over at most ~1 K threads that has run before, each time briefly);
+  without loops, calls or barriers over at most ~1 K threads that has run before, its fastest run under 500 µs);
 - `landing`: a host-to-device copy's payload is received straight into device memory (`DeviceContext.host_view`),
   instead of into a buffer that the worker copies later; the range is checked first exactly as the handler does,
   and anything unusual (a bad range or stream, a sticky error, a small copy) takes the ordinary path;
