@@ -32,7 +32,8 @@ from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.stream import FrameStream
 
 MIB = 1 << 20
-OPS = {name: OP_BY_NAME[name] for name in ("MEMSET", "EVENT_RECORD", "MEM_GET_INFO", "EVENT_CREATE", "MALLOC")}
+OPS = {name: OP_BY_NAME[name] for name in ("MEMSET", "EVENT_RECORD", "MEM_GET_INFO", "EVENT_CREATE", "MALLOC",
+                                             "MODULE_LOAD", "LAUNCH")}
 
 PTX = r"""
 .version 9.0
@@ -121,6 +122,18 @@ def test_loop_answer(benchmark, device):
     st.worker.idle = True            # as the worker thread sets it when its queue is empty
     out = benchmark(fastpath.answer, session, st, backend, OPS["MEM_GET_INFO"], [0], b"")
     assert out is not None and out.err == 0
+
+
+def test_loop_launch(benchmark, device):
+    """An empty-kernel LAUNCH run by the loop (fastpath.run_async: the tiny-launch check, handlers.execute, the
+    emulator, the lane's accounting), as the daemon runs each launch of a stream of them on an idle device."""
+    session, st, backend, _, _ = device
+    info = handlers.execute(session, st, backend, OPS["MODULE_LOAD"], [0, 7], PTX.encode(), False).result
+    args = [0, info["kernels"]["empty"]["id"], [1, 1, 1], [1, 1, 1], 0, 0]
+    assert handlers.execute(session, st, backend, OPS["LAUNCH"], args, b"", True) is None   # compiles it
+    st.worker.idle = True            # as the worker thread sets it when its queue is empty
+    assert benchmark(fastpath.run_async, session, st, backend, OPS["LAUNCH"], args, b"")
+    assert st.deferred == 0
 
 
 def test_worker_handback(benchmark):

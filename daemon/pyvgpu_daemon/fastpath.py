@@ -11,7 +11,9 @@ submitter and it is busy doing exactly this. Three cases, each only where the ba
   runs through the same `handlers.execute` as on the worker, so its checks, errors, latched errors and printf output
   are the same, and it is accounted to the session's lane as on the worker (device time, latency). A stream of
   small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
-  that competes with the loop for the GIL;
+  that competes with the loop for the GIL. Kernel launches only when the backend knows the launch to be short
+  whatever its parameters (`DeviceContext.tiny_launch`; the emulator: emu/runtime/launch.LaunchPlan.tiny, a kernel
+  without loops, calls or barriers over at most ~1 K threads that has run before, its fastest run under 500 µs);
 - `landing`: a host-to-device copy's payload is received straight into device memory (`DeviceContext.host_view`),
   instead of into a buffer that the worker copies later; the range is checked first exactly as the handler does,
   and anything unusual (a bad range or stream, a sticky error, a small copy) takes the ordinary path;
@@ -37,6 +39,7 @@ from pyvgpu_daemon.stream import FrameStream
 
 OP_HTOD = OP_BY_NAME["MEMCPY_HTOD"].code
 OP_DTOH = OP_BY_NAME["MEMCPY_DTOH"].code
+OP_LAUNCH = OP_BY_NAME["LAUNCH"].code
 LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their header anyway: copied once, cheaply
 SEND_MIN = 4 * FrameStream.WRITE_HIGH     # smaller replies are copied (the copied tail would be most of them)
 LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set
@@ -79,10 +82,29 @@ def _range_view(st: DeviceState, ctx: DeviceContext, ptr: Any, size: int, stream
         return None
 
 
+def _tiny_launch(st: DeviceState, ctx: DeviceContext, args: list[Any]) -> bool:
+    """Whether a LAUNCH is one the backend knows to be short whatever its parameters (DeviceContext.tiny_launch);
+    anything unusual (an unknown function, a malformed argument) goes to the worker, which reports it."""
+    fn, grid, block, shmem = args[1], args[2], args[3], args[4]
+    if type(fn) is not int or type(shmem) is not int or st.sticky:
+        return False
+    found = st.functions.get(fn)
+    if found is None:
+        return False
+    try:
+        grid = handlers.ARG_CHECKS["dim3"]("grid", grid)
+        block = handlers.ARG_CHECKS["dim3"]("block", block)
+    except CudaError:
+        return False
+    return ctx.tiny_launch(found[0], found[1], grid, block, shmem)
+
+
 def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) -> bool:
     ctx = idle_context(st, is_work(spec.code))
     if ctx is None or spec.name not in ctx.loop_ops or len(payload) > LOOP_BYTES:
         return False
+    if spec.code == OP_LAUNCH:
+        return _tiny_launch(st, ctx, args)
     i = _SIZE_ARG.get(spec.code)
     return i is None or (type(args[i]) is int and args[i] <= LOOP_BYTES)
 

@@ -81,6 +81,11 @@ def _f64(name: str, v: Any) -> float:
 
 
 def _dim3(name: str, v: Any) -> tuple[int, int, int]:
+    if type(v) is list and len(v) == 3:      # what msgpack decodes: checked without a generator (one per launch)
+        x, y, z = v
+        if type(x) is int and type(y) is int and type(z) is int and 0 <= x <= U32_MAX and 0 <= y <= U32_MAX \
+                and 0 <= z <= U32_MAX:
+            return x, y, z
     if not isinstance(v, (list, tuple)) or len(v) != 3 or \
             not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 32) for x in v):
         raise CudaError("cudaErrorInvalidValue", f"argument {name}={v!r:.60} is not a dim3 [x, y, z]")
@@ -96,6 +101,7 @@ def _of(kind: type, what: str) -> Callable[[str, Any], Any]:
 
 
 U64_MAX = (1 << 64) - 1
+U32_MAX = (1 << 32) - 1
 _u64 = _int_in(0, U64_MAX, "a u64")
 # Wire type -> conversion of the received value (protocol.ARG_TYPES; dev is the server's, map HELLO's).
 ARG_CHECKS: dict[str, Callable[[str, Any], Any]] = {
@@ -350,7 +356,7 @@ def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int
     module, kernel = func
     if len(c.payload) > MAX_PARAM_BYTES:
         raise CudaError("cudaErrorInvalidValue", f"parameter buffer of {len(c.payload)} bytes")
-    need = max((o + sz for o, sz in kernel.params), default=0)
+    need = kernel.param_bytes
     if len(c.payload) < need:
         raise CudaError("cudaErrorInvalidValue",
                         f"kernel {kernel.name}: parameter buffer has {len(c.payload)} bytes, layout needs {need}")

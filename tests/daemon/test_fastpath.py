@@ -4,8 +4,10 @@ errors and ordering as through the worker. Copies of 16 MiB take the landing and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+import struct
 import time
 
 from harness import raw_session
@@ -14,6 +16,7 @@ from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME
 from pyvgpu_daemon import fastpath, handlers
 from pyvgpu_daemon.backends.emu import EmuBackend
+from pyvgpu_daemon.emu.runtime import launch as emu_launch
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
 
@@ -88,10 +91,10 @@ def test_landing_refuses_memory_that_is_not_the_sessions(client: Client):
     assert client.check("MEMCPY_DTOH", 0, ptr, n, 0)[1] == b"\x11" * n
 
 
-def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
-    """Alone on a device, the loop runs a session's small work itself; once another session uses the device, its
-    work goes to the worker (the session's turn: fair share and the sharing slowdown stay measured), while state
-    queries, which need no turn, are still answered on the loop."""
+@contextlib.contextmanager
+def two_sessions():
+    """An emulated backend, session 1 alone on device 0 with an idle worker, and a function that makes session 2
+    open the same device: (backend, session 1, its DeviceState, open_second)."""
     backend = EmuBackend(memory=64 * MIB)
     sharing = Sharing(SharingConfig(), backend.devices())
     loop = asyncio.new_event_loop()
@@ -101,18 +104,84 @@ def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
             s = Session(sid, "test", backend, 1)
             s.va_base, s.sharing = sid << 40, sharing
             sessions.append(s)
-        a = sessions[0]
-        st = a.device(0, loop)
+        st = sessions[0].device(0, loop)
         st.worker.idle = True                      # as its thread sets it with an empty queue
-        ptr = handlers.execute(a, st, backend, OP_BY_NAME["MALLOC"], [0, 4096], b"", False).result
-        memset = [0, ptr, 7, 4, 0]
-        assert fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
-        sessions[1].device(0, loop)                # a second session opens the device
-        assert not fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
-        out = fastpath.answer(a, st, backend, OP_BY_NAME["MEM_GET_INFO"], [0], b"")
-        assert out is not None and out.err == 0
+        yield backend, sessions[0], st, lambda: sessions[1].device(0, loop)
     finally:
         for s in sessions:
             for dev in s.devices.values():
                 dev.worker.stop()
         loop.close()
+
+
+def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
+    """Alone on a device, the loop runs a session's small work itself; once another session uses the device, its
+    work goes to the worker (the session's turn: fair share and the sharing slowdown stay measured), while state
+    queries, which need no turn, are still answered on the loop."""
+    with two_sessions() as (backend, a, st, open_second):
+        ptr = handlers.execute(a, st, backend, OP_BY_NAME["MALLOC"], [0, 4096], b"", False).result
+        memset = [0, ptr, 7, 4, 0]
+        assert fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
+        open_second()                              # a second session opens the device
+        assert not fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
+        out = fastpath.answer(a, st, backend, OP_BY_NAME["MEM_GET_INFO"], [0], b"")
+        assert out is not None and out.err == 0
+
+
+LOOP_PTX = b""".version 9.0
+.target sm_75
+.address_size 64
+.visible .entry put(.param .u64 out, .param .u32 v)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [v];
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+.visible .entry spin(.param .u64 out, .param .u32 n)
+{
+  .reg .b32 %r<3>; .reg .pred %p<2>;
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, 0;
+LOOP:
+  add.u32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, %r1;
+  @%p1 bra LOOP;
+  ret;
+}
+"""
+
+
+def test_only_tiny_launches_run_on_the_loop(monkeypatch):
+    """A launch runs on the loop only when the emulator knows it is short whatever its parameters: a loop-free
+    kernel over few threads that has run before (on the worker, which compiled it); never a kernel with a loop
+    (its cost is its argument's), never a first launch, never while another session shares the device."""
+    monkeypatch.setattr(emu_launch, "TINY_SECONDS", 60.0)    # a loaded host's timing must not decide the test
+    with two_sessions() as (backend, a, st, open_second):
+
+        def run(op, *args, payload=b""):
+            out = handlers.execute(a, st, backend, OP_BY_NAME[op], [0, *args], payload, False)
+            assert out.err == 0
+            return out
+        ptr = run("MALLOC", 4096).result
+        kernels = run("MODULE_LOAD", 1, payload=LOOP_PTX).result["kernels"]
+        launch = OP_BY_NAME["LAUNCH"]
+
+        def args(name):
+            return [0, kernels[name]["id"], [1, 1, 1], [32, 1, 1], 0, 0]
+
+        def params(v):
+            return struct.pack("<QI", ptr, v) + b"\0" * 4
+        assert not fastpath.run_async(a, st, backend, launch, args("put"), params(1))    # first launch: worker
+        run("LAUNCH", *args("put")[1:], payload=params(1))
+        assert fastpath.run_async(a, st, backend, launch, args("put"), params(2))        # ran here and now
+        assert bytes(run("MEMCPY_DTOH", ptr, 4, 0).payload) == struct.pack("<I", 2)
+        assert not fastpath.run_async(a, st, backend, launch, [0, 12345, [1, 1, 1], [32, 1, 1], 0, 0], params(3))
+        assert not fastpath.run_async(a, st, backend, launch, [0, args("put")[1], [1, 1], [32, 1, 1], 0, 0],
+                                      params(3))                                          # malformed: worker
+        run("LAUNCH", *args("spin")[1:], payload=params(3))
+        assert not fastpath.run_async(a, st, backend, launch, args("spin"), params(10 ** 6))
+        open_second()                              # a second session opens the device: its turn on the worker
+        assert not fastpath.run_async(a, st, backend, launch, args("put"), params(4))
+

@@ -27,6 +27,10 @@ class KernelDesc:
     params: list[tuple[int, int]]
     attrs: dict[str, int] = field(default_factory=dict)
     handle: Any = None       # backend object used by launch()
+    param_bytes: int = field(init=False, default=0)     # the least parameter buffer a launch must pass
+
+    def __post_init__(self) -> None:
+        self.param_bytes = max((o + sz for o, sz in self.params), default=0)
 
 
 @dataclass
@@ -168,6 +172,13 @@ class DeviceContext(ABC):
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
         """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
+
+    def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                    block: tuple[int, int, int], shmem: int) -> bool:
+        """Whether this launch (LAUNCH in loop_ops) is certain to finish within microseconds whatever its
+        parameters, so that the event loop may run it itself (fastpath); the arguments are converted but not yet
+        validated."""
+        return False
 
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         """cudaFuncSetAttribute for this session's copy of the kernel (attr: protocol.FUNC_ATTR_*)."""

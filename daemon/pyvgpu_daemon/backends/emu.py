@@ -210,10 +210,10 @@ class EmuBlasHandle:
 
 class EmuContext(EmuArrays, DeviceContext):
     # Every stream is the worker's queue, so once it is empty these answer from state alone, and the small work ops
-    # finish at once (base.loop_ops; the server bounds their bytes).
+    # finish at once (base.loop_ops; the server bounds their bytes; launches only when tiny_launch says so).
     loop_ops = frozenset({"MEM_GET_INFO", "STREAM_QUERY", "EVENT_QUERY", "DEVICE_GET_LIMIT", "STREAM_SYNC",
                           "EVENT_SYNC", "DEVICE_SYNC", "EVENT_ELAPSED", "EVENT_RECORD", "STREAM_WAIT_EVENT",
-                          "MEMSET", "MEMCPY_HTOD", "MEMCPY_DTOH", "MEMCPY_DTOD"})
+                          "MEMSET", "MEMCPY_HTOD", "MEMCPY_DTOH", "MEMCPY_DTOD", "LAUNCH"})
 
     def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
         self.backend = backend
@@ -382,20 +382,32 @@ class EmuContext(EmuArrays, DeviceContext):
         self._modules -= 1
         self._module_bytes -= emu_module.source_bytes
 
-    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+    def _dyn_max(self, kernel: KernelDesc) -> int:
+        """The function's cudaFuncAttributeMaxDynamicSharedMemorySize."""
         static = int(kernel.attrs.get("shared_size_bytes", 0))
         lim = self.backend.limits
-        dyn_max = int(kernel.attrs.get("max_dynamic_shared_size_bytes", max(0, lim.shared_per_block - static)))
+        return int(kernel.attrs.get("max_dynamic_shared_size_bytes", max(0, lim.shared_per_block - static)))
+
+    def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                    block: tuple[int, int, int], shmem: int) -> bool:
+        if self.backend.slowdown > 1.0:
+            return False                        # --emu-slowdown stretches every launch: never on the loop
+        return module.handle[0].tiny(kernel.handle, grid, block, shmem, self._dyn_max(kernel), self._limits[0])
+
+    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        dyn_max = self._dyn_max(kernel)
         emu_module = module.handle[0]
         t0 = time.perf_counter()
         try:
             out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
                                    max_dynamic_shared=dyn_max, resources=self.resources,
-                                   peers=[p.mem for p in self.peers.values()], cancel=self._cancelled,
-                                   printf_fifo=self._limits[1], stack_size=self._limits[0])  # cudaLimitStackSize
-            self._stdout_dropped += out.dropped
-            self._append_stdout(self._fifo(out.stdout))
+                                   peers=[p.mem for p in self.peers.values()] if self.peers else (),
+                                   cancel=self._cancelled, printf_fifo=self._limits[1],
+                                   stack_size=self._limits[0])  # cudaLimitStackSize
+            if out.stdout or out.dropped:
+                self._stdout_dropped += out.dropped
+                self._append_stdout(self._fifo(out.stdout))
         except CudaError as exc:
             # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
             self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))

@@ -2,7 +2,8 @@
 
 load: fatbin (fatbin.py) or PTX text -> ir.Module (ptx/parser.py); module .global/.const variables are allocated in
 the device's DeviceMemory and initialised; every .entry is translated once (translator/Kernel) and described by a
-KernelInfo (parameter layout, cudaFuncAttributes). launch: EmuLimits.check_launch, then runtime/Launch.
+KernelInfo (parameter layout, cudaFuncAttributes). launch: EmuLimits.check_launch and a runtime/LaunchPlan once per
+configuration (a few kept per module), then runtime/Launch.
 
 An internal fault of the emulator (any exception that is not a CudaError: a bug) never reaches a program as
 cudaErrorUnknown: in a launch it becomes cudaErrorLaunchFailure (sticky, as a crashed kernel is on a GPU), in a
@@ -22,8 +23,11 @@ from .layout import FN_STRIDE, FN_WIN, init_bytes
 from .limits import EmuLimits
 from .ptx import ir
 from .ptx.parser import parse
-from .runtime import Launch
+from .runtime import Launch, LaunchPlan
 from .translator import Kernel
+
+
+_MAX_PLANS = 16     # launch configurations kept per module (LaunchPlan: small chunks' geometry included)
 
 
 @dataclass
@@ -50,6 +54,7 @@ class EmuModule:
         self._compiled: dict[str, Kernel] = {}
         self._allocs: list[int] = []
         self._launches = 0
+        self._plans: dict[tuple, LaunchPlan] = {}   # validated configurations, oldest first
         self.source_bytes = 0                  # PTX text size (what the module's host-side structures scale with)
 
     @classmethod
@@ -154,21 +159,20 @@ class EmuModule:
         gone), the launch stops with cudaErrorLaunchTimeout at its next check. `printf_fifo`:
         cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it). `stack_size`:
         the context's cudaLimitStackSize (None: CUDA's default)."""
-        k = self._compiled.get(kernel)
-        if k is None:
-            raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
-        grid = tuple(int(x) for x in grid)
-        block = tuple(int(x) for x in block)
-        self.limits.check_launch(kernel, grid, block, shmem,
-                                 kernel_max_threads=self.kernels[kernel].attrs["max_threads_per_block"],
-                                 static_shared=k.layout.static_shared, max_dynamic_shared=max_dynamic_shared)
-        if len(params) < k.layout.param_size:
+        key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(kernel, grid, block, shmem, max_dynamic_shared, stack_size)
+            if len(self._plans) >= _MAX_PLANS:
+                del self._plans[next(iter(self._plans))]       # the oldest: a few configurations repeat
+            self._plans[key] = plan
+        if len(params) < plan.kernel.layout.param_size:
             raise CudaError("cudaErrorInvalidValue",
-                            f"{kernel}: parameter buffer of {len(params)} B, the kernel needs {k.layout.param_size} B")
+                            f"{kernel}: parameter buffer of {len(params)} B, the kernel needs "
+                            f"{plan.kernel.layout.param_size} B")
         self._launches += 1
-        run = Launch(k, self.memory, self._symbols, grid, block, shmem, params, self.limits,
-                     grid_id=self._launches, resources=resources, peers=peers, cancel=cancel,
-                     printf_fifo=printf_fifo, stack_size=stack_size)
+        run = Launch(plan, self.memory, self._symbols, params, self.limits, grid_id=self._launches,
+                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo)
         try:
             return LaunchOutput(run.run(), run.stdout_dropped)
         except CudaError:
@@ -177,6 +181,26 @@ class EmuModule:
             err = CudaError("cudaErrorLaunchFailure", f"{kernel}: internal emulator error: {_describe(e)}")
             err.stdout = bytes(run.stdout)
             raise err from e
+
+    def tiny(self, kernel: str, grid, block, shmem: int, max_dynamic_shared: int | None = None,
+             stack_size: int | None = None) -> bool:
+        """Whether a launch with these arguments is certain to be short (LaunchPlan.tiny; False for a configuration
+        not launched yet)."""
+        plan = self._plans.get((kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size))
+        return plan is not None and plan.tiny
+
+    def _plan(self, kernel: str, grid, block, shmem: int, max_dynamic_shared: int | None,
+              stack_size: int | None) -> LaunchPlan:
+        """A validated launch configuration (EmuLimits.check_launch); raises its CUDA error otherwise."""
+        k = self._compiled.get(kernel)
+        if k is None:
+            raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
+        grid = tuple(int(x) for x in grid)
+        block = tuple(int(x) for x in block)
+        self.limits.check_launch(kernel, grid, block, shmem,
+                                 kernel_max_threads=self.kernels[kernel].attrs["max_threads_per_block"],
+                                 static_shared=k.layout.static_shared, max_dynamic_shared=max_dynamic_shared)
+        return LaunchPlan(k, grid, block, shmem, self.limits, stack_size)
 
 
 def _translate(mod: ir.Module, fn: ir.Function, symbols: dict, limits: EmuLimits) -> Kernel:

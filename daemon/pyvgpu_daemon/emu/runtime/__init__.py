@@ -42,6 +42,6 @@ parameters), spaces.py (loads, stores, atomics), collective.py (barriers, warp o
 assert, trap), frames.py (call frames), printf.py (printf formatting).
 """
 from .chunk import Chunk
-from .launch import Launch
+from .launch import Launch, LaunchPlan
 
-__all__ = ["Chunk", "Launch"]
+__all__ = ["Chunk", "Launch", "LaunchPlan"]

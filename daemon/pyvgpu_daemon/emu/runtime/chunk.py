@@ -54,11 +54,10 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
         self.ctasize = cs
         self.pc = np.zeros(T, np.int32)
         self.st = np.zeros(T, np.int8)
-        self.zeros = {1: np.zeros(T, bool), 16: np.zeros(T, np.uint16), 32: np.zeros(T, np.uint32),
-                      64: np.zeros(T, np.uint64)}
         self.barpred = np.zeros(T, bool)
         self.barsite = np.zeros(T, np.int32)
         geo = launch.geometry(ncta)
+        self.zeros = geo["zeros"]
         self.lin_in_cta = geo["lin_in_cta"]
         self.cta_local = geo["cta_local"]
         self._special: dict[str, np.ndarray] = geo["special"]
@@ -97,7 +96,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
         blocks, handlers = self.bind_blocks()
         C = [b[0] for b in blocks]
         M = [b[1] for b in blocks]
-        sizes = [len(b.instrs) + 1 for b in self.kernel.blocks]
+        sizes = L.plan.sizes
         pc, st = self.pc, self.st
         cur = 0
         conv = True

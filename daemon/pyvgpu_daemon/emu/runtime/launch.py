@@ -38,23 +38,29 @@ ILLEGAL_ADDRESS = code_of("cudaErrorIllegalAddress")
 MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 
-class Launch:
-    def __init__(self, kernel, mem, symbols, grid, block, shmem, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
-                 printf_fifo: int = 1 << 20, stack_size: int | None = None):
+_PLAN_GEO_LANES = 1024       # geometries of chunks up to this many lanes are kept with the plan (small, reused)
+# A tiny launch (LaunchPlan.tiny): at most this many threads and instructions, and its fastest run took less.
+TINY_LANES = 1024
+TINY_INSTRS = 256
+TINY_SECONDS = 500e-6
+
+
+class LaunchPlan:
+    """What every launch of one configuration shares: the kernel, grid and block, the shared memory size (static
+    + dynamic, 16-byte aligned), the local frame per thread, and the lane geometry of small chunks (the arrays
+    `Launch.geometry` builds, and the special registers that depend on nothing else). EmuModule keeps a few per
+    module, keyed by (kernel, grid, block, dynamic shared memory, its maximum, stack size), so a repeated launch
+    validates and sets up nothing again: it packs its parameters and runs (bench/README.md, "P2")."""
+
+    __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
+                 "per", "threads", "native", "bounded", "best")
+
+    def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None):
         self.kernel = kernel
-        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
-        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
-        self.mem = mem
-        self.symbols = symbols
         self.grid = tuple(int(x) for x in grid)
         self.block = tuple(int(x) for x in block)
         self.ctasize = self.block[0] * self.block[1] * self.block[2]
-        self.params = bytes(params)
-        self.pbuf = np.frombuffer(self.params, np.uint8)
-        self.limits = limits
-        self.sm_count = limits.multiprocessors
-        self.grid_id = grid_id
+        self.ncta = self.grid[0] * self.grid[1] * self.grid[2]
         self.dyn_shared = int(shmem)
         lay = kernel.layout
         self.shared_size = align(lay.dyn_shared_base + self.dyn_shared if (lay.dyn_shared_names or shmem)
@@ -64,6 +70,80 @@ class Launch:
         stack = (stack_size if stack_size is not None else limits.default_stack_size) * limits.call_stack_factor
         stack = min(stack, limits.max_local_bytes)
         self.frame = lay.frame + (align(stack, 16) if lay.has_calls else 0)
+        self.geo: dict = {}                   # ncta -> geometry, chunks of at most _PLAN_GEO_LANES lanes only
+        self.best: float | None = None        # seconds the fastest completed launch took (None: none completed)
+        self.sizes = [len(b.instrs) + 1 for b in kernel.blocks]      # vector instructions per block step
+        # CTAs per chunk, and how many chunks run at once
+        per = max(1, limits.lanes_per_chunk // self.ctasize)
+        self.per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
+        nchunks = -(-self.ncta // self.per)
+        self.threads = min(limits.threads, nchunks) if kernel.independent_ctas else 1
+        # the block code every chunk binds: native when built ("on": built at the first launch; "auto", for
+        # large launches: built in the background, used once ready); None: the NumPy variant
+        self.native = "on" if limits.native == "on" else \
+            "auto" if limits.native == "auto" and self.ncta * self.ctasize >= limits.native_min_threads else None
+        # Bounded whatever the arguments: each thread runs each block at most once (Kernel.straight) and no
+        # barrier or warp operation parks threads, so the scheduler takes at most one step per block: at most
+        # TINY_INSTRS vector instructions over at most TINY_LANES lanes, in one chunk.
+        self.bounded = kernel.straight and self.ncta * self.ctasize <= min(TINY_LANES, limits.lanes_per_chunk) \
+            and sum(self.sizes) <= TINY_INSTRS and all(b.kind == "plain" for b in kernel.blocks)
+
+    @property
+    def tiny(self) -> bool:
+        """Whether a launch of this configuration is certain to be short, so that the daemon's event loop may run
+        it (fastpath): bounded, launched before (the first launch compiles the block code), and its fastest launch
+        ran (compilation not counted) in less than TINY_SECONDS: the bound is the static one; the time keeps slow
+        hosts and costly instructions off the loop (the fastest: a launch preempted on a loaded host says nothing
+        about its cost)."""
+        return self.bounded and self.best is not None and self.best < TINY_SECONDS
+
+    def ran(self, seconds: float) -> None:
+        if self.best is None or seconds < self.best:
+            self.best = seconds
+
+    def geometry(self, ncta: int) -> dict:
+        """Lane-layout arrays of a chunk of ncta CTAs (read-only; "special" holds launch-independent values)."""
+        g = self.geo.get(ncta)
+        if g is None:
+            cs = self.ctasize
+            T = ncta * cs
+            lin = np.arange(T, dtype=np.int64)
+            lin_in_cta = lin % cs
+            cta_local = lin // cs
+            laneid = (lin_in_cta % 32).astype(np.uint32)
+            warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
+            g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
+                 "warp_first": lin - laneid.astype(np.int64), "special": {},
+                 "cta_off": cta_local * self.shared_size, "lane_off": lin * self.frame,
+                 # initial register values: never written in place (registers rebind, see translator/codegen.py)
+                 "zeros": {1: np.zeros(T, bool), 16: np.zeros(T, np.uint16), 32: np.zeros(T, np.uint32),
+                           64: np.zeros(T, np.uint64)}}
+            if T <= _PLAN_GEO_LANES:
+                self.geo[ncta] = g            # at most the full chunk and the tail: a grid's chunks have two sizes
+        return g
+
+
+class Launch:
+    def __init__(self, plan: LaunchPlan, mem, symbols, params: bytes, limits: EmuLimits,
+                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
+                 printf_fifo: int = 1 << 20):
+        self.plan = plan
+        self.kernel = plan.kernel
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
+        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
+        self.mem = mem
+        self.symbols = symbols
+        self.grid = plan.grid
+        self.block = plan.block
+        self.ctasize = plan.ctasize
+        self.params = bytes(params)
+        self.pbuf = np.frombuffer(self.params, np.uint8)
+        self.limits = limits
+        self.sm_count = limits.multiprocessors
+        self.grid_id = grid_id
+        self.dyn_shared = plan.dyn_shared
+        self.shared_size = plan.shared_size
+        self.frame = plan.frame
         self.stdout = bytearray()
         self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
         self.stdout_dropped = 0
@@ -87,16 +167,7 @@ class Launch:
         with self._lock:                # chunks running at once share it
             g = self._geo.get(ncta)
             if g is None:
-                cs = self.ctasize
-                T = ncta * cs
-                lin = np.arange(T, dtype=np.int64)
-                lin_in_cta = lin % cs
-                cta_local = lin // cs
-                laneid = (lin_in_cta % 32).astype(np.uint32)
-                warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
-                g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
-                     "warp_first": lin - laneid.astype(np.int64), "special": {},
-                     "cta_off": cta_local * self.shared_size, "lane_off": lin * self.frame}
+                g = self.plan.geometry(ncta)
                 self._geo = {ncta: g}     # keep one geometry (the full-chunk one, or the tail)
         return g
 
@@ -113,19 +184,11 @@ class Launch:
         self.check_time()
 
     def run(self) -> bytes:
-        ncta_total = self.grid[0] * self.grid[1] * self.grid[2]
-        per = max(1, self.limits.lanes_per_chunk // self.ctasize)
-        per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
-        nchunks = -(-ncta_total // per)
-        threads = min(self.limits.threads, nchunks) if self.kernel.independent_ctas else 1
-        # the block code every chunk binds (compiled at a kernel's first launch, before any chunk runs): native
-        # when built ("on": built now; "auto", for large launches: built in the background, used once ready)
-        native = None
-        if self.limits.native == "on":
-            native = self.kernel.native_make(wait=True)
-        elif self.limits.native == "auto" and ncta_total * self.ctasize >= self.limits.native_min_threads:
-            native = self.kernel.native_make(wait=False)
-        self.make = native or self.kernel.make
+        plan = self.plan
+        ncta_total, per, threads = plan.ncta, plan.per, plan.threads
+        native = plan.native and self.kernel.native_make(wait=plan.native == "on")
+        self.make = native or self.kernel.make      # (compiles the block code at the kernel's first launch)
+        t0 = time.perf_counter()
         try:
             if threads > 1:
                 self._run_parallel(ncta_total, per, threads)
@@ -133,6 +196,7 @@ class Launch:
                 for cta in range(0, ncta_total, per):
                     self.check_time()
                     Chunk(self, cta, min(per, ncta_total - cta)).run()
+            plan.ran(time.perf_counter() - t0)
         except IndexError as e:
             err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
             err.stdout = bytes(self.stdout)

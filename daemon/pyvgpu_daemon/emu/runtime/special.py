@@ -2,8 +2,9 @@
 ChunkAPI.param).
 
 Values are lane vectors of the register's type (ptx/predefined.py: uint32, uint64 or bool), computed on first use
-and cached: per launch geometry when they are the same for every chunk of that size (%tid, %laneid, ...), per
-chunk when they depend on its CTAs (%ctaid, %clusterid, %smid). Clocks are
+and cached: with the chunk geometry of the launch configuration (LaunchPlan) when they are the same for every chunk
+of that size in every launch of it (%tid, %laneid, ...), per chunk when they depend on its CTAs or on the launch
+(%ctaid, %clusterid, %smid, %gridid). Clocks are
 never cached: %clock/%clock64 advance with the launch's executed-instruction count and with every read,
 %globaltimer is the host's time in ns. %smid is cta % multiprocessors.
 
@@ -19,8 +20,9 @@ from pyvgpu_daemon.errors import CudaError
 
 from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
 
+# Values that differ between chunks, or between launches of one LaunchPlan (%gridid): not kept in its geometry.
 _PER_CHUNK = frozenset({"%ctaid.x", "%ctaid.y", "%ctaid.z", "%clusterid.x", "%clusterid.y", "%clusterid.z",
-                        "%smid"})
+                        "%smid", "%gridid"})
 _DTYPE = {"u32": np.uint32, "u64": np.uint64, "pred": np.bool_}
 
 

@@ -45,6 +45,7 @@ class Kernel:
         self.independent_ctas = _independent_ctas(self.flat.body)
         self.blocks, self.labels = split_blocks(self.flat.body)
         self.live = live_in(self.blocks, self.labels, self.flat.regs)
+        self.straight = _straight(self.blocks, self.labels)
         # registers live across blocks (variables of `make`); the rest are local to one block function
         self.global_regs: set[str] = set().union(*self.live) | {FP} | {
             b.term.dsts[0].name for b in self.blocks
@@ -197,6 +198,22 @@ def _independent_ctas(body: list) -> bool:
     assert order follow the threads)."""
     return not any(isinstance(ins, ir.Instr) and (ins.opcode in _SHARING_OPCODES or _SHARING_MODS & set(ins.mods))
                    for ins in body)
+
+
+def _straight(blocks: list, labels: dict[str, int]) -> bool:
+    """Whether every thread runs each block at most once: branches only forward, no indirect branch, no call out
+    of line or into the runtime (printf, malloc, ...), no trap, no (bulk) cp. Such a kernel's cost is bounded by its size times
+    its threads, whatever its arguments (LaunchPlan.tiny)."""
+    for b in blocks:
+        if any(ins.opcode in ("call", "trap", "brkpt", "cp") for ins in b.instrs):      # cp: bulk copies
+            return False
+        t = b.term
+        if t is None or t.opcode in ("ret", "exit") or b.kind != "plain":
+            continue
+        if t.opcode != "bra" or not t.srcs or not isinstance(t.srcs[0], ir.Sym) or \
+                labels.get(t.srcs[0].name, -1) <= b.index:
+            return False
+    return True
 
 
 def _read_registers(body: list) -> set[str]:

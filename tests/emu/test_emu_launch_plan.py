@@ -1,0 +1,122 @@
+"""Launch plans (emu/runtime/launch.LaunchPlan): what repeated launches of one configuration share, what they must
+not share (%gridid, parameters, results), errors that are never kept, the bound on kept plans, and which launches
+are tiny enough for the daemon's loop (LaunchPlan.tiny)."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from pyvgpu_daemon.emu import module as emu_module
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.emu.module import EmuModule
+from pyvgpu_daemon.emu.runtime import launch as emu_launch
+from pyvgpu_daemon.errors import CudaError, code_of
+
+PTX = """.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry ids(.param .u64 out, .param .u32 add)
+{
+  .reg .b32 %r<6>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r5, [add];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, %ntid.x;
+  mad.lo.u32 %r4, %r2, %r3, %r1;
+  setp.ge.u32 %p1, %r4, 1000;
+  @%p1 bra DONE;
+  mul.wide.u32 %rd2, %r4, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  mov.u64 %rd4, %gridid;
+  st.global.u64 [%rd3], %rd4;
+  add.u32 %r4, %r4, %r5;
+  st.global.u32 [%rd3+8], %r4;
+DONE:
+  ret;
+}
+.visible .entry spin(.param .u32 n)
+{
+  .reg .b32 %r<3>; .reg .pred %p<2>;
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, 0;
+LOOP:
+  add.u32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, %r1;
+  @%p1 bra LOOP;
+  ret;
+}
+.visible .entry sync()
+{
+  bar.sync 0;
+  ret;
+}
+"""
+
+
+@pytest.fixture
+def mod():
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    return EmuModule.load(PTX.encode(), mem), mem
+
+
+def _ids(mod, mem, out, grid, block, add):
+    mod.launch("ids", grid, block, 0, struct.pack("<QI", out, add) + b"\0" * 4)
+    rec = np.frombuffer(bytes(mem.read(out, 16 * 1000)), np.dtype([("grid", "<u8"), ("v", "<u4"), ("pad", "<u4")]))
+    return rec["grid"].copy(), rec["v"].copy()
+
+
+def test_repeated_launches_share_the_plan_not_their_parameters_or_grid_ids(mod):
+    m, mem = mod
+    out = m.memory.alloc(16 * 1000)
+    g1, v1 = _ids(m, mem, out, (4, 1, 1), (256, 1, 1), 0)
+    g2, v2 = _ids(m, mem, out, [4, 1, 1], [256, 1, 1], 7)     # lists: the same configuration
+    assert len(m._plans) == 1
+    assert (v1 == np.arange(1000)).all() and (v2 == np.arange(1000) + 7).all()
+    assert len(set(g1.tolist())) == 1 and len(set(g2.tolist())) == 1 and g2[0] == g1[0] + 1
+    g3, v3 = _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 1)       # another geometry, another plan
+    assert len(m._plans) == 2 and (v3 == np.arange(1000) + 1).all() and g3[0] == g2[0] + 1
+
+
+def test_failed_configurations_are_not_kept_and_keep_failing(mod):
+    m, _ = mod
+    for _ in range(2):
+        with pytest.raises(CudaError) as e:
+            m.launch("sync", (1, 1, 1), (2048, 1, 1), 0, b"")
+        assert e.value.code == code_of("cudaErrorInvalidConfiguration")
+        with pytest.raises(CudaError) as e:
+            m.launch("nope", (1, 1, 1), (1, 1, 1), 0, b"")
+        assert e.value.code == code_of("cudaErrorInvalidDeviceFunction")
+    assert not m._plans
+    with pytest.raises(CudaError) as e:        # a kept plan still checks each launch's parameter buffer
+        m.launch("spin", (1, 1, 1), (1, 1, 1), 0, struct.pack("<I", 1))
+        m.launch("spin", (1, 1, 1), (1, 1, 1), 0, b"")
+    assert e.value.code == code_of("cudaErrorInvalidValue")
+
+
+def test_kept_plans_are_bounded(mod):
+    m, _ = mod
+    for x in range(emu_module._MAX_PLANS + 5):
+        m.launch("sync", (x + 1, 1, 1), (1, 1, 1), 0, b"")
+    assert len(m._plans) == emu_module._MAX_PLANS
+    assert ("sync", (1, 1, 1), (1, 1, 1), 0, None, None) not in m._plans      # the oldest went first
+
+
+def test_only_launched_loop_free_small_kernels_are_tiny(mod, monkeypatch):
+    monkeypatch.setattr(emu_launch, "TINY_SECONDS", 60.0)     # the bound under test is the static one, not timing
+    m, _ = mod
+    assert m._compiled["ids"].straight
+    assert not m._compiled["spin"].straight                  # a backward branch: cost depends on its argument
+    assert not m.tiny("ids", (1, 1, 1), (32, 1, 1), 0)      # not launched yet
+    m.launch("ids", (1, 1, 1), (32, 1, 1), 0, struct.pack("<QI", m.memory.alloc(16 * 1000), 0) + b"\0" * 4)
+    assert m.tiny("ids", (1, 1, 1), (32, 1, 1), 0)
+    assert m.tiny("ids", [1, 1, 1], [32, 1, 1], 0)
+    assert not m.tiny("ids", (1, 1, 1), (32, 1, 1), 16)     # another configuration
+    m.launch("spin", (1, 1, 1), (1, 1, 1), 0, struct.pack("<I", 3))
+    assert not m.tiny("spin", (1, 1, 1), (1, 1, 1), 0)
+    m.launch("sync", (1, 1, 1), (32, 1, 1), 0, b"")
+    assert not m.tiny("sync", (1, 1, 1), (32, 1, 1), 0)      # barriers park threads
+    m.launch("ids", (2000, 1, 1), (1, 1, 1), 0, struct.pack("<QI", m.memory.alloc(16 * 1000), 0) + b"\0" * 4)
+    assert not m.tiny("ids", (2000, 1, 1), (1, 1, 1), 0)     # more threads than TINY_LANES
