@@ -10,7 +10,8 @@ writes three files:
   ASYNC ops also get `pv_send_<OP>(d, args..., [payload, payload_len])`, fire-and-forget; DETACHED ops get
   `pv_detach_<OP>(d, args..., out, out_cap)`: sent with a req_id, the reply's payload lands in out later;
   COMPRESSIBLE ASYNC ops with a payload get `pv_sendz_<OP>(d, args..., payload, wire_len, raw_len, codec)`, the
-  payload already compressed (compress.c).
+  payload already compressed (compress.c); SYNC ops with a payload out get `pv_start_<OP>(d, args..., out, out_cap,
+  &h)` and `pv_collect_<OP>(d, h, got)`, pv_call_<OP> in two halves so that several can be in flight (copy.c).
   No C file states an op's argument count, order or reply shape by hand: they come from OPS.
 
 Like protocol.py this imports only the standard library (the build runs it before the package is installed).
@@ -57,17 +58,21 @@ def generated_ops() -> list[P.OpSpec]:
     return [op for op in P.OPS if not op.flags & P.OpFlag.NO_DEVICE]
 
 
-CALL, SEND, DETACH, SENDZ = "call", "send", "detach", "sendz"
+CALL, SEND, DETACH, SENDZ, START, COLLECT = "call", "send", "detach", "sendz", "start", "collect"
 
 
 def _params(op: P.OpSpec, mode: str) -> str:
+    if mode == COLLECT:
+        return "struct pv_device *d, struct pv_inflight *h, size_t *got"
     ps = ["struct pv_device *d"] + [C_ARG[a.type][0].format(n=a.name) for a in op.args[1:]]
     if op.flags & P.OpFlag.PAYLOAD_IN:
         ps.append("const void *payload, size_t payload_len")
     if mode == CALL and op.flags & P.OpFlag.PAYLOAD_OUT:
         ps.append("void *out, size_t out_cap, size_t *got")
-    if mode == DETACH:
+    if mode in (DETACH, START):
         ps.append("void *out, size_t out_cap")
+    if mode == START:
+        ps.append("struct pv_inflight **h")
     if mode == SENDZ:
         ps.append("size_t raw_len, int codec")
     if mode == CALL and op.reply in C_REPLY:
@@ -80,6 +85,8 @@ def _signature(op: P.OpSpec, mode: str) -> str:
 
 
 def _body(op: P.OpSpec, mode: str) -> list[str]:
+    if mode == COLLECT:
+        return _collect_body(op)
     payload = "payload, payload_len" if op.flags & P.OpFlag.PAYLOAD_IN else "NULL, 0"
     if mode == SENDZ:
         payload += ", raw_len, codec"
@@ -99,12 +106,13 @@ def _body(op: P.OpSpec, mode: str) -> list[str]:
     if mode == DETACH:
         lines.append("    return pv_req_detach(&r);")     # the reply's payload lands in out later
         return lines
+    if mode == START:
+        lines.append("    return pv_req_start(&r, h);")
+        return lines
     if op.flags & P.OpFlag.PAYLOAD_OUT:
         lines += ["    struct pv_reply pr;",
                   "    err = pv_req_finish(&r, &pr);",
-                  "    if (got)",
-                  "        *got = pr.payload_len;",
-                  "    pv_reply_free(&pr);"]
+                  *_payload_got()]
     elif op.reply == "map":
         lines.append("    err = pv_req_finish(&r, rep);")
     elif op.reply in C_REPLY:
@@ -112,15 +120,32 @@ def _body(op: P.OpSpec, mode: str) -> list[str]:
                   f"    err = {C_REPLY[op.reply][1]}(d, PV_OP_{op.name}, pv_req_finish(&r, &pr), &pr, result);"]
     else:
         lines.append("    err = pv_req_finish(&r, NULL);")
+    return lines + _sync_tail(op) + ["    return err;"]
+
+
+def _payload_got() -> list[str]:
+    return ["    if (got)",
+            "        *got = pr.payload_len;",
+            "    pv_reply_free(&pr);"]
+
+
+def _sync_tail(op: P.OpSpec) -> list[str]:
     if op.name in P.SYNC_POINTS:
-        lines.append("    pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */")
-    lines.append("    return err;")
-    return lines
+        return ["    pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */"]
+    return []
+
+
+def _collect_body(op: P.OpSpec) -> list[str]:
+    return ["    struct pv_reply pr;",
+            "    cudaError_t err = pv_req_collect(h, &pr);",
+            *_payload_got(), *_sync_tail(op), "    return err;"]
 
 
 def _senders(op: P.OpSpec) -> list[tuple[P.OpSpec, str]]:
     f = op.flags
     modes = [CALL] + ([SEND] if f & P.OpFlag.ASYNC else []) + ([DETACH] if f & P.OpFlag.DETACHED else [])
+    if f & P.OpFlag.SYNC and f & P.OpFlag.PAYLOAD_OUT:
+        modes += [START, COLLECT]
     if f & P.OpFlag.ASYNC and f & P.OpFlag.PAYLOAD_IN and f & P.OpFlag.COMPRESSIBLE:
         modes.append(SENDZ)
     return [(op, m) for m in modes]
@@ -130,7 +155,8 @@ def ops_header() -> str:
     out = [GENERATED, "#ifndef PV_OPS_GEN_H", "#define PV_OPS_GEN_H", "",
            "/* pv_call_X: send and wait (result out-parameters are set only on success); pv_send_X: fire-and-forget;",
            " * pv_detach_X: sent, the reply's payload lands in out when it comes (pv_req_detach); pv_sendz_X:",
-           " * fire-and-forget with a payload compressed by codec (compress.c).",
+           " * fire-and-forget with a payload compressed by codec (compress.c); pv_start_X + pv_collect_X: pv_call_X",
+           " * in two halves, several in flight at once (pv_req_start).",
            " * All return the cudaError_t of the call; transport failures are PV_ERR_UNAVAILABLE. */"]
     for op in generated_ops():
         out.append(f"/* {op.name}: {' '.join(f'{a.name}:{a.type}' for a in op.args)} -> {op.reply}"

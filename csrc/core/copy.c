@@ -5,13 +5,18 @@
  * buffer, except an asynchronous one into pinned memory: as on a GPU it returns at once, and its bytes land in the
  * buffer when the daemon has run the copy (a detached request, pv_req_detach), before the reply of any later call
  * to that daemon, so the synchronization that covers the copy finds them there. Large 1D copies travel in PV_CHUNK
- * frames; 2D copies carry their rows packed. */
+ * frames, a synchronous device-to-host one in PV_D2H_FRAME frames, two requested ahead (pv_copy_d2h); 2D copies carry
+ * their rows packed. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pv_features.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
+/* A synchronous device-to-host copy: frames of up to PV_D2H_FRAME (the daemon's reply bound, bounds.py; it sends
+ * them straight from device memory), PV_D2H_DEPTH of them in flight (pv_copy_d2h). */
+#define PV_D2H_FRAME ((size_t)64 << 20)
+#define PV_D2H_DEPTH 2
 
 /* ------------------------------------------------------------------------------------------ primitives */
 /* Host-to-device bytes compressed by codec, one frame per PV_COMPRESS_BLOCK raw bytes (a frame is compressed, then
@@ -49,21 +54,55 @@ cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size
     return PV_SUCCESS;
 }
 
+/* One frame's reply: all k bytes, or the error of the call (a short payload is the daemon's bug). */
+static cudaError_t d2h_got(struct pv_device *d, cudaError_t err, size_t got, size_t k)
+{
+    if (err != PV_SUCCESS || got == k)
+        return err;
+    pv_log("GPU%d (%s:%d) returned %zu of %zu bytes of a device-to-host copy", d->index, d->conn->host, d->conn->port,
+           got, k);
+    return PV_cudaErrorUnknown;
+}
+
+/* A synchronous device-to-host copy larger than a frame keeps PV_D2H_DEPTH frame requests in flight: the next
+ * request is at the daemon while this thread still reads the current reply, so the connection does not drain
+ * between frames as it does with one blocking round trip per frame (bench/README.md, P3). Replies land in dst as
+ * they come.
+ * After a failing frame no further frame is sent; those in flight are still collected (their replies are read and
+ * matched, the connection stays in step) and the first failure is the copy's error. */
 cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream)
 {
-    for (size_t off = 0; off < n; off += PV_CHUNK) {
-        size_t k = n - off < PV_CHUNK ? n - off : PV_CHUNK;
+    if (n <= PV_D2H_FRAME) {
         size_t got = 0;
-        cudaError_t err = pv_call_MEMCPY_DTOH(d, src + off, k, stream, (char *)dst + off, k, &got);
-        if (err != PV_SUCCESS)
-            return err;
-        if (got != k) {
-            pv_log("GPU%d (%s:%d) returned %zu of %zu bytes of a device-to-host copy", d->index, d->conn->host,
-                   d->conn->port, got, k);
-            return PV_cudaErrorUnknown;
-        }
+        cudaError_t err = pv_call_MEMCPY_DTOH(d, src, n, stream, dst, n, &got);
+        return d2h_got(d, err, got, n);
     }
-    return PV_SUCCESS;
+    struct pv_inflight *fly[PV_D2H_DEPTH];
+    size_t len[PV_D2H_DEPTH];
+    size_t off = 0;
+    int head = 0, count = 0;           /* ring of the requests in flight, oldest at head */
+    cudaError_t first = PV_SUCCESS;
+    for (;;) {
+        while (first == PV_SUCCESS && off < n && count < PV_D2H_DEPTH) {
+            size_t k = n - off < PV_D2H_FRAME ? n - off : PV_D2H_FRAME;
+            int slot = (head + count) % PV_D2H_DEPTH;
+            first = pv_start_MEMCPY_DTOH(d, src + off, k, stream, (char *)dst + off, k, &fly[slot]);
+            if (first != PV_SUCCESS)
+                break;
+            len[slot] = k;
+            count++;
+            off += k;
+        }
+        if (count == 0)
+            return first;
+        size_t got = 0;
+        cudaError_t err = pv_collect_MEMCPY_DTOH(d, fly[head], &got);
+        err = d2h_got(d, err, got, len[head]);
+        if (first == PV_SUCCESS)
+            first = err;
+        head = (head + 1) % PV_D2H_DEPTH;
+        count--;
+    }
 }
 
 /* cudaMemcpyAsync device-to-host into pinned memory: does not wait (see the top of this file). */

@@ -158,6 +158,13 @@ void pv_req_begin_z(struct pv_req *r, struct pv_conn *c, int op, int nargs, int 
 /* Sends the request; for a reply request waits for it and fills rep (pv_reply_free after; rep may be NULL).
  * Returns the cudaError_t of the call (transport failures: PV_ERR_UNAVAILABLE). */
 cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep);
+/* pv_req_finish in two halves, so that one thread can keep several requests in flight (a pipelined copy, copy.c):
+ * pv_req_start sends a reply request (*out: its handle; not PV_SUCCESS: nothing was sent or kept), and
+ * pv_req_collect waits for its reply, fills rep as pv_req_finish does and frees the handle. Every started request
+ * must be collected: its reply payload lands in the request's out buffer whenever it arrives. */
+struct pv_inflight;
+cudaError_t pv_req_start(struct pv_req *r, struct pv_inflight **out);
+cudaError_t pv_req_collect(struct pv_inflight *f, struct pv_reply *rep);
 void pv_reply_free(struct pv_reply *rep);
 /* Sends a request (req_id != 0, out/out_cap its reply payload's destination) without waiting for the reply: the
  * reader thread puts the payload into out when it arrives, before any later reply of the connection is delivered

@@ -590,53 +590,106 @@ static void wait_until(struct pv_conn *c, pthread_cond_t *cv, int (*ready)(struc
 
 static int pending_done(struct pv_conn *c, void *arg) { return ((struct pv_pending *)arg)->done; }
 
-cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
+/* A request with a reply, sent and not yet collected: pv_req_finish keeps it on its stack, pv_req_start on the heap
+ * so that one thread can keep several in flight (pipelined copies, copy.c). */
+struct pv_inflight {
+    struct pv_pending p;
+    struct pv_conn *conn;
+    int op, dev;
+    size_t payload_len;
+    int64_t t0;
+};
+
+/* Registers the request's pending reply and sends it. Not PV_SUCCESS: nothing is registered (r is released). */
+static cudaError_t inflight_send(struct pv_req *r, struct pv_inflight *f)
 {
     struct pv_conn *c = r->conn;
-    cudaError_t err;
-    if (rep)
-        memset(rep, 0, sizeof *rep);
-    if (r->req_id == 0) {
-        err = send_frame(r);
-        msgpack_sbuffer_destroy(&r->sb);
-        pv_stats_note(r->op, dev_index(r), 1, r->payload_len, 0, 0);
-        return err;
-    }
-    struct pv_pending p;
-    memset(&p, 0, sizeof p);
-    p.id = r->req_id;
-    p.out = r->out;
-    p.out_cap = r->out_cap;
-    p.dev = r->dev;
-    pthread_cond_init(&p.cv, NULL);
+    memset(f, 0, sizeof *f);
+    f->conn = c;
+    f->op = r->op;
+    f->dev = dev_index(r);
+    f->payload_len = r->payload_len;
+    f->p.id = r->req_id;
+    f->p.out = r->out;
+    f->p.out_cap = r->out_cap;
+    f->p.dev = r->dev;
+    pthread_cond_init(&f->p.cv, NULL);
     pthread_mutex_lock(&c->mu);
     if (atomic_load(&c->dead)) {
         pthread_mutex_unlock(&c->mu);
-        pthread_cond_destroy(&p.cv);
+        pthread_cond_destroy(&f->p.cv);
         msgpack_sbuffer_destroy(&r->sb);
         return PV_ERR_UNAVAILABLE;
     }
     mark_busy(c, c->pending == NULL && atomic_load(&c->sending) == 0);
-    p.next = c->pending;
-    c->pending = &p;
+    f->p.next = c->pending;
+    c->pending = &f->p;
     pthread_mutex_unlock(&c->mu);
-
-    int64_t t0 = pv_now_ns();
-    (void)send_frame(r);   /* a send failure fails every pending request, ours included */
+    f->t0 = pv_now_ns();
+    (void)send_frame(r);   /* a send failure fails every pending request, this one included */
     msgpack_sbuffer_destroy(&r->sb);
+    return PV_SUCCESS;
+}
 
+/* Waits (bounded: wait_until) for the reply of f and hands it over as pv_req_finish does. The statistics count the
+ * call as blocked for the time since `since`; a collected request (late: !sent_now) only if its reply had not
+ * arrived yet. */
+static cudaError_t inflight_wait(struct pv_inflight *f, struct pv_reply *rep, int sent_now, int64_t since)
+{
+    struct pv_conn *c = f->conn;
     pthread_mutex_lock(&c->mu);
-    wait_until(c, &p.cv, pending_done, &p);
+    int blocked = sent_now || !f->p.done;
+    wait_until(c, &f->p.cv, pending_done, &f->p);
     pthread_mutex_unlock(&c->mu);
-    pv_stats_note(r->op, dev_index(r), 1, r->payload_len + p.wire_len, 1, pv_now_ns() - t0);
-    pthread_cond_destroy(&p.cv);
-    err = p.err;
+    pv_stats_note(f->op, f->dev, 1, f->payload_len + f->p.wire_len, blocked, blocked ? pv_now_ns() - since : 0);
+    pthread_cond_destroy(&f->p.cv);
+    cudaError_t err = f->p.err;
     if (rep) {
-        *rep = p.rep;
+        *rep = f->p.rep;
         rep->err = err;
     } else {
-        pv_reply_free(&p.rep);
+        pv_reply_free(&f->p.rep);
     }
+    return err;
+}
+
+cudaError_t pv_req_finish(struct pv_req *r, struct pv_reply *rep)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+    if (r->req_id == 0) {
+        cudaError_t err = send_frame(r);
+        msgpack_sbuffer_destroy(&r->sb);
+        pv_stats_note(r->op, dev_index(r), 1, r->payload_len, 0, 0);
+        return err;
+    }
+    struct pv_inflight f;
+    cudaError_t err = inflight_send(r, &f);
+    return err != PV_SUCCESS ? err : inflight_wait(&f, rep, 1, f.t0);
+}
+
+cudaError_t pv_req_start(struct pv_req *r, struct pv_inflight **out)
+{
+    *out = NULL;
+    struct pv_inflight *f = malloc(sizeof *f);
+    if (!f) {
+        msgpack_sbuffer_destroy(&r->sb);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    cudaError_t err = inflight_send(r, f);
+    if (err != PV_SUCCESS)
+        free(f);
+    else
+        *out = f;
+    return err;
+}
+
+cudaError_t pv_req_collect(struct pv_inflight *f, struct pv_reply *rep)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+    cudaError_t err = inflight_wait(f, rep, 0, pv_now_ns());   /* its time in flight before: not waited for */
+    free(f);
     return err;
 }
 

@@ -3,6 +3,10 @@
 //   api_faults lost     : copies in a loop; after the daemon dies prints "LOST <error> <ms>" for the failing call and
 //                         "NEXT <error> <ms>" for a later call, then exits 0
 //   api_faults fork     : a forked child's calls fail cleanly; the parent's session carries on ("FORK OK")
+//   api_faults midcopy  : against a daemon that refuses to read a large device-to-host frame starting 64 MiB into an
+//                         allocation (injected by the test): a 192 MiB copy (frames at 0, 64 and 128 MiB, two in
+//                         flight) prints "MIDCOPY <error>"; later copies around the refused frame are byte-exact
+//                         ("MIDCOPY OK")
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <vector>
 
 static double now_ms() {
@@ -55,6 +60,25 @@ int main(int argc, char **argv) {
         CHECK_FORK(memcmp(back.data(), h.data(), n) == 0 ? cudaSuccess : cudaErrorUnknown);
         CHECK_FORK(cudaFree(d));
         printf("FORK OK\n");
+        return 0;
+    }
+    if (strcmp(mode, "midcopy") == 0) {
+        const size_t mib = (size_t)1 << 20, big = 192 * mib;
+        unsigned char *db = nullptr;
+        CHECK_FORK(cudaMalloc(&db, big));
+        std::vector<unsigned char> src(big), back(big, 0);
+        for (size_t i = 0; i < big; i++)
+            src[i] = (unsigned char)(i * 7 + (i >> 20));
+        CHECK_FORK(cudaMemcpy(db, src.data(), big, cudaMemcpyHostToDevice));
+        printf("MIDCOPY %s\n", cudaGetErrorName(cudaMemcpy(back.data(), db, big, cudaMemcpyDeviceToHost)));
+        std::fill(back.begin(), back.end(), 0);
+        CHECK_FORK(cudaMemcpy(back.data(), db, 64 * mib, cudaMemcpyDeviceToHost));               // one frame
+        CHECK_FORK(cudaMemcpy(back.data() + 65 * mib, db + 65 * mib, 127 * mib, cudaMemcpyDeviceToHost));  // two
+        CHECK_FORK(cudaMemcpy(back.data() + 64 * mib, db + 64 * mib, mib, cudaMemcpyDeviceToHost));
+        CHECK_FORK(memcmp(back.data(), src.data(), big) == 0 ? cudaSuccess : cudaErrorUnknown);
+        CHECK_FORK(cudaDeviceSynchronize());
+        CHECK_FORK(cudaFree(db));
+        printf("MIDCOPY OK\n");
         return 0;
     }
     printf("READY\n");

@@ -72,6 +72,34 @@ def test_daemon_killed_mid_call_fails_fast(cuda_build, daemon):
     assert f"connection to daemon {daemon.address} lost" in err
 
 
+# A daemon that refuses any large device-to-host range starting 64 MiB into its allocation (the emulator's data is
+# fine: only the range check is made to fail, as for memory freed meanwhile).
+REFUSE_FRAME = """
+from pyvgpu_daemon import session
+from pyvgpu_daemon.errors import CudaError
+_check = session.DeviceState.check_range
+def check_range(self, ptr, size, what):
+    _check(self, ptr, size, what)
+    start = max((a for a in self.allocations if a <= ptr), default=None)
+    if "HtoD" not in what and size > (1 << 20) and start is not None and ptr - start == 64 << 20:
+        raise CudaError("cudaErrorInvalidValue", "injected: frame refused")
+session.DeviceState.check_range = check_range
+"""
+
+
+def test_failing_frame_in_the_middle_of_a_large_copy(cuda_build, daemon_factory, run, tmp_path):
+    # A synchronous D2H copy keeps two frames in flight: the refused middle frame fails the copy with the daemon's
+    # error, the frame already requested after it is still read, and the session stays in step.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(REFUSE_FRAME)
+    daemon = daemon_factory(env={"PYTHONPATH": os.pathsep.join(filter(None, [str(site),
+                                                                          os.environ.get("PYTHONPATH")]))})
+    proc = run(cuda_build("api_faults.cu"), [daemon], "midcopy", timeout=300)
+    assert "MIDCOPY cudaErrorInvalidValue" in proc.stdout, proc.stdout + proc.stderr
+    assert "MIDCOPY OK" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_forked_child_fails_cleanly_parent_carries_on(cuda_build, daemon, run):
     proc = run(cuda_build("api_faults.cu"), [daemon], "fork", timeout=120)
     assert "FORK OK" in proc.stdout, proc.stdout + proc.stderr
