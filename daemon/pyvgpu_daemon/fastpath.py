@@ -40,6 +40,8 @@ from pyvgpu_daemon.stream import FrameStream
 OP_HTOD = OP_BY_NAME["MEMCPY_HTOD"].code
 OP_DTOH = OP_BY_NAME["MEMCPY_DTOH"].code
 OP_LAUNCH = OP_BY_NAME["LAUNCH"].code
+# Where LAUNCH carries its function, grid, block and dynamic shared memory (from the spec, not restated here).
+_LAUNCH_ARGS = tuple(OP_BY_NAME["LAUNCH"].arg_names.index(n) for n in ("func", "grid", "block", "shmem"))
 LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their header anyway: copied once, cheaply
 SEND_MIN = 4 * FrameStream.WRITE_HIGH     # smaller replies are copied (the copied tail would be most of them)
 LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set
@@ -85,7 +87,7 @@ def _range_view(st: DeviceState, ctx: DeviceContext, ptr: Any, size: int, stream
 def _tiny_launch(st: DeviceState, ctx: DeviceContext, args: list[Any]) -> bool:
     """Whether a LAUNCH is one the backend knows to be short whatever its parameters (DeviceContext.tiny_launch);
     anything unusual (an unknown function, a malformed argument) goes to the worker, which reports it."""
-    fn, grid, block, shmem = args[1], args[2], args[3], args[4]
+    fn, grid, block, shmem = (args[i] for i in _LAUNCH_ARGS)
     if type(fn) is not int or type(shmem) is not int or st.sticky:
         return False
     found = st.functions.get(fn)
