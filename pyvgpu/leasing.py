@@ -184,22 +184,26 @@ class Round:
     every: list[placement.Choice]
     errors: list[str]
     devices: dict[Host, int]             # daemon -> its number of GPUs
+    holders: dict[tuple[Host, int], list[str]] = field(default_factory=dict)   # (daemon, ordinal) -> lease holders
 
 
 def survey(pool: list[Host], terms: Terms, memory: int, token: bytes | None, timeout: float,
            connect: Connect) -> Round:
     reports = hostmap.query_daemons(pool, token, timeout, connect, status=True)
     candidates: list[placement.Candidate] = []
-    errors, devices = [], {}
+    errors, devices, holders = [], {}, {}
     for r in reports:
         if r.error is not None:
             errors.append(f"{r.host}: {r.error}")
             continue
         devices[r.host.daemon] = len(r.devices or [])
+        for x in (r.status or {}).get(STATUS_LEASES) or []:
+            if isinstance(x, dict):
+                holders.setdefault((r.host.daemon, x.get(LEASE_DEVICE)), []).append(str(x.get(LEASE_HOLDER) or "?"))
         candidates += placement.candidates_from_status(r.host, r.status or {"devices": r.devices},
                                                        len(candidates), only=r.host.device)
     _, every = placement.rank(candidates, len(candidates), memory, (terms.fraction,))
-    return Round(every, errors, devices)
+    return Round(every, errors, devices, holders)
 
 
 def _ranked(every: list[placement.Choice]) -> list[placement.Choice]:
@@ -242,7 +246,8 @@ def describe_pool(rnd: Round, n: int, terms: Terms, memory: int) -> str:
         if ch.fits:
             continue
         if not placement.leasable(c, terms.fraction) and c.free >= memory:
-            busy.append(f"{c.label} ({f'{c.leases} lease(s)' if c.leases else 'used without a lease'})")
+            whom = rnd.holders.get((c.host, c.ordinal))
+            busy.append(f"{c.label} ({'leased to ' + ', '.join(whom) if whom else 'used without a lease'})")
         else:
             busy.append(f"{c.label} (too little memory)")
     what = "GPU(s)" if terms.fraction is None else f"share(s) of {terms.fraction:g} GPU"

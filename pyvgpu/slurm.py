@@ -99,11 +99,13 @@ class Config:
             out = cls(pool=_hosts(values.pop("pool", ""), origin))
             out.shared_pool = _hosts(values.pop("shared_pool", ""), origin)
             for name, value in values.items():
-                kind = type(getattr(out, name))
-                if kind is bool:
+                default = getattr(out, name)
+                if isinstance(default, bool):
                     setattr(out, name, value.lower() in ("1", "yes", "true", "on"))
-                elif kind in (int, float, Path):
-                    setattr(out, name, kind(value))
+                elif isinstance(default, (int, float)):
+                    setattr(out, name, type(default)(value))
+                elif isinstance(default, Path):
+                    setattr(out, name, Path(value))
                 else:
                     setattr(out, name, value or None)
         except (ValueError, HostMapError) as exc:
@@ -309,13 +311,11 @@ def _write_job_file(cfg: Config, job: Job, info: dict[str, Any]) -> None:
 
 def start_keeper(cfg: Config, job: Job) -> int:
     """A detached `pyvgpu-slurm keep` for the job on this node (one per job: it locks its pid file)."""
-    log = open(cfg.state_dir / "pyvgpu-slurm.log", "ab")
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "pyvgpu.slurm", "keep", "--job", job.id, "--cluster",
-                                 job.cluster], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
-    finally:
-        log.close()
+    # Its own session, no terminal, no pipe of Slurm's held open: the Prolog ends, the keeper stays. It logs to
+    # StateDir/pyvgpu-slurm.log itself.
+    proc = subprocess.Popen([sys.executable, "-m", "pyvgpu.slurm", "keep", "--job", job.id, "--cluster",
+                             job.cluster], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     return proc.pid
 
 
@@ -344,8 +344,8 @@ def keep(cfg: Config, job: Job) -> int:
         keeper.renew_once()                       # at once: from StartTTL down to LeaseTTL
         keeper.start().wait()
         _log(cfg, job, "keeper: no lease left; exiting")
-    except (OSError, ValueError, KeyError, HostMapError) as exc:
-        _log(cfg, job, f"keeper: {exc}")
+    except Exception as exc:  # noqa: BLE001 - its one line in the log, never a traceback nobody reads
+        _log(cfg, job, f"keeper: {type(exc).__name__}: {exc}")
     finally:
         job_file(cfg, job).unlink(missing_ok=True)
         keeper_file(cfg, job).unlink(missing_ok=True)
