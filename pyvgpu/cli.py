@@ -525,8 +525,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
             "errors": [{"host": str(r.host), "error": r.error} for r in failed]}, indent=2))
     else:
         if gpus:
-            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "USED", "BUSY", "SLOWDOWN", "SESSIONS", "BACKEND",
-                     "LEASE")]
+            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "USED", "BUSY", "SLOWDOWN", "SESSIONS", "LEASE",
+                     "BACKEND")]
             for g in gpus:
                 u = load[g.index]
                 busy = u.get("busy_ratio")
@@ -534,8 +534,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
                 rows.append((f"GPU{g.index}", str(g.host), str(g.remote_ordinal), g.name, format_bytes(g.total_mem),
                              format_bytes(int(u["memory_used"])) if "memory_used" in u else "?",
                              f"{busy:.2f}" if isinstance(busy, (int, float)) else "?", _slowdown(u.get("slowdown")),
-                             str(u.get("sessions", "?")), g.backend,
-                             leasing.summary(rep.status or {}, g.remote_ordinal, 40) if rep else "?"))
+                             str(u.get("sessions", "?")),
+                             leasing.summary(rep.status or {}, g.remote_ordinal, 40) if rep else "?", g.backend))
             print(_table(rows))
         else:
             _note("no GPUs found")
@@ -704,9 +704,12 @@ def run_leased(command: list[str], env: dict[str, str], held: leasing.Held, ttl:
     keeper = leasing.Keeper(held, ttl, token, timeout).start()
     previous = {sig: signal.getsignal(sig) for sig in (*FORWARDED_SIGNALS, signal.SIGINT)}
     proc: subprocess.Popen | None = None
+    early: list[int] = []                 # signals that came before Popen returned (the program may run already)
 
     def forward(sig: int, _frame: Any) -> None:
-        if proc is not None and proc.poll() is None:
+        if proc is None:
+            early.append(sig)
+        elif proc.poll() is None:
             proc.send_signal(sig)
 
     try:
@@ -721,6 +724,8 @@ def run_leased(command: list[str], env: dict[str, str], held: leasing.Held, ttl:
             raise CliError(f"{command[0]}: permission denied (is it executable?)", 126) from None
         except OSError as exc:
             raise CliError(f"{command[0]}: {exc.strerror or exc}", 126) from None
+        for sig in early:
+            proc.send_signal(sig)
         code = proc.wait()
     finally:
         for sig, handler in previous.items():

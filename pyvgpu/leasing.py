@@ -134,42 +134,48 @@ def release(held: Held, token: bytes | None, timeout: float = 5.0, connect: Conn
     return problems
 
 
+def _each(daemons: list[Host], op: str, request: dict[str, Any], token: bytes | None, timeout: float,
+          connect: Connect | None) -> list[tuple[Host, int, Any]]:
+    """One request to every distinct daemon, concurrently; → (daemon, err, result), with err -1 and the reason as
+    result for a daemon that could not be asked."""
+    import concurrent.futures
+    connect = connect or _default_connect()
+    distinct = list({d.daemon_key(): d.daemon for d in daemons if not d.is_auto}.values())
+
+    def ask(daemon: Host) -> tuple[Host, int, Any]:
+        try:
+            return (daemon, *_call(connect, daemon, token, timeout, op, request))
+        except Exception as exc:  # noqa: BLE001 - reported per daemon
+            return daemon, -1, hostmap.describe_error(exc)
+
+    if not distinct:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(distinct))) as pool:
+        return list(pool.map(ask, distinct))
+
+
 def release_job(daemons: list[Host], job: str, token: bytes | None, timeout: float = 5.0,
                 connect: Connect | None = None) -> tuple[int, list[str]]:
     """Give back every lease of `job` on these daemons; → (how many were ended, problems)."""
-    connect = connect or _default_connect()
     ended, problems = 0, []
-    for daemon in _distinct(daemons):
-        try:
-            err, result = _call(connect, daemon, token, timeout, "LEASE_RELEASE", {LEASE_JOB: job})
-            if err:
-                problems.append(f"{daemon}: release refused ({result})")
-            else:
-                ended += len(result.get(LEASE_RELEASED) or [])
-        except Exception as exc:  # noqa: BLE001
-            problems.append(f"{daemon}: {hostmap.describe_error(exc)}")
+    for daemon, err, result in _each(daemons, "LEASE_RELEASE", {LEASE_JOB: job}, token, timeout, connect):
+        if err:
+            problems.append(f"{daemon}: {result}")
+        else:
+            ended += len(result.get(LEASE_RELEASED) or [])
     return ended, problems
 
 
 def find_job(daemons: list[Host], job: str, token: bytes | None, timeout: float = 5.0,
              connect: Connect | None = None) -> tuple[Held, list[str]]:
     """The leases `job` holds on these daemons (with their ids), and the daemons that could not be asked."""
-    connect = connect or _default_connect()
     held, problems = Held(), []
-    for daemon in _distinct(daemons):
-        try:
-            err, result = _call(connect, daemon, token, timeout, "LEASE_LIST", {LEASE_JOB: job})
-            if err:
-                problems.append(f"{daemon}: {result}")
-                continue
+    for daemon, err, result in _each(daemons, "LEASE_LIST", {LEASE_JOB: job}, token, timeout, connect):
+        if err:
+            problems.append(f"{daemon}: {result}")
+        else:
             held.leases += [(daemon, x) for x in result.get(LEASE_LEASES) or []]
-        except Exception as exc:  # noqa: BLE001
-            problems.append(f"{daemon}: {hostmap.describe_error(exc)}")
     return held, problems
-
-
-def _distinct(daemons: list[Host]) -> list[Host]:
-    return list({d.daemon_key(): d.daemon for d in daemons if not d.is_auto}.values())
 
 
 def _default_connect() -> Connect:

@@ -68,10 +68,10 @@ class Config:
     tls_fingerprints: str | None = None
     export_token: bool = False               # ExportToken=yes: the tasks get PYVGPU_TOKEN too
 
-    KEYS = {"pool": "pool", "license": "license", "sharedpool": "shared_pool", "sharedlicense": "shared_license",
-            "shares": "shares", "leasettl": "lease_ttl", "startttl": "start_ttl", "acquiretimeout": "acquire_timeout",
-            "timeout": "timeout", "statedir": "state_dir", "tokenfile": "token_file", "tlsca": "tls_ca",
-            "tlsfingerprints": "tls_fingerprints", "exporttoken": "export_token"}
+    KEYS = {"Pool": "pool", "License": "license", "SharedPool": "shared_pool", "SharedLicense": "shared_license",
+            "Shares": "shares", "LeaseTTL": "lease_ttl", "StartTTL": "start_ttl", "AcquireTimeout": "acquire_timeout",
+            "Timeout": "timeout", "StateDir": "state_dir", "TokenFile": "token_file", "TLSCA": "tls_ca",
+            "TLSFingerprints": "tls_fingerprints", "ExportToken": "export_token"}
 
     @classmethod
     def load(cls, path: str | None = None) -> "Config":
@@ -85,15 +85,16 @@ class Config:
     @classmethod
     def parse(cls, text: str, origin: str = "slurm.conf") -> "Config":
         values: dict[str, Any] = {}
+        keys = {k.lower(): v for k, v in cls.KEYS.items()}          # keys are case-insensitive, as slurm.conf's
         for n, raw in enumerate(text.splitlines(), 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
             key, sep, value = line.partition("=")
-            name = cls.KEYS.get(key.strip().lower())
+            name = keys.get(key.strip().lower())
             if not sep or name is None:
-                raise SlurmHookError(f"{origin}:{n}: expected Key=Value with Key one of "
-                                     f"{', '.join(sorted({k for k in cls.KEYS}))}: {raw.strip()!r}")
+                raise SlurmHookError(f"{origin}:{n}: expected Key=Value with Key one of {', '.join(cls.KEYS)}: "
+                                     f"{raw.strip()!r}")
             values[name] = value.strip()
         try:
             out = cls(pool=_hosts(values.pop("pool", ""), origin))
@@ -375,11 +376,11 @@ def check(cfg: Config, out: Any = None) -> int:
     licenses = []
     if cfg.pool:
         licenses.append(f"{cfg.license}:{count(cfg.pool)}")
-    if cfg.shared_pool or cfg.shares:
-        shared = count(cfg.shared_pool) if cfg.shared_pool else 0
-        if shared:
-            licenses.append(f"{cfg.shared_license}:{shared * cfg.shares}")
-    exe = os.path.realpath(sys.argv[0]) if Path(sys.argv[0]).name == PROG else f"/usr/local/bin/{PROG}"
+    if cfg.shared_pool:
+        licenses.append(f"{cfg.shared_license}:{count(cfg.shared_pool) * cfg.shares}")
+    import shutil
+    import sysconfig
+    exe = shutil.which(PROG) or str(Path(sysconfig.get_path("scripts")) / PROG)
     print(f"Licenses={','.join(licenses)}", file=out)
     for hook in ("PrologSlurmctld", "EpilogSlurmctld", "Prolog", "TaskProlog"):
         print(f"{hook}={exe}", file=out)
@@ -397,9 +398,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
     if not argv and context:
         return run_hook(context)
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0] + " Run by Slurm as PrologSlurmctld, "
-                                "EpilogSlurmctld, Prolog and TaskProlog (it reads SLURM_SCRIPT_CONTEXT); by hand: "
-                                "`check`.", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=PROG, description="The pyvgpu pool as a Slurm license (`sbatch -L vgpu:2`). Slurm "
+                                "runs this command as PrologSlurmctld, EpilogSlurmctld, Prolog and TaskProlog (it "
+                                "reads SLURM_SCRIPT_CONTEXT): the job's GPUs are leased before it starts, its tasks "
+                                "get PYVGPU_HOSTS, the leases end with it. By hand: `check`. Set-up: "
+                                "docs/operations.md (Slurm).")
     p.add_argument("--conf", help=f"the configuration (default: ${ENV_CONF} or {DEFAULT_CONF})")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     sub.required = True
