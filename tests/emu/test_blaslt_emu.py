@@ -183,3 +183,24 @@ def test_gelu_is_the_tanh_approximation():
     assert np.abs(lt.gelu(x) - exact).max() < 1e-3 and not np.allclose(lt.gelu(x), exact, atol=1e-6)
     h = 1e-6
     assert np.allclose(lt.gelu_grad(x), (lt.gelu(x + h) - lt.gelu(x - h)) / (2 * h), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["CUBLASLT_EPILOGUE_RELU_AUX_BIAS", "CUBLASLT_EPILOGUE_DGELU_BGRAD",
+                                  "CUBLASLT_EPILOGUE_BGRADB"])
+def test_batches_in_chunks_give_the_same_results(monkeypatch, name):
+    monkeypatch.setattr(lt, "CHUNK_BYTES", 1)          # one batch entry per chunk
+    p = Problem(H, H, C32F, S, m=10, n=4, k=3, batch=3, epilogue=EPI[name], beta=0.5, in_place=False)
+    dev, _ = run(p)
+    check_result(p, dev)
+
+
+def test_a_huge_batch_of_shared_operands_takes_little_memory():
+    """Batch stride 0 for every operand (a shared weight, a broadcast): 2**20 entries are never expanded."""
+    dev = Dev()
+    p = Problem(S, S, C32F, S, m=2, n=2, k=2)
+    args = {**p.place(dev), **p.scalars(dev)}
+    batch = 1 << 20
+    args.update({x + "batch": batch for x in "ABCD"}, **{x + "stride": 0 for x in "ABCD"})
+    lt.execute(dev.mem, args)
+    want = p.mats["A"].values[0] @ p.mats["B"].values[0]
+    assert_close(p.mats["D"].read(dev)[0], want, S, 10, S)

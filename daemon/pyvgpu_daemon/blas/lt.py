@@ -18,7 +18,9 @@ before it is rounded to D's type:
 - the backward forms multiply the result by the derivative at the auxiliary input (DRELU: the mask bit, DGELU:
   GELU's derivative) and write the bias gradient, the sum of each row of the new D (its type: the bias type);
 - BGRADA/BGRADB write the sums of op(A) over k (one per row of D) / of op(B) over k (one per column of D).
-Batches: each matrix, bias and auxiliary matrix advances by its batch stride.
+Batches: each matrix, bias and auxiliary matrix advances by its batch stride; entries are computed in chunks
+whose intermediates fit CHUNK_BYTES (a call holds no more than that beyond its operands, which all lie in the
+session's memory).
 
 Runs on the (session, device) worker thread like a kernel launch; floating-point exceptions are silent, as on a GPU.
 """
@@ -63,7 +65,7 @@ def _ints(args: Mapping[str, Any]) -> dict[str, int]:
 
 
 class LtOperands(HeapViews):
-    """The call's operands as NumPy views of the heap, made (and checked) only when read or written."""
+    """The call's operands as NumPy views of the heap (each checked against the session's allocations when made)."""
 
     def __init__(self, memory: DeviceMemory, args: Mapping[str, Any], v: Mapping[str, int]) -> None:
         super().__init__(memory, "LT_MATMUL")
@@ -71,12 +73,8 @@ class LtOperands(HeapViews):
         self.v = v
 
     def mat(self, x: str) -> np.ndarray:
+        """(batch, rows, cols) view of matrix x as stored (op() not applied)."""
         return self.view(self.v[x], numeric.storage(self.v[x + "type"]), *lt_layout.matrix(self.v, x), x)
-
-    def op(self, x: str, cdt: np.dtype) -> np.ndarray:
-        """op(X) of A or B as a (batch, rows, cols) array of the compute type."""
-        t = self.v[x + "type"]
-        return dense.op(numeric.load(self.mat(x), t, cdt), self.v["trans" + x.lower()])
 
     def scalar(self, name: str) -> np.generic:
         value, t = self.args[name], self.v["scale"]
@@ -99,24 +97,25 @@ class LtOperands(HeapViews):
         return self.view(self.v["aux"], np.dtype(np.uint8), *lt_layout.relu_mask(self.v), "aux")
 
 
+CHUNK_BYTES = 64 << 20     # the intermediate arrays one chunk of batch entries may take
+
+
 def _mask_bits(mask: np.ndarray, m: int) -> np.ndarray:
-    """(batch, m, n) booleans of a (batch, ceil(m/8), n) byte view; bit i of a column is bit i % 8 of byte i // 8."""
-    return np.unpackbits(mask, axis=1, bitorder="little")[:, :m, :].astype(bool)
+    """(b, m, n) booleans of a (b, ceil(m/8), n) byte view: bit i of a column is bit i % 8 of byte i // 8."""
+    return np.unpackbits(mask, axis=1, bitorder="little")[:, :m].astype(bool)
 
 
 def _pack_bits(bits: np.ndarray) -> np.ndarray:
     return np.packbits(bits, axis=1, bitorder="little")
 
 
-def _product(o: LtOperands, cdt: np.dtype, alpha: np.generic) -> np.ndarray:
-    v = o.v
-    shape = (v["Dbatch"], v["m"], v["n"])
-    if alpha == 0 or v["k"] == 0:
-        return np.zeros(shape, dtype=cdt)          # A and B are not read
-    prod = np.matmul(o.op("A", cdt), o.op("B", cdt))
-    if alpha != 1:
-        prod *= cdt.type(alpha)
-    return prod
+def _chunk(v: Mapping[str, int]) -> int:
+    """Batch entries computed together: their intermediates (result, widened A and B, bias) fit CHUNK_BYTES, so a
+    call holds that much beyond its operands whatever its batch count (operands with a batch stride of 0, legal and
+    common for a shared weight or bias, are never expanded), and a large batch of tiny matrices is still a few
+    NumPy calls."""
+    m, n, k = v["m"], v["n"], v["k"]
+    return max(1, CHUNK_BYTES // (16 * (m * n + m * k + k * n + m + n)))
 
 
 def _run(o: LtOperands) -> None:
@@ -124,32 +123,51 @@ def _run(o: LtOperands) -> None:
     ctype = v["Dtype"]
     cdt = numeric.compute_dtype(ctype, v["compute"])
     alpha, beta = o.scalar("alpha"), o.scalar("beta")
-    x = _product(o, cdt, alpha)
-    if beta != 0:
-        x += cdt.type(beta) * numeric.load(o.mat("C"), v["Ctype"], cdt)
     epi = spec.EPILOGUE[v["epilogue"]]
-    if epi.bias == "add":
-        x += numeric.load(o.bias(), v["bias_dtype"], cdt)[:, :, None]
-    if epi.aux == "out":
-        if epi.act == "relu":
-            o.relu_mask()[...] = _pack_bits(x > 0)
+    d = o.mat("D")                                    # every region is checked before anything is written
+    c = o.mat("C") if beta != 0 else None             # beta == 0: C is not read
+    read_ab = alpha != 0 and v["k"] > 0               # alpha == 0 or k == 0: A and B are not read (for the product)
+    a, b = (o.mat("A"), o.mat("B")) if read_ab or epi.bias in ("a", "b") else (None, None)
+    bias = o.bias() if epi.bias else None
+    aux = (o.relu_mask() if "relu" in epi.act else o.gelu_aux()) if epi.aux else None
+    types = {"A": v["Atype"], "B": v["Btype"]}
+
+    def op(x: str, view: np.ndarray) -> np.ndarray:
+        return dense.op(numeric.load(view, types[x], cdt), v["trans" + x.lower()])
+
+    step = _chunk(v)
+    for i0 in range(0, v["Dbatch"], step):
+        s = slice(i0, min(i0 + step, v["Dbatch"]))
+        if read_ab:
+            x = np.matmul(op("A", a[s]), op("B", b[s]))
+            if alpha != 1:
+                x *= cdt.type(alpha)
         else:
-            numeric.store(o.gelu_aux(), x, v["aux_dtype"])
-    if epi.act == "relu":
-        x = np.maximum(x, cdt.type(0))
-    elif epi.act == "gelu":
-        x = gelu(x)
-    elif epi.act == "drelu":
-        x = np.where(_mask_bits(o.relu_mask(), v["m"]), x, cdt.type(0))
-    elif epi.act == "dgelu":
-        x = x * gelu_grad(numeric.load(o.gelu_aux(), v["aux_dtype"], cdt))
-    if epi.bias == "rows":
-        numeric.store(o.bias(), x.sum(axis=2), v["bias_dtype"])
-    elif epi.bias == "a":
-        numeric.store(o.bias(), o.op("A", cdt).sum(axis=2), v["bias_dtype"])
-    elif epi.bias == "b":
-        numeric.store(o.bias(), o.op("B", cdt).sum(axis=1), v["bias_dtype"])
-    numeric.store(o.mat("D"), x.astype(cdt, copy=False), ctype)
+            x = np.zeros((s.stop - s.start, v["m"], v["n"]), dtype=cdt)
+        if c is not None:
+            x += cdt.type(beta) * numeric.load(c[s], v["Ctype"], cdt)
+        if epi.bias == "add":
+            x += numeric.load(bias[s], v["bias_dtype"], cdt)[:, :, None]
+        if epi.aux == "out":
+            if epi.act == "relu":
+                aux[s] = _pack_bits(x > 0)
+            else:
+                numeric.store(aux[s], x, v["aux_dtype"])
+        if epi.act == "relu":
+            x = np.maximum(x, cdt.type(0))
+        elif epi.act == "gelu":
+            x = gelu(x)
+        elif epi.act == "drelu":
+            x = np.where(_mask_bits(aux[s], v["m"]), x, cdt.type(0))
+        elif epi.act == "dgelu":
+            x = x * gelu_grad(numeric.load(aux[s], v["aux_dtype"], cdt))
+        if epi.bias == "rows":
+            numeric.store(bias[s], x.sum(axis=2), v["bias_dtype"])
+        elif epi.bias == "a":
+            numeric.store(bias[s], op("A", a[s]).sum(axis=2), v["bias_dtype"])
+        elif epi.bias == "b":
+            numeric.store(bias[s], op("B", b[s]).sum(axis=1), v["bias_dtype"])
+        numeric.store(d[s], x.astype(cdt, copy=False), ctype)
 
 
 def execute(memory: DeviceMemory, args: Mapping[str, Any], limits: BlasLimits = LIMITS) -> None:
