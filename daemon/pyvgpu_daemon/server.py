@@ -663,6 +663,7 @@ class Server:
         released = 0
         futures = []
         loop = asyncio.get_running_loop()
+        busy = sum(1 for st in session.devices.values() if not st.worker.idle)
         for st in session.devices.values():
             if st.ctx is not None:
                 st.ctx.cancel()          # an orphaned kernel stops at its next check instead of running on
@@ -690,9 +691,10 @@ class Server:
         except Exception:  # noqa: BLE001
             pass
         if session.va_base or session.devices:
-            log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
+            log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)%s", session.tag(),
                      reason, sum(st.ops for st in session.devices.values()),
-                     sum(st.waited for st in session.devices.values()), released, len(session.devices))
+                     sum(st.waited for st in session.devices.values()), released, len(session.devices),
+                     f"; work in progress cancelled on {busy} device(s)" if busy else "")
         else:
             log.info("%s: connection from %s ended before a session began (%s)", session.tag(), session.peer,
                      reason)
