@@ -71,11 +71,11 @@ def test_shfl_modes_range_predicate_and_segments():
 
 def test_shfl_in_partial_warp():
     out = run(SHFL, 40, 40 * 8).reshape(40, 8)
-    # lanes 32..39 form a warp of 8: source lanes beyond the block do not exist, so lanes read their own value
+    # lanes 32..39 form a warp of 8: source lanes 40.. do not exist; the ISA leaves their value unpredictable and
+    # NVIDIA's GPUs read 0 there (the range predicate stays true: it depends on the clamp only)
     lane = np.arange(8)
-    got = out[32:, 0]
-    exp = np.where(lane + 3 < 8, (32 + lane + 3) * 10, (32 + lane) * 10)
-    np.testing.assert_array_equal(got, exp)
+    np.testing.assert_array_equal(out[32:, 0], np.where(lane + 3 < 8, (32 + lane + 3) * 10, 0))
+    np.testing.assert_array_equal(out[32:, 4], 1)
 
 
 BARRIER_EXIT = """
@@ -257,7 +257,8 @@ def test_out_of_range_shared_access_is_an_error():
 
 
 @pytest.mark.parametrize("line", ["ld.global.weird.u32 %r1, [%rd1];", "shfl.sync.sideways.b32 %r1, %r1, 1, 31, -1;",
-                                  "add.q32 %r1, %r1, 1;", "bar.arrive 0, 32;"])
+                                  "add.q32 %r1, %r1, 1;", "bar.sync 16;", "bar.arrive 1;",
+                                  "bar.sync 1, 48;"])
 def test_unsupported_instructions_fail_at_load_naming_them(line):
     body = ".visible .entry k(.param .u64 out)\n{\n.reg .b32 %r<3>; .reg .b64 %rd<3>;\n" + line + "\nret;\n}\n"
     mem = DeviceMemory(1 << 40, 1 << 20)
