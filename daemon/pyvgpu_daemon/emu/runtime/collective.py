@@ -125,8 +125,8 @@ class Collectives:
         return full[self.warp]
 
     def match(self, mode, a, mask, m):
-        """match.any: the mask of active member lanes of the warp holding the same value; match.all: the member
-        mask when all active members agree (and the predicate), else 0."""
+        """match.any: the mask of active member lanes of the warp holding the same value; match.all: membermask
+        when all active members agree (and the predicate), else 0."""
         act = self._active(mask, m)
         a = np.broadcast_to(np.asarray(a), (self.T,))
         idx = np.flatnonzero(act)
@@ -143,13 +143,14 @@ class Collectives:
             sums = np.bincount(key, weights=bits)
             d[idx] = sums[key].astype(np.uint64).astype(np.uint32)
             return d, p
-        wmask = np.bincount(w, weights=bits, minlength=self.nwarps)
         vmin = np.full(self.nwarps, np.iinfo(np.uint64).max, np.uint64)
         vmax = np.zeros(self.nwarps, np.uint64)
         np.minimum.at(vmin, w, vals)
         np.maximum.at(vmax, w, vals)
         same = (vmin == vmax)[w]
-        d[idx] = np.where(same, wmask[w].astype(np.uint64).astype(np.uint32), 0)
+        # PTX ISA: d = membermask when every non-exited member thread holds the same value
+        mk = np.broadcast_to(np.asarray(mask if mask is not None else 0xFFFFFFFF).astype(np.uint32), (self.T,))
+        d[idx] = np.where(same, mk[idx], 0)
         p[idx] = same
         return d, p
 
