@@ -96,11 +96,10 @@ __global__ void k4(const int *in, int *out, unsigned n) {
     if (t == 0) out[blockIdx.x] = v;
 }
 
+// The block's values unrolled down to 64, then the first warp's shuffles (the block sum in thread 0).
 template <unsigned B>
-__global__ void k5(const int *in, int *out, unsigned n) {
-    extern __shared__ int s[];
-    unsigned t = threadIdx.x, i = blockIdx.x * B * 2 + t;
-    int v = (i < n ? in[i] : 0) + (i + B < n ? in[i + B] : 0);
+__device__ int unrolled_tree(int v, int *s) {
+    unsigned t = threadIdx.x;
     s[t] = v;
     __syncthreads();
     if (B >= 512 && t < 256) s[t] = v = v + s[t + 256];
@@ -109,7 +108,15 @@ __global__ void k5(const int *in, int *out, unsigned n) {
     __syncthreads();
     if (B >= 128 && t < 64) s[t] = v = v + s[t + 64];
     __syncthreads();
-    v = tile_tail<B>(v, s);
+    return tile_tail<B>(v, s);
+}
+
+template <unsigned B>
+__global__ void k5(const int *in, int *out, unsigned n) {
+    extern __shared__ int s[];
+    unsigned t = threadIdx.x, i = blockIdx.x * B * 2 + t;
+    int v = (i < n ? in[i] : 0) + (i + B < n ? in[i + B] : 0);
+    v = unrolled_tree<B>(v, s);
     if (t == 0) out[blockIdx.x] = v;
 }
 
@@ -128,15 +135,7 @@ __global__ void k6(const int *in, int *out, unsigned n) {
     extern __shared__ int s[];
     unsigned t = threadIdx.x;
     int v = grid_stride_sum<B>(in, n);
-    s[t] = v;
-    __syncthreads();
-    if (B >= 512 && t < 256) s[t] = v = v + s[t + 256];
-    __syncthreads();
-    if (B >= 256 && t < 128) s[t] = v = v + s[t + 128];
-    __syncthreads();
-    if (B >= 128 && t < 64) s[t] = v = v + s[t + 64];
-    __syncthreads();
-    v = tile_tail<B>(v, s);
+    v = unrolled_tree<B>(v, s);
     if (t == 0) out[blockIdx.x] = v;
 }
 
