@@ -284,11 +284,20 @@ PV_API CUresult cuCtxCreate_v3(CUcontext *out, void *affinity, int n, unsigned f
     return ctx_create(out, flags, dev);
 }
 
-/* params (execution affinity, CIG) cannot be honoured remotely: only NULL is accepted. */
-PV_API CUresult cuCtxCreate_v4(CUcontext *out, void *params, unsigned flags, CUdevice dev)
+/* CUctxCreateParams: CUDA 13 code passes a zero-initialised one for an ordinary context (as NULL). Execution
+ * affinity cannot be honoured remotely (as cuCtxCreate_v3 answers); CIG (CUDA in graphics) mode is not supported by
+ * this driver, which the documentation answers with CUDA_ERROR_NOT_SUPPORTED; both at once are invalid. */
+struct ctx_create_params { void *affinity; int naffinity; void *cig; };
+
+PV_API CUresult cuCtxCreate_v4(CUcontext *out, const struct ctx_create_params *params, unsigned flags, CUdevice dev)
 {
-    if (params)
+    DRV_HIDDEN_GUARD("cuCtxCreate_v4");
+    if (params && params->affinity && params->cig)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (params && params->cig)
         return CUDA_ERROR_NOT_SUPPORTED;
+    if (params && params->affinity && params->naffinity > 0)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
     return ctx_create(out, flags, dev);
 }
 
@@ -313,10 +322,16 @@ PV_API CUresult cuCtxDestroy_v2(CUcontext c)
     pv_handle_remove(c);                         /* its handle is no longer valid while its resources go */
     drv_modules_release(c);
     pv_owner_release(c, c->dev);
-    atomic_fetch_sub(&created_on[c->dev], 1);
+    int dev = c->dev;
+    int last = atomic_fetch_sub(&created_on[dev], 1) == 1;
     made_current(top());
     c->magic = 0;
     free(c);
+    /* The device's last context: what the daemon's context of it kept for all of them (limits, a sticky error) goes
+     * too, as it does with a GPU's last context, unless the primary context is in use or holds something. */
+    struct pv_ctx *p = drv_primary(dev);
+    if (last && atomic_load(&created_on[dev]) == 0 && p && atomic_load(&p->refs) == 0 && !pv_owner_holds(NULL, dev))
+        return drv_result(pv_device_reset(pv_device(dev)));
     return CUDA_SUCCESS;
 }
 
