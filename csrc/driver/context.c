@@ -20,6 +20,8 @@ static _Thread_local struct pv_ctx *stack[CTX_DEPTH];
 static _Thread_local int depth;
 static _Thread_local unsigned seen_gen;          /* the core's device generation when this file last set it */
 static atomic_int created_on[PV_MAX_DEVICES];    /* live created contexts per device */
+/* Creating a context and ending a device's last one (which resets the daemon's context) exclude each other. */
+static pthread_mutex_t life_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct pv_cls {                      /* one value of context-local storage */
     void *key, *value;
@@ -64,6 +66,8 @@ struct pv_ctx *drv_primary(int dev)
 /* The thread's context changed here: the core's device and owner follow it (no context: the runtime binds again). */
 static void made_current(struct pv_ctx *c)
 {
+    if (c && c->primary)
+        atomic_store(&c->used, 1);
     if (c) {
         pv_tls_set_device(c->dev);
         pv_tls_set_owner(c->primary ? NULL : c);
@@ -86,6 +90,7 @@ static void follow_runtime(void)
     if (!depth)
         depth = 1;
     stack[depth - 1] = p;
+    atomic_store(&p->used, 1);
     pv_tls_set_owner(NULL);
     seen_gen = pv_tls_device_gen();
 }
@@ -268,7 +273,9 @@ static CUresult ctx_create(CUcontext *out, unsigned flags, CUdevice dev)
     struct pv_ctx *c = ctx_new(dev, 0, flags);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&life_mu);
     atomic_fetch_add(&created_on[dev], 1);
+    pthread_mutex_unlock(&life_mu);
     stack[depth++] = c;
     made_current(c);
     *out = c;
@@ -323,16 +330,18 @@ PV_API CUresult cuCtxDestroy_v2(CUcontext c)
     drv_modules_release(c);
     pv_owner_release(c, c->dev);
     int dev = c->dev;
-    int last = atomic_fetch_sub(&created_on[dev], 1) == 1;
     made_current(top());
     c->magic = 0;
     free(c);
-    /* The device's last context: what the daemon's context of it kept for all of them (limits, a sticky error) goes
-     * too, as it does with a GPU's last context, unless the primary context is in use or holds something. */
+    /* The device's last context, in a process that never used its primary context: what the daemon's context kept
+     * for all of them (limits, function attributes, a sticky error) goes too, as with a GPU's last context. */
     struct pv_ctx *p = drv_primary(dev);
-    if (last && atomic_load(&created_on[dev]) == 0 && p && atomic_load(&p->refs) == 0 && !pv_owner_holds(NULL, dev))
-        return drv_result(pv_device_reset(pv_device(dev)));
-    return CUDA_SUCCESS;
+    cudaError_t err = PV_SUCCESS;
+    pthread_mutex_lock(&life_mu);
+    if (atomic_fetch_sub(&created_on[dev], 1) == 1 && p && !atomic_load(&p->used) && !pv_owner_holds(NULL, dev))
+        err = pv_device_reset(pv_device(dev));
+    pthread_mutex_unlock(&life_mu);
+    return drv_result(err);
 }
 
 /* ------------------------------------------------------------------------------------- primary contexts */
@@ -370,6 +379,7 @@ PV_API CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
     if (r != CUDA_SUCCESS)
         return r;
     atomic_fetch_add(&c->refs, 1);
+    atomic_store(&c->used, 1);
     *out = c;
     return CUDA_SUCCESS;
 }

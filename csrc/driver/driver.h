@@ -373,6 +373,7 @@ struct pv_ctx {
     int primary;                    /* the device's primary context (never freed) */
     unsigned flags;
     atomic_int refs;                /* primary: cuDevicePrimaryCtxRetain count */
+    atomic_int used;                /* primary: ever current on a thread or retained in this process */
     uint64_t id;                    /* cuCtxGetId */
     pthread_mutex_t mu;             /* cls */
     struct pv_cls *cls;             /* context-local storage of NVIDIA's runtime (export_tables.c) */
