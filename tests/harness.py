@@ -211,7 +211,8 @@ def chain_env(emu: Daemon, lib_dir: Path | None = None) -> dict[str, str]:
     """What a cuda backend daemon needs to run on pyvgpu's driver against the emulated daemon `emu`."""
     lib_dir = Path(lib_dir or lib_path().parent)
     return {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib_dir), os.environ.get("LD_LIBRARY_PATH")])),
-            "PYVGPU_HOSTS": emu.address, "PYVGPU_CUBLAS_LIB": str(lib_dir / "libcublas.so.13")}
+            "PYVGPU_HOSTS": emu.address, "PYVGPU_CUBLAS_LIB": str(lib_dir / "libcublas.so.13"),
+            "PYVGPU_CUBLASLT_LIB": str(lib_dir / "libcublasLt.so.13")}
 
 
 def start_chain(workdir: Path, *extra: str, env: dict | None = None, cwd: Path | None = None,
