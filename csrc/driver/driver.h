@@ -154,15 +154,11 @@ typedef struct {
     long long reserved2;
 } CUgraphNodeParams;
 
+/* The value union is the runtime's (struct pv_launch_attr, pv_types.h): the core reads it as that. */
 typedef struct {
     int id;
     char pad[4];
-    union {
-        char pad[64];
-        int priority;
-        int cooperative;
-        struct { unsigned x, y, z; } clusterDim;
-    } value;
+    union { char pad[64]; } value;
 } CUlaunchAttribute;
 
 typedef struct {
@@ -173,8 +169,6 @@ typedef struct {
 } CUlaunchConfig;
 
 enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3, CU_MEMORYTYPE_UNIFIED = 4 };
-enum { CU_LAUNCH_ATTRIBUTE_IGNORE = 0, CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
-       CU_LAUNCH_ATTRIBUTE_PRIORITY = 8 };
 
 /* ---- compile-time checks of the declarations above against NVIDIA's layouts (layouts_gen.h) ---- */
 #define PV_DLAYOUT(type, field, macro) _Static_assert(offsetof(type, field) == (macro), #type "." #field)
@@ -316,10 +310,20 @@ PV_DSIZE(CUgraphEdgeData, PV_CUgraphEdgeData_st_SIZE);
 PV_DLAYOUT(CUgraphEdgeData, from_port, PV_CUgraphEdgeData_st_from_port);
 PV_DLAYOUT(CUgraphEdgeData, to_port, PV_CUgraphEdgeData_st_to_port);
 PV_DLAYOUT(CUgraphEdgeData, type, PV_CUgraphEdgeData_st_type);
+PV_DSIZE(CUlaunchAttribute, PV_CUlaunchAttribute_st_SIZE);
+PV_DLAYOUT(CUlaunchAttribute, value, PV_CUlaunchAttribute_st_value);
+PV_DSIZE(CUlaunchConfig, PV_CUlaunchConfig_st_SIZE);
+PV_DLAYOUT(CUlaunchConfig, blockDimX, PV_CUlaunchConfig_st_blockDimX);
+PV_DLAYOUT(CUlaunchConfig, sharedMemBytes, PV_CUlaunchConfig_st_sharedMemBytes);
+PV_DLAYOUT(CUlaunchConfig, hStream, PV_CUlaunchConfig_st_hStream);
+PV_DLAYOUT(CUlaunchConfig, attrs, PV_CUlaunchConfig_st_attrs);
+PV_DLAYOUT(CUlaunchConfig, numAttrs, PV_CUlaunchConfig_st_numAttrs);
 #undef PV_DLAYOUT
 #undef PV_DSIZE
 
-#define PV_CUDA_VERSION 13000       /* the driver version this library answers as (the runtime needs >= 13000) */
+/* The driver version this library answers as (NVIDIA's 13.0 runtime needs >= 13000): the newest CUDA version whose
+ * entry points its cuGetProcAddress table holds (CUDA 13.0's, and the 13.2 ones of gen_driver_exports.py's NEWER). */
+#define PV_CUDA_VERSION 13020
 
 /* ---- generated tables (exports_gen.c) ---- */
 struct pv_proc {                    /* one ABI of a driver function, for cuGetProcAddress */
@@ -343,6 +347,16 @@ CUresult pv_drv_unsupported(const char *name, atomic_int *once);   /* the genera
 CUresult drv_result(cudaError_t err);                                /* a wire error as a CUresult */
 void drv_note_runtime(void);                                         /* NVIDIA's runtime is our caller */
 CUresult drv_ready(void);                                            /* cuInit ran (else NOT_INITIALIZED) */
+int drv_version(void);                          /* the version answered: PV_CUDA_VERSION or the test knob's */
+/* CUDA_ERROR_NOT_SUPPORTED (logged once) when PYVGPU_FAKE_DRIVER_VERSION hides this exported symbol's ABI, else
+ * CUDA_SUCCESS: the first line of the entry points a caller of an older driver must do without. */
+CUresult drv_hidden(const char *symbol);
+#define DRV_HIDDEN_GUARD(symbol)                                                                                  \
+    do {                                                                                                          \
+        CUresult h_ = drv_hidden(symbol);                                                                         \
+        if (h_ != CUDA_SUCCESS)                                                                                   \
+            return h_;                                                                                            \
+    } while (0)
 /* The body of an entry point that only needs cuInit to have run: the core call's result as a CUresult. */
 #define DRV_RETURN(call)                                                                                          \
     do {                                                                                                          \
@@ -359,6 +373,7 @@ struct pv_ctx {
     int primary;                    /* the device's primary context (never freed) */
     unsigned flags;
     atomic_int refs;                /* primary: cuDevicePrimaryCtxRetain count */
+    atomic_int used;                /* primary: ever current on a thread or retained in this process */
     uint64_t id;                    /* cuCtxGetId */
     pthread_mutex_t mu;             /* cls */
     struct pv_cls *cls;             /* context-local storage of NVIDIA's runtime (export_tables.c) */
