@@ -693,6 +693,15 @@ def lease_gpus(args: argparse.Namespace, pool: list[Host], n: int, memory: int, 
     return held
 
 
+def start_failure(program: str, exc: OSError) -> CliError:
+    """The one-line error, with the shell's exit status, for a program that could not be started."""
+    if isinstance(exc, FileNotFoundError):
+        return CliError(f"{program}: command not found", 127)
+    if isinstance(exc, PermissionError):
+        return CliError(f"{program}: permission denied (is it executable?)", 126)
+    return CliError(f"{program}: {exc.strerror or exc}", 126)
+
+
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -718,12 +727,8 @@ def run_leased(command: list[str], env: dict[str, str], held: leasing.Held, ttl:
         signal.signal(signal.SIGINT, lambda _s, _f: None)
         try:
             proc = subprocess.Popen(command, env=env)
-        except FileNotFoundError:
-            raise CliError(f"{command[0]}: command not found", 127) from None
-        except PermissionError:
-            raise CliError(f"{command[0]}: permission denied (is it executable?)", 126) from None
         except OSError as exc:
-            raise CliError(f"{command[0]}: {exc.strerror or exc}", 126) from None
+            raise start_failure(command[0], exc) from None
         for sig in early:
             proc.send_signal(sig)
         code = proc.wait()
@@ -797,12 +802,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_leased(command, env, held, args.lease_ttl, args.timeout)
     try:
         os.execvpe(command[0], command, env)
-    except FileNotFoundError:
-        raise CliError(f"{command[0]}: command not found", 127) from None
-    except PermissionError:
-        raise CliError(f"{command[0]}: permission denied (is it executable?)", 126) from None
     except OSError as exc:
-        raise CliError(f"{command[0]}: {exc.strerror or exc}", 126) from None
+        raise start_failure(command[0], exc) from None
     return 0  # not reached
 
 

@@ -181,7 +181,7 @@ def test_signals_and_exit_status_pass_through(daemon_factory):
     r = pyvgpu("run", "--hosts", d.address, "-n", "1", "--", "sh", "-c", "exit 3")
     assert r.returncode == 3
     proc = subprocess.Popen(run_cmd("--hosts", d.address, "-n", "1", "--", "sh", "-c",
-                                    "trap 'echo got TERM; exit 7' TERM; echo ready; sleep 60 & wait"),
+                                    "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)              # to `pyvgpu run` only: it forwards it to the program
