@@ -60,6 +60,9 @@ from harness import LOOPBACK, cached_build, free_port, wait_listening  # noqa: E
 MiB = 1 << 20
 WORK = ROOT / "build" / "gpu-check"
 PROBE_DIRS = (ROOT / "tests", TOOLS / "gpu_probes")
+# tools/gpu_probes' own probes in this order (the cheapest, framework-free baseline first), after those of tests/.
+OWN_PROBES = ("gpu_probe_driver.py", "gpu_probe_torch.py", "gpu_probe_cupy.py", "gpu_probe_numba.py")
+RUN_MARK = "PYVGPU_GPU_CHECK_RUN"   # in every child's environment: a killed run's orphans can be found and ended
 PROGRAM_DIRS = ("tests/e2e", "tests/driver")
 # The test files most worth their time first (the rest follow by name): device queries, memory, kernels, the driver
 # API, threads and two hosts (unique addresses), cuBLAS, then the runtime features.
@@ -238,6 +241,7 @@ class Check:
     procs: list[Proc] = field(default_factory=list)
     cuda_daemon: tuple[Proc, str] | None = None
     cpus: int = os.cpu_count() or 2
+    run_id: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
 
     # -- time
     def left(self) -> float:
@@ -248,7 +252,7 @@ class Check:
         fh = open(log, "ab")
         try:
             p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                                 env=env or self.env, start_new_session=True)
+                                 env={**(env or self.env), RUN_MARK: self.run_id}, start_new_session=True)
         finally:
             fh.close()
         proc = Proc(p, log)
@@ -303,6 +307,8 @@ class Check:
             p.stop(grace=3)
         self.procs.clear()
         self.cuda_daemon = None
+        reap(self.run_id)       # what escaped its group (a daemon a test detached)
+
 
     # -- environments
     def remote_env(self, hosts: list[str]) -> dict:
@@ -319,6 +325,39 @@ class Check:
             if cudart:
                 env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(cudart), env.get("LD_LIBRARY_PATH")]))
         return env
+
+
+def reap(run_id: str) -> list[int]:
+    """SIGKILL, by pid, every process whose environment carries this run's mark (children of a run killed before
+    it could stop them: they live in sessions of their own); → their pids."""
+    mark = f"{RUN_MARK}={run_id}".encode()
+    killed: list[int] = []
+    for _ in range(5):              # again until a scan finds none: one not yet killed may fork meanwhile
+        found = 0
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit() or int(d.name) in (os.getpid(), *killed) or _state(d) in ("Z", "X", ""):
+                continue
+            try:
+                if mark in (d / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(d.name), signal.SIGKILL)
+                    killed.append(int(d.name))
+                    found += 1
+            except (OSError, ValueError):
+                continue
+        if not found:
+            break
+    deadline = time.monotonic() + 5          # SIGKILL lands asynchronously: wait until each is gone (or a zombie)
+    while time.monotonic() < deadline and any(_state(Path(f"/proc/{pid}")) not in ("Z", "X", "") for pid in killed):
+        time.sleep(0.05)
+    return killed
+
+
+def _state(proc_dir: Path) -> str:
+    """A process's state letter from /proc/PID/stat ('' when it is gone)."""
+    try:
+        return proc_dir.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def nvcc_path() -> str | None:
@@ -587,6 +626,8 @@ def setup(chk: Check, a: argparse.Namespace) -> bool:
     gpu = probe_gpu(chk)
     gpu.update({k: v for k, v in smi_facts().items() if k not in gpu or k == "driver"})
     gpu["how"] = "cuda-python through libvcuda and the chain" if chk.rehearse else "cuda-python + nvidia-smi"
+    if chk.rehearse:
+        gpu["driver"] = "libvcuda (pyvgpu's own libcuda.so.1)"
     rep.data["gpu"] = gpu
     rep.say(f"  {gpu}")
     if not gpu.get("count"):
@@ -661,7 +702,8 @@ def discover(pattern: str) -> list[Path]:
     found: list[Path] = []
     for d in PROBE_DIRS:
         if d.is_dir():
-            found += sorted(p for p in d.rglob(pattern) if "__pycache__" not in p.parts)
+            hits = sorted(p for p in d.rglob(pattern) if "__pycache__" not in p.parts)
+            found += sorted(hits, key=lambda p: (OWN_PROBES.index(p.name) if p.name in OWN_PROBES else -1))
     return found
 
 
@@ -859,10 +901,10 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
 
 STAGES = (
     Stage("hello", "examples/hello through a --backend cuda daemon", 1.0, 20, 150, stage_hello),
-    Stage("frameworks", "framework probes (gpu_probe_*.py)", 1.5, 20, 300, stage_frameworks),
+    Stage("frameworks", "framework probes (gpu_probe_*.py)", 2.0, 20, 300, stage_frameworks),
     Stage("programs", "CUDA test programs through --backend cuda daemons", 4.0, 30, None, stage_programs),
     Stage("differential", "emulator against the GPU (gpu_diff_*.py)", 0.5, 15, 240, stage_differential),
-    Stage("figures", "local against remote on the same GPU", 2.0, 25, 300, stage_figures),
+    Stage("figures", "local against remote on the same GPU", 1.5, 25, 300, stage_figures),
 )
 
 
@@ -935,6 +977,11 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"gpu-check: no usable GPU: {why}; nothing to check")
             return 0
+    last = WORK / "last-run"          # a previous run of this checkout killed before it stopped its children
+    if last.is_file():
+        orphans = reap(last.read_text().strip())
+        if orphans:
+            print(f"gpu-check: ended {len(orphans)} process(es) a killed earlier run left behind: {orphans}")
     work = WORK / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -945,6 +992,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
     env.pop("PYVGPU_HOSTS", None)
     chk = Check(a.out, a.budget, a.rehearse, a.bundle.resolve(), rep, env=env)
+    rep.data["run_id"] = chk.run_id
+    last.write_text(chk.run_id + "\n")
 
     def on_signal(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
