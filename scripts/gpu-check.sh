@@ -12,7 +12,20 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-PY="${PYTHON:-$(command -v python3 || command -v python || true)}"
+# The interpreter: $PYTHON, else the first Python >= 3.10 with cuda-python (the daemon's cuda backend) among python3 on
+# PATH and the GPU image's /opt/torch/.venv/bin/python3, else python3 on PATH (the report then says what is missing).
+pick_python() {
+    local c
+    if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
+    for c in "$(command -v python3 || true)" /opt/torch/.venv/bin/python3 "$(command -v python || true)"; do
+        if [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import sys; assert sys.version_info >= (3, 10)
+import cuda.bindings.driver' >/dev/null 2>&1; then
+            echo "$c"; return
+        fi
+    done
+    command -v python3 || command -v python || true
+}
+PY="$(pick_python)"
 if [ -z "$PY" ] || ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "gpu-check: no Python >= 3.10 on PATH (set PYTHON=...)" >&2
     exit 1

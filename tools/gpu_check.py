@@ -46,6 +46,7 @@ import sys
 import tarfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -761,9 +762,13 @@ def stage_differential(chk: Check, st: dict, deadline: float) -> None:
 
 
 def program_test_files() -> list[str]:
+    """PROGRAM_ORDER first, the emulator's own programs and the benchmark tests last, the rest by name between."""
     files = sorted(p.relative_to(ROOT).as_posix() for d in PROGRAM_DIRS for p in (ROOT / d).glob("test_*.py"))
-    first = [f for f in PROGRAM_ORDER if f in files]
-    return first + [f for f in files if f not in first]
+
+    def rank(f: str) -> tuple[int, int, str]:
+        late = Path(f).name.startswith(("test_emu_", "test_bench_", "test_dp_train"))
+        return (PROGRAM_ORDER.index(f) if f in PROGRAM_ORDER else len(PROGRAM_ORDER), int(late), f)
+    return sorted(files, key=rank)
 
 
 def _has_module(name: str) -> bool:
@@ -1020,10 +1025,13 @@ def main(argv: list[str] | None = None) -> int:
         rep.say(f"gpu-check: interrupted by {exc}; the report holds what finished")
         rc = 1
         return rc
-    except Exception as exc:
-        rep.data["status"] = f"internal error: {type(exc).__name__}: {exc}"
-        rep.say(f"gpu-check: internal error: {type(exc).__name__}: {exc}")
-        raise
+    except Exception as exc:  # noqa: BLE001 - a bug of the check: the report and the log say where
+        first = (str(exc).strip().splitlines() or [""])[0]
+        rep.data["status"] = f"internal error: {type(exc).__name__}: {first}"
+        (work / "internal-error.txt").write_text(traceback.format_exc())
+        rep.say(f"gpu-check: internal error: {type(exc).__name__}: {str(exc).strip()[-1500:]}")
+        rc = 2
+        return rc
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
