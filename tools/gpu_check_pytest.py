@@ -1,6 +1,7 @@
 """pytest plugin of the real-GPU check (tools/gpu_check.py runs pytest with `-p gpu_check_pytest`): one JSON line per
 test result, appended to $PYVGPU_GPU_CHECK_RESULTS as each test ends, so a run cut short at its share of the budget
-still tells what it reached. Lines: {"collected": N} once, then {"test", "outcome", "when", "seconds", "detail"}.
+still tells what it reached. Lines: {"collected": N} once, then {"test", "outcome", "when", "chain", "seconds", "detail"} ("chain": the test is
+marked to run on the cuda backend too, tests/conftest.py).
 Under pytest-xdist only the controller writes (it sees every worker's reports)."""
 from __future__ import annotations
 
@@ -39,5 +40,5 @@ def pytest_runtest_logreport(report) -> None:
         # The line saying what went wrong: pytest's "E   ..." lines, else the last line (a skip's reason).
         errs = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
         detail = " | ".join(errs[:3]) if errs else (lines[-1] if lines else "")
-    _write({"test": report.nodeid, "outcome": outcome, "when": report.when,
+    _write({"test": report.nodeid, "outcome": outcome, "when": report.when, "chain": "chain" in report.keywords,
             "seconds": round(report.duration, 2), "detail": detail[:400]})
