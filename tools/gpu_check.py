@@ -13,6 +13,7 @@ skipped and the report says so:
 
   hello         examples/hello through a `--backend cuda` daemon on loopback (`pyvgpu run`, libvcudart and libvcuda)
   frameworks    every framework probe script (tests/**/gpu_probe_*.py, tools/gpu_probes/gpu_probe_*.py)
+  backend       the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py: they run where a GPU is, else skip)
   programs      the CUDA test programs as their tests run them (tests/e2e, tests/driver), every daemon they start on
                 the cuda backend (PYVGPU_TEST_BACKEND=cuda; two daemons on the one GPU where a test wants two)
   differential  every differential check script (tests/**/gpu_diff_*.py, tools/gpu_probes/gpu_diff_*.py):
@@ -63,9 +64,11 @@ MiB = 1 << 20
 WORK = ROOT / "build" / "gpu-check"
 PROBE_DIRS = (ROOT / "tests", TOOLS / "gpu_probes")
 # tools/gpu_probes' own probes in this order (the cheapest, framework-free baseline first), after those of tests/.
-OWN_PROBES = ("gpu_probe_driver.py", "gpu_probe_torch.py", "gpu_probe_cupy.py", "gpu_probe_numba.py")
+OWN_PROBES = ("gpu_probe_driver.py", "gpu_probe_torch.py", "gpu_probe_cupy.py", "gpu_probe_numba.py",
+              "gpu_diff_warp.py", "gpu_diff_kernels.py")
 RUN_MARK = "PYVGPU_GPU_CHECK_RUN"   # in every child's environment: a killed run's orphans can be found and ended
 PROGRAM_DIRS = ("tests/e2e", "tests/driver")
+BACKEND_TESTS = "tests/daemon/test_daemon_cuda*.py"     # the cuda backend's tests; each needs a GPU or skips
 # The test files most worth their time first (the rest follow by name): device queries, memory, kernels, the driver
 # API, threads and two hosts (unique addresses), cuBLAS, then the runtime features.
 PROGRAM_ORDER = ("tests/e2e/test_api_device.py", "tests/e2e/test_api_memory.py", "tests/e2e/test_api_kernels.py",
@@ -778,12 +781,24 @@ def _has_module(name: str) -> bool:
 
 
 def stage_programs(chk: Check, st: dict, deadline: float) -> None:
-    work = chk.report.work
-    results = work / "programs-results.jsonl"
-    results.unlink(missing_ok=True)
     # Tests of the emulator's own behaviour (marked emu_only) say nothing about a GPU.
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p", "gpu_check_pytest",
-           "-m", "not emu_only"]
+    run_pytest(chk, st, deadline, ["-m", "not emu_only", *program_test_files()], {"PYVGPU_TEST_BACKEND": "cuda"})
+
+
+def stage_backend(chk: Check, st: dict, deadline: float) -> None:
+    files = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob(BACKEND_TESTS))
+    run_pytest(chk, st, deadline, ["-rs", *files], {})
+    if st["rows"] and all(r["result"] == "skipped" for r in st["rows"]):
+        st["status"] = "fail"          # the GPU was found in the set-up: skipping every test here is a failure
+        st["summary"] += "; every test skipped although the set-up found a GPU"
+
+
+def run_pytest(chk: Check, st: dict, deadline: float, args: list[str], extra_env: dict) -> None:
+    """pytest ARGS, the results streamed into the stage's rows (tools/gpu_check_pytest.py) as each test ends."""
+    work = chk.report.work
+    results = work / f"{st['name']}-results.jsonl"
+    results.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p", "gpu_check_pytest"]
     notes = []
     workers = max(1, min(8, chk.cpus // 2))
     if _has_module("xdist") and workers > 1:
@@ -792,8 +807,8 @@ def stage_programs(chk: Check, st: dict, deadline: float) -> None:
     if _has_module("pytest_timeout"):
         cmd += ["--timeout", "150"]
         notes.append("150 s per test")
-    cmd += program_test_files()
-    env = {**chk.env, "PYVGPU_TEST_BACKEND": "cuda", "PYVGPU_GPU_CHECK_RESULTS": str(results)}
+    cmd += args
+    env = {**chk.env, **extra_env, "PYVGPU_GPU_CHECK_RESULTS": str(results)}
     rows = st["rows"]
     collected: list[int] = []
     shown = [time.monotonic()]
@@ -818,9 +833,9 @@ def stage_programs(chk: Check, st: dict, deadline: float) -> None:
             chk.report.write()
             if time.monotonic() - shown[0] > 20:     # progress on the console every 20 s
                 shown[0] = time.monotonic()
-                chk.report.say(f"  programs so far: {st['summary']}")
+                chk.report.say(f"  {st['name']} so far: {st['summary']}")
 
-    r = chk.run(cmd, timeout=max(5, deadline - time.monotonic()), log=work / "programs-pytest.log", env=env,
+    r = chk.run(cmd, timeout=max(5, deadline - time.monotonic()), log=work / f"{st['name']}-pytest.log", env=env,
                 poll=poll)
     poll()
     _programs_summary(st, rows, collected, notes)
@@ -917,6 +932,7 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
 STAGES = (
     Stage("hello", "examples/hello through a --backend cuda daemon", 30, 30, 90, stage_hello),
     Stage("frameworks", "framework probes (gpu_probe_*.py)", 90, 20, 240, stage_frameworks),
+    Stage("backend", "the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py)", 45, 20, 150, stage_backend),
     Stage("programs", "CUDA test programs through --backend cuda daemons", 150, 30, None, stage_programs),
     Stage("differential", "emulator against the GPU (gpu_diff_*.py)", 30, 15, 120, stage_differential),
     Stage("figures", "local against remote on the same GPU", 60, 25, 240, stage_figures),

@@ -26,7 +26,7 @@ import gpu_check  # noqa: E402
 
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
 REHEARSAL_BUDGET = 150
-STAGES = ["hello", "frameworks", "programs", "differential", "figures"]
+STAGES = ["hello", "frameworks", "backend", "programs", "differential", "figures"]
 
 
 def no_gpu_env() -> dict:
