@@ -855,8 +855,9 @@ def _programs_summary(st: dict, rows: list[dict], collected: list[int], notes: l
     marked = [x for x in rows if x.get("chain")]      # the tests meant to pass on the cuda backend too
     st["collected"] = total
     st["summary"] = (f"{count['passed']} passed, {count['failed']} failed, {count['error']} errors, "
-                     f"{count['skipped']} skipped (chain-marked: {sum(x['result'] == 'passed' for x in marked)} of "
-                     f"{len(marked)} passed)"
+                     f"{count['skipped']} skipped"
+                     + (f" (chain-marked: {sum(x['result'] == 'passed' for x in marked)} of {len(marked)} passed)"
+                        if marked else "")
                      + (f", {total - len(rows)} not reached, of {total} tests" if total is not None else "")
                      + (f" ({'; '.join(notes)})" if notes else ""))
 

@@ -90,7 +90,12 @@ def test_rehearsal_runs_the_probes_and_the_programs(rehearsal):
     assert prog["status"] in ("pass", "fail", "partial"), prog
     assert prog["collected"] > 50 and prog["rows"], prog["summary"]
     assert all(r["item"].startswith(("tests/e2e/", "tests/driver/")) for r in prog["rows"])
-    assert stages["differential"]["status"] in ("none", "pass", "fail", "skipped")
+    # The cuda backend's own tests found the GPU (the chain) and ran, rather than skipping.
+    backend = stages["backend"]
+    assert backend["collected"] > 10 and any(r["result"] != "skipped" for r in backend["rows"]), backend["summary"]
+    # The differential checks compared the GPU (here the chain over an emulated GPU) with the emulator.
+    diff = {Path(r["item"]).name: r for r in stages["differential"]["rows"]}
+    assert diff["gpu_diff_kernels.py"]["detail"].startswith("kernels: 7 of 7 groups bit-identical"), diff
     # Local against remote: the figures measured both ways have positive values.
     figs = stages["figures"].get("figures", {})
     both = {k: v for k, v in figs.items() if v[0] is not None and v[1] is not None}
