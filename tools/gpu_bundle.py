@@ -72,7 +72,9 @@ def source_files(root: Path = ROOT) -> list[Path]:
         if p.is_file():
             out.append(p)
         elif p.is_dir():
-            out += [f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"]
+            # git-ignored build outputs (.gitignore: *.so, __pycache__) are not sources and do not travel
+            out += [f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+                    and f.suffix not in (".pyc", ".so") and not any(x.endswith(".egg-info") for x in f.parts)]
     return sorted(out)
 
 

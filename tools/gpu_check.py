@@ -478,8 +478,7 @@ def build_libs(chk: Check, how: str) -> tuple[Path | None, str]:
             dest = WORK / "carried"
             shutil.rmtree(dest, ignore_errors=True)
             dest.mkdir(parents=True)
-            with tarfile.open(chk.bundle / "libs.tar.gz") as tf:
-                tf.extractall(dest, filter="tar") if hasattr(tarfile, "tar_filter") else tf.extractall(dest)
+            _extract(chk.bundle / "libs.tar.gz", dest)
             notes.append(f"carried: the bundle's prebuilt libraries (sources {gpu_bundle.source_digest()})")
             return dest / "lib", "; ".join(notes)
         if way == "bundle" and not (chk.bundle / "sysroot.tar.gz").is_file():
@@ -496,6 +495,22 @@ def build_libs(chk: Check, how: str) -> tuple[Path | None, str]:
     return None, "; ".join(notes)
 
 
+def _extract(tgz: Path, dest: Path) -> None:
+    """A bundle archive into dest; members must stay inside it (tarfile's "data" filter where Python has it)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tgz) as tf:
+        if hasattr(tarfile, "data_filter"):
+            tf.extractall(dest, filter="data")
+        else:
+            tf.extractall(dest)
+
+
+def _cmake_path() -> str:
+    """cmake on PATH, else the one beside this interpreter (the GPU image's cmake is a pip package)."""
+    beside = Path(sys.executable).parent / "cmake"
+    return shutil.which("cmake") or (str(beside) if beside.exists() else "cmake")
+
+
 def _cmake(chk: Check, way: str, timeout: float) -> tuple[Path | None, str]:
     build = WORK / f"libs-{way}"
     log = chk.report.work / f"setup-cmake-{way}.log"
@@ -504,17 +519,17 @@ def _cmake(chk: Check, way: str, timeout: float) -> tuple[Path | None, str]:
         sysroot = WORK / "sysroot"
         shutil.rmtree(sysroot, ignore_errors=True)
         sysroot.mkdir(parents=True)
-        with tarfile.open(chk.bundle / "sysroot.tar.gz") as tf:
-            tf.extractall(sysroot)
+        _extract(chk.bundle / "sysroot.tar.gz", sysroot)
         ssl, crypto = _system_lib("libssl.so.3"), _system_lib("libcrypto.so.3")
         if not ssl or not crypto:
             return None, "bundle sysroot: no libssl.so.3/libcrypto.so.3 on this system"
         args += [f"-Dmsgpack_DIR={sysroot / 'cmake'}", f"-DOPENSSL_INCLUDE_DIR={sysroot / 'include'}",
                  f"-DOPENSSL_SSL_LIBRARY={ssl}", f"-DOPENSSL_CRYPTO_LIBRARY={crypto}"]
     t0 = time.monotonic()
-    res = chk.run(["cmake", "-S", str(ROOT), "-B", str(build), *args], timeout=min(60, timeout), log=log)
+    cmake = _cmake_path()
+    res = chk.run([cmake, "-S", str(ROOT), "-B", str(build), *args], timeout=min(60, timeout), log=log)
     if res.rc == 0:
-        res = chk.run(["cmake", "--build", str(build), "-j", str(chk.cpus)],
+        res = chk.run([cmake, "--build", str(build), "-j", str(chk.cpus)],
                       timeout=timeout - (time.monotonic() - t0), log=log)
     lib = build / "lib"
     if res.rc == 0 and all((lib / f).is_file() for f in gpu_bundle.LIB_FILES):
@@ -546,8 +561,7 @@ def cublas_headers(chk: Check) -> str:
     tgz = chk.bundle / "cublas.tar.gz"
     if not tgz.is_file():
         return "MISSING (not cached, not in the bundle): the cuBLAS test programs cannot build"
-    with tarfile.open(tgz) as tf:
-        tf.extractall(cublas_wheel.CACHE)
+    _extract(tgz, cublas_wheel.CACHE)
     ok = all((inc / h).is_file() for h in cublas_wheel.HEADERS)
     return f"from the bundle ({inc.relative_to(ROOT)})" if ok else f"MISSING: the bundle holds another version than {inc}"
 
