@@ -475,6 +475,8 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 void pv_event_times_apply(struct pv_device *d, const msgpack_object *times);
 /* Destroys the streams and events `owner` made on device dev. */
 void pv_streams_release(const void *owner, int dev);
+/* Whether `owner` holds allocations, streams or events on device dev. */
+int pv_owner_holds(const void *owner, int dev);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u
