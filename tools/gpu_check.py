@@ -58,7 +58,8 @@ TOOLS = ROOT / "tools"
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench"), str(TOOLS)]
 
 import gpu_bundle  # noqa: E402
-from harness import LOOPBACK, cached_build, free_port, wait_listening  # noqa: E402
+import harness  # noqa: E402
+from harness import LOOPBACK, Daemon, cached_build, chain_env, free_port, wait_listening  # noqa: E402
 
 MiB = 1 << 20
 WORK = ROOT / "build" / "gpu-check"
@@ -245,6 +246,7 @@ class Check:
     libdir: Path | None = None
     procs: list[Proc] = field(default_factory=list)
     cuda_daemon: tuple[Proc, str] | None = None
+    builds: dict[str, "Build"] = field(default_factory=dict)
     cpus: int = os.cpu_count() or 2
     run_id: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
 
@@ -289,6 +291,15 @@ class Check:
             fh.seek(start)
             text = fh.read()[-65536:].decode(errors="replace")
         return Result(rc, text, round(time.monotonic() - t0, 1))
+
+    def prebuild(self) -> None:
+        """The later stages' programs, built by nvcc while the earlier stages run (CPU work beside GPU work)."""
+        for name, make in _prebuilds().items():
+            self.builds[name] = Build(make)
+
+    def built(self, name: str, deadline: float) -> Path:
+        """A prebuilt program, waiting for its build until `deadline`; TimeoutError or the build's error."""
+        return self.builds[name].result(deadline)
 
     def start_daemon(self, backend: str, extra: tuple[str, ...] = (), timeout: float = 90) -> tuple[Proc, str]:
         port = free_port()
@@ -363,6 +374,39 @@ def _state(proc_dir: Path) -> str:
         return proc_dir.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+class Build:
+    """One program built on a daemon thread (an exit never waits for it; nvcc is bounded by its own timeout)."""
+
+    def __init__(self, make: Callable[[], Path]):
+        self._done = threading.Event()
+        self._value: Path | BaseException | None = None
+        threading.Thread(target=self._run, args=(make,), daemon=True, name="prebuild").start()
+
+    def _run(self, make: Callable[[], Path]) -> None:
+        try:
+            self._value = make()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for it
+            self._value = exc
+        self._done.set()
+
+    def result(self, deadline: float) -> Path:
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("its build did not finish within the stage's share")
+        if isinstance(self._value, BaseException):
+            raise self._value
+        return self._value
+
+
+def _prebuilds() -> dict[str, Callable[[], Path]]:
+    """The later stages' programs, built the way their own scripts build them (one cache, no second recipe)."""
+    import paper              # noqa: PLC0415 (imported once nvcc's folder is on PATH: they look for it at import)
+    import remoting_bench     # noqa: PLC0415
+    sys.path.insert(0, str(TOOLS / "gpu_probes"))
+    import gpu_diff_kernels   # noqa: PLC0415
+    return {"bandwidth": lambda: remoting_bench.build()[0], "dp_train": paper.build_binary,
+            "diff_kernels": gpu_diff_kernels.build}
 
 
 def nvcc_path() -> str | None:
@@ -617,6 +661,7 @@ def setup(chk: Check, a: argparse.Namespace) -> bool:
     if nvcc and not shutil.which("nvcc"):
         chk.env["PATH"] = os.pathsep.join([str(Path(nvcc).parent), chk.env.get("PATH", "")])
         os.environ["PATH"] = chk.env["PATH"]
+        harness.NVCC = nvcc            # read by name at import by the bench scripts (imported after this)
     s["nvcc"] = nvcc or "MISSING: no CUDA program can be built"
     rep.say("set-up: wheels of the Python packages this interpreter lacks")
     s["wheels"] = install_wheels(chk)
@@ -637,8 +682,9 @@ def setup(chk: Check, a: argparse.Namespace) -> bool:
     if chk.rehearse:
         rep.say("set-up: rehearsal: an emulated-GPU daemon stands in for the GPU (the chain's far end)")
         _, emu = chk.start_daemon("emu")
-        chk.gpu_env = {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("LD_LIBRARY_PATH")])),
-                       "PYVGPU_HOSTS": emu, "PYVGPU_CUBLAS_LIB": str(lib / "libcublas.so.13")}
+        host, port = emu.rsplit(":", 1)
+        # What the test harness gives a chain's cuda daemon, here given to every process: "the GPU" is the chain.
+        chk.gpu_env = chain_env(Daemon(int(port), None, None, host), lib)
         chk.env.update(chk.gpu_env)
         s["stand_in"] = f"emu daemon {emu}; LD_LIBRARY_PATH={lib} (libcuda.so.1 = libvcuda)"
     rep.say("set-up: the driver's word on the GPU")
@@ -887,11 +933,7 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
     size = 16 * MiB if chk.rehearse else 256 * MiB
     left = lambda: deadline - time.monotonic()   # noqa: E731
 
-    def build_bench() -> Path:
-        return cached_build(rb.BUILD, "bandwidth", [rb.SRC / "bandwidth.cu"],
-                            lambda o: [nvcc_path() or "nvcc", "-cudart", "shared", "-O3", "-o", str(o),
-                                       str(rb.SRC / "bandwidth.cu")], timeout=max(5, left()))
-    bench = build_bench()
+    bench = chk.built("bandwidth", deadline)
 
     def measure(name: str, args: list[str], value: Callable[[dict], float]) -> None:
         for i, where in enumerate(("local", "remote")):
@@ -919,9 +961,7 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
         measure(f"{d} pinned {size // MiB} MiB GB/s", ["bw", d, "pinned", str(size), "3"],
                 lambda p: size / statistics.median(p["bw"]))
     if left() > 20:
-        binary = cached_build(paper.BUILD, "dp_train", [paper.SOURCE],
-                              lambda o: [nvcc_path() or "nvcc", "-cudart", "shared", "-O3", "-std=c++17", "-o",
-                                         str(o), str(paper.SOURCE)], timeout=max(5, left()))
+        binary = chk.built("dp_train", deadline)
         data = paper.digits_dir()
         steps = "20" if chk.rehearse else "200"
         args = ["--data", str(data), "--batch", "100", "--hidden", "128", "--steps", steps, "--log-every", "1000",
@@ -945,12 +985,12 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
 
 
 STAGES = (
-    Stage("hello", "examples/hello through a --backend cuda daemon", 30, 30, 90, stage_hello),
-    Stage("frameworks", "framework probes (gpu_probe_*.py)", 90, 20, 240, stage_frameworks),
-    Stage("backend", "the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py)", 45, 20, 150, stage_backend),
+    Stage("hello", "examples/hello through a --backend cuda daemon", 30, 20, 90, stage_hello),
+    Stage("frameworks", "framework probes (gpu_probe_*.py)", 90, 15, 240, stage_frameworks),
+    Stage("backend", "the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py)", 45, 15, 150, stage_backend),
     Stage("programs", "CUDA test programs through --backend cuda daemons", 150, 30, None, stage_programs),
-    Stage("differential", "emulator against the GPU (gpu_diff_*.py)", 30, 15, 120, stage_differential),
-    Stage("figures", "local against remote on the same GPU", 60, 25, 240, stage_figures),
+    Stage("differential", "emulator against the GPU (gpu_diff_*.py)", 30, 10, 120, stage_differential),
+    Stage("figures", "local against remote on the same GPU", 60, 20, 240, stage_figures),
 )
 
 
@@ -1057,6 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
                 rep.say(f"gpu-check: no usable GPU: {rep.data['no_gpu']}; nothing to check")
             rc = 0 if rep.data.get("no_gpu") else 1
             return rc
+        if {"figures", "differential"} & set(wanted):
+            chk.prebuild()
         run_stages(chk, [s for s in STAGES if s.name in wanted])
         rep.data["status"] = "done"
         hello = next((s for s in rep.data["stages"] if s["name"] == "hello"), None)

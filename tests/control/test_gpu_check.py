@@ -25,7 +25,7 @@ import gpu_bundle  # noqa: E402
 import gpu_check  # noqa: E402
 
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
-REHEARSAL_BUDGET = 150
+REHEARSAL_BUDGET = 170
 STAGES = ["hello", "frameworks", "backend", "programs", "differential", "figures"]
 
 

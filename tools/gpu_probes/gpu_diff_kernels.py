@@ -19,6 +19,12 @@ SRC = HERE / "diff_kernels.cu"
 ITEM = {"f64_arith": 8}          # result width in bytes per group (4 otherwise)
 
 
+def build(timeout: float | None = 300) -> Path:
+    """diff_kernels, nvcc -cudart shared -O3 (cached; tools/gpu_check.py builds it ahead of its stage)."""
+    return cached_build(ROOT / "build" / "gpu-check" / "programs", "diff_kernels", [SRC],
+                        lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(SRC)], timeout=timeout)
+
+
 def run(prog: Path, hosts: str, out: Path, timeout: float) -> list[tuple[str, bytes]]:
     """The program through `pyvgpu run --hosts HOSTS`; → [(group, its raw results)]."""
     proc = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", hosts, "--", str(prog), str(out)],
@@ -53,8 +59,7 @@ def main() -> int:
     out = Path(os.environ.get("PYVGPU_GPU_CHECK_OUT", "."))
     t0 = time.monotonic()
     budget = float(os.environ.get("PYVGPU_GPU_CHECK_SECONDS", "120"))
-    prog = cached_build(ROOT / "build" / "gpu-check" / "programs", "diff_kernels", [SRC],
-                        lambda o: [NVCC, "-cudart", "shared", "-O3", "-o", str(o), str(SRC)], timeout=budget / 2)
+    prog = build(timeout=budget / 2)
     left = lambda: max(5.0, budget - (time.monotonic() - t0))   # noqa: E731
     on_gpu = run(prog, gpu, out / "gpu.bin", left() / 2)
     on_emu = run(prog, emu, out / "emu.bin", left())
