@@ -225,6 +225,7 @@ struct pv_device {
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
+    _Atomic int refused;           /* a refused module's kernel was used: every synchronization reports it */
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);
@@ -301,7 +302,9 @@ cudaError_t pv_region_free(uint64_t host);          /* by host address; frees th
 int pv_region_find(const void *p, struct pv_region_info *out);   /* host or device address inside a region; 0 ok */
 int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
-void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
+/* After a synchronizing op on d answered err: brings the host copies up to date; → err, or the sticky conflict error
+ * when the host and the device changed the same bytes (docs/architecture.md, the coherence model). */
+cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
@@ -351,7 +354,17 @@ struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, con
 struct pv_func *pv_func_by_host(const void *host_fun);
 int pv_func_valid(const struct pv_func *f);
 struct pv_var *pv_var_by_host(const void *host_var);
+/* fb loaded on d (MODULE_LOAD at first use). A refusal is latched in fb and returned again at every use; used by
+ * pv_module_ensure, it is also latched on d (pv_refusal_latch), since the call that meets it (a launch, a lazily
+ * loaded library's kernel lookup) may be one whose error the program ignores. pv_module_load_now is the explicit
+ * load (cuModuleLoadData & co.), whose caller gets the refusal directly. */
 cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d);
+cudaError_t pv_module_load_now(struct pv_fatbin *fb, struct pv_device *d);
+/* refusal.c: a kernel of a module the daemon refused was used on d; every later synchronizing call on d answers
+ * with err instead of success (sticky until a device reset), so no program reads, as a result, memory that no
+ * kernel wrote. */
+void pv_refusal_latch(struct pv_device *d, cudaError_t err);
+cudaError_t pv_sync_result(struct pv_device *d, cudaError_t err);   /* after a SYNC_POINTS op answered err */
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
 struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };
@@ -464,6 +477,8 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 void pv_event_times_apply(struct pv_device *d, const msgpack_object *times);
 /* Destroys the streams and events `owner` made on device dev. */
 void pv_streams_release(const void *owner, int dev);
+/* Whether `owner` holds allocations, streams or events on device dev. */
+int pv_owner_holds(const void *owner, int dev);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

@@ -16,6 +16,7 @@ cudaError_t pv_device_reset(struct pv_device *d)
     pv_pools_forget_device(d->index);
     pv_coherence_forget_device(d->index);
     pv_peers_forget_device(d->index);
+    atomic_store(&d->refused, 0);   /* a new context: its modules are loaded anew */
     d->flags = 0;
     return PV_SUCCESS;
 }
