@@ -46,6 +46,7 @@ def helpers() -> list[str]:
     pvb_gemm_scale_type) and the status <-> cudaError_t mapping."""
     out = [f"#define PVB_{name} {value}" for value, name, _ in S.STATUSES]
     out += [f"#define PVB_{t.name} {t.value}" for t in S.DATA_TYPES]
+    out += [f"#define PVB_{name} {value}" for name, value in S.COMPUTE.items()]
     out += [f"#define PVB_CUBLAS_VERSION {S.CUBLAS_VERSION}", f"#define PVB_CUDART_VERSION {S.CUDART_VERSION}",
             f"#define PVB_VER_MAJOR {S.CUBLAS_VER[0]}", f"#define PVB_VER_MINOR {S.CUBLAS_VER[1]}",
             f"#define PVB_VER_PATCH {S.CUBLAS_VER[2]}",

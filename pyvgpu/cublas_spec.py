@@ -682,6 +682,11 @@ LOCAL_ENTRIES: tuple[str, ...] = (
     "cublasGetStatusString",
     *(f"cublas{d}{w}{a}{s}" for d in ("Set", "Get") for w in ("Vector", "Matrix") for a in ("", "Async")
       for s in ("", "_64")),
+    # cuBLASXt (csrc/cublas/api_xt.c): the handle, its configuration, and GEMM tiled over the selected GPUs
+    "cublasXtCreate", "cublasXtDestroy", "cublasXtDeviceSelect", "cublasXtGetNumBoards", "cublasXtMaxBoards",
+    "cublasXtSetBlockDim", "cublasXtGetBlockDim", "cublasXtGetPinningMemMode", "cublasXtSetPinningMemMode",
+    "cublasXtSetCpuRoutine", "cublasXtSetCpuRatio", "cublasXtSgemm", "cublasXtDgemm", "cublasXtCgemm",
+    "cublasXtZgemm",
 )
 
 # ----------------------------------------------------------------------------------------------- expressions
