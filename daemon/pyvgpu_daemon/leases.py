@@ -32,13 +32,13 @@ import asyncio
 import json
 import logging
 import math
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from pyvgpu import config
 from pyvgpu.protocol import (ENV_LEASES, LEASE_COUNT, LEASE_DEVICE, LEASE_DEVICES, LEASE_EXCLUSIVE, LEASE_EXPIRES_IN,
                              LEASE_FRACTION, LEASE_GRANTED, LEASE_HOLDER, LEASE_ID, LEASE_IDS, LEASE_JOB,
                              LEASE_MEMORY, LEASE_SESSIONS, LEASE_TAG, LEASE_TTL, LEASE_WAIT, LEASE_WEIGHT,
@@ -225,12 +225,10 @@ class LeaseTable:
         items = [{"id": x.id, "device": x.device, "holder": x.holder, "job": x.job, "exclusive": x.exclusive,
                   "fraction": x.fraction, "memory": x.memory, "weight": x.weight, "ttl": x.ttl, "granted": x.granted}
                  for x in self.leases.values()]
-        tmp = f"{path}.{os.getpid()}.tmp"
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w") as fh:
-                json.dump(items, fh)
-            os.replace(tmp, path)
+            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=config.PRIVATE_DIR)
+            # the ids are capabilities: only the daemon's user may read them
+            config.write_file(Path(path), json.dumps(items).encode(), config.PRIVATE_FILE)
         except OSError as exc:
             log.error("cannot write the lease state %s: %s (leases are kept in memory)", path, exc)
 

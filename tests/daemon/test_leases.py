@@ -238,6 +238,7 @@ def test_leases_survive_a_restart_with_lease_state(tmp_path):
         c.close()
         saved = json.loads(state.read_text())
         assert sorted(x["id"] for x in saved) == sorted([kept["id"], dropped["id"]])
+        assert state.stat().st_mode & 0o777 == 0o600          # lease ids are capabilities
     finally:
         stop_process(proc)
     proc = _daemon_on(port, tmp_path, "--lease-state", str(state))
