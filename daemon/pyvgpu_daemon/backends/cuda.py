@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,7 @@ class CudaBackend(Backend):
         if self.count < 1:
             raise RuntimeError("no CUDA device")
         self._snapshots = [self._snapshot(i) for i in range(self.count)]
+        self.health = DeviceHealth()
 
     def _attr(self, dev: Any, number: int) -> int | None:
         try:
@@ -184,7 +186,35 @@ class CudaBackend(Backend):
         # window (va_base + ordinal * VA_WINDOW_BYTES) when the driver honours the address hint, because the client
         # maps their host copy at the same address.
         return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES, self.cublaslt,
-                           self.api)
+                           self.api, self.health)
+
+    def unusable(self, ordinal: int) -> str:
+        return self.health.unusable.get(ordinal, "")
+
+
+@dataclass
+class DeviceHealth:
+    """Whether the driver still gives this daemon's process contexts on each device. After a kernel fault a real
+    driver may refuse every new context of the process on that device (cuCtxCreate answers the fault): the device is
+    then unusable here until the daemon restarts. Logged once when it happens, shown by STATUS (`unusable`), cleared
+    when a context is created again (a driver that recovers, or libvcuda's, once every context of the device went)."""
+    unusable: dict[int, str] = field(default_factory=dict)     # ordinal -> why
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refused(self, ordinal: int, exc: CudaError) -> None:
+        with self._lock:
+            first = ordinal not in self.unusable
+            self.unusable[ordinal] = str(exc)
+        if first:
+            log.error("device %d: the driver refuses new contexts of this daemon's process after a kernel fault "
+                      "(%s): sessions on the device get that error; NVIDIA's driver keeps it until the process ends, "
+                      "so restart the daemon to use the GPU again", ordinal, exc)
+
+    def created(self, ordinal: int) -> None:
+        with self._lock:
+            was = self.unusable.pop(ordinal, None)
+        if was is not None:
+            log.info("device %d: the driver gives contexts again; usable", ordinal)
 
 
 @dataclass
@@ -199,7 +229,7 @@ class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
-                 api: DriverEntryPoints | None = None) -> None:
+                 api: DriverEntryPoints | None = None, health: "DeviceHealth | None" = None) -> None:
         self.drv = drv
         self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
@@ -207,11 +237,30 @@ class CudaContext(CudaArrays, DeviceContext):
         self._cublaslt = cublaslt
         self._lt: cublaslt_cuda.LtSession | None = None     # this context's cuBLASLt handle and plans, on first use
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-        self.ctx = self._create()
+        self.health = health or DeviceHealth()
+        self.ctx: Any = None
+        self.ctx = self._new_context()
         self._hint = window                      # next address to ask for in this session's window
         self._vmm: dict[int, tuple[Any, int]] = {}   # managed/mapped address -> (physical handle, mapped size)
         self.clock = EventClock(drv, self._elapsed)   # event times for replies (event_times.py)
         self.gpu_time = GpuTime(drv, self._elapsed)   # kernels' GPU time, charged to the session's turn when shared
+
+    def _new_context(self) -> Any:
+        """A new context, made current on this (the worker's) thread. A driver that refuses it with a sticky error
+        keeps the fault of an earlier context: NVIDIA documents that such an error lasts until the process ends, and
+        a real GPU (H200, driver 580) answered cuCtxCreate with CUDA_ERROR_ILLEGAL_ADDRESS after a context of the
+        same process faulted and was destroyed. The device is then unusable in this daemon until it restarts; the
+        session keeps the error (every later call answers it, a DEVICE_RESET tries again)."""
+        try:
+            ctx = self._create()
+        except CudaError as exc:
+            if not exc.sticky:
+                raise
+            self.health.refused(self.ordinal, exc)
+            raise CudaError(exc.code, f"{exc.message} (the driver refuses new contexts of this daemon's process "
+                                      "after a kernel fault; restarting the daemon ends it)", sticky=True) from None
+        self.health.created(self.ordinal)
+        return ctx
 
     def _create(self) -> Any:
         if not self.api.has("cuCtxCreate"):
@@ -621,23 +670,34 @@ class CudaContext(CudaArrays, DeviceContext):
                 log.warning("device %d: releasing cuBLASLt failed: %s", self.ordinal, exc)
             self._lt = None
 
-    def reset(self) -> None:
-        # A context that took a sticky fault is unusable: replace it (this frees all it held).
-        self._lt_close()
-        self.clock.drop()                            # its anchors go with the context
-        self.gpu_time.drop()
-        self._release_all_vmm()
+    def _teardown(self) -> None:
+        """Everything of this context goes, the context itself last. A context that took a sticky fault answers
+        every call with that fault until it is destroyed (cuCtxDestroy may answer it too, and destroys it all the
+        same): each step may fail, and the next one still runs."""
+        steps = (("cuBLASLt", self._lt_close), ("event clock", self.clock.drop), ("GPU time", self.gpu_time.drop),
+                 ("managed memory", self._release_all_vmm))     # physical allocations outlive a context
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - the context goes anyway
+                log.warning("device %d: releasing the context's %s failed: %s", self.ordinal, what, exc)
+        if self.ctx is None:
+            return
         try:
-            self.drv.cuCtxDestroy(self.ctx)
-        finally:
-            self.ctx = self._create()
-
-    def close(self) -> None:
-        self._lt_close()
-        self.clock.drop()
-        self.gpu_time.drop()
-        self._release_all_vmm()                      # physical allocations outlive a context: give them back
-        try:
-            self.drv.cuCtxDestroy(self.ctx)
+            (err,) = self.drv.cuCtxDestroy(self.ctx)
+            if int(err) != 0:
+                log.info("device %d: cuCtxDestroy answered %s (the context is destroyed all the same)",
+                         self.ordinal, getattr(err, "name", err))
         except Exception as exc:  # noqa: BLE001 - close must not raise
             log.warning("device %d: cuCtxDestroy failed: %s", self.ordinal, exc)
+        self.ctx = None
+
+    def reset(self) -> None:
+        # A context that took a sticky fault is unusable: replace it (destroying it frees all it held). Nothing of
+        # the new context comes from the old one: the clock, GPU-time events and cuBLASLt plans start afresh. A
+        # refused new context raises (sticky) with none left: DEVICE_RESET then drops this object.
+        self._teardown()
+        self.ctx = self._new_context()
+
+    def close(self) -> None:
+        self._teardown()
