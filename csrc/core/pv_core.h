@@ -125,6 +125,7 @@ struct pv_conn {
     _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
     double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
     double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
+    atomic_int reason_noted;       /* the daemon's reason for refusing a call was logged (once per connection) */
 };
 
 struct pv_reply {
@@ -178,12 +179,13 @@ void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
 void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
-/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT, PYVGPU_LEASES). */
 struct pv_hello_extra {
     uint64_t pid;
     char hostname[128];
     uint64_t memory;               /* 0: no request */
     double weight;                 /* 0: the default */
+    const char *leases;            /* PYVGPU_LEASES (the environment's string), NULL: none */
 };
 void pv_hello_extra_read(struct pv_hello_extra *x);
 int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */
