@@ -481,7 +481,9 @@ CONTROL_OPS: frozenset[str] = frozenset({
     "BLAS_SET_WORKSPACE",
     # runtime features: handles and uploads; MALLOC_MANAGED as MALLOC; PEER_PULL is mostly a wait on the source daemon
     "GRAPH_CREATE", "GRAPH_DESTROY", "MALLOC_MANAGED", "MANAGED_ATTACH", "PEER_ENABLE", "PEER_DISABLE", "PEER_PULL",
-    "ARRAY_CREATE", "ARRAY_DESTROY", "TEX_CREATE", "TEX_DESTROY", "SURF_CREATE", "SURF_DESTROY"})
+    "ARRAY_CREATE", "ARRAY_DESTROY", "TEX_CREATE", "TEX_DESTROY", "SURF_CREATE", "SURF_DESTROY",
+    # virtual memory management: address ranges, physical allocations, mappings (as MALLOC / FREE)
+    "VMM_RESERVE", "VMM_FREE", "VMM_CREATE", "VMM_RELEASE", "VMM_MAP", "VMM_UNMAP", "VMM_SET_ACCESS"})
 
 
 def _stream_arg(spec: OpSpec) -> int | None:

@@ -1,5 +1,5 @@
 """cuBLASLt on the real-GPU backend without a GPU: backends/cublaslt_cuda.py drives a fake libcublasLt through cffi
-the way it drives NVIDIA's (the same cdata arguments), over the fake driver of test_daemon_cuda.py whose device
+the way it drives NVIDIA's (the same cdata arguments), over the fake driver of fake_driver.py whose device
 memory is host memory, through the daemon's LT_MATMUL handler (so the region checks against the session's memory
 apply).
 
@@ -25,7 +25,7 @@ from pyvgpu_daemon import handlers  # noqa: E402
 from pyvgpu_daemon.backends.cublaslt_cuda import CDEF, CublasLt, alignment  # noqa: E402
 from pyvgpu_daemon.backends.cuda import CudaBackend  # noqa: E402
 from pyvgpu_daemon.session import DeviceState, Session, release_device  # noqa: E402
-from test_daemon_cuda import FakeDriver  # noqa: E402
+from fake_driver import FakeDriver  # noqa: E402
 
 E = ERROR_CODES
 EPI = spec.ENUMS["cublasLtEpilogue_t"]
