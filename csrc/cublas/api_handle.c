@@ -28,6 +28,11 @@ PV_API pvb_status cublasCreate_v2(struct pvb_handle **out)
     struct pv_device *d;
     if (pv_cur(&d) != PV_SUCCESS)
         return PVB_CUBLAS_STATUS_NOT_INITIALIZED;      /* no GPU reachable: what cuBLAS says without a GPU */
+    return pvb_create_on(d, out);
+}
+
+pvb_status pvb_create_on(struct pv_device *d, struct pvb_handle **out)
+{
     uint64_t remote;
     cudaError_t err = pv_call_BLAS_CREATE(d, &remote);
     if (err != PV_SUCCESS)
@@ -182,22 +187,5 @@ PV_API size_t cublasGetCudartVersion(void)
     return PVB_CUDART_VERSION;
 }
 
-static const struct pvb_status_desc *status_desc(int status)
-{
-    for (int i = 0; i < PVB_STATUS_TABLE_LEN; i++)
-        if (pvb_status_table[i].code == status)
-            return &pvb_status_table[i];
-    return NULL;
-}
-
-PV_API const char *cublasGetStatusName(int status)
-{
-    const struct pvb_status_desc *d = status_desc(status);
-    return d ? d->name : PVB_UNKNOWN_STATUS_TEXT;
-}
-
-PV_API const char *cublasGetStatusString(int status)
-{
-    const struct pvb_status_desc *d = status_desc(status);
-    return d ? d->text : PVB_UNKNOWN_STATUS_TEXT;
-}
+PV_API const char *cublasGetStatusName(int status) { return pvb_status_words(status, 0); }
+PV_API const char *cublasGetStatusString(int status) { return pvb_status_words(status, 1); }

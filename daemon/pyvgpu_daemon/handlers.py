@@ -504,7 +504,8 @@ def device_get_limit(c: Call, limit: int) -> int:
 from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
 from pyvgpu_daemon import handlers_blaslt  # noqa: E402,F401  (registers cuBLASLt's LT_MATMUL)
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
-from pyvgpu_daemon import handlers_array, handlers_graph, handlers_managed, handlers_peer  # noqa: E402,F401
+from pyvgpu_daemon import (handlers_array, handlers_coherence, handlers_graph, handlers_managed,  # noqa: E402,F401
+                           handlers_peer)
 from pyvgpu_daemon import handlers_vmm  # noqa: E402,F401  (registers the virtual memory management ops)
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
@@ -533,6 +534,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
                 if st.lane is not None:
                     st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+                    st.ctx.turn = st.lane                   # long kernels pause for others' turns (emulator)
             if isinstance(payload, Compressed):
                 payload = payload.decode()            # on this worker, never on the loop (compress.py)
             st.bytes_htod += len(payload)

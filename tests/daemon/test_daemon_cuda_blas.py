@@ -130,13 +130,23 @@ class FakeCublas:
         return 0
 
 
-class Daemonless:
-    """The daemon's handler layer for one session on the fake GPU."""
+class FakeSolvers(FakeCublas):
+    """The batched solvers' entry points (int API only, a host info pointer): the call is recorded."""
 
-    def __init__(self) -> None:
+    def cublasSgetrsBatched(self, h, trans, n, nrhs, Aarray, lda, devIpiv, Barray, ldb, info, batchSize):
+        info[0] = 0
+        return self._record("cublasSgetrsBatched", dict(trans=trans, n=n, nrhs=nrhs, lda=lda, ldb=ldb,
+                                                        batchSize=batchSize, ipiv=addr(self.ffi, devIpiv)))
+
+
+class Daemonless:
+    """The daemon's handler layer for one session on the fake GPU, with a fake library (`fake`): cuBLAS's unless
+    another is given with the backend's keyword for it and its loader class (test_daemon_cuda_blaslt.py's)."""
+
+    def __init__(self, fake_class: type = FakeCublas, keyword: str = "cublas", loader: type = Cublas) -> None:
         self.ffi = cffi.FFI()
-        self.fake = FakeCublas(self.ffi)
-        self.backend = CudaBackend(driver=FakeDriver(), cublas=Cublas(lib=self.fake, ffi=self.ffi))
+        self.fake = fake_class(self.ffi)
+        self.backend = CudaBackend(driver=FakeDriver(), **{keyword: loader(lib=self.fake, ffi=self.ffi)})
         self.session = Session(1, "test", self.backend, 1)
         self.st = DeviceState(0, None)       # type: ignore[arg-type]  (no worker: ops run inline here)
 
@@ -247,6 +257,20 @@ def test_regions_checked_before_the_library_and_statuses_mapped():
     assert d.blas("cublasSgemm_v2", h, **gemm)[0] == E["cudaErrorLaunchOutOfResources"]
     d.fake.status = spec.NOT_SUPPORTED
     assert d.blas("cublasSgemm_v2", h, **gemm)[0] == E["cudaErrorNotSupported"]
+
+
+def test_batched_solver_entry_without_ilp64_twin_and_host_info():
+    d = Daemonless()
+    d.fake = FakeSolvers(d.ffi)
+    d.backend.cublas = d.backend.cublas.__class__(lib=d.fake, ffi=cffi.FFI())
+    h = d.op("BLAS_CREATE")[1]
+    a = d.put(np.eye(2, dtype=np.float32))
+    arr = d.put(np.array([a], np.uint64))
+    args = dict(trans=0, n=2, nrhs=2, Aarray=arr, lda=2, devIpiv=0, Barray=arr, ldb=2, batchSize=1)
+    assert d.blas("cublasSgetrsBatched", h, **args)[0] == 0
+    assert d.fake.calls[-1] == ("cublasSgetrsBatched", dict(trans=0, n=2, nrhs=2, lda=2, ldb=2, batchSize=1,
+                                                            ipiv=0))
+    assert d.blas("cublasSgetrsBatched", h, **{**args, "Barray": arr + 8})[0] == E["cudaErrorInvalidValue"]
 
 
 def test_handles_die_with_the_session():

@@ -45,7 +45,7 @@ def _cffi_type(ctype: str) -> str:
 
 
 def _variants() -> list[tuple[spec.Entry, bool]]:
-    return [(e, ilp64) for e in spec.ENTRIES for ilp64 in (True, False)]
+    return [(e, ilp64) for e in spec.ENTRIES for ilp64 in reversed(e.widths())]
 
 
 def cdef() -> str:
@@ -70,19 +70,20 @@ def pick_entry(fam: spec.Family, args: dict[str, Any]) -> tuple[spec.Entry, bool
     return best
 
 
-def find_library() -> str:
-    """libcublas.so.13: $PYVGPU_CUBLAS_LIB, else the nvidia-cublas wheel's, else the loader's search."""
-    if os.environ.get("PYVGPU_CUBLAS_LIB"):
-        return os.environ["PYVGPU_CUBLAS_LIB"]
+def find_library(soname: str = "libcublas.so.13", env: str = "PYVGPU_CUBLAS_LIB") -> str:
+    """A library of the nvidia-cublas wheel (libcublas.so.13, libcublasLt.so.13): $env, else the wheel's, else
+    the loader's search."""
+    if os.environ.get(env):
+        return os.environ[env]
     try:
         import nvidia  # namespace package of NVIDIA's wheels
         for base in getattr(nvidia, "__path__", []):
-            cand = Path(base) / "cu13" / "lib" / "libcublas.so.13"
+            cand = Path(base) / "cu13" / "lib" / soname
             if cand.is_file():
                 return str(cand)
     except ImportError:
         pass
-    return "libcublas.so.13"
+    return soname
 
 
 @dataclass
@@ -151,7 +152,11 @@ class Cublas:
             if name == "handle":
                 c_args.append(h.ptr)
                 continue
-            arg, v = fam.arg(name), args[name]
+            arg = fam.arg(name)
+            if isinstance(arg, spec.HostInfo):
+                c_args.append(ffi.new("int *"))       # the client validated the arguments already
+                continue
+            v = args[name]
             if isinstance(arg, spec.Scalar) and isinstance(v, bytes):
                 c_args.append(ffi.new("char[]", v))                  # host pointer mode: the value's bytes
             elif isinstance(arg, spec.Result) and v is None:
