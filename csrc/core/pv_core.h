@@ -125,6 +125,7 @@ struct pv_conn {
     _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
     double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
     double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
+    atomic_int reason_noted;       /* the daemon's reason for refusing a call was logged (once per connection) */
 };
 
 struct pv_reply {
@@ -178,12 +179,13 @@ void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
 void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
-/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT, PYVGPU_LEASES). */
 struct pv_hello_extra {
     uint64_t pid;
     char hostname[128];
     uint64_t memory;               /* 0: no request */
     double weight;                 /* 0: the default */
+    const char *leases;            /* PYVGPU_LEASES (the environment's string), NULL: none */
 };
 void pv_hello_extra_read(struct pv_hello_extra *x);
 int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */
@@ -389,6 +391,12 @@ void pv_alloc_forget_device(int dev);
 /* Pinned host memory (PV_HOST_ALIGN-aligned, recorded in the allocation table as host memory). */
 #define PV_HOST_ALIGN 4096
 cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out);
+/* hostmem.c: [p, p+size) is pinned memory (launches look for it in parameters); whether [p, p+n) is registered
+ * memory (cudaHostRegister; *flags its flags, when asked); a launch's parameter words naming pinned memory become
+ * its device copy's addresses (dry: only count them in *hits). */
+void pv_host_pinned_note(uint64_t p, size_t size);
+int pv_host_registered(const void *p, size_t n, unsigned *flags);
+cudaError_t pv_host_translate(struct pv_device *d, const struct pv_kinfo *ki, char *buf, int dry, int *hits);
 cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidValue unless from pv_host_alloc */
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
