@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import pyvgpu
 from pyvgpu import auth, config, hostmap, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
-from pyvgpu.protocol import DEFAULT_PORT, ENV_MEMORY, ENV_STATS, ENV_WEIGHT
+from pyvgpu.protocol import DEFAULT_PORT, ENV_CENSUS, ENV_MEMORY, ENV_STATS, ENV_WEIGHT
 from pyvgpu.units import parse_size
 
 PROG = "pyvgpu"
@@ -584,13 +584,17 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     """The environment `pyvgpu run` gives the program."""
     env = dict(os.environ if base is None else base)
     # libvcudart stands in for libcudart.so.13 (programs built with -cudart shared); libvcuda for libcuda.so.1
-    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries).
-    # Preloading libvcuda also beats an RPATH that points at another libcuda.so.1.
-    libs = [str(_lib()), str(_lib(pyvgpu.DRIVER_LIB_NAME))]
+    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries);
+    # libvcublas, libvnvml, ... for theirs. Preloaded, each SONAME is taken before anything else can load NVIDIA's
+    # copy: it beats an RPATH/RUNPATH (torch's wheel folders) and the already-loaded check of loaders that take
+    # absolute paths (CuPy's cuda-pathfinder); a copy loaded by path anyway (torch's own preloading) is shadowed,
+    # the preloaded one binds first (`--explain` shows which file served each library).
+    runtime, driver = _lib(), _lib(pyvgpu.DRIVER_LIB_NAME)
+    libs = [str(p) for p in pyvgpu.forwarded_libraries(driver.parent)] or [str(runtime), str(driver)]
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p not in libs]
     env["LD_PRELOAD"] = " ".join([*libs, *preload])
-    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
-    libdir = str(Path(libs[1]).parent)
+    # The names programs look for (libcuda.so, libcublas.so.13, ...) are in the same directory.
+    libdir = str(driver.parent)
     paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
     env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
     if hosts is None:
@@ -653,6 +657,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         env[ENV_WEIGHT] = repr(float(args.weight))
     if args.stats is not None:
         env[ENV_STATS] = args.stats
+    if args.census is not None:
+        env[ENV_CENSUS] = args.census
+    elif args.explain:
+        env[ENV_CENSUS] = "libraries"
     exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
@@ -845,7 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
     # run
     r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
                        usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] [-n N [--explain]] [--memory SIZE] "
-                             "[--weight W] [--stats [FILE]] -- PROGRAM [ARGS...]",
+                             "[--weight W] [--stats [FILE]] [--census [FILE]] -- PROGRAM [ARGS...]",
                        description="Run PROGRAM with its CUDA calls going to the daemons of the host map (or "
                                    "--hosts): LD_PRELOAD holds libvcudart (for programs built with -cudart shared) "
                                    "and libvcuda, the libcuda.so.1 drop-in (for nvcc's default static runtime, "
@@ -856,7 +864,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(pyvgpu/placement.py; --explain prints why).")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
     r.add_argument("-n", type=int, metavar="N", help="place the program on N GPUs of the pool (host map or --hosts)")
-    r.add_argument("--explain", action="store_true", help="with -n / auto: one line per GPU on the decision")
+    r.add_argument("--explain", action="store_true",
+                   help="with -n / auto: one line per GPU on the decision; at exit, which file served each CUDA "
+                        "library (pyvgpu's or NVIDIA's; sets PYVGPU_CENSUS=libraries)")
     r.add_argument("--memory", metavar="SIZE",
                    help="device memory the program needs per GPU, e.g. 1G: placement picks GPUs with that much "
                         "free, and the daemons limit the program's sessions to it (cudaMemGetInfo shows it)")
@@ -868,6 +878,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", nargs="?", const="1", metavar="FILE",
                    help="at exit, print per op the calls, bytes, calls that blocked on a reply (blocking round "
                         "trips) and the time blocked, to stderr (or append them to FILE); sets PYVGPU_STATS")
+    r.add_argument("--census", nargs="?", const="1", metavar="FILE",
+                   help="at exit, the call census: every CUDA entry point reached and every one answered 'not "
+                        "supported', driver names and tables asked for and not offered, which file served each "
+                        "CUDA library; to stderr (or appended to FILE); sets PYVGPU_CENSUS")
     r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)

@@ -178,6 +178,13 @@ void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
 void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
+/* The call census (census.c, PYVGPU_CENSUS): entry points reached (the API libraries' census_hook.c), answered
+ * "not supported" (the stubs' loggers; lib and name are static strings), names and tables asked for that nothing
+ * offers. Each is a no-op while the census is off. */
+extern int pv_census_on;
+void pv_census_enter(void *fn);
+void pv_census_unsupported(const char *lib, const char *name);
+void pv_census_missing(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
 struct pv_hello_extra {
     uint64_t pid;

@@ -20,6 +20,7 @@ static atomic_int inits;
 
 nvmlReturn_t pv_nvml_unsupported(const char *name, atomic_int *once)
 {
+    pv_census_unsupported("libvnvml", name);
     pv_log_once(once, "%s is not supported by libvnvml (returns NVML_ERROR_NOT_SUPPORTED)", name);
     return NVML_ERROR_NOT_SUPPORTED;
 }
