@@ -6,10 +6,13 @@
  *   pyvgpu census: pid P EXE
  *   census reached LIB NAME CALLS          an entry point of LIB that ran (libvcudart, libvcuda)
  *   census unsupported LIB NAME CALLS      an entry point that answered "not supported" (any pyvgpu library)
- *   census missing KIND WHAT               a name or table asked for and not offered (KIND: procaddr, table, ...)
+ *   census missing KIND WHAT               something asked for that pyvgpu does not offer (KIND: table, table-slot,
+ *                                          link)
+ *   census absent procaddr NAME@VERSION    a driver function looked up that CUDA 13.0's driver lacks too (bindings
+ *                                          of newer CUDA versions probe every name they know): the same answer
  *   census library NAME PATH OWNER         a CUDA library in the process, the file that served it, OWNER pyvgpu or
  *                                          nvidia (a library pyvgpu does not forward runs as NVIDIA built it)
- *   census summary reached=N unsupported=M missing=K
+ *   census summary reached=N unsupported=M missing=K absent=A dropped=D
  *
  * "Reached" comes from the API libraries' function-entry hook (-finstrument-functions on their api_*.c, census_hook.c):
  * the hook records the function's address while the census is on and returns at once while it is off; names are
@@ -29,7 +32,7 @@
 
 #include "pv_core.h"
 
-enum { KIND_REACHED = 1, KIND_UNSUPPORTED, KIND_MISSING };
+enum { KIND_REACHED = 1, KIND_UNSUPPORTED, KIND_MISSING, KIND_ABSENT };
 
 /* Open addressing on a key that is an address (a function, or a stub's name string) or, for "missing" notes, a
  * hash of the text; bounded: past CENSUS_SLOTS distinct keys new ones are counted as dropped. */
@@ -94,22 +97,17 @@ void pv_census_unsupported(const char *lib, const char *name)
     atomic_fetch_add_explicit(&s->calls, 1, memory_order_relaxed);
 }
 
-void pv_census_missing(const char *kind, const char *fmt, ...)
+static void note(int kind, const char *label, const char *fmt, va_list ap)
 {
-    if (!pv_census_on)
-        return;
     char text[256];
-    int n = snprintf(text, sizeof text, "%s ", kind);
-    va_list ap;
-    va_start(ap, fmt);
+    int n = snprintf(text, sizeof text, "%s ", label);
     vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
-    va_end(ap);
     uintptr_t h = 1469598103934665603ull;          /* FNV-1a of the text: one line per distinct note */
     for (const char *c = text; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ull;
     h |= 1;                                         /* odd: never a function or string address of ours */
     int fresh = 0;
-    struct census_slot *s = slot_for(h, KIND_MISSING, &fresh);
+    struct census_slot *s = slot_for(h, kind, &fresh);
     if (!s)
         return;
     if (fresh) {
@@ -118,6 +116,26 @@ void pv_census_missing(const char *kind, const char *fmt, ...)
         pthread_mutex_unlock(&text_lock);
     }
     atomic_fetch_add_explicit(&s->calls, 1, memory_order_relaxed);
+}
+
+void pv_census_missing(const char *kind, const char *fmt, ...)
+{
+    if (!pv_census_on)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    note(KIND_MISSING, kind, fmt, ap);
+    va_end(ap);
+}
+
+void pv_census_absent(const char *kind, const char *fmt, ...)
+{
+    if (!pv_census_on)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    note(KIND_ABSENT, kind, fmt, ap);
+    va_end(ap);
 }
 
 /* The CUDA libraries a program may load: pyvgpu forwards some; the others run as NVIDIA built them. */
@@ -224,8 +242,8 @@ static void print_census(void)
     if (n > 0)
         exe[n] = 0;
     fprintf(f, "pyvgpu census: pid %d %s\n", (int)owner, exe);
-    unsigned reached = 0, unsupported = 0, missing = 0;
-    for (int pass = KIND_REACHED; !libraries_only && pass <= KIND_MISSING; pass++) {
+    unsigned reached = 0, unsupported = 0, missing = 0, absent = 0;
+    for (int pass = KIND_REACHED; !libraries_only && pass <= KIND_ABSENT; pass++) {
         for (int i = 0; i < CENSUS_SLOTS; i++) {
             struct census_slot *s = &slots[i];
             uintptr_t key = atomic_load(&s->key);
@@ -243,15 +261,18 @@ static void print_census(void)
                 fprintf(f, "census unsupported %s %s %llu\n", s->lib ? s->lib : "?", (const char *)key, calls);
                 unsupported++;
             } else if (s->text) {
-                fprintf(f, "census missing %s\n", s->text);
-                missing++;
+                fprintf(f, "census %s %s\n", pass == KIND_MISSING ? "missing" : "absent", s->text);
+                if (pass == KIND_MISSING)
+                    missing++;
+                else
+                    absent++;
             }
         }
     }
     print_libraries(f);
     if (!libraries_only)
-        fprintf(f, "census summary reached=%u unsupported=%u missing=%u dropped=%llu\n", reached, unsupported,
-                missing, (unsigned long long)atomic_load(&dropped));
+        fprintf(f, "census summary reached=%u unsupported=%u missing=%u absent=%u dropped=%llu\n", reached,
+                unsupported, missing, absent, (unsigned long long)atomic_load(&dropped));
     if (f != stderr)
         fclose(f);
     else

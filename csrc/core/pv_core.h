@@ -185,6 +185,7 @@ extern int pv_census_on;
 void pv_census_enter(void *fn);
 void pv_census_unsupported(const char *lib, const char *name);
 void pv_census_missing(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pv_census_absent(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
 struct pv_hello_extra {
     uint64_t pid;
@@ -232,6 +233,8 @@ struct pv_device {
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
+    _Atomic int refused;           /* a launch refused for its kernel's image, reported again by the next
+                                      synchronizing call on the device (launch.c: pv_refusal_after_sync) */
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);
@@ -309,6 +312,10 @@ int pv_region_find(const void *p, struct pv_region_info *out);   /* host or devi
 int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
 void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
+/* After a synchronizing op on d answered err: a launch refused since the last one (its module's image refused, the
+ * kernel missing) is that op's error, once: a program that ignored the launch's own error (CuPy's CUB wrappers do)
+ * must not read a result no kernel computed. */
+cudaError_t pv_refusal_after_sync(struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
@@ -359,6 +366,9 @@ struct pv_func *pv_func_by_host(const void *host_fun);
 int pv_func_valid(const struct pv_func *f);
 struct pv_var *pv_var_by_host(const void *host_var);
 cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d);
+/* pv_module_ensure for a use of the module's kernels (a launch, a kernel handle, a kernel's attributes): a refusal
+ * is also kept for pv_refusal_after_sync. */
+cudaError_t pv_module_use(struct pv_fatbin *fb, struct pv_device *d);
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
 struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };

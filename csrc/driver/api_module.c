@@ -285,7 +285,7 @@ PV_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary lib, const char *nam
     struct pv_func *f = pv_fatbin_func(lib->fb, name);
     struct pv_device *d;
     if (!f && drv_cur_device(&d) == CUDA_SUCCESS) {
-        r = drv_result(pv_module_ensure(lib->fb, d));
+        r = drv_result(pv_module_use(lib->fb, d));
         if (r != CUDA_SUCCESS)
             return r;
         if (!(f = pv_fatbin_func(lib->fb, name)))
