@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyvgpu
-from pyvgpu import auth, config, hostmap, placement, tls
+from pyvgpu import auth, config, frameworks, hostmap, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
 from pyvgpu.protocol import DEFAULT_PORT, ENV_CENSUS, ENV_MEMORY, ENV_STATS, ENV_WEIGHT
 from pyvgpu.units import parse_size
@@ -661,6 +661,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         env[ENV_CENSUS] = args.census
     elif args.explain:
         env[ENV_CENSUS] = "libraries"
+    wanted = {k: v for k, v in frameworks.PTX_SWITCHES.items() if k not in env}
+    if wanted and frameworks.emulated([h for h in hosts if not h.is_auto], config.load_token(),
+                                      min(args.timeout, frameworks.QUERY_TIMEOUT_S), _load_client().connect):
+        env.update(frameworks.jit_switches(env, True))
     exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
@@ -670,7 +674,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _note(f"{command[0]} names the CUDA driver by path ({bypass[0]}): if it loads it from there, its CUDA calls "
               f"bypass pyvgpu and cannot be remoted (libcuda.so.1 loaded by name is pyvgpu's)")
     if args.verbose:
-        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT) if k in env)
+        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT, *frameworks.PTX_SWITCHES) if k in env)
         _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
               f"{hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}{extra}")
     sys.stdout.flush()
@@ -861,7 +865,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "`pyvgpu lib --dir` prints, PYVGPU_HOSTS the hosts. With -n N (or an `auto:N` "
                                    "entry in the host map) it gets the N GPUs of the pool where it is predicted to "
                                    "slow down least and to slow others least, with --memory free "
-                                   "(pyvgpu/placement.py; --explain prints why).")
+                                   "(pyvgpu/placement.py; --explain prints why). Against emulated GPUs it also sets "
+                                   "CUPY_COMPILE_WITH_PTX=1 (unless set), so that CuPy hands them PTX.")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
     r.add_argument("-n", type=int, metavar="N", help="place the program on N GPUs of the pool (host map or --hosts)")
     r.add_argument("--explain", action="store_true",

@@ -31,12 +31,13 @@ cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo
 
 cudaError_t pv_refusal_after_sync(struct pv_device *d, cudaError_t err)
 {
-    int refused = atomic_exchange(&d->refused, 0);
+    int refused = atomic_load(&d->refused);
     if (err != PV_SUCCESS || !refused)
         return err;
     static atomic_int once;
-    pv_log_once(&once, "a kernel launch on GPU%d was refused (%s): the next synchronizing call reports it, so that "
-                "no result is read that no kernel computed", d->index, pv_err_name((cudaError_t)refused));
+    pv_log_once(&once, "a kernel of GPU%d was refused (%s): every synchronizing call on it reports that until the "
+                "device is reset, so that no result is read that no kernel computed", d->index,
+                pv_err_name((cudaError_t)refused));
     return (cudaError_t)refused;
 }
 

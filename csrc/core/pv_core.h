@@ -233,8 +233,8 @@ struct pv_device {
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
-    _Atomic int refused;           /* a launch refused for its kernel's image, reported again by the next
-                                      synchronizing call on the device (launch.c: pv_refusal_after_sync) */
+    _Atomic int refused;           /* a kernel refused for its image: every synchronizing call on the device
+                                      reports it until a reset (launch.c: pv_refusal_after_sync) */
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);
@@ -312,10 +312,15 @@ int pv_region_find(const void *p, struct pv_region_info *out);   /* host or devi
 int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
 void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
-/* After a synchronizing op on d answered err: a launch refused since the last one (its module's image refused, the
- * kernel missing) is that op's error, once: a program that ignored the launch's own error (CuPy's CUB wrappers do)
- * must not read a result no kernel computed. */
+/* After a synchronizing op on d answered err: once a kernel of d was refused (a launch, a kernel handle or a
+ * kernel's attributes asked for, its module's image refused, or the kernel missing), every synchronizing op on d
+ * fails with that error until the device is reset, as a sticky fault does: a program that ignored the refusal
+ * (CuPy's CUB wrappers discard CUB's errors, and CUB caches a failed attribute query) must not read a result no
+ * kernel computed. */
 cudaError_t pv_refusal_after_sync(struct pv_device *d, cudaError_t err);
+/* refusal.c: one line on why d refused a module image (SASS only on the emulated GPU: once per library, named by
+ * origin, an address inside the library that held the image). */
+void pv_explain_refusal(const void *image, size_t size, const void *origin, struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */

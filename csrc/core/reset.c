@@ -9,6 +9,7 @@
 cudaError_t pv_device_reset(struct pv_device *d)
 {
     cudaError_t err = pv_call_DEVICE_RESET(d);
+    atomic_store(&d->refused, 0);          /* a refused launch is forgotten with everything else of the device */
     if (err != PV_SUCCESS)
         return err;
     pv_alloc_forget_device(d->index);

@@ -49,7 +49,9 @@ static CUresult unknown_slot(const char *table, int slot, atomic_int *once, cons
 #define SLOTS10(tag, b) S(tag, b##0), S(tag, b##1), S(tag, b##2), S(tag, b##3), S(tag, b##4), S(tag, b##5), \
                         S(tag, b##6), S(tag, b##7), S(tag, b##8), S(tag, b##9)
 
-/* ---------------------------------------------------------------- 21318c60: context identity (cuFFT, cuSOLVER) */
+/* ---------------------------------------------------------------- 21318c60: asked for by cuFFT and cuSOLVER */
+/* Public notes (ZLUDA's and other projects') name slot 3 a context's device and slot 4 a context's unique id (as
+ * cuCtxGetId); not yet seen called here, so every slot logs what calls it (docs/driver.md). */
 #define CTXID_UUID "21318c60-9714-3248-8ca6-41ff7324c8f2"
 UNKNOWN1_9(ctxid, CTXID_UUID) UNKNOWN10(ctxid, CTXID_UUID, 1) UNKNOWN10(ctxid, CTXID_UUID, 2)
 UNKNOWN10(ctxid, CTXID_UUID, 3) UNKNOWN10(ctxid, CTXID_UUID, 4)
@@ -59,7 +61,14 @@ static const slot_fn ctxid_table[] = {
 
 /* ---------------------------------------------------------------- da9151d3: asked for by NVRTC */
 #define NVRTC_UUID "da9151d3-3ae6-cc41-a5c0-4f26d533e328"
-UNKNOWN1_9(nvrtc, NVRTC_UUID) UNKNOWN10(nvrtc, NVRTC_UUID, 1)
+/* Slot 1: nvrtcCompileProgram (13.0, libnvrtc.so.13+0x9e4270) calls it once per compilation with a pointer, 1 or 2,
+ * a buffer and a length that follows the program's size, and three more arguments on the stack; on any error it
+ * carries on, and the PTX or cubin it returns is what CuPy then loads and runs correctly (tests/frameworks). So
+ * the answer is a quiet CUDA_ERROR_NOT_SUPPORTED, as if the driver offered nothing there. */
+static CUresult nvrtc_1(void) { return CUDA_ERROR_NOT_SUPPORTED; }
+UNKNOWN(nvrtc, NVRTC_UUID, 2) UNKNOWN(nvrtc, NVRTC_UUID, 3) UNKNOWN(nvrtc, NVRTC_UUID, 4)
+UNKNOWN(nvrtc, NVRTC_UUID, 5) UNKNOWN(nvrtc, NVRTC_UUID, 6) UNKNOWN(nvrtc, NVRTC_UUID, 7)
+UNKNOWN(nvrtc, NVRTC_UUID, 8) UNKNOWN(nvrtc, NVRTC_UUID, 9) UNKNOWN10(nvrtc, NVRTC_UUID, 1)
 static const slot_fn nvrtc_table[] = { SIZE_OF(20), SLOTS1_9(nvrtc), SLOTS10(nvrtc, 1) };
 
 const void *drv_library_table(const char *uuid)
