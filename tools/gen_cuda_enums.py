@@ -45,7 +45,8 @@ ENUMS = ("cudaMemcpyKind", "cudaMemoryType", "cudaGraphNodeType", "cudaStreamCap
          "cudaGraphDependencyType", "cudaChannelFormatKind", "cudaResourceType", "cudaResourceViewFormat",
          "cudaTextureAddressMode", "cudaTextureFilterMode", "cudaTextureReadMode", "cudaMemPoolAttr",
          "cudaMemAllocationType", "cudaMemAllocationHandleType", "cudaMemLocationType", "cudaMemAccessFlags",
-         "cudaMemoryAdvise", "cudaMemRangeAttribute")
+         "cudaMemoryAdvise", "cudaMemRangeAttribute", "cudaLaunchAttributeID", "cudaAccessProperty",
+         "cudaClusterSchedulingPolicy", "cudaLaunchMemSyncDomain", "cudaGraphMemAttributeType")
 
 
 def parse_enums(text: str) -> dict[str, dict[str, int]]:

@@ -68,6 +68,18 @@ FIELDS = {
     "cudaMemAllocNodeParams": ["poolProps", "accessDescs", "accessDescCount", "bytesize", "dptr"],
     "cudaGraphNodeParams": ["type", "kernel", "memcpy", "memset", "host", "graph", "eventWait", "eventRecord",
                             "alloc", "free"],
+    # Launches with attributes (cudaLaunchKernelExC / cuLaunchKernelEx): the core reads one attribute layout for both.
+    "cudaLaunchConfig_st": ["gridDim", "blockDim", "dynamicSmemBytes", "stream", "attrs", "numAttrs"],
+    "cudaLaunchAttribute_st": ["id", "val", "val.cooperative", "val.clusterDim", "val.programmaticEvent.event",
+                               "val.programmaticEvent.flags", "val.programmaticEvent.triggerAtBlockStart",
+                               "val.launchCompletionEvent.event", "val.launchCompletionEvent.flags",
+                               "val.accessPolicyWindow.base_ptr", "val.accessPolicyWindow.num_bytes",
+                               "val.accessPolicyWindow.hitRatio", "val.accessPolicyWindow.hitProp",
+                               "val.accessPolicyWindow.missProp", "val.memSyncDomainMap.remote",
+                               "val.deviceUpdatableKernelNode.devNode", "val.sharedMemCarveout",
+                               "val.nvlinkUtilCentricScheduling"],
+    "CUlaunchConfig_st": ["gridDimX", "blockDimX", "sharedMemBytes", "hStream", "attrs", "numAttrs"],
+    "CUlaunchAttribute_st": ["id", "value", "value.programmaticEvent.flags", "value.launchCompletionEvent.flags"],
     # The driver's structs of the same features (libvcuda declares them in csrc/driver/driver.h and checks them).
     "CUDA_MEMCPY2D_st": ["srcMemoryType", "srcHost", "srcDevice", "srcArray", "srcPitch", "dstXInBytes", "dstMemoryType",
                          "dstHost", "dstDevice", "dstArray", "dstPitch", "WidthInBytes", "Height"],

@@ -391,6 +391,7 @@ cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidVal
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 
 struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; const void *owner; };
+#define PV_EVENT_DISABLE_TIMING 2u   /* cudaEventDisableTiming: no times kept or reported */
 struct pv_event {
     uint32_t magic; int dev; uint64_t remote; unsigned flags; const void *owner;
     /* Times the daemon reported (streams.c; under its lock): the event's time on the device's clock after its

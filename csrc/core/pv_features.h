@@ -4,6 +4,7 @@
  *   memory.c    frees of every kind of device memory, host allocations (pinned, mapped), pointer classification
  *   managed.c   managed and mapped memory on coherence.c: allocation, registration, __managed__ variables,
  *               prefetch, advice, range attributes
+ *   launch_ex.c launches on a stream handle, with launch attributes, cooperative launches
  *   pools.c     stream-ordered memory pools (client-side)
  *   arrays.c    CUDA arrays and every copy to, from and between them (3D copies in bytes)
  *   textures.c  texture and surface objects
@@ -35,6 +36,18 @@ struct pv_ptr_info {
     size_t size;
 };
 void pv_ptr_classify(const void *p, struct pv_ptr_info *out);
+
+/* ---- launches on a stream handle, with attributes, cooperative (launch_ex.c) ---- */
+/* A launch of f on d in stream s (resolved and checked; a kernel node when s captures), parameters as args (one
+ * pointer each) or extra (CU_LAUNCH_PARAM_BUFFER_*), not both. */
+cudaError_t pv_launch_on(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
+                         void **args, void **extra);
+/* cudaLaunchKernelExC / cuLaunchKernelEx: the same with launch attributes (launch_ex.c says which do what). */
+cudaError_t pv_launch_ex(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
+                         const struct pv_launch_attr *attrs, unsigned nattrs, void **args, void **extra);
+/* cudaLaunchCooperativeKernel / cuLaunchCooperativeKernel and the cooperative attribute: one path for all three. */
+cudaError_t pv_launch_cooperative(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem,
+                                  cudaStream_t s, void **args);
 
 /* ---- managed and mapped memory (managed.c) ---- */
 cudaError_t pv_managed_alloc(void **ptr, size_t size, unsigned flags);   /* on the thread's current device */

@@ -148,6 +148,37 @@ struct cudaGraphNodeParams {
     long long reserved2;
 };
 
+/* A launch attribute: cudaLaunchAttribute and the driver's CUlaunchAttribute share this layout (an id, padding, a
+ * 64-byte value) and the ids' numbers, so the core reads both as this struct. */
+struct pv_launch_attr {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        struct { void *base_ptr; size_t num_bytes; float hitRatio; int hitProp, missProp; } accessPolicyWindow;
+        int cooperative;
+        struct { unsigned x, y, z; } clusterDim;
+        int clusterSchedulingPolicyPreference;
+        int programmaticStreamSerializationAllowed;
+        struct { cudaEvent_t event; int flags; int triggerAtBlockStart; } programmaticEvent;
+        int priority;
+        struct { unsigned char default_, remote; } memSyncDomainMap;
+        int memSyncDomain;
+        struct { unsigned x, y, z; } preferredClusterDim;
+        struct { cudaEvent_t event; int flags; } launchCompletionEvent;
+        struct { int deviceUpdatable; void *devNode; } deviceUpdatableKernelNode;
+        unsigned sharedMemCarveout;
+        unsigned nvlinkUtilCentricScheduling;
+    } val;
+};
+typedef struct cudaLaunchConfig_st {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    struct pv_launch_attr *attrs;
+    unsigned numAttrs;
+} cudaLaunchConfig_t;
+
 /* ---- compile-time checks of the declarations above against NVIDIA's layouts ---- */
 #define PV_LAYOUT(type, field, macro) _Static_assert(offsetof(type, field) == (macro), #type "." #field)
 #define PV_SIZE(type, macro) _Static_assert(sizeof(type) == (macro), "sizeof " #type)
@@ -201,6 +232,33 @@ PV_LAYOUT(struct cudaMemAllocNodeParams, dptr, PV_cudaMemAllocNodeParams_dptr);
 PV_SIZE(struct cudaGraphNodeParams, PV_cudaGraphNodeParams_SIZE);
 PV_LAYOUT(struct cudaGraphNodeParams, u.kernel, PV_cudaGraphNodeParams_kernel);
 PV_LAYOUT(struct cudaGraphNodeParams, u.free, PV_cudaGraphNodeParams_free);
+PV_SIZE(struct pv_launch_attr, PV_cudaLaunchAttribute_st_SIZE);
+PV_SIZE(struct pv_launch_attr, PV_CUlaunchAttribute_st_SIZE);
+PV_LAYOUT(struct pv_launch_attr, val, PV_cudaLaunchAttribute_st_val);
+PV_LAYOUT(struct pv_launch_attr, val, PV_CUlaunchAttribute_st_value);
+PV_LAYOUT(struct pv_launch_attr, val.clusterDim, PV_cudaLaunchAttribute_st_val_clusterDim);
+PV_LAYOUT(struct pv_launch_attr, val.programmaticEvent.flags, PV_cudaLaunchAttribute_st_val_programmaticEvent_flags);
+PV_LAYOUT(struct pv_launch_attr, val.programmaticEvent.flags, PV_CUlaunchAttribute_st_value_programmaticEvent_flags);
+PV_LAYOUT(struct pv_launch_attr, val.programmaticEvent.triggerAtBlockStart,
+          PV_cudaLaunchAttribute_st_val_programmaticEvent_triggerAtBlockStart);
+PV_LAYOUT(struct pv_launch_attr, val.launchCompletionEvent.flags,
+          PV_cudaLaunchAttribute_st_val_launchCompletionEvent_flags);
+PV_LAYOUT(struct pv_launch_attr, val.launchCompletionEvent.flags,
+          PV_CUlaunchAttribute_st_value_launchCompletionEvent_flags);
+PV_LAYOUT(struct pv_launch_attr, val.accessPolicyWindow.num_bytes,
+          PV_cudaLaunchAttribute_st_val_accessPolicyWindow_num_bytes);
+PV_LAYOUT(struct pv_launch_attr, val.accessPolicyWindow.hitRatio, PV_cudaLaunchAttribute_st_val_accessPolicyWindow_hitRatio);
+PV_LAYOUT(struct pv_launch_attr, val.accessPolicyWindow.hitProp, PV_cudaLaunchAttribute_st_val_accessPolicyWindow_hitProp);
+PV_LAYOUT(struct pv_launch_attr, val.accessPolicyWindow.missProp, PV_cudaLaunchAttribute_st_val_accessPolicyWindow_missProp);
+PV_LAYOUT(struct pv_launch_attr, val.memSyncDomainMap.remote, PV_cudaLaunchAttribute_st_val_memSyncDomainMap_remote);
+PV_LAYOUT(struct pv_launch_attr, val.deviceUpdatableKernelNode.devNode,
+          PV_cudaLaunchAttribute_st_val_deviceUpdatableKernelNode_devNode);
+PV_SIZE(cudaLaunchConfig_t, PV_cudaLaunchConfig_st_SIZE);
+PV_LAYOUT(cudaLaunchConfig_t, blockDim, PV_cudaLaunchConfig_st_blockDim);
+PV_LAYOUT(cudaLaunchConfig_t, dynamicSmemBytes, PV_cudaLaunchConfig_st_dynamicSmemBytes);
+PV_LAYOUT(cudaLaunchConfig_t, stream, PV_cudaLaunchConfig_st_stream);
+PV_LAYOUT(cudaLaunchConfig_t, attrs, PV_cudaLaunchConfig_st_attrs);
+PV_LAYOUT(cudaLaunchConfig_t, numAttrs, PV_cudaLaunchConfig_st_numAttrs);
 #undef PV_LAYOUT
 #undef PV_SIZE
 

@@ -7,7 +7,6 @@
 
 #include "pv_core.h"
 
-#define PV_EVENT_DISABLE_TIMING 2u   /* cudaEventDisableTiming: no times kept or reported */
 /* Every live stream and event, for the end of the context that made them. */
 static void **live;
 static size_t nlive, caplive;

@@ -1,4 +1,5 @@
-/* Kernel launches (nvcc 13 ABI and cudaLaunchKernel; the checks, packing and sending are the core's launch.c),
+/* Kernel launches (nvcc 13 ABI, cudaLaunchKernel, cudaLaunchKernelExC with launch attributes, cooperative launches;
+ * the checks, packing and sending are the core's launch.c and launch_ex.c),
  * launch configuration (thread-local, answered locally), function attributes and occupancy (computed locally from
  * the module-load attributes and the device snapshot), cudaFuncSetAttribute (validated and recorded here, forwarded
  * fire-and-forget as FUNC_SET_ATTR). */
@@ -47,18 +48,7 @@ static cudaError_t launch(struct pv_func *f, dim3 grid, dim3 block, void **args,
 {
     struct pv_device *d;
     cudaError_t err = pv_cur(&d);
-    if (err != PV_SUCCESS)
-        return err;
-    uint64_t stream = 0;
-    struct pv_device *sd = NULL;
-    err = pv_stream_resolve(s, d, &stream, &sd);
-    if (err != PV_SUCCESS)
-        return err;
-    if (sd != d)
-        return PV_cudaErrorInvalidResourceHandle;
-    if (pv_capturing(s))
-        return pv_capture_launch(s, f, d, grid, block, shmem, args, NULL);
-    return pv_launch(f, d, grid, block, shmem, stream, args, NULL, 0);
+    return err == PV_SUCCESS ? pv_launch_on(f, d, grid, block, shmem, s, args, NULL) : err;
 }
 
 /* The kernel a host-side function (stub) address names, or a cudaKernel_t passed as the function; NULL if neither. */
@@ -97,6 +87,45 @@ PV_API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block
                                          cudaStream_t s)
 {
     return cudaLaunchKernel(func, grid, block, args, shmem, s);
+}
+
+/* cudaLaunchKernelEx's C form (the C++ template in cuda_runtime.h calls it): the attributes are the core's
+ * (launch_ex.c), with the driver's cuLaunchKernelEx. */
+PV_API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args)
+{
+    if (!c)
+        return pv_ret(PV_cudaErrorInvalidValue);
+    struct pv_func *f = pv_func_of(func);
+    if (!f)
+        return pv_ret(PV_cudaErrorInvalidDeviceFunction);
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    if (err == PV_SUCCESS)
+        err = pv_launch_ex(f, d, c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream, c->attrs, c->numAttrs, args,
+                           NULL);
+    return pv_ret(err);
+}
+
+PV_API cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func, void **args)
+{
+    return cudaLaunchKernelExC(c, func, args);
+}
+
+PV_API cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+                                               cudaStream_t s)
+{
+    struct pv_func *f = pv_func_of(func);
+    if (!f)
+        return pv_ret(PV_cudaErrorInvalidDeviceFunction);
+    struct pv_device *d;
+    cudaError_t err = pv_cur(&d);
+    return pv_ret(err == PV_SUCCESS ? pv_launch_cooperative(f, d, grid, block, shmem, s, args) : err);
+}
+
+PV_API cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+                                                    cudaStream_t s)
+{
+    return cudaLaunchCooperativeKernel(func, grid, block, args, shmem, s);
 }
 
 /* ------------------------------------------------------------------------------------------ attributes */

@@ -154,15 +154,11 @@ typedef struct {
     long long reserved2;
 } CUgraphNodeParams;
 
+/* The value union is the runtime's (struct pv_launch_attr, pv_types.h): the core reads it as that. */
 typedef struct {
     int id;
     char pad[4];
-    union {
-        char pad[64];
-        int priority;
-        int cooperative;
-        struct { unsigned x, y, z; } clusterDim;
-    } value;
+    union { char pad[64]; } value;
 } CUlaunchAttribute;
 
 typedef struct {
@@ -173,8 +169,6 @@ typedef struct {
 } CUlaunchConfig;
 
 enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3, CU_MEMORYTYPE_UNIFIED = 4 };
-enum { CU_LAUNCH_ATTRIBUTE_IGNORE = 0, CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
-       CU_LAUNCH_ATTRIBUTE_PRIORITY = 8 };
 
 /* ---- compile-time checks of the declarations above against NVIDIA's layouts (layouts_gen.h) ---- */
 #define PV_DLAYOUT(type, field, macro) _Static_assert(offsetof(type, field) == (macro), #type "." #field)
@@ -316,6 +310,14 @@ PV_DSIZE(CUgraphEdgeData, PV_CUgraphEdgeData_st_SIZE);
 PV_DLAYOUT(CUgraphEdgeData, from_port, PV_CUgraphEdgeData_st_from_port);
 PV_DLAYOUT(CUgraphEdgeData, to_port, PV_CUgraphEdgeData_st_to_port);
 PV_DLAYOUT(CUgraphEdgeData, type, PV_CUgraphEdgeData_st_type);
+PV_DSIZE(CUlaunchAttribute, PV_CUlaunchAttribute_st_SIZE);
+PV_DLAYOUT(CUlaunchAttribute, value, PV_CUlaunchAttribute_st_value);
+PV_DSIZE(CUlaunchConfig, PV_CUlaunchConfig_st_SIZE);
+PV_DLAYOUT(CUlaunchConfig, blockDimX, PV_CUlaunchConfig_st_blockDimX);
+PV_DLAYOUT(CUlaunchConfig, sharedMemBytes, PV_CUlaunchConfig_st_sharedMemBytes);
+PV_DLAYOUT(CUlaunchConfig, hStream, PV_CUlaunchConfig_st_hStream);
+PV_DLAYOUT(CUlaunchConfig, attrs, PV_CUlaunchConfig_st_attrs);
+PV_DLAYOUT(CUlaunchConfig, numAttrs, PV_CUlaunchConfig_st_numAttrs);
 #undef PV_DLAYOUT
 #undef PV_DSIZE
 

@@ -10,7 +10,9 @@ Bounds (what a peer can make this object spend):
 - a payload buffer is `np.empty`: malloc'd, never zero-filled, so its pages are committed as the bytes land (glibc
   serves sizes above the mmap threshold from fresh mappings; smaller ones from the heap), not when a header
   merely announces a size;
-- the scratch buffer stops the socket being read once PAUSE_AT unconsumed bytes wait in it;
+- the scratch buffer stops the socket being read once PAUSE_AT unconsumed bytes wait in it, and reading resumes
+  once they are consumed down to RESUME_AT or the reader waits for more (flow_control.py: one mechanism, so a
+  session never waits for input with its socket unread);
 - every wait for bytes has a deadline (idle before a frame, the frame's own deadline once it started); a missed
   deadline raises TimeoutError and the server ends the session.
 """
@@ -28,6 +30,7 @@ import numpy as np
 
 from pyvgpu import wire
 from pyvgpu.protocol import FRAME_PREFIX_BYTES, MAX_HEADER_BYTES
+from pyvgpu_daemon.flow_control import FlowControl
 
 _PREFIX = struct.Struct("<I")
 
@@ -47,6 +50,7 @@ class FrameStream(asyncio.BufferedProtocol):
     PAUSE_AT = 64 << 10               # unconsumed scratch bytes before the socket stops being read: a thousand
                                       # pipelined small frames, and little of a bulk payload that arrives before
                                       # its header is parsed (the rest lands in its own buffer, or device memory)
+    RESUME_AT = 16 << 10              # ... and reading resumes once they are consumed down to this
     LOWAT_MAX = 1 << 20               # while a large payload arrives, wake for no less than this (SO_RCVLOWAT)
     WRITE_HIGH = 64 << 10             # unsent reply bytes above which the writer counts as paused; it resumes only
                                       # once everything is sent (low water 0), so drain() means "all sent" (a reply
@@ -62,9 +66,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
         self._draining = False
-        self._read_paused = False
-        self._write_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._flow: FlowControl | None = None     # pauses/resumes the transport (made with it)
         self.transport: asyncio.Transport | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed: asyncio.Future[None] | None = None     # done when the connection is lost
@@ -81,6 +83,7 @@ class FrameStream(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=self.WRITE_HIGH, low=0)
+        self._flow = FlowControl(self.transport, self.PAUSE_AT, self.RESUME_AT)
         sock = transport.get_extra_info("socket")
         if transport.get_extra_info("sslcontext") is None and sock is not None and \
                 sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -123,13 +126,12 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._set_lowat(left)     # never wait for bytes beyond the payload
         else:
             self._hi += nbytes
-            if self._hi - self._lo >= self.PAUSE_AT and not self._read_paused and self.transport is not None:
-                self._read_paused = True
-                self.transport.pause_reading()
             if self._parked and self.on_data is not None and not self._draining:
-                self.on_data()
+                self.on_data()            # consumes what it handles (_advance steers reading)
                 if not self._buffered():
                     return                # all handled: the reader keeps waiting for the next frame
+            if self._flow is not None:
+                self._flow.reading(self._hi - self._lo, False)    # the reader is woken below and consumes first
         self._wake()
 
     def eof_received(self) -> bool:
@@ -142,20 +144,16 @@ class FrameStream(asyncio.BufferedProtocol):
         self._wake()
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(None)
-        self._release_drain_waiters()
+        if self._flow is not None:
+            self._flow.lost()
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        if self._flow is not None:
+            self._flow.pause_writing()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
-        self._release_drain_waiters()
-
-    def _release_drain_waiters(self) -> None:
-        for w in self._drain_waiters:
-            if not w.done():
-                w.set_result(None)
-        self._drain_waiters.clear()
+        if self._flow is not None:
+            self._flow.resume_writing()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -170,9 +168,8 @@ class FrameStream(asyncio.BufferedProtocol):
         """Until more bytes, EOF or a drain request; TimeoutError at `deadline` (loop time)."""
         if self._draining:
             raise Draining()
-        if self._read_paused and self.transport is not None:
-            self._read_paused = False
-            self.transport.resume_reading()
+        if self._flow is not None:
+            self._flow.reading(self._hi - self._lo, True)     # whoever waits for bytes must be able to get them
         loop = self.event_loop()
         self._waiter = fut = loop.create_future()
         timer = loop.call_at(deadline, self._expire, fut) if deadline is not None else None
@@ -220,6 +217,9 @@ class FrameStream(asyncio.BufferedProtocol):
             self._lo = self._hi = 0
             if len(self._buf) > self.SCRATCH_KEEP:
                 self._buf = bytearray(self.SCRATCH_MIN)
+        flow = self._flow
+        if flow is not None and flow.read_paused:
+            flow.reading(self._hi - self._lo, False)
 
     async def readexactly(self, n: int, deadline: float | None = None) -> bytes | memoryview:
         """n bytes (bytes for small reads, a memoryview of an np.empty buffer for large ones);
@@ -358,15 +358,14 @@ class FrameStream(asyncio.BufferedProtocol):
             self.last_write = time.monotonic()
 
     async def drain(self) -> None:
-        if self._write_paused and self.transport is not None and not self.transport.is_closing():
-            fut = self.event_loop().create_future()
-            self._drain_waiters.append(fut)
-            await fut
+        """Until everything written is sent (or the connection is lost)."""
+        if self._flow is not None and self._flow.write_paused and not self.is_closing():
+            await self._flow.drain()
 
     @property
     def write_paused(self) -> bool:
         """More than WRITE_HIGH bytes were left unsent; stays True until everything is sent."""
-        return self._write_paused
+        return self._flow is not None and self._flow.write_paused
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()

@@ -98,7 +98,7 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
         "ComputePreemptionSupported": 1,
         "CanUseHostPointerForRegisteredMem": 0,
-        "CooperativeLaunch": 1,
+        "CooperativeLaunch": 0,                     # grid-wide synchronization: not offered yet
         "MaxSharedMemoryPerBlockOptin": lim.shared_per_block_optin,
         "CanFlushRemoteWrites": 0,
         "HostRegisterSupported": 0,

@@ -1,0 +1,59 @@
+"""FlowControl: the one place that pauses and resumes a connection's transport, in both directions.
+
+Reading. The receive buffer may hold at most `pause_at` unconsumed bytes before the socket stops being read, and
+reading is on again as soon as either
+- the consumer has taken the buffer down to `resume_at` bytes (hysteresis: a pipelining client would otherwise
+  flip the socket's epoll registration once per frame), or
+- someone waits for more bytes (a frame header longer than `pause_at`, a payload not yet complete, or simply the
+  next frame): a reader that waits always finds reading on.
+Every change of the buffer and every wait go through `reading()`, so reading cannot be left paused while the session
+waits for input (issue 23: a burst of small frames crossed the mark, the data callback consumed all of it, and
+nothing resumed reading: the session stalled until its idle timeout).
+
+Writing. The transport calls pause_writing/resume_writing; `drain()` waits on an asyncio.Event (never polling)
+until it resumed or the connection is lost. Modelled on uvicorn's protocols/http/flow_control.py.
+"""
+from __future__ import annotations
+
+import asyncio
+
+
+class FlowControl:
+    def __init__(self, transport: asyncio.Transport, pause_at: int, resume_at: int) -> None:
+        assert 0 <= resume_at < pause_at
+        self._transport = transport
+        self.pause_at = pause_at
+        self.resume_at = resume_at
+        self.read_paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    # -- reading
+    def reading(self, buffered: int, waiting: bool) -> None:
+        """The receive buffer now holds `buffered` unconsumed bytes; `waiting`: a reader waits for more."""
+        if self.read_paused:
+            if waiting or buffered <= self.resume_at:
+                self.read_paused = False
+                self._transport.resume_reading()
+        elif buffered >= self.pause_at and not waiting:
+            self.read_paused = True
+            self._transport.pause_reading()
+
+    # -- writing
+    @property
+    def write_paused(self) -> bool:
+        return not self._writable.is_set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def lost(self) -> None:
+        """The connection is gone: nothing will be written, nobody may wait to write."""
+        self._writable.set()
+
+    async def drain(self) -> None:
+        """Until the transport resumed writing (or the connection was lost)."""
+        await self._writable.wait()
