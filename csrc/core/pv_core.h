@@ -235,6 +235,10 @@ struct pv_device {
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
     _Atomic int refused;           /* a kernel refused for its image: every synchronizing call on the device
                                       reports it until a reset (launch.c: pv_refusal_after_sync) */
+    _Atomic uint64_t sent;         /* requests begun to this device (request.c) */
+    _Atomic uint64_t quiet_at;     /* `sent` when a blocking copy on stream quiet_stream finished with no other
+                                      request begun meanwhile: that stream had no work left (copy.c, streams.c) */
+    _Atomic uint64_t quiet_stream;
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);

@@ -96,3 +96,23 @@ def test_torch_emulated(tmp_path, daemon):
         assert proc.returncode == 0, proc.stdout
     assert not census.get("unsupported"), census["unsupported"]
     assert not census.get("missing"), census["missing"]
+
+
+def blocked_round_trips(tmp_path: Path, daemon, framework: str, steps: int) -> int:
+    stats = tmp_path / f"stats-{framework}-{steps}.txt"
+    env = {**os.environ, "CUPY_ACCELERATORS": "", "CUPY_CACHE_DIR": str(tmp_path / "cupy-cache")}
+    cmd = [sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", daemon.address, "--stats", str(stats), "--",
+           sys.executable, str(HERE / "fw_step.py"), framework, str(steps)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = next(ln.split() for ln in stats.read_text().splitlines() if ln.startswith("all "))
+    return int(row[3])
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_one_blocking_round_trip_per_step(tmp_path, daemon, framework):
+    """A step whose result the host reads costs one blocking round trip (the read): launches and cuBLAS calls are
+    fire-and-forget, and the stream synchronization the frameworks make after the read is answered locally."""
+    # 3 and 13 steps: CuPy's memory pool grows once in its first steps (one blocking MALLOC), not in a steady loop
+    few, more = (blocked_round_trips(tmp_path, daemon, framework, n) for n in (3, 13))
+    assert more - few == 10, (few, more)
