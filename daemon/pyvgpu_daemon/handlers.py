@@ -553,7 +553,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             err = exc.code
             if exc.sticky:
                 st.sticky = exc.code
-            level = logging.WARNING if exc.sticky else logging.INFO
+            # a session whose client is gone (its kernel cancelled): nobody to tell; its end is logged once
+            level = logging.DEBUG if session.closing else logging.WARNING if exc.sticky else logging.INFO
             log.log(level, "%s: %s failed: %s%s", session.tag(st.ordinal), spec.name, exc,
                     " (sticky)" if exc.sticky else "")
         except Exception:  # noqa: BLE001 - a backend bug must cost one op, not the daemon

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import ssl
 import sys
 import time
@@ -36,7 +35,7 @@ from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
-from pyvgpu_daemon.stream import Draining, FrameStream, StreamTimeout
+from pyvgpu_daemon.stream import ConnectionClosed, Draining, FrameStream, StreamTimeout
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -148,8 +147,7 @@ class Server:
 
         def on_connect(stream: FrameStream) -> None:
             if len(self._streams) >= self.bounds.max_sessions + self.bounds.max_handshaking:
-                log.warning("refusing a connection from %s: %d connections open", stream.get_extra_info("peername"),
-                            len(self._streams))
+                log.warning("refusing a connection from %s: %d connections open", stream.peer, len(self._streams))
                 assert stream.transport is not None
                 stream.transport.abort()
                 return
@@ -189,8 +187,7 @@ class Server:
 
     # ------------------------------------------------------------------ connections
     async def _connection(self, stream: FrameStream) -> None:
-        peer_info = stream.get_extra_info("peername")
-        peer = f"{peer_info[0]}:{peer_info[1]}" if isinstance(peer_info, tuple) else str(peer_info)
+        peer = stream.peer
         sid = self._next_session
         self._next_session += 1
         session = Session(sid, peer, self.backend, len(self._devices), hub=self.hub)
@@ -200,9 +197,6 @@ class Server:
         notify = False                   # tell the client why the daemon ends its session
         established = False
         try:
-            sock = stream.get_extra_info("socket")
-            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 await asyncio.wait_for(self._handshake(session, stream), self.bounds.handshake_timeout_s)
             except TimeoutError:
@@ -225,13 +219,20 @@ class Server:
             reason, notify = f"timed out: {exc}", established
         except wire.ProtocolError as exc:
             reason, notify = f"protocol error: {exc}", established
+        except ConnectionClosed as exc:
+            reason = f"connection lost: {exc}"
         except (ConnectionError, OSError) as exc:
             reason = f"connection lost: {exc.__class__.__name__}: {exc}"
         except asyncio.CancelledError:
             reason, notify = "daemon shutting down", True
-        except Exception:  # noqa: BLE001 - a bug in one session must not take the daemon down
-            log.exception("%s: internal error", session.tag())
-            reason, notify = "internal error (see traceback above)", established
+        except Exception as exc:  # noqa: BLE001 - a bug in one session must not take the daemon down
+            if stream.is_closing():
+                # Whatever a socket that closed under an operation raises (OSError, ValueError for its fd of -1,
+                # an SSL error, ...): the client went away; the session ends with this one line.
+                reason = f"connection lost: {exc.__class__.__name__}: {exc}"
+            else:
+                log.exception("%s: internal error", session.tag())
+                reason, notify = "internal error (see traceback above)", established
         finally:
             self._streams.discard(stream)
             await self._end_session(link, reason, notify)
@@ -662,6 +663,7 @@ class Server:
         released = 0
         futures = []
         loop = asyncio.get_running_loop()
+        busy = sum(1 for st in session.devices.values() if not st.worker.idle)
         for st in session.devices.values():
             if st.ctx is not None:
                 st.ctx.cancel()          # an orphaned kernel stops at its next check instead of running on
@@ -689,9 +691,10 @@ class Server:
         except Exception:  # noqa: BLE001
             pass
         if session.va_base or session.devices:
-            log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)", session.tag(),
+            log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)%s", session.tag(),
                      reason, sum(st.ops for st in session.devices.values()),
-                     sum(st.waited for st in session.devices.values()), released, len(session.devices))
+                     sum(st.waited for st in session.devices.values()), released, len(session.devices),
+                     f"; work in progress cancelled on {busy} device(s)" if busy else "")
         else:
             log.info("%s: connection from %s ended before a session began (%s)", session.tag(), session.peer,
                      reason)

@@ -43,6 +43,10 @@ class StreamTimeout(Exception):
     """A read missed its deadline (idle client, trickled frame); the message says which."""
 
 
+class ConnectionClosed(ConnectionError):
+    """The peer closed the connection inside a frame; the message says where."""
+
+
 class FrameStream(asyncio.BufferedProtocol):
     SCRATCH_MIN = 64 << 10            # scratch buffer of a quiet connection
     SCRATCH_KEEP = 256 << 10          # a scratch buffer grown past this is dropped once empty
@@ -58,6 +62,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def __init__(self, on_connect: Any) -> None:
         self._on_connect = on_connect
+        self.peer = "?"                   # the peer's address, as text
         self._buf = bytearray(self.SCRATCH_MIN)
         self._lo = 0
         self._hi = 0
@@ -84,10 +89,16 @@ class FrameStream(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=self.WRITE_HIGH, low=0)
         self._flow = FlowControl(self.transport, self.PAUSE_AT, self.RESUME_AT)
+        peer = transport.get_extra_info("peername")      # kept: a socket that closed has no peer name any more
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "an unknown peer (gone at once)"
         sock = transport.get_extra_info("socket")
-        if transport.get_extra_info("sslcontext") is None and sock is not None and \
-                sock.family in (socket.AF_INET, socket.AF_INET6):
-            self._sock = sock
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except (OSError, ValueError):     # already closed: the session ends at its first read
+                pass
+            if transport.get_extra_info("sslcontext") is None:
+                self._sock = sock
         # the loop, kept: asyncio.get_running_loop() makes a getpid() system call each time (per frame here)
         self.loop = asyncio.get_running_loop()
         self.closed = self.loop.create_future()
@@ -112,7 +123,7 @@ class FrameStream(asyncio.BufferedProtocol):
             try:
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
                 self._lowat = n
-            except OSError:
+            except (OSError, ValueError):     # closed under us (uvloop's socket then has fd -1: ValueError)
                 self._sock = None
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -199,10 +210,10 @@ class FrameStream(asyncio.BufferedProtocol):
         rate is measured on the bytes that arrive after this (server.py's link-rate samples)."""
         n = self._buffered()
         sock = self.get_extra_info("socket")
-        if sock is not None:
+        if sock is not None and not self.is_closing():
             try:
                 n += struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-            except OSError:
+            except (OSError, ValueError):     # closed under us (fd -1: ValueError)
                 pass
         return n
 
@@ -320,7 +331,7 @@ class FrameStream(asyncio.BufferedProtocol):
             n = wire.header_length(bytes(prefix))
             body = await self.readexactly(n, deadline)
         except asyncio.IncompleteReadError:
-            raise wire.ProtocolError("connection closed inside a frame header") from None
+            raise ConnectionClosed("closed inside a frame header") from None
         except TimeoutError:
             raise StreamTimeout(f"frame header not complete within {frame_s:.0f} s") from None
         return wire.unpack_header(bytes(body)), FRAME_PREFIX_BYTES + n
@@ -331,7 +342,7 @@ class FrameStream(asyncio.BufferedProtocol):
         try:
             return await self.readexactly(n, self.event_loop().time() + within_s)
         except asyncio.IncompleteReadError as exc:
-            raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {n} payload bytes") from None
+            raise ConnectionClosed(f"closed after {len(exc.partial)} of {n} payload bytes") from None
         except TimeoutError:
             raise StreamTimeout(f"{n}-byte payload not complete within {within_s:.0f} s (too slow)") from None
 
@@ -340,8 +351,7 @@ class FrameStream(asyncio.BufferedProtocol):
         try:
             await self._read_into(out, self.event_loop().time() + within_s)
         except asyncio.IncompleteReadError as exc:
-            raise wire.ProtocolError(f"connection closed after {len(exc.partial)} of {len(out)} payload bytes") \
-                from None
+            raise ConnectionClosed(f"closed after {len(exc.partial)} of {len(out)} payload bytes") from None
         except TimeoutError:
             raise StreamTimeout(f"{len(out)}-byte payload not complete within {within_s:.0f} s (too slow)") from None
 
