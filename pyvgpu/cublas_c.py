@@ -40,9 +40,11 @@ def _switch(fn: str, cases: list[tuple[int, str]], default: str) -> list[str]:
     return out
 
 
-def header() -> str:
-    out = [GENERATED, "#ifndef PVB_CUBLAS_GEN_H", "#define PVB_CUBLAS_GEN_H", "", "#include <stdint.h>", ""]
-    out += [f"#define PVB_{name} {value}" for value, name, _ in S.STATUSES]
+def helpers() -> list[str]:
+    """What every table's generated C shares (libvcublasLt's header too): statuses and their strings, data types,
+    versions, the expression functions of cublas_spec (pvb_max, pvb_dtype_size, pvb_is_complex, pvb_real_of,
+    pvb_gemm_scale_type) and the status <-> cudaError_t mapping."""
+    out = [f"#define PVB_{name} {value}" for value, name, _ in S.STATUSES]
     out += [f"#define PVB_{t.name} {t.value}" for t in S.DATA_TYPES]
     out += [f"#define PVB_CUBLAS_VERSION {S.CUBLAS_VERSION}", f"#define PVB_CUDART_VERSION {S.CUDART_VERSION}",
             f"#define PVB_VER_MAJOR {S.CUBLAS_VER[0]}", f"#define PVB_VER_MINOR {S.CUBLAS_VER[1]}",
@@ -75,6 +77,12 @@ def header() -> str:
                    str(errs["cudaErrorUnknown"]))
     out += _switch("pvb_status_of_cuda", [(0, "0")] + [(errs[ce], str(S.STATUS[st])) for st, ce in S.STATUS_CUDA],
                    str(S.STATUS["CUBLAS_STATUS_EXECUTION_FAILED"]))
+    return out
+
+
+def header() -> str:
+    out = [GENERATED, "#ifndef PVB_CUBLAS_GEN_H", "#define PVB_CUBLAS_GEN_H", "", "#include <stdint.h>", ""]
+    out += helpers()
     for fam in S.FAMILIES:
         out += [f"/* {fam.name} ({fam.code}): {fam.doc} */", f"struct pvb_args_{fam.name} {{"]
         out += [f"    int64_t {a.name};" for a in fam.args]

@@ -581,35 +581,40 @@ LOCAL_ENTRIES: tuple[str, ...] = (
 _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp, ast.Add,
                   ast.Sub, ast.Mult, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.IfExp,
                   ast.Call, ast.Name, ast.Load, ast.Constant)
-_CODE_CACHE: dict[str, CodeType] = {}
+_CODE_CACHE: dict[tuple[str, int], CodeType] = {}    # (expression, id of the table's functions)
 
 
-def _parse(expr: Expr) -> ast.Expression:
+def _parse(expr: Expr, functions: Mapping[str, Callable[..., Any]] = FUNCTIONS) -> ast.Expression:
     tree = ast.parse(expr, mode="eval")
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise ValueError(f"cublas_spec: {type(node).__name__} not allowed in {expr!r}")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in functions):
             raise ValueError(f"cublas_spec: unknown function in {expr!r}")
         if isinstance(node, ast.Constant) and not isinstance(node.value, int):
             raise ValueError(f"cublas_spec: only integer literals in {expr!r}")
     return tree
 
 
-def evaluate(expr: Expr, values: Mapping[str, Any]) -> Any:
-    """Value of a table expression for the given argument values (ints; pointers as ints)."""
-    code = _CODE_CACHE.get(expr)
+def evaluate(expr: Expr, values: Mapping[str, Any], constants: Mapping[str, int] = CONSTANTS,
+             functions: Mapping[str, Callable[..., Any]] = FUNCTIONS) -> Any:
+    """Value of a table expression for the given argument values (ints; pointers as ints). Another table (the
+    cuBLASLt one) passes its own constants and functions."""
+    key = (expr, id(functions))
+    code = _CODE_CACHE.get(key)
     if code is None:
-        code = _CODE_CACHE[expr] = compile(_parse(expr), f"<cublas_spec {expr}>", "eval")
-    return eval(code, {"__builtins__": {}, **FUNCTIONS, **CONSTANTS}, dict(values))  # noqa: S307 (table text only)
+        code = _CODE_CACHE[key] = compile(_parse(expr, functions), f"<cublas_spec {expr}>", "eval")
+    return eval(code, {"__builtins__": {}, **functions, **constants}, dict(values))  # noqa: S307 (table text only)
 
 
 _C_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _C_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
 
-def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n) -> str:
-    """The C translation of a table expression; `name_of` maps an argument name to its C lvalue."""
+def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n, constants: Mapping[str, int] = CONSTANTS,
+           functions: Mapping[str, Callable[..., Any]] = FUNCTIONS) -> str:
+    """The C translation of a table expression; `name_of` maps an argument name to its C lvalue (a function f of
+    the table is called as pvb_f in C)."""
 
     def emit(node: ast.AST) -> str:
         if isinstance(node, ast.Expression):
@@ -632,14 +637,14 @@ def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n) -> str:
         if isinstance(node, ast.Call):
             return f"pvb_{node.func.id}(" + ", ".join(emit(a) for a in node.args) + ")"
         if isinstance(node, ast.Name):
-            if node.id in CONSTANTS:
-                return f"{CONSTANTS[node.id]}"
+            if node.id in constants:
+                return f"{constants[node.id]}"
             return name_of(node.id)
         if isinstance(node, ast.Constant):
             return f"{node.value}"
         raise ValueError(f"cublas_spec: cannot translate {ast.dump(node)}")
 
-    return emit(_parse(expr))
+    return emit(_parse(expr, functions))
 
 
 # ----------------------------------------------------------------------------------------------- checks

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 if not __package__:  # run as a script by the C build, before the package is installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyvgpu import cublas_spec as _blas  # noqa: E402
+from pyvgpu import cublaslt_spec as _lt  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 PROTOCOL_VERSION = 3
@@ -182,7 +183,7 @@ A, S, PIN, POUT, ND, DET, Z = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpF
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
-# 450-499 hardening and performance.
+# 450-499 hardening and performance, 500-559 cuBLASLt.
 OPS: tuple[OpSpec, ...] = (
     op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
@@ -306,6 +307,10 @@ OPS: tuple[OpSpec, ...] = (
        "cublasSetWorkspace (ptr 0, size 0: the library's own)"),
     *(op(f.code, f.name, _blas.wire_args(f), "nil", A | POUT if _blas.has_result(f) else A, f.doc)
       for f in _blas.FAMILIES),
+    # cuBLASLt (pyvgpu/cublaslt_spec.py): descriptors live on the client; a matmul carries the descriptor's and the
+    # four layouts' attributes, so it is one fire-and-forget frame ordered on its stream.
+    op(_lt.OP_LT_MATMUL, "LT_MATMUL", _lt.wire_args(), "nil", A,
+       "cublasLtMatmul: D = epilogue(alpha op(A) op(B) + beta C), the arguments of cublaslt_spec.matmul_wire()"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).

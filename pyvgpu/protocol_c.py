@@ -132,7 +132,7 @@ def _payload_got() -> list[str]:
 def _sync_tail(op: P.OpSpec) -> list[str]:
     if op.name in P.SYNC_POINTS:
         return ["    pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */",
-                "    err = pv_refusal_after_sync(d, err);"]
+                "    err = pv_sync_result(d, err);       /* a refused module's kernel was used: its error */"]
     return []
 
 

@@ -7,17 +7,9 @@
 
 #include "pv_graph.h"
 
-cudaError_t pv_module_use(struct pv_fatbin *fb, struct pv_device *d)
-{
-    cudaError_t err = pv_module_ensure(fb, d);
-    if (err != PV_SUCCESS && err != PV_ERR_UNAVAILABLE)
-        atomic_store(&d->refused, (int)err);
-    return err;
-}
-
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
 {
-    cudaError_t err = pv_module_use(f->fb, d);
+    cudaError_t err = pv_module_ensure(f->fb, d);
     if (err != PV_SUCCESS)
         return err;
     if (!f->dev[d->index]) {
@@ -27,18 +19,6 @@ cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo
     }
     *out = f->dev[d->index];
     return PV_SUCCESS;
-}
-
-cudaError_t pv_refusal_after_sync(struct pv_device *d, cudaError_t err)
-{
-    int refused = atomic_load(&d->refused);
-    if (err != PV_SUCCESS || !refused)
-        return err;
-    static atomic_int once;
-    pv_log_once(&once, "a kernel of GPU%d was refused (%s): every synchronizing call on it reports that until the "
-                "device is reset, so that no result is read that no kernel computed", d->index,
-                pv_err_name((cudaError_t)refused));
-    return (cudaError_t)refused;
 }
 
 static int config_ok(const struct pv_device *d, dim3 grid, dim3 block)
@@ -57,10 +37,8 @@ static cudaError_t launch_check(struct pv_func *f, struct pv_device *d, dim3 gri
     if (!config_ok(d, grid, block))
         return PV_cudaErrorInvalidConfiguration;
     cudaError_t err = pv_kinfo_get(f, d, ki);
-    if (err != PV_SUCCESS) {
-        atomic_store(&d->refused, (int)err);
+    if (err != PV_SUCCESS)
         return err;
-    }
     if ((*ki)->max_threads > 0 && (uint64_t)block.x * block.y * block.z > (uint64_t)(*ki)->max_threads)
         return PV_cudaErrorLaunchOutOfResources;
     /* More dynamic shared memory than the default (48 KiB minus static) needs the attribute raised first. */

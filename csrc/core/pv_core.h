@@ -233,8 +233,7 @@ struct pv_device {
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
-    _Atomic int refused;           /* a kernel refused for its image: every synchronizing call on the device
-                                      reports it until a reset (launch.c: pv_refusal_after_sync) */
+    _Atomic int refused;           /* a refused module's kernel was used: every synchronization reports it */
     _Atomic uint64_t sent;         /* requests begun to this device (request.c) */
     _Atomic uint64_t quiet_at;     /* `sent` when a blocking copy on stream quiet_stream finished with no other
                                       request begun meanwhile: that stream had no work left (copy.c, streams.c) */
@@ -316,12 +315,6 @@ int pv_region_find(const void *p, struct pv_region_info *out);   /* host or devi
 int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
 void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
-/* After a synchronizing op on d answered err: once a kernel of d was refused (a launch, a kernel handle or a
- * kernel's attributes asked for, its module's image refused, or the kernel missing), every synchronizing op on d
- * fails with that error until the device is reset, as a sticky fault does: a program that ignored the refusal
- * (CuPy's CUB wrappers discard CUB's errors, and CUB caches a failed attribute query) must not read a result no
- * kernel computed. */
-cudaError_t pv_refusal_after_sync(struct pv_device *d, cudaError_t err);
 /* refusal.c: one line on why d refused a module image (SASS only on the emulated GPU: once per library, named by
  * origin, an address inside the library that held the image). */
 void pv_explain_refusal(const void *image, size_t size, const void *origin, struct pv_device *d, cudaError_t err);
@@ -374,10 +367,17 @@ struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, con
 struct pv_func *pv_func_by_host(const void *host_fun);
 int pv_func_valid(const struct pv_func *f);
 struct pv_var *pv_var_by_host(const void *host_var);
+/* fb loaded on d (MODULE_LOAD at first use). A refusal is latched in fb and returned again at every use; used by
+ * pv_module_ensure, it is also latched on d (pv_refusal_latch), since the call that meets it (a launch, a lazily
+ * loaded library's kernel lookup) may be one whose error the program ignores. pv_module_load_now is the explicit
+ * load (cuModuleLoadData & co.), whose caller gets the refusal directly. */
 cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d);
-/* pv_module_ensure for a use of the module's kernels (a launch, a kernel handle, a kernel's attributes): a refusal
- * is also kept for pv_refusal_after_sync. */
-cudaError_t pv_module_use(struct pv_fatbin *fb, struct pv_device *d);
+cudaError_t pv_module_load_now(struct pv_fatbin *fb, struct pv_device *d);
+/* refusal.c: a kernel of a module the daemon refused was used on d; every later synchronizing call on d answers
+ * with err instead of success (sticky until a device reset), so no program reads, as a result, memory that no
+ * kernel wrote. */
+void pv_refusal_latch(struct pv_device *d, cudaError_t err);
+cudaError_t pv_sync_result(struct pv_device *d, cudaError_t err);   /* after a SYNC_POINTS op answered err */
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
 struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };

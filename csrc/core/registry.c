@@ -461,7 +461,7 @@ static void adopt_names(struct pv_fatbin *fb, const msgpack_object *kernels, con
     }
 }
 
-cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
+cudaError_t pv_module_load_now(struct pv_fatbin *fb, struct pv_device *d)
 {
     int di = d->index;
     pthread_mutex_lock(&fb->mu);
@@ -511,6 +511,14 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
     }
     pv_reply_free(&rep);
     pthread_mutex_unlock(&fb->mu);
+    return err;
+}
+
+cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
+{
+    cudaError_t err = pv_module_load_now(fb, d);
+    if (err != PV_SUCCESS && err != PV_ERR_UNAVAILABLE)
+        pv_refusal_latch(d, err);
     return err;
 }
 

@@ -9,7 +9,6 @@
 cudaError_t pv_device_reset(struct pv_device *d)
 {
     cudaError_t err = pv_call_DEVICE_RESET(d);
-    atomic_store(&d->refused, 0);          /* a refused launch is forgotten with everything else of the device */
     if (err != PV_SUCCESS)
         return err;
     pv_alloc_forget_device(d->index);
@@ -17,6 +16,7 @@ cudaError_t pv_device_reset(struct pv_device *d)
     pv_pools_forget_device(d->index);
     pv_coherence_forget_device(d->index);
     pv_peers_forget_device(d->index);
+    atomic_store(&d->refused, 0);   /* a new context: its modules are loaded anew */
     d->flags = 0;
     return PV_SUCCESS;
 }

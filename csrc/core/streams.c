@@ -94,7 +94,7 @@ cudaError_t pv_stream_sync(cudaStream_t s)
         return err;
     uint64_t at = atomic_load(&d->quiet_at);
     if (at && atomic_load(&d->quiet_stream) == remote && atomic_load(&d->sent) == at)
-        return pv_refusal_after_sync(d, PV_SUCCESS);
+        return pv_sync_result(d, PV_SUCCESS);
     return pv_call_STREAM_SYNC(d, remote);
 }
 cudaError_t pv_stream_query(cudaStream_t s) { return stream_simple(s, pv_call_STREAM_QUERY); }

@@ -89,7 +89,7 @@ static CUresult module_load(CUmodule *out, const void *image, int copy)
     struct pv_fatbin *fb = pv_fatbin_from_image(image, copy);
     if (!fb)
         return CUDA_ERROR_INVALID_IMAGE;
-    r = drv_result(pv_module_ensure(fb, d));
+    r = drv_result(pv_module_load_now(fb, d));
     if (r == CUDA_SUCCESS)
         r = dmod_new(fb, drv_ctx_top(), d->index, out);
     if (r != CUDA_SUCCESS)
@@ -285,7 +285,7 @@ PV_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary lib, const char *nam
     struct pv_func *f = pv_fatbin_func(lib->fb, name);
     struct pv_device *d;
     if (!f && drv_cur_device(&d) == CUDA_SUCCESS) {
-        r = drv_result(pv_module_use(lib->fb, d));
+        r = drv_result(pv_module_ensure(lib->fb, d));
         if (r != CUDA_SUCCESS)
             return r;
         if (!(f = pv_fatbin_func(lib->fb, name)))

@@ -2,7 +2,8 @@
 built once with `nvcc -cudart shared` (default fatbin compression) and run unmodified through libvcudart on an
 emulated GPU. Each checks its results against host computations and prints PASS; they cover warp-level code with
 warpSize, recursion and function pointers, kernel parameter addresses, shared-memory histograms, bisection with
-shared-memory compaction, and thrust/CUB device algorithms."""
+shared-memory compaction, thrust/CUB device algorithms, and the reduction patterns of NVIDIA's reduction sample
+and cooperative groups."""
 from __future__ import annotations
 
 import pytest
@@ -15,6 +16,9 @@ PROGRAMS = {
     "emu_histogram.cu": ("262144",),  # per-warp shared-memory atomics, 8-bit per-thread counters
     "emu_eigen.cu": (),               # bisection: shared intervals, scans in device functions, offsets of -1
     "emu_thrust.cu": ("5000",),       # thrust sort/scan/reduce/copy_if, CUB radix sort/scan/reduce/select
+    "emu_reduce.cu": (),              # the reduction sample's patterns on 16M ints: ballot-masked shfl_down,
+                                      # tiles of 1-1024 threads (cg::reduce, named barriers with counts),
+                                      # coalesced_threads, labeled_partition
 }
 
 

@@ -53,9 +53,8 @@ def test_highest_arch_not_above_device(build):
     assert sorted(e.arch for e in fatbin.parse_image(img) if e.is_ptx) == [75, 80]
     assert ".target sm_75" in fatbin.select_ptx(img, 75)
     assert ".target sm_80" in fatbin.select_ptx(img, 86)
-    with pytest.raises(CudaError) as e:
-        fatbin.select_ptx(img, 70)
-    assert e.value.code == 209
+    # only newer PTX than the device: the newest one (CuPy's CUB kernels carry compute_120 alone)
+    assert ".target sm_80" in fatbin.select_ptx(img, 70)
 
 
 def test_no_ptx_names_the_kernel(build):
@@ -63,7 +62,8 @@ def test_no_ptx_names_the_kernel(build):
     with pytest.raises(CudaError) as e:
         fatbin.select_ptx(img, 75)
     assert e.value.code == 209      # cudaErrorNoKernelImageForDevice
-    assert "addOne" in e.value.message
+    assert "addOne" in e.value.message and "the emulated GPU runs PTX" in e.value.message
+    assert "\n" not in e.value.message and "sm_75" in e.value.message
 
 
 def test_wrapper_prefix_and_corrupt_images(build):

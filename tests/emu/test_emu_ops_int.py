@@ -481,3 +481,29 @@ def test_slct():
     cf = np.array([-0.0, -1e-40, 3.0, np.nan, -np.inf], np.float32)
     got = alu("slct.f32.f32").fn(np.float32(1.5), np.float32(-2.5), cf)
     assert got.tolist() == [1.5, -2.5, 1.5, -2.5, -2.5]
+
+
+@pytest.mark.parametrize("spec", ["min.u16x2", "max.u16x2", "min.s16x2", "max.s16x2", "min.relu.s16x2",
+                                  "max.relu.s16x2", "min.relu.s32", "max.relu.s32"])
+def test_packed_and_relu_min_max(spec):
+    # PTX ISA 8.0 (sm_90, in CuPy's compute_120 CUB kernels): each 16-bit half on its own; .relu clamps at 0
+    op = alu(spec)
+    is_max, relu = spec.startswith("max"), ".relu" in spec
+    pick = max if is_max else min
+    halves = spec.endswith("16x2")
+    t = "s16" if "s16" in spec or not halves else "u16"
+    a = [RNG.getrandbits(32) for _ in range(200)] + [0x8000FFFF, 0x7FFF0000, 0]
+    b = [RNG.getrandbits(32) for _ in range(200)] + [0xFFFF8000, 0x00007FFF, 0xFFFFFFFF]
+    if halves:
+        exp = []
+        for x, y in zip(a, b):
+            r = 0
+            for sh in (0, 16):
+                v = pick(wrap(x >> sh, t), wrap(y >> sh, t))
+                r |= ((max(v, 0) if relu else v) & 0xFFFF) << sh
+            exp.append(r)
+        got = op.fn(np.array(a, np.uint32), np.array(b, np.uint32))
+    else:
+        exp = [max(pick(wrap(x, "s32"), wrap(y, "s32")), 0) for x, y in zip(a, b)]
+        got = op.fn(np.array(a, np.uint32).view(np.int32), np.array(b, np.uint32).view(np.int32))
+    assert [int(v) for v in np.asarray(got)] == exp

@@ -71,11 +71,11 @@ def test_shfl_modes_range_predicate_and_segments():
 
 def test_shfl_in_partial_warp():
     out = run(SHFL, 40, 40 * 8).reshape(40, 8)
-    # lanes 32..39 form a warp of 8: source lanes beyond the block do not exist, so lanes read their own value
+    # lanes 32..39 form a warp of 8: source lanes 40.. do not exist; the ISA leaves their value unpredictable and
+    # NVIDIA's GPUs read 0 there (the range predicate stays true: it depends on the clamp only)
     lane = np.arange(8)
-    got = out[32:, 0]
-    exp = np.where(lane + 3 < 8, (32 + lane + 3) * 10, (32 + lane) * 10)
-    np.testing.assert_array_equal(got, exp)
+    np.testing.assert_array_equal(out[32:, 0], np.where(lane + 3 < 8, (32 + lane + 3) * 10, 0))
+    np.testing.assert_array_equal(out[32:, 4], 1)
 
 
 BARRIER_EXIT = """
@@ -257,7 +257,8 @@ def test_out_of_range_shared_access_is_an_error():
 
 
 @pytest.mark.parametrize("line", ["ld.global.weird.u32 %r1, [%rd1];", "shfl.sync.sideways.b32 %r1, %r1, 1, 31, -1;",
-                                  "add.q32 %r1, %r1, 1;", "bar.arrive 0, 32;"])
+                                  "add.q32 %r1, %r1, 1;", "bar.sync 16;", "bar.arrive 1;",
+                                  "bar.sync 1, 48;"])
 def test_unsupported_instructions_fail_at_load_naming_them(line):
     body = ".visible .entry k(.param .u64 out)\n{\n.reg .b32 %r<3>; .reg .b64 %rd<3>;\n" + line + "\nret;\n}\n"
     mem = DeviceMemory(1 << 40, 1 << 20)
@@ -266,12 +267,32 @@ def test_unsupported_instructions_fail_at_load_naming_them(line):
     assert e.value.code == 218 and "line 7" in e.value.message
 
 
-def test_ptx_for_a_newer_target_is_refused():
-    body = ".visible .entry k(.param .u64 out)\n{\nret;\n}\n"
+def test_ptx_for_a_newer_target_is_translated_and_unimplemented_instructions_refused_at_load():
+    # PTX ISA 9.2 for sm_120 (what nvcc/NVRTC 13.x emit for CuPy's CUB kernels) runs when it uses what the emulator
+    # implements; an instruction it does not implement fails the load, named with its line, never a launch
+    body = """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<4>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r1;
+  ret;
+}
+"""
+    src = ".version 9.2\n.target sm_120\n.address_size 64\n" + body
     mem = DeviceMemory(1 << 40, 1 << 20)
+    mod = EmuModule.load(src.encode(), mem, sm=75)
+    assert mod.kernels["k"].attrs["ptx_version"] == 120
+    out = mem.alloc(64 * 4)
+    mod.launch("k", (1, 1, 1), (64, 1, 1), 0, struct.pack("<Q", out))
+    np.testing.assert_array_equal(np.frombuffer(bytes(mem.read(out, 256)), np.uint32), np.arange(64))
+    bad = src.replace("mov.u32 %r1, %tid.x;", "mov.u32 %r1, %tid.x;\n  tcgen05.fence::before_thread_sync;")
     with pytest.raises(CudaError) as e:
-        EmuModule.load((head(90) + body).encode(), mem, sm=75)
-    assert e.value.code == 209
+        EmuModule.load(bad.encode(), mem, sm=75)
+    assert e.value.code == 218 and "tcgen05.fence" in e.value.message and "line 10" in e.value.message
 
 
 def test_spin_wait_on_a_flag_set_by_a_later_warp_completes():

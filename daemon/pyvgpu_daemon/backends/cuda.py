@@ -25,7 +25,7 @@ import numpy as np
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
                              VA_WINDOW_BYTES)
-from pyvgpu_daemon.backends import cublas_cuda
+from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
 from pyvgpu_daemon.backends.cuda_clock import EventClock
@@ -140,9 +140,10 @@ def elf_global_names(elf: bytes) -> list[str]:
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, driver: Any = None, cublas: Any = None) -> None:
+    def __init__(self, driver: Any = None, cublas: Any = None, cublaslt: Any = None) -> None:
         self.drv = driver or _load_driver()
         self.cublas = cublas           # a cublas_cuda.Cublas (tests inject one); None: loaded on first use
+        self.cublaslt = cublaslt       # a cublaslt_cuda.CublasLt, likewise
         check(self.drv.cuInit(0), "cuInit")
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
@@ -211,7 +212,7 @@ class CudaBackend(Backend):
         # Ordinary allocations live where the driver puts them; managed and mapped ones are placed in the session's
         # window (va_base + ordinal * VA_WINDOW_BYTES) when the driver honours the address hint, because the client
         # maps their host copy at the same address.
-        return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES)
+        return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES, self.cublaslt)
 
 
 @dataclass
@@ -225,10 +226,12 @@ class _Event:
 class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
-    def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0) -> None:
+    def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None) -> None:
         self.drv = drv
         self.ordinal = ordinal
         self._cublas = cublas
+        self._cublaslt = cublaslt
+        self._lt: cublaslt_cuda.LtSession | None = None     # this context's cuBLASLt handle and plans, on first use
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
         self._hint = window                      # next address to ask for in this session's window
@@ -580,8 +583,23 @@ class CudaContext(CudaArrays, DeviceContext):
                   args: dict[str, Any]) -> bytes | None:
         return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
+    # ------------------------------------------------------------------ cuBLASLt (backends/cublaslt_cuda.py)
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        if self._lt is None:
+            self._lt = cublaslt_cuda.LtSession(self._cublaslt or cublaslt_cuda.library())
+        self._lt.matmul(cublas_cuda.stream_pointer(stream), args)
+
+    def _lt_close(self) -> None:
+        if self._lt is not None:
+            try:
+                self._lt.close()
+            except Exception as exc:  # noqa: BLE001 - the context goes anyway
+                log.warning("device %d: releasing cuBLASLt failed: %s", self.ordinal, exc)
+            self._lt = None
+
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).
+        self._lt_close()
         self.clock.drop()                            # its anchors go with the context
         self._release_all_vmm()
         try:
@@ -590,6 +608,7 @@ class CudaContext(CudaArrays, DeviceContext):
             self.ctx = self._create()
 
     def close(self) -> None:
+        self._lt_close()
         self.clock.drop()
         self._release_all_vmm()                      # physical allocations outlive a context: give them back
         try:

@@ -24,6 +24,7 @@ from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFER
                              LIMIT_NAMES, MAX_STDOUT_BYTES, VA_WINDOW_BYTES)
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
+from pyvgpu_daemon.blas import lt
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.limits import EmuLimits
@@ -537,6 +538,9 @@ class EmuContext(EmuArrays, DeviceContext):
         # One ordered worker per (session, device): the call runs after everything queued before it, as on its
         # stream; math modes only allow a GPU to be less precise, the emulation always computes as documented.
         return blas.execute(family, self.mem, args)
+
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        lt.execute(self.mem, args)       # in the worker's order, as on its stream (see blas_call)
 
     def reset(self) -> None:
         self.mem.free_all()

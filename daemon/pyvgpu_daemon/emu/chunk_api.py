@@ -80,14 +80,21 @@ class ChunkAPI(ABC):
     def lcopy(self, dst, src, n: int, sel) -> None:
         """Copy n bytes of local memory from frame address src to dst in every selected lane."""
 
-    # ---- CTA barriers
-    @abstractmethod
-    def check_bar_count(self, cnt, line: int) -> None:
-        """Refuse a barrier thread count other than the CTA size (cudaErrorInvalidPtx)."""
-
+    # ---- CTA barriers (runtime/barriers.py)
     @abstractmethod
     def cta_reduce(self, p, kind: str, _unused) -> np.ndarray:
-        """Converged bar.red: 'popc' (uint32 count), 'and' or 'or' of p over each CTA, per lane."""
+        """Converged bar.red completing at once: 'popc' (uint32 count), 'and' or 'or' of p over each CTA, per
+        lane."""
+
+    @abstractmethod
+    def bar_all(self, kind: str, a, b, line: int) -> bool:
+        """Every lane executes barrier `a` ('sync', 'red' or 'arrive'; thread count b, None: all threads): True
+        when it completes at once for all of them, else the lanes are parked (their pc set by the caller)."""
+
+    @abstractmethod
+    def bar_wait(self, m, kind: str, a, b, line: int) -> None:
+        """The lanes of m arrive at barrier `a` (count b): they park, and the barriers that complete release
+        their warps (the lanes' pc set by the caller)."""
 
     # ---- warp operations
     @abstractmethod

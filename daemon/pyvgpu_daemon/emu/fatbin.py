@@ -165,22 +165,26 @@ def elf_kernel_names(elf: bytes) -> list[str]:
 
 
 def select_ptx(image: bytes, sm: int = 75, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
-    """The PTX text of the highest architecture not above `sm`.
+    """The PTX text of the highest architecture not above `sm`; when the image holds only PTX for newer
+    architectures (CuPy's prebuilt CUB kernels: compute_120 alone), the newest of those: the emulator translates
+    it and refuses, by name at load, only the instructions it does not implement.
 
-    No PTX at all (or only PTX for newer architectures) → cudaErrorNoKernelImageForDevice naming the kernels
-    found in the image's cubins.
+    No PTX at all (SASS only: a library built for real GPUs) → cudaErrorNoKernelImageForDevice, one line naming
+    the kernels found in the image's cubins and saying that the emulated GPU runs PTX.
     """
     entries = parse_image(image, max_bytes)
-    ptx = [e for e in entries if e.is_ptx and e.arch <= sm]
+    ptx = [e for e in entries if e.is_ptx]
     if not ptx:
         names: list[str] = []
         for e in entries:
             if e.kind == KIND_ELF:
                 names.extend(n for n in elf_kernel_names(e.data) if n not in names)
-        archs = sorted({f"{'ptx' if e.is_ptx else 'sm'}_{e.arch}" for e in entries})
+        archs = sorted({e.arch for e in entries if e.kind == KIND_ELF})
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         raise CudaError("cudaErrorNoKernelImageForDevice",
-                        f"no PTX for sm_{sm} or below in the fatbin (it holds {', '.join(archs) or 'nothing'}); "
-                        f"the emulator needs PTX to run kernel(s) {', '.join(names) or '(unknown)'}; "
-                        f"rebuild with -gencode arch=compute_{sm},code=compute_{sm} or similar")
-    best = max(ptx, key=lambda e: e.arch)
+                        f"the image holds no PTX, only SASS for {', '.join(f'sm_{a}' for a in archs) or 'nothing'} "
+                        f"(kernels {shown or 'unknown'}): the emulated GPU runs PTX; rebuild with "
+                        f"-gencode arch=compute_{sm},code=compute_{sm} or run it on a real GPU")
+    older = [e for e in ptx if e.arch <= sm]
+    best = max(older or ptx, key=lambda e: e.arch)
     return best.data.rstrip(b"\0").decode("utf-8", errors="replace")

@@ -202,9 +202,31 @@ def build_abs_neg(instr, is_neg):
 
 
 def build_min_max(instr, is_max):
-    types, flags = split_mods(instr, ())
+    """min/max{.relu}: integer types, .s32 with .relu (negative results become 0), and the packed
+    .u16x2/.s16x2 (PTX ISA 8.0, sm_90: each 16-bit half separately, in a .b32 register)."""
+    types, flags = split_mods(instr, {"relu", "u16x2", "s16x2"})
+    uf = np.maximum if is_max else np.minimum
+    packed = [f for f in flags if f in ("u16x2", "s16x2")]
+    relu = "relu" in flags
+    if packed:
+        if types or len(packed) != 1 or (relu and packed[0] != "s16x2"):
+            raise Unsupported("type")
+        dt = np.dtype(np.int16 if packed[0] == "s16x2" else np.uint16)
+
+        def fn(a, b):
+            a = np.ascontiguousarray(np.broadcast_arrays(np.asarray(a, np.uint32), np.asarray(b, np.uint32))[0])
+            b = np.ascontiguousarray(np.broadcast_to(np.asarray(b, np.uint32), a.shape))
+            r = uf(a.reshape(a.shape + (1,)).view(dt), b.reshape(b.shape + (1,)).view(dt))
+            if relu:
+                r = np.maximum(r, dt.type(0))
+            return r.view(np.uint32).reshape(a.shape)
+        return AluOp(fn, ("b32", "b32"), ("b32",))
     t = _itype(types)
-    return AluOp(np.maximum if is_max else np.minimum, (t, t), (t,))
+    if relu:
+        if t != "s32":
+            raise Unsupported(".relu needs .s32 or .s16x2")
+        return AluOp(lambda a, b: np.maximum(uf(a, b), np.int32(0)), (t, t), (t,))
+    return AluOp(uf, (t, t), (t,))
 
 
 def build_sad(instr):

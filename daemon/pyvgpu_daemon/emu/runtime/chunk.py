@@ -1,12 +1,13 @@
 """Chunk: the state of one chunk of CTAs during a launch, and the scheduler that runs its block functions.
 
 Chunk implements ChunkAPI (the `S` of generated code) from one mixin per concern: special registers and
-parameters (special.py), memory spaces (spaces.py), barriers and warp operations (collective.py), device-side
+parameters (special.py), memory spaces (spaces.py), CTA barriers (barriers.py), warp operations (collective.py), device-side
 calls (calls.py), call frames of out-of-line functions (frames.py), texture and surface instructions (texunit.py).
 The state those mixins share is set up here:
 
     T, ncta, cta0, ctasize        lanes, CTAs in the chunk, index of its first CTA, threads per CTA
     pc, st, zeros, barpred, barsite   see ChunkAPI
+    barid, barcnt, _pend          named barriers: see barriers.py
     lin_in_cta, cta_local, laneid, warp, warp_first, nwarps   lane geometry (Launch.geometry, shared, read-only)
     smem, shared_size, cta_off    the chunk's shared memory and each lane's CTA base offset in it
     lmem, frame, lane_off         the chunk's local memory (`frame` bytes per lane: the kernel's static frame,
@@ -23,8 +24,9 @@ import numpy as np
 
 from pyvgpu_daemon.errors import CudaError
 
-from ..chunk_api import ALL_EXITED, BAR, EXIT, RUN, WAIT, ChunkAPI
+from ..chunk_api import ALL_EXITED, RUN, ChunkAPI
 from ..layout import init_bytes
+from .barriers import CtaBarriers
 from .calls import DeviceCalls
 from .collective import Collectives
 from .frames import CallFrames
@@ -36,7 +38,7 @@ _CHECK_EVERY = 64          # scheduler steps between checks of the instruction b
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
-class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, TextureUnit, ChunkAPI):
+class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls, CallFrames, TextureUnit, ChunkAPI):
     """State of one chunk of CTAs during a launch: the `S` of the generated code."""
 
     def __init__(self, launch, cta0: int, ncta: int) -> None:
@@ -70,6 +72,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
         self._acache: dict = {}
         self._own_special: dict = {}
         self.forced = False
+        self._init_barriers()
 
     def _init_memory(self, launch, geo: dict) -> None:
         lay = self.kernel.layout
@@ -94,6 +97,7 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
     def run(self) -> None:
         L = self.launch
         blocks, handlers = self.bind_blocks()
+        self._handlers = handlers
         C = [b[0] for b in blocks]
         M = [b[1] for b in blocks]
         sizes = L.plan.sizes
@@ -156,46 +160,3 @@ class Chunk(SpecialRegisters, LaneMemory, Collectives, DeviceCalls, CallFrames, 
             self._loops = 0
         self._last_p = P
         return P
-
-    def _release(self, handlers) -> bool:
-        """Nothing can run: wake lanes parked at warp operations, else release every CTA whose live lanes all
-        wait at a barrier (running bar.red's release handlers). False when every lane has exited."""
-        st = self.st
-        wait = st == WAIT
-        if wait.any():
-            st[wait] = RUN
-            self.forced = True
-            return True
-        bar = st == BAR
-        if not bar.any():
-            return False        # every lane exited
-        cs = self.ctasize
-        nbar = bar.reshape(self.ncta, cs).sum(1)
-        nalive = (st != EXIT).reshape(self.ncta, cs).sum(1)
-        ok = (nbar == nalive) & (nbar > 0)
-        if not ok.any():
-            bad = int(np.flatnonzero(nbar > 0)[0]) + self.cta0
-            raise CudaError("cudaErrorLaunchFailure",
-                            f"{self.kernel.name}: deadlock: CTA {bad} waits at a barrier that some of its live "
-                            f"threads can never reach")
-        rel = bar & np.repeat(ok, cs)
-        if handlers:
-            self._reduce_released(rel, handlers)
-        st[rel] = RUN
-        return True
-
-    def _reduce_released(self, rel: np.ndarray, handlers) -> None:
-        """bar.red: per site, the reduction over all parked lanes of each released CTA, to its handler."""
-        cs = self.ctasize
-        for s in np.unique(self.barsite[rel]).tolist():
-            mm = rel & (self.barsite == s)
-            pr = (self.barpred & mm).reshape(self.ncta, cs)
-            mr = mm.reshape(self.ncta, cs)
-            red_kind = self.kernel.bar_kinds[s]
-            if red_kind == "popc":
-                v = np.repeat(pr.sum(1, dtype=np.uint32), cs)
-            elif red_kind == "and":
-                v = np.repeat(~((mr & ~pr).any(1)), cs)
-            else:
-                v = np.repeat(pr.any(1), cs)
-            handlers[s](mm, v)

@@ -1,5 +1,4 @@
-"""CTA barriers and warp operations over the chunk's lanes (ChunkAPI.check_bar_count, cta_reduce, warp_ready,
-shfl, vote, redux, match, activemask).
+"""Warp operations over the chunk's lanes (ChunkAPI.warp_ready, shfl, vote, redux, match, activemask).
 
 Warps are consecutive groups of 32 lanes of a CTA (`warp`: the chunk-wide warp number of each lane, `laneid`:
 the lane's index in its warp); a CTA whose size is not a multiple of 32 has a short last warp, and shfl never reads
@@ -12,28 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyvgpu_daemon.errors import CudaError
-
 from ..chunk_api import EXIT, RUN, WAIT
 
 
 class Collectives:
-    def check_bar_count(self, cnt, line):
-        c = np.asarray(cnt)
-        if (c != self.ctasize).any():
-            raise CudaError("cudaErrorInvalidPtx",
-                            f"line {line}: barriers with a thread count other than the CTA size are not supported")
-
-    def cta_reduce(self, p, kind, _unused):
-        r = np.asarray(p).reshape(self.ncta, self.ctasize)
-        if kind == "popc":
-            v = r.sum(1, dtype=np.uint32)
-        elif kind == "and":
-            v = r.all(1)
-        else:
-            v = r.any(1)
-        return np.repeat(v, self.ctasize)
-
     def warp_ready(self, m, mask, nxt):
         """Keep the lanes of m whose warp's other live member lanes are here too; park the others (WAIT)."""
         st = self.st
@@ -79,11 +60,17 @@ class Collectives:
             p = j <= maxl
         j = np.where(p, j, lane)
         src = self.warp_first + j
-        cta_end = (self.cta_local + 1) * self.ctasize
-        ok = src < cta_end
-        src = np.where(ok, src, np.arange(T))
+        # The ISA leaves a value read from a lane that does not execute the shfl (inactive, predicated off, exited,
+        # outside the member mask, or past the CTA's end) unpredictable; NVIDIA's GPUs read 0 there, and shipped
+        # code (a ballot-masked shfl_down reduction) adds that 0 on purpose.
+        ok = src < (self.cta_local + 1) * self.ctasize
+        if m is not None:
+            act = np.broadcast_to(m, (T,)) if m.dtype == bool else self._mask_from_sel(m)
+            ok &= act[np.where(ok, src, 0)]
+        src = np.where(ok, src, 0)
         a = np.broadcast_to(np.asarray(a), (T,))
-        return a.take(src), p
+        v = a.take(src)
+        return np.where(ok, v, v.dtype.type(0)), p
 
     def _warp_sum(self, vals, act):
         return np.bincount(self.warp, weights=np.where(act, vals, 0).astype(np.float64), minlength=self.nwarps)
@@ -138,8 +125,8 @@ class Collectives:
         return full[self.warp]
 
     def match(self, mode, a, mask, m):
-        """match.any: the mask of active member lanes of the warp holding the same value; match.all: the member
-        mask when all active members agree (and the predicate), else 0."""
+        """match.any: the mask of active member lanes of the warp holding the same value; match.all: membermask
+        when all active members agree (and the predicate), else 0."""
         act = self._active(mask, m)
         a = np.broadcast_to(np.asarray(a), (self.T,))
         idx = np.flatnonzero(act)
@@ -156,13 +143,14 @@ class Collectives:
             sums = np.bincount(key, weights=bits)
             d[idx] = sums[key].astype(np.uint64).astype(np.uint32)
             return d, p
-        wmask = np.bincount(w, weights=bits, minlength=self.nwarps)
         vmin = np.full(self.nwarps, np.iinfo(np.uint64).max, np.uint64)
         vmax = np.zeros(self.nwarps, np.uint64)
         np.minimum.at(vmin, w, vals)
         np.maximum.at(vmax, w, vals)
         same = (vmin == vmax)[w]
-        d[idx] = np.where(same, wmask[w].astype(np.uint64).astype(np.uint32), 0)
+        # PTX ISA: d = membermask when every non-exited member thread holds the same value
+        mk = np.broadcast_to(np.asarray(mask if mask is not None else 0xFFFFFFFF).astype(np.uint32), (self.T,))
+        d[idx] = np.where(same, mk[idx], 0)
         p[idx] = same
         return d, p
 

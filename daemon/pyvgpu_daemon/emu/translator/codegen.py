@@ -134,6 +134,7 @@ class Codegen:
         self.written: set[str] = set()          # variables of `make` the current block function assigns
         self.local_defined: set[str] = set()    # block-local registers the current block function assigned
         self.bar_sites: list = []
+        self.bar_site_of: dict[int, int] = {}     # id(bar.red instruction) -> its site
 
     # ---------------------------------------------------------------- names
     def const(self, value, hint="c") -> str:

@@ -7,9 +7,12 @@ block to `pcv`, or ALL_EXITED; masked code (the lanes in `m`) writes `pcv[m]` / 
   table of labels, per lane.
 - ocall / oret (inline.py): calls of out-of-line functions push a frame on the thread's call stack and jump to
   the callee (per lane for calls through a register); returns pop it and jump back, per lane.
-- bar.sync / barrier.sync / bar.red: converged, every lane of every CTA is here, so the barrier is a no-op and
-  bar.red reduces at once (ChunkAPI.cta_reduce); masked, the lanes park (BAR) and the runtime releases a CTA when
-  all its live lanes are parked, calling the bar.red site's release handler (`bar_sites`, `Kernel.bar_kinds`).
+- bar.sync / barrier.sync / bar.red on barrier 0 for all threads (Kernel.named_barriers False): converged, every
+  lane of every CTA is here, so the barrier is a no-op and bar.red reduces at once (ChunkAPI.cta_reduce); masked,
+  the lanes park (BAR) and the runtime releases a CTA when all its live lanes are parked, calling the bar.red
+  site's release handler (`bar_sites`, `Kernel.bar_kinds`). Kernels with other barrier ids, thread counts,
+  bar.arrive or guarded barriers hand every barrier to the runtime (ChunkAPI.bar_all, bar_wait:
+  runtime/barriers.py).
 - shfl / vote / redux / match / activemask / bar.warp.sync: masked, a warp operation first waits for the other
   member lanes of its warp (ChunkAPI.warp_ready); activemask never waits.
 """
@@ -156,49 +159,102 @@ def _emit_oret(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> 
 
 # ---------------------------------------------------------------------------------------------- CTA barriers
 def _bar_form(t: ir.Instr):
-    """-> (reduction or None, barrier operands, bar.red's predicate operand) of a supported barrier."""
+    """-> (kind 'sync' / 'arrive' / 'red', reduction or None, barrier id operand, thread count operand or None,
+    bar.red's predicate operand) of a barrier instruction (bar / barrier, {.cta}{.aligned})."""
     mods = [m for m in t.mods if m not in ("aligned", "cta")]
-    if t.guard is not None:
-        raise err_ptx(t, "predicated barriers are not supported")
-    if mods and mods[0] in ("sync", "red"):
+    if mods and mods[0] in ("sync", "red", "arrive"):
         kind = mods[0]
     elif not mods and t.opcode == "bar":
-        kind = "sync"
+        kind = "sync"                      # `bar a` is bar.sync (PTX ISA 2.0 spelling)
     else:
-        raise err_ptx(t, "only bar.sync/bar.red/barrier.sync are supported")
+        raise err_ptx(t, "expected bar/barrier .sync, .arrive or .red")
     srcs = list(t.srcs)
     red = pred_op = None
     if kind == "red":
-        if len(mods) != 3 or mods[1] not in ("popc", "and", "or") or mods[2] not in ("u32", "pred"):
+        if len(mods) != 3 or mods[1] not in ("popc", "and", "or") or mods[2] != ("u32" if mods[1] == "popc" else "pred"):
             raise err_ptx(t, "expected bar.red.{popc.u32,and.pred,or.pred}")
         red = mods[1]
+        if not srcs:
+            raise err_ptx(t, "bar.red needs a predicate operand")
         pred_op = srcs[-1]
         srcs = srcs[:-1]
-    elif len(mods) != 1:
+    elif len(mods) > 1:
         raise err_ptx(t, "unexpected modifiers")
-    if not srcs or not isinstance(srcs[0], ir.Imm):
-        raise err_ptx(t, "barrier id must be an immediate")
-    return red, srcs, pred_op
+    if not 1 <= len(srcs) <= 2:
+        raise err_ptx(t, "expected a barrier id and an optional thread count")
+    if kind == "arrive" and len(srcs) != 2:
+        raise err_ptx(t, "bar.arrive needs a thread count")
+    a = srcs[0]
+    if isinstance(a, ir.Imm) and not 0 <= int(a.value) < 16:
+        raise err_ptx(t, f"barrier id {a.value} (the ids are 0..15)")
+    cnt = srcs[1] if len(srcs) > 1 else None
+    if isinstance(cnt, ir.Imm) and (int(cnt.value) % 32 or (kind == "arrive" and int(cnt.value) == 0)):
+        raise err_ptx(t, f"thread count {cnt.value} (a non-zero multiple of the warp size)")
+    return kind, red, a, cnt, pred_op
+
+
+def plain_barrier(t: ir.Instr) -> bool:
+    """Barrier 0 for all threads, unguarded (`__syncthreads()` and its reductions): the runtime's plain path."""
+    kind, _red, a, cnt, _p = _bar_form(t)
+    return kind != "arrive" and cnt is None and t.guard is None and isinstance(a, ir.Imm) and int(a.value) == 0
 
 
 def _emit_bar(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
-    red, srcs, pred_op = _bar_form(t)
-    if len(srcs) > 1:
-        lines.append(f"{g.rt('check_bar_count')}({g.src(srcs[1], 'u32', t)}, {t.line})")
+    kind, red, a, cnt, pred_op = _bar_form(t)
+    if not g.k.named_barriers:
+        _emit_plain_bar(g, t, lines, masked, nxt, red, pred_op)
+        return
+    # named barriers, counts, bar.arrive, guards: runtime/barriers.py (bar_all, bar_wait)
+    aexpr = g.src(a, "u32", t)
+    bexpr = g.src(cnt, "u32", t) if cnt is not None else "None"
+    gexpr = g.guard(t, masked)
+    p = g.src(pred_op, "pred", t) if red else None
+    site = _bar_site(g, t, red) if red else None
+    call = f"{kind!r}, {aexpr}, {bexpr}, {t.line}"
+    if masked:
+        lines.append(f"pcv[m] = {nxt}")
+        if red:
+            lines += [f"{g.rt('barpred')}[m] = _uniform({p}, T)[m]", f"{g.rt('barsite')}[m] = {site}"]
+        lines.append(f"{g.rt('bar_wait')}({gexpr}, {call})")
+        return
+    lines.append(f"pcv[:] = {nxt}")
+    if red:
+        lines += [f"{g.rt('barpred')}[:] = {p}", f"{g.rt('barsite')}[:] = {site}"]
+    if gexpr is not None:                   # guarded: the lanes of the guard arrive, the others go on
+        lines += [f"_p = {gexpr}", "if not _p.all():", f"    {g.rt('bar_wait')}(_p, {call})",
+                  f"    return {DIVERGED}"]
+    lines.append(f"if not {g.rt('bar_all')}({call}): return {DIVERGED}")
+    if red:
+        lines.append(f"_v = {g.rt('cta_reduce')}({p}, {red!r}, None)")
+        g.write(lines, t.dsts[0], "u32" if red == "popc" else "pred", "_v", None, t)
+    lines.append(f"return {nxt}")
+
+
+def _bar_site(g: Codegen, t: ir.Instr, red: str) -> int:
+    """The index of bar.red instruction t's release handler (one per instruction, shared by both block
+    variants)."""
+    key = id(t)
+    if key not in g.bar_site_of:
+        g.bar_site_of[key] = len(g.bar_sites)
+        g.bar_sites.append((t.dsts[0], "u32" if red == "popc" else "pred"))
+        g.k.bar_kinds.append(red)
+    return g.bar_site_of[key]
+
+
+def _emit_plain_bar(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int, red, pred_op) -> None:
+    """Barrier 0 for all threads: converged, every lane is here, so it completes at once (bar.red reduces at
+    once); masked, the lanes park (BAR) and the runtime releases a CTA when all its live lanes are parked."""
     if red is None:
         lines += [f"stv[m] = {BAR}", f"pcv[m] = {nxt}"] if masked else [f"return {nxt}"]
         return
     p = g.src(pred_op, "pred", t)
-    dst_type = "u32" if red == "popc" else "pred"
     if masked:
-        site = len(g.bar_sites)
-        g.bar_sites.append((t.dsts[0], dst_type))
-        g.k.bar_kinds.append(red)
+        site = _bar_site(g, t, red)
         lines += [f"{g.rt('barpred')}[m] = {p}[m]", f"{g.rt('barsite')}[m] = {site}", f"stv[m] = {BAR}",
                   f"pcv[m] = {nxt}"]
     else:
         lines.append(f"_v = {g.rt('cta_reduce')}({p}, {red!r}, None)")
-        g.write(lines, t.dsts[0], dst_type, "_v", None, t)
+        g.write(lines, t.dsts[0], "u32" if red == "popc" else "pred", "_v", None, t)
         lines.append(f"return {nxt}")
 
 

@@ -54,6 +54,8 @@ class Kernel:
         # function address -> entry block, for calls through a register
         self.fn_entry = {symbols[f]: self.labels[entry_label(f)] for f in self.flat.out_of_line}
         self.bar_kinds: list[str] = []         # reduction of each diverged bar.red site ('popc', 'and', 'or')
+        # some barrier is not barrier 0 for all threads (ids, counts, bar.arrive, guards): runtime/barriers.py
+        self.named_barriers = any(b.kind == "bar" and not control.plain_barrier(b.term) for b in self.blocks)
         self._compile()
 
     def _saved_registers(self) -> dict[int, list[str]]:
