@@ -231,17 +231,10 @@ static void print_census(void)
 {
     if (getpid() != owner)
         return;
-    fflush(stdout);
-    FILE *f = target ? fopen(target, "a") : stderr;
-    if (!f) {
-        pv_log("PYVGPU_CENSUS: cannot open %s", target);
+    FILE *f = pv_exit_report_open(target, PV_KEY_ENV_CENSUS, "census");
+    if (!f)
         return;
-    }
-    char exe[256] = "?";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0)
-        exe[n] = 0;
-    fprintf(f, "pyvgpu census: pid %d %s\n", (int)owner, exe);
+    fputc('\n', f);
     unsigned reached = 0, unsupported = 0, missing = 0, absent = 0;
     for (int pass = KIND_REACHED; !libraries_only && pass <= KIND_ABSENT; pass++) {
         for (int i = 0; i < CENSUS_SLOTS; i++) {
@@ -273,10 +266,7 @@ static void print_census(void)
     if (!libraries_only)
         fprintf(f, "census summary reached=%u unsupported=%u missing=%u absent=%u dropped=%llu\n", reached,
                 unsupported, missing, absent, (unsigned long long)atomic_load(&dropped));
-    if (f != stderr)
-        fclose(f);
-    else
-        fflush(f);
+    pv_exit_report_close(f);
 }
 
 __attribute__((constructor)) static void census_init(void)

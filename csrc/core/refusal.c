@@ -109,8 +109,11 @@ void pv_explain_refusal(const void *image, size_t size, const void *origin, stru
         const char *slash = strrchr(info.dli_fname, '/');
         lib = slash ? slash + 1 : info.dli_fname;
     }
+    int cubin = size >= 4 && memcmp(image, "\177ELF", 4) == 0;      /* a cubin by itself: SASS */
+    if (cubin)
+        snprintf(archs, sizeof archs, "a cubin");
     if (err == PV_cudaErrorNoKernelImageForDevice && strstr(d->name, "emulated") &&
-        scan(image, size, &ptx, &sass, archs, sizeof archs) && sass && !ptx) {
+        (cubin || (scan(image, size, &ptx, &sass, archs, sizeof archs) && sass && !ptx))) {
         if (first_time(lib))
             pv_log("%s ships its kernels as SASS only (%s), no PTX: the emulated GPU runs PTX, so %s's kernels "
                    "cannot run on GPU%d (%s:%d) (%s)", lib, archs, lib, d->index, d->conn->host, d->conn->port,

@@ -106,25 +106,13 @@ PV_API CUresult cuLinkAddData(void *state, int type, void *data, size_t size, co
 
 PV_API CUresult cuLinkAddFile_v2(void *state, int type, const char *path, unsigned n, int *options, void **values)
 {
-    struct link_state *s = state_of(state);
-    if (!s || !path)
+    if (!state_of(state) || !path)
         return CUDA_ERROR_INVALID_VALUE;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    char *buf = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && (size_t)len < MAX_LINK_INPUT &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) != (size_t)len)
-        len = -1;
-    fclose(f);
-    CUresult r = CUDA_ERROR_FILE_NOT_FOUND;
-    if (buf && len >= 0) {
-        buf[len] = 0;
-        r = cuLinkAddData_v2(state, type, buf, (size_t)len + 1, path, n, options, values);
-    } else if (len >= 0) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    void *buf;
+    CUresult r = drv_read_file(path, &buf);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = cuLinkAddData_v2(state, type, buf, strlen(buf) + 1, path, n, options, values);
     free(buf);
     return r;
 }

@@ -71,8 +71,21 @@ UNKNOWN(nvrtc, NVRTC_UUID, 5) UNKNOWN(nvrtc, NVRTC_UUID, 6) UNKNOWN(nvrtc, NVRTC
 UNKNOWN(nvrtc, NVRTC_UUID, 8) UNKNOWN(nvrtc, NVRTC_UUID, 9) UNKNOWN10(nvrtc, NVRTC_UUID, 1)
 static const slot_fn nvrtc_table[] = { SIZE_OF(20), SLOTS1_9(nvrtc), SLOTS10(nvrtc, 1) };
 
+/* ---------------------------------------------------------------- 6e163fbe: asked for by cuFFT 12 */
+/* Public notes name it a table of function queries (a kernel's name, parameter count and descriptors, its cache
+ * configuration); cuFFT asks for it when a plan is made and fails its plan without it. Every slot logs its caller. */
+#define FUNC_UUID "6e163fbe-b958-444d-835c-e182aff1991e"
+UNKNOWN1_9(func, FUNC_UUID) UNKNOWN10(func, FUNC_UUID, 1) UNKNOWN10(func, FUNC_UUID, 2)
+UNKNOWN10(func, FUNC_UUID, 3) UNKNOWN10(func, FUNC_UUID, 4) UNKNOWN10(func, FUNC_UUID, 5)
+static const slot_fn func_table[] = {
+    SIZE_OF(60), SLOTS1_9(func), SLOTS10(func, 1), SLOTS10(func, 2), SLOTS10(func, 3), SLOTS10(func, 4),
+    SLOTS10(func, 5),
+};
+
 const void *drv_library_table(const char *uuid)
 {
+    if (strcmp(uuid, FUNC_UUID) == 0)
+        return func_table;
     if (strcmp(uuid, CTXID_UUID) == 0)
         return ctxid_table;
     if (strcmp(uuid, NVRTC_UUID) == 0)
