@@ -530,6 +530,8 @@ def _lib(name: str = pyvgpu.LIB_NAME) -> Path:
 def cmd_lib(args: argparse.Namespace) -> int:
     if args.dir:
         print(_lib(pyvgpu.DRIVER_LIB_NAME).parent)
+    elif args.preload:
+        print(" ".join(str(p) for p in pyvgpu.forwarded_libraries(_lib(pyvgpu.DRIVER_LIB_NAME).parent)))
     else:
         print(_lib(pyvgpu.DRIVER_LIB_NAME if args.driver else pyvgpu.LIB_NAME))
     return 0
@@ -918,6 +920,9 @@ def build_parser() -> argparse.ArgumentParser:
     lbg = lb.add_mutually_exclusive_group()
     lbg.add_argument("--driver", action="store_true", help="print the path of libvcuda.so.1")
     lbg.add_argument("--dir", action="store_true", help="print the directory of the client libraries")
+    lbg.add_argument("--preload", action="store_true",
+                     help="print every client library, for LD_PRELOAD=\"$(pyvgpu lib --preload)\" (what `pyvgpu "
+                          "run` preloads: they then win over the copies Python wheels bring)")
     lb.set_defaults(func=cmd_lib)
 
     # tls

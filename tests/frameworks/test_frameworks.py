@@ -116,3 +116,22 @@ def test_one_blocking_round_trip_per_step(tmp_path, daemon, framework):
     # 3 and 13 steps: CuPy's memory pool grows once in its first steps (one blocking MALLOC), not in a steady loop
     few, more = (blocked_round_trips(tmp_path, daemon, framework, n) for n in (3, 13))
     assert more - few == 10, (few, more)
+
+
+def test_preload_list_is_every_forwarded_library_runtime_first():
+    libdir = pyvgpu.lib_dir()
+    out = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "lib", "--preload"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    files = sorted(str(p) for p in libdir.glob("libv*.so*") if p.is_file() and not p.is_symlink())
+    assert out[:2] == [str(libdir / pyvgpu.LIB_NAME), str(libdir / pyvgpu.DRIVER_LIB_NAME)]
+    assert sorted(out) == files and len(out) >= 4, out
+
+
+def test_run_sets_cupy_ptx_switch_against_emulated_gpus_only_when_unset(daemon):
+    def verbose(extra_env: dict) -> str:
+        env = {**os.environ, **extra_env}
+        env.pop("CUPY_COMPILE_WITH_PTX", None) if "CUPY_COMPILE_WITH_PTX" not in extra_env else None
+        return subprocess.run([sys.executable, "-m", "pyvgpu.cli", "run", "-v", "--hosts", daemon.address, "--",
+                               "true"], env=env, capture_output=True, text=True, check=True).stderr
+    assert "CUPY_COMPILE_WITH_PTX=1" in verbose({})
+    assert "CUPY_COMPILE_WITH_PTX=0" in verbose({"CUPY_COMPILE_WITH_PTX": "0"})
