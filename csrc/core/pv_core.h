@@ -318,7 +318,9 @@ cudaError_t pv_region_free(uint64_t host);          /* by host address; frees th
 int pv_region_find(const void *p, struct pv_region_info *out);   /* host or device address inside a region; 0 ok */
 int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
-void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
+/* After a synchronizing op on d answered err: brings the host copies up to date; → err, or the sticky conflict error
+ * when the host and the device changed the same bytes (docs/architecture.md, the coherence model). */
+cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err);
 /* refusal.c: one line on why d refused a module image (SASS only on the emulated GPU: once per library, named by
  * origin, an address inside the library that held the image). */
 void pv_explain_refusal(const void *image, size_t size, const void *origin, struct pv_device *d, cudaError_t err);
@@ -494,6 +496,8 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 void pv_event_times_apply(struct pv_device *d, const msgpack_object *times);
 /* Destroys the streams and events `owner` made on device dev. */
 void pv_streams_release(const void *owner, int dev);
+/* Whether `owner` holds allocations, streams or events on device dev. */
+int pv_owner_holds(const void *owner, int dev);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

@@ -321,7 +321,9 @@ PV_DLAYOUT(CUlaunchConfig, numAttrs, PV_CUlaunchConfig_st_numAttrs);
 #undef PV_DLAYOUT
 #undef PV_DSIZE
 
-#define PV_CUDA_VERSION 13000       /* the driver version this library answers as (the runtime needs >= 13000) */
+/* The driver version this library answers as (NVIDIA's 13.0 runtime needs >= 13000): the newest CUDA version whose
+ * entry points its cuGetProcAddress table holds (CUDA 13.0's, and the 13.2 ones of gen_driver_exports.py's NEWER). */
+#define PV_CUDA_VERSION 13020
 
 /* ---- generated tables (exports_gen.c) ---- */
 struct pv_proc {                    /* one ABI of a driver function, for cuGetProcAddress */
@@ -347,6 +349,16 @@ CUresult drv_read_file(const char *path, void **out);      /* api_module.c: a fi
 const void *drv_library_table(const char *uuid);   /* export_tables_libs.c: the CUDA libraries' tables */
 void drv_note_runtime(void);                                         /* NVIDIA's runtime is our caller */
 CUresult drv_ready(void);                                            /* cuInit ran (else NOT_INITIALIZED) */
+int drv_version(void);                          /* the version answered: PV_CUDA_VERSION or the test knob's */
+/* CUDA_ERROR_NOT_SUPPORTED (logged once) when PYVGPU_FAKE_DRIVER_VERSION hides this exported symbol's ABI, else
+ * CUDA_SUCCESS: the first line of the entry points a caller of an older driver must do without. */
+CUresult drv_hidden(const char *symbol);
+#define DRV_HIDDEN_GUARD(symbol)                                                                                  \
+    do {                                                                                                          \
+        CUresult h_ = drv_hidden(symbol);                                                                         \
+        if (h_ != CUDA_SUCCESS)                                                                                   \
+            return h_;                                                                                            \
+    } while (0)
 /* The body of an entry point that only needs cuInit to have run: the core call's result as a CUresult. */
 #define DRV_RETURN(call)                                                                                          \
     do {                                                                                                          \
@@ -363,6 +375,7 @@ struct pv_ctx {
     int primary;                    /* the device's primary context (never freed) */
     unsigned flags;
     atomic_int refs;                /* primary: cuDevicePrimaryCtxRetain count */
+    atomic_int used;                /* primary: ever current on a thread or retained in this process */
     uint64_t id;                    /* cuCtxGetId */
     pthread_mutex_t mu;             /* cls */
     struct pv_cls *cls;             /* context-local storage of NVIDIA's runtime (export_tables.c) */

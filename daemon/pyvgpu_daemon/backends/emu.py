@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
-                             LIMIT_NAMES, MAX_STDOUT_BYTES, VA_WINDOW_BYTES)
+                             LIMIT_NAMES, MAX_STDOUT_BYTES, REMOTED_DEVICE_ATTRS, VA_WINDOW_BYTES)
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.blas import lt
@@ -99,7 +99,7 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
         "ComputePreemptionSupported": 1,
         "CanUseHostPointerForRegisteredMem": 0,
-        "CooperativeLaunch": 0,                     # grid-wide synchronization: not offered yet
+        "CooperativeLaunch": 0,
         "MaxSharedMemoryPerBlockOptin": lim.shared_per_block_optin,
         "CanFlushRemoteWrites": 0,
         "HostRegisterSupported": 0,
@@ -124,6 +124,7 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "DirectManagedMemAccessFromHost": 0,
         "ClusterLaunch": 0,
     }
+    named.update(REMOTED_DEVICE_ATTRS)                 # what pyvgpu provides between hosts (the client says the same)
     return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
 
 

@@ -91,6 +91,12 @@ def kernel_layout(mod: ir.Module, flat, limits: EmuLimits) -> KernelLayout:
     return lay
 
 
+def param_layout(entry: ir.Function) -> list[tuple[int, int]]:
+    """[(offset, size)] of a kernel's parameters, what cuFuncGetParamInfo answers (also read by the cuda backend where
+    the driver predates that call: backends/cuda_image.py)."""
+    return _param_layout(entry)[1]
+
+
 def _param_layout(entry: ir.Function) -> tuple[dict[str, int], list[tuple[int, int]], int]:
     kparams: dict[str, int] = {}
     layout: list[tuple[int, int]] = []
