@@ -139,6 +139,7 @@ typedef struct cudaHostNodeParams CUDA_HOST_NODE_PARAMS;
 typedef struct { uint64_t flags; CUstream hUploadStream; CUgraphNode hErrNode_out; int result_out; }
     CUDA_GRAPH_INSTANTIATE_PARAMS;
 typedef struct { int flags; int reserved; CUcontext copyCtx; CUDA_MEMCPY3D copyParams; } CUDA_MEMCPY_NODE_PARAMS;
+typedef struct cudaMemAllocNodeParams CUDA_MEM_ALLOC_NODE_PARAMS;   /* the runtime's layout (checked below) */
 typedef struct {
     int type;
     int reserved0[3];
@@ -150,6 +151,8 @@ typedef struct {
         CUDA_HOST_NODE_PARAMS host;
         struct { CUgraph graph; int ownership; } graph;
         struct { CUevent event; } eventWait, eventRecord;
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+        struct { CUdeviceptr dptr; } free;
     } u;
     long long reserved2;
 } CUgraphNodeParams;
@@ -310,6 +313,12 @@ PV_DSIZE(CUgraphEdgeData, PV_CUgraphEdgeData_st_SIZE);
 PV_DLAYOUT(CUgraphEdgeData, from_port, PV_CUgraphEdgeData_st_from_port);
 PV_DLAYOUT(CUgraphEdgeData, to_port, PV_CUgraphEdgeData_st_to_port);
 PV_DLAYOUT(CUgraphEdgeData, type, PV_CUgraphEdgeData_st_type);
+PV_DSIZE(CUDA_MEM_ALLOC_NODE_PARAMS, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_SIZE);
+PV_DLAYOUT(CUDA_MEM_ALLOC_NODE_PARAMS, accessDescs, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_accessDescs);
+PV_DLAYOUT(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_bytesize);
+PV_DLAYOUT(CUDA_MEM_ALLOC_NODE_PARAMS, dptr, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_dptr);
+PV_DLAYOUT(CUgraphNodeParams, u.alloc, PV_CUgraphNodeParams_st_alloc);
+PV_DLAYOUT(CUgraphNodeParams, u.free, PV_CUgraphNodeParams_st_free);
 PV_DSIZE(CUlaunchAttribute, PV_CUlaunchAttribute_st_SIZE);
 PV_DLAYOUT(CUlaunchAttribute, value, PV_CUlaunchAttribute_st_value);
 PV_DSIZE(CUlaunchConfig, PV_CUlaunchConfig_st_SIZE);

@@ -7,7 +7,8 @@
 - heuristics and algorithms: a supported problem gets pyvgpu's algorithm (no workspace), an unsupported one none
   (success, zero results: PyTorch then falls back to cuBLAS), an invalid one its status; algorithm ids,
   initialization, checks, capabilities and configuration;
-- matmuls against float64 NumPy references (tolerances in the script: a few units of the output type's rounding
+- matmuls against float64 NumPy references (also on a chain: the cuda backend's cublaslt_cuda.py then drives a
+  cuBLASLt through cffi, pyvgpu's own libcublasLt.so.13 over an emulated daemon) (tolerances in the script: a few units of the output type's rounding
   plus k of float32's), in fp32, fp16 and bf16 with fp32 compute, transposes, row-major, strided batches, bias,
   ReLU/GELU (auxiliary outputs included) and a backward epilogue, device pointer mode; refusals answered at once
   with nothing sent.
@@ -336,6 +337,7 @@ o["sync"] = cudart.cudaDeviceSynchronize()
 """
 
 
+@pytest.mark.chain
 def test_matmuls_against_numpy(daemon, cdef_file, tmp_path):
     o, err = run_script(MATMULS, cdef_file, [daemon], tmp_path)
     for name in ("fp32", "fp32_trans_row_batched", "fp16_bias_relu", "bf16_gelu_bias_batched", "fp16_gelu_aux_bias",

@@ -104,11 +104,14 @@ class Operands(HeapViews):
     def expr(self, text: spec.Expr) -> int:
         return int(spec.evaluate(text, self.names))
 
-    def vec(self, name: str) -> np.ndarray:
+    def vec(self, name: str) -> np.ndarray | None:
+        """The vector's view; None for an optional vector given as NULL."""
         arg = self.fam.arg(name)
         assert isinstance(arg, spec.Vector)
+        if arg.optional and self.args[name] == 0:
+            return None
         st = numeric.storage(self.dtype(name))
-        first, shape, strides = layout.vector(self.expr(arg.n), self[arg.inc])
+        first, shape, strides = layout.vector(self.expr(arg.n), self.expr(arg.inc))
         return self.view(self.args[name] + first * st.itemsize, st, shape, strides, name)
 
     def mat(self, name: str) -> np.ndarray:
@@ -132,7 +135,7 @@ class Operands(HeapViews):
             raise BlasError(spec.STATUS["CUBLAS_STATUS_EXECUTION_FAILED"],
                             f"{count} batch pointers > {LIMITS.max_batch_pointers}")
         ptrs = self.view(self.args[name], np.dtype(np.uint64), (count,), (1,), name).copy()
-        shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self[arg.ld])
+        shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self.expr(arg.ld))
         st = numeric.storage(self.dtype(name))
         return [self.view(int(p), st, shape, strides, f"{name}[{i}]") for i, p in enumerate(ptrs)]
 
