@@ -125,6 +125,7 @@ struct pv_conn {
     _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
     double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
     double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
+    atomic_int reason_noted;       /* the daemon's reason for refusing a call was logged (once per connection) */
 };
 
 struct pv_reply {
@@ -190,12 +191,13 @@ void pv_census_enter(void *fn);
 void pv_census_unsupported(const char *lib, const char *name);
 void pv_census_missing(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pv_census_absent(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT, PYVGPU_LEASES). */
 struct pv_hello_extra {
     uint64_t pid;
     char hostname[128];
     uint64_t memory;               /* 0: no request */
     double weight;                 /* 0: the default */
+    const char *leases;            /* PYVGPU_LEASES (the environment's string), NULL: none */
 };
 void pv_hello_extra_read(struct pv_hello_extra *x);
 int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */

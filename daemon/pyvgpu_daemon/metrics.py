@@ -50,6 +50,14 @@ METRICS: dict[str, tuple[str, list[str]]] = {
     "pyvgpu_session_transfer_bytes": ("Bytes a session moved: htod (request payloads), dtoh (reply payloads), "
                                       "dtod (device copies)", SESSION + ["direction"]),
     "pyvgpu_op_duration_seconds": ("Op latency from the daemon receiving it to its completion", ["device", "op"]),
+    "pyvgpu_device_leases": ("Leases held on the device", DEVICE),
+    "pyvgpu_device_leased_ratio": ("Part of the device leased (1: exclusively or fully shared)", DEVICE),
+    "pyvgpu_lease": ("A lease: its device, tag (id prefix), holder, job, mode", ["device", "lease", "holder", "job",
+                                                                             "mode"]),
+    "pyvgpu_lease_expiry_seconds": ("Seconds until a lease expires unless renewed", ["device", "lease"]),
+    "pyvgpu_lease_sessions": ("Sessions using a lease", ["device", "lease"]),
+    "pyvgpu_leases": ("Leases granted, released by their holders and expired, since the daemon started", ["event"]),
+    "pyvgpu_lease_requests_waiting": ("Lease requests waiting in line for a GPU", []),
 }
 
 
@@ -111,6 +119,32 @@ def families(status: dict[str, Any]) -> Iterator[Any]:
     yield busy
     yield latency
     yield from _session_families(status, {u["device"]: u for u in usage})
+    yield from _lease_families(status, usage)
+
+
+def _lease_families(status: dict[str, Any], usage: list[dict[str, Any]]) -> Iterator[Any]:
+    count = _family("pyvgpu_device_leases", GaugeMetricFamily)
+    ratio = _family("pyvgpu_device_leased_ratio", GaugeMetricFamily)
+    for u in usage:
+        if u.get("leases") is not None:
+            count.add_metric([str(u["device"])], float(u["leases"]))
+            ratio.add_metric([str(u["device"])], float(u.get("leased_fraction", 0.0)))
+    info = _family("pyvgpu_lease", InfoMetricFamily)
+    expiry = _family("pyvgpu_lease_expiry_seconds", GaugeMetricFamily)
+    sessions = _family("pyvgpu_lease_sessions", GaugeMetricFamily)
+    for x in status.get("leases") or []:
+        dev, tag = str(x["device"]), str(x["tag"])
+        mode = "exclusive" if x.get("exclusive") else f"share {float(x.get('fraction', 0)):g}"
+        info.add_metric([dev, tag, str(x.get("holder", "")), str(x.get("job", "")), mode], {})
+        expiry.add_metric([dev, tag], float(x.get("expires_in", 0.0)))
+        sessions.add_metric([dev, tag], float(x.get("sessions", 0)))
+    events = _family("pyvgpu_leases", CounterMetricFamily)
+    counts = status.get("lease_counts") or {}
+    for event in ("granted", "released", "expired"):
+        events.add_metric([event], float(counts.get(event, 0)))
+    waiting = _family("pyvgpu_lease_requests_waiting", GaugeMetricFamily)
+    waiting.add_metric([], float(counts.get("waiting", 0)))
+    yield from (count, ratio, info, expiry, sessions, events, waiting)
 
 
 def _session_families(status: dict[str, Any], usage: dict[int, dict[str, Any]]) -> Iterator[Any]:
