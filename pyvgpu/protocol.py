@@ -98,6 +98,7 @@ HELLO_LEASES = "leases"        # the leases the client holds (str: lease ids, co
 ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
 ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
+ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
 ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
@@ -532,6 +533,7 @@ def shared_keys() -> dict[str, str]:
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
     keys.update({"HELLO_LEASES": HELLO_LEASES, "ENV_LEASES": ENV_LEASES})
     keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "ENV_STATS": ENV_STATS,
+                 "ENV_CENSUS": ENV_CENSUS,
                  "HOSTMAP_AUTO": HOSTMAP_AUTO,
                  "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})

@@ -179,6 +179,18 @@ void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
 void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
+/* An at-exit report (stats, census): stdout flushed, `target` opened for appending (NULL: stderr; failure logged
+ * naming env), its first words "pyvgpu TITLE: pid P EXE" written, the line left open. */
+FILE *pv_exit_report_open(const char *target, const char *env, const char *title);
+void pv_exit_report_close(FILE *f);
+/* The call census (census.c, PYVGPU_CENSUS): entry points reached (the API libraries' census_hook.c), answered
+ * "not supported" (the stubs' loggers; lib and name are static strings), names and tables asked for that nothing
+ * offers. Each is a no-op while the census is off. */
+extern int pv_census_on;
+void pv_census_enter(void *fn);
+void pv_census_unsupported(const char *lib, const char *name);
+void pv_census_missing(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pv_census_absent(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT, PYVGPU_LEASES). */
 struct pv_hello_extra {
     uint64_t pid;
@@ -234,6 +246,10 @@ struct pv_device {
     uint64_t vmm_granularity;      /* virtual memory management's granularity (snapshot; 0: not offered) */
     _Atomic unsigned reset_gen;    /* device resets so far: what a library kept of the device before one is gone */
     _Atomic int refused;           /* a refused module's kernel was used: every synchronization reports it */
+    _Atomic uint64_t sent;         /* requests begun to this device (request.c) */
+    _Atomic uint64_t quiet_at;     /* `sent` when a blocking copy on stream quiet_stream finished with no other
+                                      request begun meanwhile: that stream had no work left (copy.c, streams.c) */
+    _Atomic uint64_t quiet_stream;
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_initialized(void);                   /* pv_init has succeeded (no side effect) */
@@ -314,6 +330,9 @@ cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (b
 /* After a synchronizing op on d answered err: brings the host copies up to date; → err, or the sticky conflict error
  * when the host and the device changed the same bytes (docs/architecture.md, the coherence model). */
 cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err);
+/* refusal.c: one line on why d refused a module image (SASS only on the emulated GPU: once per library, named by
+ * origin, an address inside the library that held the image). */
+void pv_explain_refusal(const void *image, size_t size, const void *origin, struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
