@@ -72,7 +72,7 @@ def test_comparison_tells_bounds_from_differences(groups):
     assert not ok and "sin.approx" in lines[-1] and "outside the ISA's bound" in lines[-1], lines[-1]
     # an exact group one ulp away anywhere fails
     lines, _, ok = gpu_diff_kernels.compare(bump("f32_arith", 8, 0, 1, ordinary), groups)
-    assert not ok and "f32_arith.r0" in lines[-1] and "not bit for bit" in lines[-1]
+    assert not ok and "f32_arith.results" in lines[-1] and "not bit for bit" in lines[-1]
     # a special input (x = 0: ex2 gives exactly 1) must be bit for bit even within the bound
     zero = inputs["input_f32_a"] == 0
     lines, _, ok = gpu_diff_kernels.compare(bump("f32_approx", 6, 2, 1, zero), groups)
@@ -83,3 +83,24 @@ def test_comparison_tells_bounds_from_differences(groups):
         groups)
     assert not ok
     assert isa_bounds.check_group("f32_arith", g["f32_arith"], g["f32_arith"], inputs).identical
+
+
+def test_texture_weights_are_9_bit_fixed_point(groups):
+    # each result is the weight of the one texel holding 1.0 (texel 3): per dimension alpha rounded to 8 fraction
+    # bits; in 2D and 3D the texel's product weight rounded again (what a real GPU gave, run 1)
+    g = dict(groups)
+
+    def alpha(u):                                  # weight of texel 3 at coordinate 2.5 + u, u in [0, 2)
+        a = np.floor((u % 1) * 256 + 0.5) / 256
+        return np.where(u < 1, a, 1 - a)
+    u1 = np.arange(2048) / 1024
+    assert (np.frombuffer(g["tex_1d"], np.float32) == alpha(u1).astype(np.float32)).all()
+    i = np.arange(1024 * 1024)
+    w2 = np.floor(alpha((i % 1024) / 512) * alpha((i // 1024) / 512) * 256 + 0.5) / 256
+    got2 = np.frombuffer(g["tex_2d"], np.float32)
+    assert (got2 == w2.astype(np.float32)).all()
+    separable = alpha((i % 1024) / 512) * alpha((i // 1024) / 512)
+    assert (got2 != separable.astype(np.float32)).any()        # the rounding of the product shows
+    j = np.arange(64 ** 3)
+    w3 = alpha((j % 64) / 32) * alpha((j // 64 % 64) / 32) * alpha((j // 4096) / 32)
+    assert (np.frombuffer(g["tex_3d"], np.float32) == (np.floor(w3 * 256 + 0.5) / 256).astype(np.float32)).all()

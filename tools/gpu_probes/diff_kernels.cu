@@ -137,6 +137,53 @@ __global__ void warp_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c
     r[3] = __match_any_sync(0xffffffffu, x & 3u);
 }
 
+// Linear filtering weights: a float texture holding a single 1.0 (at texel 3 of each dimension, zeros elsewhere)
+// sampled on a grid over [2.5, 4.5) per dimension, so every result is one texel weight exactly: the fixed-point
+// alpha of each dimension (steps of 1/512 reach the rounding ties) and, in 2D and 3D, how the per-texel products
+// are held. Result i of tex_1d is x = 2.5 + i/1024; of tex_2d x = 2.5 + (i % 1024)/512, y = 2.5 + (i / 1024)/512;
+// of tex_3d x, y, z = 2.5 + (i % 64, i / 64 % 64, i / 4096)/32.
+__global__ void tex_sample(cudaTextureObject_t t, int dims, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (dims == 1) o[i] = tex1D<float>(t, 2.5f + (i % 2048) / 1024.0f);
+    else if (dims == 2) o[i] = tex2D<float>(t, 2.5f + (i % 1024) / 512.0f, 2.5f + (i / 1024) / 512.0f);
+    else o[i] = tex3D<float>(t, 2.5f + (i % 64) / 32.0f, 2.5f + (i / 64 % 64) / 32.0f, 2.5f + (i / 4096) / 32.0f);
+}
+
+static void run_texture_group(FILE *out, const char *name, int dims, int n) {
+    const int side = 8;
+    cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
+    cudaExtent ext = make_cudaExtent(side, dims > 1 ? side : 0, dims > 2 ? side : 0);
+    cudaArray_t a;
+    CK(cudaMalloc3DArray(&a, &f, ext));
+    std::vector<float> texels((size_t)side * (dims > 1 ? side : 1) * (dims > 2 ? side : 1), 0.0f);
+    texels[dims == 1 ? 3 : dims == 2 ? 3 * side + 3 : (3 * side + 3) * side + 3] = 1.0f;
+    cudaMemcpy3DParms cp = {};
+    cp.srcPtr = make_cudaPitchedPtr(texels.data(), side * sizeof(float), side, dims > 1 ? side : 1);
+    cp.dstArray = a;
+    cp.extent = make_cudaExtent(side, dims > 1 ? side : 1, dims > 2 ? side : 1);
+    cp.kind = cudaMemcpyHostToDevice;
+    CK(cudaMemcpy3D(&cp));
+    cudaResourceDesc rd = {};
+    rd.resType = cudaResourceTypeArray;
+    rd.res.array.array = a;
+    cudaTextureDesc td = {};
+    td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModeLinear;
+    td.readMode = cudaReadModeElementType;
+    cudaTextureObject_t t;
+    CK(cudaCreateTextureObject(&t, &rd, &td, nullptr));
+    float *d;
+    CK(cudaMalloc(&d, n * sizeof(float)));
+    tex_sample<<<(n + 255) / 256, 256>>>(t, dims, d, n);
+    CK(cudaGetLastError());
+    std::vector<float> host(n);
+    CK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (fwrite(host.data(), 1, n * sizeof(float), out) != n * sizeof(float)) { perror("write"); exit(1); }
+    printf("group %s %zu\n", name, n * sizeof(float));
+    CK(cudaDestroyTextureObject(t)); CK(cudaFree(d)); CK(cudaFreeArray(a));
+}
+
 template <typename TI, typename TO>
 static void run_group(FILE *out, const char *name, void (*kernel)(const TI *, const TI *, const TI *, TO *, int),
                       int per, const std::vector<TI> &a, const std::vector<TI> &b, const std::vector<TI> &c) {
@@ -230,6 +277,9 @@ int main(int argc, char **argv) {
     run_group(out, "f32_approx_ftz", f32_approx_ftz, 11, fa, fb, fc);
     run_group(out, "f64_more", f64_more, 10, da, db, dc);
     run_group(out, "f64_approx", f64_approx, 3, da, db, dc);
+    run_texture_group(out, "tex_1d", 1, 2048);
+    run_texture_group(out, "tex_2d", 2, 1024 * 1024);
+    run_texture_group(out, "tex_3d", 3, 64 * 64 * 64);
     fclose(out);
     return 0;
 }
