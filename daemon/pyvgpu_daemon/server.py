@@ -29,6 +29,7 @@ from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, E
                              NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpFlag, OpSpec)
 from pyvgpu_daemon import compress, fastpath, handlers, handlers_lease
+from pyvgpu_daemon.admission import Admission
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
 from pyvgpu_daemon.leases import LeaseConfig, LeaseTable
@@ -132,6 +133,8 @@ class Server:
     hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
     leases: LeaseTable | None = None
+    admission: Admission | None = None                # connections before their handshake (admission.py)
+    _dropped: set[FrameStream] = field(default_factory=set)     # pending connections admission dropped
 
     @property
     def bounds(self) -> Bounds:
@@ -146,6 +149,7 @@ class Server:
         self._payload_cap = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
         self._oversize = asyncio.Lock()
         self.sharing = Sharing(self.config.sharing, self._devices)
+        self.admission = Admission(self.bounds.max_handshaking, self.bounds.max_handshaking_per_peer)
         loop = asyncio.get_running_loop()
         self.leases = LeaseTable(self.sharing.totals, self.config.leases, self.sessions.values,
                                  lambda s, why: self._abort(self._links[s.id], why) if s.id in self._links else None,
@@ -153,11 +157,14 @@ class Server:
         self.leases.start(loop)
 
         def on_connect(stream: FrameStream) -> None:
-            if len(self._streams) >= self.bounds.max_sessions + self.bounds.max_handshaking:
-                log.warning("refusing a connection from %s: %d connections open", stream.peer, len(self._streams))
-                assert stream.transport is not None
-                stream.transport.abort()
-                return
+            assert self.admission is not None
+            for old in self.admission.admit(stream, stream.peer_host):
+                assert isinstance(old, FrameStream)
+                self._dropped.add(old)
+                old.abort()
+            warning = self.admission.warning(stream.peer_host)
+            if warning is not None:
+                log.warning("%s", warning)
             self._streams.add(stream)
             task = loop.create_task(self._connection(stream))
             self._tasks.add(task)
@@ -209,6 +216,8 @@ class Server:
             except TimeoutError:
                 raise SessionEnd(f"no hello within {self.bounds.handshake_timeout_s:.0f} s") from None
             established = True
+            assert self.admission is not None
+            self.admission.done(stream)
             self.sessions[sid] = session
             self._links[sid] = link
             loop = asyncio.get_running_loop()
@@ -242,7 +251,13 @@ class Server:
                 reason, notify = "internal error (see traceback above)", established
         finally:
             self._streams.discard(stream)
-            await self._end_session(link, reason, notify)
+            assert self.admission is not None
+            self.admission.done(stream)
+            quiet = stream in self._dropped            # admission logged it (one line per peer, rate-limited)
+            if quiet:
+                self._dropped.discard(stream)
+                reason = "dropped before its handshake: its address has too many connections waiting"
+            await self._end_session(link, reason, notify, quiet)
 
     async def _handshake(self, session: Session, stream: FrameStream) -> None:
         nonce = auth.make_nonce()
@@ -673,7 +688,7 @@ class Server:
         except (TimeoutError, ConnectionError):
             pass
 
-    async def _end_session(self, link: Link, reason: str, notify: bool) -> None:
+    async def _end_session(self, link: Link, reason: str, notify: bool, quiet: bool = False) -> None:
         session, stream = link.session, link.stream
         session.closing = True
         stream.on_data = None
@@ -721,8 +736,8 @@ class Server:
                      sum(st.waited for st in session.devices.values()), released, len(session.devices),
                      f"; work in progress cancelled on {busy} device(s)" if busy else "")
         else:
-            log.info("%s: connection from %s ended before a session began (%s)", session.tag(), session.peer,
-                     reason)
+            log.log(logging.DEBUG if quiet else logging.INFO,
+                    "%s: connection from %s ended before a session began (%s)", session.tag(), session.peer, reason)
 
     # ------------------------------------------------------------------ status
     def status(self, me: Session | None = None) -> dict[str, Any]:
