@@ -139,15 +139,15 @@ __global__ void warp_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c
 
 // Linear filtering weights: a float texture holding a single 1.0 (at texel 3 of each dimension, zeros elsewhere)
 // sampled on a grid over [2.5, 4.5) per dimension, so every result is one texel weight exactly: the fixed-point
-// alpha of each dimension (steps of 1/512 reach the rounding ties) and, in 2D and 3D, how the per-texel products
-// are held. Result i of tex_1d is x = 2.5 + i/1024; of tex_2d x = 2.5 + (i % 1024)/512, y = 2.5 + (i / 1024)/512;
-// of tex_3d x, y, z = 2.5 + (i % 64, i / 64 % 64, i / 4096)/32.
+// alpha of each dimension (1D: steps of 1/1024 reach the rounding ties) and, in 2D and 3D, how the per-texel
+// products are held. Result i of tex_1d is x = 2.5 + i/1024; of tex_2d x = 2.5 + (i % 512)/256,
+// y = 2.5 + (i / 512)/256; of tex_3d x, y, z = 2.5 + (i % 32, i / 32 % 32, i / 1024)/16.
 __global__ void tex_sample(cudaTextureObject_t t, int dims, float *o, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (dims == 1) o[i] = tex1D<float>(t, 2.5f + (i % 2048) / 1024.0f);
-    else if (dims == 2) o[i] = tex2D<float>(t, 2.5f + (i % 1024) / 512.0f, 2.5f + (i / 1024) / 512.0f);
-    else o[i] = tex3D<float>(t, 2.5f + (i % 64) / 32.0f, 2.5f + (i / 64 % 64) / 32.0f, 2.5f + (i / 4096) / 32.0f);
+    else if (dims == 2) o[i] = tex2D<float>(t, 2.5f + (i % 512) / 256.0f, 2.5f + (i / 512) / 256.0f);
+    else o[i] = tex3D<float>(t, 2.5f + (i % 32) / 16.0f, 2.5f + (i / 32 % 32) / 16.0f, 2.5f + (i / 1024) / 16.0f);
 }
 
 static void run_texture_group(FILE *out, const char *name, int dims, int n) {
@@ -278,8 +278,8 @@ int main(int argc, char **argv) {
     run_group(out, "f64_more", f64_more, 10, da, db, dc);
     run_group(out, "f64_approx", f64_approx, 3, da, db, dc);
     run_texture_group(out, "tex_1d", 1, 2048);
-    run_texture_group(out, "tex_2d", 2, 1024 * 1024);
-    run_texture_group(out, "tex_3d", 3, 64 * 64 * 64);
+    run_texture_group(out, "tex_2d", 2, 512 * 512);
+    run_texture_group(out, "tex_3d", 3, 32 * 32 * 32);
     fclose(out);
     return 0;
 }
