@@ -11,7 +11,7 @@ writes two files:
   struct (every int argument as int64_t) and its checks (cublaslt_spec.CHECKS in C, in the order Python evaluates
   them), and pyvgpu's algorithm's capabilities;
 - lt_calls_gen.c: pvl_matmul_args() fills the argument struct from a descriptor and four layouts, pvl_send_matmul()
-  sends it as LT_MATMUL with the generated sender.
+  sends it as LT_MATMUL and pvl_call_heuristic() asks LT_HEURISTIC, with the generated senders.
 
 Standard library only (like cublas_c.py): the build runs it before the package is installed.
 """
@@ -201,6 +201,21 @@ def calls_source() -> str:
         else:
             wire.append(f"(uint64_t)a->{n}")
     out += [f"    return pv_send_LT_MATMUL(dev, stream, {', '.join(wire)});", "}", ""]
+    out += ["cudaError_t pvl_call_heuristic(struct pv_device *dev, const struct pvl_matmul_args *a, uint64_t max_ws,",
+            "                               const uint32_t align[4], uint64_t result[2])", "{"]
+    wire = []
+    for n, t in L.heuristic_wire():
+        if n == "max_workspace":
+            wire.append("max_ws")
+        elif n.startswith("align_"):
+            wire.append(f"align[{'abcd'.index(n[-1])}]")
+        elif t == "i32":
+            wire.append(f"(int32_t)a->{n}")
+        elif t == "i64":
+            wire.append(f"a->{n}")
+        else:
+            wire.append(f"(uint64_t)a->{n}")
+    out += [f"    return pv_call_LT_HEURISTIC(dev, {', '.join(wire)}, result);", "}", ""]
     return "\n".join(out)
 
 

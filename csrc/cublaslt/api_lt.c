@@ -44,6 +44,7 @@ PV_API pvb_status cublasLtCreate(struct pvl_handle **out)
         return PVB_CUBLAS_STATUS_ALLOC_FAILED;
     h->magic = PVL_HANDLE_MAGIC;
     h->dev = d;
+    pthread_mutex_init(&h->lock, NULL);
     pv_handle_add(h);
     *out = h;
     return PVB_CUBLAS_STATUS_SUCCESS;
@@ -56,6 +57,7 @@ PV_API pvb_status cublasLtDestroy(struct pvl_handle *handle)
         return handle ? PVB_CUBLAS_STATUS_NOT_INITIALIZED : PVB_CUBLAS_STATUS_INVALID_VALUE;
     pv_handle_remove(h);
     h->magic = 0;
+    pthread_mutex_destroy(&h->lock);
     free(h);
     return PVB_CUBLAS_STATUS_SUCCESS;
 }

@@ -11,11 +11,32 @@
 
 #define PVL_HANDLE_MAGIC 0x4c54484eu        /* "LTHN" */
 
+#include <pthread.h>
+
+#define PVL_HEURISTIC_CACHE 64            /* problems whose heuristic answer a handle remembers */
+
+/* What a heuristic query asks the daemon (the problem without data pointers, the preference's workspace and
+ * alignments) and what it answered. */
+struct pvl_heuristic_key {
+    struct pvl_matmul_args a;
+    uint64_t max_ws;
+    uint32_t align[4];
+};
+struct pvl_heuristic_answer {
+    struct pvl_heuristic_key key;
+    int valid, count;
+    uint64_t workspace;
+};
+
 /* A cublasLtHandle_t: bound to the device current at cublasLtCreate. The daemon needs no twin (a matmul carries
- * everything it needs), so creating one costs no round trip. */
+ * everything it needs), so creating one costs no round trip. It remembers the daemon's heuristic answers: a program
+ * asks for the same few problems over and over, and only the first costs a round trip. */
 struct pvl_handle {
     uint32_t magic;
     struct pv_device *dev;
+    pthread_mutex_t lock;                 /* the cache (one handle may serve several threads) */
+    struct pvl_heuristic_answer cache[PVL_HEURISTIC_CACHE];
+    int next;                             /* the entry the next new answer replaces */
 };
 
 /* A live handle (registered with the core's handle set and carrying the magic), else NULL. */
@@ -38,6 +59,8 @@ void pvl_matmul_args(struct pvl_matmul_args *a, const struct pvl_desc *d, const 
                      size_t workspace_size);
 cudaError_t pvl_send_matmul(struct pv_device *dev, uint64_t stream, const struct pvl_matmul_args *a,
                             const void *alpha, size_t alpha_n, const void *beta, size_t beta_n);
+cudaError_t pvl_call_heuristic(struct pv_device *dev, const struct pvl_matmul_args *a, uint64_t max_ws,
+                               const uint32_t align[4], uint64_t result[2]);
 
 /* The checks a matmul and a heuristic query share: the descriptors' refused attributes, then the table's checks of
  * the arguments (pointers may be NULL placeholders for a heuristic query: it sees no data). */

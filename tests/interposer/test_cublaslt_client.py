@@ -51,7 +51,7 @@ def run_script(body: str, cdef_file: Path, daemons, tmp_path) -> tuple[dict, str
     lib_dir = pyvgpu.lib_path().parent
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYVGPU_HOSTS", "LD_PRELOAD")},
            "XDG_CONFIG_HOME": str(tmp_path), "PYVGPU_HOSTS": ",".join(d.address for d in daemons),
-           "PYVGPU_CUBLAS_TRACE": "1"}
+           "PYVGPU_CUBLAS_TRACE": "1", "PYVGPU_STATS": str(tmp_path / "stats.txt")}
     proc = subprocess.run([sys.executable, "-c", PRELUDE + body + "\nprint(json.dumps(o))\n", str(cdef_file),
                            str(lib_dir / "libvcudart.so"), str(lib_dir / "libvcublasLt.so")],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -228,6 +228,10 @@ def test_heuristics_and_algorithms(daemon, cdef_file, tmp_path):
     assert caps["strided"] == [0, 4, 1]
     assert caps["impl"] == [0, 8, spec.impl_flags(68, 2)]           # fp16 inputs, fp32 accumulation, FMA
     assert caps["wrong_size"][0] == 7 and caps["not_ours"] == 7
+    # The daemon was asked once per problem (fp32 and fp16); the handle answered the repeats, and what the client's
+    # checks refuse never travels.
+    rows = [line.split() for line in (tmp_path / "stats.txt").read_text().splitlines()]
+    assert next(r for r in rows if r and r[0] == "LT_HEURISTIC")[1:4:2] == ["2", "2"]
 
 
 MATMULS = r"""
