@@ -76,6 +76,7 @@ PROGRAM_ORDER = ("tests/e2e/test_api_device.py", "tests/e2e/test_api_memory.py",
                  "tests/driver/test_driver.py", "tests/e2e/test_api_threads.py", "tests/e2e/test_api_multihost.py",
                  "tests/e2e/test_cublas_programs.py", "tests/driver/test_nvml.py")
 SKIP_EXIT = 77                  # a probe's "not applicable here" (its last line says why)
+DEFAULT_BUDGET = 420.0         # seconds: the default --budget, for which the stages' expect_s are set
 RESERVE_S = 8.0                 # kept back from the stages: the last report, the logs archive, stopping daemons
 LOG_CAP = 4 * MiB               # the tail of each log that goes into logs.tar.gz
 
@@ -708,7 +709,8 @@ def setup(chk: Check, a: argparse.Namespace) -> bool:
 class Stage:
     name: str
     title: str
-    expect_s: float              # what it usually needs on a GPU machine: kept for it while earlier stages run
+    expect_s: float              # what it usually needs on a GPU machine (default budget): kept for it while
+                                 # earlier stages run
     min_s: float                 # less than this left: skipped
     cap_s: float | None          # never more than this
     fn: Callable[[Check, dict, float], None]
@@ -764,12 +766,24 @@ def stage_hello(chk: Check, st: dict, deadline: float) -> None:
 
 
 def discover(pattern: str) -> list[Path]:
-    found: list[Path] = []
-    for d in PROBE_DIRS:
-        if d.is_dir():
-            hits = sorted(p for p in d.rglob(pattern) if "__pycache__" not in p.parts)
-            found += sorted(hits, key=lambda p: (OWN_PROBES.index(p.name) if p.name in OWN_PROBES else -1))
-    return found
+    """The scripts of a hook: the check's framework-free baseline first (gpu_probe_driver.py: seconds, and it tells
+    a driver failure from a framework's), then those of tests/ (the issues' own, by path), then the rest of
+    tools/gpu_probes in OWN_PROBES order."""
+    own = TOOLS / "gpu_probes"
+    found = sorted(p for d in PROBE_DIRS if d.is_dir() for p in d.rglob(pattern) if "__pycache__" not in p.parts)
+
+    def rank(p: Path) -> tuple[int, int, str]:
+        if p.parent != own:
+            return (1, 0, p.as_posix())
+        first = p.name == OWN_PROBES[0]
+        return (0 if first else 2, OWN_PROBES.index(p.name) if p.name in OWN_PROBES else len(OWN_PROBES), p.name)
+    return sorted(found, key=rank)
+
+
+def script_weight(script: Path) -> float:
+    """A script's claim on its stage's time against the scripts after it: the issues' own scripts (tests/) cover
+    whole frameworks; the check's own ones are a baseline and a fallback."""
+    return 0.5 if script.parent == TOOLS / "gpu_probes" else 4.0
 
 
 def run_scripts(chk: Check, st: dict, deadline: float, scripts: list[Path], extra_env: dict, cap: float) -> None:
@@ -778,7 +792,8 @@ def run_scripts(chk: Check, st: dict, deadline: float, scripts: list[Path], extr
     rows = st["rows"]
     for i, script in enumerate(scripts):
         left = deadline - time.monotonic()
-        share = min(cap, max(left / (len(scripts) - i), min(left, 10.0)))   # an even split, never a sliver
+        weight = script_weight(script) / sum(script_weight(x) for x in scripts[i:])
+        share = min(cap, max(left * weight, min(left, 10.0)))     # by weight, never a sliver
         name = script.relative_to(ROOT).as_posix()
         if share < 3:
             rows.append({"item": name, "result": "not run", "detail": "no time left in the stage"})
@@ -812,7 +827,7 @@ def stage_frameworks(chk: Check, st: dict, deadline: float) -> None:
     if not scripts:
         st["status"], st["summary"] = "none", "no probe scripts (tests/**/gpu_probe_*.py)"
         return
-    run_scripts(chk, st, deadline, scripts, {"PYVGPU_GPU_CHECK_HOSTS": chk.daemon()}, cap=150)
+    run_scripts(chk, st, deadline, scripts, {"PYVGPU_GPU_CHECK_HOSTS": chk.daemon()}, cap=240)
 
 
 def stage_differential(chk: Check, st: dict, deadline: float) -> None:
@@ -986,9 +1001,9 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
 
 STAGES = (
     Stage("hello", "examples/hello through a --backend cuda daemon", 30, 20, 90, stage_hello),
-    Stage("frameworks", "framework probes (gpu_probe_*.py)", 90, 15, 240, stage_frameworks),
-    Stage("backend", "the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py)", 45, 15, 150, stage_backend),
-    Stage("programs", "CUDA test programs through --backend cuda daemons", 150, 30, None, stage_programs),
+    Stage("frameworks", "framework probes (gpu_probe_*.py)", 150, 15, 300, stage_frameworks),
+    Stage("backend", "the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py)", 45, 25, 150, stage_backend),
+    Stage("programs", "CUDA test programs through --backend cuda daemons", 120, 30, None, stage_programs),
     Stage("differential", "emulator against the GPU (gpu_diff_*.py)", 30, 10, 120, stage_differential),
     Stage("figures", "local against remote on the same GPU", 60, 20, 240, stage_figures),
 )
@@ -999,7 +1014,8 @@ def share_of(chk: Check, stages: list[Stage], i: int) -> float:
     stage leaves unused flows on); 0 when even its minimum no longer fits (earlier stages are worth more, so they
     take their minimum first)."""
     left = chk.left() - RESERVE_S
-    share = left - sum(s.expect_s for s in stages[i + 1:])
+    scale = min(1.0, chk.budget / DEFAULT_BUDGET)    # a shorter budget: every stage's usual need shrinks alike
+    share = left - scale * sum(s.expect_s for s in stages[i + 1:])
     if stages[i].cap_s is not None:
         share = min(share, stages[i].cap_s)
     if share < stages[i].min_s:
@@ -1042,7 +1058,8 @@ def run_stages(chk: Check, stages: list[Stage]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/gpu-check.sh", description=__doc__.split("\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget", type=float, default=420, help="seconds for the whole check (default %(default)s)")
+    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
+                    help="seconds for the whole check (default %(default).0f)")
     ap.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else WORK / "out",
                     help="report folder (default: $OUT when set, else build/gpu-check/out)")
     ap.add_argument("--bundle", type=Path, default=gpu_bundle.DEFAULT_DIR,

@@ -25,7 +25,7 @@ import gpu_bundle  # noqa: E402
 import gpu_check  # noqa: E402
 
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
-REHEARSAL_BUDGET = 170
+REHEARSAL_BUDGET = 180
 STAGES = ["hello", "frameworks", "backend", "programs", "differential", "figures"]
 
 
@@ -84,15 +84,15 @@ def test_rehearsal_runs_the_probes_and_the_programs(rehearsal):
     stages = {s["name"]: s for s in json.loads((out / "report.json").read_text())["stages"]}
     # The framework-free probe reaches the GPU all three ways (natively, over libvcuda alone, under `pyvgpu run`).
     driver = next(r for r in stages["frameworks"]["rows"] if r["item"].endswith("gpu_probe_driver.py"))
-    assert driver["result"] == "pass" and driver["detail"].endswith("native 4/4; driver 4/4; pyvgpu run 4/4")
+    assert driver["result"] == "pass" and driver["detail"].endswith("native 4/4; driver 4/4; pyvgpu run 4/4"), driver
     # The test programs ran through cuda daemons: pytest collected every e2e/driver test and results came back.
     prog = stages["programs"]
     assert prog["status"] in ("pass", "fail", "partial"), prog
-    assert prog["collected"] > 50 and prog["rows"], prog["summary"]
+    assert (prog["collected"] or 0) > 50 and prog["rows"], prog["summary"]
     assert all(r["item"].startswith(("tests/e2e/", "tests/driver/")) for r in prog["rows"])
     # The cuda backend's own tests found the GPU (the chain) and ran, rather than skipping.
     backend = stages["backend"]
-    assert backend["collected"] > 10 and any(r["result"] != "skipped" for r in backend["rows"]), backend["summary"]
+    assert (backend["collected"] or 0) > 10 and any(r["result"] != "skipped" for r in backend["rows"]), backend
     # The differential checks compared the GPU (here the chain over an emulated GPU) with the emulator.
     diff = {Path(r["item"]).name: r for r in stages["differential"]["rows"]}
     assert diff["gpu_diff_kernels.py"]["detail"].startswith("kernels: 7 of 7 groups bit-identical"), diff
