@@ -875,7 +875,7 @@ def run_pytest(chk: Check, st: dict, deadline: float, args: list[str], extra_env
     results.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p", "gpu_check_pytest"]
     notes = []
-    workers = max(1, min(8, chk.cpus // 2))
+    workers = int(os.environ.get("PYVGPU_GPU_CHECK_WORKERS") or max(1, min(8, chk.cpus // 2)))
     if _has_module("xdist") and workers > 1:
         cmd += ["-n", str(workers)]
         notes.append(f"pytest-xdist, {workers} workers")

@@ -74,8 +74,16 @@ cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, 
 {
     if (n <= PV_D2H_FRAME) {
         size_t got = 0;
+        uint64_t before = atomic_load(&d->sent);
         cudaError_t err = pv_call_MEMCPY_DTOH(d, src, n, stream, dst, n, &got);
-        return d2h_got(d, err, got, n);
+        err = d2h_got(d, err, got, n);
+        /* Answered with no other request begun meanwhile: `stream` has no work left (its work runs in order), so a
+         * synchronization of it right after (what CuPy and PyTorch do after every read) needs no round trip. */
+        if (err == PV_SUCCESS && atomic_load(&d->sent) == before + 1) {
+            atomic_store(&d->quiet_stream, stream);
+            atomic_store(&d->quiet_at, before + 1);
+        }
+        return err;
     }
     struct pv_inflight *fly[PV_D2H_DEPTH];
     size_t len[PV_D2H_DEPTH];
@@ -117,12 +125,13 @@ cudaError_t pv_copy_d2h_async(struct pv_device *d, void *dst, uint64_t src, size
     return PV_SUCCESS;
 }
 
-/* [p, p+n) lies inside one allocation of pinned host memory (pv_host_alloc). */
+/* [p, p+n) lies inside one allocation of pinned host memory (pv_host_alloc) or one registration (cudaHostRegister). */
 static int pinned_range(const void *p, size_t n)
 {
     struct pv_alloc a;
     uint64_t u = (uint64_t)(uintptr_t)p;
-    return pv_alloc_find(u, &a) == 0 && a.dev < 0 && n <= a.size && u - a.ptr <= a.size - n;
+    return (pv_alloc_find(u, &a) == 0 && a.dev < 0 && n <= a.size && u - a.ptr <= a.size - n) ||
+           pv_host_registered(p, n, NULL);
 }
 
 static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)

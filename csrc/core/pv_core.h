@@ -125,6 +125,7 @@ struct pv_conn {
     _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
     double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
     double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
+    atomic_int reason_noted;       /* the daemon's reason for refusing a call was logged (once per connection) */
 };
 
 struct pv_reply {
@@ -178,12 +179,25 @@ void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
 void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
-/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+/* An at-exit report (stats, census): stdout flushed, `target` opened for appending (NULL: stderr; failure logged
+ * naming env), its first words "pyvgpu TITLE: pid P EXE" written, the line left open. */
+FILE *pv_exit_report_open(const char *target, const char *env, const char *title);
+void pv_exit_report_close(FILE *f);
+/* The call census (census.c, PYVGPU_CENSUS): entry points reached (the API libraries' census_hook.c), answered
+ * "not supported" (the stubs' loggers; lib and name are static strings), names and tables asked for that nothing
+ * offers. Each is a no-op while the census is off. */
+extern int pv_census_on;
+void pv_census_enter(void *fn);
+void pv_census_unsupported(const char *lib, const char *name);
+void pv_census_missing(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pv_census_absent(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT, PYVGPU_LEASES). */
 struct pv_hello_extra {
     uint64_t pid;
     char hostname[128];
     uint64_t memory;               /* 0: no request */
     double weight;                 /* 0: the default */
+    const char *leases;            /* PYVGPU_LEASES (the environment's string), NULL: none */
 };
 void pv_hello_extra_read(struct pv_hello_extra *x);
 int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */
@@ -226,6 +240,10 @@ struct pv_device {
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
     _Atomic int refused;           /* a refused module's kernel was used: every synchronization reports it */
+    _Atomic uint64_t sent;         /* requests begun to this device (request.c) */
+    _Atomic uint64_t quiet_at;     /* `sent` when a blocking copy on stream quiet_stream finished with no other
+                                      request begun meanwhile: that stream had no work left (copy.c, streams.c) */
+    _Atomic uint64_t quiet_stream;
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
 int pv_device_count(void);
@@ -305,6 +323,9 @@ cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (b
 /* After a synchronizing op on d answered err: brings the host copies up to date; → err, or the sticky conflict error
  * when the host and the device changed the same bytes (docs/architecture.md, the coherence model). */
 cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err);
+/* refusal.c: one line on why d refused a module image (SASS only on the emulated GPU: once per library, named by
+ * origin, an address inside the library that held the image). */
+void pv_explain_refusal(const void *image, size_t size, const void *origin, struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
@@ -378,6 +399,12 @@ void pv_alloc_forget_device(int dev);
 /* Pinned host memory (PV_HOST_ALIGN-aligned, recorded in the allocation table as host memory). */
 #define PV_HOST_ALIGN 4096
 cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out);
+/* hostmem.c: [p, p+size) is pinned memory (launches look for it in parameters); whether [p, p+n) is registered
+ * memory (cudaHostRegister; *flags its flags, when asked); a launch's parameter words naming pinned memory become
+ * its device copy's addresses (dry: only count them in *hits). */
+void pv_host_pinned_note(uint64_t p, size_t size);
+int pv_host_registered(const void *p, size_t n, unsigned *flags);
+cudaError_t pv_host_translate(struct pv_device *d, const struct pv_kinfo *ki, char *buf, int dry, int *hits);
 cudaError_t pv_host_free(void *ptr);                      /* cudaErrorInvalidValue unless from pv_host_alloc */
 cudaError_t pv_host_flags(const void *ptr, unsigned *flags);
 

@@ -376,6 +376,19 @@ static void release_read_role(struct pv_conn *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* An error reply whose result is a text says why the daemon refused the call (a GPU leased to another holder): the
+ * program sees the CUDA error, its user the reason, once per connection. */
+static void note_reason(struct pv_conn *c, const msgpack_object *result)
+{
+    char reason[512];
+    if (pv_obj_str(result, reason, sizeof reason) != 0 || atomic_exchange(&c->reason_noted, 1) != 0)
+        return;
+    for (char *q = reason; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';              /* one line, whatever the daemon sent */
+    pv_log("daemon %s:%d refused a call: %s", c->host, c->port, reason);
+}
+
 /* Reads one frame and delivers it (the caller holds the read role). 0: carry on; -1: the connection failed (every
  * waiter has been woken with an error). */
 static int read_frame(struct pv_conn *c)
@@ -445,6 +458,8 @@ static int read_frame(struct pv_conn *c)
         free(raw);
         pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
     } else {
+        if (err != 0 && h->via.array.ptr[3].type == MSGPACK_OBJECT_STR)
+            note_reason(c, &h->via.array.ptr[3]);
         complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
     }
     if (io) {

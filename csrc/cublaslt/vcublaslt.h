@@ -11,32 +11,12 @@
 
 #define PVL_HANDLE_MAGIC 0x4c54484eu        /* "LTHN" */
 
-#include <pthread.h>
-
-#define PVL_HEURISTIC_CACHE 64            /* problems whose heuristic answer a handle remembers */
-
-/* What a heuristic query asks the daemon (the problem without data pointers, the preference's workspace and
- * alignments) and what it answered. */
-struct pvl_heuristic_key {
-    struct pvl_matmul_args a;
-    uint64_t max_ws;
-    uint32_t align[4];
-};
-struct pvl_heuristic_answer {
-    struct pvl_heuristic_key key;
-    int valid, count;
-    uint64_t workspace;
-};
-
 /* A cublasLtHandle_t: bound to the device current at cublasLtCreate. The daemon needs no twin (a matmul carries
- * everything it needs), so creating one costs no round trip. It remembers the daemon's heuristic answers: a program
- * asks for the same few problems over and over, and only the first costs a round trip. */
+ * everything it needs), so creating one costs no round trip. A libvcublas handle serves as one too (it starts with
+ * the same two fields: api_lt.c), so nothing else may live here. */
 struct pvl_handle {
     uint32_t magic;
     struct pv_device *dev;
-    pthread_mutex_t lock;                 /* the cache (one handle may serve several threads) */
-    struct pvl_heuristic_answer cache[PVL_HEURISTIC_CACHE];
-    int next;                             /* the entry the next new answer replaces */
 };
 
 /* A live handle (registered with the core's handle set and carrying the magic), else NULL. */

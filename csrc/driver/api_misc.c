@@ -13,6 +13,7 @@ void drv_note_runtime(void) { atomic_store(&runtime_present, 1); }
 
 CUresult pv_drv_unsupported(const char *name, atomic_int *once)
 {
+    pv_census_unsupported("libvcuda", name);
     pv_log_once(once, "%s is not supported by libvcuda (returns CUDA_ERROR_NOT_SUPPORTED)", name);
     return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -354,6 +354,8 @@ extern const int pv_nerrmap;
 /* ---- errors and start-up (api_misc.c) ---- */
 CUresult pv_drv_unsupported(const char *name, atomic_int *once);   /* the generated stubs' answer */
 CUresult drv_result(cudaError_t err);                                /* a wire error as a CUresult */
+CUresult drv_read_file(const char *path, void **out);      /* api_module.c: a file's bytes, NUL-terminated */
+const void *drv_library_table(const char *uuid);   /* export_tables_libs.c: the CUDA libraries' tables */
 void drv_note_runtime(void);                                         /* NVIDIA's runtime is our caller */
 CUresult drv_ready(void);                                            /* cuInit ran (else NOT_INITIALIZED) */
 int drv_version(void);                          /* the version answered: PV_CUDA_VERSION or the test knob's */

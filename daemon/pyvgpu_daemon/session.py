@@ -227,6 +227,7 @@ class Session:
     peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported
     compress_always: bool = False        # daemon --compress always: every bulk reply compressed (tests, benchmarks)
     end_soon: Callable[[str], None] | None = None   # any thread: end the session, why (server.py sets it)
+    leases: dict[int, Any] = field(default_factory=dict)   # device -> the lease it uses there (leases.py)
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")
@@ -237,10 +238,14 @@ class Session:
         if st is None:
             name = f"s{self.id}-d{ordinal}"
             sharing = self.sharing
-            lane = sharing.lane(ordinal, self.weight, name) if sharing is not None else None
+            lease = self.leases.get(ordinal)         # a share's weight and quota replace the hello's there
+            weight = lease.weight if lease is not None and lease.weight is not None else self.weight
+            lane = sharing.lane(ordinal, weight, name) if sharing is not None else None
             st = DeviceState(ordinal, OrderedWorker(name, loop, lane))
             if sharing is not None:
                 st.limit = sharing.limit(ordinal, self.memory_request)
+            if lease is not None and lease.memory is not None:
+                st.limit = lease.memory if st.limit is None else min(st.limit, lease.memory)
             self.devices[ordinal] = st
         return st
 
