@@ -205,6 +205,10 @@ void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x);
 /* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure.
  * first_gpu: the index of the pointer window of the daemon's device 0 (va_base = (first_gpu + 1) * window). */
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err);
+/* The pointer window of the connection's device 0 (the hello's va_base): (first_gpu + 1) windows, moved up by
+ * PYVGPU_VA_BASE (the first host's va_base, a multiple of the window; for a client that must leave the first
+ * windows free, e.g. a cuda backend daemon running on libvcuda: docs/architecture.md, "The chain"). */
+uint64_t pv_conn_va_base(const struct pv_conn *c);
 int pv_conn_alive(const struct pv_conn *c);
 
 /* ---- compression of bulk payloads (compress.c; pyvgpu/protocol.py "Compressed payloads") ---- */
@@ -239,6 +243,8 @@ struct pv_device {
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
+    uint64_t vmm_granularity;      /* virtual memory management's granularity (snapshot; 0: not offered) */
+    _Atomic unsigned reset_gen;    /* device resets so far: what a library kept of the device before one is gone */
     _Atomic int refused;           /* a refused module's kernel was used: every synchronization reports it */
     _Atomic uint64_t sent;         /* requests begun to this device (request.c) */
     _Atomic uint64_t quiet_at;     /* `sent` when a blocking copy on stream quiet_stream finished with no other
@@ -246,6 +252,7 @@ struct pv_device {
     _Atomic uint64_t quiet_stream;
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
+int pv_initialized(void);                   /* pv_init has succeeded (no side effect) */
 int pv_device_count(void);
 struct pv_device *pv_device(int index);     /* NULL when out of range */
 cudaError_t pv_cur(struct pv_device **out); /* init + current device */
@@ -389,6 +396,10 @@ cudaError_t pv_sync_result(struct pv_device *d, cudaError_t err);   /* after a S
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
 struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };
+/* The owner of mappings made by virtual memory management (libvcuda's cuMemMap): no context owns them, and
+ * cudaFree/cuMemFree refuse them (they are unmapped, not freed). */
+#define PV_OWNER_VMM ((const void *)&pv_owner_vmm)
+extern const char pv_owner_vmm;
 void pv_alloc_add(uint64_t ptr, size_t size, int dev);                 /* owned by pv_tls_owner() */
 void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner);
 /* The starts of the allocations of `owner` on device dev (host memory too when with_host), malloc'd into *out. */

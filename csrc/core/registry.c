@@ -542,6 +542,8 @@ static size_t lower_bound(uint64_t ptr)   /* first index with allocs[i].ptr > pt
 
 void pv_alloc_add(uint64_t ptr, size_t size, int dev) { pv_alloc_add_owned(ptr, size, dev, pv_tls_owner()); }
 
+const char pv_owner_vmm;
+
 void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
 {
     pthread_rwlock_wrlock(&alloc_mu);

@@ -31,9 +31,11 @@ CUresult drv_result(cudaError_t err)
     return CUDA_ERROR_UNKNOWN;
 }
 
+/* cuInit ran, or another library of the process (libvcudart, which calls no cuInit of ours) initialised the core:
+ * a program that starts with the runtime API may use the driver API without cuInit, as with NVIDIA's libraries. */
 CUresult drv_ready(void)
 {
-    return atomic_load(&inited) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return atomic_load(&inited) || pv_initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 PV_API CUresult cuInit(unsigned int flags)
