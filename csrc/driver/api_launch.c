@@ -76,20 +76,32 @@ static CUresult launch_cooperative(CUfunction h, dim3 grid, dim3 block, unsigned
 LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
 LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 
+/* The current device and h's kernel information there, for the occupancy calls. */
+static CUresult occupancy_of(CUfunction h, struct pv_device **d, struct pv_kinfo **ki)
+{
+    CUresult r = drv_cur_device(d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct pv_func *f = drv_func_of(h, *d);
+    return f ? drv_result(pv_kinfo_get(f, *d, ki)) : drv_func_error(h);
+}
+
 static CUresult occupancy(int *n, CUfunction h, int block, size_t dyn)
 {
     struct pv_device *d;
-    CUresult r = n ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
-    if (r != CUDA_SUCCESS)
-        return r;
-    struct pv_func *f = drv_func_of(h, d);
-    if (!f)
-        return drv_func_error(h);
     struct pv_kinfo *ki;
-    r = drv_result(pv_kinfo_get(f, d, &ki));
+    CUresult r = n ? occupancy_of(h, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
         *n = pv_occupancy(d, ki, block, dyn);
     return r;
+}
+
+PV_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, CUfunction h, int nblocks, int block)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = dyn ? occupancy_of(h, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
+    return r == CUDA_SUCCESS ? drv_result(pv_occupancy_dyn_smem(d, ki, nblocks, block, dyn)) : r;
 }
 
 PV_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t dyn)
