@@ -68,6 +68,10 @@ class DeviceTurn(Protocol):
     def shared(self) -> bool:
         """Another session uses the device (a hint: its fair share then matters)."""
 
+    @property
+    def others_outside(self) -> bool:
+        """Another session active here is not waiting for the device now: its requests need the interpreter."""
+
     def charge(self, seconds: float) -> None:
         """Device time of earlier work, measured once it finished (a real GPU's kernels: backends/cuda_turns.py)."""
 
