@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyvgpu
-from pyvgpu import auth, config, hostmap, leasing, placement, tls
+from pyvgpu import auth, config, frameworks, hostmap, leasing, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
-from pyvgpu.protocol import (DEFAULT_PORT, ENV_LEASES, ENV_MEMORY, ENV_STATS, ENV_WEIGHT, MIN_LEASE_FRACTION,
-                             STATUS_LEASES)
+from pyvgpu.protocol import (DEFAULT_PORT, ENV_CENSUS, ENV_LEASES, ENV_MEMORY, ENV_STATS, ENV_WEIGHT,
+                             MIN_LEASE_FRACTION, STATUS_LEASES)
 from pyvgpu.units import parse_size
 
 PROG = "pyvgpu"
@@ -562,6 +562,8 @@ def _lib(name: str = pyvgpu.LIB_NAME) -> Path:
 def cmd_lib(args: argparse.Namespace) -> int:
     if args.dir:
         print(_lib(pyvgpu.DRIVER_LIB_NAME).parent)
+    elif args.preload:
+        print(" ".join(str(p) for p in pyvgpu.forwarded_libraries(_lib(pyvgpu.DRIVER_LIB_NAME).parent)))
     else:
         print(_lib(pyvgpu.DRIVER_LIB_NAME if args.driver else pyvgpu.LIB_NAME))
     return 0
@@ -616,13 +618,17 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     """The environment `pyvgpu run` gives the program."""
     env = dict(os.environ if base is None else base)
     # libvcudart stands in for libcudart.so.13 (programs built with -cudart shared); libvcuda for libcuda.so.1
-    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries).
-    # Preloading libvcuda also beats an RPATH that points at another libcuda.so.1.
-    libs = [str(_lib()), str(_lib(pyvgpu.DRIVER_LIB_NAME))]
+    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries);
+    # libvcublas, libvnvml, ... for theirs. Preloaded, each SONAME is taken before anything else can load NVIDIA's
+    # copy: it beats an RPATH/RUNPATH (torch's wheel folders) and the already-loaded check of loaders that take
+    # absolute paths (CuPy's cuda-pathfinder); a copy loaded by path anyway (torch's own preloading) is shadowed,
+    # the preloaded one binds first (`--explain` shows which file served each library).
+    runtime, driver = _lib(), _lib(pyvgpu.DRIVER_LIB_NAME)
+    libs = [str(p) for p in pyvgpu.forwarded_libraries(driver.parent)] or [str(runtime), str(driver)]
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p not in libs]
     env["LD_PRELOAD"] = " ".join([*libs, *preload])
-    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
-    libdir = str(Path(libs[1]).parent)
+    # The names programs look for (libcuda.so, libcublas.so.13, ...) are in the same directory.
+    libdir = str(driver.parent)
     paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
     env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
     if hosts is None:
@@ -784,6 +790,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         env[ENV_WEIGHT] = repr(float(args.weight))
     if args.stats is not None:
         env[ENV_STATS] = args.stats
+    if args.census is not None:
+        env[ENV_CENSUS] = args.census
+    elif args.explain:
+        env[ENV_CENSUS] = "libraries"
+    wanted = {k: v for k, v in frameworks.PTX_SWITCHES.items() if k not in env}
+    if wanted and frameworks.emulated([h for h in hosts if not h.is_auto], config.load_token(),
+                                      min(args.timeout, frameworks.QUERY_TIMEOUT_S), _load_client().connect):
+        env.update(frameworks.jit_switches(env, True))
     exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
@@ -793,7 +807,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _note(f"{command[0]} names the CUDA driver by path ({bypass[0]}): if it loads it from there, its CUDA calls "
               f"bypass pyvgpu and cannot be remoted (libcuda.so.1 loaded by name is pyvgpu's)")
     if args.verbose:
-        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT, ENV_LEASES) if k in env)
+        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT, ENV_LEASES, *frameworks.PTX_SWITCHES)
+                        if k in env)
         _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
               f"{hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}{extra}")
     sys.stdout.flush()
@@ -979,7 +994,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
                        usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] [-n N [--explain] [--no-wait | --wait S] "
                              "[--share F] [--lease-ttl S]] [--memory SIZE] [--weight W] [--stats [FILE]] "
-                             "-- PROGRAM [ARGS...]",
+                             "[--census [FILE]] -- PROGRAM [ARGS...]",
                        description="Run PROGRAM with its CUDA calls going to the daemons of the host map (or "
                                    "--hosts): LD_PRELOAD holds libvcudart (for programs built with -cudart shared) "
                                    "and libvcuda, the libcuda.so.1 drop-in (for nvcc's default static runtime, "
@@ -990,11 +1005,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "others least, with --memory free (pyvgpu/placement.py; --explain prints why). "
                                    "While all are leased it waits in line (--no-wait: fails at once); the leases are "
                                    "renewed while the program runs and given back when it exits. Inside a job that "
-                                   "holds leases (PYVGPU_LEASES set, e.g. a Slurm job) -n chooses among the job's GPUs.")
+                                   "holds leases (PYVGPU_LEASES set, e.g. a Slurm job) -n chooses among the job's GPUs. "
+                                   "Against emulated GPUs it also sets CUPY_COMPILE_WITH_PTX=1 (unless set), so "
+                                   "that CuPy hands them PTX.")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
     r.add_argument("-n", type=int, metavar="N",
                    help="lease N GPUs of the pool (host map or --hosts) for the program, the best ones first")
-    r.add_argument("--explain", action="store_true", help="with -n / auto: one line per GPU on the decision")
+    r.add_argument("--explain", action="store_true",
+                   help="with -n / auto: one line per GPU on the decision; at exit, which file served each CUDA "
+                        "library (pyvgpu's or NVIDIA's; sets PYVGPU_CENSUS=libraries)")
     rw = r.add_mutually_exclusive_group()
     rw.add_argument("--no-wait", action="store_true",
                     help="with -n / auto: fail at once when not enough GPUs are free for a lease")
@@ -1017,6 +1036,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", nargs="?", const="1", metavar="FILE",
                    help="at exit, print per op the calls, bytes, calls that blocked on a reply (blocking round "
                         "trips) and the time blocked, to stderr (or append them to FILE); sets PYVGPU_STATS")
+    r.add_argument("--census", nargs="?", const="1", metavar="FILE",
+                   help="at exit, the call census: every CUDA entry point reached and every one answered 'not "
+                        "supported', driver names and tables asked for and not offered, which file served each "
+                        "CUDA library; to stderr (or appended to FILE); sets PYVGPU_CENSUS")
     r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)
@@ -1048,6 +1071,9 @@ def build_parser() -> argparse.ArgumentParser:
     lbg = lb.add_mutually_exclusive_group()
     lbg.add_argument("--driver", action="store_true", help="print the path of libvcuda.so.1")
     lbg.add_argument("--dir", action="store_true", help="print the directory of the client libraries")
+    lbg.add_argument("--preload", action="store_true",
+                     help="print every client library, for LD_PRELOAD=\"$(pyvgpu lib --preload)\" (what `pyvgpu "
+                          "run` preloads: they then win over the copies Python wheels bring)")
     lb.set_defaults(func=cmd_lib)
 
     # tls

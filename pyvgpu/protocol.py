@@ -98,6 +98,7 @@ HELLO_LEASES = "leases"        # the leases the client holds (str: lease ids, co
 ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
 ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
+ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
 ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
@@ -253,6 +254,24 @@ OPS: tuple[OpSpec, ...] = (
     op(101, "MEMSET_ELEMS",
        "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
        doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
+    # 120-149: virtual memory management (cuMemAddressReserve/Create/Map/...; daemon/pyvgpu_daemon/vmm.py holds the
+    # rules). Sizes, addresses and offsets are multiples of the device's granularity (snapshot "vmm_granularity").
+    op(120, "VMM_RESERVE", "dev:dev size:size align:size addr:ptr", "u64", H,
+       doc="a reserved address range of `size` bytes, `align`-aligned (0: the granularity), at `addr` when that "
+           "range is free (a hint; 0: none); result: its start"),
+    op(121, "VMM_FREE", "dev:dev addr:ptr size:size", "nil", H,
+       doc="frees a whole reservation (addr and size as reserved); nothing may be mapped in it"),
+    op(122, "VMM_CREATE", "dev:dev size:size", "u64", H,
+       doc="a physical allocation of `size` bytes on the device, charged to the session; result: its handle"),
+    op(123, "VMM_RELEASE", "dev:dev handle:u64", "nil", H,
+       doc="the handle goes; its memory is freed once no mapping of it is left"),
+    op(124, "VMM_MAP", "dev:dev addr:ptr size:size offset:size handle:u64", "nil", H,
+       doc="maps [offset, offset+size) of the allocation at [addr, addr+size), inside one reservation and over "
+           "nothing mapped (offset: 0); the range is not accessible until VMM_SET_ACCESS"),
+    op(125, "VMM_UNMAP", "dev:dev addr:ptr size:size", "nil", H,
+       doc="unmaps whole mappings covering exactly [addr, addr+size)"),
+    op(126, "VMM_SET_ACCESS", "dev:dev addr:ptr size:size flags:u32", "nil", H,
+       doc="this device's access to fully mapped [addr, addr+size): VMM_ACCESS_* (none, read, read-write)"),
     # ---- 300-399: runtime features (issue 13)
     # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
     # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
@@ -335,6 +354,9 @@ OPS: tuple[OpSpec, ...] = (
     # four layouts' attributes, so it is one fire-and-forget frame ordered on its stream.
     op(_lt.OP_LT_MATMUL, "LT_MATMUL", _lt.wire_args(), "nil", A,
        "cublasLtMatmul: D = epilogue(alpha op(A) op(B) + beta C), the arguments of cublaslt_spec.matmul_wire()"),
+    op(_lt.OP_LT_HEURISTIC, "LT_HEURISTIC", _lt.heuristic_args(), "u64x2", H,
+       "cublasLtMatmulAlgoGetHeuristic as the backend answers it: [algorithms (0 or 1), workspace bytes]; the client "
+       "asks once per problem"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -388,6 +410,10 @@ REMOTED_DEVICE_ATTRS: dict[str, int] = {
     "CooperativeLaunch": 0,                       # grid-wide synchronization is not offered yet
     "ClusterLaunch": 0,                           # thread-block clusters of more than one block are refused
 }
+
+# Virtual memory management (VMM_*): CU_MEM_ACCESS_FLAGS_PROT_* values, and what one session may hold per device.
+VMM_ACCESS_NONE, VMM_ACCESS_READ, VMM_ACCESS_READWRITE = 0, 1, 3
+MAX_VMM_OBJECTS = 1 << 14            # reservations + physical allocations + mappings per session and device
 
 # CUDA arrays (ARRAY_CREATE flags: cudaArray* values).
 ARRAY_FLAG_LAYERED = 1               # cudaArrayLayered
@@ -480,6 +506,7 @@ DEVICE_INFO_KEYS: tuple[str, ...] = (
     "clock_rate_khz", "memory_clock_rate_khz", "memory_bus_width", "l2_cache_size",
     "max_threads_per_multiprocessor", "total_const_mem", "uuid", "pci_bus_id", "attrs", "backend",
     "peers",                  # daemon-local ordinals whose memory this device's kernels can use after PEER_ENABLE
+    "vmm_granularity",        # virtual memory management's granularity in bytes (0: the backend offers none)
 )
 
 # Keys of the MODULE_LOAD reply: {kernels: {name: {id, params: [[offset, size]...], attrs: {KERNEL_ATTR_KEYS}}},
@@ -509,6 +536,7 @@ def shared_keys() -> dict[str, str]:
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
     keys.update({"HELLO_LEASES": HELLO_LEASES, "ENV_LEASES": ENV_LEASES})
     keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "ENV_STATS": ENV_STATS,
+                 "ENV_CENSUS": ENV_CENSUS,
                  "HOSTMAP_AUTO": HOSTMAP_AUTO,
                  "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})

@@ -9,6 +9,7 @@ cd "$ROOT"
 
 bash "$ROOT/scripts/setup.sh"
 bash "$ROOT/scripts/setup-slurm.sh"      # tests/slurm run real slurmctld/slurmd processes
+bash "$ROOT/scripts/setup-frameworks.sh"     # the frameworks tier: PyTorch, CuPy, numba-cuda (tests/frameworks)
 choose_python
 
 # The CUDA toolkit's usual home is not always on PATH; the test fixtures look for nvcc on PATH.
