@@ -354,6 +354,11 @@ class Backend(ABC):
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> DeviceContext:
         """Called on the (session, device) worker thread, on the first op of that pair."""
 
+    def unusable(self, ordinal: int) -> str:
+        """Why the device cannot take sessions now ("" when it can): a real driver that refuses new contexts after
+        a kernel fault (backends/cuda.py DeviceHealth). Shown by STATUS."""
+        return ""
+
     def close(self) -> None:
         pass
 
