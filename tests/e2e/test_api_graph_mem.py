@@ -8,7 +8,11 @@ import os
 import re
 import subprocess
 
+import pytest
+
 import pyvgpu
+
+pytestmark = pytest.mark.chain
 
 
 def test_graph_memory_nodes_through_libvcudart(cuda_build, daemon, run):

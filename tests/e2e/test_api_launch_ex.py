@@ -10,6 +10,9 @@ import re
 import subprocess
 
 import pyvgpu
+import pytest
+
+pytestmark = pytest.mark.chain
 
 PROGRAM = "api_launch_ex.cu"
 
