@@ -317,6 +317,11 @@ class DeviceContext(ABC):
         BlasError (a status), CudaError (a fault). blas_validates_pointers applies as for cuBLAS."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
 
+    def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
+        """(algorithms for this problem, 0 or 1; the workspace bytes it needs), the problem being LT_MATMUL's int
+        arguments (checked; workspace_size: the most the caller allows) and aligns the pointers' alignments."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
+
     def take_stdout(self) -> bytes:
         """Device printf output not yet returned (backends that buffer it override this)."""
         return b""

@@ -655,10 +655,16 @@ class CudaContext(CudaArrays, DeviceContext):
         return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
     # ------------------------------------------------------------------ cuBLASLt (backends/cublaslt_cuda.py)
-    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+    def _lt_session(self) -> cublaslt_cuda.LtSession:
         if self._lt is None:
             self._lt = cublaslt_cuda.LtSession(self._cublaslt or cublaslt_cuda.library())
-        self._lt.matmul(cublas_cuda.stream_pointer(stream), args)
+        return self._lt
+
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        self._lt_session().matmul(cublas_cuda.stream_pointer(stream), args)
+
+    def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
+        return self._lt_session().heuristic(problem, aligns)
 
     def _lt_close(self) -> None:
         if self._lt is not None:
