@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
-from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OPS, OpFlag, OpSpec
+from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_CODE
 
 WINDOW_S = 1.0                      # one load window
 WINDOWS = 10                        # windows kept: busy ratio and slowdown are over the last 10 s
@@ -355,8 +355,9 @@ class Lane:
         self._charged = 0.0                 # device seconds of the running job charged already (preempt)
         self._preempt_lock = threading.Lock()   # a job's threads (the emulator's chunk pool) pause one at a time
         self._poke: Callable[[], None] | None = None
-        self._shared_hint = False           # cache of `shared`, until _shared_hint_until
-        self._shared_hint_until = 0.0
+        self._shared_hint = False           # caches of `shared` and `others_outside`, until _hint_until
+        self._outside_hint = False
+        self._hint_until = 0.0
 
     @property
     def weight(self) -> float:
@@ -365,7 +366,7 @@ class Lane:
     @property
     def jobs(self) -> int:
         """Device work jobs run (from the latency histograms)."""
-        return int(sum(sum(h[:-1]) for op, h in list(self.hist.items()) if _WORK.get(op, True)))
+        return int(sum(sum(h[:-1]) for op, h in list(self.hist.items()) if is_work(op)))
 
     # -- around each job (worker thread)
     def begin(self) -> None:
@@ -501,18 +502,33 @@ class Lane:
 
     @property
     def shared(self) -> bool:
-        """backends.base.DeviceTurn.shared: another session ran device work here within the last SHARED_S (read
-        without the lock: a hint, as `contended`; recomputed at most every 10 ms)."""
-        sched = self.sched
-        if not sched.fair:
-            return False
-        now = sched.clock()
-        if now >= self._shared_hint_until:
-            lanes = list(sched.lanes)           # one C-level copy: safe against another thread adding a lane
-            self._shared_hint = any(lane is not self and (lane.holding or lane.last_active > now - SHARED_S)
-                               for lane in lanes)
-            self._shared_hint_until = now + 0.01
+        """backends.base.DeviceTurn.shared: another session ran device work here within the last SHARED_S."""
+        self._hints()
         return self._shared_hint
+
+    @property
+    def others_outside(self) -> bool:
+        """backends.base.DeviceTurn.others_outside: another session that was active within SHARED_S is not waiting
+        for the turn now, so its requests are being handled by threads that need the GIL (the loop, its worker)."""
+        self._hints()
+        return self._outside_hint
+
+    def _hints(self) -> None:
+        """Recompute `shared` and `others_outside`, at most every 10 ms (read without the lock: hints, as
+        `contended`; list() copies the set in one C call, safe against another thread adding a lane)."""
+        sched = self.sched
+        now = sched.clock()
+        if now < self._hint_until:
+            return
+        self._hint_until = now + 0.01
+        if not sched.fair:
+            self._shared_hint = self._outside_hint = False
+            return
+        active = [lane for lane in list(sched.lanes)
+                  if lane is not self and (lane.holding or lane.last_active > now - SHARED_S)]
+        waiting = {entry[2] for entry in list(sched._share._waiting)}
+        self._shared_hint = bool(active)
+        self._outside_hint = any(lane.share not in waiting for lane in active)
 
     def charge(self, seconds: float) -> None:
         """backends.base.DeviceTurn.charge: device time of work that ran after its job ended (worker thread)."""
@@ -546,43 +562,27 @@ class Lane:
 # ---------------------------------------------------------------------------------------------- stream priorities
 # Job tags: (op code, request args as received, payload length), built on the loop at no cost; what the worker
 # needs from them is derived there, when needed:
-# - is_work(code): the op occupies the device (copies, memsets, launches, library calls), so it runs only in the
-#   session's turn and counts as device time; ops whose spec line says OpFlag.HOST (allocation, handles, queries,
-#   host waits) run whenever the session's order reaches them, so a session is never held up by another's long
-#   kernel just to allocate or to wait for its own work;
+# - is_work(code): the op occupies the device (copies, memsets, launches, library calls: OpSpec.work), so it runs
+#   only in the session's turn and counts as device time; ops whose spec line says OpFlag.HOST (allocation, handles,
+#   queries, host waits) run whenever the session's order reaches them, so a session is never held up by another's
+#   long kernel just to allocate or to wait for its own work;
 # - stream_of(tag): the wire handle of a created stream when the job is stream-ordered work that may move with its
-#   stream (op has a stream argument and no event argument, the handle is not a default-stream sentinel), else None:
-#   a barrier nothing crosses;
-# - stats_key(tag): per kernel for ops on a function, else per op and payload size class (alone times).
+#   stream (OpSpec.ordered_on: a stream argument and no event argument; the handle is not a default-stream
+#   sentinel), else None: a barrier nothing crosses;
+# - stats_key(tag): per kernel for ops on a function (OpSpec.func_arg), else per op and payload size class.
 Tag = tuple[int, Any, int]
 LOOKAHEAD = 256
 
 
-def _stream_arg(spec: OpSpec) -> int | None:
-    """Index (in the request's args) of the stream an op's work is ordered on, when it may move with that stream."""
-    types = [a.type for a in spec.args]
-    if "stream" not in types or "event" in types:
-        return None                       # no stream, or it involves an event: a barrier
-    return types.index("stream")
-
-
-def _tagging(spec: OpSpec) -> tuple[int | None, int | None, bool]:
-    """(index of its func argument, index of the stream it may move with, it is device work) for an op."""
-    types = [a.type for a in spec.args]
-    return (types.index("func") if "func" in types else None, _stream_arg(spec), not spec.flags & OpFlag.HOST)
-
-
-_TAGGING: dict[int, tuple[int | None, int | None, bool]] = {spec.code: _tagging(spec) for spec in OPS}
-_WORK: dict[int, bool] = {code: t[2] for code, t in _TAGGING.items()}
-
-
 def is_work(code: int) -> bool:
-    return _WORK.get(code, True)
+    spec = OP_BY_CODE.get(code)
+    return spec is None or spec.work
 
 
 def stats_key(tag: Tag) -> Hashable:
     code, args, payload_len = tag
-    fi = _TAGGING.get(code, (None, None, True))[0]
+    spec = OP_BY_CODE.get(code)
+    fi = spec.func_arg if spec is not None else None
     if fi is None:
         return code, payload_len.bit_length()
     f = args[fi]
@@ -591,7 +591,8 @@ def stats_key(tag: Tag) -> Hashable:
 
 def stream_of(tag: Tag) -> int | None:
     code, args, _ = tag
-    si = _TAGGING.get(code, (None, None, True))[1]
+    spec = OP_BY_CODE.get(code)
+    si = spec.ordered_on if spec is not None else None
     if si is None:
         return None
     h = args[si]

@@ -97,8 +97,9 @@ def test_other_sessions_work_runs_during_a_long_kernel(daemon_factory):
         during.append(b.round_trip(data))
     th.join()
     assert len(during) >= 3, f"only {len(during)} round trips of the other session during a {spun['s']:.1f} s kernel"
-    # before: the first round trip waited for the whole kernel (seconds); now each is a few of its time alone
-    assert max(during) < 1.0, (alone, during)
+    # before: the first round trip waited for the rest of the kernel; now none waits for a large part of it (a bound
+    # relative to the kernel's own time, which stretches with the machine's load, not an absolute one)
+    assert max(during) < spun["s"] / 2, (alone, spun["s"], during)
     assert sorted(during)[len(during) // 2] < max(0.25, 20 * alone), (alone, during)
 
 
@@ -265,3 +266,25 @@ def test_fresh_waiter_is_served_at_once_backlogged_ones_by_the_quantum():
     c = Share(name="c")
     assert not fs.request(c)
     assert fs.finish(a, True) == (True, None)
+
+
+def test_hints_for_a_running_launch():
+    """`shared`: another session ran work recently; `others_outside`: one of them is not queued for the turn (its
+    requests need the interpreter, so the launch yields it); neither for a session alone."""
+    from pyvgpu_daemon.scheduler import DeviceScheduler
+    sched = DeviceScheduler(0)
+    a, b = sched.lane(name="a"), sched.lane(name="b")
+    assert not a.shared and not a.others_outside
+    a.begin()
+    b.last_active = sched.clock()
+    a._hint_until = 0.0
+    assert a.shared and a.others_outside
+    th = threading.Thread(target=b.begin)          # b queues for the turn a holds
+    th.start()
+    while not sched._share._waiting:
+        time.sleep(0.001)
+    a._hint_until = 0.0
+    assert a.shared and not a.others_outside
+    a.idle()                                       # the turn goes to b
+    th.join()
+    b.idle()
