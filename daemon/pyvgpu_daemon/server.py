@@ -28,7 +28,8 @@ from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, E
                              HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
                              NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpSpec)
-from pyvgpu_daemon import compress, control, fastpath, handlers, handlers_lease  # noqa: F401 (registers LEASE_*)
+from pyvgpu_daemon import compress, fastpath, handlers
+from pyvgpu_daemon.handlers import control, lease  # noqa: F401 (lease registers LEASE_*)
 from pyvgpu_daemon.admission import Admission
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
@@ -46,7 +47,7 @@ OP_HELLO = OP_BY_NAME["HELLO"].code
 ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
 POLL_S = 0.02                        # re-check interval while waiting for a client to read its replies
-# Every op the daemon answers itself has its control handler (checked at import, as handlers.py checks device ops).
+# Every op the daemon answers itself has its control handler (checked at import, as the handlers package checks device ops).
 assert not control.missing(), f"NO_DEVICE ops without a control handler: {sorted(control.missing())}"
 
 

@@ -173,7 +173,7 @@ class DeviceContext(ABC):
         """This device's access (protocol.VMM_ACCESS_*) to the fully mapped range."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
 
-    # ---- arrays, textures, surfaces (descriptions checked by handlers_array.py, resources.py)
+    # ---- arrays, textures, surfaces (descriptions checked by handlers/array.py, resources.py)
     def array_create(self, spec: Any) -> Any:
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: CUDA arrays")
 

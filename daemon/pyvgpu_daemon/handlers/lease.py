@@ -14,7 +14,7 @@ from typing import Any, Callable
 from pyvgpu import wire
 from pyvgpu.protocol import (ERROR_CODES, LEASE_JOB, LEASE_LEASES, LEASE_RELEASED, LEASE_RENEWED,
                              LEASE_TTL, LEASE_UNKNOWN, MAX_LEASE_TTL_S)
-from pyvgpu_daemon.control import control
+from pyvgpu_daemon.handlers.control import control
 from pyvgpu_daemon.leases import Lease, LeaseRequestError, LeaseTable, parse_ids, parse_request
 
 log = logging.getLogger("pyvgpu.daemon")

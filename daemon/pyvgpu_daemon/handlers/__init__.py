@@ -513,13 +513,12 @@ def device_get_limit(c: Call, limit: int) -> int:
     return int(c.ctx.get_limit(_limit(limit)))
 
 
-from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
-from pyvgpu_daemon import handlers_blaslt  # noqa: E402,F401  (registers cuBLASLt's LT_MATMUL)
+from pyvgpu_daemon.handlers import blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
+from pyvgpu_daemon.handlers import blaslt  # noqa: E402,F401  (registers cuBLASLt's LT_MATMUL)
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
-from pyvgpu_daemon import (handlers_array, handlers_coherence, handlers_graph, handlers_managed,  # noqa: E402,F401
-                           handlers_peer)
-from pyvgpu_daemon import handlers_vmm  # noqa: E402,F401  (registers the virtual memory management ops)
-from pyvgpu_daemon import handlers_emufeat  # noqa: E402,F401  (the emulator features' ops, 380-399)
+from pyvgpu_daemon.handlers import array, coherence, graph, managed, peer  # noqa: E402,F401
+from pyvgpu_daemon.handlers import vmm  # noqa: E402,F401  (registers the virtual memory management ops)
+from pyvgpu_daemon.handlers import emufeat  # noqa: E402,F401  (the emulator features' ops, 380-399)
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if op.device}

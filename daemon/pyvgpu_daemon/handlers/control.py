@@ -1,7 +1,7 @@
 """The ops the daemon answers itself, on its event loop: the spec's NO_DEVICE ops, one @control handler each (as
 @handler is for device ops). A handler gets the server, the connection's Link and the request; it answers on the link
 and returns None, or the reason to end the session (GOODBYE). STATUS, GOODBYE, PING, LINK_RATE and PEER_FETCH are
-here, the LEASE_* ops in handlers_lease.py; `missing()` names a NO_DEVICE op of the spec without one."""
+here, the LEASE_* ops in handlers/lease.py; `missing()` names a NO_DEVICE op of the spec without one."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
