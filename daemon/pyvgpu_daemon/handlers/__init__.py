@@ -6,8 +6,8 @@
   every feature module (registering their handlers) and checks that each device op of the spec has exactly one, so
   a new op cannot be forgotten;
 - memory.py, modules.py, streams.py, device.py: the runtime's core ops; array.py, graph.py, managed.py,
-  coherence.py, peer.py, vmm.py: runtime features; blas.py, blaslt.py: cuBLAS and cuBLASLt, generated from their
-  tables;
+  coherence.py, peer.py, vmm.py, emufeat.py: runtime features; blas.py, blaslt.py: cuBLAS and cuBLASLt, generated
+  from their tables;
 - control.py (+ lease.py): the ops the daemon answers itself on its loop (NO_DEVICE), one @control each.
 
 This file imports nothing: feature modules import registry.py, dispatch.py imports them, so there is no import

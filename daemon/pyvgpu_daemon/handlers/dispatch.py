@@ -17,8 +17,8 @@ from pyvgpu.protocol import ERROR_CODES, ERROR_NAMES, OP_BY_NAME, OPS, OpSpec
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.compress import Compressed, CorruptPayload, compress_reply
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import (array, blas, blaslt, coherence, device, graph, managed, memory, modules,  # noqa: F401
-                                    peer, streams, vmm)
+from pyvgpu_daemon.handlers import (array, blas, blaslt, coherence, device, emufeat, graph, managed,  # noqa: F401
+                                    memory, modules, peer, streams, vmm)
 from pyvgpu_daemon.handlers.registry import ARG_CHECKS, Call, invoke, positional, registered  # noqa: F401
 from pyvgpu_daemon.session import DeviceState, Session, release_device
 

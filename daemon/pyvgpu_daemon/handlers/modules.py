@@ -71,16 +71,21 @@ def module_unload(c: Call, module_id: int) -> None:
     log.info("%s: module %d unloaded", c.session.tag(st.ordinal), module_id)
 
 
-@handler("LAUNCH")
-def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-           stream: Any) -> None:
-    module, kernel = func
+def check_params(c: Call, kernel: Any) -> None:
+    """A launch's parameter buffer (the payload): at most MAX_PARAM_BYTES, at least what the layout needs."""
     if len(c.payload) > MAX_PARAM_BYTES:
         raise CudaError("cudaErrorInvalidValue", f"parameter buffer of {len(c.payload)} bytes")
     need = kernel.param_bytes
     if len(c.payload) < need:
         raise CudaError("cudaErrorInvalidValue",
                         f"kernel {kernel.name}: parameter buffer has {len(c.payload)} bytes, layout needs {need}")
+
+
+@handler("LAUNCH")
+def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+           stream: Any) -> None:
+    module, kernel = func
+    check_params(c, kernel)
     c.ctx.launch(module, kernel, grid, block, shmem, c.payload, stream)
 
 
