@@ -68,6 +68,10 @@ class DeviceTurn(Protocol):
     def shared(self) -> bool:
         """Another session uses the device (a hint: its fair share then matters)."""
 
+    @property
+    def others_outside(self) -> bool:
+        """Another session active here is not waiting for the device now: its requests need the interpreter."""
+
     def charge(self, seconds: float) -> None:
         """Device time of earlier work, measured once it finished (a real GPU's kernels: backends/cuda_turns.py)."""
 
@@ -350,6 +354,11 @@ class Backend(ABC):
     @abstractmethod
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> DeviceContext:
         """Called on the (session, device) worker thread, on the first op of that pair."""
+
+    def unusable(self, ordinal: int) -> str:
+        """Why the device cannot take sessions now ("" when it can): a real driver that refuses new contexts after
+        a kernel fault (backends/cuda.py DeviceHealth). Shown by STATUS."""
+        return ""
 
     def close(self) -> None:
         pass
