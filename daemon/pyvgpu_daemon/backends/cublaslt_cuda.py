@@ -249,7 +249,7 @@ class LtSession:
     def heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
         """NVIDIA's heuristic for a problem whose pointers will have these alignments: its plan is made (and kept:
         the matmul that follows finds it, its pointers being as aligned as the caller said). No algorithm:
-        BlasError(CUBLAS_STATUS_NOT_SUPPORTED) saying why (handlers_blaslt answers it as 0 algorithms)."""
+        BlasError(CUBLAS_STATUS_NOT_SUPPORTED) saying why (handlers/blaslt.py answers it as 0 algorithms)."""
         args = {**problem, **dict(zip(spec.MATRICES, aligns))}   # a pointer of alignment a: a itself
         return 1, self._plan(args).workspace
 
