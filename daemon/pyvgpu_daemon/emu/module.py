@@ -37,10 +37,13 @@ class KernelInfo:
     attrs: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchOutput:
     stdout: bytes
     dropped: int = 0          # printf bytes the full FIFO dropped
+
+
+_QUIET = LaunchOutput(b"")     # what most launches return
 
 
 class EmuModule:
@@ -167,16 +170,20 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs "
                             f"{plan.kernel.layout.param_size} B")
         self._launches += 1
-        run = Launch(plan, self.memory, self._symbols, params, self.limits, grid_id=self._launches,
-                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo, turn=turn)
+        spare = plan.spare
+        run = spare.pop() if spare else Launch(plan, self.memory, self._symbols, self.limits)
+        run.start(params, self._launches, resources, peers, cancel, printf_fifo, turn)
         try:
-            return LaunchOutput(run.run(), run.stdout_dropped)
+            stdout = run.run()
         except CudaError:
             raise
         except Exception as e:  # noqa: BLE001 - an emulator bug: a sticky launch failure, never cudaErrorUnknown
             err = CudaError("cudaErrorLaunchFailure", f"{kernel}: internal emulator error: {_describe(e)}")
             err.stdout = bytes(run.stdout)
             raise err from e
+        if plan.reusable and not spare:
+            spare.append(run)                  # (a launch that failed is not kept)
+        return LaunchOutput(stdout, run.stdout_dropped) if stdout or run.stdout_dropped else _QUIET
 
     def tiny(self, kernel: str, grid, block, shmem: int, max_dynamic_shared: int | None = None,
              stack_size: int | None = None) -> bool:
