@@ -232,6 +232,12 @@ class DeviceContext(ABC):
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
         """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
 
+    def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        """A launch whose blocks are all resident at once (grid-wide synchronization works);
+        cudaErrorCooperativeLaunchTooLarge when the occupancy does not allow that."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cooperative launch")
+
     def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                     block: tuple[int, int, int], shmem: int) -> bool:
         """Whether this launch (a LOOP op, with answers_on_loop) is certain to finish within microseconds whatever its

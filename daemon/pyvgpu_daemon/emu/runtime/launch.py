@@ -66,9 +66,10 @@ class LaunchPlan:
     "emulator launch")."""
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
-                 "per", "threads", "native", "bounded", "best", "reusable", "spare")
+                 "per", "threads", "native", "bounded", "best", "cooperative", "reusable", "spare")
 
-    def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None):
+    def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
+                 cooperative: bool = False):
         self.kernel = kernel
         self.grid = tuple(int(x) for x in grid)
         self.block = tuple(int(x) for x in block)
@@ -86,9 +87,19 @@ class LaunchPlan:
         self.geo: dict = {}                   # ncta -> geometry, chunks of at most _PLAN_GEO_LANES lanes only
         self.best: float | None = None        # seconds the fastest completed launch took (None: none completed)
         self.sizes = [len(b.instrs) + 1 for b in kernel.blocks]      # vector instructions per block step
-        # CTAs per chunk, and how many chunks run at once
+        # CTAs per chunk, and how many chunks run at once. A cooperative launch is one chunk: its CTAs wait for each
+        # other at grid-wide barriers, so all of them must be scheduled together (EmuLimits.check_cooperative
+        # bounds them by the occupancy, as on a GPU).
+        self.cooperative = cooperative
         per = max(1, limits.lanes_per_chunk // self.ctasize)
         self.per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
+        if cooperative:
+            if self.ncta * self.ctasize * self.frame > _MAX_CHUNK_LOCAL:
+                raise CudaError("cudaErrorLaunchOutOfResources",
+                                f"{kernel.name}: a cooperative launch runs its {self.ncta} blocks together, and their "
+                                f"local memory ({self.frame} B per thread) exceeds the emulator's "
+                                f"{_MAX_CHUNK_LOCAL >> 20} MiB")
+            self.per = self.ncta
         nchunks = -(-self.ncta // self.per)
         self.threads = min(limits.threads, nchunks) if kernel.independent_ctas else 1
         # the block code every chunk binds: native when built ("on": built at the first launch; "auto", for
@@ -102,9 +113,11 @@ class LaunchPlan:
             and sum(self.sizes) <= TINY_INSTRS and all(b.kind == "plain" for b in kernel.blocks)
         # A launch of one small chunk keeps its Launch and Chunk for the next launch of the plan (Launch.start,
         # Chunk.reuse): arrays, geometry and bound block functions are made once. Not for kernels that read
-        # %gridid (make(S) binds special registers once per chunk; the others are the same in every launch).
+        # %gridid, nor cooperative launches (%envreg1:%envreg2, a new workspace each launch): make(S) binds special
+        # registers once per chunk; the others are the same in every launch.
         T = self.ncta * self.ctasize
         self.reusable = nchunks == 1 and T <= _PLAN_GEO_LANES and "%gridid" not in kernel.specials and \
+            not cooperative and \
             state_bytes(T, self.ncta, self.shared_size, self.frame) <= _REUSE_MAX_BYTES
         self.spare: list[Launch] = []         # at most one launch that ran, ready to start again
 
@@ -166,10 +179,15 @@ class Launch:
         self._lock = threading.Lock()
 
     def start(self, params: bytes, grid_id: int = 1, resources=None, peers=(),
-              cancel: threading.Event | None = None, printf_fifo: int = 1 << 20, turn=None) -> "Launch":
+              cancel: threading.Event | None = None, printf_fifo: int = 1 << 20, turn=None,
+              workspace: int = 0) -> "Launch":
         """Set up what is this launch's own: parameters, the grid's id, the resources and peers kernels may use,
-        printf output and its cap, the budget, deadline, cancellation and turn."""
+        printf output and its cap, the budget, deadline, cancellation and turn, a cooperative launch's workspace."""
         self.param_buffer.load(params if type(params) is bytes else bytes(params))
+        # A cooperative launch's grid workspace (cooperative_groups' grid_workspace {wsSize, barrier} in device
+        # memory): its address is what %envreg1:%envreg2 give, the pointer cg::this_grid().sync() arrives at; 0 for a
+        # plain launch (a grid sync there traps, as on a GPU).
+        self.workspace = workspace
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.peers = peers if type(peers) is tuple else tuple(peers)   # memories of peer devices
         self.grid_id = grid_id
