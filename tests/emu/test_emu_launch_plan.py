@@ -129,7 +129,7 @@ def test_a_kept_chunk_starts_each_launch_as_a_fresh_one(mod):
     m, mem = mod
     runs = [(32, 1), (5, 0), (32, 0), (32, 1), (32, 0)]
     got = [_state(m, mem, n, w) for n, w in runs]
-    plan = m._plans[("state", (1, 1, 1), (32, 1, 1), 0, None, None)]
+    plan = m._plans[("state", (1, 1, 1), (32, 1, 1), 0, None, None, False)]
     assert plan.reusable and len(plan.spare) == 1
     chunk = plan.spare[0]._chunk
     _state(m, mem, 32, 0)
