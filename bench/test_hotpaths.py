@@ -6,8 +6,8 @@ Each measures one step of what bench/remoting_bench.py measures end to end (benc
 framing (encode/decode of a request and a reply), dispatch of a small op on the worker (dispatch.execute) and on the
 loop (fastpath.answer), the worker's hand-back, a bulk receive (FrameStream's callbacks landing 16 MiB in device
 memory, without a socket; and through a real loopback socket into a daemon), and the emulator's launch path (an
-empty kernel) and per-instruction cost (a 64 K-thread vector add; thread-instructions per second in extra_info).
-The checks inside only guard that each benchmark measures what it says (no silent no-op)."""
+empty kernel, and a one-warp kernel reading parameters and memory) and per-instruction cost (a 64 K-thread vector
+add; thread-instructions per second in extra_info). The checks inside only guard that each benchmark measures what it says (no silent no-op)."""
 from __future__ import annotations
 
 import asyncio
@@ -240,6 +240,23 @@ def test_emu_empty_launch(benchmark, module):
     mod, _ = module
     out = benchmark(mod.launch, "empty", (1, 1, 1), (1, 1, 1), 0, b"")
     assert out.stdout == b""
+
+
+def test_emu_small_launch(benchmark, module):
+    """add_one over one warp: the fixed cost of a launch that reads two parameters and touches memory (what a
+    framework's tiny elementwise kernel costs the emulator), 14 instructions per thread."""
+    mod, mem = module
+    ptr = mem.alloc(4 * 32)
+    mem.write(ptr, bytes(4 * 32))
+    params = struct.pack("<QI", ptr, 32) + b"\0" * 4
+    calls = []
+
+    def launch():
+        calls.append(1)
+        return mod.launch("add_one", (1, 1, 1), (32, 1, 1), 0, params)
+    assert benchmark(launch).stdout == b""
+    got = np.frombuffer(bytes(mem.read(ptr, 4 * 32)), np.uint32)
+    assert got.min() == got.max() == len(calls)
 
 
 def test_emu_thread_instructions(benchmark, module):
