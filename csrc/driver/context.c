@@ -517,16 +517,14 @@ PV_API CUresult cuCtxGetId(CUcontext c, unsigned long long *id)
     return r;
 }
 
-enum { CU_LIMIT_CIG_ENABLED = 8 };
-
 PV_API CUresult cuCtxGetLimit(size_t *value, int limit)
 {
     struct pv_device *d;
     CUresult r = value ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
-    if (limit == CU_LIMIT_CIG_ENABLED) {
-        *value = 0;          /* no context here is a CIG (CUDA in graphics) context: cuCtxCreate_v4 refuses them */
+    if (limit == CU_LIMIT_CIG_ENABLED) {   /* no context of this driver is a CIG (CUDA in graphics) context */
+        *value = 0;
         return CUDA_SUCCESS;
     }
     uint64_t v = 0;
