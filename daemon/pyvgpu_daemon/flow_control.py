@@ -16,6 +16,7 @@ until it resumed or the connection is lost. Modelled on uvicorn's protocols/http
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 
 class FlowControl:
@@ -27,6 +28,7 @@ class FlowControl:
         self.read_paused = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._on_sent: list[Callable[[], None]] = []     # run once everything written is sent (or lost)
 
     # -- reading
     def reading(self, buffered: int, waiting: bool) -> None:
@@ -49,10 +51,25 @@ class FlowControl:
 
     def resume_writing(self) -> None:
         self._writable.set()
+        self._sent()
 
     def lost(self) -> None:
         """The connection is gone: nothing will be written, nobody may wait to write."""
         self._writable.set()
+        self._sent()
+
+    def when_sent(self, callback: Callable[[], None]) -> None:
+        """callback() once the transport resumed writing (everything sent: the low-water mark is 0) or was lost;
+        at once when writing is not paused."""
+        if self.write_paused:
+            self._on_sent.append(callback)
+        else:
+            callback()
+
+    def _sent(self) -> None:
+        callbacks, self._on_sent = self._on_sent, []
+        for cb in callbacks:
+            cb()
 
     async def drain(self) -> None:
         """Until the transport resumed writing (or the connection was lost)."""

@@ -28,7 +28,7 @@ from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, E
                              HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
                              NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpSpec)
-from pyvgpu_daemon import compress, fastpath
+from pyvgpu_daemon import compress, fastpath, lent
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers import control, lease  # noqa: F401 (lease registers LEASE_*)
 from pyvgpu_daemon.admission import Admission
@@ -611,6 +611,8 @@ class Server:
         link.outstanding -= 1
         link.reply_owed -= need
         if link.stream.is_closing():
+            if out is not None and out.lent is not None:
+                out.lent.release()
             return
         if exc is not None:
             log.error("%s: job raised %r", link.session.tag(), exc)
@@ -627,7 +629,13 @@ class Server:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
             log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", link.session.tag(), req_id, exc)
             parts = wire.encode_reply(req_id, dispatch.ERR_UNKNOWN)
-        link.stream.writelines(parts)
+        if out.lent is None:
+            link.stream.writelines(parts)
+        elif len(parts) > 1:
+            lent.send(link.stream, parts, out.lent)
+        else:                             # the error reply above
+            link.stream.writelines(parts)
+            out.lent.release()
 
     async def _heartbeats(self) -> None:
         """Every session with work in flight hears from the daemon at least every heartbeat_s."""
