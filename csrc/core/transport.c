@@ -31,7 +31,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_io.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_stats.h"
+#include "pv_hello.h"
+#include "pv_compress.h"
+#include "pv_hostmap.h"
+#include "pv_auth.h"
+#include "pv_streams.h"
 
 struct pv_pending {
     uint64_t id;
