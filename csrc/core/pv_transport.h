@@ -1,5 +1,6 @@
-/* One connection per host (transport.c): connect and handshake, the send lock, replies matched to requests by
- * req_id, requests started and collected later, detached requests. */
+/* One connection per host: connect and handshake, liveness, fork handling (connection.c); replies read by the thread
+ * holding the read role and matched to requests by req_id (reader.c); requests built, sent, waited for, started and
+ * collected later, detached (inflight.c). */
 #ifndef PV_TRANSPORT_H
 #define PV_TRANSPORT_H
 
@@ -27,7 +28,7 @@ struct pv_conn {
     pthread_cond_t detached_cv;    /* a detached request completed, the read role is free, or the connection died */
     int detached_n;                /* detached requests in flight (pv_req_detach) */
     size_t detached_bytes;         /* reply payload bytes they will bring, at most PV_DETACH_WINDOW_BYTES */
-    int reading;                   /* a thread holds the read role: it alone reads frames (transport.c) */
+    int reading;                   /* a thread holds the read role: it alone reads frames (reader.c) */
     pthread_t reader;
     atomic_int reader_started;
     atomic_int sending;            /* threads inside a send */
@@ -51,7 +52,7 @@ struct pv_reply {
     size_t payload_len;            /* bytes written into the caller's out buffer */
 };
 
-/* A request being built. The generated senders (ops_gen.c) are its only users outside transport.c. */
+/* A request being built. The generated senders (ops_gen.c) are its only users outside the transport. */
 struct pv_req {
     struct pv_conn *conn;
     int op;
