@@ -24,7 +24,7 @@ and the daemon's checks cannot drift apart. Unsupported GEMM type/compute combin
 CUBLAS_STATUS_NOT_SUPPORTED (the `GEMM_TYPES` table).
 
 Enum values are cuBLAS 13's (cublas_api.h of nvidia-cublas 13.10.0.20, library_types.h of CUDA 13.0); status
-names and strings are what NVIDIA's libcublas.so.13 returns; tests/test_cublas_spec.py checks all of them.
+names and strings are what NVIDIA's libcublas.so.13 returns; tests/interposer/test_cublas_spec.py checks all of them.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What the build-time C generators share (gen_protocol_c.py, gen_cublas_c.py, gen_cublaslt_c.py; CMake runs them).
 
-Each runs as `PYTHONPATH=ROOT python tools/gen_X.py OUTDIR [--depfile FILE]`: the package it reads is the source
+Each runs as `PYTHONPATH=ROOT python tools/gen_<spec>_c.py OUTDIR [--depfile FILE]`: the package it reads is the source
 tree's (checked: an older pyvgpu installed in site-packages would generate stale C), the outputs are rewritten only
 when their text changes (no needless C rebuilds), and the depfile names every source file the generator imported,
 so that CMake regenerates when any of them changes (its DEPFILE), not only those someone remembered to list.

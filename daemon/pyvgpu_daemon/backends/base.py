@@ -229,8 +229,9 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
-        """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
+        """Run (or enqueue) a kernel. Its device printf output is not returned: a backend that captures it keeps it
+        for the next reply that carries output (take_stdout)."""
 
     def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                     block: tuple[int, int, int], shmem: int) -> bool:

@@ -579,7 +579,7 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuModuleUnload(module.handle), "cuModuleUnload")
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         drv = self.drv
         # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
         # device-side layout, so the buffer goes to the driver as is.
@@ -592,7 +592,7 @@ class CudaContext(CudaArrays, DeviceContext):
         self.gpu_time.launch(self.turn, s, lambda: check(drv.cuLaunchKernel(
             kernel.handle, *grid, *block, shmem, s, 0, ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})"),
             self.wait_scope)
-        return b""  # device printf of a real GPU goes to the daemon's own stdout
+        # device printf of a real GPU goes to the daemon's own stdout (nothing for take_stdout)
 
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         # cudaFuncAttribute and CUfunction_attribute share their numbers (MaxDynamicSharedMemorySize = 8,

@@ -457,7 +457,7 @@ class EmuContext(EmuArrays, DeviceContext):
         return module.handle[0].tiny(kernel.handle, grid, block, shmem, self._dyn_max(kernel), self._limits[0])
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         dyn_max = self._dyn_max(kernel)
         emu_module = module.handle[0]
         t0 = time.perf_counter()
@@ -477,7 +477,6 @@ class EmuContext(EmuArrays, DeviceContext):
             raise
         if self.backend.slowdown > 1.0:
             self._stretch(kernel.name, (time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
-        return b""
 
     STRETCH_STEP_S = 0.005
 
