@@ -25,16 +25,17 @@ struct pv_pending {
 /* connection.c */
 /* The connection failed (why: logged once): every request waiting on it completes with PV_ERR_UNAVAILABLE. */
 void conn_fail(struct pv_conn *c, const char *why);
-int conn_silent(struct pv_conn *c, int64_t now);
-void fail_silent(struct pv_conn *c);
-void mark_busy(struct pv_conn *c, int was_idle);
-void send_ping(struct pv_conn *c);
+int conn_silent(struct pv_conn *c, int64_t now);   /* a call waits (or a send is stuck) on a daemon silent too long */
+void fail_silent(struct pv_conn *c);               /* conn_fail saying so */
+void mark_busy(struct pv_conn *c, int was_idle);   /* the connection went from idle to waiting: silence counts now */
+void send_ping(struct pv_conn *c);                 /* keepalive, unless a frame is on its way */
 /* The open connections (at most PV_MAX_CONNS) copied into out; their count. */
 #define PV_MAX_CONNS 64
 int conns_snapshot(struct pv_conn *out[PV_MAX_CONNS]);
 
 /* reader.c */
-void *reader_main(void *arg);
+void *reader_main(void *arg);      /* the background thread ("sweeper") of connection arg */
+/* Until ready(c, arg), reading replies itself when nobody holds the read role; bounded; c->mu held. */
 void wait_until(struct pv_conn *c, pthread_cond_t *cv, int (*ready)(struct pv_conn *c, void *arg), void *arg);
 
 #endif
