@@ -27,6 +27,10 @@ cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, di
 cudaError_t pv_launch_extra(void **extra, const void **buf, size_t *len);
 int64_t pv_smem_optin(const struct pv_device *d);   /* largest static + dynamic shared memory of a block */
 int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn);
+/* The most dynamic shared memory a block may have so that nblocks blocks of `block` threads fit on an SM
+ * (cudaOccupancyAvailableDynamicSMemPerBlock's rules); cudaErrorInvalidValue when nblocks cannot fit at all. */
+cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kinfo *ki, int nblocks, int block,
+                                  size_t *out);
 /* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
 cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value);
 
