@@ -5,6 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_state.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_registry.h"
+#include "pv_hostmem.h"
+#include "pv_launch.h"
 #include "pv_graph.h"
 
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
