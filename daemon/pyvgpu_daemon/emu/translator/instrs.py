@@ -18,7 +18,7 @@ from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES, op_name
 from ..ptx import ir
 from ..ptx.types import BITS, UINT
 from .codegen import Codegen, err_ptx
-from .textures import EMITTERS as TEXTURE_EMITTERS
+from .textures import EMITTERS as TEXTURE_EMITTERS, FORMS as TEXTURE_FORMS
 
 _LDST_MODS = {"ca", "cg", "cs", "lu", "cv", "nc", "wb", "wt", "volatile", "relaxed", "acquire", "release", "weak",
               "cta", "gpu", "sys", "cluster", "mmio", "L1::evict_normal", "L1::evict_unchanged",
@@ -54,11 +54,15 @@ def _emit_alu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- moves
-def _mov(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _mov_form(ins: ir.Instr) -> str:
     types = ins.types
     if len(types) != 1 or len(ins.mods) != 1:
         raise err_ptx(ins, "expected mov.<type>")
-    t = types[0]
+    return types[0]
+
+
+def _mov(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    t = _mov_form(ins)
     d, s = ins.dsts[0], ins.srcs[0]
     if isinstance(d, ir.Vec):
         _mov_unpack(g, ins, lines, gexpr, BITS[t])
@@ -97,7 +101,8 @@ def _mov_pack(g: Codegen, ins: ir.Instr, lines: list, gexpr, tw: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- address spaces
-def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _cvta_form(ins: ir.Instr) -> tuple[bool, str, str]:
+    """(to, space, type) of a cvta."""
     mods = list(ins.mods)
     to = bool(mods) and mods[0] == "to"
     if to:
@@ -105,7 +110,11 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     if len(mods) != 2 or mods[0] not in ("global", "shared", "local", "const", "param") or \
             mods[1] not in ("u32", "u64"):
         raise err_ptx(ins, "expected cvta[.to].{global,shared,local,const,param}.{u32,u64}")
-    space, t = mods
+    return to, mods[0], mods[1]
+
+
+def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    to, space, t = _cvta_form(ins)
     s = ins.srcs[0]
     if isinstance(s, (ir.Sym, ir.Addr)):
         v = g.src(s, "u64", ins)
@@ -127,9 +136,13 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     g.write(lines, ins.dsts[0], t, v, gexpr, ins, arr)
 
 
-def _isspacep(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _isspacep_form(ins: ir.Instr) -> None:
     if len(ins.mods) != 1 or ins.mods[0] not in ("global", "shared", "local", "const", "param"):
         raise err_ptx(ins, "expected isspacep.{global,shared,local,const}")
+
+
+def _isspacep(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    _isspacep_form(ins)
     a = g.src(ins.srcs[0], "u64", ins)
     lines.append(f"_t = {g.rt('isspace')}({ins.mods[0]!r}, {a})")
     g.write(lines, ins.dsts[0], "pred", "_t", gexpr, ins)
@@ -211,10 +224,15 @@ def _ldu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     _ld(g, ins, lines, gexpr, ldu=True)
 
 
-def _st(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _st_form(ins: ir.Instr) -> tuple[str, int, str]:
     space, vec, t = _memmods(ins)
     if space == "const":
         raise err_ptx(ins, "stores to the const space are illegal")
+    return space, vec, t
+
+
+def _st(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    space, vec, t = _st_form(ins)
     srcs = _elements(ins, ins.srcs[1], vec, "source")
     kind, expr, off = g.address(ins.srcs[0], ins)
     if kind == "kparam":
@@ -332,4 +350,11 @@ EMITTERS = {
     "red": _red, "trap": _trap, "brkpt": _trap, "call": _call, "oreturn": _oreturn,
     **{op: _noop for op in ("membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard")},
     **TEXTURE_EMITTERS,
+}
+
+# What each emitter requires of an instruction's opcode and modifiers alone (translator/support.py checks these at
+# module load, before any kernel is translated); raises err_ptx like the emitter would.
+FORMS = {
+    "mov": _mov_form, "cvta": _cvta_form, "isspacep": _isspacep_form, "ld": _memmods, "ldu": _memmods,
+    "st": _st_form, "atom": _atom_mods, "red": _atom_mods, **TEXTURE_FORMS,
 }

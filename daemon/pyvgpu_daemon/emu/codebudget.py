@@ -1,0 +1,74 @@
+"""CodeBudget: the host memory one session's modules hold on one emulated device, bounded.
+
+Two kinds of holdings are charged (docs/security.md, "PTX and translated kernels"):
+- a loaded module: its PTX text (kept: kernels are parsed and translated on their first launch) and its index
+  (emu/module.py `EmuModule.held`); held until the module is unloaded;
+- a translated kernel: its IR, generated code and bytecode, estimated from its size (emu/module.py); a cache: the
+  least recently launched translations are dropped to make room for a new one (their module translates them again
+  at their next launch).
+Past the bound (EmuLimits.max_code_bytes) a load or a first launch fails with cudaErrorMemoryAllocation.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+from pyvgpu_daemon.errors import CudaError
+
+
+class CodeBudget:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0                      # bytes held: modules + translations
+        self.cached = 0                    # of which translations (droppable)
+        self._lru: OrderedDict[Hashable, tuple[int, Callable[[], None]]] = OrderedDict()
+        self._lock = threading.Lock()      # the worker and the loop's tiny launches may both touch the LRU order
+
+    def hold(self, nbytes: int, what: str) -> None:
+        """Charge what a loaded module holds (never dropped: `release` gives it back)."""
+        self._make_room(nbytes, what)
+        with self._lock:
+            self.used += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+
+    def admit(self, key: Hashable, nbytes: int, drop: Callable[[], None], what: str) -> None:
+        """Charge a translation about to be made; `drop()` is called if it is later dropped to make room."""
+        self._make_room(nbytes, what)
+        with self._lock:
+            self._lru[key] = (nbytes, drop)
+            self.used += nbytes
+            self.cached += nbytes
+
+    def touch(self, key: Hashable) -> None:
+        """A translation was used: it is dropped last."""
+        with self._lock:
+            if key in self._lru:
+                self._lru.move_to_end(key)
+
+    def forget(self, key: Hashable) -> None:
+        """A translation its owner let go (module unloaded, translation failed)."""
+        with self._lock:
+            entry = self._lru.pop(key, None)
+            if entry is not None:
+                self.used -= entry[0]
+                self.cached -= entry[0]
+
+    def _make_room(self, nbytes: int, what: str) -> None:
+        with self._lock:
+            if self.used - self.cached + nbytes > self.limit:
+                raise CudaError("cudaErrorMemoryAllocation",
+                                f"{what}: {nbytes} B more would exceed the emulator's bound of {self.limit} B of "
+                                f"modules and translated kernels per session and device ({self.used - self.cached} "
+                                f"B held by modules; PYVGPU_EMU_MAX_CODE_BYTES)")
+            dropped = []
+            while self.used + nbytes > self.limit and self._lru:
+                _key, (n, drop) = self._lru.popitem(last=False)
+                self.used -= n
+                self.cached -= n
+                dropped.append(drop)
+        for drop in dropped:
+            drop()
