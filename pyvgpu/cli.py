@@ -893,7 +893,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "for LD_PRELOAD=$(pyvgpu lib) ./app; with --driver the driver drop-in "
                                     "libvcuda.so.1 (SONAME libcuda.so.1); with --dir the directory holding every "
                                     "client library and the names programs look for (libcuda.so.1, libcuda.so, "
-                                    "libcudart.so.13, libcublas.so.13, libnvidia-ml.so.1, ...), for "
+                                    "libcudart.so.13, libcublas.so.13, libcublasLt.so.13, libnvidia-ml.so.1, ...), for "
                                     "LD_LIBRARY_PATH and `nvcc app.cu -L$(pyvgpu lib --dir) -lcuda`. PYVGPU_LIB "
                                     "overrides where libvcudart is looked for (the others are beside it).")
     lbg = lb.add_mutually_exclusive_group()

@@ -40,10 +40,13 @@ def _switch(fn: str, cases: list[tuple[int, str]], default: str) -> list[str]:
     return out
 
 
-def header() -> str:
-    out = [GENERATED, "#ifndef PVB_CUBLAS_GEN_H", "#define PVB_CUBLAS_GEN_H", "", "#include <stdint.h>", ""]
-    out += [f"#define PVB_{name} {value}" for value, name, _ in S.STATUSES]
+def helpers() -> list[str]:
+    """What every table's generated C shares (libvcublasLt's header too): statuses and their strings, data types,
+    versions, the expression functions of cublas_spec (pvb_max, pvb_dtype_size, pvb_is_complex, pvb_real_of,
+    pvb_gemm_scale_type) and the status <-> cudaError_t mapping."""
+    out = [f"#define PVB_{name} {value}" for value, name, _ in S.STATUSES]
     out += [f"#define PVB_{t.name} {t.value}" for t in S.DATA_TYPES]
+    out += [f"#define PVB_{name} {value}" for name, value in S.COMPUTE.items()]
     out += [f"#define PVB_CUBLAS_VERSION {S.CUBLAS_VERSION}", f"#define PVB_CUDART_VERSION {S.CUDART_VERSION}",
             f"#define PVB_VER_MAJOR {S.CUBLAS_VER[0]}", f"#define PVB_VER_MINOR {S.CUBLAS_VER[1]}",
             f"#define PVB_VER_PATCH {S.CUBLAS_VER[2]}",
@@ -57,7 +60,8 @@ def header() -> str:
             f'#define PVB_UNKNOWN_STATUS_TEXT "{S.UNKNOWN_STATUS_TEXT}"', "",
             "/* cublasMath_t values cublasSetMathMode accepts (besides the DISALLOW_REDUCED_PRECISION flag). */",
             "static const int pvb_math_modes[] = { " + ", ".join(str(v) for v in S.ENUMS["cublasMath_t"].values())
-            + " };", "", "static inline int64_t pvb_max(int64_t a, int64_t b) { return a > b ? a : b; }", ""]
+            + " };", "", "static inline int64_t pvb_max(int64_t a, int64_t b) { return a > b ? a : b; }",
+            "static inline int64_t pvb_min(int64_t a, int64_t b) { return a < b ? a : b; }", ""]
     out += _switch("pvb_dtype_size", [(t.value, str(t.size)) for t in S.DATA_TYPES], "0")
     out += _switch("pvb_is_complex", [(t.value, "1") for t in S.DATA_TYPES if t.is_complex], "0")
     out += _switch("pvb_real_of", [(t.value, str(S.real_of(t.value))) for t in S.DATA_TYPES
@@ -75,6 +79,12 @@ def header() -> str:
                    str(errs["cudaErrorUnknown"]))
     out += _switch("pvb_status_of_cuda", [(0, "0")] + [(errs[ce], str(S.STATUS[st])) for st, ce in S.STATUS_CUDA],
                    str(S.STATUS["CUBLAS_STATUS_EXECUTION_FAILED"]))
+    return out
+
+
+def header() -> str:
+    out = [GENERATED, "#ifndef PVB_CUBLAS_GEN_H", "#define PVB_CUBLAS_GEN_H", "", "#include <stdint.h>", ""]
+    out += helpers()
     for fam in S.FAMILIES:
         out += [f"/* {fam.name} ({fam.code}): {fam.doc} */", f"struct pvb_args_{fam.name} {{"]
         out += [f"    int64_t {a.name};" for a in fam.args]
@@ -137,15 +147,25 @@ def entry_point(e: S.Entry, ilp64: bool) -> list[str]:
         else:
             fields.append(f".{a.name} = {a.name}")
     out += [f"        {f}," for f in fields]
-    out += ["    };", "    const char *pvb_why = \"\";",
-            f"    pvb_st = pvb_check_{fam.name}(&pvb_a, &pvb_why);",
-            "    if (pvb_st != PVB_CUBLAS_STATUS_SUCCESS)",
+    out += ["    };", "    const char *pvb_why = \"\";"]
+    info = next((a for a in fam.args if isinstance(a, S.HostInfo)), None)
+    if info is None:
+        out += [f"    pvb_st = pvb_check_{fam.name}(&pvb_a, &pvb_why);"]
+    else:
+        # LAPACK's host info: the checks inline, so the failing one's parameter position is known here
+        out += ["    int pvb_pos = 0;"]
+        for i, c in enumerate(S.all_checks(fam)):
+            out += [f"    {'else ' if i else ''}if ({S.c_expr(c.expr, lambda n: f'pvb_a.{n}')}) {{",
+                    f"        pvb_st = {S.STATUS[c.status]};", f'        pvb_why = "{_c_string(c.why)}";',
+                    f"        pvb_pos = {e.position(c.arg)};", "    }"]
+        out += [f"    if ({info.name})", f"        *(int *){info.name} = pvb_st != PVB_CUBLAS_STATUS_SUCCESS ? -pvb_pos : 0;"]
+    out += ["    if (pvb_st != PVB_CUBLAS_STATUS_SUCCESS)",
             f'        return pvb_refused(&pvb_c, "{name}", pvb_st, pvb_why);']
     for a in fam.args:
         if isinstance(a, S.Scalar):
             out += [f"    unsigned char {a.name}_v[PVB_SCALAR_MAX];",
                     f"    size_t {a.name}_n = pvb_scalar(&pvb_c, {a.name}, {_dtype_expr(fam, a.dtype)}, {a.name}_v);"]
-    wire = ", ".join(_wire_value(a) for a in fam.args)
+    wire = ", ".join(_wire_value(a) for a in fam.args if not isinstance(a, S.HostInfo))
     prefix = "pvb_c.dev, pvb_c.remote, pvb_c.stream, (uint32_t)pvb_c.pmode, (uint32_t)pvb_c.math"
     result = next((a for a in fam.args if isinstance(a, S.Result)), None)
     if result is not None:
@@ -163,7 +183,7 @@ def entry_point(e: S.Entry, ilp64: bool) -> list[str]:
 def calls_source() -> str:
     out = [GENERATED, '#include "vcublas.h"', ""]
     for e in S.ENTRIES:
-        for ilp64 in (False, True):
+        for ilp64 in e.widths():
             out += entry_point(e, ilp64)
     return "\n".join(out)
 

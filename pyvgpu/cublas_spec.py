@@ -178,7 +178,7 @@ def real_of(dtype: int) -> int:
 
 
 # Functions usable in expressions (each has a C twin: pvb_<name>).
-FUNCTIONS: dict[str, Callable[..., Any]] = {"max": max, "is_complex": is_complex, "real_of": real_of,
+FUNCTIONS: dict[str, Callable[..., Any]] = {"max": max, "min": min, "is_complex": is_complex, "real_of": real_of,
                                             "gemm_scale_type": gemm_scale_type}
 
 # ----------------------------------------------------------------------------------------------- argument kinds
@@ -198,6 +198,7 @@ class Enum:
 
 
 _SDCZ_NAMES = ("CUDA_R_32F", "CUDA_R_64F", "CUDA_C_32F", "CUDA_C_64F")
+_DOT_EX_NAMES = ("CUDA_R_16F", "CUDA_R_16BF", *_SDCZ_NAMES)
 
 
 @dataclass(frozen=True)
@@ -244,11 +245,14 @@ class Scalar:
 
 @dataclass(frozen=True)
 class Vector:
+    """A device vector of n elements; `inc` is an Inc argument or an expression ("1" for the pivot and info arrays of
+    the batched solvers). optional: NULL is allowed and means "none" (getrfBatched without pivoting)."""
     name: str
     dtype: str
     n: Expr
-    inc: str
+    inc: Expr
     access: str = "r"         # "r", "w" or "rw"
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -266,7 +270,8 @@ class Matrix:
 
 @dataclass(frozen=True)
 class MatrixArray:
-    """A device array of `count` device pointers, each to a rows x cols matrix with leading dimension ld."""
+    """A device array of `count` device pointers, each to a rows x cols matrix with leading dimension ld (an Ld
+    argument, or an expression: geqrfBatched's arrays of tau vectors)."""
     name: str
     dtype: str
     rows: Expr
@@ -284,15 +289,24 @@ class Result:
     index: bool = False       # amax/amin: an int (int64_t in the _64 API), whatever dtype says
 
 
-Arg = Union[Enum, TypeArg, Dim, Ld, Inc, Stride, Scalar, Vector, Matrix, MatrixArray, Result]
+@dataclass(frozen=True)
+class HostInfo:
+    """`int *info` in host memory that the client sets at once, LAPACK's way: 0 when the arguments are valid, -i when
+    the i-th parameter (the handle is the 1st) is not. It never travels (getrsBatched, geqrfBatched, gelsBatched)."""
+    name: str
+
+
+Arg = Union[Enum, TypeArg, Dim, Ld, Inc, Stride, Scalar, Vector, Matrix, MatrixArray, Result, HostInfo]
 
 
 @dataclass(frozen=True)
 class Check:
-    """`expr` true means the call fails with `status` (a STATUS name)."""
+    """`expr` true means the call fails with `status` (a STATUS name); `arg` is the argument it is about (a HostInfo
+    reports its position)."""
     expr: Expr
     status: str
     why: str
+    arg: str | None = None
 
 
 @dataclass(frozen=True)
@@ -318,6 +332,11 @@ class Family:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args)
+
+    @property
+    def wire_names(self) -> tuple[str, ...]:
+        """The arguments that travel (a HostInfo is the client's alone)."""
+        return tuple(a.name for a in self.args if not isinstance(a, HostInfo))
 
 
 def _ops(*names: str) -> tuple[str, ...]:
@@ -466,8 +485,73 @@ SYRK = Family("BLAS_SYRK", 245, (
           "complex syrk takes N or T (C is herk's)"),
 ), doc="C = alpha * op(A) op(A)^T + beta * C in the uplo triangle of C only", work="n * n * max(k, 1)")
 
+DOT_EX = Family("BLAS_DOT_EX", 209, (
+    Dim("n", quick=True), Vector("x", "xType", "n", "incx"), TypeArg("xType", values=_DOT_EX_NAMES), Inc("incx"),
+    Vector("y", "yType", "n", "incy"), TypeArg("yType", values=_DOT_EX_NAMES), Inc("incy"),
+    Result("result", "resultType"), TypeArg("resultType", values=_DOT_EX_NAMES),
+    TypeArg("executionType", values=_SDCZ_NAMES), Enum("conj", "cublasOperation_t", _ops("N", "C")),
+), checks=(
+    Check("yType != xType or resultType != xType or executionType != (CUDA_R_32F if xType == CUDA_R_16F or "
+          "xType == CUDA_R_16BF else xType)", "CUBLAS_STATUS_NOT_SUPPORTED", "x/y/result/execution types"),
+), doc="result = sum(op(x) * y) in the execution type (cublasDotEx/DotcEx: fp16 and bf16 data too)")
+SBMV = Family("BLAS_SBMV", 224, (
+    Enum("uplo", FILL), Dim("n"), Dim("k"), Scalar("alpha", "dtype"),
+    Matrix("A", "dtype", "k + 1", "n", "lda"), Ld("lda"),
+    Vector("x", "dtype", "n", "incx"), Inc("incx", nonzero=True),
+    Scalar("beta", "dtype"), Vector("y", "dtype", "n", "incy", "rw"), Inc("incy", nonzero=True), TypeArg("dtype"),
+), doc="y = alpha * A x + beta * y, A symmetric with k sub/super-diagonals in band storage (uplo)",
+    work="n * (k + 1)")
+_TRI = "m if side == LEFT else n"
+TRSM_BATCHED = Family("BLAS_TRSM_BATCHED", 246, (
+    Enum("side", SIDE), Enum("uplo", FILL), Enum("trans", OP), Enum("diag", DIAG), Dim("m"), Dim("n"),
+    Scalar("alpha", "dtype"), MatrixArray("A", "dtype", _TRI, _TRI, "lda", "batchCount"), Ld("lda"),
+    MatrixArray("B", "dtype", "m", "n", "ldb", "batchCount", "rw"), Ld("ldb"), Dim("batchCount"), TypeArg("dtype"),
+), doc="trsm on each of batchCount pairs of matrices given by device arrays of pointers",
+    work="batchCount * m * n * (m if side == LEFT else n)")
+_PIVOTS = "CUDA_R_32I"       # pivot and info arrays: int
+GETRF_BATCHED = Family("BLAS_GETRF_BATCHED", 247, (
+    Dim("n"), MatrixArray("A", "dtype", "n", "n", "lda", "batchSize", "rw"), Ld("lda"),
+    Vector("P", "itype", "n * batchSize", "1", "w", optional=True), Vector("info", "itype", "batchSize", "1", "w"),
+    Dim("batchSize"), TypeArg("dtype"), TypeArg("itype", values=(_PIVOTS,)),
+), doc="LU of each A[i] in place, with partial pivoting (P[i*n + j]: the 1-based row swapped with row j) or "
+       "without (P NULL); info[i] = k > 0 when U(k,k) is exactly zero", work="batchSize * n * n * n")
+GETRS_BATCHED = Family("BLAS_GETRS_BATCHED", 248, (
+    Enum("trans", OP), Dim("n"), Dim("nrhs"), MatrixArray("Aarray", "dtype", "n", "n", "lda", "batchSize"),
+    Ld("lda"), Vector("devIpiv", "itype", "n * batchSize", "1", optional=True),
+    MatrixArray("Barray", "dtype", "n", "nrhs", "ldb", "batchSize", "rw"), Ld("ldb"), HostInfo("info"),
+    Dim("batchSize"), TypeArg("dtype"), TypeArg("itype", values=(_PIVOTS,)),
+), doc="solve op(A[i]) X = B[i] with getrfBatched's LU and pivots (NULL: none); X overwrites B[i]",
+    work="batchSize * n * n * max(nrhs, 1)")
+GETRI_BATCHED = Family("BLAS_GETRI_BATCHED", 249, (
+    Dim("n"), MatrixArray("A", "dtype", "n", "n", "lda", "batchSize"), Ld("lda"),
+    Vector("P", "itype", "n * batchSize", "1", optional=True), MatrixArray("C", "dtype", "n", "n", "ldc", "batchSize",
+                                                                          "w"),
+    Ld("ldc"), Vector("info", "itype", "batchSize", "1", "w"), Dim("batchSize"), TypeArg("dtype"),
+    TypeArg("itype", values=(_PIVOTS,)),
+), doc="C[i] = inverse of A[i] from getrfBatched's LU and pivots; info[i] = k > 0 when U(k,k) is zero",
+    work="batchSize * n * n * n")
+GEQRF_BATCHED = Family("BLAS_GEQRF_BATCHED", 250, (
+    Dim("m"), Dim("n"), MatrixArray("Aarray", "dtype", "m", "n", "lda", "batchSize", "rw"), Ld("lda"),
+    MatrixArray("TauArray", "dtype", "min(m, n)", "1", "max(1, min(m, n))", "batchSize", "w"), HostInfo("info"),
+    Dim("batchSize"), TypeArg("dtype"),
+), doc="Householder QR of each A[i] in place, LAPACK's geqrf layout (R above the diagonal, reflectors below, tau)",
+    work="batchSize * m * n * n")
+GELS_BATCHED = Family("BLAS_GELS_BATCHED", 251, (
+    Enum("trans", OP), Dim("m"), Dim("n"), Dim("nrhs"), MatrixArray("Aarray", "dtype", "m", "n", "lda", "batchSize",
+                                                                    "rw"),
+    Ld("lda"), MatrixArray("Carray", "dtype", "m", "nrhs", "ldc", "batchSize", "rw"), Ld("ldc"), HostInfo("info"),
+    Vector("devInfoArray", "itype", "batchSize", "1", "w", optional=True), Dim("batchSize"), TypeArg("dtype"),
+    TypeArg("itype", values=(_PIVOTS,)),
+), checks=(
+    Check("trans != OP_N", "CUBLAS_STATUS_NOT_SUPPORTED", "only CUBLAS_OP_N", "trans"),
+    Check("m < n", "CUBLAS_STATUS_NOT_SUPPORTED", "m < n (underdetermined)", "n"),
+), doc="least squares min ||A[i] X - C[i]|| for m >= n, full rank: A[i] becomes its QR (geqrf's layout), the "
+       "first n rows of C[i] the solution; devInfoArray[i] = k > 0 when R(k,k) is zero",
+    work="batchSize * m * n * (n + nrhs)")
+
 FAMILIES: tuple[Family, ...] = (AXPY, SCAL, DOT, NRM2, ASUM, IAMAX, COPY, SWAP, ROT, GEMV, GER, TRSV, SYMV,
-                                GEMM, GEMM_BATCHED, GEAM, DGMM, TRSM, SYRK)
+                                GEMM, GEMM_BATCHED, GEAM, DGMM, TRSM, SYRK, DOT_EX, SBMV, TRSM_BATCHED,
+                                GETRF_BATCHED, GETRS_BATCHED, GETRI_BATCHED, GEQRF_BATCHED, GELS_BATCHED)
 FAMILY: dict[str, Family] = {f.name: f for f in FAMILIES}
 
 # ----------------------------------------------------------------------------------------------- entries
@@ -479,9 +563,14 @@ class Entry:
     name: str
     family: Family
     bind: Mapping[str, int] = field(default_factory=dict)
+    ilp64: bool = True        # NVIDIA exports a _64 twin (the batched solvers have none)
 
     def __repr__(self) -> str:
         return f"Entry({self.name})"
+
+    def widths(self) -> tuple[bool, ...]:
+        """The API widths NVIDIA exports: (False, True) for the int and _64 entry points, or (False,)."""
+        return (False, True) if self.ilp64 else (False,)
 
     @property
     def name64(self) -> str:
@@ -499,6 +588,13 @@ class Entry:
         """The C parameters after the handle, in order."""
         bound = self.binding()
         return tuple(a for a in self.family.args if a.name not in bound)
+
+    def position(self, arg: str | None) -> int:
+        """The 1-based place of an argument among the C parameters (the handle is 1st; 0 when not a parameter)."""
+        for i, a in enumerate(self.params()):
+            if a.name == arg:
+                return i + 2
+        return 0
 
 
 def _t(name: str) -> int:
@@ -556,6 +652,17 @@ def _entries() -> tuple[Entry, ...]:
         add(f"cublas{p}gemm{'_v2' if p != 'H' else ''}", GEMM, **_gemm_bind(t), **_NO_BATCH)
         add(f"cublas{p}gemmStridedBatched", GEMM, **_gemm_bind(t))
         add(f"cublas{p}gemmBatched", GEMM_BATCHED, **_gemm_bind(t))
+    for p, t in _SDCZ.items():
+        add(f"cublas{p}trsmBatched", TRSM_BATCHED, dtype=_t(t))
+        for name, fam in ((f"cublas{p}getrfBatched", GETRF_BATCHED), (f"cublas{p}getrsBatched", GETRS_BATCHED),
+                          (f"cublas{p}getriBatched", GETRI_BATCHED), (f"cublas{p}geqrfBatched", GEQRF_BATCHED),
+                          (f"cublas{p}gelsBatched", GELS_BATCHED)):
+            ints = {"itype": _t(_PIVOTS)} if "itype" in fam.names else {}
+            out.append(Entry(name, fam, {"dtype": _t(t), **ints}, ilp64=False))
+    for p, t in (("S", S), ("D", D)):
+        add(f"cublas{p}sbmv_v2", SBMV, dtype=_t(t))
+    add("cublasDotEx", DOT_EX, conj=0)
+    add("cublasDotcEx", DOT_EX, conj=2)
     add("cublasSgemmEx", GEMM, computeType=COMPUTE["CUBLAS_COMPUTE_32F"], algo=-1, **_NO_BATCH)
     add("cublasGemmEx", GEMM, **_NO_BATCH)
     add("cublasGemmStridedBatchedEx", GEMM)
@@ -575,41 +682,51 @@ LOCAL_ENTRIES: tuple[str, ...] = (
     "cublasGetStatusString",
     *(f"cublas{d}{w}{a}{s}" for d in ("Set", "Get") for w in ("Vector", "Matrix") for a in ("", "Async")
       for s in ("", "_64")),
+    # cuBLASXt (csrc/cublas/api_xt.c): the handle, its configuration, and GEMM tiled over the selected GPUs
+    "cublasXtCreate", "cublasXtDestroy", "cublasXtDeviceSelect", "cublasXtGetNumBoards", "cublasXtMaxBoards",
+    "cublasXtSetBlockDim", "cublasXtGetBlockDim", "cublasXtGetPinningMemMode", "cublasXtSetPinningMemMode",
+    "cublasXtSetCpuRoutine", "cublasXtSetCpuRatio", "cublasXtSgemm", "cublasXtDgemm", "cublasXtCgemm",
+    "cublasXtZgemm",
 )
 
 # ----------------------------------------------------------------------------------------------- expressions
 _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp, ast.Add,
                   ast.Sub, ast.Mult, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.IfExp,
                   ast.Call, ast.Name, ast.Load, ast.Constant)
-_CODE_CACHE: dict[str, CodeType] = {}
+_CODE_CACHE: dict[tuple[str, int], CodeType] = {}    # (expression, id of the table's functions)
 
 
-def _parse(expr: Expr) -> ast.Expression:
+def _parse(expr: Expr, functions: Mapping[str, Callable[..., Any]] = FUNCTIONS) -> ast.Expression:
     tree = ast.parse(expr, mode="eval")
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise ValueError(f"cublas_spec: {type(node).__name__} not allowed in {expr!r}")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in functions):
             raise ValueError(f"cublas_spec: unknown function in {expr!r}")
         if isinstance(node, ast.Constant) and not isinstance(node.value, int):
             raise ValueError(f"cublas_spec: only integer literals in {expr!r}")
     return tree
 
 
-def evaluate(expr: Expr, values: Mapping[str, Any]) -> Any:
-    """Value of a table expression for the given argument values (ints; pointers as ints)."""
-    code = _CODE_CACHE.get(expr)
+def evaluate(expr: Expr, values: Mapping[str, Any], constants: Mapping[str, int] = CONSTANTS,
+             functions: Mapping[str, Callable[..., Any]] = FUNCTIONS) -> Any:
+    """Value of a table expression for the given argument values (ints; pointers as ints). Another table (the
+    cuBLASLt one) passes its own constants and functions."""
+    key = (expr, id(functions))
+    code = _CODE_CACHE.get(key)
     if code is None:
-        code = _CODE_CACHE[expr] = compile(_parse(expr), f"<cublas_spec {expr}>", "eval")
-    return eval(code, {"__builtins__": {}, **FUNCTIONS, **CONSTANTS}, dict(values))  # noqa: S307 (table text only)
+        code = _CODE_CACHE[key] = compile(_parse(expr, functions), f"<cublas_spec {expr}>", "eval")
+    return eval(code, {"__builtins__": {}, **functions, **constants}, dict(values))  # noqa: S307 (table text only)
 
 
 _C_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _C_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
 
-def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n) -> str:
-    """The C translation of a table expression; `name_of` maps an argument name to its C lvalue."""
+def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n, constants: Mapping[str, int] = CONSTANTS,
+           functions: Mapping[str, Callable[..., Any]] = FUNCTIONS) -> str:
+    """The C translation of a table expression; `name_of` maps an argument name to its C lvalue (a function f of
+    the table is called as pvb_f in C)."""
 
     def emit(node: ast.AST) -> str:
         if isinstance(node, ast.Expression):
@@ -632,14 +749,14 @@ def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n) -> str:
         if isinstance(node, ast.Call):
             return f"pvb_{node.func.id}(" + ", ".join(emit(a) for a in node.args) + ")"
         if isinstance(node, ast.Name):
-            if node.id in CONSTANTS:
-                return f"{CONSTANTS[node.id]}"
+            if node.id in constants:
+                return f"{constants[node.id]}"
             return name_of(node.id)
         if isinstance(node, ast.Constant):
             return f"{node.value}"
         raise ValueError(f"cublas_spec: cannot translate {ast.dump(node)}")
 
-    return emit(_parse(expr))
+    return emit(_parse(expr, functions))
 
 
 # ----------------------------------------------------------------------------------------------- checks
@@ -647,6 +764,7 @@ def c_expr(expr: Expr, name_of: Callable[[str], str] = lambda n: n) -> str:
 class Failure:
     status: int
     why: str
+    arg: str | None = None
 
 
 def _generic_checks(fam: Family) -> tuple[Check, ...]:
@@ -655,19 +773,19 @@ def _generic_checks(fam: Family) -> tuple[Check, ...]:
     for a in fam.args:
         if isinstance(a, TypeArg) and a.values is not None:
             allowed = " and ".join(f"{a.name} != {v}" for v in a.values)
-            out.append(Check(allowed, "CUBLAS_STATUS_NOT_SUPPORTED", f"{a.name} is not a supported type"))
+            out.append(Check(allowed, "CUBLAS_STATUS_NOT_SUPPORTED", f"{a.name} is not a supported type", a.name))
         elif isinstance(a, Enum):
             allowed = " and ".join(f"{a.name} != {v}" for v in a.allowed())
-            out.append(Check(allowed, "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} is not a valid {a.ctype}"))
+            out.append(Check(allowed, "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} is not a valid {a.ctype}", a.name))
         elif isinstance(a, Dim) and not a.quick:
-            out.append(Check(f"{a.name} < 0", "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} < 0"))
+            out.append(Check(f"{a.name} < 0", "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} < 0", a.name))
         elif isinstance(a, Inc) and a.nonzero:
-            out.append(Check(f"{a.name} == 0", "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} == 0"))
+            out.append(Check(f"{a.name} == 0", "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} == 0", a.name))
         elif isinstance(a, (Matrix, MatrixArray)):
             out.append(Check(f"{a.ld} < max(1, {a.rows})", "CUBLAS_STATUS_INVALID_VALUE",
-                             f"{a.ld} < max(1, rows of {a.name})"))
+                             f"{a.ld} < max(1, rows of {a.name})", a.ld))
         elif isinstance(a, (Scalar, Result)):
-            out.append(Check(f"{a.name} == 0", "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} is NULL"))
+            out.append(Check(f"{a.name} == 0", "CUBLAS_STATUS_INVALID_VALUE", f"{a.name} is NULL", a.name))
     return tuple(out)
 
 
@@ -683,7 +801,7 @@ def check(fam: Family, values: Mapping[str, Any]) -> Failure | None:
     and result pointers as ints, where a host-mode value counts as a non-NULL pointer)."""
     for c in _ALL_CHECKS[fam.name]:
         if evaluate(c.expr, values):
-            return Failure(STATUS[c.status], c.why)
+            return Failure(STATUS[c.status], c.why, c.arg)
     return None
 
 
@@ -731,6 +849,8 @@ def c_params(entry: Entry, ilp64: bool = False) -> list[tuple[str, str]]:
         elif isinstance(a, MatrixArray):
             t = _elem_ctype(a.dtype, bind, entry.family)
             out.append((f"{t}* const*" if "w" in a.access else f"const {t}* const*", a.name))
+        elif isinstance(a, HostInfo):
+            out.append(("int*", a.name))
         else:  # pragma: no cover - every kind is handled above
             raise TypeError(a)
     return out
@@ -752,7 +872,8 @@ MAX_HANDLES_PER_DEVICE = 1024       # cuBLAS handles one session may hold on one
 
 
 def wire_args(fam: Family) -> str:
-    return WIRE_PREFIX + " " + " ".join(f"{a.name}:{WIRE_TYPE[type(a)]}" for a in fam.args)
+    return WIRE_PREFIX + " " + " ".join(f"{a.name}:{WIRE_TYPE[type(a)]}" for a in fam.args
+                                        if not isinstance(a, HostInfo))
 
 
 def has_result(fam: Family) -> bool:

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 if not __package__:  # run as a script by the C build, before the package is installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyvgpu import cublas_spec as _blas  # noqa: E402
+from pyvgpu import cublaslt_spec as _lt  # noqa: E402
 from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
 
 PROTOCOL_VERSION = 3
@@ -181,7 +182,7 @@ A, S, PIN, POUT, ND, DET, Z = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpF
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
-# 450-499 hardening and performance.
+# 450-499 hardening and performance, 500-559 cuBLASLt.
 OPS: tuple[OpSpec, ...] = (
     op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
@@ -253,11 +254,18 @@ OPS: tuple[OpSpec, ...] = (
        doc="tracks [ptr, ptr+size) of this session's memory (a __managed__ variable) as managed; the client does "
            "not know its content yet, so the next MANAGED_DIRTY reports all of it"),
     op(312, "MANAGED_PUSH", "dev:dev", "nil", A | PIN,
-       doc="payload: runs of bytes the host changed, each u64 address | u32 length | bytes (MANAGED_RUN_HEADER), "
-           "inside managed ranges"),
+       doc="payload: runs of the host's bytes, each u64 address | u32 length (MANAGED_RUN_HEADER) | length bytes "
+           "as the host has them | length bytes as the host last saw them from the device, inside managed ranges; "
+           "the bytes that differ between the two are written; where the device changed one of them too, nothing "
+           "is written and the session's device gets the sticky MANAGED_CONFLICT_ERROR naming the range"),
     op(313, "MANAGED_DIRTY", "dev:dev", "map",
        doc="waits for the device, then result {MANAGED_RUNS: [[address, length]...]}: the bytes of managed ranges "
            "that changed since the client last fetched or pushed them (at most MAX_MANAGED_RUNS runs)"),
+    # Runtime features of issue 19 (340-379).
+    op(340, "MANAGED_CONFLICT", "dev:dev ptr:ptr size:size", "nil",
+       doc="the client found bytes of [ptr, ptr+size) that the host and the device both changed since they last "
+           "agreed (at a synchronization): the device gets the sticky MANAGED_CONFLICT_ERROR, which this call "
+           "answers"),
     # Peers. Devices of one daemon: access from one context to another's memory, and copies between them.
     op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", doc="kernels of dev may use the memory of device `peer`"),
     op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil"),
@@ -305,6 +313,10 @@ OPS: tuple[OpSpec, ...] = (
        "cublasSetWorkspace (ptr 0, size 0: the library's own)"),
     *(op(f.code, f.name, _blas.wire_args(f), "nil", A | POUT if _blas.has_result(f) else A, f.doc)
       for f in _blas.FAMILIES),
+    # cuBLASLt (pyvgpu/cublaslt_spec.py): descriptors live on the client; a matmul carries the descriptor's and the
+    # four layouts' attributes, so it is one fire-and-forget frame ordered on its stream.
+    op(_lt.OP_LT_MATMUL, "LT_MATMUL", _lt.wire_args(), "nil", A,
+       "cublasLtMatmul: D = epilogue(alpha op(A) op(B) + beta C), the arguments of cublaslt_spec.matmul_wire()"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
@@ -332,6 +344,32 @@ MANAGED_RUN_HEADER = "<QI"           # struct format of a MANAGED_PUSH run heade
 MANAGED_RUNS = "runs"                # MANAGED_DIRTY result key
 MAX_MANAGED_RUNS = 16384             # runs in one MANAGED_DIRTY answer, and managed ranges per session and device
 MAX_MANAGED_ALIGN = 1 << 16          # largest page size a client may ask MALLOC_MANAGED to align to
+# Host and device changed the same bytes of managed or mapped memory between two synchronizations: pyvgpu cannot know
+# the right value, so the device's context is unusable (sticky) until cudaDeviceReset, as after a fault.
+MANAGED_CONFLICT_ERROR = "cudaErrorIllegalState"
+MANAGED_CONFLICT_WORD = 4            # ... per aligned word of this many bytes: a merge never makes a value neither side
+                                     # wrote; different 4-byte elements of one page still merge
+# Device attributes whose truth is how pyvgpu carries memory and launches between hosts, not the GPU's: the emulated
+# device reports these values and the client answers them for every daemon's GPUs, real ones included (name without
+# the cudaDevAttr prefix -> value).
+REMOTED_DEVICE_ATTRS: dict[str, int] = {
+    "ManagedMemory": 1,                           # cudaMallocManaged: a host copy kept coherent
+    "ConcurrentManagedAccess": 1,                 # host and device may touch managed memory at once (other bytes)
+    "DirectManagedMemAccessFromHost": 0,          # the host reads its copy, not the device's memory
+    "PageableMemoryAccess": 0,                    # kernels cannot reach malloc'd memory of the client
+    "PageableMemoryAccessUsesHostPageTables": 0,
+    "HostNativeAtomicSupported": 0,               # host and device atomics on one word do not combine
+    "OnlyPartialHostNativeAtomicSupported": 0,
+    "CanMapHostMemory": 1,                        # mapped host memory: a coherent device copy
+    "CanUseHostPointerForRegisteredMem": 0,       # registered memory's device copy has another address
+    "HostRegisterSupported": 1,
+    "HostRegisterReadOnlySupported": 0,
+    "UnifiedAddressing": 1,
+    "GPUDirectRDMASupported": 0,
+    "CanFlushRemoteWrites": 0,
+    "CooperativeLaunch": 0,                       # grid-wide synchronization is not offered yet
+    "ClusterLaunch": 0,                           # thread-block clusters of more than one block are refused
+}
 
 # CUDA arrays (ARRAY_CREATE flags: cudaArray* values).
 ARRAY_FLAG_LAYERED = 1               # cudaArrayLayered

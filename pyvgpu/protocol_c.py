@@ -131,7 +131,7 @@ def _payload_got() -> list[str]:
 
 def _sync_tail(op: P.OpSpec) -> list[str]:
     if op.name in P.SYNC_POINTS:
-        return ["    pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */",
+        return ["    err = pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */",
                 "    err = pv_sync_result(d, err);       /* a refused module's kernel was used: its error */"]
     return []
 
@@ -247,6 +247,13 @@ def protocol_header() -> str:
     out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
             "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"
             + ", ".join(f"[{v}] = 1" for v in sorted(set(DEVICE_ATTRS.values()))) + "};"]
+    out += ["/* Attributes pyvgpu decides for every GPU (protocol.py REMOTED_DEVICE_ATTRS): {attribute, value}. */",
+            "static const int pv_remoted_dev_attrs[][2] = {"
+            + ", ".join(f"{{ PV_cudaDevAttr{name}, {value} }}" for name, value in P.REMOTED_DEVICE_ATTRS.items())
+            + "};",
+            f"#define PV_REMOTED_DEV_ATTRS_LEN {len(P.REMOTED_DEVICE_ATTRS)}",
+            f"#define PV_MANAGED_CONFLICT_ERROR PV_{P.MANAGED_CONFLICT_ERROR}",
+            f"#define PV_MANAGED_CONFLICT_WORD {P.MANAGED_CONFLICT_WORD}"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CUDA_SRC, ROOT, Daemon, build_cuda, lib_path, run_cuda, start_daemon
+from harness import CHAIN_BACKENDS, CUDA_SRC, ROOT, TEST_BACKEND, Daemon, build_cuda, lib_path, run_cuda, start_daemon
 from pyvgpu.client import Client
 
 
@@ -74,16 +74,37 @@ def cublas_include():
     return cublas_wheel.fetch()
 
 
-# The backend of the daemons the tests start: emu, or cuda where scripts/gpu-check.sh runs the CUDA test programs
-# on a real GPU (tools/gpu_check.py; tests that pass emulator options then fail there, and the report says so).
-TEST_BACKEND = os.environ.get("PYVGPU_TEST_BACKEND", "emu")
+# Tests marked `chain` run twice when the test backend (harness.TEST_BACKEND) is emu: on emulated daemons and on
+# chains (the cuda backend on pyvgpu's own libcuda.so.1 over emulated daemons, harness.start_chain), results checked
+# the same way. A test of the emulator's own behaviour in such a module says so with `emu_only(reason)` and runs once;
+# tests parametrized by case choose per case (harness.on_backends).
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "chain: run on emulated daemons and on chains (the cuda backend on pyvgpu's "
+                                       "libcuda.so.1 over emulated daemons)")
+    config.addinivalue_line("markers", "emu_only(reason): a test of the emulator's own behaviour in a chain module")
+
+
+def pytest_generate_tests(metafunc):
+    node = metafunc.definition
+    if TEST_BACKEND == "emu" and node.get_closest_marker("chain") and not node.get_closest_marker("emu_only"):
+        if "backend" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("backend")
+        metafunc.parametrize("backend", CHAIN_BACKENDS, indirect=True)
 
 
 @pytest.fixture
-def daemon_factory(tmp_path):
+def backend(request) -> str:
+    """The backend of the daemons this test starts (TEST_BACKEND unless the test runs on both, above)."""
+    return getattr(request, "param", TEST_BACKEND)
+
+
+@pytest.fixture
+def daemon_factory(tmp_path, backend):
     started: list[Daemon] = []
 
-    def make(*extra: str, backend: str = TEST_BACKEND, env: dict | None = None) -> Daemon:
+    def make(*extra: str, backend: str = backend, env: dict | None = None) -> Daemon:
         d = start_daemon(tmp_path, *extra, backend=backend, env=env)
         started.append(d)
         return d
@@ -95,7 +116,7 @@ def daemon_factory(tmp_path):
 
 @pytest.fixture
 def daemon(daemon_factory) -> Daemon:
-    """One emulated-GPU daemon on a free loopback port."""
+    """One daemon of the test's backend (an emulated GPU unless the test runs on chains too) on a free loopback port."""
     return daemon_factory()
 
 

@@ -5,6 +5,7 @@ tests/conftest.py wraps these in pytest fixtures; bench/*.py import this module 
 sys.path). Nothing here depends on pytest.
 
     d = start_daemon(workdir, "--emu-devices", "2")     # python -m pyvgpu_daemon on 127.0.0.1:<free port>
+    c = start_daemon(workdir, backend="chain")           # the cuda backend on pyvgpu's libcuda.so.1 over an emu daemon
     exe = build_cuda(CUDA_SRC / "api_device.cu")        # nvcc -cudart shared, cached under build/tests-cuda
     proc = run_cuda(exe, [d])                            # LD_PRELOAD=libvcudart, PYVGPU_HOSTS=the daemons
     d.stop()
@@ -28,6 +29,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 ROOT = Path(__file__).resolve().parent.parent
+# The backend of the daemons the tests start: emu, or cuda where scripts/gpu-check.sh runs the CUDA test programs on a
+# real GPU (tools/gpu_check.py; tests that pass emulator options then fail there, and the report says so). On emu,
+# the tests of CUDA programs also run on chains (start_chain): CHAIN_BACKENDS.
+TEST_BACKEND = os.environ.get("PYVGPU_TEST_BACKEND", "emu")
+CHAIN_BACKENDS = ("emu", "chain")
 CUDA_SRC = ROOT / "tests" / "cuda"
 NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
 LOOPBACK = "127.0.0.1"
@@ -137,6 +143,8 @@ class Daemon:
     log: Path | None
     host: str = LOOPBACK
     extra: tuple[str, ...] = field(default_factory=tuple)
+    under: tuple["Daemon", ...] = ()     # a chain's emulated daemon(s): stopped with it, their logs part of its log
+    backend: str = "emu"
 
     @property
     def address(self) -> str:
@@ -145,9 +153,11 @@ class Daemon:
     def stop(self) -> None:
         if self.proc is not None:
             stop_process(self.proc)
+        for d in self.under:
+            d.stop()
 
     def log_text(self) -> str:
-        return _read(self.log)
+        return _read(self.log) + "".join(d.log_text() for d in self.under)
 
     def log_tail(self, n: int = 2000) -> str:
         return self.log_text()[-n:]
@@ -157,18 +167,73 @@ def daemon_command(*args: str, backend: str = "emu") -> list[str]:
     return [sys.executable, "-m", "pyvgpu_daemon", "--backend", backend, *args]
 
 
+# Options of the emulated device: in a chain they go to the emu daemon underneath (with their values).
+EMU_OPTIONS = ("--emu-devices", "--emu-memory", "--emu-slowdown")
+
+
 def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | None = None,
                  cwd: Path | None = None, timeout: float = 30) -> Daemon:
     """`python -m pyvgpu_daemon` on 127.0.0.1 and a free port, its log in workdir; returns once it listens.
     `env` is added to this process's environment; `cwd` is the daemon's working directory (`python -m` puts it
-    first on sys.path)."""
+    first on sys.path).
+
+    backend "chain": a `cuda` backend daemon whose cuda-python loads pyvgpu's own libcuda.so.1 (and libcublas.so.13),
+    pointed at an emulated daemon started for it: the real-GPU backend on a real implementation of the driver API,
+    without a GPU (docs/architecture.md, "The chain"). The emulator's options (EMU_OPTIONS) and `env` go to the emu
+    daemon, the other options and `env` to the cuda one; stopping the chain stops both."""
+    if backend == "chain":
+        return start_chain(workdir, *extra, env=env, cwd=cwd, timeout=timeout)
     port = free_port()
     log = Path(workdir) / f"daemon-{port}.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", str(port), *extra, backend=backend),
                                 stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
     wait_listening(proc, port, log, timeout=timeout)
-    return Daemon(port, proc, log, extra=extra)
+    return Daemon(port, proc, log, extra=extra, backend=backend)
+
+
+def split_emu_options(extra: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the emulator's options with their values, the rest) of a daemon command line."""
+    emu, rest = [], []
+    args = list(extra)
+    while args:
+        a = args.pop(0)
+        if a.split("=", 1)[0] in EMU_OPTIONS:
+            emu.append(a)
+            if "=" not in a and args:
+                emu.append(args.pop(0))
+        else:
+            rest.append(a)
+    return emu, rest
+
+
+def chain_env(emu: Daemon, lib_dir: Path | None = None) -> dict[str, str]:
+    """What a cuda backend daemon needs to run on pyvgpu's driver against the emulated daemon `emu`."""
+    lib_dir = Path(lib_dir or lib_path().parent)
+    return {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib_dir), os.environ.get("LD_LIBRARY_PATH")])),
+            "PYVGPU_HOSTS": emu.address, "PYVGPU_CUBLAS_LIB": str(lib_dir / "libcublas.so.13"),
+            "PYVGPU_CUBLASLT_LIB": str(lib_dir / "libcublasLt.so.13")}
+
+
+def start_chain(workdir: Path, *extra: str, env: dict | None = None, cwd: Path | None = None,
+                timeout: float = 30) -> Daemon:
+    emu_args, rest = split_emu_options(extra)
+    emu = start_daemon(workdir, *emu_args, backend="emu", env=env, cwd=cwd, timeout=timeout)
+    try:
+        top = start_daemon(workdir, *rest, backend="cuda", env={**(env or {}), **chain_env(emu), "LD_PRELOAD": ""},
+                           cwd=cwd, timeout=timeout)
+    except BaseException:
+        emu.stop()
+        raise
+    return Daemon(top.port, top.proc, top.log, extra=extra, under=(emu,), backend="chain")
+
+
+def on_backends(cases: Iterable[tuple], chain: Callable[[tuple], bool] = lambda case: True) -> list[tuple]:
+    """Parameters of a test run on several backends: each case (a tuple of the test's other arguments) with the
+    backend appended, on every CHAIN_BACKENDS entry where `chain(case)` (else on emu only) when TEST_BACKEND is emu,
+    else on TEST_BACKEND alone."""
+    backends = CHAIN_BACKENDS if TEST_BACKEND == "emu" else (TEST_BACKEND,)
+    return [(*c, b) for c in cases for b in backends if b == backends[0] or chain(c)]
 
 
 # ---------------------------------------------------------------------------------------------- builds

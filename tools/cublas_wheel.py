@@ -10,6 +10,7 @@ under build/, and the wheel is deleted:
 
     python tools/cublas_wheel.py                 # prints the cached include directory (fetching it if missing)
     python tools/cublas_wheel.py --lib           # also keep lib/libcublas.so.13 (57 MB; to refresh the exports)
+    python tools/cublas_wheel.py --lib libcublasLt.so.13   # or another library of the wheel (552 MB for cuBLASLt)
 
 Cache: build/cublas/<version>/include/{cublas_api.h, cublas_v2.h, cublas.h, cublasXt.h, ...}. Programs also need
 CUDA's own library_types.h, cuComplex.h, cuda_fp16.h, ... which come with nvcc's toolkit.
@@ -50,20 +51,27 @@ def include_dir(version: str = PINNED_VERSION) -> Path:
     return cache_dir(version) / "include"
 
 
-def lib_path(version: str = PINNED_VERSION) -> Path:
-    return cache_dir(version) / "lib" / "libcublas.so.13"
+LIBRARIES = ("libcublas.so.13", "libcublasLt.so.13")     # the wheel's libraries fetch() can keep
 
 
-def fetch(version: str = PINNED_VERSION, want_lib: bool = False, python: str = sys.executable) -> Path:
-    """Make sure the cache holds the headers (and the library if asked); returns the include directory."""
+def lib_path(version: str = PINNED_VERSION, name: str = "libcublas.so.13") -> Path:
+    return cache_dir(version) / "lib" / name
+
+
+def fetch(version: str = PINNED_VERSION, want_lib: bool | str = False, python: str = sys.executable) -> Path:
+    """Make sure the cache holds the headers (and a library if asked: True is libcublas.so.13, or a name of
+    LIBRARIES); returns the include directory."""
     inc = include_dir(version)
-    if all((inc / h).is_file() for h in HEADERS) and (not want_lib or lib_path(version).is_file()):
+    lib = "libcublas.so.13" if want_lib is True else (want_lib or None)
+    if lib is not None and lib not in LIBRARIES:
+        raise SystemExit(f"cublas_wheel: the wheel has no library {lib!r} ({', '.join(LIBRARIES)})")
+    if all((inc / h).is_file() for h in HEADERS) and (lib is None or lib_path(version, lib).is_file()):
         return inc
-    remote = None if want_lib else _remote_wheel(version)
+    remote = None if lib else _remote_wheel(version)
     if remote is not None:
         try:
             with zipfile.ZipFile(remote) as zf:
-                _unpack(zf, version, want_lib)
+                _unpack(zf, version, None)
         except (OSError, zipfile.BadZipFile) as exc:
             print(f"cublas_wheel: reading the headers out of the remote wheel failed ({exc}); downloading it",
                   file=sys.stderr)
@@ -76,33 +84,39 @@ def fetch(version: str = PINNED_VERSION, want_lib: bool = False, python: str = s
             if len(wheels) != 1:
                 raise SystemExit(f"cublas_wheel: expected one nvidia_cublas wheel in {tmp}, found {wheels}")
             with zipfile.ZipFile(wheels[0]) as zf:
-                _unpack(zf, version, want_lib)
+                _unpack(zf, version, lib)
     missing = [h for h in HEADERS if not (inc / h).is_file()]
     if missing:
         raise SystemExit(f"cublas_wheel: nvidia-cublas {version} lacks {missing}")
     return inc
 
 
-def _unpack(zf: zipfile.ZipFile, version: str, want_lib: bool) -> None:
-    """Extract the headers (and the library if asked) into the cache, atomically per part."""
+def _unpack(zf: zipfile.ZipFile, version: str, lib: str | None) -> None:
+    """Extract the headers (and the library `lib` if given) into the cache, atomically per part."""
     staging = Path(tempfile.mkdtemp(prefix="stage-", dir=CACHE.parent if CACHE.parent.exists() else None))
     try:
         for info in zf.infolist():
             name = info.filename
             if name.startswith("nvidia/cu13/include/") and name.endswith(".h"):
                 _extract(zf, info, staging / "include" / Path(name).name)
-            elif want_lib and name == "nvidia/cu13/lib/libcublas.so.13":
-                _extract(zf, info, staging / "lib" / "libcublas.so.13")
+            elif lib and name == f"nvidia/cu13/lib/{lib}":
+                _extract(zf, info, staging / "lib" / lib)
             elif name.endswith("licenses/License.txt"):
                 _extract(zf, info, staging / "License.txt")
         dest = cache_dir(version)
         dest.mkdir(parents=True, exist_ok=True)
         for part in ("include", "lib", "License.txt"):
             src = staging / part
-            if src.exists():
-                if (dest / part).exists() and src.is_dir():
-                    shutil.rmtree(dest / part)
-                shutil.move(str(src), str(dest / part))
+            if not src.exists():
+                continue
+            if part == "lib":             # libraries are kept side by side: fetching one keeps the other
+                (dest / part).mkdir(exist_ok=True)
+                for f in src.iterdir():
+                    shutil.move(str(f), str(dest / part / f.name))
+                continue
+            if (dest / part).exists() and src.is_dir():
+                shutil.rmtree(dest / part)
+            shutil.move(str(src), str(dest / part))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -260,9 +274,10 @@ def read_enums(inc: Path, header: str = "cublas_api.h") -> dict[str, int]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--version", default=PINNED_VERSION)
-    ap.add_argument("--lib", action="store_true", help="also keep lib/libcublas.so.13")
+    ap.add_argument("--lib", nargs="?", const="libcublas.so.13", default=None, choices=LIBRARIES,
+                    help="also keep lib/LIB (default libcublas.so.13)")
     args = ap.parse_args(argv)
-    print(fetch(args.version, want_lib=args.lib))
+    print(fetch(args.version, want_lib=args.lib or False))
     return 0
 
 

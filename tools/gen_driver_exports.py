@@ -18,7 +18,8 @@ Outputs (csrc/driver/):
                       definitions in api_*.c replace them at link time), the cuGetProcAddress table, the CUresult
                       names and descriptions, and the cudaError_t -> CUresult map;
 - libcuda.map         the version script: every export global, unversioned (as the toolkit's link stub), the rest
-                      local.
+                      local;
+- pyvgpu/driver_abis.py  the cuGetProcAddress table's rows for the daemon's cuda backend (--py-out).
 
 Pairing of PFN typedefs with symbols: for each base name, the k-th non-per-thread version is the k-th symbol in
 the order name, name_v2, name_v3, ... (per-thread ones likewise). A probe C file asserts every pair with
@@ -49,6 +50,13 @@ STANDINS = {
     "vdpau/vdpau.h": "typedef unsigned VdpDevice; typedef void VdpGetProcAddress; typedef unsigned VdpVideoSurface;"
                      " typedef unsigned VdpOutputSurface; typedef int VdpChromaType; typedef int VdpRGBAFormat;",
 }
+# Entry points newer than the 13.0 headers that libvcuda offers: (name, the CUDA version that introduced it, as the
+# CUDA 13.2 headers' PFN_<name>_v<version> typedef says). They join the export list and the cuGetProcAddress table
+# like the header's own (one ABI each, no per-thread twin).
+NEWER = (
+    ("cuFuncGetParamCount", 13020),      # CUresult (CUfunction func, size_t *paramCount)
+    ("cuKernelGetParamCount", 13020),    # CUresult (CUkernel kernel, size_t *paramCount)
+)
 # cudaError_t numbers cuda.h has no CUresult for, and what the driver library answers instead (docs/driver.md).
 RUNTIME_ONLY = {
     "cudaErrorInvalidConfiguration": "CUDA_ERROR_INVALID_VALUE",
@@ -153,9 +161,9 @@ def generate(syms: list[str], rows: list[tuple[str, int, str, str]], results: li
              " * One weak fallback per export (strong definitions in api_*.c replace them), the cuGetProcAddress",
              " * table, CUresult names and descriptions, and the cudaError_t -> CUresult map. */",
              '#include "driver.h"', ""]
-    for i, s in enumerate(syms):
-        lines.append(f"static atomic_int once_{i};")
-        lines.append(f"PV_WEAK_API CUresult {s}(void) {{ return pv_drv_unsupported(\"{s}\", &once_{i}); }}")
+    for s in syms:     # (flags named by their function: adding an export changes only its own lines)
+        lines.append(f"static atomic_int once_{s};")
+        lines.append(f"PV_WEAK_API CUresult {s}(void) {{ return pv_drv_unsupported(\"{s}\", &once_{s}); }}")
     lines += ["", "/* Sorted by base name, then per-thread flag, then version: what procaddr.c searches. */",
               "const struct pv_proc pv_procs[] = {"]
     for base, ver, pt, sym in sorted(rows, key=lambda r: (r[0], bool(r[2]), r[1])):
@@ -176,8 +184,9 @@ def generate(syms: list[str], rows: list[tuple[str, int, str, str]], results: li
     return "\n".join(lines)
 
 
-def surface(inc: Path) -> tuple[list[str], list[tuple[str, int, str, str]]]:
-    """Every exported symbol, and (base name, version, per-thread suffix, symbol) per ABI, pairing checked."""
+def surface(inc: Path) -> tuple[list[str], list[tuple[str, int, str, str]], dict[str, str]]:
+    """Every exported symbol, (base name, version, per-thread suffix, symbol) per ABI (pairing checked), and the symbol
+    each base name denotes in the headers."""
     with tempfile.TemporaryDirectory() as tmp:
         standins = Path(tmp)
         for rel, text in STANDINS.items():
@@ -186,16 +195,54 @@ def surface(inc: Path) -> tuple[list[str], list[tuple[str, int, str, str]]]:
         syms = symbols(inc, standins)
         rows = pair(syms, pfns(inc, standins))
         check_pairs(inc, standins, rows)
-    return syms, rows
+        defaults = default_symbols(inc, standins, sorted({r[0] for r in rows}))
+    known = set(syms)
+    for name, version in NEWER:
+        if name in known:
+            raise SystemExit(f"{name} is in these headers already: drop it from NEWER")
+        rows.append((name, version, "", name))
+        defaults[name] = name
+    return sorted(syms + [n for n, _ in NEWER]), rows, defaults
+
+
+def default_symbols(inc: Path, standins: Path, bases: list[str]) -> dict[str, str]:
+    """Base name -> the symbol a program compiled against these headers calls by that name (cuda.h's `#define
+    cuCtxCreate cuCtxCreate_v4`; no define: the name itself), as the preprocessor expands it."""
+    src = "".join(f"#include <{h}>\n" for h, _ in HEADERS) + "".join(f"@@ {b}\n" for b in bases)
+    out = subprocess.run(["gcc", "-E", "-P", f"-I{standins}", f"-I{inc}", "-x", "c", "-"], input=src, check=True,
+                         capture_output=True, text=True).stdout
+    found = dict(zip(bases, (ln.split()[1] for ln in out.splitlines() if ln.startswith("@@ "))))
+    assert len(found) == len(bases), "a base name did not expand to one symbol"
+    return found
+
+
+def python_table(rows: list[tuple[str, int, str, str]], defaults: dict[str, str]) -> str:
+    """pyvgpu/driver_abis.py: the same table for the daemon's cuda backend (which ABI a symbol is, since which CUDA
+    version), so that it and libvcuda's cuGetProcAddress read one source."""
+    lines = ['"""Generated by tools/gen_driver_exports.py from the CUDA 13.0 driver headers (and its NEWER list). Do not',
+             'edit.', '',
+             'ABIS: every exported driver symbol -> (the base name cuGetProcAddress takes, the CUDA version that',
+             'introduced that ABI, per-thread-default-stream twin). libvcuda\'s cuGetProcAddress table is the same rows',
+             '(csrc/driver/exports_gen.c).', '',
+             'CALLED: base name -> the symbol a program compiled against the headers calls by that name (their',
+             '`#define cuCtxCreate cuCtxCreate_v4`), as cuda-bindings does."""', "",
+             "ABIS: dict[str, tuple[str, int, bool]] = {"]
+    for base, ver, pt, sym in sorted(rows, key=lambda r: r[3]):
+        lines.append(f"    {sym!r}: ({base!r}, {ver}, {bool(pt)}),")
+    lines += ["}", "", "CALLED: dict[str, str] = {"]
+    lines += [f"    {b!r}: {s!r}," for b, s in sorted(defaults.items())]
+    lines += ["}", ""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cuda", default="/usr/local/cuda-13.0", type=Path)
     ap.add_argument("--out", default=OUT_DIR, type=Path)
+    ap.add_argument("--py-out", default=ROOT / "pyvgpu", type=Path, help="where driver_abis.py goes")
     args = ap.parse_args(argv)
     inc = args.cuda / "include"
-    syms, rows = surface(inc)
+    syms, rows, defaults = surface(inc)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "driver_exports.txt").write_text("\n".join(syms) + "\n")
     results = curesults(inc)
@@ -208,6 +255,7 @@ def main(argv: list[str]) -> int:
             " * libcuda.so link stub, so programs linked against either bind to either). */", "{", "  global:"]
     vmap += [f"    {s};" for s in syms] + ["  local:", "    *;", "};", ""]
     (args.out / "libcuda.map").write_text("\n".join(vmap))
+    (args.py_out / "driver_abis.py").write_text(python_table(rows, defaults))
     print(f"{len(syms)} exports, {len(rows)} versioned names", file=sys.stderr)
     return 0
 

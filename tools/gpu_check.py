@@ -30,7 +30,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "daemon"), str(ROOT / "tests"), str(ROOT /
 # The tests that build and run the CUDA test programs of tests/cuda (and examples) through libvcudart/libvcuda.
 PROGRAM_TESTS = ["tests/e2e", "tests/driver"]
 GPU_TESTS = ["tests/daemon/test_daemon_cuda.py", "tests/daemon/test_daemon_cuda_blas.py",
-             "tests/daemon/test_daemon_cuda_features.py"]
+             "tests/daemon/test_daemon_cuda_features.py", "tests/daemon/test_daemon_cuda_blaslt.py",
+             "tests/daemon/test_daemon_cuda_lt_gpu.py"]
 MiB = 1 << 20
 
 

@@ -5,14 +5,17 @@
  *   host copy is mapped at the very same address here (mmap MAP_FIXED_NOREPLACE), so the pointer a kernel uses is the
  *   pointer the host dereferences. Registered host memory keeps its address; its device copy gets another.
  * - Host writes are tracked per page: clean pages are read-only; the first write faults, the handler keeps a copy of
- *   the page as it was (the "shadow") and makes it writable. Before any operation that sends work to a device, the
- *   changed bytes (page against shadow) of every dirty page are pushed (MANAGED_PUSH), ahead of that work, and the pages
- *   become clean again.
+ *   the page as it was (the "shadow": the bytes as the host last saw them from the device) and makes it writable.
+ *   Before any operation that sends work to a device, every dirty page's changed span is pushed (MANAGED_PUSH) with
+ *   its shadow bytes, ahead of that work, and the pages become clean again; the daemon writes the bytes that differ.
  * - Device writes come back at synchronization: after a synchronizing call answers (stream/event/device synchronize,
  *   a blocking copy, a query that reports completion) the daemon is asked which bytes changed since this side last saw
  *   them (MANAGED_DIRTY: page digests on the daemon) and those are fetched into the host copy. A page the host wrote
  *   meanwhile keeps the host's bytes and takes the device's everywhere else (a merge against the shadow), so host and
  *   device may write different bytes of one page concurrently, as with cudaDevAttrConcurrentManagedAccess.
+ * - Never a merged value: a byte both sides changed since they last agreed (the daemon sees it in a push: the device's
+ *   byte is not the shadow's; this side sees it in a merge: both differ from the shadow) is a conflict, the sticky
+ *   MANAGED_CONFLICT_ERROR on that device (MANAGED_CONFLICT), reported by the synchronization and every call after.
  * - Limits: writes by the kernel into managed memory (read(2) into it) fail with EFAULT on a clean page, as the page is
  *   read-only until the process itself touches it; a program that installs its own SIGSEGV handler after the first
  *   managed allocation must chain to the previous one. */
@@ -281,18 +284,9 @@ static void runbuf_free(struct runbuf *b)
         munmap(b->data, b->cap);
 }
 
-static int runbuf_put(struct runbuf *b, uint64_t addr, const void *bytes, uint32_t n)
-{
-    if (runbuf_reserve(b, PV_MANAGED_RUN_HEADER_BYTES + n) != 0)
-        return -1;
-    memcpy(b->data + b->len, &addr, 8);
-    memcpy(b->data + b->len + 8, &n, 4);
-    memcpy(b->data + b->len + PV_MANAGED_RUN_HEADER_BYTES, bytes, n);
-    b->len += PV_MANAGED_RUN_HEADER_BYTES + n;
-    return 0;
-}
-
-/* Runs of the bytes of page pg that differ from its shadow, clipped to the region's host range. */
+/* The bytes of page pg from its first to its last that differ from its shadow, clipped to the region's host range:
+ * one run, with the shadow's bytes after the page's (the daemon writes only the bytes that differ, so an unchanged
+ * byte in between keeps what the device wrote meanwhile, and finds the bytes both sides changed). */
 static int diff_page(struct region *r, size_t pg, struct runbuf *b)
 {
     const unsigned char *cur = (const unsigned char *)(uintptr_t)(r->span + pg * page_size);
@@ -301,21 +295,28 @@ static int diff_page(struct region *r, size_t pg, struct runbuf *b)
     size_t lo = r->info.host > page_addr ? (size_t)(r->info.host - page_addr) : 0;
     uint64_t end = r->info.host + r->info.size;
     size_t hi = end < page_addr + page_size ? (size_t)(end - page_addr) : page_size;
-    size_t i = lo;
-    while (i < hi) {
-        if (cur[i] == old[i]) {
-            i++;
-            continue;
-        }
-        /* exactly the changed bytes: an unchanged byte in between may be one the device wrote meanwhile */
-        size_t start = i, last = i;
-        while (last + 1 < hi && cur[last + 1] != old[last + 1])
-            last++;
-        uint64_t dev = r->info.dev + (page_addr + start - r->info.host);
-        if (runbuf_put(b, dev, cur + start, (uint32_t)(last - start + 1)) != 0)
-            return -1;
-        i = last + 1;
-    }
+    size_t first = lo, last = hi;
+    while (first < last && cur[first] == old[first])
+        first++;
+    while (last > first && cur[last - 1] == old[last - 1])
+        last--;
+    if (first == last)
+        return 0;
+    /* whole words (the daemon finds conflicts per word; a page is word-aligned), inside the region */
+    first &= ~(size_t)(PV_MANAGED_CONFLICT_WORD - 1);
+    last = (last + PV_MANAGED_CONFLICT_WORD - 1) & ~(size_t)(PV_MANAGED_CONFLICT_WORD - 1);
+    lo = first > lo ? first : lo;
+    hi = last < hi ? last : hi;
+    uint32_t n = (uint32_t)(hi - lo);
+    uint64_t dev = r->info.dev + (page_addr + lo - r->info.host);
+    if (runbuf_reserve(b, PV_MANAGED_RUN_HEADER_BYTES + 2 * (size_t)n) != 0)
+        return -1;
+    char *at = b->data + b->len;
+    memcpy(at, &dev, 8);
+    memcpy(at + 8, &n, 4);
+    memcpy(at + PV_MANAGED_RUN_HEADER_BYTES, cur + lo, n);
+    memcpy(at + PV_MANAGED_RUN_HEADER_BYTES + n, old + lo, n);
+    b->len += PV_MANAGED_RUN_HEADER_BYTES + 2 * (size_t)n;
     return 0;
 }
 
@@ -342,8 +343,8 @@ static cudaError_t push_region(struct region *r, struct pv_device *target, struc
         unsigned char st = PG_DIRTY;
         if (atomic_load(&r->state[pg]) != PG_DIRTY)
             continue;
-        /* the worst page: every other byte changed, a run header each */
-        if (runbuf_reserve(b, page_size / 2 * (PV_MANAGED_RUN_HEADER_BYTES + 1) + page_size) != 0) {
+        /* room for the page's run before it is taken (see runbuf_reserve) */
+        if (runbuf_reserve(b, PV_MANAGED_RUN_HEADER_BYTES + 2 * page_size) != 0) {
             err = PV_cudaErrorMemoryAllocation;
             break;
         }
@@ -415,8 +416,49 @@ static struct region *region_by_dev(uint64_t *dev, uint64_t *n, int device)
     return hit;
 }
 
-/* Writes device bytes `src` for host range [host, host+n) of r into the host copy, page by page. */
-static void apply(struct region *r, uint64_t host, const unsigned char *src, size_t n)
+/* Bytes the host and the device both changed since they last agreed, in device addresses (the first and last). */
+struct conflict { int any; uint64_t lo, hi; };
+
+static void conflict_add(struct conflict *c, uint64_t dev)
+{
+    if (!c->any || dev < c->lo)
+        c->lo = dev;
+    if (!c->any || dev > c->hi)
+        c->hi = dev;
+    c->any = 1;
+}
+
+/* The device's bytes src into dst = the host copy at host (k bytes of one dirty page): the host's changes (against
+ * the shadow) stay, the device's land elsewhere; an aligned word both changed is a conflict, as in the daemon's push
+ * (a merge never makes a value neither side wrote). The shadow becomes the device's bytes. */
+static void merge(struct region *r, uint64_t host, unsigned char *dst, const unsigned char *src, size_t k,
+                  struct conflict *c)
+{
+    unsigned char *old = r->shadow + (host - r->span);
+    const uint64_t mask = PV_MANAGED_CONFLICT_WORD - 1;
+    for (size_t i = 0; i < k;) {
+        size_t end = ((host + i) | mask) + 1 - host;       /* the end of this byte's word */
+        if (end > k)
+            end = k;
+        int by_host = 0, by_device = 0;
+        for (size_t j = i; j < end; j++) {
+            by_host |= dst[j] != old[j];
+            by_device |= src[j] != old[j];
+        }
+        if (by_host && by_device)
+            conflict_add(c, r->info.dev + (host + i - r->info.host));
+        for (size_t j = i; j < end; j++) {
+            if (dst[j] == old[j])
+                dst[j] = src[j];
+            old[j] = src[j];
+        }
+        i = end;
+    }
+}
+
+/* Writes device bytes `src` for host range [host, host+n) of r into the host copy, page by page. A page the host
+ * wrote keeps the host's bytes and takes the device's elsewhere; a byte both changed is a conflict (*c). */
+static void apply(struct region *r, uint64_t host, const unsigned char *src, size_t n, struct conflict *c)
 {
     while (n > 0) {
         size_t pg = (host - r->span) / page_size;
@@ -436,13 +478,7 @@ static void apply(struct region *r, uint64_t host, const unsigned char *src, siz
                 memcpy(dst, src, k);
                 mprotect((void *)(uintptr_t)page_addr, page_size, PROT_READ);
             } else {
-                /* the host wrote this page since it was pushed: its bytes stay, the device's fill the rest */
-                unsigned char *old = r->shadow + (host - r->span);
-                for (size_t i = 0; i < k; i++) {
-                    if (dst[i] == old[i])
-                        dst[i] = src[i];
-                    old[i] = src[i];
-                }
+                merge(r, host, dst, src, k, c);
             }
             atomic_store(&r->state[pg], st);
             break;
@@ -462,6 +498,7 @@ static cudaError_t pull_device(struct pv_device *d)
         err = PV_cudaErrorUnknown;
     unsigned char *buf = NULL;
     size_t cap = 0;
+    struct conflict c = { 0, 0, 0 };
     for (uint32_t i = 0; err == PV_SUCCESS && i < runs->via.array.size; i++) {
         const msgpack_object *e = &runs->via.array.ptr[i];
         uint64_t addr, len;
@@ -489,38 +526,49 @@ static cudaError_t pull_device(struct pv_device *d)
             if (err == PV_SUCCESS && got != k)
                 err = PV_cudaErrorUnknown;
             if (err == PV_SUCCESS)
-                apply(r, r->info.host + (addr + off - r->info.dev), buf, k);
+                apply(r, r->info.host + (addr + off - r->info.dev), buf, k, &c);
         }
     }
     free(buf);
     pv_reply_free(&rep);
+    if (err == PV_SUCCESS && c.any) {
+        pv_log("GPU%d (%s:%d): the host and the device both changed managed memory [%#llx, %#llx] since the last "
+               "synchronization: %s from now on", d->index, d->conn->host, d->conn->port, (unsigned long long)c.lo,
+               (unsigned long long)c.hi, pv_err_name(PV_MANAGED_CONFLICT_ERROR));
+        err = pv_call_MANAGED_CONFLICT(d, c.lo, c.hi - c.lo + 1);
+        return err == PV_SUCCESS ? PV_MANAGED_CONFLICT_ERROR : err;
+    }
     if (err != PV_SUCCESS && err != PV_ERR_UNAVAILABLE)
         pv_log("GPU%d (%s:%d): bringing managed memory up to date failed: %s", d->index, d->conn->host,
                d->conn->port, pv_err_name(err));
     return err;
 }
 
-void pv_coherence_after_sync(struct pv_device *d, cudaError_t err)
+cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err)
 {
     if (err != PV_SUCCESS || tls_busy)
-        return;
+        return err;
     int any = 0;
     for (int i = 0; i < pv_device_count() && !any; i++)
         any = atomic_load(&regions_on[i]) > 0 && pv_device(i)->conn == d->conn;
     if (!any)
-        return;
+        return err;
     tls_busy = 1;
     struct pv_recorder *rec = pv_record_pause();
     pthread_mutex_lock(&sync_mu);
     /* a kernel of d may have written the managed memory of another GPU of the same daemon (peer access) */
     for (int i = 0; i < pv_device_count(); i++) {
         struct pv_device *e = pv_device(i);
-        if (e->conn == d->conn && atomic_load(&regions_on[i]) > 0)
-            (void)pull_device(e);
+        if (e->conn == d->conn && atomic_load(&regions_on[i]) > 0) {
+            cudaError_t perr = pull_device(e);
+            if (perr == PV_MANAGED_CONFLICT_ERROR && err == PV_SUCCESS)
+                err = perr;                              /* the synchronization reports it, as the next ones will */
+        }
     }
     pthread_mutex_unlock(&sync_mu);
     pv_record_resume(rec);
     tls_busy = 0;
+    return err;
 }
 
 /* ------------------------------------------------------------------------------------------ regions */
@@ -731,7 +779,7 @@ cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, str
             return err;
         }
         *out = (struct pv_region_info){ dev, dev, size, d->index, PV_REGION_VAR };
-        pv_coherence_after_sync(d, PV_SUCCESS);          /* fetch the variable's initial value */
+        (void)pv_coherence_after_sync(d, PV_SUCCESS);    /* fetch the variable's initial value */
         return PV_SUCCESS;
     }
     void *m = mmap((void *)(uintptr_t)span, span_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
@@ -757,7 +805,7 @@ cudaError_t pv_region_attach(struct pv_device *d, uint64_t dev, size_t size, str
         return err;
     }
     *out = r->info;
-    pv_coherence_after_sync(d, PV_SUCCESS);              /* fetch the variable's initial value */
+    (void)pv_coherence_after_sync(d, PV_SUCCESS);        /* fetch the variable's initial value */
     return PV_SUCCESS;
 }
 

@@ -1,5 +1,5 @@
 /* CUDA graphs, the object model: graphs, nodes of every kind the client can run (kernel, memcpy, memset, host,
- * child graph, empty, event record/wait), dependencies, queries, clones, and the explicit API's add calls. Graphs
+ * child graph, empty, event record/wait; memory nodes are graph_mem.c's), dependencies, queries, clones, and the explicit API's add calls. Graphs
  * are client objects; nothing reaches a daemon before instantiation (graph_exec.c). Like CUDA's, a graph object is
  * not thread-safe: concurrent calls on one graph must be serialized by the program. */
 #include <stdio.h>
@@ -61,6 +61,7 @@ void pv_graph_free(struct pv_graph *g)
 {
     if (!g)
         return;
+    pv_gmem_graph_gone(g);
     pv_handle_remove(g);
     for (int i = 0; i < g->n; i++)
         node_free(g->nodes[i]);
@@ -370,6 +371,8 @@ cudaError_t pv_graph_add_child(struct pv_graph *g, struct pv_gnode *const *deps,
     struct pv_gnode *n;
     if (!out || !pv_graph_of(g) || !pv_graph_of(child) || child == g)
         return PV_cudaErrorInvalidValue;
+    if (pv_gmem_restricted(child))
+        return PV_cudaErrorNotSupported;                 /* a graph with memory nodes is no child (no ownership move) */
     cudaError_t err = pv_gnode_add(g, PV_cudaGraphNodeTypeGraph, deps, ndeps, &n);
     if (err != PV_SUCCESS)
         return err;
@@ -413,6 +416,8 @@ cudaError_t pv_graph_edges_change(struct pv_graph *g, struct pv_gnode *const *fr
             from[i] == to[i])
             return PV_cudaErrorInvalidValue;
     cudaError_t err = pv_edges_plain(edges, n);
+    if (err == PV_SUCCESS && !add && pv_gmem_restricted(g))
+        err = PV_cudaErrorNotSupported;                  /* edges of a graph with memory nodes stay */
     for (size_t i = 0; i < n && err == PV_SUCCESS; i++) {
         struct pv_gnode *t = to[i];
         if (pv_graph_has_edge(from[i], t) == add) {

@@ -29,6 +29,7 @@ struct pv_gexec {
     struct pv_segment *segs;
     int nsegs;
     int stale;                     /* parameters changed since the segments were uploaded */
+    int mem_held;                  /* its memory nodes are counted (graph_mem.c) */
     unsigned long long flags;
     pthread_mutex_t mu;            /* one launch or update of this exec at a time */
 };
@@ -93,10 +94,27 @@ cudaError_t pv_gnode_run(struct pv_gnode *n, cudaStream_t s)
     case PV_cudaGraphNodeTypeWaitEvent:
         return pv_stream_wait_run(s, n->p.event, 0);
     case PV_cudaGraphNodeTypeEmpty:
+    case PV_cudaGraphNodeTypeMemAlloc:                 /* memory nodes: the launch's bookkeeping (graph_mem.c) */
+    case PV_cudaGraphNodeTypeMemFree:
         return PV_SUCCESS;
     default:
         return PV_cudaErrorNotSupported;
     }
+}
+
+/* Nodes that do no work of their own at launch: they only order the others. */
+static int no_work(const struct pv_gnode *n)
+{
+    return !n->enabled || n->type == PV_cudaGraphNodeTypeEmpty || n->type == PV_cudaGraphNodeTypeMemAlloc ||
+           n->type == PV_cudaGraphNodeTypeMemFree;
+}
+
+static int has_mem_nodes(const struct pv_graph *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->type == PV_cudaGraphNodeTypeMemAlloc || g->nodes[i]->type == PV_cudaGraphNodeTypeMemFree)
+            return 1;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ instantiate */
@@ -257,7 +275,7 @@ static cudaError_t build_segments(struct pv_gexec *x)
     for (int i = 0; i < x->n && err == PV_SUCCESS;) {
         int dev;
         struct pv_gnode *n = x->order[i];
-        if (!n->enabled || n->type == PV_cudaGraphNodeTypeEmpty) {
+        if (no_work(n)) {
             i++;
             continue;
         }
@@ -267,8 +285,7 @@ static cudaError_t build_segments(struct pv_gexec *x)
             continue;
         }
         int j = i + 1, d2;
-        while (j < x->n && (!x->order[j]->enabled || x->order[j]->type == PV_cudaGraphNodeTypeEmpty ||
-                            (pv_gnode_device_only(x->order[j], &d2) && d2 == dev)))
+        while (j < x->n && (no_work(x->order[j]) || (pv_gnode_device_only(x->order[j], &d2) && d2 == dev)))
             j++;
         uint64_t h;
         err = upload(x, i, j, dev, &h);
@@ -285,6 +302,8 @@ static cudaError_t build_segments(struct pv_gexec *x)
 
 static void exec_free(struct pv_gexec *x)
 {
+    if (x->mem_held)
+        pv_gmem_exec_hold(x->graph->nodes, x->graph->n, -1);
     drop_segments(x);
     free(x->order);
     pv_graph_free(x->graph);
@@ -310,11 +329,15 @@ cudaError_t pv_graph_instantiate(struct pv_gexec **out, struct pv_graph *g, unsi
     x->magic = PV_GEXEC_MAGIC;
     x->flags = flags;
     pthread_mutex_init(&x->mu, NULL);
-    cudaError_t err = pv_graph_clone(g, &x->graph, NULL);
+    cudaError_t err = pv_gmem_instantiate(g);
+    if (err == PV_SUCCESS)
+        err = pv_graph_clone(g, &x->graph, NULL);
     if (err == PV_SUCCESS)
         err = flatten(x->graph);
     for (int i = 0; err == PV_SUCCESS && i < x->graph->n; i++)
-        if (x->graph->nodes[i]->type > PV_cudaGraphNodeTypeEventRecord) {
+        if (x->graph->nodes[i]->type > PV_cudaGraphNodeTypeEventRecord &&
+            x->graph->nodes[i]->type != PV_cudaGraphNodeTypeMemAlloc &&
+            x->graph->nodes[i]->type != PV_cudaGraphNodeTypeMemFree) {
             if (err_node)
                 *err_node = x->graph->nodes[i]->orig;
             *result = PV_cudaGraphInstantiateNodeOperationNotSupported;
@@ -328,6 +351,10 @@ cudaError_t pv_graph_instantiate(struct pv_gexec **out, struct pv_graph *g, unsi
     }
     if (err == PV_SUCCESS)
         err = build_segments(x);
+    if (err == PV_SUCCESS) {
+        pv_gmem_exec_hold(x->graph->nodes, x->graph->n, 1);
+        x->mem_held = 1;
+    }
     if (err != PV_SUCCESS) {
         exec_free(x);
         return err;
@@ -351,8 +378,8 @@ cudaError_t pv_gexec_destroy(struct pv_gexec *x)
 /* ------------------------------------------------------------------------------------------ launch */
 static cudaError_t launch_locked(struct pv_gexec *x, cudaStream_t s)
 {
-    cudaError_t err = PV_SUCCESS;
-    if (x->stale) {
+    cudaError_t err = pv_gmem_launch(x->order, x->n, (x->flags & PV_cudaGraphInstantiateFlagAutoFreeOnLaunch) != 0);
+    if (err == PV_SUCCESS && x->stale) {
         drop_segments(x);
         err = build_segments(x);
     }
@@ -393,7 +420,9 @@ cudaError_t pv_graph_launch(struct pv_gexec *x, cudaStream_t s)
     if (err != PV_SUCCESS)
         return err;
     if (pv_capturing(s)) {                               /* launching into a capture embeds the graph */
-        struct pv_gnode *n;
+        struct pv_gnode *n = NULL;
+        if (has_mem_nodes(x->graph))
+            return PV_cudaErrorNotSupported;            /* its allocations cannot belong to two graphs */
         err = pv_capture_node(s, PV_cudaGraphNodeTypeGraph, &n);
         if (err == PV_SUCCESS)
             err = pv_graph_clone(x->graph, &n->p.child, NULL);
@@ -561,6 +590,10 @@ cudaError_t pv_gexec_update(struct pv_gexec *x, struct pv_graph *g, int *result,
     *err_node = NULL;
     if (!pv_gexec_of(x) || !pv_graph_of(g))
         return PV_cudaErrorInvalidValue;
+    if (has_mem_nodes(x->graph) || pv_gmem_restricted(g)) {
+        *result = PV_cudaGraphExecUpdateErrorNotSupported;
+        return PV_cudaErrorGraphExecUpdateFailure;       /* graphs with memory nodes cannot be updated */
+    }
     pthread_mutex_lock(&x->mu);
     struct pv_graph *fresh = NULL;
     cudaError_t err = pv_graph_clone(g, &fresh, NULL);

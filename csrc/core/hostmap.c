@@ -303,6 +303,11 @@ static void parse_device(struct pv_device *d, const msgpack_object *s)
     }
     /* the named snapshot fields answer the common attributes when the daemon's table lacks them */
     default_attrs(d);
+    /* what pyvgpu provides between hosts, whatever the GPU (a real one may say it can read pageable memory) */
+    for (int i = 0; i < PV_REMOTED_DEV_ATTRS_LEN; i++) {
+        d->have_attr[pv_remoted_dev_attrs[i][0]] = 1;
+        d->attr[pv_remoted_dev_attrs[i][0]] = pv_remoted_dev_attrs[i][1];
+    }
     d->regs_per_sm = d->attr[PV_cudaDevAttrMaxRegistersPerMultiprocessor];
     d->max_blocks_per_sm = d->attr[PV_cudaDevAttrMaxBlocksPerMultiprocessor];
 }

@@ -367,6 +367,14 @@
 #define PV_CUgraphNodeParams_st_graph 16
 #define PV_CUgraphNodeParams_st_eventWait 16
 #define PV_CUgraphNodeParams_st_eventRecord 16
+#define PV_CUgraphNodeParams_st_alloc 16
+#define PV_CUgraphNodeParams_st_free 16
+#define PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_SIZE 120
+#define PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_poolProps 0
+#define PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_accessDescs 88
+#define PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_accessDescCount 96
+#define PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_bytesize 104
+#define PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_dptr 112
 #define PV_CUmemLocation_st_SIZE 8
 #define PV_CUmemLocation_st_type 0
 #define PV_CUmemLocation_st_id 4

@@ -1,7 +1,7 @@
 /* Memory of every kind, for both APIs: the one free of device memory (managed, pool or plain), host allocations
  * (pinned, or mapped with a coherent device copy), and what the process knows about an address (the pointer
  * attribute queries of both APIs answer from it). */
-#include "pv_features.h"
+#include "pv_graph.h"
 
 int pv_ptr_device(const void *p)
 {
@@ -16,6 +16,8 @@ cudaError_t pv_mem_free(void *ptr)
         return err;
     if (pv_region_release(ptr, 0, &err))
         return err;                                     /* managed memory */
+    if (pv_gmem_free_outside(ptr, &err))
+        return err;                                     /* a graph allocation (graph_mem.c) */
     if (pv_pool_owns(ptr))
         return pv_pool_free_now(ptr);                   /* a pool block: it leaves its pool */
     struct pv_alloc a;

@@ -326,21 +326,13 @@ static cudaError_t malloc_from(void **ptr, size_t size, struct pv_pool *p, cudaS
         *ptr = NULL;
         return PV_SUCCESS;
     }
-    cudaError_t err = pool_alloc(p, size, ptr);
-    if (err == PV_SUCCESS && pv_capturing(s)) {
-        /* A graph allocation: made now and owned by the graph for good (the graph's kernels use the address at every
-         * launch); the node only orders it. */
-        struct pv_gnode *n;
-        err = pv_capture_node(s, PV_cudaGraphNodeTypeEmpty, &n);
-        struct live l;
-        if (live_take((uint64_t)(uintptr_t)*ptr, &l) == 0) {
-            pthread_mutex_lock(&p->mu);
-            p->used -= l.size;
-            p->reserved -= l.size;                         /* no longer the pool's */
-            pthread_mutex_unlock(&p->mu);
-        }
+    if (pv_capturing(s)) {
+        /* a graph allocation: an allocation node of the capture (graph_mem.c), its address fixed from now on */
+        struct pv_device *d;
+        cudaError_t err = stream_device(s, &d);
+        return err == PV_SUCCESS ? pv_capture_mem_alloc(s, d, size, ptr) : err;
     }
-    return err;
+    return pool_alloc(p, size, ptr);
 }
 
 cudaError_t pv_pool_malloc(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t s)
@@ -361,10 +353,15 @@ cudaError_t pv_pool_free_async(void *ptr, cudaStream_t s)
         return PV_cudaErrorInvalidResourceHandle;
     if (!ptr)
         return PV_SUCCESS;
-    if (pv_capturing(s)) {                                /* the graph keeps its allocation; only the order */
-        struct pv_gnode *n;
+    cudaError_t err;
+    if (pv_capturing(s)) {
+        if (pv_capture_mem_free(s, ptr, &err))           /* a graph allocation: a free node of the capture */
+            return err;
+        struct pv_gnode *n;                              /* other memory stays; the node only orders */
         return pv_capture_node(s, PV_cudaGraphNodeTypeEmpty, &n);
     }
+    if (pv_gmem_free_outside(ptr, &err))                 /* a graph's allocation, freed after its launch */
+        return err;
     if (pool_free(ptr) == 0)
         return PV_SUCCESS;
     /* memory from cudaMalloc may be freed stream-ordered too: the device runs the free after the stream's work */

@@ -302,7 +302,9 @@ cudaError_t pv_region_free(uint64_t host);          /* by host address; frees th
 int pv_region_find(const void *p, struct pv_region_info *out);   /* host or device address inside a region; 0 ok */
 int pv_coherence_pending(void);                     /* the host has written pages not pushed yet */
 cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (before work goes to target) */
-void pv_coherence_after_sync(struct pv_device *d, cudaError_t err);  /* after a synchronizing op on d answered */
+/* After a synchronizing op on d answered err: brings the host copies up to date; → err, or the sticky conflict error
+ * when the host and the device changed the same bytes (docs/architecture.md, the coherence model). */
+cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
@@ -475,6 +477,8 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 void pv_event_times_apply(struct pv_device *d, const msgpack_object *times);
 /* Destroys the streams and events `owner` made on device dev. */
 void pv_streams_release(const void *owner, int dev);
+/* Whether `owner` holds allocations, streams or events on device dev. */
+int pv_owner_holds(const void *owner, int dev);
 
 #define PV_STREAM_MAGIC 0x5354524du
 #define PV_EVENT_MAGIC 0x45564e54u

@@ -115,6 +115,32 @@ cudaError_t pv_gnode_neighbours(const struct pv_gnode *n, int dependents, struct
 struct pv_gnode *pv_graph_find_clone(const struct pv_graph *clone, const struct pv_gnode *orig);
 cudaError_t pv_graph_dot_print(const struct pv_graph *g, const char *path);
 
+/* ---- graph memory nodes (graph_mem.c) ---- */
+/* An allocation node: the allocation is made now, its address written to p->dptr (fixed for the node's life). */
+cudaError_t pv_graph_add_mem_alloc(struct pv_graph *g, struct pv_gnode *const *deps, size_t ndeps,
+                                   struct cudaMemAllocNodeParams *p, struct pv_gnode **out);
+cudaError_t pv_graph_add_mem_free(struct pv_graph *g, struct pv_gnode *const *deps, size_t ndeps, void *dptr,
+                                  struct pv_gnode **out);
+cudaError_t pv_gmem_alloc_params(const struct pv_gnode *n, struct cudaMemAllocNodeParams *out);
+cudaError_t pv_gmem_free_params(const struct pv_gnode *n, void **dptr);
+/* 1 when g has memory nodes (or frees another graph's allocation): no clone, child use, node or edge removal. */
+int pv_gmem_restricted(const struct pv_graph *g);
+/* cudaMallocAsync / cudaFreeAsync on a capturing stream (free: 1 when ptr is a graph allocation, *err set). */
+cudaError_t pv_capture_mem_alloc(cudaStream_t s, struct pv_device *d, size_t size, void **ptr);
+int pv_capture_mem_free(cudaStream_t s, void *ptr, cudaError_t *err);
+/* Instantiation of g (cudaErrorNotSupported while another exec of it exists), an exec's memory nodes held (+1) or
+ * given back (-1), a launch's allocations and frees (cudaErrorInvalidValue: one is still live, unless auto_free). */
+cudaError_t pv_gmem_instantiate(const struct pv_graph *g);
+void pv_gmem_exec_hold(struct pv_gnode *const *nodes, int n, int delta);
+cudaError_t pv_gmem_launch(struct pv_gnode *const *order, int n, int auto_free);
+/* cudaFree / cudaFreeAsync of a graph allocation: 1 when ptr is one (*err set). */
+int pv_gmem_free_outside(void *ptr, cudaError_t *err);
+void pv_gmem_graph_gone(const struct pv_graph *g);    /* g destroyed: what only it could use goes back */
+void pv_gmem_forget_device(int dev);                  /* a device reset */
+/* cudaDeviceGet/SetGraphMemAttribute (cudaGraphMemAttributeType; u64 values), cudaDeviceGraphMemTrim. */
+cudaError_t pv_graph_mem_attr(int device, int attr, void *value, int set);
+cudaError_t pv_graph_mem_trim(int device);
+
 /* ---- running nodes (graph_exec.c) ---- */
 /* Runs one node's work on stream s now (client actions at launch, and device work while recording). */
 cudaError_t pv_gnode_run(struct pv_gnode *n, cudaStream_t s);

@@ -4,7 +4,7 @@
  * destroy at a time, and the daemon's context stays for the others. */
 #include <stdlib.h>
 
-#include "pv_features.h"
+#include "pv_graph.h"
 
 cudaError_t pv_device_reset(struct pv_device *d)
 {
@@ -14,6 +14,7 @@ cudaError_t pv_device_reset(struct pv_device *d)
     pv_alloc_forget_device(d->index);
     pv_modules_forget_device(d->index);
     pv_pools_forget_device(d->index);
+    pv_gmem_forget_device(d->index);
     pv_coherence_forget_device(d->index);
     pv_peers_forget_device(d->index);
     atomic_store(&d->refused, 0);   /* a new context: its modules are loaded anew */

@@ -370,6 +370,21 @@ cudaError_t pv_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end)
     return err;
 }
 
+int pv_owner_holds(const void *owner, int dev)
+{
+    uint64_t *ptrs = NULL;
+    size_t n = pv_alloc_owned(owner, dev, 0, &ptrs);
+    free(ptrs);
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; !n && i < nlive; i++) {
+        struct pv_stream *st = stream_of(live[i]);
+        struct pv_event *ev = st ? NULL : event_of(live[i]);
+        n = (st && st->owner == owner && st->dev == dev) || (ev && ev->owner == owner && ev->dev == dev);
+    }
+    pthread_mutex_unlock(&live_mu);
+    return n != 0;
+}
+
 void pv_streams_release(const void *owner, int dev)
 {
     pthread_mutex_lock(&live_mu);

@@ -28,6 +28,11 @@ PV_API pvb_status cublasCreate_v2(struct pvb_handle **out)
     struct pv_device *d;
     if (pv_cur(&d) != PV_SUCCESS)
         return PVB_CUBLAS_STATUS_NOT_INITIALIZED;      /* no GPU reachable: what cuBLAS says without a GPU */
+    return pvb_create_on(d, out);
+}
+
+pvb_status pvb_create_on(struct pv_device *d, struct pvb_handle **out)
+{
     uint64_t remote;
     cudaError_t err = pv_call_BLAS_CREATE(d, &remote);
     if (err != PV_SUCCESS)

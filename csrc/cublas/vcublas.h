@@ -41,6 +41,9 @@ size_t pvb_scalar(const struct pvb_call *c, const void *p, int64_t dtype, unsign
 pvb_status pvb_refused(const struct pvb_call *c, const char *fn, pvb_status st, const char *why);
 pvb_status pvb_sent(const struct pvb_call *c, const char *fn, cudaError_t err);
 pvb_status pvb_waited(const struct pvb_call *c, const char *fn, cudaError_t err, size_t got, size_t want);
+/* A cuBLAS handle on device d (cublasCreate's, for the current device; cuBLASXt's, one per selected GPU). */
+pvb_status pvb_create_on(struct pv_device *d, struct pvb_handle **out);
+pvb_status cublasDestroy_v2(struct pvb_handle *handle);
 /* A live handle (registered with the core's handle set and carrying the magic), else NULL. */
 struct pvb_handle *pvb_handle_of(const void *h);
 

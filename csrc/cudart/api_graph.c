@@ -40,6 +40,8 @@ PV_API cudaError_t cudaGraphClone(cudaGraph_t *out, cudaGraph_t graph)
     struct pv_graph *g = pv_graph_of(graph);
     if (!out || !g)
         return pv_ret(PV_cudaErrorInvalidValue);
+    if (pv_gmem_restricted(g))
+        return pv_ret(PV_cudaErrorNotSupported);        /* graphs with memory nodes cannot be cloned */
     return pv_ret(pv_graph_clone(g, out, NULL));
 }
 
@@ -285,6 +287,41 @@ PV_API cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEven
     return event_set(node, PV_cudaGraphNodeTypeWaitEvent, e);
 }
 
+/* Memory nodes (core graph_mem.c): the allocation's address is fixed when the node is made. */
+PV_API cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                            size_t ndeps, struct cudaMemAllocNodeParams *p)
+{
+    return pv_ret(pv_graph_add_mem_alloc(pv_graph_of(graph), NODES(deps), ndeps, p, out));
+}
+
+PV_API cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                           size_t ndeps, void *dptr)
+{
+    return pv_ret(pv_graph_add_mem_free(pv_graph_of(graph), NODES(deps), ndeps, dptr, out));
+}
+
+PV_API cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *out)
+{
+    return pv_ret(pv_gmem_alloc_params(pv_gnode_of(node), out));
+}
+
+PV_API cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
+{
+    return pv_ret(pv_gmem_free_params(pv_gnode_of(node), dptr_out));
+}
+
+PV_API cudaError_t cudaDeviceGraphMemTrim(int device) { return pv_ret(pv_graph_mem_trim(device)); }
+
+PV_API cudaError_t cudaDeviceGetGraphMemAttribute(int device, int attr, void *value)
+{
+    return pv_ret(pv_graph_mem_attr(device, attr, value, 0));
+}
+
+PV_API cudaError_t cudaDeviceSetGraphMemAttribute(int device, int attr, void *value)
+{
+    return pv_ret(pv_graph_mem_attr(device, attr, value, 1));
+}
+
 /* cudaGraphAddNode / cudaGraphNodeSetParams: the generic form of the add and set calls above. */
 PV_API cudaError_t cudaGraphAddNode(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps,
                                     const cudaGraphEdgeData *edges, size_t ndeps, struct cudaGraphNodeParams *p)
@@ -311,6 +348,10 @@ PV_API cudaError_t cudaGraphAddNode(cudaGraphNode_t *out, cudaGraph_t graph, con
         return cudaGraphAddEventWaitNode(out, graph, deps, ndeps, p->u.eventWait.event);
     case PV_cudaGraphNodeTypeEventRecord:
         return cudaGraphAddEventRecordNode(out, graph, deps, ndeps, p->u.eventRecord.event);
+    case PV_cudaGraphNodeTypeMemAlloc:
+        return cudaGraphAddMemAllocNode(out, graph, deps, ndeps, &p->u.alloc);
+    case PV_cudaGraphNodeTypeMemFree:
+        return cudaGraphAddMemFreeNode(out, graph, deps, ndeps, p->u.free.dptr);
     default:
         return pv_ret(PV_cudaErrorNotSupported);
     }
@@ -357,6 +398,8 @@ PV_API cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
     struct pv_gnode *n = pv_gnode_of(node);
     if (!n)
         return pv_ret(PV_cudaErrorInvalidValue);
+    if (pv_gmem_restricted(n->graph))
+        return pv_ret(PV_cudaErrorNotSupported);        /* nodes of a graph with memory nodes stay */
     pv_gnode_destroy(n);
     return PV_SUCCESS;
 }

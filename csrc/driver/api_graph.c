@@ -26,6 +26,8 @@ PV_API CUresult cuGraphDestroy(CUgraph g)
 PV_API CUresult cuGraphClone(CUgraph *out, CUgraph g)
 {
     CUresult r = out && pv_graph_of(g) ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && pv_gmem_restricted(g))
+        r = CUDA_ERROR_NOT_SUPPORTED;                  /* graphs with memory nodes cannot be cloned */
     return r == CUDA_SUCCESS ? drv_result(pv_graph_clone(g, out, NULL)) : r;
 }
 
@@ -302,6 +304,45 @@ PV_API CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode n, CUevent e)
     return event_set(n, PV_cudaGraphNodeTypeWaitEvent, e);
 }
 
+/* ------------------------------------------------------------------------------------------ memory nodes */
+/* The core's graph_mem.c, with libvcudart's: CUDA_MEM_ALLOC_NODE_PARAMS has the runtime's layout. */
+PV_API CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                                       CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    CUresult r = drv_ready();
+    return r == CUDA_SUCCESS ? drv_result(pv_graph_add_mem_alloc(pv_graph_of(g), NODES(deps), n, p, out)) : r;
+}
+
+PV_API CUresult cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n, CUdeviceptr p)
+{
+    CUresult r = drv_ready();
+    return r == CUDA_SUCCESS ? drv_result(pv_graph_add_mem_free(pv_graph_of(g), NODES(deps), n, PTR(p), out)) : r;
+}
+
+PV_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *out)
+{
+    CUresult r = drv_ready();
+    return r == CUDA_SUCCESS ? drv_result(pv_gmem_alloc_params(pv_gnode_of(node), out)) : r;
+}
+
+PV_API CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr *out)
+{
+    CUresult r = drv_ready();
+    return r == CUDA_SUCCESS ? drv_result(pv_gmem_free_params(pv_gnode_of(node), (void **)out)) : r;
+}
+
+PV_API CUresult cuDeviceGraphMemTrim(CUdevice dev) { DRV_RETURN(pv_graph_mem_trim(dev)); }
+
+PV_API CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value)
+{
+    DRV_RETURN(pv_graph_mem_attr(dev, attr, value, 0));
+}
+
+PV_API CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, int attr, void *value)
+{
+    DRV_RETURN(pv_graph_mem_attr(dev, attr, value, 1));
+}
+
 /* ------------------------------------------------------------------------------------------ the generic forms */
 static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
                          size_t n, CUgraphNodeParams *p)
@@ -326,8 +367,12 @@ static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, c
         return cuGraphAddEventWaitNode(out, g, deps, n, p->u.eventWait.event);
     case PV_cudaGraphNodeTypeEventRecord:
         return cuGraphAddEventRecordNode(out, g, deps, n, p->u.eventRecord.event);
+    case PV_cudaGraphNodeTypeMemAlloc:
+        return cuGraphAddMemAllocNode(out, g, deps, n, &p->u.alloc);
+    case PV_cudaGraphNodeTypeMemFree:
+        return cuGraphAddMemFreeNode(out, g, deps, n, p->u.free.dptr);
     default:
-        return CUDA_ERROR_NOT_SUPPORTED;         /* allocation, semaphore, memory-operation, conditional nodes */
+        return CUDA_ERROR_NOT_SUPPORTED;         /* semaphore, memory-operation, conditional nodes */
     }
 }
 
@@ -397,6 +442,8 @@ PV_API CUresult cuGraphDestroyNode(CUgraphNode node)
     struct pv_gnode *n = pv_gnode_of(node);
     if (r == CUDA_SUCCESS && !n)
         r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && pv_gmem_restricted(n->graph))
+        r = CUDA_ERROR_NOT_SUPPORTED;                  /* nodes of a graph with memory nodes stay */
     if (r == CUDA_SUCCESS)
         pv_gnode_destroy(n);
     return r;

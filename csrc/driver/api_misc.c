@@ -1,6 +1,8 @@
-/* Start-up and errors: cuInit, cuDriverGetVersion, cuGetErrorName/String, the answer of every function outside the
- * supported set, and the mapping of the wire's cudaError_t numbers onto CUresult (exports_gen.c's table). */
+/* Start-up and errors: cuInit, cuDriverGetVersion (and the test knob that makes it an older driver), cuGetErrorName/
+ * String, the answer of every function outside the supported set, and the mapping of the wire's cudaError_t numbers
+ * onto CUresult (exports_gen.c's table). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "driver.h"
 
@@ -44,11 +46,48 @@ PV_API CUresult cuInit(unsigned int flags)
     return CUDA_SUCCESS;
 }
 
+/* PYVGPU_FAKE_DRIVER_VERSION=N (for tests: docs/driver.md): answer as the driver of CUDA version N would, whose
+ * cuGetProcAddress knows no ABI introduced after N (the versions of exports_gen.c's table) and whose entry points of
+ * those ABIs, called anyway, refuse (drv_hidden). Unset, empty or not below PV_CUDA_VERSION: this library's own. */
+int drv_version(void)
+{
+    static atomic_int cached;
+    int v = atomic_load(&cached);
+    if (v)
+        return v;
+    const char *env = getenv("PYVGPU_FAKE_DRIVER_VERSION");
+    char *end = NULL;
+    long n = env && *env ? strtol(env, &end, 10) : 0;
+    v = PV_CUDA_VERSION;
+    if (env && *env && (*end || n < 2000 || n > PV_CUDA_VERSION))
+        pv_log("PYVGPU_FAKE_DRIVER_VERSION=%s ignored (a CUDA version 2000..%d)", env, PV_CUDA_VERSION);
+    else if (n)
+        v = (int)n;
+    atomic_store(&cached, v);
+    return v;
+}
+
+CUresult drv_hidden(const char *symbol)
+{
+    int v = drv_version();
+    if (v == PV_CUDA_VERSION)
+        return CUDA_SUCCESS;
+    for (int i = 0; i < pv_nprocs; i++)
+        if (strcmp(pv_procs[i].symbol, symbol) == 0 && pv_procs[i].version > v) {
+            static atomic_int once;
+            pv_log_once(&once, "%s called although PYVGPU_FAKE_DRIVER_VERSION=%d hides it (CUDA %d.%d): "
+                        "CUDA_ERROR_NOT_SUPPORTED", symbol, v, pv_procs[i].version / 1000,
+                        pv_procs[i].version % 1000 / 10);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    return CUDA_SUCCESS;
+}
+
 PV_API CUresult cuDriverGetVersion(int *version)
 {
     if (!version)
         return CUDA_ERROR_INVALID_VALUE;
-    *version = PV_CUDA_VERSION;
+    *version = drv_version();
     return CUDA_SUCCESS;
 }
 

@@ -227,11 +227,13 @@ static CUresult kernels_here(struct pv_dmod *m, unsigned *count, void **out, uns
 
 PV_API CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule m)
 {
+    DRV_HIDDEN_GUARD("cuModuleGetFunctionCount");
     return count ? kernels_here(m, count, NULL, 0, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 
 PV_API CUresult cuModuleEnumerateFunctions(CUfunction *out, unsigned n, CUmodule m)
 {
+    DRV_HIDDEN_GUARD("cuModuleEnumerateFunctions");
     unsigned count;
     return out ? kernels_here(m, &count, (void **)out, n, 1) : CUDA_ERROR_INVALID_VALUE;
 }
@@ -478,11 +480,64 @@ static CUresult param_info(const void *f, size_t index, size_t *offset, size_t *
 
 PV_API CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size)
 {
+    DRV_HIDDEN_GUARD("cuFuncGetParamInfo");
     return param_info(f, i, off, size);
 }
 PV_API CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *off, size_t *size)
 {
+    DRV_HIDDEN_GUARD("cuKernelGetParamInfo");
     return param_info(k, i, off, size);
+}
+
+static CUresult param_count(const void *f, size_t *count)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = count ? kinfo(f, -1, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *count = (size_t)ki->nparams;
+    return r;
+}
+
+PV_API CUresult cuFuncGetParamCount(CUfunction f, size_t *count)
+{
+    DRV_HIDDEN_GUARD("cuFuncGetParamCount");
+    return param_count(f, count);
+}
+PV_API CUresult cuKernelGetParamCount(CUkernel k, size_t *count)
+{
+    DRV_HIDDEN_GUARD("cuKernelGetParamCount");
+    return param_count(k, count);
+}
+
+/* Lazy loading: a function is on its device once its module is (the module of a CUfunction is loaded when the
+ * function is looked up; a CUkernel's library where it is first used). cuFuncLoad loads it there now. */
+enum { CU_FUNCTION_LOADING_STATE_UNLOADED = 0, CU_FUNCTION_LOADING_STATE_LOADED = 1 };
+
+PV_API CUresult cuFuncLoad(CUfunction f)
+{
+    DRV_HIDDEN_GUARD("cuFuncLoad");
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    return f ? kinfo(f, -1, &d, &ki) : CUDA_ERROR_INVALID_HANDLE;
+}
+
+PV_API CUresult cuFuncIsLoaded(int *state, CUfunction f)
+{
+    DRV_HIDDEN_GUARD("cuFuncIsLoaded");
+    CUresult r = state ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct pv_dfunc *df = dfunc_of(f);
+    struct pv_device *d = NULL;
+    if (!df && pv_func_valid((const struct pv_func *)f) && (r = drv_cur_device(&d)) != CUDA_SUCCESS)
+        return r;
+    struct pv_func *fn = df ? df->f : pv_func_valid((const struct pv_func *)f) ? (struct pv_func *)f : NULL;
+    if (!fn)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int dev = df ? df->dev : d->index;
+    *state = fn->dev[dev] ? CU_FUNCTION_LOADING_STATE_LOADED : CU_FUNCTION_LOADING_STATE_UNLOADED;
+    return CUDA_SUCCESS;
 }
 
 static CUresult get_name(const char **out, const void *h)
@@ -497,7 +552,11 @@ static CUresult get_name(const char **out, const void *h)
     return CUDA_SUCCESS;
 }
 
-PV_API CUresult cuFuncGetName(const char **out, CUfunction f) { return get_name(out, f); }
+PV_API CUresult cuFuncGetName(const char **out, CUfunction f)
+{
+    DRV_HIDDEN_GUARD("cuFuncGetName");
+    return get_name(out, f);
+}
 PV_API CUresult cuKernelGetName(const char **out, CUkernel k) { return get_name(out, k); }
 
 /* A __managed__ variable of a library: its storage on the current context's device (device 0 before any context:

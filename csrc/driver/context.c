@@ -20,6 +20,8 @@ static _Thread_local struct pv_ctx *stack[CTX_DEPTH];
 static _Thread_local int depth;
 static _Thread_local unsigned seen_gen;          /* the core's device generation when this file last set it */
 static atomic_int created_on[PV_MAX_DEVICES];    /* live created contexts per device */
+/* Creating a context and ending a device's last one (which resets the daemon's context) exclude each other. */
+static pthread_mutex_t life_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct pv_cls {                      /* one value of context-local storage */
     void *key, *value;
@@ -64,6 +66,8 @@ struct pv_ctx *drv_primary(int dev)
 /* The thread's context changed here: the core's device and owner follow it (no context: the runtime binds again). */
 static void made_current(struct pv_ctx *c)
 {
+    if (c && c->primary)
+        atomic_store(&c->used, 1);
     if (c) {
         pv_tls_set_device(c->dev);
         pv_tls_set_owner(c->primary ? NULL : c);
@@ -86,6 +90,7 @@ static void follow_runtime(void)
     if (!depth)
         depth = 1;
     stack[depth - 1] = p;
+    atomic_store(&p->used, 1);
     pv_tls_set_owner(NULL);
     seen_gen = pv_tls_device_gen();
 }
@@ -268,7 +273,9 @@ static CUresult ctx_create(CUcontext *out, unsigned flags, CUdevice dev)
     struct pv_ctx *c = ctx_new(dev, 0, flags);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&life_mu);
     atomic_fetch_add(&created_on[dev], 1);
+    pthread_mutex_unlock(&life_mu);
     stack[depth++] = c;
     made_current(c);
     *out = c;
@@ -284,11 +291,20 @@ PV_API CUresult cuCtxCreate_v3(CUcontext *out, void *affinity, int n, unsigned f
     return ctx_create(out, flags, dev);
 }
 
-/* params (execution affinity, CIG) cannot be honoured remotely: only NULL is accepted. */
-PV_API CUresult cuCtxCreate_v4(CUcontext *out, void *params, unsigned flags, CUdevice dev)
+/* CUctxCreateParams: CUDA 13 code passes a zero-initialised one for an ordinary context (as NULL). Execution
+ * affinity cannot be honoured remotely (as cuCtxCreate_v3 answers); CIG (CUDA in graphics) mode is not supported by
+ * this driver, which the documentation answers with CUDA_ERROR_NOT_SUPPORTED; both at once are invalid. */
+struct ctx_create_params { void *affinity; int naffinity; void *cig; };
+
+PV_API CUresult cuCtxCreate_v4(CUcontext *out, const struct ctx_create_params *params, unsigned flags, CUdevice dev)
 {
-    if (params)
+    DRV_HIDDEN_GUARD("cuCtxCreate_v4");
+    if (params && params->affinity && params->cig)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (params && params->cig)
         return CUDA_ERROR_NOT_SUPPORTED;
+    if (params && params->affinity && params->naffinity > 0)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
     return ctx_create(out, flags, dev);
 }
 
@@ -313,11 +329,19 @@ PV_API CUresult cuCtxDestroy_v2(CUcontext c)
     pv_handle_remove(c);                         /* its handle is no longer valid while its resources go */
     drv_modules_release(c);
     pv_owner_release(c, c->dev);
-    atomic_fetch_sub(&created_on[c->dev], 1);
+    int dev = c->dev;
     made_current(top());
     c->magic = 0;
     free(c);
-    return CUDA_SUCCESS;
+    /* The device's last context, in a process that never used its primary context: what the daemon's context kept
+     * for all of them (limits, function attributes, a sticky error) goes too, as with a GPU's last context. */
+    struct pv_ctx *p = drv_primary(dev);
+    cudaError_t err = PV_SUCCESS;
+    pthread_mutex_lock(&life_mu);
+    if (atomic_fetch_sub(&created_on[dev], 1) == 1 && p && !atomic_load(&p->used) && !pv_owner_holds(NULL, dev))
+        err = pv_device_reset(pv_device(dev));
+    pthread_mutex_unlock(&life_mu);
+    return drv_result(err);
 }
 
 /* ------------------------------------------------------------------------------------- primary contexts */
@@ -355,6 +379,7 @@ PV_API CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
     if (r != CUDA_SUCCESS)
         return r;
     atomic_fetch_add(&c->refs, 1);
+    atomic_store(&c->used, 1);
     *out = c;
     return CUDA_SUCCESS;
 }

@@ -139,6 +139,7 @@ typedef struct cudaHostNodeParams CUDA_HOST_NODE_PARAMS;
 typedef struct { uint64_t flags; CUstream hUploadStream; CUgraphNode hErrNode_out; int result_out; }
     CUDA_GRAPH_INSTANTIATE_PARAMS;
 typedef struct { int flags; int reserved; CUcontext copyCtx; CUDA_MEMCPY3D copyParams; } CUDA_MEMCPY_NODE_PARAMS;
+typedef struct cudaMemAllocNodeParams CUDA_MEM_ALLOC_NODE_PARAMS;   /* the runtime's layout (checked below) */
 typedef struct {
     int type;
     int reserved0[3];
@@ -150,6 +151,8 @@ typedef struct {
         CUDA_HOST_NODE_PARAMS host;
         struct { CUgraph graph; int ownership; } graph;
         struct { CUevent event; } eventWait, eventRecord;
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+        struct { CUdeviceptr dptr; } free;
     } u;
     long long reserved2;
 } CUgraphNodeParams;
@@ -310,6 +313,12 @@ PV_DSIZE(CUgraphEdgeData, PV_CUgraphEdgeData_st_SIZE);
 PV_DLAYOUT(CUgraphEdgeData, from_port, PV_CUgraphEdgeData_st_from_port);
 PV_DLAYOUT(CUgraphEdgeData, to_port, PV_CUgraphEdgeData_st_to_port);
 PV_DLAYOUT(CUgraphEdgeData, type, PV_CUgraphEdgeData_st_type);
+PV_DSIZE(CUDA_MEM_ALLOC_NODE_PARAMS, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_SIZE);
+PV_DLAYOUT(CUDA_MEM_ALLOC_NODE_PARAMS, accessDescs, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_accessDescs);
+PV_DLAYOUT(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_bytesize);
+PV_DLAYOUT(CUDA_MEM_ALLOC_NODE_PARAMS, dptr, PV_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st_dptr);
+PV_DLAYOUT(CUgraphNodeParams, u.alloc, PV_CUgraphNodeParams_st_alloc);
+PV_DLAYOUT(CUgraphNodeParams, u.free, PV_CUgraphNodeParams_st_free);
 PV_DSIZE(CUlaunchAttribute, PV_CUlaunchAttribute_st_SIZE);
 PV_DLAYOUT(CUlaunchAttribute, value, PV_CUlaunchAttribute_st_value);
 PV_DSIZE(CUlaunchConfig, PV_CUlaunchConfig_st_SIZE);
@@ -321,7 +330,9 @@ PV_DLAYOUT(CUlaunchConfig, numAttrs, PV_CUlaunchConfig_st_numAttrs);
 #undef PV_DLAYOUT
 #undef PV_DSIZE
 
-#define PV_CUDA_VERSION 13000       /* the driver version this library answers as (the runtime needs >= 13000) */
+/* The driver version this library answers as (NVIDIA's 13.0 runtime needs >= 13000): the newest CUDA version whose
+ * entry points its cuGetProcAddress table holds (CUDA 13.0's, and the 13.2 ones of gen_driver_exports.py's NEWER). */
+#define PV_CUDA_VERSION 13020
 
 /* ---- generated tables (exports_gen.c) ---- */
 struct pv_proc {                    /* one ABI of a driver function, for cuGetProcAddress */
@@ -345,6 +356,16 @@ CUresult pv_drv_unsupported(const char *name, atomic_int *once);   /* the genera
 CUresult drv_result(cudaError_t err);                                /* a wire error as a CUresult */
 void drv_note_runtime(void);                                         /* NVIDIA's runtime is our caller */
 CUresult drv_ready(void);                                            /* cuInit ran (else NOT_INITIALIZED) */
+int drv_version(void);                          /* the version answered: PV_CUDA_VERSION or the test knob's */
+/* CUDA_ERROR_NOT_SUPPORTED (logged once) when PYVGPU_FAKE_DRIVER_VERSION hides this exported symbol's ABI, else
+ * CUDA_SUCCESS: the first line of the entry points a caller of an older driver must do without. */
+CUresult drv_hidden(const char *symbol);
+#define DRV_HIDDEN_GUARD(symbol)                                                                                  \
+    do {                                                                                                          \
+        CUresult h_ = drv_hidden(symbol);                                                                         \
+        if (h_ != CUDA_SUCCESS)                                                                                   \
+            return h_;                                                                                            \
+    } while (0)
 /* The body of an entry point that only needs cuInit to have run: the core call's result as a CUresult. */
 #define DRV_RETURN(call)                                                                                          \
     do {                                                                                                          \
@@ -361,6 +382,7 @@ struct pv_ctx {
     int primary;                    /* the device's primary context (never freed) */
     unsigned flags;
     atomic_int refs;                /* primary: cuDevicePrimaryCtxRetain count */
+    atomic_int used;                /* primary: ever current on a thread or retained in this process */
     uint64_t id;                    /* cuCtxGetId */
     pthread_mutex_t mu;             /* cls */
     struct pv_cls *cls;             /* context-local storage of NVIDIA's runtime (export_tables.c) */

@@ -3,1350 +3,1354 @@
  * table, CUresult names and descriptions, and the cudaError_t -> CUresult map. */
 #include "driver.h"
 
-static atomic_int once_0;
-PV_WEAK_API CUresult cuArray3DCreate(void) { return pv_drv_unsupported("cuArray3DCreate", &once_0); }
-static atomic_int once_1;
-PV_WEAK_API CUresult cuArray3DCreate_v2(void) { return pv_drv_unsupported("cuArray3DCreate_v2", &once_1); }
-static atomic_int once_2;
-PV_WEAK_API CUresult cuArray3DGetDescriptor(void) { return pv_drv_unsupported("cuArray3DGetDescriptor", &once_2); }
-static atomic_int once_3;
-PV_WEAK_API CUresult cuArray3DGetDescriptor_v2(void) { return pv_drv_unsupported("cuArray3DGetDescriptor_v2", &once_3); }
-static atomic_int once_4;
-PV_WEAK_API CUresult cuArrayCreate(void) { return pv_drv_unsupported("cuArrayCreate", &once_4); }
-static atomic_int once_5;
-PV_WEAK_API CUresult cuArrayCreate_v2(void) { return pv_drv_unsupported("cuArrayCreate_v2", &once_5); }
-static atomic_int once_6;
-PV_WEAK_API CUresult cuArrayDestroy(void) { return pv_drv_unsupported("cuArrayDestroy", &once_6); }
-static atomic_int once_7;
-PV_WEAK_API CUresult cuArrayGetDescriptor(void) { return pv_drv_unsupported("cuArrayGetDescriptor", &once_7); }
-static atomic_int once_8;
-PV_WEAK_API CUresult cuArrayGetDescriptor_v2(void) { return pv_drv_unsupported("cuArrayGetDescriptor_v2", &once_8); }
-static atomic_int once_9;
-PV_WEAK_API CUresult cuArrayGetMemoryRequirements(void) { return pv_drv_unsupported("cuArrayGetMemoryRequirements", &once_9); }
-static atomic_int once_10;
-PV_WEAK_API CUresult cuArrayGetPlane(void) { return pv_drv_unsupported("cuArrayGetPlane", &once_10); }
-static atomic_int once_11;
-PV_WEAK_API CUresult cuArrayGetSparseProperties(void) { return pv_drv_unsupported("cuArrayGetSparseProperties", &once_11); }
-static atomic_int once_12;
-PV_WEAK_API CUresult cuCheckpointProcessCheckpoint(void) { return pv_drv_unsupported("cuCheckpointProcessCheckpoint", &once_12); }
-static atomic_int once_13;
-PV_WEAK_API CUresult cuCheckpointProcessGetRestoreThreadId(void) { return pv_drv_unsupported("cuCheckpointProcessGetRestoreThreadId", &once_13); }
-static atomic_int once_14;
-PV_WEAK_API CUresult cuCheckpointProcessGetState(void) { return pv_drv_unsupported("cuCheckpointProcessGetState", &once_14); }
-static atomic_int once_15;
-PV_WEAK_API CUresult cuCheckpointProcessLock(void) { return pv_drv_unsupported("cuCheckpointProcessLock", &once_15); }
-static atomic_int once_16;
-PV_WEAK_API CUresult cuCheckpointProcessRestore(void) { return pv_drv_unsupported("cuCheckpointProcessRestore", &once_16); }
-static atomic_int once_17;
-PV_WEAK_API CUresult cuCheckpointProcessUnlock(void) { return pv_drv_unsupported("cuCheckpointProcessUnlock", &once_17); }
-static atomic_int once_18;
-PV_WEAK_API CUresult cuCoredumpGetAttribute(void) { return pv_drv_unsupported("cuCoredumpGetAttribute", &once_18); }
-static atomic_int once_19;
-PV_WEAK_API CUresult cuCoredumpGetAttributeGlobal(void) { return pv_drv_unsupported("cuCoredumpGetAttributeGlobal", &once_19); }
-static atomic_int once_20;
-PV_WEAK_API CUresult cuCoredumpSetAttribute(void) { return pv_drv_unsupported("cuCoredumpSetAttribute", &once_20); }
-static atomic_int once_21;
-PV_WEAK_API CUresult cuCoredumpSetAttributeGlobal(void) { return pv_drv_unsupported("cuCoredumpSetAttributeGlobal", &once_21); }
-static atomic_int once_22;
-PV_WEAK_API CUresult cuCtxAttach(void) { return pv_drv_unsupported("cuCtxAttach", &once_22); }
-static atomic_int once_23;
-PV_WEAK_API CUresult cuCtxCreate(void) { return pv_drv_unsupported("cuCtxCreate", &once_23); }
-static atomic_int once_24;
-PV_WEAK_API CUresult cuCtxCreate_v2(void) { return pv_drv_unsupported("cuCtxCreate_v2", &once_24); }
-static atomic_int once_25;
-PV_WEAK_API CUresult cuCtxCreate_v3(void) { return pv_drv_unsupported("cuCtxCreate_v3", &once_25); }
-static atomic_int once_26;
-PV_WEAK_API CUresult cuCtxCreate_v4(void) { return pv_drv_unsupported("cuCtxCreate_v4", &once_26); }
-static atomic_int once_27;
-PV_WEAK_API CUresult cuCtxDestroy(void) { return pv_drv_unsupported("cuCtxDestroy", &once_27); }
-static atomic_int once_28;
-PV_WEAK_API CUresult cuCtxDestroy_v2(void) { return pv_drv_unsupported("cuCtxDestroy_v2", &once_28); }
-static atomic_int once_29;
-PV_WEAK_API CUresult cuCtxDetach(void) { return pv_drv_unsupported("cuCtxDetach", &once_29); }
-static atomic_int once_30;
-PV_WEAK_API CUresult cuCtxDisablePeerAccess(void) { return pv_drv_unsupported("cuCtxDisablePeerAccess", &once_30); }
-static atomic_int once_31;
-PV_WEAK_API CUresult cuCtxEnablePeerAccess(void) { return pv_drv_unsupported("cuCtxEnablePeerAccess", &once_31); }
-static atomic_int once_32;
-PV_WEAK_API CUresult cuCtxFromGreenCtx(void) { return pv_drv_unsupported("cuCtxFromGreenCtx", &once_32); }
-static atomic_int once_33;
-PV_WEAK_API CUresult cuCtxGetApiVersion(void) { return pv_drv_unsupported("cuCtxGetApiVersion", &once_33); }
-static atomic_int once_34;
-PV_WEAK_API CUresult cuCtxGetCacheConfig(void) { return pv_drv_unsupported("cuCtxGetCacheConfig", &once_34); }
-static atomic_int once_35;
-PV_WEAK_API CUresult cuCtxGetCurrent(void) { return pv_drv_unsupported("cuCtxGetCurrent", &once_35); }
-static atomic_int once_36;
-PV_WEAK_API CUresult cuCtxGetDevResource(void) { return pv_drv_unsupported("cuCtxGetDevResource", &once_36); }
-static atomic_int once_37;
-PV_WEAK_API CUresult cuCtxGetDevice(void) { return pv_drv_unsupported("cuCtxGetDevice", &once_37); }
-static atomic_int once_38;
-PV_WEAK_API CUresult cuCtxGetDevice_v2(void) { return pv_drv_unsupported("cuCtxGetDevice_v2", &once_38); }
-static atomic_int once_39;
-PV_WEAK_API CUresult cuCtxGetExecAffinity(void) { return pv_drv_unsupported("cuCtxGetExecAffinity", &once_39); }
-static atomic_int once_40;
-PV_WEAK_API CUresult cuCtxGetFlags(void) { return pv_drv_unsupported("cuCtxGetFlags", &once_40); }
-static atomic_int once_41;
-PV_WEAK_API CUresult cuCtxGetId(void) { return pv_drv_unsupported("cuCtxGetId", &once_41); }
-static atomic_int once_42;
-PV_WEAK_API CUresult cuCtxGetLimit(void) { return pv_drv_unsupported("cuCtxGetLimit", &once_42); }
-static atomic_int once_43;
-PV_WEAK_API CUresult cuCtxGetSharedMemConfig(void) { return pv_drv_unsupported("cuCtxGetSharedMemConfig", &once_43); }
-static atomic_int once_44;
-PV_WEAK_API CUresult cuCtxGetStreamPriorityRange(void) { return pv_drv_unsupported("cuCtxGetStreamPriorityRange", &once_44); }
-static atomic_int once_45;
-PV_WEAK_API CUresult cuCtxPopCurrent(void) { return pv_drv_unsupported("cuCtxPopCurrent", &once_45); }
-static atomic_int once_46;
-PV_WEAK_API CUresult cuCtxPopCurrent_v2(void) { return pv_drv_unsupported("cuCtxPopCurrent_v2", &once_46); }
-static atomic_int once_47;
-PV_WEAK_API CUresult cuCtxPushCurrent(void) { return pv_drv_unsupported("cuCtxPushCurrent", &once_47); }
-static atomic_int once_48;
-PV_WEAK_API CUresult cuCtxPushCurrent_v2(void) { return pv_drv_unsupported("cuCtxPushCurrent_v2", &once_48); }
-static atomic_int once_49;
-PV_WEAK_API CUresult cuCtxRecordEvent(void) { return pv_drv_unsupported("cuCtxRecordEvent", &once_49); }
-static atomic_int once_50;
-PV_WEAK_API CUresult cuCtxResetPersistingL2Cache(void) { return pv_drv_unsupported("cuCtxResetPersistingL2Cache", &once_50); }
-static atomic_int once_51;
-PV_WEAK_API CUresult cuCtxSetCacheConfig(void) { return pv_drv_unsupported("cuCtxSetCacheConfig", &once_51); }
-static atomic_int once_52;
-PV_WEAK_API CUresult cuCtxSetCurrent(void) { return pv_drv_unsupported("cuCtxSetCurrent", &once_52); }
-static atomic_int once_53;
-PV_WEAK_API CUresult cuCtxSetFlags(void) { return pv_drv_unsupported("cuCtxSetFlags", &once_53); }
-static atomic_int once_54;
-PV_WEAK_API CUresult cuCtxSetLimit(void) { return pv_drv_unsupported("cuCtxSetLimit", &once_54); }
-static atomic_int once_55;
-PV_WEAK_API CUresult cuCtxSetSharedMemConfig(void) { return pv_drv_unsupported("cuCtxSetSharedMemConfig", &once_55); }
-static atomic_int once_56;
-PV_WEAK_API CUresult cuCtxSynchronize(void) { return pv_drv_unsupported("cuCtxSynchronize", &once_56); }
-static atomic_int once_57;
-PV_WEAK_API CUresult cuCtxSynchronize_v2(void) { return pv_drv_unsupported("cuCtxSynchronize_v2", &once_57); }
-static atomic_int once_58;
-PV_WEAK_API CUresult cuCtxWaitEvent(void) { return pv_drv_unsupported("cuCtxWaitEvent", &once_58); }
-static atomic_int once_59;
-PV_WEAK_API CUresult cuDestroyExternalMemory(void) { return pv_drv_unsupported("cuDestroyExternalMemory", &once_59); }
-static atomic_int once_60;
-PV_WEAK_API CUresult cuDestroyExternalSemaphore(void) { return pv_drv_unsupported("cuDestroyExternalSemaphore", &once_60); }
-static atomic_int once_61;
-PV_WEAK_API CUresult cuDevResourceGenerateDesc(void) { return pv_drv_unsupported("cuDevResourceGenerateDesc", &once_61); }
-static atomic_int once_62;
-PV_WEAK_API CUresult cuDevSmResourceSplitByCount(void) { return pv_drv_unsupported("cuDevSmResourceSplitByCount", &once_62); }
-static atomic_int once_63;
-PV_WEAK_API CUresult cuDeviceCanAccessPeer(void) { return pv_drv_unsupported("cuDeviceCanAccessPeer", &once_63); }
-static atomic_int once_64;
-PV_WEAK_API CUresult cuDeviceComputeCapability(void) { return pv_drv_unsupported("cuDeviceComputeCapability", &once_64); }
-static atomic_int once_65;
-PV_WEAK_API CUresult cuDeviceGet(void) { return pv_drv_unsupported("cuDeviceGet", &once_65); }
-static atomic_int once_66;
-PV_WEAK_API CUresult cuDeviceGetAttribute(void) { return pv_drv_unsupported("cuDeviceGetAttribute", &once_66); }
-static atomic_int once_67;
-PV_WEAK_API CUresult cuDeviceGetByPCIBusId(void) { return pv_drv_unsupported("cuDeviceGetByPCIBusId", &once_67); }
-static atomic_int once_68;
-PV_WEAK_API CUresult cuDeviceGetCount(void) { return pv_drv_unsupported("cuDeviceGetCount", &once_68); }
-static atomic_int once_69;
-PV_WEAK_API CUresult cuDeviceGetDefaultMemPool(void) { return pv_drv_unsupported("cuDeviceGetDefaultMemPool", &once_69); }
-static atomic_int once_70;
-PV_WEAK_API CUresult cuDeviceGetDevResource(void) { return pv_drv_unsupported("cuDeviceGetDevResource", &once_70); }
-static atomic_int once_71;
-PV_WEAK_API CUresult cuDeviceGetExecAffinitySupport(void) { return pv_drv_unsupported("cuDeviceGetExecAffinitySupport", &once_71); }
-static atomic_int once_72;
-PV_WEAK_API CUresult cuDeviceGetGraphMemAttribute(void) { return pv_drv_unsupported("cuDeviceGetGraphMemAttribute", &once_72); }
-static atomic_int once_73;
-PV_WEAK_API CUresult cuDeviceGetHostAtomicCapabilities(void) { return pv_drv_unsupported("cuDeviceGetHostAtomicCapabilities", &once_73); }
-static atomic_int once_74;
-PV_WEAK_API CUresult cuDeviceGetLuid(void) { return pv_drv_unsupported("cuDeviceGetLuid", &once_74); }
-static atomic_int once_75;
-PV_WEAK_API CUresult cuDeviceGetMemPool(void) { return pv_drv_unsupported("cuDeviceGetMemPool", &once_75); }
-static atomic_int once_76;
-PV_WEAK_API CUresult cuDeviceGetName(void) { return pv_drv_unsupported("cuDeviceGetName", &once_76); }
-static atomic_int once_77;
-PV_WEAK_API CUresult cuDeviceGetNvSciSyncAttributes(void) { return pv_drv_unsupported("cuDeviceGetNvSciSyncAttributes", &once_77); }
-static atomic_int once_78;
-PV_WEAK_API CUresult cuDeviceGetP2PAtomicCapabilities(void) { return pv_drv_unsupported("cuDeviceGetP2PAtomicCapabilities", &once_78); }
-static atomic_int once_79;
-PV_WEAK_API CUresult cuDeviceGetP2PAttribute(void) { return pv_drv_unsupported("cuDeviceGetP2PAttribute", &once_79); }
-static atomic_int once_80;
-PV_WEAK_API CUresult cuDeviceGetPCIBusId(void) { return pv_drv_unsupported("cuDeviceGetPCIBusId", &once_80); }
-static atomic_int once_81;
-PV_WEAK_API CUresult cuDeviceGetProperties(void) { return pv_drv_unsupported("cuDeviceGetProperties", &once_81); }
-static atomic_int once_82;
-PV_WEAK_API CUresult cuDeviceGetTexture1DLinearMaxWidth(void) { return pv_drv_unsupported("cuDeviceGetTexture1DLinearMaxWidth", &once_82); }
-static atomic_int once_83;
-PV_WEAK_API CUresult cuDeviceGetUuid(void) { return pv_drv_unsupported("cuDeviceGetUuid", &once_83); }
-static atomic_int once_84;
-PV_WEAK_API CUresult cuDeviceGetUuid_v2(void) { return pv_drv_unsupported("cuDeviceGetUuid_v2", &once_84); }
-static atomic_int once_85;
-PV_WEAK_API CUresult cuDeviceGraphMemTrim(void) { return pv_drv_unsupported("cuDeviceGraphMemTrim", &once_85); }
-static atomic_int once_86;
-PV_WEAK_API CUresult cuDevicePrimaryCtxGetState(void) { return pv_drv_unsupported("cuDevicePrimaryCtxGetState", &once_86); }
-static atomic_int once_87;
-PV_WEAK_API CUresult cuDevicePrimaryCtxRelease(void) { return pv_drv_unsupported("cuDevicePrimaryCtxRelease", &once_87); }
-static atomic_int once_88;
-PV_WEAK_API CUresult cuDevicePrimaryCtxRelease_v2(void) { return pv_drv_unsupported("cuDevicePrimaryCtxRelease_v2", &once_88); }
-static atomic_int once_89;
-PV_WEAK_API CUresult cuDevicePrimaryCtxReset(void) { return pv_drv_unsupported("cuDevicePrimaryCtxReset", &once_89); }
-static atomic_int once_90;
-PV_WEAK_API CUresult cuDevicePrimaryCtxReset_v2(void) { return pv_drv_unsupported("cuDevicePrimaryCtxReset_v2", &once_90); }
-static atomic_int once_91;
-PV_WEAK_API CUresult cuDevicePrimaryCtxRetain(void) { return pv_drv_unsupported("cuDevicePrimaryCtxRetain", &once_91); }
-static atomic_int once_92;
-PV_WEAK_API CUresult cuDevicePrimaryCtxSetFlags(void) { return pv_drv_unsupported("cuDevicePrimaryCtxSetFlags", &once_92); }
-static atomic_int once_93;
-PV_WEAK_API CUresult cuDevicePrimaryCtxSetFlags_v2(void) { return pv_drv_unsupported("cuDevicePrimaryCtxSetFlags_v2", &once_93); }
-static atomic_int once_94;
-PV_WEAK_API CUresult cuDeviceRegisterAsyncNotification(void) { return pv_drv_unsupported("cuDeviceRegisterAsyncNotification", &once_94); }
-static atomic_int once_95;
-PV_WEAK_API CUresult cuDeviceSetGraphMemAttribute(void) { return pv_drv_unsupported("cuDeviceSetGraphMemAttribute", &once_95); }
-static atomic_int once_96;
-PV_WEAK_API CUresult cuDeviceSetMemPool(void) { return pv_drv_unsupported("cuDeviceSetMemPool", &once_96); }
-static atomic_int once_97;
-PV_WEAK_API CUresult cuDeviceTotalMem(void) { return pv_drv_unsupported("cuDeviceTotalMem", &once_97); }
-static atomic_int once_98;
-PV_WEAK_API CUresult cuDeviceTotalMem_v2(void) { return pv_drv_unsupported("cuDeviceTotalMem_v2", &once_98); }
-static atomic_int once_99;
-PV_WEAK_API CUresult cuDeviceUnregisterAsyncNotification(void) { return pv_drv_unsupported("cuDeviceUnregisterAsyncNotification", &once_99); }
-static atomic_int once_100;
-PV_WEAK_API CUresult cuDriverGetVersion(void) { return pv_drv_unsupported("cuDriverGetVersion", &once_100); }
-static atomic_int once_101;
-PV_WEAK_API CUresult cuEGLStreamConsumerAcquireFrame(void) { return pv_drv_unsupported("cuEGLStreamConsumerAcquireFrame", &once_101); }
-static atomic_int once_102;
-PV_WEAK_API CUresult cuEGLStreamConsumerConnect(void) { return pv_drv_unsupported("cuEGLStreamConsumerConnect", &once_102); }
-static atomic_int once_103;
-PV_WEAK_API CUresult cuEGLStreamConsumerConnectWithFlags(void) { return pv_drv_unsupported("cuEGLStreamConsumerConnectWithFlags", &once_103); }
-static atomic_int once_104;
-PV_WEAK_API CUresult cuEGLStreamConsumerDisconnect(void) { return pv_drv_unsupported("cuEGLStreamConsumerDisconnect", &once_104); }
-static atomic_int once_105;
-PV_WEAK_API CUresult cuEGLStreamConsumerReleaseFrame(void) { return pv_drv_unsupported("cuEGLStreamConsumerReleaseFrame", &once_105); }
-static atomic_int once_106;
-PV_WEAK_API CUresult cuEGLStreamProducerConnect(void) { return pv_drv_unsupported("cuEGLStreamProducerConnect", &once_106); }
-static atomic_int once_107;
-PV_WEAK_API CUresult cuEGLStreamProducerDisconnect(void) { return pv_drv_unsupported("cuEGLStreamProducerDisconnect", &once_107); }
-static atomic_int once_108;
-PV_WEAK_API CUresult cuEGLStreamProducerPresentFrame(void) { return pv_drv_unsupported("cuEGLStreamProducerPresentFrame", &once_108); }
-static atomic_int once_109;
-PV_WEAK_API CUresult cuEGLStreamProducerReturnFrame(void) { return pv_drv_unsupported("cuEGLStreamProducerReturnFrame", &once_109); }
-static atomic_int once_110;
-PV_WEAK_API CUresult cuEventCreate(void) { return pv_drv_unsupported("cuEventCreate", &once_110); }
-static atomic_int once_111;
-PV_WEAK_API CUresult cuEventCreateFromEGLSync(void) { return pv_drv_unsupported("cuEventCreateFromEGLSync", &once_111); }
-static atomic_int once_112;
-PV_WEAK_API CUresult cuEventDestroy(void) { return pv_drv_unsupported("cuEventDestroy", &once_112); }
-static atomic_int once_113;
-PV_WEAK_API CUresult cuEventDestroy_v2(void) { return pv_drv_unsupported("cuEventDestroy_v2", &once_113); }
-static atomic_int once_114;
-PV_WEAK_API CUresult cuEventElapsedTime(void) { return pv_drv_unsupported("cuEventElapsedTime", &once_114); }
-static atomic_int once_115;
-PV_WEAK_API CUresult cuEventElapsedTime_v2(void) { return pv_drv_unsupported("cuEventElapsedTime_v2", &once_115); }
-static atomic_int once_116;
-PV_WEAK_API CUresult cuEventQuery(void) { return pv_drv_unsupported("cuEventQuery", &once_116); }
-static atomic_int once_117;
-PV_WEAK_API CUresult cuEventRecord(void) { return pv_drv_unsupported("cuEventRecord", &once_117); }
-static atomic_int once_118;
-PV_WEAK_API CUresult cuEventRecordWithFlags(void) { return pv_drv_unsupported("cuEventRecordWithFlags", &once_118); }
-static atomic_int once_119;
-PV_WEAK_API CUresult cuEventRecordWithFlags_ptsz(void) { return pv_drv_unsupported("cuEventRecordWithFlags_ptsz", &once_119); }
-static atomic_int once_120;
-PV_WEAK_API CUresult cuEventRecord_ptsz(void) { return pv_drv_unsupported("cuEventRecord_ptsz", &once_120); }
-static atomic_int once_121;
-PV_WEAK_API CUresult cuEventSynchronize(void) { return pv_drv_unsupported("cuEventSynchronize", &once_121); }
-static atomic_int once_122;
-PV_WEAK_API CUresult cuExternalMemoryGetMappedBuffer(void) { return pv_drv_unsupported("cuExternalMemoryGetMappedBuffer", &once_122); }
-static atomic_int once_123;
-PV_WEAK_API CUresult cuExternalMemoryGetMappedMipmappedArray(void) { return pv_drv_unsupported("cuExternalMemoryGetMappedMipmappedArray", &once_123); }
-static atomic_int once_124;
-PV_WEAK_API CUresult cuFlushGPUDirectRDMAWrites(void) { return pv_drv_unsupported("cuFlushGPUDirectRDMAWrites", &once_124); }
-static atomic_int once_125;
-PV_WEAK_API CUresult cuFuncGetAttribute(void) { return pv_drv_unsupported("cuFuncGetAttribute", &once_125); }
-static atomic_int once_126;
-PV_WEAK_API CUresult cuFuncGetModule(void) { return pv_drv_unsupported("cuFuncGetModule", &once_126); }
-static atomic_int once_127;
-PV_WEAK_API CUresult cuFuncGetName(void) { return pv_drv_unsupported("cuFuncGetName", &once_127); }
-static atomic_int once_128;
-PV_WEAK_API CUresult cuFuncGetParamInfo(void) { return pv_drv_unsupported("cuFuncGetParamInfo", &once_128); }
-static atomic_int once_129;
-PV_WEAK_API CUresult cuFuncIsLoaded(void) { return pv_drv_unsupported("cuFuncIsLoaded", &once_129); }
-static atomic_int once_130;
-PV_WEAK_API CUresult cuFuncLoad(void) { return pv_drv_unsupported("cuFuncLoad", &once_130); }
-static atomic_int once_131;
-PV_WEAK_API CUresult cuFuncSetAttribute(void) { return pv_drv_unsupported("cuFuncSetAttribute", &once_131); }
-static atomic_int once_132;
-PV_WEAK_API CUresult cuFuncSetBlockShape(void) { return pv_drv_unsupported("cuFuncSetBlockShape", &once_132); }
-static atomic_int once_133;
-PV_WEAK_API CUresult cuFuncSetCacheConfig(void) { return pv_drv_unsupported("cuFuncSetCacheConfig", &once_133); }
-static atomic_int once_134;
-PV_WEAK_API CUresult cuFuncSetSharedMemConfig(void) { return pv_drv_unsupported("cuFuncSetSharedMemConfig", &once_134); }
-static atomic_int once_135;
-PV_WEAK_API CUresult cuFuncSetSharedSize(void) { return pv_drv_unsupported("cuFuncSetSharedSize", &once_135); }
-static atomic_int once_136;
-PV_WEAK_API CUresult cuGLCtxCreate(void) { return pv_drv_unsupported("cuGLCtxCreate", &once_136); }
-static atomic_int once_137;
-PV_WEAK_API CUresult cuGLCtxCreate_v2(void) { return pv_drv_unsupported("cuGLCtxCreate_v2", &once_137); }
-static atomic_int once_138;
-PV_WEAK_API CUresult cuGLGetDevices(void) { return pv_drv_unsupported("cuGLGetDevices", &once_138); }
-static atomic_int once_139;
-PV_WEAK_API CUresult cuGLGetDevices_v2(void) { return pv_drv_unsupported("cuGLGetDevices_v2", &once_139); }
-static atomic_int once_140;
-PV_WEAK_API CUresult cuGLInit(void) { return pv_drv_unsupported("cuGLInit", &once_140); }
-static atomic_int once_141;
-PV_WEAK_API CUresult cuGLMapBufferObject(void) { return pv_drv_unsupported("cuGLMapBufferObject", &once_141); }
-static atomic_int once_142;
-PV_WEAK_API CUresult cuGLMapBufferObjectAsync(void) { return pv_drv_unsupported("cuGLMapBufferObjectAsync", &once_142); }
-static atomic_int once_143;
-PV_WEAK_API CUresult cuGLMapBufferObjectAsync_v2(void) { return pv_drv_unsupported("cuGLMapBufferObjectAsync_v2", &once_143); }
-static atomic_int once_144;
-PV_WEAK_API CUresult cuGLMapBufferObjectAsync_v2_ptsz(void) { return pv_drv_unsupported("cuGLMapBufferObjectAsync_v2_ptsz", &once_144); }
-static atomic_int once_145;
-PV_WEAK_API CUresult cuGLMapBufferObject_v2(void) { return pv_drv_unsupported("cuGLMapBufferObject_v2", &once_145); }
-static atomic_int once_146;
-PV_WEAK_API CUresult cuGLMapBufferObject_v2_ptds(void) { return pv_drv_unsupported("cuGLMapBufferObject_v2_ptds", &once_146); }
-static atomic_int once_147;
-PV_WEAK_API CUresult cuGLRegisterBufferObject(void) { return pv_drv_unsupported("cuGLRegisterBufferObject", &once_147); }
-static atomic_int once_148;
-PV_WEAK_API CUresult cuGLSetBufferObjectMapFlags(void) { return pv_drv_unsupported("cuGLSetBufferObjectMapFlags", &once_148); }
-static atomic_int once_149;
-PV_WEAK_API CUresult cuGLUnmapBufferObject(void) { return pv_drv_unsupported("cuGLUnmapBufferObject", &once_149); }
-static atomic_int once_150;
-PV_WEAK_API CUresult cuGLUnmapBufferObjectAsync(void) { return pv_drv_unsupported("cuGLUnmapBufferObjectAsync", &once_150); }
-static atomic_int once_151;
-PV_WEAK_API CUresult cuGLUnregisterBufferObject(void) { return pv_drv_unsupported("cuGLUnregisterBufferObject", &once_151); }
-static atomic_int once_152;
-PV_WEAK_API CUresult cuGetErrorName(void) { return pv_drv_unsupported("cuGetErrorName", &once_152); }
-static atomic_int once_153;
-PV_WEAK_API CUresult cuGetErrorString(void) { return pv_drv_unsupported("cuGetErrorString", &once_153); }
-static atomic_int once_154;
-PV_WEAK_API CUresult cuGetExportTable(void) { return pv_drv_unsupported("cuGetExportTable", &once_154); }
-static atomic_int once_155;
-PV_WEAK_API CUresult cuGetProcAddress(void) { return pv_drv_unsupported("cuGetProcAddress", &once_155); }
-static atomic_int once_156;
-PV_WEAK_API CUresult cuGetProcAddress_v2(void) { return pv_drv_unsupported("cuGetProcAddress_v2", &once_156); }
-static atomic_int once_157;
-PV_WEAK_API CUresult cuGraphAddBatchMemOpNode(void) { return pv_drv_unsupported("cuGraphAddBatchMemOpNode", &once_157); }
-static atomic_int once_158;
-PV_WEAK_API CUresult cuGraphAddChildGraphNode(void) { return pv_drv_unsupported("cuGraphAddChildGraphNode", &once_158); }
-static atomic_int once_159;
-PV_WEAK_API CUresult cuGraphAddDependencies(void) { return pv_drv_unsupported("cuGraphAddDependencies", &once_159); }
-static atomic_int once_160;
-PV_WEAK_API CUresult cuGraphAddDependencies_v2(void) { return pv_drv_unsupported("cuGraphAddDependencies_v2", &once_160); }
-static atomic_int once_161;
-PV_WEAK_API CUresult cuGraphAddEmptyNode(void) { return pv_drv_unsupported("cuGraphAddEmptyNode", &once_161); }
-static atomic_int once_162;
-PV_WEAK_API CUresult cuGraphAddEventRecordNode(void) { return pv_drv_unsupported("cuGraphAddEventRecordNode", &once_162); }
-static atomic_int once_163;
-PV_WEAK_API CUresult cuGraphAddEventWaitNode(void) { return pv_drv_unsupported("cuGraphAddEventWaitNode", &once_163); }
-static atomic_int once_164;
-PV_WEAK_API CUresult cuGraphAddExternalSemaphoresSignalNode(void) { return pv_drv_unsupported("cuGraphAddExternalSemaphoresSignalNode", &once_164); }
-static atomic_int once_165;
-PV_WEAK_API CUresult cuGraphAddExternalSemaphoresWaitNode(void) { return pv_drv_unsupported("cuGraphAddExternalSemaphoresWaitNode", &once_165); }
-static atomic_int once_166;
-PV_WEAK_API CUresult cuGraphAddHostNode(void) { return pv_drv_unsupported("cuGraphAddHostNode", &once_166); }
-static atomic_int once_167;
-PV_WEAK_API CUresult cuGraphAddKernelNode(void) { return pv_drv_unsupported("cuGraphAddKernelNode", &once_167); }
-static atomic_int once_168;
-PV_WEAK_API CUresult cuGraphAddKernelNode_v2(void) { return pv_drv_unsupported("cuGraphAddKernelNode_v2", &once_168); }
-static atomic_int once_169;
-PV_WEAK_API CUresult cuGraphAddMemAllocNode(void) { return pv_drv_unsupported("cuGraphAddMemAllocNode", &once_169); }
-static atomic_int once_170;
-PV_WEAK_API CUresult cuGraphAddMemFreeNode(void) { return pv_drv_unsupported("cuGraphAddMemFreeNode", &once_170); }
-static atomic_int once_171;
-PV_WEAK_API CUresult cuGraphAddMemcpyNode(void) { return pv_drv_unsupported("cuGraphAddMemcpyNode", &once_171); }
-static atomic_int once_172;
-PV_WEAK_API CUresult cuGraphAddMemsetNode(void) { return pv_drv_unsupported("cuGraphAddMemsetNode", &once_172); }
-static atomic_int once_173;
-PV_WEAK_API CUresult cuGraphAddNode(void) { return pv_drv_unsupported("cuGraphAddNode", &once_173); }
-static atomic_int once_174;
-PV_WEAK_API CUresult cuGraphAddNode_v2(void) { return pv_drv_unsupported("cuGraphAddNode_v2", &once_174); }
-static atomic_int once_175;
-PV_WEAK_API CUresult cuGraphBatchMemOpNodeGetParams(void) { return pv_drv_unsupported("cuGraphBatchMemOpNodeGetParams", &once_175); }
-static atomic_int once_176;
-PV_WEAK_API CUresult cuGraphBatchMemOpNodeSetParams(void) { return pv_drv_unsupported("cuGraphBatchMemOpNodeSetParams", &once_176); }
-static atomic_int once_177;
-PV_WEAK_API CUresult cuGraphChildGraphNodeGetGraph(void) { return pv_drv_unsupported("cuGraphChildGraphNodeGetGraph", &once_177); }
-static atomic_int once_178;
-PV_WEAK_API CUresult cuGraphClone(void) { return pv_drv_unsupported("cuGraphClone", &once_178); }
-static atomic_int once_179;
-PV_WEAK_API CUresult cuGraphConditionalHandleCreate(void) { return pv_drv_unsupported("cuGraphConditionalHandleCreate", &once_179); }
-static atomic_int once_180;
-PV_WEAK_API CUresult cuGraphCreate(void) { return pv_drv_unsupported("cuGraphCreate", &once_180); }
-static atomic_int once_181;
-PV_WEAK_API CUresult cuGraphDebugDotPrint(void) { return pv_drv_unsupported("cuGraphDebugDotPrint", &once_181); }
-static atomic_int once_182;
-PV_WEAK_API CUresult cuGraphDestroy(void) { return pv_drv_unsupported("cuGraphDestroy", &once_182); }
-static atomic_int once_183;
-PV_WEAK_API CUresult cuGraphDestroyNode(void) { return pv_drv_unsupported("cuGraphDestroyNode", &once_183); }
-static atomic_int once_184;
-PV_WEAK_API CUresult cuGraphEventRecordNodeGetEvent(void) { return pv_drv_unsupported("cuGraphEventRecordNodeGetEvent", &once_184); }
-static atomic_int once_185;
-PV_WEAK_API CUresult cuGraphEventRecordNodeSetEvent(void) { return pv_drv_unsupported("cuGraphEventRecordNodeSetEvent", &once_185); }
-static atomic_int once_186;
-PV_WEAK_API CUresult cuGraphEventWaitNodeGetEvent(void) { return pv_drv_unsupported("cuGraphEventWaitNodeGetEvent", &once_186); }
-static atomic_int once_187;
-PV_WEAK_API CUresult cuGraphEventWaitNodeSetEvent(void) { return pv_drv_unsupported("cuGraphEventWaitNodeSetEvent", &once_187); }
-static atomic_int once_188;
-PV_WEAK_API CUresult cuGraphExecBatchMemOpNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecBatchMemOpNodeSetParams", &once_188); }
-static atomic_int once_189;
-PV_WEAK_API CUresult cuGraphExecChildGraphNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecChildGraphNodeSetParams", &once_189); }
-static atomic_int once_190;
-PV_WEAK_API CUresult cuGraphExecDestroy(void) { return pv_drv_unsupported("cuGraphExecDestroy", &once_190); }
-static atomic_int once_191;
-PV_WEAK_API CUresult cuGraphExecEventRecordNodeSetEvent(void) { return pv_drv_unsupported("cuGraphExecEventRecordNodeSetEvent", &once_191); }
-static atomic_int once_192;
-PV_WEAK_API CUresult cuGraphExecEventWaitNodeSetEvent(void) { return pv_drv_unsupported("cuGraphExecEventWaitNodeSetEvent", &once_192); }
-static atomic_int once_193;
-PV_WEAK_API CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecExternalSemaphoresSignalNodeSetParams", &once_193); }
-static atomic_int once_194;
-PV_WEAK_API CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecExternalSemaphoresWaitNodeSetParams", &once_194); }
-static atomic_int once_195;
-PV_WEAK_API CUresult cuGraphExecGetFlags(void) { return pv_drv_unsupported("cuGraphExecGetFlags", &once_195); }
-static atomic_int once_196;
-PV_WEAK_API CUresult cuGraphExecHostNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecHostNodeSetParams", &once_196); }
-static atomic_int once_197;
-PV_WEAK_API CUresult cuGraphExecKernelNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecKernelNodeSetParams", &once_197); }
-static atomic_int once_198;
-PV_WEAK_API CUresult cuGraphExecKernelNodeSetParams_v2(void) { return pv_drv_unsupported("cuGraphExecKernelNodeSetParams_v2", &once_198); }
-static atomic_int once_199;
-PV_WEAK_API CUresult cuGraphExecMemcpyNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecMemcpyNodeSetParams", &once_199); }
-static atomic_int once_200;
-PV_WEAK_API CUresult cuGraphExecMemsetNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecMemsetNodeSetParams", &once_200); }
-static atomic_int once_201;
-PV_WEAK_API CUresult cuGraphExecNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecNodeSetParams", &once_201); }
-static atomic_int once_202;
-PV_WEAK_API CUresult cuGraphExecUpdate(void) { return pv_drv_unsupported("cuGraphExecUpdate", &once_202); }
-static atomic_int once_203;
-PV_WEAK_API CUresult cuGraphExecUpdate_v2(void) { return pv_drv_unsupported("cuGraphExecUpdate_v2", &once_203); }
-static atomic_int once_204;
-PV_WEAK_API CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresSignalNodeGetParams", &once_204); }
-static atomic_int once_205;
-PV_WEAK_API CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresSignalNodeSetParams", &once_205); }
-static atomic_int once_206;
-PV_WEAK_API CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresWaitNodeGetParams", &once_206); }
-static atomic_int once_207;
-PV_WEAK_API CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresWaitNodeSetParams", &once_207); }
-static atomic_int once_208;
-PV_WEAK_API CUresult cuGraphGetEdges(void) { return pv_drv_unsupported("cuGraphGetEdges", &once_208); }
-static atomic_int once_209;
-PV_WEAK_API CUresult cuGraphGetEdges_v2(void) { return pv_drv_unsupported("cuGraphGetEdges_v2", &once_209); }
-static atomic_int once_210;
-PV_WEAK_API CUresult cuGraphGetNodes(void) { return pv_drv_unsupported("cuGraphGetNodes", &once_210); }
-static atomic_int once_211;
-PV_WEAK_API CUresult cuGraphGetRootNodes(void) { return pv_drv_unsupported("cuGraphGetRootNodes", &once_211); }
-static atomic_int once_212;
-PV_WEAK_API CUresult cuGraphHostNodeGetParams(void) { return pv_drv_unsupported("cuGraphHostNodeGetParams", &once_212); }
-static atomic_int once_213;
-PV_WEAK_API CUresult cuGraphHostNodeSetParams(void) { return pv_drv_unsupported("cuGraphHostNodeSetParams", &once_213); }
-static atomic_int once_214;
-PV_WEAK_API CUresult cuGraphInstantiate(void) { return pv_drv_unsupported("cuGraphInstantiate", &once_214); }
-static atomic_int once_215;
-PV_WEAK_API CUresult cuGraphInstantiateWithFlags(void) { return pv_drv_unsupported("cuGraphInstantiateWithFlags", &once_215); }
-static atomic_int once_216;
-PV_WEAK_API CUresult cuGraphInstantiateWithParams(void) { return pv_drv_unsupported("cuGraphInstantiateWithParams", &once_216); }
-static atomic_int once_217;
-PV_WEAK_API CUresult cuGraphInstantiateWithParams_ptsz(void) { return pv_drv_unsupported("cuGraphInstantiateWithParams_ptsz", &once_217); }
-static atomic_int once_218;
-PV_WEAK_API CUresult cuGraphInstantiate_v2(void) { return pv_drv_unsupported("cuGraphInstantiate_v2", &once_218); }
-static atomic_int once_219;
-PV_WEAK_API CUresult cuGraphKernelNodeCopyAttributes(void) { return pv_drv_unsupported("cuGraphKernelNodeCopyAttributes", &once_219); }
-static atomic_int once_220;
-PV_WEAK_API CUresult cuGraphKernelNodeGetAttribute(void) { return pv_drv_unsupported("cuGraphKernelNodeGetAttribute", &once_220); }
-static atomic_int once_221;
-PV_WEAK_API CUresult cuGraphKernelNodeGetParams(void) { return pv_drv_unsupported("cuGraphKernelNodeGetParams", &once_221); }
-static atomic_int once_222;
-PV_WEAK_API CUresult cuGraphKernelNodeGetParams_v2(void) { return pv_drv_unsupported("cuGraphKernelNodeGetParams_v2", &once_222); }
-static atomic_int once_223;
-PV_WEAK_API CUresult cuGraphKernelNodeSetAttribute(void) { return pv_drv_unsupported("cuGraphKernelNodeSetAttribute", &once_223); }
-static atomic_int once_224;
-PV_WEAK_API CUresult cuGraphKernelNodeSetParams(void) { return pv_drv_unsupported("cuGraphKernelNodeSetParams", &once_224); }
-static atomic_int once_225;
-PV_WEAK_API CUresult cuGraphKernelNodeSetParams_v2(void) { return pv_drv_unsupported("cuGraphKernelNodeSetParams_v2", &once_225); }
-static atomic_int once_226;
-PV_WEAK_API CUresult cuGraphLaunch(void) { return pv_drv_unsupported("cuGraphLaunch", &once_226); }
-static atomic_int once_227;
-PV_WEAK_API CUresult cuGraphLaunch_ptsz(void) { return pv_drv_unsupported("cuGraphLaunch_ptsz", &once_227); }
-static atomic_int once_228;
-PV_WEAK_API CUresult cuGraphMemAllocNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemAllocNodeGetParams", &once_228); }
-static atomic_int once_229;
-PV_WEAK_API CUresult cuGraphMemFreeNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemFreeNodeGetParams", &once_229); }
-static atomic_int once_230;
-PV_WEAK_API CUresult cuGraphMemcpyNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemcpyNodeGetParams", &once_230); }
-static atomic_int once_231;
-PV_WEAK_API CUresult cuGraphMemcpyNodeSetParams(void) { return pv_drv_unsupported("cuGraphMemcpyNodeSetParams", &once_231); }
-static atomic_int once_232;
-PV_WEAK_API CUresult cuGraphMemsetNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemsetNodeGetParams", &once_232); }
-static atomic_int once_233;
-PV_WEAK_API CUresult cuGraphMemsetNodeSetParams(void) { return pv_drv_unsupported("cuGraphMemsetNodeSetParams", &once_233); }
-static atomic_int once_234;
-PV_WEAK_API CUresult cuGraphNodeFindInClone(void) { return pv_drv_unsupported("cuGraphNodeFindInClone", &once_234); }
-static atomic_int once_235;
-PV_WEAK_API CUresult cuGraphNodeGetDependencies(void) { return pv_drv_unsupported("cuGraphNodeGetDependencies", &once_235); }
-static atomic_int once_236;
-PV_WEAK_API CUresult cuGraphNodeGetDependencies_v2(void) { return pv_drv_unsupported("cuGraphNodeGetDependencies_v2", &once_236); }
-static atomic_int once_237;
-PV_WEAK_API CUresult cuGraphNodeGetDependentNodes(void) { return pv_drv_unsupported("cuGraphNodeGetDependentNodes", &once_237); }
-static atomic_int once_238;
-PV_WEAK_API CUresult cuGraphNodeGetDependentNodes_v2(void) { return pv_drv_unsupported("cuGraphNodeGetDependentNodes_v2", &once_238); }
-static atomic_int once_239;
-PV_WEAK_API CUresult cuGraphNodeGetEnabled(void) { return pv_drv_unsupported("cuGraphNodeGetEnabled", &once_239); }
-static atomic_int once_240;
-PV_WEAK_API CUresult cuGraphNodeGetType(void) { return pv_drv_unsupported("cuGraphNodeGetType", &once_240); }
-static atomic_int once_241;
-PV_WEAK_API CUresult cuGraphNodeSetEnabled(void) { return pv_drv_unsupported("cuGraphNodeSetEnabled", &once_241); }
-static atomic_int once_242;
-PV_WEAK_API CUresult cuGraphNodeSetParams(void) { return pv_drv_unsupported("cuGraphNodeSetParams", &once_242); }
-static atomic_int once_243;
-PV_WEAK_API CUresult cuGraphReleaseUserObject(void) { return pv_drv_unsupported("cuGraphReleaseUserObject", &once_243); }
-static atomic_int once_244;
-PV_WEAK_API CUresult cuGraphRemoveDependencies(void) { return pv_drv_unsupported("cuGraphRemoveDependencies", &once_244); }
-static atomic_int once_245;
-PV_WEAK_API CUresult cuGraphRemoveDependencies_v2(void) { return pv_drv_unsupported("cuGraphRemoveDependencies_v2", &once_245); }
-static atomic_int once_246;
-PV_WEAK_API CUresult cuGraphRetainUserObject(void) { return pv_drv_unsupported("cuGraphRetainUserObject", &once_246); }
-static atomic_int once_247;
-PV_WEAK_API CUresult cuGraphUpload(void) { return pv_drv_unsupported("cuGraphUpload", &once_247); }
-static atomic_int once_248;
-PV_WEAK_API CUresult cuGraphUpload_ptsz(void) { return pv_drv_unsupported("cuGraphUpload_ptsz", &once_248); }
-static atomic_int once_249;
-PV_WEAK_API CUresult cuGraphicsEGLRegisterImage(void) { return pv_drv_unsupported("cuGraphicsEGLRegisterImage", &once_249); }
-static atomic_int once_250;
-PV_WEAK_API CUresult cuGraphicsGLRegisterBuffer(void) { return pv_drv_unsupported("cuGraphicsGLRegisterBuffer", &once_250); }
-static atomic_int once_251;
-PV_WEAK_API CUresult cuGraphicsGLRegisterImage(void) { return pv_drv_unsupported("cuGraphicsGLRegisterImage", &once_251); }
-static atomic_int once_252;
-PV_WEAK_API CUresult cuGraphicsMapResources(void) { return pv_drv_unsupported("cuGraphicsMapResources", &once_252); }
-static atomic_int once_253;
-PV_WEAK_API CUresult cuGraphicsMapResources_ptsz(void) { return pv_drv_unsupported("cuGraphicsMapResources_ptsz", &once_253); }
-static atomic_int once_254;
-PV_WEAK_API CUresult cuGraphicsResourceGetMappedEglFrame(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedEglFrame", &once_254); }
-static atomic_int once_255;
-PV_WEAK_API CUresult cuGraphicsResourceGetMappedMipmappedArray(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedMipmappedArray", &once_255); }
-static atomic_int once_256;
-PV_WEAK_API CUresult cuGraphicsResourceGetMappedPointer(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedPointer", &once_256); }
-static atomic_int once_257;
-PV_WEAK_API CUresult cuGraphicsResourceGetMappedPointer_v2(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedPointer_v2", &once_257); }
-static atomic_int once_258;
-PV_WEAK_API CUresult cuGraphicsResourceSetMapFlags(void) { return pv_drv_unsupported("cuGraphicsResourceSetMapFlags", &once_258); }
-static atomic_int once_259;
-PV_WEAK_API CUresult cuGraphicsResourceSetMapFlags_v2(void) { return pv_drv_unsupported("cuGraphicsResourceSetMapFlags_v2", &once_259); }
-static atomic_int once_260;
-PV_WEAK_API CUresult cuGraphicsSubResourceGetMappedArray(void) { return pv_drv_unsupported("cuGraphicsSubResourceGetMappedArray", &once_260); }
-static atomic_int once_261;
-PV_WEAK_API CUresult cuGraphicsUnmapResources(void) { return pv_drv_unsupported("cuGraphicsUnmapResources", &once_261); }
-static atomic_int once_262;
-PV_WEAK_API CUresult cuGraphicsUnmapResources_ptsz(void) { return pv_drv_unsupported("cuGraphicsUnmapResources_ptsz", &once_262); }
-static atomic_int once_263;
-PV_WEAK_API CUresult cuGraphicsUnregisterResource(void) { return pv_drv_unsupported("cuGraphicsUnregisterResource", &once_263); }
-static atomic_int once_264;
-PV_WEAK_API CUresult cuGraphicsVDPAURegisterOutputSurface(void) { return pv_drv_unsupported("cuGraphicsVDPAURegisterOutputSurface", &once_264); }
-static atomic_int once_265;
-PV_WEAK_API CUresult cuGraphicsVDPAURegisterVideoSurface(void) { return pv_drv_unsupported("cuGraphicsVDPAURegisterVideoSurface", &once_265); }
-static atomic_int once_266;
-PV_WEAK_API CUresult cuGreenCtxCreate(void) { return pv_drv_unsupported("cuGreenCtxCreate", &once_266); }
-static atomic_int once_267;
-PV_WEAK_API CUresult cuGreenCtxDestroy(void) { return pv_drv_unsupported("cuGreenCtxDestroy", &once_267); }
-static atomic_int once_268;
-PV_WEAK_API CUresult cuGreenCtxGetDevResource(void) { return pv_drv_unsupported("cuGreenCtxGetDevResource", &once_268); }
-static atomic_int once_269;
-PV_WEAK_API CUresult cuGreenCtxGetId(void) { return pv_drv_unsupported("cuGreenCtxGetId", &once_269); }
-static atomic_int once_270;
-PV_WEAK_API CUresult cuGreenCtxRecordEvent(void) { return pv_drv_unsupported("cuGreenCtxRecordEvent", &once_270); }
-static atomic_int once_271;
-PV_WEAK_API CUresult cuGreenCtxStreamCreate(void) { return pv_drv_unsupported("cuGreenCtxStreamCreate", &once_271); }
-static atomic_int once_272;
-PV_WEAK_API CUresult cuGreenCtxWaitEvent(void) { return pv_drv_unsupported("cuGreenCtxWaitEvent", &once_272); }
-static atomic_int once_273;
-PV_WEAK_API CUresult cuImportExternalMemory(void) { return pv_drv_unsupported("cuImportExternalMemory", &once_273); }
-static atomic_int once_274;
-PV_WEAK_API CUresult cuImportExternalSemaphore(void) { return pv_drv_unsupported("cuImportExternalSemaphore", &once_274); }
-static atomic_int once_275;
-PV_WEAK_API CUresult cuInit(void) { return pv_drv_unsupported("cuInit", &once_275); }
-static atomic_int once_276;
-PV_WEAK_API CUresult cuIpcCloseMemHandle(void) { return pv_drv_unsupported("cuIpcCloseMemHandle", &once_276); }
-static atomic_int once_277;
-PV_WEAK_API CUresult cuIpcGetEventHandle(void) { return pv_drv_unsupported("cuIpcGetEventHandle", &once_277); }
-static atomic_int once_278;
-PV_WEAK_API CUresult cuIpcGetMemHandle(void) { return pv_drv_unsupported("cuIpcGetMemHandle", &once_278); }
-static atomic_int once_279;
-PV_WEAK_API CUresult cuIpcOpenEventHandle(void) { return pv_drv_unsupported("cuIpcOpenEventHandle", &once_279); }
-static atomic_int once_280;
-PV_WEAK_API CUresult cuIpcOpenMemHandle(void) { return pv_drv_unsupported("cuIpcOpenMemHandle", &once_280); }
-static atomic_int once_281;
-PV_WEAK_API CUresult cuIpcOpenMemHandle_v2(void) { return pv_drv_unsupported("cuIpcOpenMemHandle_v2", &once_281); }
-static atomic_int once_282;
-PV_WEAK_API CUresult cuKernelGetAttribute(void) { return pv_drv_unsupported("cuKernelGetAttribute", &once_282); }
-static atomic_int once_283;
-PV_WEAK_API CUresult cuKernelGetFunction(void) { return pv_drv_unsupported("cuKernelGetFunction", &once_283); }
-static atomic_int once_284;
-PV_WEAK_API CUresult cuKernelGetLibrary(void) { return pv_drv_unsupported("cuKernelGetLibrary", &once_284); }
-static atomic_int once_285;
-PV_WEAK_API CUresult cuKernelGetName(void) { return pv_drv_unsupported("cuKernelGetName", &once_285); }
-static atomic_int once_286;
-PV_WEAK_API CUresult cuKernelGetParamInfo(void) { return pv_drv_unsupported("cuKernelGetParamInfo", &once_286); }
-static atomic_int once_287;
-PV_WEAK_API CUresult cuKernelSetAttribute(void) { return pv_drv_unsupported("cuKernelSetAttribute", &once_287); }
-static atomic_int once_288;
-PV_WEAK_API CUresult cuKernelSetCacheConfig(void) { return pv_drv_unsupported("cuKernelSetCacheConfig", &once_288); }
-static atomic_int once_289;
-PV_WEAK_API CUresult cuLaunch(void) { return pv_drv_unsupported("cuLaunch", &once_289); }
-static atomic_int once_290;
-PV_WEAK_API CUresult cuLaunchCooperativeKernel(void) { return pv_drv_unsupported("cuLaunchCooperativeKernel", &once_290); }
-static atomic_int once_291;
-PV_WEAK_API CUresult cuLaunchCooperativeKernelMultiDevice(void) { return pv_drv_unsupported("cuLaunchCooperativeKernelMultiDevice", &once_291); }
-static atomic_int once_292;
-PV_WEAK_API CUresult cuLaunchCooperativeKernel_ptsz(void) { return pv_drv_unsupported("cuLaunchCooperativeKernel_ptsz", &once_292); }
-static atomic_int once_293;
-PV_WEAK_API CUresult cuLaunchGrid(void) { return pv_drv_unsupported("cuLaunchGrid", &once_293); }
-static atomic_int once_294;
-PV_WEAK_API CUresult cuLaunchGridAsync(void) { return pv_drv_unsupported("cuLaunchGridAsync", &once_294); }
-static atomic_int once_295;
-PV_WEAK_API CUresult cuLaunchHostFunc(void) { return pv_drv_unsupported("cuLaunchHostFunc", &once_295); }
-static atomic_int once_296;
-PV_WEAK_API CUresult cuLaunchHostFunc_ptsz(void) { return pv_drv_unsupported("cuLaunchHostFunc_ptsz", &once_296); }
-static atomic_int once_297;
-PV_WEAK_API CUresult cuLaunchKernel(void) { return pv_drv_unsupported("cuLaunchKernel", &once_297); }
-static atomic_int once_298;
-PV_WEAK_API CUresult cuLaunchKernelEx(void) { return pv_drv_unsupported("cuLaunchKernelEx", &once_298); }
-static atomic_int once_299;
-PV_WEAK_API CUresult cuLaunchKernelEx_ptsz(void) { return pv_drv_unsupported("cuLaunchKernelEx_ptsz", &once_299); }
-static atomic_int once_300;
-PV_WEAK_API CUresult cuLaunchKernel_ptsz(void) { return pv_drv_unsupported("cuLaunchKernel_ptsz", &once_300); }
-static atomic_int once_301;
-PV_WEAK_API CUresult cuLibraryEnumerateKernels(void) { return pv_drv_unsupported("cuLibraryEnumerateKernels", &once_301); }
-static atomic_int once_302;
-PV_WEAK_API CUresult cuLibraryGetGlobal(void) { return pv_drv_unsupported("cuLibraryGetGlobal", &once_302); }
-static atomic_int once_303;
-PV_WEAK_API CUresult cuLibraryGetKernel(void) { return pv_drv_unsupported("cuLibraryGetKernel", &once_303); }
-static atomic_int once_304;
-PV_WEAK_API CUresult cuLibraryGetKernelCount(void) { return pv_drv_unsupported("cuLibraryGetKernelCount", &once_304); }
-static atomic_int once_305;
-PV_WEAK_API CUresult cuLibraryGetManaged(void) { return pv_drv_unsupported("cuLibraryGetManaged", &once_305); }
-static atomic_int once_306;
-PV_WEAK_API CUresult cuLibraryGetModule(void) { return pv_drv_unsupported("cuLibraryGetModule", &once_306); }
-static atomic_int once_307;
-PV_WEAK_API CUresult cuLibraryGetUnifiedFunction(void) { return pv_drv_unsupported("cuLibraryGetUnifiedFunction", &once_307); }
-static atomic_int once_308;
-PV_WEAK_API CUresult cuLibraryLoadData(void) { return pv_drv_unsupported("cuLibraryLoadData", &once_308); }
-static atomic_int once_309;
-PV_WEAK_API CUresult cuLibraryLoadFromFile(void) { return pv_drv_unsupported("cuLibraryLoadFromFile", &once_309); }
-static atomic_int once_310;
-PV_WEAK_API CUresult cuLibraryUnload(void) { return pv_drv_unsupported("cuLibraryUnload", &once_310); }
-static atomic_int once_311;
-PV_WEAK_API CUresult cuLinkAddData(void) { return pv_drv_unsupported("cuLinkAddData", &once_311); }
-static atomic_int once_312;
-PV_WEAK_API CUresult cuLinkAddData_v2(void) { return pv_drv_unsupported("cuLinkAddData_v2", &once_312); }
-static atomic_int once_313;
-PV_WEAK_API CUresult cuLinkAddFile(void) { return pv_drv_unsupported("cuLinkAddFile", &once_313); }
-static atomic_int once_314;
-PV_WEAK_API CUresult cuLinkAddFile_v2(void) { return pv_drv_unsupported("cuLinkAddFile_v2", &once_314); }
-static atomic_int once_315;
-PV_WEAK_API CUresult cuLinkComplete(void) { return pv_drv_unsupported("cuLinkComplete", &once_315); }
-static atomic_int once_316;
-PV_WEAK_API CUresult cuLinkCreate(void) { return pv_drv_unsupported("cuLinkCreate", &once_316); }
-static atomic_int once_317;
-PV_WEAK_API CUresult cuLinkCreate_v2(void) { return pv_drv_unsupported("cuLinkCreate_v2", &once_317); }
-static atomic_int once_318;
-PV_WEAK_API CUresult cuLinkDestroy(void) { return pv_drv_unsupported("cuLinkDestroy", &once_318); }
-static atomic_int once_319;
-PV_WEAK_API CUresult cuLogsCurrent(void) { return pv_drv_unsupported("cuLogsCurrent", &once_319); }
-static atomic_int once_320;
-PV_WEAK_API CUresult cuLogsDumpToFile(void) { return pv_drv_unsupported("cuLogsDumpToFile", &once_320); }
-static atomic_int once_321;
-PV_WEAK_API CUresult cuLogsDumpToMemory(void) { return pv_drv_unsupported("cuLogsDumpToMemory", &once_321); }
-static atomic_int once_322;
-PV_WEAK_API CUresult cuLogsRegisterCallback(void) { return pv_drv_unsupported("cuLogsRegisterCallback", &once_322); }
-static atomic_int once_323;
-PV_WEAK_API CUresult cuLogsUnregisterCallback(void) { return pv_drv_unsupported("cuLogsUnregisterCallback", &once_323); }
-static atomic_int once_324;
-PV_WEAK_API CUresult cuMemAddressFree(void) { return pv_drv_unsupported("cuMemAddressFree", &once_324); }
-static atomic_int once_325;
-PV_WEAK_API CUresult cuMemAddressReserve(void) { return pv_drv_unsupported("cuMemAddressReserve", &once_325); }
-static atomic_int once_326;
-PV_WEAK_API CUresult cuMemAdvise(void) { return pv_drv_unsupported("cuMemAdvise", &once_326); }
-static atomic_int once_327;
-PV_WEAK_API CUresult cuMemAdvise_v2(void) { return pv_drv_unsupported("cuMemAdvise_v2", &once_327); }
-static atomic_int once_328;
-PV_WEAK_API CUresult cuMemAlloc(void) { return pv_drv_unsupported("cuMemAlloc", &once_328); }
-static atomic_int once_329;
-PV_WEAK_API CUresult cuMemAllocAsync(void) { return pv_drv_unsupported("cuMemAllocAsync", &once_329); }
-static atomic_int once_330;
-PV_WEAK_API CUresult cuMemAllocAsync_ptsz(void) { return pv_drv_unsupported("cuMemAllocAsync_ptsz", &once_330); }
-static atomic_int once_331;
-PV_WEAK_API CUresult cuMemAllocFromPoolAsync(void) { return pv_drv_unsupported("cuMemAllocFromPoolAsync", &once_331); }
-static atomic_int once_332;
-PV_WEAK_API CUresult cuMemAllocFromPoolAsync_ptsz(void) { return pv_drv_unsupported("cuMemAllocFromPoolAsync_ptsz", &once_332); }
-static atomic_int once_333;
-PV_WEAK_API CUresult cuMemAllocHost(void) { return pv_drv_unsupported("cuMemAllocHost", &once_333); }
-static atomic_int once_334;
-PV_WEAK_API CUresult cuMemAllocHost_v2(void) { return pv_drv_unsupported("cuMemAllocHost_v2", &once_334); }
-static atomic_int once_335;
-PV_WEAK_API CUresult cuMemAllocManaged(void) { return pv_drv_unsupported("cuMemAllocManaged", &once_335); }
-static atomic_int once_336;
-PV_WEAK_API CUresult cuMemAllocPitch(void) { return pv_drv_unsupported("cuMemAllocPitch", &once_336); }
-static atomic_int once_337;
-PV_WEAK_API CUresult cuMemAllocPitch_v2(void) { return pv_drv_unsupported("cuMemAllocPitch_v2", &once_337); }
-static atomic_int once_338;
-PV_WEAK_API CUresult cuMemAlloc_v2(void) { return pv_drv_unsupported("cuMemAlloc_v2", &once_338); }
-static atomic_int once_339;
-PV_WEAK_API CUresult cuMemBatchDecompressAsync(void) { return pv_drv_unsupported("cuMemBatchDecompressAsync", &once_339); }
-static atomic_int once_340;
-PV_WEAK_API CUresult cuMemBatchDecompressAsync_ptsz(void) { return pv_drv_unsupported("cuMemBatchDecompressAsync_ptsz", &once_340); }
-static atomic_int once_341;
-PV_WEAK_API CUresult cuMemCreate(void) { return pv_drv_unsupported("cuMemCreate", &once_341); }
-static atomic_int once_342;
-PV_WEAK_API CUresult cuMemDiscardAndPrefetchBatchAsync(void) { return pv_drv_unsupported("cuMemDiscardAndPrefetchBatchAsync", &once_342); }
-static atomic_int once_343;
-PV_WEAK_API CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemDiscardAndPrefetchBatchAsync_ptsz", &once_343); }
-static atomic_int once_344;
-PV_WEAK_API CUresult cuMemDiscardBatchAsync(void) { return pv_drv_unsupported("cuMemDiscardBatchAsync", &once_344); }
-static atomic_int once_345;
-PV_WEAK_API CUresult cuMemDiscardBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemDiscardBatchAsync_ptsz", &once_345); }
-static atomic_int once_346;
-PV_WEAK_API CUresult cuMemExportToShareableHandle(void) { return pv_drv_unsupported("cuMemExportToShareableHandle", &once_346); }
-static atomic_int once_347;
-PV_WEAK_API CUresult cuMemFree(void) { return pv_drv_unsupported("cuMemFree", &once_347); }
-static atomic_int once_348;
-PV_WEAK_API CUresult cuMemFreeAsync(void) { return pv_drv_unsupported("cuMemFreeAsync", &once_348); }
-static atomic_int once_349;
-PV_WEAK_API CUresult cuMemFreeAsync_ptsz(void) { return pv_drv_unsupported("cuMemFreeAsync_ptsz", &once_349); }
-static atomic_int once_350;
-PV_WEAK_API CUresult cuMemFreeHost(void) { return pv_drv_unsupported("cuMemFreeHost", &once_350); }
-static atomic_int once_351;
-PV_WEAK_API CUresult cuMemFree_v2(void) { return pv_drv_unsupported("cuMemFree_v2", &once_351); }
-static atomic_int once_352;
-PV_WEAK_API CUresult cuMemGetAccess(void) { return pv_drv_unsupported("cuMemGetAccess", &once_352); }
-static atomic_int once_353;
-PV_WEAK_API CUresult cuMemGetAddressRange(void) { return pv_drv_unsupported("cuMemGetAddressRange", &once_353); }
-static atomic_int once_354;
-PV_WEAK_API CUresult cuMemGetAddressRange_v2(void) { return pv_drv_unsupported("cuMemGetAddressRange_v2", &once_354); }
-static atomic_int once_355;
-PV_WEAK_API CUresult cuMemGetAllocationGranularity(void) { return pv_drv_unsupported("cuMemGetAllocationGranularity", &once_355); }
-static atomic_int once_356;
-PV_WEAK_API CUresult cuMemGetAllocationPropertiesFromHandle(void) { return pv_drv_unsupported("cuMemGetAllocationPropertiesFromHandle", &once_356); }
-static atomic_int once_357;
-PV_WEAK_API CUresult cuMemGetDefaultMemPool(void) { return pv_drv_unsupported("cuMemGetDefaultMemPool", &once_357); }
-static atomic_int once_358;
-PV_WEAK_API CUresult cuMemGetHandleForAddressRange(void) { return pv_drv_unsupported("cuMemGetHandleForAddressRange", &once_358); }
-static atomic_int once_359;
-PV_WEAK_API CUresult cuMemGetInfo(void) { return pv_drv_unsupported("cuMemGetInfo", &once_359); }
-static atomic_int once_360;
-PV_WEAK_API CUresult cuMemGetInfo_v2(void) { return pv_drv_unsupported("cuMemGetInfo_v2", &once_360); }
-static atomic_int once_361;
-PV_WEAK_API CUresult cuMemGetMemPool(void) { return pv_drv_unsupported("cuMemGetMemPool", &once_361); }
-static atomic_int once_362;
-PV_WEAK_API CUresult cuMemHostAlloc(void) { return pv_drv_unsupported("cuMemHostAlloc", &once_362); }
-static atomic_int once_363;
-PV_WEAK_API CUresult cuMemHostGetDevicePointer(void) { return pv_drv_unsupported("cuMemHostGetDevicePointer", &once_363); }
-static atomic_int once_364;
-PV_WEAK_API CUresult cuMemHostGetDevicePointer_v2(void) { return pv_drv_unsupported("cuMemHostGetDevicePointer_v2", &once_364); }
-static atomic_int once_365;
-PV_WEAK_API CUresult cuMemHostGetFlags(void) { return pv_drv_unsupported("cuMemHostGetFlags", &once_365); }
-static atomic_int once_366;
-PV_WEAK_API CUresult cuMemHostRegister(void) { return pv_drv_unsupported("cuMemHostRegister", &once_366); }
-static atomic_int once_367;
-PV_WEAK_API CUresult cuMemHostRegister_v2(void) { return pv_drv_unsupported("cuMemHostRegister_v2", &once_367); }
-static atomic_int once_368;
-PV_WEAK_API CUresult cuMemHostUnregister(void) { return pv_drv_unsupported("cuMemHostUnregister", &once_368); }
-static atomic_int once_369;
-PV_WEAK_API CUresult cuMemImportFromShareableHandle(void) { return pv_drv_unsupported("cuMemImportFromShareableHandle", &once_369); }
-static atomic_int once_370;
-PV_WEAK_API CUresult cuMemMap(void) { return pv_drv_unsupported("cuMemMap", &once_370); }
-static atomic_int once_371;
-PV_WEAK_API CUresult cuMemMapArrayAsync(void) { return pv_drv_unsupported("cuMemMapArrayAsync", &once_371); }
-static atomic_int once_372;
-PV_WEAK_API CUresult cuMemMapArrayAsync_ptsz(void) { return pv_drv_unsupported("cuMemMapArrayAsync_ptsz", &once_372); }
-static atomic_int once_373;
-PV_WEAK_API CUresult cuMemPoolCreate(void) { return pv_drv_unsupported("cuMemPoolCreate", &once_373); }
-static atomic_int once_374;
-PV_WEAK_API CUresult cuMemPoolDestroy(void) { return pv_drv_unsupported("cuMemPoolDestroy", &once_374); }
-static atomic_int once_375;
-PV_WEAK_API CUresult cuMemPoolExportPointer(void) { return pv_drv_unsupported("cuMemPoolExportPointer", &once_375); }
-static atomic_int once_376;
-PV_WEAK_API CUresult cuMemPoolExportToShareableHandle(void) { return pv_drv_unsupported("cuMemPoolExportToShareableHandle", &once_376); }
-static atomic_int once_377;
-PV_WEAK_API CUresult cuMemPoolGetAccess(void) { return pv_drv_unsupported("cuMemPoolGetAccess", &once_377); }
-static atomic_int once_378;
-PV_WEAK_API CUresult cuMemPoolGetAttribute(void) { return pv_drv_unsupported("cuMemPoolGetAttribute", &once_378); }
-static atomic_int once_379;
-PV_WEAK_API CUresult cuMemPoolImportFromShareableHandle(void) { return pv_drv_unsupported("cuMemPoolImportFromShareableHandle", &once_379); }
-static atomic_int once_380;
-PV_WEAK_API CUresult cuMemPoolImportPointer(void) { return pv_drv_unsupported("cuMemPoolImportPointer", &once_380); }
-static atomic_int once_381;
-PV_WEAK_API CUresult cuMemPoolSetAccess(void) { return pv_drv_unsupported("cuMemPoolSetAccess", &once_381); }
-static atomic_int once_382;
-PV_WEAK_API CUresult cuMemPoolSetAttribute(void) { return pv_drv_unsupported("cuMemPoolSetAttribute", &once_382); }
-static atomic_int once_383;
-PV_WEAK_API CUresult cuMemPoolTrimTo(void) { return pv_drv_unsupported("cuMemPoolTrimTo", &once_383); }
-static atomic_int once_384;
-PV_WEAK_API CUresult cuMemPrefetchAsync(void) { return pv_drv_unsupported("cuMemPrefetchAsync", &once_384); }
-static atomic_int once_385;
-PV_WEAK_API CUresult cuMemPrefetchAsync_ptsz(void) { return pv_drv_unsupported("cuMemPrefetchAsync_ptsz", &once_385); }
-static atomic_int once_386;
-PV_WEAK_API CUresult cuMemPrefetchAsync_v2(void) { return pv_drv_unsupported("cuMemPrefetchAsync_v2", &once_386); }
-static atomic_int once_387;
-PV_WEAK_API CUresult cuMemPrefetchAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemPrefetchAsync_v2_ptsz", &once_387); }
-static atomic_int once_388;
-PV_WEAK_API CUresult cuMemPrefetchBatchAsync(void) { return pv_drv_unsupported("cuMemPrefetchBatchAsync", &once_388); }
-static atomic_int once_389;
-PV_WEAK_API CUresult cuMemPrefetchBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemPrefetchBatchAsync_ptsz", &once_389); }
-static atomic_int once_390;
-PV_WEAK_API CUresult cuMemRangeGetAttribute(void) { return pv_drv_unsupported("cuMemRangeGetAttribute", &once_390); }
-static atomic_int once_391;
-PV_WEAK_API CUresult cuMemRangeGetAttributes(void) { return pv_drv_unsupported("cuMemRangeGetAttributes", &once_391); }
-static atomic_int once_392;
-PV_WEAK_API CUresult cuMemRelease(void) { return pv_drv_unsupported("cuMemRelease", &once_392); }
-static atomic_int once_393;
-PV_WEAK_API CUresult cuMemRetainAllocationHandle(void) { return pv_drv_unsupported("cuMemRetainAllocationHandle", &once_393); }
-static atomic_int once_394;
-PV_WEAK_API CUresult cuMemSetAccess(void) { return pv_drv_unsupported("cuMemSetAccess", &once_394); }
-static atomic_int once_395;
-PV_WEAK_API CUresult cuMemSetMemPool(void) { return pv_drv_unsupported("cuMemSetMemPool", &once_395); }
-static atomic_int once_396;
-PV_WEAK_API CUresult cuMemUnmap(void) { return pv_drv_unsupported("cuMemUnmap", &once_396); }
-static atomic_int once_397;
-PV_WEAK_API CUresult cuMemcpy(void) { return pv_drv_unsupported("cuMemcpy", &once_397); }
-static atomic_int once_398;
-PV_WEAK_API CUresult cuMemcpy2D(void) { return pv_drv_unsupported("cuMemcpy2D", &once_398); }
-static atomic_int once_399;
-PV_WEAK_API CUresult cuMemcpy2DAsync(void) { return pv_drv_unsupported("cuMemcpy2DAsync", &once_399); }
-static atomic_int once_400;
-PV_WEAK_API CUresult cuMemcpy2DAsync_v2(void) { return pv_drv_unsupported("cuMemcpy2DAsync_v2", &once_400); }
-static atomic_int once_401;
-PV_WEAK_API CUresult cuMemcpy2DAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpy2DAsync_v2_ptsz", &once_401); }
-static atomic_int once_402;
-PV_WEAK_API CUresult cuMemcpy2DUnaligned(void) { return pv_drv_unsupported("cuMemcpy2DUnaligned", &once_402); }
-static atomic_int once_403;
-PV_WEAK_API CUresult cuMemcpy2DUnaligned_v2(void) { return pv_drv_unsupported("cuMemcpy2DUnaligned_v2", &once_403); }
-static atomic_int once_404;
-PV_WEAK_API CUresult cuMemcpy2DUnaligned_v2_ptds(void) { return pv_drv_unsupported("cuMemcpy2DUnaligned_v2_ptds", &once_404); }
-static atomic_int once_405;
-PV_WEAK_API CUresult cuMemcpy2D_v2(void) { return pv_drv_unsupported("cuMemcpy2D_v2", &once_405); }
-static atomic_int once_406;
-PV_WEAK_API CUresult cuMemcpy2D_v2_ptds(void) { return pv_drv_unsupported("cuMemcpy2D_v2_ptds", &once_406); }
-static atomic_int once_407;
-PV_WEAK_API CUresult cuMemcpy3D(void) { return pv_drv_unsupported("cuMemcpy3D", &once_407); }
-static atomic_int once_408;
-PV_WEAK_API CUresult cuMemcpy3DAsync(void) { return pv_drv_unsupported("cuMemcpy3DAsync", &once_408); }
-static atomic_int once_409;
-PV_WEAK_API CUresult cuMemcpy3DAsync_v2(void) { return pv_drv_unsupported("cuMemcpy3DAsync_v2", &once_409); }
-static atomic_int once_410;
-PV_WEAK_API CUresult cuMemcpy3DAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DAsync_v2_ptsz", &once_410); }
-static atomic_int once_411;
-PV_WEAK_API CUresult cuMemcpy3DBatchAsync(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync", &once_411); }
-static atomic_int once_412;
-PV_WEAK_API CUresult cuMemcpy3DBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync_ptsz", &once_412); }
-static atomic_int once_413;
-PV_WEAK_API CUresult cuMemcpy3DBatchAsync_v2(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync_v2", &once_413); }
-static atomic_int once_414;
-PV_WEAK_API CUresult cuMemcpy3DBatchAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync_v2_ptsz", &once_414); }
-static atomic_int once_415;
-PV_WEAK_API CUresult cuMemcpy3DPeer(void) { return pv_drv_unsupported("cuMemcpy3DPeer", &once_415); }
-static atomic_int once_416;
-PV_WEAK_API CUresult cuMemcpy3DPeerAsync(void) { return pv_drv_unsupported("cuMemcpy3DPeerAsync", &once_416); }
-static atomic_int once_417;
-PV_WEAK_API CUresult cuMemcpy3DPeerAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DPeerAsync_ptsz", &once_417); }
-static atomic_int once_418;
-PV_WEAK_API CUresult cuMemcpy3DPeer_ptds(void) { return pv_drv_unsupported("cuMemcpy3DPeer_ptds", &once_418); }
-static atomic_int once_419;
-PV_WEAK_API CUresult cuMemcpy3D_v2(void) { return pv_drv_unsupported("cuMemcpy3D_v2", &once_419); }
-static atomic_int once_420;
-PV_WEAK_API CUresult cuMemcpy3D_v2_ptds(void) { return pv_drv_unsupported("cuMemcpy3D_v2_ptds", &once_420); }
-static atomic_int once_421;
-PV_WEAK_API CUresult cuMemcpyAsync(void) { return pv_drv_unsupported("cuMemcpyAsync", &once_421); }
-static atomic_int once_422;
-PV_WEAK_API CUresult cuMemcpyAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpyAsync_ptsz", &once_422); }
-static atomic_int once_423;
-PV_WEAK_API CUresult cuMemcpyAtoA(void) { return pv_drv_unsupported("cuMemcpyAtoA", &once_423); }
-static atomic_int once_424;
-PV_WEAK_API CUresult cuMemcpyAtoA_v2(void) { return pv_drv_unsupported("cuMemcpyAtoA_v2", &once_424); }
-static atomic_int once_425;
-PV_WEAK_API CUresult cuMemcpyAtoA_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyAtoA_v2_ptds", &once_425); }
-static atomic_int once_426;
-PV_WEAK_API CUresult cuMemcpyAtoD(void) { return pv_drv_unsupported("cuMemcpyAtoD", &once_426); }
-static atomic_int once_427;
-PV_WEAK_API CUresult cuMemcpyAtoD_v2(void) { return pv_drv_unsupported("cuMemcpyAtoD_v2", &once_427); }
-static atomic_int once_428;
-PV_WEAK_API CUresult cuMemcpyAtoD_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyAtoD_v2_ptds", &once_428); }
-static atomic_int once_429;
-PV_WEAK_API CUresult cuMemcpyAtoH(void) { return pv_drv_unsupported("cuMemcpyAtoH", &once_429); }
-static atomic_int once_430;
-PV_WEAK_API CUresult cuMemcpyAtoHAsync(void) { return pv_drv_unsupported("cuMemcpyAtoHAsync", &once_430); }
-static atomic_int once_431;
-PV_WEAK_API CUresult cuMemcpyAtoHAsync_v2(void) { return pv_drv_unsupported("cuMemcpyAtoHAsync_v2", &once_431); }
-static atomic_int once_432;
-PV_WEAK_API CUresult cuMemcpyAtoHAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyAtoHAsync_v2_ptsz", &once_432); }
-static atomic_int once_433;
-PV_WEAK_API CUresult cuMemcpyAtoH_v2(void) { return pv_drv_unsupported("cuMemcpyAtoH_v2", &once_433); }
-static atomic_int once_434;
-PV_WEAK_API CUresult cuMemcpyAtoH_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyAtoH_v2_ptds", &once_434); }
-static atomic_int once_435;
-PV_WEAK_API CUresult cuMemcpyBatchAsync(void) { return pv_drv_unsupported("cuMemcpyBatchAsync", &once_435); }
-static atomic_int once_436;
-PV_WEAK_API CUresult cuMemcpyBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpyBatchAsync_ptsz", &once_436); }
-static atomic_int once_437;
-PV_WEAK_API CUresult cuMemcpyBatchAsync_v2(void) { return pv_drv_unsupported("cuMemcpyBatchAsync_v2", &once_437); }
-static atomic_int once_438;
-PV_WEAK_API CUresult cuMemcpyBatchAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyBatchAsync_v2_ptsz", &once_438); }
-static atomic_int once_439;
-PV_WEAK_API CUresult cuMemcpyDtoA(void) { return pv_drv_unsupported("cuMemcpyDtoA", &once_439); }
-static atomic_int once_440;
-PV_WEAK_API CUresult cuMemcpyDtoA_v2(void) { return pv_drv_unsupported("cuMemcpyDtoA_v2", &once_440); }
-static atomic_int once_441;
-PV_WEAK_API CUresult cuMemcpyDtoA_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyDtoA_v2_ptds", &once_441); }
-static atomic_int once_442;
-PV_WEAK_API CUresult cuMemcpyDtoD(void) { return pv_drv_unsupported("cuMemcpyDtoD", &once_442); }
-static atomic_int once_443;
-PV_WEAK_API CUresult cuMemcpyDtoDAsync(void) { return pv_drv_unsupported("cuMemcpyDtoDAsync", &once_443); }
-static atomic_int once_444;
-PV_WEAK_API CUresult cuMemcpyDtoDAsync_v2(void) { return pv_drv_unsupported("cuMemcpyDtoDAsync_v2", &once_444); }
-static atomic_int once_445;
-PV_WEAK_API CUresult cuMemcpyDtoDAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyDtoDAsync_v2_ptsz", &once_445); }
-static atomic_int once_446;
-PV_WEAK_API CUresult cuMemcpyDtoD_v2(void) { return pv_drv_unsupported("cuMemcpyDtoD_v2", &once_446); }
-static atomic_int once_447;
-PV_WEAK_API CUresult cuMemcpyDtoD_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyDtoD_v2_ptds", &once_447); }
-static atomic_int once_448;
-PV_WEAK_API CUresult cuMemcpyDtoH(void) { return pv_drv_unsupported("cuMemcpyDtoH", &once_448); }
-static atomic_int once_449;
-PV_WEAK_API CUresult cuMemcpyDtoHAsync(void) { return pv_drv_unsupported("cuMemcpyDtoHAsync", &once_449); }
-static atomic_int once_450;
-PV_WEAK_API CUresult cuMemcpyDtoHAsync_v2(void) { return pv_drv_unsupported("cuMemcpyDtoHAsync_v2", &once_450); }
-static atomic_int once_451;
-PV_WEAK_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyDtoHAsync_v2_ptsz", &once_451); }
-static atomic_int once_452;
-PV_WEAK_API CUresult cuMemcpyDtoH_v2(void) { return pv_drv_unsupported("cuMemcpyDtoH_v2", &once_452); }
-static atomic_int once_453;
-PV_WEAK_API CUresult cuMemcpyDtoH_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyDtoH_v2_ptds", &once_453); }
-static atomic_int once_454;
-PV_WEAK_API CUresult cuMemcpyHtoA(void) { return pv_drv_unsupported("cuMemcpyHtoA", &once_454); }
-static atomic_int once_455;
-PV_WEAK_API CUresult cuMemcpyHtoAAsync(void) { return pv_drv_unsupported("cuMemcpyHtoAAsync", &once_455); }
-static atomic_int once_456;
-PV_WEAK_API CUresult cuMemcpyHtoAAsync_v2(void) { return pv_drv_unsupported("cuMemcpyHtoAAsync_v2", &once_456); }
-static atomic_int once_457;
-PV_WEAK_API CUresult cuMemcpyHtoAAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyHtoAAsync_v2_ptsz", &once_457); }
-static atomic_int once_458;
-PV_WEAK_API CUresult cuMemcpyHtoA_v2(void) { return pv_drv_unsupported("cuMemcpyHtoA_v2", &once_458); }
-static atomic_int once_459;
-PV_WEAK_API CUresult cuMemcpyHtoA_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyHtoA_v2_ptds", &once_459); }
-static atomic_int once_460;
-PV_WEAK_API CUresult cuMemcpyHtoD(void) { return pv_drv_unsupported("cuMemcpyHtoD", &once_460); }
-static atomic_int once_461;
-PV_WEAK_API CUresult cuMemcpyHtoDAsync(void) { return pv_drv_unsupported("cuMemcpyHtoDAsync", &once_461); }
-static atomic_int once_462;
-PV_WEAK_API CUresult cuMemcpyHtoDAsync_v2(void) { return pv_drv_unsupported("cuMemcpyHtoDAsync_v2", &once_462); }
-static atomic_int once_463;
-PV_WEAK_API CUresult cuMemcpyHtoDAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyHtoDAsync_v2_ptsz", &once_463); }
-static atomic_int once_464;
-PV_WEAK_API CUresult cuMemcpyHtoD_v2(void) { return pv_drv_unsupported("cuMemcpyHtoD_v2", &once_464); }
-static atomic_int once_465;
-PV_WEAK_API CUresult cuMemcpyHtoD_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyHtoD_v2_ptds", &once_465); }
-static atomic_int once_466;
-PV_WEAK_API CUresult cuMemcpyPeer(void) { return pv_drv_unsupported("cuMemcpyPeer", &once_466); }
-static atomic_int once_467;
-PV_WEAK_API CUresult cuMemcpyPeerAsync(void) { return pv_drv_unsupported("cuMemcpyPeerAsync", &once_467); }
-static atomic_int once_468;
-PV_WEAK_API CUresult cuMemcpyPeerAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpyPeerAsync_ptsz", &once_468); }
-static atomic_int once_469;
-PV_WEAK_API CUresult cuMemcpyPeer_ptds(void) { return pv_drv_unsupported("cuMemcpyPeer_ptds", &once_469); }
-static atomic_int once_470;
-PV_WEAK_API CUresult cuMemcpy_ptds(void) { return pv_drv_unsupported("cuMemcpy_ptds", &once_470); }
-static atomic_int once_471;
-PV_WEAK_API CUresult cuMemsetD16(void) { return pv_drv_unsupported("cuMemsetD16", &once_471); }
-static atomic_int once_472;
-PV_WEAK_API CUresult cuMemsetD16Async(void) { return pv_drv_unsupported("cuMemsetD16Async", &once_472); }
-static atomic_int once_473;
-PV_WEAK_API CUresult cuMemsetD16Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD16Async_ptsz", &once_473); }
-static atomic_int once_474;
-PV_WEAK_API CUresult cuMemsetD16_v2(void) { return pv_drv_unsupported("cuMemsetD16_v2", &once_474); }
-static atomic_int once_475;
-PV_WEAK_API CUresult cuMemsetD16_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD16_v2_ptds", &once_475); }
-static atomic_int once_476;
-PV_WEAK_API CUresult cuMemsetD2D16(void) { return pv_drv_unsupported("cuMemsetD2D16", &once_476); }
-static atomic_int once_477;
-PV_WEAK_API CUresult cuMemsetD2D16Async(void) { return pv_drv_unsupported("cuMemsetD2D16Async", &once_477); }
-static atomic_int once_478;
-PV_WEAK_API CUresult cuMemsetD2D16Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD2D16Async_ptsz", &once_478); }
-static atomic_int once_479;
-PV_WEAK_API CUresult cuMemsetD2D16_v2(void) { return pv_drv_unsupported("cuMemsetD2D16_v2", &once_479); }
-static atomic_int once_480;
-PV_WEAK_API CUresult cuMemsetD2D16_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD2D16_v2_ptds", &once_480); }
-static atomic_int once_481;
-PV_WEAK_API CUresult cuMemsetD2D32(void) { return pv_drv_unsupported("cuMemsetD2D32", &once_481); }
-static atomic_int once_482;
-PV_WEAK_API CUresult cuMemsetD2D32Async(void) { return pv_drv_unsupported("cuMemsetD2D32Async", &once_482); }
-static atomic_int once_483;
-PV_WEAK_API CUresult cuMemsetD2D32Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD2D32Async_ptsz", &once_483); }
-static atomic_int once_484;
-PV_WEAK_API CUresult cuMemsetD2D32_v2(void) { return pv_drv_unsupported("cuMemsetD2D32_v2", &once_484); }
-static atomic_int once_485;
-PV_WEAK_API CUresult cuMemsetD2D32_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD2D32_v2_ptds", &once_485); }
-static atomic_int once_486;
-PV_WEAK_API CUresult cuMemsetD2D8(void) { return pv_drv_unsupported("cuMemsetD2D8", &once_486); }
-static atomic_int once_487;
-PV_WEAK_API CUresult cuMemsetD2D8Async(void) { return pv_drv_unsupported("cuMemsetD2D8Async", &once_487); }
-static atomic_int once_488;
-PV_WEAK_API CUresult cuMemsetD2D8Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD2D8Async_ptsz", &once_488); }
-static atomic_int once_489;
-PV_WEAK_API CUresult cuMemsetD2D8_v2(void) { return pv_drv_unsupported("cuMemsetD2D8_v2", &once_489); }
-static atomic_int once_490;
-PV_WEAK_API CUresult cuMemsetD2D8_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD2D8_v2_ptds", &once_490); }
-static atomic_int once_491;
-PV_WEAK_API CUresult cuMemsetD32(void) { return pv_drv_unsupported("cuMemsetD32", &once_491); }
-static atomic_int once_492;
-PV_WEAK_API CUresult cuMemsetD32Async(void) { return pv_drv_unsupported("cuMemsetD32Async", &once_492); }
-static atomic_int once_493;
-PV_WEAK_API CUresult cuMemsetD32Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD32Async_ptsz", &once_493); }
-static atomic_int once_494;
-PV_WEAK_API CUresult cuMemsetD32_v2(void) { return pv_drv_unsupported("cuMemsetD32_v2", &once_494); }
-static atomic_int once_495;
-PV_WEAK_API CUresult cuMemsetD32_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD32_v2_ptds", &once_495); }
-static atomic_int once_496;
-PV_WEAK_API CUresult cuMemsetD8(void) { return pv_drv_unsupported("cuMemsetD8", &once_496); }
-static atomic_int once_497;
-PV_WEAK_API CUresult cuMemsetD8Async(void) { return pv_drv_unsupported("cuMemsetD8Async", &once_497); }
-static atomic_int once_498;
-PV_WEAK_API CUresult cuMemsetD8Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD8Async_ptsz", &once_498); }
-static atomic_int once_499;
-PV_WEAK_API CUresult cuMemsetD8_v2(void) { return pv_drv_unsupported("cuMemsetD8_v2", &once_499); }
-static atomic_int once_500;
-PV_WEAK_API CUresult cuMemsetD8_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD8_v2_ptds", &once_500); }
-static atomic_int once_501;
-PV_WEAK_API CUresult cuMipmappedArrayCreate(void) { return pv_drv_unsupported("cuMipmappedArrayCreate", &once_501); }
-static atomic_int once_502;
-PV_WEAK_API CUresult cuMipmappedArrayDestroy(void) { return pv_drv_unsupported("cuMipmappedArrayDestroy", &once_502); }
-static atomic_int once_503;
-PV_WEAK_API CUresult cuMipmappedArrayGetLevel(void) { return pv_drv_unsupported("cuMipmappedArrayGetLevel", &once_503); }
-static atomic_int once_504;
-PV_WEAK_API CUresult cuMipmappedArrayGetMemoryRequirements(void) { return pv_drv_unsupported("cuMipmappedArrayGetMemoryRequirements", &once_504); }
-static atomic_int once_505;
-PV_WEAK_API CUresult cuMipmappedArrayGetSparseProperties(void) { return pv_drv_unsupported("cuMipmappedArrayGetSparseProperties", &once_505); }
-static atomic_int once_506;
-PV_WEAK_API CUresult cuModuleEnumerateFunctions(void) { return pv_drv_unsupported("cuModuleEnumerateFunctions", &once_506); }
-static atomic_int once_507;
-PV_WEAK_API CUresult cuModuleGetFunction(void) { return pv_drv_unsupported("cuModuleGetFunction", &once_507); }
-static atomic_int once_508;
-PV_WEAK_API CUresult cuModuleGetFunctionCount(void) { return pv_drv_unsupported("cuModuleGetFunctionCount", &once_508); }
-static atomic_int once_509;
-PV_WEAK_API CUresult cuModuleGetGlobal(void) { return pv_drv_unsupported("cuModuleGetGlobal", &once_509); }
-static atomic_int once_510;
-PV_WEAK_API CUresult cuModuleGetGlobal_v2(void) { return pv_drv_unsupported("cuModuleGetGlobal_v2", &once_510); }
-static atomic_int once_511;
-PV_WEAK_API CUresult cuModuleGetLoadingMode(void) { return pv_drv_unsupported("cuModuleGetLoadingMode", &once_511); }
-static atomic_int once_512;
-PV_WEAK_API CUresult cuModuleGetSurfRef(void) { return pv_drv_unsupported("cuModuleGetSurfRef", &once_512); }
-static atomic_int once_513;
-PV_WEAK_API CUresult cuModuleGetTexRef(void) { return pv_drv_unsupported("cuModuleGetTexRef", &once_513); }
-static atomic_int once_514;
-PV_WEAK_API CUresult cuModuleLoad(void) { return pv_drv_unsupported("cuModuleLoad", &once_514); }
-static atomic_int once_515;
-PV_WEAK_API CUresult cuModuleLoadData(void) { return pv_drv_unsupported("cuModuleLoadData", &once_515); }
-static atomic_int once_516;
-PV_WEAK_API CUresult cuModuleLoadDataEx(void) { return pv_drv_unsupported("cuModuleLoadDataEx", &once_516); }
-static atomic_int once_517;
-PV_WEAK_API CUresult cuModuleLoadFatBinary(void) { return pv_drv_unsupported("cuModuleLoadFatBinary", &once_517); }
-static atomic_int once_518;
-PV_WEAK_API CUresult cuModuleUnload(void) { return pv_drv_unsupported("cuModuleUnload", &once_518); }
-static atomic_int once_519;
-PV_WEAK_API CUresult cuMulticastAddDevice(void) { return pv_drv_unsupported("cuMulticastAddDevice", &once_519); }
-static atomic_int once_520;
-PV_WEAK_API CUresult cuMulticastBindAddr(void) { return pv_drv_unsupported("cuMulticastBindAddr", &once_520); }
-static atomic_int once_521;
-PV_WEAK_API CUresult cuMulticastBindMem(void) { return pv_drv_unsupported("cuMulticastBindMem", &once_521); }
-static atomic_int once_522;
-PV_WEAK_API CUresult cuMulticastCreate(void) { return pv_drv_unsupported("cuMulticastCreate", &once_522); }
-static atomic_int once_523;
-PV_WEAK_API CUresult cuMulticastGetGranularity(void) { return pv_drv_unsupported("cuMulticastGetGranularity", &once_523); }
-static atomic_int once_524;
-PV_WEAK_API CUresult cuMulticastUnbind(void) { return pv_drv_unsupported("cuMulticastUnbind", &once_524); }
-static atomic_int once_525;
-PV_WEAK_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(void) { return pv_drv_unsupported("cuOccupancyAvailableDynamicSMemPerBlock", &once_525); }
-static atomic_int once_526;
-PV_WEAK_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(void) { return pv_drv_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessor", &once_526); }
-static atomic_int once_527;
-PV_WEAK_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void) { return pv_drv_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", &once_527); }
-static atomic_int once_528;
-PV_WEAK_API CUresult cuOccupancyMaxActiveClusters(void) { return pv_drv_unsupported("cuOccupancyMaxActiveClusters", &once_528); }
-static atomic_int once_529;
-PV_WEAK_API CUresult cuOccupancyMaxPotentialBlockSize(void) { return pv_drv_unsupported("cuOccupancyMaxPotentialBlockSize", &once_529); }
-static atomic_int once_530;
-PV_WEAK_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(void) { return pv_drv_unsupported("cuOccupancyMaxPotentialBlockSizeWithFlags", &once_530); }
-static atomic_int once_531;
-PV_WEAK_API CUresult cuOccupancyMaxPotentialClusterSize(void) { return pv_drv_unsupported("cuOccupancyMaxPotentialClusterSize", &once_531); }
-static atomic_int once_532;
-PV_WEAK_API CUresult cuParamSetSize(void) { return pv_drv_unsupported("cuParamSetSize", &once_532); }
-static atomic_int once_533;
-PV_WEAK_API CUresult cuParamSetTexRef(void) { return pv_drv_unsupported("cuParamSetTexRef", &once_533); }
-static atomic_int once_534;
-PV_WEAK_API CUresult cuParamSetf(void) { return pv_drv_unsupported("cuParamSetf", &once_534); }
-static atomic_int once_535;
-PV_WEAK_API CUresult cuParamSeti(void) { return pv_drv_unsupported("cuParamSeti", &once_535); }
-static atomic_int once_536;
-PV_WEAK_API CUresult cuParamSetv(void) { return pv_drv_unsupported("cuParamSetv", &once_536); }
-static atomic_int once_537;
-PV_WEAK_API CUresult cuPointerGetAttribute(void) { return pv_drv_unsupported("cuPointerGetAttribute", &once_537); }
-static atomic_int once_538;
-PV_WEAK_API CUresult cuPointerGetAttributes(void) { return pv_drv_unsupported("cuPointerGetAttributes", &once_538); }
-static atomic_int once_539;
-PV_WEAK_API CUresult cuPointerSetAttribute(void) { return pv_drv_unsupported("cuPointerSetAttribute", &once_539); }
-static atomic_int once_540;
-PV_WEAK_API CUresult cuProfilerInitialize(void) { return pv_drv_unsupported("cuProfilerInitialize", &once_540); }
-static atomic_int once_541;
-PV_WEAK_API CUresult cuProfilerStart(void) { return pv_drv_unsupported("cuProfilerStart", &once_541); }
-static atomic_int once_542;
-PV_WEAK_API CUresult cuProfilerStop(void) { return pv_drv_unsupported("cuProfilerStop", &once_542); }
-static atomic_int once_543;
-PV_WEAK_API CUresult cuSignalExternalSemaphoresAsync(void) { return pv_drv_unsupported("cuSignalExternalSemaphoresAsync", &once_543); }
-static atomic_int once_544;
-PV_WEAK_API CUresult cuSignalExternalSemaphoresAsync_ptsz(void) { return pv_drv_unsupported("cuSignalExternalSemaphoresAsync_ptsz", &once_544); }
-static atomic_int once_545;
-PV_WEAK_API CUresult cuStreamAddCallback(void) { return pv_drv_unsupported("cuStreamAddCallback", &once_545); }
-static atomic_int once_546;
-PV_WEAK_API CUresult cuStreamAddCallback_ptsz(void) { return pv_drv_unsupported("cuStreamAddCallback_ptsz", &once_546); }
-static atomic_int once_547;
-PV_WEAK_API CUresult cuStreamAttachMemAsync(void) { return pv_drv_unsupported("cuStreamAttachMemAsync", &once_547); }
-static atomic_int once_548;
-PV_WEAK_API CUresult cuStreamAttachMemAsync_ptsz(void) { return pv_drv_unsupported("cuStreamAttachMemAsync_ptsz", &once_548); }
-static atomic_int once_549;
-PV_WEAK_API CUresult cuStreamBatchMemOp(void) { return pv_drv_unsupported("cuStreamBatchMemOp", &once_549); }
-static atomic_int once_550;
-PV_WEAK_API CUresult cuStreamBatchMemOp_ptsz(void) { return pv_drv_unsupported("cuStreamBatchMemOp_ptsz", &once_550); }
-static atomic_int once_551;
-PV_WEAK_API CUresult cuStreamBatchMemOp_v2(void) { return pv_drv_unsupported("cuStreamBatchMemOp_v2", &once_551); }
-static atomic_int once_552;
-PV_WEAK_API CUresult cuStreamBatchMemOp_v2_ptsz(void) { return pv_drv_unsupported("cuStreamBatchMemOp_v2_ptsz", &once_552); }
-static atomic_int once_553;
-PV_WEAK_API CUresult cuStreamBeginCapture(void) { return pv_drv_unsupported("cuStreamBeginCapture", &once_553); }
-static atomic_int once_554;
-PV_WEAK_API CUresult cuStreamBeginCaptureToGraph(void) { return pv_drv_unsupported("cuStreamBeginCaptureToGraph", &once_554); }
-static atomic_int once_555;
-PV_WEAK_API CUresult cuStreamBeginCaptureToGraph_ptsz(void) { return pv_drv_unsupported("cuStreamBeginCaptureToGraph_ptsz", &once_555); }
-static atomic_int once_556;
-PV_WEAK_API CUresult cuStreamBeginCapture_ptsz(void) { return pv_drv_unsupported("cuStreamBeginCapture_ptsz", &once_556); }
-static atomic_int once_557;
-PV_WEAK_API CUresult cuStreamBeginCapture_v2(void) { return pv_drv_unsupported("cuStreamBeginCapture_v2", &once_557); }
-static atomic_int once_558;
-PV_WEAK_API CUresult cuStreamBeginCapture_v2_ptsz(void) { return pv_drv_unsupported("cuStreamBeginCapture_v2_ptsz", &once_558); }
-static atomic_int once_559;
-PV_WEAK_API CUresult cuStreamCopyAttributes(void) { return pv_drv_unsupported("cuStreamCopyAttributes", &once_559); }
-static atomic_int once_560;
-PV_WEAK_API CUresult cuStreamCopyAttributes_ptsz(void) { return pv_drv_unsupported("cuStreamCopyAttributes_ptsz", &once_560); }
-static atomic_int once_561;
-PV_WEAK_API CUresult cuStreamCreate(void) { return pv_drv_unsupported("cuStreamCreate", &once_561); }
-static atomic_int once_562;
-PV_WEAK_API CUresult cuStreamCreateWithPriority(void) { return pv_drv_unsupported("cuStreamCreateWithPriority", &once_562); }
-static atomic_int once_563;
-PV_WEAK_API CUresult cuStreamDestroy(void) { return pv_drv_unsupported("cuStreamDestroy", &once_563); }
-static atomic_int once_564;
-PV_WEAK_API CUresult cuStreamDestroy_v2(void) { return pv_drv_unsupported("cuStreamDestroy_v2", &once_564); }
-static atomic_int once_565;
-PV_WEAK_API CUresult cuStreamEndCapture(void) { return pv_drv_unsupported("cuStreamEndCapture", &once_565); }
-static atomic_int once_566;
-PV_WEAK_API CUresult cuStreamEndCapture_ptsz(void) { return pv_drv_unsupported("cuStreamEndCapture_ptsz", &once_566); }
-static atomic_int once_567;
-PV_WEAK_API CUresult cuStreamGetAttribute(void) { return pv_drv_unsupported("cuStreamGetAttribute", &once_567); }
-static atomic_int once_568;
-PV_WEAK_API CUresult cuStreamGetAttribute_ptsz(void) { return pv_drv_unsupported("cuStreamGetAttribute_ptsz", &once_568); }
-static atomic_int once_569;
-PV_WEAK_API CUresult cuStreamGetCaptureInfo(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo", &once_569); }
-static atomic_int once_570;
-PV_WEAK_API CUresult cuStreamGetCaptureInfo_ptsz(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_ptsz", &once_570); }
-static atomic_int once_571;
-PV_WEAK_API CUresult cuStreamGetCaptureInfo_v2(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v2", &once_571); }
-static atomic_int once_572;
-PV_WEAK_API CUresult cuStreamGetCaptureInfo_v2_ptsz(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v2_ptsz", &once_572); }
-static atomic_int once_573;
-PV_WEAK_API CUresult cuStreamGetCaptureInfo_v3(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v3", &once_573); }
-static atomic_int once_574;
-PV_WEAK_API CUresult cuStreamGetCaptureInfo_v3_ptsz(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v3_ptsz", &once_574); }
-static atomic_int once_575;
-PV_WEAK_API CUresult cuStreamGetCtx(void) { return pv_drv_unsupported("cuStreamGetCtx", &once_575); }
-static atomic_int once_576;
-PV_WEAK_API CUresult cuStreamGetCtx_ptsz(void) { return pv_drv_unsupported("cuStreamGetCtx_ptsz", &once_576); }
-static atomic_int once_577;
-PV_WEAK_API CUresult cuStreamGetCtx_v2(void) { return pv_drv_unsupported("cuStreamGetCtx_v2", &once_577); }
-static atomic_int once_578;
-PV_WEAK_API CUresult cuStreamGetCtx_v2_ptsz(void) { return pv_drv_unsupported("cuStreamGetCtx_v2_ptsz", &once_578); }
-static atomic_int once_579;
-PV_WEAK_API CUresult cuStreamGetDevice(void) { return pv_drv_unsupported("cuStreamGetDevice", &once_579); }
-static atomic_int once_580;
-PV_WEAK_API CUresult cuStreamGetDevice_ptsz(void) { return pv_drv_unsupported("cuStreamGetDevice_ptsz", &once_580); }
-static atomic_int once_581;
-PV_WEAK_API CUresult cuStreamGetFlags(void) { return pv_drv_unsupported("cuStreamGetFlags", &once_581); }
-static atomic_int once_582;
-PV_WEAK_API CUresult cuStreamGetFlags_ptsz(void) { return pv_drv_unsupported("cuStreamGetFlags_ptsz", &once_582); }
-static atomic_int once_583;
-PV_WEAK_API CUresult cuStreamGetGreenCtx(void) { return pv_drv_unsupported("cuStreamGetGreenCtx", &once_583); }
-static atomic_int once_584;
-PV_WEAK_API CUresult cuStreamGetId(void) { return pv_drv_unsupported("cuStreamGetId", &once_584); }
-static atomic_int once_585;
-PV_WEAK_API CUresult cuStreamGetId_ptsz(void) { return pv_drv_unsupported("cuStreamGetId_ptsz", &once_585); }
-static atomic_int once_586;
-PV_WEAK_API CUresult cuStreamGetPriority(void) { return pv_drv_unsupported("cuStreamGetPriority", &once_586); }
-static atomic_int once_587;
-PV_WEAK_API CUresult cuStreamGetPriority_ptsz(void) { return pv_drv_unsupported("cuStreamGetPriority_ptsz", &once_587); }
-static atomic_int once_588;
-PV_WEAK_API CUresult cuStreamIsCapturing(void) { return pv_drv_unsupported("cuStreamIsCapturing", &once_588); }
-static atomic_int once_589;
-PV_WEAK_API CUresult cuStreamIsCapturing_ptsz(void) { return pv_drv_unsupported("cuStreamIsCapturing_ptsz", &once_589); }
-static atomic_int once_590;
-PV_WEAK_API CUresult cuStreamQuery(void) { return pv_drv_unsupported("cuStreamQuery", &once_590); }
-static atomic_int once_591;
-PV_WEAK_API CUresult cuStreamQuery_ptsz(void) { return pv_drv_unsupported("cuStreamQuery_ptsz", &once_591); }
-static atomic_int once_592;
-PV_WEAK_API CUresult cuStreamSetAttribute(void) { return pv_drv_unsupported("cuStreamSetAttribute", &once_592); }
-static atomic_int once_593;
-PV_WEAK_API CUresult cuStreamSetAttribute_ptsz(void) { return pv_drv_unsupported("cuStreamSetAttribute_ptsz", &once_593); }
-static atomic_int once_594;
-PV_WEAK_API CUresult cuStreamSynchronize(void) { return pv_drv_unsupported("cuStreamSynchronize", &once_594); }
-static atomic_int once_595;
-PV_WEAK_API CUresult cuStreamSynchronize_ptsz(void) { return pv_drv_unsupported("cuStreamSynchronize_ptsz", &once_595); }
-static atomic_int once_596;
-PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies", &once_596); }
-static atomic_int once_597;
-PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies_ptsz(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies_ptsz", &once_597); }
-static atomic_int once_598;
-PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies_v2(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies_v2", &once_598); }
-static atomic_int once_599;
-PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies_v2_ptsz", &once_599); }
-static atomic_int once_600;
-PV_WEAK_API CUresult cuStreamWaitEvent(void) { return pv_drv_unsupported("cuStreamWaitEvent", &once_600); }
-static atomic_int once_601;
-PV_WEAK_API CUresult cuStreamWaitEvent_ptsz(void) { return pv_drv_unsupported("cuStreamWaitEvent_ptsz", &once_601); }
-static atomic_int once_602;
-PV_WEAK_API CUresult cuStreamWaitValue32(void) { return pv_drv_unsupported("cuStreamWaitValue32", &once_602); }
-static atomic_int once_603;
-PV_WEAK_API CUresult cuStreamWaitValue32_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue32_ptsz", &once_603); }
-static atomic_int once_604;
-PV_WEAK_API CUresult cuStreamWaitValue32_v2(void) { return pv_drv_unsupported("cuStreamWaitValue32_v2", &once_604); }
-static atomic_int once_605;
-PV_WEAK_API CUresult cuStreamWaitValue32_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue32_v2_ptsz", &once_605); }
-static atomic_int once_606;
-PV_WEAK_API CUresult cuStreamWaitValue64(void) { return pv_drv_unsupported("cuStreamWaitValue64", &once_606); }
-static atomic_int once_607;
-PV_WEAK_API CUresult cuStreamWaitValue64_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue64_ptsz", &once_607); }
-static atomic_int once_608;
-PV_WEAK_API CUresult cuStreamWaitValue64_v2(void) { return pv_drv_unsupported("cuStreamWaitValue64_v2", &once_608); }
-static atomic_int once_609;
-PV_WEAK_API CUresult cuStreamWaitValue64_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue64_v2_ptsz", &once_609); }
-static atomic_int once_610;
-PV_WEAK_API CUresult cuStreamWriteValue32(void) { return pv_drv_unsupported("cuStreamWriteValue32", &once_610); }
-static atomic_int once_611;
-PV_WEAK_API CUresult cuStreamWriteValue32_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue32_ptsz", &once_611); }
-static atomic_int once_612;
-PV_WEAK_API CUresult cuStreamWriteValue32_v2(void) { return pv_drv_unsupported("cuStreamWriteValue32_v2", &once_612); }
-static atomic_int once_613;
-PV_WEAK_API CUresult cuStreamWriteValue32_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue32_v2_ptsz", &once_613); }
-static atomic_int once_614;
-PV_WEAK_API CUresult cuStreamWriteValue64(void) { return pv_drv_unsupported("cuStreamWriteValue64", &once_614); }
-static atomic_int once_615;
-PV_WEAK_API CUresult cuStreamWriteValue64_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue64_ptsz", &once_615); }
-static atomic_int once_616;
-PV_WEAK_API CUresult cuStreamWriteValue64_v2(void) { return pv_drv_unsupported("cuStreamWriteValue64_v2", &once_616); }
-static atomic_int once_617;
-PV_WEAK_API CUresult cuStreamWriteValue64_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue64_v2_ptsz", &once_617); }
-static atomic_int once_618;
-PV_WEAK_API CUresult cuSurfObjectCreate(void) { return pv_drv_unsupported("cuSurfObjectCreate", &once_618); }
-static atomic_int once_619;
-PV_WEAK_API CUresult cuSurfObjectDestroy(void) { return pv_drv_unsupported("cuSurfObjectDestroy", &once_619); }
-static atomic_int once_620;
-PV_WEAK_API CUresult cuSurfObjectGetResourceDesc(void) { return pv_drv_unsupported("cuSurfObjectGetResourceDesc", &once_620); }
-static atomic_int once_621;
-PV_WEAK_API CUresult cuSurfRefGetArray(void) { return pv_drv_unsupported("cuSurfRefGetArray", &once_621); }
-static atomic_int once_622;
-PV_WEAK_API CUresult cuSurfRefSetArray(void) { return pv_drv_unsupported("cuSurfRefSetArray", &once_622); }
-static atomic_int once_623;
-PV_WEAK_API CUresult cuTensorMapEncodeIm2col(void) { return pv_drv_unsupported("cuTensorMapEncodeIm2col", &once_623); }
-static atomic_int once_624;
-PV_WEAK_API CUresult cuTensorMapEncodeIm2colWide(void) { return pv_drv_unsupported("cuTensorMapEncodeIm2colWide", &once_624); }
-static atomic_int once_625;
-PV_WEAK_API CUresult cuTensorMapEncodeTiled(void) { return pv_drv_unsupported("cuTensorMapEncodeTiled", &once_625); }
-static atomic_int once_626;
-PV_WEAK_API CUresult cuTensorMapReplaceAddress(void) { return pv_drv_unsupported("cuTensorMapReplaceAddress", &once_626); }
-static atomic_int once_627;
-PV_WEAK_API CUresult cuTexObjectCreate(void) { return pv_drv_unsupported("cuTexObjectCreate", &once_627); }
-static atomic_int once_628;
-PV_WEAK_API CUresult cuTexObjectDestroy(void) { return pv_drv_unsupported("cuTexObjectDestroy", &once_628); }
-static atomic_int once_629;
-PV_WEAK_API CUresult cuTexObjectGetResourceDesc(void) { return pv_drv_unsupported("cuTexObjectGetResourceDesc", &once_629); }
-static atomic_int once_630;
-PV_WEAK_API CUresult cuTexObjectGetResourceViewDesc(void) { return pv_drv_unsupported("cuTexObjectGetResourceViewDesc", &once_630); }
-static atomic_int once_631;
-PV_WEAK_API CUresult cuTexObjectGetTextureDesc(void) { return pv_drv_unsupported("cuTexObjectGetTextureDesc", &once_631); }
-static atomic_int once_632;
-PV_WEAK_API CUresult cuTexRefCreate(void) { return pv_drv_unsupported("cuTexRefCreate", &once_632); }
-static atomic_int once_633;
-PV_WEAK_API CUresult cuTexRefDestroy(void) { return pv_drv_unsupported("cuTexRefDestroy", &once_633); }
-static atomic_int once_634;
-PV_WEAK_API CUresult cuTexRefGetAddress(void) { return pv_drv_unsupported("cuTexRefGetAddress", &once_634); }
-static atomic_int once_635;
-PV_WEAK_API CUresult cuTexRefGetAddressMode(void) { return pv_drv_unsupported("cuTexRefGetAddressMode", &once_635); }
-static atomic_int once_636;
-PV_WEAK_API CUresult cuTexRefGetAddress_v2(void) { return pv_drv_unsupported("cuTexRefGetAddress_v2", &once_636); }
-static atomic_int once_637;
-PV_WEAK_API CUresult cuTexRefGetArray(void) { return pv_drv_unsupported("cuTexRefGetArray", &once_637); }
-static atomic_int once_638;
-PV_WEAK_API CUresult cuTexRefGetBorderColor(void) { return pv_drv_unsupported("cuTexRefGetBorderColor", &once_638); }
-static atomic_int once_639;
-PV_WEAK_API CUresult cuTexRefGetFilterMode(void) { return pv_drv_unsupported("cuTexRefGetFilterMode", &once_639); }
-static atomic_int once_640;
-PV_WEAK_API CUresult cuTexRefGetFlags(void) { return pv_drv_unsupported("cuTexRefGetFlags", &once_640); }
-static atomic_int once_641;
-PV_WEAK_API CUresult cuTexRefGetFormat(void) { return pv_drv_unsupported("cuTexRefGetFormat", &once_641); }
-static atomic_int once_642;
-PV_WEAK_API CUresult cuTexRefGetMaxAnisotropy(void) { return pv_drv_unsupported("cuTexRefGetMaxAnisotropy", &once_642); }
-static atomic_int once_643;
-PV_WEAK_API CUresult cuTexRefGetMipmapFilterMode(void) { return pv_drv_unsupported("cuTexRefGetMipmapFilterMode", &once_643); }
-static atomic_int once_644;
-PV_WEAK_API CUresult cuTexRefGetMipmapLevelBias(void) { return pv_drv_unsupported("cuTexRefGetMipmapLevelBias", &once_644); }
-static atomic_int once_645;
-PV_WEAK_API CUresult cuTexRefGetMipmapLevelClamp(void) { return pv_drv_unsupported("cuTexRefGetMipmapLevelClamp", &once_645); }
-static atomic_int once_646;
-PV_WEAK_API CUresult cuTexRefGetMipmappedArray(void) { return pv_drv_unsupported("cuTexRefGetMipmappedArray", &once_646); }
-static atomic_int once_647;
-PV_WEAK_API CUresult cuTexRefSetAddress(void) { return pv_drv_unsupported("cuTexRefSetAddress", &once_647); }
-static atomic_int once_648;
-PV_WEAK_API CUresult cuTexRefSetAddress2D(void) { return pv_drv_unsupported("cuTexRefSetAddress2D", &once_648); }
-static atomic_int once_649;
-PV_WEAK_API CUresult cuTexRefSetAddress2D_v2(void) { return pv_drv_unsupported("cuTexRefSetAddress2D_v2", &once_649); }
-static atomic_int once_650;
-PV_WEAK_API CUresult cuTexRefSetAddress2D_v3(void) { return pv_drv_unsupported("cuTexRefSetAddress2D_v3", &once_650); }
-static atomic_int once_651;
-PV_WEAK_API CUresult cuTexRefSetAddressMode(void) { return pv_drv_unsupported("cuTexRefSetAddressMode", &once_651); }
-static atomic_int once_652;
-PV_WEAK_API CUresult cuTexRefSetAddress_v2(void) { return pv_drv_unsupported("cuTexRefSetAddress_v2", &once_652); }
-static atomic_int once_653;
-PV_WEAK_API CUresult cuTexRefSetArray(void) { return pv_drv_unsupported("cuTexRefSetArray", &once_653); }
-static atomic_int once_654;
-PV_WEAK_API CUresult cuTexRefSetBorderColor(void) { return pv_drv_unsupported("cuTexRefSetBorderColor", &once_654); }
-static atomic_int once_655;
-PV_WEAK_API CUresult cuTexRefSetFilterMode(void) { return pv_drv_unsupported("cuTexRefSetFilterMode", &once_655); }
-static atomic_int once_656;
-PV_WEAK_API CUresult cuTexRefSetFlags(void) { return pv_drv_unsupported("cuTexRefSetFlags", &once_656); }
-static atomic_int once_657;
-PV_WEAK_API CUresult cuTexRefSetFormat(void) { return pv_drv_unsupported("cuTexRefSetFormat", &once_657); }
-static atomic_int once_658;
-PV_WEAK_API CUresult cuTexRefSetMaxAnisotropy(void) { return pv_drv_unsupported("cuTexRefSetMaxAnisotropy", &once_658); }
-static atomic_int once_659;
-PV_WEAK_API CUresult cuTexRefSetMipmapFilterMode(void) { return pv_drv_unsupported("cuTexRefSetMipmapFilterMode", &once_659); }
-static atomic_int once_660;
-PV_WEAK_API CUresult cuTexRefSetMipmapLevelBias(void) { return pv_drv_unsupported("cuTexRefSetMipmapLevelBias", &once_660); }
-static atomic_int once_661;
-PV_WEAK_API CUresult cuTexRefSetMipmapLevelClamp(void) { return pv_drv_unsupported("cuTexRefSetMipmapLevelClamp", &once_661); }
-static atomic_int once_662;
-PV_WEAK_API CUresult cuTexRefSetMipmappedArray(void) { return pv_drv_unsupported("cuTexRefSetMipmappedArray", &once_662); }
-static atomic_int once_663;
-PV_WEAK_API CUresult cuThreadExchangeStreamCaptureMode(void) { return pv_drv_unsupported("cuThreadExchangeStreamCaptureMode", &once_663); }
-static atomic_int once_664;
-PV_WEAK_API CUresult cuUserObjectCreate(void) { return pv_drv_unsupported("cuUserObjectCreate", &once_664); }
-static atomic_int once_665;
-PV_WEAK_API CUresult cuUserObjectRelease(void) { return pv_drv_unsupported("cuUserObjectRelease", &once_665); }
-static atomic_int once_666;
-PV_WEAK_API CUresult cuUserObjectRetain(void) { return pv_drv_unsupported("cuUserObjectRetain", &once_666); }
-static atomic_int once_667;
-PV_WEAK_API CUresult cuVDPAUCtxCreate(void) { return pv_drv_unsupported("cuVDPAUCtxCreate", &once_667); }
-static atomic_int once_668;
-PV_WEAK_API CUresult cuVDPAUCtxCreate_v2(void) { return pv_drv_unsupported("cuVDPAUCtxCreate_v2", &once_668); }
-static atomic_int once_669;
-PV_WEAK_API CUresult cuVDPAUGetDevice(void) { return pv_drv_unsupported("cuVDPAUGetDevice", &once_669); }
-static atomic_int once_670;
-PV_WEAK_API CUresult cuWaitExternalSemaphoresAsync(void) { return pv_drv_unsupported("cuWaitExternalSemaphoresAsync", &once_670); }
-static atomic_int once_671;
-PV_WEAK_API CUresult cuWaitExternalSemaphoresAsync_ptsz(void) { return pv_drv_unsupported("cuWaitExternalSemaphoresAsync_ptsz", &once_671); }
+static atomic_int once_cuArray3DCreate;
+PV_WEAK_API CUresult cuArray3DCreate(void) { return pv_drv_unsupported("cuArray3DCreate", &once_cuArray3DCreate); }
+static atomic_int once_cuArray3DCreate_v2;
+PV_WEAK_API CUresult cuArray3DCreate_v2(void) { return pv_drv_unsupported("cuArray3DCreate_v2", &once_cuArray3DCreate_v2); }
+static atomic_int once_cuArray3DGetDescriptor;
+PV_WEAK_API CUresult cuArray3DGetDescriptor(void) { return pv_drv_unsupported("cuArray3DGetDescriptor", &once_cuArray3DGetDescriptor); }
+static atomic_int once_cuArray3DGetDescriptor_v2;
+PV_WEAK_API CUresult cuArray3DGetDescriptor_v2(void) { return pv_drv_unsupported("cuArray3DGetDescriptor_v2", &once_cuArray3DGetDescriptor_v2); }
+static atomic_int once_cuArrayCreate;
+PV_WEAK_API CUresult cuArrayCreate(void) { return pv_drv_unsupported("cuArrayCreate", &once_cuArrayCreate); }
+static atomic_int once_cuArrayCreate_v2;
+PV_WEAK_API CUresult cuArrayCreate_v2(void) { return pv_drv_unsupported("cuArrayCreate_v2", &once_cuArrayCreate_v2); }
+static atomic_int once_cuArrayDestroy;
+PV_WEAK_API CUresult cuArrayDestroy(void) { return pv_drv_unsupported("cuArrayDestroy", &once_cuArrayDestroy); }
+static atomic_int once_cuArrayGetDescriptor;
+PV_WEAK_API CUresult cuArrayGetDescriptor(void) { return pv_drv_unsupported("cuArrayGetDescriptor", &once_cuArrayGetDescriptor); }
+static atomic_int once_cuArrayGetDescriptor_v2;
+PV_WEAK_API CUresult cuArrayGetDescriptor_v2(void) { return pv_drv_unsupported("cuArrayGetDescriptor_v2", &once_cuArrayGetDescriptor_v2); }
+static atomic_int once_cuArrayGetMemoryRequirements;
+PV_WEAK_API CUresult cuArrayGetMemoryRequirements(void) { return pv_drv_unsupported("cuArrayGetMemoryRequirements", &once_cuArrayGetMemoryRequirements); }
+static atomic_int once_cuArrayGetPlane;
+PV_WEAK_API CUresult cuArrayGetPlane(void) { return pv_drv_unsupported("cuArrayGetPlane", &once_cuArrayGetPlane); }
+static atomic_int once_cuArrayGetSparseProperties;
+PV_WEAK_API CUresult cuArrayGetSparseProperties(void) { return pv_drv_unsupported("cuArrayGetSparseProperties", &once_cuArrayGetSparseProperties); }
+static atomic_int once_cuCheckpointProcessCheckpoint;
+PV_WEAK_API CUresult cuCheckpointProcessCheckpoint(void) { return pv_drv_unsupported("cuCheckpointProcessCheckpoint", &once_cuCheckpointProcessCheckpoint); }
+static atomic_int once_cuCheckpointProcessGetRestoreThreadId;
+PV_WEAK_API CUresult cuCheckpointProcessGetRestoreThreadId(void) { return pv_drv_unsupported("cuCheckpointProcessGetRestoreThreadId", &once_cuCheckpointProcessGetRestoreThreadId); }
+static atomic_int once_cuCheckpointProcessGetState;
+PV_WEAK_API CUresult cuCheckpointProcessGetState(void) { return pv_drv_unsupported("cuCheckpointProcessGetState", &once_cuCheckpointProcessGetState); }
+static atomic_int once_cuCheckpointProcessLock;
+PV_WEAK_API CUresult cuCheckpointProcessLock(void) { return pv_drv_unsupported("cuCheckpointProcessLock", &once_cuCheckpointProcessLock); }
+static atomic_int once_cuCheckpointProcessRestore;
+PV_WEAK_API CUresult cuCheckpointProcessRestore(void) { return pv_drv_unsupported("cuCheckpointProcessRestore", &once_cuCheckpointProcessRestore); }
+static atomic_int once_cuCheckpointProcessUnlock;
+PV_WEAK_API CUresult cuCheckpointProcessUnlock(void) { return pv_drv_unsupported("cuCheckpointProcessUnlock", &once_cuCheckpointProcessUnlock); }
+static atomic_int once_cuCoredumpGetAttribute;
+PV_WEAK_API CUresult cuCoredumpGetAttribute(void) { return pv_drv_unsupported("cuCoredumpGetAttribute", &once_cuCoredumpGetAttribute); }
+static atomic_int once_cuCoredumpGetAttributeGlobal;
+PV_WEAK_API CUresult cuCoredumpGetAttributeGlobal(void) { return pv_drv_unsupported("cuCoredumpGetAttributeGlobal", &once_cuCoredumpGetAttributeGlobal); }
+static atomic_int once_cuCoredumpSetAttribute;
+PV_WEAK_API CUresult cuCoredumpSetAttribute(void) { return pv_drv_unsupported("cuCoredumpSetAttribute", &once_cuCoredumpSetAttribute); }
+static atomic_int once_cuCoredumpSetAttributeGlobal;
+PV_WEAK_API CUresult cuCoredumpSetAttributeGlobal(void) { return pv_drv_unsupported("cuCoredumpSetAttributeGlobal", &once_cuCoredumpSetAttributeGlobal); }
+static atomic_int once_cuCtxAttach;
+PV_WEAK_API CUresult cuCtxAttach(void) { return pv_drv_unsupported("cuCtxAttach", &once_cuCtxAttach); }
+static atomic_int once_cuCtxCreate;
+PV_WEAK_API CUresult cuCtxCreate(void) { return pv_drv_unsupported("cuCtxCreate", &once_cuCtxCreate); }
+static atomic_int once_cuCtxCreate_v2;
+PV_WEAK_API CUresult cuCtxCreate_v2(void) { return pv_drv_unsupported("cuCtxCreate_v2", &once_cuCtxCreate_v2); }
+static atomic_int once_cuCtxCreate_v3;
+PV_WEAK_API CUresult cuCtxCreate_v3(void) { return pv_drv_unsupported("cuCtxCreate_v3", &once_cuCtxCreate_v3); }
+static atomic_int once_cuCtxCreate_v4;
+PV_WEAK_API CUresult cuCtxCreate_v4(void) { return pv_drv_unsupported("cuCtxCreate_v4", &once_cuCtxCreate_v4); }
+static atomic_int once_cuCtxDestroy;
+PV_WEAK_API CUresult cuCtxDestroy(void) { return pv_drv_unsupported("cuCtxDestroy", &once_cuCtxDestroy); }
+static atomic_int once_cuCtxDestroy_v2;
+PV_WEAK_API CUresult cuCtxDestroy_v2(void) { return pv_drv_unsupported("cuCtxDestroy_v2", &once_cuCtxDestroy_v2); }
+static atomic_int once_cuCtxDetach;
+PV_WEAK_API CUresult cuCtxDetach(void) { return pv_drv_unsupported("cuCtxDetach", &once_cuCtxDetach); }
+static atomic_int once_cuCtxDisablePeerAccess;
+PV_WEAK_API CUresult cuCtxDisablePeerAccess(void) { return pv_drv_unsupported("cuCtxDisablePeerAccess", &once_cuCtxDisablePeerAccess); }
+static atomic_int once_cuCtxEnablePeerAccess;
+PV_WEAK_API CUresult cuCtxEnablePeerAccess(void) { return pv_drv_unsupported("cuCtxEnablePeerAccess", &once_cuCtxEnablePeerAccess); }
+static atomic_int once_cuCtxFromGreenCtx;
+PV_WEAK_API CUresult cuCtxFromGreenCtx(void) { return pv_drv_unsupported("cuCtxFromGreenCtx", &once_cuCtxFromGreenCtx); }
+static atomic_int once_cuCtxGetApiVersion;
+PV_WEAK_API CUresult cuCtxGetApiVersion(void) { return pv_drv_unsupported("cuCtxGetApiVersion", &once_cuCtxGetApiVersion); }
+static atomic_int once_cuCtxGetCacheConfig;
+PV_WEAK_API CUresult cuCtxGetCacheConfig(void) { return pv_drv_unsupported("cuCtxGetCacheConfig", &once_cuCtxGetCacheConfig); }
+static atomic_int once_cuCtxGetCurrent;
+PV_WEAK_API CUresult cuCtxGetCurrent(void) { return pv_drv_unsupported("cuCtxGetCurrent", &once_cuCtxGetCurrent); }
+static atomic_int once_cuCtxGetDevResource;
+PV_WEAK_API CUresult cuCtxGetDevResource(void) { return pv_drv_unsupported("cuCtxGetDevResource", &once_cuCtxGetDevResource); }
+static atomic_int once_cuCtxGetDevice;
+PV_WEAK_API CUresult cuCtxGetDevice(void) { return pv_drv_unsupported("cuCtxGetDevice", &once_cuCtxGetDevice); }
+static atomic_int once_cuCtxGetDevice_v2;
+PV_WEAK_API CUresult cuCtxGetDevice_v2(void) { return pv_drv_unsupported("cuCtxGetDevice_v2", &once_cuCtxGetDevice_v2); }
+static atomic_int once_cuCtxGetExecAffinity;
+PV_WEAK_API CUresult cuCtxGetExecAffinity(void) { return pv_drv_unsupported("cuCtxGetExecAffinity", &once_cuCtxGetExecAffinity); }
+static atomic_int once_cuCtxGetFlags;
+PV_WEAK_API CUresult cuCtxGetFlags(void) { return pv_drv_unsupported("cuCtxGetFlags", &once_cuCtxGetFlags); }
+static atomic_int once_cuCtxGetId;
+PV_WEAK_API CUresult cuCtxGetId(void) { return pv_drv_unsupported("cuCtxGetId", &once_cuCtxGetId); }
+static atomic_int once_cuCtxGetLimit;
+PV_WEAK_API CUresult cuCtxGetLimit(void) { return pv_drv_unsupported("cuCtxGetLimit", &once_cuCtxGetLimit); }
+static atomic_int once_cuCtxGetSharedMemConfig;
+PV_WEAK_API CUresult cuCtxGetSharedMemConfig(void) { return pv_drv_unsupported("cuCtxGetSharedMemConfig", &once_cuCtxGetSharedMemConfig); }
+static atomic_int once_cuCtxGetStreamPriorityRange;
+PV_WEAK_API CUresult cuCtxGetStreamPriorityRange(void) { return pv_drv_unsupported("cuCtxGetStreamPriorityRange", &once_cuCtxGetStreamPriorityRange); }
+static atomic_int once_cuCtxPopCurrent;
+PV_WEAK_API CUresult cuCtxPopCurrent(void) { return pv_drv_unsupported("cuCtxPopCurrent", &once_cuCtxPopCurrent); }
+static atomic_int once_cuCtxPopCurrent_v2;
+PV_WEAK_API CUresult cuCtxPopCurrent_v2(void) { return pv_drv_unsupported("cuCtxPopCurrent_v2", &once_cuCtxPopCurrent_v2); }
+static atomic_int once_cuCtxPushCurrent;
+PV_WEAK_API CUresult cuCtxPushCurrent(void) { return pv_drv_unsupported("cuCtxPushCurrent", &once_cuCtxPushCurrent); }
+static atomic_int once_cuCtxPushCurrent_v2;
+PV_WEAK_API CUresult cuCtxPushCurrent_v2(void) { return pv_drv_unsupported("cuCtxPushCurrent_v2", &once_cuCtxPushCurrent_v2); }
+static atomic_int once_cuCtxRecordEvent;
+PV_WEAK_API CUresult cuCtxRecordEvent(void) { return pv_drv_unsupported("cuCtxRecordEvent", &once_cuCtxRecordEvent); }
+static atomic_int once_cuCtxResetPersistingL2Cache;
+PV_WEAK_API CUresult cuCtxResetPersistingL2Cache(void) { return pv_drv_unsupported("cuCtxResetPersistingL2Cache", &once_cuCtxResetPersistingL2Cache); }
+static atomic_int once_cuCtxSetCacheConfig;
+PV_WEAK_API CUresult cuCtxSetCacheConfig(void) { return pv_drv_unsupported("cuCtxSetCacheConfig", &once_cuCtxSetCacheConfig); }
+static atomic_int once_cuCtxSetCurrent;
+PV_WEAK_API CUresult cuCtxSetCurrent(void) { return pv_drv_unsupported("cuCtxSetCurrent", &once_cuCtxSetCurrent); }
+static atomic_int once_cuCtxSetFlags;
+PV_WEAK_API CUresult cuCtxSetFlags(void) { return pv_drv_unsupported("cuCtxSetFlags", &once_cuCtxSetFlags); }
+static atomic_int once_cuCtxSetLimit;
+PV_WEAK_API CUresult cuCtxSetLimit(void) { return pv_drv_unsupported("cuCtxSetLimit", &once_cuCtxSetLimit); }
+static atomic_int once_cuCtxSetSharedMemConfig;
+PV_WEAK_API CUresult cuCtxSetSharedMemConfig(void) { return pv_drv_unsupported("cuCtxSetSharedMemConfig", &once_cuCtxSetSharedMemConfig); }
+static atomic_int once_cuCtxSynchronize;
+PV_WEAK_API CUresult cuCtxSynchronize(void) { return pv_drv_unsupported("cuCtxSynchronize", &once_cuCtxSynchronize); }
+static atomic_int once_cuCtxSynchronize_v2;
+PV_WEAK_API CUresult cuCtxSynchronize_v2(void) { return pv_drv_unsupported("cuCtxSynchronize_v2", &once_cuCtxSynchronize_v2); }
+static atomic_int once_cuCtxWaitEvent;
+PV_WEAK_API CUresult cuCtxWaitEvent(void) { return pv_drv_unsupported("cuCtxWaitEvent", &once_cuCtxWaitEvent); }
+static atomic_int once_cuDestroyExternalMemory;
+PV_WEAK_API CUresult cuDestroyExternalMemory(void) { return pv_drv_unsupported("cuDestroyExternalMemory", &once_cuDestroyExternalMemory); }
+static atomic_int once_cuDestroyExternalSemaphore;
+PV_WEAK_API CUresult cuDestroyExternalSemaphore(void) { return pv_drv_unsupported("cuDestroyExternalSemaphore", &once_cuDestroyExternalSemaphore); }
+static atomic_int once_cuDevResourceGenerateDesc;
+PV_WEAK_API CUresult cuDevResourceGenerateDesc(void) { return pv_drv_unsupported("cuDevResourceGenerateDesc", &once_cuDevResourceGenerateDesc); }
+static atomic_int once_cuDevSmResourceSplitByCount;
+PV_WEAK_API CUresult cuDevSmResourceSplitByCount(void) { return pv_drv_unsupported("cuDevSmResourceSplitByCount", &once_cuDevSmResourceSplitByCount); }
+static atomic_int once_cuDeviceCanAccessPeer;
+PV_WEAK_API CUresult cuDeviceCanAccessPeer(void) { return pv_drv_unsupported("cuDeviceCanAccessPeer", &once_cuDeviceCanAccessPeer); }
+static atomic_int once_cuDeviceComputeCapability;
+PV_WEAK_API CUresult cuDeviceComputeCapability(void) { return pv_drv_unsupported("cuDeviceComputeCapability", &once_cuDeviceComputeCapability); }
+static atomic_int once_cuDeviceGet;
+PV_WEAK_API CUresult cuDeviceGet(void) { return pv_drv_unsupported("cuDeviceGet", &once_cuDeviceGet); }
+static atomic_int once_cuDeviceGetAttribute;
+PV_WEAK_API CUresult cuDeviceGetAttribute(void) { return pv_drv_unsupported("cuDeviceGetAttribute", &once_cuDeviceGetAttribute); }
+static atomic_int once_cuDeviceGetByPCIBusId;
+PV_WEAK_API CUresult cuDeviceGetByPCIBusId(void) { return pv_drv_unsupported("cuDeviceGetByPCIBusId", &once_cuDeviceGetByPCIBusId); }
+static atomic_int once_cuDeviceGetCount;
+PV_WEAK_API CUresult cuDeviceGetCount(void) { return pv_drv_unsupported("cuDeviceGetCount", &once_cuDeviceGetCount); }
+static atomic_int once_cuDeviceGetDefaultMemPool;
+PV_WEAK_API CUresult cuDeviceGetDefaultMemPool(void) { return pv_drv_unsupported("cuDeviceGetDefaultMemPool", &once_cuDeviceGetDefaultMemPool); }
+static atomic_int once_cuDeviceGetDevResource;
+PV_WEAK_API CUresult cuDeviceGetDevResource(void) { return pv_drv_unsupported("cuDeviceGetDevResource", &once_cuDeviceGetDevResource); }
+static atomic_int once_cuDeviceGetExecAffinitySupport;
+PV_WEAK_API CUresult cuDeviceGetExecAffinitySupport(void) { return pv_drv_unsupported("cuDeviceGetExecAffinitySupport", &once_cuDeviceGetExecAffinitySupport); }
+static atomic_int once_cuDeviceGetGraphMemAttribute;
+PV_WEAK_API CUresult cuDeviceGetGraphMemAttribute(void) { return pv_drv_unsupported("cuDeviceGetGraphMemAttribute", &once_cuDeviceGetGraphMemAttribute); }
+static atomic_int once_cuDeviceGetHostAtomicCapabilities;
+PV_WEAK_API CUresult cuDeviceGetHostAtomicCapabilities(void) { return pv_drv_unsupported("cuDeviceGetHostAtomicCapabilities", &once_cuDeviceGetHostAtomicCapabilities); }
+static atomic_int once_cuDeviceGetLuid;
+PV_WEAK_API CUresult cuDeviceGetLuid(void) { return pv_drv_unsupported("cuDeviceGetLuid", &once_cuDeviceGetLuid); }
+static atomic_int once_cuDeviceGetMemPool;
+PV_WEAK_API CUresult cuDeviceGetMemPool(void) { return pv_drv_unsupported("cuDeviceGetMemPool", &once_cuDeviceGetMemPool); }
+static atomic_int once_cuDeviceGetName;
+PV_WEAK_API CUresult cuDeviceGetName(void) { return pv_drv_unsupported("cuDeviceGetName", &once_cuDeviceGetName); }
+static atomic_int once_cuDeviceGetNvSciSyncAttributes;
+PV_WEAK_API CUresult cuDeviceGetNvSciSyncAttributes(void) { return pv_drv_unsupported("cuDeviceGetNvSciSyncAttributes", &once_cuDeviceGetNvSciSyncAttributes); }
+static atomic_int once_cuDeviceGetP2PAtomicCapabilities;
+PV_WEAK_API CUresult cuDeviceGetP2PAtomicCapabilities(void) { return pv_drv_unsupported("cuDeviceGetP2PAtomicCapabilities", &once_cuDeviceGetP2PAtomicCapabilities); }
+static atomic_int once_cuDeviceGetP2PAttribute;
+PV_WEAK_API CUresult cuDeviceGetP2PAttribute(void) { return pv_drv_unsupported("cuDeviceGetP2PAttribute", &once_cuDeviceGetP2PAttribute); }
+static atomic_int once_cuDeviceGetPCIBusId;
+PV_WEAK_API CUresult cuDeviceGetPCIBusId(void) { return pv_drv_unsupported("cuDeviceGetPCIBusId", &once_cuDeviceGetPCIBusId); }
+static atomic_int once_cuDeviceGetProperties;
+PV_WEAK_API CUresult cuDeviceGetProperties(void) { return pv_drv_unsupported("cuDeviceGetProperties", &once_cuDeviceGetProperties); }
+static atomic_int once_cuDeviceGetTexture1DLinearMaxWidth;
+PV_WEAK_API CUresult cuDeviceGetTexture1DLinearMaxWidth(void) { return pv_drv_unsupported("cuDeviceGetTexture1DLinearMaxWidth", &once_cuDeviceGetTexture1DLinearMaxWidth); }
+static atomic_int once_cuDeviceGetUuid;
+PV_WEAK_API CUresult cuDeviceGetUuid(void) { return pv_drv_unsupported("cuDeviceGetUuid", &once_cuDeviceGetUuid); }
+static atomic_int once_cuDeviceGetUuid_v2;
+PV_WEAK_API CUresult cuDeviceGetUuid_v2(void) { return pv_drv_unsupported("cuDeviceGetUuid_v2", &once_cuDeviceGetUuid_v2); }
+static atomic_int once_cuDeviceGraphMemTrim;
+PV_WEAK_API CUresult cuDeviceGraphMemTrim(void) { return pv_drv_unsupported("cuDeviceGraphMemTrim", &once_cuDeviceGraphMemTrim); }
+static atomic_int once_cuDevicePrimaryCtxGetState;
+PV_WEAK_API CUresult cuDevicePrimaryCtxGetState(void) { return pv_drv_unsupported("cuDevicePrimaryCtxGetState", &once_cuDevicePrimaryCtxGetState); }
+static atomic_int once_cuDevicePrimaryCtxRelease;
+PV_WEAK_API CUresult cuDevicePrimaryCtxRelease(void) { return pv_drv_unsupported("cuDevicePrimaryCtxRelease", &once_cuDevicePrimaryCtxRelease); }
+static atomic_int once_cuDevicePrimaryCtxRelease_v2;
+PV_WEAK_API CUresult cuDevicePrimaryCtxRelease_v2(void) { return pv_drv_unsupported("cuDevicePrimaryCtxRelease_v2", &once_cuDevicePrimaryCtxRelease_v2); }
+static atomic_int once_cuDevicePrimaryCtxReset;
+PV_WEAK_API CUresult cuDevicePrimaryCtxReset(void) { return pv_drv_unsupported("cuDevicePrimaryCtxReset", &once_cuDevicePrimaryCtxReset); }
+static atomic_int once_cuDevicePrimaryCtxReset_v2;
+PV_WEAK_API CUresult cuDevicePrimaryCtxReset_v2(void) { return pv_drv_unsupported("cuDevicePrimaryCtxReset_v2", &once_cuDevicePrimaryCtxReset_v2); }
+static atomic_int once_cuDevicePrimaryCtxRetain;
+PV_WEAK_API CUresult cuDevicePrimaryCtxRetain(void) { return pv_drv_unsupported("cuDevicePrimaryCtxRetain", &once_cuDevicePrimaryCtxRetain); }
+static atomic_int once_cuDevicePrimaryCtxSetFlags;
+PV_WEAK_API CUresult cuDevicePrimaryCtxSetFlags(void) { return pv_drv_unsupported("cuDevicePrimaryCtxSetFlags", &once_cuDevicePrimaryCtxSetFlags); }
+static atomic_int once_cuDevicePrimaryCtxSetFlags_v2;
+PV_WEAK_API CUresult cuDevicePrimaryCtxSetFlags_v2(void) { return pv_drv_unsupported("cuDevicePrimaryCtxSetFlags_v2", &once_cuDevicePrimaryCtxSetFlags_v2); }
+static atomic_int once_cuDeviceRegisterAsyncNotification;
+PV_WEAK_API CUresult cuDeviceRegisterAsyncNotification(void) { return pv_drv_unsupported("cuDeviceRegisterAsyncNotification", &once_cuDeviceRegisterAsyncNotification); }
+static atomic_int once_cuDeviceSetGraphMemAttribute;
+PV_WEAK_API CUresult cuDeviceSetGraphMemAttribute(void) { return pv_drv_unsupported("cuDeviceSetGraphMemAttribute", &once_cuDeviceSetGraphMemAttribute); }
+static atomic_int once_cuDeviceSetMemPool;
+PV_WEAK_API CUresult cuDeviceSetMemPool(void) { return pv_drv_unsupported("cuDeviceSetMemPool", &once_cuDeviceSetMemPool); }
+static atomic_int once_cuDeviceTotalMem;
+PV_WEAK_API CUresult cuDeviceTotalMem(void) { return pv_drv_unsupported("cuDeviceTotalMem", &once_cuDeviceTotalMem); }
+static atomic_int once_cuDeviceTotalMem_v2;
+PV_WEAK_API CUresult cuDeviceTotalMem_v2(void) { return pv_drv_unsupported("cuDeviceTotalMem_v2", &once_cuDeviceTotalMem_v2); }
+static atomic_int once_cuDeviceUnregisterAsyncNotification;
+PV_WEAK_API CUresult cuDeviceUnregisterAsyncNotification(void) { return pv_drv_unsupported("cuDeviceUnregisterAsyncNotification", &once_cuDeviceUnregisterAsyncNotification); }
+static atomic_int once_cuDriverGetVersion;
+PV_WEAK_API CUresult cuDriverGetVersion(void) { return pv_drv_unsupported("cuDriverGetVersion", &once_cuDriverGetVersion); }
+static atomic_int once_cuEGLStreamConsumerAcquireFrame;
+PV_WEAK_API CUresult cuEGLStreamConsumerAcquireFrame(void) { return pv_drv_unsupported("cuEGLStreamConsumerAcquireFrame", &once_cuEGLStreamConsumerAcquireFrame); }
+static atomic_int once_cuEGLStreamConsumerConnect;
+PV_WEAK_API CUresult cuEGLStreamConsumerConnect(void) { return pv_drv_unsupported("cuEGLStreamConsumerConnect", &once_cuEGLStreamConsumerConnect); }
+static atomic_int once_cuEGLStreamConsumerConnectWithFlags;
+PV_WEAK_API CUresult cuEGLStreamConsumerConnectWithFlags(void) { return pv_drv_unsupported("cuEGLStreamConsumerConnectWithFlags", &once_cuEGLStreamConsumerConnectWithFlags); }
+static atomic_int once_cuEGLStreamConsumerDisconnect;
+PV_WEAK_API CUresult cuEGLStreamConsumerDisconnect(void) { return pv_drv_unsupported("cuEGLStreamConsumerDisconnect", &once_cuEGLStreamConsumerDisconnect); }
+static atomic_int once_cuEGLStreamConsumerReleaseFrame;
+PV_WEAK_API CUresult cuEGLStreamConsumerReleaseFrame(void) { return pv_drv_unsupported("cuEGLStreamConsumerReleaseFrame", &once_cuEGLStreamConsumerReleaseFrame); }
+static atomic_int once_cuEGLStreamProducerConnect;
+PV_WEAK_API CUresult cuEGLStreamProducerConnect(void) { return pv_drv_unsupported("cuEGLStreamProducerConnect", &once_cuEGLStreamProducerConnect); }
+static atomic_int once_cuEGLStreamProducerDisconnect;
+PV_WEAK_API CUresult cuEGLStreamProducerDisconnect(void) { return pv_drv_unsupported("cuEGLStreamProducerDisconnect", &once_cuEGLStreamProducerDisconnect); }
+static atomic_int once_cuEGLStreamProducerPresentFrame;
+PV_WEAK_API CUresult cuEGLStreamProducerPresentFrame(void) { return pv_drv_unsupported("cuEGLStreamProducerPresentFrame", &once_cuEGLStreamProducerPresentFrame); }
+static atomic_int once_cuEGLStreamProducerReturnFrame;
+PV_WEAK_API CUresult cuEGLStreamProducerReturnFrame(void) { return pv_drv_unsupported("cuEGLStreamProducerReturnFrame", &once_cuEGLStreamProducerReturnFrame); }
+static atomic_int once_cuEventCreate;
+PV_WEAK_API CUresult cuEventCreate(void) { return pv_drv_unsupported("cuEventCreate", &once_cuEventCreate); }
+static atomic_int once_cuEventCreateFromEGLSync;
+PV_WEAK_API CUresult cuEventCreateFromEGLSync(void) { return pv_drv_unsupported("cuEventCreateFromEGLSync", &once_cuEventCreateFromEGLSync); }
+static atomic_int once_cuEventDestroy;
+PV_WEAK_API CUresult cuEventDestroy(void) { return pv_drv_unsupported("cuEventDestroy", &once_cuEventDestroy); }
+static atomic_int once_cuEventDestroy_v2;
+PV_WEAK_API CUresult cuEventDestroy_v2(void) { return pv_drv_unsupported("cuEventDestroy_v2", &once_cuEventDestroy_v2); }
+static atomic_int once_cuEventElapsedTime;
+PV_WEAK_API CUresult cuEventElapsedTime(void) { return pv_drv_unsupported("cuEventElapsedTime", &once_cuEventElapsedTime); }
+static atomic_int once_cuEventElapsedTime_v2;
+PV_WEAK_API CUresult cuEventElapsedTime_v2(void) { return pv_drv_unsupported("cuEventElapsedTime_v2", &once_cuEventElapsedTime_v2); }
+static atomic_int once_cuEventQuery;
+PV_WEAK_API CUresult cuEventQuery(void) { return pv_drv_unsupported("cuEventQuery", &once_cuEventQuery); }
+static atomic_int once_cuEventRecord;
+PV_WEAK_API CUresult cuEventRecord(void) { return pv_drv_unsupported("cuEventRecord", &once_cuEventRecord); }
+static atomic_int once_cuEventRecordWithFlags;
+PV_WEAK_API CUresult cuEventRecordWithFlags(void) { return pv_drv_unsupported("cuEventRecordWithFlags", &once_cuEventRecordWithFlags); }
+static atomic_int once_cuEventRecordWithFlags_ptsz;
+PV_WEAK_API CUresult cuEventRecordWithFlags_ptsz(void) { return pv_drv_unsupported("cuEventRecordWithFlags_ptsz", &once_cuEventRecordWithFlags_ptsz); }
+static atomic_int once_cuEventRecord_ptsz;
+PV_WEAK_API CUresult cuEventRecord_ptsz(void) { return pv_drv_unsupported("cuEventRecord_ptsz", &once_cuEventRecord_ptsz); }
+static atomic_int once_cuEventSynchronize;
+PV_WEAK_API CUresult cuEventSynchronize(void) { return pv_drv_unsupported("cuEventSynchronize", &once_cuEventSynchronize); }
+static atomic_int once_cuExternalMemoryGetMappedBuffer;
+PV_WEAK_API CUresult cuExternalMemoryGetMappedBuffer(void) { return pv_drv_unsupported("cuExternalMemoryGetMappedBuffer", &once_cuExternalMemoryGetMappedBuffer); }
+static atomic_int once_cuExternalMemoryGetMappedMipmappedArray;
+PV_WEAK_API CUresult cuExternalMemoryGetMappedMipmappedArray(void) { return pv_drv_unsupported("cuExternalMemoryGetMappedMipmappedArray", &once_cuExternalMemoryGetMappedMipmappedArray); }
+static atomic_int once_cuFlushGPUDirectRDMAWrites;
+PV_WEAK_API CUresult cuFlushGPUDirectRDMAWrites(void) { return pv_drv_unsupported("cuFlushGPUDirectRDMAWrites", &once_cuFlushGPUDirectRDMAWrites); }
+static atomic_int once_cuFuncGetAttribute;
+PV_WEAK_API CUresult cuFuncGetAttribute(void) { return pv_drv_unsupported("cuFuncGetAttribute", &once_cuFuncGetAttribute); }
+static atomic_int once_cuFuncGetModule;
+PV_WEAK_API CUresult cuFuncGetModule(void) { return pv_drv_unsupported("cuFuncGetModule", &once_cuFuncGetModule); }
+static atomic_int once_cuFuncGetName;
+PV_WEAK_API CUresult cuFuncGetName(void) { return pv_drv_unsupported("cuFuncGetName", &once_cuFuncGetName); }
+static atomic_int once_cuFuncGetParamCount;
+PV_WEAK_API CUresult cuFuncGetParamCount(void) { return pv_drv_unsupported("cuFuncGetParamCount", &once_cuFuncGetParamCount); }
+static atomic_int once_cuFuncGetParamInfo;
+PV_WEAK_API CUresult cuFuncGetParamInfo(void) { return pv_drv_unsupported("cuFuncGetParamInfo", &once_cuFuncGetParamInfo); }
+static atomic_int once_cuFuncIsLoaded;
+PV_WEAK_API CUresult cuFuncIsLoaded(void) { return pv_drv_unsupported("cuFuncIsLoaded", &once_cuFuncIsLoaded); }
+static atomic_int once_cuFuncLoad;
+PV_WEAK_API CUresult cuFuncLoad(void) { return pv_drv_unsupported("cuFuncLoad", &once_cuFuncLoad); }
+static atomic_int once_cuFuncSetAttribute;
+PV_WEAK_API CUresult cuFuncSetAttribute(void) { return pv_drv_unsupported("cuFuncSetAttribute", &once_cuFuncSetAttribute); }
+static atomic_int once_cuFuncSetBlockShape;
+PV_WEAK_API CUresult cuFuncSetBlockShape(void) { return pv_drv_unsupported("cuFuncSetBlockShape", &once_cuFuncSetBlockShape); }
+static atomic_int once_cuFuncSetCacheConfig;
+PV_WEAK_API CUresult cuFuncSetCacheConfig(void) { return pv_drv_unsupported("cuFuncSetCacheConfig", &once_cuFuncSetCacheConfig); }
+static atomic_int once_cuFuncSetSharedMemConfig;
+PV_WEAK_API CUresult cuFuncSetSharedMemConfig(void) { return pv_drv_unsupported("cuFuncSetSharedMemConfig", &once_cuFuncSetSharedMemConfig); }
+static atomic_int once_cuFuncSetSharedSize;
+PV_WEAK_API CUresult cuFuncSetSharedSize(void) { return pv_drv_unsupported("cuFuncSetSharedSize", &once_cuFuncSetSharedSize); }
+static atomic_int once_cuGLCtxCreate;
+PV_WEAK_API CUresult cuGLCtxCreate(void) { return pv_drv_unsupported("cuGLCtxCreate", &once_cuGLCtxCreate); }
+static atomic_int once_cuGLCtxCreate_v2;
+PV_WEAK_API CUresult cuGLCtxCreate_v2(void) { return pv_drv_unsupported("cuGLCtxCreate_v2", &once_cuGLCtxCreate_v2); }
+static atomic_int once_cuGLGetDevices;
+PV_WEAK_API CUresult cuGLGetDevices(void) { return pv_drv_unsupported("cuGLGetDevices", &once_cuGLGetDevices); }
+static atomic_int once_cuGLGetDevices_v2;
+PV_WEAK_API CUresult cuGLGetDevices_v2(void) { return pv_drv_unsupported("cuGLGetDevices_v2", &once_cuGLGetDevices_v2); }
+static atomic_int once_cuGLInit;
+PV_WEAK_API CUresult cuGLInit(void) { return pv_drv_unsupported("cuGLInit", &once_cuGLInit); }
+static atomic_int once_cuGLMapBufferObject;
+PV_WEAK_API CUresult cuGLMapBufferObject(void) { return pv_drv_unsupported("cuGLMapBufferObject", &once_cuGLMapBufferObject); }
+static atomic_int once_cuGLMapBufferObjectAsync;
+PV_WEAK_API CUresult cuGLMapBufferObjectAsync(void) { return pv_drv_unsupported("cuGLMapBufferObjectAsync", &once_cuGLMapBufferObjectAsync); }
+static atomic_int once_cuGLMapBufferObjectAsync_v2;
+PV_WEAK_API CUresult cuGLMapBufferObjectAsync_v2(void) { return pv_drv_unsupported("cuGLMapBufferObjectAsync_v2", &once_cuGLMapBufferObjectAsync_v2); }
+static atomic_int once_cuGLMapBufferObjectAsync_v2_ptsz;
+PV_WEAK_API CUresult cuGLMapBufferObjectAsync_v2_ptsz(void) { return pv_drv_unsupported("cuGLMapBufferObjectAsync_v2_ptsz", &once_cuGLMapBufferObjectAsync_v2_ptsz); }
+static atomic_int once_cuGLMapBufferObject_v2;
+PV_WEAK_API CUresult cuGLMapBufferObject_v2(void) { return pv_drv_unsupported("cuGLMapBufferObject_v2", &once_cuGLMapBufferObject_v2); }
+static atomic_int once_cuGLMapBufferObject_v2_ptds;
+PV_WEAK_API CUresult cuGLMapBufferObject_v2_ptds(void) { return pv_drv_unsupported("cuGLMapBufferObject_v2_ptds", &once_cuGLMapBufferObject_v2_ptds); }
+static atomic_int once_cuGLRegisterBufferObject;
+PV_WEAK_API CUresult cuGLRegisterBufferObject(void) { return pv_drv_unsupported("cuGLRegisterBufferObject", &once_cuGLRegisterBufferObject); }
+static atomic_int once_cuGLSetBufferObjectMapFlags;
+PV_WEAK_API CUresult cuGLSetBufferObjectMapFlags(void) { return pv_drv_unsupported("cuGLSetBufferObjectMapFlags", &once_cuGLSetBufferObjectMapFlags); }
+static atomic_int once_cuGLUnmapBufferObject;
+PV_WEAK_API CUresult cuGLUnmapBufferObject(void) { return pv_drv_unsupported("cuGLUnmapBufferObject", &once_cuGLUnmapBufferObject); }
+static atomic_int once_cuGLUnmapBufferObjectAsync;
+PV_WEAK_API CUresult cuGLUnmapBufferObjectAsync(void) { return pv_drv_unsupported("cuGLUnmapBufferObjectAsync", &once_cuGLUnmapBufferObjectAsync); }
+static atomic_int once_cuGLUnregisterBufferObject;
+PV_WEAK_API CUresult cuGLUnregisterBufferObject(void) { return pv_drv_unsupported("cuGLUnregisterBufferObject", &once_cuGLUnregisterBufferObject); }
+static atomic_int once_cuGetErrorName;
+PV_WEAK_API CUresult cuGetErrorName(void) { return pv_drv_unsupported("cuGetErrorName", &once_cuGetErrorName); }
+static atomic_int once_cuGetErrorString;
+PV_WEAK_API CUresult cuGetErrorString(void) { return pv_drv_unsupported("cuGetErrorString", &once_cuGetErrorString); }
+static atomic_int once_cuGetExportTable;
+PV_WEAK_API CUresult cuGetExportTable(void) { return pv_drv_unsupported("cuGetExportTable", &once_cuGetExportTable); }
+static atomic_int once_cuGetProcAddress;
+PV_WEAK_API CUresult cuGetProcAddress(void) { return pv_drv_unsupported("cuGetProcAddress", &once_cuGetProcAddress); }
+static atomic_int once_cuGetProcAddress_v2;
+PV_WEAK_API CUresult cuGetProcAddress_v2(void) { return pv_drv_unsupported("cuGetProcAddress_v2", &once_cuGetProcAddress_v2); }
+static atomic_int once_cuGraphAddBatchMemOpNode;
+PV_WEAK_API CUresult cuGraphAddBatchMemOpNode(void) { return pv_drv_unsupported("cuGraphAddBatchMemOpNode", &once_cuGraphAddBatchMemOpNode); }
+static atomic_int once_cuGraphAddChildGraphNode;
+PV_WEAK_API CUresult cuGraphAddChildGraphNode(void) { return pv_drv_unsupported("cuGraphAddChildGraphNode", &once_cuGraphAddChildGraphNode); }
+static atomic_int once_cuGraphAddDependencies;
+PV_WEAK_API CUresult cuGraphAddDependencies(void) { return pv_drv_unsupported("cuGraphAddDependencies", &once_cuGraphAddDependencies); }
+static atomic_int once_cuGraphAddDependencies_v2;
+PV_WEAK_API CUresult cuGraphAddDependencies_v2(void) { return pv_drv_unsupported("cuGraphAddDependencies_v2", &once_cuGraphAddDependencies_v2); }
+static atomic_int once_cuGraphAddEmptyNode;
+PV_WEAK_API CUresult cuGraphAddEmptyNode(void) { return pv_drv_unsupported("cuGraphAddEmptyNode", &once_cuGraphAddEmptyNode); }
+static atomic_int once_cuGraphAddEventRecordNode;
+PV_WEAK_API CUresult cuGraphAddEventRecordNode(void) { return pv_drv_unsupported("cuGraphAddEventRecordNode", &once_cuGraphAddEventRecordNode); }
+static atomic_int once_cuGraphAddEventWaitNode;
+PV_WEAK_API CUresult cuGraphAddEventWaitNode(void) { return pv_drv_unsupported("cuGraphAddEventWaitNode", &once_cuGraphAddEventWaitNode); }
+static atomic_int once_cuGraphAddExternalSemaphoresSignalNode;
+PV_WEAK_API CUresult cuGraphAddExternalSemaphoresSignalNode(void) { return pv_drv_unsupported("cuGraphAddExternalSemaphoresSignalNode", &once_cuGraphAddExternalSemaphoresSignalNode); }
+static atomic_int once_cuGraphAddExternalSemaphoresWaitNode;
+PV_WEAK_API CUresult cuGraphAddExternalSemaphoresWaitNode(void) { return pv_drv_unsupported("cuGraphAddExternalSemaphoresWaitNode", &once_cuGraphAddExternalSemaphoresWaitNode); }
+static atomic_int once_cuGraphAddHostNode;
+PV_WEAK_API CUresult cuGraphAddHostNode(void) { return pv_drv_unsupported("cuGraphAddHostNode", &once_cuGraphAddHostNode); }
+static atomic_int once_cuGraphAddKernelNode;
+PV_WEAK_API CUresult cuGraphAddKernelNode(void) { return pv_drv_unsupported("cuGraphAddKernelNode", &once_cuGraphAddKernelNode); }
+static atomic_int once_cuGraphAddKernelNode_v2;
+PV_WEAK_API CUresult cuGraphAddKernelNode_v2(void) { return pv_drv_unsupported("cuGraphAddKernelNode_v2", &once_cuGraphAddKernelNode_v2); }
+static atomic_int once_cuGraphAddMemAllocNode;
+PV_WEAK_API CUresult cuGraphAddMemAllocNode(void) { return pv_drv_unsupported("cuGraphAddMemAllocNode", &once_cuGraphAddMemAllocNode); }
+static atomic_int once_cuGraphAddMemFreeNode;
+PV_WEAK_API CUresult cuGraphAddMemFreeNode(void) { return pv_drv_unsupported("cuGraphAddMemFreeNode", &once_cuGraphAddMemFreeNode); }
+static atomic_int once_cuGraphAddMemcpyNode;
+PV_WEAK_API CUresult cuGraphAddMemcpyNode(void) { return pv_drv_unsupported("cuGraphAddMemcpyNode", &once_cuGraphAddMemcpyNode); }
+static atomic_int once_cuGraphAddMemsetNode;
+PV_WEAK_API CUresult cuGraphAddMemsetNode(void) { return pv_drv_unsupported("cuGraphAddMemsetNode", &once_cuGraphAddMemsetNode); }
+static atomic_int once_cuGraphAddNode;
+PV_WEAK_API CUresult cuGraphAddNode(void) { return pv_drv_unsupported("cuGraphAddNode", &once_cuGraphAddNode); }
+static atomic_int once_cuGraphAddNode_v2;
+PV_WEAK_API CUresult cuGraphAddNode_v2(void) { return pv_drv_unsupported("cuGraphAddNode_v2", &once_cuGraphAddNode_v2); }
+static atomic_int once_cuGraphBatchMemOpNodeGetParams;
+PV_WEAK_API CUresult cuGraphBatchMemOpNodeGetParams(void) { return pv_drv_unsupported("cuGraphBatchMemOpNodeGetParams", &once_cuGraphBatchMemOpNodeGetParams); }
+static atomic_int once_cuGraphBatchMemOpNodeSetParams;
+PV_WEAK_API CUresult cuGraphBatchMemOpNodeSetParams(void) { return pv_drv_unsupported("cuGraphBatchMemOpNodeSetParams", &once_cuGraphBatchMemOpNodeSetParams); }
+static atomic_int once_cuGraphChildGraphNodeGetGraph;
+PV_WEAK_API CUresult cuGraphChildGraphNodeGetGraph(void) { return pv_drv_unsupported("cuGraphChildGraphNodeGetGraph", &once_cuGraphChildGraphNodeGetGraph); }
+static atomic_int once_cuGraphClone;
+PV_WEAK_API CUresult cuGraphClone(void) { return pv_drv_unsupported("cuGraphClone", &once_cuGraphClone); }
+static atomic_int once_cuGraphConditionalHandleCreate;
+PV_WEAK_API CUresult cuGraphConditionalHandleCreate(void) { return pv_drv_unsupported("cuGraphConditionalHandleCreate", &once_cuGraphConditionalHandleCreate); }
+static atomic_int once_cuGraphCreate;
+PV_WEAK_API CUresult cuGraphCreate(void) { return pv_drv_unsupported("cuGraphCreate", &once_cuGraphCreate); }
+static atomic_int once_cuGraphDebugDotPrint;
+PV_WEAK_API CUresult cuGraphDebugDotPrint(void) { return pv_drv_unsupported("cuGraphDebugDotPrint", &once_cuGraphDebugDotPrint); }
+static atomic_int once_cuGraphDestroy;
+PV_WEAK_API CUresult cuGraphDestroy(void) { return pv_drv_unsupported("cuGraphDestroy", &once_cuGraphDestroy); }
+static atomic_int once_cuGraphDestroyNode;
+PV_WEAK_API CUresult cuGraphDestroyNode(void) { return pv_drv_unsupported("cuGraphDestroyNode", &once_cuGraphDestroyNode); }
+static atomic_int once_cuGraphEventRecordNodeGetEvent;
+PV_WEAK_API CUresult cuGraphEventRecordNodeGetEvent(void) { return pv_drv_unsupported("cuGraphEventRecordNodeGetEvent", &once_cuGraphEventRecordNodeGetEvent); }
+static atomic_int once_cuGraphEventRecordNodeSetEvent;
+PV_WEAK_API CUresult cuGraphEventRecordNodeSetEvent(void) { return pv_drv_unsupported("cuGraphEventRecordNodeSetEvent", &once_cuGraphEventRecordNodeSetEvent); }
+static atomic_int once_cuGraphEventWaitNodeGetEvent;
+PV_WEAK_API CUresult cuGraphEventWaitNodeGetEvent(void) { return pv_drv_unsupported("cuGraphEventWaitNodeGetEvent", &once_cuGraphEventWaitNodeGetEvent); }
+static atomic_int once_cuGraphEventWaitNodeSetEvent;
+PV_WEAK_API CUresult cuGraphEventWaitNodeSetEvent(void) { return pv_drv_unsupported("cuGraphEventWaitNodeSetEvent", &once_cuGraphEventWaitNodeSetEvent); }
+static atomic_int once_cuGraphExecBatchMemOpNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecBatchMemOpNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecBatchMemOpNodeSetParams", &once_cuGraphExecBatchMemOpNodeSetParams); }
+static atomic_int once_cuGraphExecChildGraphNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecChildGraphNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecChildGraphNodeSetParams", &once_cuGraphExecChildGraphNodeSetParams); }
+static atomic_int once_cuGraphExecDestroy;
+PV_WEAK_API CUresult cuGraphExecDestroy(void) { return pv_drv_unsupported("cuGraphExecDestroy", &once_cuGraphExecDestroy); }
+static atomic_int once_cuGraphExecEventRecordNodeSetEvent;
+PV_WEAK_API CUresult cuGraphExecEventRecordNodeSetEvent(void) { return pv_drv_unsupported("cuGraphExecEventRecordNodeSetEvent", &once_cuGraphExecEventRecordNodeSetEvent); }
+static atomic_int once_cuGraphExecEventWaitNodeSetEvent;
+PV_WEAK_API CUresult cuGraphExecEventWaitNodeSetEvent(void) { return pv_drv_unsupported("cuGraphExecEventWaitNodeSetEvent", &once_cuGraphExecEventWaitNodeSetEvent); }
+static atomic_int once_cuGraphExecExternalSemaphoresSignalNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecExternalSemaphoresSignalNodeSetParams", &once_cuGraphExecExternalSemaphoresSignalNodeSetParams); }
+static atomic_int once_cuGraphExecExternalSemaphoresWaitNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecExternalSemaphoresWaitNodeSetParams", &once_cuGraphExecExternalSemaphoresWaitNodeSetParams); }
+static atomic_int once_cuGraphExecGetFlags;
+PV_WEAK_API CUresult cuGraphExecGetFlags(void) { return pv_drv_unsupported("cuGraphExecGetFlags", &once_cuGraphExecGetFlags); }
+static atomic_int once_cuGraphExecHostNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecHostNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecHostNodeSetParams", &once_cuGraphExecHostNodeSetParams); }
+static atomic_int once_cuGraphExecKernelNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecKernelNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecKernelNodeSetParams", &once_cuGraphExecKernelNodeSetParams); }
+static atomic_int once_cuGraphExecKernelNodeSetParams_v2;
+PV_WEAK_API CUresult cuGraphExecKernelNodeSetParams_v2(void) { return pv_drv_unsupported("cuGraphExecKernelNodeSetParams_v2", &once_cuGraphExecKernelNodeSetParams_v2); }
+static atomic_int once_cuGraphExecMemcpyNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecMemcpyNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecMemcpyNodeSetParams", &once_cuGraphExecMemcpyNodeSetParams); }
+static atomic_int once_cuGraphExecMemsetNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecMemsetNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecMemsetNodeSetParams", &once_cuGraphExecMemsetNodeSetParams); }
+static atomic_int once_cuGraphExecNodeSetParams;
+PV_WEAK_API CUresult cuGraphExecNodeSetParams(void) { return pv_drv_unsupported("cuGraphExecNodeSetParams", &once_cuGraphExecNodeSetParams); }
+static atomic_int once_cuGraphExecUpdate;
+PV_WEAK_API CUresult cuGraphExecUpdate(void) { return pv_drv_unsupported("cuGraphExecUpdate", &once_cuGraphExecUpdate); }
+static atomic_int once_cuGraphExecUpdate_v2;
+PV_WEAK_API CUresult cuGraphExecUpdate_v2(void) { return pv_drv_unsupported("cuGraphExecUpdate_v2", &once_cuGraphExecUpdate_v2); }
+static atomic_int once_cuGraphExternalSemaphoresSignalNodeGetParams;
+PV_WEAK_API CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresSignalNodeGetParams", &once_cuGraphExternalSemaphoresSignalNodeGetParams); }
+static atomic_int once_cuGraphExternalSemaphoresSignalNodeSetParams;
+PV_WEAK_API CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresSignalNodeSetParams", &once_cuGraphExternalSemaphoresSignalNodeSetParams); }
+static atomic_int once_cuGraphExternalSemaphoresWaitNodeGetParams;
+PV_WEAK_API CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresWaitNodeGetParams", &once_cuGraphExternalSemaphoresWaitNodeGetParams); }
+static atomic_int once_cuGraphExternalSemaphoresWaitNodeSetParams;
+PV_WEAK_API CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void) { return pv_drv_unsupported("cuGraphExternalSemaphoresWaitNodeSetParams", &once_cuGraphExternalSemaphoresWaitNodeSetParams); }
+static atomic_int once_cuGraphGetEdges;
+PV_WEAK_API CUresult cuGraphGetEdges(void) { return pv_drv_unsupported("cuGraphGetEdges", &once_cuGraphGetEdges); }
+static atomic_int once_cuGraphGetEdges_v2;
+PV_WEAK_API CUresult cuGraphGetEdges_v2(void) { return pv_drv_unsupported("cuGraphGetEdges_v2", &once_cuGraphGetEdges_v2); }
+static atomic_int once_cuGraphGetNodes;
+PV_WEAK_API CUresult cuGraphGetNodes(void) { return pv_drv_unsupported("cuGraphGetNodes", &once_cuGraphGetNodes); }
+static atomic_int once_cuGraphGetRootNodes;
+PV_WEAK_API CUresult cuGraphGetRootNodes(void) { return pv_drv_unsupported("cuGraphGetRootNodes", &once_cuGraphGetRootNodes); }
+static atomic_int once_cuGraphHostNodeGetParams;
+PV_WEAK_API CUresult cuGraphHostNodeGetParams(void) { return pv_drv_unsupported("cuGraphHostNodeGetParams", &once_cuGraphHostNodeGetParams); }
+static atomic_int once_cuGraphHostNodeSetParams;
+PV_WEAK_API CUresult cuGraphHostNodeSetParams(void) { return pv_drv_unsupported("cuGraphHostNodeSetParams", &once_cuGraphHostNodeSetParams); }
+static atomic_int once_cuGraphInstantiate;
+PV_WEAK_API CUresult cuGraphInstantiate(void) { return pv_drv_unsupported("cuGraphInstantiate", &once_cuGraphInstantiate); }
+static atomic_int once_cuGraphInstantiateWithFlags;
+PV_WEAK_API CUresult cuGraphInstantiateWithFlags(void) { return pv_drv_unsupported("cuGraphInstantiateWithFlags", &once_cuGraphInstantiateWithFlags); }
+static atomic_int once_cuGraphInstantiateWithParams;
+PV_WEAK_API CUresult cuGraphInstantiateWithParams(void) { return pv_drv_unsupported("cuGraphInstantiateWithParams", &once_cuGraphInstantiateWithParams); }
+static atomic_int once_cuGraphInstantiateWithParams_ptsz;
+PV_WEAK_API CUresult cuGraphInstantiateWithParams_ptsz(void) { return pv_drv_unsupported("cuGraphInstantiateWithParams_ptsz", &once_cuGraphInstantiateWithParams_ptsz); }
+static atomic_int once_cuGraphInstantiate_v2;
+PV_WEAK_API CUresult cuGraphInstantiate_v2(void) { return pv_drv_unsupported("cuGraphInstantiate_v2", &once_cuGraphInstantiate_v2); }
+static atomic_int once_cuGraphKernelNodeCopyAttributes;
+PV_WEAK_API CUresult cuGraphKernelNodeCopyAttributes(void) { return pv_drv_unsupported("cuGraphKernelNodeCopyAttributes", &once_cuGraphKernelNodeCopyAttributes); }
+static atomic_int once_cuGraphKernelNodeGetAttribute;
+PV_WEAK_API CUresult cuGraphKernelNodeGetAttribute(void) { return pv_drv_unsupported("cuGraphKernelNodeGetAttribute", &once_cuGraphKernelNodeGetAttribute); }
+static atomic_int once_cuGraphKernelNodeGetParams;
+PV_WEAK_API CUresult cuGraphKernelNodeGetParams(void) { return pv_drv_unsupported("cuGraphKernelNodeGetParams", &once_cuGraphKernelNodeGetParams); }
+static atomic_int once_cuGraphKernelNodeGetParams_v2;
+PV_WEAK_API CUresult cuGraphKernelNodeGetParams_v2(void) { return pv_drv_unsupported("cuGraphKernelNodeGetParams_v2", &once_cuGraphKernelNodeGetParams_v2); }
+static atomic_int once_cuGraphKernelNodeSetAttribute;
+PV_WEAK_API CUresult cuGraphKernelNodeSetAttribute(void) { return pv_drv_unsupported("cuGraphKernelNodeSetAttribute", &once_cuGraphKernelNodeSetAttribute); }
+static atomic_int once_cuGraphKernelNodeSetParams;
+PV_WEAK_API CUresult cuGraphKernelNodeSetParams(void) { return pv_drv_unsupported("cuGraphKernelNodeSetParams", &once_cuGraphKernelNodeSetParams); }
+static atomic_int once_cuGraphKernelNodeSetParams_v2;
+PV_WEAK_API CUresult cuGraphKernelNodeSetParams_v2(void) { return pv_drv_unsupported("cuGraphKernelNodeSetParams_v2", &once_cuGraphKernelNodeSetParams_v2); }
+static atomic_int once_cuGraphLaunch;
+PV_WEAK_API CUresult cuGraphLaunch(void) { return pv_drv_unsupported("cuGraphLaunch", &once_cuGraphLaunch); }
+static atomic_int once_cuGraphLaunch_ptsz;
+PV_WEAK_API CUresult cuGraphLaunch_ptsz(void) { return pv_drv_unsupported("cuGraphLaunch_ptsz", &once_cuGraphLaunch_ptsz); }
+static atomic_int once_cuGraphMemAllocNodeGetParams;
+PV_WEAK_API CUresult cuGraphMemAllocNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemAllocNodeGetParams", &once_cuGraphMemAllocNodeGetParams); }
+static atomic_int once_cuGraphMemFreeNodeGetParams;
+PV_WEAK_API CUresult cuGraphMemFreeNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemFreeNodeGetParams", &once_cuGraphMemFreeNodeGetParams); }
+static atomic_int once_cuGraphMemcpyNodeGetParams;
+PV_WEAK_API CUresult cuGraphMemcpyNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemcpyNodeGetParams", &once_cuGraphMemcpyNodeGetParams); }
+static atomic_int once_cuGraphMemcpyNodeSetParams;
+PV_WEAK_API CUresult cuGraphMemcpyNodeSetParams(void) { return pv_drv_unsupported("cuGraphMemcpyNodeSetParams", &once_cuGraphMemcpyNodeSetParams); }
+static atomic_int once_cuGraphMemsetNodeGetParams;
+PV_WEAK_API CUresult cuGraphMemsetNodeGetParams(void) { return pv_drv_unsupported("cuGraphMemsetNodeGetParams", &once_cuGraphMemsetNodeGetParams); }
+static atomic_int once_cuGraphMemsetNodeSetParams;
+PV_WEAK_API CUresult cuGraphMemsetNodeSetParams(void) { return pv_drv_unsupported("cuGraphMemsetNodeSetParams", &once_cuGraphMemsetNodeSetParams); }
+static atomic_int once_cuGraphNodeFindInClone;
+PV_WEAK_API CUresult cuGraphNodeFindInClone(void) { return pv_drv_unsupported("cuGraphNodeFindInClone", &once_cuGraphNodeFindInClone); }
+static atomic_int once_cuGraphNodeGetDependencies;
+PV_WEAK_API CUresult cuGraphNodeGetDependencies(void) { return pv_drv_unsupported("cuGraphNodeGetDependencies", &once_cuGraphNodeGetDependencies); }
+static atomic_int once_cuGraphNodeGetDependencies_v2;
+PV_WEAK_API CUresult cuGraphNodeGetDependencies_v2(void) { return pv_drv_unsupported("cuGraphNodeGetDependencies_v2", &once_cuGraphNodeGetDependencies_v2); }
+static atomic_int once_cuGraphNodeGetDependentNodes;
+PV_WEAK_API CUresult cuGraphNodeGetDependentNodes(void) { return pv_drv_unsupported("cuGraphNodeGetDependentNodes", &once_cuGraphNodeGetDependentNodes); }
+static atomic_int once_cuGraphNodeGetDependentNodes_v2;
+PV_WEAK_API CUresult cuGraphNodeGetDependentNodes_v2(void) { return pv_drv_unsupported("cuGraphNodeGetDependentNodes_v2", &once_cuGraphNodeGetDependentNodes_v2); }
+static atomic_int once_cuGraphNodeGetEnabled;
+PV_WEAK_API CUresult cuGraphNodeGetEnabled(void) { return pv_drv_unsupported("cuGraphNodeGetEnabled", &once_cuGraphNodeGetEnabled); }
+static atomic_int once_cuGraphNodeGetType;
+PV_WEAK_API CUresult cuGraphNodeGetType(void) { return pv_drv_unsupported("cuGraphNodeGetType", &once_cuGraphNodeGetType); }
+static atomic_int once_cuGraphNodeSetEnabled;
+PV_WEAK_API CUresult cuGraphNodeSetEnabled(void) { return pv_drv_unsupported("cuGraphNodeSetEnabled", &once_cuGraphNodeSetEnabled); }
+static atomic_int once_cuGraphNodeSetParams;
+PV_WEAK_API CUresult cuGraphNodeSetParams(void) { return pv_drv_unsupported("cuGraphNodeSetParams", &once_cuGraphNodeSetParams); }
+static atomic_int once_cuGraphReleaseUserObject;
+PV_WEAK_API CUresult cuGraphReleaseUserObject(void) { return pv_drv_unsupported("cuGraphReleaseUserObject", &once_cuGraphReleaseUserObject); }
+static atomic_int once_cuGraphRemoveDependencies;
+PV_WEAK_API CUresult cuGraphRemoveDependencies(void) { return pv_drv_unsupported("cuGraphRemoveDependencies", &once_cuGraphRemoveDependencies); }
+static atomic_int once_cuGraphRemoveDependencies_v2;
+PV_WEAK_API CUresult cuGraphRemoveDependencies_v2(void) { return pv_drv_unsupported("cuGraphRemoveDependencies_v2", &once_cuGraphRemoveDependencies_v2); }
+static atomic_int once_cuGraphRetainUserObject;
+PV_WEAK_API CUresult cuGraphRetainUserObject(void) { return pv_drv_unsupported("cuGraphRetainUserObject", &once_cuGraphRetainUserObject); }
+static atomic_int once_cuGraphUpload;
+PV_WEAK_API CUresult cuGraphUpload(void) { return pv_drv_unsupported("cuGraphUpload", &once_cuGraphUpload); }
+static atomic_int once_cuGraphUpload_ptsz;
+PV_WEAK_API CUresult cuGraphUpload_ptsz(void) { return pv_drv_unsupported("cuGraphUpload_ptsz", &once_cuGraphUpload_ptsz); }
+static atomic_int once_cuGraphicsEGLRegisterImage;
+PV_WEAK_API CUresult cuGraphicsEGLRegisterImage(void) { return pv_drv_unsupported("cuGraphicsEGLRegisterImage", &once_cuGraphicsEGLRegisterImage); }
+static atomic_int once_cuGraphicsGLRegisterBuffer;
+PV_WEAK_API CUresult cuGraphicsGLRegisterBuffer(void) { return pv_drv_unsupported("cuGraphicsGLRegisterBuffer", &once_cuGraphicsGLRegisterBuffer); }
+static atomic_int once_cuGraphicsGLRegisterImage;
+PV_WEAK_API CUresult cuGraphicsGLRegisterImage(void) { return pv_drv_unsupported("cuGraphicsGLRegisterImage", &once_cuGraphicsGLRegisterImage); }
+static atomic_int once_cuGraphicsMapResources;
+PV_WEAK_API CUresult cuGraphicsMapResources(void) { return pv_drv_unsupported("cuGraphicsMapResources", &once_cuGraphicsMapResources); }
+static atomic_int once_cuGraphicsMapResources_ptsz;
+PV_WEAK_API CUresult cuGraphicsMapResources_ptsz(void) { return pv_drv_unsupported("cuGraphicsMapResources_ptsz", &once_cuGraphicsMapResources_ptsz); }
+static atomic_int once_cuGraphicsResourceGetMappedEglFrame;
+PV_WEAK_API CUresult cuGraphicsResourceGetMappedEglFrame(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedEglFrame", &once_cuGraphicsResourceGetMappedEglFrame); }
+static atomic_int once_cuGraphicsResourceGetMappedMipmappedArray;
+PV_WEAK_API CUresult cuGraphicsResourceGetMappedMipmappedArray(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedMipmappedArray", &once_cuGraphicsResourceGetMappedMipmappedArray); }
+static atomic_int once_cuGraphicsResourceGetMappedPointer;
+PV_WEAK_API CUresult cuGraphicsResourceGetMappedPointer(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedPointer", &once_cuGraphicsResourceGetMappedPointer); }
+static atomic_int once_cuGraphicsResourceGetMappedPointer_v2;
+PV_WEAK_API CUresult cuGraphicsResourceGetMappedPointer_v2(void) { return pv_drv_unsupported("cuGraphicsResourceGetMappedPointer_v2", &once_cuGraphicsResourceGetMappedPointer_v2); }
+static atomic_int once_cuGraphicsResourceSetMapFlags;
+PV_WEAK_API CUresult cuGraphicsResourceSetMapFlags(void) { return pv_drv_unsupported("cuGraphicsResourceSetMapFlags", &once_cuGraphicsResourceSetMapFlags); }
+static atomic_int once_cuGraphicsResourceSetMapFlags_v2;
+PV_WEAK_API CUresult cuGraphicsResourceSetMapFlags_v2(void) { return pv_drv_unsupported("cuGraphicsResourceSetMapFlags_v2", &once_cuGraphicsResourceSetMapFlags_v2); }
+static atomic_int once_cuGraphicsSubResourceGetMappedArray;
+PV_WEAK_API CUresult cuGraphicsSubResourceGetMappedArray(void) { return pv_drv_unsupported("cuGraphicsSubResourceGetMappedArray", &once_cuGraphicsSubResourceGetMappedArray); }
+static atomic_int once_cuGraphicsUnmapResources;
+PV_WEAK_API CUresult cuGraphicsUnmapResources(void) { return pv_drv_unsupported("cuGraphicsUnmapResources", &once_cuGraphicsUnmapResources); }
+static atomic_int once_cuGraphicsUnmapResources_ptsz;
+PV_WEAK_API CUresult cuGraphicsUnmapResources_ptsz(void) { return pv_drv_unsupported("cuGraphicsUnmapResources_ptsz", &once_cuGraphicsUnmapResources_ptsz); }
+static atomic_int once_cuGraphicsUnregisterResource;
+PV_WEAK_API CUresult cuGraphicsUnregisterResource(void) { return pv_drv_unsupported("cuGraphicsUnregisterResource", &once_cuGraphicsUnregisterResource); }
+static atomic_int once_cuGraphicsVDPAURegisterOutputSurface;
+PV_WEAK_API CUresult cuGraphicsVDPAURegisterOutputSurface(void) { return pv_drv_unsupported("cuGraphicsVDPAURegisterOutputSurface", &once_cuGraphicsVDPAURegisterOutputSurface); }
+static atomic_int once_cuGraphicsVDPAURegisterVideoSurface;
+PV_WEAK_API CUresult cuGraphicsVDPAURegisterVideoSurface(void) { return pv_drv_unsupported("cuGraphicsVDPAURegisterVideoSurface", &once_cuGraphicsVDPAURegisterVideoSurface); }
+static atomic_int once_cuGreenCtxCreate;
+PV_WEAK_API CUresult cuGreenCtxCreate(void) { return pv_drv_unsupported("cuGreenCtxCreate", &once_cuGreenCtxCreate); }
+static atomic_int once_cuGreenCtxDestroy;
+PV_WEAK_API CUresult cuGreenCtxDestroy(void) { return pv_drv_unsupported("cuGreenCtxDestroy", &once_cuGreenCtxDestroy); }
+static atomic_int once_cuGreenCtxGetDevResource;
+PV_WEAK_API CUresult cuGreenCtxGetDevResource(void) { return pv_drv_unsupported("cuGreenCtxGetDevResource", &once_cuGreenCtxGetDevResource); }
+static atomic_int once_cuGreenCtxGetId;
+PV_WEAK_API CUresult cuGreenCtxGetId(void) { return pv_drv_unsupported("cuGreenCtxGetId", &once_cuGreenCtxGetId); }
+static atomic_int once_cuGreenCtxRecordEvent;
+PV_WEAK_API CUresult cuGreenCtxRecordEvent(void) { return pv_drv_unsupported("cuGreenCtxRecordEvent", &once_cuGreenCtxRecordEvent); }
+static atomic_int once_cuGreenCtxStreamCreate;
+PV_WEAK_API CUresult cuGreenCtxStreamCreate(void) { return pv_drv_unsupported("cuGreenCtxStreamCreate", &once_cuGreenCtxStreamCreate); }
+static atomic_int once_cuGreenCtxWaitEvent;
+PV_WEAK_API CUresult cuGreenCtxWaitEvent(void) { return pv_drv_unsupported("cuGreenCtxWaitEvent", &once_cuGreenCtxWaitEvent); }
+static atomic_int once_cuImportExternalMemory;
+PV_WEAK_API CUresult cuImportExternalMemory(void) { return pv_drv_unsupported("cuImportExternalMemory", &once_cuImportExternalMemory); }
+static atomic_int once_cuImportExternalSemaphore;
+PV_WEAK_API CUresult cuImportExternalSemaphore(void) { return pv_drv_unsupported("cuImportExternalSemaphore", &once_cuImportExternalSemaphore); }
+static atomic_int once_cuInit;
+PV_WEAK_API CUresult cuInit(void) { return pv_drv_unsupported("cuInit", &once_cuInit); }
+static atomic_int once_cuIpcCloseMemHandle;
+PV_WEAK_API CUresult cuIpcCloseMemHandle(void) { return pv_drv_unsupported("cuIpcCloseMemHandle", &once_cuIpcCloseMemHandle); }
+static atomic_int once_cuIpcGetEventHandle;
+PV_WEAK_API CUresult cuIpcGetEventHandle(void) { return pv_drv_unsupported("cuIpcGetEventHandle", &once_cuIpcGetEventHandle); }
+static atomic_int once_cuIpcGetMemHandle;
+PV_WEAK_API CUresult cuIpcGetMemHandle(void) { return pv_drv_unsupported("cuIpcGetMemHandle", &once_cuIpcGetMemHandle); }
+static atomic_int once_cuIpcOpenEventHandle;
+PV_WEAK_API CUresult cuIpcOpenEventHandle(void) { return pv_drv_unsupported("cuIpcOpenEventHandle", &once_cuIpcOpenEventHandle); }
+static atomic_int once_cuIpcOpenMemHandle;
+PV_WEAK_API CUresult cuIpcOpenMemHandle(void) { return pv_drv_unsupported("cuIpcOpenMemHandle", &once_cuIpcOpenMemHandle); }
+static atomic_int once_cuIpcOpenMemHandle_v2;
+PV_WEAK_API CUresult cuIpcOpenMemHandle_v2(void) { return pv_drv_unsupported("cuIpcOpenMemHandle_v2", &once_cuIpcOpenMemHandle_v2); }
+static atomic_int once_cuKernelGetAttribute;
+PV_WEAK_API CUresult cuKernelGetAttribute(void) { return pv_drv_unsupported("cuKernelGetAttribute", &once_cuKernelGetAttribute); }
+static atomic_int once_cuKernelGetFunction;
+PV_WEAK_API CUresult cuKernelGetFunction(void) { return pv_drv_unsupported("cuKernelGetFunction", &once_cuKernelGetFunction); }
+static atomic_int once_cuKernelGetLibrary;
+PV_WEAK_API CUresult cuKernelGetLibrary(void) { return pv_drv_unsupported("cuKernelGetLibrary", &once_cuKernelGetLibrary); }
+static atomic_int once_cuKernelGetName;
+PV_WEAK_API CUresult cuKernelGetName(void) { return pv_drv_unsupported("cuKernelGetName", &once_cuKernelGetName); }
+static atomic_int once_cuKernelGetParamCount;
+PV_WEAK_API CUresult cuKernelGetParamCount(void) { return pv_drv_unsupported("cuKernelGetParamCount", &once_cuKernelGetParamCount); }
+static atomic_int once_cuKernelGetParamInfo;
+PV_WEAK_API CUresult cuKernelGetParamInfo(void) { return pv_drv_unsupported("cuKernelGetParamInfo", &once_cuKernelGetParamInfo); }
+static atomic_int once_cuKernelSetAttribute;
+PV_WEAK_API CUresult cuKernelSetAttribute(void) { return pv_drv_unsupported("cuKernelSetAttribute", &once_cuKernelSetAttribute); }
+static atomic_int once_cuKernelSetCacheConfig;
+PV_WEAK_API CUresult cuKernelSetCacheConfig(void) { return pv_drv_unsupported("cuKernelSetCacheConfig", &once_cuKernelSetCacheConfig); }
+static atomic_int once_cuLaunch;
+PV_WEAK_API CUresult cuLaunch(void) { return pv_drv_unsupported("cuLaunch", &once_cuLaunch); }
+static atomic_int once_cuLaunchCooperativeKernel;
+PV_WEAK_API CUresult cuLaunchCooperativeKernel(void) { return pv_drv_unsupported("cuLaunchCooperativeKernel", &once_cuLaunchCooperativeKernel); }
+static atomic_int once_cuLaunchCooperativeKernelMultiDevice;
+PV_WEAK_API CUresult cuLaunchCooperativeKernelMultiDevice(void) { return pv_drv_unsupported("cuLaunchCooperativeKernelMultiDevice", &once_cuLaunchCooperativeKernelMultiDevice); }
+static atomic_int once_cuLaunchCooperativeKernel_ptsz;
+PV_WEAK_API CUresult cuLaunchCooperativeKernel_ptsz(void) { return pv_drv_unsupported("cuLaunchCooperativeKernel_ptsz", &once_cuLaunchCooperativeKernel_ptsz); }
+static atomic_int once_cuLaunchGrid;
+PV_WEAK_API CUresult cuLaunchGrid(void) { return pv_drv_unsupported("cuLaunchGrid", &once_cuLaunchGrid); }
+static atomic_int once_cuLaunchGridAsync;
+PV_WEAK_API CUresult cuLaunchGridAsync(void) { return pv_drv_unsupported("cuLaunchGridAsync", &once_cuLaunchGridAsync); }
+static atomic_int once_cuLaunchHostFunc;
+PV_WEAK_API CUresult cuLaunchHostFunc(void) { return pv_drv_unsupported("cuLaunchHostFunc", &once_cuLaunchHostFunc); }
+static atomic_int once_cuLaunchHostFunc_ptsz;
+PV_WEAK_API CUresult cuLaunchHostFunc_ptsz(void) { return pv_drv_unsupported("cuLaunchHostFunc_ptsz", &once_cuLaunchHostFunc_ptsz); }
+static atomic_int once_cuLaunchKernel;
+PV_WEAK_API CUresult cuLaunchKernel(void) { return pv_drv_unsupported("cuLaunchKernel", &once_cuLaunchKernel); }
+static atomic_int once_cuLaunchKernelEx;
+PV_WEAK_API CUresult cuLaunchKernelEx(void) { return pv_drv_unsupported("cuLaunchKernelEx", &once_cuLaunchKernelEx); }
+static atomic_int once_cuLaunchKernelEx_ptsz;
+PV_WEAK_API CUresult cuLaunchKernelEx_ptsz(void) { return pv_drv_unsupported("cuLaunchKernelEx_ptsz", &once_cuLaunchKernelEx_ptsz); }
+static atomic_int once_cuLaunchKernel_ptsz;
+PV_WEAK_API CUresult cuLaunchKernel_ptsz(void) { return pv_drv_unsupported("cuLaunchKernel_ptsz", &once_cuLaunchKernel_ptsz); }
+static atomic_int once_cuLibraryEnumerateKernels;
+PV_WEAK_API CUresult cuLibraryEnumerateKernels(void) { return pv_drv_unsupported("cuLibraryEnumerateKernels", &once_cuLibraryEnumerateKernels); }
+static atomic_int once_cuLibraryGetGlobal;
+PV_WEAK_API CUresult cuLibraryGetGlobal(void) { return pv_drv_unsupported("cuLibraryGetGlobal", &once_cuLibraryGetGlobal); }
+static atomic_int once_cuLibraryGetKernel;
+PV_WEAK_API CUresult cuLibraryGetKernel(void) { return pv_drv_unsupported("cuLibraryGetKernel", &once_cuLibraryGetKernel); }
+static atomic_int once_cuLibraryGetKernelCount;
+PV_WEAK_API CUresult cuLibraryGetKernelCount(void) { return pv_drv_unsupported("cuLibraryGetKernelCount", &once_cuLibraryGetKernelCount); }
+static atomic_int once_cuLibraryGetManaged;
+PV_WEAK_API CUresult cuLibraryGetManaged(void) { return pv_drv_unsupported("cuLibraryGetManaged", &once_cuLibraryGetManaged); }
+static atomic_int once_cuLibraryGetModule;
+PV_WEAK_API CUresult cuLibraryGetModule(void) { return pv_drv_unsupported("cuLibraryGetModule", &once_cuLibraryGetModule); }
+static atomic_int once_cuLibraryGetUnifiedFunction;
+PV_WEAK_API CUresult cuLibraryGetUnifiedFunction(void) { return pv_drv_unsupported("cuLibraryGetUnifiedFunction", &once_cuLibraryGetUnifiedFunction); }
+static atomic_int once_cuLibraryLoadData;
+PV_WEAK_API CUresult cuLibraryLoadData(void) { return pv_drv_unsupported("cuLibraryLoadData", &once_cuLibraryLoadData); }
+static atomic_int once_cuLibraryLoadFromFile;
+PV_WEAK_API CUresult cuLibraryLoadFromFile(void) { return pv_drv_unsupported("cuLibraryLoadFromFile", &once_cuLibraryLoadFromFile); }
+static atomic_int once_cuLibraryUnload;
+PV_WEAK_API CUresult cuLibraryUnload(void) { return pv_drv_unsupported("cuLibraryUnload", &once_cuLibraryUnload); }
+static atomic_int once_cuLinkAddData;
+PV_WEAK_API CUresult cuLinkAddData(void) { return pv_drv_unsupported("cuLinkAddData", &once_cuLinkAddData); }
+static atomic_int once_cuLinkAddData_v2;
+PV_WEAK_API CUresult cuLinkAddData_v2(void) { return pv_drv_unsupported("cuLinkAddData_v2", &once_cuLinkAddData_v2); }
+static atomic_int once_cuLinkAddFile;
+PV_WEAK_API CUresult cuLinkAddFile(void) { return pv_drv_unsupported("cuLinkAddFile", &once_cuLinkAddFile); }
+static atomic_int once_cuLinkAddFile_v2;
+PV_WEAK_API CUresult cuLinkAddFile_v2(void) { return pv_drv_unsupported("cuLinkAddFile_v2", &once_cuLinkAddFile_v2); }
+static atomic_int once_cuLinkComplete;
+PV_WEAK_API CUresult cuLinkComplete(void) { return pv_drv_unsupported("cuLinkComplete", &once_cuLinkComplete); }
+static atomic_int once_cuLinkCreate;
+PV_WEAK_API CUresult cuLinkCreate(void) { return pv_drv_unsupported("cuLinkCreate", &once_cuLinkCreate); }
+static atomic_int once_cuLinkCreate_v2;
+PV_WEAK_API CUresult cuLinkCreate_v2(void) { return pv_drv_unsupported("cuLinkCreate_v2", &once_cuLinkCreate_v2); }
+static atomic_int once_cuLinkDestroy;
+PV_WEAK_API CUresult cuLinkDestroy(void) { return pv_drv_unsupported("cuLinkDestroy", &once_cuLinkDestroy); }
+static atomic_int once_cuLogsCurrent;
+PV_WEAK_API CUresult cuLogsCurrent(void) { return pv_drv_unsupported("cuLogsCurrent", &once_cuLogsCurrent); }
+static atomic_int once_cuLogsDumpToFile;
+PV_WEAK_API CUresult cuLogsDumpToFile(void) { return pv_drv_unsupported("cuLogsDumpToFile", &once_cuLogsDumpToFile); }
+static atomic_int once_cuLogsDumpToMemory;
+PV_WEAK_API CUresult cuLogsDumpToMemory(void) { return pv_drv_unsupported("cuLogsDumpToMemory", &once_cuLogsDumpToMemory); }
+static atomic_int once_cuLogsRegisterCallback;
+PV_WEAK_API CUresult cuLogsRegisterCallback(void) { return pv_drv_unsupported("cuLogsRegisterCallback", &once_cuLogsRegisterCallback); }
+static atomic_int once_cuLogsUnregisterCallback;
+PV_WEAK_API CUresult cuLogsUnregisterCallback(void) { return pv_drv_unsupported("cuLogsUnregisterCallback", &once_cuLogsUnregisterCallback); }
+static atomic_int once_cuMemAddressFree;
+PV_WEAK_API CUresult cuMemAddressFree(void) { return pv_drv_unsupported("cuMemAddressFree", &once_cuMemAddressFree); }
+static atomic_int once_cuMemAddressReserve;
+PV_WEAK_API CUresult cuMemAddressReserve(void) { return pv_drv_unsupported("cuMemAddressReserve", &once_cuMemAddressReserve); }
+static atomic_int once_cuMemAdvise;
+PV_WEAK_API CUresult cuMemAdvise(void) { return pv_drv_unsupported("cuMemAdvise", &once_cuMemAdvise); }
+static atomic_int once_cuMemAdvise_v2;
+PV_WEAK_API CUresult cuMemAdvise_v2(void) { return pv_drv_unsupported("cuMemAdvise_v2", &once_cuMemAdvise_v2); }
+static atomic_int once_cuMemAlloc;
+PV_WEAK_API CUresult cuMemAlloc(void) { return pv_drv_unsupported("cuMemAlloc", &once_cuMemAlloc); }
+static atomic_int once_cuMemAllocAsync;
+PV_WEAK_API CUresult cuMemAllocAsync(void) { return pv_drv_unsupported("cuMemAllocAsync", &once_cuMemAllocAsync); }
+static atomic_int once_cuMemAllocAsync_ptsz;
+PV_WEAK_API CUresult cuMemAllocAsync_ptsz(void) { return pv_drv_unsupported("cuMemAllocAsync_ptsz", &once_cuMemAllocAsync_ptsz); }
+static atomic_int once_cuMemAllocFromPoolAsync;
+PV_WEAK_API CUresult cuMemAllocFromPoolAsync(void) { return pv_drv_unsupported("cuMemAllocFromPoolAsync", &once_cuMemAllocFromPoolAsync); }
+static atomic_int once_cuMemAllocFromPoolAsync_ptsz;
+PV_WEAK_API CUresult cuMemAllocFromPoolAsync_ptsz(void) { return pv_drv_unsupported("cuMemAllocFromPoolAsync_ptsz", &once_cuMemAllocFromPoolAsync_ptsz); }
+static atomic_int once_cuMemAllocHost;
+PV_WEAK_API CUresult cuMemAllocHost(void) { return pv_drv_unsupported("cuMemAllocHost", &once_cuMemAllocHost); }
+static atomic_int once_cuMemAllocHost_v2;
+PV_WEAK_API CUresult cuMemAllocHost_v2(void) { return pv_drv_unsupported("cuMemAllocHost_v2", &once_cuMemAllocHost_v2); }
+static atomic_int once_cuMemAllocManaged;
+PV_WEAK_API CUresult cuMemAllocManaged(void) { return pv_drv_unsupported("cuMemAllocManaged", &once_cuMemAllocManaged); }
+static atomic_int once_cuMemAllocPitch;
+PV_WEAK_API CUresult cuMemAllocPitch(void) { return pv_drv_unsupported("cuMemAllocPitch", &once_cuMemAllocPitch); }
+static atomic_int once_cuMemAllocPitch_v2;
+PV_WEAK_API CUresult cuMemAllocPitch_v2(void) { return pv_drv_unsupported("cuMemAllocPitch_v2", &once_cuMemAllocPitch_v2); }
+static atomic_int once_cuMemAlloc_v2;
+PV_WEAK_API CUresult cuMemAlloc_v2(void) { return pv_drv_unsupported("cuMemAlloc_v2", &once_cuMemAlloc_v2); }
+static atomic_int once_cuMemBatchDecompressAsync;
+PV_WEAK_API CUresult cuMemBatchDecompressAsync(void) { return pv_drv_unsupported("cuMemBatchDecompressAsync", &once_cuMemBatchDecompressAsync); }
+static atomic_int once_cuMemBatchDecompressAsync_ptsz;
+PV_WEAK_API CUresult cuMemBatchDecompressAsync_ptsz(void) { return pv_drv_unsupported("cuMemBatchDecompressAsync_ptsz", &once_cuMemBatchDecompressAsync_ptsz); }
+static atomic_int once_cuMemCreate;
+PV_WEAK_API CUresult cuMemCreate(void) { return pv_drv_unsupported("cuMemCreate", &once_cuMemCreate); }
+static atomic_int once_cuMemDiscardAndPrefetchBatchAsync;
+PV_WEAK_API CUresult cuMemDiscardAndPrefetchBatchAsync(void) { return pv_drv_unsupported("cuMemDiscardAndPrefetchBatchAsync", &once_cuMemDiscardAndPrefetchBatchAsync); }
+static atomic_int once_cuMemDiscardAndPrefetchBatchAsync_ptsz;
+PV_WEAK_API CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemDiscardAndPrefetchBatchAsync_ptsz", &once_cuMemDiscardAndPrefetchBatchAsync_ptsz); }
+static atomic_int once_cuMemDiscardBatchAsync;
+PV_WEAK_API CUresult cuMemDiscardBatchAsync(void) { return pv_drv_unsupported("cuMemDiscardBatchAsync", &once_cuMemDiscardBatchAsync); }
+static atomic_int once_cuMemDiscardBatchAsync_ptsz;
+PV_WEAK_API CUresult cuMemDiscardBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemDiscardBatchAsync_ptsz", &once_cuMemDiscardBatchAsync_ptsz); }
+static atomic_int once_cuMemExportToShareableHandle;
+PV_WEAK_API CUresult cuMemExportToShareableHandle(void) { return pv_drv_unsupported("cuMemExportToShareableHandle", &once_cuMemExportToShareableHandle); }
+static atomic_int once_cuMemFree;
+PV_WEAK_API CUresult cuMemFree(void) { return pv_drv_unsupported("cuMemFree", &once_cuMemFree); }
+static atomic_int once_cuMemFreeAsync;
+PV_WEAK_API CUresult cuMemFreeAsync(void) { return pv_drv_unsupported("cuMemFreeAsync", &once_cuMemFreeAsync); }
+static atomic_int once_cuMemFreeAsync_ptsz;
+PV_WEAK_API CUresult cuMemFreeAsync_ptsz(void) { return pv_drv_unsupported("cuMemFreeAsync_ptsz", &once_cuMemFreeAsync_ptsz); }
+static atomic_int once_cuMemFreeHost;
+PV_WEAK_API CUresult cuMemFreeHost(void) { return pv_drv_unsupported("cuMemFreeHost", &once_cuMemFreeHost); }
+static atomic_int once_cuMemFree_v2;
+PV_WEAK_API CUresult cuMemFree_v2(void) { return pv_drv_unsupported("cuMemFree_v2", &once_cuMemFree_v2); }
+static atomic_int once_cuMemGetAccess;
+PV_WEAK_API CUresult cuMemGetAccess(void) { return pv_drv_unsupported("cuMemGetAccess", &once_cuMemGetAccess); }
+static atomic_int once_cuMemGetAddressRange;
+PV_WEAK_API CUresult cuMemGetAddressRange(void) { return pv_drv_unsupported("cuMemGetAddressRange", &once_cuMemGetAddressRange); }
+static atomic_int once_cuMemGetAddressRange_v2;
+PV_WEAK_API CUresult cuMemGetAddressRange_v2(void) { return pv_drv_unsupported("cuMemGetAddressRange_v2", &once_cuMemGetAddressRange_v2); }
+static atomic_int once_cuMemGetAllocationGranularity;
+PV_WEAK_API CUresult cuMemGetAllocationGranularity(void) { return pv_drv_unsupported("cuMemGetAllocationGranularity", &once_cuMemGetAllocationGranularity); }
+static atomic_int once_cuMemGetAllocationPropertiesFromHandle;
+PV_WEAK_API CUresult cuMemGetAllocationPropertiesFromHandle(void) { return pv_drv_unsupported("cuMemGetAllocationPropertiesFromHandle", &once_cuMemGetAllocationPropertiesFromHandle); }
+static atomic_int once_cuMemGetDefaultMemPool;
+PV_WEAK_API CUresult cuMemGetDefaultMemPool(void) { return pv_drv_unsupported("cuMemGetDefaultMemPool", &once_cuMemGetDefaultMemPool); }
+static atomic_int once_cuMemGetHandleForAddressRange;
+PV_WEAK_API CUresult cuMemGetHandleForAddressRange(void) { return pv_drv_unsupported("cuMemGetHandleForAddressRange", &once_cuMemGetHandleForAddressRange); }
+static atomic_int once_cuMemGetInfo;
+PV_WEAK_API CUresult cuMemGetInfo(void) { return pv_drv_unsupported("cuMemGetInfo", &once_cuMemGetInfo); }
+static atomic_int once_cuMemGetInfo_v2;
+PV_WEAK_API CUresult cuMemGetInfo_v2(void) { return pv_drv_unsupported("cuMemGetInfo_v2", &once_cuMemGetInfo_v2); }
+static atomic_int once_cuMemGetMemPool;
+PV_WEAK_API CUresult cuMemGetMemPool(void) { return pv_drv_unsupported("cuMemGetMemPool", &once_cuMemGetMemPool); }
+static atomic_int once_cuMemHostAlloc;
+PV_WEAK_API CUresult cuMemHostAlloc(void) { return pv_drv_unsupported("cuMemHostAlloc", &once_cuMemHostAlloc); }
+static atomic_int once_cuMemHostGetDevicePointer;
+PV_WEAK_API CUresult cuMemHostGetDevicePointer(void) { return pv_drv_unsupported("cuMemHostGetDevicePointer", &once_cuMemHostGetDevicePointer); }
+static atomic_int once_cuMemHostGetDevicePointer_v2;
+PV_WEAK_API CUresult cuMemHostGetDevicePointer_v2(void) { return pv_drv_unsupported("cuMemHostGetDevicePointer_v2", &once_cuMemHostGetDevicePointer_v2); }
+static atomic_int once_cuMemHostGetFlags;
+PV_WEAK_API CUresult cuMemHostGetFlags(void) { return pv_drv_unsupported("cuMemHostGetFlags", &once_cuMemHostGetFlags); }
+static atomic_int once_cuMemHostRegister;
+PV_WEAK_API CUresult cuMemHostRegister(void) { return pv_drv_unsupported("cuMemHostRegister", &once_cuMemHostRegister); }
+static atomic_int once_cuMemHostRegister_v2;
+PV_WEAK_API CUresult cuMemHostRegister_v2(void) { return pv_drv_unsupported("cuMemHostRegister_v2", &once_cuMemHostRegister_v2); }
+static atomic_int once_cuMemHostUnregister;
+PV_WEAK_API CUresult cuMemHostUnregister(void) { return pv_drv_unsupported("cuMemHostUnregister", &once_cuMemHostUnregister); }
+static atomic_int once_cuMemImportFromShareableHandle;
+PV_WEAK_API CUresult cuMemImportFromShareableHandle(void) { return pv_drv_unsupported("cuMemImportFromShareableHandle", &once_cuMemImportFromShareableHandle); }
+static atomic_int once_cuMemMap;
+PV_WEAK_API CUresult cuMemMap(void) { return pv_drv_unsupported("cuMemMap", &once_cuMemMap); }
+static atomic_int once_cuMemMapArrayAsync;
+PV_WEAK_API CUresult cuMemMapArrayAsync(void) { return pv_drv_unsupported("cuMemMapArrayAsync", &once_cuMemMapArrayAsync); }
+static atomic_int once_cuMemMapArrayAsync_ptsz;
+PV_WEAK_API CUresult cuMemMapArrayAsync_ptsz(void) { return pv_drv_unsupported("cuMemMapArrayAsync_ptsz", &once_cuMemMapArrayAsync_ptsz); }
+static atomic_int once_cuMemPoolCreate;
+PV_WEAK_API CUresult cuMemPoolCreate(void) { return pv_drv_unsupported("cuMemPoolCreate", &once_cuMemPoolCreate); }
+static atomic_int once_cuMemPoolDestroy;
+PV_WEAK_API CUresult cuMemPoolDestroy(void) { return pv_drv_unsupported("cuMemPoolDestroy", &once_cuMemPoolDestroy); }
+static atomic_int once_cuMemPoolExportPointer;
+PV_WEAK_API CUresult cuMemPoolExportPointer(void) { return pv_drv_unsupported("cuMemPoolExportPointer", &once_cuMemPoolExportPointer); }
+static atomic_int once_cuMemPoolExportToShareableHandle;
+PV_WEAK_API CUresult cuMemPoolExportToShareableHandle(void) { return pv_drv_unsupported("cuMemPoolExportToShareableHandle", &once_cuMemPoolExportToShareableHandle); }
+static atomic_int once_cuMemPoolGetAccess;
+PV_WEAK_API CUresult cuMemPoolGetAccess(void) { return pv_drv_unsupported("cuMemPoolGetAccess", &once_cuMemPoolGetAccess); }
+static atomic_int once_cuMemPoolGetAttribute;
+PV_WEAK_API CUresult cuMemPoolGetAttribute(void) { return pv_drv_unsupported("cuMemPoolGetAttribute", &once_cuMemPoolGetAttribute); }
+static atomic_int once_cuMemPoolImportFromShareableHandle;
+PV_WEAK_API CUresult cuMemPoolImportFromShareableHandle(void) { return pv_drv_unsupported("cuMemPoolImportFromShareableHandle", &once_cuMemPoolImportFromShareableHandle); }
+static atomic_int once_cuMemPoolImportPointer;
+PV_WEAK_API CUresult cuMemPoolImportPointer(void) { return pv_drv_unsupported("cuMemPoolImportPointer", &once_cuMemPoolImportPointer); }
+static atomic_int once_cuMemPoolSetAccess;
+PV_WEAK_API CUresult cuMemPoolSetAccess(void) { return pv_drv_unsupported("cuMemPoolSetAccess", &once_cuMemPoolSetAccess); }
+static atomic_int once_cuMemPoolSetAttribute;
+PV_WEAK_API CUresult cuMemPoolSetAttribute(void) { return pv_drv_unsupported("cuMemPoolSetAttribute", &once_cuMemPoolSetAttribute); }
+static atomic_int once_cuMemPoolTrimTo;
+PV_WEAK_API CUresult cuMemPoolTrimTo(void) { return pv_drv_unsupported("cuMemPoolTrimTo", &once_cuMemPoolTrimTo); }
+static atomic_int once_cuMemPrefetchAsync;
+PV_WEAK_API CUresult cuMemPrefetchAsync(void) { return pv_drv_unsupported("cuMemPrefetchAsync", &once_cuMemPrefetchAsync); }
+static atomic_int once_cuMemPrefetchAsync_ptsz;
+PV_WEAK_API CUresult cuMemPrefetchAsync_ptsz(void) { return pv_drv_unsupported("cuMemPrefetchAsync_ptsz", &once_cuMemPrefetchAsync_ptsz); }
+static atomic_int once_cuMemPrefetchAsync_v2;
+PV_WEAK_API CUresult cuMemPrefetchAsync_v2(void) { return pv_drv_unsupported("cuMemPrefetchAsync_v2", &once_cuMemPrefetchAsync_v2); }
+static atomic_int once_cuMemPrefetchAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemPrefetchAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemPrefetchAsync_v2_ptsz", &once_cuMemPrefetchAsync_v2_ptsz); }
+static atomic_int once_cuMemPrefetchBatchAsync;
+PV_WEAK_API CUresult cuMemPrefetchBatchAsync(void) { return pv_drv_unsupported("cuMemPrefetchBatchAsync", &once_cuMemPrefetchBatchAsync); }
+static atomic_int once_cuMemPrefetchBatchAsync_ptsz;
+PV_WEAK_API CUresult cuMemPrefetchBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemPrefetchBatchAsync_ptsz", &once_cuMemPrefetchBatchAsync_ptsz); }
+static atomic_int once_cuMemRangeGetAttribute;
+PV_WEAK_API CUresult cuMemRangeGetAttribute(void) { return pv_drv_unsupported("cuMemRangeGetAttribute", &once_cuMemRangeGetAttribute); }
+static atomic_int once_cuMemRangeGetAttributes;
+PV_WEAK_API CUresult cuMemRangeGetAttributes(void) { return pv_drv_unsupported("cuMemRangeGetAttributes", &once_cuMemRangeGetAttributes); }
+static atomic_int once_cuMemRelease;
+PV_WEAK_API CUresult cuMemRelease(void) { return pv_drv_unsupported("cuMemRelease", &once_cuMemRelease); }
+static atomic_int once_cuMemRetainAllocationHandle;
+PV_WEAK_API CUresult cuMemRetainAllocationHandle(void) { return pv_drv_unsupported("cuMemRetainAllocationHandle", &once_cuMemRetainAllocationHandle); }
+static atomic_int once_cuMemSetAccess;
+PV_WEAK_API CUresult cuMemSetAccess(void) { return pv_drv_unsupported("cuMemSetAccess", &once_cuMemSetAccess); }
+static atomic_int once_cuMemSetMemPool;
+PV_WEAK_API CUresult cuMemSetMemPool(void) { return pv_drv_unsupported("cuMemSetMemPool", &once_cuMemSetMemPool); }
+static atomic_int once_cuMemUnmap;
+PV_WEAK_API CUresult cuMemUnmap(void) { return pv_drv_unsupported("cuMemUnmap", &once_cuMemUnmap); }
+static atomic_int once_cuMemcpy;
+PV_WEAK_API CUresult cuMemcpy(void) { return pv_drv_unsupported("cuMemcpy", &once_cuMemcpy); }
+static atomic_int once_cuMemcpy2D;
+PV_WEAK_API CUresult cuMemcpy2D(void) { return pv_drv_unsupported("cuMemcpy2D", &once_cuMemcpy2D); }
+static atomic_int once_cuMemcpy2DAsync;
+PV_WEAK_API CUresult cuMemcpy2DAsync(void) { return pv_drv_unsupported("cuMemcpy2DAsync", &once_cuMemcpy2DAsync); }
+static atomic_int once_cuMemcpy2DAsync_v2;
+PV_WEAK_API CUresult cuMemcpy2DAsync_v2(void) { return pv_drv_unsupported("cuMemcpy2DAsync_v2", &once_cuMemcpy2DAsync_v2); }
+static atomic_int once_cuMemcpy2DAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpy2DAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpy2DAsync_v2_ptsz", &once_cuMemcpy2DAsync_v2_ptsz); }
+static atomic_int once_cuMemcpy2DUnaligned;
+PV_WEAK_API CUresult cuMemcpy2DUnaligned(void) { return pv_drv_unsupported("cuMemcpy2DUnaligned", &once_cuMemcpy2DUnaligned); }
+static atomic_int once_cuMemcpy2DUnaligned_v2;
+PV_WEAK_API CUresult cuMemcpy2DUnaligned_v2(void) { return pv_drv_unsupported("cuMemcpy2DUnaligned_v2", &once_cuMemcpy2DUnaligned_v2); }
+static atomic_int once_cuMemcpy2DUnaligned_v2_ptds;
+PV_WEAK_API CUresult cuMemcpy2DUnaligned_v2_ptds(void) { return pv_drv_unsupported("cuMemcpy2DUnaligned_v2_ptds", &once_cuMemcpy2DUnaligned_v2_ptds); }
+static atomic_int once_cuMemcpy2D_v2;
+PV_WEAK_API CUresult cuMemcpy2D_v2(void) { return pv_drv_unsupported("cuMemcpy2D_v2", &once_cuMemcpy2D_v2); }
+static atomic_int once_cuMemcpy2D_v2_ptds;
+PV_WEAK_API CUresult cuMemcpy2D_v2_ptds(void) { return pv_drv_unsupported("cuMemcpy2D_v2_ptds", &once_cuMemcpy2D_v2_ptds); }
+static atomic_int once_cuMemcpy3D;
+PV_WEAK_API CUresult cuMemcpy3D(void) { return pv_drv_unsupported("cuMemcpy3D", &once_cuMemcpy3D); }
+static atomic_int once_cuMemcpy3DAsync;
+PV_WEAK_API CUresult cuMemcpy3DAsync(void) { return pv_drv_unsupported("cuMemcpy3DAsync", &once_cuMemcpy3DAsync); }
+static atomic_int once_cuMemcpy3DAsync_v2;
+PV_WEAK_API CUresult cuMemcpy3DAsync_v2(void) { return pv_drv_unsupported("cuMemcpy3DAsync_v2", &once_cuMemcpy3DAsync_v2); }
+static atomic_int once_cuMemcpy3DAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpy3DAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DAsync_v2_ptsz", &once_cuMemcpy3DAsync_v2_ptsz); }
+static atomic_int once_cuMemcpy3DBatchAsync;
+PV_WEAK_API CUresult cuMemcpy3DBatchAsync(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync", &once_cuMemcpy3DBatchAsync); }
+static atomic_int once_cuMemcpy3DBatchAsync_ptsz;
+PV_WEAK_API CUresult cuMemcpy3DBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync_ptsz", &once_cuMemcpy3DBatchAsync_ptsz); }
+static atomic_int once_cuMemcpy3DBatchAsync_v2;
+PV_WEAK_API CUresult cuMemcpy3DBatchAsync_v2(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync_v2", &once_cuMemcpy3DBatchAsync_v2); }
+static atomic_int once_cuMemcpy3DBatchAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpy3DBatchAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DBatchAsync_v2_ptsz", &once_cuMemcpy3DBatchAsync_v2_ptsz); }
+static atomic_int once_cuMemcpy3DPeer;
+PV_WEAK_API CUresult cuMemcpy3DPeer(void) { return pv_drv_unsupported("cuMemcpy3DPeer", &once_cuMemcpy3DPeer); }
+static atomic_int once_cuMemcpy3DPeerAsync;
+PV_WEAK_API CUresult cuMemcpy3DPeerAsync(void) { return pv_drv_unsupported("cuMemcpy3DPeerAsync", &once_cuMemcpy3DPeerAsync); }
+static atomic_int once_cuMemcpy3DPeerAsync_ptsz;
+PV_WEAK_API CUresult cuMemcpy3DPeerAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpy3DPeerAsync_ptsz", &once_cuMemcpy3DPeerAsync_ptsz); }
+static atomic_int once_cuMemcpy3DPeer_ptds;
+PV_WEAK_API CUresult cuMemcpy3DPeer_ptds(void) { return pv_drv_unsupported("cuMemcpy3DPeer_ptds", &once_cuMemcpy3DPeer_ptds); }
+static atomic_int once_cuMemcpy3D_v2;
+PV_WEAK_API CUresult cuMemcpy3D_v2(void) { return pv_drv_unsupported("cuMemcpy3D_v2", &once_cuMemcpy3D_v2); }
+static atomic_int once_cuMemcpy3D_v2_ptds;
+PV_WEAK_API CUresult cuMemcpy3D_v2_ptds(void) { return pv_drv_unsupported("cuMemcpy3D_v2_ptds", &once_cuMemcpy3D_v2_ptds); }
+static atomic_int once_cuMemcpyAsync;
+PV_WEAK_API CUresult cuMemcpyAsync(void) { return pv_drv_unsupported("cuMemcpyAsync", &once_cuMemcpyAsync); }
+static atomic_int once_cuMemcpyAsync_ptsz;
+PV_WEAK_API CUresult cuMemcpyAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpyAsync_ptsz", &once_cuMemcpyAsync_ptsz); }
+static atomic_int once_cuMemcpyAtoA;
+PV_WEAK_API CUresult cuMemcpyAtoA(void) { return pv_drv_unsupported("cuMemcpyAtoA", &once_cuMemcpyAtoA); }
+static atomic_int once_cuMemcpyAtoA_v2;
+PV_WEAK_API CUresult cuMemcpyAtoA_v2(void) { return pv_drv_unsupported("cuMemcpyAtoA_v2", &once_cuMemcpyAtoA_v2); }
+static atomic_int once_cuMemcpyAtoA_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyAtoA_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyAtoA_v2_ptds", &once_cuMemcpyAtoA_v2_ptds); }
+static atomic_int once_cuMemcpyAtoD;
+PV_WEAK_API CUresult cuMemcpyAtoD(void) { return pv_drv_unsupported("cuMemcpyAtoD", &once_cuMemcpyAtoD); }
+static atomic_int once_cuMemcpyAtoD_v2;
+PV_WEAK_API CUresult cuMemcpyAtoD_v2(void) { return pv_drv_unsupported("cuMemcpyAtoD_v2", &once_cuMemcpyAtoD_v2); }
+static atomic_int once_cuMemcpyAtoD_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyAtoD_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyAtoD_v2_ptds", &once_cuMemcpyAtoD_v2_ptds); }
+static atomic_int once_cuMemcpyAtoH;
+PV_WEAK_API CUresult cuMemcpyAtoH(void) { return pv_drv_unsupported("cuMemcpyAtoH", &once_cuMemcpyAtoH); }
+static atomic_int once_cuMemcpyAtoHAsync;
+PV_WEAK_API CUresult cuMemcpyAtoHAsync(void) { return pv_drv_unsupported("cuMemcpyAtoHAsync", &once_cuMemcpyAtoHAsync); }
+static atomic_int once_cuMemcpyAtoHAsync_v2;
+PV_WEAK_API CUresult cuMemcpyAtoHAsync_v2(void) { return pv_drv_unsupported("cuMemcpyAtoHAsync_v2", &once_cuMemcpyAtoHAsync_v2); }
+static atomic_int once_cuMemcpyAtoHAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpyAtoHAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyAtoHAsync_v2_ptsz", &once_cuMemcpyAtoHAsync_v2_ptsz); }
+static atomic_int once_cuMemcpyAtoH_v2;
+PV_WEAK_API CUresult cuMemcpyAtoH_v2(void) { return pv_drv_unsupported("cuMemcpyAtoH_v2", &once_cuMemcpyAtoH_v2); }
+static atomic_int once_cuMemcpyAtoH_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyAtoH_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyAtoH_v2_ptds", &once_cuMemcpyAtoH_v2_ptds); }
+static atomic_int once_cuMemcpyBatchAsync;
+PV_WEAK_API CUresult cuMemcpyBatchAsync(void) { return pv_drv_unsupported("cuMemcpyBatchAsync", &once_cuMemcpyBatchAsync); }
+static atomic_int once_cuMemcpyBatchAsync_ptsz;
+PV_WEAK_API CUresult cuMemcpyBatchAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpyBatchAsync_ptsz", &once_cuMemcpyBatchAsync_ptsz); }
+static atomic_int once_cuMemcpyBatchAsync_v2;
+PV_WEAK_API CUresult cuMemcpyBatchAsync_v2(void) { return pv_drv_unsupported("cuMemcpyBatchAsync_v2", &once_cuMemcpyBatchAsync_v2); }
+static atomic_int once_cuMemcpyBatchAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpyBatchAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyBatchAsync_v2_ptsz", &once_cuMemcpyBatchAsync_v2_ptsz); }
+static atomic_int once_cuMemcpyDtoA;
+PV_WEAK_API CUresult cuMemcpyDtoA(void) { return pv_drv_unsupported("cuMemcpyDtoA", &once_cuMemcpyDtoA); }
+static atomic_int once_cuMemcpyDtoA_v2;
+PV_WEAK_API CUresult cuMemcpyDtoA_v2(void) { return pv_drv_unsupported("cuMemcpyDtoA_v2", &once_cuMemcpyDtoA_v2); }
+static atomic_int once_cuMemcpyDtoA_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyDtoA_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyDtoA_v2_ptds", &once_cuMemcpyDtoA_v2_ptds); }
+static atomic_int once_cuMemcpyDtoD;
+PV_WEAK_API CUresult cuMemcpyDtoD(void) { return pv_drv_unsupported("cuMemcpyDtoD", &once_cuMemcpyDtoD); }
+static atomic_int once_cuMemcpyDtoDAsync;
+PV_WEAK_API CUresult cuMemcpyDtoDAsync(void) { return pv_drv_unsupported("cuMemcpyDtoDAsync", &once_cuMemcpyDtoDAsync); }
+static atomic_int once_cuMemcpyDtoDAsync_v2;
+PV_WEAK_API CUresult cuMemcpyDtoDAsync_v2(void) { return pv_drv_unsupported("cuMemcpyDtoDAsync_v2", &once_cuMemcpyDtoDAsync_v2); }
+static atomic_int once_cuMemcpyDtoDAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpyDtoDAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyDtoDAsync_v2_ptsz", &once_cuMemcpyDtoDAsync_v2_ptsz); }
+static atomic_int once_cuMemcpyDtoD_v2;
+PV_WEAK_API CUresult cuMemcpyDtoD_v2(void) { return pv_drv_unsupported("cuMemcpyDtoD_v2", &once_cuMemcpyDtoD_v2); }
+static atomic_int once_cuMemcpyDtoD_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyDtoD_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyDtoD_v2_ptds", &once_cuMemcpyDtoD_v2_ptds); }
+static atomic_int once_cuMemcpyDtoH;
+PV_WEAK_API CUresult cuMemcpyDtoH(void) { return pv_drv_unsupported("cuMemcpyDtoH", &once_cuMemcpyDtoH); }
+static atomic_int once_cuMemcpyDtoHAsync;
+PV_WEAK_API CUresult cuMemcpyDtoHAsync(void) { return pv_drv_unsupported("cuMemcpyDtoHAsync", &once_cuMemcpyDtoHAsync); }
+static atomic_int once_cuMemcpyDtoHAsync_v2;
+PV_WEAK_API CUresult cuMemcpyDtoHAsync_v2(void) { return pv_drv_unsupported("cuMemcpyDtoHAsync_v2", &once_cuMemcpyDtoHAsync_v2); }
+static atomic_int once_cuMemcpyDtoHAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyDtoHAsync_v2_ptsz", &once_cuMemcpyDtoHAsync_v2_ptsz); }
+static atomic_int once_cuMemcpyDtoH_v2;
+PV_WEAK_API CUresult cuMemcpyDtoH_v2(void) { return pv_drv_unsupported("cuMemcpyDtoH_v2", &once_cuMemcpyDtoH_v2); }
+static atomic_int once_cuMemcpyDtoH_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyDtoH_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyDtoH_v2_ptds", &once_cuMemcpyDtoH_v2_ptds); }
+static atomic_int once_cuMemcpyHtoA;
+PV_WEAK_API CUresult cuMemcpyHtoA(void) { return pv_drv_unsupported("cuMemcpyHtoA", &once_cuMemcpyHtoA); }
+static atomic_int once_cuMemcpyHtoAAsync;
+PV_WEAK_API CUresult cuMemcpyHtoAAsync(void) { return pv_drv_unsupported("cuMemcpyHtoAAsync", &once_cuMemcpyHtoAAsync); }
+static atomic_int once_cuMemcpyHtoAAsync_v2;
+PV_WEAK_API CUresult cuMemcpyHtoAAsync_v2(void) { return pv_drv_unsupported("cuMemcpyHtoAAsync_v2", &once_cuMemcpyHtoAAsync_v2); }
+static atomic_int once_cuMemcpyHtoAAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpyHtoAAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyHtoAAsync_v2_ptsz", &once_cuMemcpyHtoAAsync_v2_ptsz); }
+static atomic_int once_cuMemcpyHtoA_v2;
+PV_WEAK_API CUresult cuMemcpyHtoA_v2(void) { return pv_drv_unsupported("cuMemcpyHtoA_v2", &once_cuMemcpyHtoA_v2); }
+static atomic_int once_cuMemcpyHtoA_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyHtoA_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyHtoA_v2_ptds", &once_cuMemcpyHtoA_v2_ptds); }
+static atomic_int once_cuMemcpyHtoD;
+PV_WEAK_API CUresult cuMemcpyHtoD(void) { return pv_drv_unsupported("cuMemcpyHtoD", &once_cuMemcpyHtoD); }
+static atomic_int once_cuMemcpyHtoDAsync;
+PV_WEAK_API CUresult cuMemcpyHtoDAsync(void) { return pv_drv_unsupported("cuMemcpyHtoDAsync", &once_cuMemcpyHtoDAsync); }
+static atomic_int once_cuMemcpyHtoDAsync_v2;
+PV_WEAK_API CUresult cuMemcpyHtoDAsync_v2(void) { return pv_drv_unsupported("cuMemcpyHtoDAsync_v2", &once_cuMemcpyHtoDAsync_v2); }
+static atomic_int once_cuMemcpyHtoDAsync_v2_ptsz;
+PV_WEAK_API CUresult cuMemcpyHtoDAsync_v2_ptsz(void) { return pv_drv_unsupported("cuMemcpyHtoDAsync_v2_ptsz", &once_cuMemcpyHtoDAsync_v2_ptsz); }
+static atomic_int once_cuMemcpyHtoD_v2;
+PV_WEAK_API CUresult cuMemcpyHtoD_v2(void) { return pv_drv_unsupported("cuMemcpyHtoD_v2", &once_cuMemcpyHtoD_v2); }
+static atomic_int once_cuMemcpyHtoD_v2_ptds;
+PV_WEAK_API CUresult cuMemcpyHtoD_v2_ptds(void) { return pv_drv_unsupported("cuMemcpyHtoD_v2_ptds", &once_cuMemcpyHtoD_v2_ptds); }
+static atomic_int once_cuMemcpyPeer;
+PV_WEAK_API CUresult cuMemcpyPeer(void) { return pv_drv_unsupported("cuMemcpyPeer", &once_cuMemcpyPeer); }
+static atomic_int once_cuMemcpyPeerAsync;
+PV_WEAK_API CUresult cuMemcpyPeerAsync(void) { return pv_drv_unsupported("cuMemcpyPeerAsync", &once_cuMemcpyPeerAsync); }
+static atomic_int once_cuMemcpyPeerAsync_ptsz;
+PV_WEAK_API CUresult cuMemcpyPeerAsync_ptsz(void) { return pv_drv_unsupported("cuMemcpyPeerAsync_ptsz", &once_cuMemcpyPeerAsync_ptsz); }
+static atomic_int once_cuMemcpyPeer_ptds;
+PV_WEAK_API CUresult cuMemcpyPeer_ptds(void) { return pv_drv_unsupported("cuMemcpyPeer_ptds", &once_cuMemcpyPeer_ptds); }
+static atomic_int once_cuMemcpy_ptds;
+PV_WEAK_API CUresult cuMemcpy_ptds(void) { return pv_drv_unsupported("cuMemcpy_ptds", &once_cuMemcpy_ptds); }
+static atomic_int once_cuMemsetD16;
+PV_WEAK_API CUresult cuMemsetD16(void) { return pv_drv_unsupported("cuMemsetD16", &once_cuMemsetD16); }
+static atomic_int once_cuMemsetD16Async;
+PV_WEAK_API CUresult cuMemsetD16Async(void) { return pv_drv_unsupported("cuMemsetD16Async", &once_cuMemsetD16Async); }
+static atomic_int once_cuMemsetD16Async_ptsz;
+PV_WEAK_API CUresult cuMemsetD16Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD16Async_ptsz", &once_cuMemsetD16Async_ptsz); }
+static atomic_int once_cuMemsetD16_v2;
+PV_WEAK_API CUresult cuMemsetD16_v2(void) { return pv_drv_unsupported("cuMemsetD16_v2", &once_cuMemsetD16_v2); }
+static atomic_int once_cuMemsetD16_v2_ptds;
+PV_WEAK_API CUresult cuMemsetD16_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD16_v2_ptds", &once_cuMemsetD16_v2_ptds); }
+static atomic_int once_cuMemsetD2D16;
+PV_WEAK_API CUresult cuMemsetD2D16(void) { return pv_drv_unsupported("cuMemsetD2D16", &once_cuMemsetD2D16); }
+static atomic_int once_cuMemsetD2D16Async;
+PV_WEAK_API CUresult cuMemsetD2D16Async(void) { return pv_drv_unsupported("cuMemsetD2D16Async", &once_cuMemsetD2D16Async); }
+static atomic_int once_cuMemsetD2D16Async_ptsz;
+PV_WEAK_API CUresult cuMemsetD2D16Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD2D16Async_ptsz", &once_cuMemsetD2D16Async_ptsz); }
+static atomic_int once_cuMemsetD2D16_v2;
+PV_WEAK_API CUresult cuMemsetD2D16_v2(void) { return pv_drv_unsupported("cuMemsetD2D16_v2", &once_cuMemsetD2D16_v2); }
+static atomic_int once_cuMemsetD2D16_v2_ptds;
+PV_WEAK_API CUresult cuMemsetD2D16_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD2D16_v2_ptds", &once_cuMemsetD2D16_v2_ptds); }
+static atomic_int once_cuMemsetD2D32;
+PV_WEAK_API CUresult cuMemsetD2D32(void) { return pv_drv_unsupported("cuMemsetD2D32", &once_cuMemsetD2D32); }
+static atomic_int once_cuMemsetD2D32Async;
+PV_WEAK_API CUresult cuMemsetD2D32Async(void) { return pv_drv_unsupported("cuMemsetD2D32Async", &once_cuMemsetD2D32Async); }
+static atomic_int once_cuMemsetD2D32Async_ptsz;
+PV_WEAK_API CUresult cuMemsetD2D32Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD2D32Async_ptsz", &once_cuMemsetD2D32Async_ptsz); }
+static atomic_int once_cuMemsetD2D32_v2;
+PV_WEAK_API CUresult cuMemsetD2D32_v2(void) { return pv_drv_unsupported("cuMemsetD2D32_v2", &once_cuMemsetD2D32_v2); }
+static atomic_int once_cuMemsetD2D32_v2_ptds;
+PV_WEAK_API CUresult cuMemsetD2D32_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD2D32_v2_ptds", &once_cuMemsetD2D32_v2_ptds); }
+static atomic_int once_cuMemsetD2D8;
+PV_WEAK_API CUresult cuMemsetD2D8(void) { return pv_drv_unsupported("cuMemsetD2D8", &once_cuMemsetD2D8); }
+static atomic_int once_cuMemsetD2D8Async;
+PV_WEAK_API CUresult cuMemsetD2D8Async(void) { return pv_drv_unsupported("cuMemsetD2D8Async", &once_cuMemsetD2D8Async); }
+static atomic_int once_cuMemsetD2D8Async_ptsz;
+PV_WEAK_API CUresult cuMemsetD2D8Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD2D8Async_ptsz", &once_cuMemsetD2D8Async_ptsz); }
+static atomic_int once_cuMemsetD2D8_v2;
+PV_WEAK_API CUresult cuMemsetD2D8_v2(void) { return pv_drv_unsupported("cuMemsetD2D8_v2", &once_cuMemsetD2D8_v2); }
+static atomic_int once_cuMemsetD2D8_v2_ptds;
+PV_WEAK_API CUresult cuMemsetD2D8_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD2D8_v2_ptds", &once_cuMemsetD2D8_v2_ptds); }
+static atomic_int once_cuMemsetD32;
+PV_WEAK_API CUresult cuMemsetD32(void) { return pv_drv_unsupported("cuMemsetD32", &once_cuMemsetD32); }
+static atomic_int once_cuMemsetD32Async;
+PV_WEAK_API CUresult cuMemsetD32Async(void) { return pv_drv_unsupported("cuMemsetD32Async", &once_cuMemsetD32Async); }
+static atomic_int once_cuMemsetD32Async_ptsz;
+PV_WEAK_API CUresult cuMemsetD32Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD32Async_ptsz", &once_cuMemsetD32Async_ptsz); }
+static atomic_int once_cuMemsetD32_v2;
+PV_WEAK_API CUresult cuMemsetD32_v2(void) { return pv_drv_unsupported("cuMemsetD32_v2", &once_cuMemsetD32_v2); }
+static atomic_int once_cuMemsetD32_v2_ptds;
+PV_WEAK_API CUresult cuMemsetD32_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD32_v2_ptds", &once_cuMemsetD32_v2_ptds); }
+static atomic_int once_cuMemsetD8;
+PV_WEAK_API CUresult cuMemsetD8(void) { return pv_drv_unsupported("cuMemsetD8", &once_cuMemsetD8); }
+static atomic_int once_cuMemsetD8Async;
+PV_WEAK_API CUresult cuMemsetD8Async(void) { return pv_drv_unsupported("cuMemsetD8Async", &once_cuMemsetD8Async); }
+static atomic_int once_cuMemsetD8Async_ptsz;
+PV_WEAK_API CUresult cuMemsetD8Async_ptsz(void) { return pv_drv_unsupported("cuMemsetD8Async_ptsz", &once_cuMemsetD8Async_ptsz); }
+static atomic_int once_cuMemsetD8_v2;
+PV_WEAK_API CUresult cuMemsetD8_v2(void) { return pv_drv_unsupported("cuMemsetD8_v2", &once_cuMemsetD8_v2); }
+static atomic_int once_cuMemsetD8_v2_ptds;
+PV_WEAK_API CUresult cuMemsetD8_v2_ptds(void) { return pv_drv_unsupported("cuMemsetD8_v2_ptds", &once_cuMemsetD8_v2_ptds); }
+static atomic_int once_cuMipmappedArrayCreate;
+PV_WEAK_API CUresult cuMipmappedArrayCreate(void) { return pv_drv_unsupported("cuMipmappedArrayCreate", &once_cuMipmappedArrayCreate); }
+static atomic_int once_cuMipmappedArrayDestroy;
+PV_WEAK_API CUresult cuMipmappedArrayDestroy(void) { return pv_drv_unsupported("cuMipmappedArrayDestroy", &once_cuMipmappedArrayDestroy); }
+static atomic_int once_cuMipmappedArrayGetLevel;
+PV_WEAK_API CUresult cuMipmappedArrayGetLevel(void) { return pv_drv_unsupported("cuMipmappedArrayGetLevel", &once_cuMipmappedArrayGetLevel); }
+static atomic_int once_cuMipmappedArrayGetMemoryRequirements;
+PV_WEAK_API CUresult cuMipmappedArrayGetMemoryRequirements(void) { return pv_drv_unsupported("cuMipmappedArrayGetMemoryRequirements", &once_cuMipmappedArrayGetMemoryRequirements); }
+static atomic_int once_cuMipmappedArrayGetSparseProperties;
+PV_WEAK_API CUresult cuMipmappedArrayGetSparseProperties(void) { return pv_drv_unsupported("cuMipmappedArrayGetSparseProperties", &once_cuMipmappedArrayGetSparseProperties); }
+static atomic_int once_cuModuleEnumerateFunctions;
+PV_WEAK_API CUresult cuModuleEnumerateFunctions(void) { return pv_drv_unsupported("cuModuleEnumerateFunctions", &once_cuModuleEnumerateFunctions); }
+static atomic_int once_cuModuleGetFunction;
+PV_WEAK_API CUresult cuModuleGetFunction(void) { return pv_drv_unsupported("cuModuleGetFunction", &once_cuModuleGetFunction); }
+static atomic_int once_cuModuleGetFunctionCount;
+PV_WEAK_API CUresult cuModuleGetFunctionCount(void) { return pv_drv_unsupported("cuModuleGetFunctionCount", &once_cuModuleGetFunctionCount); }
+static atomic_int once_cuModuleGetGlobal;
+PV_WEAK_API CUresult cuModuleGetGlobal(void) { return pv_drv_unsupported("cuModuleGetGlobal", &once_cuModuleGetGlobal); }
+static atomic_int once_cuModuleGetGlobal_v2;
+PV_WEAK_API CUresult cuModuleGetGlobal_v2(void) { return pv_drv_unsupported("cuModuleGetGlobal_v2", &once_cuModuleGetGlobal_v2); }
+static atomic_int once_cuModuleGetLoadingMode;
+PV_WEAK_API CUresult cuModuleGetLoadingMode(void) { return pv_drv_unsupported("cuModuleGetLoadingMode", &once_cuModuleGetLoadingMode); }
+static atomic_int once_cuModuleGetSurfRef;
+PV_WEAK_API CUresult cuModuleGetSurfRef(void) { return pv_drv_unsupported("cuModuleGetSurfRef", &once_cuModuleGetSurfRef); }
+static atomic_int once_cuModuleGetTexRef;
+PV_WEAK_API CUresult cuModuleGetTexRef(void) { return pv_drv_unsupported("cuModuleGetTexRef", &once_cuModuleGetTexRef); }
+static atomic_int once_cuModuleLoad;
+PV_WEAK_API CUresult cuModuleLoad(void) { return pv_drv_unsupported("cuModuleLoad", &once_cuModuleLoad); }
+static atomic_int once_cuModuleLoadData;
+PV_WEAK_API CUresult cuModuleLoadData(void) { return pv_drv_unsupported("cuModuleLoadData", &once_cuModuleLoadData); }
+static atomic_int once_cuModuleLoadDataEx;
+PV_WEAK_API CUresult cuModuleLoadDataEx(void) { return pv_drv_unsupported("cuModuleLoadDataEx", &once_cuModuleLoadDataEx); }
+static atomic_int once_cuModuleLoadFatBinary;
+PV_WEAK_API CUresult cuModuleLoadFatBinary(void) { return pv_drv_unsupported("cuModuleLoadFatBinary", &once_cuModuleLoadFatBinary); }
+static atomic_int once_cuModuleUnload;
+PV_WEAK_API CUresult cuModuleUnload(void) { return pv_drv_unsupported("cuModuleUnload", &once_cuModuleUnload); }
+static atomic_int once_cuMulticastAddDevice;
+PV_WEAK_API CUresult cuMulticastAddDevice(void) { return pv_drv_unsupported("cuMulticastAddDevice", &once_cuMulticastAddDevice); }
+static atomic_int once_cuMulticastBindAddr;
+PV_WEAK_API CUresult cuMulticastBindAddr(void) { return pv_drv_unsupported("cuMulticastBindAddr", &once_cuMulticastBindAddr); }
+static atomic_int once_cuMulticastBindMem;
+PV_WEAK_API CUresult cuMulticastBindMem(void) { return pv_drv_unsupported("cuMulticastBindMem", &once_cuMulticastBindMem); }
+static atomic_int once_cuMulticastCreate;
+PV_WEAK_API CUresult cuMulticastCreate(void) { return pv_drv_unsupported("cuMulticastCreate", &once_cuMulticastCreate); }
+static atomic_int once_cuMulticastGetGranularity;
+PV_WEAK_API CUresult cuMulticastGetGranularity(void) { return pv_drv_unsupported("cuMulticastGetGranularity", &once_cuMulticastGetGranularity); }
+static atomic_int once_cuMulticastUnbind;
+PV_WEAK_API CUresult cuMulticastUnbind(void) { return pv_drv_unsupported("cuMulticastUnbind", &once_cuMulticastUnbind); }
+static atomic_int once_cuOccupancyAvailableDynamicSMemPerBlock;
+PV_WEAK_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(void) { return pv_drv_unsupported("cuOccupancyAvailableDynamicSMemPerBlock", &once_cuOccupancyAvailableDynamicSMemPerBlock); }
+static atomic_int once_cuOccupancyMaxActiveBlocksPerMultiprocessor;
+PV_WEAK_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(void) { return pv_drv_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessor", &once_cuOccupancyMaxActiveBlocksPerMultiprocessor); }
+static atomic_int once_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags;
+PV_WEAK_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void) { return pv_drv_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", &once_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags); }
+static atomic_int once_cuOccupancyMaxActiveClusters;
+PV_WEAK_API CUresult cuOccupancyMaxActiveClusters(void) { return pv_drv_unsupported("cuOccupancyMaxActiveClusters", &once_cuOccupancyMaxActiveClusters); }
+static atomic_int once_cuOccupancyMaxPotentialBlockSize;
+PV_WEAK_API CUresult cuOccupancyMaxPotentialBlockSize(void) { return pv_drv_unsupported("cuOccupancyMaxPotentialBlockSize", &once_cuOccupancyMaxPotentialBlockSize); }
+static atomic_int once_cuOccupancyMaxPotentialBlockSizeWithFlags;
+PV_WEAK_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(void) { return pv_drv_unsupported("cuOccupancyMaxPotentialBlockSizeWithFlags", &once_cuOccupancyMaxPotentialBlockSizeWithFlags); }
+static atomic_int once_cuOccupancyMaxPotentialClusterSize;
+PV_WEAK_API CUresult cuOccupancyMaxPotentialClusterSize(void) { return pv_drv_unsupported("cuOccupancyMaxPotentialClusterSize", &once_cuOccupancyMaxPotentialClusterSize); }
+static atomic_int once_cuParamSetSize;
+PV_WEAK_API CUresult cuParamSetSize(void) { return pv_drv_unsupported("cuParamSetSize", &once_cuParamSetSize); }
+static atomic_int once_cuParamSetTexRef;
+PV_WEAK_API CUresult cuParamSetTexRef(void) { return pv_drv_unsupported("cuParamSetTexRef", &once_cuParamSetTexRef); }
+static atomic_int once_cuParamSetf;
+PV_WEAK_API CUresult cuParamSetf(void) { return pv_drv_unsupported("cuParamSetf", &once_cuParamSetf); }
+static atomic_int once_cuParamSeti;
+PV_WEAK_API CUresult cuParamSeti(void) { return pv_drv_unsupported("cuParamSeti", &once_cuParamSeti); }
+static atomic_int once_cuParamSetv;
+PV_WEAK_API CUresult cuParamSetv(void) { return pv_drv_unsupported("cuParamSetv", &once_cuParamSetv); }
+static atomic_int once_cuPointerGetAttribute;
+PV_WEAK_API CUresult cuPointerGetAttribute(void) { return pv_drv_unsupported("cuPointerGetAttribute", &once_cuPointerGetAttribute); }
+static atomic_int once_cuPointerGetAttributes;
+PV_WEAK_API CUresult cuPointerGetAttributes(void) { return pv_drv_unsupported("cuPointerGetAttributes", &once_cuPointerGetAttributes); }
+static atomic_int once_cuPointerSetAttribute;
+PV_WEAK_API CUresult cuPointerSetAttribute(void) { return pv_drv_unsupported("cuPointerSetAttribute", &once_cuPointerSetAttribute); }
+static atomic_int once_cuProfilerInitialize;
+PV_WEAK_API CUresult cuProfilerInitialize(void) { return pv_drv_unsupported("cuProfilerInitialize", &once_cuProfilerInitialize); }
+static atomic_int once_cuProfilerStart;
+PV_WEAK_API CUresult cuProfilerStart(void) { return pv_drv_unsupported("cuProfilerStart", &once_cuProfilerStart); }
+static atomic_int once_cuProfilerStop;
+PV_WEAK_API CUresult cuProfilerStop(void) { return pv_drv_unsupported("cuProfilerStop", &once_cuProfilerStop); }
+static atomic_int once_cuSignalExternalSemaphoresAsync;
+PV_WEAK_API CUresult cuSignalExternalSemaphoresAsync(void) { return pv_drv_unsupported("cuSignalExternalSemaphoresAsync", &once_cuSignalExternalSemaphoresAsync); }
+static atomic_int once_cuSignalExternalSemaphoresAsync_ptsz;
+PV_WEAK_API CUresult cuSignalExternalSemaphoresAsync_ptsz(void) { return pv_drv_unsupported("cuSignalExternalSemaphoresAsync_ptsz", &once_cuSignalExternalSemaphoresAsync_ptsz); }
+static atomic_int once_cuStreamAddCallback;
+PV_WEAK_API CUresult cuStreamAddCallback(void) { return pv_drv_unsupported("cuStreamAddCallback", &once_cuStreamAddCallback); }
+static atomic_int once_cuStreamAddCallback_ptsz;
+PV_WEAK_API CUresult cuStreamAddCallback_ptsz(void) { return pv_drv_unsupported("cuStreamAddCallback_ptsz", &once_cuStreamAddCallback_ptsz); }
+static atomic_int once_cuStreamAttachMemAsync;
+PV_WEAK_API CUresult cuStreamAttachMemAsync(void) { return pv_drv_unsupported("cuStreamAttachMemAsync", &once_cuStreamAttachMemAsync); }
+static atomic_int once_cuStreamAttachMemAsync_ptsz;
+PV_WEAK_API CUresult cuStreamAttachMemAsync_ptsz(void) { return pv_drv_unsupported("cuStreamAttachMemAsync_ptsz", &once_cuStreamAttachMemAsync_ptsz); }
+static atomic_int once_cuStreamBatchMemOp;
+PV_WEAK_API CUresult cuStreamBatchMemOp(void) { return pv_drv_unsupported("cuStreamBatchMemOp", &once_cuStreamBatchMemOp); }
+static atomic_int once_cuStreamBatchMemOp_ptsz;
+PV_WEAK_API CUresult cuStreamBatchMemOp_ptsz(void) { return pv_drv_unsupported("cuStreamBatchMemOp_ptsz", &once_cuStreamBatchMemOp_ptsz); }
+static atomic_int once_cuStreamBatchMemOp_v2;
+PV_WEAK_API CUresult cuStreamBatchMemOp_v2(void) { return pv_drv_unsupported("cuStreamBatchMemOp_v2", &once_cuStreamBatchMemOp_v2); }
+static atomic_int once_cuStreamBatchMemOp_v2_ptsz;
+PV_WEAK_API CUresult cuStreamBatchMemOp_v2_ptsz(void) { return pv_drv_unsupported("cuStreamBatchMemOp_v2_ptsz", &once_cuStreamBatchMemOp_v2_ptsz); }
+static atomic_int once_cuStreamBeginCapture;
+PV_WEAK_API CUresult cuStreamBeginCapture(void) { return pv_drv_unsupported("cuStreamBeginCapture", &once_cuStreamBeginCapture); }
+static atomic_int once_cuStreamBeginCaptureToGraph;
+PV_WEAK_API CUresult cuStreamBeginCaptureToGraph(void) { return pv_drv_unsupported("cuStreamBeginCaptureToGraph", &once_cuStreamBeginCaptureToGraph); }
+static atomic_int once_cuStreamBeginCaptureToGraph_ptsz;
+PV_WEAK_API CUresult cuStreamBeginCaptureToGraph_ptsz(void) { return pv_drv_unsupported("cuStreamBeginCaptureToGraph_ptsz", &once_cuStreamBeginCaptureToGraph_ptsz); }
+static atomic_int once_cuStreamBeginCapture_ptsz;
+PV_WEAK_API CUresult cuStreamBeginCapture_ptsz(void) { return pv_drv_unsupported("cuStreamBeginCapture_ptsz", &once_cuStreamBeginCapture_ptsz); }
+static atomic_int once_cuStreamBeginCapture_v2;
+PV_WEAK_API CUresult cuStreamBeginCapture_v2(void) { return pv_drv_unsupported("cuStreamBeginCapture_v2", &once_cuStreamBeginCapture_v2); }
+static atomic_int once_cuStreamBeginCapture_v2_ptsz;
+PV_WEAK_API CUresult cuStreamBeginCapture_v2_ptsz(void) { return pv_drv_unsupported("cuStreamBeginCapture_v2_ptsz", &once_cuStreamBeginCapture_v2_ptsz); }
+static atomic_int once_cuStreamCopyAttributes;
+PV_WEAK_API CUresult cuStreamCopyAttributes(void) { return pv_drv_unsupported("cuStreamCopyAttributes", &once_cuStreamCopyAttributes); }
+static atomic_int once_cuStreamCopyAttributes_ptsz;
+PV_WEAK_API CUresult cuStreamCopyAttributes_ptsz(void) { return pv_drv_unsupported("cuStreamCopyAttributes_ptsz", &once_cuStreamCopyAttributes_ptsz); }
+static atomic_int once_cuStreamCreate;
+PV_WEAK_API CUresult cuStreamCreate(void) { return pv_drv_unsupported("cuStreamCreate", &once_cuStreamCreate); }
+static atomic_int once_cuStreamCreateWithPriority;
+PV_WEAK_API CUresult cuStreamCreateWithPriority(void) { return pv_drv_unsupported("cuStreamCreateWithPriority", &once_cuStreamCreateWithPriority); }
+static atomic_int once_cuStreamDestroy;
+PV_WEAK_API CUresult cuStreamDestroy(void) { return pv_drv_unsupported("cuStreamDestroy", &once_cuStreamDestroy); }
+static atomic_int once_cuStreamDestroy_v2;
+PV_WEAK_API CUresult cuStreamDestroy_v2(void) { return pv_drv_unsupported("cuStreamDestroy_v2", &once_cuStreamDestroy_v2); }
+static atomic_int once_cuStreamEndCapture;
+PV_WEAK_API CUresult cuStreamEndCapture(void) { return pv_drv_unsupported("cuStreamEndCapture", &once_cuStreamEndCapture); }
+static atomic_int once_cuStreamEndCapture_ptsz;
+PV_WEAK_API CUresult cuStreamEndCapture_ptsz(void) { return pv_drv_unsupported("cuStreamEndCapture_ptsz", &once_cuStreamEndCapture_ptsz); }
+static atomic_int once_cuStreamGetAttribute;
+PV_WEAK_API CUresult cuStreamGetAttribute(void) { return pv_drv_unsupported("cuStreamGetAttribute", &once_cuStreamGetAttribute); }
+static atomic_int once_cuStreamGetAttribute_ptsz;
+PV_WEAK_API CUresult cuStreamGetAttribute_ptsz(void) { return pv_drv_unsupported("cuStreamGetAttribute_ptsz", &once_cuStreamGetAttribute_ptsz); }
+static atomic_int once_cuStreamGetCaptureInfo;
+PV_WEAK_API CUresult cuStreamGetCaptureInfo(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo", &once_cuStreamGetCaptureInfo); }
+static atomic_int once_cuStreamGetCaptureInfo_ptsz;
+PV_WEAK_API CUresult cuStreamGetCaptureInfo_ptsz(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_ptsz", &once_cuStreamGetCaptureInfo_ptsz); }
+static atomic_int once_cuStreamGetCaptureInfo_v2;
+PV_WEAK_API CUresult cuStreamGetCaptureInfo_v2(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v2", &once_cuStreamGetCaptureInfo_v2); }
+static atomic_int once_cuStreamGetCaptureInfo_v2_ptsz;
+PV_WEAK_API CUresult cuStreamGetCaptureInfo_v2_ptsz(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v2_ptsz", &once_cuStreamGetCaptureInfo_v2_ptsz); }
+static atomic_int once_cuStreamGetCaptureInfo_v3;
+PV_WEAK_API CUresult cuStreamGetCaptureInfo_v3(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v3", &once_cuStreamGetCaptureInfo_v3); }
+static atomic_int once_cuStreamGetCaptureInfo_v3_ptsz;
+PV_WEAK_API CUresult cuStreamGetCaptureInfo_v3_ptsz(void) { return pv_drv_unsupported("cuStreamGetCaptureInfo_v3_ptsz", &once_cuStreamGetCaptureInfo_v3_ptsz); }
+static atomic_int once_cuStreamGetCtx;
+PV_WEAK_API CUresult cuStreamGetCtx(void) { return pv_drv_unsupported("cuStreamGetCtx", &once_cuStreamGetCtx); }
+static atomic_int once_cuStreamGetCtx_ptsz;
+PV_WEAK_API CUresult cuStreamGetCtx_ptsz(void) { return pv_drv_unsupported("cuStreamGetCtx_ptsz", &once_cuStreamGetCtx_ptsz); }
+static atomic_int once_cuStreamGetCtx_v2;
+PV_WEAK_API CUresult cuStreamGetCtx_v2(void) { return pv_drv_unsupported("cuStreamGetCtx_v2", &once_cuStreamGetCtx_v2); }
+static atomic_int once_cuStreamGetCtx_v2_ptsz;
+PV_WEAK_API CUresult cuStreamGetCtx_v2_ptsz(void) { return pv_drv_unsupported("cuStreamGetCtx_v2_ptsz", &once_cuStreamGetCtx_v2_ptsz); }
+static atomic_int once_cuStreamGetDevice;
+PV_WEAK_API CUresult cuStreamGetDevice(void) { return pv_drv_unsupported("cuStreamGetDevice", &once_cuStreamGetDevice); }
+static atomic_int once_cuStreamGetDevice_ptsz;
+PV_WEAK_API CUresult cuStreamGetDevice_ptsz(void) { return pv_drv_unsupported("cuStreamGetDevice_ptsz", &once_cuStreamGetDevice_ptsz); }
+static atomic_int once_cuStreamGetFlags;
+PV_WEAK_API CUresult cuStreamGetFlags(void) { return pv_drv_unsupported("cuStreamGetFlags", &once_cuStreamGetFlags); }
+static atomic_int once_cuStreamGetFlags_ptsz;
+PV_WEAK_API CUresult cuStreamGetFlags_ptsz(void) { return pv_drv_unsupported("cuStreamGetFlags_ptsz", &once_cuStreamGetFlags_ptsz); }
+static atomic_int once_cuStreamGetGreenCtx;
+PV_WEAK_API CUresult cuStreamGetGreenCtx(void) { return pv_drv_unsupported("cuStreamGetGreenCtx", &once_cuStreamGetGreenCtx); }
+static atomic_int once_cuStreamGetId;
+PV_WEAK_API CUresult cuStreamGetId(void) { return pv_drv_unsupported("cuStreamGetId", &once_cuStreamGetId); }
+static atomic_int once_cuStreamGetId_ptsz;
+PV_WEAK_API CUresult cuStreamGetId_ptsz(void) { return pv_drv_unsupported("cuStreamGetId_ptsz", &once_cuStreamGetId_ptsz); }
+static atomic_int once_cuStreamGetPriority;
+PV_WEAK_API CUresult cuStreamGetPriority(void) { return pv_drv_unsupported("cuStreamGetPriority", &once_cuStreamGetPriority); }
+static atomic_int once_cuStreamGetPriority_ptsz;
+PV_WEAK_API CUresult cuStreamGetPriority_ptsz(void) { return pv_drv_unsupported("cuStreamGetPriority_ptsz", &once_cuStreamGetPriority_ptsz); }
+static atomic_int once_cuStreamIsCapturing;
+PV_WEAK_API CUresult cuStreamIsCapturing(void) { return pv_drv_unsupported("cuStreamIsCapturing", &once_cuStreamIsCapturing); }
+static atomic_int once_cuStreamIsCapturing_ptsz;
+PV_WEAK_API CUresult cuStreamIsCapturing_ptsz(void) { return pv_drv_unsupported("cuStreamIsCapturing_ptsz", &once_cuStreamIsCapturing_ptsz); }
+static atomic_int once_cuStreamQuery;
+PV_WEAK_API CUresult cuStreamQuery(void) { return pv_drv_unsupported("cuStreamQuery", &once_cuStreamQuery); }
+static atomic_int once_cuStreamQuery_ptsz;
+PV_WEAK_API CUresult cuStreamQuery_ptsz(void) { return pv_drv_unsupported("cuStreamQuery_ptsz", &once_cuStreamQuery_ptsz); }
+static atomic_int once_cuStreamSetAttribute;
+PV_WEAK_API CUresult cuStreamSetAttribute(void) { return pv_drv_unsupported("cuStreamSetAttribute", &once_cuStreamSetAttribute); }
+static atomic_int once_cuStreamSetAttribute_ptsz;
+PV_WEAK_API CUresult cuStreamSetAttribute_ptsz(void) { return pv_drv_unsupported("cuStreamSetAttribute_ptsz", &once_cuStreamSetAttribute_ptsz); }
+static atomic_int once_cuStreamSynchronize;
+PV_WEAK_API CUresult cuStreamSynchronize(void) { return pv_drv_unsupported("cuStreamSynchronize", &once_cuStreamSynchronize); }
+static atomic_int once_cuStreamSynchronize_ptsz;
+PV_WEAK_API CUresult cuStreamSynchronize_ptsz(void) { return pv_drv_unsupported("cuStreamSynchronize_ptsz", &once_cuStreamSynchronize_ptsz); }
+static atomic_int once_cuStreamUpdateCaptureDependencies;
+PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies", &once_cuStreamUpdateCaptureDependencies); }
+static atomic_int once_cuStreamUpdateCaptureDependencies_ptsz;
+PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies_ptsz(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies_ptsz", &once_cuStreamUpdateCaptureDependencies_ptsz); }
+static atomic_int once_cuStreamUpdateCaptureDependencies_v2;
+PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies_v2(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies_v2", &once_cuStreamUpdateCaptureDependencies_v2); }
+static atomic_int once_cuStreamUpdateCaptureDependencies_v2_ptsz;
+PV_WEAK_API CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(void) { return pv_drv_unsupported("cuStreamUpdateCaptureDependencies_v2_ptsz", &once_cuStreamUpdateCaptureDependencies_v2_ptsz); }
+static atomic_int once_cuStreamWaitEvent;
+PV_WEAK_API CUresult cuStreamWaitEvent(void) { return pv_drv_unsupported("cuStreamWaitEvent", &once_cuStreamWaitEvent); }
+static atomic_int once_cuStreamWaitEvent_ptsz;
+PV_WEAK_API CUresult cuStreamWaitEvent_ptsz(void) { return pv_drv_unsupported("cuStreamWaitEvent_ptsz", &once_cuStreamWaitEvent_ptsz); }
+static atomic_int once_cuStreamWaitValue32;
+PV_WEAK_API CUresult cuStreamWaitValue32(void) { return pv_drv_unsupported("cuStreamWaitValue32", &once_cuStreamWaitValue32); }
+static atomic_int once_cuStreamWaitValue32_ptsz;
+PV_WEAK_API CUresult cuStreamWaitValue32_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue32_ptsz", &once_cuStreamWaitValue32_ptsz); }
+static atomic_int once_cuStreamWaitValue32_v2;
+PV_WEAK_API CUresult cuStreamWaitValue32_v2(void) { return pv_drv_unsupported("cuStreamWaitValue32_v2", &once_cuStreamWaitValue32_v2); }
+static atomic_int once_cuStreamWaitValue32_v2_ptsz;
+PV_WEAK_API CUresult cuStreamWaitValue32_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue32_v2_ptsz", &once_cuStreamWaitValue32_v2_ptsz); }
+static atomic_int once_cuStreamWaitValue64;
+PV_WEAK_API CUresult cuStreamWaitValue64(void) { return pv_drv_unsupported("cuStreamWaitValue64", &once_cuStreamWaitValue64); }
+static atomic_int once_cuStreamWaitValue64_ptsz;
+PV_WEAK_API CUresult cuStreamWaitValue64_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue64_ptsz", &once_cuStreamWaitValue64_ptsz); }
+static atomic_int once_cuStreamWaitValue64_v2;
+PV_WEAK_API CUresult cuStreamWaitValue64_v2(void) { return pv_drv_unsupported("cuStreamWaitValue64_v2", &once_cuStreamWaitValue64_v2); }
+static atomic_int once_cuStreamWaitValue64_v2_ptsz;
+PV_WEAK_API CUresult cuStreamWaitValue64_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWaitValue64_v2_ptsz", &once_cuStreamWaitValue64_v2_ptsz); }
+static atomic_int once_cuStreamWriteValue32;
+PV_WEAK_API CUresult cuStreamWriteValue32(void) { return pv_drv_unsupported("cuStreamWriteValue32", &once_cuStreamWriteValue32); }
+static atomic_int once_cuStreamWriteValue32_ptsz;
+PV_WEAK_API CUresult cuStreamWriteValue32_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue32_ptsz", &once_cuStreamWriteValue32_ptsz); }
+static atomic_int once_cuStreamWriteValue32_v2;
+PV_WEAK_API CUresult cuStreamWriteValue32_v2(void) { return pv_drv_unsupported("cuStreamWriteValue32_v2", &once_cuStreamWriteValue32_v2); }
+static atomic_int once_cuStreamWriteValue32_v2_ptsz;
+PV_WEAK_API CUresult cuStreamWriteValue32_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue32_v2_ptsz", &once_cuStreamWriteValue32_v2_ptsz); }
+static atomic_int once_cuStreamWriteValue64;
+PV_WEAK_API CUresult cuStreamWriteValue64(void) { return pv_drv_unsupported("cuStreamWriteValue64", &once_cuStreamWriteValue64); }
+static atomic_int once_cuStreamWriteValue64_ptsz;
+PV_WEAK_API CUresult cuStreamWriteValue64_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue64_ptsz", &once_cuStreamWriteValue64_ptsz); }
+static atomic_int once_cuStreamWriteValue64_v2;
+PV_WEAK_API CUresult cuStreamWriteValue64_v2(void) { return pv_drv_unsupported("cuStreamWriteValue64_v2", &once_cuStreamWriteValue64_v2); }
+static atomic_int once_cuStreamWriteValue64_v2_ptsz;
+PV_WEAK_API CUresult cuStreamWriteValue64_v2_ptsz(void) { return pv_drv_unsupported("cuStreamWriteValue64_v2_ptsz", &once_cuStreamWriteValue64_v2_ptsz); }
+static atomic_int once_cuSurfObjectCreate;
+PV_WEAK_API CUresult cuSurfObjectCreate(void) { return pv_drv_unsupported("cuSurfObjectCreate", &once_cuSurfObjectCreate); }
+static atomic_int once_cuSurfObjectDestroy;
+PV_WEAK_API CUresult cuSurfObjectDestroy(void) { return pv_drv_unsupported("cuSurfObjectDestroy", &once_cuSurfObjectDestroy); }
+static atomic_int once_cuSurfObjectGetResourceDesc;
+PV_WEAK_API CUresult cuSurfObjectGetResourceDesc(void) { return pv_drv_unsupported("cuSurfObjectGetResourceDesc", &once_cuSurfObjectGetResourceDesc); }
+static atomic_int once_cuSurfRefGetArray;
+PV_WEAK_API CUresult cuSurfRefGetArray(void) { return pv_drv_unsupported("cuSurfRefGetArray", &once_cuSurfRefGetArray); }
+static atomic_int once_cuSurfRefSetArray;
+PV_WEAK_API CUresult cuSurfRefSetArray(void) { return pv_drv_unsupported("cuSurfRefSetArray", &once_cuSurfRefSetArray); }
+static atomic_int once_cuTensorMapEncodeIm2col;
+PV_WEAK_API CUresult cuTensorMapEncodeIm2col(void) { return pv_drv_unsupported("cuTensorMapEncodeIm2col", &once_cuTensorMapEncodeIm2col); }
+static atomic_int once_cuTensorMapEncodeIm2colWide;
+PV_WEAK_API CUresult cuTensorMapEncodeIm2colWide(void) { return pv_drv_unsupported("cuTensorMapEncodeIm2colWide", &once_cuTensorMapEncodeIm2colWide); }
+static atomic_int once_cuTensorMapEncodeTiled;
+PV_WEAK_API CUresult cuTensorMapEncodeTiled(void) { return pv_drv_unsupported("cuTensorMapEncodeTiled", &once_cuTensorMapEncodeTiled); }
+static atomic_int once_cuTensorMapReplaceAddress;
+PV_WEAK_API CUresult cuTensorMapReplaceAddress(void) { return pv_drv_unsupported("cuTensorMapReplaceAddress", &once_cuTensorMapReplaceAddress); }
+static atomic_int once_cuTexObjectCreate;
+PV_WEAK_API CUresult cuTexObjectCreate(void) { return pv_drv_unsupported("cuTexObjectCreate", &once_cuTexObjectCreate); }
+static atomic_int once_cuTexObjectDestroy;
+PV_WEAK_API CUresult cuTexObjectDestroy(void) { return pv_drv_unsupported("cuTexObjectDestroy", &once_cuTexObjectDestroy); }
+static atomic_int once_cuTexObjectGetResourceDesc;
+PV_WEAK_API CUresult cuTexObjectGetResourceDesc(void) { return pv_drv_unsupported("cuTexObjectGetResourceDesc", &once_cuTexObjectGetResourceDesc); }
+static atomic_int once_cuTexObjectGetResourceViewDesc;
+PV_WEAK_API CUresult cuTexObjectGetResourceViewDesc(void) { return pv_drv_unsupported("cuTexObjectGetResourceViewDesc", &once_cuTexObjectGetResourceViewDesc); }
+static atomic_int once_cuTexObjectGetTextureDesc;
+PV_WEAK_API CUresult cuTexObjectGetTextureDesc(void) { return pv_drv_unsupported("cuTexObjectGetTextureDesc", &once_cuTexObjectGetTextureDesc); }
+static atomic_int once_cuTexRefCreate;
+PV_WEAK_API CUresult cuTexRefCreate(void) { return pv_drv_unsupported("cuTexRefCreate", &once_cuTexRefCreate); }
+static atomic_int once_cuTexRefDestroy;
+PV_WEAK_API CUresult cuTexRefDestroy(void) { return pv_drv_unsupported("cuTexRefDestroy", &once_cuTexRefDestroy); }
+static atomic_int once_cuTexRefGetAddress;
+PV_WEAK_API CUresult cuTexRefGetAddress(void) { return pv_drv_unsupported("cuTexRefGetAddress", &once_cuTexRefGetAddress); }
+static atomic_int once_cuTexRefGetAddressMode;
+PV_WEAK_API CUresult cuTexRefGetAddressMode(void) { return pv_drv_unsupported("cuTexRefGetAddressMode", &once_cuTexRefGetAddressMode); }
+static atomic_int once_cuTexRefGetAddress_v2;
+PV_WEAK_API CUresult cuTexRefGetAddress_v2(void) { return pv_drv_unsupported("cuTexRefGetAddress_v2", &once_cuTexRefGetAddress_v2); }
+static atomic_int once_cuTexRefGetArray;
+PV_WEAK_API CUresult cuTexRefGetArray(void) { return pv_drv_unsupported("cuTexRefGetArray", &once_cuTexRefGetArray); }
+static atomic_int once_cuTexRefGetBorderColor;
+PV_WEAK_API CUresult cuTexRefGetBorderColor(void) { return pv_drv_unsupported("cuTexRefGetBorderColor", &once_cuTexRefGetBorderColor); }
+static atomic_int once_cuTexRefGetFilterMode;
+PV_WEAK_API CUresult cuTexRefGetFilterMode(void) { return pv_drv_unsupported("cuTexRefGetFilterMode", &once_cuTexRefGetFilterMode); }
+static atomic_int once_cuTexRefGetFlags;
+PV_WEAK_API CUresult cuTexRefGetFlags(void) { return pv_drv_unsupported("cuTexRefGetFlags", &once_cuTexRefGetFlags); }
+static atomic_int once_cuTexRefGetFormat;
+PV_WEAK_API CUresult cuTexRefGetFormat(void) { return pv_drv_unsupported("cuTexRefGetFormat", &once_cuTexRefGetFormat); }
+static atomic_int once_cuTexRefGetMaxAnisotropy;
+PV_WEAK_API CUresult cuTexRefGetMaxAnisotropy(void) { return pv_drv_unsupported("cuTexRefGetMaxAnisotropy", &once_cuTexRefGetMaxAnisotropy); }
+static atomic_int once_cuTexRefGetMipmapFilterMode;
+PV_WEAK_API CUresult cuTexRefGetMipmapFilterMode(void) { return pv_drv_unsupported("cuTexRefGetMipmapFilterMode", &once_cuTexRefGetMipmapFilterMode); }
+static atomic_int once_cuTexRefGetMipmapLevelBias;
+PV_WEAK_API CUresult cuTexRefGetMipmapLevelBias(void) { return pv_drv_unsupported("cuTexRefGetMipmapLevelBias", &once_cuTexRefGetMipmapLevelBias); }
+static atomic_int once_cuTexRefGetMipmapLevelClamp;
+PV_WEAK_API CUresult cuTexRefGetMipmapLevelClamp(void) { return pv_drv_unsupported("cuTexRefGetMipmapLevelClamp", &once_cuTexRefGetMipmapLevelClamp); }
+static atomic_int once_cuTexRefGetMipmappedArray;
+PV_WEAK_API CUresult cuTexRefGetMipmappedArray(void) { return pv_drv_unsupported("cuTexRefGetMipmappedArray", &once_cuTexRefGetMipmappedArray); }
+static atomic_int once_cuTexRefSetAddress;
+PV_WEAK_API CUresult cuTexRefSetAddress(void) { return pv_drv_unsupported("cuTexRefSetAddress", &once_cuTexRefSetAddress); }
+static atomic_int once_cuTexRefSetAddress2D;
+PV_WEAK_API CUresult cuTexRefSetAddress2D(void) { return pv_drv_unsupported("cuTexRefSetAddress2D", &once_cuTexRefSetAddress2D); }
+static atomic_int once_cuTexRefSetAddress2D_v2;
+PV_WEAK_API CUresult cuTexRefSetAddress2D_v2(void) { return pv_drv_unsupported("cuTexRefSetAddress2D_v2", &once_cuTexRefSetAddress2D_v2); }
+static atomic_int once_cuTexRefSetAddress2D_v3;
+PV_WEAK_API CUresult cuTexRefSetAddress2D_v3(void) { return pv_drv_unsupported("cuTexRefSetAddress2D_v3", &once_cuTexRefSetAddress2D_v3); }
+static atomic_int once_cuTexRefSetAddressMode;
+PV_WEAK_API CUresult cuTexRefSetAddressMode(void) { return pv_drv_unsupported("cuTexRefSetAddressMode", &once_cuTexRefSetAddressMode); }
+static atomic_int once_cuTexRefSetAddress_v2;
+PV_WEAK_API CUresult cuTexRefSetAddress_v2(void) { return pv_drv_unsupported("cuTexRefSetAddress_v2", &once_cuTexRefSetAddress_v2); }
+static atomic_int once_cuTexRefSetArray;
+PV_WEAK_API CUresult cuTexRefSetArray(void) { return pv_drv_unsupported("cuTexRefSetArray", &once_cuTexRefSetArray); }
+static atomic_int once_cuTexRefSetBorderColor;
+PV_WEAK_API CUresult cuTexRefSetBorderColor(void) { return pv_drv_unsupported("cuTexRefSetBorderColor", &once_cuTexRefSetBorderColor); }
+static atomic_int once_cuTexRefSetFilterMode;
+PV_WEAK_API CUresult cuTexRefSetFilterMode(void) { return pv_drv_unsupported("cuTexRefSetFilterMode", &once_cuTexRefSetFilterMode); }
+static atomic_int once_cuTexRefSetFlags;
+PV_WEAK_API CUresult cuTexRefSetFlags(void) { return pv_drv_unsupported("cuTexRefSetFlags", &once_cuTexRefSetFlags); }
+static atomic_int once_cuTexRefSetFormat;
+PV_WEAK_API CUresult cuTexRefSetFormat(void) { return pv_drv_unsupported("cuTexRefSetFormat", &once_cuTexRefSetFormat); }
+static atomic_int once_cuTexRefSetMaxAnisotropy;
+PV_WEAK_API CUresult cuTexRefSetMaxAnisotropy(void) { return pv_drv_unsupported("cuTexRefSetMaxAnisotropy", &once_cuTexRefSetMaxAnisotropy); }
+static atomic_int once_cuTexRefSetMipmapFilterMode;
+PV_WEAK_API CUresult cuTexRefSetMipmapFilterMode(void) { return pv_drv_unsupported("cuTexRefSetMipmapFilterMode", &once_cuTexRefSetMipmapFilterMode); }
+static atomic_int once_cuTexRefSetMipmapLevelBias;
+PV_WEAK_API CUresult cuTexRefSetMipmapLevelBias(void) { return pv_drv_unsupported("cuTexRefSetMipmapLevelBias", &once_cuTexRefSetMipmapLevelBias); }
+static atomic_int once_cuTexRefSetMipmapLevelClamp;
+PV_WEAK_API CUresult cuTexRefSetMipmapLevelClamp(void) { return pv_drv_unsupported("cuTexRefSetMipmapLevelClamp", &once_cuTexRefSetMipmapLevelClamp); }
+static atomic_int once_cuTexRefSetMipmappedArray;
+PV_WEAK_API CUresult cuTexRefSetMipmappedArray(void) { return pv_drv_unsupported("cuTexRefSetMipmappedArray", &once_cuTexRefSetMipmappedArray); }
+static atomic_int once_cuThreadExchangeStreamCaptureMode;
+PV_WEAK_API CUresult cuThreadExchangeStreamCaptureMode(void) { return pv_drv_unsupported("cuThreadExchangeStreamCaptureMode", &once_cuThreadExchangeStreamCaptureMode); }
+static atomic_int once_cuUserObjectCreate;
+PV_WEAK_API CUresult cuUserObjectCreate(void) { return pv_drv_unsupported("cuUserObjectCreate", &once_cuUserObjectCreate); }
+static atomic_int once_cuUserObjectRelease;
+PV_WEAK_API CUresult cuUserObjectRelease(void) { return pv_drv_unsupported("cuUserObjectRelease", &once_cuUserObjectRelease); }
+static atomic_int once_cuUserObjectRetain;
+PV_WEAK_API CUresult cuUserObjectRetain(void) { return pv_drv_unsupported("cuUserObjectRetain", &once_cuUserObjectRetain); }
+static atomic_int once_cuVDPAUCtxCreate;
+PV_WEAK_API CUresult cuVDPAUCtxCreate(void) { return pv_drv_unsupported("cuVDPAUCtxCreate", &once_cuVDPAUCtxCreate); }
+static atomic_int once_cuVDPAUCtxCreate_v2;
+PV_WEAK_API CUresult cuVDPAUCtxCreate_v2(void) { return pv_drv_unsupported("cuVDPAUCtxCreate_v2", &once_cuVDPAUCtxCreate_v2); }
+static atomic_int once_cuVDPAUGetDevice;
+PV_WEAK_API CUresult cuVDPAUGetDevice(void) { return pv_drv_unsupported("cuVDPAUGetDevice", &once_cuVDPAUGetDevice); }
+static atomic_int once_cuWaitExternalSemaphoresAsync;
+PV_WEAK_API CUresult cuWaitExternalSemaphoresAsync(void) { return pv_drv_unsupported("cuWaitExternalSemaphoresAsync", &once_cuWaitExternalSemaphoresAsync); }
+static atomic_int once_cuWaitExternalSemaphoresAsync_ptsz;
+PV_WEAK_API CUresult cuWaitExternalSemaphoresAsync_ptsz(void) { return pv_drv_unsupported("cuWaitExternalSemaphoresAsync_ptsz", &once_cuWaitExternalSemaphoresAsync_ptsz); }
 
 /* Sorted by base name, then per-thread flag, then version: what procaddr.c searches. */
 const struct pv_proc pv_procs[] = {
@@ -1478,6 +1482,7 @@ const struct pv_proc pv_procs[] = {
     {"cuFuncGetAttribute", 2020, 0, "cuFuncGetAttribute", (void (*)(void))cuFuncGetAttribute},
     {"cuFuncGetModule", 11000, 0, "cuFuncGetModule", (void (*)(void))cuFuncGetModule},
     {"cuFuncGetName", 12030, 0, "cuFuncGetName", (void (*)(void))cuFuncGetName},
+    {"cuFuncGetParamCount", 13020, 0, "cuFuncGetParamCount", (void (*)(void))cuFuncGetParamCount},
     {"cuFuncGetParamInfo", 12040, 0, "cuFuncGetParamInfo", (void (*)(void))cuFuncGetParamInfo},
     {"cuFuncIsLoaded", 12040, 0, "cuFuncIsLoaded", (void (*)(void))cuFuncIsLoaded},
     {"cuFuncLoad", 12040, 0, "cuFuncLoad", (void (*)(void))cuFuncLoad},
@@ -1636,6 +1641,7 @@ const struct pv_proc pv_procs[] = {
     {"cuKernelGetFunction", 12000, 0, "cuKernelGetFunction", (void (*)(void))cuKernelGetFunction},
     {"cuKernelGetLibrary", 12050, 0, "cuKernelGetLibrary", (void (*)(void))cuKernelGetLibrary},
     {"cuKernelGetName", 12030, 0, "cuKernelGetName", (void (*)(void))cuKernelGetName},
+    {"cuKernelGetParamCount", 13020, 0, "cuKernelGetParamCount", (void (*)(void))cuKernelGetParamCount},
     {"cuKernelGetParamInfo", 12040, 0, "cuKernelGetParamInfo", (void (*)(void))cuKernelGetParamInfo},
     {"cuKernelSetAttribute", 12000, 0, "cuKernelSetAttribute", (void (*)(void))cuKernelSetAttribute},
     {"cuKernelSetCacheConfig", 12000, 0, "cuKernelSetCacheConfig", (void (*)(void))cuKernelSetCacheConfig},
@@ -2023,7 +2029,7 @@ const struct pv_proc pv_procs[] = {
     {"cuWaitExternalSemaphoresAsync", 10000, 0, "cuWaitExternalSemaphoresAsync", (void (*)(void))cuWaitExternalSemaphoresAsync},
     {"cuWaitExternalSemaphoresAsync", 10000, 1, "cuWaitExternalSemaphoresAsync_ptsz", (void (*)(void))cuWaitExternalSemaphoresAsync_ptsz},
 };
-const int pv_nprocs = 672;
+const int pv_nprocs = 674;
 
 const struct pv_curesult pv_curesults[] = {
     {0, "CUDA_SUCCESS", "The API call returned with no errors."},

@@ -24,21 +24,26 @@ static int first_of(const char *name)
     return lo < pv_nprocs && strcmp(pv_procs[lo].base, name) == 0 ? lo : pv_nprocs;
 }
 
-/* The entry for (name, version, flags); *found_name tells a too-old version from an unknown name. */
+/* The entry for (name, version, flags); *found_name tells a too-old version from an unknown name. ABIs newer than
+ * the driver version answered (drv_version: PYVGPU_FAKE_DRIVER_VERSION in tests) do not exist. */
 static const struct pv_proc *resolve(const char *name, int version, unsigned long long flags, int *found_name)
 {
-    int i = first_of(name);
-    *found_name = i < pv_nprocs;
+    int i = first_of(name), newest = drv_version();
+    *found_name = 0;
     const struct pv_proc *best = NULL;
-    for (int j = i; j < pv_nprocs && strcmp(pv_procs[j].base, name) == 0; j++)
+    for (int j = i; j < pv_nprocs && strcmp(pv_procs[j].base, name) == 0; j++) {
+        if (pv_procs[j].version > newest)
+            continue;
+        *found_name = 1;
         if (!pv_procs[j].per_thread && pv_procs[j].version <= version)
             best = &pv_procs[j];   /* ascending versions: the last one that fits */
+    }
     if (!best || !(flags & PROC_PER_THREAD))
         return best;
     size_t n = strlen(best->symbol);
     for (int j = i; j < pv_nprocs && strcmp(pv_procs[j].base, name) == 0; j++) {
         const struct pv_proc *p = &pv_procs[j];
-        if (p->per_thread && p->version <= version && strncmp(p->symbol, best->symbol, n) == 0 &&
+        if (p->per_thread && p->version <= version && p->version <= newest && strncmp(p->symbol, best->symbol, n) == 0 &&
             strlen(p->symbol) == n + 5)   /* best->symbol + "_ptds" / "_ptsz" */
             return p;
     }

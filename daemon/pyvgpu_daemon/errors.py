@@ -32,7 +32,7 @@ def code_of(name: str) -> int:
 class CudaError(Exception):
     """A failure with a cudaError_t code; `message` is for the daemon log, the client sees the code."""
 
-    def __init__(self, code: int | str, message: str = "") -> None:
+    def __init__(self, code: int | str, message: str = "", sticky: bool | None = None) -> None:
         if isinstance(code, str):
             if code not in ERROR_CODES and code not in ALIASES:
                 message = f"[{code}] {message}"
@@ -40,8 +40,9 @@ class CudaError(Exception):
         else:
             self.code = int(code)
         self.message = message
+        self._sticky = sticky            # None: by the code (STICKY_ERRORS); a coherence conflict is always sticky
         super().__init__(f"{ERROR_NAMES.get(self.code, self.code)}: {message}" if message else ERROR_NAMES.get(self.code, str(self.code)))
 
     @property
     def sticky(self) -> bool:
-        return self.code in STICKY_ERRORS
+        return self.code in STICKY_ERRORS if self._sticky is None else self._sticky

@@ -502,8 +502,10 @@ def device_get_limit(c: Call, limit: int) -> int:
 
 
 from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
+from pyvgpu_daemon import handlers_blaslt  # noqa: E402,F401  (registers cuBLASLt's LT_MATMUL)
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
-from pyvgpu_daemon import handlers_array, handlers_graph, handlers_managed, handlers_peer  # noqa: E402,F401
+from pyvgpu_daemon import (handlers_array, handlers_coherence, handlers_graph, handlers_managed,  # noqa: E402,F401
+                           handlers_peer)
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pyvgpu.protocol import MANAGED_RUN_HEADER, MAX_MANAGED_RUNS
+from pyvgpu.protocol import MANAGED_CONFLICT_ERROR, MANAGED_CONFLICT_WORD, MANAGED_RUN_HEADER, MAX_MANAGED_RUNS
 from pyvgpu_daemon.errors import CudaError
 
 PAGE = 4096                          # digest granularity (independent of the client's page size)
@@ -131,8 +131,16 @@ class ManagedTable:
         return sum(r.size for r in self.ranges.values())
 
 
-def parse_runs(payload: bytes | bytearray | memoryview) -> list[tuple[int, memoryview]]:
-    """MANAGED_PUSH payload → [(address, bytes)]; malformed → cudaErrorInvalidValue."""
+@dataclass(frozen=True)
+class Run:
+    """One run of a MANAGED_PUSH: the host's bytes at `addr` and the same bytes as it last saw them from the device."""
+    addr: int
+    new: memoryview
+    old: memoryview
+
+
+def parse_runs(payload: bytes | bytearray | memoryview) -> list[Run]:
+    """MANAGED_PUSH payload → runs; malformed → cudaErrorInvalidValue."""
     mv = memoryview(payload).cast("B")
     runs = []
     pos = 0
@@ -141,38 +149,89 @@ def parse_runs(payload: bytes | bytearray | memoryview) -> list[tuple[int, memor
             raise CudaError("cudaErrorInvalidValue", "managed push: truncated run header")
         addr, length = _RUN.unpack_from(mv, pos)
         pos += _RUN.size
-        if length == 0 or pos + length > len(mv):
+        if length == 0 or pos + 2 * length > len(mv):
             raise CudaError("cudaErrorInvalidValue", f"managed push: run of {length} B at {addr:#x} is malformed")
-        runs.append((addr, mv[pos:pos + length]))
-        pos += length
+        runs.append(Run(addr, mv[pos:pos + length], mv[pos + length:pos + 2 * length]))
+        pos += 2 * length
     return runs
+
+
+def conflict(addr: int, size: int, why: str) -> CudaError:
+    """The sticky error of bytes both sides changed: the program's result would depend on which side won."""
+    return CudaError(MANAGED_CONFLICT_ERROR, f"managed memory [{addr:#x}, +{size}): {why}; pyvgpu cannot know the "
+                     "right value (concurrent host and device updates of the same bytes)", sticky=True)
+
+
+WORD = MANAGED_CONFLICT_WORD          # conflicts are per aligned word (protocol.py)
+
+
+def words_hit(addr: int, mask: np.ndarray) -> np.ndarray:
+    """Per aligned WORD-byte word covering [addr, addr + mask.size): whether mask is set for any of its bytes."""
+    lead = addr % WORD
+    padded = np.zeros(-(-(lead + mask.size) // WORD) * WORD, bool)
+    padded[lead:lead + mask.size] = mask
+    return padded.reshape(-1, WORD).any(axis=1)
+
+
+def conflicting_bytes(cur: np.ndarray, run: Run) -> np.ndarray:
+    """Offsets in the run of the bytes of words both the host (new != old) and the device (cur != old) changed."""
+    new = np.frombuffer(run.new, np.uint8)
+    old = np.frombuffer(run.old, np.uint8)
+    both = words_hit(run.addr, new != old) & words_hit(run.addr, cur != old)
+    if not both.any():
+        return np.empty(0, np.int64)
+    lead = run.addr % WORD
+    offs = (np.flatnonzero(both)[:, None] * WORD + np.arange(WORD)).ravel() - lead
+    return offs[(offs >= 0) & (offs < new.size)]
+
+
+def merge_run(cur: np.ndarray, run: Run) -> np.ndarray | None:
+    """The device's bytes `cur` with the host's changes of `run` (the bytes where new != old); None when the device
+    changed a word the host changed too since the host last saw it (a conflict)."""
+    if conflicting_bytes(cur, run).size:
+        return None
+    new = np.frombuffer(run.new, np.uint8)
+    return np.where(new != np.frombuffer(run.old, np.uint8), new, cur)
 
 
 def push(table: ManagedTable, read: Reader, write: Callable[[int, Any], None], payload: bytes) -> int:
     """Applies the host's changed bytes; a page whose device copy was still what the client knew becomes known in
     its new state, so it is not sent back; one the device changed meanwhile is reported by the next dirty scan.
+    Bytes the device changed too since the host last saw them: nothing of the push is written, the sticky
+    MANAGED_CONFLICT_ERROR names the first such run. A run is written whole (the device's bytes where the host changed
+    nothing), on this device's worker: a peer device's kernel writing the same span at that moment could lose a byte.
     → bytes written."""
     runs = parse_runs(payload)
-    by_range: dict[int, list[tuple[int, memoryview]]] = {}
-    for addr, data in runs:
-        rng = table.find(addr, len(data))
+    by_range: dict[int, list[Run]] = {}
+    for run in runs:
+        rng = table.find(run.addr, len(run.new))
         if rng is None:
             raise CudaError("cudaErrorInvalidValue",
-                            f"managed push: [{addr:#x}, +{len(data)}) is not inside a managed range")
-        by_range.setdefault(rng.start, []).append((addr, data))
+                            f"managed push: [{run.addr:#x}, +{len(run.new)}) is not inside a managed range")
+        by_range.setdefault(rng.start, []).append(run)
+    merged: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for start, rruns in by_range.items():                  # every run checked before anything is written
+        for run in rruns:
+            cur = np.frombuffer(bytes(read(run.addr, len(run.new))), np.uint8)
+            out = merge_run(cur, run)
+            if out is None:
+                bad = conflicting_bytes(cur, run)
+                raise conflict(run.addr + int(bad[0]), int(bad[-1] - bad[0]) + 1,
+                               "the host pushed words the device changed since the last synchronization")
+            merged.setdefault(start, []).append((run.addr, out))
     written = 0
-    for start, rruns in by_range.items():
+    for start, outs in merged.items():
         rng = table.ranges[start]
-        pages = sorted({p for addr, data in rruns
-                        for p in range((addr - start) // PAGE, (addr + len(data) - 1 - start) // PAGE + 1)})
+        pages = sorted({p for addr, out in outs
+                        for p in range((addr - start) // PAGE, (addr + out.size - 1 - start) // PAGE + 1)})
         spans = _page_spans(pages)
         before = [digest_span(read, rng, f, n) for f, n in spans]
-        for addr, data in rruns:
-            write(addr, data)
-            written += len(data)
-        for (f, n), old in zip(spans, before):
+        for addr, out in outs:
+            write(addr, out)
+            written += out.size
+        for (f, n), old_digest in zip(spans, before):
             new = digest_span(read, rng, f, n)
-            same = (old == rng.known[f:f + n]).all(axis=1) & ~rng.unknown[f:f + n]
+            same = (old_digest == rng.known[f:f + n]).all(axis=1) & ~rng.unknown[f:f + n]
             rng.known[f:f + n][same] = new[same]
     return written
 

@@ -1,6 +1,6 @@
 // cuGetProcAddress without a daemon: every request NVIDIA's 13.0 runtime makes (REQUESTS: "name version flags
 // symbol" per line) resolves to that exported symbol; every base name of EXPORTS (one symbol per line) resolves at
-// version 13000; unknown names and too-old versions get CUDA_ERROR_NOT_FOUND with their status; an unsupported
+// the driver's version (cuDriverGetVersion); unknown names and too-old versions get CUDA_ERROR_NOT_FOUND with their status; an unsupported
 // function answers CUDA_ERROR_NOT_SUPPORTED. Usage: drv_procaddr EXPORTS REQUESTS. Prints "OK <checks>".
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -46,6 +46,9 @@ int main(int argc, char **argv)
         checks++;
     }
     fclose(f);
+    int driver_version = 0;
+    DCHECK(cuDriverGetVersion(&driver_version));
+    DEXPECT(driver_version >= 13000);
     f = fopen(argv[1], "r");
     DEXPECT(f != NULL);
     while (fgets(line, sizeof line, f)) {
@@ -54,7 +57,7 @@ int main(int argc, char **argv)
         base_of(sym, name, sizeof name);
         void *fn = NULL;
         CUdriverProcAddressQueryResult status;
-        if (cuGetProcAddress(name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || !fn ||
+        if (cuGetProcAddress(name, &fn, driver_version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || !fn ||
             !dlsym(RTLD_DEFAULT, sym)) {
             printf("FAIL %s (from %s) does not resolve\n", name, sym);
             return 1;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import re
 import shutil
 import struct
 import subprocess
@@ -20,7 +21,8 @@ import pytest
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES
 from pyvgpu_daemon.backends import make_backend
-from pyvgpu_daemon.backends.cuda import CudaBackend, _fatbin_elves, elf_global_names, probe
+from pyvgpu_daemon.backends.cuda import CudaBackend, probe
+from pyvgpu_daemon.backends.cuda_image import fatbin_entries, elf_global_names
 from pyvgpu_daemon.errors import CudaError
 
 GPU_COUNT, NO_GPU_REASON = probe()
@@ -67,11 +69,35 @@ def fatbin(tmp_path_factory) -> bytes:
 
 
 def test_globals_listed_from_compressed_fatbin(fatbin):
-    elves = _fatbin_elves(fatbin)
+    elves = fatbin_entries(fatbin)[0]
     assert elves and all(e[:4] == b"\x7fELF" for e in elves)
     names = {n for e in elves for n in elf_global_names(e)}
     assert {"counter", "coeffs"} <= names
-    assert _fatbin_elves(b"garbage") == [] and elf_global_names(b"\x7fELF\x02garbage") == []
+    assert fatbin_entries(b"\x50\xed\x55\xbagarbage") == ([], []) and elf_global_names(b"\x7fELF\x02garbage") == []
+
+
+# ---------------------------------------------------------------------------------------------- older drivers
+# Through the chain, with libvcuda made an older driver (PYVGPU_FAKE_DRIVER_VERSION): 13.0 is the GPU hosts' driver
+# (580), without cuFuncGetParamCount (13.2); 12.3 lacks what CUDA 12.4-12.8 added (enumeration, parameter info,
+# cuFuncLoad, cuCtxCreate_v4, cuEventElapsedTime_v2), so kernels, layouts and globals come from the image (its cubin,
+# or its PTX in a PTX-only build) and older ABIs are called through their pointers.
+OLD_DRIVERS = [(13000, (), ["cuFuncGetParamCount"]),
+               (12030, (), ["cuCtxCreate", "cuModuleEnumerateFunctions", "cuFuncGetParamInfo", "cuEventElapsedTime"]),
+               (12030, ("-gencode", "arch=compute_75,code=compute_75"), ["cuFuncGetParamInfo"])]
+
+
+@pytest.mark.parametrize("version,flags,fallbacks", OLD_DRIVERS, ids=["13.0", "12.3", "12.3-ptx-only"])
+def test_older_drivers_through_the_chain(version, flags, fallbacks, daemon_factory, cuda_build, run):
+    d = daemon_factory(backend="chain", env={"PYVGPU_FAKE_DRIVER_VERSION": str(version)})
+    for program in ("api_kernels.cu", "api_device.cu"):
+        proc = run(cuda_build(program, *flags), [d], timeout=300)
+        assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr
+    log = d.log_text()
+    started = re.search(r"CUDA driver CUDA \d+\.\d+ \((\d+)\)(.*)", log)
+    assert started and int(started.group(1)) == version, log
+    assert all(f"without {name}" in started.group(2) or f", {name}" in started.group(2) for name in fallbacks), log
+    assert "hides it" not in log                       # the backend called nothing the older driver lacks
+    assert "module 1 loaded: 6 kernels, 3 variables" in log
 
 
 # ---------------------------------------------------------------------------------------------- fake driver
@@ -160,6 +186,9 @@ class FakeDriver:
 
     def cuInit(self, flags):
         return (OK,)
+
+    def cuDriverGetVersion(self):
+        return OK, 13000
 
     def cuDeviceGetCount(self):
         return OK, 1

@@ -130,6 +130,15 @@ class FakeCublas:
         return 0
 
 
+class FakeSolvers(FakeCublas):
+    """The batched solvers' entry points (int API only, a host info pointer): the call is recorded."""
+
+    def cublasSgetrsBatched(self, h, trans, n, nrhs, Aarray, lda, devIpiv, Barray, ldb, info, batchSize):
+        info[0] = 0
+        return self._record("cublasSgetrsBatched", dict(trans=trans, n=n, nrhs=nrhs, lda=lda, ldb=ldb,
+                                                        batchSize=batchSize, ipiv=addr(self.ffi, devIpiv)))
+
+
 class Daemonless:
     """The daemon's handler layer for one session on the fake GPU."""
 
@@ -247,6 +256,20 @@ def test_regions_checked_before_the_library_and_statuses_mapped():
     assert d.blas("cublasSgemm_v2", h, **gemm)[0] == E["cudaErrorLaunchOutOfResources"]
     d.fake.status = spec.NOT_SUPPORTED
     assert d.blas("cublasSgemm_v2", h, **gemm)[0] == E["cudaErrorNotSupported"]
+
+
+def test_batched_solver_entry_without_ilp64_twin_and_host_info():
+    d = Daemonless()
+    d.fake = FakeSolvers(d.ffi)
+    d.backend.cublas = d.backend.cublas.__class__(lib=d.fake, ffi=cffi.FFI())
+    h = d.op("BLAS_CREATE")[1]
+    a = d.put(np.eye(2, dtype=np.float32))
+    arr = d.put(np.array([a], np.uint64))
+    args = dict(trans=0, n=2, nrhs=2, Aarray=arr, lda=2, devIpiv=0, Barray=arr, ldb=2, batchSize=1)
+    assert d.blas("cublasSgetrsBatched", h, **args)[0] == 0
+    assert d.fake.calls[-1] == ("cublasSgetrsBatched", dict(trans=0, n=2, nrhs=2, lda=2, ldb=2, batchSize=1,
+                                                            ipiv=0))
+    assert d.blas("cublasSgetrsBatched", h, **{**args, "Barray": arr + 8})[0] == E["cudaErrorInvalidValue"]
 
 
 def test_handles_die_with_the_session():

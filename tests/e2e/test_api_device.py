@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.chain
+
 
 def test_device_queries_errors_streams_events(cuda_build, daemon, run):
     prog = cuda_build("api_device.cu")
@@ -24,6 +28,7 @@ def test_two_emulated_devices_on_one_host(cuda_build, daemon_factory, run):
     assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr
 
 
+@pytest.mark.emu_only("no daemon at all")
 def test_no_daemon_is_a_clean_error(cuda_build, run):
     """A host map naming a port nobody listens on: cudaGetDeviceCount fails with an error, no hang, no crash."""
     from harness import Daemon, free_port   # noqa: PLC0415

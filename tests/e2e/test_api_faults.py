@@ -8,8 +8,12 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 import pyvgpu
 from pyvgpu.client import Client
+
+pytestmark = pytest.mark.chain
 
 
 def start(prog, daemons, *args):

@@ -8,6 +8,9 @@ import pytest
 
 from pyvgpu.protocol import LIMIT_DEFAULTS
 
+pytestmark = pytest.mark.chain
+PRINTF = "device printf reaches the program only from the emulator: a real GPU's goes to its daemon's own stdout"
+
 
 def test_dynamic_shared_opt_in_attributes_and_limits(cuda_build, daemon, run):
     prog = cuda_build("api_funcattr.cu")
@@ -22,6 +25,7 @@ def test_dynamic_shared_opt_in_attributes_and_limits(cuda_build, daemon, run):
     assert "is not supported" not in proc.stderr
 
 
+@pytest.mark.emu_only(PRINTF)
 def test_printf_fifo_limit_bounds_one_launch(cuda_build, daemon, run):
     prog = cuda_build("api_funcattr.cu")
     fifo = 4096
@@ -34,6 +38,7 @@ def test_printf_fifo_limit_bounds_one_launch(cuda_build, daemon, run):
     assert "dropped" in daemon.log_text()
 
 
+@pytest.mark.emu_only(PRINTF)
 def test_printf_default_fifo_keeps_everything(cuda_build, daemon, run):
     prog = cuda_build("api_funcattr.cu")
     proc = run(prog, [daemon], "printf", str(1 << 20), timeout=300)
@@ -41,6 +46,7 @@ def test_printf_default_fifo_keeps_everything(cuda_build, daemon, run):
     assert len(lines) == 2 * 128 * 4
 
 
+@pytest.mark.emu_only("starts its own cuda daemon")
 def test_on_a_real_gpu(cuda_build, daemon_factory, run):
     """The same program against the cuda backend (cuFuncSetAttribute / cuCtxSetLimit); skipped without a GPU."""
     from pyvgpu_daemon.backends.cuda import probe   # noqa: PLC0415

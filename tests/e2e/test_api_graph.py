@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.chain
+
 
 def test_graphs(cuda_build, daemon, run):
     proc = run(cuda_build("api_graph.cu"), [daemon], timeout=600)

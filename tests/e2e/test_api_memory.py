@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.chain
+
 MAX_BYTES = 256 << 20
 
 

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.chain
+
 
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_pools(cuda_build, daemon_factory, run, gpus):

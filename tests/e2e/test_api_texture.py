@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.chain
+
 
 def test_arrays_textures_surfaces(cuda_build, daemon, run):
     proc = run(cuda_build("api_texture.cu"), [daemon], timeout=600)

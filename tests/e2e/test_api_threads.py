@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.chain
+
 
 @pytest.mark.parametrize("ndev", [1, 2])
 def test_threads_share_a_connection(cuda_build, daemon_factory, run, ndev):

@@ -71,6 +71,7 @@ def test_done_when_program_on_two_daemons(cublas_build, daemon_factory, tmp_path
     assert all("BLAS_GEMM" in d.log_text() or "ended" in d.log_text() for d in daemons)
 
 
+@pytest.mark.chain
 def test_semantics_program(cublas_build, daemon):
     proc = pyvgpu_run(cublas_build("cublas_semantics.cu"), [daemon])
     assert re.search(r"^OK 22$", proc.stdout, re.M), proc.stdout + proc.stderr

@@ -10,6 +10,8 @@ import pytest
 
 from harness import ROOT, build_cuda
 
+pytestmark = pytest.mark.chain
+
 PROGRAMS = {
     "emu_warp.cu": (),                # warpSize (WARP_SZ), shuffles, ballot + %lanemask_lt, special registers
     "emu_calls.cu": (),               # recursion, deep recursion with cudaLimitStackSize, function pointers

@@ -72,6 +72,9 @@ class Case:
 def _ex_types(entry: spec.Entry) -> dict[str, int]:
     """Types for the GEMM entries that leave them to the caller: fp16 in, fp32 out, fp32 compute."""
     b = entry.bind
+    if entry.family is spec.DOT_EX:           # DotEx: fp16 with fp32 execution; DotcEx: complex
+        t, ex = (C32, C32) if b["conj"] else (H, S32)
+        return {"xType": t, "yType": t, "resultType": t, "executionType": ex}
     if entry.family in (spec.GEMM, spec.GEMM_BATCHED) and "Atype" not in b:
         return {"Atype": H, "Btype": H, "Ctype": S32 if "computeType" in b else H,
                 "computeType": spec.COMPUTE["CUBLAS_COMPUTE_32F"], "algo": -1}
@@ -87,14 +90,17 @@ def _random(rng: np.random.Generator, count: int, t: int) -> bytes:
     return x.astype(numeric.storage(t)).tobytes()
 
 
+_SOLVERS = (spec.TRSM_BATCHED, spec.GETRF_BATCHED, spec.GETRS_BATCHED, spec.GETRI_BATCHED, spec.GELS_BATCHED)
+
+
 def build(entry: spec.Entry, ilp64: bool, pmode: int, seed: int) -> Case:
     fam = entry.family
     pick = random.Random(seed)
     rng = np.random.default_rng(seed)
     v: dict[str, Any] = {**entry.binding(ilp64), **_ex_types(entry)}
-    sizes = {"m": 5, "n": 4, "k": 3, "batchCount": 2, "minimum": 0}
+    sizes = {"m": 5, "n": 4, "k": 3, "batchCount": 2, "minimum": 0, "nrhs": 3, "batchSize": 2}
     for a in fam.args:
-        if a.name in v:
+        if a.name in v or isinstance(a, spec.HostInfo):
             continue
         if isinstance(a, spec.Dim):
             v[a.name] = 7 if fam.code < 220 and a.name == "n" else sizes[a.name]
@@ -102,11 +108,13 @@ def build(entry: spec.Entry, ilp64: bool, pmode: int, seed: int) -> Case:
             allowed = a.allowed()
             if fam is spec.SYRK and a.name == "trans":
                 allowed = (0, 1)
+            if fam is spec.GELS_BATCHED:
+                allowed = (0,)                      # gelsBatched: only CUBLAS_OP_N
             v[a.name] = pick.choice(allowed)
         elif isinstance(a, spec.Inc):
             v[a.name] = 2 if a.name == "incx" else -1
     for a in fam.args:                      # leading dimensions once the shapes are known
-        if isinstance(a, (spec.Matrix, spec.MatrixArray)):
+        if isinstance(a, (spec.Matrix, spec.MatrixArray)) and a.ld in fam.names:
             v[a.ld] = max(1, int(spec.evaluate(a.rows, v))) + 1
     types = {**v, **spec.derived(fam, v)}
     buffers: dict[str, Buffer] = {}
@@ -130,15 +138,28 @@ def build(entry: spec.Entry, ilp64: bool, pmode: int, seed: int) -> Case:
         elif isinstance(a, spec.MatrixArray):
             t = types[a.dtype]
             rows, cols = int(spec.evaluate(a.rows, v)), int(spec.evaluate(a.cols, v))
+            ld = int(spec.evaluate(a.ld, v))
             parts = []
             for i in range(v[a.count]):
-                buffers[f"{a.name}[{i}]"] = Buffer(_random(rng, v[a.ld] * cols, t), t)
+                data = np.frombuffer(_random(rng, ld * cols, t), dtype=numeric.storage(t)).copy()
+                if a.name in ("A", "Aarray") and fam in _SOLVERS:     # well conditioned: a big diagonal
+                    data[[j * (ld + 1) for j in range(min(rows, cols))]] += 4
+                buffers[f"{a.name}[{i}]"] = Buffer(data.tobytes(), t)
                 parts.append(i)
             buffers[a.name] = Buffer(b"", -1, parts)
+        elif isinstance(a, spec.Vector) and a.optional and pmode == spec.POINTER_MODE_DEVICE:
+            v[a.name] = 0                          # NULL: "none" (no pivoting, no info), one pointer mode of two
+        elif isinstance(a, spec.Vector) and numeric.storage(types[a.dtype]).kind == "i":
+            n = int(spec.evaluate(a.n, v))
+            per = max(1, v.get("n", 1))
+            # pivots: row j of each matrix swapped with a row at or below it (1-based); info arrays: zeros
+            data = [rng.integers(j % per + 1, per + 1) for j in range(n)] if a.access == "r" else [0] * n
+            buffers[a.name] = Buffer(np.array(data, dtype=np.int32).tobytes(), types[a.dtype])
         elif isinstance(a, spec.Vector):
             t = types[a.dtype]
             n = int(spec.evaluate(a.n, v))
-            buffers[a.name] = Buffer(_random(rng, 1 + (n - 1) * abs(v[a.inc]), t), t)
+            inc = int(spec.evaluate(a.inc, v))
+            buffers[a.name] = Buffer(_random(rng, 1 + (n - 1) * abs(inc), t), t)
         elif isinstance(a, spec.Scalar):
             t = types[a.dtype]
             raw = _random(rng, 1, t)
@@ -211,11 +232,17 @@ def run_remote(ffi: Any, lib: Any, handle: Any, case: Case) -> tuple[int, dict[s
     types = {**values, **spec.derived(fam, values)}
     result = None
     c_args = []
+    info = None
     for ctype, name in spec.c_params(case.entry, case.ilp64):
         if name == "handle":
             c_args.append(handle)
             continue
-        arg, val = fam.arg(name), args[name]
+        arg = fam.arg(name)
+        if isinstance(arg, spec.HostInfo):
+            info = ffi.new("int *", 77)            # the client sets it: 0 for valid arguments
+            c_args.append(info)
+            continue
+        val = args[name]
         if isinstance(arg, spec.Scalar) and isinstance(val, bytes):
             c_args.append(ffi.cast(ctype, ffi.from_buffer(val)))
         elif isinstance(arg, spec.Result) and val is None:
@@ -228,6 +255,7 @@ def run_remote(ffi: Any, lib: Any, handle: Any, case: Case) -> tuple[int, dict[s
     fn = case.entry.name64 if case.ilp64 else case.entry.name
     status = getattr(lib, fn)(*c_args)
     assert lib.cudaDeviceSynchronize() == 0
+    assert info is None or info[0] == 0, f"{fn}: info {info[0]}"
     after = {}
     for name in case.buffers:
         size = len(_contents(case, name, ptrs))
@@ -242,7 +270,7 @@ def run_remote(ffi: Any, lib: Any, handle: Any, case: Case) -> tuple[int, dict[s
 def all_cases() -> list[Case]:
     out = []
     for i, e in enumerate(spec.ENTRIES):
-        for ilp64 in (False, True):
+        for ilp64 in e.widths():
             for pmode in (spec.POINTER_MODE_HOST, spec.POINTER_MODE_DEVICE):
                 out.append(build(e, ilp64, pmode, seed=i * 4 + ilp64 * 2 + pmode))
     return out

@@ -23,7 +23,7 @@ import cublas_wheel  # noqa: E402
 LOCAL = ["cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2", "cublasGetStream_v2",
          "cublasSetPointerMode_v2", "cublasGetPointerMode_v2", "cublasSetMathMode", "cublasGetMathMode",
          "cublasSetWorkspace_v2", "cublasGetVersion_v2", "cublasGetProperty", "cublasGetCudartVersion",
-         "cublasGetStatusName", "cublasGetStatusString", "cublasSgetrfBatched"]
+         "cublasGetStatusName", "cublasGetStatusString", "cublasSsyr2k_v2"]
 
 SCRIPT = r"""
 import json, sys
@@ -64,7 +64,7 @@ print(json.dumps(out))
 def cdef_file(cublas_include, tmp_path_factory):
     import cublas_cases
     protos = cublas_wheel.read_prototypes(cublas_include)
-    names = [e.name for e in spec.ENTRIES] + [e.name64 for e in spec.ENTRIES] + LOCAL
+    names = [e.name64 if ilp64 else e.name for e in spec.ENTRIES for ilp64 in e.widths()] + LOCAL
     path = tmp_path_factory.mktemp("cdef") / "cublas.cdef"
     path.write_text(cublas_cases.cdef(protos, names))
     return path
@@ -82,7 +82,7 @@ def run_script(script: str, cdef_file: Path, daemons, tmp_path, env=None) -> tup
 
 def test_every_entry_point_marshals_like_the_table(daemon, cdef_file, tmp_path):
     out, _ = run_script(SCRIPT, cdef_file, [daemon], tmp_path)
-    assert out["cases"] == len(spec.ENTRIES) * 4
+    assert out["cases"] == sum(len(e.widths()) for e in spec.ENTRIES) * 2
     assert out["mismatch"] == []
 
 
@@ -124,7 +124,16 @@ o["refused"] = [lib.cublasSgemm_v2(H, 0, 0, -1, 2, 2, one, A, 2, A, 2, one, A, 2
                 lib.cublasSgemv_v2(H, 0, 2, 2, one, A, 2, A, 0, one, A, 1),             # incx == 0
                 lib.cublasGemmEx(H, 0, 0, 2, 2, 2, one, A, 0, 2, A, 0, 2, one, A, 2, 2, 68, -1),   # fp32 -> fp16
                 lib.cublasSdot_v2(H, 2, A, 1, A, 1, ffi.NULL)]                          # result NULL
-o["unsupported"] = lib.cublasSgetrfBatched(H, 2, ffi.NULL, 2, ffi.NULL, ffi.NULL, 1)
+o["unsupported"] = lib.cublasSsyr2k_v2(H, 0, 0, 2, 2, one, A, 2, A, 2, one, A, 2)
+info = ffi.new("int *", 99)
+arr = ffi.cast("float **", p[0])
+o["host_info"] = [
+    (lib.cublasSgetrsBatched(H, 0, -1, 1, arr, 1, ffi.NULL, arr, 1, info, 1), info[0]),     # n < 0: 3rd
+    (lib.cublasSgetrsBatched(H, 0, 2, 1, arr, 2, ffi.NULL, arr, 1, info, 1), info[0]),      # ldb < n: 9th
+    (lib.cublasSgeqrfBatched(H, 3, 2, arr, 2, arr, info, 1), info[0]),                     # lda < m: 5th
+    (lib.cublasSgelsBatched(H, 1, 3, 2, 1, arr, 3, arr, 3, info, ffi.NULL, 1), info[0]),  # trans: 2nd
+    (lib.cublasSgelsBatched(H, 0, 2, 3, 1, arr, 3, arr, 3, info, ffi.NULL, 1), info[0]),  # m < n: n, 4th
+    (lib.cublasSgeqrfBatched(H, 0, 0, arr, 1, arr, info, 0), info[0])]                    # valid: 0
 o["sync_after_refusals"] = cudart.cudaDeviceSynchronize()                 # nothing was sent
 o["destroy"] = [lib.cublasDestroy_v2(H), lib.cublasDestroy_v2(H)]
 print(json.dumps(o))
@@ -145,7 +154,8 @@ def test_client_side_answers(daemon, cdef_file, tmp_path):
     assert o["math"] == [0, 0, 0, 18, 7]
     assert o["workspace"] == [0, 7, 0]
     assert o["refused"] == [7, 7, 7, 7, 7, 15, 7]
-    assert o["unsupported"] == 15 and "cublasSgetrfBatched is not supported by libvcublas" in err
+    assert o["unsupported"] == 15 and "cublasSsyr2k_v2 is not supported by libvcublas" in err
+    assert o["host_info"] == [[7, -3], [7, -9], [7, -5], [15, -2], [15, -4], [0, 0]]   # LAPACK's -position
     assert o["sync_after_refusals"] == 0
     assert o["destroy"] == [0, 1]
 

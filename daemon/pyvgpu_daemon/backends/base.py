@@ -256,6 +256,12 @@ class DeviceContext(ABC):
         Returns the result's bytes for a host-mode result. Failures: BlasError (a status), CudaError (a fault)."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLAS")
 
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        """Run one cublasLtMatmul in order on `stream` (pyvgpu/cublaslt_spec.py: LT_MATMUL's arguments by name,
+        checked; alpha/beta as bytes in host pointer mode, device addresses in device pointer mode). Failures:
+        BlasError (a status), CudaError (a fault). blas_validates_pointers applies as for cuBLAS."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
+
     def take_stdout(self) -> bytes:
         """Device printf output not yet returned (backends that buffer it override this)."""
         return b""

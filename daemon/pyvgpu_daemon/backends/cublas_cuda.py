@@ -45,7 +45,7 @@ def _cffi_type(ctype: str) -> str:
 
 
 def _variants() -> list[tuple[spec.Entry, bool]]:
-    return [(e, ilp64) for e in spec.ENTRIES for ilp64 in (True, False)]
+    return [(e, ilp64) for e in spec.ENTRIES for ilp64 in reversed(e.widths())]
 
 
 def cdef() -> str:
@@ -151,7 +151,11 @@ class Cublas:
             if name == "handle":
                 c_args.append(h.ptr)
                 continue
-            arg, v = fam.arg(name), args[name]
+            arg = fam.arg(name)
+            if isinstance(arg, spec.HostInfo):
+                c_args.append(ffi.new("int *"))       # the client validated the arguments already
+                continue
+            v = args[name]
             if isinstance(arg, spec.Scalar) and isinstance(v, bytes):
                 c_args.append(ffi.new("char[]", v))                  # host pointer mode: the value's bytes
             elif isinstance(arg, spec.Result) and v is None:

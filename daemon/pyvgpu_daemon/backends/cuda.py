@@ -4,19 +4,21 @@ One CUDA context per (session, device), created with cuCtxCreate on that pair's 
 there: destroying it at session end frees everything the client held, whatever state it left behind, and a sticky
 fault in one client's context cannot poison another's. Kernel images are the fatbins the client ships;
 cuModuleLoadData loads them, kernels are enumerated from the module itself (cuModuleGetFunctionCount +
-cuModuleEnumerateFunctions + cuFuncGetName), parameter layouts come from cuFuncGetParamInfo, and launches hand the
-client's packed parameter buffer to cuLaunchKernel through CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE.
+cuModuleEnumerateFunctions + cuFuncGetName), parameter layouts come from cuFuncGetParamCount/cuFuncGetParamInfo, and
+launches hand the client's packed parameter buffer to cuLaunchKernel through CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE.
+Module globals are listed from the ELF symbol tables of the fatbin's cubins (the driver has no enumeration call) and
+resolved with cuModuleGetGlobal (cuda_image.py).
 
-Module globals are listed from the ELF symbol tables of the fatbin's cubins (the driver has no enumeration call)
-and resolved with cuModuleGetGlobal.
+Only entry points the loaded driver has are called: cuda_driver.py asks the driver (cuGetProcAddress) at start, logs
+its version and every fallback once, and an older driver's missing calls are done another way (parameter counts
+probed, kernels and layouts read from the image, an older ABI called through its pointer).
 
-The `driver` module is injectable so the plumbing can be exercised without a GPU (tests/daemon/test_daemon_cuda.py).
+The `driver` module is injectable (tests/daemon/test_daemon_cuda.py keeps a few cases the real chain cannot produce).
 """
 from __future__ import annotations
 
 import ctypes
 import logging
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +27,12 @@ import numpy as np
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
                              VA_WINDOW_BYTES)
-from pyvgpu_daemon.backends import cublas_cuda
+from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
 from pyvgpu_daemon.backends.cuda_clock import EventClock
+from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
+from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -99,51 +103,18 @@ def check(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else rest
 
 
-# ---------------------------------------------------------------------------------------------- fatbin globals
-def _fatbin_elves(image: bytes) -> list[bytes]:
-    """Decompressed cubins of a fatbin image (wrapper or container(s)); best effort, never raises. Decompression is
-    bounded as the emulator's is (emu/fatbin.py): a hostile image cannot make the daemon inflate it without limit."""
-    from pyvgpu_daemon.emu import fatbin
-    try:
-        entries = fatbin.parse_image(image, max(fatbin.DEFAULT_MAX_BYTES, 8 * len(image)),
-                                     decompress=(fatbin.KIND_ELF,))
-    except Exception as exc:  # noqa: BLE001 - only used to list globals
-        log.debug("fatbin scan for globals stopped: %s", exc)
-        return []
-    return [e.data for e in entries if e.kind == fatbin.KIND_ELF]
-
-
-def elf_global_names(elf: bytes) -> list[str]:
-    """Names of data objects (STT_OBJECT, defined) in a 64-bit cubin's symbol table."""
-    names: list[str] = []
-    try:
-        if elf[:4] != b"\x7fELF" or elf[4] != 2:
-            return names
-        (shoff,) = struct.unpack_from("<Q", elf, 0x28)
-        shentsize, shnum, _ = struct.unpack_from("<HHH", elf, 0x3A)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-        for _name, sh_type, _f, _a, off, size, link, _i, _al, entsize in sections:
-            if sh_type != 2 or not entsize:                           # SHT_SYMTAB
-                continue
-            stroff = sections[link][4]
-            for k in range(size // entsize):
-                st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", elf, off + k * entsize)
-                if st_info & 0xF == 1 and st_shndx != 0 and st_name:  # STT_OBJECT, defined
-                    end = elf.index(b"\0", stroff + st_name)
-                    names.append(elf[stroff + st_name:end].decode("latin-1"))
-    except Exception:  # noqa: BLE001 - best effort
-        pass
-    return names
-
-
 # ---------------------------------------------------------------------------------------------- backend
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, driver: Any = None, cublas: Any = None) -> None:
+    def __init__(self, driver: Any = None, cublas: Any = None, cublaslt: Any = None,
+                 lookup: Lookup | None = None) -> None:
         self.drv = driver or _load_driver()
         self.cublas = cublas           # a cublas_cuda.Cublas (tests inject one); None: loaded on first use
+        self.cublaslt = cublaslt       # a cublaslt_cuda.CublasLt, likewise
         check(self.drv.cuInit(0), "cuInit")
+        self.api = DriverEntryPoints.probe(self.drv, lookup)
+        log.info("%s", self.api.describe())
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
             raise RuntimeError("no CUDA device")
@@ -197,7 +168,7 @@ class CudaBackend(Backend):
         """Daemon-local ordinals whose memory kernels of device `ordinal` can use once peer access is enabled."""
         out = []
         for j in range(self.count):
-            if j == ordinal or not hasattr(self.drv, "cuDeviceCanAccessPeer"):
+            if j == ordinal:
                 continue
             err, can = self.drv.cuDeviceCanAccessPeer(dev, check(self.drv.cuDeviceGet(j), "cuDeviceGet"))
             if int(err) == 0 and can:
@@ -211,7 +182,8 @@ class CudaBackend(Backend):
         # Ordinary allocations live where the driver puts them; managed and mapped ones are placed in the session's
         # window (va_base + ordinal * VA_WINDOW_BYTES) when the driver honours the address hint, because the client
         # maps their host copy at the same address.
-        return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES)
+        return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES, self.cublaslt,
+                           self.api)
 
 
 @dataclass
@@ -225,24 +197,41 @@ class _Event:
 class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
-    def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0) -> None:
+    def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
+                 api: DriverEntryPoints | None = None) -> None:
         self.drv = drv
+        self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
         self._cublas = cublas
+        self._cublaslt = cublaslt
+        self._lt: cublaslt_cuda.LtSession | None = None     # this context's cuBLASLt handle and plans, on first use
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
         self._hint = window                      # next address to ask for in this session's window
         self._vmm: dict[int, tuple[Any, int]] = {}   # managed/mapped address -> (physical handle, mapped size)
-        self.clock = EventClock(drv)             # event times for replies (event_times.py)
+        self.clock = EventClock(drv, self._elapsed)   # event times for replies (event_times.py)
 
     def _create(self) -> Any:
-        try:
-            result = self.drv.cuCtxCreate(None, 0, self.dev)      # cuda-python 13: (params, flags, dev)
-        except TypeError:
-            result = self.drv.cuCtxCreate(0, self.dev)            # cuda-python 12: (flags, dev)
-        ctx = check(result, "cuCtxCreate")
+        if not self.api.has("cuCtxCreate"):
+            ctx = self._create_v2()
+        else:
+            try:
+                result = self.drv.cuCtxCreate(None, 0, self.dev)      # cuda-python 13: (params, flags, dev)
+            except TypeError:
+                result = self.drv.cuCtxCreate(0, self.dev)            # cuda-python 12: (flags, dev)
+            ctx = check(result, "cuCtxCreate")
         check(self.drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         return ctx
+
+    def _create_v2(self) -> Any:
+        """cuCtxCreate_v2 (CUDA 3.2's ABI) through the driver's own pointer: drivers before CUDA 12.5 have no _v4."""
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int)(
+            self.api.pointer("cuCtxCreate", 3020))
+        out = ctypes.c_void_p()
+        err = fn(ctypes.byref(out), 0, int(self.dev))
+        if err:
+            raise to_cuda_error(self.drv.CUresult(err), "cuCtxCreate_v2")
+        return self.drv.CUcontext(out.value)
 
     def _stream(self, stream: Any) -> Any:
         return self.drv.CUstream(0) if stream is None else stream
@@ -393,42 +382,65 @@ class CudaContext(CudaArrays, DeviceContext):
         buf = np.frombuffer(image + (b"\0" if not image.endswith(b"\0") else b""), dtype=np.uint8)
         module = check(drv.cuModuleLoadData(buf.ctypes.data), "cuModuleLoadData")
         try:
-            kernels = self._kernels(module)
+            kernels = self._kernels(module, image)
             variables = self._globals(module, image)
         except BaseException:
             drv.cuModuleUnload(module)
             raise
         return LoadedModule(module, kernels, variables)
 
-    def _kernels(self, module: Any) -> dict[str, KernelDesc]:
+    def _functions(self, module: Any, declared: dict[str, list[tuple[int, int]]] | None) -> dict[str, Any]:
+        """name -> CUfunction of every kernel of the module: enumerated by the driver, or (drivers before CUDA 12.4)
+        each kernel the image declares taken by name."""
         drv = self.drv
-        count = int(check(drv.cuModuleGetFunctionCount(module), "cuModuleGetFunctionCount"))
-        funcs = check(drv.cuModuleEnumerateFunctions(count, module), "cuModuleEnumerateFunctions") if count else []
+        if self.api.has("cuModuleEnumerateFunctions") and self.api.has("cuModuleGetFunctionCount") \
+                and self.api.has("cuFuncGetName"):
+            count = int(check(drv.cuModuleGetFunctionCount(module), "cuModuleGetFunctionCount"))
+            funcs = check(drv.cuModuleEnumerateFunctions(count, module), "cuModuleEnumerateFunctions") \
+                if count else []
+            out = {}
+            for f in funcs or []:
+                raw = check(drv.cuFuncGetName(f), "cuFuncGetName")
+                out[raw.decode() if isinstance(raw, bytes) else str(raw)] = f
+            return out
+        out = {}
+        for name in declared or {}:
+            err, f = drv.cuModuleGetFunction(module, name.encode())
+            if int(err) == 0:
+                out[name] = f
+            elif int(err) != 500:              # CUDA_ERROR_NOT_FOUND: not a kernel of this device's code
+                raise to_cuda_error(err, f"cuModuleGetFunction({name})")
+        return out
+
+    def _kernels(self, module: Any, image: bytes) -> dict[str, KernelDesc]:
+        need_image = not (self.api.has("cuModuleEnumerateFunctions") and self.api.has("cuModuleGetFunctionCount")
+                          and self.api.has("cuFuncGetName") and self.api.has("cuFuncGetParamInfo"))
+        declared = image_kernels(image) if need_image else None
         kernels: dict[str, KernelDesc] = {}
-        for f in funcs or []:
-            if hasattr(drv, "cuFuncLoad"):
+        for name, f in self._functions(module, declared).items():
+            if self.api.has("cuFuncLoad"):
                 # Lazy loading (the default) may hand out functions not yet on the device; load before querying.
-                err = drv.cuFuncLoad(f)
-                if int(err[0] if isinstance(err, tuple) else err) != 0:
-                    log.debug("cuFuncLoad failed: %s", err)
-            raw = check(drv.cuFuncGetName(f), "cuFuncGetName")
-            name = raw.decode() if isinstance(raw, bytes) else str(raw)
-            kernels[name] = KernelDesc(name, self._param_layout(f), self._func_attrs(f), f)
+                check(self.drv.cuFuncLoad(f), f"cuFuncLoad({name})")
+            params = self._param_layout(f) if self.api.has("cuFuncGetParamInfo") else (declared or {}).get(name)
+            if params is None:
+                raise CudaError("cudaErrorInvalidKernelImage",
+                                f"{name}: no parameter layout (the driver predates cuFuncGetParamInfo and the image "
+                                "does not declare the kernel)")
+            kernels[name] = KernelDesc(name, params, self._func_attrs(f), f)
         return kernels
 
     def _param_layout(self, f: Any) -> list[tuple[int, int]]:
         drv = self.drv
         params: list[tuple[int, int]] = []
         n: int | None = None
-        if hasattr(drv, "cuFuncGetParamCount"):
-            err, cnt = drv.cuFuncGetParamCount(f)
-            n = int(cnt) if int(err) == 0 else None
+        if self.api.has("cuFuncGetParamCount"):
+            n = int(check(drv.cuFuncGetParamCount(f), "cuFuncGetParamCount"))
         i = 0
         while n is None or i < n:
             err, offset, size = drv.cuFuncGetParamInfo(f, i)
             if int(err) != 0:
-                if n is None:
-                    break                 # past the last parameter
+                if n is None and int(err) == 1:       # CUDA_ERROR_INVALID_VALUE: past the last parameter
+                    break
                 raise to_cuda_error(err, f"cuFuncGetParamInfo({i})")
             params.append((int(offset), int(size)))
             i += 1
@@ -446,12 +458,8 @@ class CudaContext(CudaArrays, DeviceContext):
         return out
 
     def _globals(self, module: Any, image: bytes) -> dict[str, tuple[int, int]]:
-        names: list[str] = []
-        elves = [image] if image[:4] == b"\x7fELF" else _fatbin_elves(image)
-        for elf in elves:
-            names += elf_global_names(elf)
         found: dict[str, tuple[int, int]] = {}
-        for name in dict.fromkeys(names):
+        for name in image_globals(image):
             err, ptr, size = self.drv.cuModuleGetGlobal(module, name.encode())
             if int(err) == 0:
                 found[name] = (int(ptr), int(size))
@@ -547,7 +555,22 @@ class CudaContext(CudaArrays, DeviceContext):
         return True
 
     def event_elapsed(self, start: _Event, end: _Event) -> float:
-        return float(check(self.drv.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
+        return self._elapsed(start.handle, end.handle)
+
+    def _elapsed(self, start: Any, end: Any) -> float:
+        if not self.api.has("cuEventElapsedTime"):
+            return self._elapsed_v1(start, end)
+        return float(check(self.drv.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+    def _elapsed_v1(self, start: Any, end: Any) -> float:
+        """cuEventElapsedTime's first ABI through the driver's pointer (drivers before CUDA 12.8 have no _v2)."""
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_void_p)(
+            self.api.pointer("cuEventElapsedTime", 2000))
+        out = ctypes.c_float()
+        err = fn(ctypes.byref(out), int(start), int(end))
+        if err:
+            raise to_cuda_error(self.drv.CUresult(err), "cuEventElapsedTime")
+        return float(out.value)
 
     def synchronize(self) -> None:
         with self.wait_scope():
@@ -580,8 +603,23 @@ class CudaContext(CudaArrays, DeviceContext):
                   args: dict[str, Any]) -> bytes | None:
         return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
+    # ------------------------------------------------------------------ cuBLASLt (backends/cublaslt_cuda.py)
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        if self._lt is None:
+            self._lt = cublaslt_cuda.LtSession(self._cublaslt or cublaslt_cuda.library())
+        self._lt.matmul(cublas_cuda.stream_pointer(stream), args)
+
+    def _lt_close(self) -> None:
+        if self._lt is not None:
+            try:
+                self._lt.close()
+            except Exception as exc:  # noqa: BLE001 - the context goes anyway
+                log.warning("device %d: releasing cuBLASLt failed: %s", self.ordinal, exc)
+            self._lt = None
+
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (this frees all it held).
+        self._lt_close()
         self.clock.drop()                            # its anchors go with the context
         self._release_all_vmm()
         try:
@@ -590,6 +628,7 @@ class CudaContext(CudaArrays, DeviceContext):
             self.ctx = self._create()
 
     def close(self) -> None:
+        self._lt_close()
         self.clock.drop()
         self._release_all_vmm()                      # physical allocations outlive a context: give them back
         try:

@@ -16,7 +16,9 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -33,8 +35,10 @@ class EventClock:
     REBASE_S = 1.0
     MAX_ANCHORS = 64
 
-    def __init__(self, drv: Any) -> None:
+    def __init__(self, drv: Any, elapsed: Callable[[Any, Any], float] | None = None) -> None:
         self.drv = drv
+        # elapsed(a, b) in ms, raising on a driver error (the context's: it knows which ABI the driver has)
+        self.elapsed = elapsed
         self.anchors: deque[Anchor] = deque()
         self._last = float("-inf")
         self._broken_logged = False
@@ -71,6 +75,11 @@ class EventClock:
         self.drv.cuEventDestroy(oldest.handle)
 
     def _elapsed(self, a: Any, b: Any) -> float | None:
+        if self.elapsed is not None:
+            try:
+                return self.elapsed(a, b)
+            except CudaError:
+                return None
         err, ms = self.drv.cuEventElapsedTime(a, b)
         return float(ms) if int(err) == 0 else None
 

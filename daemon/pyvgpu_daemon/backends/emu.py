@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
-                             LIMIT_NAMES, MAX_STDOUT_BYTES, VA_WINDOW_BYTES)
+                             LIMIT_NAMES, MAX_STDOUT_BYTES, REMOTED_DEVICE_ATTRS, VA_WINDOW_BYTES)
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
+from pyvgpu_daemon.blas import lt
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.limits import EmuLimits
@@ -98,7 +99,7 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
         "ComputePreemptionSupported": 1,
         "CanUseHostPointerForRegisteredMem": 0,
-        "CooperativeLaunch": 0,                     # grid-wide synchronization: not offered yet
+        "CooperativeLaunch": 0,
         "MaxSharedMemoryPerBlockOptin": lim.shared_per_block_optin,
         "CanFlushRemoteWrites": 0,
         "HostRegisterSupported": 0,
@@ -123,6 +124,7 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "DirectManagedMemAccessFromHost": 0,
         "ClusterLaunch": 0,
     }
+    named.update(REMOTED_DEVICE_ATTRS)                 # what pyvgpu provides between hosts (the client says the same)
     return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
 
 
@@ -534,6 +536,9 @@ class EmuContext(EmuArrays, DeviceContext):
         # One ordered worker per (session, device): the call runs after everything queued before it, as on its
         # stream; math modes only allow a GPU to be less precise, the emulation always computes as documented.
         return blas.execute(family, self.mem, args)
+
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        lt.execute(self.mem, args)       # in the worker's order, as on its stream (see blas_call)
 
     def reset(self) -> None:
         self.mem.free_all()

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pyvgpu import cublas_spec as spec
-from pyvgpu_daemon.blas import level1, level2, level3  # noqa: F401  (importing them registers the routines)
+from pyvgpu_daemon.blas import level1, level2, level3, solve  # noqa: F401  (importing them registers the routines)
 from pyvgpu_daemon.blas.operands import LIMITS, HostValue, BlasError, BlasLimits, Operands
 from pyvgpu_daemon.blas.registry import ROUTINES
 from pyvgpu_daemon.emu.memory import DeviceMemory
@@ -32,11 +32,13 @@ if _missing:
 
 def _check_values(fam: spec.Family, args: Mapping[str, Any]) -> dict[str, int]:
     """The ints the table's checks see: host-mode scalars and results count as non-NULL pointers."""
-    if set(args) != set(fam.names):
-        raise BlasError(spec.INVALID_VALUE, f"{fam.name}: arguments {sorted(set(args) ^ set(fam.names))} "
+    if set(args) != set(fam.wire_names):
+        raise BlasError(spec.INVALID_VALUE, f"{fam.name}: arguments {sorted(set(args) ^ set(fam.wire_names))} "
                                             "missing or unknown")
     out: dict[str, int] = {}
     for a in fam.args:
+        if isinstance(a, spec.HostInfo):
+            continue
         v = args[a.name]
         if isinstance(a, spec.Scalar) and isinstance(v, HostValue):
             out[a.name] = 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from pyvgpu import cublas_spec as spec
+from pyvgpu_daemon.blas import numeric
 from pyvgpu_daemon.blas.operands import Operands
 from pyvgpu_daemon.blas.registry import routine
 
@@ -114,3 +115,16 @@ def rot(o: Operands) -> None:
     x[...] = c * cx + s * cy
     y[...] = c * cy - np.conj(s) * cx
 
+
+
+@routine(spec.DOT_EX)
+def dot_ex(o: Operands) -> None:
+    """cublasDotEx/DotcEx: fp16/bf16 data too (the table checks the execution type); accumulated in float64 /
+    complex128, at least as accurate as the execution type, and rounded once to the result's type."""
+    if o["n"] <= 0:
+        o.set_result("result", 0)
+        return
+    wide = np.dtype(np.complex128 if spec.is_complex(o["xType"]) else np.float64)
+    x = numeric.load(o.vec("x"), o["xType"], wide)
+    y = numeric.load(o.vec("y"), o["yType"], wide)
+    o.set_result("result", np.vdot(x, y) if o["conj"] == spec.CONSTANTS["OP_C"] else np.dot(x, y))

@@ -71,3 +71,24 @@ def symv(o: Operands) -> None:
         s = np.tril(a) + np.tril(a, -1).T if o["uplo"] == LOWER else np.triu(a) + np.triu(a, 1).T
         return s @ o.vec("x")
     _y_update(o, product)
+
+
+def band_to_dense(band: np.ndarray, n: int, k: int, lower: bool) -> np.ndarray:
+    """The symmetric n x n matrix of a (k+1) x n band (BLAS's storage: column j holds A(j-k..j, j) from row
+    k - (j - i) for upper, A(j..j+k, j) from row i - j for lower); elements outside the band are never read."""
+    a = np.zeros((n, n), dtype=band.dtype)
+    for d in range(min(k, n - 1) + 1):
+        cols = np.arange(d, n)
+        vals = band[d, :n - d] if lower else band[k - d, d:]
+        rows_lo, cols_lo = (cols, cols - d)
+        a[rows_lo, cols_lo] = vals
+        a[cols_lo, rows_lo] = vals
+    return a
+
+
+@routine(spec.SBMV)
+def sbmv(o: Operands) -> None:
+    n, k = o["n"], o["k"]
+    if n == 0:
+        return
+    _y_update(o, lambda: band_to_dense(o.mat("A"), n, k, o["uplo"] == LOWER) @ o.vec("x"))

@@ -1,5 +1,5 @@
 """cuBLAS Level 3 and BLAS-like extensions on the emulated GPU: gemm (all types, strided and pointer-array
-batches), geam, dgmm, trsm, syrk.
+batches), geam, dgmm, trsm (and its pointer-array batch), syrk.
 
 GEMM computes C^T = op(B)^T op(A)^T: a column-major matrix with leading dimension ld is, transposed, a row-major
 one with row stride ld, which is the layout NumPy's matmul hands to BLAS without copying (its output included).
@@ -106,6 +106,16 @@ def dgmm(o: Operands) -> None:
     o.mat("C")[...] = x[:, None] * a if o["mode"] == LEFT else a * x[None, :]
 
 
+def _trsm_one(o: Operands, a: np.ndarray, b: np.ndarray, alpha: np.generic) -> None:
+    """B = X with op(A) X = alpha B (LEFT) or X op(A) = alpha B (RIGHT), alpha != 0."""
+    t, lower = dense.op_triangle(a, o["uplo"] == LOWER, o["diag"] == UNIT, o["trans"])
+    rhs = (alpha * b).astype(b.dtype)
+    if o["side"] == LEFT:
+        b[...] = dense.solve_lower_upper(t, rhs, lower)
+    else:                         # X op(A) = R  <=>  op(A)^T X^T = R^T
+        b[...] = dense.solve_lower_upper(np.ascontiguousarray(t.T), np.ascontiguousarray(rhs.T), not lower).T
+
+
 @routine(spec.TRSM)
 def trsm(o: Operands) -> None:
     if o["m"] == 0 or o["n"] == 0:
@@ -115,12 +125,21 @@ def trsm(o: Operands) -> None:
     if alpha == 0:
         b[...] = 0                # A is not read
         return
-    t, lower = dense.op_triangle(o.mat("A"), o["uplo"] == LOWER, o["diag"] == UNIT, o["trans"])
-    rhs = (alpha * b).astype(b.dtype)
-    if o["side"] == LEFT:
-        b[...] = dense.solve_lower_upper(t, rhs, lower)
-    else:                         # X op(A) = R  <=>  op(A)^T X^T = R^T
-        b[...] = dense.solve_lower_upper(np.ascontiguousarray(t.T), np.ascontiguousarray(rhs.T), not lower).T
+    _trsm_one(o, o.mat("A"), b, alpha)
+
+
+@routine(spec.TRSM_BATCHED)
+def trsm_batched(o: Operands) -> None:
+    if o["m"] == 0 or o["n"] == 0 or o["batchCount"] == 0:
+        return
+    alpha = o.scalar("alpha")
+    bs = o.mats("B")
+    if alpha == 0:
+        for b in bs:
+            b[...] = 0            # A is not read
+        return
+    for a, b in zip(o.mats("A"), bs):
+        _trsm_one(o, a, b, alpha)
 
 
 @routine(spec.SYRK)

@@ -48,11 +48,46 @@ class BlasLimits:
     max_batch_pointers: int = 1 << 20
 
 
-class Operands:
+class HeapViews:
+    """NumPy views of one device's heap for a library call named `label`: every view lies inside one live
+    allocation (else cudaErrorIllegalAddress) and starts aligned to its element (else
+    cudaErrorMisalignedAddress). The cuBLAS routines (Operands) and cuBLASLt's matmul (lt.py) view through it."""
+
+    def __init__(self, memory: DeviceMemory, label: str) -> None:
+        self.memory = memory
+        self.label = label
+
+    def _checked(self, lo: int, hi: int, what: str) -> int:
+        """Heap offset of [lo, hi), which must lie inside one live allocation."""
+        hit = self.memory.allocation_at(lo)
+        if hit is None or hi > hit[0] + hit[1]:
+            raise CudaError("cudaErrorIllegalAddress",
+                            f"{self.label} {what}: [{lo:#x}, {hi:#x}) is not inside one live allocation")
+        return lo - self.memory.base
+
+    def _aligned(self, addr: int, st: np.dtype, what: str) -> None:
+        align = st.itemsize // 2 if st.kind == "c" else st.itemsize
+        if addr % align:
+            raise CudaError("cudaErrorMisalignedAddress", f"{self.label} {what} at {addr:#x}")
+
+    def view(self, addr: int, st: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...],
+             what: str) -> np.ndarray:
+        """A view of elements at addr + sum(index * stride) (strides in elements, any sign)."""
+        reach = layout.span(shape, strides)
+        if reach is None:
+            return np.empty(tuple(max(n, 0) for n in shape), dtype=st)
+        lo, hi = reach
+        self._aligned(addr, st, what)
+        off0 = self._checked(addr + lo * st.itemsize, addr + (hi + 1) * st.itemsize, what)
+        return np.ndarray(shape, dtype=st, buffer=self.memory.heap, offset=off0 - lo * st.itemsize,
+                          strides=tuple(s * st.itemsize for s in strides))
+
+
+class Operands(HeapViews):
     def __init__(self, fam: spec.Family, memory: DeviceMemory, args: Mapping[str, Any],
                  derived: Mapping[str, int]) -> None:
+        super().__init__(memory, fam.name)
         self.fam = fam
-        self.memory = memory
         self.args = args
         self.names = {**{k: v for k, v in args.items() if isinstance(v, int)}, **derived}
         self.result: bytes | None = None
@@ -69,38 +104,15 @@ class Operands:
     def expr(self, text: spec.Expr) -> int:
         return int(spec.evaluate(text, self.names))
 
-    # ------------------------------------------------------------------------------------------ memory
-    def _checked(self, lo: int, hi: int, what: str) -> int:
-        """Heap offset of [lo, hi), which must lie inside one live allocation."""
-        hit = self.memory.allocation_at(lo)
-        if hit is None or hi > hit[0] + hit[1]:
-            raise CudaError("cudaErrorIllegalAddress",
-                            f"{self.fam.name} {what}: [{lo:#x}, {hi:#x}) is not inside one live allocation")
-        return lo - self.memory.base
-
-    def _aligned(self, addr: int, st: np.dtype, what: str) -> None:
-        align = st.itemsize // 2 if st.kind == "c" else st.itemsize
-        if addr % align:
-            raise CudaError("cudaErrorMisalignedAddress", f"{self.fam.name} {what} at {addr:#x}")
-
-    def _view(self, addr: int, st: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...],
-              what: str) -> np.ndarray:
-        """A view of elements at addr + sum(index * stride) (strides in elements, any sign)."""
-        reach = layout.span(shape, strides)
-        if reach is None:
-            return np.empty(tuple(max(n, 0) for n in shape), dtype=st)
-        lo, hi = reach
-        self._aligned(addr, st, what)
-        off0 = self._checked(addr + lo * st.itemsize, addr + (hi + 1) * st.itemsize, what)
-        return np.ndarray(shape, dtype=st, buffer=self.memory.heap, offset=off0 - lo * st.itemsize,
-                          strides=tuple(s * st.itemsize for s in strides))
-
-    def vec(self, name: str) -> np.ndarray:
+    def vec(self, name: str) -> np.ndarray | None:
+        """The vector's view; None for an optional vector given as NULL."""
         arg = self.fam.arg(name)
         assert isinstance(arg, spec.Vector)
+        if arg.optional and self.args[name] == 0:
+            return None
         st = numeric.storage(self.dtype(name))
-        first, shape, strides = layout.vector(self.expr(arg.n), self[arg.inc])
-        return self._view(self.args[name] + first * st.itemsize, st, shape, strides, name)
+        first, shape, strides = layout.vector(self.expr(arg.n), self.expr(arg.inc))
+        return self.view(self.args[name] + first * st.itemsize, st, shape, strides, name)
 
     def mat(self, name: str) -> np.ndarray:
         """(rows, cols) view; (batch, rows, cols) for a strided-batch matrix."""
@@ -110,7 +122,7 @@ class Operands:
         batch = None if arg.batch is None else self[arg.batch]
         shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self[arg.ld], batch,
                                        self[arg.stride] if arg.stride else 0)
-        return self._view(self.args[name], st, shape, strides, name)
+        return self.view(self.args[name], st, shape, strides, name)
 
     def mats(self, name: str) -> list[np.ndarray]:
         """The matrices of a device array of device pointers."""
@@ -122,10 +134,10 @@ class Operands:
         if count > LIMITS.max_batch_pointers:
             raise BlasError(spec.STATUS["CUBLAS_STATUS_EXECUTION_FAILED"],
                             f"{count} batch pointers > {LIMITS.max_batch_pointers}")
-        ptrs = self._view(self.args[name], np.dtype(np.uint64), (count,), (1,), name).copy()
-        shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self[arg.ld])
+        ptrs = self.view(self.args[name], np.dtype(np.uint64), (count,), (1,), name).copy()
+        shape, strides = layout.matrix(self.expr(arg.rows), self.expr(arg.cols), self.expr(arg.ld))
         st = numeric.storage(self.dtype(name))
-        return [self._view(int(p), st, shape, strides, f"{name}[{i}]") for i, p in enumerate(ptrs)]
+        return [self.view(int(p), st, shape, strides, f"{name}[{i}]") for i, p in enumerate(ptrs)]
 
     def scalar(self, name: str) -> np.generic:
         """alpha/beta/c/s: the host value sent with the call, or the element at the device address."""
@@ -135,7 +147,7 @@ class Operands:
             if len(value) != st.itemsize:
                 raise BlasError(spec.INVALID_VALUE, f"{name}: {len(value)} bytes for a {st} scalar")
             return numeric.decode(value, t)
-        return numeric.decode(self._view(value, st, (1,), (1,), name).tobytes(), t)
+        return numeric.decode(self.view(value, st, (1,), (1,), name).tobytes(), t)
 
     def set_result(self, name: str, value: Any) -> None:
         """Host pointer mode (the argument is None): the reply carries the bytes; else they go to the device."""
@@ -145,7 +157,7 @@ class Operands:
             self.result = raw
         else:
             self._aligned(self.args[name], numeric.storage(t), name)
-            self._view(self.args[name], np.dtype(np.uint8), (len(raw),), (1,), name)[:] = np.frombuffer(raw, np.uint8)
+            self.view(self.args[name], np.dtype(np.uint8), (len(raw),), (1,), name)[:] = np.frombuffer(raw, np.uint8)
 
 
 LIMITS = BlasLimits()

@@ -25,12 +25,16 @@ def regions(fam: spec.Family, args: Mapping[str, Any], derived: Mapping[str, int
         return names[a.dtype]
 
     for a in fam.args:
+        if isinstance(a, spec.HostInfo):
+            continue                        # host memory of the client's: it never travels
         v = args[a.name]
         if isinstance(a, (spec.Scalar, spec.Result)):
             if isinstance(v, int):          # device pointer mode
                 yield a.name, v, _size(dtype(a))
         elif isinstance(a, spec.Vector):
-            first, shape, strides = layout.vector(int(spec.evaluate(a.n, names)), names[a.inc])
+            if a.optional and v == 0:
+                continue                    # NULL: "none" (no pivoting, no info)
+            first, shape, strides = layout.vector(int(spec.evaluate(a.n, names)), int(spec.evaluate(a.inc, names)))
             reach = layout.span(shape, strides)
             if reach:
                 yield a.name, v, (reach[1] - reach[0] + 1) * _size(dtype(a))
@@ -45,7 +49,7 @@ def regions(fam: spec.Family, args: Mapping[str, Any], derived: Mapping[str, int
         elif isinstance(a, spec.MatrixArray):
             count = names[a.count]
             shape, strides = layout.matrix(int(spec.evaluate(a.rows, names)), int(spec.evaluate(a.cols, names)),
-                                           names[a.ld])
+                                           int(spec.evaluate(a.ld, names)))
             reach = layout.span(shape, strides)
             if count <= 0 or reach is None:
                 continue

@@ -82,7 +82,7 @@ def kernel_layout(mod: ir.Module, flat, limits: EmuLimits) -> KernelLayout:
     """The layout of a flattened kernel (translator/inline.py FlatKernel); frames are finished by the translator
     once it knows the registers saved around calls (KernelLayout.finish_frames)."""
     entry = flat.entry
-    kparams, params, param_size = param_layout(entry)
+    kparams, params, param_size = _param_layout(entry)
     used = _used_symbols(flat.body)
     shared, dyn, static, dyn_base, inits = shared_layout(
         [v for v in mod.variables if v.space == "shared" and v.name in used] +
@@ -94,8 +94,13 @@ def kernel_layout(mod: ir.Module, flat, limits: EmuLimits) -> KernelLayout:
     return lay
 
 
-def param_layout(entry: ir.Function) -> tuple[dict[str, int], list[tuple[int, int]], int]:
-    """(parameter -> offset, (offset, size) per parameter, bytes in all) of a kernel's parameter buffer."""
+def param_layout(entry: ir.Function) -> list[tuple[int, int]]:
+    """[(offset, size)] of a kernel's parameters, what cuFuncGetParamInfo answers (also read by the cuda backend where
+    the driver predates that call: backends/cuda_image.py)."""
+    return _param_layout(entry)[1]
+
+
+def _param_layout(entry: ir.Function) -> tuple[dict[str, int], list[tuple[int, int]], int]:
     kparams: dict[str, int] = {}
     layout: list[tuple[int, int]] = []
     off = 0

@@ -209,7 +209,7 @@ class EmuModule:
         if n > self.limits.max_instructions:
             raise CudaError("cudaErrorInvalidPtx", f"{name}: more than {self.limits.max_instructions} "
                                                    f"instructions once its calls are inlined")
-        return KernelInfo(name, list(param_layout(entry)[1]), attrs)
+        return KernelInfo(name, param_layout(entry), attrs)
 
     # ---------------------------------------------------------------- translation on first use
     def kernel(self, name: str) -> Kernel:

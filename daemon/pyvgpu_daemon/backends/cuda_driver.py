@@ -1,0 +1,139 @@
+"""The loaded CUDA driver as the cuda backend may use it: its version and the entry points it exports, asked of the
+driver itself through cuGetProcAddress (never of cuda-bindings, which declares every function of its own CUDA
+version whatever driver it loaded, and fails only when one is called), and what the backend does where an older
+driver lacks one.
+
+The bindings call a function by the symbol its name denotes in NVIDIA's headers (cuCtxCreate -> cuCtxCreate_v4); that
+ABI exists in a driver when the driver knows the function's name (cuGetProcAddress at the driver's own version
+succeeds) and the driver's version is not older than the CUDA version that introduced the ABI. Both facts come from
+pyvgpu/driver_abis.py, generated with libvcuda's cuGetProcAddress table from NVIDIA's headers
+(tools/gen_driver_exports.py): one source.
+
+ENTRY_POINTS lists every driver function the backend calls; FALLBACKS, those it can do without and how. A driver
+that lacks a function outside FALLBACKS cannot run the backend: the daemon refuses to start and names it.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pyvgpu.driver_abis import ABIS, CALLED
+
+log = logging.getLogger("pyvgpu.daemon")
+
+# Every function the cuda backend (cuda.py, cuda_arrays.py, cuda_clock.py) calls, by the name cuGetProcAddress takes.
+ENTRY_POINTS = (
+    "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceTotalMem",
+    "cuDeviceGetAttribute", "cuDeviceGetUuid", "cuDeviceGetPCIBusId", "cuDeviceCanAccessPeer",
+    "cuCtxCreate", "cuCtxDestroy", "cuCtxSetCurrent", "cuCtxSynchronize", "cuCtxSetLimit", "cuCtxGetLimit",
+    "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess",
+    "cuMemGetInfo", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync",
+    "cuMemcpy2DAsync", "cuMemcpy3DAsync", "cuMemcpyPeerAsync", "cuMemsetD8Async", "cuMemsetD2D8Async",
+    "cuMemsetD2D16Async", "cuMemsetD2D32Async",
+    "cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
+    "cuMemSetAccess", "cuMemGetAllocationGranularity",
+    "cuModuleLoadData", "cuModuleUnload", "cuModuleGetGlobal", "cuModuleGetFunction", "cuModuleGetFunctionCount",
+    "cuModuleEnumerateFunctions", "cuFuncGetName", "cuFuncLoad", "cuFuncGetParamCount", "cuFuncGetParamInfo",
+    "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel",
+    "cuStreamCreateWithPriority", "cuStreamDestroy", "cuStreamSynchronize", "cuStreamQuery", "cuStreamWaitEvent",
+    "cuEventCreate", "cuEventDestroy", "cuEventRecord", "cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime",
+    "cuArray3DCreate", "cuArrayDestroy", "cuTexObjectCreate", "cuTexObjectDestroy", "cuSurfObjectCreate",
+    "cuSurfObjectDestroy",
+)
+# What the backend does without each of these (the newest ABI of the name, as the bindings call it).
+VMM = "device memory from cuMemAlloc at addresses the driver picks (not unique across GPU hosts)"
+FALLBACKS = {
+    "cuCtxCreate": "cuCtxCreate_v2 through the pointer cuGetProcAddress gives (the bindings call cuCtxCreate_v4)",
+    "cuFuncGetParamCount": "cuFuncGetParamInfo asked for one parameter after another until it fails",
+    "cuFuncGetParamInfo": "parameter layouts read from the image (cubin .nv.info, PTX .entry)",
+    "cuModuleGetFunctionCount": "kernel names read from the image, each taken with cuModuleGetFunction",
+    "cuModuleEnumerateFunctions": "kernel names read from the image, each taken with cuModuleGetFunction",
+    "cuFuncGetName": "kernel names read from the image, each taken with cuModuleGetFunction",
+    "cuFuncLoad": "none needed: a function taken by name is loaded by the driver",
+    "cuEventElapsedTime": "cuEventElapsedTime's first ABI through its pointer (the bindings call _v2, CUDA 12.8)",
+    **{name: VMM for name in ("cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap",
+                              "cuMemUnmap", "cuMemSetAccess", "cuMemGetAllocationGranularity")},
+}
+CU_GET_PROC_ADDRESS_DEFAULT = 0
+
+
+def called_abi(name: str) -> tuple[str, int]:
+    """(the symbol the bindings call for `name`, the CUDA version that introduced it)."""
+    symbol = CALLED.get(name, name)
+    return symbol, ABIS.get(symbol, (name, 0, False))[1]
+
+
+def version_text(v: int) -> str:
+    return f"CUDA {v // 1000}.{v % 1000 // 10}"
+
+
+Lookup = Callable[[str, int], int]     # (base name, CUDA version) -> function pointer, 0 when the driver has none
+
+
+def proc_lookup(library: str = "libcuda.so.1") -> Lookup | None:
+    """cuGetProcAddress of the loaded driver (the bindings loaded it by this name, so dlopen returns that one), in its
+    first ABI (CUDA 11.3, every driver since has it); None when the driver has no cuGetProcAddress."""
+    try:
+        fn = ctypes.CDLL(library).cuGetProcAddress
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64]
+
+    def lookup(name: str, version: int) -> int:
+        ptr = ctypes.c_void_p()
+        err = fn(name.encode(), ctypes.byref(ptr), version, CU_GET_PROC_ADDRESS_DEFAULT)
+        return int(ptr.value or 0) if err == 0 else 0
+    return lookup
+
+
+@dataclass
+class DriverEntryPoints:
+    """Which of ENTRY_POINTS the loaded driver has (`has`), and the fallbacks that follow (`missing`)."""
+    version: int
+    lookup: Lookup | None
+    missing: dict[str, str] = field(default_factory=dict)     # name -> the fallback taken
+
+    @classmethod
+    def probe(cls, drv: Any, lookup: Lookup | None = None) -> "DriverEntryPoints":
+        err, version = drv.cuDriverGetVersion()
+        if int(err) != 0:
+            raise RuntimeError(f"cuDriverGetVersion failed: {getattr(err, 'name', err)}")
+        self = cls(int(version), lookup if lookup is not None else proc_lookup())
+        if self.lookup is None:
+            log.warning("the driver (%s) has no cuGetProcAddress: assuming it has every entry point",
+                        version_text(self.version))
+            return self
+        lacking = []
+        for name in ENTRY_POINTS:
+            symbol, introduced = called_abi(name)
+            if self.lookup(name, self.version) and introduced <= self.version:
+                continue
+            if name not in FALLBACKS:
+                lacking.append(f"{symbol} ({version_text(introduced)})")
+            else:
+                self.missing[name] = FALLBACKS[name]
+        if lacking:
+            raise RuntimeError(f"the CUDA driver ({version_text(self.version)}) lacks {', '.join(lacking)}, "
+                               "which the cuda backend needs")
+        return self
+
+    def has(self, name: str) -> bool:
+        return name not in self.missing
+
+    def pointer(self, name: str, version: int) -> int:
+        """The driver's ABI of `name` as of CUDA `version` (0: none)."""
+        return self.lookup(name, version) if self.lookup else 0
+
+    def describe(self) -> str:
+        """One line for the daemon's log: the version, and each fallback taken."""
+        line = f"CUDA driver {version_text(self.version)} ({self.version})"
+        if not self.missing:
+            return line + ": every entry point the backend uses"
+        by_fallback: dict[str, list[str]] = {}
+        for name, how in self.missing.items():
+            by_fallback.setdefault(how, []).append(name)
+        return line + "; without " + "; without ".join(f"{', '.join(names)}: {how}"
+                                                      for how, names in by_fallback.items())
