@@ -198,7 +198,8 @@ class EmuModule:
             "shared_size_bytes": static_shared,
             "const_size_bytes": const_size,
             "local_size_bytes": local,
-            "num_regs": min(255, sum(s.reg_units for s in scans) + (2 if set(funcs) & ool else 0)),   # + frame base
+            "num_regs": _registers(sum(s.reg_units for s in scans) + (2 if set(funcs) & ool else 0), maxt,
+                                   self.limits),
             # cudaFuncAttributes.ptxVersion is the virtual architecture the PTX was generated for (75 for
             # .target sm_75), not the PTX ISA version: CUB picks its tuning policies (and kernels) by it.
             "ptx_version": _target_sm(ix.module.target) or self.sm,
@@ -325,6 +326,16 @@ def _translate(index: ModuleIndex, name: str, symbols: dict, limits: EmuLimits) 
     except Exception as e:  # noqa: BLE001 - a translator bug: the kernel fails, naming it and the cause
         raise CudaError("cudaErrorInvalidPtx", f"{name}: internal emulator error in translation: "
                                                f"{_describe(e)}") from e
+
+
+def _registers(declared: int, max_threads: int, limits: EmuLimits) -> int:
+    """cudaFuncAttributes.numRegs of a kernel declaring `declared` 32-bit register units (the frame base of
+    out-of-line calls included). PTX registers are virtual and often thousands; like ptxas, report no more than
+    lets a block of the kernel's maximum size fit a multiprocessor (allocated 8 at a time per thread), so that an
+    occupancy query never answers 0 blocks for a launch the kernel allows (CUB divides by it)."""
+    warps = -(-max_threads // limits.warp_size)
+    fit = limits.regs_per_multiprocessor // (warps * limits.warp_size) // 8 * 8
+    return max(1, min(255, declared, fit))
 
 
 def _describe(e: BaseException) -> str:

@@ -4,7 +4,9 @@ ALU instructions (ops/, `build_alu`) become one call of their pure NumPy functio
 others are emitted here, one function per opcode family (EMITTERS): mov (with vector pack/unpack), cvta,
 isspacep, ld/ldu/st (every state space; kernel parameters are read from the launch buffer, call-sequence .param
 variables live in the local frame), atom/red (operation and type checked against ops/atomic.py), the memory
-hints that are no-ops on the emulator (membar, fence, prefetch, ...), trap/brkpt, and calls to the two system
+hints that are no-ops on the emulator (membar, fence, prefetch, ...), griddepcontrol (programmatic dependent launch:
+a launch starts only once the device's earlier work is done, so `.wait` has nothing to wait for and
+`.launch_dependents` nothing to release), trap/brkpt, and calls to the two system
 functions nvcc emits (vprintf, __assertfail), and the texture and surface instructions (translator/textures.py).
 Anything else is cudaErrorInvalidPtx naming it and its line.
 """
@@ -294,6 +296,16 @@ def _noop(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     lines.append("pass")
 
 
+def _griddepcontrol_form(ins: ir.Instr) -> None:
+    if ins.mods not in (("wait",), ("launch_dependents",)) or ins.srcs or ins.dsts:
+        raise err_ptx(ins, "expected griddepcontrol.wait or griddepcontrol.launch_dependents")
+
+
+def _griddepcontrol(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    _griddepcontrol_form(ins)
+    lines.append("pass")
+
+
 def _trap(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     sel = g.sel(lines, gexpr)
     lines.append(f"{g.rt('trap')}({sel}, {ins.line})")
@@ -349,6 +361,7 @@ EMITTERS = {
     "mov": _mov, "cvta": _cvta, "isspacep": _isspacep, "ld": _ld, "ldu": _ldu, "st": _st, "atom": _atom,
     "red": _red, "trap": _trap, "brkpt": _trap, "call": _call, "oreturn": _oreturn,
     **{op: _noop for op in ("membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard")},
+    "griddepcontrol": _griddepcontrol,
     **TEXTURE_EMITTERS,
 }
 
@@ -356,5 +369,5 @@ EMITTERS = {
 # module load, before any kernel is translated); raises err_ptx like the emitter would.
 FORMS = {
     "mov": _mov_form, "cvta": _cvta_form, "isspacep": _isspacep_form, "ld": _memmods, "ldu": _memmods,
-    "st": _st_form, "atom": _atom_mods, "red": _atom_mods, **TEXTURE_FORMS,
+    "st": _st_form, "atom": _atom_mods, "red": _atom_mods, "griddepcontrol": _griddepcontrol_form, **TEXTURE_FORMS,
 }
