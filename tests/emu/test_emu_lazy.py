@@ -14,7 +14,7 @@ import pytest
 from pyvgpu_daemon.emu.codebudget import CodeBudget
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
-from pyvgpu_daemon.emu.module import EmuModule
+from pyvgpu_daemon.emu.module import TRANSLATION_BYTES_PER_INSTRUCTION, TRANSLATION_PEAK_PER_INSTRUCTION, EmuModule
 from pyvgpu_daemon.emu.ptx import ir
 from pyvgpu_daemon.emu.ptx.index import ModuleIndex
 from pyvgpu_daemon.emu.ptx.parser import KNOWN_OPCODES, parse
@@ -212,20 +212,40 @@ def test_what_depends_on_operands_is_refused_at_the_first_launch_and_every_later
     assert mod.budget.cached == 0 and not mod._compiled          # a failed translation holds nothing
 
 
+def same_size_kernels(n: int) -> str:
+    """Kernels k0..k{n-1} of the same size: out[tid] = tid * (i + 1)."""
+    return ".version 9.0\n.target sm_75\n.address_size 64\n" + "".join(f"""
+.visible .entry k{i}(.param .u64 out)
+{{
+  .reg .b32 %r<3>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.lo.u32 %r2, %r1, {i + 1};
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r2;
+  ret;
+}}
+""" for i in range(n))
+
+
 def test_translations_beyond_the_budget_are_dropped_least_recently_launched_first():
-    probe = load(MIXED)
-    cost = max(probe.index.inlined_instructions(k) for k in probe.kernels) * 6144
-    budget = CodeBudget(probe.held + cost + 100)     # the module and one translation
+    src = same_size_kernels(3)
+    probe = load(src)
+    n = probe.index.inlined_instructions("k0")
+    kept, peak = TRANSLATION_BYTES_PER_INSTRUCTION * n, TRANSLATION_PEAK_PER_INSTRUCTION * n
+    budget = CodeBudget(probe.held + kept + peak)      # one translation kept while another is made
     mem = DeviceMemory(1 << 40, 1 << 22)
-    mod = EmuModule.load(MIXED.encode(), mem, budget=budget)
-    out = mem.alloc(4 * 128)
-    for k, n in [("first", 64), ("second", 128), ("first", 64), ("second", 128)]:
-        mem.fill(out, 0, 512)
-        mod.launch(k, (1, 1, 1), (n, 1, 1), 16, struct.pack("<Q", out))
-        assert set(mod._compiled) == {k}                         # the other one was dropped to make room
-        want = 2 * np.arange(64) if k == "first" else np.arange(128) % 4 + 1
-        np.testing.assert_array_equal(np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32), want)
-        assert budget.used <= budget.limit
+    mod = EmuModule.load(src.encode(), mem, budget=budget)
+    out = mem.alloc(4 * 32)
+    for k, held in [("k0", {"k0"}), ("k1", {"k0", "k1"}), ("k0", {"k0", "k1"}), ("k2", {"k0", "k2"}),
+                    ("k1", {"k2", "k1"}), ("k2", {"k2", "k1"})]:
+        mem.fill(out, 0, 128)
+        mod.launch(k, (1, 1, 1), (32, 1, 1), 0, struct.pack("<Q", out))
+        assert set(mod._compiled) == held, k              # the least recently launched was dropped for room
+        assert budget.cached == kept * len(held) and budget.used <= budget.limit
+        np.testing.assert_array_equal(np.frombuffer(bytes(mem.read(out, 128)), np.uint32),
+                                      np.arange(32) * (int(k[1]) + 1))
     mod.unload()
     assert budget.used == 0 and budget.cached == 0
 

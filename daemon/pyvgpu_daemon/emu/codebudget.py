@@ -3,9 +3,10 @@
 Two kinds of holdings are charged (docs/security.md, "PTX and translated kernels"):
 - a loaded module: its PTX text (kept: kernels are parsed and translated on their first launch) and its index
   (emu/module.py `EmuModule.held`); held until the module is unloaded;
-- a translated kernel: its IR, generated code and bytecode, estimated from its size (emu/module.py); a cache: the
-  least recently launched translations are dropped to make room for a new one (their module translates them again
-  at their next launch).
+- a translated kernel: its IR, generated code and bytecode, estimated from its size (emu/module.py); while it is
+  being translated, the larger peak of that work (Python's compiler builds a syntax tree of the generated source);
+  a cache: the least recently launched translations are dropped to make room for a new one (their module translates
+  them again at their next launch).
 Past the bound (EmuLimits.max_code_bytes) a load or a first launch fails with cudaErrorMemoryAllocation.
 """
 from __future__ import annotations
@@ -42,6 +43,15 @@ class CodeBudget:
             self._lru[key] = (nbytes, drop)
             self.used += nbytes
             self.cached += nbytes
+
+    def settle(self, key: Hashable, nbytes: int) -> None:
+        """An admitted translation is done: it holds `nbytes` from now on (less than its peak)."""
+        with self._lock:
+            entry = self._lru.get(key)
+            if entry is not None:
+                self.used += nbytes - entry[0]
+                self.cached += nbytes - entry[0]
+                self._lru[key] = (nbytes, entry[1])
 
     def touch(self, key: Hashable) -> None:
         """A translation was used: it is dropped last."""

@@ -65,7 +65,7 @@ class EmuLimits:
     # Modules one session may hold on one device, and the host memory they hold there (emu/codebudget.py: PTX text
     # and index of every loaded module, translated kernels while kept; cudaErrorMemoryAllocation beyond).
     max_modules: int = 1024
-    max_code_bytes: int = _env_int("PYVGPU_EMU_MAX_CODE_BYTES", 256 << 20)
+    max_code_bytes: int = _env_int("PYVGPU_EMU_MAX_CODE_BYTES", 512 << 20)
 
     # ---- the emulated device (sm_75)
     max_threads_per_block: int = 1024

@@ -10,7 +10,8 @@ launch: EmuLimits.check_launch and a runtime/LaunchPlan once per configuration (
 runtime/Launch.
 
 What a module holds is charged to the CodeBudget of its session and device: its PTX text and index from load to
-unload, each translation while it is kept (estimated from the kernel's size: TRANSLATION_BYTES_PER_INSTRUCTION).
+unload, each translation while it is kept (estimated from the kernel's size after inlining: the peak of translating
+and compiling it while that runs, TRANSLATION_PEAK_PER_INSTRUCTION, then TRANSLATION_BYTES_PER_INSTRUCTION).
 
 An internal fault of the emulator (any exception that is not a CudaError: a bug) never reaches a program as
 cudaErrorUnknown: in a launch it becomes cudaErrorLaunchFailure (sticky, as a crashed kernel is on a GPU), in a
@@ -37,11 +38,13 @@ from .translator import Kernel, support
 
 
 _MAX_PLANS = 16     # launch configurations kept per module (LaunchPlan: small chunks' geometry included)
-# Host memory a translated kernel holds per instruction after inlining (its IR, generated source and bytecode),
-# and a loaded module per function beyond its text (headers, scan): measured with tracemalloc on CuPy's CUB
-# kernels (bench/emu_load_bench.py), rounded up.
-TRANSLATION_BYTES_PER_INSTRUCTION = 6144
-INDEX_BYTES_PER_FUNCTION = 16384
+# Host memory per instruction after inlining that a translated kernel holds (its IR, generated source, bytecode;
+# measured 3.0-4.3 KiB), and that translating it takes at its peak (Python compiling the generated source: 22 KiB
+# measured); a loaded module's beyond its text, per function (headers, scan: 14 KiB measured). Measured with
+# tracemalloc on CuPy's CUB kernels, rounded up.
+TRANSLATION_BYTES_PER_INSTRUCTION = 6 << 10
+TRANSLATION_PEAK_PER_INSTRUCTION = 28 << 10
+INDEX_BYTES_PER_FUNCTION = 16 << 10
 
 
 @dataclass
@@ -225,10 +228,12 @@ class EmuModule:
         failed = self._failed.get(name)
         if failed is not None:
             raise CudaError(failed.code, failed.message)
-        cost = TRANSLATION_BYTES_PER_INSTRUCTION * self.index.inlined_instructions(name)
-        self.budget.admit(key, cost, lambda: self._drop(name), f"translation of {name}")
+        n = self.index.inlined_instructions(name)
+        self.budget.admit(key, TRANSLATION_PEAK_PER_INSTRUCTION * n, lambda: self._drop(name),
+                          f"translation of {name} ({n} instructions)")
         try:
             k = _translate(self.index, name, self._symbols, self.limits)
+            k.make                          # compiled now, within the room made for it
         except CudaError as e:
             self.budget.forget(key)
             self._failed[name] = e
@@ -236,6 +241,7 @@ class EmuModule:
         except BaseException:
             self.budget.forget(key)
             raise
+        self.budget.settle(key, TRANSLATION_BYTES_PER_INSTRUCTION * n)
         self._compiled[name] = k
         return k
 

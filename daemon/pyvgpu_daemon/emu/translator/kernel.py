@@ -11,8 +11,8 @@ The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for t
 """
 from __future__ import annotations
 
-import functools
 import threading
+from collections import OrderedDict
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -181,11 +181,32 @@ class Kernel:
         return g.ns["make"]
 
 
-@functools.lru_cache(maxsize=256)
+_BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()
+_BYTECODE_SOURCE_BYTES = 8 << 20      # daemon-wide: the code of the most recently compiled kernels, by source size
+_bytecode_held = 0
+_bytecode_lock = threading.Lock()
+
+
 def _bytecode(source: str, name: str):
     """Compiled block code, shared by every load of the same kernel (the source names its constants, whose
-    values, e.g. variable addresses, live in each load's own namespace)."""
-    return compile(source, f"<ptx {name}>", "exec")
+    values, e.g. variable addresses, live in each load's own namespace). The cache is shared by all sessions, so it
+    is bounded by bytes (a code object is about 6 times its source), not by a count of kernels of any size."""
+    global _bytecode_held
+    key = (source, name)
+    with _bytecode_lock:
+        code = _BYTECODE.get(key)
+        if code is not None:
+            _BYTECODE.move_to_end(key)
+            return code
+    code = compile(source, f"<ptx {name}>", "exec")
+    with _bytecode_lock:
+        if key not in _BYTECODE and len(source) <= _BYTECODE_SOURCE_BYTES:
+            _BYTECODE[key] = code
+            _bytecode_held += len(source)
+            while _bytecode_held > _BYTECODE_SOURCE_BYTES:
+                (old, _), _ = _BYTECODE.popitem(last=False)
+                _bytecode_held -= len(old)
+    return code
 
 
 # What lets one CTA observe another (or order its effects against another's): then chunks run one at a time.
