@@ -11,11 +11,33 @@ Past the bound (EmuLimits.max_code_bytes) a load or a first launch fails with cu
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 from collections import OrderedDict
 from typing import Callable, Hashable
 
 from pyvgpu_daemon.errors import CudaError
+
+# The peak of a load or a translation is short-lived Python objects: freed, but kept by the C allocator (glibc holds
+# freed heap pages) unless handed back; what is returned at once is worth it above this size (a trim costs ~40 ms).
+TRIM_ABOVE = 16 << 20
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):        # not glibc: its allocator keeps what it keeps
+        return None
+
+
+_trim = _malloc_trim()
+
+
+def give_back(peak: int) -> None:
+    """After work whose peak was `peak` bytes: hand the memory it freed back to the OS."""
+    if _trim is not None and peak >= TRIM_ABOVE:
+        _trim(0)
 
 
 class CodeBudget:

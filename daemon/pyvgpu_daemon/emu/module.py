@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pyvgpu_daemon.errors import CudaError
 
 from . import fatbin
-from .codebudget import CodeBudget
+from .codebudget import CodeBudget, give_back
 from .layout import FN_STRIDE, FN_WIN, init_bytes, local_bytes, param_layout, shared_layout
 from .limits import EmuLimits
 from .ptx import ir
@@ -104,6 +104,7 @@ class EmuModule:
         except BaseException:
             self.unload()
             raise
+        give_back(2 * len(text))                # the image, its decompressed bytes and the text's copies
         return self
 
     # ---------------------------------------------------------------- load
@@ -242,6 +243,7 @@ class EmuModule:
             self.budget.forget(key)
             raise
         self.budget.settle(key, TRANSLATION_BYTES_PER_INSTRUCTION * n)
+        give_back(TRANSLATION_PEAK_PER_INSTRUCTION * n)
         self._compiled[name] = k
         return k
 

@@ -26,7 +26,7 @@ from ..limits import EmuLimits
 from . import ir
 from .lexer import tokenize
 from .parser import BodySpan, _Parser, parse_body, parse_headers
-from .types import reg_width
+from .types import BYTES, reg_width
 
 # Comments and `.loc`/`.file` lines: blanked (offsets kept) before a body is scanned, since statements after them
 # are not preceded by `;`, `{` or `}`.
@@ -42,6 +42,8 @@ _DECLARATION = r"(\.(?:reg|local|shared|param|const|global)\b[^;]*)(?=;)"
 _STATEMENT = re.compile(r"[;{}]\s*" + _LABELS + "(?:" + _GUARD + "(" + _OPCODE + ")" + _NOT_OPERAND + "|"
                         + _DECLARATION + ")")
 _DECL = re.compile(r"[;{}]\s*" + _LABELS + _DECLARATION)
+# `.reg .b32 %r<12>` and `.reg .pred p`: most declarations, read without the parser (anything else goes through it)
+_SIMPLE_REG = re.compile(r"\.reg\s+\.(\w+)\s+(%?[A-Za-z_$][\w$]*)\s*(?:<\s*(\d+)\s*>)?\s*")
 _CALL = re.compile(r"(?<![\w$.%])call(?:\.uni)?\s*(?:\([^)]*\)\s*,\s*)?([%\w$.]+)")
 
 
@@ -96,7 +98,8 @@ class ModuleIndex:
         if "/" in text or ".loc" in text or ".file" in text:
             text = _NOISE.sub(lambda m: " " * len(m.group()), text)
         found = _STATEMENT.findall(text)
-        ops = [op for op, _ in found if op]
+        ops_or_empty, decls_or_empty = zip(*found) if found else ((), ())
+        ops = list(filter(None, ops_or_empty))
         if len(ops) > self.limits.max_instructions:
             raise CudaError("cudaErrorInvalidPtx", f"PTX line {span.line}: instructions in {name} exceed the "
                                                    f"emulator's bound of {self.limits.max_instructions}")
@@ -106,14 +109,25 @@ class ModuleIndex:
             self.opcodes[op] = (name, span.start + m.start(1))
             self._names[op] = op
         opcodes = {self._names[op] for op in opcodes}    # one string per opcode text for the whole module
-        decls = [d for _, d in found if d]
         regs: list = []
+        others = []
+        for d in filter(None, decls_or_empty):
+            m = _SIMPLE_REG.fullmatch(d)
+            if m and m.group(1) in BYTES and (m.group(3) is None or m.group(3)[0] != "0" or m.group(3) == "0"):
+                regs.append(ir.RegDecl(m.group(1), m.group(2), None if m.group(3) is None else int(m.group(3))))
+            else:
+                others.append(d)
         locals_: list = []
-        if decls:
-            try:
-                regs, locals_ = self._declarations(name, tokenize(" ;\n".join(decls) + " ;", line=span.line))
-            except CudaError:                             # again, one by one, for the line it names
-                regs, locals_ = self._declarations(name, self._declaration_tokens(span, text))
+        try:
+            if sum(1 if r.count is None else r.count for r in regs) > self.limits.max_registers:
+                raise CudaError("cudaErrorInvalidPtx", "")
+            if others:
+                more, locals_ = self._declarations(name, tokenize(" ;\n".join(others) + " ;", line=span.line))
+                regs += more
+                if sum(1 if r.count is None else r.count for r in regs) > self.limits.max_registers:
+                    raise CudaError("cudaErrorInvalidPtx", "")
+        except CudaError:                                 # again, one by one through the parser, for its message
+            regs, locals_ = self._declarations(name, self._declaration_tokens(span, text))
         scan = BodyScan(opcodes, len(ops), regs, locals_)
         if func_names and mention is not None:
             scan.mentions = Counter(mention.findall(text))
@@ -244,20 +258,28 @@ class ModuleIndex:
 
     def statements(self, opcodes: frozenset[str]) -> list[tuple[str, int]]:
         """(function, offset) of every statement whose opcode (before its first dot) is one of `opcodes`, in the
-        functions that use them."""
+        functions that use them: each occurrence of the name is confirmed as a statement's opcode by matching the
+        statement pattern from the `;`, `{` or `}` before it."""
         heads = {op.partition(".")[0] for op in self.opcodes} & opcodes
-        if not heads:
-            return []
-        pat = re.compile(r"[;{}]\s*" + _LABELS + _GUARD + "((?:" + "|".join(sorted(heads)) + r")(?:\.[\w$]+(?:::[\w$]+)*)*)"
-                         + _NOT_OPERAND)
         out = []
         for name, scan in self.scans.items():
-            if any(op.partition(".")[0] in heads for op in scan.opcodes):
-                span = self.spans[name]
-                text = self.src[span.start:span.end]
-                if "/" in text or ".loc" in text or ".file" in text:
-                    text = _NOISE.sub(lambda m: " " * len(m.group()), text)
-                out.extend((name, span.start + m.start(1)) for m in pat.finditer(text))
+            used = {op.partition(".")[0] for op in scan.opcodes} & heads
+            if not used:
+                continue
+            span = self.spans[name]
+            text = self.src[span.start:span.end]
+            if "/" in text or ".loc" in text or ".file" in text:
+                text = _NOISE.sub(lambda m: " " * len(m.group()), text)
+            found = set()
+            for head in used:
+                pos = text.find(head)
+                while pos >= 0:
+                    before = max(text.rfind(";", 0, pos), text.rfind("{", 0, pos), text.rfind("}", 0, pos))
+                    m = _STATEMENT.match(text, before) if before >= 0 else None
+                    if m and m.start(1) == pos and m.group(1).partition(".")[0] == head:
+                        found.add(pos)
+                    pos = text.find(head, pos + len(head))
+            out.extend((name, span.start + p) for p in sorted(found))
         return out
 
 

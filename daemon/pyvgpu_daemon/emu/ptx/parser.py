@@ -90,9 +90,34 @@ class BodySpan:
 _BRACES = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"|[{}]', re.S)
 
 
+_NOT_BRACE = re.compile(r"[^{}]+")
+_BRACE_IN_COMMENT = re.compile(r"//[^\n]*[{}]")
+_BRACE_IN_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*[{}]')
+
+
+def _braces_only_in_code(window: str) -> bool:
+    """No brace of `window` is inside a comment or string (no block comment at all)."""
+    return not ("/*" in window or "//" in window and _BRACE_IN_COMMENT.search(window)
+                or '"' in window and _BRACE_IN_STRING.search(window))
+
+
 def body_end(src: str, start: int, name: str, line: int) -> int:
     """The offset just past the `}` that closes the `{` at src[start] (vector operands and nested scopes are
     balanced inside); cudaErrorInvalidPtx when it is never closed."""
+    # Compilers close a body with `}` at the start of a line: try the first such line, counting braces at C speed;
+    # anything unusual (that line does not close the body, braces in comments or strings) takes the full scan.
+    cand = src.find("\n}", start)
+    if cand > 0:
+        window = src[start:cand + 2]
+        if _braces_only_in_code(window):
+            braces = _NOT_BRACE.sub("", window)
+            depth = 0
+            for k, c in enumerate(braces):
+                depth += 1 if c == "{" else -1
+                if depth == 0:
+                    if k == len(braces) - 1:
+                        return cand + 2
+                    break
     depth = 0
     for m in _BRACES.finditer(src, start):
         c = m.group()
