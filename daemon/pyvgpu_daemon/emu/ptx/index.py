@@ -25,7 +25,7 @@ from pyvgpu_daemon.errors import CudaError
 from ..limits import EmuLimits
 from . import ir
 from .lexer import tokenize
-from .parser import BodySpan, _Parser, parse_body, parse_headers
+from .parser import BodySpan, parse_body, parse_declarations, parse_headers, parse_statement
 from .types import BYTES, reg_width
 
 # Comments and `.loc`/`.file` lines: blanked (offsets kept) before a body is scanned, since statements after them
@@ -141,19 +141,7 @@ class ModuleIndex:
         return scan
 
     def _declarations(self, name: str, toks: list) -> tuple[list, list]:
-        """The registers and variables a body declares, read by the parser from its declaration statements alone
-        (nested scopes are not told apart: names matter only for shared variables, declared at the top)."""
-        fn = ir.Function(name, False, [], [])
-        p = _Parser(self.src, self.limits, toks)
-        scopes: list[dict[str, str]] = [{}]
-        while p.peek() is not None:
-            t = p.peek()
-            if t.text == ".reg":
-                p.reg_decl(fn, None, 1)
-            else:
-                fn.locals.append(p.scoped_var(t, scopes, 1))
-                p._bound(len(fn.locals), self.limits.max_declarations, f"declarations in {name}", t.line)
-        return fn.regs, fn.locals
+        return parse_declarations(toks, name, self.limits)
 
     @staticmethod
     def _declaration_tokens(span: BodySpan, text: str) -> list:
@@ -253,8 +241,7 @@ class ModuleIndex:
         end = self.src.find(";", offset, span.end)
         end = span.end if end < 0 else end + 1
         line = span.line + self.src.count("\n", span.start, offset)
-        p = _Parser(self.src, self.limits, tokenize(self.src, offset, end, line))
-        return p.instruction(lambda name: None)
+        return parse_statement(tokenize(self.src, offset, end, line), self.limits)
 
     def statements(self, opcodes: frozenset[str]) -> list[tuple[str, int]]:
         """(function, offset) of every statement whose opcode (before its first dot) is one of `opcodes`, in the

@@ -8,7 +8,8 @@ its line. Instruction *semantics* (which modifiers an opcode accepts) are checke
 
 Two ways in: `parse` reads a whole module; `parse_headers` reads only what is outside function bodies (directives,
 variables and their initializers, function headers) and jumps over each body, recording where it is (`BodySpan`),
-and `parse_body` reads one body later (ptx/index.py: lazy translation of large modules).
+and `parse_body` reads one body later (ptx/index.py: lazy translation of large modules), which also reads
+declarations and single statements alone (`parse_declarations`, `parse_statement`).
 
 Bounded by EmuLimits: the text's size, registers per function (a range `%rd<N>` counts N), declarations per module
 and per parameter list, instructions per function. Past a bound the module is cudaErrorInvalidPtx, before the
@@ -750,6 +751,29 @@ def parse_body(src: str, span: BodySpan, header: ir.Function, limits: EmuLimits)
     p.body(fn)
     _fix_operands(fn)
     return fn
+
+
+def parse_declarations(toks: list[Token], name: str, limits: EmuLimits) -> tuple[list, list]:
+    """(registers, variables) declared by a run of declaration statements of function `name` read alone (no
+    scopes: names are as written), bounded as in a full parse."""
+    fn = ir.Function(name, False, [], [])
+    p = _Parser("", limits, toks)
+    scopes: list[dict[str, str]] = [{}]
+    while p.peek() is not None:
+        t = p.peek()
+        if t.text == ".reg":
+            p.reg_decl(fn, None, 1)
+        elif t.text == ";":
+            p.next()
+        else:
+            fn.locals.append(p.scoped_var(t, scopes, 1))
+            p._bound(len(fn.locals), limits.max_declarations, f"declarations in {name}", t.line)
+    return fn.regs, fn.locals
+
+
+def parse_statement(toks: list[Token], limits: EmuLimits) -> ir.Instr:
+    """One instruction read alone, from its opcode (names are not resolved: registers stay as written)."""
+    return _Parser("", limits, toks).instruction(lambda name: None)
 
 
 def _fix_operands(fn: ir.Function) -> None:
