@@ -200,15 +200,15 @@ def _start_detached(args: argparse.Namespace, argv: list[str]) -> int:
     old = _live_daemon_pid(args.port)
     if old is not None:
         raise CliError(f"a daemon for port {args.port} is already running (pid {old}, pid file {pid_path})")
-    pid_path.parent.mkdir(parents=True, exist_ok=True)
+    config.private_dir(pid_path.parent)
     cmd = [sys.executable, "-m", DAEMON_MODULE, *argv]
-    with open(log_path, "ab") as log:
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, config.PRIVATE_FILE), "ab") as log:
         start_offset = log.tell()
         log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} pyvgpu daemon start: {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
-    pid_path.write_text(f"{proc.pid}\n")
+    config.write_file(pid_path, f"{proc.pid}\n".encode())
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
         code = proc.poll()

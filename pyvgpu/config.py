@@ -2,6 +2,10 @@
 state dir), rebuildable caches (XDG cache dir).
 
 libvcudart reads the same paths (csrc/hostmap.c); keep the two in step.
+
+Whatever the umask: directories pyvgpu creates are 0700 (private_dir: the config dir holds the token and TLS key, the
+state dir daemon logs, the cache dir shared libraries the daemon loads), secret files 0600, other files 0644
+(write_file); a umask can only narrow those further.
 """
 from __future__ import annotations
 
@@ -12,6 +16,53 @@ from pathlib import Path
 from pyvgpu.auth import read_token_file
 
 TOKEN_BYTES = 32
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+PUBLIC_FILE = 0o644
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory only its owner may enter: missing components are created mode 0700 (not 0777 less the
+    umask, as mkdir -p does); an existing `path` of this user that group or other may write or enter is narrowed to
+    0700 too. Existing parents are left as they are. → path."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, PRIVATE_DIR)
+        except FileExistsError:          # another process made it meanwhile: narrowed below like any other
+            pass
+        os.chmod(d, PRIVATE_DIR)         # exact, whatever the umask
+    st = path.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():
+        os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def write_file(path: Path, data: bytes, mode: int = PUBLIC_FILE, append: bool = False) -> None:
+    """Write (or append) `data` to `path` with exactly `mode` (less the umask) when the file is created; a
+    replacement is atomic (written beside it, then renamed)."""
+    path = Path(path)
+    if append:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+        with os.fdopen(fd, "ab") as fh:
+            fh.write(data)
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def config_dir() -> Path:
@@ -70,12 +121,8 @@ def write_token(text: str | None = None) -> bytes:
     """Store `text` (default: a fresh random token) as the token file, mode 0600, replacing any old one atomically."""
     text = text if text is not None else secrets.token_hex(TOKEN_BYTES)
     path = token_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".token.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text + "\n")
-    os.replace(tmp, path)
+    private_dir(path.parent)
+    write_file(path, (text + "\n").encode(), PRIVATE_FILE)
     return text.encode()
 
 
@@ -85,10 +132,10 @@ def ensure_token() -> bytes:
     if token:
         return token
     path = token_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     text = secrets.token_hex(TOKEN_BYTES)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
     except FileExistsError:          # an empty file, or another process won the race
         if path.read_text().strip():
             return read_token_file(path)

@@ -58,6 +58,12 @@ def helpers() -> list[str]:
     out += [f'    {{ {v}, "{n}", "{_c_string(text)}" }},' for v, n, text in S.STATUSES]
     out += ["};", f"#define PVB_STATUS_TABLE_LEN {len(S.STATUSES)}",
             f'#define PVB_UNKNOWN_STATUS_TEXT "{S.UNKNOWN_STATUS_TEXT}"', "",
+            "/* cublas(Lt)GetStatusName (which = 0) and GetStatusString (which = 1) of a status. */",
+            "static inline const char *pvb_status_words(int status, int which)", "{",
+            "    for (int i = 0; i < PVB_STATUS_TABLE_LEN; i++)",
+            "        if (pvb_status_table[i].code == status)",
+            "            return which ? pvb_status_table[i].text : pvb_status_table[i].name;",
+            "    return PVB_UNKNOWN_STATUS_TEXT;", "}", "",
             "/* cublasMath_t values cublasSetMathMode accepts (besides the DISALLOW_REDUCED_PRECISION flag). */",
             "static const int pvb_math_modes[] = { " + ", ".join(str(v) for v in S.ENUMS["cublasMath_t"].values())
             + " };", "", "static inline int64_t pvb_max(int64_t a, int64_t b) { return a > b ? a : b; }",

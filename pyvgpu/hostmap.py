@@ -212,10 +212,8 @@ def load(env: dict[str, str] | None = None, path: Path | None = None) -> HostMap
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines))
-    os.replace(tmp, path)
+    config.private_dir(path.parent)
+    config.write_file(path, "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode())
 
 
 HEADER = ("# pyvgpu host map: one daemon per line as host[:port] ([v6addr]:port for IPv6); '#' starts a comment.\n"

@@ -114,6 +114,8 @@ class OpFlag(enum.IntFlag):
     NO_DEVICE = 16   # first argument is not a device ordinal
     DETACHED = 32    # sent with a req_id, but nobody waits for the reply (see Detached requests above)
     COMPRESSIBLE = 64  # its bulk payload may travel compressed (see Compressed payloads above)
+    HOST = 128       # needs no device execution (allocation, handles, host-side queries and waits): it runs without
+                     # the device's turn, so a session never waits for another's kernel to do it (scheduler.py)
 
 
 # Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
@@ -177,8 +179,8 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
 # Stream arguments that name the device's default stream: NULL, cudaStreamLegacy (1), cudaStreamPerThread (2).
 DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
-A, S, PIN, POUT, ND, DET, Z = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT, OpFlag.NO_DEVICE,
-                               OpFlag.DETACHED, OpFlag.COMPRESSIBLE)
+A, S, PIN, POUT, ND, DET, Z, H = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT,
+                                  OpFlag.NO_DEVICE, OpFlag.DETACHED, OpFlag.COMPRESSIBLE, OpFlag.HOST)
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
@@ -192,9 +194,9 @@ OPS: tuple[OpSpec, ...] = (
        "cudaMemcpyAsync device-to-host into pinned memory: the bytes travel when the copy ran, nobody waits"),
     op(461, "LINK_RATE", "rate:u64", "nil", ND | A,
        "the rate (bytes/s) at which the client receives bulk payloads: the daemon compresses replies by it"),
-    op(10, "MEM_GET_INFO", "dev:dev", "u64x2", doc="[free, total]"),
-    op(11, "MALLOC", "dev:dev size:size", "u64", doc="the device pointer"),
-    op(12, "FREE", "dev:dev ptr:ptr", "nil", S),
+    op(10, "MEM_GET_INFO", "dev:dev", "u64x2", H, doc="[free, total]"),
+    op(11, "MALLOC", "dev:dev size:size", "u64", H, doc="the device pointer"),
+    op(12, "FREE", "dev:dev ptr:ptr", "nil", S | H),
     op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z),
     op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT | Z),
     op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size stream:stream", "nil", A),
@@ -206,31 +208,31 @@ OPS: tuple[OpSpec, ...] = (
        "dev:dev dst:ptr dpitch:size src:ptr spitch:size width:size height:size stream:stream", "nil", A),
     op(19, "MEMSET", "dev:dev ptr:ptr value:i32 size:size stream:stream", "nil", A),
     op(20, "MEMSET2D", "dev:dev ptr:ptr pitch:size value:i32 width:size height:size stream:stream", "nil", A),
-    op(30, "MODULE_LOAD", "dev:dev module_id:u64", "map", PIN,
+    op(30, "MODULE_LOAD", "dev:dev module_id:u64", "map", PIN | H,
        "payload: fatbin or PTX; result: MODULE_* keys (kernels by name with id, params, attrs; vars)"),
     op(31, "LAUNCH", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil", A | PIN,
        "payload: the packed parameter buffer"),
-    op(32, "FUNC_SET_ATTR", "dev:dev func:func attr:i32 value:i64", "nil", A,
+    op(32, "FUNC_SET_ATTR", "dev:dev func:func attr:i32 value:i64", "nil", A | H,
        "attr: FUNC_ATTR_*; the client validated it, the daemon checks again"),
-    op(40, "STREAM_CREATE", "dev:dev flags:u32 priority:i32", "u64", doc="the stream handle"),
-    op(41, "STREAM_DESTROY", "dev:dev stream:handle", "nil", A),
-    op(42, "STREAM_SYNC", "dev:dev stream:stream", "nil", S),
-    op(43, "STREAM_QUERY", "dev:dev stream:stream", "nil", doc="err cudaErrorNotReady while busy"),
+    op(40, "STREAM_CREATE", "dev:dev flags:u32 priority:i32", "u64", H, doc="the stream handle"),
+    op(41, "STREAM_DESTROY", "dev:dev stream:handle", "nil", A | H),
+    op(42, "STREAM_SYNC", "dev:dev stream:stream", "nil", S | H),
+    op(43, "STREAM_QUERY", "dev:dev stream:stream", "nil", H, doc="err cudaErrorNotReady while busy"),
     op(44, "STREAM_WAIT_EVENT", "dev:dev stream:stream event:event flags:u32", "nil", A),
-    op(50, "EVENT_CREATE", "dev:dev flags:u32", "u64", doc="the event handle"),
-    op(51, "EVENT_DESTROY", "dev:dev event:handle", "nil", A),
+    op(50, "EVENT_CREATE", "dev:dev flags:u32", "u64", H, doc="the event handle"),
+    op(51, "EVENT_DESTROY", "dev:dev event:handle", "nil", A | H),
     op(52, "EVENT_RECORD", "dev:dev event:event stream:stream", "nil", A),
-    op(53, "EVENT_SYNC", "dev:dev event:event", "nil", S),
-    op(54, "EVENT_QUERY", "dev:dev event:event", "nil", doc="err cudaErrorNotReady while pending"),
-    op(55, "EVENT_ELAPSED", "dev:dev start:event end:event", "f64", doc="milliseconds"),
-    op(60, "DEVICE_SYNC", "dev:dev", "nil", S),
-    op(61, "DEVICE_RESET", "dev:dev", "nil", S),
+    op(53, "EVENT_SYNC", "dev:dev event:event", "nil", S | H),
+    op(54, "EVENT_QUERY", "dev:dev event:event", "nil", H, doc="err cudaErrorNotReady while pending"),
+    op(55, "EVENT_ELAPSED", "dev:dev start:event end:event", "f64", H, doc="milliseconds"),
+    op(60, "DEVICE_SYNC", "dev:dev", "nil", S | H),
+    op(61, "DEVICE_RESET", "dev:dev", "nil", S | H),
     # limit: a cudaLimit (LIMIT_*); anything else, even out of an int's range, is cudaErrorUnsupportedLimit,
     # which wins over a bad value (as CUDA's own check order).
-    op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil"),
-    op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64"),
+    op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil", H),
+    op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64", H),
     # 100-199: the driver API (libvcuda.so.1, docs/driver.md)
-    op(100, "MODULE_UNLOAD", "dev:dev module_id:u64", "nil", A,
+    op(100, "MODULE_UNLOAD", "dev:dev module_id:u64", "nil", A | H,
        doc="cuModuleUnload/cuLibraryUnload: the module's kernels and variables go; unknown id: invalid handle"),
     op(101, "MEMSET_ELEMS",
        "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
@@ -238,19 +240,19 @@ OPS: tuple[OpSpec, ...] = (
     # ---- 300-399: runtime features (issue 13)
     # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
     # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
-    op(300, "GRAPH_CREATE", "dev:dev", "u64", PIN,
+    op(300, "GRAPH_CREATE", "dev:dev", "u64", PIN | H,
        "payload: request frames (u32 length | header | payload each, req_id 0, this device, ops in GRAPH_OPS); "
        "result: the graph handle"),
     op(301, "GRAPH_LAUNCH", "dev:dev graph:handle stream:stream", "nil", A,
        "runs the graph's ops in order; their stream arguments become `stream`"),
-    op(302, "GRAPH_DESTROY", "dev:dev graph:handle", "nil", A),
+    op(302, "GRAPH_DESTROY", "dev:dev graph:handle", "nil", A | H),
     # Managed and mapped memory: the client keeps a host copy at the very same address and keeps both coherent with
     # these ops (see the coherence model in docs/architecture.md). A managed range's pages are digested on the
     # daemon; MANAGED_DIRTY answers the pages that changed since the client last saw them.
-    op(310, "MALLOC_MANAGED", "dev:dev size:size align:u32 flags:u32", "u64",
+    op(310, "MALLOC_MANAGED", "dev:dev size:size align:u32 flags:u32", "u64", H,
        doc="a zero-filled allocation aligned to `align` (the client's page size) and tracked as managed; "
            "flags: MANAGED_FLAG_*; result: its address"),
-    op(311, "MANAGED_ATTACH", "dev:dev ptr:ptr size:size", "nil",
+    op(311, "MANAGED_ATTACH", "dev:dev ptr:ptr size:size", "nil", H,
        doc="tracks [ptr, ptr+size) of this session's memory (a __managed__ variable) as managed; the client does "
            "not know its content yet, so the next MANAGED_DIRTY reports all of it"),
     op(312, "MANAGED_PUSH", "dev:dev", "nil", A | PIN,
@@ -267,8 +269,8 @@ OPS: tuple[OpSpec, ...] = (
            "agreed (at a synchronization): the device gets the sticky MANAGED_CONFLICT_ERROR, which this call "
            "answers"),
     # Peers. Devices of one daemon: access from one context to another's memory, and copies between them.
-    op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", doc="kernels of dev may use the memory of device `peer`"),
-    op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil"),
+    op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", H, doc="kernels of dev may use the memory of device `peer`"),
+    op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil", H),
     op(322, "MEMCPY_PEER", "dev:dev dst:ptr src_dev:u32 src:ptr size:size stream:stream", "nil",
        doc="copy from device src_dev of this daemon (whose earlier work the client has waited for)"),
     # Devices of different daemons: the bytes go daemon to daemon. The source daemon takes a snapshot behind a
@@ -276,7 +278,7 @@ OPS: tuple[OpSpec, ...] = (
     # it opens with its own token) and writes it (PEER_PULL).
     op(323, "PEER_EXPORT", "dev:dev src:ptr size:size", "map",
        doc="result {PEER_TICKET: bytes}; at most MAX_PEER_CHUNK bytes, held at most PEER_TICKET_TTL_S seconds"),
-    op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil",
+    op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil", H,
        doc="fetch a ticket's bytes from the daemon at host:port and write them at dst"),
     op(325, "PEER_FETCH", "ticket:bytes", "nil", ND | POUT, "the bytes behind a ticket (once)"),
     # CUDA arrays, texture and surface objects. A channel format is the bits of its x, y, z, w channels and a
@@ -285,8 +287,8 @@ OPS: tuple[OpSpec, ...] = (
     # device memory (array 0: ptr, row pitch, rows per slice); offsets (x in bytes, y rows, z slices) and the extent
     # (width in bytes, height rows, depth slices) are in bytes and rows; a host side is the payload, rows packed.
     op(330, "ARRAY_CREATE", "dev:dev bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 kind:i32 width:size height:size "
-                            "depth:size flags:u32", "u64", doc="the array handle"),
-    op(331, "ARRAY_DESTROY", "dev:dev array:handle", "nil", S),
+                            "depth:size flags:u32", "u64", H, doc="the array handle"),
+    op(331, "ARRAY_DESTROY", "dev:dev array:handle", "nil", S | H),
     op(332, "MEMCPY3D_HTOD", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
                              "height:size depth:size stream:stream", "nil", A | PIN),
     op(333, "MEMCPY3D_DTOH", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
@@ -300,16 +302,16 @@ OPS: tuple[OpSpec, ...] = (
     op(335, "TEX_CREATE", "dev:dev res_type:i32 array:handle ptr:ptr bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 "
                           "kind:i32 width:size height:size pitch:size addr_x:i32 addr_y:i32 addr_z:i32 filter:i32 "
                           "read_mode:i32 normalized:i32 srgb:i32 border_r:f64 border_g:f64 border_b:f64 "
-                          "border_a:f64", "u64"),
-    op(336, "TEX_DESTROY", "dev:dev tex:u64", "nil"),
-    op(337, "SURF_CREATE", "dev:dev array:handle", "u64", doc="the value kernels take as cudaSurfaceObject_t"),
-    op(338, "SURF_DESTROY", "dev:dev surf:u64", "nil"),
+                          "border_a:f64", "u64", H),
+    op(336, "TEX_DESTROY", "dev:dev tex:u64", "nil", H),
+    op(337, "SURF_CREATE", "dev:dev array:handle", "u64", H, doc="the value kernels take as cudaSurfaceObject_t"),
+    op(338, "SURF_DESTROY", "dev:dev surf:u64", "nil", H),
     # cuBLAS (pyvgpu/cublas_spec.py): a handle lives in the session on one device; each routine family is one op
     # whose arguments are the family's table (cublas_spec.wire_args), sent fire-and-forget unless it returns a
     # result to host memory (then the reply's payload holds the value).
-    op(_blas.OP_CREATE, "BLAS_CREATE", "dev:dev", "u64", doc="a cuBLAS handle of this session on this device"),
-    op(_blas.OP_DESTROY, "BLAS_DESTROY", "dev:dev handle:handle", "nil", A),
-    op(_blas.OP_SET_WORKSPACE, "BLAS_SET_WORKSPACE", "dev:dev handle:blas ptr:ptr size:size", "nil", A,
+    op(_blas.OP_CREATE, "BLAS_CREATE", "dev:dev", "u64", H, doc="a cuBLAS handle of this session on this device"),
+    op(_blas.OP_DESTROY, "BLAS_DESTROY", "dev:dev handle:handle", "nil", A | H),
+    op(_blas.OP_SET_WORKSPACE, "BLAS_SET_WORKSPACE", "dev:dev handle:blas ptr:ptr size:size", "nil", A | H,
        "cublasSetWorkspace (ptr 0, size 0: the library's own)"),
     *(op(f.code, f.name, _blas.wire_args(f), "nil", A | POUT if _blas.has_result(f) else A, f.doc)
       for f in _blas.FAMILIES),

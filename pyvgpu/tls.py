@@ -151,13 +151,12 @@ def make_self_signed(cert: Path, key: Path, names: list[str], days: int = 3650) 
     if alt:
         builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
     certificate = builder.sign(private, hashes.SHA256())
-    cert.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    config.private_dir(cert.parent)
+    config.private_dir(key.parent)
+    config.write_file(key, private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()), config.PRIVATE_FILE)
     der = certificate.public_bytes(serialization.Encoding.DER)
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    config.write_file(cert, certificate.public_bytes(serialization.Encoding.PEM), config.PUBLIC_FILE)
     return fingerprint(der)
 
 
@@ -169,9 +168,9 @@ def trust_fingerprint(fp: str, note: str = "") -> Path:
     """Add a pinned fingerprint to this user's client trust file (no duplicates)."""
     fp = normalize_fingerprint(fp)
     path = fingerprints_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    config.private_dir(path.parent)
     existing = path.read_text().splitlines() if path.exists() else []
     if not any(ln.split("#", 1)[0].strip().lower() == fp for ln in existing):
-        with path.open("a") as fh:
-            fh.write(f"{fp}{'  # ' + note if note else ''}\n")
+        # who is trusted: nobody else may add to it
+        config.write_file(path, f"{fp}{'  # ' + note if note else ''}\n".encode(), config.PRIVATE_FILE, append=True)
     return path

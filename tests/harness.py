@@ -238,9 +238,10 @@ def on_backends(cases: Iterable[tuple], chain: Callable[[tuple], bool] = lambda 
 
 # ---------------------------------------------------------------------------------------------- builds
 def cached_build(out_dir: Path, name: str, sources: Iterable[Path], command: Callable[[Path], list[str]],
-                 key: bytes = b"") -> Path:
+                 key: bytes = b"", timeout: float | None = None) -> Path:
     """Run `command(output path)` once per distinct (sources, command, key); later calls return the cached
-    result. RuntimeError with the compiler's output when the build fails."""
+    result. RuntimeError with the compiler's output when the build fails; subprocess.TimeoutExpired past
+    `timeout` seconds."""
     digest = hashlib.sha256(b"".join(Path(s).read_bytes() for s in sources) + key +
                             repr(command(Path("OUT"))).encode()).hexdigest()[:16]
     out = Path(out_dir) / f"{name}-{digest}"
@@ -248,7 +249,7 @@ def cached_build(out_dir: Path, name: str, sources: Iterable[Path], command: Cal
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    proc = subprocess.run(command(tmp), capture_output=True, text=True)
+    proc = subprocess.run(command(tmp), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"build of {name} failed:\n{proc.stderr}")
     os.replace(tmp, out)

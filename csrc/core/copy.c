@@ -117,12 +117,13 @@ cudaError_t pv_copy_d2h_async(struct pv_device *d, void *dst, uint64_t src, size
     return PV_SUCCESS;
 }
 
-/* [p, p+n) lies inside one allocation of pinned host memory (pv_host_alloc). */
+/* [p, p+n) lies inside one allocation of pinned host memory (pv_host_alloc) or one registration (cudaHostRegister). */
 static int pinned_range(const void *p, size_t n)
 {
     struct pv_alloc a;
     uint64_t u = (uint64_t)(uintptr_t)p;
-    return pv_alloc_find(u, &a) == 0 && a.dev < 0 && n <= a.size && u - a.ptr <= a.size - n;
+    return (pv_alloc_find(u, &a) == 0 && a.dev < 0 && n <= a.size && u - a.ptr <= a.size - n) ||
+           pv_host_registered(p, n, NULL);
 }
 
 static cudaError_t d2d_same(struct pv_device *d, uint64_t dst, uint64_t src, size_t n, uint64_t stream)

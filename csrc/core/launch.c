@@ -71,10 +71,14 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
     cudaError_t err = launch_check(f, d, grid, block, shmem, &ki);
     if (err != PV_SUCCESS)
         return err;
+    int hits = 0;
     if (packed) {
         if (packed_len < ki->param_bytes)
             return PV_cudaErrorInvalidValue;
-        return pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, packed, ki->param_bytes);
+        if ((err = pv_host_translate(d, ki, (char *)packed, 1, &hits)) != PV_SUCCESS)   /* dry: reads only */
+            return err;
+        if (!hits)
+            return pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, packed, ki->param_bytes);
     }
     char small[1024];
     char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
@@ -82,7 +86,9 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
         return PV_cudaErrorMemoryAllocation;
     if (buf == small)
         memset(small, 0, ki->param_bytes);
-    err = fill_params(ki, args, NULL, 0, buf);
+    err = fill_params(ki, args, packed, packed_len, buf);
+    if (err == PV_SUCCESS)      /* pinned host memory named by a parameter: its device copy's address */
+        err = pv_host_translate(d, ki, buf, 0, &hits);
     if (err == PV_SUCCESS)
         err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
     if (buf != small)
@@ -100,7 +106,10 @@ cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, di
     char *b = calloc(1, ki->param_bytes ? ki->param_bytes : 1);
     if (!b)
         return PV_cudaErrorMemoryAllocation;
+    int hits;
     err = fill_params(ki, args, packed, packed_len, b);
+    if (err == PV_SUCCESS)
+        err = pv_host_translate(d, ki, b, 0, &hits);
     if (err != PV_SUCCESS) {
         free(b);
         return err;

@@ -1,5 +1,5 @@
 /* Managed memory (allocation, __managed__ variables, prefetch and advice, range attributes) and mapped host memory
- * (mapped allocations, mapped registration, device pointers of host memory), for both APIs. The host copies and
+ * (mapped allocations; registrations and device pointers of page-locked memory are hostmem.c's), for both APIs. The host copies and
  * their coherence with the device copies are coherence.c's; this file is the API's semantics on top. */
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +8,6 @@
 
 enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2, cudaMemAttachSingle = 4 };
 enum { cudaHostAllocPortable = 1, cudaHostAllocMapped = 2, cudaHostAllocWriteCombined = 4 };
-enum { cudaHostRegisterPortable = 1, cudaHostRegisterMapped = 2, cudaHostRegisterIoMemory = 4,
-       cudaHostRegisterReadOnly = 8 };
 enum { cudaCpuDeviceId = -1, cudaInvalidDeviceId = -2 };
 
 /* Advice and prefetch state per managed allocation (cudaMemRangeGetAttribute answers from it). */
@@ -119,70 +117,6 @@ int pv_mapped_flags(const void *p, unsigned *flags)
     *flags = (a ? a->host_flags : 0) | cudaHostAllocMapped;
     pthread_mutex_unlock(&advice_mu);
     return 1;
-}
-
-cudaError_t pv_host_device_pointer(void *host, void **pdev)
-{
-    if (!pdev || !host)
-        return PV_cudaErrorInvalidValue;
-    cudaError_t err = pv_init();
-    if (err != PV_SUCCESS)
-        return err;
-    struct pv_region_info info;
-    if (pv_region_find(host, &info) == 0 && info.kind != PV_REGION_MANAGED && info.kind != PV_REGION_VAR) {
-        *pdev = (void *)(uintptr_t)(info.dev + ((uint64_t)(uintptr_t)host - info.host));
-        return PV_SUCCESS;
-    }
-    /* Page-locked memory from cudaHostAlloc/cudaMallocHost is mapped too on a device with unified addressing:
-     * give it a device copy on first request. */
-    struct pv_alloc a;
-    struct pv_device *d;
-    if (pv_alloc_find((uint64_t)(uintptr_t)host, &a) != 0 || a.dev >= 0)
-        return PV_cudaErrorInvalidValue;
-    if ((err = pv_cur(&d)) != PV_SUCCESS || (err = pv_region_register(d, (void *)(uintptr_t)a.ptr, a.size, &info))
-        != PV_SUCCESS)
-        return err;
-    *pdev = (void *)(uintptr_t)(info.dev + ((uint64_t)(uintptr_t)host - info.host));
-    return PV_SUCCESS;
-}
-
-/* Page-locking means nothing for remote GPUs, so plain registration changes nothing; with cudaHostRegisterMapped
- * (CU_MEMHOSTREGISTER_DEVICEMAP) the memory gets a coherent device copy. */
-cudaError_t pv_host_register(void *ptr, size_t size, unsigned flags)
-{
-    if (!ptr || !size || flags > 15)
-        return PV_cudaErrorInvalidValue;
-    if (!(flags & cudaHostRegisterMapped))
-        return PV_SUCCESS;
-    struct pv_device *d;
-    cudaError_t err = pv_cur(&d);
-    if (err != PV_SUCCESS)
-        return err;
-    struct pv_region_info info;
-    err = pv_region_register(d, ptr, size, &info);
-    if (err == PV_SUCCESS) {
-        pthread_mutex_lock(&advice_mu);
-        struct advice *a = advice_of(info.host, 1);
-        if (a)
-            a->host_flags = flags;
-        pthread_mutex_unlock(&advice_mu);
-    }
-    return err;
-}
-
-cudaError_t pv_host_unregister(void *ptr)
-{
-    if (!ptr)
-        return PV_cudaErrorInvalidValue;
-    struct pv_region_info info;
-    if (pv_region_find(ptr, &info) != 0 || info.kind != PV_REGION_REGISTERED || info.host != (uint64_t)(uintptr_t)ptr)
-        return PV_SUCCESS;                               /* registered without a device copy: nothing to undo */
-    /* the device's last writes land in the program's memory before it goes back to being plain memory */
-    struct pv_device *d = pv_device(info.device);
-    cudaError_t err = d ? pv_call_DEVICE_SYNC(d) : PV_cudaErrorInvalidDevice;
-    advice_drop(info.host);
-    cudaError_t ferr = pv_region_free(info.host);
-    return err != PV_SUCCESS ? err : ferr;
 }
 
 /* ------------------------------------------------------------------------------------------ __managed__ */

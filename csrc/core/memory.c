@@ -81,7 +81,9 @@ void pv_ptr_classify(const void *ptr, struct pv_ptr_info *out)
     } else if (pv_alloc_find(p, &a) == 0) {
         if (a.dev >= 0)
             *out = (struct pv_ptr_info){ PV_PTR_DEVICE, a.dev, 0, p, 0, a.ptr, a.size };
-        else
-            *out = (struct pv_ptr_info){ PV_PTR_HOST, pv_tls_device(), 0, 0, p, a.ptr, a.size };
+        else            /* pinned: kernels reach it by its own address (hostmem.c), as with unified addressing */
+            *out = (struct pv_ptr_info){ PV_PTR_HOST, pv_tls_device(), 0, p, p, a.ptr, a.size };
+    } else if (pv_host_registered(ptr, 1, NULL)) {
+        *out = (struct pv_ptr_info){ PV_PTR_HOST, pv_tls_device(), 0, 0, p, p, 0 };   /* no device copy yet */
     }
 }

@@ -55,9 +55,10 @@ cudaError_t pv_mapped_alloc(void **ptr, size_t size, unsigned flags);
 /* A free of a region's start by the device API (host_api 0) or the host API (1): 1 when p was one (*err set). */
 int pv_region_release(void *p, int host_api, cudaError_t *err);
 int pv_mapped_flags(const void *p, unsigned *flags);             /* 1 and the flags when p is mapped memory */
+/* ---- page-locked host memory as the GPUs see it (hostmem.c) ---- */
 cudaError_t pv_host_device_pointer(void *host, void **dev);      /* cudaHostGetDevicePointer */
 cudaError_t pv_host_register(void *ptr, size_t size, unsigned flags);
-cudaError_t pv_host_unregister(void *ptr);
+cudaError_t pv_host_unregister(void *ptr);                        /* cudaErrorHostMemoryNotRegistered if not one */
 /* A __managed__ variable's storage on d mirrored at its own address (once: later calls answer the same). */
 cudaError_t pv_managed_var_bind(struct pv_var *v, struct pv_device *d, void **host);
 cudaError_t pv_mem_prefetch(const void *p, size_t n, struct cudaMemLocation loc, unsigned flags, cudaStream_t s);

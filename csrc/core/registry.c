@@ -626,6 +626,7 @@ cudaError_t pv_host_alloc(size_t size, unsigned flags, void **out)
     if (posix_memalign(&p, PV_HOST_ALIGN, rounded) != 0)
         return PV_cudaErrorMemoryAllocation;
     pv_alloc_add((uint64_t)(uintptr_t)p, size ? size : 1, -1 - (int)(flags & 0xff));
+    pv_host_pinned_note((uint64_t)(uintptr_t)p, size ? size : 1);
     *out = p;
     return PV_SUCCESS;
 }

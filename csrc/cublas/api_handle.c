@@ -187,22 +187,5 @@ PV_API size_t cublasGetCudartVersion(void)
     return PVB_CUDART_VERSION;
 }
 
-static const struct pvb_status_desc *status_desc(int status)
-{
-    for (int i = 0; i < PVB_STATUS_TABLE_LEN; i++)
-        if (pvb_status_table[i].code == status)
-            return &pvb_status_table[i];
-    return NULL;
-}
-
-PV_API const char *cublasGetStatusName(int status)
-{
-    const struct pvb_status_desc *d = status_desc(status);
-    return d ? d->name : PVB_UNKNOWN_STATUS_TEXT;
-}
-
-PV_API const char *cublasGetStatusString(int status)
-{
-    const struct pvb_status_desc *d = status_desc(status);
-    return d ? d->text : PVB_UNKNOWN_STATUS_TEXT;
-}
+PV_API const char *cublasGetStatusName(int status) { return pvb_status_words(status, 0); }
+PV_API const char *cublasGetStatusString(int status) { return pvb_status_words(status, 1); }

@@ -73,25 +73,8 @@ PV_API pvb_status cublasLtGetProperty(int type, int *value)
     return PVB_CUBLAS_STATUS_SUCCESS;
 }
 
-static const struct pvb_status_desc *status_desc(int status)
-{
-    for (int i = 0; i < PVB_STATUS_TABLE_LEN; i++)
-        if (pvb_status_table[i].code == status)
-            return &pvb_status_table[i];
-    return NULL;
-}
-
-PV_API const char *cublasLtGetStatusName(int status)
-{
-    const struct pvb_status_desc *d = status_desc(status);
-    return d ? d->name : PVB_UNKNOWN_STATUS_TEXT;
-}
-
-PV_API const char *cublasLtGetStatusString(int status)
-{
-    const struct pvb_status_desc *d = status_desc(status);
-    return d ? d->text : PVB_UNKNOWN_STATUS_TEXT;
-}
+PV_API const char *cublasLtGetStatusName(int status) { return pvb_status_words(status, 0); }
+PV_API const char *cublasLtGetStatusString(int status) { return pvb_status_words(status, 1); }
 
 /* -------------------------------------------------------------------------------- logger and heuristics cache */
 /* pyvgpu has no heuristics cache and logs through its own logger, so these settings are kept and answered with

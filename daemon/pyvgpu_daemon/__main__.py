@@ -57,6 +57,9 @@ BOUND_OPTIONS: dict[str, str] = {
 }
 
 
+GIL_SWITCH_S = 0.0005       # sys.setswitchinterval of the daemon (see run())
+
+
 class ConfigError(Exception):
     pass
 
@@ -166,6 +169,11 @@ def run(opts: DaemonOptions) -> int:
     log = logging.getLogger("pyvgpu.daemon")
     from pyvgpu_daemon.memtune import tune_malloc
     tune_malloc()            # before the backend allocates anything: large NumPy temporaries stay in the heap
+    # An emulated kernel keeps its worker thread busy in Python for as long as it runs; the event loop and other
+    # sessions' workers then get the GIL when the launch yields it (emu/runtime/launch.py, while the device is
+    # shared) or when the interpreter forces a switch: after 5 ms by default, which every small request of another
+    # session paid; 0.5 ms bounds what the launch's own yields do not cover.
+    sys.setswitchinterval(GIL_SWITCH_S)
     from pyvgpu_daemon.backends import make_backend
     from pyvgpu.units import parse_size
     from pyvgpu_daemon.server import MetricsError, ServerConfig, run_server

@@ -143,8 +143,10 @@ class OrderedWorker:
                 if not lane.holding:
                     lane.begin()          # device work runs in this session's turn
             elif lane is not None and lane.holding and lane.sched.contended:
-                lane.idle()               # a control op needs no turn: others may use the device meanwhile
+                lane.idle()               # a HOST op needs no turn: others may use the device meanwhile
             t0 = clock()
+            if work:
+                lane.job_t0 = t0          # where Lane.preempt measures a paused job's device time from
             try:
                 result, exc = fn(*args), None
             except BaseException as e:  # noqa: BLE001 - handed to the loop, which decides

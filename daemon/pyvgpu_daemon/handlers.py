@@ -533,6 +533,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
                 if st.lane is not None:
                     st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+                    st.ctx.turn = st.lane                   # long kernels pause for others' turns (emulator)
             if isinstance(payload, Compressed):
                 payload = payload.decode()            # on this worker, never on the loop (compress.py)
             st.bytes_htod += len(payload)

@@ -13,6 +13,12 @@ queueing (start-time fair queueing over device time):
   system virtual time): idling banks no credit, so a returning session cannot monopolise the device, while a session
   that pauses only for a round trip between its batches loses nothing.
 
+A job may also pause inside itself (`Lane.preempt`, called by the emulator between scheduler steps of a kernel):
+when another lane waits for the turn and this one has run past it by more than the quantum, the time run so far is
+charged, the turn is handed over, and the job continues once the turn comes back. A waiter pokes the running job
+(`Lane.on_waiter`) so the pause comes within one step, and a long kernel holds the device only for its share: the
+other sessions' copies and launches run between its steps, by their weights, instead of queueing behind it.
+
 A blocking host wait on the device (stream/event/context synchronize on the real-GPU backend) is not device work:
 backends wrap it in `DeviceContext.wait_scope()`, which `Lane.waiting` implements by giving the turn away for the
 duration, so one session's wait never holds up another's dispatch. One scheduler per device, each with its own lock:
@@ -40,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
-from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OPS, OpSpec
+from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OPS, OpFlag, OpSpec
 
 WINDOW_S = 1.0                      # one load window
 WINDOWS = 10                        # windows kept: busy ratio and slowdown are over the last 10 s
@@ -50,6 +56,7 @@ QUANTUM_S = 0.002                   # time slice: how far (device seconds / weig
 ALONE_EWMA = 0.2                    # weight of a new sample in a kernel's alone-time average
 ALONE_SAMPLE = 7                    # ... from every 8th uncontended job (the 1st, 9th, ...)
 MIN_WEIGHT, DEFAULT_WEIGHT = 0.01, 1.0
+SHARED_S = 1.0                      # a device counts as shared while another session ran work there this recently
 # Upper bounds (seconds) of the op latency histogram buckets; +Inf is implied.
 LATENCY_BOUNDS: tuple[float, ...] = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
                                      0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -73,6 +80,7 @@ class FairShare:
         self.clock = 0.0                                 # the largest vtime granted or finished: where lanes
                                                          # re-enter an idle device
         self._waiting: list[tuple[float, int, Share]] = []
+        self._fresh: set[Share] = set()                 # waiters that were idle before (not backlogged)
         self._seq = itertools.count()
 
     @property
@@ -80,6 +88,7 @@ class FairShare:
         return len(self._waiting)
 
     def _grant(self, share: Share) -> None:
+        self._fresh.discard(share)
         self.holder = share
         if share.vtime > self.clock:
             self.clock = share.vtime
@@ -97,21 +106,32 @@ class FairShare:
             self._grant(share)
             return True
         heapq.heappush(self._waiting, (share.vtime, next(self._seq), share))
+        self._fresh.add(share)
         return False
 
     def charge(self, share: Share, cost: float) -> None:
         share.vtime += cost / share.weight
 
-    def finish(self, share: Share, more: bool) -> tuple[bool, Share | None]:
-        """The holder finished a job (already charged). → (it keeps the turn, the lane granted instead or None).
+    def slack(self, mid_job: bool) -> float:
+        """How far the holder may run ahead of the best waiter before handing over: the quantum, except inside a
+        job (a paused kernel resumes where it stopped, so nothing is batched by running on) for a waiter that was
+        idle before: a session that comes back with a little work is served at once (its time is charged to it,
+        so it gets no more than its share), while two backlogged sessions still alternate by the quantum."""
+        if mid_job and self._waiting and self._waiting[0][2] in self._fresh:
+            return 0.0
+        return self.quantum
+
+    def finish(self, share: Share, more: bool, mid_job: bool = False) -> tuple[bool, Share | None]:
+        """The holder finished a job (already charged), or paused inside one (`mid_job`). → (it keeps the turn, the
+        lane granted instead or None).
 
         With `more` the holder has further work: it keeps the turn unless a waiter is more deserving by more than
-        the quantum, in which case it queues behind. Without `more` the turn goes to the best waiter, or is free."""
+        the slack, in which case it queues behind. Without `more` the turn goes to the best waiter, or is free."""
         assert self.holder is share
         if share.vtime > self.clock:
             self.clock = share.vtime
         if self._waiting:
-            if more and share.vtime < self._waiting[0][0] + self.quantum:
+            if more and share.vtime < self._waiting[0][0] + self.slack(mid_job):
                 return True, None
             _, _, nxt = heapq.heappop(self._waiting)
             self._grant(nxt)
@@ -264,13 +284,18 @@ class DeviceScheduler:
             if self._share.request(lane.share):
                 return False
             lane._wake.clear()
+            holder = self._share.holder
+            poke = holder.lane._poke if holder is not None else None
+            if poke is not None:
+                poke()                      # the holder's running job checks whether to pause at its next step
         lane._wake.wait()
         return True
 
-    def _finish(self, lane: Lane, more: bool) -> tuple[bool, bool]:
-        """The holder is done with a job. → (it holds the turn now, it had to wait for other lanes to get it)."""
+    def _finish(self, lane: Lane, more: bool, mid_job: bool = False) -> tuple[bool, bool]:
+        """The holder is done with a job (or pauses inside one). → (it holds the turn now, it had to wait for other
+        lanes to get it)."""
         with self._lock:
-            keep, nxt = self._share.finish(lane.share, more)
+            keep, nxt = self._share.finish(lane.share, more, mid_job)
             if nxt is not None:
                 nxt.lane._wake.set()
             if keep or not more:
@@ -326,6 +351,12 @@ class Lane:
         self._sample = 0
         self._flushed = (0.0, 0.0, 0.0, 0.0, 0)  # device_seconds, waits, shared seconds, shared alone, jobs then
         self._flush_at = 0.0
+        self.job_t0 = 0.0                   # when the running job started (set by the worker for device work)
+        self._charged = 0.0                 # device seconds of the running job charged already (preempt)
+        self._preempt_lock = threading.Lock()   # a job's threads (the emulator's chunk pool) pause one at a time
+        self._poke: Callable[[], None] | None = None
+        self._shared_hint = False           # cache of `shared`, until _shared_hint_until
+        self._shared_hint_until = 0.0
 
     @property
     def weight(self) -> float:
@@ -358,7 +389,11 @@ class Lane:
             self._excluded = 0.0
         if t1 >= self._flush_at:
             self.flush(t1)
-        self.device_seconds += cost
+        if self._charged:                   # part of it was charged when the job paused (preempt)
+            self.device_seconds += max(0.0, cost - self._charged)
+            self._charged = 0.0
+        else:
+            self.device_seconds += cost
         waiting = self.sched._share._waiting
         if tag is None:
             return bool(waiting)
@@ -436,6 +471,53 @@ class Lane:
             if self.sched.fair:
                 self.sched._finish(self, False)
 
+    def preempt(self) -> float | None:
+        """backends.base.DeviceTurn.preempt: called from the running job's threads (the worker thread or the
+        emulator's chunk pool) between steps of a long kernel."""
+        sched = self.sched
+        if not sched.fair or not self.holding or not sched._share._waiting:
+            return None
+        with self._preempt_lock:
+            now = sched.clock()
+            ran = now - self.job_t0 - self._excluded - self._charged
+            if ran > 0:
+                self.device_seconds += ran          # charge what ran so far: the decision is on device time
+                self._charged += ran
+            self.holding, waited = sched._finish(self, True, mid_job=True)
+            if waited:
+                paused = sched.clock() - now
+                self._excluded += paused            # not device time of this job
+                self._wait_s = max(self._wait_s, 0.0) + paused
+            with sched._lock:
+                share = sched._share
+                if not share._waiting:
+                    return None
+                ahead = share._waiting[0][0] + share.slack(True) - self.share.vtime
+            return max(0.0, ahead * self.share.weight)
+
+    def on_waiter(self, poke: Callable[[], None] | None) -> None:
+        """backends.base.DeviceTurn.on_waiter: the running job's poke, or None once it ended."""
+        self._poke = poke
+
+    @property
+    def shared(self) -> bool:
+        """backends.base.DeviceTurn.shared: another session ran device work here within the last SHARED_S (read
+        without the lock: a hint, as `contended`; recomputed at most every 10 ms)."""
+        sched = self.sched
+        if not sched.fair:
+            return False
+        now = sched.clock()
+        if now >= self._shared_hint_until:
+            lanes = list(sched.lanes)           # one C-level copy: safe against another thread adding a lane
+            self._shared_hint = any(lane is not self and (lane.holding or lane.last_active > now - SHARED_S)
+                               for lane in lanes)
+            self._shared_hint_until = now + 0.01
+        return self._shared_hint
+
+    def charge(self, seconds: float) -> None:
+        """backends.base.DeviceTurn.charge: device time of work that ran after its job ended (worker thread)."""
+        self.device_seconds += seconds
+
     @contextmanager
     def waiting(self) -> Iterator[None]:
         """A host wait on the device inside a job: other sessions may run meanwhile; not charged as device time."""
@@ -465,23 +547,15 @@ class Lane:
 # Job tags: (op code, request args as received, payload length), built on the loop at no cost; what the worker
 # needs from them is derived there, when needed:
 # - is_work(code): the op occupies the device (copies, memsets, launches, library calls), so it runs only in the
-#   session's turn and counts as device time; control ops (CONTROL_OPS: allocation, handles, queries, host waits)
-#   run whenever the session's order reaches them, so a session is never held up by another's long kernel just to
-#   allocate or to wait for its own work;
+#   session's turn and counts as device time; ops whose spec line says OpFlag.HOST (allocation, handles, queries,
+#   host waits) run whenever the session's order reaches them, so a session is never held up by another's long
+#   kernel just to allocate or to wait for its own work;
 # - stream_of(tag): the wire handle of a created stream when the job is stream-ordered work that may move with its
 #   stream (op has a stream argument and no event argument, the handle is not a default-stream sentinel), else None:
 #   a barrier nothing crosses;
 # - stats_key(tag): per kernel for ops on a function, else per op and payload size class (alone times).
 Tag = tuple[int, Any, int]
 LOOKAHEAD = 256
-CONTROL_OPS: frozenset[str] = frozenset({
-    "MEM_GET_INFO", "MALLOC", "FREE", "MODULE_LOAD", "MODULE_UNLOAD", "FUNC_SET_ATTR", "STREAM_CREATE", "STREAM_DESTROY",
-    "STREAM_SYNC", "STREAM_QUERY", "EVENT_CREATE", "EVENT_DESTROY", "EVENT_SYNC", "EVENT_QUERY", "EVENT_ELAPSED",
-    "DEVICE_SYNC", "DEVICE_RESET", "DEVICE_SET_LIMIT", "DEVICE_GET_LIMIT", "BLAS_CREATE", "BLAS_DESTROY",
-    "BLAS_SET_WORKSPACE",
-    # runtime features: handles and uploads; MALLOC_MANAGED as MALLOC; PEER_PULL is mostly a wait on the source daemon
-    "GRAPH_CREATE", "GRAPH_DESTROY", "MALLOC_MANAGED", "MANAGED_ATTACH", "PEER_ENABLE", "PEER_DISABLE", "PEER_PULL",
-    "ARRAY_CREATE", "ARRAY_DESTROY", "TEX_CREATE", "TEX_DESTROY", "SURF_CREATE", "SURF_DESTROY"})
 
 
 def _stream_arg(spec: OpSpec) -> int | None:
@@ -492,13 +566,10 @@ def _stream_arg(spec: OpSpec) -> int | None:
     return types.index("stream")
 
 
-assert CONTROL_OPS <= {spec.name for spec in OPS}, CONTROL_OPS - {spec.name for spec in OPS}
-
-
 def _tagging(spec: OpSpec) -> tuple[int | None, int | None, bool]:
     """(index of its func argument, index of the stream it may move with, it is device work) for an op."""
     types = [a.type for a in spec.args]
-    return (types.index("func") if "func" in types else None, _stream_arg(spec), spec.name not in CONTROL_OPS)
+    return (types.index("func") if "func" in types else None, _stream_arg(spec), not spec.flags & OpFlag.HOST)
 
 
 _TAGGING: dict[int, tuple[int | None, int | None, bool]] = {spec.code: _tagging(spec) for spec in OPS}

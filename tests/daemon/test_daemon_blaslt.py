@@ -9,27 +9,11 @@ import numpy as np
 from pyvgpu import cublaslt_spec as spec
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME
+from test_daemon_blas import get, put
 
 E = ERROR_CODES
 EPI = spec.ENUMS["cublasLtEpilogue_t"]
 F32 = 0
-
-
-def ok(c: Client, op: str, *args, payload=b""):
-    err, result, data = c.call(op, *args, payload=payload)
-    assert err == 0, f"{op}: error {err}"
-    return result, data
-
-
-def put(c: Client, arr: np.ndarray) -> int:
-    ptr, _ = ok(c, "MALLOC", 0, arr.nbytes)
-    ok(c, "MEMCPY_HTOD", 0, ptr, 0, payload=arr.tobytes(order="F"))
-    return ptr
-
-
-def get(c: Client, ptr: int, shape, dtype) -> np.ndarray:
-    _, data = ok(c, "MEMCPY_DTOH", 0, ptr, int(np.prod(shape)) * np.dtype(dtype).itemsize, 0)
-    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F")
 
 
 def matmul_args(m: int, n: int, k: int, A: int, B: int, D: int, **over) -> dict:

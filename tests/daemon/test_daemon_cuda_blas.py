@@ -140,12 +140,13 @@ class FakeSolvers(FakeCublas):
 
 
 class Daemonless:
-    """The daemon's handler layer for one session on the fake GPU."""
+    """The daemon's handler layer for one session on the fake GPU, with a fake library (`fake`): cuBLAS's unless
+    another is given with the backend's keyword for it and its loader class (test_daemon_cuda_blaslt.py's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fake_class: type = FakeCublas, keyword: str = "cublas", loader: type = Cublas) -> None:
         self.ffi = cffi.FFI()
-        self.fake = FakeCublas(self.ffi)
-        self.backend = CudaBackend(driver=FakeDriver(), cublas=Cublas(lib=self.fake, ffi=self.ffi))
+        self.fake = fake_class(self.ffi)
+        self.backend = CudaBackend(driver=FakeDriver(), **{keyword: loader(lib=self.fake, ffi=self.ffi)})
         self.session = Session(1, "test", self.backend, 1)
         self.st = DeviceState(0, None)       # type: ignore[arg-type]  (no worker: ops run inline here)
 

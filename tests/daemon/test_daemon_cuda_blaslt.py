@@ -21,11 +21,9 @@ cffi = pytest.importorskip("cffi", reason="cffi is a test dependency")
 from pyvgpu import cublas_spec as blas  # noqa: E402
 from pyvgpu import cublaslt_spec as spec  # noqa: E402
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME  # noqa: E402
-from pyvgpu_daemon import handlers  # noqa: E402
 from pyvgpu_daemon.backends.cublaslt_cuda import CDEF, CublasLt, alignment  # noqa: E402
-from pyvgpu_daemon.backends.cuda import CudaBackend  # noqa: E402
-from pyvgpu_daemon.session import DeviceState, Session, release_device  # noqa: E402
-from test_daemon_cuda import FakeDriver  # noqa: E402
+from pyvgpu_daemon.session import release_device  # noqa: E402
+from test_daemon_cuda_blas import Daemonless as BlasDaemonless  # noqa: E402
 
 E = ERROR_CODES
 EPI = spec.ENUMS["cublasLtEpilogue_t"]
@@ -144,25 +142,11 @@ class FakeCublasLt:
         return 0
 
 
-class Daemonless:
-    """The daemon's handler layer for one session on the fake GPU."""
+class Daemonless(BlasDaemonless):
+    """The daemon's handler layer for one session on the fake GPU with the fake libcublasLt."""
 
     def __init__(self) -> None:
-        self.ffi = cffi.FFI()
-        self.fake = FakeCublasLt(self.ffi)
-        self.backend = CudaBackend(driver=FakeDriver(), cublaslt=CublasLt(lib=self.fake, ffi=self.ffi))
-        self.session = Session(1, "test", self.backend, 1)
-        self.st = DeviceState(0, None)       # type: ignore[arg-type]  (no worker: ops run inline here)
-
-    def op(self, name: str, *args, payload: bytes = b""):
-        out = handlers.execute(self.session, self.st, self.backend, OP_BY_NAME[name], [0, *args], payload, False)
-        return out.err, out.result, out.payload
-
-    def put(self, arr: np.ndarray) -> int:
-        err, p, _ = self.op("MALLOC", arr.nbytes)
-        assert err == 0
-        assert self.op("MEMCPY_HTOD", p, 0, payload=arr.tobytes(order="F"))[0] == 0
-        return p
+        super().__init__(FakeCublasLt, "cublaslt", CublasLt)
 
     def matmul(self, stream: int = 0, **args) -> int:
         values = {"stream": stream, **args}

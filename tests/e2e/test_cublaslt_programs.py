@@ -7,6 +7,7 @@ max(1, |reference|), float32 being the compute type. On a real GPU (scripts/gpu-
 NVIDIA's cuBLASLt behind the daemon, and the same checks apply."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -46,7 +47,9 @@ def test_torch_style_program_on_two_daemons(cublaslt_build, daemon_factory, tmp_
     daemons = [daemon_factory(), daemon_factory()]
     cmd = [sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", ",".join(d.address for d in daemons), "--",
            str(prog), str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    stats = tmp_path / "stats.txt"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYVGPU_STATS": str(stats)})
     assert proc.returncode == 0 and re.search(r"^OK 2$", proc.stdout, re.M), proc.stdout + proc.stderr
     assert "not supported" not in proc.stderr
     out, inp, n = 24, 40, 16
@@ -76,4 +79,7 @@ def test_torch_style_program_on_two_daemons(cublaslt_build, daemon_factory, tmp_
         close(load(tmp_path, g, "addmm_fp32_D").reshape(nn, m).T, 0.75 * a @ bb - 2.0 * c, "fp32", k)
         assert np.array_equal(load(tmp_path, g, "addmm_fp32_C_after").reshape(nn, m).T, c)   # C only read
     assert not np.array_equal(load(tmp_path, 0, "linear_fp32_Y"), load(tmp_path, 1, "linear_fp32_Y"))
+    # A matmul costs no blocking round trip: 5 per GPU, all fire-and-forget (the heuristic is answered locally).
+    row = next(line.split() for line in stats.read_text().splitlines() if line.startswith("LT_MATMUL "))
+    assert int(row[1]) == 10 and int(row[3]) == 0, row
     assert all("LT_MATMUL" in d.log_text() or "ended" in d.log_text() for d in daemons)

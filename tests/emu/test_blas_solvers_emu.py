@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blas_harness import BF, C, D, EPS, H, PREFIX, S, Z, Dev, assert_close, host, result_value, wide
+from blas_harness import BF, C, D, EPS, H, PREFIX, S, Z, Dev, assert_close, host, result_value
 from pyvgpu import cublas_spec as spec
 
 TYPES = list(PREFIX.items())

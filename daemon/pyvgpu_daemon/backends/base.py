@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -53,6 +53,25 @@ class CopySide:
     ptr: int
 
 
+class DeviceTurn(Protocol):
+    """A session's turn on its device, as a long job sees it (scheduler.Lane): where the job may pause for others."""
+
+    def preempt(self) -> float | None:
+        """A point where the running job may pause: when another session waits and this one has run past its
+        share, hand the device over and return once it is this session's turn again. → device seconds the job
+        may run before it should call again (None: nobody waits; call again when poked)."""
+
+    def on_waiter(self, poke: Callable[[], None] | None) -> None:
+        """poke() is called (from another thread) as soon as another session starts waiting for the device."""
+
+    @property
+    def shared(self) -> bool:
+        """Another session uses the device (a hint: its fair share then matters)."""
+
+    def charge(self, seconds: float) -> None:
+        """Device time of earlier work, measured once it finished (a real GPU's kernels: backends/cuda_turns.py)."""
+
+
 class DeviceContext(ABC):
     """One session's view of one device. Methods are called from a single thread, in the client's order."""
 
@@ -60,6 +79,10 @@ class DeviceContext(ABC):
     # A scope for host waits on the device (stream, event or context synchronize) that block in the driver: the
     # daemon's scheduler sets it so that other sessions may use the device meanwhile (scheduler.Lane.waiting).
     wait_scope: Callable[[], AbstractContextManager[None]] = nullcontext
+    # The session's turn on the device (scheduler.Lane, set by the daemon): a backend that can pause a long job
+    # (the emulator, between scheduler steps of a kernel) offers the device to other sessions there. None: no
+    # arbitration (--scheduling off, or a context used outside a daemon).
+    turn: DeviceTurn | None = None
     # Ops the server may run on its event-loop thread instead of the worker, when the (session, device) has nothing
     # queued or running (executor.OrderedWorker.idle): their handlers then touch nothing another thread uses and
     # never block; copies and memsets among them only up to fastpath.LOOP_BYTES. Empty by default: a real GPU's

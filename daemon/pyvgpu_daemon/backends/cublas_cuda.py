@@ -70,19 +70,20 @@ def pick_entry(fam: spec.Family, args: dict[str, Any]) -> tuple[spec.Entry, bool
     return best
 
 
-def find_library() -> str:
-    """libcublas.so.13: $PYVGPU_CUBLAS_LIB, else the nvidia-cublas wheel's, else the loader's search."""
-    if os.environ.get("PYVGPU_CUBLAS_LIB"):
-        return os.environ["PYVGPU_CUBLAS_LIB"]
+def find_library(soname: str = "libcublas.so.13", env: str = "PYVGPU_CUBLAS_LIB") -> str:
+    """A library of the nvidia-cublas wheel (libcublas.so.13, libcublasLt.so.13): $env, else the wheel's, else
+    the loader's search."""
+    if os.environ.get(env):
+        return os.environ[env]
     try:
         import nvidia  # namespace package of NVIDIA's wheels
         for base in getattr(nvidia, "__path__", []):
-            cand = Path(base) / "cu13" / "lib" / "libcublas.so.13"
+            cand = Path(base) / "cu13" / "lib" / soname
             if cand.is_file():
                 return str(cand)
     except ImportError:
         pass
-    return "libcublas.so.13"
+    return soname
 
 
 @dataclass

@@ -17,13 +17,12 @@ library object and the cffi module are injectable for tests without a GPU.
 """
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyvgpu import cublaslt_spec as spec
+from pyvgpu_daemon.backends.cublas_cuda import find_library
 from pyvgpu_daemon.blas import BlasError
 
 CDEF = """
@@ -53,21 +52,6 @@ _PREF = {a.field: a.value for a in spec.PREF_ATTRS}
 PLAN_CACHE = 64                               # plans kept per context
 
 
-def find_library() -> str:
-    """libcublasLt.so.13: $PYVGPU_CUBLASLT_LIB, else the nvidia-cublas wheel's, else the loader's search."""
-    if os.environ.get("PYVGPU_CUBLASLT_LIB"):
-        return os.environ["PYVGPU_CUBLASLT_LIB"]
-    try:
-        import nvidia  # namespace package of NVIDIA's wheels
-        for base in getattr(nvidia, "__path__", []):
-            cand = Path(base) / "cu13" / "lib" / "libcublasLt.so.13"
-            if cand.is_file():
-                return str(cand)
-    except ImportError:
-        pass
-    return "libcublasLt.so.13"
-
-
 def alignment(address: int) -> int:
     """The largest power of two up to 256 that divides address (PyTorch's rule for the alignment preferences)."""
     a = 256
@@ -85,7 +69,7 @@ class CublasLt:
             ffi = cffi.FFI()
         self.ffi = ffi
         ffi.cdef(CDEF)
-        self.lib = lib if lib is not None else ffi.dlopen(find_library())
+        self.lib = lib if lib is not None else ffi.dlopen(find_library("libcublasLt.so.13", "PYVGPU_CUBLASLT_LIB"))
 
     def check(self, status: int, what: str) -> None:
         if status != 0:

@@ -33,6 +33,7 @@ from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
 from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
+from pyvgpu_daemon.backends.cuda_turns import GpuTime
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -210,6 +211,7 @@ class CudaContext(CudaArrays, DeviceContext):
         self._hint = window                      # next address to ask for in this session's window
         self._vmm: dict[int, tuple[Any, int]] = {}   # managed/mapped address -> (physical handle, mapped size)
         self.clock = EventClock(drv, self._elapsed)   # event times for replies (event_times.py)
+        self.gpu_time = GpuTime(drv, self._elapsed)   # kernels' GPU time, charged to the session's turn when shared
 
     def _create(self) -> Any:
         if not self.api.has("cuCtxCreate"):
@@ -478,8 +480,10 @@ class CudaContext(CudaArrays, DeviceContext):
         extra = (ctypes.c_void_p * 5)(drv.CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arg_buf),
                                       drv.CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(arg_size),
                                       drv.CU_LAUNCH_PARAM_END)
-        check(drv.cuLaunchKernel(kernel.handle, *grid, *block, shmem, self._stream(stream), 0,
-                                 ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})")
+        s = self._stream(stream)
+        self.gpu_time.launch(self.turn, s, lambda: check(drv.cuLaunchKernel(
+            kernel.handle, *grid, *block, shmem, s, 0, ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})"),
+            self.wait_scope)
         return b""  # device printf of a real GPU goes to the daemon's own stdout
 
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
@@ -621,6 +625,7 @@ class CudaContext(CudaArrays, DeviceContext):
         # A context that took a sticky fault is unusable: replace it (this frees all it held).
         self._lt_close()
         self.clock.drop()                            # its anchors go with the context
+        self.gpu_time.drop()
         self._release_all_vmm()
         try:
             self.drv.cuCtxDestroy(self.ctx)
@@ -630,6 +635,7 @@ class CudaContext(CudaArrays, DeviceContext):
     def close(self) -> None:
         self._lt_close()
         self.clock.drop()
+        self.gpu_time.drop()
         self._release_all_vmm()                      # physical allocations outlive a context: give them back
         try:
             self.drv.cuCtxDestroy(self.ctx)

@@ -403,7 +403,8 @@ class EmuContext(EmuArrays, DeviceContext):
                                    max_dynamic_shared=dyn_max, resources=self.resources,
                                    peers=[p.mem for p in self.peers.values()] if self.peers else (),
                                    cancel=self._cancelled, printf_fifo=self._limits[1],
-                                   stack_size=self._limits[0])  # cudaLimitStackSize
+                                   stack_size=self._limits[0],  # cudaLimitStackSize
+                                   turn=self.turn)
             if out.stdout or out.dropped:
                 self._stdout_dropped += out.dropped
                 self._append_stdout(self._fifo(out.stdout))
@@ -412,10 +413,22 @@ class EmuContext(EmuArrays, DeviceContext):
             self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))
             raise
         if self.backend.slowdown > 1.0:
-            # --emu-slowdown: stretch the kernel to F× its emulated time so load balancing sees a slower GPU.
-            if self._cancelled.wait((time.perf_counter() - t0) * (self.backend.slowdown - 1.0)):
-                raise CudaError("cudaErrorLaunchTimeout", f"{kernel.name}: cancelled, the session's client is gone")
+            self._stretch(kernel.name, (time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
         return b""
+
+    STRETCH_STEP_S = 0.005
+
+    def _stretch(self, name: str, seconds: float) -> None:
+        """--emu-slowdown: the kernel lasts F× its emulated time so load balancing sees a slower GPU; the stretch
+        is device time like the rest of the kernel, offered to waiting sessions every STRETCH_STEP_S."""
+        end = time.perf_counter() + seconds
+        while (left := end - time.perf_counter()) > 0:
+            if self._cancelled.wait(min(left, self.STRETCH_STEP_S)):
+                raise CudaError("cudaErrorLaunchTimeout", f"{name}: cancelled, the session's client is gone")
+            if self.turn is not None:
+                t = time.perf_counter()
+                self.turn.preempt()
+                end += time.perf_counter() - t            # a pause is not part of the kernel's time
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -256,14 +256,15 @@ class EmuModule:
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
                cancel: threading.Event | None = None, printf_fifo: int = 1 << 20,
-               stack_size: int | None = None) -> LaunchOutput:
+               stack_size: int | None = None, turn=None) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
         (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
         texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
         other devices whose memory kernels may use (peer access). `cancel`: once set (the session's client is
         gone), the launch stops with cudaErrorLaunchTimeout at its next check. `printf_fifo`:
         cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it). `stack_size`:
-        the context's cudaLimitStackSize (None: CUDA's default)."""
+        the context's cudaLimitStackSize (None: CUDA's default). `turn`: the session's turn on the device
+        (backends.base.DeviceTurn): the launch pauses between steps while other sessions have theirs."""
         key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size)
         plan = self._plans.get(key)
         if plan is not None:
@@ -279,7 +280,7 @@ class EmuModule:
                             f"{plan.kernel.layout.param_size} B")
         self._launches += 1
         run = Launch(plan, self.memory, self._symbols, params, self.limits, grid_id=self._launches,
-                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo)
+                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo, turn=turn)
         try:
             return LaunchOutput(run.run(), run.stdout_dropped)
         except CudaError:

@@ -23,7 +23,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from pyvgpu.config import cache_dir
+from pyvgpu.config import cache_dir, private_dir
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -72,7 +72,7 @@ def load(source: str, directory: Path | None = None) -> ctypes.CDLL | None:
             _touch(path)
         else:
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                private_dir(directory)      # shared libraries this daemon loads: nobody else may plant one
                 _compile(cc, source, path)
                 _prune(directory, MAX_CACHED)
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:

@@ -108,13 +108,13 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         check_every = 0
         self._last_p = -1
         self._loops = 0
-        deadline = L.deadline
         clock = time.monotonic
         with np.errstate(all="ignore"):
             while True:
-                # The deadline after every step (one block: cheap next to a clock read); the rest less often.
+                # The deadline (or a poke of another session waiting for the device: Launch.check_at) after every
+                # step (one block: cheap next to a clock read); the rest less often.
                 check_every += 1
-                if check_every >= _CHECK_EVERY or clock() > deadline:
+                if check_every >= _CHECK_EVERY or clock() > L.check_at:
                     check_every = 0
                     L.account(self.kernel.name, steps - done)
                     done = steps

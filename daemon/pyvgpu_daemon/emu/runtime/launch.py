@@ -15,11 +15,18 @@ before every chunk, so a huge grid of cheap CTAs stops on time, and after every 
 (chunk.py), a step being one basic block of at most cfg.MAX_BLOCK_INSTRS instructions over the chunk's lanes. A
 launch therefore overruns EmuLimits.max_seconds by at most one such step or one chunk's set-up.
 
+The same checks are where a long launch shares the device (`turn`, the session's scheduler.Lane): when another
+session waits for the device, it pokes the launch (`check_at` becomes 0), the next step's check offers the turn
+(Lane.preempt), and the launch pauses while the other session's work runs, for as long as the fair scheduler's
+weights say; then it continues where it stopped. Other sessions never touch this launch's memory, so a pause
+between steps is invisible to it.
+
 An index past the end of an emulated memory buffer is an access no bounds check should have let through; it is
 reported as what it is on a GPU, a sticky cudaErrorIllegalAddress naming the kernel, never as an internal error.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -43,6 +50,7 @@ _PLAN_GEO_LANES = 1024       # geometries of chunks up to this many lanes are ke
 TINY_LANES = 1024
 TINY_INSTRS = 256
 TINY_SECONDS = 500e-6
+SHARED_CHECK_S = 2e-4        # while another session uses the device, a launch checks (and yields the GIL) this often
 
 
 class LaunchPlan:
@@ -126,7 +134,7 @@ class LaunchPlan:
 class Launch:
     def __init__(self, plan: LaunchPlan, mem, symbols, params: bytes, limits: EmuLimits,
                  grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
-                 printf_fifo: int = 1 << 20):
+                 printf_fifo: int = 1 << 20, turn=None):
         self.plan = plan
         self.kernel = plan.kernel
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
@@ -152,15 +160,116 @@ class Launch:
         self.steps = 0
         self.deadline = time.monotonic() + limits.max_seconds
         self.cancel = cancel                  # set when the session's client is gone: stop at the next check
+        self.turn = turn                      # backends.base.DeviceTurn or None
+        self.check_at = self.deadline         # monotonic time of the next check a chunk must make at the latest
         self._lock = threading.Lock()
 
+    def _poke(self) -> None:
+        """Another session waits for the device: check (and maybe pause) at the next step."""
+        self.check_at = 0.0
+
     def check_time(self) -> None:
-        """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled."""
+        """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled; then, when another session
+        waits for the device, the turn is offered (the launch may pause here)."""
         if time.monotonic() > self.deadline:
             raise CudaError("cudaErrorLaunchTimeout",
                             f"{self.kernel.name}: ran longer than {self.limits.max_seconds} s (PYVGPU_EMU_MAX_SECONDS)")
         if self.cancel is not None and self.cancel.is_set():
             raise CudaError("cudaErrorLaunchTimeout", f"{self.kernel.name}: cancelled, the session's client is gone")
+        turn = self.turn
+        if turn is not None:
+            now = time.monotonic()
+            self.check_at = self.deadline     # before asking: a poke from now on is not lost
+            if turn.shared:
+                # Other sessions' requests are handled by threads that need the GIL this launch holds: they get it
+                # (and the CPU) here, within SHARED_CHECK_S, rather than at the interpreter's next forced switch.
+                os.sched_yield()
+                self.check_at = min(self.check_at, now + SHARED_CHECK_S)
+            left = turn.preempt()
+            if left is not None:              # others wait and this launch is within its share: check again then
+                self.check_at = min(self.check_at, time.monotonic() + max(left, 1e-4))
+            if self.cancel is not None and self.cancel.is_set():    # the client left while the launch paused
+                raise CudaError("cudaErrorLaunchTimeout",
+                                f"{self.kernel.name}: cancelled, the session's client is gone")
+
+    def geometry(self, ncta: int) -> dict:
+        """Lane-layout arrays of a chunk of ncta CTAs (read-only; "special" holds launch-independent values)."""
+        g = self.geo.get(ncta)
+        if g is None:
+            cs = self.ctasize
+            T = ncta * cs
+            lin = np.arange(T, dtype=np.int64)
+            lin_in_cta = lin % cs
+            cta_local = lin // cs
+            laneid = (lin_in_cta % 32).astype(np.uint32)
+            warp = cta_local * ((cs + 31) // 32) + lin_in_cta // 32
+            g = {"lin": lin, "lin_in_cta": lin_in_cta, "cta_local": cta_local, "laneid": laneid, "warp": warp,
+                 "warp_first": lin - laneid.astype(np.int64), "special": {},
+                 "cta_off": cta_local * self.shared_size, "lane_off": lin * self.frame,
+                 # initial register values: never written in place (registers rebind, see translator/codegen.py)
+                 "zeros": {1: np.zeros(T, bool), 16: np.zeros(T, np.uint16), 32: np.zeros(T, np.uint32),
+                           64: np.zeros(T, np.uint64)}}
+            if T <= _PLAN_GEO_LANES:
+                self.geo[ncta] = g            # at most the full chunk and the tail: a grid's chunks have two sizes
+        return g
+
+
+class Launch:
+    def __init__(self, plan: LaunchPlan, mem, symbols, params: bytes, limits: EmuLimits,
+                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
+                 printf_fifo: int = 1 << 20, turn=None):
+        self.plan = plan
+        self.kernel = plan.kernel
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
+        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
+        self.mem = mem
+        self.symbols = symbols
+        self.grid = plan.grid
+        self.block = plan.block
+        self.ctasize = plan.ctasize
+        self.params = bytes(params)
+        self.pbuf = np.frombuffer(self.params, np.uint8)
+        self.limits = limits
+        self.sm_count = limits.multiprocessors
+        self.grid_id = grid_id
+        self.dyn_shared = plan.dyn_shared
+        self.shared_size = plan.shared_size
+        self.frame = plan.frame
+        self.stdout = bytearray()
+        self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
+        self.stdout_dropped = 0
+        self._geo: dict = {}
+        self.clock_bump = 0
+        self.steps = 0
+        self.deadline = time.monotonic() + limits.max_seconds
+        self.cancel = cancel                  # set when the session's client is gone: stop at the next check
+        self.turn = turn                      # backends.base.DeviceTurn or None
+        self.check_at = self.deadline         # monotonic time of the next check a chunk must make at the latest
+        self._lock = threading.Lock()
+
+    def _poke(self) -> None:
+        """Another session waits for the device: check (and maybe pause) at the next step."""
+        self.check_at = 0.0
+
+    def check_time(self) -> None:
+        """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled; then, when another session
+        waits for the device, the turn is offered (the launch may pause here)."""
+        if time.monotonic() > self.deadline:
+            raise CudaError("cudaErrorLaunchTimeout",
+                            f"{self.kernel.name}: ran longer than {self.limits.max_seconds} s (PYVGPU_EMU_MAX_SECONDS)")
+        if self.cancel is not None and self.cancel.is_set():
+            raise CudaError("cudaErrorLaunchTimeout", f"{self.kernel.name}: cancelled, the session's client is gone")
+        if self.turn is not None:
+            shared = self.turn.shared
+            if shared:
+                os.sched_yield()              # EXPERIMENT
+            self.check_at = self.deadline if not shared else min(self.deadline, time.monotonic() + 2e-4)
+            left = self.turn.preempt()
+            if left is not None:              # others wait and this launch is within its share: check again then
+                self.check_at = min(self.check_at, time.monotonic() + max(left, 1e-4))
+            if self.cancel is not None and self.cancel.is_set():    # the client left while the launch paused
+                raise CudaError("cudaErrorLaunchTimeout",
+                                f"{self.kernel.name}: cancelled, the session's client is gone")
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs, shared by every chunk of that size (read-only)."""
@@ -189,6 +298,8 @@ class Launch:
         native = plan.native and self.kernel.native_make(wait=plan.native == "on")
         self.make = native or self.kernel.make      # (compiles the block code at the kernel's first launch)
         t0 = time.perf_counter()
+        if self.turn is not None:
+            self.turn.on_waiter(self._poke)
         try:
             if threads > 1:
                 self._run_parallel(ncta_total, per, threads)
@@ -206,6 +317,9 @@ class Launch:
                 e = CudaError(e.code, f"{self.kernel.name}: {e.message}")
             e.stdout = bytes(self.stdout)
             raise e
+        finally:
+            if self.turn is not None:
+                self.turn.on_waiter(None)
         return bytes(self.stdout)
 
     def _run_parallel(self, ncta_total: int, per: int, threads: int) -> None:

@@ -169,6 +169,28 @@ class LaneMemory:
             qa = q[sh] = bb >> sh
         return qa, off >> sh
 
+    def _param_index(self, addr, off, isz, vsize):
+        """Fast path for converged loads of kernel parameters through a register (`ld.param [%rd+off]`, a struct
+        parameter indexed at run time): per address array remember whether every lane's address lies in the
+        parameter window and whether they are all equal (the usual case: parameters are the same for every thread).
+        Returns the element index (int: one address) or indices into the parameter buffer, or None for the slow
+        path (call-sequence .param variables, faults)."""
+        key = (addr.__array_interface__["data"][0], addr.dtype, addr.strides, "param")
+        ent = self._acache.get(key)
+        if ent is None or ent[0].shape != addr.shape:
+            a = addr.astype(np.uint64, copy=False)
+            lo, hi = int(a.min()), int(a.max())
+            ent = (addr, lo, hi, int(np.bitwise_or.reduce(a & np.uint64(15))),
+                   None if lo == hi else (a - np.uint64(PAR_WIN)).view(np.int64))
+            self._cache_put(key, ent)
+        _, lo, hi, low, rel = ent
+        start = lo + off - PAR_WIN
+        if lo < PAR_WIN or hi + off + vsize > PAR_WIN + self.pbuf.size or start < 0 or off % vsize or \
+                (low & (vsize - 1)):
+            return None
+        sh = isz.bit_length() - 1
+        return start >> sh if rel is None else (rel + off) >> sh
+
     def _global_slices(self, addr, off, isz, nvec, write):
         """Fast path for converged global accesses through a register: per address array (registers are
         immutable) remember its range, alignment and whether the lanes' addresses are evenly spaced (coalesced
@@ -240,6 +262,13 @@ class LaneMemory:
                 idx, c = hit
                 v = self._view(self.smem if space == "shared" else self.lmem, dt)
                 return [v[c + k:].take(idx) if c + k >= 0 else v.take(idx + (c + k)) for k in range(nvec)]
+        if sel is None and addr is not None and space == "param":
+            hit = self._param_index(addr, off, isz, isz * nvec)
+            if hit is not None:
+                v = self._view(self.pbuf, dt)
+                if isinstance(hit, int):
+                    return [np.full(self.T, v[hit + k]) for k in range(nvec)]
+                return [v.take(hit + k) for k in range(nvec)]
         parts = self.resolve(space, addr, off, isz, False, sel, isz * nvec)
         n = self.T if sel is None else len(sel)
         if len(parts) == 1 and parts[0][2] is None:

@@ -1,0 +1,267 @@
+"""Device time no session can hold (issue 23, part 3), on the emulated GPU: a long kernel pauses between its steps
+while other sessions' work runs, by the fair scheduler's weights, and keeps running to the right result; other
+sessions' allocations, frees, copies and launches are not queued behind it.
+
+Before, a kernel held its device's turn until it ended: another session's copy waited for all of it.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from harness import ptx_of
+from pyvgpu.client import Client
+from pyvgpu.protocol import HELLO_WEIGHT
+
+THREADS = 256
+A, C = 1664525, 1013904223          # tests/cuda/device_time.cu: spin's LCG
+
+
+def spin_result(iters: int) -> bytes:
+    """What spin(out, iters) leaves in out[0..255]: acc = tid, iters times acc = acc * A + C (mod 2**32)."""
+    mul, add = 1, 0                  # the affine map x -> mul * x + add, raised to the iters-th power by squaring
+    pa, pc = A, C
+    n = iters
+    while n:
+        if n & 1:
+            mul, add = (pa * mul) % (1 << 32), (pa * add + pc) % (1 << 32)
+        pa, pc = (pa * pa) % (1 << 32), (pa * pc + pc) % (1 << 32)
+        n >>= 1
+    tid = np.arange(THREADS, dtype=np.uint64)
+    return ((tid * mul + add) % (1 << 32)).astype("<u4").tobytes()
+
+
+class Tenant:
+    """A session with device_time.cu loaded and a 1 KiB output buffer."""
+
+    def __init__(self, port: int, name: str, weight: float = 1.0) -> None:
+        self.c = Client.connect("127.0.0.1", port, tls=None, client_text=name, hello={HELLO_WEIGHT: weight})
+        info = self.c.check("MODULE_LOAD", 0, 1, payload=ptx_of("device_time.cu"))[0]
+        self.k = {name: k["id"] for name, k in info["kernels"].items()}
+        self.out = self.c.check("MALLOC", 0, 4 * THREADS)[0]
+
+    def spin(self, iters: int) -> float:
+        """Launch spin and wait for it; → seconds; its result checked."""
+        t = time.perf_counter()
+        self.c.call("LAUNCH", 0, self.k["spin"], [1, 1, 1], [THREADS, 1, 1], 0, 0,
+                    payload=struct.pack("<QI4x", self.out, iters), reply=False)
+        self.c.check("DEVICE_SYNC", 0)
+        dt = time.perf_counter() - t
+        assert self.c.check("MEMCPY_DTOH", 0, self.out, 4 * THREADS, 0)[1] == spin_result(iters)
+        return dt
+
+    def round_trip(self, data: bytes) -> float:
+        """Allocate, copy in, launch add_one, copy out (checked), free; → seconds."""
+        c = self.c
+        t = time.perf_counter()
+        p = c.check("MALLOC", 0, len(data))[0]
+        c.check("MEMCPY_HTOD", 0, p, 0, payload=data)
+        c.call("LAUNCH", 0, self.k["add_one"], [len(data) // 4 // 256, 1, 1], [256, 1, 1], 0, 0,
+               payload=struct.pack("<QI4x", p, len(data) // 4), reply=False)
+        got = c.check("MEMCPY_DTOH", 0, p, len(data), 0)[1]
+        c.check("FREE", 0, p)
+        dt = time.perf_counter() - t
+        expect = (np.frombuffer(data, "<u4") + np.uint32(1)).astype("<u4").tobytes()
+        assert got == expect
+        return dt
+
+    def device_seconds(self, monitor: Client) -> float:
+        me = self.c.session
+        for s in monitor.status()["sessions"]:
+            if s["id"] == me:
+                return s["devices"][0].get("device_seconds", 0.0)
+        raise AssertionError(f"session {me} not in status")
+
+
+def iterations_for(t: Tenant, seconds: float) -> int:
+    n = 20000
+    return max(n, int(n * seconds / min(t.spin(n) for _ in range(2))))
+
+
+def test_other_sessions_work_runs_during_a_long_kernel(daemon_factory):
+    d = daemon_factory("--emu-devices", "1")
+    a, b = Tenant(d.port, "long"), Tenant(d.port, "short")
+    data = bytes(range(256)) * 256
+    alone = min(b.round_trip(data) for _ in range(5))
+    iters = iterations_for(a, 4.0)
+    spun: dict[str, float] = {}
+    th = threading.Thread(target=lambda: spun.setdefault("s", a.spin(iters)))
+    th.start()
+    time.sleep(0.5)
+    during = []
+    while th.is_alive() and len(during) < 20:
+        during.append(b.round_trip(data))
+    th.join()
+    assert len(during) >= 3, f"only {len(during)} round trips of the other session during a {spun['s']:.1f} s kernel"
+    # before: the first round trip waited for the whole kernel (seconds); now each is a few of its time alone
+    assert max(during) < 1.0, (alone, during)
+    assert sorted(during)[len(during) // 2] < max(0.25, 20 * alone), (alone, during)
+
+
+@pytest.mark.parametrize("weights", [(1.0, 3.0)])
+def test_long_kernels_share_the_device_by_weight(daemon_factory, weights):
+    """Two sessions each running long kernels at once get device time in proportion to their weights, and both
+    kernels finish with the right result."""
+    d = daemon_factory("--emu-devices", "1", "--max-weight", "4")
+    t1, t2 = Tenant(d.port, "w1", weights[0]), Tenant(d.port, "w3", weights[1])
+    iters = iterations_for(t1, 3.0)
+    threads = [threading.Thread(target=t.spin, args=(iters,)) for t in (t1, t2)]
+    with Client.connect("127.0.0.1", d.port, tls=None) as monitor:
+        for th in threads:
+            th.start()
+        time.sleep(0.5)
+        s0 = (t1.device_seconds(monitor), t2.device_seconds(monitor))
+        time.sleep(1.5)
+        s1 = (t1.device_seconds(monitor), t2.device_seconds(monitor))
+        for th in threads:
+            th.join()
+    got1, got2 = s1[0] - s0[0], s1[1] - s0[1]
+    assert got1 > 0.1 and got2 > 0.1, (s0, s1)
+    ratio = got2 / got1
+    assert 2.0 < ratio < 4.5, f"device time {got1:.2f} s : {got2:.2f} s, ratio {ratio:.2f}, weights {weights}"
+
+
+# ---------------------------------------------------------------------------------------------- the turn itself
+def test_preempt_hands_the_turn_to_a_waiter_and_takes_it_back():
+    """Lane.preempt: a lane holding the turn inside a long job is poked when another starts waiting, hands over
+    once it has run past the waiter's share, and continues when the waiter is done; the pause is not its device
+    time."""
+    from pyvgpu_daemon.scheduler import DeviceScheduler
+    sched = DeviceScheduler(0, quantum=0.001)
+    a, b = sched.lane(name="a"), sched.lane(name="b")
+    a.begin()
+    a.job_t0 = sched.clock()
+    pokes = []
+    a.on_waiter(lambda: pokes.append(time.perf_counter()))
+    order = []
+
+    def other():
+        b.begin()                         # waits: a holds the turn
+        order.append("b runs")
+        time.sleep(0.05)
+        b.device_seconds += 0.05
+        b.idle()
+
+    th = threading.Thread(target=other)
+    th.start()
+    while not pokes:
+        time.sleep(0.001)
+    time.sleep(0.02)                      # a "runs" 20 ms: past the waiter by more than the quantum
+    t = time.perf_counter()
+    a.preempt()                           # hands over, returns once b is done
+    paused = time.perf_counter() - t
+    order.append("a continues")
+    th.join()
+    assert order == ["b runs", "a continues"], order
+    assert paused >= 0.04 and a.holding
+    a.end(None, 0.0, a.job_t0, sched.clock())
+    assert 0.015 < a.device_seconds < paused, (a.device_seconds, paused)     # the pause is not a's time
+    a.idle()
+
+
+class _FakeTurn:
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.charged: list[float] = []
+        self.preempts = 0
+
+    def charge(self, seconds: float) -> None:
+        self.charged.append(seconds)
+
+    def preempt(self):
+        self.preempts += 1
+        return None
+
+
+class _EventDriver:
+    """Just the event calls of the CUDA driver; an event completes when the test says its kernel ended."""
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+        self.next = 1
+        self.done: set[int] = set()
+        self.recorded: list[tuple[int, int]] = []
+        self.synced: list[int] = []
+        self.destroyed: list[int] = []
+
+    def cuEventCreate(self, flags):
+        self.next += 1
+        return 0, self.next
+
+    def cuEventRecord(self, e, s):
+        self.recorded.append((e, s))
+        return (0,)
+
+    def cuEventQuery(self, e):
+        return (0 if e in self.done else 600,)
+
+    def cuEventSynchronize(self, e):
+        self.synced.append(e)
+        self.done.add(e)
+        return (0,)
+
+    def cuEventElapsedTime(self, a, b):
+        return 0, self.ms
+
+    def cuEventDestroy(self, e):
+        self.destroyed.append(e)
+        return (0,)
+
+
+def test_real_gpu_kernels_are_timed_and_charged_while_shared():
+    from contextlib import contextmanager
+
+    from pyvgpu_daemon.backends.cuda_turns import GpuTime
+    waits = []
+
+    @contextmanager
+    def wait_scope():
+        waits.append(1)
+        yield
+
+    drv = _EventDriver(ms=250.0)
+    g = GpuTime(drv)
+    launched = []
+    alone = _FakeTurn(shared=False)
+    g.launch(alone, 7, lambda: launched.append(1), wait_scope)
+    assert launched == [1] and not drv.recorded and not alone.charged      # alone on the device: not timed
+    turn = _FakeTurn(shared=True)
+    for _ in range(GpuTime.INFLIGHT):
+        g.launch(turn, 7, lambda: launched.append(1), wait_scope)
+    assert len(g.timed) == GpuTime.INFLIGHT and turn.preempts == GpuTime.INFLIGHT and not waits
+    # one more: the oldest unfinished launch is waited for first (a host wait), then charged
+    oldest = g.timed[0][1]
+    g.launch(turn, 7, lambda: launched.append(1), wait_scope)
+    assert waits == [1] and drv.synced == [oldest]
+    assert turn.charged == [0.25]
+    # the rest finish: the next launch charges each of them once
+    for _, end in list(g.timed):
+        drv.done.add(end)
+    g.launch(turn, 7, lambda: launched.append(1), wait_scope)
+    assert turn.charged == [0.25] * (GpuTime.INFLIGHT + 1) and len(g.timed) == 1
+    assert all(s == 7 for _, s in drv.recorded)
+    g.drop()
+    assert not g.timed and len(drv.destroyed) >= 2
+
+
+def test_fresh_waiter_is_served_at_once_backlogged_ones_by_the_quantum():
+    from pyvgpu_daemon.scheduler import FairShare, Share
+    fs = FairShare(quantum=0.002)
+    a, b = Share(name="a"), Share(name="b")
+    assert fs.request(a)
+    fs.charge(a, 0.0005)
+    assert not fs.request(b)              # b was idle: it enters at the system virtual time, behind a
+    # inside a job a yields to a waiter that was idle at once, even within the quantum ...
+    assert fs.finish(a, True, mid_job=True) == (False, b)
+    fs.charge(b, 0.0001)
+    # ... while b, now the holder, keeps the turn against a (backlogged: it queued behind b) within the quantum
+    assert fs.finish(b, True, mid_job=True) == (True, None)
+    fs.charge(b, 0.003)
+    assert fs.finish(b, True, mid_job=True) == (False, a)
+    # between jobs, the quantum holds for a fresh waiter too (a flooder's small jobs are batched)
+    c = Share(name="c")
+    assert not fs.request(c)
+    assert fs.finish(a, True) == (True, None)

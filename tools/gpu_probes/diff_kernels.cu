@@ -1,0 +1,168 @@
+// Kernels whose results the real-GPU check compares bit for bit between the emulated GPU and a real one
+// (tools/gpu_probes/gpu_diff_kernels.py builds and runs this through pyvgpu against each daemon).
+//   diff_kernels OUTFILE    writes every group's raw results to OUTFILE, one line "group NAME BYTES" per group to
+//                           stdout in the same order; exit 1 on any CUDA error
+// Inputs are the same on every run: xorshift bit patterns mixed with special values (zeros, denormals, infinities,
+// NaNs with payloads, extremes). Add a group: a kernel writing `per` results per input, and one run_group line.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static const int N = 1 << 14;   // inputs per group
+
+__global__ void f32_arith(const float *a, const float *b, const float *c, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i], z = c[i];
+    float *r = o + 8 * i;
+    r[0] = __fadd_rn(x, y); r[1] = __fmul_rn(x, y); r[2] = fmaf(x, y, z); r[3] = x / y;
+    r[4] = sqrtf(x); r[5] = 1.0f / x; r[6] = fminf(x, y); r[7] = fmaxf(x, y);
+}
+
+__global__ void f32_approx(const float *a, const float *b, const float *c, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i];
+    float *r = o + 6 * i;
+    r[0] = __sinf(x); r[1] = __cosf(x); r[2] = __expf(x); r[3] = __logf(x); r[4] = rsqrtf(x); r[5] = __fdividef(x, b[i]);
+}
+
+__global__ void f32_libm(const float *a, const float *b, const float *c, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i];
+    float *r = o + 6 * i;
+    r[0] = sinf(x); r[1] = expf(x); r[2] = logf(x); r[3] = powf(x, y); r[4] = tanhf(x); r[5] = erff(x);
+}
+
+__global__ void f32_convert(const float *a, const float *b, const float *c, uint32_t *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i];
+    uint32_t *r = o + 7 * i;
+    r[0] = (uint32_t)__float2int_rn(x); r[1] = (uint32_t)__float2int_rz(x); r[2] = (uint32_t)__float2int_rd(x);
+    r[3] = (uint32_t)__float2int_ru(x); r[4] = __float2uint_rz(x);
+    r[5] = __half_as_ushort(__float2half_rn(x));
+    r[6] = __float_as_uint(__int2float_rn((int)__float_as_uint(b[i])));
+}
+
+__global__ void f64_arith(const double *a, const double *b, const double *c, double *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double x = a[i], y = b[i], z = c[i];
+    double *r = o + 6 * i;
+    r[0] = __dadd_rn(x, y); r[1] = __dmul_rn(x, y); r[2] = fma(x, y, z); r[3] = x / y; r[4] = sqrt(x);
+    r[5] = (double)(float)x;
+}
+
+__global__ void int_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c, uint32_t *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t x = a[i], y = b[i], z = c[i];
+    uint32_t *r = o + 8 * i;
+    r[0] = __umulhi(x, y); r[1] = (uint32_t)__mulhi((int)x, (int)y); r[2] = __popc(x); r[3] = __clz(x);
+    r[4] = __brev(x); r[5] = __funnelshift_l(x, y, z); r[6] = __byte_perm(x, y, z);
+    r[7] = (uint32_t)__dp4a((int)x, (int)y, (int)z);
+}
+
+__global__ void warp_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c, uint32_t *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;              // n is a multiple of 32: whole warps
+    uint32_t x = a[i];
+    uint32_t *r = o + 4 * i;
+    r[0] = __shfl_xor_sync(0xffffffffu, x, 5);
+    r[1] = __shfl_up_sync(0xffffffffu, x, 3);
+    r[2] = __ballot_sync(0xffffffffu, x & 1u);
+    r[3] = __match_any_sync(0xffffffffu, x & 3u);
+}
+
+template <typename TI, typename TO>
+static void run_group(FILE *out, const char *name, void (*kernel)(const TI *, const TI *, const TI *, TO *, int),
+                      int per, const std::vector<TI> &a, const std::vector<TI> &b, const std::vector<TI> &c) {
+    size_t in_bytes = N * sizeof(TI), out_bytes = (size_t)N * per * sizeof(TO);
+    TI *da, *db, *dc;
+    TO *dout;
+    CK(cudaMalloc(&da, in_bytes)); CK(cudaMalloc(&db, in_bytes)); CK(cudaMalloc(&dc, in_bytes));
+    CK(cudaMalloc(&dout, out_bytes));
+    CK(cudaMemcpy(da, a.data(), in_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, b.data(), in_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dc, c.data(), in_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xA5, out_bytes));    // poison: an unwritten result shows
+    kernel<<<(N + 255) / 256, 256>>>(da, db, dc, dout, N);
+    CK(cudaGetLastError());
+    std::vector<TO> host((size_t)N * per);
+    CK(cudaMemcpy(host.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+    if (fwrite(host.data(), 1, out_bytes, out) != out_bytes) { perror("write"); exit(1); }
+    printf("group %s %zu\n", name, out_bytes);
+    CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dc)); CK(cudaFree(dout));
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t next_bits() {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+// Every 8th input a special value, the rest random bit patterns (every exponent) or ordinary numbers.
+static std::vector<uint32_t> bits32(int salt) {
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u,
+                                       0xff800000u, 0x7fc00000u, 0x7fa00001u, 0xffc12345u, 0x7f7fffffu,
+                                       0x3f800000u, 0xbf800000u, 0x4b000000u, 0x3effffffu, 0x4f000000u,
+                                       0xcf000001u};
+    std::vector<uint32_t> v(N);
+    for (int i = 0; i < N; i++) {
+        uint64_t r = next_bits() + salt;
+        v[i] = (i % 8 == 0) ? special[(i / 8 + salt) % 16] : (i % 8 < 5) ? (uint32_t)r
+             : (0x3c000000u + (uint32_t)(r % 0x0c000000u)) ^ ((uint32_t)(r >> 40) & 0x80000000u);
+    }
+    return v;
+}
+
+static std::vector<uint64_t> bits64(int salt) {
+    static const uint64_t special[] = {0ull, 0x8000000000000000ull, 1ull, 0x7ff0000000000000ull,
+                                       0xfff0000000000000ull, 0x7ff8000000000000ull, 0x7ff0000000000001ull,
+                                       0x3ff0000000000000ull};
+    std::vector<uint64_t> v(N);
+    for (int i = 0; i < N; i++) {
+        uint64_t r = next_bits() + salt;
+        v[i] = (i % 8 == 0) ? special[(i / 8 + salt) % 8] : (i % 8 < 5) ? r
+             : (0x3f00000000000000ull + r % 0x0180000000000000ull) ^ ((r >> 3) & 0x8000000000000000ull);
+    }
+    return v;
+}
+
+template <typename T, typename B>
+static std::vector<T> as(const std::vector<B> &bits) {
+    std::vector<T> v(bits.size());
+    memcpy(v.data(), bits.data(), bits.size() * sizeof(B));
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s OUTFILE\n", argv[0]);
+        return 2;
+    }
+    FILE *out = fopen(argv[1], "wb");
+    if (!out) { perror(argv[1]); return 1; }
+    std::vector<uint32_t> a = bits32(0), b = bits32(5), c = bits32(11);
+    std::vector<uint64_t> a64 = bits64(0), b64 = bits64(3), c64 = bits64(6);
+    std::vector<float> fa = as<float>(a), fb = as<float>(b), fc = as<float>(c);
+    std::vector<double> da = as<double>(a64), db = as<double>(b64), dc = as<double>(c64);
+    run_group(out, "f32_arith", f32_arith, 8, fa, fb, fc);
+    run_group(out, "f32_convert", f32_convert, 7, fa, fb, fc);
+    run_group(out, "f32_libm", f32_libm, 6, fa, fb, fc);
+    run_group(out, "f32_approx", f32_approx, 6, fa, fb, fc);
+    run_group(out, "f64_arith", f64_arith, 6, da, db, dc);
+    run_group(out, "int_ops", int_ops, 8, a, b, c);
+    run_group(out, "warp_ops", warp_ops, 4, a, b, c);
+    fclose(out);
+    return 0;
+}
