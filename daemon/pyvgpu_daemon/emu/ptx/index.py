@@ -16,6 +16,7 @@ before anything is refused, and a statement the scan does not see is still parse
 """
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,11 +38,11 @@ _OPCODE = r"[A-Za-z][\w$]*(?:\.[\w$]+(?:::[\w$]+)*)*"
 # The opcode of every statement: after `;`, `{` or `}`, labels and a guard. Not an opcode: a name followed by `,`,
 # `}` or `:` (`{lo, hi}` vector operands, labels of directives).
 _NOT_OPERAND = r"(?![\w$.:]|\s*[,}:])"
-_DECLARATION = r"(\.(?:reg|local|shared|param|const|global)\b[^;]*)(?=;)"
-# One pass finds both: (opcode, '') for an instruction, ('', declaration) for a declaration statement.
-_STATEMENT = re.compile(r"[;{}]\s*" + _LABELS + "(?:" + _GUARD + "(" + _OPCODE + ")" + _NOT_OPERAND + "|"
-                        + _DECLARATION + ")")
-_DECL = re.compile(r"[;{}]\s*" + _LABELS + _DECLARATION)
+# One pass finds both, as strings: an instruction's opcode, or a declaration statement (it starts with a dot).
+_STATEMENT = re.compile(r"[;{}]\s*" + _LABELS + "(?:" + _GUARD + "(?=[A-Za-z])|(?=\\.))(" + _OPCODE + _NOT_OPERAND
+                        + r"|\.(?:reg|local|shared|param|const|global)\b[^;]*(?=;))")
+_is_declaration = operator.methodcaller("startswith", ".")
+_DECL = re.compile(r"[;{}]\s*" + _LABELS + r"(\.(?:reg|local|shared|param|const|global)\b[^;]*)(?=;)")
 # `.reg .b32 %r<12>` and `.reg .pred p`: most declarations, read without the parser (anything else goes through it)
 _SIMPLE_REG = re.compile(r"\.reg\s+\.(\w+)\s+(%?[A-Za-z_$][\w$]*)\s*(?:<\s*(\d+)\s*>)?\s*")
 _CALL = re.compile(r"(?<![\w$.%])call(?:\.uni)?\s*(?:\([^)]*\)\s*,\s*)?([%\w$.]+)")
@@ -97,13 +98,13 @@ class ModuleIndex:
         text = src[span.start:span.end]
         if "/" in text or ".loc" in text or ".file" in text:
             text = _NOISE.sub(lambda m: " " * len(m.group()), text)
-        found = _STATEMENT.findall(text)
-        ops_or_empty, decls_or_empty = zip(*found) if found else ((), ())
-        ops = list(filter(None, ops_or_empty))
-        if len(ops) > self.limits.max_instructions:
+        found = _STATEMENT.findall(text)                 # opcodes and declarations, as strings: C speed
+        decls = list(filter(_is_declaration, found))
+        statements = len(found) - len(decls)
+        if statements > self.limits.max_instructions:
             raise CudaError("cudaErrorInvalidPtx", f"PTX line {span.line}: instructions in {name} exceed the "
                                                    f"emulator's bound of {self.limits.max_instructions}")
-        opcodes = set(ops)
+        opcodes = set(found).difference(decls)
         for op in opcodes - self.opcodes.keys():          # where the module first uses it (for the check)
             m = re.search(r"[;{}]\s*" + _LABELS + _GUARD + "(" + re.escape(op) + ")" + _NOT_OPERAND, text)
             self.opcodes[op] = (name, span.start + m.start(1))
@@ -111,7 +112,7 @@ class ModuleIndex:
         opcodes = {self._names[op] for op in opcodes}    # one string per opcode text for the whole module
         regs: list = []
         others = []
-        for d in filter(None, decls_or_empty):
+        for d in decls:
             m = _SIMPLE_REG.fullmatch(d)
             if m and m.group(1) in BYTES and (m.group(3) is None or m.group(3)[0] != "0" or m.group(3) == "0"):
                 regs.append(ir.RegDecl(m.group(1), m.group(2), None if m.group(3) is None else int(m.group(3))))
@@ -128,7 +129,7 @@ class ModuleIndex:
                     raise CudaError("cudaErrorInvalidPtx", "")
         except CudaError:                                 # again, one by one through the parser, for its message
             regs, locals_ = self._declarations(name, self._declaration_tokens(span, text))
-        scan = BodyScan(opcodes, len(ops), regs, locals_)
+        scan = BodyScan(opcodes, statements, regs, locals_)
         if func_names and mention is not None:
             scan.mentions = Counter(mention.findall(text))
             for target in _CALL.findall(text):
