@@ -36,6 +36,16 @@ def lib_path(name: str = LIB_NAME) -> Path:
                             + " (build it with `pip install .` or `cmake -S . -B build/dev && cmake --build build/dev`)")
 
 
+def forwarded_libraries(directory: Path) -> list[Path]:
+    """pyvgpu's drop-ins for NVIDIA's libraries in a client-library directory (libvcudart, libvcuda, libvcublas,
+    libvnvml, ...: every libv*.so* file; the names programs look for are aliases of these), runtime and driver
+    first. `pyvgpu run` preloads them all, so that each one's SONAME is taken before a program or a Python wheel
+    loads NVIDIA's copy (by RUNPATH, or by absolute path after an already-loaded check, as cuda-pathfinder does)."""
+    found = sorted(p for p in directory.glob("libv*.so*") if p.is_file() and not p.is_symlink())
+    first = [directory / LIB_NAME, directory / DRIVER_LIB_NAME]
+    return [p for p in first if p in found] + [p for p in found if p not in first]
+
+
 def lib_dir() -> Path:
     """The directory holding every client library and the names programs look for (libcuda.so.1, libcuda.so,
     libcudart.so.13): for LD_LIBRARY_PATH and `-L... -lcuda`."""

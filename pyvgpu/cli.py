@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyvgpu
-from pyvgpu import auth, config, hostmap, placement, tls
+from pyvgpu import auth, config, frameworks, hostmap, leasing, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
-from pyvgpu.protocol import DEFAULT_PORT, ENV_MEMORY, ENV_STATS, ENV_WEIGHT
+from pyvgpu.protocol import (DEFAULT_PORT, ENV_CENSUS, ENV_LEASES, ENV_MEMORY, ENV_STATS, ENV_WEIGHT,
+                             MIN_LEASE_FRACTION, STATUS_LEASES)
 from pyvgpu.units import parse_size
 
 PROG = "pyvgpu"
@@ -152,6 +153,9 @@ def daemon_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--log-level", args.log_level]
     for spec in args.session_memory or []:
         argv += ["--session-memory", spec]
+    lease_state = args.lease_state or str(config.daemon_lease_path(args.port))
+    if lease_state != "none":
+        argv += ["--lease-state", lease_state]
     for flag, value in (("--max-weight", args.max_weight), ("--scheduling", args.scheduling),
                         ("--time-slice", args.time_slice),
                         ("--metrics-port", args.metrics_port), ("--metrics-host", args.metrics_host)):
@@ -359,7 +363,21 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
                      f"sharing slowdown {_slowdown(u.get('slowdown'))}")
         if isinstance(u.get("session_memory_limit"), int) and u["session_memory_limit"] != total:
             line += f"; session limit {_mem(u['session_memory_limit'])}"
+        lease = leasing.summary(status, i)
+        if lease != "-":
+            line += f"; leased: {lease}"
         lines.append(line)
+    leases = [x for x in status.get(STATUS_LEASES) or [] if isinstance(x, dict)]
+    if leases:
+        lines.append(f"leases: {len(leases)}")
+    for x in leases:
+        kind = "exclusive" if x.get("exclusive") else f"share {float(x.get('fraction', 0)):g}"
+        if not x.get("exclusive") and isinstance(x.get("memory"), int):
+            kind += f", {_mem(x['memory'])} quota, weight {float(x.get('weight') or 0):g}"
+        lines.append(f"  lease {x.get('tag', '?')}: dev {x.get('device', '?')}, {kind}, {x.get('holder') or '?'}"
+                     + (f", job {x['job']}" if x.get("job") else "")
+                     + f", expires in {float(x.get('expires_in', 0)):.0f} s (ttl {float(x.get('ttl', 0)):g} s), "
+                       f"{x.get('sessions', 0)} session(s)")
     others = [s for s in sessions if not s.get("self")]
     lines.append(f"sessions: {len(others)}" + (" (not counting this status query)" if len(others) != len(sessions)
                                                else ""))
@@ -475,6 +493,16 @@ def _daemon_entries(args: argparse.Namespace) -> list[Host]:
     return entries
 
 
+def _report_of(reports: list[hostmap.HostDevices], g: hostmap.Gpu) -> hostmap.HostDevices | None:
+    return next((r for r in reports if r.host.daemon_key() == g.host.daemon_key() and r.error is None), None)
+
+
+def leases_of(reports: list[hostmap.HostDevices], g: hostmap.Gpu) -> list[Any]:
+    rep = _report_of(reports, g)
+    return [x for x in ((rep.status or {}).get(STATUS_LEASES) or [] if rep else [])
+            if isinstance(x, dict) and x.get("device") == g.remote_ordinal]
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     entries = _daemon_entries(args)
     reports = hostmap.query_daemons(entries, config.load_token(), args.timeout, _load_client().connect, status=True)
@@ -492,18 +520,22 @@ def cmd_devices(args: argparse.Namespace) -> int:
                       "busy_ratio": load[g.index].get("busy_ratio"),
                       "sharing_slowdown": load[g.index].get("slowdown"),
                       "sessions": load[g.index].get("sessions"),
-                      "active_sessions": load[g.index].get("active_sessions")} for g in gpus],
+                      "active_sessions": load[g.index].get("active_sessions"),
+                      "leases": [x for x in leases_of(reports, g) if isinstance(x, dict)]} for g in gpus],
             "errors": [{"host": str(r.host), "error": r.error} for r in failed]}, indent=2))
     else:
         if gpus:
-            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "USED", "BUSY", "SLOWDOWN", "SESSIONS", "BACKEND")]
+            rows = [("GPU", "HOST", "ORDINAL", "NAME", "MEMORY", "USED", "BUSY", "SLOWDOWN", "SESSIONS", "LEASE",
+                     "BACKEND")]
             for g in gpus:
                 u = load[g.index]
                 busy = u.get("busy_ratio")
+                rep = _report_of(reports, g)
                 rows.append((f"GPU{g.index}", str(g.host), str(g.remote_ordinal), g.name, format_bytes(g.total_mem),
                              format_bytes(int(u["memory_used"])) if "memory_used" in u else "?",
                              f"{busy:.2f}" if isinstance(busy, (int, float)) else "?", _slowdown(u.get("slowdown")),
-                             str(u.get("sessions", "?")), g.backend))
+                             str(u.get("sessions", "?")),
+                             leasing.summary(rep.status or {}, g.remote_ordinal, 40) if rep else "?", g.backend))
             print(_table(rows))
         else:
             _note("no GPUs found")
@@ -530,6 +562,8 @@ def _lib(name: str = pyvgpu.LIB_NAME) -> Path:
 def cmd_lib(args: argparse.Namespace) -> int:
     if args.dir:
         print(_lib(pyvgpu.DRIVER_LIB_NAME).parent)
+    elif args.preload:
+        print(" ".join(str(p) for p in pyvgpu.forwarded_libraries(_lib(pyvgpu.DRIVER_LIB_NAME).parent)))
     else:
         print(_lib(pyvgpu.DRIVER_LIB_NAME if args.driver else pyvgpu.LIB_NAME))
     return 0
@@ -584,13 +618,17 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
     """The environment `pyvgpu run` gives the program."""
     env = dict(os.environ if base is None else base)
     # libvcudart stands in for libcudart.so.13 (programs built with -cudart shared); libvcuda for libcuda.so.1
-    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries).
-    # Preloading libvcuda also beats an RPATH that points at another libcuda.so.1.
-    libs = [str(_lib()), str(_lib(pyvgpu.DRIVER_LIB_NAME))]
+    # (the static runtime nvcc links by default, NVIDIA's own libcudart, driver-API programs, CUDA libraries);
+    # libvcublas, libvnvml, ... for theirs. Preloaded, each SONAME is taken before anything else can load NVIDIA's
+    # copy: it beats an RPATH/RUNPATH (torch's wheel folders) and the already-loaded check of loaders that take
+    # absolute paths (CuPy's cuda-pathfinder); a copy loaded by path anyway (torch's own preloading) is shadowed,
+    # the preloaded one binds first (`--explain` shows which file served each library).
+    runtime, driver = _lib(), _lib(pyvgpu.DRIVER_LIB_NAME)
+    libs = [str(p) for p in pyvgpu.forwarded_libraries(driver.parent)] or [str(runtime), str(driver)]
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p not in libs]
     env["LD_PRELOAD"] = " ".join([*libs, *preload])
-    # The other client libraries (libcublas.so.13, ...) are found by their SONAMEs in the same directory.
-    libdir = str(Path(libs[1]).parent)
+    # The names programs look for (libcuda.so, libcublas.so.13, ...) are in the same directory.
+    libdir = str(driver.parent)
     paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
     env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
     if hosts is None:
@@ -603,7 +641,8 @@ def run_env(hosts: list[Host] | None, base: dict[str, str] | None = None) -> dic
 
 
 def place(pool: list[Host], n: int, memory: int, timeout: float, explain: bool) -> list[Host]:
-    """The n GPUs of `pool` placement chooses (best first), as host:port/ordinal entries."""
+    """The n GPUs of `pool` placement chooses (best first), as host:port/ordinal entries, without leasing them
+    (inside a job that holds leases already: the pool is the job's own GPUs)."""
     if not pool:
         raise CliError("placement needs a pool: the host map has no daemons besides `auto` (add some with "
                        f"`{PROG} hosts add HOST[:PORT]` or pass --hosts)")
@@ -626,6 +665,88 @@ def place(pool: list[Host], n: int, memory: int, timeout: float, explain: bool) 
     return [Host(ch.candidate.host.host, ch.candidate.host.port, ch.candidate.ordinal) for ch in chosen]
 
 
+def lease_gpus(args: argparse.Namespace, pool: list[Host], n: int, memory: int, command: list[str]) -> leasing.Held:
+    """Lease n GPUs of the pool for the program (waiting for them unless --no-wait), best first."""
+    if not pool:
+        raise CliError("placement needs a pool: the host map has no daemons besides `auto` (add some with "
+                       f"`{PROG} hosts add HOST[:PORT]` or pass --hosts)")
+    terms = leasing.Terms(holder=f"{PROG} run (pid {os.getpid()} on {socket.gethostname()}): "
+                                 f"{' '.join(command)[:120]}",
+                          job=f"{PROG}-run:{socket.gethostname()}:{os.getpid()}", ttl=args.lease_ttl,
+                          fraction=args.share, memory=(memory or None) if args.share is not None else None,
+                          weight=args.weight if args.share is not None else None)
+
+    def on_round(rnd: leasing.Round) -> None:
+        if args.explain:
+            for ch in rnd.every:
+                print(f"{PROG}: placement: {placement.explain(ch, memory)}", file=sys.stderr)
+        for e in rnd.errors:
+            _note(f"placement: skipping {e}")
+
+    def on_wait(why: str) -> None:
+        limit = "" if args.wait is None else f" (at most {args.wait:g} s)"
+        _note(f"waiting for a lease{limit}: {why}")
+
+    try:
+        held = leasing.acquire(pool, n, terms, memory=memory, wait=0.0 if args.no_wait else args.wait,
+                               token=config.load_token(), timeout=args.timeout, connect=_load_client().connect,
+                               on_round=on_round, on_wait=on_wait)
+    except leasing.LeaseError as exc:
+        hint = "; without --no-wait it waits for them" if args.no_wait else ""
+        raise CliError(f"no lease: {exc}{hint}") from None
+    if args.explain:
+        _note(f"leased {leasing.shares(held)}")
+    return held
+
+
+def start_failure(program: str, exc: OSError) -> CliError:
+    """The one-line error, with the shell's exit status, for a program that could not be started."""
+    if isinstance(exc, FileNotFoundError):
+        return CliError(f"{program}: command not found", 127)
+    if isinstance(exc, PermissionError):
+        return CliError(f"{program}: permission denied (is it executable?)", 126)
+    return CliError(f"{program}: {exc.strerror or exc}", 126)
+
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def run_leased(command: list[str], env: dict[str, str], held: leasing.Held, ttl: float, timeout: float) -> int:
+    """Run the program as a child while its leases are renewed; give them back when it exits (also when it cannot
+    start). → its exit status (128 + N when signal N ended it). Signals sent to `pyvgpu run` go on to the program;
+    Ctrl-C reaches the program from the terminal directly."""
+    token = config.load_token()
+    keeper = leasing.Keeper(held, ttl, token, timeout).start()
+    previous = {sig: signal.getsignal(sig) for sig in (*FORWARDED_SIGNALS, signal.SIGINT)}
+    proc: subprocess.Popen | None = None
+    early: list[int] = []                 # signals that came before Popen returned (the program may run already)
+
+    def forward(sig: int, _frame: Any) -> None:
+        if proc is None:
+            early.append(sig)
+        elif proc.poll() is None:
+            proc.send_signal(sig)
+
+    try:
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, forward)
+        signal.signal(signal.SIGINT, lambda _s, _f: None)
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            raise start_failure(command[0], exc) from None
+        for sig in early:
+            proc.send_signal(sig)
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        keeper.stop()
+        for problem in leasing.release(held, token, timeout):
+            _note(f"could not give a lease back ({problem}); it expires within {ttl:g} s")
+    return 128 - code if code < 0 else code
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
@@ -645,14 +766,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     n = args.n if args.n is not None else sum(h.count for h in autos)
     if args.n is not None and args.n < 1:
         raise CliError("-n must be at least 1", 2)
-    hosts = place([h for h in entries if not h.is_auto], n, memory, args.timeout, args.explain) if n else entries
+    if args.share is not None and not MIN_LEASE_FRACTION <= args.share <= 1:
+        raise CliError(f"--share must be from {MIN_LEASE_FRACTION:g} to 1", 2)
+    if args.wait is not None and args.wait < 0:
+        raise CliError("--wait must not be negative", 2)
+    if not args.lease_ttl >= 1:
+        raise CliError("--lease-ttl must be at least 1 second", 2)
+    pool = [h for h in entries if not h.is_auto]
+    held = None
+    if not n:
+        hosts = entries
+    elif os.environ.get(ENV_LEASES):         # inside a job that holds leases: choose among its GPUs
+        hosts = place(pool, n, memory, args.timeout, args.explain)
+    else:
+        held = lease_gpus(args, pool, n, memory, command)
+        hosts = held.hosts()
     env = run_env(hosts)
+    if held is not None:
+        env[ENV_LEASES] = ",".join(held.ids())
     if memory:
         env[ENV_MEMORY] = str(memory)
     if args.weight is not None:
         env[ENV_WEIGHT] = repr(float(args.weight))
     if args.stats is not None:
         env[ENV_STATS] = args.stats
+    if args.census is not None:
+        env[ENV_CENSUS] = args.census
+    elif args.explain:
+        env[ENV_CENSUS] = "libraries"
+    wanted = {k: v for k, v in frameworks.PTX_SWITCHES.items() if k not in env}
+    if wanted and frameworks.emulated([h for h in hosts if not h.is_auto], config.load_token(),
+                                      min(args.timeout, frameworks.QUERY_TIMEOUT_S), _load_client().connect):
+        env.update(frameworks.jit_switches(env, True))
     exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
@@ -662,19 +807,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         _note(f"{command[0]} names the CUDA driver by path ({bypass[0]}): if it loads it from there, its CUDA calls "
               f"bypass pyvgpu and cannot be remoted (libcuda.so.1 loaded by name is pyvgpu's)")
     if args.verbose:
-        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT) if k in env)
+        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT, ENV_LEASES, *frameworks.PTX_SWITCHES)
+                        if k in env)
         _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
               f"{hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}{extra}")
     sys.stdout.flush()
     sys.stderr.flush()
+    if held is not None:
+        return run_leased(command, env, held, args.lease_ttl, args.timeout)
     try:
         os.execvpe(command[0], command, env)
-    except FileNotFoundError:
-        raise CliError(f"{command[0]}: command not found", 127) from None
-    except PermissionError:
-        raise CliError(f"{command[0]}: permission denied (is it executable?)", 126) from None
     except OSError as exc:
-        raise CliError(f"{command[0]}: {exc.strerror or exc}", 126) from None
+        raise start_failure(command[0], exc) from None
     return 0  # not reached
 
 
@@ -787,6 +931,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="serve Prometheus metrics at http://HOST:PORT/metrics")
     ds.add_argument("--metrics-host", metavar="ADDR",
                     help="address of the metrics server (default: the daemon's --host)")
+    ds.add_argument("--lease-state", metavar="PATH",
+                    help="file the daemon keeps its GPU leases in, so that a restart keeps the GPUs of running jobs "
+                         "leased to them (default: "
+                         f"{config.state_dir()}/leases-PORT.json; `none`: in memory only)")
     ds.add_argument("--wait", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
                     help="with --detach: how long to wait for the daemon to listen (default: %(default)s)")
     ds.set_defaults(func=cmd_daemon_start)
@@ -844,19 +992,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     # run
     r = sub.add_parser("run", help="run a program with its CUDA calls remoted",
-                       usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] [-n N [--explain]] [--memory SIZE] "
-                             "[--weight W] [--stats [FILE]] -- PROGRAM [ARGS...]",
+                       usage="pyvgpu run [-h] [-v] [--hosts HOST:PORT,...] [-n N [--explain] [--no-wait | --wait S] "
+                             "[--share F] [--lease-ttl S]] [--memory SIZE] [--weight W] [--stats [FILE]] "
+                             "[--census [FILE]] -- PROGRAM [ARGS...]",
                        description="Run PROGRAM with its CUDA calls going to the daemons of the host map (or "
                                    "--hosts): LD_PRELOAD holds libvcudart (for programs built with -cudart shared) "
                                    "and libvcuda, the libcuda.so.1 drop-in (for nvcc's default static runtime, "
                                    "NVIDIA's own libcudart, driver-API programs), LD_LIBRARY_PATH the directory "
                                    "`pyvgpu lib --dir` prints, PYVGPU_HOSTS the hosts. With -n N (or an `auto:N` "
-                                   "entry in the host map) it gets the N GPUs of the pool where it is predicted to "
-                                   "slow down least and to slow others least, with --memory free "
-                                   "(pyvgpu/placement.py; --explain prints why).")
+                                   "entry in the host map) it leases N GPUs of the pool, for itself alone (or a "
+                                   "--share of each): those where it is predicted to slow down least and to slow "
+                                   "others least, with --memory free (pyvgpu/placement.py; --explain prints why). "
+                                   "While all are leased it waits in line (--no-wait: fails at once); the leases are "
+                                   "renewed while the program runs and given back when it exits. Inside a job that "
+                                   "holds leases (PYVGPU_LEASES set, e.g. a Slurm job) -n chooses among the job's GPUs. "
+                                   "Against emulated GPUs it also sets CUPY_COMPILE_WITH_PTX=1 (unless set), so "
+                                   "that CuPy hands them PTX.")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
-    r.add_argument("-n", type=int, metavar="N", help="place the program on N GPUs of the pool (host map or --hosts)")
-    r.add_argument("--explain", action="store_true", help="with -n / auto: one line per GPU on the decision")
+    r.add_argument("-n", type=int, metavar="N",
+                   help="lease N GPUs of the pool (host map or --hosts) for the program, the best ones first")
+    r.add_argument("--explain", action="store_true",
+                   help="with -n / auto: one line per GPU on the decision; at exit, which file served each CUDA "
+                        "library (pyvgpu's or NVIDIA's; sets PYVGPU_CENSUS=libraries)")
+    rw = r.add_mutually_exclusive_group()
+    rw.add_argument("--no-wait", action="store_true",
+                    help="with -n / auto: fail at once when not enough GPUs are free for a lease")
+    rw.add_argument("--wait", type=float, metavar="SECONDS",
+                    help="with -n / auto: wait at most this long for free GPUs (default: as long as it takes)")
+    r.add_argument("--share", type=float, metavar="F",
+                   help="with -n / auto: lease a share F (0 < F <= 1) of each GPU instead of all of it: the "
+                        "program gets F of its memory (or --memory) and a weight F on its time, beside other shares")
+    r.add_argument("--lease-ttl", type=float, default=30.0, metavar="SECONDS",
+                   help="with -n / auto: a lease not renewed for this long expires (the program's sessions there "
+                        "end); renewed every third of it while the program runs (default: %(default)s)")
     r.add_argument("--memory", metavar="SIZE",
                    help="device memory the program needs per GPU, e.g. 1G: placement picks GPUs with that much "
                         "free, and the daemons limit the program's sessions to it (cudaMemGetInfo shows it)")
@@ -868,6 +1036,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", nargs="?", const="1", metavar="FILE",
                    help="at exit, print per op the calls, bytes, calls that blocked on a reply (blocking round "
                         "trips) and the time blocked, to stderr (or append them to FILE); sets PYVGPU_STATS")
+    r.add_argument("--census", nargs="?", const="1", metavar="FILE",
+                   help="at exit, the call census: every CUDA entry point reached and every one answered 'not "
+                        "supported', driver names and tables asked for and not offered, which file served each "
+                        "CUDA library; to stderr (or appended to FILE); sets PYVGPU_CENSUS")
     r.add_argument("-v", "--verbose", action="store_true", help="print the environment it sets")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)
@@ -899,6 +1071,9 @@ def build_parser() -> argparse.ArgumentParser:
     lbg = lb.add_mutually_exclusive_group()
     lbg.add_argument("--driver", action="store_true", help="print the path of libvcuda.so.1")
     lbg.add_argument("--dir", action="store_true", help="print the directory of the client libraries")
+    lbg.add_argument("--preload", action="store_true",
+                     help="print every client library, for LD_PRELOAD=\"$(pyvgpu lib --preload)\" (what `pyvgpu "
+                          "run` preloads: they then win over the copies Python wheels bring)")
     lb.set_defaults(func=cmd_lib)
 
     # tls

@@ -100,6 +100,11 @@ def daemon_pid_path(port: int) -> Path:
     return state_dir() / f"daemon-{port}.pid"
 
 
+def daemon_lease_path(port: int) -> Path:
+    """Where `pyvgpu daemon start` keeps the daemon's leases across restarts (--lease-state)."""
+    return state_dir() / f"leases-{port}.json"
+
+
 def daemon_log_path(port: int) -> Path:
     """stdout/stderr of a daemon started by `pyvgpu daemon start --detach` on `port`."""
     return state_dir() / f"daemon-{port}.log"

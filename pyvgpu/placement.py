@@ -16,6 +16,11 @@ Under fair sharing a program that keeps the device busy gets 1/(n+1) of a device
 copies), one more co-runner scales what they see, hence S*(n+1)/n. Each resident loses about 1/n of its share more:
 summed over the n of them, about b times their slowdown. A GPU whose free memory (and per-session limit) is below the
 program's request is never chosen. Ties go to more free memory, then to host-map order.
+
+With leases (`pyvgpu run -n`, pyvgpu/leasing.py), a GPU is a candidate only while it may be leased as asked: for an
+exclusive lease it must be entirely free (no lease, no session), for a share of f, f of it must not be shared out yet
+(`lease_free` from its daemon). The ranking then says which of the free GPUs to ask for first; the daemons grant them
+atomically.
 """
 from __future__ import annotations
 
@@ -38,6 +43,9 @@ class Candidate:
     active: int                   # sessions that ran work there in the last 10 s
     sessions: int
     slowdown: float | None        # measured sharing slowdown; None: nothing shared recently
+    lease_free: float = 1.0       # what of it may still be shared out by leases (0 under an exclusive lease)
+    leases: int = 0               # leases held on it
+    unleased: int = 0             # sessions using it without a lease
 
     @property
     def label(self) -> str:
@@ -70,12 +78,22 @@ def predict(c: Candidate) -> tuple[float, float]:
     return own, residents
 
 
-def rank(candidates: list[Candidate], n: int, memory: int = 0) -> tuple[list[Choice], list[Choice]]:
-    """(the n chosen GPUs best first, every candidate's Choice in pool order). Fewer than n chosen when fewer fit."""
+def leasable(c: Candidate, share: float | None) -> bool:
+    """Whether a lease may be had on c now: exclusive (share None) or a share of `share`."""
+    if share is None:
+        return c.leases == 0 and c.unleased == 0 and c.sessions == 0
+    return c.lease_free >= share - 1e-9
+
+
+def rank(candidates: list[Candidate], n: int, memory: int = 0,
+         lease: tuple[float | None] | None = None) -> tuple[list[Choice], list[Choice]]:
+    """(the n chosen GPUs best first, every candidate's Choice in pool order). Fewer than n chosen when fewer fit.
+    lease: (share,) when the GPUs are to be leased (share None: exclusively), None when not."""
     choices = []
     for c in candidates:
         own, residents = predict(c)
-        choices.append(Choice(c, c.free >= memory and c.session_limit >= memory, own, residents))
+        fits = c.free >= memory and c.session_limit >= memory and (lease is None or leasable(c, lease[0]))
+        choices.append(Choice(c, fits, own, residents))
     eligible = sorted((ch for ch in choices if ch.fits),
                       key=lambda ch: (round(ch.score, 6), -ch.candidate.free, ch.candidate.order))
     chosen = [Choice(ch.candidate, True, ch.predicted, ch.inflicted, i + 1) for i, ch in enumerate(eligible[:n])]
@@ -90,6 +108,9 @@ def explain(ch: Choice, memory: int = 0) -> str:
     head = (f"{c.label} ({c.name}): busy {c.busy:.2f}, {c.active} active of {c.sessions} session(s), "
             f"measured sharing slowdown {measured}, free {format_bytes(c.free)}")
     if not ch.fits:
+        if c.free >= memory and c.session_limit >= memory:
+            held = f"{c.leases} lease(s) hold it" if c.leases else "programs without a lease use it"
+            return f"{head}: not free for the lease asked ({held})"
         short = "free memory" if c.free < memory else "the per-session limit"
         return f"{head}: not eligible ({short} below the {format_bytes(memory)} asked)"
     verdict = f"chosen as GPU{ch.rank - 1}" if ch.rank is not None else "not chosen"
@@ -114,5 +135,7 @@ def candidates_from_status(host: Host, status: dict[str, Any], start: int = 0,
                              total=total, free=free, session_limit=int(u.get("session_memory_limit", total) or 0),
                              busy=float(u.get("busy_ratio", 0.0) or 0.0), active=int(u.get("active_sessions", 0)),
                              sessions=int(u.get("sessions", 0)),
-                             slowdown=float(slowdown) if isinstance(slowdown, (int, float)) else None))
+                             slowdown=float(slowdown) if isinstance(slowdown, (int, float)) else None,
+                             lease_free=float(u.get("lease_free", 1.0)), leases=int(u.get("leases", 0)),
+                             unleased=int(u.get("unleased_sessions", 0))))
     return out

@@ -92,10 +92,14 @@ HELLO_MEMORY = "memory"        # device memory the client asks for per device (u
                                # per-session limit, which applies when absent); allocations beyond it fail
 HELLO_WEIGHT = "weight"        # the client's share of a device's time relative to other sessions (f64 > 0,
                                # default 1; capped by the daemon's --max-weight)
+HELLO_LEASES = "leases"        # the leases the client holds (str: lease ids, comma-separated; from PYVGPU_LEASES):
+                               # its sessions use the GPUs leased to it (with the leases' quotas and weights)
 # Environment variables the client library reads and `pyvgpu run` sets (--memory, --weight).
 ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
 ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
+ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
+ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
 HOSTMAP_AUTO = "auto"
@@ -127,7 +131,7 @@ class OpFlag(enum.IntFlag):
 #   stream event func blas   a daemon handle (u64) that the daemon resolves to its backend object before the
 #            handler runs (unknown: cudaErrorInvalidResourceHandle, or cudaErrorInvalidDeviceFunction for func;
 #            blas: a cuBLAS handle of BLAS_CREATE)
-#   map      a msgpack map (HELLO only)
+#   map      a msgpack map (HELLO, the LEASE_* ops)
 ARG_TYPES: frozenset[str] = frozenset({
     "dev", "u64", "i64", "u32", "i32", "ptr", "size", "f64", "dim3", "bytes", "str", "handle", "stream", "event",
     "func", "blas", "map"})
@@ -183,8 +187,8 @@ A, S, PIN, POUT, ND, DET, Z, H = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, 
                                   OpFlag.NO_DEVICE, OpFlag.DETACHED, OpFlag.COMPRESSIBLE, OpFlag.HOST)
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
-# 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing,
-# 450-499 hardening and performance, 500-559 cuBLASLt.
+# 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing
+# (420-439 leases), 450-499 hardening and performance, 500-559 cuBLASLt.
 OPS: tuple[OpSpec, ...] = (
     op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
@@ -194,6 +198,19 @@ OPS: tuple[OpSpec, ...] = (
        "cudaMemcpyAsync device-to-host into pinned memory: the bytes travel when the copy ran, nobody waits"),
     op(461, "LINK_RATE", "rate:u64", "nil", ND | A,
        "the rate (bytes/s) at which the client receives bulk payloads: the daemon compresses replies by it"),
+    # 420-439: leases (issue 20; daemon/pyvgpu_daemon/leases.py). A lease holds a GPU of the daemon (or a share of it)
+    # for a holder until it expires; sessions that present its id in their hello (HELLO_LEASES) use the GPU, others
+    # are refused there. Requests and results are maps of the LEASE_* keys below.
+    op(420, "LEASE_ACQUIRE", "request:map", "map", ND,
+       "LEASE_COUNT GPUs of this daemon (all or none, preferring LEASE_DEVICES in order), exclusive or a "
+       "LEASE_FRACTION share, waiting up to LEASE_WAIT s in line; result {LEASE_LEASES: [lease...]}; none free in "
+       "time: cudaErrorDevicesUnavailable with the reason (a str)"),
+    op(421, "LEASE_RENEW", "request:map", "map", ND,
+       "extends the leases LEASE_IDS by their ttl; result {LEASE_RENEWED: [id...], LEASE_UNKNOWN: [id...]}"),
+    op(422, "LEASE_RELEASE", "request:map", "map", ND,
+       "ends the leases LEASE_IDS, or every lease of LEASE_JOB; result {LEASE_RELEASED: [id...]}"),
+    op(423, "LEASE_LIST", "request:map", "map", ND,
+       "the leases of LEASE_JOB with their ids (all leases, ids left out, without it); result {LEASE_LEASES: [...]}"),
     op(10, "MEM_GET_INFO", "dev:dev", "u64x2", H, doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", H, doc="the device pointer"),
     op(12, "FREE", "dev:dev ptr:ptr", "nil", S | H),
@@ -237,6 +254,24 @@ OPS: tuple[OpSpec, ...] = (
     op(101, "MEMSET_ELEMS",
        "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
        doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
+    # 120-149: virtual memory management (cuMemAddressReserve/Create/Map/...; daemon/pyvgpu_daemon/vmm.py holds the
+    # rules). Sizes, addresses and offsets are multiples of the device's granularity (snapshot "vmm_granularity").
+    op(120, "VMM_RESERVE", "dev:dev size:size align:size addr:ptr", "u64", H,
+       doc="a reserved address range of `size` bytes, `align`-aligned (0: the granularity), at `addr` when that "
+           "range is free (a hint; 0: none); result: its start"),
+    op(121, "VMM_FREE", "dev:dev addr:ptr size:size", "nil", H,
+       doc="frees a whole reservation (addr and size as reserved); nothing may be mapped in it"),
+    op(122, "VMM_CREATE", "dev:dev size:size", "u64", H,
+       doc="a physical allocation of `size` bytes on the device, charged to the session; result: its handle"),
+    op(123, "VMM_RELEASE", "dev:dev handle:u64", "nil", H,
+       doc="the handle goes; its memory is freed once no mapping of it is left"),
+    op(124, "VMM_MAP", "dev:dev addr:ptr size:size offset:size handle:u64", "nil", H,
+       doc="maps [offset, offset+size) of the allocation at [addr, addr+size), inside one reservation and over "
+           "nothing mapped (offset: 0); the range is not accessible until VMM_SET_ACCESS"),
+    op(125, "VMM_UNMAP", "dev:dev addr:ptr size:size", "nil", H,
+       doc="unmaps whole mappings covering exactly [addr, addr+size)"),
+    op(126, "VMM_SET_ACCESS", "dev:dev addr:ptr size:size flags:u32", "nil", H,
+       doc="this device's access to fully mapped [addr, addr+size): VMM_ACCESS_* (none, read, read-write)"),
     # ---- 300-399: runtime features (issue 13)
     # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
     # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
@@ -373,6 +408,10 @@ REMOTED_DEVICE_ATTRS: dict[str, int] = {
     "ClusterLaunch": 0,                           # thread-block clusters of more than one block are refused
 }
 
+# Virtual memory management (VMM_*): CU_MEM_ACCESS_FLAGS_PROT_* values, and what one session may hold per device.
+VMM_ACCESS_NONE, VMM_ACCESS_READ, VMM_ACCESS_READWRITE = 0, 1, 3
+MAX_VMM_OBJECTS = 1 << 14            # reservations + physical allocations + mappings per session and device
+
 # CUDA arrays (ARRAY_CREATE flags: cudaArray* values).
 ARRAY_FLAG_LAYERED = 1               # cudaArrayLayered
 ARRAY_FLAG_SURFACE = 2               # cudaArraySurfaceLoadStore
@@ -414,6 +453,36 @@ NOTICE_RATE = "rate"                 # key of a heartbeat notice's result: the d
 # for benchmarks through bench/netshape.py) | lz4 | zstd (always that codec: tests)
 ENV_COMPRESS = "PYVGPU_COMPRESS"
 
+# Leases (LEASE_* ops; daemon/pyvgpu_daemon/leases.py, the client side in pyvgpu/leasing.py). Keys of the request
+# and result maps, and of each lease in them.
+LEASE_COUNT = "count"                # GPUs wanted from this daemon (u64 >= 1)
+LEASE_DEVICES = "devices"            # ordinals to choose from, best first (default: every device, in order)
+LEASE_FRACTION = "fraction"          # absent: an exclusive lease; 0 < f <= 1: a share of f of each GPU
+LEASE_MEMORY = "memory"              # a share's memory quota per session (bytes; default f x the GPU's memory)
+LEASE_WEIGHT = "weight"              # a share's weight on the device's time (default f; capped by --max-weight)
+LEASE_TTL = "ttl"                    # seconds the lease lives unless renewed (a renewal extends it by as much)
+LEASE_WAIT = "wait"                  # seconds the request may wait in line for free GPUs (0: answer at once)
+LEASE_HOLDER = "holder"              # who holds it, for people (str)
+LEASE_JOB = "job"                    # the job it belongs to (str), to find or release a job's leases
+LEASE_IDS = "ids"                    # lease ids (list of str)
+LEASE_LEASES = "leases"              # result: the leases (maps with the keys below)
+LEASE_RENEWED = "renewed"
+LEASE_UNKNOWN = "unknown"            # ids this daemon does not hold (never granted, released or expired)
+LEASE_RELEASED = "released"
+LEASE_ID = "id"                      # a lease: id (32 hex digits; a capability: status shows only its tag),
+LEASE_TAG = "tag"                    # ... its first 8 digits,
+LEASE_DEVICE = "device"              # ... the device ordinal, LEASE_HOLDER, LEASE_JOB, LEASE_FRACTION (1 for an
+LEASE_EXCLUSIVE = "exclusive"        # exclusive lease), exclusive (bool), LEASE_MEMORY (None: no quota),
+LEASE_EXPIRES_IN = "expires_in"      # LEASE_WEIGHT, LEASE_TTL, seconds until it expires,
+LEASE_GRANTED = "granted"            # when it was granted (Unix time), and
+LEASE_SESSIONS = "sessions"          # the sessions using it
+MAX_LEASE_TTL_S = 86400.0            # the longest ttl a lease may have
+MAX_LEASE_WAIT_S = 30.0              # the longest a request waits in line (clients ask again; below the idle timeout)
+MIN_LEASE_FRACTION = 1 / 64          # the smallest share (bounds the leases per device)
+MAX_LEASE_IDS = 256                  # ids in one request or hello
+MAX_LEASE_TEXT = 200                 # characters kept of a holder or job
+STATUS_LEASES = "leases"             # STATUS result: every lease (ids left out)
+
 # Replies' event times and detached requests (see the module docstring).
 MAX_EVENT_TIMES = 1024               # events one reply reports (the rest follow in later replies)
 DETACH_WINDOW_BYTES = 64 << 20       # detached reply bytes a client lets be in flight per connection (= the daemon's
@@ -434,6 +503,7 @@ DEVICE_INFO_KEYS: tuple[str, ...] = (
     "clock_rate_khz", "memory_clock_rate_khz", "memory_bus_width", "l2_cache_size",
     "max_threads_per_multiprocessor", "total_const_mem", "uuid", "pci_bus_id", "attrs", "backend",
     "peers",                  # daemon-local ordinals whose memory this device's kernels can use after PEER_ENABLE
+    "vmm_granularity",        # virtual memory management's granularity in bytes (0: the backend offers none)
 )
 
 # Keys of the MODULE_LOAD reply: {kernels: {name: {id, params: [[offset, size]...], attrs: {KERNEL_ATTR_KEYS}}},
@@ -461,7 +531,9 @@ def shared_keys() -> dict[str, str]:
                                           ("REPLY_SESSION", HELLO_REPLY_SESSION))}
     keys.update({"MODULE_KERNELS": MODULE_KERNELS, "MODULE_VARS": MODULE_VARS, "KERNEL_ID": KERNEL_ID,
                  "KERNEL_PARAMS": KERNEL_PARAMS, "KERNEL_ATTRS": KERNEL_ATTRS})
+    keys.update({"HELLO_LEASES": HELLO_LEASES, "ENV_LEASES": ENV_LEASES})
     keys.update({"ENV_MEMORY": ENV_MEMORY, "ENV_WEIGHT": ENV_WEIGHT, "ENV_STATS": ENV_STATS,
+                 "ENV_CENSUS": ENV_CENSUS,
                  "HOSTMAP_AUTO": HOSTMAP_AUTO,
                  "HOSTMAP_DEVICE_SEP": HOSTMAP_DEVICE_SEP})
     keys.update({f"KATTR_{k.upper()}": k for k in KERNEL_ATTR_KEYS})

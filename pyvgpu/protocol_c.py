@@ -242,7 +242,12 @@ def protocol_header() -> str:
             f"#define PV_ARRAY_FLAG_LAYERED {P.ARRAY_FLAG_LAYERED}",
             f"#define PV_ARRAY_FLAG_SURFACE {P.ARRAY_FLAG_SURFACE}",
             f"#define PV_ARRAY_FLAG_CUBEMAP {P.ARRAY_FLAG_CUBEMAP}",
-            f"#define PV_ARRAY_FLAG_GATHER {P.ARRAY_FLAG_GATHER}"]
+            f"#define PV_ARRAY_FLAG_GATHER {P.ARRAY_FLAG_GATHER}",
+            "/* Virtual memory management (protocol.py): access flags, objects per session and device. */",
+            f"#define PV_VMM_ACCESS_NONE {P.VMM_ACCESS_NONE}",
+            f"#define PV_VMM_ACCESS_READ {P.VMM_ACCESS_READ}",
+            f"#define PV_VMM_ACCESS_READWRITE {P.VMM_ACCESS_READWRITE}",
+            f"#define PV_MAX_VMM_OBJECTS {P.MAX_VMM_OBJECTS}"]
     limit = max(DEVICE_ATTRS.values()) + 1
     out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
             "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pyvgpu import config, hostmap
+from pyvgpu import config, hostmap, leasing
 from pyvgpu.hostmap import Host, HostDevices
 from pyvgpu.units import format_bytes
 
@@ -73,7 +73,7 @@ def render(frame: Frame, prev: Frame | None, interval: float) -> str:
     up = sum(1 for r in daemons if r.error is None)
     lines = [f"pyvgpu top - {time.strftime('%H:%M:%S')} - {up} of {len(daemons)} daemon(s) answering, "
              f"every {interval:g} s" + ("" if prev is not None else " (rates from the next refresh)")]
-    gpu_rows = [("HOST", "GPU", "NAME", "MEMORY USED", "BUSY", "SLOWDOWN", "SESSIONS")]
+    gpu_rows = [("HOST", "GPU", "NAME", "MEMORY USED", "BUSY", "SLOWDOWN", "SESSIONS", "LEASE")]
     sess_rows = [("SESSION", "HOST/GPU", "CLIENT", "PID", "WEIGHT", "MEMORY USED/LIMIT", "DEVICE%", "OPS/S",
                   "HTOD/S", "DTOH/S")]
     op_rows = [("HOST/GPU", "OP", "COUNT/S" if prev is not None else "COUNT", "P50", "P99")]
@@ -96,7 +96,8 @@ def render(frame: Frame, prev: Frame | None, interval: float) -> str:
                              f"{format_bytes(int(u.get('memory_total', 0)))}",
                              f"{float(u.get('busy_ratio', 0.0)):.2f}",
                              f"{slow:.2f}x" if isinstance(slow, (int, float)) else "-",
-                             f"{u.get('active_sessions', 0)}/{u.get('sessions', 0)}"))
+                             f"{u.get('active_sessions', 0)}/{u.get('sessions', 0)}",
+                             leasing.summary(st, r, 40) if isinstance(r, int) else "-"))
             ops = []
             for op, h in (u.get("op_latency") or {}).items():
                 counts = list(h.get("counts") or [])

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (scripts/setup.sh installs the system packages, builds libvcudart.so and installs
-# pyvgpu with its test dependencies into the chosen Python), then run pytest over tests/. pytest's exit status is
-# this script's exit status. Extra arguments go to pytest (e.g. scripts/test.sh -x -k hostmap).
+# pyvgpu with its test dependencies into the chosen Python; scripts/setup-slurm.sh installs Slurm and munge for
+# tests/slurm), then run pytest over tests/. pytest's exit status is this script's exit status. Extra arguments go to
+# pytest (e.g. scripts/test.sh -x -k hostmap).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
 
 bash "$ROOT/scripts/setup.sh"
+bash "$ROOT/scripts/setup-slurm.sh"      # tests/slurm run real slurmctld/slurmd processes
+bash "$ROOT/scripts/setup-frameworks.sh"     # the frameworks tier: PyTorch, CuPy, numba-cuda (tests/frameworks)
 choose_python
 
 # The CUDA toolkit's usual home is not always on PATH; the test fixtures look for nvcc on PATH.

@@ -179,8 +179,9 @@ def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | N
 
     backend "chain": a `cuda` backend daemon whose cuda-python loads pyvgpu's own libcuda.so.1 (and libcublas.so.13),
     pointed at an emulated daemon started for it: the real-GPU backend on a real implementation of the driver API,
-    without a GPU (docs/architecture.md, "The chain"). The emulator's options (EMU_OPTIONS) and `env` go to the emu
-    daemon, the other options and `env` to the cuda one; stopping the chain stops both."""
+    without a GPU (docs/architecture.md, "The chain"). The emulator's options (EMU_OPTIONS) go to the emu daemon, the
+    other options to the cuda one, `env` to both (over the chain's own settings, chain_env); stopping the chain stops
+    both."""
     if backend == "chain":
         return start_chain(workdir, *extra, env=env, cwd=cwd, timeout=timeout)
     port = free_port()
@@ -207,10 +208,16 @@ def split_emu_options(extra: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return emu, rest
 
 
+# The chain's driver keeps its own allocations far above the pointer windows of the programs the cuda daemon serves
+# (as a GPU's driver places its own wherever it likes), so their windows are free for the backend to reserve.
+CHAIN_VA_BASE = 64 << 40
+
+
 def chain_env(emu: Daemon, lib_dir: Path | None = None) -> dict[str, str]:
     """What a cuda backend daemon needs to run on pyvgpu's driver against the emulated daemon `emu`."""
     lib_dir = Path(lib_dir or lib_path().parent)
     return {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib_dir), os.environ.get("LD_LIBRARY_PATH")])),
+            "PYVGPU_VA_BASE": str(CHAIN_VA_BASE),
             "PYVGPU_HOSTS": emu.address, "PYVGPU_CUBLAS_LIB": str(lib_dir / "libcublas.so.13"),
             "PYVGPU_CUBLASLT_LIB": str(lib_dir / "libcublasLt.so.13")}
 
@@ -220,7 +227,7 @@ def start_chain(workdir: Path, *extra: str, env: dict | None = None, cwd: Path |
     emu_args, rest = split_emu_options(extra)
     emu = start_daemon(workdir, *emu_args, backend="emu", env=env, cwd=cwd, timeout=timeout)
     try:
-        top = start_daemon(workdir, *rest, backend="cuda", env={**(env or {}), **chain_env(emu), "LD_PRELOAD": ""},
+        top = start_daemon(workdir, *rest, backend="cuda", env={**chain_env(emu), **(env or {}), "LD_PRELOAD": ""},
                            cwd=cwd, timeout=timeout)
     except BaseException:
         emu.stop()

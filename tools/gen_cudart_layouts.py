@@ -108,6 +108,8 @@ FIELDS = {
     "CUmemLocation_st": ["type", "id"],
     "CUmemPoolProps_st": ["allocType", "handleTypes", "location", "maxSize", "usage"],
     "CUmemAccessDesc_st": ["location", "flags"],
+    "CUmemAllocationProp_st": ["type", "requestedHandleTypes", "location", "win32HandleMetaData", "allocFlags"],
+    "CUctxCreateParams_st": ["execAffinityParams", "numExecAffinityParams", "cigParams"],
     "CUgraphExecUpdateResultInfo_st": ["result", "errorNode", "errorFromNode"],
     "CUgraphEdgeData_st": ["from_port", "to_port", "type"],
 }

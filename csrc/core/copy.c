@@ -74,8 +74,16 @@ cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, 
 {
     if (n <= PV_D2H_FRAME) {
         size_t got = 0;
+        uint64_t before = atomic_load(&d->sent);
         cudaError_t err = pv_call_MEMCPY_DTOH(d, src, n, stream, dst, n, &got);
-        return d2h_got(d, err, got, n);
+        err = d2h_got(d, err, got, n);
+        /* Answered with no other request begun meanwhile: `stream` has no work left (its work runs in order), so a
+         * synchronization of it right after (what CuPy and PyTorch do after every read) needs no round trip. */
+        if (err == PV_SUCCESS && atomic_load(&d->sent) == before + 1) {
+            atomic_store(&d->quiet_stream, stream);
+            atomic_store(&d->quiet_at, before + 1);
+        }
+        return err;
     }
     struct pv_inflight *fly[PV_D2H_DEPTH];
     size_t len[PV_D2H_DEPTH];

@@ -1,7 +1,9 @@
 /* What a client tells a shared daemon in its hello besides the handshake itself: who it is (pid and host name, for
  * `pyvgpu daemon status`, `pyvgpu top` and the metrics labels) and, from the environment `pyvgpu run` sets, the
- * device memory it asks for (PYVGPU_MEMORY) and its share weight (PYVGPU_WEIGHT). The daemon caps both by its own
- * limits (daemon/pyvgpu_daemon/sharing.py). A malformed value is reported once and not sent. */
+ * device memory it asks for (PYVGPU_MEMORY), its share weight (PYVGPU_WEIGHT) and the GPU leases it holds
+ * (PYVGPU_LEASES, set by `pyvgpu run -n` and in Slurm jobs; the daemon takes the ids that are its own and checks
+ * them: daemon/pyvgpu_daemon/leases.py). The daemon caps memory and weight by its own limits
+ * (daemon/pyvgpu_daemon/sharing.py). A malformed value is reported once and not sent. */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -57,11 +59,14 @@ void pv_hello_extra_read(struct pv_hello_extra *x)
         else
             pv_log_once(&bad_weight_noted, "ignoring %s='%s': expected a positive number", PV_KEY_ENV_WEIGHT, w);
     }
+    const char *leases = getenv(PV_KEY_ENV_LEASES);
+    if (leases && *leases)
+        x->leases = leases;
 }
 
 int pv_hello_extra_count(const struct pv_hello_extra *x)
 {
-    return 2 + (x->memory != 0) + (x->weight > 0);
+    return 2 + (x->memory != 0) + (x->weight > 0) + (x->leases != NULL);
 }
 
 void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x)
@@ -77,5 +82,9 @@ void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x)
     if (x->weight > 0) {
         pv_pack_str(pk, PV_KEY_HELLO_WEIGHT);
         msgpack_pack_double(pk, x->weight);
+    }
+    if (x->leases) {
+        pv_pack_str(pk, PV_KEY_HELLO_LEASES);
+        pv_pack_str(pk, x->leases);
     }
 }

@@ -16,6 +16,7 @@
 #define PV_MAX_HOSTS 32
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static atomic_int init_done;                     /* pv_init succeeded (by any library of the process) */
 static cudaError_t init_err;
 static int ndevices;
 static struct pv_device devices[PV_MAX_DEVICES];
@@ -210,6 +211,7 @@ static const struct snapshot_field snapshot_fields[] = {
     INT_FIELD(PV_KEY_DEV_L2_CACHE_SIZE, l2, 0, PV_cudaDevAttrL2CacheSize),
     INT_FIELD(PV_KEY_DEV_MAX_THREADS_PER_MULTIPROCESSOR, max_tpm, 2048, PV_cudaDevAttrMaxThreadsPerMultiProcessor),
     U64_FIELD(PV_KEY_DEV_TOTAL_CONST_MEM, const_mem, 65536, PV_cudaDevAttrTotalConstantMemory),
+    U64_FIELD(PV_KEY_DEV_VMM_GRANULARITY, vmm_granularity, 0, 0),
 };
 
 static void parse_scalars(struct pv_device *d, const msgpack_object *s)
@@ -390,12 +392,18 @@ static void do_init(void)
             pv_reply_free(&hellos[i]);
     if (ndevices == 0)
         init_err = first_err != PV_SUCCESS ? first_err : PV_cudaErrorNoDevice;
+    atomic_store(&init_done, init_err == PV_SUCCESS);
 }
 
 cudaError_t pv_init(void)
 {
     pthread_once(&init_once, do_init);
     return init_err;
+}
+
+int pv_initialized(void)
+{
+    return atomic_load(&init_done);
 }
 
 int pv_device_count(void)

@@ -387,6 +387,16 @@
 #define PV_CUmemAccessDesc_st_SIZE 12
 #define PV_CUmemAccessDesc_st_location 0
 #define PV_CUmemAccessDesc_st_flags 8
+#define PV_CUmemAllocationProp_st_SIZE 32
+#define PV_CUmemAllocationProp_st_type 0
+#define PV_CUmemAllocationProp_st_requestedHandleTypes 4
+#define PV_CUmemAllocationProp_st_location 8
+#define PV_CUmemAllocationProp_st_win32HandleMetaData 16
+#define PV_CUmemAllocationProp_st_allocFlags 24
+#define PV_CUctxCreateParams_st_SIZE 24
+#define PV_CUctxCreateParams_st_execAffinityParams 0
+#define PV_CUctxCreateParams_st_numExecAffinityParams 8
+#define PV_CUctxCreateParams_st_cigParams 16
 #define PV_CUgraphExecUpdateResultInfo_st_SIZE 24
 #define PV_CUgraphExecUpdateResultInfo_st_result 0
 #define PV_CUgraphExecUpdateResultInfo_st_errorNode 8

@@ -21,7 +21,8 @@ cudaError_t pv_mem_free(void *ptr)
     if (pv_pool_owns(ptr))
         return pv_pool_free_now(ptr);                   /* a pool block: it leaves its pool */
     struct pv_alloc a;
-    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr)
+    if (pv_alloc_find((uint64_t)(uintptr_t)ptr, &a) != 0 || a.dev < 0 || a.ptr != (uint64_t)(uintptr_t)ptr ||
+        a.owner == PV_OWNER_VMM)
         return PV_cudaErrorInvalidValue;
     struct pv_device *d = pv_device(a.dev);
     err = pv_call_FREE(d, a.ptr);

@@ -125,6 +125,7 @@ struct pv_conn {
     _Atomic uint64_t peer_rx_rate; /* bytes/s the daemon receives bulk payloads at (its notices); 0: unknown */
     double rx_rate;                /* bytes/s bulk replies arrive at here (the thread holding the read role) */
     double rx_reported;            /* ... as last told to the daemon (LINK_RATE) */
+    atomic_int reason_noted;       /* the daemon's reason for refusing a call was logged (once per connection) */
 };
 
 struct pv_reply {
@@ -178,12 +179,25 @@ void pv_detached_drain(const void *p, size_t n);
 /* stats.c: per-op request statistics, printed at exit when PYVGPU_STATS is set (`pyvgpu run --stats`). */
 int64_t pv_now_ns(void);
 void pv_stats_note(int op, int dev, int calls, uint64_t bytes, int blocked, int64_t ns);
-/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT). */
+/* An at-exit report (stats, census): stdout flushed, `target` opened for appending (NULL: stderr; failure logged
+ * naming env), its first words "pyvgpu TITLE: pid P EXE" written, the line left open. */
+FILE *pv_exit_report_open(const char *target, const char *env, const char *title);
+void pv_exit_report_close(FILE *f);
+/* The call census (census.c, PYVGPU_CENSUS): entry points reached (the API libraries' census_hook.c), answered
+ * "not supported" (the stubs' loggers; lib and name are static strings), names and tables asked for that nothing
+ * offers. Each is a no-op while the census is off. */
+extern int pv_census_on;
+void pv_census_enter(void *fn);
+void pv_census_unsupported(const char *lib, const char *name);
+void pv_census_missing(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pv_census_absent(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* hello.c: the hello's sharing keys (pid, host name, PYVGPU_MEMORY, PYVGPU_WEIGHT, PYVGPU_LEASES). */
 struct pv_hello_extra {
     uint64_t pid;
     char hostname[128];
     uint64_t memory;               /* 0: no request */
     double weight;                 /* 0: the default */
+    const char *leases;            /* PYVGPU_LEASES (the environment's string), NULL: none */
 };
 void pv_hello_extra_read(struct pv_hello_extra *x);
 int pv_hello_extra_count(const struct pv_hello_extra *x);              /* map entries pv_hello_extra_pack adds */
@@ -191,6 +205,10 @@ void pv_hello_extra_pack(msgpack_packer *pk, const struct pv_hello_extra *x);
 /* Connects and performs the handshake; the caller owns *hello (pv_reply_free). NULL + *err on failure.
  * first_gpu: the index of the pointer window of the daemon's device 0 (va_base = (first_gpu + 1) * window). */
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err);
+/* The pointer window of the connection's device 0 (the hello's va_base): (first_gpu + 1) windows, moved up by
+ * PYVGPU_VA_BASE (the first host's va_base, a multiple of the window; for a client that must leave the first
+ * windows free, e.g. a cuda backend daemon running on libvcuda: docs/architecture.md, "The chain"). */
+uint64_t pv_conn_va_base(const struct pv_conn *c);
 int pv_conn_alive(const struct pv_conn *c);
 
 /* ---- compression of bulk payloads (compress.c; pyvgpu/protocol.py "Compressed payloads") ---- */
@@ -225,9 +243,16 @@ struct pv_device {
     char pci_id[64];               /* "dddd:bb:dd.f" */
     int cache_config;
     uint64_t peers;                /* bit r: kernels here can use the memory of this daemon's device r (snapshot) */
+    uint64_t vmm_granularity;      /* virtual memory management's granularity (snapshot; 0: not offered) */
+    _Atomic unsigned reset_gen;    /* device resets so far: what a library kept of the device before one is gone */
     _Atomic int refused;           /* a refused module's kernel was used: every synchronization reports it */
+    _Atomic uint64_t sent;         /* requests begun to this device (request.c) */
+    _Atomic uint64_t quiet_at;     /* `sent` when a blocking copy on stream quiet_stream finished with no other
+                                      request begun meanwhile: that stream had no work left (copy.c, streams.c) */
+    _Atomic uint64_t quiet_stream;
 };
 cudaError_t pv_init(void);                  /* connect to all hosts once; error if none reachable */
+int pv_initialized(void);                   /* pv_init has succeeded (no side effect) */
 int pv_device_count(void);
 struct pv_device *pv_device(int index);     /* NULL when out of range */
 cudaError_t pv_cur(struct pv_device **out); /* init + current device */
@@ -305,6 +330,9 @@ cudaError_t pv_coherence_flush(struct pv_device *target);        /* push them (b
 /* After a synchronizing op on d answered err: brings the host copies up to date; → err, or the sticky conflict error
  * when the host and the device changed the same bytes (docs/architecture.md, the coherence model). */
 cudaError_t pv_coherence_after_sync(struct pv_device *d, cudaError_t err);
+/* refusal.c: one line on why d refused a module image (SASS only on the emulated GPU: once per library, named by
+ * origin, an address inside the library that held the image). */
+void pv_explain_refusal(const void *image, size_t size, const void *origin, struct pv_device *d, cudaError_t err);
 void pv_coherence_forget_device(int device);        /* cudaDeviceReset: its regions are gone */
 
 /* ---- registry (registry.c) ---- */
@@ -368,6 +396,10 @@ cudaError_t pv_sync_result(struct pv_device *d, cudaError_t err);   /* after a S
 void pv_modules_forget_device(int dev);   /* after a device reset */
 
 struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };
+/* The owner of mappings made by virtual memory management (libvcuda's cuMemMap): no context owns them, and
+ * cudaFree/cuMemFree refuse them (they are unmapped, not freed). */
+#define PV_OWNER_VMM ((const void *)&pv_owner_vmm)
+extern const char pv_owner_vmm;
 void pv_alloc_add(uint64_t ptr, size_t size, int dev);                 /* owned by pv_tls_owner() */
 void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner);
 /* The starts of the allocations of `owner` on device dev (host memory too when with_host), malloc'd into *out. */

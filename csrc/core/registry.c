@@ -14,6 +14,7 @@ struct pv_fatbin {
     uint32_t magic;
     const void *image;
     size_t size;
+    const void *origin;                 /* where the program had the image (its library: for messages) */
     uint64_t module_id;
     pthread_mutex_t mu;                 /* serializes module loads of this fatbin */
     int loaded[PV_MAX_DEVICES];         /* 0 not yet, 1 loaded, <0 failed (negated error) */
@@ -254,7 +255,10 @@ struct pv_fatbin *pv_fatbin_from_image(const void *image, int copy)
         memcpy(c, img, size);
         img = c;
     }
-    return fatbin_new(img, size);
+    struct pv_fatbin *fb = fatbin_new(img, size);
+    if (fb)
+        fb->origin = image;
+    return fb;
 }
 
 void pv_modules_forget_device(int di)
@@ -502,8 +506,7 @@ cudaError_t pv_module_load_now(struct pv_fatbin *fb, struct pv_device *d)
         }
         fb->loaded[di] = 1;
     } else {
-        pv_log("loading a module (%zu bytes) on GPU%d (%s:%d) failed: %s", fb->size, di, d->conn->host,
-               d->conn->port, pv_err_name(err));
+        pv_explain_refusal(fb->image, fb->size, fb->origin ? fb->origin : fb->image, d, err);
         fb->loaded[di] = -err;
     }
     pv_reply_free(&rep);
@@ -538,6 +541,8 @@ static size_t lower_bound(uint64_t ptr)   /* first index with allocs[i].ptr > pt
 }
 
 void pv_alloc_add(uint64_t ptr, size_t size, int dev) { pv_alloc_add_owned(ptr, size, dev, pv_tls_owner()); }
+
+const char pv_owner_vmm;
 
 void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
 {

@@ -22,6 +22,7 @@ cudaError_t pv_op_begin_z(struct pv_req *r, struct pv_device *d, int op, int nar
             return err;
     }
     pv_req_begin_z(r, d->conn, op, nargs, want_reply, payload, payload_len, raw_len, codec, out, out_cap);
+    atomic_fetch_add_explicit(&d->sent, 1, memory_order_acq_rel);
     r->dev = d;
     msgpack_pack_int(&r->pk, d->remote);
     return PV_SUCCESS;

@@ -19,6 +19,7 @@ cudaError_t pv_device_reset(struct pv_device *d)
     pv_peers_forget_device(d->index);
     atomic_store(&d->refused, 0);   /* a new context: its modules are loaded anew */
     d->flags = 0;
+    atomic_fetch_add(&d->reset_gen, 1);
     return PV_SUCCESS;
 }
 

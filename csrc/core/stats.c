@@ -58,22 +58,39 @@ static void row(FILE *f, const char *name, struct op_stats *s)
             (unsigned long long)ld(&s->bytes), (unsigned long long)blocked, ms, blocked ? ms / (double)blocked : 0.0);
 }
 
-static void print_stats(void)
+FILE *pv_exit_report_open(const char *target, const char *env, const char *title)
 {
-    if (getpid() != owner)
-        return;
     fflush(stdout);                 /* the program's own output first */
     FILE *f = target ? fopen(target, "a") : stderr;
     if (!f) {
-        pv_log("PYVGPU_STATS: cannot open %s", target);
-        return;
+        pv_log("%s: cannot open %s", env, target);
+        return NULL;
     }
     char exe[256] = "?";
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0)
         exe[n] = 0;
-    fprintf(f, "pyvgpu stats: pid %d %s, %.3f s; blocked = calls that waited for their reply (blocking round "
-               "trips)\n", (int)owner, exe, (double)(pv_now_ns() - start_ns) / 1e9);
+    fprintf(f, "pyvgpu %s: pid %d %s", title, (int)getpid(), exe);
+    return f;
+}
+
+void pv_exit_report_close(FILE *f)
+{
+    if (f != stderr)
+        fclose(f);
+    else
+        fflush(f);
+}
+
+static void print_stats(void)
+{
+    if (getpid() != owner)
+        return;
+    FILE *f = pv_exit_report_open(target, PV_KEY_ENV_STATS, "stats");
+    if (!f)
+        return;
+    fprintf(f, ", %.3f s; blocked = calls that waited for their reply (blocking round trips)\n",
+            (double)(pv_now_ns() - start_ns) / 1e9);
     fprintf(f, "%-22s %10s %14s %10s %12s %10s\n", "op", "calls", "bytes", "blocked", "blocked_ms", "ms/blocked");
     struct op_stats total = { 0 };
     for (int op = 0; op < PV_OP_TABLE_SIZE; op++) {
@@ -94,10 +111,7 @@ static void print_stats(void)
         snprintf(name, sizeof name, "GPU%d", d);
         row(f, name, &dev_stats[d]);
     }
-    if (f != stderr)
-        fclose(f);
-    else
-        fflush(f);
+    pv_exit_report_close(f);
 }
 
 __attribute__((constructor)) static void stats_init(void)

@@ -83,7 +83,20 @@ static cudaError_t event_simple(cudaEvent_t e, handle_call call)
     return d ? call(d, ev->remote) : PV_cudaErrorInvalidResourceHandle;
 }
 
-cudaError_t pv_stream_sync(cudaStream_t s) { return stream_simple(s, pv_call_STREAM_SYNC); }
+/* cudaStreamSynchronize: answered here when the stream's last request was a blocking copy that finished and
+ * nothing was sent to its device since (copy.c); the refusal rule of every synchronizing call still applies. */
+cudaError_t pv_stream_sync(cudaStream_t s)
+{
+    struct pv_device *d;
+    uint64_t remote;
+    cudaError_t err = pv_stream_target(s, &d, &remote);
+    if (err != PV_SUCCESS)
+        return err;
+    uint64_t at = atomic_load(&d->quiet_at);
+    if (at && atomic_load(&d->quiet_stream) == remote && atomic_load(&d->sent) == at)
+        return pv_sync_result(d, PV_SUCCESS);
+    return pv_call_STREAM_SYNC(d, remote);
+}
 cudaError_t pv_stream_query(cudaStream_t s) { return stream_simple(s, pv_call_STREAM_QUERY); }
 cudaError_t pv_event_sync(cudaEvent_t e) { return event_simple(e, pv_call_EVENT_SYNC); }
 cudaError_t pv_event_query(cudaEvent_t e) { return event_simple(e, pv_call_EVENT_QUERY); }

@@ -376,6 +376,19 @@ static void release_read_role(struct pv_conn *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* An error reply whose result is a text says why the daemon refused the call (a GPU leased to another holder): the
+ * program sees the CUDA error, its user the reason, once per connection. */
+static void note_reason(struct pv_conn *c, const msgpack_object *result)
+{
+    char reason[512];
+    if (pv_obj_str(result, reason, sizeof reason) != 0 || atomic_exchange(&c->reason_noted, 1) != 0)
+        return;
+    for (char *q = reason; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';              /* one line, whatever the daemon sent */
+    pv_log("daemon %s:%d refused a call: %s", c->host, c->port, reason);
+}
+
 /* Reads one frame and delivers it (the caller holds the read role). 0: carry on; -1: the connection failed (every
  * waiter has been woken with an error). */
 static int read_frame(struct pv_conn *c)
@@ -445,6 +458,8 @@ static int read_frame(struct pv_conn *c)
         free(raw);
         pv_log("daemon %s:%d answered unknown request %llu", c->host, c->port, (unsigned long long)id);
     } else {
+        if (err != 0 && h->via.array.ptr[3].type == MSGPACK_OBJECT_STR)
+            note_reason(c, &h->via.array.ptr[3]);
         complete(c, p, msg, raw, io ? PV_ERR_UNAVAILABLE : (int)err);
     }
     if (io) {
@@ -899,7 +914,7 @@ static cudaError_t handshake(struct pv_conn *c, struct pv_reply *hello)
     pv_pack_str(&r.pk, PV_KEY_HELLO_CLIENT);
     pv_pack_str(&r.pk, client);
     pv_pack_str(&r.pk, PV_KEY_HELLO_VA_BASE);
-    msgpack_pack_uint64(&r.pk, (uint64_t)(c->first_gpu + 1) * PV_VA_WINDOW_BYTES);
+    msgpack_pack_uint64(&r.pk, pv_conn_va_base(c));
     pv_hello_extra_pack(&r.pk, &extra);
     pv_compress_hello_pack(&r.pk, offer);
     /* the reader thread is not running yet: send and read the reply inline */
@@ -958,6 +973,24 @@ static void conn_free(struct pv_conn *c)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->detached_cv);
     free(c);
+}
+
+uint64_t pv_conn_va_base(const struct pv_conn *c)
+{
+    static _Atomic uint64_t first;              /* the first host's va_base, read once */
+    uint64_t base = atomic_load(&first);
+    if (!base) {
+        const char *env = getenv("PYVGPU_VA_BASE");
+        char *end = NULL;
+        unsigned long long v = env && *env ? strtoull(env, &end, 0) : 0;
+        base = PV_VA_WINDOW_BYTES;
+        if (env && *env && (*end || !v || v % PV_VA_WINDOW_BYTES || v > (1ull << 62)))
+            pv_log("PYVGPU_VA_BASE=%s ignored (a multiple of %llu bytes)", env, (unsigned long long)PV_VA_WINDOW_BYTES);
+        else if (v)
+            base = v;
+        atomic_store(&first, base);
+    }
+    return base + (uint64_t)c->first_gpu * PV_VA_WINDOW_BYTES;
 }
 
 struct pv_conn *pv_conn_open(const char *host, int port, int first_gpu, struct pv_reply *hello, cudaError_t *err)

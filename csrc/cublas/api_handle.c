@@ -7,6 +7,7 @@
 
 pvb_status pvb_unsupported(const char *name, atomic_int *once)
 {
+    pv_census_unsupported("libvcublas", name);
     pv_log_once(once, "%s is not supported by libvcublas (returns CUBLAS_STATUS_NOT_SUPPORTED)", name);
     return PVB_CUBLAS_STATUS_NOT_SUPPORTED;
 }

@@ -16,10 +16,14 @@ pvb_status pvb_unsupported(const char *name, atomic_int *once)
     return PVB_CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+/* A cuBLAS handle works as a cuBLASLt handle, as with NVIDIA's libraries: PyTorch passes its cublasHandle_t to
+ * cublasLt* (it never calls cublasLtCreate). libvcublas's handle starts like this one (magic, device), and only
+ * those two fields are read through it. */
+#define PVB_HANDLE_MAGIC_AS_LT 0x43424c53u  /* libvcublas's PVB_HANDLE_MAGIC ("CBLS", csrc/cublas/vcublas.h) */
 struct pvl_handle *pvl_handle_of(const void *h)
 {
     struct pvl_handle *p = (struct pvl_handle *)h;
-    return h && pv_handle_valid(h) && p->magic == PVL_HANDLE_MAGIC ? p : NULL;
+    return h && pv_handle_valid(h) && (p->magic == PVL_HANDLE_MAGIC || p->magic == PVB_HANDLE_MAGIC_AS_LT) ? p : NULL;
 }
 
 static int magic_is(const void *p, uint32_t magic)
@@ -52,7 +56,7 @@ PV_API pvb_status cublasLtCreate(struct pvl_handle **out)
 PV_API pvb_status cublasLtDestroy(struct pvl_handle *handle)
 {
     struct pvl_handle *h = pvl_handle_of(handle);
-    if (!h)
+    if (!h || h->magic != PVL_HANDLE_MAGIC)      /* a cuBLAS handle is cublasDestroy's to end */
         return handle ? PVB_CUBLAS_STATUS_NOT_INITIALIZED : PVB_CUBLAS_STATUS_INVALID_VALUE;
     pv_handle_remove(h);
     h->magic = 0;

@@ -24,6 +24,7 @@ cudaError_t pv_last_error(int reset)
 
 cudaError_t pv_unsupported(const char *name, atomic_int *once)
 {
+    pv_census_unsupported("libvcudart", name);
     pv_log_once(once, "%s is not supported by libvcudart (returns cudaErrorNotSupported)", name);
     return pv_ret(PV_cudaErrorNotSupported);
 }

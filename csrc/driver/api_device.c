@@ -60,10 +60,22 @@ PV_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return r;
 }
 
+/* Driver attributes no cudaDeviceAttr has the number of: virtual memory management and the shareable handles,
+ * compression and GPUDirect RDMA it could offer (none of those here). */
+enum { CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102 };
+static int vmm_attr(int attr)
+{
+    return attr == 103 || attr == 104 || attr == 105 || attr == 107 || attr == 110;
+}
+
 PV_API CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev)
 {
     struct pv_device *d;
     CUresult r = value ? device_of(dev, &d) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && (attr == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED || vmm_attr(attr))) {
+        *value = attr == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED && d->vmm_granularity != 0;
+        return CUDA_SUCCESS;
+    }
     /* quiet about attributes the snapshot lacks: NVIDIA's runtime reads all of them at start-up */
     return r == CUDA_SUCCESS ? drv_result(pv_device_attribute(d, attr, value, 0)) : r;
 }

@@ -13,6 +13,7 @@ void drv_note_runtime(void) { atomic_store(&runtime_present, 1); }
 
 CUresult pv_drv_unsupported(const char *name, atomic_int *once)
 {
+    pv_census_unsupported("libvcuda", name);
     pv_log_once(once, "%s is not supported by libvcuda (returns CUDA_ERROR_NOT_SUPPORTED)", name);
     return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -30,9 +31,11 @@ CUresult drv_result(cudaError_t err)
     return CUDA_ERROR_UNKNOWN;
 }
 
+/* cuInit ran, or another library of the process (libvcudart, which calls no cuInit of ours) initialised the core:
+ * a program that starts with the runtime API may use the driver API without cuInit, as with NVIDIA's libraries. */
 CUresult drv_ready(void)
 {
-    return atomic_load(&inited) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return atomic_load(&inited) || pv_initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 PV_API CUresult cuInit(unsigned int flags)

@@ -57,8 +57,8 @@ static int dmod_forget(struct pv_dmod *m)       /* out of the list; 0 when it wa
     return found ? 0 : -1;
 }
 
-/* A file's bytes, NUL-terminated (PTX is text), owned by the caller. */
-static CUresult read_file(const char *path, void **out)
+/* A file's bytes, NUL-terminated (PTX is text), owned by the caller (also the linker's, api_link.c). */
+CUresult drv_read_file(const char *path, void **out)
 {
     if (!path)
         return CUDA_ERROR_INVALID_VALUE;
@@ -110,7 +110,7 @@ PV_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned n,
 PV_API CUresult cuModuleLoad(CUmodule *out, const char *path)
 {
     void *buf;
-    CUresult r = out ? read_file(path, &buf) : CUDA_ERROR_INVALID_VALUE;
+    CUresult r = out ? drv_read_file(path, &buf) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
     r = module_load(out, buf, 1);
@@ -265,7 +265,7 @@ PV_API CUresult cuLibraryLoadFromFile(CUlibrary *out, const char *path, void *ji
                                       unsigned njit, int *options, void **values, unsigned n)
 {
     void *buf;
-    CUresult r = out ? read_file(path, &buf) : CUDA_ERROR_INVALID_VALUE;
+    CUresult r = out ? drv_read_file(path, &buf) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
     r = cuLibraryLoadData(out, buf, jit_options, jit_values, njit, NULL, NULL, 0);

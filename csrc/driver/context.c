@@ -294,16 +294,14 @@ PV_API CUresult cuCtxCreate_v3(CUcontext *out, void *affinity, int n, unsigned f
 /* CUctxCreateParams: CUDA 13 code passes a zero-initialised one for an ordinary context (as NULL). Execution
  * affinity cannot be honoured remotely (as cuCtxCreate_v3 answers); CIG (CUDA in graphics) mode is not supported by
  * this driver, which the documentation answers with CUDA_ERROR_NOT_SUPPORTED; both at once are invalid. */
-struct ctx_create_params { void *affinity; int naffinity; void *cig; };
-
-PV_API CUresult cuCtxCreate_v4(CUcontext *out, const struct ctx_create_params *params, unsigned flags, CUdevice dev)
+PV_API CUresult cuCtxCreate_v4(CUcontext *out, const CUctxCreateParams *params, unsigned flags, CUdevice dev)
 {
     DRV_HIDDEN_GUARD("cuCtxCreate_v4");
-    if (params && params->affinity && params->cig)
+    if (params && params->execAffinityParams && params->cigParams)
         return CUDA_ERROR_INVALID_VALUE;
-    if (params && params->cig)
+    if (params && params->cigParams)
         return CUDA_ERROR_NOT_SUPPORTED;
-    if (params && params->affinity && params->naffinity > 0)
+    if (params && params->execAffinityParams && params->numExecAffinityParams > 0)
         return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
     return ctx_create(out, flags, dev);
 }

@@ -32,6 +32,20 @@ typedef struct cudaMemPoolProps CUmemPoolProps;
 typedef struct cudaMemAccessDesc CUmemAccessDesc;
 typedef cudaGraphEdgeData CUgraphEdgeData;
 typedef struct cudaGraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct {
+    int type;                       /* CU_MEM_ALLOCATION_TYPE_* */
+    int requestedHandleTypes;       /* CU_MEM_HANDLE_TYPE_* */
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; }
+        allocFlags;
+} CUmemAllocationProp;
+typedef struct {                    /* cuCtxCreate_v4's parameters */
+    void *execAffinityParams;
+    int numExecAffinityParams;
+    void *cigParams;
+} CUctxCreateParams;
 
 typedef struct {
     size_t srcXInBytes, srcY;
@@ -310,6 +324,16 @@ PV_DLAYOUT(CUgraphExecUpdateResultInfo, result, PV_CUgraphExecUpdateResultInfo_s
 PV_DLAYOUT(CUgraphExecUpdateResultInfo, errorNode, PV_CUgraphExecUpdateResultInfo_st_errorNode);
 PV_DLAYOUT(CUgraphExecUpdateResultInfo, errorFromNode, PV_CUgraphExecUpdateResultInfo_st_errorFromNode);
 PV_DSIZE(CUgraphEdgeData, PV_CUgraphEdgeData_st_SIZE);
+PV_DSIZE(CUmemAllocationProp, PV_CUmemAllocationProp_st_SIZE);
+PV_DLAYOUT(CUmemAllocationProp, type, PV_CUmemAllocationProp_st_type);
+PV_DLAYOUT(CUmemAllocationProp, requestedHandleTypes, PV_CUmemAllocationProp_st_requestedHandleTypes);
+PV_DLAYOUT(CUmemAllocationProp, location, PV_CUmemAllocationProp_st_location);
+PV_DLAYOUT(CUmemAllocationProp, win32HandleMetaData, PV_CUmemAllocationProp_st_win32HandleMetaData);
+PV_DLAYOUT(CUmemAllocationProp, allocFlags, PV_CUmemAllocationProp_st_allocFlags);
+PV_DSIZE(CUctxCreateParams, PV_CUctxCreateParams_st_SIZE);
+PV_DLAYOUT(CUctxCreateParams, execAffinityParams, PV_CUctxCreateParams_st_execAffinityParams);
+PV_DLAYOUT(CUctxCreateParams, numExecAffinityParams, PV_CUctxCreateParams_st_numExecAffinityParams);
+PV_DLAYOUT(CUctxCreateParams, cigParams, PV_CUctxCreateParams_st_cigParams);
 PV_DLAYOUT(CUgraphEdgeData, from_port, PV_CUgraphEdgeData_st_from_port);
 PV_DLAYOUT(CUgraphEdgeData, to_port, PV_CUgraphEdgeData_st_to_port);
 PV_DLAYOUT(CUgraphEdgeData, type, PV_CUgraphEdgeData_st_type);
@@ -354,6 +378,8 @@ extern const int pv_nerrmap;
 /* ---- errors and start-up (api_misc.c) ---- */
 CUresult pv_drv_unsupported(const char *name, atomic_int *once);   /* the generated stubs' answer */
 CUresult drv_result(cudaError_t err);                                /* a wire error as a CUresult */
+CUresult drv_read_file(const char *path, void **out);      /* api_module.c: a file's bytes, NUL-terminated */
+const void *drv_library_table(const char *uuid);   /* export_tables_libs.c: the CUDA libraries' tables */
 void drv_note_runtime(void);                                         /* NVIDIA's runtime is our caller */
 CUresult drv_ready(void);                                            /* cuInit ran (else NOT_INITIALIZED) */
 int drv_version(void);                          /* the version answered: PV_CUDA_VERSION or the test knob's */

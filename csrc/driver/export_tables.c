@@ -2,6 +2,8 @@
  * What each slot means, and how that was established, is in docs/driver.md ("Export tables"); this file follows
  * it. Every slot is a real function: a slot nobody has seen called logs once, naming table and slot, and returns
  * CUDA_ERROR_NOT_SUPPORTED, so an unexpected use is a clear message rather than a jump to nowhere. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -175,6 +177,19 @@ static void uuid_text(const unsigned char *u, char out[37])
     *p = 0;
 }
 
+/* "libfoo.so.1+0x1234": the library and offset of a caller, for the one line about a table nobody answers. */
+static void drv_caller(const void *addr, char *out, size_t n)
+{
+    Dl_info info;
+    if (dladdr(addr, &info) && info.dli_fname) {
+        const char *base = strrchr(info.dli_fname, '/');
+        snprintf(out, n, "%s+0x%lx", base ? base + 1 : info.dli_fname,
+                 (unsigned long)((const char *)addr - (const char *)info.dli_fbase));
+    } else {
+        snprintf(out, n, "%p", addr);
+    }
+}
+
 PV_API CUresult cuGetExportTable(const void **out, const CUuuid *id)
 {
     if (!out || !id)
@@ -188,8 +203,13 @@ PV_API CUresult cuGetExportTable(const void **out, const CUuuid *id)
             *out = tables[i].slots;
             return CUDA_SUCCESS;
         }
-    *out = NULL;
-    if (strcmp(u, DECLINED_UUID) != 0)
-        pv_log("export table %s was asked for; libvcuda does not know it (CUDA_ERROR_NOT_SUPPORTED)", u);
+    if ((*out = drv_library_table(u)))
+        return CUDA_SUCCESS;
+    if (strcmp(u, DECLINED_UUID) != 0) {
+        char who[128];
+        drv_caller(__builtin_return_address(0), who, sizeof who);
+        pv_log("export table %s was asked for (by %s); libvcuda does not know it (CUDA_ERROR_NOT_SUPPORTED)", u, who);
+        pv_census_missing("table", "%s by %s", u, who);
+    }
     return CUDA_ERROR_NOT_SUPPORTED;
 }

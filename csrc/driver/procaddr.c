@@ -59,6 +59,8 @@ static CUresult proc_address(const char *symbol, void **pfn, int version, unsign
     *pfn = p ? (void *)p->fn : NULL;
     if (status)
         *status = p ? PROC_SUCCESS : found ? PROC_VERSION_NOT_SUFFICIENT : PROC_SYMBOL_NOT_FOUND;
+    if (!p && *symbol)      /* "" is NVIDIA's runtime probing the function itself */
+        pv_census_absent("procaddr", "%s@%d%s", symbol, version, found ? " (version not sufficient)" : "");
     return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 

@@ -20,6 +20,7 @@ static atomic_int inits;
 
 nvmlReturn_t pv_nvml_unsupported(const char *name, atomic_int *once)
 {
+    pv_census_unsupported("libvnvml", name);
     pv_log_once(once, "%s is not supported by libvnvml (returns NVML_ERROR_NOT_SUPPORTED)", name);
     return NVML_ERROR_NOT_SUPPORTED;
 }
@@ -239,6 +240,24 @@ PV_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned *index)
     if (r == NVML_SUCCESS)
         *index = (unsigned)d->index;
     return r;
+}
+
+/* Peer access between two GPUs (NCCL asks at start-up): GPUs of one daemon that the daemon lets use each other's
+ * memory (the snapshot's peers, as cudaDeviceCanAccessPeer answers) read, write and do atomics over it; NVLink and
+ * GPUs of different daemons: not supported. */
+enum { P2P_READ, P2P_WRITE, P2P_NVLINK, P2P_ATOMICS, P2P_PCI, P2P_UNKNOWN };
+enum { P2P_STATUS_OK = 0, P2P_STATUS_NOT_SUPPORTED = 5 };
+PV_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t h1, nvmlDevice_t h2, int index, int *status)
+{
+    struct pv_device *a, *b;
+    nvmlReturn_t r = status && index >= P2P_READ && index < P2P_UNKNOWN ? device_of(h1, &a) : NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = device_of(h2, &b);
+    if (r != NVML_SUCCESS)
+        return r;
+    int peers = a != b && a->conn == b->conn && b->remote < 64 && (a->peers >> b->remote & 1);
+    *status = peers && index != P2P_NVLINK ? P2P_STATUS_OK : P2P_STATUS_NOT_SUPPORTED;
+    return NVML_SUCCESS;
 }
 
 PV_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned *minor) { return nvmlDeviceGetIndex(h, minor); }

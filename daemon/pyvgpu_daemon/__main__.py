@@ -7,6 +7,7 @@
                             [--session-memory [DEVICE=]SIZE ...] [--max-weight W] [--scheduling fair|off]
                             [--time-slice MS]
                             [--metrics-port PORT] [--metrics-host ADDR] [--compress auto|always|off]
+                            [--lease-state PATH]
 
 `pyvgpu daemon start` builds a DaemonOptions and calls run(options) (or main(argv)).
 Exit status: 0 after a clean SIGTERM/SIGINT shutdown (queued work drained up to --drain-timeout), 2 for a
@@ -48,6 +49,7 @@ class DaemonOptions:
     metrics_port: int | None = None
     metrics_host: str | None = None
     compress: str = "auto"               # auto: compress replies where it pays (compress.py); always; off: never
+    lease_state: str | None = None       # file the leases survive a restart in (leases.py); None: memory only
 
 
 # Bounds a user may set on the command line: option -> Bounds field (the rest are documented constants).
@@ -84,7 +86,8 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
     p.add_argument("--tls-key", metavar="PATH", help="PEM private key of --tls-cert")
     defaults = Bounds()
     kinds = {f.name: f.type for f in fields(Bounds)}
-    helps = {"max_sessions": "sessions at once", "idle_timeout_s": "seconds without a request or PING before a "
+    helps = {"max_sessions": "sessions at once (connections still in their handshake do not count: at most 8 per "
+             "address and 64 in all wait, the oldest dropped for a new one)", "idle_timeout_s": "seconds without a request or PING before a "
              "session ends", "frame_timeout_s": "seconds a started frame may take (plus 1 s per 256 KiB of payload)",
              "drain_timeout_s": "seconds queued work may finish after SIGTERM",
              "handshake_timeout_s": "seconds for TLS + hello"}
@@ -109,6 +112,9 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
                    help="auto: offer lz4/zstd for bulk payloads and compress replies where the link is slow and the "
                         "data compresses (default); always: compress every bulk reply to a client that negotiated a "
                         "codec (tests, benchmarks); off: offer no codec")
+    p.add_argument("--lease-state", metavar="PATH",
+                   help="keep the GPU leases in this file, so that they survive a restart of the daemon (each "
+                        "holder then has one lease ttl to renew); default: in memory only")
     ns = p.parse_args(argv)
     try:
         bounds = Bounds(**{name: getattr(ns, opt[2:].replace("-", "_")) for opt, name in BOUND_OPTIONS.items()})
@@ -119,7 +125,7 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
                          log_level=ns.log_level, tls_cert=ns.tls_cert, tls_key=ns.tls_key, bounds=bounds,
                          session_memory=ns.session_memory, max_weight=ns.max_weight,
                          scheduling=ns.scheduling, time_slice_ms=ns.time_slice, metrics_port=ns.metrics_port,
-                         metrics_host=ns.metrics_host, compress=ns.compress)
+                         metrics_host=ns.metrics_host, compress=ns.compress, lease_state=ns.lease_state)
 
 
 def resolve_token(opts: DaemonOptions) -> bytes | None:
@@ -176,6 +182,7 @@ def run(opts: DaemonOptions) -> int:
     sys.setswitchinterval(GIL_SWITCH_S)
     from pyvgpu_daemon.backends import make_backend
     from pyvgpu.units import parse_size
+    from pyvgpu_daemon.leases import LeaseConfig
     from pyvgpu_daemon.server import MetricsError, ServerConfig, run_server
     from pyvgpu_daemon.sharing import Sharing, SharingConfig, parse_session_memory
     try:
@@ -199,7 +206,7 @@ def run(opts: DaemonOptions) -> int:
         return 2
     cfg = ServerConfig(host=opts.host, port=opts.port, token=token, tls=tls, bounds=opts.bounds, sharing=sharing,
                        metrics_port=opts.metrics_port, metrics_host=opts.metrics_host,
-                       compress=opts.compress)
+                       compress=opts.compress, leases=LeaseConfig(opts.lease_state))
     try:
         import uvloop
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)

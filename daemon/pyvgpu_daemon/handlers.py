@@ -506,6 +506,7 @@ from pyvgpu_daemon import handlers_blaslt  # noqa: E402,F401  (registers cuBLASL
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
 from pyvgpu_daemon import (handlers_array, handlers_coherence, handlers_graph, handlers_managed,  # noqa: E402,F401
                            handlers_peer)
+from pyvgpu_daemon import handlers_vmm  # noqa: E402,F401  (registers the virtual memory management ops)
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}

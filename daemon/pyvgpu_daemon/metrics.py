@@ -5,6 +5,10 @@ Nothing is counted here: every value is read at scrape time from the same status
 for metrics beyond the figures the scheduler keeps anyway. The HTTP server is prometheus_client's own, in its own
 thread; a scrape asks the loop for a snapshot and waits at most SNAPSHOT_TIMEOUT_S.
 
+What a peer can make the metrics server spend is bounded like the daemon's own port (issue 23): a thread per
+connection, at most MAX_CONNECTIONS of them (a new connection closes the oldest, so silent or trickling sockets cost
+their opener its older ones and a scrape always gets in), and REQUEST_TIMEOUT_S for each read of a request.
+
 Names follow Prometheus' conventions (base units, `_bytes`, `_seconds`, `_total` for counters, `_ratio` for 0..1)
 and the ecosystem's (dcgm-exporter's per-GPU gauges, HAMi's `..._memory_used_bytes` / `..._memory_limit_bytes` per
 container): see METRICS below, documented in docs/operations.md.
@@ -14,9 +18,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import socket
+import threading
+from collections import OrderedDict
+from socketserver import ThreadingMixIn
 from typing import Any, Callable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                     InfoMetricFamily)
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -24,6 +33,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 log = logging.getLogger("pyvgpu.daemon")
 
 SNAPSHOT_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 32                 # open connections to the metrics server (a new one closes the oldest)
+REQUEST_TIMEOUT_S = 10.0             # each read of a request
 DEVICE = ["device"]
 SESSION = ["session", "client_host", "client_pid", "device"]
 
@@ -50,6 +61,14 @@ METRICS: dict[str, tuple[str, list[str]]] = {
     "pyvgpu_session_transfer_bytes": ("Bytes a session moved: htod (request payloads), dtoh (reply payloads), "
                                       "dtod (device copies)", SESSION + ["direction"]),
     "pyvgpu_op_duration_seconds": ("Op latency from the daemon receiving it to its completion", ["device", "op"]),
+    "pyvgpu_device_leases": ("Leases held on the device", DEVICE),
+    "pyvgpu_device_leased_ratio": ("Part of the device leased (1: exclusively or fully shared)", DEVICE),
+    "pyvgpu_lease": ("A lease: its device, tag (id prefix), holder, job, mode", ["device", "lease", "holder", "job",
+                                                                             "mode"]),
+    "pyvgpu_lease_expiry_seconds": ("Seconds until a lease expires unless renewed", ["device", "lease"]),
+    "pyvgpu_lease_sessions": ("Sessions using a lease", ["device", "lease"]),
+    "pyvgpu_leases": ("Leases granted, released by their holders and expired, since the daemon started", ["event"]),
+    "pyvgpu_lease_requests_waiting": ("Lease requests waiting in line for a GPU", []),
 }
 
 
@@ -111,6 +130,32 @@ def families(status: dict[str, Any]) -> Iterator[Any]:
     yield busy
     yield latency
     yield from _session_families(status, {u["device"]: u for u in usage})
+    yield from _lease_families(status, usage)
+
+
+def _lease_families(status: dict[str, Any], usage: list[dict[str, Any]]) -> Iterator[Any]:
+    count = _family("pyvgpu_device_leases", GaugeMetricFamily)
+    ratio = _family("pyvgpu_device_leased_ratio", GaugeMetricFamily)
+    for u in usage:
+        if u.get("leases") is not None:
+            count.add_metric([str(u["device"])], float(u["leases"]))
+            ratio.add_metric([str(u["device"])], float(u.get("leased_fraction", 0.0)))
+    info = _family("pyvgpu_lease", InfoMetricFamily)
+    expiry = _family("pyvgpu_lease_expiry_seconds", GaugeMetricFamily)
+    sessions = _family("pyvgpu_lease_sessions", GaugeMetricFamily)
+    for x in status.get("leases") or []:
+        dev, tag = str(x["device"]), str(x["tag"])
+        mode = "exclusive" if x.get("exclusive") else f"share {float(x.get('fraction', 0)):g}"
+        info.add_metric([dev, tag, str(x.get("holder", "")), str(x.get("job", "")), mode], {})
+        expiry.add_metric([dev, tag], float(x.get("expires_in", 0.0)))
+        sessions.add_metric([dev, tag], float(x.get("sessions", 0)))
+    events = _family("pyvgpu_leases", CounterMetricFamily)
+    counts = status.get("lease_counts") or {}
+    for event in ("granted", "released", "expired"):
+        events.add_metric([event], float(counts.get(event, 0)))
+    waiting = _family("pyvgpu_lease_requests_waiting", GaugeMetricFamily)
+    waiting.add_metric([], float(counts.get("waiting", 0)))
+    yield from (count, ratio, info, expiry, sessions, events, waiting)
 
 
 def _session_families(status: dict[str, Any], usage: dict[int, dict[str, Any]]) -> Iterator[Any]:
@@ -159,13 +204,56 @@ def loop_snapshot(loop: asyncio.AbstractEventLoop, status: Callable[[], dict[str
     return snapshot
 
 
+class _Handler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT_S
+
+    def log_message(self, format: str, *args: Any) -> None:   # noqa: A002 - the base class's name
+        pass                                                    # scrapes are not worth a log line each
+
+
+class _HTTPServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most MAX_CONNECTIONS connections (the oldest is closed for a new one)."""
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128             # listen backlog (socketserver's default, 5, drops bursts of connects)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._conns: OrderedDict[socket.socket, None] = OrderedDict()
+        self._conns_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            if len(self._conns) >= MAX_CONNECTIONS:
+                oldest, _ = self._conns.popitem(last=False)
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)   # its handler's read ends; the thread finishes
+                except OSError:
+                    pass
+            self._conns[request] = None
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.pop(request, None)
+        super().shutdown_request(request)
+
+
+def _server_class(host: str, port: int) -> type[_HTTPServer]:
+    family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    return type("_MetricsHTTPServer", (_HTTPServer,), {"address_family": family})
+
+
 class MetricsServer:
-    """prometheus_client's HTTP server on (host, port), serving one StatusCollector; stop() ends it."""
+    """The Prometheus metrics page (prometheus_client's WSGI app) on (host, port), serving one StatusCollector;
+    stop() ends it."""
 
     def __init__(self, host: str, port: int, snapshot: Callable[[], dict[str, Any]]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StatusCollector(snapshot))
-        self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self._httpd = make_server(host, port, make_wsgi_app(self.registry), _server_class(host, port), _Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
         self.port = int(self._httpd.server_address[1])
         self.host = host
 

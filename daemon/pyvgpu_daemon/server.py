@@ -25,12 +25,14 @@ from typing import Any
 
 from pyvgpu import auth, protocol, wire
 from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
-                             HELLO_COMPRESS, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
+                             HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
                              NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpFlag, OpSpec)
-from pyvgpu_daemon import compress, fastpath, handlers
+from pyvgpu_daemon import compress, fastpath, handlers, handlers_lease
+from pyvgpu_daemon.admission import Admission
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
+from pyvgpu_daemon.leases import LeaseConfig, LeaseTable
 from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
@@ -70,6 +72,7 @@ class ServerConfig:
     metrics_port: int | None = None  # serve Prometheus metrics there (metrics.py); None: no metrics
     metrics_host: str | None = None  # default: the daemon's own address
     compress: str = "auto"           # auto | always | off: compression of bulk payloads (compress.py)
+    leases: LeaseConfig = field(default_factory=LeaseConfig)   # --lease-state (leases.py)
 
 
 @dataclass
@@ -129,6 +132,9 @@ class Server:
     bound: tuple[str, int] | None = None
     hub: PeerHub = field(default_factory=PeerHub)    # tickets of copies to other daemons (peer.py)
     sharing: Sharing | None = None
+    leases: LeaseTable | None = None
+    admission: Admission | None = None                # connections before their handshake (admission.py)
+    _dropped: set[FrameStream] = field(default_factory=set)     # pending connections admission dropped
 
     @property
     def bounds(self) -> Bounds:
@@ -143,14 +149,22 @@ class Server:
         self._payload_cap = max((d["total_mem"] for d in self._devices), default=0) + (1 << 20)
         self._oversize = asyncio.Lock()
         self.sharing = Sharing(self.config.sharing, self._devices)
+        self.admission = Admission(self.bounds.max_handshaking, self.bounds.max_handshaking_per_peer)
         loop = asyncio.get_running_loop()
+        self.leases = LeaseTable(self.sharing.totals, self.config.leases, self.sessions.values,
+                                 lambda s, why: self._abort(self._links[s.id], why) if s.id in self._links else None,
+                                 self.sharing.schedulers.clamp_weight)
+        self.leases.start(loop)
 
         def on_connect(stream: FrameStream) -> None:
-            if len(self._streams) >= self.bounds.max_sessions + self.bounds.max_handshaking:
-                log.warning("refusing a connection from %s: %d connections open", stream.peer, len(self._streams))
-                assert stream.transport is not None
-                stream.transport.abort()
-                return
+            assert self.admission is not None
+            for old in self.admission.admit(stream, stream.peer_host):
+                assert isinstance(old, FrameStream)
+                self._dropped.add(old)
+                old.abort()
+            warning = self.admission.warning(stream.peer_host)
+            if warning is not None:
+                log.warning("%s", warning)
             self._streams.add(stream)
             task = loop.create_task(self._connection(stream))
             self._tasks.add(task)
@@ -202,6 +216,8 @@ class Server:
             except TimeoutError:
                 raise SessionEnd(f"no hello within {self.bounds.handshake_timeout_s:.0f} s") from None
             established = True
+            assert self.admission is not None
+            self.admission.done(stream)
             self.sessions[sid] = session
             self._links[sid] = link
             loop = asyncio.get_running_loop()
@@ -235,7 +251,13 @@ class Server:
                 reason, notify = "internal error (see traceback above)", established
         finally:
             self._streams.discard(stream)
-            await self._end_session(link, reason, notify)
+            assert self.admission is not None
+            self.admission.done(stream)
+            quiet = stream in self._dropped            # admission logged it (one line per peer, rate-limited)
+            if quiet:
+                self._dropped.discard(stream)
+                reason = "dropped before its handshake: its address has too many connections waiting"
+            await self._end_session(link, reason, notify, quiet)
 
     async def _handshake(self, session: Session, stream: FrameStream) -> None:
         nonce = auth.make_nonce()
@@ -274,7 +296,9 @@ class Server:
             raise SessionEnd(msg)
         session.va_base = va_base
         assert self.sharing is not None
-        msg = self.sharing.apply_hello(session, hello.fields)
+        assert self.leases is not None
+        msg = self.sharing.apply_hello(session, hello.fields) or \
+            self.leases.bind_hello(session, hello.fields.get(HELLO_LEASES))
         if msg is not None:
             await self._reply_and_close(stream, req.req_id, ERR_INVALID_VALUE, msg)
             raise SessionEnd(msg)
@@ -333,6 +357,8 @@ class Server:
                     if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
                         raise SessionEnd(f"LINK_RATE of {rate!r:.40}")
                     link.session.peer_rate = float(rate)
+                elif spec.code in handlers_lease.OPS:
+                    handlers_lease.handle(self, link, spec, req)
                 elif spec.name == "PEER_FETCH":
                     data = self.hub.take(req.args[0])      # in memory already: answered on the loop
                     stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
@@ -561,7 +587,17 @@ class Server:
                 stream.writelines(wire.encode_reply(req.req_id, ERR_INVALID_DEVICE))
             self._release_oversize(link)
             return
-        st = session.devices.get(dev) or session.device(dev, stream.event_loop())
+        st = session.devices.get(dev)
+        if st is None:
+            assert self.leases is not None
+            refusal = self.leases.admit(session, dev)
+            if refusal is not None:     # leased to another holder: CUDA's answer for a GPU taken exclusively
+                log.info("%s: %s refused: %s", session.tag(dev), spec.name, refusal)
+                if req.req_id:
+                    stream.writelines(wire.encode_reply(req.req_id, ERR_UNAVAILABLE, refusal))
+                self._release_oversize(link)
+                return
+            st = session.device(dev, stream.event_loop())
         worker = st.worker
         tag = (spec.code, req.args, len(payload))
         req_id = req.req_id
@@ -652,12 +688,14 @@ class Server:
         except (TimeoutError, ConnectionError):
             pass
 
-    async def _end_session(self, link: Link, reason: str, notify: bool) -> None:
+    async def _end_session(self, link: Link, reason: str, notify: bool, quiet: bool = False) -> None:
         session, stream = link.session, link.stream
         session.closing = True
         stream.on_data = None
         self.hub.drop_session(session.id)
         self._links.pop(session.id, None)
+        if self.leases is not None:
+            self.leases.session_ended(session)
         if notify and not stream.is_closing():
             stream.writelines(wire.encode_notice(ERR_UNAVAILABLE, reason))
         released = 0
@@ -686,6 +724,8 @@ class Server:
                 st.lane.sched.retire(st.lane)
         self._release_oversize(link)
         self.sessions.pop(session.id, None)
+        if self.leases is not None and session.devices:
+            self.leases.serve_waiters()      # the GPUs it used are free now: waiting lease requests may fit
         try:
             stream.close()
         except Exception:  # noqa: BLE001
@@ -696,8 +736,8 @@ class Server:
                      sum(st.waited for st in session.devices.values()), released, len(session.devices),
                      f"; work in progress cancelled on {busy} device(s)" if busy else "")
         else:
-            log.info("%s: connection from %s ended before a session began (%s)", session.tag(), session.peer,
-                     reason)
+            log.log(logging.DEBUG if quiet else logging.INFO,
+                    "%s: connection from %s ended before a session began (%s)", session.tag(), session.peer, reason)
 
     # ------------------------------------------------------------------ status
     def status(self, me: Session | None = None) -> dict[str, Any]:
@@ -707,7 +747,10 @@ class Server:
             entry = s.summary()
             entry["self"] = s is me
             sessions.append(entry)
-        assert self.sharing is not None
+        assert self.sharing is not None and self.leases is not None
+        usage = self.sharing.device_figures(live, time.perf_counter())
+        for u in usage:
+            u.update(self.leases.device_figures(u[protocol.USAGE_DEVICE]))
         return {
             "backend": self.backend.name,
             "address": f"{self.bound[0]}:{self.bound[1]}" if self.bound else "",
@@ -720,8 +763,10 @@ class Server:
             "scheduling": "fair" if self.sharing.config.fair else "off",
             "max_weight": self.sharing.config.max_weight,
             "latency_buckets": list(LATENCY_BOUNDS),
-            protocol.STATUS_DEVICE_USAGE: self.sharing.device_figures(live, time.perf_counter()),
+            protocol.STATUS_DEVICE_USAGE: usage,
             "sessions": sessions,
+            protocol.STATUS_LEASES: self.leases.view(),
+            "lease_counts": dict(self.leases.counts, waiting=self.leases.waiting()),
         }
 
 

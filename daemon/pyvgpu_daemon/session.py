@@ -24,6 +24,7 @@ from pyvgpu_daemon.executor import OrderedWorker
 from pyvgpu_daemon.managed import ManagedTable
 from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import Lane
+from pyvgpu_daemon.vmm import VmmTable
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -58,6 +59,7 @@ class DeviceState:
     graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
     graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
     managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
+    vmm: VmmTable | None = None        # virtual memory management (vmm.py, handlers_vmm.py), on first use
     arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_array.ArrayEntry
     textures: dict[int, Any] = field(default_factory=dict)           # texture object value -> (res type, array)
     surfaces: dict[int, int] = field(default_factory=dict)           # surface object value -> array handle
@@ -160,13 +162,16 @@ class DeviceState:
             self._starts.pop(bisect.bisect_left(self._starts, addr))
 
     def check_range(self, ptr: int, size: int, what: str) -> None:
-        """[ptr, ptr+size) must lie inside one allocation or module variable of this session."""
+        """[ptr, ptr+size) must lie inside one allocation or module variable of this session, or in accessible
+        mapped memory (virtual memory management)."""
         i = bisect.bisect_right(self._starts, ptr) - 1
         if i >= 0:
             start = self._starts[i]
             length = self.allocations.get(start, self.variables.get(start, 0))
             if ptr + size <= start + length and (ptr < start + length or size == 0):
                 return
+        if self.vmm is not None and self.vmm.contains(ptr, size, write=False):
+            return
         raise CudaError("cudaErrorInvalidValue", f"{what}: [{ptr:#x}, +{size}) is not memory of this session")
 
     def clear_tables(self) -> None:
@@ -183,6 +188,7 @@ class DeviceState:
         self.graphs.clear()
         self.graph_bytes = 0
         self.managed.clear()
+        self.vmm = None
         self.arrays.clear()
         self.textures.clear()
         self.surfaces.clear()
@@ -227,6 +233,7 @@ class Session:
     peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported
     compress_always: bool = False        # daemon --compress always: every bulk reply compressed (tests, benchmarks)
     end_soon: Callable[[str], None] | None = None   # any thread: end the session, why (server.py sets it)
+    leases: dict[int, Any] = field(default_factory=dict)   # device -> the lease it uses there (leases.py)
 
     def tag(self, dev: int | None = None) -> str:
         return f"session {self.id}" + (f" dev {dev}" if dev is not None else "")
@@ -237,10 +244,14 @@ class Session:
         if st is None:
             name = f"s{self.id}-d{ordinal}"
             sharing = self.sharing
-            lane = sharing.lane(ordinal, self.weight, name) if sharing is not None else None
+            lease = self.leases.get(ordinal)         # a share's weight and quota replace the hello's there
+            weight = lease.weight if lease is not None and lease.weight is not None else self.weight
+            lane = sharing.lane(ordinal, weight, name) if sharing is not None else None
             st = DeviceState(ordinal, OrderedWorker(name, loop, lane))
             if sharing is not None:
                 st.limit = sharing.limit(ordinal, self.memory_request)
+            if lease is not None and lease.memory is not None:
+                st.limit = lease.memory if st.limit is None else min(st.limit, lease.memory)
             self.devices[ordinal] = st
         return st
 

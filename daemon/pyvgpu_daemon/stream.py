@@ -62,7 +62,8 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def __init__(self, on_connect: Any) -> None:
         self._on_connect = on_connect
-        self.peer = "?"                   # the peer's address, as text
+        self.peer = "?"                   # the peer's address and port, as text
+        self.peer_host = "?"              # its address alone (admission.py bounds connections per address)
         self._buf = bytearray(self.SCRATCH_MIN)
         self._lo = 0
         self._hi = 0
@@ -91,6 +92,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._flow = FlowControl(self.transport, self.PAUSE_AT, self.RESUME_AT)
         peer = transport.get_extra_info("peername")      # kept: a socket that closed has no peer name any more
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "an unknown peer (gone at once)"
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else "?"
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             try:
@@ -383,3 +385,8 @@ class FrameStream(asyncio.BufferedProtocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once, unsent bytes and all (admission: a pending connection that must go)."""
+        if self.transport is not None:
+            self.transport.abort()

@@ -133,8 +133,9 @@ def pyvgpu(*args: str, env: dict | None = None, timeout: float = 120) -> subproc
 
 def test_run_places_by_load_interference_and_memory(daemon_factory, tmp_path):
     """Four emulated GPUs: 0 busy with two heavy residents (they slow each other), 1 busy with one heavy and one
-    light resident, 2 idle, 3 idle but nearly full. `pyvgpu run -n N --memory 128M` chooses 2, then 1, then 0; 3
-    never; and the program sees the choice in PYVGPU_HOSTS (and its memory request in PYVGPU_MEMORY)."""
+    light resident, 2 idle, 3 idle but nearly full. `pyvgpu run -n N --share 0.25 --memory 128M` (shares: the
+    residents hold no lease, so no GPU but 2 could be leased whole) chooses 2, then 1, then 0; 3 never; and the
+    program sees the choice in PYVGPU_HOSTS (and its memory request in PYVGPU_MEMORY)."""
     d = daemon_factory("--emu-devices", "4", "--emu-memory", "256M")
     loads = [Load(d.port, 0, heavy=2).start(), Load(d.port, 1, heavy=1, light=1).start(),
              Load(d.port, 3, hold=200 * MiB)]
@@ -142,11 +143,12 @@ def test_run_places_by_load_interference_and_memory(daemon_factory, tmp_path):
         time.sleep(2.5)
         show = "echo HOSTS=$PYVGPU_HOSTS MEMORY=$PYVGPU_MEMORY WEIGHT=$PYVGPU_WEIGHT"
         env = {"XDG_CONFIG_HOME": str(tmp_path)}
-        r1 = pyvgpu("run", "--hosts", d.address, "-n", "1", "--memory", "128M", "--weight", "2", "--explain",
-                    "--", "sh", "-c", show, env=env)
-        r3 = pyvgpu("run", "--hosts", d.address, "-n", "3", "--memory", "128M", "--explain", "--",
+        r1 = pyvgpu("run", "--hosts", d.address, "-n", "1", "--share", "0.25", "--memory", "128M", "--weight", "2",
+                    "--explain", "--", "sh", "-c", show, env=env)
+        r3 = pyvgpu("run", "--hosts", d.address, "-n", "3", "--share", "0.25", "--memory", "128M", "--explain", "--",
                     "sh", "-c", show, env=env)
-        r4 = pyvgpu("run", "--hosts", d.address, "-n", "4", "--memory", "128M", "--", "true", env=env)
+        r4 = pyvgpu("run", "--hosts", d.address, "-n", "4", "--share", "0.25", "--memory", "128M", "--no-wait", "--",
+                    "true", env=env)
         devs = pyvgpu("devices", "--hosts", d.address, env=env)
         top = pyvgpu("top", "--hosts", d.address, "--iterations", "2", "--interval", "0.5", env=env)
     finally:
@@ -154,7 +156,7 @@ def test_run_places_by_load_interference_and_memory(daemon_factory, tmp_path):
             load.close()
     assert r1.returncode == 0, r1.stderr
     assert r1.stdout.strip() == f"HOSTS={d.address}/2 MEMORY={128 * MiB} WEIGHT=2.0"
-    explain = [ln for ln in r1.stderr.splitlines() if "placement:" in ln]
+    explain = [ln for ln in r1.stderr.splitlines() if "placement: " in ln]
     assert len(explain) == 4, r1.stderr
     assert "chosen as GPU0" in explain[2] and "not eligible (free memory" in explain[3]
     assert r3.returncode == 0, r3.stderr
@@ -168,7 +170,8 @@ def test_run_places_by_load_interference_and_memory(daemon_factory, tmp_path):
     # Two heavy residents slow each other at least as much as a heavy and a light one; on a loaded machine the two
     # readings (printed to 2 decimals) have come out equal, and the choice order asserted above is what matters.
     assert float(slow[0].rstrip("x")) >= float(slow[1].rstrip("x")), r3.stderr
-    assert r4.returncode == 1 and "4 GPU(s) asked, 3 of the pool's 4 reachable GPU(s) qualify" in r4.stderr
+    assert r4.returncode == 1 and "4 share(s) of 0.25 GPU with 128.0 MiB free asked, 3 of the pool's 4 GPU(s) free" \
+        in r4.stderr and f"{d.address}/3 (too little memory)" in r4.stderr, r4.stderr
     # pyvgpu devices shows the same loads
     assert devs.returncode == 0, devs.stderr
     rows = {ln.split()[0]: ln for ln in devs.stdout.splitlines()[1:]}

@@ -1,11 +1,17 @@
 // Two hosts = two GPUs: each thread drives one GPU; copies between the GPUs are staged through the client.
 // Holds its allocations until a line arrives on stdin so the test can inspect each daemon, then prints "OK".
+// `api_multihost churn`: each thread allocates and frees many blocks of mixed sizes on its GPU (small ones, that a
+// real GPU's backend sub-allocates, and large ones), fills and checks them with cudaMemcpyDefault, and frees half of
+// the other thread's; every allocation is printed as "RANGE <device> <address> <size>" so the test can check that the
+// hosts' addresses never overlap; prints "CHURN OK".
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cstdint>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -33,7 +39,65 @@ static void worker(int dev) {
     CHECK(cudaDeviceSynchronize());
 }
 
-int main() {
+static const size_t churn_sizes[] = {100, 4096, 1 << 20, (3 << 20) + 5, 256, 65536 + 3};
+static std::vector<std::pair<unsigned char *, size_t>> kept[2];
+static std::mutex out_mu;
+
+static void churn(int dev) {
+    CHECK(cudaSetDevice(dev));
+    std::vector<std::pair<unsigned char *, size_t>> live;
+    for (int i = 0; i < 120; i++) {
+        size_t n = churn_sizes[i % 6];
+        unsigned char *p;
+        CHECK(cudaMalloc(&p, n));
+        {
+            std::lock_guard<std::mutex> g(out_mu);
+            printf("RANGE %d %llu %zu\n", dev, (unsigned long long)(uintptr_t)p, n);
+        }
+        std::vector<unsigned char> h(n), back(n);
+        for (size_t k = 0; k < n; k++) h[k] = (unsigned char)(k * 13 + i + dev * 77);
+        CHECK(cudaMemcpy(p, h.data(), n, cudaMemcpyDefault));
+        CHECK(cudaMemcpy(back.data(), p, n, cudaMemcpyDefault));
+        EXPECT(memcmp(h.data(), back.data(), n) == 0);
+        live.push_back({p, n});
+        if (i % 3 == 2) {                       // free one of the older ones: addresses are reused
+            CHECK(cudaFree(live[live.size() / 2].first));
+            live.erase(live.begin() + live.size() / 2);
+        }
+    }
+    kept[dev] = live;
+}
+
+static int churn_main() {
+    int n = 0;
+    CHECK(cudaGetDeviceCount(&n));
+    EXPECT(n == 2);
+    std::thread t0(churn, 0), t1(churn, 1);
+    t0.join();
+    t1.join();
+    // across the hosts with cudaMemcpyDefault: GPU0's block -> GPU1's block of the same size, checked on the host
+    for (size_t i = 0; i < kept[0].size() && i < kept[1].size(); i++) {
+        if (kept[0][i].second != kept[1][i].second)
+            continue;
+        size_t sz = kept[0][i].second;
+        std::vector<unsigned char> a(sz), b(sz);
+        CHECK(cudaMemcpy(kept[1][i].first, kept[0][i].first, sz, cudaMemcpyDefault));
+        CHECK(cudaMemcpy(a.data(), kept[0][i].first, sz, cudaMemcpyDefault));
+        CHECK(cudaMemcpy(b.data(), kept[1][i].first, sz, cudaMemcpyDefault));
+        EXPECT(memcmp(a.data(), b.data(), sz) == 0);
+    }
+    // each thread frees the other GPU's blocks (a free finds its host by the pointer, whatever the current device)
+    std::thread f0([] { CHECK(cudaSetDevice(0)); for (auto &b : kept[1]) CHECK(cudaFree(b.first)); });
+    std::thread f1([] { CHECK(cudaSetDevice(1)); for (auto &b : kept[0]) CHECK(cudaFree(b.first)); });
+    f0.join();
+    f1.join();
+    printf("CHURN OK\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "churn") == 0)
+        return churn_main();
     int n = 0;
     CHECK(cudaGetDeviceCount(&n));
     EXPECT(n == 2);

@@ -1,5 +1,5 @@
 """cuBLAS on the real-GPU backend without a GPU: backends/cublas_cuda.py drives a fake libcublas through cffi the
-way it drives NVIDIA's (the same cdata arguments), over the fake driver of test_daemon_cuda.py whose device
+way it drives NVIDIA's (the same cdata arguments), over the fake driver of fake_driver.py whose device
 memory is host memory, through the daemon's handlers (so the region checks against the session's memory apply).
 
 Checked: which entry point a family call picks (typed, Ex, ILP64 or int), the order and values of its arguments,
@@ -22,7 +22,7 @@ from pyvgpu_daemon import handlers  # noqa: E402
 from pyvgpu_daemon.backends.cublas_cuda import Cublas, cdef, pick_entry  # noqa: E402
 from pyvgpu_daemon.backends.cuda import CudaBackend  # noqa: E402
 from pyvgpu_daemon.session import DeviceState, Session, release_device  # noqa: E402
-from test_daemon_cuda import FakeDriver  # noqa: E402
+from fake_driver import FakeDriver  # noqa: E402
 
 E = ERROR_CODES
 H16, F32 = spec.DTYPE["CUDA_R_16F"].value, spec.DTYPE["CUDA_R_32F"].value

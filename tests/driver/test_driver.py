@@ -84,7 +84,7 @@ def program_id(p: tuple) -> str:
                      else "", p[3]]).strip("-").replace("--", "-")
 
 
-CASES = on_backends(PROGRAMS, chain=lambda p: len(p[2]) == 1 and p[0] != "api_managed.cu")
+CASES = on_backends(PROGRAMS)
 
 
 @pytest.mark.parametrize("program,args,daemon_args,backend", CASES, ids=[program_id(p) for p in CASES])
@@ -159,6 +159,7 @@ def test_driver_api_tiled_matmul(cuda_build, daemon, kernels, lib_dir):
     assert verdict(proc.stdout).startswith("OK ")
 
 
+@pytest.mark.chain
 def test_driver_api_contexts_from_threads_on_two_hosts(cuda_build, daemon_factory, kernels, lib_dir):
     a, b = daemon_factory(), daemon_factory("--emu-devices", "2")
     proc = run_driver(drv_program(cuda_build, "drv_contexts.c", lib_dir), [a, b], str(kernels[0]), "6",
@@ -168,6 +169,7 @@ def test_driver_api_contexts_from_threads_on_two_hosts(cuda_build, daemon_factor
         assert "module" in d.log_text() and "loaded" in d.log_text()
 
 
+@pytest.mark.chain
 def test_driver_api_runtime_features(cuda_build, daemon, kernels, lib_dir):
     """Graphs (capture, explicit, update), managed/mapped/registered memory, pools, arrays, textures, surfaces."""
     proc = run_driver(drv_program(cuda_build, "drv_features.c", lib_dir), [daemon], str(kernels[0]), lib_dir=lib_dir)
@@ -175,6 +177,7 @@ def test_driver_api_runtime_features(cuda_build, daemon, kernels, lib_dir):
     assert "is not supported by libvcuda" not in proc.stderr
 
 
+@pytest.mark.chain
 @pytest.mark.parametrize("layout", ["one daemon", "two daemons"])
 def test_driver_api_peers(cuda_build, daemon_factory, kernels, lib_dir, layout):
     """Peer access between two GPUs of one daemon (kernels read the peer's memory); between daemons it is refused
@@ -188,6 +191,30 @@ def test_driver_api_peers(cuda_build, daemon_factory, kernels, lib_dir, layout):
         assert "fetched 16384 B from peer daemon" in daemons[0].log_text()
 
 
+@pytest.mark.chain
+@pytest.mark.parametrize("runtime", ["shared", "static"], ids=["libvcudart", "nvidia-runtime"])
+def test_driver_api_as_cuda_13_programs_use_it(cuda_build, daemon, kernels, lib_dir, runtime):
+    """tests/cuda/drv_ctx13.c: a program that starts with the runtime API (libvcudart, or NVIDIA's static runtime)
+    then uses the driver without calling cuInit; a context from a zero-initialised CUctxCreateParams (CIG and
+    execution affinity refused with CUDA's codes); that context popped and made current on six other threads
+    (cuCtxSetCurrent or cuCtxPushCurrent), each launching work that must all have run."""
+    prog = cuda_build("drv_ctx13.c", f"-L{lib_dir}", "-lcuda", "-lpthread", runtime=runtime)
+    proc = run_driver(prog, [daemon], str(kernels[0]), "6", lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 10"
+    assert "is not supported by libvcuda" not in proc.stderr
+
+
+@pytest.mark.chain
+def test_driver_api_virtual_memory_management(cuda_build, daemon, kernels, lib_dir):
+    """The virtual-memory-management sample class: a context from a zeroed CUctxCreateParams, granularity, reserve,
+    create, map, set access, kernels and copies on the mapping, one allocation at two addresses, handles, and
+    CUDA's errors (tests/cuda/drv_vmm.c); on a chain the cuda backend runs it on its driver's VMM calls."""
+    proc = run_driver(drv_program(cuda_build, "drv_vmm.c", lib_dir), [daemon], str(kernels[0]), lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 27"
+    assert "is not supported by libvcuda" not in proc.stderr
+
+
+@pytest.mark.chain
 def test_driver_api_context_semantics(cuda_build, daemon_factory, kernels, lib_dir):
     """cuCtxDestroy frees what the context made and nothing else (its daemon memory comes back), a primary reset
     beside a created context frees only the primary's, a CUfunction belongs to its context's device."""

@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.chain
+
 
 def test_managed_and_mapped(cuda_build, daemon, run):
     proc = run(cuda_build("api_managed.cu"), [daemon], timeout=600)

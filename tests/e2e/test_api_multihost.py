@@ -6,11 +6,14 @@ import os
 import re
 import subprocess
 
+import pytest
+
 import pyvgpu
 from pyvgpu.client import Client
 from pyvgpu.protocol import VA_WINDOW_BYTES
 
 MiB = 1 << 20
+pytestmark = pytest.mark.chain
 
 
 def session_memory(port: int) -> list[int]:
@@ -45,6 +48,20 @@ def test_two_hosts_two_threads(cuda_build, daemon_factory):
             proc.wait()
     assert proc.returncode == 0, out + err
     assert out.strip().endswith("OK")
+
+
+def test_allocations_of_two_hosts_never_overlap(cuda_build, daemon_factory, run):
+    """Two threads allocate and free blocks of mixed sizes on two hosts, copy with cudaMemcpyDefault within and
+    across them, and free each other's: every block of host k lies in its pointer window k + 1 (on a chain too,
+    where each host's driver numbers its own address space), so no two hosts' addresses overlap."""
+    a, b = daemon_factory(), daemon_factory()
+    proc = run(cuda_build("api_multihost.cu"), [a, b], "churn", timeout=600)
+    assert "CHURN OK" in proc.stdout, proc.stdout + proc.stderr
+    ranges = [tuple(map(int, m)) for m in re.findall(r"^RANGE (\d) (\d+) (\d+)$", proc.stdout, re.M)]
+    assert len(ranges) == 240
+    for dev, ptr, size in ranges:
+        assert ptr // VA_WINDOW_BYTES == dev + 1 and (ptr + size - 1) // VA_WINDOW_BYTES == dev + 1, (dev, hex(ptr))
+    assert all(m == 0 for d in (a, b) for m in session_memory(d.port))      # every block was freed
 
 
 def test_hosts_are_driven_in_parallel(cuda_build, daemon_factory, run):

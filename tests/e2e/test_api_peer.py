@@ -7,8 +7,9 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.chain
 
-@pytest.mark.chain
+
 def test_peer_copies_one_daemon(cuda_build, daemon_factory, run):
     d = daemon_factory("--emu-devices", "2")
     proc = run(cuda_build("api_peer.cu"), [d], timeout=600)

@@ -35,6 +35,7 @@ def load(d: Path, gpu: int, name: str, dtype) -> np.ndarray:
     return np.fromfile(d / f"gpu{gpu}_{name}.bin", dtype=dtype).astype(np.float64)
 
 
+@pytest.mark.chain
 def test_done_when_program_on_two_daemons(cublas_build, daemon_factory, tmp_path):
     prog = cublas_build("cublas_done_when.cu")
     needed = subprocess.run(["readelf", "-d", str(prog)], capture_output=True, text=True, check=True).stdout

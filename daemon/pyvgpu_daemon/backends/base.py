@@ -137,6 +137,38 @@ class DeviceContext(ABC):
             return self.malloc(size)
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: {align}-byte aligned allocations")
 
+    # ---- virtual memory management: mechanics only, the rules are pyvgpu_daemon/vmm.py's (checked before these run)
+    def vmm_granularity(self) -> int:
+        """Bytes every VMM size, address and offset is a multiple of (cuMemGetAllocationGranularity)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_reserve(self, size: int, align: int, hint: int) -> int:
+        """An address range of `size` bytes, `align`-aligned, at `hint` when the backend can (0: anywhere); → its
+        start. It must not overlap the session's other reservations on this device (hint 0 is given otherwise)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_free(self, addr: int, size: int) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_create(self, size: int) -> Any:
+        """A physical allocation of `size` bytes on this device (backend object)."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_release(self, obj: Any) -> None:
+        """Frees a physical allocation that is no longer mapped anywhere."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_map(self, addr: int, size: int, obj: Any) -> None:
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_unmap(self, addr: int, size: int) -> None:
+        """Unmaps one whole mapping."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
+    def vmm_set_access(self, addr: int, size: int, flags: int) -> None:
+        """This device's access (protocol.VMM_ACCESS_*) to the fully mapped range."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
+
     # ---- arrays, textures, surfaces (descriptions checked by handlers_array.py, resources.py)
     def array_create(self, spec: Any) -> Any:
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: CUDA arrays")

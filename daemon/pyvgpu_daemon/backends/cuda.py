@@ -34,6 +34,7 @@ from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
+from pyvgpu_daemon.backends.cuda_vmm import WindowMemory
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -59,6 +60,9 @@ FUNC_SET_ATTRS = {
                                          "preferred_shmem_carveout"),
 }
 EVENT_DISABLE_TIMING = 0x2
+VMM_SUPPORTED_ATTR = 102           # CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+VMM_CALLS = ("cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
+             "cuMemSetAccess", "cuMemGetAllocationGranularity")
 
 
 def _load_driver() -> Any:
@@ -163,7 +167,17 @@ class CudaBackend(Backend):
             "total_const_mem": a("TotalConstantMemory", 0), "uuid": uuid, "pci_bus_id": pci, "attrs": attrs,
             "backend": self.name,
             "peers": self._peers(dev, ordinal),
+            "vmm_granularity": self._vmm_granularity(dev, ordinal),
         }
+
+    def _vmm_granularity(self, dev: Any, ordinal: int) -> int:
+        """The device's VMM granularity; 0 where the driver or the device offers no virtual memory management."""
+        if not all(self.api.has(n) for n in VMM_CALLS) or not self._attr(dev, VMM_SUPPORTED_ATTR):
+            return 0
+        try:
+            return WindowMemory(self.drv, ordinal, 0, check).granularity()
+        except CudaError:
+            return 0
 
     def _peers(self, dev: Any, ordinal: int) -> list[int]:
         """Daemon-local ordinals whose memory kernels of device `ordinal` can use once peer access is enabled."""
@@ -180,11 +194,10 @@ class CudaBackend(Backend):
         return self._snapshots
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "CudaContext":
-        # Ordinary allocations live where the driver puts them; managed and mapped ones are placed in the session's
-        # window (va_base + ordinal * VA_WINDOW_BYTES) when the driver honours the address hint, because the client
-        # maps their host copy at the same address.
+        # Every allocation lies in the session's window (va_base + ordinal * VA_WINDOW_BYTES): pointers of different
+        # GPU hosts never collide, and managed memory's host copy is mapped at the same address (cuda_vmm.py).
         return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES, self.cublaslt,
-                           self.api)
+                           self.api, vmm=self._snapshots[ordinal]["vmm_granularity"] > 0)
 
 
 @dataclass
@@ -199,7 +212,7 @@ class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
-                 api: DriverEntryPoints | None = None) -> None:
+                 api: DriverEntryPoints | None = None, vmm: bool = False) -> None:
         self.drv = drv
         self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
@@ -208,8 +221,12 @@ class CudaContext(CudaArrays, DeviceContext):
         self._lt: cublaslt_cuda.LtSession | None = None     # this context's cuBLASLt handle and plans, on first use
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.ctx = self._create()
-        self._hint = window                      # next address to ask for in this session's window
-        self._vmm: dict[int, tuple[Any, int]] = {}   # managed/mapped address -> (physical handle, mapped size)
+        # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
+        # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
+        self.mem = WindowMemory(drv, ordinal, window, check) if vmm else None
+        self._prog_ranges: dict[int, int] = {}       # the program's own (VMM_*): reservations, handles, mappings
+        self._prog_handles: list[Any] = []
+        self._prog_maps: dict[int, int] = {}
         self.clock = EventClock(drv, self._elapsed)   # event times for replies (event_times.py)
         self.gpu_time = GpuTime(drv, self._elapsed)   # kernels' GPU time, charged to the session's turn when shared
 
@@ -248,56 +265,78 @@ class CudaContext(CudaArrays, DeviceContext):
         return int(free), int(total)
 
     def malloc(self, size: int) -> int:
-        return int(check(self.drv.cuMemAlloc(size), "cuMemAlloc"))
+        if self.mem is None:
+            return int(check(self.drv.cuMemAlloc(size), "cuMemAlloc"))
+        return self.mem.malloc(size)
 
     def free(self, ptr: int) -> None:
-        if ptr in self._vmm:
-            self._vmm_release(ptr, *self._vmm.pop(ptr))
-            return
-        check(self.drv.cuMemFree(ptr), "cuMemFree")
-
-    def _location(self, obj: Any) -> None:
-        obj.location.type = self.drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        obj.location.id = self.ordinal
+        if self.mem is None:
+            check(self.drv.cuMemFree(ptr), "cuMemFree")
+        else:
+            self.mem.free(ptr)
 
     def malloc_managed(self, size: int, align: int) -> int:
-        """Device memory at an address of the session's window (virtual memory management: reserve at a hint, create,
-        map, grant access). Kernels use it as ordinary device memory; the client keeps the host copy coherent."""
-        drv = self.drv
-        prop = drv.CUmemAllocationProp()
-        prop.type = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        self._location(prop)
-        gran = int(check(drv.cuMemGetAllocationGranularity(
-            prop, drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity"))
-        gran = max(gran, align)
-        mapped = -(-size // gran) * gran
-        hint = -(-self._hint // gran) * gran if self._hint else 0
-        ptr = int(check(drv.cuMemAddressReserve(mapped, gran, hint, 0), "cuMemAddressReserve"))
-        handle = None
-        try:
-            handle = check(drv.cuMemCreate(mapped, prop, 0), "cuMemCreate")
-            check(drv.cuMemMap(ptr, mapped, 0, handle, 0), "cuMemMap")
-            access = drv.CUmemAccessDesc()
-            self._location(access)
-            access.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-            check(drv.cuMemSetAccess(ptr, mapped, [access], 1), "cuMemSetAccess")
-        except CudaError:
-            self._vmm_release(ptr, handle, mapped, mapped_ok=handle is not None)
-            raise
-        if hint and ptr != hint:
-            log.info("device %d: managed allocation placed at %#x, not at the window address %#x", self.ordinal, ptr,
-                     hint)
-        self._hint = max(self._hint, ptr + mapped)
-        self._vmm[ptr] = (handle, mapped)
+        """Device memory at an address of the session's window, aligned as the client's pages (it maps its host copy
+        at the same address); kernels use it as ordinary device memory, the client keeps the copies coherent."""
+        if self.mem is None:
+            raise CudaError("cudaErrorNotSupported", "managed memory needs virtual memory management, which this "
+                                                     "driver does not offer")
+        return self.mem.malloc(size, align)
+
+    # ------------------------------------------------------------------ virtual memory management of programs
+    # (the rules: pyvgpu_daemon/vmm.py; every range the program reserves without a hint lies in its window too)
+    def _vmm(self) -> WindowMemory:
+        if self.mem is None:
+            raise CudaError("cudaErrorNotSupported", "this driver offers no virtual memory management")
+        return self.mem
+
+    def vmm_granularity(self) -> int:
+        return self._vmm().granularity()
+
+    def vmm_reserve(self, size: int, align: int, hint: int) -> int:
+        ptr = self._vmm().reserve(size, align, hint)
+        self._prog_ranges[ptr] = size
         return ptr
 
-    def _vmm_release(self, ptr: int, handle: Any, mapped: int, mapped_ok: bool = True) -> None:
+    def vmm_free(self, addr: int, size: int) -> None:
+        self._vmm().unreserve(addr, size)
+        del self._prog_ranges[addr]
+
+    def vmm_create(self, size: int) -> Any:
+        handle = check(self.drv.cuMemCreate(size, self._vmm().prop(), 0), "cuMemCreate")
+        self._prog_handles.append(handle)
+        return handle
+
+    def vmm_release(self, obj: Any) -> None:
+        self._prog_handles.remove(obj)
+        check(self.drv.cuMemRelease(obj), "cuMemRelease")
+
+    def vmm_map(self, addr: int, size: int, obj: Any) -> None:
+        check(self.drv.cuMemMap(addr, size, 0, obj, 0), "cuMemMap")
+        self._prog_maps[addr] = size
+
+    def vmm_unmap(self, addr: int, size: int) -> None:
+        check(self.drv.cuMemUnmap(addr, size), "cuMemUnmap")
+        del self._prog_maps[addr]
+
+    def vmm_set_access(self, addr: int, size: int, flags: int) -> None:
+        self._vmm().access(addr, size, self.drv.CUmemAccess_flags(flags))
+
+    def _release_vmm(self) -> None:
+        """The program's mappings, handles and ranges, then the backend's own (physical allocations outlive a
+        context: they are given back explicitly)."""
         drv = self.drv
-        if handle is not None:
-            if mapped_ok:
-                drv.cuMemUnmap(ptr, mapped)
+        for addr, size in list(self._prog_maps.items()):
+            drv.cuMemUnmap(addr, size)
+        for handle in self._prog_handles:
             drv.cuMemRelease(handle)
-        drv.cuMemAddressFree(ptr, mapped)
+        if self.mem is not None:
+            for addr, size in list(self._prog_ranges.items()):
+                self.mem.unreserve(addr, size)
+            self.mem.release_all()
+        self._prog_maps.clear()
+        self._prog_handles.clear()
+        self._prog_ranges.clear()
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
@@ -580,14 +619,6 @@ class CudaContext(CudaArrays, DeviceContext):
         with self.wait_scope():
             check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
 
-    def _release_all_vmm(self) -> None:
-        for ptr, (handle, mapped) in list(self._vmm.items()):
-            try:
-                self._vmm_release(ptr, handle, mapped)
-            except Exception as exc:  # noqa: BLE001 - keep releasing the others
-                log.warning("device %d: releasing managed memory at %#x failed: %s", self.ordinal, ptr, exc)
-        self._vmm.clear()
-
     # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)
     blas_validates_pointers = True      # real cuBLAS would touch whatever it is given
 
@@ -626,7 +657,7 @@ class CudaContext(CudaArrays, DeviceContext):
         self._lt_close()
         self.clock.drop()                            # its anchors go with the context
         self.gpu_time.drop()
-        self._release_all_vmm()
+        self._release_vmm()
         try:
             self.drv.cuCtxDestroy(self.ctx)
         finally:
@@ -636,7 +667,7 @@ class CudaContext(CudaArrays, DeviceContext):
         self._lt_close()
         self.clock.drop()
         self.gpu_time.drop()
-        self._release_all_vmm()                      # physical allocations outlive a context: give them back
+        self._release_vmm()                          # physical allocations outlive a context: give them back
         try:
             self.drv.cuCtxDestroy(self.ctx)
         except Exception as exc:  # noqa: BLE001 - close must not raise

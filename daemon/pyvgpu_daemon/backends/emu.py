@@ -29,6 +29,7 @@ from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, Load
 from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
+from pyvgpu_daemon.emu.vmm import GRANULARITY, MAX_RESERVED_FACTOR, EmuVmm, Physical
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -177,6 +178,7 @@ class EmuBackend(Backend):
             "uuid": uuid.uuid5(uuid.NAMESPACE_DNS, f"pyvgpu-emu/{self.instance}/{r}").bytes,
             "pci_bus_id": f"0000:{r + 1:02x}:00.0", "attrs": emu_attrs(lim), "backend": self.name,
             "peers": [o for o in range(self.ndevices) if o != r] if PEER_KERNEL_ACCESS else [],
+            "vmm_granularity": GRANULARITY,
         }
 
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> "EmuContext":
@@ -230,6 +232,8 @@ class EmuContext(EmuArrays, DeviceContext):
         self._code = None                       # emu.codebudget.CodeBudget: what they hold (EmuLimits.max_code_bytes)
         self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
         self.peers: dict[int, DeviceContext] = {}   # contexts whose memory this context's kernels may use
+        self._vmm: EmuVmm | None = None              # reserved ranges (virtual memory management), on first use
+        self._physical: set[Physical] = set()        # physical allocations not yet released
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -268,8 +272,65 @@ class EmuContext(EmuArrays, DeviceContext):
         if hit is not None:
             self._uncharge(_rounded(hit[1]))
 
-    def host_view(self, ptr: int, size: int) -> memoryview:
+    def host_view(self, ptr: int, size: int) -> memoryview | None:
+        if self.mem.region_at(ptr) is not self.mem:
+            return None             # a reserved range: its pages may be unmapped once the worker moves on
         return memoryview(self.mem.view(ptr, size)).cast("B")
+
+    # ------------------------------------------------------------------ virtual memory management (emu/vmm.py)
+    def vmm_granularity(self) -> int:
+        return GRANULARITY
+
+    def _space(self) -> EmuVmm:
+        if self._vmm is None:
+            w = VA_WINDOW_BYTES
+            va_base = self.mem.base - self.ordinal * w
+            heap = -(-self.backend.memory // GRANULARITY) * GRANULARITY
+            self._vmm = EmuVmm(self.mem, (self.mem.base, w), self.mem.base + heap,
+                               [(va_base + r * w, heap) for r in range(self.backend.ndevices)],
+                               MAX_RESERVED_FACTOR * self.backend.memory)
+        return self._vmm
+
+    def vmm_reserve(self, size: int, align: int, hint: int) -> int:
+        return self._space().reserve(size, align, hint)
+
+    def vmm_free(self, addr: int, size: int) -> None:
+        self._space().free(addr)
+
+    def vmm_create(self, size: int) -> Physical:
+        self._charge(size)
+        try:
+            phys = Physical(size)
+        except CudaError:
+            self._uncharge(size)
+            raise
+        self._physical.add(phys)
+        return phys
+
+    def vmm_release(self, obj: Physical) -> None:
+        self._physical.discard(obj)
+        obj.close()
+        self._uncharge(obj.size)
+
+    def vmm_map(self, addr: int, size: int, obj: Physical) -> None:
+        self._space().range_of(addr).map(addr, size, obj)
+
+    def vmm_unmap(self, addr: int, size: int) -> None:
+        self._space().range_of(addr).unmap(addr)
+
+    def vmm_set_access(self, addr: int, size: int, flags: int) -> None:
+        self._space().range_of(addr).set_access(addr, size, flags != 0)
+
+    def _vmm_drop(self) -> None:
+        """Every reservation and physical allocation goes (reset, close)."""
+        if self._vmm is not None:
+            for r in self._vmm.ranges.values():
+                r.free_all()
+            self._vmm.close()
+            self._vmm = None
+        for phys in self._physical:
+            phys.close()
+        self._physical.clear()
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
         self.mem.write(dst, data)
@@ -554,6 +615,7 @@ class EmuContext(EmuArrays, DeviceContext):
         lt.execute(self.mem, args)       # in the worker's order, as on its stream (see blas_call)
 
     def reset(self) -> None:
+        self._vmm_drop()
         self.mem.free_all()
         self._aligned.clear()
         self.drop_resources()

@@ -57,13 +57,15 @@ class HeapViews:
         self.memory = memory
         self.label = label
 
-    def _checked(self, lo: int, hi: int, what: str) -> int:
-        """Heap offset of [lo, hi), which must lie inside one live allocation."""
-        hit = self.memory.allocation_at(lo)
+    def _checked(self, lo: int, hi: int, what: str) -> tuple[np.ndarray, int]:
+        """(heap, offset) of [lo, hi), which must lie inside one live allocation (of the device's heap, or of one of
+        its reserved ranges: DeviceMemory.region_at)."""
+        mem = self.memory.region_at(lo)
+        hit = mem.allocation_at(lo)
         if hit is None or hi > hit[0] + hit[1]:
             raise CudaError("cudaErrorIllegalAddress",
                             f"{self.label} {what}: [{lo:#x}, {hi:#x}) is not inside one live allocation")
-        return lo - self.memory.base
+        return mem.heap, lo - mem.base
 
     def _aligned(self, addr: int, st: np.dtype, what: str) -> None:
         align = st.itemsize // 2 if st.kind == "c" else st.itemsize
@@ -78,8 +80,8 @@ class HeapViews:
             return np.empty(tuple(max(n, 0) for n in shape), dtype=st)
         lo, hi = reach
         self._aligned(addr, st, what)
-        off0 = self._checked(addr + lo * st.itemsize, addr + (hi + 1) * st.itemsize, what)
-        return np.ndarray(shape, dtype=st, buffer=self.memory.heap, offset=off0 - lo * st.itemsize,
+        heap, off0 = self._checked(addr + lo * st.itemsize, addr + (hi + 1) * st.itemsize, what)
+        return np.ndarray(shape, dtype=st, buffer=heap, offset=off0 - lo * st.itemsize,
                           strides=tuple(s * st.itemsize for s in strides))
 
 

@@ -12,6 +12,11 @@ for an address inside an allocation.
 Bounds are kept at the *requested* size, not the rounded one, so an emulated kernel that reads one element past
 its buffer faults like compute-sanitizer would report, instead of silently reading padding.
 
+Virtual memory management adds `regions`: further address ranges of the device (reservations, emu/vmm.py), each a
+DeviceMemory of its own. The host-side accessors (write, read, view, fill, copy) and `region_at` find the one that
+holds an address; the bounds and kernel-access checks of one DeviceMemory (contains, check_access, allocation_at)
+stay its own, and kernel accesses are split between the heap and the regions (emu/runtime/spaces.py).
+
 Not thread-safe by design: each (session, device) has exactly one ordered worker thread that touches it.
 """
 from __future__ import annotations
@@ -49,6 +54,37 @@ class DeviceMemory:
         self._sizes: dict[int, int] = {}      # start -> requested size
         self._rounded: dict[int, int] = {}    # start -> rounded size (what the free list gave out)
         self._np_cache: tuple[np.ndarray, np.ndarray] | None = None  # (starts, ends) for vectorised checks
+        self.regions: list[DeviceMemory] = []   # further ranges of this device's addresses, sorted by base
+        self._region_bases: list[int] = []
+
+    # ----------------------------------------------------------------- regions
+    def add_region(self, region: "DeviceMemory") -> None:
+        i = bisect.bisect_left(self._region_bases, region.base)
+        self._region_bases.insert(i, region.base)
+        self.regions.insert(i, region)
+
+    def remove_region(self, region: "DeviceMemory") -> None:
+        i = self.regions.index(region)
+        del self.regions[i]
+        del self._region_bases[i]
+
+    def regions_between(self, lo: int, hi: int) -> list["DeviceMemory"]:
+        """The regions holding any address of [lo, hi]."""
+        if not self.regions:
+            return []
+        i = max(bisect.bisect_right(self._region_bases, lo) - 1, 0)
+        j = bisect.bisect_right(self._region_bases, hi)
+        return [r for r in self.regions[i:j] if r.base + r.capacity > lo]
+
+    def region_at(self, addr: int) -> "DeviceMemory":
+        """The memory (this heap or one of `regions`) whose address range holds addr; this heap when none does (its
+        checks then report the address)."""
+        if not self.regions or self.base <= addr < self.base + self.capacity:
+            return self
+        i = bisect.bisect_right(self._region_bases, addr) - 1
+        if i >= 0 and addr < self.regions[i].base + self.regions[i].capacity:
+            return self.regions[i]
+        return self
 
     # ----------------------------------------------------------------- allocator
     def alloc(self, size: int) -> int:
@@ -162,6 +198,8 @@ class DeviceMemory:
         return addr - self.base
 
     def write(self, addr: int, data) -> None:
+        if (m := self.region_at(addr)) is not self:
+            return m.write(addr, data)
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         if src.size == 0:
             return
@@ -170,6 +208,8 @@ class DeviceMemory:
 
     def read(self, addr: int, size: int) -> memoryview:
         """A zero-copy view; copy it before later device work can change the bytes."""
+        if (m := self.region_at(addr)) is not self:
+            return m.read(addr, size)
         if int(size) == 0:
             return memoryview(b"")
         off = self._offset(addr, size, "read")
@@ -178,6 +218,10 @@ class DeviceMemory:
     def copy(self, dst: int, src: int, size: int) -> None:
         if int(size) == 0:
             return
+        if self.regions and (self.region_at(dst) is not self or self.region_at(src) is not self):
+            # between regions, which may alias each other: through a temporary
+            self.view(dst, size)[:] = self.view(src, size).copy()
+            return
         s = self._offset(src, size, "copy source")
         d = self._offset(dst, size, "copy destination")
         size = int(size)
@@ -185,6 +229,8 @@ class DeviceMemory:
         self.heap[d:d + size] = self.heap[s:s + size]
 
     def fill(self, addr: int, value: int, size: int) -> None:
+        if (m := self.region_at(addr)) is not self:
+            return m.fill(addr, value, size)
         if int(size) == 0:
             return
         off = self._offset(addr, size, "fill")
@@ -248,5 +294,7 @@ class DeviceMemory:
 
     def view(self, addr: int, size: int) -> np.ndarray:
         """Writable uint8 view of [addr, addr+size) after the same checks as read (for the emulator's bulk ops)."""
+        if (m := self.region_at(addr)) is not self:
+            return m.view(addr, size)
         off = self._offset(addr, size, "view")
         return self.heap[off:off + int(size)]

@@ -61,20 +61,26 @@ class LaneMemory:
         raise CudaError("cudaErrorInvalidPtx", f"memory space {space} not supported")
 
     def _global(self, a, vsize: int, write: bool, pos) -> list:
-        """Parts of a global access: this device's memory, or, with peer access enabled, other devices' of the
-        session (`peer_mems`, DeviceMemory each) for the addresses inside their windows."""
+        """Parts of a global access: this device's memory (its heap and its reserved ranges, `mem.regions`), or,
+        with peer access enabled, other devices' of the session (`peer_mems`, DeviceMemory each, with their
+        reserved ranges) for the addresses inside them. (A reserved range another device's worker frees while a
+        kernel here reads it is a program's race, as on a GPU.)"""
         mem = self.mem
-        if self.peer_mems and a.size:
+        if (self.peer_mems or mem.regions) and a.size:
             lo, hi = int(a.min()), int(a.max())
             if lo < mem.base or hi >= mem.base + mem.capacity:
-                return self._global_split(a, vsize, write, pos)
+                m = mem.region_at(lo)
+                if m is mem or hi >= m.base + m.capacity:
+                    return self._global_split(a, vsize, write, pos, lo, hi)
+                mem = m                             # all in one reserved range
         mem.check_access(a, vsize, write)
         return [(mem.heap, (a - np.uint64(mem.base)).view(np.int64), pos)]
 
-    def _global_split(self, a, vsize: int, write: bool, pos) -> list:
+    def _global_split(self, a, vsize: int, write: bool, pos, lo: int, hi: int) -> list:
         out = []
         left = np.ones(len(a), bool)
-        for m in (self.mem, *self.peer_mems):
+        for m in (self.mem, *self.mem.regions_between(lo, hi),
+                  *(r for p in self.peer_mems for r in (p, *p.regions_between(lo, hi)))):
             msk = (a >= np.uint64(m.base)) & (a < np.uint64(m.base + m.capacity))
             if not msk.any():
                 continue
@@ -195,8 +201,8 @@ class LaneMemory:
         """Fast path for converged global accesses through a register: per address array (registers are
         immutable) remember its range, alignment and whether the lanes' addresses are evenly spaced (coalesced
         accesses: stride = element or vector size; every lane the same address: stride 0). Returns, for each
-        vector element, a slice of the heap viewed as the access type (None: take the general path, which also
-        reports any fault)."""
+        vector element, a slice of the heap viewed as the access type, with that heap (the device's, or a reserved
+        range's) (None: take the general path, which also reports any fault)."""
         key = (addr.__array_interface__["data"][0], addr.dtype, addr.strides, "global")
         ent = self._acache.get(key)
         if ent is None or ent[0].shape != addr.shape:
@@ -209,15 +215,17 @@ class LaneMemory:
         hit = q.get((off, isz, nvec))
         if hit is None:
             start = lo + off
-            if not self.mem.contains(start, hi + off + vsize - start):
+            mem = self.mem.region_at(start)             # the heap, or the reserved range holding the addresses
+            if not mem.contains(start, hi + off + vsize - start):
                 return None
-            i0 = (start - self.mem.base) // isz
+            i0 = (start - mem.base) // isz
             step = stride // isz
             if step == 0:
                 hit = [i0 + k for k in range(nvec)]                         # one address: an element each
             else:
                 n = step * (addr.size - 1) + 1
                 hit = [slice(i0 + k, i0 + k + n, step) for k in range(nvec)]
+            hit = (mem.heap, hit)
             q[(off, isz, nvec)] = hit
         return hit
 
@@ -252,7 +260,8 @@ class LaneMemory:
         if sel is None and addr is not None and space == "global":
             hit = self._global_slices(addr, off, isz, nvec, False)
             if hit is not None:
-                v = self._view(self.mem.heap, dt)
+                heap, hit = hit
+                v = self._view(heap, dt)
                 if isinstance(hit[0], slice):
                     return [v[h].copy() for h in hit]
                 return [np.full(self.T, v[h]) for h in hit]
@@ -291,7 +300,8 @@ class LaneMemory:
         if sel is None and addr is not None and space == "global":
             hit = self._global_slices(addr, off, isz, len(vals), True)
             if hit is not None:
-                v = self._view(self.mem.heap, dt)
+                heap, hit = hit
+                v = self._view(heap, dt)
                 for h, x in zip(hit, vals):
                     x = np.asarray(x)
                     if x.dtype != dt:

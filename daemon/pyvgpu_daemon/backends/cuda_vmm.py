@@ -1,0 +1,261 @@
+"""Device memory of one session on one real GPU inside the session's address window (va_base + ordinal *
+VA_WINDOW_BYTES), so that pointers from different GPU hosts never collide (each host's driver numbers its own
+address space; the client tells hosts apart by window).
+
+Every range is reserved with cuMemAddressReserve at an address of the window (the hint; the driver's answer is
+checked, and one that ignores it is logged once: those allocations work but are not unique across hosts), backed
+with cuMemCreate, mapped with cuMemMap and made read-write for this device with cuMemSetAccess; freeing unmaps,
+releases and frees the range. The granularity of such mappings is 2 MiB on current GPUs, so small allocations
+(up to half a granule) are carved out of one-granule arenas (256-byte aligned, first fit, neighbours coalesced), and
+an arena goes back as soon as it is empty; larger ones get a mapping of their own, rounded up to the granularity.
+The session is charged its requested bytes (the handlers' quota check), as for cuMemAlloc; what rounding adds is
+bounded by one granule per large allocation and by the live small allocations' arenas.
+
+Window addresses are handed out lowest first (freed ranges are reused); the window holds VA_WINDOW_BYTES. Programs'
+own reservations (VMM_RESERVE without a hint) take window addresses the same way (WindowSpace.take).
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pyvgpu.protocol import VA_WINDOW_BYTES
+from pyvgpu_daemon.errors import CudaError
+
+log = logging.getLogger("pyvgpu.daemon")
+
+ALIGN = 256              # cudaMalloc's alignment
+Check = Callable[[Any, str], Any]
+
+
+@dataclass
+class WindowSpace:
+    """Free address ranges of a window, lowest first."""
+    base: int
+    size: int = VA_WINDOW_BYTES
+    free: list[tuple[int, int]] = field(default_factory=list)      # (start, length), sorted, coalesced
+
+    def __post_init__(self) -> None:
+        self.free = [(self.base, self.size)]
+
+    def take(self, size: int, align: int) -> int:
+        """The lowest `align`-aligned free range of `size` bytes (removed from the free list); 0 when none."""
+        for i, (start, length) in enumerate(self.free):
+            addr = -(-start // align) * align
+            if addr + size <= start + length:
+                del self.free[i]
+                if addr > start:
+                    self.free.insert(i, (start, addr - start))
+                    i += 1
+                if addr + size < start + length:
+                    self.free.insert(i, (addr + size, start + length - addr - size))
+                return addr
+        return 0
+
+    def claim(self, addr: int, size: int) -> bool:
+        """Takes [addr, addr+size) out of the free list when it is all free (a caller's own address)."""
+        i = bisect.bisect_right(self.free, (addr, float("inf"))) - 1
+        if i < 0 or addr + size > self.free[i][0] + self.free[i][1]:
+            return False
+        start, length = self.free.pop(i)
+        if addr + size < start + length:
+            self.free.insert(i, (addr + size, start + length - addr - size))
+        if addr > start:
+            self.free.insert(i, (start, addr - start))
+        return True
+
+    def give(self, addr: int, size: int) -> None:
+        """Returns [addr, addr+size) (taken earlier) to the free list, merging with its neighbours."""
+        if not self.base <= addr < self.base + self.size:
+            return                                   # a range the driver placed outside the window
+        i = bisect.bisect_left(self.free, (addr, 0))
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == addr:
+            i -= 1
+            addr, size = self.free[i][0], self.free[i][1] + size
+            del self.free[i]
+        if i < len(self.free) and addr + size == self.free[i][0]:
+            size += self.free[i][1]
+            del self.free[i]
+        self.free.insert(i, (addr, size))
+
+
+@dataclass
+class Chunk:
+    """One mapped range: reserved, backed by one physical allocation, read-write for its device."""
+    addr: int
+    size: int
+    handle: Any
+    free: list[tuple[int, int]] = field(default_factory=list)     # an arena's free spans (offset, length)
+    live: dict[int, int] = field(default_factory=dict)            # an arena's allocations: address -> length
+
+    def carve(self, size: int) -> int:
+        need = -(-max(size, 1) // ALIGN) * ALIGN
+        for i, (off, length) in enumerate(self.free):
+            if length >= need:
+                self.free[i:i + 1] = [(off + need, length - need)] if length > need else []
+                self.live[self.addr + off] = need
+                return self.addr + off
+        return 0
+
+    def uncarve(self, ptr: int) -> None:
+        off, length = ptr - self.addr, self.live.pop(ptr)
+        i = bisect.bisect_left(self.free, (off, 0))
+        if i > 0 and sum(self.free[i - 1]) == off:
+            i -= 1
+            off, length = self.free[i][0], self.free[i][1] + length
+            del self.free[i]
+        if i < len(self.free) and off + length == self.free[i][0]:
+            length += self.free[i][1]
+            del self.free[i]
+        self.free.insert(i, (off, length))
+
+
+class WindowMemory:
+    """cudaMalloc, cudaFree and the managed allocations of one session on one real GPU, inside its window."""
+
+    def __init__(self, drv: Any, ordinal: int, window: int, check: Check) -> None:
+        self.drv = drv
+        self.ordinal = ordinal
+        self.check = check
+        self.space = WindowSpace(window)
+        self.gran = 0
+        self.arenas: list[Chunk] = []                 # sorted by address
+        self._arena_bases: list[int] = []
+        self.chunks: dict[int, Chunk] = {}            # every mapped range by start (arenas too)
+        self.taken: dict[int, int] = {}               # reserved ranges that hold window addresses: start -> size
+        self._ignored_logged = False
+
+    # ------------------------------------------------------------------ the driver's calls
+    def _location(self, obj: Any) -> None:
+        obj.location.type = self.drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        obj.location.id = self.ordinal
+
+    def prop(self) -> Any:
+        prop = self.drv.CUmemAllocationProp()
+        prop.type = self.drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        self._location(prop)
+        return prop
+
+    def granularity(self) -> int:
+        if not self.gran:
+            self.gran = int(self.check(self.drv.cuMemGetAllocationGranularity(
+                self.prop(), self.drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                "cuMemGetAllocationGranularity"))
+        return self.gran
+
+    def reserve(self, size: int, align: int, hint: int = 0) -> int:
+        """cuMemAddressReserve at `hint` (a caller's), else at the window's lowest free range; → the driver's answer
+        (a window range it did not take goes back to the free list)."""
+        hinted = hint or self.space.take(size, align)
+        try:
+            ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, hinted, 0), "cuMemAddressReserve"))
+        except CudaError:
+            if not hint and hinted:
+                self.space.give(hinted, size)
+            raise
+        if not hint and hinted:
+            if ptr == hinted:
+                self.taken[ptr] = size
+            else:
+                self.space.give(hinted, size)
+        elif hint and ptr == hint and self.space.claim(ptr, size):
+            self.taken[ptr] = size                   # a caller's hint inside the window: no one else gets it
+        if not hint and ptr != hinted and not self._ignored_logged:
+            self._ignored_logged = True
+            log.warning("device %d: the driver placed a range at %#x, not at the window address %#x: pointers there "
+                        "may collide with another GPU host's", self.ordinal, ptr, hinted)
+        return ptr
+
+    def unreserve(self, ptr: int, size: int) -> None:
+        self.drv.cuMemAddressFree(ptr, size)
+        if self.taken.pop(ptr, None) is not None:
+            self.space.give(ptr, size)
+
+    def access(self, ptr: int, size: int, flags: Any) -> None:
+        desc = self.drv.CUmemAccessDesc()
+        self._location(desc)
+        desc.flags = flags
+        self.check(self.drv.cuMemSetAccess(ptr, size, [desc], 1), "cuMemSetAccess")
+
+    def _map_new(self, size: int, align: int) -> Chunk:
+        """A fresh read-write range of `size` bytes (a multiple of the granularity) in the window."""
+        drv = self.drv
+        ptr = self.reserve(size, align)
+        handle = None
+        mapped = False
+        try:
+            handle = self.check(drv.cuMemCreate(size, self.prop(), 0), "cuMemCreate")
+            self.check(drv.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
+            mapped = True
+            self.access(ptr, size, drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        except CudaError:
+            if mapped:
+                drv.cuMemUnmap(ptr, size)
+            if handle is not None:
+                drv.cuMemRelease(handle)
+            self.unreserve(ptr, size)
+            raise
+        chunk = Chunk(ptr, size, handle)
+        self.chunks[ptr] = chunk
+        return chunk
+
+    def _unmap(self, chunk: Chunk) -> None:
+        del self.chunks[chunk.addr]
+        self.drv.cuMemUnmap(chunk.addr, chunk.size)
+        self.drv.cuMemRelease(chunk.handle)
+        self.unreserve(chunk.addr, chunk.size)
+
+    # ------------------------------------------------------------------ allocations
+    def malloc(self, size: int, align: int = ALIGN) -> int:
+        gran = self.granularity()
+        if size <= gran // 2 and align <= ALIGN:
+            for arena in self.arenas:
+                ptr = arena.carve(size)
+                if ptr:
+                    return ptr
+            arena = self._map_new(gran, gran)
+            arena.free = [(0, gran)]
+            i = bisect.bisect_left(self._arena_bases, arena.addr)
+            self._arena_bases.insert(i, arena.addr)
+            self.arenas.insert(i, arena)
+            return arena.carve(size)
+        rounded = -(-max(size, 1) // gran) * gran
+        return self._map_new(rounded, max(gran, align)).addr
+
+    def owns(self, ptr: int) -> bool:
+        return self._arena_of(ptr) is not None or ptr in self.chunks
+
+    def _arena_of(self, ptr: int) -> Chunk | None:
+        i = bisect.bisect_right(self._arena_bases, ptr) - 1
+        if i >= 0 and ptr in self.arenas[i].live:
+            return self.arenas[i]
+        return None
+
+    def free(self, ptr: int) -> None:
+        arena = self._arena_of(ptr)
+        if arena is not None:
+            arena.uncarve(ptr)
+            if not arena.live:                       # empty: the granule goes back at once
+                i = self.arenas.index(arena)
+                del self.arenas[i], self._arena_bases[i]
+                self._unmap(arena)
+            return
+        chunk = self.chunks.get(ptr)
+        if chunk is None or chunk.free:
+            raise CudaError("cudaErrorInvalidValue", f"free of {ptr:#x}: not an allocation of this device")
+        self._unmap(chunk)
+
+    def release_all(self) -> None:
+        """Every range goes (reset, close: physical allocations outlive the context)."""
+        for chunk in list(self.chunks.values()):
+            try:
+                self._unmap(chunk)
+            except Exception as exc:  # noqa: BLE001 - keep releasing the others
+                log.warning("device %d: releasing memory at %#x failed: %s", self.ordinal, chunk.addr, exc)
+        self.chunks.clear()
+        self.arenas.clear()
+        self._arena_bases.clear()
+        self.taken.clear()
+        self.space = WindowSpace(self.space.base, self.space.size)
