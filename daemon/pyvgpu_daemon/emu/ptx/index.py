@@ -61,10 +61,6 @@ class BodyScan:
     shared: set[str] = field(default_factory=set)     # module-level .shared variables named
 
     @property
-    def reg_count(self) -> int:
-        return sum(1 if r.count is None else r.count for r in self.regs)
-
-    @property
     def reg_units(self) -> int:
         """32-bit register units declared (cudaFuncAttributes.numRegs counts these)."""
         return sum((2 if reg_width(r.type) == 64 else 1) * (1 if r.count is None else r.count) for r in self.regs)
@@ -79,7 +75,6 @@ class ModuleIndex:
         self.src = src
         self.limits = limits
         self.module, self.spans = parse_headers(src, limits)
-        self.bodied = frozenset(self.spans)          # functions with a body (the module's callable functions)
         shared_vars = {v.name for v in self.module.variables if v.space == "shared"}
         func_names = {n for n, f in self.module.functions.items() if not f.is_entry}
         self.scans: dict[str, BodyScan] = {}
@@ -107,29 +102,10 @@ class ModuleIndex:
         opcodes = set(found).difference(decls)
         for op in opcodes - self.opcodes.keys():          # where the module first uses it (for the check)
             m = re.search(r"[;{}]\s*" + _LABELS + _GUARD + "(" + re.escape(op) + ")" + _NOT_OPERAND, text)
-            self.opcodes[op] = (name, span.start + m.start(1))
+            self.opcodes[op] = (name, span.start + (m.start(1) if m else 0))
             self._names[op] = op
         opcodes = {self._names[op] for op in opcodes}    # one string per opcode text for the whole module
-        regs: list = []
-        others = []
-        for d in decls:
-            m = _SIMPLE_REG.fullmatch(d)
-            if m and m.group(1) in BYTES and (m.group(3) is None or m.group(3)[0] != "0" or m.group(3) == "0"):
-                regs.append(ir.RegDecl(m.group(1), m.group(2), None if m.group(3) is None else int(m.group(3))))
-            else:
-                others.append(d)
-        locals_: list = []
-        try:
-            if sum(1 if r.count is None else r.count for r in regs) > self.limits.max_registers:
-                raise CudaError("cudaErrorInvalidPtx", "")
-            if others:
-                more, locals_ = self._declarations(name, tokenize(" ;\n".join(others) + " ;", line=span.line))
-                regs += more
-                if sum(1 if r.count is None else r.count for r in regs) > self.limits.max_registers:
-                    raise CudaError("cudaErrorInvalidPtx", "")
-        except CudaError:                                 # again, one by one through the parser, for its message
-            regs, locals_ = self._declarations(name, self._declaration_tokens(span, text))
-        scan = BodyScan(opcodes, statements, regs, locals_)
+        scan = BodyScan(opcodes, statements, *self._declarations(name, span, text, decls))
         if func_names and mention is not None:
             scan.mentions = Counter(mention.findall(text))
             for target in _CALL.findall(text):
@@ -141,8 +117,30 @@ class ModuleIndex:
             scan.shared = set(shared.findall(text))
         return scan
 
-    def _declarations(self, name: str, toks: list) -> tuple[list, list]:
-        return parse_declarations(toks, name, self.limits)
+    def _declarations(self, name: str, span: BodySpan, text: str, decls: list[str]) -> tuple[list, list]:
+        """(registers, variables) of a body's declaration statements: the simple register declarations (most of
+        them) directly, the rest by the parser; past a bound, all again by the parser one by one (its error names
+        the line)."""
+        regs: list[ir.RegDecl] = []
+        others = []
+        for d in decls:
+            m = _SIMPLE_REG.fullmatch(d)
+            count = m and m.group(3)
+            if m and m.group(1) in BYTES and not (count and count[0] == "0" and count != "0"):   # 010 is octal
+                regs.append(ir.RegDecl(m.group(1), m.group(2), int(count) if count else None))
+            else:
+                others.append(d)
+        try:
+            locals_: list[ir.VarDecl] = []
+            if others:
+                more, locals_ = parse_declarations(tokenize(" ;\n".join(others) + " ;", line=span.line), name,
+                                                   self.limits)
+                regs += more
+            if sum(1 if r.count is None else r.count for r in regs) > self.limits.max_registers:
+                raise CudaError("cudaErrorInvalidPtx", "too many registers")
+            return regs, locals_
+        except CudaError:
+            return parse_declarations(self._declaration_tokens(span, text), name, self.limits)
 
     @staticmethod
     def _declaration_tokens(span: BodySpan, text: str) -> list:
