@@ -69,7 +69,7 @@ def p90(xs: list[float]) -> float:
 
 def one_round(work: Path, checkout: Path, seconds: float) -> dict:
     env = {"PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "daemon")])}
-    d = start_daemon(work, "--emu-devices", "1", env=env)
+    d = start_daemon(work, "--emu-devices", "1", env=env, cwd=checkout)   # cwd: `python -m` puts it first
     try:
         a, b = Tenant(d.port, "long"), Tenant(d.port, "round-trips")
         for _ in range(5):

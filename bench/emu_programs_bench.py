@@ -7,10 +7,15 @@
         [--baseline DIR] [--env KEY=VALUE ...]
 
 Programs (bench/cuda/): black_scholes (4M options x 512 launches, the default of NVIDIA's BlackScholes sample) and
-streams_overlap (16M ints, 4 streams, 10 repetitions, as NVIDIA's simpleStreams). --quick runs smaller sizes.
---baseline DIR also runs every program against the daemon of another tree (e.g. `git archive a78f723 | tar -x -C
-DIR`: its `daemon` and root directories go first on the daemon's PYTHONPATH), the two alternating, and prints the
-ratio. A run longer than --timeout seconds is stopped and shown as "> S". --env sets daemon environment variables
+streams_overlap (16M ints, 4 streams, 10 repetitions, as NVIDIA's simpleStreams); the workloads of issue 19 part 6 at
+their samples' defaults: simple_streams (simpleStreams itself: 16M ints in registered mapped memory, 4 streams, 100
+repetitions), scan_batches (the scan sample: 6.5M uints in arrays of 4 .. 256K, 100 cycles each), radix_sort_thrust
+(1M key/value pairs sorted 100 times) and large_param (1000 launches each of a 4 KB-parameter and a 32 KB-parameter
+kernel). --quick runs smaller sizes (fewer repetitions: the same work per repetition, for ratios).
+--baseline DIR also runs every program against another tree (e.g. `git archive a78f723 | tar -x -C DIR`): its
+`daemon` and root directories go first on the daemon's PYTHONPATH, and when DIR/build/dev/lib holds its client
+libraries (cmake -S DIR -B DIR/build/dev) the program runs on those; the two trees alternate and the ratio is
+printed. A run longer than --timeout seconds is stopped and shown as "> S". --env sets daemon environment variables
 (e.g. PYVGPU_EMU_NATIVE=off).
 """
 from __future__ import annotations
@@ -31,6 +36,10 @@ import harness  # noqa: E402
 PROGRAMS = {
     "black_scholes": (("4000000", "512"), ("4000000", "16")),
     "streams_overlap": (("16777216", "4", "10"), ("4194304", "4", "2")),
+    "simple_streams": (("16777216", "4", "100", "registered"), ("16777216", "4", "4", "registered")),
+    "scan_batches": (("6815744", "100"), ("6815744", "2")),
+    "radix_sort_thrust": (("1048576", "100"), ("1048576", "3")),
+    "large_param": (("1000",), ("40",)),
 }
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -45,13 +54,18 @@ def run_once(exe: Path, args: tuple[str, ...], workdir: Path, tree: Path | None,
              timeout: float) -> tuple[float | None, float, str]:
     """(wall seconds or None when stopped at the timeout, daemon CPU seconds, the program's result line)."""
     denv = dict(env)
+    penv = None
     if tree is not None:
         denv["PYTHONPATH"] = os.pathsep.join([str(tree / "daemon"), str(tree)])
+        lib = tree / "build" / "dev" / "lib"
+        if (lib / "libvcudart.so").exists():             # the tree's own client libraries
+            penv = {"LD_PRELOAD": str(lib / "libvcudart.so"),
+                    "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("LD_LIBRARY_PATH")]))}
     d = harness.start_daemon(workdir, env=denv, cwd=Path("/") if tree is not None else None)
     try:
         t0 = time.perf_counter()
         try:
-            proc = harness.run_cuda(exe, [d], *args, timeout=timeout)
+            proc = harness.run_cuda(exe, [d], *args, timeout=timeout, env=penv)
             secs, out = time.perf_counter() - t0, proc.stdout
         except subprocess.TimeoutExpired:
             secs, out = None, ""

@@ -11,7 +11,7 @@ writes two files:
   struct (every int argument as int64_t) and its checks (cublaslt_spec.CHECKS in C, in the order Python evaluates
   them), and pyvgpu's algorithm's capabilities;
 - lt_calls_gen.c: pvl_matmul_args() fills the argument struct from a descriptor and four layouts, pvl_send_matmul()
-  sends it as LT_MATMUL with the generated sender.
+  sends it as LT_MATMUL and pvl_call_heuristic() asks LT_HEURISTIC, with the generated senders.
 
 Standard library only (like cublas_c.py): the build runs it before the package is installed.
 """
@@ -180,6 +180,12 @@ def _arg_value(name: str) -> str:
     return f"(int64_t)(uintptr_t){name}"
 
 
+def _wire(args: list[tuple[str, str]], special: dict[str, str]) -> str:
+    """A generated sender's arguments: the struct's members by wire type, `special` ones as given."""
+    cast = {"i32": "(int32_t)", "i64": ""}
+    return ", ".join(special.get(n, f"{cast.get(t, '(uint64_t)')}a->{n}") for n, t in args)
+
+
 def calls_source() -> str:
     ptrs = ", ".join(f"const void *{p}" for p in L.POINTERS)
     out = [GENERATED, '#include "vcublaslt.h"', "",
@@ -190,17 +196,12 @@ def calls_source() -> str:
     out += ["}", "",
             "cudaError_t pvl_send_matmul(struct pv_device *dev, uint64_t stream, const struct pvl_matmul_args *a,",
             "                            const void *alpha, size_t alpha_n, const void *beta, size_t beta_n)", "{"]
-    wire = []
-    for n, t in L.matmul_wire():
-        if t == "bytes":
-            wire.append(f"{n}, {n}_n")
-        elif t == "i32":
-            wire.append(f"(int32_t)a->{n}")
-        elif t == "i64":
-            wire.append(f"a->{n}")
-        else:
-            wire.append(f"(uint64_t)a->{n}")
-    out += [f"    return pv_send_LT_MATMUL(dev, stream, {', '.join(wire)});", "}", ""]
+    special = {"alpha": "alpha, alpha_n", "beta": "beta, beta_n"}
+    out += [f"    return pv_send_LT_MATMUL(dev, stream, {_wire(L.matmul_wire(), special)});", "}", ""]
+    out += ["cudaError_t pvl_call_heuristic(struct pv_device *dev, const struct pvl_matmul_args *a, uint64_t max_ws,",
+            "                               const uint32_t align[4], uint64_t result[2])", "{"]
+    special = {"max_workspace": "max_ws", **{f"align_{x}": f"align[{i}]" for i, x in enumerate("abcd")}}
+    out += [f"    return pv_call_LT_HEURISTIC(dev, {_wire(L.heuristic_wire(), special)}, result);", "}", ""]
     return "\n".join(out)
 
 

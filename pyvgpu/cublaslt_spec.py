@@ -39,7 +39,8 @@ from pyvgpu import cublas_spec as blas  # noqa: E402
 LT_VERSION = blas.CUBLAS_VERSION         # cublasLtGetVersion() of NVIDIA's 13.10 library
 CUDART_VERSION = blas.CUDART_VERSION     # cublasLtGetCudartVersion()
 STATUSES = blas.STATUSES                 # libcublasLt answers the same names and strings (probed)
-OP_LT_MATMUL = 500                       # the wire op (issue 18's cuBLASLt range: 500-559)
+OP_LT_MATMUL = 500                       # the wire ops (issue 18's cuBLASLt range: 500-559)
+OP_LT_HEURISTIC = 501
 MAX_HEURISTIC_RESULTS = 1                # pyvgpu's matmul has one algorithm: the daemon's (see ALGO)
 
 ENUMS: dict[str, dict[str, int]] = {
@@ -314,6 +315,28 @@ INT_NAMES: tuple[str, ...] = tuple(n for n, t in matmul_wire() if t != "bytes") 
 
 def wire_args() -> str:
     return "dev:dev stream:stream " + " ".join(f"{n}:{t}" for n, t in matmul_wire())
+
+
+# LT_HEURISTIC's arguments after `dev`: the problem (LT_MATMUL's int arguments but its data pointers and workspace)
+# and what the preference asks of an algorithm: the workspace it may use and the alignments the pointers will have.
+HEURISTIC_PREFS: tuple[tuple[str, str], ...] = (("max_workspace", "size"), ("align_a", "u32"), ("align_b", "u32"),
+                                                 ("align_c", "u32"), ("align_d", "u32"))
+
+
+def heuristic_wire() -> list[tuple[str, str]]:
+    return [(n, t) for n, t in matmul_wire() if t != "bytes" and n not in POINTERS and n != "workspace_size"] + \
+        list(HEURISTIC_PREFS)
+
+
+def heuristic_args() -> str:
+    return "dev:dev " + " ".join(f"{n}:{t}" for n, t in heuristic_wire())
+
+
+def problem_of(heuristic: Mapping[str, int]) -> dict[str, int]:
+    """LT_MATMUL's int arguments for a heuristic query's problem: no data pointers, the preference's workspace."""
+    out = {n: heuristic[n] for n in INT_NAMES if n in heuristic}
+    out.update(dict.fromkeys(POINTERS, 0), workspace_size=heuristic["max_workspace"])
+    return out
 
 
 # Constants and functions of the check expressions (each function has a C twin pvb_<name>, cublaslt_c.py).

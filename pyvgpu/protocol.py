@@ -354,6 +354,9 @@ OPS: tuple[OpSpec, ...] = (
     # four layouts' attributes, so it is one fire-and-forget frame ordered on its stream.
     op(_lt.OP_LT_MATMUL, "LT_MATMUL", _lt.wire_args(), "nil", A,
        "cublasLtMatmul: D = epilogue(alpha op(A) op(B) + beta C), the arguments of cublaslt_spec.matmul_wire()"),
+    op(_lt.OP_LT_HEURISTIC, "LT_HEURISTIC", _lt.heuristic_args(), "u64x2", H,
+       "cublasLtMatmulAlgoGetHeuristic as the backend answers it: [algorithms (0 or 1), workspace bytes]; the client "
+       "asks once per problem"),
 )
 
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).

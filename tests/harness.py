@@ -308,3 +308,11 @@ def run_cuda(program: Path, daemons: list[Daemon], *args: str, timeout: float = 
         raise AssertionError(f"{program.name} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
                              f"stderr:\n{proc.stderr}\ndaemon logs:\n{logs}")
     return proc
+
+
+def run_static(program: Path, daemons: list[Daemon], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run a program built the default way (NVIDIA's static runtime inside it) on libvcuda: nothing preloaded, the
+    client libraries' directory on LD_LIBRARY_PATH (its libcuda.so.1 is ours); the caller checks the result."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib_path().parent), "PYVGPU_HOSTS": ",".join(d.address for d in daemons)}
+    env.pop("LD_PRELOAD", None)
+    return subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout, env=env)

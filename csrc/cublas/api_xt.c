@@ -304,7 +304,13 @@ static void *worker(void *arg)
     struct pvx_handle *x = g->x;
     struct pv_device *d = x->devs[w->index];
     size_t bd = (size_t)x->block, tiles_m = (g->m + bd - 1) / bd, tiles_n = (g->n + bd - 1) / bd;
-    size_t tile_bytes = bd * bd * g->es;
+    /* a tile is at most blockDim on a side, and no larger than the problem's largest dimension */
+    size_t most = g->m > g->n ? g->m : g->n, side = bd;
+    if (g->k > most)
+        most = g->k;
+    if (most < side)
+        side = most;
+    size_t tile_bytes = side * side * g->es;
     void *buf[3] = { NULL, NULL, NULL };
     w->status = PVB_CUBLAS_STATUS_SUCCESS;
     for (int i = 0; i < 3 && w->status == PVB_CUBLAS_STATUS_SUCCESS; i++)

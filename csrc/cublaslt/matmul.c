@@ -1,11 +1,14 @@
 /* cublasLtMatmul and what chooses how to run it: the heuristic query, the algorithm functions and their
  * capabilities. pyvgpu offers one algorithm (id 0): the daemon runs the matmul as its backend chooses (NumPy on the
- * emulated GPU; NVIDIA's cuBLASLt, with its own heuristic, on a real GPU), needs no workspace, and supports every
- * problem the table's checks accept. So a heuristic query is answered here, at once, from the same checks the
- * matmul makes; a supported problem gets that algorithm, an unsupported one none (CUBLAS_STATUS_SUCCESS with zero
- * results, so a caller such as PyTorch falls back to cuBLAS), an invalid one its status. */
+ * emulated GPU; NVIDIA's cuBLASLt, with its own heuristic, on a real GPU). A heuristic query is checked here first
+ * with the matmul's own checks (an invalid problem gets its status, one the table does not offer no algorithm:
+ * CUBLAS_STATUS_SUCCESS with zero results, so a caller such as PyTorch falls back to cuBLAS), then asked of the
+ * daemon once per problem (LT_HEURISTIC: a real GPU answers with NVIDIA's heuristic, with the preference's workspace
+ * and alignments; the emulated one has an algorithm for every checked problem) and the answer kept (per device):
+ * a program asks for the same few problems over and over, and only the first costs a round trip. */
 #include "vcublaslt.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 /* cublasLtMatmulHeuristicResult_t (cublasLt.h), ABI-equivalent. */
@@ -78,6 +81,67 @@ static int algo_ours(const void *algo)
 }
 
 /* ------------------------------------------------------------------------------------------------ heuristics */
+#define PVL_HEURISTIC_CACHE 256           /* problems whose answer the library remembers (all devices) */
+
+/* What a heuristic query asks a device's daemon (the problem without data pointers, the preference's workspace and
+ * alignments) and what it answered. */
+struct pvl_heuristic_key {
+    const struct pv_device *dev;
+    struct pvl_matmul_args a;
+    uint64_t max_ws;
+    uint32_t align[4];
+};
+struct pvl_heuristic_answer {
+    struct pvl_heuristic_key key;
+    int valid, count;
+    uint64_t workspace;
+};
+
+/* The answers, for every handle of the process (a libvcublas handle used as a cuBLASLt one has room for none). */
+static struct pvl_heuristic_answer answers[PVL_HEURISTIC_CACHE];
+static int next_answer;                   /* the entry the next new answer replaces */
+static pthread_mutex_t answers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The daemon's answer for a problem: remembered, else asked (LT_HEURISTIC) and kept. Only definite answers are
+ * kept: an algorithm or none; a failure to ask is the call's status. */
+static pvb_status ask_daemon(struct pvl_handle *h, const struct pvl_matmul_args *a, const struct pvl_pref *p,
+                             struct pvl_heuristic_answer *out)
+{
+    struct pvl_heuristic_key key;
+    memset(&key, 0, sizeof key);            /* padding too: keys are compared as bytes */
+    key.dev = h->dev;
+    key.a = *a;
+    key.max_ws = p ? p->max_workspace : 0;
+    uint32_t defaults[4] = { 256, 256, 256, 256 };      /* the preference's defaults */
+    key.align[0] = p ? p->align_a : defaults[0];
+    key.align[1] = p ? p->align_b : defaults[1];
+    key.align[2] = p ? p->align_c : defaults[2];
+    key.align[3] = p ? p->align_d : defaults[3];
+    pthread_mutex_lock(&answers_lock);
+    for (int i = 0; i < PVL_HEURISTIC_CACHE; i++)
+        if (answers[i].valid && memcmp(&answers[i].key, &key, sizeof key) == 0) {
+            *out = answers[i];
+            pthread_mutex_unlock(&answers_lock);
+            return PVB_CUBLAS_STATUS_SUCCESS;
+        }
+    pthread_mutex_unlock(&answers_lock);
+    uint64_t result[2] = { 0, 0 };
+    cudaError_t err = pvl_call_heuristic(h->dev, &key.a, key.max_ws, key.align, result);
+    pvb_status st = (pvb_status)pvb_status_of_cuda(err);
+    if (err != PV_SUCCESS && st != PVB_CUBLAS_STATUS_NOT_SUPPORTED)
+        return st;
+    memset(out, 0, sizeof *out);
+    out->key = key;
+    out->valid = 1;
+    out->count = err == PV_SUCCESS && result[0] > 0;
+    out->workspace = err == PV_SUCCESS ? result[1] : 0;
+    pthread_mutex_lock(&answers_lock);
+    answers[next_answer] = *out;
+    next_answer = (next_answer + 1) % PVL_HEURISTIC_CACHE;
+    pthread_mutex_unlock(&answers_lock);
+    return PVB_CUBLAS_STATUS_SUCCESS;
+}
+
 static pvb_status heuristic(const char *fn, void *handle, const void *desc, const void *A, const void *B,
                             const void *C, const void *D, const void *pref, int requested,
                             struct pvl_heuristic_result *results, int *returned, cudaStream_t stream)
@@ -109,9 +173,17 @@ static pvb_status heuristic(const char *fn, void *handle, const void *desc, cons
         refused(fn, PVB_CUBLAS_STATUS_NOT_SUPPORTED, "IMPL_MASK excludes pyvgpu's algorithm");
         return PVB_CUBLAS_STATUS_SUCCESS;
     }
+    struct pvl_heuristic_answer ans;
+    st = ask_daemon(pvl_handle_of(handle), &a, p, &ans);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return refused(fn, st, "the daemon refused the problem");
+    if (ans.count == 0) {
+        refused(fn, PVB_CUBLAS_STATUS_NOT_SUPPORTED, "the daemon's backend has no algorithm for it");
+        return PVB_CUBLAS_STATUS_SUCCESS;
+    }
     memset(&results[0], 0, sizeof results[0]);
     algo_init(&results[0].algo, d->compute, a.Atype);
-    results[0].workspace_size = 0;
+    results[0].workspace_size = ans.workspace;
     results[0].state = PVB_CUBLAS_STATUS_SUCCESS;
     results[0].waves = 1.0f;
     *returned = PVL_MAX_HEURISTIC_RESULTS;

@@ -12,7 +12,8 @@
 #define PVL_HANDLE_MAGIC 0x4c54484eu        /* "LTHN" */
 
 /* A cublasLtHandle_t: bound to the device current at cublasLtCreate. The daemon needs no twin (a matmul carries
- * everything it needs), so creating one costs no round trip. */
+ * everything it needs), so creating one costs no round trip. A libvcublas handle serves as one too (it starts with
+ * the same two fields: api_lt.c), so nothing else may live here. */
 struct pvl_handle {
     uint32_t magic;
     struct pv_device *dev;
@@ -38,6 +39,8 @@ void pvl_matmul_args(struct pvl_matmul_args *a, const struct pvl_desc *d, const 
                      size_t workspace_size);
 cudaError_t pvl_send_matmul(struct pv_device *dev, uint64_t stream, const struct pvl_matmul_args *a,
                             const void *alpha, size_t alpha_n, const void *beta, size_t beta_n);
+cudaError_t pvl_call_heuristic(struct pv_device *dev, const struct pvl_matmul_args *a, uint64_t max_ws,
+                               const uint32_t align[4], uint64_t result[2]);
 
 /* The checks a matmul and a heuristic query share: the descriptors' refused attributes, then the table's checks of
  * the arguments (pointers may be NULL placeholders for a heuristic query: it sees no data). */

@@ -1,21 +1,26 @@
 /* Launches: cuLaunchKernel with kernelParams (one pointer per parameter; the layout comes from the module-load
  * reply) or with extra (CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE: the parameter buffer already laid out),
- * cuLaunchKernelEx with launch attributes and cooperative launches (the core's launch_ex.c); occupancy, computed as libvcudart does (core). The
- * function may be a CUfunction or a CUkernel (NVIDIA's runtime passes a CUkernel): it runs on the current
+ * cuLaunchKernelEx with launch attributes and cooperative launches (the core's launch_ex.c); occupancy, computed as
+ * libvcudart does (core). The function may be a CUfunction or a CUkernel (NVIDIA's runtime passes a CUkernel): it runs on the current
  * context's device, its module loaded there on first use. */
 #include "driver.h"
+
+/* The current context's device and the kernel function h names there. */
+static CUresult launch_target(CUfunction h, struct pv_device **d, struct pv_func **f)
+{
+    CUresult r = drv_cur_device(d);
+    if (r == CUDA_SUCCESS && !(*f = drv_func_of(h, *d)))
+        r = drv_func_error(h);
+    return r;
+}
 
 /* On a capturing stream the launch becomes a kernel node (checked and packed now, as CUDA does). */
 static CUresult launch(CUfunction h, dim3 grid, dim3 block, unsigned shmem, CUstream s, void **params, void **extra)
 {
     struct pv_device *d;
-    CUresult r = drv_cur_device(&d);
-    if (r != CUDA_SUCCESS)
-        return r;
-    struct pv_func *f = drv_func_of(h, d);
-    if (!f)
-        return drv_func_error(h);
-    return drv_result(pv_launch_on(f, d, grid, block, shmem, s, params, extra));
+    struct pv_func *f;
+    CUresult r = launch_target(h, &d, &f);
+    return r == CUDA_SUCCESS ? drv_result(pv_launch_on(f, d, grid, block, shmem, s, params, extra)) : r;
 }
 
 #define LAUNCH(name)                                                                                              \
@@ -34,12 +39,10 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction h, void **params, 
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
     struct pv_device *d;
-    CUresult r = drv_cur_device(&d);
+    struct pv_func *f;
+    CUresult r = launch_target(h, &d, &f);
     if (r != CUDA_SUCCESS)
         return r;
-    struct pv_func *f = drv_func_of(h, d);
-    if (!f)
-        return drv_func_error(h);
     return drv_result(pv_launch_ex(f, d, (dim3){ c->gridDimX, c->gridDimY, c->gridDimZ },
                                    (dim3){ c->blockDimX, c->blockDimY, c->blockDimZ }, c->sharedMemBytes, c->hStream,
                                    (const struct pv_launch_attr *)c->attrs, c->numAttrs, params, extra));
@@ -58,13 +61,9 @@ PV_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, voi
 static CUresult launch_cooperative(CUfunction h, dim3 grid, dim3 block, unsigned shmem, CUstream s, void **params)
 {
     struct pv_device *d;
-    CUresult r = drv_cur_device(&d);
-    if (r != CUDA_SUCCESS)
-        return r;
-    struct pv_func *f = drv_func_of(h, d);
-    if (!f)
-        return drv_func_error(h);
-    return drv_result(pv_launch_cooperative(f, d, grid, block, shmem, s, params));
+    struct pv_func *f;
+    CUresult r = launch_target(h, &d, &f);
+    return r == CUDA_SUCCESS ? drv_result(pv_launch_cooperative(f, d, grid, block, shmem, s, params)) : r;
 }
 
 #define LAUNCH_COOPERATIVE(name)                                                                                  \
@@ -79,12 +78,10 @@ LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 static CUresult occupancy(int *n, CUfunction h, int block, size_t dyn)
 {
     struct pv_device *d;
-    CUresult r = n ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
+    struct pv_func *f;
+    CUresult r = n ? launch_target(h, &d, &f) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
-    struct pv_func *f = drv_func_of(h, d);
-    if (!f)
-        return drv_func_error(h);
     struct pv_kinfo *ki;
     r = drv_result(pv_kinfo_get(f, d, &ki));
     if (r == CUDA_SUCCESS)

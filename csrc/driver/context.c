@@ -258,6 +258,21 @@ PV_API CUresult cuCtxPopCurrent_v2(CUcontext *out)
 }
 
 /* ------------------------------------------------------------------------------------- created contexts */
+/* A real driver refuses a new context of a process whose context on the device took a sticky fault (cuCtxCreate
+ * answers the fault: seen on an H200, driver 580; NVIDIA documents such errors as lasting until the process ends).
+ * Here every context of a device shares the daemon's one context of (session, device), which keeps the fault until
+ * a device reset; while another context of the device lives, a new one is refused with it as well. (With none left,
+ * the daemon's context was reset when the last one went, so this driver, unlike NVIDIA's, recovers.) */
+static CUresult device_fault(CUdevice dev)
+{
+    struct pv_ctx *p = drv_primary(dev);
+    if (atomic_load(&created_on[dev]) == 0 && !(p && atomic_load(&p->used)))
+        return CUDA_SUCCESS;
+    uint64_t ft[2];
+    cudaError_t err = pv_call_MEM_GET_INFO(pv_device(dev), ft);   /* answers the context's sticky error, if any */
+    return err == PV_SUCCESS || err == PV_ERR_UNAVAILABLE ? CUDA_SUCCESS : drv_result(err);
+}
+
 static CUresult ctx_create(CUcontext *out, unsigned flags, CUdevice dev)
 {
     CUresult r = drv_ready();
@@ -270,6 +285,9 @@ static CUresult ctx_create(CUcontext *out, unsigned flags, CUdevice dev)
     follow_runtime();
     if (depth == CTX_DEPTH)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    r = device_fault(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct pv_ctx *c = ctx_new(dev, 0, flags);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;

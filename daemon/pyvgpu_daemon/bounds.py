@@ -14,7 +14,8 @@ from pyvgpu.protocol import HEARTBEAT_INTERVAL_S
 class Bounds:
     max_sessions: int = 64                 # sessions at once; one more is refused at its HELLO
     max_handshaking: int = 64              # connections that have not finished the handshake yet (admission.py:
-    max_handshaking_per_peer: int = 8      # ... in all, and per peer address; a new one drops the oldest)
+    max_handshaking_per_peer: int = 8      # ... in all, and per peer address; past them a new one drops the oldest
+                                           # that has waited 1 s; 4 x max_handshaking whatever their age)
     handshake_timeout_s: float = 10.0      # TLS + greeting + HELLO
     idle_timeout_s: float = 60.0           # no frame started for this long ends the session (clients PING at 15 s)
     frame_timeout_s: float = 30.0          # a started frame's header must arrive within this; its payload within

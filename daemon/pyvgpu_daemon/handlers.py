@@ -470,16 +470,28 @@ def device_sync(c: Call) -> None:
 @handler("DEVICE_RESET")
 def device_reset(c: Call) -> None:
     # cudaDeviceReset destroys every allocation, module, stream, event and cuBLAS handle of the context and clears
-    # errors.
-    destroy_blas_handles(c.st)
-    for entry in list(c.st.modules.values()):
-        try:
-            c.ctx.module_unload(entry.loaded)
-        except CudaError:
-            pass
-    c.ctx.reset()
-    c.st.clear_tables()
-    log.info("%s: device reset", c.session.tag(c.st.ordinal))
+    # errors. Like the runtime's, which makes the next primary context only when a call needs one, the reset succeeds
+    # once the old context is gone: a backend that cannot make a new one now (a real driver refusing new contexts
+    # of a process after a kernel fault) leaves none, and the next op opens one and answers what the backend says.
+    st = c.st
+    try:
+        if st.ctx is not None:
+            destroy_blas_handles(st)
+            for entry in list(st.modules.values()):
+                try:
+                    st.ctx.module_unload(entry.loaded)
+                except CudaError:
+                    pass
+            st.ctx.reset()
+    except CudaError as exc:
+        if not exc.sticky:
+            raise
+        st.ctx = None
+        log.warning("%s: device reset: no new context now (%s); the next op tries again", c.session.tag(st.ordinal),
+                    exc)
+    finally:
+        st.clear_tables()                       # nothing of the tables refers to anything alive
+    log.info("%s: device reset", c.session.tag(st.ordinal))
 
 
 def _limit(limit: int) -> int:
@@ -530,7 +542,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         err = st.sticky
     else:
         try:
-            if st.ctx is None:
+            if st.ctx is None and spec.code != _DEVICE_RESET:     # (a reset of no context has nothing to do)
                 st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
                 if st.lane is not None:
                     st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away

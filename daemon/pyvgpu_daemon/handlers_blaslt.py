@@ -1,5 +1,7 @@
-"""The device op of cuBLASLt: LT_MATMUL, generated from pyvgpu/cublaslt_spec.py like the cuBLAS families'
-handlers (handlers_blas.py): it takes the op's arguments by name.
+"""The device ops of cuBLASLt, generated from pyvgpu/cublaslt_spec.py like the cuBLAS families' handlers
+(handlers_blas.py): they take the ops' arguments by name. LT_MATMUL runs a matmul; LT_HEURISTIC answers whether
+the backend has an algorithm for a problem (the emulated GPU: every problem the table accepts; a real GPU: what
+NVIDIA's heuristic says, and the plan it makes is the one the matmul then uses).
 
 A matmul carries everything it needs (the descriptor's and the layouts' attributes): the daemon keeps no cuBLASLt
 objects for a session. The handler turns the scalars' wire form into what backends take (the host value's bytes in
@@ -59,8 +61,28 @@ def lt_matmul(call: Call, /, **wire: Any) -> None:
         raise CudaError(blas.cuda_error_of_status(exc.status), str(exc)) from None
 
 
-# The op's argument names after `dev`, as handler() checks them against the spec.
-lt_matmul.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
-    [inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)]
-    + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in OP_BY_NAME["LT_MATMUL"].arg_names[1:]])
-handler("LT_MATMUL")(lt_matmul)
+def lt_heuristic(call: Call, /, **wire: Any) -> list[int]:
+    problem = spec.problem_of(wire)
+    failure = spec.check(problem)
+    if failure is not None:
+        raise CudaError(blas.cuda_error_of_status(failure.status), f"LT_HEURISTIC: {failure.why}")
+    aligns = tuple(wire[f"align_{x.lower()}"] for x in spec.MATRICES)
+    if any(a == 0 or a & (a - 1) for a in aligns):
+        raise CudaError("cudaErrorInvalidValue", f"LT_HEURISTIC: alignments {aligns} are not powers of two")
+    try:
+        count, workspace = call.ctx.lt_heuristic(problem, aligns)
+    except BlasError as exc:
+        raise CudaError(blas.cuda_error_of_status(exc.status), str(exc)) from None
+    return [int(count), int(workspace)]
+
+
+def _register(name: str, fn: Any) -> None:
+    """Register a handler taking the op's argument names after `dev` (as handler() checks them) by keyword."""
+    fn.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
+        [inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)]
+        + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in OP_BY_NAME[name].arg_names[1:]])
+    handler(name)(fn)
+
+
+_register("LT_MATMUL", lt_matmul)
+_register("LT_HEURISTIC", lt_heuristic)

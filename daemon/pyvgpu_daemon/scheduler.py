@@ -355,8 +355,9 @@ class Lane:
         self._charged = 0.0                 # device seconds of the running job charged already (preempt)
         self._preempt_lock = threading.Lock()   # a job's threads (the emulator's chunk pool) pause one at a time
         self._poke: Callable[[], None] | None = None
-        self._shared_hint = False           # cache of `shared`, until _shared_hint_until
-        self._shared_hint_until = 0.0
+        self._shared_hint = False           # caches of `shared` and `others_outside`, until _hint_until
+        self._outside_hint = False
+        self._hint_until = 0.0
 
     @property
     def weight(self) -> float:
@@ -501,18 +502,33 @@ class Lane:
 
     @property
     def shared(self) -> bool:
-        """backends.base.DeviceTurn.shared: another session ran device work here within the last SHARED_S (read
-        without the lock: a hint, as `contended`; recomputed at most every 10 ms)."""
-        sched = self.sched
-        if not sched.fair:
-            return False
-        now = sched.clock()
-        if now >= self._shared_hint_until:
-            lanes = list(sched.lanes)           # one C-level copy: safe against another thread adding a lane
-            self._shared_hint = any(lane is not self and (lane.holding or lane.last_active > now - SHARED_S)
-                               for lane in lanes)
-            self._shared_hint_until = now + 0.01
+        """backends.base.DeviceTurn.shared: another session ran device work here within the last SHARED_S."""
+        self._hints()
         return self._shared_hint
+
+    @property
+    def others_outside(self) -> bool:
+        """backends.base.DeviceTurn.others_outside: another session that was active within SHARED_S is not waiting
+        for the turn now, so its requests are being handled by threads that need the GIL (the loop, its worker)."""
+        self._hints()
+        return self._outside_hint
+
+    def _hints(self) -> None:
+        """Recompute `shared` and `others_outside`, at most every 10 ms (read without the lock: hints, as
+        `contended`; list() copies the set in one C call, safe against another thread adding a lane)."""
+        sched = self.sched
+        now = sched.clock()
+        if now < self._hint_until:
+            return
+        self._hint_until = now + 0.01
+        if not sched.fair:
+            self._shared_hint = self._outside_hint = False
+            return
+        active = [lane for lane in list(sched.lanes)
+                  if lane is not self and (lane.holding or lane.last_active > now - SHARED_S)]
+        waiting = {entry[2] for entry in list(sched._share._waiting)}
+        self._shared_hint = bool(active)
+        self._outside_hint = any(lane.share not in waiting for lane in active)
 
     def charge(self, seconds: float) -> None:
         """backends.base.DeviceTurn.charge: device time of work that ran after its job ended (worker thread)."""

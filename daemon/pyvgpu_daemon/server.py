@@ -751,6 +751,7 @@ class Server:
         usage = self.sharing.device_figures(live, time.perf_counter())
         for u in usage:
             u.update(self.leases.device_figures(u[protocol.USAGE_DEVICE]))
+            u["unusable"] = self.backend.unusable(u[protocol.USAGE_DEVICE])
         return {
             "backend": self.backend.name,
             "address": f"{self.bound[0]}:{self.bound[1]}" if self.bound else "",

@@ -67,7 +67,7 @@ static float ref_fetch(const Ref &r, float fx, float fy = 0, float fz = 0) {
     for (int k = 0; k < r.dims; k++) {
         double xb = c[k] - 0.5;
         base[k] = (int)floor(xb);
-        frac[k] = round((xb - floor(xb)) * 256.0) / 256.0;       // 8 fraction bits
+        frac[k] = round((xb - floor(xb)) * 256.0) / 256.0;       // 9-bit fixed point: 8 fraction bits
     }
     double acc = 0;
     for (int corner = 0; corner < (1 << r.dims); corner++) {
@@ -80,6 +80,7 @@ static float ref_fetch(const Ref &r, float fx, float fy = 0, float fz = 0) {
             in &= addr_index(idx[k], n[k], m[k]);
             wgt *= b ? frac[k] : 1 - frac[k];
         }
+        if (r.dims > 1) wgt = round(wgt * 256.0) / 256.0;   // each texel's weight too (what a real GPU gives)
         acc += wgt * (in ? r.at(idx[0], idx[1], idx[2]) : r.border);
     }
     return (float)acc;

@@ -70,6 +70,20 @@ def test_operand_outside_the_session_is_a_sticky_fault(client):
     assert client.call("DEVICE_SYNC", 0)[0] == E["cudaErrorIllegalAddress"]
 
 
+def heuristic_args(args: dict, **prefs) -> list:
+    values = {"dev": 0, **args, "max_workspace": 0, "align_a": 256, "align_b": 256, "align_c": 256, "align_d": 256,
+              **prefs}
+    return [values[n] for n in OP_BY_NAME["LT_HEURISTIC"].arg_names]
+
+
+def test_heuristic_answers_by_the_table(client):
+    args = matmul_args(4, 4, 4, 0, 0, 0)
+    assert client.call("LT_HEURISTIC", *heuristic_args(args)) == (0, [1, 0], b"")     # one algorithm, no workspace
+    assert client.call("LT_HEURISTIC", *heuristic_args({**args, "Aorder": 2}))[0] == E["cudaErrorNotSupported"]
+    assert client.call("LT_HEURISTIC", *heuristic_args({**args, "Brows": 3}))[0] == E["cudaErrorInvalidValue"]
+    assert client.call("LT_HEURISTIC", *heuristic_args(args, align_b=12))[0] == E["cudaErrorInvalidValue"]
+
+
 def test_lt_matmul_is_fire_and_forget_device_work():
     spec_ = OP_BY_NAME["LT_MATMUL"]
     assert spec_.code == spec.OP_LT_MATMUL and 500 <= spec_.code <= 559

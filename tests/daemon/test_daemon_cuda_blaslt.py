@@ -110,6 +110,7 @@ class FakeCublasLt:
         returned[0] = min(requested, self.algos)
         if returned[0]:
             results[0].algo.data[0] = 0xA160
+            results[0].workspaceSize = 512
         return 0
 
     def cublasLtMatmul(self, h, desc, alpha, A, la, B, lb, beta, C, lc, D, ld, algo, ws, ws_size, stream):
@@ -231,6 +232,24 @@ def test_regions_checked_before_the_library_and_statuses_mapped():
     d.fake.status = 0
     d.fake.algos = 0                                           # NVIDIA's heuristic finds nothing
     assert d.matmul(**problem(2, 2, 2, p, p, p, p)) == E["cudaErrorNotSupported"]
+
+
+def test_heuristic_makes_the_plan_the_matmul_uses():
+    d = Daemonless()
+    p = d.put(np.zeros(16, np.float32))
+    args = problem(4, 4, 4, p, p, p, p, workspace=p, workspace_size=64)
+    names = OP_BY_NAME["LT_HEURISTIC"].arg_names[1:]
+    al = alignment(p)                               # as the caller's preference says (PyTorch: from its pointers)
+    query = {**args, "max_workspace": 64, "align_a": al, "align_b": al, "align_c": al, "align_d": al}
+    err, result, _ = d.op("LT_HEURISTIC", *(query[n] for n in names))
+    assert (err, result) == (0, [1, 512])           # NVIDIA's answer: an algorithm and its workspace
+    (heur,) = [c[1] for c in d.fake.calls if c[0] == "heuristic"]
+    assert heur["max_workspace"] == 64 and heur["align_a"] == al
+    assert d.matmul(**args) == 0
+    assert sum(c[0] == "heuristic" for c in d.fake.calls) == 1        # the matmul found the plan
+    d.fake.algos = 0
+    other = {**query, "Drows": 2, "Crows": 2, "Arows": 2, "Dld": 2, "Cld": 2, "Ald": 2}
+    assert d.op("LT_HEURISTIC", *(other[n] for n in names))[:2] == (0, [0, 0])   # none: PyTorch falls back
 
 
 def test_handle_and_plans_released_with_the_context():

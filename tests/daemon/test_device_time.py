@@ -265,3 +265,25 @@ def test_fresh_waiter_is_served_at_once_backlogged_ones_by_the_quantum():
     c = Share(name="c")
     assert not fs.request(c)
     assert fs.finish(a, True) == (True, None)
+
+
+def test_hints_for_a_running_launch():
+    """`shared`: another session ran work recently; `others_outside`: one of them is not queued for the turn (its
+    requests need the interpreter, so the launch yields it); neither for a session alone."""
+    from pyvgpu_daemon.scheduler import DeviceScheduler
+    sched = DeviceScheduler(0)
+    a, b = sched.lane(name="a"), sched.lane(name="b")
+    assert not a.shared and not a.others_outside
+    a.begin()
+    b.last_active = sched.clock()
+    a._hint_until = 0.0
+    assert a.shared and a.others_outside
+    th = threading.Thread(target=b.begin)          # b queues for the turn a holds
+    th.start()
+    while not sched._share._waiting:
+        time.sleep(0.001)
+    a._hint_until = 0.0
+    assert a.shared and not a.others_outside
+    a.idle()                                       # the turn goes to b
+    th.join()
+    b.idle()

@@ -25,10 +25,12 @@ WORDS_IN, WORDS_OUT = 8, 2
 @dataclass(frozen=True)
 class Form:
     """One instruction form: its PTX (operands %r2 a, %r3 b, %r4 c, %r5 membermask, %p1 pred, %rd6 = a_hi:a;
-    results in %r10 and %p5) and whether the guard %p2 applies to it."""
+    results in %r10 and %p5), whether the guard %p2 applies to it, and the oldest target that has the
+    instruction (a GPU's JIT refuses PTX whose .target lacks one: redux.sync needs sm_80)."""
     name: str
     ptx: str
     guarded: bool = False
+    target: str = "sm_75"
 
 
 def _forms() -> list[Form]:
@@ -44,7 +46,7 @@ def _forms() -> list[Form]:
         f.append(Form(f"vote.{mode}", f"vote.sync.{mode}.pred %p5, %p1, %r5;"))
     for op, t in (("add", "u32"), ("add", "s32"), ("min", "u32"), ("min", "s32"), ("max", "u32"), ("max", "s32"),
                   ("and", "b32"), ("or", "b32"), ("xor", "b32")):
-        f.append(Form(f"redux.{op}.{t}", f"redux.sync.{op}.{t} %r10, %r2, %r5;"))
+        f.append(Form(f"redux.{op}.{t}", f"redux.sync.{op}.{t} %r10, %r2, %r5;", target="sm_80"))
     f.append(Form("match.any.b32", "match.any.sync.b32 %r10, %r2, %r5;"))
     f.append(Form("match.all.b32", "match.all.sync.b32 %r10|%p5, %r2, %r5;"))
     f.append(Form("match.any.b64", "match.any.sync.b64 %r10, %rd6, %r5;"))
@@ -58,7 +60,7 @@ def _forms() -> list[Form]:
 FORMS = {f.name: f for f in _forms()}
 
 _KERNEL = """.version 9.0
-.target sm_75
+.target {target}
 .address_size 64
 
 .visible .entry k(.param .u64 inp, .param .u64 out)
@@ -105,7 +107,7 @@ $L_exit:
 
 
 def kernel_ptx(form: Form) -> str:
-    return _KERNEL.format(op=form.ptx, init=INIT)
+    return _KERNEL.format(op=form.ptx, init=INIT, target=form.target)
 
 
 @dataclass

@@ -4,11 +4,9 @@ outside, relaunch refused while one is live unless auto-freed, the restrictions 
 attributes); through libvcudart, and built the default way (NVIDIA's runtime on libvcuda's cuGraph* calls)."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 
-import pyvgpu
+from harness import run_static
 
 
 def test_graph_memory_nodes_through_libvcudart(cuda_build, daemon, run):
@@ -17,9 +15,6 @@ def test_graph_memory_nodes_through_libvcudart(cuda_build, daemon, run):
 
 
 def test_graph_memory_nodes_through_nvidia_static_runtime(cuda_build, daemon):
-    exe = cuda_build("api_graph_mem.cu", runtime="static")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(pyvgpu.lib_dir()), "PYVGPU_HOSTS": daemon.address}
-    env.pop("LD_PRELOAD", None)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, env=env)
+    proc = run_static(cuda_build("api_graph_mem.cu", runtime="static"), [daemon], timeout=600)
     assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr + daemon.log_tail()
     assert "is not supported by libvcuda" not in proc.stderr, proc.stderr

@@ -5,11 +5,11 @@ and thrust/CUB merge sorts launched through cudaLaunchKernelExC against std::sor
 default way (NVIDIA's static runtime, which reaches libvcuda's cuLaunchKernelEx)."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
 import pyvgpu
+from harness import run_static
 
 PROGRAM = "api_launch_ex.cu"
 
@@ -32,9 +32,6 @@ def test_launch_with_attributes_through_libvcudart(cuda_build, daemon, run):
 
 
 def test_launch_with_attributes_through_nvidia_static_runtime(cuda_build, daemon):
-    exe = cuda_build(PROGRAM, *flags(), runtime="static")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(pyvgpu.lib_dir()), "PYVGPU_HOSTS": daemon.address}
-    env.pop("LD_PRELOAD", None)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=900, env=env)
+    proc = run_static(cuda_build(PROGRAM, *flags(), runtime="static"), [daemon], timeout=900)
     assert re.search(r"^OK 29$", proc.stdout, re.M), proc.stdout + proc.stderr + daemon.log_tail()
     assert "is not supported by libvcuda" not in proc.stderr, proc.stderr

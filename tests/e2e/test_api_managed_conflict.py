@@ -5,13 +5,11 @@ conflict error naming the range, until cudaDeviceReset; disjoint and ordered upd
 attributes say what pyvgpu provides."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 
 import pytest
 
-import pyvgpu
+from harness import run_static
 from pyvgpu.protocol import MANAGED_CONFLICT_ERROR
 
 
@@ -29,8 +27,6 @@ def test_same_bytes_changed_on_both_sides_is_an_error(cuda_build, daemon, run, s
 def test_conflict_through_nvidia_static_runtime(cuda_build, daemon):
     """Built the default way: NVIDIA's runtime on libvcuda gets the same attributes and the same error."""
     exe = cuda_build("api_managed_conflict.cu", runtime="static")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(pyvgpu.lib_dir()), "PYVGPU_HOSTS": daemon.address}
-    env.pop("LD_PRELOAD", None)
     for scenario in ("atomics", "ordered"):
-        proc = subprocess.run([str(exe), scenario], capture_output=True, text=True, timeout=600, env=env)
+        proc = run_static(exe, [daemon], scenario, timeout=600)
         assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr + daemon.log_tail()

@@ -4,11 +4,9 @@ results, a kernel spinning on a page-locked flag (NVIDIA's p2pBandwidthLatencyTe
 a device copy only when its device pointer is asked for; through libvcudart and through NVIDIA's static runtime."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 
-import pyvgpu
+from harness import run_static
 
 
 def test_pinned_memory_reached_by_kernels(cuda_build, daemon, run):
@@ -17,8 +15,5 @@ def test_pinned_memory_reached_by_kernels(cuda_build, daemon, run):
 
 
 def test_pinned_memory_through_nvidia_static_runtime(cuda_build, daemon):
-    exe = cuda_build("api_pinned_device.cu", runtime="static")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(pyvgpu.lib_dir()), "PYVGPU_HOSTS": daemon.address}
-    env.pop("LD_PRELOAD", None)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, env=env)
+    proc = run_static(cuda_build("api_pinned_device.cu", runtime="static"), [daemon], timeout=600)
     assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr + daemon.log_tail()

@@ -104,7 +104,7 @@ FORMS = [
     ("div.full.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]),
     ("div.approx.f32 %d0, 0f3F800000, %a0", ["f32"], ["f32"]),
     *[(f"rcp.rn.{t} %d0, %a0", [t], [t]) for t in F],
-    ("rcp.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]), ("rcp.approx.ftz.f64 %d0, %a0", ["f64"], ["f64"]),
+    ("rcp.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]), ("div.approx.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]),
     *[(f"sqrt.rn.{t} %d0, %a0", [t], [t]) for t in F],
     ("sqrt.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]),
     ("rsqrt.approx.f32 %d0, %a0", ["f32"], ["f32"]), ("rsqrt.approx.ftz.f32 %d0, %a0", ["f32"], ["f32"]),

@@ -294,8 +294,19 @@ def test_div_approx_full_rcp_sqrt():
     X64 = X64[(X64 != 0) & (np.abs(X64) < 1e300) & (np.abs(X64) > 1e-300)]
     r = alu("rcp.rn.f64").fn(X64)
     assert all(same(g, round_frac(1 / F(float(x)), "f64", "rn")) for x, g in zip(X64.tolist(), r.tolist()))
-    r = alu("rcp.approx.ftz.f64").fn(X64)
-    assert np.all(np.abs(r - 1 / X64) <= np.abs(1 / X64) * 2.0 ** -50)
+    for op, f in (("rcp", lambda x: 1 / x), ("rsqrt", lambda x: 1 / np.sqrt(x))):
+        # the ISA's "gross approximation": the operand's upper word (20 mantissa bits), a zero lower word
+        xs = np.abs(X64) if op == "rsqrt" else X64
+        r = alu(f"{op}.approx.ftz.f64").fn(xs)
+        assert not (r.view(np.uint64) & np.uint64(0xFFFFFFFF)).any(), op
+        assert np.all(np.abs(r - f(xs)) <= np.abs(f(xs)) * 2.0 ** -19), op
+        sp = alu(f"{op}.approx.ftz.f64").fn(np.array([-math.inf, -1e-310, -0.0, 0.0, 1e-310, math.inf, math.nan]))
+        want = [-0.0, -math.inf, -math.inf, math.inf, math.inf, 0.0] if op == "rcp" else \
+            [None, -math.inf, -math.inf, math.inf, math.inf, 0.0]
+        for g, w in zip(sp.tolist(), want):
+            assert w is None or (g == w and math.copysign(1, g) == math.copysign(1, w)), (op, sp)
+        nans = sp.view(np.uint64)[[0, 6] if op == "rsqrt" else [6]]
+        assert (nans == np.uint64(0x7FFFFFFF00000000)).all(), op      # the canonical NaN of the ISA
     s = alu("sqrt.rn.f64").fn(np.abs(X64))
     assert all(same(g, ref_sqrt(abs(x), "f64", "rn")) for x, g in zip(X64.tolist(), s.tolist()))
     sp = alu("sqrt.rn.f32").fn(np.array([-1.0, -0.0, math.inf], np.float32))
@@ -363,8 +374,12 @@ def test_min_max_nan_and_signed_zero():
 
 def test_abs_neg_copysign_testp():
     a = np.array([-0.0, 1.5, -math.inf, f32_from_bits(0xFFC00001)], np.float32)
-    assert [f32_bits(float(v)) for v in alu("abs.f32").fn(a)] == [0, f32_bits(1.5), 0x7F800000, 0x7FC00001]
-    assert [f32_bits(float(v)) for v in alu("neg.f32").fn(a)] == [0, f32_bits(-1.5), 0x7F800000, 0x7FC00001]
+    # f32: a NaN comes back as the canonical NaN, as from the GPU's add; f64: the sign bit alone
+    assert [f32_bits(float(v)) for v in alu("abs.f32").fn(a)] == [0, f32_bits(1.5), 0x7F800000, 0x7FFFFFFF]
+    assert [f32_bits(float(v)) for v in alu("neg.f32").fn(a)] == [0, f32_bits(-1.5), 0x7F800000, 0x7FFFFFFF]
+    d = np.array([-1.0, np.array(0xFFF0000000000001, np.uint64).view(np.float64)])
+    assert alu("abs.f64").fn(d).view(np.uint64).tolist() == [0x3FF0000000000000, 0x7FF0000000000001]
+    assert alu("neg.f64").fn(d).view(np.uint64).tolist() == [0x3FF0000000000000, 0x7FF0000000000001]
     # copysign.f32 d, a, b: the sign comes from a, the magnitude from b
     cs = alu("copysign.f32").fn(np.array([-1.0, 1.0, -0.0], np.float32), np.array([2.0, -3.0, 5.0], np.float32))
     assert cs.tolist() == [-2.0, 3.0, -5.0]

@@ -5,7 +5,9 @@ the PTX ISA; and the fixed differential set that tests/differential/run.py check
 still gives the outputs recorded in tests/differential/expected_emu.npz, and those match the model."""
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 from functools import lru_cache
 
 import numpy as np
@@ -69,6 +71,19 @@ def test_differential_set_matches_the_recorded_emulator_outputs_and_the_model():
         key = diffrun.case_key(i, case)
         np.testing.assert_array_equal(got, expected[key], err_msg=key)
         assert not compare(got, model(case)), key
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (the CUDA toolkit) is not installed")
+def test_differential_ptx_assembles_for_its_target_and_a_newer_gpu(tmp_path):
+    # What a real GPU's JIT does with each case: ptxas for the case's own target and for sm_90 (real-GPU run 1:
+    # redux.sync under .target sm_75 was refused with cudaErrorInvalidPtx)
+    for form in FORMS.values():
+        src = tmp_path / "k.ptx"
+        src.write_text(kernel_ptx(form))
+        for arch in (form.target, "sm_90"):
+            r = subprocess.run(["ptxas", f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, f"{form.name} for {arch}: {r.stderr}"
 
 
 def test_differential_runner_through_an_emu_daemon(daemon):

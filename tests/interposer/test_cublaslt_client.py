@@ -35,6 +35,7 @@ import json, struct, sys
 import numpy as np
 import cffi
 ffi = cffi.FFI(); ffi.cdef(open(sys.argv[1]).read())
+ffi.cdef("int cublasCreate_v2(void **handle);")
 cudart = ffi.dlopen(sys.argv[2]); lt = ffi.dlopen(sys.argv[3])
 o = {}
 """
@@ -51,7 +52,7 @@ def run_script(body: str, cdef_file: Path, daemons, tmp_path) -> tuple[dict, str
     lib_dir = pyvgpu.lib_path().parent
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYVGPU_HOSTS", "LD_PRELOAD")},
            "XDG_CONFIG_HOME": str(tmp_path), "PYVGPU_HOSTS": ",".join(d.address for d in daemons),
-           "PYVGPU_CUBLAS_TRACE": "1"}
+           "PYVGPU_CUBLAS_TRACE": "1", "PYVGPU_STATS": str(tmp_path / "stats.txt")}
     proc = subprocess.run([sys.executable, "-c", PRELUDE + body + "\nprint(json.dumps(o))\n", str(cdef_file),
                            str(lib_dir / "libvcudart.so"), str(lib_dir / "libvcublasLt.so")],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -228,6 +229,10 @@ def test_heuristics_and_algorithms(daemon, cdef_file, tmp_path):
     assert caps["strided"] == [0, 4, 1]
     assert caps["impl"] == [0, 8, spec.impl_flags(68, 2)]           # fp16 inputs, fp32 accumulation, FMA
     assert caps["wrong_size"][0] == 7 and caps["not_ours"] == 7
+    # The daemon was asked once per problem (fp32 and fp16); the handle answered the repeats, and what the client's
+    # checks refuse never travels.
+    rows = [line.split() for line in (tmp_path / "stats.txt").read_text().splitlines()]
+    assert next(r for r in rows if r and r[0] == "LT_HEURISTIC")[1:4:2] == ["2", "2"]
 
 
 MATMULS = r"""
@@ -333,6 +338,12 @@ r.append(lt.cublasLtMatmul(ffi.NULL, d[0], one, p, ok_l, p, ok_l, one, p, ok_l, 
 r.append(lt.cublasLtMatmul(H, d[0], one, p, ok_l, p, ok_l, one, p, ok_l, p, ok_l, ffi.NULL, ffi.NULL, 0,
                            ffi.cast("cudaStream_t", 0x1234)))
 o["refused"] = r
+# A cuBLAS handle serves as a cuBLASLt one (PyTorch passes its cublasHandle_t): heuristic and matmul through it.
+blas = ffi.dlopen(sys.argv[3].replace("libvcublasLt.so", "libvcublas.so"))
+bh = ffi.new("void **"); assert blas.cublasCreate_v2(bh) == 0
+H = ffi.cast("cublasLtHandle_t", bh[0])
+case("fp32_cublas_handle", 0, 0, 6, 3, 4, epi=4)
+o["lt_destroy_of_cublas_handle"] = lt.cublasLtDestroy(H)       # cublasDestroy's to end
 o["sync"] = cudart.cudaDeviceSynchronize()
 """
 
@@ -341,10 +352,11 @@ o["sync"] = cudart.cudaDeviceSynchronize()
 def test_matmuls_against_numpy(daemon, cdef_file, tmp_path):
     o, err = run_script(MATMULS, cdef_file, [daemon], tmp_path)
     for name in ("fp32", "fp32_trans_row_batched", "fp16_bias_relu", "bf16_gelu_bias_batched", "fp16_gelu_aux_bias",
-                 "fp32_device_scalars"):
+                 "fp32_device_scalars", "fp32_cublas_handle"):
         r = o[name]
         assert r["status"] == 0 and r["err"] <= r["tol"], (name, r)
     assert o["fp16_gelu_aux_bias"]["aux_err"] <= 8 * 2.0 ** -11 * 8      # the GELU input, stored in fp16
     assert o["refused"] == [15, 7, 7, 7, 7, 1, 7]
+    assert o["lt_destroy_of_cublas_handle"] == 1
     assert o["sync"] == 0
     assert "PLANE_OFFSET is not supported" in err and "A_SCALE_POINTER is not supported" in err

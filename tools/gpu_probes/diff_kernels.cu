@@ -3,7 +3,9 @@
 //   diff_kernels OUTFILE    writes every group's raw results to OUTFILE, one line "group NAME BYTES" per group to
 //                           stdout in the same order; exit 1 on any CUDA error
 // Inputs are the same on every run: xorshift bit patterns mixed with special values (zeros, denormals, infinities,
-// NaNs with payloads, extremes). Add a group: a kernel writing `per` results per input, and one run_group line.
+// NaNs with payloads, extremes); they are written first, as the groups input_f32_{a,b,c} and input_f64_{a,b,c}, so
+// the comparison can compute reference values. Add a group: a kernel writing `per` results per input, one run_group
+// line, and its slots in isa_bounds.py (bit for bit unless a slot names the ISA's error bound).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +64,58 @@ __global__ void f64_arith(const double *a, const double *b, const double *c, dou
     r[5] = (double)(float)x;
 }
 
+// The signs and NaNs of f32 negation, absolute value, subtraction and copysign (the ISA leaves a NaN's unspecified).
+__global__ void f32_signs(const float *a, const float *b, const float *c, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i];
+    float *r = o + 4 * i;
+    r[0] = -x; r[1] = fabsf(x); r[2] = __fsub_rn(x, y); r[3] = copysignf(x, y);
+}
+
+// The approximate instructions in their .ftz forms and those CUDA's intrinsics do not reach (inline PTX).
+__global__ void f32_approx_ftz(const float *a, const float *b, const float *c, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i];
+    float *r = o + 11 * i;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r[0]) : "f"(x));
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r[1]) : "f"(x));
+    asm("sin.approx.ftz.f32 %0, %1;" : "=f"(r[2]) : "f"(x));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r[3]) : "f"(x));
+    asm("rcp.approx.f32 %0, %1;" : "=f"(r[4]) : "f"(x));
+    asm("sqrt.approx.f32 %0, %1;" : "=f"(r[5]) : "f"(x));
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r[6]) : "f"(x));
+    asm("tanh.approx.f32 %0, %1;" : "=f"(r[7]) : "f"(x));
+    asm("div.full.f32 %0, %1, %2;" : "=f"(r[8]) : "f"(x), "f"(y));
+    asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(r[9]) : "f"(x), "f"(y));
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r[10]) : "f"(x));
+}
+
+// f64 signs, NaN operand order, min/max of NaNs and conversions of NaN and out-of-range values to integers, as bits.
+__global__ void f64_more(const double *a, const double *b, const double *c, uint64_t *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double x = a[i], y = b[i], z = c[i];
+    uint64_t *r = o + 10 * i;
+    r[0] = __double_as_longlong(-x); r[1] = __double_as_longlong(fabs(x));
+    r[2] = __double_as_longlong(__dsub_rn(x, y)); r[3] = __double_as_longlong(fmin(x, y));
+    r[4] = __double_as_longlong(fmax(x, y)); r[5] = __double_as_longlong(__fma_rn(z, y, x));
+    r[6] = (uint64_t)__double2ll_rz(x); r[7] = (uint32_t)__double2int_rz(x);
+    r[8] = (uint64_t)__float2ll_rz((float)x); r[9] = (uint32_t)__double2uint_rz(x);
+}
+
+// The gross f64 approximations of the ISA (upper word only) and rsqrt.approx.f64.
+__global__ void f64_approx(const double *a, const double *b, const double *c, double *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double x = a[i];
+    double *r = o + 3 * i;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r[0]) : "d"(x));
+    asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(r[1]) : "d"(x));
+    asm("rsqrt.approx.f64 %0, %1;" : "=d"(r[2]) : "d"(x));
+}
+
 __global__ void int_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c, uint32_t *o, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -81,6 +135,53 @@ __global__ void warp_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c
     r[1] = __shfl_up_sync(0xffffffffu, x, 3);
     r[2] = __ballot_sync(0xffffffffu, x & 1u);
     r[3] = __match_any_sync(0xffffffffu, x & 3u);
+}
+
+// Linear filtering weights: a float texture holding a single 1.0 (at texel 3 of each dimension, zeros elsewhere)
+// sampled on a grid over [2.5, 4.5) per dimension, so every result is one texel weight exactly: the fixed-point
+// alpha of each dimension (1D: steps of 1/1024 reach the rounding ties) and, in 2D and 3D, how the per-texel
+// products are held. Result i of tex_1d is x = 2.5 + i/1024; of tex_2d x = 2.5 + (i % 512)/256,
+// y = 2.5 + (i / 512)/256; of tex_3d x, y, z = 2.5 + (i % 32, i / 32 % 32, i / 1024)/16.
+__global__ void tex_sample(cudaTextureObject_t t, int dims, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (dims == 1) o[i] = tex1D<float>(t, 2.5f + (i % 2048) / 1024.0f);
+    else if (dims == 2) o[i] = tex2D<float>(t, 2.5f + (i % 512) / 256.0f, 2.5f + (i / 512) / 256.0f);
+    else o[i] = tex3D<float>(t, 2.5f + (i % 32) / 16.0f, 2.5f + (i / 32 % 32) / 16.0f, 2.5f + (i / 1024) / 16.0f);
+}
+
+static void run_texture_group(FILE *out, const char *name, int dims, int n) {
+    const int side = 8;
+    cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
+    cudaExtent ext = make_cudaExtent(side, dims > 1 ? side : 0, dims > 2 ? side : 0);
+    cudaArray_t a;
+    CK(cudaMalloc3DArray(&a, &f, ext));
+    std::vector<float> texels((size_t)side * (dims > 1 ? side : 1) * (dims > 2 ? side : 1), 0.0f);
+    texels[dims == 1 ? 3 : dims == 2 ? 3 * side + 3 : (3 * side + 3) * side + 3] = 1.0f;
+    cudaMemcpy3DParms cp = {};
+    cp.srcPtr = make_cudaPitchedPtr(texels.data(), side * sizeof(float), side, dims > 1 ? side : 1);
+    cp.dstArray = a;
+    cp.extent = make_cudaExtent(side, dims > 1 ? side : 1, dims > 2 ? side : 1);
+    cp.kind = cudaMemcpyHostToDevice;
+    CK(cudaMemcpy3D(&cp));
+    cudaResourceDesc rd = {};
+    rd.resType = cudaResourceTypeArray;
+    rd.res.array.array = a;
+    cudaTextureDesc td = {};
+    td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModeLinear;
+    td.readMode = cudaReadModeElementType;
+    cudaTextureObject_t t;
+    CK(cudaCreateTextureObject(&t, &rd, &td, nullptr));
+    float *d;
+    CK(cudaMalloc(&d, n * sizeof(float)));
+    tex_sample<<<(n + 255) / 256, 256>>>(t, dims, d, n);
+    CK(cudaGetLastError());
+    std::vector<float> host(n);
+    CK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (fwrite(host.data(), 1, n * sizeof(float), out) != n * sizeof(float)) { perror("write"); exit(1); }
+    printf("group %s %zu\n", name, n * sizeof(float));
+    CK(cudaDestroyTextureObject(t)); CK(cudaFree(d)); CK(cudaFreeArray(a));
 }
 
 template <typename TI, typename TO>
@@ -138,6 +239,13 @@ static std::vector<uint64_t> bits64(int salt) {
     return v;
 }
 
+template <typename T>
+static void write_input(FILE *out, const char *name, const std::vector<T> &v) {
+    size_t bytes = v.size() * sizeof(T);
+    if (fwrite(v.data(), 1, bytes, out) != bytes) { perror("write"); exit(1); }
+    printf("group %s %zu\n", name, bytes);
+}
+
 template <typename T, typename B>
 static std::vector<T> as(const std::vector<B> &bits) {
     std::vector<T> v(bits.size());
@@ -156,6 +264,8 @@ int main(int argc, char **argv) {
     std::vector<uint64_t> a64 = bits64(0), b64 = bits64(3), c64 = bits64(6);
     std::vector<float> fa = as<float>(a), fb = as<float>(b), fc = as<float>(c);
     std::vector<double> da = as<double>(a64), db = as<double>(b64), dc = as<double>(c64);
+    write_input(out, "input_f32_a", a); write_input(out, "input_f32_b", b); write_input(out, "input_f32_c", c);
+    write_input(out, "input_f64_a", a64); write_input(out, "input_f64_b", b64); write_input(out, "input_f64_c", c64);
     run_group(out, "f32_arith", f32_arith, 8, fa, fb, fc);
     run_group(out, "f32_convert", f32_convert, 7, fa, fb, fc);
     run_group(out, "f32_libm", f32_libm, 6, fa, fb, fc);
@@ -163,6 +273,13 @@ int main(int argc, char **argv) {
     run_group(out, "f64_arith", f64_arith, 6, da, db, dc);
     run_group(out, "int_ops", int_ops, 8, a, b, c);
     run_group(out, "warp_ops", warp_ops, 4, a, b, c);
+    run_group(out, "f32_signs", f32_signs, 4, fa, fb, fc);
+    run_group(out, "f32_approx_ftz", f32_approx_ftz, 11, fa, fb, fc);
+    run_group(out, "f64_more", f64_more, 10, da, db, dc);
+    run_group(out, "f64_approx", f64_approx, 3, da, db, dc);
+    run_texture_group(out, "tex_1d", 1, 2048);
+    run_texture_group(out, "tex_2d", 2, 512 * 512);
+    run_texture_group(out, "tex_3d", 3, 32 * 32 * 32);
     fclose(out);
     return 0;
 }

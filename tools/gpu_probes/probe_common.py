@@ -10,7 +10,9 @@ of the probe's time:
   pyvgpu run  the environment `pyvgpu run` gives a program (LD_PRELOAD libvcudart + libvcuda, every client library
               on LD_LIBRARY_PATH)
 Each step prints "STEP <name>: ok <detail>" or "STEP <name>: FAIL <why>". Exit 0 when a pyvgpu way passed every
-step, 77 when the framework is not installed, else 1; the last line sums up each way.
+step; 77 when the framework is not installed, or when the native run fails too and no pyvgpu way failed a step
+that passed natively (the last line says "not applicable: fails natively: <why>"); else 1. The last line sums up
+each way.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SKIP = 77
@@ -77,7 +80,7 @@ def main(framework: str, module: str, body: str) -> int:
     budget = float(os.environ.get("PYVGPU_GPU_CHECK_SECONDS", "120")) - 3
     t0 = time.monotonic()
     summary: list[str] = []
-    passed_ways: list[str] = []
+    results: dict[str, Outcome] = {}
     all_ways = ways()
     for i, (name, env) in enumerate(all_ways):
         left = budget - (time.monotonic() - t0)
@@ -86,28 +89,73 @@ def main(framework: str, module: str, body: str) -> int:
             summary.append(f"{name}: not run (no time left)")
             continue
         print(f"== {framework} {name} (at most {share:.0f} s)", flush=True)
-        try:
-            proc = subprocess.run([sys.executable, "-c", STEP_HELPER + body], env=env, capture_output=True,
-                                  text=True, timeout=share)
-            text, rc, note = proc.stdout, proc.returncode, ""
-        except subprocess.TimeoutExpired as exc:
-            text = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            rc, note = None, f"timed out after {share:.0f} s"
-            proc = None
-        print(text, end="", flush=True)
-        if proc is not None and proc.stderr.strip():
-            print("stderr: " + "\n".join(proc.stderr.strip().splitlines()[-8:]), flush=True)
-        steps = [ln for ln in text.splitlines() if ln.startswith("STEP ")]
-        fails = [ln[5:] for ln in steps if ": FAIL" in ln]
-        good = len(steps) - len(fails)
-        if not note and rc != 0:
-            note = f"exit {rc}"
-        if steps and not fails and not note:
-            summary.append(f"{name} {good}/{len(steps)}")
-            if name != "native":
-                passed_ways.append(name)
-        else:
-            first = fails[0] if fails else (proc.stderr.strip().splitlines() or ["?"])[-1][:200] if proc else ""
-            summary.append(f"{name} {good}/{len(steps)} ({note + '; ' if note else ''}first failure {first})")
-    print(f"{framework}: " + "; ".join(summary))
-    return 0 if passed_ways else 1
+        results[name] = run_way(env, body, share)
+        summary.append(results[name].line(name))
+    rc, verdict = judge(results)
+    print(f"{framework}: " + (verdict + "; " if verdict else "") + "; ".join(summary))
+    return rc
+
+
+@dataclass
+class Outcome:
+    """One way's run of the body: its steps and how the process ended."""
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)     # step -> why
+    note: str = ""                                           # timed out / exit code / nothing ran
+    first: str = ""                                          # the first failure, for the summary
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.passed) and not self.failed and not self.note
+
+    def line(self, name: str) -> str:
+        total = len(self.passed) + len(self.failed)
+        if self.ok:
+            return f"{name} {total}/{total}"
+        return f"{name} {len(self.passed)}/{total} ({self.note + '; ' if self.note else ''}first failure {self.first})"
+
+
+def run_way(env: dict, body: str, seconds: float) -> Outcome:
+    try:
+        proc = subprocess.run([sys.executable, "-c", STEP_HELPER + body], env=env, capture_output=True, text=True,
+                              timeout=seconds)
+        text, rc, note = proc.stdout, proc.returncode, ""
+    except subprocess.TimeoutExpired as exc:
+        text = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        rc, note = None, f"timed out after {seconds:.0f} s"
+        proc = None
+    print(text, end="", flush=True)
+    if proc is not None and proc.stderr.strip():
+        print("stderr: " + "\n".join(proc.stderr.strip().splitlines()[-8:]), flush=True)
+    out = Outcome(note=note or (f"exit {rc}" if rc != 0 else ""))
+    for ln in text.splitlines():
+        if ln.startswith("STEP ") and ": " in ln:
+            step, result = ln[5:].split(": ", 1)
+            if result.startswith("FAIL"):
+                out.failed[step] = result[5:]
+            else:
+                out.passed.append(step)
+    if out.failed:
+        out.first = next(f"{k}: FAIL {v}" for k, v in out.failed.items())
+    elif proc is not None:
+        out.first = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return out
+
+
+def judge(results: dict[str, Outcome]) -> tuple[int, str]:
+    """(exit code, a verdict for the summary line). A pyvgpu way passes when it passes every step; a step that fails
+    natively too is the framework's or the machine's, not pyvgpu's: then the probe is not applicable here (77),
+    unless a pyvgpu way failed a step that passed natively (pyvgpu's failure: 1)."""
+    native = results.get("native")
+    remote = {n: o for n, o in results.items() if n != "native"}
+    if any(o.ok for o in remote.values()):
+        return 0, ""
+    if native is None or native.ok:
+        return 1, ""
+    # native failed: pyvgpu is to blame only for what worked natively
+    worked = set(native.passed)
+    blamed = [f"{n}: {s}" for n, o in remote.items() for s in o.failed if s in worked]
+    if blamed:
+        return 1, f"fails through pyvgpu where native passes ({blamed[0]})"
+    why = native.first if native.failed else native.note or native.first
+    return SKIP, f"not applicable: fails natively: {why}"

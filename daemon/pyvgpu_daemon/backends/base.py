@@ -68,6 +68,10 @@ class DeviceTurn(Protocol):
     def shared(self) -> bool:
         """Another session uses the device (a hint: its fair share then matters)."""
 
+    @property
+    def others_outside(self) -> bool:
+        """Another session active here is not waiting for the device now: its requests need the interpreter."""
+
     def charge(self, seconds: float) -> None:
         """Device time of earlier work, measured once it finished (a real GPU's kernels: backends/cuda_turns.py)."""
 
@@ -317,6 +321,11 @@ class DeviceContext(ABC):
         BlasError (a status), CudaError (a fault). blas_validates_pointers applies as for cuBLAS."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
 
+    def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
+        """(algorithms for this problem, 0 or 1; the workspace bytes it needs), the problem being LT_MATMUL's int
+        arguments (checked; workspace_size: the most the caller allows) and aligns the pointers' alignments."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
+
     def take_stdout(self) -> bytes:
         """Device printf output not yet returned (backends that buffer it override this)."""
         return b""
@@ -344,6 +353,11 @@ class Backend(ABC):
     @abstractmethod
     def open_context(self, ordinal: int, va_base: int, session_id: int) -> DeviceContext:
         """Called on the (session, device) worker thread, on the first op of that pair."""
+
+    def unusable(self, ordinal: int) -> str:
+        """Why the device cannot take sessions now ("" when it can): a real driver that refuses new contexts after
+        a kernel fault (backends/cuda.py DeviceHealth). Shown by STATUS."""
+        return ""
 
     def close(self) -> None:
         pass

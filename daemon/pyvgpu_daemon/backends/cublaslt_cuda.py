@@ -85,6 +85,7 @@ class Plan:
     layouts: list[Any]
     algo: Any                       # cffi cublasLtMatmulAlgo_t *
     pointers: dict[str, int]        # the pointer attributes the descriptor holds now
+    workspace: int = 0              # the bytes the algorithm needs
 
 
 class LtSession:
@@ -178,8 +179,20 @@ class LtSession:
             if count[0] < 1:
                 raise BlasError(spec.blas.NOT_SUPPORTED, "cuBLASLt's heuristic has no algorithm for this matmul")
             plan.algo[0] = results[0].algo
+            plan.workspace = int(results[0].workspaceSize)
         finally:
             lib.cublasLtMatmulPreferenceDestroy(pref)
+
+    def heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
+        """NVIDIA's heuristic for a problem whose pointers will have these alignments: its plan is made (and kept:
+        the matmul that follows finds it, its pointers being as aligned as the caller said)."""
+        args = {**problem, **dict(zip(spec.MATRICES, aligns))}   # a pointer of alignment a: a itself
+        try:
+            return 1, self._plan(args).workspace
+        except BlasError as exc:
+            if exc.status == spec.blas.NOT_SUPPORTED:
+                return 0, 0
+            raise
 
     # ------------------------------------------------------------------ the call
     def matmul(self, stream: int, args: dict[str, Any]) -> None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -124,6 +125,7 @@ class CudaBackend(Backend):
         if self.count < 1:
             raise RuntimeError("no CUDA device")
         self._snapshots = [self._snapshot(i) for i in range(self.count)]
+        self.health = DeviceHealth()
 
     def _attr(self, dev: Any, number: int) -> int | None:
         try:
@@ -197,7 +199,35 @@ class CudaBackend(Backend):
         # Every allocation lies in the session's window (va_base + ordinal * VA_WINDOW_BYTES): pointers of different
         # GPU hosts never collide, and managed memory's host copy is mapped at the same address (cuda_vmm.py).
         return CudaContext(self.drv, ordinal, self.cublas, va_base + ordinal * VA_WINDOW_BYTES, self.cublaslt,
-                           self.api, vmm=self._snapshots[ordinal]["vmm_granularity"] > 0)
+                           self.api, vmm=self._snapshots[ordinal]["vmm_granularity"] > 0, health=self.health)
+
+    def unusable(self, ordinal: int) -> str:
+        return self.health.unusable.get(ordinal, "")
+
+
+@dataclass
+class DeviceHealth:
+    """Whether the driver still gives this daemon's process contexts on each device. After a kernel fault a real
+    driver may refuse every new context of the process on that device (cuCtxCreate answers the fault): the device is
+    then unusable here until the daemon restarts. Logged once when it happens, shown by STATUS (`unusable`), cleared
+    when a context is created again (a driver that recovers, or libvcuda's, once every context of the device went)."""
+    unusable: dict[int, str] = field(default_factory=dict)     # ordinal -> why
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refused(self, ordinal: int, exc: CudaError) -> None:
+        with self._lock:
+            first = ordinal not in self.unusable
+            self.unusable[ordinal] = str(exc)
+        if first:
+            log.error("device %d: the driver refuses new contexts of this daemon's process after a kernel fault "
+                      "(%s): sessions on the device get that error; NVIDIA's driver keeps it until the process ends, "
+                      "so restart the daemon to use the GPU again", ordinal, exc)
+
+    def created(self, ordinal: int) -> None:
+        with self._lock:
+            was = self.unusable.pop(ordinal, None)
+        if was is not None:
+            log.info("device %d: the driver gives contexts again; usable", ordinal)
 
 
 @dataclass
@@ -212,7 +242,8 @@ class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
-                 api: DriverEntryPoints | None = None, vmm: bool = False) -> None:
+                 api: DriverEntryPoints | None = None, vmm: bool = False,
+                 health: "DeviceHealth | None" = None) -> None:
         self.drv = drv
         self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
@@ -220,7 +251,9 @@ class CudaContext(CudaArrays, DeviceContext):
         self._cublaslt = cublaslt
         self._lt: cublaslt_cuda.LtSession | None = None     # this context's cuBLASLt handle and plans, on first use
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-        self.ctx = self._create()
+        self.health = health or DeviceHealth()
+        self.ctx: Any = None
+        self.ctx = self._new_context()
         # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
         # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
         self.mem = WindowMemory(drv, ordinal, window, check) if vmm else None
@@ -229,6 +262,23 @@ class CudaContext(CudaArrays, DeviceContext):
         self._prog_maps: dict[int, int] = {}
         self.clock = EventClock(drv, self._elapsed)   # event times for replies (event_times.py)
         self.gpu_time = GpuTime(drv, self._elapsed)   # kernels' GPU time, charged to the session's turn when shared
+
+    def _new_context(self) -> Any:
+        """A new context, made current on this (the worker's) thread. A driver that refuses it with a sticky error
+        keeps the fault of an earlier context: NVIDIA documents that such an error lasts until the process ends, and
+        a real GPU (H200, driver 580) answered cuCtxCreate with CUDA_ERROR_ILLEGAL_ADDRESS after a context of the
+        same process faulted and was destroyed. The device is then unusable in this daemon until it restarts: the
+        refusal is the session's sticky error (a DEVICE_RESET leaves no context, the next op tries again)."""
+        try:
+            ctx = self._create()
+        except CudaError as exc:
+            if not exc.sticky:
+                raise
+            self.health.refused(self.ordinal, exc)
+            raise CudaError(exc.code, f"{exc.message} (the driver refuses new contexts of this daemon's process "
+                                      "after a kernel fault; restarting the daemon ends it)", sticky=True) from None
+        self.health.created(self.ordinal)
+        return ctx
 
     def _create(self) -> Any:
         if not self.api.has("cuCtxCreate"):
@@ -326,14 +376,17 @@ class CudaContext(CudaArrays, DeviceContext):
         """The program's mappings, handles and ranges, then the backend's own (physical allocations outlive a
         context: they are given back explicitly)."""
         drv = self.drv
-        for addr, size in list(self._prog_maps.items()):
-            drv.cuMemUnmap(addr, size)
-        for handle in self._prog_handles:
-            drv.cuMemRelease(handle)
-        if self.mem is not None:
-            for addr, size in list(self._prog_ranges.items()):
-                self.mem.unreserve(addr, size)
-            self.mem.release_all()
+        try:
+            for addr, size in list(self._prog_maps.items()):
+                drv.cuMemUnmap(addr, size)
+            for handle in self._prog_handles:
+                drv.cuMemRelease(handle)
+            if self.mem is not None:
+                for addr, size in list(self._prog_ranges.items()):
+                    self.mem.unreserve(addr, size)
+        finally:        # whatever a faulted context answered, the window starts empty for the next context
+            if self.mem is not None:
+                self.mem.release_all()
         self._prog_maps.clear()
         self._prog_handles.clear()
         self._prog_ranges.clear()
@@ -639,10 +692,16 @@ class CudaContext(CudaArrays, DeviceContext):
         return self._blas().call(handle, family, cublas_cuda.stream_pointer(stream), pmode, math, args)
 
     # ------------------------------------------------------------------ cuBLASLt (backends/cublaslt_cuda.py)
-    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+    def _lt_session(self) -> cublaslt_cuda.LtSession:
         if self._lt is None:
             self._lt = cublaslt_cuda.LtSession(self._cublaslt or cublaslt_cuda.library())
-        self._lt.matmul(cublas_cuda.stream_pointer(stream), args)
+        return self._lt
+
+    def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        self._lt_session().matmul(cublas_cuda.stream_pointer(stream), args)
+
+    def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
+        return self._lt_session().heuristic(problem, aligns)
 
     def _lt_close(self) -> None:
         if self._lt is not None:
@@ -652,23 +711,34 @@ class CudaContext(CudaArrays, DeviceContext):
                 log.warning("device %d: releasing cuBLASLt failed: %s", self.ordinal, exc)
             self._lt = None
 
-    def reset(self) -> None:
-        # A context that took a sticky fault is unusable: replace it (this frees all it held).
-        self._lt_close()
-        self.clock.drop()                            # its anchors go with the context
-        self.gpu_time.drop()
-        self._release_vmm()
+    def _teardown(self) -> None:
+        """Everything of this context goes, the context itself last. A context that took a sticky fault answers
+        every call with that fault until it is destroyed (cuCtxDestroy may answer it too, and destroys it all the
+        same): each step may fail, and the next one still runs."""
+        steps = (("cuBLASLt", self._lt_close), ("event clock", self.clock.drop), ("GPU time", self.gpu_time.drop),
+                 ("window memory", self._release_vmm))     # physical allocations outlive a context
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - the context goes anyway
+                log.warning("device %d: releasing the context's %s failed: %s", self.ordinal, what, exc)
+        if self.ctx is None:
+            return
         try:
-            self.drv.cuCtxDestroy(self.ctx)
-        finally:
-            self.ctx = self._create()
-
-    def close(self) -> None:
-        self._lt_close()
-        self.clock.drop()
-        self.gpu_time.drop()
-        self._release_vmm()                          # physical allocations outlive a context: give them back
-        try:
-            self.drv.cuCtxDestroy(self.ctx)
+            (err,) = self.drv.cuCtxDestroy(self.ctx)
+            if int(err) != 0:
+                log.info("device %d: cuCtxDestroy answered %s (the context is destroyed all the same)",
+                         self.ordinal, getattr(err, "name", err))
         except Exception as exc:  # noqa: BLE001 - close must not raise
             log.warning("device %d: cuCtxDestroy failed: %s", self.ordinal, exc)
+        self.ctx = None
+
+    def reset(self) -> None:
+        # A context that took a sticky fault is unusable: replace it (destroying it frees all it held). Nothing of
+        # the new context comes from the old one: the clock, GPU-time events and cuBLASLt plans start afresh. A
+        # refused new context raises (sticky) with none left: DEVICE_RESET then drops this object.
+        self._teardown()
+        self.ctx = self._new_context()
+
+    def close(self) -> None:
+        self._teardown()

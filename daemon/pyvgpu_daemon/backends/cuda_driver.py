@@ -134,6 +134,7 @@ class DriverEntryPoints:
             return line + ": every entry point the backend uses"
         by_fallback: dict[str, list[str]] = {}
         for name, how in self.missing.items():
-            by_fallback.setdefault(how, []).append(name)
+            # the version that introduced the ABI the bindings call: an expected absence reads as one
+            by_fallback.setdefault(how, []).append(f"{name} ({version_text(called_abi(name)[1])})")
         return line + "; without " + "; without ".join(f"{', '.join(names)}: {how}"
                                                       for how, names in by_fallback.items())

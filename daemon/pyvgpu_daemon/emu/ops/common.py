@@ -234,6 +234,56 @@ def narrow_directed(x64, target, mode: str):
     return fix_overflow(r, np.isfinite(x64), mode)
 
 
+# NaN results as NVIDIA's GPUs give them (real-GPU run 1, tools/gpu_probes/gpu_diff_kernels.py, bit for bit):
+# - f32 arithmetic (add sub mul fma div rcp sqrt and the .approx functions) returns the canonical NaN 0x7FFFFFFF
+#   whatever the operands (CUDART_NAN_F), never a propagated payload;
+# - f64 arithmetic returns its first NaN operand (in operand order a, b, c) quieted, else the default NaN
+#   0xFFF8000000000000 (CUDART_NAN): fma.f64(0, inf, sNaN 0x7FF0000000000001) is 0x7FF8000000000001.
+CANON_F32 = np.array(0x7FFFFFFF, np.uint32).view(np.float32)[()]
+DEFAULT_NAN_F64 = np.array(0xFFF8000000000000, np.uint64).view(np.float64)[()]
+_QUIET_F64 = np.uint64(1 << 51)
+
+
+def _has_nan(r: np.ndarray) -> bool:
+    # one reduction (maximum propagates NaN): cheaper than isnan(r).any(), which writes a mask first
+    return bool(r.size) and bool(np.isnan(np.maximum.reduce(r, axis=None)))
+
+
+def canon_nan32(r):
+    """f32 results with every NaN replaced by the canonical 0x7FFFFFFF."""
+    r = np.asarray(r)
+    if _has_nan(r):
+        return np.where(np.isnan(r), CANON_F32, r)
+    return r
+
+
+def nan_first64(r, *operands):
+    """f64 results whose NaNs are the first NaN operand quieted, else the default NaN."""
+    r = np.asarray(r)
+    if not _has_nan(r):
+        return r
+    bad = np.isnan(r)
+    out = np.where(bad, DEFAULT_NAN_F64, r)
+    for o in reversed(operands):           # the first operand's NaN is written last: it wins
+        o = np.asarray(o, np.float64)
+        m = bad & np.isnan(o)
+        if m.any():
+            out = np.where(m, (o.view(np.uint64) | _QUIET_F64).view(np.float64), out)
+    return out
+
+
+def gpu_nans(fn, t: str):
+    """fn (f32 or f64 operands in, one result of that type out) with the GPU's NaN results."""
+    if t == "f32":
+        def f32(*args):
+            return canon_nan32(fn(*args))
+        return f32
+
+    def f64(*args):
+        return nan_first64(fn(*args), *args)
+    return f64
+
+
 def finite_all(*xs):
     m = np.isfinite(xs[0])
     for x in xs[1:]:

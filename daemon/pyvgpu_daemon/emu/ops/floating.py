@@ -16,12 +16,16 @@ Rounding:
 - .approx functions: ex2 and lg2 (f32) are computed in double precision by basic operations (ex2_f32, lg2_f32:
   the correctly rounded result but for rare 1-ulp cases, the same bits in the native C); sin, cos, tanh and rsqrt
   (f32) use NumPy's float32 kernels (measured within 2 ulp of the exact value; sin/cos absolute error < 1e-7 on
-  [-pi, pi]); rcp.approx, div.approx, div.full and
-  sqrt.approx return the correctly rounded IEEE result; rsqrt.f64 and rcp.approx.ftz.f64 are computed in f64.
-  The hardware's own results carry the errors the ISA allows (e.g. ~2 ulp for ex2/rcp/rsqrt/div.full, 2**-22.6
-  absolute for lg2, 2**-20.5 absolute for sin/cos in [-pi, pi], 2**-10.987 relative for tanh), so results can
-  differ from silicon within those bounds. div.approx.f32 with |b| in (2**126, 2**128) gives 0 on hardware and
-  a/b here.
+  [-pi, pi]); rcp.approx, div.full and sqrt.approx return the correctly rounded IEEE result; div.approx.f32 is
+  a * (1/b) as the ISA defines it, the reciprocal flushed when subnormal (so 2**126 < |b| < 2**128 gives a
+  sign-preserving zero, NaN for an infinite a); rsqrt.approx.f64 is computed in f64; rcp.approx.ftz.f64 and
+  rsqrt.approx.ftz.f64 use the operand's upper word and zero the result's lower word (ISA). The hardware's own
+  results carry the errors the ISA allows (tools/gpu_probes/isa_bounds.py: 2 ulp for ex2 and div.approx, 1 ulp
+  for rcp.approx, 2**-22 for lg2, 2**-20.5 absolute for sin/cos in [-2pi, 2pi], 2**-22.9 relative for rsqrt,
+  2**-23 for sqrt.approx, 2**-11 for tanh), so results can differ from silicon within those bounds; special
+  values, .ftz and NaNs are what the ISA and the GPU give.
+- NaN results are the GPU's (ops/common.gpu_nans, measured on a real GPU): every f32 NaN is the canonical
+  0x7FFFFFFF (abs and neg too); an f64 NaN is the first NaN operand quieted, else the default 0xFFF8000000000000.
 - min/max ignore a NaN operand (both NaN -> canonical NaN 0x7FFFFFFF / 0x7FFFFFFFFFFFFFFF); -0 < +0.
   min/max.NaN propagate NaN (canonical).
 """
@@ -33,8 +37,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from .common import (AluOp, Unsupported, chunked, fast_two_sum, finite_all, fix_overflow, ftz, narrow_directed, one_of, quiet, round_odd,
-                     sat, split_mods, step_directed, two_prod64, two_sum)
+from .common import (AluOp, Unsupported, chunked, fast_two_sum, finite_all, fix_overflow, ftz, gpu_nans,
+                     narrow_directed, one_of, quiet, round_odd, sat, split_mods, step_directed, two_prod64, two_sum)
 
 def _mul_resid64(a, b, r):
     """A value with the sign of (a*b - r) for float64 a, b and r = RN(a*b), valid over the whole range
@@ -392,6 +396,18 @@ def _div(t, mode, do_ftz, do_sat, approx):
     return fn
 
 
+def _div_approx(do_ftz):
+    """div.approx.f32 as the ISA defines it: a * (1/b). The reciprocal is flushed to zero when it is subnormal, so
+    for 2**126 < |b| < 2**128 the result is a sign-preserving zero, or NaN when a is infinite (ISA, "div")."""
+    one = np.float32(1)
+
+    def fn(a, b):
+        a, b = _operands(F32, do_ftz, a, b)
+        r = np.multiply(a, ftz(np.divide(one, b)))
+        return ftz(r) if do_ftz else r
+    return fn
+
+
 def _sqrt(t, mode, do_ftz):
     dt = _FT[t]
 
@@ -408,6 +424,22 @@ def _sqrt(t, mode, do_ftz):
                 resid = _sqrt_resid64(a, r)
             r = step_directed(r, np.where(np.isfinite(r) & (r > 0), resid, 0), mode)
         return ftz(r) if do_ftz else r
+    return fn
+
+
+_HI_WORD = np.uint64(0xFFFFFFFF00000000)
+_HI_NAN = np.array(0x7FFFFFFF00000000, np.uint64).view(F64)[()]
+
+
+def _hi_word64(f):
+    """rcp.approx.ftz.f64 / rsqrt.approx.ftz.f64 as the ISA defines them: f of the operand's upper 32 bits (a
+    1.11.20 float; subnormals flushed to zero), the result's upper 32 bits (truncated) and a zero lower word; NaN
+    results are the canonical 0x7FFFFFFF00000000."""
+    def fn(a):
+        x = ftz((np.asarray(a, F64).view(np.uint64) & _HI_WORD).view(F64))
+        r = ftz(f(x))
+        r = (r.view(np.uint64) & _HI_WORD).view(F64)
+        return np.where(np.isnan(r), _HI_NAN, r)
     return fn
 
 
@@ -437,7 +469,7 @@ def build_arith(instr, op):
         f = _addsub(t, mode, op == "sub", do_ftz, do_sat)
     if mode != "rn":
         f = chunked(f, 16384)
-    return AluOp(quiet(f), (t, t), (t,))
+    return AluOp(quiet(gpu_nans(f, t)), (t, t), (t,))
 
 
 def build_fma(instr):
@@ -457,7 +489,7 @@ def build_fma(instr):
         f = chunked(_fma64(mode, False, False), 16384)
     else:
         f = chunked(_fma32(mode, do_ftz, do_sat), 32768)
-    return AluOp(quiet(f), (t, t, t), (t,))
+    return AluOp(quiet(gpu_nans(f, t)), (t, t, t), (t,))
 
 
 def build_div(instr):
@@ -468,10 +500,12 @@ def build_div(instr):
         raise Unsupported("div.f needs .approx/.full/.rnd")
     if t == "f64" and (mode in ("approx", "full") or "ftz" in flags):
         raise Unsupported("div.f64 modifier")
+    if mode == "approx":
+        return AluOp(quiet(gpu_nans(_div_approx("ftz" in flags), t)), (t, t), (t,))
     rmode = mode if mode in RND else "rn"
     if rmode == "rn" and "ftz" not in flags:
-        return AluOp(quiet(np.divide), (t, t), (t,))
-    return AluOp(quiet(chunked(_div(t, rmode, "ftz" in flags, False, mode in ("approx", "full")), 16384)),
+        return AluOp(quiet(gpu_nans(np.divide, t)), (t, t), (t,))
+    return AluOp(quiet(gpu_nans(chunked(_div(t, rmode, "ftz" in flags, False, mode == "full"), 16384), t)),
                  (t, t), (t,))
 
 
@@ -489,10 +523,12 @@ def build_rcp(instr):
     t, flags, mode = _rnd_or_approx(instr, "rcp")
     if t == "f64" and mode == "approx" and "ftz" not in flags:
         raise Unsupported("rcp.approx.f64 needs .ftz")
+    if t == "f64" and mode == "approx":
+        return AluOp(quiet(_hi_word64(lambda x: np.float64(1.0) / x)), (t,), (t,))
     dt = _FT[t]
     one = dt.type(1)
     d = _div(t, mode if mode in RND else "rn", "ftz" in flags, False, mode == "approx")
-    return AluOp(quiet(lambda a: d(one, a)), (t,), (t,))
+    return AluOp(quiet(gpu_nans(lambda a: d(one, a), t)), (t,), (t,))
 
 
 def build_sqrt(instr):
@@ -500,8 +536,9 @@ def build_sqrt(instr):
     if t == "f64" and (mode == "approx" or "ftz" in flags):
         raise Unsupported("sqrt.f64 modifier")
     if mode in ("rn", "approx") and "ftz" not in flags:
-        return AluOp(quiet(np.sqrt), (t,), (t,))
-    return AluOp(quiet(chunked(_sqrt(t, mode if mode in RND else "rn", "ftz" in flags), 16384)), (t,), (t,))
+        return AluOp(quiet(gpu_nans(np.sqrt, t)), (t,), (t,))
+    return AluOp(quiet(gpu_nans(chunked(_sqrt(t, mode if mode in RND else "rn", "ftz" in flags), 16384), t)),
+                 (t,), (t,))
 
 
 def build_rsqrt(instr):
@@ -511,9 +548,11 @@ def build_rsqrt(instr):
         raise Unsupported("rsqrt needs .approx")
     if t == "f32":
         f = _approx32(lambda x: np.float32(1.0) / np.sqrt(x), "ftz" in flags, "rsqrt")
+    elif "ftz" in flags:
+        return AluOp(quiet(_hi_word64(lambda x: np.float64(1.0) / np.sqrt(x))), (t,), (t,))
     else:
-        f = _via64(lambda x: np.float64(1.0) / np.sqrt(x), F64, "ftz" in flags)
-    return AluOp(quiet(f), (t,), (t,))
+        f = _via64(lambda x: np.float64(1.0) / np.sqrt(x), F64, False)
+    return AluOp(quiet(gpu_nans(f, t)), (t,), (t,))
 
 
 # ex2/lg2.approx.f32 are computed in double precision by basic IEEE operations only (rint, +, -, *, /, integer bit
@@ -603,16 +642,20 @@ def build_transcendental(instr):
         raise Unsupported("type")
     if "approx" not in flags:
         raise Unsupported(".approx required")
-    return AluOp(quiet(_approx32(_TRANS[instr.opcode], "ftz" in flags, instr.opcode)), ("f32",), ("f32",))
+    f = _approx32(_TRANS[instr.opcode], "ftz" in flags, instr.opcode)
+    if instr.opcode not in ("ex2", "lg2"):       # ex2_f32 and lg2_f32 give the canonical NaN already
+        f = gpu_nans(f, "f32")
+    return AluOp(quiet(f), ("f32",), ("f32",))
 
 
 def build_abs_neg(instr, is_neg):
     types, flags = split_mods(instr, {"ftz"})
     t = _ftype(types)
     uf = np.negative if is_neg else np.abs
-    if "ftz" in flags:
-        return AluOp(lambda a: uf(ftz(a)), (t,), (t,))
-    return AluOp(uf, (t,), (t,))
+    f = (lambda a: uf(ftz(a))) if "ftz" in flags else uf
+    # f32: the GPU's negation and absolute value are arithmetic (a NaN comes back canonical, as from add); f64: the
+    # sign bit alone (abs.f64 passes NaN through, ISA)
+    return AluOp(gpu_nans(f, t) if t == "f32" else f, (t,), (t,))
 
 
 _CANON = {F32: np.uint32(0x7FFFFFFF), F64: np.uint64(0x7FFFFFFFFFFFFFFF)}

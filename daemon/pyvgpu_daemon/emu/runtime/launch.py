@@ -180,9 +180,10 @@ class Launch:
         if turn is not None:
             now = time.monotonic()
             self.check_at = self.deadline     # before asking: a poke from now on is not lost
-            if turn.shared:
+            if turn.others_outside:
                 # Other sessions' requests are handled by threads that need the GIL this launch holds: they get it
                 # (and the CPU) here, within SHARED_CHECK_S, rather than at the interpreter's next forced switch.
+                # (Not while the others only wait for the turn: the yield would hand the CPU to other processes.)
                 os.sched_yield()
                 self.check_at = min(self.check_at, now + SHARED_CHECK_S)
             left = turn.preempt()

@@ -3,8 +3,12 @@
 The sampling follows the CUDA C++ Programming Guide, appendix "Texture Fetching": coordinates are unnormalized
 ([0, N)) or normalized ([0, 1) scaled by N); addressing clamp, wrap, mirror or border (wrap and mirror only with
 normalized coordinates; CUDA falls back to clamp otherwise); point filtering takes texel floor(x); linear filtering
-takes x_B = x - 0.5, i = floor(x_B), alpha = frac(x_B) held in 9-bit fixed point (8 fraction bits), and blends
-T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended). Read modes: element type, or normalized
+takes x_B = x - 0.5, i = floor(x_B), alpha = frac(x_B) held in 9-bit fixed point (8 fraction bits, rounded to
+nearest), and blends T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended). Each texel's weight,
+the product of its dimensions' alpha or 1 - alpha, is itself held in 9-bit fixed point (rounded to nearest) in 2D
+and 3D, as the GPU does: a real H200 gave (27 T00 + 6 T10 + 180 T01 + 43 T11) / 256 for alpha 49/256, beta 223/256
+(real-GPU run 1, tests/cuda/api_texture.cu), not the separable blend; tools/gpu_probes/diff_kernels.cu samples
+single-texel textures on fine grids so the next GPU run checks every weight bit for bit. Read modes: element type, or normalized
 float for 8/16-bit integers (unsigned to [0, 1], signed to [-1, 1]). Border addressing returns the border color
 for texels outside (for integer results, its value converted). A 1D texture over linear memory is fetched by
 integer index (tex1Dfetch): no filtering, 0 outside. tld4 (tex2Dgather) returns one component of the four texels
@@ -169,7 +173,7 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
         xb = xs[k] - 0.5
         i0 = np.floor(xb)
         base.append(i0.astype(np.int64))
-        frac.append(np.round((xb - i0) * 256.0) / 256.0)
+        frac.append(_fixed9(xb - i0))
     corners = [[]]
     for k in range(dims):
         corners = [c + [b] for c in corners for b in (0, 1)]
@@ -182,6 +186,8 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
             idx.append(i)
             inside &= ok
             w = w * (frac[k] if c[k] else 1.0 - frac[k])
+        if dims > 1:
+            w = _fixed9(w)
         vals = _components(_gather_texels(texels, idx, sl, dims), f, s, True)
         vals = [np.where(inside, v.astype(np.float64), border[ch]) for ch, v in enumerate(vals)]
         picked.append(vals)
@@ -193,6 +199,11 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
         res = [picked[corners.index(o)][gather].astype(np.float32) for o in order]
         return res if float_result else [r.astype(np.int64) for r in res]
     return [a.astype(np.float32) for a in acc]
+
+
+def _fixed9(w: np.ndarray) -> np.ndarray:
+    """A weight in [0, 1] held in 9-bit fixed point with 8 fraction bits, rounded to nearest (ties up)."""
+    return np.floor(w * 256.0 + 0.5) / 256.0
 
 
 def _gather_texels(texels: np.ndarray, idx: list[np.ndarray], sl: np.ndarray, dims: int) -> np.ndarray:

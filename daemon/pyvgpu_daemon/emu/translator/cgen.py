@@ -41,6 +41,13 @@ static inline uint64_t B64(double f) { uint64_t x; memcpy(&x, &f, 8); return x; 
 /* ops/common.ftz: x * (|x| >= smallest normal) keeps NaN and inf, turns subnormals into zeros of their sign */
 static inline float FTZ32(float x) { return x * (float)(fabsf(x) >= FLT_MIN); }
 static inline double FTZ64(double x) { return x * (double)(fabs(x) >= DBL_MIN); }
+/* ops/common.canon_nan32 and nan_first64: the GPU's NaN results (f32: canonical; f64: the first NaN operand
+ * quieted, else the default NaN), written out so that no operand order the compiler picks can change them */
+static inline float CAN32(float r) { return r != r ? F32(UINT32_C(0x7fffffff)) : r; }
+static inline double Q64(double x) { return F64(B64(x) | UINT64_C(0x0008000000000000)); }
+static inline double NAN64(double r, double a, double b, double c) {
+    return r == r ? r : a != a ? Q64(a) : b != b ? Q64(b) : c != c ? Q64(c) : F64(UINT64_C(0xfff8000000000000));
+}
 """
 
 
@@ -269,7 +276,15 @@ def _float_arith(e: CEmitter, ins: ir.Instr) -> None:
         r = f"({a} + F{w}(B{w}({b}) ^ {_SIGN[t]}))"
     else:
         r = f"({a} {dict(add='+', sub='-', mul='*')[ins.opcode]} {b})"
-    e.write(ins.dsts[0], t, _ftz(e, r, t, z), ins)
+    e.write(ins.dsts[0], t, _gpu_nan(_ftz(e, r, t, z), t, a, b), ins)
+
+
+def _gpu_nan(r: str, t: str, *operands: str) -> str:
+    """r with the GPU's NaN results (ops/common.gpu_nans); operands: the C expressions of the f64 operands."""
+    if t == "f32":
+        return f"CAN32({r})"
+    ops = list(operands) + ["0.0"] * (3 - len(operands))
+    return f"NAN64({r}, {', '.join(ops)})"
 
 
 def _int_arith(e: CEmitter, ins: ir.Instr) -> None:
@@ -331,11 +346,12 @@ def _fma(e: CEmitter, ins: ir.Instr) -> None:
         raise NoC
     z = "ftz" in flags
     a, b, c = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:3])
-    e.write(ins.dsts[0], t, _ftz(e, f"fma{_FLOAT_SUFFIX[t]}({a}, {b}, {c})", t, z), ins)
+    e.write(ins.dsts[0], t, _gpu_nan(_ftz(e, f"fma{_FLOAT_SUFFIX[t]}({a}, {b}, {c})", t, z), t, a, b, c), ins)
 
 
 def _div(e: CEmitter, ins: ir.Instr) -> None:
-    """div.rn / .approx / .full (f32; .rn for f64) {.ftz}: IEEE division (what ops/floating._div computes)."""
+    """div.rn / .full (f32; .rn for f64) {.ftz}: IEEE division (ops/floating._div); div.approx.f32: a * (1/b) with a
+    subnormal reciprocal flushed (ops/floating._div_approx)."""
     types, _ = _types_and_flags(ins)
     if not types or types[0] not in ("f32", "f64"):
         raise NoC
@@ -347,7 +363,8 @@ def _div(e: CEmitter, ins: ir.Instr) -> None:
         raise NoC
     z = "ftz" in flags
     a, b = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:2])
-    e.write(ins.dsts[0], t, _ftz(e, f"({a} / {b})", t, z), ins)
+    q = f"({a} * FTZ32(1.0f / {b}))" if "approx" in mode else f"({a} / {b})"
+    e.write(ins.dsts[0], t, _gpu_nan(_ftz(e, q, t, z), t, a, b), ins)
 
 
 def _unary_float(e: CEmitter, ins: ir.Instr, fn, allowed_modes, ftz_types=("f32",)) -> None:
@@ -359,16 +376,13 @@ def _unary_float(e: CEmitter, ins: ir.Instr, fn, allowed_modes, ftz_types=("f32"
         raise NoC
     z = "ftz" in flags
     a = _ftz(e, e.src(ins.srcs[0], t, ins), t, z)
-    e.write(ins.dsts[0], t, _ftz(e, fn(a, t), t, z), ins)
+    e.write(ins.dsts[0], t, _gpu_nan(_ftz(e, fn(a, t), t, z), t, a), ins)
 
 
 def _rcp(e: CEmitter, ins: ir.Instr) -> None:
-    # rcp.rn (f32, f64), rcp.approx{.ftz}.f32, rcp.approx.ftz.f64: 1 / a (ops/floating.build_rcp)
-    t, flags = _one_type(ins, ("f32", "f64"))
-    if t == "f64" and "approx" in flags and "ftz" not in flags:
-        raise NoC
-    _unary_float(e, ins, lambda a, t: f"(({ctype(t)})1 / {a})", {"f32": {"rn", "approx"}, "f64": {"rn", "approx"}},
-                 ("f32", "f64"))
+    # rcp.rn (f32, f64), rcp.approx{.ftz}.f32: 1 / a (ops/floating.build_rcp); rcp.approx.ftz.f64 (its upper
+    # word only) stays a NumPy call
+    _unary_float(e, ins, lambda a, t: f"(({ctype(t)})1 / {a})", {"f32": {"rn", "approx"}, "f64": {"rn"}})
 
 
 def _sqrt(e: CEmitter, ins: ir.Instr) -> None:
@@ -410,7 +424,8 @@ def _abs_neg(e: CEmitter, ins: ir.Instr) -> None:
         w = BITS[t]
         bits = f"B{w}({a})"
         r = f"({bits} ^ {_SIGN[t]})" if ins.opcode == "neg" else f"({bits} & ~{_SIGN[t]})"
-        e.write(ins.dsts[0], t, f"F{w}({r})", ins)
+        r = f"F{w}({r})"
+        e.write(ins.dsts[0], t, f"CAN32({r})" if t == "f32" else r, ins)     # ops/floating.build_abs_neg
         return
     t, flags = _one_type(ins, ("s16", "s32", "s64"))
     if flags:
