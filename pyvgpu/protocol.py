@@ -56,7 +56,8 @@ from __future__ import annotations
 import enum
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 if not __package__:  # run as a script by the C build, before the package is installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -110,16 +111,25 @@ HELLO_REPLY_BACKEND = "backend"
 HELLO_REPLY_SESSION = "session"
 
 class OpFlag(enum.IntFlag):
+    """What the daemon and the client do with an op: every property either acts on is one of these, on the op's
+    spec line (a module that keeps its own list of op names instead is refused by tests/daemon/test_structure.py)."""
     NONE = 0
     ASYNC = 1        # may be sent fire-and-forget (req_id 0); errors are deferred
     SYNC = 2         # synchronizing: returns the first deferred error of its device (and drains printf output)
     PAYLOAD_IN = 4   # request carries a bulk payload
     PAYLOAD_OUT = 8  # reply carries a bulk payload
-    NO_DEVICE = 16   # first argument is not a device ordinal
+    NO_DEVICE = 16   # first argument is not a device ordinal: answered by the daemon itself, on its loop
     DETACHED = 32    # sent with a req_id, but nobody waits for the reply (see Detached requests above)
     COMPRESSIBLE = 64  # its bulk payload may travel compressed (see Compressed payloads above)
     HOST = 128       # needs no device execution (allocation, handles, host-side queries and waits): it runs without
                      # the device's turn, so a session never waits for another's kernel to do it (scheduler.py)
+    GRAPH = 256      # may be a node of an uploaded graph (GRAPH_CREATE): device work sent fire-and-forget
+    LOOP = 512       # may run on the daemon's event loop when its device has nothing queued and the backend completes
+                     # such ops at once (DeviceContext.answers_on_loop): state queries, waits with nothing to wait
+                     # for, and small work (its extent and payload at most fastpath.LOOP_BYTES; a launch only when
+                     # DeviceContext.tiny_launch says so), without the hop to the device's worker thread
+    SYNC_POINT = 1024  # after its successful answer the host may read what the device wrote (synchronizing ops, and
+                       # queries that report completion): the client brings managed and mapped memory up to date
 
 
 # Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
@@ -137,34 +147,96 @@ ARG_TYPES: frozenset[str] = frozenset({
     "func", "blas", "map"})
 # Reply shapes: what the reply's result holds on success. PAYLOAD_OUT ops answer nil plus the payload.
 REPLY_TYPES: frozenset[str] = frozenset({"nil", "u64", "i64", "f64", "u64x2", "map"})
+# Roles an argument may have beyond its type (a third field on the spec line, "name:type:role"):
+#   extent   a factor of the bytes the op moves: the product of an op's extent arguments is what its PAYLOAD_OUT
+#            reply carries (counted against the session's reply bound before it runs) and what a LOOP op touches
+#            (bounded on the loop). Ops without one move no bytes in proportion to an argument.
+# Roles the wire type says already: the `stream` argument is the stream an op is ordered on, `func` the kernel it
+# runs (scheduler.py's figures and priorities, fastpath.py's tiny launches).
+ARG_ROLES: frozenset[str] = frozenset({"extent"})
 
 
 @dataclass(frozen=True)
 class Arg:
     name: str
     type: str
+    role: str = ""           # ARG_ROLES, or "" for none
 
 
-@dataclass(frozen=True)
+def _has(flags: "OpFlag", flag: "OpFlag") -> bool:
+    return bool(flags & flag)
+
+
+@dataclass(frozen=True, slots=True)
 class OpSpec:
+    """One op of the table. The properties below the first six are derived once from its line (flags as booleans,
+    argument positions): the daemon's per-frame path reads them as attributes, never by name or flag arithmetic
+    (an enum.Flag `&` costs about a microsecond)."""
     code: int
     name: str
     args: tuple[Arg, ...]    # request arguments after payload_len, in order
     reply: str               # shape of the reply's result (REPLY_TYPES)
     flags: OpFlag
     doc: str = ""
+    arg_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    device: bool = field(init=False, repr=False, compare=False)        # not NO_DEVICE: args[0] is the device
+    is_async: bool = field(init=False, repr=False, compare=False)
+    sync: bool = field(init=False, repr=False, compare=False)
+    payload_in: bool = field(init=False, repr=False, compare=False)
+    payload_out: bool = field(init=False, repr=False, compare=False)
+    detached: bool = field(init=False, repr=False, compare=False)
+    compressible: bool = field(init=False, repr=False, compare=False)
+    host: bool = field(init=False, repr=False, compare=False)
+    work: bool = field(init=False, repr=False, compare=False)          # device work: runs in the session's turn
+    graph: bool = field(init=False, repr=False, compare=False)
+    loop: bool = field(init=False, repr=False, compare=False)
+    sync_point: bool = field(init=False, repr=False, compare=False)
+    stream_arg: int | None = field(init=False, repr=False, compare=False)   # index of the stream it is ordered on
+    ordered_on: int | None = field(init=False, repr=False, compare=False)   # ... when its work may move with that
+                                                                            # stream alone (no event argument)
+    func_arg: int | None = field(init=False, repr=False, compare=False)     # index of the kernel it runs
+    extent_args: tuple[int, ...] = field(init=False, repr=False, compare=False)   # indices of its extent arguments
 
-    @property
-    def arg_names(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.args)
+    def __post_init__(self) -> None:
+        f = self.flags
+        types = [a.type for a in self.args]
+        derived = {
+            "arg_names": tuple(a.name for a in self.args),
+            "device": not _has(f, OpFlag.NO_DEVICE), "is_async": _has(f, OpFlag.ASYNC), "sync": _has(f, OpFlag.SYNC),
+            "payload_in": _has(f, OpFlag.PAYLOAD_IN), "payload_out": _has(f, OpFlag.PAYLOAD_OUT),
+            "detached": _has(f, OpFlag.DETACHED), "compressible": _has(f, OpFlag.COMPRESSIBLE),
+            "host": _has(f, OpFlag.HOST), "work": not _has(f, OpFlag.HOST | OpFlag.NO_DEVICE),
+            "graph": _has(f, OpFlag.GRAPH), "loop": _has(f, OpFlag.LOOP), "sync_point": _has(f, OpFlag.SYNC_POINT),
+            "stream_arg": types.index("stream") if "stream" in types else None,
+            "func_arg": types.index("func") if "func" in types else None,
+            "extent_args": tuple(i for i, a in enumerate(self.args) if a.role == "extent"),
+        }
+        derived["ordered_on"] = derived["stream_arg"] if "event" not in types else None
+        for k, v in derived.items():
+            object.__setattr__(self, k, v)
+
+    def extent(self, args: Sequence[Any]) -> int | None:
+        """Bytes the op moves by its extent arguments (their product; 0 without any); None when one of them is not
+        a u64 (the handler refuses it)."""
+        total = 1
+        for i in self.extent_args:
+            v = args[i]
+            if type(v) is not int or not 0 <= v < (1 << 64):      # type(): a bool is not a size
+                return None
+            total *= v
+        return total if self.extent_args else 0
 
 
 def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFlag.NONE, doc: str = "") -> OpSpec:
-    """One op from its spec line: `args` is "name:type name:type ..." in wire order."""
+    """One op from its spec line: `args` is "name:type[:role] ..." in wire order."""
     parsed = tuple(Arg(*a.split(":")) for a in args.split())
     for a in parsed:
         if a.type not in ARG_TYPES:
             raise ValueError(f"op {name}: argument {a.name} has unknown wire type {a.type!r}")
+        if a.role and a.role not in ARG_ROLES:
+            raise ValueError(f"op {name}: argument {a.name} has unknown role {a.role!r}")
+        if a.role == "extent" and a.type not in ("size", "u32", "u64"):
+            raise ValueError(f"op {name}: extent argument {a.name} is not a count")
     if reply not in REPLY_TYPES:
         raise ValueError(f"op {name}: unknown reply shape {reply!r}")
     if not flags & OpFlag.NO_DEVICE and (not parsed or parsed[0] != Arg("dev", "dev")):
@@ -177,6 +249,10 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
         raise ValueError(f"op {name}: a DETACHED op has a reply nobody waits for: neither ASYNC nor SYNC")
     if flags & OpFlag.ASYNC and reply != "nil":
         raise ValueError(f"op {name}: an ASYNC op may be sent fire-and-forget, so it cannot have a result")
+    if flags & OpFlag.GRAPH and (flags & (OpFlag.NO_DEVICE | OpFlag.HOST) or not flags & OpFlag.ASYNC):
+        raise ValueError(f"op {name}: a GRAPH op is device work sent fire-and-forget (ASYNC, not HOST)")
+    if flags & (OpFlag.LOOP | OpFlag.SYNC_POINT | OpFlag.HOST) and flags & OpFlag.NO_DEVICE:
+        raise ValueError(f"op {name}: LOOP, SYNC_POINT and HOST are properties of device ops")
     return OpSpec(code, name, parsed, reply, flags, doc)
 
 
@@ -185,6 +261,7 @@ DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
 A, S, PIN, POUT, ND, DET, Z, H = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT,
                                   OpFlag.NO_DEVICE, OpFlag.DETACHED, OpFlag.COMPRESSIBLE, OpFlag.HOST)
+G, L, SP = OpFlag.GRAPH, OpFlag.LOOP, OpFlag.SYNC_POINT
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing
@@ -194,7 +271,7 @@ OPS: tuple[OpSpec, ...] = (
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
     op(3, "GOODBYE", "", "nil", ND),
     op(450, "PING", "", "nil", ND | A, "keepalive: proves the client is alive while it has nothing to ask"),
-    op(460, "MEMCPY_DTOH_ASYNC", "dev:dev src:ptr size:size stream:stream", "nil", POUT | DET | Z,
+    op(460, "MEMCPY_DTOH_ASYNC", "dev:dev src:ptr size:size:extent stream:stream", "nil", POUT | DET | Z,
        "cudaMemcpyAsync device-to-host into pinned memory: the bytes travel when the copy ran, nobody waits"),
     op(461, "LINK_RATE", "rate:u64", "nil", ND | A,
        "the rate (bytes/s) at which the client receives bulk payloads: the daemon compresses replies by it"),
@@ -211,48 +288,53 @@ OPS: tuple[OpSpec, ...] = (
        "ends the leases LEASE_IDS, or every lease of LEASE_JOB; result {LEASE_RELEASED: [id...]}"),
     op(423, "LEASE_LIST", "request:map", "map", ND,
        "the leases of LEASE_JOB with their ids (all leases, ids left out, without it); result {LEASE_LEASES: [...]}"),
-    op(10, "MEM_GET_INFO", "dev:dev", "u64x2", H, doc="[free, total]"),
+    op(10, "MEM_GET_INFO", "dev:dev", "u64x2", H | L, doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", H, doc="the device pointer"),
-    op(12, "FREE", "dev:dev ptr:ptr", "nil", S | H),
-    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z),
-    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size stream:stream", "nil", S | POUT | Z),
-    op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size stream:stream", "nil", A),
-    op(16, "MEMCPY2D_HTOD", "dev:dev dst:ptr dpitch:size width:size height:size stream:stream", "nil", A | PIN,
+    op(12, "FREE", "dev:dev ptr:ptr", "nil", S | H | SP),
+    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z | L),
+    op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size:extent stream:stream", "nil", S | POUT | Z | L | SP),
+    op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size:extent stream:stream", "nil", A | G | L),
+    op(16, "MEMCPY2D_HTOD", "dev:dev dst:ptr dpitch:size width:size:extent height:size:extent stream:stream", "nil",
+       A | PIN,
        "payload: the rows packed"),
-    op(17, "MEMCPY2D_DTOH", "dev:dev src:ptr spitch:size width:size height:size stream:stream", "nil", S | POUT,
+    op(17, "MEMCPY2D_DTOH", "dev:dev src:ptr spitch:size width:size:extent height:size:extent stream:stream", "nil",
+       S | POUT | SP,
        "payload: the rows packed"),
     op(18, "MEMCPY2D_DTOD",
-       "dev:dev dst:ptr dpitch:size src:ptr spitch:size width:size height:size stream:stream", "nil", A),
-    op(19, "MEMSET", "dev:dev ptr:ptr value:i32 size:size stream:stream", "nil", A),
-    op(20, "MEMSET2D", "dev:dev ptr:ptr pitch:size value:i32 width:size height:size stream:stream", "nil", A),
+       "dev:dev dst:ptr dpitch:size src:ptr spitch:size width:size:extent height:size:extent stream:stream", "nil",
+       A | G),
+    op(19, "MEMSET", "dev:dev ptr:ptr value:i32 size:size:extent stream:stream", "nil", A | G | L),
+    op(20, "MEMSET2D", "dev:dev ptr:ptr pitch:size value:i32 width:size:extent height:size:extent stream:stream",
+       "nil", A | G),
     op(30, "MODULE_LOAD", "dev:dev module_id:u64", "map", PIN | H,
        "payload: fatbin or PTX; result: MODULE_* keys (kernels by name with id, params, attrs; vars)"),
-    op(31, "LAUNCH", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil", A | PIN,
+    op(31, "LAUNCH", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil", A | PIN | G | L,
        "payload: the packed parameter buffer"),
     op(32, "FUNC_SET_ATTR", "dev:dev func:func attr:i32 value:i64", "nil", A | H,
        "attr: FUNC_ATTR_*; the client validated it, the daemon checks again"),
     op(40, "STREAM_CREATE", "dev:dev flags:u32 priority:i32", "u64", H, doc="the stream handle"),
     op(41, "STREAM_DESTROY", "dev:dev stream:handle", "nil", A | H),
-    op(42, "STREAM_SYNC", "dev:dev stream:stream", "nil", S | H),
-    op(43, "STREAM_QUERY", "dev:dev stream:stream", "nil", H, doc="err cudaErrorNotReady while busy"),
-    op(44, "STREAM_WAIT_EVENT", "dev:dev stream:stream event:event flags:u32", "nil", A),
+    op(42, "STREAM_SYNC", "dev:dev stream:stream", "nil", S | H | L | SP),
+    op(43, "STREAM_QUERY", "dev:dev stream:stream", "nil", H | L | SP, doc="err cudaErrorNotReady while busy"),
+    op(44, "STREAM_WAIT_EVENT", "dev:dev stream:stream event:event flags:u32", "nil", A | G | L),
     op(50, "EVENT_CREATE", "dev:dev flags:u32", "u64", H, doc="the event handle"),
     op(51, "EVENT_DESTROY", "dev:dev event:handle", "nil", A | H),
-    op(52, "EVENT_RECORD", "dev:dev event:event stream:stream", "nil", A),
-    op(53, "EVENT_SYNC", "dev:dev event:event", "nil", S | H),
-    op(54, "EVENT_QUERY", "dev:dev event:event", "nil", H, doc="err cudaErrorNotReady while pending"),
-    op(55, "EVENT_ELAPSED", "dev:dev start:event end:event", "f64", H, doc="milliseconds"),
-    op(60, "DEVICE_SYNC", "dev:dev", "nil", S | H),
+    op(52, "EVENT_RECORD", "dev:dev event:event stream:stream", "nil", A | G | L),
+    op(53, "EVENT_SYNC", "dev:dev event:event", "nil", S | H | L | SP),
+    op(54, "EVENT_QUERY", "dev:dev event:event", "nil", H | L | SP, doc="err cudaErrorNotReady while pending"),
+    op(55, "EVENT_ELAPSED", "dev:dev start:event end:event", "f64", H | L, doc="milliseconds"),
+    op(60, "DEVICE_SYNC", "dev:dev", "nil", S | H | L | SP),
     op(61, "DEVICE_RESET", "dev:dev", "nil", S | H),
     # limit: a cudaLimit (LIMIT_*); anything else, even out of an int's range, is cudaErrorUnsupportedLimit,
     # which wins over a bad value (as CUDA's own check order).
     op(62, "DEVICE_SET_LIMIT", "dev:dev limit:i64 value:i64", "nil", H),
-    op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64", H),
+    op(63, "DEVICE_GET_LIMIT", "dev:dev limit:i64", "u64", H | L),
     # 100-199: the driver API (libvcuda.so.1, docs/driver.md)
     op(100, "MODULE_UNLOAD", "dev:dev module_id:u64", "nil", A | H,
        doc="cuModuleUnload/cuLibraryUnload: the module's kernels and variables go; unknown id: invalid handle"),
     op(101, "MEMSET_ELEMS",
-       "dev:dev ptr:ptr pitch:size value:u32 elem:u32 width:size height:size stream:stream", "nil", A,
+       "dev:dev ptr:ptr pitch:size value:u32 elem:u32:extent width:size:extent height:size:extent stream:stream",
+       "nil", A | G,
        doc="cuMemsetD16/D32 and their 2D forms: elem 1, 2 or 4 bytes; width in elements, pitch in bytes"),
     # 120-149: virtual memory management (cuMemAddressReserve/Create/Map/...; daemon/pyvgpu_daemon/vmm.py holds the
     # rules). Sizes, addresses and offsets are multiples of the device's granularity (snapshot "vmm_granularity").
@@ -276,7 +358,7 @@ OPS: tuple[OpSpec, ...] = (
     # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
     # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
     op(300, "GRAPH_CREATE", "dev:dev", "u64", PIN | H,
-       "payload: request frames (u32 length | header | payload each, req_id 0, this device, ops in GRAPH_OPS); "
+       "payload: request frames (u32 length | header | payload each, req_id 0, this device, GRAPH ops); "
        "result: the graph handle"),
     op(301, "GRAPH_LAUNCH", "dev:dev graph:handle stream:stream", "nil", A,
        "runs the graph's ops in order; their stream arguments become `stream`"),
@@ -306,14 +388,14 @@ OPS: tuple[OpSpec, ...] = (
     # Peers. Devices of one daemon: access from one context to another's memory, and copies between them.
     op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", H, doc="kernels of dev may use the memory of device `peer`"),
     op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil", H),
-    op(322, "MEMCPY_PEER", "dev:dev dst:ptr src_dev:u32 src:ptr size:size stream:stream", "nil",
+    op(322, "MEMCPY_PEER", "dev:dev dst:ptr src_dev:u32 src:ptr size:size:extent stream:stream", "nil",
        doc="copy from device src_dev of this daemon (whose earlier work the client has waited for)"),
     # Devices of different daemons: the bytes go daemon to daemon. The source daemon takes a snapshot behind a
     # single-use ticket (PEER_EXPORT); the destination daemon fetches it from the source (PEER_FETCH, over a session
     # it opens with its own token) and writes it (PEER_PULL).
-    op(323, "PEER_EXPORT", "dev:dev src:ptr size:size", "map",
+    op(323, "PEER_EXPORT", "dev:dev src:ptr size:size:extent", "map",
        doc="result {PEER_TICKET: bytes}; at most MAX_PEER_CHUNK bytes, held at most PEER_TICKET_TTL_S seconds"),
-    op(324, "PEER_PULL", "dev:dev dst:ptr size:size host:str port:u32 ticket:bytes", "nil", H,
+    op(324, "PEER_PULL", "dev:dev dst:ptr size:size:extent host:str port:u32 ticket:bytes", "nil", H,
        doc="fetch a ticket's bytes from the daemon at host:port and write them at dst"),
     op(325, "PEER_FETCH", "ticket:bytes", "nil", ND | POUT, "the bytes behind a ticket (once)"),
     # CUDA arrays, texture and surface objects. A channel format is the bits of its x, y, z, w channels and a
@@ -323,14 +405,15 @@ OPS: tuple[OpSpec, ...] = (
     # (width in bytes, height rows, depth slices) are in bytes and rows; a host side is the payload, rows packed.
     op(330, "ARRAY_CREATE", "dev:dev bits_x:u32 bits_y:u32 bits_z:u32 bits_w:u32 kind:i32 width:size height:size "
                             "depth:size flags:u32", "u64", H, doc="the array handle"),
-    op(331, "ARRAY_DESTROY", "dev:dev array:handle", "nil", S | H),
-    op(332, "MEMCPY3D_HTOD", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
-                             "height:size depth:size stream:stream", "nil", A | PIN),
-    op(333, "MEMCPY3D_DTOH", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size width:size "
-                             "height:size depth:size stream:stream", "nil", S | POUT),
+    op(331, "ARRAY_DESTROY", "dev:dev array:handle", "nil", S | H | SP),
+    op(332, "MEMCPY3D_HTOD", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size "
+                             "width:size:extent height:size:extent depth:size:extent stream:stream", "nil", A | PIN),
+    op(333, "MEMCPY3D_DTOH", "dev:dev array:handle ptr:ptr pitch:size rows:size x:size y:size z:size "
+                             "width:size:extent height:size:extent depth:size:extent stream:stream", "nil",
+       S | POUT | SP),
     op(334, "MEMCPY3D_DTOD", "dev:dev dst_array:handle dst:ptr dpitch:size drows:size dx:size dy:size dz:size "
-                             "src_array:handle src:ptr spitch:size srows:size sx:size sy:size sz:size width:size "
-                             "height:size depth:size stream:stream", "nil", A),
+                             "src_array:handle src:ptr spitch:size srows:size sx:size sy:size sz:size "
+                             "width:size:extent height:size:extent depth:size:extent stream:stream", "nil", A),
     # A texture object over an array (res_type cudaResourceTypeArray) or linear memory (Linear: width elements;
     # Pitch2D: width x height elements, pitch bytes), with its sampler (cudaTextureDesc fields); result: the value
     # kernels take as cudaTextureObject_t.
@@ -371,10 +454,7 @@ LIMIT_NAMES: dict[int, str] = {
 }
 LIMIT_DEFAULTS: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
 
-# Ops a graph may hold (GRAPH_CREATE): device work that needs no reply. Anything else in an upload is refused.
-GRAPH_OPS: frozenset[str] = frozenset({
-    "MEMCPY_DTOD", "MEMCPY2D_DTOD", "MEMSET", "MEMSET2D", "MEMSET_ELEMS", "LAUNCH", "EVENT_RECORD",
-    "STREAM_WAIT_EVENT"})
+# Uploaded graphs (GRAPH_CREATE): their nodes are ops flagged GRAPH.
 MAX_GRAPH_OPS = 1 << 16              # ops of one uploaded graph
 MAX_GRAPH_BYTES = 256 << 20          # bytes of uploaded graphs one session may hold per device
 
@@ -492,10 +572,6 @@ DETACH_WINDOW_BYTES = 64 << 20       # detached reply bytes a client lets be in 
                                      # default bound on reply bytes a session is owed)
 
 OP_BY_NAME: dict[str, OpSpec] = {op.name: op for op in OPS}
-# Ops after whose successful answer the host may read what the device wrote (synchronizing ops, and queries that
-# report completion): the client brings its copies of managed and mapped memory up to date after them.
-SYNC_POINTS: frozenset[str] = frozenset(
-    {op.name for op in OPS if op.flags & OpFlag.SYNC and op.name != "DEVICE_RESET"} | {"STREAM_QUERY", "EVENT_QUERY"})
 OP_BY_CODE: dict[int, OpSpec] = {op.code: op for op in OPS}
 
 # Device snapshot keys (HELLO reply "devices" entries). "attrs" maps cudaDeviceAttr values (int) to ints so the

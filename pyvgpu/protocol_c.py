@@ -130,7 +130,7 @@ def _payload_got() -> list[str]:
 
 
 def _sync_tail(op: P.OpSpec) -> list[str]:
-    if op.name in P.SYNC_POINTS:
+    if op.sync_point:
         return ["    err = pv_coherence_after_sync(d, err);    /* the host may now read what the device wrote */",
                 "    err = pv_sync_result(d, err);       /* a refused module's kernel was used: its error */"]
     return []
@@ -220,7 +220,7 @@ def protocol_header() -> str:
     out += [f"#define PV_OP_{op.name}_NARGS {len(op.args)}" for op in P.OPS]
     out += ["", f"#define PV_OP_TABLE_SIZE {max(op.code for op in P.OPS) + 1}",
             "/* Flags and names of each op, indexed by op code (0 / NULL = unknown op). */",
-            "static const unsigned char pv_op_flags[PV_OP_TABLE_SIZE] = {"]
+            "static const unsigned short pv_op_flags[PV_OP_TABLE_SIZE] = {"]
     out += [f"    [{op.code}] = {int(op.flags)}," for op in P.OPS]
     out += ["};", "static const char *const pv_op_names[PV_OP_TABLE_SIZE] = {"]
     out += [f'    [{op.code}] = "{op.name}",' for op in P.OPS]

@@ -174,6 +174,26 @@ static struct vmm_handle *handle_of(CUmemGenericAllocationHandle h)
                                                                                                           : NULL;
 }
 
+/* cuInit ran (else its error); then mu is held and what device resets took is gone: the caller unlocks. */
+static CUresult enter(void)
+{
+    CUresult r = drv_ready();
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&mu);
+        purge();
+    }
+    return r;
+}
+
+/* The device of the mappings covering [ptr, ptr+size) back to back, or -1 (with mu held). */
+static int covered_device(uint64_t ptr, uint64_t size)
+{
+    size_t n, *idx = covering(ptr, size, &n);
+    int dev = idx ? maps[idx[0]].h->dev : -1;
+    free(idx);
+    return dev;
+}
+
 /* The device whose pointer window holds addr, or -1. */
 static int window_device(uint64_t addr)
 {
@@ -251,11 +271,9 @@ PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
 
 PV_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    CUresult r = drv_ready();
+    CUresult r = enter();
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&mu);
-    purge();
     struct vmm_res *v = reservation_of(ptr, size);
     struct vmm_res found = v ? *v : (struct vmm_res){ 0 };
     pthread_mutex_unlock(&mu);
@@ -318,11 +336,9 @@ static void drop_if_unused(struct vmm_handle *v)
 
 PV_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    CUresult r = drv_ready();
+    CUresult r = enter();
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&mu);
-    purge();
     struct vmm_handle *v = handle_of(handle);
     if (v) {
         v->refs--;
@@ -334,13 +350,11 @@ PV_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 
 PV_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    CUresult r = drv_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
     if (!handle)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mu);
-    purge();
+    CUresult r = enter();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct vmm_map *m = mapping_at((uint64_t)(uintptr_t)addr);
     if (m) {
         m->h->refs++;
@@ -368,13 +382,11 @@ PV_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop
 PV_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                          unsigned long long flags)
 {
-    CUresult r = drv_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
     if (flags || !size)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mu);
-    purge();
+    CUresult r = enter();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct vmm_handle *v = handle_of(handle);
     struct vmm_res *where = reservation_of(ptr, size);
     int dev = where ? where->dev : -1;
@@ -405,15 +417,11 @@ PV_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 
 PV_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    CUresult r = drv_ready();
+    CUresult r = enter();
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&mu);
-    purge();
-    size_t n, *idx = covering(ptr, size, &n);
-    int dev = idx ? maps[idx[0]].h->dev : -1;
+    int dev = covered_device(ptr, size);
     pthread_mutex_unlock(&mu);
-    free(idx);
     if (dev < 0)
         return CUDA_ERROR_INVALID_VALUE;
     r = drv_result(pv_call_VMM_UNMAP(pv_device(dev), ptr, size));
@@ -439,17 +447,13 @@ PV_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 PV_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    CUresult r = drv_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
     if (!desc || !count || !size)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mu);
-    purge();
-    size_t n, *idx = covering(ptr, size, &n);
-    int dev = idx ? maps[idx[0]].h->dev : -1;
+    CUresult r = enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    int dev = covered_device(ptr, size);
     pthread_mutex_unlock(&mu);
-    free(idx);
     if (dev < 0)
         return CUDA_ERROR_INVALID_VALUE;
     int mine = -1;

@@ -1,4 +1,5 @@
-"""The one exception type that carries a CUDA error code from a backend or the emulator to the wire."""
+"""The daemon's exceptions: CudaError, the one type that carries a CUDA error code from a backend or the emulator to
+the wire, and SessionEnd, which ends one session (a protocol violation) with a reason for the log and the client."""
 from __future__ import annotations
 
 from pyvgpu.protocol import ERROR_CODES, ERROR_NAMES
@@ -46,3 +47,7 @@ class CudaError(Exception):
     @property
     def sticky(self) -> bool:
         return self.code in STICKY_ERRORS if self._sticky is None else self._sticky
+
+
+class SessionEnd(Exception):
+    """Ends one session with a reason for the log (and the client's notice)."""

@@ -6,8 +6,9 @@ synchronous call (bench/README.md, "where the time goes"). When a (session, devi
 has completed, so the loop may act for the worker; nothing is submitted meanwhile because the loop is the only
 submitter and it is busy doing exactly this. Three cases, each only where the backend says it is safe:
 
-- `answer` / `run_async`: an op of the backend's `loop_ops` (state queries, synchronizations that have nothing to
-  wait for, and small copies, memsets and event records: at most LOOP_BYTES bytes, so the loop never stalls on one)
+- `answer` / `run_async`: an op flagged LOOP on its spec line, where the backend completes such ops at once
+  (`DeviceContext.answers_on_loop`: state queries, synchronizations that have nothing to wait for, and small copies,
+  memsets and event records: at most LOOP_BYTES by the spec's extent arguments, so the loop never stalls on one)
   runs through the same `handlers.execute` as on the worker, so its checks, errors, latched errors and printf output
   are the same, and it is accounted to the session's lane as on the worker (device time, latency). A stream of
   small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
@@ -33,26 +34,24 @@ from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
 from pyvgpu_daemon import compress, handlers
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.scheduler import is_work
 from pyvgpu_daemon.session import DeviceState, Session
 from pyvgpu_daemon.stream import FrameStream
 
 OP_HTOD = OP_BY_NAME["MEMCPY_HTOD"].code
 OP_DTOH = OP_BY_NAME["MEMCPY_DTOH"].code
-OP_LAUNCH = OP_BY_NAME["LAUNCH"].code
 # Where LAUNCH carries its function, grid, block and dynamic shared memory (from the spec, not restated here).
 _LAUNCH_ARGS = tuple(OP_BY_NAME["LAUNCH"].arg_names.index(n) for n in ("func", "grid", "block", "shmem"))
+_HTOD_DST, _HTOD_STREAM = (OP_BY_NAME["MEMCPY_HTOD"].arg_names.index(n) for n in ("dst", "stream"))
+_DTOH_SRC, _DTOH_SIZE, _DTOH_STREAM = (OP_BY_NAME["MEMCPY_DTOH"].arg_names.index(n) for n in ("src", "size", "stream"))
 LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their header anyway: copied once, cheaply
 SEND_MIN = 4 * FrameStream.WRITE_HIGH     # smaller replies are copied (the copied tail would be most of them)
-LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set
-# Ops whose cost grows with a size argument: run on the loop only up to LOOP_BYTES (MEMCPY_HTOD: its payload).
-_SIZE_ARG: dict[int, int] = {OP_BY_NAME[name].code: OP_BY_NAME[name].arg_names.index("size")
-                             for name in ("MEMSET", "MEMCPY_DTOH", "MEMCPY_DTOD")}
+LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set (its extent: the
+                                          # spec's extent arguments; its payload)
 
 
 def idle_context(st: DeviceState, work: bool = True) -> DeviceContext | None:
     """The device's context when the loop may act for its worker (nothing queued or running), else None. Device
-    work (scheduler.is_work: copies, memsets, event records) only while this session is alone on the device: on a
+    work (OpSpec.work: copies, memsets, event records) only while this session is alone on the device: on a
     shared device it runs in the session's turn on its worker, so the fair share and the sharing slowdown that
     placement reads stay measured (the loop takes no turn)."""
     w = st.worker
@@ -102,13 +101,19 @@ def _tiny_launch(st: DeviceState, ctx: DeviceContext, args: list[Any]) -> bool:
 
 
 def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) -> bool:
-    ctx = idle_context(st, is_work(spec.code))
-    if ctx is None or spec.name not in ctx.loop_ops or len(payload) > LOOP_BYTES:
+    """Whether the loop may run this op now: the spec allows it (OpFlag.LOOP), the device is idle, the backend
+    completes such ops at once, and what it moves is small (a kernel: the backend knows it tiny)."""
+    if not spec.loop or len(payload) > LOOP_BYTES:
         return False
-    if spec.code == OP_LAUNCH:
+    ctx = idle_context(st, spec.work)
+    if ctx is None or not ctx.answers_on_loop:
+        return False
+    if spec.func_arg is not None:
         return _tiny_launch(st, ctx, args)
-    i = _SIZE_ARG.get(spec.code)
-    return i is None or (type(args[i]) is int and args[i] <= LOOP_BYTES)
+    if spec.extent_args:
+        n = spec.extent(args)
+        return n is not None and n <= LOOP_BYTES
+    return True
 
 
 def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,
@@ -118,7 +123,7 @@ def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args
     lane = st.lane
     if lane is not None:
         tag = (spec.code, args, len(payload))
-        if is_work(spec.code):
+        if spec.work:
             lane.end(tag, t0, t0, time.perf_counter())      # device time, as the worker accounts it
         else:
             lane.record(tag, t0, time.perf_counter())
@@ -149,7 +154,7 @@ def landing(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -> memo
     ctx = idle_context(st)
     if ctx is None:
         return None
-    return _range_view(st, ctx, args[1], nbytes, args[2])
+    return _range_view(st, ctx, args[_HTOD_DST], nbytes, args[_HTOD_STREAM])
 
 
 def landed(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, started: float) -> None:
@@ -168,14 +173,14 @@ def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: i
         return None
     if session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
         return None                               # the worker decides whether to compress it (handlers.execute)
-    size = args[2]
+    size = args[_DTOH_SIZE]
     if not _u64(size) or size < SEND_MIN:
         return None
     ctx = idle_context(st)
     if ctx is None:
         return None
     t0 = time.perf_counter()
-    view = _range_view(st, ctx, args[1], size, args[3])
+    view = _range_view(st, ctx, args[_DTOH_SRC], size, args[_DTOH_STREAM])
     if view is None:
         return None
     st.ops += 1

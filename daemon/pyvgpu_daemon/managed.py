@@ -168,39 +168,46 @@ WORD = MANAGED_CONFLICT_WORD          # conflicts are per aligned word (protocol
 def words_hit(addr: int, mask: np.ndarray) -> np.ndarray:
     """Per aligned WORD-byte word covering [addr, addr + mask.size): whether mask is set for any of its bytes."""
     lead = addr % WORD
-    padded = np.zeros(-(-(lead + mask.size) // WORD) * WORD, bool)
-    padded[lead:lead + mask.size] = mask
-    return padded.reshape(-1, WORD).any(axis=1)
+    size = -(-(lead + mask.size) // WORD) * WORD
+    if lead == 0 and size == mask.size and mask.flags.c_contiguous:
+        padded = mask
+    else:
+        padded = np.zeros(size, bool)
+        padded[lead:lead + mask.size] = mask
+    return padded.view(np.dtype(f"u{WORD}")) != 0          # a word's bytes are 0 or 1: any of them set
 
 
-def conflicting_bytes(cur: np.ndarray, run: Run) -> np.ndarray:
-    """Offsets in the run of the bytes of words both the host (new != old) and the device (cur != old) changed."""
-    new = np.frombuffer(run.new, np.uint8)
-    old = np.frombuffer(run.old, np.uint8)
-    both = words_hit(run.addr, new != old) & words_hit(run.addr, cur != old)
-    if not both.any():
-        return np.empty(0, np.int64)
-    lead = run.addr % WORD
-    offs = (np.flatnonzero(both)[:, None] * WORD + np.arange(WORD)).ravel() - lead
-    return offs[(offs >= 0) & (offs < new.size)]
+@dataclass
+class _Piece:
+    """Runs of one range over consecutive whole pages [first, first + count), read, merged and written as one span."""
+    first: int
+    count: int
+    runs: list[Run]
 
 
-def merge_run(cur: np.ndarray, run: Run) -> np.ndarray | None:
-    """The device's bytes `cur` with the host's changes of `run` (the bytes where new != old); None when the device
-    changed a word the host changed too since the host last saw it (a conflict)."""
-    if conflicting_bytes(cur, run).size:
-        return None
-    new = np.frombuffer(run.new, np.uint8)
-    return np.where(new != np.frombuffer(run.old, np.uint8), new, cur)
+def _pieces(rng: ManagedRange, runs: list[Run]) -> list[_Piece]:
+    """The runs of `rng` (sorted by address) grouped by the pages they touch: runs on the same or adjacent pages share
+    a piece, up to CHUNK bytes (bounding the temporaries), never cutting a page two runs share."""
+    out: list[_Piece] = []
+    for run in runs:
+        p0 = (run.addr - rng.start) // PAGE
+        p1 = (run.addr + len(run.new) - 1 - rng.start) // PAGE
+        last = out[-1] if out else None
+        if last and (p0 < last.first + last.count or (p0 == last.first + last.count and last.count * PAGE < CHUNK)):
+            last.count = max(last.count, p1 - last.first + 1)
+            last.runs.append(run)
+        else:
+            out.append(_Piece(p0, p1 - p0 + 1, [run]))
+    return out
 
 
 def push(table: ManagedTable, read: Reader, write: Callable[[int, Any], None], payload: bytes) -> int:
     """Applies the host's changed bytes; a page whose device copy was still what the client knew becomes known in
     its new state, so it is not sent back; one the device changed meanwhile is reported by the next dirty scan.
     Bytes the device changed too since the host last saw them: nothing of the push is written, the sticky
-    MANAGED_CONFLICT_ERROR names the first such run. A run is written whole (the device's bytes where the host changed
-    nothing), on this device's worker: a peer device's kernel writing the same span at that moment could lose a byte.
-    → bytes written."""
+    MANAGED_CONFLICT_ERROR names the first such run. The pages a push touches are read and written as spans (the
+    device's bytes where the host changed nothing), on this device's worker: a peer device's kernel writing the same
+    span at that moment could lose a byte. → bytes the host changed."""
     runs = parse_runs(payload)
     by_range: dict[int, list[Run]] = {}
     for run in runs:
@@ -209,31 +216,31 @@ def push(table: ManagedTable, read: Reader, write: Callable[[int, Any], None], p
             raise CudaError("cudaErrorInvalidValue",
                             f"managed push: [{run.addr:#x}, +{len(run.new)}) is not inside a managed range")
         by_range.setdefault(rng.start, []).append(run)
-    merged: dict[int, list[tuple[int, np.ndarray]]] = {}
+    plans: list[tuple[ManagedRange, _Piece, int, np.ndarray, np.ndarray]] = []
     for start, rruns in by_range.items():                  # every run checked before anything is written
-        for run in rruns:
-            cur = np.frombuffer(bytes(read(run.addr, len(run.new))), np.uint8)
-            out = merge_run(cur, run)
-            if out is None:
-                bad = conflicting_bytes(cur, run)
-                raise conflict(run.addr + int(bad[0]), int(bad[-1] - bad[0]) + 1,
-                               "the host pushed words the device changed since the last synchronization")
-            merged.setdefault(start, []).append((run.addr, out))
-    written = 0
-    for start, outs in merged.items():
         rng = table.ranges[start]
-        pages = sorted({p for addr, out in outs
-                        for p in range((addr - start) // PAGE, (addr + out.size - 1 - start) // PAGE + 1)})
-        spans = _page_spans(pages)
-        before = [digest_span(read, rng, f, n) for f, n in spans]
-        for addr, out in outs:
-            write(addr, out)
-            written += out.size
-        for (f, n), old_digest in zip(spans, before):
-            new = digest_span(read, rng, f, n)
-            same = (old_digest == rng.known[f:f + n]).all(axis=1) & ~rng.unknown[f:f + n]
-            rng.known[f:f + n][same] = new[same]
-    return written
+        for piece in _pieces(rng, sorted(rruns, key=lambda r: r.addr)):
+            addr, length = rng.page_span(piece.first, piece.count)
+            cur = np.frombuffer(bytes(read(addr, length)), np.uint8)
+            new, old = cur.copy(), cur.copy()          # outside the runs both are the device's: nothing changed
+            for run in piece.runs:
+                o = run.addr - addr
+                new[o:o + len(run.new)] = np.frombuffer(run.new, np.uint8)
+                old[o:o + len(run.new)] = np.frombuffer(run.old, np.uint8)
+            by_host = new != old
+            both = words_hit(addr, by_host) & words_hit(addr, cur != old)
+            if both.any():
+                w = np.flatnonzero(both)
+                lo, hi = max(addr, (addr // WORD + int(w[0])) * WORD), (addr // WORD + int(w[-1]) + 1) * WORD
+                raise conflict(lo, hi - lo, "the host pushed words the device changed since the last synchronization")
+            plans.append((rng, piece, addr, cur, np.where(by_host, new, cur)))
+    for rng, piece, addr, cur, out in plans:
+        f, n = piece.first, piece.count
+        before, after = digest_pages(cur), digest_pages(out)
+        write(addr, out)
+        same = (before == rng.known[f:f + n]).all(axis=1) & ~rng.unknown[f:f + n]
+        rng.known[f:f + n][same] = after[same]
+    return sum(len(r.new) for r in runs)
 
 
 def _page_spans(pages: list[int]) -> list[tuple[int, int]]:

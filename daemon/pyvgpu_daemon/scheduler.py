@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
-from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OPS, OpFlag, OpSpec
+from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_CODE
 
 WINDOW_S = 1.0                      # one load window
 WINDOWS = 10                        # windows kept: busy ratio and slowdown are over the last 10 s
@@ -366,7 +366,7 @@ class Lane:
     @property
     def jobs(self) -> int:
         """Device work jobs run (from the latency histograms)."""
-        return int(sum(sum(h[:-1]) for op, h in list(self.hist.items()) if _WORK.get(op, True)))
+        return int(sum(sum(h[:-1]) for op, h in list(self.hist.items()) if is_work(op)))
 
     # -- around each job (worker thread)
     def begin(self) -> None:
@@ -562,43 +562,27 @@ class Lane:
 # ---------------------------------------------------------------------------------------------- stream priorities
 # Job tags: (op code, request args as received, payload length), built on the loop at no cost; what the worker
 # needs from them is derived there, when needed:
-# - is_work(code): the op occupies the device (copies, memsets, launches, library calls), so it runs only in the
-#   session's turn and counts as device time; ops whose spec line says OpFlag.HOST (allocation, handles, queries,
-#   host waits) run whenever the session's order reaches them, so a session is never held up by another's long
-#   kernel just to allocate or to wait for its own work;
+# - is_work(code): the op occupies the device (copies, memsets, launches, library calls: OpSpec.work), so it runs
+#   only in the session's turn and counts as device time; ops whose spec line says OpFlag.HOST (allocation, handles,
+#   queries, host waits) run whenever the session's order reaches them, so a session is never held up by another's
+#   long kernel just to allocate or to wait for its own work;
 # - stream_of(tag): the wire handle of a created stream when the job is stream-ordered work that may move with its
-#   stream (op has a stream argument and no event argument, the handle is not a default-stream sentinel), else None:
-#   a barrier nothing crosses;
-# - stats_key(tag): per kernel for ops on a function, else per op and payload size class (alone times).
+#   stream (OpSpec.ordered_on: a stream argument and no event argument; the handle is not a default-stream
+#   sentinel), else None: a barrier nothing crosses;
+# - stats_key(tag): per kernel for ops on a function (OpSpec.func_arg), else per op and payload size class.
 Tag = tuple[int, Any, int]
 LOOKAHEAD = 256
 
 
-def _stream_arg(spec: OpSpec) -> int | None:
-    """Index (in the request's args) of the stream an op's work is ordered on, when it may move with that stream."""
-    types = [a.type for a in spec.args]
-    if "stream" not in types or "event" in types:
-        return None                       # no stream, or it involves an event: a barrier
-    return types.index("stream")
-
-
-def _tagging(spec: OpSpec) -> tuple[int | None, int | None, bool]:
-    """(index of its func argument, index of the stream it may move with, it is device work) for an op."""
-    types = [a.type for a in spec.args]
-    return (types.index("func") if "func" in types else None, _stream_arg(spec), not spec.flags & OpFlag.HOST)
-
-
-_TAGGING: dict[int, tuple[int | None, int | None, bool]] = {spec.code: _tagging(spec) for spec in OPS}
-_WORK: dict[int, bool] = {code: t[2] for code, t in _TAGGING.items()}
-
-
 def is_work(code: int) -> bool:
-    return _WORK.get(code, True)
+    spec = OP_BY_CODE.get(code)
+    return spec is None or spec.work
 
 
 def stats_key(tag: Tag) -> Hashable:
     code, args, payload_len = tag
-    fi = _TAGGING.get(code, (None, None, True))[0]
+    spec = OP_BY_CODE.get(code)
+    fi = spec.func_arg if spec is not None else None
     if fi is None:
         return code, payload_len.bit_length()
     f = args[fi]
@@ -607,7 +591,8 @@ def stats_key(tag: Tag) -> Hashable:
 
 def stream_of(tag: Tag) -> int | None:
     code, args, _ = tag
-    si = _TAGGING.get(code, (None, None, True))[1]
+    spec = OP_BY_CODE.get(code)
+    si = spec.ordered_on if spec is not None else None
     if si is None:
         return None
     h = args[si]

@@ -27,11 +27,13 @@ from pyvgpu import auth, protocol, wire
 from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
                              HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
                              NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
-                             RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpFlag, OpSpec)
-from pyvgpu_daemon import compress, fastpath, handlers, handlers_lease
+                             RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpSpec)
+from pyvgpu_daemon import compress, fastpath, handlers
+from pyvgpu_daemon.handlers import control, lease  # noqa: F401 (lease registers LEASE_*)
 from pyvgpu_daemon.admission import Admission
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
+from pyvgpu_daemon.errors import SessionEnd
 from pyvgpu_daemon.leases import LeaseConfig, LeaseTable
 from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
@@ -45,16 +47,8 @@ OP_HELLO = OP_BY_NAME["HELLO"].code
 ERR_INVALID_DEVICE = ERROR_CODES["cudaErrorInvalidDevice"]
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
 POLL_S = 0.02                        # re-check interval while waiting for a client to read its replies
-# Flag tests per op code as set lookups (an enum.Flag `&` costs about a microsecond on the per-frame path).
-_NO_DEVICE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.NO_DEVICE)
-_PAYLOAD_IN = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_IN)
-_PAYLOAD_OUT = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.PAYLOAD_OUT)
-_ASYNC = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.ASYNC)
-_COMPRESSIBLE = frozenset(op.code for op in OP_BY_CODE.values() if op.flags & OpFlag.COMPRESSIBLE)
-
-
-class SessionEnd(Exception):
-    """Ends one session with a reason for the log (and the client's notice)."""
+# Every op the daemon answers itself has its control handler (checked at import, as the handlers package checks device ops).
+assert not control.missing(), f"NO_DEVICE ops without a control handler: {sorted(control.missing())}"
 
 
 class MetricsError(RuntimeError):
@@ -98,19 +92,11 @@ class Link:
 
 
 def reply_bytes(spec: OpSpec, args: list[Any]) -> int:
-    """Payload bytes a PAYLOAD_OUT request's reply will carry (a bad argument: 0, the handler refuses it)."""
-    if not spec.flags & OpFlag.PAYLOAD_OUT:
+    """Payload bytes a PAYLOAD_OUT request's reply will carry: the product of its extent arguments (none: a small
+    result, a BLAS scalar or a peer ticket's bounded chunk; a bad argument: 0, the handler refuses it)."""
+    if not spec.payload_out:
         return 0
-    named = dict(zip(spec.arg_names, args))
-    dims = [named["size"]] if "size" in named else [named[k] for k in ("width", "height", "depth") if k in named]
-    if not dims:
-        return 0                          # a small result (a BLAS scalar, a peer ticket's bounded chunk)
-    total = 1
-    for v in dims:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            return 0
-        total *= v
-    return total
+    return spec.extent(args) or 0
 
 
 @dataclass
@@ -343,32 +329,14 @@ class Server:
             self._check_shape(spec, req, max_payload, link.session.codecs)
             if link.sending_device_memory:
                 await self._wait_sent(link)
-            if spec.code in _NO_DEVICE:
-                if spec.name == "STATUS":
-                    stream.writelines(wire.encode_reply(req.req_id, 0, self.status(link.session)))
-                elif spec.name == "GOODBYE":
-                    stream.writelines(wire.encode_reply(req.req_id, 0, None))
-                    return "client said goodbye"
-                elif spec.name == "PING":
-                    if req.req_id:
-                        stream.writelines(wire.encode_reply(req.req_id, 0, None))
-                elif spec.name == "LINK_RATE":
-                    rate = req.args[0]
-                    if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
-                        raise SessionEnd(f"LINK_RATE of {rate!r:.40}")
-                    link.session.peer_rate = float(rate)
-                elif spec.code in handlers_lease.OPS:
-                    handlers_lease.handle(self, link, spec, req)
-                elif spec.name == "PEER_FETCH":
-                    data = self.hub.take(req.args[0])      # in memory already: answered on the loop
-                    stream.writelines(wire.encode_reply(req.req_id, 0 if data is not None else ERR_INVALID_VALUE,
-                                                        None, None, data or b""))
-                else:
-                    raise SessionEnd(f"{spec.name} after the handshake")
+            if not spec.device:
+                ended = control.CONTROL[spec.code](self, link, req)
+                if ended is not None:
+                    return ended
                 continue
             plen = req.payload_len
             nbytes = hsize + req.size               # a compressed payload counts as decoded
-            need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0
+            need = reply_bytes(spec, req.args) if spec.payload_out else 0
             if not self._room(link, nbytes):
                 await self._admit_request(link, nbytes)
             if need or link.reply_owed or stream.write_buffer_size():
@@ -403,14 +371,14 @@ class Server:
         header, hsize = got
         req = wire.parse_request(header)
         spec = OP_BY_CODE.get(req.op)
-        if spec is None or spec.code in _NO_DEVICE or req.codec:
+        if spec is None or not spec.device or req.codec:
             return False                  # a compressed payload takes _serve's path (decoded size, Compressed)
         self._check_shape(spec, req, self._max_payload(), link.session.codecs)
         plen = req.payload_len
         nbytes = hsize + plen
         if plen >= FrameStream.DIRECT_MIN or not stream.buffered(nbytes) or not self._room(link, nbytes):
             return False
-        need = reply_bytes(spec, req.args) if spec.code in _PAYLOAD_OUT else 0   # fits: nothing else is owed
+        need = reply_bytes(spec, req.args) if spec.payload_out else 0   # fits: nothing else is owed
         stream.skip(hsize)
         payload = stream.payload_now(plen) if plen else b""
         self._dispatch(link, spec, req, payload, nbytes, need)
@@ -460,13 +428,13 @@ class Server:
     def _check_shape(spec: OpSpec, req: wire.Request, max_payload: int, codecs: tuple[int, ...] = ()) -> None:
         if len(req.args) != len(spec.args):
             raise SessionEnd(f"{spec.name} with {len(req.args)} args, spec has {len(spec.args)}")
-        if req.payload_len and spec.code not in _PAYLOAD_IN:
+        if req.payload_len and not spec.payload_in:
             raise SessionEnd(f"{spec.name} carries a {req.payload_len}-byte payload it does not take")
         if req.size > max_payload:
             raise SessionEnd(f"{spec.name} payload of {req.size} bytes exceeds device memory")
-        if req.codec and (req.codec not in codecs or spec.code not in _COMPRESSIBLE):
+        if req.codec and (req.codec not in codecs or not spec.compressible):
             raise SessionEnd(f"{spec.name} with a payload compressed by codec {req.codec}, not negotiated for it")
-        if req.req_id == 0 and spec.code not in _ASYNC:
+        if req.req_id == 0 and not spec.is_async:
             raise SessionEnd(f"{spec.name} sent fire-and-forget but is not an ASYNC op")
 
     def _abort(self, link: Link, why: str) -> None:

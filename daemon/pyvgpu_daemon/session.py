@@ -56,11 +56,11 @@ class DeviceState:
     streams: dict[int, Any] = field(default_factory=dict)
     events: dict[int, Any] = field(default_factory=dict)
     blas_handles: dict[int, Any] = field(default_factory=dict)       # cuBLAS handles (backend objects)
-    graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_graph.Graph
+    graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers.graph.Graph
     graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
     managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
-    vmm: VmmTable | None = None        # virtual memory management (vmm.py, handlers_vmm.py), on first use
-    arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers_array.ArrayEntry
+    vmm: VmmTable | None = None        # virtual memory management (vmm.py, handlers/vmm.py), on first use
+    arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers.array.ArrayEntry
     textures: dict[int, Any] = field(default_factory=dict)           # texture object value -> (res type, array)
     surfaces: dict[int, int] = field(default_factory=dict)           # surface object value -> array handle
     event_times: EventTimes = field(default_factory=EventTimes)      # events to report with replies

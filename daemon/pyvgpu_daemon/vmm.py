@@ -1,4 +1,4 @@
-"""Virtual memory management of one session on one device (the VMM_* ops, handlers_vmm.py): the rules of CUDA's
+"""Virtual memory management of one session on one device (the VMM_* ops, handlers/vmm.py): the rules of CUDA's
 cuMemAddressReserve/Free, cuMemCreate/Release, cuMemMap/Unmap and cuMemSetAccess, checked here once for every
 backend; the backend does only the mechanics (DeviceContext.vmm_*).
 

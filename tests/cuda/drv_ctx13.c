@@ -2,7 +2,8 @@
 // API then asks the driver (cuCtxGetDevice and friends without ever calling cuInit itself), a context created from a
 // zero-initialised CUctxCreateParams (and the parameters it refuses), and a context created on one thread and made
 // current on others (cuCtxSetCurrent, cuCtxPushCurrent / cuCtxPopCurrent migration), each launching work that must
-// all run. Usage: drv_ctx13 PTX_FILE THREADS. Prints "OK <checks>" on success.
+// all run; and what CUDA 13 loaders ask of a function (cuFuncIsLoaded, cuFuncLoad, cuFuncGetParamInfo,
+// cuFuncGetParamCount, cuKernelGetParamInfo). Usage: drv_ctx13 PTX_FILE THREADS. Prints "OK <checks>" on success.
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <string.h>
@@ -103,6 +104,32 @@ int main(int argc, char **argv)
         host[i] = (float)(i % 977) + 0.5f;
     DCHECK(cuMemAlloc(&data, total * sizeof(float)));
     DCHECK(cuMemcpyHtoD(data, host, total * sizeof(float)));
+
+    // 4. what CUDA 13 loaders ask of a function: its loading state, an explicit load, its parameters
+    CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_MAX;
+    DCHECK(cuFuncIsLoaded(&state, scale_fn));
+    OKC(state == CU_FUNCTION_LOADING_STATE_LOADED);
+    DCHECK(cuFuncLoad(scale_fn));
+    size_t off = 0, sz = 0;
+    DCHECK(cuFuncGetParamInfo(scale_fn, 2, &off, &sz));                  // scale(float *x, float s, int n)
+    OKC(off == 12 && sz == 4);
+    DEXPECT_ERR(cuFuncGetParamInfo(scale_fn, 3, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+    checks++;
+    // cuFuncGetParamCount is CUDA 13.2's, newer than these headers: through cuGetProcAddress at the driver's version
+    CUresult (*param_count)(CUfunction, size_t *) = NULL;
+    CUdriverProcAddressQueryResult found;
+    DCHECK(cuGetProcAddress("cuFuncGetParamCount", (void **)&param_count, version, 0, &found));
+    size_t count = 0;
+    DCHECK(param_count(scale_fn, &count));
+    OKC(found == CU_GET_PROC_ADDRESS_SUCCESS && count == 3);
+    CUlibrary lib;
+    DCHECK(cuLibraryLoadFromFile(&lib, argv[1], NULL, NULL, 0, NULL, NULL, 0));
+    CUkernel kern;
+    DCHECK(cuLibraryGetKernel(&kern, lib, "scale"));
+    DCHECK(cuKernelGetParamInfo(kern, 1, &off, &sz));
+    OKC(off == 8 && sz == 4);
+    DCHECK(cuLibraryUnload(lib));
+
     CUcontext popped = NULL;
     DCHECK(cuCtxPopCurrent(&popped));
     OKC(popped == shared_ctx);

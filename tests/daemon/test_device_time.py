@@ -97,8 +97,9 @@ def test_other_sessions_work_runs_during_a_long_kernel(daemon_factory):
         during.append(b.round_trip(data))
     th.join()
     assert len(during) >= 3, f"only {len(during)} round trips of the other session during a {spun['s']:.1f} s kernel"
-    # before: the first round trip waited for the whole kernel (seconds); now each is a few of its time alone
-    assert max(during) < 1.0, (alone, during)
+    # before: the first round trip waited for the rest of the kernel; now none waits for a large part of it (a bound
+    # relative to the kernel's own time, which stretches with the machine's load, not an absolute one)
+    assert max(during) < spun["s"] / 2, (alone, spun["s"], during)
     assert sorted(during)[len(during) // 2] < max(0.25, 20 * alone), (alone, during)
 
 

@@ -197,10 +197,11 @@ def test_driver_api_as_cuda_13_programs_use_it(cuda_build, daemon, kernels, lib_
     """tests/cuda/drv_ctx13.c: a program that starts with the runtime API (libvcudart, or NVIDIA's static runtime)
     then uses the driver without calling cuInit; a context from a zero-initialised CUctxCreateParams (CIG and
     execution affinity refused with CUDA's codes); that context popped and made current on six other threads
-    (cuCtxSetCurrent or cuCtxPushCurrent), each launching work that must all have run."""
+    (cuCtxSetCurrent or cuCtxPushCurrent), each launching work that must all have run; cuFuncIsLoaded, cuFuncLoad,
+    cuFuncGetParamInfo, cuFuncGetParamCount (13.2, through cuGetProcAddress) and cuKernelGetParamInfo."""
     prog = cuda_build("drv_ctx13.c", f"-L{lib_dir}", "-lcuda", "-lpthread", runtime=runtime)
     proc = run_driver(prog, [daemon], str(kernels[0]), "6", lib_dir=lib_dir)
-    assert verdict(proc.stdout) == "OK 10"
+    assert verdict(proc.stdout) == "OK 15"
     assert "is not supported by libvcuda" not in proc.stderr
 
 

@@ -4,6 +4,8 @@ other NVML call NVML_ERROR_NOT_SUPPORTED; checked with a C program and with nvid
 daemons; the exports are nvml.h's."""
 from __future__ import annotations
 
+import pytest
+
 import importlib.util
 import os
 import subprocess
@@ -25,6 +27,7 @@ def nvml_header() -> Path:
     return header
 
 
+@pytest.mark.chain
 def test_c_program_against_two_daemons(cuda_build, daemon_factory, lib_dir):
     a, b = daemon_factory(), daemon_factory("--emu-devices", "2")
     prog = cuda_build("nvml_check.c", f"-I{nvml_header().parent}", f"-L{lib_dir}", "-lnvidia-ml", "-lcuda",
@@ -59,6 +62,7 @@ pynvml.nvmlShutdown()
 """
 
 
+@pytest.mark.chain
 def test_pynvml_sees_the_remote_gpus(daemon_factory, lib_dir):
     a, b = daemon_factory("--emu-memory", "1G"), daemon_factory("--emu-memory", "2G")
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "PYVGPU_HOSTS": f"{a.address},{b.address}"}

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from harness import run_static
+
+pytestmark = pytest.mark.chain
 
 
 def test_graph_memory_nodes_through_libvcudart(cuda_build, daemon, run):

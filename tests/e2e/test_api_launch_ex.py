@@ -8,8 +8,12 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 import pyvgpu
 from harness import run_static
+
+pytestmark = pytest.mark.chain
 
 PROGRAM = "api_launch_ex.cu"
 

@@ -12,6 +12,8 @@ import pytest
 from harness import run_static
 from pyvgpu.protocol import MANAGED_CONFLICT_ERROR
 
+pytestmark = pytest.mark.chain
+
 
 @pytest.mark.parametrize("scenario", ["ordered", "atomics", "mapped", "kernel-after", "thread"])
 def test_same_bytes_changed_on_both_sides_is_an_error(cuda_build, daemon, run, scenario):

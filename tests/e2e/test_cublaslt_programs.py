@@ -40,6 +40,7 @@ def gelu(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
+@pytest.mark.chain
 def test_torch_style_program_on_two_daemons(cublaslt_build, daemon_factory, tmp_path):
     prog = cublaslt_build("cublaslt_torch.cu")
     needed = subprocess.run(["readelf", "-d", str(prog)], capture_output=True, text=True, check=True).stdout

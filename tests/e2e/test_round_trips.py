@@ -33,6 +33,7 @@ def parse_stats(path: Path) -> dict[str, dict[str, float]]:
     return rows
 
 
+@pytest.mark.chain
 def test_async_copies_and_event_times_need_no_round_trip(cuda_build, daemon, run, tmp_path):
     prog = cuda_build("wire_async.cu")
     stats = tmp_path / "stats.txt"
@@ -74,6 +75,7 @@ def test_dp_train_step_needs_one_blocking_round_trip_per_gpu(daemon_factory, run
     assert "EVENT_ELAPSED" not in b, b
 
 
+@pytest.mark.chain
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])
 def test_compressed_copies_are_byte_exact_and_smaller_on_the_wire(cuda_build, daemon_factory, run, tmp_path, codec):
     """PYVGPU_COMPRESS=<codec> compresses every upload of at least 64 KiB (loopback included); the daemon's --compress
@@ -91,6 +93,7 @@ def test_compressed_copies_are_byte_exact_and_smaller_on_the_wire(cuda_build, da
         assert raw / 3 < rows[op]["bytes"] < raw * 0.8, (op, rows[op])
 
 
+@pytest.mark.chain
 def test_no_compression_to_a_loopback_daemon_by_default(cuda_build, daemon_factory, run, tmp_path):
     """PYVGPU_COMPRESS unset (auto): a loopback daemon is offered no codec, so even --compress always sends raw."""
     prog = cuda_build("wire_compress.cu")

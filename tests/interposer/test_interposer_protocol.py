@@ -158,7 +158,7 @@ def _tree_with_dummy_op(tmp: Path) -> Path:
     anchor = "\n)\n\n# cudaFuncAttribute values"
     assert anchor in text
     spec.write_text(text.replace(anchor, "\n" + DUMMY_SPEC.rstrip("\n") + anchor, 1))
-    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers.py"
+    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers" / "__init__.py"
     text = handlers.read_text()
     anchor = "# Every device op of the spec has exactly one handler"
     handlers.write_text(text.replace(anchor, DUMMY_HANDLER + anchor, 1))
@@ -197,7 +197,7 @@ def test_a_new_op_reaches_both_sides(tmp_path):
 
 def test_a_spec_op_without_handler_fails_at_import(tmp_path):
     src = _tree_with_dummy_op(tmp_path)
-    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers.py"
+    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers" / "__init__.py"
     handlers.write_text(handlers.read_text().replace(DUMMY_HANDLER, ""))
     proc = subprocess.run([sys.executable, "-c", "import pyvgpu_daemon.handlers"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": f"{src}:{src / 'daemon'}"}, cwd=src)

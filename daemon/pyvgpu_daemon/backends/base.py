@@ -87,11 +87,11 @@ class DeviceContext(ABC):
     # (the emulator, between scheduler steps of a kernel) offers the device to other sessions there. None: no
     # arbitration (--scheduling off, or a context used outside a daemon).
     turn: DeviceTurn | None = None
-    # Ops the server may run on its event-loop thread instead of the worker, when the (session, device) has nothing
-    # queued or running (executor.OrderedWorker.idle): their handlers then touch nothing another thread uses and
-    # never block; copies and memsets among them only up to fastpath.LOOP_BYTES. Empty by default: a real GPU's
-    # calls need the context current on the calling thread.
-    loop_ops: frozenset[str] = frozenset()
+    # Whether the server may run the ops flagged OpFlag.LOOP on its event-loop thread instead of the worker, when the
+    # (session, device) has nothing queued or running (executor.OrderedWorker.idle): their handlers then touch
+    # nothing another thread uses and never block; copies and memsets among them only up to fastpath.LOOP_BYTES.
+    # False by default: a real GPU's calls need the context current on the calling thread.
+    answers_on_loop: bool = False
 
     def host_view(self, ptr: int, size: int) -> memoryview | None:
         """A writable view of device bytes [ptr, ptr+size) in this process's memory, for receiving a copy's payload
@@ -173,7 +173,7 @@ class DeviceContext(ABC):
         """This device's access (protocol.VMM_ACCESS_*) to the fully mapped range."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
 
-    # ---- arrays, textures, surfaces (descriptions checked by handlers_array.py, resources.py)
+    # ---- arrays, textures, surfaces (descriptions checked by handlers/array.py, resources.py)
     def array_create(self, spec: Any) -> Any:
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: CUDA arrays")
 
@@ -234,7 +234,7 @@ class DeviceContext(ABC):
 
     def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                     block: tuple[int, int, int], shmem: int) -> bool:
-        """Whether this launch (LAUNCH in loop_ops) is certain to finish within microseconds whatever its
+        """Whether this launch (a LOOP op, with answers_on_loop) is certain to finish within microseconds whatever its
         parameters, so that the event loop may run it itself (fastpath); the arguments are converted but not yet
         validated."""
         return False

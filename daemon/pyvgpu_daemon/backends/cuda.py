@@ -20,8 +20,10 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -302,11 +304,25 @@ class CudaContext(CudaArrays, DeviceContext):
             raise to_cuda_error(self.drv.CUresult(err), "cuCtxCreate_v2")
         return self.drv.CUcontext(out.value)
 
+    @contextmanager
+    def _host_wait(self) -> Iterator[None]:
+        """A host wait on this context's work, inside the scheduler's wait scope (others may use the device). Alone on
+        the device, the wait is the GPU running this session's work, which nothing else measures (GpuTime times
+        kernels only while the device is shared): it is charged as the session's device time, so the device's busy
+        figures (STATUS, NVML utilization, placement) see a lone session's kernels."""
+        turn = self.turn
+        alone = turn is not None and not turn.shared
+        t0 = time.perf_counter()
+        with self.wait_scope():
+            yield
+        if alone:
+            turn.charge(time.perf_counter() - t0)
+
     def _stream(self, stream: Any) -> Any:
         return self.drv.CUstream(0) if stream is None else stream
 
     def _sync_stream(self, stream: Any) -> None:
-        with self.wait_scope():
+        with self._host_wait():
             check(self.drv.cuStreamSynchronize(self._stream(stream)), "cuStreamSynchronize")
 
     # ------------------------------------------------------------------ memory
@@ -640,7 +656,7 @@ class CudaContext(CudaArrays, DeviceContext):
         return self.clock.time(event.anchor, event.handle) if event.recorded else None
 
     def event_sync(self, event: _Event) -> None:
-        with self.wait_scope():
+        with self._host_wait():
             check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
 
     def event_query(self, event: _Event) -> bool:
@@ -669,7 +685,7 @@ class CudaContext(CudaArrays, DeviceContext):
         return float(out.value)
 
     def synchronize(self) -> None:
-        with self.wait_scope():
+        with self._host_wait():
             check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
 
     # ------------------------------------------------------------------ cuBLAS (backends/cublas_cuda.py)

@@ -213,11 +213,10 @@ class EmuBlasHandle:
 
 
 class EmuContext(EmuArrays, DeviceContext):
-    # Every stream is the worker's queue, so once it is empty these answer from state alone, and the small work ops
-    # finish at once (base.loop_ops; the server bounds their bytes; launches only when tiny_launch says so).
-    loop_ops = frozenset({"MEM_GET_INFO", "STREAM_QUERY", "EVENT_QUERY", "DEVICE_GET_LIMIT", "STREAM_SYNC",
-                          "EVENT_SYNC", "DEVICE_SYNC", "EVENT_ELAPSED", "EVENT_RECORD", "STREAM_WAIT_EVENT",
-                          "MEMSET", "MEMCPY_HTOD", "MEMCPY_DTOH", "MEMCPY_DTOD", "LAUNCH"})
+    # Every stream is the worker's queue, so once it is empty the LOOP ops' queries answer from state alone, and the
+    # small work ops finish at once (base.answers_on_loop; the server bounds their bytes; launches only when
+    # tiny_launch says so).
+    answers_on_loop = True
 
     def __init__(self, backend: EmuBackend, ordinal: int, base: int) -> None:
         self.backend = backend

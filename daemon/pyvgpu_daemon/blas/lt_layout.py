@@ -2,7 +2,7 @@
 of A, B, C, D, the bias vector and the epilogue's auxiliary matrix, and the device regions they cover.
 
 The emulated matmul views the heap with these (lt.py); the daemon checks the regions a real library will touch
-against the session's allocations first (handlers_blaslt.py), or a client could make cuBLASLt read or write another
+against the session's allocations first (handlers/blaslt.py), or a client could make cuBLASLt read or write another
 session's memory.
 
 A matrix is (batch, rows, cols) with strides (batch stride, 1, ld) when column-major and (batch stride, ld, 1)

@@ -5,7 +5,7 @@ work (kernels, device copies, memsets, event records and waits) and uploads them
 runs them through the very handlers that run those ops when they arrive one by one, with every stream argument
 replaced by the launch's stream, so a replay does what the captured stream did.
 
-An upload is checked when it arrives: only ops of protocol.GRAPH_OPS, addressed to this device, fire-and-forget,
+An upload is checked when it arrives: only ops flagged GRAPH on their spec line, addressed to this device, fire-and-forget,
 with the spec's arity and argument types, at most MAX_GRAPH_OPS of them; a session holds at most MAX_GRAPH_BYTES of
 graphs per device. Handles inside (functions, events) are resolved at launch, so a destroyed event is the launch's
 cudaErrorInvalidResourceHandle, as it would be for the op itself.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyvgpu import wire
-from pyvgpu.protocol import GRAPH_OPS, MAX_GRAPH_BYTES, MAX_GRAPH_OPS, OP_BY_CODE, OpSpec
+from pyvgpu.protocol import MAX_GRAPH_BYTES, MAX_GRAPH_OPS, OP_BY_CODE, OpSpec
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers import ARG_CHECKS, HANDLERS, Call, convert_args, handler, lookup_handle
 
@@ -47,7 +47,7 @@ def parse_graph(dev: int, data: bytes | bytearray | memoryview) -> Graph:
         except wire.ProtocolError as exc:
             raise CudaError("cudaErrorInvalidValue", f"graph op {i}: {exc}") from None
         spec = OP_BY_CODE.get(req.op)
-        if spec is None or spec.name not in GRAPH_OPS:
+        if spec is None or not spec.graph:
             raise CudaError("cudaErrorInvalidValue", f"graph op {i}: op {req.op} cannot be part of a graph")
         if req.req_id != 0 or len(req.args) != len(spec.args) or req.args[0] != dev:
             raise CudaError("cudaErrorInvalidValue",
@@ -82,9 +82,9 @@ def graph_launch(c: Call, graph: int, stream: Any) -> None:
     for i, op in enumerate(_graph(c, graph).ops):
         try:
             kwargs = convert_args(op.spec, c.st, op.args)
-            for arg in op.spec.args:
-                if arg.type == "stream":
-                    kwargs[arg.name] = stream
+            si = op.spec.stream_arg
+            if si is not None:
+                kwargs[op.spec.arg_names[si]] = stream
             HANDLERS[op.spec.name](Call(c.session, c.st, op.payload), **kwargs)
         except CudaError as exc:
             # The launch fails with the op's own error; the log names the node that failed.

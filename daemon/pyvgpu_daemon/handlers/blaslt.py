@@ -1,5 +1,5 @@
 """The device ops of cuBLASLt, generated from pyvgpu/cublaslt_spec.py like the cuBLAS families' handlers
-(handlers_blas.py): they take the ops' arguments by name. LT_MATMUL runs a matmul; LT_HEURISTIC answers whether
+(handlers/blas.py): they take the ops' arguments by name. LT_MATMUL runs a matmul; LT_HEURISTIC answers whether
 the backend has an algorithm for a problem (the emulated GPU: every problem the table accepts; a real GPU: what
 NVIDIA's heuristic says, and the plan it makes is the one the matmul then uses).
 

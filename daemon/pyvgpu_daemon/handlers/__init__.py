@@ -18,7 +18,7 @@ import logging
 from typing import Any, Callable
 
 from pyvgpu import protocol as P
-from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpFlag, OpSpec
+from pyvgpu.protocol import LIMIT_NAMES, OPS, OP_BY_NAME, ERROR_CODES, ERROR_NAMES, OpSpec
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.compress import Compressed, CorruptPayload, compress_reply
 from pyvgpu_daemon.errors import CudaError
@@ -120,13 +120,8 @@ assert set(ARG_CHECKS) | {"dev", "map"} == P.ARG_TYPES, "a wire type without a c
 # Per device op: (name, conversion, resolver or None) of each argument after `dev`, computed once.
 _CONVERSIONS: dict[int, tuple[tuple[str, Callable[[str, Any], Any], Any], ...]] = {
     spec.code: tuple((a.name, ARG_CHECKS[a.type], RESOLVE.get(a.type)) for a in spec.args[1:])
-    for spec in OPS if not spec.flags & OpFlag.NO_DEVICE}
-# Flag tests per op code as set lookups (an enum.Flag `&` costs about a microsecond on the per-op path).
+    for spec in OPS if spec.device}
 _DEVICE_RESET = OP_BY_NAME["DEVICE_RESET"].code
-_PAYLOAD_OUT = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.PAYLOAD_OUT)
-_SYNC = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.SYNC)
-_DETACHED = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.DETACHED)
-_COMPRESSIBLE = frozenset(spec.code for spec in OPS if spec.flags & OpFlag.COMPRESSIBLE)
 
 
 def convert_args(spec: OpSpec, st: DeviceState, args: list[Any]) -> dict[str, Any]:
@@ -513,15 +508,14 @@ def device_get_limit(c: Call, limit: int) -> int:
     return int(c.ctx.get_limit(_limit(limit)))
 
 
-from pyvgpu_daemon import handlers_blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
-from pyvgpu_daemon import handlers_blaslt  # noqa: E402,F401  (registers cuBLASLt's LT_MATMUL)
+from pyvgpu_daemon.handlers import blas  # noqa: E402,F401  (registers the cuBLAS ops' handlers)
+from pyvgpu_daemon.handlers import blaslt  # noqa: E402,F401  (registers cuBLASLt's LT_MATMUL)
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
-from pyvgpu_daemon import (handlers_array, handlers_coherence, handlers_graph, handlers_managed,  # noqa: E402,F401
-                           handlers_peer)
-from pyvgpu_daemon import handlers_vmm  # noqa: E402,F401  (registers the virtual memory management ops)
+from pyvgpu_daemon.handlers import array, coherence, graph, managed, peer  # noqa: E402,F401
+from pyvgpu_daemon.handlers import vmm  # noqa: E402,F401  (registers the virtual memory management ops)
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
-_device_ops = {op.name for op in OPS if not op.flags & OpFlag.NO_DEVICE}
+_device_ops = {op.name for op in OPS if op.device}
 assert _device_ops == set(HANDLERS), f"handler table out of step with protocol.OPS: {_device_ops ^ set(HANDLERS)}"
 
 
@@ -532,7 +526,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     if session.closing:
         return None                       # the client is gone: skip queued work, cleanup follows
     st.ops += 1
-    detached = spec.code in _DETACHED
+    detached = spec.detached
     if not fire_and_forget and not detached:
         st.waited += 1                    # the client waits for this one's reply (a blocking round trip)
     result: Any = None
@@ -555,7 +549,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
                 ret = HANDLERS[spec.name](Call(session, st, payload), **convert_args(spec, st, args))
             else:
                 ret = HANDLERS[spec.name](Call(session, st, payload), *_positional(spec, st, args))
-            if spec.code in _PAYLOAD_OUT:
+            if spec.payload_out:
                 out = ret or b""
                 st.bytes_dtoh += len(out)
             else:
@@ -582,7 +576,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         if not detached:
             return None
     stdout = None
-    if spec.code in _SYNC:
+    if spec.sync:
         if st.deferred:
             # The earlier asynchronous failure is what the synchronizing call reports, as on a real GPU.
             err = st.deferred
@@ -592,7 +586,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     times = st.event_times.report(st.ctx)
     if err:
         return Outcome(err, None, b"", stdout, times)
-    if session.codecs and spec.code in _COMPRESSIBLE and len(out):
+    if session.codecs and spec.compressible and len(out):
         wire_out, codec = compress_reply(out, session.peer_rate, session.codecs, session.compress_always)
         if codec:
             return Outcome(0, result, wire_out, stdout, times, len(out), codec)
