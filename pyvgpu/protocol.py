@@ -385,6 +385,13 @@ OPS: tuple[OpSpec, ...] = (
        doc="the client found bytes of [ptr, ptr+size) that the host and the device both changed since they last "
            "agreed (at a synchronization): the device gets the sticky MANAGED_CONFLICT_ERROR, which this call "
            "answers"),
+    # Emulator features of issue 19 (380-399).
+    op(380, "LAUNCH_COOPERATIVE", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil",
+       A | PIN | G,
+       "cudaLaunchCooperativeKernel / cuLaunchCooperativeKernel / the cooperative launch attribute: a LAUNCH whose "
+       "blocks are all resident at once, so grid-wide synchronization (cg::this_grid().sync()) works; more blocks "
+       "than the occupancy allows on every multiprocessor: cudaErrorCooperativeLaunchTooLarge; payload: the packed "
+       "parameter buffer"),
     # Peers. Devices of one daemon: access from one context to another's memory, and copies between them.
     op(320, "PEER_ENABLE", "dev:dev peer:u32", "nil", H, doc="kernels of dev may use the memory of device `peer`"),
     op(321, "PEER_DISABLE", "dev:dev peer:u32", "nil", H),
@@ -487,7 +494,7 @@ REMOTED_DEVICE_ATTRS: dict[str, int] = {
     "UnifiedAddressing": 1,
     "GPUDirectRDMASupported": 0,
     "CanFlushRemoteWrites": 0,
-    "CooperativeLaunch": 0,                       # grid-wide synchronization is not offered yet
+    "CooperativeLaunch": 1,                       # LAUNCH_COOPERATIVE: grid-wide synchronization
     "ClusterLaunch": 0,                           # thread-block clusters of more than one block are refused
 }
 

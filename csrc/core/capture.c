@@ -387,12 +387,19 @@ cudaError_t pv_capture_copy2d(cudaStream_t s, void *dst, size_t dpitch, const vo
 }
 
 cudaError_t pv_capture_launch(cudaStream_t s, struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block,
-                              size_t shmem, void **args, void **extra)
+                              size_t shmem, void **args, void **extra, int cooperative)
 {
     struct pv_kernel_launch k;
     cudaError_t err = pv_launch_prepare(f, d, grid, block, args, extra, shmem, &k);
     if (err != PV_SUCCESS)
         return err;
+    k.cooperative = cooperative;
+    struct pv_kinfo *ki;
+    if (cooperative && ((err = pv_kinfo_get(f, d, &ki)) != PV_SUCCESS ||
+                        (err = pv_cooperative_check(d, ki, grid, block, shmem)) != PV_SUCCESS)) {
+        pv_launch_free(&k);
+        return err;
+    }
     struct pv_gnode *n;
     err = pv_capture_node(s, PV_cudaGraphNodeTypeKernel, &n);
     if (err == PV_SUCCESS) {

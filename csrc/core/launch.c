@@ -64,11 +64,28 @@ static cudaError_t fill_params(const struct pv_kinfo *ki, void **args, const voi
     return PV_SUCCESS;
 }
 
+cudaError_t pv_cooperative_check(const struct pv_device *d, const struct pv_kinfo *ki, dim3 grid, dim3 block,
+                                 size_t shmem)
+{
+    uint64_t blocks = (uint64_t)grid.x * grid.y * grid.z;
+    uint64_t per_sm = (uint64_t)pv_occupancy(d, ki, (int)(block.x * block.y * block.z), shmem);
+    return blocks <= per_sm * (uint64_t)(d->sms > 0 ? d->sms : 0) ? PV_SUCCESS : PV_cudaErrorCooperativeLaunchTooLarge;
+}
+
+static cudaError_t send_launch(struct pv_device *d, const struct pv_kinfo *ki, dim3 grid, dim3 block, size_t shmem,
+                               uint64_t stream, const void *params, int cooperative)
+{
+    return cooperative ? pv_send_LAUNCH_COOPERATIVE(d, ki->func_id, grid, block, shmem, stream, params, ki->param_bytes)
+                       : pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, params, ki->param_bytes);
+}
+
 cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
-                      void **args, const void *packed, size_t packed_len)
+                      void **args, const void *packed, size_t packed_len, int cooperative)
 {
     struct pv_kinfo *ki;
     cudaError_t err = launch_check(f, d, grid, block, shmem, &ki);
+    if (err == PV_SUCCESS && cooperative)
+        err = pv_cooperative_check(d, ki, grid, block, shmem);
     if (err != PV_SUCCESS)
         return err;
     int hits = 0;
@@ -78,7 +95,7 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
         if ((err = pv_host_translate(d, ki, (char *)packed, 1, &hits)) != PV_SUCCESS)   /* dry: reads only */
             return err;
         if (!hits)
-            return pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, packed, ki->param_bytes);
+            return send_launch(d, ki, grid, block, shmem, stream, packed, cooperative);
     }
     char small[1024];
     char *buf = ki->param_bytes <= sizeof small ? small : calloc(1, ki->param_bytes);
@@ -90,7 +107,7 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
     if (err == PV_SUCCESS)      /* pinned host memory named by a parameter: its device copy's address */
         err = pv_host_translate(d, ki, buf, 0, &hits);
     if (err == PV_SUCCESS)
-        err = pv_send_LAUNCH(d, ki->func_id, grid, block, shmem, stream, buf, ki->param_bytes);
+        err = send_launch(d, ki, grid, block, shmem, stream, buf, cooperative);
     if (buf != small)
         free(buf);
     return err;
@@ -219,7 +236,7 @@ cudaError_t pv_launch_prepare(struct pv_func *f, struct pv_device *d, dim3 grid,
     size_t len;
     cudaError_t err = pv_launch_pack(f, d, grid, block, shmem, args, xbuf, xsize, &buf, &len);
     if (err == PV_SUCCESS)
-        *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, len };
+        *out = (struct pv_kernel_launch){ f, d->index, grid, block, shmem, buf, len, 0 };
     return err;
 }
 
@@ -229,7 +246,7 @@ cudaError_t pv_launch_send(const struct pv_kernel_launch *k, uint64_t stream)
     if (!d)
         return PV_cudaErrorInvalidDevice;
     return pv_launch(k->func, d, k->grid, k->block, k->shmem, stream, NULL, k->params ? k->params : "",
-                     k->param_bytes);
+                     k->param_bytes, k->cooperative);
 }
 
 void pv_launch_free(struct pv_kernel_launch *k)

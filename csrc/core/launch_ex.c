@@ -111,8 +111,8 @@ static cudaError_t check_attr(const struct pv_launch_attr *a, int capturing, int
     }
 }
 
-cudaError_t pv_launch_on(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
-                         void **args, void **extra)
+static cudaError_t launch_on(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem,
+                             cudaStream_t s, void **args, void **extra, int cooperative)
 {
     uint64_t stream = 0;
     struct pv_device *sd = NULL;
@@ -124,25 +124,26 @@ cudaError_t pv_launch_on(struct pv_func *f, struct pv_device *d, dim3 grid, dim3
     if (args && extra)
         return PV_cudaErrorInvalidValue;
     if (pv_capturing(s))
-        return pv_capture_launch(s, f, d, grid, block, shmem, args, extra);
+        return pv_capture_launch(s, f, d, grid, block, shmem, args, extra, cooperative);
     const void *packed = NULL;
     size_t len = 0;
     if (extra && (err = pv_launch_extra(extra, &packed, &len)) != PV_SUCCESS)
         return err;
-    return pv_launch(f, d, grid, block, shmem, stream, args, packed, len);
+    return pv_launch(f, d, grid, block, shmem, stream, args, packed, len, cooperative);
 }
 
-/* Grid-wide synchronization needs every block of the grid resident at once, which the launch path does not
- * provide yet: refused with CUDA's answer for a device without cooperative launch, never run as a plain launch (a
- * grid.sync() would hang or compute garbage). */
+cudaError_t pv_launch_on(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
+                         void **args, void **extra)
+{
+    return launch_on(f, d, grid, block, shmem, s, args, extra, 0);
+}
+
+/* Every block of the grid resident at once (LAUNCH_COOPERATIVE): the daemon runs it so that grid-wide
+ * synchronization works; more blocks than that is cudaErrorCooperativeLaunchTooLarge, here, before sending. */
 cudaError_t pv_launch_cooperative(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem,
                                   cudaStream_t s, void **args)
 {
-    static atomic_int logged;
-    if (atomic_exchange(&logged, 1) == 0)
-        pv_log("cooperative launch of %s refused (cudaErrorNotSupported): grid-wide synchronization is not offered "
-               "yet (cudaDevAttrCooperativeLaunch is 0)", f->name);
-    return PV_cudaErrorNotSupported;
+    return launch_on(f, d, grid, block, shmem, s, args, NULL, 1);
 }
 
 cudaError_t pv_launch_ex(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
@@ -157,9 +158,7 @@ cudaError_t pv_launch_ex(struct pv_func *f, struct pv_device *d, dim3 grid, dim3
         if (err != PV_SUCCESS)
             return err;
     }
-    cudaError_t err = cooperative ? (extra ? PV_cudaErrorInvalidValue
-                                           : pv_launch_cooperative(f, d, grid, block, shmem, s, args))
-                                  : pv_launch_on(f, d, grid, block, shmem, s, args, extra);
+    cudaError_t err = launch_on(f, d, grid, block, shmem, s, args, extra, cooperative);
     for (int i = 0; i < EV_SLOTS && err == PV_SUCCESS; i++)
         if (events[i] && (i == 0 || events[i] != events[0]) && !pv_capture_event_record(events[i], s, 0, &err))
             err = pv_event_record(events[i], s);

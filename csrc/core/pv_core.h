@@ -479,9 +479,14 @@ cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t 
 /* Kernel info of f on device d, loading its module there on first use. */
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out);
 /* Launches f on d after CUDA's configuration checks: args holds one pointer per parameter, or packed (when not
- * NULL) is the parameter buffer already laid out (at least the layout's size). Fire-and-forget. */
+ * NULL) is the parameter buffer already laid out (at least the layout's size). Fire-and-forget. cooperative: every
+ * block resident at once (LAUNCH_COOPERATIVE), checked against the occupancy first (pv_cooperative_check). */
 cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, uint64_t stream,
-                      void **args, const void *packed, size_t packed_len);
+                      void **args, const void *packed, size_t packed_len, int cooperative);
+/* CUDA's rule for a cooperative launch: at most the occupancy's blocks per multiprocessor on every multiprocessor
+ * of d (cudaErrorCooperativeLaunchTooLarge). */
+cudaError_t pv_cooperative_check(const struct pv_device *d, const struct pv_kinfo *ki, dim3 grid, dim3 block,
+                                 size_t shmem);
 /* pv_launch's checks, then the parameter buffer it would send (malloc'd, *len bytes) instead of sending it. */
 cudaError_t pv_launch_pack(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, size_t shmem, void **args,
                            const void *packed, size_t packed_len, char **buf, size_t *len);

@@ -24,6 +24,7 @@ struct pv_kernel_launch {
     size_t shmem;
     char *params;                  /* owned; param_bytes long */
     size_t param_bytes;
+    int cooperative;               /* sent as LAUNCH_COOPERATIVE (a captured cooperative launch) */
 };
 /* A launch checked and packed now, sent later: args (one pointer per parameter) or extra (CU_LAUNCH_PARAM_*). */
 cudaError_t pv_launch_prepare(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block, void **args,
@@ -181,7 +182,7 @@ cudaError_t pv_capture_copy1d(cudaStream_t s, void *dst, const void *src, size_t
 cudaError_t pv_capture_copy2d(cudaStream_t s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                               size_t height, int kind);
 cudaError_t pv_capture_launch(cudaStream_t s, struct pv_func *f, struct pv_device *d, dim3 grid, dim3 block,
-                              size_t shmem, void **args, void **extra);
+                              size_t shmem, void **args, void **extra, int cooperative);
 cudaError_t pv_capture_host(cudaStream_t s, void (*fn)(void *), void *user);
 /* A call that is illegal while s captures (synchronization, queries): invalidates the capture and answers
  * cudaErrorStreamCaptureUnsupported; PV_SUCCESS when s is not capturing. */

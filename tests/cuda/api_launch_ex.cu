@@ -2,8 +2,9 @@
 // cuLaunchKernelEx with what CUB, thrust and frameworks pass. Hints (priority, programmatic stream serialization,
 // memory-sync domain, access policy window, carveout, cluster scheduling, a cluster of one block) leave results as
 // a plain launch computes them; programmatic and launch-completion events are recorded once the kernel is done (a
-// stream waiting on them sees its writes); cooperative launches, bigger clusters, stream-only and unknown
-// attributes are refused with CUDA's codes; a captured launch with attributes replays right. thrust::sort with a
+// stream waiting on them sees its writes); cooperative launches run (the attribute, cudaLaunchCooperativeKernel,
+// cuLaunchKernelEx, cuLaunchCooperativeKernel), beyond the occupancy they are cudaErrorCooperativeLaunchTooLarge;
+// bigger clusters, stream-only and unknown attributes are refused with CUDA's codes; a captured launch with attributes replays right. thrust::sort with a
 // comparator and cub::DeviceMergeSort (both launched through cudaLaunchKernelExC) are checked against
 // std::sort / std::stable_sort. Built -cudart shared and linked with -lcuda. Prints "OK <checks>".
 #include <algorithm>
@@ -176,24 +177,38 @@ static void events(int *d_out, const int *d_in, const std::vector<int> &h)
     CHECK(cudaStreamDestroy(s2));
 }
 
-// What cannot be honoured is refused by name with CUDA's codes, and nothing runs.
-static void refusals(int *d_out, const int *d_in)
+// Cooperative launches run (grid-wide synchronization itself: tests/cuda/emu_coop.cu); beyond what can be resident
+// at once they are refused before anything runs.
+static void cooperative(int *d_out, const int *d_in, const std::vector<int> &h)
 {
+    int coop = -1, sms = 0, per_sm = 0;
+    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0));
+    OKC(coop == 1);
     CHECK(cudaMemset(d_out, 0x55, N * sizeof(int)));
     cudaLaunchAttribute a = attr(cudaLaunchAttributeCooperative);
     a.val.cooperative = 1;
-    EXPECT_ERR(launch_with(&a, 1, d_out, d_in, 0), cudaErrorNotSupported);
+    CHECK(launch_with(&a, 1, d_out, d_in, 0));
+    OKC(affine_ok(d_out, h));
     void *args[] = { &d_out, &d_in, nullptr, nullptr, nullptr };
     int ka = 3, kb = -7, n = N;
     args[2] = &ka;
     args[3] = &kb;
     args[4] = &n;
-    EXPECT_ERR(cudaLaunchCooperativeKernel((const void *)affine, dim3(1), dim3(128), args, 0, 0),
-               cudaErrorNotSupported);
-    int coop = -1;
-    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0));
-    OKC(coop == 0);                                         // and the device says so
-    a = attr(cudaLaunchAttributeClusterDimension);
+    CHECK(cudaMemset(d_out, 0x55, N * sizeof(int)));
+    CHECK(cudaLaunchCooperativeKernel((const void *)affine, dim3((N + 127) / 128), dim3(128), args, 0, 0));
+    OKC(affine_ok(d_out, h));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, affine, 128, 0));
+    EXPECT_ERR(cudaLaunchCooperativeKernel((const void *)affine, dim3(per_sm * sms + 1), dim3(128), args, 0, 0),
+               cudaErrorCooperativeLaunchTooLarge);
+    OKC(cudaGetLastError() == cudaErrorCooperativeLaunchTooLarge);
+}
+
+// What cannot be honoured is refused by name with CUDA's codes, and nothing runs.
+static void refusals(int *d_out, const int *d_in)
+{
+    CHECK(cudaMemset(d_out, 0x55, N * sizeof(int)));
+    cudaLaunchAttribute a = attr(cudaLaunchAttributeClusterDimension);
     a.val.clusterDim.x = 2;
     a.val.clusterDim.y = a.val.clusterDim.z = 1;
     EXPECT_ERR(launch_with(&a, 1, d_out, d_in, 0), cudaErrorNotSupported);
@@ -284,12 +299,18 @@ static void driver(int *d_out, const int *d_in, const std::vector<int> &h)
     OKC(affine_ok(d_out, h));
     a[0].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
     a[0].value.cooperative = 1;
-    OKC(cuLaunchKernelEx(&c, (CUfunction)k, args, nullptr) == CUDA_ERROR_NOT_SUPPORTED);
+    CHECK(cudaMemset(d_out, 0, N * sizeof(int)));
+    DCHECK(cuLaunchKernelEx(&c, (CUfunction)k, args, nullptr));
+    DCHECK(cuCtxSynchronize());
+    OKC(affine_ok(d_out, h));
     a[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     a[0].value.clusterDim.x = 2;
     a[0].value.clusterDim.y = a[0].value.clusterDim.z = 1;
     OKC(cuLaunchKernelEx(&c, (CUfunction)k, args, nullptr) == CUDA_ERROR_NOT_SUPPORTED);
-    OKC(cuLaunchCooperativeKernel((CUfunction)k, 1, 1, 1, 128, 1, 1, 0, nullptr, args) == CUDA_ERROR_NOT_SUPPORTED);
+    CHECK(cudaMemset(d_out, 0, N * sizeof(int)));
+    DCHECK(cuLaunchCooperativeKernel((CUfunction)k, (N + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, args));
+    DCHECK(cuCtxSynchronize());
+    OKC(affine_ok(d_out, h));
 }
 
 // thrust::sort with a comparator and cub::DeviceMergeSort: merge sorts, launched with cudaLaunchKernelExC.
@@ -361,6 +382,7 @@ int main()
     CHECK(cudaMemcpy(d_in, h.data(), N * sizeof(int), cudaMemcpyHostToDevice));
     hints(d_out, d_in, h);
     events(d_out, d_in, h);
+    cooperative(d_out, d_in, h);
     refusals(d_out, d_in);
     captured(d_out, d_in, h);
     driver(d_out, d_in, h);

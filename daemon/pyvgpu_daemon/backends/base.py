@@ -232,6 +232,12 @@ class DeviceContext(ABC):
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
         """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
 
+    def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        """A launch whose blocks are all resident at once (grid-wide synchronization works);
+        cudaErrorCooperativeLaunchTooLarge when the occupancy does not allow that."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cooperative launch")
+
     def tiny_launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                     block: tuple[int, int, int], shmem: int) -> bool:
         """Whether this launch (a LOOP op, with answers_on_loop) is certain to finish within microseconds whatever its
@@ -323,7 +329,8 @@ class DeviceContext(ABC):
 
     def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
         """(algorithms for this problem, 0 or 1; the workspace bytes it needs), the problem being LT_MATMUL's int
-        arguments (checked; workspace_size: the most the caller allows) and aligns the pointers' alignments."""
+        arguments (checked; workspace_size: the most the caller allows) and aligns the pointers' alignments. No
+        algorithm may also be BlasError(CUBLAS_STATUS_NOT_SUPPORTED) saying why."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
 
     def take_stdout(self) -> bytes:

@@ -594,6 +594,19 @@ class CudaContext(CudaArrays, DeviceContext):
             self.wait_scope)
         return b""  # device printf of a real GPU goes to the daemon's own stdout
 
+    def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        # cuLaunchCooperativeKernel takes no packed buffer: one pointer per parameter, into the client's buffer
+        drv = self.drv
+        arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
+        base = ctypes.addressof(arg_buf)
+        ptrs = (ctypes.c_void_p * max(len(kernel.params), 1))(*[base + off for off, _ in kernel.params])
+        s = self._stream(stream)
+        self.gpu_time.launch(self.turn, s, lambda keep=(arg_buf, ptrs): check(drv.cuLaunchCooperativeKernel(
+            kernel.handle, *grid, *block, shmem, s, ctypes.addressof(keep[1])),
+            f"cuLaunchCooperativeKernel({kernel.name})"), self.wait_scope)
+        return b""
+
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         # cudaFuncAttribute and CUfunction_attribute share their numbers (MaxDynamicSharedMemorySize = 8,
         # PreferredSharedMemoryCarveout = 9); the driver does the validation against this device.

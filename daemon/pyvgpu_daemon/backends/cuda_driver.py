@@ -36,7 +36,7 @@ ENTRY_POINTS = (
     "cuMemSetAccess", "cuMemGetAllocationGranularity",
     "cuModuleLoadData", "cuModuleUnload", "cuModuleGetGlobal", "cuModuleGetFunction", "cuModuleGetFunctionCount",
     "cuModuleEnumerateFunctions", "cuFuncGetName", "cuFuncLoad", "cuFuncGetParamCount", "cuFuncGetParamInfo",
-    "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel",
+    "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchCooperativeKernel",
     "cuStreamCreateWithPriority", "cuStreamDestroy", "cuStreamSynchronize", "cuStreamQuery", "cuStreamWaitEvent",
     "cuEventCreate", "cuEventDestroy", "cuEventRecord", "cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime",
     "cuArray3DCreate", "cuArrayDestroy", "cuTexObjectCreate", "cuTexObjectDestroy", "cuSurfObjectCreate",

@@ -100,7 +100,6 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
         "ConcurrentManagedAccess": 1,               # host and device may write different bytes of a page
         "ComputePreemptionSupported": 1,
         "CanUseHostPointerForRegisteredMem": 0,
-        "CooperativeLaunch": 0,
         "MaxSharedMemoryPerBlockOptin": lim.shared_per_block_optin,
         "CanFlushRemoteWrites": 0,
         "HostRegisterSupported": 0,
@@ -454,7 +453,8 @@ class EmuContext(EmuArrays, DeviceContext):
         return module.handle[0].tiny(kernel.handle, grid, block, shmem, self._dyn_max(kernel), self._limits[0])
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any,
+               cooperative: bool = False) -> bytes:
         dyn_max = self._dyn_max(kernel)
         emu_module = module.handle[0]
         t0 = time.perf_counter()
@@ -464,7 +464,7 @@ class EmuContext(EmuArrays, DeviceContext):
                                    peers=[p.mem for p in self.peers.values()] if self.peers else (),
                                    cancel=self._cancelled, printf_fifo=self._limits[1],
                                    stack_size=self._limits[0],  # cudaLimitStackSize
-                                   turn=self.turn)
+                                   turn=self.turn, cooperative=cooperative)
             if out.stdout or out.dropped:
                 self._stdout_dropped += out.dropped
                 self._append_stdout(self._fifo(out.stdout))
@@ -475,6 +475,10 @@ class EmuContext(EmuArrays, DeviceContext):
         if self.backend.slowdown > 1.0:
             self._stretch(kernel.name, (time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
         return b""
+
+    def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+        return self.launch(module, kernel, grid, block, shmem, params, stream, cooperative=True)
 
     STRETCH_STEP_S = 0.005
 

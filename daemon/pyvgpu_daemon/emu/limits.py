@@ -90,6 +90,32 @@ class EmuLimits:
     max_l2_fetch_granularity: int = 128      # cudaLimitMaxL2FetchGranularity maximum
     persisting_l2_bytes: int = 0             # no persisting L2 on the emulated device
 
+    def occupancy(self, threads: int, regs: int, shared: int, kernel_max_threads: int) -> int:
+        """cudaOccupancyMaxActiveBlocksPerMultiprocessor: the blocks of `threads` threads, `regs` registers per
+        thread and `shared` bytes of shared memory (static + dynamic) one multiprocessor holds at once (the
+        client's pv_occupancy computes the same from the device snapshot these limits fill)."""
+        if threads <= 0 or threads > min(kernel_max_threads, self.max_threads_per_block):
+            return 0
+        warps = -(-threads // self.warp_size)
+        n = min(self.max_threads_per_multiprocessor // (warps * self.warp_size), self.max_blocks_per_multiprocessor)
+        if regs > 0:
+            per_warp = -(-regs * self.warp_size // 256) * 256
+            n = min(n, self.regs_per_multiprocessor // (per_warp * warps))
+        if shared > 0:
+            n = min(n, self.shared_per_multiprocessor // shared)
+        return max(n, 0)
+
+    def check_cooperative(self, kernel: str, grid: Dim3, block: Dim3, *, regs: int, shared: int,
+                          kernel_max_threads: int) -> None:
+        """A cooperative launch's blocks must all be resident at once: at most the occupancy's blocks on every
+        multiprocessor (cudaErrorCooperativeLaunchTooLarge, as CUDA checks it)."""
+        blocks = grid[0] * grid[1] * grid[2]
+        per_sm = self.occupancy(block[0] * block[1] * block[2], regs, shared, kernel_max_threads)
+        if blocks > per_sm * self.multiprocessors:
+            raise CudaError("cudaErrorCooperativeLaunchTooLarge",
+                            f"{kernel}: {blocks} blocks of a cooperative launch, at most {per_sm} per multiprocessor "
+                            f"x {self.multiprocessors} multiprocessors can be resident at once")
+
     def check_launch(self, kernel: str, grid: Dim3, block: Dim3, shmem: int, *, kernel_max_threads: int,
                      static_shared: int, max_dynamic_shared: int | None = None) -> None:
         """CUDA's launch-configuration errors, in the order a launch meets them: the device's dimensions

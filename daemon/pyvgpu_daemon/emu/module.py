@@ -20,6 +20,7 @@ which the daemon logs on one line with the session and device.
 """
 from __future__ import annotations
 
+import struct
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ _MAX_PLANS = 16     # launch configurations kept per module (LaunchPlan: small c
 TRANSLATION_BYTES_PER_INSTRUCTION = 6 << 10
 TRANSLATION_PEAK_PER_INSTRUCTION = 28 << 10
 INDEX_BYTES_PER_FUNCTION = 16 << 10
+_GRID_WORKSPACE = struct.Struct("<II")     # cooperative_groups' grid_workspace: wsSize, barrier
 
 
 @dataclass
@@ -256,7 +258,7 @@ class EmuModule:
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
                cancel: threading.Event | None = None, printf_fifo: int = 1 << 20,
-               stack_size: int | None = None, turn=None) -> LaunchOutput:
+               stack_size: int | None = None, turn=None, cooperative: bool = False) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
         (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
         texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
@@ -264,13 +266,15 @@ class EmuModule:
         gone), the launch stops with cudaErrorLaunchTimeout at its next check. `printf_fifo`:
         cudaLimitPrintfFifoSize; printf output past it is dropped (LaunchOutput.dropped counts it). `stack_size`:
         the context's cudaLimitStackSize (None: CUDA's default). `turn`: the session's turn on the device
-        (backends.base.DeviceTurn): the launch pauses between steps while other sessions have theirs."""
-        key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size)
+        (backends.base.DeviceTurn): the launch pauses between steps while other sessions have theirs.
+        `cooperative`: cudaLaunchCooperativeKernel: every block resident at once (cudaErrorCooperativeLaunchTooLarge
+        beyond the occupancy), a grid workspace for grid-wide synchronization."""
+        key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size, cooperative)
         plan = self._plans.get(key)
         if plan is not None:
             self.budget.touch((id(self), kernel))
         else:
-            plan = self._plan(kernel, grid, block, shmem, max_dynamic_shared, stack_size)
+            plan = self._plan(kernel, grid, block, shmem, max_dynamic_shared, stack_size, cooperative)
             if len(self._plans) >= _MAX_PLANS:
                 del self._plans[next(iter(self._plans))]       # the oldest: a few configurations repeat
             self._plans[key] = plan
@@ -279,8 +283,13 @@ class EmuModule:
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs "
                             f"{plan.kernel.layout.param_size} B")
         self._launches += 1
+        workspace = 0
+        if plan.cooperative:                  # cooperative_groups' grid_workspace: {wsSize = 8, barrier = 0}
+            workspace = self.memory.alloc(_GRID_WORKSPACE.size)
+            self.memory.write(workspace, _GRID_WORKSPACE.pack(_GRID_WORKSPACE.size, 0))
         run = Launch(plan, self.memory, self._symbols, params, self.limits, grid_id=self._launches,
-                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo, turn=turn)
+                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo, turn=turn,
+                     workspace=workspace)
         try:
             return LaunchOutput(run.run(), run.stdout_dropped)
         except CudaError:
@@ -289,24 +298,33 @@ class EmuModule:
             err = CudaError("cudaErrorLaunchFailure", f"{kernel}: internal emulator error: {_describe(e)}")
             err.stdout = bytes(run.stdout)
             raise err from e
+        finally:
+            if workspace:
+                self.memory.free(workspace)
 
     def tiny(self, kernel: str, grid, block, shmem: int, max_dynamic_shared: int | None = None,
              stack_size: int | None = None) -> bool:
         """Whether a launch with these arguments is certain to be short (LaunchPlan.tiny; False for a configuration
         not launched yet)."""
-        plan = self._plans.get((kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size))
+        plan = self._plans.get((kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size, False))
         return plan is not None and plan.tiny
 
     def _plan(self, kernel: str, grid, block, shmem: int, max_dynamic_shared: int | None,
-              stack_size: int | None) -> LaunchPlan:
-        """A validated launch configuration (EmuLimits.check_launch); raises its CUDA error otherwise."""
+              stack_size: int | None, cooperative: bool = False) -> LaunchPlan:
+        """A validated launch configuration (EmuLimits.check_launch, and check_cooperative for a cooperative one);
+        raises its CUDA error otherwise."""
         k = self.kernel(kernel)
         grid = tuple(int(x) for x in grid)
         block = tuple(int(x) for x in block)
         self.limits.check_launch(kernel, grid, block, shmem,
                                  kernel_max_threads=self.kernels[kernel].attrs["max_threads_per_block"],
                                  static_shared=k.layout.static_shared, max_dynamic_shared=max_dynamic_shared)
-        return LaunchPlan(k, grid, block, shmem, self.limits, stack_size)
+        if cooperative:
+            info = self.kernels[kernel].attrs
+            self.limits.check_cooperative(kernel, grid, block, regs=info["num_regs"],
+                                          shared=k.layout.static_shared + shmem,
+                                          kernel_max_threads=info["max_threads_per_block"])
+        return LaunchPlan(k, grid, block, shmem, self.limits, stack_size, cooperative)
 
 
 def _ptx_text(image: bytes, sm: int, limits: EmuLimits) -> str:

@@ -345,16 +345,21 @@ def module_unload(c: Call, module_id: int) -> None:
     log.info("%s: module %d unloaded", c.session.tag(st.ordinal), module_id)
 
 
-@handler("LAUNCH")
-def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-           stream: Any) -> None:
-    module, kernel = func
+def check_params(c: Call, kernel: Any) -> None:
+    """A launch's parameter buffer (the payload): at most MAX_PARAM_BYTES, at least what the layout needs."""
     if len(c.payload) > MAX_PARAM_BYTES:
         raise CudaError("cudaErrorInvalidValue", f"parameter buffer of {len(c.payload)} bytes")
     need = kernel.param_bytes
     if len(c.payload) < need:
         raise CudaError("cudaErrorInvalidValue",
                         f"kernel {kernel.name}: parameter buffer has {len(c.payload)} bytes, layout needs {need}")
+
+
+@handler("LAUNCH")
+def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+           stream: Any) -> None:
+    module, kernel = func
+    check_params(c, kernel)
     c.ctx.launch(module, kernel, grid, block, shmem, c.payload, stream)
 
 
@@ -513,6 +518,7 @@ from pyvgpu_daemon.handlers import blaslt  # noqa: E402,F401  (registers cuBLASL
 # The handlers of the runtime-feature ops (300-399) live in their own modules; importing them registers them.
 from pyvgpu_daemon.handlers import array, coherence, graph, managed, peer  # noqa: E402,F401
 from pyvgpu_daemon.handlers import vmm  # noqa: E402,F401  (registers the virtual memory management ops)
+from pyvgpu_daemon.handlers import emufeat  # noqa: E402,F401  (the emulator features' ops, 380-399)
 
 # Every device op of the spec has exactly one handler (checked at import so a new op cannot be forgotten).
 _device_ops = {op.name for op in OPS if op.device}

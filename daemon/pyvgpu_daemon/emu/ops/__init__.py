@@ -14,6 +14,9 @@ Families (one module each):
 - half.py: f16/bf16/f16x2/bf16x2 add sub mul fma (.rn .ftz .sat .relu) neg abs min max, ex2/tanh .approx.
 - compare.py: setp (every comparison incl. unordered, num, nan; p|q; .and/.or/.xor with a predicate source; .ftz;
   f16x2 per half) set (integer masks / 1.0) selp.
+- video.py: the scalar (vadd vsub vabsdiff vmin vmax vshl vshr vmad vset) and SIMD (vadd2/4 vsub2/4 vavrg2/4
+  vabsdiff2/4 vmin2/4 vmax2/4 vset2/4) video instructions with their operand selectors, .sat, secondary
+  operations and merges.
 - convert.py: cvt int<->int (.sat), float->int (.rni .rzi .rmi .rpi, saturating, NaN -> 0), int->float (.rn .rz .rm
   .rp), float<->float (f16 bf16 f32 f64, .ftz .sat .relu, same-type .rni...), cvt.rn{.relu}.{f16x2,bf16x2}.f32.
 
@@ -40,7 +43,7 @@ from typing import Callable
 
 from ...errors import CudaError
 from ..ptx import ir
-from . import bits, compare, convert, floating, half, integer
+from . import bits, compare, convert, floating, half, integer, video
 from .common import AluOp, Unsupported
 
 __all__ = ["AluOp", "build_alu", "is_alu", "ALU_OPCODES"]
@@ -133,6 +136,7 @@ _BUILDERS: dict[str, Callable[[ir.Instr], AluOp]] = {
     "set": compare.build_set,
     "selp": compare.build_selp,
     "cvt": convert.build_cvt,
+    **{op: video.build_video for op in video.VIDEO_OPCODES},
 }
 
 ALU_OPCODES = frozenset(_BUILDERS)

@@ -64,6 +64,10 @@ class Instr:
     text: str = ""                        # the source text, for error messages
     proto: str | None = None              # indirect call: the .callprototype / .calltargets label it names
     meta: object = None                   # the translator's annotations of its pseudo-instructions (inline.py)
+    # Video instructions (vadd, vadd2, vmad, ...): each operand's selector in operand order (destinations, then
+    # sources): 'b0', 'h1', 'h10', 'b3210', ... or '' for none, a leading '-' for a negated operand (vmad);
+    # `%r2.b0` is Reg('%r2') with selector 'b0'. Empty for every other instruction.
+    sel: tuple[str, ...] = ()
 
     @property
     def types(self) -> tuple[str, ...]:

@@ -40,6 +40,11 @@ sust szext tanh testp tex tld4 trap txq vabsdiff vabsdiff2 vabsdiff4 vadd vadd2 
 vmax2 vmax4 vmin vmin2 vmin4 vote vset vset2 vset4 vshl vshr vsub vsub2 vsub4 wgmma wmma xor tcgen05 clusterlaunchcontrol
 """.split())
 
+# The video instructions: their operands carry selectors (`%r1.b0`, `%r2.h10`) and vmad's may be negated.
+VIDEO_OPCODES = frozenset("vadd vsub vabsdiff vmin vmax vshl vshr vmad vset vadd2 vsub2 vavrg2 vabsdiff2 vmin2 "
+                          "vmax2 vset2 vadd4 vsub4 vavrg4 vabsdiff4 vmin4 vmax4 vset4".split())
+_VIDEO_SEL = re.compile(r"b[0-3]|h[01]|h[0-3]{1,2}|b[0-7]{1,4}")
+
 # Opcodes whose first operand is not a destination.
 _NO_DST = frozenset("st bra brx ret exit membar fence red call nanosleep trap brkpt prefetch prefetchu pmevent "
                     "sust sured cp discard applypriority stackrestore griddepcontrol setmaxnreg mbarrier "
@@ -570,6 +575,8 @@ class _Parser:
         ops: list[list[ir.Operand]] = []
         if opcode == "call":
             return self.call(opcode, mods, guard, line, lookup)
+        if opcode in VIDEO_OPCODES:
+            return self.video(opcode, mods, guard, line, lookup, op_tok.text)
         if not self.accept(";"):
             while True:
                 group = [self.operand(lookup)]
@@ -592,6 +599,33 @@ class _Parser:
         if len(dsts) > 1 and opcode not in ("setp", "shfl", "set", "match", "elect"):
             raise _err(line, f"unexpected '|' in {op_tok.text}")
         return ir.Instr(opcode, mods, list(dsts), list(srcs), guard, line, op_tok.text)
+
+    def video(self, opcode, mods, guard, line, lookup, text) -> ir.Instr:
+        """A video instruction: `d{.dsel}, {-}a{.asel}, {-}b{.bsel}{, {-}c}` with each operand's selector (and
+        negation) in Instr.sel."""
+        ops: list[ir.Operand] = []
+        sels: list[str] = []
+        while True:
+            t = self.peek()
+            neg = t is not None and t.text == "-" and self.peek(1) is not None and self.peek(1).kind == "id"
+            if neg:
+                self.next()
+                t = self.peek()
+            base, _, sel = t.text.partition(".") if t is not None and t.kind == "id" else ("", "", "")
+            if sel and lookup(t.text) is None and lookup(base) is not None:
+                if not _VIDEO_SEL.fullmatch(sel):
+                    raise _err(line, f"bad operand selector {t.text!r} of {text}")
+                self.next()
+                o: ir.Operand = ir.Reg(lookup(base))
+            else:
+                sel = ""
+                o = self.operand(lookup)
+            ops.append(o)
+            sels.append(("-" if neg else "") + sel)
+            if self.accept(";"):
+                break
+            self.expect(",")
+        return ir.Instr(opcode, mods, ops[:1], ops[1:], guard, line, text, sel=tuple(sels))
 
     def call(self, opcode, mods, guard, line, lookup) -> ir.Instr:
         """`call (rets), f, (args);` directly, or `call (rets), %reg, (args), proto;` through a register, where

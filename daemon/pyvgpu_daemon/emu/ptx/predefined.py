@@ -5,7 +5,8 @@ The parser turns WARP_SZ into the immediate 32; the code generator reads special
 ChunkAPI.special, which returns a lane vector of the register's type here (runtime/special.py computes them).
 Values on the emulated sm_75 device (no clusters, no performance counters, no driver environment registers):
 every CTA is a cluster of one (%clusterid = %ctaid, %cluster_ctaid = 0, %cluster_nctaid = 1, ranks 0 of 1,
-%is_explicit_cluster false), %pm*/%envreg* are 0, no shared memory is reserved (%reserved_smem_offset_* 0),
+%is_explicit_cluster false), %pm* are 0, %envreg* 0 but for %envreg1:%envreg2 of a cooperative launch (the grid
+workspace's address, runtime/special.py), no shared memory is reserved (%reserved_smem_offset_* 0),
 %aggr_smem_size = %total_smem_size, %current_graph_exec 0.
 """
 from __future__ import annotations

@@ -61,9 +61,10 @@ class LaunchPlan:
     validates and sets up nothing again: it packs its parameters and runs (bench/README.md, "P2")."""
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
-                 "per", "threads", "native", "bounded", "best")
+                 "per", "threads", "native", "bounded", "best", "cooperative")
 
-    def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None):
+    def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
+                 cooperative: bool = False):
         self.kernel = kernel
         self.grid = tuple(int(x) for x in grid)
         self.block = tuple(int(x) for x in block)
@@ -81,9 +82,19 @@ class LaunchPlan:
         self.geo: dict = {}                   # ncta -> geometry, chunks of at most _PLAN_GEO_LANES lanes only
         self.best: float | None = None        # seconds the fastest completed launch took (None: none completed)
         self.sizes = [len(b.instrs) + 1 for b in kernel.blocks]      # vector instructions per block step
-        # CTAs per chunk, and how many chunks run at once
+        # CTAs per chunk, and how many chunks run at once. A cooperative launch is one chunk: its CTAs wait for each
+        # other at grid-wide barriers, so all of them must be scheduled together (EmuLimits.check_cooperative
+        # bounds them by the occupancy, as on a GPU).
+        self.cooperative = cooperative
         per = max(1, limits.lanes_per_chunk // self.ctasize)
         self.per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
+        if cooperative:
+            if self.ncta * self.ctasize * self.frame > _MAX_CHUNK_LOCAL:
+                raise CudaError("cudaErrorLaunchOutOfResources",
+                                f"{kernel.name}: a cooperative launch runs its {self.ncta} blocks together, and their "
+                                f"local memory ({self.frame} B per thread) exceeds the emulator's "
+                                f"{_MAX_CHUNK_LOCAL >> 20} MiB")
+            self.per = self.ncta
         nchunks = -(-self.ncta // self.per)
         self.threads = min(limits.threads, nchunks) if kernel.independent_ctas else 1
         # the block code every chunk binds: native when built ("on": built at the first launch; "auto", for
@@ -134,8 +145,12 @@ class LaunchPlan:
 class Launch:
     def __init__(self, plan: LaunchPlan, mem, symbols, params: bytes, limits: EmuLimits,
                  grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
-                 printf_fifo: int = 1 << 20, turn=None):
+                 printf_fifo: int = 1 << 20, turn=None, workspace: int = 0):
         self.plan = plan
+        # A cooperative launch's grid workspace (cooperative_groups' grid_workspace {wsSize, barrier} in device
+        # memory): its address is what %envreg1:%envreg2 give, the pointer cg::this_grid().sync() arrives at; 0 for a
+        # plain launch (a grid sync there traps, as on a GPU).
+        self.workspace = workspace
         self.kernel = plan.kernel
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to

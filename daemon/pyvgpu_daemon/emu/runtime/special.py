@@ -6,7 +6,8 @@ and cached: with the chunk geometry of the launch configuration (LaunchPlan) whe
 of that size in every launch of it (%tid, %laneid, ...), per chunk when they depend on its CTAs or on the launch
 (%ctaid, %clusterid, %smid, %gridid). Clocks are
 never cached: %clock/%clock64 advance with the launch's executed-instruction count and with every read,
-%globaltimer is the host's time in ns. %smid is cta % multiprocessors.
+%globaltimer is the host's time in ns. %smid is cta % multiprocessors. %envreg1:%envreg2 are the address of a
+cooperative launch's grid workspace (Launch.workspace; 0 otherwise), the other %envreg 0.
 
 Uses the chunk state described in chunk.py (launch, T, cta0, lin_in_cta, cta_local, laneid, shared_size).
 """
@@ -22,7 +23,7 @@ from ..ptx.predefined import CLOCKS, SPECIAL_REGISTERS
 
 # Values that differ between chunks, or between launches of one LaunchPlan (%gridid): not kept in its geometry.
 _PER_CHUNK = frozenset({"%ctaid.x", "%ctaid.y", "%ctaid.z", "%clusterid.x", "%clusterid.y", "%clusterid.z",
-                        "%smid", "%gridid"})
+                        "%smid", "%gridid", "%envreg1", "%envreg2"})
 _DTYPE = {"u32": np.uint32, "u64": np.uint64, "pred": np.bool_}
 
 
@@ -67,6 +68,8 @@ class SpecialRegisters:
             return self._index("%nctaid." + name[-1])
         if name.startswith(("%cluster_nctaid.", "%cluster_nctarank")):
             return 1                # every CTA is a cluster of one
+        if name in ("%envreg1", "%envreg2"):    # the grid workspace of a cooperative launch: high, low word
+            return (L.workspace >> 32) if name == "%envreg1" else L.workspace & 0xFFFFFFFF
         constant = {"%nwarpid": 32, "%nsmid": L.sm_count, "%gridid": L.grid_id,
                     "%dynamic_smem_size": L.dyn_shared, "%total_smem_size": self.shared_size,
                     "%aggr_smem_size": self.shared_size}

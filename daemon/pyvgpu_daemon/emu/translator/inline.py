@@ -282,7 +282,7 @@ class _Inliner:
             self.body.append(self._brx(ins, fn, scope, guard))
             return
         self.body.append(ir.Instr(ins.opcode, ins.mods, [rn(d) for d in ins.dsts], [rn(s) for s in ins.srcs],
-                                  guard, ins.line, ins.text))
+                                  guard, ins.line, ins.text, sel=ins.sel))
 
     @staticmethod
     def _brx(ins: ir.Instr, fn: ir.Function, scope: _Scope, guard) -> ir.Instr:
