@@ -161,6 +161,14 @@ def test_a_kernel_is_translated_at_its_first_launch_only():
     assert mod.kernels["second"].attrs["max_threads_per_block"] == 128
 
 
+def refused_at_load(src: str, says: str, statement: str) -> None:
+    """Loading `src` fails with cudaErrorInvalidPtx saying `says` and naming the line of `statement`."""
+    with pytest.raises(CudaError) as e:
+        load(src)
+    line = src.splitlines().index(statement) + 1
+    assert e.value.code == 218 and says in e.value.message and f"line {line}" in e.value.message
+
+
 def test_an_instruction_the_emulator_lacks_is_refused_at_load_in_a_kernel_never_launched():
     bad = MIXED + """
 .visible .entry third(.param .u64 out)
@@ -171,25 +179,17 @@ def test_an_instruction_the_emulator_lacks_is_refused_at_load_in_a_kernel_never_
   ret;
 }
 """
-    with pytest.raises(CudaError) as e:
-        load(bad)
-    line = bad.splitlines().index("  add.cc.u32 %r2, %r1, 1;") + 1
-    assert e.value.code == 218 and "add.cc.u32" in e.value.message and f"line {line}" in e.value.message
+    refused_at_load(bad, "add.cc.u32", "  add.cc.u32 %r2, %r1, 1;")
 
 
 def test_every_barrier_is_checked_at_load_not_only_the_first():
     bad = MIXED.replace("  ret;\n}\n\n.visible .entry second", "  bar.sync 16;\n  ret;\n}\n\n.visible .entry second")
-    with pytest.raises(CudaError) as e:
-        load(bad)
-    line = bad.splitlines().index("  bar.sync 16;") + 1
-    assert e.value.code == 218 and "barrier id 16" in e.value.message and f"line {line}" in e.value.message
+    refused_at_load(bad, "barrier id 16", "  bar.sync 16;")
 
 
 def test_an_unknown_instruction_is_refused_at_load_naming_it():
     bad = MIXED.replace("  shl.b32 %r4, %r1, 2;\n  st.shared", "  frobnicate.b32 %r4, %r1;\n  st.shared")
-    with pytest.raises(CudaError) as e:
-        load(bad)
-    assert e.value.code == 218 and "unknown instruction 'frobnicate.b32'" in e.value.message
+    refused_at_load(bad, "unknown instruction 'frobnicate.b32'", "  frobnicate.b32 %r4, %r1;")
 
 
 def test_what_depends_on_operands_is_refused_at_the_first_launch_and_every_later_one():

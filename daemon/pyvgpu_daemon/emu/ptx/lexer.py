@@ -80,6 +80,8 @@ def _append(out: list[Token], kind: str, text: str, line: int, start: int) -> No
 
 def tokenize(src: str, start: int = 0, end: int | None = None, line: int = 1) -> list[Token]:
     """Every token of src[start:end]; `line` is the line number at `start`."""
+    # Lexer.more's loop without its per-token return: folded into `more` (a flag to read on), tokenizing 3 MB of
+    # CuPy's CUB PTX took 5% longer (1.77 -> 1.86 s, median of 7), and this is the loop each first launch runs.
     out: list[Token] = []
     pos = start
     n = len(src) if end is None else end
