@@ -25,9 +25,9 @@ from typing import Any
 
 from pyvgpu import auth, protocol, wire
 from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
-                             HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
-                             NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
-                             RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpSpec)
+                             HELLO_COMPRESS, HELLO_CONTROL, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES,
+                             HELLO_REPLY_SESSION, NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION,
+                             RATE_REPORT_CHANGE, RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpSpec)
 from pyvgpu_daemon import compress, fastpath, lent
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers import control, lease  # noqa: F401 (lease registers LEASE_*)
@@ -272,10 +272,15 @@ class Server:
                 msg = "authentication failed: missing or wrong token proof"
                 await self._reply_and_close(stream, req.req_id, ERR_AUTH, msg)
                 raise SessionEnd(msg)
-        if len(self.sessions) >= self.bounds.max_sessions:
-            msg = f"daemon busy: {len(self.sessions)} sessions open (--max-sessions {self.bounds.max_sessions})"
-            await self._reply_and_close(stream, req.req_id, ERR_UNAVAILABLE, msg)
-            raise SessionEnd(msg)
+        control = sum(1 for s in self.sessions.values() if s.control_only)
+        if len(self.sessions) - control >= self.bounds.max_sessions:
+            # a status or lease query still gets in while the sessions are all open: one of a few slots of its own
+            if hello.fields.get(HELLO_CONTROL) is not True or control >= self.bounds.control_slots:
+                msg = (f"daemon busy: {len(self.sessions) - control} sessions open "
+                       f"(--max-sessions {self.bounds.max_sessions})")
+                await self._reply_and_close(stream, req.req_id, ERR_UNAVAILABLE, msg)
+                raise SessionEnd(msg)
+            session.control_only = True
         va_base = VA_WINDOW_BYTES if hello.va_base is None else hello.va_base
         if va_base <= 0 or va_base % 4096 or va_base + len(self._devices) * VA_WINDOW_BYTES > (1 << 64):
             msg = f"bad va_base {va_base!r}"
@@ -549,6 +554,11 @@ class Server:
     def _dispatch(self, link: Link, spec: OpSpec, req: wire.Request, payload: Any, nbytes: int, need: int) -> None:
         session, stream = link.session, link.stream
         dev = req.args[0]
+        if session.control_only:
+            self._abort(link, f"{spec.name} from a control session (HELLO_CONTROL: admitted while --max-sessions "
+                              "sessions are open, for the daemon's own ops only)")
+            self._release_oversize(link)
+            return
         if type(dev) is not int or not 0 <= dev < len(self._devices):      # type(): a bool is not a device
             # No device to latch an asynchronous failure on: answer it when asked, drop it (logged) otherwise.
             log.info("%s: %s on invalid device %r", session.tag(), spec.name, dev)
