@@ -118,7 +118,10 @@ int main() {
         print_avail("static_user", (const void *)static_user, 128, nb);
 
     CHECK(cudaFuncSetAttribute(dyn_user, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CHECK(cudaFuncSetAttribute(static_user, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 5000));
+    cudaFuncAttributes sfa;
+    CHECK(cudaFuncGetAttributes(&sfa, static_user));   // 5000 bytes declared; a real GPU's cubin may align more
+    CHECK(cudaFuncSetAttribute(static_user, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - (int)sfa.sharedSizeBytes));
     printf("OPTIN\n");
     print_func("dyn_user", (const void *)dyn_user);
     for (int block : { 128, 1024 })
