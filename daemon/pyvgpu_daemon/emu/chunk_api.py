@@ -150,6 +150,15 @@ class ChunkAPI(ABC):
         """__assertfail: print CUDA's assertion message per failing lane, then raise cudaErrorAssert."""
 
     @abstractmethod
+    def malloc(self, offs: list[int], sel) -> np.ndarray:
+        """Device malloc (one offset: the size) or __nv_aligned_device_malloc (size, alignment) from the launch's
+        heap: the pointers (0 where the heap has no room), as uint64 per lane."""
+
+    @abstractmethod
+    def free(self, off: int, sel) -> None:
+        """Device free of the pointer at local offset `off` (NULL: nothing)."""
+
+    @abstractmethod
     def trap(self, sel, line: int) -> None:
         """trap / brkpt executed by any selected lane: cudaErrorLaunchFailure."""
 

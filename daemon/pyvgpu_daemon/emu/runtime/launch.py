@@ -145,12 +145,13 @@ class LaunchPlan:
 class Launch:
     def __init__(self, plan: LaunchPlan, mem, symbols, params: bytes, limits: EmuLimits,
                  grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
-                 printf_fifo: int = 1 << 20, turn=None, workspace: int = 0):
+                 printf_fifo: int = 1 << 20, turn=None, workspace: int = 0, heap=None):
         self.plan = plan
         # A cooperative launch's grid workspace (cooperative_groups' grid_workspace {wsSize, barrier} in device
         # memory): its address is what %envreg1:%envreg2 give, the pointer cg::this_grid().sync() arrives at; 0 for a
         # plain launch (a grid sync there traps, as on a GPU).
         self.workspace = workspace
+        self.heap = heap                      # the context's DeviceHeap (device malloc/free) or None
         self.kernel = plan.kernel
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to

@@ -4,8 +4,8 @@ ALU instructions (ops/, `build_alu`) become one call of their pure NumPy functio
 others are emitted here, one function per opcode family (EMITTERS): mov (with vector pack/unpack), cvta,
 isspacep, ld/ldu/st (every state space; kernel parameters are read from the launch buffer, call-sequence .param
 variables live in the local frame), atom/red (operation and type checked against ops/atomic.py), the memory
-hints that are no-ops on the emulator (membar, fence, prefetch, ...), trap/brkpt, and calls to the two system
-functions nvcc emits (vprintf, __assertfail), and the texture and surface instructions (translator/textures.py).
+hints that are no-ops on the emulator (membar, fence, prefetch, ...), trap/brkpt, and calls to the system
+functions nvcc emits (vprintf, __assertfail, malloc, free), and the texture and surface instructions (translator/textures.py).
 Anything else is cudaErrorInvalidPtx naming it and its line.
 """
 from __future__ import annotations
@@ -281,6 +281,10 @@ def _trap(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     lines.append(f"{g.rt('trap')}({sel}, {ins.line})")
 
 
+# Device heap calls (runtime/calls.py): the function nvcc calls and its argument count (new/delete lower to these).
+MALLOCS = {"malloc": 1, "__cuda_syscall_aligned_malloc": 2}
+
+
 def _call(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     target = ins.srcs[0].name
     args = ins.srcs[1:]
@@ -298,6 +302,19 @@ def _call(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
             kind, expr, off = g.address(ir.Addr(ins.dsts[0]), ins)
             a = expr if kind == "frame" else "None"
             lines.append(f"{g.rt('store')}('local', {a}, {off}, {g.const(np.int32)}, [_n], {sel})")
+        return
+    if target in MALLOCS:
+        if len(args) != MALLOCS[target] or len(ins.dsts) != 1:
+            raise err_ptx(ins, f"{target} takes {MALLOCS[target]} arguments and returns a pointer")
+        kind, expr, off = g.address(ir.Addr(ins.dsts[0]), ins)
+        a = expr if kind == "frame" else "None"
+        lines.append(f"_p = {g.rt('malloc')}([{', '.join(offs)}], {sel})")
+        lines.append(f"{g.rt('store')}('local', {a}, {off}, {g.const(np.uint64)}, [_p], {sel})")
+        return
+    if target == "free":
+        if len(args) != 1:
+            raise err_ptx(ins, "free takes 1 argument")
+        lines.append(f"{g.rt('free')}({offs[0]}, {sel})")
         return
     if target == "__assertfail":
         if len(args) != 5:
