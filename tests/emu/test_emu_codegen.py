@@ -19,7 +19,8 @@ from pyvgpu_daemon.emu.translator.codegen import NAMESPACE, Codegen
 
 # One kernel that makes the generator use every kind of chunk access: special registers (cached and clocks),
 # parameters, loads, stores, atomics, isspacep, barriers with a thread count, bar.red, every warp operation,
-# printf, malloc and free, assert and trap, texture and surface instructions (the last three behind predicates that are never true).
+# printf, malloc and free, assert and trap, texture, surface and warp matrix instructions (trap and the last three
+# behind predicates that are never true).
 PTX = r"""
 .version 9.0
 .target sm_75
@@ -106,6 +107,9 @@ DONE:
   txq.width.b32 %r12, [%rd1];
   suld.b.2d.b32.trap {%r13}, [%rd1, {%r1, %r1}];
   sust.b.2d.b32.trap [%rd1, {%r1, %r1}], {%r13};
+  wmma.load.a.sync.aligned.row.m16n16k16.global.s8 {%r14, %r15}, [%rd1], 16;
+  wmma.mma.sync.aligned.row.row.m16n16k16.s32.s8.s8.s32 {%r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19}, {%r14, %r15}, {%r14, %r15}, {%r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19};
+  wmma.store.d.sync.aligned.row.m16n16k16.global.s32 [%rd1], {%r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19}, 16;
 NOTEX:
   @!%p5 bra END;
   {

@@ -5,7 +5,8 @@ others are emitted here, one function per opcode family (EMITTERS): mov (with ve
 isspacep, ld/ldu/st (every state space; kernel parameters are read from the launch buffer, call-sequence .param
 variables live in the local frame), atom/red (operation and type checked against ops/atomic.py), the memory
 hints that are no-ops on the emulator (membar, fence, prefetch, ...), trap/brkpt, and calls to the system
-functions nvcc emits (vprintf, __assertfail, malloc, free), and the texture and surface instructions (translator/textures.py).
+functions nvcc emits (vprintf, __assertfail, malloc, free), the texture and surface instructions (translator/textures.py)
+and wmma.load/store (translator/matrix.py).
 Anything else is cudaErrorInvalidPtx naming it and its line.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..ptx import ir
 from ..ptx.types import BITS, UINT
 from .codegen import Codegen, err_ptx
 from .textures import EMITTERS as TEXTURE_EMITTERS
+from .matrix import emit_wmma_memory
 
 _LDST_MODS = {"ca", "cg", "cs", "lu", "cv", "nc", "wb", "wt", "volatile", "relaxed", "acquire", "release", "weak",
               "cta", "gpu", "sys", "cluster", "mmio", "L1::evict_normal", "L1::evict_unchanged",
@@ -349,4 +351,5 @@ EMITTERS = {
     "red": _red, "trap": _trap, "brkpt": _trap, "call": _call, "oreturn": _oreturn,
     **{op: _noop for op in ("membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard")},
     **TEXTURE_EMITTERS,
+    "wmma": emit_wmma_memory,
 }
