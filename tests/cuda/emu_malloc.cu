@@ -76,7 +76,7 @@ __global__ void exhaust(int *count, int *again) {
     int n = 0;
     while (n < 64 && (blocks[n] = malloc(64 << 10)) != nullptr) n++;
     *count = n;
-    void *big = malloc(2 << 20);            // larger than the whole heap
+    void *big = malloc(256 << 20);          // far beyond the heap (a driver may grant more than was asked)
     for (int i = 0; i < n; i++) free(blocks[i]);
     void *p = malloc(64 << 10);
     *again = (p != nullptr) + 2 * (big == nullptr);
@@ -155,8 +155,9 @@ int main() {
     exhaust<<<1, 1>>>(cnt, cnt + 1);
     int hc[2];
     CHECK(cudaMemcpy(hc, cnt, sizeof hc, cudaMemcpyDeviceToHost));
-    // a 1 MiB heap holds at most 16 blocks of 64 KiB (fewer with the allocator's own overhead), and some
-    EXPECT(hc[0] >= 8 && hc[0] <= 16);
+    // the heap runs out: a 1 MiB heap holds about 16 blocks of 64 KiB (the driver may round the heap up and its
+    // allocator has overhead; the emulator's exact count is tests/emu/test_emu_device_heap.py's)
+    EXPECT(hc[0] >= 4 && hc[0] < 64);
     EXPECT(hc[1] == 3);
 
     void **lp, *hlp = nullptr;

@@ -17,7 +17,7 @@ from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.errors import CudaError, code_of
 
-FILL, CONSUME = "_Z4fillPPiPj", "_Z7consumePPiPx"
+FILL, CONSUME, EXHAUST = "_Z4fillPPiPj", "_Z7consumePPiPx", "_Z7exhaustPiS_"
 MIB = 1 << 20
 
 
@@ -97,6 +97,10 @@ def test_heap_of_an_emulated_context():
         sums = ctx.malloc(8 * 96)
         ctx.launch(mod, k[CONSUME], (3, 1, 1), (32, 1, 1), 0, struct.pack("<QQ", table, sums), None)
         assert ctx.heap.live_bytes() == 0
+        # the whole 2 MiB heap is 32 blocks of 64 KiB, then NULL; after their free one fits again
+        cnt = ctx.malloc(8)
+        ctx.launch(mod, k[EXHAUST], (1, 1, 1), (1, 1, 1), 0, struct.pack("<QQ", cnt, cnt + 4), None)
+        assert struct.unpack("<ii", ctx.memcpy_dtoh(cnt, 8, None)) == (32, 3)
         # a free of a pointer malloc never returned stops the launch
         ctx.memcpy_htod(table, struct.pack("<Q", ctx.heap.base + GUARD + 8) + b"\0" * 8 * 95, None)
         with pytest.raises(CudaError) as e:
