@@ -66,6 +66,7 @@ def _functions() -> list[str]:
     out = _bool_fn("epi_known", L.epi_known, epis)
     out += _bool_fn("epi_bias_in", L.epi_bias_in, epis)
     out += _bool_fn("epi_bias_out", L.epi_bias_out, epis)
+    out += _bool_fn("epi_bgrad", L.epi_bgrad, epis)
     out += _bool_fn("epi_aux", L.epi_aux, epis)
     out += ["static inline int64_t pvb_multiple_of(int64_t x, int64_t q) { return x >= 0 && x % q == 0; }", ""]
     return out

@@ -366,6 +366,11 @@ def epi_bias_out(e: int) -> int:
     return {"rows": 1, "a": 1, "b": 2}.get(_epi(e, "bias"), 0)
 
 
+def epi_bgrad(e: int) -> int:
+    """The epilogue is a bias gradient of an operand: 1 of A (BGRADA), 2 of B (BGRADB)."""
+    return {"a": 1, "b": 2}.get(_epi(e, "bias"), 0)
+
+
 def epi_aux(e: int) -> int:
     """The epilogue's auxiliary matrix: 0 none, 1 a ReLU bit mask, 2 GELU inputs (in or out)."""
     if not _epi(e, "aux"):
@@ -380,7 +385,7 @@ def multiple_of(x: int, q: int) -> int:
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     **blas.FUNCTIONS, "epi_known": epi_known, "epi_bias_in": epi_bias_in, "epi_bias_out": epi_bias_out,
-    "epi_aux": epi_aux, "multiple_of": multiple_of,
+    "epi_bgrad": epi_bgrad, "epi_aux": epi_aux, "multiple_of": multiple_of,
 }
 
 # Derived names the expressions use: the problem's m, n, k and op(A)/op(B)'s shapes.
@@ -427,6 +432,10 @@ CHECKS: tuple[blas.Check, ...] = (
     _C("(epi_bias_in(epilogue) or epi_bias_out(epilogue)) and bias_dtype != Dtype and "
        "(epi_bias_out(epilogue) or bias_dtype != Atype or Dtype != CUDA_R_32F)", S_NS,
        "bias type: D's (or A's 16-bit type under a 32-bit D)"),
+    # NVIDIA's cuBLASLt 13.1 refuses these in its heuristic ("CUBLASLT_EPILOGUE_BGRADA only works with
+    # non-transposed A", "... BGRADB only works with transposed B"): its log, seen on the chain (docs/frameworks.md)
+    _C("epi_bgrad(epilogue) == 1 and transa != OP_N", S_NS, "BGRADA only with non-transposed A"),
+    _C("epi_bgrad(epilogue) == 2 and transb == OP_N", S_NS, "BGRADB only with transposed B"),
     _C("epi_aux(epilogue) and aux == 0", S_INV, "the epilogue needs EPILOGUE_AUX_POINTER"),
     _C("epi_aux(epilogue) and aux_ld < m", S_INV, "EPILOGUE_AUX_LD below D's rows"),
     _C("epi_aux(epilogue) == 1 and (multiple_of(aux_ld, RELU_LD) == 0 or multiple_of(aux_stride, RELU_LD) == 0)",

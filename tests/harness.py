@@ -222,6 +222,28 @@ def chain_env(emu: Daemon, lib_dir: Path | None = None) -> dict[str, str]:
             "PYVGPU_CUBLASLT_LIB": str(lib_dir / "libcublasLt.so.13")}
 
 
+def nvidia_chain_env(workdir: Path, lib_dir: Path | None = None) -> dict[str, str]:
+    """`env` for start_daemon(..., backend="chain") whose cuda daemon runs NVIDIA's cuBLAS and cuBLASLt (the
+    nvidia-cublas wheel, as on a GPU host) over pyvgpu's driver: a folder holding only libcuda.so.1 (and the core
+    it needs) on LD_LIBRARY_PATH, so nothing else of pyvgpu's can stand in for NVIDIA's libraries. RuntimeError
+    when the wheel is not installed (the frameworks tier brings it, torch's dependency)."""
+    from pyvgpu_daemon.backends import nvidia_libs   # noqa: PLC0415
+    lib_dir = Path(lib_dir or lib_path().parent)
+    drv = Path(workdir) / "driver-only"
+    drv.mkdir(parents=True, exist_ok=True)
+    for link, target in (("libcuda.so.1", "libvcuda.so.1"), ("libpvcore.so", "libpvcore.so")):
+        (drv / link).unlink(missing_ok=True)
+        (drv / link).symlink_to(lib_dir / target)
+    env = {"LD_LIBRARY_PATH": str(drv)}
+    for lib in (nvidia_libs.CUBLAS, nvidia_libs.CUBLASLT):
+        found = [path for where, path in nvidia_libs.candidates(lib) if path and where.startswith("the ")
+                 and "/" in path]
+        if not found:
+            raise RuntimeError(f"NVIDIA's {lib.soname} is not installed ({lib.wheel}: scripts/setup-frameworks.sh)")
+        env[lib.env] = found[0]
+    return env
+
+
 def start_chain(workdir: Path, *extra: str, env: dict | None = None, cwd: Path | None = None,
                 timeout: float = 30) -> Daemon:
     emu_args, rest = split_emu_options(extra)

@@ -523,6 +523,10 @@ PV_API CUresult cuCtxGetLimit(size_t *value, int limit)
     CUresult r = value ? drv_cur_device(&d) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
+    if (limit == CU_LIMIT_CIG_ENABLED) {   /* no context of this driver is a CIG (CUDA in graphics) context */
+        *value = 0;
+        return CUDA_SUCCESS;
+    }
     uint64_t v = 0;
     r = drv_result(pv_call_DEVICE_GET_LIMIT(d, limit, &v));
     if (r == CUDA_SUCCESS)

@@ -186,6 +186,7 @@ typedef struct {
 } CUlaunchConfig;
 
 enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3, CU_MEMORYTYPE_UNIFIED = 4 };
+enum { CU_LIMIT_CIG_ENABLED = 8 };                       /* cuda.h's CUlimit */
 
 /* ---- compile-time checks of the declarations above against NVIDIA's layouts (layouts_gen.h) ---- */
 #define PV_DLAYOUT(type, field, macro) _Static_assert(offsetof(type, field) == (macro), #type "." #field)

@@ -80,12 +80,21 @@ static const slot_fn hooks_table[7] = {   /* the runtime requires a size of at l
     (slot_fn)hooks_6,
 };
 
-/* ------------------------------------------------------------------------ 42d85a81: tools TLS (unused here) */
+/* ------------------------------------------------------------------------ 42d85a81: tools TLS */
 #define TLS_UUID "42d85a81-23f6-cb47-8298-f6e78a3aecdc"
+/* Slot 2: the calling thread's current context. The runtime inside cuBLASLt 13.1 asks for it in
+ * cublasLtMatmulAlgoGetHeuristic and hands the answer to 21318c60's slot 4 (the context's id), the key of its
+ * per-context data; an error there fails the heuristic (docs/driver.md). */
+static CUresult tls_current_ctx(CUcontext *out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = drv_ctx_top();
+    return CUDA_SUCCESS;
+}
 UNKNOWN(tls, TLS_UUID, 1)
-UNKNOWN(tls, TLS_UUID, 2)
 UNKNOWN(tls, TLS_UUID, 3)
-static const slot_fn tls_table[4] = { SIZE_OF(4), (slot_fn)tls_1, (slot_fn)tls_2, (slot_fn)tls_3 };
+static const slot_fn tls_table[4] = { SIZE_OF(4), (slot_fn)tls_1, (slot_fn)tls_current_ctx, (slot_fn)tls_3 };
 
 /* ------------------------------------------------------------------------ c693336e: context-local storage */
 #define CLS_UUID "c693336e-1121-df11-a8c3-68f355d89593"

@@ -49,12 +49,19 @@ static CUresult unknown_slot(const char *table, int slot, atomic_int *once, cons
 #define SLOTS10(tag, b) S(tag, b##0), S(tag, b##1), S(tag, b##2), S(tag, b##3), S(tag, b##4), S(tag, b##5), \
                         S(tag, b##6), S(tag, b##7), S(tag, b##8), S(tag, b##9)
 
-/* ---------------------------------------------------------------- 21318c60: asked for by cuFFT and cuSOLVER */
-/* Public notes (ZLUDA's and other projects') name slot 3 a context's device and slot 4 a context's unique id (as
- * cuCtxGetId); not yet seen called here, so every slot logs what calls it (docs/driver.md). */
+/* ---------------------------------------------------------------- 21318c60: asked for by cuFFT, cuSOLVER, cuBLASLt */
+/* Slot 4: CUresult (CUcontext ctx, unsigned long long *id), the context's unique id, as cuCtxGetId: called by
+ * cuBLASLt 13.1's heuristic (libcublasLt.so.13+0x194091e) with tools-TLS slot 2's context; the heuristic then works
+ * (docs/driver.md). Public notes name slot 3 a context's device; not seen called, so it and every other slot log
+ * what calls them. */
 #define CTXID_UUID "21318c60-9714-3248-8ca6-41ff7324c8f2"
-UNKNOWN1_9(ctxid, CTXID_UUID) UNKNOWN10(ctxid, CTXID_UUID, 1) UNKNOWN10(ctxid, CTXID_UUID, 2)
-UNKNOWN10(ctxid, CTXID_UUID, 3) UNKNOWN10(ctxid, CTXID_UUID, 4)
+extern CUresult cuCtxGetId(CUcontext c, unsigned long long *id);
+static CUresult ctxid_4(CUcontext c, unsigned long long *id) { return cuCtxGetId(c, id); }
+UNKNOWN(ctxid, CTXID_UUID, 1) UNKNOWN(ctxid, CTXID_UUID, 2) UNKNOWN(ctxid, CTXID_UUID, 3)
+UNKNOWN(ctxid, CTXID_UUID, 5) UNKNOWN(ctxid, CTXID_UUID, 6) UNKNOWN(ctxid, CTXID_UUID, 7)
+UNKNOWN(ctxid, CTXID_UUID, 8) UNKNOWN(ctxid, CTXID_UUID, 9)
+UNKNOWN10(ctxid, CTXID_UUID, 1) UNKNOWN10(ctxid, CTXID_UUID, 2) UNKNOWN10(ctxid, CTXID_UUID, 3)
+UNKNOWN10(ctxid, CTXID_UUID, 4)
 static const slot_fn ctxid_table[] = {
     SIZE_OF(50), SLOTS1_9(ctxid), SLOTS10(ctxid, 1), SLOTS10(ctxid, 2), SLOTS10(ctxid, 3), SLOTS10(ctxid, 4),
 };

@@ -7,10 +7,23 @@ is added, which values the bias gradients sum (BGRADA/BGRADB: op(A)/op(B) over k
 DRELU/DGELU gradients: the rows of the new D), batch strides of bias and auxiliary matrices. Without a GPU it
 skips (scripts/gpu-check.sh runs it: tools/gpu_check.py lists it among the GPU tests).
 
+GPU run 1 (H200, nvidia-cublas 13.x of the image) answered 801 for BGRADB, DRELU_BGRAD and DGELU_BGRAD, every type,
+all with op(A) = op(B) = N and 2 batch entries. On the chain NVIDIA's cuBLASLt 13.1 says why for BGRADB ("only works
+with transposed B"; BGRADA: "only with non-transposed A"), which the table now enforces on every backend; it
+found no algorithm for DRELU_BGRAD/DGELU_BGRAD in any configuration on the emulated device (sm_75). So each epilogue
+is tried in the configurations NVIDIA's rules allow (both transposes, 1 and 2 batch entries, odd and aligned
+sizes): NVIDIA's heuristic (LT_HEURISTIC) decides which it runs; a refused one must be refused by LT_MATMUL too
+(801, the daemon's log line saying why), every accepted one must agree with the emulation, and at least one
+configuration of every epilogue must be accepted (else the emulated GPU computes what the real one refuses: the
+failure lists NVIDIA's reasons).
+
 Tolerance between the two: 8 x (the output type's rounding + (k + 8) float32 roundings) x max(1, |value|); mask
 bits must agree wherever the pre-activation is farther from 0 than that tolerance.
 """
 from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -26,7 +39,36 @@ pytestmark = pytest.mark.skipif(GPU_COUNT == 0, reason=f"no CUDA GPU ({NO_GPU_RE
 
 EPI = spec.ENUMS["cublasLtEpilogue_t"]
 TYPES = {"fp32": (0, np.float32, 2.0 ** -24), "fp16": (2, np.float16, 2.0 ** -11), "bf16": (14, np.uint16, 2.0 ** -8)}
-M, N, K, BATCH = 37, 9, 13, 2
+ERR_NOT_SUPPORTED = 801
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of a problem: transposes, batch entries, sizes."""
+    transa: int = 0
+    transb: int = 0
+    batch: int = 2
+    m: int = 37
+    n: int = 9
+    k: int = 13
+
+    def __str__(self) -> str:
+        return f"op(A) {'NT'[self.transa]} op(B) {'NT'[self.transb]} batch {self.batch} m {self.m} n {self.n} k {self.k}"
+
+
+def configs(name: str) -> list[Config]:
+    """The base configuration (NVIDIA's rule for BGRADA/BGRADB applied) and, for the epilogues with a bias gradient,
+    every transpose the rules allow, with 1 and 2 batch entries, at odd and at aligned sizes."""
+    bgrad = spec.epi_bgrad(EPI[name])
+    base = Config(transb=int(bgrad == 2))
+    if not spec.epi_bias_out(EPI[name]):
+        return [base]
+    out = [base]
+    for ta, tb, batch, (m, n, k) in itertools.product((0, 1), (0, 1), (2, 1), ((37, 9, 13), (64, 32, 16))):
+        c = Config(ta, tb, batch, m, n, k)
+        if c not in out and not (bgrad == 1 and ta) and not (bgrad == 2 and not tb):
+            out.append(c)
+    return out
 
 
 def enc(x: np.ndarray, t: int) -> np.ndarray:
@@ -46,6 +88,7 @@ class Side:
     """One daemon's session: the same buffers uploaded, LT_MATMUL run, results read back."""
 
     def __init__(self, daemon) -> None:
+        self.daemon = daemon
         self.c = Client.connect("127.0.0.1", daemon.port)
 
     def put(self, raw: bytes) -> int:
@@ -59,42 +102,60 @@ class Side:
         assert err == 0
         return data
 
-    def run(self, buffers: dict[str, bytes], args: dict) -> dict[str, bytes]:
+    def why(self, op: str) -> str:
+        """The daemon's last log line about op (its reason for a refusal)."""
+        lines = [ln for ln in self.daemon.log_text().splitlines() if op in ln]
+        return lines[-1].split(": ", 1)[-1] if lines else f"(no {op} line in the daemon's log)"
+
+    def place(self, buffers: dict[str, bytes], args: dict) -> dict:
+        """The buffers uploaded; the call's arguments with their pointers (D is C: in place)."""
         ptrs = {name: self.put(raw) for name, raw in buffers.items()}
-        full = {**args, **{n: ptrs[n] for n in ("A", "B", "C") if n in ptrs}, "D": ptrs["C"]}
-        for n in ("bias", "aux"):
-            if n in ptrs:
-                full[n] = ptrs[n]
+        return {**args, **ptrs, "D": ptrs["C"]}
+
+    def algorithms(self, full: dict) -> int:
+        """LT_HEURISTIC: how many algorithms the backend has for the placed problem."""
+        q = {**full, "max_workspace": full["workspace_size"], "dev": 0,
+             **{f"align_{x.lower()}": 256 for x in spec.MATRICES}}
+        err, res, _ = self.c.call("LT_HEURISTIC", *(q[n] for n in OP_BY_NAME["LT_HEURISTIC"].arg_names))
+        assert err == 0, (err, self.why("LT_HEURISTIC"))
+        return int(res[0])
+
+    def run(self, buffers: dict[str, bytes], full: dict) -> tuple[int, dict[str, bytes]]:
+        """LT_MATMUL on the placed problem: (its error, the outputs read back)."""
         names = OP_BY_NAME["LT_MATMUL"].arg_names
         err, _, _ = self.c.call("LT_MATMUL", *({"dev": 0, "stream": 0, **full}[n] for n in names))
-        assert err == 0
-        return {name: self.get(ptrs[name], len(raw)) for name, raw in buffers.items() if name in ("C", "bias", "aux")}
+        if err:
+            return err, {}
+        return 0, {name: self.get(full[name], len(raw)) for name, raw in buffers.items()
+                   if name in ("C", "bias", "aux")}
 
 
-def problem(name: str, t: int, rng) -> tuple[dict[str, bytes], dict]:
+def problem(name: str, t: int, rng, cfg: Config = Config()) -> tuple[dict[str, bytes], dict]:
     epi = spec.EPILOGUE[EPI[name]]
-    sa, sb, sc = M * K + 3, K * N + 5, M * N + 7
-    a, b, c = (rng.standard_normal(s * BATCH) for s in (sa, sb, sc))
+    m, n, k, batch = cfg.m, cfg.n, cfg.k, cfg.batch
+    shapes = {"A": (k, m) if cfg.transa else (m, k), "B": (n, k) if cfg.transb else (k, n), "C": (m, n), "D": (m, n)}
+    strides = {"A": m * k + 3, "B": k * n + 5, "C": m * n + 7}
+    strides["D"] = strides["C"]
+    a, b, c = (rng.standard_normal(strides[x] * batch) for x in "ABC")
     buffers = {"A": enc(a, t).tobytes(), "B": enc(b, t).tobytes(), "C": enc(c, t).tobytes()}
     args = {a_.field: a_.default for a_ in spec.DESC_WIRE}
-    args.update(compute=68, scale=0, epilogue=EPI[name], alpha=np.float32(1.5).tobytes(),
-                beta=np.float32(0.5).tobytes(), workspace=0, workspace_size=0)
-    for x, (rows, cols, stride) in {"A": (M, K, sa), "B": (K, N, sb), "C": (M, N, sc), "D": (M, N, sc)}.items():
+    args.update(compute=68, scale=0, epilogue=EPI[name], alpha=np.float32(1.5).tobytes(), transa=cfg.transa,
+                transb=cfg.transb, beta=np.float32(0.5).tobytes(), workspace=0, workspace_size=0)
+    for x, (rows, cols) in shapes.items():
         args.update({x + "type": t, x + "order": 0, x + "rows": rows, x + "cols": cols, x + "ld": rows,
-                     x + "batch": BATCH, x + "stride": stride})
+                     x + "batch": batch, x + "stride": strides[x] if batch > 1 else 0})
     if epi.bias:
-        length = N if epi.bias == "b" else M
-        buffers["bias"] = enc(rng.standard_normal((length + 2) * BATCH), t).tobytes()
-        args["bias_stride"] = length + 2
+        length = n if epi.bias == "b" else m
+        buffers["bias"] = enc(rng.standard_normal((length + 2) * batch), t).tobytes()
+        args["bias_stride"] = length + 2 if batch > 1 else 0
     aux = spec.epi_aux(EPI[name])
-    if aux == 1:
-        ld = 128
-        args.update(aux_ld=ld, aux_stride=ld * N)
-        buffers["aux"] = rng.integers(0, 256, ld * N * BATCH // 8, dtype=np.uint8).tobytes()
-    elif aux == 2:
-        ld = (M + 7) // 8 * 8
-        args.update(aux_ld=ld, aux_stride=ld * N)
-        buffers["aux"] = enc(rng.standard_normal(ld * N * BATCH), t).tobytes()
+    if aux:
+        ld = 128 if aux == 1 else (m + 7) // 8 * 8
+        args.update(aux_ld=ld, aux_stride=ld * n if batch > 1 else 0)
+        if aux == 1:
+            buffers["aux"] = rng.integers(0, 256, ld * n * batch // 8, dtype=np.uint8).tobytes()
+        else:
+            buffers["aux"] = enc(rng.standard_normal(ld * n * batch), t).tobytes()
     return buffers, args
 
 
@@ -112,42 +173,68 @@ def sides(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(EPI, key=EPI.get))
 @pytest.mark.parametrize("tname", list(TYPES))
 def test_real_cublaslt_agrees_with_the_emulation(sides, name, tname):
+    real, emu = sides
     t, _, eps = TYPES[tname]
-    buffers, args = problem(name, t, np.random.default_rng(EPI[name]))
-    real, emu = (side.run(buffers, args) for side in sides)
-    tol = lambda ref: 8 * (eps + (K + 8) * 2.0 ** -24) * max(1.0, float(np.abs(ref).max()))   # noqa: E731
+    refused: list[str] = []
+    compared = 0
+    for cfg in configs(name):
+        buffers, args = problem(name, t, np.random.default_rng(EPI[name]), cfg)
+        on_real, on_emu = real.place(buffers, args), emu.place(buffers, args)
+        assert emu.algorithms(on_emu) == 1, (str(cfg), emu.why("LT_HEURISTIC"))
+        if real.algorithms(on_real) == 0:
+            why = real.why("LT_HEURISTIC")
+            err, _ = real.run(buffers, on_real)
+            assert err == ERR_NOT_SUPPORTED, f"{cfg}: heuristic has no algorithm ({why}) but LT_MATMUL answered {err}"
+            assert "heuristic" in real.why("LT_MATMUL"), real.why("LT_MATMUL")
+            refused.append(f"{cfg}: {why}")
+            continue
+        (err_r, got_r), (err_e, got_e) = real.run(buffers, on_real), emu.run(buffers, on_emu)
+        assert err_r == 0, f"{cfg}: the heuristic has an algorithm but LT_MATMUL answered {err_r}: {real.why('LT_MATMUL')}"
+        assert err_e == 0, (str(cfg), emu.why("LT_MATMUL"))
+        compare(name, t, eps, buffers, args, cfg, got_r, got_e)
+        compared += 1
+    assert compared, f"NVIDIA's cuBLASLt runs {name} ({tname}) in none of {len(refused)} configurations: " + \
+        " | ".join(refused)
+
+
+def compare(name: str, t: int, eps: float, buffers: dict, args: dict, cfg: Config, real: dict, emu: dict) -> None:
+    tol = lambda ref: 8 * (eps + (cfg.k + 8) * 2.0 ** -24) * max(1.0, float(np.abs(ref).max()))   # noqa: E731
     d_real, d_emu = dec(real["C"], t), dec(emu["C"], t)
-    np.testing.assert_allclose(d_real, d_emu, rtol=0, atol=tol(d_emu), err_msg=f"{name} D")
+    np.testing.assert_allclose(d_real, d_emu, rtol=0, atol=tol(d_emu), err_msg=f"{name} D {cfg}")
     if "bias" in buffers:
         b_real, b_emu = dec(real["bias"], t), dec(emu["bias"], t)
-        np.testing.assert_allclose(b_real, b_emu, rtol=0, atol=tol(b_emu) * max(K, N), err_msg=f"{name} bias")
+        np.testing.assert_allclose(b_real, b_emu, rtol=0, atol=tol(b_emu) * max(cfg.k, cfg.n),
+                                   err_msg=f"{name} bias {cfg}")
     aux = spec.epi_aux(EPI[name])
     if aux == 2:
         np.testing.assert_allclose(dec(real["aux"], t), dec(emu["aux"], t), rtol=0, atol=tol(dec(emu["aux"], t)),
-                                   err_msg=f"{name} GELU input")
+                                   err_msg=f"{name} GELU input {cfg}")
     elif aux == 1 and spec.EPILOGUE[EPI[name]].aux == "out":
         bits_real = np.unpackbits(np.frombuffer(real["aux"], np.uint8), bitorder="little")
         bits_emu = np.unpackbits(np.frombuffer(emu["aux"], np.uint8), bitorder="little")
-        pre = pre_activation(buffers, args, t)
+        pre = pre_activation(buffers, args, t, cfg)
         ld = args["aux_ld"]
-        for i in range(BATCH):
-            for j in range(N):
+        for i in range(cfg.batch):
+            for j in range(cfg.n):
                 lo = i * args["aux_stride"] + j * ld
-                differ = bits_real[lo:lo + M] != bits_emu[lo:lo + M]
-                assert not np.any(differ & (np.abs(pre[i][:, j]) > tol(pre))), (name, i, j)
+                differ = bits_real[lo:lo + cfg.m] != bits_emu[lo:lo + cfg.m]
+                assert not np.any(differ & (np.abs(pre[i][:, j]) > tol(pre))), (name, str(cfg), i, j)
 
 
-def pre_activation(buffers: dict[str, bytes], args: dict, t: int) -> list[np.ndarray]:
-    """alpha A B + beta C + bias per batch entry, in float64 from the stored inputs."""
+def pre_activation(buffers: dict[str, bytes], args: dict, t: int, cfg: Config) -> list[np.ndarray]:
+    """alpha op(A) op(B) + beta C + bias per batch entry, in float64 from the stored inputs."""
     a, b, c = (dec(buffers[x], t) for x in "ABC")
     bias = dec(buffers["bias"], t) if "bias" in buffers else None
     out = []
-    for i in range(BATCH):
-        ai = a[i * args["Astride"]:][:M * K].reshape(K, M).T
-        bi = b[i * args["Bstride"]:][:K * N].reshape(N, K).T
-        ci = c[i * args["Cstride"]:][:M * N].reshape(N, M).T
-        x = 1.5 * ai @ bi + 0.5 * ci
+    for i in range(cfg.batch):
+        mats = {}
+        for x, v in (("A", a), ("B", b), ("C", c)):
+            rows, cols = args[x + "rows"], args[x + "cols"]
+            mats[x] = v[i * args[x + "stride"]:][:rows * cols].reshape(cols, rows).T
+        ai = mats["A"].T if cfg.transa else mats["A"]
+        bi = mats["B"].T if cfg.transb else mats["B"]
+        x = 1.5 * ai @ bi + 0.5 * mats["C"]
         if bias is not None:
-            x = x + bias[i * args["bias_stride"]:][:M][:, None]
+            x = x + bias[i * args["bias_stride"]:][:cfg.m][:, None]
         out.append(x)
     return out

@@ -79,9 +79,11 @@ def problems(draw) -> Problem:
     complex_ = cd == C
     epilogue = EPI["CUBLASLT_EPILOGUE_DEFAULT"] if complex_ else draw(st.sampled_from(REAL_EPILOGUES))
     ops = [0, 1, 2] if complex_ else [0, 1]
+    bgrad = spec.epi_bgrad(epilogue)          # NVIDIA's rules: BGRADA with A as stored, BGRADB with B transposed
     return Problem(ab, cd, compute, scale, m=draw(st.integers(1, 9)), n=draw(st.integers(1, 9)),
-                   k=draw(st.integers(0, 9)), batch=draw(st.integers(1, 3)), transa=draw(st.sampled_from(ops)),
-                   transb=draw(st.sampled_from(ops)),
+                   k=draw(st.integers(0, 9)), batch=draw(st.integers(1, 3)),
+                   transa=0 if bgrad == 1 else draw(st.sampled_from(ops)),
+                   transb=1 if bgrad == 2 else draw(st.sampled_from(ops)),
                    orders=tuple(draw(st.sampled_from([COL, ROW])) for _ in range(3)), epilogue=epilogue,
                    alpha=draw(st.sampled_from([1.0, -0.75 + 0.5j, 2.0])),
                    beta=draw(st.sampled_from([0.0, 1.0, 0.5 - 0.25j])), pmode=draw(st.sampled_from([0, 1])),
@@ -101,7 +103,8 @@ def test_matmul_matches_float64_reference(p):
 @pytest.mark.parametrize("name", sorted(EPI, key=EPI.get))
 @pytest.mark.parametrize("types", [(S, S, C32F, S), (H, H, C32F, S), (BF, BF, C32F, S)], ids=["fp32", "fp16", "bf16"])
 def test_every_epilogue_in_the_framework_types(name, types):
-    p = Problem(*types, m=13, n=6, k=5, batch=2, epilogue=EPI[name], beta=0.5, in_place=False, seed=3)
+    p = Problem(*types, m=13, n=6, k=5, batch=2, epilogue=EPI[name], beta=0.5, in_place=False, seed=3,
+                transb=int(spec.epi_bgrad(EPI[name]) == 2))
     dev, _ = run(p)
     check_result(p, dev)
 
@@ -154,6 +157,9 @@ def test_device_pointer_mode_scalars():
     ({"epilogue": EPI["CUBLASLT_EPILOGUE_BIAS"]}, blas.INVALID_VALUE),          # no bias pointer
     ({"epilogue": EPI["CUBLASLT_EPILOGUE_GELU_AUX"], "aux": 0x1000}, blas.INVALID_VALUE),   # aux ld below m
     ({"epilogue": EPI["CUBLASLT_EPILOGUE_RELU_AUX"], "aux": 0x1000, "aux_ld": 64}, blas.INVALID_VALUE),
+    # NVIDIA's cuBLASLt 13.1 heuristic: "BGRADA only works with non-transposed A", "BGRADB ... with transposed B"
+    ({"epilogue": EPI["CUBLASLT_EPILOGUE_BGRADA"], "bias": 0x1000, "transa": 1}, blas.NOT_SUPPORTED),
+    ({"epilogue": EPI["CUBLASLT_EPILOGUE_BGRADB"], "bias": 0x1000}, blas.NOT_SUPPORTED),
 ])
 def test_refusals_by_status(change, status):
     p = Problem(S, S, C32F, S, m=4, n=4, k=4)
@@ -189,7 +195,8 @@ def test_gelu_is_the_tanh_approximation():
                                   "CUBLASLT_EPILOGUE_BGRADB"])
 def test_batches_in_chunks_give_the_same_results(monkeypatch, name):
     monkeypatch.setattr(lt, "CHUNK_BYTES", 1)          # one batch entry per chunk
-    p = Problem(H, H, C32F, S, m=10, n=4, k=3, batch=3, epilogue=EPI[name], beta=0.5, in_place=False)
+    p = Problem(H, H, C32F, S, m=10, n=4, k=3, batch=3, epilogue=EPI[name], beta=0.5, in_place=False,
+                transb=int(spec.epi_bgrad(EPI[name]) == 2))
     dev, _ = run(p)
     check_result(p, dev)
 

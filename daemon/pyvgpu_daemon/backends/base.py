@@ -329,7 +329,8 @@ class DeviceContext(ABC):
 
     def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
         """(algorithms for this problem, 0 or 1; the workspace bytes it needs), the problem being LT_MATMUL's int
-        arguments (checked; workspace_size: the most the caller allows) and aligns the pointers' alignments."""
+        arguments (checked; workspace_size: the most the caller allows) and aligns the pointers' alignments. No
+        algorithm may also be BlasError(CUBLAS_STATUS_NOT_SUPPORTED) saying why."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cuBLASLt")
 
     def take_stdout(self) -> bytes:

@@ -1,4 +1,5 @@
-"""cuBLAS of a real GPU for the cuda backend: NVIDIA's libcublas.so.13 (the nvidia-cublas wheel) through cffi.
+"""cuBLAS of a real GPU for the cuda backend: NVIDIA's libcublas.so.13 (the nvidia-cublas wheel, found and loaded by
+backends/nvidia_libs.py) through cffi.
 
 A family call (pyvgpu/cublas_spec.py) is made through the most specific entry point of the table whose bound
 arguments match it (cublasSgemm_v2_64 for a plain fp32 GEMM, cublasGemmStridedBatchedEx_64 for a batched fp16 one,
@@ -16,12 +17,11 @@ cuBLAS runs in the CUDA context current on the calling thread: the (session, dev
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyvgpu import cublas_spec as spec
+from pyvgpu_daemon.backends import nvidia_libs
 from pyvgpu_daemon.blas import BlasError
 
 # C types of the table's prototypes as cffi declares them (the ABI is what matters: enums are ints, every
@@ -70,22 +70,6 @@ def pick_entry(fam: spec.Family, args: dict[str, Any]) -> tuple[spec.Entry, bool
     return best
 
 
-def find_library(soname: str = "libcublas.so.13", env: str = "PYVGPU_CUBLAS_LIB") -> str:
-    """A library of the nvidia-cublas wheel (libcublas.so.13, libcublasLt.so.13): $env, else the wheel's, else
-    the loader's search."""
-    if os.environ.get(env):
-        return os.environ[env]
-    try:
-        import nvidia  # namespace package of NVIDIA's wheels
-        for base in getattr(nvidia, "__path__", []):
-            cand = Path(base) / "cu13" / "lib" / soname
-            if cand.is_file():
-                return str(cand)
-    except ImportError:
-        pass
-    return soname
-
-
 @dataclass
 class RealHandle:
     ptr: Any                       # cublasHandle_t (cffi void *)
@@ -104,7 +88,7 @@ class Cublas:
             ffi = cffi.FFI()
         self.ffi = ffi
         ffi.cdef(cdef())
-        self.lib = lib if lib is not None else ffi.dlopen(find_library())
+        self.lib = lib if lib is not None else nvidia_libs.load(ffi, nvidia_libs.CUBLAS)[0]
 
     def _check(self, status: int, what: str) -> None:
         if status != spec.SUCCESS:
@@ -173,15 +157,12 @@ class Cublas:
         return bytes(ffi.buffer(*result)) if result else None
 
 
-_LOADED: Cublas | None = None
+_LOADED = nvidia_libs.Loaded(Cublas)
 
 
 def library() -> Cublas:
     """The process's libcublas (loaded on first use: a daemon without cuBLAS clients never loads it)."""
-    global _LOADED
-    if _LOADED is None:
-        _LOADED = Cublas()
-    return _LOADED
+    return _LOADED.get()
 
 
 def stream_pointer(stream: Any) -> int:

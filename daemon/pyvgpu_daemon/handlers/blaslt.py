@@ -1,7 +1,8 @@
 """The device ops of cuBLASLt, generated from pyvgpu/cublaslt_spec.py like the cuBLAS families' handlers
 (handlers/blas.py): they take the ops' arguments by name. LT_MATMUL runs a matmul; LT_HEURISTIC answers whether
 the backend has an algorithm for a problem (the emulated GPU: every problem the table accepts; a real GPU: what
-NVIDIA's heuristic says, and the plan it makes is the one the matmul then uses).
+NVIDIA's heuristic says, and the plan it makes is the one the matmul then uses). A backend's "no algorithm"
+(BlasError CUBLAS_STATUS_NOT_SUPPORTED, saying why) is answered as 0 algorithms and logged with its reason.
 
 A matmul carries everything it needs (the descriptor's and the layouts' attributes): the daemon keeps no cuBLASLt
 objects for a session. The handler turns the scalars' wire form into what backends take (the host value's bytes in
@@ -13,6 +14,7 @@ into its cudaError_t (cublas_spec.STATUS_CUDA) for the wire.
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 from pyvgpu import cublas_spec as blas
@@ -21,6 +23,8 @@ from pyvgpu.protocol import OP_BY_NAME
 from pyvgpu_daemon.blas import BlasError, lt_layout, numeric
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers import Call, handler
+
+log = logging.getLogger("pyvgpu.daemon")
 
 
 def backend_args(wire: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +76,10 @@ def lt_heuristic(call: Call, /, **wire: Any) -> list[int]:
     try:
         count, workspace = call.ctx.lt_heuristic(problem, aligns)
     except BlasError as exc:
-        raise CudaError(blas.cuda_error_of_status(exc.status), str(exc)) from None
+        if exc.status != blas.NOT_SUPPORTED:
+            raise CudaError(blas.cuda_error_of_status(exc.status), str(exc)) from None
+        log.info("%s: LT_HEURISTIC: no algorithm: %s", call.session.tag(call.st.ordinal), exc.message)
+        return [0, 0]
     return [int(count), int(workspace)]
 
 
