@@ -158,10 +158,8 @@ def _tree_with_dummy_op(tmp: Path) -> Path:
     anchor = "\n)\n\n# cudaFuncAttribute values"
     assert anchor in text
     spec.write_text(text.replace(anchor, "\n" + DUMMY_SPEC.rstrip("\n") + anchor, 1))
-    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers" / "__init__.py"
-    text = handlers.read_text()
-    anchor = "# Every device op of the spec has exactly one handler"
-    handlers.write_text(text.replace(anchor, DUMMY_HANDLER + anchor, 1))
+    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers" / "device.py"     # a feature module of the handlers
+    handlers.write_text(handlers.read_text() + "\n\n" + DUMMY_HANDLER)
     return src
 
 
@@ -197,13 +195,12 @@ def test_a_new_op_reaches_both_sides(tmp_path):
 
 def test_a_spec_op_without_handler_fails_at_import(tmp_path):
     src = _tree_with_dummy_op(tmp_path)
-    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers" / "__init__.py"
+    handlers = src / "daemon" / "pyvgpu_daemon" / "handlers" / "device.py"
     handlers.write_text(handlers.read_text().replace(DUMMY_HANDLER, ""))
-    proc = subprocess.run([sys.executable, "-c", "import pyvgpu_daemon.handlers"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", "import pyvgpu_daemon.handlers.dispatch"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": f"{src}:{src / 'daemon'}"}, cwd=src)
     assert proc.returncode != 0 and "DUMMY_ECHO" in proc.stderr
-    handlers.write_text(handlers.read_text().replace("# Every device op", DUMMY_HANDLER.replace(
-        "x: int, tag: str", "tag: str, x: int") + "# Every device op", 1))
-    proc = subprocess.run([sys.executable, "-c", "import pyvgpu_daemon.handlers"], capture_output=True, text=True,
+    handlers.write_text(handlers.read_text() + DUMMY_HANDLER.replace("x: int, tag: str", "tag: str, x: int"))
+    proc = subprocess.run([sys.executable, "-c", "import pyvgpu_daemon.handlers.dispatch"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": f"{src}:{src / 'daemon'}"}, cwd=src)
     assert proc.returncode != 0 and "the spec says ['x', 'tag']" in proc.stderr

@@ -243,6 +243,10 @@ class _Event:
 class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
+    @staticmethod
+    def _check(result: Any, what: str) -> Any:
+        return check(result, what)          # CudaArrays' calls
+
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
                  health: "DeviceHealth | None" = None) -> None:
