@@ -121,6 +121,14 @@ def _mma_form(ins: ir.Instr):
     return kind, shape, atype, btype, ctype, dtype, sat
 
 
+def FORM(ins: ir.Instr) -> None:
+    """What a wmma or mma instruction requires of its modifiers (checked at module load: translator/support.py)."""
+    if is_matrix_warp_op(ins):
+        _mma_form(ins)
+    else:
+        _memory_form(ins)
+
+
 def emit_mma(g: Codegen, t: ir.Instr, lines: list, masked: bool, gexpr, msk) -> None:
     spec = _mma_form(t)
     kind, shape, atype, btype, ctype, dtype, _ = spec
