@@ -18,25 +18,13 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "daemon"), str(ROOT)]
 
-from harness import pipelined, rss, start_daemon  # noqa: E402
+from harness import PUT_PTX, pipelined, rss, start_daemon  # noqa: E402
 from pyvgpu import wire  # noqa: E402
 from pyvgpu.client import Client  # noqa: E402
 from pyvgpu.protocol import ERROR_NAMES, OP_BY_NAME  # noqa: E402
 from pyvgpu_daemon import kinds  # noqa: E402
 
 MiB = 1 << 20
-PTX = b""".version 9.0
-.target sm_75
-.address_size 64
-.visible .entry put(.param .u64 out, .param .u32 v)
-{
-  .reg .b32 %r<2>; .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [v];
-  st.global.u32 [%rd1], %r1;
-  ret;
-}
-"""
 ARRAY_ARGS = (0, 8, 0, 0, 0, 1, 16, 0, 0, 2)           # 16 unsigned bytes, 1D, surface load/store
 
 
@@ -59,7 +47,7 @@ CASES: dict[str, tuple[kinds.Kind, Case]] = {
     "allocation": (kinds.ALLOCATION, lambda c: ("MALLOC", (0, 1), b"")),
     "stream": (kinds.STREAM, lambda c: ("STREAM_CREATE", (0, 0, 0), b"")),
     "event": (kinds.EVENT, lambda c: ("EVENT_CREATE", (0, 0), b"")),
-    "module": (kinds.MODULE, lambda c: ("MODULE_LOAD", lambda i: (0, 1 + i), PTX)),
+    "module": (kinds.MODULE, lambda c: ("MODULE_LOAD", lambda i: (0, 1 + i), PUT_PTX)),
     "array": (kinds.ARRAY, lambda c: ("ARRAY_CREATE", ARRAY_ARGS, b"")),
     "texture": (kinds.TEXTURE, lambda c: ("TEX_CREATE", tex_args(one_array(c)), b"")),
     "surface": (kinds.SURFACE, lambda c: ("SURF_CREATE", (0, one_array(c)), b"")),

@@ -126,6 +126,21 @@ def raw_session(port: int, host: str = LOOPBACK, client: str = "raw", timeout: f
     return s
 
 
+# A module image with one kernel, put(out, v): *out = v (PTX, as the emulated GPU and a real driver both load it).
+PUT_PTX = b""".version 9.0
+.target sm_75
+.address_size 64
+.visible .entry put(.param .u64 out, .param .u32 v)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [v];
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
 def pipelined(client, op: str, args, n: int, payload: bytes = b"", between: Callable[[], None] | None = None,
               batch: int = 1024) -> list[tuple[int, object]]:
     """n requests of op on a connected pyvgpu.client.Client, sent `batch` at a time without waiting for each reply
