@@ -18,7 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_io.h"
 
 #define PV_MAX_PINS 32
 #define PV_SSL_READ_BUFFER ((size_t)256 << 10)   /* ciphertext one read-ahead recv() may take */
