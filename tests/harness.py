@@ -126,6 +126,43 @@ def raw_session(port: int, host: str = LOOPBACK, client: str = "raw", timeout: f
     return s
 
 
+# A module image with one kernel, put(out, v): *out = v (PTX, as the emulated GPU and a real driver both load it).
+PUT_PTX = b""".version 9.0
+.target sm_75
+.address_size 64
+.visible .entry put(.param .u64 out, .param .u32 v)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [v];
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
+def pipelined(client, op: str, args, n: int, payload: bytes = b"", between: Callable[[], None] | None = None,
+              batch: int = 1024) -> list[tuple[int, object]]:
+    """n requests of op on a connected pyvgpu.client.Client, sent `batch` at a time without waiting for each reply
+    (args: a tuple, or a function of the request's index giving one) → (err, result) of each, in order. `between`
+    runs after each batch (e.g. to check that another session is served meanwhile)."""
+    from pyvgpu import wire   # noqa: PLC0415
+    from pyvgpu.protocol import OP_BY_NAME   # noqa: PLC0415
+    code = OP_BY_NAME[op].code
+    out: list[tuple[int, object]] = []
+    for start in range(0, n, batch):
+        ids = range(start, min(start + batch, n))
+        client.sock.sendall(b"".join(bytes(p) for i in ids for p in wire.encode_request(
+            code, 1 + i, list(args(i) if callable(args) else args), payload)))
+        for i in ids:
+            rep, _, _ = wire.recv_reply(client.sock)
+            assert rep.req_id == 1 + i, f"reply {rep.req_id} for request {1 + i}"
+            out.append((rep.err, rep.result))
+        if between is not None:
+            between()
+    return out
+
+
 def rss(pid: int) -> int:
     """Resident memory of a process in bytes (Linux)."""
     with open(f"/proc/{pid}/status") as fh:
@@ -191,6 +228,25 @@ def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | N
                                 stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
     wait_listening(proc, port, log, timeout=timeout)
     return Daemon(port, proc, log, extra=extra, backend=backend)
+
+
+def unmet_on_a_gpu_host(extra: tuple[str, ...], devices: int) -> str | None:
+    """Why a test that asked a daemon for `extra` cannot run as meant on a cuda daemon with `devices` real GPUs (None
+    when it can): a cuda daemon takes no emulator option, so a test that needs N devices on one host runs where the
+    host has them, and one that needs an emulated slowdown or configured memory sizes cannot run on real GPUs."""
+    emu, _ = split_emu_options(extra)
+    pairs = []
+    while emu:
+        opt = emu.pop(0)
+        pairs.append(opt.split("=", 1) if "=" in opt else (opt, emu.pop(0) if emu else ""))
+    for opt, value in pairs:
+        if opt == "--emu-devices" and devices < int(value):
+            return f"needs {value} GPUs on one host; this GPU host has {devices}"
+        if opt == "--emu-slowdown" and float(value) != 1.0:
+            return f"needs a GPU slowed down {value} times (--emu-slowdown): a real GPU runs at its own speed"
+        if opt == "--emu-memory":
+            return f"needs a GPU of {value} of memory (--emu-memory): a real GPU has the memory it has"
+    return None
 
 
 def split_emu_options(extra: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -2,9 +2,10 @@
 the server sends one: the buffer goes back once the transport holds none of its bytes.
 
 The transport keeps unsent bytes by reference, so the last FrameStream.WRITE_HIGH bytes of a lent payload go out as
-a copy: when the writer is not paused after the write, every unsent byte lies in that copy and the buffer goes back
-at once; when it is paused, it goes back when the writer drains (FrameStream's low-water mark is 0: everything sent)
-or the connection is lost (FrameStream.when_sent).
+a copy: when at most that many bytes are unsent after the write (TLS slices not handed over included), every unsent
+byte lies in that copy and the buffer goes back at once; else it goes back once the writer resumes with nothing
+unsent or the connection is lost (FrameStream.when_sent; until then a later reply stages in another buffer or
+through pageable memory).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def send(stream: Any, parts: list[bytes | memoryview], lent: Lent) -> None:
         stream.writelines(parts)
     else:
         stream.writelines([parts[0], payload[:n - tail], bytes(payload[n - tail:]), *parts[2:]])
-        stream.when_sent(lent.release)     # at once unless the writer is paused: then every unsent byte may be ours
-        return
+        if stream.write_buffer_size() > tail:     # unsent bytes (TLS slices included) may be the buffer's
+            stream.when_sent(lent.release)
+            return
     lent.release()

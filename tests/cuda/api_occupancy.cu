@@ -118,8 +118,9 @@ int main() {
         print_avail("static_user", (const void *)static_user, 128, nb);
 
     CHECK(cudaFuncSetAttribute(dyn_user, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    // all the opt-in less the function's static shared memory, as compiled (5008 bytes on sm_90, not 5000)
     cudaFuncAttributes sfa;
-    CHECK(cudaFuncGetAttributes(&sfa, static_user));   // 5000 bytes declared; a real GPU's cubin may align more
+    CHECK(cudaFuncGetAttributes(&sfa, (const void *)static_user));
     CHECK(cudaFuncSetAttribute(static_user, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                optin - (int)sfa.sharedSizeBytes));
     printf("OPTIN\n");

@@ -129,6 +129,9 @@ class FakeStream:
         self.written: list[bytes] = []
         self.waiting: list = []
 
+    def write_buffer_size(self) -> int:          # paused: more than the high-water mark is unsent
+        return 2 * self.WRITE_HIGH if self.write_paused else self.WRITE_HIGH // 2
+
     def writelines(self, parts) -> None:
         self.parts = list(parts)
         self.written.append(b"".join(bytes(p) for p in parts))
