@@ -1,5 +1,6 @@
 /* The cuBLAS entry points with logic of their own on the client: handle lifecycle and state (stream, pointer
- * mode, math mode, workspace), versions and status strings, and the logger of the unsupported-function stubs.
+ * mode, math, atomics and environment modes, workspace), versions and status strings, and the logger of the
+ * unsupported-function stubs.
  * Everything else that is supported is generated (calls_gen.c). */
 #include "vcublas.h"
 
@@ -136,6 +137,56 @@ PV_API pvb_status cublasGetMathMode(struct pvb_handle *handle, int *mode)
     pvb_status st = live(handle, mode, &h);
     if (st == PVB_CUBLAS_STATUS_SUCCESS)
         *mode = h->math;
+    return st;
+}
+
+/* cublasSetEnvironmentMode/GetEnvironmentMode: exported by NVIDIA's libcublas.so.13, not in its headers.
+ * cusolverDnCreate sets mode 1 on the cuBLAS handle it creates and fails without it. NVIDIA's accepts 0 or 1 on a
+ * live handle (else INVALID_VALUE), keeps it on the handle (0 at creation) and hands it to cuBLASLt's kernel choice
+ * around its matmuls; a result's meaning does not depend on it, so it stays client-side state and the daemon's
+ * library runs with its own. */
+PV_API pvb_status cublasSetEnvironmentMode(struct pvb_handle *handle, int mode)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (mode != 0 && mode != 1)
+        return PVB_CUBLAS_STATUS_INVALID_VALUE;
+    h->environment = mode;
+    return PVB_CUBLAS_STATUS_SUCCESS;
+}
+
+PV_API pvb_status cublasGetEnvironmentMode(struct pvb_handle *handle, int *mode)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, mode, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *mode = h->environment;
+    return st;
+}
+
+/* cublasSetAtomicsMode/GetAtomicsMode (cusolverDnCreate sets it on its handle): whether a routine may use atomics,
+ * which only changes the order of a sum (results may then differ run to run). Kept on the client: the daemon's
+ * routines run with the default (not allowed), the deterministic choice that is right under either mode. */
+PV_API pvb_status cublasSetAtomicsMode(struct pvb_handle *handle, int mode)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (mode != PVB_ATOMICS_NOT_ALLOWED && mode != PVB_ATOMICS_ALLOWED)
+        return PVB_CUBLAS_STATUS_INVALID_VALUE;
+    h->atomics = mode;
+    return PVB_CUBLAS_STATUS_SUCCESS;
+}
+
+PV_API pvb_status cublasGetAtomicsMode(struct pvb_handle *handle, int *mode)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, mode, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *mode = h->atomics;
     return st;
 }
 

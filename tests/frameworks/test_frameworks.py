@@ -81,6 +81,17 @@ def test_numba_emulated(tmp_path, daemon):
     assert_clean_census(census, proc)
 
 
+def test_cusolver_emulated(tmp_path, daemon):
+    """NVIDIA's cuSOLVER (CuPy's linalg) over libvcuda, its cuBLAS handle libvcublas's: cusolverDnCreate sets the
+    handle's environment and atomics modes, then Cholesky and SVD run on the emulated GPU and match NumPy."""
+    proc, res, census = run_script(tmp_path, [daemon], "fw_cusolver.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert res == {"cholesky f32": "ok", "cholesky f64": "ok", "singular values": "ok"}, proc.stdout
+    assert_clean_census(census, proc)
+    libs = {ln.split()[0]: ln.split()[-1] for ln in census["library"]}
+    assert libs.get("libcusolver.so.12") == "nvidia" and libs.get("libcublas.so.13") == "pyvgpu", census["library"]
+
+
 def test_torch_emulated(tmp_path, daemon):
     """PyTorch's host side and its cuBLAS matmuls; a torch kernel is refused with one line naming libtorch_cuda."""
     proc, res, census = run_script(tmp_path, [daemon], "fw_torch.py", "--kernel-refused")
