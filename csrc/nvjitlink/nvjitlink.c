@@ -8,8 +8,8 @@
  *   one) links it with -ptx added, its documented way to emit PTX after link-time optimization.
  * Anything else (cubins, fatbins, objects, libraries, a second PTX input without -lto, LTO without NVIDIA's
  * library) needs a device linker for a real architecture: NVJITLINK_ERROR_INVALID_INPUT, the reason in the error
- * log and one line on stderr. Only the unversioned entry points are offered (what cuda.bindings looks up); programs
- * built against nvJitLink.h call versioned names and keep NVIDIA's. */
+ * log and one line on stderr. The unversioned entry points (what cuda.bindings looks up) and the versioned ones
+ * (nvJitLink.h's wrappers, NVIDIA's libraries) are the same functions. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -349,3 +349,29 @@ PV_API int nvJitLinkVersion(unsigned *major, unsigned *minor)
     *minor = 0;
     return OK;
 }
+
+/* The versioned names nvJitLink.h's inline wrappers call (13.0 to 13.5) and NVIDIA's libraries link to (cuSPARSE
+ * 12: __nvJitLink*_13_0): the same functions. Without them a preloaded libnvJitLink.so.13 would leave libcusparse,
+ * and so torch, unloadable. */
+#define VERSIONED(fn)                                                                                             \
+    PV_API __typeof__(fn) __##fn##_13_0 __attribute__((alias(#fn)));                                              \
+    PV_API __typeof__(fn) __##fn##_13_1 __attribute__((alias(#fn)));                                              \
+    PV_API __typeof__(fn) __##fn##_13_2 __attribute__((alias(#fn)));                                              \
+    PV_API __typeof__(fn) __##fn##_13_3 __attribute__((alias(#fn)));                                              \
+    PV_API __typeof__(fn) __##fn##_13_4 __attribute__((alias(#fn)));                                              \
+    PV_API __typeof__(fn) __##fn##_13_5 __attribute__((alias(#fn)));
+VERSIONED(nvJitLinkCreate)
+VERSIONED(nvJitLinkDestroy)
+VERSIONED(nvJitLinkAddData)
+VERSIONED(nvJitLinkAddFile)
+VERSIONED(nvJitLinkComplete)
+VERSIONED(nvJitLinkGetLinkedCubinSize)
+VERSIONED(nvJitLinkGetLinkedCubin)
+VERSIONED(nvJitLinkGetLinkedPtxSize)
+VERSIONED(nvJitLinkGetLinkedPtx)
+VERSIONED(nvJitLinkGetLinkedLTOIRSize)
+VERSIONED(nvJitLinkGetLinkedLTOIR)
+VERSIONED(nvJitLinkGetErrorLogSize)
+VERSIONED(nvJitLinkGetErrorLog)
+VERSIONED(nvJitLinkGetInfoLogSize)
+VERSIONED(nvJitLinkGetInfoLog)

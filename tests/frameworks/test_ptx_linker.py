@@ -117,3 +117,20 @@ print(ptx.decode())
 """, env={frameworks.ENV_NVIDIA_NVJITLINK: str(nvidia)})
     assert proc.returncode == 0, proc.stderr
     assert ".target sm_75" in proc.stdout and ".entry" in proc.stdout and "double" in proc.stdout, proc.stdout
+
+
+def test_nvidias_libraries_linking_nvjitlink_load_beside_it():
+    """cuSPARSE 12 (and through it torch) links nvJitLink's versioned names (__nvJitLinkCreate_13_0, ...): with
+    pyvgpu's library preloaded in nvJitLink's place it still loads, and those names are pyvgpu's functions."""
+    wheel = frameworks.nvidia_nvjitlink()
+    assert wheel, "the nvidia-* CUDA 13 wheels (dependencies of the frameworks tier's torch) are not installed"
+    cusparse = wheel.parent / "libcusparse.so.12"
+    lib = pyvgpu.lib_dir() / pyvgpu.PTX_LINKER_LIB_NAME
+    proc = subprocess.run([sys.executable, "-c", f"""
+import ctypes
+ctypes.CDLL({str(cusparse)!r})
+ours = ctypes.CDLL({str(lib)!r})
+print(ctypes.cast(ours.__nvJitLinkCreate_13_0, ctypes.c_void_p).value ==
+      ctypes.cast(ours.nvJitLinkCreate, ctypes.c_void_p).value)
+"""], env={**os.environ, "LD_PRELOAD": str(lib)}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
