@@ -1,6 +1,6 @@
 """The paper's experiment: data-parallel MLP training on 1, 2 and 4 remote GPUs, beside its published numbers.
 
-Runs examples/dp_train/dp_train (an ordinary multi-GPU CUDA program) as:
+Runs dp_train (examples/dp_train/dp_train.cu, an ordinary multi-GPU CUDA program) as:
   * CPU baseline (`--cpu`, no CUDA call),
   * local GPU, where a real one is visible (skipped with a note otherwise),
   * 1, 2 and 4 remote GPUs: one emulated-GPU daemon per GPU on loopback ports, the unmodified binary under

@@ -3,11 +3,11 @@
     pytest bench/ --benchmark-only                      # all; --benchmark-compare after --benchmark-autosave
 
 Each measures one step of what bench/remoting_bench.py measures end to end (bench/README.md, "where the time goes"):
-framing (encode/decode of a request and a reply), dispatch of a small op on the worker (handlers.execute) and on the
+framing (encode/decode of a request and a reply), dispatch of a small op on the worker (dispatch.execute) and on the
 loop (fastpath.answer), the worker's hand-back, a bulk receive (FrameStream's callbacks landing 16 MiB in device
 memory, without a socket; and through a real loopback socket into a daemon), and the emulator's launch path (an
-empty kernel) and per-instruction cost (a 64 K-thread vector add; thread-instructions per second in extra_info).
-The checks inside only guard that each benchmark measures what it says (no silent no-op)."""
+empty kernel, and a one-warp kernel reading parameters and memory) and per-instruction cost (a 64 K-thread vector
+add; thread-instructions per second in extra_info). The checks inside only guard that each benchmark measures what it says (no silent no-op)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +23,8 @@ import pytest
 from pyvgpu import wire
 from pyvgpu.client import Client
 from pyvgpu.protocol import OP_BY_NAME
-from pyvgpu_daemon import fastpath, handlers
+from pyvgpu_daemon import fastpath
+from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.backends.emu import EmuBackend
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
@@ -83,8 +84,8 @@ def device():
     session.va_base = 1 << 40
     st = session.device(0, loop)
     st.ctx = backend.open_context(0, session.va_base, 1)
-    ptr = handlers.execute(session, st, backend, OPS["MALLOC"], [0, 64 * MIB], b"", False).result
-    event = handlers.execute(session, st, backend, OPS["EVENT_CREATE"], [0, 0], b"", False).result
+    ptr = dispatch.execute(session, st, backend, OPS["MALLOC"], [0, 64 * MIB], b"", False).result
+    event = dispatch.execute(session, st, backend, OPS["EVENT_CREATE"], [0, 0], b"", False).result
     yield session, st, backend, ptr, event
     st.worker.stop()
     loop.close()
@@ -113,7 +114,7 @@ def test_encode_reply(benchmark):
 def test_execute_small_op(benchmark, device, op):
     session, st, backend, ptr, event = device
     args = [0, event, 0] if op == "EVENT_RECORD" else [0, ptr, 7, 4, 0]
-    assert benchmark(handlers.execute, session, st, backend, OPS[op], args, b"", True) is None
+    assert benchmark(dispatch.execute, session, st, backend, OPS[op], args, b"", True) is None
     assert st.deferred == 0
 
 
@@ -125,12 +126,12 @@ def test_loop_answer(benchmark, device):
 
 
 def test_loop_launch(benchmark, device):
-    """An empty-kernel LAUNCH run by the loop (fastpath.run_async: the tiny-launch check, handlers.execute, the
+    """An empty-kernel LAUNCH run by the loop (fastpath.run_async: the tiny-launch check, dispatch.execute, the
     emulator, the lane's accounting), as the daemon runs each launch of a stream of them on an idle device."""
     session, st, backend, _, _ = device
-    info = handlers.execute(session, st, backend, OPS["MODULE_LOAD"], [0, 7], PTX.encode(), False).result
+    info = dispatch.execute(session, st, backend, OPS["MODULE_LOAD"], [0, 7], PTX.encode(), False).result
     args = [0, info["kernels"]["empty"]["id"], [1, 1, 1], [1, 1, 1], 0, 0]
-    assert handlers.execute(session, st, backend, OPS["LAUNCH"], args, b"", True) is None   # compiles it
+    assert dispatch.execute(session, st, backend, OPS["LAUNCH"], args, b"", True) is None   # compiles it
     st.worker.idle = True            # as the worker thread sets it when its queue is empty
     assert benchmark(fastpath.run_async, session, st, backend, OPS["LAUNCH"], args, b"")
     assert st.deferred == 0
@@ -239,6 +240,23 @@ def test_emu_empty_launch(benchmark, module):
     mod, _ = module
     out = benchmark(mod.launch, "empty", (1, 1, 1), (1, 1, 1), 0, b"")
     assert out.stdout == b""
+
+
+def test_emu_small_launch(benchmark, module):
+    """add_one over one warp: the fixed cost of a launch that reads two parameters and touches memory (what a
+    framework's tiny elementwise kernel costs the emulator), 14 instructions per thread."""
+    mod, mem = module
+    ptr = mem.alloc(4 * 32)
+    mem.write(ptr, bytes(4 * 32))
+    params = struct.pack("<QI", ptr, 32) + b"\0" * 4
+    calls = []
+
+    def launch():
+        calls.append(1)
+        return mod.launch("add_one", (1, 1, 1), (32, 1, 1), 0, params)
+    assert benchmark(launch).stdout == b""
+    got = np.frombuffer(bytes(mem.read(ptr, 4 * 32)), np.uint32)
+    assert got.min() == got.max() == len(calls)
 
 
 def test_emu_thread_instructions(benchmark, module):

@@ -1,7 +1,7 @@
 """Where pyvgpu keeps its files: the host map, the daemon token and TLS files (XDG config dir), daemon state (XDG
 state dir), rebuildable caches (XDG cache dir).
 
-libvcudart reads the same paths (csrc/hostmap.c); keep the two in step.
+libvcudart reads the same paths (csrc/core/hostmap.c); keep the two in step.
 
 Whatever the umask: directories pyvgpu creates are 0700 (private_dir: the config dir holds the token and TLS key, the
 state dir daemon logs, the cache dir shared libraries the daemon loads), secret files 0600, other files 0644

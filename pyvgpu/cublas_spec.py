@@ -1,7 +1,7 @@
 """The cuBLAS routines pyvgpu supports, as one declarative table: the single source of truth for libvcublas's
 generated entry points and argument checks (C, phase B) and for the daemon's execution of them (Python).
 
-Standard library only (like protocol.py): the C build runs this file before the package is installed.
+Standard library only (like protocol.py): the C build imports it (tools/gen_cublas_c.py) before the package is installed.
 
 Two levels:
 
@@ -24,20 +24,17 @@ and the daemon's checks cannot drift apart. Unsupported GEMM type/compute combin
 CUBLAS_STATUS_NOT_SUPPORTED (the `GEMM_TYPES` table).
 
 Enum values are cuBLAS 13's (cublas_api.h of nvidia-cublas 13.10.0.20, library_types.h of CUDA 13.0); status
-names and strings are what NVIDIA's libcublas.so.13 returns; tests/test_cublas_spec.py checks all of them.
+names and strings are what NVIDIA's libcublas.so.13 returns; tests/interposer/test_cublas_spec.py checks all of them.
 """
 from __future__ import annotations
 
 import ast
-import os
 import sys
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, Callable, Mapping, Union
 
-if not __package__:  # run as a script by the C build, before the package is installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
+from pyvgpu.cuda_errors import CUDA_ERRORS
 
 # ----------------------------------------------------------------------------------------------- constants
 CUBLAS_VERSION = 131000            # CUBLAS_VER_MAJOR * 10000 + MINOR * 100 + PATCH of the headers we follow
@@ -917,7 +914,7 @@ def main(argv: list[str]) -> int:
         for e in ENTRIES:
             print(f"{e.name:32s} {e.family.name:18s} " + ", ".join(f"{t} {n}" for t, n in c_params(e)))
         return 0
-    print("usage: cublas_spec.py --list", file=sys.stderr)
+    print("usage: python -m pyvgpu.cublas_spec --list", file=sys.stderr)
     return 2
 
 

@@ -1,9 +1,9 @@
 """The cuBLASLt API pyvgpu supports, as one declarative table: the single source of truth for libvcublasLt's
-descriptors and generated C (pyvgpu/cublaslt_c.py), the LT_MATMUL wire op (pyvgpu/protocol.py), and the daemon's
+descriptors and generated C (tools/gen_cublaslt_c.py), the LT_MATMUL wire op (pyvgpu/protocol.py), and the daemon's
 execution of a matmul (daemon blas/lt.py on the emulated GPU, backends/cublaslt_cuda.py on real GPUs).
 
-Standard library only (like protocol.py and cublas_spec.py): the C build runs this file before the package is
-installed.
+Standard library only (like protocol.py and cublas_spec.py): the C build imports it (tools/gen_cublaslt_c.py) before
+the package is installed.
 
 * Descriptors are plain data on the client: a matrix layout, a matmul descriptor, a preference and an algorithm are
   C structs whose fields are the ATTRIBUTES below (one per cublasLt*Attribute_t value, with NVIDIA's size and
@@ -26,14 +26,11 @@ where the header's comment and the library disagree (the grouped preference attr
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-if not __package__:  # run as a script by the C build, before the package is installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pyvgpu import cublas_spec as blas  # noqa: E402
+from pyvgpu import cublas_spec as blas
 
 # ----------------------------------------------------------------------------------------------- constants
 LT_VERSION = blas.CUBLAS_VERSION         # cublasLtGetVersion() of NVIDIA's 13.10 library
@@ -339,7 +336,7 @@ def problem_of(heuristic: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-# Constants and functions of the check expressions (each function has a C twin pvb_<name>, cublaslt_c.py).
+# Constants and functions of the check expressions (each function has a C twin pvb_<name>, tools/gen_cublaslt_c.py).
 CONSTANTS: dict[str, int] = {
     **blas.CONSTANTS, "COL": ORDER_COL, "ROW": ORDER_ROW, "PM_HOST": POINTER_MODE_HOST,
     "PM_DEVICE": POINTER_MODE_DEVICE, "FILL_FULL": FILL_MODE_FULL, "EPI_DEFAULT": EPILOGUE_DEFAULT,
@@ -490,7 +487,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[1] == "--wire":
         print(wire_args())
         return 0
-    print("usage: cublaslt_spec.py --wire", file=sys.stderr)
+    print("usage: python -m pyvgpu.cublaslt_spec --wire", file=sys.stderr)
     return 2
 
 

@@ -1,8 +1,8 @@
 """The pyvgpu wire protocol: the single source of truth for both sides.
 
 The C client gets its constants, shared keys and one sender function per op from files generated from this module
-at build time (pyvgpu/protocol_c.py, run by CMake); tests prove the two sides agree. This module must import
-nothing outside the standard library so the build can run it before install.
+at build time (tools/gen_protocol_c.py, run by CMake); tests prove the two sides agree. This module must import
+nothing outside the standard library (and pyvgpu's own stdlib-only modules) so the build can run it before install.
 
 Framing (both directions, little endian):
 
@@ -54,16 +54,13 @@ Token proof: hex(HMAC-SHA256(key=token bytes, msg=nonce)).
 from __future__ import annotations
 
 import enum
-import os
-import sys
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-if not __package__:  # run as a script by the C build, before the package is installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pyvgpu import cublas_spec as _blas  # noqa: E402
-from pyvgpu import cublaslt_spec as _lt  # noqa: E402
-from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
+from pyvgpu import cublas_spec as _blas
+from pyvgpu import cublaslt_spec as _lt
+from pyvgpu.cuda_errors import CUDA_ERRORS
 
 PROTOCOL_VERSION = 3
 HELLO_SERVER_MAGIC = "pyvgpu"
@@ -663,3 +660,47 @@ def reply_matches(spec: OpSpec, result: object) -> bool:
     if shape == "u64x2":
         return isinstance(result, (list, tuple)) and len(result) == 2 and all(map(_is_u64, result))
     return isinstance(result, dict)
+
+
+class CU32(int):
+    """A constant that C declares unsigned (suffix u): sizes compared with 32-bit lengths."""
+
+
+class CU64(int):
+    """A constant that C declares unsigned long long (suffix ull): sizes and addresses past 32 bits."""
+
+
+def c_constants() -> dict[str, int | float | str]:
+    """Every scalar constant the C client reads, by its C name (`#define PV_<name>` in protocol_gen.h, written by
+    tools/gen_protocol_c.py; tests/interposer/test_interposer_protocol.py compiles and checks each). A constant the C
+    side needs is added here, and only here. CU32/CU64 give its C type; str values are C string literals."""
+    out: dict[str, int | float | str] = {
+        "PROTOCOL_VERSION": PROTOCOL_VERSION, "HELLO_SERVER_MAGIC": HELLO_SERVER_MAGIC, "DEFAULT_PORT": DEFAULT_PORT,
+        "MAX_HEADER_BYTES": CU32(MAX_HEADER_BYTES), "MAX_REPLY_HEADER_BYTES": CU32(MAX_REPLY_HEADER_BYTES),
+        "MAX_STDOUT_BYTES": CU64(MAX_STDOUT_BYTES), "MAX_EVENT_TIMES": MAX_EVENT_TIMES,
+        "DETACH_WINDOW_BYTES": CU64(DETACH_WINDOW_BYTES)}
+    out.update({f"CODEC_{name.upper()}": code for name, code in COMPRESS_CODECS.items()})
+    out.update({
+        "ZSTD_LEVEL": ZSTD_LEVEL, "COMPRESS_BLOCK": CU32(COMPRESS_BLOCK),
+        "COMPRESS_MIN_BYTES": CU32(COMPRESS_MIN_BYTES), "COMPRESS_SAMPLE_BYTES": CU32(COMPRESS_SAMPLE_BYTES),
+        "COMPRESS_SAMPLES": COMPRESS_SAMPLES, "COMPRESS_GAIN": COMPRESS_GAIN,
+        "RATE_SAMPLE_MIN_BYTES": CU32(RATE_SAMPLE_MIN_BYTES), "RATE_REPORT_CHANGE": RATE_REPORT_CHANGE,
+        "CLIENT_SILENCE_TIMEOUT_MS": int(CLIENT_SILENCE_TIMEOUT_S * 1000),
+        "CLIENT_PING_INTERVAL_MS": int(CLIENT_PING_INTERVAL_S * 1000),
+        "VA_WINDOW_BYTES": CU64(VA_WINDOW_BYTES),
+        "ERR_PROTOCOL_MISMATCH": ERR_PROTOCOL_MISMATCH, "ERR_AUTH": ERR_AUTH, "ERR_UNAVAILABLE": ERR_UNAVAILABLE,
+        "FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE": FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE,
+        "FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT": FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
+        "LIMIT_COUNT": len(LIMIT_NAMES),
+        "MAX_GRAPH_OPS": MAX_GRAPH_OPS, "MAX_GRAPH_BYTES": CU64(MAX_GRAPH_BYTES),
+        "MANAGED_FLAG_MAPPED": MANAGED_FLAG_MAPPED,
+        "MANAGED_RUN_HEADER_BYTES": struct.calcsize(MANAGED_RUN_HEADER),
+        "MAX_MANAGED_RUNS": MAX_MANAGED_RUNS, "MAX_MANAGED_ALIGN": MAX_MANAGED_ALIGN,
+        "MAX_PEER_CHUNK": CU64(MAX_PEER_CHUNK),
+        "ARRAY_FLAG_LAYERED": ARRAY_FLAG_LAYERED, "ARRAY_FLAG_SURFACE": ARRAY_FLAG_SURFACE,
+        "ARRAY_FLAG_CUBEMAP": ARRAY_FLAG_CUBEMAP, "ARRAY_FLAG_GATHER": ARRAY_FLAG_GATHER,
+        "VMM_ACCESS_NONE": VMM_ACCESS_NONE, "VMM_ACCESS_READ": VMM_ACCESS_READ,
+        "VMM_ACCESS_READWRITE": VMM_ACCESS_READWRITE, "MAX_VMM_OBJECTS": MAX_VMM_OBJECTS,
+        "MANAGED_CONFLICT_ERROR": ERROR_CODES[MANAGED_CONFLICT_ERROR],
+        "MANAGED_CONFLICT_WORD": MANAGED_CONFLICT_WORD})
+    return out

@@ -3,7 +3,7 @@
 Daemon: `--tls-cert PATH --tls-key PATH` (required, with a token, on any address but loopback; `pyvgpu daemon start
 --host ADDR` creates a self-signed pair in $XDG_CONFIG_HOME/pyvgpu/tls/ when none is given).
 
-Clients (libpvcore, csrc/core/tls.c, reads the same settings; keep the two in step):
+Clients (libpvcore, csrc/core/ssl.c, reads the same settings; keep the two in step):
     PYVGPU_TLS=1|0              force TLS on or off (default: on when a CA or a fingerprint is configured)
     PYVGPU_TLS_CA=PATH          PEM bundle of trusted CAs (default $XDG_CONFIG_HOME/pyvgpu/tls/ca.pem, if present);
                                 the daemon's certificate must chain to one and name the host the client dials

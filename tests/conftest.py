@@ -61,7 +61,7 @@ def other_tls_pair(tmp_path_factory) -> TlsPair:
 
 @pytest.fixture(scope="session")
 def cuda_build():
-    """cuda_build('name.cu', *nvcc_flags, runtime='shared') -> path of the built program (tests/cuda/name.cu)."""
+    """cuda_build('name.cu', *nvcc_flags, runtime='shared') -> path of the program built from tests/cuda/<name>.cu."""
     return lambda name, *extra, runtime="shared": build_cuda(CUDA_SRC / name, tuple(extra), runtime)
 
 

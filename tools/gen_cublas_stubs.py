@@ -33,8 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cublas_wheel  # noqa: E402
+import cublas_wheel   # beside this file: first on sys.path when it runs, and for the tests that import it
 
 ROOT = Path(__file__).resolve().parent.parent
 

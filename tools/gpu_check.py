@@ -16,7 +16,7 @@ skipped and the report says so:
   backend       the cuda backend's own tests (tests/daemon/test_daemon_cuda*.py: they run where a GPU is, else skip)
   programs      the CUDA test programs as their tests run them (tests/e2e, tests/driver), every daemon they start on
                 the cuda backend (PYVGPU_TEST_BACKEND=cuda; two daemons on the one GPU where a test wants two)
-  differential  every differential check script (tests/**/gpu_diff_*.py, tools/gpu_probes/gpu_diff_*.py):
+  differential  every differential check script (gpu_diff_*.py under tests/ and tools/gpu_probes/):
                 the emulator against the GPU, bit for bit
   figures       local against remote: sync-call latency, bulk copies, launch rate (bench/cuda/bandwidth.cu) and the
                 paper workload (examples/dp_train), natively and through pyvgpu on the same GPU

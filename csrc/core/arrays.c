@@ -5,6 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_coherence.h"
+#include "pv_registry.h"
+#include "pv_copy.h"
 #include "pv_graph.h"
 
 #define PV_ARRAY_MAGIC 0x41525259u

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_auth.h"
 
 static pthread_once_t token_once = PTHREAD_ONCE_INIT;
 static char *token_value;

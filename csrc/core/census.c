@@ -30,7 +30,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_stats.h"
+#include "pv_census.h"
 
 enum { KIND_REACHED = 1, KIND_UNSUPPORTED, KIND_MISSING, KIND_ABSENT };
 

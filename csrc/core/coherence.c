@@ -27,7 +27,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_record.h"
+#include "pv_coherence.h"
+#include "pv_registry.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000

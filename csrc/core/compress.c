@@ -20,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_stats.h"
+#include "pv_compress.h"
 
 typedef int (*lz4_compress_fn)(const char *src, char *dst, int n, int cap);
 typedef int (*lz4_decompress_fn)(const char *src, char *dst, int n, int cap);

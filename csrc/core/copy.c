@@ -10,6 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_state.h"
+#include "pv_transport.h"
+#include "pv_compress.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_record.h"
+#include "pv_registry.h"
+#include "pv_hostmem.h"
+#include "pv_copy.h"
 #include "pv_features.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */

@@ -5,7 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_coherence.h"
+#include "pv_copy.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* as copy.c */
 

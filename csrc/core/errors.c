@@ -1,7 +1,7 @@
 /* cudaError_t names and descriptions from the generated table (the wire's one error numbering). */
 #include <stdio.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
 
 static const struct pv_error_desc *find_error(cudaError_t e)
 {

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_hostmap.h"
+#include "pv_registry.h"
+#include "pv_copy.h"
+#include "pv_streams.h"
+#include "pv_graph.h"
 #include "pv_graph.h"
 
 /* ------------------------------------------------------------------------------------------ objects */

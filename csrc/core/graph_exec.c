@@ -10,6 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_record.h"
+#include "pv_registry.h"
+#include "pv_copy.h"
+#include "pv_streams.h"
 #include "pv_graph.h"
 
 enum { SEG_DEVICE, SEG_NODE };

@@ -15,6 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_state.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_registry.h"
 #include "pv_graph.h"
 
 struct gmem {

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_hello.h"
 
 static atomic_int bad_memory_noted, bad_weight_noted;
 

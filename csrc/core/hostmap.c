@@ -11,7 +11,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
 
 #define PV_MAX_HOSTS 32
 

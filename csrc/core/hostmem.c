@@ -14,6 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_state.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_coherence.h"
+#include "pv_registry.h"
+#include "pv_hostmem.h"
 #include "pv_features.h"
 
 enum { cudaHostRegisterMapped = 2 };

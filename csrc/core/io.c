@@ -15,7 +15,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#include "pv_core.h"
+#include "pv_io.h"
 
 int64_t pv_now_ms(void)
 {

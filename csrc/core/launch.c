@@ -5,6 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_state.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_registry.h"
+#include "pv_hostmem.h"
+#include "pv_launch.h"
 #include "pv_graph.h"
 
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
@@ -145,6 +152,35 @@ int64_t pv_smem_optin(const struct pv_device *d)
     return (int64_t)d->smem_per_block;
 }
 
+/* Shared memory as CUDA's occupancy calculator (cuda_occupancy.h) accounts it: a block is allocated its static and
+ * dynamic shared memory plus what the driver reserves per block (cudaDevAttrReservedSharedMemoryPerBlock, from
+ * sm_80), in steps of 256 bytes (128 from sm_80), at most the opt-in limit plus the reserve. The SM's share is the
+ * function's carveout preference (default: all of it); a preference too small for one block gives way to it. */
+static size_t smem_step(const struct pv_device *d) { return d->major >= 8 ? 128 : 256; }
+
+static size_t smem_reserved(const struct pv_device *d)
+{
+    int v;
+    return pv_dev_attr(d, PV_cudaDevAttrReservedSharedMemoryPerBlock, &v) == 0 && v > 0 ? (size_t)v : 0;
+}
+
+static size_t smem_block_limit(const struct pv_device *d) { return (size_t)pv_smem_optin(d) + smem_reserved(d); }
+
+static size_t smem_alloc(const struct pv_device *d, const struct pv_kinfo *ki, size_t dyn)
+{
+    size_t step = smem_step(d);
+    return ((size_t)ki->shared + smem_reserved(d) + dyn + step - 1) / step * step;
+}
+
+static size_t smem_preferred(const struct pv_device *d, const struct pv_kinfo *ki)
+{
+    int64_t carveout = atomic_load(&ki->carveout);
+    if (carveout < 0 || carveout > 100)
+        return d->smem_per_sm;
+    size_t step = smem_step(d);     /* a real driver rounds up to a size its architecture offers: it is a hint */
+    return ((size_t)d->smem_per_sm * (size_t)carveout / 100 + step - 1) / step * step;
+}
+
 int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn)
 {
     int maxt = ki->max_threads > 0 && ki->max_threads < d->max_tpb ? (int)ki->max_threads : d->max_tpb;
@@ -161,15 +197,42 @@ int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block
         if (by_regs < limit)
             limit = (int)by_regs;
     }
-    size_t smem = (size_t)ki->shared + dyn;
+    if (dyn > (size_t)ki->max_dyn_shared)
+        return 0;                                  /* more than the function allows itself */
+    size_t smem = smem_alloc(d, ki, dyn);
+    if (smem > smem_block_limit(d))
+        return 0;
     if (smem > 0) {
-        if (smem > d->smem_per_block && dyn > (size_t)ki->max_dyn_shared)
-            return 0;
-        long by_smem = (long)(d->smem_per_sm / smem);
+        size_t share = smem_preferred(d, ki);
+        long by_smem = (long)((share >= smem ? share : smem) / smem);
         if (by_smem < limit)
             limit = (int)by_smem;
     }
     return limit > 0 ? limit : 0;
+}
+
+/* cudaOccupancyAvailableDynamicSMemPerBlock / cuOccupancyAvailableDynamicSMemPerBlock: the most dynamic shared
+ * memory with which nblocks blocks of `block` threads still fit on an SM, by pv_occupancy's accounting (one more
+ * byte and they would not, unless the function's own cudaFuncAttributeMaxDynamicSharedMemorySize caps it first).
+ * cudaErrorInvalidValue when nblocks do not fit even without dynamic shared memory. One block may have the whole
+ * per-block limit; several share the SM's preferred share evenly, in allocation steps. */
+cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kinfo *ki, int nblocks, int block,
+                                  size_t *out)
+{
+    if (nblocks <= 0 || pv_occupancy(d, ki, block, 0) < nblocks)
+        return PV_cudaErrorInvalidValue;
+    size_t alloc = smem_block_limit(d);
+    if (nblocks > 1) {
+        size_t share = smem_preferred(d, ki) / (size_t)nblocks / smem_step(d) * smem_step(d);
+        if (share < alloc)
+            alloc = share;
+    }
+    size_t fixed = (size_t)ki->shared + smem_reserved(d);   /* <= alloc: nblocks fit with no dynamic memory */
+    size_t dyn = alloc > fixed ? alloc - fixed : 0;
+    if (dyn > (size_t)ki->max_dyn_shared)
+        dyn = (size_t)ki->max_dyn_shared;
+    *out = dyn;
+    return PV_SUCCESS;
 }
 
 /* cudaFuncSetAttribute / cuFuncSetAttribute: validated here (the dynamic shared memory a block may opt in to, the

@@ -12,6 +12,11 @@
  *   launch), attributes valid only for streams, unknown ids and values out of CUDA's ranges (cudaErrorInvalidValue). */
 #include <stdatomic.h>
 
+#include "pv_state.h"
+#include "pv_hostmap.h"
+#include "pv_registry.h"
+#include "pv_launch.h"
+#include "pv_streams.h"
 #include "pv_features.h"
 #include "pv_graph.h"
 

@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_state.h"
+#include "pv_hostmap.h"
+#include "pv_coherence.h"
+#include "pv_registry.h"
 #include "pv_graph.h"
 
 enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2, cudaMemAttachSingle = 4 };

@@ -1,6 +1,12 @@
 /* Memory of every kind, for both APIs: the one free of device memory (managed, pool or plain), host allocations
  * (pinned, or mapped with a coherent device copy), and what the process knows about an address (the pointer
  * attribute queries of both APIs answer from it). */
+#include "pv_state.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_coherence.h"
+#include "pv_registry.h"
+#include "pv_hostmem.h"
 #include "pv_graph.h"
 
 int pv_ptr_device(const void *p)

@@ -1,6 +1,9 @@
 /* Peer access: kernels of one GPU using another GPU's memory, possible between GPUs of one daemon whose snapshot
  * says so (emulated GPUs of a daemon: all of them; cuda: cuDeviceCanAccessPeer). Copies between any two GPUs work
  * whatever this says (copy_features.c). The switch is per (device, peer), as a context's peer access is. */
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
 #include "pv_features.h"
 
 static atomic_uchar peer_on[PV_MAX_DEVICES][PV_MAX_DEVICES];   /* [device][peer] */

@@ -13,7 +13,9 @@
 #ifndef PV_FEATURES_H
 #define PV_FEATURES_H
 
-#include "pv_core.h"
+#include "pv_base.h"
+#include "pv_hostmap.h"
+#include "pv_registry.h"
 #include "pv_types.h"
 
 /* ---- memory (memory.c) ---- */

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "layouts_gen.h"
-#include "pv_core.h"
+#include "pv_base.h"
 
 typedef struct pv_array *cudaArray_t;
 typedef const struct pv_array *cudaArray_const_t;

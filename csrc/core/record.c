@@ -3,7 +3,11 @@
  * replays is exactly what the API would have sent, built by the same code and the same generated senders. */
 #include <stdlib.h>
 
-#include "pv_core.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_record.h"
 
 static _Thread_local struct pv_recorder *tls_rec;
 

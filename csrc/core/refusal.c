@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_refusal.h"
 
 void pv_refusal_latch(struct pv_device *d, cudaError_t err)
 {

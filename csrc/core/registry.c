@@ -5,7 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_refusal.h"
+#include "pv_registry.h"
+#include "pv_hostmem.h"
 
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
 #define FATBIN_CONTAINER_MAGIC 0xBA55ED50u

@@ -1,7 +1,12 @@
 /* Requests to a device, as the generated senders (ops_gen.c) make them: the start of a request (connection check,
  * header, device ordinal) and the decoding of typed replies. A malformed result is the daemon's bug or a hostile
  * peer: it is logged and becomes cudaErrorUnknown, never a value the program would trust. */
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_coherence.h"
 
 cudaError_t pv_op_begin(struct pv_req *r, struct pv_device *d, int op, int nargs, int want_reply,
                         const void *payload, size_t payload_len, void *out, size_t out_cap)

@@ -4,6 +4,12 @@
  * destroy at a time, and the daemon's context stays for the others. */
 #include <stdlib.h>
 
+#include "pv_state.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_coherence.h"
+#include "pv_registry.h"
+#include "pv_streams.h"
 #include "pv_graph.h"
 
 cudaError_t pv_device_reset(struct pv_device *d)

@@ -18,7 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_io.h"
 
 #define PV_MAX_PINS 32
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
 
 static _Thread_local int tls_device;
 static _Thread_local const void *tls_owner;

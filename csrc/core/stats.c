@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_stats.h"
 
 struct op_stats {
     _Atomic uint64_t calls, bytes, blocked, blocked_ns;

@@ -5,7 +5,14 @@
  * never recorded: recording is each API's business. */
 #include <stdlib.h>
 
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_record.h"
+#include "pv_refusal.h"
+#include "pv_registry.h"
+#include "pv_streams.h"
 
 /* Every live stream and event, for the end of the context that made them. */
 static void **live;

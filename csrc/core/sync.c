@@ -1,6 +1,9 @@
 /* The synchronizing calls of both APIs (stream, event, device): a capturing stream's capture is invalidated (CUDA
  * forbids synchronizing it), the work is waited for, and the device's pools give back the blocks they keep above
  * their release thresholds, as CUDA's pools do at synchronizations. */
+#include "pv_hostmap.h"
+#include "pv_request.h"
+#include "pv_streams.h"
 #include "pv_graph.h"
 
 cudaError_t pv_sync_stream(cudaStream_t s)

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pv_hostmap.h"
+#include "pv_request.h"
 #include "pv_features.h"
 
 struct texobj {

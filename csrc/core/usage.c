@@ -1,7 +1,12 @@
 /* A device's figures from its daemon (STATUS, the `device_usage` entry of the device's daemon-local ordinal):
  * memory in use by every session, total and free memory, the share of the last second it ran work. NVML's answers
  * (libvnvml) come from here. */
-#include "pv_core.h"
+#include "pv_state.h"
+#include "pv_wire.h"
+#include "pv_transport.h"
+#include "pv_hostmap.h"
+#include "pv_usage.h"
+#include "pv_request.h"
 
 static int field_u64(const msgpack_object *m, const char *key, uint64_t *out)
 {

@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pv_core.h"
+#include "pv_io.h"
+#include "pv_wire.h"
 
 int pv_read_header(struct pv_io *io, msgpack_unpacked *out, char **raw, uint32_t limit)
 {

@@ -199,19 +199,10 @@ PV_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, const 
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
-    cudaError_t err = (dyn && nblocks > 0) ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
-    if (err != PV_SUCCESS)
-        return pv_ret(err);
-    if (pv_occupancy(d, ki, block, 0) < nblocks) {
-        *dyn = 0;
-        return PV_SUCCESS;
-    }
-    size_t per = d->smem_per_sm / (size_t)nblocks;
-    per = per > (size_t)ki->shared ? per - (size_t)ki->shared : 0;
-    if (per > (size_t)ki->max_dyn_shared)
-        per = (size_t)ki->max_dyn_shared;
-    *dyn = per;
-    return PV_SUCCESS;
+    cudaError_t err = dyn ? func_info(func, &d, &ki) : PV_cudaErrorInvalidValue;
+    if (err == PV_SUCCESS)
+        err = pv_occupancy_dyn_smem(d, ki, nblocks, block, dyn);
+    return err == PV_SUCCESS ? PV_SUCCESS : pv_ret(err);
 }
 
 PV_API cudaError_t cudaFuncGetName(const char **name, const void *func)

@@ -3,6 +3,7 @@
 #ifndef PV_CUDART_H
 #define PV_CUDART_H
 
+#include "pv_core.h"
 #include "pv_graph.h"
 
 /* Store a field of a CUDA struct filled in by offset (layouts_gen.h), alignment-safe. */

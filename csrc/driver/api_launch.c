@@ -75,18 +75,30 @@ static CUresult launch_cooperative(CUfunction h, dim3 grid, dim3 block, unsigned
 LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
 LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 
+/* The current device and h's kernel information there, for the occupancy calls. */
+static CUresult occupancy_of(CUfunction h, struct pv_device **d, struct pv_kinfo **ki)
+{
+    struct pv_func *f;
+    CUresult r = launch_target(h, d, &f);
+    return r == CUDA_SUCCESS ? drv_result(pv_kinfo_get(f, *d, ki)) : r;
+}
+
 static CUresult occupancy(int *n, CUfunction h, int block, size_t dyn)
 {
     struct pv_device *d;
-    struct pv_func *f;
-    CUresult r = n ? launch_target(h, &d, &f) : CUDA_ERROR_INVALID_VALUE;
-    if (r != CUDA_SUCCESS)
-        return r;
     struct pv_kinfo *ki;
-    r = drv_result(pv_kinfo_get(f, d, &ki));
+    CUresult r = n ? occupancy_of(h, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
         *n = pv_occupancy(d, ki, block, dyn);
     return r;
+}
+
+PV_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dyn, CUfunction h, int nblocks, int block)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    CUresult r = dyn ? occupancy_of(h, &d, &ki) : CUDA_ERROR_INVALID_VALUE;
+    return r == CUDA_SUCCESS ? drv_result(pv_occupancy_dyn_smem(d, ki, nblocks, block, dyn)) : r;
 }
 
 PV_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t dyn)

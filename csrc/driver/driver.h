@@ -4,6 +4,7 @@
 #ifndef PV_DRIVER_H
 #define PV_DRIVER_H
 
+#include "pv_core.h"
 #include "pv_graph.h"
 #include "curesult_gen.h"
 #include "integrity.h"

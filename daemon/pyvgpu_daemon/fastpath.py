@@ -9,7 +9,7 @@ submitter and it is busy doing exactly this. Three cases, each only where the ba
 - `answer` / `run_async`: an op flagged LOOP on its spec line, where the backend completes such ops at once
   (`DeviceContext.answers_on_loop`: state queries, synchronizations that have nothing to wait for, and small copies,
   memsets and event records: at most LOOP_BYTES by the spec's extent arguments, so the loop never stalls on one)
-  runs through the same `handlers.execute` as on the worker, so its checks, errors, latched errors and printf output
+  runs through the same `dispatch.execute` as on the worker, so its checks, errors, latched errors and printf output
   are the same, and it is accounted to the session's lane as on the worker (device time, latency). A stream of
   small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
   that competes with the loop for the GIL. Kernel launches only when the backend knows the launch to be short
@@ -31,7 +31,8 @@ from typing import Any
 
 from pyvgpu import wire
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
-from pyvgpu_daemon import compress, handlers
+from pyvgpu_daemon import compress
+from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, Session
@@ -65,7 +66,7 @@ def idle_context(st: DeviceState, work: bool = True) -> DeviceContext | None:
 
 
 def _u64(v: Any) -> bool:
-    return type(v) is int and 0 <= v < (1 << 64)       # type(): not bool, as handlers.ARG_CHECKS
+    return type(v) is int and 0 <= v < (1 << 64)       # type(): not bool, as dispatch.ARG_CHECKS
 
 
 def _stream_ok(st: DeviceState, h: Any) -> bool:
@@ -93,8 +94,8 @@ def _tiny_launch(st: DeviceState, ctx: DeviceContext, args: list[Any]) -> bool:
     if found is None:
         return False
     try:
-        grid = handlers.ARG_CHECKS["dim3"]("grid", grid)
-        block = handlers.ARG_CHECKS["dim3"]("block", block)
+        grid = dispatch.ARG_CHECKS["dim3"]("grid", grid)
+        block = dispatch.ARG_CHECKS["dim3"]("block", block)
     except CudaError:
         return False
     return ctx.tiny_launch(found[0], found[1], grid, block, shmem)
@@ -117,9 +118,9 @@ def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) 
 
 
 def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,
-         fire_and_forget: bool) -> handlers.Outcome | None:
+         fire_and_forget: bool) -> dispatch.Outcome | None:
     t0 = time.perf_counter()
-    out = handlers.execute(session, st, backend, spec, args, payload, fire_and_forget)
+    out = dispatch.execute(session, st, backend, spec, args, payload, fire_and_forget)
     lane = st.lane
     if lane is not None:
         tag = (spec.code, args, len(payload))
@@ -131,7 +132,7 @@ def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args
 
 
 def answer(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
-           payload: Any) -> handlers.Outcome | None:
+           payload: Any) -> dispatch.Outcome | None:
     """Run a request the backend allows on the loop, now; None when it must go to the worker."""
     if not _loop_may_run(st, spec, args, payload):
         return None
@@ -158,9 +159,8 @@ def landing(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -> memo
 
 
 def landed(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, started: float) -> None:
-    """The bookkeeping handlers.execute does for a copy, after its payload landed in device memory."""
-    st.ops += 1
-    st.bytes_htod += nbytes
+    """The bookkeeping dispatch.execute does for a copy, after its payload landed in device memory."""
+    dispatch.account(st, False, nbytes, 0)
     lane = st.lane
     if lane is not None:
         lane.record((spec.code, args, nbytes), started, time.perf_counter())
@@ -172,7 +172,7 @@ def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: i
     if spec.code != OP_DTOH or st.deferred or st.sticky:
         return None
     if session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
-        return None                               # the worker decides whether to compress it (handlers.execute)
+        return None                               # the worker decides whether to compress it (dispatch.execute)
     size = args[_DTOH_SIZE]
     if not _u64(size) or size < SEND_MIN:
         return None
@@ -183,16 +183,14 @@ def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: i
     view = _range_view(st, ctx, args[_DTOH_SRC], size, args[_DTOH_STREAM])
     if view is None:
         return None
-    st.ops += 1
-    st.waited += 1
-    st.bytes_dtoh += size
+    dispatch.account(st, True, 0, size)
     stdout = ctx.take_stdout() or None            # MEMCPY_DTOH is SYNC: it carries the device's printf output
     times = st.event_times.report(ctx)            # ... and event times, as every reply (protocol v3)
     tail = FrameStream.WRITE_HIGH
     try:
         parts = wire.encode_reply(req_id, 0, None, stdout, view, times)
     except wire.ProtocolError:
-        parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
+        parts = wire.encode_reply(req_id, dispatch.ERR_UNKNOWN)
     else:
         parts[1:2] = [view[:size - tail], bytes(view[size - tail:])]
     lane = st.lane

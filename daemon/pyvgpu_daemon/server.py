@@ -28,7 +28,8 @@ from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, E
                              HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES, HELLO_REPLY_SESSION,
                              NOTICE_RATE, OP_BY_CODE, OP_BY_NAME, PROTOCOL_VERSION, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, VA_WINDOW_BYTES, OpSpec)
-from pyvgpu_daemon import compress, fastpath, handlers
+from pyvgpu_daemon import compress, fastpath
+from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers import control, lease  # noqa: F401 (lease registers LEASE_*)
 from pyvgpu_daemon.admission import Admission
 from pyvgpu_daemon.backends.base import Backend
@@ -416,7 +417,7 @@ class Server:
             self._rate_sample(link, req.payload_len - early, time.perf_counter() - t0)
         fastpath.landed(st, spec, req.args, req.payload_len, t0)
         if req.req_id:
-            self._write_outcome(link, req.req_id, handlers.Outcome(0))
+            self._write_outcome(link, req.req_id, dispatch.Outcome(0))
         return True
 
     def _idle_device(self, link: Link, req: wire.Request) -> Any:
@@ -574,11 +575,11 @@ class Server:
                     fastpath.run_async(session, st, self.backend, spec, req.args, payload):
                 return
             if link.oversize:
-                fut = worker.submit(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
+                fut = worker.submit(dispatch.execute, session, st, self.backend, spec, req.args, payload, True,
                                     nbytes=nbytes, tag=tag)
                 fut.add_done_callback(lambda _f: self._release_oversize(link))
             else:
-                worker.post(handlers.execute, session, st, self.backend, spec, req.args, payload, True,
+                worker.post(dispatch.execute, session, st, self.backend, spec, req.args, payload, True,
                             nbytes=nbytes, tag=tag)
             return
         if not link.oversize and worker.idle and not worker.pending:
@@ -597,14 +598,14 @@ class Server:
         if link.oversize:
             worker.call(lambda result, exc: (self._release_oversize(link), self._send_outcome(link, req_id, need,
                                                                                                result, exc)),
-                        handlers.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
+                        dispatch.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
                         tag=tag)
         else:
             worker.call(lambda result, exc: self._send_outcome(link, req_id, need, result, exc),
-                        handlers.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
+                        dispatch.execute, session, st, self.backend, spec, req.args, payload, False, nbytes=nbytes,
                         tag=tag)
 
-    def _send_outcome(self, link: Link, req_id: int, need: int, out: handlers.Outcome | None,
+    def _send_outcome(self, link: Link, req_id: int, need: int, out: dispatch.Outcome | None,
                       exc: BaseException | None) -> None:
         """A worker's answer to request req_id (called on the loop when the job is handed back)."""
         link.outstanding -= 1
@@ -613,19 +614,19 @@ class Server:
             return
         if exc is not None:
             log.error("%s: job raised %r", link.session.tag(), exc)
-            link.stream.writelines(wire.encode_reply(req_id, handlers.ERR_UNKNOWN))
+            link.stream.writelines(wire.encode_reply(req_id, dispatch.ERR_UNKNOWN))
             return
         if out is not None:              # None: the session is closing
             self._write_outcome(link, req_id, out)
 
-    def _write_outcome(self, link: Link, req_id: int, out: handlers.Outcome) -> None:
+    def _write_outcome(self, link: Link, req_id: int, out: dispatch.Outcome) -> None:
         try:
             parts = wire.encode_reply(req_id, out.err, out.result, out.stdout, out.payload, out.event_times,
                                       out.raw_len, out.codec)
         except wire.ProtocolError as exc:
             # Never leave the client waiting: a result too large for a reply frame becomes an error reply.
             log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", link.session.tag(), req_id, exc)
-            parts = wire.encode_reply(req_id, handlers.ERR_UNKNOWN)
+            parts = wire.encode_reply(req_id, dispatch.ERR_UNKNOWN)
         link.stream.writelines(parts)
 
     async def _heartbeats(self) -> None:
@@ -673,7 +674,7 @@ class Server:
         for st in session.devices.values():
             if st.ctx is not None:
                 st.ctx.cancel()          # an orphaned kernel stops at its next check instead of running on
-            futures.append(st.worker.submit(handlers.cleanup, session, st))
+            futures.append(st.worker.submit(dispatch.cleanup, session, st))
             st.worker.stop()
         for fut in futures:
             try:

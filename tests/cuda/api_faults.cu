@@ -1,4 +1,4 @@
-// Fault scenarios driven by tests/test_api_faults.py.
+// Fault scenarios driven by tests/e2e/test_api_faults.py.
 //   api_faults transfer : allocates, prints READY, then copies 64 MiB back and forth forever (killed by the test)
 //   api_faults lost     : copies in a loop; after the daemon dies prints "LOST <error> <ms>" for the failing call and
 //                         "NEXT <error> <ms>" for a later call, then exits 0

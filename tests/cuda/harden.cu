@@ -1,4 +1,4 @@
-// Hang and bound scenarios driven by tests/test_harden_hangs.py. Timings go to stderr as "<WHAT> <error> <ms>".
+// Hang and bound scenarios driven by tests/security/test_hangs.py. Timings go to stderr as "<WHAT> <error> <ms>".
 //   harden printf BYTES : every thread prints one 64-byte line, BYTES / 64 threads in all (BYTES = 1 MiB fills
 //                         the default printf FIFO exactly), then cudaDeviceSynchronize
 //   harden long         : a small kernel (the daemon's --emu-slowdown makes it last), "LAUNCHED" on stdout, then

@@ -18,7 +18,7 @@ cffi = pytest.importorskip("cffi", reason="cffi is a test dependency")
 
 from pyvgpu import cublas_spec as spec  # noqa: E402
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME  # noqa: E402
-from pyvgpu_daemon import handlers  # noqa: E402
+from pyvgpu_daemon.handlers import dispatch  # noqa: E402
 from pyvgpu_daemon.backends.cublas_cuda import Cublas, cdef, pick_entry  # noqa: E402
 from pyvgpu_daemon.backends.cuda import CudaBackend  # noqa: E402
 from pyvgpu_daemon.session import DeviceState, Session, release_device  # noqa: E402
@@ -151,7 +151,7 @@ class Daemonless:
         self.st = DeviceState(0, None)       # type: ignore[arg-type]  (no worker: ops run inline here)
 
     def op(self, name: str, *args, payload: bytes = b""):
-        out = handlers.execute(self.session, self.st, self.backend, OP_BY_NAME[name], [0, *args], payload, False)
+        out = dispatch.execute(self.session, self.st, self.backend, OP_BY_NAME[name], [0, *args], payload, False)
         return out.err, out.result, out.payload
 
     def put(self, arr: np.ndarray) -> int:

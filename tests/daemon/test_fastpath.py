@@ -14,7 +14,8 @@ from harness import raw_session
 from pyvgpu import wire
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME
-from pyvgpu_daemon import fastpath, handlers
+from pyvgpu_daemon import fastpath
+from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.backends.emu import EmuBackend
 from pyvgpu_daemon.emu.runtime import launch as emu_launch
 from pyvgpu_daemon.session import Session
@@ -119,7 +120,7 @@ def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
     work goes to the worker (the session's turn: fair share and the sharing slowdown stay measured), while state
     queries, which need no turn, are still answered on the loop."""
     with two_sessions() as (backend, a, st, open_second):
-        ptr = handlers.execute(a, st, backend, OP_BY_NAME["MALLOC"], [0, 4096], b"", False).result
+        ptr = dispatch.execute(a, st, backend, OP_BY_NAME["MALLOC"], [0, 4096], b"", False).result
         memset = [0, ptr, 7, 4, 0]
         assert fastpath.run_async(a, st, backend, OP_BY_NAME["MEMSET"], memset, b"")
         open_second()                              # a second session opens the device
@@ -161,7 +162,7 @@ def test_only_tiny_launches_run_on_the_loop(monkeypatch):
     with two_sessions() as (backend, a, st, open_second):
 
         def run(op, *args, payload=b""):
-            out = handlers.execute(a, st, backend, OP_BY_NAME[op], [0, *args], payload, False)
+            out = dispatch.execute(a, st, backend, OP_BY_NAME[op], [0, *args], payload, False)
             assert out.err == 0
             return out
         ptr = run("MALLOC", 4096).result

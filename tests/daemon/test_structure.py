@@ -85,3 +85,100 @@ def test_spec_lines_declare_what_the_daemon_acts_on():
                 lambda: P.op(99, "BAD", "", flags=P.OpFlag.NO_DEVICE | P.OpFlag.LOOP)):
         with pytest.raises(ValueError):
             bad()
+
+
+# ---------------------------------------------------------------------------------------------- imports
+PACKAGES = {"pyvgpu": ROOT / "pyvgpu", "pyvgpu_daemon": ROOT / "daemon" / "pyvgpu_daemon"}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the two packages by its dotted name (a package by its own name: its __init__.py)."""
+    out = {}
+    for top, base in PACKAGES.items():
+        for p in base.rglob("*.py"):
+            if "__pycache__" in p.parts:
+                continue
+            parts = [top, *p.relative_to(base).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = p
+    return out
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (annotations only: no import at run time)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for b in node.body for n in ast.walk(b))
+    return skip
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of the two packages it imports (anywhere in it, functions included; importing a.b.c
+    runs a, a.b and a.b.c, so each is an edge)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_only(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for t in targets:
+                parts = t.split(".")
+                for i in range(1, len(parts) + 1):
+                    dep = ".".join(parts[:i])
+                    if dep in modules and dep != name and not name.startswith(dep + "."):
+                        graph[name].add(dep)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules in order, the first repeated at the end), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state:
+                found = visit(d)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    graph = import_graph()
+    assert "pyvgpu_daemon.handlers.registry" in graph["pyvgpu_daemon.handlers.memory"]
+    assert "pyvgpu_daemon.handlers.memory" in graph["pyvgpu_daemon.handlers.dispatch"]

@@ -1,6 +1,6 @@
 """Launch plans (emu/runtime/launch.LaunchPlan): what repeated launches of one configuration share, what they must
-not share (%gridid, parameters, results), errors that are never kept, the bound on kept plans, and which launches
-are tiny enough for the daemon's loop (LaunchPlan.tiny)."""
+not share (%gridid, parameters, results, the state a kept chunk held in the last launch), errors that are never
+kept, the bound on kept plans, and which launches are tiny enough for the daemon's loop (LaunchPlan.tiny)."""
 from __future__ import annotations
 
 import struct
@@ -53,6 +53,36 @@ LOOP:
   bar.sync 0;
   ret;
 }
+.visible .entry state(.param .u64 out, .param .u32 n, .param .u32 write)
+{
+  .reg .b32 %r<9>; .reg .b64 %rd<5>; .reg .pred %p<3>;
+  .shared .align 4 .b8 sh[128];
+  .local .align 4 .b8 loc[4];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [n];
+  ld.param.u32 %r2, [write];
+  mov.u32 %r3, %tid.x;
+  setp.ge.u32 %p1, %r3, %r1;
+  @%p1 bra DONE;
+  shl.b32 %r4, %r3, 2;
+  mov.u32 %r8, sh;
+  add.u32 %r4, %r4, %r8;
+  ld.shared.u32 %r5, [%r4];
+  ld.local.u32 %r6, [loc];
+  setp.eq.u32 %p2, %r2, 0;
+  @%p2 bra KEEP;
+  mov.u32 %r7, 1234;
+  st.shared.u32 [%r4], 77;
+  st.local.u32 [loc], 55;
+KEEP:
+  mul.wide.u32 %rd2, %r3, 12;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  st.global.u32 [%rd3+4], %r6;
+  st.global.u32 [%rd3+8], %r7;
+DONE:
+  ret;
+}
 """
 
 
@@ -74,10 +104,45 @@ def test_repeated_launches_share_the_plan_not_their_parameters_or_grid_ids(mod):
     g1, v1 = _ids(m, mem, out, (4, 1, 1), (256, 1, 1), 0)
     g2, v2 = _ids(m, mem, out, [4, 1, 1], [256, 1, 1], 7)     # lists: the same configuration
     assert len(m._plans) == 1
+    assert not next(iter(m._plans.values())).reusable       # it reads %gridid: every launch binds its chunk anew
     assert (v1 == np.arange(1000)).all() and (v2 == np.arange(1000) + 7).all()
     assert len(set(g1.tolist())) == 1 and len(set(g2.tolist())) == 1 and g2[0] == g1[0] + 1
     g3, v3 = _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 1)       # another geometry, another plan
     assert len(m._plans) == 2 and (v3 == np.arange(1000) + 1).all() and g3[0] == g2[0] + 1
+
+
+def _state(mod, mem, n, write):
+    """The `state` kernel over 32 threads: what each of the first n read from shared memory, local memory and a
+    register it writes only when `write` (a fresh launch: zeros), as uint32 triples; untouched lanes 0xFFFFFFFF."""
+    out = mod.memory.alloc(12 * 32)
+    mem.write(out, b"\xff" * 12 * 32)
+    mod.launch("state", (1, 1, 1), (32, 1, 1), 0, struct.pack("<QII", out, n, write))
+    got = np.frombuffer(bytes(mem.read(out, 12 * 32)), np.uint32).reshape(32, 3).copy()
+    mod.memory.free(out)
+    return got
+
+
+def test_a_kept_chunk_starts_each_launch_as_a_fresh_one(mod):
+    """A reusable plan runs its one chunk again: what the last launch wrote to shared and local memory and
+    registers, and which lanes it left exited, is not seen by the next (each launch equals one on a fresh
+    module)."""
+    m, mem = mod
+    runs = [(32, 1), (5, 0), (32, 0), (32, 1), (32, 0)]
+    got = [_state(m, mem, n, w) for n, w in runs]
+    plan = m._plans[("state", (1, 1, 1), (32, 1, 1), 0, None, None, False)]
+    assert plan.reusable and len(plan.spare) == 1
+    chunk = plan.spare[0]._chunk
+    _state(m, mem, 32, 0)
+    assert plan.spare[0]._chunk is chunk                       # the same chunk ran again
+    for (n, w), g in zip(runs, got):
+        fm = EmuModule.load(PTX.encode(), mem)
+        try:
+            assert (g == _state(fm, mem, n, w)).all(), (n, w)
+        finally:
+            fm.unload()
+        want = np.full((32, 3), 0xFFFFFFFF, np.uint32)
+        want[:n] = [0, 0, 1234 if w else 0]
+        assert (g == want).all(), (n, w)
 
 
 def test_failed_configurations_are_not_kept_and_keep_failing(mod):

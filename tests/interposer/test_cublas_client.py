@@ -1,6 +1,6 @@
 """libvcublas through NVIDIA's own prototypes (cffi over the headers of the nvidia-cublas wheel), against a daemon:
 every supported entry point, int and _64 API, host and device pointer mode, gives what the emulated routine gives
-for the same bytes called directly (tests/cublas_cases.py); the emulated routines themselves are checked against
+for the same bytes called directly (tests/interposer/cublas_cases.py); the emulated routines themselves are checked against
 float64 references in test_blas_emu.py. Plus what the client answers by itself: statuses of refused arguments at
 once, handles, modes, versions, status strings, unsupported functions."""
 from __future__ import annotations

@@ -8,7 +8,7 @@ nvidia-cublas wheel, fetched by the cublas_include fixture; the export list comm
 - a library built from the stubs exports exactly NVIDIA's functions under NVIDIA's version node, and a stub
   answers CUBLAS_STATUS_NOT_SUPPORTED (or 0 / a zero complex for the legacy API) and logs its name once;
 - the C translation of every check agrees with the Python evaluation on thousands of argument sets;
-- the generated C (pyvgpu/cublas_c.py) has an entry point per entry and API width, and structs of int64_t.
+- the generated C (tools/gen_cublas_c.py) has an entry point per entry and API width, and structs of int64_t.
 """
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ import sys
 import pytest
 
 from harness import NVCC, ROOT
-from pyvgpu import cublas_c, cublas_spec as spec
+from pyvgpu import cublas_spec as spec
 
 sys.path.insert(0, str(ROOT / "tools"))
 import cublas_wheel  # noqa: E402
+import gen_cublas_c as cublas_c  # noqa: E402
 import gen_cublas_stubs  # noqa: E402
 
 CUBLAS_DIR = ROOT / "csrc" / "cublas"

@@ -22,11 +22,12 @@ import sys
 import pyvgpu
 from harness import NVCC, ROOT
 from pyvgpu import cublas_spec as blas
-from pyvgpu import cublaslt_c, cublaslt_spec as spec
+from pyvgpu import cublaslt_spec as spec
 from pyvgpu.protocol import OP_BY_NAME
 
 sys.path.insert(0, str(ROOT / "tools"))
 import gen_cublas_stubs  # noqa: E402
+import gen_cublaslt_c as cublaslt_c  # noqa: E402
 
 LT = gen_cublas_stubs.LIBRARIES["cublaslt"]
 LT_DIR = LT.out_dir

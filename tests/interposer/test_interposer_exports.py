@@ -119,7 +119,7 @@ def test_runtime_dependencies_are_minimal(vcudart):
 
 
 def test_generated_layouts_up_to_date(tmp_path):
-    """csrc/layouts_gen.h (struct offsets, valid device attributes) matches the CUDA 13.0 headers when present."""
+    """csrc/core/layouts_gen.h (struct offsets, valid device attributes) matches the CUDA 13.0 headers when present."""
     text = (ROOT / "csrc" / "core" / "layouts_gen.h").read_text()
     assert "#define PV_cudaDeviceProp_SIZE 1008" in text
     if not (Path("/usr/local/cuda-13.0") / "include" / "cuda_runtime_api.h").exists():

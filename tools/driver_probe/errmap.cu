@@ -1,4 +1,4 @@
-// For PROBE_MEMINFO_RC=<CUresult>: prints the cudaError_t that cudaMemGetInfo returns (tools/driver_probe/errmap.sh).
+// For PROBE_MEMINFO_RC=<CUresult>: prints the cudaError_t that cudaMemGetInfo returns (tools/driver_probe/run_all.sh).
 #include <cuda_runtime.h>
 #include <cstdio>
 int main() {

@@ -9,11 +9,12 @@ usage: gen_probe.py CUDA_INCLUDE_DIR OUT_DIR
 """
 from __future__ import annotations
 
+import runpy
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gen_driver_exports import surface  # noqa: E402
+# libvcuda's generator, beside this directory, read by path
+surface = runpy.run_path(str(Path(__file__).resolve().parent.parent / "gen_driver_exports.py"))["surface"]
 
 NTABLES, NSLOTS = 16, 64   # must match probe.h
 

@@ -229,11 +229,12 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
-        """Run (or enqueue) a kernel; returns device printf output produced so far (b"" if none)."""
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
+        """Run (or enqueue) a kernel. Its device printf output is not returned: a backend that captures it keeps it
+        for the next reply that carries output (take_stdout)."""
 
     def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         """A launch whose blocks are all resident at once (grid-wide synchronization works);
         cudaErrorCooperativeLaunchTooLarge when the occupancy does not allow that."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: cooperative launch")

@@ -243,6 +243,10 @@ class _Event:
 class CudaContext(CudaArrays, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
+    @staticmethod
+    def _check(result: Any, what: str) -> Any:
+        return check(result, what)          # CudaArrays' calls
+
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
                  health: "DeviceHealth | None" = None) -> None:
@@ -579,7 +583,7 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuModuleUnload(module.handle), "cuModuleUnload")
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         drv = self.drv
         # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
         # device-side layout, so the buffer goes to the driver as is.
@@ -592,10 +596,10 @@ class CudaContext(CudaArrays, DeviceContext):
         self.gpu_time.launch(self.turn, s, lambda: check(drv.cuLaunchKernel(
             kernel.handle, *grid, *block, shmem, s, 0, ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})"),
             self.wait_scope)
-        return b""  # device printf of a real GPU goes to the daemon's own stdout
+        # device printf of a real GPU goes to the daemon's own stdout (nothing for take_stdout)
 
     def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         # cuLaunchCooperativeKernel takes no packed buffer: one pointer per parameter, into the client's buffer
         drv = self.drv
         arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
@@ -605,7 +609,6 @@ class CudaContext(CudaArrays, DeviceContext):
         self.gpu_time.launch(self.turn, s, lambda keep=(arg_buf, ptrs): check(drv.cuLaunchCooperativeKernel(
             kernel.handle, *grid, *block, shmem, s, ctypes.addressof(keep[1])),
             f"cuLaunchCooperativeKernel({kernel.name})"), self.wait_scope)
-        return b""
 
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         # cudaFuncAttribute and CUfunction_attribute share their numbers (MaxDynamicSharedMemorySize = 8,

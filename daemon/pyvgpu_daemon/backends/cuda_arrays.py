@@ -27,11 +27,11 @@ def array_format(drv: Any, fmt: ChannelFormat) -> Any:
 
 
 class CudaArrays:
-    """Needs self.drv, self._stream(stream), self._sync_stream(stream) and the module function check()."""
+    """Needs self.drv, self._stream(stream), self._sync_stream(stream) and self._check(result, what) (cuda.check:
+    the context provides it, so this module does not import cuda.py, which imports it)."""
 
     def _check(self, result: Any, what: str) -> Any:
-        from pyvgpu_daemon.backends.cuda import check      # not at the top: cuda.py imports this module
-        return check(result, what)
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ arrays
     def array_create(self, spec: Any) -> Any:

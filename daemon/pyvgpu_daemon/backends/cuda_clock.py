@@ -8,7 +8,7 @@ the previous anchor's plus elapsed(previous, anchor), each hop about a second (f
 timer's own quantization cancels along the chain. At most MAX_ANCHORS anchors live. An event whose anchor is gone or
 not measurable yet, and any driver error, gives no time: the client then asks EVENT_ELAPSED, as before.
 
-The driver module is injectable like the backend's (tests/daemon/test_event_times.py uses a fake one).
+The driver module is injectable like the backend's (tests/daemon/test_daemon_wire.py uses a fake one).
 """
 from __future__ import annotations
 

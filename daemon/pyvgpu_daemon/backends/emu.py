@@ -457,7 +457,7 @@ class EmuContext(EmuArrays, DeviceContext):
 
     def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any,
-               cooperative: bool = False) -> bytes:
+               cooperative: bool = False) -> None:
         dyn_max = self._dyn_max(kernel)
         emu_module = module.handle[0]
         t0 = time.perf_counter()
@@ -477,11 +477,10 @@ class EmuContext(EmuArrays, DeviceContext):
             raise
         if self.backend.slowdown > 1.0:
             self._stretch(kernel.name, (time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
-        return b""
 
     def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> bytes:
-        return self.launch(module, kernel, grid, block, shmem, params, stream, cooperative=True)
+                           block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
+        self.launch(module, kernel, grid, block, shmem, params, stream, cooperative=True)
 
     STRETCH_STEP_S = 0.005
 

@@ -39,10 +39,13 @@ class KernelInfo:
     attrs: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchOutput:
     stdout: bytes
     dropped: int = 0          # printf bytes the full FIFO dropped
+
+
+_QUIET = LaunchOutput(b"")     # what most launches return
 
 
 class EmuModule:
@@ -175,11 +178,11 @@ class EmuModule:
         if plan.cooperative:                  # cooperative_groups' grid_workspace: {wsSize = 8, barrier = 0}
             workspace = self.memory.alloc(_GRID_WORKSPACE.size)
             self.memory.write(workspace, _GRID_WORKSPACE.pack(_GRID_WORKSPACE.size, 0))
-        run = Launch(plan, self.memory, self._symbols, params, self.limits, grid_id=self._launches,
-                     resources=resources, peers=peers, cancel=cancel, printf_fifo=printf_fifo, turn=turn,
-                     workspace=workspace)
+        spare = plan.spare
+        run = spare.pop() if spare else Launch(plan, self.memory, self._symbols, self.limits)
+        run.start(params, self._launches, resources, peers, cancel, printf_fifo, turn, workspace)
         try:
-            return LaunchOutput(run.run(), run.stdout_dropped)
+            stdout = run.run()
         except CudaError:
             raise
         except Exception as e:  # noqa: BLE001 - an emulator bug: a sticky launch failure, never cudaErrorUnknown
@@ -189,6 +192,9 @@ class EmuModule:
         finally:
             if workspace:
                 self.memory.free(workspace)
+        if plan.reusable and not spare:
+            spare.append(run)                  # (a launch that failed is not kept)
+        return LaunchOutput(stdout, run.stdout_dropped) if stdout or run.stdout_dropped else _QUIET
 
     def tiny(self, kernel: str, grid, block, shmem: int, max_dynamic_shared: int | None = None,
              stack_size: int | None = None) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 from pyvgpu.protocol import ARRAY_FLAG_SURFACE
 from pyvgpu_daemon.backends.base import CopySide
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import Call, handler, lookup_handle
+from pyvgpu_daemon.handlers.registry import Call, handler, lookup_handle
 from pyvgpu_daemon.resources import (RES_ARRAY, RES_LINEAR, RES_PITCH2D, ArraySpec, ChannelFormat, Sampler,
                                      check_sampler_for)
 

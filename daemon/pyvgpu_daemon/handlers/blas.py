@@ -10,7 +10,6 @@ Handles live in the session's DeviceState and die with it (session.destroy_blas_
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import numpy as np
@@ -19,7 +18,7 @@ from pyvgpu import cublas_spec as spec
 from pyvgpu_daemon.blas import BlasError
 from pyvgpu_daemon.blas.regions import regions
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import Call, _add_handle, _pop_handle, handler
+from pyvgpu_daemon.handlers.registry import Call, add_handle, generated, handler, pop_handle
 
 
 @handler("BLAS_CREATE")
@@ -27,12 +26,12 @@ def blas_create(c: Call) -> int:
     if len(c.st.blas_handles) >= spec.MAX_HANDLES_PER_DEVICE:
         raise CudaError("cudaErrorMemoryAllocation",
                         f"{len(c.st.blas_handles)} cuBLAS handles on this device already")
-    return _add_handle(c.st, c.st.blas_handles, c.ctx.blas_create())
+    return add_handle(c.st, c.st.blas_handles, c.ctx.blas_create())
 
 
 @handler("BLAS_DESTROY")
 def blas_destroy(c: Call, handle: int) -> None:
-    c.ctx.blas_destroy(_pop_handle(c.st.blas_handles, handle, "cuBLAS handle"))
+    c.ctx.blas_destroy(pop_handle(c.st.blas_handles, handle, "cuBLAS handle"))
 
 
 @handler("BLAS_SET_WORKSPACE")
@@ -87,15 +86,9 @@ def _family_handler(fam: spec.Family) -> Callable[..., Any]:
             raise CudaError(spec.cuda_error_of_status(exc.status), str(exc)) from None
         return (out or b"") if result else None
 
-    # The op's argument names after `dev`, as handler() checks them against the spec.
-    from pyvgpu.protocol import OP_BY_NAME
-    names = OP_BY_NAME[fam.name].arg_names[1:]
-    run.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
-        [inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)]
-        + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names])
     run.__name__ = f"blas_{fam.name.lower()}"
     return run
 
 
 for _fam in spec.FAMILIES:
-    handler(_fam.name)(_family_handler(_fam))
+    generated(_fam.name, _family_handler(_fam))

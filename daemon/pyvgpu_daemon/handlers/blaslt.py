@@ -13,16 +13,14 @@ into its cudaError_t (cublas_spec.STATUS_CUDA) for the wire.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
 from pyvgpu import cublas_spec as blas
 from pyvgpu import cublaslt_spec as spec
-from pyvgpu.protocol import OP_BY_NAME
 from pyvgpu_daemon.blas import BlasError, lt_layout, numeric
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import Call, handler
+from pyvgpu_daemon.handlers.registry import Call, generated
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -83,13 +81,5 @@ def lt_heuristic(call: Call, /, **wire: Any) -> list[int]:
     return [int(count), int(workspace)]
 
 
-def _register(name: str, fn: Any) -> None:
-    """Register a handler taking the op's argument names after `dev` (as handler() checks them) by keyword."""
-    fn.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
-        [inspect.Parameter("call", inspect.Parameter.POSITIONAL_ONLY)]
-        + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in OP_BY_NAME[name].arg_names[1:]])
-    handler(name)(fn)
-
-
-_register("LT_MATMUL", lt_matmul)
-_register("LT_HEURISTIC", lt_heuristic)
+generated("LT_MATMUL", lt_matmul)
+generated("LT_HEURISTIC", lt_heuristic)

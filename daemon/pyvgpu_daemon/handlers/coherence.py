@@ -6,7 +6,7 @@ which side pyvgpu let win."""
 from __future__ import annotations
 
 from pyvgpu_daemon import managed
-from pyvgpu_daemon.handlers import Call, handler
+from pyvgpu_daemon.handlers.registry import Call, handler
 
 
 @handler("MANAGED_CONFLICT")

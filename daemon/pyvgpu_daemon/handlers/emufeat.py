@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyvgpu_daemon.handlers import Call, check_params, handler
+from pyvgpu_daemon.handlers.modules import check_params
+from pyvgpu_daemon.handlers.registry import Call, handler
 
 
 @handler("LAUNCH_COOPERATIVE")

@@ -18,7 +18,7 @@ from typing import Any
 from pyvgpu import wire
 from pyvgpu.protocol import MAX_GRAPH_BYTES, MAX_GRAPH_OPS, OP_BY_CODE, OpSpec
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import ARG_CHECKS, HANDLERS, Call, convert_args, handler, lookup_handle
+from pyvgpu_daemon.handlers.registry import ARG_CHECKS, Call, handler, invoke, lookup_handle, positional
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,11 @@ def _graph(c: Call, h: int) -> Graph:
 def graph_launch(c: Call, graph: int, stream: Any) -> None:
     for i, op in enumerate(_graph(c, graph).ops):
         try:
-            kwargs = convert_args(op.spec, c.st, op.args)
+            values = positional(op.spec, c.st, op.args)
             si = op.spec.stream_arg
             if si is not None:
-                kwargs[op.spec.arg_names[si]] = stream
-            HANDLERS[op.spec.name](Call(c.session, c.st, op.payload), **kwargs)
+                values[si - 1] = stream                  # positional(): the arguments after `dev`
+            invoke(op.spec, Call(c.session, c.st, op.payload), values)
         except CudaError as exc:
             # The launch fails with the op's own error; the log names the node that failed.
             exc.args = (f"graph op {i} ({op.spec.name}): {exc}",) + exc.args[1:]

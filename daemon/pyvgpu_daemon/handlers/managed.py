@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyvgpu.protocol import MANAGED_FLAG_MAPPED, MANAGED_RUNS, MAX_MANAGED_ALIGN
 from pyvgpu_daemon import managed
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import Call, handler
+from pyvgpu_daemon.handlers.registry import Call, handler
 
 
 def _reader(c: Call) -> managed.Reader:

@@ -6,7 +6,7 @@ from typing import Any
 
 from pyvgpu.protocol import PEER_TICKET
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import Call, handler
+from pyvgpu_daemon.handlers.registry import Call, handler
 from pyvgpu_daemon.session import DeviceState
 
 

@@ -4,7 +4,7 @@ allocations are the session's memory (quota checked at VMM_CREATE, `held` until 
 from __future__ import annotations
 
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers import Call, handler
+from pyvgpu_daemon.handlers.registry import Call, handler
 from pyvgpu_daemon.vmm import Allocation, VmmTable
 
 

@@ -9,7 +9,8 @@ size is not a multiple of 32 simply has a short last warp.
 The translator (translator/) compiled the kernel once into `make(S)`. For every chunk, `make(chunk)` binds the
 block functions to that chunk's state (registers are closure variables holding immutable NumPy arrays), giving two
 functions per block: a converged version (every lane of the chunk is live and at this block: no masks at all) and
-a masked one. The chunk is the `S` of the generated code; what it offers generated code is ChunkAPI
+a masked one. A launch of a single small chunk keeps that chunk for the next launch of its configuration: its
+state is zeroed in one fill and the bound functions' `reset()` rebinds the registers to zero (launch.py). The chunk is the `S` of the generated code; what it offers generated code is ChunkAPI
 (emu/chunk_api.py).
 
 Scheduling (chunk.py): per-lane PC (block index) and state (run / barrier / warp-wait / exited). While converged

@@ -34,11 +34,12 @@ ARRIVE = NBARRIERS              # barid of a lane parked at bar.arrive: ARRIVE +
 
 
 class CtaBarriers:
-    def _init_barriers(self) -> None:
-        self.barid = np.zeros(self.T, np.int8)
-        self.barcnt = np.zeros(self.T, np.int32)
+    def _init_barriers(self, alloc) -> None:
+        """alloc(n, dtype): n zeroed elements of the chunk's state (reset together between launches)."""
+        self.barid = alloc(self.T, np.int8)
+        self.barcnt = alloc(self.T, np.int32)
         self._wpc = (self.ctasize + 31) // 32                     # warps per CTA
-        self._pend = np.zeros(self.ncta * NBARRIERS, np.int64)    # threads arrived through bar.arrive, per phase
+        self._pend = alloc(self.ncta * NBARRIERS, np.int64)       # threads arrived through bar.arrive, per phase
         self._handlers = ()
 
     # ------------------------------------------------------------------ converged barriers (every lane here)

@@ -18,6 +18,8 @@ The state those mixins share is set up here:
 """
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
 
 import numpy as np
@@ -26,7 +28,7 @@ from pyvgpu_daemon.errors import CudaError
 
 from ..chunk_api import ALL_EXITED, RUN, ChunkAPI
 from ..layout import init_bytes
-from .barriers import CtaBarriers
+from .barriers import NBARRIERS, CtaBarriers
 from .calls import DeviceCalls
 from .collective import Collectives
 from .frames import CallFrames
@@ -45,7 +47,6 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         k = launch.kernel
         self.launch = launch
         self.mem = launch.mem
-        self.pbuf = launch.pbuf
         self.peer_mems = launch.peers             # other devices' memories kernels may use (peer access)
         self.kernel = k
         cs = launch.ctasize
@@ -54,10 +55,6 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self.ncta = ncta
         self.cta0 = cta0
         self.ctasize = cs
-        self.pc = np.zeros(T, np.int32)
-        self.st = np.zeros(T, np.int8)
-        self.barpred = np.zeros(T, bool)
-        self.barsite = np.zeros(T, np.int32)
         geo = launch.geometry(ncta)
         self.zeros = geo["zeros"]
         self.lin_in_cta = geo["lin_in_cta"]
@@ -67,39 +64,70 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self.warp = geo["warp"]
         self.nwarps = ncta * ((cs + 31) // 32)
         self.warp_first = geo["warp_first"]
-        self._init_memory(launch, geo)
+        self.shared_size = launch.shared_size
+        self.frame = launch.frame
+        self.cta_off = geo["cta_off"]
+        self.lane_off = geo["lane_off"]
+        self._state = _State(state_bytes(T, ncta, self.shared_size, self.frame))
+        alloc = self._state.take
+        self.pc = alloc(T, np.int32)
+        self.st = alloc(T, np.int8)
+        self.barpred = alloc(T, np.bool_)
+        self.barsite = alloc(T, np.int32)
+        self._init_barriers(alloc)
+        self.smem = alloc(max(ncta * self.shared_size, 16), np.uint8)
+        self.lmem = alloc(T * self.frame, np.uint8)
+        self._init_shared()
         self.views: dict = {}
         self._acache: dict = {}
         self._own_special: dict = {}
         self.forced = False
-        self._init_barriers()
+        self._bound = None                        # (make, converged blocks, masked blocks, handlers, reset)
 
-    def _init_memory(self, launch, geo: dict) -> None:
+    @property
+    def pbuf(self) -> np.ndarray:
+        return self.launch.pbuf
+
+    def _init_shared(self) -> None:
+        """Shared variables with initializers (a kernel's `.shared` declarations may have them)."""
         lay = self.kernel.layout
-        ncta = self.ncta
-        self.shared_size = launch.shared_size
-        self.smem = np.zeros(max(ncta * self.shared_size, 16), np.uint8)
         for off, v in lay.shared_inits:
-            raw = init_bytes(v, launch.symbols)
-            for c in range(ncta):
+            raw = init_bytes(v, self.launch.symbols)
+            for c in range(self.ncta):
                 self.smem[c * self.shared_size + off:c * self.shared_size + off + len(raw)] = raw
-        self.frame = launch.frame
-        self.cta_off = geo["cta_off"]
-        self.lmem = np.zeros(self.T * self.frame, np.uint8)
-        self.lane_off = geo["lane_off"]
+
+    def reuse(self) -> None:
+        """The next launch of the same plan runs this chunk again (LaunchPlan.reusable: the launch's only chunk,
+        cta0 0): every array a launch writes back to zero (one fill), shared initializers, caches of the last
+        launch (address checks, views of its parameter buffer) dropped, registers back to zero (the generated
+        reset()); the lane geometry and the bound block functions stay."""
+        self._state.buf.fill(0)
+        if self.kernel.layout.shared_inits:
+            self._init_shared()
+        self.peer_mems = self.launch.peers
+        self.views.clear()
+        self._acache.clear()
+        self.forced = False
+        if self._bound is not None:
+            self._bound[4]()
 
     # ---------------------------------------------------------------- driver
     def bind_blocks(self):
         """The kernel's block functions bound to this chunk: ([(converged, masked) per block], [bar.red
-        release handlers])."""
+        release handlers], reset)."""
         return self.launch.make(self)
 
     def run(self) -> None:
+        _ignoring_fp_errors(self._run)
+
+    def _run(self) -> None:
         L = self.launch
-        blocks, handlers = self.bind_blocks()
+        bound = self._bound
+        if bound is None or bound[0] is not L.make:
+            blocks, handlers, reset = self.bind_blocks()
+            bound = self._bound = (L.make, [b[0] for b in blocks], [b[1] for b in blocks], handlers, reset)
+        _, C, M, handlers, _ = bound
         self._handlers = handlers
-        C = [b[0] for b in blocks]
-        M = [b[1] for b in blocks]
         sizes = L.plan.sizes
         pc, st = self.pc, self.st
         cur = 0
@@ -109,40 +137,39 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self._last_p = -1
         self._loops = 0
         clock = time.monotonic
-        with np.errstate(all="ignore"):
-            while True:
-                # The deadline (or a poke of another session waiting for the device: Launch.check_at) after every
-                # step (one block: cheap next to a clock read); the rest less often.
-                check_every += 1
-                if check_every >= _CHECK_EVERY or clock() > L.check_at:
-                    check_every = 0
-                    L.account(self.kernel.name, steps - done)
-                    done = steps
-                if conv:
-                    steps += sizes[cur]
-                    r = C[cur]()
-                    if r >= 0:
-                        cur = r
-                        continue
-                    if r == ALL_EXITED:
-                        break
-                    conv = False
+        while True:
+            # The deadline (or a poke of another session waiting for the device: Launch.check_at) after every
+            # step (one block: cheap next to a clock read); the rest less often.
+            check_every += 1
+            if check_every >= _CHECK_EVERY or clock() > L.check_at:
+                check_every = 0
+                L.account(self.kernel.name, steps - done)
+                done = steps
+            if conv:
+                steps += sizes[cur]
+                r = C[cur]()
+                if r >= 0:
+                    cur = r
                     continue
-                runm = st == RUN
-                if not runm.any():
-                    if not self._release(handlers):
-                        break
-                    continue
-                P = self._pick(runm)
-                m = runm & (pc == P)
-                if P >= len(M):
-                    raise CudaError("cudaErrorLaunchFailure", f"{self.kernel.name}: fell off the end of the code")
-                if m.all():
-                    conv = True
-                    cur = P
-                    continue
-                steps += sizes[P]
-                M[P](m)
+                if r == ALL_EXITED:
+                    break
+                conv = False
+                continue
+            runm = st == RUN
+            if not runm.any():
+                if not self._release(handlers):
+                    break
+                continue
+            P = self._pick(runm)
+            m = runm & (pc == P)
+            if P >= len(M):
+                raise CudaError("cudaErrorLaunchFailure", f"{self.kernel.name}: fell off the end of the code")
+            if m.all():
+                conv = True
+                cur = P
+                continue
+            steps += sizes[P]
+            M[P](m)
         L.account(self.kernel.name, steps - done)
 
     def _pick(self, runm: np.ndarray) -> int:
@@ -160,3 +187,41 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
             self._loops = 0
         self._last_p = P
         return P
+
+
+def state_bytes(T: int, ncta: int, shared_size: int, frame: int) -> int:
+    """Bytes of the one buffer a chunk's written state lives in (_State: each array 16-byte aligned)."""
+    def a(n: int) -> int:
+        return (n + 15) & ~15
+    return a(4 * T) + a(T) + a(T) + a(4 * T) + a(T) + a(4 * T) + a(8 * NBARRIERS * ncta) + \
+        a(max(ncta * shared_size, 16)) + a(T * frame)
+
+
+class _State:
+    """One zeroed buffer holding every array a launch writes (lane states, barrier bookkeeping, shared and local
+    memory), so that a chunk run again by the next launch (Chunk.reuse) is reset with one fill."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buf = np.zeros(nbytes, np.uint8)
+        self._at = 0
+
+    def take(self, n: int, dt) -> np.ndarray:
+        size = n * np.dtype(dt).itemsize
+        v = self.buf[self._at:self._at + size].view(dt)
+        self._at += (size + 15) & ~15
+        return v
+
+
+_fp_context = threading.local()
+
+
+def _ignoring_fp_errors(fn) -> None:
+    """fn() with NumPy's floating-point errors ignored (a GPU's arithmetic raises nothing), in a context of this
+    thread kept for that: np.errstate builds its state anew on every entry, which cost a quarter of an empty
+    launch (bench/README.md, "emulator launch"). NumPy >= 2 keeps the error state in a context variable."""
+    ctx = getattr(_fp_context, "ctx", None)
+    if ctx is None:
+        ctx = contextvars.copy_context()
+        ctx.run(np.seterr, all="ignore")
+        _fp_context.ctx = ctx
+    ctx.run(fn)

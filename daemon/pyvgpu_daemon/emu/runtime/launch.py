@@ -38,7 +38,8 @@ from pyvgpu_daemon.errors import CudaError, code_of
 
 from ..layout import align
 from ..limits import EmuLimits
-from .chunk import Chunk
+from .chunk import Chunk, state_bytes
+from .special import ParamBuffer
 
 _MAX_CHUNK_LOCAL = 256 << 20
 ILLEGAL_ADDRESS = code_of("cudaErrorIllegalAddress")
@@ -46,6 +47,7 @@ MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 
 _PLAN_GEO_LANES = 1024       # geometries of chunks up to this many lanes are kept with the plan (small, reused)
+_REUSE_MAX_BYTES = 1 << 20   # a plan keeps its chunk for the next launch when that chunk's state is at most this
 # A tiny launch (LaunchPlan.tiny): at most this many threads and instructions, and its fastest run took less.
 TINY_LANES = 1024
 TINY_INSTRS = 256
@@ -58,10 +60,13 @@ class LaunchPlan:
     + dynamic, 16-byte aligned), the local frame per thread, and the lane geometry of small chunks (the arrays
     `Launch.geometry` builds, and the special registers that depend on nothing else). EmuModule keeps a few per
     module, keyed by (kernel, grid, block, dynamic shared memory, its maximum, stack size), so a repeated launch
-    validates and sets up nothing again: it packs its parameters and runs (bench/README.md, "P2")."""
+    validates and sets up nothing again: it packs its parameters and runs (bench/README.md, "P2"). A launch of
+    one small chunk (`reusable`) goes further: the plan keeps the Launch that ran last, with its chunk's arrays
+    and bound block functions, and the next launch only resets them (Launch.start, Chunk.reuse; bench/README.md,
+    "emulator launch")."""
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
-                 "per", "threads", "native", "bounded", "best", "cooperative")
+                 "per", "threads", "native", "bounded", "best", "cooperative", "reusable", "spare")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
                  cooperative: bool = False):
@@ -106,6 +111,15 @@ class LaunchPlan:
         # TINY_INSTRS vector instructions over at most TINY_LANES lanes, in one chunk.
         self.bounded = kernel.straight and self.ncta * self.ctasize <= min(TINY_LANES, limits.lanes_per_chunk) \
             and sum(self.sizes) <= TINY_INSTRS and all(b.kind == "plain" for b in kernel.blocks)
+        # A launch of one small chunk keeps its Launch and Chunk for the next launch of the plan (Launch.start,
+        # Chunk.reuse): arrays, geometry and bound block functions are made once. Not for kernels that read
+        # %gridid, nor cooperative launches (%envreg1:%envreg2, a new workspace each launch): make(S) binds special
+        # registers once per chunk; the others are the same in every launch.
+        T = self.ncta * self.ctasize
+        self.reusable = nchunks == 1 and T <= _PLAN_GEO_LANES and "%gridid" not in kernel.specials and \
+            not cooperative and \
+            state_bytes(T, self.ncta, self.shared_size, self.frame) <= _REUSE_MAX_BYTES
+        self.spare: list[Launch] = []         # at most one launch that ran, ready to start again
 
     @property
     def tiny(self) -> bool:
@@ -143,41 +157,55 @@ class LaunchPlan:
 
 
 class Launch:
-    def __init__(self, plan: LaunchPlan, mem, symbols, params: bytes, limits: EmuLimits,
-                 grid_id: int = 1, resources=None, peers=(), cancel: threading.Event | None = None,
-                 printf_fifo: int = 1 << 20, turn=None, workspace: int = 0):
+    """One launch of a plan. A reusable plan's launch is kept after it ran (LaunchPlan.spare) and started again
+    for the next launch with new parameters (`start`), its chunk with it (Chunk.reuse)."""
+
+    def __init__(self, plan: LaunchPlan, mem, symbols, limits: EmuLimits):
         self.plan = plan
-        # A cooperative launch's grid workspace (cooperative_groups' grid_workspace {wsSize, barrier} in device
-        # memory): its address is what %envreg1:%envreg2 give, the pointer cg::this_grid().sync() arrives at; 0 for a
-        # plain launch (a grid sync there traps, as on a GPU).
-        self.workspace = workspace
         self.kernel = plan.kernel
-        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
-        self.peers = tuple(peers)             # DeviceMemory of the devices this one has peer access to
         self.mem = mem
         self.symbols = symbols
         self.grid = plan.grid
         self.block = plan.block
         self.ctasize = plan.ctasize
-        self.params = bytes(params)
-        self.pbuf = np.frombuffer(self.params, np.uint8)
         self.limits = limits
         self.sm_count = limits.multiprocessors
-        self.grid_id = grid_id
         self.dyn_shared = plan.dyn_shared
         self.shared_size = plan.shared_size
         self.frame = plan.frame
+        self._geo: dict = {}
+        self._chunk: Chunk | None = None      # the chunk of the last launch (reusable plans)
+        self.param_buffer = ParamBuffer()      # this launch's parameters (start copies them in)
+        self._lock = threading.Lock()
+
+    def start(self, params: bytes, grid_id: int = 1, resources=None, peers=(),
+              cancel: threading.Event | None = None, printf_fifo: int = 1 << 20, turn=None,
+              workspace: int = 0) -> "Launch":
+        """Set up what is this launch's own: parameters, the grid's id, the resources and peers kernels may use,
+        printf output and its cap, the budget, deadline, cancellation and turn, a cooperative launch's workspace."""
+        self.param_buffer.load(params if type(params) is bytes else bytes(params))
+        # A cooperative launch's grid workspace (cooperative_groups' grid_workspace {wsSize, barrier} in device
+        # memory): its address is what %envreg1:%envreg2 give, the pointer cg::this_grid().sync() arrives at; 0 for a
+        # plain launch (a grid sync there traps, as on a GPU).
+        self.workspace = workspace
+        self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
+        self.peers = peers if type(peers) is tuple else tuple(peers)   # memories of peer devices
+        self.grid_id = grid_id
         self.stdout = bytearray()
         self.printf_cap = printf_fifo         # cudaLimitPrintfFifoSize: printf output beyond it is dropped
         self.stdout_dropped = 0
-        self._geo: dict = {}
         self.clock_bump = 0
         self.steps = 0
-        self.deadline = time.monotonic() + limits.max_seconds
+        self.deadline = time.monotonic() + self.limits.max_seconds
         self.cancel = cancel                  # set when the session's client is gone: stop at the next check
         self.turn = turn                      # backends.base.DeviceTurn or None
         self.check_at = self.deadline         # monotonic time of the next check a chunk must make at the latest
-        self._lock = threading.Lock()
+        return self
+
+    @property
+    def pbuf(self) -> np.ndarray:
+        """The parameter buffer as read-only bytes (kernel parameters by address)."""
+        return self.param_buffer.ro
 
     def _poke(self) -> None:
         """Another session waits for the device: check (and maybe pause) at the next step."""
@@ -220,9 +248,13 @@ class Launch:
     def account(self, kernel: str, steps: int) -> None:
         """A chunk executed `steps` more vector instructions: enforce the launch's budget, deadline and
         cancellation."""
-        with self._lock:
+        if self.plan.threads == 1:            # one chunk at a time: nobody else adds
             self.steps += steps
             total = self.steps
+        else:
+            with self._lock:
+                self.steps += steps
+                total = self.steps
         if total > self.limits.max_vector_instructions:
             raise CudaError("cudaErrorLaunchTimeout",
                             f"{kernel}: instruction budget of {self.limits.max_vector_instructions} vector "
@@ -240,6 +272,14 @@ class Launch:
         try:
             if threads > 1:
                 self._run_parallel(ncta_total, per, threads)
+            elif plan.reusable:
+                chunk = self._chunk
+                if chunk is None:
+                    chunk = self._chunk = Chunk(self, 0, ncta_total)
+                else:
+                    chunk.reuse()
+                self.check_time()
+                chunk.run()
             else:
                 for cta in range(0, ncta_total, per):
                     self.check_time()

@@ -48,7 +48,7 @@ class SpecialRegisters:
         return v
 
     def param(self, off: int, dt):
-        return np.frombuffer(self.launch.params, dtype=dt, count=1, offset=off)[0]
+        return self.launch.param_buffer.scalar(off, dt)
 
     def _special_value(self, name: str):
         L = self.launch
@@ -110,6 +110,39 @@ class SpecialRegisters:
         if name.endswith("_hi"):
             c >>= 32
         return np.full(self.T, c & 0xFFFFFFFF, np.uint32)
+
+
+class ParamBuffer:
+    """A launch's parameter bytes in a buffer kept with the Launch (a reusable plan's launches copy theirs into it,
+    Launch.start) and read through typed views made once: a kernel's ld.param costs an index, not the 1-2 µs of
+    an np.frombuffer per read. `ro`: the bytes, read-only (kernel parameters by address, spaces.py)."""
+
+    __slots__ = ("buf", "ro", "_mv", "_views")
+
+    def __init__(self) -> None:
+        self.buf = self.ro = np.empty(0, np.uint8)
+        self._mv = memoryview(self.buf)
+        self._views: dict = {}
+
+    def load(self, params: bytes) -> None:
+        if len(params) != self.buf.size:
+            self.buf = np.empty(len(params), np.uint8)
+            self.ro = self.buf.view()
+            self.ro.flags.writeable = False
+            self._mv = memoryview(self.buf)
+            self._views = {}
+        self._mv[:] = params
+
+    def scalar(self, off: int, dt):
+        """The parameter of NumPy scalar type dt at byte offset off (a NumPy scalar)."""
+        v = self._views.get(dt)
+        if v is None:
+            size = np.dtype(dt).itemsize
+            n = self.buf.size - self.buf.size % size
+            v = self._views[dt] = (self.buf[:n].view(dt), size)
+        if off % v[1]:
+            return np.frombuffer(self.buf, dtype=dt, count=1, offset=off)[0]      # (PTX aligns parameters)
+        return v[0][off // v[1]]
 
 
 _INDEXES = {f"%{kind}.{ax}": (kind, i) for kind in ("tid", "ntid", "ctaid", "nctaid") for i, ax in enumerate("xyz")}

@@ -8,7 +8,8 @@
         def m0(m): ...                  #   the next block; masked: the lanes in m, sets pcv[m] / stv[m]
         ...
         def h0(mm, v): ...              # bar.red release handler of each diverged bar.red site
-        return [(c0, m0), ...], [h0, ...]
+        def reset(): ...                # the registers back to S.zeros (a chunk reused by the next launch)
+        return [(c0, m0), ...], [h0, ...], reset
 
 A register write rebinds its variable (`r3 = ...`), a masked write merges with np.where. Operands are views of
 register arrays in the instruction's type; immediates, addresses and dtypes are constants in the namespace of the

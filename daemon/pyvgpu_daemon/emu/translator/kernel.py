@@ -103,6 +103,7 @@ class Kernel:
         funcs = [_block_source(g, b, masked) for b in self.blocks for masked in (False, True)]
         self.source = _make_source(g, self.blocks, funcs)
         self.namespace = g.ns
+        self.specials = frozenset(g.specials_used)      # special registers make(S) reads once per chunk
         self._make = None
         self._native = None          # None: not tried yet; False: no native code; else its make(S)
         self._native_thread: threading.Thread | None = None
@@ -294,7 +295,18 @@ def _make_source(g: Codegen, blocks: list[Block], funcs: list[str]) -> str:
             src.append(f"    {g.rvar(name)} = _z{w}")
     src.extend(funcs)
     src.extend(_bar_handlers(g))
+    src.extend(_reset_source(g))
     blist = ", ".join(f"(c{b.index}, m{b.index})" for b in blocks)
     hlist = ", ".join(f"h{i}" for i in range(len(g.bar_sites)))
-    src.append(f"    return [{blist}], [{hlist}]")
+    src.append(f"    return [{blist}], [{hlist}], reset")
     return "\n".join(src)
+
+
+def _reset_source(g: Codegen) -> list[str]:
+    """reset(): the registers live across blocks back to their initial zeros, so that a chunk reused by the next
+    launch of a plan (runtime/launch.py) starts as a freshly bound one."""
+    regs = sorted((g.rvar(name), w) for name, w in g.reg_width.items() if name in g.k.global_regs)
+    if not regs:
+        return ["    def reset():", "        pass"]
+    return ["    def reset():", "        nonlocal " + ", ".join(v for v, _ in regs),
+            *(f"        {v} = _z{w}" for v, w in regs)]

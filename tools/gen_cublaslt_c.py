@@ -1,9 +1,9 @@
 """The C view of pyvgpu/cublaslt_spec.py, generated at build time into libvcublasLt's build directory (CMake runs it).
 
-    python pyvgpu/cublaslt_c.py OUTDIR
+    PYTHONPATH=. python tools/gen_cublaslt_c.py OUTDIR [--depfile FILE]
 
 writes two files:
-- cublaslt_gen.h: what cublas_c.helpers() gives every table (statuses, types, expression functions), this table's
+- cublaslt_gen.h: what gen_cublas_c.helpers() gives every table (statuses, types, expression functions), this table's
   expression functions (pvb_epi_*, pvb_multiple_of), one struct per descriptor (layout, matmul descriptor,
   preference, algorithm) with a member per attribute in NVIDIA's storage type, each descriptor's attribute table
   (value, offset, size) that cublasLt*SetAttribute/GetAttribute copy through, its defaults, the check of its
@@ -13,21 +13,19 @@ writes two files:
 - lt_calls_gen.c: pvl_matmul_args() fills the argument struct from a descriptor and four layouts, pvl_send_matmul()
   sends it as LT_MATMUL and pvl_call_heuristic() asks LT_HEURISTIC, with the generated senders.
 
-Standard library only (like cublas_c.py): the build runs it before the package is installed.
+Standard library only (like gen_cublas_c.py): the build runs it before the package is installed.
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
-if not __package__:  # run as a script by the C build
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pyvgpu import cublas_c, cublaslt_spec as L  # noqa: E402
-from pyvgpu import cublas_spec as B  # noqa: E402
-from pyvgpu.protocol_c import write_files  # noqa: E402
+import gen_support
 
-GENERATED = "/* Generated from pyvgpu/cublaslt_spec.py by pyvgpu/cublaslt_c.py. Do not edit. */"
+import gen_cublas_c as cublas_c
+from pyvgpu import cublaslt_spec as L
+from pyvgpu import cublas_spec as B
+
+GENERATED = "/* Generated from pyvgpu/cublaslt_spec.py by tools/gen_cublaslt_c.py. Do not edit. */"
 # Even: bit 0 of a descriptor's magic says it lives in the caller's storage (api_lt.c).
 MAGIC = {"layout": 0x4C544C58, "desc": 0x4C54444C, "pref": 0x4C545046}
 ALGO_MAGIC = 0x4F474C4154425650    # "PVBTALGO": the first word of an algorithm pyvgpu's heuristic returned
@@ -206,17 +204,10 @@ def calls_source() -> str:
     return "\n".join(out)
 
 
-def write_all(outdir: Path) -> list[Path]:
-    return write_files(outdir, {"cublaslt_gen.h": header(), "lt_calls_gen.c": calls_source()})
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: cublaslt_c.py OUTDIR", file=sys.stderr)
-        return 2
-    write_all(Path(argv[1]))
-    return 0
+def files() -> dict[str, str]:
+    """The generated files, by name."""
+    return {"cublaslt_gen.h": header(), "lt_calls_gen.c": calls_source()}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    raise SystemExit(gen_support.main(sys.argv, files))

@@ -1,6 +1,6 @@
 """The C view of pyvgpu/protocol.py, generated at build time into csrc's build directory (CMake runs this file).
 
-    python pyvgpu/protocol_c.py OUTDIR
+    PYTHONPATH=. python tools/gen_protocol_c.py OUTDIR [--depfile FILE]
 
 writes three files:
 - protocol_gen.h: constants, op codes and flags, op names, shared string keys (PV_KEY_*), device attribute numbers
@@ -14,21 +14,20 @@ writes three files:
   &h)` and `pv_collect_<OP>(d, h, got)`, pv_call_<OP> in two halves so that several can be in flight (copy.c).
   No C file states an op's argument count, order or reply shape by hand: they come from OPS.
 
-Like protocol.py this imports only the standard library (the build runs it before the package is installed).
+Like protocol.py this imports only the standard library and pyvgpu's spec modules (the build runs it before the
+package is installed; gen_support.py checks that the spec is this tree's).
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
-if not __package__:  # run as a script by the C build
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pyvgpu import protocol as P  # noqa: E402
-from pyvgpu.cuda_enums import CUDA_ENUMS, DEVICE_ATTRS  # noqa: E402
-from pyvgpu.cuda_errors import CUDA_ERRORS  # noqa: E402
+import gen_support
 
-GENERATED = "/* Generated from pyvgpu/protocol.py by pyvgpu/protocol_c.py. Do not edit. */"
+from pyvgpu import protocol as P
+from pyvgpu.cuda_enums import CUDA_ENUMS, DEVICE_ATTRS
+from pyvgpu.cuda_errors import CUDA_ERRORS
+
+GENERATED = "/* Generated from pyvgpu/protocol.py by tools/gen_protocol_c.py. Do not edit. */"
 
 # Wire type -> (C parameter declarations, msgpack packing statement); {n} is the argument's name. Every handle
 # and address travels as a u64.
@@ -179,38 +178,25 @@ def _c_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def _c_value(value: int | float | str) -> str:
+    """A constant of protocol.c_constants() as a C literal (its C type from CU32/CU64)."""
+    if isinstance(value, str):
+        return f'"{_c_string(value)}"'
+    if isinstance(value, P.CU64):
+        return f"{int(value)}ull"
+    if isinstance(value, P.CU32):
+        return f"{int(value)}u"
+    return repr(value)
+
+
 def protocol_header() -> str:
     out = [
         GENERATED,
         "#ifndef PYVGPU_PROTOCOL_GEN_H",
         "#define PYVGPU_PROTOCOL_GEN_H",
         "",
-        f"#define PV_PROTOCOL_VERSION {P.PROTOCOL_VERSION}",
-        f'#define PV_HELLO_SERVER_MAGIC "{P.HELLO_SERVER_MAGIC}"',
-        f"#define PV_DEFAULT_PORT {P.DEFAULT_PORT}",
-        f"#define PV_MAX_HEADER_BYTES {P.MAX_HEADER_BYTES}u",
-        f"#define PV_MAX_REPLY_HEADER_BYTES {P.MAX_REPLY_HEADER_BYTES}u",
-        f"#define PV_MAX_STDOUT_BYTES {P.MAX_STDOUT_BYTES}ull",
-        f"#define PV_MAX_EVENT_TIMES {P.MAX_EVENT_TIMES}",
-        f"#define PV_DETACH_WINDOW_BYTES {P.DETACH_WINDOW_BYTES}ull",
-        *[f"#define PV_CODEC_{name.upper()} {code}" for name, code in P.COMPRESS_CODECS.items()],
-        f"#define PV_ZSTD_LEVEL {P.ZSTD_LEVEL}",
-        f"#define PV_COMPRESS_BLOCK {P.COMPRESS_BLOCK}u",
-        f"#define PV_COMPRESS_MIN_BYTES {P.COMPRESS_MIN_BYTES}u",
-        f"#define PV_COMPRESS_SAMPLE_BYTES {P.COMPRESS_SAMPLE_BYTES}u",
-        f"#define PV_COMPRESS_SAMPLES {P.COMPRESS_SAMPLES}",
-        f"#define PV_COMPRESS_GAIN {P.COMPRESS_GAIN}",
-        f"#define PV_RATE_SAMPLE_MIN_BYTES {P.RATE_SAMPLE_MIN_BYTES}u",
-        f"#define PV_RATE_REPORT_CHANGE {P.RATE_REPORT_CHANGE}",
-        f"#define PV_CLIENT_SILENCE_TIMEOUT_MS {int(P.CLIENT_SILENCE_TIMEOUT_S * 1000)}",
-        f"#define PV_CLIENT_PING_INTERVAL_MS {int(P.CLIENT_PING_INTERVAL_S * 1000)}",
-        f"#define PV_VA_WINDOW_BYTES {P.VA_WINDOW_BYTES}ull",
-        f"#define PV_ERR_PROTOCOL_MISMATCH {P.ERR_PROTOCOL_MISMATCH}",
-        f"#define PV_ERR_AUTH {P.ERR_AUTH}",
-        f"#define PV_ERR_UNAVAILABLE {P.ERR_UNAVAILABLE}",
-        f"#define PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE {P.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE}",
-        f"#define PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT {P.FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT}",
-        f"#define PV_LIMIT_COUNT {len(P.LIMIT_NAMES)}",
+        "/* Scalar constants (protocol.c_constants()). */",
+        *(f"#define PV_{name} {_c_value(value)}" for name, value in P.c_constants().items()),
         "",
     ]
     out += [f"#define PV_FLAG_{f.name} {int(f)}" for f in P.OpFlag if f.name and f.name != "NONE"]
@@ -230,24 +216,6 @@ def protocol_header() -> str:
     out += [f"#define PV_{name} {value}" for name, value in DEVICE_ATTRS.items()]
     out += ["", "/* The other CUDA enumerations both sides use (pyvgpu/cuda_enums.py CUDA_ENUMS). */"]
     out += [f"#define PV_{name} {value}" for values in CUDA_ENUMS.values() for name, value in values.items()]
-    out += ["", "/* Graph limits (protocol.py). */", f"#define PV_MAX_GRAPH_OPS {P.MAX_GRAPH_OPS}",
-            f"#define PV_MAX_GRAPH_BYTES {P.MAX_GRAPH_BYTES}ull",
-            "/* Managed memory (protocol.py): MALLOC_MANAGED flags, the MANAGED_PUSH run header (u64 address, u32 "
-            "length), limits. */",
-            f"#define PV_MANAGED_FLAG_MAPPED {P.MANAGED_FLAG_MAPPED}",
-            f"#define PV_MANAGED_RUN_HEADER_BYTES {__import__('struct').calcsize(P.MANAGED_RUN_HEADER)}",
-            f"#define PV_MAX_MANAGED_RUNS {P.MAX_MANAGED_RUNS}",
-            f"#define PV_MAX_MANAGED_ALIGN {P.MAX_MANAGED_ALIGN}",
-            f"#define PV_MAX_PEER_CHUNK {P.MAX_PEER_CHUNK}ull",
-            f"#define PV_ARRAY_FLAG_LAYERED {P.ARRAY_FLAG_LAYERED}",
-            f"#define PV_ARRAY_FLAG_SURFACE {P.ARRAY_FLAG_SURFACE}",
-            f"#define PV_ARRAY_FLAG_CUBEMAP {P.ARRAY_FLAG_CUBEMAP}",
-            f"#define PV_ARRAY_FLAG_GATHER {P.ARRAY_FLAG_GATHER}",
-            "/* Virtual memory management (protocol.py): access flags, objects per session and device. */",
-            f"#define PV_VMM_ACCESS_NONE {P.VMM_ACCESS_NONE}",
-            f"#define PV_VMM_ACCESS_READ {P.VMM_ACCESS_READ}",
-            f"#define PV_VMM_ACCESS_READWRITE {P.VMM_ACCESS_READWRITE}",
-            f"#define PV_MAX_VMM_OBJECTS {P.MAX_VMM_OBJECTS}"]
     limit = max(DEVICE_ATTRS.values()) + 1
     out += [f"#define PV_DEV_ATTR_LIMIT {limit}",
             "static const unsigned char pv_dev_attr_valid[PV_DEV_ATTR_LIMIT] = {"
@@ -256,9 +224,7 @@ def protocol_header() -> str:
             "static const int pv_remoted_dev_attrs[][2] = {"
             + ", ".join(f"{{ PV_cudaDevAttr{name}, {value} }}" for name, value in P.REMOTED_DEVICE_ATTRS.items())
             + "};",
-            f"#define PV_REMOTED_DEV_ATTRS_LEN {len(P.REMOTED_DEVICE_ATTRS)}",
-            f"#define PV_MANAGED_CONFLICT_ERROR PV_{P.MANAGED_CONFLICT_ERROR}",
-            f"#define PV_MANAGED_CONFLICT_WORD {P.MANAGED_CONFLICT_WORD}"]
+            f"#define PV_REMOTED_DEV_ATTRS_LEN {len(P.REMOTED_DEVICE_ATTRS)}"]
     out += ["", "/* cudaError_t values (CUDA's numbering). */"]
     out += [f"#define PV_{name} {value}" for value, name, _ in CUDA_ERRORS]
     out += ["", "struct pv_error_desc { int code; const char *name; const char *text; };",
@@ -268,30 +234,10 @@ def protocol_header() -> str:
     return "\n".join(out)
 
 
-def write_all(outdir: Path) -> list[Path]:
-    return write_files(outdir, {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(),
-                                "ops_gen.c": ops_source()})
-
-
-def write_files(outdir: Path, files: dict[str, str]) -> list[Path]:
-    """Write generated files (name -> text) into outdir, leaving unchanged ones alone."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        path = outdir / name
-        if not path.exists() or path.read_text(encoding="utf-8") != text:   # keep mtimes: no needless rebuilds
-            path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: protocol_c.py OUTDIR", file=sys.stderr)
-        return 2
-    write_all(Path(argv[1]))
-    return 0
+def files() -> dict[str, str]:
+    """The generated files, by name."""
+    return {"protocol_gen.h": protocol_header(), "ops_gen.h": ops_header(), "ops_gen.c": ops_source()}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    raise SystemExit(gen_support.main(sys.argv, files))

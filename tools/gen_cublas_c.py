@@ -1,6 +1,6 @@
 """The C view of pyvgpu/cublas_spec.py, generated at build time into libvcublas's build directory (CMake runs it).
 
-    python pyvgpu/cublas_c.py OUTDIR
+    PYTHONPATH=. python tools/gen_cublas_c.py OUTDIR [--depfile FILE]
 
 writes two files:
 - cublas_gen.h: statuses and their strings, data-type constants and sizes, the expression functions of the table
@@ -12,20 +12,17 @@ writes two files:
   once), turn scalars into their wire bytes by the handle's pointer mode, and send the family's op with the
   generated sender (pv_send_<OP>, fire-and-forget; pv_call_<OP> when a result goes to host memory).
 
-Standard library only (like protocol_c.py): the build runs it before the package is installed.
+Standard library only (like gen_protocol_c.py): the build runs it before the package is installed.
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
-if not __package__:  # run as a script by the C build
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pyvgpu import cublas_spec as S  # noqa: E402
-from pyvgpu.protocol_c import write_files  # noqa: E402
+import gen_support
 
-GENERATED = "/* Generated from pyvgpu/cublas_spec.py by pyvgpu/cublas_c.py. Do not edit. */"
+from pyvgpu import cublas_spec as S
+
+GENERATED = "/* Generated from pyvgpu/cublas_spec.py by tools/gen_cublas_c.py. Do not edit. */"
 
 
 def _c_string(text: str) -> str:
@@ -194,17 +191,10 @@ def calls_source() -> str:
     return "\n".join(out)
 
 
-def write_all(outdir: Path) -> list[Path]:
-    return write_files(outdir, {"cublas_gen.h": header(), "calls_gen.c": calls_source()})
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: cublas_c.py OUTDIR", file=sys.stderr)
-        return 2
-    write_all(Path(argv[1]))
-    return 0
+def files() -> dict[str, str]:
+    """The generated files, by name."""
+    return {"cublas_gen.h": header(), "calls_gen.c": calls_source()}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    raise SystemExit(gen_support.main(sys.argv, files))

@@ -1,0 +1,74 @@
+"""Streams and events: creation (a handle of the session), destruction, synchronization, queries, event records
+(their times travel with later replies: event_times.py) and elapsed times."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.handlers.registry import Call, add_handle, handler, pop_handle
+
+
+@handler("STREAM_CREATE")
+def stream_create(c: Call, flags: int, priority: int) -> int:
+    h = add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
+    c.st.add_stream(h, priority)
+    return h
+
+
+@handler("STREAM_DESTROY")
+def stream_destroy(c: Call, stream: int) -> None:
+    c.ctx.stream_destroy(pop_handle(c.st.streams, stream, "stream"))
+    c.st.stream_priority.pop(stream, None)
+
+
+@handler("STREAM_SYNC")
+def stream_sync(c: Call, stream: Any) -> None:
+    c.ctx.stream_sync(stream)
+
+
+@handler("STREAM_QUERY")
+def stream_query(c: Call, stream: Any) -> None:
+    if not c.ctx.stream_query(stream):
+        raise CudaError("cudaErrorNotReady")
+
+
+@handler("STREAM_WAIT_EVENT")
+def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> None:
+    c.ctx.stream_wait_event(stream, event, flags)
+
+
+@handler("EVENT_CREATE")
+def event_create(c: Call, flags: int) -> int:
+    ev = c.ctx.event_create(flags)
+    h = add_handle(c.st, c.st.events, ev)
+    c.st.event_times.created(h, ev)
+    return h
+
+
+@handler("EVENT_DESTROY")
+def event_destroy(c: Call, event: int) -> None:
+    ev = pop_handle(c.st.events, event, "event")
+    c.st.event_times.forget(event, ev)
+    c.ctx.event_destroy(ev)
+
+
+@handler("EVENT_RECORD")
+def event_record(c: Call, event: Any, stream: Any) -> None:
+    c.ctx.event_record(event, stream)
+    c.st.event_times.recorded(event)         # its time travels with a later reply (event_times.py)
+
+
+@handler("EVENT_SYNC")
+def event_sync(c: Call, event: Any) -> None:
+    c.ctx.event_sync(event)
+
+
+@handler("EVENT_QUERY")
+def event_query(c: Call, event: Any) -> None:
+    if not c.ctx.event_query(event):
+        raise CudaError("cudaErrorNotReady")
+
+
+@handler("EVENT_ELAPSED")
+def event_elapsed(c: Call, start: Any, end: Any) -> float:
+    return float(c.ctx.event_elapsed(start, end))
