@@ -98,6 +98,22 @@ def memory_cases(work: Path) -> None:
                 t0 = time.monotonic()
                 err = c.call("MODULE_LOAD", 0, 1, payload=image)[0]
                 report(name, grown(pid, before), f"error {err} after {time.monotonic() - t0:.2f} s")
+
+            # PTX held per session and device (PYVGPU_EMU_MAX_CODE_BYTES, 256 MiB): 20 MiB modules until refused
+            body = "".join(f"add.s32 %r{k % 8 + 1}, %r{k % 8}, {k};\n" for k in range(2000))
+            kernels = "".join(f".visible .entry k{i}(.param .u64 p)\n{{\n.reg .b32 %r<9>;\n{body}ret;\n}}\n"
+                              for i in range(20 * MiB // len(body)))
+            image = (head + kernels).encode()
+            before = rss(pid)
+            t0 = time.monotonic()
+            loaded = 0
+            while loaded < 64:
+                err = c.call("MODULE_LOAD", 0, 10 + loaded, payload=image)[0]
+                if err:
+                    break
+                loaded += 1
+            report(f"{len(image) / MiB:.0f} MiB PTX modules loaded until refused", grown(pid, before),
+                   f"{loaded} loaded ({(time.monotonic() - t0) / max(loaded, 1):.1f} s each), then error {err}")
     finally:
         d.stop()
 

@@ -28,7 +28,7 @@ from harness import ptx_of  # noqa: E402
 
 def count_thread_instructions(mod, kernel, grid, block, shmem, params) -> int:
     """Run once with per-lane block counting: sum over lanes of the instructions each executed."""
-    k = mod._compiled[kernel]
+    k = mod.kernel(kernel)
     sizes = np.array([len(b.instrs) + (b.term is not None) for b in k.blocks], np.int64)   # fall-through: no term
     total = 0
     bind = Chunk.bind_blocks

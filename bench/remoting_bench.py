@@ -16,6 +16,11 @@ round B then A), so a noisy shared machine shifts both sides alike. Medians over
   reply, then one ping.
 * aggregate (optional, --aggregate): two daemons, two host threads (one per GPU) copying at once, vs two raw TCP
   clients on two servers at once.
+* TLS (optional, --tls): the bandwidth copies through a daemon with TLS (a self-signed certificate, pinned by the
+  client) against the same copies through a plain daemon, interleaved; both daemons `--compress off`, so the figure
+  is the transport's. Ratio = TLS GB/s / plain GB/s. Also the CPU time per byte copied of each daemon (from
+  /proc/PID/stat) and of the client processes (getrusage of children), every byte the runs moved counted (warm-up
+  and the initial copy included): on a shared machine the CPU a byte costs is steadier than the wall-clock rate.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,8 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from harness import (NVCC, Daemon, cached_build, free_port, interposer_env, start_daemon,  # noqa: E402
-                     stop_process, wait_listening)
+from harness import (LOOPBACK, NVCC, Daemon, cached_build, free_port, interposer_env,  # noqa: E402
+                     start_daemon, stop_process, wait_listening)
 
 SRC = Path(__file__).resolve().parent / "cuda"
 BUILD = ROOT / "build" / "bench-remoting"
@@ -65,14 +71,24 @@ def build() -> tuple[Path, Path]:
 class Servers:
     """The emulated-GPU daemons and raw TCP servers of one run (stopped on exit)."""
 
-    def __init__(self, raw_bin: Path, count: int, workdir: Path):
+    def __init__(self, raw_bin: Path, count: int, workdir: Path, tls: bool = False):
         self.daemons: list[Daemon] = []
         self.raw_procs: list[subprocess.Popen] = []
         self.raws: list[int] = []
+        self.tls: tuple[Daemon, Daemon, str] | None = None     # (plain, TLS, the TLS daemon's fingerprint)
         try:
             for _ in range(count):
                 self.daemons.append(start_daemon(workdir))
                 self.raws.append(self._start_raw(raw_bin, workdir))
+            if tls:
+                from pyvgpu.tls import make_self_signed
+                fp = make_self_signed(workdir / "tls.crt", workdir / "tls.key", [LOOPBACK])
+                plain = start_daemon(workdir, "--compress", "off")
+                self.daemons.append(plain)
+                secure = start_daemon(workdir, "--compress", "off", "--tls-cert", str(workdir / "tls.crt"),
+                                      "--tls-key", str(workdir / "tls.key"))
+                self.daemons.append(secure)
+                self.tls = (plain, secure, fp)
         except BaseException:
             self.close()
             raise
@@ -223,6 +239,55 @@ def bench_fire_and_forget(bn: Bench, iters: int, rounds: int, log) -> list[dict]
     return rows
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def bench_tls(bn: Bench, sizes, rounds: int, quick: bool, log) -> list[dict]:
+    """The bandwidth copies through the TLS daemon against the plain one (both --compress off), interleaved; with
+    the CPU time per byte of each daemon and of the client processes."""
+    assert bn.servers.tls is not None
+    plain, secure, fp = bn.servers.tls
+    rows = []
+    for size in sizes:
+        n = iters_for(size, quick)
+        for direction in ("h2d", "d2h"):
+            for mem in ("pinned", "pageable"):
+                got: dict[str, list[int]] = {"plain": [], "tls": []}
+                cpu = {k: {"daemon": 0.0, "client": 0.0, "bytes": 0} for k in got}
+
+                def side(key: str, d: Daemon, extra: dict) -> None:
+                    assert d.proc is not None
+                    d0, c0 = cpu_seconds(d.proc.pid), children_cpu_seconds()
+                    got[key] += run_lines([str(bn.cuda), "bw", direction, mem, str(size), str(n)],
+                                          env={**bn.env([d]), **extra})["bw"]
+                    cpu[key]["daemon"] += cpu_seconds(d.proc.pid) - d0
+                    cpu[key]["client"] += children_cpu_seconds() - c0
+                    cpu[key]["bytes"] += (n + 2) * size      # timed copies, the warm-up and the initial H2D
+
+                interleave(rounds, lambda: side("plain", plain, {}),
+                           lambda: side("tls", secure, {"PYVGPU_TLS_FINGERPRINT": fp}))
+                plain_gbs = size / statistics.median(got["plain"])
+                tls_gbs = size / statistics.median(got["tls"])
+                per_byte = {f"{k}_{who}_cpu_ns_per_B": cpu[k][who] / cpu[k]["bytes"] * 1e9
+                            for k in cpu for who in ("daemon", "client")}
+                rows.append({"direction": direction, "memory": mem, "bytes": size, "samples": len(got["tls"]),
+                             "plain_GBps": plain_gbs, "tls_GBps": tls_gbs, "ratio": tls_gbs / plain_gbs,
+                             **per_byte})
+                log(f"  {direction} {mem:8s} {size >> 10:>7} KiB  TLS {tls_gbs:6.3f} GB/s  plain {plain_gbs:6.3f} GB/s"
+                    f"  ratio {tls_gbs / plain_gbs:.3f}  CPU ns/B daemon {per_byte['tls_daemon_cpu_ns_per_B']:.2f}"
+                    f" (plain {per_byte['plain_daemon_cpu_ns_per_B']:.2f}) client"
+                    f" {per_byte['tls_client_cpu_ns_per_B']:.2f} (plain {per_byte['plain_client_cpu_ns_per_B']:.2f})")
+    return rows
+
+
 def bench_aggregate(bn: Bench, size: int, iters: int, rounds: int, log) -> list[dict]:
     """Two daemons / two raw servers at once: per direction, pyvgpu from one process with two threads (one per
     GPU, `bandwidth bw2`), raw from two concurrent client processes. Aggregate GB/s = 2 × bytes / wall."""
@@ -276,15 +341,18 @@ def machine() -> dict:
 
 
 def table(res: dict) -> str:
-    out = ["Bandwidth (median per copy; ratio = pyvgpu GB/s / raw TCP GB/s)", "",
-           "| dir | host memory | size | pyvgpu GB/s | raw TCP GB/s | ratio |", "|---|---|---:|---:|---:|---:|"]
+    out: list[str] = []
+    if res["bandwidth"]:
+        out += ["Bandwidth (median per copy; ratio = pyvgpu GB/s / raw TCP GB/s)", "",
+                "| dir | host memory | size | pyvgpu GB/s | raw TCP GB/s | ratio |", "|---|---|---:|---:|---:|---:|"]
     for r in res["bandwidth"]:
         sz = f"{r['bytes'] >> 20} MiB" if r["bytes"] >= MiB else f"{r['bytes'] >> 10} KiB"
         out.append(f"| {r['direction'].upper()} | {r['memory']} | {sz} | {r['pyvgpu_GBps']:.3f} | "
                    f"{r['raw_GBps']:.3f} | {r['ratio']:.2f} |")
-    out += ["", f"Small synchronous calls vs a {PING}-byte raw TCP ping-pong (µs)", "",
-            "| call | pyvgpu p50 | pyvgpu p99 | raw p50 | raw p99 | ratio p50 | ratio p99 |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+    if res["latency"]:
+        out += ["", f"Small synchronous calls vs a {PING}-byte raw TCP ping-pong (µs)", "",
+                "| call | pyvgpu p50 | pyvgpu p99 | raw p50 | raw p99 | ratio p50 | ratio p99 |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
     for r in res["latency"]:
         out.append(f"| {r['call']} | {r['pyvgpu_p50_us']:.1f} | {r['pyvgpu_p99_us']:.1f} | {r['raw_p50_us']:.1f} | "
                    f"{r['raw_p99_us']:.1f} | {r['ratio_p50']:.2f} | {r['ratio_p99']:.2f} |")
@@ -306,6 +374,17 @@ def table(res: dict) -> str:
         for r in res["aggregate"]:
             out.append(f"| {r['direction'].upper()} | {r['bytes'] >> 20} MiB | {r['pyvgpu_GBps']:.3f} | "
                        f"{r['raw_GBps']:.3f} | {r['ratio']:.2f} |")
+    if res.get("tls"):
+        out += ["", "TLS against plain TCP, same copies (daemons --compress off; ratio = TLS GB/s / plain GB/s; CPU "
+                "ns per byte copied, TLS (plain))", "",
+                "| dir | host memory | size | TLS GB/s | plain GB/s | ratio | daemon CPU ns/B | client CPU ns/B |",
+                "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in res["tls"]:
+            sz = f"{r['bytes'] >> 20} MiB" if r["bytes"] >= MiB else f"{r['bytes'] >> 10} KiB"
+            out.append(f"| {r['direction'].upper()} | {r['memory']} | {sz} | {r['tls_GBps']:.3f} | "
+                       f"{r['plain_GBps']:.3f} | {r['ratio']:.2f} | {r['tls_daemon_cpu_ns_per_B']:.2f} "
+                       f"({r['plain_daemon_cpu_ns_per_B']:.2f}) | {r['tls_client_cpu_ns_per_B']:.2f} "
+                       f"({r['plain_client_cpu_ns_per_B']:.2f}) |")
     return "\n".join(out)
 
 
@@ -317,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lat-iters", type=int, help="calls per latency run (default 2000, quick 200)")
     ap.add_argument("--ff-iters", type=int, help="ops per fire-and-forget run (default 2000, quick 200)")
     ap.add_argument("--aggregate", action="store_true", help="also two daemons from two threads (16 MiB copies)")
+    ap.add_argument("--tls", action="store_true", help="also the bandwidth copies over TLS against plain TCP")
+    ap.add_argument("--only", choices=("bandwidth", "latency", "ff", "tls"), action="append",
+                    help="run only these parts (repeatable; --only tls implies --tls)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     a = ap.parse_args(argv)
     quick = a.quick
@@ -331,19 +413,30 @@ def main(argv: list[str] | None = None) -> int:
     cuda, raw = build()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pyvgpu-bench-") as tmp:
-        servers = Servers(raw, 2 if a.aggregate else 1, Path(tmp))
+        only = set(a.only or ("bandwidth", "latency", "ff"))
+        tls = a.tls or "tls" in only
+        if tls:
+            only.add("tls")
+        servers = Servers(raw, 2 if a.aggregate else 1, Path(tmp), tls=tls)
         try:
             bn = Bench(cuda, raw, servers)
             res: dict = {"config": {"quick": quick, "sizes": list(sizes), "rounds": rounds, "lat_iters": lat_iters,
                                     "ff_iters": ff_iters, "argv": sys.argv[1:] if argv is None else argv,
                                     "baseline": "C (bench/cuda/rawtcp.c), loopback"},
-                         "machine": {**machine(), "loadavg_start": machine()["loadavg"]}}
-            log("bandwidth")
-            res["bandwidth"] = bench_bandwidth(bn, sizes, rounds, quick, log)
-            log("latency")
-            res["latency"] = bench_latency(bn, lat_iters, rounds, log)
-            log("fire-and-forget")
-            res["fire_and_forget"] = bench_fire_and_forget(bn, ff_iters, rounds, log)
+                         "machine": {**machine(), "loadavg_start": machine()["loadavg"]},
+                         "bandwidth": [], "latency": [], "fire_and_forget": []}
+            if "bandwidth" in only:
+                log("bandwidth")
+                res["bandwidth"] = bench_bandwidth(bn, sizes, rounds, quick, log)
+            if "latency" in only:
+                log("latency")
+                res["latency"] = bench_latency(bn, lat_iters, rounds, log)
+            if "ff" in only:
+                log("fire-and-forget")
+                res["fire_and_forget"] = bench_fire_and_forget(bn, ff_iters, rounds, log)
+            if tls:
+                log("TLS against plain")
+                res["tls"] = bench_tls(bn, sizes, rounds, quick, log)
             if a.aggregate:
                 log("aggregate")
                 res["aggregate"] = bench_aggregate(bn, 16 * MiB, 2 if quick else 8, rounds, log)

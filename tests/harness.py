@@ -126,6 +126,43 @@ def raw_session(port: int, host: str = LOOPBACK, client: str = "raw", timeout: f
     return s
 
 
+# A module image with one kernel, put(out, v): *out = v (PTX, as the emulated GPU and a real driver both load it).
+PUT_PTX = b""".version 9.0
+.target sm_75
+.address_size 64
+.visible .entry put(.param .u64 out, .param .u32 v)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [v];
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
+def pipelined(client, op: str, args, n: int, payload: bytes = b"", between: Callable[[], None] | None = None,
+              batch: int = 1024) -> list[tuple[int, object]]:
+    """n requests of op on a connected pyvgpu.client.Client, sent `batch` at a time without waiting for each reply
+    (args: a tuple, or a function of the request's index giving one) → (err, result) of each, in order. `between`
+    runs after each batch (e.g. to check that another session is served meanwhile)."""
+    from pyvgpu import wire   # noqa: PLC0415
+    from pyvgpu.protocol import OP_BY_NAME   # noqa: PLC0415
+    code = OP_BY_NAME[op].code
+    out: list[tuple[int, object]] = []
+    for start in range(0, n, batch):
+        ids = range(start, min(start + batch, n))
+        client.sock.sendall(b"".join(bytes(p) for i in ids for p in wire.encode_request(
+            code, 1 + i, list(args(i) if callable(args) else args), payload)))
+        for i in ids:
+            rep, _, _ = wire.recv_reply(client.sock)
+            assert rep.req_id == 1 + i, f"reply {rep.req_id} for request {1 + i}"
+            out.append((rep.err, rep.result))
+        if between is not None:
+            between()
+    return out
+
+
 def rss(pid: int) -> int:
     """Resident memory of a process in bytes (Linux)."""
     with open(f"/proc/{pid}/status") as fh:

@@ -56,7 +56,8 @@ int pv_io_wait(struct pv_io *io, short events)
     }
 }
 
-/* Bytes already read from the socket and not yet consumed: in the read buffer, or (TLS) decrypted by OpenSSL. */
+/* Bytes already read from the socket and not yet consumed: in the read buffer, or (TLS) in OpenSSL's, decrypted or
+ * not. */
 static int io_buffered(struct pv_io *io)
 {
     if (io->rhi > io->rlo)
@@ -64,7 +65,7 @@ static int io_buffered(struct pv_io *io)
     if (!io->ssl)
         return 0;
     pthread_mutex_lock(&io->ssl_mu);
-    int pending = SSL_pending(io->ssl) > 0;
+    int pending = SSL_has_pending(io->ssl);     /* decrypted bytes, or records read ahead (ssl.c) */
     pthread_mutex_unlock(&io->ssl_mu);
     return pending;
 }
@@ -249,7 +250,7 @@ int pv_io_write(struct pv_io *io, const void *a, size_t an, const void *b, size_
 }
 
 /* Bytes (or EOF, or an error) are waiting to be read: the next read returns without blocking. Under TLS also
- * whole records OpenSSL has decrypted already. */
+ * what OpenSSL has read from the socket already. */
 int pv_io_readable(struct pv_io *io)
 {
     if (io_buffered(io))

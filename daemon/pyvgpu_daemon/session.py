@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES
@@ -21,6 +21,8 @@ from pyvgpu_daemon.backends.base import DEFAULT_STREAM, Backend, DeviceContext, 
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.event_times import EventTimes
 from pyvgpu_daemon.executor import OrderedWorker
+from pyvgpu_daemon.kinds import (ALLOCATION, ARRAY, BLAS_HANDLE, EVENT, FUNCTION, GRAPH, MODULE, STREAM, SURFACE,
+                                 TEARDOWN_ORDER, TEXTURE, Live)
 from pyvgpu_daemon.managed import ManagedTable
 from pyvgpu_daemon.peer import PeerHub
 from pyvgpu_daemon.scheduler import Lane
@@ -32,7 +34,6 @@ log = logging.getLogger("pyvgpu.daemon")
 # mean "the default stream" here (one ordered queue per device makes per-thread default streams equivalent to the
 # legacy one).
 FIRST_HANDLE = 0x1000
-MAX_HANDLES = 1 << 18      # live streams + events + functions + cuBLAS handles per session and device
 
 
 @dataclass
@@ -48,21 +49,21 @@ class DeviceState:
     ordinal: int
     worker: OrderedWorker
     ctx: DeviceContext | None = None
-    allocations: dict[int, int] = field(default_factory=dict)        # ptr -> size (cudaMalloc)
+    allocations: Live = field(default_factory=lambda: Live(ALLOCATION))   # ptr -> size (cudaMalloc)
     variables: dict[int, int] = field(default_factory=dict)          # addr -> size (module globals)
     _starts: list[int] = field(default_factory=list)                  # sorted keys of allocations ∪ variables
-    modules: dict[int, ModuleEntry] = field(default_factory=dict)    # client module id -> entry
-    functions: dict[int, tuple[LoadedModule, KernelDesc]] = field(default_factory=dict)
-    streams: dict[int, Any] = field(default_factory=dict)
-    events: dict[int, Any] = field(default_factory=dict)
-    blas_handles: dict[int, Any] = field(default_factory=dict)       # cuBLAS handles (backend objects)
-    graphs: dict[int, Any] = field(default_factory=dict)             # handle -> handlers.graph.Graph
+    modules: Live = field(default_factory=lambda: Live(MODULE))      # client module id -> ModuleEntry
+    functions: Live = field(default_factory=lambda: Live(FUNCTION))  # id -> (LoadedModule, KernelDesc)
+    streams: Live = field(default_factory=lambda: Live(STREAM))      # handle -> backend stream
+    events: Live = field(default_factory=lambda: Live(EVENT))        # handle -> backend event
+    blas_handles: Live = field(default_factory=lambda: Live(BLAS_HANDLE))   # handle -> backend cuBLAS handle
+    graphs: Live = field(default_factory=lambda: Live(GRAPH))        # handle -> handlers.graph.Graph
     graph_bytes: int = 0       # bytes of uploaded graphs held (bounded by protocol.MAX_GRAPH_BYTES)
     managed: ManagedTable = field(default_factory=ManagedTable)      # managed/mapped ranges (managed.py)
     vmm: VmmTable | None = None        # virtual memory management (vmm.py, handlers/vmm.py), on first use
-    arrays: dict[int, Any] = field(default_factory=dict)             # handle -> handlers.array.ArrayEntry
-    textures: dict[int, Any] = field(default_factory=dict)           # texture object value -> (res type, array)
-    surfaces: dict[int, int] = field(default_factory=dict)           # surface object value -> array handle
+    arrays: Live = field(default_factory=lambda: Live(ARRAY))        # handle -> handlers.array.ArrayEntry
+    textures: Live = field(default_factory=lambda: Live(TEXTURE))    # texture object value -> (res type, array)
+    surfaces: Live = field(default_factory=lambda: Live(SURFACE))    # surface object value -> array handle
     event_times: EventTimes = field(default_factory=EventTimes)      # events to report with replies
     deferred: int = 0          # first error of a fire-and-forget op, returned by the next SYNC op
     sticky: int = 0            # error that every op returns until DEVICE_RESET
@@ -75,7 +76,12 @@ class DeviceState:
     bytes_dtoh: int = 0        # reply payload bytes
     bytes_dtod: int = 0        # bytes copied on the device
     stream_priority: dict[int, int] = field(default_factory=dict)    # stream handle -> CUDA priority
+    tag: str = ""              # "session N dev D", for log lines (Session.device sets it)
     _next_handle: int = FIRST_HANDLE
+    _refused: set[str] = field(default_factory=set)                  # kinds whose bound was logged
+
+    def __post_init__(self) -> None:
+        self.tag = self.tag or f"dev {self.ordinal}"
 
     @property
     def lane(self) -> Lane | None:
@@ -103,12 +109,30 @@ class DeviceState:
             self.worker.priority_of = self.stream_priority.get
 
     # ------------------------------------------------------------------ handles
+    def charge(self, table: Live, n: int = 1) -> None:
+        """Room for n more objects of table's kind, or cudaErrorMemoryAllocation (logged once per kind) naming the
+        bound. Every handler that makes the daemon hold an object for the session calls this before creating it."""
+        if table.room_for(n):
+            return
+        kind = table.kind
+        if kind.name not in self._refused:
+            self._refused.add(kind.name)
+            log.warning("%s: %d live %ss: the bound per session and device (%d) is reached; more are refused",
+                        self.tag, len(table), kind.name, kind.bound)
+        raise CudaError("cudaErrorMemoryAllocation", f"{len(table)} live {kind.name}s on device {self.ordinal}: "
+                                                     f"the daemon's bound per session and device is {kind.bound}")
+
     def new_handle(self) -> int:
-        if len(self.streams) + len(self.events) + len(self.functions) + len(self.blas_handles) >= MAX_HANDLES:
-            raise CudaError("cudaErrorMemoryAllocation", f"{MAX_HANDLES} live streams, events, functions and cuBLAS "
-                                                         f"handles: the daemon's bound per session and device")
         h = self._next_handle
         self._next_handle += 1
+        return h
+
+    def add(self, table: Live, make: Callable[[], Any]) -> int:
+        """Charge one object of table's kind, make it, and give it a new handle."""
+        self.charge(table)
+        obj = make()
+        h = self.new_handle()
+        table[h] = obj
         return h
 
     def stream(self, handle: int) -> Any:
@@ -174,28 +198,46 @@ class DeviceState:
             return
         raise CudaError("cudaErrorInvalidValue", f"{what}: [{ptr:#x}, +{size}) is not memory of this session")
 
+    def live_tables(self) -> tuple[Live, ...]:
+        """The tables of every kind, in TEARDOWN_ORDER."""
+        by_kind = {t.kind: t for t in (getattr(self, f.name) for f in fields(self)) if isinstance(t, Live)}
+        return tuple(by_kind[k] for k in TEARDOWN_ORDER)      # (a kind missing from the order: KeyError)
+
+    def teardown(self) -> None:
+        """Destroy every live object of every kind (session end and device reset; runs on this device's worker).
+        The context stays; a failure costs its object only and is logged once per kind."""
+        ctx = self.ctx
+        for table in self.live_tables():
+            destroy = table.kind.destroy
+            if ctx is not None and destroy is not None:
+                failed, first = 0, None
+                for key, obj in list(table.items()):
+                    try:
+                        destroy(ctx, key, obj)
+                    except Exception as exc:  # noqa: BLE001 - teardown carries on
+                        failed, first = failed + 1, first or exc
+                if failed:
+                    log.info("%s: %d of %d %ss could not be destroyed (their context goes with them): %s",
+                             self.tag, failed, len(table), table.kind.name, first)
+            table.clear()
+        self.clear_tables()
+
     def clear_tables(self) -> None:
-        self.allocations.clear()
+        """Forget everything (after the backend destroyed it, or with a context that is gone)."""
+        for table in self.live_tables():
+            table.clear()
         self.variables.clear()
         self._starts.clear()
-        self.modules.clear()
-        self.functions.clear()
-        self.streams.clear()
-        self.events.clear()
         self.event_times.clear()
         self.stream_priority.clear()
-        self.blas_handles.clear()
-        self.graphs.clear()
         self.graph_bytes = 0
         self.managed.clear()
         self.vmm = None
-        self.arrays.clear()
-        self.textures.clear()
-        self.surfaces.clear()
         self.held = 0
         self.var_bytes = 0
         self.deferred = 0
         self.sticky = 0
+        self._refused.clear()
 
     def summary(self) -> dict[str, Any]:
         out = {"device": self.ordinal, "memory": self.held, "allocations": len(self.allocations),
@@ -247,7 +289,7 @@ class Session:
             lease = self.leases.get(ordinal)         # a share's weight and quota replace the hello's there
             weight = lease.weight if lease is not None and lease.weight is not None else self.weight
             lane = sharing.lane(ordinal, weight, name) if sharing is not None else None
-            st = DeviceState(ordinal, OrderedWorker(name, loop, lane))
+            st = DeviceState(ordinal, OrderedWorker(name, loop, lane), tag=self.tag(ordinal))
             if sharing is not None:
                 st.limit = sharing.limit(ordinal, self.memory_request)
             if lease is not None and lease.memory is not None:
@@ -263,60 +305,15 @@ class Session:
                 "weight": self.weight}
 
 
-def _quietly(fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001 - cleanup carries on
-        pass
-
-
 def release_device(session: Session, st: DeviceState) -> int:
-    """Free everything a session holds on one device (runs on that device's worker). → bytes released."""
+    """Free everything a session holds on one device and close its context (runs on that device's worker).
+    → bytes released."""
     held = st.held
-    ctx = st.ctx
-    if ctx is not None:
-        destroy_blas_handles(st)
-        for entry in list(st.modules.values()):
-            try:
-                ctx.module_unload(entry.loaded)
-            except Exception as exc:  # noqa: BLE001 - cleanup carries on
-                log.warning("%s: module unload during cleanup failed: %s", session.tag(st.ordinal), exc)
-        for value in list(st.textures):
-            _quietly(ctx.tex_destroy, value)
-        for value in list(st.surfaces):
-            _quietly(ctx.surf_destroy, value)
-        for entry in list(st.arrays.values()):
-            _quietly(ctx.array_destroy, entry.obj)
-        for handle, ev in list(st.events.items()):
-            try:
-                ctx.event_destroy(ev)
-            except Exception:  # noqa: BLE001
-                pass
-        for handle, s in list(st.streams.items()):
-            try:
-                ctx.stream_destroy(s)
-            except Exception:  # noqa: BLE001
-                pass
-        for ptr in list(st.allocations):
-            try:
-                ctx.free(ptr)
-            except Exception:  # noqa: BLE001
-                pass
+    st.teardown()
+    if st.ctx is not None:
         try:
-            ctx.close()
+            st.ctx.close()
         except Exception as exc:  # noqa: BLE001
             log.warning("%s: context close failed: %s", session.tag(st.ordinal), exc)
         st.ctx = None
-    st.clear_tables()
     return held
-
-
-def destroy_blas_handles(st: DeviceState) -> None:
-    """cuBLAS handles die with their session (and with a device reset): destroy them before the context goes."""
-    assert st.ctx is not None
-    for h in list(st.blas_handles.values()):
-        try:
-            st.ctx.blas_destroy(h)
-        except Exception as exc:  # noqa: BLE001 - cleanup carries on
-            log.warning("device %d: cuBLAS handle destroy failed: %s", st.ordinal, exc)
-    st.blas_handles.clear()

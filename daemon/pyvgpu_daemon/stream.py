@@ -15,10 +15,18 @@ Bounds (what a peer can make this object spend):
   session never waits for input with its socket unread);
 - every wait for bytes has a deadline (idle before a frame, the frame's own deadline once it started); a missed
   deadline raises TimeoutError and the server ends the session.
+
+Under TLS, large replies are handed to the TLS transport TLS_SLICE bytes at a time, the next slice once the previous
+ones are on their way (resume_writing). The TLS layer (uvloop's SSLProtocol) encrypts whatever it is given into one
+memory buffer and copies that out before sending the first byte: a 64 MiB reply cost 3 × 64 MiB of fresh memory
+(page faults, a growing buffer reallocated and cleansed) and sent nothing until all of it was encrypted. The slices
+not yet handed over count as unsent bytes (write_buffer_size) and keep the writer paused, so drain() still means "all
+sent" (bench/README.md, "TLS").
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import fcntl
 import socket
 import struct
@@ -59,6 +67,7 @@ class FrameStream(asyncio.BufferedProtocol):
     WRITE_HIGH = 64 << 10             # unsent reply bytes above which the writer counts as paused; it resumes only
                                       # once everything is sent (low water 0), so drain() means "all sent" (a reply
                                       # sent straight from device memory relies on it: server.py)
+    TLS_SLICE = 256 << 10             # under TLS, replies reach the TLS transport in slices of at most this
 
     def __init__(self, on_connect: Any) -> None:
         self._on_connect = on_connect
@@ -84,6 +93,10 @@ class FrameStream(asyncio.BufferedProtocol):
         self._parked = False              # the reader waits for the first byte of a frame
         self.handled_at = 0.0             # loop time on_data last handled a frame (activity for the idle timeout)
         self.last_write = time.monotonic()
+        self._tls = False                 # the transport is uvloop's/asyncio's TLS layer
+        self._slices: collections.deque[Any] = collections.deque()    # TLS: reply bytes not handed over yet
+        self._sliced = 0                  # ... their size
+        self._transport_paused = False    # the transport asked us to stop writing (pause_writing)
 
     # -- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -101,6 +114,7 @@ class FrameStream(asyncio.BufferedProtocol):
                 pass
             if transport.get_extra_info("sslcontext") is None:
                 self._sock = sock
+        self._tls = transport.get_extra_info("sslcontext") is not None
         # the loop, kept: asyncio.get_running_loop() makes a getpid() system call each time (per frame here)
         self.loop = asyncio.get_running_loop()
         self.closed = self.loop.create_future()
@@ -157,15 +171,21 @@ class FrameStream(asyncio.BufferedProtocol):
         self._wake()
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(None)
+        self._slices.clear()
+        self._sliced = 0
         if self._flow is not None:
             self._flow.lost()
 
     def pause_writing(self) -> None:
+        self._transport_paused = True
         if self._flow is not None:
             self._flow.pause_writing()
 
     def resume_writing(self) -> None:
-        if self._flow is not None:
+        self._transport_paused = False
+        if self._slices:
+            self._feed()
+        if self._flow is not None and not self._slices and not self._transport_paused:
             self._flow.resume_writing()
 
     def _wake(self) -> None:
@@ -362,12 +382,40 @@ class FrameStream(asyncio.BufferedProtocol):
         return self.transport.get_extra_info(name, default) if self.transport is not None else default
 
     def write_buffer_size(self) -> int:
-        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+        return (self.transport.get_write_buffer_size() if self.transport is not None else 0) + self._sliced
 
     def writelines(self, parts: list[bytes | memoryview]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.last_write = time.monotonic()
+        if not self._tls or (not self._slices and sum(map(len, parts)) <= self.TLS_SLICE):
             self.transport.writelines(parts)
-            self.last_write = time.monotonic()
+            return
+        for p in parts:                   # behind what waits already: replies keep their order
+            if len(p):
+                self._slices.append(p)
+                self._sliced += len(p)
+        self._feed()
+        if self._slices and self._flow is not None:
+            self._flow.pause_writing()    # paused until the last slice is handed over and sent
+
+    def _feed(self) -> None:
+        """TLS: hand slices to the transport until it pauses us (its buffer is past WRITE_HIGH) or none are left."""
+        transport, q = self.transport, self._slices
+        while q and not self._transport_paused:
+            if transport is None or transport.is_closing():
+                q.clear()
+                self._sliced = 0
+                return
+            head = q[0]
+            if len(head) <= self.TLS_SLICE:
+                q.popleft()
+                part = head
+            else:
+                view = head if isinstance(head, memoryview) else memoryview(head)
+                part, q[0] = view[:self.TLS_SLICE], view[self.TLS_SLICE:]
+            self._sliced -= len(part)
+            transport.write(part)         # may call pause_writing at once
 
     async def drain(self) -> None:
         """Until everything written is sent (or the connection is lost)."""
@@ -383,10 +431,16 @@ class FrameStream(asyncio.BufferedProtocol):
         return self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
+        """Close once the transport sent what it holds. TLS slices not handed over yet are dropped: they may be
+        views of device memory the session's end has freed."""
+        self._slices.clear()
+        self._sliced = 0
         if self.transport is not None:
             self.transport.close()
 
     def abort(self) -> None:
         """Drop the connection at once, unsent bytes and all (admission: a pending connection that must go)."""
+        self._slices.clear()
+        self._sliced = 0
         if self.transport is not None:
             self.transport.abort()

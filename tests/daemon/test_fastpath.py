@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 
-from harness import raw_session
+from harness import PUT_PTX, raw_session
 from pyvgpu import wire
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME
@@ -129,18 +129,7 @@ def test_shared_device_work_takes_the_turn_queries_stay_on_the_loop():
         assert out is not None and out.err == 0
 
 
-LOOP_PTX = b""".version 9.0
-.target sm_75
-.address_size 64
-.visible .entry put(.param .u64 out, .param .u32 v)
-{
-  .reg .b32 %r<2>; .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [v];
-  st.global.u32 [%rd1], %r1;
-  ret;
-}
-.visible .entry spin(.param .u64 out, .param .u32 n)
+LOOP_PTX = PUT_PTX + b""".visible .entry spin(.param .u64 out, .param .u32 n)
 {
   .reg .b32 %r<3>; .reg .pred %p<2>;
   ld.param.u32 %r1, [n];

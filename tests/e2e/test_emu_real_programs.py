@@ -31,6 +31,15 @@ def test_real_program_runs_on_emulated_gpu(program, cuda_build, daemon, run):
     assert f"PASS {program[:-3]}" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.emu_only("the emulator's handling of PTX for a newer architecture than the device's")
+def test_thrust_and_cub_shipped_as_compute_120_ptx_only(cuda_build, daemon, run):
+    # as CuPy ships its prebuilt CUB and Thrust kernels: PTX for compute_120 alone, no SASS the device could run;
+    # the newest PTX is translated, kernel by kernel at first launch (emu/ptx/index.py)
+    exe = cuda_build("emu_thrust.cu", "-gencode", "arch=compute_120,code=compute_120")
+    proc = run(exe, [daemon], "5000")
+    assert "PASS emu_thrust" in proc.stdout, proc.stdout + proc.stderr
+
+
 BENCH = {
     "black_scholes.cu": ("20000", "2"),          # option pricing (expf/logf/rsqrt/division heavy)
     "streams_overlap.cu": ("65536", "4", "2"),   # kernels and async copies in 4 streams

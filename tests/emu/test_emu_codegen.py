@@ -136,7 +136,7 @@ def free_names(source: str) -> set[str]:
 
 def test_generated_code_uses_exactly_the_declared_interface(loaded):
     _, mod = loaded
-    k = mod._compiled["k"]
+    k = mod.kernel("k")
     used = chunk_accesses(k.source)
     assert used <= MEMBERS, f"generated code uses undeclared chunk members: {sorted(used - MEMBERS)}"
     assert used == MEMBERS, f"declared but never generated: {sorted(MEMBERS - used)}"

@@ -172,8 +172,8 @@ def test_kept_plans_are_bounded(mod):
 def test_only_launched_loop_free_small_kernels_are_tiny(mod, monkeypatch):
     monkeypatch.setattr(emu_launch, "TINY_SECONDS", 60.0)     # the bound under test is the static one, not timing
     m, _ = mod
-    assert m._compiled["ids"].straight
-    assert not m._compiled["spin"].straight                  # a backward branch: cost depends on its argument
+    assert m.kernel("ids").straight
+    assert not m.kernel("spin").straight                  # a backward branch: cost depends on its argument
     assert not m.tiny("ids", (1, 1, 1), (32, 1, 1), 0)      # not launched yet
     m.launch("ids", (1, 1, 1), (32, 1, 1), 0, struct.pack("<QI", m.memory.alloc(16 * 1000), 0) + b"\0" * 4)
     assert m.tiny("ids", (1, 1, 1), (32, 1, 1), 0)

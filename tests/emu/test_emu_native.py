@@ -261,7 +261,7 @@ def test_kernel_gives_the_same_bits_with_native_code_on_and_off():
     data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
     on, mod_on = _launch(EmuLimits(native="on"), data)
     off, mod_off = _launch(EmuLimits(native="off"), data)
-    assert mod_on._compiled["k"].native_make() is not None          # the native path really ran
+    assert mod_on.kernel("k").native_make() is not None          # the native path really ran
     assert on == off
 
 
@@ -271,7 +271,7 @@ def test_without_a_compiler_kernels_run_as_numpy(monkeypatch, caplog):
     data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
     with caplog.at_level("WARNING", logger="pyvgpu.daemon"):
         out, mod = _launch(EmuLimits(native="on"), data)
-    assert mod._compiled["k"].native_make() is None
+    assert mod.kernel("k").native_make() is None
     assert out == _launch(EmuLimits(native="off"), data)[0]
     assert any("native code unavailable" in r.message for r in caplog.records)
 

@@ -295,6 +295,29 @@ def test_ptx_for_a_newer_target_is_translated_and_unimplemented_instructions_ref
     assert e.value.code == 218 and "tcgen05.fence" in e.value.message and "line 10" in e.value.message
 
 
+def test_griddepcontrol_runs_as_the_in_order_device_needs_nothing_more():
+    # programmatic dependent launch (sm_90 PTX of CuPy's Thrust sort): a launch starts only after the device's
+    # earlier work is done, so .wait has nothing to wait for and .launch_dependents nothing to release
+    body = """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<3>; .reg .b64 %rd<4>;
+  griddepcontrol.wait;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r1;
+  griddepcontrol.launch_dependents;
+  ret;
+}
+"""
+    np.testing.assert_array_equal(run(body, 32, 32, sm=90), np.arange(32))
+    with pytest.raises(CudaError) as e:
+        run(body.replace("griddepcontrol.wait", "griddepcontrol.sleep"), 32, 32, sm=90)
+    assert e.value.code == 218 and "griddepcontrol.sleep" in e.value.message and "line 8" in e.value.message
+
+
 def test_spin_wait_on_a_flag_set_by_a_later_warp_completes():
     body = """
 .global .align 4 .u32 flag;
@@ -331,6 +354,8 @@ def test_every_corpus_kernel_compiles():
         mem = DeviceMemory(1 << 40, 1 << 24)
         mod = EmuModule.load(f.read_bytes(), mem, sm=80)
         assert mod.kernels, f.name
+        for name in mod.kernels:            # translated at first use: translate each now
+            assert mod.kernel(name).source, (f.name, name)
 
 
 def test_clock64_advances():

@@ -79,3 +79,20 @@ def test_client_settings(tmp_path, tls_pair):
         client_config({"PYVGPU_TLS_CA": str(tmp_path / "missing.pem")})
     with pytest.raises(TLSConfigError):
         normalize_fingerprint("abc")
+
+
+def test_bulk_copies_over_tls_arrive_whole(cuda_build, tls_daemon, tls_pair):
+    """Replies larger than the daemon's TLS slices (stream.FrameStream.TLS_SLICE), sent from device memory, and the
+    client's read-ahead (csrc/core/ssl.c): every byte of copies up to 8 MiB each way, then small calls in order."""
+    prog = cuda_build("api_memory.cu")
+    full = {**os.environ, **interposer_env([tls_daemon]), "PYVGPU_TLS_FINGERPRINT": tls_pair.fingerprint}
+    out = subprocess.run([str(prog), str(8 << 20)], capture_output=True, text=True, timeout=300, env=full)
+    assert out.returncode == 0 and re.search(r"^OK \d+$", out.stdout, re.M), (out.stdout, out.stderr)
+    data = os.urandom(3 << 20) * 3 + b"tail"                     # 9 MiB + 4 B: slices and a short last one
+    with Client.connect("127.0.0.1", tls_daemon.port, tls=ClientTLS(None, frozenset({tls_pair.fingerprint}))) as c:
+        ptr = c.call("MALLOC", 0, len(data))[1]
+        c.call("MEMCPY_HTOD", 0, ptr, 0, payload=data)
+        for _ in range(2):
+            assert c.call("MEMCPY_DTOH", 0, ptr, len(data), 0)[2] == data
+            assert c.call("MEM_GET_INFO", 0)[0] == 0
+    assert "Traceback" not in tls_daemon.log_text()

@@ -108,11 +108,12 @@ def elf_kernels(elf: bytes) -> dict[str, list[tuple[int, int]]]:
 
 
 def _parse_ptx(ptx: bytes):
-    """The emulator's IR of a PTX text (its parser, bounded by the emulator's limits), or None."""
+    """The emulator's IR of a PTX text without function bodies (its parser, bounded by the emulator's limits: the
+    headers and module variables are all that is asked of it here), or None."""
     from pyvgpu_daemon.emu.limits import EmuLimits
-    from pyvgpu_daemon.emu.ptx.parser import parse
+    from pyvgpu_daemon.emu.ptx.parser import parse_headers
     try:
-        return parse(ptx.decode("utf-8", errors="replace"), EmuLimits())
+        return parse_headers(ptx.decode("utf-8", errors="replace"), EmuLimits())[0]
     except Exception as exc:  # noqa: BLE001 - best effort
         log.debug("PTX scan stopped: %s", exc)
         return None

@@ -12,12 +12,17 @@ The session is charged its requested bytes (the handlers' quota check), as for c
 bounded by one granule per large allocation and by the live small allocations' arenas.
 
 Window addresses are handed out lowest first (freed ranges are reused); the window holds VA_WINDOW_BYTES. Programs'
-own reservations (VMM_RESERVE without a hint) take window addresses the same way (WindowSpace.take).
+own reservations (VMM_RESERVE without a hint) take window addresses the same way (WindowSpace.take). All sessions of
+one daemon that use the same window share one WindowSpace (WindowSpaces, held by the backend): their contexts live in
+one process, whose address space is one, so a real driver refuses a hint another session's range already covers.
+A hint the driver still does not honour (its own ranges sit there) is skipped, growing steps ahead, a few times
+before the range is taken wherever the driver puts it (found on an H100: GPU run 2).
 """
 from __future__ import annotations
 
 import bisect
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -27,6 +32,8 @@ from pyvgpu_daemon.errors import CudaError
 log = logging.getLogger("pyvgpu.daemon")
 
 ALIGN = 256              # cudaMalloc's alignment
+HINT_TRIES = 6           # window addresses tried before the driver's own choice is taken
+SKIP_STEP = 64 << 20     # the first skip past a hint the driver refused (4 times larger after each refusal)
 Check = Callable[[Any, str], Any]
 
 
@@ -36,12 +43,17 @@ class WindowSpace:
     base: int
     size: int = VA_WINDOW_BYTES
     free: list[tuple[int, int]] = field(default_factory=list)      # (start, length), sorted, coalesced
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # sessions run on worker threads
 
     def __post_init__(self) -> None:
         self.free = [(self.base, self.size)]
 
     def take(self, size: int, align: int) -> int:
         """The lowest `align`-aligned free range of `size` bytes (removed from the free list); 0 when none."""
+        with self.lock:
+            return self._take(size, align)
+
+    def _take(self, size: int, align: int) -> int:
         for i, (start, length) in enumerate(self.free):
             addr = -(-start // align) * align
             if addr + size <= start + length:
@@ -56,6 +68,10 @@ class WindowSpace:
 
     def claim(self, addr: int, size: int) -> bool:
         """Takes [addr, addr+size) out of the free list when it is all free (a caller's own address)."""
+        with self.lock:
+            return self._claim(addr, size)
+
+    def _claim(self, addr: int, size: int) -> bool:
         i = bisect.bisect_right(self.free, (addr, float("inf"))) - 1
         if i < 0 or addr + size > self.free[i][0] + self.free[i][1]:
             return False
@@ -70,6 +86,10 @@ class WindowSpace:
         """Returns [addr, addr+size) (taken earlier) to the free list, merging with its neighbours."""
         if not self.base <= addr < self.base + self.size:
             return                                   # a range the driver placed outside the window
+        with self.lock:
+            self._give(addr, size)
+
+    def _give(self, addr: int, size: int) -> None:
         i = bisect.bisect_left(self.free, (addr, 0))
         if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == addr:
             i -= 1
@@ -79,6 +99,17 @@ class WindowSpace:
             size += self.free[i][1]
             del self.free[i]
         self.free.insert(i, (addr, size))
+
+
+@dataclass
+class WindowSpaces:
+    """The backend's WindowSpace per window base: one per address space, shared by every session using it."""
+    spaces: dict[int, WindowSpace] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def of(self, base: int) -> WindowSpace:
+        with self.lock:
+            return self.spaces.setdefault(base, WindowSpace(base))
 
 
 @dataclass
@@ -115,11 +146,11 @@ class Chunk:
 class WindowMemory:
     """cudaMalloc, cudaFree and the managed allocations of one session on one real GPU, inside its window."""
 
-    def __init__(self, drv: Any, ordinal: int, window: int, check: Check) -> None:
+    def __init__(self, drv: Any, ordinal: int, space: WindowSpace, check: Check) -> None:
         self.drv = drv
         self.ordinal = ordinal
         self.check = check
-        self.space = WindowSpace(window)
+        self.space = space
         self.gran = 0
         self.arenas: list[Chunk] = []                 # sorted by address
         self._arena_bases: list[int] = []
@@ -146,27 +177,44 @@ class WindowMemory:
         return self.gran
 
     def reserve(self, size: int, align: int, hint: int = 0) -> int:
-        """cuMemAddressReserve at `hint` (a caller's), else at the window's lowest free range; → the driver's answer
-        (a window range it did not take goes back to the free list)."""
-        hinted = hint or self.space.take(size, align)
-        try:
-            ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, hinted, 0), "cuMemAddressReserve"))
-        except CudaError:
-            if not hint and hinted:
-                self.space.give(hinted, size)
-            raise
-        if not hint and hinted:
+        """cuMemAddressReserve at `hint` (a caller's), else at the window's lowest free range; → the driver's answer.
+        A window range the driver does not give is skipped (kept out of the free list: the driver holds something
+        there) and a range further on tried, HINT_TRIES times, before the driver's own placement is taken."""
+        if hint:
+            ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, hint, 0), "cuMemAddressReserve"))
+            if ptr == hint and self.space.claim(ptr, size):
+                self.taken[ptr] = size               # a caller's hint inside the window: no one else gets it
+            return ptr
+        step = SKIP_STEP
+        for _ in range(0 if self._ignored_logged else HINT_TRIES):
+            hinted = self.space.take(size, align)
+            if not hinted:
+                break
+            ptr = self._reserve_at(size, align, hinted)
             if ptr == hinted:
                 self.taken[ptr] = size
-            else:
-                self.space.give(hinted, size)
-        elif hint and ptr == hint and self.space.claim(ptr, size):
-            self.taken[ptr] = size                   # a caller's hint inside the window: no one else gets it
-        if not hint and ptr != hinted and not self._ignored_logged:
-            self._ignored_logged = True
-            log.warning("device %d: the driver placed a range at %#x, not at the window address %#x: pointers there "
-                        "may collide with another GPU host's", self.ordinal, ptr, hinted)
+                return ptr
+            if ptr:
+                self.drv.cuMemAddressFree(ptr, size)
+            # The driver holds something at `hinted`: that range stays out of the free list, and so does a growing
+            # stretch after it, so that the next try lands past the driver's own ranges.
+            if step > size:
+                self.space.claim(hinted + size, step - size)
+            step *= 4
+        ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
+        if not self._ignored_logged:
+            self._ignored_logged = True              # and no more window tries for this session: they all failed
+            log.warning("device %d: the driver placed a range at %#x, not in the window at %#x: pointers there may "
+                        "collide with another GPU host's", self.ordinal, ptr, self.space.base)
         return ptr
+
+    def _reserve_at(self, size: int, align: int, addr: int) -> int:
+        """cuMemAddressReserve with the hint `addr`; → the driver's address, 0 when it refused (a real driver may
+        answer CUDA_ERROR_OUT_OF_MEMORY for a hint it cannot give; a lasting error shows in the unhinted try)."""
+        try:
+            return int(self.check(self.drv.cuMemAddressReserve(size, align, addr, 0), "cuMemAddressReserve"))
+        except CudaError:
+            return 0
 
     def unreserve(self, ptr: int, size: int) -> None:
         self.drv.cuMemAddressFree(ptr, size)
@@ -257,5 +305,6 @@ class WindowMemory:
         self.chunks.clear()
         self.arenas.clear()
         self._arena_bases.clear()
+        for addr, size in self.taken.items():       # the shared space gets this session's window ranges back
+            self.space.give(addr, size)
         self.taken.clear()
-        self.space = WindowSpace(self.space.base, self.space.size)

@@ -226,8 +226,8 @@ class EmuContext(EmuArrays, DeviceContext):
         self._stdout_dropped = 0
         self._limits = dict(LIMIT_DEFAULTS)
         self._cancelled = threading.Event()     # set from the loop thread when the session's client is gone
-        self._modules = 0                       # modules loaded and the PTX bytes behind them (EmuLimits bounds)
-        self._module_bytes = 0
+        self._modules = 0                       # modules loaded (EmuLimits.max_modules)
+        self._code = None                       # emu.codebudget.CodeBudget: what they hold (EmuLimits.max_code_bytes)
         self._aligned: dict[int, int] = {}     # page-aligned managed address -> its allocation's start
         self.peers: dict[int, DeviceContext] = {}   # contexts whose memory this context's kernels may use
         self._vmm: EmuVmm | None = None              # reserved ranges (virtual memory management), on first use
@@ -408,29 +408,27 @@ class EmuContext(EmuArrays, DeviceContext):
     # ------------------------------------------------------------------ modules and kernels
     def module_load(self, image: bytes) -> LoadedModule:
         try:
-            from pyvgpu_daemon.emu.module import EmuModule  # written alongside; imported lazily on purpose
+            from pyvgpu_daemon.emu.codebudget import CodeBudget  # written alongside; imported lazily on purpose
+            from pyvgpu_daemon.emu.module import EmuModule
         except ImportError as exc:
             raise CudaError("cudaErrorNotSupported", f"kernel emulation unavailable: {exc}") from None
         lim = self.backend.limits
         if self._modules >= lim.max_modules:
             raise CudaError("cudaErrorMemoryAllocation", f"device {self.ordinal}: {self._modules} modules loaded, the "
                                                          f"emulator's bound per session")
+        if self._code is None:
+            self._code = CodeBudget(lim.max_code_bytes)
         before = set(self.mem.allocations())
         used_before = self.mem.used
-        module = EmuModule.load(bytes(image), self.mem, sm=SM, limits=lim)
+        module = EmuModule.load(image, self.mem, sm=SM, limits=lim, budget=self._code)
         owned = [a for a in self.mem.allocations() if a not in before]
         grown = self.mem.used - used_before
         try:
-            if self._module_bytes + module.source_bytes > lim.max_module_ptx_bytes:
-                raise CudaError("cudaErrorMemoryAllocation",
-                                f"device {self.ordinal}: modules of {self._module_bytes + module.source_bytes} PTX bytes "
-                                f"exceed the emulator's bound of {lim.max_module_ptx_bytes} per session")
             self._charge(grown)
         except CudaError:
             module.unload()
             raise
         self._modules += 1
-        self._module_bytes += module.source_bytes
         kernels = {name: KernelDesc(name, [(int(o), int(s)) for o, s in info.params], dict(info.attrs), name)
                    for name, info in module.kernels.items()}
         variables = {name: (int(a), int(s)) for name, (a, s) in module.variables.items()}
@@ -441,7 +439,6 @@ class EmuContext(EmuArrays, DeviceContext):
         emu_module.unload()               # frees the module's variables
         self._uncharge(grown)
         self._modules -= 1
-        self._module_bytes -= emu_module.source_bytes
 
     def _dyn_max(self, kernel: KernelDesc) -> int:
         """The function's cudaFuncAttributeMaxDynamicSharedMemorySize."""
@@ -630,7 +627,8 @@ class EmuContext(EmuArrays, DeviceContext):
         self._uncharge(self._charged)
         self._stdout.clear()
         self._limits = dict(LIMIT_DEFAULTS)
-        self._modules = self._module_bytes = 0
+        self._modules = 0
+        self._code = None                 # the modules are gone with the reset, and what they held
         self.peers.clear()
 
     def close(self) -> None:

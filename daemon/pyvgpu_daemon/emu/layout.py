@@ -82,10 +82,13 @@ def kernel_layout(mod: ir.Module, flat, limits: EmuLimits) -> KernelLayout:
     """The layout of a flattened kernel (translator/inline.py FlatKernel); frames are finished by the translator
     once it knows the registers saved around calls (KernelLayout.finish_frames)."""
     entry = flat.entry
-    kparams, param_layout, param_size = _param_layout(entry)
-    shared, dyn, static, dyn_base, inits = _shared_layout(mod, flat.body, flat.locals)
+    kparams, params, param_size = _param_layout(entry)
+    used = _used_symbols(flat.body)
+    shared, dyn, static, dyn_base, inits = shared_layout(
+        [v for v in mod.variables if v.space == "shared" and v.name in used] +
+        [v for v in flat.locals if v.space == "shared"])
     local, frames = _local_layout(flat.locals, flat.local_ctx, flat.formals)
-    lay = KernelLayout(kparams, param_layout, param_size, shared, dyn, static, dyn_base, inits, local,
+    lay = KernelLayout(kparams, params, param_size, shared, dyn, static, dyn_base, inits, local,
                        frames[None].locals_end, 0, flat.local_ctx, frames, bool(flat.calls))
     lay.finish_frames({}, limits, entry.name)
     return lay
@@ -122,10 +125,9 @@ def _used_symbols(flat_body: list) -> set[str]:
     return used
 
 
-def _shared_layout(mod: ir.Module, flat_body: list, flat_locals: list):
-    used = _used_symbols(flat_body)
-    decls = [v for v in mod.variables if v.space == "shared" and v.name in used] + \
-            [v for v in flat_locals if v.space == "shared"]
+def shared_layout(decls: list[ir.VarDecl]):
+    """(offset per name, dynamic names, static bytes, dynamic base, initialised variables) of a CTA's shared memory
+    holding `decls` in that order."""
     shared: dict[str, int] = {}
     dyn: set[str] = set()
     off = 0
@@ -154,6 +156,13 @@ def formal_offsets(params) -> list[int]:
         out.append(off)
         off += p.size
     return out
+
+
+def local_bytes(decls: list[ir.VarDecl]) -> int:
+    """Bytes of `decls` (local / .param variables, names not necessarily unique: call sequences in different scopes
+    reuse theirs) laid out one after the other in one frame."""
+    unique = [ir.VarDecl(v.space, str(i), v.type, v.align, v.count) for i, v in enumerate(decls)]
+    return _local_layout(unique, {}, {})[1][None].locals_end
 
 
 def _local_layout(flat_locals: list, local_ctx: dict, formals: dict) -> tuple[dict[str, int], dict]:

@@ -52,17 +52,20 @@ class EmuLimits:
     # ---- what one module load may make the daemon spend (a hostile image ends in an error, never in a big heap)
     # Bytes a fatbin image may decompress to, all entries together (cudaErrorInvalidKernelImage beyond).
     max_image_bytes: int = _env_int("PYVGPU_EMU_MAX_IMAGE_BYTES", 64 << 20)
-    # PTX text of one module (cudaErrorInvalidPtx beyond).
-    max_ptx_bytes: int = _env_int("PYVGPU_EMU_MAX_PTX_BYTES", 16 << 20)
+    # PTX text of one module (cudaErrorInvalidPtx beyond, before any of it is read). A load costs time and memory
+    # in proportion to the text (ptx/index.py: about 0.1 s and 1.3 bytes per byte); translations are charged to
+    # max_code_bytes as kernels are launched. As large as the largest PTX a fatbin may decompress to.
+    max_ptx_bytes: int = _env_int("PYVGPU_EMU_MAX_PTX_BYTES", 64 << 20)
     # Registers one function declares (`.reg .b64 %rd<N>` counts N), and one kernel holds after inlining.
     max_registers: int = _env_int("PYVGPU_EMU_MAX_REGISTERS", 1 << 16)
     # Instructions of one kernel after inlining its .func calls.
     max_instructions: int = _env_int("PYVGPU_EMU_MAX_INSTRUCTIONS", 1 << 18)
     # Declarations of one module: variables, functions, parameters of a function.
     max_declarations: int = 1 << 16
-    # Modules one session may hold on one device, and the PTX bytes they add up to (cudaErrorMemoryAllocation).
+    # Modules one session may hold on one device, and the host memory they hold there (emu/codebudget.py: PTX text
+    # and index of every loaded module, translated kernels while kept; cudaErrorMemoryAllocation beyond).
     max_modules: int = 1024
-    max_module_ptx_bytes: int = 256 << 20
+    max_code_bytes: int = _env_int("PYVGPU_EMU_MAX_CODE_BYTES", 512 << 20)
 
     # ---- the emulated device (sm_75)
     max_threads_per_block: int = 1024

@@ -1,9 +1,17 @@
 """EmuModule: a loaded fatbin/PTX image on the emulated GPU (see docs/architecture.md, "Emulator contracts").
 
-load: fatbin (fatbin.py) or PTX text -> ir.Module (ptx/parser.py); module .global/.const variables are allocated in
-the device's DeviceMemory and initialised; every .entry is translated once (translator/Kernel) and described by a
-KernelInfo (parameter layout, cudaFuncAttributes). launch: EmuLimits.check_launch and a runtime/LaunchPlan once per
-configuration (a few kept per module), then runtime/Launch.
+load: fatbin (fatbin.py) or PTX text -> ptx/index.ModuleIndex: the text outside function bodies is parsed (module
+.global/.const variables are allocated in the device's DeviceMemory and initialised), each body only scanned; every
+opcode the module uses is checked against what the translator implements (translator/support.py), so PTX the
+emulator cannot run is refused at load, by name and line; every .entry gets its KernelInfo (parameter layout,
+cudaFuncAttributes) from the scan. A kernel is parsed and translated (translator/Kernel) at its first launch, and
+kept while the session's CodeBudget has room (the least recently launched translations are dropped first).
+launch: EmuLimits.check_launch and a runtime/LaunchPlan once per configuration (a few kept per module), then
+runtime/Launch.
+
+What a module holds is charged to the CodeBudget of its session and device: its PTX text and index from load to
+unload, each translation while it is kept (estimated from the kernel's size after inlining: the peak of translating
+and compiling it while that runs, TRANSLATION_PEAK_PER_INSTRUCTION, then TRANSLATION_BYTES_PER_INSTRUCTION).
 
 An internal fault of the emulator (any exception that is not a CudaError: a bug) never reaches a program as
 cudaErrorUnknown: in a launch it becomes cudaErrorLaunchFailure (sticky, as a crashed kernel is on a GPU), in a
@@ -20,15 +28,24 @@ from dataclasses import dataclass, field
 from pyvgpu_daemon.errors import CudaError
 
 from . import fatbin
-from .layout import FN_STRIDE, FN_WIN, init_bytes
+from .codebudget import CodeBudget, give_back
+from .layout import FN_STRIDE, FN_WIN, init_bytes, local_bytes, param_layout, shared_layout
 from .limits import EmuLimits
 from .ptx import ir
-from .ptx.parser import parse
+from .ptx.index import ModuleIndex
+from .ptx.parser import check_size
 from .runtime import Launch, LaunchPlan
-from .translator import Kernel
+from .translator import Kernel, support
 
 
 _MAX_PLANS = 16     # launch configurations kept per module (LaunchPlan: small chunks' geometry included)
+# Host memory per instruction after inlining that a translated kernel holds (its IR, generated source, bytecode;
+# measured 3.0-4.3 KiB), and that translating it takes at its peak (Python compiling the generated source: 22 KiB
+# measured); a loaded module's beyond its text, per function (headers, scan: 14 KiB measured). Measured with
+# tracemalloc on CuPy's CUB kernels, rounded up.
+TRANSLATION_BYTES_PER_INSTRUCTION = 6 << 10
+TRANSLATION_PEAK_PER_INSTRUCTION = 28 << 10
+INDEX_BYTES_PER_FUNCTION = 16 << 10
 _GRID_WORKSPACE = struct.Struct("<II")     # cooperative_groups' grid_workspace: wsSize, barrier
 
 
@@ -49,57 +66,84 @@ _QUIET = LaunchOutput(b"")     # what most launches return
 
 
 class EmuModule:
-    def __init__(self, ptx: ir.Module, memory, sm: int, limits: EmuLimits) -> None:
-        self.ptx = ptx
+    def __init__(self, index: ModuleIndex, memory, sm: int, limits: EmuLimits, budget: CodeBudget) -> None:
+        self.index = index
         self.memory = memory
         self.sm = sm
         self.limits = limits
+        self.budget = budget
         self.variables: dict[str, tuple[int, int]] = {}
         self.kernels: dict[str, KernelInfo] = {}
-        self._compiled: dict[str, Kernel] = {}
+        self._compiled: dict[str, Kernel] = {}          # translations kept (CodeBudget)
+        self._failed: dict[str, CudaError] = {}         # kernels whose translation failed: the same error again
         self._allocs: list[int] = []
         self._launches = 0
         self._plans: dict[tuple, LaunchPlan] = {}   # validated configurations, oldest first
-        self.source_bytes = 0                  # PTX text size (what the module's host-side structures scale with)
+        self.held = 0                               # bytes charged to the budget for the text and index
 
     @classmethod
-    def load(cls, image: bytes, memory, sm: int = 75, limits: EmuLimits | None = None) -> "EmuModule":
-        image = bytes(image)
+    def load(cls, image: bytes, memory, sm: int = 75, limits: EmuLimits | None = None,
+             budget: CodeBudget | None = None) -> "EmuModule":
+        """`budget`: what the session's modules may hold on this device (a fresh one of EmuLimits.max_code_bytes
+        when None)."""
         limits = limits or EmuLimits()
-        if fatbin.is_fatbin(image):
-            text = fatbin.select_ptx(image, sm, limits.max_image_bytes)
-        else:
-            try:
-                text = image.rstrip(b"\0").decode("utf-8")
-            except UnicodeDecodeError:
-                raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text") from None
-            if ".version" not in text and ".entry" not in text:
-                raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text")
-        # PTX for a newer target than the device (the only PTX an image holds: fatbin.select_ptx) is translated
-        # like any other; what the emulator does not implement is refused below, by instruction and line.
-        mod = parse(text, limits)
-        self = cls(mod, memory, sm, limits)
-        self.source_bytes = len(text)
+        budget = budget if budget is not None else CodeBudget(limits.max_code_bytes)
+        text = _ptx_text(image, sm, limits)
+        # The text is charged before anything is read: a module that cannot be held costs nothing more.
+        budget.hold(len(text), "module load")
         try:
+            index = ModuleIndex(text, limits)
+            extra = INDEX_BYTES_PER_FUNCTION * len(index.spans)
+            budget.hold(extra, "module load")
+        except BaseException:
+            budget.release(len(text))
+            raise
+        self = cls(index, memory, sm, limits, budget)
+        self.held = len(text) + extra
+        try:
+            self._check_instructions()
             self._alloc_variables()
-            for name, fn in mod.functions.items():
+            for name, fn in index.module.functions.items():
                 if fn.is_entry:
-                    k = _translate(mod, fn, self._symbols, self.limits)
-                    self._compiled[name] = k
-                    self.kernels[name] = self._info(k)
+                    self.kernels[name] = self._info(name)
         except BaseException:
             self.unload()
             raise
+        give_back(2 * len(text))                # the image, its decompressed bytes and the text's copies
         return self
+
+    # ---------------------------------------------------------------- load
+    def _check_instructions(self) -> None:
+        """Refuse, at load, any instruction the translator does not implement: one statement per opcode text the
+        module uses (all of them for the opcodes whose operands matter: support.OPERAND_CHECKED). A statement that
+        fails is confirmed by parsing its whole function (the scan may take text for a statement that is not one),
+        which raises the error with the instruction's line."""
+        ix = self.index
+        sites = [(fname, off) for fname, off in ix.opcodes.values()] + ix.statements(support.OPERAND_CHECKED)
+        confirmed: set[str] = set()
+        for fname, off in sites:
+            if fname in confirmed:
+                continue
+            try:
+                support.check(ix.statement(off, fname))
+            except Exception:  # noqa: BLE001 - whatever stops a statement read alone, its function decides
+                self._confirm(fname)
+                confirmed.add(fname)
+
+    def _confirm(self, fname: str) -> None:
+        for ins in self.index.function(fname).body:
+            if isinstance(ins, ir.Instr):
+                support.check(ins)
 
     def _alloc_variables(self) -> None:
         self._symbols: dict[str, int] = {}
+        mod = self.index.module
         # Device functions have addresses (function pointers, calls through registers); nothing is stored there.
-        funcs = [n for n, f in self.ptx.functions.items() if not f.is_entry]
+        funcs = [n for n, f in mod.functions.items() if not f.is_entry]
         for i, name in enumerate(funcs):
             self._symbols[name] = FN_WIN + FN_STRIDE * i
         pending = []
-        for v in self.ptx.variables:
+        for v in mod.variables:
             if v.space not in ("global", "const"):
                 continue
             if v.extern:
@@ -124,29 +168,95 @@ class EmuModule:
             except CudaError:
                 pass
         self._allocs.clear()
+        for name in list(self._compiled):
+            self.budget.forget((id(self), name))
+        self._compiled.clear()
+        self._plans.clear()
+        self.budget.release(self.held)
+        self.held = 0
 
-    def _info(self, k: Kernel) -> KernelInfo:
+    def _info(self, name: str) -> KernelInfo:
+        """A kernel's parameter layout and cudaFuncAttributes, from the scan (nothing is translated): registers,
+        shared and local memory are those the kernel and the functions it may call declare (each function once;
+        for a kernel without calls exactly what its translation uses)."""
+        ix = self.index
+        entry = ix.module.functions[name]
+        funcs = [name, *ix.reach(name)]
+        scans = [ix.scans[f] for f in funcs]
+        used = set().union(*(s.shared for s in scans))
+        shared = [v for v in ix.module.variables if v.space == "shared" and v.name in used]
+        for f, scan in zip(funcs, scans):
+            shared += [v if f == name else ir.VarDecl(v.space, f"{f}::{v.name}", v.type, v.align, v.count, v.init,
+                                                      v.extern) for v in scan.locals if v.space == "shared"]
+        static_shared = shared_layout(shared)[2]
+        ool = set().union(*ix.module.facts["out_of_line"])        # functions called out of line (inline.py)
+        # the kernel's own frame: its locals and those of the functions inlined into it (out-of-line ones have
+        # frames of their own, on the call stack)
+        local = local_bytes([v for f, s in zip(funcs, scans) if f not in ool
+                             for v in s.locals if v.space in ("local", "param")])
         maxt = self.limits.max_threads_per_block
-        if k.maxntid:
+        if entry.maxntid:
             p = 1
-            for d in k.maxntid:
+            for d in entry.maxntid:
                 p *= d
             maxt = min(maxt, p)
-        const_size = sum(v.size for v in self.ptx.variables if v.space == "const")
-        static_shared = k.layout.static_shared
+        const_size = sum(v.size for v in ix.module.variables if v.space == "const")
         attrs = {
             "max_threads_per_block": maxt,
             "shared_size_bytes": static_shared,
             "const_size_bytes": const_size,
-            "local_size_bytes": k.layout.local_size,
-            "num_regs": k.num_regs,
+            "local_size_bytes": local,
+            "num_regs": _registers(sum(s.reg_units for s in scans) + (2 if set(funcs) & ool else 0), maxt,
+                                   self.limits),
             # cudaFuncAttributes.ptxVersion is the virtual architecture the PTX was generated for (75 for
             # .target sm_75), not the PTX ISA version: CUB picks its tuning policies (and kernels) by it.
-            "ptx_version": _target_sm(self.ptx.target) or self.sm,
+            "ptx_version": _target_sm(ix.module.target) or self.sm,
             "binary_version": self.sm,
             "max_dynamic_shared_size_bytes": max(0, self.limits.shared_per_block - static_shared),
         }
-        return KernelInfo(k.name, list(k.layout.param_layout), attrs)
+        n = ix.inlined_instructions(name)
+        if n > self.limits.max_instructions:
+            raise CudaError("cudaErrorInvalidPtx", f"{name}: more than {self.limits.max_instructions} "
+                                                   f"instructions once its calls are inlined")
+        return KernelInfo(name, param_layout(entry), attrs)
+
+    # ---------------------------------------------------------------- translation on first use
+    def kernel(self, name: str) -> Kernel:
+        """The kernel translated: at its first use (or first use after the budget dropped it), charged to the
+        budget while kept."""
+        k = self._compiled.get(name)
+        key = (id(self), name)
+        if k is not None:
+            self.budget.touch(key)
+            return k
+        if name not in self.kernels:
+            raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {name!r} in this module")
+        failed = self._failed.get(name)
+        if failed is not None:
+            raise CudaError(failed.code, failed.message)
+        n = self.index.inlined_instructions(name)
+        self.budget.admit(key, TRANSLATION_PEAK_PER_INSTRUCTION * n, lambda: self._drop(name),
+                          f"translation of {name} ({n} instructions)")
+        try:
+            k = _translate(self.index, name, self._symbols, self.limits)
+            k.make                          # compiled now, within the room made for it
+        except CudaError as e:
+            self.budget.forget(key)
+            self._failed[name] = e
+            raise
+        except BaseException:
+            self.budget.forget(key)
+            raise
+        self.budget.settle(key, TRANSLATION_BYTES_PER_INSTRUCTION * n)
+        give_back(TRANSLATION_PEAK_PER_INSTRUCTION * n)
+        self._compiled[name] = k
+        return k
+
+    def _drop(self, name: str) -> None:
+        """The budget needs the room of this kernel's translation: forget it and its launch plans."""
+        self._compiled.pop(name, None)
+        for key in [key for key in self._plans if key[0] == name]:
+            del self._plans[key]
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
@@ -164,7 +274,9 @@ class EmuModule:
         beyond the occupancy), a grid workspace for grid-wide synchronization."""
         key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size, cooperative)
         plan = self._plans.get(key)
-        if plan is None:
+        if plan is not None:
+            self.budget.touch((id(self), kernel))
+        else:
             plan = self._plan(kernel, grid, block, shmem, max_dynamic_shared, stack_size, cooperative)
             if len(self._plans) >= _MAX_PLANS:
                 del self._plans[next(iter(self._plans))]       # the oldest: a few configurations repeat
@@ -207,9 +319,7 @@ class EmuModule:
               stack_size: int | None, cooperative: bool = False) -> LaunchPlan:
         """A validated launch configuration (EmuLimits.check_launch, and check_cooperative for a cooperative one);
         raises its CUDA error otherwise."""
-        k = self._compiled.get(kernel)
-        if k is None:
-            raise CudaError("cudaErrorInvalidDeviceFunction", f"no kernel named {kernel!r} in this module")
+        k = self.kernel(kernel)
         grid = tuple(int(x) for x in grid)
         block = tuple(int(x) for x in block)
         self.limits.check_launch(kernel, grid, block, shmem,
@@ -223,14 +333,41 @@ class EmuModule:
         return LaunchPlan(k, grid, block, shmem, self.limits, stack_size, cooperative)
 
 
-def _translate(mod: ir.Module, fn: ir.Function, symbols: dict, limits: EmuLimits) -> Kernel:
+def _ptx_text(image: bytes, sm: int, limits: EmuLimits) -> str:
+    """The PTX text of an image: the fatbin's best PTX for `sm` (fatbin.select_ptx: PTX for a newer target than
+    the device, the only PTX an image may hold, is translated like any other), or the image itself."""
+    if fatbin.is_fatbin(image):
+        return fatbin.select_ptx(bytes(image), sm, limits.max_image_bytes)
+    check_size(len(image), limits)                     # before anything is decoded or copied
     try:
-        return Kernel(mod, fn, symbols, limits)
+        text = bytes(image).rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text") from None
+    if ".version" not in text and ".entry" not in text:
+        raise CudaError("cudaErrorInvalidKernelImage", "image is neither a fatbin nor PTX text")
+    return text
+
+
+def _translate(index: ModuleIndex, name: str, symbols: dict, limits: EmuLimits) -> Kernel:
+    """Parse the kernel and the functions it may call, and translate it."""
+    try:
+        mod = index.view(name)
+        return Kernel(mod, mod.functions[name], symbols, limits)
     except CudaError:
         raise
-    except Exception as e:  # noqa: BLE001 - a translator bug: the module fails to load, naming kernel and cause
-        raise CudaError("cudaErrorInvalidPtx", f"{fn.name}: internal emulator error in translation: "
+    except Exception as e:  # noqa: BLE001 - a translator bug: the kernel fails, naming it and the cause
+        raise CudaError("cudaErrorInvalidPtx", f"{name}: internal emulator error in translation: "
                                                f"{_describe(e)}") from e
+
+
+def _registers(declared: int, max_threads: int, limits: EmuLimits) -> int:
+    """cudaFuncAttributes.numRegs of a kernel declaring `declared` 32-bit register units (the frame base of
+    out-of-line calls included). PTX registers are virtual and often thousands; like ptxas, report no more than
+    lets a block of the kernel's maximum size fit a multiprocessor (allocated 8 at a time per thread), so that an
+    occupancy query never answers 0 blocks for a launch the kernel allows (CUB divides by it)."""
+    warps = -(-max_threads // limits.warp_size)
+    fit = limits.regs_per_multiprocessor // (warps * limits.warp_size) // 8 * 8
+    return max(1, min(255, declared, fit))
 
 
 def _describe(e: BaseException) -> str:

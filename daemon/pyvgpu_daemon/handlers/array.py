@@ -31,9 +31,7 @@ def array_create(c: Call, bits_x: int, bits_y: int, bits_z: int, bits_w: int, ki
                  depth: int, flags: int) -> int:
     spec = ArraySpec.of(ChannelFormat.of(bits_x, bits_y, bits_z, bits_w, kind), width, height, depth, flags)
     c.st.check_quota(spec.nbytes, "cudaMallocArray")
-    obj = c.ctx.array_create(spec)
-    h = c.st.new_handle()
-    c.st.arrays[h] = ArrayEntry(spec, obj)
+    h = c.st.add(c.st.arrays, lambda: ArrayEntry(spec, c.ctx.array_create(spec)))
     c.st.held += spec.nbytes
     return h
 
@@ -102,6 +100,7 @@ def tex_create(c: Call, res_type: int, array: int, ptr: int, bits_x: int, bits_y
                kind: int, width: int, height: int, pitch: int, addr_x: int, addr_y: int, addr_z: int, filter: int,
                read_mode: int, normalized: int, srgb: int, border_r: float, border_g: float, border_b: float,
                border_a: float) -> int:
+    c.st.charge(c.st.textures)
     sampler = Sampler.of((addr_x, addr_y, addr_z), filter, read_mode, normalized, srgb,
                          (border_r, border_g, border_b, border_a))
     if res_type == RES_ARRAY:
@@ -134,6 +133,7 @@ def tex_destroy(c: Call, tex: int) -> None:
 
 @handler("SURF_CREATE")
 def surf_create(c: Call, array: int) -> int:
+    c.st.charge(c.st.surfaces)
     a = _array(c, array)
     if not a.spec.flags & ARRAY_FLAG_SURFACE:
         raise CudaError("cudaErrorInvalidValue", "surface over an array made without cudaArraySurfaceLoadStore")

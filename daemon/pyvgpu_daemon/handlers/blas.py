@@ -6,7 +6,7 @@ pointer mode and are an 8-byte little-endian device address in device pointer mo
 host pointer mode (the value goes back as the reply's payload). It checks every device region the call names
 against the session's memory when the backend hands pointers to a real library, runs the call on the backend, and
 turns a status the call is refused with (BlasError) into its cudaError_t (cublas_spec.STATUS_CUDA) for the wire.
-Handles live in the session's DeviceState and die with it (session.destroy_blas_handles).
+Handles live in the session's DeviceState and die with it (kinds.py: DeviceState.teardown).
 """
 from __future__ import annotations
 
@@ -18,15 +18,12 @@ from pyvgpu import cublas_spec as spec
 from pyvgpu_daemon.blas import BlasError
 from pyvgpu_daemon.blas.regions import regions
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers.registry import Call, add_handle, generated, handler, pop_handle
+from pyvgpu_daemon.handlers.registry import Call, generated, handler, pop_handle
 
 
 @handler("BLAS_CREATE")
 def blas_create(c: Call) -> int:
-    if len(c.st.blas_handles) >= spec.MAX_HANDLES_PER_DEVICE:
-        raise CudaError("cudaErrorMemoryAllocation",
-                        f"{len(c.st.blas_handles)} cuBLAS handles on this device already")
-    return add_handle(c.st, c.st.blas_handles, c.ctx.blas_create())
+    return c.st.add(c.st.blas_handles, c.ctx.blas_create)      # bound: cublas_spec.MAX_HANDLES_PER_DEVICE
 
 
 @handler("BLAS_DESTROY")

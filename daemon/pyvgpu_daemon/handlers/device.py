@@ -6,7 +6,6 @@ import logging
 from pyvgpu.protocol import LIMIT_NAMES
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers.registry import Call, handler
-from pyvgpu_daemon.session import destroy_blas_handles
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -18,19 +17,14 @@ def device_sync(c: Call) -> None:
 
 @handler("DEVICE_RESET")
 def device_reset(c: Call) -> None:
-    # cudaDeviceReset destroys every allocation, module, stream, event and cuBLAS handle of the context and clears
-    # errors. Like the runtime's, which makes the next primary context only when a call needs one, the reset succeeds
-    # once the old context is gone: a backend that cannot make a new one now (a real driver refusing new contexts
-    # of a process after a kernel fault) leaves none, and the next op opens one and answers what the backend says.
+    # cudaDeviceReset destroys every object of the context (every kind of kinds.py) and clears errors. Like the
+    # runtime's, which makes the next primary context only when a call needs one, the reset succeeds once the old
+    # context is gone: a backend that cannot make a new one now (a real driver refusing new contexts of a process
+    # after a kernel fault) leaves none, and the next op opens one and answers what the backend says.
     st = c.st
     try:
+        st.teardown()                           # the one teardown path, shared with the session's end
         if st.ctx is not None:
-            destroy_blas_handles(st)
-            for entry in list(st.modules.values()):
-                try:
-                    st.ctx.module_unload(entry.loaded)
-                except CudaError:
-                    pass
             st.ctx.reset()
     except CudaError as exc:
         if not exc.sticky:

@@ -66,9 +66,8 @@ def graph_create(c: Call) -> int:
         raise CudaError("cudaErrorMemoryAllocation",
                         f"graphs of this session would hold {st.graph_bytes + len(c.payload)} B on the device "
                         f"(limit {MAX_GRAPH_BYTES} B)")
-    graph = parse_graph(st.ordinal, c.payload)
-    h = st.new_handle()
-    st.graphs[h] = graph
+    h = st.add(st.graphs, lambda: parse_graph(st.ordinal, c.payload))
+    graph = st.graphs[h]
     st.graph_bytes += graph.nbytes
     return h
 

@@ -18,6 +18,7 @@ def malloc_managed(c: Call, size: int, align: int, flags: int) -> int:
         raise CudaError("cudaErrorInvalidValue", f"managed allocation of {size} B, alignment {align}, flags {flags}")
     rounded = -(-size // align) * align                 # whole client pages: the host maps them
     c.st.check_quota(rounded, "cudaMallocManaged")
+    c.st.charge(c.st.allocations)
     ptr = c.ctx.malloc_managed(rounded, align)
     try:
         c.ctx.memset(ptr, 0, rounded, None)             # host and device copies both start as zeros

@@ -25,6 +25,7 @@ def malloc(c: Call, size: int) -> int:
     if size == 0:
         return 0                          # cudaMalloc(&p, 0) succeeds with a NULL pointer
     c.st.check_quota(size, "cudaMalloc")
+    c.st.charge(c.st.allocations)
     ptr = c.ctx.malloc(size)
     c.st.add_allocation(ptr, size)
     return ptr

@@ -28,11 +28,13 @@ def module_load(c: Call, module_id: int) -> dict[str, Any]:
         raise CudaError("cudaErrorInvalidValue", "module load without an image")
     if len(c.payload) > MAX_MODULE_BYTES:
         raise CudaError("cudaErrorInvalidValue", f"module image of {len(c.payload)} bytes is too large")
+    st.charge(st.modules)
     loaded = c.ctx.module_load(c.payload)
     new_vars = sum(int(size) for addr, size in loaded.variables.values()
                    if int(addr) not in st.variables and int(addr) not in st.allocations)
     try:
         st.check_quota(new_vars, f"module {module_id} globals")
+        st.charge(st.functions, len(loaded.kernels))
     except CudaError:
         c.ctx.module_unload(loaded)
         raise

@@ -161,13 +161,6 @@ def invoke(spec: OpSpec, call: Call, values: list[Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- handles
-def add_handle(st: DeviceState, table: dict[int, Any], obj: Any) -> int:
-    """A new handle for obj (a stream or event) in table."""
-    h = st.new_handle()
-    table[h] = obj
-    return h
-
-
 def lookup_handle(table: dict[int, Any], h: int, what: str) -> Any:
     """The object of handle h; cudaErrorInvalidResourceHandle for an unknown handle."""
     obj = table.get(h)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers.registry import Call, add_handle, handler, pop_handle
+from pyvgpu_daemon.handlers.registry import Call, handler, pop_handle
 
 
 @handler("STREAM_CREATE")
 def stream_create(c: Call, flags: int, priority: int) -> int:
-    h = add_handle(c.st, c.st.streams, c.ctx.stream_create(flags, priority))
+    h = c.st.add(c.st.streams, lambda: c.ctx.stream_create(flags, priority))
     c.st.add_stream(h, priority)
     return h
 
@@ -39,9 +39,8 @@ def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> None:
 
 @handler("EVENT_CREATE")
 def event_create(c: Call, flags: int) -> int:
-    ev = c.ctx.event_create(flags)
-    h = add_handle(c.st, c.st.events, ev)
-    c.st.event_times.created(h, ev)
+    h = c.st.add(c.st.events, lambda: c.ctx.event_create(flags))
+    c.st.event_times.created(h, c.st.events[h])
     return h
 
 

@@ -6,6 +6,11 @@ operands, nested `{ }` scopes (inline asm, call sequences) whose local names are
 sequences. `.file`, `.loc`, `.section`, `.pragma` are skipped. Anything unknown is cudaErrorInvalidPtx naming it and
 its line. Instruction *semantics* (which modifiers an opcode accepts) are checked when a kernel is compiled.
 
+Two ways in: `parse` reads a whole module; `parse_headers` reads only what is outside function bodies (directives,
+variables and their initializers, function headers) and jumps over each body, recording where it is (`BodySpan`),
+and `parse_body` reads one body later (ptx/index.py: lazy translation of large modules), which also reads
+declarations and single statements alone (`parse_declarations`, `parse_statement`).
+
 Bounded by EmuLimits: the text's size, registers per function (a range `%rd<N>` counts N), declarations per module
 and per parameter list, instructions per function. Past a bound the module is cudaErrorInvalidPtx, before the
 parser has spent more than the bound.
@@ -14,12 +19,13 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import dataclass, replace
 
 from pyvgpu_daemon.errors import CudaError
 
 from ..limits import EmuLimits
 from . import ir
-from .lexer import Token, tokenize
+from .lexer import Lexer, Token, tokenize
 from .predefined import WARP_SZ
 from .types import BYTES
 
@@ -78,13 +84,75 @@ def parse_literal(text: str, line: int = 0) -> ir.Imm:
         raise _err(line, f"bad literal {text!r}") from None
 
 
+@dataclass(frozen=True)
+class BodySpan:
+    """Where a function's body is in the module text: src[start:end] is `{ ... }`, starting on line `line`."""
+    start: int
+    end: int
+    line: int
+
+
+# What can contain braces without opening or closing a scope: comments and strings (as the lexer reads them).
+_BRACES = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"|[{}]', re.S)
+
+
+_NOT_BRACE = re.compile(r"[^{}]+")
+_BRACE_IN_COMMENT = re.compile(r"//[^\n]*[{}]")
+_BRACE_IN_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*[{}]')
+
+
+def _braces_only_in_code(window: str) -> bool:
+    """No brace of `window` is inside a comment or string (no block comment at all)."""
+    return not ("/*" in window or "//" in window and _BRACE_IN_COMMENT.search(window)
+                or '"' in window and _BRACE_IN_STRING.search(window))
+
+
+def body_end(src: str, start: int, name: str, line: int) -> int:
+    """The offset just past the `}` that closes the `{` at src[start] (vector operands and nested scopes are
+    balanced inside); cudaErrorInvalidPtx when it is never closed."""
+    # Compilers close a body with `}` at the start of a line: try the first such line, counting braces at C speed;
+    # anything unusual (that line does not close the body, braces in comments or strings) takes the full scan.
+    cand = src.find("\n}", start)
+    if cand > 0:
+        window = src[start:cand + 2]
+        if _braces_only_in_code(window):
+            braces = _NOT_BRACE.sub("", window)
+            depth = 0
+            for k, c in enumerate(braces):
+                depth += 1 if c == "{" else -1
+                if depth == 0:
+                    if k == len(braces) - 1:
+                        return cand + 2
+                    break
+    depth = 0
+    for m in _BRACES.finditer(src, start):
+        c = m.group()
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    raise _err(line, f"unterminated body of {name}")
+
+
+def check_size(nbytes: int, limits: EmuLimits) -> None:
+    """PTX text of `nbytes` is refused before anything of it is read when larger than EmuLimits.max_ptx_bytes."""
+    if nbytes > limits.max_ptx_bytes:
+        raise CudaError("cudaErrorInvalidPtx", f"PTX of {nbytes} bytes is larger than the emulator's bound of "
+                                               f"{limits.max_ptx_bytes} bytes (PYVGPU_EMU_MAX_PTX_BYTES)")
+
+
 class _Parser:
-    def __init__(self, src: str, limits: EmuLimits) -> None:
-        if len(src) > limits.max_ptx_bytes:
-            raise CudaError("cudaErrorInvalidPtx", f"PTX of {len(src)} bytes is larger than the emulator's bound of "
-                                                   f"{limits.max_ptx_bytes} bytes (PYVGPU_EMU_MAX_PTX_BYTES)")
+    def __init__(self, src: str, limits: EmuLimits, toks: list[Token] | None = None) -> None:
+        """Over `toks` when given, else over the whole text read on demand (so that, with `bodies` False, function
+        bodies are skipped unread and their spans recorded in `spans`)."""
+        self.src = src
         self.limits = limits
-        self.toks: list[Token] = tokenize(src)
+        self.toks: list[Token] = toks if toks is not None else []
+        self.lexer: Lexer | None = None if toks is not None else Lexer(src)
+        self.bodies = True                 # parse function bodies (False: record their spans only)
+        self.spans: dict[str, BodySpan] = {}
         self.i = 0
         self.scope_counter = 0
         self.decls = 0                     # module-level declarations so far
@@ -98,7 +166,11 @@ class _Parser:
     # ---------------------------------------------------------------- token helpers
     def peek(self, k: int = 0) -> Token | None:
         j = self.i + k
-        return self.toks[j] if j < len(self.toks) else None
+        toks = self.toks
+        while j >= len(toks) and self.lexer is not None:
+            if not self.lexer.more(toks):
+                self.lexer = None
+        return toks[j] if j < len(toks) else None
 
     def line(self) -> int:
         t = self.peek()
@@ -353,8 +425,21 @@ class _Parser:
             return
         if extern:
             self.mod.externs.discard(name)
-        self.body(fn)
+        if self.bodies:
+            self.body(fn)
+        else:
+            self.skip_body(fn)
         self.mod.functions[name] = fn
+
+    def skip_body(self, fn: ir.Function) -> None:
+        """Jump over the body that starts at the current `{`, recording its span; reading goes on after it."""
+        t = self.peek()
+        if t is None or t.text != "{":
+            raise _err(self.line(), f"expected the body of {fn.name}, found {t.text if t else 'the end'!r}")
+        end = body_end(self.src, t.pos, fn.name, t.line)
+        self.spans[fn.name] = BodySpan(t.pos, end, t.line)
+        del self.toks[self.i:]
+        self.lexer = Lexer(self.src, end, line=t.line + self.src.count("\n", t.pos, end))
 
     # ---------------------------------------------------------------- function bodies
     def body(self, fn: ir.Function) -> None:
@@ -462,10 +547,11 @@ class _Parser:
             self.fn_regs += 1 if count is None else count
             self._bound(self.fn_regs, self.limits.max_registers, f"registers declared in {fn.name}", nt.line)
             new = name if depth == 1 else f"{name}${{{self.scope_counter}"
-            scopes[-1][name] = new
-            if count is not None:
-                for k in range(count):
-                    scopes[-1][f"{name}{k}"] = f"{new}{k}"
+            if scopes is not None:          # None: declarations read alone (ptx/index.py), no scope to resolve
+                scopes[-1][name] = new
+                if count is not None:
+                    for k in range(count):
+                        scopes[-1][f"{name}{k}"] = f"{new}{k}"
             fn.regs.append(ir.RegDecl(typ, new, count))
             if self.accept(";"):
                 return
@@ -671,23 +757,72 @@ def _is_param_scoped(name: str) -> bool:
 
 def parse(src: str, limits: EmuLimits | None = None) -> ir.Module:
     """Parse PTX text; CudaError(cudaErrorInvalidPtx) naming the problem and its line."""
-    p = _Parser(src, limits or EmuLimits())
+    limits = limits or EmuLimits()
+    check_size(len(src), limits)
+    p = _Parser(src, limits, tokenize(src))
     mod = p.parse()
     mod.externs -= set(mod.functions)
-    # Scoped .param names are recorded as renamed; make operands referring to them Syms, registers Regs.
     for fn in mod.functions.values():
-        regnames = set()
-        for r in fn.regs:
-            if r.count is None:
-                regnames.add(r.name)
-            else:
-                regnames.update(f"{r.name}{k}" for k in range(r.count))
-        params = {p.name for p in fn.params + fn.returns} | {v.name for v in fn.locals}
-        for ins in fn.body:
-            if isinstance(ins, ir.Instr):
-                ins.dsts = [_fix(o, regnames, params) for o in ins.dsts]
-                ins.srcs = [_fix(o, regnames, params) for o in ins.srcs]
+        _fix_operands(fn)
     return mod
+
+
+def parse_headers(src: str, limits: EmuLimits) -> tuple[ir.Module, dict[str, BodySpan]]:
+    """The module without its function bodies: every function of the result has an empty body, whose place in the
+    text is its BodySpan (parse_body reads it)."""
+    check_size(len(src), limits)
+    p = _Parser(src, limits)
+    p.bodies = False
+    mod = p.parse()
+    mod.externs -= set(mod.functions)
+    return mod, p.spans
+
+
+def parse_body(src: str, span: BodySpan, header: ir.Function, limits: EmuLimits) -> ir.Function:
+    """One function in full: its header (from parse_headers) and the body at `span`."""
+    fn = replace(header, regs=[], locals=[], body=[], prototypes={}, call_targets={}, branch_targets={})
+    p = _Parser(src, limits, tokenize(src, span.start, span.end, span.line))
+    p.body(fn)
+    _fix_operands(fn)
+    return fn
+
+
+def parse_declarations(toks: list[Token], name: str, limits: EmuLimits) -> tuple[list, list]:
+    """(registers, variables) declared by a run of declaration statements of function `name` read alone (no
+    scopes: names are as written), bounded as in a full parse."""
+    fn = ir.Function(name, False, [], [])
+    p = _Parser("", limits, toks)
+    scopes: list[dict[str, str]] = [{}]
+    while p.peek() is not None:
+        t = p.peek()
+        if t.text == ".reg":
+            p.reg_decl(fn, None, 1)
+        elif t.text == ";":
+            p.next()
+        else:
+            fn.locals.append(p.scoped_var(t, scopes, 1))
+            p._bound(len(fn.locals), limits.max_declarations, f"declarations in {name}", t.line)
+    return fn.regs, fn.locals
+
+
+def parse_statement(toks: list[Token], limits: EmuLimits) -> ir.Instr:
+    """One instruction read alone, from its opcode (names are not resolved: registers stay as written)."""
+    return _Parser("", limits, toks).instruction(lambda name: None)
+
+
+def _fix_operands(fn: ir.Function) -> None:
+    """Scoped .param names are recorded as renamed; make operands referring to them Syms, registers Regs."""
+    regnames = set()
+    for r in fn.regs:
+        if r.count is None:
+            regnames.add(r.name)
+        else:
+            regnames.update(f"{r.name}{k}" for k in range(r.count))
+    params = {p.name for p in fn.params + fn.returns} | {v.name for v in fn.locals}
+    for ins in fn.body:
+        if isinstance(ins, ir.Instr):
+            ins.dsts = [_fix(o, regnames, params) for o in ins.dsts]
+            ins.srcs = [_fix(o, regnames, params) for o in ins.srcs]
 
 
 def _fix(o, regnames, params):

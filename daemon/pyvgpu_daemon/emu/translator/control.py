@@ -275,6 +275,15 @@ _WARP_FORMS = {
 }
 
 
+def check_form(t: ir.Instr) -> None:
+    """What a barrier or warp operation requires of its modifiers (and a barrier of its immediate operands),
+    checked at module load (translator/support.py); raises err_ptx as the emitters do."""
+    if t.opcode in ("bar", "barrier") and "warp" not in t.mods:
+        _bar_form(t)
+    else:
+        _warp_mask_operand(_canonical(t))
+
+
 def _warp_mask_operand(t: ir.Instr):
     form = _WARP_FORMS.get(t.opcode)
     if form is None:

@@ -53,7 +53,7 @@ class FlatKernel:
     body: list                    # Instr | label
     regs: dict                    # name -> decl type
     locals: list                  # VarDecl (local, param, shared) with final names
-    entry: ir.Function
+    entry: ir.Function | None     # the .entry (dropped by the Kernel once laid out)
     local_ctx: dict[str, str | None] = field(default_factory=dict)   # local/param variable -> its context
     formals: dict[str, list[str]] = field(default_factory=dict)      # out-of-line function -> formal .params
     out_of_line: list[str] = field(default_factory=list)             # out-of-line functions compiled here

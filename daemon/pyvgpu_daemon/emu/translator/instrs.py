@@ -4,7 +4,9 @@ ALU instructions (ops/, `build_alu`) become one call of their pure NumPy functio
 others are emitted here, one function per opcode family (EMITTERS): mov (with vector pack/unpack), cvta,
 isspacep, ld/ldu/st (every state space; kernel parameters are read from the launch buffer, call-sequence .param
 variables live in the local frame), atom/red (operation and type checked against ops/atomic.py), the memory
-hints that are no-ops on the emulator (membar, fence, prefetch, ...), trap/brkpt, and calls to the two system
+hints that are no-ops on the emulator (membar, fence, prefetch, ...), griddepcontrol (programmatic dependent launch:
+a launch starts only once the device's earlier work is done, so `.wait` has nothing to wait for and
+`.launch_dependents` nothing to release), trap/brkpt, and calls to the two system
 functions nvcc emits (vprintf, __assertfail), and the texture and surface instructions (translator/textures.py).
 Anything else is cudaErrorInvalidPtx naming it and its line.
 """
@@ -18,7 +20,7 @@ from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES, op_name
 from ..ptx import ir
 from ..ptx.types import BITS, UINT
 from .codegen import Codegen, err_ptx
-from .textures import EMITTERS as TEXTURE_EMITTERS
+from .textures import EMITTERS as TEXTURE_EMITTERS, FORMS as TEXTURE_FORMS
 
 _LDST_MODS = {"ca", "cg", "cs", "lu", "cv", "nc", "wb", "wt", "volatile", "relaxed", "acquire", "release", "weak",
               "cta", "gpu", "sys", "cluster", "mmio", "L1::evict_normal", "L1::evict_unchanged",
@@ -54,11 +56,15 @@ def _emit_alu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- moves
-def _mov(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _mov_form(ins: ir.Instr) -> str:
     types = ins.types
     if len(types) != 1 or len(ins.mods) != 1:
         raise err_ptx(ins, "expected mov.<type>")
-    t = types[0]
+    return types[0]
+
+
+def _mov(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    t = _mov_form(ins)
     d, s = ins.dsts[0], ins.srcs[0]
     if isinstance(d, ir.Vec):
         _mov_unpack(g, ins, lines, gexpr, BITS[t])
@@ -97,7 +103,8 @@ def _mov_pack(g: Codegen, ins: ir.Instr, lines: list, gexpr, tw: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- address spaces
-def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _cvta_form(ins: ir.Instr) -> tuple[bool, str, str]:
+    """(to, space, type) of a cvta."""
     mods = list(ins.mods)
     to = bool(mods) and mods[0] == "to"
     if to:
@@ -105,7 +112,11 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     if len(mods) != 2 or mods[0] not in ("global", "shared", "local", "const", "param") or \
             mods[1] not in ("u32", "u64"):
         raise err_ptx(ins, "expected cvta[.to].{global,shared,local,const,param}.{u32,u64}")
-    space, t = mods
+    return to, mods[0], mods[1]
+
+
+def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    to, space, t = _cvta_form(ins)
     s = ins.srcs[0]
     if isinstance(s, (ir.Sym, ir.Addr)):
         v = g.src(s, "u64", ins)
@@ -127,9 +138,13 @@ def _cvta(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     g.write(lines, ins.dsts[0], t, v, gexpr, ins, arr)
 
 
-def _isspacep(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _isspacep_form(ins: ir.Instr) -> None:
     if len(ins.mods) != 1 or ins.mods[0] not in ("global", "shared", "local", "const", "param"):
         raise err_ptx(ins, "expected isspacep.{global,shared,local,const}")
+
+
+def _isspacep(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    _isspacep_form(ins)
     a = g.src(ins.srcs[0], "u64", ins)
     lines.append(f"_t = {g.rt('isspace')}({ins.mods[0]!r}, {a})")
     g.write(lines, ins.dsts[0], "pred", "_t", gexpr, ins)
@@ -211,10 +226,15 @@ def _ldu(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     _ld(g, ins, lines, gexpr, ldu=True)
 
 
-def _st(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _st_form(ins: ir.Instr) -> tuple[str, int, str]:
     space, vec, t = _memmods(ins)
     if space == "const":
         raise err_ptx(ins, "stores to the const space are illegal")
+    return space, vec, t
+
+
+def _st(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    space, vec, t = _st_form(ins)
     srcs = _elements(ins, ins.srcs[1], vec, "source")
     kind, expr, off = g.address(ins.srcs[0], ins)
     if kind == "kparam":
@@ -276,6 +296,16 @@ def _noop(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     lines.append("pass")
 
 
+def _griddepcontrol_form(ins: ir.Instr) -> None:
+    if ins.mods not in (("wait",), ("launch_dependents",)) or ins.srcs or ins.dsts:
+        raise err_ptx(ins, "expected griddepcontrol.wait or griddepcontrol.launch_dependents")
+
+
+def _griddepcontrol(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    _griddepcontrol_form(ins)
+    lines.append("pass")
+
+
 def _trap(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     sel = g.sel(lines, gexpr)
     lines.append(f"{g.rt('trap')}({sel}, {ins.line})")
@@ -331,5 +361,13 @@ EMITTERS = {
     "mov": _mov, "cvta": _cvta, "isspacep": _isspacep, "ld": _ld, "ldu": _ldu, "st": _st, "atom": _atom,
     "red": _red, "trap": _trap, "brkpt": _trap, "call": _call, "oreturn": _oreturn,
     **{op: _noop for op in ("membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard")},
+    "griddepcontrol": _griddepcontrol,
     **TEXTURE_EMITTERS,
+}
+
+# What each emitter requires of an instruction's opcode and modifiers alone (translator/support.py checks these at
+# module load, before any kernel is translated); raises err_ptx like the emitter would.
+FORMS = {
+    "mov": _mov_form, "cvta": _cvta_form, "isspacep": _isspacep_form, "ld": _memmods, "ldu": _memmods,
+    "st": _st_form, "atom": _atom_mods, "red": _atom_mods, "griddepcontrol": _griddepcontrol_form, **TEXTURE_FORMS,
 }

@@ -1,4 +1,4 @@
-"""Kernel: one .entry translated, once, at module load. The translator's pipeline in order:
+"""Kernel: one .entry translated, once, at its first launch (emu/module.py). The translator's pipeline in order:
 
     inline.py   .entry + the .funcs it calls -> one flat body (out-of-line functions after it)
     layout.py   parameter offsets, shared and local memory layout, call frames (emu/layout.py)
@@ -11,8 +11,8 @@ The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for t
 """
 from __future__ import annotations
 
-import functools
 import threading
+from collections import OrderedDict
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -20,7 +20,6 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from ..ptx.types import reg_width
 from . import control, instrs
 from .cfg import Block, split_blocks
 from .cgen import PRELUDE, NativeRun, c_body, function_source, plan_runs
@@ -33,14 +32,14 @@ class Kernel:
     """One .entry compiled for the interpreter."""
 
     def __init__(self, mod: ir.Module, entry: ir.Function, symbols: dict[str, int], limits: EmuLimits):
-        self.mod = mod
+        self.externs = mod.externs             # (the IR itself is not kept: `flat` holds what the kernel runs)
         self.limits = limits
         self.symbols = symbols                 # module .global/.const variable -> device address
         self.flat = inline(mod, entry, limits)
         self.name = entry.name
         self.layout = kernel_layout(mod, self.flat, limits)
+        self.flat.entry = None                 # its parsed body: flat.body holds the kernel
         self.maxntid = entry.maxntid
-        self.num_regs = min(255, sum(2 if reg_width(t) == 64 else 1 for t in self.flat.regs.values()))
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
         self.independent_ctas = _independent_ctas(self.flat.body)
         self.blocks, self.labels = split_blocks(self.flat.body)
@@ -92,7 +91,7 @@ class Kernel:
             return self.layout.local[name]
         if name in self.layout.kparams:
             return PAR_WIN + self.layout.kparams[name]
-        if name in self.mod.externs:
+        if name in self.externs:
             raise err_ptx(ins, f"the address of external function {name} (there is no device linker)")
         raise err_ptx(ins, f"unknown symbol {name}")
 
@@ -183,11 +182,32 @@ class Kernel:
         return g.ns["make"]
 
 
-@functools.lru_cache(maxsize=256)
+_BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()
+_BYTECODE_SOURCE_BYTES = 8 << 20      # daemon-wide: the code of the most recently compiled kernels, by source size
+_bytecode_held = 0
+_bytecode_lock = threading.Lock()
+
+
 def _bytecode(source: str, name: str):
     """Compiled block code, shared by every load of the same kernel (the source names its constants, whose
-    values, e.g. variable addresses, live in each load's own namespace)."""
-    return compile(source, f"<ptx {name}>", "exec")
+    values, e.g. variable addresses, live in each load's own namespace). The cache is shared by all sessions, so it
+    is bounded by bytes (a code object is about 6 times its source), not by a count of kernels of any size."""
+    global _bytecode_held
+    key = (source, name)
+    with _bytecode_lock:
+        code = _BYTECODE.get(key)
+        if code is not None:
+            _BYTECODE.move_to_end(key)
+            return code
+    code = compile(source, f"<ptx {name}>", "exec")
+    with _bytecode_lock:
+        if key not in _BYTECODE and len(source) <= _BYTECODE_SOURCE_BYTES:
+            _BYTECODE[key] = code
+            _bytecode_held += len(source)
+            while _bytecode_held > _BYTECODE_SOURCE_BYTES:
+                (old, _), _ = _BYTECODE.popitem(last=False)
+                _bytecode_held -= len(old)
+    return code
 
 
 # What lets one CTA observe another (or order its effects against another's): then chunks run one at a time.

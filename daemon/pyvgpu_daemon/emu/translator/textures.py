@@ -55,7 +55,8 @@ def _write_vec(g: Codegen, ins: ir.Instr, lines: list, dst, t: str, sel: str, n:
         g.write_selected(lines, e, t, f"_vs[{k}]", sel)
 
 
-def _tex(g: Codegen, ins: ir.Instr, lines: list, gexpr, gather: int | None = None) -> None:
+def _tex_form(ins: ir.Instr) -> tuple[str, str, str]:
+    """(geometry, destination type, coordinate type) of a tex / tld4."""
     geom = _geom(ins)
     types = ins.types
     if "v4" not in ins.mods or len(types) != 2 or types[1] not in ("f32", "s32"):
@@ -63,6 +64,11 @@ def _tex(g: Codegen, ins: ir.Instr, lines: list, gexpr, gather: int | None = Non
     dtype, ctype = types
     if dtype not in ("f32", "s32", "u32"):
         raise err_ptx(ins, f"texture fetch into .{dtype}")
+    return geom, dtype, ctype
+
+
+def _tex(g: Codegen, ins: ir.Instr, lines: list, gexpr, gather: int | None = None) -> None:
+    geom, dtype, ctype = _tex_form(ins)
     addr = ins.srcs[0]
     h = _handle(g, ins, addr)
     coords = _coords(g, ins, addr, geom, ctype)
@@ -71,11 +77,17 @@ def _tex(g: Codegen, ins: ir.Instr, lines: list, gexpr, gather: int | None = Non
     _write_vec(g, ins, lines, ins.dsts[0], dtype, sel, 4)
 
 
-def _tld4(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+def _tld4_form(ins: ir.Instr) -> int:
+    """The component a tld4 gathers."""
     comps = [m for m in ins.mods if m in ("r", "g", "b", "a")]
     if len(comps) != 1 or _geom(ins) != "2d":
         raise err_ptx(ins, "expected tld4.<r|g|b|a>.2d")
-    _tex(g, ins, lines, gexpr, "rgba".index(comps[0]))
+    _tex_form(ins)
+    return "rgba".index(comps[0])
+
+
+def _tld4(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
+    _tex(g, ins, lines, gexpr, _tld4_form(ins))
 
 
 def _query(g: Codegen, ins: ir.Instr, lines: list, gexpr, prefix: str) -> None:
@@ -144,3 +156,4 @@ def _sust(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
 
 
 EMITTERS = {"tex": _tex, "tld4": _tld4, "txq": _txq, "suq": _suq, "suld": _suld, "sust": _sust}
+FORMS = {"tex": _tex_form, "tld4": _tld4_form, "suld": _surface_mods, "sust": _surface_mods}     # instrs.FORMS
