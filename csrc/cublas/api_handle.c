@@ -4,6 +4,7 @@
  * Everything else that is supported is generated (calls_gen.c). */
 #include "vcublas.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 pvb_status pvb_unsupported(const char *name, atomic_int *once)
@@ -21,6 +22,29 @@ static pvb_status live(struct pvb_handle *handle, const void *arg, struct pvb_ha
     if (!*h)
         return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
     return arg ? PVB_CUBLAS_STATUS_SUCCESS : PVB_CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* A two-valued setting of the handle (pointer, atomics, environment mode) at `field`: `a` or `b`, else
+ * INVALID_VALUE. */
+static pvb_status set_mode(struct pvb_handle *handle, int mode, int a, int b, size_t field)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (mode != a && mode != b)
+        return PVB_CUBLAS_STATUS_INVALID_VALUE;
+    *(int *)((char *)h + field) = mode;
+    return PVB_CUBLAS_STATUS_SUCCESS;
+}
+
+static pvb_status get_mode(struct pvb_handle *handle, int *mode, size_t field)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, mode, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *mode = *(const int *)((const char *)h + field);
+    return st;
 }
 
 PV_API pvb_status cublasCreate_v2(struct pvb_handle **out)
@@ -97,23 +121,12 @@ PV_API pvb_status cublasGetStream_v2(struct pvb_handle *handle, cudaStream_t *ou
 
 PV_API pvb_status cublasSetPointerMode_v2(struct pvb_handle *handle, int mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, handle, &h);
-    if (st != PVB_CUBLAS_STATUS_SUCCESS)
-        return st;
-    if (mode != PVB_POINTER_MODE_HOST && mode != PVB_POINTER_MODE_DEVICE)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    h->pmode = mode;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    return set_mode(handle, mode, PVB_POINTER_MODE_HOST, PVB_POINTER_MODE_DEVICE, offsetof(struct pvb_handle, pmode));
 }
 
 PV_API pvb_status cublasGetPointerMode_v2(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, mode, &h);
-    if (st == PVB_CUBLAS_STATUS_SUCCESS)
-        *mode = h->pmode;
-    return st;
+    return get_mode(handle, mode, offsetof(struct pvb_handle, pmode));
 }
 
 PV_API pvb_status cublasSetMathMode(struct pvb_handle *handle, int mode)
@@ -133,11 +146,7 @@ PV_API pvb_status cublasSetMathMode(struct pvb_handle *handle, int mode)
 
 PV_API pvb_status cublasGetMathMode(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, mode, &h);
-    if (st == PVB_CUBLAS_STATUS_SUCCESS)
-        *mode = h->math;
-    return st;
+    return get_mode(handle, mode, offsetof(struct pvb_handle, math));
 }
 
 /* cublasSetEnvironmentMode/GetEnvironmentMode: exported by NVIDIA's libcublas.so.13, not in its headers.
@@ -147,23 +156,12 @@ PV_API pvb_status cublasGetMathMode(struct pvb_handle *handle, int *mode)
  * library runs with its own. */
 PV_API pvb_status cublasSetEnvironmentMode(struct pvb_handle *handle, int mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, handle, &h);
-    if (st != PVB_CUBLAS_STATUS_SUCCESS)
-        return st;
-    if (mode != 0 && mode != 1)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    h->environment = mode;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    return set_mode(handle, mode, 0, 1, offsetof(struct pvb_handle, environment));
 }
 
 PV_API pvb_status cublasGetEnvironmentMode(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, mode, &h);
-    if (st == PVB_CUBLAS_STATUS_SUCCESS)
-        *mode = h->environment;
-    return st;
+    return get_mode(handle, mode, offsetof(struct pvb_handle, environment));
 }
 
 /* cublasSetAtomicsMode/GetAtomicsMode (cusolverDnCreate sets it on its handle): whether a routine may use atomics,
@@ -171,23 +169,12 @@ PV_API pvb_status cublasGetEnvironmentMode(struct pvb_handle *handle, int *mode)
  * routines run with the default (not allowed), the deterministic choice that is right under either mode. */
 PV_API pvb_status cublasSetAtomicsMode(struct pvb_handle *handle, int mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, handle, &h);
-    if (st != PVB_CUBLAS_STATUS_SUCCESS)
-        return st;
-    if (mode != PVB_ATOMICS_NOT_ALLOWED && mode != PVB_ATOMICS_ALLOWED)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    h->atomics = mode;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    return set_mode(handle, mode, PVB_ATOMICS_NOT_ALLOWED, PVB_ATOMICS_ALLOWED, offsetof(struct pvb_handle, atomics));
 }
 
 PV_API pvb_status cublasGetAtomicsMode(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, mode, &h);
-    if (st == PVB_CUBLAS_STATUS_SUCCESS)
-        *mode = h->atomics;
-    return st;
+    return get_mode(handle, mode, offsetof(struct pvb_handle, atomics));
 }
 
 PV_API pvb_status cublasSetWorkspace_v2(struct pvb_handle *handle, void *workspace, size_t size)
