@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import CHAIN_BACKENDS, CUDA_SRC, ROOT, TEST_BACKEND, Daemon, build_cuda, lib_path, run_cuda, start_daemon
+from harness import (CHAIN_BACKENDS, CUDA_SRC, ROOT, TEST_BACKEND, Daemon, build_cuda, lib_path, run_cuda,
+                     split_emu_options, start_daemon, unmet_on_a_gpu_host)
 from pyvgpu.client import Client
 
 
@@ -107,6 +108,12 @@ def daemon_factory(tmp_path, backend):
     def make(*extra: str, backend: str = backend, env: dict | None = None) -> Daemon:
         d = start_daemon(tmp_path, *extra, backend=backend, env=env)
         started.append(d)
+        if backend == "cuda" and split_emu_options(extra)[0]:
+            # the emulator's options mean nothing to real GPUs: run where the GPU host has what the test needs
+            with Client.connect(d.host, d.port) as c:
+                why = unmet_on_a_gpu_host(extra, len(c.devices))
+            if why:
+                pytest.skip(why)
         return d
 
     yield make

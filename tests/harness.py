@@ -230,6 +230,25 @@ def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | N
     return Daemon(port, proc, log, extra=extra, backend=backend)
 
 
+def unmet_on_a_gpu_host(extra: tuple[str, ...], devices: int) -> str | None:
+    """Why a test that asked a daemon for `extra` cannot run as meant on a cuda daemon with `devices` real GPUs (None
+    when it can): a cuda daemon takes no emulator option, so a test that needs N devices on one host runs where the
+    host has them, and one that needs an emulated slowdown or configured memory sizes cannot run on real GPUs."""
+    emu, _ = split_emu_options(extra)
+    pairs = []
+    while emu:
+        opt = emu.pop(0)
+        pairs.append(opt.split("=", 1) if "=" in opt else (opt, emu.pop(0) if emu else ""))
+    for opt, value in pairs:
+        if opt == "--emu-devices" and devices < int(value):
+            return f"needs {value} GPUs on one host; this GPU host has {devices}"
+        if opt == "--emu-slowdown" and float(value) != 1.0:
+            return f"needs a GPU slowed down {value} times (--emu-slowdown): a real GPU runs at its own speed"
+        if opt == "--emu-memory":
+            return f"needs a GPU of {value} of memory (--emu-memory): a real GPU has the memory it has"
+    return None
+
+
 def split_emu_options(extra: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """(the emulator's options with their values, the rest) of a daemon command line."""
     emu, rest = [], []

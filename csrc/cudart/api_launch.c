@@ -161,11 +161,15 @@ PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)
     return PV_SUCCESS;
 }
 
+/* A pointer that is no kernel: NVIDIA's runtime (CUDA 13.0, H100) answers cudaErrorInvalidResourceHandle here, not
+ * the cudaErrorInvalidDeviceFunction its documentation names (and cudaFuncGetAttributes answers): as the GPU does. */
 PV_API cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
     cudaError_t err = func_info(func, &d, &ki);
+    if (err == PV_cudaErrorInvalidDeviceFunction)
+        err = PV_cudaErrorInvalidResourceHandle;
     return pv_ret(err == PV_SUCCESS ? pv_func_set_attr(d, ki, attr, value) : err);
 }
 

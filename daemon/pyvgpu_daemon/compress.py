@@ -3,7 +3,7 @@ a client's compressed payload, and the choice of compressing a reply.
 
 Decoding never produces more than a block's stated raw length (at most COMPRESS_BLOCK) whatever the compressed
 bytes claim, and a payload's raw length was admitted against the session's request bound before a byte of it was
-read (server.py), so a decompression bomb costs what the same payload uncompressed would. The block structure (and a
+read (link.py), so a decompression bomb costs what the same payload uncompressed would. The block structure (and a
 zstd frame's stated size) is checked on the loop, where a malformed one ends the session like any malformed frame;
 decoding runs on the device's worker thread, where a block that does not decode to exactly its raw length
 (CorruptPayload) fails its op and ends the session too (Session.end_soon): the daemon carries on.

@@ -15,7 +15,7 @@ flow-control counters (`pending`, `pending_bytes`) still move while a client flo
 `idle` is set by the worker thread itself once it has handed everything back and finished its bookkeeping, just
 before it blocks for the next job. With `pending == 0` (read on the loop, which alone submits) it means no job of
 this (session, device) is queued or running: the loop may then answer a query that needs no ordering itself
-(server.py), without the two thread hops.
+(fastpath.route), without the two thread hops.
 
 With a `Lane` (scheduler.py) the worker runs each job only while holding its device's turn, so the sessions of one
 device share it fairly; the lane also measures every job (device time, latency, sharing slowdown).

@@ -4,28 +4,34 @@ A job on the worker costs two thread hand-overs (loop → worker → loop), whic
 synchronous call (bench/README.md, "where the time goes"). When a (session, device) has nothing queued or running
 (`OrderedWorker.idle` with `pending == 0`, both read on the loop, which alone submits), every op before the next one
 has completed, so the loop may act for the worker; nothing is submitted meanwhile because the loop is the only
-submitter and it is busy doing exactly this. Three cases, each only where the backend says it is safe:
+submitter and it is busy doing exactly this. `route` makes that decision once per frame, before its payload is
+read (the connection's frame loop then only carries it out), and picks one of three cases, each only where the
+backend says it is safe, or the worker:
 
-- `answer` / `run_async`: an op flagged LOOP on its spec line, where the backend completes such ops at once
-  (`DeviceContext.answers_on_loop`: state queries, synchronizations that have nothing to wait for, and small copies,
-  memsets and event records: at most LOOP_BYTES by the spec's extent arguments, so the loop never stalls on one)
-  runs through the same `dispatch.execute` as on the worker, so its checks, errors, latched errors and printf output
-  are the same, and it is accounted to the session's lane as on the worker (device time, latency). A stream of
-  small fire-and-forget ops then costs the loop's parsing and the op itself, without a hand-over per op to a thread
-  that competes with the loop for the GIL. Kernel launches only when the backend knows the launch to be short
-  whatever its parameters (`DeviceContext.tiny_launch`; the emulator: emu/runtime/launch.LaunchPlan.tiny, a kernel
-  without loops, calls or barriers over at most ~1 K threads that has run before, its fastest run under 500 µs);
-- `landing`: a host-to-device copy's payload is received straight into device memory (`DeviceContext.host_view`),
-  instead of into a buffer that the worker copies later; the range is checked first exactly as the handler does,
-  and anything unusual (a bad range or stream, a sticky error, a small copy) takes the ordinary path;
-- `reply_from_device`: a device-to-host copy's reply is written from device memory, not from a copy of it. The
-  transport keeps a reference to unsent bytes, so the device bytes must not change until they are sent: the last
-  FrameStream.WRITE_HIGH bytes go out as a copy, so "writer paused" means "bytes of device memory are unsent", and
-  the server then holds the session's next request until everything is sent (`Link.sending_device_memory`).
+- Route.LOOP (`run_on_loop`; `answer` / `run_async` decide and run one op): an op flagged LOOP on its spec line,
+  where the backend completes such ops at once (`DeviceContext.answers_on_loop`: state queries, synchronizations
+  that have nothing to wait for, and small copies, memsets and event records: at most LOOP_BYTES by the spec's
+  extent arguments, so the loop never stalls on one) runs through the same `dispatch.execute` as on the worker, so
+  its checks, errors, latched errors and printf output are the same, and it is accounted to the session's lane as on
+  the worker (device time, latency). A stream of small fire-and-forget ops then costs the loop's parsing and the op
+  itself, without a hand-over per op to a thread that competes with the loop for the GIL. Kernel launches only when
+  the backend knows the launch to be short whatever its parameters (`DeviceContext.tiny_launch`; the emulator:
+  emu/runtime/launch.LaunchPlan.tiny, a kernel without loops, calls or barriers over at most ~1 K threads that has
+  run before, its fastest run under 500 µs);
+- Route.LAND (`landed` after the read): a host-to-device copy's payload is received straight into device memory
+  (`DeviceContext.host_view`), instead of into a buffer that the worker copies later; the range is checked first
+  exactly as the handler does, and anything unusual (a bad range or stream, a sticky error, a small copy) takes the
+  ordinary path;
+- Route.FROM_DEVICE (`reply_from_device`): a device-to-host copy's reply is written from device memory, not from a
+  copy of it. The transport keeps a reference to unsent bytes, so the device bytes must not change until they are
+  sent: the last FrameStream.WRITE_HIGH bytes go out as a copy, so "writer paused" means "bytes of device memory are
+  unsent", and the connection then holds the session's next request until everything is sent
+  (`Link.sending_device_memory`).
   Other sessions cannot reach this session's memory through the daemon (session.check_range).
 """
 from __future__ import annotations
 
+import enum
 import time
 from typing import Any
 
@@ -48,6 +54,35 @@ LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their h
 SEND_MIN = 4 * FrameStream.WRITE_HIGH     # smaller replies are copied (the copied tail would be most of them)
 LOOP_BYTES = 64 << 10                     # the most bytes an op run on the loop may copy or set (its extent: the
                                           # spec's extent arguments; its payload)
+
+
+class Route(enum.Enum):
+    WORKER = "worker"              # queued on the (session, device) worker, in order behind its work
+    LOOP = "loop"                  # run now on the loop (run_on_loop)
+    LAND = "land"                  # a host-to-device payload received straight into device memory (landed)
+    FROM_DEVICE = "from_device"    # a device-to-host reply written from device memory (reply_from_device)
+
+
+def route(session: Session, st: DeviceState, spec: OpSpec, args: list[Any], plen: int, compressed: bool,
+          req_id: int, oversize: bool) -> tuple[Route, memoryview | None]:
+    """Where a device op goes, decided once per frame before its payload (plen bytes as received) is read; for LAND
+    and FROM_DEVICE the device bytes themselves. Only the worker takes a frame that holds the oversize slot (it is
+    released when the job ran) or a compressed payload (decoded on the worker, never on the loop)."""
+    w = st.worker
+    if oversize or compressed or w.pending or not w.idle:
+        return Route.WORKER, None
+    code = spec.code
+    if code == OP_HTOD and plen >= LANDING_MIN:
+        view = _device_bytes(st, args[_HTOD_DST], plen, args[_HTOD_STREAM])
+        if view is not None:
+            return Route.LAND, view
+    elif code == OP_DTOH and req_id:
+        view = _reply_bytes(session, st, args)
+        if view is not None:
+            return Route.FROM_DEVICE, view
+    if _loop_may_run(st, spec, args, plen):
+        return Route.LOOP, None
+    return Route.WORKER, None
 
 
 def idle_context(st: DeviceState, work: bool = True) -> DeviceContext | None:
@@ -101,10 +136,10 @@ def _tiny_launch(st: DeviceState, ctx: DeviceContext, args: list[Any]) -> bool:
     return ctx.tiny_launch(found[0], found[1], grid, block, shmem)
 
 
-def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) -> bool:
-    """Whether the loop may run this op now: the spec allows it (OpFlag.LOOP), the device is idle, the backend
-    completes such ops at once, and what it moves is small (a kernel: the backend knows it tiny)."""
-    if not spec.loop or len(payload) > LOOP_BYTES:
+def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -> bool:
+    """Whether the loop may run this op (payload: nbytes) now: the spec allows it (OpFlag.LOOP), the device is idle,
+    the backend completes such ops at once, and what it moves is small (a kernel: the backend knows it tiny)."""
+    if not spec.loop or nbytes > LOOP_BYTES:
         return False
     ctx = idle_context(st, spec.work)
     if ctx is None or not ctx.answers_on_loop:
@@ -117,73 +152,78 @@ def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], payload: Any) 
     return True
 
 
-def _run(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,
-         fire_and_forget: bool) -> dispatch.Outcome | None:
+def run_on_loop(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,
+                fire_and_forget: bool) -> dispatch.Outcome | None:
+    """Run an op routed to the loop (Route.LOOP) through dispatch.execute, and account it to the session's lane as
+    the worker would (device time for device work, latency for the rest)."""
     t0 = time.perf_counter()
     out = dispatch.execute(session, st, backend, spec, args, payload, fire_and_forget)
+    _lane(st, spec, args, len(payload), t0, spec.work)
+    return out
+
+
+def _lane(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, t0: float, work: bool) -> None:
+    """The lane's part of accounting an op the loop ran (dispatch.account is the figures' part): what the worker
+    records for a job (executor.py)."""
     lane = st.lane
     if lane is not None:
-        tag = (spec.code, args, len(payload))
-        if spec.work:
+        tag = (spec.code, args, nbytes)
+        if work:
             lane.end(tag, t0, t0, time.perf_counter())      # device time, as the worker accounts it
         else:
             lane.record(tag, t0, time.perf_counter())
-    return out
 
 
 def answer(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
            payload: Any) -> dispatch.Outcome | None:
-    """Run a request the backend allows on the loop, now; None when it must go to the worker."""
-    if not _loop_may_run(st, spec, args, payload):
+    """Decide and run one request on the loop when allowed (Route.LOOP); None when it must go to the worker."""
+    if not _loop_may_run(st, spec, args, len(payload)):
         return None
-    return _run(session, st, backend, spec, args, payload, False)
+    return run_on_loop(session, st, backend, spec, args, payload, False)
 
 
 def run_async(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any],
               payload: Any) -> bool:
-    """Run a fire-and-forget op on the loop when allowed (its failure is latched as on the worker). → ran it."""
-    if not _loop_may_run(st, spec, args, payload):
+    """Decide and run one fire-and-forget op on the loop when allowed (its failure is latched as on the worker).
+    → ran it."""
+    if not _loop_may_run(st, spec, args, len(payload)):
         return False
-    _run(session, st, backend, spec, args, payload, True)
+    run_on_loop(session, st, backend, spec, args, payload, True)
     return True
-
-
-def landing(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -> memoryview | None:
-    """Where a host-to-device payload of nbytes may be received: the device bytes themselves, or None."""
-    if spec.code != OP_HTOD or nbytes < LANDING_MIN or st.sticky:
-        return None
-    ctx = idle_context(st)
-    if ctx is None:
-        return None
-    return _range_view(st, ctx, args[_HTOD_DST], nbytes, args[_HTOD_STREAM])
 
 
 def landed(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, started: float) -> None:
     """The bookkeeping dispatch.execute does for a copy, after its payload landed in device memory."""
     dispatch.account(st, False, nbytes, 0)
-    lane = st.lane
-    if lane is not None:
-        lane.record((spec.code, args, nbytes), started, time.perf_counter())
+    _lane(st, spec, args, nbytes, started, False)
 
 
-def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: int,
-                      args: list[Any]) -> list[Any] | None:
-    """The reply frame of a device-to-host copy sent from device memory (see the module docstring), or None."""
-    if spec.code != OP_DTOH or st.deferred or st.sticky:
+def _device_bytes(st: DeviceState, ptr: Any, size: int, stream: Any) -> memoryview | None:
+    """A copy's device bytes as host memory, when the session is alone on an idle device and nothing unusual
+    (a sticky error, a bad range or stream) needs the handler."""
+    if st.sticky:
         return None
-    if session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
-        return None                               # the worker decides whether to compress it (dispatch.execute)
+    ctx = idle_context(st)
+    return _range_view(st, ctx, ptr, size, stream) if ctx is not None else None
+
+
+def _reply_bytes(session: Session, st: DeviceState, args: list[Any]) -> memoryview | None:
+    """The device bytes a MEMCPY_DTOH reply may be written from (see the module docstring), or None."""
+    if st.deferred or session.compress_always or compress.may_pay(session.peer_rate, session.codecs):
+        return None                               # latched errors, compression: the worker's (dispatch.execute)
     size = args[_DTOH_SIZE]
     if not _u64(size) or size < SEND_MIN:
         return None
-    ctx = idle_context(st)
-    if ctx is None:
-        return None
+    return _device_bytes(st, args[_DTOH_SRC], size, args[_DTOH_STREAM])
+
+
+def reply_from_device(st: DeviceState, spec: OpSpec, req_id: int, args: list[Any], view: memoryview) -> list[Any]:
+    """The reply frame of a device-to-host copy sent from `view`, its device bytes (Route.FROM_DEVICE)."""
     t0 = time.perf_counter()
-    view = _range_view(st, ctx, args[_DTOH_SRC], size, args[_DTOH_STREAM])
-    if view is None:
-        return None
+    size = len(view)
     dispatch.account(st, True, 0, size)
+    ctx = st.ctx
+    assert ctx is not None
     stdout = ctx.take_stdout() or None            # MEMCPY_DTOH is SYNC: it carries the device's printf output
     times = st.event_times.report(ctx)            # ... and event times, as every reply (protocol v3)
     tail = FrameStream.WRITE_HIGH
@@ -193,7 +233,5 @@ def reply_from_device(session: Session, st: DeviceState, spec: OpSpec, req_id: i
         parts = wire.encode_reply(req_id, dispatch.ERR_UNKNOWN)
     else:
         parts[1:2] = [view[:size - tail], bytes(view[size - tail:])]
-    lane = st.lane
-    if lane is not None:
-        lane.record((spec.code, args, 0), t0, time.perf_counter())
+    _lane(st, spec, args, 0, t0, False)
     return parts

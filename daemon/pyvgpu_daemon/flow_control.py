@@ -11,7 +11,9 @@ waits for input (issue 23: a burst of small frames crossed the mark, the data ca
 nothing resumed reading: the session stalled until its idle timeout).
 
 Writing. The transport calls pause_writing/resume_writing; `drain()` waits on an asyncio.Event (never polling)
-until it resumed or the connection is lost. Modelled on uvicorn's protocols/http/flow_control.py.
+until it resumed or the connection is lost. `unsent_at_most(n)` waits, on the same event, until at most n bytes
+are unsent: the transport's marks move to n for the wait (so its resume_writing is the wake-up) and back after.
+Modelled on uvicorn's protocols/http/flow_control.py.
 """
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ import asyncio
 
 
 class FlowControl:
-    def __init__(self, transport: asyncio.Transport, pause_at: int, resume_at: int) -> None:
+    def __init__(self, transport: asyncio.Transport, pause_at: int, resume_at: int, write_high: int) -> None:
         assert 0 <= resume_at < pause_at
         self._transport = transport
         self.pause_at = pause_at
         self.resume_at = resume_at
+        self.write_high = write_high          # the writer pauses above this and resumes once everything is sent
+        transport.set_write_buffer_limits(high=write_high, low=0)
         self.read_paused = False
         self._writable = asyncio.Event()
         self._writable.set()
@@ -57,3 +61,18 @@ class FlowControl:
     async def drain(self) -> None:
         """Until the transport resumed writing (or the connection was lost)."""
         await self._writable.wait()
+
+    async def unsent_at_most(self, n: int) -> None:
+        """Until at most n bytes are unsent (or the connection is lost). While it waits the transport pauses above
+        n and resumes at n, which sets the event drain() waits on; then its marks are put back (a transport still
+        holding more than write_high bytes pauses again at once, so write_paused keeps its meaning)."""
+        t = self._transport
+        if t.is_closing() or t.get_write_buffer_size() <= n:
+            return
+        t.set_write_buffer_limits(high=n, low=n)      # more than n unsent: pauses now (or stays paused)
+        try:
+            while t.get_write_buffer_size() > n and not t.is_closing():
+                await self._writable.wait()
+        finally:
+            if not t.is_closing():
+                t.set_write_buffer_limits(high=self.write_high, low=0)

@@ -274,7 +274,7 @@ class Session:
     codecs: tuple[int, ...] = ()         # compression codecs the hello negotiated (compress.py)
     peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported
     compress_always: bool = False        # daemon --compress always: every bulk reply compressed (tests, benchmarks)
-    end_soon: Callable[[str], None] | None = None   # any thread: end the session, why (server.py sets it)
+    end_soon: Callable[[str], None] | None = None   # any thread: end the session, why (lifecycle.py sets it)
     leases: dict[int, Any] = field(default_factory=dict)   # device -> the lease it uses there (leases.py)
 
     def tag(self, dev: int | None = None) -> str:

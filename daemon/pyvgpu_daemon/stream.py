@@ -66,7 +66,7 @@ class FrameStream(asyncio.BufferedProtocol):
     LOWAT_MAX = 1 << 20               # while a large payload arrives, wake for no less than this (SO_RCVLOWAT)
     WRITE_HIGH = 64 << 10             # unsent reply bytes above which the writer counts as paused; it resumes only
                                       # once everything is sent (low water 0), so drain() means "all sent" (a reply
-                                      # sent straight from device memory relies on it: server.py)
+                                      # sent straight from device memory relies on it: connection.py)
     TLS_SLICE = 256 << 10             # under TLS, replies reach the TLS transport in slices of at most this
 
     def __init__(self, on_connect: Any) -> None:
@@ -88,7 +88,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._sock: Any = None            # the plain TCP socket (None under TLS), for SO_RCVLOWAT
         self._lowat = 1
         # Set by the server once the session is established: called when bytes arrive while the reader waits for
-        # a new frame, to handle the complete frames it can without waking the reader (server._frames_now).
+        # a new frame, to handle the complete frames it can without waking the reader (Connection.frames_now).
         self.on_data: Any = None
         self._parked = False              # the reader waits for the first byte of a frame
         self.handled_at = 0.0             # loop time on_data last handled a frame (activity for the idle timeout)
@@ -101,8 +101,7 @@ class FrameStream(asyncio.BufferedProtocol):
     # -- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.transport.set_write_buffer_limits(high=self.WRITE_HIGH, low=0)
-        self._flow = FlowControl(self.transport, self.PAUSE_AT, self.RESUME_AT)
+        self._flow = FlowControl(self.transport, self.PAUSE_AT, self.RESUME_AT, self.WRITE_HIGH)
         peer = transport.get_extra_info("peername")      # kept: a socket that closed has no peer name any more
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "an unknown peer (gone at once)"
         self.peer_host = str(peer[0]) if isinstance(peer, tuple) else "?"
@@ -229,7 +228,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def arrived(self) -> int:
         """Bytes received and not yet read: this buffer's and the kernel's socket buffer's (FIONREAD). A transfer's
-        rate is measured on the bytes that arrive after this (server.py's link-rate samples)."""
+        rate is measured on the bytes that arrive after this (connection.py's link-rate samples)."""
         n = self._buffered()
         sock = self.get_extra_info("socket")
         if sock is not None and not self.is_closing():
@@ -369,7 +368,7 @@ class FrameStream(asyncio.BufferedProtocol):
             raise StreamTimeout(f"{n}-byte payload not complete within {within_s:.0f} s (too slow)") from None
 
     async def read_payload_into(self, out: memoryview, within_s: float) -> None:
-        """read_payload into a buffer of the caller's (device memory: server.py), same errors."""
+        """read_payload into a buffer of the caller's (device memory: connection.py), same errors."""
         try:
             await self._read_into(out, self.event_loop().time() + within_s)
         except asyncio.IncompleteReadError as exc:
@@ -421,6 +420,19 @@ class FrameStream(asyncio.BufferedProtocol):
         """Until everything written is sent (or the connection is lost)."""
         if self._flow is not None and self._flow.write_paused and not self.is_closing():
             await self._flow.drain()
+
+    async def unsent_at_most(self, n: int) -> None:
+        """Until at most n written bytes are unsent (or the connection is lost); woken by the transport. TLS slices
+        not handed over yet count: while any wait, the wake-up is the writer resuming once all are handed over and
+        sent (drain)."""
+        flow = self._flow
+        if flow is None:
+            return
+        while self.write_buffer_size() > n and not self.is_closing():
+            if self._slices:
+                await flow.drain()
+            else:
+                await flow.unsent_at_most(n)
 
     @property
     def write_paused(self) -> bool:

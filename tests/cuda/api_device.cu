@@ -226,7 +226,10 @@ int main() {
     CHECK(cudaDeviceReset());
     size_t fr, tot;
     CHECK(cudaMemGetInfo(&fr, &tot));
-    EXPECT(fr == tot);   // reset released everything this process held on the device
+    // reset released everything this process held on the device: all of an emulated GPU's memory is free again
+    // (the test checks that); a real GPU's free memory is what every process on it left (tests/e2e/test_api_device.py)
+    EXPECT(fr > 0 && fr <= tot);
+    printf("after reset free %zu total %zu\n", fr, tot);
     checks += 1;
     printf("OK %ld\n", checks);
     return 0;

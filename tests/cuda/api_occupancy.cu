@@ -118,7 +118,11 @@ int main() {
         print_avail("static_user", (const void *)static_user, 128, nb);
 
     CHECK(cudaFuncSetAttribute(dyn_user, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CHECK(cudaFuncSetAttribute(static_user, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 5000));
+    // all the opt-in less the function's static shared memory, as compiled (5008 bytes on sm_90, not 5000)
+    cudaFuncAttributes sfa;
+    CHECK(cudaFuncGetAttributes(&sfa, (const void *)static_user));
+    CHECK(cudaFuncSetAttribute(static_user, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - (int)sfa.sharedSizeBytes));
     printf("OPTIN\n");
     print_func("dyn_user", (const void *)dyn_user);
     for (int block : { 128, 1024 })

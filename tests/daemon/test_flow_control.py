@@ -152,7 +152,7 @@ def test_never_paused_while_the_reader_waits():
         t = _Transport()
         s = FrameStream(lambda _s: None)
         s.connection_made(t)
-        # 1. the reader waits for a frame; the data callback consumes every whole frame (as server._frames_now)
+        # 1. the reader waits for a frame; the data callback consumes every whole frame (as Connection.frames_now)
         def consume_all():
             while (got := s.peek_header()) is not None and s.buffered(got[1] + got[0][2]):
                 take_frame(s)

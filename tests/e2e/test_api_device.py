@@ -15,6 +15,9 @@ def test_device_queries_errors_streams_events(cuda_build, daemon, run):
     assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr
     assert "devices 1" in proc.stdout
     assert re.search(r"GPU0 .+ sm_\d+ mem=\d+ sms=\d+", proc.stdout)
+    free, total = map(int, re.search(r"^after reset free (\d+) total (\d+)$", proc.stdout, re.M).groups())
+    if daemon.backend != "cuda":    # the emulated GPU is this program's alone; a real one is shared with the others
+        assert free == total        # cudaDeviceReset released everything the program held
     # the unsupported calls were named once each on stderr
     assert proc.stderr.count("pyvgpu: cudaIpcGetMemHandle is not supported") == 1
     assert "cudaIpcOpenMemHandle is not supported" in proc.stderr

@@ -41,6 +41,8 @@ def test_dynamic_shared_opt_in_attributes_and_limits(cuda_build, daemon, run, ba
     out = proc.stdout
     assert re.search(r"^OK \d+$", out, re.M), out + proc.stderr
     assert "big_smem ok" in out
+    # cudaFuncSetAttribute of a pointer that is no kernel: libvcudart answers as NVIDIA's runtime does on a GPU
+    assert re.search(r"^NOTAKERNEL cudaErrorInvalidResourceHandle$", out, re.M), out
     # cudaDevAttrMaxSharedMemoryPerBlockOptin and every limit's default (or the driver's "unsupported", e.g.
     # cudaLimitDevRuntimeSyncDepth on compute capability 9.0 and later) exactly as the device answers them natively
     optin, limits = device_answers(out)

@@ -85,7 +85,7 @@ def check_against_rules(out: str) -> int:
             funcs[rest[0]] = Func(*map(int, rest[1:]))
         elif word == "OPTIN":       # the program opted both functions in to all the shared memory a block may have
             funcs["dyn_user"].max_dyn = dev.optin
-            funcs["static_user"].max_dyn = dev.optin - 5000
+            funcs["static_user"].max_dyn = dev.optin - funcs["static_user"].static
         elif word == "CARVEOUT":
             carveout = int(rest[0])
         elif word in ("ACTIVE", "AVAIL"):

@@ -19,4 +19,6 @@ def test_arrays_textures_surfaces(cuda_build, daemon, run):
 def test_surface_trap(cuda_build, daemon, run):
     proc = run(cuda_build("api_texture.cu"), [daemon], "trap", timeout=600)
     assert "trap cudaErrorIllegalAddress" in proc.stdout, proc.stdout + proc.stderr
-    assert "surface access of 4 B" in daemon.log_text()
+    if daemon.backend != "cuda":
+        # the emulator says which access it refused; a GPU's driver says only the CUDA error
+        assert "surface access of 4 B" in daemon.log_text()

@@ -12,6 +12,7 @@ import pytest
 from harness import NVCC, ROOT
 
 
+@pytest.mark.emu_only("the benchmark shares emulated GPUs (bench/fairness_bench.py starts --backend emu daemons)")
 def test_fairness_bench_tiny(tmp_path):
     from pathlib import Path
     if not Path(NVCC).exists():

@@ -11,6 +11,8 @@ pytestmark = pytest.mark.chain
 PROGRAMS = {
     "emu_video.cu": (),               # vabsdiff4 (__vabsdiffu4, __vsadu4), vadd2/4 ... vset2/4, vadd ... vmad, vset
     "emu_coop.cu": (),                # grid.sync() through cudaLaunchCooperativeKernel, the ExC attribute, a graph
+    "emu_wmma.cu": (),                # wmma m16n16k16/m32n8k16/m8n32k16 f16 and s8/u8, mma.sync m16n8k8, m8n8k16
+    "emu_malloc.cu": (),              # device malloc/free/new/delete across launches, alignment, a full heap, limits
 }
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 import pyvgpu
 
 SASS_ONLY = ("-gencode", "arch=compute_75,code=sm_75")
@@ -40,6 +42,7 @@ def test_refused_module_through_nvidias_runtime_over_libvcuda(cuda_build, daemon
     assert "a kernel of a refused module was used" in proc.stderr
 
 
+@pytest.mark.emu_only("the fault is injected into the emulator")
 def test_injected_emulator_fault_is_reported_at_every_later_launch_and_sync(cuda_build, daemon_factory, run,
                                                                            tmp_path):
     (tmp_path / "sitecustomize.py").write_text(INJECTOR)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pyvgpu_daemon.emu.chunk_api import MEMBERS, ChunkAPI
+from pyvgpu_daemon.emu.device_heap import DeviceHeap
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.runtime import Chunk
@@ -18,12 +19,15 @@ from pyvgpu_daemon.emu.translator.codegen import NAMESPACE, Codegen
 
 # One kernel that makes the generator use every kind of chunk access: special registers (cached and clocks),
 # parameters, loads, stores, atomics, isspacep, barriers with a thread count, bar.red, every warp operation,
-# printf, assert and trap, texture and surface instructions (the last three behind predicates that are never true).
+# printf, malloc and free, assert and trap, texture, surface and warp matrix instructions (trap and the last three
+# behind predicates that are never true).
 PTX = r"""
 .version 9.0
 .target sm_75
 .address_size 64
 .extern .func (.param .b32 func_retval0) vprintf (.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
+.extern .func (.param .b64 func_retval0) malloc (.param .b64 malloc_param_0);
+.extern .func free (.param .b64 free_param_0);
 .extern .func __assertfail (.param .b64 p0, .param .b64 p1, .param .b32 p2, .param .b64 p3, .param .b64 p4);
 .global .align 1 .b8 $str[4] = {104, 105, 10, 0};
 .func (.param .b32 rv) tri(.param .b32 a)
@@ -83,6 +87,18 @@ TD:
   .param .b32 retval0;
   call.uni (retval0), vprintf, (param0, param1);
   }
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], 64;
+  .param .b64 retval0;
+  call.uni (retval0), malloc, (param0);
+  ld.param.b64 %rd7, [retval0+0];
+  }
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd7;
+  call.uni free, (param0);
+  }
 DONE:
   setp.gt.u32 %p5, %r1, 1000;
   @%p5 trap;
@@ -91,6 +107,9 @@ DONE:
   txq.width.b32 %r12, [%rd1];
   suld.b.2d.b32.trap {%r13}, [%rd1, {%r1, %r1}];
   sust.b.2d.b32.trap [%rd1, {%r1, %r1}], {%r13};
+  wmma.load.a.sync.aligned.row.m16n16k16.global.s8 {%r14, %r15}, [%rd1], 16;
+  wmma.mma.sync.aligned.row.row.m16n16k16.s32.s8.s8.s32 {%r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19}, {%r14, %r15}, {%r14, %r15}, {%r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19};
+  wmma.store.d.sync.aligned.row.m16n16k16.global.s32 [%rd1], {%r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19}, 16;
 NOTEX:
   @!%p5 bra END;
   {
@@ -158,6 +177,7 @@ def test_chunk_implements_the_interface_and_the_kernel_runs(loaded):
     out = mem.alloc(1024)
     mem.write(out, np.arange(256, dtype=np.uint32).tobytes())
     seen: list[Chunk] = []
+    heap = DeviceHeap(mem.alloc)
     bind = Chunk.bind_blocks
 
     def spy(chunk):
@@ -165,11 +185,12 @@ def test_chunk_implements_the_interface_and_the_kernel_runs(loaded):
         return bind(chunk)
     Chunk.bind_blocks = spy
     try:
-        res = mod.launch("k", (1, 1, 1), (32, 1, 1), 0, struct.pack("<Q", out))
+        res = mod.launch("k", (1, 1, 1), (32, 1, 1), 0, struct.pack("<Q", out), heap=heap, heap_size=4096)
     finally:
         Chunk.bind_blocks = bind
     assert all(hasattr(seen[0], m) for m in MEMBERS)
     assert res.stdout == b"hi\n"
+    assert heap.reserved and heap.live_bytes() == 0                 # the printing lane's malloc, then its free
     v = np.frombuffer(bytes(mem.read(out, 1024)), np.uint32)
     assert v[32] == 32 + 32                                  # the atomic counter: 32 increments of word 32
     lanes = np.arange(32)

@@ -590,9 +590,12 @@ class CudaContext(CudaArrays, DeviceContext):
                block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         drv = self.drv
         # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
-        # device-side layout, so the buffer goes to the driver as is.
-        arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
-        arg_size = ctypes.c_size_t(len(params))
+        # device-side layout. A real driver refuses a CU_LAUNCH_PARAM_BUFFER_SIZE other than the kernel's
+        # parameter space with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (an H100 did, for a buffer padded from 12 to 16
+        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much).
+        size = kernel.param_bytes
+        arg_buf = ctypes.create_string_buffer(bytes(params[:size]), max(size, 1))
+        arg_size = ctypes.c_size_t(size)
         extra = (ctypes.c_void_p * 5)(drv.CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arg_buf),
                                       drv.CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(arg_size),
                                       drv.CU_LAUNCH_PARAM_END)

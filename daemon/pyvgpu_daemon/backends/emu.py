@@ -27,6 +27,7 @@ from pyvgpu_daemon import blas
 from pyvgpu_daemon.blas import lt
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.emu_arrays import EmuArrays
+from pyvgpu_daemon.emu.device_heap import DeviceHeap
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.emu.vmm import GRANULARITY, MAX_RESERVED_FACTOR, EmuVmm, Physical
@@ -232,6 +233,7 @@ class EmuContext(EmuArrays, DeviceContext):
         self.peers: dict[int, DeviceContext] = {}   # contexts whose memory this context's kernels may use
         self._vmm: EmuVmm | None = None              # reserved ranges (virtual memory management), on first use
         self._physical: set[Physical] = set()        # physical allocations not yet released
+        self.heap = DeviceHeap(self.malloc)          # device-side malloc/free: reserved by its first kernel
 
     # ------------------------------------------------------------------ memory
     def _charge(self, nbytes: int) -> None:
@@ -464,7 +466,8 @@ class EmuContext(EmuArrays, DeviceContext):
                                    peers=[p.mem for p in self.peers.values()] if self.peers else (),
                                    cancel=self._cancelled, printf_fifo=self._limits[1],
                                    stack_size=self._limits[0],  # cudaLimitStackSize
-                                   turn=self.turn, cooperative=cooperative)
+                                   turn=self.turn, cooperative=cooperative,
+                                   heap=self.heap, heap_size=self._limits[2])   # cudaLimitMallocHeapSize
             if out.stdout or out.dropped:
                 self._stdout_dropped += out.dropped
                 self._append_stdout(self._fifo(out.stdout))
@@ -544,6 +547,9 @@ class EmuContext(EmuArrays, DeviceContext):
             value = min(value, lim.max_l2_fetch_granularity)     # a hint, clamped as the driver does
         elif limit == 6:
             value = min(value, lim.persisting_l2_bytes)          # no persisting L2 on the emulated device
+        elif limit == 2 and self.heap.reserved and value != self._limits[2]:
+            raise CudaError("cudaErrorInvalidValue", f"{LIMIT_NAMES[limit]}: a kernel using device malloc/free "
+                                                     f"has run, the heap of {self.heap.size} B is in place")
         elif limit == 1 and value > MAX_PRINTF_FIFO:
             raise CudaError("cudaErrorMemoryAllocation", f"{LIMIT_NAMES[limit]} {value} > {MAX_PRINTF_FIFO}")
         self._limits[limit] = value
@@ -622,6 +628,7 @@ class EmuContext(EmuArrays, DeviceContext):
     def reset(self) -> None:
         self._vmm_drop()
         self.mem.free_all()
+        self.heap.drop()
         self._aligned.clear()
         self.drop_resources()
         self._uncharge(self._charged)

@@ -140,6 +140,19 @@ class ChunkAPI(ABC):
     def sust(self, geom: str, dt, mode: str, handle, coords: list, vals: list, sel) -> None:
         """sust.b: store len(vals) elements of dt at byte x, row y, slice z."""
 
+    # ---- warp matrix operations (runtime/matrix.py; spec tuples from translator/matrix.py)
+    @abstractmethod
+    def wmma_load(self, spec, space: str, addr, off: int, stride, sel) -> list[np.ndarray]:
+        """wmma.load: the fragment's registers (uint32 per selected lane) from memory at addr + off."""
+
+    @abstractmethod
+    def wmma_store(self, spec, space: str, addr, off: int, stride, regs: list, sel) -> None:
+        """wmma.store: the fragment's registers to memory at addr + off."""
+
+    @abstractmethod
+    def matrix_mma(self, spec, a_regs: list, b_regs: list, c_regs: list, m) -> list[np.ndarray]:
+        """wmma.mma / mma.sync over whole warps of the lanes in m: D's registers (uint32 per lane)."""
+
     # ---- system calls
     @abstractmethod
     def vprintf(self, fmt_off: int, args_off: int, sel) -> np.ndarray:
@@ -148,6 +161,15 @@ class ChunkAPI(ABC):
     @abstractmethod
     def assertfail(self, offs: list[int], sel) -> None:
         """__assertfail: print CUDA's assertion message per failing lane, then raise cudaErrorAssert."""
+
+    @abstractmethod
+    def malloc(self, offs: list[int], sel) -> np.ndarray:
+        """Device malloc (one offset: the size) or __nv_aligned_device_malloc (size, alignment) from the launch's
+        heap: the pointers (0 where the heap has no room), as uint64 per lane."""
+
+    @abstractmethod
+    def free(self, off: int, sel) -> None:
+        """Device free of the pointer at local offset `off` (NULL: nothing)."""
 
     @abstractmethod
     def trap(self, sel, line: int) -> None:

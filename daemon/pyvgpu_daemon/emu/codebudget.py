@@ -47,6 +47,7 @@ class CodeBudget:
         self.cached = 0                    # of which translations (droppable)
         self._lru: OrderedDict[Hashable, tuple[int, Callable[[], None]]] = OrderedDict()
         self._lock = threading.Lock()      # the worker and the loop's tiny launches may both touch the LRU order
+        self._last: Hashable | None = None  # the key at the newest end of the LRU order, when known
 
     def hold(self, nbytes: int, what: str) -> None:
         """Charge what a loaded module holds (never dropped: `release` gives it back)."""
@@ -63,6 +64,7 @@ class CodeBudget:
         self._make_room(nbytes, what)
         with self._lock:
             self._lru[key] = (nbytes, drop)
+            self._last = key
             self.used += nbytes
             self.cached += nbytes
 
@@ -77,7 +79,10 @@ class CodeBudget:
 
     def touch(self, key: Hashable) -> None:
         """A translation was used: it is dropped last."""
+        if self._last == key:
+            return      # already the newest (every repeated launch of one kernel): no lock on the launch path
         with self._lock:
+            self._last = key
             if key in self._lru:
                 self._lru.move_to_end(key)
 
@@ -85,6 +90,7 @@ class CodeBudget:
         """A translation its owner let go (module unloaded, translation failed)."""
         with self._lock:
             entry = self._lru.pop(key, None)
+            self._last = None
             if entry is not None:
                 self.used -= entry[0]
                 self.cached -= entry[0]
@@ -99,6 +105,7 @@ class CodeBudget:
             dropped = []
             while self.used + nbytes > self.limit and self._lru:
                 _key, (n, drop) = self._lru.popitem(last=False)
+                self._last = None
                 self.used -= n
                 self.cached -= n
                 dropped.append(drop)

@@ -261,7 +261,8 @@ class EmuModule:
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
                cancel: threading.Event | None = None, printf_fifo: int = 1 << 20,
-               stack_size: int | None = None, turn=None, cooperative: bool = False) -> LaunchOutput:
+               stack_size: int | None = None, turn=None, cooperative: bool = False, heap=None,
+               heap_size: int = 8 << 20) -> LaunchOutput:
         """Run one launch. `max_dynamic_shared`: the function's current cudaFuncAttributeMaxDynamicSharedMemorySize
         (the backend passes the session's value); None checks only the device's opt-in maximum. `resources`: the
         texture and surface objects kernels may name (runtime/texture.Resources); `peers`: the DeviceMemory of
@@ -271,7 +272,9 @@ class EmuModule:
         the context's cudaLimitStackSize (None: CUDA's default). `turn`: the session's turn on the device
         (backends.base.DeviceTurn): the launch pauses between steps while other sessions have theirs.
         `cooperative`: cudaLaunchCooperativeKernel: every block resident at once (cudaErrorCooperativeLaunchTooLarge
-        beyond the occupancy), a grid workspace for grid-wide synchronization."""
+        beyond the occupancy), a grid workspace for grid-wide synchronization. `heap`: the context's DeviceHeap
+        (emu/device_heap.py), reserved with `heap_size` bytes (cudaLimitMallocHeapSize) before the first launch of a
+        kernel that calls malloc or free; None: such a kernel fails to launch."""
         key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size, cooperative)
         plan = self._plans.get(key)
         if plan is not None:
@@ -285,6 +288,10 @@ class EmuModule:
             raise CudaError("cudaErrorInvalidValue",
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs "
                             f"{plan.kernel.layout.param_size} B")
+        if plan.kernel.calls_heap:
+            if heap is None:
+                raise CudaError("cudaErrorNotSupported", f"{kernel}: device malloc/free needs a context's heap")
+            heap.ensure(heap_size)
         self._launches += 1
         workspace = 0
         if plan.cooperative:                  # cooperative_groups' grid_workspace: {wsSize = 8, barrier = 0}
@@ -292,7 +299,7 @@ class EmuModule:
             self.memory.write(workspace, _GRID_WORKSPACE.pack(_GRID_WORKSPACE.size, 0))
         spare = plan.spare
         run = spare.pop() if spare else Launch(plan, self.memory, self._symbols, self.limits)
-        run.start(params, self._launches, resources, peers, cancel, printf_fifo, turn, workspace)
+        run.start(params, self._launches, resources, peers, cancel, printf_fifo, turn, workspace, heap)
         try:
             stdout = run.run()
         except CudaError:

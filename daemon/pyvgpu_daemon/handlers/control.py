@@ -11,7 +11,8 @@ from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME, OPS
 from pyvgpu_daemon.errors import SessionEnd
 
 if TYPE_CHECKING:
-    from pyvgpu_daemon.server import Link, Server
+    from pyvgpu_daemon.link import Link
+    from pyvgpu_daemon.server import Server
 
 ERR_INVALID_VALUE = ERROR_CODES["cudaErrorInvalidValue"]
 ControlHandler = Callable[["Server", "Link", wire.Request], "str | None"]
@@ -39,7 +40,7 @@ def missing() -> set[str]:
 
 @control("HELLO")
 def hello(server: Server, link: Link, req: wire.Request) -> str | None:
-    raise SessionEnd("HELLO after the handshake")        # the handshake's own (server.py)
+    raise SessionEnd("HELLO after the handshake")        # the handshake's own (handshake.py)
 
 
 @control("STATUS")

@@ -36,6 +36,7 @@ Known deviations from hardware (everything else is bit-exact):
 Every fn runs with floating-point warnings silenced, so results do not depend on the caller's np.errstate.
 Micro-benchmark: python bench/emu_ops_bench.py
 Atomics (atom, red) are in atomic.py: they read and write memory, so the runtime applies them, not build_alu.
+Warp matrix fragments and products (wmma, mma.sync) are in matrix.py, used by runtime/matrix.py.
 """
 from __future__ import annotations
 

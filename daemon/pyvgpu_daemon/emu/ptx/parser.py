@@ -588,7 +588,7 @@ class _Parser:
                 self.expect(",")
         text = f"{op_tok.text} ..."
         no_dst = opcode in _NO_DST or (opcode in ("bar", "barrier") and "red" not in mods)
-        if opcode in ("bar", "barrier") and "warp" in mods:
+        if opcode in ("bar", "barrier") and "warp" in mods or opcode == "wmma" and mods[:1] == ("store",):
             no_dst = True
         if opcode == "atom" or not no_dst and ops:
             dsts = ops[0]

@@ -1,4 +1,8 @@
-"""Device-side calls: printf (vprintf), assert (__assertfail) and trap (ChunkAPI.vprintf, assertfail, trap).
+"""Device-side calls: printf (vprintf), assert (__assertfail), trap and the heap's malloc/free (ChunkAPI.vprintf,
+assertfail, trap, malloc, free).
+
+malloc, __nv_aligned_device_malloc (PTX: __cuda_syscall_aligned_malloc) and free (C++ new and delete lower to them)
+work on the launch's DeviceHeap (emu/device_heap.py), one lane after another in lane order.
 
 printf text and assertion messages go to the launch's stdout buffer (returned to the client with the next
 synchronizing reply; once it passes the printf FIFO size further records are dropped); a failed assert is cudaErrorAssert and a trap cudaErrorLaunchFailure, both sticky on the
@@ -59,6 +63,27 @@ class DeviceCalls:
         t = lane % self.ctasize
         return (f"{fil}:{line}: {func}: block: [{cta % gx},{(cta // gx) % gy},{cta // (gx * gy)}], "
                 f"thread: [{t % bx},{(t // bx) % by},{t // (bx * by)}] Assertion `{msg}` failed.\n")
+
+    def malloc(self, offs, sel):
+        heap = self._heap()
+        lanes = np.arange(self.T) if sel is None else sel
+        sizes = self.load("local", None, offs[0], np.uint64, 1, sel)[0]
+        aligns = self.load("local", None, offs[1], np.uint64, 1, sel)[0] if len(offs) > 1 else None
+        out = np.zeros(len(lanes), np.uint64)
+        for k in range(len(lanes)):
+            out[k] = heap.malloc(int(sizes[k])) if aligns is None else heap.malloc(int(sizes[k]), int(aligns[k]))
+        return out if sel is None else _expand(out, sel, self.T)
+
+    def free(self, off, sel):
+        heap = self._heap()
+        for p in self.load("local", None, off, np.uint64, 1, sel)[0].tolist():
+            heap.free(int(p))
+
+    def _heap(self):
+        heap = self.launch.heap
+        if heap is None or not heap.reserved:
+            raise CudaError("cudaErrorLaunchFailure", f"{self.kernel.name}: device malloc/free without a heap")
+        return heap
 
     def trap(self, sel, line):
         if sel is None or len(sel):

@@ -2,7 +2,8 @@
 
 Chunk implements ChunkAPI (the `S` of generated code) from one mixin per concern: special registers and
 parameters (special.py), memory spaces (spaces.py), CTA barriers (barriers.py), warp operations (collective.py), device-side
-calls (calls.py), call frames of out-of-line functions (frames.py), texture and surface instructions (texunit.py).
+calls (calls.py), call frames of out-of-line functions (frames.py), texture and surface instructions (texunit.py),
+warp matrix operations (matrix.py).
 The state those mixins share is set up here:
 
     T, ncta, cta0, ctasize        lanes, CTAs in the chunk, index of its first CTA, threads per CTA
@@ -32,6 +33,7 @@ from .barriers import NBARRIERS, CtaBarriers
 from .calls import DeviceCalls
 from .collective import Collectives
 from .frames import CallFrames
+from .matrix import MatrixUnit
 from .spaces import LaneMemory
 from .special import SpecialRegisters
 from .texunit import TextureUnit
@@ -40,7 +42,8 @@ _CHECK_EVERY = 64          # scheduler steps between checks of the instruction b
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
-class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls, CallFrames, TextureUnit, ChunkAPI):
+class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls, CallFrames, TextureUnit, MatrixUnit,
+            ChunkAPI):
     """State of one chunk of CTAs during a launch: the `S` of the generated code."""
 
     def __init__(self, launch, cta0: int, ncta: int) -> None:

@@ -180,14 +180,16 @@ class Launch:
 
     def start(self, params: bytes, grid_id: int = 1, resources=None, peers=(),
               cancel: threading.Event | None = None, printf_fifo: int = 1 << 20, turn=None,
-              workspace: int = 0) -> "Launch":
+              workspace: int = 0, heap=None) -> "Launch":
         """Set up what is this launch's own: parameters, the grid's id, the resources and peers kernels may use,
-        printf output and its cap, the budget, deadline, cancellation and turn, a cooperative launch's workspace."""
+        printf output and its cap, the budget, deadline, cancellation and turn, a cooperative launch's workspace,
+        the context's device heap."""
         self.param_buffer.load(params if type(params) is bytes else bytes(params))
         # A cooperative launch's grid workspace (cooperative_groups' grid_workspace {wsSize, barrier} in device
         # memory): its address is what %envreg1:%envreg2 give, the pointer cg::this_grid().sync() arrives at; 0 for a
         # plain launch (a grid sync there traps, as on a GPU).
         self.workspace = workspace
+        self.heap = heap                      # the context's DeviceHeap (device malloc/free) or None
         self.resources = resources            # texture and surface objects (runtime/texture.Resources) or None
         self.peers = peers if type(peers) is tuple else tuple(peers)   # memories of peer devices
         self.grid_id = grid_id

@@ -33,7 +33,8 @@ BRANCHES = frozenset({"bra", "ret", "exit", "brx", "ocall", "oret"})
 
 
 def is_warp(ins: ir.Instr) -> bool:
-    return ins.opcode in WARP_OPS or (ins.opcode in ("bar", "barrier") and "warp" in ins.mods)
+    return ins.opcode in WARP_OPS or (ins.opcode in ("bar", "barrier") and "warp" in ins.mods) \
+        or ins.opcode == "mma" or (ins.opcode == "wmma" and ins.mods[:1] == ("mma",))     # translator/matrix.py
 
 
 def is_bar(ins: ir.Instr) -> bool:

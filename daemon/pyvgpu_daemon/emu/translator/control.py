@@ -13,8 +13,8 @@ block to `pcv`, or ALL_EXITED; masked code (the lanes in `m`) writes `pcv[m]` / 
   site's release handler (`bar_sites`, `Kernel.bar_kinds`). Kernels with other barrier ids, thread counts,
   bar.arrive or guarded barriers hand every barrier to the runtime (ChunkAPI.bar_all, bar_wait:
   runtime/barriers.py).
-- shfl / vote / redux / match / activemask / bar.warp.sync: masked, a warp operation first waits for the other
-  member lanes of its warp (ChunkAPI.warp_ready); activemask never waits.
+- shfl / vote / redux / match / activemask / bar.warp.sync / wmma.mma / mma: masked, a warp operation first waits
+  for the other member lanes of its warp (ChunkAPI.warp_ready); activemask never waits.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from ..layout import FN_STRIDE, FN_WIN, FRAME_HEADER, formal_offsets
 from .cfg import Block
 from .codegen import Codegen, err_ptx
 from .inline import entry_label
+from .matrix import emit_mma
 
 
 def emit_terminator(g: Codegen, b: Block, lines: list, masked: bool) -> None:
@@ -272,6 +273,9 @@ _WARP_FORMS = {
     "activemask": (lambda m: m == ("b32",), None, "expected activemask.b32"),
     "match": (lambda m: len(m) == 3 and m[0] in ("any", "all") and m[1] == "sync" and m[2] in ("b32", "b64"),
               1, "expected match.{any,all}.sync.{b32,b64}"),
+    # the whole warp (.aligned); the forms are translator/matrix.py's
+    "wmma": (lambda m: m[:1] == ("mma",), None, "expected wmma.mma"),
+    "mma": (lambda m: True, None, ""),
 }
 
 
@@ -362,4 +366,4 @@ def _write_value_and_pred(g: Codegen, t: ir.Instr, lines: list, gexpr) -> None:
 
 
 _WARP_EMITTERS = {"bar": _warp_bar, "shfl": _warp_shfl, "vote": _warp_vote, "redux": _warp_redux,
-                  "match": _warp_match, "activemask": _warp_activemask}
+                  "match": _warp_match, "activemask": _warp_activemask, "wmma": emit_mma, "mma": emit_mma}

@@ -6,8 +6,9 @@ isspacep, ld/ldu/st (every state space; kernel parameters are read from the laun
 variables live in the local frame), atom/red (operation and type checked against ops/atomic.py), the memory
 hints that are no-ops on the emulator (membar, fence, prefetch, ...), griddepcontrol (programmatic dependent launch:
 a launch starts only once the device's earlier work is done, so `.wait` has nothing to wait for and
-`.launch_dependents` nothing to release), trap/brkpt, and calls to the two system
-functions nvcc emits (vprintf, __assertfail), and the texture and surface instructions (translator/textures.py).
+`.launch_dependents` nothing to release), trap/brkpt, calls to the system functions nvcc emits (vprintf,
+__assertfail, malloc, free), the texture and surface instructions (translator/textures.py) and wmma.load/store
+(translator/matrix.py).
 Anything else is cudaErrorInvalidPtx naming it and its line.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..ops.atomic import ATOMIC_OPS, ATOMIC_SEMANTICS, ATOMIC_TYPES, op_name
 from ..ptx import ir
 from ..ptx.types import BITS, UINT
 from .codegen import Codegen, err_ptx
+from .matrix import FORM as MATRIX_FORM, emit_wmma_memory
 from .textures import EMITTERS as TEXTURE_EMITTERS, FORMS as TEXTURE_FORMS
 
 _LDST_MODS = {"ca", "cg", "cs", "lu", "cv", "nc", "wb", "wt", "volatile", "relaxed", "acquire", "release", "weak",
@@ -311,6 +313,10 @@ def _trap(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     lines.append(f"{g.rt('trap')}({sel}, {ins.line})")
 
 
+# Device heap calls (runtime/calls.py): the function nvcc calls and its argument count (new/delete lower to these).
+MALLOCS = {"malloc": 1, "__cuda_syscall_aligned_malloc": 2}
+
+
 def _call(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
     target = ins.srcs[0].name
     args = ins.srcs[1:]
@@ -328,6 +334,19 @@ def _call(g: Codegen, ins: ir.Instr, lines: list, gexpr) -> None:
             kind, expr, off = g.address(ir.Addr(ins.dsts[0]), ins)
             a = expr if kind == "frame" else "None"
             lines.append(f"{g.rt('store')}('local', {a}, {off}, {g.const(np.int32)}, [_n], {sel})")
+        return
+    if target in MALLOCS:
+        if len(args) != MALLOCS[target] or len(ins.dsts) != 1:
+            raise err_ptx(ins, f"{target} takes {MALLOCS[target]} arguments and returns a pointer")
+        kind, expr, off = g.address(ir.Addr(ins.dsts[0]), ins)
+        a = expr if kind == "frame" else "None"
+        lines.append(f"_p = {g.rt('malloc')}([{', '.join(offs)}], {sel})")
+        lines.append(f"{g.rt('store')}('local', {a}, {off}, {g.const(np.uint64)}, [_p], {sel})")
+        return
+    if target == "free":
+        if len(args) != 1:
+            raise err_ptx(ins, "free takes 1 argument")
+        lines.append(f"{g.rt('free')}({offs[0]}, {sel})")
         return
     if target == "__assertfail":
         if len(args) != 5:
@@ -363,6 +382,7 @@ EMITTERS = {
     **{op: _noop for op in ("membar", "fence", "nanosleep", "prefetch", "prefetchu", "pmevent", "discard")},
     "griddepcontrol": _griddepcontrol,
     **TEXTURE_EMITTERS,
+    "wmma": emit_wmma_memory,
 }
 
 # What each emitter requires of an instruction's opcode and modifiers alone (translator/support.py checks these at
@@ -370,4 +390,5 @@ EMITTERS = {
 FORMS = {
     "mov": _mov_form, "cvta": _cvta_form, "isspacep": _isspacep_form, "ld": _memmods, "ldu": _memmods,
     "st": _st_form, "atom": _atom_mods, "red": _atom_mods, "griddepcontrol": _griddepcontrol_form, **TEXTURE_FORMS,
+    "wmma": MATRIX_FORM, "mma": MATRIX_FORM,
 }

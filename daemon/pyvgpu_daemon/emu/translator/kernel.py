@@ -42,6 +42,7 @@ class Kernel:
         self.maxntid = entry.maxntid
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
         self.independent_ctas = _independent_ctas(self.flat.body)
+        self.calls_heap = _calls_heap(self.flat.body)     # the launch needs the device heap (emu/device_heap.py)
         self.blocks, self.labels = split_blocks(self.flat.body)
         self.live = live_in(self.blocks, self.labels, self.flat.regs)
         self.straight = _straight(self.blocks, self.labels)
@@ -221,6 +222,12 @@ def _independent_ctas(body: list) -> bool:
     assert order follow the threads)."""
     return not any(isinstance(ins, ir.Instr) and (ins.opcode in _SHARING_OPCODES or _SHARING_MODS & set(ins.mods))
                    for ins in body)
+
+
+def _calls_heap(body: list) -> bool:
+    """Whether some call goes to device malloc or free."""
+    return any(isinstance(ins, ir.Instr) and ins.opcode == "call" and ins.srcs and isinstance(ins.srcs[0], ir.Sym)
+               and (ins.srcs[0].name in instrs.MALLOCS or ins.srcs[0].name == "free") for ins in body)
 
 
 def _straight(blocks: list, labels: dict[str, int]) -> bool:
