@@ -8,6 +8,9 @@ from pathlib import Path
 __version__ = "0.1.0"
 LIB_NAME = "libvcudart.so"          # the runtime drop-in (SONAME libcudart.so.13), for LD_PRELOAD
 DRIVER_LIB_NAME = "libvcuda.so.1"   # the driver drop-in (SONAME libcuda.so.1), beside it with its link names
+# nvJitLink linking PTX only (SONAME libnvJitLink.so.13): for emulated GPUs alone, so not one of the libraries
+# preloaded always (`pyvgpu run` adds it against emulated GPUs, pyvgpu/frameworks.py)
+PTX_LINKER_LIB_NAME = "libvnvJitLink.so"
 
 
 def lib_candidates(name: str = LIB_NAME) -> list[Path]:
@@ -40,8 +43,10 @@ def forwarded_libraries(directory: Path) -> list[Path]:
     """pyvgpu's drop-ins for NVIDIA's libraries in a client-library directory (libvcudart, libvcuda, libvcublas,
     libvnvml, ...: every libv*.so* file; the names programs look for are aliases of these), runtime and driver
     first. `pyvgpu run` preloads them all, so that each one's SONAME is taken before a program or a Python wheel
-    loads NVIDIA's copy (by RUNPATH, or by absolute path after an already-loaded check, as cuda-pathfinder does)."""
-    found = sorted(p for p in directory.glob("libv*.so*") if p.is_file() and not p.is_symlink())
+    loads NVIDIA's copy (by RUNPATH, or by absolute path after an already-loaded check, as cuda-pathfinder does).
+    The PTX-only nvJitLink is not one of them: real GPUs keep NVIDIA's."""
+    found = sorted(p for p in directory.glob("libv*.so*")
+                   if p.is_file() and not p.is_symlink() and p.name != PTX_LINKER_LIB_NAME)
     first = [directory / LIB_NAME, directory / DRIVER_LIB_NAME]
     return [p for p in first if p in found] + [p for p in found if p not in first]
 

@@ -797,9 +797,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif args.explain:
         env[ENV_CENSUS] = "libraries"
     wanted = {k: v for k, v in frameworks.PTX_SWITCHES.items() if k not in env}
-    if wanted and frameworks.emulated([h for h in hosts if not h.is_auto], config.load_token(),
-                                      min(args.timeout, frameworks.QUERY_TIMEOUT_S), _load_client().connect):
+    ptx_linker = _lib(pyvgpu.DRIVER_LIB_NAME).parent / pyvgpu.PTX_LINKER_LIB_NAME
+    if (wanted or ptx_linker.is_file()) and frameworks.emulated(
+            [h for h in hosts if not h.is_auto], config.load_token(), min(args.timeout, frameworks.QUERY_TIMEOUT_S),
+            _load_client().connect):
         env.update(frameworks.jit_switches(env, True))
+        env["LD_PRELOAD"] = frameworks.with_ptx_linker(env["LD_PRELOAD"], ptx_linker, True)
+        nvidia_linker = frameworks.nvidia_nvjitlink()
+        if nvidia_linker and frameworks.ENV_NVIDIA_NVJITLINK not in env:
+            env[frameworks.ENV_NVIDIA_NVJITLINK] = str(nvidia_linker)
     exe = shutil.which(command[0], path=env.get("PATH")) if "/" not in command[0] else command[0]
     if exe and static_executable(exe):
         raise CliError(f"{command[0]} is statically linked: it cannot load libcuda.so.1 or take LD_PRELOAD, so "
@@ -809,8 +815,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _note(f"{command[0]} names the CUDA driver by path ({bypass[0]}): if it loads it from there, its CUDA calls "
               f"bypass pyvgpu and cannot be remoted (libcuda.so.1 loaded by name is pyvgpu's)")
     if args.verbose:
-        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT, ENV_LEASES, *frameworks.PTX_SWITCHES)
-                        if k in env)
+        extra = "".join(f" {k}={env[k]}" for k in (ENV_MEMORY, ENV_WEIGHT, ENV_LEASES, *frameworks.PTX_SWITCHES,
+                                                    frameworks.ENV_NVIDIA_NVJITLINK) if k in env)
         _note(f"LD_PRELOAD={env['LD_PRELOAD']} LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
               f"{hostmap.ENV_HOSTS}={env[hostmap.ENV_HOSTS]}{extra}")
     sys.stdout.flush()
@@ -1008,8 +1014,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "While all are leased it waits in line (--no-wait: fails at once); the leases are "
                                    "renewed while the program runs and given back when it exits. Inside a job that "
                                    "holds leases (PYVGPU_LEASES set, e.g. a Slurm job) -n chooses among the job's GPUs. "
-                                   "Against emulated GPUs it also sets CUPY_COMPILE_WITH_PTX=1 (unless set), so "
-                                   "that CuPy hands them PTX.")
+                                   "Against emulated GPUs it also sets CUPY_COMPILE_WITH_PTX=1 (unless set) and "
+                                   "preloads libvnvJitLink.so (nvJitLink linking PTX only), so that CuPy and "
+                                   "numba-cuda hand them PTX.")
     r.add_argument("--hosts", metavar="HOST:PORT,...", help="use these daemons instead of the host map")
     r.add_argument("-n", type=int, metavar="N",
                    help="lease N GPUs of the pool (host map or --hosts) for the program, the best ones first")

@@ -1,8 +1,10 @@
 /* The cuBLAS entry points with logic of their own on the client: handle lifecycle and state (stream, pointer
- * mode, math mode, workspace), versions and status strings, and the logger of the unsupported-function stubs.
+ * mode, math, atomics and environment modes, workspace), versions and status strings, and the logger of the
+ * unsupported-function stubs.
  * Everything else that is supported is generated (calls_gen.c). */
 #include "vcublas.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 pvb_status pvb_unsupported(const char *name, atomic_int *once)
@@ -20,6 +22,29 @@ static pvb_status live(struct pvb_handle *handle, const void *arg, struct pvb_ha
     if (!*h)
         return PVB_CUBLAS_STATUS_NOT_INITIALIZED;
     return arg ? PVB_CUBLAS_STATUS_SUCCESS : PVB_CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* A two-valued setting of the handle (pointer, atomics, environment mode) at `field`: `a` or `b`, else
+ * INVALID_VALUE. */
+static pvb_status set_mode(struct pvb_handle *handle, int mode, int a, int b, size_t field)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, handle, &h);
+    if (st != PVB_CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (mode != a && mode != b)
+        return PVB_CUBLAS_STATUS_INVALID_VALUE;
+    *(int *)((char *)h + field) = mode;
+    return PVB_CUBLAS_STATUS_SUCCESS;
+}
+
+static pvb_status get_mode(struct pvb_handle *handle, int *mode, size_t field)
+{
+    struct pvb_handle *h;
+    pvb_status st = live(handle, mode, &h);
+    if (st == PVB_CUBLAS_STATUS_SUCCESS)
+        *mode = *(const int *)((const char *)h + field);
+    return st;
 }
 
 PV_API pvb_status cublasCreate_v2(struct pvb_handle **out)
@@ -96,23 +121,12 @@ PV_API pvb_status cublasGetStream_v2(struct pvb_handle *handle, cudaStream_t *ou
 
 PV_API pvb_status cublasSetPointerMode_v2(struct pvb_handle *handle, int mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, handle, &h);
-    if (st != PVB_CUBLAS_STATUS_SUCCESS)
-        return st;
-    if (mode != PVB_POINTER_MODE_HOST && mode != PVB_POINTER_MODE_DEVICE)
-        return PVB_CUBLAS_STATUS_INVALID_VALUE;
-    h->pmode = mode;
-    return PVB_CUBLAS_STATUS_SUCCESS;
+    return set_mode(handle, mode, PVB_POINTER_MODE_HOST, PVB_POINTER_MODE_DEVICE, offsetof(struct pvb_handle, pmode));
 }
 
 PV_API pvb_status cublasGetPointerMode_v2(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, mode, &h);
-    if (st == PVB_CUBLAS_STATUS_SUCCESS)
-        *mode = h->pmode;
-    return st;
+    return get_mode(handle, mode, offsetof(struct pvb_handle, pmode));
 }
 
 PV_API pvb_status cublasSetMathMode(struct pvb_handle *handle, int mode)
@@ -132,11 +146,35 @@ PV_API pvb_status cublasSetMathMode(struct pvb_handle *handle, int mode)
 
 PV_API pvb_status cublasGetMathMode(struct pvb_handle *handle, int *mode)
 {
-    struct pvb_handle *h;
-    pvb_status st = live(handle, mode, &h);
-    if (st == PVB_CUBLAS_STATUS_SUCCESS)
-        *mode = h->math;
-    return st;
+    return get_mode(handle, mode, offsetof(struct pvb_handle, math));
+}
+
+/* cublasSetEnvironmentMode/GetEnvironmentMode: exported by NVIDIA's libcublas.so.13, not in its headers.
+ * cusolverDnCreate sets mode 1 on the cuBLAS handle it creates and fails without it. NVIDIA's accepts 0 or 1 on a
+ * live handle (else INVALID_VALUE), keeps it on the handle (0 at creation) and hands it to cuBLASLt's kernel choice
+ * around its matmuls; a result's meaning does not depend on it, so it stays client-side state and the daemon's
+ * library runs with its own. */
+PV_API pvb_status cublasSetEnvironmentMode(struct pvb_handle *handle, int mode)
+{
+    return set_mode(handle, mode, 0, 1, offsetof(struct pvb_handle, environment));
+}
+
+PV_API pvb_status cublasGetEnvironmentMode(struct pvb_handle *handle, int *mode)
+{
+    return get_mode(handle, mode, offsetof(struct pvb_handle, environment));
+}
+
+/* cublasSetAtomicsMode/GetAtomicsMode (cusolverDnCreate sets it on its handle): whether a routine may use atomics,
+ * which only changes the order of a sum (results may then differ run to run). Kept on the client: the daemon's
+ * routines run with the default (not allowed), the deterministic choice that is right under either mode. */
+PV_API pvb_status cublasSetAtomicsMode(struct pvb_handle *handle, int mode)
+{
+    return set_mode(handle, mode, PVB_ATOMICS_NOT_ALLOWED, PVB_ATOMICS_ALLOWED, offsetof(struct pvb_handle, atomics));
+}
+
+PV_API pvb_status cublasGetAtomicsMode(struct pvb_handle *handle, int *mode)
+{
+    return get_mode(handle, mode, offsetof(struct pvb_handle, atomics));
 }
 
 PV_API pvb_status cublasSetWorkspace_v2(struct pvb_handle *handle, void *workspace, size_t size)

@@ -10,6 +10,8 @@
 #include "stubs.h"
 
 #define PVB_HANDLE_MAGIC 0x43424c53u        /* "CBLS" */
+#define PVB_ATOMICS_NOT_ALLOWED 0            /* cublasAtomicsMode_t */
+#define PVB_ATOMICS_ALLOWED 1
 #define PVB_SCALAR_MAX 16                    /* bytes of the widest scalar (cuDoubleComplex) */
 
 /* A cublasHandle_t: bound to the device current at cublasCreate; the daemon holds its twin (BLAS_CREATE). */
@@ -20,6 +22,8 @@ struct pvb_handle {
     cudaStream_t stream;             /* cublasSetStream (NULL: the default stream) */
     int pmode;                       /* cublasPointerMode_t */
     int math;                        /* cublasMath_t */
+    int atomics;                     /* cublasAtomicsMode_t */
+    int environment;                 /* cublasSetEnvironmentMode (NVIDIA's private export): 0 or 1 */
     void *workspace;                 /* cublasSetWorkspace (NULL: the library's own) */
     size_t workspace_size;
 };

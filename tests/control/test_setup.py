@@ -139,7 +139,7 @@ def test_wheel_contains_library_daemon_and_command(tmp_path):
     assert {"pyvgpu/cli.py", "pyvgpu/hostmap.py", "pyvgpu/protocol.py", "pyvgpu_daemon/__main__.py",
             "pyvgpu/cublas_spec.py", "pyvgpu/lib/libvcublas.so", "pyvgpu/lib/libcublas.so.13",
             "pyvgpu/lib/libcublas.so", "pyvgpu/cublaslt_spec.py", "pyvgpu/lib/libvcublasLt.so",
-            "pyvgpu/lib/libcublasLt.so.13", "pyvgpu/lib/libcublasLt.so"} <= names
+            "pyvgpu/lib/libcublasLt.so.13", "pyvgpu/lib/libcublasLt.so", "pyvgpu/lib/libvnvJitLink.so"} <= names
     assert {"pyvgpu/lib/libpvcore.so", "pyvgpu/lib/libcudart.so.13"} <= names
     assert "pyvgpu = pyvgpu.cli:main" in entry_points
     assert lib[:4] == b"\x7fELF" and b"libcudart.so.13" in lib

@@ -11,6 +11,10 @@
 
 #include "cublas_check.h"
 
+// NVIDIA's libcublas.so.13 exports these without declaring them in its headers (cuSOLVER calls them).
+extern "C" cublasStatus_t cublasSetEnvironmentMode(cublasHandle_t handle, int mode);
+extern "C" cublasStatus_t cublasGetEnvironmentMode(cublasHandle_t handle, int *mode);
+
 static int checks = 0;
 #define OKC(cond) do { EXPECT(cond); checks++; } while (0)
 
@@ -140,6 +144,23 @@ int main() {
     cublasMath_t mm;
     CHECK_BLAS(cublasGetMathMode(h, &mm));
     OKC(mm == CUBLAS_TF32_TENSOR_OP_MATH);
+    cublasAtomicsMode_t am;
+    CHECK_BLAS(cublasGetAtomicsMode(h, &am));
+    OKC(am == CUBLAS_ATOMICS_NOT_ALLOWED);                  // the documented default
+    CHECK_BLAS(cublasSetAtomicsMode(h, CUBLAS_ATOMICS_ALLOWED));
+    CHECK_BLAS(cublasGetAtomicsMode(h, &am));
+    OKC(am == CUBLAS_ATOMICS_ALLOWED);
+    // Exported by libcublas.so.13 but not in its headers; cusolverDnCreate sets 1. NVIDIA's: 0 at creation, 0 or 1
+    // accepted, anything else CUBLAS_STATUS_INVALID_VALUE.
+    int env = -1;
+    CHECK_BLAS(cublasGetEnvironmentMode(h, &env));
+    OKC(env == 0);
+    CHECK_BLAS(cublasSetEnvironmentMode(h, 1));
+    CHECK_BLAS(cublasGetEnvironmentMode(h, &env));
+    OKC(env == 1);
+    EXPECT_BLAS(cublasSetEnvironmentMode(h, 2), CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_BLAS(cublasGetEnvironmentMode(h, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+    checks += 2;
     CHECK_BLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, n, B, n, &zero, C, n));
     CHECK(cudaDeviceSynchronize());
     CHECK_BLAS(cublasDestroy(h));

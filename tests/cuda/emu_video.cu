@@ -1,7 +1,9 @@
 // The SIMD and scalar video instructions (PTX ISA "Video Instructions"): CUDA's SIMD intrinsics that lower to
 // them (__vabsdiffu4, __vsadu4) and the others through inline PTX, with operand selectors, .sat, secondary
 // operations, merges and masks, on random registers; checked against a host model written from the ISA's
-// pseudo-code. Prints "PASS emu_video".
+// pseudo-code, corrected where a real GPU (H100, ptxas for sm_90) does otherwise: a .h1 merge keeps the result's
+// bits 16-31, vset's secondary operation takes c signed by .atype, vmad is 64-bit signed arithmetic (IMAD.WIDE).
+// Prints "PASS emu_video".
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +66,8 @@ static uint32_t merge(const char *dsel, int64_t t, uint32_t c) {
     if (!dsel[0]) return (uint32_t)t;
     int k = dsel[1] - '0', bits = dsel[0] == 'b' ? 8 : 16;
     uint32_t field = (uint32_t)(((1ull << bits) - 1) << (bits * k));
-    return (uint32_t)(((uint64_t)t << (bits * k)) & field) | (c & ~field);
+    int shift = dsel[0] == 'h' && k == 1 ? 0 : bits * k;   // the GPU merges .h1 unshifted
+    return (uint32_t)(((uint64_t)t << shift) & field) | (c & ~field);
 }
 enum Op { ADD, SUB, AVRG, ABSDIFF, MIN, MAX, SLT, SGE };
 static int64_t apply(Op op, int64_t x, int64_t y) {
@@ -110,17 +113,17 @@ static uint32_t scalar(int64_t t, bool ds, bool sat, char secop, const char *dse
     else if (secop == '>') t = t > cc ? t : cc;
     return merge(dsel, t, c);
 }
+// the GPU's vmad: the selected operands as signed 32-bit values, c sign-extended, a 64-bit sum
 static uint32_t vmad(bool as, bool bs, const char *asel, const char *bsel, bool na, bool po, bool sat, int scale,
                      uint32_t a, uint32_t b, uint32_t c) {
     bool sfinal = as || bs || na;
-    __int128 tmp = (__int128)part(a, as, asel) * part(b, bs, bsel);
+    int64_t tmp = (int64_t)(int32_t)(uint32_t)part(a, as, asel) * (int32_t)(uint32_t)part(b, bs, bsel);
     int lsb = po ? 1 : 0;
     if (na) { tmp = ~tmp; lsb = 1; }
-    __int128 c128 = sfinal ? (__int128)(int32_t)c : (__int128)c;
-    tmp = tmp + c128 + lsb;
-    unsigned __int128 u = (unsigned __int128)tmp;
-    uint64_t r = (uint64_t)(u >> scale);
-    if (sat) r = sfinal ? (uint64_t)clampv((int64_t)r, INT32_MIN, INT32_MAX) : (r > 0xffffffffull ? 0xffffffffull : r);
+    int64_t v = tmp + (int32_t)c + lsb;
+    int64_t r = v >> scale;
+    if (sat) r = sfinal ? clampv(r, INT32_MIN, INT32_MAX)
+                        : (v < 0 ? (scale ? 0xffffffffll : 0) : clampv(r, 0, 0xffffffffll));
     return (uint32_t)r;
 }
 
@@ -152,7 +155,7 @@ static void model(uint32_t a, uint32_t b, uint32_t c, uint32_t *e) {
     e[19] = vmad(true, false, "h0", "h1", true, false, true, 0, a, b, c);
     e[20] = vmad(false, false, "", "", false, false, false, 15, a, b, c);
     e[21] = vmad(false, false, "b3", "h0", false, true, false, 0, a, b, c);
-    e[22] = scalar(part(a, true, "") < part(b, false, "b1"), false, false, '>', "", c);
+    e[22] = scalar(part(a, true, "") < part(b, false, "b1"), true, false, '>', "", c);   // c signed: .atype s32
     e[23] = scalar((int64_t)((uint64_t)part(a, true, "b3") << (part(b, false, "") & 31)), true, true, 0, "h0", c);
 }
 

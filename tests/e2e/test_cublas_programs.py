@@ -75,5 +75,5 @@ def test_done_when_program_on_two_daemons(cublas_build, daemon_factory, tmp_path
 @pytest.mark.chain
 def test_semantics_program(cublas_build, daemon):
     proc = pyvgpu_run(cublas_build("cublas_semantics.cu"), [daemon])
-    assert re.search(r"^OK 22$", proc.stdout, re.M), proc.stdout + proc.stderr
+    assert re.search(r"^OK 28$", proc.stdout, re.M), proc.stdout + proc.stderr
     assert "cublasStrmm_v2 is not supported by libvcublas" in proc.stderr

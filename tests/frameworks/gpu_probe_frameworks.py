@@ -1,6 +1,6 @@
 """Framework probe of scripts/gpu-check.sh (tools/gpu_check.py runs tests/**/gpu_probe_*.py): the scripts of
 tests/frameworks under `pyvgpu run` against the real-GPU daemon PYVGPU_GPU_CHECK_HOSTS, with everything that needs
-framework kernels (--real): CuPy (CUB included), numba-cuda, PyTorch (elementwise, reductions, softmax, random
+framework kernels (--real): CuPy (CUB included), cuSOLVER through CuPy (LU and eigh included), numba-cuda, PyTorch (elementwise, reductions, softmax, random
 numbers, autograd, a 30-step Adam MLP against the CPU, a cuDNN convolution; tensors on two GPUs when two daemons
 are given), JAX's jnp.dot. A framework the machine lacks is reported and not counted. Exit 0 when every script
 that ran passed, 77 when none could run or in a rehearsal (the chain's emulated GPU stands in: tests/frameworks
@@ -17,9 +17,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SKIP = 77
-# (module, script, arguments, share of the probe's time)
-RUNS = [("cupy", "fw_cupy.py", [], 0.3), ("numba", "fw_numba.py", [], 0.15), ("torch", "fw_torch.py", ["--real"], 0.35),
-        ("jax", "fw_jax.py", [], 0.2)]
+# (name, module, script, arguments, share of the probe's time)
+RUNS = [("cupy", "cupy", "fw_cupy.py", [], 0.25), ("cusolver", "cupy", "fw_cusolver.py", ["--real"], 0.1),
+        ("numba", "numba", "fw_numba.py", [], 0.15), ("torch", "torch", "fw_torch.py", ["--real"], 0.3),
+        ("jax", "jax", "fw_jax.py", [], 0.2)]
 
 
 def main() -> int:
@@ -37,23 +38,23 @@ def main() -> int:
         print("rehearsal: these scripts run on emulated GPUs in tests/frameworks already; nothing to add here")
         return SKIP
     ran, failed, missing = 0, [], []
-    for module, script, args, share in RUNS:
+    for name, module, script, args, share in RUNS:
         if importlib.util.find_spec(module) is None:
-            missing.append(module)
+            missing.append(name)
             continue
         extra = ["--two-gpus"] if module == "torch" and "," in hosts else []
-        cmd = [sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", hosts, "--census", str(out / f"census-{module}.txt"),
+        cmd = [sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", hosts, "--census", str(out / f"census-{name}.txt"),
                "--", sys.executable, str(HERE / script), *args, *extra]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=budget * share)
         except subprocess.TimeoutExpired:
-            failed.append(f"{module} (timed out)")
+            failed.append(f"{name} (timed out)")
             continue
-        (out / f"{module}.log").write_text(proc.stdout + proc.stderr)
-        print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"{module}: no output", flush=True)
+        (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"{name}: no output", flush=True)
         ran += 1
         if proc.returncode != 0:
-            failed.append(module)
+            failed.append(name)
     if not ran:
         print(f"no framework installed ({', '.join(missing)})")
         return SKIP

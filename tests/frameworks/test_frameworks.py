@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import pyvgpu
+from pyvgpu import frameworks
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -76,12 +77,29 @@ def test_cupy_emulated_default_accelerators(tmp_path, daemon):
     assert max(loaded) >= 300, loaded             # CUB's module was loaded (383 kernels in cupy-cuda13x 14.2)
 
 
-def test_numba_emulated(tmp_path, daemon):
-    """numba-cuda's PTX linked through libvcuda's cuLink* (numba's path without nvJitLink)."""
-    proc, res, census = run_script(tmp_path, [daemon], "fw_numba.py", "--no-nvjitlink")
+@pytest.mark.parametrize("linker", ["nvjitlink", "driver"])
+def test_numba_emulated(tmp_path, daemon, linker):
+    """numba-cuda as installed (nvJitLink beside it: LTO-IR linked by NVIDIA's nvJitLink into PTX through pyvgpu's
+    PTX-only libnvJitLink, which `pyvgpu run` preloads against emulated GPUs), and numba's path without nvJitLink
+    (its PTX linked through libvcuda's cuLink*)."""
+    proc, res, census = run_script(tmp_path, [daemon], "fw_numba.py",
+                                   *(["--no-nvjitlink"] if linker == "driver" else []))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert res == {"saxpy": "ok", "shared-memory block sums": "ok", "atomic histogram": "ok"}, proc.stdout
     assert_clean_census(census, proc)
+    ours = str(pyvgpu.lib_dir() / pyvgpu.PTX_LINKER_LIB_NAME)
+    assert any(ln.startswith("libnvJitLink.so.13 ") and ours in ln for ln in census["library"]), census["library"]
+
+
+def test_cusolver_emulated(tmp_path, daemon):
+    """NVIDIA's cuSOLVER (CuPy's linalg) over libvcuda, its cuBLAS handle libvcublas's: cusolverDnCreate sets the
+    handle's environment and atomics modes, then Cholesky and SVD run on the emulated GPU and match NumPy."""
+    proc, res, census = run_script(tmp_path, [daemon], "fw_cusolver.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert res == {"cholesky f32": "ok", "cholesky f64": "ok", "singular values": "ok"}, proc.stdout
+    assert_clean_census(census, proc)
+    libs = {ln.split()[0]: ln.split()[-1] for ln in census["library"]}
+    assert libs.get("libcusolver.so.12") == "nvidia" and libs.get("libcublas.so.13") == "pyvgpu", census["library"]
 
 
 def test_torch_emulated(tmp_path, daemon):
@@ -127,7 +145,10 @@ def test_preload_list_is_every_forwarded_library_runtime_first():
                          check=True).stdout.split()
     files = sorted(str(p) for p in libdir.glob("libv*.so*") if p.is_file() and not p.is_symlink())
     assert out[:2] == [str(libdir / pyvgpu.LIB_NAME), str(libdir / pyvgpu.DRIVER_LIB_NAME)]
-    assert sorted(out) == files and len(out) >= 4, out
+    # the PTX-only nvJitLink is preloaded against emulated GPUs alone (test_run_preloads_ptx_linker_...)
+    linker = str(libdir / pyvgpu.PTX_LINKER_LIB_NAME)
+    assert linker in files and linker not in out, (linker, out)
+    assert sorted(out) == [f for f in files if f != linker] and len(out) >= 4, out
 
 
 def test_run_sets_cupy_ptx_switch_against_emulated_gpus_only_when_unset(daemon):
@@ -138,3 +159,17 @@ def test_run_sets_cupy_ptx_switch_against_emulated_gpus_only_when_unset(daemon):
                                "true"], env=env, capture_output=True, text=True, check=True).stderr
     assert "CUPY_COMPILE_WITH_PTX=1" in verbose({})
     assert "CUPY_COMPILE_WITH_PTX=0" in verbose({"CUPY_COMPILE_WITH_PTX": "0"})
+    # numba-cuda's switch: the PTX-only nvJitLink preloaded, NVIDIA's named for its -lto links
+    out = verbose({})
+    preload = out.split("LD_PRELOAD=", 1)[1].split(" LD_LIBRARY_PATH=", 1)[0].split()
+    assert preload[-1] == str(pyvgpu.lib_dir() / pyvgpu.PTX_LINKER_LIB_NAME), preload
+    assert f"{frameworks.ENV_NVIDIA_NVJITLINK}=" in out and "libnvJitLink.so.13" in out, out
+
+
+def test_ptx_linker_only_against_emulated_gpus(tmp_path):
+    linker = tmp_path / pyvgpu.PTX_LINKER_LIB_NAME
+    linker.write_bytes(b"")
+    assert frameworks.with_ptx_linker("/a.so /b.so", linker, False) == "/a.so /b.so"
+    assert frameworks.with_ptx_linker("/a.so /b.so", linker, True) == f"/a.so /b.so {linker}"
+    assert frameworks.with_ptx_linker(f"/a.so {linker}", linker, True) == f"/a.so {linker}"
+    assert frameworks.with_ptx_linker("/a.so", tmp_path / "absent.so", True) == "/a.so"

@@ -6,9 +6,14 @@ selectors (Instr.sel: .b0-.b3, .h0/.h1; none: the word) are sign- or zero-extend
 operation gives a signed 34-bit result, .sat clamps it to the destination's range (of the destination byte or
 half-word when the destination has a selector), then either a secondary operation with c (.add/.min/.max, c
 signed by .dtype) or, with a destination selector, a merge into c's other bits; the low 32 bits are written.
+A merge into .h1 keeps the result's own bits 16-31 (not its low half shifted up, as the ISA's optMerge writes):
+that is what the GPU does (ptxas for sm_90 merges .h1 with PRMT 0x3254; .b1-.b3 are shifted as the ISA says).
 vshl/vshr take an unsigned shift count (.clamp: at most 32; .wrap: modulo 32). vmad is (a*b) + c with operand
-negation (of the product when exactly one of a, b is negated, or of c), .po (+1), .shr7/.shr15 and .sat, in the
-ISA's 128-bit arithmetic. vset compares (.eq .ne .lt .le .gt .ge) to 1 or 0.
+negation (of the product when exactly one of a, b is negated, or of c), .po (+1), .shr7/.shr15 and .sat, computed
+as the GPU does (ptxas: IMAD.WIDE): the selected operands as signed 32-bit values (a .u32 word >= 2^31 is negative),
+c sign-extended, a 64-bit sum, shifted arithmetically; .sat clamps to s32 when a, b or the product is signed (the
+ISA's signedFinal), else the sum (shifted logically when .shr) to [0, 2^32-1]. vset compares (.eq .ne .lt .le .gt
+.ge) to 1 or 0; its secondary operation takes c signed when .atype is .s32 (as the GPU does; the ISA says unsigned).
 
 SIMD (vadd2 vsub2 vavrg2 vabsdiff2 vmin2 vmax2 vset2 and the 4-way byte forms): each element is a half-word (byte)
 selected from the four half-words (eight bytes) of b:a by .asel/.bsel (defaults .h10/.h32, .b3210/.b7654; the
@@ -86,7 +91,8 @@ def _finish(tmp, c, dsel: str, secop: str | None, dsigned: bool) -> np.ndarray:
         cv = np.asarray(c).astype(np.uint32).astype(np.int64)
         bits, k = (8, int(dsel[1])) if dsel[0] == "b" else (16, int(dsel[1]))
         field = ((1 << bits) - 1) << (bits * k)
-        tmp = ((tmp << (bits * k)) & field) | (cv & (0xFFFFFFFF ^ field))
+        shift = 0 if dsel == "h1" else bits * k     # the GPU's .h1 merge: see the module's docstring
+        tmp = ((tmp << shift) & field) | (cv & (0xFFFFFFFF ^ field))
     return (np.asarray(tmp) & _M32).astype(np.uint32)
 
 
@@ -162,7 +168,7 @@ def build_vset(instr):
 
     def fn(a, b, c=None):
         t = f(_part(a, asel, asigned), _part(b, bsel, bsigned)).astype(np.int64)
-        return _finish(t, c, dsel, secop, False)
+        return _finish(t, c, dsel, secop, asigned)    # c signed by .atype, as on the GPU
     return AluOp(fn, srcs, ("u32",))
 
 
@@ -187,32 +193,29 @@ def build_vmad(instr):
     signed_final = asigned or bsigned or neg_ab or neg[2]
     scale = 7 if "shr7" in flags else 15 if "shr15" in flags else 0
     sat = "sat" in flags
-    m128 = (1 << 128) - 1
-    m64 = (1 << 64) - 1
+    u32max = (1 << 32) - 1
 
     def fn(a, b, c):
-        # 66-bit products and a 128-bit sum, as the ISA writes it: Python integers
-        ta = _part(a, asel, asigned).astype(object)
-        tb = _part(b, bsel, bsigned).astype(object)
-        cv = np.asarray(c).astype(np.uint32).astype(np.int64).astype(object)
-        tmp = (ta * tb) & m128
+        # exact in int64: |a*b| <= 2^62, plus a 32-bit c and 1
+        ta = _extend(_part(a, asel, asigned) & _M32, 32, True)
+        tb = _extend(_part(b, bsel, bsigned) & _M32, 32, True)
+        cv = np.asarray(c).astype(np.uint32).astype(np.int64)
+        tmp = ta * tb
         lsb = 1 if po else 0
         if neg_ab:
-            tmp = ~tmp & m128
+            tmp = ~tmp
             lsb = 1
         elif neg[2]:
-            cv = ~cv & 0xFFFFFFFF
+            cv = cv ^ _M32
             lsb = 1
-        c128 = (cv - ((cv & 0x80000000) << 1)) & m128 if signed_final else cv
-        tmp = (tmp + c128 + lsb) & m128
-        r = (tmp >> scale) & m64
+        v = tmp + _extend(cv, 32, True) + lsb
+        r = v >> scale
         if sat:
             if signed_final:
-                r = np.asarray(r - ((r >> 63) << 64))
-                r = np.minimum(np.maximum(r, -(1 << 31)), (1 << 31) - 1)
-            else:
-                r = np.minimum(r, (1 << 32) - 1)
-        return (np.asarray(r, dtype=object) & 0xFFFFFFFF).astype(np.uint32)
+                r = np.clip(r, -(1 << 31), (1 << 31) - 1)
+            else:   # a negative sum shifted logically is huge; unshifted, it clamps to 0
+                r = np.where(v < 0, u32max if scale else 0, np.clip(r, 0, u32max))
+        return (r & _M32).astype(np.uint32)
     return AluOp(fn, ("u32", "u32", "u32"), ("u32",))
 
 
