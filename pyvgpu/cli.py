@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import pyvgpu
 from pyvgpu import auth, config, frameworks, hostmap, leasing, placement, tls
 from pyvgpu.hostmap import Host, HostMapError, format_bytes
-from pyvgpu.protocol import (DEFAULT_PORT, ENV_CENSUS, ENV_LEASES, ENV_MEMORY, ENV_STATS, ENV_WEIGHT,
+from pyvgpu.protocol import (DEFAULT_PORT, ENV_CENSUS, ENV_LEASES, ENV_MEMORY, ENV_STATS, ENV_WEIGHT, HELLO_CONTROL,
                              MIN_LEASE_FRACTION, STATUS_LEASES)
 from pyvgpu.units import parse_size
 
@@ -292,9 +292,11 @@ def cmd_daemon_stop(args: argparse.Namespace) -> int:
 
 
 def _connect(host: str, port: int, timeout: float):
+    """A session for the daemon's own ops (HELLO_CONTROL: it gets in while --max-sessions sessions are open)."""
     Client = _load_client()
     try:
-        return Client.connect(connect_address(host), port, token=config.load_token(), timeout=timeout)
+        return Client.connect(connect_address(host), port, token=config.load_token(), timeout=timeout,
+                              hello={HELLO_CONTROL: True})
     except Exception as exc:  # noqa: BLE001
         raise CliError(f"cannot reach the daemon at {Host(connect_address(host), port)}: "
                        f"{hostmap.describe_error(exc)}") from None

@@ -92,6 +92,8 @@ HELLO_WEIGHT = "weight"        # the client's share of a device's time relative 
                                # default 1; capped by the daemon's --max-weight)
 HELLO_LEASES = "leases"        # the leases the client holds (str: lease ids, comma-separated; from PYVGPU_LEASES):
                                # its sessions use the GPUs leased to it (with the leases' quotas and weights)
+HELLO_CONTROL = "control"      # true: the client uses the daemon's own ops only (STATUS, leases: NO_DEVICE), never a
+                               # device; admitted to one of Bounds.control_slots while --max-sessions are all open
 # Environment variables the client library reads and `pyvgpu run` sets (--memory, --weight).
 ENV_MEMORY = "PYVGPU_MEMORY"   # bytes, or a size with a K/M/G/T suffix (binary units)
 ENV_WEIGHT = "PYVGPU_WEIGHT"

@@ -86,8 +86,9 @@ def parse_args(argv: list[str] | None) -> DaemonOptions:
     p.add_argument("--tls-key", metavar="PATH", help="PEM private key of --tls-cert")
     defaults = Bounds()
     kinds = {f.name: f.type for f in fields(Bounds)}
-    helps = {"max_sessions": "sessions at once (connections still in their handshake do not count: past 8 per "
-             "address or 64 in all, one waiting 1 s or more is dropped for a new one)", "idle_timeout_s": "seconds without a request or PING before a "
+    helps = {"max_sessions": "sessions at once (connections still in their handshake do not count: "
+             "past 8 per address or 64 in all, one waiting 1 s or more is dropped for a new one; 4 more for "
+             "`pyvgpu daemon status` while all are open)", "idle_timeout_s": "seconds without a request or PING before a "
              "session ends", "frame_timeout_s": "seconds a started frame may take (plus 1 s per 256 KiB of payload)",
              "drain_timeout_s": "seconds queued work may finish after SIGTERM",
              "handshake_timeout_s": "seconds for TLS + hello"}

@@ -13,6 +13,8 @@ from pyvgpu.protocol import HEARTBEAT_INTERVAL_S
 @dataclass(frozen=True)
 class Bounds:
     max_sessions: int = 64                 # sessions at once; one more is refused at its HELLO
+    control_slots: int = 4                 # more sessions for HELLO_CONTROL clients (`pyvgpu daemon status`) while
+                                           # max_sessions are open; such a session's device ops are refused
     max_handshaking: int = 64              # connections that have not finished the handshake yet (admission.py:
     max_handshaking_per_peer: int = 8      # ... in all, and per peer address; past them a new one drops the oldest
                                            # that has waited 1 s; 4 x max_handshaking whatever their age)

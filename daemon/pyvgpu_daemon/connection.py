@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pyvgpu import wire
 from pyvgpu.protocol import (ERR_UNAVAILABLE, ERROR_CODES, NOTICE_RATE, OP_BY_CODE, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, OpSpec)
-from pyvgpu_daemon import compress, fastpath
+from pyvgpu_daemon import compress, fastpath, lent
 from pyvgpu_daemon.errors import SessionEnd
 from pyvgpu_daemon.fastpath import Route
 from pyvgpu_daemon.handlers import dispatch
@@ -171,6 +171,11 @@ class Connection:
         link = self.link
         session, stream = link.session, link.stream
         dev = req.args[0]
+        if session.control_only:          # admitted for the daemon's own ops while every session slot was taken
+            if session.end_soon is not None:
+                session.end_soon(f"{spec.name} from a control session (HELLO_CONTROL: admitted while --max-sessions "
+                                 "sessions are open, for the daemon's own ops only)")
+            return None
         if type(dev) is not int or not 0 <= dev < self.server.ndevices:     # type(): a bool is not a device
             # No device to latch an asynchronous failure on: answer it when asked, drop it (logged) otherwise.
             log.info("%s: %s on invalid device %r", session.tag(), spec.name, dev)
@@ -250,6 +255,8 @@ class Connection:
         link = self.link
         link.replied(need)
         if link.stream.is_closing():
+            if out is not None and out.lent is not None:
+                out.lent.release()
             return
         if exc is not None:
             log.error("%s: job raised %r", link.session.tag(), exc)
@@ -267,7 +274,13 @@ class Connection:
             log.error("%s: reply %d cannot be sent (%s); answering cudaErrorUnknown", self.link.session.tag(),
                       req_id, exc)
             parts = wire.encode_reply(req_id, dispatch.ERR_UNKNOWN)
-        self.link.stream.writelines(parts)
+        if out.lent is None:
+            self.link.stream.writelines(parts)
+        elif len(parts) > 1:
+            lent.send(self.link.stream, parts, out.lent)
+        else:                             # the error reply above
+            self.link.stream.writelines(parts)
+            out.lent.release()
 
     def rate_sample(self, nbytes: int, seconds: float) -> None:
         """nbytes of a bulk payload arrived in `seconds` (what had arrived before the read began is not counted):

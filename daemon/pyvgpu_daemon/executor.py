@@ -19,6 +19,11 @@ this (session, device) is queued or running: the loop may then answer a query th
 
 With a `Lane` (scheduler.py) the worker runs each job only while holding its device's turn, so the sessions of one
 device share it fairly; the lane also measures every job (device time, latency, sharing slowdown).
+
+A job's exception is its own: handed back with it (the server answers that request with an error). An exception
+outside the jobs (the thread's own bookkeeping: the lane, the priority pick) would otherwise end the thread and
+leave every waiter of this (session, device) hanging: the worker then fails the job it was on and every job queued or
+submitted later with that exception (one log line with its traceback), so each request still gets its answer.
 """
 from __future__ import annotations
 
@@ -126,6 +131,36 @@ class OrderedWorker:
     def _run(self) -> None:
         pending: deque[tuple[Any, ...]] = deque()
         done: list[tuple[Any, ...]] = []
+        current: list[tuple[Any, ...]] = []          # the job taken and not yet in `done`
+        try:
+            self._serve(pending, done, current)
+        except BaseException as exc:  # noqa: BLE001 - no waiter may be left hanging (module docstring)
+            log.exception("%s: worker failed outside a job; its jobs fail from now on", self.name)
+            self._fail_all(exc, [*current, *pending], done)
+
+    def _fail_all(self, exc: BaseException, taken: list[tuple[Any, ...]], done: list[tuple[Any, ...]]) -> None:
+        """Hand back every job taken, queued or submitted later with exc, until stopped."""
+        self.idle = False
+        lane = self.lane
+        if lane is not None and lane.holding:
+            try:
+                lane.idle()               # the device's other sessions must not wait for this worker's turn
+            except Exception:  # noqa: BLE001 - already failing; the jobs' answers matter more
+                log.warning("%s: giving the device's turn back failed too", self.name)
+        for item in taken:
+            done.append((item[2], None, exc, item[3]))
+        while True:
+            if done and (self._queue.empty() or len(done) >= HANDBACK_BATCH):
+                self._hand_back(done)
+            item = self._queue.get()
+            if item is _STOP:
+                if done:
+                    self._hand_back(done)
+                return
+            done.append((item[2], None, exc, item[3]))
+
+    def _serve(self, pending: deque[tuple[Any, ...]], done: list[tuple[Any, ...]],
+               current: list[tuple[Any, ...]]) -> None:
         q = self._queue
         lane = self.lane
         clock = time.perf_counter
@@ -137,6 +172,7 @@ class OrderedWorker:
                 if lane is not None:
                     lane.idle()
                 return
+            current.append(item)
             fn, args, waiter, nbytes, submitted, tag = item
             work = lane is not None and tag is not None and is_work(tag[0])
             if work:
@@ -153,6 +189,7 @@ class OrderedWorker:
                 result, exc = None, e
             t1 = clock()
             done.append((waiter, result, exc, nbytes))
+            current.clear()
             if waiter is not None or len(done) >= HANDBACK_BATCH:
                 self._hand_back(done)     # someone waits: before the bookkeeping below
             if work:

@@ -18,6 +18,7 @@ Modelled on uvicorn's protocols/http/flow_control.py.
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 
 class FlowControl:
@@ -31,6 +32,7 @@ class FlowControl:
         self.read_paused = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._on_sent: list[Callable[[], None]] = []     # run once everything written is sent (or lost)
 
     # -- reading
     def reading(self, buffered: int, waiting: bool) -> None:
@@ -53,10 +55,26 @@ class FlowControl:
 
     def resume_writing(self) -> None:
         self._writable.set()
+        if self._transport.get_write_buffer_size() == 0:     # not a resume at unsent_at_most's mark: all sent
+            self._sent()
 
     def lost(self) -> None:
         """The connection is gone: nothing will be written, nobody may wait to write."""
         self._writable.set()
+        self._sent()
+
+    def when_sent(self, callback: Callable[[], None]) -> None:
+        """callback() once the transport resumed writing with nothing unsent (the low-water mark is 0; a resume at
+        unsent_at_most's mark keeps it for the next) or was lost; at once when writing is not paused."""
+        if self._transport.get_write_buffer_size() == 0 and not self.write_paused:
+            callback()
+        else:
+            self._on_sent.append(callback)
+
+    def _sent(self) -> None:
+        callbacks, self._on_sent = self._on_sent, []
+        for cb in callbacks:
+            cb()
 
     async def drain(self) -> None:
         """Until the transport resumed writing (or the connection was lost)."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pyvgpu import auth, wire
 from pyvgpu.protocol import (COMPRESS_CODECS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERR_UNAVAILABLE, ERROR_CODES,
-                             HELLO_COMPRESS, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES,
+                             HELLO_COMPRESS, HELLO_CONTROL, HELLO_LEASES, HELLO_REPLY_BACKEND, HELLO_REPLY_DEVICES,
                              HELLO_REPLY_SESSION, OP_BY_NAME, PROTOCOL_VERSION, VA_WINDOW_BYTES)
 from pyvgpu_daemon import compress
 from pyvgpu_daemon.errors import SessionEnd
@@ -48,9 +48,13 @@ async def handshake(server: Server, session: Session, stream: FrameStream) -> No
         if not auth.verify(config.token, nonce, hello.proof):
             await refuse(stream, req.req_id, ERR_AUTH, "authentication failed: missing or wrong token proof")
     max_sessions = server.bounds.max_sessions
-    if len(server.sessions) >= max_sessions:
-        await refuse(stream, req.req_id, ERR_UNAVAILABLE,
-                     f"daemon busy: {len(server.sessions)} sessions open (--max-sessions {max_sessions})")
+    control = sum(1 for s in server.sessions.values() if s.control_only)
+    if len(server.sessions) - control >= max_sessions:
+        # a status or lease query still gets in while the sessions are all open: one of a few slots of its own
+        if hello.fields.get(HELLO_CONTROL) is not True or control >= server.bounds.control_slots:
+            await refuse(stream, req.req_id, ERR_UNAVAILABLE, f"daemon busy: {len(server.sessions) - control} "
+                         f"sessions open (--max-sessions {max_sessions})")
+        session.control_only = True
     va_base = VA_WINDOW_BYTES if hello.va_base is None else hello.va_base
     if va_base <= 0 or va_base % 4096 or va_base + server.ndevices * VA_WINDOW_BYTES > (1 << 64):
         await refuse(stream, req.req_id, ERR_INVALID_VALUE, f"bad va_base {va_base!r}")

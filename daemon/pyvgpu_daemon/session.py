@@ -270,6 +270,7 @@ class Session:
     started: float = field(default_factory=time.time)
     devices: dict[int, DeviceState] = field(default_factory=dict)
     closing: bool = False       # set when the connection ends: queued jobs are skipped, cleanup runs
+    control_only: bool = False  # in one of Bounds.control_slots (HELLO_CONTROL): its device ops are refused
     hub: PeerHub = field(default_factory=PeerHub)    # the daemon's peer-copy tickets (shared by its sessions)
     codecs: tuple[int, ...] = ()         # compression codecs the hello negotiated (compress.py)
     peer_rate: float = 0.0               # bytes/s the client receives at (LINK_RATE); 0: not reported

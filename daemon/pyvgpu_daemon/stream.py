@@ -434,6 +434,13 @@ class FrameStream(asyncio.BufferedProtocol):
             else:
                 await flow.unsent_at_most(n)
 
+    def when_sent(self, callback: Any) -> None:
+        """callback() once everything written so far is sent or the connection is lost (at once if nothing waits)."""
+        if self._flow is not None:
+            self._flow.when_sent(callback)
+        else:
+            callback()
+
     @property
     def write_paused(self) -> bool:
         """More than WRITE_HIGH bytes were left unsent; stays True until everything is sent."""

@@ -18,8 +18,10 @@ import urllib.request
 import pytest
 
 from harness import CUDA_SRC, build_cuda, free_port, interposer_env, rss
-from pyvgpu.client import Client
+from pyvgpu.client import Client, HandshakeError, SessionEnded
+from pyvgpu.protocol import ERR_UNAVAILABLE, HELLO_CONTROL
 from pyvgpu_daemon.admission import GRACE_S, HARD_FACTOR, WARN_EVERY_S, Admission
+from pyvgpu_daemon.bounds import Bounds
 
 SOCKETS = 500
 
@@ -151,3 +153,35 @@ def test_metrics_scrape_under_500_slow_sockets(daemon_factory):
         assert dt < 1.0
     finally:
         siege.close()
+
+
+# ---------------------------------------------------------------------------------------------- leftovers (gpufix)
+def test_status_gets_in_while_every_session_is_open(daemon_factory):
+    """With --max-sessions sessions open, a CUDA client is refused at its HELLO but `pyvgpu daemon status` (a
+    HELLO_CONTROL session) still answers within 1 s, in one of Bounds.control_slots; such a session may not touch a
+    device, and the slots are bounded too."""
+    d = daemon_factory("--emu-devices", "1", "--max-sessions", "2")
+    held = [Client.connect("127.0.0.1", d.port, tls=None, timeout=10) for _ in range(2)]
+    control: list[Client] = []
+    try:
+        with pytest.raises(HandshakeError) as refused:
+            Client.connect("127.0.0.1", d.port, tls=None, timeout=10)
+        assert refused.value.code == ERR_UNAVAILABLE and "daemon busy" in str(refused.value)
+        t = time.perf_counter()
+        with Client.connect("127.0.0.1", d.port, tls=None, timeout=10, hello={HELLO_CONTROL: True}) as c:
+            st = c.status()
+        assert time.perf_counter() - t < 1.0
+        assert len([s for s in st["sessions"] if not s["self"]]) == 2
+        cli = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "daemon", "status", "--port", str(d.port),
+                              "--timeout", "5"], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0 and "backend emu" in cli.stdout, (cli.stdout, cli.stderr)
+        with Client.connect("127.0.0.1", d.port, tls=None, timeout=10, hello={HELLO_CONTROL: True}) as c:
+            with pytest.raises(SessionEnded, match="control session"):
+                c.call("MALLOC", 0, 4096)                    # a control session never gets a device
+        control = [Client.connect("127.0.0.1", d.port, tls=None, timeout=10, hello={HELLO_CONTROL: True})
+                   for _ in range(Bounds.control_slots)]
+        with pytest.raises(HandshakeError, match="daemon busy"):
+            Client.connect("127.0.0.1", d.port, tls=None, timeout=10, hello={HELLO_CONTROL: True})
+    finally:
+        for c in (*held, *control):
+            c.close()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.lent import Lent
 
 # Legacy default stream as the backend sees it.
 DEFAULT_STREAM = None
@@ -113,6 +114,11 @@ class DeviceContext(ABC):
 
     @abstractmethod
     def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes: ...
+
+    def memcpy_dtoh_reply(self, src: int, size: int, stream: Any) -> bytes | memoryview | Lent:
+        """memcpy_dtoh for a reply (MEMCPY_DTOH): the bytes may be a Lent view of a buffer the backend reuses once
+        the server has sent them (lent.py)."""
+        return self.memcpy_dtoh(src, size, stream)
 
     @abstractmethod
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None: ...

@@ -36,9 +36,11 @@ from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
 from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
+from pyvgpu_daemon.backends.cuda_staging import StagingPool
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
 from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpace, WindowSpaces
 from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.lent import Lent
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -270,8 +272,17 @@ class CudaContext(CudaArrays, DeviceContext):
         self._prog_ranges: dict[int, int] = {}       # the program's own (VMM_*): reservations, handles, mappings
         self._prog_handles: list[Any] = []
         self._prog_maps: dict[int, int] = {}
+        self.staging = self._new_staging()
         self.clock = EventClock(drv, self._elapsed)   # event times for replies (event_times.py)
         self.gpu_time = GpuTime(drv, self._elapsed)   # kernels' GPU time, charged to the session's turn when shared
+
+    def _new_staging(self) -> StagingPool:
+        drv = self.drv
+        if not (self.api.has("cuMemHostRegister") and self.api.has("cuMemHostUnregister")):
+            return StagingPool(None, None, f"device {self.ordinal}")
+        return StagingPool(lambda addr, size: check(drv.cuMemHostRegister(addr, size, 0), "cuMemHostRegister"),
+                           lambda addr: check(drv.cuMemHostUnregister(addr), "cuMemHostUnregister"),
+                           f"device {self.ordinal}")
 
     def _new_context(self) -> Any:
         """A new context, made current on this (the worker's) thread. A driver that refuses it with a sticky error
@@ -421,11 +432,23 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, self._stream(stream)),
               "cuMemcpyHtoDAsync")
 
-    def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes:
-        out = np.empty(size, dtype=np.uint8)
-        check(self.drv.cuMemcpyDtoHAsync(out.ctypes.data, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
+    def _dtoh_into(self, dst: int, src: int, size: int, stream: Any) -> None:
+        check(self.drv.cuMemcpyDtoHAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
         self._sync_stream(stream)
-        return out.tobytes()
+
+    def _dtoh_array(self, src: int, size: int, stream: Any) -> np.ndarray:
+        out = np.empty(size, dtype=np.uint8)
+        self._dtoh_into(out.ctypes.data, src, size, stream)
+        return out
+
+    def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes:
+        return self._dtoh_array(src, size, stream).tobytes()
+
+    def memcpy_dtoh_reply(self, src: int, size: int, stream: Any) -> memoryview | Lent:
+        """Into a pinned staging buffer the reply is sent from (cuda_staging.py), else into pageable memory that
+        the reply is sent from (no copy into bytes either way)."""
+        lent = self.staging.copy(size, lambda addr: self._dtoh_into(addr, src, size, stream))
+        return lent if lent is not None else memoryview(self._dtoh_array(src, size, stream))
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
         check(self.drv.cuMemcpyDtoDAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoDAsync")
@@ -755,7 +778,8 @@ class CudaContext(CudaArrays, DeviceContext):
         every call with that fault until it is destroyed (cuCtxDestroy may answer it too, and destroys it all the
         same): each step may fail, and the next one still runs."""
         steps = (("cuBLASLt", self._lt_close), ("event clock", self.clock.drop), ("GPU time", self.gpu_time.drop),
-                 ("window memory", self._release_vmm))     # physical allocations outlive a context
+                 ("window memory", self._release_vmm),     # physical allocations outlive a context
+                 ("staging buffers", self.staging.close))
         for what, step in steps:
             try:
                 step()
@@ -777,6 +801,7 @@ class CudaContext(CudaArrays, DeviceContext):
         # the new context comes from the old one: the clock, GPU-time events and cuBLASLt plans start afresh. A
         # refused new context raises (sticky) with none left: DEVICE_RESET then drops this object.
         self._teardown()
+        self.staging = self._new_staging()
         self.ctx = self._new_context()
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from pyvgpu.protocol import ERROR_CODES, ERROR_NAMES, OP_BY_NAME, OPS, OpSpec
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.compress import Compressed, CorruptPayload, compress_reply
 from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.lent import Lent
 from pyvgpu_daemon.handlers import (array, blas, blaslt, coherence, device, emufeat, graph, managed,  # noqa: F401
                                     memory, modules, peer, streams, vmm)
 from pyvgpu_daemon.handlers.registry import ARG_CHECKS, Call, invoke, positional, registered  # noqa: F401
@@ -34,11 +35,13 @@ assert _device_ops == registered(), f"handler table out of step with protocol.OP
 class Outcome:
     """What a job hands back to the loop: None for fire-and-forget, else the reply fields. (Slotted, not a frozen
     dataclass: one is made per request.) event_times: the reply's sixth field (event_times.py); a payload compressed
-    by `codec` (compress.py) has raw_len bytes once decoded."""
-    __slots__ = ("err", "result", "payload", "stdout", "event_times", "raw_len", "codec")
+    by `codec` (compress.py) has raw_len bytes once decoded; lent: the payload is a backend's buffer, given back
+    once sent (lent.py)."""
+    __slots__ = ("err", "result", "payload", "stdout", "event_times", "raw_len", "codec", "lent")
 
-    def __init__(self, err: int, result: Any = None, payload: bytes = b"", stdout: bytes | None = None,
-                 event_times: list[float] | None = None, raw_len: int = 0, codec: int = 0) -> None:
+    def __init__(self, err: int, result: Any = None, payload: bytes | memoryview = b"", stdout: bytes | None = None,
+                 event_times: list[float] | None = None, raw_len: int = 0, codec: int = 0,
+                 lent: Lent | None = None) -> None:
         self.err = err
         self.result = result
         self.payload = payload
@@ -46,6 +49,7 @@ class Outcome:
         self.event_times = event_times
         self.raw_len = raw_len
         self.codec = codec
+        self.lent = lent
 
 
 
@@ -67,7 +71,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         return None                       # the client is gone: skip queued work, cleanup follows
     detached = spec.detached
     result: Any = None
-    out = b""
+    out: bytes | memoryview = b""
+    lent: Lent | None = None
     nin = err = 0
     if st.sticky and spec.code != _DEVICE_RESET:
         err = st.sticky
@@ -83,6 +88,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             nin = len(payload)
             ret = invoke(spec, Call(session, st, payload), positional(spec, st, args))
             if spec.payload_out:
+                if isinstance(ret, Lent):
+                    lent, ret = ret, ret.view
                 out = ret or b""
             else:
                 result = ret
@@ -107,7 +114,20 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         if err and not st.deferred:
             st.deferred = err             # a detached op's failure, too, is the next synchronizing call's
         if not detached:
+            if lent is not None:
+                lent.release()
             return None
+    try:
+        return _reply(session, st, spec, err, result, out, lent)
+    except Exception:  # noqa: BLE001 - the request ends with an error, never without an answer
+        log.exception("%s: %s: its reply failed", session.tag(st.ordinal), spec.name)
+        if lent is not None:
+            lent.release()
+        return Outcome(ERR_UNKNOWN)
+
+
+def _reply(session: Session, st: DeviceState, spec: OpSpec, err: int, result: Any, out: bytes | memoryview,
+           lent: Lent | None) -> Outcome:
     stdout = None
     if spec.sync:
         if st.deferred:
@@ -118,12 +138,16 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             stdout = st.ctx.take_stdout() or None
     times = st.event_times.report(st.ctx)
     if err:
+        if lent is not None:
+            lent.release()
         return Outcome(err, None, b"", stdout, times)
     if session.codecs and spec.compressible and len(out):
         wire_out, codec = compress_reply(out, session.peer_rate, session.codecs, session.compress_always)
         if codec:
+            if lent is not None:
+                lent.release()            # the compressed bytes are a copy
             return Outcome(0, result, wire_out, stdout, times, len(out), codec)
-    return Outcome(0, result, out, stdout, times)
+    return Outcome(0, result, out, stdout, times, lent=lent)
 
 
 def cleanup(session: Session, st: DeviceState) -> int:

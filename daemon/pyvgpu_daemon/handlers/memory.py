@@ -5,6 +5,7 @@ from typing import Any
 
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers.registry import Call, handler
+from pyvgpu_daemon.lent import Lent
 
 
 def check_2d(pitch: int, width: int, height: int) -> int:
@@ -50,15 +51,15 @@ def memcpy_htod(c: Call, dst: int, stream: Any) -> None:
 
 
 @handler("MEMCPY_DTOH")
-def memcpy_dtoh(c: Call, src: int, size: int, stream: Any) -> bytes:
+def memcpy_dtoh(c: Call, src: int, size: int, stream: Any) -> bytes | memoryview | Lent:
     if size == 0:
         return b""
     c.st.check_range(src, size, "memcpy DtoH source")
-    return c.ctx.memcpy_dtoh(src, size, stream)
+    return c.ctx.memcpy_dtoh_reply(src, size, stream)
 
 
 @handler("MEMCPY_DTOH_ASYNC")
-def memcpy_dtoh_async(c: Call, src: int, size: int, stream: Any) -> bytes:
+def memcpy_dtoh_async(c: Call, src: int, size: int, stream: Any) -> bytes | memoryview | Lent:
     # DETACHED: the same copy, but the client does not wait; a failure is latched for its next synchronizing call
     return memcpy_dtoh(c, src, size, stream)
 
