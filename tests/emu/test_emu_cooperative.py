@@ -1,7 +1,7 @@
 """Cooperative launches on the emulated GPU directly (EmuModule.launch(cooperative=True)): the grid workspace behind
 %envreg1:%envreg2 that cg::this_grid().sync() arrives at, all blocks in one chunk, the occupancy rule
-(cudaErrorCooperativeLaunchTooLarge) computed as the client computes it, and a grid sync in a plain launch (no
-workspace: the trap nvcc puts there, cudaErrorLaunchFailure)."""
+(cudaErrorCooperativeLaunchTooLarge) computed as the client computes it, and a plain launch: it has a workspace too,
+as on a GPU (an H100 with CUDA 13: cg::this_grid().is_valid() true), so a grid sync of blocks run together works."""
 from __future__ import annotations
 
 import struct
@@ -61,9 +61,19 @@ def test_grid_sync_reduction_and_stencil(mod):
     assert (np.frombuffer(bytes(mem.read(a, ring.nbytes)), np.int32) == ref).all()     # 6 steps: back in a
 
 
-def test_grid_sync_in_a_plain_launch_traps(mod):
+def test_a_plain_launch_has_a_grid_workspace(mod):
     m, mem = mod
-    ring = mem.alloc(64)
-    with pytest.raises(CudaError) as e:
-        m.launch(STENCIL, (2, 1, 1), (8, 1, 1), 0, struct.pack("<QQii", ring, ring + 32, 8, 1))
-    assert e.value.code == code_of("cudaErrorLaunchFailure")
+    out = mem.alloc(4)
+    for cooperative in (False, True):
+        mem.write(out, b"\xff" * 4)
+        m.launch("_Z5validPi", (2, 1, 1), (32, 1, 1), 0, struct.pack("<Q", out), cooperative=cooperative)
+        assert struct.unpack("<i", bytes(mem.read(out, 4)))[0] == 1          # this_grid().is_valid()
+    # a grid sync in a plain launch whose blocks run together, as on a GPU whose blocks are all resident
+    ring = (np.arange(8) * 37 % 100).astype(np.int32)
+    a = mem.alloc(64)
+    mem.write(a, ring.tobytes())
+    m.launch(STENCIL, (2, 1, 1), (8, 1, 1), 0, struct.pack("<QQii", a, a + 32, 8, 2))
+    ref = ring.astype(np.int64)
+    for _ in range(2):
+        ref = (np.roll(ref, 1) + 2 * ref + np.roll(ref, -1)) // 4
+    assert (np.frombuffer(bytes(mem.read(a, 32)), np.int32) == ref).all()

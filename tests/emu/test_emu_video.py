@@ -1,7 +1,7 @@
 """The video instructions (ops/video.py) against a host model written lane by lane from the PTX ISA's pseudo-code
 ("Video Instructions"), corrected where the GPU does otherwise (an H100 ran tests/cuda/emu_video.cu; the forms were
-read in ptxas's sm_90 code: the .h1 merge, vset's c, vmad's 64-bit signed arithmetic), on random registers with every selector, .sat, secondary operation, merge, mask and
-type combination; and their PTX syntax (operand selectors, vmad's negated operands) through the parser."""
+read in ptxas's sm_90 code: the .h1 merge, vset's c, vmad's 64-bit signed arithmetic), on random registers with
+every selector, .sat, secondary operation, merge, mask and type combination; and their PTX syntax (operand selectors, vmad's negated operands) through the parser."""
 from __future__ import annotations
 
 import itertools

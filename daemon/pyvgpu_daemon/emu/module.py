@@ -272,8 +272,9 @@ class EmuModule:
         the context's cudaLimitStackSize (None: CUDA's default). `turn`: the session's turn on the device
         (backends.base.DeviceTurn): the launch pauses between steps while other sessions have theirs.
         `cooperative`: cudaLaunchCooperativeKernel: every block resident at once (cudaErrorCooperativeLaunchTooLarge
-        beyond the occupancy), a grid workspace for grid-wide synchronization. `heap`: the context's DeviceHeap
-        (emu/device_heap.py), reserved with `heap_size` bytes (cudaLimitMallocHeapSize) before the first launch of a
+        beyond the occupancy), a grid workspace for grid-wide synchronization (a plain launch of a kernel that reads
+        %envreg1:%envreg2 gets one too, as on a GPU: cg::this_grid().is_valid() is true there). `heap`: the
+        context's DeviceHeap (emu/device_heap.py), reserved with `heap_size` bytes (cudaLimitMallocHeapSize) before the first launch of a
         kernel that calls malloc or free; None: such a kernel fails to launch."""
         key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size, cooperative)
         plan = self._plans.get(key)
@@ -294,7 +295,7 @@ class EmuModule:
             heap.ensure(heap_size)
         self._launches += 1
         workspace = 0
-        if plan.cooperative:                  # cooperative_groups' grid_workspace: {wsSize = 8, barrier = 0}
+        if plan.workspace:                    # cooperative_groups' grid_workspace: {wsSize = 8, barrier = 0}
             workspace = self.memory.alloc(_GRID_WORKSPACE.size)
             self.memory.write(workspace, _GRID_WORKSPACE.pack(_GRID_WORKSPACE.size, 0))
         spare = plan.spare

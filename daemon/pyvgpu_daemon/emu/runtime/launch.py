@@ -66,7 +66,7 @@ class LaunchPlan:
     "emulator launch")."""
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
-                 "per", "threads", "native", "bounded", "best", "cooperative", "reusable", "spare")
+                 "per", "threads", "native", "bounded", "best", "cooperative", "workspace", "reusable", "spare")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
                  cooperative: bool = False):
@@ -91,6 +91,9 @@ class LaunchPlan:
         # other at grid-wide barriers, so all of them must be scheduled together (EmuLimits.check_cooperative
         # bounds them by the occupancy, as on a GPU).
         self.cooperative = cooperative
+        # A grid workspace (%envreg1:%envreg2) for a cooperative launch and for any launch of a kernel that reads it
+        # (cg::this_grid()): a GPU gives one to plain launches too (an H100, CUDA 13: this_grid().is_valid() true).
+        self.workspace = cooperative or bool({"%envreg1", "%envreg2"} & kernel.specials)
         per = max(1, limits.lanes_per_chunk // self.ctasize)
         self.per = max(1, min(per, _MAX_CHUNK_LOCAL // max(1, self.ctasize * self.frame)))
         if cooperative:
@@ -113,11 +116,11 @@ class LaunchPlan:
             and sum(self.sizes) <= TINY_INSTRS and all(b.kind == "plain" for b in kernel.blocks)
         # A launch of one small chunk keeps its Launch and Chunk for the next launch of the plan (Launch.start,
         # Chunk.reuse): arrays, geometry and bound block functions are made once. Not for kernels that read
-        # %gridid, nor cooperative launches (%envreg1:%envreg2, a new workspace each launch): make(S) binds special
+        # %gridid, nor launches with a grid workspace (%envreg1:%envreg2, a new one each launch): make(S) binds special
         # registers once per chunk; the others are the same in every launch.
         T = self.ncta * self.ctasize
         self.reusable = nchunks == 1 and T <= _PLAN_GEO_LANES and "%gridid" not in kernel.specials and \
-            not cooperative and \
+            not self.workspace and \
             state_bytes(T, self.ncta, self.shared_size, self.frame) <= _REUSE_MAX_BYTES
         self.spare: list[Launch] = []         # at most one launch that ran, ready to start again
 

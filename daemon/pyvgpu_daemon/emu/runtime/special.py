@@ -6,8 +6,9 @@ and cached: with the chunk geometry of the launch configuration (LaunchPlan) whe
 of that size in every launch of it (%tid, %laneid, ...), per chunk when they depend on its CTAs or on the launch
 (%ctaid, %clusterid, %smid, %gridid). Clocks are
 never cached: %clock/%clock64 advance with the launch's executed-instruction count and with every read,
-%globaltimer is the host's time in ns. %smid is cta % multiprocessors. %envreg1:%envreg2 are the address of a
-cooperative launch's grid workspace (Launch.workspace; 0 otherwise), the other %envreg 0.
+%globaltimer is the host's time in ns. %smid is cta % multiprocessors. %envreg1:%envreg2 are the address of the
+launch's grid workspace (Launch.workspace: a cooperative launch's, or a plain launch's of a kernel that reads them,
+as on a GPU; LaunchPlan.workspace), the other %envreg 0.
 
 Uses the chunk state described in chunk.py (launch, T, cta0, lin_in_cta, cta_local, laneid, shared_size).
 """
@@ -68,7 +69,7 @@ class SpecialRegisters:
             return self._index("%nctaid." + name[-1])
         if name.startswith(("%cluster_nctaid.", "%cluster_nctarank")):
             return 1                # every CTA is a cluster of one
-        if name in ("%envreg1", "%envreg2"):    # the grid workspace of a cooperative launch: high, low word
+        if name in ("%envreg1", "%envreg2"):    # the launch's grid workspace (LaunchPlan.workspace): high, low word
             return (L.workspace >> 32) if name == "%envreg1" else L.workspace & 0xFFFFFFFF
         constant = {"%nwarpid": 32, "%nsmid": L.sm_count, "%gridid": L.grid_id,
                     "%dynamic_smem_size": L.dyn_shared, "%total_smem_size": self.shared_size,
