@@ -54,6 +54,11 @@ struct pv_func *pv_fatbin_add_func(struct pv_fatbin *fb, const void *host_fun, c
 struct pv_var *pv_fatbin_add_var(struct pv_fatbin *fb, const void *host_var, const char *name, size_t size);
 struct pv_func *pv_func_by_host(const void *host_fun);
 int pv_func_valid(const struct pv_func *f);
+/* Kernel f bound to device dev: libvcuda's CUfunction and libvcudart's cudaFunction_t (cudaGetFuncBySymbol), one
+ * object per (kernel, device) so that either library accepts the other's. */
+struct pv_func_handle { uint32_t magic; struct pv_func *f; int dev; };
+struct pv_func_handle *pv_func_handle(struct pv_func *f, int dev);   /* made at first use; NULL: out of memory */
+struct pv_func_handle *pv_func_handle_of(const void *h);             /* h as a live handle, or NULL */
 struct pv_var *pv_var_by_host(const void *host_var);
 /* fb loaded on d (MODULE_LOAD at first use). A refusal is latched in fb and returned again at every use; used by
  * pv_module_ensure, it is also latched on d (pv_refusal_latch), since the call that meets it (a launch, a lazily

@@ -5,7 +5,9 @@
  * failure to itself, so later launches of those kernels fail without reaching libvcuda at all. So a refusal met at
  * a use is kept on the device, sticky like a kernel fault on a GPU: every later synchronizing call there (a
  * blocking copy, a stream/event/device synchronize) answers with it instead of success, until the device is
- * reset. An explicit load (cuModuleLoadData & co.) returns its refusal to its caller and latches nothing.
+ * reset. An explicit load (cuModuleLoadData & co.) returns its refusal to its caller and latches nothing; nor does a
+ * real GPU's cudaErrorNoKernelImageForDevice (no code for its architecture), which CUDA itself reports only where
+ * the kernel is used.
  *
  * Why a module was refused is said once per library: a fatbin that holds only SASS (cubins for some architectures,
  * no PTX), or a cubin by itself, cannot run on the emulated GPU, which runs PTX; the line names the library the image
@@ -21,8 +23,15 @@
 #include "pv_hostmap.h"
 #include "pv_refusal.h"
 
+static int emulated(const struct pv_device *d) { return strstr(d->name, "emulated") != NULL; }
+
 void pv_refusal_latch(struct pv_device *d, cudaError_t err)
 {
+    /* A real GPU without code for its architecture in the image: that is the driver's own answer, which CUDA gives
+     * where the kernel is used and keeps nothing of; libraries rely on it (cuDNN looks at kernels of every
+     * architecture it ships and drops the engines whose kernels fail), so latching it would fail their work. */
+    if (err == PV_cudaErrorNoKernelImageForDevice && !emulated(d))
+        return;
     int none = 0;
     if (atomic_compare_exchange_strong(&d->refused, &none, (int)err))   /* the first one is reported */
         pv_log("GPU%d (%s:%d): a kernel of a refused module was used (%s); every synchronization reports it from now on "
@@ -115,14 +124,21 @@ void pv_explain_refusal(const void *image, size_t size, const void *origin, stru
     int cubin = size >= 4 && memcmp(image, "\177ELF", 4) == 0;      /* a cubin by itself: SASS */
     if (cubin)
         snprintf(archs, sizeof archs, "a cubin");
-    if (err == PV_cudaErrorNoKernelImageForDevice && strstr(d->name, "emulated") &&
-        (cubin || (scan(image, size, &ptx, &sass, archs, sizeof archs) && sass && !ptx))) {
+    int fatbin = !cubin && scan(image, size, &ptx, &sass, archs, sizeof archs);
+    if (err == PV_cudaErrorNoKernelImageForDevice && emulated(d) && (cubin || (fatbin && sass && !ptx))) {
         if (first_time(lib))
             pv_log("%s ships its kernels as SASS only (%s), no PTX: the emulated GPU runs PTX, so %s's kernels "
                    "cannot run on GPU%d (%s:%d) (%s)", lib, archs, lib, d->index, d->conn->host, d->conn->port,
                    pv_err_name(err));
         return;
     }
-    pv_log("loading a module of %s (%zu bytes) on GPU%d (%s:%d) failed: %s", lib, size, d->index, d->conn->host,
-           d->conn->port, pv_err_name(err));
+    char held[192] = "not a fatbin: PTX text or an image pyvgpu does not read";
+    if (cubin)
+        snprintf(held, sizeof held, "a cubin");
+    else if (fatbin)
+        snprintf(held, sizeof held, "%d cubin(s)%s%s, %d PTX", sass, *archs ? " for " : "", archs, ptx);
+    pv_log("loading a module of %s (%zu bytes) on GPU%d (%s:%d, sm_%d%d) failed: %s; the image holds %s%s", lib, size,
+           d->index, d->conn->host, d->conn->port, d->major, d->minor, pv_err_name(err), held,
+           err == PV_cudaErrorNoKernelImageForDevice && !emulated(d)
+               ? " (the GPU's own answer: the call using it fails, nothing is latched)" : "");
 }

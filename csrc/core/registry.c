@@ -159,6 +159,30 @@ int pv_func_valid(const struct pv_func *f)
     return f && pv_handle_valid(f) && f->magic == PV_FUNC_MAGIC;
 }
 
+/* One handle per (kernel, device), kept in the kernel (they die with its module's unload). */
+#define PV_FUNC_HANDLE_MAGIC 0x44465543u
+static pthread_mutex_t fhandle_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct pv_func_handle *pv_func_handle(struct pv_func *f, int dev)
+{
+    pthread_mutex_lock(&fhandle_mu);
+    struct pv_func_handle *h = f->api_handle[dev];
+    if (!h && (h = calloc(1, sizeof *h))) {
+        *h = (struct pv_func_handle){ PV_FUNC_HANDLE_MAGIC, f, dev };
+        pv_handle_add(h);
+        f->api_handle[dev] = h;
+    }
+    pthread_mutex_unlock(&fhandle_mu);
+    return h;
+}
+
+struct pv_func_handle *pv_func_handle_of(const void *p)
+{
+    const struct pv_func_handle *h = p;
+    return h && pv_handle_valid(h) && h->magic == PV_FUNC_HANDLE_MAGIC && pv_func_valid(h->f)
+               ? (struct pv_func_handle *)h : NULL;
+}
+
 static int grow(void *arr, int *cap, int n, size_t elem)
 {
     if (n < *cap)

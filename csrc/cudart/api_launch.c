@@ -1,8 +1,8 @@
 /* Kernel launches (nvcc 13 ABI, cudaLaunchKernel, cudaLaunchKernelExC with launch attributes, cooperative launches;
  * the checks, packing and sending are the core's launch.c and launch_ex.c),
  * launch configuration (thread-local, answered locally), function attributes and occupancy (computed locally from
- * the module-load attributes and the device snapshot), cudaFuncSetAttribute (validated and recorded here, forwarded
- * fire-and-forget as FUNC_SET_ATTR). */
+ * the module-load attributes and the device snapshot), cudaGetFuncBySymbol (the core's per-device handle, libvcuda's
+ * CUfunction), cudaFuncSetAttribute (validated and recorded here, forwarded fire-and-forget as FUNC_SET_ATTR). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +138,19 @@ static cudaError_t func_info(const void *func, struct pv_device **d, struct pv_k
     if (!f)
         return PV_cudaErrorInvalidDeviceFunction;
     return pv_kinfo_get(f, *d, ki);
+}
+
+/* The driver's CUfunction of a kernel on the current device (its module loaded there, as a launch would): the core's
+ * handle, the one libvcuda's cuLaunchKernel and cuFuncGetAttribute take (XLA launches its kernels so). */
+PV_API cudaError_t cudaGetFuncBySymbol(void **out, const void *symbol)
+{
+    struct pv_device *d;
+    struct pv_kinfo *ki;
+    cudaError_t err = out ? func_info(symbol, &d, &ki) : PV_cudaErrorInvalidValue;
+    if (err != PV_SUCCESS)
+        return pv_ret(err);
+    *out = pv_func_handle(pv_func_of(symbol), d->index);
+    return *out ? PV_SUCCESS : pv_ret(PV_cudaErrorMemoryAllocation);
 }
 
 PV_API cudaError_t cudaFuncGetAttributes(void *attr, const void *func)

@@ -327,36 +327,16 @@ PV_API CUresult cuLibraryEnumerateKernels(CUkernel *out, unsigned n, CUlibrary l
 }
 
 /* ------------------------------------------------------------------------------------------ kernels, functions */
-#define PV_DFUNC_MAGIC 0x44465543u
-struct pv_dfunc { uint32_t magic; struct pv_func *f; int dev; };   /* a CUfunction: kernel f bound to device dev */
-static pthread_mutex_t dfunc_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pv_func_handle *dfunc_of(const void *h) { return pv_func_handle_of(h); }
 
-static struct pv_dfunc *dfunc_of(const void *h)
-{
-    const struct pv_dfunc *df = h;
-    return df && pv_handle_valid(df) && df->magic == PV_DFUNC_MAGIC && pv_func_valid(df->f) ? (struct pv_dfunc *)df
-                                                                                          : NULL;
-}
-
-/* One handle per (kernel, device), kept in the kernel (its functions die with its module's unload). */
-CUfunction drv_func_handle(struct pv_func *f, int dev)
-{
-    pthread_mutex_lock(&dfunc_mu);
-    struct pv_dfunc *df = f->api_handle[dev];
-    if (!df && (df = calloc(1, sizeof *df))) {
-        *df = (struct pv_dfunc){ PV_DFUNC_MAGIC, f, dev };
-        pv_handle_add(df);
-        f->api_handle[dev] = df;
-    }
-    pthread_mutex_unlock(&dfunc_mu);
-    return (CUfunction)df;
-}
+/* The core's handle (the one libvcudart's cudaGetFuncBySymbol gives too, so either library accepts the other's). */
+CUfunction drv_func_handle(struct pv_func *f, int dev) { return (CUfunction)pv_func_handle(f, dev); }
 
 struct pv_func *drv_func_of(const void *h, const struct pv_device *d)
 {
     if (pv_func_valid(h))
         return (struct pv_func *)h;            /* a CUkernel: any device */
-    struct pv_dfunc *df = dfunc_of(h);
+    struct pv_func_handle *df = dfunc_of(h);
     return df && (!d || df->dev == d->index) ? df->f : NULL;
 }
 
@@ -370,7 +350,7 @@ CUresult drv_func_error(const void *h)
  * loading its module there. */
 static CUresult kinfo(const void *h, int dev, struct pv_device **d, struct pv_kinfo **ki)
 {
-    struct pv_dfunc *df = dfunc_of(h);
+    struct pv_func_handle *df = dfunc_of(h);
     CUresult r = df || dev >= 0 ? drv_ready() : drv_cur_device(d);
     if (r != CUDA_SUCCESS)
         return r;
@@ -528,7 +508,7 @@ PV_API CUresult cuFuncIsLoaded(int *state, CUfunction f)
     CUresult r = state ? drv_ready() : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
-    struct pv_dfunc *df = dfunc_of(f);
+    struct pv_func_handle *df = dfunc_of(f);
     struct pv_device *d = NULL;
     if (!df && pv_func_valid((const struct pv_func *)f) && (r = drv_cur_device(&d)) != CUDA_SUCCESS)
         return r;

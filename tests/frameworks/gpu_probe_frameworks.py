@@ -2,14 +2,17 @@
 tests/frameworks under `pyvgpu run` against the real-GPU daemon PYVGPU_GPU_CHECK_HOSTS, with everything that needs
 framework kernels (--real): CuPy (CUB included), cuSOLVER through CuPy (LU and eigh included), numba-cuda, PyTorch (elementwise, reductions, softmax, random
 numbers, autograd, a 30-step Adam MLP against the CPU, a cuDNN convolution; tensors on two GPUs when two daemons
-are given), JAX's jnp.dot. A framework the machine lacks is reported and not counted. Exit 0 when every script
-that ran passed, 77 when none could run or in a rehearsal (the chain's emulated GPU stands in: tests/frameworks
+are given), JAX's jnp.dot. A framework the machine lacks is reported and not counted. A script that fails under pyvgpu
+is run again natively (no pyvgpu): when it fails there too and no check that passed natively failed under pyvgpu, the
+framework is "not applicable" here (broken on the machine, not pyvgpu's; the rule of tools/gpu_probes/probe_common.py)
+and not counted either. Exit 0 when every script that counted passed, 77 when none could run or in a rehearsal (the chain's emulated GPU stands in: tests/frameworks
 runs the same scripts there), else 1; the last line sums up. tools/gpu_probes/gpu_probe_{torch,cupy,numba}.py are the check's
 own shorter probes (native, driver-only and `pyvgpu run` ways); this one runs the full test scripts."""
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +24,38 @@ SKIP = 77
 RUNS = [("cupy", "cupy", "fw_cupy.py", [], 0.25), ("cusolver", "cupy", "fw_cusolver.py", ["--real"], 0.1),
         ("numba", "numba", "fw_numba.py", [], 0.15), ("torch", "torch", "fw_torch.py", ["--real"], 0.3),
         ("jax", "jax", "fw_jax.py", [], 0.2)]
+
+
+def checks_passed(out: str) -> set[str]:
+    """The checks a script's output (tests/frameworks/fwcheck.py) says passed."""
+    return set(re.findall(r"^ok (.+)$", out, re.M))
+
+
+def checks_failed(out: str) -> list[str]:
+    return re.findall(r"^(?:WRONG|refused) ([^:]+):", out, re.M)
+
+
+def native_verdict(remote_out: str, native_rc: int, native_out: str) -> str | None:
+    """Why a script that failed under pyvgpu is not applicable here (it fails natively too, and under pyvgpu nothing
+    failed that passed natively), or None: the failure is pyvgpu's."""
+    if native_rc == 0:
+        return None
+    worked = checks_passed(native_out)
+    if any(c in worked for c in checks_failed(remote_out)):
+        return None
+    line = next((ln for ln in native_out.splitlines() if ln.startswith(("WRONG ", "refused "))), None)
+    last = native_out.strip().splitlines()[-1] if native_out.strip() else f"exit {native_rc}"
+    return f"fails natively: {line or last}"
+
+
+def run_natively(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """The script alone on the GPU itself (no pyvgpu run, nothing preloaded); a timeout counts as a failure."""
+    native_env = {k: v for k, v in env.items() if k != "LD_PRELOAD" and not k.startswith("PYVGPU_")}
+    try:
+        proc = subprocess.run(cmd, env=native_env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "timed out natively"
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def main() -> int:
@@ -37,7 +72,7 @@ def main() -> int:
     if os.environ.get("PYVGPU_GPU_CHECK_REHEARSAL") == "1":
         print("rehearsal: these scripts run on emulated GPUs in tests/frameworks already; nothing to add here")
         return SKIP
-    ran, failed, missing = 0, [], []
+    ran, failed, missing, not_applicable = 0, [], [], []
     for name, module, script, args, share in RUNS:
         if importlib.util.find_spec(module) is None:
             missing.append(name)
@@ -52,14 +87,23 @@ def main() -> int:
             continue
         (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
         print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"{name}: no output", flush=True)
-        ran += 1
         if proc.returncode != 0:
+            rc, native_out = run_natively([sys.executable, str(HERE / script), *args, *extra], env, budget * share)
+            (out / f"{name}-native.log").write_text(native_out)
+            why = native_verdict(proc.stdout, rc, native_out)
+            if why:
+                print(f"{name}: not applicable: {why}", flush=True)
+                not_applicable.append(name)
+                continue
             failed.append(name)
+        ran += 1
     if not ran:
-        print(f"no framework installed ({', '.join(missing)})")
+        print(f"no framework could run here (not installed: {', '.join(missing) or 'none'}; not applicable: "
+              f"{', '.join(not_applicable) or 'none'})")
         return SKIP
     print(f"frameworks: {ran - len(failed)} of {ran} passed" + (f"; failed: {', '.join(failed)}" if failed else "")
-          + (f"; not installed: {', '.join(missing)}" if missing else ""))
+          + (f"; not installed: {', '.join(missing)}" if missing else "")
+          + (f"; not applicable (fail natively): {', '.join(not_applicable)}" if not_applicable else ""))
     return 1 if failed else 0
 
 
