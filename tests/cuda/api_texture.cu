@@ -80,7 +80,8 @@ static float ref_fetch(const Ref &r, float fx, float fy = 0, float fz = 0) {
             in &= addr_index(idx[k], n[k], m[k]);
             wgt *= b ? frac[k] : 1 - frac[k];
         }
-        if (r.dims > 1) wgt = round(wgt * 256.0) / 256.0;   // each texel's weight too (what a real GPU gives)
+        // each texel's weight too (what a real GPU gives); a tie rounds up when the x factor is frac, else down
+        if (r.dims > 1) wgt = ((corner & 1) ? floor(wgt * 256.0 + 0.5) : ceil(wgt * 256.0 - 0.5)) / 256.0;
         acc += wgt * (in ? r.at(idx[0], idx[1], idx[2]) : r.border);
     }
     return (float)acc;

@@ -374,12 +374,16 @@ def test_min_max_nan_and_signed_zero():
 
 def test_abs_neg_copysign_testp():
     a = np.array([-0.0, 1.5, -math.inf, f32_from_bits(0xFFC00001)], np.float32)
-    # f32: a NaN comes back as the canonical NaN, as from the GPU's add; f64: the sign bit alone
+    # f32: a NaN comes back as the canonical NaN, as from the GPU's add; f64: the NaN quieted, its sign unchanged (an
+    # H100: -x of 0x7FF8000000000000 and 0x7FF0000000000001, |x| of the latter; ptxas: DADD -RZ, -x / |x|)
     assert [f32_bits(float(v)) for v in alu("abs.f32").fn(a)] == [0, f32_bits(1.5), 0x7F800000, 0x7FFFFFFF]
     assert [f32_bits(float(v)) for v in alu("neg.f32").fn(a)] == [0, f32_bits(-1.5), 0x7F800000, 0x7FFFFFFF]
-    d = np.array([-1.0, np.array(0xFFF0000000000001, np.uint64).view(np.float64)])
-    assert alu("abs.f64").fn(d).view(np.uint64).tolist() == [0x3FF0000000000000, 0x7FF0000000000001]
-    assert alu("neg.f64").fn(d).view(np.uint64).tolist() == [0x3FF0000000000000, 0x7FF0000000000001]
+    d = np.array([0xBFF0000000000000, 0xFFF0000000000001, 0x7FF8000000000000, 0x7FF0000000000001],
+                 np.uint64).view(np.float64)       # -1.0 and three NaNs
+    assert alu("abs.f64").fn(d).view(np.uint64).tolist() == [0x3FF0000000000000, 0xFFF8000000000001,
+                                                             0x7FF8000000000000, 0x7FF8000000000001]
+    assert alu("neg.f64").fn(d).view(np.uint64).tolist() == [0x3FF0000000000000, 0xFFF8000000000001,
+                                                             0x7FF8000000000000, 0x7FF8000000000001]
     # copysign.f32 d, a, b: the sign comes from a, the magnitude from b
     cs = alu("copysign.f32").fn(np.array([-1.0, 1.0, -0.0], np.float32), np.array([2.0, -3.0, 5.0], np.float32))
     assert cs.tolist() == [-2.0, 3.0, -5.0]

@@ -201,8 +201,8 @@ def _special(x: list[np.ndarray], ftz: bool) -> np.ndarray:
     for a in x:
         a64 = a.astype(F64)
         m |= ~np.isfinite(a64) | (a64 == 0)
-        if ftz:
-            m |= np.abs(a64) < _TINY32
+        if ftz:     # subnormal inputs of the operand's own format (an f64 below f32's range is an ordinary input)
+            m |= np.abs(a64) < (_TINY32 if a.dtype == F32 else np.finfo(F64).tiny)
     return m
 
 

@@ -653,9 +653,23 @@ def build_abs_neg(instr, is_neg):
     t = _ftype(types)
     uf = np.negative if is_neg else np.abs
     f = (lambda a: uf(ftz(a))) if "ftz" in flags else uf
-    # f32: the GPU's negation and absolute value are arithmetic (a NaN comes back canonical, as from add); f64: the
-    # sign bit alone (abs.f64 passes NaN through, ISA)
-    return AluOp(gpu_nans(f, t) if t == "f32" else f, (t,), (t,))
+    # The GPU's negation and absolute value are arithmetic: f32, a NaN comes back canonical, as from add; f64 (ptxas:
+    # DADD -RZ, -x / |x|), a NaN comes back quieted with its sign and payload, the sign not changed (an H100)
+    if t == "f64":
+        return AluOp(_f64_nan_passes(f), (t,), (t,))
+    return AluOp(gpu_nans(f, t), (t,), (t,))
+
+
+_QUIET64 = np.uint64(0x0008000000000000)
+
+
+def _f64_nan_passes(f):
+    def fn(a):
+        a = np.asarray(a, F64)
+        r = f(a)
+        n = np.isnan(a)
+        return np.where(n, (a.view(np.uint64) | _QUIET64).view(F64), r) if n.any() else r
+    return fn
 
 
 _CANON = {F32: np.uint32(0x7FFFFFFF), F64: np.uint64(0x7FFFFFFFFFFFFFFF)}

@@ -7,8 +7,9 @@ takes x_B = x - 0.5, i = floor(x_B), alpha = frac(x_B) held in 9-bit fixed point
 nearest), and blends T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended). Each texel's weight,
 the product of its dimensions' alpha or 1 - alpha, is itself held in 9-bit fixed point (rounded to nearest) in 2D
 and 3D, as the GPU does: a real H200 gave (27 T00 + 6 T10 + 180 T01 + 43 T11) / 256 for alpha 49/256, beta 223/256
-(real-GPU run 1, tests/cuda/api_texture.cu), not the separable blend; tools/gpu_probes/diff_kernels.cu samples
-single-texel textures on fine grids so the next GPU run checks every weight bit for bit. Read modes: element type, or normalized
+(real-GPU run 1, tests/cuda/api_texture.cu), not the separable blend. A weight exactly halfway between two 1/256
+steps rounds up when its x factor is alpha and down when it is 1 - alpha, as an H100 did on every such weight of
+tools/gpu_probes/diff_kernels.cu's single-texel textures (real-GPU run 2: 2048 of 2048 in 2D, 2560 in 3D). Read modes: element type, or normalized
 float for 8/16-bit integers (unsigned to [0, 1], signed to [-1, 1]). Border addressing returns the border color
 for texels outside (for integer results, its value converted). A 1D texture over linear memory is fetched by
 integer index (tex1Dfetch): no filtering, 0 outside. tld4 (tex2Dgather) returns one component of the four texels
@@ -187,7 +188,7 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
             inside &= ok
             w = w * (frac[k] if c[k] else 1.0 - frac[k])
         if dims > 1:
-            w = _fixed9(w)
+            w = _fixed9(w, ties_up=bool(c[0]))
         vals = _components(_gather_texels(texels, idx, sl, dims), f, s, True)
         vals = [np.where(inside, v.astype(np.float64), border[ch]) for ch, v in enumerate(vals)]
         picked.append(vals)
@@ -201,9 +202,9 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
     return [a.astype(np.float32) for a in acc]
 
 
-def _fixed9(w: np.ndarray) -> np.ndarray:
-    """A weight in [0, 1] held in 9-bit fixed point with 8 fraction bits, rounded to nearest (ties up)."""
-    return np.floor(w * 256.0 + 0.5) / 256.0
+def _fixed9(w: np.ndarray, ties_up: bool = True) -> np.ndarray:
+    """A weight in [0, 1] held in 9-bit fixed point with 8 fraction bits, rounded to nearest (ties up or down)."""
+    return (np.floor(w * 256.0 + 0.5) if ties_up else np.ceil(w * 256.0 - 0.5)) / 256.0
 
 
 def _gather_texels(texels: np.ndarray, idx: list[np.ndarray], sl: np.ndarray, dims: int) -> np.ndarray:

@@ -425,7 +425,8 @@ def _abs_neg(e: CEmitter, ins: ir.Instr) -> None:
         bits = f"B{w}({a})"
         r = f"({bits} ^ {_SIGN[t]})" if ins.opcode == "neg" else f"({bits} & ~{_SIGN[t]})"
         r = f"F{w}({r})"
-        e.write(ins.dsts[0], t, f"CAN32({r})" if t == "f32" else r, ins)     # ops/floating.build_abs_neg
+        # ops/floating.build_abs_neg: f32 NaN canonical; f64 NaN quieted, its sign unchanged
+        e.write(ins.dsts[0], t, f"CAN32({r})" if t == "f32" else f"({a} != {a} ? Q64({a}) : {r})", ins)
         return
     t, flags = _one_type(ins, ("s16", "s32", "s64"))
     if flags:
