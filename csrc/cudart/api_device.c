@@ -267,7 +267,8 @@ PV_API cudaError_t cudaDeviceGetCacheConfig(int *config)
 }
 
 /* Limits live in the daemon's context for this device (DEVICE_SET_LIMIT / DEVICE_GET_LIMIT): the backend knows
- * what its device supports, rounds or clamps as the driver does, and answers cudaErrorUnsupportedLimit. */
+ * what its device supports, rounds or clamps as the driver does, and answers cudaErrorUnsupportedLimit (a limit the device lacks) or
+ * cudaErrorInvalidValue (not a cudaLimit). */
 PV_API cudaError_t cudaDeviceSetLimit(int limit, size_t value)
 {
     struct pv_device *d;

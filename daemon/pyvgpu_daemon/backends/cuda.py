@@ -657,7 +657,7 @@ class CudaContext(CudaArrays, DeviceContext):
         try:
             return enum(limit) if enum is not None else limit
         except ValueError:
-            raise CudaError("cudaErrorUnsupportedLimit", f"limit {limit} unknown to this driver") from None
+            raise CudaError("cudaErrorInvalidValue", f"limit {limit} unknown to this driver") from None
 
     def set_limit(self, limit: int, value: int) -> None:
         check(self.drv.cuCtxSetLimit(self._limit(limit), value), "cuCtxSetLimit")

@@ -39,7 +39,9 @@ def device_reset(c: Call) -> None:
 
 def _limit(limit: int) -> int:
     if limit not in LIMIT_NAMES:
-        raise CudaError("cudaErrorUnsupportedLimit", f"limit {limit} is not a cudaLimit")
+        # not a cudaLimit at all: what NVIDIA's runtime answers (GPU run 3, an H100: cudaDeviceSetLimit(99, 1));
+        # cudaErrorUnsupportedLimit is for a real limit the device lacks
+        raise CudaError("cudaErrorInvalidValue", f"limit {limit} is not a cudaLimit")
     return limit
 
 
