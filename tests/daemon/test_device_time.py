@@ -100,7 +100,9 @@ def test_other_sessions_work_runs_during_a_long_kernel(daemon_factory):
     # before: the first round trip waited for the rest of the kernel; now none waits for a large part of it (a bound
     # relative to the kernel's own time, which stretches with the machine's load, not an absolute one)
     assert max(during) < spun["s"] / 2, (alone, spun["s"], during)
-    assert sorted(during)[len(during) // 2] < max(0.25, 20 * alone), (alone, during)
+    # The median: well under the kernel's time. On 2 loaded cores single hand-overs have taken ~1 s (CI, 2026-11-26);
+    # the figure itself (1.82x alone at load 3.5) is bench/device_time_bench.py's, not a timed test's.
+    assert sorted(during)[len(during) // 2] < spun["s"] / 4, (alone, spun["s"], during)
 
 
 @pytest.mark.parametrize("weights", [(1.0, 3.0)])
