@@ -156,7 +156,7 @@ class WindowMemory:
         self._arena_bases: list[int] = []
         self.chunks: dict[int, Chunk] = {}            # every mapped range by start (arenas too)
         self.taken: dict[int, int] = {}               # reserved ranges that hold window addresses: start -> size
-        self._ignored_logged = False
+        self._outside = False     # the driver refused every window hint once: later ranges go where it puts them
 
     # ------------------------------------------------------------------ the driver's calls
     def _location(self, obj: Any) -> None:
@@ -186,7 +186,7 @@ class WindowMemory:
                 self.taken[ptr] = size               # a caller's hint inside the window: no one else gets it
             return ptr
         step = SKIP_STEP
-        for _ in range(0 if self._ignored_logged else HINT_TRIES):
+        for _ in range(0 if self._outside else HINT_TRIES):
             hinted = self.space.take(size, align)
             if not hinted:
                 break
@@ -202,8 +202,8 @@ class WindowMemory:
                 self.space.claim(hinted + size, step - size)
             step *= 4
         ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
-        if not self._ignored_logged:
-            self._ignored_logged = True              # and no more window tries for this session: they all failed
+        if not self._outside:                        # said once per session
+            self._outside = True
             log.warning("device %d: the driver placed a range at %#x, not in the window at %#x: pointers there may "
                         "collide with another GPU host's", self.ordinal, ptr, self.space.base)
         return ptr
