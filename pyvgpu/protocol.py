@@ -100,11 +100,9 @@ ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
 ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
 ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
-# Environment variables the daemon reads. PYVGPU_DAEMON_COMPILED=0 forces the Python frame path (the compiled one,
-# csrc/daemon/ through daemon/pyvgpu_daemon/framepath.py, is used when it loads; CI runs the daemon tiers both ways).
-# PYVGPU_DAEMON_CAPTURE=DIR: each session's received bytes are written to DIR/<session>.frames (differential tests).
+# Environment variable the daemon reads: PYVGPU_DAEMON_COMPILED=0 forces its Python frame path instead of the compiled
+# one (used whenever it loads); CI runs the daemon's tiers both ways.
 ENV_DAEMON_COMPILED = "PYVGPU_DAEMON_COMPILED"
-ENV_DAEMON_CAPTURE = "PYVGPU_DAEMON_CAPTURE"
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
 HOSTMAP_AUTO = "auto"
@@ -136,7 +134,7 @@ class OpFlag(enum.IntFlag):
                        # queries that report completion): the client brings managed and mapped memory up to date
     FAST = 2048      # small device work a framework issues by the ten thousand (launches, memsets, event records and
                      # waits, device copies, small host-to-device copies): sent fire-and-forget, the daemon's compiled
-                     # frame path (framepath.py, csrc/daemon/) decodes runs of them and hands each run to the backend
+                     # frame path decodes runs of them and hands each run to the backend
                      # in one call (DeviceContext.run_fast); its arguments are all integers (dim3 included)
 
 
@@ -162,7 +160,7 @@ REPLY_TYPES: frozenset[str] = frozenset({"nil", "u64", "i64", "f64", "u64x2", "m
 # Roles the wire type says already: the `stream` argument is the stream an op is ordered on, `func` the kernel it
 # runs (scheduler.py's figures and priorities, fastpath.py's tiny launches).
 ARG_ROLES: frozenset[str] = frozenset({"extent"})
-# Wire types a FAST op's arguments may have: the compiled frame path decodes exactly these (csrc/daemon/).
+# Wire types a FAST op's arguments may have: the compiled frame path decodes exactly these.
 FAST_ARG_TYPES: frozenset[str] = frozenset({"dev", "u64", "i64", "u32", "i32", "ptr", "size", "dim3", "stream",
                                             "event", "func"})
 

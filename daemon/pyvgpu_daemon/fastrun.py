@@ -1,6 +1,6 @@
 """A run of FAST ops: consecutive fire-and-forget ops flagged FAST of one (session, device), run as one job.
 
-The compiled frame path (framepath.py) decodes such runs from the bytes a connection received; `execute_run` gives
+The compiled frame path decodes such runs from the bytes a connection received; `execute_run` gives
 each op the result `dispatch.execute(..., fire_and_forget=True)` would give it, in turn, and hands the backend the
 ops in as few `DeviceContext.run_fast` calls as their errors allow:
 
