@@ -15,6 +15,7 @@ from harness import ROOT
 sys.path.insert(0, str(ROOT / "tools" / "gpu_probes"))
 import gpu_diff_kernels  # noqa: E402
 import isa_bounds  # noqa: E402
+import tex_rules  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -122,34 +123,10 @@ GPU_TEX_3D = {1080: 0, 1108: 0x3b800000, 1116: 0, 1144: 0x3b800000, 1170: 0x3c40
               1732: 0x3c000000, 1740: 0x3ce00000}
 
 
-def _weight(factors: list[np.ndarray], uppers: list[np.ndarray]) -> np.ndarray:
-    """A texel's weight as the GPU holds it: the product of its dimensions' factors (alpha for the upper texel,
-    1 - alpha for the lower, each in 1/256 units) rounded to 1/256, a tie up when an even number of factors are
-    1 - alpha, down when odd (in 2D: w11 rounded, the other three by difference; H100 runs 2 and 3)."""
-    p = np.ones_like(factors[0])
-    for f in factors:
-        p = p * f
-    unit = 256 ** (len(factors) - 1)
-    q, r = np.divmod(p, unit)
-    lowers = sum((~u).astype(np.int64) for u in uppers)
-    return (q + (2 * r > unit) + ((2 * r == unit) & (lowers % 2 == 0))) / 256.0
-
-
-def _single_texel(u: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """(factor in 1/256 units, texel 3 is the upper texel) at coordinate 2.5 + u/steps, u in [0, 2 steps)."""
-    a = (u % steps) * (256 // steps)
-    upper = u < steps
-    return np.where(upper, a, 256 - a), upper
-
-
-def _mix32(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint32)
-    x ^= x >> np.uint32(16)
-    x *= np.uint32(0x7FEB352D)
-    x ^= x >> np.uint32(15)
-    x *= np.uint32(0x846CA68B)
-    x ^= x >> np.uint32(16)
-    return x
+def _weight(fs: tex_rules.Factors) -> np.ndarray:
+    """A texel's weight as the GPU holds it (tex_rules.parity: the product rounded to 1/256, a tie up when an even
+    number of factors are 1 - alpha, down when odd; in 2D w11 rounded and the other three by difference)."""
+    return tex_rules.parity(fs) / 256.0
 
 
 def test_texture_weights_are_9_bit_fixed_point(groups):
@@ -162,24 +139,25 @@ def test_texture_weights_are_9_bit_fixed_point(groups):
     w1 = np.where(u1 < 1024, alpha, 256 - alpha) / 256
     assert (np.frombuffer(g["tex_1d"], np.float32) == w1.astype(np.float32)).all()
     i = np.arange(512 * 512)
-    f2 = [_single_texel(i % 512, 256), _single_texel(i // 512, 256)]
-    w2 = _weight([f for f, _ in f2], [u for _, u in f2])
+    f2 = [tex_rules.single_texel(i % 512, 256), tex_rules.single_texel(i // 512, 256)]
+    w2 = _weight(f2)
     got2 = np.frombuffer(g["tex_2d"], np.float32)
     assert (got2 == w2.astype(np.float32)).all()
-    assert (got2 != (f2[0][0] * f2[1][0] / 65536).astype(np.float32)).any()   # the rounding of the product shows
+    assert (got2 != (f2[0][0] * f2[1][0] / 65536).astype(np.float32)).any()   # the product's rounding shows
     j = np.arange(32 ** 3)
-    f3 = [_single_texel(j % 32, 16), _single_texel(j // 32 % 32, 16), _single_texel(j // 1024, 16)]
+    f3 = [tex_rules.single_texel(j % 32, 16), tex_rules.single_texel(j // 32 % 32, 16),
+          tex_rules.single_texel(j // 1024, 16)]
     got3 = np.frombuffer(g["tex_3d"], np.float32)
-    assert (got3 == _weight([f for f, _ in f3], [u for _, u in f3]).astype(np.float32)).all()
+    assert (got3 == _weight(f3).astype(np.float32)).all()
     # the GPU's own numbers where the emulator differed in runs 2 and 3
     for got, rec in ((got2, GPU_TEX_2D), (got3, GPU_TEX_3D)):
         idx = np.array(sorted(rec))
         assert (got.view(np.uint32)[idx] == np.array([rec[k] for k in idx], np.uint32)).all()
-    # alphas in 1/256 steps in 3D (unconfirmed on a GPU: the rule above, applied to three factors)
-    h = _mix32(np.arange(1 << 14))
-    ff = [_single_texel(((h >> np.uint32(9 * k)) & np.uint32(511)).astype(np.int64), 256) for k in range(3)]
-    wf = _weight([f for f, _ in ff], [u for _, u in ff])
-    assert (np.frombuffer(g["tex_3d_fine"], np.float32) == wf.astype(np.float32)).all()
+    # alphas in 1/256 steps in 3D (unconfirmed on a GPU: the rule above, applied to three factors); the other
+    # candidates each differ from it there, so the comparison's tex_3d_fine line names the GPU's
+    assert tex_rules.rules_followed(g["tex_3d_fine"]) == ["parity (one rounding)"]
+    lines, _, _ = gpu_diff_kernels.compare(groups, groups)
+    assert "tex_3d_fine: the 3D weights follow parity (one rounding)" in lines
 
 
 def _sample_2d(tex: np.ndarray, x: np.ndarray, y: np.ndarray, mode: str, normalized: bool) -> np.ndarray:
@@ -214,7 +192,7 @@ def _sample_2d(tex: np.ndarray, x: np.ndarray, y: np.ndarray, mode: str, normali
                     i = np.clip(i, 0, n - 1)
                 idx.append(i)
                 factors.append(a if up else 256 - a)
-            wgt = _weight(factors, [np.full(len(x), bool(cx)), np.full(len(x), bool(cy))])
+            wgt = _weight([(factors[0], np.full(len(x), bool(cx))), (factors[1], np.full(len(x), bool(cy)))])
             val = np.where(inside | (mode != "border"), tex[idx[1], idx[0]], 0.0)
             acc += wgt * val
     return acc.astype(np.float32)
@@ -226,7 +204,7 @@ def test_texture_coordinates_anywhere(groups):
     tex = ((np.arange(13 * 7) * 7) % 23 - 11).astype(np.float64).reshape(7, 13)
     got = np.frombuffer(dict(groups)["tex_2d_coords"], np.float32).reshape(4, 4096)
     i = np.arange(4096, dtype=np.uint32)
-    t = [(_mix32(2 * i + k) >> np.uint32(8)).astype(np.float32) * np.float32(1 / 16777216) for k in (1, 2)]
+    t = [(tex_rules.mix32(2 * i + k) >> np.uint32(8)).astype(np.float32) * np.float32(1 / 16777216) for k in (1, 2)]
     for row, (mode, norm, lo, span) in enumerate((("clamp", False, -2, 17), ("border", False, -2, 17),
                                                   ("wrap", True, -1.5, 4), ("mirror", True, -1.5, 4))):
         x, y = (np.float32(lo) + np.float32(span) * tk for tk in t)

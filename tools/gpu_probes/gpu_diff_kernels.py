@@ -23,6 +23,7 @@ ROOT = HERE.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
 
 import isa_bounds  # noqa: E402
+import tex_rules  # noqa: E402
 from harness import NVCC, cached_build  # noqa: E402
 
 SRC = HERE / "diff_kernels.cu"
@@ -81,6 +82,10 @@ def compare(on_gpu: list[tuple[str, bytes]], on_emu: list[tuple[str, bytes]]) ->
             ok = False
             lines.append(f"{n}: DIFFERENT ({gc.first_failure()})")
             firsts.append(gc.first_failure())
+    if "tex_3d_fine" in gpu:                   # the 3D weight rounding the GPU follows (tex_rules.py)
+        rules = tex_rules.rules_followed(gpu["tex_3d_fine"])
+        lines.append("tex_3d_fine: the 3D weights follow " +
+                     (", ".join(rules) if rules else "none of " + "; ".join(tex_rules.RULES_3D)))
     summary = f"kernels: {same} of {len(names)} groups bit-identical"
     if within:
         summary += f", {within} within the ISA's error bounds"

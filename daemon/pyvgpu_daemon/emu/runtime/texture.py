@@ -13,8 +13,9 @@ that is w11 = round(alpha beta) with the others by difference (w10 = alpha - w11
 - beta + w11), so the four weights always sum to 1. That rule gives exactly what two H100 runs gave on
 tools/gpu_probes/diff_kernels.cu's single-texel textures (the count and first 20 of each run's 2048 tex_2d and 2560
 tex_3d differences, against two older rules) and api_texture's 5.70707 (a fetch whose four weights were all ties).
-In 3D those grids only have alphas in 1/16 steps, where it equals the inclusion-exclusion form; the tex_3d_fine group
-(alphas in 1/256 steps) tells the two apart on the next GPU run: the 3D rule is unconfirmed until then.
+In 3D those grids only have alphas in 1/16 steps, where it equals the inclusion-exclusion form and rounding in two
+stages (two factors, then the third); tex_3d_fine (alphas in 1/256 steps: 2000-4400 of its 16384 results tell any
+two of these apart) decides on the next GPU run: the 3D rule is unconfirmed until then.
 Read modes: element type, or normalized float for 8/16-bit integers (unsigned to [0, 1], signed to [-1, 1]). Border
 addressing returns the border color for texels outside (for integer results, its value converted). A 1D texture over
 linear memory is fetched by integer index (tex1Dfetch): no filtering, 0 outside. tld4 (tex2Dgather) returns one
