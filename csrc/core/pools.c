@@ -18,6 +18,7 @@
 #include "pv_request.h"
 #include "pv_registry.h"
 #include "pv_graph.h"
+#include "pv_features.h"
 
 #define PV_POOL_MAGIC 0x504f4f4cu
 
@@ -179,10 +180,11 @@ static cudaError_t pool_alloc(struct pv_pool *p, size_t size, void **out)
         if (p->max_size && p->reserved + need > p->max_size) {
             err = PV_cudaErrorMemoryAllocation;
         } else {
-            err = pv_call_MALLOC(d, need, &ptr);
+            /* a pool's, whoever asked */
+            err = pv_malloc_unique(d, need, PV_OWNER_DEVICE, &ptr);
             if (err == PV_cudaErrorMemoryAllocation && p->nkept) {   /* the device is full: give back what we keep */
                 release_kept(p, 0);
-                err = pv_call_MALLOC(d, need, &ptr);
+                err = pv_malloc_unique(d, need, PV_OWNER_DEVICE, &ptr);
             }
         }
         if (err == PV_SUCCESS) {
@@ -190,7 +192,6 @@ static cudaError_t pool_alloc(struct pv_pool *p, size_t size, void **out)
             p->reserved += got;
             if (p->reserved > p->reserved_high)
                 p->reserved_high = p->reserved;
-            pv_alloc_add_owned(ptr, got, p->dev, PV_OWNER_DEVICE);   /* a pool's, whoever asked */
         }
     }
     if (err == PV_SUCCESS) {

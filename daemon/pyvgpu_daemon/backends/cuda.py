@@ -38,7 +38,7 @@ from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_staging import StagingPool
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
-from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpace, WindowSpaces
+from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpaces
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.lent import Lent
 
@@ -182,7 +182,7 @@ class CudaBackend(Backend):
         if not all(self.api.has(n) for n in VMM_CALLS) or not self._attr(dev, VMM_SUPPORTED_ATTR):
             return 0
         try:
-            return WindowMemory(self.drv, ordinal, WindowSpace(0), check).granularity()
+            return WindowMemory(self.drv, ordinal, 0, check).granularity()
         except CudaError:
             return 0
 
@@ -206,7 +206,7 @@ class CudaBackend(Backend):
         window = va_base + ordinal * VA_WINDOW_BYTES
         return CudaContext(self.drv, ordinal, self.cublas, window, self.cublaslt, self.api,
                            vmm=self._snapshots[ordinal]["vmm_granularity"] > 0, health=self.health,
-                           space=self.windows.of(window))
+                           spaces=self.windows)
 
     def unusable(self, ordinal: int) -> str:
         return self.health.unusable.get(ordinal, "")
@@ -254,7 +254,7 @@ class CudaContext(CudaArrays, DeviceContext):
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
-                 health: "DeviceHealth | None" = None, space: WindowSpace | None = None) -> None:
+                 health: "DeviceHealth | None" = None, spaces: WindowSpaces | None = None) -> None:
         self.drv = drv
         self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
@@ -267,8 +267,9 @@ class CudaContext(CudaArrays, DeviceContext):
         self.ctx = self._new_context()
         # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
         # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
-        # Sessions of one daemon on the same window share its free list (`space`): one process, one address space.
-        self.mem = WindowMemory(drv, ordinal, space or WindowSpace(window), check) if vmm else None
+        # Sessions of one daemon on the same window share its free lists and what the daemon learnt of its driver
+        # (`spaces`): one process, one address space.
+        self.mem = WindowMemory(drv, ordinal, window, check, spaces) if vmm else None
         self._prog_ranges: dict[int, int] = {}       # the program's own (VMM_*): reservations, handles, mappings
         self._prog_handles: list[Any] = []
         self._prog_maps: dict[int, int] = {}
