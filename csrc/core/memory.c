@@ -93,12 +93,15 @@ cudaError_t pv_mem_free(void *ptr)
         a.owner == PV_OWNER_VMM)
         return PV_cudaErrorInvalidValue;
     struct pv_device *d = pv_device(a.dev);
-    err = pv_call_FREE(d, a.ptr);
-    /* Forget the allocation whatever the answer: a SYNC op reports an earlier deferred error after doing its own
-     * work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory with it. */
+    /* Forgotten before the daemon frees it, so that the address is nobody's when the daemon hands it out again (to
+     * another thread, whose entry would otherwise sit beside this stale one: the stale one's context end would free
+     * the other thread's memory). Forgotten whatever the answer: a SYNC op reports an earlier deferred error after
+     * doing its own work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory
+     * with it. */
     int dev;
-    pv_alloc_remove(a.ptr, &dev);
-    return err;
+    if (pv_alloc_remove(a.ptr, &dev) != 0)
+        return PV_cudaErrorInvalidValue;            /* another thread freed it meanwhile */
+    return pv_call_FREE(d, a.ptr);
 }
 
 cudaError_t pv_mem_host_alloc(void **ptr, size_t size, unsigned flags)

@@ -103,9 +103,9 @@ static void release_kept(struct pv_pool *p, size_t keep)
         struct pool_block b = p->kept[big];
         p->kept[big] = p->kept[--p->nkept];
         int dev;
+        pv_alloc_remove(b.ptr, &dev);                     /* first: the address is nobody's once freed */
         if (d)
             (void)pv_call_FREE(d, b.ptr);
-        pv_alloc_remove(b.ptr, &dev);
         p->reserved -= b.size;
     }
 }
@@ -240,9 +240,9 @@ static int pool_free(const void *ptr)
     } else {                                              /* no room to keep it: give it back */
         struct pv_device *d = pv_device(p->dev);
         int dev;
+        pv_alloc_remove(l.ptr, &dev);
         if (d)
             (void)pv_call_FREE(d, l.ptr);
-        pv_alloc_remove(l.ptr, &dev);
         p->reserved -= l.size;
     }
     if (p->destroyed && !p->used) {
@@ -265,8 +265,8 @@ cudaError_t pv_pool_free_now(const void *ptr)
     p->reserved -= l.size;
     struct pv_device *d = pv_device(p->dev);
     int dev;
-    cudaError_t err = d ? pv_call_FREE(d, l.ptr) : PV_cudaErrorInvalidDevice;
     pv_alloc_remove(l.ptr, &dev);
+    cudaError_t err = d ? pv_call_FREE(d, l.ptr) : PV_cudaErrorInvalidDevice;
     if (p->destroyed && !p->used) {
         pool_dispose(p);
         return err;

@@ -616,7 +616,8 @@ class CudaContext(CudaArrays, DeviceContext):
         # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
         # device-side layout. A real driver refuses a CU_LAUNCH_PARAM_BUFFER_SIZE other than the kernel's
         # parameter space with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (an H100 did, for a buffer padded from 12 to 16
-        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much).
+        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much). libvcuda
+        # answers as that driver does, so the chain's fault tests fail without the cut (test_daemon_cuda_faults).
         size = kernel.param_bytes
         arg_buf = ctypes.create_string_buffer(bytes(params[:size]), max(size, 1))
         arg_size = ctypes.c_size_t(size)
