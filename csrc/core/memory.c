@@ -15,8 +15,7 @@ int pv_ptr_device(const void *p)
     return (pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0) ? a.dev : -1;
 }
 
-/* "GPUk (host:port)" for a device, else what the entry is. */
-static void entry_name(int dev, char *out, size_t n)
+void pv_alloc_owner_name(int dev, char *out, size_t n)
 {
     struct pv_device *d = dev >= 0 ? pv_device(dev) : NULL;
     if (d)
@@ -57,8 +56,8 @@ cudaError_t pv_malloc_unique(struct pv_device *d, size_t size, const void *owner
             break;
         }
         kept[nkept++] = p;
-        entry_name(d->index, mine, sizeof mine);
-        entry_name(hit.dev, theirs, sizeof theirs);
+        pv_alloc_owner_name(d->index, mine, sizeof mine);
+        pv_alloc_owner_name(hit.dev, theirs, sizeof theirs);
         if (nkept == UNIQUE_TRIES) {
             pv_log("%s handed out [%#llx, +%zu) over [%#llx, +%zu) of %s %d times: allocation refused "
                    "(cudaErrorMemoryAllocation)", mine, (unsigned long long)p, size, (unsigned long long)hit.ptr,

@@ -5,6 +5,8 @@
 // the other thread's; every allocation is printed as "RANGE <device> <address> <size>" and every free as "FREE
 // <device> <address>" so the test can check that no two live blocks' addresses overlap; every block kept to the end
 // must still hold its own bytes (a range of one host misrouted to another would be overwritten); prints "CHURN OK".
+// `api_multihost managed`: managed memory on GPU0, then on GPU1: the second is either elsewhere or refused with
+// cudaErrorMemoryAllocation ("MANAGED1 <error name>"), and the first keeps its bytes; prints "MANAGED OK".
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
@@ -117,9 +119,38 @@ static int churn_main() {
     return 0;
 }
 
+static int managed_main() {
+    const size_t n = 1 << 20;
+    unsigned char *p0 = nullptr, *p1 = nullptr;
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMallocManaged(&p0, n));
+    memset(p0, 0x11, n);
+    CHECK(cudaSetDevice(1));
+    cudaError_t e = cudaMallocManaged(&p1, n);
+    printf("MANAGED1 %s\n", cudaGetErrorName(e));
+    EXPECT(e == cudaSuccess || e == cudaErrorMemoryAllocation);
+    if (e == cudaSuccess) {
+        EXPECT(p1 + n <= p0 || p0 + n <= p1);
+        memset(p1, 0x22, n);
+        CHECK(cudaDeviceSynchronize());
+        for (size_t i = 0; i < n; i++) EXPECT(p1[i] == 0x22);
+        CHECK(cudaFree(p1));
+    } else {
+        cudaGetLastError();
+    }
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < n; i++) EXPECT(p0[i] == 0x11);
+    CHECK(cudaFree(p0));
+    printf("MANAGED OK\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "churn") == 0)
         return churn_main();
+    if (argc > 1 && strcmp(argv[1], "managed") == 0)
+        return managed_main();
     int n = 0;
     CHECK(cudaGetDeviceCount(&n));
     EXPECT(n == 2);

@@ -66,6 +66,8 @@ def test_allocations_of_two_hosts_never_overlap(cuda_build, daemon_factory, run)
     assert len(places) == 2 and None not in {p for _, p in places}, places
     assert_live_ranges_apart(proc.stdout)
     assert all(m == 0 for d in (a, b) for m in session_memory(d.port))      # every block was freed
+    proc = run(cuda_build("api_multihost.cu"), [a, b], "managed", timeout=300)
+    assert "MANAGED1 cudaSuccess" in proc.stdout and "MANAGED OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def assert_live_ranges_apart(out: str) -> None:
@@ -97,6 +99,11 @@ def test_hosts_whose_drivers_hand_out_the_same_addresses(cuda_build, daemon_fact
     assert "allocating again" in proc.stderr, proc.stderr
     assert all("not in the window" in d.log_text() for d in (a, b))
     assert all(m == 0 for d in (a, b) for m in session_memory(d.port))
+    # managed memory, which the client maps at the device address, has no second try: refused cleanly
+    proc = run(cuda_build("api_multihost.cu"), [a, b], "managed", timeout=300)
+    assert "MANAGED OK" in proc.stdout and "MANAGED1 cudaErrorMemoryAllocation" in proc.stdout, proc.stdout
+    assert re.search(r"GPU1 \(127\.0\.0\.1:\d+\) handed out managed memory .* of GPU0 \(127\.0\.0\.1:\d+\): "
+                     r"allocation refused", proc.stderr), proc.stderr
 
 
 def test_hosts_are_driven_in_parallel(cuda_build, daemon_factory, run):
