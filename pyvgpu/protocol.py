@@ -100,6 +100,9 @@ ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
 ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
 ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
+# The daemon's cuda backend: "python" makes its fast ops (launches, memsets, event records, stream waits, async
+# copies) call the driver through cuda-python, not through its compiled module libpvdrvcall.so (backends/cuda_calls.py)
+ENV_CUDA_CALLS = "PYVGPU_CUDA_CALLS"
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
 HOSTMAP_AUTO = "auto"

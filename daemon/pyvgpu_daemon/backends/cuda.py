@@ -33,6 +33,7 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUN
 from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
+from pyvgpu_daemon.backends.cuda_calls import MEMSET_BY_ELEM, MEMSET_D2D8, MEMSET_D8, DriverCalls, handle
 from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
@@ -100,6 +101,14 @@ def to_cuda_error(err: Any, what: str) -> CudaError:
     return CudaError(code if code in ERROR_NAMES else "cudaErrorUnknown", f"{what}: {name}")
 
 
+def driver_error(drv: Any, code: int, what: str) -> CudaError:
+    """A CUresult number (the compiled calls' answer) → the CudaError to_cuda_error gives for the bindings' enum."""
+    try:
+        return to_cuda_error(drv.CUresult(code), what)
+    except ValueError:                       # not a CUresult this cuda-bindings knows: the number stands for it
+        return to_cuda_error(code, what)
+
+
 def check(result: Any, what: str) -> Any:
     """Unpack a cuda-python return tuple (err, *values), raising on failure; → None, the value, or a tuple."""
     if isinstance(result, tuple):
@@ -125,6 +134,9 @@ class CudaBackend(Backend):
         check(self.drv.cuInit(0), "cuInit")
         self.api = DriverEntryPoints.probe(self.drv, lookup)
         log.info("%s", self.api.describe())
+        # The fast ops' calls into the driver from compiled code (cuda_calls.py), else through cuda-python.
+        self.calls, why = DriverCalls.load(self.api, lambda code, what: driver_error(self.drv, code, what))
+        log.info("%s", why)
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
             raise RuntimeError("no CUDA device")
@@ -206,7 +218,7 @@ class CudaBackend(Backend):
         window = va_base + ordinal * VA_WINDOW_BYTES
         return CudaContext(self.drv, ordinal, self.cublas, window, self.cublaslt, self.api,
                            vmm=self._snapshots[ordinal]["vmm_granularity"] > 0, health=self.health,
-                           space=self.windows.of(window))
+                           space=self.windows.of(window), calls=self.calls)
 
     def unusable(self, ordinal: int) -> str:
         return self.health.unusable.get(ordinal, "")
@@ -254,8 +266,11 @@ class CudaContext(CudaArrays, DeviceContext):
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
-                 health: "DeviceHealth | None" = None, space: WindowSpace | None = None) -> None:
+                 health: "DeviceHealth | None" = None, space: WindowSpace | None = None,
+                 calls: DriverCalls | None = None) -> None:
         self.drv = drv
+        self.calls = calls             # the fast ops from compiled code (cuda_calls.py); None: through cuda-python
+        self._default_stream = drv.CUstream(0)
         self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
         self._cublas = cublas
@@ -338,7 +353,7 @@ class CudaContext(CudaArrays, DeviceContext):
             turn.charge(time.perf_counter() - t0)
 
     def _stream(self, stream: Any) -> Any:
-        return self.drv.CUstream(0) if stream is None else stream
+        return self._default_stream if stream is None else stream
 
     def _sync_stream(self, stream: Any) -> None:
         with self._host_wait():
@@ -427,13 +442,19 @@ class CudaContext(CudaArrays, DeviceContext):
         self._prog_ranges.clear()
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.htod(dst, data, handle(stream))
+            return
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         # From pageable memory the call returns once the bytes are staged, so `data` may be dropped after it.
         check(self.drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, self._stream(stream)),
               "cuMemcpyHtoDAsync")
 
     def _dtoh_into(self, dst: int, src: int, size: int, stream: Any) -> None:
-        check(self.drv.cuMemcpyDtoHAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
+        if self.calls is not None:
+            self.calls.dtoh(dst, src, size, handle(stream))
+        else:
+            check(self.drv.cuMemcpyDtoHAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
         self._sync_stream(stream)
 
     def _dtoh_array(self, src: int, size: int, stream: Any) -> np.ndarray:
@@ -451,6 +472,9 @@ class CudaContext(CudaArrays, DeviceContext):
         return lent if lent is not None else memoryview(self._dtoh_array(src, size, stream))
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.dtod(dst, src, size, handle(stream))
+            return
         check(self.drv.cuMemcpyDtoDAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoDAsync")
 
     def _copy2d(self, stream: Any, *, src_host: int = 0, src_dev: int = 0, src_pitch: int, dst_host: int = 0,
@@ -493,9 +517,15 @@ class CudaContext(CudaArrays, DeviceContext):
                      height=height)
 
     def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.memset(MEMSET_D8, ptr, 0, value & 0xFF, size, 1, handle(stream))
+            return
         check(self.drv.cuMemsetD8Async(ptr, value & 0xFF, size, self._stream(stream)), "cuMemsetD8Async")
 
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.memset(MEMSET_D2D8, ptr, pitch, value & 0xFF, width, height, handle(stream))
+            return
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
@@ -512,6 +542,9 @@ class CudaContext(CudaArrays, DeviceContext):
         self._sync_stream(stream)    # the source's later work must not race the copy
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.memset(MEMSET_BY_ELEM[elem], ptr, pitch, value, width, height, handle(stream))
+            return
         fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
         check(getattr(self.drv, fn)(ptr, pitch, value, width, height, self._stream(stream)), fn)
 
@@ -617,12 +650,22 @@ class CudaContext(CudaArrays, DeviceContext):
         # parameter space with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (an H100 did, for a buffer padded from 12 to 16
         # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much).
         size = kernel.param_bytes
+        s = self._stream(stream)
+        calls = self.calls
+        if calls is not None:
+            turn = self.turn
+            if (turn is None or not turn.shared) and not self.gpu_time.timed:     # GpuTime.launch: nothing to time
+                calls.launch(handle(kernel.handle), grid, block, shmem, handle(stream), params, size, kernel.name)
+            else:
+                self.gpu_time.launch(turn, s, lambda: calls.launch(handle(kernel.handle), grid, block, shmem,
+                                                                   handle(stream), params, size, kernel.name),
+                                     self.wait_scope)
+            return
         arg_buf = ctypes.create_string_buffer(bytes(params[:size]), max(size, 1))
         arg_size = ctypes.c_size_t(size)
         extra = (ctypes.c_void_p * 5)(drv.CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arg_buf),
                                       drv.CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(arg_size),
                                       drv.CU_LAUNCH_PARAM_END)
-        s = self._stream(stream)
         self.gpu_time.launch(self.turn, s, lambda: check(drv.cuLaunchKernel(
             kernel.handle, *grid, *block, shmem, s, 0, ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})"),
             self.wait_scope)
@@ -632,6 +675,13 @@ class CudaContext(CudaArrays, DeviceContext):
                            block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         # cuLaunchCooperativeKernel takes no packed buffer: one pointer per parameter, into the client's buffer
         drv = self.drv
+        calls = self.calls
+        if calls is not None:
+            offsets = [off for off, _ in kernel.params]
+            self.gpu_time.launch(self.turn, self._stream(stream), lambda: calls.launch_coop(
+                handle(kernel.handle), grid, block, shmem, handle(stream), params, offsets, kernel.name),
+                self.wait_scope)
+            return
         arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         base = ctypes.addressof(arg_buf)
         ptrs = (ctypes.c_void_p * max(len(kernel.params), 1))(*[base + off for off, _ in kernel.params])
@@ -683,6 +733,9 @@ class CudaContext(CudaArrays, DeviceContext):
         return True
 
     def stream_wait_event(self, stream: Any, event: _Event, flags: int) -> None:
+        if self.calls is not None:
+            self.calls.stream_wait(handle(stream), handle(event.handle), flags)
+            return
         check(self.drv.cuStreamWaitEvent(self._stream(stream), event.handle, flags), "cuStreamWaitEvent")
 
     def event_create(self, flags: int) -> _Event:
@@ -694,7 +747,10 @@ class CudaContext(CudaArrays, DeviceContext):
     def event_record(self, event: _Event, stream: Any) -> None:
         s = self._stream(stream)
         anchor = None if event.flags & EVENT_DISABLE_TIMING else self.clock.before_record(s)
-        check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
+        if self.calls is not None:
+            self.calls.event_record(handle(event.handle), handle(stream))
+        else:
+            check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
         event.recorded = True
         event.anchor = anchor
 

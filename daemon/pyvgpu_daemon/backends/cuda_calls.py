@@ -1,0 +1,149 @@
+"""The cuda backend's fast ops called into the driver from compiled code: libpvdrvcall.so (csrc/drvcall/), loaded
+with cffi's ABI mode.
+
+Through cuda-python each op costs the bindings' argument conversion, a ctypes parameter block (launches) and a
+result tuple; here one cffi call hands plain integers and buffer pointers to C, which calls the driver's entry point
+(launches, cooperative launches, memsets, event records, stream waits, async copies between daemon memory and the
+device), and a run of such ops goes in one call (`DriverCalls.run`). cffi's ABI mode over a plain C library needs no
+Python headers and no compiler at install time, and the library is built by the top-level CMake with the client
+libraries (and carried prebuilt in the GPU bundle); its per-call cost is in bench/README.md ("The cuda backend's fast
+ops from compiled code").
+
+The library is handed the driver's entry points once, from cuda_driver's cuGetProcAddress lookup, in the ABI
+cuda-bindings calls for each name (driver_abis: cuMemcpyHtoDAsync -> _v2), so it calls exactly what the loaded driver
+exports and what the Python path would. Every CUresult becomes the CudaError the Python path raises (cuda.to_cuda_error:
+the same code, the same `what: CUDA_ERROR_...` message).
+
+Used when the library and its header are found beside the client libraries (pyvgpu.lib_path) and ENV_CUDA_CALLS is
+not "python"; otherwise the backend calls cuda-python as before, and says why in one log line at start.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pyvgpu.protocol import ENV_CUDA_CALLS
+from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, called_abi
+from pyvgpu_daemon.errors import CudaError
+
+log = logging.getLogger("pyvgpu.daemon")
+
+LIB_NAME = "libpvdrvcall.so"
+HEADER_NAME = "pv_drvcall.h"
+PYTHON_CALLS = "python"            # the value of ENV_CUDA_CALLS that turns the compiled calls off
+
+# pv_dc_op kinds (pv_drvcall.h's enum pv_dc_kind, read from the header by cffi: these are its names)
+LAUNCH, LAUNCH_COOP, MEMSET_D8, MEMSET_D2D8, MEMSET_D2D16, MEMSET_D2D32, EVENT_RECORD, STREAM_WAIT, HTOD, DTOH, DTOD = (
+    "PV_DC_LAUNCH", "PV_DC_LAUNCH_COOP", "PV_DC_MEMSET_D8", "PV_DC_MEMSET_D2D8", "PV_DC_MEMSET_D2D16",
+    "PV_DC_MEMSET_D2D32", "PV_DC_EVENT_RECORD", "PV_DC_STREAM_WAIT", "PV_DC_HTOD", "PV_DC_DTOH", "PV_DC_DTOD")
+# The driver function each kind calls, for error messages (the names the Python path's messages use).
+CALLED_BY_KIND = {LAUNCH: "cuLaunchKernel", LAUNCH_COOP: "cuLaunchCooperativeKernel", MEMSET_D8: "cuMemsetD8Async",
+                  MEMSET_D2D8: "cuMemsetD2D8Async", MEMSET_D2D16: "cuMemsetD2D16Async",
+                  MEMSET_D2D32: "cuMemsetD2D32Async", EVENT_RECORD: "cuEventRecord",
+                  STREAM_WAIT: "cuStreamWaitEvent", HTOD: "cuMemcpyHtoDAsync", DTOH: "cuMemcpyDtoHAsync",
+                  DTOD: "cuMemcpyDtoDAsync"}
+MEMSET_BY_ELEM = {1: MEMSET_D2D8, 2: MEMSET_D2D16, 4: MEMSET_D2D32}
+
+
+def cdef_of(header: Path) -> str:
+    """The declarations between the header's cffi markers."""
+    text = header.read_text()
+    begin, end = text.index("/* cffi:begin */"), text.index("/* cffi:end */")
+    return text[begin + len("/* cffi:begin */"):end]
+
+
+def handle(obj: Any) -> int:
+    """A cuda-python handle (CUstream, CUevent, CUfunction) as the pointer it holds; None: the legacy default stream."""
+    return 0 if obj is None else int(obj)
+
+
+class DriverCalls:
+    """libpvdrvcall.so bound to the loaded driver's entry points. Its methods raise CudaError(to_error(...))."""
+
+    def __init__(self, ffi: Any, lib: Any, table: Any, to_error: Callable[[int, str], CudaError],
+                 path: Path) -> None:
+        self.ffi = ffi
+        self.lib = lib
+        self.table = table
+        self.to_error = to_error          # (CUresult, what) -> the CudaError the Python path raises
+        self.path = path
+        self.kind = {name: int(getattr(lib, name)) for name in CALLED_BY_KIND}
+        self._name_of_kind = {v: CALLED_BY_KIND[k] for k, v in self.kind.items()}
+
+    @classmethod
+    def load(cls, api: DriverEntryPoints, to_error: Callable[[int, str], CudaError]) -> tuple["DriverCalls | None", str]:
+        """(the calls, a line for the log); None with the reason when the backend must call through cuda-python."""
+        if os.environ.get(ENV_CUDA_CALLS, "").strip().lower() == PYTHON_CALLS:
+            return None, f"fast ops through cuda-python ({ENV_CUDA_CALLS}={PYTHON_CALLS})"
+        if api.lookup is None:
+            return None, "fast ops through cuda-python: the driver has no cuGetProcAddress to take entry points from"
+        try:
+            import cffi  # noqa: PLC0415 - the cuda extra's dependency, as for cuBLAS
+        except ImportError as exc:
+            return None, f"fast ops through cuda-python: no cffi ({exc})"
+        import pyvgpu  # noqa: PLC0415
+        try:
+            path = pyvgpu.lib_path(LIB_NAME)
+            ffi = cffi.FFI()
+            ffi.cdef(cdef_of(path.parent / HEADER_NAME))
+            lib = ffi.dlopen(str(path))
+        except (OSError, ValueError, cffi.CDefError, cffi.FFIError) as exc:
+            return None, f"fast ops through cuda-python: {LIB_NAME} not usable ({exc})"
+        names = [ffi.string(lib.pv_dc_entry_name(i)).decode() for i in range(lib.pv_dc_entry_count())]
+        addrs = [api.pointer(name, called_abi(name)[1]) for name in names]
+        missing = [n for n, a in zip(names, addrs) if not a]
+        if missing:
+            return None, f"fast ops through cuda-python: the driver gave no address for {', '.join(missing)}"
+        table = lib.pv_dc_driver_new(ffi.new("uintptr_t[]", addrs), len(addrs))
+        if table == ffi.NULL:
+            return None, f"fast ops through cuda-python: {LIB_NAME} refused the entry points"
+        return cls(ffi, lib, ffi.gc(table, lib.pv_dc_driver_free), to_error, path), \
+            f"fast ops through compiled calls ({path})"
+
+    # ------------------------------------------------------------------ one op each (handles: handle())
+    def launch(self, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
+               params: bytes | memoryview, size: int, name: str) -> None:
+        err = self.lib.pv_dc_launch(self.table, func, *grid, *block, shmem, stream, self.ffi.from_buffer(params), size)
+        if err:
+            raise self.to_error(err, f"cuLaunchKernel({name})")
+
+    def launch_coop(self, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
+                    params: bytes | memoryview, offsets: Sequence[int], name: str) -> None:
+        ffi = self.ffi
+        err = self.lib.pv_dc_launch_coop(self.table, func, *grid, *block, shmem, stream, ffi.from_buffer(params),
+                                         ffi.new("uint32_t[]", list(offsets)), len(offsets))
+        if err:
+            raise self.to_error(err, f"cuLaunchCooperativeKernel({name})")
+
+    def memset(self, kind: str, dst: int, pitch: int, value: int, width: int, height: int, stream: int) -> None:
+        err = self.lib.pv_dc_memset(self.table, self.kind[kind], dst, pitch, value, width, height, stream)
+        if err:
+            raise self.to_error(err, CALLED_BY_KIND[kind])
+
+    def event_record(self, event: int, stream: int) -> None:
+        err = self.lib.pv_dc_event_record(self.table, event, stream)
+        if err:
+            raise self.to_error(err, "cuEventRecord")
+
+    def stream_wait(self, stream: int, event: int, flags: int) -> None:
+        err = self.lib.pv_dc_stream_wait(self.table, stream, event, flags)
+        if err:
+            raise self.to_error(err, "cuStreamWaitEvent")
+
+    def htod(self, dst: int, data: bytes | memoryview, stream: int) -> None:
+        buf = self.ffi.from_buffer(data)
+        err = self.lib.pv_dc_htod(self.table, dst, buf, len(buf), stream)
+        if err:
+            raise self.to_error(err, "cuMemcpyHtoDAsync")
+
+    def dtoh(self, dst_addr: int, src: int, size: int, stream: int) -> None:
+        err = self.lib.pv_dc_dtoh(self.table, dst_addr, src, size, stream)
+        if err:
+            raise self.to_error(err, "cuMemcpyDtoHAsync")
+
+    def dtod(self, dst: int, src: int, size: int, stream: int) -> None:
+        err = self.lib.pv_dc_dtod(self.table, dst, src, size, stream)
+        if err:
+            raise self.to_error(err, "cuMemcpyDtoDAsync")
