@@ -4,8 +4,9 @@ else pyvgpu's libcuda.so.1 over an emulated daemon (the chain).
 
 The backend's context is driven directly, in a process whose cuda-python loaded that driver, once per way of calling:
 every fast op (launch, cooperative launch, the memsets of 1, 2 and 4-byte elements and 2D, event record, stream wait,
-host-to-device, device-to-host and device-to-device copies, a run of ops in one call) leaves the device memory a host
-model computes, byte for byte, and the driver's refusals become the same CudaError (code and message) both ways.
+host-to-device, device-to-host and device-to-device copies, and runs of them in one call: DeviceContext.run_fast)
+leaves the device memory a host model computes, byte for byte, and the driver's refusals become the same CudaError
+(code and message) both ways; a run stops at its refused op, the ops before it done and none after it.
 Whole programs run through chains with the compiled calls on (the default) in the e2e and driver suites; one program
 runs here with them off as well.
 """
@@ -36,6 +37,7 @@ extern "C" __global__ void axpb(int *p, int n, char pad, long long b) {
 DRIVE = r"""
 import hashlib, json, sys
 import numpy as np
+from pyvgpu_daemon.backends.base import FastOp
 from pyvgpu_daemon.backends.cuda import CudaBackend
 from pyvgpu_daemon.errors import CudaError
 
@@ -81,6 +83,34 @@ ctx.launch_cooperative(mod, k, (2, 1, 1), (512, 1, 1), 0, params, s)
 model[at:at + 4 * n] = np.frombuffer(((vals * 3 + 7) * 3 + 7).astype(np.int32).tobytes(), np.uint8)
 ctx.event_record(ev, s)
 ctx.event_sync(ev)
+
+# a run of fast ops in one call (DeviceContext.run_fast), then a run whose second op the driver refuses
+R = 131072
+blob = rng.bytes(777)
+at2 = R + 8192
+vals2 = np.arange(256, dtype=np.int32) * 5 - 600
+ctx.memcpy_htod(p + at2, vals2.tobytes(), None)
+params2 = np.int64(p + at2).tobytes() + np.int32(256).tobytes() + b"\0" * 4 + np.int64(-3).tobytes()
+ops = [FastOp("memset", (p + R, 0x5A, 100, s)), FastOp("memcpy_htod", (p + R + 200, blob, None)),
+       FastOp("memcpy_dtod", (p + R + 1000, p + R + 200, 777, s)), FastOp("event_record", (ev, s)),
+       FastOp("stream_wait_event", (None, ev, 0)), FastOp("launch", (mod, k, (1, 1, 1), (256, 1, 1), 0, params2, None)),
+       FastOp("memset2d", (p + R + 4096, 64, 0x33, 10, 2, None)),     # not one the library runs: in order all the same
+       FastOp("memset", (p + R + 2000, 0x77, 10, None))]
+done, exc = ctx.run_fast(ops)
+out["run"] = [done, len(ops), exc is None]
+model[R:R + 100] = 0x5A
+model[R + 200:R + 977] = np.frombuffer(blob, np.uint8)
+model[R + 1000:R + 1777] = np.frombuffer(blob, np.uint8)
+model[at2:at2 + 1024] = np.frombuffer((vals2 * 3 - 3).astype(np.int32).tobytes(), np.uint8)
+model[R + 4096:R + 4106] = 0x33
+model[R + 4160:R + 4170] = 0x33
+model[R + 2000:R + 2010] = 0x77
+bad = [FastOp("memset", (p + R + 3000, 1, 8, None)), FastOp("memset", (16, 2, 8, None)),
+       FastOp("memset", (p + R + 3100, 3, 8, None))]
+done, exc = ctx.run_fast(bad)
+out["run_refused"] = [done, exc.code, exc.message] if exc is not None else [done]
+model[R + 3000:R + 3008] = 1                           # the op before the refused one ran, the one after it did not
+ctx.synchronize()
 
 small = ctx.memcpy_dtoh(p, 1 << 16, None)
 reply = ctx.memcpy_dtoh_reply(p, model.nbytes, None)       # through pinned staging (a Lent view)
@@ -134,6 +164,8 @@ def test_fast_ops_compiled_and_through_cuda_python_alike(daemon_factory, image):
     assert compiled["compiled"] and not python["compiled"]
     for got in (compiled, python):
         assert got["small_ok"] and got["whole_ok"], got
+        assert got["run"] == [8, 8, True]
+        assert got["run_refused"] == [1, 1, "cuMemsetD8Async: CUDA_ERROR_INVALID_VALUE"], got
     assert all(compiled["errors"].values()), compiled["errors"]       # each refusal happened ...
     assert compiled["errors"] == python["errors"]                      # ... as the same CudaError
 

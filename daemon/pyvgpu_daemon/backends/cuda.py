@@ -258,7 +258,16 @@ class _Event:
 
 
 class CudaContext(CudaArrays, DeviceContext):
-    """Lives on one worker thread; the context is made current there once and stays current."""
+    """Lives on one worker thread; the context is made current there once and stays current.
+
+    The event loop answers this context's queries itself while its worker is idle (answers_on_loop, fastpath.py):
+    state queries that need no device work (memory info, stream and event queries, elapsed times, limits), and
+    synchronizations once what they wait for has completed (then they return at once). That saves the two thread
+    hand-overs of the worker, most of a synchronous call's cost beyond the round trip (bench/README.md). The loop's
+    thread serves every session, so each such call first makes this context current there (_here). Device work
+    (launches, copies, memsets, records) stays on the worker: a real GPU's queue may block its caller."""
+
+    answers_on_loop = True
 
     @staticmethod
     def _check(result: Any, what: str) -> Any:
@@ -279,6 +288,8 @@ class CudaContext(CudaArrays, DeviceContext):
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.health = health or DeviceHealth()
         self.ctx: Any = None
+        self._thread = threading.get_ident()        # the worker's, where the context stays current
+        self._streams: set[Any] = set()             # the streams made here (a context-wide wait waits for them)
         self.ctx = self._new_context()
         # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
         # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
@@ -338,12 +349,42 @@ class CudaContext(CudaArrays, DeviceContext):
             raise to_cuda_error(self.drv.CUresult(err), "cuCtxCreate_v2")
         return self.drv.CUcontext(out.value)
 
+    def _here(self) -> bool:
+        """Makes the context current on the calling thread when that is not its worker (the event loop answering
+        for it: answers_on_loop); → whether the caller is the worker."""
+        if threading.get_ident() == self._thread or self.ctx is None:
+            return True
+        check(self.drv.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        return False
+
+    def loop_may_answer(self, spec: Any, args: Any) -> bool:
+        """Queries that need no device work, and waits with nothing left to wait for (every stream and event the op
+        names idle; one that names none waits for the whole context: its streams and the legacy default stream)."""
+        if not spec.host or self.ctx is None:
+            return False                  # device work: on the worker (a real GPU's queue may block the caller)
+        if not spec.sync:
+            return True
+        self._here()
+        named = [a for a, t in zip(args(), spec.args[1:]) if t.type in ("stream", "event")]
+        waits = named or [None, *self._streams]
+        for obj in waits:
+            if isinstance(obj, _Event):
+                err = self.drv.cuEventQuery(obj.handle)[0]
+            else:
+                err = self.drv.cuStreamQuery(self._stream(obj))[0]
+            if int(err) != 0:
+                return False              # still running (or failed: the worker reports it)
+        return True
+
     @contextmanager
     def _host_wait(self) -> Iterator[None]:
         """A host wait on this context's work, inside the scheduler's wait scope (others may use the device). Alone on
         the device, the wait is the GPU running this session's work, which nothing else measures (GpuTime times
         kernels only while the device is shared): it is charged as the session's device time, so the device's busy
         figures (STATUS, NVML utilization, placement) see a lone session's kernels."""
+        if not self._here():
+            yield                          # the loop, for a wait with nothing left to wait for: no turn to give away
+            return
         turn = self.turn
         alone = turn is not None and not turn.shared
         t0 = time.perf_counter()
@@ -361,6 +402,7 @@ class CudaContext(CudaArrays, DeviceContext):
 
     # ------------------------------------------------------------------ memory
     def mem_info(self) -> tuple[int, int]:
+        self._here()
         free, total = check(self.drv.cuMemGetInfo(), "cuMemGetInfo")
         return int(free), int(total)
 
@@ -690,6 +732,70 @@ class CudaContext(CudaArrays, DeviceContext):
             kernel.handle, *grid, *block, shmem, s, ctypes.addressof(keep[1])),
             f"cuLaunchCooperativeKernel({kernel.name})"), self.wait_scope)
 
+    def run_fast(self, ops: Any) -> tuple[int, BaseException | None]:
+        """A run of fast ops in one call into the driver's entry points (cuda_calls.Run, pv_dc_run), with the per-op
+        methods' bookkeeping around it: an event record's clock anchor is taken in order (a new anchor, a driver call
+        of its own, first runs the ops before it), its event marked recorded once it ran. While the device is shared
+        each launch is timed (cuda_turns.py) and the ops go one call each, as without the compiled calls."""
+        calls = self.calls
+        turn = self.turn
+        if calls is None or not calls.runs or (turn is not None and turn.shared) or self.gpu_time.timed:
+            return super().run_fast(ops)
+        run = calls.run()
+        base = 0                                   # ops before the run being packed: already ran
+        recorded: list[tuple[int, _Event, Any]] = []   # (index, event, anchor) of the records in the run
+
+        def flush() -> tuple[int, BaseException | None]:
+            nonlocal base
+            k, exc = run.run()
+            for i, event, anchor in recorded:
+                if i < base + k:
+                    event.recorded = True
+                    event.anchor = anchor
+            recorded.clear()
+            base += k
+            return base, exc
+
+        for i, op in enumerate(ops):
+            method, a = op.method, op.args
+            if method == "launch":
+                module, kernel, grid, block, shmem, params, stream = a
+                run.launch(handle(kernel.handle), grid, block, shmem, handle(stream), params, kernel.param_bytes,
+                           kernel.name)
+            elif method == "memset":
+                ptr, value, size, stream = a
+                run.memset(MEMSET_D8, ptr, 0, value & 0xFF, size, 1, handle(stream))
+            elif method == "event_record":
+                event, stream = a
+                anchor = None
+                if not event.flags & EVENT_DISABLE_TIMING:
+                    if self.clock.rebase_due() and len(run):
+                        done, exc = flush()            # the new anchor goes on the stream after the ops before it
+                        if exc is not None:
+                            return done, exc
+                    anchor = self.clock.before_record(self._stream(stream))
+                run.event_record(handle(event.handle), handle(stream))
+                recorded.append((i, event, anchor))
+            elif method == "stream_wait_event":
+                stream, event, flags = a
+                run.stream_wait(handle(stream), handle(event.handle), flags)
+            elif method == "memcpy_dtod":
+                dst, src, size, stream = a
+                run.dtod(dst, src, size, handle(stream))
+            elif method == "memcpy_htod":
+                dst, data, stream = a
+                run.htod(dst, data, handle(stream))
+            else:                                      # not one the library runs: in order, through its method
+                done, exc = flush()
+                if exc is not None:
+                    return done, exc
+                try:
+                    getattr(self, method)(*a)
+                except Exception as exc:  # noqa: BLE001 - op i's failure (base.run_fast's contract)
+                    return i, exc
+                base = i + 1
+        return flush()
+
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         # cudaFuncAttribute and CUfunction_attribute share their numbers (MaxDynamicSharedMemorySize = 8,
         # PreferredSharedMemoryCarveout = 9); the driver does the validation against this device.
@@ -713,19 +819,24 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuCtxSetLimit(self._limit(limit), value), "cuCtxSetLimit")
 
     def get_limit(self, limit: int) -> int:
+        self._here()
         return int(check(self.drv.cuCtxGetLimit(self._limit(limit)), "cuCtxGetLimit"))
 
     # ------------------------------------------------------------------ streams and events
     def stream_create(self, flags: int, priority: int) -> Any:
-        return check(self.drv.cuStreamCreateWithPriority(flags, priority), "cuStreamCreateWithPriority")
+        stream = check(self.drv.cuStreamCreateWithPriority(flags, priority), "cuStreamCreateWithPriority")
+        self._streams.add(stream)
+        return stream
 
     def stream_destroy(self, stream: Any) -> None:
+        self._streams.discard(stream)
         check(self.drv.cuStreamDestroy(stream), "cuStreamDestroy")
 
     def stream_sync(self, stream: Any) -> None:
         self._sync_stream(stream)
 
     def stream_query(self, stream: Any) -> bool:
+        self._here()
         (err,) = self.drv.cuStreamQuery(self._stream(stream))
         if int(err) == 600:                # CUDA_ERROR_NOT_READY
             return False
@@ -755,6 +866,7 @@ class CudaContext(CudaArrays, DeviceContext):
         event.anchor = anchor
 
     def event_time(self, event: _Event) -> float | None:
+        self._here()
         return self.clock.time(event.anchor, event.handle) if event.recorded else None
 
     def event_sync(self, event: _Event) -> None:
@@ -762,6 +874,7 @@ class CudaContext(CudaArrays, DeviceContext):
             check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
 
     def event_query(self, event: _Event) -> bool:
+        self._here()
         (err,) = self.drv.cuEventQuery(event.handle)
         if int(err) == 600:
             return False
@@ -769,6 +882,7 @@ class CudaContext(CudaArrays, DeviceContext):
         return True
 
     def event_elapsed(self, start: _Event, end: _Event) -> float:
+        self._here()
         return self._elapsed(start.handle, end.handle)
 
     def _elapsed(self, start: Any, end: Any) -> float:
@@ -841,6 +955,7 @@ class CudaContext(CudaArrays, DeviceContext):
                 step()
             except Exception as exc:  # noqa: BLE001 - the context goes anyway
                 log.warning("device %d: releasing the context's %s failed: %s", self.ordinal, what, exc)
+        self._streams.clear()            # the context's streams go with it
         if self.ctx is None:
             return
         try:

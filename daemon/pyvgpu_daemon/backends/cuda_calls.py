@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -45,6 +46,12 @@ CALLED_BY_KIND = {LAUNCH: "cuLaunchKernel", LAUNCH_COOP: "cuLaunchCooperativeKer
                   STREAM_WAIT: "cuStreamWaitEvent", HTOD: "cuMemcpyHtoDAsync", DTOH: "cuMemcpyDtoHAsync",
                   DTOD: "cuMemcpyDtoDAsync"}
 MEMSET_BY_ELEM = {1: MEMSET_D2D8, 2: MEMSET_D2D16, 4: MEMSET_D2D32}
+# pv_dc_op as Python packs it (one struct.pack per op, then one call for the run; cheaper than setting cffi fields),
+# field by field; checked against the compiler's layout (cffi's offsets) when the library loads.
+OP_LAYOUT = (("kind", "I"), ("flags", "I"), ("stream", "Q"), ("handle", "Q"), ("dst", "Q"), ("src", "Q"),
+             ("value", "Q"), ("pitch", "Q"), ("width", "Q"), ("height", "Q"), ("grid", "3I"), ("block", "3I"),
+             ("shmem", "I"), ("nparams", "I"), ("offsets", "Q"), ("host", "Q"), ("size", "Q"))
+OP_RECORD = struct.Struct("<" + "".join(f for _, f in OP_LAYOUT))
 
 
 def cdef_of(header: Path) -> str:
@@ -70,7 +77,7 @@ class DriverCalls:
         self.to_error = to_error          # (CUresult, what) -> the CudaError the Python path raises
         self.path = path
         self.kind = {name: int(getattr(lib, name)) for name in CALLED_BY_KIND}
-        self._name_of_kind = {v: CALLED_BY_KIND[k] for k, v in self.kind.items()}
+        self.runs = _layout_matches(ffi)        # runs in one call (else the ops of a run go one call each)
 
     @classmethod
     def load(cls, api: DriverEntryPoints, to_error: Callable[[int, str], CudaError]) -> tuple["DriverCalls | None", str]:
@@ -101,6 +108,13 @@ class DriverCalls:
             return None, f"fast ops through cuda-python: {LIB_NAME} refused the entry points"
         return cls(ffi, lib, ffi.gc(table, lib.pv_dc_driver_free), to_error, path), \
             f"fast ops through compiled calls ({path})"
+
+    def address(self, data: Any) -> int:
+        """The address of a buffer's bytes (kept alive by the caller while the driver reads them)."""
+        return int(self.ffi.cast("uintptr_t", self.ffi.from_buffer(data)))
+
+    def run(self) -> "Run":
+        return Run(self)
 
     # ------------------------------------------------------------------ one op each (handles: handle())
     def launch(self, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
@@ -147,3 +161,75 @@ class DriverCalls:
         err = self.lib.pv_dc_dtod(self.table, dst, src, size, stream)
         if err:
             raise self.to_error(err, "cuMemcpyDtoDAsync")
+
+
+def _layout_matches(ffi: Any) -> bool:
+    """Whether OP_RECORD lays pv_dc_op out as the compiler did (every field's offset, the size)."""
+    at = 0
+    for name, fmt in OP_LAYOUT:
+        if ffi.offsetof("pv_dc_op", name) != at:
+            return False
+        at += struct.calcsize("<" + fmt)
+    return at == ffi.sizeof("pv_dc_op")
+
+
+class Run:
+    """Ops packed as pv_dc_op records for one pv_dc_run call; the Python buffers they point into are kept alive until
+    it ran. `run()` → (ops that ran, the CudaError of the one that failed or None); the run is then empty again."""
+
+    def __init__(self, calls: DriverCalls) -> None:
+        self.calls = calls
+        self.records = bytearray()
+        self.whats: list[str] = []        # each op's name in an error message, as the per-op call gives it
+        self.keep: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.whats)
+
+    def _add(self, what: str, *fields: Any) -> None:
+        self.records += OP_RECORD.pack(*fields)
+        self.whats.append(what)
+
+    def launch(self, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
+               params: bytes | memoryview, size: int, name: str) -> None:
+        buf = self.calls.ffi.from_buffer(params)
+        self.keep.append(buf)
+        self._add(f"cuLaunchKernel({name})", self.calls.kind[LAUNCH], 0, stream, func, 0, 0, 0, 0, 0, 0, *grid,
+                  *block, shmem, 0, 0, int(self.calls.ffi.cast("uintptr_t", buf)), size)
+
+    def memset(self, kind: str, dst: int, pitch: int, value: int, width: int, height: int, stream: int) -> None:
+        self._add(CALLED_BY_KIND[kind], self.calls.kind[kind], 0, stream, 0, dst, 0, value, pitch, width, height,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+    def event_record(self, event: int, stream: int) -> None:
+        self._add("cuEventRecord", self.calls.kind[EVENT_RECORD], 0, stream, event, 0, 0, 0, 0, 0, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+    def stream_wait(self, stream: int, event: int, flags: int) -> None:
+        self._add("cuStreamWaitEvent", self.calls.kind[STREAM_WAIT], flags, stream, event, 0, 0, 0, 0, 0, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+    def htod(self, dst: int, data: bytes | memoryview, stream: int) -> None:
+        buf = self.calls.ffi.from_buffer(data)
+        self.keep.append(buf)
+        self._add("cuMemcpyHtoDAsync", self.calls.kind[HTOD], 0, stream, 0, dst, 0, 0, 0, 0, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, int(self.calls.ffi.cast("uintptr_t", buf)), len(buf))
+
+    def dtod(self, dst: int, src: int, size: int, stream: int) -> None:
+        self._add("cuMemcpyDtoDAsync", self.calls.kind[DTOD], 0, stream, 0, dst, src, 0, 0, 0, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, size)
+
+    def run(self) -> tuple[int, CudaError | None]:
+        n = len(self.whats)
+        if not n:
+            return 0, None
+        calls = self.calls
+        ffi = calls.ffi
+        failed = ffi.new("size_t *")
+        err = calls.lib.pv_dc_run(calls.table, ffi.from_buffer("pv_dc_op[]", self.records), n, failed)
+        k = int(failed[0])
+        exc = calls.to_error(err, self.whats[k]) if err else None
+        self.records = bytearray()
+        self.whats = []
+        self.keep = []
+        return (k if err else n), exc
