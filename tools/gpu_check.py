@@ -192,7 +192,7 @@ def render(d: dict) -> str:
                     "", "| op | compiled CPU µs | cuda-python CPU µs | ratio |", "|---|---:|---:|---:|"]
             for k, row in st.get("fast_ops", {}).items():
                 c, p = row["compiled"][0], row["python"][0]
-                out.append(f"| {k} | {c:.2f} | {p:.2f} | {c / p:.2f} |")
+                out.append(f"| {k} | {c:.2f} | {_num(p)} | {f'{c / p:.2f}' if p else ''} |")
             if st.get("launches_python_calls"):
                 out.append(f"| remote empty launches per s, the daemon calling through cuda-python | "
                            f"{_num(st['launches_python_calls'])} | | |")

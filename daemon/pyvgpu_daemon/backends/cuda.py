@@ -33,7 +33,7 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUN
 from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
-from pyvgpu_daemon.backends.cuda_calls import MEMSET_BY_ELEM, MEMSET_D2D8, MEMSET_D8, DriverCalls, handle
+from pyvgpu_daemon.backends.cuda_calls import MEMSET_D8, DriverCalls, handle
 from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
@@ -514,9 +514,6 @@ class CudaContext(CudaArrays, DeviceContext):
         return lent if lent is not None else memoryview(self._dtoh_array(src, size, stream))
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.dtod(dst, src, size, handle(stream))
-            return
         check(self.drv.cuMemcpyDtoDAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoDAsync")
 
     def _copy2d(self, stream: Any, *, src_host: int = 0, src_dev: int = 0, src_pitch: int, dst_host: int = 0,
@@ -559,15 +556,9 @@ class CudaContext(CudaArrays, DeviceContext):
                      height=height)
 
     def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.memset(MEMSET_D8, ptr, 0, value & 0xFF, size, 1, handle(stream))
-            return
         check(self.drv.cuMemsetD8Async(ptr, value & 0xFF, size, self._stream(stream)), "cuMemsetD8Async")
 
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.memset(MEMSET_D2D8, ptr, pitch, value & 0xFF, width, height, handle(stream))
-            return
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
@@ -584,9 +575,6 @@ class CudaContext(CudaArrays, DeviceContext):
         self._sync_stream(stream)    # the source's later work must not race the copy
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.memset(MEMSET_BY_ELEM[elem], ptr, pitch, value, width, height, handle(stream))
-            return
         fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
         check(getattr(self.drv, fn)(ptr, pitch, value, width, height, self._stream(stream)), fn)
 
@@ -737,6 +725,7 @@ class CudaContext(CudaArrays, DeviceContext):
         methods' bookkeeping around it: an event record's clock anchor is taken in order (a new anchor, a driver call
         of its own, first runs the ops before it), its event marked recorded once it ran. While the device is shared
         each launch is timed (cuda_turns.py) and the ops go one call each, as without the compiled calls."""
+        self._here()                               # (a run the loop took: the context current there too)
         calls = self.calls
         turn = self.turn
         if calls is None or not calls.runs or (turn is not None and turn.shared) or self.gpu_time.timed:
@@ -844,9 +833,6 @@ class CudaContext(CudaArrays, DeviceContext):
         return True
 
     def stream_wait_event(self, stream: Any, event: _Event, flags: int) -> None:
-        if self.calls is not None:
-            self.calls.stream_wait(handle(stream), handle(event.handle), flags)
-            return
         check(self.drv.cuStreamWaitEvent(self._stream(stream), event.handle, flags), "cuStreamWaitEvent")
 
     def event_create(self, flags: int) -> _Event:
@@ -858,10 +844,7 @@ class CudaContext(CudaArrays, DeviceContext):
     def event_record(self, event: _Event, stream: Any) -> None:
         s = self._stream(stream)
         anchor = None if event.flags & EVENT_DISABLE_TIMING else self.clock.before_record(s)
-        if self.calls is not None:
-            self.calls.event_record(handle(event.handle), handle(stream))
-        else:
-            check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
+        check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
         event.recorded = True
         event.anchor = anchor
 

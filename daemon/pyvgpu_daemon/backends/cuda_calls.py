@@ -1,17 +1,22 @@
 """The cuda backend's fast ops called into the driver from compiled code: libpvdrvcall.so (csrc/drvcall/), loaded
 with cffi's ABI mode.
 
-Through cuda-python each op costs the bindings' argument conversion, a ctypes parameter block (launches) and a
-result tuple; here one cffi call hands plain integers and buffer pointers to C, which calls the driver's entry point
-(launches, cooperative launches, memsets, event records, stream waits, async copies between daemon memory and the
-device), and a run of such ops goes in one call (`DriverCalls.run`). cffi's ABI mode over a plain C library needs no
-Python headers and no compiler at install time, and the library is built by the top-level CMake with the client
-libraries (and carried prebuilt in the GPU bundle); its per-call cost is in bench/README.md ("The cuda backend's fast
-ops from compiled code").
+Runs of fast ops (DeviceContext.run_fast: launches, memsets, event records, stream waits, host-to-device and
+device-to-device copies, as the frame path hands them over) go to the driver in one call (`Run`, pv_dc_run): Python
+packs one record per op and C makes the calls, stopping at the first that fails. One op at a time, the compiled call
+is taken where it saves the Python path's own work: launches (cuda-python needs a ctypes parameter block per launch),
+cooperative launches, and copies between daemon memory and the device (a NumPy view of the host buffer per copy).
+Where the Python path is a single bindings call with integer arguments (a memset, an event record, a stream wait, a
+device-to-device copy), cuda-bindings' Cython call costs less than a cffi call (on the chain, above the driver's own
+1.46 µs: 0.37 µs against 0.71 µs in ABI mode and 0.55 µs in API mode; bench/README.md, "The cuda backend's fast ops
+from compiled code"), so those stay on cuda-python when they come alone. ABI mode over a plain C library needs no
+Python headers and no compiler where the daemon runs, the library is built by the top-level CMake with the client
+libraries (and carried prebuilt in the GPU bundle); API mode measured 0.16 µs a call faster, which is less than what a
+run saves and would tie the library to one Python version.
 
 The library is handed the driver's entry points once, from cuda_driver's cuGetProcAddress lookup, in the ABI
 cuda-bindings calls for each name (driver_abis: cuMemcpyHtoDAsync -> _v2), so it calls exactly what the loaded driver
-exports and what the Python path would. Every CUresult becomes the CudaError the Python path raises (cuda.to_cuda_error:
+exports and what the Python path would. Every CUresult becomes the CudaError the Python path raises (cuda.driver_error:
 the same code, the same `what: CUDA_ERROR_...` message).
 
 Used when the library and its header are found beside the client libraries (pyvgpu.lib_path) and ENV_CUDA_CALLS is
@@ -45,7 +50,6 @@ CALLED_BY_KIND = {LAUNCH: "cuLaunchKernel", LAUNCH_COOP: "cuLaunchCooperativeKer
                   MEMSET_D2D32: "cuMemsetD2D32Async", EVENT_RECORD: "cuEventRecord",
                   STREAM_WAIT: "cuStreamWaitEvent", HTOD: "cuMemcpyHtoDAsync", DTOH: "cuMemcpyDtoHAsync",
                   DTOD: "cuMemcpyDtoDAsync"}
-MEMSET_BY_ELEM = {1: MEMSET_D2D8, 2: MEMSET_D2D16, 4: MEMSET_D2D32}
 # pv_dc_op as Python packs it (one struct.pack per op, then one call for the run; cheaper than setting cffi fields),
 # field by field; checked against the compiler's layout (cffi's offsets) when the library loads.
 OP_LAYOUT = (("kind", "I"), ("flags", "I"), ("stream", "Q"), ("handle", "Q"), ("dst", "Q"), ("src", "Q"),
@@ -109,10 +113,6 @@ class DriverCalls:
         return cls(ffi, lib, ffi.gc(table, lib.pv_dc_driver_free), to_error, path), \
             f"fast ops through compiled calls ({path})"
 
-    def address(self, data: Any) -> int:
-        """The address of a buffer's bytes (kept alive by the caller while the driver reads them)."""
-        return int(self.ffi.cast("uintptr_t", self.ffi.from_buffer(data)))
-
     def run(self) -> "Run":
         return Run(self)
 
@@ -131,21 +131,6 @@ class DriverCalls:
         if err:
             raise self.to_error(err, f"cuLaunchCooperativeKernel({name})")
 
-    def memset(self, kind: str, dst: int, pitch: int, value: int, width: int, height: int, stream: int) -> None:
-        err = self.lib.pv_dc_memset(self.table, self.kind[kind], dst, pitch, value, width, height, stream)
-        if err:
-            raise self.to_error(err, CALLED_BY_KIND[kind])
-
-    def event_record(self, event: int, stream: int) -> None:
-        err = self.lib.pv_dc_event_record(self.table, event, stream)
-        if err:
-            raise self.to_error(err, "cuEventRecord")
-
-    def stream_wait(self, stream: int, event: int, flags: int) -> None:
-        err = self.lib.pv_dc_stream_wait(self.table, stream, event, flags)
-        if err:
-            raise self.to_error(err, "cuStreamWaitEvent")
-
     def htod(self, dst: int, data: bytes | memoryview, stream: int) -> None:
         buf = self.ffi.from_buffer(data)
         err = self.lib.pv_dc_htod(self.table, dst, buf, len(buf), stream)
@@ -157,10 +142,6 @@ class DriverCalls:
         if err:
             raise self.to_error(err, "cuMemcpyDtoHAsync")
 
-    def dtod(self, dst: int, src: int, size: int, stream: int) -> None:
-        err = self.lib.pv_dc_dtod(self.table, dst, src, size, stream)
-        if err:
-            raise self.to_error(err, "cuMemcpyDtoDAsync")
 
 
 def _layout_matches(ffi: Any) -> bool:
