@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -103,16 +102,6 @@ def gpu_present() -> bool:
     return probe()[0] > 0
 
 
-def build_kernel(workdir: Path) -> Path:
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    (workdir / "empty.cu").write_text(KERNEL)
-    out = workdir / "empty.fatbin"
-    # PTX for the emulated GPU under the chain, SASS for the GPUs the check meets (the driver picks)
-    subprocess.run([nvcc, "-fatbin", "-gencode", "arch=compute_75,code=compute_75", "-gencode",
-                    "arch=compute_90,code=sm_90", "-o", str(out), str(workdir / "empty.cu")], check=True)
-    return out
-
-
 def run_child(image: Path, n: int, way: str, env: dict[str, str]) -> dict:
     env = {**os.environ, **env, "PYVGPU_CUDA_CALLS": WAYS[way],
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon"), os.environ.get("PYTHONPATH", "")])}
@@ -180,10 +169,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the medians here too")
     args = ap.parse_args()
     backend = args.backend or ("cuda" if gpu_present() else "chain")
-    from harness import chain_env, start_daemon   # noqa: PLC0415
+    from harness import chain_env, real_driver_fatbin, start_daemon   # noqa: PLC0415
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        image = build_kernel(work)
+        image = real_driver_fatbin(work, KERNEL, "empty")
         emu = start_daemon(work, backend="emu") if backend == "chain" else None
         try:
             env = chain_env(emu) if emu else {}

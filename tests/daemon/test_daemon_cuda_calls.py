@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from harness import ROOT, chain_env
+from harness import ROOT, chain_env, real_driver_fatbin
 from pyvgpu.protocol import ENV_CUDA_CALLS
 from pyvgpu_daemon.backends.cuda import probe
 
@@ -105,12 +105,6 @@ model[at2:at2 + 1024] = np.frombuffer((vals2 * 3 - 3).astype(np.int32).tobytes()
 model[R + 4096:R + 4106] = 0x33
 model[R + 4160:R + 4170] = 0x33
 model[R + 2000:R + 2010] = 0x77
-bad = [FastOp("memset", (p + R + 3000, 1, 8, None)), FastOp("memset", (16, 2, 8, None)),
-       FastOp("memset", (p + R + 3100, 3, 8, None))]
-done, exc = ctx.run_fast(bad)
-out["run_refused"] = [done, exc.code, exc.message] if exc is not None else [done]
-model[R + 3000:R + 3008] = 1                           # the op before the refused one ran, the one after it did not
-ctx.synchronize()
 
 small = ctx.memcpy_dtoh(p, 1 << 16, None)
 reply = ctx.memcpy_dtoh_reply(p, model.nbytes, None)       # through pinned staging (a Lent view)
@@ -119,6 +113,15 @@ getattr(reply, "release", lambda: None)()
 out["small_ok"] = small == model[:1 << 16].tobytes()
 out["whole_ok"] = whole == model.tobytes()
 out["first_diff"] = next((i for i in range(model.nbytes) if whole[i] != model[i]), None) if not out["whole_ok"] else None
+
+# the driver's refusals last (a real GPU might take one as a fault of the context)
+bad = [FastOp("memset", (p + R + 3000, 1, 8, None)), FastOp("memset", (16, 2, 8, None)),
+       FastOp("memset", (p + R + 3100, 3, 8, None))]
+done, exc = ctx.run_fast(bad)
+out["run_refused"] = [done, exc.code, exc.message] if exc is not None else [done]
+ctx.synchronize()
+out["run_refused_bytes"] = [ctx.memcpy_dtoh(p + R + 3000, 8, None) == b"\1" * 8,        # ran
+                            ctx.memcpy_dtoh(p + R + 3100, 8, None) == b"\0" * 8]        # did not
 
 def refused(name, fn):
     try:
@@ -140,12 +143,7 @@ print("RESULT " + json.dumps(out))
 def image(tmp_path_factory) -> str:
     if NVCC is None:
         pytest.skip("nvcc not installed")
-    d = tmp_path_factory.mktemp("calls")
-    (d / "k.cu").write_text(KERNEL_SRC)
-    # PTX for the emulated GPU underneath the chain, SASS for a GPU here (the driver picks)
-    subprocess.run([NVCC, "-fatbin", "-gencode", "arch=compute_75,code=compute_75", "-gencode",
-                    "arch=compute_90,code=sm_90", "-o", str(d / "k.fatbin"), str(d / "k.cu")], check=True)
-    return str(d / "k.fatbin")
+    return str(real_driver_fatbin(tmp_path_factory.mktemp("calls"), KERNEL_SRC))
 
 
 def drive(daemon_factory, image: str, calls: str) -> dict:
@@ -166,6 +164,7 @@ def test_fast_ops_compiled_and_through_cuda_python_alike(daemon_factory, image):
         assert got["small_ok"] and got["whole_ok"], got
         assert got["run"] == [8, 8, True]
         assert got["run_refused"] == [1, 1, "cuMemsetD8Async: CUDA_ERROR_INVALID_VALUE"], got
+        assert got["run_refused_bytes"] == [True, True], got
     assert all(compiled["errors"].values()), compiled["errors"]       # each refusal happened ...
     assert compiled["errors"] == python["errors"]                      # ... as the same CudaError
 

@@ -24,7 +24,6 @@ not "python"; otherwise the backend calls cuda-python as before, and says why in
 """
 from __future__ import annotations
 
-import logging
 import os
 import struct
 from pathlib import Path
@@ -33,8 +32,6 @@ from typing import Any, Callable, Sequence
 from pyvgpu.protocol import ENV_CUDA_CALLS
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, called_abi
 from pyvgpu_daemon.errors import CudaError
-
-log = logging.getLogger("pyvgpu.daemon")
 
 LIB_NAME = "libpvdrvcall.so"
 HEADER_NAME = "pv_drvcall.h"
