@@ -69,7 +69,7 @@ cudaError_t pv_malloc_unique(struct pv_device *d, size_t size, const void *owner
             pv_log("%s handed out [%#llx, +%zu) over [%#llx, +%zu) of %s: allocating again (said once)", mine,
                    (unsigned long long)p, size, (unsigned long long)hit.ptr, hit.size, theirs);
         size_t gran = d->vmm_granularity ? (size_t)d->vmm_granularity : (size_t)2 << 20;
-        ask = ask < gran ? gran : ask * 2;
+        ask = ask < gran ? gran : ask <= SIZE_MAX / 2 ? ask * 2 : ask;
     }
     for (int i = 0; i < nkept; i++)
         (void)pv_call_FREE(d, kept[i]);
