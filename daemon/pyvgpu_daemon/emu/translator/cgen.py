@@ -807,23 +807,19 @@ class NativeRun:
     output register, of its width: uint16/32/64, bool for predicates); a run that loads takes the chunk's MemCtx
     address after T and answers None when an access needs the NumPy code. ctypes releases the GIL during the
     call."""
-    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "max_lanes", "declined")
+    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "declined")
 
-    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False,
-                 max_lanes: int | None = None) -> None:
+    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False) -> None:
         fn.restype = ctypes.c_int64 if mem else None
         fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths) + mem)
         self.fn = fn
         self.mem = mem
-        self.max_lanes = max_lanes    # a run that loads answers None (NumPy code) for more lanes than this
         self.declined = 0             # calls whose accesses the C code left to the NumPy code
         self.in_sizes = tuple(1 if w == 1 else w // 8 for w in in_widths)
         self.out_dtypes = tuple(np.dtype(np.bool_) if w == 1 else np.dtype(f"uint{w}") for w in out_widths)
 
     def __call__(self, T: int, *ins):
         if self.mem:
-            if self.max_lanes is not None and T > self.max_lanes:
-                return None
             ctx, ins = ins[0], ins[1:]
         ptrs = []
         keep = []
