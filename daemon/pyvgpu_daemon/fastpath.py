@@ -37,7 +37,7 @@ from typing import Any
 
 from pyvgpu import wire
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
-from pyvgpu_daemon import compress
+from pyvgpu_daemon import compress, fastrun
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
@@ -160,6 +160,22 @@ def run_on_loop(session: Session, st: DeviceState, backend: Backend, spec: OpSpe
     out = dispatch.execute(session, st, backend, spec, args, payload, fire_and_forget)
     _lane(st, spec, args, len(payload), t0, spec.work)
     return out
+
+
+def run_group_on_loop(session: Session, st: DeviceState, backend: Backend, group: list[Any], nbytes: int) -> bool:
+    """A run of FAST ops of one device (fastrun.RunOp) run here and now when the worker is idle and every op of it
+    may run on the loop (as `run_on_loop` decides for one op), accounted to the lane as one job. → ran it."""
+    w = st.worker
+    if w.pending or not w.idle:
+        return False
+    for spec, args, payload in group:
+        if not _loop_may_run(st, spec, args, len(payload)):
+            return False
+    t0 = time.perf_counter()
+    fastrun.execute_run(session, st, backend, group)
+    spec, args, _ = group[-1]
+    _lane(st, spec, args, nbytes, t0, True)
+    return True
 
 
 def _lane(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, t0: float, work: bool) -> None:

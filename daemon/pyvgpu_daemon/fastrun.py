@@ -62,6 +62,19 @@ def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequen
     _flush(session, st, batch)
 
 
+def group_tag(group: Sequence[RunOp], nbytes: int) -> tuple[int, Any, int]:
+    """The scheduler's tag of a run as one worker job (scheduler.Tag): its last op's, which names the run's stream
+    when every op of it is ordered on that stream alone; otherwise with the default stream, a barrier that the
+    stream-priority pick never moves (a run of several streams must keep its place)."""
+    spec, args, _ = group[-1]
+    si = spec.ordered_on
+    same = si is not None and all(s.ordered_on is not None and a[s.ordered_on] == args[si] for s, a, _ in group)
+    if si is not None and not same:
+        args = list(args)
+        args[si] = 0
+    return spec.code, args, nbytes
+
+
 def _fail(st: DeviceState, err: int, nin: int) -> None:
     dispatch.account(st, False, nin, 0)
     if not st.deferred:
