@@ -161,23 +161,23 @@ class Connection:
             return False
         fp.frames += len(ops)
         fp.runs += 1
-        group: list[fastrun.RunOp] = []
-        sizes: list[int] = []
+        groups: list[tuple[list[fastrun.RunOp], list[int]]] = []
         start = 0
         for spec, args, off, plen, end in ops:
-            if group and args[0] != group[0][1][0]:
-                self.run_group(group, sizes)
-                group, sizes = [], []
-            group.append((spec, args, bytes(buf[lo + off:lo + off + plen]) if plen else b""))
-            sizes.append(end - start)
+            if not groups or args[0] != groups[-1][0][0][1][0]:
+                groups.append(([], []))
+            groups[-1][0].append((spec, args, bytes(buf[lo + off:lo + off + plen]) if plen else b""))
+            groups[-1][1].append(end - start)
             start = end
-        stream.skip(start)
-        self.run_group(group, sizes)
+        stream.skip(start)                # consumed before anything runs: no frame is ever taken twice
+        for group, sizes in groups:
+            self.run_group(group, sizes)
         return True
 
     def run_group(self, group: list[fastrun.RunOp], sizes: list[int]) -> None:
         """Consecutive FAST ops of one device (frames of `sizes` bytes): on the loop when fastpath allows every one
-        of them, else as one job of the device's worker."""
+        of them, else as one job of the device's worker when fastpath.groups_on_worker allows it, else one job
+        per op."""
         spec, args, payload = group[0]
         st = self.device_of(spec, wire.Request(spec.code, 0, len(payload), args))
         if st is None:                    # refused: each op as the Python path refuses it (logged, dropped)
@@ -185,10 +185,16 @@ class Connection:
                 self.device_of(spec, wire.Request(spec.code, 0, len(payload), args))
             return
         nbytes = sum(sizes)
-        if fastpath.run_group_on_loop(self.link.session, st, self.backend, group, nbytes):
+        session, backend, worker = self.link.session, self.backend, st.worker
+        if fastpath.run_group_on_loop(session, st, backend, group, nbytes):
             return
-        st.worker.post(fastrun.execute_run, self.link.session, st, self.backend, group, nbytes=nbytes,
-                       tag=fastrun.group_tag(group, nbytes))
+        if len(group) > 1 and fastpath.groups_on_worker(st, group):
+            worker.post(fastrun.execute_job, session, st, backend, group, time.perf_counter(), nbytes=nbytes,
+                        tag=fastrun.group_tag(group, nbytes))
+            return
+        for (spec, args, payload), size in zip(group, sizes):     # one job per op, as the Python path posts them
+            worker.post(dispatch.execute, session, st, backend, spec, args, payload, True, nbytes=size,
+                        tag=(spec.code, args, len(payload)))
 
     def frames_now(self) -> None:
         """FrameStream.on_data: bytes arrived while the session waited for a frame; handle what step_now can right

@@ -173,8 +173,27 @@ def run_group_on_loop(session: Session, st: DeviceState, backend: Backend, group
             return False
     t0 = time.perf_counter()
     fastrun.execute_run(session, st, backend, group)
-    spec, args, _ = group[-1]
-    _lane(st, spec, args, nbytes, t0, True)
+    lane = st.lane
+    if lane is not None:                  # each op accounted as run_on_loop accounts it (the run's time split evenly)
+        step = (time.perf_counter() - t0) / len(group)
+        for i, (spec, args, payload) in enumerate(group):
+            a = t0 + i * step
+            lane.end((spec.code, args, len(payload)), a, a, a + step)
+    return True
+
+
+def groups_on_worker(st: DeviceState, group: list[Any]) -> bool:
+    """Whether a run of FAST ops may be one job of the device's worker: the session is alone on the device (a shared
+    device's turn passes between jobs: each op is one, as on the Python path) and every op is small (its extent at
+    most LOOP_BYTES: a flood of large memsets stays one job per op)."""
+    lane = st.lane
+    if lane is not None and len(lane.sched.lanes) > 1:      # read without the lock: a hint, as idle_context
+        return False
+    for spec, args, _ in group:
+        if spec.extent_args:
+            n = spec.extent(args)
+            if n is None or n > LOOP_BYTES:
+                return False
     return True
 
 

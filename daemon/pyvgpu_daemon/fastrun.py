@@ -15,6 +15,7 @@ Accounting (dispatch.account) is per op, as execute's.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from pyvgpu.protocol import OpSpec
@@ -60,6 +61,18 @@ def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequen
             continue
         batch.append((spec, fop, len(payload)))
     _flush(session, st, batch)
+
+
+def execute_job(session: Session, st: DeviceState, backend: Backend, ops: Sequence[RunOp], submitted: float) -> None:
+    """execute_run as one worker job: the worker accounts the job to the lane under its tag (group_tag: the last
+    op's); the other ops' latencies go into their ops' histograms here, so the lane counts every op as the Python
+    path's one job per op does (their device time is the job's, counted once)."""
+    execute_run(session, st, backend, ops)
+    lane = st.lane
+    if lane is not None:
+        t1 = time.perf_counter()
+        for spec, args, payload in ops[:-1]:
+            lane.record((spec.code, args, len(payload)), submitted, t1)
 
 
 def group_tag(group: Sequence[RunOp], nbytes: int) -> tuple[int, Any, int]:
