@@ -31,6 +31,8 @@ log = logging.getLogger("pyvgpu.daemon")
 
 LIB_NAME = "libpvframe.so"
 MAX_OPS = 256                 # frames one scan decodes (a run longer than this is taken in several)
+FIRST_BYTES = 7               # u32 prefix, array marker, op code, req_id: what scan looks at before calling
+assert all(code < 0x80 for code in (spec.code for spec in OPS if spec.fast)), "FAST op codes are msgpack fixints"
 RECORD_HEAD = 4               # code, payload offset, payload length, end of the frame (tools/gen_frame_c.py)
 _CDEF = """
 int pvf_scan(const uint8_t *buf, size_t len, uint64_t payload_max, int64_t *out, int max_ops);
@@ -62,6 +64,7 @@ class FramePath:
         self.out = ffi.new("int64_t[]", MAX_OPS * self.words)
         self.view = memoryview(ffi.buffer(self.out)).cast("q")
         self.build = {spec.code: _builder(spec) for spec in OPS if spec.fast}
+        self.codes = frozenset(self.build)
         self.frames = 0               # frames taken by this path, and the runs they came in (STATUS "frame_path")
         self.runs = 0
 
@@ -71,6 +74,10 @@ class FramePath:
     def scan(self, buf: bytearray, lo: int, hi: int, payload_max: int) -> list[Decoded]:
         """The run of FAST frames at the head of buf[lo:hi) (payloads each below payload_max bytes), offsets
         relative to lo; [] when the first frame is not one."""
+        # The usual first frame that is not one, a request waiting for its reply or another op, is told by two bytes
+        # (op code and req_id as msgpack fixints after the prefix and the array's marker) without the call.
+        if hi - lo < FIRST_BYTES or buf[lo + 5] not in self.codes or buf[lo + 6]:
+            return []
         ffi = self.ffi
         n = self.lib.pvf_scan(ffi.from_buffer("uint8_t[]", buf) + lo, hi - lo, payload_max, self.out, MAX_OPS)
         if n == 0:
