@@ -165,12 +165,19 @@ def run_on_loop(session: Session, st: DeviceState, backend: Backend, spec: OpSpe
 def run_group_on_loop(session: Session, st: DeviceState, backend: Backend, group: list[Any], nbytes: int) -> bool:
     """A run of FAST ops of one device (fastrun.RunOp) run here and now when the worker is idle and every op of it
     may run on the loop (as `run_on_loop` decides for one op), accounted to the lane as one job. → ran it."""
-    w = st.worker
-    if w.pending or not w.idle:
+    ctx = idle_context(st)                # FAST ops are device work: the same idle device for all of them
+    if ctx is None or not ctx.answers_on_loop:
         return False
-    for spec, args, payload in group:
-        if not _loop_may_run(st, spec, args, len(payload)):
+    for spec, args, payload in group:     # the rest of _loop_may_run, op by op
+        if not spec.loop or len(payload) > LOOP_BYTES:
             return False
+        if spec.func_arg is not None:
+            if not _tiny_launch(st, ctx, args):
+                return False
+        elif spec.extent_args:
+            n = spec.extent(args)
+            if n is None or n > LOOP_BYTES:
+                return False
     t0 = time.perf_counter()
     fastrun.execute_run(session, st, backend, group)
     lane = st.lane
