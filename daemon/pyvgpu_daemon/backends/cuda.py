@@ -249,6 +249,11 @@ class DeviceHealth:
             log.info("device %d: the driver gives contexts again; usable", ordinal)
 
 
+# The context a thread other than a context's worker (the event loop) made current last (CudaContext._here): the
+# CUcontext object itself, so a destroyed context's successor, a new object, is made current again.
+_CURRENT = threading.local()
+
+
 @dataclass
 class _Event:
     handle: Any
@@ -351,10 +356,12 @@ class CudaContext(CudaArrays, DeviceContext):
 
     def _here(self) -> bool:
         """Makes the context current on the calling thread when that is not its worker (the event loop answering
-        for it: answers_on_loop); → whether the caller is the worker."""
+        for it: answers_on_loop), unless this thread made it current last; → whether the caller is the worker."""
         if threading.get_ident() == self._thread or self.ctx is None:
             return True
-        check(self.drv.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        if getattr(_CURRENT, "ctx", None) is not self.ctx:
+            check(self.drv.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            _CURRENT.ctx = self.ctx         # only these contexts' calls set one on a thread other than their worker
         return False
 
     def loop_may_answer(self, spec: Any, args: Any) -> bool:
