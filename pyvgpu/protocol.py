@@ -100,6 +100,9 @@ ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
 ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
 ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
+# Environment variable the daemon reads: PYVGPU_DAEMON_COMPILED=0 forces its Python frame path instead of the compiled
+# one (used whenever it loads); CI runs the daemon's tiers both ways.
+ENV_DAEMON_COMPILED = "PYVGPU_DAEMON_COMPILED"
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
 HOSTMAP_AUTO = "auto"
@@ -129,6 +132,10 @@ class OpFlag(enum.IntFlag):
                      # DeviceContext.tiny_launch says so), without the hop to the device's worker thread
     SYNC_POINT = 1024  # after its successful answer the host may read what the device wrote (synchronizing ops, and
                        # queries that report completion): the client brings managed and mapped memory up to date
+    FAST = 2048      # small device work a framework issues by the ten thousand (launches, memsets, event records and
+                     # waits, device copies, small host-to-device copies): sent fire-and-forget, the daemon's compiled
+                     # frame path decodes runs of them and hands each run to the backend
+                     # in one call (DeviceContext.run_fast); its arguments are all integers (dim3 included)
 
 
 # Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
@@ -153,6 +160,9 @@ REPLY_TYPES: frozenset[str] = frozenset({"nil", "u64", "i64", "f64", "u64x2", "m
 # Roles the wire type says already: the `stream` argument is the stream an op is ordered on, `func` the kernel it
 # runs (scheduler.py's figures and priorities, fastpath.py's tiny launches).
 ARG_ROLES: frozenset[str] = frozenset({"extent"})
+# Wire types a FAST op's arguments may have: the compiled frame path decodes exactly these.
+FAST_ARG_TYPES: frozenset[str] = frozenset({"dev", "u64", "i64", "u32", "i32", "ptr", "size", "dim3", "stream",
+                                            "event", "func"})
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,7 @@ class OpSpec:
     graph: bool = field(init=False, repr=False, compare=False)
     loop: bool = field(init=False, repr=False, compare=False)
     sync_point: bool = field(init=False, repr=False, compare=False)
+    fast: bool = field(init=False, repr=False, compare=False)
     stream_arg: int | None = field(init=False, repr=False, compare=False)   # index of the stream it is ordered on
     ordered_on: int | None = field(init=False, repr=False, compare=False)   # ... when its work may move with that
                                                                             # stream alone (no event argument)
@@ -206,6 +217,7 @@ class OpSpec:
             "detached": _has(f, OpFlag.DETACHED), "compressible": _has(f, OpFlag.COMPRESSIBLE),
             "host": _has(f, OpFlag.HOST), "work": not _has(f, OpFlag.HOST | OpFlag.NO_DEVICE),
             "graph": _has(f, OpFlag.GRAPH), "loop": _has(f, OpFlag.LOOP), "sync_point": _has(f, OpFlag.SYNC_POINT),
+            "fast": _has(f, OpFlag.FAST),
             "stream_arg": types.index("stream") if "stream" in types else None,
             "func_arg": types.index("func") if "func" in types else None,
             "extent_args": tuple(i for i, a in enumerate(self.args) if a.role == "extent"),
@@ -252,6 +264,11 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
         raise ValueError(f"op {name}: a GRAPH op is device work sent fire-and-forget (ASYNC, not HOST)")
     if flags & (OpFlag.LOOP | OpFlag.SYNC_POINT | OpFlag.HOST) and flags & OpFlag.NO_DEVICE:
         raise ValueError(f"op {name}: LOOP, SYNC_POINT and HOST are properties of device ops")
+    if flags & OpFlag.FAST and (flags & (OpFlag.NO_DEVICE | OpFlag.HOST | OpFlag.SYNC | OpFlag.PAYLOAD_OUT)
+                                or not flags & OpFlag.ASYNC
+                                or any(a.type not in FAST_ARG_TYPES for a in parsed)):
+        raise ValueError(f"op {name}: a FAST op is ASYNC device work without a reply payload, its arguments "
+                         f"integers ({', '.join(sorted(FAST_ARG_TYPES))})")
     return OpSpec(code, name, parsed, reply, flags, doc)
 
 
@@ -260,7 +277,7 @@ DEFAULT_STREAM_HANDLES: frozenset[int] = frozenset({0, 1, 2})
 
 A, S, PIN, POUT, ND, DET, Z, H = (OpFlag.ASYNC, OpFlag.SYNC, OpFlag.PAYLOAD_IN, OpFlag.PAYLOAD_OUT,
                                   OpFlag.NO_DEVICE, OpFlag.DETACHED, OpFlag.COMPRESSIBLE, OpFlag.HOST)
-G, L, SP = OpFlag.GRAPH, OpFlag.LOOP, OpFlag.SYNC_POINT
+G, L, SP, F = OpFlag.GRAPH, OpFlag.LOOP, OpFlag.SYNC_POINT, OpFlag.FAST
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing
@@ -290,9 +307,9 @@ OPS: tuple[OpSpec, ...] = (
     op(10, "MEM_GET_INFO", "dev:dev", "u64x2", H | L, doc="[free, total]"),
     op(11, "MALLOC", "dev:dev size:size", "u64", H, doc="the device pointer"),
     op(12, "FREE", "dev:dev ptr:ptr", "nil", S | H | SP),
-    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z | L),
+    op(13, "MEMCPY_HTOD", "dev:dev dst:ptr stream:stream", "nil", A | PIN | Z | L | F),
     op(14, "MEMCPY_DTOH", "dev:dev src:ptr size:size:extent stream:stream", "nil", S | POUT | Z | L | SP),
-    op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size:extent stream:stream", "nil", A | G | L),
+    op(15, "MEMCPY_DTOD", "dev:dev dst:ptr src:ptr size:size:extent stream:stream", "nil", A | G | L | F),
     op(16, "MEMCPY2D_HTOD", "dev:dev dst:ptr dpitch:size width:size:extent height:size:extent stream:stream", "nil",
        A | PIN,
        "payload: the rows packed"),
@@ -302,12 +319,12 @@ OPS: tuple[OpSpec, ...] = (
     op(18, "MEMCPY2D_DTOD",
        "dev:dev dst:ptr dpitch:size src:ptr spitch:size width:size:extent height:size:extent stream:stream", "nil",
        A | G),
-    op(19, "MEMSET", "dev:dev ptr:ptr value:i32 size:size:extent stream:stream", "nil", A | G | L),
+    op(19, "MEMSET", "dev:dev ptr:ptr value:i32 size:size:extent stream:stream", "nil", A | G | L | F),
     op(20, "MEMSET2D", "dev:dev ptr:ptr pitch:size value:i32 width:size:extent height:size:extent stream:stream",
        "nil", A | G),
     op(30, "MODULE_LOAD", "dev:dev module_id:u64", "map", PIN | H,
        "payload: fatbin or PTX; result: MODULE_* keys (kernels by name with id, params, attrs; vars)"),
-    op(31, "LAUNCH", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil", A | PIN | G | L,
+    op(31, "LAUNCH", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil", A | PIN | G | L | F,
        "payload: the packed parameter buffer"),
     op(32, "FUNC_SET_ATTR", "dev:dev func:func attr:i32 value:i64", "nil", A | H,
        "attr: FUNC_ATTR_*; the client validated it, the daemon checks again"),
@@ -315,10 +332,10 @@ OPS: tuple[OpSpec, ...] = (
     op(41, "STREAM_DESTROY", "dev:dev stream:handle", "nil", A | H),
     op(42, "STREAM_SYNC", "dev:dev stream:stream", "nil", S | H | L | SP),
     op(43, "STREAM_QUERY", "dev:dev stream:stream", "nil", H | L | SP, doc="err cudaErrorNotReady while busy"),
-    op(44, "STREAM_WAIT_EVENT", "dev:dev stream:stream event:event flags:u32", "nil", A | G | L),
+    op(44, "STREAM_WAIT_EVENT", "dev:dev stream:stream event:event flags:u32", "nil", A | G | L | F),
     op(50, "EVENT_CREATE", "dev:dev flags:u32", "u64", H, doc="the event handle"),
     op(51, "EVENT_DESTROY", "dev:dev event:handle", "nil", A | H),
-    op(52, "EVENT_RECORD", "dev:dev event:event stream:stream", "nil", A | G | L),
+    op(52, "EVENT_RECORD", "dev:dev event:event stream:stream", "nil", A | G | L | F),
     op(53, "EVENT_SYNC", "dev:dev event:event", "nil", S | H | L | SP),
     op(54, "EVENT_QUERY", "dev:dev event:event", "nil", H | L | SP, doc="err cudaErrorNotReady while pending"),
     op(55, "EVENT_ELAPSED", "dev:dev start:event end:event", "f64", H | L, doc="milliseconds"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.lent import Lent
@@ -52,6 +52,31 @@ class CopySide:
     y: int
     z: int
     ptr: int
+
+
+class FastOp(NamedTuple):
+    """One op of a run handed to DeviceContext.run_fast: the DeviceContext method that runs it and that method's
+    positional arguments, checked and resolved by the daemon exactly as for the per-op call (a NamedTuple: one is
+    made per op on the frame path). The methods and their arguments:
+
+        "launch"             (module: LoadedModule, kernel: KernelDesc, grid: (x, y, z), block: (x, y, z), shmem: int,
+                              params: bytes | memoryview, stream)
+        "memset"             (ptr: int, value: int 0..255, size: int > 0, stream)
+        "event_record"       (event, stream)
+        "stream_wait_event"  (stream, event, flags: int)
+        "memcpy_dtod"        (dst: int, src: int, size: int > 0, stream)
+        "memcpy_htod"        (dst: int, data: bytes | memoryview (len > 0), stream)
+
+    stream and event are the backend's own objects (DEFAULT_STREAM for the legacy default stream); ranges were
+    checked against the session's allocations, parameter buffers against the kernel's layout."""
+    method: str
+    args: tuple[Any, ...]
+
+
+# The methods a FastOp may name (FAST ops of the spec: handlers/fast.py makes them); a new one is added here, to the
+# FastOp docstring, and to every run_fast override.
+FAST_METHODS: frozenset[str] = frozenset({"launch", "memset", "event_record", "stream_wait_event", "memcpy_dtod",
+                                          "memcpy_htod"})
 
 
 class DeviceTurn(Protocol):
@@ -99,6 +124,30 @@ class DeviceContext(ABC):
         straight into the device and sending one from it (the caller checked the range is the session's and that no
         device work is queued); None where device memory is not host memory (a real GPU)."""
         return None
+
+    def run_fast(self, ops: Sequence[FastOp]) -> tuple[int, BaseException | None]:
+        """Run a run of consecutive FAST ops of this (session, device), in order, as one call (the daemon's compiled
+        frame path hands each run it decoded here; a run is 1 to a few hundred ops).
+
+        Contract (stable: backends override it, e.g. the cuda backend's compiled executor):
+        - ops[i] is a FastOp (its docstring lists the methods and argument shapes); they run in the given order, each
+          ordered on its stream exactly as the per-op method call would be;
+        - → (done, None) when all ran: done == len(ops);
+        - → (k, exc) when ops[0..k-1] ran and op k failed with exc (a CudaError, or any exception a backend bug
+          raised): ops k+1.. were NOT run. The daemon then applies the per-op error rules to op k (its error is
+          latched for the next synchronizing call; a sticky error fails every later op of the device) and hands the
+          ops after it back to run_fast (or fails them with the sticky error), so the results are the ones the
+          per-op path gives;
+        - it never raises for an op's failure, it may block like the methods it stands for, and it runs on the
+          thread the per-op methods run on (the worker, or the loop where answers_on_loop allows).
+        This default calls each op's method in turn, so a backend without an override gives exactly the per-op
+        results."""
+        for i, op in enumerate(ops):
+            try:
+                getattr(self, op.method)(*op.args)
+            except Exception as exc:  # noqa: BLE001 - reported as op i's failure (see the contract)
+                return i, exc
+        return len(ops), None
 
     @abstractmethod
     def mem_info(self) -> tuple[int, int]: ...            # (free, total)

@@ -79,10 +79,7 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
     else:
         try:
             if st.ctx is None and spec.code != _DEVICE_RESET:     # (a reset of no context has nothing to do)
-                st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
-                if st.lane is not None:
-                    st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
-                    st.ctx.turn = st.lane                   # long kernels pause for others' turns (emulator)
+                open_context(session, st, backend)
             if isinstance(payload, Compressed):
                 payload = payload.decode()            # on this worker, never on the loop (compress.py)
             nin = len(payload)
@@ -98,17 +95,8 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
             log.warning("%s: %s: %s; ending the session", session.tag(st.ordinal), spec.name, exc)
             if session.end_soon is not None:
                 session.end_soon(str(exc))
-        except CudaError as exc:
-            err = exc.code
-            if exc.sticky:
-                st.sticky = exc.code
-            # a session whose client is gone (its kernel cancelled): nobody to tell; its end is logged once
-            level = logging.DEBUG if session.closing else logging.WARNING if exc.sticky else logging.INFO
-            log.log(level, "%s: %s failed: %s%s", session.tag(st.ordinal), spec.name, exc,
-                    " (sticky)" if exc.sticky else "")
-        except Exception:  # noqa: BLE001 - a backend bug must cost one op, not the daemon
-            err = ERR_UNKNOWN
-            log.exception("%s: %s raised unexpectedly", session.tag(st.ordinal), spec.name)
+        except Exception as exc:  # noqa: BLE001 - a backend bug must cost one op, not the daemon
+            err = failed(session, st, spec, exc)
     account(st, not fire_and_forget and not detached, nin, len(out))
     if fire_and_forget or detached:
         if err and not st.deferred:
@@ -124,6 +112,28 @@ def execute(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, a
         if lent is not None:
             lent.release()
         return Outcome(ERR_UNKNOWN)
+
+
+def open_context(session: Session, st: DeviceState, backend: Backend) -> None:
+    """The (session, device)'s context, opened at its first op."""
+    st.ctx = backend.open_context(st.ordinal, session.va_base, session.id)
+    if st.lane is not None:
+        st.ctx.wait_scope = st.lane.waiting     # host waits give the device's turn away
+        st.ctx.turn = st.lane                   # long kernels pause for others' turns (emulator)
+
+
+def failed(session: Session, st: DeviceState, spec: OpSpec, exc: BaseException) -> int:
+    """The error code an op that raised exc answers (a CudaError's own, else cudaErrorUnknown), its sticky error
+    latched on the device, logged once."""
+    if not isinstance(exc, CudaError):
+        log.error("%s: %s raised unexpectedly", session.tag(st.ordinal), spec.name, exc_info=exc)
+        return ERR_UNKNOWN
+    if exc.sticky:
+        st.sticky = exc.code
+    # a session whose client is gone (its kernel cancelled): nobody to tell; its end is logged once
+    level = logging.DEBUG if session.closing else logging.WARNING if exc.sticky else logging.INFO
+    log.log(level, "%s: %s failed: %s%s", session.tag(st.ordinal), spec.name, exc, " (sticky)" if exc.sticky else "")
+    return exc.code
 
 
 def _reply(session: Session, st: DeviceState, spec: OpSpec, err: int, result: Any, out: bytes | memoryview,

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyvgpu_daemon.backends.base import FastOp
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers.registry import Call, handler
+from pyvgpu_daemon.handlers.registry import Call, fast_handler, handler
+from pyvgpu_daemon.session import DeviceState
 from pyvgpu_daemon.lent import Lent
 
 
@@ -43,11 +45,12 @@ def free(c: Call, ptr: int) -> None:
     c.st.managed.remove(ptr)
 
 
-@handler("MEMCPY_HTOD")
-def memcpy_htod(c: Call, dst: int, stream: Any) -> None:
-    if c.payload:
-        c.st.check_range(dst, len(c.payload), "memcpy HtoD destination")
-        c.ctx.memcpy_htod(dst, c.payload, stream)
+@fast_handler("MEMCPY_HTOD")
+def memcpy_htod(c: Call, dst: int, stream: Any) -> FastOp | None:
+    if not c.payload:
+        return None
+    c.st.check_range(dst, len(c.payload), "memcpy HtoD destination")
+    return FastOp("memcpy_htod", (dst, c.payload, stream))
 
 
 @handler("MEMCPY_DTOH")
@@ -64,13 +67,17 @@ def memcpy_dtoh_async(c: Call, src: int, size: int, stream: Any) -> bytes | memo
     return memcpy_dtoh(c, src, size, stream)
 
 
-@handler("MEMCPY_DTOD")
-def memcpy_dtod(c: Call, dst: int, src: int, size: int, stream: Any) -> None:
-    if size:
-        c.st.check_range(src, size, "memcpy DtoD source")
-        c.st.check_range(dst, size, "memcpy DtoD destination")
-        c.ctx.memcpy_dtod(dst, src, size, stream)
-        c.st.bytes_dtod += size
+def _dtod_done(st: DeviceState, op: FastOp) -> None:
+    st.bytes_dtod += op.args[2]
+
+
+@fast_handler("MEMCPY_DTOD", after=_dtod_done)
+def memcpy_dtod(c: Call, dst: int, src: int, size: int, stream: Any) -> FastOp | None:
+    if not size:
+        return None
+    c.st.check_range(src, size, "memcpy DtoD source")
+    c.st.check_range(dst, size, "memcpy DtoD destination")
+    return FastOp("memcpy_dtod", (dst, src, size, stream))
 
 
 @handler("MEMCPY2D_HTOD")
@@ -104,11 +111,12 @@ def memcpy2d_dtod(c: Call, dst: int, dpitch: int, src: int, spitch: int, width: 
         c.st.bytes_dtod += width * height
 
 
-@handler("MEMSET")
-def memset(c: Call, ptr: int, value: int, size: int, stream: Any) -> None:
-    if size:
-        c.st.check_range(ptr, size, "memset")
-        c.ctx.memset(ptr, value & 0xFF, size, stream)
+@fast_handler("MEMSET")
+def memset(c: Call, ptr: int, value: int, size: int, stream: Any) -> FastOp | None:
+    if not size:
+        return None
+    c.st.check_range(ptr, size, "memset")
+    return FastOp("memset", (ptr, value & 0xFF, size, stream))
 
 
 @handler("MEMSET2D")

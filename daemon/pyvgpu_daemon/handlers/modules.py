@@ -7,7 +7,8 @@ from typing import Any
 
 from pyvgpu import protocol as P
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers.registry import Call, handler
+from pyvgpu_daemon.backends.base import FastOp
+from pyvgpu_daemon.handlers.registry import Call, fast_handler, handler
 from pyvgpu_daemon.session import ModuleEntry
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -83,12 +84,12 @@ def check_params(c: Call, kernel: Any) -> None:
                         f"kernel {kernel.name}: parameter buffer has {len(c.payload)} bytes, layout needs {need}")
 
 
-@handler("LAUNCH")
+@fast_handler("LAUNCH")
 def launch(c: Call, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-           stream: Any) -> None:
+           stream: Any) -> FastOp:
     module, kernel = func
     check_params(c, kernel)
-    c.ctx.launch(module, kernel, grid, block, shmem, c.payload, stream)
+    return FastOp("launch", (module, kernel, grid, block, shmem, c.payload, stream))
 
 
 @handler("FUNC_SET_ATTR")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from pyvgpu import protocol as P
 from pyvgpu.protocol import OP_BY_NAME, OPS, OpSpec
-from pyvgpu_daemon.backends.base import DeviceContext
+from pyvgpu_daemon.backends.base import DeviceContext, FastOp
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.session import DeviceState, Session
 
@@ -138,6 +138,40 @@ def handler(name: str) -> Callable[[Handler], Handler]:
             raise TypeError(f"handler {fn.__name__} of {name} takes {params}, the spec says {list(spec.arg_names[1:])}")
         _register(spec, fn, any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in sig.values()))
         return fn
+    return register
+
+
+Prepare = Callable[..., "FastOp | None"]
+After = Callable[[DeviceState, FastOp], None]
+# FAST op code -> (its preparer, what follows its success on the session's state or None): handlers/fast.py's run
+# path and the per-op handler below share both, so a run's checks are the handler's.
+FAST: dict[int, tuple[Prepare, After | None]] = {}
+
+
+def fast_handler(name: str, after: After | None = None) -> Callable[[Prepare], Prepare]:
+    """Registers prepare(c, *args) of an op flagged FAST: it makes the op's checks (ranges, parameter layout) and
+    returns the FastOp the backend runs (None: nothing to run, e.g. a zero-byte memset); `after(st, op)` is the
+    bookkeeping of a success. The op's per-op handler is made from them: prepare, the FastOp's method, after."""
+    spec = OP_BY_NAME[name]
+    if not spec.fast:
+        raise TypeError(f"{name} is not flagged FAST on its spec line")
+
+    def register(prepare: Prepare) -> Prepare:
+        params = list(inspect.signature(prepare).parameters)[1:]
+        if params != list(spec.arg_names[1:]):
+            raise TypeError(f"preparer {prepare.__name__} of {name} takes {params}, the spec says "
+                            f"{list(spec.arg_names[1:])}")
+
+        def run(c: Call, *args: Any) -> None:
+            op = prepare(c, *args)
+            if op is not None:
+                getattr(c.ctx, op.method)(*op.args)
+                if after is not None:
+                    after(c.st, op)
+        run.__name__ = prepare.__name__
+        _register(spec, run, False)
+        FAST[spec.code] = (prepare, after)
+        return prepare
     return register
 
 

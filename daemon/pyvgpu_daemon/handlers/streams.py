@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pyvgpu_daemon.errors import CudaError
-from pyvgpu_daemon.handlers.registry import Call, handler, pop_handle
+from pyvgpu_daemon.backends.base import FastOp
+from pyvgpu_daemon.handlers.registry import Call, fast_handler, handler, pop_handle
+from pyvgpu_daemon.session import DeviceState
 
 
 @handler("STREAM_CREATE")
@@ -32,9 +34,9 @@ def stream_query(c: Call, stream: Any) -> None:
         raise CudaError("cudaErrorNotReady")
 
 
-@handler("STREAM_WAIT_EVENT")
-def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> None:
-    c.ctx.stream_wait_event(stream, event, flags)
+@fast_handler("STREAM_WAIT_EVENT")
+def stream_wait_event(c: Call, stream: Any, event: Any, flags: int) -> FastOp:
+    return FastOp("stream_wait_event", (stream, event, flags))
 
 
 @handler("EVENT_CREATE")
@@ -51,10 +53,13 @@ def event_destroy(c: Call, event: int) -> None:
     c.ctx.event_destroy(ev)
 
 
-@handler("EVENT_RECORD")
-def event_record(c: Call, event: Any, stream: Any) -> None:
-    c.ctx.event_record(event, stream)
-    c.st.event_times.recorded(event)         # its time travels with a later reply (event_times.py)
+def _recorded(st: DeviceState, op: FastOp) -> None:
+    st.event_times.recorded(op.args[0])      # its time travels with a later reply (event_times.py)
+
+
+@fast_handler("EVENT_RECORD", after=_recorded)
+def event_record(c: Call, event: Any, stream: Any) -> FastOp:
+    return FastOp("event_record", (event, stream))
 
 
 @handler("EVENT_SYNC")

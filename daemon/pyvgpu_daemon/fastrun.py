@@ -1,0 +1,95 @@
+"""A run of FAST ops: consecutive fire-and-forget ops flagged FAST of one (session, device), run as one job.
+
+The compiled frame path decodes such runs from the bytes a connection received; `execute_run` gives
+each op the result `dispatch.execute(..., fire_and_forget=True)` would give it, in turn, and hands the backend the
+ops in as few `DeviceContext.run_fast` calls as their errors allow:
+
+- every op's arguments are converted and resolved, and its preparer (handlers' `@fast_handler`) makes the handler's
+  checks, before the ops before it ran: they read only what FAST ops never change (the session's allocations,
+  handles, kernels' parameter layouts), so checking ahead gives what checking in turn gives;
+- an op whose checks failed first runs the ops prepared before it (so the device's sticky error is known), then
+  fails with its error (or the sticky one), latched as a fire-and-forget failure is;
+- an op that failed inside run_fast (the contract on DeviceContext.run_fast) is accounted and latched the same way;
+  a sticky error fails every op after it without running it, as on the per-op path.
+Accounting (dispatch.account) is per op, as execute's.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pyvgpu.protocol import OpSpec
+from pyvgpu_daemon.backends.base import Backend, FastOp
+from pyvgpu_daemon.handlers import dispatch
+from pyvgpu_daemon.handlers.registry import FAST, Call, positional
+from pyvgpu_daemon.session import DeviceState, Session
+
+RunOp = tuple[OpSpec, list[Any], Any]          # (spec, the request's arguments, its payload)
+
+
+def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequence[RunOp]) -> None:
+    """Run fire-and-forget FAST ops in order (on the worker, or on the loop where fastpath allows each of them)."""
+    if session.closing:
+        return                            # the client is gone: skip queued work, cleanup follows
+    if st.ctx is None:
+        try:
+            dispatch.open_context(session, st, backend)
+        except Exception:  # noqa: BLE001 - each op then meets the failure as on the per-op path
+            for spec, args, payload in ops:
+                dispatch.execute(session, st, backend, spec, args, payload, True)
+            return
+    batch: list[tuple[OpSpec, FastOp, int]] = []
+    for spec, args, payload in ops:
+        if st.sticky:
+            _fail(st, st.sticky, 0)
+            continue
+        try:
+            fop = FAST[spec.code][0](Call(session, st, payload), *positional(spec, st, args))
+        except Exception as exc:  # noqa: BLE001 - the op's failure, as execute reports it
+            _flush(session, st, batch)
+            if st.sticky:
+                _fail(st, st.sticky, 0)
+            else:
+                _fail(st, dispatch.failed(session, st, spec, exc), len(payload))
+            continue
+        if fop is None:                   # nothing to run (a zero-byte copy or memset): a success
+            _flush(session, st, batch)
+            if st.sticky:
+                _fail(st, st.sticky, 0)
+            else:
+                dispatch.account(st, False, len(payload), 0)
+            continue
+        batch.append((spec, fop, len(payload)))
+    _flush(session, st, batch)
+
+
+def _fail(st: DeviceState, err: int, nin: int) -> None:
+    dispatch.account(st, False, nin, 0)
+    if not st.deferred:
+        st.deferred = err
+
+
+def _flush(session: Session, st: DeviceState, batch: list[tuple[OpSpec, FastOp, int]]) -> None:
+    """Run the prepared ops through the backend's run_fast, applying the per-op rules to each result; empties it."""
+    if not batch:
+        return
+    ctx = st.ctx
+    assert ctx is not None
+    start = 0
+    while start < len(batch):
+        done, exc = ctx.run_fast([fop for _, fop, _ in batch[start:]])
+        for spec, fop, nin in batch[start:start + done]:
+            after = FAST[spec.code][1]
+            if after is not None:
+                after(st, fop)
+            dispatch.account(st, False, nin, 0)
+        if exc is None:
+            break
+        k = start + done
+        spec, _, nin = batch[k]
+        _fail(st, dispatch.failed(session, st, spec, exc), nin)
+        start = k + 1
+        if st.sticky:
+            for _ in batch[start:]:
+                _fail(st, st.sticky, 0)
+            break
+    batch.clear()

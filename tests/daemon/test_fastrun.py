@@ -1,0 +1,165 @@
+"""Runs of FAST ops (daemon/pyvgpu_daemon/fastrun.py, DeviceContext.run_fast): the same results, op for op, as the
+per-op path (dispatch.execute of each op sent fire-and-forget), errors included: failed checks, failures inside the
+backend's run, a sticky error that fails everything after it, zero-byte ops. Two emulated devices receive the same
+ops, one per op and one as runs; their memory, latched and sticky errors and figures must be equal."""
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import pytest
+
+from harness import PUT_PTX
+from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME, OPS
+from pyvgpu_daemon import fastrun
+from pyvgpu_daemon.backends.base import FAST_METHODS, FastOp
+from pyvgpu_daemon.backends.emu import EmuBackend
+from pyvgpu_daemon.errors import CudaError
+from pyvgpu_daemon.handlers import dispatch
+from pyvgpu_daemon.handlers.registry import FAST, Call, positional
+from pyvgpu_daemon.session import Session
+
+MIB = 1 << 20
+
+
+class Device:
+    """One session on its own emulated device, driven without a server."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.backend = EmuBackend(memory=64 * MIB)
+        self.session = Session(1, "test", self.backend, 1)
+        self.session.va_base = 1 << 40
+        self.st = self.session.device(0, loop)
+
+    def call(self, op: str, *args: Any, payload: bytes = b"") -> dispatch.Outcome:
+        out = dispatch.execute(self.session, self.st, self.backend, OP_BY_NAME[op], [0, *args], payload, False)
+        assert out is not None
+        return out
+
+    def state(self, ptr: int, n: int) -> tuple[Any, ...]:
+        st = self.st
+        figures = (st.deferred, st.sticky, st.ops, st.waited, st.bytes_htod, st.bytes_dtoh, st.bytes_dtod,
+                   dict(st.event_times.records))
+        sync = self.call("DEVICE_SYNC").err      # answers (and clears) the latched error
+        return figures, sync, bytes(self.call("MEMCPY_DTOH", ptr, n, 0).payload)
+
+
+@pytest.fixture
+def pair():
+    loop = asyncio.new_event_loop()
+    devs = [Device(loop), Device(loop)]
+    try:
+        yield devs
+    finally:
+        for d in devs:
+            d.st.worker.stop()
+        loop.close()
+
+
+def setup(d: Device) -> dict[str, Any]:
+    ptr = d.call("MALLOC", 4096).result
+    stream = d.call("STREAM_CREATE", 0, 0).result
+    event = d.call("EVENT_CREATE", 0).result
+    kernels = d.call("MODULE_LOAD", 1, payload=PUT_PTX).result["kernels"]
+    return {"ptr": ptr, "stream": stream, "event": event, "put": kernels["put"]["id"]}
+
+
+def ops_of(h: dict[str, Any], sticky: bool) -> list[tuple[str, list[Any], bytes]]:
+    """A framework-like sequence with every kind of failure in it."""
+    ptr, s, e, put = h["ptr"], h["stream"], h["event"], h["put"]
+
+    def launch(func: int, v: int, at: int = 0, params: bytes | None = None) -> tuple[str, list[Any], bytes]:
+        return ("LAUNCH", [0, func, [1, 1, 1], [1, 1, 1], 0, s],
+                struct.pack("<QI", ptr + at, v) + b"\0" * 4 if params is None else params)
+    seq = [
+        ("MEMSET", [0, ptr, 0x11, 64, s], b""),
+        launch(put, 7),
+        ("EVENT_RECORD", [0, e, s], b""),
+        ("STREAM_WAIT_EVENT", [0, 0, e, 0], b""),
+        ("MEMCPY_DTOD", [0, ptr + 128, ptr, 64, 0], b""),
+        ("MEMSET", [0, ptr + 4096, 1, 4, 0], b""),            # out of range: a check fails (latched)
+        ("MEMCPY_HTOD", [0, ptr + 256, s], b"\x5a" * 32),
+        ("EVENT_RECORD", [0, 0x7777, s], b""),                 # unknown event
+        ("MEMSET", [0, ptr + 300, 2, 0, s], b""),              # zero bytes: nothing to run
+        launch(put, 9, params=b"\0" * 3),                      # short parameter buffer
+        ("MEMSET", [0, ptr + 512, 3, 16, 12345], b""),        # unknown stream
+        ("MEMCPY_DTOD", [0, ptr + 1024, ptr, 1 << 20, 0], b""),  # source out of range
+        launch(put, 11, at=4),
+        ("EVENT_RECORD", [0, e, 0], b""),
+    ]
+    if sticky:
+        seq += [launch(put, 13, at=1 << 30),                   # a fault: sticky
+                ("MEMSET", [0, ptr, 0x22, 64, s], b""),        # fails with the sticky error
+                ("EVENT_RECORD", [0, e, s], b"")]
+    return seq
+
+
+@pytest.mark.parametrize("sticky", [False, True], ids=["latched", "sticky"])
+def test_runs_equal_per_op(pair, sticky):
+    per_op, runs = pair
+    h = setup(per_op)
+    assert setup(runs) == h
+    seq = ops_of(h, sticky)
+    for name, args, payload in seq:
+        assert dispatch.execute(per_op.session, per_op.st, per_op.backend, OP_BY_NAME[name], args, payload,
+                                True) is None
+    # as runs of 1, 3 and the rest, as a framepath would cut them
+    cut = [seq[:1], seq[1:4], seq[4:]]
+    for part in cut:
+        fastrun.execute_run(runs.session, runs.st, runs.backend, [(OP_BY_NAME[n], a, p) for n, a, p in part])
+    got = runs.state(h["ptr"], 4096)
+    assert got == per_op.state(h["ptr"], 4096)
+    assert got[0][0] != 0 and (got[0][1] != 0) == sticky        # something was latched; sticky only when asked
+    assert got[1] == got[0][0]                                  # the synchronizing call answers the latched error
+    assert sticky or got[2][:4] == struct.pack("<I", 7) and got[2][4:8] == struct.pack("<I", 11) \
+        and got[2][8:64] == bytes([0x11]) * 56 and got[2][128:192] == struct.pack("<I", 7) + bytes([0x11]) * 60 and got[2][256:288] == b"\x5a" * 32
+
+
+def test_backend_failure_inside_a_run(pair, monkeypatch):
+    """A run_fast that reports op k's failure: k is latched, k+1.. handed back and run."""
+    per_op, runs = pair
+    h = setup(per_op)
+    setup(runs)
+    ctx = runs.st.ctx
+    calls: list[int] = []
+    original = type(ctx).run_fast
+
+    def run_fast(self, ops):
+        calls.append(len(ops))
+        return original(self, ops)
+    monkeypatch.setattr(type(ctx), "run_fast", run_fast)
+    real_memset = ctx.memset
+    bad = h["ptr"] + 8
+
+    def memset(ptr, value, size, stream):
+        if ptr == bad:
+            raise CudaError("cudaErrorNotReady", "injected")
+        real_memset(ptr, value, size, stream)
+    ctx.memset = memset
+    ops = [(OP_BY_NAME["MEMSET"], [0, h["ptr"] + 8 * i, i, 8, 0], b"") for i in range(6)]
+    fastrun.execute_run(runs.session, runs.st, runs.backend, ops)
+    assert calls == [6, 4]                # one call; after op 1's failure the other four in a second one
+    assert runs.st.deferred == ERROR_CODES["cudaErrorNotReady"]
+    assert runs.st.ops == 4 + 6
+    assert runs.call("DEVICE_SYNC").err == ERROR_CODES["cudaErrorNotReady"]
+    got = bytes(runs.call("MEMCPY_DTOH", h["ptr"], 48, 0).payload)
+    assert got == bytes(8) + bytes([0] * 8) + b"".join(bytes([i]) * 8 for i in range(2, 6))
+
+
+def test_every_fast_op_has_a_preparer_naming_a_fast_method(pair):
+    """Each FAST op of the spec has a preparer, and what it makes names a method of FAST_METHODS."""
+    assert {spec.code for spec in OPS if spec.fast} == set(FAST)
+    d = pair[0]
+    h = setup(d)
+    seen = set()
+    for name, args, payload in ops_of(h, False):
+        spec = OP_BY_NAME[name]
+        try:
+            fop = FAST[spec.code][0](Call(d.session, d.st, payload), *positional(spec, d.st, args))
+        except CudaError:
+            continue
+        if fop is not None:
+            assert isinstance(fop, FastOp) and fop.method in FAST_METHODS
+            seen.add(name)
+    assert seen == {spec.name for spec in OPS if spec.fast}
