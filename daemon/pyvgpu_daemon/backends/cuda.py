@@ -37,6 +37,7 @@ from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_staging import StagingPool
+from pyvgpu_daemon.backends.cuda_tensor_map import CudaTensorMaps
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
 from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpace, WindowSpaces
 from pyvgpu_daemon.errors import CudaError
@@ -245,7 +246,7 @@ class _Event:
     anchor: Any = None             # cuda_clock.Anchor of its latest record (None: not timed on the clock)
 
 
-class CudaContext(CudaArrays, DeviceContext):
+class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current."""
 
     @staticmethod

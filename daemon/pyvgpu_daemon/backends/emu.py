@@ -33,6 +33,7 @@ from pyvgpu_daemon.emu.device_heap import DeviceHeap
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.emu.vmm import GRANULARITY, MAX_RESERVED_FACTOR, EmuVmm, Physical
+from pyvgpu_daemon import tensor_map
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -636,6 +637,15 @@ class EmuContext(EmuArrays, DeviceContext):
     def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
         _lt_offered(problem["epilogue"])
         return 1, 0                      # NumPy runs every other problem the table accepts, with no workspace
+
+    # ------------------------------------------------------------------ tensor maps
+    def tensor_map_encode(self, request: Any) -> bytes:
+        # no TMA instructions run here (sm_90 SASS): a descriptor of the emulator's own, after the documented checks
+        tensor_map.check(request)
+        return tensor_map.emulated(request)
+
+    def tensor_map_replace_address(self, tmap: bytes, addr: int) -> bytes:
+        return tensor_map.emulated_replace_address(tmap, addr)
 
     def reset(self) -> None:
         self._vmm_drop()
