@@ -16,12 +16,7 @@ int main(int argc, char **argv)
         printf("usage: drv_addr_overlap PTX_FILE\n");
         return 2;
     }
-    DCHECK(cuInit(0));
-    CUdevice dev;
-    DCHECK(cuDeviceGet(&dev, 0));
-    CUcontext ctx;
-    DCHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    DCHECK(cuCtxSetCurrent(ctx));
+    CUdevice dev = drv_primary_current();
     const size_t page = 4096;
     char *host;
     DCHECK(cuMemHostAlloc((void **)&host, page, 0));

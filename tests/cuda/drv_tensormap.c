@@ -21,12 +21,7 @@ static CUresult tiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, CU
 
 int main(void)
 {
-    DCHECK(cuInit(0));
-    CUdevice dev;
-    DCHECK(cuDeviceGet(&dev, 0));
-    CUcontext ctx;
-    DCHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    DCHECK(cuCtxSetCurrent(ctx));
+    CUdevice dev = drv_primary_current();
     CUdeviceptr buf;
     DCHECK(cuMemAlloc(&buf, 1 << 20));
     OKC(buf % 256 == 0);
