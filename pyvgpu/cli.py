@@ -344,6 +344,8 @@ def format_status(where: Host, status: dict, info: dict | None = None) -> str:
         head += ", token required" if status["auth"] else ", no token (loopback)"
     if status.get("scheduling"):
         head += f", scheduling {status['scheduling']}"
+    if isinstance(status.get("handshaking"), int) and status["handshaking"]:
+        head += f", {status['handshaking']} connection(s) in their handshake"
     lines = [head]
     sessions = [s for s in (status.get("sessions") or []) if isinstance(s, dict)]
     usage = {u.get("device"): u for u in (status.get("device_usage") or []) if isinstance(u, dict)}

@@ -43,14 +43,16 @@ async def run_session(server: Server, stream: FrameStream, sid: int) -> None:
     established = False
     try:
         try:
-            await asyncio.wait_for(handshake(server, session, stream), bounds.handshake_timeout_s)
+            # one deadline from the accept on: a TLS handshake (tls_accept.py) spent part of it
+            loop = asyncio.get_running_loop()
+            left = bounds.handshake_timeout_s - (loop.time() - (stream.accepted_at or loop.time()))
+            await asyncio.wait_for(handshake(server, session, stream), max(left, 0.0))
         except TimeoutError:
             raise SessionEnd(f"no hello within {bounds.handshake_timeout_s:.0f} s") from None
         established = True
         server.admission.done(stream)
         server.sessions[sid] = session
         server.links[sid] = link
-        loop = asyncio.get_running_loop()
         session.end_soon = lambda why: loop.call_soon_threadsafe(abort, link, why)
         log.info("%s: connected from %s (%s), va_base=%#x", session.tag(), peer, session.client, session.va_base)
         reason = await Connection(server, link).serve()

@@ -1,5 +1,5 @@
-"""The listener: TLS, admission of new connections, one session per connection, the daemon's status and its
-shutdown.
+"""The listener: plain TCP or TLS (tls_accept.py), admission of new connections, one session per connection, the
+daemon's status and its shutdown.
 
 What happens to one connection lives beside it, one concern per file: handshake.py (greeting, HELLO, token proof),
 lifecycle.py (a session's life from handshake to teardown; heartbeats; the shutdown drain), connection.py (one
@@ -32,6 +32,7 @@ from pyvgpu_daemon.scheduler import LATENCY_BOUNDS
 from pyvgpu_daemon.session import Session
 from pyvgpu_daemon.sharing import Sharing, SharingConfig
 from pyvgpu_daemon.stream import FrameStream
+from pyvgpu_daemon.tls_accept import TLSListener
 
 log = logging.getLogger("pyvgpu.daemon")
 
@@ -74,7 +75,8 @@ class Server:
     leases: LeaseTable | None = None
     admission: Admission | None = None                # connections before their handshake (admission.py)
     _next_session: int = 1
-    _server: asyncio.AbstractServer | None = None
+    _server: asyncio.AbstractServer | None = None      # the plain TCP listener
+    _tls: TLSListener | None = None                     # ... or the TLS one (tls_accept.py)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _streams: set[FrameStream] = field(default_factory=set)
     _heartbeat: asyncio.Task[None] | None = None
@@ -104,30 +106,48 @@ class Server:
                                  self.sharing.schedulers.clamp_weight)
         self.leases.start(loop)
 
-        def on_connect(stream: FrameStream) -> None:
-            assert self.admission is not None
-            for old in self.admission.admit(stream, stream.peer_host):
-                assert isinstance(old, FrameStream)
-                self._dropped.add(old)
-                old.abort()
-            warning = self.admission.warning(stream.peer_host)
-            if warning is not None:
-                log.warning("%s", warning)
-            self._streams.add(stream)
-            sid = self._next_session
-            self._next_session += 1
-            task = loop.create_task(run_session(self, stream, sid))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if self.config.tls is None:
+            def on_connect(stream: FrameStream) -> None:
+                self._admit(stream)
+                self._start_session(stream)
 
-        tls: dict[str, Any] = {}
-        if self.config.tls is not None:
-            tls = {"ssl": self.config.tls, "ssl_handshake_timeout": self.bounds.handshake_timeout_s}
-        self._server = await loop.create_server(lambda: FrameStream(on_connect), self.config.host,
-                                                self.config.port, reuse_address=True, **tls)
-        sock = self._server.sockets[0].getsockname()
-        self.bound = (sock[0], sock[1])
+            self._server = await loop.create_server(lambda: FrameStream(on_connect), self.config.host,
+                                                    self.config.port, reuse_address=True)
+            sock = self._server.sockets[0].getsockname()
+            self.bound = (sock[0], sock[1])
+        else:
+            # counted from the accept on, TLS handshake included (tls_accept.py)
+            self._tls = TLSListener(self.config.tls, self.bounds.handshake_timeout_s, self._admit,
+                                    self._start_session, self._tls_ended)
+            self.bound = await self._tls.listen(self.config.host, self.config.port)
         self._heartbeat = loop.create_task(heartbeats(self.links.values, self.bounds.heartbeat_s))
+
+    def _admit(self, stream: FrameStream) -> None:
+        """A new connection: pending until its handshake is done (admission may drop older pending ones)."""
+        assert self.admission is not None
+        for old in self.admission.admit(stream, stream.peer_host):
+            assert isinstance(old, FrameStream)
+            self._dropped.add(old)
+            old.abort()
+        warning = self.admission.warning(stream.peer_host)
+        if warning is not None:
+            log.warning("%s", warning)
+
+    def _start_session(self, stream: FrameStream) -> None:
+        """A connection ready for the greeting (after TLS, if any): its session's task."""
+        self._streams.add(stream)
+        sid = self._next_session
+        self._next_session += 1
+        task = asyncio.get_running_loop().create_task(run_session(self, stream, sid))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _tls_ended(self, stream: FrameStream, reason: str) -> None:
+        """A connection ended in its TLS handshake: no session began."""
+        self.forget_stream(stream)
+        quiet = self.was_dropped(stream)          # admission logged it (one line per peer, rate-limited)
+        log.log(logging.DEBUG if quiet else logging.INFO, "connection from %s ended before a session began (%s)",
+                stream.peer, reason)
 
     def forget_stream(self, stream: FrameStream) -> None:
         """A connection's session ended: it no longer counts for admission or shutdown."""
@@ -146,8 +166,10 @@ class Server:
         await stop.wait()
         log.info("shutting down: %d session(s) open; queued work may finish for %.0f s", len(self.sessions),
                  self.bounds.drain_timeout_s)
-        assert self._server is not None
-        self._server.close()
+        if self._server is not None:
+            self._server.close()
+        if self._tls is not None:
+            self._tls.close()
         loop = asyncio.get_running_loop()
         self.drain_deadline = loop.time() + self.bounds.drain_timeout_s
         for stream in list(self._streams):
@@ -183,6 +205,7 @@ class Server:
             "protocol": PROTOCOL_VERSION,
             "auth": self.config.token is not None,
             "tls": self.config.tls is not None,
+            "handshaking": self.admission.pending if self.admission is not None else 0,   # admission.py
             "devices": self.devices,
             "scheduling": "fair" if self.sharing.config.fair else "off",
             "max_weight": self.sharing.config.max_weight,

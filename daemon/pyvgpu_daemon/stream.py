@@ -97,14 +97,15 @@ class FrameStream(asyncio.BufferedProtocol):
         self._slices: collections.deque[Any] = collections.deque()    # TLS: reply bytes not handed over yet
         self._sliced = 0                  # ... their size
         self._transport_paused = False    # the transport asked us to stop writing (pause_writing)
+        self.abort_handshake: Any = None  # cancels its TLS handshake while there is no transport (tls_accept.py)
+        self.accepted_at: float | None = None   # loop time the connection was accepted (the handshake's deadline)
 
     # -- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._flow = FlowControl(self.transport, self.PAUSE_AT, self.RESUME_AT, self.WRITE_HIGH)
-        peer = transport.get_extra_info("peername")      # kept: a socket that closed has no peer name any more
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "an unknown peer (gone at once)"
-        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else "?"
+        if self.peer_host == "?":
+            self.set_peer(transport.get_extra_info("peername"))
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             try:
@@ -116,8 +117,15 @@ class FrameStream(asyncio.BufferedProtocol):
         self._tls = transport.get_extra_info("sslcontext") is not None
         # the loop, kept: asyncio.get_running_loop() makes a getpid() system call each time (per frame here)
         self.loop = asyncio.get_running_loop()
+        if self.accepted_at is None:
+            self.accepted_at = self.loop.time()
         self.closed = self.loop.create_future()
         self._on_connect(self)
+
+    def set_peer(self, peer: Any) -> None:
+        """The peer's address (kept: a socket that closed has no peer name any more)."""
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "an unknown peer (gone at once)"
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else "?"
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._target is not None:
@@ -463,3 +471,5 @@ class FrameStream(asyncio.BufferedProtocol):
         self._sliced = 0
         if self.transport is not None:
             self.transport.abort()
+        elif self.abort_handshake is not None:
+            self.abort_handshake()        # still in its TLS handshake

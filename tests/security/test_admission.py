@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ import pytest
 from harness import CUDA_SRC, build_cuda, free_port, interposer_env, rss
 from pyvgpu.client import Client, HandshakeError, SessionEnded
 from pyvgpu.protocol import ERR_UNAVAILABLE, HELLO_CONTROL
+from pyvgpu.tls import ClientTLS
 from pyvgpu_daemon.admission import GRACE_S, HARD_FACTOR, WARN_EVERY_S, Admission
 from pyvgpu_daemon.bounds import Bounds
 
@@ -185,3 +187,132 @@ def test_status_gets_in_while_every_session_is_open(daemon_factory):
     finally:
         for c in (*held, *control):
             c.close()
+
+
+# ---------------------------------------------------------------------------------------------- under TLS
+def client_hello() -> bytes:
+    """The first flight of a real TLS client (its ClientHello), as it goes on the wire."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    out = ssl.MemoryBIO()
+    obj = ctx.wrap_bio(ssl.MemoryBIO(), out)
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return out.read()
+
+
+class TLSSiege:
+    """n connections from 127.0.0.1 to a TLS daemon that never finish their TLS handshake: a third silent (no
+    ClientHello), a third stalled in the middle of their ClientHello, a third stalled after it (the daemon has
+    answered and waits for the client's next flight)."""
+
+    def __init__(self, port: int, n: int) -> None:
+        hello = client_hello()
+        self.socks: list[socket.socket] = []
+        for i in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.setblocking(True)           # no timeout: MSG_DONTWAIT reads below return at once
+            if i % 3 == 1:
+                s.sendall(hello[:len(hello) // 2])
+            elif i % 3 == 2:
+                s.sendall(hello)
+            self.socks.append(s)
+
+    def closed_by_daemon(self) -> int:
+        """How many of the sockets the daemon has closed (EOF or reset waiting, after what it sent)."""
+        n = 0
+        for s in self.socks:
+            try:
+                while chunk := s.recv(1 << 16, socket.MSG_DONTWAIT):
+                    pass
+                n += chunk == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                n += 1
+        return n
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def tls_status(port: int, pin: ClientTLS) -> tuple[float, dict]:
+    t = time.perf_counter()
+    with Client.connect("127.0.0.1", port, tls=pin, timeout=10) as c:
+        st = c.status()
+    return time.perf_counter() - t, st
+
+
+def test_tls_status_and_a_new_cuda_client_work_under_500_sockets_in_their_tls_handshake(daemon_factory, tls_pair):
+    """Connections in their TLS handshake are counted from the accept (before, asyncio made their protocol only
+    after the handshake: admission never saw them), bounded per address and in total, and released when they close;
+    status and a new authenticated CUDA client over TLS each answer within 1 s meanwhile."""
+    d = daemon_factory("--emu-devices", "1", "--max-sessions", "2", "--tls-cert", str(tls_pair.cert),
+                       "--tls-key", str(tls_pair.key))
+    pin = ClientTLS(None, frozenset({tls_pair.fingerprint}))
+    prog = build_cuda(CUDA_SRC / "load_mixed.cu")
+    baseline = open_fds(d.proc.pid)
+    siege = TLSSiege(d.port, SOCKETS)
+    try:
+        time.sleep(1.0)
+        dt, st = tls_status(d.port, pin)
+        assert dt < 1.0, f"status over TLS took {dt:.2f} s"
+        assert [s for s in st["sessions"] if not s["self"]] == []
+        # counted (the per-address bound is passed: the oldest have gone), and bounded in total
+        assert Bounds.max_handshaking_per_peer < st["handshaking"] <= HARD_FACTOR * Bounds.max_handshaking, st
+        held_fds = open_fds(d.proc.pid) - baseline
+        assert held_fds <= HARD_FACTOR * Bounds.max_handshaking + 16, f"{held_fds} descriptors for {SOCKETS} sockets"
+        assert siege.closed_by_daemon() >= SOCKETS - HARD_FACTOR * Bounds.max_handshaking   # the dropped ones
+        env = {**os.environ, **interposer_env([d]), "PYVGPU_TLS_FINGERPRINT": tls_pair.fingerprint}
+        cli = subprocess.run([sys.executable, "-m", "pyvgpu.cli", "daemon", "status", "--port", str(d.port),
+                              "--timeout", "5"], capture_output=True, text=True, timeout=60, env=env)
+        assert cli.returncode == 0 and "backend emu" in cli.stdout, (cli.stdout, cli.stderr)
+        assert re.search(r", \d+ connection\(s\) in their handshake", cli.stdout), cli.stdout
+        with Client.connect("127.0.0.1", d.port, tls=pin, timeout=10) as held:
+            assert held.status()
+            t = time.perf_counter()
+            proc = subprocess.run([str(prog), "7", "50"], capture_output=True, text=True, timeout=60, env=env)
+            cuda_s = time.perf_counter() - t
+            assert proc.returncode == 0 and "mismatches=0" in proc.stdout, (proc.stdout, proc.stderr)
+            assert cuda_s < 1.0, f"the CUDA client over TLS took {cuda_s:.2f} s"
+    finally:
+        siege.close()
+    deadline = time.monotonic() + 5
+    while (pending := tls_status(d.port, pin)[1]["handshaking"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pending == 0                                  # released when they closed
+    assert open_fds(d.proc.pid) <= baseline + 2
+    log = d.log_text()
+    assert "Traceback" not in log
+    warnings = re.findall(r"WARNING (\d+) connection\(s\) from 127\.0\.0\.1 dropped before their handshake", log)
+    assert warnings and len(warnings) <= 3, log[-3000:]
+
+
+def test_connections_stalled_in_their_tls_handshake_are_released_at_the_handshake_timeout(daemon_factory,
+                                                                                            tls_pair):
+    d = daemon_factory("--emu-devices", "1", "--handshake-timeout", "1.5", "--tls-cert", str(tls_pair.cert),
+                       "--tls-key", str(tls_pair.key))
+    pin = ClientTLS(None, frozenset({tls_pair.fingerprint}))
+    baseline = open_fds(d.proc.pid)
+    siege = TLSSiege(d.port, 30)          # below every bound: nothing is dropped, only the timeout ends them
+    try:
+        t = time.monotonic()
+        assert tls_status(d.port, pin)[1]["handshaking"] == 30
+        assert open_fds(d.proc.pid) >= baseline + 30
+        while siege.closed_by_daemon() < 30 and time.monotonic() - t < 5:
+            time.sleep(0.1)
+        waited = time.monotonic() - t
+        assert siege.closed_by_daemon() == 30 and 1.0 < waited < 3.0, waited
+        assert tls_status(d.port, pin)[1]["handshaking"] == 0
+        assert open_fds(d.proc.pid) <= baseline + 2
+    finally:
+        siege.close()
+    log = d.log_text()
+    assert "Traceback" not in log
+    assert len(re.findall(r"ended before a session began \(TLS handshake failed: .*taking longer", log)) == 30, \
+        log[-3000:]

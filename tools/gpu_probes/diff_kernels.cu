@@ -141,17 +141,43 @@ __global__ void warp_ops(const uint32_t *a, const uint32_t *b, const uint32_t *c
 // sampled on a grid over [2.5, 4.5) per dimension, so every result is one texel weight exactly: the fixed-point
 // alpha of each dimension (1D: steps of 1/1024 reach the rounding ties) and, in 2D and 3D, how the per-texel
 // products are held. Result i of tex_1d is x = 2.5 + i/1024; of tex_2d x = 2.5 + (i % 512)/256,
-// y = 2.5 + (i / 512)/256; of tex_3d x, y, z = 2.5 + (i % 32, i / 32 % 32, i / 1024)/16.
+// y = 2.5 + (i / 512)/256; of tex_3d x, y, z = 2.5 + (i % 32, i / 32 % 32, i / 1024)/16; of tex_3d_fine (dims 4)
+// x, y, z = 2.5 + u/256 with u in [0, 512) from a hash of i: alphas in 1/256 steps, where rounding a texel's product
+// of three factors once and forming the weights by inclusion-exclusion of rounded pairwise products differ.
+__device__ __host__ unsigned mix32(unsigned x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
 __global__ void tex_sample(cudaTextureObject_t t, int dims, float *o, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (dims == 1) o[i] = tex1D<float>(t, 2.5f + (i % 2048) / 1024.0f);
     else if (dims == 2) o[i] = tex2D<float>(t, 2.5f + (i % 512) / 256.0f, 2.5f + (i / 512) / 256.0f);
-    else o[i] = tex3D<float>(t, 2.5f + (i % 32) / 16.0f, 2.5f + (i / 32 % 32) / 16.0f, 2.5f + (i / 1024) / 16.0f);
+    else if (dims == 3)
+        o[i] = tex3D<float>(t, 2.5f + (i % 32) / 16.0f, 2.5f + (i / 32 % 32) / 16.0f, 2.5f + (i / 1024) / 16.0f);
+    else {
+        unsigned h = mix32((unsigned)i);
+        o[i] = tex3D<float>(t, 2.5f + (h & 511) / 256.0f, 2.5f + (h >> 9 & 511) / 256.0f,
+                            2.5f + (h >> 18 & 511) / 256.0f);
+    }
 }
 
-static void run_texture_group(FILE *out, const char *name, int dims, int n) {
-    const int side = 8;
+// Coordinates anywhere (tex_2d_coords): a 13 x 7 float texture of small integers sampled, linearly filtered, at
+// coordinates from a hash of i in [lo, lo + span), unnormalized (clamp, border) and normalized (wrap, mirror). Every
+// weighted sum is exact in float32, so any difference is in which texels and which 1/256 weights the GPU takes:
+// its conversion of a coordinate to fixed point, x - 0.5 and frac, and the normalized scaling and wrapping.
+__global__ void tex_coords(cudaTextureObject_t t, float lo, float span, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    // explicit roundings (no contraction to fma): a host model computes the same coordinates
+    float x = __fadd_rn(lo, __fmul_rn(span, (mix32(2u * i + 1u) >> 8) * (1.0f / 16777216.0f)));
+    float y = __fadd_rn(lo, __fmul_rn(span, (mix32(2u * i + 2u) >> 8) * (1.0f / 16777216.0f)));
+    o[i] = tex2D<float>(t, x, y);
+}
+
+static void run_texture_group(FILE *out, const char *name, int kind, int n) {
+    const int side = 8, dims = kind > 3 ? 3 : kind;
     cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
     cudaExtent ext = make_cudaExtent(side, dims > 1 ? side : 0, dims > 2 ? side : 0);
     cudaArray_t a;
@@ -175,13 +201,48 @@ static void run_texture_group(FILE *out, const char *name, int dims, int n) {
     CK(cudaCreateTextureObject(&t, &rd, &td, nullptr));
     float *d;
     CK(cudaMalloc(&d, n * sizeof(float)));
-    tex_sample<<<(n + 255) / 256, 256>>>(t, dims, d, n);
+    tex_sample<<<(n + 255) / 256, 256>>>(t, kind, d, n);
     CK(cudaGetLastError());
     std::vector<float> host(n);
     CK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
     if (fwrite(host.data(), 1, n * sizeof(float), out) != n * sizeof(float)) { perror("write"); exit(1); }
     printf("group %s %zu\n", name, n * sizeof(float));
     CK(cudaDestroyTextureObject(t)); CK(cudaFree(d)); CK(cudaFreeArray(a));
+}
+
+static void run_texture_coords(FILE *out, const char *name) {
+    const int W = 13, H = 7, n = 4096;
+    struct Mode { cudaTextureAddressMode m; bool norm; float lo, span; };
+    const Mode modes[] = {{cudaAddressModeClamp, false, -2.0f, 17.0f}, {cudaAddressModeBorder, false, -2.0f, 17.0f},
+                          {cudaAddressModeWrap, true, -1.5f, 4.0f}, {cudaAddressModeMirror, true, -1.5f, 4.0f}};
+    cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
+    cudaArray_t a;
+    CK(cudaMallocArray(&a, &f, W, H));
+    std::vector<float> texels(W * H);
+    for (int i = 0; i < W * H; i++) texels[i] = (float)((i * 7) % 23 - 11);
+    CK(cudaMemcpy2DToArray(a, 0, 0, texels.data(), W * sizeof(float), W * sizeof(float), H, cudaMemcpyHostToDevice));
+    cudaResourceDesc rd = {};
+    rd.resType = cudaResourceTypeArray;
+    rd.res.array.array = a;
+    float *d;
+    CK(cudaMalloc(&d, n * sizeof(float)));
+    std::vector<float> host(n);
+    for (const Mode &m : modes) {
+        cudaTextureDesc td = {};
+        td.addressMode[0] = td.addressMode[1] = m.m;
+        td.filterMode = cudaFilterModeLinear;
+        td.readMode = cudaReadModeElementType;
+        td.normalizedCoords = m.norm;
+        cudaTextureObject_t t;
+        CK(cudaCreateTextureObject(&t, &rd, &td, nullptr));
+        tex_coords<<<n / 256, 256>>>(t, m.lo, m.span, d, n);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+        if (fwrite(host.data(), 1, n * sizeof(float), out) != n * sizeof(float)) { perror("write"); exit(1); }
+        CK(cudaDestroyTextureObject(t));
+    }
+    printf("group %s %zu\n", name, sizeof(modes) / sizeof(modes[0]) * n * sizeof(float));
+    CK(cudaFree(d)); CK(cudaFreeArray(a));
 }
 
 template <typename TI, typename TO>
@@ -280,6 +341,8 @@ int main(int argc, char **argv) {
     run_texture_group(out, "tex_1d", 1, 2048);
     run_texture_group(out, "tex_2d", 2, 512 * 512);
     run_texture_group(out, "tex_3d", 3, 32 * 32 * 32);
+    run_texture_group(out, "tex_3d_fine", 4, 1 << 14);
+    run_texture_coords(out, "tex_2d_coords");
     fclose(out);
     return 0;
 }

@@ -3,7 +3,9 @@ pyvgpu, compared group by group (docs/gpu-check.md: PYVGPU_GPU_CHECK_EMU / _HOST
 except the slots whose results NVIDIA documents only within an error bound (isa_bounds.py): there both devices must be
 within the bound of a float64 reference, with the ISA's special inputs bit for bit and canonical NaNs.
 Exit 0 when every group passes, 1 otherwise; the summary names each failing group and its first failure, and
-diff_kernels.json (in PYVGPU_GPU_CHECK_OUT) holds every slot's counts and first failures."""
+diff_kernels.json (in PYVGPU_GPU_CHECK_OUT) holds every slot's counts and first failures, and diff_kernels_all.json
+every differing result of each group (up to ALL_CAP: [index, emu, gpu] in hex), so a rule can be checked against
+all of a run's data, not only the first failures."""
 from __future__ import annotations
 
 import json
@@ -24,6 +26,7 @@ import isa_bounds  # noqa: E402
 from harness import NVCC, cached_build  # noqa: E402
 
 SRC = HERE / "diff_kernels.cu"
+ALL_CAP = 20000          # differing results kept per group in diff_kernels_all.json
 
 
 def build(timeout: float | None = 300) -> Path:
@@ -86,6 +89,24 @@ def compare(on_gpu: list[tuple[str, bytes]], on_emu: list[tuple[str, bytes]]) ->
     return lines + [summary], report, ok
 
 
+def all_differences(on_gpu: list[tuple[str, bytes]], on_emu: list[tuple[str, bytes]]) -> dict:
+    """{group: {"n": results, "differ": count, "first": [[index, emu hex, gpu hex], ...]}} for each group that
+    differs anywhere (raw words, whatever the group's bounds allow)."""
+    gpu = dict(on_gpu)
+    out = {}
+    for name, eb in on_emu:
+        gb = gpu.get(name, b"")
+        if eb == gb or len(eb) != len(gb):
+            continue
+        ut = np.uint64 if isa_bounds.WIDTH.get(name, 4) == 8 else np.uint32
+        e, g = np.frombuffer(eb, ut), np.frombuffer(gb, ut)
+        idx = np.flatnonzero(e != g)
+        w = 16 if ut is np.uint64 else 8
+        out[name] = {"n": len(e), "differ": len(idx),
+                     "first": [[int(i), f"{int(e[i]):0{w}x}", f"{int(g[i]):0{w}x}"] for i in idx[:ALL_CAP]]}
+    return out
+
+
 def main() -> int:
     gpu, emu = os.environ["PYVGPU_GPU_CHECK_HOSTS"], os.environ["PYVGPU_GPU_CHECK_EMU"]
     out = Path(os.environ.get("PYVGPU_GPU_CHECK_OUT", "."))
@@ -102,6 +123,7 @@ def main() -> int:
         return 1
     lines, report, ok = compare(on_gpu, on_emu)
     (out / "diff_kernels.json").write_text(json.dumps(report, indent=1))
+    (out / "diff_kernels_all.json").write_text(json.dumps(all_differences(on_gpu, on_emu)))
     print("\n".join(lines))
     return 0 if ok else 1
 

@@ -4,17 +4,22 @@ The sampling follows the CUDA C++ Programming Guide, appendix "Texture Fetching"
 ([0, N)) or normalized ([0, 1) scaled by N); addressing clamp, wrap, mirror or border (wrap and mirror only with
 normalized coordinates; CUDA falls back to clamp otherwise); point filtering takes texel floor(x); linear filtering
 takes x_B = x - 0.5, i = floor(x_B), alpha = frac(x_B) held in 9-bit fixed point (8 fraction bits, rounded to
-nearest), and blends T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended). Each texel's weight,
-the product of its dimensions' alpha or 1 - alpha, is itself held in 9-bit fixed point (rounded to nearest) in 2D
-and 3D, as the GPU does: a real H200 gave (27 T00 + 6 T10 + 180 T01 + 43 T11) / 256 for alpha 49/256, beta 223/256
-(real-GPU run 1, tests/cuda/api_texture.cu), not the separable blend. A weight exactly halfway between two 1/256
-steps rounds up when its x factor is alpha and down when it is 1 - alpha, as an H100 did on every such weight of
-tools/gpu_probes/diff_kernels.cu's single-texel textures (real-GPU run 2: 2048 of 2048 in 2D, 2560 in 3D). Read modes: element type, or normalized
-float for 8/16-bit integers (unsigned to [0, 1], signed to [-1, 1]). Border addressing returns the border color
-for texels outside (for integer results, its value converted). A 1D texture over linear memory is fetched by
-integer index (tex1Dfetch): no filtering, 0 outside. tld4 (tex2Dgather) returns one component of the four texels
-of the bilinear footprint. Surfaces are addressed in bytes along x (suld.b/sust.b) with trap/clamp/zero boundary
-handling.
+nearest, a tie up), and blends T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended). Each
+texel's weight, the product of its dimensions' alpha or 1 - alpha, is itself held in 9-bit fixed point, rounded to
+nearest, in 2D and 3D, as the GPU does: a real H200 gave (27 T00 + 6 T10 + 180 T01 + 43 T11) / 256 for alpha 49/256,
+beta 223/256 (real-GPU run 1, tests/cuda/api_texture.cu), not the separable blend. A product exactly halfway between
+two 1/256 steps rounds up when an even number of its factors are 1 - alpha and down when the number is odd: in 2D
+that is w11 = round(alpha beta) with the others by difference (w10 = alpha - w11, w01 = beta - w11, w00 = 1 - alpha
+- beta + w11), so the four weights always sum to 1. That rule gives exactly what two H100 runs gave on
+tools/gpu_probes/diff_kernels.cu's single-texel textures (the count and first 20 of each run's 2048 tex_2d and 2560
+tex_3d differences, against two older rules) and api_texture's 5.70707 (a fetch whose four weights were all ties).
+In 3D those grids only have alphas in 1/16 steps, where it equals the inclusion-exclusion form; the tex_3d_fine group
+(alphas in 1/256 steps) tells the two apart on the next GPU run: the 3D rule is unconfirmed until then.
+Read modes: element type, or normalized float for 8/16-bit integers (unsigned to [0, 1], signed to [-1, 1]). Border
+addressing returns the border color for texels outside (for integer results, its value converted). A 1D texture over
+linear memory is fetched by integer index (tex1Dfetch): no filtering, 0 outside. tld4 (tex2Dgather) returns one
+component of the four texels of the bilinear footprint. Surfaces are addressed in bytes along x (suld.b/sust.b) with
+trap/clamp/zero boundary handling.
 
 Everything works on lane vectors (one element per thread) and reads the device's heap through `mem.view`, so a
 texture over freed memory faults (cudaErrorIllegalAddress) instead of reading garbage.
@@ -188,7 +193,7 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
             inside &= ok
             w = w * (frac[k] if c[k] else 1.0 - frac[k])
         if dims > 1:
-            w = _fixed9(w, ties_up=bool(c[0]))
+            w = _fixed9(w, ties_up=(dims - sum(c)) % 2 == 0)     # the number of 1 - alpha factors
         vals = _components(_gather_texels(texels, idx, sl, dims), f, s, True)
         vals = [np.where(inside, v.astype(np.float64), border[ch]) for ch, v in enumerate(vals)]
         picked.append(vals)
