@@ -354,6 +354,16 @@ def build_cuda(src: Path, extra: tuple[str, ...] = (), runtime: str = "shared") 
                         lambda o: [NVCC, "-cudart", runtime, "-O3", "-o", str(o), str(src), *extra])
 
 
+def real_driver_fatbin(workdir: Path, source: str, name: str = "k") -> Path:
+    """CUDA source as a fatbin for the cuda backend here: PTX for the emulated GPU underneath a chain, SASS for an
+    sm_90 GPU (the driver picks)."""
+    (Path(workdir) / f"{name}.cu").write_text(source)
+    out = Path(workdir) / f"{name}.fatbin"
+    subprocess.run([NVCC, "-fatbin", "-gencode", "arch=compute_75,code=compute_75", "-gencode",
+                    "arch=compute_90,code=sm_90", "-o", str(out), str(Path(workdir) / f"{name}.cu")], check=True)
+    return out
+
+
 def ptx_of(name: str, *flags: str) -> bytes:
     """tests/cuda/<name> compiled to sm_75 PTX by nvcc (cached under build/emu-ptx)."""
     src = CUDA_SRC / name
