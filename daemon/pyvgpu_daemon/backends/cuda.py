@@ -40,7 +40,7 @@ from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_staging import StagingPool
 from pyvgpu_daemon.backends.cuda_tensor_map import CudaTensorMaps
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
-from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpace, WindowSpaces
+from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpaces
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.lent import Lent
 
@@ -195,7 +195,7 @@ class CudaBackend(Backend):
         if not all(self.api.has(n) for n in VMM_CALLS) or not self._attr(dev, VMM_SUPPORTED_ATTR):
             return 0
         try:
-            return WindowMemory(self.drv, ordinal, WindowSpace(0), check).granularity()
+            return WindowMemory(self.drv, ordinal, 0, check).granularity()
         except CudaError:
             return 0
 
@@ -219,7 +219,7 @@ class CudaBackend(Backend):
         window = va_base + ordinal * VA_WINDOW_BYTES
         return CudaContext(self.drv, ordinal, self.cublas, window, self.cublaslt, self.api,
                            vmm=self._snapshots[ordinal]["vmm_granularity"] > 0, health=self.health,
-                           space=self.windows.of(window), calls=self.calls)
+                           spaces=self.windows, calls=self.calls)
 
     def unusable(self, ordinal: int) -> str:
         return self.health.unusable.get(ordinal, "")
@@ -276,7 +276,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
-                 health: "DeviceHealth | None" = None, space: WindowSpace | None = None,
+                 health: "DeviceHealth | None" = None, spaces: WindowSpaces | None = None,
                  calls: DriverCalls | None = None) -> None:
         self.drv = drv
         self.calls = calls             # the fast ops from compiled code (cuda_calls.py); None: through cuda-python
@@ -294,8 +294,9 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         self.ctx = self._new_context()
         # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
         # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
-        # Sessions of one daemon on the same window share its free list (`space`): one process, one address space.
-        self.mem = WindowMemory(drv, ordinal, space or WindowSpace(window), check) if vmm else None
+        # Sessions of one daemon on the same window share its free lists and what the daemon learnt of its driver
+        # (`spaces`): one process, one address space.
+        self.mem = WindowMemory(drv, ordinal, window, check, spaces) if vmm else None
         self._prog_ranges: dict[int, int] = {}       # the program's own (VMM_*): reservations, handles, mappings
         self._prog_handles: list[Any] = []
         self._prog_maps: dict[int, int] = {}
@@ -679,7 +680,8 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
         # device-side layout. A real driver refuses a CU_LAUNCH_PARAM_BUFFER_SIZE other than the kernel's
         # parameter space with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (an H100 did, for a buffer padded from 12 to 16
-        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much).
+        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much). libvcuda
+        # answers as that driver does, so the chain's fault tests fail without the cut (test_daemon_cuda_faults).
         size = kernel.param_bytes
         s = self._stream(stream)
         calls = self.calls
