@@ -3,8 +3,9 @@
 # pyvgpu with its test dependencies into the chosen Python; scripts/setup-slurm.sh installs Slurm and munge for
 # tests/slurm), then run pytest over tests/, then the tiers that drive the daemon's frame path (tests/daemon,
 # tests/security) a second time with the daemon forced to its Python frame path (PYVGPU_DAEMON_COMPILED=0: both
-# paths must pass every test; docs/architecture.md, "The daemon's frame path"). The exit status is the first failing
-# pass's (0 when both pass). Extra arguments go to both pytest runs (e.g. scripts/test.sh -x -k hostmap).
+# paths must pass every test; docs/architecture.md, "The daemon's frame path"; the second pass took 10.7 min on a
+# shared 2-core VM at load average ~10 on 2026-11-26). The exit status is the first failing pass's (0 when both
+# pass). Extra arguments go to both pytest runs (e.g. scripts/test.sh -x -k hostmap).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
