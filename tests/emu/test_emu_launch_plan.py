@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pyvgpu_daemon.emu import module as emu_module
+from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.runtime import launch as emu_launch
@@ -185,3 +186,27 @@ def test_only_launched_loop_free_small_kernels_are_tiny(mod, monkeypatch):
     assert not m.tiny("sync", (1, 1, 1), (32, 1, 1), 0)      # barriers park threads
     m.launch("ids", (2000, 1, 1), (1, 1, 1), 0, struct.pack("<QI", m.memory.alloc(16 * 1000), 0) + b"\0" * 4)
     assert not m.tiny("ids", (2000, 1, 1), (1, 1, 1), 0)     # more threads than TINY_LANES
+
+
+def test_a_small_configuration_gets_native_code_once_its_launches_took_long(monkeypatch):
+    """Fewer threads than native_min_threads: NumPy code until the configuration's launches have spent about what
+    compiling the kernel costs, then native code (built in the background), with the same results."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    out = m.memory.alloc(16 * 1000)
+    monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 3600.0)
+    monkeypatch.setattr(emu_launch, "NATIVE_S_PER_INSTR", 0.0)
+    _, v = _ids(m, mem, out, (4, 1, 1), (256, 1, 1), 3)
+    plan = next(iter(m._plans.values()))
+    assert plan.native is None and (v == np.arange(1000) + 3).all()
+    monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 0.0)
+    _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 3)            # a new configuration, 12 instructions
+    plan = m._plans[("ids", (8, 1, 1), (128, 1, 1), 0, None, None, False)]
+    assert plan.native_after == 0.0 and plan.native == "auto"      # from its next launch on
+    monkeypatch.setattr(emu_launch, "NATIVE_S_PER_INSTR", 1000.0)
+    assert EmuModule.load(PTX.encode(), mem)._plan("ids", (8, 1, 1), (128, 1, 1), 0, None, None, False).native_after \
+        >= 1000.0                                           # a big kernel waits longer
+    _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 3)            # starts the build
+    assert m.kernel("ids").native_make(wait=True) is not None
+    _, v = _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 5)
+    assert (v == np.arange(1000) + 5).all()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pyvgpu_daemon.emu import native
+from pyvgpu_daemon.errors import CudaError, code_of
 from pyvgpu_daemon.emu.layout import LOC_WIN, SH_WIN
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
@@ -292,3 +293,160 @@ def test_library_cache_keeps_the_most_recently_used(tmp_path, monkeypatch):
     assert len(left) == 3 and files[0] in left and files[1] not in left and files[2] in left
     assert native.load(src % (1, 1), tmp_path).f1() == 1            # a removed one is simply built again
     assert len(set(tmp_path.glob("*.so"))) == 3
+
+
+# ---------------------------------------------------------------------------------------------- loads in native runs
+LOADS = """
+.version 9.0
+.target sm_75
+.address_size 64
+.const .align 4 .u32 ctab[4] = {11, 22, 33, 44};
+.visible .entry ld(.param .u64 in, .param .u64 out, .param .align 8 .b8 blob[32])
+{
+  .reg .pred %p<4>; .reg .f32 %f<4>; .reg .f64 %fd<4>; .reg .b32 %r<60>; .reg .b64 %rd<30>;
+  .shared .align 16 .b8 sh[2048];
+  .local .align 16 .b8 loc[32];
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 16;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.v4.u32 {%r2, %r3, %r4, %r5}, [%rd4];
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 4;
+  add.s32 %r8, %r6, %r7;
+  st.shared.v4.u32 [%r8], {%r2, %r3, %r4, %r5};
+  mov.u64 %rd5, loc;
+  st.local.v4.u32 [%rd5], {%r5, %r4, %r3, %r2};
+  mov.u32 %r22, 7;
+  bar.sync 0;
+  xor.b32 %r9, %r1, 5;
+  shl.b32 %r10, %r9, 4;
+  add.s32 %r11, %r6, %r10;
+  mov.b64 %rd6, blob;
+  cvt.u64.u32 %rd7, %r11;
+  cvta.shared.u64 %rd8, %rd7;
+  setp.lt.u32 %p1, %r1, 7;
+  ld.shared.u32 %r12, [%r11+4];
+  ld.shared.s8 %r13, [%r11+3];
+  ld.global.s8 %r14, [%rd4+7];
+  ld.global.u8 %r15, [%rd4+7];
+  ld.global.s16 %r16, [%rd4+6];
+  ld.global.nc.f32 %f1, [%rd4+8];
+  ld.global.v2.u32 {%r17, %r18}, [%rd4+8];
+  ld.local.u32 %r19, [%rd5+12];
+  ld.const.u32 %r20, [ctab+8];
+  ld.param.u32 %r21, [%rd6+8];
+  @%p1 ld.global.u32 %r22, [%rd4+4];
+  ld.u32 %r23, [%rd8+8];
+  ld.u32 %r24, [%rd4+12];
+  ld.global.f64 %fd1, [%rd4+8];
+  ld.global.s32 %rd9, [%rd4+4];
+  add.f32 %f2, %f1, %f1;
+  add.s32 %r25, %r12, %r13;
+  mul.wide.u32 %rd10, %r1, 128;
+  add.s64 %rd11, %rd2, %rd10;
+  st.global.v4.u32 [%rd11], {%r12, %r13, %r14, %r15};
+  st.global.v4.u32 [%rd11+16], {%r16, %r17, %r18, %r19};
+  st.global.v4.u32 [%rd11+32], {%r20, %r21, %r22, %r23};
+  st.global.v2.u32 [%rd11+48], {%r24, %r25};
+  st.global.f32 [%rd11+56], %f2;
+  st.global.f64 [%rd11+64], %fd1;
+  st.global.u64 [%rd11+72], %rd9;
+  ret;
+}
+
+.visible .entry bad(.param .u64 in, .param .u64 out, .param .u64 gofs, .param .u32 sofs, .param .u32 lofs)
+{
+  .reg .b32 %r<20>; .reg .b64 %rd<20>;
+  .shared .align 16 .b8 sh[256];
+  .local .align 16 .b8 loc[16];
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  ld.param.u64 %rd3, [gofs];
+  ld.param.u32 %r1, [sofs];
+  ld.param.u32 %r2, [lofs];
+  mov.u32 %r3, %tid.x;
+  mul.wide.u32 %rd4, %r3, 4;
+  add.s64 %rd5, %rd1, %rd4;
+  add.s64 %rd6, %rd5, %rd3;
+  mov.u32 %r4, sh;
+  add.s32 %r5, %r4, %r1;
+  mov.u64 %rd7, loc;
+  cvt.u64.u32 %rd8, %r2;
+  add.s64 %rd9, %rd7, %rd8;
+  ld.global.u32 %r6, [%rd6];
+  ld.shared.u32 %r7, [%r5];
+  ld.local.u32 %r8, [%rd9];
+  add.s32 %r9, %r6, %r7;
+  add.s32 %r10, %r9, %r8;
+  add.s64 %rd10, %rd2, %rd4;
+  st.global.u32 [%rd10], %r10;
+  ret;
+}
+"""
+
+
+def _loads_launch(limits: EmuLimits, kernel: str, params, threads: int = 64):
+    """(output bytes, the module) of one launch of LOADS' kernel over 64 x 16 input bytes; params(in, out)."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = EmuModule.load(LOADS.encode(), mem, limits=limits)
+    data = np.random.default_rng(11).integers(0, 1 << 32, 64 * 4, dtype=np.uint64).astype(np.uint32)
+    src = mem.alloc(data.nbytes)
+    dst = mem.alloc(64 * 128)
+    mem.write(src, data.tobytes())
+    mod.launch(kernel, (1, 1, 1), (threads, 1, 1), 0, params(src, dst))
+    return bytes(mem.read(dst, 64 * 128)), mod
+
+
+def _blob(src: int, dst: int) -> bytes:
+    return struct.pack("<QQ", src, dst) + bytes(range(32))
+
+
+def test_loads_of_every_space_give_the_same_bits_as_numpy():
+    """Global (8-bit to 64-bit, signed and unsigned, vectors, .nc), shared, local, const, .param through a register,
+    generic (shared and global) and guarded loads as native code equal the NumPy code's."""
+    on, mod = _loads_launch(EmuLimits(native="on"), "ld", _blob)
+    off, _ = _loads_launch(EmuLimits(native="off"), "ld", _blob)
+    runs = [r for r in mod.kernel("ld").native_runs if r.mem]
+    assert runs and not any(r.declined for r in runs)                # the loads ran as C
+    assert on == off
+    out = np.frombuffer(on, np.uint32).reshape(64, 32)
+    assert (out[:, 8] == 33).all() and (out[:, 9] == 0x0B0A0908).all()      # ctab[2]; blob bytes 8..11
+    assert (out[7:, 10] == 7).all() and (out[:7, 10] != 7).all()             # the guarded load: lanes 0..6
+
+
+@pytest.mark.parametrize("gofs, sofs, lofs", [(1 << 20, 0, 0), (2, 0, 0), (-8, 0, 0), (0, 256, 0), (0, 2, 0),
+                                              (0, 0, 16), (0, 0, 1 << 31)],
+                         ids=["global-past", "global-misaligned", "global-before", "shared-past", "shared-misaligned",
+                              "local-past", "local-far"])
+def test_a_bad_load_in_a_native_run_is_the_same_error(gofs, sofs, lofs):
+    """An access the C code cannot serve makes the run's NumPy code run, which raises the error it always did."""
+    def params(src, dst):
+        return struct.pack("<QQqII", src, dst, gofs, sofs & 0xFFFFFFFF, lofs & 0xFFFFFFFF)
+    errors = []
+    for native_mode in ("on", "off"):
+        with pytest.raises(CudaError) as e:
+            _loads_launch(EmuLimits(native=native_mode), "bad", params, threads=32)
+        errors.append((e.value.code, e.value.message))
+    assert errors[0] == errors[1]
+    assert errors[0][0] in (code_of("cudaErrorIllegalAddress"), code_of("cudaErrorMisalignedAddress"))
+    assert _declined(params) == 1           # the C code met the access and left it to the NumPy code
+
+
+def _declined(params) -> int:
+    """How many calls of the bad kernel's native runs left their accesses to the NumPy code in a launch."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = EmuModule.load(LOADS.encode(), mem, limits=EmuLimits(native="on"))
+    src, dst = mem.alloc(64 * 16), mem.alloc(64 * 128)
+    try:
+        mod.launch("bad", (1, 1, 1), (32, 1, 1), 0, params(src, dst))
+    except CudaError:
+        pass
+    return sum(r.declined for r in mod.kernel("bad").native_runs if r.mem)
+
+
+def test_good_accesses_of_the_bad_kernel_stay_in_c():
+    assert _declined(lambda src, dst: struct.pack("<QQqII", src, dst, 4, 8, 4)) == 0

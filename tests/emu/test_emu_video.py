@@ -1,7 +1,8 @@
 """The video instructions (ops/video.py) against a host model written lane by lane from the PTX ISA's pseudo-code
 ("Video Instructions"), corrected where the GPU does otherwise (an H100 ran tests/cuda/emu_video.cu; the forms were
-read in ptxas's sm_90 code: the .h1 merge, vset's c, vmad's 64-bit signed arithmetic), on random registers with
-every selector, .sat, secondary operation, merge, mask and type combination; and their PTX syntax (operand selectors, vmad's negated operands) through the parser."""
+read in ptxas's sm_90 code: the .h1 merge, vset's c, vmad's 64-bit signed arithmetic, scalar .sat and .min/.max),
+on random registers with every selector, .sat, secondary operation, merge, mask and type combination; and their PTX
+syntax (operand selectors, vmad's negated operands) through the parser."""
 from __future__ import annotations
 
 import itertools
@@ -55,11 +56,32 @@ def clamp(v: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, v))
 
 
-def opt_saturate(tmp: int, sat: bool, sign: bool, dsel: str) -> int:
+def opt_saturate(tmp: int, sat: bool, sign: bool, dsel: str, shift: bool) -> int:
+    """.sat as ptxas for sm_90 lowers it (an H100 gave its numbers, run 3; the ISA clamps to the field's range by
+    .dtype): a shift clamps the s34 value to s32 (.s32) or only above 2^32 - 1 (.u32), a field takes the low bits;
+    any other operation without a field: s32 (.s32), or only below 0 (.u32); with a field, a value outside [0, 2^32)
+    is 2^32 - 1, then clamped (unsigned) to the field's largest value by .dtype."""
     if not sat:
         return tmp
     bits = 8 if dsel.startswith("b") else 16 if dsel.startswith("h") else 32
-    return clamp(tmp, -(1 << (bits - 1)), (1 << (bits - 1)) - 1) if sign else clamp(tmp, 0, (1 << bits) - 1)
+    m32 = (1 << 32) - 1
+    if shift or bits == 32:
+        if sign:
+            return clamp(tmp, -(1 << 31), (1 << 31) - 1)
+        return min(tmp, m32) if shift else (0 if tmp < 0 else tmp & m32)
+    u = m32 if tmp < 0 or tmp > m32 else tmp
+    return min(u, (1 << (bits - 1)) - 1 if sign else (1 << bits) - 1)
+
+
+def secondary(secop: str, tmp: int, c: int, sign: bool) -> int:
+    """ptxas's .add/.min/.max: .min/.max compare the result's low 32 bits sign-extended with c signed by .dtype, as
+    64-bit unsigned values for .u32 (c zero-extended: a result with bit 31 set is the larger)."""
+    if secop == "add":
+        return tmp + c
+    t32 = tmp & 0xFFFFFFFF
+    kt = sx(t32, 32, True) if sign else sx(t32, 32, True) & ((1 << 64) - 1)
+    kc = sx(c, 32, sign)
+    return t32 if (kt < kc if secop == "min" else kt > kc) else c
 
 
 def opt_merge(dsel: str, tmp: int, c: int) -> int:
@@ -81,10 +103,9 @@ def model_scalar(op, dt, at, bt, sat, secop, mode, dsel, asel, bsel, a, b, c):
            "vmin": lambda: min(ta, tb), "vmax": lambda: max(ta, tb), "vshl": lambda: ta << tb,
            "vshr": lambda: ta >> tb}[op]()
     tmp = sx(tmp, 34, True)                                  # the signed 34-bit intermediate
-    tmp = opt_saturate(tmp, sat, dt == "s32", dsel)
+    tmp = opt_saturate(tmp, sat, dt == "s32", dsel, op in ("vshl", "vshr"))
     if secop:
-        cc = sx(c, 32, dt == "s32")
-        tmp = tmp + cc if secop == "add" else min(tmp, cc) if secop == "min" else max(tmp, cc)
+        tmp = secondary(secop, tmp, c, dt == "s32")
     else:
         tmp = opt_merge(dsel, tmp, c)
     return tmp & 0xFFFFFFFF

@@ -65,6 +65,12 @@ class ChunkAPI(ABC):
     def isspace(self, space: str, a) -> np.ndarray:
         """isspacep: whether each generic address lies in the space."""
 
+    @abstractmethod
+    def memctx(self) -> int:
+        """The address of the chunk's memory as native runs that load see it (translator/cgen.py's MemCtx: the
+        device heap and its live allocations, the parameter buffer, shared and local memory), valid until the
+        next call."""
+
     # ---- call frames of out-of-line functions (frame addresses: a local offset, an int or one per lane)
     @abstractmethod
     def spill(self, addr, vals: list, sel, room: int = 0) -> None:

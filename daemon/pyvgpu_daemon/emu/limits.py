@@ -32,9 +32,10 @@ class EmuLimits:
     # Vector instructions (one instruction over the lanes of a chunk) one launch may execute in all. A deadlocked
     # or runaway kernel ends with cudaErrorLaunchTimeout instead of hanging the daemon.
     max_vector_instructions: int = _env_int("PYVGPU_EMU_MAX_VECTOR_INSTRUCTIONS", 50_000_000)
-    # Native code for runs of ALU instructions (emu/native.py): "auto" builds it (in the background: about a
-    # second, once per kernel and machine) when a launch has at least native_min_threads threads, and later
-    # launches use it; "on" builds it at the first launch and uses it for every launch; "off".
+    # Native code for runs of ALU instructions and loads (emu/native.py): "auto" builds it (in the background: about
+    # a second, once per kernel and machine) when a launch has at least native_min_threads threads, or once the
+    # launches of one configuration have spent runtime/launch.py's NATIVE_AFTER_S interpreting, and later launches
+    # use it; "on" builds it at the first launch and uses it for every launch; "off".
     native: str = os.environ.get("PYVGPU_EMU_NATIVE", "auto")
     native_min_threads: int = _env_int("PYVGPU_EMU_NATIVE_MIN_THREADS", 1 << 18)
     # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.

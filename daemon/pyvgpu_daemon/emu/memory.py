@@ -237,6 +237,11 @@ class DeviceMemory:
         self.heap[off:off + int(size)] = int(value) & 0xFF
 
     # ----------------------------------------------------------------- kernel access checks
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the live allocations, sorted, as uint64 arrays: the same tuple object until an
+        allocation or a free changes them (native loads check against it: translator/cgen.py)."""
+        return self._bounds_arrays()
+
     def _bounds_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if self._np_cache is None:
             starts = np.fromiter(self._starts, dtype=np.uint64, count=len(self._starts))

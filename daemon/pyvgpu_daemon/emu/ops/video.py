@@ -3,9 +3,11 @@ registers.
 
 Scalar (vadd vsub vabsdiff vmin vmax vshl vshr vmad vset): the operands' bytes or half-words named by their
 selectors (Instr.sel: .b0-.b3, .h0/.h1; none: the word) are sign- or zero-extended by .atype/.btype to 33 bits, the
-operation gives a signed 34-bit result, .sat clamps it to the destination's range (of the destination byte or
-half-word when the destination has a selector), then either a secondary operation with c (.add/.min/.max, c
-signed by .dtype) or, with a destination selector, a merge into c's other bits; the low 32 bits are written.
+operation gives a signed 34-bit result, .sat clamps it, then either a secondary operation with c (.add/.min/.max, c
+signed by .dtype) or, with a destination selector, a merge into c's other bits; the low 32 bits are written. .sat
+and .min/.max follow ptxas for sm_90 rather than the ISA's pseudo-code (_saturate, _finish; read from nvcc 13's
+machine code, and a real H100 gave those numbers: vmax.u32.s32.s32.sat d.b2 of -1 is 0xff, vshl.s32...sat d.h0 of
+127 << 31 is 0x0000, real-GPU run 3).
 A merge into .h1 keeps the result's own bits 16-31 (not its low half shifted up, as the ISA's optMerge writes):
 that is what the GPU does (ptxas for sm_90 merges .h1 with PRMT 0x3254; .b1-.b3 are shifted as the ISA says).
 vshl/vshr take an unsigned shift count (.clamp: at most 32; .wrap: modulo 32). vmad is (a*b) + c with operand
@@ -82,11 +84,37 @@ def _s34(t: np.ndarray) -> np.ndarray:
     return _extend(np.asarray(t).astype(np.uint64).astype(np.int64) & ((1 << 34) - 1), 34, True)
 
 
+def _saturate(t: np.ndarray, shift: bool, width: int, dsigned: bool) -> np.ndarray:
+    """.sat of a scalar result as ptxas for sm_90 lowers it (what the GPU computes; the ISA clamps to the range of
+    the destination's field by .dtype). A shift (t: the s34 value): .s32 clamps to s32, .u32 clamps only above
+    (2^32 - 1; a negative value keeps its low bits), and a destination field takes the low bits unclamped. Any other
+    operation (t exact): without a destination selector .s32 clamps to s32 and .u32 only below (0; a value above
+    2^32 - 1 keeps its low bits); with one, a value outside [0, 2^32) becomes 2^32 - 1, which is then clamped,
+    unsigned, to the field's largest value by .dtype (127 or 255, 32767 or 65535), so a negative result gives it."""
+    if shift or width == 32:
+        if dsigned:
+            return np.clip(t, -(1 << 31), (1 << 31) - 1)
+        return np.where(t > _M32, _M32, t) if shift else np.where(t < 0, 0, t & _M32)
+    u = np.where((t < 0) | (t > _M32), _M32, t)
+    return np.minimum(u, (1 << (width - 1)) - 1 if dsigned else (1 << width) - 1)
+
+
 def _finish(tmp, c, dsel: str, secop: str | None, dsigned: bool) -> np.ndarray:
-    """Secondary operation with c, or merge into c at the destination selector; the low 32 bits."""
+    """Secondary operation with c, or merge into c at the destination selector; the low 32 bits. As ptxas lowers
+    it: .min/.max compare the result's low 32 bits as a signed value with c, signed by .dtype: for .u32 a 64-bit
+    unsigned comparison of the result sign-extended with c zero-extended (a result with bit 31 set is the larger)."""
     if secop:
-        cv = _part(c, "", dsigned)
-        tmp = tmp + cv if secop == "add" else np.minimum(tmp, cv) if secop == "min" else np.maximum(tmp, cv)
+        cv = np.asarray(c).astype(np.uint32).astype(np.int64)
+        if secop == "add":
+            tmp = tmp + cv
+        else:
+            t32 = np.asarray(tmp) & _M32
+            if dsigned:
+                kt, kc = _extend(t32, 32, True), _extend(cv, 32, True)
+            else:       # the sign-extended result: with bit 31 set it exceeds every zero-extended c
+                kt, kc = np.where(t32 >> 31 == 1, t32 + (1 << 32), t32), cv
+            pick_t = kt < kc if secop == "min" else kt > kc
+            tmp = np.where(pick_t, t32, cv)
     elif dsel:
         cv = np.asarray(c).astype(np.uint32).astype(np.int64)
         bits, k = (8, int(dsel[1])) if dsel[0] == "b" else (16, int(dsel[1]))
@@ -148,7 +176,7 @@ def build_scalar(instr):
             else:
                 t = ta >> tb
         if sat:
-            t = _clamp(t, width, dsigned)
+            t = _saturate(t, shift, width, dsigned)
         return _finish(t, c, dsel, secop, dsigned)
     return AluOp(fn, srcs, ("u32",))
 

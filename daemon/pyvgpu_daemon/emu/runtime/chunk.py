@@ -83,6 +83,7 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self._init_shared()
         self.views: dict = {}
         self._acache: dict = {}
+        self._memctx = None                       # (bounds, pbuf, address, MemCtx, ...): spaces.memctx
         self._own_special: dict = {}
         self.forced = False
         self._bound = None                        # (make, converged blocks, masked blocks, handlers, reset)
@@ -110,6 +111,7 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self.peer_mems = self.launch.peers
         self.views.clear()
         self._acache.clear()
+        self._memctx = None
         self.forced = False
         if self._bound is not None:
             self._bound[4]()

@@ -52,6 +52,14 @@ _REUSE_MAX_BYTES = 1 << 20   # a plan keeps its chunk for the next launch when t
 TINY_LANES = 1024
 TINY_INSTRS = 256
 TINY_SECONDS = 500e-6
+# Native code (limits.native "auto") also for a configuration of fewer threads than limits.native_min_threads once
+# its launches have spent interpreting about what compiling the kernel costs (NATIVE_AFTER_S, and
+# NATIVE_S_PER_INSTR per instruction: the C compiler took 4-6 ms per instruction on the 2-core VM, 47 s for CUB's
+# 8,600-instruction onesweep kernel): small launches that run long or often (a one-thread kernel looping over a
+# 32 KB parameter block, launched 1000 times) would pay the interpreter's cost per instruction in every launch, the
+# compiler only once (in the background), and a short program never waits for a compiler it does not need.
+NATIVE_AFTER_S = 0.25
+NATIVE_S_PER_INSTR = 0.005
 SHARED_CHECK_S = 2e-4        # while another session uses the device, a launch checks (and yields the GIL) this often
 
 
@@ -66,7 +74,8 @@ class LaunchPlan:
     "emulator launch")."""
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
-                 "per", "threads", "native", "bounded", "best", "cooperative", "workspace", "reusable", "spare")
+                 "per", "threads", "native", "bounded", "best", "cooperative", "workspace", "reusable", "spare",
+                 "native_later", "native_after", "spent")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
                  cooperative: bool = False):
@@ -109,6 +118,9 @@ class LaunchPlan:
         # large launches: built in the background, used once ready); None: the NumPy variant
         self.native = "on" if limits.native == "on" else \
             "auto" if limits.native == "auto" and self.ncta * self.ctasize >= limits.native_min_threads else None
+        self.native_later = limits.native == "auto" and self.native is None     # after native_after seconds
+        self.native_after = max(NATIVE_AFTER_S, NATIVE_S_PER_INSTR * sum(self.sizes))
+        self.spent = 0.0                      # seconds its completed launches took, in all
         # Bounded whatever the arguments: each thread runs each block at most once (Kernel.straight) and no
         # barrier or warp operation parks threads, so the scheduler takes at most one step per block: at most
         # TINY_INSTRS vector instructions over at most TINY_LANES lanes, in one chunk.
@@ -136,6 +148,10 @@ class LaunchPlan:
     def ran(self, seconds: float) -> None:
         if self.best is None or seconds < self.best:
             self.best = seconds
+        self.spent += seconds
+        if self.native_later and self.spent >= self.native_after:
+            self.native = "auto"
+            self.native_later = False
 
     def geometry(self, ncta: int) -> dict:
         """Lane-layout arrays of a chunk of ncta CTAs (read-only; "special" holds launch-independent values)."""

@@ -10,10 +10,14 @@ fast path (`_window_index`). Atomics are applied by ops/atomic.py, in lane order
 
 Also the byte-level reads device-side calls need (byte_span, read_bytes, read_cstring).
 
+Native runs that load (translator/cgen.py) get the same spaces as one C struct (`memctx`), checked the same way.
+
 Uses the chunk state described in chunk.py (T, mem, peer_mems, pbuf, smem, shared_size, cta_off, lmem, frame, lane_off,
-views, _acache).
+views, _acache, _memctx).
 """
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 
@@ -21,6 +25,7 @@ from pyvgpu_daemon.errors import CudaError
 
 from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
 from ..ops.atomic import apply_atomic
+from ..translator.cgen import MemCtx
 
 
 class LaneMemory:
@@ -338,6 +343,26 @@ class LaneMemory:
                     if vv.dtype != dt:
                         vv = vv.astype(dt) if vv.dtype.itemsize != isz else vv.view(dt)
                 v[idx + k] = vv
+
+    def memctx(self) -> int:
+        """translator/cgen.py's MemCtx of this chunk, rebuilt when the allocations or the parameter buffer (a reused
+        chunk's next launch) changed; the chunk keeps every array it points into alive."""
+        bounds = self.mem.bounds()
+        pbuf = self.pbuf
+        c = self._memctx
+        if c is not None and c[0] is bounds and c[1] is pbuf:
+            return c[2]
+        starts, ends = bounds
+        cta_off = np.ascontiguousarray(self.cta_off, np.int64)
+        lane_off = np.ascontiguousarray(self.lane_off, np.int64)
+        mem = self.mem
+        ctx = MemCtx(heap=mem.heap.ctypes.data, base=mem.base, cap=mem.capacity, starts=starts.ctypes.data,
+                     ends=ends.ctypes.data, nalloc=starts.size, pbuf=pbuf.ctypes.data, psize=pbuf.size,
+                     smem=self.smem.ctypes.data, shsize=self.shared_size, cta_off=cta_off.ctypes.data,
+                     lmem=self.lmem.ctypes.data, frame=self.frame, lane_off=lane_off.ctypes.data)
+        addr = ctypes.addressof(ctx)
+        self._memctx = (bounds, pbuf, addr, ctx, cta_off, lane_off)
+        return addr
 
     def isspace(self, space, a):
         sh, lo, pa = _windows(a.astype(np.uint64, copy=False))

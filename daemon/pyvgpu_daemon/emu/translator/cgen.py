@@ -11,8 +11,17 @@ Every C form gives exactly the bits the instruction's NumPy function in ops/ giv
 each one on random and special values): IEEE single/double add, sub, mul, div, sqrt and fused multiply-add are
 correctly rounded in both; .ftz flushes operands and results as ops/common.ftz does; min/max follow
 ops/floating._minmax; ex2/lg2.approx.f32 are the same double-precision steps as ops/floating.ex2_f32/lg2_f32.
-Instructions without such a form (sin, cos, tanh .approx, which use NumPy's own float32 kernels; directed rounding; half precision; memory, control and warp operations) end a run and stay
-NumPy calls.
+Loads (ld/ldu of the global, const, shared, local, param and generic spaces, through a register or at a constant
+address) are part of runs too: the C function gets the chunk's memory (MemCtx: the device heap and its live
+allocations, the parameter buffer, shared and local memory with each lane's base) and checks every access as
+runtime/spaces.py does (alignment to the access size, every byte inside one live allocation or inside its window).
+A run holds no store, so its loads read memory as it was when the run began, whatever the lane order: the same
+values as the lockstep NumPy code. An access it cannot serve (out of range, misaligned, an address in a reserved
+range or a peer's memory) makes the function return 1 with nothing written but its fresh output arrays; the
+generated code then runs the run's instructions as NumPy code, which serves the access or raises the fault it is
+(kernel.py, `_emit_run`), so an error is the same error as without native code.
+Instructions without such a form (sin, cos, tanh .approx, which use NumPy's own float32 kernels; directed
+rounding; half precision; stores, atomics, control and warp operations) end a run and stay NumPy calls.
 """
 from __future__ import annotations
 
@@ -21,13 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import LOC_WIN, SH_WIN
+from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
 from ..ops.floating import EX2_CLAMP, EX2_COEFFS, LG2_COEFFS, LG2_SCALE, SQRT2
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED, TYPES
 from .liveness import reads_writes
 
 MIN_RUN = 2                     # launches with native code have >= 2**18 threads: a call beats two NumPy ops
+LOAD_RUN_LANES = 8192           # Run.choose_lanes
+LOAD_RUN_LONG = 8
 
 PRELUDE = r"""
 #include <stdint.h>
@@ -49,6 +60,70 @@ static inline double NAN64(double r, double a, double b, double c) {
     return r == r ? r : a != a ? Q64(a) : b != b ? Q64(b) : c != c ? Q64(c) : F64(UINT64_C(0xfff8000000000000));
 }
 """
+
+# The chunk's memory as loads in runs see it (MemCtx below is its ctypes twin; runtime/spaces.py fills it). Each
+# helper returns the address of an access of s bytes (a power of two) or 0 when runtime/spaces.py would not serve it
+# from there: misaligned, outside every live allocation of the heap or outside its window. The global check is
+# DeviceMemory.check_access's (every byte inside one live allocation), with the allocation of the previous lane as a
+# first guess.
+PRELUDE += f"""typedef struct {{
+    uint8_t *heap; uint64_t base, cap;
+    const uint64_t *starts, *ends; int64_t nalloc;
+    const uint8_t *pbuf; int64_t psize;
+    uint8_t *smem; int64_t shsize; const int64_t *cta_off;
+    uint8_t *lmem; int64_t frame; const int64_t *lane_off;
+}} MemCtx;
+typedef struct {{ uint64_t lo, hi; }} Span;       /* a live allocation inside the heap: [lo, hi) */
+static const uint8_t *PGS(const MemCtx *M, uint64_t a, uint64_t s, Span *h) {{
+    if (a & (s - 1)) return 0;
+    int64_t lo = 0, hi = M->nalloc;
+    while (lo < hi) {{ int64_t mid = (lo + hi) >> 1; if (M->starts[mid] <= a) lo = mid + 1; else hi = mid; }}
+    int64_t k = lo - 1;
+    if (k < 0 || a >= M->ends[k] || M->ends[k] - a < s) return 0;
+    if (M->starts[k] < M->base || M->ends[k] - M->base > M->cap) return 0;
+    h->lo = M->starts[k]; h->hi = M->ends[k];
+    return M->heap + (a - M->base);
+}}
+/* the allocation of the previous access first: one compare per bound for a warp reading one array */
+static inline const uint8_t *PG(const MemCtx *M, uint64_t a, uint64_t s, Span *h) {{
+    if (!(a & (s - 1)) && a >= h->lo && a < h->hi && h->hi - a >= s) return M->heap + (a - M->base);
+    return PGS(M, a, s, h);
+}}
+static inline const uint8_t *PW(uint8_t *buf, int64_t limit, int64_t base, int64_t off, int64_t s) {{
+    if (off < 0 || off > limit - s || (off & (s - 1))) return 0;
+    return buf + base + off;
+}}
+static inline const uint8_t *PS(const MemCtx *M, int64_t off, int64_t s, int64_t i) {{
+    return PW(M->smem, M->shsize, M->cta_off[i], off, s);
+}}
+static inline const uint8_t *PL(const MemCtx *M, int64_t off, int64_t s, int64_t i) {{
+    return PW(M->lmem, M->frame, M->lane_off[i], off, s);
+}}
+static inline const uint8_t *PP(const MemCtx *M, int64_t off, int64_t s) {{
+    return PW((uint8_t *)M->pbuf, M->psize, 0, off, s);
+}}
+/* generic addresses: the shared, local and kernel-parameter windows (emu/layout.py), else global */
+static inline const uint8_t *PGEN(const MemCtx *M, uint64_t a, uint64_t s, int64_t i, Span *hint) {{
+    if (a - UINT64_C({SH_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return PS(M, (int64_t)(a - UINT64_C({SH_WIN:#x})), s, i);
+    if (a - UINT64_C({LOC_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return PL(M, (int64_t)(a - UINT64_C({LOC_WIN:#x})), s, i);
+    if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return PP(M, (int64_t)(a - UINT64_C({PAR_WIN:#x})), s);
+    return PG(M, a, s, hint);
+}}
+/* .param addresses in registers: a kernel parameter's (its window), else a call sequence's variable (local) */
+static inline const uint8_t *PPR(const MemCtx *M, uint64_t a, uint64_t s, int64_t i) {{
+    if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return PP(M, (int64_t)(a - UINT64_C({PAR_WIN:#x})), s);
+    return PL(M, (int64_t)a, s, i);
+}}
+"""
+
+
+class MemCtx(ctypes.Structure):
+    """The C MemCtx of PRELUDE (same fields, same order)."""
+    _fields_ = [("heap", ctypes.c_void_p), ("base", ctypes.c_uint64), ("cap", ctypes.c_uint64),
+                ("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p), ("nalloc", ctypes.c_int64),
+                ("pbuf", ctypes.c_void_p), ("psize", ctypes.c_int64),
+                ("smem", ctypes.c_void_p), ("shsize", ctypes.c_int64), ("cta_off", ctypes.c_void_p),
+                ("lmem", ctypes.c_void_p), ("frame", ctypes.c_int64), ("lane_off", ctypes.c_void_p)]
 
 
 def _horner(var: str, coeffs: tuple, acc: str) -> str:
@@ -114,17 +189,31 @@ class Run:
     inputs: list[str]             # registers read before the run writes them (in order of first use)
     outputs: list[str]            # registers the run writes that code after it may read
     source: str = ""              # the C function
+    mem: bool = False             # it loads: its function takes the chunk's MemCtx and may fail (NumPy code then)
+    max_lanes: int | None = None  # a run that loads: most lanes it runs as C (None: any number)
+
+    def choose_lanes(self, e: "CEmitter") -> None:
+        """C for a run that loads, for any chunk when its loads gather (shared, local, .param through a register:
+        NumPy indexes every lane) or it is long; else only for chunks of at most LOAD_RUN_LANES: over more lanes,
+        NumPy's coalesced and same-address global loads (a copy, a fill) and its vectorised runs beat one scalar C
+        loop of checked loads (bench/README.md, "Issue 19 part 6")."""
+        self.mem = e.mem
+        self.max_lanes = None if not e.mem or e.gathers or len(self.instrs) >= LOAD_RUN_LONG else LOAD_RUN_LANES
 
 
 class CEmitter:
     """C statements for one run; `regs`: register name -> width (1, 16, 32, 64), `imm`: the code generator's
-    immediate conversion (codegen.Codegen.imm)."""
+    immediate conversion (codegen.Codegen.imm), `address`: its address operands (codegen.Codegen.address; None:
+    loads have no C form). `mem`: whether the run loads (its function takes the MemCtx and may fail)."""
 
-    def __init__(self, regs: dict[str, int], imm) -> None:
+    def __init__(self, regs: dict[str, int], imm, address=None) -> None:
         self.regs = regs
         self.imm = imm
+        self.address = address
         self.names: dict[str, str] = {}
         self.lines: list[str] = []
+        self.mem = False
+        self.gathers = False          # it loads from shared, local or .param memory through a register
 
     def var(self, name: str) -> str:
         if name not in self.names:
@@ -595,7 +684,98 @@ def _cvt(e: CEmitter, ins: ir.Instr) -> None:
     raise NoC
 
 
+# ld/ldu modifiers a C load accepts: caching hints and memory-order qualifiers change nothing in a run, which holds
+# no store (its loads see memory as it was when it began, as the lockstep NumPy code's do)
+_LD_SPACES = ("global", "const", "shared", "local", "param", "generic")
+_LD_VEC = {"v2": 2, "v4": 4}
+
+
+def _ld(e: CEmitter, ins: ir.Instr) -> None:
+    """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset), a constant address or a kernel parameter,
+    as instrs._ld does it: the access checked as a whole (vector size), then one element per destination, widened
+    or narrowed to its register as codegen.write does."""
+    from .instrs import _LDST_MODS        # (instrs imports nothing of this module)
+    if e.address is None or not isinstance(ins.dsts[0], (ir.Reg, ir.Vec)):
+        raise NoC
+    space, vec, t = "generic", 1, None
+    for m in ins.mods:
+        if m in _LD_SPACES:
+            space = m
+        elif m in ("shared::cta", "param::entry", "param::func"):
+            space = m.partition("::")[0]
+        elif m in _LD_VEC:
+            vec = _LD_VEC[m]
+        elif m in TYPES and m != "pred" and t is None:
+            t = m
+        elif m not in _LDST_MODS:
+            raise NoC
+    if t is None or t in ("b128", "pred", "f16", "bf16", "f16x2", "bf16x2"):
+        raise NoC
+    if ins.opcode == "ldu" and space == "generic":
+        space = "global"
+    dsts = list(ins.dsts[0].elems) if isinstance(ins.dsts[0], ir.Vec) else [ins.dsts[0]]
+    if len(dsts) != vec:
+        raise NoC
+    size = BITS[t] // 8
+    vsize = size * vec
+    try:
+        kind, _, off = e.address(ins.srcs[0], ins)
+    except Exception:  # noqa: BLE001 - an operand the NumPy code refuses: it reports it
+        raise NoC from None
+    lane = "i"
+    if kind in ("reg", "const"):
+        if space == "param" and kind != "reg":
+            space = "local"
+        if kind == "reg":
+            base = ins.srcs[0].base.name
+            w = e.regs.get(base)
+            if w not in (32, 64):
+                raise NoC
+            a = f"(uint64_t)(uint{w}_t)({e.src(ir.Reg(base), f'u{w}', ins)} + UINT{w}_C({off & ((1 << w) - 1):#x}))"
+        else:
+            w = 64
+            a = f"UINT64_C({off & ((1 << 64) - 1):#x})"
+        if space in ("global", "const"):
+            where = f"PG(M, {a}, {vsize}, &hint)"
+        elif space == "generic":
+            where = f"PGEN(M, {a}, {vsize}, {lane}, &hint)"
+        elif space == "param":
+            where = f"PPR(M, {a}, {vsize}, {lane})"
+        else:
+            fn = "PS" if space == "shared" else "PL"
+            where = f"{fn}(M, (int64_t){a}, {vsize}, {lane})"
+        e.gathers = e.gathers or (kind == "reg" and space in ("shared", "local", "param", "generic"))
+    else:
+        raise NoC      # call-frame variables; kernel parameters by name stay uniform NumPy scalars (S.param)
+    # the value type each element is read as: its bits, signed for the sign-extending types
+    lt = t if t in SIGNED and t[0] == "s" else "u" + str(BITS[t])
+    for d in dsts:
+        if isinstance(d, ir.Reg) and d.name == "_":
+            continue
+        if not isinstance(d, ir.Reg) or d.name not in e.regs or e.regs[d.name] == 1:
+            raise NoC
+        if t in ("f32", "f64") and e.regs[d.name] != BITS[t]:
+            raise NoC
+    e.mem = True
+    p = e.var(f"__ld{len(e.lines)}")
+    if ins.guard is None:
+        e.lines.append(f"const uint8_t *{p} = {where}; if (!{p}) return 1;")
+    else:
+        g, gneg = ins.guard
+        if g not in e.regs or e.regs[g] != 1:
+            raise NoC
+        e.lines.append(f"const uint8_t *{p} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; "
+                       f"if (!{p}) return 1; }}")
+    for k, d in enumerate(dsts):
+        if isinstance(d, ir.Reg) and d.name == "_":
+            continue
+        x = e.var(f"__lx{len(e.lines)}_{k}")
+        e.lines.append(f"{ctype(lt)} {x} = 0; if ({p}) memcpy(&{x}, {p} + {k * size}, {size});")
+        e.write(d, lt, x, ins)
+
+
 _EMITTERS = {
+    "ld": _ld, "ldu": _ld,
     "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div,
     "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "ex2": _ex2_lg2, "lg2": _ex2_lg2, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
     "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
@@ -603,17 +783,19 @@ _EMITTERS = {
 }
 
 
-def c_body(instrs: list, regs: dict[str, int], imm) -> CEmitter:
-    """The C statements of a run (NoC if an instruction has no C form)."""
-    e = CEmitter(regs, imm)
+def c_body(instrs: list, regs: dict[str, int], imm, address=None) -> CEmitter:
+    """The C statements of a run (NoC if an instruction has no C form; loads only with `address`)."""
+    e = CEmitter(regs, imm, address)
     for ins in instrs:
         e.emit(ins)
     return e
 
 
 def function_source(run: Run, e: CEmitter, regs: dict[str, int], name: str) -> str:
-    """`void name(int64_t n, <input arrays>, <output arrays>)`: the run over lanes 0..n-1."""
-    params = ["int64_t n"]
+    """`void name(int64_t n, <input arrays>, <output arrays>)`: the run over lanes 0..n-1; a run that loads is
+    `int64_t name(int64_t n, const MemCtx *M, <input arrays>, <output arrays>)`, 0 when it ran, 1 when an access
+    needs the NumPy code (module docstring)."""
+    params = ["int64_t n"] + (["const MemCtx *restrict M"] if e.mem else [])
     params += [f"const {utype(regs[r])} *restrict in{k}" for k, r in enumerate(run.inputs)]
     params += [f"{utype(regs[r])} *restrict out{k}" for k, r in enumerate(run.outputs)]
     body = [f"{utype(regs[r])} {e.var(r)} = in{k}[i];" for k, r in enumerate(run.inputs)]
@@ -624,23 +806,36 @@ def function_source(run: Run, e: CEmitter, regs: dict[str, int], name: str) -> s
     body += e.lines
     body += [f"out{k}[i] = {e.var(r)};" for k, r in enumerate(run.outputs)]
     inner = "\n        ".join(body)
+    if e.mem:
+        return (f"int64_t {name}({', '.join(params)}) {{\n    Span hint = {{1, 0}}; (void)hint;\n"
+                f"    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n    }}\n    return 0;\n}}\n")
     return (f"void {name}({', '.join(params)}) {{\n    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n"
             f"    }}\n}}\n")
 
 
 class NativeRun:
     """Generated code's handle on one run's C function: run(T, *input register arrays) -> output arrays (one per
-    output register, of its width: uint16/32/64, bool for predicates). ctypes releases the GIL during the call."""
-    __slots__ = ("fn", "in_sizes", "out_dtypes")
+    output register, of its width: uint16/32/64, bool for predicates); a run that loads takes the chunk's MemCtx
+    address after T and answers None when an access needs the NumPy code. ctypes releases the GIL during the
+    call."""
+    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "max_lanes", "declined")
 
-    def __init__(self, fn, in_widths: list[int], out_widths: list[int]) -> None:
-        fn.restype = None
-        fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths))
+    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False,
+                 max_lanes: int | None = None) -> None:
+        fn.restype = ctypes.c_int64 if mem else None
+        fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths) + mem)
         self.fn = fn
+        self.mem = mem
+        self.max_lanes = max_lanes    # a run that loads answers None (NumPy code) for more lanes than this
+        self.declined = 0             # calls whose accesses the C code left to the NumPy code
         self.in_sizes = tuple(1 if w == 1 else w // 8 for w in in_widths)
         self.out_dtypes = tuple(np.dtype(np.bool_) if w == 1 else np.dtype(f"uint{w}") for w in out_widths)
 
     def __call__(self, T: int, *ins):
+        if self.mem:
+            if self.max_lanes is not None and T > self.max_lanes:
+                return None
+            ctx, ins = ins[0], ins[1:]
         ptrs = []
         keep = []
         for a, size in zip(ins, self.in_sizes):
@@ -651,6 +846,11 @@ class NativeRun:
                 keep.append(a)
             ptrs.append(_address(a))
         outs = [np.empty(T, dt) for dt in self.out_dtypes]
+        if self.mem:
+            if self.fn(T, ctx, *ptrs, *(_address(o) for o in outs)):
+                self.declined += 1
+                return None
+            return outs
         self.fn(T, *ptrs, *(_address(o) for o in outs))
         return outs
 
@@ -680,13 +880,14 @@ def _address(a: np.ndarray) -> int:
         return a.ctypes.data
 
 
-def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[str]) -> list[tuple[int, int, Run]]:
+def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[str],
+              address=None) -> list[tuple[int, int, Run]]:
     """The runs of a block's instruction list: (start, end, Run) for each stretch of at least MIN_RUN
-    instructions with a C form."""
+    instructions with a C form (loads too, with `address`: codegen.Codegen.address)."""
     ok = []
     for ins in instrs:
         try:
-            c_body([ins], regs, imm)
+            c_body([ins], regs, imm, address)
             ok.append(True)
         except NoC:
             ok.append(False)

@@ -154,22 +154,29 @@ class Kernel:
     def _build_native(self):
         g = Codegen(self)
         regs = g.reg_width
-        plans = {b.index: plan_runs(b.instrs, b.term, regs, g.imm, self.global_regs) for b in self.blocks}
+        import os
+        addr = g.address if os.environ.get("X_LOADS", "1") == "1" else None
+        plans = {b.index: plan_runs(b.instrs, b.term, regs, g.imm, self.global_regs, addr)
+                 for b in self.blocks}
         if not any(plans.values()):
             return None
         c_funcs = []
         for bi, runs in plans.items():
             for start, end, run in runs:
-                e = c_body(run.instrs, regs, g.imm)
+                e = c_body(run.instrs, regs, g.imm, addr)
+                run.choose_lanes(e)
                 c_funcs.append(function_source(run, e, regs, f"nr{bi}_{run.index}"))
         lib = native.load(PRELUDE + "\n".join(c_funcs))
         if lib is None:
             return None
+        self.native_runs: list[NativeRun] = []
         for bi, runs in plans.items():
             for start, end, run in runs:
                 fn = getattr(lib, f"nr{bi}_{run.index}")
-                run.source = g.const(NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs]),
-                                     "nr")
+                nr = NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs], run.mem,
+                               run.max_lanes)
+                self.native_runs.append(nr)
+                run.source = g.const(nr, "nr")
         funcs = [_block_source(g, b, masked, None if masked else plans[b.index])
                  for b in self.blocks for masked in (False, True)]
         source = _make_source(g, self.blocks, funcs)
@@ -289,14 +296,30 @@ def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:
 
 
 def _emit_run(g: Codegen, run, lines: list) -> None:
-    """A native run: inputs are the registers' current arrays, outputs become the registers' new arrays."""
+    """A native run: inputs are the registers' current arrays, outputs become the registers' new arrays. A run that
+    loads gets the chunk's memory (S.memctx()); when one of its accesses needs the NumPy code (a fault, a reserved
+    range: cgen's docstring), its instructions run as NumPy code instead, which serves it or raises its error."""
     first, last = run.instrs[0].line, run.instrs[-1].line
     lines.append(f"# {first}-{last}: {len(run.instrs)} instructions as native code")
     ins = ", ".join(g._old(r) for r in run.inputs)
-    lines.append(f"_o = {run.source}(T{', ' if ins else ''}{ins})")
+    ctx = f", {g.rt('memctx')}()" if run.mem else ""
+    lines.append(f"_o = {run.source}(T{ctx}{', ' if ins else ''}{ins})")
+    indent = ""
+    if run.mem:
+        defined = set(g.local_defined)
+        slow: list[str] = []
+        for i in run.instrs:
+            instrs.emit(g, i, slow, False)
+        g.local_defined = defined        # what only the NumPy code assigns is read by nothing after the run
+        lines.append("if _o is None:")
+        lines.extend("    " + ln for ln in slow)
+        lines.append("else:")
+        indent = "    "
     for k, r in enumerate(run.outputs):
-        lines.append(f"{g.rvar(r)} = _o[{k}]")
+        lines.append(f"{indent}{g.rvar(r)} = _o[{k}]")
         g._assigned(r)
+    if run.mem and not run.outputs:
+        lines.append("    pass")
 
 
 def _bar_handlers(g: Codegen) -> list[str]:
