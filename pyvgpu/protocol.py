@@ -100,6 +100,9 @@ ENV_WEIGHT = "PYVGPU_WEIGHT"
 ENV_STATS = "PYVGPU_STATS"     # `pyvgpu run --stats`: the client core's per-op request statistics at exit (stats.c)
 ENV_CENSUS = "PYVGPU_CENSUS"   # `pyvgpu run --census`/`--explain`: the call census at exit (census.c)
 ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Slurm jobs): sent as HELLO_LEASES
+# The daemon's cuda backend: "python" makes its fast ops (launches, memsets, event records, stream waits, async
+# copies) call the driver through cuda-python, not through its compiled module libpvdrvcall.so (backends/cuda_calls.py)
+ENV_CUDA_CALLS = "PYVGPU_CUDA_CALLS"
 # Environment variable the daemon reads: PYVGPU_DAEMON_COMPILED=0 forces its Python frame path instead of the compiled
 # one (used whenever it loads); CI runs the daemon's tiers both ways.
 ENV_DAEMON_COMPILED = "PYVGPU_DAEMON_COMPILED"

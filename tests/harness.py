@@ -269,6 +269,17 @@ def split_emu_options(extra: tuple[str, ...]) -> tuple[list[str], list[str]]:
 CHAIN_VA_BASE = 64 << 40
 
 
+def window_candidate(ptr: int, size: int, window: int) -> int | None:
+    """Which of the places a window may lie at (cuda_vmm.window_candidates: a GPU host's choice; the emulator's is
+    the window itself, the last) holds [ptr, ptr+size); None when none does."""
+    from pyvgpu.protocol import VA_WINDOW_BYTES                        # noqa: PLC0415
+    from pyvgpu_daemon.backends.cuda_vmm import window_candidates     # noqa: PLC0415
+    for i, base in enumerate(window_candidates(window)):
+        if base <= ptr and ptr + size <= base + VA_WINDOW_BYTES:
+            return i
+    return None
+
+
 def chain_env(emu: Daemon, lib_dir: Path | None = None) -> dict[str, str]:
     """What a cuda backend daemon needs to run on pyvgpu's driver against the emulated daemon `emu`."""
     lib_dir = Path(lib_dir or lib_path().parent)
@@ -352,6 +363,16 @@ def build_cuda(src: Path, extra: tuple[str, ...] = (), runtime: str = "shared") 
     src = Path(src)
     return cached_build(ROOT / "build" / "tests-cuda", src.stem, [src, *cuda_headers()],
                         lambda o: [NVCC, "-cudart", runtime, "-O3", "-o", str(o), str(src), *extra])
+
+
+def real_driver_fatbin(workdir: Path, source: str, name: str = "k") -> Path:
+    """CUDA source as a fatbin for the cuda backend here: PTX for the emulated GPU underneath a chain, SASS for an
+    sm_90 GPU (the driver picks)."""
+    (Path(workdir) / f"{name}.cu").write_text(source)
+    out = Path(workdir) / f"{name}.fatbin"
+    subprocess.run([NVCC, "-fatbin", "-gencode", "arch=compute_75,code=compute_75", "-gencode",
+                    "arch=compute_90,code=sm_90", "-o", str(out), str(Path(workdir) / f"{name}.cu")], check=True)
+    return out
 
 
 def ptx_of(name: str, *flags: str) -> bytes:

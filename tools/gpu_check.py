@@ -187,6 +187,17 @@ def render(d: dict) -> str:
             for k, (a, b) in st["figures"].items():
                 ratio = f"{b / a:.3f}" if a and b else ""
                 out.append(f"| {k} | {_num(a)} | {_num(b)} | {ratio} |")
+        if st.get("fast_ops") or st.get("fast_ops_error"):
+            out += ["", "### the cuda backend's fast ops: compiled calls against cuda-python (bench/cuda_calls_bench.py)",
+                    "", "| op | compiled CPU µs | cuda-python CPU µs | ratio |", "|---|---:|---:|---:|"]
+            for k, row in st.get("fast_ops", {}).items():
+                c, p = row["compiled"][0], row["python"][0]
+                out.append(f"| {k} | {c:.2f} | {_num(p)} | {f'{c / p:.2f}' if p else ''} |")
+            if st.get("launches_python_calls"):
+                out.append(f"| remote empty launches per s, the daemon calling through cuda-python | "
+                           f"{_num(st['launches_python_calls'])} | | |")
+            if st.get("fast_ops_error"):
+                out.append(f"| failed | {_cell(st['fast_ops_error'], 240)} | | |")
     return "\n".join(out) + "\n"
 
 
@@ -302,11 +313,13 @@ class Check:
         """A prebuilt program, waiting for its build until `deadline`; TimeoutError or the build's error."""
         return self.builds[name].result(deadline)
 
-    def start_daemon(self, backend: str, extra: tuple[str, ...] = (), timeout: float = 90) -> tuple[Proc, str]:
+    def start_daemon(self, backend: str, extra: tuple[str, ...] = (), timeout: float = 90,
+                     env_extra: dict | None = None) -> tuple[Proc, str]:
         port = free_port()
         log = self.report.work / f"daemon-{backend}-{port}.log"
         env = dict(self.env) if backend == "cuda" else {k: v for k, v in self.env.items()
                                                        if k not in ("LD_LIBRARY_PATH", "PYVGPU_HOSTS")}
+        env.update(env_extra or {})
         proc = self.popen([sys.executable, "-m", "pyvgpu_daemon", "--backend", backend, "--host", LOOPBACK,
                            "--port", str(port), *extra], log, env)
         wait_listening(proc.popen, port, log, what=f"{backend} daemon", timeout=timeout)
@@ -992,11 +1005,40 @@ def stage_figures(chk: Check, st: dict, deadline: float) -> None:
             if r.rc != 0:
                 st.setdefault("errors", []).append(f"dp_train {where}: exit {r.rc}: {r.out.strip()[-200:]}")
             chk.report.write()
+    if left() > 40:
+        fast_ops(chk, st, bench, left)
     complete = sum(1 for a, b in figs.values() if a is not None and b is not None)
     st["status"] = "pass" if complete == len(figs) and not st.get("errors") and len(figs) >= 6 else \
         "partial" if complete else "fail"
     st["summary"] = f"{complete} of {len(figs)} figures measured both ways" + \
         (f"; errors: {' / '.join(st['errors'])[:300]}" if st.get("errors") else "")
+
+
+def fast_ops(chk: Check, st: dict, bench: Path, left: Callable[[], float]) -> None:
+    """The cuda backend's fast ops from compiled code against cuda-python (PYVGPU_CUDA_CALLS=python): its CPU time
+    per op (bench/cuda_calls_bench.py), and the remote launch rate with a daemon calling through cuda-python (the
+    rows above are the default, compiled calls). Not part of the stage's verdict; a failure is noted in the summary."""
+    work = chk.report.work
+    out = work / "cuda_calls.json"
+    r = chk.run([sys.executable, str(ROOT / "bench" / "cuda_calls_bench.py"), "--ops", "2000", "--rounds", "2",
+                 "--json", str(out)], timeout=min(left() - 15, 150), log=work / "figures.log", env=chk.env)
+    if r.rc == 0 and out.is_file():
+        st["fast_ops"] = json.loads(out.read_text())["table"]
+    else:
+        st["fast_ops_error"] = f"cuda_calls_bench: exit {r.rc}: {r.out.strip()[-200:]}"
+    chk.report.write()
+    if left() < 20:
+        return
+    proc, addr = chk.start_daemon("cuda", env_extra={"PYVGPU_CUDA_CALLS": "python"})
+    try:
+        r = chk.run([str(bench), "launch", "2000"], timeout=min(left(), 60), log=work / "figures.log",
+                    env=chk.remote_env([addr]))
+        ns = [int(w) for line in r.out.splitlines() if line.startswith("kernel ") for w in line.split()[1:]]
+        if r.rc == 0 and len(ns) >= 2:
+            st["launches_python_calls"] = 2000 / ((ns[0] + ns[1]) / 1e9)
+    finally:
+        proc.stop(grace=3)
+    chk.report.write()
 
 
 STAGES = (

@@ -35,6 +35,7 @@
 #include "pv_record.h"
 #include "pv_coherence.h"
 #include "pv_registry.h"
+#include "pv_features.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -619,6 +620,19 @@ cudaError_t pv_region_alloc(struct pv_device *d, size_t size, int kind, struct p
                                              kind == PV_REGION_MAPPED ? PV_MANAGED_FLAG_MAPPED : 0, &ptr);
     if (err != PV_SUCCESS)
         return err;
+    /* Another GPU host's driver may have handed out these addresses (memory.c, pv_malloc_unique): one owner each */
+    struct pv_alloc hit;
+    if (pv_alloc_claim(ptr, rounded, d->index, pv_tls_owner(), &hit) != 0) {
+        char mine[320], theirs[320];
+        pv_alloc_owner_name(d->index, mine, sizeof mine);
+        pv_alloc_owner_name(hit.dev, theirs, sizeof theirs);
+        pv_log("%s handed out managed memory [%#llx, +%zu) over [%#llx, +%zu) of %s: allocation refused "
+               "(cudaErrorMemoryAllocation)", mine, (unsigned long long)ptr, rounded, (unsigned long long)hit.ptr,
+               hit.size, theirs);
+        (void)pv_call_FREE(d, ptr);
+        return PV_cudaErrorMemoryAllocation;
+    }
+    int ignored;
     void *m = mmap((void *)(uintptr_t)ptr, rounded, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
                    MAP_NORESERVE, -1, 0);
     if (m != (void *)(uintptr_t)ptr) {
@@ -626,12 +640,14 @@ cudaError_t pv_region_alloc(struct pv_device *d, size_t size, int kind, struct p
             munmap(m, rounded);
         pv_log("GPU%d: cannot map the host copy of managed memory at %#llx (%s)", d->index,
                (unsigned long long)ptr, m == MAP_FAILED ? strerror(errno) : "address taken");
+        pv_alloc_remove(ptr, &ignored);
         (void)pv_call_FREE(d, ptr);
         return PV_cudaErrorMemoryAllocation;
     }
     struct region *r = region_alloc();
     if (!r) {
         munmap(m, rounded);
+        pv_alloc_remove(ptr, &ignored);
         (void)pv_call_FREE(d, ptr);
         return PV_cudaErrorMemoryAllocation;
     }
@@ -642,13 +658,13 @@ cudaError_t pv_region_alloc(struct pv_device *d, size_t size, int kind, struct p
     err = track(r);
     if (err != PV_SUCCESS) {
         munmap(m, rounded);
+        pv_alloc_remove(ptr, &ignored);
         (void)pv_call_FREE(d, ptr);
         pthread_mutex_lock(&table_mu);
         spare[nspare++] = r;
         pthread_mutex_unlock(&table_mu);
         return err;
     }
-    pv_alloc_add(ptr, rounded, d->index);
     *out = r->info;
     return PV_SUCCESS;
 }

@@ -19,6 +19,7 @@
 #include "pv_transport.h"
 #include "pv_hostmap.h"
 #include "pv_request.h"
+#include "pv_features.h"
 #include "pv_registry.h"
 #include "pv_graph.h"
 
@@ -136,13 +137,12 @@ static cudaError_t make_allocation(struct pv_gnode *n, struct pv_device *d, cons
         return PV_cudaErrorMemoryAllocation;
     }
     uint64_t ptr = 0;
-    cudaError_t err = pv_call_MALLOC(d, p->bytesize, &ptr);
+    cudaError_t err = pv_malloc_unique(d, p->bytesize, PV_OWNER_DEVICE, &ptr);   /* the graph's, not a context's */
     if (err != PV_SUCCESS) {
         free(m);
         free(descs);
         return err;
     }
-    pv_alloc_add_owned(ptr, p->bytesize, d->index, PV_OWNER_DEVICE);   /* the graph's, not a context's */
     if (descs)
         memcpy(descs, p->accessDescs, p->accessDescCount * sizeof *descs);
     *m = (struct gmem){ ptr, p->bytesize, d->index, n->graph, NULL, 0, 0, 0, *p, descs, NULL };

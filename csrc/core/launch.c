@@ -55,12 +55,24 @@ static cudaError_t launch_check(struct pv_func *f, struct pv_device *d, dim3 gri
 }
 
 /* The parameter buffer into buf (ki->param_bytes, zeroed by the caller): packed from args or copied from packed. */
+/* NVIDIA's driver takes CU_LAUNCH_PARAM_BUFFER_SIZE only as the kernel's parameter size, the end of its last
+ * parameter (no tail padding): a larger one is CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (an H100, GPU run 2, for a buffer
+ * padded from 12 to 16 bytes; LLVM's offload runtime found the same: llvm-project PR 172249). A shorter one cannot
+ * hold the parameters: refused as invalid (no driver's answer observed). */
+static cudaError_t packed_size(const struct pv_kinfo *ki, size_t packed_len)
+{
+    if (packed_len > ki->param_bytes)
+        return PV_cudaErrorLaunchOutOfResources;
+    return packed_len < ki->param_bytes ? PV_cudaErrorInvalidValue : PV_SUCCESS;
+}
+
 static cudaError_t fill_params(const struct pv_kinfo *ki, void **args, const void *packed, size_t packed_len,
                                char *buf)
 {
     if (packed) {
-        if (packed_len < ki->param_bytes)
-            return PV_cudaErrorInvalidValue;
+        cudaError_t err = packed_size(ki, packed_len);
+        if (err != PV_SUCCESS)
+            return err;
         memcpy(buf, packed, ki->param_bytes);
         return PV_SUCCESS;
     }
@@ -97,8 +109,8 @@ cudaError_t pv_launch(struct pv_func *f, struct pv_device *d, dim3 grid, dim3 bl
         return err;
     int hits = 0;
     if (packed) {
-        if (packed_len < ki->param_bytes)
-            return PV_cudaErrorInvalidValue;
+        if ((err = packed_size(ki, packed_len)) != PV_SUCCESS)
+            return err;
         if ((err = pv_host_translate(d, ki, (char *)packed, 1, &hits)) != PV_SUCCESS)   /* dry: reads only */
             return err;
         if (!hits)

@@ -15,6 +15,67 @@ int pv_ptr_device(const void *p)
     return (pv_alloc_find((uint64_t)(uintptr_t)p, &a) == 0 && a.dev >= 0) ? a.dev : -1;
 }
 
+void pv_alloc_owner_name(int dev, char *out, size_t n)
+{
+    struct pv_device *d = dev >= 0 ? pv_device(dev) : NULL;
+    if (d)
+        snprintf(out, n, "GPU%d (%s:%d)", dev, d->conn->host, d->conn->port);
+    else
+        snprintf(out, n, "host memory of this process");
+}
+
+/* Two GPU hosts' drivers number their address spaces on their own: where a driver ignores the pointer window its
+ * daemon asks for (backends/cuda_vmm.py), it can hand out a range another host's memory (or this process's host
+ * memory) already has. Such a range is kept while the host is asked again, so that it cannot come back, then freed.
+ * The host sub-allocates small blocks from one mapping, whose next blocks would collide too: the next request asks
+ * for a range of its own (a VMM granule), then twice as much each time, so it lands past the other host's ranges
+ * (the allocation is then larger than asked for; the table holds the size asked for). After UNIQUE_TRIES collisions
+ * the allocation fails: never two owners for one address. */
+enum { UNIQUE_TRIES = 8 };
+
+cudaError_t pv_malloc_unique(struct pv_device *d, size_t size, const void *owner, uint64_t *out)
+{
+    static _Atomic int told;
+    uint64_t kept[UNIQUE_TRIES];
+    int nkept = 0;
+    cudaError_t err;
+    struct pv_alloc hit;
+    char mine[320], theirs[320];
+    size_t ask = size;
+    for (;;) {
+        uint64_t p = 0;
+        err = pv_call_MALLOC(d, ask, &p);
+        if (err == PV_SUCCESS && p == 0) {
+            pv_log("GPU%d (%s:%d) answered MALLOC with a NULL pointer", d->index, d->conn->host, d->conn->port);
+            err = PV_cudaErrorUnknown;
+        }
+        if (err != PV_SUCCESS)
+            break;
+        if (pv_alloc_claim(p, size, d->index, owner, &hit) == 0) {
+            *out = p;
+            break;
+        }
+        kept[nkept++] = p;
+        pv_alloc_owner_name(d->index, mine, sizeof mine);
+        pv_alloc_owner_name(hit.dev, theirs, sizeof theirs);
+        if (nkept == UNIQUE_TRIES) {
+            pv_log("%s handed out [%#llx, +%zu) over [%#llx, +%zu) of %s %d times: allocation refused "
+                   "(cudaErrorMemoryAllocation)", mine, (unsigned long long)p, size, (unsigned long long)hit.ptr,
+                   hit.size, theirs, UNIQUE_TRIES);
+            err = PV_cudaErrorMemoryAllocation;
+            break;
+        }
+        if (!atomic_exchange(&told, 1))
+            pv_log("%s handed out [%#llx, +%zu) over [%#llx, +%zu) of %s: allocating again (said once)", mine,
+                   (unsigned long long)p, size, (unsigned long long)hit.ptr, hit.size, theirs);
+        size_t gran = d->vmm_granularity ? (size_t)d->vmm_granularity : (size_t)2 << 20;
+        ask = ask < gran ? gran : ask <= SIZE_MAX / 2 ? ask * 2 : ask;
+    }
+    for (int i = 0; i < nkept; i++)
+        (void)pv_call_FREE(d, kept[i]);
+    return err;
+}
+
 cudaError_t pv_mem_free(void *ptr)
 {
     cudaError_t err = pv_init();
@@ -31,12 +92,15 @@ cudaError_t pv_mem_free(void *ptr)
         a.owner == PV_OWNER_VMM)
         return PV_cudaErrorInvalidValue;
     struct pv_device *d = pv_device(a.dev);
-    err = pv_call_FREE(d, a.ptr);
-    /* Forget the allocation whatever the answer: a SYNC op reports an earlier deferred error after doing its own
-     * work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory with it. */
+    /* Forgotten before the daemon frees it, so that the address is nobody's when the daemon hands it out again (to
+     * another thread, whose entry would otherwise sit beside this stale one: the stale one's context end would free
+     * the other thread's memory). Forgotten whatever the answer: a SYNC op reports an earlier deferred error after
+     * doing its own work, a sticky error leaves the memory unusable until a reset, and a lost host took its memory
+     * with it. */
     int dev;
-    pv_alloc_remove(a.ptr, &dev);
-    return err;
+    if (pv_alloc_remove(a.ptr, &dev) != 0)
+        return PV_cudaErrorInvalidValue;            /* another thread freed it meanwhile */
+    return pv_call_FREE(d, a.ptr);
 }
 
 cudaError_t pv_mem_host_alloc(void **ptr, size_t size, unsigned flags)

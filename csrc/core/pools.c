@@ -18,6 +18,7 @@
 #include "pv_request.h"
 #include "pv_registry.h"
 #include "pv_graph.h"
+#include "pv_features.h"
 
 #define PV_POOL_MAGIC 0x504f4f4cu
 
@@ -102,9 +103,9 @@ static void release_kept(struct pv_pool *p, size_t keep)
         struct pool_block b = p->kept[big];
         p->kept[big] = p->kept[--p->nkept];
         int dev;
+        pv_alloc_remove(b.ptr, &dev);                     /* first: the address is nobody's once freed */
         if (d)
             (void)pv_call_FREE(d, b.ptr);
-        pv_alloc_remove(b.ptr, &dev);
         p->reserved -= b.size;
     }
 }
@@ -179,10 +180,11 @@ static cudaError_t pool_alloc(struct pv_pool *p, size_t size, void **out)
         if (p->max_size && p->reserved + need > p->max_size) {
             err = PV_cudaErrorMemoryAllocation;
         } else {
-            err = pv_call_MALLOC(d, need, &ptr);
+            /* a pool's, whoever asked */
+            err = pv_malloc_unique(d, need, PV_OWNER_DEVICE, &ptr);
             if (err == PV_cudaErrorMemoryAllocation && p->nkept) {   /* the device is full: give back what we keep */
                 release_kept(p, 0);
-                err = pv_call_MALLOC(d, need, &ptr);
+                err = pv_malloc_unique(d, need, PV_OWNER_DEVICE, &ptr);
             }
         }
         if (err == PV_SUCCESS) {
@@ -190,7 +192,6 @@ static cudaError_t pool_alloc(struct pv_pool *p, size_t size, void **out)
             p->reserved += got;
             if (p->reserved > p->reserved_high)
                 p->reserved_high = p->reserved;
-            pv_alloc_add_owned(ptr, got, p->dev, PV_OWNER_DEVICE);   /* a pool's, whoever asked */
         }
     }
     if (err == PV_SUCCESS) {
@@ -239,9 +240,9 @@ static int pool_free(const void *ptr)
     } else {                                              /* no room to keep it: give it back */
         struct pv_device *d = pv_device(p->dev);
         int dev;
+        pv_alloc_remove(l.ptr, &dev);
         if (d)
             (void)pv_call_FREE(d, l.ptr);
-        pv_alloc_remove(l.ptr, &dev);
         p->reserved -= l.size;
     }
     if (p->destroyed && !p->used) {
@@ -264,8 +265,8 @@ cudaError_t pv_pool_free_now(const void *ptr)
     p->reserved -= l.size;
     struct pv_device *d = pv_device(p->dev);
     int dev;
-    cudaError_t err = d ? pv_call_FREE(d, l.ptr) : PV_cudaErrorInvalidDevice;
     pv_alloc_remove(l.ptr, &dev);
+    cudaError_t err = d ? pv_call_FREE(d, l.ptr) : PV_cudaErrorInvalidDevice;
     if (p->destroyed && !p->used) {
         pool_dispose(p);
         return err;

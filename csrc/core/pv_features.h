@@ -21,6 +21,13 @@
 /* ---- memory (memory.c) ---- */
 /* The device whose allocation holds p (device memory, module variables), -1 for anything else. */
 int pv_ptr_device(const void *p);
+/* cudaMalloc / cuMemAlloc and the library allocations: size bytes on d (MALLOC), entered in the allocation table as
+ * owner's only where no live entry holds any of its addresses (another GPU host's driver may hand out the same):
+ * a colliding range is kept, the host asked again, bounded, then cudaErrorMemoryAllocation with one log line that
+ * names both owners. */
+cudaError_t pv_malloc_unique(struct pv_device *d, size_t size, const void *owner, uint64_t *out);
+/* "GPUk (host:port)" for a device's entry of the allocation table, else "host memory of this process". */
+void pv_alloc_owner_name(int dev, char *out, size_t n);
 /* cudaFree / cuMemFree: managed memory, a pool block (it leaves its pool) or a device allocation. */
 cudaError_t pv_mem_free(void *ptr);
 /* cudaHostAlloc / cuMemHostAlloc: pinned host memory; with flags & 2 (mapped) a coherent device copy too. */

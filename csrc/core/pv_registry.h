@@ -76,6 +76,9 @@ struct pv_alloc { uint64_t ptr; size_t size; int dev; const void *owner; };
 extern const char pv_owner_vmm;
 void pv_alloc_add(uint64_t ptr, size_t size, int dev);                 /* owned by pv_tls_owner() */
 void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner);
+/* Adds [ptr, ptr+size) unless it overlaps a live entry (another host's device memory, host memory): 0, else -1 and
+ * the entry it overlaps in *hit (two GPU hosts' drivers may hand out the same addresses: pv_malloc_unique). */
+int pv_alloc_claim(uint64_t ptr, size_t size, int dev, const void *owner, struct pv_alloc *hit);
 /* The starts of the allocations of `owner` on device dev (host memory too when with_host), malloc'd into *out. */
 size_t pv_alloc_owned(const void *owner, int dev, int with_host, uint64_t **out);
 int pv_alloc_remove(uint64_t ptr, int *dev);                 /* 0 ok, -1 not an allocation start */

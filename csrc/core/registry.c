@@ -575,14 +575,13 @@ void pv_alloc_add(uint64_t ptr, size_t size, int dev) { pv_alloc_add_owned(ptr, 
 
 const char pv_owner_vmm;
 
-void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
+/* Inserts an entry, with alloc_mu held for writing. */
+static void add_locked(uint64_t ptr, size_t size, int dev, const void *owner)
 {
-    pthread_rwlock_wrlock(&alloc_mu);
     if (nallocs == capallocs) {
         size_t nc = capallocs ? capallocs * 2 : 256;
         struct pv_alloc *p = realloc(allocs, nc * sizeof *p);
         if (!p) {
-            pthread_rwlock_unlock(&alloc_mu);
             pv_log("out of memory tracking an allocation");
             return;
         }
@@ -593,7 +592,40 @@ void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
     memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
     allocs[i] = (struct pv_alloc){ ptr, size, dev, owner };
     nallocs++;
+}
+
+void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
+{
+    pthread_rwlock_wrlock(&alloc_mu);
+    add_locked(ptr, size, dev, owner);
     pthread_rwlock_unlock(&alloc_mu);
+}
+
+/* The live entry [ptr, ptr+size) overlaps, or NULL: only the last one starting below its end can (entries do not
+ * overlap one another). With alloc_mu held. */
+static const struct pv_alloc *overlapping(uint64_t ptr, size_t size)
+{
+    size_t i = lower_bound(ptr + (size ? size : 1) - 1);
+    if (i > 0) {
+        const struct pv_alloc *a = &allocs[i - 1];
+        if (a->ptr + (a->size ? a->size : 1) > ptr)
+            return a;
+    }
+    return NULL;
+}
+
+int pv_alloc_claim(uint64_t ptr, size_t size, int dev, const void *owner, struct pv_alloc *hit)
+{
+    pthread_rwlock_wrlock(&alloc_mu);
+    const struct pv_alloc *a = overlapping(ptr, size);
+    if (a) {
+        *hit = *a;
+        pthread_rwlock_unlock(&alloc_mu);
+        return -1;
+    }
+    add_locked(ptr, size, dev, owner);
+    pthread_rwlock_unlock(&alloc_mu);
+    return 0;
 }
 
 int pv_alloc_remove(uint64_t ptr, int *dev)

@@ -250,13 +250,9 @@ static const char *at(const char *p, size_t r, size_t c, size_t ld, size_t es)
 static cudaError_t device_alloc(struct pv_device *d, size_t size, void **out)
 {
     uint64_t p = 0;
-    cudaError_t err = pv_call_MALLOC(d, size, &p);
-    if (err == PV_SUCCESS && !p)
-        err = PV_cudaErrorMemoryAllocation;
-    if (err == PV_SUCCESS) {
-        pv_alloc_add(p, size, d->index);
+    cudaError_t err = pv_malloc_unique(d, size, pv_tls_owner(), &p);
+    if (err == PV_SUCCESS)
         *out = (void *)(uintptr_t)p;
-    }
     return err;
 }
 

@@ -25,14 +25,9 @@ PV_API cudaError_t cudaMalloc(void **ptr, size_t size)
         return PV_SUCCESS;
     }
     uint64_t p = 0;
-    err = pv_call_MALLOC(d, size, &p);
-    if (err == PV_SUCCESS && p == 0) {
-        pv_log("GPU%d (%s:%d) answered MALLOC with a NULL pointer", d->index, d->conn->host, d->conn->port);
-        err = PV_cudaErrorUnknown;
-    }
+    err = pv_malloc_unique(d, size, pv_tls_owner(), &p);
     if (err != PV_SUCCESS)
         return pv_ret(err);
-    pv_alloc_add(p, size, d->index);
     *ptr = (void *)(uintptr_t)p;
     return PV_SUCCESS;
 }

@@ -16,12 +16,9 @@ static CUresult alloc_on(struct pv_device *d, size_t size, CUdeviceptr *out)
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t p = 0;
-    cudaError_t err = pv_call_MALLOC(d, size, &p);
-    if (err == PV_SUCCESS && p == 0)
-        err = PV_cudaErrorUnknown;
+    cudaError_t err = pv_malloc_unique(d, size, pv_tls_owner(), &p);
     if (err != PV_SUCCESS)
         return drv_result(err);
-    pv_alloc_add(p, size, d->index);
     *out = p;
     return CUDA_SUCCESS;
 }

@@ -231,6 +231,43 @@ PV_API CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAl
     return r;
 }
 
+/* PYVGPU_FAKE_VA_HINTS (tests, docs/driver.md): "ignore" makes cuMemAddressReserve ignore every address hint,
+ * "ignore:LO-HI" the hints in [LO, HI), as NVIDIA's driver 580 ignored hints at 1 TiB on an H100 (GPU runs 2, 3).
+ * The daemon then chooses (in this client's own window), so two cuda daemons chained over emulated ones with the
+ * same PYVGPU_VA_BASE hand out the same addresses: the collisions the client core must catch (pv_malloc_unique). */
+static uint64_t ignored_lo, ignored_hi;       /* hints in [lo, hi) are ignored */
+static pthread_once_t ignored_once = PTHREAD_ONCE_INIT;
+
+static void read_ignored(void)
+{
+    const char *env = getenv("PYVGPU_FAKE_VA_HINTS");
+    if (!env || !*env)
+        return;
+    char *end = NULL;
+    if (!strcmp(env, "ignore")) {
+        ignored_hi = UINT64_MAX;
+    } else if (!strncmp(env, "ignore:", 7)) {
+        unsigned long long lo = strtoull(env + 7, &end, 0), hi = 0;
+        if (*end == '-')
+            hi = strtoull(end + 1, &end, 0);
+        if (!*end && lo < hi) {
+            ignored_lo = lo;
+            ignored_hi = hi;
+        }
+    }
+    if (ignored_hi)
+        pv_log("PYVGPU_FAKE_VA_HINTS=%s: cuMemAddressReserve ignores hints in [%#llx, %#llx) (a test knob)", env,
+               (unsigned long long)ignored_lo, (unsigned long long)ignored_hi);
+    else
+        pv_log("PYVGPU_FAKE_VA_HINTS=%s ignored (\"ignore\" or \"ignore:LO-HI\")", env);
+}
+
+static int hint_ignored(uint64_t addr)
+{
+    pthread_once(&ignored_once, read_ignored);
+    return addr >= ignored_lo && addr < ignored_hi;
+}
+
 PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                     unsigned long long flags)
 {
@@ -239,6 +276,8 @@ PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
         return r;
     if (!ptr || !size || flags || (alignment & (alignment - 1)))
         return CUDA_ERROR_INVALID_VALUE;
+    if (addr && hint_ignored(addr))
+        addr = 0;
     int dev = addr ? window_device(addr) : -1;
     struct pv_ctx *c = dev < 0 ? drv_ctx_top() : NULL;
     if (dev < 0)

@@ -142,7 +142,7 @@ def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -
     if not spec.loop or nbytes > LOOP_BYTES:
         return False
     ctx = idle_context(st, spec.work)
-    if ctx is None or not ctx.answers_on_loop:
+    if ctx is None or not ctx.answers_on_loop or not _backend_allows(ctx, st, spec, args):
         return False
     if spec.func_arg is not None:
         return _tiny_launch(st, ctx, args)
@@ -150,6 +150,14 @@ def _loop_may_run(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int) -
         n = spec.extent(args)
         return n is not None and n <= LOOP_BYTES
     return True
+
+
+def _backend_allows(ctx: DeviceContext, st: DeviceState, spec: OpSpec, args: list[Any]) -> bool:
+    """DeviceContext.loop_may_answer, with the op's arguments as its handler would get them."""
+    try:
+        return ctx.loop_may_answer(spec, lambda: dispatch.positional(spec, st, args))
+    except CudaError:
+        return False                 # not valid: the worker reports it
 
 
 def run_on_loop(session: Session, st: DeviceState, backend: Backend, spec: OpSpec, args: list[Any], payload: Any,

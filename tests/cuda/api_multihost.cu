@@ -2,8 +2,11 @@
 // Holds its allocations until a line arrives on stdin so the test can inspect each daemon, then prints "OK".
 // `api_multihost churn`: each thread allocates and frees many blocks of mixed sizes on its GPU (small ones, that a
 // real GPU's backend sub-allocates, and large ones), fills and checks them with cudaMemcpyDefault, and frees half of
-// the other thread's; every allocation is printed as "RANGE <device> <address> <size>" so the test can check that the
-// hosts' addresses never overlap; prints "CHURN OK".
+// the other thread's; every allocation is printed as "RANGE <device> <address> <size>" and every free as "FREE
+// <device> <address>" so the test can check that no two live blocks' addresses overlap; every block kept to the end
+// must still hold its own bytes (a range of one host misrouted to another would be overwritten); prints "CHURN OK".
+// `api_multihost managed`: managed memory on GPU0, then on GPU1: the second is either elsewhere or refused with
+// cudaErrorMemoryAllocation ("MANAGED1 <error name>"), and the first keeps its bytes; prints "MANAGED OK".
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
@@ -40,12 +43,24 @@ static void worker(int dev) {
 }
 
 static const size_t churn_sizes[] = {100, 4096, 1 << 20, (3 << 20) + 5, 256, 65536 + 3};
-static std::vector<std::pair<unsigned char *, size_t>> kept[2];
+struct Block { unsigned char *p; size_t n; int seed; };
+static std::vector<Block> kept[2];
 static std::mutex out_mu;
+
+static std::vector<unsigned char> pattern(size_t n, int seed) {
+    std::vector<unsigned char> h(n);
+    for (size_t k = 0; k < n; k++) h[k] = (unsigned char)(k * 13 + seed);
+    return h;
+}
+
+static void print_free(int dev, const unsigned char *p) {
+    std::lock_guard<std::mutex> g(out_mu);
+    printf("FREE %d %llu\n", dev, (unsigned long long)(uintptr_t)p);
+}
 
 static void churn(int dev) {
     CHECK(cudaSetDevice(dev));
-    std::vector<std::pair<unsigned char *, size_t>> live;
+    std::vector<Block> live;
     for (int i = 0; i < 120; i++) {
         size_t n = churn_sizes[i % 6];
         unsigned char *p;
@@ -54,14 +69,16 @@ static void churn(int dev) {
             std::lock_guard<std::mutex> g(out_mu);
             printf("RANGE %d %llu %zu\n", dev, (unsigned long long)(uintptr_t)p, n);
         }
-        std::vector<unsigned char> h(n), back(n);
-        for (size_t k = 0; k < n; k++) h[k] = (unsigned char)(k * 13 + i + dev * 77);
+        int seed = i + dev * 77;
+        std::vector<unsigned char> h = pattern(n, seed), back(n);
         CHECK(cudaMemcpy(p, h.data(), n, cudaMemcpyDefault));
         CHECK(cudaMemcpy(back.data(), p, n, cudaMemcpyDefault));
         EXPECT(memcmp(h.data(), back.data(), n) == 0);
-        live.push_back({p, n});
+        live.push_back({p, n, seed});
         if (i % 3 == 2) {                       // free one of the older ones: addresses are reused
-            CHECK(cudaFree(live[live.size() / 2].first));
+            Block &b = live[live.size() / 2];
+            print_free(dev, b.p);
+            CHECK(cudaFree(b.p));
             live.erase(live.begin() + live.size() / 2);
         }
     }
@@ -75,29 +92,65 @@ static int churn_main() {
     std::thread t0(churn, 0), t1(churn, 1);
     t0.join();
     t1.join();
+    // every block still holds its own bytes: no other block (of either host) was written over it
+    for (int dev = 0; dev < 2; dev++)
+        for (const Block &b : kept[dev]) {
+            std::vector<unsigned char> back(b.n);
+            CHECK(cudaMemcpy(back.data(), b.p, b.n, cudaMemcpyDefault));
+            EXPECT(back == pattern(b.n, b.seed));
+        }
     // across the hosts with cudaMemcpyDefault: GPU0's block -> GPU1's block of the same size, checked on the host
     for (size_t i = 0; i < kept[0].size() && i < kept[1].size(); i++) {
-        if (kept[0][i].second != kept[1][i].second)
+        if (kept[0][i].n != kept[1][i].n)
             continue;
-        size_t sz = kept[0][i].second;
+        size_t sz = kept[0][i].n;
         std::vector<unsigned char> a(sz), b(sz);
-        CHECK(cudaMemcpy(kept[1][i].first, kept[0][i].first, sz, cudaMemcpyDefault));
-        CHECK(cudaMemcpy(a.data(), kept[0][i].first, sz, cudaMemcpyDefault));
-        CHECK(cudaMemcpy(b.data(), kept[1][i].first, sz, cudaMemcpyDefault));
-        EXPECT(memcmp(a.data(), b.data(), sz) == 0);
+        CHECK(cudaMemcpy(kept[1][i].p, kept[0][i].p, sz, cudaMemcpyDefault));
+        CHECK(cudaMemcpy(a.data(), kept[0][i].p, sz, cudaMemcpyDefault));
+        CHECK(cudaMemcpy(b.data(), kept[1][i].p, sz, cudaMemcpyDefault));
+        EXPECT(a == pattern(sz, kept[0][i].seed) && b == a);
     }
     // each thread frees the other GPU's blocks (a free finds its host by the pointer, whatever the current device)
-    std::thread f0([] { CHECK(cudaSetDevice(0)); for (auto &b : kept[1]) CHECK(cudaFree(b.first)); });
-    std::thread f1([] { CHECK(cudaSetDevice(1)); for (auto &b : kept[0]) CHECK(cudaFree(b.first)); });
+    std::thread f0([] { CHECK(cudaSetDevice(0)); for (auto &b : kept[1]) { print_free(1, b.p); CHECK(cudaFree(b.p)); } });
+    std::thread f1([] { CHECK(cudaSetDevice(1)); for (auto &b : kept[0]) { print_free(0, b.p); CHECK(cudaFree(b.p)); } });
     f0.join();
     f1.join();
     printf("CHURN OK\n");
     return 0;
 }
 
+static int managed_main() {
+    const size_t n = 1 << 20;
+    unsigned char *p0 = nullptr, *p1 = nullptr;
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMallocManaged(&p0, n));
+    memset(p0, 0x11, n);
+    CHECK(cudaSetDevice(1));
+    cudaError_t e = cudaMallocManaged(&p1, n);
+    printf("MANAGED1 %s\n", cudaGetErrorName(e));
+    EXPECT(e == cudaSuccess || e == cudaErrorMemoryAllocation);
+    if (e == cudaSuccess) {
+        EXPECT(p1 + n <= p0 || p0 + n <= p1);
+        memset(p1, 0x22, n);
+        CHECK(cudaDeviceSynchronize());
+        for (size_t i = 0; i < n; i++) EXPECT(p1[i] == 0x22);
+        CHECK(cudaFree(p1));
+    } else {
+        cudaGetLastError();
+    }
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < n; i++) EXPECT(p0[i] == 0x11);
+    CHECK(cudaFree(p0));
+    printf("MANAGED OK\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "churn") == 0)
         return churn_main();
+    if (argc > 1 && strcmp(argv[1], "managed") == 0)
+        return managed_main();
     int n = 0;
     CHECK(cudaGetDeviceCount(&n));
     EXPECT(n == 2);

@@ -1,6 +1,10 @@
 // Driver-API contexts: the per-thread current-context stack (create, push, pop, set), primary contexts, and
 // several threads each working in its own context, spread over every device (GPUs of different hosts driven from
 // different threads at once). Usage: drv_contexts PTX_FILE [THREADS]. Prints "OK <checks>".
+// `drv_contexts PTX_FILE THREADS stress ROUNDS`: each thread creates a context on its device (several threads a
+// device), allocates, copies, checks its pointers, frees and destroys the context, ROUNDS times: frees and
+// allocations of one device's threads interleave, so one thread gets back the addresses another just freed, and
+// contexts are destroyed while other contexts of the device hold live allocations (which must stay).
 #include <pthread.h>
 #include <string.h>
 
@@ -102,6 +106,37 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static int rounds;
+
+static void *stress_worker(void *arg)
+{
+    struct job *j = arg;
+    enum { N = 4096 };
+    unsigned char h[N], back[N];
+    for (int r = 0; r < rounds; r++) {
+        CUcontext ctx;
+        CUdeviceptr p[3];
+        DCHECK(cuCtxCreate(&ctx, NULL, 0, j->device));
+        for (int k = 0; k < 3; k++) {
+            DCHECK(cuMemAlloc(&p[k], N));
+            memset(h, (j->index * 31 + r * 7 + k) & 0xff, N);
+            DCHECK(cuMemcpyHtoD(p[k], h, N));
+        }
+        for (int k = 0; k < 3; k++) {
+            CUdevice owner;
+            DCHECK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p[k]));
+            DEXPECT(owner == j->device);
+            DCHECK(cuMemcpyDtoH(back, p[k], N));
+            memset(h, (j->index * 31 + r * 7 + k) & 0xff, N);
+            DEXPECT(memcmp(h, back, N) == 0);
+            DCHECK(cuMemFree(p[k]));
+        }
+        DCHECK(cuCtxDestroy(ctx));
+    }
+    j->ok = 1;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -110,14 +145,17 @@ int main(int argc, char **argv)
     }
     ptx = argv[1];
     int threads = argc > 2 ? atoi(argv[2]) : 4;
+    int stress = argc > 4 && strcmp(argv[3], "stress") == 0;
+    rounds = stress ? atoi(argv[4]) : 0;
     DCHECK(cuInit(0));
     DCHECK(cuDeviceGetCount(&ndev));
-    stack_rules();
+    if (!stress)
+        stack_rules();
     pthread_t t[64];
     struct job jobs[64];
     for (int i = 0; i < threads && i < 64; i++) {
         jobs[i] = (struct job){ i, i % ndev, 0 };
-        DEXPECT(pthread_create(&t[i], NULL, worker, &jobs[i]) == 0);
+        DEXPECT(pthread_create(&t[i], NULL, stress ? stress_worker : worker, &jobs[i]) == 0);
     }
     for (int i = 0; i < threads && i < 64; i++) {
         pthread_join(t[i], NULL);

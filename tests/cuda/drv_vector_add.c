@@ -2,6 +2,7 @@
 // memory (cuModuleLoadData), launched with kernelParams and with extra (CU_LAUNCH_PARAM_BUFFER_*); module globals,
 // the memsets and 2D copies of the driver API, and the error codes of its mistakes.
 // Usage: drv_vector_add PTX_FILE FATBIN_FILE. Prints "OK <checks>" on success.
+#include <stddef.h>
 #include <string.h>
 
 #include "drv_check.h"
@@ -30,12 +31,16 @@ static void add_with(CUmodule mod, int n)
         DEXPECT(c[i] == a[i] + b[i]);
     checks++;
 
-    // the same through a packed parameter buffer
+    // the same through a packed parameter buffer, whose size is the kernel's parameter size: the end of its last
+    // parameter (28), not the struct's with its tail padding (32), which NVIDIA's driver refuses as out of resources
     DCHECK(cuMemsetD32(dc, 0, (size_t)n));
     struct { CUdeviceptr a, b, c; int n; } packed = { da, db, dc, n };
     size_t size = sizeof packed;
     void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                       CU_LAUNCH_PARAM_END };
+    DEXPECT_ERR(cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, NULL, extra), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    checks++;
+    size = offsetof(__typeof__(packed), n) + sizeof packed.n;
     DCHECK(cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
     DCHECK(cuCtxSynchronize());
     memset(c, 0, bytes);

@@ -21,11 +21,12 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, chain_env
+from harness import ROOT, chain_env, window_candidate
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, VA_WINDOW_BYTES
 from pyvgpu_daemon.backends import make_backend
 from pyvgpu_daemon.backends.cuda import probe
+from pyvgpu_daemon.backends.cuda_vmm import window_candidates
 from pyvgpu_daemon.backends.cuda_image import elf_global_names, fatbin_entries, image_globals, image_kernels
 
 GPU_COUNT, NO_GPU_REASON = probe()
@@ -133,7 +134,7 @@ def test_memory_round_trip_in_the_session_window(daemon_factory):
             data = rng.bytes(size)
             err, p, _ = c.call("MALLOC", 0, size)
             assert err == 0
-            assert window <= p and p + size <= window + VA_WINDOW_BYTES, hex(p)
+            assert window_candidate(p, size, window) is not None, hex(p)
             assert c.call("MEMCPY_HTOD", 0, p, 0, payload=data)[0] == 0
             assert c.call("MEMCPY_DTOH", 0, p, size, 0)[2] == data
             ptrs.append((p, size))
@@ -162,13 +163,14 @@ def test_sessions_of_one_daemon_share_its_window(daemon_factory):
                 err, p, _ = c.call("MALLOC", 0, size)
                 assert err == 0
                 ranges.append((p, size))
+    later = []
     with Client.connect("127.0.0.1", d.port) as c3:
         for size in sizes:
             err, p, _ = c3.call("MALLOC", 0, size)
             assert err == 0
-            assert window <= p and p + size <= window + VA_WINDOW_BYTES, hex(p)
-    for p, size in ranges:
-        assert window <= p and p + size <= window + VA_WINDOW_BYTES, hex(p)
+            later.append((p, size))
+    places = {window_candidate(p, size, window) for p, size in ranges + later}
+    assert len(places) == 1 and None not in places, places          # one place for the window, whatever session
     starts = sorted(ranges)
     assert all(x + n <= y for (x, n), (y, _) in zip(starts, starts[1:]))          # no two overlap
     assert "not in the window" not in d.log_text()
@@ -247,7 +249,30 @@ def test_a_driver_whose_own_ranges_sit_in_the_window(daemon_factory, cuda_build,
     backend skips past them (growing steps) and still places the program's allocations in the window, without the
     warning it gives when it must take the driver's placement. (On the chain: its driver's own window left where the
     program's is.)"""
-    d = daemon_factory(backend="chain", env={"PYVGPU_VA_BASE": str(VA_WINDOW_BYTES)})
+    first = window_candidates(VA_WINDOW_BYTES)[0]      # where the program's first window is tried first
+    d = daemon_factory(backend="chain", env={"PYVGPU_VA_BASE": str(first)})
     proc = run(cuda_build("api_memory.cu"), [d], "1048576", timeout=300)
     assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr
-    assert "not in the window" not in d.log_text()
+    log = d.log_text()
+    assert "not in the window" not in log and "refused window addresses" not in log, log
+
+
+def test_the_daemon_learns_which_window_place_its_driver_honours(daemon_factory):
+    """A driver that ignores hints where the first place of every window lies (as NVIDIA's driver 580 ignored
+    1 TiB: PYVGPU_FAKE_VA_HINTS on the chain): the backend refuses that place once and for all, learns that the
+    next one is honoured (said once), and every session's allocations lie there, on both devices' windows, never
+    where the driver alone would put them."""
+    lo, hi = window_candidates(VA_WINDOW_BYTES)[0], window_candidates(3 * VA_WINDOW_BYTES)[0]
+    d = daemon_factory("--emu-devices", "2", backend="chain",
+                       env={"PYVGPU_FAKE_VA_HINTS": f"ignore:{lo:#x}-{hi:#x}"})
+    for _ in range(2):                                  # a second session finds what the first learnt
+        with Client.connect("127.0.0.1", d.port) as c:
+            for dev in (0, 1):
+                for size in (300, 3 << 20):
+                    err, p, _ = c.call("MALLOC", dev, size)
+                    assert err == 0
+                    assert window_candidate(p, size, (dev + 1) * VA_WINDOW_BYTES) == 1, hex(p)
+    log = d.log_text()
+    assert log.count("refused window addresses 16 TiB") == 1, log
+    assert log.count("honours window addresses 48 TiB") == 1, log
+    assert "not in the window" not in log

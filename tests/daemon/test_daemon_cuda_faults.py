@@ -15,12 +15,12 @@ it and accept either answer of the driver, checked for consistency, and print wh
 from __future__ import annotations
 
 import struct
-import subprocess
 import shutil
 
 import numpy as np
 import pytest
 
+from harness import real_driver_fatbin
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES
 from pyvgpu_daemon.backends.cuda import probe
@@ -41,12 +41,7 @@ extern "C" __global__ void add_one(int *p, int n) {
 def image(tmp_path_factory) -> bytes:
     if NVCC is None:
         pytest.skip("nvcc not installed")
-    d = tmp_path_factory.mktemp("faults")
-    (d / "k.cu").write_text(KERNEL_SRC)
-    # PTX for the emulated GPU underneath the chain, and SASS for whatever GPU is here (the driver picks)
-    subprocess.run([NVCC, "-fatbin", "-gencode", "arch=compute_75,code=compute_75", "-gencode",
-                    "arch=compute_90,code=sm_90", "-o", str(d / "k.fatbin"), str(d / "k.cu")], check=True)
-    return (d / "k.fatbin").read_bytes()
+    return real_driver_fatbin(tmp_path_factory.mktemp("faults"), KERNEL_SRC).read_bytes()
 
 
 def fault(c: Client, image: bytes) -> None:

@@ -149,7 +149,7 @@ def test_driver_api_vector_add_from_ptx_file_and_fatbin(cuda_build, daemon, kern
     assert b".entry vadd" in ptx.read_bytes() and fatbin.read_bytes()[:4] == b"\x50\xed\x55\xba"
     proc = run_driver(drv_program(cuda_build, "drv_vector_add.c", lib_dir), [daemon], str(ptx), str(fatbin),
                       lib_dir=lib_dir)
-    assert verdict(proc.stdout) == "OK 25"
+    assert verdict(proc.stdout) == "OK 27"
 
 
 @pytest.mark.chain
@@ -167,6 +167,20 @@ def test_driver_api_contexts_from_threads_on_two_hosts(cuda_build, daemon_factor
     assert verdict(proc.stdout) == "OK 3 devices 6 threads"
     for d in (a, b):   # every host ran kernels
         assert "module" in d.log_text() and "loaded" in d.log_text()
+
+
+def test_driver_api_contexts_churned_from_threads(cuda_build, daemon_factory, kernels, lib_dir):
+    """Stress: 8 threads on the 2 GPUs of one daemon each create a context, allocate, copy, check and free, and
+    destroy it, 30 times. One thread's allocation gets the address another thread of the device has just freed; the
+    free used to forget its table entry only after the daemon's answer, so the new allocation's entry was entered
+    beside the stale one, the free then removed one of the two (its pointer unknown: CUDA_ERROR_INVALID_VALUE), or
+    the end of the freeing thread's context freed the other thread's live memory (an illegal address). The free now
+    forgets the entry first (csrc/core/memory.c)."""
+    d = daemon_factory("--emu-devices", "2")
+    proc = run_driver(drv_program(cuda_build, "drv_contexts.c", lib_dir), [d], str(kernels[0]), "8", "stress", "30",
+                      lib_dir=lib_dir, timeout=600)
+    assert verdict(proc.stdout) == "OK 2 devices 8 threads", proc.stdout + proc.stderr
+    assert "handed out" not in proc.stderr                   # no address was ever given two owners
 
 
 @pytest.mark.chain

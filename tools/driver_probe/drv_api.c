@@ -1,7 +1,10 @@
 // Driver-API program for the probe: module from a file (PTX or fatbin, argv[1]), launches with kernelParams and
-// with extra (CU_LAUNCH_PARAM_BUFFER_*). Prints each call and its CUresult; results are not checked.
+// with extra (CU_LAUNCH_PARAM_BUFFER_*: first the struct's size with its tail padding, 32, which NVIDIA's driver is
+// expected to refuse with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES as libvcuda does, then the parameters' own size, 28).
+// Prints each call and its CUresult; results are not checked.
 #include <cuda.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #define CK(x) do { CUresult r_ = (x); const char *s_ = 0; cuGetErrorName(r_, &s_); fprintf(stderr, "==== %s -> %d %s\n", #x, r_, s_ ? s_ : "?"); } while (0)
 int main(int argc, char **argv) {
@@ -22,6 +25,8 @@ int main(int argc, char **argv) {
     struct { CUdeviceptr a, b, c; int n; } buf = {a, b, c, n};
     size_t sz = sizeof buf;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &sz, CU_LAUNCH_PARAM_END};
+    CK(cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
+    sz = offsetof(__typeof__(buf), n) + sizeof buf.n;
     CK(cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
     CK(cuCtxSynchronize());
     CK(cuMemcpyDtoH(h, c, n * 4));

@@ -1,11 +1,12 @@
 """Which virtual addresses the GPU host's driver gives when asked for them (cuMemAddressReserve with a hint).
 
-The cuda backend places each session's memory in the pointer window of its host, [(k + 1) TiB, (k + 2) TiB), so that
-pointers of different GPU hosts never collide (backends/cuda_vmm.py). GPU runs 2 and 3 (H100, driver 580) showed the
-driver never placing a range at 1 TiB, whatever else was free there. This probe asks the driver itself, natively
-(no pyvgpu), at hints from 1 TiB to 100 TiB, and reports where a hint is honoured, so that the window base
-(PYVGPU_VA_BASE, the client's first window) can be chosen from facts. It passes when it could ask; what it found is
-its summary and va_hints.json.
+The cuda backend places each session's memory in the pointer window of its host, at one of the window's candidate
+places (backends/cuda_vmm.py, window_candidates: 16 TiB above window k's address (k + 1) TiB, then 48 TiB above,
+then the address itself), so that pointers of different GPU hosts never collide. GPU runs 2 and 3 (H100, driver
+580) showed the driver never placing a range at 1 TiB, whatever else was free there. This probe asks the driver
+itself, natively (no pyvgpu), at hints from 1 TiB to 120 TiB and at the candidate places of the first two windows,
+and reports where a hint is honoured, so that CANDIDATE_OFFSETS can be confirmed or changed from facts. It passes
+when it could ask; what it found is its summary and va_hints.json.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 TIB = 1 << 40
-HINTS_TIB = (1, 2, 3, 4, 8, 16, 17, 32, 33, 48, 64, 100, 120)
+HINTS_TIB = (1, 2, 3, 4, 8, 16, 17, 18, 32, 33, 48, 49, 50, 64, 100, 120)   # 17/18, 49/50: windows 1, 2's places
 SIZE = 64 << 20
 
 

@@ -6,7 +6,10 @@ of the probe's time:
   native      on the GPU itself, no pyvgpu: tells a broken probe or GPU from a pyvgpu failure
   driver      NVIDIA's libraries of the framework's own wheels over pyvgpu's driver: a folder holding only
               libcuda.so.1 (libvcuda) and libnvidia-ml.so.1 (libvnvml) on LD_LIBRARY_PATH, PYVGPU_HOSTS = the
-              check's `--backend cuda` daemon
+              check's `--backend cuda` daemon; the call census of that process (libvcuda's entry points reached,
+              answered unsupported, tables and names asked for and not offered) goes to census-driver.txt of the
+              probe's output folder: where NVIDIA's libraries fail only this way (cublasCreate's
+              CUBLAS_STATUS_INTERNAL_ERROR on an H100, GPU run 3), it says what they asked for
   pyvgpu run  the environment `pyvgpu run` gives a program (LD_PRELOAD libvcudart + libvcuda, every client library
               on LD_LIBRARY_PATH)
 Each step prints "STEP <name>: ok <detail>" or "STEP <name>: FAIL <why>". Exit 0 when a pyvgpu way passed every
@@ -68,6 +71,7 @@ def ways() -> list[tuple[str, dict]]:
     ld = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and Path(p) != libdir]
     driver["LD_LIBRARY_PATH"] = os.pathsep.join([str(driver_only_dir(libdir, out)), *ld])
     driver["PYVGPU_HOSTS"] = hosts
+    driver["PYVGPU_CENSUS"] = str(out / "census-driver.txt")
     from pyvgpu import cli, hostmap   # noqa: PLC0415 (the checkout is on PYTHONPATH)
     run = cli.run_env(hostmap.parse_env(hosts, "--hosts"), base=env)
     return [("native", native), ("driver", driver), ("pyvgpu run", run)]

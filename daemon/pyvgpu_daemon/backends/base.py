@@ -119,6 +119,13 @@ class DeviceContext(ABC):
     # False by default: a real GPU's calls need the context current on the calling thread.
     answers_on_loop: bool = False
 
+    def loop_may_answer(self, spec: Any, args: Callable[[], list[Any]]) -> bool:
+        """With answers_on_loop: whether the event loop may run this LOOP op (an OpSpec) now, its (session, device)
+        having nothing queued or running. args() gives the op's arguments as its handler gets them (converted,
+        handles resolved; CudaError when they are not valid: the op then goes to the worker, which reports it).
+        Every LOOP op by default; a real GPU's context takes only what returns at once (backends/cuda.py)."""
+        return True
+
     def host_view(self, ptr: int, size: int) -> memoryview | None:
         """A writable view of device bytes [ptr, ptr+size) in this process's memory, for receiving a copy's payload
         straight into the device and sending one from it (the caller checked the range is the session's and that no

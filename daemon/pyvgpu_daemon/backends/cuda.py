@@ -33,12 +33,13 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUN
 from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
+from pyvgpu_daemon.backends.cuda_calls import MEMSET_D8, DriverCalls, handle
 from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_staging import StagingPool
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
-from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpace, WindowSpaces
+from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpaces
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.lent import Lent
 
@@ -100,6 +101,14 @@ def to_cuda_error(err: Any, what: str) -> CudaError:
     return CudaError(code if code in ERROR_NAMES else "cudaErrorUnknown", f"{what}: {name}")
 
 
+def driver_error(drv: Any, code: int, what: str) -> CudaError:
+    """A CUresult number (the compiled calls' answer) → the CudaError to_cuda_error gives for the bindings' enum."""
+    try:
+        return to_cuda_error(drv.CUresult(code), what)
+    except ValueError:                       # not a CUresult this cuda-bindings knows: the number stands for it
+        return to_cuda_error(code, what)
+
+
 def check(result: Any, what: str) -> Any:
     """Unpack a cuda-python return tuple (err, *values), raising on failure; → None, the value, or a tuple."""
     if isinstance(result, tuple):
@@ -125,6 +134,9 @@ class CudaBackend(Backend):
         check(self.drv.cuInit(0), "cuInit")
         self.api = DriverEntryPoints.probe(self.drv, lookup)
         log.info("%s", self.api.describe())
+        # The fast ops' calls into the driver from compiled code (cuda_calls.py), else through cuda-python.
+        self.calls, why = DriverCalls.load(self.api, lambda code, what: driver_error(self.drv, code, what))
+        log.info("%s", why)
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
             raise RuntimeError("no CUDA device")
@@ -182,7 +194,7 @@ class CudaBackend(Backend):
         if not all(self.api.has(n) for n in VMM_CALLS) or not self._attr(dev, VMM_SUPPORTED_ATTR):
             return 0
         try:
-            return WindowMemory(self.drv, ordinal, WindowSpace(0), check).granularity()
+            return WindowMemory(self.drv, ordinal, 0, check).granularity()
         except CudaError:
             return 0
 
@@ -206,7 +218,7 @@ class CudaBackend(Backend):
         window = va_base + ordinal * VA_WINDOW_BYTES
         return CudaContext(self.drv, ordinal, self.cublas, window, self.cublaslt, self.api,
                            vmm=self._snapshots[ordinal]["vmm_granularity"] > 0, health=self.health,
-                           space=self.windows.of(window))
+                           spaces=self.windows, calls=self.calls)
 
     def unusable(self, ordinal: int) -> str:
         return self.health.unusable.get(ordinal, "")
@@ -246,7 +258,16 @@ class _Event:
 
 
 class CudaContext(CudaArrays, DeviceContext):
-    """Lives on one worker thread; the context is made current there once and stays current."""
+    """Lives on one worker thread; the context is made current there once and stays current.
+
+    The event loop answers this context's queries itself while its worker is idle (answers_on_loop, fastpath.py):
+    state queries that need no device work (memory info, stream and event queries, elapsed times, limits), and
+    synchronizations once what they wait for has completed (then they return at once). That saves the two thread
+    hand-overs of the worker, most of a synchronous call's cost beyond the round trip (bench/README.md). The loop's
+    thread serves every session, so each such call first makes this context current there (_here). Device work
+    (launches, copies, memsets, records) stays on the worker: a real GPU's queue may block its caller."""
+
+    answers_on_loop = True
 
     @staticmethod
     def _check(result: Any, what: str) -> Any:
@@ -254,8 +275,11 @@ class CudaContext(CudaArrays, DeviceContext):
 
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
-                 health: "DeviceHealth | None" = None, space: WindowSpace | None = None) -> None:
+                 health: "DeviceHealth | None" = None, spaces: WindowSpaces | None = None,
+                 calls: DriverCalls | None = None) -> None:
         self.drv = drv
+        self.calls = calls             # the fast ops from compiled code (cuda_calls.py); None: through cuda-python
+        self._default_stream = drv.CUstream(0)
         self.api = api or DriverEntryPoints(version=0, lookup=None)
         self.ordinal = ordinal
         self._cublas = cublas
@@ -264,11 +288,14 @@ class CudaContext(CudaArrays, DeviceContext):
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.health = health or DeviceHealth()
         self.ctx: Any = None
+        self._thread = threading.get_ident()        # the worker's, where the context stays current
+        self._streams: set[Any] = set()             # the streams made here (a context-wide wait waits for them)
         self.ctx = self._new_context()
         # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
         # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
-        # Sessions of one daemon on the same window share its free list (`space`): one process, one address space.
-        self.mem = WindowMemory(drv, ordinal, space or WindowSpace(window), check) if vmm else None
+        # Sessions of one daemon on the same window share its free lists and what the daemon learnt of its driver
+        # (`spaces`): one process, one address space.
+        self.mem = WindowMemory(drv, ordinal, window, check, spaces) if vmm else None
         self._prog_ranges: dict[int, int] = {}       # the program's own (VMM_*): reservations, handles, mappings
         self._prog_handles: list[Any] = []
         self._prog_maps: dict[int, int] = {}
@@ -323,12 +350,42 @@ class CudaContext(CudaArrays, DeviceContext):
             raise to_cuda_error(self.drv.CUresult(err), "cuCtxCreate_v2")
         return self.drv.CUcontext(out.value)
 
+    def _here(self) -> bool:
+        """Makes the context current on the calling thread when that is not its worker (the event loop answering
+        for it: answers_on_loop); → whether the caller is the worker."""
+        if threading.get_ident() == self._thread or self.ctx is None:
+            return True
+        check(self.drv.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        return False
+
+    def loop_may_answer(self, spec: Any, args: Any) -> bool:
+        """Queries that need no device work, and waits with nothing left to wait for (every stream and event the op
+        names idle; one that names none waits for the whole context: its streams and the legacy default stream)."""
+        if not spec.host or self.ctx is None:
+            return False                  # device work: on the worker (a real GPU's queue may block the caller)
+        if not spec.sync:
+            return True
+        self._here()
+        named = [a for a, t in zip(args(), spec.args[1:]) if t.type in ("stream", "event")]
+        waits = named or [None, *self._streams]
+        for obj in waits:
+            if isinstance(obj, _Event):
+                err = self.drv.cuEventQuery(obj.handle)[0]
+            else:
+                err = self.drv.cuStreamQuery(self._stream(obj))[0]
+            if int(err) != 0:
+                return False              # still running (or failed: the worker reports it)
+        return True
+
     @contextmanager
     def _host_wait(self) -> Iterator[None]:
         """A host wait on this context's work, inside the scheduler's wait scope (others may use the device). Alone on
         the device, the wait is the GPU running this session's work, which nothing else measures (GpuTime times
         kernels only while the device is shared): it is charged as the session's device time, so the device's busy
         figures (STATUS, NVML utilization, placement) see a lone session's kernels."""
+        if not self._here():
+            yield                          # the loop, for a wait with nothing left to wait for: no turn to give away
+            return
         turn = self.turn
         alone = turn is not None and not turn.shared
         t0 = time.perf_counter()
@@ -338,7 +395,7 @@ class CudaContext(CudaArrays, DeviceContext):
             turn.charge(time.perf_counter() - t0)
 
     def _stream(self, stream: Any) -> Any:
-        return self.drv.CUstream(0) if stream is None else stream
+        return self._default_stream if stream is None else stream
 
     def _sync_stream(self, stream: Any) -> None:
         with self._host_wait():
@@ -346,6 +403,7 @@ class CudaContext(CudaArrays, DeviceContext):
 
     # ------------------------------------------------------------------ memory
     def mem_info(self) -> tuple[int, int]:
+        self._here()
         free, total = check(self.drv.cuMemGetInfo(), "cuMemGetInfo")
         return int(free), int(total)
 
@@ -427,13 +485,19 @@ class CudaContext(CudaArrays, DeviceContext):
         self._prog_ranges.clear()
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.htod(dst, data, handle(stream))
+            return
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         # From pageable memory the call returns once the bytes are staged, so `data` may be dropped after it.
         check(self.drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, self._stream(stream)),
               "cuMemcpyHtoDAsync")
 
     def _dtoh_into(self, dst: int, src: int, size: int, stream: Any) -> None:
-        check(self.drv.cuMemcpyDtoHAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
+        if self.calls is not None:
+            self.calls.dtoh(dst, src, size, handle(stream))
+        else:
+            check(self.drv.cuMemcpyDtoHAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
         self._sync_stream(stream)
 
     def _dtoh_array(self, src: int, size: int, stream: Any) -> np.ndarray:
@@ -615,14 +679,25 @@ class CudaContext(CudaArrays, DeviceContext):
         # The client packed the arguments at the offsets cuFuncGetParamInfo gave: that is exactly the
         # device-side layout. A real driver refuses a CU_LAUNCH_PARAM_BUFFER_SIZE other than the kernel's
         # parameter space with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (an H100 did, for a buffer padded from 12 to 16
-        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much).
+        # bytes), so the buffer goes cut to the layout's size (check_params made sure it holds that much). libvcuda
+        # answers as that driver does, so the chain's fault tests fail without the cut (test_daemon_cuda_faults).
         size = kernel.param_bytes
+        s = self._stream(stream)
+        calls = self.calls
+        if calls is not None:
+            turn = self.turn
+            if (turn is None or not turn.shared) and not self.gpu_time.timed:     # GpuTime.launch: nothing to time
+                calls.launch(handle(kernel.handle), grid, block, shmem, handle(stream), params, size, kernel.name)
+            else:
+                self.gpu_time.launch(turn, s, lambda: calls.launch(handle(kernel.handle), grid, block, shmem,
+                                                                   handle(stream), params, size, kernel.name),
+                                     self.wait_scope)
+            return
         arg_buf = ctypes.create_string_buffer(bytes(params[:size]), max(size, 1))
         arg_size = ctypes.c_size_t(size)
         extra = (ctypes.c_void_p * 5)(drv.CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arg_buf),
                                       drv.CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(arg_size),
                                       drv.CU_LAUNCH_PARAM_END)
-        s = self._stream(stream)
         self.gpu_time.launch(self.turn, s, lambda: check(drv.cuLaunchKernel(
             kernel.handle, *grid, *block, shmem, s, 0, ctypes.addressof(extra)), f"cuLaunchKernel({kernel.name})"),
             self.wait_scope)
@@ -632,6 +707,13 @@ class CudaContext(CudaArrays, DeviceContext):
                            block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         # cuLaunchCooperativeKernel takes no packed buffer: one pointer per parameter, into the client's buffer
         drv = self.drv
+        calls = self.calls
+        if calls is not None:
+            offsets = [off for off, _ in kernel.params]
+            self.gpu_time.launch(self.turn, self._stream(stream), lambda: calls.launch_coop(
+                handle(kernel.handle), grid, block, shmem, handle(stream), params, offsets, kernel.name),
+                self.wait_scope)
+            return
         arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         base = ctypes.addressof(arg_buf)
         ptrs = (ctypes.c_void_p * max(len(kernel.params), 1))(*[base + off for off, _ in kernel.params])
@@ -639,6 +721,71 @@ class CudaContext(CudaArrays, DeviceContext):
         self.gpu_time.launch(self.turn, s, lambda keep=(arg_buf, ptrs): check(drv.cuLaunchCooperativeKernel(
             kernel.handle, *grid, *block, shmem, s, ctypes.addressof(keep[1])),
             f"cuLaunchCooperativeKernel({kernel.name})"), self.wait_scope)
+
+    def run_fast(self, ops: Any) -> tuple[int, BaseException | None]:
+        """A run of fast ops in one call into the driver's entry points (cuda_calls.Run, pv_dc_run), with the per-op
+        methods' bookkeeping around it: an event record's clock anchor is taken in order (a new anchor, a driver call
+        of its own, first runs the ops before it), its event marked recorded once it ran. While the device is shared
+        each launch is timed (cuda_turns.py) and the ops go one call each, as without the compiled calls."""
+        self._here()                               # (a run the loop took: the context current there too)
+        calls = self.calls
+        turn = self.turn
+        if calls is None or not calls.runs or (turn is not None and turn.shared) or self.gpu_time.timed:
+            return super().run_fast(ops)
+        run = calls.run()
+        base = 0                                   # ops before the run being packed: already ran
+        recorded: list[tuple[int, _Event, Any]] = []   # (index, event, anchor) of the records in the run
+
+        def flush() -> tuple[int, BaseException | None]:
+            nonlocal base
+            k, exc = run.run()
+            for i, event, anchor in recorded:
+                if i < base + k:
+                    event.recorded = True
+                    event.anchor = anchor
+            recorded.clear()
+            base += k
+            return base, exc
+
+        for i, op in enumerate(ops):
+            method, a = op.method, op.args
+            if method == "launch":
+                module, kernel, grid, block, shmem, params, stream = a
+                run.launch(handle(kernel.handle), grid, block, shmem, handle(stream), params, kernel.param_bytes,
+                           kernel.name)
+            elif method == "memset":
+                ptr, value, size, stream = a
+                run.memset(MEMSET_D8, ptr, 0, value & 0xFF, size, 1, handle(stream))
+            elif method == "event_record":
+                event, stream = a
+                anchor = None
+                if not event.flags & EVENT_DISABLE_TIMING:
+                    if self.clock.rebase_due() and len(run):
+                        done, exc = flush()            # the new anchor goes on the stream after the ops before it
+                        if exc is not None:
+                            return done, exc
+                    anchor = self.clock.before_record(self._stream(stream))
+                run.event_record(handle(event.handle), handle(stream))
+                recorded.append((i, event, anchor))
+            elif method == "stream_wait_event":
+                stream, event, flags = a
+                run.stream_wait(handle(stream), handle(event.handle), flags)
+            elif method == "memcpy_dtod":
+                dst, src, size, stream = a
+                run.dtod(dst, src, size, handle(stream))
+            elif method == "memcpy_htod":
+                dst, data, stream = a
+                run.htod(dst, data, handle(stream))
+            else:                                      # not one the library runs: in order, through its method
+                done, exc = flush()
+                if exc is not None:
+                    return done, exc
+                try:
+                    getattr(self, method)(*a)
+                except Exception as exc:  # noqa: BLE001 - op i's failure (base.run_fast's contract)
+                    return i, exc
+                base = i + 1
+        return flush()
 
     def func_set_attr(self, module: LoadedModule, kernel: KernelDesc, attr: int, value: int) -> None:
         # cudaFuncAttribute and CUfunction_attribute share their numbers (MaxDynamicSharedMemorySize = 8,
@@ -663,19 +810,24 @@ class CudaContext(CudaArrays, DeviceContext):
         check(self.drv.cuCtxSetLimit(self._limit(limit), value), "cuCtxSetLimit")
 
     def get_limit(self, limit: int) -> int:
+        self._here()
         return int(check(self.drv.cuCtxGetLimit(self._limit(limit)), "cuCtxGetLimit"))
 
     # ------------------------------------------------------------------ streams and events
     def stream_create(self, flags: int, priority: int) -> Any:
-        return check(self.drv.cuStreamCreateWithPriority(flags, priority), "cuStreamCreateWithPriority")
+        stream = check(self.drv.cuStreamCreateWithPriority(flags, priority), "cuStreamCreateWithPriority")
+        self._streams.add(stream)
+        return stream
 
     def stream_destroy(self, stream: Any) -> None:
+        self._streams.discard(stream)
         check(self.drv.cuStreamDestroy(stream), "cuStreamDestroy")
 
     def stream_sync(self, stream: Any) -> None:
         self._sync_stream(stream)
 
     def stream_query(self, stream: Any) -> bool:
+        self._here()
         (err,) = self.drv.cuStreamQuery(self._stream(stream))
         if int(err) == 600:                # CUDA_ERROR_NOT_READY
             return False
@@ -699,6 +851,7 @@ class CudaContext(CudaArrays, DeviceContext):
         event.anchor = anchor
 
     def event_time(self, event: _Event) -> float | None:
+        self._here()
         return self.clock.time(event.anchor, event.handle) if event.recorded else None
 
     def event_sync(self, event: _Event) -> None:
@@ -706,6 +859,7 @@ class CudaContext(CudaArrays, DeviceContext):
             check(self.drv.cuEventSynchronize(event.handle), "cuEventSynchronize")
 
     def event_query(self, event: _Event) -> bool:
+        self._here()
         (err,) = self.drv.cuEventQuery(event.handle)
         if int(err) == 600:
             return False
@@ -713,6 +867,7 @@ class CudaContext(CudaArrays, DeviceContext):
         return True
 
     def event_elapsed(self, start: _Event, end: _Event) -> float:
+        self._here()
         return self._elapsed(start.handle, end.handle)
 
     def _elapsed(self, start: Any, end: Any) -> float:
@@ -785,6 +940,7 @@ class CudaContext(CudaArrays, DeviceContext):
                 step()
             except Exception as exc:  # noqa: BLE001 - the context goes anyway
                 log.warning("device %d: releasing the context's %s failed: %s", self.ordinal, what, exc)
+        self._streams.clear()            # the context's streams go with it
         if self.ctx is None:
             return
         try:

@@ -43,6 +43,10 @@ class EventClock:
         self._last = float("-inf")
         self._broken_logged = False
 
+    def rebase_due(self) -> bool:
+        """Whether the next before_record records a new anchor (a driver call of its own, on the stream)."""
+        return not self.anchors or time.monotonic() - self._last >= self.REBASE_S
+
     def before_record(self, stream: Any) -> Anchor | None:
         """The anchor for an event about to be recorded on `stream` (a new one, recorded there first, when the
         latest is older than REBASE_S); None when no anchor could be made."""

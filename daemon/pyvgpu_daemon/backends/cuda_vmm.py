@@ -1,10 +1,20 @@
-"""Device memory of one session on one real GPU inside the session's address window (va_base + ordinal *
-VA_WINDOW_BYTES), so that pointers from different GPU hosts never collide (each host's driver numbers its own
-address space; the client tells hosts apart by window).
+"""Device memory of one session on one real GPU inside the session's address window, so that pointers from
+different GPU hosts never collide (each host's driver numbers its own address space).
+
+The client numbers the windows: device r of a session whose hello said va_base has window index
+(va_base + r * VA_WINDOW_BYTES) / VA_WINDOW_BYTES, unique across the client's hosts (csrc/core/hostmap.c). Where a
+window lies on a GPU is the backend's choice among CANDIDATE_OFFSETS added to its index's address (window_candidates):
+NVIDIA's driver 580 on an H100 honoured no hint at 1 TiB (GPU runs 2 and 3); NVIDIA DALI's VMM resource hinted from
+17 TiB on (PR NVIDIA/DALI#3128, "allocation with a hint fails on some drivers"). So the first candidate is 16 TiB
+above the index's address, the next 48 TiB above, the last the index's address itself (the emulator's). A candidate
+set never overlaps another index's (up to 16 windows a client), and all lie in x86-64's 47-bit user space. The backend learns
+per daemon which candidate the driver honours (WindowSpaces: the honoured one is tried first, a refused one no more),
+and tools/gpu_probes/gpu_probe_va_hints.py asks a GPU host's driver directly. Where it honours none, ranges go where
+the driver puts them (logged once per daemon and device): the client then keeps two hosts' ranges apart itself
+(csrc/core/memory.c, pv_malloc_unique).
 
 Every range is reserved with cuMemAddressReserve at an address of the window (the hint; the driver's answer is
-checked, and one that ignores it is logged once: those allocations work but are not unique across hosts), backed
-with cuMemCreate, mapped with cuMemMap and made read-write for this device with cuMemSetAccess; freeing unmaps,
+checked), backed with cuMemCreate, mapped with cuMemMap and made read-write for this device with cuMemSetAccess; freeing unmaps,
 releases and frees the range. The granularity of such mappings is 2 MiB on current GPUs, so small allocations
 (up to half a granule) are carved out of one-granule arenas (256-byte aligned, first fit, neighbours coalesced), and
 an arena goes back as soon as it is empty; larger ones get a mapping of their own, rounded up to the granularity.
@@ -16,7 +26,7 @@ own reservations (VMM_RESERVE without a hint) take window addresses the same way
 one daemon that use the same window share one WindowSpace (WindowSpaces, held by the backend): their contexts live in
 one process, whose address space is one, so a real driver refuses a hint another session's range already covers.
 A hint the driver still does not honour (its own ranges sit there) is skipped, growing steps ahead, a few times
-before the range is taken wherever the driver puts it (found on an H100: GPU run 2).
+before the candidate counts as refused.
 """
 from __future__ import annotations
 
@@ -30,6 +40,15 @@ from pyvgpu.protocol import VA_WINDOW_BYTES
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
+
+TIB = 1 << 40
+CANDIDATE_OFFSETS = (16 * TIB, 48 * TIB, 0)     # where window index k may lie: k TiB + each (module docstring)
+USER_SPACE_END = 1 << 47                        # x86-64's user address space (4-level page tables)
+
+
+def window_candidates(window: int) -> list[int]:
+    """The addresses a window (the client's va_base + ordinal * VA_WINDOW_BYTES) may lie at on a GPU, in order."""
+    return [window + off for off in CANDIDATE_OFFSETS if window + off + VA_WINDOW_BYTES <= USER_SPACE_END]
 
 ALIGN = 256              # cudaMalloc's alignment
 HINT_TRIES = 6           # window addresses tried before the driver's own choice is taken
@@ -103,13 +122,60 @@ class WindowSpace:
 
 @dataclass
 class WindowSpaces:
-    """The backend's WindowSpace per window base: one per address space, shared by every session using it."""
+    """The backend's WindowSpace per window address, shared by every session using it (one process, one address
+    space), and what the daemon learnt of its driver: which window candidate it honours (tried first), which it
+    refused (tried no more), whether it was told that ranges lie outside every window."""
     spaces: dict[int, WindowSpace] = field(default_factory=dict)
+    order: list[int] = field(default_factory=lambda: list(range(len(CANDIDATE_OFFSETS))))
+    refused: set[int] = field(default_factory=set)
+    told: set[int] = field(default_factory=set)          # devices warned that ranges lie outside the windows
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def of(self, base: int) -> WindowSpace:
         with self.lock:
-            return self.spaces.setdefault(base, WindowSpace(base))
+            return self._of(base)
+
+    def _of(self, base: int) -> WindowSpace:
+        return self.spaces.setdefault(base, WindowSpace(base))
+
+    def candidates(self, window: int) -> list[tuple[int, WindowSpace]]:
+        """(candidate, space) of `window` to try, the honoured candidate first, refused ones left out."""
+        bases = window_candidates(window)
+        with self.lock:
+            return [(i, self._of(bases[i])) for i in self.order if i < len(bases) and i not in self.refused]
+
+    def holding(self, window: int, addr: int) -> WindowSpace | None:
+        """The candidate space of `window` that holds addr, or None."""
+        for base in window_candidates(window):
+            if base <= addr < base + VA_WINDOW_BYTES:
+                return self.of(base)
+        return None
+
+    def honoured(self, candidate: int, ordinal: int, addr: int) -> None:
+        with self.lock:
+            if self.order[0] == candidate:
+                return
+            self.order.remove(candidate)
+            self.order.insert(0, candidate)
+        log.info("device %d: the driver honours window addresses %d TiB above the window index's (%#x): tried "
+                 "first from now on", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr)
+
+    def refuse(self, candidate: int, ordinal: int, addr: int) -> None:
+        with self.lock:
+            if candidate in self.refused:
+                return
+            self.refused.add(candidate)
+        log.info("device %d: the driver refused window addresses %d TiB above the window index's (%#x): not tried "
+                 "again", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr)
+
+    def outside(self, ordinal: int, ptr: int, window: int) -> None:
+        with self.lock:
+            if ordinal in self.told:
+                return
+            self.told.add(ordinal)
+        log.warning("device %d: the driver placed a range at %#x, not in the window at any of %s: pointers there may "
+                    "collide with another GPU host's (the client keeps them apart: said once)", ordinal, ptr,
+                    ", ".join(hex(b) for b in window_candidates(window)))
 
 
 @dataclass
@@ -146,17 +212,17 @@ class Chunk:
 class WindowMemory:
     """cudaMalloc, cudaFree and the managed allocations of one session on one real GPU, inside its window."""
 
-    def __init__(self, drv: Any, ordinal: int, space: WindowSpace, check: Check) -> None:
+    def __init__(self, drv: Any, ordinal: int, window: int, check: Check, spaces: WindowSpaces | None = None) -> None:
         self.drv = drv
         self.ordinal = ordinal
         self.check = check
-        self.space = space
+        self.window = window                          # the client's window address (window_candidates)
+        self.spaces = spaces or WindowSpaces()
         self.gran = 0
         self.arenas: list[Chunk] = []                 # sorted by address
         self._arena_bases: list[int] = []
         self.chunks: dict[int, Chunk] = {}            # every mapped range by start (arenas too)
-        self.taken: dict[int, int] = {}               # reserved ranges that hold window addresses: start -> size
-        self._outside = False     # the driver refused every window hint once: later ranges go where it puts them
+        self.taken: dict[int, tuple[int, WindowSpace]] = {}   # ranges holding window addresses: start -> size, space
 
     # ------------------------------------------------------------------ the driver's calls
     def _location(self, obj: Any) -> None:
@@ -177,36 +243,46 @@ class WindowMemory:
         return self.gran
 
     def reserve(self, size: int, align: int, hint: int = 0) -> int:
-        """cuMemAddressReserve at `hint` (a caller's), else at the window's lowest free range; → the driver's answer.
-        A window range the driver does not give is skipped (kept out of the free list: the driver holds something
-        there) and a range further on tried, HINT_TRIES times, before the driver's own placement is taken."""
+        """cuMemAddressReserve at `hint` (a caller's), else in the window: its candidates in the daemon's order, each
+        at its lowest free range; → the driver's answer. A candidate the driver gives no range in is refused for the
+        daemon; with none left, the range goes where the driver puts it."""
         if hint:
             ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, hint, 0), "cuMemAddressReserve"))
-            if ptr == hint and self.space.claim(ptr, size):
-                self.taken[ptr] = size               # a caller's hint inside the window: no one else gets it
+            space = self.spaces.holding(self.window, ptr) if ptr == hint else None
+            if space is not None and space.claim(ptr, size):
+                self.taken[ptr] = (size, space)      # a caller's hint inside the window: no one else gets it
             return ptr
+        for candidate, space in self.spaces.candidates(self.window):
+            ptr = self._reserve_in(space, size, align)
+            if ptr:
+                self.spaces.honoured(candidate, self.ordinal, space.base)
+                self.taken[ptr] = (size, space)
+                return ptr
+            if ptr is not None:
+                self.spaces.refuse(candidate, self.ordinal, space.base)
+        ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
+        self.spaces.outside(self.ordinal, ptr, self.window)
+        return ptr
+
+    def _reserve_in(self, space: WindowSpace, size: int, align: int) -> int | None:
+        """A range of `space` the driver gives; 0 when it refused HINT_TRIES hints there; None when the space has no
+        room left. A window range the driver does not give is skipped (kept out of the free list: the driver holds
+        something there), and so is a growing stretch after it, so that the next try lands past the driver's own
+        ranges (found on an H100: GPU run 2)."""
         step = SKIP_STEP
-        for _ in range(0 if self._outside else HINT_TRIES):
-            hinted = self.space.take(size, align)
+        for tries in range(HINT_TRIES):
+            hinted = space.take(size, align)
             if not hinted:
-                break
+                return 0 if tries else None
             ptr = self._reserve_at(size, align, hinted)
             if ptr == hinted:
-                self.taken[ptr] = size
                 return ptr
             if ptr:
                 self.drv.cuMemAddressFree(ptr, size)
-            # The driver holds something at `hinted`: that range stays out of the free list, and so does a growing
-            # stretch after it, so that the next try lands past the driver's own ranges.
             if step > size:
-                self.space.claim(hinted + size, step - size)
+                space.claim(hinted + size, step - size)
             step *= 4
-        ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
-        if not self._outside:                        # said once per session
-            self._outside = True
-            log.warning("device %d: the driver placed a range at %#x, not in the window at %#x: pointers there may "
-                        "collide with another GPU host's", self.ordinal, ptr, self.space.base)
-        return ptr
+        return 0
 
     def _reserve_at(self, size: int, align: int, addr: int) -> int:
         """cuMemAddressReserve with the hint `addr`; → the driver's address, 0 when it refused (a real driver may
@@ -218,8 +294,9 @@ class WindowMemory:
 
     def unreserve(self, ptr: int, size: int) -> None:
         self.drv.cuMemAddressFree(ptr, size)
-        if self.taken.pop(ptr, None) is not None:
-            self.space.give(ptr, size)
+        held = self.taken.pop(ptr, None)
+        if held is not None:
+            held[1].give(ptr, size)
 
     def access(self, ptr: int, size: int, flags: Any) -> None:
         desc = self.drv.CUmemAccessDesc()
@@ -305,6 +382,6 @@ class WindowMemory:
         self.chunks.clear()
         self.arenas.clear()
         self._arena_bases.clear()
-        for addr, size in self.taken.items():       # the shared space gets this session's window ranges back
-            self.space.give(addr, size)
+        for addr, (size, space) in self.taken.items():    # the shared spaces get this session's window ranges back
+            space.give(addr, size)
         self.taken.clear()

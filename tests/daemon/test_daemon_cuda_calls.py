@@ -1,0 +1,183 @@
+"""The cuda backend's fast ops called into the driver from compiled code (backends/cuda_calls.py, libpvdrvcall.so)
+against the same ops through cuda-python (PYVGPU_CUDA_CALLS=python), on a real driver: a GPU's when there is one,
+else pyvgpu's libcuda.so.1 over an emulated daemon (the chain).
+
+The backend's context is driven directly, in a process whose cuda-python loaded that driver, once per way of calling:
+every fast op (launch, cooperative launch, the memsets of 1, 2 and 4-byte elements and 2D, event record, stream wait,
+host-to-device, device-to-host and device-to-device copies, and runs of them in one call: DeviceContext.run_fast)
+leaves the device memory a host model computes, byte for byte, and the driver's refusals become the same CudaError
+(code and message) both ways; a run stops at its refused op, the ops before it done and none after it.
+Whole programs run through chains with the compiled calls on (the default) in the e2e and driver suites; one program
+runs here with them off as well.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness import ROOT, chain_env, real_driver_fatbin
+from pyvgpu.protocol import ENV_CUDA_CALLS
+from pyvgpu_daemon.backends.cuda import probe
+
+GPU_COUNT, _ = probe()
+NVCC = shutil.which("nvcc")
+KERNEL_SRC = r"""
+extern "C" __global__ void axpb(int *p, int n, char pad, long long b) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = 3 * p[i] + (int)b;
+}
+"""
+
+DRIVE = r"""
+import hashlib, json, sys
+import numpy as np
+from pyvgpu_daemon.backends.base import FastOp
+from pyvgpu_daemon.backends.cuda import CudaBackend
+from pyvgpu_daemon.errors import CudaError
+
+backend = CudaBackend()
+ctx = backend.open_context(0, 1 << 40, 1)
+model = np.zeros(1 << 20, np.uint8)                     # what the device's buffer must hold
+p = ctx.malloc(model.nbytes)
+rng = np.random.default_rng(7)
+out = {"compiled": ctx.calls is not None, "errors": {}}
+
+ctx.memset(p, 0, model.nbytes, None)
+ctx.memset(p + 5, 0x1AB, 1000, None)                    # the value's low byte, as cudaMemset
+model[5:1005] = 0xAB
+ctx.memset2d(p + 2048, 64, 0x11, 33, 5, None)
+for r in range(5):
+    model[2048 + 64 * r: 2048 + 64 * r + 33] = 0x11
+s = ctx.stream_create(0, 0)
+for elem, value, at in ((1, 0x7F, 4096), (2, 0xBEEF, 8192), (4, 0xDEADBEEF, 12288)):
+    ctx.memset_elems(p + at, 256, value, elem, 20, 3, s)
+    for r in range(3):
+        model[at + 256 * r: at + 256 * r + 20 * elem] = np.frombuffer(value.to_bytes(elem, "little") * 20, np.uint8)
+data = rng.bytes(3001)
+ctx.memcpy_htod(p + 16384, data, s)
+model[16384:16384 + 3001] = np.frombuffer(data, np.uint8)
+ev = ctx.event_create(0)
+ctx.event_record(ev, s)
+ctx.stream_wait_event(None, ev, 0)
+ctx.memcpy_dtod(p + 32768, p + 16384, 3001, None)
+model[32768:32768 + 3001] = model[16384:16384 + 3001]
+big = rng.bytes(300 << 10)
+ctx.memcpy_htod(p + (512 << 10), memoryview(big), None)
+model[512 << 10:(512 << 10) + len(big)] = np.frombuffer(big, np.uint8)
+
+mod = ctx.module_load(open(sys.argv[1], "rb").read())
+k = mod.kernels["axpb"]
+n = 1000
+at = 65536
+vals = np.arange(n, dtype=np.int32) - 500
+ctx.memcpy_htod(p + at, vals.tobytes(), None)
+params = np.int64(p + at).tobytes() + np.int32(n).tobytes() + b"\0" * 4 + np.int64(7).tobytes() + b"pad!"
+ctx.launch(mod, k, (4, 1, 1), (256, 1, 1), 0, params, s)
+ctx.launch_cooperative(mod, k, (2, 1, 1), (512, 1, 1), 0, params, s)
+model[at:at + 4 * n] = np.frombuffer(((vals * 3 + 7) * 3 + 7).astype(np.int32).tobytes(), np.uint8)
+ctx.event_record(ev, s)
+ctx.event_sync(ev)
+
+# a run of fast ops in one call (DeviceContext.run_fast), then a run whose second op the driver refuses
+R = 131072
+blob = rng.bytes(777)
+at2 = R + 8192
+vals2 = np.arange(256, dtype=np.int32) * 5 - 600
+ctx.memcpy_htod(p + at2, vals2.tobytes(), None)
+params2 = np.int64(p + at2).tobytes() + np.int32(256).tobytes() + b"\0" * 4 + np.int64(-3).tobytes()
+ops = [FastOp("memset", (p + R, 0x5A, 100, s)), FastOp("memcpy_htod", (p + R + 200, blob, None)),
+       FastOp("memcpy_dtod", (p + R + 1000, p + R + 200, 777, s)), FastOp("event_record", (ev, s)),
+       FastOp("stream_wait_event", (None, ev, 0)), FastOp("launch", (mod, k, (1, 1, 1), (256, 1, 1), 0, params2, None)),
+       FastOp("memset2d", (p + R + 4096, 64, 0x33, 10, 2, None)),     # not one the library runs: in order all the same
+       FastOp("memset", (p + R + 2000, 0x77, 10, None))]
+done, exc = ctx.run_fast(ops)
+out["run"] = [done, len(ops), exc is None]
+model[R:R + 100] = 0x5A
+model[R + 200:R + 977] = np.frombuffer(blob, np.uint8)
+model[R + 1000:R + 1777] = np.frombuffer(blob, np.uint8)
+model[at2:at2 + 1024] = np.frombuffer((vals2 * 3 - 3).astype(np.int32).tobytes(), np.uint8)
+model[R + 4096:R + 4106] = 0x33
+model[R + 4160:R + 4170] = 0x33
+model[R + 2000:R + 2010] = 0x77
+
+small = ctx.memcpy_dtoh(p, 1 << 16, None)
+reply = ctx.memcpy_dtoh_reply(p, model.nbytes, None)       # through pinned staging (a Lent view)
+whole = bytes(getattr(reply, "view", reply))
+getattr(reply, "release", lambda: None)()
+out["small_ok"] = small == model[:1 << 16].tobytes()
+out["whole_ok"] = whole == model.tobytes()
+out["first_diff"] = next((i for i in range(model.nbytes) if whole[i] != model[i]), None) if not out["whole_ok"] else None
+
+# the driver's refusals last (a real GPU might take one as a fault of the context)
+bad = [FastOp("memset", (p + R + 3000, 1, 8, None)), FastOp("memset", (16, 2, 8, None)),
+       FastOp("memset", (p + R + 3100, 3, 8, None))]
+done, exc = ctx.run_fast(bad)
+out["run_refused"] = [done, exc.code, exc.message] if exc is not None else [done]
+ctx.synchronize()
+out["run_refused_bytes"] = [ctx.memcpy_dtoh(p + R + 3000, 8, None) == b"\1" * 8,        # ran
+                            ctx.memcpy_dtoh(p + R + 3100, 8, None) == b"\0" * 8]        # did not
+
+def refused(name, fn):
+    try:
+        fn()
+    except CudaError as exc:
+        out["errors"][name] = [exc.code, exc.message]
+    else:
+        out["errors"][name] = None
+
+refused("memset outside memory", lambda: ctx.memset(16, 1, 64, None))
+refused("copy to outside memory", lambda: ctx.memcpy_htod(16, b"x" * 64, None))
+refused("launch of too many threads", lambda: ctx.launch(mod, k, (1, 1, 1), (4096, 1, 1), 0, params, None))
+ctx.close()
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> str:
+    if NVCC is None:
+        pytest.skip("nvcc not installed")
+    return str(real_driver_fatbin(tmp_path_factory.mktemp("calls"), KERNEL_SRC))
+
+
+def drive(daemon_factory, image: str, calls: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")]), ENV_CUDA_CALLS: calls}
+    if not GPU_COUNT:
+        env.update(chain_env(daemon_factory()))
+    proc = subprocess.run([sys.executable, "-c", DRIVE, image], capture_output=True, text=True, timeout=180, env=env)
+    found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    assert found, proc.stdout + proc.stderr
+    return json.loads(found.group(1))
+
+
+def test_fast_ops_compiled_and_through_cuda_python_alike(daemon_factory, image):
+    compiled = drive(daemon_factory, image, "")
+    python = drive(daemon_factory, image, "python")
+    assert compiled["compiled"] and not python["compiled"]
+    for got in (compiled, python):
+        assert got["small_ok"] and got["whole_ok"], got
+        assert got["run"] == [8, 8, True]
+        assert got["run_refused"] == [1, 1, "cuMemsetD8Async: CUDA_ERROR_INVALID_VALUE"], got
+        assert got["run_refused_bytes"] == [True, True], got
+    assert all(compiled["errors"].values()), compiled["errors"]       # each refusal happened ...
+    assert compiled["errors"] == python["errors"]                      # ... as the same CudaError
+
+
+def test_a_program_with_compiled_calls_off(daemon_factory, cuda_build, run):
+    """A whole program through a chain whose cuda daemon calls through cuda-python (the suites run it with the
+    compiled calls on), and the daemon's start line says which way it calls."""
+    if GPU_COUNT:
+        pytest.skip("the chain is the test here (a GPU host runs the suites on its own driver)")
+    off = daemon_factory(backend="chain", env={ENV_CUDA_CALLS: "python"})
+    on = daemon_factory(backend="chain")
+    for d in (off, on):
+        proc = run(cuda_build("api_kernels.cu"), [d], timeout=300)
+        assert re.search(r"^OK \d+$", proc.stdout, re.M), proc.stdout + proc.stderr
+    assert f"fast ops through cuda-python ({ENV_CUDA_CALLS}=python)" in off.log_text()
+    assert "fast ops through compiled calls" in on.log_text()
