@@ -358,6 +358,25 @@ LOADS = """
   ret;
 }
 
+.visible .entry short(.param .u64 in, .param .u64 out)
+{
+  .reg .b32 %r<6>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  shl.b32 %r2, %r2, 8;
+  add.s32 %r1, %r1, %r2;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.u32 [%rd5], %r1;
+  ld.global.u32 %r3, [%rd4];
+  add.s32 %r4, %r3, %r1;
+  st.global.u32 [%rd5], %r4;
+  ret;
+}
+
 .visible .entry bad(.param .u64 in, .param .u64 out, .param .u64 gofs, .param .u32 sofs, .param .u32 lofs)
 {
   .reg .b32 %r<20>; .reg .b64 %rd<20>;
@@ -450,3 +469,25 @@ def _declined(params) -> int:
 
 def test_good_accesses_of_the_bad_kernel_stay_in_c():
     assert _declined(lambda src, dst: struct.pack("<QQqII", src, dst, 4, 8, 4)) == 0
+
+
+@pytest.mark.parametrize("ctas", [16, 64])
+def test_a_short_run_of_global_loads_is_c_in_small_chunks_numpy_in_large_ones(ctas):
+    """A run whose only loads are global and which is short is C up to cgen.LOAD_RUN_LANES lanes a chunk, the NumPy
+    code beyond (its coalesced and same-address loads are faster there); the bits are the same either way."""
+    n = ctas * 256
+    data = np.random.default_rng(5).integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    outs = []
+    for mode in ("on", "off"):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = EmuModule.load(LOADS.encode(), mem, limits=EmuLimits(native=mode))
+        src, dst = mem.alloc(4 * n), mem.alloc(4 * n)
+        mem.write(src, data.tobytes())
+        mod.launch("short", (ctas, 1, 1), (256, 1, 1), 0, struct.pack("<QQ", src, dst))
+        outs.append(np.frombuffer(bytes(mem.read(dst, 4 * n)), np.uint32))
+        if mode == "on":
+            k = mod.kernel("short")
+            assert f"if T <= {cgen.LOAD_RUN_LANES} else None" in k.native_source
+            assert not any(r.declined for r in k.native_runs)
+    assert (outs[0] == outs[1]).all() and (outs[0] == data + np.arange(n, dtype=np.uint32)).all()
+    assert (n <= cgen.LOAD_RUN_LANES) == (ctas == 16)

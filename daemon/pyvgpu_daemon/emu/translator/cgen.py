@@ -30,10 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyvgpu_daemon.errors import CudaError
+
 from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
 from ..ops.floating import EX2_CLAMP, EX2_COEFFS, LG2_COEFFS, LG2_SCALE, SQRT2
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED, TYPES
+from .instrs import _memmods
 from .liveness import reads_writes
 
 MIN_RUN = 2                     # launches with native code have >= 2**18 threads: a call beats two NumPy ops
@@ -684,32 +687,18 @@ def _cvt(e: CEmitter, ins: ir.Instr) -> None:
     raise NoC
 
 
-# ld/ldu modifiers a C load accepts: caching hints and memory-order qualifiers change nothing in a run, which holds
-# no store (its loads see memory as it was when it began, as the lockstep NumPy code's do)
-_LD_SPACES = ("global", "const", "shared", "local", "param", "generic")
-_LD_VEC = {"v2": 2, "v4": 4}
-
-
 def _ld(e: CEmitter, ins: ir.Instr) -> None:
-    """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset), a constant address or a kernel parameter,
-    as instrs._ld does it: the access checked as a whole (vector size), then one element per destination, widened
-    or narrowed to its register as codegen.write does."""
-    from .instrs import _LDST_MODS        # (instrs imports nothing of this module)
+    """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset) or a constant address, as instrs._ld does it:
+    the access checked as a whole (vector size), then one element per destination, widened or narrowed to its
+    register as codegen.write does. Caching hints and memory-order qualifiers change nothing in a run, which holds
+    no store (its loads see memory as it was when it began, as the lockstep NumPy code's do)."""
     if e.address is None or not isinstance(ins.dsts[0], (ir.Reg, ir.Vec)):
         raise NoC
-    space, vec, t = "generic", 1, None
-    for m in ins.mods:
-        if m in _LD_SPACES:
-            space = m
-        elif m in ("shared::cta", "param::entry", "param::func"):
-            space = m.partition("::")[0]
-        elif m in _LD_VEC:
-            vec = _LD_VEC[m]
-        elif m in TYPES and m != "pred" and t is None:
-            t = m
-        elif m not in _LDST_MODS:
-            raise NoC
-    if t is None or t in ("b128", "pred", "f16", "bf16", "f16x2", "bf16x2"):
+    try:
+        space, vec, t = _memmods(ins)
+    except CudaError:
+        raise NoC from None                # the NumPy code reports it
+    if t in ("f16", "bf16", "f16x2", "bf16x2") or vec > 4:
         raise NoC
     if ins.opcode == "ldu" and space == "generic":
         space = "global"
@@ -720,7 +709,7 @@ def _ld(e: CEmitter, ins: ir.Instr) -> None:
     vsize = size * vec
     try:
         kind, _, off = e.address(ins.srcs[0], ins)
-    except Exception:  # noqa: BLE001 - an operand the NumPy code refuses: it reports it
+    except CudaError:                      # an operand the NumPy code refuses: it reports it
         raise NoC from None
     lane = "i"
     if kind in ("reg", "const"):
@@ -818,23 +807,19 @@ class NativeRun:
     output register, of its width: uint16/32/64, bool for predicates); a run that loads takes the chunk's MemCtx
     address after T and answers None when an access needs the NumPy code. ctypes releases the GIL during the
     call."""
-    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "max_lanes", "declined")
+    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "declined")
 
-    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False,
-                 max_lanes: int | None = None) -> None:
+    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False) -> None:
         fn.restype = ctypes.c_int64 if mem else None
         fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths) + mem)
         self.fn = fn
         self.mem = mem
-        self.max_lanes = max_lanes    # a run that loads answers None (NumPy code) for more lanes than this
         self.declined = 0             # calls whose accesses the C code left to the NumPy code
         self.in_sizes = tuple(1 if w == 1 else w // 8 for w in in_widths)
         self.out_dtypes = tuple(np.dtype(np.bool_) if w == 1 else np.dtype(f"uint{w}") for w in out_widths)
 
     def __call__(self, T: int, *ins):
         if self.mem:
-            if self.max_lanes is not None and T > self.max_lanes:
-                return None
             ctx, ins = ins[0], ins[1:]
         ptrs = []
         keep = []

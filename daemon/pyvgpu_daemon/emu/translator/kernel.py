@@ -173,8 +173,7 @@ class Kernel:
         for bi, runs in plans.items():
             for start, end, run in runs:
                 fn = getattr(lib, f"nr{bi}_{run.index}")
-                nr = NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs], run.mem,
-                               run.max_lanes)
+                nr = NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs], run.mem)
                 self.native_runs.append(nr)
                 run.source = g.const(nr, "nr")
         funcs = [_block_source(g, b, masked, None if masked else plans[b.index])
@@ -303,7 +302,10 @@ def _emit_run(g: Codegen, run, lines: list) -> None:
     lines.append(f"# {first}-{last}: {len(run.instrs)} instructions as native code")
     ins = ", ".join(g._old(r) for r in run.inputs)
     ctx = f", {g.rt('memctx')}()" if run.mem else ""
-    lines.append(f"_o = {run.source}(T{ctx}{', ' if ins else ''}{ins})")
+    call = f"{run.source}(T{ctx}{', ' if ins else ''}{ins})"
+    if run.max_lanes is not None:          # over more lanes the NumPy code is the faster (cgen.Run.choose_lanes)
+        call = f"{call} if T <= {run.max_lanes} else None"
+    lines.append(f"_o = {call}")
     indent = ""
     if run.mem:
         defined = set(g.local_defined)
