@@ -13,8 +13,9 @@ op to the emulated daemon) is in both columns; the difference is the backend's.
 
 --sync N (0: skipped) adds the synchronous calls' latency through a `--backend cuda` daemon: `bench/cuda/bandwidth.cu
 lat N` (cudaMemGetInfo, cudaStreamQuery through libvcudart) against a daemon whose event loop answers such queries
-itself (the default: CudaContext.answers_on_loop) and one that hands every op to the session's worker thread, rounds
-alternating; p50/p99 per call, and the daemon's CPU time per call (its /proc stat over the program's run).
+itself (a GPU host's default: CudaBackend.loop_answers; forced on the chain, where the loop may then wait behind the
+emulated GPU's kernels, which this program never queues) and one that hands every op to the session's worker thread,
+rounds alternating; p50/p99 per call, and the daemon's CPU time per call (its /proc stat over the program's run).
 """
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 KERNEL = r'extern "C" __global__ void empty(int *p) {}'
 WAYS = {"compiled": "", "python": "python"}     # the value of PYVGPU_CUDA_CALLS
-# The daemon with every op on the worker (the baseline of --sync).
-WORKER_ONLY = ("import runpy; from pyvgpu_daemon.backends.cuda import CudaContext; CudaContext.answers_on_loop = False;"
-               " runpy.run_module('pyvgpu_daemon', run_name='__main__', alter_sys=True)")
+# A cuda daemon told its driver is pyvgpu's own (True: every op on the worker, the baseline of --sync) or a GPU's (False:
+# queries on the loop, which the chain does not do by default: cuda.CudaBackend.loop_answers).
+FORCED = ("import runpy; from pyvgpu_daemon.backends import cuda_driver; cuda_driver.pyvgpu_driver = lambda *a: {};"
+          " runpy.run_module('pyvgpu_daemon', run_name='__main__', alter_sys=True)")
 
 CHILD = r"""
 import json, sys, time
@@ -133,7 +135,7 @@ def sync_latency(work: Path, n: int, rounds: int, env: dict[str, str]) -> dict:
         for way in (("loop", "worker") if r % 2 == 0 else ("worker", "loop")):
             port = free_port()
             log = work / f"daemon-{way}-{port}.log"
-            head = [sys.executable, "-m", "pyvgpu_daemon"] if way == "loop" else [sys.executable, "-c", WORKER_ONLY]
+            head = [sys.executable, "-c", FORCED.format(way == "worker")]
             with open(log, "wb") as fh:
                 proc = subprocess.Popen([*head, "--backend", "cuda", "--host", LOOPBACK, "--port", str(port)],
                                         stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env})

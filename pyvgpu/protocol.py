@@ -103,9 +103,11 @@ ENV_LEASES = "PYVGPU_LEASES"   # lease ids, comma-separated (`pyvgpu run -n`, Sl
 # The daemon's cuda backend: "python" makes its fast ops (launches, memsets, event records, stream waits, async
 # copies) call the driver through cuda-python, not through its compiled module libpvdrvcall.so (backends/cuda_calls.py)
 ENV_CUDA_CALLS = "PYVGPU_CUDA_CALLS"
-# Environment variable the daemon reads: PYVGPU_DAEMON_COMPILED=0 forces its Python frame path instead of the compiled
-# one (used whenever it loads); CI runs the daemon's tiers both ways.
+# Environment variables the daemon reads: PYVGPU_DAEMON_COMPILED=0 forces its Python frame path instead of the compiled
+# one (daemon/pyvgpu_daemon/framepath.py, used whenever it loads); CI runs the daemon's tiers both ways.
+# PYVGPU_DAEMON_CAPTURE=DIR writes each session's received bytes to DIR/session-N.frames (tests/daemon/frames/).
 ENV_DAEMON_COMPILED = "PYVGPU_DAEMON_COMPILED"
+ENV_DAEMON_CAPTURE = "PYVGPU_DAEMON_CAPTURE"
 # Host map: the entry that stands for GPUs chosen by placement (`auto` or `auto:N`; resolved by `pyvgpu run`), and
 # the separator of a device selection (`host:port/ORDINAL`).
 HOSTMAP_AUTO = "auto"
@@ -137,7 +139,7 @@ class OpFlag(enum.IntFlag):
                        # queries that report completion): the client brings managed and mapped memory up to date
     FAST = 2048      # small device work a framework issues by the ten thousand (launches, memsets, event records and
                      # waits, device copies, small host-to-device copies): sent fire-and-forget, the daemon's compiled
-                     # frame path decodes runs of them and hands each run to the backend
+                     # frame path (daemon/pyvgpu_daemon/framepath.py) decodes runs of them and hands each run to the backend
                      # in one call (DeviceContext.run_fast); its arguments are all integers (dim3 included)
 
 
@@ -658,6 +660,12 @@ ERROR_NAMES: dict[int, str] = {value: name for value, name, _ in CUDA_ERRORS}
 ERR_PROTOCOL_MISMATCH = ERROR_CODES["cudaErrorInsufficientDriver"]   # "version mismatch" is the closest meaning
 ERR_AUTH = ERROR_CODES["cudaErrorNotPermitted"]
 ERR_UNAVAILABLE = ERROR_CODES["cudaErrorDevicesUnavailable"]          # daemon unreachable / connection lost
+
+
+def fast_signature() -> str:
+    """The FAST ops with their argument types, one string: the daemon's compiled frame path is generated from it
+    (tools/gen_frame_c.py) and refused when built from another (daemon/pyvgpu_daemon/framepath.py)."""
+    return ";".join(f"{op.code}:{int(op.payload_in)}:" + ",".join(a.type for a in op.args) for op in OPS if op.fast)
 
 
 def cuda_error(name: str) -> int:

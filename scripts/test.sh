@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (scripts/setup.sh installs the system packages, builds libvcudart.so and installs
 # pyvgpu with its test dependencies into the chosen Python; scripts/setup-slurm.sh installs Slurm and munge for
-# tests/slurm), then run pytest over tests/. pytest's exit status is this script's exit status. Extra arguments go to
-# pytest (e.g. scripts/test.sh -x -k hostmap).
+# tests/slurm), then run pytest over tests/, then the tiers that drive the daemon's frame path (tests/daemon,
+# tests/security) a second time with the daemon forced to its Python frame path (PYVGPU_DAEMON_COMPILED=0: both
+# paths must pass every test; docs/architecture.md, "The daemon's frame path"; the second pass took 10.7 min on a
+# shared 2-core VM at load average ~10 on 2026-11-26). The exit status is the first failing pass's (0 when both
+# pass). Extra arguments go to both pytest runs (e.g. scripts/test.sh -x -k hostmap).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
@@ -25,4 +28,11 @@ fi
 say "cuBLAS headers for the test programs (tools/cublas_wheel.py)"
 info "$("$PY" "$ROOT/tools/cublas_wheel.py")"
 say "running the test suite: $PY -m pytest -q tests $*"
-exec "$PY" -m pytest -q tests "$@"
+status=0
+"$PY" -m pytest -q tests "$@" || status=$?
+say "the daemon's tiers again on its Python frame path: PYVGPU_DAEMON_COMPILED=0 $PY -m pytest -q tests/daemon tests/security $*"
+second=0
+PYVGPU_DAEMON_COMPILED=0 "$PY" -m pytest -q tests/daemon tests/security "$@" || second=$?
+[ "$second" -eq 5 ] && second=0          # pytest's "no tests selected" (a -k that matches none of these tiers)
+[ "$status" -eq 0 ] && status=$second
+exit "$status"

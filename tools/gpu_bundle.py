@@ -15,7 +15,8 @@ The bundle (an ignored folder, carried to the GPU machine with the working tree)
                      it only makes self-signed certificates for daemons listening beyond loopback)
   libs.tar.gz        the client libraries built here for x86-64 (lib/: libpvcore.so, libvcudart.so, libvcuda.so.1,
                      libvcublas.so, libvnvml.so.1 and their loader names; libpvdrvcall.so and pv_drvcall.h, the
-                     daemon's compiled driver calls), msgpack-c linked in statically: they
+                     daemon's compiled driver calls; libpvframe.so, the daemon's compiled frame path), msgpack-c
+                     linked in statically: they
                      need only libssl.so.3, libcrypto.so.3 and glibc (checked with ldd when the bundle is made)
   sysroot.tar.gz     msgpack-c's headers and static archive with a CMake package file, OpenSSL's headers: so the
                      libraries build from the sources there even without libmsgpack-dev / libssl-dev
@@ -61,8 +62,10 @@ WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_
 # What a carried library may link against (anything else would have to be on the GPU machine).
 ALLOWED_NEEDED = re.compile(r"^(linux-vdso\.so\.1|libssl\.so\.3|libcrypto\.so\.3|libc\.so\.6|libm\.so\.6|"
                             r"libpthread\.so\.0|libdl\.so\.2|ld-linux-x86-64\.so\.2|libpvcore\.so)$")
-# libpvdrvcall.so (and pv_drvcall.h beside it, carried with lib/): the daemon's compiled calls of the cuda backend
-LIB_FILES = ("libpvcore.so", "libvcudart.so", "libvcuda.so.1", "libvcublas.so", "libvnvml.so.1", "libpvdrvcall.so")
+# libpvdrvcall.so (and pv_drvcall.h beside it, carried with lib/): the daemon's compiled calls of the cuda backend;
+# libpvframe.so: the daemon's compiled frame path (framepath.py)
+LIB_FILES = ("libpvcore.so", "libvcudart.so", "libvcuda.so.1", "libvcublas.so", "libvnvml.so.1", "libpvdrvcall.so",
+             "libpvframe.so")
 MiB = 1 << 20
 
 

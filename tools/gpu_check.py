@@ -198,6 +198,11 @@ def render(d: dict) -> str:
                            f"{_num(st['launches_python_calls'])} | | |")
             if st.get("fast_ops_error"):
                 out.append(f"| failed | {_cell(st['fast_ops_error'], 240)} | | |")
+        if st.get("sync_on_loop"):
+            loop, worker = st["sync_on_loop"]["loop"], st["sync_on_loop"]["worker"]
+            out += ["", "### synchronous calls: the cuda daemon's loop answering against its worker (µs)", "",
+                    "| figure | loop | worker | loop / worker |", "|---|---:|---:|---:|"]
+            out += [f"| {k} | {loop[k]:.1f} | {worker[k]:.1f} | {loop[k] / worker[k]:.2f} |" for k in loop]
     return "\n".join(out) + "\n"
 
 
@@ -1023,7 +1028,9 @@ def fast_ops(chk: Check, st: dict, bench: Path, left: Callable[[], float]) -> No
     r = chk.run([sys.executable, str(ROOT / "bench" / "cuda_calls_bench.py"), "--ops", "2000", "--rounds", "2",
                  "--json", str(out)], timeout=min(left() - 15, 150), log=work / "figures.log", env=chk.env)
     if r.rc == 0 and out.is_file():
-        st["fast_ops"] = json.loads(out.read_text())["table"]
+        data = json.loads(out.read_text())
+        st["fast_ops"] = data["table"]
+        st["sync_on_loop"] = data.get("sync")      # queries answered on the daemon's loop against its worker
     else:
         st["fast_ops_error"] = f"cuda_calls_bench: exit {r.rc}: {r.out.strip()[-200:]}"
     chk.report.write()

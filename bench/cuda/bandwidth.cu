@@ -175,6 +175,35 @@ static int launch(int iters) {
     return 0;
 }
 
+// A framework's step: tiny launches on one stream, and after every second one an event recorded there that another
+// stream waits for (cudaEventRecord + cudaStreamWaitEvent), as eager frameworks order their side streams.
+static int step(int iters) {
+    cudaStream_t s1, s2;
+    cudaEvent_t ev;
+    CK(cudaStreamCreate(&s1));
+    CK(cudaStreamCreate(&s2));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    empty_kernel<<<1, 1, 0, s1>>>();
+    CK(cudaDeviceSynchronize());
+    clk::time_point t0 = clk::now();
+    for (int i = 0; i < iters; i++) {
+        empty_kernel<<<1, 1, 0, s1>>>();
+        if (i & 1) {
+            CK(cudaEventRecord(ev, s1));
+            CK(cudaStreamWaitEvent(s2, ev, 0));
+        }
+    }
+    CK(cudaGetLastError());
+    long long enq = ns_since(t0);
+    clk::time_point t1 = clk::now();
+    CK(cudaDeviceSynchronize());
+    printf("step %lld %lld\n", enq, ns_since(t1));
+    CK(cudaEventDestroy(ev));
+    CK(cudaStreamDestroy(s1));
+    CK(cudaStreamDestroy(s2));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, nullptr, _IOFBF, 1 << 20);
     if (argc == 6 && strcmp(argv[1], "bw") == 0)
@@ -183,6 +212,8 @@ int main(int argc, char **argv) {
         return bw2(argv[2], argv[3], strtoull(argv[4], nullptr, 0), atoi(argv[5]));
     if (argc == 3 && strcmp(argv[1], "lat") == 0) return lat(atoi(argv[2]));
     if (argc == 3 && strcmp(argv[1], "launch") == 0) return launch(atoi(argv[2]));
-    fprintf(stderr, "usage: bandwidth bw|bw2 h2d|d2h pinned|pageable BYTES ITERS | lat ITERS | launch ITERS\n");
+    if (argc == 3 && strcmp(argv[1], "step") == 0) return step(atoi(argv[2]));
+    fprintf(stderr, "usage: bandwidth bw|bw2 h2d|d2h pinned|pageable BYTES ITERS | lat ITERS | launch ITERS | "
+                    "step ITERS\n");
     return 2;
 }

@@ -19,11 +19,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pyvgpu import wire
-from pyvgpu.protocol import (ERR_UNAVAILABLE, ERROR_CODES, NOTICE_RATE, OP_BY_CODE, RATE_REPORT_CHANGE,
+from pyvgpu.protocol import (ERR_UNAVAILABLE, ERROR_CODES, FRAME_PREFIX_BYTES, NOTICE_RATE, OP_BY_CODE, RATE_REPORT_CHANGE,
                              RATE_SAMPLE_MIN_BYTES, OpSpec)
-from pyvgpu_daemon import compress, fastpath, lent
+from pyvgpu_daemon import compress, fastpath, fastrun, lent
 from pyvgpu_daemon.errors import SessionEnd
 from pyvgpu_daemon.fastpath import Route
+from pyvgpu_daemon.framepath import FramePath
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers.control import CONTROL
 from pyvgpu_daemon.link import Link, reply_bytes
@@ -46,6 +47,9 @@ class Connection:
         self.link = link
         self.backend = server.backend
         self.max_payload = server.payload_cap
+        self.framepath = server.framepath
+        # the compiled path takes payloads that step_now would (below DIRECT_MIN) and check_shape allows
+        self.run_payload_max = min(FrameStream.DIRECT_MIN, self.max_payload + 1)
 
     # ------------------------------------------------------------------ reading frames
     async def serve(self) -> str:
@@ -114,7 +118,12 @@ class Connection:
         when handled; False leaves the stream untouched for serve's general path (which also raises the errors)."""
         link = self.link
         stream = link.stream
-        if link.sending_device_memory or link.reply_owed or stream.write_buffer_size():
+        if link.sending_device_memory:
+            return False
+        # fire-and-forget runs owe no reply: they wait only where serve would make them wait (replies_fit(0))
+        if self.framepath is not None and not link.oversize and link.replies_fit(0) and self.step_run(self.framepath):
+            return True
+        if link.reply_owed or stream.write_buffer_size():
             return False
         got = stream.peek_header()
         if got is None:
@@ -137,6 +146,55 @@ class Connection:
             path, view = fastpath.route(link.session, st, spec, req.args, plen, False, req.req_id, link.oversize)
             self.run(path, st, spec, req, payload, nbytes, need, view)
         return True
+
+    def step_run(self, fp: FramePath) -> bool:
+        """The compiled path (framepath.py): the run of FAST frames at the head of the buffer, decoded in one call,
+        consumed, and run device by device (fastrun.py). False when the first frame is not one, or when the run
+        does not fit the session's queue: the frames then take the Python path one by one (which waits)."""
+        link = self.link
+        stream = link.stream
+        buf, lo, hi = stream.window()
+        if hi - lo < FRAME_PREFIX_BYTES:
+            return False
+        ops = fp.scan(buf, lo, hi, self.run_payload_max)
+        if not ops or not link.room(ops[-1][4]):
+            return False
+        fp.frames += len(ops)
+        fp.runs += 1
+        groups: list[tuple[list[fastrun.RunOp], list[int]]] = []
+        start = 0
+        for spec, args, off, plen, end in ops:
+            if not groups or args[0] != groups[-1][0][0][1][0]:
+                groups.append(([], []))
+            groups[-1][0].append((spec, args, bytes(buf[lo + off:lo + off + plen]) if plen else b""))
+            groups[-1][1].append(end - start)
+            start = end
+        stream.skip(start)                # consumed before anything runs: no frame is ever taken twice
+        for group, sizes in groups:
+            self.run_group(group, sizes)
+        return True
+
+    def run_group(self, group: list[fastrun.RunOp], sizes: list[int]) -> None:
+        """Consecutive FAST ops of one device (frames of `sizes` bytes): on the loop when fastpath allows every one
+        of them, else as one job of the device's worker when fastpath.groups_on_worker allows it, else one job
+        per op."""
+        spec, args, payload = group[0]
+        st = self.device_of(spec, wire.Request(spec.code, 0, len(payload), args))
+        if st is None:                    # refused: each op as the Python path refuses it (logged, dropped)
+            for spec, args, payload in group[1:]:
+                self.device_of(spec, wire.Request(spec.code, 0, len(payload), args))
+            return
+        nbytes = sum(sizes)
+        session, backend, worker = self.link.session, self.backend, st.worker
+        if fastpath.run_group_on_loop(session, st, backend, group, nbytes):
+            return
+        if len(group) > 1 and fastpath.groups_on_worker(st, group):
+            worker.post(fastrun.execute_job, session, st, backend, group, time.perf_counter(), nbytes=nbytes,
+                        tag=fastrun.group_tag(group, nbytes))
+            return
+        for (spec, args, payload), size in zip(group, sizes):     # one job per op, as the Python path posts them
+            worker.post(dispatch.execute, session, st, backend, spec, args, payload, True, nbytes=size,
+                        tag=(spec.code, args, len(payload)))
 
     def frames_now(self) -> None:
         """FrameStream.on_data: bytes arrived while the session waited for a frame; handle what step_now can right

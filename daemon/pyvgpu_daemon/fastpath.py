@@ -37,7 +37,7 @@ from typing import Any
 
 from pyvgpu import wire
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_NAME, OpSpec
-from pyvgpu_daemon import compress
+from pyvgpu_daemon import compress, fastrun
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.backends.base import Backend, DeviceContext
 from pyvgpu_daemon.errors import CudaError
@@ -168,6 +168,48 @@ def run_on_loop(session: Session, st: DeviceState, backend: Backend, spec: OpSpe
     out = dispatch.execute(session, st, backend, spec, args, payload, fire_and_forget)
     _lane(st, spec, args, len(payload), t0, spec.work)
     return out
+
+
+def run_group_on_loop(session: Session, st: DeviceState, backend: Backend, group: list[Any], nbytes: int) -> bool:
+    """A run of FAST ops of one device (fastrun.RunOp) run here and now when the worker is idle and every op of it
+    may run on the loop (as `run_on_loop` decides for one op), accounted to the lane as one job. → ran it."""
+    ctx = idle_context(st)                # FAST ops are device work: the same idle device for all of them
+    if ctx is None or not ctx.answers_on_loop:
+        return False
+    for spec, args, payload in group:     # the rest of _loop_may_run, op by op
+        if not spec.loop or len(payload) > LOOP_BYTES or not _backend_allows(ctx, st, spec, args):
+            return False
+        if spec.func_arg is not None:
+            if not _tiny_launch(st, ctx, args):
+                return False
+        elif spec.extent_args:
+            n = spec.extent(args)
+            if n is None or n > LOOP_BYTES:
+                return False
+    t0 = time.perf_counter()
+    fastrun.execute_run(session, st, backend, group)
+    lane = st.lane
+    if lane is not None:                  # each op accounted as run_on_loop accounts it (the run's time split evenly)
+        step = (time.perf_counter() - t0) / len(group)
+        for i, (spec, args, payload) in enumerate(group):
+            a = t0 + i * step
+            lane.end((spec.code, args, len(payload)), a, a, a + step)
+    return True
+
+
+def groups_on_worker(st: DeviceState, group: list[Any]) -> bool:
+    """Whether a run of FAST ops may be one job of the device's worker: the session is alone on the device (a shared
+    device's turn passes between jobs: each op is one, as on the Python path) and every op is small (its extent at
+    most LOOP_BYTES: a flood of large memsets stays one job per op)."""
+    lane = st.lane
+    if lane is not None and len(lane.sched.lanes) > 1:      # read without the lock: a hint, as idle_context
+        return False
+    for spec, args, _ in group:
+        if spec.extent_args:
+            n = spec.extent(args)
+            if n is None or n > LOOP_BYTES:
+                return False
+    return True
 
 
 def _lane(st: DeviceState, spec: OpSpec, args: list[Any], nbytes: int, t0: float, work: bool) -> None:

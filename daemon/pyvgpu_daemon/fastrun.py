@@ -15,6 +15,7 @@ Accounting (dispatch.account) is per op, as execute's.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from pyvgpu.protocol import OpSpec
@@ -60,6 +61,31 @@ def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequen
             continue
         batch.append((spec, fop, len(payload)))
     _flush(session, st, batch)
+
+
+def execute_job(session: Session, st: DeviceState, backend: Backend, ops: Sequence[RunOp], submitted: float) -> None:
+    """execute_run as one worker job: the worker accounts the job to the lane under its tag (group_tag: the last
+    op's); the other ops' latencies go into their ops' histograms here, so the lane counts every op as the Python
+    path's one job per op does (their device time is the job's, counted once)."""
+    execute_run(session, st, backend, ops)
+    lane = st.lane
+    if lane is not None:
+        t1 = time.perf_counter()
+        for spec, args, payload in ops[:-1]:
+            lane.record((spec.code, args, len(payload)), submitted, t1)
+
+
+def group_tag(group: Sequence[RunOp], nbytes: int) -> tuple[int, Any, int]:
+    """The scheduler's tag of a run as one worker job (scheduler.Tag): its last op's, which names the run's stream
+    when every op of it is ordered on that stream alone; otherwise with the default stream, a barrier that the
+    stream-priority pick never moves (a run of several streams must keep its place)."""
+    spec, args, _ = group[-1]
+    si = spec.ordered_on
+    same = si is not None and all(s.ordered_on is not None and a[s.ordered_on] == args[si] for s, a, _ in group)
+    if si is not None and not same:
+        args = list(args)
+        args[si] = 0
+    return spec.code, args, nbytes
 
 
 def _fail(st: DeviceState, err: int, nin: int) -> None:

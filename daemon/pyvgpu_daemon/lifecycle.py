@@ -41,6 +41,9 @@ async def run_session(server: Server, stream: FrameStream, sid: int) -> None:
     reason = "client closed the connection"
     notify = False                   # tell the client why the daemon ends its session
     established = False
+    if server.capture_dir is not None:
+        # a test and debugging switch: small synchronous writes to the page cache, the loop's to make
+        stream.capture = open(server.capture_dir / f"session-{sid}.frames", "wb")  # noqa: SIM115 - closed below
     try:
         try:
             # one deadline from the accept on: a TLS handshake (tls_accept.py) spent part of it
@@ -81,6 +84,9 @@ async def run_session(server: Server, stream: FrameStream, sid: int) -> None:
             log.exception("%s: internal error", session.tag())
             reason, notify = "internal error (see traceback above)", established
     finally:
+        if stream.capture is not None:
+            stream.capture.close()
+            stream.capture = None
         server.forget_stream(stream)
         quiet = server.was_dropped(stream)         # admission logged it (one line per peer, rate-limited)
         if quiet:

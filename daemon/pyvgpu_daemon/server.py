@@ -16,14 +16,17 @@ import ssl
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyvgpu import protocol
-from pyvgpu.protocol import PROTOCOL_VERSION
+from pyvgpu.protocol import ENV_DAEMON_CAPTURE, PROTOCOL_VERSION
+from pyvgpu_daemon import framepath
 from pyvgpu_daemon.handlers import control, lease  # noqa: F401 (lease registers LEASE_*)
 from pyvgpu_daemon.admission import Admission
 from pyvgpu_daemon.backends.base import Backend
 from pyvgpu_daemon.bounds import Bounds
+from pyvgpu_daemon.framepath import FramePath
 from pyvgpu_daemon.leases import LeaseConfig, LeaseTable
 from pyvgpu_daemon.lifecycle import abort, heartbeats, run_session
 from pyvgpu_daemon.link import Link
@@ -74,6 +77,8 @@ class Server:
     sharing: Sharing | None = None
     leases: LeaseTable | None = None
     admission: Admission | None = None                # connections before their handshake (admission.py)
+    framepath: FramePath | None = None                # the compiled frame path, when it loads (framepath.py)
+    capture_dir: Path | None = None                   # PYVGPU_DAEMON_CAPTURE: each session's received bytes there
     _next_session: int = 1
     _server: asyncio.AbstractServer | None = None      # the plain TCP listener
     _tls: TLSListener | None = None                     # ... or the TLS one (tls_accept.py)
@@ -98,6 +103,11 @@ class Server:
         self.devices = self.backend.devices()
         self.payload_cap = max((d["total_mem"] for d in self.devices), default=0) + (1 << 20)
         self.oversize_slot = asyncio.Lock()
+        self.framepath = framepath.load()
+        if os.environ.get(ENV_DAEMON_CAPTURE):
+            self.capture_dir = Path(os.environ[ENV_DAEMON_CAPTURE])
+            self.capture_dir.mkdir(parents=True, exist_ok=True)
+            log.info("capturing every session's received bytes into %s", self.capture_dir)
         self.sharing = Sharing(self.config.sharing, self.devices)
         self.admission = Admission(self.bounds.max_handshaking, self.bounds.max_handshaking_per_peer)
         loop = asyncio.get_running_loop()
@@ -214,6 +224,7 @@ class Server:
             "sessions": sessions,
             protocol.STATUS_LEASES: self.leases.view(),
             "lease_counts": dict(self.leases.counts, waiting=self.leases.waiting()),
+            "frame_path": self.framepath.figures() if self.framepath is not None else {"compiled": False},
         }
 
 

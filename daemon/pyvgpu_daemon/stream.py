@@ -97,6 +97,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._slices: collections.deque[Any] = collections.deque()    # TLS: reply bytes not handed over yet
         self._sliced = 0                  # ... their size
         self._transport_paused = False    # the transport asked us to stop writing (pause_writing)
+        self.capture: Any = None          # a binary file that receives every byte received (PYVGPU_DAEMON_CAPTURE)
         self.abort_handshake: Any = None  # cancels its TLS handshake while there is no transport (tls_accept.py)
         self.accepted_at: float | None = None   # loop time the connection was accepted (the handshake's deadline)
 
@@ -150,6 +151,8 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._sock = None
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.capture is not None:
+            self._record(nbytes)
         if self._target is not None:
             self._tpos += nbytes
             left = len(self._target) - self._tpos
@@ -167,6 +170,15 @@ class FrameStream(asyncio.BufferedProtocol):
             if self._flow is not None:
                 self._flow.reading(self._hi - self._lo, False)    # the reader is woken below and consumes first
         self._wake()
+
+    def _record(self, nbytes: int) -> None:
+        """The bytes just received, to the capture file (PYVGPU_DAEMON_CAPTURE; a failed write stops capturing)."""
+        src = self._target[self._tpos:self._tpos + nbytes] if self._target is not None else \
+            memoryview(self._buf)[self._hi:self._hi + nbytes]
+        try:
+            self.capture.write(src)
+        except (OSError, ValueError):
+            self.capture = None
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -319,6 +331,11 @@ class FrameStream(asyncio.BufferedProtocol):
         if got is not None:
             self._take(got[1])
         return got
+
+    def window(self) -> tuple[bytearray, int, int]:
+        """The scratch buffer and the bounds of its unconsumed bytes (framepath.py scans them in place; consumed
+        with skip)."""
+        return self._buf, self._lo, self._hi
 
     def buffered(self, n: int) -> bool:
         """At least n bytes are buffered."""

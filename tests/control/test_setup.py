@@ -38,10 +38,25 @@ def test_ci_runs_the_readme_test_command_only():
     assert lines[0].endswith("exec bash scripts/test.sh")
 
 
-def test_test_script_propagates_pytest_status():
+def test_test_script_propagates_pytest_status(tmp_path):
+    """scripts/test.sh runs pytest over tests/, then the daemon's tiers again with PYVGPU_DAEMON_COMPILED=0; its exit
+    status is the first failing pass's ("no tests selected" in the second pass is no failure). Its commands after
+    the set-up are run here with a stand-in python that exits as told."""
     text = (SCRIPTS / "test.sh").read_text()
     assert "set -euo pipefail" in text
-    assert re.search(r'^exec "\$PY" -m pytest -q tests "\$@"$', text, re.M)
+    tail = text[text.index('say "running the test suite'):]
+    fake = tmp_path / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYVGPU_DAEMON_COMPILED"}
+    for first, second, want in ((0, 0, 0), (1, 0, 1), (0, 1, 1), (0, 5, 0), (2, 1, 2)):
+        fake.write_text(f'#!/bin/sh\nif [ -n "$PYVGPU_DAEMON_COMPILED" ]; then echo "$PYVGPU_DAEMON_COMPILED $*" '
+                        f'> {tmp_path}/second; exit {second}; fi\necho "$*" > {tmp_path}/first; exit {first}\n')
+        fake.chmod(0o755)
+        proc = subprocess.run(["bash", "-c", f'set -euo pipefail; say() {{ :; }}; PY={fake}\n{tail}', "test.sh",
+                               "-x"], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == want, (first, second, proc.stderr)
+        assert (tmp_path / "first").read_text().split() == ["-m", "pytest", "-q", "tests", "-x"]
+        assert (tmp_path / "second").read_text().split() == ["0", "-m", "pytest", "-q", "tests/daemon",
+                                                             "tests/security", "-x"]
 
 
 @pytest.mark.parametrize("name", ["common.sh", "setup.sh", "demo.sh", "test.sh"])

@@ -11,6 +11,7 @@ fake driver that remains, tests/daemon/fake_driver.py, only carries the fake cuB
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import ROOT, chain_env, window_candidate
+from harness import ROOT, chain_env, real_driver_fatbin, window_candidate
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, VA_WINDOW_BYTES
 from pyvgpu_daemon.backends import make_backend
@@ -242,6 +243,98 @@ def test_host_waits_give_the_device_turn_away(daemon_factory, tmp_path):
         env.update(chain_env(daemon_factory()))
     proc = subprocess.run([sys.executable, "-c", HOST_WAITS], capture_output=True, text=True, timeout=120, env=env)
     assert "WAITS OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+LOOP_ANSWERS = r"""
+import json, sys, threading, time
+import numpy as np
+from pyvgpu.protocol import OP_BY_NAME
+from pyvgpu_daemon.backends.cuda import CudaBackend
+
+backend = CudaBackend()
+a = backend.open_context(0, 1 << 40, 1)                 # two sessions' contexts, this thread their worker
+b = backend.open_context(0, 4 << 40, 2)
+drv = a.drv
+mod = a.module_load(open(sys.argv[1], "rb").read())
+p = a.malloc(64)
+sa = a.stream_create(0, 0)
+eb = b.event_create(0)
+b.event_record(eb, None)
+out = {"answers_on_loop": [a.answers_on_loop, b.answers_on_loop]}
+specs = {n: OP_BY_NAME[n] for n in ("STREAM_SYNC", "DEVICE_SYNC", "MEM_GET_INFO", "EVENT_QUERY", "MEMSET", "LAUNCH")}
+
+def current():
+    return int(drv.cuCtxGetCurrent()[1])
+
+def loop(tag, busy):
+    # what the event loop's thread does for both sessions: decide, then answer with each one's context current
+    out[tag] = {
+        "stream sync": a.loop_may_answer(specs["STREAM_SYNC"], lambda: [sa]),
+        "device sync": a.loop_may_answer(specs["DEVICE_SYNC"], lambda: []),
+        "meminfo": a.loop_may_answer(specs["MEM_GET_INFO"], lambda: []),
+        "other's event query": b.loop_may_answer(specs["EVENT_QUERY"], lambda: [eb]),
+        "memset": a.loop_may_answer(specs["MEMSET"], lambda: [p, 0, 4, None]),
+    }
+    if busy:
+        return
+    cur = []
+    a.mem_info(); cur.append(current() == int(a.ctx))
+    b.event_query(eb); cur.append(current() == int(b.ctx))
+    a.stream_query(sa); cur.append(current() == int(a.ctx))
+    a.stream_sync(sa); cur.append(current() == int(a.ctx))      # nothing to wait for: no wait scope on the loop
+    out[tag]["current"] = cur
+
+waits = []
+from contextlib import contextmanager
+@contextmanager
+def scope():
+    waits.append(1)
+    yield
+a.wait_scope = scope
+if sys.argv[2] != "0":          # a GPU: a kernel still running makes its stream's and the context's waits the worker's
+    k = mod.kernels["spin"]
+    a.launch(mod, k, (1, 1, 1), (1, 1, 1), 0, np.int64(p).tobytes() + np.int64(int(sys.argv[2])).tobytes(), sa)
+    th = threading.Thread(target=loop, args=("busy", True)); th.start(); th.join()
+    a.stream_sync(sa)
+th = threading.Thread(target=loop, args=("idle", False)); th.start(); th.join()
+out["waits in scope"] = len(waits)
+print("RESULT " + json.dumps(out))
+"""
+SPIN_SRC = r"""
+extern "C" __global__ void spin(long long *p, long long n) {
+    long long x = 0;
+    for (long long i = 0; i < n; i++) x = x * 3 + i;
+    p[0] = x;
+}
+"""
+
+
+def test_queries_answered_on_the_loop_thread(daemon_factory, tmp_path):
+    """The event loop answers a real GPU's queries that need no device work (CudaContext.loop_may_answer) with the
+    asking session's context made current on its thread, whichever session it answered before; device work and a
+    wait for a running kernel stay on the worker. On the chain the daemon keeps every op on the worker (pyvgpu's own
+    driver answers a query only once the emulated GPU's kernels ran), so the decisions are checked with nothing
+    running; on a GPU with a kernel running too."""
+    if NVCC is None:
+        pytest.skip("nvcc not installed")
+    image = real_driver_fatbin(tmp_path, SPIN_SRC)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")])}
+    if REAL == "chain":
+        env.update(chain_env(daemon_factory()))
+    spin = "0" if REAL == "chain" else str(1 << 28)         # ~0.5 s of one GPU thread
+    proc = subprocess.run([sys.executable, "-c", LOOP_ANSWERS, str(image), spin], capture_output=True, text=True,
+                          timeout=180, env=env)
+    found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    assert found, proc.stdout + proc.stderr
+    got = json.loads(found.group(1))
+    assert got["answers_on_loop"] == [REAL == "cuda"] * 2              # the chain's driver forwards its calls
+    idle = {"stream sync": True, "device sync": True, "meminfo": True, "other's event query": True, "memset": False,
+            "current": [True] * 4}
+    assert got["idle"] == idle, got
+    assert got["waits in scope"] == (1 if REAL == "cuda" else 0), got     # the worker's wait for the kernel only
+    if REAL == "cuda":
+        busy = {k: v for k, v in idle.items() if k != "current"}
+        assert got["busy"] == {**busy, "stream sync": False, "device sync": False}, got
 
 
 def test_a_driver_whose_own_ranges_sit_in_the_window(daemon_factory, cuda_build, run):

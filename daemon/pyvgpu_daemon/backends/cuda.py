@@ -137,6 +137,11 @@ class CudaBackend(Backend):
         # The fast ops' calls into the driver from compiled code (cuda_calls.py), else through cuda-python.
         self.calls, why = DriverCalls.load(self.api, lambda code, what: driver_error(self.drv, code, what))
         log.info("%s", why)
+        # The loop answers queries only where the driver's return at once (CudaContext): not pyvgpu's own driver,
+        # whose queries wait behind the emulated GPU's kernels on the chain.
+        self.loop_answers = not self.api.forwards
+        log.info("queries answered on the event loop" if self.loop_answers else
+                 "queries on the sessions' workers (the driver is pyvgpu's own: its calls are round trips)")
         self.count = int(check(self.drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if self.count < 1:
             raise RuntimeError("no CUDA device")
@@ -218,7 +223,7 @@ class CudaBackend(Backend):
         window = va_base + ordinal * VA_WINDOW_BYTES
         return CudaContext(self.drv, ordinal, self.cublas, window, self.cublaslt, self.api,
                            vmm=self._snapshots[ordinal]["vmm_granularity"] > 0, health=self.health,
-                           spaces=self.windows, calls=self.calls)
+                           spaces=self.windows, calls=self.calls, loop_answers=self.loop_answers)
 
     def unusable(self, ordinal: int) -> str:
         return self.health.unusable.get(ordinal, "")
@@ -249,6 +254,11 @@ class DeviceHealth:
             log.info("device %d: the driver gives contexts again; usable", ordinal)
 
 
+# The context a thread other than a context's worker (the event loop) made current last (CudaContext._here): the
+# CUcontext object itself, so a destroyed context's successor, a new object, is made current again.
+_CURRENT = threading.local()
+
+
 @dataclass
 class _Event:
     handle: Any
@@ -265,9 +275,9 @@ class CudaContext(CudaArrays, DeviceContext):
     synchronizations once what they wait for has completed (then they return at once). That saves the two thread
     hand-overs of the worker, most of a synchronous call's cost beyond the round trip (bench/README.md). The loop's
     thread serves every session, so each such call first makes this context current there (_here). Device work
-    (launches, copies, memsets, records) stays on the worker: a real GPU's queue may block its caller."""
-
-    answers_on_loop = True
+    (launches, copies, memsets, records) stays on the worker: a real GPU's queue may block its caller. Not on the
+    chain (`loop_answers` False): pyvgpu's own driver answers a query only once the emulated GPU's queued kernels
+    ran, which would stall the loop."""
 
     @staticmethod
     def _check(result: Any, what: str) -> Any:
@@ -276,8 +286,9 @@ class CudaContext(CudaArrays, DeviceContext):
     def __init__(self, drv: Any, ordinal: int, cublas: Any = None, window: int = 0, cublaslt: Any = None,
                  api: DriverEntryPoints | None = None, vmm: bool = False,
                  health: "DeviceHealth | None" = None, spaces: WindowSpaces | None = None,
-                 calls: DriverCalls | None = None) -> None:
+                 calls: DriverCalls | None = None, loop_answers: bool = False) -> None:
         self.drv = drv
+        self.answers_on_loop = loop_answers
         self.calls = calls             # the fast ops from compiled code (cuda_calls.py); None: through cuda-python
         self._default_stream = drv.CUstream(0)
         self.api = api or DriverEntryPoints(version=0, lookup=None)
@@ -352,10 +363,12 @@ class CudaContext(CudaArrays, DeviceContext):
 
     def _here(self) -> bool:
         """Makes the context current on the calling thread when that is not its worker (the event loop answering
-        for it: answers_on_loop); → whether the caller is the worker."""
+        for it: answers_on_loop), unless this thread made it current last; → whether the caller is the worker."""
         if threading.get_ident() == self._thread or self.ctx is None:
             return True
-        check(self.drv.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        if getattr(_CURRENT, "ctx", None) is not self.ctx:
+            check(self.drv.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            _CURRENT.ctx = self.ctx         # only these contexts' calls set one on a thread other than their worker
         return False
 
     def loop_may_answer(self, spec: Any, args: Any) -> bool:

@@ -91,19 +91,30 @@ def proc_lookup(library: str = "libcuda.so.1") -> Lookup | None:
     return lookup
 
 
+def pyvgpu_driver(library: str = "libcuda.so.1") -> bool:
+    """Whether the loaded driver is pyvgpu's own libcuda.so.1 (the chain: tests/harness.py), whose every call is a
+    round trip to another daemon and may wait there behind the emulated GPU's queued kernels (a real driver's queries
+    return at once): the symbols of pyvgpu's client core resolve through it."""
+    try:
+        return hasattr(ctypes.CDLL(library), "pv_alloc_add")
+    except OSError:
+        return False
+
+
 @dataclass
 class DriverEntryPoints:
     """Which of ENTRY_POINTS the loaded driver has (`has`), and the fallbacks that follow (`missing`)."""
     version: int
     lookup: Lookup | None
     missing: dict[str, str] = field(default_factory=dict)     # name -> the fallback taken
+    forwards: bool = False          # pyvgpu's own driver (pyvgpu_driver): its calls are round trips
 
     @classmethod
     def probe(cls, drv: Any, lookup: Lookup | None = None) -> "DriverEntryPoints":
         err, version = drv.cuDriverGetVersion()
         if int(err) != 0:
             raise RuntimeError(f"cuDriverGetVersion failed: {getattr(err, 'name', err)}")
-        self = cls(int(version), lookup if lookup is not None else proc_lookup())
+        self = cls(int(version), lookup if lookup is not None else proc_lookup(), forwards=pyvgpu_driver())
         if self.lookup is None:
             log.warning("the driver (%s) has no cuGetProcAddress: assuming it has every entry point",
                         version_text(self.version))

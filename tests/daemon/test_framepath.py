@@ -1,0 +1,429 @@
+"""The compiled frame path (daemon/pyvgpu_daemon/framepath.py, csrc/daemon/frame.c) against the Python one: the
+same frames replayed into a daemon with each (PYVGPU_DAEMON_COMPILED=1 and =0) give the same replies and the same
+daemon state, byte for byte.
+
+Corpus: (1) sessions captured from CUDA test programs through the interposer (PYVGPU_DAEMON_CAPTURE, kept small in
+tests/daemon/frames/: tools/capture_frames.py made them); (2) a framework-like stream of fire-and-forget launches,
+memsets, event records and stream waits on two devices with every kind of failure in it; (3) both mutated the way
+tests/security/test_fuzz_frames.py mutates captured traffic (argument-level boundary values, byte-level flips and
+cuts), with a fixed seed. Replies are compared whole (header fields, result, payload, printf output), with two
+things that are timing and not state taken out: event times' milliseconds (their handles and record counts stay)
+and heartbeat notices. State: after each session's frames, DEVICE_SYNC on each device it used and STATUS's figures
+of the session (objects, memory, ops, bytes; not its scheduler timings) are part of what is compared. The compiled
+daemon must also have taken most of the FAST frames (STATUS "frame_path"), or the test would compare Python to
+itself. Backends: the emulated GPU (its small ops run on the loop), and the chain (the cuda backend over pyvgpu's
+driver: its runs are worker jobs through DeviceContext.run_fast), or PYVGPU_TEST_BACKEND's alone (a real GPU:
+scripts/gpu-check.sh); on an asynchronous device when work completes is timing, so event times and
+cudaErrorNotReady answers are left out there."""
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from harness import CHAIN_BACKENDS, PUT_PTX, TEST_BACKEND, Daemon, frame, start_daemon
+from pyvgpu import wire
+from pyvgpu.protocol import (ENV_DAEMON_COMPILED, ERROR_CODES, FRAME_PREFIX_BYTES, OP_BY_CODE, OP_BY_NAME, OPS,
+                             PROTOCOL_VERSION)
+from pyvgpu_daemon import framepath
+
+FRAMES = Path(__file__).parent / "frames"
+SEED = 22
+NOT_READY = ERROR_CODES["cudaErrorNotReady"]
+STATUS_ID = (1 << 62) + 1
+# figures of a session's device in STATUS that are its state (the rest are the scheduler's timings and job counts)
+STATE_KEYS = ("device", "memory", "allocations", "modules", "streams", "events", "graphs", "managed", "arrays",
+              "textures", "ops", "waited", "sticky_error", "memory_used", "bytes_htod", "bytes_dtoh", "bytes_dtod")
+
+
+@dataclass
+class Pair:
+    """Two daemons of one backend, one with each frame path, and what a comparison of them may take as exact."""
+    on: Daemon
+    off: Daemon
+    devs: tuple[int, ...]        # the devices the sessions use
+    strict: bool                 # emulated: completion is synchronous, so event times' records and queries compare
+
+
+# emu here; the chain too (the cuda backend, whose ops are not run on the loop: runs go to the worker and through
+# DeviceContext.run_fast there); a real GPU's daemons with PYVGPU_TEST_BACKEND=cuda (scripts/gpu-check.sh)
+BACKENDS = CHAIN_BACKENDS if TEST_BACKEND == "emu" else (TEST_BACKEND,)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def daemons(request, tmp_path_factory):
+    """(compiled, python): two daemons of the backend, one forced to the Python path (two devices each where the
+    backend is emulated; one GPU on a real one)."""
+    backend = request.param
+    work = tmp_path_factory.mktemp(f"framepath-{backend}")
+    extra = ("--emu-devices", "2") if backend in ("emu", "chain") else ()
+    on = start_daemon(work, *extra, backend=backend, env={ENV_DAEMON_COMPILED: "1"})
+    off = start_daemon(work, *extra, backend=backend, env={ENV_DAEMON_COMPILED: "0"})
+    try:
+        yield Pair(on, off, (0, 1) if extra else (0,), backend == "emu")
+    finally:
+        on.stop()
+        off.stop()
+    assert "frame path: compiled" in on.log_text(), on.log_tail()
+    assert "frame path: Python" in off.log_text(), off.log_tail()
+
+
+# ---------------------------------------------------------------------------------------------- replay
+def request(op: str, req_id: int, *args: Any, payload: bytes = b"") -> bytes:
+    return frame([OP_BY_NAME[op].code, req_id, len(payload), *args], payload)
+
+
+def hello() -> bytes:
+    return request("HELLO", 1, {"version": PROTOCOL_VERSION, "client": "framepath", "va_base": 1 << 44})
+
+
+def split(stream: bytes) -> tuple[list[bytes], bytes]:
+    """Whole frames of a byte stream (well-formed prefixes, any header), and what follows the last one."""
+    out, pos = [], 0
+    while len(stream) - pos >= FRAME_PREFIX_BYTES:
+        n = struct.unpack_from("<I", stream, pos)[0]
+        end = pos + FRAME_PREFIX_BYTES + n
+        if n == 0 or end > len(stream):
+            break
+        try:
+            header = msgpack.unpackb(stream[pos + FRAME_PREFIX_BYTES:end], strict_map_key=False)
+            plen = header[2] if isinstance(header, list) and len(header) >= 3 and type(header[2]) is int else 0
+        except Exception:  # noqa: BLE001 - a mutated header: the frame is what its prefix says
+            plen = 0
+        end += max(0, plen)
+        out.append(stream[pos:end])
+        pos = end
+    return out, stream[pos:]
+
+
+def replay(port: int, data: bytes, devices: tuple[int, ...], strict: bool = True) -> list[Any]:
+    """Send a session's bytes (its HELLO first) and DEVICE_SYNC on each device; once every sync is answered (all
+    the device work before it has run), STATUS; → the normalized replies, up to STATUS's or the session's end."""
+    syncs = {(1 << 62) - 1 - d: d for d in devices}
+    tail = b"".join(request("DEVICE_SYNC", rid, d) for rid, d in syncs.items())
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    replies: list[Any] = []
+    with s:
+        wire.parse_server_hello(wire.recv_header(s))
+        sender = threading.Thread(target=_send, args=(s, data + tail), daemon=True)
+        sender.start()
+        waiting = set(syncs)
+        while True:
+            try:
+                rep, payload, out = wire.recv_reply(s)
+            except (ConnectionError, OSError, wire.ProtocolError) as exc:
+                replies.append(("closed", type(exc).__name__))
+                break
+            if rep.req_id == 0 and rep.err == 0:
+                continue                            # a heartbeat: timing, not state
+            if rep.req_id == STATUS_ID:
+                me = [x for x in rep.result["sessions"] if x["self"]][0]
+                replies.append(("state", [{k: d[k] for k in STATE_KEYS} for d in me["devices"]]))
+                break
+            times = rep.event_times and [0.0 if i % 3 == 2 else v for i, v in enumerate(rep.event_times)]
+            err = rep.err
+            if not strict:                          # an asynchronous device: when work completes is timing
+                times = None
+                err = 0 if err == NOT_READY else err
+            result = rep.result
+            if isinstance(result, dict) and "devices" in result:
+                result = "hello"                    # the daemons' device uuids and session ids differ
+            elif isinstance(result, float):
+                result = "f64"                      # EVENT_ELAPSED: a time
+            replies.append((rep.req_id, err, rep.payload_len, result, zlib.crc32(payload), bytes(out), times))
+            if rep.req_id in waiting:
+                waiting.discard(rep.req_id)
+                if not waiting:
+                    sender.join(20)
+                    s.sendall(request("STATUS", STATUS_ID))
+        sender.join(20)
+    # replies of one device come in order; two devices' may interleave either way: compared in req_id order
+    ends = [r for r in replies if isinstance(r[0], str)]
+    return sorted((r for r in replies if not isinstance(r[0], str)), key=lambda r: r[0]) + ends
+
+
+def _send(s: socket.socket, data: bytes) -> None:
+    try:
+        s.sendall(data)
+    except OSError:
+        pass                                  # the daemon ended the session (a malformed frame): its notice says so
+
+
+def compare(pair: Pair, data: bytes, what: str) -> list[Any]:
+    got = replay(pair.on.port, data, pair.devs, pair.strict)
+    want = replay(pair.off.port, data, pair.devs, pair.strict)
+    if ended(got) or ended(want):
+        # The daemon ended the session (a malformed frame): which replies of work still running were written
+        # before the end is timing on either path; the end itself (its reason) and every reply both got must agree.
+        assert ended(got) == ended(want), f"{what}: {ended(got)} against {ended(want)}"
+        mine, theirs = by_id(got), by_id(want)
+        for k in mine.keys() & theirs.keys():           # (a mutated req_id may repeat: in order, as far as both go)
+            n = min(len(mine[k]), len(theirs[k]))
+            assert mine[k][:n] == theirs[k][:n], f"{what}: request {k}"
+        return got
+    assert got == want, f"{what}: the compiled path's replies differ from the Python path's"
+    return got
+
+
+def by_id(replies: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for r in replies:
+        if isinstance(r[0], int) and r[0]:
+            out.setdefault(r[0], []).append(r)
+    return out
+
+
+def ended(replies: list[Any]) -> list[Any]:
+    """The notices by which the daemon ended the session (req_id 0, err != 0, the reason)."""
+    return [r[:4] for r in replies if r[0] == 0]
+
+
+def frames_taken(port: int) -> int:
+    """The frames the daemon's compiled path took so far (STATUS "frame_path")."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with s:
+        wire.parse_server_hello(wire.recv_header(s))
+        s.sendall(hello() + request("STATUS", 2))
+        wire.recv_reply(s)
+        rep, _, _ = wire.recv_reply(s)
+    return rep.result["frame_path"].get("frames", 0)
+
+
+# ---------------------------------------------------------------------------------------------- corpus
+def framework_session(devs: tuple[int, ...]) -> bytes:
+    """The set-up of a framework-like session (replies wanted): memory, a stream, an event, a module per device."""
+    out = bytearray(hello())
+    rid = 10
+    for dev in devs:
+        out += request("MALLOC", rid, dev, 1 << 16)
+        out += request("STREAM_CREATE", rid + 1, dev, 0, 0)
+        out += request("EVENT_CREATE", rid + 2, dev, 0)
+        out += request("MODULE_LOAD", rid + 3, dev, 1, payload=PUT_PTX)
+        rid += 4
+    # handles and addresses the daemon gives are deterministic: the first of each kind, per device
+    return bytes(out)
+
+
+def fast_stream(rng: random.Random, h: dict[int, dict[str, int]], n: int) -> bytes:
+    """n pipelined ops, most of them FAST and fire-and-forget, on the devices of h (80% on the first): failures,
+    waited requests and synchronizations among them."""
+    out = bytearray()
+    rid = 1000
+    devs = sorted(h)
+    for i in range(n):
+        dev = devs[0] if rng.random() < 0.8 or len(devs) == 1 else devs[1]
+        d = h[dev]
+        ptr, s, e, put = d["ptr"], d["stream"], d["event"], d["put"]
+        r = rng.random()
+        at = rng.randrange(0, 1 << 16, 4)
+        if r < 0.3:
+            params = struct.pack("<QI", ptr + at, i) + b"\0" * 4
+            out += request("LAUNCH", 0, dev, put, [1, 1, 1], [1, 1, 1], 0, rng.choice((0, s)), payload=params)
+        elif r < 0.5:
+            out += request("MEMSET", 0, dev, ptr + at, i & 0xFF, rng.choice((4, 16, 0)), rng.choice((0, s)))
+        elif r < 0.65:
+            out += request("EVENT_RECORD", 0, dev, e, rng.choice((0, s)))
+        elif r < 0.75:
+            out += request("STREAM_WAIT_EVENT", 0, dev, rng.choice((0, s)), e, 0)
+        elif r < 0.82:
+            out += request("MEMCPY_DTOD", 0, dev, ptr + at, ptr + rng.randrange(0, 1 << 16, 4), 4, 0)
+        elif r < 0.88:
+            out += request("MEMCPY_HTOD", 0, dev, ptr + at, s, payload=rng.randbytes(4))
+        elif r < 0.93:                         # failures: bad range, unknown handles, short parameters
+            out += rng.choice((
+                request("MEMSET", 0, dev, ptr + (1 << 16), 1, 4, 0),
+                request("EVENT_RECORD", 0, dev, 0x7777, 0),
+                request("STREAM_WAIT_EVENT", 0, dev, 0x5555, e, 0),
+                request("LAUNCH", 0, dev, put, [1, 1, 1], [1, 1, 1], 0, 0, payload=b"\0" * 3),
+                request("LAUNCH", 0, dev, 999, [1, 1, 1], [1, 1, 1], 0, 0, payload=b"\0" * 16),
+                request("MEMCPY_DTOD", 0, dev, ptr, ptr + (1 << 16) - 2, 4, 0),
+                request("MEMSET", 0, 7, ptr, 1, 4, 0)))            # no such device
+        elif r < 0.97:                         # waited requests in the middle of runs
+            rid += 1
+            out += rng.choice((request("STREAM_QUERY", rid, dev, s), request("MEM_GET_INFO", rid, dev),
+                               request("EVENT_QUERY", rid, dev, e),
+                               request("MEMCPY_DTOH", rid, dev, ptr + at, 8, 0)))
+        else:
+            rid += 1
+            out += request("DEVICE_SYNC", rid, dev)
+    return bytes(out)
+
+
+def handles(pair: Pair) -> dict[int, dict[str, int]]:
+    """The pointers and handles framework_session's set-up gets (the same on both daemons: checked)."""
+    got = []
+    for d in (pair.on, pair.off):
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=20)
+        with s:
+            wire.parse_server_hello(wire.recv_header(s))
+            s.sendall(framework_session(pair.devs))
+            reps = {r.req_id: r.result for r in (wire.recv_reply(s)[0] for _ in range(1 + 4 * len(pair.devs)))}
+        got.append({dev: {"ptr": reps[10 + 4 * i], "stream": reps[11 + 4 * i], "event": reps[12 + 4 * i],
+                          "put": reps[13 + 4 * i]["kernels"]["put"]["id"]} for i, dev in enumerate(pair.devs)})
+    assert got[0] == got[1]
+    return got[0]
+
+
+def boundary(rng: random.Random, v: Any) -> Any:
+    return rng.choice([-1, 1 << 63, (1 << 64) - 1, (1 << 31), -(1 << 31) - 1, True, None, 1.5, "x", [1, 2], b"",
+                       [1, 1], [1, 1, 1, 1], [-1, 1, 1], [1 << 32, 1, 1], 0, v + 1 if type(v) is int else 0])
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    """test_fuzz_frames's mutations: an argument of a frame replaced by a boundary value, or bytes flipped, cut or
+    spliced; the first frame (the HELLO) is kept."""
+    frames, rest = split(data)
+    out = bytearray(frames[0])
+    for f in frames[1:]:
+        r = rng.random()
+        if r < 0.04:
+            try:
+                n = struct.unpack_from("<I", f)[0]
+                header = msgpack.unpackb(f[4:4 + n], strict_map_key=False)
+                payload = f[4 + n:]
+                if isinstance(header, list) and len(header) > 3:
+                    k = rng.randrange(1, len(header)) if rng.random() < 0.9 else rng.randrange(len(header))
+                    header[k] = boundary(rng, header[k])
+                    f = frame(header, payload)
+            except Exception:  # noqa: BLE001 - a frame msgpack cannot decode stays as it is
+                pass
+        elif r < 0.05:
+            b = bytearray(f)
+            i = rng.randrange(len(b))
+            b[i] ^= 1 << rng.randrange(8)
+            f = bytes(b)
+        elif r < 0.052:
+            f = f[:rng.randrange(len(f))]
+        out += f
+    return bytes(out + rest)
+
+
+def captured() -> list[tuple[str, bytes]]:
+    """The captured sessions, without their GOODBYE (the state is read after the frames)."""
+    goodbye = OP_BY_NAME["GOODBYE"].code
+    out = []
+    for p in sorted(FRAMES.glob("*.frames.z")):
+        frames, rest = split(zlib.decompress(p.read_bytes()))
+        out.append((p.name, b"".join(f for f in frames if msgpack.unpackb(f[4:4 + struct.unpack_from("<I", f)[0]],
+                                                                         strict_map_key=False)[0] != goodbye) + rest))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- tests
+def test_framework_stream_same_on_both_paths(daemons):
+    rng = random.Random(SEED)
+    h = handles(daemons)
+    before = frames_taken(daemons.on.port)
+    setup = framework_session(daemons.devs)
+    data = setup + fast_stream(rng, h, 6000 if daemons.strict else 2000)
+    got = compare(daemons, data, "framework-like stream")
+    assert got[-1][0] == "state" and any(r[1] for r in got if isinstance(r[0], int)), got[-3:]
+    frames = split(data)[0][len(split(setup)[0]):]
+    fast = sum(1 for f in frames if OP_BY_CODE[msgpack.unpackb(f[4:4 + struct.unpack_from("<I", f)[0]])[0]].fast)
+    assert frames_taken(daemons.on.port) - before >= fast // 2, "the compiled path took few of the FAST frames"
+
+
+def test_mutated_framework_streams_same_on_both_paths(daemons):
+    rng = random.Random(SEED + 1)
+    h = handles(daemons)
+    for k in range(12 if daemons.strict else 4):
+        data = mutate(rng, framework_session(daemons.devs) + fast_stream(rng, h, 400))
+        compare(daemons, data, f"mutated framework stream {k}")
+
+
+def test_captured_programs_same_on_both_paths(daemons):
+    sessions = captured()
+    assert len(sessions) >= 3, "tests/daemon/frames/ holds the captured sessions (tools/capture_frames.py)"
+    rng = random.Random(SEED + 2)
+    for name, data in sessions:
+        compare(daemons, data, name)
+        for k in range(3 if daemons.strict else 1):
+            compare(daemons, mutate(rng, data), f"{name} mutated ({k})")
+
+
+# ---------------------------------------------------------------------------------------------- the decoder alone
+def test_decoder_gives_what_msgpack_gives(monkeypatch):
+    """Every frame the C decoder takes decodes to the values msgpack gives the Python path; what it refuses (a
+    value out of its kind's range, a req_id, an unknown op, a short or padded header, a payload not all there) it
+    leaves untouched, and the run stops there."""
+    monkeypatch.setenv(ENV_DAEMON_COMPILED, "1")          # (also in CI's second pass, which forces daemons off)
+    fp = framepath.load()
+    assert fp is not None, "libpvframe is built with the client libraries (cmake --build build/dev)"
+    rng = random.Random(SEED + 3)
+    fast = [spec for spec in OPS if spec.fast]
+    taken = refused = 0
+    for _ in range(3000):
+        spec = rng.choice(fast)
+        args: list[Any] = []
+        for a in spec.args:
+            if a.type == "dim3":
+                args.append([rng.choice((1, 7, 65535, (1 << 32) - 1)) for _ in range(3)])
+            elif a.type == "i32":
+                args.append(rng.choice((0, -1, 127, -32, 255, -(1 << 31), (1 << 31) - 1)))
+            elif a.type == "u32":
+                args.append(rng.choice((0, 1, 300, (1 << 32) - 1)))
+            else:
+                args.append(rng.choice((0, 1, 200, 70000, 1 << 40, (1 << 63) - 1)))
+        if rng.random() < 0.3:
+            k = rng.randrange(len(args))
+            args[k] = boundary(rng, args[k])
+        payload = rng.randbytes(rng.choice((0, 4, 16))) if spec.payload_in else b""
+        req_id = 0 if rng.random() < 0.9 else rng.randrange(1, 1 << 20)
+        data = bytearray(frame([spec.code, req_id, len(payload), *args], payload))
+        want = wire.parse_request(wire.unpack_header(bytes(data[4:4 + struct.unpack_from("<I", data)[0]])))
+        got = fp.scan(data, 0, len(data), 1 << 16)
+        if got:
+            taken += 1
+            (gspec, gargs, off, plen, end), = got
+            assert (gspec, gargs, bytes(data[off:off + plen]), end) == \
+                (OP_BY_CODE[want.op], want.args, payload, len(data)), (spec.name, args)
+            assert want.req_id == 0
+        else:
+            refused += 1
+        assert bool(got) == (req_id == 0 and all(takes(a.type, v) for a, v in zip(spec.args, args))), \
+            (spec.name, req_id, args)
+    assert taken > 1500 and refused > 300
+    # a run stops at the first frame it does not take, and never takes a frame whose bytes are not all there
+    good = frame([OP_BY_NAME["EVENT_RECORD"].code, 0, 0, 0, 4097, 0])
+    other = frame([OP_BY_NAME["MEM_GET_INFO"].code, 5, 0, 0])
+    data = bytearray(good + good + other + good)
+    assert len(fp.scan(data, 0, len(data), 1 << 16)) == 2
+    assert fp.scan(data, 0, len(good) - 1, 1 << 16) == []
+    padded = bytearray(good[:4]) + good[4:] + b"\0"
+    padded[0] += 1                                # a header with a byte after its array
+    assert fp.scan(padded, 0, len(padded), 1 << 16) == []
+
+
+def takes(kind: str, v: Any) -> bool:
+    """Whether the decoder takes v for an argument of this wire type (pv_frame.h: the rest is the Python path's)."""
+    def within(x: Any, lo: int, hi: int) -> bool:
+        return type(x) is int and lo <= x <= hi
+    if kind == "dim3":
+        return type(v) is list and len(v) == 3 and all(within(x, 0, (1 << 32) - 1) for x in v)
+    return within(v, *{"i32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1),
+                       "i64": (-(1 << 63), (1 << 63) - 1)}.get(kind, (0, (1 << 63) - 1)))
+
+
+def test_forced_off_and_unloadable_fall_back(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, "pyvgpu.daemon")
+    monkeypatch.setenv(ENV_DAEMON_COMPILED, "0")
+    assert framepath.load() is None
+    monkeypatch.setenv(ENV_DAEMON_COMPILED, "1")
+    import pyvgpu
+
+    def missing(name: str):
+        raise FileNotFoundError(f"{name} not found")
+    monkeypatch.setattr(pyvgpu, "lib_path", missing)
+    assert framepath.load() is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("PYVGPU_DAEMON_COMPILED=0" in m for m in lines)
+    assert any("did not load" in m and "libpvframe.so not found" in m for m in lines)
