@@ -286,7 +286,7 @@ G, L, SP, F = OpFlag.GRAPH, OpFlag.LOOP, OpFlag.SYNC_POINT, OpFlag.FAST
 
 # The table of remoted operations: one line each. Code ranges keep parallel work apart: 1-99 runtime core,
 # 100-199 driver API, 200-299 cuBLAS, 300-399 arrays/textures/graphs/managed/pools/peer, 400-449 sharing
-# (420-439 leases), 450-499 hardening and performance, 500-559 cuBLASLt.
+# (420-439 leases), 450-499 hardening and performance, 500-559 cuBLASLt; 150-179 and 560-599 frameworks (issue 18).
 OPS: tuple[OpSpec, ...] = (
     op(1, "HELLO", "hello:map", "map", ND, "handshake; result: HELLO_REPLY_* keys"),
     op(2, "STATUS", "", "map", ND, "sessions, devices, backend"),
@@ -375,6 +375,18 @@ OPS: tuple[OpSpec, ...] = (
        doc="unmaps whole mappings covering exactly [addr, addr+size)"),
     op(126, "VMM_SET_ACCESS", "dev:dev addr:ptr size:size flags:u32", "nil", H,
        doc="this device's access to fully mapped [addr, addr+size): VMM_ACCESS_* (none, read, read-write)"),
+    # 150-179: frameworks (issue 18). Tensor maps (TMA descriptors, cuTensorMapEncode*): the GPU host's driver encodes
+    # them in its own private 128-byte format, so the daemon's backend encodes one and the client copies it into the
+    # caller's CUtensorMap (daemon/pyvgpu_daemon/tensor_map.py: the rules checked, the emulated GPU's own format).
+    # kind: TENSOR_MAP_TILED, _IM2COL or _IM2COL_WIDE; arrays little-endian: dims rank u64, strides rank-1 u64,
+    # box rank u32 (tiled; else empty), elem_strides rank u32, lower/upper i32 (im2col: rank-2 each; wide: 1 each).
+    op(150, "TENSOR_MAP_ENCODE", "dev:dev kind:u32 dtype:u32 rank:u32 addr:ptr dims:bytes strides:bytes box:bytes "
+                                 "elem_strides:bytes lower:bytes upper:bytes channels:u32 pixels:u32 interleave:u32 "
+                                 "mode:u32 swizzle:u32 l2:u32 oob:u32", "nil", POUT | H,
+       "payload: the 128-byte CUtensorMap; an argument the driver API's rules refuse: cudaErrorInvalidValue"),
+    op(151, "TENSOR_MAP_REPLACE_ADDRESS", "dev:dev tmap:bytes addr:ptr", "nil", POUT | H,
+       "cuTensorMapReplaceAddress: payload: the map (TENSOR_MAP_BYTES, as encoded on this daemon) with its global "
+       "address replaced"),
     # ---- 300-399: runtime features (issue 13)
     # Graphs: a graph's device work is a sequence of this device's own fire-and-forget request frames (the exact
     # frames the API would have sent, recorded by the client), uploaded once and replayed by one GRAPH_LAUNCH.
@@ -481,6 +493,10 @@ LIMIT_NAMES: dict[int, str] = {
     5: "cudaLimitMaxL2FetchGranularity", 6: "cudaLimitPersistingL2CacheSize",
 }
 LIMIT_DEFAULTS: dict[int, int] = {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
+
+# Tensor maps (TENSOR_MAP_ENCODE): which encoding, and the size of a CUtensorMap (cuda.h: CU_TENSOR_MAP_NUM_QWORDS 16).
+TENSOR_MAP_TILED, TENSOR_MAP_IM2COL, TENSOR_MAP_IM2COL_WIDE = 0, 1, 2
+TENSOR_MAP_BYTES = 128
 
 # Uploaded graphs (GRAPH_CREATE): their nodes are ops flagged GRAPH.
 MAX_GRAPH_OPS = 1 << 16              # ops of one uploaded graph
@@ -727,6 +743,8 @@ def c_constants() -> dict[str, int | float | str]:
         "MANAGED_RUN_HEADER_BYTES": struct.calcsize(MANAGED_RUN_HEADER),
         "MAX_MANAGED_RUNS": MAX_MANAGED_RUNS, "MAX_MANAGED_ALIGN": MAX_MANAGED_ALIGN,
         "MAX_PEER_CHUNK": CU64(MAX_PEER_CHUNK),
+        "TENSOR_MAP_TILED": TENSOR_MAP_TILED, "TENSOR_MAP_IM2COL": TENSOR_MAP_IM2COL,
+        "TENSOR_MAP_IM2COL_WIDE": TENSOR_MAP_IM2COL_WIDE, "TENSOR_MAP_BYTES": TENSOR_MAP_BYTES,
         "ARRAY_FLAG_LAYERED": ARRAY_FLAG_LAYERED, "ARRAY_FLAG_SURFACE": ARRAY_FLAG_SURFACE,
         "ARRAY_FLAG_CUBEMAP": ARRAY_FLAG_CUBEMAP, "ARRAY_FLAG_GATHER": ARRAY_FLAG_GATHER,
         "VMM_ACCESS_NONE": VMM_ACCESS_NONE, "VMM_ACCESS_READ": VMM_ACCESS_READ,

@@ -161,7 +161,7 @@ int pv_dev_range(const void *p, size_t n, struct pv_device **d)
 {
     struct pv_alloc a;
     uint64_t u = (uint64_t)(uintptr_t)p;
-    if (pv_alloc_find(u, &a) != 0 || a.dev < 0)
+    if (pv_alloc_find_device(u, &a) != 0)
         return -1;
     if (n > a.size || u - a.ptr > a.size - n)
         return -1;
@@ -356,8 +356,12 @@ cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t 
     if (row > pitch)
         return PV_cudaErrorInvalidPitchValue;
     struct pv_device *d;
-    if (dev_range_2d(ptr, pitch, row, height, &d) != 0)
+    if (dev_range_2d(ptr, pitch, row, height, &d) != 0) {
+        static atomic_int once;            /* what the caller asked, for the next look at a real GPU's run */
+        pv_log_once(&once, "memset of %zu x %zu bytes (pitch %zu) at %p: not inside one device allocation of this "
+                    "process (cudaErrorInvalidValue)", height, row, pitch, ptr);
         return PV_cudaErrorInvalidValue;
+    }
     uint64_t p = (uint64_t)(uintptr_t)ptr, stream = pv_stream_for(s, d);
     if (elem == 1 && height == 1)
         return pv_send_MEMSET(d, p, (int32_t)(value & 0xff), row, stream);

@@ -83,6 +83,7 @@ int pv_alloc_claim(uint64_t ptr, size_t size, int dev, const void *owner, struct
 size_t pv_alloc_owned(const void *owner, int dev, int with_host, uint64_t **out);
 int pv_alloc_remove(uint64_t ptr, int *dev);                 /* 0 ok, -1 not an allocation start */
 int pv_alloc_find(uint64_t ptr, struct pv_alloc *out);       /* containing allocation; 0 ok */
+int pv_alloc_find_device(uint64_t ptr, struct pv_alloc *out); /* containing device allocation (dev >= 0); 0 ok */
 void pv_alloc_forget_device(int dev);
 struct pv_stream { uint32_t magic; int dev; uint64_t remote; unsigned flags; int priority; const void *owner; };
 #define PV_EVENT_DISABLE_TIMING 2u   /* cudaEventDisableTiming: no times kept or reported */

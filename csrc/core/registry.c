@@ -556,6 +556,7 @@ cudaError_t pv_module_ensure(struct pv_fatbin *fb, struct pv_device *d)
 /* ------------------------------------------------------------------------------------------ allocations */
 static struct pv_alloc *allocs;
 static size_t nallocs, capallocs;
+static size_t max_alloc_size;          /* the largest entry ever added: how far back a containing entry can start */
 static pthread_rwlock_t alloc_mu = PTHREAD_RWLOCK_INITIALIZER;
 
 static size_t lower_bound(uint64_t ptr)   /* first index with allocs[i].ptr > ptr */
@@ -569,6 +570,37 @@ static size_t lower_bound(uint64_t ptr)   /* first index with allocs[i].ptr > pt
             hi = mid;
     }
     return lo;
+}
+
+/* The entry containing ptr (of device memory only when want_dev): the one starting last at or below it, else an
+ * earlier one. Entries overlap when a GPU host's driver placed device memory at addresses where this process has
+ * host memory of its own (outside the daemon's window: GPU run 3, an H100, where JAX's memsets on its pool then
+ * failed); the innermost entry wins, and device memory stays device memory past the host memory inside it. */
+static const struct pv_alloc *containing(uint64_t ptr, int want_dev)
+{
+    for (size_t i = lower_bound(ptr); i > 0 && ptr - allocs[i - 1].ptr <= max_alloc_size; i--) {
+        const struct pv_alloc *a = &allocs[i - 1];
+        if (ptr < a->ptr + (a->size ? a->size : 1) && (!want_dev || a->dev >= 0))
+            return a;
+    }
+    return NULL;
+}
+
+/* Says once when device memory and this process's host memory share addresses (with alloc_mu held). */
+static void note_overlap(uint64_t ptr, size_t size, int dev, size_t at)
+{
+    static atomic_int once;
+    const struct pv_alloc *o = containing(ptr, 0);
+    if (!o && at < nallocs && allocs[at].ptr < ptr + size)
+        o = &allocs[at];
+    if (!o || (o->dev < 0) == (dev < 0))
+        return;
+    const struct pv_alloc *d = dev >= 0 ? &(struct pv_alloc){ ptr, size, dev, NULL } : o;
+    const struct pv_alloc *h = dev >= 0 ? o : &(struct pv_alloc){ ptr, size, dev, NULL };
+    pv_log_once(&once, "device memory [%#llx, +%zu) of GPU%d and host memory [%#llx, +%zu) of this process share "
+                "addresses (the GPU host's driver placed it outside pyvgpu's window): a pointer into the host memory "
+                "is taken as host memory there", (unsigned long long)d->ptr, d->size, d->dev,
+                (unsigned long long)h->ptr, h->size);
 }
 
 void pv_alloc_add(uint64_t ptr, size_t size, int dev) { pv_alloc_add_owned(ptr, size, dev, pv_tls_owner()); }
@@ -589,9 +621,12 @@ static void add_locked(uint64_t ptr, size_t size, int dev, const void *owner)
         capallocs = nc;
     }
     size_t i = lower_bound(ptr);
+    note_overlap(ptr, size, dev, i);
     memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
     allocs[i] = (struct pv_alloc){ ptr, size, dev, owner };
     nallocs++;
+    if (size > max_alloc_size)
+        max_alloc_size = size;
 }
 
 void pv_alloc_add_owned(uint64_t ptr, size_t size, int dev, const void *owner)
@@ -643,21 +678,18 @@ int pv_alloc_remove(uint64_t ptr, int *dev)
     return 0;
 }
 
-int pv_alloc_find(uint64_t ptr, struct pv_alloc *out)
+static int find(uint64_t ptr, int want_dev, struct pv_alloc *out)
 {
     pthread_rwlock_rdlock(&alloc_mu);
-    size_t i = lower_bound(ptr);
-    int rc = -1;
-    if (i > 0) {
-        const struct pv_alloc *a = &allocs[i - 1];
-        if (ptr < a->ptr + (a->size ? a->size : 1)) {
-            *out = *a;
-            rc = 0;
-        }
-    }
+    const struct pv_alloc *a = containing(ptr, want_dev);
+    if (a)
+        *out = *a;
     pthread_rwlock_unlock(&alloc_mu);
-    return rc;
+    return a ? 0 : -1;
 }
+
+int pv_alloc_find(uint64_t ptr, struct pv_alloc *out) { return find(ptr, 0, out); }
+int pv_alloc_find_device(uint64_t ptr, struct pv_alloc *out) { return find(ptr, 1, out); }
 
 size_t pv_alloc_owned(const void *owner, int dev, int with_host, uint64_t **out)
 {

@@ -238,6 +238,26 @@ PV_API CUresult cuModuleEnumerateFunctions(CUfunction *out, unsigned n, CUmodule
     return out ? kernels_here(m, &count, (void **)out, n, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Export table 6e163fbe, slot 7 (export_tables_libs.c): cb(ud, f) for each function of module m, in the module's
+ * order, each f the handle cuModuleGetFunction gives; the count. A library, or what is not a module, has none:
+ * NVIDIA's driver answers 0 for a library (GPU run 3, docs/driver.md). */
+int drv_module_each_function(CUmodule m, void (*cb)(void *ud, CUfunction f), void *ud)
+{
+    unsigned count = 0, got;
+    if (!cb || !dmod_valid(m) || m->library || kernels_here(m, &count, NULL, 0, 1) != CUDA_SUCCESS || !count)
+        return 0;
+    CUfunction *fs = calloc(count, sizeof *fs);
+    if (!fs)
+        return 0;
+    if (kernels_here(m, &got, (void **)fs, count, 1) != CUDA_SUCCESS)
+        got = 0;
+    got = got < count ? got : count;
+    for (unsigned i = 0; i < got; i++)
+        cb(ud, fs[i]);
+    free(fs);
+    return (int)got;
+}
+
 /* ------------------------------------------------------------------------------------------ libraries */
 static int preserved(const int *options, void **values, unsigned n)
 {

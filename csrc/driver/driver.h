@@ -452,6 +452,7 @@ struct pv_dmod {
     struct pv_dmod *next;
 };
 void drv_modules_release(struct pv_ctx *c);             /* unloads the modules c loaded */
+int drv_module_each_function(CUmodule m, void (*cb)(void *ud, CUfunction f), void *ud);   /* table 6e163fbe slot 7 */
 /* The kernel a CUfunction or CUkernel handle names, usable on device d (NULL: any); NULL when it is not one, or a
  * function of another device. */
 struct pv_func *drv_func_of(const void *h, const struct pv_device *d);

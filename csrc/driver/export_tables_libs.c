@@ -80,9 +80,19 @@ static const slot_fn nvrtc_table[] = { SIZE_OF(20), SLOTS1_9(nvrtc), SLOTS10(nvr
 
 /* ---------------------------------------------------------------- 6e163fbe: asked for by cuFFT 12 */
 /* Public notes name it a table of function queries (a kernel's name, parameter count and descriptors, its cache
- * configuration); cuFFT asks for it when a plan is made and fails its plan without it. Every slot logs its caller. */
+ * configuration); cuFFT asks for it when a plan is made and fails its plan without it.
+ * Slot 7: int (CUcontext ctx or NULL, CUmodule m, void (*cb)(void *ud, CUfunction f), void *ud): cb for each function
+ * of m, and their count (0 for a library); what NVIDIA's driver did on an H100 (GPU run 3,
+ * tools/gpu_probes/gpu_probe_cufft_table.py). cuFFT wants 1 for its one-kernel modules. Every other slot logs. */
 #define FUNC_UUID "6e163fbe-b958-444d-835c-e182aff1991e"
-UNKNOWN1_9(func, FUNC_UUID) UNKNOWN10(func, FUNC_UUID, 1) UNKNOWN10(func, FUNC_UUID, 2)
+static int func_7(CUcontext ctx, CUmodule m, void (*cb)(void *, CUfunction), void *ud)
+{
+    (void)ctx;                                   /* NULL and the module's context answered alike */
+    return drv_module_each_function(m, cb, ud);
+}
+UNKNOWN(func, FUNC_UUID, 1) UNKNOWN(func, FUNC_UUID, 2) UNKNOWN(func, FUNC_UUID, 3) UNKNOWN(func, FUNC_UUID, 4)
+UNKNOWN(func, FUNC_UUID, 5) UNKNOWN(func, FUNC_UUID, 6) UNKNOWN(func, FUNC_UUID, 8) UNKNOWN(func, FUNC_UUID, 9)
+UNKNOWN10(func, FUNC_UUID, 1) UNKNOWN10(func, FUNC_UUID, 2)
 UNKNOWN10(func, FUNC_UUID, 3) UNKNOWN10(func, FUNC_UUID, 4) UNKNOWN10(func, FUNC_UUID, 5)
 static const slot_fn func_table[] = {
     SIZE_OF(60), SLOTS1_9(func), SLOTS10(func, 1), SLOTS10(func, 2), SLOTS10(func, 3), SLOTS10(func, 4),

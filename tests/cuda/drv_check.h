@@ -64,3 +64,16 @@ static long checks __attribute__((unused));
         DEXPECT(cond); \
         checks++;      \
     } while (0)
+
+/* cuInit, device 0, its primary context retained and made current: the device (released with
+ * cuDevicePrimaryCtxRelease). */
+static __attribute__((unused)) CUdevice drv_primary_current(void)
+{
+    DCHECK(cuInit(0));
+    CUdevice dev;
+    DCHECK(cuDeviceGet(&dev, 0));
+    CUcontext ctx;
+    DCHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    DCHECK(cuCtxSetCurrent(ctx));
+    return dev;
+}

@@ -84,6 +84,24 @@ def test_heuristic_answers_by_the_table(client):
     assert client.call("LT_HEURISTIC", *heuristic_args(args, align_b=12))[0] == E["cudaErrorInvalidValue"]
 
 
+def test_no_algorithm_for_what_nvidias_library_refuses_on_gpus(client, daemon):
+    """DRELU_BGRAD and DGELU_BGRAD: the table accepts them, NumPy could compute them, but NVIDIA's cuBLASLt found no
+    algorithm for them on an H100 and an H200 (cublaslt_spec.EPILOGUES): the emulated GPU offers none either (the
+    heuristic answers 0 algorithms, the matmul cudaErrorNotSupported, the log says why), while DRELU alone runs."""
+    pa = put(client, np.ones((8, 8), np.float32))
+    paux, pbias = put(client, np.zeros(128 * 8 // 32, np.uint32)), put(client, np.zeros(8, np.float32))
+    for name in ("CUBLASLT_EPILOGUE_DRELU_BGRAD", "CUBLASLT_EPILOGUE_DGELU_BGRAD"):
+        aux_ld = 128 if "DRELU" in name else 8
+        args = matmul_args(8, 8, 8, pa, pa, pa, epilogue=EPI[name], bias=pbias, aux=paux, aux_ld=aux_ld)
+        assert spec.check({n: args[n] for n in spec.INT_NAMES}) is None        # a valid call
+        assert client.call("LT_HEURISTIC", *heuristic_args(args)) == (0, [0, 0], b"")
+        assert lt(client, args)[0] == E["cudaErrorNotSupported"]
+        assert f"{name}: NVIDIA's cuBLASLt has no algorithm for it" in daemon.log_text()
+    drelu = matmul_args(8, 8, 8, pa, pa, pa, epilogue=EPI["CUBLASLT_EPILOGUE_DRELU"], aux=paux, aux_ld=128)
+    assert client.call("LT_HEURISTIC", *heuristic_args(drelu)) == (0, [1, 0], b"")
+    assert lt(client, drelu)[0] == 0
+
+
 def test_lt_matmul_is_fire_and_forget_device_work():
     spec_ = OP_BY_NAME["LT_MATMUL"]
     assert spec_.code == spec.OP_LT_MATMUL and 500 <= spec_.code <= 559

@@ -230,6 +230,32 @@ def test_driver_api_virtual_memory_management(cuda_build, daemon, kernels, lib_d
 
 
 @pytest.mark.chain
+def test_driver_api_tensor_maps(cuda_build, daemon, lib_dir):
+    """cuTensorMapEncodeTiled/Im2col and cuTensorMapReplaceAddress as frameworks call them, and the documented
+    CUDA_ERROR_INVALID_VALUE refusals (tests/cuda/drv_tensormap.c): the emulated GPU encodes its own descriptor after
+    the documented checks; on a chain the cuda backend hands every call to its driver (libvcuda there), whose answer,
+    map bytes and refusals, comes back unchanged."""
+    proc = run_driver(drv_program(cuda_build, "drv_tensormap.c", lib_dir), [daemon], lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 33"
+    assert "is not supported by libvcuda" not in proc.stderr
+    log = daemon.log_text()
+    if daemon.backend == "emu" or daemon.under:          # the emulated GPU's checks say why (a GPU's driver does not)
+        assert re.search(r"TENSOR_MAP_ENCODE failed: cudaErrorInvalidValue: .*globalAddress 0x[0-9a-f]+ is not "
+                         r"16-byte aligned", log), log[-3000:]
+
+
+def test_device_memory_around_host_memory(cuda_build, daemon, kernels, lib_dir):
+    """Device memory at addresses that also hold the program's pinned host memory (what a GPU host's driver did
+    outside the window on an H100, where JAX's memsets then answered CUDA_ERROR_INVALID_VALUE): memsets, copies and a
+    kernel on the device memory below and above the host memory work byte for byte (tests/cuda/drv_addr_overlap.c),
+    and libvcuda says once that the two share addresses. The emulated GPU places the range at the program's hint."""
+    proc = run_driver(drv_program(cuda_build, "drv_addr_overlap.c", lib_dir), [daemon], str(kernels[0]),
+                      lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 6", proc.stdout
+    assert proc.stderr.count("share addresses") == 1, proc.stderr
+
+
+@pytest.mark.chain
 def test_driver_api_context_semantics(cuda_build, daemon_factory, kernels, lib_dir):
     """cuCtxDestroy frees what the context made and nothing else (its daemon memory comes back), a primary reset
     beside a created context frees only the primary's, a CUfunction belongs to its context's device."""

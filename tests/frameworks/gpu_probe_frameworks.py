@@ -1,6 +1,6 @@
 """Framework probe of scripts/gpu-check.sh (tools/gpu_check.py runs tests/**/gpu_probe_*.py): the scripts of
 tests/frameworks under `pyvgpu run` against the real-GPU daemon PYVGPU_GPU_CHECK_HOSTS, with everything that needs
-framework kernels (--real): CuPy (CUB included), cuSOLVER through CuPy (LU and eigh included), numba-cuda, PyTorch (elementwise, reductions, softmax, random
+framework kernels (--real): CuPy (CUB included), cuSOLVER through CuPy (LU and eigh included), cuFFT through CuPy, numba-cuda, PyTorch (elementwise, reductions, softmax, random
 numbers, autograd, a 30-step Adam MLP against the CPU, a cuDNN convolution; tensors on two GPUs when two daemons
 are given), JAX's jnp.dot. A framework the machine lacks is reported and not counted. A script that fails under pyvgpu
 is run again natively (no pyvgpu): when it fails there too and no check that passed natively failed under pyvgpu, the
@@ -21,7 +21,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SKIP = 77
 # (name, module, script, arguments, share of the probe's time)
-RUNS = [("cupy", "cupy", "fw_cupy.py", [], 0.25), ("cusolver", "cupy", "fw_cusolver.py", ["--real"], 0.1),
+RUNS = [("cupy", "cupy", "fw_cupy.py", [], 0.2), ("cusolver", "cupy", "fw_cusolver.py", ["--real"], 0.1),
+        ("cufft", "cupy", "fw_cufft.py", [], 0.05),
         ("numba", "numba", "fw_numba.py", [], 0.15), ("torch", "torch", "fw_torch.py", ["--real"], 0.3),
         ("jax", "jax", "fw_jax.py", [], 0.2)]
 

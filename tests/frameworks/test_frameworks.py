@@ -102,6 +102,19 @@ def test_cusolver_emulated(tmp_path, daemon):
     assert libs.get("libcusolver.so.12") == "nvidia" and libs.get("libcublas.so.13") == "pyvgpu", census["library"]
 
 
+def test_cufft_emulated(tmp_path, daemon):
+    """NVIDIA's cuFFT (CuPy's fft) over libvcuda: a plan asks for export table 6e163fbe and its slot 7 (a module's
+    functions through a callback, as NVIDIA's driver answered on an H100: docs/driver.md); its kernels ship PTX, so
+    C2C (1D, 2D, a prime length), R2C and C2R run on the emulated GPU and match NumPy."""
+    proc, res, census = run_script(tmp_path, [daemon], "fw_cufft.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert res == {"fft c2c 1d": "ok", "ifft c2c 1d": "ok", "fft2 c2c 2d": "ok", "rfft r2c 1d": "ok",
+                   "irfft c2r 1d": "ok", "fft c2c prime": "ok"}, proc.stdout
+    assert_clean_census(census, proc)
+    libs = {ln.split()[0]: ln.split()[-1] for ln in census["library"]}
+    assert libs.get("libcufft.so.12") == "nvidia", census["library"]
+
+
 def test_torch_emulated(tmp_path, daemon):
     """PyTorch's host side and its cuBLAS matmuls; a torch kernel is refused with one line naming libtorch_cuda."""
     proc, res, census = run_script(tmp_path, [daemon], "fw_torch.py", "--kernel-refused")

@@ -5,8 +5,11 @@ slot7(a, m, callback, &out) where callback(ud, value) does `*ud = value`, and ta
 caller, when it has a kernel's name instead, calls a driver entry point shaped like cuModuleGetFunction /
 cuLibraryGetKernel with m. The reading to confirm: slot 7 hands the callback the functions (or kernels) of module or
 library m; cuFFT's modules hold one kernel each. Each step prints what NVIDIA's driver did, so the native way is the
-one that answers; the pyvgpu ways show libvcuda's answer (CUDA_ERROR_NOT_SUPPORTED until the slot is served).
-Attempts that pass a handle of the wrong kind may crash the process: they come last."""
+one that answers; the pyvgpu ways show libvcuda's answer. GPU run 3 (H100, driver 580) answered natively: for a
+module, the callback gets each of its functions (the first the one cuModuleGetFunction gives) and the count comes
+back; for a library, nothing and 0. libvcuda now serves the slot so, and each step fails where an answer differs
+from that (natively too: a driver that answers otherwise is news). Attempts that pass a handle of the wrong kind may
+crash the process: they come last."""
 import sys
 from pathlib import Path
 
@@ -58,7 +61,12 @@ def attempt(a, handle, n):
     cb = CB(lambda ud, value: seen.append(value))
     r = slot7(a, handle, cb, None)
     known = {v: k for k, v in facts[n].items()}
-    return f"returned {r}, callback got {[known.get(v, hex(v or 0)) for v in seen]}"
+    got = [known.get(v, hex(v or 0)) for v in seen]
+    count = {"one": 1, "two": 2}[n] if handle is mods[n] else 0
+    if r != count or len(seen) != count or (count and got[0] != "function"):
+        raise RuntimeError(f"returned {r}, callback got {got}: NVIDIA's driver returned {count} with "
+                           f"{count} callbacks, the first cuModuleGetFunction's handle")
+    return f"returned {r}, callback got {got}"
 for a_name, a in (("NULL", None), ("the context", ctx)):
     for n in ("one", "two"):
         step(f"slot7({a_name}, module {n}, cb)", lambda a=a, n=n: attempt(a, mods[n], n))

@@ -235,6 +235,16 @@ class DeviceContext(ABC):
         """This device's access (protocol.VMM_ACCESS_*) to the fully mapped range."""
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: virtual memory management")
 
+    # ---- tensor maps (handlers/tensormap.py; tensor_map.py: the request, the documented rules)
+    def tensor_map_encode(self, request: Any) -> bytes:
+        """The 128-byte CUtensorMap of a tensor_map.Request, as this device's driver encodes it; a refused argument is
+        cudaErrorInvalidValue."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: tensor maps")
+
+    def tensor_map_replace_address(self, tmap: bytes, addr: int) -> bytes:
+        """A map this device's driver encoded, with its global address replaced."""
+        raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: tensor maps")
+
     # ---- arrays, textures, surfaces (descriptions checked by handlers/array.py, resources.py)
     def array_create(self, spec: Any) -> Any:
         raise CudaError("cudaErrorNotSupported", f"{type(self).__name__}: CUDA arrays")

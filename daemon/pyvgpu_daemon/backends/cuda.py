@@ -38,6 +38,7 @@ from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_staging import StagingPool
+from pyvgpu_daemon.backends.cuda_tensor_map import CudaTensorMaps
 from pyvgpu_daemon.backends.cuda_turns import GpuTime
 from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, WindowSpaces
 from pyvgpu_daemon.errors import CudaError
@@ -267,7 +268,7 @@ class _Event:
     anchor: Any = None             # cuda_clock.Anchor of its latest record (None: not timed on the clock)
 
 
-class CudaContext(CudaArrays, DeviceContext):
+class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
     """Lives on one worker thread; the context is made current there once and stays current.
 
     The event loop answers this context's queries itself while its worker is idle (answers_on_loop, fastpath.py):

@@ -23,7 +23,7 @@ from pyvgpu.driver_abis import ABIS, CALLED
 
 log = logging.getLogger("pyvgpu.daemon")
 
-# Every function the cuda backend (cuda.py, cuda_arrays.py, cuda_clock.py) calls, by the name cuGetProcAddress takes.
+# Every function the cuda backend (cuda.py, cuda_arrays.py, cuda_clock.py, cuda_tensor_map.py) calls, by the name cuGetProcAddress takes.
 ENTRY_POINTS = (
     "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceTotalMem",
     "cuDeviceGetAttribute", "cuDeviceGetUuid", "cuDeviceGetPCIBusId", "cuDeviceCanAccessPeer",
@@ -41,6 +41,7 @@ ENTRY_POINTS = (
     "cuEventCreate", "cuEventDestroy", "cuEventRecord", "cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime",
     "cuArray3DCreate", "cuArrayDestroy", "cuTexObjectCreate", "cuTexObjectDestroy", "cuSurfObjectCreate",
     "cuSurfObjectDestroy",
+    "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2colWide", "cuTensorMapReplaceAddress",
 )
 # What the backend does without each of these (the newest ABI of the name, as the bindings call it).
 VMM = "device memory from cuMemAlloc at addresses the driver picks (not unique across GPU hosts)"
@@ -55,6 +56,9 @@ FALLBACKS = {
     "cuMemHostRegister": "device-to-host replies copied through pageable memory (no pinned staging)",
     "cuMemHostUnregister": "device-to-host replies copied through pageable memory (no pinned staging)",
     "cuEventElapsedTime": "cuEventElapsedTime's first ABI through its pointer (the bindings call _v2, CUDA 12.8)",
+    **{name: f"{name} answered cudaErrorNotSupported (tensor maps: backends/cuda_tensor_map.py)"
+       for name in ("cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2colWide",
+                    "cuTensorMapReplaceAddress")},
     **{name: VMM for name in ("cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap",
                               "cuMemUnmap", "cuMemSetAccess", "cuMemGetAllocationGranularity")},
 }

@@ -22,6 +22,8 @@ from typing import Any
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
                              LIMIT_NAMES, MAX_STDOUT_BYTES, REMOTED_DEVICE_ATTRS, VA_WINDOW_BYTES)
+from pyvgpu import cublas_spec as blas_spec
+from pyvgpu import cublaslt_spec as lt_spec
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.blas import lt
@@ -31,6 +33,7 @@ from pyvgpu_daemon.emu.device_heap import DeviceHeap
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import ALIGN, DeviceMemory
 from pyvgpu_daemon.emu.vmm import GRANULARITY, MAX_RESERVED_FACTOR, EmuVmm, Physical
+from pyvgpu_daemon import tensor_map
 from pyvgpu_daemon.errors import CudaError
 
 log = logging.getLogger("pyvgpu.daemon")
@@ -127,6 +130,14 @@ def emu_attrs(lim: EmuLimits) -> dict[int, int]:
     }
     named.update(REMOTED_DEVICE_ATTRS)                 # what pyvgpu provides between hosts (the client says the same)
     return {DEVICE_ATTRS["cudaDevAttr" + name]: value for name, value in named.items()}
+
+
+def _lt_offered(epilogue: int) -> None:
+    """The emulated GPU offers no algorithm for what NVIDIA's cuBLASLt refuses on GPUs (cublaslt_spec.EPILOGUES):
+    NumPy could compute it, but a program must not come to depend on what no real GPU would run."""
+    why = lt_spec.epi_no_gpu_algorithm(epilogue)
+    if why:
+        raise blas.BlasError(blas_spec.NOT_SUPPORTED, f"{lt_spec.EPILOGUE[epilogue].name}: {why}")
 
 
 @dataclass
@@ -620,10 +631,21 @@ class EmuContext(EmuArrays, DeviceContext):
         return blas.execute(family, self.mem, args)
 
     def lt_matmul(self, stream: Any, args: dict[str, Any]) -> None:
+        _lt_offered(args["epilogue"])
         lt.execute(self.mem, args)       # in the worker's order, as on its stream (see blas_call)
 
     def lt_heuristic(self, problem: dict[str, int], aligns: tuple[int, int, int, int]) -> tuple[int, int]:
-        return 1, 0                      # NumPy runs every problem the table accepts, with no workspace
+        _lt_offered(problem["epilogue"])
+        return 1, 0                      # NumPy runs every other problem the table accepts, with no workspace
+
+    # ------------------------------------------------------------------ tensor maps
+    def tensor_map_encode(self, request: Any) -> bytes:
+        # no TMA instructions run here (sm_90 SASS): a descriptor of the emulator's own, after the documented checks
+        tensor_map.check(request)
+        return tensor_map.emulated(request)
+
+    def tensor_map_replace_address(self, tmap: bytes, addr: int) -> bytes:
+        return tensor_map.emulated_replace_address(tmap, addr)
 
     def reset(self) -> None:
         self._vmm_drop()

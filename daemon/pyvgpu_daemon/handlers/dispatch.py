@@ -19,7 +19,7 @@ from pyvgpu_daemon.compress import Compressed, CorruptPayload, compress_reply
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.lent import Lent
 from pyvgpu_daemon.handlers import (array, blas, blaslt, coherence, device, emufeat, graph, managed,  # noqa: F401
-                                    memory, modules, peer, streams, vmm)
+                                    memory, modules, peer, streams, tensormap, vmm)
 from pyvgpu_daemon.handlers.registry import ARG_CHECKS, Call, invoke, positional, registered  # noqa: F401
 from pyvgpu_daemon.session import DeviceState, Session, release_device
 
