@@ -102,16 +102,12 @@ class TLSListener:
         self._tasks.discard(task)
         stream = pending.stream
         stream.abort_handshake = None
-        if stream.transport is not None:
+        exc = None if task.cancelled() else task.exception()     # retrieved: never logged as unretrieved
+        if stream.transport is not None or not task.cancelled() and exc is None:
             return                      # the handshake was done (its session owns the connection now)
-        if task.cancelled():
-            reason = "dropped in its TLS handshake"
-        else:
-            exc = task.exception()
-            if exc is None:
-                return
-            # a timeout, a reset, bytes that are not TLS, a refused certificate... one line, no traceback
-            reason = f"TLS handshake failed: {exc.__class__.__name__}: {exc}"
+        # a timeout, a reset, bytes that are not TLS, a refused certificate... one line, no traceback
+        reason = "dropped in its TLS handshake" if exc is None else \
+            f"TLS handshake failed: {exc.__class__.__name__}: {exc}"
         if not pending.handed:
             pending.sock.close()
         self.ended(stream, reason)
@@ -125,8 +121,4 @@ class TLSListener:
         self.sockets.clear()
         for task in list(self._tasks):
             task.cancel()
-
-    def handshaking(self) -> int:
-        """Connections in their TLS handshake now."""
-        return len(self._tasks)
 
