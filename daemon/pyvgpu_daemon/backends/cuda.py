@@ -138,8 +138,8 @@ class CudaBackend(Backend):
         self.api = DriverEntryPoints.probe(self.drv, lookup)
         log.info("%s", self.api.describe())
         # The fast ops' calls into the driver from compiled code (cuda_calls.py), else through cuda-python.
-        self.calls, self.calls_why = DriverCalls.load(self.api, lambda code, what: driver_error(self.drv, code, what))
-        log.info("%s", self.calls_why)
+        self.calls, why = DriverCalls.load(self.api, lambda code, what: driver_error(self.drv, code, what))
+        log.info("%s", why)
         # The loop answers queries only where the driver's return at once (CudaContext): not pyvgpu's own driver,
         # whose queries wait behind the emulated GPU's kernels on the chain.
         self.loop_answers = not self.api.forwards
