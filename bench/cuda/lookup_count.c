@@ -22,23 +22,18 @@ static find_fn next_of(const char *name)
     return f;
 }
 
-int pv_alloc_find(uint64_t ptr, struct pv_alloc *out)
-{
-    static find_fn real;
-    if (!real)
-        real = next_of("pv_alloc_find");
-    atomic_fetch_add(&finds, 1);
-    return real(ptr, out);
-}
-
-int pv_alloc_find_device(uint64_t ptr, struct pv_alloc *out)
-{
-    static find_fn real;
-    if (!real)
-        real = next_of("pv_alloc_find_device");
-    atomic_fetch_add(&dev_finds, 1);
-    return real(ptr, out);
-}
+/* name(ptr, out): counted in `counter`, then libpvcore's */
+#define COUNTED(name, counter)                                                                                      \
+    int name(uint64_t ptr, struct pv_alloc *out)                                                                    \
+    {                                                                                                               \
+        static find_fn real;                                                                                        \
+        if (!real)                                                                                                  \
+            real = next_of(#name);                                                                                  \
+        atomic_fetch_add(&counter, 1);                                                                              \
+        return real(ptr, out);                                                                                      \
+    }
+COUNTED(pv_alloc_find, finds)
+COUNTED(pv_alloc_find_device, dev_finds)
 
 __attribute__((destructor)) static void report(void)
 {
