@@ -14,6 +14,22 @@
 #include "pv_launch.h"
 #include "pv_graph.h"
 
+/* The attributes set device-wide on f for d, applied to its kinfo there where they differ (a kinfo made after a
+ * device reset starts from the module-load attributes): as the driver applies a CUkernel's attributes in each new
+ * context where the kernel is used. */
+static cudaError_t apply_kept(struct pv_func *f, struct pv_device *d, struct pv_kinfo *ki)
+{
+    struct pv_func_kept *k = atomic_load(&f->kept);
+    unsigned set = k ? atomic_load(&k->set[d->index]) : 0;
+    cudaError_t err = PV_SUCCESS;
+    int64_t v;
+    if ((set & 1) && (v = atomic_load(&k->max_dyn_shared[d->index])) != atomic_load(&ki->max_dyn_shared))
+        err = pv_func_set_attr(d, ki, PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, (int)v, NULL);
+    if (err == PV_SUCCESS && (set & 2) && (v = atomic_load(&k->carveout[d->index])) != atomic_load(&ki->carveout))
+        err = pv_func_set_attr(d, ki, PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, (int)v, NULL);
+    return err;
+}
+
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
 {
     cudaError_t err = pv_module_ensure(f->fb, d);
@@ -25,7 +41,7 @@ cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo
         return PV_cudaErrorInvalidDeviceFunction;
     }
     *out = f->dev[d->index];
-    return PV_SUCCESS;
+    return apply_kept(f, d, *out);
 }
 
 static int config_ok(const struct pv_device *d, dim3 grid, dim3 block)
@@ -286,9 +302,31 @@ cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kin
     return PV_SUCCESS;
 }
 
-/* cudaFuncSetAttribute / cuFuncSetAttribute: validated here (the dynamic shared memory a block may opt in to, the
- * carveout range; anything else is not settable), recorded in ki, forwarded fire-and-forget. */
-cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value)
+/* Remembers an attribute set device-wide on f for d (struct pv_func_kept). */
+static void keep_attr(struct pv_func *f, struct pv_device *d, int attr, int value)
+{
+    struct pv_func_kept *k = atomic_load(&f->kept);
+    if (!k) {
+        struct pv_func_kept *fresh = calloc(1, sizeof *fresh);
+        if (!fresh) {
+            pv_log("kernel %s: no memory to keep an attribute across a device reset", f->name);
+            return;
+        }
+        if (atomic_compare_exchange_strong(&f->kept, &k, fresh))
+            k = fresh;
+        else
+            free(fresh);                       /* another thread installed one: k is it */
+    }
+    int max_dyn = attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE;
+    atomic_store(max_dyn ? &k->max_dyn_shared[d->index] : &k->carveout[d->index], value);
+    atomic_fetch_or(&k->set[d->index], max_dyn ? 1u : 2u);
+}
+
+/* cudaFuncSetAttribute / cuFuncSetAttribute / cuKernelSetAttribute: validated here (the dynamic shared memory a block
+ * may opt in to, the carveout range; anything else is not settable), recorded in ki, forwarded fire-and-forget; with
+ * `device_wide` (the kernel's pv_func: the runtime's and cuKernelSetAttribute's semantics, not cuFuncSetAttribute's
+ * per-context one) also kept for the device's later contexts. */
+cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value, struct pv_func *device_wide)
 {
     if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
         if (value < 0 || ki->shared + (int64_t)value > pv_smem_optin(d))
@@ -307,6 +345,8 @@ cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr,
         ki->max_dyn_shared = value;
     else
         ki->carveout = value;
+    if (device_wide)
+        keep_attr(device_wide, d, attr, value);
     return PV_SUCCESS;
 }
 
