@@ -750,6 +750,19 @@ def _where(e: CEmitter, ins: ir.Instr, space: str, vsize: int, write: bool) -> t
     return (f"(uint8_t *){where}" if write else where), never_null
 
 
+def _pointer(e: CEmitter, ins: ir.Instr, decl: str, p: str, where: str, never_null: bool) -> str:
+    """The C statement setting an access's pointer `p` (declared by `decl`): null where the guard excludes the lane;
+    the function declines (returns 1) at a null one the guard lets through, unless it is never null (_where)."""
+    if never_null:
+        return f"{decl} = {where};"
+    if ins.guard is None:
+        return f"{decl} = {where}; if (!{p}) return 1;"
+    g, gneg = ins.guard
+    if g not in e.regs or e.regs[g] != 1:
+        raise NoC
+    return f"{decl} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; if (!{p}) return 1; }}"
+
+
 def _ld(e: CEmitter, ins: ir.Instr) -> None:
     """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset) or a constant address, as instrs._ld does it:
     the access checked as a whole (vector size), then one element per destination, widened or narrowed to its
@@ -782,16 +795,7 @@ def _ld(e: CEmitter, ins: ir.Instr) -> None:
             raise NoC
     e.mem = True
     p = e.var(f"__ld{len(e.lines)}")
-    if never_null:
-        e.lines.append(f"const uint8_t *{p} = {where};")
-    elif ins.guard is None:
-        e.lines.append(f"const uint8_t *{p} = {where}; if (!{p}) return 1;")
-    else:
-        g, gneg = ins.guard
-        if g not in e.regs or e.regs[g] != 1:
-            raise NoC
-        e.lines.append(f"const uint8_t *{p} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; "
-                       f"if (!{p}) return 1; }}")
+    e.lines.append(_pointer(e, ins, f"const uint8_t *{p}", p, where, never_null))
     for k, d in enumerate(dsts):
         if isinstance(d, ir.Reg) and d.name == "_":
             continue
@@ -839,15 +843,7 @@ def _st(e: CEmitter, ins: ir.Instr) -> None:
     e.mem = True
     j = len(e.stores)
     p = f"__sp{j}[i]"
-    if never_null:
-        e.lines.append(f"{p} = {where};")
-    elif ins.guard is None:
-        e.lines.append(f"{p} = {where}; if (!{p}) return 1;")
-    else:
-        g, gneg = ins.guard
-        if g not in e.regs or e.regs[g] != 1:
-            raise NoC
-        e.lines.append(f"{p} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; if (!{p}) return 1; }}")
+    e.lines.append(_pointer(e, ins, p, p, where, never_null))
     ct = f"uint{8 * size}_t"
     for k, v in enumerate(vals):
         e.lines.append(f"__sv{j}_{k}[i] = ({ct})({v});")
