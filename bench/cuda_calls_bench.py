@@ -74,13 +74,13 @@ runs = {                                       # DeviceContext.run_fast: RUN ops
 for name, batch in runs.items():
     ops[name + " (per op)"] = (lambda b=batch: ctx.run_fast(b), len(batch))
 if ctx.calls is not None:                      # the floor: the driver's own cost, a packed run replayed from C
-    packed = ctx.calls.run()
+    packed = ctx.calls.run(ctx._cx)
     for _ in range(RUN):
         packed.memset("PV_DC_MEMSET_D8", p, 0, 7, 4, 1, int(s))
     records = ctx.calls.ffi.from_buffer("pv_dc_op[]", packed.records)
     failed = ctx.calls.ffi.new("size_t *")
     ops[f"run of {RUN}: memsets, C alone"] = (
-        lambda: ctx.calls.lib.pv_dc_run(ctx.calls.table, records, RUN, failed), RUN)
+        lambda: ctx.calls.lib.pv_dc_run(ctx.calls.table, ctx._cx, records, RUN, failed), RUN)
 out = {"compiled": ctx.calls is not None}
 for name, op in ops.items():
     op, per = op if isinstance(op, tuple) else (op, 1)

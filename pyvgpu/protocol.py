@@ -140,7 +140,10 @@ class OpFlag(enum.IntFlag):
     FAST = 2048      # small device work a framework issues by the ten thousand (launches, memsets, event records and
                      # waits, device copies, small host-to-device copies): sent fire-and-forget, the daemon's compiled
                      # frame path (daemon/pyvgpu_daemon/framepath.py) decodes runs of them and hands each run to the backend
-                     # in one call (DeviceContext.run_fast); its arguments are all integers (dim3 included)
+                     # in one call (DeviceContext.run_fast); its arguments are all integers (dim3 included). It never
+                     # creates or frees what ops resolve (allocations, handles, modules and their kernels): fastrun.py
+                     # checks a run's ops before the first of them runs, which gives the per-op answers only then
+                     # (op() refuses a FAST line that says it creates or frees: creates_or_frees)
 
 
 # Wire types of op arguments. Each names how the value travels (msgpack) and what both sides make of it:
@@ -243,6 +246,27 @@ class OpSpec:
         return total if self.extent_args else 0
 
 
+# Endings of the words of an op's name that say it makes or ends something other ops resolve (MALLOC, UNLOAD too).
+LIFECYCLE_WORDS: tuple[str, ...] = ("CREATE", "DESTROY", "ALLOC", "FREE", "RELEASE", "LOAD", "RESET", "ATTACH",
+                                    "DETACH", "RESERVE", "REGISTER")
+
+
+def creates_or_frees(name: str, args: Sequence[Arg], reply: str) -> str:
+    """What on a spec line says the op may create or free something other ops resolve (an allocation, a handle, a
+    module's kernels), or "": a result (a create answers with the handle or address it made), a raw `handle`
+    argument (what a destroy takes), a word of its name ending in one of LIFECYCLE_WORDS. Conservative: a FAST line
+    shows none of them."""
+    if reply != "nil":
+        return f"its reply carries a result ({reply}), as a create's does"
+    raw = [a.name for a in args if a.type == "handle"]
+    if raw:
+        return f"it takes a raw handle ({', '.join(raw)}), as a destroy does"
+    words = [w for w in name.split("_") if w.endswith(LIFECYCLE_WORDS)]
+    if words:
+        return f"its name says so ({', '.join(words)})"
+    return ""
+
+
 def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFlag.NONE, doc: str = "") -> OpSpec:
     """One op from its spec line: `args` is "name:type[:role] ..." in wire order."""
     parsed = tuple(Arg(*a.split(":")) for a in args.split())
@@ -255,6 +279,10 @@ def op(code: int, name: str, args: str, reply: str = "nil", flags: OpFlag = OpFl
             raise ValueError(f"op {name}: extent argument {a.name} is not a count")
     if reply not in REPLY_TYPES:
         raise ValueError(f"op {name}: unknown reply shape {reply!r}")
+    made = creates_or_frees(name, parsed, reply) if flags & OpFlag.FAST else ""
+    if made:
+        raise ValueError(f"op {name}: a FAST op never creates or frees (fastrun.py checks a run's ops before any of "
+                         f"them ran), but {made}")
     if not flags & OpFlag.NO_DEVICE and (not parsed or parsed[0] != Arg("dev", "dev")):
         raise ValueError(f"op {name}: a device op's first argument is dev:dev")
     if flags & OpFlag.PAYLOAD_OUT and reply != "nil":

@@ -26,12 +26,14 @@ typedef int (*stream_wait_fn)(void *, void *, unsigned);
 typedef int (*htod_fn)(dptr_t, const void *, size_t, void *);
 typedef int (*dtoh_fn)(void *, dptr_t, size_t, void *);
 typedef int (*dtod_fn)(dptr_t, dptr_t, size_t, void *);
+typedef int (*ctx_get_fn)(void **);
+typedef int (*ctx_set_fn)(void *);
 
 /* The order of pv_dc_entry_name, which is the order of the fields below. */
 static const char *const ENTRY_NAMES[] = {
     "cuLaunchKernel", "cuLaunchCooperativeKernel", "cuMemsetD8Async", "cuMemsetD2D8Async", "cuMemsetD2D16Async",
     "cuMemsetD2D32Async", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
-    "cuMemcpyDtoDAsync",
+    "cuMemcpyDtoDAsync", "cuCtxGetCurrent", "cuCtxSetCurrent",
 };
 #define ENTRY_COUNT (sizeof ENTRY_NAMES / sizeof ENTRY_NAMES[0])
 
@@ -47,6 +49,8 @@ struct pv_dc_driver {
     htod_fn htod;
     dtoh_fn dtoh;
     dtod_fn dtod;
+    ctx_get_fn ctx_get;
+    ctx_set_fn ctx_set;
 };
 
 PV_DC_API size_t pv_dc_entry_count(void) { return ENTRY_COUNT; }
@@ -74,6 +78,8 @@ PV_DC_API pv_dc_driver *pv_dc_driver_new(const uintptr_t *e, size_t n) {
     d->htod = (htod_fn)e[8];
     d->dtoh = (dtoh_fn)e[9];
     d->dtod = (dtod_fn)e[10];
+    d->ctx_get = (ctx_get_fn)e[11];
+    d->ctx_set = (ctx_set_fn)e[12];
     return d;
 }
 
@@ -81,20 +87,56 @@ PV_DC_API void pv_dc_driver_free(pv_dc_driver *d) { free(d); }
 
 #define PTR(x) ((void *)(x))
 
-PV_DC_API int pv_dc_launch(const pv_dc_driver *d, uintptr_t func, uint32_t gx, uint32_t gy, uint32_t gz,
-                           uint32_t bx, uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream,
-                           const void *params, size_t size) {
+/* The calling thread's context while one call runs: ctx made current where another (or none) is, and the one found
+ * put back after the call, so the thread is left as it was (its other users, cuda-python's calls or another
+ * session's worker, see no change). The driver is asked each time: a note kept here would go stale when cuda-python
+ * sets a context on the same thread. ctx 0: nothing asked. */
+struct scope {
+    void *prev;
+    int switched;
+};
+
+static int enter(const pv_dc_driver *d, uintptr_t ctx, struct scope *s)
+{
+    s->prev = NULL;
+    s->switched = 0;
+    if (ctx == 0)
+        return 0;
+    int err = d->ctx_get(&s->prev);
+    if (err != 0 || s->prev == PTR(ctx))
+        return err;
+    err = d->ctx_set(PTR(ctx));
+    s->switched = err == 0;
+    return err;
+}
+
+static int leave(const pv_dc_driver *d, const struct scope *s, int err)
+{
+    if (s->switched) {
+        int back = d->ctx_set(s->prev);
+        if (err == 0)
+            err = back;
+    }
+    return err;
+}
+
+/* ------------------------------------------------------------------ the calls, the context already current */
+static int launch(const pv_dc_driver *d, uintptr_t func, const uint32_t *grid, const uint32_t *block, uint32_t shmem,
+                  uintptr_t stream, const void *params, size_t size)
+{
     /* The packed buffer as the client laid it out; a kernel without parameters still gets a valid pointer. */
     static unsigned char none;
     size_t bytes = size;
     void *extra[] = {LAUNCH_PARAM_BUFFER_POINTER, params ? (void *)params : &none, LAUNCH_PARAM_BUFFER_SIZE, &bytes,
                      LAUNCH_PARAM_END};
-    return d->launch(PTR(func), gx, gy, gz, bx, by, bz, shmem, PTR(stream), NULL, extra);
+    return d->launch(PTR(func), grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, PTR(stream), NULL,
+                     extra);
 }
 
-PV_DC_API int pv_dc_launch_coop(const pv_dc_driver *d, uintptr_t func, uint32_t gx, uint32_t gy, uint32_t gz,
-                                uint32_t bx, uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream,
-                                const void *params, const uint32_t *offsets, uint32_t nparams) {
+static int launch_coop(const pv_dc_driver *d, uintptr_t func, const uint32_t *grid, const uint32_t *block,
+                       uint32_t shmem, uintptr_t stream, const void *params, const uint32_t *offsets,
+                       uint32_t nparams)
+{
     /* cuLaunchCooperativeKernel takes no packed buffer: one pointer per parameter, into the client's buffer */
     void *local[COOP_STACK_PARAMS];
     void **ptrs = nparams <= COOP_STACK_PARAMS ? local : malloc(nparams * sizeof *ptrs);
@@ -102,14 +144,16 @@ PV_DC_API int pv_dc_launch_coop(const pv_dc_driver *d, uintptr_t func, uint32_t 
         return CU_ERROR_OUT_OF_MEMORY;
     for (uint32_t i = 0; i < nparams; i++)
         ptrs[i] = (unsigned char *)params + offsets[i];    /* the driver only reads them */
-    int err = d->launch_coop(PTR(func), gx, gy, gz, bx, by, bz, shmem, PTR(stream), ptrs);
+    int err = d->launch_coop(PTR(func), grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, PTR(stream),
+                             ptrs);
     if (ptrs != local)
         free(ptrs);
     return err;
 }
 
-PV_DC_API int pv_dc_memset(const pv_dc_driver *d, uint32_t kind, uint64_t dst, uint64_t pitch, uint64_t value,
-                           uint64_t width, uint64_t height, uintptr_t stream) {
+static int memset_any(const pv_dc_driver *d, uint32_t kind, uint64_t dst, uint64_t pitch, uint64_t value,
+                      uint64_t width, uint64_t height, uintptr_t stream)
+{
     switch (kind) {
     case PV_DC_MEMSET_D8:
         return d->memset_d8(dst, (unsigned char)value, width, PTR(stream));
@@ -124,63 +168,112 @@ PV_DC_API int pv_dc_memset(const pv_dc_driver *d, uint32_t kind, uint64_t dst, u
     }
 }
 
-PV_DC_API int pv_dc_event_record(const pv_dc_driver *d, uintptr_t event, uintptr_t stream) {
-    return d->event_record(PTR(event), PTR(stream));
-}
-
-PV_DC_API int pv_dc_stream_wait(const pv_dc_driver *d, uintptr_t stream, uintptr_t event, uint32_t flags) {
-    return d->stream_wait(PTR(stream), PTR(event), flags);
-}
-
-PV_DC_API int pv_dc_htod(const pv_dc_driver *d, uint64_t dst, const void *src, size_t size, uintptr_t stream) {
-    return d->htod(dst, src, size, PTR(stream));
-}
-
-PV_DC_API int pv_dc_dtoh(const pv_dc_driver *d, uintptr_t dst, uint64_t src, size_t size, uintptr_t stream) {
-    return d->dtoh(PTR(dst), src, size, PTR(stream));
-}
-
-PV_DC_API int pv_dc_dtod(const pv_dc_driver *d, uint64_t dst, uint64_t src, size_t size, uintptr_t stream) {
-    return d->dtod(dst, src, size, PTR(stream));
-}
-
-static int run_one(const pv_dc_driver *d, const pv_dc_op *op) {
+static int run_one(const pv_dc_driver *d, const pv_dc_op *op)
+{
     switch (op->kind) {
     case PV_DC_LAUNCH:
-        return pv_dc_launch(d, op->handle, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1],
-                            op->block[2], op->shmem, op->stream, (const void *)op->host, op->size);
+        return launch(d, op->handle, op->grid, op->block, op->shmem, op->stream, (const void *)op->host, op->size);
     case PV_DC_LAUNCH_COOP:
-        return pv_dc_launch_coop(d, op->handle, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1],
-                                 op->block[2], op->shmem, op->stream, (const void *)op->host, op->offsets,
-                                 op->nparams);
+        return launch_coop(d, op->handle, op->grid, op->block, op->shmem, op->stream, (const void *)op->host,
+                           op->offsets, op->nparams);
     case PV_DC_MEMSET_D8:
     case PV_DC_MEMSET_D2D8:
     case PV_DC_MEMSET_D2D16:
     case PV_DC_MEMSET_D2D32:
-        return pv_dc_memset(d, op->kind, op->dst, op->pitch, op->value, op->width, op->height, op->stream);
+        return memset_any(d, op->kind, op->dst, op->pitch, op->value, op->width, op->height, op->stream);
     case PV_DC_EVENT_RECORD:
-        return pv_dc_event_record(d, op->handle, op->stream);
+        return d->event_record(PTR(op->handle), PTR(op->stream));
     case PV_DC_STREAM_WAIT:
-        return pv_dc_stream_wait(d, op->stream, op->handle, op->flags);
+        return d->stream_wait(PTR(op->stream), PTR(op->handle), op->flags);
     case PV_DC_HTOD:
-        return pv_dc_htod(d, op->dst, (const void *)op->host, op->size, op->stream);
+        return d->htod(op->dst, (const void *)op->host, op->size, PTR(op->stream));
     case PV_DC_DTOH:
-        return pv_dc_dtoh(d, op->host, op->src, op->size, op->stream);
+        return d->dtoh(PTR(op->host), op->src, op->size, PTR(op->stream));
     case PV_DC_DTOD:
-        return pv_dc_dtod(d, op->dst, op->src, op->size, op->stream);
+        return d->dtod(op->dst, op->src, op->size, PTR(op->stream));
     default:
         return CU_ERROR_INVALID_VALUE;
     }
 }
 
-PV_DC_API int pv_dc_run(const pv_dc_driver *d, const pv_dc_op *ops, size_t n, size_t *failed) {
-    for (size_t i = 0; i < n; i++) {
-        int err = run_one(d, &ops[i]);
-        if (err != 0) {
-            *failed = i;
-            return err;
-        }
-    }
-    *failed = n;
-    return 0;
+/* ------------------------------------------------------------------ the entry points: ctx current while they call */
+PV_DC_API int pv_dc_launch(const pv_dc_driver *d, uintptr_t ctx, uintptr_t func, uint32_t gx, uint32_t gy,
+                           uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream,
+                           const void *params, size_t size)
+{
+    const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, launch(d, func, grid, block, shmem, stream, params, size));
+}
+
+PV_DC_API int pv_dc_launch_coop(const pv_dc_driver *d, uintptr_t ctx, uintptr_t func, uint32_t gx, uint32_t gy,
+                                uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream,
+                                const void *params, const uint32_t *offsets, uint32_t nparams)
+{
+    const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, launch_coop(d, func, grid, block, shmem, stream, params, offsets, nparams));
+}
+
+PV_DC_API int pv_dc_memset(const pv_dc_driver *d, uintptr_t ctx, uint32_t kind, uint64_t dst, uint64_t pitch,
+                           uint64_t value, uint64_t width, uint64_t height, uintptr_t stream)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, memset_any(d, kind, dst, pitch, value, width, height, stream));
+}
+
+PV_DC_API int pv_dc_event_record(const pv_dc_driver *d, uintptr_t ctx, uintptr_t event, uintptr_t stream)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, d->event_record(PTR(event), PTR(stream)));
+}
+
+PV_DC_API int pv_dc_stream_wait(const pv_dc_driver *d, uintptr_t ctx, uintptr_t stream, uintptr_t event,
+                                uint32_t flags)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, d->stream_wait(PTR(stream), PTR(event), flags));
+}
+
+PV_DC_API int pv_dc_htod(const pv_dc_driver *d, uintptr_t ctx, uint64_t dst, const void *src, size_t size,
+                         uintptr_t stream)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, d->htod(dst, src, size, PTR(stream)));
+}
+
+PV_DC_API int pv_dc_dtoh(const pv_dc_driver *d, uintptr_t ctx, uintptr_t dst, uint64_t src, size_t size,
+                         uintptr_t stream)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, d->dtoh(PTR(dst), src, size, PTR(stream)));
+}
+
+PV_DC_API int pv_dc_dtod(const pv_dc_driver *d, uintptr_t ctx, uint64_t dst, uint64_t src, size_t size,
+                         uintptr_t stream)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    return err ? err : leave(d, &sc, d->dtod(dst, src, size, PTR(stream)));
+}
+
+PV_DC_API int pv_dc_run(const pv_dc_driver *d, uintptr_t ctx, const pv_dc_op *ops, size_t n, size_t *failed)
+{
+    struct scope sc;
+    int err = enter(d, ctx, &sc);
+    *failed = 0;
+    if (err != 0)
+        return err;
+    size_t i = 0;
+    while (i < n && (err = run_one(d, &ops[i])) == 0)
+        i++;
+    *failed = i;
+    return leave(d, &sc, err);
 }

@@ -5,7 +5,8 @@
  * ABIs cuda-bindings calls: daemon/pyvgpu_daemon/backends/cuda_calls.py), so these calls reach exactly what the
  * loaded driver exports. No CUDA headers: handles are opaque pointers, device addresses 64-bit integers, results the
  * driver's CUresult as an int. Handles and host addresses are passed as uintptr_t (cheap to pass from Python; an
- * address of 0 for a launch's parameter buffer means none). Each call runs on the thread where the session's context is current.
+ * address of 0 for a launch's parameter buffer means none). Each call runs with the session's context current on the
+ * calling thread (set for the call and put back where another one, or none, was current).
  *
  * The part between the cffi markers is what Python declares (cffi parses it from this file, installed beside the
  * library): plain declarations only, no preprocessor lines. */
@@ -62,23 +63,29 @@ const char *pv_dc_entry_name(size_t i);
 pv_dc_driver *pv_dc_driver_new(const uintptr_t *entries, size_t n);
 void pv_dc_driver_free(pv_dc_driver *d);
 
-/* One op each; → the driver's CUresult. pv_dc_memset's kind: one of the PV_DC_MEMSET_* (D8 sets width bytes). */
-int pv_dc_launch(const pv_dc_driver *d, uintptr_t func, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
-                 uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream, const void *params, size_t size);
-int pv_dc_launch_coop(const pv_dc_driver *d, uintptr_t func, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
-                      uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream, const void *params,
-                      const uint32_t *offsets, uint32_t nparams);
-int pv_dc_memset(const pv_dc_driver *d, uint32_t kind, uint64_t dst, uint64_t pitch, uint64_t value, uint64_t width,
-                 uint64_t height, uintptr_t stream);
-int pv_dc_event_record(const pv_dc_driver *d, uintptr_t event, uintptr_t stream);
-int pv_dc_stream_wait(const pv_dc_driver *d, uintptr_t stream, uintptr_t event, uint32_t flags);
-int pv_dc_htod(const pv_dc_driver *d, uint64_t dst, const void *src, size_t size, uintptr_t stream);
-int pv_dc_dtoh(const pv_dc_driver *d, uintptr_t dst, uint64_t src, size_t size, uintptr_t stream);
-int pv_dc_dtod(const pv_dc_driver *d, uint64_t dst, uint64_t src, size_t size, uintptr_t stream);
+/* Every call below runs with ctx (a CUcontext; 0: none asked) current on the calling thread: cuCtxGetCurrent each
+ * call; where another context (or none) is current, cuCtxSetCurrent(ctx) before and the one found put back after (a
+ * failure of either is the call's CUresult), so the thread is left as it was. */
 
-/* ops[0..n) in order, stopping at the first that fails: → 0 when all ran, else that op's CUresult with its index in
- * *failed (the ops before it ran; none after it did). An unknown kind is CUDA_ERROR_INVALID_VALUE (1). */
-int pv_dc_run(const pv_dc_driver *d, const pv_dc_op *ops, size_t n, size_t *failed);
+/* One op each; → the driver's CUresult. pv_dc_memset's kind: one of the PV_DC_MEMSET_* (D8 sets width bytes). */
+int pv_dc_launch(const pv_dc_driver *d, uintptr_t ctx, uintptr_t func, uint32_t gx, uint32_t gy, uint32_t gz,
+                 uint32_t bx, uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream, const void *params,
+                 size_t size);
+int pv_dc_launch_coop(const pv_dc_driver *d, uintptr_t ctx, uintptr_t func, uint32_t gx, uint32_t gy, uint32_t gz,
+                      uint32_t bx, uint32_t by, uint32_t bz, uint32_t shmem, uintptr_t stream, const void *params,
+                      const uint32_t *offsets, uint32_t nparams);
+int pv_dc_memset(const pv_dc_driver *d, uintptr_t ctx, uint32_t kind, uint64_t dst, uint64_t pitch, uint64_t value,
+                 uint64_t width, uint64_t height, uintptr_t stream);
+int pv_dc_event_record(const pv_dc_driver *d, uintptr_t ctx, uintptr_t event, uintptr_t stream);
+int pv_dc_stream_wait(const pv_dc_driver *d, uintptr_t ctx, uintptr_t stream, uintptr_t event, uint32_t flags);
+int pv_dc_htod(const pv_dc_driver *d, uintptr_t ctx, uint64_t dst, const void *src, size_t size, uintptr_t stream);
+int pv_dc_dtoh(const pv_dc_driver *d, uintptr_t ctx, uintptr_t dst, uint64_t src, size_t size, uintptr_t stream);
+int pv_dc_dtod(const pv_dc_driver *d, uintptr_t ctx, uint64_t dst, uint64_t src, size_t size, uintptr_t stream);
+
+/* ops[0..n) in order (ctx current once around them all), stopping at the first that fails: → 0 when all ran, else that
+ * op's CUresult with its index in *failed (the ops before it ran; none after it did): 0 when making ctx current
+ * failed, n when all ran and putting the thread's context back failed. An unknown kind is CUDA_ERROR_INVALID_VALUE (1). */
+int pv_dc_run(const pv_dc_driver *d, uintptr_t ctx, const pv_dc_op *ops, size_t n, size_t *failed);
 /* cffi:end */
 
 #endif

@@ -7,7 +7,8 @@ ops in as few `DeviceContext.run_fast` calls as their errors allow:
 - the ops' arguments are as libpvframe decoded them, each of its wire kind and in range (framepath.py), so only
   their handles are resolved (registry.DECODED); each op's preparer (handlers' `@fast_handler`) makes the handler's
   checks, before the ops before it ran: they read only what FAST ops never change (the session's allocations,
-  handles, kernels' parameter layouts), so checking ahead gives what checking in turn gives;
+  handles, kernels' parameter layouts: OpFlag.FAST's rule, enforced on the spec line by protocol.creates_or_frees),
+  so checking ahead gives what checking in turn gives;
 - an op whose checks failed first runs the ops prepared before it (so the device's sticky error is known), then
   fails with its error (or the sticky one), latched as a fire-and-forget failure is;
 - an op that failed inside run_fast (the contract on DeviceContext.run_fast) is accounted and latched the same way;

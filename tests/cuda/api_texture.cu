@@ -46,13 +46,35 @@ static bool addr_index(int &i, int n, cudaTextureAddressMode m) {
     return m == cudaAddressModeClamp || in;
 }
 
+// A coordinate in texel units. A normalized one is held in fixed point with 21 fraction bits (toward -inf) before
+// it is scaled; point filtering wraps/mirrors the coordinate, linear filtering the texel indices (real-GPU run 3).
 static double coord(double x, int n, const Ref &r, cudaTextureAddressMode m) {
     if (r.normalized) {
-        if (m == cudaAddressModeWrap) x = x - floor(x);
-        else if (m == cudaAddressModeMirror) { double t = floor(x); double f = x - t; x = (((long long)t) % 2 == 0) ? f : 1.0 - f; }
+        x = floor(ldexp(x, 21)) / 2097152.0;
+        if (!r.linear && m == cudaAddressModeWrap) x = x - floor(x);
+        else if (!r.linear && m == cudaAddressModeMirror) {
+            double t = floor(x); double f = x - t;
+            x = (((long long)t) % 2 == 0) ? f : 1.0 - f;
+        }
         x *= n;
     }
     return x;
+}
+
+// p / 256 to the nearest integer, a tie up or down
+static long round256(long p, bool tie_up) {
+    long q = p / 256, rem = p % 256;
+    return q + (rem > 128 || (rem == 128 && tie_up));
+}
+
+// A texel's weight in 1/256 units from its factors f (alpha or 1 - alpha in 1/256 units; up[k]: alpha), as the GPU
+// holds it: 2D one rounding, a tie up when both factors are alpha or both 1 - alpha (the four weights sum to 1); 3D
+// x with z first (a tie up when x's is alpha), then with y as in 2D (real-GPU runs 1-3: every tex_2d/tex_3d/tex_3d_fine
+// result of tools/gpu_probes/diff_kernels.cu)
+static long weight256(int dims, const long *f, const int *up) {
+    if (dims == 1) return f[0];
+    if (dims == 2) return round256(f[0] * f[1], up[0] == up[1]);
+    return round256(round256(f[0] * f[2], up[0]) * f[1], up[0] == up[1]);
 }
 
 static float ref_fetch(const Ref &r, float fx, float fy = 0, float fz = 0) {
@@ -71,30 +93,26 @@ static float ref_fetch(const Ref &r, float fx, float fy = 0, float fz = 0) {
         return in ? r.at(idx[0], idx[1], idx[2]) : r.border;
     }
     int base[3] = {0, 0, 0};
-    double frac[3] = {0, 0, 0};
+    long alpha[3] = {0, 0, 0};
     for (int k = 0; k < r.dims; k++) {
-        double xb = c[k] - 0.5;
+        // clamp addressing clamps the coordinate to [0.5, n - 0.5] (shows in 3D only: real-GPU run 3)
+        double x = m[k] == cudaAddressModeClamp ? fmin(fmax(c[k], 0.5), n[k] - 0.5) : c[k];
+        double xb = x - 0.5;
         base[k] = (int)floor(xb);
-        frac[k] = round((xb - floor(xb)) * 256.0) / 256.0;       // 9-bit fixed point: 8 fraction bits
+        alpha[k] = (long)floor((xb - floor(xb)) * 256.0 + 0.5);    // 9-bit fixed point: 8 fraction bits
     }
     double acc = 0;
     for (int corner = 0; corner < (1 << r.dims); corner++) {
-        double wgt = 1;
-        int idx[3] = {0, 0, 0};
+        long f[3];
+        int up[3], idx[3] = {0, 0, 0};
         bool in = true;
         for (int k = 0; k < r.dims; k++) {
-            int b = (corner >> k) & 1;
-            idx[k] = base[k] + b;
+            up[k] = (corner >> k) & 1;
+            idx[k] = base[k] + up[k];
             in &= addr_index(idx[k], n[k], m[k]);
-            wgt *= b ? frac[k] : 1 - frac[k];
+            f[k] = up[k] ? alpha[k] : 256 - alpha[k];
         }
-        // each texel's weight too (what a real GPU gives); a tie rounds up when an even number of its factors are
-        // 1 - frac, else down (H100 runs 2 and 3; in 2D the four weights then sum to 1)
-        if (r.dims > 1) {
-            bool up = (r.dims - __builtin_popcount(corner & ((1 << r.dims) - 1))) % 2 == 0;
-            wgt = (up ? floor(wgt * 256.0 + 0.5) : ceil(wgt * 256.0 - 0.5)) / 256.0;
-        }
-        acc += wgt * (in ? r.at(idx[0], idx[1], idx[2]) : r.border);
+        acc += weight256(r.dims, f, up) / 256.0 * (in ? r.at(idx[0], idx[1], idx[2]) : r.border);
     }
     return (float)acc;
 }

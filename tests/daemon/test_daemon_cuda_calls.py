@@ -35,7 +35,7 @@ extern "C" __global__ void axpb(int *p, int n, char pad, long long b) {
 """
 
 DRIVE = r"""
-import hashlib, json, sys
+import hashlib, json, sys, threading
 import numpy as np
 from pyvgpu_daemon.backends.base import FastOp
 from pyvgpu_daemon.backends.cuda import CudaBackend
@@ -119,6 +119,60 @@ model[R + 4096:R + 4106] = 0x33
 model[R + 4160:R + 4170] = 0x33
 model[R + 2000:R + 2010] = 0x77
 
+# the fast ops from threads where no context, or another context of the process, is current: each compiled call runs
+# with the session's context and puts the thread's back (the cuda-python way relies on the worker: the same ops run
+# here, on it); the chain's driver refuses a launch without a context (CUDA_ERROR_INVALID_CONTEXT), as NVIDIA's does
+T = 196608
+thread_out = {}
+ev2 = ctx.event_create(2)                               # cudaEventDisableTiming: no clock anchor of cuda-python's
+vals3 = np.arange(256, dtype=np.int32) - 77
+params3 = np.int64(p + T + 4096).tobytes() + np.int32(256).tobytes() + b"\0" * 4 + np.int64(5).tobytes()
+
+
+def thread_ops(name):
+    ctx.memcpy_htod(p + T + 4096, vals3.tobytes(), None)
+    ctx.memset(p + T, 0x42, 64, None)
+    ctx.memset_elems(p + T + 256, 64, 0xCAFE, 2, 8, 2, s)
+    ctx.memcpy_htod(p + T + 512, b"thread!!" * 8, s)
+    ctx.memcpy_dtod(p + T + 1024, p + T + 512, 64, s)
+    ctx.event_record(ev2, s)
+    ctx.stream_wait_event(None, ev2, 0)
+    ctx.launch(mod, k, (1, 1, 1), (256, 1, 1), 0, params3, None)
+    done, exc = ctx.run_fast([FastOp("memset", (p + T + 2048, 0x24, 32, s)),
+                              FastOp("memcpy_htod", (p + T + 2100, b"run", None))])
+    thread_out[name + " run"] = [done, exc is None]
+
+
+def on_thread(name):
+    try:
+        other = backend.open_context(0, 1 << 40, 2) if name == "other" else None     # current on this thread
+        thread_ops(name)
+        thread_out[name + " left"] = int(ctx.drv.cuCtxGetCurrent()[1]) == (int(other.ctx) if other else 0)
+        if other is not None:
+            other.close()
+    except Exception as exc:                            # the result says what failed
+        thread_out[name + " error"] = repr(exc)
+
+
+for name in ("bare", "other"):
+    if out["compiled"]:
+        worker = threading.Thread(target=on_thread, args=(name,))
+        worker.start()
+        worker.join()
+    else:
+        thread_ops(name)
+        thread_out[name + " left"] = True
+out["thread"] = thread_out
+ctx.synchronize()
+model[T:T + 64] = 0x42
+for r in range(2):
+    model[T + 256 + 64 * r: T + 256 + 64 * r + 16] = np.frombuffer(b"\xfe\xca" * 8, np.uint8)
+model[T + 512:T + 576] = np.frombuffer(b"thread!!" * 8, np.uint8)
+model[T + 1024:T + 1088] = np.frombuffer(b"thread!!" * 8, np.uint8)
+model[T + 2048:T + 2080] = 0x24
+model[T + 2100:T + 2103] = np.frombuffer(b"run", np.uint8)
+model[T + 4096:T + 5120] = np.frombuffer((vals3 * 3 + 5).astype(np.int32).tobytes(), np.uint8)
+
 small = ctx.memcpy_dtoh(p, 1 << 16, None)
 reply = ctx.memcpy_dtoh_reply(p, model.nbytes, None)       # through pinned staging (a Lent view)
 whole = bytes(getattr(reply, "view", reply))
@@ -175,6 +229,8 @@ def test_fast_ops_compiled_and_through_cuda_python_alike(daemon_factory, image):
     compiled = drive(daemon_factory, image, "")
     python = drive(daemon_factory, image, "python")
     assert compiled["compiled"] and not python["compiled"], (compiled["log"], python["log"])
+    assert compiled["thread"] == {"bare run": [2, True], "bare left": True, "other run": [2, True],
+                                  "other left": True}, compiled["thread"]
     for got in (compiled, python):
         assert got["small_ok"] and got["whole_ok"], got
         assert got["run"] == [8, 8, True]
@@ -182,6 +238,39 @@ def test_fast_ops_compiled_and_through_cuda_python_alike(daemon_factory, image):
         assert got["run_refused_bytes"] == [True, True], got
     assert all(compiled["errors"].values()), compiled["errors"]       # each refusal happened ...
     assert compiled["errors"] == python["errors"]                      # ... as the same CudaError
+
+
+FAKE = r"""
+import json
+from fake_driver import FakeDriver
+from pyvgpu_daemon.backends.cuda import CudaBackend
+backend = CudaBackend(driver=FakeDriver())
+ctx = backend.open_context(0, 1 << 40, 1)
+p = ctx.malloc(64)
+ctx.memcpy_htod(p, b"fake" * 16, None)
+ctx.memset(p + 8, 0x2A, 4, None)
+print("RESULT " + json.dumps({"compiled": ctx.calls is not None, "entry points": backend.api.lookup is not None,
+                              "bytes": ctx.memcpy_dtoh(p, 64, None).hex()}))
+"""
+
+
+def test_a_driver_object_given_is_the_only_driver_called(daemon_factory):
+    """A backend over a driver object it is given (the fake of test_daemon_cuda_blas.py's harness) takes no entry
+    points from the process's libcuda.so.1: GPU run 3 found them taken from the H100's driver, whose compiled calls
+    then got the fake's addresses without a context (every MEMCPY_HTOD: CUDA_ERROR_INVALID_CONTEXT). Here the process's
+    libcuda.so.1 is the chain's (a GPU's on a GPU host); the fake's memory must hold what the ops wrote."""
+    env = {**os.environ, ENV_CUDA_CALLS: ""}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "daemon"), str(ROOT / "tests" / "daemon"),
+                                         *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    if not GPU_COUNT:
+        env.update(chain_env(daemon_factory()))
+    proc = subprocess.run([sys.executable, "-c", FAKE], capture_output=True, text=True, timeout=120, env=env)
+    found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    assert found, proc.stdout + proc.stderr
+    got = json.loads(found.group(1))
+    want = bytearray(b"fake" * 16)
+    want[8:12] = b"\x2a" * 4
+    assert got == {"compiled": False, "entry points": False, "bytes": want.hex()}, got
 
 
 def test_a_program_with_compiled_calls_off(daemon_factory, cuda_build, run):

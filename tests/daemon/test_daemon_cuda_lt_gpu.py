@@ -7,20 +7,20 @@ is added, which values the bias gradients sum (BGRADA/BGRADB: op(A)/op(B) over k
 DRELU/DGELU gradients: the rows of the new D), batch strides of bias and auxiliary matrices. Without a GPU it
 skips (scripts/gpu-check.sh runs it: tools/gpu_check.py lists it among the GPU tests).
 
-GPU run 1 (H200, nvidia-cublas 13.x of the image) answered 801 for BGRADB, DRELU_BGRAD and DGELU_BGRAD, every type,
-all with op(A) = op(B) = N and 2 batch entries. On the chain NVIDIA's cuBLASLt 13.1 says why for BGRADB ("only works
-with transposed B"; BGRADA: "only with non-transposed A"), which the table now enforces on every backend; it
-found no algorithm for DRELU_BGRAD/DGELU_BGRAD in any configuration on the emulated device (sm_75). So each epilogue
-is tried in the configurations NVIDIA's rules allow (both transposes, 1 and 2 batch entries, odd and aligned
-sizes): NVIDIA's heuristic (LT_HEURISTIC) decides which it runs; a refused one must be refused by LT_MATMUL too
-(801, the daemon's log line saying why), every accepted one must agree with the emulation, and at least one
-configuration of every epilogue must be accepted (else the emulated GPU computes what the real one refuses: the
-failure lists NVIDIA's reasons).
-
-GPU run 3 (H100, cuBLASLt 13.1) found no algorithm for DRELU_BGRAD and DGELU_BGRAD in any of the 16 configurations,
-in every type. The forwarded library is the truth on a GPU, so the emulated GPU now offers none for them either
-(cublaslt_spec.EPILOGUES, no_gpu_algorithm): for those two this test asserts that both refuse every configuration,
-and fails, naming the configuration, where NVIDIA's library runs one (then the emulation should offer it again).
+Which configurations must get an algorithm. Each epilogue is tried in the configurations NVIDIA's rules allow (the
+base one; for those with a bias gradient also both transposes, 1 and 2 batch entries, odd and aligned sizes, less
+what NVIDIA refuses by rule: BGRADB "only works with transposed B", BGRADA "only with non-transposed A", which the
+table enforces on every backend, GPU run 1 on an H200 answering 801 for them). "NVIDIA's library offers no
+algorithm" is an answer only for the documented refusals, the epilogues cublaslt_spec.EPILOGUES marks
+no_gpu_algorithm (DRELU_BGRAD and DGELU_BGRAD: no algorithm in any of their 16 configurations in any type, GPU runs 2
+and 3, H200 and H100): there the real GPU must refuse every configuration, by NVIDIA's heuristic itself (its
+refusal in the daemon's log), and LT_MATMUL with it (801); a configuration it runs fails the test (the emulation
+should then offer it again). Every configuration of every other epilogue must get an algorithm from NVIDIA's
+heuristic and agree with the emulation: a heuristic forwarding that breaks (an attribute set wrong, a layout lost)
+reads as "no algorithm" and fails here, naming the configuration and NVIDIA's words. GPU run 3 (H100, cuBLASLt 13.1,
+17:31 UTC) passed every epilogue in every type under the looser rule (at least one configuration run): that settles
+the epilogues tried in their base configuration alone (all but the four with a bias gradient); the 8 configurations
+each of BGRADA and BGRADB are asserted one by one from this version on.
 
 Tolerance between the two: 8 x (the output type's rounding + (k + 8) float32 roundings) x max(1, |value|); mask
 bits must agree wherever the pre-activation is farther from 0 than that tolerance.
@@ -45,6 +45,9 @@ pytestmark = pytest.mark.skipif(GPU_COUNT == 0, reason=f"no CUDA GPU ({NO_GPU_RE
 EPI = spec.ENUMS["cublasLtEpilogue_t"]
 TYPES = {"fp32": (0, np.float32, 2.0 ** -24), "fp16": (2, np.float16, 2.0 ** -11), "bf16": (14, np.uint16, 2.0 ** -8)}
 ERR_NOT_SUPPORTED = 801
+# How backends/cublaslt_cuda.py words a refusal by NVIDIA's heuristic itself (the problem reached the library, which
+# answered a failing status or no result); any other "no algorithm" is pyvgpu's forwarding failing.
+NVIDIA_REFUSALS = ("cublasLtMatmulAlgoGetHeuristic refused the problem", "NVIDIA's cuBLASLt heuristic has no algorithm")
 
 
 @dataclass(frozen=True)
@@ -180,34 +183,28 @@ def sides(tmp_path_factory):
 def test_real_cublaslt_agrees_with_the_emulation(sides, name, tname):
     real, emu = sides
     t, _, eps = TYPES[tname]
-    refused: list[str] = []
-    compared = 0
     offered = not spec.epi_no_gpu_algorithm(EPI[name])
     for cfg in configs(name):
         buffers, args = problem(name, t, np.random.default_rng(EPI[name]), cfg)
         on_real, on_emu = real.place(buffers, args), emu.place(buffers, args)
         assert emu.algorithms(on_emu) == int(offered), (str(cfg), emu.why("LT_HEURISTIC"))
+        found = real.algorithms(on_real)
         if not offered:
-            assert emu.run(buffers, on_emu)[0] == ERR_NOT_SUPPORTED, str(cfg)
-            assert real.algorithms(on_real) == 0, \
+            assert found == 0, \
                 f"{cfg}: NVIDIA's cuBLASLt runs {name} on this GPU, which the emulation refuses (cublaslt_spec.EPILOGUES)"
-            assert real.run(buffers, on_real)[0] == ERR_NOT_SUPPORTED, str(cfg)
-            refused.append(str(cfg))
-            continue
-        if real.algorithms(on_real) == 0:
             why = real.why("LT_HEURISTIC")
-            err, _ = real.run(buffers, on_real)
-            assert err == ERR_NOT_SUPPORTED, f"{cfg}: heuristic has no algorithm ({why}) but LT_MATMUL answered {err}"
-            assert "heuristic" in real.why("LT_MATMUL"), real.why("LT_MATMUL")
-            refused.append(f"{cfg}: {why}")
+            this = f"op(A) {'NT'[cfg.transa]} op(B) {'NT'[cfg.transb]}, m {cfg.m} n {cfg.n} k {cfg.k}, batch {cfg.batch}"
+            assert any(w in why for w in NVIDIA_REFUSALS) and this in why, \
+                f"{cfg}: not NVIDIA's heuristic's refusal of this problem: {why}"
+            assert emu.run(buffers, on_emu)[0] == ERR_NOT_SUPPORTED, str(cfg)
+            assert real.run(buffers, on_real)[0] == ERR_NOT_SUPPORTED, str(cfg)
             continue
+        assert found == 1, (f"{cfg}: no algorithm for {name} ({tname}) on a real GPU, where only the documented "
+                            f"refusals may have none: {real.why('LT_HEURISTIC')}")
         (err_r, got_r), (err_e, got_e) = real.run(buffers, on_real), emu.run(buffers, on_emu)
         assert err_r == 0, f"{cfg}: the heuristic has an algorithm but LT_MATMUL answered {err_r}: {real.why('LT_MATMUL')}"
         assert err_e == 0, (str(cfg), emu.why("LT_MATMUL"))
         compare(name, t, eps, buffers, args, cfg, got_r, got_e)
-        compared += 1
-    assert compared or not offered, f"NVIDIA's cuBLASLt runs {name} ({tname}) in none of {len(refused)} configurations: " + \
-        " | ".join(refused)
 
 
 def compare(name: str, t: int, eps: float, buffers: dict, args: dict, cfg: Config, real: dict, emu: dict) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from pyvgpu_daemon.backends.emu import EmuBackend
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers.registry import DECODED, FAST, Call, positional
+from pyvgpu_daemon.kinds import Live
 from pyvgpu_daemon.session import Session
 
 MIB = 1 << 20
@@ -192,3 +194,32 @@ def test_decoded_arguments_convert_as_positional_does(pair):
         assert a == b, (spec.name, args)
         refused += a[0] == "refused"
     assert refused == 2                   # the unknown event and the unknown stream of ops_of
+
+
+def objects(d: Device) -> tuple[Any, ...]:
+    """What a FAST op's checks resolve, and what creating or freeing anything changes: every table of live objects
+    (the object itself, by identity), module globals, managed and VMM ranges, bytes held, the next handle, the
+    device's free memory."""
+    st = d.st
+    tables = {f.name: {k: id(v) for k, v in t.items()} for f in fields(st)
+              if isinstance(t := getattr(st, f.name), Live)}
+    vmm = None if st.vmm is None else repr(st.vmm)
+    return (tables, dict(st.variables), list(st._starts), sorted(st.managed.ranges), vmm, st.held, st.var_bytes,
+            st.graph_bytes, dict(st.stream_priority), st._next_handle, st.ctx.mem_info())
+
+
+def test_fast_ops_never_create_or_free(pair):
+    """fastrun checks a run's ops before any of them runs, sound only while no FAST op creates or frees what the
+    others resolve (the rule on OpFlag.FAST, which op() enforces on the spec line): each FAST op, run as the
+    per-op path runs it and as a run, with success and with a failed check, leaves every table as it was."""
+    per_op, runs = pair
+    h = setup(per_op)
+    setup(runs)
+    seq = ops_of(h, False)
+    assert {n for n, _, _ in seq} == {spec.name for spec in OPS if spec.fast}
+    for name, args, payload in seq:
+        before = objects(per_op), objects(runs)
+        dispatch.execute(per_op.session, per_op.st, per_op.backend, OP_BY_NAME[name], args, payload, True)
+        fastrun.execute_run(runs.session, runs.st, runs.backend, [(OP_BY_NAME[name], args, payload)])
+        assert (objects(per_op), objects(runs)) == before, f"{name} {args} created or freed something"
+    assert per_op.st.ops == runs.st.ops == 4 + len(seq)

@@ -350,6 +350,99 @@ def test_captured_programs_same_on_both_paths(daemons):
             compare(daemons, mutate(rng, data), f"{name} mutated ({k})")
 
 
+def lifecycle_ops(dev: int) -> list[tuple[str, int, tuple, bytes]]:
+    """The ops that create and free what FAST ops resolve, in the order invalidating_stream sends them:
+    (op, request id, arguments after dev, payload); request id 0 is fire-and-forget."""
+    return [("MALLOC", 50, (1 << 12,), b""), ("EVENT_CREATE", 51, (0,), b""), ("STREAM_CREATE", 52, (0, 0), b""),
+            ("MODULE_LOAD", 53, (2,), PUT_PTX),
+            ("EVENT_DESTROY", 0, ("e2",), b""), ("STREAM_DESTROY", 0, ("s2",), b""), ("MODULE_UNLOAD", 0, (2,), b""),
+            ("FREE", 54, ("p2",), b""), ("EVENT_CREATE", 55, (0,), b""), ("MALLOC", 56, (1 << 12,), b"")]
+
+
+def made(port: int, devs: tuple[int, ...]) -> dict[str, int]:
+    """The handles and addresses a session gets for lifecycle_ops after framework_session's set-up, each op waited
+    for in turn (a daemon hands them out in order: a session pipelining the same ops gets the same ones)."""
+    dev = devs[0]
+    names = {50: "p2", 51: "e2", 52: "s2", 53: "put2", 55: "e3", 56: "p3"}
+    got: dict[str, int] = {}
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    with s:
+        wire.parse_server_hello(wire.recv_header(s))
+        s.sendall(framework_session(devs))
+        for _ in range(1 + 4 * len(devs)):
+            wire.recv_reply(s)
+        for op, rid, args, payload in lifecycle_ops(dev):
+            s.sendall(request(op, rid or 99, dev, *(got.get(a, a) for a in args), payload=payload))
+            rep = wire.recv_reply(s)[0]
+            assert rep.err == 0, (op, rep.err)
+            if rid in names:
+                got[names[rid]] = rep.result["kernels"]["put"]["id"] if op == "MODULE_LOAD" else rep.result
+    return got
+
+
+def invalidating_stream(h: dict[int, dict[str, int]], k: dict[str, int], dev: int) -> bytes:
+    """Runs of FAST frames with an op that creates or frees what they resolve between them, all pipelined (nothing
+    waited for until the end): the FAST ops after each must meet the new state, as on the per-op path (the event,
+    stream and kernel gone, the memory freed, new ones there), each failure answered by the DEVICE_SYNC after it."""
+    d = h[dev]
+    ptr, put = d["ptr"], d["put"]
+    lifecycle = lifecycle_ops(dev)
+
+    def life(i: int) -> bytes:
+        op, rid, args, payload = lifecycle[i]
+        return request(op, rid, dev, *(k.get(a, a) for a in args), payload=payload)
+
+    def launch(func: int, at: int, v: int, stream: int) -> bytes:
+        return request("LAUNCH", 0, dev, func, [1, 1, 1], [1, 1, 1], 0, stream,
+                       payload=struct.pack("<QI", at, v) + b"\0" * 4)
+    rid = iter(range(2000, 3000))
+
+    def sync() -> bytes:
+        return request("DEVICE_SYNC", next(rid), dev)
+    p2, e2, s2, put2, e3, p3 = (k[n] for n in ("p2", "e2", "s2", "put2", "e3", "p3"))
+    out = bytearray(framework_session(tuple(h)))
+    out += life(0) + life(1) + life(2) + life(3)               # created, replies not waited for
+    out += (request("MEMSET", 0, dev, p2, 0x21, 64, s2) + launch(put2, p2 + 4, 5, s2)
+            + request("EVENT_RECORD", 0, dev, e2, s2) + request("STREAM_WAIT_EVENT", 0, dev, 0, e2, 0)
+            + request("MEMCPY_DTOD", 0, dev, ptr + 512, p2, 64, 0)
+            + request("MEMCPY_HTOD", 0, dev, p2 + 128, s2, payload=b"\x33" * 16))
+    out += life(4)                                              # EVENT_DESTROY
+    out += request("EVENT_RECORD", 0, dev, e2, s2) + request("MEMSET", 0, dev, p2 + 256, 0x44, 8, s2) + sync()
+    out += request("STREAM_WAIT_EVENT", 0, dev, s2, e2, 0) + sync()
+    out += life(5)                                              # STREAM_DESTROY
+    out += request("MEMSET", 0, dev, p2 + 264, 0x55, 8, s2) + launch(put2, p2 + 8, 6, 0) + sync()
+    out += life(6)                                              # MODULE_UNLOAD
+    out += launch(put2, p2 + 12, 7, 0) + request("MEMSET", 0, dev, p2 + 272, 0x66, 8, 0) + sync()
+    out += request("MEMCPY_DTOD", 0, dev, ptr + 1024, p2, 512, 0) + life(7)   # FREE, its reply not waited for
+    out += request("MEMSET", 0, dev, p2, 0x77, 8, 0) + sync()
+    out += request("MEMCPY_DTOD", 0, dev, ptr, p2, 8, 0) + sync()
+    out += request("MEMCPY_HTOD", 0, dev, p2, 0, payload=b"\x88" * 8) + sync()
+    out += life(8) + life(9)                                    # a new event and new memory
+    out += (request("EVENT_RECORD", 0, dev, e3, 0) + request("MEMSET", 0, dev, p3, 0x99, 32, 0)
+            + launch(put, p3 + 4, 8, 0) + request("STREAM_WAIT_EVENT", 0, dev, 0, e3, 0)
+            + request("MEMCPY_DTOD", 0, dev, ptr + 2048, p3, 32, 0) + sync())
+    out += request("MEMCPY_DTOH", next(rid), dev, ptr, 4096, 0)
+    return bytes(out)
+
+
+def test_creating_and_freeing_between_runs_same_on_both_paths(daemons):
+    """fastrun checks a run's ops before any of them runs (OpFlag.FAST: no FAST op creates or frees); an op that
+    does, sent between FAST frames without a wait, ends the run, and the ops after it meet what it did."""
+    h = handles(daemons)
+    dev = daemons.devs[0]
+    k = made(daemons.on.port, daemons.devs)
+    assert made(daemons.off.port, daemons.devs) == k
+    before = frames_taken(daemons.on.port)
+    data = invalidating_stream(h, k, dev)
+    got = compare(daemons, data, "creating and freeing between runs")
+    errs = [r[1] for r in got if isinstance(r[0], int) and 2000 <= r[0] < 3000]
+    names = {v: n for n, v in ERROR_CODES.items()}
+    want = ["cudaErrorInvalidResourceHandle"] * 3 + ["cudaErrorInvalidDeviceFunction"] + ["cudaErrorInvalidValue"] * 3
+    assert [names.get(e, e) for e in errs[:7]] == want and errs[7] == 0, errs
+    assert len(errs) == 9 and errs[8] == 0                    # the final read of the memory
+    assert frames_taken(daemons.on.port) - before >= 10, "the compiled path took few of the FAST frames"
+
+
 # ---------------------------------------------------------------------------------------------- the decoder alone
 def test_decoder_gives_what_msgpack_gives(monkeypatch):
     """Every frame the C decoder takes decodes to the values msgpack gives the Python path; what it refuses (a

@@ -87,6 +87,23 @@ def test_spec_lines_declare_what_the_daemon_acts_on():
             bad()
 
 
+def test_a_fast_op_never_creates_or_frees():
+    """fastrun.py checks a run's FAST ops before any of them ran: sound only while none of them creates or frees what
+    the others resolve. op() refuses a FAST line that says it does, however it says so; the table has none."""
+    import pytest
+    from pyvgpu import protocol as P
+    fast = P.OpFlag.ASYNC | P.OpFlag.FAST
+    assert [s.name for s in P.OPS if s.fast and P.creates_or_frees(s.name, s.args, s.reply)] == []
+    for bad, why in ((lambda: P.op(99, "EVENT_RENEW", "dev:dev event:handle", flags=fast), "raw handle"),
+                     (lambda: P.op(99, "SCRATCH_FREE", "dev:dev ptr:ptr stream:stream", flags=fast), "FREE"),
+                     (lambda: P.op(99, "KERNEL_UNLOAD", "dev:dev func:func", flags=fast), "UNLOAD"),
+                     (lambda: P.op(99, "STREAM_FORK", "dev:dev stream:stream", "u64", fast), "reply carries")):
+        with pytest.raises(ValueError, match=f"never creates or frees.*{why}"):
+            bad()
+    # the same lines without FAST are fine: the rule is FAST's alone
+    assert P.op(99, "SCRATCH_FREE", "dev:dev ptr:ptr stream:stream", flags=P.OpFlag.ASYNC).name == "SCRATCH_FREE"
+
+
 # ---------------------------------------------------------------------------------------------- imports
 PACKAGES = {"pyvgpu": ROOT / "pyvgpu", "pyvgpu_daemon": ROOT / "daemon" / "pyvgpu_daemon"}
 

@@ -236,7 +236,7 @@ def test_driver_api_tensor_maps(cuda_build, daemon, lib_dir):
     the documented checks; on a chain the cuda backend hands every call to its driver (libvcuda there), whose answer,
     map bytes and refusals, comes back unchanged."""
     proc = run_driver(drv_program(cuda_build, "drv_tensormap.c", lib_dir), [daemon], lib_dir=lib_dir)
-    assert verdict(proc.stdout) == "OK 33"
+    assert verdict(proc.stdout) == "OK 34"
     assert "is not supported by libvcuda" not in proc.stderr
     log = daemon.log_text()
     if daemon.backend == "emu" or daemon.under:          # the emulated GPU's checks say why (a GPU's driver does not)

@@ -102,37 +102,20 @@ def test_comparison_tells_bounds_from_differences(groups):
     assert isa_bounds.check_group("f32_arith", g["f32_arith"], g["f32_arith"], inputs).identical
 
 
-# What two H100 runs (real-GPU runs 2 and 3) returned where the emulator of the day differed: result index → the
-# GPU's float32 bits (the first 20 differences of each run and group, diff_kernels.json; both runs' other results
-# equalled the emulator of their day, two different tie rules, and the counts, 2048 and 2560, match the rule below)
-GPU_TEX_2D = {896: 0, 1344: 0x3b800000, 1472: 0, 1920: 0x3b800000, 2336: 0x3c400000, 2400: 0x3c000000,
-              2464: 0x3b800000, 2528: 0, 2944: 0x3c000000, 3392: 0x3c800000, 3520: 0x3b800000, 3968: 0x3c400000,
-              4368: 0x3ce00000, 4400: 0x3cc00000, 4432: 0x3ca00000, 4464: 0x3c800000, 4496: 0x3c400000,
-              4528: 0x3c000000, 4560: 0x3b800000, 4592: 0, 131712: 0x3efe0000, 131968: 0x3f000000,
-              132160: 0x3e7c0000, 132288: 0x3f3e0000, 132416: 0x3f3f0000, 132544: 0x3e800000, 132736: 0x3efc0000,
-              132992: 0x3efe0000, 133152: 0x3df80000, 133216: 0x3ebc0000, 133280: 0x3f1d0000, 133344: 0x3f5c0000,
-              133408: 0x3f5d0000, 133472: 0x3f1e0000, 133536: 0x3ebe0000, 133600: 0x3e000000, 133760: 0x3efa0000,
-              134016: 0x3efc0000, 134208: 0x3e780000, 134336: 0x3f3b0000}
-GPU_TEX_3D = {1080: 0, 1108: 0x3b800000, 1116: 0, 1144: 0x3b800000, 1170: 0x3c400000, 1174: 0x3c000000,
-              1178: 0x3b800000, 1182: 0, 1208: 0x3c000000, 1236: 0x3c800000, 1244: 0x3b800000, 1272: 0x3c400000,
-              1297: 0x3ce00000, 1299: 0x3cc00000, 1301: 0x3ca00000, 1303: 0x3c800000, 1305: 0x3c400000,
-              1307: 0x3c000000, 1309: 0x3b800000, 1311: 0, 1576: 0x3ce00000, 1592: 0x3d000000, 1604: 0x3c400000,
-              1612: 0x3d200000, 1620: 0x3d300000, 1628: 0x3c800000, 1640: 0x3cc00000, 1656: 0x3ce00000,
-              1666: 0x3b800000, 1670: 0x3c800000, 1674: 0x3ce00000, 1678: 0x3d200000, 1682: 0x3d300000,
-              1686: 0x3d000000, 1690: 0x3ca00000, 1694: 0x3c000000, 1704: 0x3ca00000, 1720: 0x3cc00000,
-              1732: 0x3c000000, 1740: 0x3ce00000}
+# What real-GPU run 3 (an H100) returned for every texture result of diff_kernels.cu (times 256, with provenance)
+GPU_TEXTURES = ROOT / "tests" / "differential" / "gpu_textures_run3.npz"
 
 
 def _weight(fs: tex_rules.Factors) -> np.ndarray:
-    """A texel's weight as the GPU holds it (tex_rules.parity: the product rounded to 1/256, a tie up when an even
-    number of factors are 1 - alpha, down when odd; in 2D w11 rounded and the other three by difference)."""
-    return tex_rules.parity(fs) / 256.0
+    """A texel's weight as the GPU holds it: 2D tex_rules.parity (the product rounded to 1/256, a tie up when an
+    even number of factors are 1 - alpha), 3D tex_rules.two_stage_xz_y (x with z, then with y)."""
+    return (tex_rules.parity(fs) if len(fs) == 2 else tex_rules.two_stage_xz_y(fs)) / 256.0
 
 
 def test_texture_weights_are_9_bit_fixed_point(groups):
     # each result is the weight of the one texel holding 1.0 (texel 3): per dimension alpha rounded to 8 fraction
     # bits (a tie up); in 2D and 3D the texel's product weight rounded again (what a real GPU gave, run 1), its ties
-    # by the number of 1 - alpha factors (runs 2 and 3)
+    # by the number of 1 - alpha factors (runs 2 and 3), in 3D in two stages (run 3)
     g = dict(groups)
     u1 = np.arange(2048)
     alpha = np.floor((u1 % 1024) / 1024 * 256 + 0.5)
@@ -149,30 +132,35 @@ def test_texture_weights_are_9_bit_fixed_point(groups):
           tex_rules.single_texel(j // 1024, 16)]
     got3 = np.frombuffer(g["tex_3d"], np.float32)
     assert (got3 == _weight(f3).astype(np.float32)).all()
-    # the GPU's own numbers where the emulator differed in runs 2 and 3
-    for got, rec in ((got2, GPU_TEX_2D), (got3, GPU_TEX_3D)):
-        idx = np.array(sorted(rec))
-        assert (got.view(np.uint32)[idx] == np.array([rec[k] for k in idx], np.uint32)).all()
-    # alphas in 1/256 steps in 3D (unconfirmed on a GPU: the rule above, applied to three factors); the other
-    # candidates each differ from it there, so the comparison's tex_3d_fine line names the GPU's
-    assert tex_rules.rules_followed(g["tex_3d_fine"]) == ["parity (one rounding)"]
+    # alphas in 1/256 steps in 3D: the other candidates each differ from the GPU's rule there
+    assert (np.frombuffer(g["tex_3d_fine"], np.float32) == _weight(tex_rules.fine_factors()).astype(np.float32)).all()
+    assert tex_rules.rules_followed(g["tex_3d_fine"]) == [tex_rules.GPU_RULE_3D]
     lines, _, _ = gpu_diff_kernels.compare(groups, groups)
-    assert "tex_3d_fine: the 3D weights follow parity (one rounding)" in lines
+    assert f"tex_3d_fine: the 3D weights follow {tex_rules.GPU_RULE_3D}" in lines
+
+
+def test_textures_replay_the_gpu(groups):
+    # every texture result an H100 gave (run 3) bit for bit: the recording is the GPU's, not a model's
+    g = dict(groups)
+    with np.load(GPU_TEXTURES) as z:
+        assert "H100" in str(z["provenance"])
+        for name in ("tex_1d", "tex_2d", "tex_3d", "tex_3d_fine", "tex_2d_coords"):
+            want = (z[name].astype(np.float32) / np.float32(256)).view(np.uint32)
+            got = np.frombuffer(g[name], np.uint32)
+            bad = np.flatnonzero(got != want)
+            assert not len(bad), (f"{name}: {len(bad)} of {len(want)} differ from the GPU, first #{bad[0]}: emu "
+                                  f"{got[bad[0]]:#010x} gpu {want[bad[0]]:#010x}")
 
 
 def _sample_2d(tex: np.ndarray, x: np.ndarray, y: np.ndarray, mode: str, normalized: bool) -> np.ndarray:
-    """Linear filtering by the Programming Guide's rules with the GPU's fixed-point weights; border colour 0."""
+    """Linear filtering by the Programming Guide's rules with the GPU's fixed point (run 3): a normalized coordinate
+    floored to 21 fraction bits, then scaled; wrap and mirror on the texel indices; border colour 0."""
     h, w = tex.shape
     parts = []
     for c, n in ((x, w), (y, h)):
         c = c.astype(np.float64)
         if normalized:
-            if mode == "wrap":
-                c = c - np.floor(c)
-            elif mode == "mirror":
-                t = np.floor(c)
-                c = np.where(np.mod(t, 2) == 0, c - t, 1 - (c - t))
-            c = c * n
+            c = np.floor(c * 2.0 ** 21) / 2.0 ** 21 * n
         cb = c - 0.5
         i0 = np.floor(cb)
         parts.append((i0.astype(np.int64), np.floor((cb - i0) * 256 + 0.5).astype(np.int64), n))
@@ -200,7 +188,7 @@ def _sample_2d(tex: np.ndarray, x: np.ndarray, y: np.ndarray, mode: str, normali
 
 def test_texture_coordinates_anywhere(groups):
     # tex_2d_coords: a 13 x 7 texture of small integers at hashed coordinates, four address modes; every sum is
-    # exact in float32, so the emulator must equal this model bit for bit (the GPU: the next real-GPU run)
+    # exact in float32, so the emulator must equal this model bit for bit (as the GPU did, run 3)
     tex = ((np.arange(13 * 7) * 7) % 23 - 11).astype(np.float64).reshape(7, 13)
     got = np.frombuffer(dict(groups)["tex_2d_coords"], np.float32).reshape(4, 4096)
     i = np.arange(4096, dtype=np.uint32)

@@ -9,7 +9,8 @@ of the probe's time:
               check's `--backend cuda` daemon; the call census of that process (libvcuda's entry points reached,
               answered unsupported, tables and names asked for and not offered) goes to census-driver.txt of the
               probe's output folder: where NVIDIA's libraries fail only this way (cublasCreate's
-              CUBLAS_STATUS_INTERNAL_ERROR on an H100, GPU run 3), it says what they asked for
+              CUBLAS_STATUS_INTERNAL_ERROR on an H100, GPU run 3), it says what they asked for; cuBLAS's and
+              cuBLASLt's own logs (cublas-driver.log, cublaslt-driver-PID.log there) say which step failed
   pyvgpu run  the environment `pyvgpu run` gives a program (LD_PRELOAD libvcudart + libvcuda, every client library
               on LD_LIBRARY_PATH)
 Each step prints "STEP <name>: ok <detail>" or "STEP <name>: FAIL <why>". Exit 0 when a pyvgpu way passed every
@@ -61,6 +62,16 @@ def driver_only_dir(libdir: Path, out: Path) -> Path:
     return d
 
 
+def library_logs(out: Path) -> dict[str, str]:
+    """cuBLAS's and cuBLASLt's own logs of the driver way, into the probe's folder: the census counts what NVIDIA's
+    libraries called, not what failed; where cublasCreate answers CUBLAS_STATUS_INTERNAL_ERROR only this way (an H100,
+    GPU runs 2 and 3), these name the step inside it that failed. cuBLAS: CUBLAS_LOGINFO_DBG/CUBLAS_LOGDEST_DBG;
+    cuBLASLt: CUBLASLT_LOG_LEVEL 5 (errors, hints, info and every API call: a failing create stops early) with its
+    %i (the process id) in the file name."""
+    return {"CUBLAS_LOGINFO_DBG": "1", "CUBLAS_LOGDEST_DBG": str(out / "cublas-driver.log"),
+            "CUBLASLT_LOG_LEVEL": "5", "CUBLASLT_LOG_FILE": str(out / "cublaslt-driver-%i.log")}
+
+
 def ways() -> list[tuple[str, dict]]:
     env = dict(os.environ)
     hosts = env.get("PYVGPU_GPU_CHECK_HOSTS", "")
@@ -72,6 +83,7 @@ def ways() -> list[tuple[str, dict]]:
     driver["LD_LIBRARY_PATH"] = os.pathsep.join([str(driver_only_dir(libdir, out)), *ld])
     driver["PYVGPU_HOSTS"] = hosts
     driver["PYVGPU_CENSUS"] = str(out / "census-driver.txt")
+    driver.update(library_logs(out))
     from pyvgpu import cli, hostmap   # noqa: PLC0415 (the checkout is on PYTHONPATH)
     run = cli.run_env(hostmap.parse_env(hosts, "--hosts"), base=env)
     return [("native", native), ("driver", driver), ("pyvgpu run", run)]

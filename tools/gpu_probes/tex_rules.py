@@ -2,9 +2,11 @@
 (a 3D texture holding one 1.0, sampled at x, y, z = 2.5 + u/256 with u in [0, 512) from mix32 of the result index,
 so each result is that texel's weight). Each factor is alpha or 1 - alpha in 1/256 units (9-bit fixed point); the
 weight is held in 1/256 units too. Two H100 runs fixed the 2D rule (a product exactly halfway between two steps
-rounds up when an even number of its factors are 1 - alpha: `parity`) but not the 3D one: on their 1/16-step grids
-the candidates below agree, on tex_3d_fine any two differ in thousands of results. gpu_diff_kernels.py names the
-ones the GPU's results follow; tests/emu/test_emu_diff_kernels.py holds the emulator to `parity`.
+rounds up when an even number of its factors are 1 - alpha: `parity`); their 1/16-step 3D grids could not tell the
+3D candidates apart. Real-GPU run 3 (an H100, tex_3d_fine) did: the GPU rounds in two stages, x with z first (a tie
+up when x's factor is alpha), then that with y (a tie by the 2D rule): `two_stage_xz_y`, every one of 16384 results;
+each other rule here misses hundreds to thousands. gpu_diff_kernels.py names the ones a GPU's results follow;
+tests/emu/test_emu_diff_kernels.py holds the emulator to `two_stage_xz_y` and replays run 3's recorded results.
 """
 from __future__ import annotations
 
@@ -87,8 +89,16 @@ def staged(first: tuple[int, int]) -> Callable[[Factors], np.ndarray]:
     return rule
 
 
+def two_stage_xz_y(fs: Factors) -> np.ndarray:
+    """The GPU's rule (run 3): v = round(fx fz), a tie up when x's factor is alpha; then round(v fy), a tie up when
+    x's and y's factors are both alpha or both 1 - alpha. In 2D (no z) this is `parity`."""
+    (fx, ux), (fy, uy), (fz, _) = fs
+    return rounded(rounded(fx * fz, 256, ux) * fy, 256, ux == uy)
+
+
+GPU_RULE_3D = "two stages (x z) y"
 RULES_3D: dict[str, Callable[[Factors], np.ndarray]] = {
-    "parity (one rounding)": parity, "inclusion-exclusion": inclusion_exclusion,
+    GPU_RULE_3D: two_stage_xz_y, "parity (one rounding)": parity, "inclusion-exclusion": inclusion_exclusion,
     "staged (x y) z": staged((0, 1)), "staged (x z) y": staged((0, 2)), "staged (y z) x": staged((1, 2))}
 
 

@@ -33,9 +33,9 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUN
 from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
-from pyvgpu_daemon.backends.cuda_calls import MEMSET_D8, DriverCalls, handle
+from pyvgpu_daemon.backends.cuda_calls import MEMSET_D2D8, MEMSET_D2D16, MEMSET_D2D32, MEMSET_D8, DriverCalls, handle
 from pyvgpu_daemon.backends.cuda_clock import EventClock
-from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup
+from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup, proc_lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
 from pyvgpu_daemon.backends.cuda_staging import StagingPool
 from pyvgpu_daemon.backends.cuda_tensor_map import CudaTensorMaps
@@ -130,6 +130,8 @@ class CudaBackend(Backend):
     def __init__(self, driver: Any = None, cublas: Any = None, cublaslt: Any = None,
                  lookup: Lookup | None = None) -> None:
         self.drv = driver or _load_driver()
+        if lookup is None and driver is None:
+            lookup = proc_lookup()      # the loaded libcuda.so.1's own (an injected driver has none unless given)
         self.cublas = cublas           # a cublas_cuda.Cublas (tests inject one); None: loaded on first use
         self.cublaslt = cublaslt       # a cublaslt_cuda.CublasLt, likewise
         check(self.drv.cuInit(0), "cuInit")
@@ -300,9 +302,11 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         self.dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.health = health or DeviceHealth()
         self.ctx: Any = None
+        self._cx = 0                   # handle(self.ctx), as the compiled calls take it (cuda_calls.py)
         self._thread = threading.get_ident()        # the worker's, where the context stays current
         self._streams: set[Any] = set()             # the streams made here (a context-wide wait waits for them)
         self.ctx = self._new_context()
+        self._cx = handle(self.ctx)
         # Allocations in the session's window (cuda_vmm.py) where the driver offers virtual memory management
         # (every GPU since Pascal), else cuMemAlloc wherever the driver puts them.
         # Sessions of one daemon on the same window share its free lists and what the daemon learnt of its driver
@@ -364,7 +368,8 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
 
     def _here(self) -> bool:
         """Makes the context current on the calling thread when that is not its worker (the event loop answering
-        for it: answers_on_loop), unless this thread made it current last; → whether the caller is the worker."""
+        for it: answers_on_loop), unless this thread made it current last; → whether the caller is the worker.
+        (The compiled calls need none of this: they set the context for the call and put the thread's back.)"""
         if threading.get_ident() == self._thread or self.ctx is None:
             return True
         if getattr(_CURRENT, "ctx", None) is not self.ctx:
@@ -500,7 +505,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
 
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None:
         if self.calls is not None:
-            self.calls.htod(dst, data, handle(stream))
+            self.calls.htod(self._cx, dst, data, handle(stream))
             return
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         # From pageable memory the call returns once the bytes are staged, so `data` may be dropped after it.
@@ -509,7 +514,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
 
     def _dtoh_into(self, dst: int, src: int, size: int, stream: Any) -> None:
         if self.calls is not None:
-            self.calls.dtoh(dst, src, size, handle(stream))
+            self.calls.dtoh(self._cx, dst, src, size, handle(stream))
         else:
             check(self.drv.cuMemcpyDtoHAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoHAsync")
         self._sync_stream(stream)
@@ -529,6 +534,9 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         return lent if lent is not None else memoryview(self._dtoh_array(src, size, stream))
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.dtod(self._cx, dst, src, size, handle(stream))
+            return
         check(self.drv.cuMemcpyDtoDAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoDAsync")
 
     def _copy2d(self, stream: Any, *, src_host: int = 0, src_dev: int = 0, src_pitch: int, dst_host: int = 0,
@@ -571,9 +579,15 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
                      height=height)
 
     def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.memset(self._cx, MEMSET_D8, ptr, 0, value & 0xFF, size, 1, handle(stream))
+            return
         check(self.drv.cuMemsetD8Async(ptr, value & 0xFF, size, self._stream(stream)), "cuMemsetD8Async")
 
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
+        if self.calls is not None:
+            self.calls.memset(self._cx, MEMSET_D2D8, ptr, pitch, value & 0xFF, width, height, handle(stream))
+            return
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
@@ -590,6 +604,10 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         self._sync_stream(stream)    # the source's later work must not race the copy
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
+        if self.calls is not None:
+            kind = {1: MEMSET_D2D8, 2: MEMSET_D2D16, 4: MEMSET_D2D32}[elem]
+            self.calls.memset(self._cx, kind, ptr, pitch, value, width, height, handle(stream))
+            return
         fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
         check(getattr(self.drv, fn)(ptr, pitch, value, width, height, self._stream(stream)), fn)
 
@@ -701,10 +719,11 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         if calls is not None:
             turn = self.turn
             if (turn is None or not turn.shared) and not self.gpu_time.timed:     # GpuTime.launch: nothing to time
-                calls.launch(handle(kernel.handle), grid, block, shmem, handle(stream), params, size, kernel.name)
+                calls.launch(self._cx, handle(kernel.handle), grid, block, shmem, handle(stream), params, size,
+                             kernel.name)
             else:
-                self.gpu_time.launch(turn, s, lambda: calls.launch(handle(kernel.handle), grid, block, shmem,
-                                                                   handle(stream), params, size, kernel.name),
+                self.gpu_time.launch(turn, s, lambda: calls.launch(self._cx, handle(kernel.handle), grid, block,
+                                                                   shmem, handle(stream), params, size, kernel.name),
                                      self.wait_scope)
             return
         arg_buf = ctypes.create_string_buffer(bytes(params[:size]), max(size, 1))
@@ -725,7 +744,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         if calls is not None:
             offsets = [off for off, _ in kernel.params]
             self.gpu_time.launch(self.turn, self._stream(stream), lambda: calls.launch_coop(
-                handle(kernel.handle), grid, block, shmem, handle(stream), params, offsets, kernel.name),
+                self._cx, handle(kernel.handle), grid, block, shmem, handle(stream), params, offsets, kernel.name),
                 self.wait_scope)
             return
         arg_buf = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
@@ -741,12 +760,12 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         methods' bookkeeping around it: an event record's clock anchor is taken in order (a new anchor, a driver call
         of its own, first runs the ops before it), its event marked recorded once it ran. While the device is shared
         each launch is timed (cuda_turns.py) and the ops go one call each, as without the compiled calls."""
-        self._here()                               # (a run the loop took: the context current there too)
         calls = self.calls
         turn = self.turn
         if calls is None or not calls.runs or (turn is not None and turn.shared) or self.gpu_time.timed:
+            self._here()                           # (a run the loop took: the context current there too)
             return super().run_fast(ops)
-        run = calls.run()
+        run = calls.run(self._cx)
         base = 0                                   # ops before the run being packed: already ran
         recorded: list[tuple[int, _Event, Any]] = []   # (index, event, anchor) of the records in the run
 
@@ -778,6 +797,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
                         done, exc = flush()            # the new anchor goes on the stream after the ops before it
                         if exc is not None:
                             return done, exc
+                    self._here()                       # cuda-python's calls (the run's own set the context)
                     anchor = self.clock.before_record(self._stream(stream))
                 run.event_record(handle(event.handle), handle(stream))
                 recorded.append((i, event, anchor))
@@ -795,6 +815,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
                 if exc is not None:
                     return done, exc
                 try:
+                    self._here()
                     getattr(self, method)(*a)
                 except Exception as exc:  # noqa: BLE001 - op i's failure (base.run_fast's contract)
                     return i, exc
@@ -849,6 +870,9 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         return True
 
     def stream_wait_event(self, stream: Any, event: _Event, flags: int) -> None:
+        if self.calls is not None:
+            self.calls.stream_wait(self._cx, handle(stream), handle(event.handle), flags)
+            return
         check(self.drv.cuStreamWaitEvent(self._stream(stream), event.handle, flags), "cuStreamWaitEvent")
 
     def event_create(self, flags: int) -> _Event:
@@ -860,7 +884,10 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
     def event_record(self, event: _Event, stream: Any) -> None:
         s = self._stream(stream)
         anchor = None if event.flags & EVENT_DISABLE_TIMING else self.clock.before_record(s)
-        check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
+        if self.calls is not None:
+            self.calls.event_record(self._cx, handle(event.handle), handle(stream))
+        else:
+            check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
         event.recorded = True
         event.anchor = anchor
 
@@ -965,6 +992,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         except Exception as exc:  # noqa: BLE001 - close must not raise
             log.warning("device %d: cuCtxDestroy failed: %s", self.ordinal, exc)
         self.ctx = None
+        self._cx = 0
 
     def reset(self) -> None:
         # A context that took a sticky fault is unusable: replace it (destroying it frees all it held). Nothing of
@@ -973,6 +1001,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         self._teardown()
         self.staging = self._new_staging()
         self.ctx = self._new_context()
+        self._cx = handle(self.ctx)
 
     def close(self) -> None:
         self._teardown()

@@ -3,16 +3,20 @@ with cffi's ABI mode.
 
 Runs of fast ops (DeviceContext.run_fast: launches, memsets, event records, stream waits, host-to-device and
 device-to-device copies, as the frame path hands them over) go to the driver in one call (`Run`, pv_dc_run): Python
-packs one record per op and C makes the calls, stopping at the first that fails. One op at a time, the compiled call
-is taken where it saves the Python path's own work: launches (cuda-python needs a ctypes parameter block per launch),
-cooperative launches, and copies between daemon memory and the device (a NumPy view of the host buffer per copy).
-Where the Python path is a single bindings call with integer arguments (a memset, an event record, a stream wait, a
-device-to-device copy), cuda-bindings' Cython call costs less than a cffi call (on the chain, above the driver's own
-1.46 µs: 0.37 µs against 0.71 µs in ABI mode and 0.55 µs in API mode; bench/README.md, "The cuda backend's fast ops
-from compiled code"), so those stay on cuda-python when they come alone. ABI mode over a plain C library needs no
-Python headers and no compiler where the daemon runs, the library is built by the top-level CMake with the client
-libraries (and carried prebuilt in the GPU bundle); API mode measured 0.16 µs a call faster, which is less than what a
-run saves and would tie the library to one Python version.
+packs one record per op and C makes the calls, stopping at the first that fails. One op at a time, every fast op is
+a compiled call too (launches, cooperative launches, memsets, event records, stream waits, copies): one way of calling
+per daemon. Until GPU run 3 a lone memset, event record, stream wait or device-to-device copy stayed on cuda-python,
+whose Cython call costs less than a cffi call (on the chain, above the driver's own 1.46 µs: 0.37 µs against 0.71 µs
+in ABI mode; bench/README.md, "The cuda backend's fast ops from compiled code"); on the H100 (run 3) the two columns
+of those ops ran that same cuda-python call and still differed by up to 24%, so the 0.34 µs is below what the GPU
+figures can tell, while two ways per op were two places to keep right. Every compiled call runs with the session's
+context current on its thread: cuCtxGetCurrent each call, and where another context (or none) is current,
+cuCtxSetCurrent before the call and the one found put back after it (pv_drvcall.h), so no thread change (a run the
+event loop takes, a worker pool) can send an op to the wrong context or none (CUDA_ERROR_INVALID_CONTEXT), and the
+thread is left as it was for cuda-python's calls. ABI mode over a plain C library needs no Python headers and no
+compiler where the daemon runs, the library is built by the top-level CMake with the client libraries (and carried
+prebuilt in the GPU bundle); API mode measured 0.16 µs a call faster, which is less than what a run saves and would
+tie the library to one Python version.
 
 The library is handed the driver's entry points once, from cuda_driver's cuGetProcAddress lookup, in the ABI
 cuda-bindings calls for each name (driver_abis: cuMemcpyHtoDAsync -> _v2), so it calls exactly what the loaded driver
@@ -110,35 +114,58 @@ class DriverCalls:
         return cls(ffi, lib, ffi.gc(table, lib.pv_dc_driver_free), to_error, path), \
             f"fast ops through compiled calls ({path})"
 
-    def run(self) -> "Run":
-        return Run(self)
+    def run(self, ctx: int) -> "Run":
+        return Run(self, ctx)
 
     # ------------------------------------------------------------------ one op each (handles: handle())
-    def launch(self, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
+    # `ctx` (handle(CUcontext)) is current on the calling thread while the call runs (set and put back where it is
+    # not: pv_drvcall.h).
+    def launch(self, ctx: int, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
                params: bytes | memoryview, size: int, name: str) -> None:
-        err = self.lib.pv_dc_launch(self.table, func, *grid, *block, shmem, stream, self.ffi.from_buffer(params), size)
+        err = self.lib.pv_dc_launch(self.table, ctx, func, *grid, *block, shmem, stream, self.ffi.from_buffer(params),
+                                    size)
         if err:
             raise self.to_error(err, f"cuLaunchKernel({name})")
 
-    def launch_coop(self, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
+    def launch_coop(self, ctx: int, func: int, grid: Sequence[int], block: Sequence[int], shmem: int, stream: int,
                     params: bytes | memoryview, offsets: Sequence[int], name: str) -> None:
         ffi = self.ffi
-        err = self.lib.pv_dc_launch_coop(self.table, func, *grid, *block, shmem, stream, ffi.from_buffer(params),
+        err = self.lib.pv_dc_launch_coop(self.table, ctx, func, *grid, *block, shmem, stream, ffi.from_buffer(params),
                                          ffi.new("uint32_t[]", list(offsets)), len(offsets))
         if err:
             raise self.to_error(err, f"cuLaunchCooperativeKernel({name})")
 
-    def htod(self, dst: int, data: bytes | memoryview, stream: int) -> None:
+    def memset(self, ctx: int, kind: str, dst: int, pitch: int, value: int, width: int, height: int,
+               stream: int) -> None:
+        err = self.lib.pv_dc_memset(self.table, ctx, self.kind[kind], dst, pitch, value, width, height, stream)
+        if err:
+            raise self.to_error(err, CALLED_BY_KIND[kind])
+
+    def event_record(self, ctx: int, event: int, stream: int) -> None:
+        err = self.lib.pv_dc_event_record(self.table, ctx, event, stream)
+        if err:
+            raise self.to_error(err, "cuEventRecord")
+
+    def stream_wait(self, ctx: int, stream: int, event: int, flags: int) -> None:
+        err = self.lib.pv_dc_stream_wait(self.table, ctx, stream, event, flags)
+        if err:
+            raise self.to_error(err, "cuStreamWaitEvent")
+
+    def htod(self, ctx: int, dst: int, data: bytes | memoryview, stream: int) -> None:
         buf = self.ffi.from_buffer(data)
-        err = self.lib.pv_dc_htod(self.table, dst, buf, len(buf), stream)
+        err = self.lib.pv_dc_htod(self.table, ctx, dst, buf, len(buf), stream)
         if err:
             raise self.to_error(err, "cuMemcpyHtoDAsync")
 
-    def dtoh(self, dst_addr: int, src: int, size: int, stream: int) -> None:
-        err = self.lib.pv_dc_dtoh(self.table, dst_addr, src, size, stream)
+    def dtoh(self, ctx: int, dst_addr: int, src: int, size: int, stream: int) -> None:
+        err = self.lib.pv_dc_dtoh(self.table, ctx, dst_addr, src, size, stream)
         if err:
             raise self.to_error(err, "cuMemcpyDtoHAsync")
 
+    def dtod(self, ctx: int, dst: int, src: int, size: int, stream: int) -> None:
+        err = self.lib.pv_dc_dtod(self.table, ctx, dst, src, size, stream)
+        if err:
+            raise self.to_error(err, "cuMemcpyDtoDAsync")
 
 
 def _layout_matches(ffi: Any) -> bool:
@@ -155,8 +182,9 @@ class Run:
     """Ops packed as pv_dc_op records for one pv_dc_run call; the Python buffers they point into are kept alive until
     it ran. `run()` → (ops that ran, the CudaError of the one that failed or None); the run is then empty again."""
 
-    def __init__(self, calls: DriverCalls) -> None:
+    def __init__(self, calls: DriverCalls, ctx: int) -> None:
         self.calls = calls
+        self.ctx = ctx                    # made current (where it is not) before the run's first op
         self.records = bytearray()
         self.whats: list[str] = []        # each op's name in an error message, as the per-op call gives it
         self.keep: list[Any] = []
@@ -204,9 +232,9 @@ class Run:
         calls = self.calls
         ffi = calls.ffi
         failed = ffi.new("size_t *")
-        err = calls.lib.pv_dc_run(calls.table, ffi.from_buffer("pv_dc_op[]", self.records), n, failed)
+        err = calls.lib.pv_dc_run(calls.table, self.ctx, ffi.from_buffer("pv_dc_op[]", self.records), n, failed)
         k = int(failed[0])
-        exc = calls.to_error(err, self.whats[k]) if err else None
+        exc = calls.to_error(err, self.whats[k] if k < n else "cuCtxSetCurrent") if err else None
         self.records = bytearray()
         self.whats = []
         self.keep = []

@@ -27,7 +27,7 @@ log = logging.getLogger("pyvgpu.daemon")
 ENTRY_POINTS = (
     "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceTotalMem",
     "cuDeviceGetAttribute", "cuDeviceGetUuid", "cuDeviceGetPCIBusId", "cuDeviceCanAccessPeer",
-    "cuCtxCreate", "cuCtxDestroy", "cuCtxSetCurrent", "cuCtxSynchronize", "cuCtxSetLimit", "cuCtxGetLimit",
+    "cuCtxCreate", "cuCtxDestroy", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxSynchronize", "cuCtxSetLimit", "cuCtxGetLimit",
     "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess",
     "cuMemGetInfo", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync",
     "cuMemcpy2DAsync", "cuMemcpy3DAsync", "cuMemcpyPeerAsync", "cuMemsetD8Async", "cuMemsetD2D8Async",
@@ -115,10 +115,13 @@ class DriverEntryPoints:
 
     @classmethod
     def probe(cls, drv: Any, lookup: Lookup | None = None) -> "DriverEntryPoints":
+        """`lookup`: the driver's cuGetProcAddress (proc_lookup() for the libcuda.so.1 the bindings loaded); None
+        for a driver object that is not that library (a test's fake): no entry points, so nothing compiled calls
+        the process's real driver with the fake's handles (GPU run 3: CUDA_ERROR_INVALID_CONTEXT)."""
         err, version = drv.cuDriverGetVersion()
         if int(err) != 0:
             raise RuntimeError(f"cuDriverGetVersion failed: {getattr(err, 'name', err)}")
-        self = cls(int(version), lookup if lookup is not None else proc_lookup(), forwards=pyvgpu_driver())
+        self = cls(int(version), lookup, forwards=lookup is not None and pyvgpu_driver())
         if self.lookup is None:
             log.warning("the driver (%s) has no cuGetProcAddress: assuming it has every entry point",
                         version_text(self.version))

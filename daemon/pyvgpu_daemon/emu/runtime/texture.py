@@ -4,18 +4,22 @@ The sampling follows the CUDA C++ Programming Guide, appendix "Texture Fetching"
 ([0, N)) or normalized ([0, 1) scaled by N); addressing clamp, wrap, mirror or border (wrap and mirror only with
 normalized coordinates; CUDA falls back to clamp otherwise); point filtering takes texel floor(x); linear filtering
 takes x_B = x - 0.5, i = floor(x_B), alpha = frac(x_B) held in 9-bit fixed point (8 fraction bits, rounded to
-nearest, a tie up), and blends T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended). Each
-texel's weight, the product of its dimensions' alpha or 1 - alpha, is itself held in 9-bit fixed point, rounded to
-nearest, in 2D and 3D, as the GPU does: a real H200 gave (27 T00 + 6 T10 + 180 T01 + 43 T11) / 256 for alpha 49/256,
-beta 223/256 (real-GPU run 1, tests/cuda/api_texture.cu), not the separable blend. A product exactly halfway between
-two 1/256 steps rounds up when an even number of its factors are 1 - alpha and down when the number is odd: in 2D
-that is w11 = round(alpha beta) with the others by difference (w10 = alpha - w11, w01 = beta - w11, w00 = 1 - alpha
-- beta + w11), so the four weights always sum to 1. That rule gives exactly what two H100 runs gave on
-tools/gpu_probes/diff_kernels.cu's single-texel textures (the count and first 20 of each run's 2048 tex_2d and 2560
-tex_3d differences, against two older rules) and api_texture's 5.70707 (a fetch whose four weights were all ties).
-In 3D those grids only have alphas in 1/16 steps, where it equals the inclusion-exclusion form and rounding in two
-stages (two factors, then the third); tex_3d_fine (alphas in 1/256 steps: 2000-4400 of its 16384 results tell any
-two of these apart) decides on the next GPU run: the 3D rule is unconfirmed until then.
+nearest, a tie up), and blends T[i] and T[i+1] per dimension (trilinear in 3D; layers are never blended).
+What the Guide leaves out is taken from real GPUs (tools/gpu_probes/diff_kernels.cu; its recorded H100 results are
+replayed by tests/emu/test_emu_diff_kernels.py, from tests/differential/gpu_textures_run3.npz):
+- A normalized coordinate is held in fixed point with 21 fraction bits (rounded toward -inf) before it is scaled by
+  N; under linear filtering wrap and mirror then act on the texel indices i and i + 1, not on the coordinate, so a
+  mirrored fetch's alpha is the unmirrored one's (this decides a tie's rounding below). Run 3's tex_2d_coords:
+  float64 coordinates wrapped first gave 8 of 16384 results the H100 did not.
+- Clamp addressing under linear filtering clamps the coordinate to [0.5, N - 0.5] (alpha 0 at the edges), not only
+  the texel indices: invisible in 1D and 2D, where the weights of two texels clamped together sum to their pair's
+  weight, but not in 3D (run 3: api_texture's 3D fetches, 40 recorded H100 results). tld4 is left as it was.
+- Each texel's weight is held in 9-bit fixed point too, rounded to nearest per product, with factors f = alpha or
+  1 - alpha per dimension in 1/256 units: in 2D w = round(fx fy), a tie up when x and y are both alpha or both
+  1 - alpha (so w11 = round(alpha beta) and the other three are its differences, summing to 1); in 3D in two stages,
+  v = round(fx fz) with a tie up when fx is alpha, then w = round(v fy) with a tie as in 2D. Runs 1-3 (an H200, two
+  H100s): api_texture's (27 T00 + 6 T10 + 180 T01 + 43 T11) / 256, every tex_2d and tex_3d result, and run 3's
+  tex_3d_fine (alphas in 1/256 steps, where five other 3D rules each miss hundreds to thousands of 16384 results).
 Read modes: element type, or normalized float for 8/16-bit integers (unsigned to [0, 1], signed to [-1, 1]). Border
 addressing returns the border color for texels outside (for integer results, its value converted). A 1D texture over
 linear memory is fetched by integer index (tex1Dfetch): no filtering, 0 outside. tld4 (tex2Dgather) returns one
@@ -125,16 +129,22 @@ def _address(i: np.ndarray, n: int, mode: int) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(i, 0, n - 1), (inside if mode == BORDER else np.ones(i.shape, bool))
 
 
-def _coord(x: np.ndarray, n: int, sampler: Sampler, mode: int) -> np.ndarray:
-    """A coordinate in texel units (float64), wrap/mirror applied on the normalized coordinate."""
+NORM_FRACTION_BITS = 21           # a normalized coordinate's fixed point (real-GPU run 3, tex_2d_coords)
+
+
+def _coord(x: np.ndarray, n: int, sampler: Sampler, mode: int, linear: bool) -> np.ndarray:
+    """A coordinate in texel units (float64). Normalized: held in fixed point (NORM_FRACTION_BITS, toward -inf),
+    then scaled by n; point filtering wraps or mirrors the coordinate, linear filtering leaves that to the texel
+    indices (_address) and only moves the coordinate by whole periods, so huge coordinates stay exact."""
     x = x.astype(np.float64)
     if sampler.normalized:
-        if mode == WRAP:
-            x = x - np.floor(x)
-        elif mode == MIRROR:
-            t = np.floor(x)
-            f = x - t
-            x = np.where(np.mod(t, 2) == 0, f, 1.0 - f)
+        x = np.floor(x * 2.0 ** NORM_FRACTION_BITS) / 2.0 ** NORM_FRACTION_BITS
+        if mode in (WRAP, MIRROR):
+            period = 1.0 if mode == WRAP else 2.0
+            t = x - np.floor(x / period) * period                  # exact: a whole number of periods
+            if not linear and mode == MIRROR:
+                t = np.where(t < 1.0, t, 2.0 - t)
+            x = t
         x = x * n
     return x
 
@@ -157,13 +167,11 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
     dims = 1 if tex.height == 0 else (2 if tex.depth == 0 or tex.layered else 3)
     sizes = [tex.width, max(tex.height, 1), max(tex.depth, 1)][:dims]
     modes = [s.address[k] if s.normalized or s.address[k] in (CLAMP, BORDER) else CLAMP for k in range(dims)]
-    xs = [_coord(np.asarray(coords[k]), sizes[k], s, modes[k]) for k in range(dims)]
+    linear = (s.filter == LINEAR and float_result) or gather is not None
+    xs = [_coord(np.asarray(coords[k]), sizes[k], s, modes[k], linear) for k in range(dims)]
     sl = np.zeros(lanes, np.int64)
     if tex.layered:
         sl = np.clip(np.asarray(layer).astype(np.int64), 0, max(tex.depth, 1) - 1)
-    linear = s.filter == LINEAR and float_result
-    if gather is not None:
-        linear = True
     border = np.array(s.border, np.float64)
     if not linear:
         idx, inside = [], np.ones(lanes, bool)
@@ -174,27 +182,28 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
         v = _gather_texels(texels, idx, sl, dims)
         out = _components(v, f, s, float_result)
         return [np.where(inside, o, _border_value(border[c], o.dtype)) for c, o in enumerate(out)]
-    # linear filtering: weights in 9-bit fixed point (8 fraction bits), as the hardware keeps them
-    base, frac = [], []
+    # linear filtering: alphas and weights in 9-bit fixed point (integers in 1/256 units), as the hardware keeps them
+    base, alpha = [], []
     for k in range(dims):
-        xb = xs[k] - 0.5
+        # clamp: the coordinate (gathers keep their footprint: no GPU data on them)
+        x = np.clip(xs[k], 0.5, sizes[k] - 0.5) if modes[k] == CLAMP and gather is None else xs[k]
+        xb = x - 0.5
         i0 = np.floor(xb)
         base.append(i0.astype(np.int64))
-        frac.append(_fixed9(xb - i0))
+        a = np.floor((xb - i0) * 256.0 + 0.5)
+        alpha.append(np.where(np.isfinite(a), a, 0).astype(np.int64))
     corners = [[]]
     for k in range(dims):
         corners = [c + [b] for c in corners for b in (0, 1)]
     acc = [np.zeros(lanes, np.float64) for _ in range(4)]
     picked = []
     for c in corners:
-        idx, inside, w = [], np.ones(lanes, bool), np.ones(lanes, np.float64)
+        idx, inside = [], np.ones(lanes, bool)
         for k in range(dims):
             i, ok = _address(base[k] + c[k], sizes[k], modes[k])
             idx.append(i)
             inside &= ok
-            w = w * (frac[k] if c[k] else 1.0 - frac[k])
-        if dims > 1:
-            w = _fixed9(w, ties_up=(dims - sum(c)) % 2 == 0)     # the number of 1 - alpha factors
+        w = _weight([alpha[k] if c[k] else 256 - alpha[k] for k in range(dims)], c) / 256.0
         vals = _components(_gather_texels(texels, idx, sl, dims), f, s, True)
         vals = [np.where(inside, v.astype(np.float64), border[ch]) for ch, v in enumerate(vals)]
         picked.append(vals)
@@ -208,9 +217,21 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
     return [a.astype(np.float32) for a in acc]
 
 
-def _fixed9(w: np.ndarray, ties_up: bool = True) -> np.ndarray:
-    """A weight in [0, 1] held in 9-bit fixed point with 8 fraction bits, rounded to nearest (ties up or down)."""
-    return (np.floor(w * 256.0 + 0.5) if ties_up else np.ceil(w * 256.0 - 0.5)) / 256.0
+def _round256(p: np.ndarray, tie_up: bool) -> np.ndarray:
+    """p / 256 to the nearest integer, a tie up or down."""
+    q, r = np.divmod(p, 256)
+    return q + (r > 128) + ((r == 128) & tie_up)
+
+
+def _weight(f: list[np.ndarray], upper: list[int]) -> np.ndarray:
+    """A texel's weight in 1/256 units from its factors f (alpha or 1 - alpha per dimension, in 1/256 units; upper:
+    which are alpha), rounded as the GPU does (module docstring): 2D one rounding, 3D (x z) then y."""
+    if len(f) == 1:
+        return f[0]
+    if len(f) == 2:
+        return _round256(f[0] * f[1], upper[0] == upper[1])
+    v = _round256(f[0] * f[2], upper[0] == 1)
+    return _round256(v * f[1], upper[0] == upper[1])
 
 
 def _gather_texels(texels: np.ndarray, idx: list[np.ndarray], sl: np.ndarray, dims: int) -> np.ndarray:
