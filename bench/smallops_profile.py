@@ -8,8 +8,8 @@ N 4-byte memsets, N event records, each then a sync; `step N`: a framework's ste
 and a stream wait after every second one) `--runs` times, twice:
 
 * under cProfile (`python -m cProfile -m pyvgpu_daemon`): each function's own time is put in one of the CATEGORIES
-  below by where it lives, as a share of all the daemon's profiled time and in µs per op (cProfile's overhead
-  included: read the shares, not the absolute figures);
+  below by where it lives (a built-in's, by where its callers live), as a share of the frame path's profiled time
+  and in µs per op (cProfile's overhead included: read the shares, not the absolute figures);
 * under `perf record -p` (no cProfile): the daemon's CPU samples by library (the interpreter, libpvframe, uvloop,
   NumPy, libc, the kernel: the socket reads and wake-ups), so the part no Python profile sees is measured too.
 Needs `perf` allowed to attach (root, or perf_event_paranoid <= 1) for the second part; --no-perf skips it.
@@ -38,7 +38,8 @@ from remoting_bench import build, run_lines  # noqa: E402
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("emulator (backends/emu.py, emu/)", ("/emu/", "backends/emu.py", "backends/base.py:")),
     ("C decode and argument lists (framepath.scan)", ("framepath.py",)),
-    ("checks and conversion (fastrun, preparers, handles)", ("fastrun.py", "handlers/", "session.py")),
+    ("checks and conversion (fastrun, preparers, handles)", ("fastrun.py", "handlers/", "session.py",
+                                                             "<string>:")),    # registry.DECODED's lambdas
     ("loop decision (fastpath)", ("fastpath.py",)),
     ("accounting (scheduler lane, figures, event times)", ("scheduler.py", "event_times.py")),
     ("frames and connection (connection, stream, link)", ("connection.py", "stream.py", "link.py", "wire.py")),
@@ -97,16 +98,30 @@ def python_profile(cuda: Path, work: Path, mode: str, iters: int, runs: int) -> 
         stop(d)
     stats = pstats.Stats(str(out)).stats          # (file, line, function) -> (cc, nc, tottime, cumtime, callers)
     own: dict[str, float] = {}
-    for (file, _, func), v in stats.items():
+    others: list[tuple[float, str]] = []
+
+    def category(file: str, func: str) -> str:
         where = f"{file}:{func}"
-        cat = next((c for c, frags in (*CATEGORIES, EXCLUDED) if any(f in where for f in frags)), OTHER)
+        return next((c for c, frags in (*CATEGORIES, EXCLUDED) if any(f in where for f in frags)), OTHER)
+    for (file, _, func), v in stats.items():
+        if file == "~" and v[4]:          # a built-in (getattr, len, dict.get, NumPy's C): its callers' time
+            for (cfile, _, cfunc), cv in v[4].items():
+                cat = category(cfile, cfunc)
+                own[cat] = own.get(cat, 0.0) + cv[2]
+                if cat == OTHER:
+                    others.append((cv[2], f"{func} in {Path(cfile).name}:{cfunc}"))
+            continue
+        cat = category(file, func)
         own[cat] = own.get(cat, 0.0) + v[2]
+        if cat == OTHER:
+            others.append((v[2], f"{Path(file).name}:{func}"))
     nops = (runs + 1) * ops_of(mode, iters)     # the warm-up run's ops too (small next to the runs)
     total = sum(t for c, t in own.items() if c not in (OTHER, EXCLUDED[0]))
     return {"ops": nops, "frame_path_s": total,
             "by_category": {c: {"share": t / total if c not in (OTHER, EXCLUDED[0]) else None,
                                 "us_per_op": t / nops * 1e6}
-                            for c, t in sorted(own.items(), key=lambda kv: -kv[1])}}
+                            for c, t in sorted(own.items(), key=lambda kv: -kv[1])},
+            "top_other": [f"{t / nops * 1e6:.2f} µs/op {name}" for t, name in sorted(others, reverse=True)[:8]]}
 
 
 def c_profile(cuda: Path, work: Path, mode: str, iters: int, runs: int) -> dict:
@@ -169,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     for c, v in res["python"]["by_category"].items():
         share = f"{v['share']:.0%}" if v["share"] is not None else "(not in the shares)"
         print(f"| {c} | {share} | {v['us_per_op']:.2f} |")
+    print("largest in other: " + "; ".join(res["python"]["top_other"]))
     if "c" in res:
         print("| the daemon's CPU by library (perf) | share | µs per op |\n|---|---:|---:|")
         for c, v in res["c"]["by_library"].items():
