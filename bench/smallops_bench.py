@@ -15,8 +15,8 @@ medians (rates) and percentiles (latencies) over all rounds. Client: bench/cuda/
   4 bytes, cudaEventRecord, against the same number of 48-byte raw frames and one ping;
 * a framework's step: `--step` tiny launches with an event record and a stream wait after every second one,
   retired per second, as a fraction of the launch-only rate of the same daemon;
-* the daemon's CPU time per op (/proc/PID/stat over the fire-and-forget runs, every op sent counted), and the
-  frames the compiled path took (STATUS "frame_path").
+* the daemon's CPU time per op (/proc/PID/stat over the fire-and-forget runs, launches, memsets, event records and
+  the step's, every op sent counted), and the frames the compiled path took (STATUS "frame_path").
 """
 from __future__ import annotations
 
@@ -106,13 +106,13 @@ def measure(cuda: Path, raw_bin: Path, daemons: dict, raw_port: int, opts) -> di
         pid = daemons[who].proc.pid
         c0 = cpu_seconds(pid)
         out = pv(who, "launch", opts.iters)
-        c1 = cpu_seconds(pid)
-        cpu[who].append((c1 - c0) / (3 * opts.iters))
         for k in ("kernel", "memset4", "event"):
             enq, sync = out[k]
             ff[who][k].append(opts.iters / ((enq + sync) / 1e9))
         enq, sync = pv(who, "step", opts.step)["step"]
         ff[who]["step"].append(opts.step / ((enq + sync) / 1e9))
+        # over both fire-and-forget runs: /proc's clock ticks (10 ms) are a few % of their CPU, not a quarter
+        cpu[who].append((cpu_seconds(pid) - c0) / (3 * opts.iters + 2 * opts.step))
 
     order = [*paths, "raw"]
     for r in range(opts.rounds):

@@ -279,6 +279,7 @@ def handles(pair: Pair) -> dict[int, dict[str, int]]:
     """The pointers and handles framework_session's set-up gets (the same on both daemons: checked)."""
     got = []
     for d in (pair.on, pair.off):
+        alone(d.port)
         s = socket.create_connection(("127.0.0.1", d.port), timeout=20)
         with s:
             wire.parse_server_hello(wire.recv_header(s))
@@ -382,6 +383,7 @@ def made(port: int, devs: tuple[int, ...]) -> dict[str, int]:
     dev = devs[0]
     names = {50: "p2", 51: "e2", 52: "s2", 53: "put2", 55: "e3", 56: "p3"}
     got: dict[str, int] = {}
+    alone(port)
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
     with s:
         wire.parse_server_hello(wire.recv_header(s))
