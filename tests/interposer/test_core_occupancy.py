@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
-import pytest
 
 from harness import ROOT
 
@@ -46,14 +44,6 @@ int main(void) {
     return 0;
 }
 """
-
-
-@pytest.fixture(scope="module")
-def gen_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gen")
-    subprocess.run([sys.executable, str(ROOT / "tools" / "gen_protocol_c.py"), str(out)], check=True,
-                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
-    return out
 
 
 def test_h100_occupancy_answers_as_its_driver(vcudart, gen_dir, tmp_path):

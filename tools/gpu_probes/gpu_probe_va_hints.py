@@ -11,9 +11,13 @@ least 64 MiB (cuda_vmm.MIN_RESERVE) and maps allocations inside them. This probe
   hints     64 MiB at hints from 1 to 120 TiB (17/18, 49/50 TiB: windows 1 and 2's places)
   sizes     2 MiB .. 1 GiB at 17 TiB, in the primary context: from which size on a hint is honoured
   created   the same two sizes the daemon used (2 and 64 MiB) at 17 TiB with a context of cuCtxCreate current, as
-            each session of the daemon has
+            each session of the daemon has, then again with 64 MiB of host memory registered (cuMemHostRegister,
+            as the daemon's staging of replies: backends/cuda_staging.py)
   slab      the backend's way: 64 MiB reserved at 17 TiB, two granules created and mapped inside it (at +0 and
             +4 MiB), made read-write, written with cuMemsetD32 and read back
+  backend   the cuda backend's own code (cuda_vmm.WindowMemory through cuda-python, as the daemon runs it) allocating
+            300 B, 3 MiB and 64 MiB for window 1 in the primary context: which window place holds each (0: 16 TiB
+            above the window's address), and what it logged
   meminfo   free memory (cuMemGetInfo) before and after cuMemCreate of 64 MiB, its release, cuMemAlloc of 64 MiB
             and its free, three times: how much each moves it on this GPU, shared with whatever else runs
 It passes when it could ask; what it found is its last line and va_hints.json.
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
+import mmap
 import os
 import sys
 from pathlib import Path
@@ -66,6 +72,8 @@ def declare(cu: ctypes.CDLL) -> None:
     cu.cuCtxCreate_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int]
     cu.cuCtxDestroy_v2.argtypes = [ctypes.c_void_p]
     cu.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    cu.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    cu.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
 
 
 def try_hint(cu: ctypes.CDLL, hint: int, size: int) -> dict:
@@ -119,6 +127,42 @@ def slab(cu: ctypes.CDLL, dev: int) -> str:
         cu.cuMemAddressFree(base.value, SIZE)
 
 
+def backend_way() -> dict:
+    """cuda_vmm.WindowMemory as the daemon runs it (cuda-python), in this process's primary context."""
+    try:
+        from cuda.bindings import driver as drv
+        from pyvgpu.protocol import VA_WINDOW_BYTES
+        from pyvgpu_daemon.backends.cuda import check
+        from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, window_candidates
+    except ImportError as exc:
+        return {"result": f"not run ({exc})"}
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())     # type: ignore[method-assign]
+    logger = logging.getLogger("pyvgpu.daemon")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    places: list = []
+    try:
+        dev = check(drv.cuDeviceGet(0), "cuDeviceGet")
+        check(drv.cuCtxSetCurrent(check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")),
+              "cuCtxSetCurrent")
+        mem = WindowMemory(drv, 0, VA_WINDOW_BYTES, check)
+        try:
+            for size in (300, 3 * MIB, SIZE):
+                ptr = mem.malloc(size)
+                places.append(next((i for i, base in enumerate(window_candidates(VA_WINDOW_BYTES))
+                                    if base <= ptr and ptr + size <= base + VA_WINDOW_BYTES), f"{ptr:#x}"))
+        finally:
+            mem.release_all()
+    except Exception as exc:  # noqa: BLE001 - what failed is the finding
+        said.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        logger.removeHandler(handler)
+    return {"result": f"places {places}" + (f"; said: {' | '.join(said)[:600]}" if said else ""), "places": places,
+            "said": said}
+
+
 def meminfo(cu: ctypes.CDLL, dev: int) -> list[dict]:
     """Free memory (MiB) moved by cuMemCreate/cuMemRelease and cuMemAlloc/cuMemFree of 64 MiB, three times."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
@@ -167,24 +211,32 @@ def main() -> int:
     created, own = [], ctypes.c_void_p()
     if cu.cuCtxCreate_v2(ctypes.byref(own), 0, dev) == 0:           # a session's context, as the daemon makes
         created = [{**try_hint(cu, AT, mib * MIB), "mib": mib} for mib in (2, 64)]
+        host = mmap.mmap(-1, SIZE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(host))
+        if cu.cuMemHostRegister_v2(addr, SIZE, 0) == 0:
+            created += [{**try_hint(cu, AT, mib * MIB), "mib": mib, "host_registered": True} for mib in (2, 64)]
+            cu.cuMemHostUnregister(addr)
         slab_result = slab(cu, dev.value)
         cu.cuCtxSetCurrent(ctx)
         cu.cuCtxDestroy_v2(own)
     else:
         slab_result = slab(cu, dev.value)
     info = meminfo(cu, dev.value)
+    backend = backend_way()
     out = Path(os.environ.get("PYVGPU_GPU_CHECK_OUT", "."))
     (out / "va_hints.json").write_text(json.dumps({"size": SIZE, "rows": rows, "unhinted": unhinted, "sizes": sizes,
                                                    "created_context": created, "slab": slab_result,
-                                                   "meminfo": info}, indent=1))
+                                                   "backend": backend, "meminfo": info}, indent=1))
     for r in rows:
         print(f"hint {r['hint_tib']:>3} TiB, 64 MiB: error {r['error']}, got {r['got']:#x}"
               f"{' (honoured)' if r['honoured'] else ''}")
     for what, table in (("primary context", sizes), ("created context", created)):
         for r in table:
-            print(f"{what}: {r['mib']:>4} MiB at 17 TiB: error {r['error']}, got {r['got']:#x}"
+            print(f"{what}{', host memory registered' if r.get('host_registered') else ''}: {r['mib']:>4} MiB at "
+                  f"17 TiB: error {r['error']}, got {r['got']:#x}"
                   f"{' (honoured)' if r['honoured'] else ''}")
     print(f"slab (64 MiB at 17 TiB, granules mapped at +0 and +4 MiB): {slab_result}")
+    print(f"backend (cuda_vmm.WindowMemory, 300 B, 3 MiB, 64 MiB for window 1): {backend['result']}")
     for r in info:
         print(f"meminfo (MiB, total {r['total_mib']:.0f}): cuMemCreate 64 MiB {r['create']:+.0f}, cuMemRelease "
               f"{r['release']:+.0f}, cuMemAlloc 64 MiB {r['alloc']:+.0f}, cuMemFree {r['free']:+.0f}; errors "
@@ -193,10 +245,11 @@ def main() -> int:
     no = [str(r["hint_tib"]) for r in rows if not r["honoured"]]
     small = [str(r["mib"]) for r in sizes if r["honoured"]]
     moved = ",".join(f"{r['create']:+.0f}" for r in info)
+    in_ctx = ",".join(f"{r['mib']}{'h' if r.get('host_registered') else ''}" for r in created if r["honoured"])
     print(f"va hints: 64 MiB honoured at {','.join(yes) or 'none'} TiB, not at {','.join(no) or 'none'} TiB; "
           f"unhinted {unhinted:#x}; at 17 TiB honoured for {','.join(small) or 'no'} MiB; created context "
-          f"{','.join(str(r['mib']) for r in created if r['honoured']) or 'none'} MiB; slab {slab_result}; "
-          f"cuMemCreate 64 MiB moved free by {moved} MiB")
+          f"{in_ctx or 'none'} MiB (h: host memory registered); slab {slab_result}; backend's window places "
+          f"{backend.get('places', backend['result'])}; cuMemCreate 64 MiB moved free by {moved} MiB")
     return 0
 
 

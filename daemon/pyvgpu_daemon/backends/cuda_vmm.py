@@ -30,7 +30,7 @@ MIN_RESERVE bytes at the same hint. The program sees its own size; the driver fr
 
 Every mapping is made read-write for this device with cuMemSetAccess; freeing unmaps and releases it. The
 granularity of such mappings is 2 MiB on current GPUs, so small allocations (up to half a granule) are carved out
-of one-granule arenas (256-byte aligned, first fit, neighbours coalesced), and an arena goes back as soon as it is
+of one-granule arenas (512-byte aligned, first fit, neighbours coalesced), and an arena goes back as soon as it is
 empty; larger ones get a mapping of their own, rounded up to the granularity. The session is charged its requested
 bytes (the handlers' quota check), as for cuMemAlloc; what rounding adds is bounded by one granule per large
 allocation and by the live small allocations' arenas (address space costs no device memory).
@@ -63,7 +63,11 @@ def window_candidates(window: int) -> list[int]:
     """The addresses a window (the client's va_base + ordinal * VA_WINDOW_BYTES) may lie at on a GPU, in order."""
     return [window + off for off in CANDIDATE_OFFSETS if window + off + VA_WINDOW_BYTES <= USER_SPACE_END]
 
-ALIGN = 256              # cudaMalloc's alignment
+# Small allocations' alignment: the device's textureAlignment (512 on current GPUs), which a pointer a texture object
+# reads must have (cudaResourceTypeLinear/Pitch2D, cudaErrorInvalidValue otherwise) and which programs take for granted
+# of cudaMalloc's pointers. With 256, api_texture's tex1Dfetch texture over its fifth small allocation failed on an
+# H100 (real-GPU run 3, api_texture.cu's cudaCreateTextureObject over linear memory: cudaErrorInvalidValue).
+ALIGN = 512
 HINT_TRIES = 6           # window addresses tried before the driver's own choice is taken
 SKIP_STEP = 64 << 20     # the first skip past a hint the driver refused (4 times larger after each refusal)
 MIN_RESERVE = 64 << 20   # the smallest range the backend reserves (module docstring: GPU runs 2 and 4)
