@@ -33,5 +33,6 @@ cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kin
                                   size_t *out);
 /* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
 cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value);
+int pv_func_cluster_attr(int attr);   /* a thread block cluster attribute (settable on sm_90 and later) */
 
 #endif

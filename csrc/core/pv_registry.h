@@ -19,6 +19,7 @@ struct pv_kinfo {
      * reset drops the kinfo, so they return to CUDA's defaults as they do with a new context). */
     _Atomic int64_t max_dyn_shared;   /* cudaFuncAttributeMaxDynamicSharedMemorySize */
     _Atomic int64_t carveout;         /* cudaFuncAttributePreferredSharedMemoryCarveout, -1 = default */
+    _Atomic int64_t cluster[5];       /* the cluster attributes 11..15 as set (0: CUDA's default) */
 };
 struct pv_fatbin;
 struct pv_func {
