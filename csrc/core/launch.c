@@ -14,6 +14,22 @@
 #include "pv_launch.h"
 #include "pv_graph.h"
 
+/* The attributes set device-wide on f for d, applied to its kinfo there where they differ (a kinfo made after a
+ * device reset starts from the module-load attributes): as the driver applies a CUkernel's attributes in each new
+ * context where the kernel is used. */
+static cudaError_t apply_kept(struct pv_func *f, struct pv_device *d, struct pv_kinfo *ki)
+{
+    struct pv_func_kept *k = atomic_load(&f->kept);
+    unsigned set = k ? atomic_load(&k->set[d->index]) : 0;
+    cudaError_t err = PV_SUCCESS;
+    int64_t v;
+    if ((set & 1) && (v = atomic_load(&k->max_dyn_shared[d->index])) != atomic_load(&ki->max_dyn_shared))
+        err = pv_func_set_attr(d, ki, PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, (int)v, NULL);
+    if (err == PV_SUCCESS && (set & 2) && (v = atomic_load(&k->carveout[d->index])) != atomic_load(&ki->carveout))
+        err = pv_func_set_attr(d, ki, PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, (int)v, NULL);
+    return err;
+}
+
 cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo **out)
 {
     cudaError_t err = pv_module_ensure(f->fb, d);
@@ -25,7 +41,7 @@ cudaError_t pv_kinfo_get(struct pv_func *f, struct pv_device *d, struct pv_kinfo
         return PV_cudaErrorInvalidDeviceFunction;
     }
     *out = f->dev[d->index];
-    return PV_SUCCESS;
+    return apply_kept(f, d, *out);
 }
 
 static int config_ok(const struct pv_device *d, dim3 grid, dim3 block)
@@ -167,7 +183,8 @@ int64_t pv_smem_optin(const struct pv_device *d)
 /* Shared memory as CUDA's occupancy calculator (cuda_occupancy.h) accounts it: a block is allocated its static and
  * dynamic shared memory plus what the driver reserves per block (cudaDevAttrReservedSharedMemoryPerBlock, from
  * sm_80), in steps of 256 bytes (128 from sm_80), at most the opt-in limit plus the reserve. The SM's share is the
- * function's carveout preference (default: all of it); a preference too small for one block gives way to it. */
+ * function's carveout preference (default: all of it) rounded up to a size the SM can be configured to; a preference
+ * too small for one block gives way to it. */
 static size_t smem_step(const struct pv_device *d) { return d->major >= 8 ? 128 : 256; }
 
 static size_t smem_reserved(const struct pv_device *d)
@@ -184,13 +201,46 @@ static size_t smem_alloc(const struct pv_device *d, const struct pv_kinfo *ki, s
     return ((size_t)ki->shared + smem_reserved(d) + dyn + step - 1) / step * step;
 }
 
+/* The shared memory sizes (KiB) an SM of the architecture can be configured to, ascending (cuda_occupancy.h,
+ * cudaOccAlignUpShmemSizeVoltaPlus); 0 entries for an architecture the header does not know. */
+static size_t smem_configs(const struct pv_device *d, const int **kib)
+{
+    static const int turing[] = {32, 64}, volta[] = {0, 8, 16, 32, 64, 96}, ga100[] = {0, 8, 16, 32, 64, 100, 132, 164},
+                     ga10x[] = {0, 8, 16, 32, 64, 100}, big[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
+#define PV_CONFIGS(a) (*kib = (a), sizeof(a) / sizeof((a)[0]))
+    if (d->major == 7)
+        return d->minor == 5 ? PV_CONFIGS(turing) : PV_CONFIGS(volta);
+    if (d->major == 8)
+        return d->minor == 0 || d->minor == 7 ? PV_CONFIGS(ga100) : PV_CONFIGS(ga10x);
+    if (d->major == 9 || ((d->major == 10 || d->major == 11) && (d->minor == 0 || d->minor == 1 || d->minor == 3)))
+        return PV_CONFIGS(big);
+    if (d->major == 12 && (d->minor == 0 || d->minor == 1))
+        return PV_CONFIGS(ga10x);
+#undef PV_CONFIGS
+    return 0;
+}
+
+/* `bytes` rounded up to a size the SM can be configured to, as the driver takes a carveout preference (a hint);
+ * in allocation steps where the architecture is unknown or `bytes` is larger than any. */
+static size_t smem_config_up(const struct pv_device *d, size_t bytes)
+{
+    const int *kib = NULL;
+    size_t n = smem_configs(d, &kib);
+    for (size_t i = 0; i < n; i++)
+        if (bytes <= (size_t)kib[i] * 1024)
+            return (size_t)kib[i] * 1024;
+    size_t step = smem_step(d);
+    return (bytes + step - 1) / step * step;
+}
+
+/* The SM's shared memory the function's carveout preference asks for (default: all of it), as the driver sizes it:
+ * preference percent of it, rounded down to a byte, then up to a configurable size. */
 static size_t smem_preferred(const struct pv_device *d, const struct pv_kinfo *ki)
 {
     int64_t carveout = atomic_load(&ki->carveout);
     if (carveout < 0 || carveout > 100)
-        return d->smem_per_sm;
-    size_t step = smem_step(d);     /* a real driver rounds up to a size its architecture offers: it is a hint */
-    return ((size_t)d->smem_per_sm * (size_t)carveout / 100 + step - 1) / step * step;
+        return smem_config_up(d, d->smem_per_sm);
+    return smem_config_up(d, (size_t)d->smem_per_sm * (size_t)carveout / 100);
 }
 
 int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block, size_t dyn)
@@ -223,38 +273,66 @@ int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block
     return limit > 0 ? limit : 0;
 }
 
-/* cudaOccupancyAvailableDynamicSMemPerBlock / cuOccupancyAvailableDynamicSMemPerBlock: the most dynamic shared
- * memory with which nblocks blocks of `block` threads still fit on an SM, by pv_occupancy's accounting (one more
- * byte and they would not, unless the function's own cudaFuncAttributeMaxDynamicSharedMemorySize caps it first).
- * cudaErrorInvalidValue when nblocks do not fit even without dynamic shared memory. One block may have the whole
- * per-block limit; several share the SM's preferred share evenly, in allocation steps. */
+/* cudaOccupancyAvailableDynamicSMemPerBlock / cuOccupancyAvailableDynamicSMemPerBlock, by the driver's closed form
+ * (cuda_occupancy.h, cudaOccAvailableDynamicSMemPerBlock), not by the occupancy's definition: cudaErrorInvalidValue
+ * when nblocks do not fit even without dynamic shared memory; otherwise one block may have the per-block limit
+ * (opt-in, plus the driver's reserve from sm_80), several share the preferred share of the SM evenly in allocation
+ * steps (a preference of 0 counts as the smallest configurable size), capped at the per-block limit; less the
+ * function's static shared memory but NOT the reserve, capped at the function's maximum dynamic size. So from sm_80
+ * the answer can exceed what nblocks really fit by the reserve: an H100 answered 46592 for 5 blocks of 32 threads
+ * (233472 / 5 in 128-byte steps; real-GPU run 3, api_occupancy natively), where 5 blocks fit with 45568. */
 cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kinfo *ki, int nblocks, int block,
                                   size_t *out)
 {
     if (nblocks <= 0 || pv_occupancy(d, ki, block, 0) < nblocks)
         return PV_cudaErrorInvalidValue;
-    size_t alloc = smem_block_limit(d);
+    size_t limit = smem_block_limit(d), per_sm = limit;
     if (nblocks > 1) {
-        size_t share = smem_preferred(d, ki) / (size_t)nblocks / smem_step(d) * smem_step(d);
-        if (share < alloc)
-            alloc = share;
+        per_sm = smem_preferred(d, ki);
+        if (per_sm == 0)
+            per_sm = smem_config_up(d, 1);
     }
-    size_t fixed = (size_t)ki->shared + smem_reserved(d);   /* <= alloc: nblocks fit with no dynamic memory */
-    size_t dyn = alloc > fixed ? alloc - fixed : 0;
+    size_t avail = per_sm / (size_t)nblocks / smem_step(d) * smem_step(d);
+    if (avail > limit)
+        avail = limit;
+    size_t dyn = avail > (size_t)ki->shared ? avail - (size_t)ki->shared : 0;
     if (dyn > (size_t)ki->max_dyn_shared)
         dyn = (size_t)ki->max_dyn_shared;
     *out = dyn;
     return PV_SUCCESS;
 }
 
-/* cudaFuncSetAttribute / cuFuncSetAttribute: validated here (the dynamic shared memory a block may opt in to, the
- * carveout range; anything else is not settable), recorded in ki, forwarded fire-and-forget. */
 int pv_func_cluster_attr(int attr)
 {
     return attr >= PV_FUNC_ATTR_CLUSTER_FIRST && attr <= PV_FUNC_ATTR_CLUSTER_SCHEDULING_POLICY;
 }
 
-cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value)
+/* Remembers an attribute set device-wide on f for d (struct pv_func_kept). */
+static void keep_attr(struct pv_func *f, struct pv_device *d, int attr, int value)
+{
+    struct pv_func_kept *k = atomic_load(&f->kept);
+    if (!k) {
+        struct pv_func_kept *fresh = calloc(1, sizeof *fresh);
+        if (!fresh) {
+            pv_log("kernel %s: no memory to keep an attribute across a device reset", f->name);
+            return;
+        }
+        if (atomic_compare_exchange_strong(&f->kept, &k, fresh))
+            k = fresh;
+        else
+            free(fresh);                       /* another thread installed one: k is it */
+    }
+    int max_dyn = attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE;
+    atomic_store(max_dyn ? &k->max_dyn_shared[d->index] : &k->carveout[d->index], value);
+    atomic_fetch_or(&k->set[d->index], max_dyn ? 1u : 2u);
+}
+
+/* cudaFuncSetAttribute / cuFuncSetAttribute / cuKernelSetAttribute: validated here (the dynamic shared memory a block
+ * may opt in to, the carveout range, the cluster attributes on sm_90 and later; anything else is not settable),
+ * recorded in ki, forwarded fire-and-forget; with `device_wide` (the kernel's pv_func: the runtime's and
+ * cuKernelSetAttribute's semantics, not cuFuncSetAttribute's per-context one) the shared memory ones also kept for the
+ * device's later contexts. */
+cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value, struct pv_func *device_wide)
 {
     if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
         if (value < 0 || ki->shared + (int64_t)value > pv_smem_optin(d))
@@ -282,7 +360,9 @@ cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr,
     else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT)
         ki->carveout = value;
     else
-        ki->cluster[attr - PV_FUNC_ATTR_CLUSTER_FIRST] = value;
+        ki->cluster[attr - PV_FUNC_ATTR_CLUSTER_FIRST] = value;     /* (not kept across a reset: per context) */
+    if (device_wide && !pv_func_cluster_attr(attr))
+        keep_attr(device_wide, d, attr, value);
     return PV_SUCCESS;
 }
 

@@ -31,8 +31,10 @@ int pv_occupancy(const struct pv_device *d, const struct pv_kinfo *ki, int block
  * (cudaOccupancyAvailableDynamicSMemPerBlock's rules); cudaErrorInvalidValue when nblocks cannot fit at all. */
 cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kinfo *ki, int nblocks, int block,
                                   size_t *out);
-/* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR). */
-cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value);
+/* Sets a function attribute of ki on d (validated, recorded, sent fire-and-forget as FUNC_SET_ATTR); device_wide:
+ * the kernel, to keep it for d's later contexts too (cudaFuncSetAttribute, cuKernelSetAttribute), else NULL. */
+cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value,
+                             struct pv_func *device_wide);
 int pv_func_cluster_attr(int attr);   /* a thread block cluster attribute (settable on sm_90 and later) */
 
 #endif

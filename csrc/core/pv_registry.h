@@ -16,12 +16,20 @@ struct pv_kinfo {
     size_t param_bytes;
     int64_t max_threads, shared, constant, local, regs, ptx, binary;
     /* cudaFuncSetAttribute state of this kernel on this device (start: the module-load attributes; a device
-     * reset drops the kinfo, so they return to CUDA's defaults as they do with a new context). */
+     * reset drops the kinfo, and the values set device-wide (pv_func.kept) are applied again on the next use). */
     _Atomic int64_t max_dyn_shared;   /* cudaFuncAttributeMaxDynamicSharedMemorySize */
     _Atomic int64_t carveout;         /* cudaFuncAttributePreferredSharedMemoryCarveout, -1 = default */
     _Atomic int64_t cluster[5];       /* the cluster attributes 11..15 as set (0: CUDA's default) */
 };
 struct pv_fatbin;
+/* Attributes set device-wide on a kernel (cudaFuncSetAttribute, cuKernelSetAttribute): NVIDIA's runtime sets them on
+ * the CUkernel, which outlives a device reset, so they hold in the next context too (real-GPU run 3: an H100's
+ * cudaFuncGetAttributes after cudaDeviceReset did not report the default 48 KiB). Bit 0 of set[dev]: max_dyn_shared,
+ * bit 1: carveout. */
+struct pv_func_kept {
+    _Atomic unsigned set[PV_MAX_DEVICES];
+    _Atomic int64_t max_dyn_shared[PV_MAX_DEVICES], carveout[PV_MAX_DEVICES];
+};
 struct pv_func {
     uint32_t magic;
     struct pv_fatbin *fb;
@@ -29,6 +37,7 @@ struct pv_func {
     char *name;
     struct pv_kinfo *dev[PV_MAX_DEVICES];
     void *api_handle[PV_MAX_DEVICES];   /* an API library's handle for the kernel on a device (libvcuda's CUfunction) */
+    _Atomic(struct pv_func_kept *) kept; /* NULL until an attribute is set device-wide (most kernels never) */
 };
 struct pv_var {
     struct pv_fatbin *fb;

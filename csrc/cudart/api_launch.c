@@ -2,7 +2,8 @@
  * the checks, packing and sending are the core's launch.c and launch_ex.c),
  * launch configuration (thread-local, answered locally), function attributes and occupancy (computed locally from
  * the module-load attributes and the device snapshot), cudaGetFuncBySymbol (the core's per-device handle, libvcuda's
- * CUfunction), cudaFuncSetAttribute (validated and recorded here, forwarded fire-and-forget as FUNC_SET_ATTR). */
+ * CUfunction), cudaFuncSetAttribute (validated and recorded here, forwarded fire-and-forget as FUNC_SET_ATTR; set
+ * device-wide, as NVIDIA's runtime sets them on the CUkernel: they hold after cudaDeviceReset). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,7 +184,7 @@ PV_API cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
     cudaError_t err = func_info(func, &d, &ki);
     if (err == PV_cudaErrorInvalidDeviceFunction)
         err = PV_cudaErrorInvalidResourceHandle;
-    return pv_ret(err == PV_SUCCESS ? pv_func_set_attr(d, ki, attr, value) : err);
+    return pv_ret(err == PV_SUCCESS ? pv_func_set_attr(d, ki, attr, value, pv_func_of(func)) : err);
 }
 
 /* cudaFuncCachePrefer* is a hint: accepted, as on GPUs where it has no effect. */

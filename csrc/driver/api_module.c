@@ -433,12 +433,18 @@ PV_API CUresult cuKernelGetAttribute(int *v, int attr, CUkernel k, CUdevice dev)
     return get_attr(v, attr, k, dev);
 }
 
+/* dev < 0: cuFuncSetAttribute (the CUfunction's context only); else cuKernelSetAttribute, device-wide: kept for the
+ * device's later contexts (after a reset), as the driver keeps a CUkernel's attributes. */
 static CUresult set_attr(const void *f, int dev, int attr, int value)
 {
     struct pv_device *d;
     struct pv_kinfo *ki;
     CUresult r = kinfo(f, dev, &d, &ki);
-    return r == CUDA_SUCCESS ? drv_result(pv_func_set_attr(d, ki, attr, value)) : r;
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct pv_func_handle *df = dfunc_of(f);
+    struct pv_func *wide = dev < 0 ? NULL : df ? df->f : (struct pv_func *)f;
+    return drv_result(pv_func_set_attr(d, ki, attr, value, wide));
 }
 
 PV_API CUresult cuFuncSetAttribute(CUfunction f, int attr, int value) { return set_attr(f, -1, attr, value); }

@@ -231,41 +231,72 @@ PV_API CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAl
     return r;
 }
 
-/* PYVGPU_FAKE_VA_HINTS (tests, docs/driver.md): "ignore" makes cuMemAddressReserve ignore every address hint,
- * "ignore:LO-HI" the hints in [LO, HI), as NVIDIA's driver 580 ignored hints at 1 TiB on an H100 (GPU runs 2, 3).
- * The daemon then chooses (in this client's own window), so two cuda daemons chained over emulated ones with the
- * same PYVGPU_VA_BASE hand out the same addresses: the collisions the client core must catch (pv_malloc_unique). */
+/* PYVGPU_FAKE_VA_HINTS (tests, docs/driver.md): comma-separated clauses. "ignore" makes cuMemAddressReserve ignore
+ * every address hint, "ignore:LO-HI" the hints in [LO, HI), as NVIDIA's driver 580 ignored hints at 1 TiB on an H100
+ * (GPU runs 2, 3); "below:N" the hints of ranges smaller than N bytes, as the same driver gave the daemon's 2 MiB
+ * ranges none of their hints while it gave 64 MiB ones theirs (GPU run 4). The daemon then chooses (in this
+ * client's own window), so two cuda daemons chained over emulated ones with the same PYVGPU_VA_BASE hand out the
+ * same addresses: the collisions the client core must catch (pv_malloc_unique). */
 static uint64_t ignored_lo, ignored_hi;       /* hints in [lo, hi) are ignored */
+static uint64_t ignored_below;                /* hints of ranges smaller than this are ignored */
 static pthread_once_t ignored_once = PTHREAD_ONCE_INIT;
+
+/* One clause of PYVGPU_FAKE_VA_HINTS, [s, s + n); → whether it was understood. */
+static int read_clause(const char *s, size_t n)
+{
+    char buf[96], *end = NULL;
+    if (n == 0 || n >= sizeof buf)
+        return 0;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (!strcmp(buf, "ignore")) {
+        ignored_lo = 0;
+        ignored_hi = UINT64_MAX;
+        return 1;
+    }
+    if (!strncmp(buf, "ignore:", 7)) {
+        unsigned long long lo = strtoull(buf + 7, &end, 0), hi = 0;
+        if (*end == '-')
+            hi = strtoull(end + 1, &end, 0);
+        if (*end || lo >= hi)
+            return 0;
+        ignored_lo = lo;
+        ignored_hi = hi;
+        return 1;
+    }
+    if (!strncmp(buf, "below:", 6)) {
+        unsigned long long below = strtoull(buf + 6, &end, 0);
+        if (*end || !below)
+            return 0;
+        ignored_below = below;
+        return 1;
+    }
+    return 0;
+}
 
 static void read_ignored(void)
 {
     const char *env = getenv("PYVGPU_FAKE_VA_HINTS");
     if (!env || !*env)
         return;
-    char *end = NULL;
-    if (!strcmp(env, "ignore")) {
-        ignored_hi = UINT64_MAX;
-    } else if (!strncmp(env, "ignore:", 7)) {
-        unsigned long long lo = strtoull(env + 7, &end, 0), hi = 0;
-        if (*end == '-')
-            hi = strtoull(end + 1, &end, 0);
-        if (!*end && lo < hi) {
-            ignored_lo = lo;
-            ignored_hi = hi;
+    for (const char *s = env; *s;) {
+        size_t n = strcspn(s, ",");
+        if (!read_clause(s, n)) {
+            pv_log("PYVGPU_FAKE_VA_HINTS=%s ignored (clauses \"ignore\", \"ignore:LO-HI\", \"below:N\")", env);
+            ignored_lo = ignored_hi = ignored_below = 0;
+            return;
         }
+        s += n + (s[n] == ',');
     }
-    if (ignored_hi)
-        pv_log("PYVGPU_FAKE_VA_HINTS=%s: cuMemAddressReserve ignores hints in [%#llx, %#llx) (a test knob)", env,
-               (unsigned long long)ignored_lo, (unsigned long long)ignored_hi);
-    else
-        pv_log("PYVGPU_FAKE_VA_HINTS=%s ignored (\"ignore\" or \"ignore:LO-HI\")", env);
+    pv_log("PYVGPU_FAKE_VA_HINTS=%s: cuMemAddressReserve ignores hints in [%#llx, %#llx) and of ranges under %llu "
+           "bytes (a test knob)", env, (unsigned long long)ignored_lo, (unsigned long long)ignored_hi,
+           (unsigned long long)ignored_below);
 }
 
-static int hint_ignored(uint64_t addr)
+static int hint_ignored(uint64_t addr, size_t size)
 {
     pthread_once(&ignored_once, read_ignored);
-    return addr >= ignored_lo && addr < ignored_hi;
+    return (addr >= ignored_lo && addr < ignored_hi) || size < ignored_below;
 }
 
 PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
@@ -276,7 +307,7 @@ PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
         return r;
     if (!ptr || !size || flags || (alignment & (alignment - 1)))
         return CUDA_ERROR_INVALID_VALUE;
-    if (addr && hint_ignored(addr))
+    if (addr && hint_ignored(addr, size))
         addr = 0;
     int dev = addr ? window_device(addr) : -1;
     struct pv_ctx *c = dev < 0 ? drv_ctx_top() : NULL;

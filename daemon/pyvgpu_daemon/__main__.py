@@ -214,6 +214,8 @@ def run(opts: DaemonOptions) -> int:
     except ImportError:  # uvloop is a dependency; plain asyncio keeps a broken install usable
         log.warning("uvloop not available; using the default asyncio loop")
         runner = asyncio.Runner()
+    from pyvgpu_daemon.memtune import tune_gc
+    tune_gc()                # set up: what exists now is never garbage (memtune.py)
     try:
         with runner:
             runner.run(run_server(cfg, backend))

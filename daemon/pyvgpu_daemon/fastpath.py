@@ -32,6 +32,7 @@ backend says it is safe, or the worker:
 from __future__ import annotations
 
 import enum
+import operator
 import time
 from typing import Any
 
@@ -48,6 +49,7 @@ OP_HTOD = OP_BY_NAME["MEMCPY_HTOD"].code
 OP_DTOH = OP_BY_NAME["MEMCPY_DTOH"].code
 # Where LAUNCH carries its function, grid, block and dynamic shared memory (from the spec, not restated here).
 _LAUNCH_ARGS = tuple(OP_BY_NAME["LAUNCH"].arg_names.index(n) for n in ("func", "grid", "block", "shmem"))
+launch_args = operator.itemgetter(*_LAUNCH_ARGS)
 _HTOD_DST, _HTOD_STREAM = (OP_BY_NAME["MEMCPY_HTOD"].arg_names.index(n) for n in ("dst", "stream"))
 _DTOH_SRC, _DTOH_SIZE, _DTOH_STREAM = (OP_BY_NAME["MEMCPY_DTOH"].arg_names.index(n) for n in ("src", "size", "stream"))
 LANDING_MIN = FrameStream.DIRECT_MIN      # smaller payloads arrive with their header anyway: copied once, cheaply
@@ -122,7 +124,7 @@ def _range_view(st: DeviceState, ctx: DeviceContext, ptr: Any, size: int, stream
 def _tiny_launch(st: DeviceState, ctx: DeviceContext, args: list[Any]) -> bool:
     """Whether a LAUNCH is one the backend knows to be short whatever its parameters (DeviceContext.tiny_launch);
     anything unusual (an unknown function, a malformed argument) goes to the worker, which reports it."""
-    fn, grid, block, shmem = (args[i] for i in _LAUNCH_ARGS)
+    fn, grid, block, shmem = launch_args(args)
     if type(fn) is not int or type(shmem) is not int or st.sticky:
         return False
     found = st.functions.get(fn)
@@ -172,15 +174,30 @@ def run_on_loop(session: Session, st: DeviceState, backend: Backend, spec: OpSpe
 
 def run_group_on_loop(session: Session, st: DeviceState, backend: Backend, group: list[Any], nbytes: int) -> bool:
     """A run of FAST ops of one device (fastrun.RunOp) run here and now when the worker is idle and every op of it
-    may run on the loop (as `run_on_loop` decides for one op), accounted to the lane as one job. → ran it."""
+    may run on the loop (as `run_on_loop` decides for one op), accounted to the lane as one job per op. → ran it.
+
+    The decision is `_loop_may_run`'s for each op, made for the run: nothing runs before it is complete, so what
+    it reads (the session's functions, the backend's plans) is the same for every op of the run; a launch's answer
+    is kept for the run by its (function, grid, block, shmem), and a backend that does not narrow
+    DeviceContext.loop_may_answer allows every op without being asked."""
     ctx = idle_context(st)                # FAST ops are device work: the same idle device for all of them
     if ctx is None or not ctx.answers_on_loop:
         return False
+    ask = type(ctx).loop_may_answer is not DeviceContext.loop_may_answer
+    tiny: dict[tuple[Any, ...], bool] = {}
     for spec, args, payload in group:     # the rest of _loop_may_run, op by op
-        if not spec.loop or len(payload) > LOOP_BYTES or not _backend_allows(ctx, st, spec, args):
+        if not spec.loop or len(payload) > LOOP_BYTES or (ask and not _backend_allows(ctx, st, spec, args)):
             return False
         if spec.func_arg is not None:
-            if not _tiny_launch(st, ctx, args):
+            fn, grid, block, shmem = launch_args(args)
+            shaped = type(grid) is list and type(block) is list and len(grid) == len(block) == 3
+            key = (fn, shmem, *grid, *block) if shaped else None
+            ok = tiny.get(key) if key is not None else None
+            if ok is None:
+                ok = _tiny_launch(st, ctx, args)
+                if key is not None:
+                    tiny[key] = ok
+            if not ok:
                 return False
         elif spec.extent_args:
             n = spec.extent(args)
@@ -190,10 +207,7 @@ def run_group_on_loop(session: Session, st: DeviceState, backend: Backend, group
     fastrun.execute_run(session, st, backend, group)
     lane = st.lane
     if lane is not None:                  # each op accounted as run_on_loop accounts it (the run's time split evenly)
-        step = (time.perf_counter() - t0) / len(group)
-        for i, (spec, args, payload) in enumerate(group):
-            a = t0 + i * step
-            lane.end((spec.code, args, len(payload)), a, a, a + step)
+        lane.end_run([(spec.code, args, len(payload)) for spec, args, payload in group], t0, time.perf_counter())
     return True
 
 

@@ -4,7 +4,8 @@ The compiled frame path decodes such runs from the bytes a connection received; 
 each op the result `dispatch.execute(..., fire_and_forget=True)` would give it, in turn, and hands the backend the
 ops in as few `DeviceContext.run_fast` calls as their errors allow:
 
-- every op's arguments are converted and resolved, and its preparer (handlers' `@fast_handler`) makes the handler's
+- the ops' arguments are as libpvframe decoded them, each of its wire kind and in range (framepath.py), so only
+  their handles are resolved (registry.DECODED); each op's preparer (handlers' `@fast_handler`) makes the handler's
   checks, before the ops before it ran: they read only what FAST ops never change (the session's allocations,
   handles, kernels' parameter layouts: OpFlag.FAST's rule, enforced on the spec line by protocol.creates_or_frees),
   so checking ahead gives what checking in turn gives;
@@ -22,7 +23,7 @@ from typing import Any, Sequence
 from pyvgpu.protocol import OpSpec
 from pyvgpu_daemon.backends.base import Backend, FastOp
 from pyvgpu_daemon.handlers import dispatch
-from pyvgpu_daemon.handlers.registry import FAST, Call, positional
+from pyvgpu_daemon.handlers.registry import DECODED, FAST, Call
 from pyvgpu_daemon.session import DeviceState, Session
 
 RunOp = tuple[OpSpec, list[Any], Any]          # (spec, the request's arguments, its payload)
@@ -44,8 +45,9 @@ def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequen
         if st.sticky:
             _fail(st, st.sticky, 0)
             continue
+        code = spec.code
         try:
-            fop = FAST[spec.code][0](Call(session, st, payload), *positional(spec, st, args))
+            fop = FAST[code][0](Call(session, st, payload), *DECODED[code](st, args))
         except Exception as exc:  # noqa: BLE001 - the op's failure, as execute reports it
             _flush(session, st, batch)
             if st.sticky:
@@ -71,9 +73,8 @@ def execute_job(session: Session, st: DeviceState, backend: Backend, ops: Sequen
     execute_run(session, st, backend, ops)
     lane = st.lane
     if lane is not None:
-        t1 = time.perf_counter()
-        for spec, args, payload in ops[:-1]:
-            lane.record((spec.code, args, len(payload)), submitted, t1)
+        lane.record_run([(spec.code, args, len(payload)) for spec, args, payload in ops[:-1]], submitted,
+                        time.perf_counter())
 
 
 def group_tag(group: Sequence[RunOp], nbytes: int) -> tuple[int, Any, int]:
@@ -104,11 +105,14 @@ def _flush(session: Session, st: DeviceState, batch: list[tuple[OpSpec, FastOp, 
     start = 0
     while start < len(batch):
         done, exc = ctx.run_fast([fop for _, fop, _ in batch[start:]])
+        nin_done = 0
         for spec, fop, nin in batch[start:start + done]:
             after = FAST[spec.code][1]
             if after is not None:
                 after(st, fop)
-            dispatch.account(st, False, nin, 0)
+            nin_done += nin
+        st.ops += done                    # dispatch.account(st, False, nin, 0) of each op done, summed
+        st.bytes_htod += nin_done
         if exc is None:
             break
         k = start + done

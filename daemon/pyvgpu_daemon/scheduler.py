@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 import threading
 import time
 from bisect import bisect_left
-from collections import deque
+from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 from pyvgpu.protocol import DEFAULT_STREAM_HANDLES, OP_BY_CODE
 
@@ -54,7 +55,7 @@ QUANTUM_S = 0.002                   # time slice: how far (device seconds / weig
                                     # deserving waiter before handing over (`--time-slice`); fewer thread hand-overs
                                     # for small jobs, at most this much extra wait for the others
 ALONE_EWMA = 0.2                    # weight of a new sample in a kernel's alone-time average
-ALONE_SAMPLE = 7                    # ... from every 8th uncontended job (the 1st, 9th, ...)
+ALONE_SAMPLE = 7                    # ... from every 8th uncontended job (the 1st, 9th, ...): a mask, 2^k - 1
 MIN_WEIGHT, DEFAULT_WEIGHT = 0.01, 1.0
 SHARED_S = 1.0                      # a device counts as shared while another session ran work there this recently
 # Upper bounds (seconds) of the op latency histogram buckets; +Inf is implied.
@@ -409,6 +410,35 @@ class Lane:
             self._alone[key] = cost if alone is None else alone + ALONE_EWMA * (cost - alone)
         return False
 
+    def end_run(self, tags: Sequence[Tag], t0: float, t1: float) -> None:
+        """Account a run of jobs that ran back to back from t0 to t1, their time split evenly (the loop running a
+        run of FAST ops, fastpath.run_group_on_loop): the figures `end(tag_i, a_i, a_i, a_i + step)` gives for each
+        in turn, with a_i = t0 + i * step, made once per run. Where another session waits or this lane waited for
+        its turn (each job then counts as shared), job by job through end itself."""
+        n = len(tags)
+        if not n:
+            return
+        step = (t1 - t0) / n
+        if self._wait_s >= 0.0 or self.sched._share._waiting or self._charged or t1 >= self._flush_at:
+            for i, tag in enumerate(tags):    # rare: once a window (a flush falls inside the run), or contended
+                a = t0 + i * step
+                self.end(tag, a, a, a + step)
+            return
+        first = step
+        if self._excluded:                  # end deducts it from the first job only
+            first = max(0.0, step - self._excluded)
+            self._excluded = 0.0
+        self.device_seconds += first + step * (n - 1)
+        self.record_run(tags, t0, t0 + step)          # every job's latency is `step`
+        # the alone times' sample: the jobs end would sample (counter & ALONE_SAMPLE == 1 after its increment)
+        s0 = self._sample
+        self._sample = s0 + n
+        for i in range(-s0 % (ALONE_SAMPLE + 1), n, ALONE_SAMPLE + 1):
+            key = stats_key(tags[i])
+            cost = first if i == 0 else step
+            alone = self._alone.get(key)
+            self._alone[key] = cost if alone is None else alone + ALONE_EWMA * (cost - alone)
+
     def _shared(self, key: Hashable, cost: float) -> None:
         """A job run while another session was active: (wait + run) against its alone time (its own run time
         when its alone time is not known yet). Uncontended jobs count with observed = alone = their run time, so
@@ -464,6 +494,18 @@ class Lane:
         lat = t1 - submitted
         h[bisect_left(LATENCY_BOUNDS, lat)] += 1
         h[-1] += lat
+
+    def record_run(self, tags: Sequence[Tag], submitted: float, t1: float) -> None:
+        """record(tag, submitted, t1) for each of tags: jobs of one latency, its bucket found once."""
+        lat = t1 - submitted
+        bucket = bisect_left(LATENCY_BOUNDS, lat)
+        hist = self.hist
+        for code, n in Counter(map(_CODE, tags)).items():     # counted in C: a run has a few distinct ops
+            h = hist.get(code)
+            if h is None:
+                h = hist[code] = [0.0] * (len(LATENCY_BOUNDS) + 2)
+            h[bucket] += n
+            h[-1] += lat * n
 
     def idle(self) -> None:
         """No queued work: give the turn back."""
@@ -571,6 +613,7 @@ class Lane:
 #   sentinel), else None: a barrier nothing crosses;
 # - stats_key(tag): per kernel for ops on a function (OpSpec.func_arg), else per op and payload size class.
 Tag = tuple[int, Any, int]
+_CODE = operator.itemgetter(0)        # a Tag's op code
 LOOKAHEAD = 256
 
 

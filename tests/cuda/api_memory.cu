@@ -146,19 +146,30 @@ int main(int argc, char **argv) {
         checks += 4;
     }
 
-    // mem info reflects allocations
+    // mem info reflects allocations. cudaMemGetInfo's free is the device's: NVIDIA documents (cuMemGetInfo) that it
+    // is the memory free "according to the OS", and that in a multi-tenant situation an allocation or free by
+    // another process, or another thread of this one, between two calls moves it too. On a GPU shared with other
+    // work (the real-GPU check runs 8 test processes on one GPU; this check failed there in GPU runs 1 and 4, passed
+    // in run 2) a 64 MiB allocation need not show in one pair of calls, so it must show in one of a few tries (each
+    // with the allocation freed again); the total never changes. tools/gpu_probes/gpu_probe_va_hints.py records
+    // what cuMemCreate and cuMemAlloc move free by natively on a GPU host.
     {
         size_t f0, t0, f1, t1;
-        CHECK(cudaMemGetInfo(&f0, &t0));
-        EXPECT(t0 > 0 && f0 <= t0);
-        void *p;
-        CHECK(cudaMalloc(&p, 64 << 20));
-        CHECK(cudaMemGetInfo(&f1, &t1));
-        EXPECT(t1 == t0 && f1 + (64 << 20) <= f0);
-        cudaPointerAttributes at;
-        CHECK(cudaPointerGetAttributes(&at, (char *)p + 5));
-        EXPECT(at.type == cudaMemoryTypeDevice && at.device == 0);
-        CHECK(cudaFree(p));
+        int seen = 0;
+        for (int tries = 0; tries < 8 && !seen; tries++) {
+            CHECK(cudaMemGetInfo(&f0, &t0));
+            EXPECT(t0 > 0 && f0 <= t0);
+            void *p;
+            CHECK(cudaMalloc(&p, 64 << 20));
+            CHECK(cudaMemGetInfo(&f1, &t1));
+            EXPECT(t1 == t0);
+            seen = f1 + (64 << 20) <= f0;
+            cudaPointerAttributes at;
+            CHECK(cudaPointerGetAttributes(&at, (char *)p + 5));
+            EXPECT(at.type == cudaMemoryTypeDevice && at.device == 0);
+            CHECK(cudaFree(p));
+        }
+        EXPECT(seen);
         checks += 2;
     }
     CHECK(cudaDeviceSynchronize());

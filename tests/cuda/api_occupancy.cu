@@ -2,7 +2,7 @@
 // cudaOccupancyAvailableDynamicSMemPerBlock; built with NVIDIA's static runtime they are the driver's
 // cuOccupancy* calls, which NVIDIA's libcublas makes in cublasCreate), printed for the test to check against the
 // occupancy rules (tests/e2e/test_api_occupancy.py) or against a native run of the same program on a real GPU.
-// Lines: "DEV <smem/SM> <optin> <reserved> <max threads/SM> <max blocks/SM> <regs/SM> <major>",
+// Lines: "DEV <smem/SM> <optin> <reserved> <max threads/SM> <max blocks/SM> <regs/SM> <major> <minor>",
 // "FUNC <name> <static smem> <regs> <max dyn smem>", "ACTIVE <name> <block> <dyn> <blocks>",
 // "AVAIL <name> <block> <nblocks> <dyn>|invalid", then "OK <checks>". Checks made here: the documented errors, and
 // that launches with the answered dynamic shared memory really run (every shared byte written and read back).
@@ -87,7 +87,7 @@ static void run_dyn_user(int blocks, int block, size_t dyn) {
 }
 
 int main() {
-    int dev = 0, smem_sm = 0, optin = 0, reserved = 0, tpm = 0, bpm = 0, regs = 0, major = 0;
+    int dev = 0, smem_sm = 0, optin = 0, reserved = 0, tpm = 0, bpm = 0, regs = 0, major = 0, minor = 0;
     CHECK(cudaGetDevice(&dev));
     CHECK(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -96,7 +96,8 @@ int main() {
     CHECK(cudaDeviceGetAttribute(&bpm, cudaDevAttrMaxBlocksPerMultiprocessor, dev));
     CHECK(cudaDeviceGetAttribute(&regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    printf("DEV %d %d %d %d %d %d %d\n", smem_sm, optin, reserved, tpm, bpm, regs, major);
+    CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    printf("DEV %d %d %d %d %d %d %d %d\n", smem_sm, optin, reserved, tpm, bpm, regs, major, minor);
 
     // ---- documented errors
     size_t dyn = 0;

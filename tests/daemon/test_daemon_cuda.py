@@ -369,3 +369,39 @@ def test_the_daemon_learns_which_window_place_its_driver_honours(daemon_factory)
     assert log.count("refused window addresses 16 TiB") == 1, log
     assert log.count("honours window addresses 48 TiB") == 1, log
     assert "not in the window" not in log
+
+
+def test_a_driver_that_places_small_ranges_where_it_likes(daemon_factory):
+    """A driver that honours the hints of large ranges only (GPU run 4, H100, driver 580: 64 MiB ranges at every
+    hint from 2 TiB up in a fresh process, the daemon's 2 MiB ones at none: PYVGPU_FAKE_VA_HINTS=below:64 MiB on the
+    chain): the backend reserves slabs of 64 MiB or more at window addresses and maps allocations inside them, so
+    every allocation of every size lies at the window's first place, without a refusal or a warning. A program's
+    hinted range the driver does not give at its own size is reserved larger at the hint (the program gets the
+    hint), and freed whole: the hint is free again."""
+    d = daemon_factory(backend="chain", env={"PYVGPU_FAKE_VA_HINTS": f"below:{64 << 20:#x}"})
+    window = VA_WINDOW_BYTES
+    hint = window_candidates(5 * VA_WINDOW_BYTES)[0] + (6 << 20)      # outside every window this client uses
+    with Client.connect("127.0.0.1", d.port) as a, Client.connect("127.0.0.1", d.port) as b:
+        ranges = []
+        for size in (1, 300, 1 << 20, (3 << 20) + 5, 64 << 20, (65 << 20) + 1):
+            for c in (a, b):
+                err, p, _ = c.call("MALLOC", 0, size)
+                assert err == 0
+                assert window_candidate(p, size, window) == 0, hex(p)
+                ranges.append((p, size))
+        starts = sorted(ranges)
+        assert all(x + n <= y for (x, n), (y, _) in zip(starts, starts[1:]))          # no two overlap
+        gran = a.devices[0]["vmm_granularity"]
+        for _ in range(2):                               # the second time: the first range was freed whole
+            err, va, _ = a.call("VMM_RESERVE", 0, gran, 0, hint)
+            assert (err, va) == (0, hint), hex(va or 0)
+            assert a.call("VMM_FREE", 0, va, gran)[0] == 0
+        err, va, _ = a.call("VMM_RESERVE", 0, gran, 0, 0)
+        assert err == 0 and window_candidate(va, gran, window) == 0, hex(va or 0)
+        data = np.random.default_rng(2).bytes(3 << 20)
+        assert a.call("MEMCPY_HTOD", 0, ranges[6][0], 0, payload=data)[0] == 0    # a 3 MiB one, mapped in a slab
+        assert a.call("MEMCPY_DTOH", 0, ranges[6][0], len(data), 0)[2] == data
+        for p, _ in ranges[::2]:
+            assert a.call("FREE", 0, p)[0] == 0
+    log = d.log_text()
+    assert "refused window addresses" not in log and "not in the window" not in log, log

@@ -18,7 +18,7 @@ from pyvgpu_daemon.backends.base import FAST_METHODS, FastOp
 from pyvgpu_daemon.backends.emu import EmuBackend
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers import dispatch
-from pyvgpu_daemon.handlers.registry import FAST, Call, positional
+from pyvgpu_daemon.handlers.registry import DECODED, FAST, Call, positional
 from pyvgpu_daemon.kinds import Live
 from pyvgpu_daemon.session import Session
 
@@ -165,6 +165,35 @@ def test_every_fast_op_has_a_preparer_naming_a_fast_method(pair):
             assert isinstance(fop, FastOp) and fop.method in FAST_METHODS
             seen.add(name)
     assert seen == {spec.name for spec in OPS if spec.fast}
+
+
+def test_decoded_arguments_convert_as_positional_does(pair):
+    """registry.DECODED (arguments libpvframe decoded: of their wire kind and in range, handles still to resolve)
+    gives what registry.positional gives, for every FAST op with valid handles, boundary values and a dim3; an
+    unknown handle is refused with the same error both ways."""
+    d = pair[0]
+    h = setup(d)
+    big = (1 << 63) - 1                   # the largest u64 libpvframe hands over (larger ones take the Python path)
+    cases = [*((OP_BY_NAME[n], a) for n, a, _ in ops_of(h, False)),
+             (OP_BY_NAME["MEMSET"], [0, big, -(1 << 31), big, h["stream"]]),
+             (OP_BY_NAME["LAUNCH"], [0, h["put"], [0, (1 << 32) - 1, 7], [1, 2, 3], big, 0]),
+             (OP_BY_NAME["STREAM_WAIT_EVENT"], [0, h["stream"], h["event"], (1 << 32) - 1])]
+    assert {spec.name for spec, _ in cases} == {spec.name for spec in OPS if spec.fast}
+
+    def both(spec, args):
+        out = []
+        for convert in (lambda: positional(spec, d.st, args), lambda: DECODED[spec.code](d.st, args)):
+            try:
+                out.append(("ok", convert()))
+            except CudaError as exc:
+                out.append(("refused", exc.code, exc.message))
+        return out
+    refused = 0
+    for spec, args in cases:
+        a, b = both(spec, args)
+        assert a == b, (spec.name, args)
+        refused += a[0] == "refused"
+    assert refused == 2                   # the unknown event and the unknown stream of ops_of
 
 
 def objects(d: Device) -> tuple[Any, ...]:

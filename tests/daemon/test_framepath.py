@@ -22,6 +22,7 @@ import random
 import socket
 import struct
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ import pytest
 
 from harness import CHAIN_BACKENDS, PUT_PTX, TEST_BACKEND, Daemon, frame, start_daemon
 from pyvgpu import wire
+from pyvgpu.client import Client
 from pyvgpu.protocol import (ENV_DAEMON_COMPILED, ERROR_CODES, FRAME_PREFIX_BYTES, OP_BY_CODE, OP_BY_NAME, OPS,
                              PROTOCOL_VERSION)
 from pyvgpu_daemon import framepath
@@ -105,9 +107,24 @@ def split(stream: bytes) -> tuple[list[bytes], bytes]:
     return out, stream[pos:]
 
 
+def alone(port: int, timeout: float = 20.0) -> None:
+    """Wait until no other session holds a device of the daemon: a session that just ended may still be giving its
+    memory back, and a real driver's allocations share the daemon's address window (a chain's MALLOC would then
+    answer another address on one path than on the other)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with Client.connect("127.0.0.1", port) as c:
+            busy = [x for x in c.status()["sessions"] if not x["self"] and x["devices"]]
+        if not busy:
+            return
+        assert time.monotonic() < deadline, f"sessions still open after {timeout} s: {busy}"
+        time.sleep(0.02)
+
+
 def replay(port: int, data: bytes, devices: tuple[int, ...], strict: bool = True) -> list[Any]:
     """Send a session's bytes (its HELLO first) and DEVICE_SYNC on each device; once every sync is answered (all
     the device work before it has run), STATUS; → the normalized replies, up to STATUS's or the session's end."""
+    alone(port)
     syncs = {(1 << 62) - 1 - d: d for d in devices}
     tail = b"".join(request("DEVICE_SYNC", rid, d) for rid, d in syncs.items())
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
@@ -262,6 +279,7 @@ def handles(pair: Pair) -> dict[int, dict[str, int]]:
     """The pointers and handles framework_session's set-up gets (the same on both daemons: checked)."""
     got = []
     for d in (pair.on, pair.off):
+        alone(d.port)
         s = socket.create_connection(("127.0.0.1", d.port), timeout=20)
         with s:
             wire.parse_server_hello(wire.recv_header(s))
@@ -365,6 +383,7 @@ def made(port: int, devs: tuple[int, ...]) -> dict[str, int]:
     dev = devs[0]
     names = {50: "p2", 51: "e2", 52: "s2", 53: "put2", 55: "e3", 56: "p3"}
     got: dict[str, int] = {}
+    alone(port)
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
     with s:
         wire.parse_server_hello(wire.recv_header(s))

@@ -254,6 +254,50 @@ def test_lane_accounts_device_time_and_sharing_slowdown():
     assert sum(hist[:-1]) == 4
 
 
+def lane_figures(lane) -> tuple:
+    return (round(lane.device_seconds, 12), {k: [round(x, 12) for x in h] for k, h in lane.hist.items()},
+            {k: round(v, 12) for k, v in lane._alone.items()}, lane._sample, round(lane.observed, 12),
+            round(lane.alone, 12), lane.shared_jobs, round(lane.turn_wait_seconds, 12), lane._flushed[4])
+
+
+def test_end_run_accounts_as_end_does_job_by_job():
+    """Lane.end_run (the loop's run of FAST ops) leaves the figures that end() gives each job of the run in turn:
+    device time (less the time excluded from the first job), latency histograms, the alone-time sample (every 8th
+    job, wherever a run starts in the count), the windows' flush, and the shared jobs' figures when another lane
+    waits."""
+    launch = OP_BY_NAME["LAUNCH"].code
+    tags = [(launch, [0, 0x2000 + (i % 3), [1, 1, 1], [1, 1, 1], 0, 0], 16) if i % 2 else WORK for i in range(21)]
+    runs = [(tags[:1], 0.10, 0.1000031), (tags[1:13], 0.2, 0.2000420), (tags[13:], 0.3, 0.3001),
+            (tags[2:20], 0.99999, 1.00004),                 # crosses the load window's end: flushed inside the run
+            (tags[:7], 1.5, 1.5002)]
+    clocks = [FakeClock(), FakeClock()]
+    lanes = [DeviceScheduler(0, clock=c).lane(1.0, "a") for c in clocks]
+    for clock, lane in zip(clocks, lanes):
+        clock.t = 0.05
+        lane.flush(0.05)
+    for k, (run, t0, t1) in enumerate(runs):
+        for clock, lane in zip(clocks, lanes):
+            clock.t = t1
+            if k == 2:
+                lane._excluded = 0.000002         # the first job of this run spent 2 µs in waiting()
+        by_job, by_run = lanes
+        step = (t1 - t0) / len(run)
+        for i, tag in enumerate(run):
+            by_job.end(tag, t0 + i * step, t0 + i * step, t0 + (i + 1) * step)
+        by_run.end_run(run, t0, t1)
+        assert lane_figures(by_run) == lane_figures(by_job), k
+    assert lanes[1]._flushed[0] > 0 and lanes[1]._alone         # a flush and a sample happened
+    # another lane waits for the turn: each job counts as shared, as end counts it
+    for lane in lanes:
+        lane.begin()
+        lane.sched._share.request(lane.sched.lane(1.0, "b").share)     # b queues behind a
+        lane._wait_s = 0.001
+    for i in range(2):
+        lanes[0].end(tags[i], 2.0 + i * 0.00035, 2.0 + i * 0.00035, 2.0 + (i + 1) * 0.00035)
+    lanes[1].end_run(tags[:2], 2.0, 2.0007)
+    assert lane_figures(lanes[1]) == lane_figures(lanes[0]) and lanes[1].shared_jobs == 2
+
+
 def run_loop_in_thread():
     loop = asyncio.new_event_loop()
     t = threading.Thread(target=loop.run_forever, daemon=True)

@@ -255,6 +255,16 @@ def test_device_memory_around_host_memory(cuda_build, daemon, kernels, lib_dir):
     assert proc.stderr.count("share addresses") == 1, proc.stderr
 
 
+@pytest.mark.emu_only("starts its own chain")
+def test_a_hint_of_a_small_range_on_a_driver_that_ignores_it(cuda_build, daemon_factory, kernels, lib_dir):
+    """The same program on a cuda backend whose driver ignores the hints of ranges under 64 MiB, as NVIDIA's driver
+    580 on an H100 did (GPU run 4: this program's 8 MiB range went to 0x7f...; PYVGPU_FAKE_VA_HINTS=below on the
+    chain): the backend reserves 64 MiB at the program's hint, so the program still gets the address it asked for."""
+    d = daemon_factory(backend="chain", env={"PYVGPU_FAKE_VA_HINTS": f"below:{64 << 20:#x}"})
+    proc = run_driver(drv_program(cuda_build, "drv_addr_overlap.c", lib_dir), [d], str(kernels[0]), lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 6", proc.stdout
+
+
 @pytest.mark.chain
 def test_memsets_of_page_locked_host_memory(cuda_build, daemon, lib_dir):
     """cuMemsetD32Async of 2 elements on cuMemHostAlloc memory (XLA's autotuner zeroing its 8-byte result: on an H100

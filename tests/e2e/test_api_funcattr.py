@@ -14,20 +14,24 @@ pytestmark = pytest.mark.chain
 PRINTF = "device printf reaches the program only from the emulator: a real GPU's goes to its daemon's own stdout"
 
 
-def device_answers(out: str) -> tuple[int, dict[int, str]]:
-    """(the opt-in shared memory per block, each cudaLimit's default or "unsupported") a run of the program printed."""
+def device_answers(out: str) -> tuple[int, dict[int, str], str]:
+    """(the opt-in shared memory per block, each cudaLimit's default or "unsupported", big_smem's maximum dynamic
+    shared memory and carveout after cudaDeviceReset) a run of the program printed."""
     optin = re.search(r"^optin (\d+)$", out, re.M)
-    assert optin, out
-    return int(optin.group(1)), dict((int(n), v) for n, v in re.findall(r"^LIMIT (\d+) (\w+)$", out, re.M))
+    reset = re.search(r"^RESET (-?\d+ -?\d+)$", out, re.M)
+    assert optin and reset, out
+    limits = dict((int(n), v) for n, v in re.findall(r"^LIMIT (\d+) (\w+)$", out, re.M))
+    return int(optin.group(1)), limits, reset.group(1)
 
 
-def reference_answers(cuda_build, backend: str) -> tuple[int, dict[int, str]]:
+def reference_answers(cuda_build, backend: str) -> tuple[int, dict[int, str], str]:
     """What the device of `backend` answers without pyvgpu: the emulated sm_75 has CUDA's defaults for every limit
-    (pyvgpu.protocol.LIMIT_DEFAULTS) and 64 KiB of opt-in shared memory; a real GPU answers what its driver says,
+    (pyvgpu.protocol.LIMIT_DEFAULTS) and 64 KiB of opt-in shared memory, and keeps big_smem's attributes (64 KiB,
+    carveout 50) across a device reset as NVIDIA's runtime does; a real GPU answers what its driver says,
     so the reference is the same program run natively (static runtime, the host's libcuda.so.1; in the GPU check's
     rehearsal that is pyvgpu's own over the emulated GPU, the chain's far end)."""
     if backend != "cuda":
-        return 65536, {n: str(v) for n, v in LIMIT_DEFAULTS.items()}
+        return 65536, {n: str(v) for n, v in LIMIT_DEFAULTS.items()}, "65536 50"
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     proc = subprocess.run([str(cuda_build("api_funcattr.cu", runtime="static"))], capture_output=True, text=True,
                           timeout=300, env=env)
@@ -43,10 +47,11 @@ def test_dynamic_shared_opt_in_attributes_and_limits(cuda_build, daemon, run, ba
     assert "big_smem ok" in out
     # cudaFuncSetAttribute of a pointer that is no kernel: libvcudart answers as NVIDIA's runtime does on a GPU
     assert re.search(r"^NOTAKERNEL cudaErrorInvalidResourceHandle$", out, re.M), out
-    # cudaDevAttrMaxSharedMemoryPerBlockOptin and every limit's default (or the driver's "unsupported", e.g.
-    # cudaLimitDevRuntimeSyncDepth on compute capability 9.0 and later) exactly as the device answers them natively
-    optin, limits = device_answers(out)
-    assert (optin, limits) == reference_answers(cuda_build, backend)
+    # cudaDevAttrMaxSharedMemoryPerBlockOptin, every limit's default (or the driver's "unsupported", e.g.
+    # cudaLimitDevRuntimeSyncDepth on compute capability 9.0 and later) and the attributes after a device reset
+    # exactly as the device answers them natively
+    optin, limits, reset = device_answers(out)
+    assert (optin, limits, reset) == reference_answers(cuda_build, backend)
     assert len(limits) == len(LIMIT_DEFAULTS)
     # nothing fell through to the unsupported stubs
     assert "is not supported" not in proc.stderr

@@ -27,11 +27,25 @@ class Device:
     blocks_sm: int
     regs_sm: int
     major: int
+    minor: int
 
     @property
     def step(self) -> int:
         """Shared memory allocation granularity: 256 bytes before sm_80, 128 from it."""
         return 128 if self.major >= 8 else 256
+
+    def config_up(self, size: int) -> int:
+        """`size` rounded up to a shared memory size the SM can be configured to (cuda_occupancy.h,
+        cudaOccAlignUpShmemSizeVoltaPlus; the emulated sm_75, Turing, has 32 and 64 KiB)."""
+        if (self.major, self.minor) == (7, 5):
+            kib = [32, 64]
+        elif self.major == 7:
+            kib = [0, 8, 16, 32, 64, 96]
+        elif self.major == 8:
+            kib = [0, 8, 16, 32, 64, 100] + ([132, 164] if self.minor in (0, 7) else [])
+        else:                  # sm_90 (and Blackwell's 10.x): up to 228 KiB
+            kib = [0, 8, 16, 32, 64, 100, 132, 164, 196, 228]
+        return next(k * 1024 for k in kib if size <= k * 1024)
 
 
 @dataclass
@@ -40,6 +54,12 @@ class Func:
     regs: int
     max_dyn: int
     carveout: int = -1
+
+
+def preferred(dev: Device, f: Func) -> int:
+    """The SM's shared memory the function's carveout preference asks for: percent of it (all by default), rounded
+    down to a byte, then up to a configurable size."""
+    return dev.config_up(dev.smem_sm if f.carveout < 0 else dev.smem_sm * f.carveout // 100)
 
 
 def active(dev: Device, f: Func, block: int, dyn: int) -> int:
@@ -54,21 +74,22 @@ def active(dev: Device, f: Func, block: int, dyn: int) -> int:
     alloc = -(-(f.static + dev.reserved + dyn) // dev.step) * dev.step
     if dyn > f.max_dyn or alloc > dev.optin + dev.reserved:
         return 0
-    share = dev.smem_sm if f.carveout < 0 else -(-(dev.smem_sm * f.carveout // 100) // dev.step) * dev.step
-    return min(limit, max(share, alloc) // alloc) if alloc else limit
+    return min(limit, max(preferred(dev, f), alloc) // alloc) if alloc else limit
 
 
 def available(dev: Device, f: Func, block: int, nblocks: int) -> int | None:
-    """The most dynamic shared memory (at most the function's cap) with which nblocks blocks still fit, or None
-    (cudaErrorInvalidValue) when they do not fit without any: found by bisection over the occupancy, so it is the
-    definition itself, not the closed form the library uses."""
+    """What cudaOccupancyAvailableDynamicSMemPerBlock answers, or None (cudaErrorInvalidValue) when nblocks do not
+    fit without any dynamic shared memory: cuda_occupancy.h's closed form (cudaOccAvailableDynamicSMemPerBlock), not
+    the occupancy's definition. One block may have the per-block limit (opt-in plus the reserve); several share the
+    preferred part of the SM evenly in allocation steps; less the static shared memory but not the reserve, so from
+    sm_80 the answer can be up to the reserve more than really fits (an H100 natively: 46592 for 5 blocks of 32
+    threads, where 5 blocks fit with 45568; real-GPU run 3)."""
     if active(dev, f, block, 0) < nblocks:
         return None
-    lo, hi = 0, f.max_dyn
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if active(dev, f, block, mid) >= nblocks else (lo, mid - 1)
-    return lo
+    limit = dev.optin + dev.reserved
+    per_sm = limit if nblocks == 1 else (preferred(dev, f) or dev.config_up(1))
+    avail = min(per_sm // nblocks // dev.step * dev.step, limit)
+    return min(max(avail - f.static, 0), f.max_dyn)
 
 
 def check_against_rules(out: str) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -14,14 +13,6 @@ from harness import ROOT
 
 CORE = ROOT / "csrc" / "core"
 MODULE_HEADERS = sorted(p for p in CORE.glob("pv_*.h") if p.name != "pv_core.h")
-
-
-@pytest.fixture(scope="module")
-def gen_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gen")
-    subprocess.run([sys.executable, str(ROOT / "tools" / "gen_protocol_c.py"), str(out)], check=True,
-                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
-    return out
 
 
 @pytest.mark.parametrize("header", MODULE_HEADERS, ids=lambda p: p.name)

@@ -1,24 +1,194 @@
-"""Which virtual addresses the GPU host's driver gives when asked for them (cuMemAddressReserve with a hint).
+"""Which virtual addresses the GPU host's driver gives when asked for them (cuMemAddressReserve with a hint), and
+what cuMemGetInfo says around allocations: the facts backends/cuda_vmm.py and tests/cuda/api_memory.cu rest on.
 
 The cuda backend places each session's memory in the pointer window of its host, at one of the window's candidate
 places (backends/cuda_vmm.py, window_candidates: 16 TiB above window k's address (k + 1) TiB, then 48 TiB above,
-then the address itself), so that pointers of different GPU hosts never collide. GPU runs 2 and 3 (H100, driver
-580) showed the driver never placing a range at 1 TiB, whatever else was free there. This probe asks the driver
-itself, natively (no pyvgpu), at hints from 1 TiB to 120 TiB and at the candidate places of the first two windows,
-and reports where a hint is honoured, so that CANDIDATE_OFFSETS can be confirmed or changed from facts. It passes
-when it could ask; what it found is its summary and va_hints.json.
+then the address itself). GPU runs 2 and 3 (H100, driver 580) showed the driver never placing a range at 1 TiB; GPU
+run 4 showed it giving 64 MiB ranges at every hint from 2 to 120 TiB in this probe, while the daemon, which then
+reserved 2 MiB at a time, got none of its hints (its ranges went to 0x7f...). The backend now reserves slabs of at
+least 64 MiB (cuda_vmm.MIN_RESERVE) and maps allocations inside them. This probe asks the driver itself, natively
+(no pyvgpu):
+  hints     64 MiB at hints from 1 to 120 TiB (17/18, 49/50 TiB: windows 1 and 2's places)
+  sizes     2 MiB .. 1 GiB at 17 TiB, in the primary context: from which size on a hint is honoured
+  created   the same two sizes the daemon used (2 and 64 MiB) at 17 TiB with a context of cuCtxCreate current, as
+            each session of the daemon has, then again with 64 MiB of host memory registered (cuMemHostRegister,
+            as the daemon's staging of replies: backends/cuda_staging.py)
+  slab      the backend's way: 64 MiB reserved at 17 TiB, two granules created and mapped inside it (at +0 and
+            +4 MiB), made read-write, written with cuMemsetD32 and read back
+  backend   the cuda backend's own code (cuda_vmm.WindowMemory through cuda-python, as the daemon runs it) allocating
+            300 B, 3 MiB and 64 MiB for window 1 in the primary context: which window place holds each (0: 16 TiB
+            above the window's address), and what it logged
+  meminfo   free memory (cuMemGetInfo) before and after cuMemCreate of 64 MiB, its release, cuMemAlloc of 64 MiB
+            and its free, three times: how much each moves it on this GPU, shared with whatever else runs
+It passes when it could ask; what it found is its last line and va_hints.json.
 """
 from __future__ import annotations
 
 import ctypes
 import json
+import logging
+import mmap
 import os
 import sys
 from pathlib import Path
 
 TIB = 1 << 40
+MIB = 1 << 20
 HINTS_TIB = (1, 2, 3, 4, 8, 16, 17, 18, 32, 33, 48, 49, 50, 64, 100, 120)   # 17/18, 49/50: windows 1, 2's places
-SIZE = 64 << 20
+SIZE = 64 * MIB
+SIZES_MIB = (2, 4, 8, 16, 32, 64, 128, 1024)
+AT = 17 * TIB                      # window 1's first place (cuda_vmm.window_candidates)
+GRAN = 2 * MIB
+
+u64 = ctypes.c_uint64
+
+
+class Prop(ctypes.Structure):
+    """CUmemAllocationProp (cuda.h): type, requestedHandleTypes, location {type, id}, win32HandleMetaData,
+    allocFlags {compressionType, gpuDirectRDMACapable, usage, reserved[4]}."""
+    _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("loc_type", ctypes.c_int),
+                ("loc_id", ctypes.c_int), ("win32", ctypes.c_void_p), ("compression", ctypes.c_ubyte),
+                ("rdma", ctypes.c_ubyte), ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class Access(ctypes.Structure):
+    """CUmemAccessDesc: location {type, id}, flags."""
+    _fields_ = [("loc_type", ctypes.c_int), ("loc_id", ctypes.c_int), ("flags", ctypes.c_int)]
+
+
+def declare(cu: ctypes.CDLL) -> None:
+    cu.cuMemAddressReserve.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t, ctypes.c_size_t, u64, u64]
+    cu.cuMemAddressFree.argtypes = [u64, ctypes.c_size_t]
+    cu.cuMemCreate.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t, ctypes.POINTER(Prop), u64]
+    cu.cuMemRelease.argtypes = [u64]
+    cu.cuMemMap.argtypes = [u64, ctypes.c_size_t, ctypes.c_size_t, u64, u64]
+    cu.cuMemUnmap.argtypes = [u64, ctypes.c_size_t]
+    cu.cuMemSetAccess.argtypes = [u64, ctypes.c_size_t, ctypes.POINTER(Access), ctypes.c_size_t]
+    cu.cuMemsetD32_v2.argtypes = [u64, ctypes.c_uint, ctypes.c_size_t]
+    cu.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, u64, ctypes.c_size_t]
+    cu.cuMemGetInfo_v2.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t]
+    cu.cuMemFree_v2.argtypes = [u64]
+    cu.cuCtxCreate_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int]
+    cu.cuCtxDestroy_v2.argtypes = [ctypes.c_void_p]
+    cu.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    cu.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    cu.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
+
+
+def try_hint(cu: ctypes.CDLL, hint: int, size: int) -> dict:
+    got = u64()
+    err = cu.cuMemAddressReserve(ctypes.byref(got), size, GRAN, hint, 0)
+    if err == 0:
+        cu.cuMemAddressFree(got.value, size)
+    return {"hint": hint, "size": size, "error": err, "got": got.value, "honoured": err == 0 and got.value == hint}
+
+
+def prop_of(dev: int) -> Prop:
+    p = Prop()
+    p.type, p.loc_type, p.loc_id = 1, 1, dev          # CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE
+    return p
+
+
+def slab(cu: ctypes.CDLL, dev: int) -> str:
+    """The backend's way (cuda_vmm._place): granules mapped inside a 64 MiB range reserved at a hint."""
+    base = u64()
+    err = cu.cuMemAddressReserve(ctypes.byref(base), SIZE, GRAN, AT, 0)
+    if err:
+        return f"FAIL reserve: error {err}"
+    where = "at the hint" if base.value == AT else f"at {base.value:#x}, not at the hint"
+    prop, handles, mapped, words = prop_of(dev), [], [], GRAN // 4
+    try:
+        for off in (0, 4 * MIB):
+            h = u64()
+            if (err := cu.cuMemCreate(ctypes.byref(h), GRAN, ctypes.byref(prop), 0)):
+                return f"FAIL cuMemCreate: error {err}"
+            handles.append(h.value)
+            if (err := cu.cuMemMap(base.value + off, GRAN, 0, h.value, 0)):
+                return f"FAIL cuMemMap at +{off >> 20} MiB: error {err}"
+            mapped.append(base.value + off)
+            acc = Access(1, dev, 3)                        # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            if (err := cu.cuMemSetAccess(base.value + off, GRAN, ctypes.byref(acc), 1)):
+                return f"FAIL cuMemSetAccess at +{off >> 20} MiB: error {err}"
+            if (err := cu.cuMemsetD32_v2(base.value + off, 0x5A000000 + off, words)):
+                return f"FAIL cuMemsetD32 at +{off >> 20} MiB: error {err}"
+        for off in (0, 4 * MIB):
+            back = (ctypes.c_uint * words)()
+            if (err := cu.cuMemcpyDtoH_v2(back, base.value + off, GRAN)):
+                return f"FAIL cuMemcpyDtoH at +{off >> 20} MiB: error {err}"
+            if any(v != 0x5A000000 + off for v in back):
+                return f"FAIL wrong bytes at +{off >> 20} MiB"
+        return f"ok ({where})"
+    finally:
+        for p in mapped:
+            cu.cuMemUnmap(p, GRAN)
+        for h in handles:
+            cu.cuMemRelease(h)
+        cu.cuMemAddressFree(base.value, SIZE)
+
+
+def backend_way() -> dict:
+    """cuda_vmm.WindowMemory as the daemon runs it (cuda-python), in this process's primary context."""
+    try:
+        from cuda.bindings import driver as drv
+        from pyvgpu.protocol import VA_WINDOW_BYTES
+        from pyvgpu_daemon.backends.cuda import check
+        from pyvgpu_daemon.backends.cuda_vmm import WindowMemory, window_candidates
+    except ImportError as exc:
+        return {"result": f"not run ({exc})"}
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())     # type: ignore[method-assign]
+    logger = logging.getLogger("pyvgpu.daemon")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    places: list = []
+    try:
+        dev = check(drv.cuDeviceGet(0), "cuDeviceGet")
+        check(drv.cuCtxSetCurrent(check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")),
+              "cuCtxSetCurrent")
+        mem = WindowMemory(drv, 0, VA_WINDOW_BYTES, check)
+        try:
+            for size in (300, 3 * MIB, SIZE):
+                ptr = mem.malloc(size)
+                places.append(next((i for i, base in enumerate(window_candidates(VA_WINDOW_BYTES))
+                                    if base <= ptr and ptr + size <= base + VA_WINDOW_BYTES), f"{ptr:#x}"))
+        finally:
+            mem.release_all()
+    except Exception as exc:  # noqa: BLE001 - what failed is the finding
+        said.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        logger.removeHandler(handler)
+    return {"result": f"places {places}" + (f"; said: {' | '.join(said)[:600]}" if said else ""), "places": places,
+            "said": said}
+
+
+def meminfo(cu: ctypes.CDLL, dev: int) -> list[dict]:
+    """Free memory (MiB) moved by cuMemCreate/cuMemRelease and cuMemAlloc/cuMemFree of 64 MiB, three times."""
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+
+    def now() -> int:
+        cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+        return free.value
+
+    rows, prop = [], prop_of(dev)
+    for _ in range(3):
+        h, p = u64(), u64()
+        f0 = now()
+        e1 = cu.cuMemCreate(ctypes.byref(h), SIZE, ctypes.byref(prop), 0)
+        f1 = now()
+        if not e1:
+            cu.cuMemRelease(h.value)
+        f2 = now()
+        e2 = cu.cuMemAlloc_v2(ctypes.byref(p), SIZE)
+        f3 = now()
+        if not e2:
+            cu.cuMemFree_v2(p.value)
+        f4 = now()
+        rows.append({"errors": [e1, e2], "free_mib": [f / MIB for f in (f0, f1, f2, f3, f4)],
+                     "create": (f1 - f0) / MIB, "release": (f2 - f1) / MIB, "alloc": (f3 - f2) / MIB,
+                     "free": (f4 - f3) / MIB, "total_mib": total.value / MIB})
+    return rows
 
 
 def main() -> int:
@@ -27,7 +197,7 @@ def main() -> int:
     except OSError as exc:
         print(f"va hints: not applicable: no libcuda.so.1 ({exc})")
         return 77
-    u64 = ctypes.c_uint64
+    declare(cu)
     dev, ctx = ctypes.c_int(), ctypes.c_void_p()
     for what, err in (("cuInit", cu.cuInit(0)), ("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0)),
                       ("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)),
@@ -35,29 +205,51 @@ def main() -> int:
         if err:
             print(f"va hints: {what} failed with {err}")
             return 1
-    cu.cuMemAddressReserve.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t, ctypes.c_size_t, u64, u64]
-    cu.cuMemAddressFree.argtypes = [u64, ctypes.c_size_t]
-    rows = []
-    for tib in HINTS_TIB:
-        hint = tib * TIB
-        got = u64()
-        err = cu.cuMemAddressReserve(ctypes.byref(got), SIZE, 2 << 20, hint, 0)
-        rows.append({"hint_tib": tib, "error": err, "got": got.value, "honoured": err == 0 and got.value == hint})
-        if err == 0:
-            cu.cuMemAddressFree(got.value, SIZE)
-    unhinted = u64()
-    err = cu.cuMemAddressReserve(ctypes.byref(unhinted), SIZE, 2 << 20, 0, 0)
-    if err == 0:
-        cu.cuMemAddressFree(unhinted.value, SIZE)
+    rows = [{**try_hint(cu, tib * TIB, SIZE), "hint_tib": tib} for tib in HINTS_TIB]
+    unhinted = try_hint(cu, 0, SIZE)["got"]
+    sizes = [{**try_hint(cu, AT, mib * MIB), "mib": mib} for mib in SIZES_MIB]
+    created, own = [], ctypes.c_void_p()
+    if cu.cuCtxCreate_v2(ctypes.byref(own), 0, dev) == 0:           # a session's context, as the daemon makes
+        created = [{**try_hint(cu, AT, mib * MIB), "mib": mib} for mib in (2, 64)]
+        host = mmap.mmap(-1, SIZE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(host))
+        if cu.cuMemHostRegister_v2(addr, SIZE, 0) == 0:
+            created += [{**try_hint(cu, AT, mib * MIB), "mib": mib, "host_registered": True} for mib in (2, 64)]
+            cu.cuMemHostUnregister(addr)
+        slab_result = slab(cu, dev.value)
+        cu.cuCtxSetCurrent(ctx)
+        cu.cuCtxDestroy_v2(own)
+    else:
+        slab_result = slab(cu, dev.value)
+    info = meminfo(cu, dev.value)
+    backend = backend_way()
     out = Path(os.environ.get("PYVGPU_GPU_CHECK_OUT", "."))
-    (out / "va_hints.json").write_text(json.dumps({"size": SIZE, "rows": rows, "unhinted": unhinted.value}, indent=1))
+    (out / "va_hints.json").write_text(json.dumps({"size": SIZE, "rows": rows, "unhinted": unhinted, "sizes": sizes,
+                                                   "created_context": created, "slab": slab_result,
+                                                   "backend": backend, "meminfo": info}, indent=1))
     for r in rows:
-        print(f"hint {r['hint_tib']:>3} TiB: error {r['error']}, got {r['got']:#x}"
+        print(f"hint {r['hint_tib']:>3} TiB, 64 MiB: error {r['error']}, got {r['got']:#x}"
               f"{' (honoured)' if r['honoured'] else ''}")
+    for what, table in (("primary context", sizes), ("created context", created)):
+        for r in table:
+            print(f"{what}{', host memory registered' if r.get('host_registered') else ''}: {r['mib']:>4} MiB at "
+                  f"17 TiB: error {r['error']}, got {r['got']:#x}"
+                  f"{' (honoured)' if r['honoured'] else ''}")
+    print(f"slab (64 MiB at 17 TiB, granules mapped at +0 and +4 MiB): {slab_result}")
+    print(f"backend (cuda_vmm.WindowMemory, 300 B, 3 MiB, 64 MiB for window 1): {backend['result']}")
+    for r in info:
+        print(f"meminfo (MiB, total {r['total_mib']:.0f}): cuMemCreate 64 MiB {r['create']:+.0f}, cuMemRelease "
+              f"{r['release']:+.0f}, cuMemAlloc 64 MiB {r['alloc']:+.0f}, cuMemFree {r['free']:+.0f}; errors "
+              f"{r['errors']}")
     yes = [str(r["hint_tib"]) for r in rows if r["honoured"]]
     no = [str(r["hint_tib"]) for r in rows if not r["honoured"]]
-    print(f"va hints: honoured at {','.join(yes) or 'none'} TiB; not at {','.join(no) or 'none'} TiB; "
-          f"unhinted {unhinted.value:#x}")
+    small = [str(r["mib"]) for r in sizes if r["honoured"]]
+    moved = ",".join(f"{r['create']:+.0f}" for r in info)
+    in_ctx = ",".join(f"{r['mib']}{'h' if r.get('host_registered') else ''}" for r in created if r["honoured"])
+    print(f"va hints: 64 MiB honoured at {','.join(yes) or 'none'} TiB, not at {','.join(no) or 'none'} TiB; "
+          f"unhinted {unhinted:#x}; at 17 TiB honoured for {','.join(small) or 'no'} MiB; created context "
+          f"{in_ctx or 'none'} MiB (h: host memory registered); slab {slab_result}; backend's window places "
+          f"{backend.get('places', backend['result'])}; cuMemCreate 64 MiB moved free by {moved} MiB")
     return 0
 
 

@@ -10,23 +10,36 @@ above the index's address, the next 48 TiB above, the last the index's address i
 set never overlaps another index's (up to 16 windows a client), and all lie in x86-64's 47-bit user space. The backend learns
 per daemon which candidate the driver honours (WindowSpaces: the honoured one is tried first, a refused one no more),
 and tools/gpu_probes/gpu_probe_va_hints.py asks a GPU host's driver directly. Where it honours none, ranges go where
-the driver puts them (logged once per daemon and device): the client then keeps two hosts' ranges apart itself
-(csrc/core/memory.c, pv_malloc_unique).
+the driver puts them (logged once per daemon and device, with what the driver answered): the client then keeps two
+hosts' ranges apart itself (csrc/core/memory.c, pv_malloc_unique).
 
-Every range is reserved with cuMemAddressReserve at an address of the window (the hint; the driver's answer is
-checked), backed with cuMemCreate, mapped with cuMemMap and made read-write for this device with cuMemSetAccess; freeing unmaps,
-releases and frees the range. The granularity of such mappings is 2 MiB on current GPUs, so small allocations
-(up to half a granule) are carved out of one-granule arenas (256-byte aligned, first fit, neighbours coalesced), and
-an arena goes back as soon as it is empty; larger ones get a mapping of their own, rounded up to the granularity.
-The session is charged its requested bytes (the handlers' quota check), as for cuMemAlloc; what rounding adds is
-bounded by one granule per large allocation and by the live small allocations' arenas.
+In the window the backend reserves no range smaller than MIN_RESERVE (64 MiB). GPU run 4 (H100, driver 580): in a
+fresh process the driver gave 64 MiB ranges at every hint from 2 to 120 TiB (17 and 49 TiB included), while the
+daemon, which reserved one granule (2 MiB) at a time, got none of its hints at 17, 49 or 1 TiB and every such range
+at 0x7f...; in GPU run 2 the ranges of the bandwidth benchmark's large buffers landed at 1 TiB + 64 MiB, beside
+their hint, the 2 MiB ones at 0x7f.... NVIDIA documents the address as a hint only; what the runs show is a driver
+that places small ranges where it likes and large ones where asked (NVIDIA DALI also reserves gigabytes at a time
+and maps blocks inside). So device memory is mapped inside slabs: ranges of at least MIN_RESERVE bytes reserved at
+window addresses, each allocation backed with cuMemCreate and mapped with cuMemMap at a free place of a slab of its
+session (a slab goes back when nothing is mapped in it). Where the driver honours no window place, each allocation
+has a range of its own where the driver puts it (another host's driver may hand out the same addresses: the client's
+next try must get a range of its own). A program's own reservation (VMM_RESERVE) smaller than MIN_RESERVE without a
+hint, or at a hint free in one of its session's slabs, is a stretch of a slab; else it is a range of its own:
+without a hint, in the window; with one, of the program's size and, where the driver does not honour that, of
+MIN_RESERVE bytes at the same hint. The program sees its own size; the driver frees the whole.
 
-Window addresses are handed out lowest first (freed ranges are reused); the window holds VA_WINDOW_BYTES. Programs'
-own reservations (VMM_RESERVE without a hint) take window addresses the same way (WindowSpace.take). All sessions of
-one daemon that use the same window share one WindowSpace (WindowSpaces, held by the backend): their contexts live in
-one process, whose address space is one, so a real driver refuses a hint another session's range already covers.
-A hint the driver still does not honour (its own ranges sit there) is skipped, growing steps ahead, a few times
-before the candidate counts as refused.
+Every mapping is made read-write for this device with cuMemSetAccess; freeing unmaps and releases it. The
+granularity of such mappings is 2 MiB on current GPUs, so small allocations (up to half a granule) are carved out
+of one-granule arenas (512-byte aligned, first fit, neighbours coalesced), and an arena goes back as soon as it is
+empty; larger ones get a mapping of their own, rounded up to the granularity. The session is charged its requested
+bytes (the handlers' quota check), as for cuMemAlloc; what rounding adds is bounded by one granule per large
+allocation and by the live small allocations' arenas (address space costs no device memory).
+
+Window addresses are handed out lowest first (freed ranges are reused); the window holds VA_WINDOW_BYTES. All
+sessions of one daemon that use the same window share one WindowSpace (WindowSpaces, held by the backend): their
+contexts live in one process, whose address space is one, so a real driver refuses a hint another session's range
+already covers. A hint the driver still does not honour (its own ranges sit there) is skipped, growing steps ahead,
+a few times before the candidate counts as refused.
 """
 from __future__ import annotations
 
@@ -50,9 +63,14 @@ def window_candidates(window: int) -> list[int]:
     """The addresses a window (the client's va_base + ordinal * VA_WINDOW_BYTES) may lie at on a GPU, in order."""
     return [window + off for off in CANDIDATE_OFFSETS if window + off + VA_WINDOW_BYTES <= USER_SPACE_END]
 
-ALIGN = 256              # cudaMalloc's alignment
+# Small allocations' alignment: the device's textureAlignment (512 on current GPUs), which a pointer a texture object
+# reads must have (cudaResourceTypeLinear/Pitch2D, cudaErrorInvalidValue otherwise) and which programs take for granted
+# of cudaMalloc's pointers. With 256, api_texture's tex1Dfetch texture over its fifth small allocation failed on an
+# H100 (real-GPU run 3, api_texture.cu's cudaCreateTextureObject over linear memory: cudaErrorInvalidValue).
+ALIGN = 512
 HINT_TRIES = 6           # window addresses tried before the driver's own choice is taken
 SKIP_STEP = 64 << 20     # the first skip past a hint the driver refused (4 times larger after each refusal)
+MIN_RESERVE = 64 << 20   # the smallest range the backend reserves (module docstring: GPU runs 2 and 4)
 Check = Callable[[Any, str], Any]
 
 
@@ -160,22 +178,26 @@ class WindowSpaces:
         log.info("device %d: the driver honours window addresses %d TiB above the window index's (%#x): tried "
                  "first from now on", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr)
 
-    def refuse(self, candidate: int, ordinal: int, addr: int) -> None:
+    def refuse(self, candidate: int, ordinal: int, addr: int, answer: str) -> None:
         with self.lock:
             if candidate in self.refused:
                 return
             self.refused.add(candidate)
-        log.info("device %d: the driver refused window addresses %d TiB above the window index's (%#x): not tried "
-                 "again", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr)
+        log.info("device %d: the driver refused window addresses %d TiB above the window index's (%#x; %s): not "
+                 "tried again", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr, answer)
 
-    def outside(self, ordinal: int, ptr: int, window: int) -> None:
+    def outside(self, ordinal: int, ptr: int, size: int, window: int) -> None:
         with self.lock:
             if ordinal in self.told:
                 return
             self.told.add(ordinal)
-        log.warning("device %d: the driver placed a range at %#x, not in the window at any of %s: pointers there may "
-                    "collide with another GPU host's (the client keeps them apart: said once)", ordinal, ptr,
-                    ", ".join(hex(b) for b in window_candidates(window)))
+        log.warning("device %d: the driver placed a range of %s at %#x, not in the window at any of %s: pointers "
+                    "there may collide with another GPU host's (the client keeps them apart: said once)", ordinal,
+                    size_text(size), ptr, ", ".join(hex(b) for b in window_candidates(window)))
+
+
+def size_text(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} bytes"
 
 
 @dataclass
@@ -222,6 +244,10 @@ class WindowMemory:
         self.arenas: list[Chunk] = []                 # sorted by address
         self._arena_bases: list[int] = []
         self.chunks: dict[int, Chunk] = {}            # every mapped range by start (arenas too)
+        self.slabs: dict[int, WindowSpace] = {}       # the slabs' free addresses by slab start
+        self._slab_bases: list[int] = []              # sorted
+        self.reserved: dict[int, int] = {}            # every range reserved with the driver: start -> its size
+        self.in_slabs: dict[int, int] = {}            # programs' ranges inside slabs: start -> size
         self.taken: dict[int, tuple[int, WindowSpace]] = {}   # ranges holding window addresses: start -> size, space
 
     # ------------------------------------------------------------------ the driver's calls
@@ -243,60 +269,94 @@ class WindowMemory:
         return self.gran
 
     def reserve(self, size: int, align: int, hint: int = 0) -> int:
-        """cuMemAddressReserve at `hint` (a caller's), else in the window: its candidates in the daemon's order, each
-        at its lowest free range; → the driver's answer. A candidate the driver gives no range in is refused for the
-        daemon; with none left, the range goes where the driver puts it."""
-        if hint:
-            ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, hint, 0), "cuMemAddressReserve"))
-            space = self.spaces.holding(self.window, ptr) if ptr == hint else None
-            if space is not None and space.claim(ptr, size):
-                self.taken[ptr] = (size, space)      # a caller's hint inside the window: no one else gets it
+        """A program's range (VMM_RESERVE; module docstring): a free stretch of a slab of this session when the hint
+        lies there, or when there is no hint and the range is smaller than MIN_RESERVE; else a range of its own, in
+        the window without a hint, at the hint as asked and else MIN_RESERVE bytes there. → its start (the driver's
+        answer where it chose)."""
+        if (hint and self._claim_in_slab(hint, size)) or (not hint and size < MIN_RESERVE):
+            ptr = hint or self._place(size, align)
+            self.in_slabs[ptr] = size
             return ptr
+        if not hint:
+            return self._reserve_window(size, align)[0]
+        ptr, _ = self._reserve_at(size, align, hint)
+        if ptr != hint and size < MIN_RESERVE:       # a driver that places small ranges where it likes (GPU run 4)
+            if ptr:
+                self.drv.cuMemAddressFree(ptr, size)
+            bigger, _ = self._reserve_at(MIN_RESERVE, align, hint)
+            if bigger == hint:
+                size = MIN_RESERVE
+            elif bigger:
+                self.drv.cuMemAddressFree(bigger, MIN_RESERVE)
+            ptr = bigger if bigger == hint else 0
+        if not ptr:                                   # no hint honoured: the driver's choice, as CUDA's
+            ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
+        self.reserved[ptr] = size
+        space = self.spaces.holding(self.window, ptr) if ptr == hint else None
+        if space is not None and space.claim(ptr, size):
+            self.taken[ptr] = (size, space)          # a caller's hint inside the window: no one else gets it
+        return ptr
+
+    def _reserve_window(self, size: int, align: int, outside: int = 0) -> tuple[int, int]:
+        """`size` bytes in the window: its candidates in the daemon's order, each at its lowest free range. A
+        candidate the driver gives no range in is refused for the daemon; with none left, `outside` bytes (else
+        `size`) go where the driver puts them. → (start, bytes reserved)."""
         for candidate, space in self.spaces.candidates(self.window):
-            ptr = self._reserve_in(space, size, align)
+            ptr, answer = self._reserve_in(space, size, align)
             if ptr:
                 self.spaces.honoured(candidate, self.ordinal, space.base)
                 self.taken[ptr] = (size, space)
-                return ptr
-            if ptr is not None:
-                self.spaces.refuse(candidate, self.ordinal, space.base)
+                self.reserved[ptr] = size
+                return ptr, size
+            if answer:
+                self.spaces.refuse(candidate, self.ordinal, space.base, answer)
+        size = outside or size
         ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
-        self.spaces.outside(self.ordinal, ptr, self.window)
-        return ptr
+        self.reserved[ptr] = size
+        self.spaces.outside(self.ordinal, ptr, size, self.window)
+        return ptr, size
 
-    def _reserve_in(self, space: WindowSpace, size: int, align: int) -> int | None:
-        """A range of `space` the driver gives; 0 when it refused HINT_TRIES hints there; None when the space has no
-        room left. A window range the driver does not give is skipped (kept out of the free list: the driver holds
-        something there), and so is a growing stretch after it, so that the next try lands past the driver's own
-        ranges (found on an H100: GPU run 2)."""
+    def _reserve_in(self, space: WindowSpace, size: int, align: int) -> tuple[int, str]:
+        """A range of `space` the driver gives, else 0 and what the driver answered the last hint (empty when the
+        space has no room left). A window range the driver does not give is skipped (kept out of the free list: the
+        driver holds something there), and so is a growing stretch after it, so that the next try lands past the
+        driver's own ranges (found on an H100: GPU run 2)."""
         step = SKIP_STEP
-        for tries in range(HINT_TRIES):
+        answer = ""
+        for _ in range(HINT_TRIES):
             hinted = space.take(size, align)
             if not hinted:
-                return 0 if tries else None
-            ptr = self._reserve_at(size, align, hinted)
+                return 0, answer
+            ptr, why = self._reserve_at(size, align, hinted)
             if ptr == hinted:
-                return ptr
+                return ptr, ""
             if ptr:
                 self.drv.cuMemAddressFree(ptr, size)
+            answer = f"{size_text(size)} at {hinted:#x}: {why}"
             if step > size:
                 space.claim(hinted + size, step - size)
             step *= 4
-        return 0
+        return 0, answer
 
-    def _reserve_at(self, size: int, align: int, addr: int) -> int:
-        """cuMemAddressReserve with the hint `addr`; → the driver's address, 0 when it refused (a real driver may
-        answer CUDA_ERROR_OUT_OF_MEMORY for a hint it cannot give; a lasting error shows in the unhinted try)."""
+    def _reserve_at(self, size: int, align: int, addr: int) -> tuple[int, str]:
+        """cuMemAddressReserve with the hint `addr`; → the driver's address (0 when it refused: a real driver may
+        answer CUDA_ERROR_OUT_OF_MEMORY for a hint it cannot give; a lasting error shows in the unhinted try) and
+        what it answered, for the log."""
         try:
-            return int(self.check(self.drv.cuMemAddressReserve(size, align, addr, 0), "cuMemAddressReserve"))
-        except CudaError:
-            return 0
+            ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, addr, 0), "cuMemAddressReserve"))
+        except CudaError as exc:
+            return 0, str(exc)
+        return ptr, f"placed at {ptr:#x}"
 
     def unreserve(self, ptr: int, size: int) -> None:
-        self.drv.cuMemAddressFree(ptr, size)
+        """Frees a range reserve() or a slab reserved (the whole of what was reserved, whatever `size` says)."""
+        if ptr in self.in_slabs:
+            self._unplace(ptr, self.in_slabs.pop(ptr))
+            return
+        self.drv.cuMemAddressFree(ptr, self.reserved.pop(ptr, size))
         held = self.taken.pop(ptr, None)
         if held is not None:
-            held[1].give(ptr, size)
+            held[1].give(ptr, held[0])
 
     def access(self, ptr: int, size: int, flags: Any) -> None:
         desc = self.drv.CUmemAccessDesc()
@@ -304,10 +364,41 @@ class WindowMemory:
         desc.flags = flags
         self.check(self.drv.cuMemSetAccess(ptr, size, [desc], 1), "cuMemSetAccess")
 
+    # ------------------------------------------------------------------ slabs
+    def _place(self, size: int, align: int) -> int:
+        """Free addresses for `size` bytes (a multiple of the granularity) in a slab of this session, a new slab
+        (reserved in the window) when none has room."""
+        for base in self._slab_bases:
+            ptr = self.slabs[base].take(size, align)
+            if ptr:
+                return ptr
+        # Outside the window a range holds one allocation: another host's driver may hand out the same addresses,
+        # and the client's second try (pv_malloc_unique) must get a range of its own, not the rest of this one.
+        length = -(-size // MIN_RESERVE) * MIN_RESERVE
+        base, length = self._reserve_window(length, max(align, self.granularity()), outside=size)
+        slab = WindowSpace(base, length)
+        self.slabs[base] = slab
+        bisect.insort(self._slab_bases, base)
+        return slab.take(size, align)
+
+    def _claim_in_slab(self, addr: int, size: int) -> bool:
+        i = bisect.bisect_right(self._slab_bases, addr) - 1
+        return i >= 0 and self.slabs[self._slab_bases[i]].claim(addr, size)
+
+    def _unplace(self, ptr: int, size: int) -> None:
+        """Gives a slab's addresses back; a slab with nothing mapped goes back to the driver."""
+        i = bisect.bisect_right(self._slab_bases, ptr) - 1
+        base = self._slab_bases[i]
+        slab = self.slabs[base]
+        slab.give(ptr, size)
+        if slab.free == [(base, slab.size)]:
+            del self.slabs[base], self._slab_bases[i]
+            self.unreserve(base, slab.size)
+
     def _map_new(self, size: int, align: int) -> Chunk:
         """A fresh read-write range of `size` bytes (a multiple of the granularity) in the window."""
         drv = self.drv
-        ptr = self.reserve(size, align)
+        ptr = self._place(size, align)
         handle = None
         mapped = False
         try:
@@ -320,7 +411,7 @@ class WindowMemory:
                 drv.cuMemUnmap(ptr, size)
             if handle is not None:
                 drv.cuMemRelease(handle)
-            self.unreserve(ptr, size)
+            self._unplace(ptr, size)
             raise
         chunk = Chunk(ptr, size, handle)
         self.chunks[ptr] = chunk
@@ -328,9 +419,11 @@ class WindowMemory:
 
     def _unmap(self, chunk: Chunk) -> None:
         del self.chunks[chunk.addr]
-        self.drv.cuMemUnmap(chunk.addr, chunk.size)
-        self.drv.cuMemRelease(chunk.handle)
-        self.unreserve(chunk.addr, chunk.size)
+        try:
+            self.drv.cuMemUnmap(chunk.addr, chunk.size)
+            self.drv.cuMemRelease(chunk.handle)
+        finally:
+            self._unplace(chunk.addr, chunk.size)
 
     # ------------------------------------------------------------------ allocations
     def malloc(self, size: int, align: int = ALIGN) -> int:
@@ -382,6 +475,14 @@ class WindowMemory:
         self.chunks.clear()
         self.arenas.clear()
         self._arena_bases.clear()
+        self.in_slabs.clear()                         # programs' ranges (given back before: their slabs go whole)
+        for ptr in list(self.reserved):               # slabs a failed unmap left
+            try:
+                self.unreserve(ptr, 0)
+            except Exception as exc:  # noqa: BLE001 - keep releasing the others
+                log.warning("device %d: freeing the range at %#x failed: %s", self.ordinal, ptr, exc)
+        self.slabs.clear()
+        self._slab_bases.clear()
         for addr, (size, space) in self.taken.items():    # the shared spaces get this session's window ranges back
             space.give(addr, size)
         self.taken.clear()

@@ -113,6 +113,28 @@ def positional(spec: OpSpec, st: DeviceState, args: list[Any]) -> list[Any]:
     return out
 
 
+def _decoded(spec: OpSpec) -> Callable[[DeviceState, list[Any]], list[Any]]:
+    """positional(spec, st, args) for arguments the compiled frame path decoded (framepath.py): libpvframe gives
+    each one only when it is of its wire kind and in range (tools/gen_frame_c.py's KINDS, each within what
+    ARG_CHECKS accepts for its type), so what is left is making a dim3 the tuple _dim3 makes and resolving handles.
+    One expression per op from its spec line, as framepath's record builders (a loop over the arguments costs more
+    than the conversion)."""
+    parts = []
+    for i, a in enumerate(spec.args[1:], start=1):
+        if a.type == "dim3":
+            parts.append(f"tuple(a[{i}])")
+        elif a.type in RESOLVE:
+            parts.append(f"R[{a.type!r}](st, a[{i}])")
+        else:
+            parts.append(f"a[{i}]")
+    return eval(f"lambda st, a: [{', '.join(parts)}]", {"R": RESOLVE})   # noqa: S307 - made from the spec alone
+
+
+# Per FAST op: its decoded arguments' conversion (_decoded), computed once.
+DECODED: dict[int, Callable[[DeviceState, list[Any]], list[Any]]] = {
+    spec.code: _decoded(spec) for spec in OPS if spec.fast}
+
+
 # ---------------------------------------------------------------------------------------------- registration
 Handler = Callable[..., Any]
 # op code -> (its handler, whether it takes its arguments by keyword)

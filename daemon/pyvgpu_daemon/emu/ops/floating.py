@@ -18,7 +18,8 @@ Rounding:
   (f32) use NumPy's float32 kernels (measured within 2 ulp of the exact value; sin/cos absolute error < 1e-7 on
   [-pi, pi]); rcp.approx, div.full and sqrt.approx return the correctly rounded IEEE result; div.approx.f32 is
   a * (1/b) as the ISA defines it, the reciprocal flushed when subnormal (so 2**126 < |b| < 2**128 gives a
-  sign-preserving zero, NaN for an infinite a); rsqrt.approx.f64 is computed in f64; rcp.approx.ftz.f64 and
+  sign-preserving zero, NaN for an infinite a); rsqrt.approx.f64 is ptxas's sequence (a 20-bit seed and one
+  fused correction: _rsqrt64, bit for bit with an H100 but where the seed differs); rcp.approx.ftz.f64 and
   rsqrt.approx.ftz.f64 use the operand's upper word and zero the result's lower word (ISA). The hardware's own
   results carry the errors the ISA allows (tools/gpu_probes/isa_bounds.py: 2 ulp for ex2 and div.approx, 1 ulp
   for rcp.approx, 2**-22 for lg2, 2**-20.5 absolute for sin/cos in [-2pi, 2pi], 2**-22.9 relative for rsqrt,
@@ -551,8 +552,38 @@ def build_rsqrt(instr):
     elif "ftz" in flags:
         return AluOp(quiet(_hi_word64(lambda x: np.float64(1.0) / np.sqrt(x))), (t,), (t,))
     else:
-        f = _via64(lambda x: np.float64(1.0) / np.sqrt(x), F64, False)
+        f = _rsqrt64
     return AluOp(quiet(gpu_nans(f, t)), (t,), (t,))
+
+
+_RSQ_FAST_LO, _RSQ_FAST_SPAN = 0x00100000, 0x7FE00000     # upper words of positive normal finite doubles
+
+
+def _rsqrt64(a):
+    """rsqrt.approx.f64 as ptxas (nvcc 13.0, sm_90) compiles it: y0 = MUFU.RSQ64H of the operand (1/sqrt of its
+    upper word, the upper word of the result: rsqrt.approx.ftz.f64, _hi_word64), then one correction in fused
+    multiply-adds, e = fma(a, -(y0 y0), 1), y = fma(fma(e, 0.375, 0.5), y0 e, y0); an operand that is not a positive
+    normal double takes the slow path, whose results are 1/sqrt(a) (zero, infinity, NaN; subnormals scaled). Real-GPU
+    run 3 (an H100): with its own y0 this gives all 10431 normal results of diff_kernels.cu's f64_approx bit for bit,
+    with the emulator's y0 all but 2 (MUFU.RSQ64H's own rounding: 9 of 10431 upper words of rsqrt.approx.ftz.f64
+    differ), where 1/sqrt in f64 missed 2675."""
+    a = np.asarray(a, F64)
+    with np.errstate(all="ignore"):
+        out = np.array(np.float64(1.0) / np.sqrt(a), F64)
+        hi = (a.view(np.uint64) >> np.uint64(32)).astype(np.int64)
+        fast = ((hi - _RSQ_FAST_LO) & 0xFFFFFFFF) < _RSQ_FAST_SPAN
+        if fast.any():
+            x = a[fast]
+            out[fast] = rsqrt64_refine(x, _hi_word64(lambda v: np.float64(1.0) / np.sqrt(v))(x))
+    return out
+
+
+def rsqrt64_refine(x, y0):
+    """ptxas's correction of a seed y0 of 1/sqrt(x) (positive normal x): y0 + (y0 e)(0.5 + 0.375 e), e = 1 - x y0²,
+    as DMUL, DFMA, DFMA, DMUL, DFMA (nvdisasm of rsqrt.approx.f64 for sm_90)."""
+    e = fma64(x, -(y0 * y0), np.ones_like(x))
+    p = fma64(e, np.full_like(x, 0.375), np.full_like(x, 0.5))
+    return fma64(p, y0 * e, y0)
 
 
 # ex2/lg2.approx.f32 are computed in double precision by basic IEEE operations only (rint, +, -, *, /, integer bit

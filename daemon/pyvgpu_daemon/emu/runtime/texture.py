@@ -168,7 +168,8 @@ def fetch(mem: Any, tex: EmuTexture, coords: list[np.ndarray], layer: np.ndarray
     sizes = [tex.width, max(tex.height, 1), max(tex.depth, 1)][:dims]
     modes = [s.address[k] if s.normalized or s.address[k] in (CLAMP, BORDER) else CLAMP for k in range(dims)]
     linear = (s.filter == LINEAR and float_result) or gather is not None
-    xs = [_coord(np.asarray(coords[k]), sizes[k], s, modes[k], linear) for k in range(dims)]
+    # tld4 keeps wrapping/mirroring the coordinate (which texel is its i decides its order; no GPU data on it)
+    xs = [_coord(np.asarray(coords[k]), sizes[k], s, modes[k], linear and gather is None) for k in range(dims)]
     sl = np.zeros(lanes, np.int64)
     if tex.layered:
         sl = np.clip(np.asarray(layer).astype(np.int64), 0, max(tex.depth, 1) - 1)
