@@ -25,6 +25,24 @@ RUNS = [("cupy", "cupy", "fw_cupy.py", [], 0.2), ("cusolver", "cupy", "fw_cusolv
         ("cufft", "cupy", "fw_cufft.py", [], 0.05),
         ("numba", "numba", "fw_numba.py", [], 0.15), ("torch", "torch", "fw_torch.py", ["--real"], 0.3),
         ("jax", "jax", "fw_jax.py", [], 0.2)]
+# The numba script's processes here, natively and under pyvgpu alike (nowhere else: CI's runs of the same scripts do
+# not have it): numba-cuda registers an overload of np.row_stack, the alias of np.vstack that NumPy 2.5 removed, when
+# it first compiles a kernel, so on the GPU image every numba-cuda kernel failed natively (GPU runs 1-3); the alias is
+# put back before the script runs (tools/gpu_probes/gpu_probe_numba.py does the same and says more).
+NUMPY_25_SHIM = """import runpy, sys
+import numpy as np
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+    print(f"numpy shim: np.row_stack = np.vstack for numba-cuda (NumPy {np.__version__}; this probe only)", flush=True)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+PRELUDES = {"numba": NUMPY_25_SHIM}
+
+
+def python_for(name: str) -> list[str]:
+    """The interpreter command line a framework's script runs under (with its prelude, if it has one)."""
+    return [sys.executable, "-c", PRELUDES[name]] if name in PRELUDES else [sys.executable]
 
 
 def checks_passed(out: str) -> set[str]:
@@ -80,7 +98,7 @@ def main() -> int:
             continue
         extra = ["--two-gpus"] if module == "torch" and "," in hosts else []
         cmd = [sys.executable, "-m", "pyvgpu.cli", "run", "--hosts", hosts, "--census", str(out / f"census-{name}.txt"),
-               "--", sys.executable, str(HERE / script), *args, *extra]
+               "--", *python_for(name), str(HERE / script), *args, *extra]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=budget * share)
         except subprocess.TimeoutExpired:
@@ -89,7 +107,8 @@ def main() -> int:
         (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
         print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"{name}: no output", flush=True)
         if proc.returncode != 0:
-            rc, native_out = run_natively([sys.executable, str(HERE / script), *args, *extra], env, budget * share)
+            rc, native_out = run_natively([*python_for(name), str(HERE / script), *args, *extra], env,
+                                          budget * share)
             (out / f"{name}-native.log").write_text(native_out)
             why = native_verdict(proc.stdout, rc, native_out)
             if why:
