@@ -513,6 +513,13 @@ OPS: tuple[OpSpec, ...] = (
 # cudaFuncAttribute values FUNC_SET_ATTR accepts (CUDA 13 driver_types.h; the CU_FUNC_ATTRIBUTE_* numbers are equal).
 FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE = 8      # cudaFuncAttributeMaxDynamicSharedMemorySize
 FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT = 9     # cudaFuncAttributePreferredSharedMemoryCarveout: -1 or 0..100
+# Thread block cluster attributes, settable on devices of compute capability 9.0 and later (a GPU host's driver checks
+# them; cuBLAS sets NonPortableClusterSizeAllowed in cublasCreate on an H100): RequiredClusterWidth/Height/Depth (11,
+# 12, 13), NonPortableClusterSizeAllowed (14: 0 or 1), ClusterSchedulingPolicyPreference (15: 0..2).
+FUNC_ATTR_CLUSTER_FIRST = 11
+FUNC_ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+FUNC_ATTR_CLUSTER_SCHEDULING_POLICY = 15
+FUNC_ATTR_CLUSTER_MIN_MAJOR = 9            # compute capability major of the first GPUs with clusters
 
 # cudaLimit values (CUDA 13 driver_types.h; the CU_LIMIT_* numbers are equal) and CUDA's defaults for them.
 LIMIT_NAMES: dict[int, str] = {
@@ -765,6 +772,10 @@ def c_constants() -> dict[str, int | float | str]:
         "ERR_PROTOCOL_MISMATCH": ERR_PROTOCOL_MISMATCH, "ERR_AUTH": ERR_AUTH, "ERR_UNAVAILABLE": ERR_UNAVAILABLE,
         "FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE": FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE,
         "FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT": FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
+        "FUNC_ATTR_CLUSTER_FIRST": FUNC_ATTR_CLUSTER_FIRST,
+        "FUNC_ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED": FUNC_ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+        "FUNC_ATTR_CLUSTER_SCHEDULING_POLICY": FUNC_ATTR_CLUSTER_SCHEDULING_POLICY,
+        "FUNC_ATTR_CLUSTER_MIN_MAJOR": FUNC_ATTR_CLUSTER_MIN_MAJOR,
         "LIMIT_COUNT": len(LIMIT_NAMES),
         "MAX_GRAPH_OPS": MAX_GRAPH_OPS, "MAX_GRAPH_BYTES": CU64(MAX_GRAPH_BYTES),
         "MANAGED_FLAG_MAPPED": MANAGED_FLAG_MAPPED,

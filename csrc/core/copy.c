@@ -7,6 +7,7 @@
  * to that daemon, so the synchronization that covers the copy finds them there. Large 1D copies travel in PV_CHUNK
  * frames, a synchronous device-to-host one in PV_D2H_FRAME frames, two requested ahead (pv_copy_d2h); 2D copies carry
  * their rows packed. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@
 #include "pv_hostmem.h"
 #include "pv_copy.h"
 #include "pv_features.h"
+#include "pv_graph.h"
 
 #define PV_CHUNK ((size_t)16 << 20)   /* bytes per frame of a large copy; < 32 MiB: daemon buffers stay in malloc heap */
 /* A synchronous device-to-host copy: frames of up to PV_D2H_FRAME (the daemon's reply bound, bounds.py; it sends
@@ -345,6 +347,52 @@ cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch
 }
 
 /* ------------------------------------------------------------------------------------------ memset */
+/* [p, p+n) inside one page-locked host allocation of this process (cudaHostAlloc, cuMemHostAlloc): under unified
+ * addressing its pointer is the device's too, and a GPU's memsets write it. Not a registration (cudaHostRegister):
+ * its device pointer is another (cudaDevAttrCanUseHostPointerForRegisteredMem is 0 here). */
+static int host_allocated(const void *p, size_t n)
+{
+    struct pv_alloc a;
+    uint64_t u = (uint64_t)(uintptr_t)p;
+    return pv_alloc_find(u, &a) == 0 && a.dev < 0 && n <= a.size && u - a.ptr <= a.size - n;
+}
+
+/* A memset of page-locked host memory, in order on its stream: the stream's earlier work done (and its device writes
+ * back here), then the rows set in this process's memory; a device copy of the memory (made when a kernel was given
+ * it) takes the bytes before the next device work, as any host write (coherence.c). XLA's autotuner zeroes an 8-byte
+ * result this way (GPU run 3, an H100: JAX's jnp.dot failed with CUDA_ERROR_INVALID_VALUE). */
+static cudaError_t host_memset(char *p, size_t pitch, uint32_t value, int elem, size_t width, size_t height,
+                               cudaStream_t s)
+{
+    cudaError_t err = pv_sync_stream(s);
+    if (err != PV_SUCCESS)
+        return err;
+    for (size_t r = 0; r < height; r++) {
+        char *row = p + r * pitch;
+        if (elem == 1)
+            memset(row, (int)(value & 0xff), width);
+        else
+            for (size_t i = 0; i < width; i++)
+                memcpy(row + i * (size_t)elem, &value, (size_t)elem);     /* the value's low bytes, little-endian */
+    }
+    return PV_SUCCESS;
+}
+
+/* What the allocation table holds at p, for the refusal's log line: the entry containing it (host or device), else
+ * the nearest device allocation below it. */
+static void describe_at(const void *p, char *out, size_t n)
+{
+    struct pv_alloc a;
+    uint64_t u = (uint64_t)(uintptr_t)p;
+    if (pv_alloc_find(u, &a) == 0)
+        snprintf(out, n, "it lies in %s [%#llx, +%zu)", a.dev < 0 ? "host memory" : "device memory",
+                 (unsigned long long)a.ptr, a.size);
+    else if (pv_alloc_find_device(u, &a) == 0)
+        snprintf(out, n, "device memory [%#llx, +%zu) holds its start", (unsigned long long)a.ptr, a.size);
+    else
+        snprintf(out, n, "no allocation of this process holds it");
+}
+
 cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t width, size_t height, cudaStream_t s)
 {
     cudaError_t err = pv_init_with_stream(s);
@@ -357,9 +405,14 @@ cudaError_t pv_memset(void *ptr, size_t pitch, uint32_t value, int elem, size_t 
         return PV_cudaErrorInvalidPitchValue;
     struct pv_device *d;
     if (dev_range_2d(ptr, pitch, row, height, &d) != 0) {
+        if (host_allocated(ptr, pitch * (height - 1) + row))
+            return host_memset(ptr, pitch, value, elem, width, height, s);
         static atomic_int once;            /* what the caller asked, for the next look at a real GPU's run */
-        pv_log_once(&once, "memset of %zu x %zu bytes (pitch %zu) at %p: not inside one device allocation of this "
-                    "process (cudaErrorInvalidValue)", height, row, pitch, ptr);
+        char where[160];
+        describe_at(ptr, where, sizeof where);
+        pv_log_once(&once, "memset of %zu x %zu bytes (pitch %zu, %d-byte elements) at %p: not inside one device "
+                    "allocation or page-locked host allocation of this process: %s (cudaErrorInvalidValue)", height,
+                    row, pitch, elem, ptr, where);
         return PV_cudaErrorInvalidValue;
     }
     uint64_t p = (uint64_t)(uintptr_t)ptr, stream = pv_stream_for(s, d);

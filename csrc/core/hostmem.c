@@ -4,7 +4,8 @@
  * work, pulled at synchronizations) on the GPU that asked:
  * - cudaHostAlloc / cudaMallocHost memory (mapped flag or not) is device-accessible under unified addressing: a
  *   kernel parameter word holding such an address (or one past an allocation's end) is the device copy's address
- *   when the kernel runs (pv_host_translate), and cudaHostGetDevicePointer answers the device copy's address;
+ *   when the kernel runs (pv_host_translate), and cudaHostGetDevicePointer answers the device copy's address; a
+ *   memset given its address sets it here, in stream order (copy.c);
  * - registered memory (cudaHostRegister) is recorded, so copies treat it as page-locked, and gets its device copy
  *   when cudaHostGetDevicePointer is asked for it (cudaHostRegisterMapped; cudaDevAttrCanUseHostPointerForRegisteredMem
  *   is 0): a program that only copies through it pays nothing;

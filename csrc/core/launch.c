@@ -302,6 +302,11 @@ cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kin
     return PV_SUCCESS;
 }
 
+int pv_func_cluster_attr(int attr)
+{
+    return attr >= PV_FUNC_ATTR_CLUSTER_FIRST && attr <= PV_FUNC_ATTR_CLUSTER_SCHEDULING_POLICY;
+}
+
 /* Remembers an attribute set device-wide on f for d (struct pv_func_kept). */
 static void keep_attr(struct pv_func *f, struct pv_device *d, int attr, int value)
 {
@@ -323,9 +328,10 @@ static void keep_attr(struct pv_func *f, struct pv_device *d, int attr, int valu
 }
 
 /* cudaFuncSetAttribute / cuFuncSetAttribute / cuKernelSetAttribute: validated here (the dynamic shared memory a block
- * may opt in to, the carveout range; anything else is not settable), recorded in ki, forwarded fire-and-forget; with
- * `device_wide` (the kernel's pv_func: the runtime's and cuKernelSetAttribute's semantics, not cuFuncSetAttribute's
- * per-context one) also kept for the device's later contexts. */
+ * may opt in to, the carveout range, the cluster attributes on sm_90 and later; anything else is not settable),
+ * recorded in ki, forwarded fire-and-forget; with `device_wide` (the kernel's pv_func: the runtime's and
+ * cuKernelSetAttribute's semantics, not cuFuncSetAttribute's per-context one) the shared memory ones also kept for the
+ * device's later contexts. */
 cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value, struct pv_func *device_wide)
 {
     if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE) {
@@ -334,18 +340,28 @@ cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr,
     } else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT) {
         if (value < -1 || value > 100)
             return PV_cudaErrorInvalidValue;
+    } else if (pv_func_cluster_attr(attr)) {
+        /* thread block clusters: a GPU of compute capability 9.0 or later (its driver checks the values again);
+         * before, not a settable attribute */
+        int major = 0;
+        if (pv_dev_attr(d, PV_cudaDevAttrComputeCapabilityMajor, &major) != 0 ||
+            major < PV_FUNC_ATTR_CLUSTER_MIN_MAJOR || value < 0 ||
+            (attr == PV_FUNC_ATTR_NON_PORTABLE_CLUSTER_SIZE_ALLOWED && value > 1) ||
+            (attr == PV_FUNC_ATTR_CLUSTER_SCHEDULING_POLICY && value > 2))
+            return PV_cudaErrorInvalidValue;
     } else {
-        /* cluster attributes (10..15) need sm_90 clusters; anything else is not a settable attribute */
-        return PV_cudaErrorInvalidValue;
+        return PV_cudaErrorInvalidValue;       /* not a settable attribute */
     }
     cudaError_t err = pv_send_FUNC_SET_ATTR(d, ki->func_id, attr, value);
     if (err != PV_SUCCESS)
         return err;
     if (attr == PV_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE)
         ki->max_dyn_shared = value;
-    else
+    else if (attr == PV_FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT)
         ki->carveout = value;
-    if (device_wide)
+    else
+        ki->cluster[attr - PV_FUNC_ATTR_CLUSTER_FIRST] = value;     /* (not kept across a reset: per context) */
+    if (device_wide && !pv_func_cluster_attr(attr))
         keep_attr(device_wide, d, attr, value);
     return PV_SUCCESS;
 }

@@ -35,5 +35,6 @@ cudaError_t pv_occupancy_dyn_smem(const struct pv_device *d, const struct pv_kin
  * the kernel, to keep it for d's later contexts too (cudaFuncSetAttribute, cuKernelSetAttribute), else NULL. */
 cudaError_t pv_func_set_attr(struct pv_device *d, struct pv_kinfo *ki, int attr, int value,
                              struct pv_func *device_wide);
+int pv_func_cluster_attr(int attr);   /* a thread block cluster attribute (settable on sm_90 and later) */
 
 #endif

@@ -19,6 +19,7 @@ struct pv_kinfo {
      * reset drops the kinfo, and the values set device-wide (pv_func.kept) are applied again on the next use). */
     _Atomic int64_t max_dyn_shared;   /* cudaFuncAttributeMaxDynamicSharedMemorySize */
     _Atomic int64_t carveout;         /* cudaFuncAttributePreferredSharedMemoryCarveout, -1 = default */
+    _Atomic int64_t cluster[5];       /* the cluster attributes 11..15 as set (0: CUDA's default) */
 };
 struct pv_fatbin;
 /* Attributes set device-wide on a kernel (cudaFuncSetAttribute, cuKernelSetAttribute): NVIDIA's runtime sets them on

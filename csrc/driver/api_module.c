@@ -416,6 +416,10 @@ static CUresult get_attr(int *v, int attr, const void *f, int dev)
     case FA_MAX_DYN_SHARED: *v = (int)ki->max_dyn_shared; break;
     case FA_CARVEOUT: *v = (int)ki->carveout; break;
     default:
+        if (pv_func_cluster_attr(attr)) {
+            *v = (int)ki->cluster[attr - PV_FUNC_ATTR_CLUSTER_FIRST];    /* as set; 0 until then */
+            break;
+        }
         if (attr < FA_CACHE_MODE_CA || attr > FA_LAST)
             return CUDA_ERROR_INVALID_VALUE;
         *v = 0;   /* cache mode, and the cluster attributes of a device without clusters */

@@ -84,7 +84,7 @@ def test_rehearsal_runs_the_probes_and_the_programs(rehearsal):
     stages = {s["name"]: s for s in json.loads((out / "report.json").read_text())["stages"]}
     # The framework-free probe reaches the GPU all three ways (natively, over libvcuda alone, under `pyvgpu run`).
     driver = next(r for r in stages["frameworks"]["rows"] if r["item"].endswith("gpu_probe_driver.py"))
-    assert driver["result"] == "pass" and driver["detail"].endswith("native 4/4; driver 4/4; pyvgpu run 4/4"), driver
+    assert driver["result"] == "pass" and driver["detail"].endswith("native 5/5; driver 5/5; pyvgpu run 5/5"), driver
     # The test programs ran through cuda daemons: pytest collected every e2e/driver test and results came back.
     prog = stages["programs"]
     assert prog["status"] in ("pass", "fail", "partial"), prog

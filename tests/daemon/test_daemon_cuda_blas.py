@@ -20,7 +20,9 @@ from pyvgpu import cublas_spec as spec  # noqa: E402
 from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME  # noqa: E402
 from pyvgpu_daemon.handlers import dispatch  # noqa: E402
 from pyvgpu_daemon.backends.cublas_cuda import Cublas, cdef, pick_entry  # noqa: E402
+from pyvgpu_daemon.backends.base import KernelDesc  # noqa: E402
 from pyvgpu_daemon.backends.cuda import CudaBackend  # noqa: E402
+from pyvgpu_daemon.errors import CudaError  # noqa: E402
 from pyvgpu_daemon.session import DeviceState, Session, release_device  # noqa: E402
 from fake_driver import FakeDriver  # noqa: E402
 
@@ -280,3 +282,22 @@ def test_handles_die_with_the_session():
     assert len(d.fake.state) == 3
     release_device(d.session, d.st)
     assert d.fake.state == {} and d.st.blas_handles == {}
+
+
+def test_cluster_attributes_cublas_sets_reach_the_driver():
+    """cuBLAS's cublasCreate sets CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED on a kernel of an H100 (GPU run
+    3: libvcuda refused it and cublasCreate answered CUBLAS_STATUS_INTERNAL_ERROR where NVIDIA's cuBLAS runs over
+    pyvgpu's driver): the cluster attributes of FUNC_SET_ATTR go to the driver's cuFuncSetAttribute under their own
+    CU_FUNC_ATTRIBUTE_* numbers and are recorded on the kernel; the driver's refusal comes back as the op's error, and
+    an attribute that is not settable (CLUSTER_SIZE_MUST_BE_SET, 10) never reaches the driver."""
+    drv = FakeDriver()
+    ctx = CudaBackend(driver=drv).open_context(0, 1 << 40, 1)
+    k = KernelDesc("gemm", [], handle=77)
+    for attr, value in ((14, 1), (15, 2), (11, 2), (12, 1), (13, 1)):
+        ctx.func_set_attr(None, k, attr, value)
+    assert drv.func_attrs == [(77, 14, 1), (77, 15, 2), (77, 11, 2), (77, 12, 1), (77, 13, 1)]
+    assert k.attrs == {"non_portable_cluster_size_allowed": 1, "cluster_scheduling_policy_preference": 2,
+                       "required_cluster_width": 2, "required_cluster_height": 1, "required_cluster_depth": 1}
+    with pytest.raises(CudaError) as exc:
+        ctx.func_set_attr(None, k, 10, 1)
+    assert exc.value.code == E["cudaErrorInvalidValue"] and len(drv.func_attrs) == 5

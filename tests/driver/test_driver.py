@@ -266,6 +266,16 @@ def test_a_hint_of_a_small_range_on_a_driver_that_ignores_it(cuda_build, daemon_
 
 
 @pytest.mark.chain
+def test_memsets_of_page_locked_host_memory(cuda_build, daemon, lib_dir):
+    """cuMemsetD32Async of 2 elements on cuMemHostAlloc memory (XLA's autotuner zeroing its 8-byte result: on an H100
+    libvcuda refused it, GPU run 3, and JAX's jnp.dot failed), a 1-byte and a 2D 16-bit memset of that memory, in
+    stream order after a copy into the same bytes; past the allocation and on registered memory's host pointer
+    CUDA_ERROR_INVALID_VALUE (tests/cuda/drv_memset_pinned.c)."""
+    proc = run_driver(drv_program(cuda_build, "drv_memset_pinned.c", lib_dir), [daemon], lib_dir=lib_dir)
+    assert verdict(proc.stdout) == "OK 7", proc.stdout + proc.stderr
+
+
+@pytest.mark.chain
 def test_driver_api_context_semantics(cuda_build, daemon_factory, kernels, lib_dir):
     """cuCtxDestroy frees what the context made and nothing else (its daemon memory comes back), a primary reset
     beside a created context frees only the primary's, a CUfunction belongs to its context's device."""

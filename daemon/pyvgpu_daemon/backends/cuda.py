@@ -28,8 +28,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from pyvgpu.cuda_enums import DEVICE_ATTRS
-from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT,
-                             VA_WINDOW_BYTES)
+from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_CLUSTER_FIRST, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE,
+                             FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, VA_WINDOW_BYTES)
 from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
@@ -65,6 +65,11 @@ FUNC_SET_ATTRS = {
                                         "max_dynamic_shared_size_bytes"),
     FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT: ("CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT",
                                          "preferred_shmem_carveout"),
+    # thread block clusters (sm_90 and later; the driver refuses them elsewhere): cuBLAS's cublasCreate sets
+    # NON_PORTABLE_CLUSTER_SIZE_ALLOWED on an H100
+    **{FUNC_ATTR_CLUSTER_FIRST + i: (f"CU_FUNC_ATTRIBUTE_{name.upper()}", name) for i, name in enumerate((
+        "required_cluster_width", "required_cluster_height", "required_cluster_depth",
+        "non_portable_cluster_size_allowed", "cluster_scheduling_policy_preference"))},
 }
 EVENT_DISABLE_TIMING = 0x2
 VMM_SUPPORTED_ATTR = 102           # CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
