@@ -491,3 +491,178 @@ def test_a_short_run_of_global_loads_is_c_in_small_chunks_numpy_in_large_ones(ct
             assert not any(r.declined for r in k.native_runs)
     assert (outs[0] == outs[1]).all() and (outs[0] == data + np.arange(n, dtype=np.uint32)).all()
     assert (n <= cgen.LOAD_RUN_LANES) == (ctas == 16)
+
+
+# ---------------------------------------------------------------------------------------------- stores in native runs
+STORES = """
+.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry st(.param .u64 in, .param .u64 out)
+{
+  .reg .pred %p<4>; .reg .f32 %f<4>; .reg .b16 %rs<4>; .reg .b32 %r<40>; .reg .b64 %rd<20>;
+  .shared .align 16 .b8 sh[4096];
+  .local .align 16 .b8 loc[32];
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 16;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.v4.u32 {%r2, %r3, %r4, %r5}, [%rd4];
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 4;
+  add.s32 %r8, %r6, %r7;
+  and.b32 %r9, %r1, 7;
+  shl.b32 %r10, %r9, 2;
+  add.s32 %r11, %r6, %r10;
+  setp.lt.u32 %p1, %r1, 20;
+  mov.u64 %rd5, loc;
+  cvt.u16.u32 %rs1, %r4;
+  mov.b32 %f1, %r3;
+  st.shared.v4.u32 [%r8], {%r2, %r3, %r4, %r5};
+  st.shared.u32 [%r11+2048], %r2;
+  st.shared.u32 [%r11+2048], %r3;
+  st.shared.u8 [%r8+3], %r4;
+  st.shared.u16 [%r8+6], %r5;
+  st.shared.s32 [%r8+12], %rs1;
+  @%p1 st.shared.f32 [%r8+8], %f1;
+  st.local.v2.u32 [%rd5], {%r5, %r2};
+  add.s32 %r12, %r2, %r3;
+  ld.local.u32 %r13, [%rd5+4];
+  add.s32 %r13, %r13, 1;
+  st.local.u32 [%rd5+4], %r13;
+  ld.local.u32 %r13, [%rd5+4];
+  bar.sync 0;
+  xor.b32 %r14, %r1, 5;
+  shl.b32 %r15, %r14, 4;
+  add.s32 %r16, %r6, %r15;
+  ld.shared.v4.u32 {%r17, %r18, %r19, %r20}, [%r16];
+  ld.shared.u32 %r21, [%r11+2048];
+  mul.wide.u32 %rd6, %r1, 32;
+  add.s64 %rd7, %rd2, %rd6;
+  st.global.v4.u32 [%rd7], {%r17, %r18, %r19, %r20};
+  st.global.v4.u32 [%rd7+16], {%r21, %r13, %r12, %r1};
+  ret;
+}
+
+.visible .entry badst(.param .u64 out, .param .u32 sofs, .param .u32 lofs)
+{
+  .reg .b32 %r<20>; .reg .b64 %rd<20>;
+  .shared .align 16 .b8 sh[256];
+  .local .align 16 .b8 loc[16];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [sofs];
+  ld.param.u32 %r2, [lofs];
+  mov.u32 %r3, %tid.x;
+  mul.wide.u32 %rd2, %r3, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+  mov.u32 %r4, sh;
+  shl.b32 %r5, %r3, 2;
+  add.s32 %r6, %r4, %r5;
+  add.s32 %r7, %r6, %r1;
+  mov.u64 %rd4, loc;
+  cvt.u64.u32 %rd5, %r2;
+  add.s64 %rd6, %rd4, %rd5;
+  st.shared.u32 [%r6], %r3;
+  st.shared.u32 [%r7], %r3;
+  st.local.u32 [%rd6], %r3;
+  add.s32 %r8, %r3, 1;
+  st.global.u32 [%rd3], %r8;
+  ret;
+}
+
+.visible .entry ctas(.param .u64 out)
+{
+  .reg .pred %p<2>; .reg .b32 %r<10>; .reg .b64 %rd<6>;
+  .shared .align 4 .u32 acc;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra SKIP;
+  ld.shared.u32 %r3, [acc];
+  add.s32 %r4, %r3, %r2;
+  add.s32 %r4, %r4, 1;
+  st.shared.u32 [acc], %r4;
+SKIP:
+  bar.sync 0;
+  ld.shared.u32 %r5, [acc];
+  mov.u32 %r6, %ntid.x;
+  mad.lo.s32 %r7, %r2, %r6, %r1;
+  mul.wide.u32 %rd2, %r7, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  add.s32 %r8, %r5, %r1;
+  st.global.u32 [%rd3], %r8;
+  ret;
+}
+"""
+
+
+def _stores_launch(limits: EmuLimits, data: np.ndarray):
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = EmuModule.load(STORES.encode(), mem, limits=limits)
+    src, dst = mem.alloc(data.nbytes), mem.alloc(64 * 32)
+    mem.write(src, data.tobytes())
+    mod.launch("st", (1, 1, 1), (64, 1, 1), 0, struct.pack("<QQ", src, dst))
+    return np.frombuffer(bytes(mem.read(dst, 64 * 32)), np.uint32).reshape(64, 8), mod
+
+
+def test_shared_and_local_stores_in_native_runs_give_the_same_bits_as_numpy():
+    """Shared and local stores (vectors, narrower stores of wider registers, a wider signed store of a 16-bit
+    register, a guarded float store, lanes storing to the same bytes twice) inside native runs leave exactly the
+    memory the lockstep NumPy code leaves: for bytes several lanes store, the last lane's last store."""
+    data = np.random.default_rng(3).integers(0, 1 << 32, 64 * 4, dtype=np.uint64).astype(np.uint32)
+    data[:8] = [0xFFFF8001, 0x80000000, 0xFFFFFFFF, 0x00017FFF, 0, 1, 0x8000, 0x7FFF]
+    on, mod = _stores_launch(EmuLimits(native="on"), data)
+    off, _ = _stores_launch(EmuLimits(native="off"), data)
+    runs = [r for r in mod.kernel("st").native_runs if r.scratch]
+    assert runs and not any(r.declined for r in runs)                # the stores ran as C
+    assert (on == off).all()
+    d = data.reshape(64, 4)
+    lanes = np.arange(64)
+    assert (on[:, 4] == d[56 + (lanes & 7), 1]).all()                 # sh[2048 + 4 (t & 7)]: lane 56 + (t & 7)
+    assert (on[:, 5] == d[:, 0] + 1).all() and (on[:, 6] == d[:, 0] + d[:, 1]).all()
+    src = lanes ^ 5                                                    # the slot lane t ^ 5 wrote
+    rs1 = (d[src, 2] & 0xFFFF).astype(np.int16).astype(np.int32).view(np.uint32)
+    assert (on[:, 3] == rs1).all()
+    assert (on[:, 2][src < 20] == d[src, 1][src < 20]).all() and (on[:, 2][src >= 20] == d[src, 2][src >= 20]).all()
+
+
+@pytest.mark.parametrize("sofs, lofs", [(256, 0), (2, 0), (-4, 0), (0, 16), (0, 2)],
+                         ids=["shared-past", "shared-misaligned", "shared-before", "local-past", "local-misaligned"])
+def test_a_bad_store_in_a_native_run_is_the_same_error_and_writes_nothing(sofs, lofs):
+    """A store the C code cannot serve: the run writes nothing and its NumPy code raises the error it always did,
+    after the same stores."""
+    results = []
+    for mode in ("on", "off"):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = EmuModule.load(STORES.encode(), mem, limits=EmuLimits(native=mode))
+        dst = mem.alloc(4 * 32)
+        mem.write(dst, b"\xee" * 128)
+        with pytest.raises(CudaError) as e:
+            mod.launch("badst", (1, 1, 1), (32, 1, 1), 0, struct.pack("<QII", dst, sofs & 0xFFFFFFFF, lofs))
+        results.append((e.value.code, e.value.message, bytes(mem.read(dst, 128))))
+        if mode == "on":
+            assert sum(r.declined for r in mod.kernel("badst").native_runs if r.scratch) == 1
+    assert results[0] == results[1]
+    assert results[0][0] in (code_of("cudaErrorIllegalAddress"), code_of("cudaErrorMisalignedAddress"))
+    assert results[0][2] == np.arange(32, dtype=np.uint32).tobytes()     # the first global store, not the second
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_chunks_run_again_for_later_ctas_start_from_zeroed_state(mode, threads):
+    """A launch of many chunks runs later CTAs on chunks that finished (Launch._chunk_run): each starts with zeroed
+    shared memory and its own %ctaid, the last (smaller) chunk too."""
+    ncta, ntid = 51, 64
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = EmuModule.load(STORES.encode(), mem, limits=EmuLimits(native=mode, lanes_per_chunk=128, threads=threads))
+    dst = mem.alloc(4 * ncta * ntid)
+    for _ in range(2):
+        mod.launch("ctas", (ncta, 1, 1), (ntid, 1, 1), 0, struct.pack("<Q", dst))
+        out = np.frombuffer(bytes(mem.read(dst, 4 * ncta * ntid)), np.uint32).reshape(ncta, ntid)
+        assert (out == np.arange(1, ncta + 1, dtype=np.uint32)[:, None] + np.arange(ntid, dtype=np.uint32)).all()

@@ -49,6 +49,10 @@ def apply_atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live
     n = idx.size
     if n == 0:
         return np.empty(0, v.dtype)
+    if n == 1:                           # one lane (a warp's leader, say): nothing to order
+        old = v.take(idx)
+        v[idx] = combine(op, old, b, c, v.dtype)
+        return old if live else None
     if not live and (op in _UNORDERED or op == "exch"):
         _apply_unordered(v, idx, op, b)
         return None

@@ -116,6 +116,15 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         if self._bound is not None:
             self._bound[4]()
 
+    def rebind(self, cta0: int) -> None:
+        """Run the CTAs from cta0 next, in the same launch (Launch._chunk_run): reset as reuse() does, and the
+        special registers that depend on the chunk's CTAs recomputed in place (the bound block functions hold
+        those arrays)."""
+        self.cta0 = cta0
+        self.reuse()
+        for name, v in self._own_special.items():
+            np.copyto(v, self._special_value(name), casting="unsafe")
+
     # ---------------------------------------------------------------- driver
     def bind_blocks(self):
         """The kernel's block functions bound to this chunk: ([(converged, masked) per block], [bar.red

@@ -90,6 +90,8 @@ class Collectives:
     def vote(self, mode, p, mask, m):
         act = self._active(mask, m)
         p = np.broadcast_to(np.asarray(p, bool), (self.T,))
+        if self.ctasize % 32 == 0:
+            return _vote_full_warps(mode, act, p)
         if mode == "ballot":
             bits = np.left_shift(np.uint64(1), self.laneid.astype(np.uint64)).astype(np.float64)
             s = self._warp_sum(bits, act & p)
@@ -158,3 +160,18 @@ class Collectives:
         act = np.ones(self.T, bool) if m is None else m
         return self.vote("ballot", act, None, None)
 
+
+def _vote_full_warps(mode: str, act: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """vote over a chunk of whole warps (CTAs of a multiple of 32 threads: warp w is lanes 32w .. 32w + 31, laneid
+    the lane's place in it), by reshaping instead of per-warp sums: the ballot's bits packed in lane order."""
+    on = (act & p).reshape(-1, 32)
+    if mode == "ballot":
+        bits = np.packbits(on, axis=1, bitorder="little").view("<u4").ravel()
+        return np.repeat(bits, 32)
+    if mode == "any":
+        r = on.any(axis=1)
+    elif mode == "all":
+        r = (on == act.reshape(-1, 32)).all(axis=1)
+    else:
+        r = ~on.any(axis=1) | (on == act.reshape(-1, 32)).all(axis=1)
+    return np.repeat(r, 32)

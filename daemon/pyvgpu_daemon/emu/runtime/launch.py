@@ -302,9 +302,10 @@ class Launch:
                 self.check_time()
                 chunk.run()
             else:
+                free: list[Chunk] = []
                 for cta in range(0, ncta_total, per):
                     self.check_time()
-                    Chunk(self, cta, min(per, ncta_total - cta)).run()
+                    self._chunk_run(free, cta, min(per, ncta_total - cta))
             plan.ran(time.perf_counter() - t0)
         except IndexError as e:
             err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
@@ -320,17 +321,33 @@ class Launch:
                 self.turn.on_waiter(None)
         return bytes(self.stdout)
 
+    def _chunk_run(self, free: list, cta0: int, ncta: int) -> None:
+        """Run CTAs [cta0, cta0 + ncta) on a chunk of this launch that has finished (`free`: of the full size, at
+        most as many as run at once), reset and moved to them (Chunk.rebind), else on a new one: its arrays'
+        fresh pages and its bound block functions cost more than the run of a simple kernel's chunk."""
+        with self._lock:
+            chunk = free.pop() if free and free[-1].ncta == ncta else None
+        if chunk is None:
+            chunk = Chunk(self, cta0, ncta)
+        else:
+            chunk.rebind(cta0)
+        chunk.run()
+        if ncta == self.plan.per:             # (a failed chunk raised: it is not used again)
+            with self._lock:
+                free.append(chunk)
+
     def _run_parallel(self, ncta_total: int, per: int, threads: int) -> None:
         """The chunks on a pool of `threads`, at most 2 * threads queued at a time (a grid may have billions of
         CTAs); the first failure, in chunk order, is the launch's and stops the rest."""
         ex = ThreadPoolExecutor(threads, thread_name_prefix="emu-chunk")
         pending: deque = deque()
+        free: list[Chunk] = []
         try:
             for cta in range(0, ncta_total, per):
                 self.check_time()
                 if len(pending) >= 2 * threads:
                     pending.popleft().result()
-                pending.append(ex.submit(lambda c=cta: Chunk(self, c, min(per, ncta_total - c)).run()))
+                pending.append(ex.submit(lambda c=cta: self._chunk_run(free, c, min(per, ncta_total - c))))
             while pending:
                 pending.popleft().result()
         finally:

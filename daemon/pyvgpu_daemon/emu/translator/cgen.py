@@ -15,17 +15,22 @@ Loads (ld/ldu of the global, const, shared, local, param and generic spaces, thr
 address) are part of runs too: the C function gets the chunk's memory (MemCtx: the device heap and its live
 allocations, the parameter buffer, shared and local memory with each lane's base) and checks every access as
 runtime/spaces.py does (alignment to the access size, every byte inside one live allocation or inside its window).
-A run holds no store, so its loads read memory as it was when the run began, whatever the lane order: the same
-values as the lockstep NumPy code. An access it cannot serve (out of range, misaligned, an address in a reserved
-range or a peer's memory) makes the function return 1 with nothing written but its fresh output arrays; the
-generated code then runs the run's instructions as NumPy code, which serves the access or raises the fault it is
-(kernel.py, `_emit_run`), so an error is the same error as without native code.
+Shared and local stores are part of runs too, after the run's loads (a load after a store starts the next run):
+the lane loop checks each store and keeps its pointers and values, and the stores happen after the loop, store
+by store and lane by lane, as the lockstep NumPy code makes them. So a run's loads read memory as it was when the
+run began, whatever the lane order: the same values as the lockstep NumPy code. An access it cannot serve (out of
+range, misaligned, an address in a reserved range or a peer's memory) makes the function return 1 with nothing
+written but its fresh output arrays; the generated code then runs the run's instructions as NumPy code, which
+serves the access or raises the fault it is (kernel.py, `_emit_run`), so an error is the same error as without
+native code.
 Instructions without such a form (sin, cos, tanh .approx, which use NumPy's own float32 kernels; directed
-rounding; half precision; stores, atomics, control and warp operations) end a run and stay NumPy calls.
+rounding; half precision; global and generic stores, whose coalesced NumPy form beats a scalar C loop; atomics,
+control and warp operations) end a run and stay NumPy calls.
 """
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +100,20 @@ static inline const uint8_t *PG(const MemCtx *M, uint64_t a, uint64_t s, Span *h
 static inline const uint8_t *PW(uint8_t *buf, int64_t limit, int64_t base, int64_t off, int64_t s) {{
     if (off < 0 || off > limit - s || (off & (s - 1))) return 0;
     return buf + base + off;
+}}
+/* shared and local accesses without a branch (so that the C compiler vectorises the lane loop): an access
+ * runtime/spaces.py would not serve sets *bad (the run then declines after its loop) and reads zeros instead */
+static const uint8_t ZERO16[16];
+static inline const uint8_t *PWV(uint8_t *buf, int64_t limit, int64_t base, int64_t off, int64_t s, int64_t *bad) {{
+    int64_t ok = (off >= 0) & (off <= limit - s) & ((off & (s - 1)) == 0);
+    *bad |= ok ^ 1;
+    return ok ? buf + base + off : ZERO16;
+}}
+static inline const uint8_t *PSV(const MemCtx *M, int64_t off, int64_t s, int64_t i, int64_t *bad) {{
+    return PWV(M->smem, M->shsize, M->cta_off[i], off, s, bad);
+}}
+static inline const uint8_t *PLV(const MemCtx *M, int64_t off, int64_t s, int64_t i, int64_t *bad) {{
+    return PWV(M->lmem, M->frame, M->lane_off[i], off, s, bad);
 }}
 static inline const uint8_t *PS(const MemCtx *M, int64_t off, int64_t s, int64_t i) {{
     return PW(M->smem, M->shsize, M->cta_off[i], off, s);
@@ -194,6 +213,7 @@ class Run:
     source: str = ""              # the C function
     mem: bool = False             # it loads: its function takes the chunk's MemCtx and may fail (NumPy code then)
     max_lanes: int | None = None  # a run that loads: most lanes it runs as C (None: any number)
+    scratch: int = 0              # a run that stores: its function's scratch arrays (8 bytes per lane each)
 
     def choose_lanes(self, e: "CEmitter") -> None:
         """C for a run that loads, for any chunk when its loads gather (shared, local, .param through a register:
@@ -201,6 +221,7 @@ class Run:
         NumPy's coalesced and same-address global loads (a copy, a fill) and its vectorised runs beat one scalar C
         loop of checked loads (bench/README.md, "Issue 19 part 6")."""
         self.mem = e.mem
+        self.scratch = sum(1 + len(els) for _, els, _ in e.stores)
         self.max_lanes = None if not e.mem or e.gathers or len(self.instrs) >= LOAD_RUN_LONG else LOAD_RUN_LANES
 
 
@@ -217,6 +238,8 @@ class CEmitter:
         self.lines: list[str] = []
         self.mem = False
         self.gathers = False          # it loads from shared, local or .param memory through a register
+        self.hints = 0                # global/generic accesses: one Span hint each (its allocation last time)
+        self.stores: list[tuple[str, list[tuple[str, str]], int]] = []   # (pointers, [(values, C type)], size)
 
     def var(self, name: str) -> str:
         if name not in self.names:
@@ -687,6 +710,59 @@ def _cvt(e: CEmitter, ins: ir.Instr) -> None:
     raise NoC
 
 
+def _where(e: CEmitter, ins: ir.Instr, space: str, vsize: int, write: bool) -> tuple[str, bool]:
+    """(the C expression of the checked address of a ld/st's access of vsize bytes, whether it is never null). A null
+    address: runtime/spaces.py would not serve the access from there; the run then declines and the NumPy code
+    serves it or raises its fault. Unguarded shared and local accesses are never null: a bad one sets the
+    function's `bad` instead (PWV), so that their lane loops have no branch. Each global and generic access has its
+    own allocation hint."""
+    try:
+        kind, _, off = e.address(ins.srcs[0], ins)
+    except CudaError:                      # an operand the NumPy code refuses: it reports it
+        raise NoC from None
+    if kind not in ("reg", "const"):
+        raise NoC      # call-frame variables; kernel parameters by name stay uniform NumPy scalars (S.param)
+    if space == "param" and kind != "reg":
+        space = "local"
+    if kind == "reg":
+        base = ins.srcs[0].base.name
+        w = e.regs.get(base)
+        if w not in (32, 64):
+            raise NoC
+        a = f"(uint64_t)(uint{w}_t)({e.src(ir.Reg(base), f'u{w}', ins)} + UINT{w}_C({off & ((1 << w) - 1):#x}))"
+    else:
+        a = f"UINT64_C({off & ((1 << 64) - 1):#x})"
+    hint = f"&hint{e.hints}"
+    if space in ("global", "const"):
+        e.hints += 1
+        where = f"PG(M, {a}, {vsize}, {hint})"
+    elif space == "generic":
+        e.hints += 1
+        where = f"PGEN(M, {a}, {vsize}, i, {hint})"
+    elif space == "param":
+        where = f"PPR(M, {a}, {vsize}, i)"
+    elif ins.guard is None:
+        where = f"{'PSV' if space == 'shared' else 'PLV'}(M, (int64_t){a}, {vsize}, i, &bad)"
+    else:
+        where = f"{'PS' if space == 'shared' else 'PL'}(M, (int64_t){a}, {vsize}, i)"
+    e.gathers = e.gathers or (kind == "reg" and space in ("shared", "local", "param", "generic"))
+    never_null = ins.guard is None and space in ("shared", "local")
+    return (f"(uint8_t *){where}" if write else where), never_null
+
+
+def _pointer(e: CEmitter, ins: ir.Instr, decl: str, p: str, where: str, never_null: bool) -> str:
+    """The C statement setting an access's pointer `p` (declared by `decl`): null where the guard excludes the lane;
+    the function declines (returns 1) at a null one the guard lets through, unless it is never null (_where)."""
+    if never_null:
+        return f"{decl} = {where};"
+    if ins.guard is None:
+        return f"{decl} = {where}; if (!{p}) return 1;"
+    g, gneg = ins.guard
+    if g not in e.regs or e.regs[g] != 1:
+        raise NoC
+    return f"{decl} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; if (!{p}) return 1; }}"
+
+
 def _ld(e: CEmitter, ins: ir.Instr) -> None:
     """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset) or a constant address, as instrs._ld does it:
     the access checked as a whole (vector size), then one element per destination, widened or narrowed to its
@@ -707,35 +783,7 @@ def _ld(e: CEmitter, ins: ir.Instr) -> None:
         raise NoC
     size = BITS[t] // 8
     vsize = size * vec
-    try:
-        kind, _, off = e.address(ins.srcs[0], ins)
-    except CudaError:                      # an operand the NumPy code refuses: it reports it
-        raise NoC from None
-    lane = "i"
-    if kind in ("reg", "const"):
-        if space == "param" and kind != "reg":
-            space = "local"
-        if kind == "reg":
-            base = ins.srcs[0].base.name
-            w = e.regs.get(base)
-            if w not in (32, 64):
-                raise NoC
-            a = f"(uint64_t)(uint{w}_t)({e.src(ir.Reg(base), f'u{w}', ins)} + UINT{w}_C({off & ((1 << w) - 1):#x}))"
-        else:
-            w = 64
-            a = f"UINT64_C({off & ((1 << 64) - 1):#x})"
-        if space in ("global", "const"):
-            where = f"PG(M, {a}, {vsize}, &hint)"
-        elif space == "generic":
-            where = f"PGEN(M, {a}, {vsize}, {lane}, &hint)"
-        elif space == "param":
-            where = f"PPR(M, {a}, {vsize}, {lane})"
-        else:
-            fn = "PS" if space == "shared" else "PL"
-            where = f"{fn}(M, (int64_t){a}, {vsize}, {lane})"
-        e.gathers = e.gathers or (kind == "reg" and space in ("shared", "local", "param", "generic"))
-    else:
-        raise NoC      # call-frame variables; kernel parameters by name stay uniform NumPy scalars (S.param)
+    where, never_null = _where(e, ins, space, vsize, False)
     # the value type each element is read as: its bits, signed for the sign-extending types
     lt = t if t in SIGNED and t[0] == "s" else "u" + str(BITS[t])
     for d in dsts:
@@ -747,24 +795,63 @@ def _ld(e: CEmitter, ins: ir.Instr) -> None:
             raise NoC
     e.mem = True
     p = e.var(f"__ld{len(e.lines)}")
-    if ins.guard is None:
-        e.lines.append(f"const uint8_t *{p} = {where}; if (!{p}) return 1;")
-    else:
-        g, gneg = ins.guard
-        if g not in e.regs or e.regs[g] != 1:
-            raise NoC
-        e.lines.append(f"const uint8_t *{p} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; "
-                       f"if (!{p}) return 1; }}")
+    e.lines.append(_pointer(e, ins, f"const uint8_t *{p}", p, where, never_null))
     for k, d in enumerate(dsts):
         if isinstance(d, ir.Reg) and d.name == "_":
             continue
         x = e.var(f"__lx{len(e.lines)}_{k}")
-        e.lines.append(f"{ctype(lt)} {x} = 0; if ({p}) memcpy(&{x}, {p} + {k * size}, {size});")
+        src = f"memcpy(&{x}, {p} + {k * size}, {size});"
+        if not never_null:
+            src = f"if ({p}) {src}"
+        e.lines.append(f"{ctype(lt)} {x} = 0; {src}")
         e.write(d, lt, x, ins)
 
 
+def _st(e: CEmitter, ins: ir.Instr) -> None:
+    """st.shared / st.local{.v2,.v4}.type as instrs._st does it: the access checked as a whole (vector size), each
+    element the source register's low bits (sign- or zero-extended from a narrower register, as codegen.src
+    reads it). The lane loop only checks the address and keeps pointer and values; the stores happen after it,
+    instruction by instruction and element by element over the lanes in order (_storing_function), as the
+    lockstep NumPy code makes them: a later lane's store to the same bytes is the one that stays. plan_runs ends
+    a run before a load that follows a store, so no load of a run sees a store of it. Global and generic stores
+    stay NumPy code: their coalesced stores (one slice per chunk) beat a scalar C loop of checked stores."""
+    if e.address is None:
+        raise NoC
+    try:
+        space, vec, t = _memmods(ins)
+    except CudaError:
+        raise NoC from None                # the NumPy code reports it
+    if space not in ("shared", "local") or t in ("f16", "bf16", "f16x2", "bf16x2") or vec > 4:
+        raise NoC
+    srcs = list(ins.srcs[1].elems) if isinstance(ins.srcs[1], ir.Vec) else [ins.srcs[1]]
+    if len(srcs) != vec:
+        raise NoC
+    size = BITS[t] // 8
+    vals = []
+    for o in srcs:
+        if not isinstance(o, ir.Reg) or o.name.startswith("!") or o.name not in e.regs or e.regs[o.name] == 1:
+            raise NoC
+        w = e.regs[o.name]
+        if t in ("f32", "f64"):
+            if w != BITS[t]:
+                raise NoC
+            vt = "u" + str(w)
+        else:
+            vt = t if t[0] == "s" and BITS[t] > w else "u" + str(BITS[t])
+        vals.append(e.src(o, vt, ins))
+    where, never_null = _where(e, ins, space, size * vec, True)
+    e.mem = True
+    j = len(e.stores)
+    p = f"__sp{j}[i]"
+    e.lines.append(_pointer(e, ins, p, p, where, never_null))
+    ct = f"uint{8 * size}_t"
+    for k, v in enumerate(vals):
+        e.lines.append(f"__sv{j}_{k}[i] = ({ct})({v});")
+    e.stores.append((f"__sp{j}", [(f"__sv{j}_{k}", ct) for k in range(vec)], size))
+
+
 _EMITTERS = {
-    "ld": _ld, "ldu": _ld,
+    "ld": _ld, "ldu": _ld, "st": _st,
     "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div,
     "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "ex2": _ex2_lg2, "lg2": _ex2_lg2, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
     "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
@@ -795,11 +882,33 @@ def function_source(run: Run, e: CEmitter, regs: dict[str, int], name: str) -> s
     body += e.lines
     body += [f"out{k}[i] = {e.var(r)};" for k, r in enumerate(run.outputs)]
     inner = "\n        ".join(body)
+    if e.stores:
+        return _storing_function(name, params, inner, e)
     if e.mem:
-        return (f"int64_t {name}({', '.join(params)}) {{\n    Span hint = {{1, 0}}; (void)hint;\n"
-                f"    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n    }}\n    return 0;\n}}\n")
+        hints = "".join(f"    Span hint{k} = {{1, 0}}; (void)hint{k};\n" for k in range(e.hints))
+        return (f"int64_t {name}({', '.join(params)}) {{\n{hints}    int64_t bad = 0; (void)bad;\n"
+                f"    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n    }}\n    return bad != 0;\n}}\n")
     return (f"void {name}({', '.join(params)}) {{\n    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n"
             f"    }}\n}}\n")
+
+
+def _storing_function(name: str, params: list[str], inner: str, e: CEmitter) -> str:
+    """A run with stores: the lane loop checks every access and keeps each store's pointer and values (in the
+    caller's scratch: 8 bytes per lane and array, NativeRun.scratch); only when every lane's accesses passed do the
+    stores happen, store by store, element by element, lane by lane (_st). A declined run has written nothing: its
+    NumPy code runs from the same memory."""
+    arrays = [(sp, "uint8_t *") for sp, _, _ in e.stores] + [(v, ct) for _, els, _ in e.stores for v, ct in els]
+    decl = "".join(f"    {ct} *{v} = ({ct} *)(scr + (size_t)n * {8 * k});\n" for k, (v, ct) in enumerate(arrays))
+    hints = "".join(f"    Span hint{k} = {{1, 0}}; (void)hint{k};\n" for k in range(e.hints))
+    writes = []
+    for sp, els, size in e.stores:
+        for k, (v, _) in enumerate(els):
+            writes.append(f"    for (int64_t i = 0; i < n; i++) if ({sp}[i]) memcpy({sp}[i] + {k * size}, "
+                          f"&{v}[i], {size});\n")
+    params = params[:2] + ["uint8_t *restrict scr"] + params[2:]
+    return (f"int64_t {name}({', '.join(params)}) {{\n{hints}{decl}    int64_t bad = 0;\n"
+            f"    for (int64_t i = 0; i < n; i++) {{\n        {inner}\n    }}\n    if (bad) return 1;\n"
+            f"{''.join(writes)}    return 0;\n}}\n")
 
 
 class NativeRun:
@@ -807,13 +916,14 @@ class NativeRun:
     output register, of its width: uint16/32/64, bool for predicates); a run that loads takes the chunk's MemCtx
     address after T and answers None when an access needs the NumPy code. ctypes releases the GIL during the
     call."""
-    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "declined")
+    __slots__ = ("fn", "in_sizes", "out_dtypes", "mem", "declined", "scratch")
 
-    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False) -> None:
+    def __init__(self, fn, in_widths: list[int], out_widths: list[int], mem: bool = False, scratch: int = 0) -> None:
         fn.restype = ctypes.c_int64 if mem else None
-        fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths) + mem)
+        fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(in_widths) + len(out_widths) + mem + (scratch > 0))
         self.fn = fn
         self.mem = mem
+        self.scratch = 8 * scratch    # bytes per lane of a storing run's pointers and values (_storing_function)
         self.declined = 0             # calls whose accesses the C code left to the NumPy code
         self.in_sizes = tuple(1 if w == 1 else w // 8 for w in in_widths)
         self.out_dtypes = tuple(np.dtype(np.bool_) if w == 1 else np.dtype(f"uint{w}") for w in out_widths)
@@ -832,12 +942,29 @@ class NativeRun:
             ptrs.append(_address(a))
         outs = [np.empty(T, dt) for dt in self.out_dtypes]
         if self.mem:
-            if self.fn(T, ctx, *ptrs, *(_address(o) for o in outs)):
+            if self.scratch:
+                ctx = (ctx, _scratch(self.scratch * T))
+            else:
+                ctx = (ctx,)
+            if self.fn(T, *ctx, *ptrs, *(_address(o) for o in outs)):
                 self.declined += 1
                 return None
             return outs
         self.fn(T, *ptrs, *(_address(o) for o in outs))
         return outs
+
+
+# Scratch of storing runs, one buffer per thread (chunks of a launch may run on several threads), grown to the
+# largest need (lanes of a chunk x 8 bytes x arrays of the run: a few MiB at most); reused, since a fresh buffer of
+# that size per call costs its page faults every time.
+_SCRATCH = threading.local()
+
+
+def _scratch(nbytes: int) -> int:
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < nbytes:
+        buf = _SCRATCH.buf = np.empty(max(nbytes, 1 << 16), np.uint8)
+    return buf.ctypes.data
 
 
 # Uniform registers (stride-0 views: parameters, constants) expanded to T lanes, by value: every chunk of a launch
@@ -883,7 +1010,9 @@ def plan_runs(instrs: list, term, regs: dict[str, int], imm, global_regs: set[st
             i += 1
             continue
         j = i
-        while j < len(instrs) and ok[j]:
+        stored = False             # a load after a store of the run starts the next run (_st)
+        while j < len(instrs) and ok[j] and not (stored and instrs[j].opcode in ("ld", "ldu")):
+            stored = stored or instrs[j].opcode == "st"
             j += 1
         if j - i >= MIN_RUN:
             spans.append((i, j))

@@ -173,7 +173,8 @@ class Kernel:
         for bi, runs in plans.items():
             for start, end, run in runs:
                 fn = getattr(lib, f"nr{bi}_{run.index}")
-                nr = NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs], run.mem)
+                nr = NativeRun(fn, [regs[r] for r in run.inputs], [regs[r] for r in run.outputs], run.mem,
+                               run.scratch)
                 self.native_runs.append(nr)
                 run.source = g.const(nr, "nr")
         funcs = [_block_source(g, b, masked, None if masked else plans[b.index])
