@@ -238,7 +238,8 @@ def test_host_waits_give_the_device_turn_away(daemon_factory, tmp_path):
     """Every blocking driver wait (stream/event/context synchronize, and the sync inside a D2H copy) runs inside the
     context's wait_scope, which the scheduler sets so other sessions may use the device meanwhile: the backend's
     context driven directly, in a process whose cuda-python loaded pyvgpu's driver (or a GPU's)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
+                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
     if REAL == "chain":
         env.update(chain_env(daemon_factory()))
     proc = subprocess.run([sys.executable, "-c", HOST_WAITS], capture_output=True, text=True, timeout=120, env=env)
@@ -318,7 +319,8 @@ def test_queries_answered_on_the_loop_thread(daemon_factory, tmp_path):
     if NVCC is None:
         pytest.skip("nvcc not installed")
     image = real_driver_fatbin(tmp_path, SPIN_SRC)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
+                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
     if REAL == "chain":
         env.update(chain_env(daemon_factory()))
     spin = "0" if REAL == "chain" else str(1 << 28)         # ~0.5 s of one GPU thread
