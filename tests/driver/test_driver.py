@@ -272,6 +272,23 @@ def test_a_hint_of_a_small_range_on_a_driver_that_ignores_it(cuda_build, daemon_
     assert verdict(proc.stdout) == "OK 6", proc.stdout
 
 
+@pytest.mark.emu_only("runs the GPU check's probe through libvcuda on an emulated GPU")
+def test_the_va_hints_probe_through_libvcuda(daemon_factory, lib_dir, tmp_path):
+    """tools/gpu_probes/gpu_probe_va_hints.py, which asks a GPU host's driver where it puts hinted ranges, runs to the
+    end through libvcuda over an emulated GPU (which honours every hint: each finding says so, the backend's way lies
+    at the window's first place), so its GPU run is not lost to a slip in the probe."""
+    d = daemon_factory(backend="emu")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "PYVGPU_HOSTS": d.address,
+           "PYVGPU_GPU_CHECK_OUT": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_probes" / "gpu_probe_va_hints.py")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = [ln for ln in proc.stdout.splitlines() if ln.startswith("finding: ")]
+    assert len(found) == 9 and "400 honoured" in found[0], proc.stdout
+    assert all("placed at" not in ln and "error" not in ln for ln in found), proc.stdout
+    assert "backend's window places [0, 0, 0]" in proc.stdout.splitlines()[-1], proc.stdout
+
+
 @pytest.mark.chain
 def test_memsets_of_page_locked_host_memory(cuda_build, daemon, lib_dir):
     """cuMemsetD32Async of 2 elements on cuMemHostAlloc memory (XLA's autotuner zeroing its 8-byte result: on an H100

@@ -20,6 +20,14 @@ least 64 MiB (cuda_vmm.MIN_RESERVE) and maps allocations inside them. This probe
             above the window's address), and what it logged
   meminfo   free memory (cuMemGetInfo) before and after cuMemCreate of 64 MiB, its release, cuMemAlloc of 64 MiB
             and its free, three times: how much each moves it on this GPU, shared with whatever else runs
+  findings  why a 64 MiB hint is refused (GPU run 5, H200: during a JAX session the daemon's 64 MiB slabs went to one
+            address 0x7f... at 18 hints over three window places): 64 MiB slabs held at 20 TiB + k * 64 MiB for k up
+            to 400 (does a long run of held slabs stay honoured?); hints inside this process's own memory (a malloc'd
+            block, a Python object's page, a fresh anonymous mmap) and at an mmap just unmapped (does the driver need
+            the CPU range free?); reserve, free, re-reserve the same hint at once and at the next 64 MiB; a hole left
+            among the driver's own ranges (256 MiB reserved unhinted and freed, cuMemAlloc'd and freed, or
+            cuMemAlloc'd in a created context that then ended, as a session that left), then a
+            64 MiB hint, that range held and the hint again, and 256 MiB at the hint (the backend's retry)
 It passes when it could ask; what it found is its last line and va_hints.json.
 """
 from __future__ import annotations
@@ -163,6 +171,113 @@ def backend_way() -> dict:
             "said": said}
 
 
+def reserve(cu: ctypes.CDLL, hint: int, size: int) -> tuple[int, int]:
+    """(error, address) of cuMemAddressReserve at `hint`; the range stays reserved (the caller frees it)."""
+    got = u64()
+    err = cu.cuMemAddressReserve(ctypes.byref(got), size, GRAN, hint, 0)
+    return err, got.value if err == 0 else 0
+
+
+def where(hint: int, err: int, got: int) -> str:
+    if err:
+        return f"error {err}"
+    return "honoured" if got == hint else f"placed at {got:#x}"
+
+
+def findings(cu: ctypes.CDLL, dev: ctypes.c_int, primary: ctypes.c_void_p) -> list[dict]:
+    """The module docstring's findings: one dict each, with a one-line `said`."""
+    out: list[dict] = []
+    held: list[tuple[int, int]] = []
+
+    def free_held() -> None:
+        for ptr, n in held:
+            cu.cuMemAddressFree(ptr, n)
+        held.clear()
+
+    base = 20 * TIB                                     # no window's place (cuda_vmm.window_candidates)
+    refused = []
+    for k in range(400):
+        err, got = reserve(cu, base + k * SIZE, SIZE)
+        if got:
+            held.append((got, SIZE))
+        if err or got != base + k * SIZE:
+            refused.append((k, where(base + k * SIZE, err, got)))
+    free_held()
+    out.append({"what": "held slabs", "refused": refused[:20],
+                "said": f"64 MiB slabs held at 20 TiB + k*64 MiB, k < 400: {400 - len(refused)} honoured"
+                        + (f", first refused k={refused[0][0]} ({refused[0][1]})" if refused else "")})
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block = libc.malloc(4096)
+    obj = bytearray(64)
+    anon = mmap.mmap(-1, 4 * SIZE)
+    anon_at = ctypes.addressof(ctypes.c_char.from_buffer(anon))
+    gone = mmap.mmap(-1, 4 * SIZE)
+    gone_at = ctypes.addressof(ctypes.c_char.from_buffer(gone))
+    gone.close()                                        # unmapped: free in this process again
+    down = lambda a: a & ~(GRAN - 1)                    # noqa: E731 - the granule holding a
+    up = lambda a: -(-a // GRAN) * GRAN                 # noqa: E731
+    for what, hint in (("a malloc'd block", down(block or 0)), ("a Python object's page", down(id(obj))),
+                       ("a fresh anonymous mmap", up(anon_at)), ("an mmap just unmapped", up(gone_at))):
+        err, got = reserve(cu, hint, SIZE)
+        if got:
+            cu.cuMemAddressFree(got, SIZE)
+        out.append({"what": what, "hint": hint, "error": err, "got": got,
+                    "said": f"64 MiB at {what} ({hint:#x}): {where(hint, err, got)}"})
+    libc.free(block)
+    del obj
+    anon.close()
+
+    again = 21 * TIB
+    steps = []
+    for hint in (again, again, again + SIZE):           # reserve + free, then the same hint at once, then the next
+        err, got = reserve(cu, hint, SIZE)
+        steps.append(where(hint, err, got))
+        if got:
+            cu.cuMemAddressFree(got, SIZE)
+    out.append({"what": "re-reserve", "steps": steps,
+                "said": f"64 MiB at 21 TiB: {steps[0]}; freed and asked again: {steps[1]}; next 64 MiB: {steps[2]}"})
+
+    hole = 22 * TIB
+    for how in ("reserved", "cuMemAlloc", "cuMemAlloc'd in a context that then ended"):
+        if how.startswith("cuMemAlloc'd"):          # a session that left (GPU run 5: the third session's ranges)
+            own, p = ctypes.c_void_p(), u64()
+            err = cu.cuCtxCreate_v2(ctypes.byref(own), 0, dev)
+            if err == 0:
+                err = cu.cuMemAlloc_v2(ctypes.byref(p), 4 * SIZE)
+                cu.cuCtxSetCurrent(primary)
+                cu.cuCtxDestroy_v2(own)
+            got = p.value if err == 0 else 0
+        elif how == "reserved":
+            err, got = reserve(cu, 0, 4 * SIZE)
+            if got:
+                cu.cuMemAddressFree(got, 4 * SIZE)
+        else:
+            p = u64()
+            err = cu.cuMemAlloc_v2(ctypes.byref(p), 4 * SIZE)
+            got = p.value if err == 0 else 0
+            if got:
+                cu.cuMemFree_v2(got)
+        steps = [f"256 MiB {how}, freed, at {got:#x}" if got else f"256 MiB {how}: error {err}"]
+        e1, g1 = reserve(cu, hole, SIZE)                # the hint; held, as the backend's retry holds it
+        if g1:
+            held.append((g1, SIZE))
+        steps.append(f"64 MiB at 22 TiB: {where(hole, e1, g1)}")
+        e2, g2 = reserve(cu, hole + (1 << 30), SIZE)
+        if g2:
+            held.append((g2, SIZE))
+        steps.append(f"held, 64 MiB at 22 TiB + 1 GiB: {where(hole + (1 << 30), e2, g2)}")
+        e3, g3 = reserve(cu, hole + (2 << 30), 4 * SIZE)
+        if g3:
+            held.append((g3, 4 * SIZE))
+        steps.append(f"256 MiB at 22 TiB + 2 GiB: {where(hole + (2 << 30), e3, g3)}")
+        free_held()
+        out.append({"what": f"hole ({how})", "freed_at": got, "steps": steps, "said": "; ".join(steps)})
+    return out
+
+
 def meminfo(cu: ctypes.CDLL, dev: int) -> list[dict]:
     """Free memory (MiB) moved by cuMemCreate/cuMemRelease and cuMemAlloc/cuMemFree of 64 MiB, three times."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
@@ -222,11 +337,13 @@ def main() -> int:
     else:
         slab_result = slab(cu, dev.value)
     info = meminfo(cu, dev.value)
+    found = findings(cu, dev, ctx)
     backend = backend_way()
     out = Path(os.environ.get("PYVGPU_GPU_CHECK_OUT", "."))
     (out / "va_hints.json").write_text(json.dumps({"size": SIZE, "rows": rows, "unhinted": unhinted, "sizes": sizes,
                                                    "created_context": created, "slab": slab_result,
-                                                   "backend": backend, "meminfo": info}, indent=1))
+                                                   "backend": backend, "meminfo": info,
+                                                   "findings": found}, indent=1))
     for r in rows:
         print(f"hint {r['hint_tib']:>3} TiB, 64 MiB: error {r['error']}, got {r['got']:#x}"
               f"{' (honoured)' if r['honoured'] else ''}")
@@ -241,6 +358,8 @@ def main() -> int:
         print(f"meminfo (MiB, total {r['total_mib']:.0f}): cuMemCreate 64 MiB {r['create']:+.0f}, cuMemRelease "
               f"{r['release']:+.0f}, cuMemAlloc 64 MiB {r['alloc']:+.0f}, cuMemFree {r['free']:+.0f}; errors "
               f"{r['errors']}")
+    for f in found:
+        print(f"finding: {f['said']}")
     yes = [str(r["hint_tib"]) for r in rows if r["honoured"]]
     no = [str(r["hint_tib"]) for r in rows if not r["honoured"]]
     small = [str(r["mib"]) for r in sizes if r["honoured"]]
