@@ -36,10 +36,12 @@ struct vmm_res {
     unsigned gen;
     uint64_t *runs;                 /* starts of its accessible runs in the core's allocation table */
     size_t nruns;
+    int in_hole;                    /* placed in PYVGPU_FAKE_VA_HINTS's hole (its bytes come back when freed) */
 };
 struct vmm_map { uint64_t addr, size; struct vmm_handle *h; unsigned long long access; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t hole_left;       /* bytes left in PYVGPU_FAKE_VA_HINTS's hole ("hole:N"), under mu */
 static struct vmm_res *res;
 static size_t nres, capres;
 static struct vmm_map *maps;
@@ -71,8 +73,10 @@ static void purge(void)
     for (size_t i = 0; i < nres; i++)
         if (!stale(res[i].dev, res[i].gen))
             res[j++] = res[i];
-        else
+        else {
+            hole_left += res[i].in_hole ? res[i].size : 0;
             free(res[i].runs);
+        }
     nres = j;
     j = 0;
     for (size_t i = 0; i < nmaps; i++)
@@ -234,7 +238,10 @@ PV_API CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAl
 /* PYVGPU_FAKE_VA_HINTS (tests, docs/driver.md): comma-separated clauses. "ignore" makes cuMemAddressReserve ignore
  * every address hint, "ignore:LO-HI" the hints in [LO, HI), as NVIDIA's driver 580 ignored hints at 1 TiB on an H100
  * (GPU runs 2, 3); "below:N" the hints of ranges smaller than N bytes, as the same driver gave the daemon's 2 MiB
- * ranges none of their hints while it gave 64 MiB ones theirs (GPU run 4). The daemon then chooses (in this
+ * ranges none of their hints while it gave 64 MiB ones theirs (GPU run 4); "hole:N" a hole of N bytes among the
+ * driver's own ranges, where a hinted range that fits goes instead of to its hint until the hole is full (held
+ * ranges fill it, freed ones empty it again), as the same driver on an H200 placed 64 MiB ranges at one address
+ * 0x7f... whatever their hint during a JAX session (GPU run 5). The daemon then chooses (in this
  * client's own window), so two cuda daemons chained over emulated ones with the same PYVGPU_VA_BASE hand out the
  * same addresses: the collisions the client core must catch (pv_malloc_unique). */
 static uint64_t ignored_lo, ignored_hi;       /* hints in [lo, hi) are ignored */
@@ -271,6 +278,13 @@ static int read_clause(const char *s, size_t n)
         ignored_below = below;
         return 1;
     }
+    if (!strncmp(buf, "hole:", 5)) {
+        unsigned long long hole = strtoull(buf + 5, &end, 0);
+        if (*end || !hole)
+            return 0;
+        hole_left = hole;
+        return 1;
+    }
     return 0;
 }
 
@@ -282,15 +296,16 @@ static void read_ignored(void)
     for (const char *s = env; *s;) {
         size_t n = strcspn(s, ",");
         if (!read_clause(s, n)) {
-            pv_log("PYVGPU_FAKE_VA_HINTS=%s ignored (clauses \"ignore\", \"ignore:LO-HI\", \"below:N\")", env);
-            ignored_lo = ignored_hi = ignored_below = 0;
+            pv_log("PYVGPU_FAKE_VA_HINTS=%s ignored (clauses \"ignore\", \"ignore:LO-HI\", \"below:N\", \"hole:N\")",
+                   env);
+            ignored_lo = ignored_hi = ignored_below = hole_left = 0;
             return;
         }
         s += n + (s[n] == ',');
     }
-    pv_log("PYVGPU_FAKE_VA_HINTS=%s: cuMemAddressReserve ignores hints in [%#llx, %#llx) and of ranges under %llu "
-           "bytes (a test knob)", env, (unsigned long long)ignored_lo, (unsigned long long)ignored_hi,
-           (unsigned long long)ignored_below);
+    pv_log("PYVGPU_FAKE_VA_HINTS=%s: cuMemAddressReserve ignores hints in [%#llx, %#llx), of ranges under %llu "
+           "bytes and of ranges that fit a hole of %llu bytes (a test knob)", env, (unsigned long long)ignored_lo,
+           (unsigned long long)ignored_hi, (unsigned long long)ignored_below, (unsigned long long)hole_left);
 }
 
 static int hint_ignored(uint64_t addr, size_t size)
@@ -309,6 +324,14 @@ PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
         return CUDA_ERROR_INVALID_VALUE;
     if (addr && hint_ignored(addr, size))
         addr = 0;
+    int in_hole = 0;
+    pthread_mutex_lock(&mu);
+    if (addr && size <= hole_left) {   /* read_ignored ran in hint_ignored */
+        hole_left -= size;
+        in_hole = 1;
+        addr = 0;
+    }
+    pthread_mutex_unlock(&mu);
     int dev = addr ? window_device(addr) : -1;
     struct pv_ctx *c = dev < 0 ? drv_ctx_top() : NULL;
     if (dev < 0)
@@ -325,15 +348,23 @@ PV_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
     pthread_mutex_unlock(&mu);
     uint64_t got = 0;
     r = drv_result(pv_call_VMM_RESERVE(d, size, alignment, addr, &got));
-    if (r != CUDA_SUCCESS)
-        return r;
-    pthread_mutex_lock(&mu);
-    if (overlaps_reservation(got, size) || grow((void **)&res, &capres, nres, sizeof *res) != 0) {
-        pthread_mutex_unlock(&mu);
-        pv_call_VMM_FREE(d, got, size);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&mu);
+        if (overlaps_reservation(got, size) || grow((void **)&res, &capres, nres, sizeof *res) != 0) {
+            pthread_mutex_unlock(&mu);
+            pv_call_VMM_FREE(d, got, size);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
     }
-    res[nres++] = (struct vmm_res){ got, size, dev, atomic_load(&d->reset_gen), NULL, 0 };
+    if (r != CUDA_SUCCESS) {
+        if (in_hole) {
+            pthread_mutex_lock(&mu);
+            hole_left += size;
+            pthread_mutex_unlock(&mu);
+        }
+        return r;
+    }
+    res[nres++] = (struct vmm_res){ got, size, dev, atomic_load(&d->reset_gen), NULL, 0, in_hole };
     pthread_mutex_unlock(&mu);
     *ptr = got;
     return CUDA_SUCCESS;
@@ -355,6 +386,8 @@ PV_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     pthread_mutex_lock(&mu);
     for (size_t i = 0; i < nres; i++)
         if (res[i].addr == ptr) {
+            if (res[i].in_hole)
+                hole_left += res[i].size;
             free(res[i].runs);
             res[i] = res[--nres];
             break;

@@ -16,8 +16,8 @@ interleave at least 3); the global address 16-byte aligned (32 with 32-byte inte
 type); every size 1..2^32 (packed types: a multiple of 128, or 2 for 16U4_ALIGN8B); every stride a multiple of 16
 (32 as for the address) below 2^40; box sizes 1..256, the inner one a multiple of 16 bytes without interleave (128
 elements for the 16-byte packed types); element strides 1..8; the enumerations in range; the inner box within the
-swizzle span without interleave (not cuda.h's "32-byte interleave only with the 32-byte swizzle": NVIDIA's driver 580
-takes others, GPU runs 3 and 5); 16U6_ALIGN16B only without
+swizzle span without interleave; 32-byte interleave only with a swizzle of 32 bytes (or none, or 64 bytes: NVIDIA's
+driver 580 accepts those, GPU runs 3 and 5); 16U6_ALIGN16B only without
 interleave; the packed types' swizzle lists; NaN fill only for floating-point types; im2col corners in their
 per-rank ranges, channels 1..256 and pixels 1..1024. Not checked: the non-zero area of an im2col box (the
 documentation does not say which corner entry is which dimension)."""
@@ -124,9 +124,12 @@ def refusal(r: Request) -> str | None:
         return f"elementStrides {r.elem_strides} has a step outside 1..8"
     if not 0 <= r.interleave <= 2 or not 0 <= r.swizzle <= 6 or not 0 <= r.l2 <= 3 or not 0 <= r.oob <= 1:
         return "interleave, swizzle, l2Promotion or oobFill is not of its enumeration"
-    # cuda.h: "When interleave is CU_TENSOR_MAP_INTERLEAVE_32B, swizzle must be CU_TENSOR_MAP_SWIZZLE_32B"; NVIDIA's
-    # driver (580.159, CUDA 13.0) encodes it without a swizzle (an H100, GPU run 3) and with the 64-byte one (an
-    # H200, run 5) all the same: not checked here either, since refusing what the GPU takes fails a program only here
+    if r.interleave == INTERLEAVE_32B and r.swizzle not in (SWIZZLE_NONE, SWIZZLE_32B, SWIZZLE_64B):
+        # cuda.h: "When interleave is CU_TENSOR_MAP_INTERLEAVE_32B, swizzle must be CU_TENSOR_MAP_SWIZZLE_32B"; NVIDIA's
+        # driver 580.159 (CUDA 13.0) encodes it without a swizzle (H100, GPU run 3) and with the 64-byte one (H200, GPU
+        # run 5) all the same: refusing what the GPU takes would fail a program only here. 128-byte swizzles, untried
+        # on a GPU, stay refused as cuda.h says
+        return "32-byte interleave needs CU_TENSOR_MAP_SWIZZLE_32B (or none or 64B, as NVIDIA's driver accepts)"
     if r.dtype == U6_ALIGN16B and r.interleave != INTERLEAVE_NONE:
         return "CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B needs CU_TENSOR_MAP_INTERLEAVE_NONE"
     if r.oob and r.dtype not in FLOATS:

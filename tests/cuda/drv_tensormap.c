@@ -83,8 +83,8 @@ int main(void)
     REFUSED(c, F, 2, buf, dims, strides, box, step0, NO, NS, NF);                         // element stride 0
     REFUSED(c, F, 2, buf, dims, strides, box, step9, NO, NS, NF);                         // element stride 9
     REFUSED(c, F, 2, buf, dims, strides, box128, steps, NO, CU_TENSOR_MAP_SWIZZLE_32B, NF);   // 128 bytes > 32B span
-    // cuda.h: 32-byte interleave needs the 32-byte swizzle; NVIDIA's driver 580.159 takes no swizzle (an H100, GPU
-    // run 3) and the 64-byte one (an H200, run 5) with it as well: not a rule the driver checks
+    // cuda.h: 32-byte interleave needs the 32-byte swizzle; NVIDIA's driver 580.159 takes none (H100, GPU run 3) and
+    // the 64-byte one (H200, GPU run 5) as well
     OKC(tiled(c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, buf, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_32B, NS,
               NF) == CUDA_SUCCESS);
     OKC(tiled(c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, buf, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_32B,

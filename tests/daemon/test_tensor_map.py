@@ -69,8 +69,9 @@ def test_edges_are_accepted():
     assert tm.refusal(req(box=(32, 8), swizzle=3)) is None            # 128 bytes in the 128-byte span
     three = dict(rank=3, dims=(64, 32, 4), strides=(256, 8192), box=(16, 8, 2), steps=(1, 1, 1), dtype=F16)
     assert tm.refusal(req(**three, interleave=2, swizzle=1, addr=0x10020)) is None
-    for swizzle in (0, 2):              # as NVIDIA's driver 580 (an H100 and an H200), though cuda.h says 32B only
-        assert tm.refusal(req(**three, interleave=2, swizzle=swizzle, addr=0x10020)) is None
+    assert tm.refusal(req(**three, interleave=2, swizzle=0, addr=0x10020)) is None     # as an H100's driver 580
+    assert tm.refusal(req(**three, interleave=2, swizzle=2, addr=0x10020)) is None     # as an H200's driver 580
+    assert "SWIZZLE_32B" in tm.refusal(req(**three, interleave=2, swizzle=3, addr=0x10020))
 
 
 def test_im2col_rules():

@@ -244,13 +244,20 @@ def test_driver_api_tensor_maps(cuda_build, daemon, lib_dir):
                          r"16-byte aligned", log), log[-3000:]
 
 
-def test_device_memory_around_host_memory(cuda_build, daemon, kernels, lib_dir):
+def test_device_memory_around_host_memory(cuda_build, daemon, kernels, lib_dir, backend):
     """Device memory at addresses that also hold the program's pinned host memory (what a GPU host's driver did
     outside the window on an H100, where JAX's memsets then answered CUDA_ERROR_INVALID_VALUE): memsets, copies and a
     kernel on the device memory below and above the host memory work byte for byte (tests/cuda/drv_addr_overlap.c),
-    and libvcuda says once that the two share addresses. The emulated GPU places the range at the program's hint."""
+    and libvcuda says once that the two share addresses. The emulated GPU and the chain place the range at the
+    program's hint; a real driver may place it elsewhere (CUDA documents the address as a hint: NVIDIA's driver 580
+    on an H200 put the backend's 64 MiB at a host heap address of the client at 0x7f..., GPU run 5, perhaps because
+    the daemon's own process maps that address), and then there is nothing of this test's to check on that GPU
+    (test_a_hint_of_a_small_range_on_a_driver_that_ignores_it keeps the backend's way covered on the chain)."""
     proc = run_driver(drv_program(cuda_build, "drv_addr_overlap.c", lib_dir), [daemon], str(kernels[0]),
                       lib_dir=lib_dir)
+    placed = re.search(r"^SKIP (the device range went to .*)$", proc.stdout, re.M)
+    if placed and backend == "cuda":
+        pytest.skip(f"the GPU's driver did not honour the program's hint: {placed.group(1)}")
     assert verdict(proc.stdout) == "OK 6", proc.stdout
     assert proc.stderr.count("share addresses") == 1, proc.stderr
 

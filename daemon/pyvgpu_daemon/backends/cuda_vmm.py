@@ -39,7 +39,11 @@ Window addresses are handed out lowest first (freed ranges are reused); the wind
 sessions of one daemon that use the same window share one WindowSpace (WindowSpaces, held by the backend): their
 contexts live in one process, whose address space is one, so a real driver refuses a hint another session's range
 already covers. A hint the driver still does not honour (its own ranges sit there) is skipped, growing steps ahead,
-a few times before the candidate counts as refused.
+a few times, and each retry asks for a range 4 times larger (up to 1 GiB) at the next 1 GiB boundary while the range
+the driver placed elsewhere stays held: NVIDIA's driver 580 on an H200 (GPU run 5) put every 64 MiB range at one
+address of its own whatever its hint during a JAX session, as if it filled a hole among its own ranges first, and the
+daemon, which freed each misplaced range at once, gave up all windows after one such round. A candidate counts as
+refused (tried no more) after REFUSALS rounds in a row without a range; a range at it ends the count.
 """
 from __future__ import annotations
 
@@ -71,6 +75,10 @@ ALIGN = 512
 HINT_TRIES = 6           # window addresses tried before the driver's own choice is taken
 SKIP_STEP = 64 << 20     # the first skip past a hint the driver refused (4 times larger after each refusal)
 MIN_RESERVE = 64 << 20   # the smallest range the backend reserves (module docstring: GPU runs 2 and 4)
+RETRY_GROWTH = 4         # a range the driver placed elsewhere is asked for again this many times larger ...
+MAX_RETRY = 1 << 30      # ... up to 1 GiB (honoured at 17 TiB on an H200: GPU run 5) ...
+RETRY_ALIGN = 1 << 30    # ... at the next free 1 GiB boundary of the window
+REFUSALS = 3             # rounds in a row without a range of a window place before it is given up for the daemon
 Check = Callable[[Any, str], Any]
 
 
@@ -145,7 +153,7 @@ class WindowSpaces:
     refused (tried no more), whether it was told that ranges lie outside every window."""
     spaces: dict[int, WindowSpace] = field(default_factory=dict)
     order: list[int] = field(default_factory=lambda: list(range(len(CANDIDATE_OFFSETS))))
-    refused: set[int] = field(default_factory=set)
+    refused: dict[int, int] = field(default_factory=dict)    # candidate -> rounds in a row it gave no range
     told: set[int] = field(default_factory=set)          # devices warned that ranges lie outside the windows
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -160,7 +168,8 @@ class WindowSpaces:
         """(candidate, space) of `window` to try, the honoured candidate first, refused ones left out."""
         bases = window_candidates(window)
         with self.lock:
-            return [(i, self._of(bases[i])) for i in self.order if i < len(bases) and i not in self.refused]
+            return [(i, self._of(bases[i])) for i in self.order
+                    if i < len(bases) and self.refused.get(i, 0) < REFUSALS]
 
     def holding(self, window: int, addr: int) -> WindowSpace | None:
         """The candidate space of `window` that holds addr, or None."""
@@ -171,6 +180,7 @@ class WindowSpaces:
 
     def honoured(self, candidate: int, ordinal: int, addr: int) -> None:
         with self.lock:
+            self.refused.pop(candidate, None)
             if self.order[0] == candidate:
                 return
             self.order.remove(candidate)
@@ -179,12 +189,13 @@ class WindowSpaces:
                  "first from now on", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr)
 
     def refuse(self, candidate: int, ordinal: int, addr: int, answer: str) -> None:
+        """A round of HINT_TRIES gave no range at this candidate; REFUSALS such rounds in a row give it up (one
+        refused hint does not: an H200's driver placed 64 MiB ranges elsewhere at every hint for a while, GPU run 5)."""
         with self.lock:
-            if candidate in self.refused:
-                return
-            self.refused.add(candidate)
-        log.info("device %d: the driver refused window addresses %d TiB above the window index's (%#x; %s): not "
-                 "tried again", ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr, answer)
+            rounds = self.refused[candidate] = self.refused.get(candidate, 0) + 1
+        then = "not tried again" if rounds >= REFUSALS else f"tried again on the next range ({rounds} of {REFUSALS})"
+        log.info("device %d: the driver refused window addresses %d TiB above the window index's (%#x; %s): %s",
+                 ordinal, CANDIDATE_OFFSETS[candidate] // TIB, addr, answer, then)
 
     def outside(self, ordinal: int, ptr: int, size: int, window: int) -> None:
         with self.lock:
@@ -302,12 +313,12 @@ class WindowMemory:
         candidate the driver gives no range in is refused for the daemon; with none left, `outside` bytes (else
         `size`) go where the driver puts them. → (start, bytes reserved)."""
         for candidate, space in self.spaces.candidates(self.window):
-            ptr, answer = self._reserve_in(space, size, align)
+            ptr, got, answer = self._reserve_in(space, size, align)
             if ptr:
                 self.spaces.honoured(candidate, self.ordinal, space.base)
-                self.taken[ptr] = (size, space)
-                self.reserved[ptr] = size
-                return ptr, size
+                self.taken[ptr] = (got, space)
+                self.reserved[ptr] = got
+                return ptr, got
             if answer:
                 self.spaces.refuse(candidate, self.ordinal, space.base, answer)
         size = outside or size
@@ -316,27 +327,41 @@ class WindowMemory:
         self.spaces.outside(self.ordinal, ptr, size, self.window)
         return ptr, size
 
-    def _reserve_in(self, space: WindowSpace, size: int, align: int) -> tuple[int, str]:
-        """A range of `space` the driver gives, else 0 and what the driver answered the last hint (empty when the
-        space has no room left). A window range the driver does not give is skipped (kept out of the free list: the
-        driver holds something there), and so is a growing stretch after it, so that the next try lands past the
-        driver's own ranges (found on an H100: GPU run 2)."""
+    def _reserve_in(self, space: WindowSpace, size: int, align: int) -> tuple[int, int, str]:
+        """A range of `space` the driver gives, of `size` bytes or more; → (start, bytes reserved, "") or (0, 0, what
+        the driver answered the last hint; empty when the space has no room left). A window range the driver does
+        not give is skipped (kept out of the free list: the driver holds something there), and so is a growing
+        stretch after it, so that the next try lands past the driver's own ranges (found on an H100: GPU run 2).
+        The next try asks for RETRY_GROWTH times the bytes (up to MAX_RETRY) at a RETRY_ALIGN boundary, and the
+        range the driver placed elsewhere is held until the round ends: an H200's driver (GPU run 5) put 64 MiB
+        ranges at one address of its own whatever their hint, as if it filled a hole among its own ranges first;
+        held, the misplaced range fills that hole, and a larger one no longer fits it."""
         step = SKIP_STEP
         answer = ""
-        for _ in range(HINT_TRIES):
-            hinted = space.take(size, align)
-            if not hinted:
-                return 0, answer
-            ptr, why = self._reserve_at(size, align, hinted)
-            if ptr == hinted:
-                return ptr, ""
-            if ptr:
-                self.drv.cuMemAddressFree(ptr, size)
-            answer = f"{size_text(size)} at {hinted:#x}: {why}"
-            if step > size:
-                space.claim(hinted + size, step - size)
-            step *= 4
-        return 0, answer
+        want, at = size, align
+        held: list[tuple[int, int]] = []
+        try:
+            for tries in range(1, HINT_TRIES + 1):
+                hinted = space.take(want, at)
+                if not hinted:
+                    return 0, 0, answer
+                ptr, why = self._reserve_at(want, align, hinted)
+                if ptr == hinted:
+                    if held:
+                        log.info("device %d: window range of %s at %#x on try %d (the driver had placed %s)",
+                                 self.ordinal, size_text(want), ptr, tries, answer)
+                    return ptr, want, ""
+                if ptr:
+                    held.append((ptr, want))
+                answer = f"{size_text(want)} at {hinted:#x}: {why}"
+                if step > want:
+                    space.claim(hinted + want, step - want)
+                step *= 4
+                want, at = max(want, min(want * RETRY_GROWTH, MAX_RETRY)), max(align, RETRY_ALIGN)
+            return 0, 0, answer
+        finally:
+            for ptr, n in held:
+                self.drv.cuMemAddressFree(ptr, n)
 
     def _reserve_at(self, size: int, align: int, addr: int) -> tuple[int, str]:
         """cuMemAddressReserve with the hint `addr`; → the driver's address (0 when it refused: a real driver may
