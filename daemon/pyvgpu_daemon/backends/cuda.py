@@ -33,7 +33,7 @@ from pyvgpu.protocol import (ERROR_NAMES, FUNC_ATTR_CLUSTER_FIRST, FUNC_ATTR_MAX
 from pyvgpu_daemon.backends import cublas_cuda, cublaslt_cuda
 from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.cuda_arrays import CudaArrays
-from pyvgpu_daemon.backends.cuda_calls import MEMSET_D2D8, MEMSET_D2D16, MEMSET_D2D32, MEMSET_D8, DriverCalls, handle
+from pyvgpu_daemon.backends.cuda_calls import MEMSET_D8, DriverCalls, handle
 from pyvgpu_daemon.backends.cuda_clock import EventClock
 from pyvgpu_daemon.backends.cuda_driver import DriverEntryPoints, Lookup, proc_lookup
 from pyvgpu_daemon.backends.cuda_image import image_globals, image_kernels
@@ -539,9 +539,6 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         return lent if lent is not None else memoryview(self._dtoh_array(src, size, stream))
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.dtod(self._cx, dst, src, size, handle(stream))
-            return
         check(self.drv.cuMemcpyDtoDAsync(dst, src, size, self._stream(stream)), "cuMemcpyDtoDAsync")
 
     def _copy2d(self, stream: Any, *, src_host: int = 0, src_dev: int = 0, src_pitch: int, dst_host: int = 0,
@@ -584,15 +581,9 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
                      height=height)
 
     def memset(self, ptr: int, value: int, size: int, stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.memset(self._cx, MEMSET_D8, ptr, 0, value & 0xFF, size, 1, handle(stream))
-            return
         check(self.drv.cuMemsetD8Async(ptr, value & 0xFF, size, self._stream(stream)), "cuMemsetD8Async")
 
     def memset2d(self, ptr: int, pitch: int, value: int, width: int, height: int, stream: Any) -> None:
-        if self.calls is not None:
-            self.calls.memset(self._cx, MEMSET_D2D8, ptr, pitch, value & 0xFF, width, height, handle(stream))
-            return
         check(self.drv.cuMemsetD2D8Async(ptr, pitch, value & 0xFF, width, height, self._stream(stream)),
               "cuMemsetD2D8Async")
 
@@ -609,10 +600,6 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         self._sync_stream(stream)    # the source's later work must not race the copy
     def memset_elems(self, ptr: int, pitch: int, value: int, elem: int, width: int, height: int,
                      stream: Any) -> None:
-        if self.calls is not None:
-            kind = {1: MEMSET_D2D8, 2: MEMSET_D2D16, 4: MEMSET_D2D32}[elem]
-            self.calls.memset(self._cx, kind, ptr, pitch, value, width, height, handle(stream))
-            return
         fn = {1: "cuMemsetD2D8Async", 2: "cuMemsetD2D16Async", 4: "cuMemsetD2D32Async"}[elem]
         check(getattr(self.drv, fn)(ptr, pitch, value, width, height, self._stream(stream)), fn)
 
@@ -875,9 +862,6 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         return True
 
     def stream_wait_event(self, stream: Any, event: _Event, flags: int) -> None:
-        if self.calls is not None:
-            self.calls.stream_wait(self._cx, handle(stream), handle(event.handle), flags)
-            return
         check(self.drv.cuStreamWaitEvent(self._stream(stream), event.handle, flags), "cuStreamWaitEvent")
 
     def event_create(self, flags: int) -> _Event:
@@ -889,10 +873,7 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
     def event_record(self, event: _Event, stream: Any) -> None:
         s = self._stream(stream)
         anchor = None if event.flags & EVENT_DISABLE_TIMING else self.clock.before_record(s)
-        if self.calls is not None:
-            self.calls.event_record(self._cx, handle(event.handle), handle(stream))
-        else:
-            check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
+        check(self.drv.cuEventRecord(event.handle, s), "cuEventRecord")
         event.recorded = True
         event.anchor = anchor
 

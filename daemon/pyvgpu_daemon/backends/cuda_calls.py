@@ -3,17 +3,18 @@ with cffi's ABI mode.
 
 Runs of fast ops (DeviceContext.run_fast: launches, memsets, event records, stream waits, host-to-device and
 device-to-device copies, as the frame path hands them over) go to the driver in one call (`Run`, pv_dc_run): Python
-packs one record per op and C makes the calls, stopping at the first that fails. One op at a time, every fast op is
-a compiled call too (launches, cooperative launches, memsets, event records, stream waits, copies): one way of calling
-per daemon. Until GPU run 3 a lone memset, event record, stream wait or device-to-device copy stayed on cuda-python,
-whose Cython call costs less than a cffi call (on the chain, above the driver's own 1.46 µs: 0.37 µs against 0.71 µs
-in ABI mode; bench/README.md, "The cuda backend's fast ops from compiled code"); on the H100 (run 3) the two columns
-of those ops ran that same cuda-python call and still differed by up to 24%, so the 0.34 µs is below what the GPU
-figures can tell, while two ways per op were two places to keep right. Every compiled call runs with the session's
-context current on its thread: cuCtxGetCurrent each call, and where another context (or none) is current,
-cuCtxSetCurrent before the call and the one found put back after it (pv_drvcall.h), so no thread change (a run the
-event loop takes, a worker pool) can send an op to the wrong context or none (CUDA_ERROR_INVALID_CONTEXT), and the
-thread is left as it was for cuda-python's calls. ABI mode over a plain C library needs no Python headers and no
+packs one record per op and C makes the calls, stopping at the first that fails. One op at a time, the compiled call
+is taken where it saves the Python path's own work: launches (cuda-python needs a ctypes parameter block per launch),
+cooperative launches, and copies between daemon memory and the device (a NumPy view of the host buffer per copy).
+Where the Python path is a single bindings call with integer arguments (a memset, an event record, a stream wait, a
+device-to-device copy), cuda-bindings' Cython call costs less than a cffi call, so those stay on cuda-python when they
+come alone: on an H200 (GPU run 5, every lone op compiled for the measurement) a 4-byte memset took 2.35 µs compiled
+against 1.67, an event record 1.31 against 0.83, a stream wait 1.17 against 0.74, while a launch took 7.18 against
+7.39, a 4-byte HtoD 2.60 against 4.37 and a run of 64 launches 5.39 against 8.00 per op (bench/README.md). Every
+compiled call runs with the session's context current on its thread: cuCtxGetCurrent each call, and where another
+context (or none) is current, cuCtxSetCurrent before the call and the one found put back after it (pv_drvcall.h), so
+no thread change (a run the event loop takes, a worker pool) can send one to the wrong context or none
+(CUDA_ERROR_INVALID_CONTEXT), and the thread is left as it was for cuda-python's calls. ABI mode over a plain C library needs no Python headers and no
 compiler where the daemon runs, the library is built by the top-level CMake with the client libraries (and carried
 prebuilt in the GPU bundle); API mode measured 0.16 µs a call faster, which is less than what a run saves and would
 tie the library to one Python version.
@@ -135,22 +136,6 @@ class DriverCalls:
         if err:
             raise self.to_error(err, f"cuLaunchCooperativeKernel({name})")
 
-    def memset(self, ctx: int, kind: str, dst: int, pitch: int, value: int, width: int, height: int,
-               stream: int) -> None:
-        err = self.lib.pv_dc_memset(self.table, ctx, self.kind[kind], dst, pitch, value, width, height, stream)
-        if err:
-            raise self.to_error(err, CALLED_BY_KIND[kind])
-
-    def event_record(self, ctx: int, event: int, stream: int) -> None:
-        err = self.lib.pv_dc_event_record(self.table, ctx, event, stream)
-        if err:
-            raise self.to_error(err, "cuEventRecord")
-
-    def stream_wait(self, ctx: int, stream: int, event: int, flags: int) -> None:
-        err = self.lib.pv_dc_stream_wait(self.table, ctx, stream, event, flags)
-        if err:
-            raise self.to_error(err, "cuStreamWaitEvent")
-
     def htod(self, ctx: int, dst: int, data: bytes | memoryview, stream: int) -> None:
         buf = self.ffi.from_buffer(data)
         err = self.lib.pv_dc_htod(self.table, ctx, dst, buf, len(buf), stream)
@@ -161,11 +146,6 @@ class DriverCalls:
         err = self.lib.pv_dc_dtoh(self.table, ctx, dst_addr, src, size, stream)
         if err:
             raise self.to_error(err, "cuMemcpyDtoHAsync")
-
-    def dtod(self, ctx: int, dst: int, src: int, size: int, stream: int) -> None:
-        err = self.lib.pv_dc_dtod(self.table, ctx, dst, src, size, stream)
-        if err:
-            raise self.to_error(err, "cuMemcpyDtoDAsync")
 
 
 def _layout_matches(ffi: Any) -> bool:
