@@ -431,11 +431,17 @@ def test_a_driver_with_a_hole_among_its_own_ranges(daemon_factory):
         data = np.random.default_rng(3).bytes(3 << 20)
         assert a.call("MEMCPY_HTOD", 0, ranges[4][0], 0, payload=data)[0] == 0      # a 3 MiB one, in a slab
         assert a.call("MEMCPY_DTOH", 0, ranges[4][0], len(data), 0)[2] == data
+    hint = window_candidates(5 * VA_WINDOW_BYTES)[0] + (6 << 20)      # outside every window this client uses
     with Client.connect("127.0.0.1", d.port) as c3:
         for size in sizes:
             err, p, _ = c3.call("MALLOC", 0, size)
             assert err == 0
             ranges.append((p, size))
+        gran = c3.devices[0]["vmm_granularity"]
+        for _ in range(2):                               # a program's hint: the hole holds the first try (then freed)
+            err, va, _ = c3.call("VMM_RESERVE", 0, gran, 0, hint)
+            assert (err, va) == (0, hint), hex(va or 0)
+            assert c3.call("VMM_FREE", 0, va, gran)[0] == 0
     assert [window_candidate(p, size, window) for p, size in ranges] == [0] * len(ranges), ranges
     log = d.log_text()
     assert "refused window addresses" not in log and "not in the window" not in log, log

@@ -26,7 +26,7 @@ has a range of its own where the driver puts it (another host's driver may hand 
 next try must get a range of its own). A program's own reservation (VMM_RESERVE) smaller than MIN_RESERVE without a
 hint, or at a hint free in one of its session's slabs, is a stretch of a slab; else it is a range of its own:
 without a hint, in the window; with one, of the program's size and, where the driver does not honour that, of
-MIN_RESERVE bytes at the same hint. The program sees its own size; the driver frees the whole.
+MIN_RESERVE bytes at the same hint, then RETRY_GROWTH times that (the misplaced ranges held meanwhile). The program sees its own size; the driver frees the whole.
 
 Every mapping is made read-write for this device with cuMemSetAccess; freeing unmaps and releases it. The
 granularity of such mappings is 2 MiB on current GPUs, so small allocations (up to half a granule) are carved out
@@ -291,15 +291,23 @@ class WindowMemory:
         if not hint:
             return self._reserve_window(size, align)[0]
         ptr, _ = self._reserve_at(size, align, hint)
-        if ptr != hint and size < MIN_RESERVE:       # a driver that places small ranges where it likes (GPU run 4)
-            if ptr:
-                self.drv.cuMemAddressFree(ptr, size)
-            bigger, _ = self._reserve_at(MIN_RESERVE, align, hint)
-            if bigger == hint:
-                size = MIN_RESERVE
-            elif bigger:
-                self.drv.cuMemAddressFree(bigger, MIN_RESERVE)
-            ptr = bigger if bigger == hint else 0
+        if ptr != hint:
+            # a driver that places small ranges where it likes (GPU run 4), or fills a hole among its own ranges
+            # first (GPU run 5): MIN_RESERVE bytes at the hint, then RETRY_GROWTH times more, the misplaced held
+            held = [(ptr, size)] if ptr else []
+            want = size
+            for _ in range(2):
+                want = max(MIN_RESERVE, want * RETRY_GROWTH if want >= MIN_RESERVE else MIN_RESERVE)
+                ptr, _ = self._reserve_at(want, align, hint)
+                if ptr == hint:
+                    size = want
+                    break
+                if ptr:
+                    held.append((ptr, want))
+            else:
+                ptr = 0
+            for p, n in held:
+                self.drv.cuMemAddressFree(p, n)
         if not ptr:                                   # no hint honoured: the driver's choice, as CUDA's
             ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
         self.reserved[ptr] = size
