@@ -41,6 +41,11 @@ def managed_attach(c: Call, ptr: int, size: int) -> None:
 @handler("MANAGED_PUSH")
 def managed_push(c: Call) -> None:
     managed.push(c.st.managed, _reader(c), lambda addr, data: c.ctx.memcpy_htod(addr, data, None), c.payload)
+    # The host's bytes must be on the device before the next work on ANY stream reads them. A copy from pageable
+    # memory on the default stream returns once staged, with its DMA still pending, and a non-blocking stream does
+    # not wait for the default stream: on an H200 a graph replayed on such a stream read the old bytes once in three
+    # runs (GPU run 6, api_managed.cu:195).
+    c.ctx.stream_sync(None)
 
 
 @handler("MANAGED_DIRTY")
