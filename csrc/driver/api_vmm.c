@@ -248,6 +248,17 @@ static uint64_t ignored_lo, ignored_hi;       /* hints in [lo, hi) are ignored *
 static uint64_t ignored_below;                /* hints of ranges smaller than this are ignored */
 static pthread_once_t ignored_once = PTHREAD_ONCE_INIT;
 
+/* A clause's byte count ("below:N", "hole:N"): a whole positive number; → whether it was one. */
+static int byte_count(const char *text, uint64_t *out)
+{
+    char *end;
+    unsigned long long n = strtoull(text, &end, 0);
+    if (*end || !n)
+        return 0;
+    *out = n;
+    return 1;
+}
+
 /* One clause of PYVGPU_FAKE_VA_HINTS, [s, s + n); → whether it was understood. */
 static int read_clause(const char *s, size_t n)
 {
@@ -271,20 +282,10 @@ static int read_clause(const char *s, size_t n)
         ignored_hi = hi;
         return 1;
     }
-    if (!strncmp(buf, "below:", 6)) {
-        unsigned long long below = strtoull(buf + 6, &end, 0);
-        if (*end || !below)
-            return 0;
-        ignored_below = below;
-        return 1;
-    }
-    if (!strncmp(buf, "hole:", 5)) {
-        unsigned long long hole = strtoull(buf + 5, &end, 0);
-        if (*end || !hole)
-            return 0;
-        hole_left = hole;
-        return 1;
-    }
+    if (!strncmp(buf, "below:", 6))
+        return byte_count(buf + 6, &ignored_below);
+    if (!strncmp(buf, "hole:", 5))
+        return byte_count(buf + 5, &hole_left);
     return 0;
 }
 
