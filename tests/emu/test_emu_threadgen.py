@@ -243,6 +243,32 @@ def test_a_bad_access_is_the_same_error(gofs, sofs, lofs):
     assert errors[0][0] in (code_of("cudaErrorIllegalAddress"), code_of("cudaErrorMisalignedAddress"))
 
 
+PARAM_STORE = HEAD + """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<4>; .reg .b64 %rd<4>;
+  mov.u64 %rd1, out;                          // the parameter's generic address (its window)
+  ld.u32 %r1, [%rd1];
+  add.s32 %r1, %r1, 1;
+  st.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
+def test_a_generic_store_to_a_kernel_parameter_is_the_same_error():
+    errors = []
+    for mode in (ON, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(PARAM_STORE, mode, mem)
+        with pytest.raises(CudaError) as e:
+            mod.launch("k", (1, 1, 1), (4, 1, 1), 0, struct.pack("<Q", 1234))
+        errors.append((e.value.code, e.value.message))
+        if mode is ON:
+            assert _thread_code(mod, "k")
+    assert errors[0] == errors[1] and errors[0][0] == code_of("cudaErrorIllegalAddress")
+
+
 @pytest.mark.parametrize("mode", [ON, OFF], ids=["threadgen", "numpy"])
 def test_an_endless_loop_ends_in_a_launch_timeout(mode):
     mem = DeviceMemory(1 << 40, 1 << 24)

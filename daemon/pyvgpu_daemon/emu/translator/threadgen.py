@@ -97,6 +97,12 @@ static inline uint8_t *TGEN(const MemCtx *M, uintptr_t hd, int64_t i, uint64_t a
     if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return TP(M, a - UINT64_C({PAR_WIN:#x}), s, k, o);
     return TG(M, hd, a, s, lo, lim, k, o);
 }}
+/* a generic store: the kernel-parameter window is read-only (Python raises the store's error) */
+static inline uint8_t *TGENW(const MemCtx *M, uintptr_t hd, int64_t i, uint64_t a, uint64_t s, uint64_t *lo,
+                             uint64_t *lim, int64_t *k, uint64_t *o) {{
+    if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) {{ *k = {K_PARAM}; *o = a - UINT64_C({PAR_WIN:#x}); return 0; }}
+    return TGEN(M, hd, i, a, s, lo, lim, k, o);
+}}
 static inline uint8_t *TPR(const MemCtx *M, int64_t i, uint64_t a, uint64_t s, int64_t *k, uint64_t *o) {{
     if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return TP(M, a - UINT64_C({PAR_WIN:#x}), s, k, o);
     return TL(M, i, a, s, k, o);
@@ -249,8 +255,8 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
             a = f"UINT64_C({off & ((1 << 64) - 1):#x})"
         if space in ("global", "generic"):
             hint = e.hint((ins.srcs[0].base.name if kind == "reg" else off, vsize))
-            where = f"TG(M, hd, {a}, {vsize}, &{hint}lo, &{hint}lim, &{k}, &{o})" if space == "global" else \
-                f"TGEN(M, hd, i, {a}, {vsize}, &{hint}lo, &{hint}lim, &{k}, &{o})"
+            fn = "TG(M, hd" if space == "global" else "TGENW(M, hd, i" if store else "TGEN(M, hd, i"
+            where = f"{fn}, {a}, {vsize}, &{hint}lo, &{hint}lim, &{k}, &{o})"
         elif space == "shared":
             where = f"TS(M, i, {a}, {vsize}, &{k}, &{o})"
         elif space == "local":
@@ -265,7 +271,8 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
         raise NoC
     decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {where};"
     if ins.guard is None:
-        key = (space, ins.srcs[0].base.name if kind == "reg" else None, off, vsize)
+        # (a generic load's check does not hold for a store: the parameter window is read-only)
+        key = (space, ins.srcs[0].base.name if kind == "reg" else None, off, vsize, store and space == "generic")
         old = e.checked.get(key)
         if old is not None:
             decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {old}; if (!{p}) {p} = {where};"
