@@ -21,12 +21,14 @@ their hint, the 2 MiB ones at 0x7f.... NVIDIA documents the address as a hint on
 that places small ranges where it likes and large ones where asked (NVIDIA DALI also reserves gigabytes at a time
 and maps blocks inside). So device memory is mapped inside slabs: ranges of at least MIN_RESERVE bytes reserved at
 window addresses, each allocation backed with cuMemCreate and mapped with cuMemMap at a free place of a slab of its
-session (a slab goes back when nothing is mapped in it). Where the driver honours no window place, each allocation
-has a range of its own where the driver puts it (another host's driver may hand out the same addresses: the client's
-next try must get a range of its own). A program's own reservation (VMM_RESERVE) smaller than MIN_RESERVE without a
+session (a slab goes back when nothing is mapped in it, but for the session's largest empty window slab, kept until
+the session ends: a loop of allocations and frees would else reserve a slab each time). Where the driver honours no
+window place, each allocation has a range of its own where the driver puts it (another host's driver may hand out
+the same addresses: the client's next try must get a range of its own). A program's own reservation (VMM_RESERVE) smaller than MIN_RESERVE without a
 hint, or at a hint free in one of its session's slabs, is a stretch of a slab; else it is a range of its own:
 without a hint, in the window; with one, of the program's size and, where the driver does not honour that, of
-MIN_RESERVE bytes at the same hint, then RETRY_GROWTH times that (the misplaced ranges held meanwhile). The program sees its own size; the driver frees the whole.
+MIN_RESERVE bytes at the same hint, then RETRY_GROWTH times that (the misplaced ranges held meanwhile: the window's
+retry policy, _hint_rounds, without its 1 GiB cap). The program sees its own size; the driver frees the whole.
 
 Every mapping is made read-write for this device with cuMemSetAccess; freeing unmaps and releases it. The
 granularity of such mappings is 2 MiB on current GPUs, so small allocations (up to half a granule) are carved out
@@ -427,14 +429,25 @@ class WindowMemory:
         return i >= 0 and self.slabs[self._slab_bases[i]].claim(addr, size)
 
     def _unplace(self, ptr: int, size: int) -> None:
-        """Gives a slab's addresses back; a slab with nothing mapped goes back to the driver."""
-        i = bisect.bisect_right(self._slab_bases, ptr) - 1
-        base = self._slab_bases[i]
-        slab = self.slabs[base]
+        """Gives a slab's addresses back; a slab with nothing mapped goes back to the driver (_drop_empty_slabs)."""
+        slab = self.slabs[self._slab_bases[bisect.bisect_right(self._slab_bases, ptr) - 1]]
         slab.give(ptr, size)
-        if slab.free == [(base, slab.size)]:
-            del self.slabs[base], self._slab_bases[i]
-            self.unreserve(base, slab.size)
+        if slab.free == [(slab.base, slab.size)]:
+            self._drop_empty_slabs()
+
+    def _drop_empty_slabs(self) -> None:
+        """Empty slabs go back to the driver, all but the largest in the window: the session's spare, kept until
+        release_all. A session that allocates and frees in a loop would else reserve and free a slab each time, and
+        a real driver does not give a just-freed hint again at once (GPU run 6: a small program reserved three 1 GiB
+        slabs in 300 ms), so each new slab costs retries. A range outside the window holds one allocation (_place)
+        and is never kept. At most one empty slab stays: it holds address space only, no device memory."""
+        empty = [slab for slab in self.slabs.values() if slab.free == [(slab.base, slab.size)]]
+        spare = max((slab for slab in empty if slab.base in self.taken), key=lambda slab: slab.size, default=None)
+        for slab in empty:
+            if slab is not spare:
+                del self.slabs[slab.base]
+                self._slab_bases.remove(slab.base)
+                self.unreserve(slab.base, slab.size)
 
     def _map_new(self, size: int, align: int) -> Chunk:
         """A fresh read-write range of `size` bytes (a multiple of the granularity) in the window."""
