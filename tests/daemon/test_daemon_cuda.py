@@ -470,6 +470,22 @@ def test_a_driver_that_places_small_ranges_where_it_likes(daemon_factory):
     assert "refused window addresses" not in log and "not in the window" not in log, log
 
 
+@pytest.mark.parametrize("knob", ["below:-1", "hole: 64", "ignore:0x1-0x100000000000000000000"])
+def test_a_malformed_fake_hints_knob_is_ignored_and_said(daemon_factory, knob):
+    """PYVGPU_FAKE_VA_HINTS with a byte count or bound C's strtoull alone would misread (a sign: "-1" as 2^64 - 1,
+    so every hint ignored; blanks; an overflow clamped) is refused whole, with the line that lists its clauses: the
+    chain's driver then honours every hint, and the allocations lie at the window's first place."""
+    d = daemon_factory(backend="chain", env={"PYVGPU_FAKE_VA_HINTS": knob})
+    with Client.connect("127.0.0.1", d.port) as c:
+        for size in (300, 3 << 20):
+            err, p, _ = c.call("MALLOC", 0, size)
+            assert err == 0
+            assert window_candidate(p, size, VA_WINDOW_BYTES) == 0, hex(p)
+    log = d.log_text()
+    assert f"PYVGPU_FAKE_VA_HINTS={knob} ignored (clauses" in log, log
+    assert "not in the window" not in log and "refused window addresses" not in log, log
+
+
 def test_a_driver_with_a_hole_among_its_own_ranges(daemon_factory):
     """A driver that puts a range that fits a hole among its own ranges there, whatever its hint (GPU run 5, H200,
     driver 580: during a JAX session every 64 MiB slab of 18 hints over three window places went to one address
