@@ -119,6 +119,16 @@ def test_older_drivers_through_the_chain(version, flags, fallbacks, daemon_facto
     assert "module 1 loaded: 6 kernels, 3 variables" in log
 
 
+def backend_process_env(daemon_factory) -> dict[str, str]:
+    """The environment of a process that drives the backend's context itself: this checkout first on the path (then
+    the bundle's site), and on the chain pyvgpu's driver over a fresh emulated daemon."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
+                                                       if os.environ.get("PYTHONPATH") else []))}
+    if REAL == "chain":
+        env.update(chain_env(daemon_factory()))
+    return env
+
+
 # ---------------------------------------------------------------------------------------------- through the protocol
 def test_memory_round_trip_in_the_session_window(daemon_factory):
     """Copies of every size class, allocations (small ones sub-allocated, large ones mapped alone) all inside the
@@ -226,10 +236,7 @@ def test_a_session_that_allocates_and_frees_in_a_loop_keeps_one_empty_slab(daemo
     300 ms, as a real driver does not give a just-freed hint again at once). The backend's context driven in a
     process of its own, its driver's reservations counted (pyvgpu's driver over an emulated GPU, or a GPU's): none in
     ten cycles of each size once the first has run, one range left while the session lives, none once it ended."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
-                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
-    if REAL == "chain":
-        env.update(chain_env(daemon_factory()))
+    env = backend_process_env(daemon_factory)
     proc = subprocess.run([sys.executable, "-c", SLAB_CHURN], capture_output=True, text=True, timeout=120, env=env)
     found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
     assert found, proc.stdout + proc.stderr
@@ -299,10 +306,7 @@ def test_host_waits_give_the_device_turn_away(daemon_factory, tmp_path):
     """Every blocking driver wait (stream/event/context synchronize, and the sync inside a D2H copy) runs inside the
     context's wait_scope, which the scheduler sets so other sessions may use the device meanwhile: the backend's
     context driven directly, in a process whose cuda-python loaded pyvgpu's driver (or a GPU's)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
-                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
-    if REAL == "chain":
-        env.update(chain_env(daemon_factory()))
+    env = backend_process_env(daemon_factory)
     proc = subprocess.run([sys.executable, "-c", HOST_WAITS], capture_output=True, text=True, timeout=120, env=env)
     assert "WAITS OK" in proc.stdout, proc.stdout + proc.stderr
 
@@ -380,10 +384,7 @@ def test_queries_answered_on_the_loop_thread(daemon_factory, tmp_path):
     if NVCC is None:
         pytest.skip("nvcc not installed")
     image = real_driver_fatbin(tmp_path, SPIN_SRC)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
-                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
-    if REAL == "chain":
-        env.update(chain_env(daemon_factory()))
+    env = backend_process_env(daemon_factory)
     spin = "0" if REAL == "chain" else str(1 << 28)         # ~0.5 s of one GPU thread
     proc = subprocess.run([sys.executable, "-c", LOOP_ANSWERS, str(image), spin], capture_output=True, text=True,
                           timeout=180, env=env)
