@@ -438,10 +438,14 @@ def test_loads_of_every_space_give_the_same_bits_as_numpy():
     assert (out[7:, 10] == 7).all() and (out[:7, 10] != 7).all()             # the guarded load: lanes 0..6
 
 
-@pytest.mark.parametrize("gofs, sofs, lofs", [(1 << 20, 0, 0), (2, 0, 0), (-8, 0, 0), (0, 256, 0), (0, 2, 0),
-                                              (0, 0, 16), (0, 0, 1 << 31)],
-                         ids=["global-past", "global-misaligned", "global-before", "shared-past", "shared-misaligned",
-                              "local-past", "local-far"])
+# bad accesses of LOADS' `bad` kernel: offsets of its global, shared and local addresses (test_emu_threadgen.py too)
+BAD_LOADS = pytest.mark.parametrize(
+    "gofs, sofs, lofs", [(1 << 20, 0, 0), (2, 0, 0), (-8, 0, 0), (0, 256, 0), (0, 2, 0), (0, 0, 16), (0, 0, 1 << 31)],
+    ids=["global-past", "global-misaligned", "global-before", "shared-past", "shared-misaligned", "local-past",
+         "local-far"])
+
+
+@BAD_LOADS
 def test_a_bad_load_in_a_native_run_is_the_same_error(gofs, sofs, lofs):
     """An access the C code cannot serve makes the run's NumPy code run, which raises the error it always did."""
     def params(src, dst):

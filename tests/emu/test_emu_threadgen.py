@@ -19,7 +19,7 @@ from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.translator import threadgen
 from pyvgpu_daemon.errors import CudaError, code_of
 
-from test_emu_native import KERNEL, LOADS, _blob, values
+from test_emu_native import BAD_LOADS, KERNEL, LOADS, _blob, values
 
 # test_emu_native's kernels, made eligible: its float kernel without cvt.rzi (no C form), its loads kernel with each
 # thread reading back its own shared slot instead of a neighbour's after a barrier
@@ -227,10 +227,7 @@ def test_loads_of_every_space_give_the_same_bits_as_numpy():
     assert _loads(ON, "ld", _blob) == _loads(OFF, "ld", _blob)
 
 
-@pytest.mark.parametrize("gofs, sofs, lofs", [(1 << 20, 0, 0), (2, 0, 0), (-8, 0, 0), (0, 256, 0), (0, 2, 0),
-                                              (0, 0, 16), (0, 0, 1 << 31)],
-                         ids=["global-past", "global-misaligned", "global-before", "shared-past", "shared-misaligned",
-                              "local-past", "local-far"])
+@BAD_LOADS
 def test_a_bad_access_is_the_same_error(gofs, sofs, lofs):
     def params(src, dst):
         return struct.pack("<QQqII", src, dst, gofs, sofs & 0xFFFFFFFF, lofs & 0xFFFFFFFF)

@@ -14,8 +14,8 @@ race without synchronisation (undefined on a GPU).
 
 The function never calls out: it *suspends*. It saves the thread's registers and its position in a state array
 (`st`, layout ST_*) and returns R_SLOW or R_TICK; Python does what was asked and calls it again, and it resumes
-where it stopped (a switch to the site's label). So its hot code keeps its values in registers (a call on even a
-cold path made the accesses about 3x slower).
+where it stopped (a switch to the site's label). So no Python code runs on the thread of a C call (an error is
+raised where the launch runs), and a suspension saves only the registers live at its site.
 - Memory: every load and store is checked as runtime/spaces.py checks it (cgen's MemCtx: alignment to the access
   size, every byte inside one live allocation or inside its window). An access the C code cannot serve (a fault, a
   reserved VMM range, a peer's memory, mapped host memory) suspends with R_SLOW; `_slow_access` serves that one
@@ -37,7 +37,7 @@ from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
 from ..ptx.types import BITS, SIGNED
-from .cgen import PRELUDE, CEmitter, NoC, ctype, utype
+from .cgen import PRELUDE, CEmitter, NoC, address_expr, ctype, load_form, store_value, utype
 from .instrs import _memmods
 from .liveness import reads_writes, successors
 
@@ -245,14 +245,7 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
             if store:
                 raise NoC
             space = "global"
-        if kind == "reg":
-            base = ins.srcs[0].base.name
-            w = e.regs.get(base)
-            if w not in (32, 64):
-                raise NoC
-            a = f"(uint64_t)(uint{w}_t)({e.src(ir.Reg(base), f'u{w}', ins)} + UINT{w}_C({off & ((1 << w) - 1):#x}))"
-        else:
-            a = f"UINT64_C({off & ((1 << 64) - 1):#x})"
+        a = address_expr(e, ins, kind, off)
         if space in ("global", "generic"):
             hint = e.hint((ins.srcs[0].base.name if kind == "reg" else off, vsize))
             fn = "TG(M, hd" if space == "global" else "TGENW(M, hd, i" if store else "TGEN(M, hd, i"
@@ -283,27 +276,8 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
 def _tld(e: ThreadEmitter, ins: ir.Instr) -> None:
     """ld/ldu of any space, as instrs._ld: the access checked as a whole, one element per destination, widened or
     narrowed to its register (CEmitter.write)."""
-    try:
-        space, vec, t = _memmods(ins)
-    except CudaError:
-        raise NoC from None
-    if t in ("f16", "bf16", "f16x2", "bf16x2") or vec > 4 or not isinstance(ins.dsts[0], (ir.Reg, ir.Vec)):
-        raise NoC
-    if ins.opcode == "ldu" and space == "generic":
-        space = "global"
-    dsts = list(ins.dsts[0].elems) if isinstance(ins.dsts[0], ir.Vec) else [ins.dsts[0]]
-    if len(dsts) != vec:
-        raise NoC
-    size = BITS[t] // 8
-    vsize = size * vec
-    lt = t if t in SIGNED and t[0] == "s" else "u" + str(BITS[t])
-    for d in dsts:
-        if isinstance(d, ir.Reg) and d.name == "_":
-            continue
-        if not isinstance(d, ir.Reg) or d.name not in e.regs or e.regs[d.name] == 1:
-            raise NoC
-        if t in ("f32", "f64") and e.regs[d.name] != BITS[t]:
-            raise NoC
+    space, t, dsts, size, lt = load_form(e, ins)
+    vsize = size * len(dsts)
     decl, p, slow = _access(e, ins, space, vsize, False)
     xs = [e.fresh("tx") for _ in dsts]
     body = [f"{ctype(lt)} {x} = 0;" for x in xs]
@@ -345,16 +319,7 @@ def _tst(e: ThreadEmitter, ins: ir.Instr) -> None:
             v = e.src(o, t, ins)
             vals.append(f"B{BITS[t]}({v})" if t in ("f32", "f64") else f"({ct})({v})")
             continue
-        if not isinstance(o, ir.Reg) or o.name.startswith("!") or o.name not in e.regs or e.regs[o.name] == 1:
-            raise NoC
-        w = e.regs[o.name]
-        if t in ("f32", "f64"):
-            if w != BITS[t]:
-                raise NoC
-            vt = "u" + str(w)
-        else:
-            vt = t if t[0] == "s" and BITS[t] > w else "u" + str(BITS[t])
-        vals.append(f"({ct})({e.src(o, vt, ins)})")
+        vals.append(f"({ct})({store_value(e, o, t, ins)})")
     decl, p, slow = _access(e, ins, space, size * vec, True)
     guard = "1" if ins.guard is None else f"{'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}"
     svs = [e.fresh("sv") for _ in vals]
