@@ -88,6 +88,7 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "api_occupancy.cu"),
     Program(T + "api_peer.cu", devices=2),
     Program(T + "api_pinned_device.cu"), Program(T + "api_pinned_device.cu", via="static"),
+    Program(T + "api_copy_order.cu", ("1048576", "2")),        # (its test: 32 MiB, 12 rounds)
     Program(T + "api_pool.cu", devices=2),
     Program(T + "api_texture.cu"), Program(T + "api_texture.cu", ("trap",)),
     Program(T + "api_threads.cu"),
