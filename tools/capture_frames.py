@@ -1,10 +1,11 @@
 """Capture the request frames of the CUDA test programs into tests/daemon/frames/ (the differential corpus of
 tests/daemon/test_framepath.py): each program is built (nvcc, cached under build/), run the way its tests run it
-(through libvcudart, or libvcuda for programs built with NVIDIA's static runtime or on the driver API) against one
-emulated daemon started with PYVGPU_DAEMON_CAPTURE, and each session's received bytes are kept, xz-compressed, as
-<program>[-<args>][-<session>].frames.xz. frames/MANIFEST.json records what the corpus was captured from and against
-which protocol: the protocol version, and the spec line of every op the corpus sends (the test refuses a stale
-corpus by name). Run it again whenever the protocol changes:
+(through libvcudart, libvcuda for programs built with NVIDIA's static runtime or on the driver API, or `pyvgpu run`
+for the cuBLAS ones) against one emulated daemon started with PYVGPU_DAEMON_CAPTURE, and each session's received
+bytes are kept, xz-compressed, as <program>[-<args>][-<session>].frames.xz. frames/MANIFEST.json records what the
+corpus was captured from and against which protocol: the protocol version, the spec line of every op the corpus
+sends (the test refuses a stale corpus by name), and for each session the errors its replay meets and whether it
+depends on daemon-wide values. Run it again whenever the protocol changes:
 
     PYTHONPATH=$PWD:$PWD/daemon python tools/capture_frames.py --all          # the whole corpus (CORPUS below)
     PYTHONPATH=$PWD:$PWD/daemon python tools/capture_frames.py emu_warp        # entries whose name starts so
@@ -100,6 +101,9 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "emu_reduce.cu", ("262144",)),
     Program(T + "emu_refusal.cu", ("fault",)),
     Program(T + "emu_refusal.cu", ("refused",), ("-gencode", "arch=compute_75,code=sm_75")),
+    Program(T + "harden.cu", ("printf", "65536")),              # (its hang cases: tests/security/test_hangs.py)
+    Program(T + "load_mixed.cu", ("3", "150")), Program(T + "load_mixed.cu", ("4", "150", "64")),
+    Program(T + "lease_check.cu"),
     Program(T + "wire_async.cu"), Program(T + "wire_compress.cu", client_env=(("PYVGPU_COMPRESS", "lz4"),)),
     Program(T + "drv_vector_add.c", ("{ptx}", "{fatbin}"), DRIVER, "driver"),
     Program(T + "drv_matmul.c", ("{fatbin}", "40"), DRIVER, "driver"),
@@ -123,14 +127,11 @@ CORPUS: tuple[Program, ...] = (
 # Test programs the corpus does not hold, and why (the test's docstring repeats them).
 TWO_DAEMONS = "two daemons in one program: a session's replies depend on the other daemon (peer fetches, a " \
               "slowed-down host)"
-WHEN_ANSWERED = "a hang, timing or load test: what it sends depends on when the daemon answers (bounded waits, " \
-                "deadlines, other sessions)"
 LEFT_OUT = {
     "api_multihost.cu": TWO_DAEMONS, "api_parallel.cu": TWO_DAEMONS,
     "api_faults.cu": "its cases need a daemon patched to refuse a frame (midcopy) or a forked child's sessions "
                      "(fork); api_memory.cu 65536 is its plain case",
-    "harden.cu": WHEN_ANSWERED, "device_time.cu": WHEN_ANSWERED, "load_mixed.cu": WHEN_ANSWERED,
-    "lease_check.cu": "the control plane's leases (Slurm, pyvgpu lease): sessions of a leased daemon",
+    "device_time.cu": "its kernels are loaded as PTX by tests/daemon/test_device_time.py, never run as a program",
     "emu_ml.cu": "its kernels are loaded into the emulator directly (tests/emu/test_emu_kernels.py), never "
                  "through a daemon",
     "drv_procaddr.c": "it resolves the driver's exports (cuGetProcAddress) with no daemon: it sends no frames",

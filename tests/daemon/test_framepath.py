@@ -24,9 +24,9 @@ its first pass only (scripts/test.sh: it starts daemons of both paths itself).
 
 Test programs not in the corpus (capture_frames.LEFT_OUT, each with its reason): api_multihost.cu and
 api_parallel.cu (two daemons in one program), api_faults.cu (a daemon patched to refuse a frame; a forked child),
-harden.cu, device_time.cu, load_mixed.cu (what they send depends on when the daemon answers), lease_check.cu (the
-control plane's leases), emu_ml.cu (loaded into the emulator directly), drv_procaddr.c and nvml_check.c (no
-frames), examples/dp_train (a data set prepared at test time)."""
+device_time.cu and emu_ml.cu (their kernels are loaded directly, not run as programs), drv_procaddr.c and
+nvml_check.c (no frames), examples/dp_train (a data set prepared at test time). harden.cu is captured in its
+printf case only (the others are hangs and time limits)."""
 from __future__ import annotations
 
 import json
