@@ -18,7 +18,7 @@ import uuid
 
 import numpy as np
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
                              LIMIT_NAMES, MAX_STDOUT_BYTES, REMOTED_DEVICE_ATTRS, VA_WINDOW_BYTES)
@@ -27,7 +27,7 @@ from pyvgpu import cublaslt_spec as lt_spec
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.blas import lt
-from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.base import Backend, DeviceContext, FastOp, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.device_heap import DeviceHeap
 from pyvgpu_daemon.emu.limits import EmuLimits
@@ -492,6 +492,81 @@ class EmuContext(EmuArrays, DeviceContext):
     def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                            block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         self.launch(module, kernel, grid, block, shmem, params, stream, cooperative=True)
+
+    # ------------------------------------------------------------------ runs of fast ops (the compiled frame path)
+    def run_fast(self, ops: Sequence[FastOp]) -> tuple[int, BaseException | None]:
+        """DeviceContext.run_fast in one loop: memsets and event records without a method call each (records
+        with nothing run between them share one clock read: the time they completed), and launches of one
+        function and configuration back to back sharing their set-up (_launches). --emu-slowdown stretches each
+        launch: then op by op through the methods."""
+        if self.backend.slowdown > 1.0:
+            return super().run_fast(ops)
+        n = len(ops)
+        i = 0
+        fill = self.mem.fill
+        now: float | None = None          # the clock for the records since the last op that did work
+        try:
+            while i < n:
+                method, args = ops[i]
+                if method == "launch":
+                    i, exc = self._launches(ops, i)
+                    if exc is not None:
+                        return i, exc
+                    now = None
+                    continue
+                if method == "event_record":
+                    if now is None:
+                        now = time.monotonic()
+                    args[0].recorded_at = now
+                elif method == "memset":
+                    fill(args[0], args[1], args[2])
+                    now = None
+                elif method != "stream_wait_event":       # in-order worker: a wait has nothing to wait for
+                    getattr(self, method)(*args)
+                    now = None
+                i += 1
+        except Exception as exc:  # noqa: BLE001 - op i's failure (base.run_fast's contract)
+            return i, exc
+        return n, None
+
+    def _launches(self, ops: Sequence[FastOp], i: int) -> tuple[int, BaseException | None]:
+        """ops[i], a launch, and the launches right after it of the same function and configuration, as `launch`
+        runs each: the plan, the limits and the peers are looked up once (a run of FAST ops changes none of
+        them), and a launch right after another skips the checks its predecessor made as it ended (Launch.run).
+        → (the index after the last launch run, None), or (the index of the launch that failed, its error)."""
+        module, kernel, grid, block, shmem, _, _ = ops[i].args
+        emu_module = module.handle[0]
+        limits = self._limits
+        try:
+            plan = emu_module.plan_for(kernel.handle, tuple(grid), tuple(block), shmem, self._dyn_max(kernel),
+                                       limits[0])
+        except Exception as exc:  # noqa: BLE001 - the launch's failure, as launch raises it
+            return i, exc
+        run_plan, name, resources, cancel, turn, heap = (emu_module.run_plan, kernel.handle, self.resources,
+                                                         self._cancelled, self.turn, self.heap)
+        peers = tuple(p.mem for p in self.peers.values()) if self.peers else ()
+        fifo, heap_size = limits[1], limits[2]
+        n = len(ops)
+        checked = False                   # the launch before ended with its checks (Launch.run)
+        while i < n:
+            method, args = ops[i]
+            if method != "launch" or args[0] is not module or args[1] is not kernel or args[2] != grid \
+                    or args[3] != block or args[4] != shmem:
+                break
+            try:
+                out = run_plan(plan, name, bytes(args[5]), resources, peers, cancel, fifo, turn, heap, heap_size,
+                               checked)
+            except CudaError as exc:
+                self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))    # as launch keeps it
+                return i, exc
+            except Exception as exc:  # noqa: BLE001 - reported as this launch's failure
+                return i, exc
+            if out.stdout or out.dropped:
+                self._stdout_dropped += out.dropped
+                self._append_stdout(self._fifo(out.stdout))
+            checked = True
+            i += 1
+        return i, None
 
     STRETCH_STEP_S = 0.005
 
