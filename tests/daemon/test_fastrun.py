@@ -5,6 +5,7 @@ ops, one per op and one as runs; their memory, latched and sticky errors and fig
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 from dataclasses import fields
 from typing import Any
@@ -16,6 +17,7 @@ from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME, OPS
 from pyvgpu_daemon import fastrun
 from pyvgpu_daemon.backends.base import FAST_METHODS, FastOp
 from pyvgpu_daemon.backends.emu import EmuBackend
+from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers.registry import DECODED, FAST, Call, positional
@@ -28,8 +30,8 @@ MIB = 1 << 20
 class Device:
     """One session on its own emulated device, driven without a server."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.backend = EmuBackend(memory=64 * MIB)
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: EmuLimits | None = None) -> None:
+        self.backend = EmuBackend(memory=64 * MIB, limits=limits)
         self.session = Session(1, "test", self.backend, 1)
         self.session.va_base = 1 << 40
         self.st = self.session.device(0, loop)
@@ -274,3 +276,45 @@ def test_runs_of_launches_equal_per_op(pair, sticky):
     assert struct.unpack_from("<4I", mem, 64) == (7, 8, 0, 10) and mem[128:136] == b"\x33" * 8
     assert struct.unpack_from("<2I", mem, 80) == (11, 12)
     assert runs.call("EVENT_ELAPSED", e2, e).result > 0    # e's last record came after the launches after e2's
+
+
+def test_runs_of_launches_with_translations_dropped():
+    """A run whose launches alternate between two kernels that the code budget cannot hold both translations of
+    (each translation drops the other's: emu/codebudget.py): the run's plans are looked up again after a drop, so
+    every launch runs its own kernel, as op by op; a configuration the emulator refuses fails alone, in order."""
+    from test_daemon_kernels import PTX as KERNELS_PTX       # add_one(p, n) and hello(v) (printf)
+    loop = asyncio.new_event_loop()
+    limits = dataclasses.replace(EmuLimits(), max_code_bytes=600_000)    # one translation of the two at a time
+    pair = [Device(loop, limits), Device(loop, limits)]
+    try:
+        per_op, runs = pair
+        made = []
+        for d in pair:
+            ptr = d.call("MALLOC", 64).result
+            kernels = d.call("MODULE_LOAD", 1, payload=KERNELS_PTX.encode()).result["kernels"]
+            made.append((ptr, kernels["add_one"]["id"], kernels["hello"]["id"]))
+        assert made[0] == made[1]
+        ptr, add_one, hello = made[0]
+
+        def add(grid: int = 1, block: int = 1) -> tuple[str, list[Any], bytes]:
+            return ("LAUNCH", [0, add_one, [grid, 1, 1], [block, 1, 1], 0, 0], struct.pack("<QI", ptr, 1) + bytes(4))
+
+        def say(v: int) -> tuple[str, list[Any], bytes]:
+            return ("LAUNCH", [0, hello, [1, 1, 1], [1, 1, 1], 0, 0], struct.pack("<I", v))
+        seq = [add(), say(5), add(), add(), say(6), add(grid=2), add(block=2048), add(), say(7), add()]
+        for name, args, payload in seq:
+            dispatch.execute(per_op.session, per_op.st, per_op.backend, OP_BY_NAME[name], args, payload, True)
+        fastrun.execute_run(runs.session, runs.st, runs.backend, [(OP_BY_NAME[n], a, p) for n, a, p in seq])
+        out = [d.st.ctx.take_stdout() for d in pair]
+        assert out[0] == out[1] == b"hello 5 from block 0\nhello 6 from block 0\nhello 7 from block 0\n"
+        drops = [d.st.ctx._code.drops for d in pair]
+        assert drops[0] == drops[1] >= 4                     # translations were dropped inside the run
+        got = [(d.st.deferred, d.st.sticky, d.st.ops, d.call("DEVICE_SYNC").err,
+                bytes(d.call("MEMCPY_DTOH", ptr, 4, 0).payload)) for d in pair]
+        assert got[0] == got[1]
+        assert got[0][0] == ERROR_CODES["cudaErrorInvalidConfiguration"] and got[0][1] == 0
+        assert struct.unpack("<I", got[0][4])[0] == 6          # the six add_one launches the emulator accepted
+    finally:
+        for d in pair:
+            d.st.worker.stop()
+        loop.close()

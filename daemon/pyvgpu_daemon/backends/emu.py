@@ -152,6 +152,71 @@ class EmuEvent:
     recorded_at: float | None = None
 
 
+class _RunLaunches:
+    """The launches of one run of FAST ops (EmuContext.run_fast), each run as EmuContext.launch runs it, their
+    set-up shared: a run changes no limit, function attribute or peer (OpFlag.FAST's rule), so the limits, peers
+    and context objects are read once, and each configuration's plan is looked up once (EmuModule.plan_for, its
+    translation's LRU place touched then) and kept for the run's later launches of it, until making a plan
+    drops a translation (CodeBudget.drops) whose plans the run may hold. A launch right after another skips the
+    checks that one made as it ended (Launch.run's `checked`)."""
+
+    __slots__ = ("ctx", "plans", "common", "drops", "failed")
+
+    def __init__(self, ctx: EmuContext) -> None:
+        limits = ctx._limits
+        self.ctx = ctx
+        self.plans: dict[tuple, tuple[Any, Any, str]] = {}   # (module, function, grid, block, shmem) -> its plan
+        peers = tuple(p.mem for p in ctx.peers.values()) if ctx.peers else ()
+        # run_plan's arguments after the parameters, in its order
+        self.common = (ctx.resources, peers, ctx._cancelled, limits[1], ctx.turn, ctx.heap, limits[2])
+        self.drops = self._drops()
+        self.failed = 0                   # the index of the launch that raised (run)
+
+    def _drops(self) -> int:
+        budget = self.ctx._code           # (made by the first module load: there is one when a launch runs)
+        return budget.drops if budget is not None else 0
+
+    def run(self, ops: Sequence[FastOp], i: int, checked: bool) -> int:
+        """ops[i], a launch, and the launches right after it of the same function and configuration (one plan
+        lookup for them). → the index after the last one; a launch's failure is raised, `self.failed` its index."""
+        module, kernel, grid, block, shmem, _, _ = ops[i].args
+        ctx = self.ctx
+        self.failed = i                   # (where plan_for refuses the configuration)
+        key = (id(module), id(kernel), grid, block, shmem)    # the run's ops hold module and kernel: ids are theirs
+        got = self.plans.get(key)
+        if got is None:
+            emu_module = module.handle[0]
+            plan = emu_module.plan_for(kernel.handle, tuple(grid), tuple(block), shmem, ctx._dyn_max(kernel),
+                                       ctx._limits[0])
+            if self._drops() != self.drops:   # making this plan dropped a translation (only translations do, and
+                self.plans.clear()            # a run makes none but here): the others' plans may be stale
+                self.drops = self._drops()
+            got = self.plans[key] = (emu_module.run_plan, plan, kernel.handle)
+        run_plan, plan, name = got
+        common = self.common
+        n = len(ops)
+        while i < n:
+            method, args = ops[i]
+            if method != "launch" or args[0] is not module or args[1] is not kernel or args[2] != grid \
+                    or args[3] != block or args[4] != shmem:
+                break
+            try:
+                out = run_plan(plan, name, bytes(args[5]), *common, checked)
+            except CudaError as exc:
+                ctx._append_stdout(ctx._fifo(getattr(exc, "stdout", b"") or b""))    # as EmuContext.launch keeps it
+                self.failed = i
+                raise
+            except Exception:
+                self.failed = i
+                raise
+            if out.stdout or out.dropped:
+                ctx._stdout_dropped += out.dropped
+                ctx._append_stdout(ctx._fifo(out.stdout))
+            checked = True
+            i += 1
+        return i
+
+
 class EmuBackend(Backend):
     name = "emu"
 
@@ -496,77 +561,46 @@ class EmuContext(EmuArrays, DeviceContext):
     # ------------------------------------------------------------------ runs of fast ops (the compiled frame path)
     def run_fast(self, ops: Sequence[FastOp]) -> tuple[int, BaseException | None]:
         """DeviceContext.run_fast in one loop: memsets and event records without a method call each (records
-        with nothing run between them share one clock read: the time they completed), and launches of one
-        function and configuration back to back sharing their set-up (_launches). --emu-slowdown stretches each
-        launch: then op by op through the methods."""
+        with nothing run between them share one clock read: the time they completed), and the run's launches
+        sharing their set-up (_RunLaunches). --emu-slowdown stretches each launch: then op by op through the
+        methods."""
         if self.backend.slowdown > 1.0:
             return super().run_fast(ops)
         n = len(ops)
         i = 0
         fill = self.mem.fill
         now: float | None = None          # the clock for the records since the last op that did work
+        launches: _RunLaunches | None = None
+        checked = False                   # the last op was a launch, which ended with its checks (Launch.run)
         try:
             while i < n:
                 method, args = ops[i]
                 if method == "launch":
-                    i, exc = self._launches(ops, i)
-                    if exc is not None:
-                        return i, exc
+                    if launches is None:
+                        launches = _RunLaunches(self)
+                    try:
+                        i = launches.run(ops, i, checked)
+                    except Exception as exc:  # noqa: BLE001 - that launch's failure (base.run_fast's contract)
+                        return launches.failed, exc
+                    checked = True
                     now = None
                     continue
-                if method == "event_record":
+                elif method == "event_record":
                     if now is None:
                         now = time.monotonic()
                     args[0].recorded_at = now
                 elif method == "memset":
                     fill(args[0], args[1], args[2])
                     now = None
+                    checked = False
                 elif method != "stream_wait_event":       # in-order worker: a wait has nothing to wait for
                     getattr(self, method)(*args)
                     now = None
+                    checked = False
                 i += 1
         except Exception as exc:  # noqa: BLE001 - op i's failure (base.run_fast's contract)
             return i, exc
         return n, None
-
-    def _launches(self, ops: Sequence[FastOp], i: int) -> tuple[int, BaseException | None]:
-        """ops[i], a launch, and the launches right after it of the same function and configuration, as `launch`
-        runs each: the plan, the limits and the peers are looked up once (a run of FAST ops changes none of
-        them), and a launch right after another skips the checks its predecessor made as it ended (Launch.run).
-        → (the index after the last launch run, None), or (the index of the launch that failed, its error)."""
-        module, kernel, grid, block, shmem, _, _ = ops[i].args
-        emu_module = module.handle[0]
-        limits = self._limits
-        try:
-            plan = emu_module.plan_for(kernel.handle, tuple(grid), tuple(block), shmem, self._dyn_max(kernel),
-                                       limits[0])
-        except Exception as exc:  # noqa: BLE001 - the launch's failure, as launch raises it
-            return i, exc
-        run_plan, name, resources, cancel, turn, heap = (emu_module.run_plan, kernel.handle, self.resources,
-                                                         self._cancelled, self.turn, self.heap)
-        peers = tuple(p.mem for p in self.peers.values()) if self.peers else ()
-        fifo, heap_size = limits[1], limits[2]
-        n = len(ops)
-        checked = False                   # the launch before ended with its checks (Launch.run)
-        while i < n:
-            method, args = ops[i]
-            if method != "launch" or args[0] is not module or args[1] is not kernel or args[2] != grid \
-                    or args[3] != block or args[4] != shmem:
-                break
-            try:
-                out = run_plan(plan, name, bytes(args[5]), resources, peers, cancel, fifo, turn, heap, heap_size,
-                               checked)
-            except CudaError as exc:
-                self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))    # as launch keeps it
-                return i, exc
-            except Exception as exc:  # noqa: BLE001 - reported as this launch's failure
-                return i, exc
-            if out.stdout or out.dropped:
-                self._stdout_dropped += out.dropped
-                self._append_stdout(self._fifo(out.stdout))
-            checked = True
-            i += 1
-        return i, None
 
     STRETCH_STEP_S = 0.005
 
