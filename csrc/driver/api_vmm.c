@@ -12,6 +12,8 @@
  * current context's (device 0 without one); mapping another device's allocation into it, or granting another
  * device access, is CUDA_ERROR_NOT_SUPPORTED (GPUs of different hosts share no address space here). A device reset
  * forgets what it held (reset generations). */
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,12 +250,26 @@ static uint64_t ignored_lo, ignored_hi;       /* hints in [lo, hi) are ignored *
 static uint64_t ignored_below;                /* hints of ranges smaller than this are ignored */
 static pthread_once_t ignored_once = PTHREAD_ONCE_INIT;
 
+/* A number of a clause at `text` as C reads it (0x... allowed), *end past it; → whether it was one. strtoull alone
+ * would take blanks and a sign ("below:-1" read as 2^64 - 1: every hint ignored) and clamp an overflow. */
+static int clause_number(const char *text, char **end, uint64_t *out)
+{
+    if (!isdigit((unsigned char)*text))
+        return 0;
+    errno = 0;
+    unsigned long long n = strtoull(text, end, 0);
+    if (errno == ERANGE)
+        return 0;
+    *out = n;
+    return 1;
+}
+
 /* A clause's byte count ("below:N", "hole:N"): a whole positive number; → whether it was one. */
 static int byte_count(const char *text, uint64_t *out)
 {
     char *end;
-    unsigned long long n = strtoull(text, &end, 0);
-    if (*end || !n)
+    uint64_t n;
+    if (!clause_number(text, &end, &n) || *end || !n)
         return 0;
     *out = n;
     return 1;
@@ -273,10 +289,9 @@ static int read_clause(const char *s, size_t n)
         return 1;
     }
     if (!strncmp(buf, "ignore:", 7)) {
-        unsigned long long lo = strtoull(buf + 7, &end, 0), hi = 0;
-        if (*end == '-')
-            hi = strtoull(end + 1, &end, 0);
-        if (*end || lo >= hi)
+        uint64_t lo, hi;
+        if (!clause_number(buf + 7, &end, &lo) || *end != '-' || !clause_number(end + 1, &end, &hi) || *end ||
+            lo >= hi)
             return 0;
         ignored_lo = lo;
         ignored_hi = hi;

@@ -119,6 +119,16 @@ def test_older_drivers_through_the_chain(version, flags, fallbacks, daemon_facto
     assert "module 1 loaded: 6 kernels, 3 variables" in log
 
 
+def backend_process_env(daemon_factory) -> dict[str, str]:
+    """The environment of a process that drives the backend's context itself: this checkout first on the path (then
+    the bundle's site), and on the chain pyvgpu's driver over a fresh emulated daemon."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
+                                                       if os.environ.get("PYTHONPATH") else []))}
+    if REAL == "chain":
+        env.update(chain_env(daemon_factory()))
+    return env
+
+
 # ---------------------------------------------------------------------------------------------- through the protocol
 def test_memory_round_trip_in_the_session_window(daemon_factory):
     """Copies of every size class, allocations (small ones sub-allocated, large ones mapped alone) all inside the
@@ -175,6 +185,64 @@ def test_sessions_of_one_daemon_share_its_window(daemon_factory):
     starts = sorted(ranges)
     assert all(x + n <= y for (x, n), (y, _) in zip(starts, starts[1:]))          # no two overlap
     assert "not in the window" not in d.log_text()
+
+
+SLAB_CHURN = r"""
+import json
+from pyvgpu_daemon.backends.cuda import CudaBackend
+
+ctx = CudaBackend().open_context(0, 1 << 40, 1)
+real = ctx.mem.drv
+live = {}                                  # ranges reserved with the driver and not freed: start -> size
+events = []
+
+
+class Counting:
+    # the loaded driver itself (pyvgpu's over an emulated GPU, or a GPU's), its reservations counted
+    def __getattr__(self, name):
+        return getattr(real, name)
+
+    def cuMemAddressReserve(self, size, align, addr, flags):
+        err, ptr = real.cuMemAddressReserve(size, align, addr, flags)
+        if err == real.CUresult.CUDA_SUCCESS:
+            live[int(ptr)] = size
+            events.append("reserve")
+        return err, ptr
+
+    def cuMemAddressFree(self, ptr, size):
+        live.pop(int(ptr), None)
+        events.append("free")
+        return real.cuMemAddressFree(ptr, size)
+
+
+ctx.mem.drv = Counting()
+out = {}
+for size in (300, (3 << 20) + 5, 100 << 20, 300):  # an arena's, a mapping of its own, over a slab, then small again
+    ctx.free(ctx.malloc(size))                      # the first time may reserve (and give a smaller slab back)
+    before = len(events)
+    for _ in range(10):
+        ctx.free(ctx.malloc(size))
+    out[size] = events[before:]
+out["kept"] = len(live)
+ctx.close()
+out["left"] = len(live)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_session_that_allocates_and_frees_in_a_loop_keeps_one_empty_slab(daemon_factory):
+    """A session that allocates and frees again and again does not reserve and free a slab each time: it keeps one
+    empty slab of the window (its largest) until it ends (GPU run 6: a small program reserved three 1 GiB slabs in
+    300 ms, as a real driver does not give a just-freed hint again at once). The backend's context driven in a
+    process of its own, its driver's reservations counted (pyvgpu's driver over an emulated GPU, or a GPU's): none in
+    ten cycles of each size once the first has run, one range left while the session lives, none once it ended."""
+    env = backend_process_env(daemon_factory)
+    proc = subprocess.run([sys.executable, "-c", SLAB_CHURN], capture_output=True, text=True, timeout=120, env=env)
+    found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    assert found, proc.stdout + proc.stderr
+    got = json.loads(found.group(1))
+    assert [got[str(size)] for size in (300, (3 << 20) + 5, 100 << 20)] == [[]] * 3, got
+    assert (got["kept"], got["left"]) == (1, 0), got
 
 
 def test_module_load_launch_fault_and_reset(daemon_factory, tmp_path):
@@ -238,10 +306,7 @@ def test_host_waits_give_the_device_turn_away(daemon_factory, tmp_path):
     """Every blocking driver wait (stream/event/context synchronize, and the sync inside a D2H copy) runs inside the
     context's wait_scope, which the scheduler sets so other sessions may use the device meanwhile: the backend's
     context driven directly, in a process whose cuda-python loaded pyvgpu's driver (or a GPU's)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
-                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
-    if REAL == "chain":
-        env.update(chain_env(daemon_factory()))
+    env = backend_process_env(daemon_factory)
     proc = subprocess.run([sys.executable, "-c", HOST_WAITS], capture_output=True, text=True, timeout=120, env=env)
     assert "WAITS OK" in proc.stdout, proc.stdout + proc.stderr
 
@@ -319,10 +384,7 @@ def test_queries_answered_on_the_loop_thread(daemon_factory, tmp_path):
     if NVCC is None:
         pytest.skip("nvcc not installed")
     image = real_driver_fatbin(tmp_path, SPIN_SRC)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "daemon")] + ([os.environ["PYTHONPATH"]]
-                                                       if os.environ.get("PYTHONPATH") else []))}   # the bundle's site
-    if REAL == "chain":
-        env.update(chain_env(daemon_factory()))
+    env = backend_process_env(daemon_factory)
     spin = "0" if REAL == "chain" else str(1 << 28)         # ~0.5 s of one GPU thread
     proc = subprocess.run([sys.executable, "-c", LOOP_ANSWERS, str(image), spin], capture_output=True, text=True,
                           timeout=180, env=env)
@@ -407,6 +469,22 @@ def test_a_driver_that_places_small_ranges_where_it_likes(daemon_factory):
             assert a.call("FREE", 0, p)[0] == 0
     log = d.log_text()
     assert "refused window addresses" not in log and "not in the window" not in log, log
+
+
+@pytest.mark.parametrize("knob", ["below:-1", "hole: 64", "ignore:0x1-0x100000000000000000000"])
+def test_a_malformed_fake_hints_knob_is_ignored_and_said(daemon_factory, knob):
+    """PYVGPU_FAKE_VA_HINTS with a byte count or bound C's strtoull alone would misread (a sign: "-1" as 2^64 - 1,
+    so every hint ignored; blanks; an overflow clamped) is refused whole, with the line that lists its clauses: the
+    chain's driver then honours every hint, and the allocations lie at the window's first place."""
+    d = daemon_factory(backend="chain", env={"PYVGPU_FAKE_VA_HINTS": knob})
+    with Client.connect("127.0.0.1", d.port) as c:
+        for size in (300, 3 << 20):
+            err, p, _ = c.call("MALLOC", 0, size)
+            assert err == 0
+            assert window_candidate(p, size, VA_WINDOW_BYTES) == 0, hex(p)
+    log = d.log_text()
+    assert f"PYVGPU_FAKE_VA_HINTS={knob} ignored (clauses" in log, log
+    assert "not in the window" not in log and "refused window addresses" not in log, log
 
 
 def test_a_driver_with_a_hole_among_its_own_ranges(daemon_factory):

@@ -21,12 +21,14 @@ their hint, the 2 MiB ones at 0x7f.... NVIDIA documents the address as a hint on
 that places small ranges where it likes and large ones where asked (NVIDIA DALI also reserves gigabytes at a time
 and maps blocks inside). So device memory is mapped inside slabs: ranges of at least MIN_RESERVE bytes reserved at
 window addresses, each allocation backed with cuMemCreate and mapped with cuMemMap at a free place of a slab of its
-session (a slab goes back when nothing is mapped in it). Where the driver honours no window place, each allocation
-has a range of its own where the driver puts it (another host's driver may hand out the same addresses: the client's
-next try must get a range of its own). A program's own reservation (VMM_RESERVE) smaller than MIN_RESERVE without a
+session (a slab goes back when nothing is mapped in it, but for the session's largest empty window slab, kept until
+the session ends: a loop of allocations and frees would else reserve a slab each time). Where the driver honours no
+window place, each allocation has a range of its own where the driver puts it (another host's driver may hand out
+the same addresses: the client's next try must get a range of its own). A program's own reservation (VMM_RESERVE) smaller than MIN_RESERVE without a
 hint, or at a hint free in one of its session's slabs, is a stretch of a slab; else it is a range of its own:
 without a hint, in the window; with one, of the program's size and, where the driver does not honour that, of
-MIN_RESERVE bytes at the same hint, then RETRY_GROWTH times that (the misplaced ranges held meanwhile). The program sees its own size; the driver frees the whole.
+MIN_RESERVE bytes at the same hint, then RETRY_GROWTH times that (the misplaced ranges held meanwhile: the window's
+retry policy, _hint_rounds, without its 1 GiB cap). The program sees its own size; the driver frees the whole.
 
 Every mapping is made read-write for this device with cuMemSetAccess; freeing unmaps and releases it. The
 granularity of such mappings is 2 MiB on current GPUs, so small allocations (up to half a granule) are carved out
@@ -79,6 +81,7 @@ RETRY_GROWTH = 4         # a range the driver placed elsewhere is asked for agai
 MAX_RETRY = 1 << 30      # ... up to 1 GiB (honoured at 17 TiB on an H200: GPU run 5) ...
 RETRY_ALIGN = 1 << 30    # ... at the next free 1 GiB boundary of the window
 REFUSALS = 3             # rounds in a row without a range of a window place before it is given up for the daemon
+PROGRAM_TRIES = 3        # tries at a program's own hint (its size, MIN_RESERVE, RETRY_GROWTH times that)
 Check = Callable[[Any, str], Any]
 
 
@@ -207,6 +210,15 @@ class WindowSpaces:
                     size_text(size), ptr, ", ".join(hex(b) for b in window_candidates(window)))
 
 
+def _grown(want: int, cap: int = 0) -> int:
+    """The bytes of the next try after a hint the driver did not honour: MIN_RESERVE, then RETRY_GROWTH times more
+    (up to `cap` where one is given, never less than before)."""
+    if want < MIN_RESERVE:
+        return MIN_RESERVE
+    grown = want * RETRY_GROWTH
+    return max(want, min(grown, cap)) if cap else grown
+
+
 def size_text(n: int) -> str:
     return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} bytes"
 
@@ -290,24 +302,10 @@ class WindowMemory:
             return ptr
         if not hint:
             return self._reserve_window(size, align)[0]
-        ptr, _ = self._reserve_at(size, align, hint)
-        if ptr != hint:
-            # a driver that places small ranges where it likes (GPU run 4), or fills a hole among its own ranges
-            # first (GPU run 5): MIN_RESERVE bytes at the hint, then RETRY_GROWTH times more, the misplaced held
-            held = [(ptr, size)] if ptr else []
-            want = size
-            for _ in range(2):
-                want = max(MIN_RESERVE, want * RETRY_GROWTH if want >= MIN_RESERVE else MIN_RESERVE)
-                ptr, _ = self._reserve_at(want, align, hint)
-                if ptr == hint:
-                    size = want
-                    break
-                if ptr:
-                    held.append((ptr, want))
-            else:
-                ptr = 0
-            for p, n in held:
-                self.drv.cuMemAddressFree(p, n)
+        # a driver that places small ranges where it likes (GPU run 4), or fills a hole among its own ranges first
+        # (GPU run 5): the program's size at its hint, then MIN_RESERVE bytes, then RETRY_GROWTH times more
+        ptr, got, _ = self._hint_rounds(size, align, lambda attempt, want: hint, PROGRAM_TRIES, "hinted range")
+        size = got or size
         if not ptr:                                   # no hint honoured: the driver's choice, as CUDA's
             ptr = int(self.check(self.drv.cuMemAddressReserve(size, align, 0, 0), "cuMemAddressReserve"))
         self.reserved[ptr] = size
@@ -336,36 +334,48 @@ class WindowMemory:
         return ptr, size
 
     def _reserve_in(self, space: WindowSpace, size: int, align: int) -> tuple[int, int, str]:
-        """A range of `space` the driver gives, of `size` bytes or more; → (start, bytes reserved, "") or (0, 0, what
-        the driver answered the last hint; empty when the space has no room left). A window range the driver does
-        not give is skipped (kept out of the free list: the driver holds something there), and so is a growing
-        stretch after it, so that the next try lands past the driver's own ranges (found on an H100: GPU run 2).
-        The next try asks for RETRY_GROWTH times the bytes (up to MAX_RETRY) at a RETRY_ALIGN boundary, and the
-        range the driver placed elsewhere is held until the round ends: an H200's driver (GPU run 5) put 64 MiB
-        ranges at one address of its own whatever their hint, as if it filled a hole among its own ranges first;
-        held, the misplaced range fills that hole, and a larger one no longer fits it."""
-        step = SKIP_STEP
-        answer = ""
-        want, at = size, align
+        """A range of `space` the driver gives, of `size` bytes or more (_hint_rounds, HINT_TRIES tries at the lowest
+        free addresses of `space`, after the first at RETRY_ALIGN boundaries); → (start, bytes reserved, "") or (0, 0,
+        what the driver answered the last hint; empty when the space has no room left). A window range the driver
+        does not give is skipped (kept out of the free list: the driver holds something there), and so is a growing
+        stretch after it, so that the next try lands past the driver's own ranges (found on an H100: GPU run 2)."""
+        def where(attempt: int, want: int) -> int:
+            return space.take(want, align if attempt == 0 else max(align, RETRY_ALIGN))
+
+        def missed(attempt: int, hinted: int, want: int) -> None:
+            step = SKIP_STEP * 4 ** attempt            # the stretch skipped grows 4 times per try
+            if step > want:
+                space.claim(hinted + want, step - want)
+        return self._hint_rounds(size, align, where, HINT_TRIES, "window range", MAX_RETRY, missed)
+
+    def _hint_rounds(self, size: int, align: int, where: Callable[[int, int], int], tries: int, what: str,
+                     cap: int = 0, missed: Callable[[int, int, int], None] | None = None) -> tuple[int, int, str]:
+        """The one retry policy of hinted ranges, a program's (reserve) and a window's (_reserve_in): try `tries`
+        times at where(attempt, bytes) (0: no place left, give up); a range the driver placed elsewhere is held until the
+        round ends, and the next try asks for more bytes (_grown: MIN_RESERVE, then RETRY_GROWTH times more, up to
+        `cap` where one is given). An H200's driver (GPU run 5) put 64 MiB ranges at one address of its own whatever
+        their hint, as if it filled a hole among its own ranges first: held, the misplaced range fills that hole, and
+        a larger one no longer fits it; an H100's (GPU run 4) honoured hints of large ranges only. → (start, bytes
+        reserved, "") or (0, 0, what the driver answered the last try)."""
+        want, answer = size, ""
         held: list[tuple[int, int]] = []
         try:
-            for tries in range(1, HINT_TRIES + 1):
-                hinted = space.take(want, at)
+            for attempt in range(tries):
+                hinted = where(attempt, want)
                 if not hinted:
                     return 0, 0, answer
                 ptr, why = self._reserve_at(want, align, hinted)
                 if ptr == hinted:
                     if held:
-                        log.info("device %d: window range of %s at %#x on try %d (the driver had placed %s)",
-                                 self.ordinal, size_text(want), ptr, tries, answer)
+                        log.info("device %d: %s of %s at %#x on try %d (the driver had placed %s)", self.ordinal,
+                                 what, size_text(want), ptr, attempt + 1, answer)
                     return ptr, want, ""
                 if ptr:
                     held.append((ptr, want))
                 answer = f"{size_text(want)} at {hinted:#x}: {why}"
-                if step > want:
-                    space.claim(hinted + want, step - want)
-                step *= 4
-                want, at = max(want, min(want * RETRY_GROWTH, MAX_RETRY)), max(align, RETRY_ALIGN)
+                if missed is not None:
+                    missed(attempt, hinted, want)
+                want = _grown(want, cap)
             return 0, 0, answer
         finally:
             for ptr, n in held:
@@ -419,14 +429,25 @@ class WindowMemory:
         return i >= 0 and self.slabs[self._slab_bases[i]].claim(addr, size)
 
     def _unplace(self, ptr: int, size: int) -> None:
-        """Gives a slab's addresses back; a slab with nothing mapped goes back to the driver."""
-        i = bisect.bisect_right(self._slab_bases, ptr) - 1
-        base = self._slab_bases[i]
-        slab = self.slabs[base]
+        """Gives a slab's addresses back; a slab with nothing mapped goes back to the driver (_drop_empty_slabs)."""
+        slab = self.slabs[self._slab_bases[bisect.bisect_right(self._slab_bases, ptr) - 1]]
         slab.give(ptr, size)
-        if slab.free == [(base, slab.size)]:
-            del self.slabs[base], self._slab_bases[i]
-            self.unreserve(base, slab.size)
+        if slab.free == [(slab.base, slab.size)]:
+            self._drop_empty_slabs()
+
+    def _drop_empty_slabs(self) -> None:
+        """Empty slabs go back to the driver, all but the largest in the window: the session's spare, kept until
+        release_all. A session that allocates and frees in a loop would else reserve and free a slab each time, and
+        a real driver does not give a just-freed hint again at once (GPU run 6: a small program reserved three 1 GiB
+        slabs in 300 ms), so each new slab costs retries. A range outside the window holds one allocation (_place)
+        and is never kept. At most one empty slab stays: it holds address space only, no device memory."""
+        empty = [slab for slab in self.slabs.values() if slab.free == [(slab.base, slab.size)]]
+        spare = max((slab for slab in empty if slab.base in self.taken), key=lambda slab: slab.size, default=None)
+        for slab in empty:
+            if slab is not spare:
+                del self.slabs[slab.base]
+                self._slab_bases.remove(slab.base)
+                self.unreserve(slab.base, slab.size)
 
     def _map_new(self, size: int, align: int) -> Chunk:
         """A fresh read-write range of `size` bytes (a multiple of the granularity) in the window."""
