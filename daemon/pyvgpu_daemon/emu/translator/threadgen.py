@@ -500,7 +500,7 @@ class ThreadCode:
         while True:
             rc = self.fn(0, T, ctx, txp, stp)
             steps = int(st[ST_CNT]) // T - told
-            if steps > 0 or rc == R_TICK:
+            if steps > 0 or rc != R_SLOW:      # (at its end too, as the lockstep scheduler does: Launch.run)
                 told += max(steps, 0)
                 L.account(self.name, max(steps, 0))
             if rc == R_DONE:
