@@ -79,6 +79,7 @@ DRIVER = ("-lcuda", "-lpthread", "-ldl", "-lm")
 # Every program under tests/cuda (and the examples and bench programs) that a test runs against one emulated daemon.
 CORPUS: tuple[Program, ...] = (
     Program(T + "api_device.cu"), Program(T + "api_device.cu", devices=2),
+    Program(T + "api_faults.cu", ("fork",)),              # (midcopy needs a daemon patched to refuse a frame)
     Program(T + "api_func_by_symbol.cu", flags=LIBCUDA),
     Program(T + "api_funcattr.cu"), Program(T + "api_funcattr.cu", ("printf", "4096")),
     Program(T + "api_graph.cu"), Program(T + "api_graph_mem.cu"), Program(T + "api_graph_mem.cu", via="static"),
@@ -134,8 +135,6 @@ CORPUS: tuple[Program, ...] = (
 LEFT_OUT = {
     "api_parallel.cu": "it shares work between a slowed-down daemon and a fast one as each finishes: what each "
                        "daemon receives depends on when the other answers",
-    "api_faults.cu": "its cases need a daemon patched to refuse a frame (midcopy) or a forked child's sessions "
-                     "(fork); api_memory.cu 65536 is its plain case",
     "device_time.cu": "its kernels are loaded as PTX by tests/daemon/test_device_time.py, never run as a program",
     "emu_ml.cu": "its kernels are loaded into the emulator directly (tests/emu/test_emu_kernels.py), never "
                  "through a daemon",

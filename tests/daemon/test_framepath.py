@@ -23,11 +23,11 @@ it are sent, as the program waited), each meeting the errors its program met at 
 its first pass only (scripts/test.sh: it starts daemons of both paths itself).
 
 Test programs not in the corpus (capture_frames.LEFT_OUT, each with its reason): api_parallel.cu (work shared
-between two daemons as each finishes), api_faults.cu (a daemon patched to refuse a frame; a forked child),
-device_time.cu and emu_ml.cu (their kernels are loaded directly, not run as programs), drv_procaddr.c and
-nvml_check.c (no frames), examples/dp_train (a data set prepared at test time). harden.cu is captured in its
-printf case only (the others are hangs and time limits), api_multihost.cu in its managed case (each of its two
-daemons' sessions replayed alone)."""
+between two daemons as each finishes), device_time.cu and emu_ml.cu (their kernels are loaded directly, not run
+as programs), drv_procaddr.c and nvml_check.c (no frames), examples/dp_train (a data set prepared at test time).
+harden.cu is captured in its printf case only (the others are hangs and time limits), api_faults.cu in its fork
+case (midcopy needs a patched daemon), api_multihost.cu in its managed case (each of its two daemons' sessions
+replayed alone)."""
 from __future__ import annotations
 
 import json
