@@ -52,7 +52,8 @@ class Program:
     """One run of a test program: as (one of) its tests run it, or with the smallest arguments that make the same
     calls. `via`: "runtime" (-cudart shared, LD_PRELOAD=libvcudart), "static" (NVIDIA's static runtime on
     libvcuda), "driver" (a driver-API program on libvcuda; {ptx} and {fatbin} in args are drv_kernels.cu's) or
-    "pyvgpu run" (a program linked with `blas`, built against NVIDIA's headers; {work} in args is a folder)."""
+    "pyvgpu run" (a program linked with `blas`, built against NVIDIA's headers; {work} in args is a folder);
+    {digits} in args is examples/dp_train's data set, prepared as tests/e2e/test_dp_train.py prepares it."""
     source: str                              # relative to the checkout
     args: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()              # nvcc's, beyond the runtime's
@@ -63,11 +64,13 @@ class Program:
     runtime: str = ""                        # nvcc -cudart: shared, static, none (default: the via's)
     blas: str = ""                           # cublas or cublasLt: linked against pyvgpu's, NVIDIA's headers
     hosts: int = 1                           # daemons (GPU hosts) it runs against; each session is replayed alone
+    host_args: tuple[tuple[str, ...], ...] = ()  # each daemon's own arguments (its test's, e.g. a slowdown)
+    label: str = ""                          # the name's words instead of the arguments' (long option lists)
 
     @property
     def name(self) -> str:
         stem = Path(self.source).stem
-        words = [a for a in self.args if not a.startswith("{")]
+        words = [self.label] if self.label else [a for a in self.args if not a.startswith("{")]
         return "-".join([stem, *words]) + ("-static" if self.via == "static" else "") + \
             (f"-{self.devices}gpus" if self.devices > 1 else "") + \
             (f"-{self.hosts}hosts" if self.hosts > 1 else "")
@@ -92,6 +95,9 @@ CORPUS: tuple[Program, ...] = (
     # daemon's session stands alone (not churn's: 82 sessions and 170 MB, whose frees of blocks another session
     # made fail when each is replayed alone)
     Program(T + "api_multihost.cu", ("managed",), hosts=2),
+    # two hosts, one slowed down as its test runs it: each thread drives its own daemon's GPU and nothing passes
+    # between them, so what each daemon receives is fixed (only when it arrives is timing), each session alone
+    Program(T + "api_parallel.cu", ("2000",), hosts=2, host_args=(("--emu-slowdown", "200"), ())),
     Program(T + "api_memory.cu", ("4096",)), Program(T + "api_memory.cu", ("65536",)),
     Program(T + "api_occupancy.cu"),
     Program(T + "api_peer.cu", devices=2),
@@ -108,7 +114,8 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "emu_reduce.cu", ("262144",)),
     Program(T + "emu_refusal.cu", ("fault",)),
     Program(T + "emu_refusal.cu", ("refused",), ("-gencode", "arch=compute_75,code=sm_75")),
-    Program(T + "harden.cu", ("printf", "65536")),              # (its hang cases: tests/security/test_hangs.py)
+    Program(T + "harden.cu", ("printf", "65536")),              # (grid: the launch time limit)
+    Program(T + "harden.cu", ("long",)), Program(T + "harden.cu", ("idle", "0")),   # (their tests: slowed, idle)
     Program(T + "load_mixed.cu", ("3", "150")), Program(T + "load_mixed.cu", ("4", "150", "64")),
     Program(T + "lease_check.cu"),
     Program(T + "wire_async.cu"), Program(T + "wire_compress.cu", client_env=(("PYVGPU_COMPRESS", "lz4"),)),
@@ -127,20 +134,21 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "cublas_semantics.cu", via="pyvgpu run", blas="cublas"),
     Program(T + "cublaslt_torch.cu", ("{work}",), via="pyvgpu run", devices=2, blas="cublasLt"),
     Program("examples/hello/vector_add.cu"),
+    # test_dp_train.py's small configuration, on two one-GPU hosts averaged through the client (--sync ps)
+    Program("examples/dp_train/dp_train.cu", ("--data", "{digits}", "--batch", "64", "--hidden", "32", "--lr", "0.5",
+                                              "--seed", "3", "--log-every", "5", "--steps", "10", "--gpus", "2",
+                                              "--sync", "ps"), ("-std=c++17",), hosts=2, label="ps-10"),
     Program("bench/cuda/black_scholes.cu", ("2000", "1"), env=(("PYVGPU_EMU_NATIVE", "on"),)),
     Program("bench/cuda/streams_overlap.cu", ("4096", "4", "2"), env=(("PYVGPU_EMU_NATIVE", "on"),)),
 )
 
 # Test programs the corpus does not hold, and why (the test's docstring repeats them).
 LEFT_OUT = {
-    "api_parallel.cu": "it shares work between a slowed-down daemon and a fast one as each finishes: what each "
-                       "daemon receives depends on when the other answers",
     "device_time.cu": "its kernels are loaded as PTX by tests/daemon/test_device_time.py, never run as a program",
     "emu_ml.cu": "its kernels are loaded into the emulator directly (tests/emu/test_emu_kernels.py), never "
                  "through a daemon",
     "drv_procaddr.c": "it resolves the driver's exports (cuGetProcAddress) with no daemon: it sends no frames",
     "nvml_check.c": "NVML is answered in the client library: it sends no frames",
-    "examples/dp_train/dp_train.cu": "its data set (scikit-learn's digits) is prepared at test time",
 }
 
 
@@ -148,6 +156,13 @@ def kernels(work: Path) -> dict[str, str]:
     """drv_kernels.cu as PTX and as a fatbin, as tests/driver/test_driver.py's `kernels` fixture builds them."""
     src = ROOT / T / "drv_kernels.cu"
     return {"ptx": str(build_cuda(src, ("-ptx",), "none")), "fatbin": str(build_cuda(src, ("-fatbin",), "none"))}
+
+
+def digits(work: Path) -> str:
+    """examples/dp_train's data set (scikit-learn's digits), prepared as tests/e2e/test_dp_train.py prepares it."""
+    sys.path.insert(0, str(ROOT / "examples" / "dp_train"))
+    import prepare_digits  # noqa: PLC0415
+    return str(prepare_digits.prepare(work / "digits"))
 
 
 def run(p: Program, address: str, work: Path) -> None:
@@ -159,7 +174,8 @@ def run(p: Program, address: str, work: Path) -> None:
         flags += ("-I", str(cublas_wheel.fetch()), "-L", str(lib.parent), f"-l{p.blas}")
     runtime = p.runtime or {"driver": "none", "static": "static"}.get(p.via, "shared")
     exe = build_cuda(ROOT / p.source, flags, runtime)
-    places = {"work": str(work), **(kernels(work) if p.via == "driver" else {})}
+    places = {"work": str(work), **(kernels(work) if p.via == "driver" else {}),
+              **({"digits": digits(work)} if "{digits}" in p.args else {})}
     args = [a.format(**places) if a.startswith("{") else a for a in p.args]
     env = {**os.environ, "PYVGPU_HOSTS": address}
     command = [str(exe), *args]
@@ -226,7 +242,8 @@ def capture(p: Program) -> list[tuple[str, bytes]]:
         daemons = []
         try:
             for i in range(p.hosts):
-                daemons.append(start_daemon(work, *extra, env={ENV_DAEMON_CAPTURE: str(work / f"capture{i}"),
+                own = p.host_args[i] if p.host_args else ()
+                daemons.append(start_daemon(work, *extra, *own, env={ENV_DAEMON_CAPTURE: str(work / f"capture{i}"),
                                                                **dict(p.env)}))
             run(p, ",".join(d.address for d in daemons), work)
         finally:

@@ -22,12 +22,12 @@ handles an emulated daemon gave), in lockstep (each request that wants a reply a
 it are sent, as the program waited), each meeting the errors its program met at capture; CI runs that replay in
 its first pass only (scripts/test.sh: it starts daemons of both paths itself).
 
-Test programs not in the corpus (capture_frames.LEFT_OUT, each with its reason): api_parallel.cu (work shared
-between two daemons as each finishes), device_time.cu and emu_ml.cu (their kernels are loaded directly, not run
-as programs), drv_procaddr.c and nvml_check.c (no frames), examples/dp_train (a data set prepared at test time).
-harden.cu is captured in its printf case only (the others are hangs and time limits), api_faults.cu in its fork
-case (midcopy needs a patched daemon), api_multihost.cu in its managed case (each of its two daemons' sessions
-replayed alone)."""
+Test programs not in the corpus (capture_frames.LEFT_OUT, each with its reason): device_time.cu and emu_ml.cu
+(their kernels are loaded directly, not run as programs), drv_procaddr.c and nvml_check.c (no frames). harden.cu
+is captured in its printf, long and idle cases (grid is the launch time limit), api_faults.cu in its fork case
+(midcopy needs a patched daemon), api_multihost.cu in its managed case. Programs on two daemons (api_multihost.cu,
+api_parallel.cu, examples/dp_train with its digits set prepared by the capture tool) drive each daemon's GPU from
+its own thread or average through the client, so each daemon's session stands alone and is replayed alone."""
 from __future__ import annotations
 
 import json
