@@ -39,9 +39,10 @@ def test_ci_runs_the_readme_test_command_only():
 
 
 def test_test_script_propagates_pytest_status(tmp_path):
-    """scripts/test.sh runs pytest over tests/, then the whole suite again with PYVGPU_DAEMON_COMPILED=0; its exit
-    status is the first failing pass's ("no tests selected" in the second pass is no failure). Its commands after
-    the set-up are run here with a stand-in python that exits as told."""
+    """scripts/test.sh runs pytest over tests/, then the whole suite again with PYVGPU_DAEMON_COMPILED=0 but for the
+    replay of the captured frames (it starts daemons of both paths itself: the first pass ran it, and the test it
+    deselects exists); its exit status is the first failing pass's ("no tests selected" in the second pass is no
+    failure). Its commands after the set-up are run here with a stand-in python that exits as told."""
     text = (SCRIPTS / "test.sh").read_text()
     assert "set -euo pipefail" in text
     tail = text[text.index('say "running the test suite'):]
@@ -55,7 +56,11 @@ def test_test_script_propagates_pytest_status(tmp_path):
                                "-x"], capture_output=True, text=True, env=env, timeout=60)
         assert proc.returncode == want, (first, second, proc.stderr)
         assert (tmp_path / "first").read_text().split() == ["-m", "pytest", "-q", "tests", "-x"]
-        assert (tmp_path / "second").read_text().split() == ["0", "-m", "pytest", "-q", "tests", "-x"]
+        once = "tests/daemon/test_framepath.py::test_captured_programs_same_on_both_paths"
+        assert (tmp_path / "second").read_text().split() == ["0", "-m", "pytest", "-q", "tests", "--deselect", once,
+                                                             "-x"]
+    path, name = once.split("::")
+    assert f"\ndef {name}(" in (ROOT / path).read_text()
 
 
 @pytest.mark.parametrize("name", ["common.sh", "setup.sh", "demo.sh", "test.sh"])

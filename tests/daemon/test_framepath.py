@@ -2,28 +2,43 @@
 same frames replayed into a daemon with each (PYVGPU_DAEMON_COMPILED=1 and =0) give the same replies and the same
 daemon state, byte for byte.
 
-Corpus: (1) sessions captured from CUDA test programs through the interposer (PYVGPU_DAEMON_CAPTURE, kept small in
-tests/daemon/frames/: tools/capture_frames.py made them); (2) a framework-like stream of fire-and-forget launches,
-memsets, event records and stream waits on two devices with every kind of failure in it; (3) both mutated the way
+Corpus: (1) the sessions of every CUDA test program the suite runs against one emulated daemon, captured through
+the interposer or libvcuda with the arguments its tests use (tools/capture_frames.py --all; its CORPUS table,
+xz-compressed in tests/daemon/frames/ with MANIFEST.json: the protocol version and the spec line of every op they
+send, so a stale corpus is refused by name); (2) a framework-like stream of fire-and-forget launches, memsets,
+event records and stream waits on two devices with every kind of failure in it; (3) both mutated the way
 tests/security/test_fuzz_frames.py mutates captured traffic (argument-level boundary values, byte-level flips and
-cuts), with a fixed seed. Replies are compared whole (header fields, result, payload, printf output), with two
-things that are timing and not state taken out: event times' milliseconds (their handles and record counts stay)
-and heartbeat notices. State: after each session's frames, DEVICE_SYNC on each device it used and STATUS's figures
-of the session (objects, memory, ops, bytes; not its scheduler timings) are part of what is compared. The compiled
-daemon must also have taken most of the FAST frames (STATUS "frame_path"), or the test would compare Python to
-itself. Backends: the emulated GPU (its small ops run on the loop), and the chain (the cuda backend over pyvgpu's
-driver: its runs are worker jobs through DeviceContext.run_fast), or PYVGPU_TEST_BACKEND's alone (a real GPU:
-scripts/gpu-check.sh); on an asynchronous device when work completes is timing, so event times and
-cudaErrorNotReady answers are left out there."""
+cuts), with a fixed seed (of the captured sessions, those of MUTATED). Replies are compared whole (header fields,
+result, payload, printf output), with what is timing and not state taken out: event times' milliseconds (their
+handles and record counts stay), EVENT_ELAPSED's value, heartbeat notices, HELLO's answer (device uuids, session
+ids). State: after each session's frames, DEVICE_SYNC on each device and STATUS's figures of the session (objects,
+memory, ops, bytes; not its scheduler timings) are part of what is compared. The compiled daemon must also have
+taken most of the FAST frames (STATUS "frame_path"), or the test would compare Python to itself. Backends: the
+emulated GPU (its small ops run on the loop), and the chain (the cuda backend over pyvgpu's driver: its runs are
+worker jobs through DeviceContext.run_fast), or PYVGPU_TEST_BACKEND's alone (a real GPU: scripts/gpu-check.sh); on
+an asynchronous device when work completes is timing, so event times and cudaErrorNotReady answers are left out
+there. The captured sessions are replayed on the emulated GPU whatever the backend (they name the addresses and
+handles an emulated daemon gave), in lockstep (each request that wants a reply answered before the frames after
+it are sent, as the program waited), each meeting the errors its program met at capture; CI runs that replay in
+its first pass only (scripts/test.sh: it starts daemons of both paths itself).
+
+Test programs not in the corpus (capture_frames.LEFT_OUT, each with its reason): api_multihost.cu and
+api_parallel.cu (two daemons in one program), api_faults.cu (a daemon patched to refuse a frame; a forked child),
+harden.cu, device_time.cu, load_mixed.cu (what they send depends on when the daemon answers), lease_check.cu (the
+control plane's leases), emu_ml.cu (loaded into the emulator directly), drv_procaddr.c and nvml_check.c (no
+frames), examples/dp_train (a data set prepared at test time)."""
 from __future__ import annotations
 
+import json
 import logging
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,14 +46,22 @@ from typing import Any
 import msgpack
 import pytest
 
-from harness import CHAIN_BACKENDS, PUT_PTX, TEST_BACKEND, Daemon, frame, start_daemon
+from harness import CHAIN_BACKENDS, CUDA_SRC, PUT_PTX, ROOT, TEST_BACKEND, Daemon, frame, start_daemon
 from pyvgpu import wire
 from pyvgpu.client import Client
 from pyvgpu.protocol import (ENV_DAEMON_COMPILED, ERROR_CODES, FRAME_PREFIX_BYTES, OP_BY_CODE, OP_BY_NAME, OPS,
                              PROTOCOL_VERSION)
 from pyvgpu_daemon import framepath
 
-FRAMES = Path(__file__).parent / "frames"
+sys.path.insert(0, str(ROOT / "tools"))
+import capture_frames  # noqa: E402  (the corpus's table: what is captured, how, and what is left out)
+
+FRAMES = capture_frames.OUT
+STALE = ("the frame corpus is stale: capture it again "
+         "(PYTHONPATH=$PWD:$PWD/daemon python tools/capture_frames.py --all)")
+# captured sessions replayed mutated too (the rest are replayed as captured): programs whose frames cover the
+# runtime's ops (memory, kernels, graphs, device queries, asynchronous copies, warp code)
+MUTATED = ("wire_async", "api_kernels", "api_memory-4096", "api_graph", "api_device", "emu_warp")
 SEED = 22
 NOT_READY = ERROR_CODES["cudaErrorNotReady"]
 STATUS_ID = (1 << 62) + 1
@@ -61,22 +84,34 @@ class Pair:
 BACKENDS = CHAIN_BACKENDS if TEST_BACKEND == "emu" else (TEST_BACKEND,)
 
 
+def start_pair(backend: str, work: Path) -> Pair:
+    """Two daemons of the backend, one forced to the Python path (two devices each where the backend is emulated;
+    one GPU on a real one)."""
+    extra = ("--emu-devices", str(capture_frames.REPLAY_DEVICES)) if backend in ("emu", "chain") else ()
+    on = start_daemon(work, *extra, backend=backend, env={ENV_DAEMON_COMPILED: "1"})
+    try:
+        off = start_daemon(work, *extra, backend=backend, env={ENV_DAEMON_COMPILED: "0"})
+    except BaseException:
+        on.stop()
+        raise
+    return Pair(on, off, tuple(range(capture_frames.REPLAY_DEVICES)) if extra else (0,), backend == "emu")
+
+
+def stop_pair(pair: Pair) -> None:
+    pair.on.stop()
+    pair.off.stop()
+    assert "frame path: compiled" in pair.on.log_text(), pair.on.log_tail()
+    assert "frame path: Python" in pair.off.log_text(), pair.off.log_tail()
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def daemons(request, tmp_path_factory):
-    """(compiled, python): two daemons of the backend, one forced to the Python path (two devices each where the
-    backend is emulated; one GPU on a real one)."""
-    backend = request.param
-    work = tmp_path_factory.mktemp(f"framepath-{backend}")
-    extra = ("--emu-devices", "2") if backend in ("emu", "chain") else ()
-    on = start_daemon(work, *extra, backend=backend, env={ENV_DAEMON_COMPILED: "1"})
-    off = start_daemon(work, *extra, backend=backend, env={ENV_DAEMON_COMPILED: "0"})
+    """(compiled, python): two daemons of the backend, one forced to the Python path."""
+    pair = start_pair(request.param, tmp_path_factory.mktemp(f"framepath-{request.param}"))
     try:
-        yield Pair(on, off, (0, 1) if extra else (0,), backend == "emu")
+        yield pair
     finally:
-        on.stop()
-        off.stop()
-    assert "frame path: compiled" in on.log_text(), on.log_tail()
-    assert "frame path: Python" in off.log_text(), off.log_tail()
+        stop_pair(pair)
 
 
 # ---------------------------------------------------------------------------------------------- replay
@@ -98,10 +133,10 @@ def split(stream: bytes) -> tuple[list[bytes], bytes]:
             break
         try:
             header = msgpack.unpackb(stream[pos + FRAME_PREFIX_BYTES:end], strict_map_key=False)
-            plen = header[2] if isinstance(header, list) and len(header) >= 3 and type(header[2]) is int else 0
+            plen = wire.payload_field(header[2], 1 << 64)[0]        # an int, or [wire, raw, codec]
         except Exception:  # noqa: BLE001 - a mutated header: the frame is what its prefix says
             plen = 0
-        end += max(0, plen)
+        end += plen
         out.append(stream[pos:end])
         pos = end
     return out, stream[pos:]
@@ -121,17 +156,22 @@ def alone(port: int, timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def replay(port: int, data: bytes, devices: tuple[int, ...], strict: bool = True) -> list[Any]:
+def replay(port: int, data: bytes, devices: tuple[int, ...], strict: bool = True, lockstep: bool = False) -> list[Any]:
     """Send a session's bytes (its HELLO first) and DEVICE_SYNC on each device; once every sync is answered (all
-    the device work before it has run), STATUS; → the normalized replies, up to STATUS's or the session's end."""
+    the device work before it has run), STATUS; → the normalized replies, up to STATUS's or the session's end.
+    lockstep (a captured program's session): each request that wants a reply is answered before the frames after it
+    are sent, as the program waited for it (its fire-and-forget frames go together, as runs): a program that
+    ordered work on two devices by such a wait is replayed in its order, not with the devices racing."""
     alone(port)
     syncs = {(1 << 62) - 1 - d: d for d in devices}
     tail = b"".join(request("DEVICE_SYNC", rid, d) for rid, d in syncs.items())
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
     replies: list[Any] = []
+    answered = Answered()
     with s:
         wire.parse_server_hello(wire.recv_header(s))
-        sender = threading.Thread(target=_send, args=(s, data + tail), daemon=True)
+        batches = waited_batches(data) if lockstep else [(data, 0)]
+        sender = threading.Thread(target=_send, args=(s, batches + [(tail, 0)], answered), daemon=True)
         sender.start()
         waiting = set(syncs)
         while True:
@@ -139,7 +179,9 @@ def replay(port: int, data: bytes, devices: tuple[int, ...], strict: bool = True
                 rep, payload, out = wire.recv_reply(s)
             except (ConnectionError, OSError, wire.ProtocolError) as exc:
                 replies.append(("closed", type(exc).__name__))
+                answered.close()
                 break
+            answered.add(rep.req_id)
             if rep.req_id == 0 and rep.err == 0:
                 continue                            # a heartbeat: timing, not state
             if rep.req_id == STATUS_ID:
@@ -162,22 +204,66 @@ def replay(port: int, data: bytes, devices: tuple[int, ...], strict: bool = True
                 if not waiting:
                     sender.join(20)
                     s.sendall(request("STATUS", STATUS_ID))
+        answered.close()
         sender.join(20)
     # replies of one device come in order; two devices' may interleave either way: compared in req_id order
     ends = [r for r in replies if isinstance(r[0], str)]
     return sorted((r for r in replies if not isinstance(r[0], str)), key=lambda r: r[0]) + ends
 
 
-def _send(s: socket.socket, data: bytes) -> None:
+class Answered:
+    """The request ids answered so far in a replay (lockstep's sender waits on them)."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def add(self, req_id: int) -> None:
+        with self._cond:
+            self._ids.add(req_id)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def wait(self, req_id: int, timeout: float = 60.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: req_id in self._ids or self._closed, timeout), \
+                f"request {req_id} not answered in {timeout} s"
+
+
+def waited_batches(data: bytes) -> list[tuple[bytes, int]]:
+    """A session's frames in batches, each ending at a frame that wants a reply: (bytes, its request id; 0 for the
+    last batch, and for what follows the last whole frame)."""
+    frames, rest = split(data)
+    out, batch = [], bytearray()
+    for f in frames:
+        batch += f
+        rid = msgpack.unpackb(f[4:4 + struct.unpack_from("<I", f)[0]], strict_map_key=False)[1]
+        if rid:
+            out.append((bytes(batch), rid))
+            batch = bytearray()
+    return out + [(bytes(batch) + rest, 0)]
+
+
+def _send(s: socket.socket, batches: list[tuple[bytes, int]], answered: Answered) -> None:
     try:
-        s.sendall(data)
+        for data, rid in batches:
+            s.sendall(data)
+            if rid:
+                answered.wait(rid)
     except OSError:
         pass                                  # the daemon ended the session (a malformed frame): its notice says so
 
 
-def compare(pair: Pair, data: bytes, what: str) -> list[Any]:
-    got = replay(pair.on.port, data, pair.devs, pair.strict)
-    want = replay(pair.off.port, data, pair.devs, pair.strict)
+def compare(pair: Pair, data: bytes, what: str, lockstep: bool = False) -> list[Any]:
+    with ThreadPoolExecutor(2) as both:          # the two daemons are two processes: they replay side by side
+        on = both.submit(replay, pair.on.port, data, pair.devs, pair.strict, lockstep)
+        off = both.submit(replay, pair.off.port, data, pair.devs, pair.strict, lockstep)
+        got, want = on.result(), off.result()
     if ended(got) or ended(want):
         # The daemon ended the session (a malformed frame): which replies of work still running were written
         # before the end is timing on either path; the end itself (its reason) and every reply both got must agree.
@@ -325,15 +411,9 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(out + rest)
 
 
-def captured() -> list[tuple[str, bytes]]:
-    """The captured sessions, without their GOODBYE (the state is read after the frames)."""
-    goodbye = OP_BY_NAME["GOODBYE"].code
-    out = []
-    for p in sorted(FRAMES.glob("*.frames.z")):
-        frames, rest = split(zlib.decompress(p.read_bytes()))
-        out.append((p.name, b"".join(f for f in frames if msgpack.unpackb(f[4:4 + struct.unpack_from("<I", f)[0]],
-                                                                         strict_map_key=False)[0] != goodbye) + rest))
-    return out
+def manifest() -> dict[str, Any]:
+    assert capture_frames.MANIFEST.exists(), f"{capture_frames.MANIFEST} is missing: {STALE}"
+    return json.loads(capture_frames.MANIFEST.read_text())
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -358,14 +438,84 @@ def test_mutated_framework_streams_same_on_both_paths(daemons):
         compare(daemons, data, f"mutated framework stream {k}")
 
 
-def test_captured_programs_same_on_both_paths(daemons):
-    sessions = captured()
-    assert len(sessions) >= 3, "tests/daemon/frames/ holds the captured sessions (tools/capture_frames.py)"
+def test_corpus_is_current():
+    """The corpus was captured with this protocol: its version, and the spec line (code, name, arguments and their
+    wire types, payload) of every op it sends, are today's; it holds what CORPUS lists, file for file."""
+    m = manifest()
+    assert m["protocol_version"] == PROTOCOL_VERSION, \
+        f"{STALE}: captured with protocol {m['protocol_version']}, the spec's is {PROTOCOL_VERSION}"
+    changed = [f"{code} ({OP_BY_CODE[int(code)].name if int(code) in OP_BY_CODE else 'no longer in the spec'})"
+               for code, digest in m["spec"].items()
+               if int(code) not in OP_BY_CODE or capture_frames.digest(capture_frames.spec_line(int(code))) != digest]
+    assert not changed, f"{STALE}: the spec lines of ops {', '.join(changed)} changed since the capture"
+    wanted = {p.name for p in capture_frames.CORPUS}
+    assert set(m["programs"]) == wanted, \
+        f"{STALE}: not captured {sorted(wanted - set(m['programs']))}, " \
+        f"no longer listed {sorted(set(m['programs']) - wanted)}"
+    files = {f.name for f in FRAMES.glob("*.frames.*")}
+    listed = {s for e in m["programs"].values() for s in e["sessions"]}
+    assert files == listed, \
+        f"{STALE}: files {sorted(files - listed)} not in MANIFEST.json, {sorted(listed - files)} missing"
+
+
+def test_corpus_covers_every_test_program():
+    """Every program under tests/cuda is in the corpus or left out with a reason (drv_kernels.cu is the driver
+    programs' kernel image, not a program)."""
+    covered = {Path(p.source).name for p in capture_frames.CORPUS} | set(capture_frames.LEFT_OUT) | {"drv_kernels.cu"}
+    programs = {p.name for p in CUDA_SRC.iterdir() if p.suffix in (".cu", ".c")}
+    assert not programs - covered, f"tests/cuda programs neither in tools/capture_frames.py's CORPUS nor in its " \
+                                   f"LEFT_OUT: {sorted(programs - covered)}"
+
+
+def errors(replies: list[Any]) -> int:
+    """How many requests of a replay were answered with an error."""
+    return sum(1 for r in replies if isinstance(r[0], int) and r[0] and r[1])
+
+
+@pytest.fixture(scope="module")
+def emu_daemons(tmp_path_factory):
+    """(compiled, python) on the emulated GPU, whatever PYVGPU_TEST_BACKEND is: the captured frames name the
+    addresses and handles an emulated daemon gave the programs. A chain's cuda backend gives others (its driver's
+    address windows), so there nearly every captured request after the first allocation fails on both paths
+    (measured: 2,300 of 2,700), a comparison of refusals; the generated streams above, which learn their handles
+    from the daemons, compare the chain's two paths."""
+    pair = start_pair("emu", tmp_path_factory.mktemp("framepath-captured"))
+    try:
+        yield pair
+    finally:
+        stop_pair(pair)
+
+
+def test_captured_programs_same_on_both_paths(emu_daemons, tmp_path):
+    """Every captured session, in lockstep (as its program waited), on both paths. A program that depends on what
+    the daemon numbers daemon-wide (texture objects: MANIFEST.json's "fresh", measured at capture by a second
+    replay) is replayed into a pair of its own: in the shared pair its frames would name the values the program got
+    from a fresh daemon, not the ones this one gives. On the emulated GPU each
+    session meets the errors its program met at capture (MANIFEST.json): more would mean frames naming what this
+    daemon does not hold (a stale corpus, or a replay that no longer reproduces the program), which would make the
+    comparison one of two refusals."""
+    daemons = emu_daemons
     rng = random.Random(SEED + 2)
-    for name, data in sessions:
-        compare(daemons, data, name)
-        for k in range(3 if daemons.strict else 1):
-            compare(daemons, mutate(rng, data), f"{name} mutated ({k})")
+    before = frames_taken(daemons.on.port)
+    replayed = 0
+    for program, entry in manifest()["programs"].items():
+        fresh = entry["fresh"]
+        pair = start_pair("emu", tmp_path) if fresh else daemons
+        try:
+            for name, want_errors in zip(entry["sessions"], entry["errors"]):
+                data = capture_frames.session(name)
+                got = compare(pair, data, name, lockstep=True)
+                replayed += 1
+                assert errors(got) == want_errors, \
+                    f"{name}: {errors(got)} requests failed, {want_errors} at capture: {STALE}"
+                if program in MUTATED:
+                    for k in range(3):
+                        compare(pair, mutate(rng, data), f"{name} mutated ({k})")
+        finally:
+            if fresh:
+                stop_pair(pair)
+    assert replayed >= len(capture_frames.CORPUS)
+    assert frames_taken(daemons.on.port) - before >= 1000, "the compiled path took few of the captured FAST frames"
 
 
 def lifecycle_ops(dev: int) -> list[tuple[str, int, tuple, bytes]]:
