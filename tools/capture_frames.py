@@ -1,10 +1,11 @@
 """Capture the request frames of the CUDA test programs into tests/daemon/frames/ (the differential corpus of
 tests/daemon/test_framepath.py): each program is built (nvcc, cached under build/), run the way its tests run it
-(through libvcudart, or libvcuda for programs built with NVIDIA's static runtime or on the driver API) against one
-emulated daemon started with PYVGPU_DAEMON_CAPTURE, and each session's received bytes are kept, xz-compressed, as
-<program>[-<args>][-<session>].frames.xz. frames/MANIFEST.json records what the corpus was captured from and against
-which protocol: the protocol version, and the spec line of every op the corpus sends (the test refuses a stale
-corpus by name). Run it again whenever the protocol changes:
+(through libvcudart, libvcuda for programs built with NVIDIA's static runtime or on the driver API, or `pyvgpu run`
+for the cuBLAS ones) against one emulated daemon started with PYVGPU_DAEMON_CAPTURE, and each session's received
+bytes are kept, xz-compressed, as <program>[-<args>][-<session>].frames.xz. frames/MANIFEST.json records what the
+corpus was captured from and against which protocol: the protocol version, the spec line of every op the corpus
+sends (the test refuses a stale corpus by name), and for each session the errors its replay meets and whether it
+depends on daemon-wide values. Run it again whenever the protocol changes:
 
     PYTHONPATH=$PWD:$PWD/daemon python tools/capture_frames.py --all          # the whole corpus (CORPUS below)
     PYTHONPATH=$PWD:$PWD/daemon python tools/capture_frames.py emu_warp        # entries whose name starts so
@@ -61,13 +62,15 @@ class Program:
     client_env: tuple[tuple[str, str], ...] = ()
     runtime: str = ""                        # nvcc -cudart: shared, static, none (default: the via's)
     blas: str = ""                           # cublas or cublasLt: linked against pyvgpu's, NVIDIA's headers
+    hosts: int = 1                           # daemons (GPU hosts) it runs against; each session is replayed alone
 
     @property
     def name(self) -> str:
         stem = Path(self.source).stem
         words = [a for a in self.args if not a.startswith("{")]
         return "-".join([stem, *words]) + ("-static" if self.via == "static" else "") + \
-            (f"-{self.devices}gpus" if self.devices > 1 else "")
+            (f"-{self.devices}gpus" if self.devices > 1 else "") + \
+            (f"-{self.hosts}hosts" if self.hosts > 1 else "")
 
 
 T = "tests/cuda/"
@@ -76,6 +79,7 @@ DRIVER = ("-lcuda", "-lpthread", "-ldl", "-lm")
 # Every program under tests/cuda (and the examples and bench programs) that a test runs against one emulated daemon.
 CORPUS: tuple[Program, ...] = (
     Program(T + "api_device.cu"), Program(T + "api_device.cu", devices=2),
+    Program(T + "api_faults.cu", ("fork",)),              # (midcopy needs a daemon patched to refuse a frame)
     Program(T + "api_func_by_symbol.cu", flags=LIBCUDA),
     Program(T + "api_funcattr.cu"), Program(T + "api_funcattr.cu", ("printf", "4096")),
     Program(T + "api_graph.cu"), Program(T + "api_graph_mem.cu"), Program(T + "api_graph_mem.cu", via="static"),
@@ -84,6 +88,10 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "api_managed.cu"), Program(T + "api_managed.cu", ("multi",), devices=2),
     *(Program(T + "api_managed_conflict.cu", (s,)) for s in ("ordered", "atomics", "mapped", "kernel-after",
                                                               "thread")),
+    # two hosts: each thread drives the GPU of one daemon, copies between them staged through the client, so each
+    # daemon's session stands alone (not churn's: 82 sessions and 170 MB, whose frees of blocks another session
+    # made fail when each is replayed alone)
+    Program(T + "api_multihost.cu", ("managed",), hosts=2),
     Program(T + "api_memory.cu", ("4096",)), Program(T + "api_memory.cu", ("65536",)),
     Program(T + "api_occupancy.cu"),
     Program(T + "api_peer.cu", devices=2),
@@ -100,6 +108,9 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "emu_reduce.cu", ("262144",)),
     Program(T + "emu_refusal.cu", ("fault",)),
     Program(T + "emu_refusal.cu", ("refused",), ("-gencode", "arch=compute_75,code=sm_75")),
+    Program(T + "harden.cu", ("printf", "65536")),              # (its hang cases: tests/security/test_hangs.py)
+    Program(T + "load_mixed.cu", ("3", "150")), Program(T + "load_mixed.cu", ("4", "150", "64")),
+    Program(T + "lease_check.cu"),
     Program(T + "wire_async.cu"), Program(T + "wire_copy_landed.cu"),
     Program(T + "wire_compress.cu", client_env=(("PYVGPU_COMPRESS", "lz4"),)),
     Program(T + "drv_vector_add.c", ("{ptx}", "{fatbin}"), DRIVER, "driver"),
@@ -122,16 +133,10 @@ CORPUS: tuple[Program, ...] = (
 )
 
 # Test programs the corpus does not hold, and why (the test's docstring repeats them).
-TWO_DAEMONS = "two daemons in one program: a session's replies depend on the other daemon (peer fetches, a " \
-              "slowed-down host)"
-WHEN_ANSWERED = "a hang, timing or load test: what it sends depends on when the daemon answers (bounded waits, " \
-                "deadlines, other sessions)"
 LEFT_OUT = {
-    "api_multihost.cu": TWO_DAEMONS, "api_parallel.cu": TWO_DAEMONS,
-    "api_faults.cu": "its cases need a daemon patched to refuse a frame (midcopy) or a forked child's sessions "
-                     "(fork); api_memory.cu 65536 is its plain case",
-    "harden.cu": WHEN_ANSWERED, "device_time.cu": WHEN_ANSWERED, "load_mixed.cu": WHEN_ANSWERED,
-    "lease_check.cu": "the control plane's leases (Slurm, pyvgpu lease): sessions of a leased daemon",
+    "api_parallel.cu": "it shares work between a slowed-down daemon and a fast one as each finishes: what each "
+                       "daemon receives depends on when the other answers",
+    "device_time.cu": "its kernels are loaded as PTX by tests/daemon/test_device_time.py, never run as a program",
     "emu_ml.cu": "its kernels are loaded into the emulator directly (tests/emu/test_emu_kernels.py), never "
                  "through a daemon",
     "drv_procaddr.c": "it resolves the driver's exports (cuGetProcAddress) with no daemon: it sends no frames",
@@ -168,7 +173,8 @@ def run(p: Program, address: str, work: Path) -> None:
         env.pop("LD_PRELOAD", None)
         env["LD_LIBRARY_PATH"] = str(lib.parent)
     env.update(p.client_env)
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=work)
+    proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900, env=env,
+                          cwd=work)
     # a kernel fault or a trap ends those cases' programs with a failure, as their tests expect
     if proc.returncode != 0 and p.args != ("fault",) and "trap" not in p.args:
         raise RuntimeError(f"{p.name} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -214,16 +220,21 @@ def digest(line: str) -> str:
 
 
 def capture(p: Program) -> list[tuple[str, bytes]]:
+    """The sessions the program's run opened, in the order each daemon accepted them (daemon after daemon)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cap = work / "capture"
         extra = ("--emu-devices", str(p.devices)) if p.devices > 1 else ()
-        d = start_daemon(work, *extra, env={ENV_DAEMON_CAPTURE: str(cap), **dict(p.env)})
+        daemons = []
         try:
-            run(p, d.address, work)
+            for i in range(p.hosts):
+                daemons.append(start_daemon(work, *extra, env={ENV_DAEMON_CAPTURE: str(work / f"capture{i}"),
+                                                               **dict(p.env)}))
+            run(p, ",".join(d.address for d in daemons), work)
         finally:
-            d.stop()
-        sessions = [f.read_bytes() for f in sorted(cap.glob("*.frames"), key=lambda f: int(f.stem.split("-")[-1]))]
+            for d in daemons:
+                d.stop()
+        sessions = [f.read_bytes() for i in range(p.hosts) for f in sorted(
+            (work / f"capture{i}").glob("*.frames"), key=lambda f: int(f.stem.split("-")[-1]))]
     sessions = [s for s in sessions if s]                   # not the interposer's port probe
     if len(sessions) == 1:
         return [(f"{p.name}{SUFFIX}", sessions[0])]

@@ -163,11 +163,15 @@ class Connection:
         fp.runs += 1
         groups: list[tuple[list[fastrun.RunOp], list[int]]] = []
         start = 0
+        dev = None
         for spec, args, off, plen, end in ops:
-            if not groups or args[0] != groups[-1][0][0][1][0]:
-                groups.append(([], []))
-            groups[-1][0].append((spec, args, bytes(buf[lo + off:lo + off + plen]) if plen else b""))
-            groups[-1][1].append(end - start)
+            if args[0] != dev:            # another device: another group
+                dev = args[0]
+                group: list[fastrun.RunOp] = []
+                sizes: list[int] = []
+                groups.append((group, sizes))
+            group.append((spec, args, bytes(buf[lo + off:lo + off + plen]) if plen else b""))
+            sizes.append(end - start)
             start = end
         stream.skip(start)                # consumed before anything runs: no frame is ever taken twice
         for group, sizes in groups:

@@ -20,13 +20,18 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from pyvgpu.protocol import OpSpec
+from pyvgpu.protocol import OPS, OpSpec
 from pyvgpu_daemon.backends.base import Backend, FastOp
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers.registry import DECODED, FAST, Call
 from pyvgpu_daemon.session import DeviceState, Session
 
 RunOp = tuple[OpSpec, list[Any], Any]          # (spec, the request's arguments, its payload)
+# Per FAST op code, what a run does with it, looked up once per op: (its preparer, its decoded arguments'
+# conversion), and the bookkeeping of its success (registry.FAST, registry.DECODED).
+_STEPS = {code: (prepare, DECODED[code]) for code, (prepare, _) in FAST.items()}
+_AFTER = {code: after for code, (_, after) in FAST.items()}
+assert set(_STEPS) == {spec.code for spec in OPS if spec.fast}, "every FAST op has its preparer (handlers/)"
 
 
 def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequence[RunOp]) -> None:
@@ -41,13 +46,14 @@ def execute_run(session: Session, st: DeviceState, backend: Backend, ops: Sequen
                 dispatch.execute(session, st, backend, spec, args, payload, True)
             return
     batch: list[tuple[OpSpec, FastOp, int]] = []
+    steps = _STEPS
     for spec, args, payload in ops:
         if st.sticky:
             _fail(st, st.sticky, 0)
             continue
-        code = spec.code
+        prepare, decode = steps[spec.code]
         try:
-            fop = FAST[code][0](Call(session, st, payload), *DECODED[code](st, args))
+            fop = prepare(Call(session, st, payload), *decode(st, args))
         except Exception as exc:  # noqa: BLE001 - the op's failure, as execute reports it
             _flush(session, st, batch)
             if st.sticky:
@@ -107,7 +113,7 @@ def _flush(session: Session, st: DeviceState, batch: list[tuple[OpSpec, FastOp, 
         done, exc = ctx.run_fast([fop for _, fop, _ in batch[start:]])
         nin_done = 0
         for spec, fop, nin in batch[start:start + done]:
-            after = FAST[spec.code][1]
+            after = _AFTER[spec.code]
             if after is not None:
                 after(st, fop)
             nin_done += nin

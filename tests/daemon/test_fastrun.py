@@ -5,6 +5,7 @@ ops, one per op and one as runs; their memory, latched and sticky errors and fig
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 from dataclasses import fields
 from typing import Any
@@ -16,6 +17,7 @@ from pyvgpu.protocol import ERROR_CODES, OP_BY_NAME, OPS
 from pyvgpu_daemon import fastrun
 from pyvgpu_daemon.backends.base import FAST_METHODS, FastOp
 from pyvgpu_daemon.backends.emu import EmuBackend
+from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.errors import CudaError
 from pyvgpu_daemon.handlers import dispatch
 from pyvgpu_daemon.handlers.registry import DECODED, FAST, Call, positional
@@ -28,8 +30,8 @@ MIB = 1 << 20
 class Device:
     """One session on its own emulated device, driven without a server."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.backend = EmuBackend(memory=64 * MIB)
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: EmuLimits | None = None) -> None:
+        self.backend = EmuBackend(memory=64 * MIB, limits=limits)
         self.session = Session(1, "test", self.backend, 1)
         self.session.va_base = 1 << 40
         self.st = self.session.device(0, loop)
@@ -131,14 +133,14 @@ def test_backend_failure_inside_a_run(pair, monkeypatch):
         calls.append(len(ops))
         return original(self, ops)
     monkeypatch.setattr(type(ctx), "run_fast", run_fast)
-    real_memset = ctx.memset
+    real_fill = ctx.mem.fill             # what the emulator's memset does (its run_fast calls it directly)
     bad = h["ptr"] + 8
 
-    def memset(ptr, value, size, stream):
+    def fill(ptr, value, size):
         if ptr == bad:
             raise CudaError("cudaErrorNotReady", "injected")
-        real_memset(ptr, value, size, stream)
-    ctx.memset = memset
+        real_fill(ptr, value, size)
+    ctx.mem.fill = fill
     ops = [(OP_BY_NAME["MEMSET"], [0, h["ptr"] + 8 * i, i, 8, 0], b"") for i in range(6)]
     fastrun.execute_run(runs.session, runs.st, runs.backend, ops)
     assert calls == [6, 4]                # one call; after op 1's failure the other four in a second one
@@ -223,3 +225,96 @@ def test_fast_ops_never_create_or_free(pair):
         fastrun.execute_run(runs.session, runs.st, runs.backend, [(OP_BY_NAME[name], args, payload)])
         assert (objects(per_op), objects(runs)) == before, f"{name} {args} created or freed something"
     assert per_op.st.ops == runs.st.ops == 4 + len(seq)
+
+
+@pytest.mark.parametrize("sticky", [False, True], ids=["latched", "sticky"])
+def test_runs_of_launches_equal_per_op(pair, sticky):
+    """The emulator runs a run's launches of one function and configuration back to back, sharing their set-up
+    (EmuContext.run_fast): each still gets its own parameters, in order, its printf output in order, its own
+    failure (a short parameter buffer in the middle of a stretch; a fault that makes the device sticky, after
+    which the rest of the stretch fails), and records between launches are timed after the launches before them."""
+    from test_daemon_kernels import PTX as KERNELS_PTX       # add_one(p, n) and hello(v) (printf)
+    per_op, runs = pair
+    h = setup(per_op)
+    assert setup(runs) == h
+    made = [(d.call("MODULE_LOAD", 2, payload=KERNELS_PTX.encode()).result["kernels"]["hello"]["id"],
+             d.call("EVENT_CREATE", 0).result) for d in pair]
+    assert made[0] == made[1]
+    (h["hello"], e2), = made[:1]
+    ptr, s, e = h["ptr"], h["stream"], h["event"]
+
+    def put(v: int, at: int, grid: int = 1, params: bytes | None = None) -> tuple[str, list[Any], bytes]:
+        return ("LAUNCH", [0, h["put"], [grid, 1, 1], [1, 1, 1], 0, s],
+                struct.pack("<QI", ptr + at, v) + b"\0" * 4 if params is None else params)
+
+    def hello(v: int) -> tuple[str, list[Any], bytes]:
+        return ("LAUNCH", [0, h["hello"], [2, 1, 1], [1, 1, 1], 0, s], struct.pack("<I", v))
+    seq = [("EVENT_RECORD", [0, e, s], b""), ("EVENT_RECORD", [0, e2, s], b""),
+           *(put(100 + i, 4 * i) for i in range(5)),            # one stretch: five launches, five values
+           hello(1), hello(2), hello(3),                          # printf output in launch order
+           put(7, 64, grid=2),                                    # another configuration of the same function
+           put(8, 68), put(9, 72, params=b"\0" * 3), put(10, 76),  # a refused launch inside a stretch
+           ("EVENT_RECORD", [0, e, 0], b""),
+           ("MEMSET", [0, ptr + 128, 0x33, 8, s], b""), put(11, 80), put(12, 84)]
+    if sticky:
+        seq += [put(13, 88), put(14, 1 << 30), put(15, 92), put(16, 96),   # a fault in a stretch: sticky
+                ("EVENT_RECORD", [0, e, s], b"")]                           # (the rest fail with it: figures)
+    for name, args, payload in seq:
+        assert dispatch.execute(per_op.session, per_op.st, per_op.backend, OP_BY_NAME[name], args, payload,
+                                True) is None
+    fastrun.execute_run(runs.session, runs.st, runs.backend, [(OP_BY_NAME[n], a, p) for n, a, p in seq])
+    out = [d.st.ctx.take_stdout() for d in pair]
+    assert out[0] == out[1] == b"".join(b"hello %d from block %d\n" % (v, b) for v in (1, 2, 3) for b in (0, 1))
+    got = runs.state(ptr, 4096)
+    assert got == per_op.state(ptr, 4096)
+    assert got[0][0] != 0 and (got[0][1] != 0) == sticky
+    if sticky:                            # the device is lost: every later op fails, its memory unreadable
+        assert got[2] == b""
+        return
+    mem = got[2]
+    assert [struct.unpack_from("<I", mem, 4 * i)[0] for i in range(5)] == [100, 101, 102, 103, 104]
+    assert struct.unpack_from("<4I", mem, 64) == (7, 8, 0, 10) and mem[128:136] == b"\x33" * 8
+    assert struct.unpack_from("<2I", mem, 80) == (11, 12)
+    assert runs.call("EVENT_ELAPSED", e2, e).result > 0    # e's last record came after the launches after e2's
+
+
+def test_runs_of_launches_with_translations_dropped():
+    """A run whose launches alternate between two kernels that the code budget cannot hold both translations of
+    (each translation drops the other's: emu/codebudget.py): the run's plans are looked up again after a drop, so
+    every launch runs its own kernel, as op by op; a configuration the emulator refuses fails alone, in order."""
+    from test_daemon_kernels import PTX as KERNELS_PTX       # add_one(p, n) and hello(v) (printf)
+    loop = asyncio.new_event_loop()
+    limits = dataclasses.replace(EmuLimits(), max_code_bytes=600_000)    # one translation of the two at a time
+    pair = [Device(loop, limits), Device(loop, limits)]
+    try:
+        per_op, runs = pair
+        made = []
+        for d in pair:
+            ptr = d.call("MALLOC", 64).result
+            kernels = d.call("MODULE_LOAD", 1, payload=KERNELS_PTX.encode()).result["kernels"]
+            made.append((ptr, kernels["add_one"]["id"], kernels["hello"]["id"]))
+        assert made[0] == made[1]
+        ptr, add_one, hello = made[0]
+
+        def add(grid: int = 1, block: int = 1) -> tuple[str, list[Any], bytes]:
+            return ("LAUNCH", [0, add_one, [grid, 1, 1], [block, 1, 1], 0, 0], struct.pack("<QI", ptr, 1) + bytes(4))
+
+        def say(v: int) -> tuple[str, list[Any], bytes]:
+            return ("LAUNCH", [0, hello, [1, 1, 1], [1, 1, 1], 0, 0], struct.pack("<I", v))
+        seq = [add(), say(5), add(), add(), say(6), add(grid=2), add(block=2048), add(), say(7), add()]
+        for name, args, payload in seq:
+            dispatch.execute(per_op.session, per_op.st, per_op.backend, OP_BY_NAME[name], args, payload, True)
+        fastrun.execute_run(runs.session, runs.st, runs.backend, [(OP_BY_NAME[n], a, p) for n, a, p in seq])
+        out = [d.st.ctx.take_stdout() for d in pair]
+        assert out[0] == out[1] == b"hello 5 from block 0\nhello 6 from block 0\nhello 7 from block 0\n"
+        drops = [d.st.ctx._code.drops for d in pair]
+        assert drops[0] == drops[1] >= 4                     # translations were dropped inside the run
+        got = [(d.st.deferred, d.st.sticky, d.st.ops, d.call("DEVICE_SYNC").err,
+                bytes(d.call("MEMCPY_DTOH", ptr, 4, 0).payload)) for d in pair]
+        assert got[0] == got[1]
+        assert got[0][0] == ERROR_CODES["cudaErrorInvalidConfiguration"] and got[0][1] == 0
+        assert struct.unpack("<I", got[0][4])[0] == 6          # the six add_one launches the emulator accepted
+    finally:
+        for d in pair:
+            d.st.worker.stop()
+        loop.close()

@@ -18,7 +18,7 @@ import uuid
 
 import numpy as np
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from pyvgpu.protocol import (FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE, FUNC_ATTR_PREFERRED_SHMEM_CARVEOUT, LIMIT_DEFAULTS,
                              LIMIT_NAMES, MAX_STDOUT_BYTES, REMOTED_DEVICE_ATTRS, VA_WINDOW_BYTES)
@@ -27,7 +27,7 @@ from pyvgpu import cublaslt_spec as lt_spec
 from pyvgpu.cuda_enums import DEVICE_ATTRS
 from pyvgpu_daemon import blas
 from pyvgpu_daemon.blas import lt
-from pyvgpu_daemon.backends.base import Backend, DeviceContext, KernelDesc, LoadedModule, pack_rows
+from pyvgpu_daemon.backends.base import Backend, DeviceContext, FastOp, KernelDesc, LoadedModule, pack_rows
 from pyvgpu_daemon.backends.emu_arrays import EmuArrays
 from pyvgpu_daemon.emu.device_heap import DeviceHeap
 from pyvgpu_daemon.emu.limits import EmuLimits
@@ -150,6 +150,71 @@ class EmuStream:
 class EmuEvent:
     flags: int
     recorded_at: float | None = None
+
+
+class _RunLaunches:
+    """The launches of one run of FAST ops (EmuContext.run_fast), each run as EmuContext.launch runs it, their
+    set-up shared: a run changes no limit, function attribute or peer (OpFlag.FAST's rule), so the limits, peers
+    and context objects are read once, and each configuration's plan is looked up once (EmuModule.plan_for, its
+    translation's LRU place touched then) and kept for the run's later launches of it, until making a plan
+    drops a translation (CodeBudget.drops) whose plans the run may hold. A launch right after another skips the
+    checks that one made as it ended (Launch.run's `checked`)."""
+
+    __slots__ = ("ctx", "plans", "common", "drops", "failed")
+
+    def __init__(self, ctx: EmuContext) -> None:
+        limits = ctx._limits
+        self.ctx = ctx
+        self.plans: dict[tuple, tuple[Any, Any, str]] = {}   # (module, function, grid, block, shmem) -> its plan
+        peers = tuple(p.mem for p in ctx.peers.values()) if ctx.peers else ()
+        # run_plan's arguments after the parameters, in its order
+        self.common = (ctx.resources, peers, ctx._cancelled, limits[1], ctx.turn, ctx.heap, limits[2])
+        self.drops = self._drops()
+        self.failed = 0                   # the index of the launch that raised (run)
+
+    def _drops(self) -> int:
+        budget = self.ctx._code           # (made by the first module load: there is one when a launch runs)
+        return budget.drops if budget is not None else 0
+
+    def run(self, ops: Sequence[FastOp], i: int, checked: bool) -> int:
+        """ops[i], a launch, and the launches right after it of the same function and configuration (one plan
+        lookup for them). → the index after the last one; a launch's failure is raised, `self.failed` its index."""
+        module, kernel, grid, block, shmem, _, _ = ops[i].args
+        ctx = self.ctx
+        self.failed = i                   # (where plan_for refuses the configuration)
+        key = (id(module), id(kernel), grid, block, shmem)    # the run's ops hold module and kernel: ids are theirs
+        got = self.plans.get(key)
+        if got is None:
+            emu_module = module.handle[0]
+            plan = emu_module.plan_for(kernel.handle, tuple(grid), tuple(block), shmem, ctx._dyn_max(kernel),
+                                       ctx._limits[0])
+            if self._drops() != self.drops:   # making this plan dropped a translation (only translations do, and
+                self.plans.clear()            # a run makes none but here): the others' plans may be stale
+                self.drops = self._drops()
+            got = self.plans[key] = (emu_module.run_plan, plan, kernel.handle)
+        run_plan, plan, name = got
+        common = self.common
+        n = len(ops)
+        while i < n:
+            method, args = ops[i]
+            if method != "launch" or args[0] is not module or args[1] is not kernel or args[2] != grid \
+                    or args[3] != block or args[4] != shmem:
+                break
+            try:
+                out = run_plan(plan, name, bytes(args[5]), *common, checked)
+            except CudaError as exc:
+                ctx._append_stdout(ctx._fifo(getattr(exc, "stdout", b"") or b""))    # as EmuContext.launch keeps it
+                self.failed = i
+                raise
+            except Exception:
+                self.failed = i
+                raise
+            if out.stdout or out.dropped:
+                ctx._stdout_dropped += out.dropped
+                ctx._append_stdout(ctx._fifo(out.stdout))
+            checked = True
+            i += 1
+        return i
 
 
 class EmuBackend(Backend):
@@ -492,6 +557,50 @@ class EmuContext(EmuArrays, DeviceContext):
     def launch_cooperative(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
                            block: tuple[int, int, int], shmem: int, params: bytes, stream: Any) -> None:
         self.launch(module, kernel, grid, block, shmem, params, stream, cooperative=True)
+
+    # ------------------------------------------------------------------ runs of fast ops (the compiled frame path)
+    def run_fast(self, ops: Sequence[FastOp]) -> tuple[int, BaseException | None]:
+        """DeviceContext.run_fast in one loop: memsets and event records without a method call each (records
+        with nothing run between them share one clock read: the time they completed), and the run's launches
+        sharing their set-up (_RunLaunches). --emu-slowdown stretches each launch: then op by op through the
+        methods."""
+        if self.backend.slowdown > 1.0:
+            return super().run_fast(ops)
+        n = len(ops)
+        i = 0
+        fill = self.mem.fill
+        now: float | None = None          # the clock for the records since the last op that did work
+        launches: _RunLaunches | None = None
+        checked = False                   # the last op was a launch, which ended with its checks (Launch.run)
+        try:
+            while i < n:
+                method, args = ops[i]
+                if method == "launch":
+                    if launches is None:
+                        launches = _RunLaunches(self)
+                    try:
+                        i = launches.run(ops, i, checked)
+                    except Exception as exc:  # noqa: BLE001 - that launch's failure (base.run_fast's contract)
+                        return launches.failed, exc
+                    checked = True
+                    now = None
+                    continue
+                elif method == "event_record":
+                    if now is None:
+                        now = time.monotonic()
+                    args[0].recorded_at = now
+                elif method == "memset":
+                    fill(args[0], args[1], args[2])
+                    now = None
+                    checked = False
+                elif method != "stream_wait_event":       # in-order worker: a wait has nothing to wait for
+                    getattr(self, method)(*args)
+                    now = None
+                    checked = False
+                i += 1
+        except Exception as exc:  # noqa: BLE001 - op i's failure (base.run_fast's contract)
+            return i, exc
+        return n, None
 
     STRETCH_STEP_S = 0.005
 

@@ -48,6 +48,7 @@ class CodeBudget:
         self._lru: OrderedDict[Hashable, tuple[int, Callable[[], None]]] = OrderedDict()
         self._lock = threading.Lock()      # the worker and the loop's tiny launches may both touch the LRU order
         self._last: Hashable | None = None  # the key at the newest end of the LRU order, when known
+        self.drops = 0                     # translations dropped so far (a run's launches reuse plans until one is)
 
     def hold(self, nbytes: int, what: str) -> None:
         """Charge what a loaded module holds (never dropped: `release` gives it back)."""
@@ -109,5 +110,6 @@ class CodeBudget:
                 self.used -= n
                 self.cached -= n
                 dropped.append(drop)
+            self.drops += len(dropped)
         for drop in dropped:
             drop()

@@ -276,6 +276,15 @@ class EmuModule:
         %envreg1:%envreg2 gets one too, as on a GPU: cg::this_grid().is_valid() is true there). `heap`: the
         context's DeviceHeap (emu/device_heap.py), reserved with `heap_size` bytes (cudaLimitMallocHeapSize) before the first launch of a
         kernel that calls malloc or free; None: such a kernel fails to launch."""
+        plan = self.plan_for(kernel, grid, block, shmem, max_dynamic_shared, stack_size, cooperative)
+        return self.run_plan(plan, kernel, params, resources, peers, cancel, printf_fifo, turn, heap, heap_size)
+
+    def plan_for(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+                 max_dynamic_shared: int | None = None, stack_size: int | None = None,
+                 cooperative: bool = False) -> LaunchPlan:
+        """The launch plan of a configuration (launch's arguments of the same names), made and validated at its
+        first launch (its CUDA error otherwise), kept among the module's last _MAX_PLANS. A run of launches of one
+        configuration gets it once and runs each launch with run_plan (backends/emu.py: EmuContext.run_fast)."""
         key = (kernel, tuple(grid), tuple(block), shmem, max_dynamic_shared, stack_size, cooperative)
         plan = self._plans.get(key)
         if plan is not None:
@@ -285,6 +294,13 @@ class EmuModule:
             if len(self._plans) >= _MAX_PLANS:
                 del self._plans[next(iter(self._plans))]       # the oldest: a few configurations repeat
             self._plans[key] = plan
+        return plan
+
+    def run_plan(self, plan: LaunchPlan, kernel: str, params: bytes, resources=None, peers=(),
+                 cancel: threading.Event | None = None, printf_fifo: int = 1 << 20, turn=None, heap=None,
+                 heap_size: int = 8 << 20, checked: bool = False) -> LaunchOutput:
+        """One launch of `plan` (plan_for's, of the function named `kernel`), the rest of launch's arguments as
+        launch takes them. `checked`: this context's previous launch just ended, its checks made (Launch.run)."""
         if len(params) < plan.kernel.layout.param_size:
             raise CudaError("cudaErrorInvalidValue",
                             f"{kernel}: parameter buffer of {len(params)} B, the kernel needs "
@@ -302,7 +318,7 @@ class EmuModule:
         run = spare.pop() if spare else Launch(plan, self.memory, self._symbols, self.limits)
         run.start(params, self._launches, resources, peers, cancel, printf_fifo, turn, workspace, heap)
         try:
-            stdout = run.run()
+            stdout = run.run(checked)
         except CudaError:
             raise
         except Exception as e:  # noqa: BLE001 - an emulator bug: a sticky launch failure, never cudaErrorUnknown

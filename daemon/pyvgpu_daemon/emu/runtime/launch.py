@@ -282,7 +282,11 @@ class Launch:
                             f"instructions exhausted (runaway loop or spin-wait?)")
         self.check_time()
 
-    def run(self) -> bytes:
+    def run(self, checked: bool = False) -> bytes:
+        """Run the launch (started). `checked`: the caller's previous launch of this context ended with its checks
+        (check_time: deadline, cancellation, the turn) just now, nothing in between: a reusable plan's launch,
+        whose only chunk checks again when it ends, skips the check before it (a run of launches: EmuContext's
+        run_fast)."""
         plan = self.plan
         ncta_total, per, threads = plan.ncta, plan.per, plan.threads
         native = plan.native and self.kernel.native_make(wait=plan.native == "on")
@@ -299,7 +303,8 @@ class Launch:
                     chunk = self._chunk = Chunk(self, 0, ncta_total)
                 else:
                     chunk.reuse()
-                self.check_time()
+                if not checked:
+                    self.check_time()
                 chunk.run()
             else:
                 free: list[Chunk] = []
