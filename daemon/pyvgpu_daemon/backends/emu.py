@@ -154,8 +154,8 @@ class EmuEvent:
 
 class _RunLaunches:
     """The launches of one run of FAST ops (EmuContext.run_fast), each run as EmuContext.launch runs it, their
-    set-up shared: a run changes no limit, function attribute or peer (OpFlag.FAST's rule), so the limits, peers
-    and context objects are read once, and each configuration's plan is looked up once (EmuModule.plan_for, its
+    set-up shared: no FAST op changes a limit, a function attribute or a peer (base.FAST_METHODS: launches, memsets,
+    copies, event records and stream waits), so the limits, peers and context objects are read once, and each configuration's plan is looked up once (EmuModule.plan_for, its
     translation's LRU place touched then) and kept for the run's later launches of it, until making a plan
     drops a translation (CodeBudget.drops) whose plans the run may hold. A launch right after another skips the
     checks that one made as it ended (Launch.run's `checked`)."""

@@ -38,6 +38,10 @@ class EmuLimits:
     # use it; "on" builds it at the first launch and uses it for every launch; "off".
     native: str = os.environ.get("PYVGPU_EMU_NATIVE", "auto")
     native_min_threads: int = _env_int("PYVGPU_EMU_NATIVE_MIN_THREADS", 1 << 18)
+    # Native code for a whole kernel run a thread at a time (translator/threadgen.py) where the kernel allows it
+    # (no barriers, warp operations, atomics, fences, volatile or scoped accesses, calls); "0" keeps such kernels
+    # on the lockstep native runs above. Applies wherever native code does (PYVGPU_EMU_NATIVE).
+    threadgen: bool = os.environ.get("PYVGPU_EMU_THREADGEN", "1") != "0"
     # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
     threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # Wall-clock seconds one launch may run.

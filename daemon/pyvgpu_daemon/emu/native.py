@@ -58,13 +58,15 @@ def _warn_once(reason: str, detail: str) -> None:
         log.warning("emulated GPU: native code unavailable (%s), kernels run as NumPy code: %s", reason, detail)
 
 
-def load(source: str, directory: Path | None = None) -> ctypes.CDLL | None:
-    """The shared library of a C source (built once per machine and source), or None."""
+def load(source: str, directory: Path | None = None, extra: tuple[str, ...] = ()) -> ctypes.CDLL | None:
+    """The shared library of a C source (built once per machine and source, with FLAGS and `extra` flags), or
+    None."""
     cc = compiler()
     if cc is None:
         _warn_once("no C compiler", "set PYVGPU_EMU_CC or install cc")
         return None
-    key = hashlib.sha256("\0".join((source, cc, " ".join(FLAGS), _cpu_signature())).encode()).hexdigest()[:24]
+    flags = FLAGS + tuple(extra)
+    key = hashlib.sha256("\0".join((source, cc, " ".join(flags), _cpu_signature())).encode()).hexdigest()[:24]
     directory = directory or cache_dir() / "emu-native"
     path = directory / f"{key}.so"
     with _lock:
@@ -73,7 +75,7 @@ def load(source: str, directory: Path | None = None) -> ctypes.CDLL | None:
         else:
             try:
                 private_dir(directory)      # shared libraries this daemon loads: nobody else may plant one
-                _compile(cc, source, path)
+                _compile(cc, source, path, flags)
                 _prune(directory, MAX_CACHED)
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
                 _warn_once("compiler failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -85,12 +87,12 @@ def load(source: str, directory: Path | None = None) -> ctypes.CDLL | None:
             return None
 
 
-def _compile(cc: str, source: str, path: Path) -> None:
+def _compile(cc: str, source: str, path: Path, flags: tuple[str, ...] = FLAGS) -> None:
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}")
     src = tmp.with_suffix(".c")
     src.write_text(source)
     try:
-        proc = subprocess.run([cc, *FLAGS, "-o", str(tmp), str(src), "-lm"], capture_output=True, text=True,
+        proc = subprocess.run([cc, *flags, "-o", str(tmp), str(src), "-lm"], capture_output=True, text=True,
                               timeout=COMPILE_TIMEOUT)
         if proc.returncode != 0:
             raise RuntimeError(f"{cc} exited {proc.returncode}: {proc.stderr.strip()[:500]}")

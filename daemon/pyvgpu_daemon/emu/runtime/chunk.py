@@ -136,6 +136,9 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
 
     def _run(self) -> None:
         L = self.launch
+        if L.thread_code is not None:      # the whole kernel as native code, a thread at a time
+            L.thread_code.run(self)
+            return
         bound = self._bound
         if bound is None or bound[0] is not L.make:
             blocks, handlers, reset = self.bind_blocks()

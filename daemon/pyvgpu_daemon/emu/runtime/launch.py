@@ -38,6 +38,7 @@ from pyvgpu_daemon.errors import CudaError, code_of
 
 from ..layout import align
 from ..limits import EmuLimits
+from ..translator.threadgen import ThreadCode
 from .chunk import Chunk, state_bytes
 from .special import ParamBuffer
 
@@ -290,7 +291,9 @@ class Launch:
         plan = self.plan
         ncta_total, per, threads = plan.ncta, plan.per, plan.threads
         native = plan.native and self.kernel.native_make(wait=plan.native == "on")
-        self.make = native or self.kernel.make      # (compiles the block code at the kernel's first launch)
+        # a whole kernel a thread at a time (translator/threadgen.py): its chunks bind no block functions
+        self.thread_code = native if isinstance(native, ThreadCode) else None
+        self.make = None if self.thread_code else native or self.kernel.make   # (compiles the block code once)
         t0 = time.perf_counter()
         if self.turn is not None:
             self.turn.on_waiter(self._poke)

@@ -724,14 +724,7 @@ def _where(e: CEmitter, ins: ir.Instr, space: str, vsize: int, write: bool) -> t
         raise NoC      # call-frame variables; kernel parameters by name stay uniform NumPy scalars (S.param)
     if space == "param" and kind != "reg":
         space = "local"
-    if kind == "reg":
-        base = ins.srcs[0].base.name
-        w = e.regs.get(base)
-        if w not in (32, 64):
-            raise NoC
-        a = f"(uint64_t)(uint{w}_t)({e.src(ir.Reg(base), f'u{w}', ins)} + UINT{w}_C({off & ((1 << w) - 1):#x}))"
-    else:
-        a = f"UINT64_C({off & ((1 << 64) - 1):#x})"
+    a = address_expr(e, ins, kind, off)
     hint = f"&hint{e.hints}"
     if space in ("global", "const"):
         e.hints += 1
@@ -750,6 +743,31 @@ def _where(e: CEmitter, ins: ir.Instr, space: str, vsize: int, write: bool) -> t
     return (f"(uint8_t *){where}" if write else where), never_null
 
 
+def store_value(e: CEmitter, o, t: str, ins: ir.Instr) -> str:
+    """The C expression of a st's source register as the store's type t writes it: its bits (floats of their own
+    width), sign- or zero-extended from a narrower register as codegen.src reads it."""
+    if not isinstance(o, ir.Reg) or o.name.startswith("!") or o.name not in e.regs or e.regs[o.name] == 1:
+        raise NoC
+    w = e.regs[o.name]
+    if t in ("f32", "f64"):
+        if w != BITS[t]:
+            raise NoC
+        return e.src(o, "u" + str(w), ins)
+    return e.src(o, t if t[0] == "s" and BITS[t] > w else "u" + str(BITS[t]), ins)
+
+
+def address_expr(e: CEmitter, ins: ir.Instr, kind: str, off: int) -> str:
+    """The C expression (uint64_t) of an access's address: its base register + offset, wrapping at the register's
+    width (32 or 64 bits, as the NumPy code adds them), or a constant address."""
+    if kind != "reg":
+        return f"UINT64_C({off & ((1 << 64) - 1):#x})"
+    base = ins.srcs[0].base.name
+    w = e.regs.get(base)
+    if w not in (32, 64):
+        raise NoC
+    return f"(uint64_t)(uint{w}_t)({e.src(ir.Reg(base), f'u{w}', ins)} + UINT{w}_C({off & ((1 << w) - 1):#x}))"
+
+
 def _pointer(e: CEmitter, ins: ir.Instr, decl: str, p: str, where: str, never_null: bool) -> str:
     """The C statement setting an access's pointer `p` (declared by `decl`): null where the guard excludes the lane;
     the function declines (returns 1) at a null one the guard lets through, unless it is never null (_where)."""
@@ -763,12 +781,11 @@ def _pointer(e: CEmitter, ins: ir.Instr, decl: str, p: str, where: str, never_nu
     return f"{decl} = 0; if ({'!' if gneg else ''}{e.var(g)}) {{ {p} = {where}; if (!{p}) return 1; }}"
 
 
-def _ld(e: CEmitter, ins: ir.Instr) -> None:
-    """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset) or a constant address, as instrs._ld does it:
-    the access checked as a whole (vector size), then one element per destination, widened or narrowed to its
-    register as codegen.write does. Caching hints and memory-order qualifiers change nothing in a run, which holds
-    no store (its loads see memory as it was when it began, as the lockstep NumPy code's do)."""
-    if e.address is None or not isinstance(ins.dsts[0], (ir.Reg, ir.Vec)):
+def load_form(e: CEmitter, ins: ir.Instr) -> tuple[str, str, list, int, str]:
+    """(space, type, destinations, element size, the type each element is read as: its bits, signed for the
+    sign-extending types) of a ld/ldu with a C form (NoC otherwise): destinations are non-predicate registers,
+    floats of their own width."""
+    if not isinstance(ins.dsts[0], (ir.Reg, ir.Vec)):
         raise NoC
     try:
         space, vec, t = _memmods(ins)
@@ -781,11 +798,6 @@ def _ld(e: CEmitter, ins: ir.Instr) -> None:
     dsts = list(ins.dsts[0].elems) if isinstance(ins.dsts[0], ir.Vec) else [ins.dsts[0]]
     if len(dsts) != vec:
         raise NoC
-    size = BITS[t] // 8
-    vsize = size * vec
-    where, never_null = _where(e, ins, space, vsize, False)
-    # the value type each element is read as: its bits, signed for the sign-extending types
-    lt = t if t in SIGNED and t[0] == "s" else "u" + str(BITS[t])
     for d in dsts:
         if isinstance(d, ir.Reg) and d.name == "_":
             continue
@@ -793,6 +805,18 @@ def _ld(e: CEmitter, ins: ir.Instr) -> None:
             raise NoC
         if t in ("f32", "f64") and e.regs[d.name] != BITS[t]:
             raise NoC
+    return space, t, dsts, BITS[t] // 8, t if t in SIGNED and t[0] == "s" else "u" + str(BITS[t])
+
+
+def _ld(e: CEmitter, ins: ir.Instr) -> None:
+    """ld/ldu{.space}{.v2,.v4}.type of a register address (+ offset) or a constant address, as instrs._ld does it:
+    the access checked as a whole (vector size), then one element per destination, widened or narrowed to its
+    register as codegen.write does. Caching hints and memory-order qualifiers change nothing in a run, which holds
+    no store (its loads see memory as it was when it began, as the lockstep NumPy code's do)."""
+    if e.address is None:
+        raise NoC
+    space, t, dsts, size, lt = load_form(e, ins)
+    where, never_null = _where(e, ins, space, size * len(dsts), False)
     e.mem = True
     p = e.var(f"__ld{len(e.lines)}")
     e.lines.append(_pointer(e, ins, f"const uint8_t *{p}", p, where, never_null))
@@ -827,18 +851,7 @@ def _st(e: CEmitter, ins: ir.Instr) -> None:
     if len(srcs) != vec:
         raise NoC
     size = BITS[t] // 8
-    vals = []
-    for o in srcs:
-        if not isinstance(o, ir.Reg) or o.name.startswith("!") or o.name not in e.regs or e.regs[o.name] == 1:
-            raise NoC
-        w = e.regs[o.name]
-        if t in ("f32", "f64"):
-            if w != BITS[t]:
-                raise NoC
-            vt = "u" + str(w)
-        else:
-            vt = t if t[0] == "s" and BITS[t] > w else "u" + str(BITS[t])
-        vals.append(e.src(o, vt, ins))
+    vals = [store_value(e, o, t, ins) for o in srcs]
     where, never_null = _where(e, ins, space, size * vec, True)
     e.mem = True
     j = len(e.stores)

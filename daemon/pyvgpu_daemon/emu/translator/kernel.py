@@ -20,9 +20,9 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import control, instrs
+from . import control, instrs, threadgen
 from .cfg import Block, split_blocks
-from .cgen import PRELUDE, NativeRun, c_body, function_source, plan_runs
+from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
 from .liveness import live_in, reads_writes
@@ -123,7 +123,8 @@ class Kernel:
 
 
     def native_make(self, wait: bool = True):
-        """make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
+        """The kernel's threadgen.ThreadCode where it can run a thread at a time (Kernel._build_thread_code), else
+        make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
         (translator/cgen.py, emu/native.py); None when the kernel has no runs or no native code can be built
         (the NumPy make then serves, with the same results). wait=False starts the build on a background thread
         and answers None until it is done, so a launch never waits for the compiler."""
@@ -152,6 +153,10 @@ class Kernel:
             return False
 
     def _build_native(self):
+        if self.limits.threadgen and threadgen.eligible_reason(self) is None:
+            code = self._build_thread_code()
+            if code is not None:
+                return code
         g = Codegen(self)
         regs = g.reg_width
         import os
@@ -188,6 +193,21 @@ class Kernel:
         self._native_lib = lib              # keeps the library loaded as long as the kernel
         self.native_source = source
         return g.ns["make"]
+
+
+    def _build_thread_code(self):
+        """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction
+        has no C form there (the lockstep native runs then serve)."""
+        try:
+            source, state = threadgen.kernel_source(self, Codegen(self), "tk")
+        except NoC:
+            return None
+        lib = native.load(threadgen.PRELUDE_T + source, extra=threadgen.FLAGS)
+        if lib is None:
+            return None
+        self._native_lib = lib              # keeps the library loaded as long as the kernel
+        self.native_source = source
+        return threadgen.ThreadCode(lib.tk, self.name, state)
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()

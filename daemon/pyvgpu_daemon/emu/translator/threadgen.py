@@ -1,0 +1,537 @@
+"""Thread-at-a-time native code: a whole kernel as one C function that runs the chunk's threads one after the other.
+
+The interpreter runs a chunk in lockstep, one array per register over all its lanes (NumPy calls, or cgen.py's
+native runs). For a kernel of millions of threads doing a few loads and stores each, every instruction is a pass
+over arrays larger than the caches (bench/README.md, "Issue 19 part 6, fourth step"). Here each thread's registers
+are C locals, control flow is gotos, and one loop runs thread after thread.
+
+Only kernels that cannot tell the difference get it (`eligible_reason`): every block plain (no CTA barrier, no warp
+operation), every instruction with a C form (cgen.py's ALU forms, which a differential test ties to the NumPy ops;
+the loads and stores below; the special registers of a thread's position), control flow of branches and exit only,
+and nothing that lets threads observe each other's order (Kernel.independent_ctas: no atomics, fences, volatile or
+scoped accesses, calls). Such a kernel's results are the lockstep interpreter's, bit for bit, except where threads
+race without synchronisation (undefined on a GPU).
+
+The function never calls out: it *suspends*. It saves the thread's registers and its position in a state array
+(`st`, layout ST_*) and returns R_SLOW or R_TICK; Python does what was asked and calls it again, and it resumes
+where it stopped (a switch to the site's label). So no Python code runs on the thread of a C call (an error is
+raised where the launch runs), and a suspension saves only the registers live at its site.
+- Memory: every load and store is checked as runtime/spaces.py checks it (cgen's MemCtx: alignment to the access
+  size, every byte inside one live allocation or inside its window). An access the C code cannot serve (a fault, a
+  reserved VMM range, a peer's memory, mapped host memory) suspends with R_SLOW; `_slow_access` serves that one
+  access as runtime/spaces.py does, or raises the error it always raises. After a fault the launch stops with that
+  error, the context sticky-broken as after a GPU fault, with the stores before it made.
+- Bounds: it counts the thread-instructions it runs and suspends with R_TICK every TICK_EVERY of them, at a backward
+  branch or a thread's end: the launch's instruction budget, deadline, cancellation and turn (fair sharing between
+  sessions) are checked there (Launch.account) as after the interpreter's steps, so an endless loop stops as before.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
+from ..ptx import ir
+from ..ptx.predefined import SPECIAL_REGISTERS
+from ..ptx.types import BITS, SIGNED
+from .cgen import PRELUDE, CEmitter, NoC, address_expr, ctype, load_form, store_value, utype
+from .instrs import _memmods
+from .liveness import reads_writes, successors
+
+# Extra compiler flags (emu/native.py): with -march=native's own tuning on this host's AVX-512 CPU, GCC 12 spilled the
+# kernel function's many live integers into vector registers, which made it 2x slower than with generic tuning
+# (instruction selection only: the same IEEE semantics).
+FLAGS = ("-mtune=generic",)
+
+TICK_EVERY = 1 << 18            # thread-instructions between two R_TICK suspensions (about 0.1-1 ms)
+
+# Return codes of the kernel function
+R_DONE, R_SLOW, R_TICK = 0, 2, 3
+# The state array (uint64): the site to resume at (0: start), thread, thread-instructions so far, the thread's
+# position in its CTA and its CTA, an R_SLOW request (kind, address, size, store?, 16 bytes of value), registers.
+ST_RESUME, ST_I, ST_CNT, ST_LIC, ST_CTA, ST_KIND, ST_ADDR, ST_SIZE, ST_WRITE, ST_VAL, ST_REGS = \
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11
+
+# Memory kinds of an R_SLOW request: what its address is an address of.
+K_GLOBAL, K_SHARED, K_LOCAL, K_PARAM, K_KPARAM = range(5)
+
+# The special registers a thread's position gives (computed per thread from the chunk's geometry, as
+# runtime/special.py computes them per lane); a kernel reading any other is not eligible.
+_POSITION = {f"%{k}.{a}" for k in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"} | {
+    "%laneid", "%warpid", "%nwarpid", "%nsmid", "%smid"}
+
+PRELUDE_T = PRELUDE + f"""
+typedef struct {{ int64_t cs, bx, by, bz, gx, gy, gz, cta0, nsm, every; }} TX;
+/* a global access: first the allocation of the previous access through the same pointer with the same size (lo,
+ * lim: a - lo < lim holds for the addresses whose s bytes lie in it; lim 0: none), locals of the kernel function
+ * (stores through uint8_t pointers cannot alias them); else a search, out of line. hd: heap - base. Each resolver
+ * returns the address of an access of s bytes, or 0 with (*k, *o) saying what to ask Python for. */
+typedef struct {{ uint8_t *p; uint64_t lo, hi; }} Hit;
+static __attribute__((noinline)) Hit GMISS(const MemCtx *M, uint64_t a, uint64_t s) {{
+    Span h = {{1, 0}}; Hit r; r.p = (uint8_t *)PGS(M, a, s, &h); r.lo = h.lo; r.hi = h.hi; return r;
+}}
+static inline uint8_t *TG(const MemCtx *M, uintptr_t hd, uint64_t a, uint64_t s, uint64_t *lo, uint64_t *lim,
+                          int64_t *k, uint64_t *o) {{
+    *k = {K_GLOBAL}; *o = a;
+    if (__builtin_expect(a - *lo < *lim && !(a & (s - 1)), 1)) return (uint8_t *)(uintptr_t)(a + hd);
+    Hit r = GMISS(M, a, s);
+    if (r.p) {{ *lo = r.lo; *lim = r.hi - r.lo - s + 1; }}
+    return r.p;
+}}
+static inline uint8_t *TS(const MemCtx *M, int64_t i, uint64_t off, uint64_t s, int64_t *k, uint64_t *o) {{
+    *k = {K_SHARED}; *o = off; return (uint8_t *)PS(M, (int64_t)off, (int64_t)s, i);
+}}
+static inline uint8_t *TL(const MemCtx *M, int64_t i, uint64_t off, uint64_t s, int64_t *k, uint64_t *o) {{
+    *k = {K_LOCAL}; *o = off; return (uint8_t *)PL(M, (int64_t)off, (int64_t)s, i);
+}}
+static inline uint8_t *TP(const MemCtx *M, uint64_t off, uint64_t s, int64_t *k, uint64_t *o) {{
+    *k = {K_PARAM}; *o = off; return (uint8_t *)PP(M, (int64_t)off, (int64_t)s);
+}}
+static inline uint8_t *TGEN(const MemCtx *M, uintptr_t hd, int64_t i, uint64_t a, uint64_t s, uint64_t *lo,
+                            uint64_t *lim, int64_t *k, uint64_t *o) {{
+    if (a - UINT64_C({SH_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return TS(M, i, a - UINT64_C({SH_WIN:#x}), s, k, o);
+    if (a - UINT64_C({LOC_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return TL(M, i, a - UINT64_C({LOC_WIN:#x}), s, k, o);
+    if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return TP(M, a - UINT64_C({PAR_WIN:#x}), s, k, o);
+    return TG(M, hd, a, s, lo, lim, k, o);
+}}
+/* a generic store: the kernel-parameter window is read-only (Python raises the store's error) */
+static inline uint8_t *TGENW(const MemCtx *M, uintptr_t hd, int64_t i, uint64_t a, uint64_t s, uint64_t *lo,
+                             uint64_t *lim, int64_t *k, uint64_t *o) {{
+    if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) {{ *k = {K_PARAM}; *o = a - UINT64_C({PAR_WIN:#x}); return 0; }}
+    return TGEN(M, hd, i, a, s, lo, lim, k, o);
+}}
+static inline uint8_t *TPR(const MemCtx *M, int64_t i, uint64_t a, uint64_t s, int64_t *k, uint64_t *o) {{
+    if (a - UINT64_C({PAR_WIN:#x}) < UINT64_C({WIN_SIZE:#x})) return TP(M, a - UINT64_C({PAR_WIN:#x}), s, k, o);
+    return TL(M, i, a, s, k, o);
+}}
+static inline uint8_t *TKP(const MemCtx *M, uint64_t off, uint64_t s, int64_t *k, uint64_t *o) {{
+    /* a kernel parameter by name (runtime/special.ParamBuffer.scalar: any alignment) */
+    *k = {K_KPARAM}; *o = off;
+    return off + s <= (uint64_t)M->psize ? (uint8_t *)M->pbuf + off : 0;
+}}
+"""
+
+
+def eligible_reason(kernel) -> str | None:
+    """Why a kernel cannot run a thread at a time (None: it can, as far as its blocks go; the C forms decide the
+    rest)."""
+    if not kernel.independent_ctas:
+        return "atomics, fences, volatile or scoped accesses, or calls"
+    if kernel.flat.calls or kernel.flat.out_of_line:
+        return "out-of-line calls"
+    for b in kernel.blocks:
+        if b.kind != "plain":
+            return f"a {'barrier' if b.kind == 'bar' else 'warp operation'} at line {b.term.line}"
+        if b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
+            return f"{b.term.opcode} at line {b.term.line}"
+    return None
+
+
+class ThreadEmitter(CEmitter):
+    """cgen's C forms with loads and stores that happen at once (thread-at-a-time: no lockstep order to keep) and a
+    slow path into Python for an access the C code cannot serve."""
+
+    def __init__(self, regs, imm, address, kernel) -> None:
+        super().__init__(regs, imm, address)
+        self.kernel = kernel
+        self.tmp = 0
+        self.hint_of: dict = {}
+        self.sites = 0                    # suspension sites (R1, R2, ...: `suspend`)
+        self.restores: dict[int, list[str]] = {}   # site -> the registers it saved
+        self.tail: list[str] = []         # each site's saving code (after the thread loop)
+        self.slots: dict[str, int] = {}   # register -> its word in the state array
+        self.live: set[str] = set()       # registers live at the instruction being emitted (kernel_source)
+        self.kparams: dict = {}           # (offset, size) -> the pointer to a kernel parameter's bytes (or 0)
+        self.prologue: list[str] = []     # statements before the thread loop
+        # (space, base register or None, offset, size) -> the C pointer of an unguarded access made earlier in the
+        # block, through the same unchanged register: another access there needs no new check (0: not served by the
+        # C code: the check runs again)
+        self.checked: dict = {}
+
+    def emit(self, ins: ir.Instr) -> None:
+        if ins.opcode in ("ld", "ldu"):
+            _tld(self, ins)
+        elif ins.opcode == "st":
+            _tst(self, ins)
+        else:
+            if any(isinstance(o, (ir.Sym, ir.Addr)) for o in ins.srcs) and ins.opcode in ("mov", "cvta"):
+                ins = _constant_address(self, ins)
+            super().emit(ins)
+        written = reads_writes(ins, self.regs, True)[1]
+        if written:
+            self.checked = {key: p for key, p in self.checked.items() if key[1] not in written}
+
+    def label(self) -> None:
+        """A block starts: another path may lead here, so no earlier check holds."""
+        self.checked = {}
+
+    def hint(self, base) -> str:
+        """The allocation hint (TG's lo, lim) of the global and generic accesses of one size through one base register
+        (or at one constant address): accesses through one pointer mostly stay in one allocation."""
+        if base not in self.hint_of:
+            self.hint_of[base] = f"hint{self.hints}"
+            self.hints += 1
+        return self.hint_of[base]
+
+    def suspend(self, rc: int, request: str = "", live: set[str] | None = None) -> str:
+        """C statements suspending the function at a new site (R_SLOW: `request` fills the request fields): the
+        registers live there (`live`, else those of the instruction being emitted) saved, each in its slot; then
+        that site's resume label: after it, no pointer checked before the suspension holds (their locals are not
+        saved). Saving only live registers keeps dead ones out of the hot code's registers."""
+        self.sites += 1
+        k = self.sites
+        live = sorted(self.live if live is None else live)
+        self.restores[k] = live
+        save = " ".join(f"st[{self.slot(r)}] = (uint64_t){self.var(r)};" for r in live)
+        # the saving out of the hot code (a cold label after the thread loop: registers are the function's locals)
+        self.tail.append(f"S{k}: __attribute__((cold)); {save} st[{ST_RESUME}] = {k}; rc = {rc}; goto suspend;")
+        stale = "".join(f" {p} = 0;" for p in self.checked.values())
+        return f"{request} goto S{k}; R{k}: ;{stale}"
+
+    def slot(self, r: str) -> int:
+        if r not in self.slots:
+            self.slots[r] = ST_REGS + len(self.slots)
+        return self.slots[r]
+
+    def fresh(self, stem: str) -> str:
+        self.tmp += 1
+        return f"{stem}{self.tmp}"
+
+
+def _constant_address(e: ThreadEmitter, ins: ir.Instr) -> ir.Instr:
+    """mov/cvta of a variable's address (`mov.u64 %rd, smem;`): the constant the NumPy code uses (Codegen.src)."""
+    o = ins.srcs[0]
+    base, off = (o, 0) if isinstance(o, ir.Sym) else (o.base, o.offset)
+    if not isinstance(base, ir.Sym) or e.kernel.frame_of(base.name) is not None:
+        raise NoC
+    try:
+        a = e.kernel.sym_address(base.name, ins) + off
+    except CudaError:
+        raise NoC from None
+    bits = 64
+    for m in ins.mods:
+        if m in BITS and m != "pred":
+            bits = BITS[m]
+    return ir.Instr(ins.opcode, ins.mods, ins.dsts, [ir.Imm(a & ((1 << bits) - 1))] + list(ins.srcs[1:]),
+                    ins.guard, ins.line, ins.text)
+
+
+def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool) -> tuple[str, str, str]:
+    """(C statements declaring pointer p, kind k and slow-path address o of a checked access, p, the guard test)."""
+    try:
+        kind, _, off = e.address(ins.srcs[0], ins)
+    except CudaError:
+        raise NoC from None
+    k, o, p = e.fresh("tk"), e.fresh("to"), e.fresh("tp")
+    if kind == "kparam":
+        if space != "param" or store:
+            raise NoC                      # the NumPy code reports it
+        # the same bytes for every thread: checked once, before the thread loop (a kernel's parameters are read-only)
+        kp = e.kparams.get((off, vsize))
+        if kp is None:
+            kp = e.kparams[(off, vsize)] = f"kp{len(e.kparams)}"
+            e.prologue.append(f"int64_t {kp}k; uint64_t {kp}o; uint8_t *{kp} = TKP(M, UINT64_C({off:#x}), {vsize}, "
+                              f"&{kp}k, &{kp}o);")
+        where = f"{kp}; {k} = {K_KPARAM}; {o} = UINT64_C({off:#x})"
+    else:
+        if kind not in ("reg", "const"):
+            raise NoC
+        if space == "param" and kind != "reg":
+            space = "local"                # call-sequence .param variables live in the local frame
+        if space == "const":
+            if store:
+                raise NoC
+            space = "global"
+        a = address_expr(e, ins, kind, off)
+        if space in ("global", "generic"):
+            hint = e.hint((ins.srcs[0].base.name if kind == "reg" else off, vsize))
+            fn = "TG(M, hd" if space == "global" else "TGENW(M, hd, i" if store else "TGEN(M, hd, i"
+            where = f"{fn}, {a}, {vsize}, &{hint}lo, &{hint}lim, &{k}, &{o})"
+        elif space == "shared":
+            where = f"TS(M, i, {a}, {vsize}, &{k}, &{o})"
+        elif space == "local":
+            where = f"TL(M, i, {a}, {vsize}, &{k}, &{o})"
+        elif space == "param":
+            if store:
+                raise NoC                  # kernel parameters are read-only; call sequences are out of line
+            where = f"TPR(M, i, {a}, {vsize}, &{k}, &{o})"
+        else:
+            raise NoC
+    if ins.guard is not None and e.regs.get(ins.guard[0]) != 1:
+        raise NoC
+    decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {where};"
+    if ins.guard is None:
+        # (a generic load's check does not hold for a store: the parameter window is read-only)
+        key = (space, ins.srcs[0].base.name if kind == "reg" else None, off, vsize, store and space == "generic")
+        old = e.checked.get(key)
+        if old is not None:
+            decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {old}; if (!{p}) {p} = {where};"
+        e.checked[key] = p
+    return decl, p, (k, o)
+
+
+def _tld(e: ThreadEmitter, ins: ir.Instr) -> None:
+    """ld/ldu of any space, as instrs._ld: the access checked as a whole, one element per destination, widened or
+    narrowed to its register (CEmitter.write)."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    vsize = size * len(dsts)
+    decl, p, slow = _access(e, ins, space, vsize, False)
+    xs = [e.fresh("tx") for _ in dsts]
+    body = [f"{ctype(lt)} {x} = 0;" for x in xs]
+    ask = _request(slow, vsize, False)
+    load = (f"if (__builtin_expect({p} != 0, 1)) {{ " +
+            " ".join(f"memcpy(&{x}, {p} + {k * size}, {size});" for k, x in enumerate(xs)) +
+            f" }} else {{ {e.suspend(R_SLOW, ask)} {p} = 0; " +
+            " ".join(f"memcpy(&{x}, (uint8_t *)(st + {ST_VAL}) + {k * size}, {size});" for k, x in enumerate(xs)) +
+            " }")
+    if ins.guard is None:
+        body += [decl, load]          # the pointer at the body's level: later accesses may reuse it (checked)
+    else:
+        body.append(f"if ({'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}) {{ {decl} {load} }}")
+    e.lines.extend(body)
+    for d, x in zip(dsts, xs):
+        if isinstance(d, ir.Reg) and d.name == "_":
+            continue
+        e.write(d, lt, x, ins)
+
+
+def _tst(e: ThreadEmitter, ins: ir.Instr) -> None:
+    """st of the global, shared, local and generic spaces, as instrs._st: the access checked as a whole, each
+    element the source's low bits (registers sign- or zero-extended from a narrower width, as Codegen.src reads
+    them)."""
+    try:
+        space, vec, t = _memmods(ins)
+    except CudaError:
+        raise NoC from None
+    if space == "const" or t in ("f16", "bf16", "f16x2", "bf16x2") or vec > 4:
+        raise NoC
+    srcs = list(ins.srcs[1].elems) if isinstance(ins.srcs[1], ir.Vec) else [ins.srcs[1]]
+    if len(srcs) != vec:
+        raise NoC
+    size = BITS[t] // 8
+    ct = f"uint{8 * size}_t"
+    vals = []
+    for o in srcs:
+        if isinstance(o, ir.Imm):
+            v = e.src(o, t, ins)
+            vals.append(f"B{BITS[t]}({v})" if t in ("f32", "f64") else f"({ct})({v})")
+            continue
+        vals.append(f"({ct})({store_value(e, o, t, ins)})")
+    decl, p, slow = _access(e, ins, space, size * vec, True)
+    guard = "1" if ins.guard is None else f"{'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}"
+    svs = [e.fresh("sv") for _ in vals]
+    values = " ".join(f"{ct} {x} = {v};" for x, v in zip(svs, vals))
+    fast = " ".join(f"memcpy({p} + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
+    fill = " ".join(f"memcpy((uint8_t *)(st + {ST_VAL}) + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
+    ask = _request(slow, size * vec, True) + " " + fill
+    store = (f"{{ {values} if (__builtin_expect({p} != 0, 1)) {{ {fast} }} else {{ {e.suspend(R_SLOW, ask)} "
+             f"{p} = 0; }} }}")
+    if ins.guard is None:
+        e.lines += [decl, store]
+    else:
+        e.lines.append(f"if ({guard}) {{ {decl} {store} }}")
+
+
+def _request(slow: tuple[str, str], size: int, store: bool) -> str:
+    """C statements filling an R_SLOW request (ST_KIND..ST_WRITE) of an access whose resolver set (kind, address)."""
+    k, o = slow
+    return f"st[{ST_KIND}] = (uint64_t){k}; st[{ST_ADDR}] = {o}; st[{ST_SIZE}] = {size}; st[{ST_WRITE}] = {int(store)};"
+
+
+def _special_c(name: str) -> str:
+    """The C expression of a position special register for thread i (runtime/special.py's values)."""
+    kind, _, axis = name[1:].partition(".")
+    if kind in ("ntid", "nctaid"):
+        return {"ntid": "b", "nctaid": "g"}[kind] + axis
+    if kind in ("tid", "ctaid"):
+        lin, d = ("lic", "b") if kind == "tid" else ("cta", "g")
+        if axis == "x":       # (a 1-D block or grid: no division)
+            return f"({d}1 ? {lin} : {lin} % {d}x)"
+        if axis == "y":
+            return f"(({lin} / {d}x) % {d}y)"
+        return f"({lin} / ({d}x * {d}y))"
+    return {"%laneid": "(lic % 32)", "%warpid": "(lic / 32)", "%nwarpid": "32", "%nsmid": "X->nsm",
+            "%smid": "(cta % X->nsm)"}[name]
+
+
+# the launch's shape as locals of the kernel function (_special_c's names)
+_SHAPE = ("    const int64_t bx = X->bx, by = X->by, bz = X->bz, gx = X->gx, gy = X->gy, gz = X->gz, cs = X->cs;\n"
+          "    const int b1 = by * bz == 1, g1 = gy * gz == 1; (void)bx; (void)by; (void)bz; (void)gx; (void)gy;\n"
+          "    (void)gz; (void)b1; (void)g1;\n")
+
+
+def kernel_source(kernel, g, name: str) -> tuple[str, int]:
+    """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st)`: threads i0..n-1 of the
+    chunk one after the other, from the start (st[ST_RESUME] 0) or resumed where it suspended; R_DONE when all ran,
+    else R_SLOW / R_TICK with st filled (module docstring); the length of its state array). Raises NoC when the
+    kernel is not eligible."""
+    if eligible_reason(kernel) is not None:
+        raise NoC
+    regs = dict(g.reg_width)
+    specials = sorted({o.name for b in kernel.blocks for ins in b.instrs + ([b.term] if b.term else [])
+                       for o in _operands(ins) if isinstance(o, ir.Reg) and o.name in SPECIAL_REGISTERS})
+    for sp in specials:
+        if sp not in _POSITION:
+            raise NoC
+        regs[sp] = BITS[SPECIAL_REGISTERS[sp]]
+    e = ThreadEmitter(regs, g.imm, g.address, kernel)
+    labels = kernel.labels
+    real = g.reg_width
+    nblocks = len(kernel.blocks)
+    for b in kernel.blocks:
+        e.lines.append(f"B{b.index}: ; cnt += {len(b.instrs) + 1};")
+        e.label()
+        # the registers live before each instruction: what a suspension there (before its result is written) saves
+        cur: set[str] = set().union(*(kernel.live[x] for x in successors(b, labels, nblocks)))
+        if b.term is not None:
+            cur |= set(reads_writes(b.term, real, True)[0])
+        at: list[set[str]] = []
+        for ins in reversed(b.instrs):
+            reads, writes = reads_writes(ins, real, True)
+            cur = (cur - set(writes)) | set(reads)
+            at.append(cur)
+        at.reverse()
+        for ins, live in zip(b.instrs, at):
+            if ins.opcode in ("ld", "ldu", "st") and set(ins.mods) & {"volatile", "relaxed", "acquire",
+                                                                     "release", "mmio"}:
+                raise NoC
+            e.live = live
+            e.emit(ins)
+        t = b.term
+        if t is None:
+            continue
+        test = ""
+        if t.guard is not None:
+            gname, gneg = t.guard
+            if gname not in e.regs or e.regs[gname] != 1:
+                raise NoC
+            test = f"if ({'!' if gneg else ''}{e.var(gname)}) "
+        if t.opcode in ("ret", "exit"):
+            e.lines.append(f"{test}goto done;")
+            continue
+        if any(m != "uni" for m in t.mods) or not t.srcs or not isinstance(t.srcs[0], ir.Sym) or \
+                t.srcs[0].name not in labels:
+            raise NoC
+        tgt = labels[t.srcs[0].name]
+        if tgt <= b.index:                 # a backward branch: the launch's bounds are checked here
+            e.label()
+            e.lines.append(f"{test}{{ if (cnt >= lim) {{ {e.suspend(R_TICK, live=kernel.live[tgt])} }} "
+                           f"goto B{tgt}; }}")
+        else:
+            e.lines.append(f"{test}goto B{tgt};")
+    e.label()
+    end_tick = e.suspend(R_TICK, live=set())
+    named = [(r, v) for r, v in e.names.items() if not r.startswith("__")]
+    decls = [f"{utype(regs[r])} {v} = 0;" for r, v in named]
+    start = [f"{v} = ({utype(regs[r])}){_special_c(r) if r in SPECIAL_REGISTERS else 0};" for r, v in named]
+    # resuming: the position's special registers from the thread's position, the site's registers from its slots
+    restore = [f"{v} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
+    cases = " ".join(f"case {k}: " + "".join(f"{e.var(r)} = ({utype(regs[r])})st[{e.slot(r)}]; " for r in live) +
+                     f"goto R{k};" for k, live in e.restores.items())
+    hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
+    ind = "\n    "
+    body = "\n        ".join(start + e.lines)
+    src = (f"int64_t {name}(int64_t i0, int64_t n, const MemCtx *restrict M, const TX *restrict X, "
+           f"uint64_t *restrict st) {{\n{hints}"
+           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n{_SHAPE}"
+           + "".join(f"    {x}\n" for x in e.prologue) +
+           f"    {ind.join(decls)}\n"
+           f"    int64_t rc = {R_DONE}, cnt = 0, lim = X->every, lic = i0 % cs - 1, cta = X->cta0 + i0 / cs, i = i0;\n"
+           f"    if (st[{ST_RESUME}]) {{\n"
+           f"        i = (int64_t)st[{ST_I}]; cnt = (int64_t)st[{ST_CNT}]; lim = cnt + X->every;\n"
+           f"        lic = (int64_t)st[{ST_LIC}]; cta = (int64_t)st[{ST_CTA}];\n"
+           f"        {(ind + '    ').join(restore)}\n"
+           f"        switch (st[{ST_RESUME}]) {{ {cases} default: return -1; }}\n"
+           f"    }}\n"
+           f"    for (; i < n; i++) {{\n"
+           f"        if (++lic == cs) {{ lic = 0; cta++; }}\n"
+           f"        {body}\n"
+           f"    done: ;\n"
+           f"        if (cnt >= lim) {{ {end_tick} }}\n"
+           f"    }}\n"
+           f"    st[{ST_CNT}] = (uint64_t)cnt; st[{ST_RESUME}] = 0;\n"
+           f"    return {R_DONE};\n"
+           + "".join(f"{x}\n" for x in e.tail) +
+           f"suspend:\n"
+           f"    st[{ST_I}] = (uint64_t)i; st[{ST_CNT}] = (uint64_t)cnt; st[{ST_LIC}] = (uint64_t)lic; "
+           f"st[{ST_CTA}] = (uint64_t)cta;\n"
+           f"    return rc;\n}}\n")
+    return src, ST_REGS + len(e.slots)
+
+
+def _operands(ins: ir.Instr):
+    for o in list(ins.srcs) + list(ins.dsts):
+        if isinstance(o, ir.Vec):
+            yield from o.elems
+        elif isinstance(o, ir.Addr):
+            yield o.base
+        else:
+            yield o
+
+
+class TX(ctypes.Structure):
+    """The C TX of PRELUDE_T (same fields, same order)."""
+    _fields_ = [(f, ctypes.c_int64) for f in ("cs", "bx", "by", "bz", "gx", "gy", "gz", "cta0", "nsm", "every")]
+
+
+class ThreadCode:
+    """A kernel's thread-at-a-time function (kernel_source), run over one chunk by `run`."""
+
+    def __init__(self, fn, name: str, state: int) -> None:
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.fn = fn
+        self.name = name
+        self.state = state            # words of its state array
+        self.suspended = 0            # R_SLOW suspensions (accesses served by Python), all chunks together
+
+    def run(self, S) -> None:
+        """Every thread of chunk S; a fault or a bound of the launch raises its error here."""
+        L = S.launch
+        T = S.T
+        st = np.zeros(self.state, np.uint64)
+        tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
+                gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
+        ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
+        told = 0                      # vector instructions the launch was told of (thread-instructions / lanes)
+        while True:
+            rc = self.fn(0, T, ctx, txp, stp)
+            steps = int(st[ST_CNT]) // T - told
+            if steps > 0 or rc != R_SLOW:      # (at its end too, as the lockstep scheduler does: Launch.run)
+                told += max(steps, 0)
+                L.account(self.name, max(steps, 0))
+            if rc == R_DONE:
+                return
+            if rc == R_SLOW:
+                self.suspended += 1
+                _slow_access(S, int(st[ST_I]), int(st[ST_KIND]), bool(st[ST_WRITE]), int(st[ST_ADDR]),
+                             int(st[ST_SIZE]), stp + 8 * ST_VAL)
+            elif rc != R_TICK:
+                raise CudaError("cudaErrorLaunchFailure", f"{self.name}: native code returned {rc}")
+            ctx = S.memctx()          # (the slow path may have changed nothing; cheap when it did not)
+
+
+def _slow_access(S, lane: int, kind: int, write: bool, addr: int, size: int, buf: int) -> None:
+    """One access the C code could not serve, as runtime/spaces.py serves it (or raises its fault)."""
+    if kind == K_GLOBAL:
+        heap, boff, _ = S._global(np.array([addr], np.uint64), size, write, None)[0]
+        at = heap.ctypes.data + int(boff[0])
+        if int(boff[0]) + size > heap.size:
+            raise IndexError("global access past the end of its memory")
+    elif kind == K_KPARAM:
+        pb = S.launch.param_buffer.buf
+        if addr + size > pb.size:
+            raise IndexError(f"kernel parameter read at offset {addr:#x} past the parameters' {pb.size} bytes")
+        at = pb.ctypes.data + addr
+    else:
+        what = {K_SHARED: "shared", K_LOCAL: "local", K_PARAM: "param"}[kind]
+        lanes = np.array([lane])
+        b, boff = S._window_part(what, np.array([addr], np.uint64), write, size, lanes)
+        at = b.ctypes.data + int(boff[0])
+    if write:
+        ctypes.memmove(at, buf, size)
+    else:
+        ctypes.memmove(buf, at, size)

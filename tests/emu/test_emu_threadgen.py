@@ -1,0 +1,308 @@
+"""Thread-at-a-time native code (translator/threadgen.py): an eligible kernel runs as one C function over the chunk's
+threads and gives the lockstep NumPy code's memory bit for bit; a fault is the same error; an access the C code
+cannot serve (a reserved range) is served by Python; an endless loop still ends in cudaErrorLaunchTimeout; kernels
+with barriers, warp operations, atomics or volatile accesses keep the lockstep path; PYVGPU_EMU_THREADGEN=0 turns
+it off."""
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pyvgpu_daemon.emu.limits import EmuLimits
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.emu.module import EmuModule
+from pyvgpu_daemon.emu.translator import threadgen
+from pyvgpu_daemon.errors import CudaError, code_of
+
+from test_emu_native import BAD_LOADS, KERNEL, LOADS, _blob, values
+
+# test_emu_native's kernels, made eligible: its float kernel without cvt.rzi (no C form), its loads kernel with each
+# thread reading back its own shared slot instead of a neighbour's after a barrier
+FLOATS = KERNEL.replace("cvt.rzi.s32.f32 %r6, %f12;", "mov.b32 %r6, %f12;")
+LOADS_T = LOADS.replace("  bar.sync 0;\n", "").replace("xor.b32 %r9, %r1, 5;", "xor.b32 %r9, %r1, 0;")
+assert FLOATS != KERNEL and LOADS_T != LOADS
+
+ON = dict(native="on")                        # threadgen is on by default
+OFF = dict(native="off")                      # the lockstep NumPy code
+
+
+def _module(ptx: str, mode: dict, mem: DeviceMemory, **kw) -> EmuModule:
+    return EmuModule.load(ptx.encode(), mem, limits=EmuLimits(**mode, **kw))
+
+
+def _thread_code(mod: EmuModule, name: str) -> bool:
+    return isinstance(mod.kernel(name).native_make(), threadgen.ThreadCode)
+
+
+HEAD = ".version 9.0\n.target sm_75\n.address_size 64\n"
+
+# simple_streams' kernel (bench/cuda/simple_streams.cu), as nvcc writes it: a counted loop of dependent global
+# loads and stores, parameters by name
+STREAM = HEAD + """
+.visible .entry add_factor(.param .u64 data, .param .u64 factor, .param .u32 iterations)
+{
+  .reg .pred %p<6>; .reg .b32 %r<31>; .reg .b64 %rd<7>;
+  ld.param.u64 %rd3, [data];
+  ld.param.u64 %rd4, [factor];
+  ld.param.u32 %r13, [iterations];
+  cvta.to.global.u64 %rd1, %rd4;
+  setp.lt.s32 %p1, %r13, 1;
+  @%p1 bra DONE;
+  cvta.to.global.u64 %rd5, %rd3;
+  mov.u32 %r14, %tid.x;
+  mov.u32 %r15, %ctaid.x;
+  mov.u32 %r16, %ntid.x;
+  mad.lo.s32 %r17, %r15, %r16, %r14;
+  mul.wide.s32 %rd6, %r17, 4;
+  add.s64 %rd2, %rd5, %rd6;
+  ld.global.u32 %r29, [%rd2];
+LOOP:
+  ld.global.u32 %r26, [%rd1];
+  add.s32 %r29, %r29, %r26;
+  st.global.u32 [%rd2], %r29;
+  add.s32 %r13, %r13, -1;
+  setp.ne.s32 %p5, %r13, 0;
+  @%p5 bra LOOP;
+DONE:
+  ret;
+}
+"""
+
+# every position special register, 3-D blocks and grids; per-thread shared and local scratch (no barrier: each
+# thread reads back only what it wrote), generic addresses, vector and narrow stores, guarded accesses
+SHAPE = HEAD + """
+.visible .entry shape(.param .u64 out)
+{
+  .reg .pred %p<4>; .reg .b16 %h<4>; .reg .b32 %r<40>; .reg .b64 %rd<20>;
+  .shared .align 16 .b8 sh[4096];
+  .local .align 16 .b8 loc[16];
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %tid.y; mov.u32 %r3, %tid.z;
+  mov.u32 %r4, %ntid.x; mov.u32 %r5, %ntid.y; mov.u32 %r6, %ntid.z;
+  mov.u32 %r7, %ctaid.x; mov.u32 %r8, %ctaid.y; mov.u32 %r9, %ctaid.z;
+  mov.u32 %r10, %nctaid.x; mov.u32 %r11, %nctaid.y;
+  mov.u32 %r12, %laneid; mov.u32 %r13, %warpid;
+  mad.lo.s32 %r14, %r3, %r5, %r2;
+  mad.lo.s32 %r14, %r14, %r4, %r1;          // thread in block
+  mad.lo.s32 %r15, %r9, %r11, %r8;
+  mad.lo.s32 %r15, %r15, %r10, %r7;          // block in grid
+  mul.lo.s32 %r16, %r4, %r5;
+  mul.lo.s32 %r16, %r16, %r6;
+  mad.lo.s32 %r17, %r15, %r16, %r14;         // global thread
+  shl.b32 %r18, %r2, 8;  or.b32 %r18, %r18, %r1;
+  shl.b32 %r19, %r3, 16; or.b32 %r18, %r18, %r19;
+  shl.b32 %r19, %r12, 24; or.b32 %r18, %r18, %r19;
+  shl.b32 %r20, %r8, 8;  or.b32 %r20, %r20, %r7;
+  shl.b32 %r19, %r9, 16; or.b32 %r20, %r20, %r19;
+  shl.b32 %r19, %r13, 24; or.b32 %r20, %r20, %r19;
+  mov.u32 %r21, sh;
+  shl.b32 %r22, %r14, 3;
+  add.s32 %r23, %r21, %r22;
+  st.shared.v2.u32 [%r23], {%r18, %r20};
+  mov.u64 %rd2, loc;
+  cvta.local.u64 %rd3, %rd2;
+  st.u32 [%rd3+4], %r17;                      // generic store into the local window
+  cvt.u64.u32 %rd4, %r23;
+  cvta.shared.u64 %rd5, %rd4;
+  ld.v2.u32 {%r24, %r25}, [%rd5];             // generic load from the shared window
+  ld.local.u32 %r26, [%rd2+4];
+  mul.wide.u32 %rd6, %r17, 16;
+  add.s64 %rd7, %rd1, %rd6;
+  st.global.v4.u32 [%rd7], {%r24, %r25, %r26, %r14};
+  setp.eq.s32 %p1, %r12, 3;
+  cvt.u16.u32 %h1, %r12;
+  @%p1 st.global.u8 [%rd7+12], %h1;           // a guarded narrow store: lane 3 only
+  @!%p1 ld.global.u16 %h2, [%rd7];
+  @!%p1 st.global.u16 [%rd7+14], %h2;
+  ret;
+}
+"""
+
+LOOP = HEAD + """
+.visible .entry spin(.param .u64 out)
+{
+  .reg .pred %p<2>; .reg .b32 %r<4>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, 0;
+AGAIN:
+  add.s32 %r1, %r1, 1;
+  setp.ne.s32 %p1, %r1, 0;
+  @%p1 bra AGAIN;
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
+def _stream(mode: dict, n: int, block: int, base_region: bool = False, **kw) -> tuple[bytes, EmuModule]:
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(STREAM, mode, mem, **kw)
+    owner = mem
+    if base_region:                        # the data in a reserved range outside the heap (emu/vmm.py's regions)
+        owner = DeviceMemory((1 << 40) + (1 << 30), 1 << 22)
+        mem.add_region(owner)
+    data = owner.alloc(4 * n)
+    factor = mem.alloc(4)
+    owner.write(data, np.arange(n, dtype=np.int32).tobytes())
+    mem.write(factor, struct.pack("<i", 7))
+    mod.launch("add_factor", (n // block, 1, 1), (block, 1, 1), 0, struct.pack("<QQi", data, factor, 5))
+    return bytes(owner.read(data, 4 * n)), mod
+
+
+def test_a_loop_of_loads_and_stores_gives_the_same_bits_as_numpy():
+    on, mod = _stream(ON, 4096, 128)
+    off, _ = _stream(OFF, 4096, 128)
+    assert _thread_code(mod, "add_factor")
+    assert on == off == (np.arange(4096, dtype=np.int32) + 35).tobytes()
+
+
+def test_suspending_at_every_backward_branch_changes_nothing(monkeypatch):
+    """The function suspends (R_TICK) and resumes where it stopped; with a tiny period it does so inside every
+    thread's loop."""
+    monkeypatch.setattr(threadgen, "TICK_EVERY", 3)
+    on, _ = _stream(ON, 1024, 64)
+    assert on == (np.arange(1024, dtype=np.int32) + 35).tobytes()
+
+
+def test_a_reserved_range_is_served_by_python():
+    """Global memory outside the heap (a VMM reservation) is no fault: each access suspends the function (R_SLOW) and
+    runtime/spaces.py serves it."""
+    on, mod = _stream(ON, 256, 64, base_region=True)
+    assert on == (np.arange(256, dtype=np.int32) + 35).tobytes()
+    code = mod.kernel("add_factor").native_make()
+    assert isinstance(code, threadgen.ThreadCode) and code.suspended == 256 * 6    # its first load, 5 stores
+
+
+@pytest.mark.parametrize("grid, block", [((3, 2, 2), (8, 4, 2)), ((5, 1, 1), (96, 1, 1)), ((1, 3, 1), (7, 1, 5))])
+def test_position_registers_shared_local_generic_and_guarded_accesses(grid, block):
+    threads = int(np.prod(grid)) * int(np.prod(block))
+    outs = []
+    for mode in (ON, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(SHAPE, mode, mem, lanes_per_chunk=128)       # several chunks: cta0 > 0
+        out = mem.alloc(16 * threads)
+        mod.launch("shape", grid, block, 0, struct.pack("<Q", out))
+        outs.append(bytes(mem.read(out, 16 * threads)))
+        if mode is ON:
+            assert _thread_code(mod, "shape")
+    assert outs[0] == outs[1]
+    words = np.frombuffer(outs[0], np.uint32).reshape(threads, 4)
+    assert (words[:, 2] == np.arange(threads)).all()
+
+
+def test_float_kernel_gives_the_same_bits_as_numpy():
+    data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
+    outs = []
+    for mode in (ON, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(FLOATS, mode, mem)
+        n = data.size // 2
+        src, dst = mem.alloc(data.nbytes), mem.alloc(data.nbytes)
+        mem.write(src, data.tobytes())
+        mod.launch("k", ((n + 255) // 256, 1, 1), (256, 1, 1), 0, struct.pack("<QQI", src, dst, n))
+        outs.append(bytes(mem.read(dst, data.nbytes)))
+        if mode is ON:
+            assert _thread_code(mod, "k")
+    assert outs[0] == outs[1]
+
+
+def _loads(mode: dict, kernel: str, params) -> bytes:
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(LOADS_T, mode, mem)
+    data = np.random.default_rng(11).integers(0, 1 << 32, 64 * 4, dtype=np.uint64).astype(np.uint32)
+    src, dst = mem.alloc(data.nbytes), mem.alloc(64 * 128)
+    mem.write(src, data.tobytes())
+    mod.launch(kernel, (1, 1, 1), (64 if kernel == "ld" else 32, 1, 1), 0, params(src, dst))
+    if mode is ON:
+        assert _thread_code(mod, kernel)
+    return bytes(mem.read(dst, 64 * 128))
+
+
+def test_loads_of_every_space_give_the_same_bits_as_numpy():
+    assert _loads(ON, "ld", _blob) == _loads(OFF, "ld", _blob)
+
+
+@BAD_LOADS
+def test_a_bad_access_is_the_same_error(gofs, sofs, lofs):
+    def params(src, dst):
+        return struct.pack("<QQqII", src, dst, gofs, sofs & 0xFFFFFFFF, lofs & 0xFFFFFFFF)
+    errors = []
+    for mode in (ON, OFF):
+        with pytest.raises(CudaError) as e:
+            _loads(mode, "bad", params)
+        errors.append((e.value.code, e.value.message))
+    assert errors[0] == errors[1]
+    assert errors[0][0] in (code_of("cudaErrorIllegalAddress"), code_of("cudaErrorMisalignedAddress"))
+
+
+PARAM_STORE = HEAD + """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<4>; .reg .b64 %rd<4>;
+  mov.u64 %rd1, out;                          // the parameter's generic address (its window)
+  ld.u32 %r1, [%rd1];
+  add.s32 %r1, %r1, 1;
+  st.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
+def test_a_generic_store_to_a_kernel_parameter_is_the_same_error():
+    errors = []
+    for mode in (ON, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(PARAM_STORE, mode, mem)
+        with pytest.raises(CudaError) as e:
+            mod.launch("k", (1, 1, 1), (4, 1, 1), 0, struct.pack("<Q", 1234))
+        errors.append((e.value.code, e.value.message))
+        if mode is ON:
+            assert _thread_code(mod, "k")
+    assert errors[0] == errors[1] and errors[0][0] == code_of("cudaErrorIllegalAddress")
+
+
+@pytest.mark.parametrize("mode", [ON, OFF], ids=["threadgen", "numpy"])
+def test_an_endless_loop_ends_in_a_launch_timeout(mode):
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(LOOP, mode, mem, max_vector_instructions=2_000_000)
+    out = mem.alloc(4)
+    with pytest.raises(CudaError) as e:
+        mod.launch("spin", (1, 1, 1), (32, 1, 1), 0, struct.pack("<Q", out))
+    assert e.value.code == code_of("cudaErrorLaunchTimeout")
+    if mode is ON:
+        assert _thread_code(mod, "spin")
+
+
+@pytest.mark.parametrize("body", ["bar.sync 0;", "atom.global.add.u32 %r2, [%rd1], 1;", "ld.volatile.global.u32 %r2, [%rd1];",
+                                  "shfl.sync.bfly.b32 %r2, %r1, 1, 31, -1;", "membar.gl;"],
+                         ids=["barrier", "atomic", "volatile", "shuffle", "fence"])
+def test_kernels_that_could_tell_keep_the_lockstep_path(body):
+    ptx = HEAD + f""".visible .entry k(.param .u64 out)
+{{
+  .reg .b32 %r<4>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  {body}
+  st.global.u32 [%rd1], %r1;
+  ret;
+}}
+"""
+    mod = _module(ptx, ON, DeviceMemory(1 << 40, 1 << 24))
+    assert not _thread_code(mod, "k")
+
+
+def test_the_switch_turns_it_off():
+    mod = _module(STREAM, dict(native="on", threadgen=False), DeviceMemory(1 << 40, 1 << 24))
+    assert not _thread_code(mod, "add_factor") and mod.kernel("add_factor").native_make() is not None
+    code = "from pyvgpu_daemon.emu.limits import EmuLimits; print(EmuLimits().threadgen)"
+    for value, expect in (("0", "False"), ("1", "True"), (None, "True")):
+        env = {k: v for k, v in os.environ.items() if k != "PYVGPU_EMU_THREADGEN"}
+        if value is not None:
+            env["PYVGPU_EMU_THREADGEN"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expect
