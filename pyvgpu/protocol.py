@@ -446,6 +446,15 @@ OPS: tuple[OpSpec, ...] = (
        doc="the client found bytes of [ptr, ptr+size) that the host and the device both changed since they last "
            "agreed (at a synchronization): the device gets the sticky MANAGED_CONFLICT_ERROR, which this call "
            "answers"),
+    op(341, "HTOD_LANDED", "dev:dev stream:stream", "nil", A | L,
+       doc="sent fire-and-forget after the last MEMCPY_HTOD frame of a synchronous copy (cudaMemcpy, "
+           "cudaMemcpyToSymbol, cuMemcpyHtoD, cuMemcpy and the other synchronous 1D forms; never after an *Async "
+           "one, whose stream order is enough), on the copy's stream. CUDA says a synchronous copy from page-locked "
+           "memory has landed when it returns, so a kernel on a non-blocking stream or another context right after "
+           "it reads the new bytes. A backend whose copy returns before its DMA lands (a real GPU's, from the "
+           "daemon's pageable buffer: once staged) waits for `stream` here, before the session's next op runs; one "
+           "that copies in order (the emulator) has nothing to do. 2D and 3D host-to-device copies need none: "
+           "every backend finishes them before it runs the next op (their unpacked rows are a buffer that goes)"),
     # Emulator features of issue 19 (380-399).
     op(380, "LAUNCH_COOPERATIVE", "dev:dev func:func grid:dim3 block:dim3 shmem:size stream:stream", "nil",
        A | PIN | G,

@@ -118,7 +118,8 @@ CORPUS: tuple[Program, ...] = (
     Program(T + "harden.cu", ("long",)), Program(T + "harden.cu", ("idle", "0")),   # (their tests: slowed, idle)
     Program(T + "load_mixed.cu", ("3", "150")), Program(T + "load_mixed.cu", ("4", "150", "64")),
     Program(T + "lease_check.cu"),
-    Program(T + "wire_async.cu"), Program(T + "wire_compress.cu", client_env=(("PYVGPU_COMPRESS", "lz4"),)),
+    Program(T + "wire_async.cu"), Program(T + "wire_copy_landed.cu"),
+    Program(T + "wire_compress.cu", client_env=(("PYVGPU_COMPRESS", "lz4"),)),
     Program(T + "drv_vector_add.c", ("{ptx}", "{fatbin}"), DRIVER, "driver"),
     Program(T + "drv_matmul.c", ("{fatbin}", "40"), DRIVER, "driver"),
     Program(T + "drv_contexts.c", ("{ptx}", "4", "stress", "6"), DRIVER, "driver", devices=2),

@@ -65,6 +65,24 @@ cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size
     return PV_SUCCESS;
 }
 
+/* After the last frame of a synchronous host-to-device copy (cudaMemcpy, cuMemcpyHtoD, cudaMemcpyToSymbol, ...):
+ * CUDA says such a copy has landed when it returns, so work on any stream after it reads the new bytes. A real GPU's
+ * daemon copies from its own pageable buffer, which returns once staged, and waits for the copy's stream on this
+ * fire-and-forget op (HTOD_LANDED): no round trip here. Not while recording a graph (its copies are nodes). 2D and
+ * 3D copies need none: the daemon finishes them before it runs the next op (their rows are unpacked into a buffer
+ * that goes away). */
+cudaError_t pv_copy_landed(struct pv_device *d, uint64_t stream)
+{
+    return pv_recording() ? PV_SUCCESS : pv_send_HTOD_LANDED(d, stream);
+}
+
+cudaError_t pv_copy_h2d_landed(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream,
+                               int landed)
+{
+    cudaError_t err = pv_copy_h2d(d, dst, src, n, stream);
+    return err == PV_SUCCESS && landed ? pv_copy_landed(d, stream) : err;
+}
+
 /* One frame's reply: all k bytes, or the error of the call (a short payload is the daemon's bug). */
 static cudaError_t d2h_got(struct pv_device *d, cudaError_t err, size_t got, size_t k)
 {
@@ -229,7 +247,7 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
     cudaError_t err = copy_begin(dst, src, &kind, s);
     if (err != PV_SUCCESS)
         return err;
-    if (pv_copy_regions(dst, src, n, s, &err))
+    if (pv_copy_regions(dst, src, n, s, async, &err))
         return err;
     struct pv_device *ddev = NULL, *sdev = NULL;
     switch (kind) {
@@ -239,7 +257,7 @@ cudaError_t pv_memcpy(void *dst, const void *src, size_t n, int kind, cudaStream
     case cudaMemcpyHostToDevice:
         if (pv_dev_range(dst, n, &ddev) != 0)
             return PV_cudaErrorInvalidValue;
-        return pv_copy_h2d(ddev, (uint64_t)(uintptr_t)dst, src, n, pv_stream_for(s, ddev));
+        return pv_copy_h2d_landed(ddev, (uint64_t)(uintptr_t)dst, src, n, pv_stream_for(s, ddev), !async);
     case cudaMemcpyDeviceToHost:
         if (pv_dev_range(src, n, &sdev) != 0)
             return PV_cudaErrorInvalidValue;

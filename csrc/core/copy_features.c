@@ -121,7 +121,7 @@ static int region_side(const void *p, size_t n, int reading, cudaError_t *err)
     return 1;
 }
 
-int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, cudaError_t *err)
+int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, int async, cudaError_t *err)
 {
     *err = PV_SUCCESS;
     int sreg = region_side(src, n, 1, err), dreg = region_side(dst, n, 0, err);
@@ -134,7 +134,7 @@ int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, cudaEr
         /* device bytes into a host copy: through a buffer, since the socket cannot write a read-only (clean) page */
         *err = d2h_through(d, (uint64_t)(uintptr_t)src, n, pv_stream_for(s, d), put_host, dst);
     else if (sreg && !dreg && pv_dev_range(dst, n, &d) == 0)
-        *err = pv_copy_h2d(d, (uint64_t)(uintptr_t)dst, src, n, pv_stream_for(s, d));
+        *err = pv_copy_h2d_landed(d, (uint64_t)(uintptr_t)dst, src, n, pv_stream_for(s, d), !async);
     else
         memmove(dst, src, n);
     return 1;

@@ -12,6 +12,11 @@ enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToH
  * through this process, in order with the calling thread). */
 cudaError_t pv_copy_h2d(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2h(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
+/* After a synchronous host-to-device copy's frames: its bytes are in device memory before the device's next work on
+ * any stream (HTOD_LANDED, fire-and-forget); pv_copy_h2d_landed: pv_copy_h2d, then that when `landed`. */
+cudaError_t pv_copy_landed(struct pv_device *d, uint64_t stream);
+cudaError_t pv_copy_h2d_landed(struct pv_device *d, uint64_t dst, const void *src, size_t n, uint64_t stream,
+                               int landed);
 /* Device-to-host without waiting (detached requests): dst must stay valid until a synchronization covers the copy. */
 cudaError_t pv_copy_d2h_async(struct pv_device *d, void *dst, uint64_t src, size_t n, uint64_t stream);
 cudaError_t pv_copy_d2d(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n,
@@ -34,7 +39,7 @@ cudaError_t pv_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch
 /* copy_features.c: between two GPUs (daemon to daemon, or by their daemon); copies touching managed or mapped
  * memory (1 when handled, result in *err). */
 cudaError_t pv_copy_d2d_gpus(struct pv_device *dd, uint64_t dst, struct pv_device *sd, uint64_t src, size_t n);
-int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, cudaError_t *err);
+int pv_copy_regions(void *dst, const void *src, size_t n, cudaStream_t s, int async, cudaError_t *err);
 int pv_copy2d_regions(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                       int kind, cudaStream_t s, cudaError_t *err);
 /* Sets width elements of elem bytes (1, 2, 4) to value in height rows pitch bytes apart. */

@@ -266,7 +266,7 @@ static cudaError_t symbol_span(const void *symbol, size_t n, size_t offset, cons
 /* A copy between a symbol (+offset) and memory: to the symbol from src, or from the symbol into dst. kind says where
  * the other side lives (cudaMemcpyDefault: found out from the pointer). */
 static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, size_t n, size_t offset, int kind,
-                               cudaStream_t s)
+                               cudaStream_t s, int async)
 {
     struct pv_device *d, *od;
     uint64_t addr;
@@ -277,7 +277,8 @@ static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, s
     if (kind == cudaMemcpyDefault)
         kind = pv_is_device_ptr(other) ? cudaMemcpyDeviceToDevice : host_kind;
     if (kind == host_kind)
-        return to_symbol ? pv_copy_h2d(d, addr, other, n, pv_stream_for(s, d)) : pv_copy_d2h(d, other, addr, n, pv_stream_for(s, d));
+        return to_symbol ? pv_copy_h2d_landed(d, addr, other, n, pv_stream_for(s, d), !async)
+                         : pv_copy_d2h(d, other, addr, n, pv_stream_for(s, d));
     if (kind != cudaMemcpyDeviceToDevice)
         return PV_cudaErrorInvalidMemcpyDirection;
     if (pv_dev_range(other, n, &od) != 0)
@@ -286,19 +287,20 @@ static cudaError_t symbol_copy(int to_symbol, const void *symbol, void *other, s
     return to_symbol ? pv_copy_d2d(d, addr, od, o, n, pv_stream_for(s, od)) : pv_copy_d2d(od, o, d, addr, n, pv_stream_for(s, d));
 }
 
-static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s)
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, int kind, cudaStream_t s,
+                             int async)
 {
-    return symbol_copy(1, symbol, (void *)src, n, offset, kind, s);
+    return symbol_copy(1, symbol, (void *)src, n, offset, kind, s, async);
 }
 
 static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t offset, int kind, cudaStream_t s)
 {
-    return symbol_copy(0, symbol, dst, n, offset, kind, s);
+    return symbol_copy(0, symbol, dst, n, offset, kind, s, 0);
 }
 
 PV_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t offset, int kind)
 {
-    return pv_ret(to_symbol(symbol, src, n, offset, kind, NULL));
+    return pv_ret(to_symbol(symbol, src, n, offset, kind, NULL, 0));
 }
 /* A symbol copy on a capturing stream: a 1D memcpy node to or from the symbol's address on the current device. */
 static cudaError_t capture_symbol(cudaStream_t s, const void *symbol, void *ptr, size_t n, size_t offset, int kind,
@@ -327,7 +329,7 @@ PV_API cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, 
         return pv_ret(PV_cudaErrorInvalidResourceHandle);
     if (pv_capturing(s))
         return pv_ret(capture_symbol(s, symbol, (void *)src, n, offset, kind, 1));
-    return pv_ret(to_symbol(symbol, src, n, offset, kind, s));
+    return pv_ret(to_symbol(symbol, src, n, offset, kind, s, 1));
 }
 PV_API cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t n, size_t offset, int kind)
 {

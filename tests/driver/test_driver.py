@@ -144,12 +144,16 @@ def drv_program(cuda_build, name: str, lib_dir: Path) -> Path:
 
 
 @pytest.mark.chain
-def test_driver_api_vector_add_from_ptx_file_and_fatbin(cuda_build, daemon, kernels, lib_dir):
+def test_driver_api_vector_add_from_ptx_file_and_fatbin(cuda_build, daemon, kernels, lib_dir, tmp_path):
     ptx, fatbin = kernels
     assert b".entry vadd" in ptx.read_bytes() and fatbin.read_bytes()[:4] == b"\x50\xed\x55\xba"
+    stats = tmp_path / "stats.txt"
     proc = run_driver(drv_program(cuda_build, "drv_vector_add.c", lib_dir), [daemon], str(ptx), str(fatbin),
-                      lib_dir=lib_dir)
+                      lib_dir=lib_dir, env={"PYVGPU_STATS": str(stats)})
     assert verdict(proc.stdout) == "OK 27"
+    # its 6 cuMemcpyHtoD calls are synchronous: each tells the daemon to wait for its copy (fire-and-forget)
+    landed = re.search(r"^HTOD_LANDED\s+(\d+)\s+\d+\s+(\d+)\s", stats.read_text(), re.M)
+    assert landed and landed.groups() == ("6", "0"), stats.read_text()
 
 
 @pytest.mark.chain

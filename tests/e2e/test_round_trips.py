@@ -104,3 +104,17 @@ def test_no_compression_to_a_loopback_daemon_by_default(cuda_build, daemon_facto
     assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
     rows = parse_stats(stats)
     assert rows["MEMCPY_HTOD"]["bytes"] == rows["MEMCPY_DTOH"]["bytes"] == (3 << 20) + 12345 + 100 + 70000, rows
+
+
+@pytest.mark.chain
+def test_only_synchronous_host_to_device_copies_say_they_must_land(cuda_build, daemon, run, tmp_path):
+    """cudaMemcpy, cudaMemcpyToSymbol and a cudaMemcpyDefault from host memory send HTOD_LANDED after their bytes,
+    fire-and-forget (the daemon of a real GPU waits there for the copy's DMA); cudaMemcpyAsync and
+    cudaMemcpyToSymbolAsync (on a stream or the default stream) and cudaMemcpy2D do not (tests/cuda/wire_copy_landed.cu:
+    6 synchronous 1D copies of 15, each copy's bytes checked)."""
+    stats = tmp_path / "stats.txt"
+    proc = run(cuda_build("wire_copy_landed.cu"), [daemon], env={"PYVGPU_STATS": str(stats)}, timeout=300)
+    assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
+    rows = parse_stats(stats)
+    assert rows["MEMCPY_HTOD"]["calls"] == 15 and rows["MEMCPY2D_HTOD"]["calls"] == 1, rows
+    assert rows["HTOD_LANDED"] == {"calls": 6, "bytes": 0, "blocked": 0, "blocked_ms": 0.0}, rows

@@ -306,3 +306,13 @@ def test_the_switch_turns_it_off():
             env["PYVGPU_EMU_THREADGEN"] = value
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expect
+
+
+def test_a_generator_failure_leaves_the_lockstep_runs(monkeypatch):
+    def broken(*a, **kw):
+        raise RuntimeError("generator bug")
+    monkeypatch.setattr(threadgen, "kernel_source", broken)
+    on, mod = _stream(ON, 1024, 64)
+    made = mod.kernel("add_factor").native_make()
+    assert made is not None and not isinstance(made, threadgen.ThreadCode)     # the native runs serve
+    assert on == (np.arange(1024, dtype=np.int32) + 35).tobytes()

@@ -168,6 +168,12 @@ class DeviceContext(ABC):
     @abstractmethod
     def memcpy_htod(self, dst: int, data: bytes | memoryview, stream: Any) -> None: ...
 
+    def htod_landed(self, stream: Any) -> None:
+        """The host-to-device copies made so far on `stream` have landed in device memory when this returns (after a
+        synchronous copy: HTOD_LANDED). Nothing to do here: a backend whose memcpy_htod writes device memory before it
+        returns (the emulator) is there already; one whose copy returns earlier (a real GPU's, from pageable memory,
+        returns once the bytes are staged) waits for the stream."""
+
     @abstractmethod
     def memcpy_dtoh(self, src: int, size: int, stream: Any) -> bytes: ...
 

@@ -517,6 +517,12 @@ class CudaContext(CudaArrays, CudaTensorMaps, DeviceContext):
         check(self.drv.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, self._stream(stream)),
               "cuMemcpyHtoDAsync")
 
+    def htod_landed(self, stream: Any) -> None:
+        # memcpy_htod's copy (cuda-python's or the compiled call's) returned once its bytes were staged, with the DMA
+        # pending, and a non-blocking stream or another context does not wait for this stream: after a synchronous
+        # copy, wait for it here, as a synchronous cudaMemcpy from page-locked memory does natively.
+        self._sync_stream(stream)
+
     def _dtoh_into(self, dst: int, src: int, size: int, stream: Any) -> None:
         if self.calls is not None:
             self.calls.dtoh(self._cx, dst, src, size, handle(stream))

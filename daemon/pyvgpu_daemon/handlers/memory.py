@@ -53,6 +53,13 @@ def memcpy_htod(c: Call, dst: int, stream: Any) -> FastOp | None:
     return FastOp("memcpy_htod", (dst, c.payload, stream))
 
 
+@handler("HTOD_LANDED")
+def htod_landed(c: Call, stream: Any) -> None:
+    # After a synchronous host-to-device copy: its bytes are in device memory before the session's next op runs,
+    # on any stream (the spec line says why).
+    c.ctx.htod_landed(stream)
+
+
 @handler("MEMCPY_DTOH")
 def memcpy_dtoh(c: Call, src: int, size: int, stream: Any) -> bytes | memoryview | Lent:
     if size == 0:

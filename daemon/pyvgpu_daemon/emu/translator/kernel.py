@@ -202,6 +202,10 @@ class Kernel:
             source, state = threadgen.kernel_source(self, Codegen(self), "tk")
         except NoC:
             return None
+        except Exception as e:  # noqa: BLE001 - a generator bug costs the thread code only: the runs still serve
+            native.log.warning("emulated GPU: no thread-at-a-time code for %s (%s: %s); it runs in lockstep",
+                               self.name, type(e).__name__, e)
+            return None
         lib = native.load(threadgen.PRELUDE_T + source, extra=threadgen.FLAGS)
         if lib is None:
             return None
