@@ -25,9 +25,11 @@ its first pass only (scripts/test.sh: it starts daemons of both paths itself).
 Test programs not in the corpus (capture_frames.LEFT_OUT, each with its reason): device_time.cu and emu_ml.cu
 (their kernels are loaded directly, not run as programs), drv_procaddr.c and nvml_check.c (no frames). harden.cu
 is captured in its printf, long and idle cases (grid is the launch time limit), api_faults.cu in its fork case
-(midcopy needs a patched daemon), api_multihost.cu in its managed case. Programs on two daemons (api_multihost.cu,
-api_parallel.cu, examples/dp_train with its digits set prepared by the capture tool) drive each daemon's GPU from
-its own thread or average through the client, so each daemon's session stands alone and is replayed alone."""
+(midcopy needs a patched daemon), api_multihost.cu in its managed case (churn's threads free blocks of each
+other's sessions as they run: its sessions replay only interleaved as they ran, which is timing). Programs on two
+daemons (api_multihost.cu, api_parallel.cu, examples/dp_train with its digits set prepared by the capture tool)
+drive each daemon's GPU from its own thread or average through the client, so each daemon's session stands alone
+and is replayed alone."""
 from __future__ import annotations
 
 import json
