@@ -202,16 +202,12 @@ class _RunLaunches:
                 break
             try:
                 out = run_plan(plan, name, bytes(args[5]), *common, checked)
-            except CudaError as exc:
-                ctx._append_stdout(ctx._fifo(getattr(exc, "stdout", b"") or b""))    # as EmuContext.launch keeps it
+            except Exception as exc:
                 self.failed = i
+                if isinstance(exc, CudaError):
+                    ctx._keep_output(getattr(exc, "stdout", b"") or b"")
                 raise
-            except Exception:
-                self.failed = i
-                raise
-            if out.stdout or out.dropped:
-                ctx._stdout_dropped += out.dropped
-                ctx._append_stdout(ctx._fifo(out.stdout))
+            ctx._keep_output(out.stdout, out.dropped)
             checked = True
             i += 1
         return i
@@ -544,12 +540,9 @@ class EmuContext(EmuArrays, DeviceContext):
                                    stack_size=self._limits[0],  # cudaLimitStackSize
                                    turn=self.turn, cooperative=cooperative,
                                    heap=self.heap, heap_size=self._limits[2])   # cudaLimitMallocHeapSize
-            if out.stdout or out.dropped:
-                self._stdout_dropped += out.dropped
-                self._append_stdout(self._fifo(out.stdout))
+            self._keep_output(out.stdout, out.dropped)
         except CudaError as exc:
-            # A kernel that failed may still have printed (e.g. before a trap); keep what the emulator gathered.
-            self._append_stdout(self._fifo(getattr(exc, "stdout", b"") or b""))
+            self._keep_output(getattr(exc, "stdout", b"") or b"")
             raise
         if self.backend.slowdown > 1.0:
             self._stretch(kernel.name, (time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
@@ -618,6 +611,13 @@ class EmuContext(EmuArrays, DeviceContext):
 
     def cancel(self) -> None:
         self._cancelled.set()
+
+    def _keep_output(self, stdout: bytes, dropped: int = 0) -> None:
+        """A launch's printf output, and what its FIFO dropped, kept for the client; a failed kernel's too (it may
+        have printed before a trap)."""
+        if stdout or dropped:
+            self._stdout_dropped += dropped
+            self._append_stdout(self._fifo(stdout))
 
     def _fifo(self, data: bytes) -> bytes:
         """One launch's printf output as the device's printf FIFO (cudaLimitPrintfFifoSize) holds it."""
