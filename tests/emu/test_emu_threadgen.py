@@ -208,7 +208,7 @@ def test_float_kernel_gives_the_same_bits_as_numpy():
         outs.append(bytes(mem.read(dst, data.nbytes)))
         if mode is ON:
             assert _thread_code(mod, "k")
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] and any(outs[0])         # (and the kernel wrote its results: dst starts zeroed)
 
 
 def _loads(mode: dict, kernel: str, params) -> bytes:
@@ -224,7 +224,8 @@ def _loads(mode: dict, kernel: str, params) -> bytes:
 
 
 def test_loads_of_every_space_give_the_same_bits_as_numpy():
-    assert _loads(ON, "ld", _blob) == _loads(OFF, "ld", _blob)
+    on = _loads(ON, "ld", _blob)
+    assert on == _loads(OFF, "ld", _blob) and any(on)      # (and the kernel wrote its results: dst starts zeroed)
 
 
 @BAD_LOADS
