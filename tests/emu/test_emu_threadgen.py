@@ -178,6 +178,25 @@ def test_a_reserved_range_is_served_by_python():
     assert isinstance(code, threadgen.ThreadCode) and code.suspended == 256 * 6    # its first load, 5 stores
 
 
+def test_a_kernel_whose_accesses_python_serves_runs_as_lockstep_code_after_its_first_chunk():
+    """One Python call per access is far slower than the lockstep code: once a chunk had more of them than
+    UNFIT_SLOW_SHARE of its threads, later launches of the kernel run as lockstep code, with the same results."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(STREAM, ON, mem)
+    owner = DeviceMemory((1 << 40) + (1 << 30), 1 << 22)
+    mem.add_region(owner)
+    n, block = 256, 64
+    data, factor = owner.alloc(4 * n), mem.alloc(4)
+    owner.write(data, np.arange(n, dtype=np.int32).tobytes())
+    mem.write(factor, struct.pack("<i", 7))
+    code = mod.kernel("add_factor").native_make()
+    assert isinstance(code, threadgen.ThreadCode) and not code.unfit
+    for k in (1, 2):
+        mod.launch("add_factor", (n // block, 1, 1), (block, 1, 1), 0, struct.pack("<QQi", data, factor, 5))
+        assert bytes(owner.read(data, 4 * n)) == (np.arange(n, dtype=np.int32) + 35 * k).tobytes()
+        assert code.unfit and code.suspended == 256 * 6      # the second launch: no access served by Python
+
+
 @pytest.mark.parametrize("grid, block", [((3, 2, 2), (8, 4, 2)), ((5, 1, 1), (96, 1, 1)), ((1, 3, 1), (7, 1, 5))])
 def test_position_registers_shared_local_generic_and_guarded_accesses(grid, block):
     threads = int(np.prod(grid)) * int(np.prod(block))

@@ -137,8 +137,11 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
     def _run(self) -> None:
         L = self.launch
         if L.thread_code is not None:      # the whole kernel as native code, a thread at a time
-            L.thread_code.run(self)
-            return
+            if not L.thread_code.unfit:
+                L.thread_code.run(self)
+                return
+            if L.make is None:             # (unfit since: the lockstep NumPy code, compiled once by the kernel)
+                L.make = L.kernel.make
         bound = self._bound
         if bound is None or bound[0] is not L.make:
             blocks, handlers, reset = self.bind_blocks()

@@ -34,6 +34,7 @@ import numpy as np
 from pyvgpu_daemon.errors import CudaError
 
 from ..layout import LOC_WIN, PAR_WIN, SH_WIN, WIN_SIZE
+from ..native import log
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
 from ..ptx.types import BITS, SIGNED
@@ -46,6 +47,7 @@ from .liveness import reads_writes, successors
 # (instruction selection only: the same IEEE semantics).
 FLAGS = ("-mtune=generic",)
 
+UNFIT_SLOW_MIN, UNFIT_SLOW_SHARE = 64, 1 / 16   # ThreadCode.unfit: more accesses served by Python than this
 TICK_EVERY = 1 << 18            # thread-instructions between two R_TICK suspensions (about 0.1-1 ms)
 
 # Return codes of the kernel function
@@ -487,6 +489,10 @@ class ThreadCode:
         self.name = name
         self.state = state            # words of its state array
         self.suspended = 0            # R_SLOW suspensions (accesses served by Python), all chunks together
+        # Set once a chunk had more accesses served by Python than UNFIT_SLOW_SHARE of its threads (e.g. a kernel
+        # over mapped or managed memory, which the C code never serves): one Python call per access is far slower
+        # than the lockstep NumPy code, so later chunks and launches of the kernel run there (runtime/chunk.py).
+        self.unfit = False
 
     def run(self, S) -> None:
         """Every thread of chunk S; a fault or a bound of the launch raises its error here."""
@@ -497,6 +503,16 @@ class ThreadCode:
                 gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
         told = 0                      # vector instructions the launch was told of (thread-instructions / lanes)
+        slow0 = self.suspended
+        try:
+            self._run_chunk(S, L, T, st, ctx, txp, stp, told)
+        finally:
+            if not self.unfit and self.suspended - slow0 > max(UNFIT_SLOW_MIN, T * UNFIT_SLOW_SHARE):
+                self.unfit = True
+                log.info("emulated GPU: %s: %d of a chunk's accesses served by Python; its later chunks run as "
+                         "lockstep code", self.name, self.suspended - slow0)
+
+    def _run_chunk(self, S, L, T, st, ctx, txp, stp, told) -> None:
         while True:
             rc = self.fn(0, T, ctx, txp, stp)
             steps = int(st[ST_CNT]) // T - told
