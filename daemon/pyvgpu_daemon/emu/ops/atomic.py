@@ -56,8 +56,12 @@ def apply_atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live
     if not live and (op in _UNORDERED or op == "exch"):
         _apply_unordered(v, idx, op, b)
         return None
-    g = _Groups(idx)
     dt = v.dtype
+    if _distinct(idx, v.size):           # no two lanes at one address: any order gives the same
+        old = v.take(idx)
+        v[idx] = combine(op, old, b, c, dt)
+        return old
+    g = _Groups(idx)
     if g.maxrank == 0:
         old = v.take(idx)
         v[idx] = combine(op, old, b, c, dt)
@@ -118,6 +122,28 @@ def _apply_unordered(v, idx, op, b) -> None:
         v[idx] = b          # last lane in order wins, as in serial order
     else:
         _UNORDERED[op].at(v, idx, b)
+
+
+_STAMP_SPAN = 64          # _distinct stamps lanes into a scratch array of at most this many elements per lane
+
+
+def _distinct(idx: np.ndarray, size: int) -> bool:
+    """Whether every lane touches another element, decided without sorting where the elements lie within a span
+    of at most _STAMP_SPAN per lane (shared memory, a CTA's counters): each lane writes its number at its element
+    of a scratch array; a lane whose element holds a later lane's number shares it. False when not decided."""
+    n = idx.size
+    if size > _STAMP_SPAN * n:
+        lo = int(idx.min())
+        span = int(idx.max()) - lo + 1
+        if span > _STAMP_SPAN * n:
+            return False
+        idx = idx - lo
+    else:
+        span = size
+    stamp = np.empty(span, np.int32 if n < 1 << 31 else np.int64)
+    lanes = np.arange(n, dtype=stamp.dtype)
+    stamp[idx] = lanes
+    return bool((stamp[idx] == lanes).all())
 
 
 class _Groups:
