@@ -14,6 +14,8 @@ calls apply_atomic per memory buffer.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...errors import CudaError
@@ -140,10 +142,28 @@ def _distinct(idx: np.ndarray, size: int) -> bool:
         idx = idx - lo
     else:
         span = size
-    stamp = np.empty(span, np.int32 if n < 1 << 31 else np.int64)
-    lanes = np.arange(n, dtype=stamp.dtype)
+    if n >= 1 << 31:
+        return False
+    stamp = _scratch(span)
+    lanes = np.arange(n, dtype=np.int32)
     stamp[idx] = lanes
     return bool((stamp[idx] == lanes).all())
+
+
+_SCRATCH_KEPT = 4 << 20      # elements of _distinct's scratch array a thread keeps between calls (16 MB)
+_scratch_of = threading.local()
+
+
+def _scratch(n: int) -> np.ndarray:
+    """An int32 array of n elements, whatever their values: the thread's kept one when it is large enough (a fresh
+    array's pages fault in at the first write: for shared memory's counters that was most of the stamping)."""
+    kept = getattr(_scratch_of, "a", None)
+    if kept is not None and kept.size >= n:
+        return kept[:n]
+    a = np.empty(n, np.int32)
+    if n <= _SCRATCH_KEPT:
+        _scratch_of.a = a
+    return a
 
 
 class _Groups:
