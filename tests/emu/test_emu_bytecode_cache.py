@@ -58,12 +58,17 @@ def _only_entry(directory):
     return entry
 
 
-def test_an_entry_of_another_interpreter_is_ignored_and_removed(tmp_path, monkeypatch):
-    cache = BytecodeCache(tmp_path, 1 << 20)
+def _one_entry(directory):
+    """A cache in `directory` holding source()'s code: (cache, source, its entry's path, the entry's bytes)."""
+    cache = BytecodeCache(directory, 1 << 20)
     src = source()
     cache.put(src, NAME, compiled(src))
-    entry = _only_entry(tmp_path)
-    raw = bytearray(entry.read_bytes())
+    entry = _only_entry(directory)
+    return cache, src, entry, bytearray(entry.read_bytes())
+
+
+def test_an_entry_of_another_interpreter_is_ignored_and_removed(tmp_path):
+    cache, src, entry, raw = _one_entry(tmp_path)
     start = len(bytecode_cache._FORMAT)
     raw[start:start + 4] = bytes(b ^ 0xFF for b in raw[start:start + 4])      # another Python's bytecode magic
     entry.write_bytes(bytes(raw))
@@ -72,11 +77,7 @@ def test_an_entry_of_another_interpreter_is_ignored_and_removed(tmp_path, monkey
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage", "other code"])
 def test_a_damaged_entry_is_ignored_and_removed(tmp_path, damage):
-    cache = BytecodeCache(tmp_path, 1 << 20)
-    src = source()
-    cache.put(src, NAME, compiled(src))
-    entry = _only_entry(tmp_path)
-    raw = bytearray(entry.read_bytes())
+    cache, src, entry, raw = _one_entry(tmp_path)
     if damage == "flip":
         raw[-5] ^= 0x40
     elif damage == "truncate":
