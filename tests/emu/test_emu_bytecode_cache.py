@@ -114,6 +114,21 @@ def test_the_directory_stays_within_its_limit_least_recently_used_out_first(tmp_
     assert not list((tmp_path / "t").glob("*.pvbc"))
 
 
+def test_a_directory_others_can_use_is_narrowed_and_one_of_another_user_is_not_read(tmp_path, monkeypatch):
+    shared = tmp_path / "open"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    cache = BytecodeCache(shared, 1 << 20)
+    cache.put(source(), NAME, compiled(source()))
+    assert oct(os.stat(shared).st_mode & 0o777) == "0o700" and run(cache.get(source(), NAME)) == 15
+    uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: uid + 1)       # the same directory seen by another user
+    other = BytecodeCache(shared, 1 << 20)
+    assert other.get(source(), NAME) is None
+    other.put(source(1), NAME, compiled(source(1)))
+    assert len(list(shared.glob("*.pvbc"))) == 1
+
+
 def test_turned_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("PYVGPU_EMU_BYTECODE_CACHE", "0")
     assert bytecode_cache.shared() is None

@@ -72,14 +72,34 @@ class BytecodeCache:
         self.directory = Path(directory)
         self.limit = limit
         self._lock = threading.Lock()
-        self._ready = False
+        self._usable: bool | None = None      # decided at the first use (_check_directory)
 
     def _path(self, source: str, filename: str) -> Path:
         return self.directory / f"{key(source, filename)}.pvbc"
 
+    def _check_directory(self) -> bool:
+        """Whether the directory is this user's alone (made 0700 when missing, narrowed when this user's): code
+        read from a directory someone else can write could be anyone's. Decided once; logged when not."""
+        with self._lock:
+            if self._usable is None:
+                try:
+                    private_dir(self.directory)
+                    st = self.directory.stat()
+                    self._usable = st.st_uid == os.getuid() and not st.st_mode & 0o077
+                except OSError as e:
+                    log.warning("emulated GPU: compiled-code cache %s unusable (%s)", self.directory, e)
+                    self._usable = False
+                else:
+                    if not self._usable:
+                        log.warning("emulated GPU: compiled-code cache %s not used: not private to this user",
+                                    self.directory)
+            return self._usable
+
     def get(self, source: str, filename: str) -> CodeType | None:
         """The code compiled from `source` under `filename`, or None (no entry, or one that is not whole and of
         this interpreter: then it is removed)."""
+        if not self._check_directory():
+            return None
         path = self._path(source, filename)
         try:
             raw = path.read_bytes()
@@ -100,15 +120,11 @@ class BytecodeCache:
         """Keep `code` (compiled from `source`); failures to write cost only the next run's compile."""
         payload = marshal.dumps(code)
         blob = _FORMAT + _MAGIC + hashlib.sha256(payload).digest() + payload
-        if len(blob) > self.limit:
+        if len(blob) > self.limit or not self._check_directory():
             return
         path = self._path(source, filename)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            with self._lock:
-                if not self._ready:
-                    private_dir(self.directory)
-                    self._ready = True
             tmp.write_bytes(blob)
             os.replace(tmp, path)
         except OSError as e:
