@@ -431,6 +431,22 @@ DONE:
 }
 """
 
+# The same after a loop (a grid-stride sum of 4 elements per thread): the shape that runs a thread at a time by
+# default (threadgen.slower_reason).
+GRID_SUM = REDUCE.replace("ld.global.u32 %r5, [%rd4];", """mov.u32 %r5, 0;
+  mov.u32 %r14, 0;
+  mov.u32 %r15, %nctaid.x;
+  mul.lo.s32 %r15, %r15, %r2;
+  mul.wide.u32 %rd7, %r15, 4;
+GS:
+  ld.global.u32 %r16, [%rd4];
+  add.s32 %r5, %r5, %r16;
+  add.s64 %rd4, %rd4, %rd7;
+  add.s32 %r14, %r14, 1;
+  setp.lt.u32 %p2, %r14, 4;
+  @%p2 bra GS;""").replace("%r<16>", "%r<20>")
+assert GRID_SUM != REDUCE
+
 # Divergent barriers: even threads wait at one bar.sync, odd ones at another (the lockstep runtime releases the CTA
 # once every thread waits at either), then each reads its partner's slot.
 DIVERGENT = HEAD + """
@@ -599,6 +615,23 @@ WAIT:
 BOTH = pytest.mark.parametrize("mode", [ON, OFF], ids=["threadgen", "numpy"])
 
 
+@pytest.fixture
+def thread_barriers(monkeypatch):
+    """Thread mode for every eligible kernel with barriers, also where the lockstep native code would be faster
+    (threadgen.slower_reason: no loop between two barriers)."""
+    monkeypatch.setattr(threadgen, "slower_reason", lambda kernel: None)
+
+
+def test_barriers_run_a_thread_at_a_time_only_where_a_loop_runs_between_two():
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    for ptx, name, slower in ((REVERSE, "rev", True), (REDUCE, "red", True), (SCAN_TILES, "scanTiles", True),
+                              (DIVERGENT, "div", True), (RUNAWAY, "runaway", False), (STREAM, "add_factor", False)):
+        mod = _module(ptx, ON, mem)
+        assert threadgen.eligible_reason(mod.kernel(name)) is None
+        assert (threadgen.slower_reason(mod.kernel(name)) is not None) == slower
+        assert _thread_code(mod, name) != slower
+
+
 def _barrier_kernel(ptx: str, name: str, mode: dict, grid: int, block: int, inputs: np.ndarray | None, out_words: int,
                     extra: bytes = b"", in_region: bool = False, **kw) -> tuple[np.ndarray, object]:
     """Run `name` (params: out[, in] + extra) in `mode`; (out as uint32, the kernel's native code)."""
@@ -621,6 +654,7 @@ def _barrier_kernel(ptx: str, name: str, mode: dict, grid: int, block: int, inpu
     return np.frombuffer(bytes(mem.read(out, 4 * out_words)), np.uint32), code
 
 
+@pytest.mark.usefixtures("thread_barriers")
 @pytest.mark.parametrize("block, live", [(64, 64), (96, 40), (40, 40)], ids=["all", "some exit", "short warp"])
 def test_a_reversal_across_barriers_matches_the_host_and_the_lockstep_path(block, live):
     data = np.random.default_rng(block).integers(0, 1 << 32, 5 * block, dtype=np.uint64).astype(np.uint32)
@@ -635,6 +669,7 @@ def test_a_reversal_across_barriers_matches_the_host_and_the_lockstep_path(block
     assert (outs[0] == exp.reshape(-1)).all() and (outs[0] == outs[1]).all()
 
 
+@pytest.mark.usefixtures("thread_barriers")
 @pytest.mark.parametrize("tick", [None, 3], ids=["plain", "suspended in every phase"])
 def test_a_tree_reduction_with_barriers_in_a_loop(monkeypatch, tick):
     """Also with the launch's bounds checked (R_TICK) every few instructions: threads suspend and resume inside a
@@ -647,12 +682,22 @@ def test_a_tree_reduction_with_barriers_in_a_loop(monkeypatch, tick):
     assert (on == data.reshape(7, 256).sum(1, dtype=np.uint32)).all() and (on == off).all()
 
 
+def test_a_loop_then_a_tree_reduction_runs_a_thread_at_a_time_by_default():
+    data = np.random.default_rng(9).integers(0, 1 << 20, 4 * 7 * 256, dtype=np.uint32)
+    on, _ = _barrier_kernel(GRID_SUM, "red", ON, 7, 256, data, 7, lanes_per_chunk=512)
+    off, _ = _barrier_kernel(GRID_SUM, "red", OFF, 7, 256, data, 7, lanes_per_chunk=512)
+    exp = data.reshape(4, 7, 256).sum((0, 2), dtype=np.uint32)
+    assert (on == exp).all() and (on == off).all()
+
+
+@pytest.mark.usefixtures("thread_barriers")
 def test_threads_waiting_at_different_barriers_are_released_together():
     outs = [_barrier_kernel(DIVERGENT, "div", m, 3, 64, None, 192)[0] for m in (ON, OFF)]
     g = np.arange(192)
     assert (outs[0] == ((g ^ 1) * 7).astype(np.uint32)).all() and (outs[0] == outs[1]).all()
 
 
+@pytest.mark.usefixtures("thread_barriers")
 @pytest.mark.parametrize("size", [4, 64, 1024])
 def test_scan_tiles_as_nvcc_writes_it(monkeypatch, size):
     """scan_batches' kernel: volatile shared memory read back by its own thread only is no warp-synchronous code."""
@@ -686,6 +731,7 @@ def test_warp_synchronous_shared_memory_keeps_the_lockstep_path():
     assert struct.unpack("<I", bytes(mem.read(out, 4)))[0] == int(data.sum()) % (1 << 32)
 
 
+@pytest.mark.usefixtures("thread_barriers")
 def test_an_access_served_by_python_between_barriers():
     """The input in a reserved range: each thread's load suspends (R_SLOW) while the threads before it in its CTA
     already wait at the barrier."""
@@ -696,6 +742,7 @@ def test_an_access_served_by_python_between_barriers():
     assert (on == data.reshape(2, 64)[:, 63 - (np.arange(64) ^ 1)].reshape(-1)).all()
 
 
+@pytest.mark.usefixtures("thread_barriers")
 def test_a_fault_after_a_barrier_is_the_same_error():
     errors = []
     for mode in (ON, OFF):

@@ -153,7 +153,7 @@ class Kernel:
             return False
 
     def _build_native(self):
-        if self.limits.threadgen and threadgen.eligible_reason(self) is None:
+        if self.limits.threadgen and threadgen.eligible_reason(self) is None and threadgen.slower_reason(self) is None:
             code = self._build_thread_code()
             if code is not None:
                 return code

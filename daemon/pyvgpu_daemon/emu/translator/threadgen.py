@@ -139,6 +139,40 @@ def eligible_reason(kernel) -> str | None:
     return _warp_synchronous_reason(kernel)
 
 
+def slower_reason(kernel) -> str | None:
+    """Why an eligible kernel would run slower a thread at a time than as lockstep native code (None: it would
+    not, as far as its shape tells). A thread arriving at a barrier saves the registers live there and resumes by
+    restoring them, about as costly as the lockstep code's pass over a chunk for a few instructions: a kernel whose
+    phases between barriers are a few instructions each ran 2x slower (scan_batches' scanTiles, log-step scan:
+    4-7 instructions per phase), one that loops between two barriers 3x faster (a grid-stride sum before a block
+    reduction); bench/README.md, "Issue 19 part 6, fifth step". So a kernel with barriers runs a thread at a time
+    only where a loop runs between two barriers."""
+    blocks = kernel.blocks
+    if not any(b.kind == "bar" for b in blocks):
+        return None
+    n = len(blocks)
+    # the CFG without the edges out of barriers: a cycle there is a loop inside one phase
+    succ = [[] if b.kind == "bar" else successors(b, kernel.labels, n) for b in blocks]
+    state = [0] * n                    # 0 unvisited, 1 on the stack, 2 done
+    for root in range(n):
+        if state[root]:
+            continue
+        stack = [(root, iter(succ[root]))]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                return None
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    return "barriers with no loop between two of them (lockstep native code is faster there)"
+
+
 def _plain_sync(kernel, t: ir.Instr) -> bool:
     """`bar.sync 0` / `barrier.sync 0` for all threads, unguarded (__syncthreads): the lockstep runtime's plain path
     (runtime/barriers.py: a CTA goes on once each of its threads waits at some such barrier or has exited), which
@@ -537,7 +571,18 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     nblocks = len(kernel.blocks)
-    parks: dict[int, list[str]] = {}       # barrier site -> the registers live there (saved in bs)
+    parks: dict[int, list[str]] = {}       # barrier site -> the registers live there (restored from bs)
+    # a thread's record in bs (32-bit words): its resume site (0: exited), then each register live at some barrier,
+    # one word (two for 64 bits): small records keep a CTA's records in the L1 cache
+    bslots: dict[str, int] = {}
+
+    def bslot(r: str) -> int:
+        if r not in bslots:
+            if regs[r] > 64:
+                raise NoC
+            bslots[r] = 1 + sum((_width(regs[x]) + 3) // 4 for x in bslots)
+        return bslots[r]
+    clean = _clean_at_barriers(kernel, real)
     for b in kernel.blocks:
         e.lines.append(f"B{b.index}: ; cnt += {len(b.instrs) + 1};")
         e.label()
@@ -565,8 +610,10 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
             k = len(parks) + 1
             live = sorted(kernel.live[b.index + 1]) if b.index + 1 < nblocks else []
             parks[k] = live
-            save = " ".join(f"bt[{e.slot(r) - ST_REGS + 1}] = (uint64_t){e.var(r)};" for r in live)
-            e.lines.append(f"{{ uint64_t *bt = bs + lic * BW; {save} bt[0] = {k}; narr++; goto next; }} P{k}: ;")
+            # (a register unchanged since this thread saved it at an earlier barrier is in bs already)
+            save = " ".join(f"memcpy(bt + {bslot(r)}, &{e.var(r)}, {_width(regs[r])});" for r in live
+                            if r not in clean[b.index])
+            e.lines.append(f"{{ uint32_t *bt = bs + lic * BW; {save} bt[0] = {k}; narr++; goto next; }} P{k}: ;")
             continue
         test = ""
         if t.guard is not None:
@@ -596,15 +643,17 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     restore = [f"{v} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     cases = " ".join(f"case {k}: " + "".join(f"{e.var(r)} = ({utype(regs[r])})st[{e.slot(r)}]; " for r in live) +
                      f"goto R{k};" for k, live in e.restores.items())
-    bw = 1 + len(e.slots) if parks else 0
+    bw = 1 + sum((_width(regs[x]) + 3) // 4 for x in bslots) if parks else 0
     hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
     ind = "\n    "
     if parks:
         # a new phase: the thread resumes at its barrier (its position's registers set by `start`), or is skipped
-        pcases = " ".join(f"case {k}: " + "".join(f"{e.var(r)} = ({utype(regs[r])})bt[{e.slot(r) - ST_REGS + 1}]; "
+        pcases = " ".join(f"case {k}: " + "".join(f"memcpy(&{e.var(r)}, bt + {bslot(r)}, {_width(regs[r])}); "
                                                    for r in live) + f"goto P{k};" for k, live in parks.items())
-        start.append(f"if (ph) {{ const uint64_t *bt = bs + lic * BW; switch (bt[0]) {{ case 0: goto next; "
-                     f"{pcases} default: return -1; }} }}")
+        # (before `start`: a resumed thread's dead registers need no zeroing)
+        start.insert(0, f"if (ph) {{ const uint32_t *bt = bs + lic * BW; switch (bt[0]) {{ case 0: goto next; "
+                        f"{pcases} default: return -1; }} }}")
+        start.insert(0, f"if (ph) {{ {' '.join(restore)} }}")
         exited = f"bs[lic * BW] = 0;"
         # the CTA's last thread ends a phase: another phase from its first thread if one arrived at a barrier
         cta_end = "if (lic == cs - 1) { if (narr) { narr = 0; ph = 1; i -= cs; lic = -1; } else ph = 0; }"
@@ -612,7 +661,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         exited = cta_end = ""
     body = "\n        ".join(start + e.lines)
     src = (f"int64_t {name}(int64_t i0, int64_t n, const MemCtx *restrict M, const TX *restrict X, "
-           f"uint64_t *restrict st, uint64_t *restrict bs) {{\n{hints}"
+           f"uint64_t *restrict st, uint32_t *restrict bs) {{\n{hints}"
            f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd; (void)bs;\n{_SHAPE}"
            f"    enum {{ BW = {bw} }};\n"
            + "".join(f"    {x}\n" for x in e.prologue) +
@@ -645,6 +694,46 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     return src, ST_REGS + len(e.slots), bw
 
 
+def _width(bits: int) -> int:
+    """Bytes of a register's C variable in a bs record (cgen.utype: 8, 16, 32 or 64 bits; at least a word)."""
+    return 8 if bits > 32 else 4 if bits > 16 else 2 if bits > 8 else 1
+
+
+def _clean_at_barriers(kernel, regs) -> dict[int, set[str]]:
+    """Per barrier block, the registers that hold, on every path to its barrier, the value this thread saved in its
+    bs record at an earlier barrier (saved or restored there, not written since): the barrier needs not save them
+    again. A thread's first barrier saves everything live (nothing is clean at the kernel's entry)."""
+    blocks, n = kernel.blocks, len(kernel.blocks)
+    preds: list[list[int]] = [[] for _ in blocks]
+    for b in blocks:
+        for j in successors(b, kernel.labels, n):
+            preds[j].append(b.index)
+    writes = [set().union(*(reads_writes(ins, regs, True)[1] for ins in b.instrs)) if b.instrs else set()
+              for b in blocks]
+    out: list = [None] * n                 # None: not reached yet (every register)
+    at_end: dict[int, set[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for b in blocks:
+            cin = set() if b.index == 0 else None
+            for p in preds[b.index]:
+                if out[p] is not None:
+                    cin = set(out[p]) if cin is None else cin & out[p]
+            if cin is None:
+                continue
+            c = cin - writes[b.index]
+            if b.kind == "bar":
+                at_end[b.index] = c
+                c = set(kernel.live[b.index + 1]) if b.index + 1 < n else set()
+            elif b.term is not None:
+                c = c - set(reads_writes(b.term, regs, True)[1])
+            if c != out[b.index]:
+                out[b.index] = c
+                changed = True
+    return {i: at_end.get(i, set()) for i in range(n)}
+
+
 def _operands(ins: ir.Instr):
     for o in list(ins.srcs) + list(ins.dsts):
         if isinstance(o, ir.Vec):
@@ -670,7 +759,7 @@ class ThreadCode:
         self.fn = fn
         self.name = name
         self.state = state            # words of its state array
-        self.bar_words = bar_words    # words per thread of its barrier array (0: no barrier)
+        self.bar_words = bar_words    # 32-bit words per thread of its barrier array (0: no barrier)
         self.suspended = 0            # R_SLOW suspensions (accesses served by Python), all chunks together
         # Set once a chunk had more accesses served by Python than UNFIT_SLOW_SHARE of its threads (e.g. a kernel
         # over mapped or managed memory, which the C code never serves): one Python call per access is far slower
@@ -683,7 +772,7 @@ class ThreadCode:
         T = S.T
         # the state array, then the barrier array: one record per thread of a CTA (kernel_source), owned here so
         # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
-        st = np.zeros(self.state + S.ctasize * self.bar_words, np.uint64)
+        st = np.zeros(self.state + (S.ctasize * self.bar_words + 1) // 2, np.uint64)
         tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
                 gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
