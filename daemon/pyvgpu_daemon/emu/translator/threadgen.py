@@ -583,6 +583,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
             bslots[r] = 1 + sum((_width(regs[x]) + 3) // 4 for x in bslots)
         return bslots[r]
     clean = _clean_at_barriers(kernel, real)
+    saves = {b.index: (set(kernel.live[b.index + 1]) if b.index + 1 < nblocks else set()) - clean[b.index]
+             for b in kernel.blocks if b.kind == "bar"}
+    phase_live = _live_in_phase(kernel, real, saves)
     for b in kernel.blocks:
         e.lines.append(f"B{b.index}: ; cnt += {len(b.instrs) + 1};")
         e.label()
@@ -609,10 +612,12 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         if b.kind == "bar":                # (eligible_reason: bar.sync 0 for all threads, unguarded)
             k = len(parks) + 1
             live = sorted(kernel.live[b.index + 1]) if b.index + 1 < nblocks else []
-            parks[k] = live
+            # resuming restores what the thread reads before its next barrier; the rest stays in bs until a later
+            # barrier's resumption restores it (unchanged, it needs no saving: _clean_at_barriers)
+            parks[k] = [r for r in live if b.index + 1 < nblocks and r in phase_live[b.index + 1]]
             # (a register unchanged since this thread saved it at an earlier barrier is in bs already)
             save = " ".join(f"memcpy(bt + {bslot(r)}, &{e.var(r)}, {_width(regs[r])});" for r in live
-                            if r not in clean[b.index])
+                            if r in saves[b.index])
             e.lines.append(f"{{ uint32_t *bt = bs + lic * BW; {save} bt[0] = {k}; narr++; goto next; }} P{k}: ;")
             continue
         test = ""
@@ -697,6 +702,28 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
 def _width(bits: int) -> int:
     """Bytes of a register's C variable in a bs record (cgen.utype: 8, 16, 32 or 64 bits; at least a word)."""
     return 8 if bits > 32 else 4 if bits > 16 else 2 if bits > 8 else 1
+
+
+def _live_in_phase(kernel, regs, saves: dict[int, set[str]]) -> list[set[str]]:
+    """Per block, the registers some path from its start reads before it reaches a barrier or the thread's end,
+    a barrier reading the registers it saves (`saves`: the C variables must hold them there) (liveness with every
+    barrier an end)."""
+    blocks, n = kernel.blocks, len(kernel.blocks)
+    succ = [[] if b.kind == "bar" else successors(b, kernel.labels, n) for b in blocks]
+    seqs = [b.instrs + ([b.term] if b.term is not None and b.kind == "plain" else []) for b in blocks]
+    live: list[set[str]] = [set() for _ in blocks]
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            cur = set(saves[b.index]) if b.kind == "bar" else set().union(*(live[x] for x in succ[b.index]))
+            for ins in reversed(seqs[b.index]):
+                reads, writes = reads_writes(ins, regs, True)
+                cur = (cur - set(writes)) | set(reads)
+            if cur != live[b.index]:
+                live[b.index] = cur
+                changed = True
+    return live
 
 
 def _clean_at_barriers(kernel, regs) -> dict[int, set[str]]:
