@@ -155,20 +155,18 @@ class EmuEvent:
 class _RunLaunches:
     """The launches of one run of FAST ops (EmuContext.run_fast), each run as EmuContext.launch runs it, their
     set-up shared: no FAST op changes a limit, a function attribute or a peer (base.FAST_METHODS: launches, memsets,
-    copies, event records and stream waits), so the limits, peers and context objects are read once, and each configuration's plan is looked up once (EmuModule.plan_for, its
-    translation's LRU place touched then) and kept for the run's later launches of it, until making a plan
-    drops a translation (CodeBudget.drops) whose plans the run may hold. A launch right after another skips the
-    checks that one made as it ended (Launch.run's `checked`)."""
+    copies, event records and stream waits), so the limits, peers and context objects are read once (_run_env),
+    and each configuration's plan is looked up once (EmuModule.plan_for, its translation's LRU place touched then)
+    and kept for the run's later launches of it, until making a plan drops a translation (CodeBudget.drops) whose
+    plans the run may hold. A launch right after another skips the checks that one made as it ended (Launch.run's
+    `checked`)."""
 
     __slots__ = ("ctx", "plans", "common", "drops", "failed")
 
     def __init__(self, ctx: EmuContext) -> None:
-        limits = ctx._limits
         self.ctx = ctx
         self.plans: dict[tuple, tuple[Any, Any, str]] = {}   # (module, function, grid, block, shmem) -> its plan
-        peers = tuple(p.mem for p in ctx.peers.values()) if ctx.peers else ()
-        # run_plan's arguments after the parameters, in its order
-        self.common = (ctx.resources, peers, ctx._cancelled, limits[1], ctx.turn, ctx.heap, limits[2])
+        self.common = ctx._run_env()
         self.drops = self._drops()
         self.failed = 0                   # the index of the launch that raised (run)
 
@@ -200,14 +198,8 @@ class _RunLaunches:
             if method != "launch" or args[0] is not module or args[1] is not kernel or args[2] != grid \
                     or args[3] != block or args[4] != shmem:
                 break
-            try:
-                out = run_plan(plan, name, bytes(args[5]), *common, checked)
-            except Exception as exc:
-                self.failed = i
-                if isinstance(exc, CudaError):
-                    ctx._keep_output(getattr(exc, "stdout", b"") or b"")
-                raise
-            ctx._keep_output(out.stdout, out.dropped)
+            self.failed = i
+            ctx._run_plan(run_plan, plan, name, args[5], common, checked)
             checked = True
             i += 1
         return i
@@ -526,24 +518,30 @@ class EmuContext(EmuArrays, DeviceContext):
             return False                        # --emu-slowdown stretches every launch: never on the loop
         return module.handle[0].tiny(kernel.handle, grid, block, shmem, self._dyn_max(kernel), self._limits[0])
 
-    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any,
-               cooperative: bool = False) -> None:
-        dyn_max = self._dyn_max(kernel)
-        emu_module = module.handle[0]
-        t0 = time.perf_counter()
+    def _run_env(self) -> tuple:
+        """EmuModule.run_plan's arguments after a launch's parameters, in its order: the texture and surface
+        objects, the peers' memory, the session's cancellation, cudaLimitPrintfFifoSize, the device turn, the
+        heap and cudaLimitMallocHeapSize."""
+        peers = tuple(p.mem for p in self.peers.values()) if self.peers else ()
+        return (self.resources, peers, self._cancelled, self._limits[1], self.turn, self.heap, self._limits[2])
+
+    def _run_plan(self, run_plan, plan, name: str, params, env: tuple, checked: bool) -> None:
+        """One launch of `plan` (run_plan: its module's), its printf output kept, also when it fails."""
         try:
-            out = emu_module.launch(kernel.handle, tuple(grid), tuple(block), shmem, bytes(params),
-                                   max_dynamic_shared=dyn_max, resources=self.resources,
-                                   peers=[p.mem for p in self.peers.values()] if self.peers else (),
-                                   cancel=self._cancelled, printf_fifo=self._limits[1],
-                                   stack_size=self._limits[0],  # cudaLimitStackSize
-                                   turn=self.turn, cooperative=cooperative,
-                                   heap=self.heap, heap_size=self._limits[2])   # cudaLimitMallocHeapSize
-            self._keep_output(out.stdout, out.dropped)
+            out = run_plan(plan, name, bytes(params), *env, checked)
         except CudaError as exc:
             self._keep_output(getattr(exc, "stdout", b"") or b"")
             raise
+        self._keep_output(out.stdout, out.dropped)
+
+    def launch(self, module: LoadedModule, kernel: KernelDesc, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shmem: int, params: bytes, stream: Any,
+               cooperative: bool = False) -> None:
+        emu_module = module.handle[0]
+        t0 = time.perf_counter()
+        plan = emu_module.plan_for(kernel.handle, tuple(grid), tuple(block), shmem, self._dyn_max(kernel),
+                                   self._limits[0], cooperative)      # _limits[0]: cudaLimitStackSize
+        self._run_plan(emu_module.run_plan, plan, kernel.handle, params, self._run_env(), False)
         if self.backend.slowdown > 1.0:
             self._stretch(kernel.name, (time.perf_counter() - t0) * (self.backend.slowdown - 1.0))
 
