@@ -5,12 +5,14 @@ native runs). For a kernel of millions of threads doing a few loads and stores e
 over arrays larger than the caches (bench/README.md, "Issue 19 part 6, fourth step"). Here each thread's registers
 are C locals, control flow is gotos, and one loop runs thread after thread.
 
-Only kernels that cannot tell the difference get it (`eligible_reason`): every block plain (no CTA barrier, no warp
-operation), every instruction with a C form (cgen.py's ALU forms, which a differential test ties to the NumPy ops;
-the loads and stores below; the special registers of a thread's position), control flow of branches and exit only,
-and nothing that lets threads observe each other's order (Kernel.independent_ctas: no atomics, fences, volatile or
-scoped accesses, calls). Such a kernel's results are the lockstep interpreter's, bit for bit, except where threads
-race without synchronisation (undefined on a GPU).
+Only kernels that cannot tell the difference get it (`eligible_reason`): no warp operation, no barrier but
+`bar.sync 0` for all threads (__syncthreads: a CTA then runs in phases, kernel_source), every instruction with a C
+form (cgen.py's ALU forms, which a differential test ties to the NumPy ops; the loads and stores below; the special
+registers of a thread's position), control flow of branches and exit only, and nothing that lets threads observe
+each other's order (Kernel.independent_ctas: no atomics, fences, volatile or scoped accesses, calls; volatile
+shared accesses only where no thread can read another's store between two barriers: _warp_synchronous_reason).
+Such a kernel's results are the lockstep interpreter's, bit for bit, except where threads race without
+synchronisation (undefined on a GPU). A kernel with barriers runs so only where that is faster (slower_reason).
 
 The function never calls out: it *suspends*. It saves the thread's registers and its position in a state array
 (`st`, layout ST_*) and returns R_SLOW or R_TICK; Python does what was asked and calls it again, and it resumes
@@ -143,10 +145,11 @@ def slower_reason(kernel) -> str | None:
     """Why an eligible kernel would run slower a thread at a time than as lockstep native code (None: it would
     not, as far as its shape tells). A thread arriving at a barrier saves the registers live there and resumes by
     restoring them, about as costly as the lockstep code's pass over a chunk for a few instructions: a kernel whose
-    phases between barriers are a few instructions each ran 2x slower (scan_batches' scanTiles, log-step scan:
-    4-7 instructions per phase), one that loops between two barriers 3x faster (a grid-stride sum before a block
-    reduction); bench/README.md, "Issue 19 part 6, fifth step". So a kernel with barriers runs a thread at a time
-    only where a loop runs between two barriers."""
+    phases between barriers are a few instructions each ran no faster (scan_batches' scanTiles, a log-step scan of
+    4-7 instructions per phase: 0.9-1.0x of the lockstep native code), one that loops between two barriers 3x
+    faster (a grid-stride sum before a block reduction); bench/README.md, "Issue 19 part 6, fifth step". So a
+    kernel with barriers runs a thread at a time only where a loop runs between two barriers (its build costs a
+    compiler run of its own; the lockstep code vectorises short phases across lanes)."""
     blocks = kernel.blocks
     if not any(b.kind == "bar" for b in blocks):
         return None
