@@ -173,7 +173,7 @@ def slower_reason(kernel) -> str | None:
             elif state[nxt] == 0:
                 state[nxt] = 1
                 stack.append((nxt, iter(succ[nxt])))
-    return "barriers with no loop between two of them (lockstep native code is faster there)"
+    return "barriers with no loop between two of them (a thread at a time is no faster there)"
 
 
 def _plain_sync(kernel, t: ir.Instr) -> bool:
@@ -225,30 +225,30 @@ def _warp_synchronous_reason(kernel) -> str | None:
     def instrs(b):
         return b.instrs if b.kind == "bar" or b.term is None else b.instrs + [b.term]
 
-    def key(ins):
-        a = ins.srcs[0]
-        if not isinstance(a, ir.Addr) or not isinstance(a.base, (ir.Reg, ir.Sym)):
-            return None
-        return a.base.name, a.offset, _access_size(ins)
-
     # forward: the addresses each thread stored to since the last barrier on every path (must), and whether some
     # store may have happened since (may); None: not reached yet
     own: list = [None] * n
     stored = [False] * n
+
+    def entry(b) -> tuple[set | None, bool]:
+        """(own, stored) where block b starts (a barrier ends what came before it)."""
+        ins_own = set() if b.index == 0 else None
+        ins_st = False
+        for p in preds[b.index]:
+            po = set() if blocks[p].kind == "bar" else own[p]
+            ins_st |= blocks[p].kind != "bar" and stored[p]
+            if po is not None:
+                ins_own = set(po) if ins_own is None else ins_own & po
+        return ins_own, ins_st
+
     changed = True
     while changed:
         changed = False
         for b in blocks:
-            ins_own = set() if b.index == 0 else None
-            ins_st = False
-            for p in preds[b.index]:
-                po = set() if blocks[p].kind == "bar" else own[p]
-                ins_st |= blocks[p].kind != "bar" and stored[p]
-                if po is not None:
-                    ins_own = set(po) if ins_own is None else ins_own & po
+            ins_own, ins_st = entry(b)
             if ins_own is None:
                 continue
-            o, st_ = _forward(instrs(b), set(ins_own), ins_st, everything)[:2]
+            o, st_ = _forward(instrs(b), ins_own, ins_st, everything)
             if o != own[b.index] or st_ != stored[b.index]:
                 own[b.index], stored[b.index] = o, st_
                 changed = True
@@ -264,25 +264,19 @@ def _warp_synchronous_reason(kernel) -> str | None:
                 ahead[b.index] = a
                 changed = True
     for b in blocks:
-        if own[b.index] is None and b.index != 0:
+        ins_own, ins_st = entry(b)
+        if ins_own is None:
             continue                       # unreachable
-        ins_own = set() if b.index == 0 else None
-        ins_st = False
-        for p in preds[b.index]:
-            po = set() if blocks[p].kind == "bar" else own[p]
-            ins_st |= blocks[p].kind != "bar" and stored[p]
-            if po is not None:
-                ins_own = set(po) if ins_own is None else ins_own & po
         seq = instrs(b)
         for k, ins in enumerate(seq):
             if ins.opcode in ("ld", "ldu") and "volatile" in ins.mods and _shared_space(ins):
-                if key(ins) in ins_own:
+                if _own_key(ins) in ins_own:
                     pass
                 elif ins_st or any(_stores(x) for x in seq[k + 1:]) or \
                         (b.kind != "bar" and any(ahead[x] for x in succ[b.index])):
                     return (f"a volatile shared load at line {ins.line} may read another thread's store between "
                             f"two barriers (warp-synchronous code)")
-            ins_own, ins_st = _forward([ins], ins_own, ins_st, everything)[:2]
+            ins_own, ins_st = _forward([ins], ins_own, ins_st, everything)
     return None
 
 
@@ -294,10 +288,17 @@ def _forward(seq, own: set, stored: bool, everything) -> tuple[set, bool]:
             own = {k for k in own if k[0] not in writes}
         if _stores(ins):
             stored = True
-            a = ins.srcs[0]
-            if _shared_space(ins) and isinstance(a, ir.Addr) and isinstance(a.base, (ir.Reg, ir.Sym)):
-                own = own | {(a.base.name, a.offset, _access_size(ins))}
+            if _shared_space(ins) and _own_key(ins) is not None:
+                own = own | {_own_key(ins)}
     return own, stored
+
+
+def _own_key(ins: ir.Instr):
+    """(base register or variable, offset, bits) of a shared access's address operand (None: another form)."""
+    a = ins.srcs[0]
+    if not isinstance(a, ir.Addr) or not isinstance(a.base, (ir.Reg, ir.Sym)):
+        return None
+    return a.base.name, a.offset, _access_size(ins)
 
 
 def _stores(ins: ir.Instr) -> bool:
