@@ -760,10 +760,10 @@ def test_a_fault_after_a_barrier_is_the_same_error():
 @BOTH
 def test_a_runaway_thread_before_a_barrier_ends_in_a_launch_timeout(mode):
     mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _module(RUNAWAY, mode, mem, max_vector_instructions=2_000_000)
+    mod = _module(RUNAWAY, mode, mem, max_vector_instructions=200_000)
     out = mem.alloc(4)
     with pytest.raises(CudaError) as e:
-        mod.launch("runaway", (2, 1, 1), (64, 1, 1), 0, struct.pack("<Q", out))
+        mod.launch("runaway", (2, 1, 1), (32, 1, 1), 0, struct.pack("<Q", out))
     assert e.value.code == code_of("cudaErrorLaunchTimeout")
     if mode is ON:
         assert _thread_code(mod, "runaway")
