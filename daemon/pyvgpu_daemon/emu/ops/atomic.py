@@ -14,6 +14,8 @@ calls apply_atomic per memory buffer.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...errors import CudaError
@@ -56,8 +58,12 @@ def apply_atomic(v: np.ndarray, idx: np.ndarray, op: str, b: np.ndarray, c, live
     if not live and (op in _UNORDERED or op == "exch"):
         _apply_unordered(v, idx, op, b)
         return None
-    g = _Groups(idx)
     dt = v.dtype
+    if _distinct(idx, v.size):           # no two lanes at one address: any order gives the same
+        old = v.take(idx)
+        v[idx] = combine(op, old, b, c, dt)
+        return old
+    g = _Groups(idx)
     if g.maxrank == 0:
         old = v.take(idx)
         v[idx] = combine(op, old, b, c, dt)
@@ -118,6 +124,46 @@ def _apply_unordered(v, idx, op, b) -> None:
         v[idx] = b          # last lane in order wins, as in serial order
     else:
         _UNORDERED[op].at(v, idx, b)
+
+
+_STAMP_SPAN = 64          # _distinct stamps lanes into a scratch array of at most this many elements per lane
+
+
+def _distinct(idx: np.ndarray, size: int) -> bool:
+    """Whether every lane touches another element, decided without sorting where the elements lie within a span
+    of at most _STAMP_SPAN per lane (shared memory, a CTA's counters): each lane writes its number at its element
+    of a scratch array; a lane whose element holds a later lane's number shares it. False when not decided."""
+    n = idx.size
+    if size > _STAMP_SPAN * n:
+        lo = int(idx.min())
+        span = int(idx.max()) - lo + 1
+        if span > _STAMP_SPAN * n:
+            return False
+        idx = idx - lo
+    else:
+        span = size
+    if n >= 1 << 31:
+        return False
+    stamp = _scratch(span)
+    lanes = np.arange(n, dtype=np.int32)
+    stamp[idx] = lanes
+    return bool((stamp[idx] == lanes).all())
+
+
+_SCRATCH_KEPT = 4 << 20      # elements of _distinct's scratch array a thread keeps between calls (16 MB)
+_scratch_of = threading.local()
+
+
+def _scratch(n: int) -> np.ndarray:
+    """An int32 array of n elements, whatever their values: the thread's kept one when it is large enough (a fresh
+    array's pages fault in at the first write: for shared memory's counters that was most of the stamping)."""
+    kept = getattr(_scratch_of, "a", None)
+    if kept is not None and kept.size >= n:
+        return kept[:n]
+    a = np.empty(n, np.int32)
+    if n <= _SCRATCH_KEPT:
+        _scratch_of.a = a
+    return a
 
 
 class _Groups:

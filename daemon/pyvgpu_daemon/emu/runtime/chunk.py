@@ -194,7 +194,8 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
 
     def _pick(self, runm: np.ndarray) -> int:
         """The block the diverged scheduler runs next: the lowest PC of the runnable lanes."""
-        P = int(np.where(runm, self.pc, np.int32(1 << 30)).min())
+        # (PCs are below 2^30: lanes that cannot run get bit 30 set, which costs less than a select)
+        P = int((self.pc | ((~runm).view(np.uint8).astype(np.int32) << 30)).min())
         # Starvation escape: lanes looping at low PCs (a spin-wait on a flag) would keep lanes at higher
         # PCs (the ones that set the flag) from ever running under strict min-PC. After a long run of
         # backward steps, run the highest-PC group once; any order is a legal schedule.

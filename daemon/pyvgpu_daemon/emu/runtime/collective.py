@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..chunk_api import EXIT, RUN, WAIT
+from ..chunk_api import BAR, EXIT, RUN, WAIT
+
+_FULL = 0xFFFFFFFF
+_MASKS_KEPT = 64             # constant member masks whose lanes a chunk keeps
+assert RUN % 2 == 0 and WAIT % 2 == 0 and BAR % 2 == 1 and EXIT % 2 == 1     # warp_ready tests the state's parity
 
 
 class Collectives:
     def warp_ready(self, m, mask, nxt):
         """Keep the lanes of m whose warp's other live member lanes are here too; park the others (WAIT)."""
         st = self.st
-        live = st != EXIT
-        if mask is None:
-            member = live
-        else:
-            mk = np.broadcast_to(mask, (self.T,)).astype(np.uint64)
-            member = live & (((mk >> self.laneid.astype(np.uint64)) & np.uint64(1)) != 0)
-        # Wait for member lanes still running elsewhere, and for lanes parked at another warp operation unless
+        # Member lanes still to come: running elsewhere (RUN), or parked at another warp operation (WAIT) unless
         # every lane was just woken because nothing else could run (then the op goes ahead with those present).
-        missing = member & ~m & ((st == RUN) | ((st == WAIT) & (not self.forced)))
+        # Exited lanes (and lanes at a barrier) are never waited for. RUN and WAIT are the even states.
+        if self.forced:
+            missing = ~m & (st == RUN)
+        else:
+            missing = ~m & ((st & 1) == 0)
+        lanes = self._member_lanes(mask)
+        if lanes is not None:
+            missing &= lanes
         if not missing.any():
             self.forced = False
             return m
@@ -37,38 +42,52 @@ class Collectives:
         m = m & ~park
         return m if m.any() else None
 
+    def _member_lanes(self, mask):
+        """The lanes whose bit is set in a warp operation's member mask, as a read-only bool array; None for every
+        lane (no mask, or all 32 bits set). A constant mask's lanes are kept for the chunk's life (its lane
+        geometry never changes): a warp operation in a loop asks for the same mask at every step."""
+        if mask is None:
+            return None
+        if np.ndim(mask) == 0:
+            bits = int(mask) & _FULL
+            if bits == _FULL:
+                return None
+            cache = self.__dict__.setdefault("_mask_lanes", {})
+            lanes = cache.get(bits)
+            if lanes is None:
+                table = ((np.uint32(bits) >> np.arange(32, dtype=np.uint32)) & np.uint32(1)).astype(bool)
+                lanes = table[self.laneid]
+                lanes.flags.writeable = False
+                if len(cache) < _MASKS_KEPT:
+                    cache[bits] = lanes
+            return lanes
+        # bits 0..31 of any integer type (laneid < 32): what a 64-bit shift and test of the same mask gives
+        mk = np.broadcast_to(np.asarray(mask), (self.T,)).astype(np.uint32)
+        return ((mk >> self.laneid) & np.uint32(1)) != 0
+
     def shfl(self, mode, a, b, c, m):
         T = self.T
-        lane = self.laneid.astype(np.int64)
-        b = np.broadcast_to(np.asarray(b).astype(np.int64) & 31, (T,))      # bval = b[4:0] (ISA pseudo-code)
-        c = np.broadcast_to(np.asarray(c).astype(np.int64), (T,))
-        clamp = c & 31
-        seg = (c >> 8) & 31
-        maxl = (lane & seg) | (clamp & ~seg)
-        minl = lane & seg
-        if mode == "up":
-            j = lane - b
-            p = j >= maxl
-        elif mode == "down":
-            j = lane + b
-            p = j <= maxl
-        elif mode == "bfly":
-            j = lane ^ b
-            p = j <= maxl
+        if np.ndim(b) == 0 and np.ndim(c) == 0:
+            # the same b and c in every lane (immediates, mostly): source lane and predicate depend on laneid only
+            j32, p32 = _shfl_lanes(mode, np.arange(32, dtype=np.int64), np.int64(int(b)), np.int64(int(c)))
+            j, p = j32[self.laneid], p32[self.laneid]
         else:
-            j = minl | (b & ~seg)
-            p = j <= maxl
-        j = np.where(p, j, lane)
+            b = np.broadcast_to(np.asarray(b).astype(np.int64), (T,))
+            c = np.broadcast_to(np.asarray(c).astype(np.int64), (T,))
+            j, p = _shfl_lanes(mode, self.laneid.astype(np.int64), b, c)
         src = self.warp_first + j
         # The ISA leaves a value read from a lane that does not execute the shfl (inactive, predicated off, exited,
         # outside the member mask, or past the CTA's end) unpredictable; NVIDIA's GPUs read 0 there, and shipped
-        # code (a ballot-masked shfl_down reduction) adds that 0 on purpose.
-        ok = src < (self.cta_local + 1) * self.ctasize
+        # code (a ballot-masked shfl_down reduction) adds that 0 on purpose. (CTAs of whole warps have no lane
+        # past their end.)
+        ok = None if self.ctasize % 32 == 0 else src < (self.cta_local + 1) * self.ctasize
         if m is not None:
             act = np.broadcast_to(m, (T,)) if m.dtype == bool else self._mask_from_sel(m)
-            ok &= act[np.where(ok, src, 0)]
-        src = np.where(ok, src, 0)
+            ok = act[src] if ok is None else ok & act[np.where(ok, src, 0)]
         a = np.broadcast_to(np.asarray(a), (T,))
+        if ok is None:
+            return a.take(src), p
+        src = np.where(ok, src, 0)
         v = a.take(src)
         return np.where(ok, v, v.dtype.type(0)), p
 
@@ -76,11 +95,18 @@ class Collectives:
         return np.bincount(self.warp, weights=np.where(act, vals, 0).astype(np.float64), minlength=self.nwarps)
 
     def _active(self, mask, m):
-        act = np.ones(self.T, bool) if m is None else (m if m.dtype == bool else self._mask_from_sel(m))
-        if mask is not None:
-            mk = np.broadcast_to(np.asarray(mask).astype(np.uint64), (self.T,))
-            act = act & (((mk >> self.laneid.astype(np.uint64)) & np.uint64(1)) != 0)
-        return act
+        lanes = self._member_lanes(mask)
+        if m is None:
+            if lanes is not None:
+                return lanes
+            cache = self.__dict__.setdefault("_mask_lanes", {})
+            act = cache.get(None)
+            if act is None:
+                act = cache[None] = np.ones(self.T, bool)
+                act.flags.writeable = False
+            return act
+        act = m if m.dtype == bool else self._mask_from_sel(m)
+        return act if lanes is None else act & lanes
 
     def _mask_from_sel(self, m):
         out = np.zeros(self.T, bool)
@@ -159,6 +185,29 @@ class Collectives:
     def activemask(self, m):
         act = np.ones(self.T, bool) if m is None else m
         return self.vote("ballot", act, None, None)
+
+
+def _shfl_lanes(mode: str, lane, b, c):
+    """(source lane, in-range predicate) of shfl.sync for lane numbers `lane` (the ISA's pseudo-code: bval =
+    b[4:0], clamp = c[4:0], segmask = c[12:8]); an out-of-range source is the lane itself."""
+    b = b & 31
+    clamp = c & 31
+    seg = (c >> 8) & 31
+    maxl = (lane & seg) | (clamp & ~seg)
+    minl = lane & seg
+    if mode == "up":
+        j = lane - b
+        p = j >= maxl
+    elif mode == "down":
+        j = lane + b
+        p = j <= maxl
+    elif mode == "bfly":
+        j = lane ^ b
+        p = j <= maxl
+    else:
+        j = minl | (b & ~seg)
+        p = j <= maxl
+    return np.where(p, j, lane), p
 
 
 def _vote_full_warps(mode: str, act: np.ndarray, p: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import control, instrs, threadgen
+from . import bytecode_cache, control, instrs, threadgen
 from .cfg import SHARING_MODS, SHARING_OPCODES, Block, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
@@ -223,7 +223,8 @@ _bytecode_lock = threading.Lock()
 def _bytecode(source: str, name: str):
     """Compiled block code, shared by every load of the same kernel (the source names its constants, whose
     values, e.g. variable addresses, live in each load's own namespace). The cache is shared by all sessions, so it
-    is bounded by bytes (a code object is about 6 times its source), not by a count of kernels of any size."""
+    is bounded by bytes (a code object is about 6 times its source), not by a count of kernels of any size. A large
+    source's code also comes from, and goes to, the disk cache of bytecode_cache.py (across daemon runs)."""
     global _bytecode_held
     key = (source, name)
     with _bytecode_lock:
@@ -231,7 +232,13 @@ def _bytecode(source: str, name: str):
         if code is not None:
             _BYTECODE.move_to_end(key)
             return code
-    code = compile(source, f"<ptx {name}>", "exec")
+    filename = f"<ptx {name}>"
+    disk = bytecode_cache.shared() if len(source) >= bytecode_cache.MIN_SOURCE else None
+    code = disk.get(source, filename) if disk is not None else None
+    if code is None:
+        code = compile(source, filename, "exec")
+        if disk is not None:
+            disk.put(source, filename, code)
     with _bytecode_lock:
         if key not in _BYTECODE and len(source) <= _BYTECODE_SOURCE_BYTES:
             _BYTECODE[key] = code

@@ -147,7 +147,7 @@ def slower_reason(kernel) -> str | None:
     restoring them, about as costly as the lockstep code's pass over a chunk for a few instructions: a kernel whose
     phases between barriers are a few instructions each ran at half the speed (scan_batches' scanTiles, a log-step
     scan of 4-7 instructions per phase: 0.5-0.65x of the lockstep native code), one that loops between two barriers
-    2.1x faster (a grid-stride sum before a block reduction); bench/README.md, "Issue 19 part 6, fifth step". So a
+    2.1x faster (a grid-stride sum before a block reduction); bench/README.md, "Issue 19 part 6, sixth step". So a
     kernel with barriers runs a thread at a time only where a loop runs between two barriers (its build costs a
     compiler run of its own; the lockstep code vectorises short phases across lanes)."""
     blocks = kernel.blocks
