@@ -39,7 +39,8 @@ class EmuLimits:
     native: str = os.environ.get("PYVGPU_EMU_NATIVE", "auto")
     native_min_threads: int = _env_int("PYVGPU_EMU_NATIVE_MIN_THREADS", 1 << 18)
     # Native code for a whole kernel run a thread at a time (translator/threadgen.py) where the kernel allows it
-    # (no barriers, warp operations, atomics, fences, volatile or scoped accesses, calls); "0" keeps such kernels
+    # (no warp operations, atomics, fences, volatile global or scoped accesses, calls, barriers other than
+    # `bar.sync 0`: translator/threadgen.py, eligible_reason and slower_reason); "0" keeps such kernels
     # on the lockstep native runs above. Applies wherever native code does (PYVGPU_EMU_NATIVE).
     threadgen: bool = os.environ.get("PYVGPU_EMU_THREADGEN", "1") != "0"
     # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.

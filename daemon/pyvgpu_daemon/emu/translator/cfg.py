@@ -17,6 +17,11 @@ from dataclasses import dataclass
 
 from ..ptx import ir
 
+# What lets one CTA observe another (or order its effects against another's): then chunks run one at a time
+# (kernel._independent_ctas).
+SHARING_OPCODES = frozenset({"atom", "red", "membar", "fence", "call", "trap", "brkpt", "mbarrier", "cp"})
+SHARING_MODS = frozenset({"volatile", "relaxed", "acquire", "release", "acq_rel", "mmio", "sys", "gpu"})
+
 
 @dataclass
 class Block:

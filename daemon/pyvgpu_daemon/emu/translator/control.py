@@ -159,7 +159,7 @@ def _emit_oret(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> 
 
 
 # ---------------------------------------------------------------------------------------------- CTA barriers
-def _bar_form(t: ir.Instr):
+def bar_form(t: ir.Instr):
     """-> (kind 'sync' / 'arrive' / 'red', reduction or None, barrier id operand, thread count operand or None,
     bar.red's predicate operand) of a barrier instruction (bar / barrier, {.cta}{.aligned})."""
     mods = [m for m in t.mods if m not in ("aligned", "cta")]
@@ -196,12 +196,12 @@ def _bar_form(t: ir.Instr):
 
 def plain_barrier(t: ir.Instr) -> bool:
     """Barrier 0 for all threads, unguarded (`__syncthreads()` and its reductions): the runtime's plain path."""
-    kind, _red, a, cnt, _p = _bar_form(t)
+    kind, _red, a, cnt, _p = bar_form(t)
     return kind != "arrive" and cnt is None and t.guard is None and isinstance(a, ir.Imm) and int(a.value) == 0
 
 
 def _emit_bar(g: Codegen, t: ir.Instr, lines: list, masked: bool, nxt: int) -> None:
-    kind, red, a, cnt, pred_op = _bar_form(t)
+    kind, red, a, cnt, pred_op = bar_form(t)
     if not g.k.named_barriers:
         _emit_plain_bar(g, t, lines, masked, nxt, red, pred_op)
         return
@@ -283,7 +283,7 @@ def check_form(t: ir.Instr) -> None:
     """What a barrier or warp operation requires of its modifiers (and a barrier of its immediate operands),
     checked at module load (translator/support.py); raises err_ptx as the emitters do."""
     if t.opcode in ("bar", "barrier") and "warp" not in t.mods:
-        _bar_form(t)
+        bar_form(t)
     else:
         _warp_mask_operand(_canonical(t))
 

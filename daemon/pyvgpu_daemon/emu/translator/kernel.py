@@ -21,11 +21,11 @@ from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
 from . import bytecode_cache, control, instrs, threadgen
-from .cfg import Block, split_blocks
+from .cfg import SHARING_MODS, SHARING_OPCODES, Block, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
-from .liveness import live_in, reads_writes
+from .liveness import AnyRegister, live_in, reads_writes
 
 
 class Kernel:
@@ -153,7 +153,7 @@ class Kernel:
             return False
 
     def _build_native(self):
-        if self.limits.threadgen and threadgen.eligible_reason(self) is None:
+        if self.limits.threadgen and threadgen.eligible_reason(self) is None and threadgen.slower_reason(self) is None:
             code = self._build_thread_code()
             if code is not None:
                 return code
@@ -199,7 +199,7 @@ class Kernel:
         """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction
         has no C form there (the lockstep native runs then serve)."""
         try:
-            source, state = threadgen.kernel_source(self, Codegen(self), "tk")
+            source, state, bar_words = threadgen.kernel_source(self, Codegen(self), "tk")
         except NoC:
             return None
         except Exception as e:  # noqa: BLE001 - a generator bug costs the thread code only: the runs still serve
@@ -211,7 +211,7 @@ class Kernel:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
         self.native_source = source
-        return threadgen.ThreadCode(lib.tk, self.name, state)
+        return threadgen.ThreadCode(lib.tk, self.name, state, bar_words)
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()
@@ -249,16 +249,13 @@ def _bytecode(source: str, name: str):
     return code
 
 
-# What lets one CTA observe another (or order its effects against another's): then chunks run one at a time.
-_SHARING_OPCODES = frozenset({"atom", "red", "membar", "fence", "call", "trap", "brkpt", "mbarrier", "cp"})
-_SHARING_MODS = frozenset({"volatile", "relaxed", "acquire", "release", "acq_rel", "mmio", "sys", "gpu"})
 
 
 def _independent_ctas(body: list) -> bool:
     """Whether no CTA of a launch can see what another does (CUDA gives unsynchronised data races no meaning):
     no atomics or fences, no volatile or memory-model-scoped accesses, no device-side calls (printf output and
     assert order follow the threads)."""
-    return not any(isinstance(ins, ir.Instr) and (ins.opcode in _SHARING_OPCODES or _SHARING_MODS & set(ins.mods))
+    return not any(isinstance(ins, ir.Instr) and (ins.opcode in SHARING_OPCODES or SHARING_MODS & set(ins.mods))
                    for ins in body)
 
 
@@ -287,17 +284,11 @@ def _straight(blocks: list, labels: dict[str, int]) -> bool:
 def _read_registers(body: list) -> set[str]:
     """Every register some instruction reads (sources, address bases, guards)."""
     regs: set[str] = set()
-    everything = _Anything()
+    everything = AnyRegister()
     for ins in body:
         if isinstance(ins, ir.Instr):
             regs.update(reads_writes(ins, everything, False)[0])
     return regs
-
-
-class _Anything:
-    """A register table that holds every name."""
-    def __contains__(self, name) -> bool:
-        return True
 
 
 def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:

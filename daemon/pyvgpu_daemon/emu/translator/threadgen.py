@@ -5,12 +5,14 @@ native runs). For a kernel of millions of threads doing a few loads and stores e
 over arrays larger than the caches (bench/README.md, "Issue 19 part 6, fourth step"). Here each thread's registers
 are C locals, control flow is gotos, and one loop runs thread after thread.
 
-Only kernels that cannot tell the difference get it (`eligible_reason`): every block plain (no CTA barrier, no warp
-operation), every instruction with a C form (cgen.py's ALU forms, which a differential test ties to the NumPy ops;
-the loads and stores below; the special registers of a thread's position), control flow of branches and exit only,
-and nothing that lets threads observe each other's order (Kernel.independent_ctas: no atomics, fences, volatile or
-scoped accesses, calls). Such a kernel's results are the lockstep interpreter's, bit for bit, except where threads
-race without synchronisation (undefined on a GPU).
+Only kernels that cannot tell the difference get it (`eligible_reason`): no warp operation, no barrier but
+`bar.sync 0` for all threads (__syncthreads: a CTA then runs in phases, kernel_source), every instruction with a C
+form (cgen.py's ALU forms, which a differential test ties to the NumPy ops; the loads and stores below; the special
+registers of a thread's position), control flow of branches and exit only, and nothing that lets threads observe
+each other's order (Kernel.independent_ctas: no atomics, fences, volatile or scoped accesses, calls; volatile
+shared accesses only where no thread can read another's store between two barriers: _warp_synchronous_reason).
+Such a kernel's results are the lockstep interpreter's, bit for bit, except where threads race without
+synchronisation (undefined on a GPU). A kernel with barriers runs so only where that is faster (slower_reason).
 
 The function never calls out: it *suspends*. It saves the thread's registers and its position in a state array
 (`st`, layout ST_*) and returns R_SLOW or R_TICK; Python does what was asked and calls it again, and it resumes
@@ -40,7 +42,9 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from ..ptx.types import BITS, SIGNED
 from .cgen import PRELUDE, CEmitter, NoC, address_expr, ctype, load_form, store_value, utype
 from .instrs import _memmods
-from .liveness import reads_writes, successors
+from . import control
+from .cfg import SHARING_MODS, SHARING_OPCODES
+from .liveness import AnyRegister, reads_writes, successors
 
 # Extra compiler flags (emu/native.py): with -march=native's own tuning on this host's AVX-512 CPU, GCC 12 spilled the
 # kernel function's many live integers into vector registers, which made it 2x slower than with generic tuning
@@ -53,9 +57,11 @@ TICK_EVERY = 1 << 18            # thread-instructions between two R_TICK suspens
 # Return codes of the kernel function
 R_DONE, R_SLOW, R_TICK = 0, 2, 3
 # The state array (uint64): the site to resume at (0: start), thread, thread-instructions so far, the thread's
-# position in its CTA and its CTA, an R_SLOW request (kind, address, size, store?, 16 bytes of value), registers.
-ST_RESUME, ST_I, ST_CNT, ST_LIC, ST_CTA, ST_KIND, ST_ADDR, ST_SIZE, ST_WRITE, ST_VAL, ST_REGS = \
-    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11
+# position in its CTA and its CTA, an R_SLOW request (kind, address, size, store?, 16 bytes of value), the CTA's
+# barrier phase (0: its threads run from the start; 1: they resume from the barrier array) and how many of its
+# threads have arrived at a barrier in this phase, registers.
+ST_RESUME, ST_I, ST_CNT, ST_LIC, ST_CTA, ST_KIND, ST_ADDR, ST_SIZE, ST_WRITE, ST_VAL, ST_PH, ST_NARR, ST_REGS = \
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13
 
 # Memory kinds of an R_SLOW request: what its address is an address of.
 K_GLOBAL, K_SHARED, K_LOCAL, K_PARAM, K_KPARAM = range(5)
@@ -120,16 +126,194 @@ static inline uint8_t *TKP(const MemCtx *M, uint64_t off, uint64_t s, int64_t *k
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a thread at a time (None: it can, as far as its blocks go; the C forms decide the
     rest)."""
-    if not kernel.independent_ctas:
-        return "atomics, fences, volatile or scoped accesses, or calls"
+    why = _sharing_reason(kernel)
+    if why is not None:
+        return why
     if kernel.flat.calls or kernel.flat.out_of_line:
         return "out-of-line calls"
     for b in kernel.blocks:
-        if b.kind != "plain":
-            return f"a {'barrier' if b.kind == 'bar' else 'warp operation'} at line {b.term.line}"
-        if b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
+        if b.kind == "bar" and not _plain_sync(kernel, b.term):
+            return f"a barrier other than bar.sync 0 for all threads at line {b.term.line}"
+        if b.kind == "warp":
+            return f"a warp operation at line {b.term.line}"
+        if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             return f"{b.term.opcode} at line {b.term.line}"
+    return _warp_synchronous_reason(kernel)
+
+
+def slower_reason(kernel) -> str | None:
+    """Why an eligible kernel would run slower a thread at a time than as lockstep native code (None: it would
+    not, as far as its shape tells). A thread arriving at a barrier saves the registers live there and resumes by
+    restoring them, about as costly as the lockstep code's pass over a chunk for a few instructions: a kernel whose
+    phases between barriers are a few instructions each ran at half the speed (scan_batches' scanTiles, a log-step
+    scan of 4-7 instructions per phase: 0.5-0.65x of the lockstep native code), one that loops between two barriers
+    2.1x faster (a grid-stride sum before a block reduction); bench/README.md, "Issue 19 part 6, sixth step". So a
+    kernel with barriers runs a thread at a time only where a loop runs between two barriers (its build costs a
+    compiler run of its own; the lockstep code vectorises short phases across lanes)."""
+    blocks = kernel.blocks
+    if not any(b.kind == "bar" for b in blocks):
+        return None
+    n = len(blocks)
+    # the CFG without the edges out of barriers: a cycle there is a loop inside one phase
+    succ = [[] if b.kind == "bar" else successors(b, kernel.labels, n) for b in blocks]
+    state = [0] * n                    # 0 unvisited, 1 on the stack, 2 done
+    for root in range(n):
+        if state[root]:
+            continue
+        stack = [(root, iter(succ[root]))]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                return None
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    return "barriers with no loop between two of them (a thread at a time is no faster there)"
+
+
+def _plain_sync(kernel, t: ir.Instr) -> bool:
+    """`bar.sync 0` / `barrier.sync 0` for all threads, unguarded (__syncthreads): the lockstep runtime's plain path
+    (runtime/barriers.py: a CTA goes on once each of its threads waits at some such barrier or has exited), which
+    the thread code reproduces; bar.red, ids, counts and bar.arrive stay with the runtime."""
+    if kernel.named_barriers:
+        return False
+    try:
+        return control.plain_barrier(t) and control.bar_form(t)[1] is None
+    except CudaError:
+        return False
+
+
+def _shared_space(ins: ir.Instr) -> bool:
+    return any(m in ("shared", "shared::cta") for m in ins.mods)
+
+
+def _sharing_reason(kernel) -> str | None:
+    """Kernel.independent_ctas, except that volatile accesses of the shared space are allowed (a CTA's own memory;
+    _warp_synchronous_reason decides)."""
+    for b in kernel.blocks:
+        for ins in b.instrs + ([b.term] if b.term is not None else []):
+            if ins.opcode in SHARING_OPCODES:
+                return "atomics, fences, volatile or scoped accesses, or calls"
+            mods = SHARING_MODS & set(ins.mods)
+            if mods and not (mods == {"volatile"} and ins.opcode in ("ld", "st") and _shared_space(ins)):
+                return "atomics, fences, volatile or scoped accesses, or calls"
     return None
+
+
+def _warp_synchronous_reason(kernel) -> str | None:
+    """Why a kernel's volatile shared loads might see another order of the CTA's threads than the lockstep
+    interpreter gives them (None: they cannot). Between two barriers the thread code runs one thread after another,
+    the interpreter instruction by instruction over all of them; the two agree on every program whose threads do
+    not exchange data between barriers. Warp-synchronous code does (`volatile` shared memory read by another lane of
+    the warp without a barrier, as old reductions and scans do), and a GPU's warps give it the lockstep answer.
+    So a volatile shared load must either read what its own thread stored there since the last barrier (the same
+    address operand on every path, its register unchanged: no other thread runs in between, in thread order as in
+    lockstep), or have no store to shared (or generic) memory before it or after it between the same barriers."""
+    blocks, n = kernel.blocks, len(kernel.blocks)
+    succ = [successors(b, kernel.labels, n) for b in blocks]
+    preds: list[list[int]] = [[] for _ in blocks]
+    for i, ss in enumerate(succ):
+        for j in ss:
+            preds[j].append(i)
+    everything = AnyRegister()
+
+    def instrs(b):
+        return b.instrs if b.kind == "bar" or b.term is None else b.instrs + [b.term]
+
+    # forward: the addresses each thread stored to since the last barrier on every path (must), and whether some
+    # store may have happened since (may); None: not reached yet
+    own: list = [None] * n
+    stored = [False] * n
+
+    def entry(b) -> tuple[set | None, bool]:
+        """(own, stored) where block b starts (a barrier ends what came before it)."""
+        ins_own = set() if b.index == 0 else None
+        ins_st = False
+        for p in preds[b.index]:
+            po = set() if blocks[p].kind == "bar" else own[p]
+            ins_st |= blocks[p].kind != "bar" and stored[p]
+            if po is not None:
+                ins_own = set(po) if ins_own is None else ins_own & po
+        return ins_own, ins_st
+
+    changed = True
+    while changed:
+        changed = False
+        for b in blocks:
+            ins_own, ins_st = entry(b)
+            if ins_own is None:
+                continue
+            o, st_ = _forward(instrs(b), ins_own, ins_st, everything)
+            if o != own[b.index] or st_ != stored[b.index]:
+                own[b.index], stored[b.index] = o, st_
+                changed = True
+    # backward: whether a store may follow before the next barrier
+    ahead = [False] * n
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            after = b.kind != "bar" and any(ahead[x] for x in succ[b.index])
+            a = after or any(_stores(ins) for ins in instrs(b))
+            if a != ahead[b.index]:
+                ahead[b.index] = a
+                changed = True
+    for b in blocks:
+        ins_own, ins_st = entry(b)
+        if ins_own is None:
+            continue                       # unreachable
+        seq = instrs(b)
+        for k, ins in enumerate(seq):
+            if ins.opcode in ("ld", "ldu") and "volatile" in ins.mods and _shared_space(ins):
+                if _own_key(ins) in ins_own:
+                    pass
+                elif ins_st or any(_stores(x) for x in seq[k + 1:]) or \
+                        (b.kind != "bar" and any(ahead[x] for x in succ[b.index])):
+                    return (f"a volatile shared load at line {ins.line} may read another thread's store between "
+                            f"two barriers (warp-synchronous code)")
+            ins_own, ins_st = _forward([ins], ins_own, ins_st, everything)
+    return None
+
+
+def _forward(seq, own: set, stored: bool, everything) -> tuple[set, bool]:
+    """_warp_synchronous_reason's forward transfer over instructions."""
+    for ins in seq:
+        writes = reads_writes(ins, everything, True)[1]
+        if writes:
+            own = {k for k in own if k[0] not in writes}
+        if _stores(ins):
+            stored = True
+            if _shared_space(ins) and _own_key(ins) is not None:
+                own = own | {_own_key(ins)}
+    return own, stored
+
+
+def _own_key(ins: ir.Instr):
+    """(base register or variable, offset, bits) of a shared access's address operand (None: another form)."""
+    a = ins.srcs[0]
+    if not isinstance(a, ir.Addr) or not isinstance(a.base, (ir.Reg, ir.Sym)):
+        return None
+    return a.base.name, a.offset, _access_size(ins)
+
+
+def _stores(ins: ir.Instr) -> bool:
+    """A store that may write shared memory (the shared space, or generic addresses)."""
+    if ins.opcode != "st":
+        return False
+    return _shared_space(ins) or not any(m in ("global", "local", "param", "const") for m in ins.mods)
+
+
+def _access_size(ins: ir.Instr) -> int:
+    try:
+        _space, vec, t = _memmods(ins)
+    except CudaError:
+        return -1
+    return vec * BITS.get(t, 0)
 
 
 class ThreadEmitter(CEmitter):
@@ -365,11 +549,19 @@ _SHAPE = ("    const int64_t bx = X->bx, by = X->by, bz = X->bz, gx = X->gx, gy 
           "    (void)gz; (void)b1; (void)g1;\n")
 
 
-def kernel_source(kernel, g, name: str) -> tuple[str, int]:
-    """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st)`: threads i0..n-1 of the
-    chunk one after the other, from the start (st[ST_RESUME] 0) or resumed where it suspended; R_DONE when all ran,
-    else R_SLOW / R_TICK with st filled (module docstring); the length of its state array). Raises NoC when the
-    kernel is not eligible."""
+def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
+    """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st, uint64_t *bs)`: threads
+    i0..n-1 of the chunk one after the other, from the start (st[ST_RESUME] 0) or resumed where it suspended; R_DONE
+    when all ran, else R_SLOW / R_TICK with st filled (module docstring); the length of its state array; the words
+    per thread of its barrier array `bs` (0: the kernel has no barrier)). Raises NoC when the kernel is not
+    eligible.
+
+    Barriers (`bar.sync 0`, eligible_reason): a CTA runs in phases. In a phase each of its threads runs, one after
+    the other, until it exits or arrives at a barrier; arriving, it saves its resume site and the registers live
+    there in its record of bs (ctasize records; 0: exited) and the next thread goes. When the CTA's last thread
+    ends a phase in which some thread arrived, the CTA starts a new phase: each thread resumes at its own site, an
+    exited one is skipped; a phase in which no thread arrived ends the CTA. This is the lockstep runtime's plain
+    barrier (runtime/barriers.py): the CTA goes on once every thread waits at some barrier or has exited."""
     if eligible_reason(kernel) is not None:
         raise NoC
     regs = dict(g.reg_width)
@@ -383,12 +575,27 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int]:
     labels = kernel.labels
     real = g.reg_width
     nblocks = len(kernel.blocks)
+    parks: dict[int, list[str]] = {}       # barrier site -> the registers live there (restored from bs)
+    # a thread's record in bs (32-bit words): its resume site (0: exited), then each register live at some barrier,
+    # one word (two for 64 bits): small records keep a CTA's records in the L1 cache
+    bslots: dict[str, int] = {}
+
+    def bslot(r: str) -> int:
+        if r not in bslots:
+            if regs[r] > 64:
+                raise NoC
+            bslots[r] = 1 + sum((_width(regs[x]) + 3) // 4 for x in bslots)
+        return bslots[r]
+    clean = _clean_at_barriers(kernel, real)
+    saves = {b.index: (set(kernel.live[b.index + 1]) if b.index + 1 < nblocks else set()) - clean[b.index]
+             for b in kernel.blocks if b.kind == "bar"}
+    phase_live = _live_in_phase(kernel, real, saves)
     for b in kernel.blocks:
         e.lines.append(f"B{b.index}: ; cnt += {len(b.instrs) + 1};")
         e.label()
         # the registers live before each instruction: what a suspension there (before its result is written) saves
         cur: set[str] = set().union(*(kernel.live[x] for x in successors(b, labels, nblocks)))
-        if b.term is not None:
+        if b.term is not None and b.kind == "plain":
             cur |= set(reads_writes(b.term, real, True)[0])
         at: list[set[str]] = []
         for ins in reversed(b.instrs):
@@ -397,13 +604,25 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int]:
             at.append(cur)
         at.reverse()
         for ins, live in zip(b.instrs, at):
-            if ins.opcode in ("ld", "ldu", "st") and set(ins.mods) & {"volatile", "relaxed", "acquire",
-                                                                     "release", "mmio"}:
+            mods = set(ins.mods)
+            if ins.opcode in ("ld", "ldu", "st") and (mods & {"relaxed", "acquire", "release", "mmio"} or
+                                                       ("volatile" in mods and not _shared_space(ins))):
                 raise NoC
             e.live = live
             e.emit(ins)
         t = b.term
         if t is None:
+            continue
+        if b.kind == "bar":                # (eligible_reason: bar.sync 0 for all threads, unguarded)
+            k = len(parks) + 1
+            live = sorted(kernel.live[b.index + 1]) if b.index + 1 < nblocks else []
+            # resuming restores what the thread reads before its next barrier; the rest stays in bs until a later
+            # barrier's resumption restores it (unchanged, it needs no saving: _clean_at_barriers)
+            parks[k] = [r for r in live if b.index + 1 < nblocks and r in phase_live[b.index + 1]]
+            # (a register unchanged since this thread saved it at an earlier barrier is in bs already)
+            save = " ".join(f"memcpy(bt + {bslot(r)}, &{e.var(r)}, {_width(regs[r])});" for r in live
+                            if r in saves[b.index])
+            e.lines.append(f"{{ uint32_t *bt = bs + lic * BW; {save} bt[0] = {k}; narr++; goto next; }} P{k}: ;")
             continue
         test = ""
         if t.guard is not None:
@@ -433,18 +652,35 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int]:
     restore = [f"{v} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     cases = " ".join(f"case {k}: " + "".join(f"{e.var(r)} = ({utype(regs[r])})st[{e.slot(r)}]; " for r in live) +
                      f"goto R{k};" for k, live in e.restores.items())
+    bw = 1 + sum((_width(regs[x]) + 3) // 4 for x in bslots) if parks else 0
     hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
     ind = "\n    "
+    if parks:
+        # a new phase: the thread resumes at its barrier (its position's registers set by `start`), or is skipped
+        pcases = " ".join(f"case {k}: " + "".join(f"memcpy(&{e.var(r)}, bt + {bslot(r)}, {_width(regs[r])}); "
+                                                   for r in live) + f"goto P{k};" for k, live in parks.items())
+        # (before `start`: a resumed thread's dead registers need no zeroing)
+        start.insert(0, f"if (ph) {{ const uint32_t *bt = bs + lic * BW; switch (bt[0]) {{ case 0: goto next; "
+                        f"{pcases} default: return -1; }} }}")
+        start.insert(0, f"if (ph) {{ {' '.join(restore)} }}")
+        exited = f"bs[lic * BW] = 0;"
+        # the CTA's last thread ends a phase: another phase from its first thread if one arrived at a barrier
+        cta_end = "if (lic == cs - 1) { if (narr) { narr = 0; ph = 1; i -= cs; lic = -1; } else ph = 0; }"
+    else:
+        exited = cta_end = ""
     body = "\n        ".join(start + e.lines)
     src = (f"int64_t {name}(int64_t i0, int64_t n, const MemCtx *restrict M, const TX *restrict X, "
-           f"uint64_t *restrict st) {{\n{hints}"
-           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n{_SHAPE}"
+           f"uint64_t *restrict st, uint32_t *restrict bs) {{\n{hints}"
+           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd; (void)bs;\n{_SHAPE}"
+           f"    enum {{ BW = {bw} }};\n"
            + "".join(f"    {x}\n" for x in e.prologue) +
            f"    {ind.join(decls)}\n"
            f"    int64_t rc = {R_DONE}, cnt = 0, lim = X->every, lic = i0 % cs - 1, cta = X->cta0 + i0 / cs, i = i0;\n"
+           f"    int64_t ph = 0, narr = 0; (void)ph; (void)narr;\n"
            f"    if (st[{ST_RESUME}]) {{\n"
            f"        i = (int64_t)st[{ST_I}]; cnt = (int64_t)st[{ST_CNT}]; lim = cnt + X->every;\n"
            f"        lic = (int64_t)st[{ST_LIC}]; cta = (int64_t)st[{ST_CTA}];\n"
+           f"        ph = (int64_t)st[{ST_PH}]; narr = (int64_t)st[{ST_NARR}];\n"
            f"        {(ind + '    ').join(restore)}\n"
            f"        switch (st[{ST_RESUME}]) {{ {cases} default: return -1; }}\n"
            f"    }}\n"
@@ -452,16 +688,81 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int]:
            f"        if (++lic == cs) {{ lic = 0; cta++; }}\n"
            f"        {body}\n"
            f"    done: ;\n"
+           f"        {exited}\n"
+           f"    next: ;\n"
            f"        if (cnt >= lim) {{ {end_tick} }}\n"
+           f"        {cta_end}\n"
            f"    }}\n"
            f"    st[{ST_CNT}] = (uint64_t)cnt; st[{ST_RESUME}] = 0;\n"
            f"    return {R_DONE};\n"
            + "".join(f"{x}\n" for x in e.tail) +
            f"suspend:\n"
            f"    st[{ST_I}] = (uint64_t)i; st[{ST_CNT}] = (uint64_t)cnt; st[{ST_LIC}] = (uint64_t)lic; "
-           f"st[{ST_CTA}] = (uint64_t)cta;\n"
+           f"st[{ST_CTA}] = (uint64_t)cta; st[{ST_PH}] = (uint64_t)ph; st[{ST_NARR}] = (uint64_t)narr;\n"
            f"    return rc;\n}}\n")
-    return src, ST_REGS + len(e.slots)
+    return src, ST_REGS + len(e.slots), bw
+
+
+def _width(bits: int) -> int:
+    """Bytes of a register's C variable in a bs record (cgen.utype: 8, 16, 32 or 64 bits; at least a word)."""
+    return 8 if bits > 32 else 4 if bits > 16 else 2 if bits > 8 else 1
+
+
+def _live_in_phase(kernel, regs, saves: dict[int, set[str]]) -> list[set[str]]:
+    """Per block, the registers some path from its start reads before it reaches a barrier or the thread's end,
+    a barrier reading the registers it saves (`saves`: the C variables must hold them there) (liveness with every
+    barrier an end)."""
+    blocks, n = kernel.blocks, len(kernel.blocks)
+    succ = [[] if b.kind == "bar" else successors(b, kernel.labels, n) for b in blocks]
+    seqs = [b.instrs + ([b.term] if b.term is not None and b.kind == "plain" else []) for b in blocks]
+    live: list[set[str]] = [set() for _ in blocks]
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            cur = set(saves[b.index]) if b.kind == "bar" else set().union(*(live[x] for x in succ[b.index]))
+            for ins in reversed(seqs[b.index]):
+                reads, writes = reads_writes(ins, regs, True)
+                cur = (cur - set(writes)) | set(reads)
+            if cur != live[b.index]:
+                live[b.index] = cur
+                changed = True
+    return live
+
+
+def _clean_at_barriers(kernel, regs) -> dict[int, set[str]]:
+    """Per barrier block, the registers that hold, on every path to its barrier, the value this thread saved in its
+    bs record at an earlier barrier (saved or restored there, not written since): the barrier needs not save them
+    again. A thread's first barrier saves everything live (nothing is clean at the kernel's entry)."""
+    blocks, n = kernel.blocks, len(kernel.blocks)
+    preds: list[list[int]] = [[] for _ in blocks]
+    for b in blocks:
+        for j in successors(b, kernel.labels, n):
+            preds[j].append(b.index)
+    writes = [set().union(*(reads_writes(ins, regs, True)[1] for ins in b.instrs)) if b.instrs else set()
+              for b in blocks]
+    out: list = [None] * n                 # None: not reached yet (every register)
+    at_end: dict[int, set[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for b in blocks:
+            cin = set() if b.index == 0 else None
+            for p in preds[b.index]:
+                if out[p] is not None:
+                    cin = set(out[p]) if cin is None else cin & out[p]
+            if cin is None:
+                continue
+            c = cin - writes[b.index]
+            if b.kind == "bar":
+                at_end[b.index] = c
+                c = set(kernel.live[b.index + 1]) if b.index + 1 < n else set()
+            elif b.term is not None:
+                c = c - set(reads_writes(b.term, regs, True)[1])
+            if c != out[b.index]:
+                out[b.index] = c
+                changed = True
+    return {i: at_end.get(i, set()) for i in range(n)}
 
 
 def _operands(ins: ir.Instr):
@@ -482,12 +783,14 @@ class TX(ctypes.Structure):
 class ThreadCode:
     """A kernel's thread-at-a-time function (kernel_source), run over one chunk by `run`."""
 
-    def __init__(self, fn, name: str, state: int) -> None:
+    def __init__(self, fn, name: str, state: int, bar_words: int = 0) -> None:
         fn.restype = ctypes.c_int64
-        fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p]
         self.fn = fn
         self.name = name
         self.state = state            # words of its state array
+        self.bar_words = bar_words    # 32-bit words per thread of its barrier array (0: no barrier)
         self.suspended = 0            # R_SLOW suspensions (accesses served by Python), all chunks together
         # Set once a chunk had more accesses served by Python than UNFIT_SLOW_SHARE of its threads (e.g. a kernel
         # over mapped or managed memory, which the C code never serves): one Python call per access is far slower
@@ -498,7 +801,9 @@ class ThreadCode:
         """Every thread of chunk S; a fault or a bound of the launch raises its error here."""
         L = S.launch
         T = S.T
-        st = np.zeros(self.state, np.uint64)
+        # the state array, then the barrier array: one record per thread of a CTA (kernel_source), owned here so
+        # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
+        st = np.zeros(self.state + (S.ctasize * self.bar_words + 1) // 2, np.uint64)
         tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
                 gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
@@ -514,7 +819,7 @@ class ThreadCode:
 
     def _run_chunk(self, S, L, T, st, ctx, txp, stp, told) -> None:
         while True:
-            rc = self.fn(0, T, ctx, txp, stp)
+            rc = self.fn(0, T, ctx, txp, stp, stp + 8 * self.state)
             steps = int(st[ST_CNT]) // T - told
             if steps > 0 or rc != R_SLOW:      # (at its end too, as the lockstep scheduler does: Launch.run)
                 told += max(steps, 0)

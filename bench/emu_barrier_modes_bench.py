@@ -1,0 +1,100 @@
+"""Emulated GPU: CPU seconds per launch of kernels with `__syncthreads()` run a thread at a time
+(translator/threadgen.py: a block's threads one after the other up to each barrier) against the lockstep native
+code, in one process of this tree, each result checked against NumPy. What threadgen.slower_reason decides from:
+scan_batches' scanTiles (a log-step scan, 4-7 instructions between barriers; tiles of 64 and 1024) and a block sum
+(bench/cuda/block_sum.cu: a grid-stride loop before the barriers), 6.5M elements each.
+
+    python bench/emu_barrier_modes_bench.py [--launches N] [--reps N]
+
+Modes: "thread, forced" runs every eligible kernel a thread at a time (slower_reason ignored), "default" is what
+the emulator does, "lockstep" is PYVGPU_EMU_THREADGEN=0 (the native runs). The modes alternate --reps times; the
+best of --launches launches is each figure (process CPU time), the median over the repetitions is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "daemon"), str(ROOT), str(ROOT / "tests")]
+
+import numpy as np  # noqa: E402
+
+from harness import ptx_of  # noqa: E402
+from pyvgpu_daemon.emu.limits import EmuLimits  # noqa: E402
+from pyvgpu_daemon.emu.memory import DeviceMemory  # noqa: E402
+from pyvgpu_daemon.emu.module import EmuModule  # noqa: E402
+from pyvgpu_daemon.emu.translator import threadgen  # noqa: E402
+
+N = 6815744
+MODES = ("thread, forced", "default", "lockstep")
+
+
+def _measure(mode: str, launches: int) -> dict[str, float]:
+    slower = threadgen.slower_reason
+    if mode == "thread, forced":
+        threadgen.slower_reason = lambda kernel: None
+    try:
+        limits = EmuLimits(native="on", threadgen=mode != "lockstep")
+        mem = DeviceMemory(1 << 40, 1 << 28)
+        scan = EmuModule.load(ptx_of(str(ROOT / "bench" / "cuda" / "scan_batches.cu")), mem, limits=limits)
+        bsum = EmuModule.load(ptx_of(str(ROOT / "bench" / "cuda" / "block_sum.cu")), mem, limits=limits)
+        out = {}
+        data = np.random.default_rng(1).integers(0, 256, N, dtype=np.uint32)
+        src, dst = mem.alloc(4 * N), mem.alloc(4 * N)
+        mem.write(src, data.tobytes())
+        for size in (64, 1024):
+            out[f"scanTiles, tiles of {size}"] = _best(launches, lambda size=size: scan.launch(
+                "_Z9scanTilesP5uint4PKS_j", (N // 1024, 1, 1), (256, 1, 1), 0, struct.pack("<QQI", dst, src, size)))
+            got = np.frombuffer(bytes(mem.read(dst, 4 * N)), np.uint32).reshape(-1, size)
+            d = data.reshape(-1, size)
+            if not np.array_equal(got, np.cumsum(d, axis=1, dtype=np.uint32) - d):
+                raise SystemExit(f"{mode}: scanTiles of {size}: wrong result")
+        small = (data & 15).astype(np.float32)         # (sums of small integers: exact in float32)
+        mem.write(src, small.tobytes())
+        out["blockSum, 1024 blocks"] = _best(launches, lambda: bsum.launch(
+            "_Z8blockSumPfPKfi", (1024, 1, 1), (256, 1, 1), 0, struct.pack("<QQi", dst, src, N)))
+        got = np.frombuffer(bytes(mem.read(dst, 4 * 1024)), np.float32)
+        if got.astype(np.float64).sum() != small.astype(np.float64).sum():
+            raise SystemExit(f"{mode}: blockSum: wrong result")
+        return out
+    finally:
+        threadgen.slower_reason = slower
+
+
+def _best(launches: int, launch) -> float:
+    launch()                                   # builds the native code
+    times = []
+    for _ in range(launches):
+        t = time.process_time()
+        launch()
+        times.append(time.process_time() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--launches", type=int, default=4)
+    args = ap.parse_args()
+    res: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
+    for _ in range(args.reps):
+        for m in MODES:                            # alternating, so a change of load hits every mode
+            for k, v in _measure(m, args.launches).items():
+                res[m].setdefault(k, []).append(v)
+            print(f"  [{m}] " + ", ".join(f"{k}: {vs[-1]:.3f} s" for k, vs in res[m].items()), flush=True)
+    print(f"\nload average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"{'kernel':<26}" + "".join(f"{m + ' CPU s':>22}" for m in MODES) + "  lockstep / forced")
+    for k in res["lockstep"]:
+        med = {m: statistics.median(res[m][k]) for m in MODES}
+        print(f"{k:<26}" + "".join(f"{med[m]:>22.3f}" for m in MODES) +
+              f"  {med['lockstep'] / med['thread, forced']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
