@@ -17,7 +17,6 @@ import os
 import statistics
 import struct
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +29,8 @@ from pyvgpu_daemon.emu.limits import EmuLimits  # noqa: E402
 from pyvgpu_daemon.emu.memory import DeviceMemory  # noqa: E402
 from pyvgpu_daemon.emu.module import EmuModule  # noqa: E402
 from pyvgpu_daemon.emu.translator import threadgen  # noqa: E402
+
+from emu_sample_kernels_bench import best_cpu_seconds  # noqa: E402 (bench/: this script's directory)
 
 N = 6815744
 MODES = ("thread, forced", "default", "lockstep")
@@ -49,7 +50,7 @@ def _measure(mode: str, launches: int) -> dict[str, float]:
         src, dst = mem.alloc(4 * N), mem.alloc(4 * N)
         mem.write(src, data.tobytes())
         for size in (64, 1024):
-            out[f"scanTiles, tiles of {size}"] = _best(launches, lambda size=size: scan.launch(
+            out[f"scanTiles, tiles of {size}"] = best_cpu_seconds(launches, lambda size=size: scan.launch(
                 "_Z9scanTilesP5uint4PKS_j", (N // 1024, 1, 1), (256, 1, 1), 0, struct.pack("<QQI", dst, src, size)))
             got = np.frombuffer(bytes(mem.read(dst, 4 * N)), np.uint32).reshape(-1, size)
             d = data.reshape(-1, size)
@@ -57,7 +58,7 @@ def _measure(mode: str, launches: int) -> dict[str, float]:
                 raise SystemExit(f"{mode}: scanTiles of {size}: wrong result")
         small = (data & 15).astype(np.float32)         # (sums of small integers: exact in float32)
         mem.write(src, small.tobytes())
-        out["blockSum, 1024 blocks"] = _best(launches, lambda: bsum.launch(
+        out["blockSum, 1024 blocks"] = best_cpu_seconds(launches, lambda: bsum.launch(
             "_Z8blockSumPfPKfi", (1024, 1, 1), (256, 1, 1), 0, struct.pack("<QQi", dst, src, N)))
         got = np.frombuffer(bytes(mem.read(dst, 4 * 1024)), np.float32)
         if got.astype(np.float64).sum() != small.astype(np.float64).sum():
@@ -67,14 +68,6 @@ def _measure(mode: str, launches: int) -> dict[str, float]:
         threadgen.slower_reason = slower
 
 
-def _best(launches: int, launch) -> float:
-    launch()                                   # builds the native code
-    times = []
-    for _ in range(launches):
-        t = time.process_time()
-        launch()
-        times.append(time.process_time() - t)
-    return min(times)
 
 
 def main() -> None:

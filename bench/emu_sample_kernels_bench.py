@@ -29,6 +29,17 @@ SCAN_N = 6815744
 STREAM_N = 1 << 22
 
 
+def best_cpu_seconds(launches: int, launch) -> float:
+    """The least CPU time of `launches` calls of launch(), after one that builds the native code."""
+    launch()
+    times = []
+    for _ in range(launches):
+        t = time.process_time()
+        launch()
+        times.append(time.process_time() - t)
+    return min(times)
+
+
 def _worker(launches: int) -> dict[str, float]:
     sys.path[:0] = [str(ROOT / "tests")]
     import numpy as np  # noqa: PLC0415
@@ -38,13 +49,7 @@ def _worker(launches: int) -> dict[str, float]:
     from pyvgpu_daemon.emu.module import EmuModule  # noqa: PLC0415
 
     def best(launch) -> float:
-        launch()                                   # builds the native code
-        times = []
-        for _ in range(launches):
-            t = time.process_time()
-            launch()
-            times.append(time.process_time() - t)
-        return min(times)
+        return best_cpu_seconds(launches, launch)
 
     out = {}
     mem = DeviceMemory(1 << 40, 1 << 28)
