@@ -212,8 +212,9 @@ def _warp_synchronous_reason(kernel) -> str | None:
     not exchange data between barriers. Warp-synchronous code does (`volatile` shared memory read by another lane of
     the warp without a barrier, as old reductions and scans do), and a GPU's warps give it the lockstep answer.
     So a volatile shared load must either read what its own thread stored there since the last barrier (the same
-    address operand on every path, its register unchanged: no other thread runs in between, in thread order as in
-    lockstep), or have no store to shared (or generic) memory before it or after it between the same barriers."""
+    address operand on every path, its register unchanged and derived from the thread's position, and no store of
+    the thread since: another operand may address another thread's slot, which lockstep overwrites before the load
+    and a thread at a time after it), or have no store to shared (or generic) memory before it or after it between the same barriers."""
     blocks, n = kernel.blocks, len(kernel.blocks)
     succ = [successors(b, kernel.labels, n) for b in blocks]
     preds: list[list[int]] = [[] for _ in blocks]
@@ -224,6 +225,8 @@ def _warp_synchronous_reason(kernel) -> str | None:
 
     def instrs(b):
         return b.instrs if b.kind == "bar" or b.term is None else b.instrs + [b.term]
+
+    varying = _thread_varying(kernel, [instrs(b) for b in blocks], everything)
 
     # forward: the addresses each thread stored to since the last barrier on every path (must), and whether some
     # store may have happened since (may); None: not reached yet
@@ -248,7 +251,7 @@ def _warp_synchronous_reason(kernel) -> str | None:
             ins_own, ins_st = entry(b)
             if ins_own is None:
                 continue
-            o, st_ = _forward(instrs(b), ins_own, ins_st, everything)
+            o, st_ = _forward(instrs(b), ins_own, ins_st, everything, varying)
             if o != own[b.index] or st_ != stored[b.index]:
                 own[b.index], stored[b.index] = o, st_
                 changed = True
@@ -276,20 +279,49 @@ def _warp_synchronous_reason(kernel) -> str | None:
                         (b.kind != "bar" and any(ahead[x] for x in succ[b.index])):
                     return (f"a volatile shared load at line {ins.line} may read another thread's store between "
                             f"two barriers (warp-synchronous code)")
-            ins_own, ins_st = _forward([ins], ins_own, ins_st, everything)
+            ins_own, ins_st = _forward([ins], ins_own, ins_st, everything, varying)
     return None
 
 
-def _forward(seq, own: set, stored: bool, everything) -> tuple[set, bool]:
+# position registers that differ between the lanes of a warp (%warpid does not)
+_LANE_VARYING = {f"%tid.{a}" for a in "xyz"} | {"%laneid"}
+# results that may be equal for several lanes however their operands differ (tid >> 5: one value per warp)
+_COLLAPSING = {"shr", "div", "rem", "setp", "set", "selp", "slct", "bfe", "min", "max", "popc", "clz", "bfind"}
+
+
+def _thread_varying(kernel, seqs, everything) -> set[str]:
+    """Registers whose value may differ between the lanes of a warp: written from a thread's position (%tid,
+    %laneid) through other than _COLLAPSING operations (flow-insensitive). An address whose base is not one of them
+    may be the same for all lanes: a store there is no thread's own (_warp_synchronous_reason)."""
+    varying: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for seq in seqs:
+            for ins in seq:
+                if ins.opcode in _COLLAPSING:
+                    continue
+                reads, writes = reads_writes(ins, everything, False)
+                if any(r in varying or r in _LANE_VARYING for r in reads) and not set(writes) <= varying:
+                    varying |= set(writes)
+                    changed = True
+    return varying
+
+
+def _forward(seq, own: set, stored: bool, everything, varying: set[str]) -> tuple[set, bool]:
     """_warp_synchronous_reason's forward transfer over instructions."""
     for ins in seq:
         writes = reads_writes(ins, everything, True)[1]
         if writes:
             own = {k for k in own if k[0] not in writes}
         if _stores(ins):
+            # a store may write another thread's own address (another operand): lockstep, all threads' later
+            # stores land before any load of theirs, so only the last store's address stays this thread's own
             stored = True
-            if _shared_space(ins) and _own_key(ins) is not None:
-                own = own | {_own_key(ins)}
+            key = _own_key(ins) if _shared_space(ins) else None
+            if key is not None and key[0] not in varying:
+                key = None                 # (an address all lanes may share: the last lane's store is what all read)
+            own = set() if key is None else {key}
     return own, stored
 
 
