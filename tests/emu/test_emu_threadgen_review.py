@@ -196,3 +196,65 @@ def test_registers_of_every_kind_and_local_memory_live_across_barriers(monkeypat
             assert _thread_code(mod, "live")
     assert (outs[0] == _live_model(grid, block[0], block[1])).all()
     assert (outs[0] == outs[1]).all()
+
+
+# Per thread: a register written on one path only between two barriers (the other path must keep the value it had
+# at the first barrier), then a loop of a data-dependent trip count ((tid >> 1) & 3) with a barrier in each
+# iteration, a 64-bit accumulator and the loop counter live across it; threads leave the loop at different barriers.
+TRIPS = HEAD + """
+.visible .entry trips(.param .u64 out)
+{
+  .reg .pred %p<4>; .reg .b32 %r<20>; .reg .b64 %rd<10>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.lo.s32 %r5, %r1, 3;
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 2;
+  add.s32 %r8, %r6, %r7;
+  bar.sync 0;
+  and.b32 %r9, %r1, 1;
+  setp.eq.u32 %p1, %r9, 1;
+  @%p1 bra SKIP;
+  add.s32 %r5, %r1, 1000;
+SKIP:
+  bar.sync 0;
+  shr.u32 %r10, %r1, 1;
+  and.b32 %r10, %r10, 3;
+  mov.u32 %r11, 0;
+  cvt.u64.u32 %rd2, %r5;
+LOOP:
+  setp.ge.u32 %p2, %r11, %r10;
+  @%p2 bra END;
+  st.shared.u32 [%r8], %r11;
+  bar.sync 0;
+  ld.shared.u32 %r12, [%r8];
+  cvt.u64.u32 %rd3, %r12;
+  shl.b64 %rd3, %rd3, 33;
+  add.s64 %rd2, %rd2, %rd3;
+  add.s32 %r11, %r11, 1;
+  bra LOOP;
+END:
+  mov.u32 %r13, %ctaid.x; mov.u32 %r14, %ntid.x;
+  mad.lo.s32 %r15, %r13, %r14, %r1;
+  mul.wide.u32 %rd4, %r15, 8;
+  add.s64 %rd5, %rd1, %rd4;
+  st.global.u64 [%rd5], %rd2;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("tick", [None, 5], ids=["plain", "ticked"])
+def test_a_register_written_on_one_path_and_per_thread_barrier_counts(monkeypatch, tick):
+    monkeypatch.setattr(threadgen, "slower_reason", lambda kernel: None)
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    outs = [_run(TRIPS, "trips", m, 3, (70, 1, 1), 2 * 3 * 70, lanes_per_chunk=140) for m in (ON, OFF)]
+    t = np.arange(70, dtype=np.uint64)
+    r5 = np.where(t & 1, 3 * t, t + 1000)
+    k = (t >> np.uint64(1)) & np.uint64(3)
+    exp = np.tile(r5 + (k * (k - 1) // 2 << np.uint64(33)), 3)
+    assert (outs[0].view(np.uint64) == exp).all() and (outs[0] == outs[1]).all()
+    mod = _module(TRIPS, ON, DeviceMemory(1 << 40, 1 << 24))
+    assert threadgen.eligible_reason(mod.kernel("trips")) is None and _thread_code(mod, "trips")

@@ -214,7 +214,8 @@ def _warp_synchronous_reason(kernel) -> str | None:
     So a volatile shared load must either read what its own thread stored there since the last barrier (the same
     address operand on every path, its register unchanged and derived from the thread's position, and no store of
     the thread since: another operand may address another thread's slot, which lockstep overwrites before the load
-    and a thread at a time after it), or have no store to shared (or generic) memory before it or after it between the same barriers."""
+    and a thread at a time after it), or have no store to shared (or generic) memory before it or after it between
+    the same barriers."""
     blocks, n = kernel.blocks, len(kernel.blocks)
     succ = [successors(b, kernel.labels, n) for b in blocks]
     preds: list[list[int]] = [[] for _ in blocks]
