@@ -66,7 +66,7 @@ SYMBOL = (_warp_kernel("""
 UNIFORM = (_warp_kernel("""
   st.volatile.shared.u32 [%r6+8], %r2;
   ld.volatile.shared.u32 %r11, [%r6+8];"""), None)
-# one slot per warp (tid >> 5): the lanes of a warp share it
+# one slot per warp (tid >> 5, or the slot's address & -128): the lanes of a warp share it
 PER_WARP = (_warp_kernel("""
   shr.u32 %r9, %r1, 5;
   shl.b32 %r9, %r9, 2;
@@ -74,9 +74,14 @@ PER_WARP = (_warp_kernel("""
   st.volatile.shared.u32 [%r9], %r2;
   ld.volatile.shared.u32 %r11, [%r9];"""), None)
 
+MASKED = (_warp_kernel("""
+  and.b32 %r9, %r8, -128;
+  st.volatile.shared.u32 [%r9], %r2;
+  ld.volatile.shared.u32 %r11, [%r9];"""), None)
 
-@pytest.mark.parametrize("case", [NEIGHBOUR, SYMBOL, UNIFORM, PER_WARP], ids=["neighbour", "symbol", "uniform",
-                                                                               "per warp"])
+
+@pytest.mark.parametrize("case", [NEIGHBOUR, SYMBOL, UNIFORM, PER_WARP, MASKED],
+                         ids=["neighbour", "symbol", "uniform", "per warp", "masked"])
 def test_volatile_stores_another_lane_may_address_keep_the_lockstep_path(monkeypatch, case):
     monkeypatch.setattr(threadgen, "slower_reason", lambda kernel: None)
     ptx, expected = case
@@ -90,7 +95,7 @@ def test_volatile_stores_another_lane_may_address_keep_the_lockstep_path(monkeyp
     else:                              # each warp's lanes read one value, some lane's of that warp
         for w in range(2):
             got = on[32 * w:32 * w + 32]
-            assert (got == got[0]).all() and 100 + 32 * (w if ptx is PER_WARP[0] else 0) <= got[0] < 164
+            assert (got == got[0]).all() and 100 + 32 * (w if ptx in (PER_WARP[0], MASKED[0]) else 0) <= got[0] < 164
 
 
 def test_a_thread_reading_back_its_own_slot_stays_eligible():

@@ -300,13 +300,25 @@ def _thread_varying(kernel, seqs, everything) -> set[str]:
         changed = False
         for seq in seqs:
             for ins in seq:
-                if ins.opcode in _COLLAPSING:
+                if ins.opcode in _COLLAPSING or _masks_lanes(ins):
                     continue
                 reads, writes = reads_writes(ins, everything, False)
                 if any(r in varying or r in _LANE_VARYING for r in reads) and not set(writes) <= varying:
                     varying |= set(writes)
                     changed = True
     return varying
+
+
+def _masks_lanes(ins: ir.Instr) -> bool:
+    """An and/or that may give several lanes of a warp one value (tid & ~31): unless an immediate operand keeps
+    the low 5 bits of the other (and with them all set, or with none set)."""
+    if ins.opcode not in ("and", "or"):
+        return False
+    for o in ins.srcs:
+        if isinstance(o, ir.Imm) and isinstance(o.value, int):
+            low = o.value & 31
+            return low != (31 if ins.opcode == "and" else 0)
+    return True
 
 
 def _forward(seq, own: set, stored: bool, everything, varying: set[str]) -> tuple[set, bool]:
