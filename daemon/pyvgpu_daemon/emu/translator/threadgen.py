@@ -44,7 +44,7 @@ from .cgen import PRELUDE, CEmitter, NoC, address_expr, ctype, load_form, store_
 from .instrs import _memmods
 from . import control
 from .cfg import SHARING_MODS, SHARING_OPCODES
-from .liveness import AnyRegister, reads_writes, successors
+from .liveness import reads_writes, successors
 
 # Extra compiler flags (emu/native.py): with -march=native's own tuning on this host's AVX-512 CPU, GCC 12 spilled the
 # kernel function's many live integers into vector registers, which made it 2x slower than with generic tuning
@@ -211,139 +211,56 @@ def _warp_synchronous_reason(kernel) -> str | None:
     the interpreter instruction by instruction over all of them; the two agree on every program whose threads do
     not exchange data between barriers. Warp-synchronous code does (`volatile` shared memory read by another lane of
     the warp without a barrier, as old reductions and scans do), and a GPU's warps give it the lockstep answer.
-    So a volatile shared load must either read what its own thread stored there since the last barrier (the same
-    address operand on every path, its register unchanged and derived from the thread's position, and no store of
-    the thread since: another operand may address another thread's slot, which lockstep overwrites before the load
-    and a thread at a time after it), or have no store to shared (or generic) memory before it or after it between
-    the same barriers."""
+    So a volatile shared load is allowed only where no store to shared (or generic) memory may come before it or
+    after it between the same barriers: then it reads what was there at the barrier in both orders.
+
+    A thread reading back its own store is left out on purpose: which stores are a thread's own needs the address
+    to differ between the lanes of every warp, which depends on the block's shape (%tid.x repeats within a warp of
+    an 8x4 block, %tid.y within a warp of a 32x8 one) and on values (a loaded index, a register multiplier), and a
+    rule that tried (review5) let through shapes where a GPU warp and the lockstep path read another lane's value.
+    Such kernels run as lockstep code, with the GPU's answer."""
     blocks, n = kernel.blocks, len(kernel.blocks)
     succ = [successors(b, kernel.labels, n) for b in blocks]
     preds: list[list[int]] = [[] for _ in blocks]
     for i, ss in enumerate(succ):
         for j in ss:
             preds[j].append(i)
-    everything = AnyRegister()
 
     def instrs(b):
         return b.instrs if b.kind == "bar" or b.term is None else b.instrs + [b.term]
 
-    varying = _thread_varying(kernel, [instrs(b) for b in blocks], everything)
+    def stores(b) -> bool:
+        return any(_stores(x) for x in instrs(b))
 
-    # forward: the addresses each thread stored to since the last barrier on every path (must), and whether some
-    # store may have happened since (may); None: not reached yet
-    own: list = [None] * n
-    stored = [False] * n
-
-    def entry(b) -> tuple[set | None, bool]:
-        """(own, stored) where block b starts (a barrier ends what came before it)."""
-        ins_own = set() if b.index == 0 else None
-        ins_st = False
-        for p in preds[b.index]:
-            po = set() if blocks[p].kind == "bar" else own[p]
-            ins_st |= blocks[p].kind != "bar" and stored[p]
-            if po is not None:
-                ins_own = set(po) if ins_own is None else ins_own & po
-        return ins_own, ins_st
-
+    # forward: whether a store may have happened since the last barrier where a block starts (a block of kind
+    # "bar" ends at a barrier)
+    before = [False] * n
     changed = True
     while changed:
         changed = False
         for b in blocks:
-            ins_own, ins_st = entry(b)
-            if ins_own is None:
-                continue
-            o, st_ = _forward(instrs(b), ins_own, ins_st, everything, varying)
-            if o != own[b.index] or st_ != stored[b.index]:
-                own[b.index], stored[b.index] = o, st_
+            v = any(blocks[p].kind != "bar" and (before[p] or stores(blocks[p])) for p in preds[b.index])
+            if v != before[b.index]:
+                before[b.index] = v
                 changed = True
-    # backward: whether a store may follow before the next barrier
+    # backward: whether a store may follow before the next barrier where a block ends
     ahead = [False] * n
     changed = True
     while changed:
         changed = False
         for b in reversed(blocks):
-            after = b.kind != "bar" and any(ahead[x] for x in succ[b.index])
-            a = after or any(_stores(ins) for ins in instrs(b))
-            if a != ahead[b.index]:
-                ahead[b.index] = a
+            v = b.kind != "bar" and any(ahead[x] or stores(blocks[x]) for x in succ[b.index])
+            if v != ahead[b.index]:
+                ahead[b.index] = v
                 changed = True
     for b in blocks:
-        ins_own, ins_st = entry(b)
-        if ins_own is None:
-            continue                       # unreachable
         seq = instrs(b)
         for k, ins in enumerate(seq):
             if ins.opcode in ("ld", "ldu") and "volatile" in ins.mods and _shared_space(ins):
-                if _own_key(ins) in ins_own:
-                    pass
-                elif ins_st or any(_stores(x) for x in seq[k + 1:]) or \
-                        (b.kind != "bar" and any(ahead[x] for x in succ[b.index])):
+                if before[b.index] or ahead[b.index] or any(_stores(x) for x in seq[:k] + seq[k + 1:]):
                     return (f"a volatile shared load at line {ins.line} may read another thread's store between "
                             f"two barriers (warp-synchronous code)")
-            ins_own, ins_st = _forward([ins], ins_own, ins_st, everything, varying)
     return None
-
-
-# position registers that differ between the lanes of a warp (%warpid does not)
-_LANE_VARYING = {f"%tid.{a}" for a in "xyz"} | {"%laneid"}
-# results that may be equal for several lanes however their operands differ (tid >> 5: one value per warp)
-_COLLAPSING = {"shr", "div", "rem", "setp", "set", "selp", "slct", "bfe", "min", "max", "popc", "clz", "bfind"}
-
-
-def _thread_varying(kernel, seqs, everything) -> set[str]:
-    """Registers whose value may differ between the lanes of a warp: written from a thread's position (%tid,
-    %laneid) through other than _COLLAPSING operations (flow-insensitive). An address whose base is not one of them
-    may be the same for all lanes: a store there is no thread's own (_warp_synchronous_reason)."""
-    varying: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for seq in seqs:
-            for ins in seq:
-                if ins.opcode in _COLLAPSING or _masks_lanes(ins):
-                    continue
-                reads, writes = reads_writes(ins, everything, False)
-                if any(r in varying or r in _LANE_VARYING for r in reads) and not set(writes) <= varying:
-                    varying |= set(writes)
-                    changed = True
-    return varying
-
-
-def _masks_lanes(ins: ir.Instr) -> bool:
-    """An and/or that may give several lanes of a warp one value (tid & ~31): unless an immediate operand keeps
-    the low 5 bits of the other (and with them all set, or with none set)."""
-    if ins.opcode not in ("and", "or"):
-        return False
-    for o in ins.srcs:
-        if isinstance(o, ir.Imm) and isinstance(o.value, int):
-            low = o.value & 31
-            return low != (31 if ins.opcode == "and" else 0)
-    return True
-
-
-def _forward(seq, own: set, stored: bool, everything, varying: set[str]) -> tuple[set, bool]:
-    """_warp_synchronous_reason's forward transfer over instructions."""
-    for ins in seq:
-        writes = reads_writes(ins, everything, True)[1]
-        if writes:
-            own = {k for k in own if k[0] not in writes}
-        if _stores(ins):
-            # a store may write another thread's own address (another operand): lockstep, all threads' later
-            # stores land before any load of theirs, so only the last store's address stays this thread's own
-            stored = True
-            key = _own_key(ins) if _shared_space(ins) else None
-            if key is not None and key[0] not in varying:
-                key = None                 # (an address all lanes may share: the last lane's store is what all read)
-            own = set() if key is None else {key}
-    return own, stored
-
-
-def _own_key(ins: ir.Instr):
-    """(base register or variable, offset, bits) of a shared access's address operand (None: another form)."""
-    a = ins.srcs[0]
-    if not isinstance(a, ir.Addr) or not isinstance(a.base, (ir.Reg, ir.Sym)):
-        return None
-    return a.base.name, a.offset, _access_size(ins)
 
 
 def _stores(ins: ir.Instr) -> bool:
@@ -351,14 +268,6 @@ def _stores(ins: ir.Instr) -> bool:
     if ins.opcode != "st":
         return False
     return _shared_space(ins) or not any(m in ("global", "local", "param", "const") for m in ins.mods)
-
-
-def _access_size(ins: ir.Instr) -> int:
-    try:
-        _space, vec, t = _memmods(ins)
-    except CudaError:
-        return -1
-    return vec * BITS.get(t, 0)
 
 
 class ThreadEmitter(CEmitter):
