@@ -249,8 +249,6 @@ def _bytecode(source: str, name: str):
     return code
 
 
-
-
 def _independent_ctas(body: list) -> bool:
     """Whether no CTA of a launch can see what another does (CUDA gives unsynchronised data races no meaning):
     no atomics or fences, no volatile or memory-model-scoped accesses, no device-side calls (printf output and

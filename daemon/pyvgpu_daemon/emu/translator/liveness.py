@@ -12,11 +12,11 @@ from ..ptx import ir
 from .cfg import Block
 
 
-
 class AnyRegister:
     """A register table that holds every name (reads_writes over registers of any kind)."""
     def __contains__(self, name) -> bool:
         return True
+
 
 def operand_registers(o, regs, into: list) -> None:
     """Append the registers operand o names (a register, an address's base and coordinates, a vector's elements)
