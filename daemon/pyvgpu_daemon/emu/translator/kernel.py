@@ -20,7 +20,7 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import bytecode_cache, control, instrs, threadgen
+from . import bytecode_cache, control, ctagen, instrs, threadgen
 from .cfg import SHARING_MODS, SHARING_OPCODES, Block, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
@@ -153,6 +153,11 @@ class Kernel:
             return False
 
     def _build_native(self):
+        if self.limits.ctagen and ctagen.eligible_reason(self) is None and \
+                ctagen.preferred_reason(self, self.limits.threadgen) is None:
+            code = self._build_cta_code()
+            if code is not None:
+                return code
         if self.limits.threadgen and threadgen.eligible_reason(self) is None and threadgen.slower_reason(self) is None:
             code = self._build_thread_code()
             if code is not None:
@@ -194,6 +199,24 @@ class Kernel:
         self.native_source = source
         return g.ns["make"]
 
+
+    def _build_cta_code(self):
+        """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
+        form there (thread mode or the lockstep native runs then serve)."""
+        try:
+            source, state, words = ctagen.kernel_source(self, Codegen(self), "ck")
+        except NoC:
+            return None
+        except Exception as e:  # noqa: BLE001 - a generator bug costs the CTA code only: the other paths serve
+            native.log.warning("emulated GPU: no CTA-at-a-time code for %s (%s: %s); it runs on the other paths",
+                               self.name, type(e).__name__, e)
+            return None
+        lib = native.load(ctagen.PRELUDE_C + source, extra=ctagen.FLAGS)
+        if lib is None:
+            return None
+        self._native_lib = lib              # keeps the library loaded as long as the kernel
+        self.native_source = source
+        return ctagen.CtaCode(lib.ck, self.name, state, words)
 
     def _build_thread_code(self):
         """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction

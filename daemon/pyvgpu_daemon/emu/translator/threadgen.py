@@ -751,13 +751,17 @@ class ThreadCode:
         # than the lockstep NumPy code, so later chunks and launches of the kernel run there (runtime/chunk.py).
         self.unfit = False
 
+    def state_words(self, ctasize: int) -> int:
+        """The words of the state array and the barrier array after it for CTAs of ctasize threads."""
+        return self.state + (ctasize * self.bar_words + 1) // 2
+
     def run(self, S) -> None:
         """Every thread of chunk S; a fault or a bound of the launch raises its error here."""
         L = S.launch
         T = S.T
         # the state array, then the barrier array: one record per thread of a CTA (kernel_source), owned here so
         # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
-        st = np.zeros(self.state + (S.ctasize * self.bar_words + 1) // 2, np.uint64)
+        st = np.zeros(self.state_words(S.ctasize), np.uint64)
         tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
                 gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
