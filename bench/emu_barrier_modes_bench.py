@@ -42,7 +42,7 @@ MODES = ("CTA", "thread, forced", "default", "lockstep")
 def _measure(mode: str, launches: int) -> dict[str, float]:
     slower, warp_sync, preferred = threadgen.slower_reason, threadgen._warp_synchronous_reason, ctagen.preferred_reason
     if mode == "CTA":
-        ctagen.preferred_reason = lambda kernel: None
+        ctagen.preferred_reason = lambda kernel, threadgen_on=True: None
     if mode == "thread, forced":
         # also past the volatile-shared rule, which keeps scanTiles on lockstep code: its volatile loads read back
         # only its own thread's stores in 1-D blocks, so the results (checked below) are right here

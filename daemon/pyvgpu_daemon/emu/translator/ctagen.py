@@ -21,8 +21,12 @@ at most one store, or only loads, of the memory threads share (global, shared, g
 and every load reads memory as the lockstep NumPy code's instruction-after-instruction, lane-after-lane order has
 it, volatile shared accesses included (warp-synchronous code gets the lockstep answer, which is a GPU warp's).
 ALU instructions (cgen.py's C forms, which a differential test ties to the NumPy ops) and accesses private to a
-thread (local memory, parameters, constants) join any loop; a loop of ALU instructions only is emitted twice, a
-converged copy over 0..ctasize-1 that the C compiler vectorises, and one over the list of the threads at the block.
+thread (local memory, parameters, constants) join any loop. Each loop is emitted twice, a converged copy over
+0..ctasize-1 and one over the list of the threads at the block; a converged loop of ALU instructions only is
+vectorised by the C compiler, and so is one whose accesses are all unguarded shared ones, given a third copy that
+checks them without a branch (_fast_code: a bad access runs the loop again with suspensions, which raises its
+fault). Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single loop only
+and never across a suspension is a C local (_locals).
 
 Loads and stores are threadgen.py's (every access checked as runtime/spaces.py checks it; one the C code cannot
 serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
@@ -47,9 +51,9 @@ from .cgen import NoC, address_expr, ctype, load_form, store_value, utype
 from .instrs import _memmods
 from .liveness import reads_writes
 from . import threadgen
-from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_SLOW, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
-                        ST_RESUME, ThreadCode, ThreadEmitter, _POSITION, _SHAPE, _operands, _plain_sync, _shared_space,
-                        _sharing_reason, _special_c)
+from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
+                        ST_RESUME, ThreadCode, ThreadEmitter, _POSITION, _SHAPE, _operands, _shared_space,
+                        _special_c)
 
 # A shared access of the CTA whose shared memory starts at sb (runtime/spaces.py's check, as threadgen's TS: the
 # offset inside the CTA's window, aligned to the access size); the CTA's base is read once per CTA, not per access.
@@ -79,20 +83,8 @@ RF_FIXED = 9 * MAX_CTA + 192
 
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
-    rest)."""
-    why = _sharing_reason(kernel)
-    if why is not None:
-        return why
-    if kernel.flat.calls or kernel.flat.out_of_line:
-        return "out-of-line calls"
-    for b in kernel.blocks:
-        if b.kind == "bar" and not _plain_sync(kernel, b.term):
-            return f"a barrier other than bar.sync 0 for all threads at line {b.term.line}"
-        if b.kind == "warp":
-            return f"a warp operation at line {b.term.line}"
-        if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
-            return f"{b.term.opcode} at line {b.term.line}"
-    return None
+    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps."""
+    return threadgen.blocks_reason(kernel)
 
 
 def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
@@ -239,24 +231,12 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
             raise NoC
         out(f"B{b.index}: cnt += n * {len(b.instrs) + 1};")
         for body in loops[b.index]:
-            e.label()                      # (a pointer checked in another loop is another thread's)
-            start = len(e.lines)
-            for ins in body:
-                mods = set(ins.mods)
-                if ins.opcode in ("ld", "ldu", "st") and (mods & (SHARING_MODS - {"volatile"})):
-                    raise NoC
-                e.emit(ins)
-            code = " ".join(e.lines[start:])
-            del e.lines[start:]
+            code = _body_code(e, body)
             fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) else None
             if fast is not None:
                 # converged: a pass without suspensions that the compiler may vectorise; an access it could not
                 # make (a fault ahead) runs the loop again with them (fast_code: the loop can run twice)
-                e.label()
-                for ins in body:
-                    e.emit(ins)
-                code2 = " ".join(e.lines[start:])
-                del e.lines[start:]
+                code2 = _body_code(e, body)
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; "
                     f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
@@ -264,11 +244,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
             elif any(x.opcode in ("ld", "ldu", "st") for x in body):
                 # two copies too, each with its own suspension sites (labels inside the loop; resuming sets lic
                 # from j as the copy does)
-                e.label()
-                for ins in body:
-                    e.emit(ins)
-                code2 = " ".join(e.lines[start:])
-                del e.lines[start:]
+                code2 = _body_code(e, body)
                 out(f"if (conv) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }}")
             else:
@@ -335,6 +311,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    int64_t j = 0, n = 0, lic = 0, i = 0, P = 0, conv = 0;\n"
            f"    uint8_t *sb = 0; const int64_t shl = M->shsize;\n"
            f"    (void)i; (void)cta; (void)sb; (void)shl;\n"
+           f"    if (cs > {MAX_CTA}) return -1;     /* (the register file's arrays hold {MAX_CTA} threads) */\n"
            f"    if (st[{ST_RESUME}]) {{\n"
            f"        cl = (int64_t)st[{ST_CL}]; cnt = (int64_t)st[{ST_CNT}]; lim = cnt + X->every;\n"
            f"        j = (int64_t)st[{ST_J}]; n = (int64_t)st[{ST_N}]; P = (int64_t)st[{ST_P}];\n"
@@ -391,22 +368,30 @@ def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str] | N
     if not _rerunnable(body, regs) or any(ins.opcode in ("ld", "ldu", "st") and (
             ins.guard is not None or not _shared_space(ins)) for ins in body):
         return None
-    start = len(e.lines)
     e.loop_sizes = set()
+    code = _body_code(e, body, fast=True)
+    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves)
+    return code, " && ".join(f"shok{z}" for z in sorted(e.loop_sizes)) or "1"
+
+
+def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool = False) -> str:
+    """The C code of one thread's part of a loop (with suspension sites of its own: each copy of a loop is emitted
+    anew); fast: shared accesses without them (_fast_code)."""
+    e.label()                          # (a pointer checked in another loop is another thread's)
+    start = len(e.lines)
     try:
-        e.label()
         for ins in body:
-            if ins.opcode in ("ld", "ldu"):
+            if ins.opcode in ("ld", "ldu", "st") and set(ins.mods) & (SHARING_MODS - {"volatile"}):
+                raise NoC
+            if fast and ins.opcode in ("ld", "ldu"):
                 _fast_shared_load(e, ins)
-            elif ins.opcode == "st":
+            elif fast and ins.opcode == "st":
                 _fast_shared_store(e, ins)
             else:
                 e.emit(ins)
+        return " ".join(e.lines[start:])
     finally:
-        code = " ".join(e.lines[start:])
         del e.lines[start:]
-    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves)
-    return code, " && ".join(f"shok{z}" for z in sorted(e.loop_sizes)) or "1"
 
 
 def _rerunnable(body: list[ir.Instr], regs) -> bool:

@@ -203,38 +203,32 @@ class Kernel:
     def _build_cta_code(self):
         """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
         form there (thread mode or the lockstep native runs then serve)."""
-        try:
-            source, state, words = ctagen.kernel_source(self, Codegen(self), "ck")
-        except NoC:
-            return None
-        except Exception as e:  # noqa: BLE001 - a generator bug costs the CTA code only: the other paths serve
-            native.log.warning("emulated GPU: no CTA-at-a-time code for %s (%s: %s); it runs on the other paths",
-                               self.name, type(e).__name__, e)
-            return None
-        lib = native.load(ctagen.PRELUDE_C + source, extra=ctagen.FLAGS)
-        if lib is None:
-            return None
-        self._native_lib = lib              # keeps the library loaded as long as the kernel
-        self.native_source = source
-        return ctagen.CtaCode(lib.ck, self.name, state, words)
+        return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.FLAGS, ctagen.CtaCode,
+                                 "CTA-at-a-time", "on the other paths")
 
     def _build_thread_code(self):
         """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction
         has no C form there (the lockstep native runs then serve)."""
+        return self._build_whole(threadgen.kernel_source, threadgen.PRELUDE_T, threadgen.FLAGS,
+                                 threadgen.ThreadCode, "thread-at-a-time", "in lockstep")
+
+    def _build_whole(self, kernel_source, prelude: str, flags: tuple, code_class, what: str, instead: str):
+        """The kernel as one C function `fn` of a whole-kernel generator (kernel_source(kernel, g, "fn") -> (source,
+        state words, its extra array's size)), wrapped in code_class; None where it has no C form."""
         try:
-            source, state, bar_words = threadgen.kernel_source(self, Codegen(self), "tk")
+            source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
             return None
-        except Exception as e:  # noqa: BLE001 - a generator bug costs the thread code only: the runs still serve
-            native.log.warning("emulated GPU: no thread-at-a-time code for %s (%s: %s); it runs in lockstep",
-                               self.name, type(e).__name__, e)
+        except Exception as e:  # noqa: BLE001 - a generator bug costs this code only: the other paths serve
+            native.log.warning("emulated GPU: no %s code for %s (%s: %s); it runs %s", what, self.name,
+                               type(e).__name__, e, instead)
             return None
-        lib = native.load(threadgen.PRELUDE_T + source, extra=threadgen.FLAGS)
+        lib = native.load(prelude + source, extra=flags)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
         self.native_source = source
-        return threadgen.ThreadCode(lib.tk, self.name, state, bar_words)
+        return code_class(lib.fn, self.name, state, extra)
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()

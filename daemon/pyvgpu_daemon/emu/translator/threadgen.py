@@ -126,6 +126,13 @@ static inline uint8_t *TKP(const MemCtx *M, uint64_t off, uint64_t s, int64_t *k
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a thread at a time (None: it can, as far as its blocks go; the C forms decide the
     rest)."""
+    return blocks_reason(kernel) or _warp_synchronous_reason(kernel)
+
+
+def blocks_reason(kernel) -> str | None:
+    """Why a kernel's blocks cannot run as whole-kernel C code (this module's and ctagen.py's): a sharing access
+    (_sharing_reason), a call, a barrier other than `bar.sync 0` for all threads, a warp operation, another
+    terminator than a branch or exit (None: none of those)."""
     why = _sharing_reason(kernel)
     if why is not None:
         return why
@@ -138,7 +145,7 @@ def eligible_reason(kernel) -> str | None:
             return f"a warp operation at line {b.term.line}"
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             return f"{b.term.opcode} at line {b.term.line}"
-    return _warp_synchronous_reason(kernel)
+    return None
 
 
 def slower_reason(kernel) -> str | None:
