@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -85,6 +86,19 @@ def stop_process(proc: subprocess.Popen, group: bool = False, timeout: float = 1
         proc.wait()
 
 
+def wait_text(read: Callable[[], str], pattern: str, count: int = 1, timeout: float = 10) -> str:
+    """read() once the regular expression `pattern` matches in it `count` times, or as it is after `timeout` seconds
+    (the caller's assert then shows it). For log lines written after what a test can see: the daemon logs a refused
+    greeting or a TLS handshake's end after the peer has its answer, and a loaded machine may run the peer first; a
+    fixed sleep before reading the log is a race (tests/README.md, "Test reliability")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = read()
+        if len(re.findall(pattern, text)) >= count or time.monotonic() > deadline:
+            return text
+        time.sleep(0.02)
+
+
 def _read(log: Path | None) -> str:
     return log.read_text(errors="replace") if log is not None and log.exists() else ""
 
@@ -107,6 +121,21 @@ def serve_one_connection(handle: Callable[[socket.socket], None]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- raw protocol peers
+def wait_no_sessions(port: int, keep: int | None = None, timeout: float = 10) -> dict:
+    """Poll STATUS until only the observer's own session (and `keep`) is left, at most `timeout` seconds: a session
+    ends on the daemon after its client has closed, so a state read at once or after a fixed sleep is a race.
+    → {"others": the sessions left, "status": the last status}."""
+    deadline = time.monotonic() + timeout
+    from pyvgpu.client import Client   # noqa: PLC0415 (bench scripts put the checkout on sys.path first)
+    with Client.connect("127.0.0.1", port) as obs:
+        while True:
+            st = obs.status()
+            others = [s for s in st["sessions"] if not s["self"] and s["id"] != keep]
+            if not others or time.monotonic() > deadline:
+                return {"others": others, "status": st}
+            time.sleep(0.05)
+
+
 def frame(obj: object, payload: bytes = b"") -> bytes:
     """One frame from any msgpack-able header (well-formed or not) and raw payload bytes."""
     import msgpack   # noqa: PLC0415 (a dependency of the package; imported where frames are made)
@@ -198,6 +227,10 @@ class Daemon:
 
     def log_tail(self, n: int = 2000) -> str:
         return self.log_text()[-n:]
+
+    def wait_log(self, pattern: str, count: int = 1, timeout: float = 10) -> str:
+        """The log once `pattern` matches in it `count` times (or as it is after `timeout` s): wait_text."""
+        return wait_text(self.log_text, pattern, count, timeout)
 
 
 def daemon_command(*args: str, backend: str = "emu") -> list[str]:
