@@ -254,13 +254,32 @@ def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | N
     both."""
     if backend == "chain":
         return start_chain(workdir, *extra, env=env, cwd=cwd, timeout=timeout)
-    port = free_port()
-    log = Path(workdir) / f"daemon-{port}.log"
+    # Port 0: the daemon binds a free port itself and names it in its ready line. A port picked free here and bound
+    # there later can be taken in between (by another test's listener or an outgoing connection), and a readiness
+    # probe by connecting leaves a connection the daemon may not have closed yet when a test counts descriptors.
+    log = Path(workdir) / f"daemon-{time.monotonic_ns()}.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", str(port), *extra, backend=backend),
+        proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", "0", *extra, backend=backend),
                                 stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
-    wait_listening(proc, port, log, timeout=timeout)
+    port = wait_ready_line(proc, log, timeout=timeout)
     return Daemon(port, proc, log, extra=extra, backend=backend)
+
+
+def wait_ready_line(proc: subprocess.Popen, log: Path, timeout: float = 30) -> int:
+    """The port of a daemon started with --port 0, once its ready line ("pyvgpu-daemon listening on HOST:PORT",
+    printed after it listens) is in its log; RuntimeError with the log if it exits first or says nothing within
+    `timeout` seconds (then it is killed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(r"^pyvgpu-daemon listening on \S+:(\d+) ", _read(log), re.M)
+        if m:
+            return int(m.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}:\n{_read(log)}")
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"daemon did not say it listens within {timeout} s:\n{_read(log)}")
 
 
 def unmet_on_a_gpu_host(extra: tuple[str, ...], devices: int) -> str | None:
