@@ -453,3 +453,54 @@ def test_a_warp_scan_reading_lower_lanes(monkeypatch, block, tick):
             exp[c * block + w:c * block + w + seg.size] = np.cumsum(seg, dtype=np.uint32)
     assert on == off
     assert (np.frombuffer(on, np.uint32) == exp).all()
+
+
+# ---------------------------------------------------------------- shared addresses at the edges of 32 bits
+# A 32-bit shared address register plus the instruction's offset: tid * 4 + delta (32-bit, wrapping) then [r + 8],
+# a store and a load of the vectorised loop, and the same through a 64-bit register. Whatever the lockstep path
+# makes of each (a value or an error), the CTA code must make the same.
+EDGE = HEAD + """
+.visible .entry edge(.param .u64 out, .param .u32 delta)
+{
+  .reg .pred %p<3>; .reg .b32 %r<24>; .reg .b64 %rd<10>;
+  .shared .align 4 .b8 sh[1024];
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r20, [delta];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7;
+  add.s32 %r8, %r7, %r20;
+  xor.b32 %r9, %r1, 0x5a5a;
+  st.shared.u32 [%r8+8], %r9;
+  bar.sync 0;
+  ld.shared.u32 %r10, [%r8+8];
+  cvt.u64.u32 %rd2, %r7;
+  cvt.s64.s32 %rd3, %r20;
+  add.s64 %rd3, %rd2, %rd3;
+  ld.shared.u32 %r11, [%rd3+8];
+  mul.wide.u32 %rd5, %r1, 8;
+  add.s64 %rd6, %rd1, %rd5;
+  st.global.u32 [%rd6], %r10;
+  st.global.u32 [%rd6+4], %r11;
+  ret;
+}
+"""
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except CudaError as e:
+        return code_of(e)
+
+
+@pytest.mark.parametrize("delta", [0, -8, -4, -12, -9, 1012, 1016], ids=lambda d: f"delta {d}")
+@pytest.mark.parametrize("block", [1, 64, 254])
+def test_shared_addresses_at_the_edges_give_the_lockstep_outcome(delta, block):
+    def params(mem):
+        out = mem.alloc(8 * block)
+        return struct.pack("<QI", out, delta & 0xFFFFFFFF), lambda m: bytes(m.read(out, 8 * block))
+    on = _outcome(lambda: _launch(EDGE, "edge", CTA, (2, 1, 1), (block, 1, 1), params))
+    off = _outcome(lambda: _launch(EDGE, "edge", OFF, (2, 1, 1), (block, 1, 1), params))
+    assert on == off
+    if delta in (0, -8):                         # (in the window: each thread reads its own store back)
+        assert (np.frombuffer(on, np.uint32) == np.repeat(np.arange(block, dtype=np.uint32) ^ 0x5a5a, 2)).all()
