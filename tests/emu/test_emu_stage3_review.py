@@ -111,6 +111,17 @@ def _overlap_host(data: np.ndarray, block: int) -> np.ndarray:
     return out.reshape(-1)
 
 
+@pytest.mark.parametrize("block", [33, 1000, 1024])
+@pytest.mark.parametrize("lanes", [64, 1000, 1536, 5000])
+def test_chunks_of_any_size_hold_whole_ctas(block, lanes):
+    """Chunks of fewer lanes than a CTA, and of a CTA and a half: the runtime's chunks hold whole CTAs."""
+    data = np.random.default_rng(block).integers(0, 1 << 32, 5 * block, dtype=np.uint32)
+    on, off = _both(OVERLAP.replace("GUARD", ""), "overlap", 5, block, _io(data, 12 * 5 * block),
+                    lanes_per_chunk=lanes)
+    assert on == off
+    assert (np.frombuffer(on, np.uint32) == _overlap_host(data, block)).all()
+
+
 @pytest.mark.parametrize("guard", ["", "@%p1 "], ids=["vectorised loop", "guarded loop"])
 @pytest.mark.parametrize("block", [1, 33, 256, 1000, 1024])
 @TICKS
@@ -439,13 +450,22 @@ WARPSCAN = HEAD + """
 """
 
 
+def _generic(ptx: str) -> str:
+    """WARPSCAN through generic addresses (cvta.shared; not volatile, which only shared accesses may be here)."""
+    ptx = ptx.replace("shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7;",
+                      "shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7; cvt.u64.u32 %rd7, %r7; cvta.shared.u64 %rd7, %rd7;")
+    return ptx.replace("[%r7", "[%rd7").replace(".volatile.shared.", ".")
+
+
+@pytest.mark.parametrize("space", ["shared", "generic"])
 @pytest.mark.parametrize("block", [32, 33, 1000, 1024])
 @TICKS
-def test_a_warp_scan_reading_lower_lanes(monkeypatch, block, tick):
+def test_a_warp_scan_reading_lower_lanes(monkeypatch, space, block, tick):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
     data = np.random.default_rng(block).integers(0, 1 << 20, 2 * block, dtype=np.uint32)
-    on, off = _both(WARPSCAN, "warpscan", 2, block, _io(data, 4 * 2 * block))
+    ptx = WARPSCAN if space == "shared" else _generic(WARPSCAN)
+    on, off = _both(ptx, "warpscan", 2, block, _io(data, 4 * 2 * block))
     exp = np.zeros(data.size, np.uint32)
     for c in range(2):
         for w in range(0, block, 32):
