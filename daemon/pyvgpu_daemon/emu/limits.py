@@ -43,6 +43,10 @@ class EmuLimits:
     # `bar.sync 0`: translator/threadgen.py, eligible_reason and slower_reason); "0" keeps such kernels
     # on the lockstep native runs above. Applies wherever native code does (PYVGPU_EMU_NATIVE).
     threadgen: bool = os.environ.get("PYVGPU_EMU_THREADGEN", "1") != "0"
+    # Native code for a kernel with `bar.sync 0` run a CTA at a time, its threads inner (translator/ctagen.py:
+    # eligible_reason and preferred_reason); "0" leaves such kernels to the paths above. Applies wherever native
+    # code does (PYVGPU_EMU_NATIVE).
+    ctagen: bool = os.environ.get("PYVGPU_EMU_CTAGEN", "1") != "0"
     # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
     threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # Wall-clock seconds one launch may run.
