@@ -559,3 +559,30 @@ def test_vectors_floats_and_immediates_in_the_fast_loop(monkeypatch, block, tick
                 struct.pack("<II", v >> 16 & 0xFFFF, v >> 16 & 0xFF)
             exp[48 * (c * block + t):48 * (c * block + t) + 40] = rec
     assert on == bytes(exp)
+
+
+# ---------------------------------------------------------------- the default choice of path
+PREFERRED = ctagen.preferred_reason                 # (the fixture replaces it in the module)
+
+
+@pytest.mark.parametrize("case", ["overlap", "lastwarp", "warpscan", "generic scan", "vec"])
+@pytest.mark.parametrize("mode", [dict(native="on"), dict(native="on", ctagen=False),
+                                  dict(native="on", ctagen=False, threadgen=False)],
+                         ids=["default", "ctagen off", "ctagen and threadgen off"])
+def test_the_default_choice_of_path_gives_the_lockstep_bits(monkeypatch, case, mode):
+    """Whichever path the kernels take by default (ctagen.preferred_reason, threadgen's rules), and with ctagen or
+    both whole-kernel generators off, the bits are the lockstep NumPy path's."""
+    monkeypatch.setattr(ctagen, "preferred_reason", PREFERRED)
+    ptx, name, block = {"overlap": (OVERLAP.replace("GUARD", ""), "overlap", 256),
+                        "lastwarp": (LASTWARP, "lastwarp", 1000), "warpscan": (WARPSCAN, "warpscan", 1000),
+                        "generic scan": (_generic(WARPSCAN), "warpscan", 1000), "vec": (VEC, "vec", 1024)}[case]
+    data = np.random.default_rng(3).integers(0, 1 << 30, 4 * block, dtype=np.uint64)
+    params = _io(data, 48 * 2 * block)
+    got = []
+    for m in (mode, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(ptx, m, mem)
+        raw, read = params(mem)
+        mod.launch(name, (2, 1, 1), (block, 1, 1), 0, raw)
+        got.append(read(mem))
+    assert got[0] == got[1]
