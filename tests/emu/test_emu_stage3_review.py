@@ -586,3 +586,66 @@ def test_the_default_choice_of_path_gives_the_lockstep_bits(monkeypatch, case, m
         mod.launch(name, (2, 1, 1), (block, 1, 1), 0, raw)
         got.append(read(mem))
     assert got[0] == got[1]
+
+
+# ---------------------------------------------------------------- accesses served by Python inside a loop
+# Each thread gathers two words of `in` through addresses computed in the same loop (C locals: ctagen._locals)
+# from memory the C code cannot serve (a region of its own: each access suspends, Python serves it and the loop
+# resumes inside), combines them with a register computed before the loads, and passes the result through shared
+# memory to its mirror thread.
+GATHER = HEAD + """
+.visible .entry gather(.param .u64 out, .param .u64 in)
+{
+  .reg .pred %p<2>; .reg .b32 %r<30>; .reg .b64 %rd<12>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.lo.s32 %r5, %r4, 7;
+  and.b32 %r5, %r5, 255;
+  xor.b32 %r20, %r4, 0x35;
+  mul.wide.u32 %rd3, %r5, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r6, [%rd4];
+  add.s64 %rd5, %rd4, 4;
+  ld.global.u32 %r7, [%rd5];
+  mad.lo.s32 %r8, %r6, 3, %r7;
+  xor.b32 %r8, %r8, %r20;
+  mov.u32 %r9, sh;
+  shl.b32 %r10, %r1, 2; add.s32 %r10, %r9, %r10;
+  st.shared.u32 [%r10], %r8;
+  bar.sync 0;
+  sub.s32 %r11, %r2, %r1; sub.s32 %r11, %r11, 1;
+  shl.b32 %r11, %r11, 2; add.s32 %r11, %r9, %r11;
+  ld.shared.u32 %r12, [%r11];
+  mul.wide.u32 %rd6, %r4, 4;
+  add.s64 %rd7, %rd1, %rd6;
+  st.global.u32 [%rd7], %r12;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [1, 33, 256])
+@TICKS
+def test_accesses_served_by_python_inside_a_loop(monkeypatch, block, tick):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    data = np.random.default_rng(block).integers(0, 1 << 32, 260, dtype=np.uint32)
+
+    def params(mem):
+        out = mem.alloc(4 * 2 * block)
+        owner = DeviceMemory((1 << 40) + (1 << 30), 1 << 22)
+        mem.add_region(owner)
+        src = owner.alloc(data.nbytes)
+        owner.write(src, data.tobytes())
+        return struct.pack("<QQ", out, src), lambda m: bytes(m.read(out, 4 * 2 * block))
+    on, off = _both(GATHER, "gather", 2, block, params)
+    assert on == off
+    exp = np.zeros(2 * block, np.uint32)
+    for c in range(2):
+        for t in range(block):
+            g = c * block + block - 1 - t
+            k = (g * 7) & 255
+            exp[c * block + t] = ((int(data[k]) * 3 + int(data[k + 1])) ^ g ^ 0x35) & 0xFFFFFFFF
+    assert (np.frombuffer(on, np.uint32) == exp).all()
