@@ -72,8 +72,10 @@ KERNEL = r"""
     setp.ne.u32 %p2, %r17, 0;
     and.b32 %r18, %r5, 512;
     setp.ne.u32 %p5, %r18, 0;
+    mov.u64 %rd23, %rd1;
 LOOP:
     setp.ge.u32 %p1, %r10, %r9;
+    @%p1 mov.u64 %rd23, 3;
     @%p1 bra DONE;
     add.u32 %r13, %r11, %r10;
     mul.lo.u32 %r14, %r13, -1640531535;
@@ -91,22 +93,24 @@ LOOP:
     mul.wide.u32 %rd6, %r20, 4;
     add.s64 %rd7, %rd1, %rd6;
     ld.global.u32 %r21, [%rd7];
+    ld.global.u32 %r43, [%rd23+8];
     add.u32 %r22, %r1, %r10;
     and.b32 %r22, %r22, 127;
     shl.b32 %r23, %r22, 2;
     add.u32 %r24, %r7, %r23;
     ld.shared.u32 %r25, [%r24];
-    st.shared.u32 [%r8], %r11;
     cvt.u64.u32 %rd8, %r24;
     cvta.shared.u64 %rd9, %rd8;
     ld.u32 %r26, [%rd9];
+    xor.b32 %r21, %r21, %r43;
+    atom.global.add.u32 %r29, [%rd3], %r20;
+    st.shared.u32 [%r8], %r11;
     mov.u64 %rd10, loc;
     and.b32 %r27, %r10, 7;
     mul.wide.u32 %rd11, %r27, 4;
     add.s64 %rd12, %rd10, %rd11;
     st.local.u32 [%rd12], %r11;
     ld.local.u32 %r28, [loc+4];
-    atom.global.add.u32 %r29, [%rd3], %r20;
     atom.shared.exch.b32 %r30, [%r7], %r4;
     atom.global.cas.b32 %r31, [%rd3+4], %r30, %r4;
     add.u32 %r12, %r12, %r29;
@@ -258,8 +262,10 @@ def test_sparse_blocks_give_the_masked_bits(native, density, ncta, seed, sparse_
 
 
 def test_native_runs_in_masked_and_sparse_blocks():
-    """With native code the loop's ALU runs are C calls in the masked block (kept for its lanes: _where) and in the
-    sparse one (over the gathered lanes), so the comparisons above cover them."""
+    """With native code the loop's runs (ALU, and loads without stores) are C calls in the masked block (over every
+    lane, kept for the block's lanes: _where; a load of an inactive lane's stale address declines the run) and in
+    the sparse one (ALU over the gathered lanes; its runs that load decline), so the comparisons above cover
+    them."""
     mem = DeviceMemory(1 << 40, 1 << 22)
     kern = EmuModule.load(KERNEL.encode(), mem, limits=limits("on", 1)).kernel("k")
     assert kern.native_make() is not None
@@ -268,6 +274,7 @@ def test_native_runs_in_masked_and_sparse_blocks():
     assert "_o = _nr" in body
     masked = src[src.index("    def m3(m):"):src.index("    def s3(_i):")]
     assert "_o = _nr" in masked and "= _where(m, _o[" in masked
+    assert "_mc = S.memctx()" in masked and "_mc = S.memctx()" in body     # a run that loads, in both
 
 
 def test_the_default_divisor_takes_the_sparse_path_for_few_lanes(sparse_calls):

@@ -53,6 +53,12 @@ class SparseLanes:
     def param(self, off, dt):
         return self.chunk.param(off, dt)
 
+    @staticmethod
+    def memctx():
+        """No native memory for a subset of lanes (a MemCtx indexes shared and local memory by lane): 0 makes a
+        native run that loads decline, and its NumPy form serves these lanes (translator/kernel.py's _emit_run)."""
+        return 0
+
     def special(self, name):
         v = self.chunk.special(name)
         return v[self.idx] if np.ndim(v) else v

@@ -342,16 +342,18 @@ def _block_funcs(g: Codegen, blocks: list[Block], plans=None) -> tuple[list[str]
 
 
 def _masked_runs(runs):
-    """The native runs a masked block takes too: those without memory accesses. They compute every lane of the
-    chunk, as in converged code (the inactive lanes' values are bits like any other to them), and the block keeps
-    their results for its own lanes only (_emit_run)."""
-    return [(start, end, run) for start, end, run in runs if not run.mem and run.max_lanes is None]
+    """The native runs a masked block takes too: those without stores. They compute every lane of the chunk, as in
+    converged code (the inactive lanes' values are bits like any other to them, and a load has no effect but its
+    value), and the block keeps their results for its own lanes only (_emit_run). A load the run cannot serve, an
+    inactive lane's stale address included, declines the whole run: its masked NumPy form then runs, which serves
+    the block's own lanes or raises their error."""
+    return [(start, end, run) for start, end, run in runs if not run.scratch]
 
 
 # ChunkAPI members a sparse block may use: what a chunk of the block's active lanes alone serves as the whole chunk
 # would (runtime/sparse.py). Warp operations, barriers that count, call frames, textures and device calls see other
 # lanes or the whole chunk: such blocks run masked.
-SPARSE_MEMBERS = frozenset({"load", "store", "atom", "isspace", "param", "special"})
+SPARSE_MEMBERS = frozenset({"load", "store", "atom", "isspace", "param", "special", "memctx"})
 _RETURN = re.compile(r"\breturn\b")
 _MEMBER = re.compile(r"\bS\.(\w+)")           # (Codegen.rt writes every use of the chunk so)
 
@@ -389,16 +391,23 @@ def _emit_run(g: Codegen, run, lines: list, masked: bool = False) -> None:
     lines.append(f"# {first}-{last}: {len(run.instrs)} instructions as native code")
     ins = ", ".join(g._old(r) for r in run.inputs)
     ctx = f", {g.rt('memctx')}()" if run.mem else ""
-    call = f"{run.source}(T{ctx}{', ' if ins else ''}{ins})"
+    conds = []
     if run.max_lanes is not None:          # over more lanes the NumPy code is the faster (cgen.Run.choose_lanes)
-        call = f"{call} if T <= {run.max_lanes} else None"
+        conds.append(f"T <= {run.max_lanes}")
+    if run.mem and masked:                 # (a sparse block's lanes have no MemCtx: 0, its NumPy form serves)
+        lines.append(f"_mc = {g.rt('memctx')}()")
+        ctx = ", _mc"
+        conds.append("_mc")
+    call = f"{run.source}(T{ctx}{', ' if ins else ''}{ins})"
+    if conds:
+        call = f"{call} if {' and '.join(conds)} else None"
     lines.append(f"_o = {call}")
     indent = ""
     if run.mem:
         defined = set(g.local_defined)
         slow: list[str] = []
         for i in run.instrs:
-            instrs.emit(g, i, slow, False)
+            instrs.emit(g, i, slow, masked)
         g.local_defined = defined        # what only the NumPy code assigns is read by nothing after the run
         lines.append("if _o is None:")
         lines.extend("    " + ln for ln in slow)
