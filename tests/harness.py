@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -85,6 +86,19 @@ def stop_process(proc: subprocess.Popen, group: bool = False, timeout: float = 1
         proc.wait()
 
 
+def wait_text(read: Callable[[], str], pattern: str, count: int = 1, timeout: float = 10) -> str:
+    """read() once the regular expression `pattern` matches in it `count` times, or as it is after `timeout` seconds
+    (the caller's assert then shows it). For log lines written after what a test can see: the daemon logs a refused
+    greeting or a TLS handshake's end after the peer has its answer, and a loaded machine may run the peer first; a
+    fixed sleep before reading the log is a race (tests/README.md, "Test reliability")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = read()
+        if len(re.findall(pattern, text)) >= count or time.monotonic() > deadline:
+            return text
+        time.sleep(0.02)
+
+
 def _read(log: Path | None) -> str:
     return log.read_text(errors="replace") if log is not None and log.exists() else ""
 
@@ -107,6 +121,21 @@ def serve_one_connection(handle: Callable[[socket.socket], None]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- raw protocol peers
+def wait_no_sessions(port: int, keep: int | None = None, timeout: float = 10) -> dict:
+    """Poll STATUS until only the observer's own session (and `keep`) is left, at most `timeout` seconds: a session
+    ends on the daemon after its client has closed, so a state read at once or after a fixed sleep is a race.
+    → {"others": the sessions left, "status": the last status}."""
+    deadline = time.monotonic() + timeout
+    from pyvgpu.client import Client   # noqa: PLC0415 (bench scripts put the checkout on sys.path first)
+    with Client.connect("127.0.0.1", port) as obs:
+        while True:
+            st = obs.status()
+            others = [s for s in st["sessions"] if not s["self"] and s["id"] != keep]
+            if not others or time.monotonic() > deadline:
+                return {"others": others, "status": st}
+            time.sleep(0.05)
+
+
 def frame(obj: object, payload: bytes = b"") -> bytes:
     """One frame from any msgpack-able header (well-formed or not) and raw payload bytes."""
     import msgpack   # noqa: PLC0415 (a dependency of the package; imported where frames are made)
@@ -199,6 +228,10 @@ class Daemon:
     def log_tail(self, n: int = 2000) -> str:
         return self.log_text()[-n:]
 
+    def wait_log(self, pattern: str, count: int = 1, timeout: float = 10) -> str:
+        """The log once `pattern` matches in it `count` times (or as it is after `timeout` s): wait_text."""
+        return wait_text(self.log_text, pattern, count, timeout)
+
 
 def daemon_command(*args: str, backend: str = "emu") -> list[str]:
     return [sys.executable, "-m", "pyvgpu_daemon", "--backend", backend, *args]
@@ -221,13 +254,32 @@ def start_daemon(workdir: Path, *extra: str, backend: str = "emu", env: dict | N
     both."""
     if backend == "chain":
         return start_chain(workdir, *extra, env=env, cwd=cwd, timeout=timeout)
-    port = free_port()
-    log = Path(workdir) / f"daemon-{port}.log"
+    # Port 0: the daemon binds a free port itself and names it in its ready line. A port picked free here and bound
+    # there later can be taken in between (by another test's listener or an outgoing connection), and a readiness
+    # probe by connecting leaves a connection the daemon may not have closed yet when a test counts descriptors.
+    log = Path(workdir) / f"daemon-{time.monotonic_ns()}.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", str(port), *extra, backend=backend),
+        proc = subprocess.Popen(daemon_command("--host", LOOPBACK, "--port", "0", *extra, backend=backend),
                                 stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
-    wait_listening(proc, port, log, timeout=timeout)
+    port = wait_ready_line(proc, log, timeout=timeout)
     return Daemon(port, proc, log, extra=extra, backend=backend)
+
+
+def wait_ready_line(proc: subprocess.Popen, log: Path, timeout: float = 30) -> int:
+    """The port of a daemon started with --port 0, once its ready line ("pyvgpu-daemon listening on HOST:PORT",
+    printed after it listens) is in its log; RuntimeError with the log if it exits first or says nothing within
+    `timeout` seconds (then it is killed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(r"^pyvgpu-daemon listening on \S+:(\d+) ", _read(log), re.M)
+        if m:
+            return int(m.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}:\n{_read(log)}")
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"daemon did not say it listens within {timeout} s:\n{_read(log)}")
 
 
 def unmet_on_a_gpu_host(extra: tuple[str, ...], devices: int) -> str | None:

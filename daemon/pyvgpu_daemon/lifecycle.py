@@ -171,13 +171,9 @@ async def end_session(server: Server, link: Link, reason: str, notify: bool, qui
         if st.lane is not None:
             st.lane.sched.retire(st.lane)
     link.release_oversize()
-    server.sessions.pop(session.id, None)
-    if server.leases is not None and session.devices:
-        server.leases.serve_waiters()      # the GPUs it used are free now: waiting lease requests may fit
-    try:
-        stream.close()
-    except Exception:  # noqa: BLE001
-        pass
+    # Said before the session leaves the status and its connection closes: whoever sees either can read the line
+    # (written after the close, a peer that saw its connection end and then read the log could miss it when the
+    # daemon was preempted in between, as on a loaded 2-core CI machine).
     if session.va_base or session.devices:
         log.info("%s: ended (%s); %d ops (%d waited for); released %d bytes on %d device(s)%s", session.tag(),
                  reason, sum(st.ops for st in session.devices.values()),
@@ -186,3 +182,10 @@ async def end_session(server: Server, link: Link, reason: str, notify: bool, qui
     else:
         log.log(logging.DEBUG if quiet else logging.INFO,
                 "%s: connection from %s ended before a session began (%s)", session.tag(), session.peer, reason)
+    server.sessions.pop(session.id, None)
+    if server.leases is not None and session.devices:
+        server.leases.serve_waiters()      # the GPUs it used are free now: waiting lease requests may fit
+    try:
+        stream.close()
+    except Exception:  # noqa: BLE001
+        pass

@@ -10,24 +10,12 @@ import time
 import msgpack
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from harness import frame, raw_session
+from harness import frame, raw_session, wait_no_sessions
 from pyvgpu import wire
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERR_UNAVAILABLE, OP_BY_NAME, OPS
 
 E_OK = 0
-
-
-def wait_no_sessions(port: int, keep: int | None = None, timeout: float = 10) -> dict:
-    """Poll STATUS until only the observer's own session is left."""
-    deadline = time.monotonic() + timeout
-    with Client.connect("127.0.0.1", port) as obs:
-        while True:
-            st = obs.status()
-            others = [s for s in st["sessions"] if not s["self"] and s["id"] != keep]
-            if not others or time.monotonic() > deadline:
-                return {"others": others, "status": st}
-            time.sleep(0.05)
 
 
 def good_frames() -> st.SearchStrategy[bytes]:
@@ -93,8 +81,7 @@ def test_malformed_frames_end_only_that_session(daemon):
             assert s.recv(100) == b""                              # ... and closes it
             s.close()
             assert keeper.call("MEM_GET_INFO", 0)[0] == 0
-    time.sleep(0.2)
-    log = daemon.log_text()
+    log = daemon.wait_log("not an ASYNC op")
     assert "unknown op 999" in log and "with 1 args" in log and "not an ASYNC op" in log
     assert "Traceback" not in log
     assert wait_no_sessions(daemon.port)["others"] == []
@@ -115,8 +102,7 @@ def test_disconnect_mid_transfer_leaves_nothing_held(daemon):
     assert res["others"] == []
     free, total = Client.connect("127.0.0.1", daemon.port).call("MEM_GET_INFO", 0)[1]
     assert free == total
-    time.sleep(0.2)
-    assert "released 33554432 bytes" in daemon.log_text()
+    assert "released 33554432 bytes" in daemon.wait_log("released 33554432 bytes")
     # the next client is served normally
     with Client.connect("127.0.0.1", daemon.port) as d:
         p = d.call("MALLOC", 0, 1 << 20)[1]

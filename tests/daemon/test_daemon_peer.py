@@ -11,6 +11,8 @@ import pytest
 from pyvgpu.client import Client
 from pyvgpu.protocol import ERROR_CODES, MAX_PEER_CHUNK, MAX_PEER_HELD, PEER_TICKET
 
+from harness import wait_no_sessions
+
 E = ERROR_CODES
 
 
@@ -65,8 +67,8 @@ def test_tickets(daemon_factory):
         assert c.call("PEER_EXPORT", 0, a, 0)[0] == E["cudaErrorInvalidValue"]
         # a session's tickets go with it
         t2 = ok(c, "PEER_EXPORT", 0, a, 100)[0][PEER_TICKET]
+    assert wait_no_sessions(d.port)["others"] == []         # the session end runs on the daemon
     with Client.connect("127.0.0.1", d.port) as late:
-        time.sleep(0.2)                                      # the session end runs on the daemon
         assert late.call("PEER_FETCH", t2)[0] == E["cudaErrorInvalidValue"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import daemon_command, free_port, stop_process, wait_listening
+from harness import daemon_command, free_port, stop_process, wait_listening, wait_text
 from pyvgpu import auth, wire
 from pyvgpu.client import Client, HandshakeError
 from pyvgpu.protocol import (DEVICE_INFO_KEYS, ERR_AUTH, ERR_PROTOCOL_MISMATCH, ERROR_CODES, OP_BY_NAME,
@@ -67,8 +67,7 @@ def test_version_mismatch_is_clear_on_both_sides(daemon):
         Client.connect("127.0.0.1", daemon.port, version=PROTOCOL_VERSION + 1)
     assert e.value.code == ERR_PROTOCOL_MISMATCH
     assert "version mismatch" in str(e.value) and str(PROTOCOL_VERSION) in str(e.value)
-    time.sleep(0.3)
-    assert "protocol version mismatch" in daemon.log_text()
+    assert "protocol version mismatch" in daemon.wait_log("protocol version mismatch")
     with Client.connect("127.0.0.1", daemon.port) as c:   # the daemon carries on
         assert c.call("MEM_GET_INFO", 0)[0] == 0
 
@@ -80,8 +79,7 @@ def test_first_frame_must_be_hello(daemon):
     s.settimeout(5)
     assert s.recv(100) == b""            # closed without serving
     s.close()
-    time.sleep(0.2)
-    assert "not a well-formed HELLO" in daemon.log_text()
+    assert "not a well-formed HELLO" in daemon.wait_log("not a well-formed HELLO")
 
 
 @pytest.mark.parametrize("token, refusal", [(None, "without a token"), ("s3cret", "without TLS")])
@@ -152,8 +150,7 @@ def test_auth_on_non_loopback(tmp_path, clean_env, tls_pair, how):
             assert c.status()["auth"] is True and c.status()["tls"] is True
         with pytest.raises(OSError):                               # plain TCP is not spoken there
             Client.connect("127.0.0.2", port, token=token, tls=None, timeout=3)
-        time.sleep(0.2)
-        assert "authentication failed" in log.read_text()
+        assert "authentication failed" in wait_text(log.read_text, "authentication failed")
         assert auth.verify(token, nonce, auth.proof(token, nonce))
     finally:
         stop_process(proc)
@@ -190,8 +187,8 @@ def test_hello_fields_are_type_checked_before_use(daemon_factory, tmp_path, hell
     s.close()
     with Client.connect("127.0.0.1", d.port, token=b"s3cret") as c:      # the daemon carries on
         assert c.call("MEM_GET_INFO", 0)[0] == 0
-    time.sleep(0.2)
-    assert "malformed hello" in d.log_text() and "Traceback" not in d.log_text()
+    log = d.wait_log("malformed hello")
+    assert "malformed hello" in log and "Traceback" not in log
 
 
 def test_client_text_is_kept_short(daemon):

@@ -329,7 +329,9 @@ def test_connections_stalled_in_their_tls_handshake_are_released_at_the_handshak
         assert released <= baseline + 2
     finally:
         siege.close()
-    log = d.log_text()
+    # each line is written after its socket closed (the handshake task's callback): wait for the 30, then none more
+    ended = r"ended before a session began \(TLS handshake failed: .*taking longer"
+    log = d.wait_log(ended, count=30)
     assert "Traceback" not in log
-    assert len(re.findall(r"ended before a session began \(TLS handshake failed: .*taking longer", log)) == 30, \
+    assert len(re.findall(ended, log)) == 30, \
         log[-3000:]
