@@ -1,14 +1,16 @@
-"""Emulated GPU: CPU seconds per launch of kernels with `__syncthreads()` run a thread at a time
-(translator/threadgen.py: a block's threads one after the other up to each barrier) against the lockstep native
-code, in one process of this tree, each result checked against NumPy. What threadgen.slower_reason decides from:
+"""Emulated GPU: CPU seconds per launch of kernels with `__syncthreads()` run a CTA at a time (translator/ctagen.py:
+a CTA's registers as arrays, each block a loop over the threads at it), a thread at a time
+(translator/threadgen.py: a block's threads one after the other up to each barrier) and as the lockstep native
+code, in one process of this tree, each result checked against NumPy. What ctagen.preferred_reason and
+threadgen.slower_reason decide from:
 scan_batches' scanTiles (a log-step scan, 4-7 instructions between barriers; tiles of 64 and 1024) and a block sum
 (bench/cuda/block_sum.cu: a grid-stride loop before the barriers), 6.5M elements each.
 
     python bench/emu_barrier_modes_bench.py [--launches N] [--reps N]
 
-Modes: "thread, forced" runs every kernel with plain barriers a thread at a time (slower_reason and the
+Modes: "CTA" runs every eligible kernel a CTA at a time (translator/ctagen.py), "thread, forced" runs every kernel with plain barriers a thread at a time (slower_reason and the
 volatile-shared rule ignored: scanTiles is refused thread mode by that rule), "default" is what
-the emulator does, "lockstep" is PYVGPU_EMU_THREADGEN=0 (the native runs). The modes alternate --reps times; the
+the emulator does, "lockstep" is PYVGPU_EMU_THREADGEN=0 PYVGPU_EMU_CTAGEN=0 (the native runs). The modes alternate --reps times; the
 best of --launches launches is each figure (process CPU time), the median over the repetitions is printed.
 """
 from __future__ import annotations
@@ -29,22 +31,25 @@ from harness import ptx_of  # noqa: E402
 from pyvgpu_daemon.emu.limits import EmuLimits  # noqa: E402
 from pyvgpu_daemon.emu.memory import DeviceMemory  # noqa: E402
 from pyvgpu_daemon.emu.module import EmuModule  # noqa: E402
-from pyvgpu_daemon.emu.translator import threadgen  # noqa: E402
+from pyvgpu_daemon.emu.translator import ctagen, threadgen  # noqa: E402
 
 from emu_sample_kernels_bench import best_cpu_seconds  # noqa: E402 (bench/: this script's directory)
 
 N = 6815744
-MODES = ("thread, forced", "default", "lockstep")
+MODES = ("CTA", "thread, forced", "default", "lockstep")
 
 
 def _measure(mode: str, launches: int) -> dict[str, float]:
-    slower, warp_sync = threadgen.slower_reason, threadgen._warp_synchronous_reason
+    slower, warp_sync, preferred = threadgen.slower_reason, threadgen._warp_synchronous_reason, ctagen.preferred_reason
+    if mode == "CTA":
+        ctagen.preferred_reason = lambda kernel, threadgen_on=True: None
     if mode == "thread, forced":
         # also past the volatile-shared rule, which keeps scanTiles on lockstep code: its volatile loads read back
         # only its own thread's stores in 1-D blocks, so the results (checked below) are right here
         threadgen.slower_reason = threadgen._warp_synchronous_reason = lambda kernel: None
     try:
-        limits = EmuLimits(native="on", threadgen=mode != "lockstep")
+        limits = EmuLimits(native="on", threadgen=mode not in ("lockstep", "CTA"),
+                           ctagen=mode in ("CTA", "default"))
         mem = DeviceMemory(1 << 40, 1 << 28)
         scan = EmuModule.load(ptx_of(str(ROOT / "bench" / "cuda" / "scan_batches.cu")), mem, limits=limits)
         bsum = EmuModule.load(ptx_of(str(ROOT / "bench" / "cuda" / "block_sum.cu")), mem, limits=limits)
@@ -69,6 +74,7 @@ def _measure(mode: str, launches: int) -> dict[str, float]:
         return out
     finally:
         threadgen.slower_reason, threadgen._warp_synchronous_reason = slower, warp_sync
+        ctagen.preferred_reason = preferred
 
 
 
@@ -85,11 +91,11 @@ def main() -> None:
                 res[m].setdefault(k, []).append(v)
             print(f"  [{m}] " + ", ".join(f"{k}: {vs[-1]:.3f} s" for k, vs in res[m].items()), flush=True)
     print(f"\nload average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'kernel':<26}" + "".join(f"{m + ' CPU s':>22}" for m in MODES) + "  lockstep / forced")
+    print(f"{'kernel':<26}" + "".join(f"{m + ' CPU s':>22}" for m in MODES) + "  lockstep / CTA")
     for k in res["lockstep"]:
         med = {m: statistics.median(res[m][k]) for m in MODES}
         print(f"{k:<26}" + "".join(f"{med[m]:>22.3f}" for m in MODES) +
-              f"  {med['lockstep'] / med['thread, forced']:.2f}x")
+              f"  {med['lockstep'] / med['CTA']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The native path (translator/cgen.py, emu/native.py): every instruction form with a C form computes exactly the
 bits its NumPy function in ops/ computes, on random values and on the special ones (NaN with payloads, infinities,
 signed zeros, subnormals, extremes); whole kernels give identical memory with native code on and off; and without
-a C compiler kernels still run (as NumPy code). These tests pin the lockstep native runs (threadgen=False): the
-thread-at-a-time code of translator/threadgen.py has its own tests (test_emu_threadgen.py)."""
+a C compiler kernels still run (as NumPy code). These tests pin the lockstep native runs (threadgen=False,
+ctagen=False): the thread-at-a-time code of translator/threadgen.py and the CTA-at-a-time code of
+translator/ctagen.py have their own tests (test_emu_threadgen.py, test_emu_ctagen.py)."""
 from __future__ import annotations
 
 import os
@@ -261,8 +262,8 @@ def _launch(limits: EmuLimits, data: np.ndarray) -> bytes:
 
 def test_kernel_gives_the_same_bits_with_native_code_on_and_off():
     data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
-    on, mod_on = _launch(EmuLimits(threadgen=False, native="on"), data)
-    off, mod_off = _launch(EmuLimits(threadgen=False, native="off"), data)
+    on, mod_on = _launch(EmuLimits(threadgen=False, ctagen=False, native="on"), data)
+    off, mod_off = _launch(EmuLimits(threadgen=False, ctagen=False, native="off"), data)
     assert mod_on.kernel("k").native_make() is not None          # the native path really ran
     assert on == off
 
@@ -272,9 +273,9 @@ def test_without_a_compiler_kernels_run_as_numpy(monkeypatch, caplog):
     monkeypatch.setattr(native, "_warned", set())
     data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
     with caplog.at_level("WARNING", logger="pyvgpu.daemon"):
-        out, mod = _launch(EmuLimits(threadgen=False, native="on"), data)
+        out, mod = _launch(EmuLimits(threadgen=False, ctagen=False, native="on"), data)
     assert mod.kernel("k").native_make() is None
-    assert out == _launch(EmuLimits(threadgen=False, native="off"), data)[0]
+    assert out == _launch(EmuLimits(threadgen=False, ctagen=False, native="off"), data)[0]
     assert any("native code unavailable" in r.message for r in caplog.records)
 
 
@@ -428,8 +429,8 @@ def _blob(src: int, dst: int) -> bytes:
 def test_loads_of_every_space_give_the_same_bits_as_numpy():
     """Global (8-bit to 64-bit, signed and unsigned, vectors, .nc), shared, local, const, .param through a register,
     generic (shared and global) and guarded loads as native code equal the NumPy code's."""
-    on, mod = _loads_launch(EmuLimits(threadgen=False, native="on"), "ld", _blob)
-    off, _ = _loads_launch(EmuLimits(threadgen=False, native="off"), "ld", _blob)
+    on, mod = _loads_launch(EmuLimits(threadgen=False, ctagen=False, native="on"), "ld", _blob)
+    off, _ = _loads_launch(EmuLimits(threadgen=False, ctagen=False, native="off"), "ld", _blob)
     runs = [r for r in mod.kernel("ld").native_runs if r.mem]
     assert runs and not any(r.declined for r in runs)                # the loads ran as C
     assert on == off
@@ -453,7 +454,7 @@ def test_a_bad_load_in_a_native_run_is_the_same_error(gofs, sofs, lofs):
     errors = []
     for native_mode in ("on", "off"):
         with pytest.raises(CudaError) as e:
-            _loads_launch(EmuLimits(threadgen=False, native=native_mode), "bad", params, threads=32)
+            _loads_launch(EmuLimits(threadgen=False, ctagen=False, native=native_mode), "bad", params, threads=32)
         errors.append((e.value.code, e.value.message))
     assert errors[0] == errors[1]
     assert errors[0][0] in (code_of("cudaErrorIllegalAddress"), code_of("cudaErrorMisalignedAddress"))
@@ -463,7 +464,7 @@ def test_a_bad_load_in_a_native_run_is_the_same_error(gofs, sofs, lofs):
 def _declined(params) -> int:
     """How many calls of the bad kernel's native runs left their accesses to the NumPy code in a launch."""
     mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = EmuModule.load(LOADS.encode(), mem, limits=EmuLimits(threadgen=False, native="on"))
+    mod = EmuModule.load(LOADS.encode(), mem, limits=EmuLimits(threadgen=False, ctagen=False, native="on"))
     src, dst = mem.alloc(64 * 16), mem.alloc(64 * 128)
     try:
         mod.launch("bad", (1, 1, 1), (32, 1, 1), 0, params(src, dst))
@@ -485,7 +486,7 @@ def test_a_short_run_of_global_loads_is_c_in_small_chunks_numpy_in_large_ones(ct
     outs = []
     for mode in ("on", "off"):
         mem = DeviceMemory(1 << 40, 1 << 24)
-        mod = EmuModule.load(LOADS.encode(), mem, limits=EmuLimits(threadgen=False, native=mode))
+        mod = EmuModule.load(LOADS.encode(), mem, limits=EmuLimits(threadgen=False, ctagen=False, native=mode))
         src, dst = mem.alloc(4 * n), mem.alloc(4 * n)
         mem.write(src, data.tobytes())
         mod.launch("short", (ctas, 1, 1), (256, 1, 1), 0, struct.pack("<QQ", src, dst))
@@ -622,8 +623,8 @@ def test_shared_and_local_stores_in_native_runs_give_the_same_bits_as_numpy():
     memory the lockstep NumPy code leaves: for bytes several lanes store, the last lane's last store."""
     data = np.random.default_rng(3).integers(0, 1 << 32, 64 * 4, dtype=np.uint64).astype(np.uint32)
     data[:8] = [0xFFFF8001, 0x80000000, 0xFFFFFFFF, 0x00017FFF, 0, 1, 0x8000, 0x7FFF]
-    on, mod = _stores_launch(EmuLimits(threadgen=False, native="on"), data)
-    off, _ = _stores_launch(EmuLimits(threadgen=False, native="off"), data)
+    on, mod = _stores_launch(EmuLimits(threadgen=False, ctagen=False, native="on"), data)
+    off, _ = _stores_launch(EmuLimits(threadgen=False, ctagen=False, native="off"), data)
     runs = [r for r in mod.kernel("st").native_runs if r.scratch]
     assert runs and not any(r.declined for r in runs)                # the stores ran as C
     assert (on == off).all()
@@ -645,7 +646,7 @@ def test_a_bad_store_in_a_native_run_is_the_same_error_and_writes_nothing(sofs, 
     results = []
     for mode in ("on", "off"):
         mem = DeviceMemory(1 << 40, 1 << 24)
-        mod = EmuModule.load(STORES.encode(), mem, limits=EmuLimits(threadgen=False, native=mode))
+        mod = EmuModule.load(STORES.encode(), mem, limits=EmuLimits(threadgen=False, ctagen=False, native=mode))
         dst = mem.alloc(4 * 32)
         mem.write(dst, b"\xee" * 128)
         with pytest.raises(CudaError) as e:
@@ -665,7 +666,7 @@ def test_chunks_run_again_for_later_ctas_start_from_zeroed_state(mode, threads):
     shared memory and its own %ctaid, the last (smaller) chunk too."""
     ncta, ntid = 51, 64
     mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = EmuModule.load(STORES.encode(), mem, limits=EmuLimits(threadgen=False, native=mode, lanes_per_chunk=128, threads=threads))
+    mod = EmuModule.load(STORES.encode(), mem, limits=EmuLimits(threadgen=False, ctagen=False, native=mode, lanes_per_chunk=128, threads=threads))
     dst = mem.alloc(4 * ncta * ntid)
     for _ in range(2):
         mod.launch("ctas", (ncta, 1, 1), (ntid, 1, 1), 0, struct.pack("<Q", dst))

@@ -22,7 +22,7 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import bytecode_cache, control, instrs, threadgen
+from . import bytecode_cache, control, ctagen, instrs, threadgen
 from .cfg import SHARING_MODS, SHARING_OPCODES, Block, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
@@ -154,6 +154,11 @@ class Kernel:
             return False
 
     def _build_native(self):
+        if self.limits.ctagen and ctagen.eligible_reason(self) is None and \
+                ctagen.preferred_reason(self, self.limits.threadgen) is None:
+            code = self._build_cta_code()
+            if code is not None:
+                return code
         if self.limits.threadgen and threadgen.eligible_reason(self) is None and threadgen.slower_reason(self) is None:
             code = self._build_thread_code()
             if code is not None:
@@ -194,23 +199,35 @@ class Kernel:
         return g.ns["make"]
 
 
+    def _build_cta_code(self):
+        """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
+        form there (thread mode or the lockstep native runs then serve)."""
+        return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.FLAGS, ctagen.CtaCode,
+                                 "CTA-at-a-time", "on the other paths")
+
     def _build_thread_code(self):
         """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction
         has no C form there (the lockstep native runs then serve)."""
+        return self._build_whole(threadgen.kernel_source, threadgen.PRELUDE_T, threadgen.FLAGS,
+                                 threadgen.ThreadCode, "thread-at-a-time", "in lockstep")
+
+    def _build_whole(self, kernel_source, prelude: str, flags: tuple, code_class, what: str, instead: str):
+        """The kernel as one C function `fn` of a whole-kernel generator (kernel_source(kernel, g, "fn") -> (source,
+        state words, its extra array's size)), wrapped in code_class; None where it has no C form."""
         try:
-            source, state, bar_words = threadgen.kernel_source(self, Codegen(self), "tk")
+            source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
             return None
-        except Exception as e:  # noqa: BLE001 - a generator bug costs the thread code only: the runs still serve
-            native.log.warning("emulated GPU: no thread-at-a-time code for %s (%s: %s); it runs in lockstep",
-                               self.name, type(e).__name__, e)
+        except Exception as e:  # noqa: BLE001 - a generator bug costs this code only: the other paths serve
+            native.log.warning("emulated GPU: no %s code for %s (%s: %s); it runs %s", what, self.name,
+                               type(e).__name__, e, instead)
             return None
-        lib = native.load(threadgen.PRELUDE_T + source, extra=threadgen.FLAGS)
+        lib = native.load(prelude + source, extra=flags)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
         self.native_source = source
-        return threadgen.ThreadCode(lib.tk, self.name, state, bar_words)
+        return code_class(lib.fn, self.name, state, extra)
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()

@@ -126,6 +126,13 @@ static inline uint8_t *TKP(const MemCtx *M, uint64_t off, uint64_t s, int64_t *k
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a thread at a time (None: it can, as far as its blocks go; the C forms decide the
     rest)."""
+    return blocks_reason(kernel) or _warp_synchronous_reason(kernel)
+
+
+def blocks_reason(kernel) -> str | None:
+    """Why a kernel's blocks cannot run as whole-kernel C code (this module's and ctagen.py's): a sharing access
+    (_sharing_reason), a call, a barrier other than `bar.sync 0` for all threads, a warp operation, another
+    terminator than a branch or exit (None: none of those)."""
     why = _sharing_reason(kernel)
     if why is not None:
         return why
@@ -138,7 +145,7 @@ def eligible_reason(kernel) -> str | None:
             return f"a warp operation at line {b.term.line}"
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             return f"{b.term.opcode} at line {b.term.line}"
-    return _warp_synchronous_reason(kernel)
+    return None
 
 
 def slower_reason(kernel) -> str | None:
@@ -751,13 +758,17 @@ class ThreadCode:
         # than the lockstep NumPy code, so later chunks and launches of the kernel run there (runtime/chunk.py).
         self.unfit = False
 
+    def state_words(self, ctasize: int) -> int:
+        """The words of the state array and the barrier array after it for CTAs of ctasize threads."""
+        return self.state + (ctasize * self.bar_words + 1) // 2
+
     def run(self, S) -> None:
         """Every thread of chunk S; a fault or a bound of the launch raises its error here."""
         L = S.launch
         T = S.T
         # the state array, then the barrier array: one record per thread of a CTA (kernel_source), owned here so
         # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
-        st = np.zeros(self.state + (S.ctasize * self.bar_words + 1) // 2, np.uint64)
+        st = np.zeros(self.state_words(S.ctasize), np.uint64)
         tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
                 gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data

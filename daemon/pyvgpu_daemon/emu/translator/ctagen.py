@@ -1,0 +1,503 @@
+"""CTA-at-a-time native code ("stage 3"): a kernel with `__syncthreads()` as one C function that runs a CTA at a
+time, its threads inner.
+
+The lockstep interpreter passes every register through arrays of a whole chunk (64K lanes: larger than L2) at every
+instruction; threadgen.py's thread mode runs a thread at a time and saves and restores its registers at every
+barrier. Both cost 3-6 ns per thread and phase on scan_batches' kernels (bench/README.md, "Issue 19 part 6"). Here
+a CTA's registers are arrays of ctasize elements (structure of arrays, which stay in L1/L2), and the CTA runs as
+the lockstep scheduler runs a chunk (runtime/chunk.py, runtime/barriers.py), restricted to its own threads:
+- each thread has a PC (its block) and a state (running, parked at a barrier, exited); a step runs the block with
+  the lowest PC among the running threads, for the threads at it (SIMT), then their terminator sets their PCs;
+- when no thread runs, the parked ones are released (`bar.sync 0` for all threads: the plain barrier, which an
+  exited thread counts as having reached); when none is parked either, the CTA is done;
+- while every thread of the CTA runs at one PC (converged), no PC array is read or written.
+Restricted to one CTA, the lockstep chunk's steps are exactly these (each of its steps runs, for each CTA, that
+CTA's lowest PC or nothing), except that a chunk's starvation escape (runtime/chunk.py: after a long run of
+backward diverged steps the highest PC runs once) is counted over the chunk: a kernel whose threads exchange data
+without a barrier under divergence that long could see another order (a race, undefined on a GPU).
+
+Within a block the instructions run as loops over the threads at it. Memory keeps the lockstep order: a loop holds
+at most one store, or only loads, of the memory threads share (global, shared, generic), so every store is made
+and every load reads memory as the lockstep NumPy code's instruction-after-instruction, lane-after-lane order has
+it, volatile shared accesses included (warp-synchronous code gets the lockstep answer, which is a GPU warp's).
+ALU instructions (cgen.py's C forms, which a differential test ties to the NumPy ops) and accesses private to a
+thread (local memory, parameters, constants) join any loop. Each loop is emitted twice, a converged copy over
+0..ctasize-1 and one over the list of the threads at the block; a converged loop of ALU instructions only is
+vectorised by the C compiler, and so is one whose accesses are all unguarded shared ones, given a third copy that
+checks them without a branch (_fast_code: a bad access runs the loop again with suspensions, which raises its
+fault). Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single loop only
+and never across a suspension is a C local (_locals).
+
+Loads and stores are threadgen.py's (every access checked as runtime/spaces.py checks it; one the C code cannot
+serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
+loop: nothing is run twice). Registers are in memory Python owns (threadgen.ThreadCode.run's barrier array), so a
+suspension saves only the loop's position. Before each step the function counts the thread-instructions it ran
+and suspends with R_TICK every threadgen.TICK_EVERY of them, so the launch's budget, deadline, cancellation and
+fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns it off.
+
+Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
+is no warp operation, atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync
+0` for all threads unguarded; every instruction with a C form.
+"""
+from __future__ import annotations
+
+from pyvgpu_daemon.errors import CudaError
+
+from ..ptx import ir
+from ..ptx.predefined import SPECIAL_REGISTERS
+from ..ptx.types import BITS
+from .cfg import SHARING_MODS
+from .cgen import NoC, address_expr, ctype, load_form, store_value, utype
+from .instrs import _memmods
+from .liveness import reads_writes
+from . import threadgen
+from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
+                        ST_RESUME, ThreadCode, ThreadEmitter, _POSITION, _SHAPE, _operands, _shared_space,
+                        _special_c)
+
+# A shared access of the CTA whose shared memory starts at sb (runtime/spaces.py's check, as threadgen's TS: the
+# offset inside the CTA's window, aligned to the access size); the CTA's base is read once per CTA, not per access.
+PRELUDE_C = PRELUDE_T + f"""
+static inline uint8_t *TSC(uint8_t *sb, int64_t lim, uint64_t off, uint64_t s, int64_t *k, uint64_t *o) {{
+    *k = {K_SHARED}; *o = off;
+    int64_t x = (int64_t)off;
+    return (x < 0 || x > lim - (int64_t)s || (x & (int64_t)(s - 1))) ? 0 : sb + x;
+}}
+"""
+FLAGS = ("-mtune=generic",)      # (threadgen.FLAGS: the same reason; the converged ALU loops still vectorise)
+
+# The state array's words (threadgen's ST_* where they mean the same; the others reused): the loop position j in
+# ST_LIC, the CTA in the chunk in ST_CTA, the block run (P) in ST_PH, the threads at it (n) in ST_NARR, converged
+# in ST_REGS.
+ST_J, ST_CL, ST_P, ST_N, ST_CONV = ST_LIC, ST_CTA, ST_PH, ST_NARR, ST_REGS
+STATE_WORDS = ST_REGS + 1
+RES_DISPATCH = 1 << 30           # a resume site: the step that was about to run (after an R_TICK)
+# a thread's state in the CTA's ts array
+T_RUN, T_BAR, T_EXIT = 0, 1, 2
+# The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, then
+# one array per register (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
+MAX_CTA = 1024
+RF_PC, RF_ACT, RF_TS = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128
+RF_FIXED = 9 * MAX_CTA + 192
+
+
+def eligible_reason(kernel) -> str | None:
+    """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
+    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps."""
+    return threadgen.blocks_reason(kernel)
+
+
+def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
+    """Why an eligible kernel is left to the other paths (None: a CTA at a time is where it runs fastest, as
+    measured: bench/emu_barrier_modes_bench.py, bench/README.md "Issue 19 part 6, seventh step"). A kernel without
+    a barrier runs a thread at a time (threadgen.py: no steps to schedule, registers in C locals), and so does one
+    with a loop between two barriers where thread mode is on (threadgen.slower_reason: a grid-stride sum before a
+    block reduction ran 1.25x faster there); the rest (short phases between barriers: scan_batches' scanTiles) ran
+    1.7x faster than the lockstep native code and 2.7x faster than a thread at a time."""
+    if not any(b.kind == "bar" for b in kernel.blocks):
+        return "no barrier (a thread at a time is faster)"
+    if threadgen_on and threadgen.eligible_reason(kernel) is None and threadgen.slower_reason(kernel) is None:
+        return "a loop between two barriers (a thread at a time is faster)"
+    return None
+
+
+def _shared_memory(ins: ir.Instr) -> str | None:
+    """'st' / 'ld' for an access of memory other threads may access (global, shared, generic), None for one
+    private to a thread or read-only (local, parameters, constants) or no access."""
+    if ins.opcode not in ("ld", "ldu", "st"):
+        return None
+    if any(m in ("local", "param", "const") for m in ins.mods):
+        return None
+    return "st" if ins.opcode == "st" else "ld"
+
+
+def _loops(instrs: list[ir.Instr], regs) -> list[list[ir.Instr]]:
+    """A block's instructions in loops over its threads: each holds at most one store, or only loads, of shared
+    memory (module docstring), so that thread-after-thread order within a loop is the lockstep order."""
+    out: list[list[ir.Instr]] = [[]]
+    kinds: set[str] = set()
+    for ins in instrs:
+        k = _shared_memory(ins)
+        if k is not None and (("st" in kinds) or (k == "st" and kinds)):
+            out.append([])
+            kinds = set()
+        out[-1].append(ins)
+        if k is not None:
+            kinds.add(k)
+    # a loop that could not run twice (_fast_code) ends after its last access when its start could
+    split = []
+    for x in out:
+        k = max((i for i, ins in enumerate(x) if ins.opcode in ("ld", "ldu", "st")), default=-1)
+        if 0 <= k < len(x) - 1 and not _rerunnable(x, regs) and _rerunnable(x[:k + 1], regs):
+            split += [x[:k + 1], x[k + 1:]]
+        elif x:
+            split.append(x)
+    return split
+
+
+class CtaEmitter(ThreadEmitter):
+    """threadgen's emitter with each register an array over the CTA's threads at a constant offset in the register
+    file (`((uint32_t *)(rf + OFF))[lic]`: one base pointer, whatever the number of registers) or, for one used
+    inside one loop only (_locals), a C local; suspensions save only the loop's position (the registers are in
+    memory Python owns)."""
+
+    def __init__(self, regs, imm, address, kernel, local: set[str]) -> None:
+        super().__init__(regs, imm, address, kernel)
+        self.local = local
+        self.offsets: dict[str, int] = {}       # register -> its array's byte offset in rf
+        self.rf_bytes = RF_FIXED
+        self.shared_sizes: set[int] = set()     # access sizes of _fast_shared_offset (their bounds: kernel_source)
+        self.loop_sizes: set[int] = set()       # those of the loop being emitted (_fast_code)
+
+    def var(self, name: str) -> str:
+        v = super().var(name)
+        if name.startswith("__") or name in self.local:
+            return v
+        return f"{self.array(name)}[lic]"
+
+    def array(self, name: str) -> str:
+        """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
+        from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache)."""
+        if name not in self.offsets:
+            self.offsets[name] = self.rf_bytes
+            self.rf_bytes += MAX_CTA * _bytes(self.regs[name]) + 64
+        return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
+
+    def suspend(self, rc: int, request: str = "", live=None) -> str:
+        self.sites += 1
+        k = self.sites
+        self.tail.append(f"S{k}: __attribute__((cold)); st[{ST_RESUME}] = {k}; rc = {rc}; goto suspend;")
+        stale = "".join(f" {p} = 0;" for p in self.checked.values())
+        return f"{request} goto S{k}; R{k}: ;{stale}"
+
+
+def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
+    """The registers that can be C locals: each used in one loop only (not live into any block, not a
+    terminator's guard), written there before any read, unguarded, and not written before a suspension site
+    (a load or store) and read after it (a suspension loses locals)."""
+    bad: set[str] = set().union(*kernel.live) if kernel.live else set()
+    where: dict[str, tuple[int, int]] = {}
+    for bi, ls in loops.items():
+        for li, instrs in enumerate(ls):
+            first: dict[str, int] = {}
+            last: dict[str, int] = {}
+            sites = [k for k, x in enumerate(instrs) if x.opcode in ("ld", "ldu", "st")]
+            for k, ins in enumerate(instrs):
+                reads, writes = reads_writes(ins, regs, True)
+                for r in reads:
+                    if r not in first:
+                        bad.add(r)
+                    last[r] = k
+                for r in writes:
+                    first.setdefault(r, k)
+                for r in reads + writes:
+                    if where.setdefault(r, (bi, li)) != (bi, li):
+                        bad.add(r)
+            for r, f in first.items():
+                if any(f < x < last.get(r, f) for x in sites):
+                    bad.add(r)
+    for b in kernel.blocks:
+        if b.term is not None:
+            bad |= set(reads_writes(b.term, regs, True)[0])
+    return set(where) - bad
+
+
+def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
+    """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st, uint8_t *rf)`: the CTAs of
+    lanes i0..n-1 of the chunk (whole CTAs) one after the other, from the start (st[ST_RESUME] 0) or resumed where
+    it suspended; R_DONE when all ran, else R_SLOW / R_TICK with st filled (threadgen's protocol); the length of its
+    state array; the bytes of its register file `rf`). Raises NoC when the kernel is not
+    eligible or some instruction has no C form."""
+    if eligible_reason(kernel) is not None:
+        raise NoC
+    regs = dict(g.reg_width)
+    specials = sorted({o.name for b in kernel.blocks for ins in b.instrs + ([b.term] if b.term else [])
+                       for o in _operands(ins) if isinstance(o, ir.Reg) and o.name in SPECIAL_REGISTERS})
+    for sp in specials:
+        if sp not in _POSITION:
+            raise NoC
+        regs[sp] = BITS[SPECIAL_REGISTERS[sp]]
+    if any(w > 64 for w in regs.values()):
+        raise NoC
+    labels = kernel.labels
+    real = g.reg_width
+    loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real))
+    nblocks = len(kernel.blocks)
+    lines: list[str] = []
+    out = lines.append
+    for b in kernel.blocks:
+        if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
+            raise NoC
+        out(f"B{b.index}: cnt += n * {len(b.instrs) + 1};")
+        for body in loops[b.index]:
+            code = _body_code(e, body)
+            fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) else None
+            if fast is not None:
+                # converged: a pass without suspensions that the compiler may vectorise; an access it could not
+                # make (a fault ahead) runs the loop again with them (fast_code: the loop can run twice)
+                code2 = _body_code(e, body)
+                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; "
+                    f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }} "
+                    f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
+                    f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
+            elif any(x.opcode in ("ld", "ldu", "st") for x in body):
+                # two copies too, each with its own suspension sites (labels inside the loop; resuming sets lic
+                # from j as the copy does)
+                code2 = _body_code(e, body)
+                out(f"if (conv) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
+                    f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }}")
+            else:
+                out(f"if (conv) {{ for (lic = 0; lic < cs; lic++) {{ {code} }} }} "
+                    f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; {code} }} }}")
+        t = b.term
+        nxt = b.index + 1
+        if t is None:
+            out(f"P = {nxt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {nxt}; goto sched;")
+            continue
+        if b.kind == "bar":                # (eligible_reason: bar.sync 0 for all threads, unguarded)
+            # converged: every thread arrives, the barrier completes at once
+            out(f"if (conv) {{ P = {nxt}; goto dispatch; }} "
+                f"for (j = 0; j < n; j++) {{ ts[act[j]] = {T_BAR}; pc[act[j]] = {nxt}; }} goto sched;")
+            continue
+        guard = None
+        if t.guard is not None:
+            gname, gneg = t.guard
+            if gname not in regs or regs[gname] != 1:
+                raise NoC
+            guard = f"({'!' if gneg else ''}{e.var(gname)})"
+        if t.opcode in ("ret", "exit"):
+            if guard is None:
+                out(f"if (conv) goto cta_done; for (j = 0; j < n; j++) ts[act[j]] = {T_EXIT}; goto sched;")
+            else:
+                out(f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; "
+                    f"if {guard} ts[lic] = {T_EXIT}; else pc[lic] = {nxt}; }} conv = 0; goto sched;")
+            continue
+        if any(m != "uni" for m in t.mods) or not t.srcs or not isinstance(t.srcs[0], ir.Sym) or \
+                t.srcs[0].name not in labels:
+            raise NoC
+        tgt = labels[t.srcs[0].name]
+        if guard is None:
+            out(f"P = {tgt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {tgt}; goto sched;")
+        else:
+            # every PC written (converged too): a branch that splits the CTA leaves it diverged
+            out(f"{{ int64_t tk = 0; for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; int64_t y = {guard}; "
+                f"pc[lic] = y ? {tgt} : {nxt}; tk += y; }} "
+                f"if (conv && (tk == 0 || tk == n)) {{ P = tk ? {tgt} : {nxt}; goto dispatch; }} "
+                f"conv = 0; goto sched; }}")
+    # a CTA starts: its position's special registers, and the registers read before written (zero, as the
+    # lockstep runtime's) set; every thread at block 0, running
+    named = [(r, v) for r, v in e.names.items() if not r.startswith("__")]
+    decls = [f"{utype(regs[r])} {v} = 0;" for r, v in named if r in e.local]
+    for z in sorted(e.shared_sizes):
+        decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
+                     f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
+    decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
+              f"uint8_t *restrict ts = rf + {RF_TS};"]
+    entry = set(kernel.live[0]) if kernel.live else set()
+    init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
+    init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
+    cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
+    blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
+    hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
+    ind = "\n    "
+    body = "\n        ".join(lines)
+    src = (f"int64_t {name}(int64_t i0, int64_t n0, const MemCtx *restrict M, const TX *restrict X, "
+           f"uint64_t *restrict st, uint8_t *restrict rf) {{\n{hints}"
+           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n{_SHAPE}"
+           + "".join(f"    {x}\n" for x in e.prologue) +
+           f"    {ind.join(decls)}\n"
+           f"    int64_t rc = {R_DONE}, cnt = 0, lim = X->every, cl = i0 / cs, c1 = n0 / cs, cta = 0, ib = 0;\n"
+           f"    int64_t j = 0, n = 0, lic = 0, i = 0, P = 0, conv = 0;\n"
+           f"    uint8_t *sb = 0; const int64_t shl = M->shsize;\n"
+           f"    (void)i; (void)cta; (void)sb; (void)shl;\n"
+           f"    if (cs > {MAX_CTA}) return -1;     /* (the register file's arrays hold {MAX_CTA} threads) */\n"
+           f"    if (st[{ST_RESUME}]) {{\n"
+           f"        cl = (int64_t)st[{ST_CL}]; cnt = (int64_t)st[{ST_CNT}]; lim = cnt + X->every;\n"
+           f"        j = (int64_t)st[{ST_J}]; n = (int64_t)st[{ST_N}]; P = (int64_t)st[{ST_P}];\n"
+           f"        conv = (int64_t)st[{ST_CONV}]; cta = X->cta0 + cl; ib = cl * cs;\n"
+           f"        sb = M->smem + M->cta_off[ib];\n"
+           f"        if (st[{ST_RESUME}] == {RES_DISPATCH}) goto dispatch;\n"
+           f"        lic = conv ? j : act[j]; i = ib + lic;\n"
+           f"        switch (st[{ST_RESUME}]) {{ {cases} default: return -1; }}\n"
+           f"    }}\n"
+           f"    for (; cl < c1; cl++) {{\n"
+           f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
+           f"        for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
+           f"        conv = 1; P = 0; n = cs;\n"
+           f"        goto dispatch;\n"
+           f"    sched: ;\n"
+           f"        {{   /* the lowest PC of the running threads; none: release the parked ones, or the CTA is done */\n"
+           f"            int64_t lo = INT64_MAX, nbar = 0;\n"
+           f"            for (lic = 0; lic < cs; lic++) {{\n"
+           f"                if (ts[lic] == {T_RUN}) {{ if (pc[lic] < lo) lo = pc[lic]; }} else nbar += ts[lic] == {T_BAR};\n"
+           f"            }}\n"
+           f"            if (lo == INT64_MAX) {{\n"
+           f"                if (!nbar) goto cta_done;\n"
+           f"                for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_BAR}) ts[lic] = {T_RUN};\n"
+           f"                goto sched;\n"
+           f"            }}\n"
+           f"            P = lo; n = 0;\n"
+           f"            for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_RUN} && pc[lic] == P) act[n++] = (int32_t)lic;\n"
+           f"            conv = n == cs;\n"
+           f"        }}\n"
+           f"    dispatch:\n"
+           f"        if (cnt >= lim) {{ st[{ST_RESUME}] = {RES_DISPATCH}; rc = {R_TICK}; goto suspend; }}\n"
+           f"        switch (P) {{ {blocks} default: return -2; }}\n"
+           f"        {body}\n"
+           f"    cta_done: ;\n"
+           f"    }}\n"
+           f"    st[{ST_CNT}] = (uint64_t)cnt; st[{ST_RESUME}] = 0;\n"
+           f"    return {R_DONE};\n"
+           + "".join(f"{x}\n" for x in e.tail) +
+           f"suspend:\n"
+           f"    st[{ST_I}] = (uint64_t)i; st[{ST_CNT}] = (uint64_t)cnt; st[{ST_CL}] = (uint64_t)cl; "
+           f"st[{ST_J}] = (uint64_t)j;\n"
+           f"    st[{ST_N}] = (uint64_t)n; st[{ST_P}] = (uint64_t)P; st[{ST_CONV}] = (uint64_t)conv;\n"
+           f"    return rc;\n}}\n")
+    return src, STATE_WORDS, e.rf_bytes
+
+
+def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str] | None:
+    """C code of a loop's body without suspension sites (None: not possible): each access an unguarded shared one,
+    checked without a branch (a bad access sets `bad`, reads zeros, and writes at offset 0: a bad shared access is
+    a fault, which running the loop again with suspensions then raises, and a faulted launch's shared memory is
+    gone with it), and no register read before it is written in the loop, so that running the loop again from its
+    first thread computes the same (a loop holds one store at most: _loops; made again, its stores leave memory
+    as they were)."""
+    if not _rerunnable(body, regs) or any(ins.opcode in ("ld", "ldu", "st") and (
+            ins.guard is not None or not _shared_space(ins)) for ins in body):
+        return None
+    e.loop_sizes = set()
+    code = _body_code(e, body, fast=True)
+    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves)
+    return code, " && ".join(f"shok{z}" for z in sorted(e.loop_sizes)) or "1"
+
+
+def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool = False) -> str:
+    """The C code of one thread's part of a loop (with suspension sites of its own: each copy of a loop is emitted
+    anew); fast: shared accesses without them (_fast_code)."""
+    e.label()                          # (a pointer checked in another loop is another thread's)
+    start = len(e.lines)
+    try:
+        for ins in body:
+            if ins.opcode in ("ld", "ldu", "st") and set(ins.mods) & (SHARING_MODS - {"volatile"}):
+                raise NoC
+            if fast and ins.opcode in ("ld", "ldu"):
+                _fast_shared_load(e, ins)
+            elif fast and ins.opcode == "st":
+                _fast_shared_store(e, ins)
+            else:
+                e.emit(ins)
+        return " ".join(e.lines[start:])
+    finally:
+        del e.lines[start:]
+
+
+def _rerunnable(body: list[ir.Instr], regs) -> bool:
+    """Whether running a loop's body again for a thread computes the same: no register it writes is read before
+    it is written."""
+    every = set().union(*(reads_writes(x, regs, True)[1] for x in body))
+    written: set[str] = set()
+    for ins in body:
+        reads, writes = reads_writes(ins, regs, True)
+        if any(r in every and r not in written for r in reads):
+            return False
+        written |= set(writes)
+    return True
+
+
+def _fast_shared_load(e: CtaEmitter, ins: ir.Instr) -> None:
+    """An unguarded shared load checked as runtime/spaces.py checks it (inside the CTA's window, aligned to the
+    access size) without a branch: a bad access sets `bad` and reads zeros at offset 0 instead. Offsets from 32-bit
+    registers stay 32-bit and the masks arithmetic, so that the compiler makes the loads a vector gather."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    o, ok = _fast_shared_offset(e, ins, size * len(dsts))
+    for k, d in enumerate(dsts):
+        if isinstance(d, ir.Reg) and d.name == "_":
+            continue
+        x, ut = e.fresh("fx"), utype(8 * size)
+        e.lines.append(f"{ut} {x}b; memcpy(&{x}b, sb + {o}i + {k * size}, {size}); "
+                       f"{ctype(lt)} {x} = ({ctype(lt)})({x}b & ({ut})(0u - {ok}));")
+        e.write(d, lt, x, ins)
+
+
+def _fast_shared_offset(e: CtaEmitter, ins: ir.Instr, vsize: int) -> tuple[str, str]:
+    """C statements of a shared access's checked offset (`o`i: 0 for a bad access) and its check (`ok`: 1 or 0)."""
+    try:
+        kind, _, off = e.address(ins.srcs[0], ins)
+    except CudaError:
+        raise NoC from None
+    if kind not in ("reg", "const"):
+        raise NoC
+    e.shared_sizes.add(vsize)
+    e.loop_sizes.add(vsize)
+    o, ok = e.fresh("fo"), e.fresh("fk")
+    if kind == "reg" and e.regs.get(ins.srcs[0].base.name) == 32:
+        a = f"(uint32_t)({e.src(ir.Reg(ins.srcs[0].base.name), 'u32', ins)} + UINT32_C({off & 0xFFFFFFFF:#x}))"
+        e.lines.append(f"uint32_t {o} = {a}; uint32_t {ok} = ({o} <= shlim{vsize}) & "
+                       f"(({o} & {vsize - 1}u) == 0) & shok{vsize}; bad |= {ok} ^ 1; "
+                       f"int32_t {o}i = (int32_t)({o} & (0u - {ok}));")
+    else:
+        a = address_expr(e, ins, kind, off)
+        e.lines.append(f"int64_t {o} = (int64_t)({a}); uint32_t {ok} = ({o} >= 0) & ({o} <= shl - {vsize}) & "
+                       f"(({o} & {vsize - 1}) == 0); bad |= {ok} ^ 1; int64_t {o}i = {ok} ? {o} : 0;")
+    return o, ok
+
+
+def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
+    """An unguarded shared store as _fast_shared_load checks it (a bad one writes at offset 0: _fast_code); the
+    values as threadgen._tst makes them."""
+    try:
+        space, vec, t = _memmods(ins)
+    except CudaError:
+        raise NoC from None
+    if t in ("f16", "bf16", "f16x2", "bf16x2") or vec > 4:
+        raise NoC
+    srcs = list(ins.srcs[1].elems) if isinstance(ins.srcs[1], ir.Vec) else [ins.srcs[1]]
+    if len(srcs) != vec:
+        raise NoC
+    size = BITS[t] // 8
+    ct = f"uint{8 * size}_t"
+    vals = []
+    for o in srcs:
+        if isinstance(o, ir.Imm):
+            v = e.src(o, t, ins)
+            vals.append(f"B{BITS[t]}({v})" if t in ("f32", "f64") else f"({ct})({v})")
+        else:
+            vals.append(f"({ct})({store_value(e, o, t, ins)})")
+    o, ok = _fast_shared_offset(e, ins, size * vec)
+    for k, v in enumerate(vals):
+        x = e.fresh("fv")
+        e.lines.append(f"{ct} {x} = {v}; memcpy(sb + {o}i + {k * size}, &{x}, {size});")
+
+
+def _shared_at_cta(code: str) -> str:
+    """threadgen's shared accesses (TS: the window of lane i's CTA) with the CTA's window read once (TSC)."""
+    return code.replace("TS(M, i, ", "TSC(sb, shl, ")
+
+
+def _bytes(bits: int) -> int:
+    """Bytes of a register's element (cgen.utype)."""
+    return 8 if bits > 32 else 4 if bits > 16 else 2 if bits > 8 else 1
+
+
+class CtaCode(ThreadCode):
+    """A kernel's CTA-at-a-time function (kernel_source). It runs through ThreadCode's driver (run, _run_chunk: the
+    same suspensions, accounting and unfit rule), with its register file where the thread code has its barrier
+    array."""
+
+    def __init__(self, fn, name: str, state: int, rf_bytes: int) -> None:
+        super().__init__(fn, name, state)
+        self.rf_bytes = rf_bytes
+
+    def state_words(self, ctasize: int) -> int:
+        return self.state + (self.rf_bytes + 7) // 8
+
+    def _run_chunk(self, S, L, T, st, ctx, txp, stp, told) -> None:
+        try:
+            super()._run_chunk(S, L, T, st, ctx, txp, stp, told)
+        except CudaError as e:
+            if str(e).endswith("native code returned -2"):   # (dispatch: a PC past the last block)
+                raise CudaError("cudaErrorLaunchFailure", f"{self.name}: fell off the end of the code") from None
+            raise
