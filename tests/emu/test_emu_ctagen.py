@@ -442,13 +442,19 @@ SHARED_FAULT = HEAD + """
 """
 
 
+# The same with the load from the thread's own slot: the store after the second barrier is the bad access.
+STORE_FAULT = SHARED_FAULT.replace("ld.shared.u32 %r13, [%r12];", "ld.shared.u32 %r13, [%r8];")
+assert STORE_FAULT != SHARED_FAULT
+
+
+@pytest.mark.parametrize("kernel", ["load", "store"])
 @pytest.mark.parametrize("delta, who", [(4096, 5), (4096, -1), (2, 0), (-8, 1), (4, 254)],
                          ids=["past the window", "every thread", "misaligned", "before the window", "fine"])
-def test_a_shared_fault_is_the_same_error(delta, who):
+def test_a_shared_fault_is_the_same_error(kernel, delta, who):
     results = []
     for mode in (CTA, OFF):
         mem = DeviceMemory(1 << 40, 1 << 24)
-        mod = _module(SHARED_FAULT, mode, mem)
+        mod = _module(SHARED_FAULT if kernel == "load" else STORE_FAULT, mode, mem)
         out = mem.alloc(4 * 256)
         try:
             mod.launch("sf", (2, 1, 1), (256, 1, 1), 0, struct.pack("<QIi", out, delta & 0xFFFFFFFF, who))
@@ -460,7 +466,8 @@ def test_a_shared_fault_is_the_same_error(delta, who):
     assert results[0] == results[1]
     if who == 254:
         got = np.frombuffer(results[0], np.uint32)
-        assert got[254] == 255 and (np.delete(got, 254) == np.delete(np.arange(256), 254)).all()
+        assert got[254] == (255 if kernel == "load" else 254)
+        assert (np.delete(got, 254) == np.delete(np.arange(256), 254)).all()
     else:
         assert results[0][0] in (code_of("cudaErrorIllegalAddress"), code_of("cudaErrorMisalignedAddress"))
 

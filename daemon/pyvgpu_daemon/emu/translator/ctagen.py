@@ -418,7 +418,7 @@ def _fast_shared_load(e: CtaEmitter, ins: ir.Instr) -> None:
             continue
         x, ut = e.fresh("fx"), utype(8 * size)
         e.lines.append(f"{ut} {x}b; memcpy(&{x}b, sb + {o}i + {k * size}, {size}); "
-                       f"{ctype(lt)} {x} = ({ctype(lt)})({x}b & ({ut})(0u - {ok}));")
+                       f"{ctype(lt)} {x} = ({ctype(lt)})({x}b & (({ut})0 - {ok}));")
         e.write(d, lt, x, ins)
 
 
