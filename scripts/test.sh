@@ -27,16 +27,18 @@ fi
 # need them: a client running a binary needs nothing from NVIDIA.
 say "cuBLAS headers for the test programs (tools/cublas_wheel.py)"
 info "$("$PY" "$ROOT/tools/cublas_wheel.py")"
-say "running the test suite: $PY -m pytest -q tests $*"
+# --durations: each pass ends with its slowest tests, to see one that nears its timeout before it passes it
+# (tests/README.md, "Test reliability").
+say "running the test suite: $PY -m pytest -q tests --durations=25 $*"
 status=0
-"$PY" -m pytest -q tests "$@" || status=$?
+"$PY" -m pytest -q tests --durations=25 "$@" || status=$?
 # Tiers that never start a daemon run twice too: a list of those that do would go stale. One test is left to the
 # first pass: the replay of every test program's captured frames starts its own daemons of each frame path (the
 # environment does not change it) and takes about a minute.
 ONCE=tests/daemon/test_framepath.py::test_captured_programs_same_on_both_paths
-say "the whole suite again on the daemon's Python frame path: PYVGPU_DAEMON_COMPILED=0 $PY -m pytest -q tests --deselect $ONCE $*"
+say "the whole suite again on the daemon's Python frame path: PYVGPU_DAEMON_COMPILED=0 $PY -m pytest -q tests --durations=25 --deselect $ONCE $*"
 second=0
-PYVGPU_DAEMON_COMPILED=0 "$PY" -m pytest -q tests --deselect "$ONCE" "$@" || second=$?
+PYVGPU_DAEMON_COMPILED=0 "$PY" -m pytest -q tests --durations=25 --deselect "$ONCE" "$@" || second=$?
 [ "$second" -eq 5 ] && second=0          # pytest's "no tests selected": the first pass has said so already
 [ "$status" -eq 0 ] && status=$second
 exit "$status"

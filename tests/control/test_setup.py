@@ -55,10 +55,10 @@ def test_test_script_propagates_pytest_status(tmp_path):
         proc = subprocess.run(["bash", "-c", f'set -euo pipefail; say() {{ :; }}; PY={fake}\n{tail}', "test.sh",
                                "-x"], capture_output=True, text=True, env=env, timeout=60)
         assert proc.returncode == want, (first, second, proc.stderr)
-        assert (tmp_path / "first").read_text().split() == ["-m", "pytest", "-q", "tests", "-x"]
+        assert (tmp_path / "first").read_text().split() == ["-m", "pytest", "-q", "tests", "--durations=25", "-x"]
         once = "tests/daemon/test_framepath.py::test_captured_programs_same_on_both_paths"
-        assert (tmp_path / "second").read_text().split() == ["0", "-m", "pytest", "-q", "tests", "--deselect", once,
-                                                             "-x"]
+        assert (tmp_path / "second").read_text().split() == ["0", "-m", "pytest", "-q", "tests", "--durations=25",
+                                                             "--deselect", once, "-x"]
     path, name = once.split("::")
     assert f"\ndef {name}(" in (ROOT / path).read_text()
 
