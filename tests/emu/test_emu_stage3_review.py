@@ -111,6 +111,17 @@ def _overlap_host(data: np.ndarray, block: int) -> np.ndarray:
     return out.reshape(-1)
 
 
+@pytest.mark.parametrize("block", [33, 1000, 1024])
+@pytest.mark.parametrize("lanes", [64, 1000, 1536, 5000])
+def test_chunks_of_any_size_hold_whole_ctas(block, lanes):
+    """Chunks of fewer lanes than a CTA, and of a CTA and a half: the runtime's chunks hold whole CTAs."""
+    data = np.random.default_rng(block).integers(0, 1 << 32, 5 * block, dtype=np.uint32)
+    on, off = _both(OVERLAP.replace("GUARD", ""), "overlap", 5, block, _io(data, 12 * 5 * block),
+                    lanes_per_chunk=lanes)
+    assert on == off
+    assert (np.frombuffer(on, np.uint32) == _overlap_host(data, block)).all()
+
+
 @pytest.mark.parametrize("guard", ["", "@%p1 "], ids=["vectorised loop", "guarded loop"])
 @pytest.mark.parametrize("block", [1, 33, 256, 1000, 1024])
 @TICKS
@@ -189,3 +200,293 @@ def test_sub_word_and_64_bit_loads_in_the_fast_loop(monkeypatch, block, tick):
     on, off = _both(SUBWORD, "subword", 2, block, _io(data, 48 * 2 * block))
     assert on == off
     assert (np.frombuffer(on, np.uint64) == _subword_host(data, block)).all()
+
+
+# ---------------------------------------------------------------- the last (partial) warp, warp-synchronous
+# A CTA of any size: every thread stores zeros 32 slots on, then (after a barrier) its value; after the barrier the threads of the last
+# warp (tid >= ntid & ~31, fewer than 32 where ntid is not a multiple of 32) sum their slots warp-synchronously
+# (volatile, no barrier: each step all lanes load, then all store, as a GPU warp and the lockstep path do), and the
+# first of them writes slot 0 of its warp. f64 values: the converged loops' 64-bit shared loads.
+LASTWARP = HEAD + """
+.visible .entry lastwarp(.param .u64 out, .param .u64 in)
+{
+  .reg .pred %p<3>; .reg .b32 %r<20>; .reg .f64 %fd<6>; .reg .b64 %rd<10>;
+  .shared .align 8 .b8 sh[8704];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 8;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.f64 %fd1, [%rd4];
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 3; add.s32 %r7, %r6, %r7;
+  mov.f64 %fd2, 0d0000000000000000;
+  st.shared.f64 [%r7+256], %fd2;
+  bar.sync 0;
+  st.shared.f64 [%r7], %fd1;
+  bar.sync 0;
+  and.b32 %r8, %r2, -32;
+  setp.eq.u32 %p2, %r8, %r2;
+  @%p2 sub.u32 %r8, %r8, 32;
+  setp.lt.u32 %p1, %r1, %r8;
+  @%p1 bra DONE;
+""" + "".join(f"""  ld.volatile.shared.f64 %fd3, [%r7+{8 * k}];
+  ld.volatile.shared.f64 %fd4, [%r7];
+  add.f64 %fd4, %fd4, %fd3;
+  st.volatile.shared.f64 [%r7], %fd4;
+""" for k in (16, 8, 4, 2, 1)) + """
+  setp.ne.u32 %p1, %r1, %r8;
+  @%p1 bra DONE;
+  mul.wide.u32 %rd5, %r3, 8;
+  add.s64 %rd6, %rd1, %rd5;
+  st.global.f64 [%rd6], %fd4;
+DONE:
+  ret;
+}
+"""
+
+
+def _lastwarp_host(data: np.ndarray, block: int) -> np.ndarray:
+    out = np.zeros(data.size // block, np.float64)
+    for c in range(out.size):
+        base = (block & -32) if block % 32 else block - 32
+        s = np.zeros(block + 64, np.float64)
+        s[:block] = data[c * block:(c + 1) * block]
+        s[block:block + 32] = 0.0
+        lanes = np.arange(base, block)
+        for off in (16, 8, 4, 2, 1):             # each step: every lane loads, then every lane stores
+            s[lanes] = s[lanes] + s[lanes + off]
+        out[c] = s[base]
+    return out
+
+
+@pytest.mark.parametrize("block", [1, 33, 1000, 1024])
+@TICKS
+def test_a_warp_synchronous_sum_in_the_last_partial_warp(monkeypatch, block, tick):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    grid = 3
+    data = np.random.default_rng(block).standard_normal(grid * block) * 1e6
+    on, off = _both(LASTWARP, "lastwarp", grid, block, _io(data, 8 * grid))
+    assert on == off
+    assert (np.frombuffer(on, np.float64) == _lastwarp_host(data, block)).all()
+
+
+# ---------------------------------------------------------------- 3-D blocks, dynamic shared memory, registers
+# A 3-D block: each thread stores its position word (tid.x | tid.y << 8 | tid.z << 16 | laneid << 24) to dynamic
+# shared memory, fills a local array of 8 words by a run-time index, keeps a 64-bit, a 16-bit and a predicate
+# register live across two barriers, reads its mirror thread's word between them (the mirror's local array and
+# registers untouched by it) and writes all.
+SHAPE3 = HEAD + """
+.extern .shared .align 8 .b8 dyn[];
+.visible .entry shape3(.param .u64 out, .param .u64 in)
+{
+  .reg .pred %p<4>; .reg .b16 %rs<4>; .reg .b32 %r<40>; .reg .b64 %rd<20>;
+  .local .align 4 .b8 loc[32];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %tid.y; mov.u32 %r3, %tid.z;
+  mov.u32 %r4, %ntid.x; mov.u32 %r5, %ntid.y; mov.u32 %r6, %ntid.z;
+  mad.lo.s32 %r7, %r3, %r5, %r2;
+  mad.lo.s32 %r7, %r7, %r4, %r1;
+  mul.lo.s32 %r8, %r4, %r5; mul.lo.s32 %r8, %r8, %r6;
+  mov.u32 %r9, %ctaid.x; mov.u32 %r30, %ctaid.y; mov.u32 %r31, %nctaid.x;
+  mad.lo.s32 %r9, %r30, %r31, %r9;
+  mad.lo.s32 %r10, %r9, %r8, %r7;
+  mul.wide.u32 %rd3, %r10, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r11, [%rd4];
+  mov.u32 %r12, %laneid;
+  shl.b32 %r13, %r2, 8; or.b32 %r13, %r13, %r1;
+  shl.b32 %r14, %r3, 16; or.b32 %r13, %r13, %r14;
+  shl.b32 %r14, %r12, 24; or.b32 %r13, %r13, %r14;
+  mov.u32 %r15, dyn;
+  shl.b32 %r16, %r7, 2; add.s32 %r16, %r15, %r16;
+  st.shared.u32 [%r16], %r13;
+  mov.u64 %rd5, loc; cvta.local.u64 %rd5, %rd5; cvta.to.local.u64 %rd5, %rd5;
+  mov.u32 %r17, 0;
+FILL:
+  add.s32 %r18, %r17, %r11;
+  and.b32 %r18, %r18, 7;
+  mul.wide.u32 %rd6, %r18, 4;
+  add.s64 %rd7, %rd5, %rd6;
+  mad.lo.s32 %r19, %r17, %r11, %r7;
+  st.local.u32 [%rd7], %r19;
+  add.s32 %r17, %r17, 1;
+  setp.lt.u32 %p1, %r17, 8;
+  @%p1 bra FILL;
+  mul.wide.u32 %rd8, %r11, 0x9E3779B9;
+  cvt.u16.u32 %rs1, %r11;
+  mul.lo.u16 %rs1, %rs1, 77;
+  and.b32 %r20, %r11, 1;
+  setp.eq.u32 %p2, %r20, 1;
+  bar.sync 0;
+  sub.s32 %r21, %r8, %r7; sub.s32 %r21, %r21, 1;
+  shl.b32 %r21, %r21, 2; add.s32 %r21, %r15, %r21;
+  ld.shared.u32 %r22, [%r21];
+  bar.sync 0;
+  st.shared.u32 [%r16], %r22;
+  bar.sync 0;
+  ld.shared.u32 %r23, [%r16];
+  and.b32 %r24, %r11, 7;
+  mul.wide.u32 %rd9, %r24, 4;
+  add.s64 %rd10, %rd5, %rd9;
+  ld.local.u32 %r25, [%rd10];
+  cvt.u32.u16 %r26, %rs1;
+  selp.u32 %r27, 1, 0, %p2;
+  mul.wide.u32 %rd11, %r10, 24;
+  add.s64 %rd12, %rd1, %rd11;
+  st.global.u32 [%rd12], %r23;
+  st.global.u32 [%rd12+4], %r25;
+  st.global.u64 [%rd12+8], %rd8;
+  st.global.u16 [%rd12+16], %r26;
+  st.global.u8 [%rd12+18], %r27;
+  ret;
+}
+"""
+
+
+def _shape3_host(data: np.ndarray, grid, block) -> bytes:
+    bx, by, bz = block
+    n = bx * by * bz
+    out = bytearray(24 * data.size)
+    for c in range(grid[0] * grid[1]):
+        words = []
+        for lin in range(n):
+            x, y, z = lin % bx, (lin // bx) % by, lin // (bx * by)
+            words.append(x | y << 8 | z << 16 | (lin % 32) << 24)
+        for lin in range(n):
+            g = c * n + lin
+            v = int(data[g])
+            loc = [0] * 8
+            for k in range(8):
+                loc[(k + v) & 7] = (k * v + lin) & 0xFFFFFFFF
+            rec = struct.pack("<IIQHB", words[n - 1 - lin], loc[v & 7], (v * 0x9E3779B9) & ((1 << 64) - 1),
+                              ((v & 0xFFFF) * 77) & 0xFFFF, v & 1)
+            out[24 * g:24 * g + len(rec)] = rec
+    return bytes(out)
+
+
+@pytest.mark.parametrize("block", [(4, 3, 2), (8, 4, 4), (33, 1, 1), (10, 10, 10), (16, 8, 8)])
+@TICKS
+def test_three_dimensional_blocks_dynamic_shared_and_live_registers(monkeypatch, block, tick):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    grid = (2, 2, 1)
+    n = block[0] * block[1] * block[2]
+    data = np.random.default_rng(n).integers(0, 1 << 32, 4 * n, dtype=np.uint32)
+    on, off = _both(SHAPE3, "shape3", grid, block, _io(data, 24 * 4 * n), shared=4 * n)
+    assert on == off
+    assert on == _shape3_host(data, grid, block)
+
+
+# ---------------------------------------------------------------- a warp scan reading lower lanes
+# Each warp's inclusive scan without barriers (volatile shared, as old warp scans are written): at each step a
+# lane at or above `off` adds the slot `off` below it. A GPU warp and the lockstep path load for all lanes, then
+# store for all; run a thread after another within one loop, lane t would read lane t-off's new value: this is
+# the kernel that tells whether a store shares a loop with the loads before it (it does not: ctagen._loops).
+WARPSCAN = HEAD + """
+.visible .entry warpscan(.param .u64 out, .param .u64 in)
+{
+  .reg .pred %p<3>; .reg .b32 %r<20>; .reg .b64 %rd<10>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r5, [%rd4];
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7;
+  st.volatile.shared.u32 [%r7], %r5;
+  bar.sync 0;
+  and.b32 %r8, %r1, 31;
+""" + "".join(f"""  setp.ge.u32 %p1, %r8, {k};
+  @%p1 ld.volatile.shared.u32 %r9, [%r7+-{4 * k}];
+  @%p1 ld.volatile.shared.u32 %r10, [%r7];
+  @%p1 add.s32 %r10, %r10, %r9;
+  @%p1 st.volatile.shared.u32 [%r7], %r10;
+""" for k in (1, 2, 4, 8, 16)) + """
+  bar.sync 0;
+  ld.volatile.shared.u32 %r11, [%r7];
+  mul.wide.u32 %rd5, %r4, 4;
+  add.s64 %rd6, %rd1, %rd5;
+  st.global.u32 [%rd6], %r11;
+  ret;
+}
+"""
+
+
+def _generic(ptx: str) -> str:
+    """WARPSCAN through generic addresses (cvta.shared; not volatile, which only shared accesses may be here)."""
+    ptx = ptx.replace("shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7;",
+                      "shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7; cvt.u64.u32 %rd7, %r7; cvta.shared.u64 %rd7, %rd7;")
+    return ptx.replace("[%r7", "[%rd7").replace(".volatile.shared.", ".")
+
+
+@pytest.mark.parametrize("space", ["shared", "generic"])
+@pytest.mark.parametrize("block", [32, 33, 1000, 1024])
+@TICKS
+def test_a_warp_scan_reading_lower_lanes(monkeypatch, space, block, tick):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    data = np.random.default_rng(block).integers(0, 1 << 20, 2 * block, dtype=np.uint32)
+    ptx = WARPSCAN if space == "shared" else _generic(WARPSCAN)
+    on, off = _both(ptx, "warpscan", 2, block, _io(data, 4 * 2 * block))
+    exp = np.zeros(data.size, np.uint32)
+    for c in range(2):
+        for w in range(0, block, 32):
+            seg = data[c * block + w:c * block + min(w + 32, block)]
+            exp[c * block + w:c * block + w + seg.size] = np.cumsum(seg, dtype=np.uint32)
+    assert on == off
+    assert (np.frombuffer(on, np.uint32) == exp).all()
+
+
+# ---------------------------------------------------------------- shared addresses at the edges of 32 bits
+# A 32-bit shared address register plus the instruction's offset: tid * 4 + delta (32-bit, wrapping) then [r + 8],
+# a store and a load of the vectorised loop, and the same through a 64-bit register. Whatever the lockstep path
+# makes of each (a value or an error), the CTA code must make the same.
+EDGE = HEAD + """
+.visible .entry edge(.param .u64 out, .param .u32 delta)
+{
+  .reg .pred %p<3>; .reg .b32 %r<24>; .reg .b64 %rd<10>;
+  .shared .align 4 .b8 sh[1024];
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r20, [delta];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 2; add.s32 %r7, %r6, %r7;
+  add.s32 %r8, %r7, %r20;
+  xor.b32 %r9, %r1, 0x5a5a;
+  st.shared.u32 [%r8+8], %r9;
+  bar.sync 0;
+  ld.shared.u32 %r10, [%r8+8];
+  cvt.u64.u32 %rd2, %r7;
+  cvt.s64.s32 %rd3, %r20;
+  add.s64 %rd3, %rd2, %rd3;
+  ld.shared.u32 %r11, [%rd3+8];
+  mul.wide.u32 %rd5, %r1, 8;
+  add.s64 %rd6, %rd1, %rd5;
+  st.global.u32 [%rd6], %r10;
+  st.global.u32 [%rd6+4], %r11;
+  ret;
+}
+"""
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except CudaError as e:
+        return code_of(e)
+
+
+@pytest.mark.parametrize("delta", [0, -8, -4, -12, -9, 1012, 1016], ids=lambda d: f"delta {d}")
+@pytest.mark.parametrize("block", [1, 64, 254])
+def test_shared_addresses_at_the_edges_give_the_lockstep_outcome(delta, block):
+    def params(mem):
+        out = mem.alloc(8 * block)
+        return struct.pack("<QI", out, delta & 0xFFFFFFFF), lambda m: bytes(m.read(out, 8 * block))
+    on = _outcome(lambda: _launch(EDGE, "edge", CTA, (2, 1, 1), (block, 1, 1), params))
+    off = _outcome(lambda: _launch(EDGE, "edge", OFF, (2, 1, 1), (block, 1, 1), params))
+    assert on == off
+    if delta in (0, -8):                         # (in the window: each thread reads its own store back)
+        assert (np.frombuffer(on, np.uint32) == np.repeat(np.arange(block, dtype=np.uint32) ^ 0x5a5a, 2)).all()

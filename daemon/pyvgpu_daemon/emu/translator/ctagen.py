@@ -47,8 +47,7 @@ from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
 from ..ptx.types import BITS
 from .cfg import SHARING_MODS
-from .cgen import NoC, address_expr, ctype, load_form, store_value, utype
-from .instrs import _memmods
+from .cgen import NoC, address_expr, ctype, load_form, utype
 from .liveness import reads_writes
 from . import threadgen
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
@@ -447,25 +446,9 @@ def _fast_shared_offset(e: CtaEmitter, ins: ir.Instr, vsize: int) -> tuple[str, 
 
 def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
     """An unguarded shared store as _fast_shared_load checks it (a bad one writes at offset 0: _fast_code); the
-    values as threadgen._tst makes them."""
-    try:
-        space, vec, t = _memmods(ins)
-    except CudaError:
-        raise NoC from None
-    if t in ("f16", "bf16", "f16x2", "bf16x2") or vec > 4:
-        raise NoC
-    srcs = list(ins.srcs[1].elems) if isinstance(ins.srcs[1], ir.Vec) else [ins.srcs[1]]
-    if len(srcs) != vec:
-        raise NoC
-    size = BITS[t] // 8
-    ct = f"uint{8 * size}_t"
-    vals = []
-    for o in srcs:
-        if isinstance(o, ir.Imm):
-            v = e.src(o, t, ins)
-            vals.append(f"B{BITS[t]}({v})" if t in ("f32", "f64") else f"({ct})({v})")
-        else:
-            vals.append(f"({ct})({store_value(e, o, t, ins)})")
+    values as threadgen's stores make them (store_form)."""
+    space, size, ct, vals = threadgen.store_form(e, ins)
+    vec = len(vals)
     o, ok = _fast_shared_offset(e, ins, size * vec)
     for k, v in enumerate(vals):
         x = e.fresh("fv")

@@ -449,6 +449,26 @@ def _tst(e: ThreadEmitter, ins: ir.Instr) -> None:
     """st of the global, shared, local and generic spaces, as instrs._st: the access checked as a whole, each
     element the source's low bits (registers sign- or zero-extended from a narrower width, as Codegen.src reads
     them)."""
+    space, size, ct, vals = store_form(e, ins)
+    vec = len(vals)
+    decl, p, slow = _access(e, ins, space, size * vec, True)
+    guard = "1" if ins.guard is None else f"{'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}"
+    svs = [e.fresh("sv") for _ in vals]
+    values = " ".join(f"{ct} {x} = {v};" for x, v in zip(svs, vals))
+    fast = " ".join(f"memcpy({p} + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
+    fill = " ".join(f"memcpy((uint8_t *)(st + {ST_VAL}) + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
+    ask = _request(slow, size * vec, True) + " " + fill
+    store = (f"{{ {values} if (__builtin_expect({p} != 0, 1)) {{ {fast} }} else {{ {e.suspend(R_SLOW, ask)} "
+             f"{p} = 0; }} }}")
+    if ins.guard is None:
+        e.lines += [decl, store]
+    else:
+        e.lines.append(f"if ({guard}) {{ {decl} {store} }}")
+
+
+def store_form(e: CEmitter, ins: ir.Instr) -> tuple[str, int, str, list[str]]:
+    """(space, element size, the C type of an element's bits, each element's C value) of a st with a C form here
+    (NoC otherwise)."""
     try:
         space, vec, t = _memmods(ins)
     except CudaError:
@@ -467,19 +487,7 @@ def _tst(e: ThreadEmitter, ins: ir.Instr) -> None:
             vals.append(f"B{BITS[t]}({v})" if t in ("f32", "f64") else f"({ct})({v})")
             continue
         vals.append(f"({ct})({store_value(e, o, t, ins)})")
-    decl, p, slow = _access(e, ins, space, size * vec, True)
-    guard = "1" if ins.guard is None else f"{'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}"
-    svs = [e.fresh("sv") for _ in vals]
-    values = " ".join(f"{ct} {x} = {v};" for x, v in zip(svs, vals))
-    fast = " ".join(f"memcpy({p} + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
-    fill = " ".join(f"memcpy((uint8_t *)(st + {ST_VAL}) + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
-    ask = _request(slow, size * vec, True) + " " + fill
-    store = (f"{{ {values} if (__builtin_expect({p} != 0, 1)) {{ {fast} }} else {{ {e.suspend(R_SLOW, ask)} "
-             f"{p} = 0; }} }}")
-    if ins.guard is None:
-        e.lines += [decl, store]
-    else:
-        e.lines.append(f"if ({guard}) {{ {decl} {store} }}")
+    return space, size, ct, vals
 
 
 def _request(slow: tuple[str, str], size: int, store: bool) -> str:
