@@ -490,3 +490,99 @@ def test_shared_addresses_at_the_edges_give_the_lockstep_outcome(delta, block):
     assert on == off
     if delta in (0, -8):                         # (in the window: each thread reads its own store back)
         assert (np.frombuffer(on, np.uint32) == np.repeat(np.arange(block, dtype=np.uint32) ^ 0x5a5a, 2)).all()
+
+
+# ---------------------------------------------------------------- vectors, floats and immediates in the fast loop
+# Each thread stores (converged, unguarded: the vectorised loops) a v4.f32 of two registers and two immediates
+# (1.0, -0.0), a v2.f64, a u16 and a byte from 16-bit registers; after the barrier it reads its mirror thread's
+# slots back as v4.b32, v2.b64 and u16 / u8, and writes them all.
+VEC = HEAD + """
+.visible .entry vec(.param .u64 out, .param .u64 in)
+{
+  .reg .pred %p<2>; .reg .b16 %rs<4>; .reg .f32 %f<4>; .reg .f64 %fd<4>; .reg .b32 %r<30>; .reg .b64 %rd<12>;
+  .shared .align 16 .b8 sh[40960];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 8;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.f32 %f1, [%rd4];
+  ld.global.f32 %f2, [%rd4+4];
+  ld.global.f64 %fd1, [%rd4];
+  neg.f64 %fd2, %fd1;
+  ld.global.u16 %rs1, [%rd4+2];
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 4; add.s32 %r7, %r6, %r7;
+  st.shared.v4.f32 [%r7], {%f1, %f2, 0f3F800000, 0f80000000};
+  st.shared.v2.f64 [%r7+16384], {%fd1, %fd2};
+  shl.b32 %r8, %r1, 1; add.s32 %r8, %r6, %r8;
+  st.shared.u16 [%r8+32768], %rs1;
+  add.s32 %r9, %r6, %r1;
+  st.shared.b8 [%r9+34816], %rs1;
+  bar.sync 0;
+  sub.s32 %r10, %r2, %r1; sub.s32 %r10, %r10, 1;
+  shl.b32 %r11, %r10, 4; add.s32 %r11, %r6, %r11;
+  ld.shared.v4.b32 {%r12, %r13, %r14, %r15}, [%r11];
+  ld.shared.v2.b64 {%rd5, %rd6}, [%r11+16384];
+  shl.b32 %r16, %r10, 1; add.s32 %r16, %r6, %r16;
+  ld.shared.u16 %r17, [%r16+32768];
+  add.s32 %r18, %r6, %r10;
+  ld.shared.u8 %r19, [%r18+34816];
+  mul.wide.u32 %rd7, %r4, 48;
+  add.s64 %rd8, %rd1, %rd7;
+  st.global.v4.u32 [%rd8], {%r12, %r13, %r14, %r15};
+  st.global.v2.u64 [%rd8+16], {%rd5, %rd6};
+  st.global.u32 [%rd8+32], %r17;
+  st.global.u32 [%rd8+36], %r19;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [1, 33, 1024])
+@TICKS
+def test_vectors_floats_and_immediates_in_the_fast_loop(monkeypatch, block, tick):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    grid = 2
+    data = np.random.default_rng(block).integers(0, 1 << 64, grid * block, dtype=np.uint64)
+    data &= np.uint64(~(1 << 62) & ((1 << 64) - 1))          # no f64 NaN (neg.f64 gives the canonical NaN)
+    data[::3] = (data[::3] & np.uint64(0xFFFFFFFF00000000)) | np.uint64(0x7FC01234)   # an f32 NaN's payload
+    on, off = _both(VEC, "vec", grid, block, _io(data, 48 * grid * block))
+    assert on == off
+    exp = bytearray(48 * data.size)
+    for c in range(grid):
+        for t in range(block):
+            v = int(data[c * block + block - 1 - t])
+            b = v.to_bytes(8, "little")
+            rec = b + struct.pack("<II", 0x3F800000, 0x80000000) + b + (v ^ (1 << 63)).to_bytes(8, "little") + \
+                struct.pack("<II", v >> 16 & 0xFFFF, v >> 16 & 0xFF)
+            exp[48 * (c * block + t):48 * (c * block + t) + 40] = rec
+    assert on == bytes(exp)
+
+
+# ---------------------------------------------------------------- the default choice of path
+PREFERRED = ctagen.preferred_reason                 # (the fixture replaces it in the module)
+
+
+@pytest.mark.parametrize("case", ["overlap", "lastwarp", "warpscan", "generic scan", "vec"])
+@pytest.mark.parametrize("mode", [dict(native="on"), dict(native="on", ctagen=False),
+                                  dict(native="on", ctagen=False, threadgen=False)],
+                         ids=["default", "ctagen off", "ctagen and threadgen off"])
+def test_the_default_choice_of_path_gives_the_lockstep_bits(monkeypatch, case, mode):
+    """Whichever path the kernels take by default (ctagen.preferred_reason, threadgen's rules), and with ctagen or
+    both whole-kernel generators off, the bits are the lockstep NumPy path's."""
+    monkeypatch.setattr(ctagen, "preferred_reason", PREFERRED)
+    ptx, name, block = {"overlap": (OVERLAP.replace("GUARD", ""), "overlap", 256),
+                        "lastwarp": (LASTWARP, "lastwarp", 1000), "warpscan": (WARPSCAN, "warpscan", 1000),
+                        "generic scan": (_generic(WARPSCAN), "warpscan", 1000), "vec": (VEC, "vec", 1024)}[case]
+    data = np.random.default_rng(3).integers(0, 1 << 30, 4 * block, dtype=np.uint64)
+    params = _io(data, 48 * 2 * block)
+    got = []
+    for m in (mode, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(ptx, m, mem)
+        raw, read = params(mem)
+        mod.launch(name, (2, 1, 1), (block, 1, 1), 0, raw)
+        got.append(read(mem))
+    assert got[0] == got[1]
