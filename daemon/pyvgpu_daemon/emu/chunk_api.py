@@ -86,6 +86,13 @@ class ChunkAPI(ABC):
     def lcopy(self, dst, src, n: int, sel) -> None:
         """Copy n bytes of local memory from frame address src to dst in every selected lane."""
 
+    @abstractmethod
+    def sparse(self, idx: np.ndarray) -> "ChunkAPI":
+        """The lanes idx (sorted indices, the active lanes of a diverged block) as a chunk of their own for the
+        block's sparse variant (translator/kernel.py): T = len(idx), lane vectors of those lanes only; it offers
+        load, store, atom, isspace, param and special, which act exactly as the whole chunk's do for those lanes
+        (runtime/sparse.py)."""
+
     # ---- CTA barriers (runtime/barriers.py)
     @abstractmethod
     def cta_reduce(self, p, kind: str, _unused) -> np.ndarray:

@@ -47,6 +47,10 @@ class EmuLimits:
     # eligible_reason and preferred_reason); "0" leaves such kernels to the paths above. Applies wherever native
     # code does (PYVGPU_EMU_NATIVE).
     ctagen: bool = os.environ.get("PYVGPU_EMU_CTAGEN", "1") != "0"
+    # A diverged block runs over its active lanes alone (translator/kernel.py's sparse variant, runtime/sparse.py)
+    # when they are at most 1/sparse_divisor of the chunk's lanes; 0: always over the whole chunk, masked. The
+    # results are the same bits either way.
+    sparse_divisor: int = max(0, _env_int("PYVGPU_EMU_SPARSE_DIVISOR", 4))
     # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
     threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # Wall-clock seconds one launch may run.

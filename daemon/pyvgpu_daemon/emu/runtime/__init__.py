@@ -16,7 +16,8 @@ state is zeroed in one fill and the bound functions' `reset()` rebinds the regis
 Scheduling (chunk.py): per-lane PC (block index) and state (run / barrier / warp-wait / exited). While converged
 the driver simply follows the block functions' return values; when lanes diverge it runs the block with the lowest
 PC over the lanes sitting there (min-PC, which reconverges at NVVM's join points), and goes back to the converged
-path as soon as every lane is live and at one PC again.
+path as soon as every lane is live and at one PC again. A diverged block whose lanes are few (EmuLimits.sparse_divisor)
+and which needs only its own lanes' memory runs over those lanes alone (sparse.py).
 
 bar.sync/bar.red/barrier: lanes park; when nothing can run, every CTA whose non-exited lanes are all parked is
 released (exited threads count as arrived). A CTA that cannot be released with nothing runnable is a deadlock
@@ -39,7 +40,7 @@ address (read-only); generic addresses are global addresses as they are, and sha
 plus a window base (cvta, emu/layout.py).
 
 Files: launch.py (grid -> chunks), chunk.py (chunk state, scheduler), special.py (special registers,
-parameters), spaces.py (loads, stores, atomics), collective.py (barriers, warp operations), calls.py (printf,
+parameters), spaces.py (loads, stores, atomics), sparse.py (a diverged block's few lanes as a chunk), collective.py (barriers, warp operations), calls.py (printf,
 assert, trap), frames.py (call frames), printf.py (printf formatting).
 """
 from .chunk import Chunk

@@ -35,6 +35,7 @@ from .collective import Collectives
 from .frames import CallFrames
 from .matrix import MatrixUnit
 from .spaces import LaneMemory
+from .sparse import SparseLanes
 from .special import SpecialRegisters
 from .texunit import TextureUnit
 
@@ -86,7 +87,8 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self._memctx = None                       # (bounds, pbuf, address, MemCtx, ...): spaces.memctx
         self._own_special: dict = {}
         self.forced = False
-        self._bound = None                        # (make, converged blocks, masked blocks, handlers, reset)
+        self._bound = None                        # (make, converged, masked, handlers, reset, sparse blocks)
+        self._ones = None                         # T trues, read-only (SparseLanes.ones)
 
     @property
     def pbuf(self) -> np.ndarray:
@@ -145,8 +147,11 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         bound = self._bound
         if bound is None or bound[0] is not L.make:
             blocks, handlers, reset = self.bind_blocks()
-            bound = self._bound = (L.make, [b[0] for b in blocks], [b[1] for b in blocks], handlers, reset)
-        _, C, M, handlers, _ = bound
+            bound = self._bound = (L.make, [b[0] for b in blocks], [b[1] for b in blocks], handlers, reset,
+                                   [b[2] for b in blocks])
+        _, C, M, handlers, _, Sp = bound
+        div = L.limits.sparse_divisor
+        T = self.T
         self._handlers = handlers
         sizes = L.plan.sizes
         pc, st = self.pc, self.st
@@ -189,8 +194,17 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
                 cur = P
                 continue
             steps += sizes[P]
+            if div and Sp[P] is not None and np.count_nonzero(m) * div <= T:
+                Sp[P](np.flatnonzero(m))        # few lanes: the block over them alone (runtime/sparse.py)
+                continue
             M[P](m)
         L.account(self.kernel.name, steps - done)
+
+    def sparse(self, idx: np.ndarray) -> SparseLanes:
+        if self._ones is None:
+            self._ones = np.ones(self.T, np.bool_)
+            self._ones.flags.writeable = False
+        return SparseLanes(self, idx, self._ones)
 
     def _pick(self, runm: np.ndarray) -> int:
         """The block the diverged scheduler runs next: the lowest PC of the runnable lanes."""

@@ -40,10 +40,11 @@ class LaneMemory:
             self.views[key] = v
         return v
 
-    def resolve(self, space: str, addr, off: int, size: int, write: bool, sel, vsize: int):
+    def resolve(self, space: str, addr, off: int, size: int, write: bool, sel, vsize: int, picked: bool = False):
         """-> list of (buffer, byte offsets, positions) covering the accessed lanes; checks bounds/alignment.
-        positions: indices into the accessed-lane list (None = all, in order)."""
-        a = self._lane_addresses(space, addr, off, sel)
+        positions: indices into the accessed-lane list (None = all, in order). picked: addr holds the selected
+        lanes' addresses only (one per entry of sel: runtime/sparse.py)."""
+        a = self._lane_addresses(space, addr, off, sel, picked)
         if space == "global":
             return self._global(a.astype(np.uint64, copy=False), vsize, write, None)
         if space == "shared" or space == "local":
@@ -98,13 +99,13 @@ class LaneMemory:
             self.mem.check_access(a[left], vsize, write)    # outside every window: the fault names the address
         return out
 
-    def _lane_addresses(self, space: str, addr, off: int, sel):
+    def _lane_addresses(self, space: str, addr, off: int, sel, picked: bool = False):
         """The address each accessing lane uses: addr + off, or off itself when addr is None."""
         if addr is None:
             n = self.T if sel is None else len(sel)
             return np.full(n, off, np.int64).view(np.uint64) if space in ("generic", "global", "param") \
                 else np.full(n, off, np.int64)
-        a = addr if sel is None else addr[sel]
+        a = addr if sel is None or picked else addr[sel]
         if off:
             a = a + a.dtype.type(off & ((1 << (a.dtype.itemsize * 8)) - 1))
         return a
@@ -260,7 +261,7 @@ class LaneMemory:
         self._acache[key] = ent
 
     # ---------------------------------------------------------------- loads, stores, atomics
-    def load(self, space, addr, off, dt, nvec, sel):
+    def load(self, space, addr, off, dt, nvec, sel, picked=False):
         isz = np.dtype(dt).itemsize
         if sel is None and addr is not None and space == "global":
             hit = self._global_slices(addr, off, isz, nvec, False)
@@ -283,7 +284,7 @@ class LaneMemory:
                 if isinstance(hit, int):
                     return [np.full(self.T, v[hit + k]) for k in range(nvec)]
                 return [v.take(hit + k) for k in range(nvec)]
-        parts = self.resolve(space, addr, off, isz, False, sel, isz * nvec)
+        parts = self.resolve(space, addr, off, isz, False, sel, isz * nvec, picked)
         n = self.T if sel is None else len(sel)
         if len(parts) == 1 and parts[0][2] is None:
             buf, boff, _ = parts[0]
@@ -300,7 +301,7 @@ class LaneMemory:
                 outs[k][pos] = v.take(idx + k)
         return outs
 
-    def store(self, space, addr, off, dt, vals, sel):
+    def store(self, space, addr, off, dt, vals, sel, picked=False):
         isz = np.dtype(dt).itemsize
         if sel is None and addr is not None and space == "global":
             hit = self._global_slices(addr, off, isz, len(vals), True)
@@ -328,7 +329,7 @@ class LaneMemory:
                     else:
                         v[idx + (c + k)] = x     # a negative offset (`[%r+-2]`) cannot slice
                 return
-        parts = self.resolve(space, addr, off, isz, True, sel, isz * len(vals))
+        parts = self.resolve(space, addr, off, isz, True, sel, isz * len(vals), picked)
         for buf, boff, pos in parts:
             v = self._view(buf, dt)
             idx = boff >> (isz.bit_length() - 1) if isz > 1 else boff
@@ -337,7 +338,7 @@ class LaneMemory:
                 if x.ndim == 0:
                     vv = x.astype(dt)
                 else:
-                    vv = x if sel is None else x[sel]
+                    vv = x if sel is None or picked else x[sel]
                     if pos is not None:
                         vv = vv[pos]
                     if vv.dtype != dt:
@@ -374,15 +375,16 @@ class LaneMemory:
             return pa
         return ~(sh | lo | pa)          # global, const
 
-    def atom(self, space, op, dt, addr, off, b, c, sel, live):
+    def atom(self, space, op, dt, addr, off, b, c, sel, live, picked=False):
         isz = np.dtype(dt).itemsize
-        parts = self.resolve(space, addr, off, isz, True, sel, isz)
+        parts = self.resolve(space, addr, off, isz, True, sel, isz, picked)
         n = self.T if sel is None else len(sel)
-        b = np.broadcast_to(np.asarray(b, dtype=dt) if np.ndim(b) == 0 else b, (self.T,))
-        b = b if sel is None else b[sel]
+        nb = n if picked else self.T            # picked: b and c hold the selected lanes' operands only
+        b = np.broadcast_to(np.asarray(b, dtype=dt) if np.ndim(b) == 0 else b, (nb,))
+        b = b if sel is None or picked else b[sel]
         if c is not None:
-            c = np.broadcast_to(np.asarray(c, dtype=dt) if np.ndim(c) == 0 else c, (self.T,))
-            c = c if sel is None else c[sel]
+            c = np.broadcast_to(np.asarray(c, dtype=dt) if np.ndim(c) == 0 else c, (nb,))
+            c = c if sel is None or picked else c[sel]
         old = np.empty(n, dt) if live else None
         for buf, boff, pos in parts:
             v = self._view(buf, dt)

@@ -6,10 +6,11 @@
         r0 = S.zeros[32]                # one closure variable per register, holding an immutable NumPy array
         def c0(): ...                   # block 0, converged: every lane of the chunk is live and here; returns
         def m0(m): ...                  #   the next block; masked: the lanes in m, sets pcv[m] / stv[m]
+        def s0(_i): ...                 # sparse (some blocks): the masked body over lanes _i alone (kernel.py)
         ...
         def h0(mm, v): ...              # bar.red release handler of each diverged bar.red site
         def reset(): ...                # the registers back to S.zeros (a chunk reused by the next launch)
-        return [(c0, m0), ...], [h0, ...], reset
+        return [(c0, m0, s0), ...], [h0, ...], reset      # (None for a block without a sparse function)
 
 A register write rebinds its variable (`r3 = ...`), a masked write merges with np.where. Operands are views of
 register arrays in the instruction's type; immediates, addresses and dtypes are constants in the namespace of the
@@ -136,6 +137,7 @@ class Codegen:
         self.local_defined: set[str] = set()    # block-local registers the current block function assigned
         self.bar_sites: list = []
         self.bar_site_of: dict[int, int] = {}     # id(bar.red instruction) -> its site
+        self.touched: set[str] = set()          # variables of `make` (registers, sp_*, _z*) the current block uses
 
     # ---------------------------------------------------------------- names
     def const(self, value, hint="c") -> str:
@@ -148,7 +150,9 @@ class Codegen:
         return self.const(scalar_type(t), "dt")
 
     def rvar(self, name: str) -> str:
-        return f"r{self.reg_index[name]}"
+        v = f"r{self.reg_index[name]}"
+        self.touched.add(v)
+        return v
 
     @staticmethod
     def rt(member: str) -> str:
@@ -226,6 +230,7 @@ class Codegen:
         else:
             self.specials_used.add(name)
             var = "sp_" + name.strip("%").replace(".", "_")
+            self.touched.add(var)
         st = SPECIAL_REGISTERS[name]
         if (st == "pred") != (t == "pred"):
             raise err_ptx(ins, f"special register {name} (.{st}) read as .{t}")
@@ -325,6 +330,7 @@ class Codegen:
         if self._is_global(name) or name in self.local_defined:
             return self.rvar(name)
         w = self.reg_width[name]
+        self.touched.add(f"_z{w}")
         return f"_z{w}"
 
     # ---------------------------------------------------------------- address operands

@@ -4,13 +4,15 @@
     layout.py   parameter offsets, shared and local memory layout, call frames (emu/layout.py)
     cfg.py      flat body -> basic blocks
     liveness.py registers live across out-of-line calls (saved in the caller's frame)
-    codegen.py  + instrs.py + control.py: each block -> a converged and a masked Python function
+    codegen.py  + instrs.py + control.py: each block -> a converged and a masked Python function, and where the
+                block needs nothing but its own lanes' memory, a sparse one (`_sparse_source`)
     (here)      the block functions assembled into `make(S)`, compiled and exec'd once
 
 The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for the generated code's shape).
 """
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 
@@ -100,8 +102,7 @@ class Kernel:
         """Generate the kernel's source now (unsupported PTX fails the module load, as a JIT would); compile it to
         Python bytecode at the first launch (`make`): a module often holds many kernels a program never runs."""
         g = Codegen(self)
-        funcs = [_block_source(g, b, masked) for b in self.blocks for masked in (False, True)]
-        self.source = _make_source(g, self.blocks, funcs)
+        self.source = _make_source(g, self.blocks, *_block_funcs(g, self.blocks))
         self.namespace = g.ns
         self.specials = frozenset(g.specials_used)      # special registers make(S) reads once per chunk
         self._make = None
@@ -187,9 +188,7 @@ class Kernel:
                                run.scratch)
                 self.native_runs.append(nr)
                 run.source = g.const(nr, "nr")
-        funcs = [_block_source(g, b, masked, None if masked else plans[b.index])
-                 for b in self.blocks for masked in (False, True)]
-        source = _make_source(g, self.blocks, funcs)
+        source = _make_source(g, self.blocks, *_block_funcs(g, self.blocks, plans))
         try:
             code = _bytecode(source, self.name)
         except SyntaxError as e:
@@ -306,57 +305,136 @@ def _read_registers(body: list) -> set[str]:
     return regs
 
 
-def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:
-    """One block function: c<index>() (converged) or m<index>(m) (masked); `runs`: (start, end, Run) of the
-    instructions that become native calls (cgen.plan_runs)."""
+def _block_lines(g: Codegen, b: Block, masked: bool, runs=None) -> list[str]:
+    """The body of block function c<index>() (converged) or m<index>(m) (masked); `runs`: (start, end, Run) of the
+    instructions that become native calls (cgen.plan_runs). Leaves in g what the body writes and reads."""
     g.written = set()
     g.local_defined = set()
+    g.touched = set()
     lines: list[str] = []
     at = {start: (end, run) for start, end, run in runs or ()}
     i = 0
     while i < len(b.instrs):
         if i in at:
             end, run = at[i]
-            _emit_run(g, run, lines)
+            _emit_run(g, run, lines, masked)
             i = end
             continue
         instrs.emit(g, b.instrs[i], lines, masked)
         i += 1
     control.emit_terminator(g, b, lines, masked)
-    name = f"{'m' if masked else 'c'}{b.index}"
-    head = f"    def {name}({'m' if masked else ''}):"
+    return lines
+
+
+def _block_source(g: Codegen, b: Block, masked: bool, runs=None) -> str:
+    """One block function: c<index>() (converged) or m<index>(m) (masked)."""
+    return _function(g, f"{'m' if masked else 'c'}{b.index}", "m" if masked else "", _block_lines(g, b, masked, runs))
+
+
+def _function(g: Codegen, name: str, args: str, lines: list[str]) -> str:
+    """A function of `make` with body `lines`, declaring the variables of `make` it assigns (g.written)."""
     body = []
     if g.written:
         body.append("nonlocal " + ", ".join(sorted(g.written)))
     body.extend(lines)
-    return head + "\n" + "\n".join("        " + ln for ln in body)
+    return f"    def {name}({args}):\n" + "\n".join("        " + ln for ln in body)
 
 
-def _emit_run(g: Codegen, run, lines: list) -> None:
-    """A native run: inputs are the registers' current arrays, outputs become the registers' new arrays. A run that
+def _block_funcs(g: Codegen, blocks: list[Block], plans=None) -> tuple[list[str], list[str], set[int]]:
+    """(the block functions of `make`, the sparse bodies defined beside it, the blocks that have them)."""
+    funcs: list[str] = []
+    tops: list[str] = []
+    sparse: set[int] = set()
+    gvars = {f"r{g.reg_index[n]}" for n in g.k.global_regs if n in g.reg_index}
+    for b in blocks:
+        funcs.append(_block_source(g, b, False, plans[b.index] if plans else None))
+        lines = _block_lines(g, b, True, _masked_runs(plans[b.index]) if plans else None)
+        funcs.append(_function(g, f"m{b.index}", "m", lines))
+        sp = _sparse_source(g, b, lines, gvars)
+        if sp is not None:
+            tops.append(sp[0])
+            funcs.append(sp[1])
+            sparse.add(b.index)
+    return funcs, tops, sparse
+
+
+def _masked_runs(runs):
+    """The native runs a masked block takes too: those without stores. They compute every lane of the chunk, as in
+    converged code (the inactive lanes' values are bits like any other to them, and a load has no effect but its
+    value), and the block keeps their results for its own lanes only (_emit_run). A load the run cannot serve, an
+    inactive lane's stale address included, declines the whole run: its masked NumPy form then runs, which serves
+    the block's own lanes or raises their error."""
+    return [(start, end, run) for start, end, run in runs if not run.scratch]
+
+
+# ChunkAPI members a sparse block may use: what a chunk of the block's active lanes alone serves as the whole chunk
+# would (runtime/sparse.py). Warp operations, barriers that count, call frames, textures and device calls see other
+# lanes or the whole chunk: such blocks run masked.
+SPARSE_MEMBERS = frozenset({"load", "store", "atom", "isspace", "param", "special", "memctx"})
+_RETURN = re.compile(r"\breturn\b")
+_MEMBER = re.compile(r"\bS\.(\w+)")           # (Codegen.rt writes every use of the chunk so)
+
+
+def _sparse_source(g: Codegen, b: Block, lines: list[str], gvars: set[str]):
+    """The sparse variant of masked block m<index> (lines: its body, just emitted, with g's record of it), or None.
+    It runs the same body over the block's active lanes only (the runtime picks it when they are few: chunk.py):
+    `_sparse<index>(S, T, m, pcv, stv, ...)` at module level gets S = those lanes as a chunk of their own
+    (ChunkAPI.sparse), T = their count, m all true, and the lanes' own pc, state, zeros, special registers and the
+    registers the block reads or writes gathered; it returns pc, state and the registers it wrote, which the
+    wrapper s<index>(_i) inside make scatters back. Same instructions, same order, same lanes: the same bits."""
+    if b.kind == "warp" or any(_RETURN.search(ln) or not SPARSE_MEMBERS.issuperset(_MEMBER.findall(ln))
+                               for ln in lines):
+        return None
+    written = sorted(g.written)
+    zs = sorted(v for v in g.touched if v.startswith("_z"))
+    lanes = sorted(v for v in g.touched if v.startswith("sp_")) + sorted(v for v in g.touched if v in gvars)
+    params = ", ".join(["S", "T", "m", "pcv", "stv", *zs, *lanes])
+    top = f"def _sparse{b.index}({params}):\n" + "".join(f"    {ln}\n" for ln in lines) + \
+        f"    return pcv, stv{''.join(', ' + v for v in written)}"
+    args = ", ".join(["_L", "_L.T", "_L.ones", "pcv[_i]", "stv[_i]", *(f"{z}[:_L.T]" for z in zs),
+                      *(f"{v}[_i]" for v in lanes)])
+    body = [f"_L = {g.rt('sparse')}(_i)", f"_o = _sparse{b.index}({args})", "pcv[_i] = _o[0]", "stv[_i] = _o[1]"]
+    body += [f"{v} = _scatter({v}, _i, _o[{k + 2}])" for k, v in enumerate(written)]
+    g.written = set(written)
+    return top, _function(g, f"s{b.index}", "_i", body)
+
+
+def _emit_run(g: Codegen, run, lines: list, masked: bool = False) -> None:
+    """A native run: inputs are the registers' current arrays, outputs become the registers' new arrays (in masked
+    code those live after the block only in the block's lanes, `m`, as a masked write keeps them). A run that
     loads gets the chunk's memory (S.memctx()); when one of its accesses needs the NumPy code (a fault, a reserved
     range: cgen's docstring), its instructions run as NumPy code instead, which serves it or raises its error."""
     first, last = run.instrs[0].line, run.instrs[-1].line
     lines.append(f"# {first}-{last}: {len(run.instrs)} instructions as native code")
     ins = ", ".join(g._old(r) for r in run.inputs)
     ctx = f", {g.rt('memctx')}()" if run.mem else ""
-    call = f"{run.source}(T{ctx}{', ' if ins else ''}{ins})"
+    conds = []
     if run.max_lanes is not None:          # over more lanes the NumPy code is the faster (cgen.Run.choose_lanes)
-        call = f"{call} if T <= {run.max_lanes} else None"
+        conds.append(f"T <= {run.max_lanes}")
+    if run.mem and masked:                 # (a sparse block's lanes have no MemCtx: 0, its NumPy form serves)
+        lines.append(f"_mc = {g.rt('memctx')}()")
+        ctx = ", _mc"
+        conds.append("_mc")
+    call = f"{run.source}(T{ctx}{', ' if ins else ''}{ins})"
+    if conds:
+        call = f"{call} if {' and '.join(conds)} else None"
     lines.append(f"_o = {call}")
     indent = ""
     if run.mem:
         defined = set(g.local_defined)
         slow: list[str] = []
         for i in run.instrs:
-            instrs.emit(g, i, slow, False)
+            instrs.emit(g, i, slow, masked)
         g.local_defined = defined        # what only the NumPy code assigns is read by nothing after the run
         lines.append("if _o is None:")
         lines.extend("    " + ln for ln in slow)
         lines.append("else:")
         indent = "    "
     for k, r in enumerate(run.outputs):
-        lines.append(f"{indent}{g.rvar(r)} = _o[{k}]")
+        if masked and g._is_global(r):
+            lines.append(f"{indent}{g.rvar(r)} = _where(m, _o[{k}], {g.rvar(r)})")
+        else:
+            lines.append(f"{indent}{g.rvar(r)} = _o[{k}]")
         g._assigned(r)
     if run.mem and not run.outputs:
         lines.append("    pass")
@@ -373,9 +451,9 @@ def _bar_handlers(g: Codegen) -> list[str]:
     return handlers
 
 
-def _make_source(g: Codegen, blocks: list[Block], funcs: list[str]) -> str:
+def _make_source(g: Codegen, blocks: list[Block], funcs: list[str], tops: list[str], sparse: set[int]) -> str:
     S = g.rt
-    src = ["def make(S):", f"    T = {S('T')}", f"    pcv = {S('pc')}", f"    stv = {S('st')}"]
+    src = [*tops, "def make(S):", f"    T = {S('T')}", f"    pcv = {S('pc')}", f"    stv = {S('st')}"]
     for name in sorted(g.specials_used):
         src.append(f"    sp_{name.strip('%').replace('.', '_')} = {S('special')}({name!r})")
     for w in (1, 16, 32, 64):
@@ -386,7 +464,7 @@ def _make_source(g: Codegen, blocks: list[Block], funcs: list[str]) -> str:
     src.extend(funcs)
     src.extend(_bar_handlers(g))
     src.extend(_reset_source(g))
-    blist = ", ".join(f"(c{b.index}, m{b.index})" for b in blocks)
+    blist = ", ".join(f"(c{b.index}, m{b.index}, {f's{b.index}' if b.index in sparse else None})" for b in blocks)
     hlist = ", ".join(f"h{i}" for i in range(len(g.bar_sites)))
     src.append(f"    return [{blist}], [{hlist}], reset")
     return "\n".join(src)
