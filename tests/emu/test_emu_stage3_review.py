@@ -4,7 +4,8 @@ result than the lockstep NumPy path without an error; each is compared with the 
 a host model: several threads storing one shared address (scalar, vector, byte; in the fast loop and in the guarded
 one), sub-word and 64-bit loads through the fast loop (sign and zero extension into wider registers), a store's
 loop that faults after other threads stored, 3-D blocks with %laneid, dynamic shared memory, CTAs of 1/33/1000/1024
-threads, a warp-synchronous reduction in a CTA's last (partial) warp, and all of it suspended at every step."""
+threads, a warp-synchronous reduction in a CTA's last (partial) warp, and all of it suspended at every step; and
+runtime/sparse.py's blocks of few lanes around a barrier against the masked run and a host model."""
 from __future__ import annotations
 
 import struct
@@ -649,3 +650,91 @@ def test_accesses_served_by_python_inside_a_loop(monkeypatch, block, tick):
             k = (g * 7) & 255
             exp[c * block + t] = ((int(data[k]) * 3 + int(data[k + 1])) ^ g ^ 0x35) & 0xFFFFFFFF
     assert (np.frombuffer(on, np.uint32) == exp).all()
+
+
+# ---------------------------------------------------------------- sparse blocks (runtime/sparse.py)
+# Few lanes survive (tid % 37 == 3) and loop tid % 5 + 1 times around a barrier (the others have exited), writing
+# 32-, 64- and 16-bit registers and a predicate that the other lanes never write: run over those lanes alone
+# (sparse_divisor 1) or masked over the chunk (0), every lane's registers must be as a host model has them (the
+# inactive lanes' untouched), and the bits the same.
+FEW = HEAD + """
+.visible .entry few(.param .u64 out)
+{
+  .reg .pred %p<6>; .reg .b16 %rs<4>; .reg .b32 %r<30>; .reg .b64 %rd<12>;
+  .shared .align 8 .b8 sh[8192];
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ctaid.x; mov.u32 %r3, %ntid.x;
+  mad.lo.s32 %r4, %r2, %r3, %r1;
+  mul.wide.u32 %rd2, %r4, 16; add.s64 %rd3, %rd1, %rd2;
+  mov.u32 %r5, sh; shl.b32 %r6, %r1, 3; add.s32 %r6, %r5, %r6;
+  mov.u32 %r7, 0; mov.u64 %rd4, 0; mov.u16 %rs1, 0; setp.eq.u32 %p3, %r1, 999999;
+  rem.u32 %r8, %r1, 37;
+  setp.ne.u32 %p1, %r8, 3;
+  @%p1 bra OUT;
+  rem.u32 %r9, %r1, 5; add.s32 %r9, %r9, 1;
+  mov.u32 %r10, 0;
+LOOP:
+  mad.lo.s32 %r7, %r7, 31, %r1;
+  mul.wide.u32 %rd5, %r7, 0x10001; add.s64 %rd4, %rd4, %rd5;
+  cvt.u16.u32 %rs2, %r7; add.u16 %rs1, %rs1, %rs2;
+  st.shared.u32 [%r6], %r7;
+  bar.sync 0;
+  xor.b32 %r11, %r10, 1;
+  setp.eq.u32 %p3, %r11, 0;
+  add.s32 %r10, %r10, 1;
+  setp.lt.u32 %p2, %r10, %r9;
+  @%p2 bra LOOP;
+OUT:
+  selp.u32 %r12, 1, 0, %p3;
+  cvt.u32.u16 %r13, %rs1;
+  st.global.u32 [%rd3], %r7;
+  st.global.u64 [%rd3+8], %rd4;
+  st.global.u16 [%rd3+4], %r13;
+  st.global.u8 [%rd3+6], %r12;
+  ret;
+}
+"""
+
+
+def _few_host(ncta: int, nt: int) -> bytes:
+    out = bytearray(b"\xab" * (16 * ncta * nt))
+    for c in range(ncta):
+        for t in range(nt):
+            r7 = rd4 = rs1 = p3 = 0
+            if t % 37 == 3:
+                n = t % 5 + 1
+                for i in range(n):
+                    r7 = (r7 * 31 + t) & 0xFFFFFFFF
+                    rd4 = (rd4 + r7 * 0x10001) & ((1 << 64) - 1)
+                    rs1 = (rs1 + r7) & 0xFFFF
+                    p3 = int(i == 1)
+            g = 16 * (c * nt + t)
+            out[g:g + 7] = struct.pack("<IHB", r7, rs1, p3)
+            out[g + 8:g + 16] = struct.pack("<Q", rd4)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("native", ["off", "on"])
+def test_few_lanes_around_a_barrier_run_sparse_with_the_masked_bits(monkeypatch, native):
+    from pyvgpu_daemon.emu.limits import EmuLimits
+    from pyvgpu_daemon.emu.runtime.chunk import Chunk
+    calls = [0]
+    orig = Chunk.sparse
+
+    def counted(self, idx):
+        calls[0] += 1
+        return orig(self, idx)
+    monkeypatch.setattr(Chunk, "sparse", counted)
+    ncta, nt = 3, 256
+    got = []
+    for divisor in (1, 0):
+        mem = DeviceMemory(1 << 40, 1 << 22)
+        mod = _module(FEW, dict(native=native, threadgen=False, ctagen=False, sparse_divisor=divisor), mem)
+        out = mem.alloc(16 * ncta * nt)
+        mem.fill(out, 0xAB, 16 * ncta * nt)
+        mod.launch("few", (ncta, 1, 1), (nt, 1, 1), 0, struct.pack("<Q", out))
+        got.append(bytes(mem.read(out, 16 * ncta * nt)))
+        if divisor:
+            assert calls[0] > 0, "no block ran sparse"
+    assert EmuLimits().sparse_divisor > 0
+    assert got[0] == got[1] == _few_host(ncta, nt)
