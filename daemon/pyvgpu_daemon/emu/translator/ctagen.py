@@ -45,14 +45,12 @@ from pyvgpu_daemon.errors import CudaError
 
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
-from ..ptx.types import BITS
 from .cfg import SHARING_MODS
 from .cgen import NoC, address_expr, ctype, load_form, utype
 from .liveness import reads_writes
 from . import threadgen
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
-                        ST_RESUME, ThreadCode, ThreadEmitter, _POSITION, _SHAPE, _operands, _shared_space,
-                        _special_c)
+                        ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
 
 # A shared access of the CTA whose shared memory starts at sb (runtime/spaces.py's check, as threadgen's TS: the
 # offset inside the CTA's window, aligned to the access size); the CTA's base is read once per CTA, not per access.
@@ -209,13 +207,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     eligible or some instruction has no C form."""
     if eligible_reason(kernel) is not None:
         raise NoC
-    regs = dict(g.reg_width)
-    specials = sorted({o.name for b in kernel.blocks for ins in b.instrs + ([b.term] if b.term else [])
-                       for o in _operands(ins) if isinstance(o, ir.Reg) and o.name in SPECIAL_REGISTERS})
-    for sp in specials:
-        if sp not in _POSITION:
-            raise NoC
-        regs[sp] = BITS[SPECIAL_REGISTERS[sp]]
+    regs = threadgen.register_widths(kernel, g)
     if any(w > 64 for w in regs.values()):
         raise NoC
     labels = kernel.labels

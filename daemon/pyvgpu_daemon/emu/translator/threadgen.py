@@ -518,6 +518,19 @@ _SHAPE = ("    const int64_t bx = X->bx, by = X->by, bz = X->bz, gx = X->gx, gy 
           "    (void)gz; (void)b1; (void)g1;\n")
 
 
+def register_widths(kernel, g) -> dict[str, int]:
+    """The bits of every register the generated code holds: the kernel's own and the special registers it reads
+    (shared by this generator and ctagen.py). Raises NoC for a special register without a C form (_POSITION)."""
+    regs = dict(g.reg_width)
+    specials = sorted({o.name for b in kernel.blocks for ins in b.instrs + ([b.term] if b.term else [])
+                       for o in _operands(ins) if isinstance(o, ir.Reg) and o.name in SPECIAL_REGISTERS})
+    for sp in specials:
+        if sp not in _POSITION:
+            raise NoC
+        regs[sp] = BITS[SPECIAL_REGISTERS[sp]]
+    return regs
+
+
 def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st, uint64_t *bs)`: threads
     i0..n-1 of the chunk one after the other, from the start (st[ST_RESUME] 0) or resumed where it suspended; R_DONE
@@ -533,13 +546,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     barrier (runtime/barriers.py): the CTA goes on once every thread waits at some barrier or has exited."""
     if eligible_reason(kernel) is not None:
         raise NoC
-    regs = dict(g.reg_width)
-    specials = sorted({o.name for b in kernel.blocks for ins in b.instrs + ([b.term] if b.term else [])
-                       for o in _operands(ins) if isinstance(o, ir.Reg) and o.name in SPECIAL_REGISTERS})
-    for sp in specials:
-        if sp not in _POSITION:
-            raise NoC
-        regs[sp] = BITS[SPECIAL_REGISTERS[sp]]
+    regs = register_widths(kernel, g)
     e = ThreadEmitter(regs, g.imm, g.address, kernel)
     labels = kernel.labels
     real = g.reg_width
