@@ -20,6 +20,7 @@ import asyncio
 import logging
 import ssl
 import sys
+import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def run(opts: DaemonOptions) -> int:
         sharing = SharingConfig(default_limit, device_limits, opts.scheduling == "fair", opts.max_weight,
                                 opts.time_slice_ms / 1000.0)
         backend = make_backend(opts.backend, emu_devices=opts.emu_devices, emu_memory=memory,
-                               emu_slowdown=opts.emu_slowdown, instance=f"{opts.host}:{opts.port}")
+                               emu_slowdown=opts.emu_slowdown, instance=emu_instance(opts.host, opts.port))
         Sharing(sharing, backend.devices())          # checks device ordinals of --session-memory
     except (ConfigError, ValueError, RuntimeError) as exc:
         print(f"pyvgpu-daemon: error: {exc}", file=sys.stderr, flush=True)
@@ -230,6 +231,13 @@ def run(opts: DaemonOptions) -> int:
         pass
     log.info("stopped")
     return 0
+
+
+def emu_instance(host: str, port: int) -> str:
+    """The name an emulated GPU's UUID is derived from: the daemon's address, so a daemon restarted at the same
+    address shows the same GPUs. A daemon on a port the OS picks (--port 0) has no such address before it listens:
+    it gets a name of its own per start, or two of them on one host would show GPUs with one UUID."""
+    return f"{host}:{port}" if port else f"{host}:0/{uuid.uuid4()}"
 
 
 def main(argv: list[str] | None = None) -> int:

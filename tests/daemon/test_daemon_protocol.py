@@ -32,6 +32,21 @@ def spawn(tmp_path: Path, env: dict, *args: str) -> tuple[subprocess.Popen, Path
     return proc, log
 
 
+def test_two_daemons_on_ports_the_os_picks_show_gpus_of_different_uuids(daemon_factory):
+    """A device's UUID is derived from its daemon's address; a daemon started with --port 0 (as the harness starts
+    every one) has none before it listens, so it names itself per start: two such daemons once showed GPUs of one
+    UUID (libvnvml's check of distinct UUIDs across hosts failed). A fixed address still gives the same UUIDs."""
+    a, b = daemon_factory("--emu-devices", "2"), daemon_factory("--emu-devices", "2")
+    uuids = []
+    for d in (a, b):
+        with Client.connect("127.0.0.1", d.port) as c:
+            uuids += [bytes(dev["uuid"]) for dev in c.devices]
+    assert len(set(uuids)) == 4, uuids
+    from pyvgpu_daemon.__main__ import emu_instance
+    assert emu_instance("10.0.0.1", 7777) == emu_instance("10.0.0.1", 7777) == "10.0.0.1:7777"
+    assert emu_instance("127.0.0.1", 0) != emu_instance("127.0.0.1", 0)
+
+
 def test_handshake_and_device_snapshot(daemon):
     with Client.connect("127.0.0.1", daemon.port) as c:
         assert c.info["backend"] == "emu"
