@@ -210,3 +210,52 @@ def test_a_small_configuration_gets_native_code_once_its_launches_took_long(monk
     assert m.kernel("ids").native_make(wait=True) is not None
     _, v = _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 5)
     assert (v == np.arange(1000) + 5).all()
+
+
+VOLATILE_PTX = """.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry pairs(.param .u64 out)
+{
+  .reg .b32 %r<8>; .reg .b64 %rd<4>;
+  .shared .align 4 .b8 sh[256];
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, %ntid.x;
+  mad.lo.u32 %r4, %r2, %r3, %r1;
+  shl.b32 %r5, %r1, 2;
+  mov.u32 %r6, sh;
+  add.u32 %r5, %r5, %r6;
+  st.volatile.SPACE.u32 [%r5], %r4;
+  bar.sync 0;
+  xor.b32 %r5, %r5, 4;
+  ld.volatile.SPACE.u32 %r7, [%r5];
+  mul.wide.u32 %rd2, %r4, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r7;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("space", ["shared", "global"])
+def test_volatile_shared_accesses_leave_ctas_independent(space):
+    """A volatile access of the CTA's own shared memory (warp-synchronous code: the scan sample's) cannot let one
+    CTA see another, so the launch's chunks run on the thread pool, with the same results; a volatile global one
+    keeps them one at a time, in CTA order."""
+    ptx = VOLATILE_PTX.replace("SPACE", space)
+    if space == "global":                       # the address of a word of `out` instead of the shared array
+        ptx = ptx.replace("mov.u32 %r6, sh;", "mov.u32 %r6, 0;").replace(
+            "add.u32 %r5, %r5, %r6;", "add.u32 %r5, %r5, %r6;\n  cvt.u64.u32 %rd2, %r5;\n  add.s64 %rd2, %rd2, %rd1;"
+        ).replace("[%r5]", "[%rd2]").replace("xor.b32 %r5, %r5, 4;", "xor.b64 %rd2, %rd2, 4;")
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = EmuModule.load(ptx.encode(), mem, limits=EmuLimits(threads=2, lanes_per_chunk=128))
+    assert m.kernel("pairs").independent_ctas == (space == "shared")
+    out = m.memory.alloc(4 * 1024)
+    m.launch("pairs", (16, 1, 1), (64, 1, 1), 0, struct.pack("<Q", out))
+    plan = next(iter(m._plans.values()))
+    assert plan.threads == (2 if space == "shared" else 1)
+    got = np.frombuffer(bytes(mem.read(out, 4 * 1024)), np.uint32)
+    if space == "shared":                       # each thread reads its pair's global index
+        assert (got == (np.arange(1024) ^ 1)).all()

@@ -6,9 +6,9 @@ the parameter buffer, the shared memory size (static + dynamic, 16-byte aligned)
 chunk size, printf output, the instruction count and the deadline that bound the launch (cudaErrorLaunchTimeout).
 
 Chunks run one after the other, in CTA order, unless the kernel cannot observe other CTAs (Kernel.independent_ctas:
-no atomics, fences, volatile or scoped memory accesses, printf or assert): then up to `EmuLimits.threads` chunks run
-at once on a thread pool (NumPy and native code release the GIL), with the same results, since nothing one CTA
-does is visible to another.
+no atomics, fences, volatile (but of the CTA's shared memory) or scoped memory accesses, printf or assert): then up
+to `EmuLimits.threads` chunks run at once on a thread pool (NumPy and native code release the GIL), with the same
+results, since nothing one CTA does is visible to another.
 
 The time limit holds for any grid and any kernel: the deadline (and the session's cancellation) is checked
 before every chunk, so a huge grid of cheap CTAs stops on time, and after every scheduler step inside a chunk

@@ -23,6 +23,17 @@ SHARING_OPCODES = frozenset({"atom", "red", "membar", "fence", "call", "trap", "
 SHARING_MODS = frozenset({"volatile", "relaxed", "acquire", "release", "acq_rel", "mmio", "sys", "gpu"})
 
 
+def shares_across_ctas(ins: ir.Instr) -> bool:
+    """Whether an instruction lets its CTA observe another or order its effects against another's: an atomic,
+    fence, call or bulk copy, or a volatile or scoped access, except a volatile load or store of the CTA's own
+    shared memory (warp-synchronous code: only the CTA's threads see it)."""
+    if ins.opcode in SHARING_OPCODES:
+        return True
+    mods = SHARING_MODS & set(ins.mods)
+    return bool(mods) and not (mods == {"volatile"} and ins.opcode in ("ld", "st")
+                               and any(m in ("shared", "shared::cta") for m in ins.mods))
+
+
 @dataclass
 class Block:
     index: int

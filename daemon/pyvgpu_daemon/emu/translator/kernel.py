@@ -23,7 +23,7 @@ from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
 from . import bytecode_cache, control, ctagen, instrs, threadgen
-from .cfg import SHARING_MODS, SHARING_OPCODES, Block, split_blocks
+from .cfg import Block, shares_across_ctas, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
@@ -267,10 +267,9 @@ def _bytecode(source: str, name: str):
 
 def _independent_ctas(body: list) -> bool:
     """Whether no CTA of a launch can see what another does (CUDA gives unsynchronised data races no meaning):
-    no atomics or fences, no volatile or memory-model-scoped accesses, no device-side calls (printf output and
-    assert order follow the threads)."""
-    return not any(isinstance(ins, ir.Instr) and (ins.opcode in SHARING_OPCODES or SHARING_MODS & set(ins.mods))
-                   for ins in body)
+    no atomics or fences, no volatile (but of the CTA's shared memory) or memory-model-scoped accesses, no
+    device-side calls (printf output and assert order follow the threads)."""
+    return not any(isinstance(ins, ir.Instr) and shares_across_ctas(ins) for ins in body)
 
 
 def _calls_heap(body: list) -> bool:

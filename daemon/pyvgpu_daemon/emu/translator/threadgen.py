@@ -43,7 +43,7 @@ from ..ptx.types import BITS, SIGNED
 from .cgen import PRELUDE, CEmitter, NoC, address_expr, ctype, load_form, store_value, utype
 from .instrs import _memmods
 from . import control
-from .cfg import SHARING_MODS, SHARING_OPCODES
+from .cfg import shares_across_ctas
 from .liveness import reads_writes, successors
 
 # Extra compiler flags (emu/native.py): with -march=native's own tuning on this host's AVX-512 CPU, GCC 12 spilled the
@@ -200,14 +200,11 @@ def _shared_space(ins: ir.Instr) -> bool:
 
 
 def _sharing_reason(kernel) -> str | None:
-    """Kernel.independent_ctas, except that volatile accesses of the shared space are allowed (a CTA's own memory;
-    _warp_synchronous_reason decides)."""
+    """Kernel.independent_ctas (cfg.shares_across_ctas; its volatile shared accesses: _warp_synchronous_reason
+    decides)."""
     for b in kernel.blocks:
         for ins in b.instrs + ([b.term] if b.term is not None else []):
-            if ins.opcode in SHARING_OPCODES:
-                return "atomics, fences, volatile or scoped accesses, or calls"
-            mods = SHARING_MODS & set(ins.mods)
-            if mods and not (mods == {"volatile"} and ins.opcode in ("ld", "st") and _shared_space(ins)):
+            if shares_across_ctas(ins):
                 return "atomics, fences, volatile or scoped accesses, or calls"
     return None
 
