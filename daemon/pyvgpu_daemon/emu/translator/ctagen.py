@@ -195,6 +195,8 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
             sites = [k for k, x in enumerate(instrs) if x.opcode in ACCESS_OPCODES]
             for k, ins in enumerate(instrs):
                 reads, writes = reads_writes(ins, regs, True)
+                if ins.opcode in ctaatomic.ATOMIC_OPCODES:
+                    bad.update(reads)      # (an atomic reads its operands after its suspension: ctaatomic.emit)
                 for r in reads:
                     if r not in first:
                         bad.add(r)
