@@ -36,8 +36,11 @@ and suspends with R_TICK every threadgen.TICK_EVERY of them, so the launch's bud
 fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
-is no warp operation, atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync
-0` for all threads unguarded; every instruction with a C form.
+is no warp operation, call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded;
+every instruction with a C form. Atomics, volatile and scoped accesses and fences are ctaatomic.py's (an atomic is
+a loop's one store; CTAs that talk run one after the other, one that waits set aside). bar.red reduces at once
+when the CTA is converged; diverged, a thread parks with its site and predicate, and the release reduces each
+site's parked threads (runtime/barriers.py's rule).
 """
 from __future__ import annotations
 
