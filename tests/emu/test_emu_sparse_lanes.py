@@ -16,7 +16,6 @@ import pytest
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
-from pyvgpu_daemon.emu.runtime.chunk import Chunk
 from pyvgpu_daemon.errors import CudaError
 
 NT = 128            # threads per CTA
@@ -191,20 +190,6 @@ def run(ptx: str, flags: np.ndarray, ncta: int, limits: EmuLimits):
         err = e
     words = np.frombuffer(bytes(mem.read(out, n * WORDS * 4)), np.uint32).reshape(n, WORDS)
     return words, np.frombuffer(bytes(mem.read(cnt, 8)), np.uint32), err
-
-
-@pytest.fixture
-def sparse_calls(monkeypatch):
-    """How many times a block ran sparse (ChunkAPI.sparse), counted."""
-    calls = [0]
-    orig = Chunk.sparse
-
-    def counted(self, idx):
-        calls[0] += 1
-        return orig(self, idx)
-
-    monkeypatch.setattr(Chunk, "sparse", counted)
-    return calls
 
 
 def host_model(flags: np.ndarray, nthreads: int):

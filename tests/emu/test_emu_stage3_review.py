@@ -715,16 +715,9 @@ def _few_host(ncta: int, nt: int) -> bytes:
 
 
 @pytest.mark.parametrize("native", ["off", "on"])
-def test_few_lanes_around_a_barrier_run_sparse_with_the_masked_bits(monkeypatch, native):
+def test_few_lanes_around_a_barrier_run_sparse_with_the_masked_bits(sparse_calls, native):
     from pyvgpu_daemon.emu.limits import EmuLimits
-    from pyvgpu_daemon.emu.runtime.chunk import Chunk
-    calls = [0]
-    orig = Chunk.sparse
-
-    def counted(self, idx):
-        calls[0] += 1
-        return orig(self, idx)
-    monkeypatch.setattr(Chunk, "sparse", counted)
+    calls = sparse_calls
     ncta, nt = 3, 256
     got = []
     for divisor in (1, 0):
