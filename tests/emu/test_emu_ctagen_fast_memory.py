@@ -130,3 +130,57 @@ def test_parameters_read_in_a_converged_loop():
         if mode is CTA:
             src_code = mod.kernel("gm").native_source
             assert "kp0 != 0" in src_code and "hint0lim" in src_code     # the loops without suspensions exist
+
+
+# Registers every thread of a CTA holds alike (ctagen._uniform: kept once per CTA): %r5 (the CTA's position and a
+# parameter) is; %r6 (the thread's), %r7 (written again by some threads after a branch) and %r12 (written under a
+# guard only: the others keep 0) are not.
+UNIFORM = HEAD + """
+.visible .entry un(.param .u64 out, .param .u32 k)
+{
+  .reg .pred %p<3>; .reg .b32 %r<20>; .reg .b64 %rd<6>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r1, [k];
+  mov.u32 %r2, %tid.x; mov.u32 %r3, %ctaid.x; mov.u32 %r4, %ntid.x;
+  mad.lo.s32 %r5, %r3, %r1, %r4;
+  add.s32 %r6, %r2, %r1;
+  mov.u32 %r7, %r5;
+  setp.lt.u32 %p1, %r2, %r1;
+  @%p1 mov.u32 %r12, %r5;
+  @%p1 bra SKIP;
+  add.s32 %r7, %r7, %r2;
+SKIP:
+  mov.u32 %r8, sh; shl.b32 %r9, %r2, 2; add.s32 %r10, %r8, %r9;
+  st.shared.u32 [%r10], %r6;
+  bar.sync 0;
+  xor.b32 %r11, %r2, 1; shl.b32 %r11, %r11, 2; add.s32 %r11, %r8, %r11;
+  ld.shared.u32 %r13, [%r11];
+  mad.lo.s32 %r14, %r3, %r4, %r2;
+  mul.wide.u32 %rd2, %r14, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {%r5, %r7, %r13, %r12};
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("k", [0, 5, 64, 1000])
+def test_registers_every_thread_of_a_cta_holds_alike(k):
+    from pyvgpu_daemon.emu.translator import ctagen
+    from pyvgpu_daemon.emu.translator.codegen import Codegen
+    results = []
+    for mode in (CTA, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(UNIFORM, mode, mem)
+        out = mem.alloc(16 * N)
+        mod.launch("un", (GRID, 1, 1), (BLOCK, 1, 1), 0, struct.pack("<QI", out, k))
+        results.append(np.frombuffer(bytes(mem.read(out, 16 * N)), np.uint32).reshape(N, 4))
+        if mode is CTA:
+            assert _cta_code(mod, "un")
+            kern = mod.kernel("un")
+            uni = ctagen._uniform(kern, Codegen(kern).address)
+            assert {"%r1", "%rd1", "%r5", "%ctaid.x"} <= uni and not {"%r6", "%r7", "%r12", "%r2"} & uni
+    tid, cta = np.tile(np.arange(BLOCK), GRID), np.repeat(np.arange(GRID), BLOCK)
+    r5 = (cta * k + BLOCK).astype(np.uint32)
+    want = np.stack([r5, r5 + np.where(tid >= k, tid, 0), (tid ^ 1) + k, np.where(tid < k, r5, 0)], 1)
+    assert (results[0] == want).all() and (results[1] == want).all()

@@ -28,8 +28,9 @@ a third copy without suspensions that checks them without a branch (_fast_code: 
 window, global addresses against the allocation their pointer used last, a global store's loop checked in a first
 pass and stored in a second; a bad access runs the loop again with suspensions, which serves it or raises its
 fault). A guarded branch of a converged CTA counts its guard in a vectorised loop first and writes PCs only when
-the CTA splits. Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single loop only
-and never across a suspension is a C local (_locals).
+the CTA splits. Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single
+loop only and never across a suspension is a C local (_locals); one every thread of the CTA holds alike (its
+position, parameters and what the first block computes from them only: _uniform) is one element, kept once.
 
 Loads and stores are threadgen.py's (every access checked as runtime/spaces.py checks it; one the C code cannot
 serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
@@ -49,8 +50,8 @@ from pyvgpu_daemon.errors import CudaError
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
-from .cgen import NoC, address_expr, ctype, load_form, utype
-from .liveness import reads_writes
+from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
+from .liveness import AnyRegister, reads_writes
 from . import threadgen
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -141,9 +142,10 @@ class CtaEmitter(ThreadEmitter):
     inside one loop only (_locals), a C local; suspensions save only the loop's position (the registers are in
     memory Python owns)."""
 
-    def __init__(self, regs, imm, address, kernel, local: set[str]) -> None:
+    def __init__(self, regs, imm, address, kernel, local: set[str], uniform: set[str] = frozenset()) -> None:
         super().__init__(regs, imm, address, kernel)
         self.local = local
+        self.uniform = uniform                  # registers kept once per CTA (_uniform)
         self.offsets: dict[str, int] = {}       # register -> its array's byte offset in rf
         self.rf_bytes = RF_FIXED
         self.shared_sizes: set[int] = set()     # access sizes of _fast_shared_offset (their bounds: kernel_source)
@@ -154,14 +156,14 @@ class CtaEmitter(ThreadEmitter):
         v = super().var(name)
         if name.startswith("__") or name in self.local:
             return v
-        return f"{self.array(name)}[lic]"
+        return f"{self.array(name)}[{0 if name in self.uniform else 'lic'}]"
 
     def array(self, name: str) -> str:
         """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
         from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache)."""
         if name not in self.offsets:
             self.offsets[name] = self.rf_bytes
-            self.rf_bytes += MAX_CTA * _bytes(self.regs[name]) + 64
+            self.rf_bytes += (1 if name in self.uniform else MAX_CTA) * _bytes(self.regs[name]) + 64
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
 
     def suspend(self, rc: int, request: str = "", live=None) -> str:
@@ -170,6 +172,40 @@ class CtaEmitter(ThreadEmitter):
         self.tail.append(f"S{k}: __attribute__((cold)); st[{ST_RESUME}] = {k}; rc = {rc}; goto suspend;")
         stale = "".join(f" {p} = 0;" for p in self.checked.values())
         return f"{request} goto S{k}; R{k}: ;{stale}"
+
+
+# The special registers every thread of a CTA reads alike (its position in the grid, the shapes)
+UNIFORM_SPECIALS = frozenset(f"%{k}.{a}" for k in ("ntid", "ctaid", "nctaid") for a in "xyz")
+
+
+def _uniform(kernel, address) -> set[str]:
+    """The registers every thread of a CTA holds alike, kept once per CTA (CtaEmitter.var: element 0 of their
+    array): UNIFORM_SPECIALS, and each register with one definition in the kernel, in its first block (which every
+    thread of a CTA runs first, together: a CTA starts converged there), unguarded, a PURE_OPCODES instruction or a
+    load of a kernel parameter by name, all of whose register sources are such registers (computed earlier in that
+    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step."""
+    every = AnyRegister()
+    defs: dict[str, int] = {}
+    for b in kernel.blocks:
+        for ins in b.instrs + ([b.term] if b.term is not None else []):
+            for w in reads_writes(ins, every, False)[1]:
+                defs[w] = defs.get(w, 0) + 1
+    uni = set(UNIFORM_SPECIALS)
+    for ins in kernel.blocks[0].instrs if kernel.blocks else []:
+        reads, writes = reads_writes(ins, every, False)
+        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni for w in writes):
+            continue
+        if ins.opcode in ("ld", "ldu"):
+            try:
+                if "param" not in ins.mods or address(ins.srcs[0], ins)[0] != "kparam":
+                    continue
+            except CudaError:
+                continue
+        elif ins.opcode not in PURE_OPCODES:
+            continue
+        if all(r in uni for r in reads):
+            uni |= set(writes)
+    return uni
 
 
 def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
@@ -217,7 +253,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
-    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real))
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), _uniform(kernel, g.address))
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
@@ -299,6 +335,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     entry = set(kernel.live[0]) if kernel.live else set()
     init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
+    # (a CTA's registers kept once: set once, before its threads')
+    once = [x for x in init if x.startswith(tuple(f"{e.array(r)}[0]" for r, v in named if r in e.uniform))]
+    init = [x for x in init if x not in once]
     cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
     blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
     hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
@@ -325,7 +364,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    }}\n"
            f"    for (; cl < c1; cl++) {{\n"
            f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
-           f"        for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
+           f"        {' '.join(once)} for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
            f"        conv = 1; P = 0; n = cs;\n"
            f"        goto dispatch;\n"
            f"    sched: ;\n"
