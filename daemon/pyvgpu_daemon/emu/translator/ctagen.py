@@ -23,10 +23,14 @@ it, volatile shared accesses included (warp-synchronous code gets the lockstep a
 ALU instructions (cgen.py's C forms, which a differential test ties to the NumPy ops) and accesses private to a
 thread (local memory, parameters, constants) join any loop. Each loop is emitted twice, a converged copy over
 0..ctasize-1 and one over the list of the threads at the block; a converged loop of ALU instructions only is
-vectorised by the C compiler, and so is one whose accesses are all unguarded shared ones, given a third copy that
-checks them without a branch (_fast_code: a bad access runs the loop again with suspensions, which raises its
-fault). Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single loop only
-and never across a suspension is a C local (_locals).
+vectorised by the C compiler, and one whose accesses are all unguarded shared, global or kernel-parameter ones gets
+a third copy without suspensions that checks them without a branch (_fast_code: shared offsets against the CTA's
+window, global addresses against the allocation their pointer used last, a global store's loop checked in a first
+pass and stored in a second; a bad access runs the loop again with suspensions, which serves it or raises its
+fault). A guarded branch of a converged CTA counts its guard in a vectorised loop first and writes PCs only when
+the CTA splits. Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single
+loop only and never across a suspension is a C local (_locals); one every thread of the CTA holds alike (its
+position, parameters and what the first block computes from them only: _uniform) is one element, kept once.
 
 Loads and stores are threadgen.py's (every access checked as runtime/spaces.py checks it; one the C code cannot
 serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
@@ -48,8 +52,9 @@ from pyvgpu_daemon.errors import CudaError
 
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
-from .cgen import NoC, address_expr, ctype, load_form, utype
-from .liveness import reads_writes
+from .cfg import SHARING_MODS
+from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
+from .liveness import AnyRegister, reads_writes
 from . import control, ctaatomic, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
@@ -146,26 +151,28 @@ class CtaEmitter(ThreadEmitter):
     inside one loop only (_locals), a C local; suspensions save only the loop's position (the registers are in
     memory Python owns)."""
 
-    def __init__(self, regs, imm, address, kernel, local: set[str]) -> None:
+    def __init__(self, regs, imm, address, kernel, local: set[str], uniform: set[str] = frozenset()) -> None:
         super().__init__(regs, imm, address, kernel)
         self.local = local
+        self.uniform = uniform                  # registers kept once per CTA (_uniform)
         self.offsets: dict[str, int] = {}       # register -> its array's byte offset in rf
         self.rf_bytes = RF_FIXED
         self.shared_sizes: set[int] = set()     # access sizes of _fast_shared_offset (their bounds: kernel_source)
         self.loop_sizes: set[int] = set()       # those of the loop being emitted (_fast_code)
+        self.loop_conds: set[str] = set()       # C conditions of its loop without suspensions (hints, parameters)
 
     def var(self, name: str) -> str:
         v = super().var(name)
         if name.startswith("__") or name in self.local:
             return v
-        return f"{self.array(name)}[lic]"
+        return f"{self.array(name)}[{0 if name in self.uniform else 'lic'}]"
 
     def array(self, name: str) -> str:
         """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
         from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache)."""
         if name not in self.offsets:
             self.offsets[name] = self.rf_bytes
-            self.rf_bytes += MAX_CTA * _bytes(self.regs[name]) + 64
+            self.rf_bytes += (1 if name in self.uniform else MAX_CTA) * _bytes(self.regs[name]) + 64
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
 
     def emit(self, ins: ir.Instr) -> None:
@@ -183,6 +190,40 @@ class CtaEmitter(ThreadEmitter):
         self.tail.append(f"S{k}: __attribute__((cold)); st[{ST_RESUME}] = {k}; rc = {rc}; goto suspend;")
         stale = "".join(f" {p} = 0;" for p in self.checked.values())
         return f"{request} goto S{k}; R{k}: ;{stale}"
+
+
+# The special registers every thread of a CTA reads alike (its position in the grid, the shapes)
+UNIFORM_SPECIALS = frozenset(f"%{k}.{a}" for k in ("ntid", "ctaid", "nctaid") for a in "xyz")
+
+
+def _uniform(kernel, address) -> set[str]:
+    """The registers every thread of a CTA holds alike, kept once per CTA (CtaEmitter.var: element 0 of their
+    array): UNIFORM_SPECIALS, and each register with one definition in the kernel, in its first block (which every
+    thread of a CTA runs first, together: a CTA starts converged there), unguarded, a PURE_OPCODES instruction or a
+    load of a kernel parameter by name, all of whose register sources are such registers (computed earlier in that
+    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step."""
+    every = AnyRegister()
+    defs: dict[str, int] = {}
+    for b in kernel.blocks:
+        for ins in b.instrs + ([b.term] if b.term is not None else []):
+            for w in reads_writes(ins, every, False)[1]:
+                defs[w] = defs.get(w, 0) + 1
+    uni = set(UNIFORM_SPECIALS)
+    for ins in kernel.blocks[0].instrs if kernel.blocks else []:
+        reads, writes = reads_writes(ins, every, False)
+        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni for w in writes):
+            continue
+        if ins.opcode in ("ld", "ldu"):
+            try:
+                if "param" not in ins.mods or address(ins.srcs[0], ins)[0] != "kparam":
+                    continue
+            except CudaError:
+                continue
+        elif ins.opcode not in PURE_OPCODES:
+            continue
+        if all(r in uni for r in reads):
+            uni |= set(writes)
+    return uni
 
 
 def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
@@ -232,7 +273,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
-    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real))
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), _uniform(kernel, g.address))
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
@@ -247,10 +288,14 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 not any(x.opcode in ctaatomic.ATOMIC_OPCODES for x in body) else None
             if fast is not None:
                 # converged: a pass without suspensions that the compiler may vectorise; an access it could not
-                # make (a fault ahead) runs the loop again with them (fast_code: the loop can run twice)
+                # make (a fault ahead, an address outside the allocation its pointer last used) runs the loop again
+                # with them (fast_code: the loop can run twice); a global store's loop checks every address in a
+                # first pass and stores in a second, so that a bad access leaves memory as the loop found it
                 code2 = _body_code(e, body)
-                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; "
-                    f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }} "
+                passes = (f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }}" if fast[2] is None else
+                          f"for (lic = 0; lic < cs; lic++) {{ {fast[2]} }} "
+                          f"if (!bad) {{ for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }}")
+                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
             elif any(x.opcode in ACCESS_OPCODES for x in body):
@@ -294,8 +339,11 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         if guard is None:
             out(f"P = {tgt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {tgt}; goto sched;")
         else:
-            # every PC written (converged too): a branch that splits the CTA leaves it diverged
-            out(f"{{ int64_t tk = 0; for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; int64_t y = {guard}; "
+            # converged: the guard counted first (a loop the compiler vectorises), the CTA stays converged when
+            # it is uniform; else every PC written (converged too): a branch that splits the CTA leaves it diverged
+            out(f"{{ int64_t tk = 0; if (conv) {{ uint32_t tu = 0; for (lic = 0; lic < cs; lic++) tu += ({guard} != 0); "
+                f"if (tu == 0 || tu == cs) {{ P = tu ? {tgt} : {nxt}; goto dispatch; }} }} "
+                f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; int64_t y = {guard}; "
                 f"pc[lic] = y ? {tgt} : {nxt}; tk += y; }} "
                 f"if (conv && (tk == 0 || tk == n)) {{ P = tk ? {tgt} : {nxt}; goto dispatch; }} "
                 f"conv = 0; goto sched; }}")
@@ -311,6 +359,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     entry = set(kernel.live[0]) if kernel.live else set()
     init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
+    # (a CTA's registers kept once: set once, before its threads')
+    once = [x for x in init if x.startswith(tuple(f"{e.array(r)}[0]" for r, v in named if r in e.uniform))]
+    init = [x for x in init if x not in once]
     cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
     blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
     hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
@@ -337,7 +388,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    }}\n"
            f"    for (; cl < c1; cl++) {{\n"
            f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
-           f"        for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
+           f"        {' '.join(once)} for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
            f"        conv = 1; P = 0; n = cs;\n"
            f"        goto dispatch;\n"
            f"    sched: ;\n"
@@ -403,35 +454,68 @@ def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
     return conv, f"{_RED_SITE}[lic] = {k}; {_RED_PRED}[lic] = {p};"
 
 
-def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str] | None:
-    """C code of a loop's body without suspension sites (None: not possible): each access an unguarded shared one,
-    checked without a branch (a bad access sets `bad`, reads zeros, and writes at offset 0: a bad shared access is
-    a fault, which running the loop again with suspensions then raises, and a faulted launch's shared memory is
-    gone with it), and no register read before it is written in the loop, so that running the loop again from its
-    first thread computes the same (a loop holds one store at most: _loops; made again, its stores leave memory
-    as they were)."""
-    if not _rerunnable(body, regs) or any(ins.opcode in ("ld", "ldu", "st") and (
-            ins.guard is not None or not _shared_space(ins)) for ins in body):
+def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None] | None:
+    """(C code of a loop's body without suspension sites, the C condition for running it, C code of its checking
+    pass or None) or None (not possible). Each access is unguarded and one _fast_kind serves, checked without a
+    branch: a bad access sets `bad` and reads at a valid address instead (shared offset 0, the allocation of its
+    pointer's hint); a bad shared store writes at offset 0 (a bad shared access is a fault, which running the loop
+    again with suspensions then raises, and a faulted launch's shared memory is gone with it), while a global
+    store's loop is checked in a first pass (the third element: the body without the store) and stored in a second
+    only when every address passed. No register is read before it is written in the loop, so that running the loop
+    again from its first thread computes the same (a loop holds one store at most: _loops; made again, its stores
+    leave memory as they were)."""
+    accesses = [ins for ins in body if ins.opcode in ("ld", "ldu", "st")]
+    if not _rerunnable(body, regs) or any(_fast_kind(e, ins) is None for ins in accesses):
         return None
-    e.loop_sizes = set()
+    e.loop_sizes, e.loop_conds = set(), set()
     code = _body_code(e, body, fast=True)
-    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves)
-    return code, " && ".join(f"shok{z}" for z in sorted(e.loop_sizes)) or "1"
+    check = None
+    if any(ins.opcode == "st" and _fast_kind(e, ins) == "global" for ins in accesses):
+        check = _body_code(e, body, fast="check")
+    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves; a pointer
+    # without a hint yet: that loop makes one)
+    conds = [f"shok{z}" for z in sorted(e.loop_sizes)] + sorted(e.loop_conds)
+    return code, " && ".join(conds) or "1", check
 
 
-def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool = False) -> str:
+def _fast_kind(e: CtaEmitter, ins: ir.Instr) -> str | None:
+    """How a loop without suspensions makes an access: 'shared' (its CTA's window), 'global' (a global or constant
+    address inside the allocation its pointer used last: threadgen's hint), 'kparam' (a kernel parameter by name,
+    the same bytes for every thread); None: only with suspensions (guarded, local, generic, a sharing access)."""
+    if ins.guard is not None:
+        return None
+    if _shared_space(ins):
+        return "shared"
+    if set(ins.mods) & SHARING_MODS:
+        return None
+    try:
+        space = threadgen.store_form(e, ins)[0] if ins.opcode == "st" else load_form(e, ins)[0]
+        kind = e.address(ins.srcs[0], ins)[0]
+    except (NoC, CudaError):
+        return None
+    if kind == "kparam":
+        return "kparam" if space == "param" and ins.opcode != "st" else None
+    if kind in ("reg", "const") and (space == "global" or (space == "const" and ins.opcode != "st")):
+        return "global"
+    return None
+
+
+def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) -> str:
     """The C code of one thread's part of a loop (with suspension sites of its own: each copy of a loop is emitted
-    anew); fast: shared accesses without them (_fast_code)."""
+    anew); fast: accesses without them (_fast_code), "check": global stores only checked (_fast_global_store)."""
     e.label()                          # (a pointer checked in another loop is another thread's)
     start = len(e.lines)
     try:
         for ins in body:
             if ins.opcode in ("ld", "ldu", "st") and "mmio" in ins.mods:
                 raise NoC              # (volatile and scoped accesses: plain ones here, ctaatomic.py)
-            if fast and ins.opcode in ("ld", "ldu"):
-                _fast_shared_load(e, ins)
-            elif fast and ins.opcode == "st":
-                _fast_shared_store(e, ins)
+            kind = _fast_kind(e, ins) if fast and ins.opcode in ("ld", "ldu", "st") else None
+            if kind == "shared":
+                (_fast_shared_store if ins.opcode == "st" else _fast_shared_load)(e, ins)
+            elif kind == "kparam":
+                _fast_kparam_load(e, ins)
+            elif kind == "global":
+                (_fast_global_store if ins.opcode == "st" else _fast_global_load)(e, ins, fast == "check")
             else:
                 e.emit(ins)
         return " ".join(e.lines[start:])
@@ -499,6 +583,71 @@ def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
     for k, v in enumerate(vals):
         x = e.fresh("fv")
         e.lines.append(f"{ct} {x} = {v}; memcpy(sb + {o}i + {k * size}, &{x}, {size});")
+
+
+def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool = True) -> str:
+    """C statements of a global access's host pointer (returned) checked as threadgen's TG checks an address
+    against its pointer's hint (inside that allocation, aligned to the access size) without a branch: a bad
+    address sets `bad` and points at the allocation's start instead. check False: the address passed a checking
+    pass already (a store's second pass)."""
+    try:
+        kind, _, off = e.address(ins.srcs[0], ins)
+    except CudaError:
+        raise NoC from None
+    hint = e.hint((ins.srcs[0].base.name if kind == "reg" else off, vsize))
+    e.loop_conds.add(f"{hint}lim")
+    a, p = e.fresh("ga"), e.fresh("gp")
+    e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
+    if not check:
+        e.lines.append(f"uint8_t *{p} = (uint8_t *)(uintptr_t)({a} + hd);")
+        return p
+    ok = e.fresh("gk")
+    e.lines.append(f"uint32_t {ok} = ({a} - {hint}lo < {hint}lim) & (({a} & {vsize - 1}) == 0); bad |= {ok} ^ 1; "
+                   f"uint8_t *{p} = (uint8_t *)(uintptr_t)(({ok} ? {a} : {hint}lo) + hd);")
+    return p
+
+
+def _fast_global_load(e: CtaEmitter, ins: ir.Instr, check_pass: bool = False) -> None:
+    """An unguarded global (or constant) load through _fast_global_address (a bad one reads the allocation's
+    first bytes: the loop runs again with suspensions)."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    _fast_read(e, ins, _fast_global_address(e, ins, size * len(dsts)), dsts, size, lt)
+
+
+def _fast_kparam_load(e: CtaEmitter, ins: ir.Instr) -> None:
+    """A kernel parameter by name: its bytes checked once per launch (threadgen.kparam_pointer; the loop runs when
+    they are inside the parameters)."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    try:
+        off = e.address(ins.srcs[0], ins)[2]
+    except CudaError:
+        raise NoC from None
+    p = threadgen.kparam_pointer(e, off, size * len(dsts))
+    e.loop_conds.add(f"({p} != 0)")
+    _fast_read(e, ins, p, dsts, size, lt)
+
+
+def _fast_read(e: CtaEmitter, ins: ir.Instr, p: str, dsts: list, size: int, lt: str) -> None:
+    """Each element of a load at pointer p, widened or narrowed to its register (as threadgen's loads)."""
+    for k, d in enumerate(dsts):
+        if isinstance(d, ir.Reg) and d.name == "_":
+            continue
+        x = e.fresh("fx")
+        e.lines.append(f"{ctype(lt)} {x} = 0; memcpy(&{x}, {p} + {k * size}, {size});")
+        e.write(d, lt, x, ins)
+
+
+def _fast_global_store(e: CtaEmitter, ins: ir.Instr, check_pass: bool = False) -> None:
+    """An unguarded global store: in the first pass its address only checked, in the second (run only when every
+    address of the loop passed the first) stored without a check."""
+    space, size, ct, vals = threadgen.store_form(e, ins)
+    p = _fast_global_address(e, ins, size * len(vals), check=check_pass)
+    if check_pass:
+        e.lines.append(f"(void){p};")
+        return
+    for k, v in enumerate(vals):
+        x = e.fresh("fv")
+        e.lines.append(f"{ct} {x} = {v}; memcpy({p} + {k * size}, &{x}, {size});")
 
 
 def _shared_at_cta(code: str) -> str:

@@ -374,13 +374,7 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
     if kind == "kparam":
         if space != "param" or store:
             raise NoC                      # the NumPy code reports it
-        # the same bytes for every thread: checked once, before the thread loop (a kernel's parameters are read-only)
-        kp = e.kparams.get((off, vsize))
-        if kp is None:
-            kp = e.kparams[(off, vsize)] = f"kp{len(e.kparams)}"
-            e.prologue.append(f"int64_t {kp}k; uint64_t {kp}o; uint8_t *{kp} = TKP(M, UINT64_C({off:#x}), {vsize}, "
-                              f"&{kp}k, &{kp}o);")
-        where = f"{kp}; {k} = {K_KPARAM}; {o} = UINT64_C({off:#x})"
+        where = f"{kparam_pointer(e, off, vsize)}; {k} = {K_KPARAM}; {o} = UINT64_C({off:#x})"
     else:
         if kind not in ("reg", "const"):
             raise NoC
@@ -416,6 +410,17 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
             decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {old}; if (!{p}) {p} = {where};"
         e.checked[key] = p
     return decl, p, (k, o)
+
+
+def kparam_pointer(e: ThreadEmitter, off: int, vsize: int) -> str:
+    """The C pointer to vsize bytes of the kernel parameters at off (0: past them, Python raises the error): the
+    same bytes for every thread, checked once before the thread loop (a kernel's parameters are read-only)."""
+    kp = e.kparams.get((off, vsize))
+    if kp is None:
+        kp = e.kparams[(off, vsize)] = f"kp{len(e.kparams)}"
+        e.prologue.append(f"int64_t {kp}k; uint64_t {kp}o; uint8_t *{kp} = TKP(M, UINT64_C({off:#x}), {vsize}, "
+                          f"&{kp}k, &{kp}o);")
+    return kp
 
 
 def _tld(e: ThreadEmitter, ins: ir.Instr) -> None:
