@@ -201,8 +201,11 @@ def _uniform(kernel, address) -> set[str]:
     array): UNIFORM_SPECIALS, and each register with one definition in the kernel, in its first block (which every
     thread of a CTA runs first, together: a CTA starts converged there), unguarded, a PURE_OPCODES instruction or a
     load of a kernel parameter by name, all of whose register sources are such registers (computed earlier in that
-    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step."""
+    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step. A
+    register read before it is written (live into the first block: each thread reads its own 0 there, as on the
+    lockstep path) is not one: kept once, a thread would read what an earlier thread of the loop wrote (review7)."""
     every = AnyRegister()
+    entry = set(kernel.live[0]) if kernel.live else set()
     defs: dict[str, int] = {}
     for b in kernel.blocks:
         for ins in b.instrs + ([b.term] if b.term is not None else []):
@@ -211,7 +214,7 @@ def _uniform(kernel, address) -> set[str]:
     uni = set(UNIFORM_SPECIALS)
     for ins in kernel.blocks[0].instrs if kernel.blocks else []:
         reads, writes = reads_writes(ins, every, False)
-        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni for w in writes):
+        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni or w in entry for w in writes):
             continue
         if ins.opcode in ("ld", "ldu"):
             try:
