@@ -99,6 +99,72 @@ def test_a_register_read_before_its_one_definition_is_per_thread(block):
     assert (on == want).all(), np.nonzero(on != want)
 
 
+# A converged loop of global loads and stores without suspensions (ctagen._fast_code) launched twice by one module:
+# between the launches the source allocation is freed (the second launch's loads must fault as on the lockstep
+# path, not read through the first launch's allocation hint), or a neighbouring allocation holds the second half of
+# the addresses (each address checked against the allocation its pointer used last: another one is served by the
+# loop with suspensions).
+COPY = HEAD + """
+.visible .entry cp(.param .u64 out, .param .u64 in, .param .u64 in2, .param .u32 split)
+{
+  .reg .pred %p<3>; .reg .b32 %r<20>; .reg .b64 %rd<12>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in]; ld.param.u64 %rd9, [in2]; ld.param.u32 %r10, [split];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 4;
+  setp.ge.u32 %p1, %r4, %r10;
+  selp.b64 %rd10, %rd9, %rd2, %p1;
+  add.s64 %rd4, %rd10, %rd3;
+  ld.global.u32 %r5, [%rd4];
+  mov.u32 %r6, sh; shl.b32 %r7, %r1, 2; add.s32 %r8, %r6, %r7;
+  st.shared.u32 [%r8], %r5;
+  bar.sync 0;
+  ld.shared.u32 %r9, [%r8];
+  add.s32 %r9, %r9, 1;
+  add.s64 %rd7, %rd1, %rd3;
+  st.global.u32 [%rd7], %r9;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["freed", "neighbour"])
+def test_a_pointer_hint_does_not_outlive_its_launch_or_allocation(case):
+    grid, block = 4, 64
+    n = grid * block
+    data = np.arange(n, dtype=np.uint32) * 11 + 5
+    results = []
+    for mode in (CTA, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(COPY, mode, mem)
+        src, out = mem.alloc(4 * n), mem.alloc(4 * n)
+        mem.write(src, data.tobytes())
+        mod.launch("cp", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QQQI", out, src, src, n))
+        first = np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32).copy()
+        assert (first == data + 1).all()
+        if mode is CTA:
+            assert isinstance(mod.kernel("cp").native_make(), ctagen.CtaCode)
+        if case == "freed":
+            mem.free(src)
+            args = struct.pack("<QQQI", out, src, src, n)
+        else:
+            # the second half of the threads read another allocation at the same offsets
+            other = mem.alloc(4 * n)
+            mem.write(other, (data * 3).tobytes())
+            args = struct.pack("<QQQI", out, src, other, n // 2 + 7)
+        try:
+            mod.launch("cp", (grid, 1, 1), (block, 1, 1), 0, args)
+            results.append(np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32).copy())
+        except CudaError as e:
+            results.append(e.code)
+    if case == "freed":
+        assert results[0] == results[1] == code_of("cudaErrorIllegalAddress")
+    else:
+        want = np.where(np.arange(n) >= n // 2 + 7, data * 3, data) + 1
+        assert (results[0] == want).all() and (results[1] == want).all()
+
+
 HEAD80 = ".version 8.0\n.target sm_80\n.address_size 64\n"
 
 
