@@ -136,17 +136,22 @@ def _combine(op: str, t: str, ob: str, b: str, c: str | None) -> str:
 @dataclass
 class CtaRegisters:
     """Where a CTA's state lies in ctagen's register file: (byte offset, bytes per thread) of each array (the
-    threads' PCs, the threads at the block run, the threads' states, then every register's)."""
+    threads' PCs, the threads at the block run, the threads' states, bar.red's sites and predicates, then every
+    register's), and (byte offset, bytes) of what it holds once per CTA."""
     nbytes: int
     arrays: list[tuple[int, int]] = field(default_factory=list)
     talking: bool = False         # the kernel's CTAs talk (not Kernel.independent_ctas): run_talking runs them
+    once: list[tuple[int, int]] = field(default_factory=list)
+
+    def _spans(self, cs: int):
+        return [(o, w * cs) for o, w in self.arrays] + self.once
 
     def save(self, rf: np.ndarray, cs: int) -> list[np.ndarray]:
-        return [rf[o:o + w * cs].copy() for o, w in self.arrays]
+        return [rf[o:o + n].copy() for o, n in self._spans(cs)]
 
     def restore(self, rf: np.ndarray, cs: int, saved: list[np.ndarray]) -> None:
-        for (o, w), a in zip(self.arrays, saved):
-            rf[o:o + w * cs] = a
+        for (o, n), a in zip(self._spans(cs), saved):
+            rf[o:o + n] = a
 
 
 def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:
