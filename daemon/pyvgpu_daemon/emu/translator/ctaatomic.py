@@ -85,11 +85,12 @@ def emit(e, ins: ir.Instr) -> None:
     b = _operand(e, ins.srcs[1], t, ins)
     c = _operand(e, ins.srcs[2], t, ins) if op == "cas" else None
     ob, nb, q = e.fresh("ao"), e.fresh("an"), e.fresh("aq")
-    rmw = (f"memcpy(&{ob}, {q}, {size}); {ut} {nb} = {_combine(op, t, ob, b, c)}; memcpy({q}, &{nb}, {size});")
     ask = threadgen._request(slow, size, True).replace(f"st[{ST_WRITE}] = 1;", f"st[{ST_WRITE}] = {W_ATOMIC};")
-    # the slow path's address is used once (the pointer stays 0: a later access through it checks again)
-    code = (f"{decl} if (__builtin_expect({p} != 0, 1)) {{ uint8_t *{q} = {p}; {rmw} }} else {{ "
-            f"{e.suspend(R_SLOW, ask)} {p} = 0; uint8_t *{q} = (uint8_t *)(uintptr_t)st[{ST_VAL}]; {rmw} }}")
+    # the slow path's address is used once (the pointer stays 0: a later access through it checks again); one
+    # copy of the read-modify-write (CUB's onesweep kernel has 92 atomics, each in two copies of its loop)
+    code = (f"{decl} uint8_t *{q} = {p}; if (__builtin_expect(!{q}, 0)) {{ "
+            f"{e.suspend(R_SLOW, ask)} {p} = 0; {q} = (uint8_t *)(uintptr_t)st[{ST_VAL}]; }} "
+            f"memcpy(&{ob}, {q}, {size}); {ut} {nb} = {_combine(op, t, ob, b, c)}; memcpy({q}, &{nb}, {size});")
     e.lines.append(f"{ut} {ob} = 0;")
     if ins.guard is None:
         e.lines.append(code)
