@@ -8,6 +8,7 @@ another allocation (no fault: served by the loop with suspensions), with and wit
 thread-instructions (the hints start again after each)."""
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -180,6 +181,8 @@ def test_registers_every_thread_of_a_cta_holds_alike(k):
             kern = mod.kernel("un")
             uni = ctagen._uniform(kern, Codegen(kern).address)
             assert {"%r1", "%rd1", "%r5", "%ctaid.x"} <= uni and not {"%r6", "%r7", "%r12", "%r2"} & uni
+            offsets = [int(x) for x in re.findall(r"\(rf \+ (\d+)\)", kern.native_source)]
+            assert offsets and all(o % 64 == 0 for o in offsets)      # every register's array aligned
     tid, cta = np.tile(np.arange(BLOCK), GRID), np.repeat(np.arange(GRID), BLOCK)
     r5 = (cta * k + BLOCK).astype(np.uint32)
     want = np.stack([r5, r5 + np.where(tid >= k, tid, 0), (tid ^ 1) + k, np.where(tid < k, r5, 0)], 1)

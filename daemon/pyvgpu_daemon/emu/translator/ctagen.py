@@ -160,10 +160,11 @@ class CtaEmitter(ThreadEmitter):
 
     def array(self, name: str) -> str:
         """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
-        from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache)."""
+        from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache; a
+        register kept once per CTA has 64 bytes: every array stays aligned to 64)."""
         if name not in self.offsets:
             self.offsets[name] = self.rf_bytes
-            self.rf_bytes += (1 if name in self.uniform else MAX_CTA) * _bytes(self.regs[name]) + 64
+            self.rf_bytes += 64 if name in self.uniform else MAX_CTA * _bytes(self.regs[name]) + 64
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
 
     def suspend(self, rc: int, request: str = "", live=None) -> str:
@@ -273,7 +274,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 passes = (f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }}" if fast[2] is None else
                           f"for (lic = 0; lic < cs; lic++) {{ {fast[2]} }} "
                           f"if (!bad) {{ for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }}")
-                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {passes} }} "
+                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
             elif any(x.opcode in ("ld", "ldu", "st") for x in body):
@@ -283,7 +284,8 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 out(f"if (conv) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }}")
             else:
-                out(f"if (conv) {{ for (lic = 0; lic < cs; lic++) {{ {code} }} }} "
+                once, rest = _once_first(e, body, real)
+                out(f"if (conv) {{ {_body_code(e, once)} for (lic = 0; lic < cs; lic++) {{ {_body_code(e, rest)} }} }} "
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; {code} }} }}")
         t = b.term
         nxt = b.index + 1
@@ -399,9 +401,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     return src, STATE_WORDS, e.rf_bytes
 
 
-def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None] | None:
+def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None, str] | None:
     """(C code of a loop's body without suspension sites, the C condition for running it, C code of its checking
-    pass or None) or None (not possible). Each access is unguarded and one _fast_kind serves, checked without a
+    pass or None, C code run once before them: _once_first) or None (not possible). Each access is unguarded and one _fast_kind serves, checked without a
     branch: a bad access sets `bad` and reads at a valid address instead (shared offset 0, the allocation of its
     pointer's hint); a bad shared store writes at offset 0 (a bad shared access is a fault, which running the loop
     again with suspensions then raises, and a faulted launch's shared memory is gone with it), while a global
@@ -413,14 +415,33 @@ def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str
     if not _rerunnable(body, regs) or any(_fast_kind(e, ins) is None for ins in accesses):
         return None
     e.loop_sizes, e.loop_conds = set(), set()
-    code = _body_code(e, body, fast=True)
+    once, rest = _once_first(e, body, regs)
+    pre = _body_code(e, once, fast=True)
+    code = _body_code(e, rest, fast=True)
     check = None
     if any(ins.opcode == "st" and _fast_kind(e, ins) == "global" for ins in accesses):
-        check = _body_code(e, body, fast="check")
+        check = _body_code(e, rest, fast="check")
     # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves; a pointer
     # without a hint yet: that loop makes one)
     conds = [f"shok{z}" for z in sorted(e.loop_sizes)] + sorted(e.loop_conds)
-    return code, " && ".join(conds) or "1", check
+    return code, " && ".join(conds) or "1", check, pre
+
+
+def _once_first(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[list[ir.Instr], list[ir.Instr]]:
+    """(the instructions of a converged loop that write registers kept once per CTA only, the others): the first
+    run once, before the loop over the threads (a store into one element inside that loop keeps the compiler from
+    vectorising it). Where the loop can run twice (_rerunnable: no register it writes is read before it is
+    written) every read of such a register in the loop comes after its one definition there, and that definition
+    reads only such registers (_uniform): computed first, each reads what it read in the loop."""
+    if not _rerunnable(body, regs):
+        return [], body
+    once = [ins for ins in body if ins.opcode != "st" and _writes_once(e, ins, regs)]
+    return once, [ins for ins in body if not any(ins is x for x in once)]
+
+
+def _writes_once(e: CtaEmitter, ins: ir.Instr, regs) -> bool:
+    writes = reads_writes(ins, regs, True)[1]
+    return bool(writes) and all(w in e.uniform for w in writes)
 
 
 def _fast_kind(e: CtaEmitter, ins: ir.Instr) -> str | None:
@@ -533,7 +554,8 @@ def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
 def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool = True) -> str:
     """C statements of a global access's host pointer (returned) checked as threadgen's TG checks an address
     against its pointer's hint (inside that allocation, aligned to the access size) without a branch: a bad
-    address sets `bad` and points at the allocation's start instead. check False: the address passed a checking
+    address sets `bad` and points at the allocation's start instead (masks, not a select: the compiler vectorises
+    the loop). check False: the address passed a checking
     pass already (a store's second pass)."""
     try:
         kind, _, off = e.address(ins.srcs[0], ins)
@@ -548,7 +570,7 @@ def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool =
         return p
     ok = e.fresh("gk")
     e.lines.append(f"uint32_t {ok} = ({a} - {hint}lo < {hint}lim) & (({a} & {vsize - 1}) == 0); bad |= {ok} ^ 1; "
-                   f"uint8_t *{p} = (uint8_t *)(uintptr_t)(({ok} ? {a} : {hint}lo) + hd);")
+                   f"uint8_t *{p} = (uint8_t *)(uintptr_t)(({a} ^ (({a} ^ {hint}lo) & ((uint64_t){ok} - 1))) + hd);")
     return p
 
 
