@@ -36,8 +36,9 @@ Loads and stores are threadgen.py's (every access checked as runtime/spaces.py c
 serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
 loop: nothing is run twice). Registers are in memory Python owns (threadgen.ThreadCode.run's barrier array), so a
 suspension saves only the loop's position. Before each step the function counts the thread-instructions it ran
-and suspends with R_TICK every threadgen.TICK_EVERY of them, so the launch's budget, deadline, cancellation and
-fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns it off.
+and suspends with R_TICK every CtaCode.tick_scale * threadgen.TICK_EVERY of them, so the launch's budget, deadline,
+cancellation and fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns
+it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
 is no warp operation, atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync
@@ -631,6 +632,12 @@ class CtaCode(ThreadCode):
     """A kernel's CTA-at-a-time function (kernel_source). It runs through ThreadCode's driver (run, _run_chunk: the
     same suspensions, accounting and unfit rule), with its register file where the thread code has its barrier
     array."""
+
+    # R_TICK every 16 * threadgen.TICK_EVERY thread-instructions (2^22: about 0.4-2 ms of vectorised loops, 10-20 ms
+    # at worst in scalar diverged ones): a thread-instruction costs 0.1-0.4 ns here against 1-6 ns a thread at a
+    # time, and at 2^18 the returns to Python (accounting, the turn, the chunk's MemCtx, the allocation hints
+    # found again) took a third of scan_batches' chunk time in the daemon (py-spy: bench/README.md, "ninth step")
+    tick_scale = 16
 
     def __init__(self, fn, name: str, state: int, rf_bytes: int) -> None:
         super().__init__(fn, name, state)
