@@ -272,9 +272,11 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 # with them (fast_code: the loop can run twice); a global store's loop checks every address in a
                 # first pass and stores in a second, so that a bad access leaves memory as the loop found it
                 code2 = _body_code(e, body)
-                passes = (f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }}" if fast[2] is None else
-                          f"for (lic = 0; lic < cs; lic++) {{ {fast[2]} }} "
-                          f"if (!bad) {{ for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }}")
+                # (ivdep: the compiler cannot tell the register file, shared memory and the heap apart through
+                # their byte pointers; they are distinct, and in a loop holds one store at most: _loops)
+                loop = '_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++)'
+                passes = (f"{loop} {{ {fast[0]} }}" if fast[2] is None else
+                          f"{loop} {{ {fast[2]} }} if (!bad) {{ {loop} {{ {fast[0]} }} }}")
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
@@ -348,7 +350,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     body = "\n        ".join(lines)
     src = (f"int64_t {name}(int64_t i0, int64_t n0, const MemCtx *restrict M, const TX *restrict X, "
            f"uint64_t *restrict st, uint8_t *restrict rf) {{\n{hints}"
-           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n{_SHAPE}"
+           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n"
+           f"    uint8_t *const hb = (uint8_t *)hd; (void)hb;    /* (heap - base: + a global address, its byte) */\n"
+           f"{_SHAPE}"
            + "".join(f"    {x}\n" for x in e.prologue) +
            f"    {ind.join(decls)}\n"
            f"    int64_t rc = {R_DONE}, cnt = 0, lim = X->every, cl = i0 / cs, c1 = n0 / cs, cta = 0, ib = 0;\n"
@@ -553,11 +557,11 @@ def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
 
 
 def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool = True) -> str:
-    """C statements of a global access's host pointer (returned) checked as threadgen's TG checks an address
-    against its pointer's hint (inside that allocation, aligned to the access size) without a branch: a bad
-    address sets `bad` and points at the allocation's start instead (masks, not a select: the compiler vectorises
-    the loop). check False: the address passed a checking
-    pass already (a store's second pass)."""
+    """C statements of a global access's host pointer (returned: the heap's base `hb` and an offset, which the
+    compiler makes a vector gather) checked as threadgen's TG checks an address against its pointer's hint
+    (inside that allocation, aligned to the access size) without a branch: a bad address sets `bad` and points at
+    the allocation's start instead (masks, not a select). check False: the address passed a checking pass already
+    (a store's second pass)."""
     try:
         kind, _, off = e.address(ins.srcs[0], ins)
     except CudaError:
@@ -567,12 +571,11 @@ def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool =
     a, p = e.fresh("ga"), e.fresh("gp")
     e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
     if not check:
-        e.lines.append(f"uint8_t *{p} = (uint8_t *)(uintptr_t)({a} + hd);")
-        return p
+        return f"(hb + {a})"
     ok = e.fresh("gk")
     e.lines.append(f"uint32_t {ok} = ({a} - {hint}lo < {hint}lim) & (({a} & {vsize - 1}) == 0); bad |= {ok} ^ 1; "
-                   f"uint8_t *{p} = (uint8_t *)(uintptr_t)(({a} ^ (({a} ^ {hint}lo) & ((uint64_t){ok} - 1))) + hd);")
-    return p
+                   f"uint64_t {p} = {a} ^ (({a} ^ {hint}lo) & ((uint64_t){ok} - 1));")
+    return f"(hb + {p})"
 
 
 def _fast_global_load(e: CtaEmitter, ins: ir.Instr, check_pass: bool = False) -> None:
