@@ -41,8 +41,11 @@ cancellation and fair-sharing turn apply as for the thread code (ThreadCode._run
 it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
-is no warp operation, atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync
-0` for all threads unguarded; every instruction with a C form.
+is no warp operation, call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded;
+every instruction with a C form. Atomics, volatile and scoped accesses and fences are ctaatomic.py's (an atomic is
+a loop's one store; CTAs that talk run one after the other, one that waits set aside). bar.red reduces at once
+when the CTA is converged; diverged, a thread parks with its site and predicate, and the release reduces each
+site's parked threads (runtime/barriers.py's rule).
 """
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import threadgen
+from . import control, ctaatomic, threadgen
+from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
 
@@ -76,17 +80,20 @@ STATE_WORDS = ST_REGS + 1
 RES_DISPATCH = 1 << 30           # a resume site: the step that was about to run (after an R_TICK)
 # a thread's state in the CTA's ts array
 T_RUN, T_BAR, T_EXIT = 0, 1, 2
-# The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, then
-# one array per register (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
+# The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, the
+# bar.red site each parked thread waits at (0: a plain barrier) and its predicate, then one array per register
+# (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
 MAX_CTA = 1024
-RF_PC, RF_ACT, RF_TS = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128
-RF_FIXED = 9 * MAX_CTA + 192
+RF_PC, RF_ACT, RF_TS, RF_RSITE, RF_RPRED = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128, 9 * MAX_CTA + 192, 10 * MAX_CTA + 256
+RF_FIXED = 11 * MAX_CTA + 320
+_RED_SITE, _RED_PRED = f"(rf + {RF_RSITE})", f"(rf + {RF_RPRED})"
 
 
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
-    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps."""
-    return threadgen.blocks_reason(kernel)
+    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps, and with atomics,
+    volatile or scoped accesses and fences allowed (ctaatomic.py)."""
+    return threadgen.blocks_reason(kernel, ctaatomic.sharing_reason, bar_red=True)
 
 
 def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
@@ -106,6 +113,8 @@ def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
 def _shared_memory(ins: ir.Instr) -> str | None:
     """'st' / 'ld' for an access of memory other threads may access (global, shared, generic), None for one
     private to a thread or read-only (local, parameters, constants) or no access."""
+    if ins.opcode in ctaatomic.ATOMIC_OPCODES:
+        return "st"                    # (a read-modify-write: the loop's one store)
     if ins.opcode not in ("ld", "ldu", "st"):
         return None
     if any(m in ("local", "param", "const") for m in ins.mods):
@@ -129,7 +138,7 @@ def _loops(instrs: list[ir.Instr], regs) -> list[list[ir.Instr]]:
     # a loop that could not run twice (_fast_code) ends after its last access when its start could
     split = []
     for x in out:
-        k = max((i for i, ins in enumerate(x) if ins.opcode in ("ld", "ldu", "st")), default=-1)
+        k = max((i for i, ins in enumerate(x) if ins.opcode in ACCESS_OPCODES), default=-1)
         if 0 <= k < len(x) - 1 and not _rerunnable(x, regs) and _rerunnable(x[:k + 1], regs):
             split += [x[:k + 1], x[k + 1:]]
         elif x:
@@ -168,6 +177,15 @@ class CtaEmitter(ThreadEmitter):
             self.rf_bytes += 64 if name in self.uniform else MAX_CTA * _bytes(self.regs[name]) + 64
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
 
+    def emit(self, ins: ir.Instr) -> None:
+        if ctaatomic.handles(ins):
+            ctaatomic.emit(self, ins)
+            written = reads_writes(ins, self.regs, True)[1]
+            if written:
+                self.checked = {key: p for key, p in self.checked.items() if key[1] not in written}
+            return
+        super().emit(ins)
+
     def suspend(self, rc: int, request: str = "", live=None) -> str:
         self.sites += 1
         k = self.sites
@@ -185,8 +203,11 @@ def _uniform(kernel, address) -> set[str]:
     array): UNIFORM_SPECIALS, and each register with one definition in the kernel, in its first block (which every
     thread of a CTA runs first, together: a CTA starts converged there), unguarded, a PURE_OPCODES instruction or a
     load of a kernel parameter by name, all of whose register sources are such registers (computed earlier in that
-    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step."""
+    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step. A
+    register read before it is written (live into the first block: each thread reads its own 0 there, as on the
+    lockstep path) is not one: kept once, a thread would read what an earlier thread of the loop wrote (review7)."""
     every = AnyRegister()
+    entry = set(kernel.live[0]) if kernel.live else set()
     defs: dict[str, int] = {}
     for b in kernel.blocks:
         for ins in b.instrs + ([b.term] if b.term is not None else []):
@@ -195,7 +216,7 @@ def _uniform(kernel, address) -> set[str]:
     uni = set(UNIFORM_SPECIALS)
     for ins in kernel.blocks[0].instrs if kernel.blocks else []:
         reads, writes = reads_writes(ins, every, False)
-        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni for w in writes):
+        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni or w in entry for w in writes):
             continue
         if ins.opcode in ("ld", "ldu"):
             try:
@@ -220,9 +241,11 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
         for li, instrs in enumerate(ls):
             first: dict[str, int] = {}
             last: dict[str, int] = {}
-            sites = [k for k, x in enumerate(instrs) if x.opcode in ("ld", "ldu", "st")]
+            sites = [k for k, x in enumerate(instrs) if x.opcode in ACCESS_OPCODES]
             for k, ins in enumerate(instrs):
                 reads, writes = reads_writes(ins, regs, True)
+                if ins.opcode in ctaatomic.ATOMIC_OPCODES:
+                    bad.update(reads)      # (an atomic reads its operands after its suspension: ctaatomic.emit)
                 for r in reads:
                     if r not in first:
                         bad.add(r)
@@ -255,17 +278,21 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
-    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), _uniform(kernel, g.address))
+    # (CTAs that talk are set aside with their registers' arrays, CtaRegisters: no register is kept once for them)
+    uniform = _uniform(kernel, g.address) if kernel.independent_ctas else set()
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), uniform)
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
+    reds: list[str] = []                   # bar.red sites 1, 2, ...: their release code (_bar_red)
     for b in kernel.blocks:
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             raise NoC
         out(f"B{b.index}: cnt += n * {len(b.instrs) + 1};")
         for body in loops[b.index]:
             code = _body_code(e, body)
-            fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) else None
+            fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) and \
+                not any(x.opcode in ctaatomic.ATOMIC_OPCODES for x in body) else None
             if fast is not None:
                 # converged: a pass without suspensions that the compiler may vectorise; an access it could not
                 # make (a fault ahead, an address outside the allocation its pointer last used) runs the loop again
@@ -280,7 +307,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
-            elif any(x.opcode in ("ld", "ldu", "st") for x in body):
+            elif any(x.opcode in ACCESS_OPCODES for x in body):
                 # two copies too, each with its own suspension sites (labels inside the loop; resuming sets lic
                 # from j as the copy does)
                 code2 = _body_code(e, body)
@@ -295,10 +322,12 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         if t is None:
             out(f"P = {nxt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {nxt}; goto sched;")
             continue
-        if b.kind == "bar":                # (eligible_reason: bar.sync 0 for all threads, unguarded)
-            # converged: every thread arrives, the barrier completes at once
-            out(f"if (conv) {{ P = {nxt}; goto dispatch; }} "
-                f"for (j = 0; j < n; j++) {{ ts[act[j]] = {T_BAR}; pc[act[j]] = {nxt}; }} goto sched;")
+        if b.kind == "bar":                # (eligible_reason: bar.sync or bar.red 0 for all threads, unguarded)
+            # converged: every thread arrives, the barrier completes at once (bar.red reduces at once); diverged,
+            # the threads park, at a bar.red with its predicate and site (_bar_red)
+            conv_red, park = _bar_red(e, t, reds)
+            out(f"if (conv) {{ {conv_red} P = {nxt}; goto dispatch; }} "
+                f"for (j = 0; j < n; j++) {{ lic = act[j]; {park} ts[lic] = {T_BAR}; pc[lic] = {nxt}; }} goto sched;")
             continue
         guard = None
         if t.guard is not None:
@@ -382,6 +411,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"            }}\n"
            f"            if (lo == INT64_MAX) {{\n"
            f"                if (!nbar) goto cta_done;\n"
+           + "".join(f"                {{ /* bar.red site {k + 1} */ {code} }}\n" for k, code in enumerate(reds)) +
            f"                for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_BAR}) ts[lic] = {T_RUN};\n"
            f"                goto sched;\n"
            f"            }}\n"
@@ -403,7 +433,37 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"st[{ST_J}] = (uint64_t)j;\n"
            f"    st[{ST_N}] = (uint64_t)n; st[{ST_P}] = (uint64_t)P; st[{ST_CONV}] = (uint64_t)conv;\n"
            f"    return rc;\n}}\n")
-    return src, STATE_WORDS, e.rf_bytes
+    regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
+        (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas)
+    return src, STATE_WORDS, regfile
+
+
+def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
+    """(C code of a barrier block's converged release, C code parking thread lic at it) where it is a bar.red (a
+    new site in `reds`, with the code releasing its parked threads), else ("", code marking a plain barrier's
+    site when the kernel has bar.red sites). The reduction is runtime/barriers.py's: over the CTA's threads
+    (converged: every one), or over the threads parked at the site when the CTA is released; popc counts the
+    true predicates (u32), and/or reduce them (pred)."""
+    kind, red, _a, _cnt, pred_op = control.bar_form(t)
+    if red is None:
+        return "", f"{_RED_SITE}[lic] = 0;"
+    if len(reds) >= 255:
+        raise NoC
+    k = len(reds) + 1
+    p = e.src(pred_op, "pred", t)
+    tt = "u32" if red == "popc" else "pred"
+    start = len(e.lines)
+    e.write(t.dsts[0], tt, "acc", ir.Instr(t.opcode, t.mods, t.dsts, t.srcs, None, t.line, t.text))
+    write = " ".join(e.lines[start:])
+    del e.lines[start:]
+    step = {"popc": "acc += x;", "and": "acc &= x;", "or": "acc |= x;"}[red]
+    init = "1" if red == "and" else "0"
+    conv = (f"{{ uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) {{ uint32_t x = {p}; {step} }} "
+            f"for (lic = 0; lic < cs; lic++) {{ {write} }} }}")
+    at = f"ts[lic] == {T_BAR} && {_RED_SITE}[lic] == {k}"
+    reds.append(f"uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) if ({at}) {{ uint32_t x = {_RED_PRED}[lic]; "
+                f"{step} }} for (lic = 0; lic < cs; lic++) if ({at}) {{ {write} }}")
+    return conv, f"{_RED_SITE}[lic] = {k}; {_RED_PRED}[lic] = {p};"
 
 
 def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None, str] | None:
@@ -478,8 +538,8 @@ def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) ->
     start = len(e.lines)
     try:
         for ins in body:
-            if ins.opcode in ("ld", "ldu", "st") and set(ins.mods) & (SHARING_MODS - {"volatile"}):
-                raise NoC
+            if ins.opcode in ("ld", "ldu", "st") and "mmio" in ins.mods:
+                raise NoC              # (volatile and scoped accesses: plain ones here, ctaatomic.py)
             kind = _fast_kind(e, ins) if fast and ins.opcode in ("ld", "ldu", "st") else None
             if kind == "shared":
                 (_fast_shared_store if ins.opcode == "st" else _fast_shared_load)(e, ins)
@@ -636,22 +696,33 @@ class CtaCode(ThreadCode):
     same suspensions, accounting and unfit rule), with its register file where the thread code has its barrier
     array."""
 
-    # R_TICK every 16 * threadgen.TICK_EVERY thread-instructions (2^22: about 0.4-2 ms of vectorised loops, 10-20 ms
-    # at worst in scalar diverged ones): a thread-instruction costs 0.1-0.4 ns here against 1-6 ns a thread at a
-    # time, and at 2^18 the returns to Python (accounting, the turn, the chunk's MemCtx, the allocation hints
-    # found again) took a third of scan_batches' chunk time in the daemon (py-spy: bench/README.md, "ninth step")
-    tick_scale = 16
+    res_dispatch = RES_DISPATCH
 
-    def __init__(self, fn, name: str, state: int, rf_bytes: int) -> None:
+    @property
+    def tick_scale(self) -> int:
+        """R_TICK every 16 * threadgen.TICK_EVERY thread-instructions (2^22: about 0.4-2 ms of vectorised loops,
+        10-20 ms at worst in scalar diverged ones): a thread-instruction costs 0.1-0.4 ns here against 1-6 ns a
+        thread at a time, and at 2^18 the returns to Python (accounting, the turn, the chunk's MemCtx, the
+        allocation hints found again) took a third of scan_batches' chunk time in the daemon (py-spy:
+        bench/README.md, "ninth step"). CTAs that talk keep threadgen's (ctaatomic.run_talking sets a waiting CTA
+        aside after SLICE_TICKS of them)."""
+        return 1 if self.registers.talking else 16
+
+    def __init__(self, fn, name: str, state: int, registers: ctaatomic.CtaRegisters) -> None:
         super().__init__(fn, name, state)
-        self.rf_bytes = rf_bytes
+        self.registers = registers
+        self.rf_bytes = registers.nbytes
+        self.set_aside = 0            # CTAs set aside while others ran (ctaatomic.run_talking), all chunks together
 
     def state_words(self, ctasize: int) -> int:
         return self.state + (self.rf_bytes + 7) // 8
 
     def _run_chunk(self, S, L, T, st, ctx, txp, stp, told) -> None:
         try:
-            super()._run_chunk(S, L, T, st, ctx, txp, stp, told)
+            if self.registers.talking:       # CTAs that talk: one at a time, set aside when they wait
+                ctaatomic.run_talking(self, S, L, T, st, ctx, txp, stp)
+            else:
+                super()._run_chunk(S, L, T, st, ctx, txp, stp, told)
         except CudaError as e:
             if str(e).endswith("native code returned -2"):   # (dispatch: a PC past the last block)
                 raise CudaError("cudaErrorLaunchFailure", f"{self.name}: fell off the end of the code") from None
