@@ -69,7 +69,7 @@ K_GLOBAL, K_SHARED, K_LOCAL, K_PARAM, K_KPARAM = range(5)
 # The special registers a thread's position gives (computed per thread from the chunk's geometry, as
 # runtime/special.py computes them per lane); a kernel reading any other is not eligible.
 _POSITION = {f"%{k}.{a}" for k in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"} | {
-    "%laneid", "%warpid", "%nwarpid", "%nsmid", "%smid"}
+    "%laneid", "%warpid", "%nwarpid", "%nsmid", "%smid"} | {f"%lanemask_{k}" for k in ("eq", "lt", "le", "ge", "gt")}
 
 PRELUDE_T = PRELUDE + f"""
 typedef struct {{ int64_t cs, bx, by, bz, gx, gy, gz, cta0, nsm, every; }} TX;
@@ -511,6 +511,10 @@ def _special_c(name: str) -> str:
         if axis == "y":
             return f"(({lin} / {d}x) % {d}y)"
         return f"({lin} / ({d}x * {d}y))"
+    if kind.startswith("lanemask_"):      # (runtime/special.py's _lanemask: bits of the lanes below, at, above)
+        eq = "((uint64_t)1 << (lic % 32))"
+        return {"lanemask_eq": eq, "lanemask_lt": f"({eq} - 1)", "lanemask_le": f"(({eq} << 1) - 1)",
+                "lanemask_ge": f"(~({eq} - 1) & 0xFFFFFFFFu)", "lanemask_gt": f"(~(({eq} << 1) - 1) & 0xFFFFFFFFu)"}[kind]
     return {"%laneid": "(lic % 32)", "%warpid": "(lic / 32)", "%nwarpid": "32", "%nsmid": "X->nsm",
             "%smid": "(cta % X->nsm)"}[name]
 
@@ -776,6 +780,8 @@ class ThreadCode:
         # than the lockstep NumPy code, so later chunks and launches of the kernel run there (runtime/chunk.py).
         self.unfit = False
 
+    tick_scale = 1                    # R_TICK every TICK_EVERY * tick_scale thread-instructions
+
     def state_words(self, ctasize: int) -> int:
         """The words of the state array and the barrier array after it for CTAs of ctasize threads."""
         return self.state + (ctasize * self.bar_words + 1) // 2
@@ -788,7 +794,7 @@ class ThreadCode:
         # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
         st = np.zeros(self.state_words(S.ctasize), np.uint64)
         tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
-                gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
+                gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY * self.tick_scale)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
         told = 0                      # vector instructions the launch was told of (thread-instructions / lanes)
         slow0 = self.suspended
