@@ -1,8 +1,11 @@
 """Adversarial review of stage 3 as extended in stop 30 (translator/ctagen.py's loops without suspensions over
 global memory and registers kept once per CTA; translator/ctawarp.py's warp operations; translator/ctaatomic.py's
 atomics and CTAs that talk). Each kernel tries to make the CTA-at-a-time code give another result than the
-lockstep NumPy path (PYVGPU_EMU_CTAGEN off: native="off" here) or a host model without an error; each is compared
-bit for bit with both."""
+lockstep NumPy path (native="off") or a host model without an error; each is compared bit for bit with both:
+a register read before its one definition in the first block (kept once per CTA, a thread read another's: fixed),
+a pointer's allocation hint across launches and allocations, atomics through generic addresses of every width
+with contention, float atomic adds of NaNs (the C add kept the other NaN: fixed), a grid barrier made by hand
+(CTAs set aside and resumed; faults in them)."""
 from __future__ import annotations
 
 import struct
@@ -14,17 +17,8 @@ from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.translator import ctagen, threadgen
 from pyvgpu_daemon.errors import CudaError, code_of
 
+from test_emu_stage3_review import CTA, OFF, every_barrier_kernel  # noqa: F401 (an autouse fixture: a CTA at a time)
 from test_emu_threadgen import HEAD, _module
-
-CTA = dict(native="on")
-OFF = dict(native="off")
-TICKS = pytest.mark.parametrize("tick", [None, 1, 7], ids=["plain", "suspended every step", "every 7"])
-
-
-@pytest.fixture(autouse=True)
-def every_stage3_kernel(monkeypatch):
-    """A CTA at a time for every eligible kernel (ctagen.preferred_reason would leave some to thread mode)."""
-    monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
 
 
 def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, require=True, codes=None, **kw):
