@@ -48,7 +48,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import NoC, address_expr, ctype, load_form, utype
 from .liveness import reads_writes
-from . import threadgen
+from . import ctawarp, threadgen
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
 
@@ -70,18 +70,20 @@ ST_J, ST_CL, ST_P, ST_N, ST_CONV = ST_LIC, ST_CTA, ST_PH, ST_NARR, ST_REGS
 STATE_WORDS = ST_REGS + 1
 RES_DISPATCH = 1 << 30           # a resume site: the step that was about to run (after an R_TICK)
 # a thread's state in the CTA's ts array
-T_RUN, T_BAR, T_EXIT = 0, 1, 2
+T_RUN, T_BAR, T_EXIT, T_WAIT = 0, 1, 2, 3      # (T_WAIT: parked at a warp operation, ctawarp.py)
 # The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, then
 # one array per register (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
 MAX_CTA = 1024
 RF_PC, RF_ACT, RF_TS = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128
+RF_FORCED = 9 * MAX_CTA + 128    # the CTA's `forced` flag (ctawarp.py), an int32
 RF_FIXED = 9 * MAX_CTA + 192
 
 
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
-    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps."""
-    return threadgen.blocks_reason(kernel)
+    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps, with warp operations
+    (ctawarp.py)."""
+    return threadgen.blocks_reason(kernel, warp_ok=ctawarp.supported)
 
 
 def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
@@ -195,7 +197,8 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
                     bad.add(r)
     for b in kernel.blocks:
         if b.term is not None:
-            bad |= set(reads_writes(b.term, regs, True)[0])
+            reads, writes = reads_writes(b.term, regs, True)
+            bad |= set(reads) | set(writes)     # (a warp operation reads other threads' registers)
     return set(where) - bad
 
 
@@ -243,6 +246,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; {code} }} }}")
         t = b.term
         nxt = b.index + 1
+        if b.kind == "warp":
+            out(ctawarp.block_code(e, t, nxt, {"T_RUN": T_RUN, "T_WAIT": T_WAIT}, "wf[0]"))
+            continue
         if t is None:
             out(f"P = {nxt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {nxt}; goto sched;")
             continue
@@ -284,8 +290,13 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
     decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
-              f"uint8_t *restrict ts = rf + {RF_TS};"]
-    entry = set(kernel.live[0]) if kernel.live else set()
+              f"uint8_t *restrict ts = rf + {RF_TS}; int32_t *restrict wf = (int32_t *)(rf + {RF_FORCED}); (void)wf;"]
+    # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
+    warps = any(b.kind == "warp" for b in kernel.blocks)
+    count_wait = f" nwait += ts[lic] == {T_WAIT};" if warps else ""
+    wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
+            f"wf[0] = 1; goto sched; }}\n") if warps else ""
+    entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)
     init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
     cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
@@ -315,15 +326,16 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    for (; cl < c1; cl++) {{\n"
            f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
            f"        for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
-           f"        conv = 1; P = 0; n = cs;\n"
+           f"        conv = 1; P = 0; n = cs; wf[0] = 0;\n"
            f"        goto dispatch;\n"
            f"    sched: ;\n"
            f"        {{   /* the lowest PC of the running threads; none: release the parked ones, or the CTA is done */\n"
-           f"            int64_t lo = INT64_MAX, nbar = 0;\n"
+           f"            int64_t lo = INT64_MAX, nbar = 0, nwait = 0; (void)nwait;\n"
            f"            for (lic = 0; lic < cs; lic++) {{\n"
-           f"                if (ts[lic] == {T_RUN}) {{ if (pc[lic] < lo) lo = pc[lic]; }} else nbar += ts[lic] == {T_BAR};\n"
+           f"                if (ts[lic] == {T_RUN}) {{ if (pc[lic] < lo) lo = pc[lic]; }} else {{ nbar += ts[lic] == {T_BAR};{count_wait} }}\n"
            f"            }}\n"
            f"            if (lo == INT64_MAX) {{\n"
+           f"{wake}"
            f"                if (!nbar) goto cta_done;\n"
            f"                for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_BAR}) ts[lic] = {T_RUN};\n"
            f"                goto sched;\n"

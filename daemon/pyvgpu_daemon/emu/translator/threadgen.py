@@ -129,10 +129,11 @@ def eligible_reason(kernel) -> str | None:
     return blocks_reason(kernel) or _warp_synchronous_reason(kernel)
 
 
-def blocks_reason(kernel) -> str | None:
+def blocks_reason(kernel, warp_ok=None) -> str | None:
     """Why a kernel's blocks cannot run as whole-kernel C code (this module's and ctagen.py's): a sharing access
-    (_sharing_reason), a call, a barrier other than `bar.sync 0` for all threads, a warp operation, another
-    terminator than a branch or exit (None: none of those)."""
+    (_sharing_reason), a call, a barrier other than `bar.sync 0` for all threads, a warp operation (but those
+    warp_ok(terminator) accepts: ctawarp.supported for the CTA code), another terminator than a branch or exit
+    (None: none of those)."""
     why = _sharing_reason(kernel)
     if why is not None:
         return why
@@ -141,7 +142,7 @@ def blocks_reason(kernel) -> str | None:
     for b in kernel.blocks:
         if b.kind == "bar" and not _plain_sync(kernel, b.term):
             return f"a barrier other than bar.sync 0 for all threads at line {b.term.line}"
-        if b.kind == "warp":
+        if b.kind == "warp" and not (warp_ok is not None and warp_ok(b.term)):
             return f"a warp operation at line {b.term.line}"
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             return f"{b.term.opcode} at line {b.term.line}"
