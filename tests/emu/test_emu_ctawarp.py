@@ -366,3 +366,16 @@ def test_warp_matrix_operations_stay_on_the_other_paths():
     assert not ctawarp.supported(ir.Instr("mma", ("sync", "aligned"), [], []))
     assert not ctawarp.supported(ir.Instr("bar", ("sync",), [], []))
     assert ctawarp.supported(ir.Instr("bar", ("warp", "sync"), [], []))
+
+
+def test_kernels_with_warp_operations_run_a_cta_at_a_time_by_default(monkeypatch, reduce_ptx):
+    """ctagen.preferred_reason as shipped: warp operations with or without barriers (bench/emu_warp_modes_bench.py);
+    PYVGPU_EMU_CTAGEN=0 (ctagen=False) keeps them off it."""
+    monkeypatch.undo()
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    for limits, cta in ((CTA, True), (dict(native="on", ctagen=False), False)):
+        mod = _load(reduce_ptx, limits, mem)
+        for short in ("k7/256", "k11_tiles/32", "k5/256"):
+            assert _cta(mod, _kernels(mod)[short]) == cta, short
+        mod = _load(MEET_AGAIN, limits, mem)
+        assert _cta(mod, "ma") == cta

@@ -36,8 +36,10 @@ and suspends with R_TICK every threadgen.TICK_EVERY of them, so the launch's bud
 fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
-is no warp operation, atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync
-0` for all threads unguarded; every instruction with a C form.
+is no atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync 0` for all
+threads unguarded; every instruction with a C form. Warp operations (shfl, vote, redux, match, activemask,
+bar.warp.sync; not wmma/mma) are translator/ctawarp.py's: a thread waiting at one is parked (T_WAIT), and when no
+thread of the CTA runs the waiting ones are woken first (the lockstep chunk's `forced` release), then barriers.
 """
 from __future__ import annotations
 
@@ -92,8 +94,10 @@ def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
     a barrier runs a thread at a time (threadgen.py: no steps to schedule, registers in C locals), and so does one
     with a loop between two barriers where thread mode is on (threadgen.slower_reason: a grid-stride sum before a
     block reduction ran 1.25x faster there); the rest (short phases between barriers: scan_batches' scanTiles) ran
-    1.7x faster than the lockstep native code and 2.7x faster than a thread at a time."""
-    if not any(b.kind == "bar" for b in kernel.blocks):
+    1.7x faster than the lockstep native code and 2.7x faster than a thread at a time. A kernel with warp
+    operations (which thread mode refuses) runs here, barriers or not: the reduction sample's warp reductions ran
+    1.6-2.6x faster than the lockstep native code (bench/emu_warp_modes_bench.py, bench/README.md "ninth step")."""
+    if not any(b.kind in ("bar", "warp") for b in kernel.blocks):
         return "no barrier (a thread at a time is faster)"
     if threadgen_on and threadgen.eligible_reason(kernel) is None and threadgen.slower_reason(kernel) is None:
         return "a loop between two barriers (a thread at a time is faster)"
