@@ -79,6 +79,7 @@ MAX_CTA = 1024
 RF_PC, RF_ACT, RF_TS = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128
 RF_FORCED = 9 * MAX_CTA + 128    # the CTA's `forced` flag (ctawarp.py), an int32
 RF_FIXED = 9 * MAX_CTA + 192
+PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
 
 
 def eligible_reason(kernel) -> str | None:
@@ -251,7 +252,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         t = b.term
         nxt = b.index + 1
         if b.kind == "warp":
-            out(ctawarp.block_code(e, t, nxt, {"T_RUN": T_RUN, "T_WAIT": T_WAIT}, "wf[0]"))
+            out(ctawarp.block_code(e, t, nxt))
             continue
         if t is None:
             out(f"P = {nxt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {nxt}; goto sched;")
@@ -298,6 +299,8 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
     warps = any(b.kind == "warp" for b in kernel.blocks)
     count_wait = f" nwait += ts[lic] == {T_WAIT};" if warps else ""
+    if warps:
+        decls.append(ctawarp.SCRATCH)
     wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
             f"wf[0] = 1; goto sched; }}\n") if warps else ""
     entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)

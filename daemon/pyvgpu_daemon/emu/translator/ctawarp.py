@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ptx import ir
-from .cgen import NoC, ctype
+from .cgen import NoC, utype
 from .control import _canonical, _warp_mask_operand
 
 # Opcodes served here (cfg.WARP_OPS and bar.warp.sync; not the matrix operations)
@@ -52,75 +52,193 @@ def read_across(kernel, regs) -> set[str]:
     return set(out)
 
 
-def block_code(e, t: ir.Instr, nxt: int, states: dict[str, int], forced: str) -> str:
-    """C statements of a warp block (after its `B<k>:` label): conv / n / act / ts / pc / lic and the CTA's size
-    `cs` as kernel_source has them; ends with `goto dispatch` (converged) or `goto sched`. `states`: the thread
-    states' values (T_RUN, T_WAIT); `forced`: the C lvalue of the CTA's forced flag."""
+# The operations themselves, once per library (the generated code per warp block only gathers operands and writes
+# results: a kernel with dozens of shuffles stays small for the C compiler). hm: per warp of the CTA, the threads at
+# the block (bit l: thread 32w + l); g: per thread, its guard; mk: its member mask.
+PRELUDE = r"""
+#define WBIT(hm, t) (((hm)[(t) >> 5] >> ((t) & 31)) & 1)
+static __attribute__((noinline)) int WREADY(uint32_t *hm, int64_t cs, int64_t conv, const int32_t *act, int64_t n,
+                                            uint8_t *ts, int32_t *wf, const uint32_t *mk, int waits) {
+    const int64_t nw = (cs + 31) >> 5;
+    if (conv) {
+        for (int64_t w = 0; w < nw; w++) hm[w] = cs - 32 * w >= 32 ? 0xFFFFFFFFu : (uint32_t)((UINT64_C(1) << (cs - 32 * w)) - 1);
+        return 1;
+    }
+    for (int64_t w = 0; w < nw; w++) hm[w] = 0;
+    for (int64_t j = 0; j < n; j++) hm[act[j] >> 5] |= 1u << (act[j] & 31);
+    if (!waits) return 1;
+    uint32_t left = 0; int miss = 0;
+    for (int64_t w = 0; w < nw; w++) {
+        const uint32_t h = hm[w];
+        if (!h) continue;
+        const int64_t b0 = 32 * w, wn = cs - b0 < 32 ? cs - b0 : 32;
+        for (int64_t l = 0; l < wn; l++) {
+            if ((h >> l) & 1) continue;
+            const uint8_t s = ts[b0 + l];
+            if (!(s == %(run)d || (!*wf && s == %(wait)d))) continue;
+            if (!((mk[b0 + l] >> l) & 1)) continue;
+            for (int64_t q = 0; q < wn; q++) if ((h >> q) & 1) ts[b0 + q] = %(wait)d;
+            hm[w] = 0; miss = 1; break;
+        }
+        left |= hm[w];
+    }
+    if (!miss) *wf = 0;
+    return left != 0;
+}
+static inline uint32_t WEX(const uint32_t *hm, int64_t w, const uint8_t *g) {
+    uint32_t ex = 0, h = hm[w];
+    for (int l = 0; l < 32; l++) if (((h >> l) & 1) && g[32 * w + l]) ex |= 1u << l;
+    return ex;
+}
+static inline uint32_t WMEM(uint32_t ex, int64_t b0, const uint32_t *mk) {
+    uint32_t m = 0;
+    for (int l = 0; l < 32; l++) if (((ex >> l) & 1) && ((mk[b0 + l] >> l) & 1)) m |= 1u << l;
+    return m;
+}
+/* shfl.sync (mode 0 up, 1 down, 2 bfly, 3 idx): runtime/collective._shfl_lanes; a source not executing it reads 0 */
+static __attribute__((noinline)) void WSHFL(int mode, const uint32_t *hm, int64_t cs, const uint8_t *g,
+        const uint32_t *a, const uint32_t *b, const uint32_t *c, uint32_t *d, uint8_t *p) {
+    for (int64_t w = 0; w < (cs + 31) >> 5; w++) {
+        const uint32_t ex = WEX(hm, w, g);
+        const int64_t b0 = 32 * w;
+        for (int32_t l = 0; l < 32; l++) {
+            if (!((ex >> l) & 1)) continue;
+            const int32_t bv = (int32_t)(b[b0 + l] & 31), clamp = (int32_t)(c[b0 + l] & 31),
+                          seg = (int32_t)((c[b0 + l] >> 8) & 31);
+            const int32_t maxl = (l & seg) | (clamp & ~seg), minl = l & seg;
+            int32_t j; int q;
+            if (mode == 0) { j = l - bv; q = j >= maxl; }
+            else if (mode == 1) { j = l + bv; q = j <= maxl; }
+            else if (mode == 2) { j = l ^ bv; q = j <= maxl; }
+            else { j = minl | (bv & ~seg); q = j <= maxl; }
+            if (!q) j = l;
+            d[b0 + l] = ((ex >> j) & 1) ? a[b0 + j] : 0u;
+            p[b0 + l] = (uint8_t)q;
+        }
+    }
+}
+/* vote.sync (mode 0 ballot, 1 any, 2 all, 3 uni) over the executing member threads */
+static __attribute__((noinline)) void WVOTE(int mode, const uint32_t *hm, int64_t cs, const uint8_t *g,
+        const uint32_t *mk, const uint8_t *pr, uint32_t *d) {
+    for (int64_t w = 0; w < (cs + 31) >> 5; w++) {
+        const uint32_t ex = WEX(hm, w, g);
+        const int64_t b0 = 32 * w;
+        const uint32_t mem = WMEM(ex, b0, mk);
+        uint32_t bal = 0;
+        for (int l = 0; l < 32; l++) if (((mem >> l) & 1) && pr[b0 + l]) bal |= 1u << l;
+        const uint32_t v = mode == 0 ? bal : mode == 1 ? bal != 0 : mode == 2 ? bal == mem : (bal == 0 || bal == mem);
+        for (int l = 0; l < 32; l++) if ((ex >> l) & 1) d[b0 + l] = v;
+    }
+}
+/* redux.sync (op 0 add, 1 min, 2 max, 3 and, 4 or, 5 xor; sgn: s32) over the executing member threads, in lane
+ * order; 0 where none */
+static __attribute__((noinline)) void WREDUX(int op, int sgn, const uint32_t *hm, int64_t cs, const uint8_t *g,
+        const uint32_t *mk, const uint32_t *a, uint32_t *d) {
+    for (int64_t w = 0; w < (cs + 31) >> 5; w++) {
+        const uint32_t ex = WEX(hm, w, g);
+        const int64_t b0 = 32 * w;
+        const uint32_t mem = WMEM(ex, b0, mk);
+        uint32_t r = 0; int first = 1;
+        for (int l = 0; l < 32; l++) {
+            if (!((mem >> l) & 1)) continue;
+            const uint32_t x = a[b0 + l];
+            if (first) { r = x; first = 0; continue; }
+            if (op == 0) r += x;
+            else if (op == 1) r = sgn ? ((int32_t)x < (int32_t)r ? x : r) : (x < r ? x : r);
+            else if (op == 2) r = sgn ? ((int32_t)x > (int32_t)r ? x : r) : (x > r ? x : r);
+            else if (op == 3) r &= x;
+            else if (op == 4) r |= x;
+            else r ^= x;
+        }
+        for (int l = 0; l < 32; l++) if ((ex >> l) & 1) d[b0 + l] = r;
+    }
+}
+/* match.sync (all: .all, else .any): the executing member threads' values compared; a non-member 0 / 0 */
+static __attribute__((noinline)) void WMATCH(int all, const uint32_t *hm, int64_t cs, const uint8_t *g,
+        const uint32_t *mk, const uint64_t *a, uint32_t *d, uint8_t *p) {
+    for (int64_t w = 0; w < (cs + 31) >> 5; w++) {
+        const uint32_t ex = WEX(hm, w, g);
+        const int64_t b0 = 32 * w;
+        const uint32_t mem = WMEM(ex, b0, mk);
+        int same = 1, first = 1; uint64_t v0 = 0;
+        for (int l = 0; l < 32; l++) if ((mem >> l) & 1) {
+            if (first) { v0 = a[b0 + l]; first = 0; } else if (a[b0 + l] != v0) same = 0;
+        }
+        for (int l = 0; l < 32; l++) {
+            if (!((ex >> l) & 1)) continue;
+            const int in = (mem >> l) & 1;
+            uint32_t r = 0;
+            if (all) r = in && same ? mk[b0 + l] : 0u;
+            else if (in) for (int q = 0; q < 32; q++) if (((mem >> q) & 1) && a[b0 + q] == a[b0 + l]) r |= 1u << q;
+            d[b0 + l] = r; p[b0 + l] = (uint8_t)(all && in && same);
+        }
+    }
+}
+"""
+
+# The function's scratch arrays (one thread's operands and results per element, for the CTA; no suspension
+# between their writing and reading, so they are plain locals)
+SCRATCH = ("uint32_t W_h[32], W_a[1024], W_b[1024], W_c[1024], W_m[1024], W_d[1024]; uint64_t W_a64[1024]; "
+           "uint8_t W_g[1024], W_p[1024]; (void)W_a; (void)W_b; (void)W_c; (void)W_m; (void)W_d; (void)W_a64; "
+           "(void)W_g; (void)W_p;")
+
+
+def prelude(states: dict[str, int]) -> str:
+    return PRELUDE % {"run": states["T_RUN"], "wait": states["T_WAIT"]}
+
+
+def block_code(e, t: ir.Instr, nxt: int) -> str:
+    """C statements of a warp block (after its `B<k>:` label): conv / n / act / ts / pc / lic / cs / wf as
+    kernel_source has them, SCRATCH declared; ends with `goto dispatch` (converged) or `goto sched`."""
     t = _canonical(t)
     op = t.opcode
     if not supported(t):
         raise NoC
-    msk_op = _warp_mask_operand(t)
+    msk = _warp_mask_operand(t)
     e.label()
     plain = dataclasses.replace(t, guard=None)      # the writes: only executing threads are written
+    guard = "1"
     if t.guard is not None:
         gname, gneg = t.guard
         if e.regs.get(gname) != 1:
             raise NoC
         guard = f"({'!' if gneg else ''}{e.var(gname)})"
-    else:
-        guard = None
-
-    def mask_of() -> str:       # a thread's member mask (lic set): all ones without the operand
-        return "0xFFFFFFFFu" if msk_op is None else f"(uint32_t)({e.src(msk_op, 'u32', t)})"
-
-    run, wait = states["T_RUN"], states["T_WAIT"]
-    out: list[str] = ["{ uint32_t W_h[32]; const int64_t W_nw = (cs + 31) >> 5; int64_t W_w, W_l;"]
-    # the threads at the block, per warp
-    out.append("if (conv) { for (W_w = 0; W_w < W_nw; W_w++) W_h[W_w] = cs - 32 * W_w >= 32 ? 0xFFFFFFFFu : "
-               "(uint32_t)((UINT64_C(1) << (cs - 32 * W_w)) - 1); } "
-               "else { for (W_w = 0; W_w < W_nw; W_w++) W_h[W_w] = 0; "
-               "for (j = 0; j < n; j++) W_h[act[j] >> 5] |= 1u << (act[j] & 31);")
-    if op != "activemask":
-        # waiting: a warp with a member thread still to come parks its threads here
-        out.append(
-            f"uint32_t W_left = 0; int W_miss = 0; "
-            f"for (W_w = 0; W_w < W_nw; W_w++) {{ const uint32_t h = W_h[W_w]; if (!h) continue; "
-            f"const int64_t b0 = 32 * W_w, wn = cs - b0 < 32 ? cs - b0 : 32; "
-            f"for (W_l = 0; W_l < wn; W_l++) {{ if ((h >> W_l) & 1) continue; lic = b0 + W_l; "
-            f"const uint8_t s = ts[lic]; if (!(s == {run} || (!{forced} && s == {wait}))) continue; "
-            f"if (!(({mask_of()} >> W_l) & 1)) continue; "
-            f"for (int64_t q = 0; q < wn; q++) if ((h >> q) & 1) ts[b0 + q] = {wait}; "
-            f"W_h[W_w] = 0; W_miss = 1; break; }} "
-            f"W_left |= W_h[W_w]; }} "
-            f"if (!W_miss) {forced} = 0; "
-            f"if (!W_left) goto sched;")
-    out.append("}")
-    # the operation, per warp: operands of every thread first, then the results
-    body = _OPS[op](e, t, plain, guard, mask_of)
-    out.append(f"for (W_w = 0; W_w < W_nw; W_w++) {{ const uint32_t h = W_h[W_w]; if (!h) continue; "
-               f"const int64_t b0 = 32 * W_w; (void)b0; {body} "
-               f"if (!conv) for (W_l = 0; W_l < 32; W_l++) if ((h >> W_l) & 1) pc[b0 + W_l] = {nxt}; }}")
-    out.append(f"if (conv) {{ P = {nxt}; goto dispatch; }} goto sched; }}")
-    return " ".join(out)
-
-
-def _lanes(bits: str, code: str) -> str:
-    """C: code for each lane W_l of the warp in `bits` with lic its thread."""
-    return f"for (W_l = 0; W_l < 32; W_l++) if (({bits} >> W_l) & 1) {{ lic = b0 + W_l; {code} }}"
-
-
-def _executing(guard: str | None) -> str:
-    """C declaring `ex`: the warp's threads at the block whose guard holds."""
-    if guard is None:
-        return "const uint32_t ex = h;"
-    return "uint32_t ex = 0; " + _lanes("h", f"if {guard} ex |= 1u << W_l;")
-
-
-def _members(mask_of) -> str:
-    """C declaring `mem`: the executing threads whose own member mask has their lane's bit (runtime/collective.py's
-    _active)."""
-    return "uint32_t mem = 0; " + _lanes("ex", f"if (({mask_of()} >> W_l) & 1) mem |= 1u << W_l;")
+    mask = "0xFFFFFFFFu" if msk is None else f"(uint32_t)({e.src(msk, 'u32', t)})"
+    waits = op != "activemask"                    # activemask reports who is here; it never waits
+    # the member masks of every thread (waiting reads those not at the block too)
+    pre = (f"for (lic = 0; lic < cs; lic++) W_m[lic] = {mask}; " if waits or op in ("vote", "redux", "match") else "")
+    at = "for (j = 0; j < n; j++) { lic = conv ? j : act[j]; if (!WBIT(W_h, lic)) continue; "
+    gather, compute, writes = [f"W_g[lic] = (uint8_t){guard};"], "", []
+    if op == "shfl":
+        gather += [f"W_a[lic] = (uint32_t)({e.src(t.srcs[0], 'b32', t)});",
+                   f"W_b[lic] = (uint32_t)({e.src(t.srcs[1], 'u32', t)});",
+                   f"W_c[lic] = (uint32_t)({e.src(t.srcs[2], 'u32', t)});"]
+        mode = ("up", "down", "bfly", "idx").index(t.mods[1])
+        compute = f"WSHFL({mode}, W_h, cs, W_g, W_a, W_b, W_c, W_d, W_p);"
+        writes = [(t.dsts[0], "b32", "W_d[lic]")] + ([(t.dsts[1], "pred", "W_p[lic]")] if len(t.dsts) > 1 else [])
+    elif op == "vote":
+        gather.append(f"W_p[lic] = (uint8_t)({e.src(t.srcs[0], 'pred', t)});")
+        mode = ("ballot", "any", "all", "uni").index(t.mods[1])
+        compute = f"WVOTE({mode}, W_h, cs, W_g, W_m, W_p, W_d);"
+        writes = [(t.dsts[0], t.mods[2], "W_d[lic]")]
+    elif op == "redux":
+        typ = t.mods[2]
+        gather.append(f"W_a[lic] = (uint32_t)({e.src(t.srcs[0], typ, t)});")
+        kind = ("add", "min", "max", "and", "or", "xor").index(t.mods[1])
+        compute = f"WREDUX({kind}, {int(typ == 's32')}, W_h, cs, W_g, W_m, W_a, W_d);"
+        writes = [(t.dsts[0], typ, f"({utype(32) if typ != 's32' else 'int32_t'})W_d[lic]")]
+    elif op == "match":
+        typ = t.mods[2]
+        gather.append(f"W_a64[lic] = (uint64_t)({e.src(t.srcs[0], typ, t)});")
+        compute = f"WMATCH({int(t.mods[0] == 'all')}, W_h, cs, W_g, W_m, W_a64, W_d, W_p);"
+        writes = [(t.dsts[0], "b32", "W_d[lic]")] + ([(t.dsts[1], "pred", "W_p[lic]")] if len(t.dsts) > 1 else [])
+    elif op == "activemask":
+        writes = [(t.dsts[0], "b32", "W_h[lic >> 5]")]
+    write = " ".join(_write(e, plain, d, typ, v) for d, typ, v in writes)
+    return (f"{{ {pre}if (!WREADY(W_h, cs, conv, act, n, ts, wf, W_m, {int(waits)})) goto sched; "
+            f"{at}{' '.join(gather)} }} {compute} "
+            f"{at}if (W_g[lic]) {{ {write} }} if (!conv) pc[lic] = {nxt}; }} "
+            f"if (conv) {{ P = {nxt}; goto dispatch; }} goto sched; }}")
 
 
 def _write(e, t: ir.Instr, dst, typ: str, value: str) -> str:
@@ -131,88 +249,3 @@ def _write(e, t: ir.Instr, dst, typ: str, value: str) -> str:
         return " ".join(e.lines[start:])
     finally:
         del e.lines[start:]
-
-
-def _bar(e, t, plain, guard, mask_of) -> str:
-    return ""                   # bar.warp.sync: waiting is all it does
-
-
-def _shfl(e, t, plain, guard, mask_of) -> str:
-    a = e.src(t.srcs[0], "b32", t)
-    b = e.src(t.srcs[1], "u32", t)
-    c = e.src(t.srcs[2], "u32", t)
-    mode = t.mods[1]
-    # runtime/collective._shfl_lanes: the source lane j and the in-range predicate
-    if mode == "up":
-        src = "int32_t j = l - bv; int p = j >= maxl;"
-    elif mode == "down":
-        src = "int32_t j = l + bv; int p = j <= maxl;"
-    elif mode == "bfly":
-        src = "int32_t j = l ^ bv; int p = j <= maxl;"
-    else:
-        src = "int32_t j = minl | (bv & ~seg); int p = j <= maxl;"
-    writes = _write(e, plain, t.dsts[0], "b32", "d")
-    if len(t.dsts) > 1:
-        writes += " " + _write(e, plain, t.dsts[1], "pred", "p")
-    return (f"{_executing(guard)} uint32_t av[32], bb[32], cc[32]; "
-            + _lanes("ex", f"av[W_l] = (uint32_t)({a}); bb[W_l] = (uint32_t)({b}); cc[W_l] = (uint32_t)({c});") +
-            " " + _lanes("ex", "const int32_t l = (int32_t)W_l, bv = (int32_t)(bb[W_l] & 31), "
-                               "clamp = (int32_t)(cc[W_l] & 31), seg = (int32_t)((cc[W_l] >> 8) & 31); "
-                               "const int32_t maxl = (l & seg) | (clamp & ~seg), minl = l & seg; (void)minl; "
-                               f"{src} if (!p) j = l; "
-                               f"const uint32_t d = ((ex >> j) & 1) ? av[j] : 0u; {writes}"))
-
-
-def _vote(e, t, plain, guard, mask_of) -> str:
-    p = e.src(t.srcs[0], "pred", t)
-    mode, typ = t.mods[1], t.mods[2]
-    value = {"ballot": "bal", "any": "bal != 0", "all": "bal == mem",
-             "uni": "bal == 0 || bal == mem"}[mode]
-    return (f"{_executing(guard)} {_members(mask_of)} uint32_t bal = 0; "
-            + _lanes("mem", f"if ({p}) bal |= 1u << W_l;") + " "
-            + _lanes("ex", _write(e, plain, t.dsts[0], typ, value)))
-
-
-def _redux(e, t, plain, guard, mask_of) -> str:
-    kind, typ = t.mods[1], t.mods[2]
-    ct = ctype(typ)
-    a = e.src(t.srcs[0], typ, t)
-    combine = {"add": "r = ({ct})((uint32_t)r + (uint32_t)x);", "min": "r = x < r ? x : r;", "max": "r = x > r ? x : r;",
-               "and": "r &= x;", "or": "r |= x;", "xor": "r ^= x;"}[kind].format(ct=ct)
-    # the reduction over the member threads in lane order (add wraps: runtime/collective's int64 sum cast back)
-    return (f"{_executing(guard)} {_members(mask_of)} {ct} av[32]; "
-            + _lanes("mem", f"av[W_l] = ({ct})({a});") + " "
-            + f"{ct} r = 0; int first = 1; for (W_l = 0; W_l < 32; W_l++) if ((mem >> W_l) & 1) {{ "
-              f"const {ct} x = av[W_l]; if (first) {{ r = x; first = 0; }} else {{ {combine} }} }} "
-            + _lanes("ex", _write(e, plain, t.dsts[0], typ, "r")))
-
-
-def _match(e, t, plain, guard, mask_of) -> str:
-    mode, typ = t.mods[0], t.mods[2]
-    ut = "uint64_t" if typ == "b64" else "uint32_t"
-    a = e.src(t.srcs[0], typ, t)
-    if mode == "any":
-        # each member thread: the members holding its value; an executing non-member: 0
-        compute = (f"uint32_t d = 0; if ((mem >> W_l) & 1) for (int q = 0; q < 32; q++) "
-                   f"if (((mem >> q) & 1) && av[q] == av[W_l]) d |= 1u << q;")
-        writes = _write(e, plain, t.dsts[0], "b32", "d")
-        return (f"{_executing(guard)} {_members(mask_of)} {ut} av[32]; "
-                + _lanes("mem", f"av[W_l] = ({ut})({a});") + " " + _lanes("ex", f"{compute} {writes}"))
-    # all: the member threads agree: d = the thread's own member mask, p = 1; else 0 / 0; a non-member 0 / 0
-    writes = _write(e, plain, t.dsts[0], "b32", "d")
-    if len(t.dsts) > 1:
-        writes += " " + _write(e, plain, t.dsts[1], "pred", "p")
-    return (f"{_executing(guard)} {_members(mask_of)} {ut} av[32]; uint32_t mk[32]; "
-            + _lanes("ex", f"av[W_l] = ({ut})({a}); mk[W_l] = {mask_of()};") + " "
-            + "int same = 1; { int first = 1; " + ut + " W_v0 = 0; for (W_l = 0; W_l < 32; W_l++) "
-              "if ((mem >> W_l) & 1) { if (first) { W_v0 = av[W_l]; first = 0; } else if (av[W_l] != W_v0) same = 0; } } "
-            + _lanes("ex", f"const int in = (mem >> W_l) & 1; const uint32_t d = in && same ? mk[W_l] : 0u; "
-                           f"const int p = in && same; (void)p; {writes}"))
-
-
-def _activemask(e, t, plain, guard, mask_of) -> str:
-    # the threads at the block (it never waits), written where the guard holds
-    return _lanes("h", f"{'if ' + guard if guard else ''} {{ {_write(e, plain, t.dsts[0], 'b32', 'h')} }}")
-
-
-_OPS = {"bar": _bar, "shfl": _shfl, "vote": _vote, "redux": _redux, "match": _match, "activemask": _activemask}
