@@ -4,7 +4,7 @@
 (user + system, /proc/PID/stat) beside it: on a shared machine it moves less with the other jobs than wall time.
 
     python bench/emu_programs_bench.py [--quick] [--reps N] [--program NAME] [--timeout S] \\
-        [--baseline DIR] [--env KEY=VALUE ...]
+        [--baseline DIR] [--env KEY=VALUE ...] [--load N]
 
 Programs (bench/cuda/): black_scholes (4M options x 512 launches, the default of NVIDIA's BlackScholes sample) and
 streams_overlap (16M ints, 4 streams, 10 repetitions, as NVIDIA's simpleStreams); the workloads of issue 19 part 6 at
@@ -16,11 +16,14 @@ kernel). --quick runs smaller sizes (fewer repetitions: the same work per repeti
 `daemon` and root directories go first on the daemon's PYTHONPATH, and when DIR/build/dev/lib holds its client
 libraries (cmake -S DIR -B DIR/build/dev) the program runs on those; the two trees alternate and the ratio is
 printed. A run longer than --timeout seconds is stopped and shown as "> S". --env sets daemon environment variables
-(e.g. PYVGPU_EMU_NATIVE=off).
+(e.g. PYVGPU_EMU_NATIVE=off). --load N keeps N processes spinning on the CPU (at the bench's own priority) for
+the whole invocation: issue 19 part 6 asks for its times "under load", and a load of its own makes that load the
+same from run to run (the load average is printed at the end: other jobs add to it).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -83,15 +86,33 @@ def fmt(times: list, timeout: float) -> str:
     return f"{statistics.median(done):.1f}"
 
 
+@contextlib.contextmanager
+def cpu_load(n: int):
+    """n processes that spin on the CPU until the block ends (killed then, whatever happened)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--program", action="append", choices=list(PROGRAMS))
-    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (fewer repetitions)")
+    ap.add_argument("--reps", type=int, default=1, help="runs per program and tree (median)")
+    ap.add_argument("--program", action="append", choices=list(PROGRAMS), help="(repeatable; default: all)")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds before a run is stopped")
     ap.add_argument("--baseline", type=Path, help="another tree whose daemon runs the same programs")
-    ap.add_argument("--env", action="append", default=[])
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the daemon (repeatable)")
+    ap.add_argument("--load", type=int, default=0, help="processes spinning on the CPU during the runs")
     args = ap.parse_args()
+    with cpu_load(args.load):
+        run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
     env = dict(kv.split("=", 1) for kv in args.env)
     workdir = ROOT / "build" / "bench-programs"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -110,6 +131,8 @@ def main() -> None:
                 print(f"  {name} [{label}]: wall {'> %.0f' % args.timeout if secs is None else '%.1f' % secs} s, "
                       f"daemon CPU {cpu:.1f} s; {out}", flush=True)
         rows.append((name, pargs, res))
+    if args.load:
+        print(f"\n{args.load} process(es) spinning on the CPU during the runs (--load)")
     print(f"\nload average now: {os.getloadavg()[0]:.1f}, {os.getloadavg()[1]:.1f}, {os.getloadavg()[2]:.1f}")
     print(f"{'program':<16} {'arguments':<20} " + " ".join(f"{lb + ' wall s':>16} {lb + ' CPU s':>15}" for lb in trees)
           + ("  wall ratio" if len(trees) > 1 else ""))

@@ -920,6 +920,8 @@ _EMITTERS = {
     "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
     "setp": _setp, "selp": _selp, "cvt": _cvt,
 }
+# the C forms whose result is a function of their operands only (no memory, no thread position)
+PURE_OPCODES = frozenset(_EMITTERS) - {"ld", "ldu", "st"}
 
 
 def c_body(instrs: list, regs: dict[str, int], imm, address=None) -> CEmitter:

@@ -23,10 +23,14 @@ it, volatile shared accesses included (warp-synchronous code gets the lockstep a
 ALU instructions (cgen.py's C forms, which a differential test ties to the NumPy ops) and accesses private to a
 thread (local memory, parameters, constants) join any loop. Each loop is emitted twice, a converged copy over
 0..ctasize-1 and one over the list of the threads at the block; a converged loop of ALU instructions only is
-vectorised by the C compiler, and so is one whose accesses are all unguarded shared ones, given a third copy that
-checks them without a branch (_fast_code: a bad access runs the loop again with suspensions, which raises its
-fault). Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single loop only
-and never across a suspension is a C local (_locals).
+vectorised by the C compiler, and one whose accesses are all unguarded shared, global or kernel-parameter ones gets
+a third copy without suspensions that checks them without a branch (_fast_code: shared offsets against the CTA's
+window, global addresses against the allocation their pointer used last, a global store's loop checked in a first
+pass and stored in a second; a bad access runs the loop again with suspensions, which serves it or raises its
+fault). A guarded branch of a converged CTA counts its guard in a vectorised loop first and writes PCs only when
+the CTA splits. Registers are arrays at constant offsets from one base pointer (CtaEmitter); one used in a single
+loop only and never across a suspension is a C local (_locals); one every thread of the CTA holds alike (its
+position, parameters and what the first block computes from them only: _uniform) is one element, kept once.
 
 Loads and stores are threadgen.py's (every access checked as runtime/spaces.py checks it; one the C code cannot
 serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
@@ -36,10 +40,13 @@ and suspends with R_TICK every threadgen.TICK_EVERY of them, so the launch's bud
 fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
-is no atomic, fence, volatile (but shared) or scoped access, call, or barrier other than `bar.sync 0` for all
-threads unguarded; every instruction with a C form. Warp operations (shfl, vote, redux, match, activemask,
-bar.warp.sync; not wmma/mma) are translator/ctawarp.py's: a thread waiting at one is parked (T_WAIT), and when no
-thread of the CTA runs the waiting ones are woken first (the lockstep chunk's `forced` release), then barriers.
+is no call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded; every instruction
+with a C form. Atomics, volatile and scoped accesses and fences are ctaatomic.py's (an atomic is a loop's one store;
+CTAs that talk run one after the other, one that waits set aside). bar.red reduces at once when the CTA is
+converged; diverged, a thread parks with its site and predicate, and the release reduces each site's parked threads
+(runtime/barriers.py's rule). Warp operations (shfl, vote, redux, match, activemask, bar.warp.sync; not wmma/mma)
+are ctawarp.py's: a thread waiting at one is parked (T_WAIT), and when no thread of the CTA runs the waiting ones
+are woken first (the lockstep chunk's `forced` release), then barriers.
 """
 from __future__ import annotations
 
@@ -48,9 +55,10 @@ from pyvgpu_daemon.errors import CudaError
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
-from .cgen import NoC, address_expr, ctype, load_form, utype
-from .liveness import reads_writes
-from . import ctawarp, threadgen
+from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
+from .liveness import AnyRegister, reads_writes
+from . import control, ctaatomic, ctawarp, threadgen
+from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
 
@@ -69,24 +77,26 @@ FLAGS = ("-mtune=generic",)      # (threadgen.FLAGS: the same reason; the conver
 # ST_LIC, the CTA in the chunk in ST_CTA, the block run (P) in ST_PH, the threads at it (n) in ST_NARR, converged
 # in ST_REGS.
 ST_J, ST_CL, ST_P, ST_N, ST_CONV = ST_LIC, ST_CTA, ST_PH, ST_NARR, ST_REGS
-STATE_WORDS = ST_REGS + 1
+ST_FORCED = ST_REGS + 1          # the CTA's `forced` flag (ctawarp.py): in the state, which a CTA set aside keeps
+STATE_WORDS = ST_REGS + 2
 RES_DISPATCH = 1 << 30           # a resume site: the step that was about to run (after an R_TICK)
 # a thread's state in the CTA's ts array
 T_RUN, T_BAR, T_EXIT, T_WAIT = 0, 1, 2, 3      # (T_WAIT: parked at a warp operation, ctawarp.py)
-# The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, then
-# one array per register (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
+# The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, the
+# bar.red site each parked thread waits at (0: a plain barrier) and its predicate, then one array per register
+# (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
 MAX_CTA = 1024
-RF_PC, RF_ACT, RF_TS = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128
-RF_FORCED = 9 * MAX_CTA + 128    # the CTA's `forced` flag (ctawarp.py), an int32
-RF_FIXED = 9 * MAX_CTA + 192
+RF_PC, RF_ACT, RF_TS, RF_RSITE, RF_RPRED = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128, 9 * MAX_CTA + 192, 10 * MAX_CTA + 256
+RF_FIXED = 11 * MAX_CTA + 320
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
+_RED_SITE, _RED_PRED = f"(rf + {RF_RSITE})", f"(rf + {RF_RPRED})"
 
 
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
-    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps, with warp operations
-    (ctawarp.py)."""
-    return threadgen.blocks_reason(kernel, warp_ok=ctawarp.supported)
+    rest): threadgen's rules but the warp-synchronous one, whose order this code keeps, and with atomics,
+    volatile or scoped accesses and fences allowed (ctaatomic.py) and warp operations (ctawarp.py)."""
+    return threadgen.blocks_reason(kernel, ctaatomic.sharing_reason, bar_red=True, warp_ok=ctawarp.supported)
 
 
 def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
@@ -108,6 +118,8 @@ def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
 def _shared_memory(ins: ir.Instr) -> str | None:
     """'st' / 'ld' for an access of memory other threads may access (global, shared, generic), None for one
     private to a thread or read-only (local, parameters, constants) or no access."""
+    if ins.opcode in ctaatomic.ATOMIC_OPCODES:
+        return "st"                    # (a read-modify-write: the loop's one store)
     if ins.opcode not in ("ld", "ldu", "st"):
         return None
     if any(m in ("local", "param", "const") for m in ins.mods):
@@ -131,7 +143,7 @@ def _loops(instrs: list[ir.Instr], regs) -> list[list[ir.Instr]]:
     # a loop that could not run twice (_fast_code) ends after its last access when its start could
     split = []
     for x in out:
-        k = max((i for i, ins in enumerate(x) if ins.opcode in ("ld", "ldu", "st")), default=-1)
+        k = max((i for i, ins in enumerate(x) if ins.opcode in ACCESS_OPCODES), default=-1)
         if 0 <= k < len(x) - 1 and not _rerunnable(x, regs) and _rerunnable(x[:k + 1], regs):
             split += [x[:k + 1], x[k + 1:]]
         elif x:
@@ -145,27 +157,38 @@ class CtaEmitter(ThreadEmitter):
     inside one loop only (_locals), a C local; suspensions save only the loop's position (the registers are in
     memory Python owns)."""
 
-    def __init__(self, regs, imm, address, kernel, local: set[str]) -> None:
+    def __init__(self, regs, imm, address, kernel, local: set[str], uniform: set[str] = frozenset()) -> None:
         super().__init__(regs, imm, address, kernel)
         self.local = local
+        self.uniform = uniform                  # registers kept once per CTA (_uniform)
         self.offsets: dict[str, int] = {}       # register -> its array's byte offset in rf
         self.rf_bytes = RF_FIXED
         self.shared_sizes: set[int] = set()     # access sizes of _fast_shared_offset (their bounds: kernel_source)
         self.loop_sizes: set[int] = set()       # those of the loop being emitted (_fast_code)
+        self.loop_conds: set[str] = set()       # C conditions of its loop without suspensions (hints, parameters)
 
     def var(self, name: str) -> str:
         v = super().var(name)
         if name.startswith("__") or name in self.local:
             return v
-        return f"{self.array(name)}[lic]"
+        return f"{self.array(name)}[{0 if name in self.uniform else 'lic'}]"
 
     def array(self, name: str) -> str:
         """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
         from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache)."""
         if name not in self.offsets:
             self.offsets[name] = self.rf_bytes
-            self.rf_bytes += MAX_CTA * _bytes(self.regs[name]) + 64
+            self.rf_bytes += (1 if name in self.uniform else MAX_CTA) * _bytes(self.regs[name]) + 64
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
+
+    def emit(self, ins: ir.Instr) -> None:
+        if ctaatomic.handles(ins):
+            ctaatomic.emit(self, ins)
+            written = reads_writes(ins, self.regs, True)[1]
+            if written:
+                self.checked = {key: p for key, p in self.checked.items() if key[1] not in written}
+            return
+        super().emit(ins)
 
     def suspend(self, rc: int, request: str = "", live=None) -> str:
         self.sites += 1
@@ -173,6 +196,43 @@ class CtaEmitter(ThreadEmitter):
         self.tail.append(f"S{k}: __attribute__((cold)); st[{ST_RESUME}] = {k}; rc = {rc}; goto suspend;")
         stale = "".join(f" {p} = 0;" for p in self.checked.values())
         return f"{request} goto S{k}; R{k}: ;{stale}"
+
+
+# The special registers every thread of a CTA reads alike (its position in the grid, the shapes)
+UNIFORM_SPECIALS = frozenset(f"%{k}.{a}" for k in ("ntid", "ctaid", "nctaid") for a in "xyz")
+
+
+def _uniform(kernel, address) -> set[str]:
+    """The registers every thread of a CTA holds alike, kept once per CTA (CtaEmitter.var: element 0 of their
+    array): UNIFORM_SPECIALS, and each register with one definition in the kernel, in its first block (which every
+    thread of a CTA runs first, together: a CTA starts converged there), unguarded, a PURE_OPCODES instruction or a
+    load of a kernel parameter by name, all of whose register sources are such registers (computed earlier in that
+    block). Every thread that writes one writes the same value, and none reads it before the CTA's first step. A
+    register read before it is written (live into the first block: each thread reads its own 0 there, as on the
+    lockstep path) is not one: kept once, a thread would read what an earlier thread of the loop wrote (review7)."""
+    every = AnyRegister()
+    entry = set(kernel.live[0]) if kernel.live else set()
+    defs: dict[str, int] = {}
+    for b in kernel.blocks:
+        for ins in b.instrs + ([b.term] if b.term is not None else []):
+            for w in reads_writes(ins, every, False)[1]:
+                defs[w] = defs.get(w, 0) + 1
+    uni = set(UNIFORM_SPECIALS)
+    for ins in kernel.blocks[0].instrs if kernel.blocks else []:
+        reads, writes = reads_writes(ins, every, False)
+        if ins.guard is not None or not writes or any(defs.get(w) != 1 or w in uni or w in entry for w in writes):
+            continue
+        if ins.opcode in ("ld", "ldu"):
+            try:
+                if "param" not in ins.mods or address(ins.srcs[0], ins)[0] != "kparam":
+                    continue
+            except CudaError:
+                continue
+        elif ins.opcode not in PURE_OPCODES:
+            continue
+        if all(r in uni for r in reads):
+            uni |= set(writes)
+    return uni
 
 
 def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
@@ -185,9 +245,11 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
         for li, instrs in enumerate(ls):
             first: dict[str, int] = {}
             last: dict[str, int] = {}
-            sites = [k for k, x in enumerate(instrs) if x.opcode in ("ld", "ldu", "st")]
+            sites = [k for k, x in enumerate(instrs) if x.opcode in ACCESS_OPCODES]
             for k, ins in enumerate(instrs):
                 reads, writes = reads_writes(ins, regs, True)
+                if ins.opcode in ctaatomic.ATOMIC_OPCODES:
+                    bad.update(reads)      # (an atomic reads its operands after its suspension: ctaatomic.emit)
                 for r in reads:
                     if r not in first:
                         bad.add(r)
@@ -221,26 +283,32 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
-    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real))
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), _uniform(kernel, g.address))
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
+    reds: list[str] = []                   # bar.red sites 1, 2, ...: their release code (_bar_red)
     for b in kernel.blocks:
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             raise NoC
         out(f"B{b.index}: cnt += n * {len(b.instrs) + 1};")
         for body in loops[b.index]:
             code = _body_code(e, body)
-            fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) else None
+            fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) and \
+                not any(x.opcode in ctaatomic.ATOMIC_OPCODES for x in body) else None
             if fast is not None:
                 # converged: a pass without suspensions that the compiler may vectorise; an access it could not
-                # make (a fault ahead) runs the loop again with them (fast_code: the loop can run twice)
+                # make (a fault ahead, an address outside the allocation its pointer last used) runs the loop again
+                # with them (fast_code: the loop can run twice); a global store's loop checks every address in a
+                # first pass and stores in a second, so that a bad access leaves memory as the loop found it
                 code2 = _body_code(e, body)
-                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; "
-                    f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }} "
+                passes = (f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }}" if fast[2] is None else
+                          f"for (lic = 0; lic < cs; lic++) {{ {fast[2]} }} "
+                          f"if (!bad) {{ for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }}")
+                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
-            elif any(x.opcode in ("ld", "ldu", "st") for x in body):
+            elif any(x.opcode in ACCESS_OPCODES for x in body):
                 # two copies too, each with its own suspension sites (labels inside the loop; resuming sets lic
                 # from j as the copy does)
                 code2 = _body_code(e, body)
@@ -257,10 +325,12 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         if t is None:
             out(f"P = {nxt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {nxt}; goto sched;")
             continue
-        if b.kind == "bar":                # (eligible_reason: bar.sync 0 for all threads, unguarded)
-            # converged: every thread arrives, the barrier completes at once
-            out(f"if (conv) {{ P = {nxt}; goto dispatch; }} "
-                f"for (j = 0; j < n; j++) {{ ts[act[j]] = {T_BAR}; pc[act[j]] = {nxt}; }} goto sched;")
+        if b.kind == "bar":                # (eligible_reason: bar.sync or bar.red 0 for all threads, unguarded)
+            # converged: every thread arrives, the barrier completes at once (bar.red reduces at once); diverged,
+            # the threads park, at a bar.red with its predicate and site (_bar_red)
+            conv_red, park = _bar_red(e, t, reds)
+            out(f"if (conv) {{ {conv_red} P = {nxt}; goto dispatch; }} "
+                f"for (j = 0; j < n; j++) {{ lic = act[j]; {park} ts[lic] = {T_BAR}; pc[lic] = {nxt}; }} goto sched;")
             continue
         guard = None
         if t.guard is not None:
@@ -282,8 +352,11 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         if guard is None:
             out(f"P = {tgt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {tgt}; goto sched;")
         else:
-            # every PC written (converged too): a branch that splits the CTA leaves it diverged
-            out(f"{{ int64_t tk = 0; for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; int64_t y = {guard}; "
+            # converged: the guard counted first (a loop the compiler vectorises), the CTA stays converged when
+            # it is uniform; else every PC written (converged too): a branch that splits the CTA leaves it diverged
+            out(f"{{ int64_t tk = 0; if (conv) {{ uint32_t tu = 0; for (lic = 0; lic < cs; lic++) tu += ({guard} != 0); "
+                f"if (tu == 0 || tu == cs) {{ P = tu ? {tgt} : {nxt}; goto dispatch; }} }} "
+                f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; int64_t y = {guard}; "
                 f"pc[lic] = y ? {tgt} : {nxt}; tk += y; }} "
                 f"if (conv && (tk == 0 || tk == n)) {{ P = tk ? {tgt} : {nxt}; goto dispatch; }} "
                 f"conv = 0; goto sched; }}")
@@ -295,7 +368,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
     decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
-              f"uint8_t *restrict ts = rf + {RF_TS}; int32_t *restrict wf = (int32_t *)(rf + {RF_FORCED}); (void)wf;"]
+              f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
     warps = any(b.kind == "warp" for b in kernel.blocks)
     count_wait = f" nwait += ts[lic] == {T_WAIT};" if warps else ""
@@ -306,6 +379,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)
     init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
+    # (a CTA's registers kept once: set once, before its threads')
+    once = [x for x in init if x.startswith(tuple(f"{e.array(r)}[0]" for r, v in named if r in e.uniform))]
+    init = [x for x in init if x not in once]
     cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
     blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
     hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
@@ -332,7 +408,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    }}\n"
            f"    for (; cl < c1; cl++) {{\n"
            f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
-           f"        for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
+           f"        {' '.join(once)} for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
            f"        conv = 1; P = 0; n = cs; wf[0] = 0;\n"
            f"        goto dispatch;\n"
            f"    sched: ;\n"
@@ -344,6 +420,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"            if (lo == INT64_MAX) {{\n"
            f"{wake}"
            f"                if (!nbar) goto cta_done;\n"
+           + "".join(f"                {{ /* bar.red site {k + 1} */ {code} }}\n" for k, code in enumerate(reds)) +
            f"                for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_BAR}) ts[lic] = {T_RUN};\n"
            f"                goto sched;\n"
            f"            }}\n"
@@ -365,38 +442,101 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"st[{ST_J}] = (uint64_t)j;\n"
            f"    st[{ST_N}] = (uint64_t)n; st[{ST_P}] = (uint64_t)P; st[{ST_CONV}] = (uint64_t)conv;\n"
            f"    return rc;\n}}\n")
-    return src, STATE_WORDS, e.rf_bytes
+    regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
+        (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas)
+    return src, STATE_WORDS, regfile
 
 
-def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str] | None:
-    """C code of a loop's body without suspension sites (None: not possible): each access an unguarded shared one,
-    checked without a branch (a bad access sets `bad`, reads zeros, and writes at offset 0: a bad shared access is
-    a fault, which running the loop again with suspensions then raises, and a faulted launch's shared memory is
-    gone with it), and no register read before it is written in the loop, so that running the loop again from its
-    first thread computes the same (a loop holds one store at most: _loops; made again, its stores leave memory
-    as they were)."""
-    if not _rerunnable(body, regs) or any(ins.opcode in ("ld", "ldu", "st") and (
-            ins.guard is not None or not _shared_space(ins)) for ins in body):
+def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
+    """(C code of a barrier block's converged release, C code parking thread lic at it) where it is a bar.red (a
+    new site in `reds`, with the code releasing its parked threads), else ("", code marking a plain barrier's
+    site when the kernel has bar.red sites). The reduction is runtime/barriers.py's: over the CTA's threads
+    (converged: every one), or over the threads parked at the site when the CTA is released; popc counts the
+    true predicates (u32), and/or reduce them (pred)."""
+    kind, red, _a, _cnt, pred_op = control.bar_form(t)
+    if red is None:
+        return "", f"{_RED_SITE}[lic] = 0;"
+    if len(reds) >= 255:
+        raise NoC
+    k = len(reds) + 1
+    p = e.src(pred_op, "pred", t)
+    tt = "u32" if red == "popc" else "pred"
+    start = len(e.lines)
+    e.write(t.dsts[0], tt, "acc", ir.Instr(t.opcode, t.mods, t.dsts, t.srcs, None, t.line, t.text))
+    write = " ".join(e.lines[start:])
+    del e.lines[start:]
+    step = {"popc": "acc += x;", "and": "acc &= x;", "or": "acc |= x;"}[red]
+    init = "1" if red == "and" else "0"
+    conv = (f"{{ uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) {{ uint32_t x = {p}; {step} }} "
+            f"for (lic = 0; lic < cs; lic++) {{ {write} }} }}")
+    at = f"ts[lic] == {T_BAR} && {_RED_SITE}[lic] == {k}"
+    reds.append(f"uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) if ({at}) {{ uint32_t x = {_RED_PRED}[lic]; "
+                f"{step} }} for (lic = 0; lic < cs; lic++) if ({at}) {{ {write} }}")
+    return conv, f"{_RED_SITE}[lic] = {k}; {_RED_PRED}[lic] = {p};"
+
+
+def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None] | None:
+    """(C code of a loop's body without suspension sites, the C condition for running it, C code of its checking
+    pass or None) or None (not possible). Each access is unguarded and one _fast_kind serves, checked without a
+    branch: a bad access sets `bad` and reads at a valid address instead (shared offset 0, the allocation of its
+    pointer's hint); a bad shared store writes at offset 0 (a bad shared access is a fault, which running the loop
+    again with suspensions then raises, and a faulted launch's shared memory is gone with it), while a global
+    store's loop is checked in a first pass (the third element: the body without the store) and stored in a second
+    only when every address passed. No register is read before it is written in the loop, so that running the loop
+    again from its first thread computes the same (a loop holds one store at most: _loops; made again, its stores
+    leave memory as they were)."""
+    accesses = [ins for ins in body if ins.opcode in ("ld", "ldu", "st")]
+    if not _rerunnable(body, regs) or any(_fast_kind(e, ins) is None for ins in accesses):
         return None
-    e.loop_sizes = set()
+    e.loop_sizes, e.loop_conds = set(), set()
     code = _body_code(e, body, fast=True)
-    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves)
-    return code, " && ".join(f"shok{z}" for z in sorted(e.loop_sizes)) or "1"
+    check = None
+    if any(ins.opcode == "st" and _fast_kind(e, ins) == "global" for ins in accesses):
+        check = _body_code(e, body, fast="check")
+    # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves; a pointer
+    # without a hint yet: that loop makes one)
+    conds = [f"shok{z}" for z in sorted(e.loop_sizes)] + sorted(e.loop_conds)
+    return code, " && ".join(conds) or "1", check
 
 
-def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool = False) -> str:
+def _fast_kind(e: CtaEmitter, ins: ir.Instr) -> str | None:
+    """How a loop without suspensions makes an access: 'shared' (its CTA's window), 'global' (a global or constant
+    address inside the allocation its pointer used last: threadgen's hint), 'kparam' (a kernel parameter by name,
+    the same bytes for every thread); None: only with suspensions (guarded, local, generic, a sharing access)."""
+    if ins.guard is not None:
+        return None
+    if _shared_space(ins):
+        return "shared"
+    if set(ins.mods) & SHARING_MODS:
+        return None
+    try:
+        space = threadgen.store_form(e, ins)[0] if ins.opcode == "st" else load_form(e, ins)[0]
+        kind = e.address(ins.srcs[0], ins)[0]
+    except (NoC, CudaError):
+        return None
+    if kind == "kparam":
+        return "kparam" if space == "param" and ins.opcode != "st" else None
+    if kind in ("reg", "const") and (space == "global" or (space == "const" and ins.opcode != "st")):
+        return "global"
+    return None
+
+
+def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) -> str:
     """The C code of one thread's part of a loop (with suspension sites of its own: each copy of a loop is emitted
-    anew); fast: shared accesses without them (_fast_code)."""
+    anew); fast: accesses without them (_fast_code), "check": global stores only checked (_fast_global_store)."""
     e.label()                          # (a pointer checked in another loop is another thread's)
     start = len(e.lines)
     try:
         for ins in body:
-            if ins.opcode in ("ld", "ldu", "st") and set(ins.mods) & (SHARING_MODS - {"volatile"}):
-                raise NoC
-            if fast and ins.opcode in ("ld", "ldu"):
-                _fast_shared_load(e, ins)
-            elif fast and ins.opcode == "st":
-                _fast_shared_store(e, ins)
+            if ins.opcode in ("ld", "ldu", "st") and "mmio" in ins.mods:
+                raise NoC              # (volatile and scoped accesses: plain ones here, ctaatomic.py)
+            kind = _fast_kind(e, ins) if fast and ins.opcode in ("ld", "ldu", "st") else None
+            if kind == "shared":
+                (_fast_shared_store if ins.opcode == "st" else _fast_shared_load)(e, ins)
+            elif kind == "kparam":
+                _fast_kparam_load(e, ins)
+            elif kind == "global":
+                (_fast_global_store if ins.opcode == "st" else _fast_global_load)(e, ins, fast == "check")
             else:
                 e.emit(ins)
         return " ".join(e.lines[start:])
@@ -466,6 +606,71 @@ def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
         e.lines.append(f"{ct} {x} = {v}; memcpy(sb + {o}i + {k * size}, &{x}, {size});")
 
 
+def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool = True) -> str:
+    """C statements of a global access's host pointer (returned) checked as threadgen's TG checks an address
+    against its pointer's hint (inside that allocation, aligned to the access size) without a branch: a bad
+    address sets `bad` and points at the allocation's start instead. check False: the address passed a checking
+    pass already (a store's second pass)."""
+    try:
+        kind, _, off = e.address(ins.srcs[0], ins)
+    except CudaError:
+        raise NoC from None
+    hint = e.hint((ins.srcs[0].base.name if kind == "reg" else off, vsize))
+    e.loop_conds.add(f"{hint}lim")
+    a, p = e.fresh("ga"), e.fresh("gp")
+    e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
+    if not check:
+        e.lines.append(f"uint8_t *{p} = (uint8_t *)(uintptr_t)({a} + hd);")
+        return p
+    ok = e.fresh("gk")
+    e.lines.append(f"uint32_t {ok} = ({a} - {hint}lo < {hint}lim) & (({a} & {vsize - 1}) == 0); bad |= {ok} ^ 1; "
+                   f"uint8_t *{p} = (uint8_t *)(uintptr_t)(({ok} ? {a} : {hint}lo) + hd);")
+    return p
+
+
+def _fast_global_load(e: CtaEmitter, ins: ir.Instr, check_pass: bool = False) -> None:
+    """An unguarded global (or constant) load through _fast_global_address (a bad one reads the allocation's
+    first bytes: the loop runs again with suspensions)."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    _fast_read(e, ins, _fast_global_address(e, ins, size * len(dsts)), dsts, size, lt)
+
+
+def _fast_kparam_load(e: CtaEmitter, ins: ir.Instr) -> None:
+    """A kernel parameter by name: its bytes checked once per launch (threadgen.kparam_pointer; the loop runs when
+    they are inside the parameters)."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    try:
+        off = e.address(ins.srcs[0], ins)[2]
+    except CudaError:
+        raise NoC from None
+    p = threadgen.kparam_pointer(e, off, size * len(dsts))
+    e.loop_conds.add(f"({p} != 0)")
+    _fast_read(e, ins, p, dsts, size, lt)
+
+
+def _fast_read(e: CtaEmitter, ins: ir.Instr, p: str, dsts: list, size: int, lt: str) -> None:
+    """Each element of a load at pointer p, widened or narrowed to its register (as threadgen's loads)."""
+    for k, d in enumerate(dsts):
+        if isinstance(d, ir.Reg) and d.name == "_":
+            continue
+        x = e.fresh("fx")
+        e.lines.append(f"{ctype(lt)} {x} = 0; memcpy(&{x}, {p} + {k * size}, {size});")
+        e.write(d, lt, x, ins)
+
+
+def _fast_global_store(e: CtaEmitter, ins: ir.Instr, check_pass: bool = False) -> None:
+    """An unguarded global store: in the first pass its address only checked, in the second (run only when every
+    address of the loop passed the first) stored without a check."""
+    space, size, ct, vals = threadgen.store_form(e, ins)
+    p = _fast_global_address(e, ins, size * len(vals), check=check_pass)
+    if check_pass:
+        e.lines.append(f"(void){p};")
+        return
+    for k, v in enumerate(vals):
+        x = e.fresh("fv")
+        e.lines.append(f"{ct} {x} = {v}; memcpy({p} + {k * size}, &{x}, {size});")
+
+
 def _shared_at_cta(code: str) -> str:
     """threadgen's shared accesses (TS: the window of lane i's CTA) with the CTA's window read once (TSC)."""
     return code.replace("TS(M, i, ", "TSC(sb, shl, ")
@@ -481,16 +686,23 @@ class CtaCode(ThreadCode):
     same suspensions, accounting and unfit rule), with its register file where the thread code has its barrier
     array."""
 
-    def __init__(self, fn, name: str, state: int, rf_bytes: int) -> None:
+    res_dispatch = RES_DISPATCH
+
+    def __init__(self, fn, name: str, state: int, registers: ctaatomic.CtaRegisters) -> None:
         super().__init__(fn, name, state)
-        self.rf_bytes = rf_bytes
+        self.registers = registers
+        self.rf_bytes = registers.nbytes
+        self.set_aside = 0            # CTAs set aside while others ran (ctaatomic.run_talking), all chunks together
 
     def state_words(self, ctasize: int) -> int:
         return self.state + (self.rf_bytes + 7) // 8
 
     def _run_chunk(self, S, L, T, st, ctx, txp, stp, told) -> None:
         try:
-            super()._run_chunk(S, L, T, st, ctx, txp, stp, told)
+            if self.registers.talking:       # CTAs that talk: one at a time, set aside when they wait
+                ctaatomic.run_talking(self, S, L, T, st, ctx, txp, stp)
+            else:
+                super()._run_chunk(S, L, T, st, ctx, txp, stp, told)
         except CudaError as e:
             if str(e).endswith("native code returned -2"):   # (dispatch: a PC past the last block)
                 raise CudaError("cudaErrorLaunchFailure", f"{self.name}: fell off the end of the code") from None

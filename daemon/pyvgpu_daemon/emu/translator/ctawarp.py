@@ -58,7 +58,7 @@ def read_across(kernel, regs) -> set[str]:
 PRELUDE = r"""
 #define WBIT(hm, t) (((hm)[(t) >> 5] >> ((t) & 31)) & 1)
 static __attribute__((noinline)) int WREADY(uint32_t *hm, int64_t cs, int64_t conv, const int32_t *act, int64_t n,
-                                            uint8_t *ts, int32_t *wf, const uint32_t *mk, int waits) {
+                                            uint8_t *ts, uint64_t *wf, const uint32_t *mk, int waits) {
     const int64_t nw = (cs + 31) >> 5;
     if (conv) {
         for (int64_t w = 0; w < nw; w++) hm[w] = cs - 32 * w >= 32 ? 0xFFFFFFFFu : (uint32_t)((UINT64_C(1) << (cs - 32 * w)) - 1);

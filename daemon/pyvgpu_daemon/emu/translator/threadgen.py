@@ -129,18 +129,19 @@ def eligible_reason(kernel) -> str | None:
     return blocks_reason(kernel) or _warp_synchronous_reason(kernel)
 
 
-def blocks_reason(kernel, warp_ok=None) -> str | None:
+def blocks_reason(kernel, sharing=None, bar_red: bool = False, warp_ok=None) -> str | None:
     """Why a kernel's blocks cannot run as whole-kernel C code (this module's and ctagen.py's): a sharing access
-    (_sharing_reason), a call, a barrier other than `bar.sync 0` for all threads, a warp operation (but those
-    warp_ok(terminator) accepts: ctawarp.supported for the CTA code), another terminator than a branch or exit
-    (None: none of those)."""
-    why = _sharing_reason(kernel)
+    (`sharing`, default _sharing_reason; ctagen.py passes ctaatomic.sharing_reason), a call, a barrier other than
+    `bar.sync 0` for all threads (or `bar.red` on barrier 0 for all threads, where bar_red: ctagen.py), a warp
+    operation (but those warp_ok(terminator) accepts: ctawarp.supported for ctagen.py), another terminator than a
+    branch or exit (None: none of those)."""
+    why = (sharing or _sharing_reason)(kernel)
     if why is not None:
         return why
     if kernel.flat.calls or kernel.flat.out_of_line:
         return "out-of-line calls"
     for b in kernel.blocks:
-        if b.kind == "bar" and not _plain_sync(kernel, b.term):
+        if b.kind == "bar" and not _plain_sync(kernel, b.term, bar_red):
             return f"a barrier other than bar.sync 0 for all threads at line {b.term.line}"
         if b.kind == "warp" and not (warp_ok is not None and warp_ok(b.term)):
             return f"a warp operation at line {b.term.line}"
@@ -184,14 +185,14 @@ def slower_reason(kernel) -> str | None:
     return "barriers with no loop between two of them (a thread at a time is no faster there)"
 
 
-def _plain_sync(kernel, t: ir.Instr) -> bool:
+def _plain_sync(kernel, t: ir.Instr, bar_red: bool = False) -> bool:
     """`bar.sync 0` / `barrier.sync 0` for all threads, unguarded (__syncthreads): the lockstep runtime's plain path
     (runtime/barriers.py: a CTA goes on once each of its threads waits at some such barrier or has exited), which
     the thread code reproduces; bar.red, ids, counts and bar.arrive stay with the runtime."""
     if kernel.named_barriers:
         return False
     try:
-        return control.plain_barrier(t) and control.bar_form(t)[1] is None
+        return control.plain_barrier(t) and (bar_red or control.bar_form(t)[1] is None)
     except CudaError:
         return False
 
@@ -374,13 +375,7 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
     if kind == "kparam":
         if space != "param" or store:
             raise NoC                      # the NumPy code reports it
-        # the same bytes for every thread: checked once, before the thread loop (a kernel's parameters are read-only)
-        kp = e.kparams.get((off, vsize))
-        if kp is None:
-            kp = e.kparams[(off, vsize)] = f"kp{len(e.kparams)}"
-            e.prologue.append(f"int64_t {kp}k; uint64_t {kp}o; uint8_t *{kp} = TKP(M, UINT64_C({off:#x}), {vsize}, "
-                              f"&{kp}k, &{kp}o);")
-        where = f"{kp}; {k} = {K_KPARAM}; {o} = UINT64_C({off:#x})"
+        where = f"{kparam_pointer(e, off, vsize)}; {k} = {K_KPARAM}; {o} = UINT64_C({off:#x})"
     else:
         if kind not in ("reg", "const"):
             raise NoC
@@ -416,6 +411,17 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
             decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {old}; if (!{p}) {p} = {where};"
         e.checked[key] = p
     return decl, p, (k, o)
+
+
+def kparam_pointer(e: ThreadEmitter, off: int, vsize: int) -> str:
+    """The C pointer to vsize bytes of the kernel parameters at off (0: past them, Python raises the error): the
+    same bytes for every thread, checked once before the thread loop (a kernel's parameters are read-only)."""
+    kp = e.kparams.get((off, vsize))
+    if kp is None:
+        kp = e.kparams[(off, vsize)] = f"kp{len(e.kparams)}"
+        e.prologue.append(f"int64_t {kp}k; uint64_t {kp}o; uint8_t *{kp} = TKP(M, UINT64_C({off:#x}), {vsize}, "
+                          f"&{kp}k, &{kp}o);")
+    return kp
 
 
 def _tld(e: ThreadEmitter, ins: ir.Instr) -> None:
@@ -806,17 +812,22 @@ class ThreadCode:
                 return
             if rc == R_SLOW:
                 self.suspended += 1
-                _slow_access(S, int(st[ST_I]), int(st[ST_KIND]), bool(st[ST_WRITE]), int(st[ST_ADDR]),
+                _slow_access(S, int(st[ST_I]), int(st[ST_KIND]), int(st[ST_WRITE]), int(st[ST_ADDR]),
                              int(st[ST_SIZE]), stp + 8 * ST_VAL)
             elif rc != R_TICK:
                 raise CudaError("cudaErrorLaunchFailure", f"{self.name}: native code returned {rc}")
             ctx = S.memctx()          # (the slow path may have changed nothing; cheap when it did not)
 
 
-def _slow_access(S, lane: int, kind: int, write: bool, addr: int, size: int, buf: int) -> None:
-    """One access the C code could not serve, as runtime/spaces.py serves it (or raises its fault)."""
+W_ATOMIC = 2                    # st[ST_WRITE] of an atomic (ctaatomic.py): resolved as a store, its address handed back
+
+
+def _slow_access(S, lane: int, kind: int, write: int, addr: int, size: int, buf: int) -> None:
+    """One access the C code could not serve, as runtime/spaces.py serves it (or raises its fault); write
+    W_ATOMIC: checked as a store, and the host address of its bytes put in `buf` for the C code's
+    read-modify-write (ctaatomic.py: one suspension per atomic, the bytes never copied)."""
     if kind == K_GLOBAL:
-        heap, boff, _ = S._global(np.array([addr], np.uint64), size, write, None)[0]
+        heap, boff, _ = S._global(np.array([addr], np.uint64), size, write != 0, None)[0]
         at = heap.ctypes.data + int(boff[0])
         if int(boff[0]) + size > heap.size:
             raise IndexError("global access past the end of its memory")
@@ -828,9 +839,11 @@ def _slow_access(S, lane: int, kind: int, write: bool, addr: int, size: int, buf
     else:
         what = {K_SHARED: "shared", K_LOCAL: "local", K_PARAM: "param"}[kind]
         lanes = np.array([lane])
-        b, boff = S._window_part(what, np.array([addr], np.uint64), write, size, lanes)
+        b, boff = S._window_part(what, np.array([addr], np.uint64), write != 0, size, lanes)
         at = b.ctypes.data + int(boff[0])
-    if write:
+    if write == W_ATOMIC:
+        ctypes.c_uint64.from_address(buf).value = at
+    elif write:
         ctypes.memmove(at, buf, size)
     else:
         ctypes.memmove(buf, at, size)
