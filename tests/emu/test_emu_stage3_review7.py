@@ -27,8 +27,9 @@ def every_stage3_kernel(monkeypatch):
     monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
 
 
-def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, **kw):
-    """(what params' read-back returns, or (error code, read-back) after an error)."""
+def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, require=True, **kw):
+    """(what params' read-back returns, or (error code, read-back) after an error); require: the kernel must run a
+    CTA at a time in mode CTA."""
     mem = mem or DeviceMemory(1 << 40, 1 << 24)
     mod = _module(ptx, mode, mem, **kw)
     raw, read = params(mem)
@@ -38,7 +39,7 @@ def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, **kw):
         mod.launch(name, grid, block, shared, raw)
     except CudaError as e:
         return ("error", e.code, read(mem))
-    if mode is CTA:
+    if mode is CTA and require:
         assert isinstance(mod.kernel(name).native_make(), ctagen.CtaCode), "the kernel did not run a CTA at a time"
     return read(mem)
 
@@ -93,3 +94,226 @@ def test_a_register_read_before_its_one_definition_is_per_thread(block):
     want = np.ones(grid * block, np.uint32)
     assert (off == want).all()
     assert (on == want).all(), np.nonzero(on != want)
+
+
+HEAD80 = ".version 8.0\n.target sm_80\n.address_size 64\n"
+
+
+# ---------------------------------------------------------------- ctaatom7: atomics a CTA at a time
+# Atomics through generic addresses into shared and global memory, 16/32/64-bit integer and f32/f64 types, with
+# contention (a few addresses per CTA), their old values in thread order; per thread 10 words out, then the
+# shared words and the global words after. Each global word is touched by one instruction only, so the order
+# across CTAs (one after the other here, lane order over the chunk on the lockstep path) gives the same bits.
+ATOMS = HEAD80 + """
+.visible .entry atoms(.param .u64 out, .param .u64 gw, .param .u64 in, .param .u32 lim)
+{
+  .reg .pred %p<4>; .reg .b16 %h<4>; .reg .b32 %r<40>; .reg .b64 %rd<40>; .reg .f32 %f<8>; .reg .f64 %fd<8>;
+  .shared .align 8 .b8 sh[128];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [gw]; ld.param.u64 %rd3, [in]; ld.param.u32 %r30, [lim];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd4, %r4, 8; add.s64 %rd5, %rd3, %rd4;
+  ld.global.u64 %rd6, [%rd5];
+  cvt.u32.u64 %r5, %rd6;
+  mov.u32 %r20, %r5; shr.u64 %rd31, %rd6, 32; cvt.u32.u64 %r21, %rd31;
+  setp.lt.u32 %p1, %r1, 16;
+  mov.u64 %rd7, sh;
+  @!%p1 bra INITED;
+  shl.b32 %r6, %r1, 3; cvt.u64.u32 %rd8, %r6; add.s64 %rd9, %rd7, %rd8;
+  add.s64 %rd10, %rd3, %rd8;
+  ld.global.u64 %rd11, [%rd10];
+  st.shared.u64 [%rd9], %rd11;
+INITED:
+  bar.sync 0;
+  cvta.shared.u64 %rd12, %rd7;
+  cvta.global.u64 %rd13, %rd2;
+  and.b32 %r7, %r1, 3; shl.b32 %r8, %r7, 2; cvt.u64.u32 %rd14, %r8;
+  add.s64 %rd15, %rd12, %rd14;
+  atom.add.u32 %r10, [%rd15], %r5;
+  and.b32 %r9, %r1, 1; shl.b32 %r9, %r9, 3; cvt.u64.u32 %rd16, %r9;
+  add.s64 %rd17, %rd7, %rd16;
+  atom.shared.min.s64 %rd18, [%rd17+16], %rd6;
+  atom.max.u64 %rd19, [%rd12+32], %rd6;
+  and.b64 %rd20, %rd6, 3;
+  atom.cas.b64 %rd21, [%rd12+40], %rd20, %rd6;
+  cvt.u16.u32 %h1, %r21; and.b16 %h2, %h1, 1;
+  atom.shared.cas.b16 %h3, [sh+48], %h2, %h1;
+  cvt.u32.u16 %r11, %h3;
+  and.b64 %rd22, %rd6, 0x800FFFFFFFFFFFFF; or.b64 %rd22, %rd22, 0x3FF0000000000000; mov.b64 %fd2, %rd22;
+FLT  atom.global.add.f64 %fd3, [%rd2], %fd2;
+  mov.b32 %f1, %r20;
+  add.s64 %rd23, %rd13, %rd14;
+FLT  atom.add.f32 %f2, [%rd23+8], %f1;
+  atom.global.exch.b32 %r12, [%rd2+24], %r21;
+  atom.global.inc.u32 %r13, [%rd2+28], %r30;
+  atom.global.dec.u32 %r14, [%rd2+32], %r30;
+  red.shared.xor.b32 [sh+52], %r20;
+  atom.global.exch.b64 %rd24, [%rd2+40], %rd6;
+FLT  red.add.f32 [%rd13+48], %f1;
+  mul.wide.u32 %rd25, %r4, 64; add.s64 %rd26, %rd1, %rd25;
+  mov.b64 %rd27, %fd3; mov.b32 %r15, %f2;
+  st.global.v4.u32 [%rd26], {%r10, %r11, %r12, %r13};
+  st.global.v2.u32 [%rd26+16], {%r14, %r15};
+  st.global.v2.u64 [%rd26+32], {%rd18, %rd19};
+  st.global.v2.u64 [%rd26+48], {%rd21, %rd27};
+  st.global.u64 [%rd26+24], %rd24;
+  bar.sync 0;
+  @!%p1 bra DONE;
+  mul.wide.u32 %rd28, %r3, 128; add.s64 %rd29, %rd2, %rd28; add.s64 %rd29, %rd29, %rd8;
+  ld.shared.u64 %rd30, [%rd9];
+  st.global.u64 [%rd29+64], %rd30;
+DONE:
+  ret;
+}
+"""
+NAN_A, NAN_B = 0x7FC00123, 0xFFA00456          # f32 NaNs with payloads (the second one signalling)
+
+
+def _atoms_data(grid: int, block: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 1 << 64, grid * block, dtype=np.uint64)
+    lo = (d & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    # f32 halves: some NaNs with payloads, zeros of both signs, subnormals, large and small magnitudes
+    special = np.array([NAN_A, NAN_B, 0x80000000, 0x00000000, 0x00000003, 0x80400000, 0x7F7FFFFF, 0x3F800001],
+                       np.uint32)
+    pick = rng.integers(0, 3 * len(special), lo.size)
+    lo = np.where(pick < len(special), special[np.minimum(pick, len(special) - 1)], lo)
+    return (d & np.uint64(0xFFFFFFFF00000000)) | lo.astype(np.uint64)
+
+
+def _add(a, b):
+    """a + b as an x86 SSE add (ops/atomic's NumPy arrays; the C code's): a NaN operand's payload, quieted."""
+    with np.errstate(all="ignore"):
+        return (np.array([a]) + np.array([b], np.array([a]).dtype))[0]
+
+
+def _atoms_host(data: np.ndarray, grid: int, block: int, lim: int, floats: bool):
+    """Serial application in thread order: (out words per thread as uint32 [n, 16], shared words per CTA, global
+    words)."""
+    M32, M64 = 0xFFFFFFFF, (1 << 64) - 1
+    n = grid * block
+    out = np.zeros((n, 16), np.uint32)
+    sh_final = np.zeros((grid, 16), np.uint64)
+    g = dict(f64=[0.0, 0.0], f32=[np.float32(0)] * 4, exch32=0, inc=0, dec=0, exch64=0, red=np.float32(0))
+    gbits = lambda x: int(np.float32(x).view(np.uint32))       # noqa: E731
+    for c in range(grid):
+        sh = [int(data[k]) if k < block else 0 for k in range(16)]   # (threads 0..15 set them)
+
+        def w32(k):
+            word = sh[k // 2]
+            return (word >> (32 * (k % 2))) & M32
+
+        def set32(k, v):
+            word = sh[k // 2]
+            sh[k // 2] = (word & ~(M32 << (32 * (k % 2)))) | (v << (32 * (k % 2)))
+
+        def s64(x):
+            return x - (1 << 64) if x >> 63 else x
+        rows = [dict() for _ in range(block)]
+        vals = [int(data[c * block + t]) for t in range(block)]
+        for t, v in enumerate(vals):                       # atom.add.u32 at sh + 4 * (t & 3)
+            k = t & 3
+            rows[t][0] = w32(k)
+            set32(k, (w32(k) + (v & M32)) & M32)
+        for t, v in enumerate(vals):                       # atom.min.s64 at sh + 16 + 8 * (t & 1)
+            k = 2 + (t & 1)
+            rows[t]["min"] = sh[k]
+            sh[k] = sh[k] if s64(sh[k]) < s64(v) else v
+        for t, v in enumerate(vals):                       # atom.max.u64 at sh + 32
+            rows[t]["max"] = sh[4]
+            sh[4] = max(sh[4], v)
+        for t, v in enumerate(vals):                       # atom.cas.b64 at sh + 40
+            rows[t]["cas"] = sh[5]
+            sh[5] = v if sh[5] == (v & 3) else sh[5]
+        for t, v in enumerate(vals):                       # atom.cas.b16 at sh + 48
+            h1 = (v >> 32) & 0xFFFF
+            old = sh[6] & 0xFFFF
+            rows[t][1] = old
+            if old == (h1 & 1):
+                sh[6] = (sh[6] & ~0xFFFF) | h1
+        for t, v in enumerate(vals):                       # atom.global.add.f64 at gw
+            b = (v & 0x800FFFFFFFFFFFFF) | 0x3FF0000000000000
+            old = g["f64"][0]
+            rows[t]["f64"] = int(np.float64(old).view(np.uint64)) if floats else 0
+            g["f64"][0] = _add(np.float64(old), np.uint64(b).view(np.float64))
+        for t, v in enumerate(vals):                       # atom.add.f32 at gw + 8 + 4 * (t & 3)
+            k = t & 3
+            old = g["f32"][k]
+            rows[t][5] = gbits(old) if floats else 0
+            g["f32"][k] = _add(old, np.uint32(v & M32).view(np.float32))
+        for t, v in enumerate(vals):                       # exch.b32 at gw + 24, inc / dec at + 28 / + 32
+            rows[t][2] = g["exch32"]
+            g["exch32"] = v >> 32
+            rows[t][3] = g["inc"]
+            g["inc"] = 0 if g["inc"] >= lim else g["inc"] + 1
+            rows[t][4] = g["dec"]
+            g["dec"] = lim if g["dec"] == 0 or g["dec"] > lim else g["dec"] - 1
+        for t, v in enumerate(vals):                       # red.xor.b32 at sh + 52
+            set32(13, w32(13) ^ (v & M32))
+        for t, v in enumerate(vals):                       # exch.b64 at gw + 40, red.add.f32 at gw + 48
+            rows[t]["x64"] = g["exch64"]
+            g["exch64"] = v
+            g["red"] = _add(g["red"], np.uint32(v & M32).view(np.float32))
+        for t in range(block):
+            r = rows[t]
+            o = out[c * block + t]
+            o[0:6] = [r[0], r[1], r[2], r[3], r[4], r[5]]
+            o[6:8] = [r["x64"] & M32, r["x64"] >> 32]
+            for k, key in ((8, "min"), (10, "max"), (12, "cas"), (14, "f64")):
+                o[k:k + 2] = [r[key] & M32, r[key] >> 32]
+        sh_final[c] = sh
+    gw = np.zeros(16 + 32 * grid, np.uint32)
+    if not floats:
+        g.update(f64=[0.0, 0.0], f32=[np.float32(0)] * 4, red=np.float32(0))
+    f64 = int(np.float64(g["f64"][0]).view(np.uint64))
+    gw[0:2] = [f64 & M32, f64 >> 32]
+    gw[2:6] = [gbits(x) for x in g["f32"]]
+    gw[6:9] = [g["exch32"], g["inc"], g["dec"]]
+    gw[10:12] = [g["exch64"] & M32, g["exch64"] >> 32]
+    gw[12] = gbits(g["red"])
+    for c in range(grid):
+        words = np.where(np.arange(16) < block, sh_final[c], 0).astype(np.uint64)
+        gw[16 + 32 * c: 16 + 32 * c + 32] = np.stack([words & np.uint64(M32), words >> np.uint64(32)],
+                                                            1).reshape(-1).astype(np.uint32)
+    return out.reshape(-1), gw
+
+
+def _atoms_ptx(floats: bool) -> str:
+    return "\n".join(x[3:] if x.startswith("FLT") else x for x in ATOMS.split("\n") if floats or
+                     not x.startswith("FLT"))
+
+
+@pytest.mark.parametrize("block", [1, 33, 64, 256])
+@pytest.mark.parametrize("tick", [None, 3], ids=["plain", "suspended every 3"])
+def test_atomics_through_generic_addresses_every_width(monkeypatch, block, tick):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    _atoms_case(block, floats=False)
+
+
+# f32 and f64 adds (atom and red) whose operands include NaNs with payloads: a sum of two NaNs keeps the payload of
+# the machine add's first operand, which NumPy's `old + b` keeps in order and the C compiler was free to swap (CTAs
+# of 256: the C code stored the second NaN, the lockstep path the first); such adds keep the other paths
+# (ctaatomic.emit).
+@pytest.mark.parametrize("block", [33, 256])
+def test_float_atomic_adds_store_the_lockstep_nans(block):
+    _atoms_case(block, floats=True)
+
+
+def _atoms_case(block: int, floats: bool) -> None:
+    grid, lim = 3, 37
+    data = _atoms_data(grid, max(block, 16), block)[:grid * max(block, 16)]
+    gwords = 16 + 32 * grid
+
+    def params(mem):
+        out, gw, src = mem.alloc(64 * grid * block), mem.alloc(4 * gwords), mem.alloc(data.nbytes)
+        mem.write(src, data.tobytes())
+        return struct.pack("<QQQI", out, gw, src, lim), \
+            lambda m: (np.frombuffer(bytes(m.read(out, 64 * grid * block)), np.uint32).copy(),
+                       np.frombuffer(bytes(m.read(gw, 4 * gwords)), np.uint32).copy())
+    on = _launch(_atoms_ptx(floats), "atoms", CTA, grid, block, params, require=not floats)
+    off = _launch(_atoms_ptx(floats), "atoms", OFF, grid, block, params)
+    want = _atoms_host(data, grid, block, lim, floats)
+    for got in (off, on):
+        assert (got[0] == want[0]).all(), np.nonzero(got[0] != want[0])
+        assert (got[1] == want[1]).all(), np.nonzero(got[1] != want[1])

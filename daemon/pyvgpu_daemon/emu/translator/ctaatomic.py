@@ -8,7 +8,8 @@ atomic in lane order too). An atomic is checked as a store of its size (threadge
 allocation or the CTA's window); one the C code cannot serve suspends with st[ST_WRITE] = threadgen.W_ATOMIC,
 Python checks it as runtime/spaces.py checks a store (or raises its fault) and hands back the address of its
 bytes, and the C code does the read-modify-write there. Its semantics are ops/atomic.combine's, written in C
-(every operation and type of ops/atomic.ATOMIC_TYPES but the half-precision adds, which keep the other paths).
+(every operation and type of ops/atomic.ATOMIC_TYPES but the float and half-precision adds, which keep the other
+paths).
 
 Volatile, relaxed, acquire and release loads and stores are plain checked accesses here, and membar/fence and
 nanosleep are nothing: the C function is the only code touching the launch's memory while it runs (a kernel
@@ -77,7 +78,10 @@ def emit(e, ins: ir.Instr) -> None:
         space, op, t = _atom_mods(ins)
     except CudaError:
         raise NoC from None
-    if t in HALF_ADD:
+    if t in HALF_ADD or (op == "add" and t in ("f32", "f64")):
+        # (float adds: which NaN operand's payload a sum of two NaNs keeps is the operand order of the machine add;
+        # the C compiler may swap a commutative add's operands where NumPy's `old + b` keeps the old value's, so
+        # the two paths stored different NaNs (review7): the other paths serve them)
         raise NoC
     w = BITS[t]
     size, ut = w // 8, f"uint{w}_t"
@@ -112,8 +116,6 @@ def _combine(op: str, t: str, ob: str, b: str, c: str | None) -> str:
     w = BITS[t]
     ut = f"uint{w}_t"
     if op == "add":
-        if t in ("f32", "f64"):
-            return f"B{w}(F{w}({ob}) + F{w}({b}))"
         return f"({ut})({ob} + {b})"
     if op in ("min", "max"):
         st = f"int{w}_t" if t in SIGNED else ut
