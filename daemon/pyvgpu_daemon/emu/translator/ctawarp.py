@@ -61,7 +61,8 @@ static __attribute__((noinline)) int WREADY(uint32_t *hm, int64_t cs, int64_t co
                                             uint8_t *ts, uint64_t *wf, const uint32_t *mk, int waits) {
     const int64_t nw = (cs + 31) >> 5;
     if (conv) {
-        for (int64_t w = 0; w < nw; w++) hm[w] = cs - 32 * w >= 32 ? 0xFFFFFFFFu : (uint32_t)((UINT64_C(1) << (cs - 32 * w)) - 1);
+        for (int64_t w = 0; w < nw; w++)
+            hm[w] = cs - 32 * w >= 32 ? 0xFFFFFFFFu : (uint32_t)((UINT64_C(1) << (cs - 32 * w)) - 1);
         return 1;
     }
     for (int64_t w = 0; w < nw; w++) hm[w] = 0;
