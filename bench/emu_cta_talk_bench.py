@@ -17,8 +17,6 @@ the repetitions is printed.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import struct
 import sys
 from pathlib import Path
@@ -34,7 +32,7 @@ from pyvgpu_daemon.emu.memory import DeviceMemory  # noqa: E402
 from pyvgpu_daemon.emu.module import EmuModule  # noqa: E402
 from pyvgpu_daemon.emu.translator import ctagen  # noqa: E402
 
-from emu_sample_kernels_bench import best_cpu_seconds  # noqa: E402 (bench/: this script's directory)
+from emu_sample_kernels_bench import alternate_modes, best_cpu_seconds  # noqa: E402 (bench/: this script's directory)
 
 N = 1 << 20
 MODES = ("CTA", "lockstep native", "lockstep NumPy")
@@ -84,18 +82,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--launches", type=int, default=3)
     args = ap.parse_args()
-    res: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
-    for _ in range(args.reps):
-        for m in MODES:                            # alternating, so a change of load hits every mode
-            for k, v in _measure(m, args.launches).items():
-                res[m].setdefault(k, []).append(v)
-            print(f"  [{m}] " + ", ".join(f"{k}: {vs[-1]:.3f} s" for k, vs in res[m].items()), flush=True)
-    print(f"\nload average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'kernel':<26}" + "".join(f"{m + ' CPU s':>22}" for m in MODES) + "  lockstep native / CTA")
-    for k in res["CTA"]:
-        med = {m: statistics.median(res[m][k]) for m in MODES}
-        print(f"{k:<26}" + "".join(f"{med[m]:>22.3f}" for m in MODES) +
-              f"  {med['lockstep native'] / med['CTA']:.2f}x")
+    alternate_modes(_measure, MODES, args.reps, args.launches, 'lockstep native', 'CTA')
 
 
 if __name__ == "__main__":
