@@ -58,8 +58,11 @@ def run_once(exe: Path, args: tuple[str, ...], workdir: Path, tree: Path | None,
     """(wall seconds or None when stopped at the timeout, daemon CPU seconds, the program's result line)."""
     denv = dict(env)
     penv = None
+    # the tree's own daemon package first (without it, "this tree" ran whatever copy site-packages holds:
+    # `python -m pyvgpu_daemon` does not find daemon/pyvgpu_daemon from the checkout's root)
+    denv["PYTHONPATH"] = os.pathsep.join(filter(None, [str((tree or ROOT) / "daemon"), str(tree or ROOT),
+                                                       None if tree is not None else os.environ.get("PYTHONPATH")]))
     if tree is not None:
-        denv["PYTHONPATH"] = os.pathsep.join([str(tree / "daemon"), str(tree)])
         lib = tree / "build" / "dev" / "lib"
         if (lib / "libvcudart.so").exists():             # the tree's own client libraries
             penv = {"LD_PRELOAD": str(lib / "libvcudart.so"),

@@ -8,6 +8,7 @@ another allocation (no fault: served by the loop with suspensions), with and wit
 thread-instructions (the hints start again after each)."""
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -180,7 +181,53 @@ def test_registers_every_thread_of_a_cta_holds_alike(k):
             kern = mod.kernel("un")
             uni = ctagen._uniform(kern, Codegen(kern).address)
             assert {"%r1", "%rd1", "%r5", "%ctaid.x"} <= uni and not {"%r6", "%r7", "%r12", "%r2"} & uni
+            offsets = [int(x) for x in re.findall(r"\(rf \+ (\d+)\)", kern.native_source)]
+            assert offsets and all(o % 64 == 0 for o in offsets)      # every register's array aligned
     tid, cta = np.tile(np.arange(BLOCK), GRID), np.repeat(np.arange(GRID), BLOCK)
     r5 = (cta * k + BLOCK).astype(np.uint32)
     want = np.stack([r5, r5 + np.where(tid >= k, tid, 0), (tid ^ 1) + k, np.where(tid < k, r5, 0)], 1)
     assert (results[0] == want).all() and (results[1] == want).all()
+
+
+# Each thread reads its shared slot before it writes it (the emulator's shared memory starts zeroed), then
+# out[g] = that + the slot of its neighbour written before the barrier.
+STALE = HEAD + """
+.visible .entry stale(.param .u64 out, .param .u32 k)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<4>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r1, [k];
+  mov.u32 %r2, %tid.x; mov.u32 %r3, %ctaid.x; mov.u32 %r4, %ntid.x;
+  mov.u32 %r5, sh; shl.b32 %r6, %r2, 2; add.s32 %r6, %r5, %r6;
+  ld.shared.u32 %r7, [%r6];
+  add.s32 %r8, %r2, %r1;
+  st.shared.u32 [%r6], %r8;
+  bar.sync 0;
+  xor.b32 %r9, %r2, 1; shl.b32 %r9, %r9, 2; add.s32 %r9, %r5, %r9;
+  ld.shared.u32 %r10, [%r9];
+  add.s32 %r10, %r10, %r7;
+  mad.lo.s32 %r11, %r3, %r4, %r2;
+  mul.wide.u32 %rd2, %r11, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r10;
+  ret;
+}
+"""
+
+
+# A chunk run again (the next launch of a one-chunk plan, or later CTAs of the same launch: Chunk.reuse / rebind)
+# starts from zeroed lane arrays after the lockstep code, and from zeroed shared memory after native code (which
+# writes no lane array, so only its shared and local memory are cleared then).
+@pytest.mark.parametrize("mode", ["cta", "numpy"])
+@pytest.mark.parametrize("chunk_ctas", [GRID, 1], ids=["the next launch", "later CTAs of the launch"])
+def test_a_chunk_run_again_starts_clean(mode, chunk_ctas):
+    mode = CTA if mode == "cta" else OFF
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(STALE, mode, mem, lanes_per_chunk=chunk_ctas * BLOCK)
+    out = mem.alloc(4 * N)
+    tid = np.tile(np.arange(BLOCK), GRID)
+    for k in range(3):
+        mod.launch("stale", (GRID, 1, 1), (BLOCK, 1, 1), 0, struct.pack("<QI", out, 10 * k + 1))
+        assert (np.frombuffer(bytes(mem.read(out, 4 * N)), np.uint32) == (tid ^ 1) + 10 * k + 1).all(), k
+        if mode is CTA:
+            assert _cta_code(mod, "stale")

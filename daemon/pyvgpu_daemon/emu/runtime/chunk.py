@@ -89,6 +89,7 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self.forced = False
         self._bound = None                        # (make, converged, masked, handlers, reset, sparse blocks)
         self._ones = None                         # T trues, read-only (SparseLanes.ones)
+        self._lanes_written = False               # the lockstep code ran here (reuse: its lane arrays zeroed too)
 
     @property
     def pbuf(self) -> np.ndarray:
@@ -104,10 +105,16 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
 
     def reuse(self) -> None:
         """The next launch of the same plan runs this chunk again (LaunchPlan.reusable: the launch's only chunk,
-        cta0 0): every array a launch writes back to zero (one fill), shared initializers, caches of the last
+        cta0 0): every array a launch writes back to zero (one fill; only shared and local memory where only
+        whole-kernel native code ran, which writes no lane array), shared initializers, caches of the last
         launch (address checks, views of its parameter buffer) dropped, registers back to zero (the generated
         reset()); the lane geometry and the bound block functions stay."""
-        self._state.buf.fill(0)
+        if self._lanes_written:
+            self._state.buf.fill(0)
+            self._lanes_written = False
+        else:                                 # (whole-kernel native code writes shared and local memory only)
+            self.smem.fill(0)
+            self.lmem.fill(0)
         if self.kernel.layout.shared_inits:
             self._init_shared()
         self.peer_mems = self.launch.peers
@@ -144,6 +151,7 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
                 return
             if L.make is None:             # (unfit since: the lockstep NumPy code, compiled once by the kernel)
                 L.make = L.kernel.make
+        self._lanes_written = True
         bound = self._bound
         if bound is None or bound[0] is not L.make:
             blocks, handlers, reset = self.bind_blocks()

@@ -36,8 +36,9 @@ Loads and stores are threadgen.py's (every access checked as runtime/spaces.py c
 serve suspends with R_SLOW, Python serves it or raises its error, and the function resumes after it, inside the
 loop: nothing is run twice). Registers are in memory Python owns (threadgen.ThreadCode.run's barrier array), so a
 suspension saves only the loop's position. Before each step the function counts the thread-instructions it ran
-and suspends with R_TICK every threadgen.TICK_EVERY of them, so the launch's budget, deadline, cancellation and
-fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns it off.
+and suspends with R_TICK every CtaCode.tick_scale * threadgen.TICK_EVERY of them, so the launch's budget, deadline,
+cancellation and fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns
+it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
 is no call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded; every instruction
@@ -175,10 +176,11 @@ class CtaEmitter(ThreadEmitter):
 
     def array(self, name: str) -> str:
         """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
-        from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache)."""
+        from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache; a
+        register kept once per CTA has 64 bytes: every array stays aligned to 64)."""
         if name not in self.offsets:
             self.offsets[name] = self.rf_bytes
-            self.rf_bytes += (1 if name in self.uniform else MAX_CTA) * _bytes(self.regs[name]) + 64
+            self.rf_bytes += 64 if name in self.uniform else MAX_CTA * _bytes(self.regs[name]) + 64
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
 
     def emit(self, ins: ir.Instr) -> None:
@@ -283,7 +285,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
-    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), _uniform(kernel, g.address))
+    # (CTAs that talk are set aside with their registers' arrays, CtaRegisters: no register is kept once for them)
+    uniform = _uniform(kernel, g.address) if kernel.independent_ctas else set()
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), uniform)
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
@@ -302,10 +306,12 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 # with them (fast_code: the loop can run twice); a global store's loop checks every address in a
                 # first pass and stores in a second, so that a bad access leaves memory as the loop found it
                 code2 = _body_code(e, body)
-                passes = (f"for (lic = 0; lic < cs; lic++) {{ {fast[0]} }}" if fast[2] is None else
-                          f"for (lic = 0; lic < cs; lic++) {{ {fast[2]} }} "
-                          f"if (!bad) {{ for (lic = 0; lic < cs; lic++) {{ {fast[0]} }} }}")
-                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {passes} }} "
+                # (ivdep: the compiler cannot tell the register file, shared memory and the heap apart through
+                # their byte pointers; they are distinct, and in a loop holds one store at most: _loops)
+                loop = '_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++)'
+                passes = (f"{loop} {{ {fast[0]} }}" if fast[2] is None else
+                          f"{loop} {{ {fast[2]} }} if (!bad) {{ {loop} {{ {fast[0]} }} }}")
+                out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
             elif any(x.opcode in ACCESS_OPCODES for x in body):
@@ -315,7 +321,8 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 out(f"if (conv) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }}")
             else:
-                out(f"if (conv) {{ for (lic = 0; lic < cs; lic++) {{ {code} }} }} "
+                once, rest = _once_first(e, body, real)
+                out(f"if (conv) {{ {_body_code(e, once)} for (lic = 0; lic < cs; lic++) {{ {_body_code(e, rest)} }} }} "
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; {code} }} }}")
         t = b.term
         nxt = b.index + 1
@@ -389,7 +396,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     body = "\n        ".join(lines)
     src = (f"int64_t {name}(int64_t i0, int64_t n0, const MemCtx *restrict M, const TX *restrict X, "
            f"uint64_t *restrict st, uint8_t *restrict rf) {{\n{hints}"
-           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n{_SHAPE}"
+           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n"
+           f"    uint8_t *const hb = (uint8_t *)hd; (void)hb;    /* (heap - base: + a global address, its byte) */\n"
+           f"{_SHAPE}"
            + "".join(f"    {x}\n" for x in e.prologue) +
            f"    {ind.join(decls)}\n"
            f"    int64_t rc = {R_DONE}, cnt = 0, lim = X->every, cl = i0 / cs, c1 = n0 / cs, cta = 0, ib = 0;\n"
@@ -476,9 +485,9 @@ def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
     return conv, f"{_RED_SITE}[lic] = {k}; {_RED_PRED}[lic] = {p};"
 
 
-def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None] | None:
+def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None, str] | None:
     """(C code of a loop's body without suspension sites, the C condition for running it, C code of its checking
-    pass or None) or None (not possible). Each access is unguarded and one _fast_kind serves, checked without a
+    pass or None, C code run once before them: _once_first) or None (not possible). Each access is unguarded and one _fast_kind serves, checked without a
     branch: a bad access sets `bad` and reads at a valid address instead (shared offset 0, the allocation of its
     pointer's hint); a bad shared store writes at offset 0 (a bad shared access is a fault, which running the loop
     again with suspensions then raises, and a faulted launch's shared memory is gone with it), while a global
@@ -490,14 +499,33 @@ def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str
     if not _rerunnable(body, regs) or any(_fast_kind(e, ins) is None for ins in accesses):
         return None
     e.loop_sizes, e.loop_conds = set(), set()
-    code = _body_code(e, body, fast=True)
+    once, rest = _once_first(e, body, regs)
+    pre = _body_code(e, once, fast=True)
+    code = _body_code(e, rest, fast=True)
     check = None
     if any(ins.opcode == "st" and _fast_kind(e, ins) == "global" for ins in accesses):
-        check = _body_code(e, body, fast="check")
+        check = _body_code(e, rest, fast="check")
     # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves; a pointer
     # without a hint yet: that loop makes one)
     conds = [f"shok{z}" for z in sorted(e.loop_sizes)] + sorted(e.loop_conds)
-    return code, " && ".join(conds) or "1", check
+    return code, " && ".join(conds) or "1", check, pre
+
+
+def _once_first(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[list[ir.Instr], list[ir.Instr]]:
+    """(the instructions of a converged loop that write registers kept once per CTA only, the others): the first
+    run once, before the loop over the threads (a store into one element inside that loop keeps the compiler from
+    vectorising it). Where the loop can run twice (_rerunnable: no register it writes is read before it is
+    written) every read of such a register in the loop comes after its one definition there, and that definition
+    reads only such registers (_uniform): computed first, each reads what it read in the loop."""
+    if not _rerunnable(body, regs):
+        return [], body
+    once = [ins for ins in body if ins.opcode != "st" and _writes_once(e, ins, regs)]
+    return once, [ins for ins in body if not any(ins is x for x in once)]
+
+
+def _writes_once(e: CtaEmitter, ins: ir.Instr, regs) -> bool:
+    writes = reads_writes(ins, regs, True)[1]
+    return bool(writes) and all(w in e.uniform for w in writes)
 
 
 def _fast_kind(e: CtaEmitter, ins: ir.Instr) -> str | None:
@@ -608,10 +636,11 @@ def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
 
 
 def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool = True) -> str:
-    """C statements of a global access's host pointer (returned) checked as threadgen's TG checks an address
-    against its pointer's hint (inside that allocation, aligned to the access size) without a branch: a bad
-    address sets `bad` and points at the allocation's start instead. check False: the address passed a checking
-    pass already (a store's second pass)."""
+    """C statements of a global access's host pointer (returned: the heap's base `hb` and an offset, which the
+    compiler makes a vector gather) checked as threadgen's TG checks an address against its pointer's hint
+    (inside that allocation, aligned to the access size) without a branch: a bad address sets `bad` and points at
+    the allocation's start instead (masks, not a select). check False: the address passed a checking pass already
+    (a store's second pass)."""
     try:
         kind, _, off = e.address(ins.srcs[0], ins)
     except CudaError:
@@ -621,12 +650,11 @@ def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool =
     a, p = e.fresh("ga"), e.fresh("gp")
     e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
     if not check:
-        e.lines.append(f"uint8_t *{p} = (uint8_t *)(uintptr_t)({a} + hd);")
-        return p
+        return f"(hb + {a})"
     ok = e.fresh("gk")
     e.lines.append(f"uint32_t {ok} = ({a} - {hint}lo < {hint}lim) & (({a} & {vsize - 1}) == 0); bad |= {ok} ^ 1; "
-                   f"uint8_t *{p} = (uint8_t *)(uintptr_t)(({ok} ? {a} : {hint}lo) + hd);")
-    return p
+                   f"uint64_t {p} = {a} ^ (({a} ^ {hint}lo) & ((uint64_t){ok} - 1));")
+    return f"(hb + {p})"
 
 
 def _fast_global_load(e: CtaEmitter, ins: ir.Instr, check_pass: bool = False) -> None:
@@ -688,6 +716,16 @@ class CtaCode(ThreadCode):
     array."""
 
     res_dispatch = RES_DISPATCH
+
+    @property
+    def tick_scale(self) -> int:
+        """R_TICK every 16 * threadgen.TICK_EVERY thread-instructions (2^22: about 0.4-2 ms of vectorised loops,
+        10-20 ms at worst in scalar diverged ones): a thread-instruction costs 0.1-0.4 ns here against 1-6 ns a
+        thread at a time, and at 2^18 the returns to Python (accounting, the turn, the chunk's MemCtx, the
+        allocation hints found again) took a third of scan_batches' chunk time in the daemon (py-spy:
+        bench/README.md, "tenth step"). CTAs that talk keep threadgen's (ctaatomic.run_talking sets a waiting CTA
+        aside after SLICE_TICKS of them)."""
+        return 1 if self.registers.talking else 16
 
     def __init__(self, fn, name: str, state: int, registers: ctaatomic.CtaRegisters) -> None:
         super().__init__(fn, name, state)

@@ -777,6 +777,8 @@ class ThreadCode:
         # than the lockstep NumPy code, so later chunks and launches of the kernel run there (runtime/chunk.py).
         self.unfit = False
 
+    tick_scale = 1                    # R_TICK every TICK_EVERY * tick_scale thread-instructions
+
     def state_words(self, ctasize: int) -> int:
         """The words of the state array and the barrier array after it for CTAs of ctasize threads."""
         return self.state + (ctasize * self.bar_words + 1) // 2
@@ -789,7 +791,7 @@ class ThreadCode:
         # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
         st = np.zeros(self.state_words(S.ctasize), np.uint64)
         tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
-                gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY)
+                gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY * self.tick_scale)
         ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
         told = 0                      # vector instructions the launch was told of (thread-instructions / lanes)
         slow0 = self.suspended
