@@ -15,7 +15,6 @@ best of --launches launches is each figure (process CPU time), the median over t
 """
 from __future__ import annotations
 
-import argparse
 import struct
 import sys
 from pathlib import Path
@@ -78,11 +77,7 @@ def _measure(mode: str, launches: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--launches", type=int, default=4)
-    args = ap.parse_args()
-    alternate_modes(_measure, MODES, args.reps, args.launches, 'lockstep', 'CTA')
+    alternate_modes(MODES, _measure, 4, "lockstep", "CTA")
 
 
 if __name__ == "__main__":

@@ -40,22 +40,25 @@ def best_cpu_seconds(launches: int, launch) -> float:
     return min(times)
 
 
-def alternate_modes(measure, modes: tuple[str, ...], reps: int, launches: int, over: str, under: str) -> None:
-    """measure(mode, launches) -> {kernel: CPU s} for each mode, the modes alternating `reps` times (a change of
-    load hits every mode); then each kernel's median per mode and the ratio `over` / `under`."""
-    import os  # noqa: PLC0415
-    import statistics  # noqa: PLC0415
+def alternate_modes(modes: tuple[str, ...], measure, default_launches: int, base: str, against: str) -> None:
+    """The modes' CPU seconds per launch (measure(mode, launches) -> {kernel: seconds}), alternating --reps times so
+    that a change of load hits every mode; prints each repetition, then the medians and base / against per kernel
+    (the main of the benchmarks that compare an emulator's paths in one process)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--launches", type=int, default=default_launches)
+    args = ap.parse_args()
     res: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
-    for _ in range(reps):
+    for _ in range(args.reps):
         for m in modes:
-            for k, v in measure(m, launches).items():
+            for k, v in measure(m, args.launches).items():
                 res[m].setdefault(k, []).append(v)
             print(f"  [{m}] " + ", ".join(f"{k}: {vs[-1]:.3f} s" for k, vs in res[m].items()), flush=True)
     print(f"\nload average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'kernel':<26}" + "".join(f"{m + ' CPU s':>22}" for m in modes) + f"  {over} / {under}")
-    for k in res[modes[0]]:
+    print(f"{'kernel':<26}" + "".join(f"{m + ' CPU s':>22}" for m in modes) + f"  {base} / {against}")
+    for k in res[base]:
         med = {m: statistics.median(res[m][k]) for m in modes}
-        print(f"{k:<26}" + "".join(f"{med[m]:>22.3f}" for m in modes) + f"  {med[over] / med[under]:.2f}x")
+        print(f"{k:<26}" + "".join(f"{med[m]:>22.3f}" for m in modes) + f"  {med[base] / med[against]:.2f}x")
 
 
 def _worker(launches: int) -> dict[str, float]:

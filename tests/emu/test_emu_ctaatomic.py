@@ -365,3 +365,49 @@ def test_eligibility():
 }
 """
     assert ctaatomic.sharing_reason(_module(call, CTA, mem).kernel("k")) is not None
+
+
+LANEMASKS = HEAD + """
+.visible .entry masks(.param .u64 p)
+{
+  .reg .b32 %r<9>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [p];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r7, %tid.y;
+  mov.u32 %r8, %ntid.x;
+  mad.lo.s32 %r1, %r7, %r8, %r1;
+  mul.wide.u32 %rd3, %r1, 32;
+  add.s64 %rd2, %rd2, %rd3;
+  mov.u32 %r2, %lanemask_eq;
+  mov.u32 %r3, %lanemask_lt;
+  mov.u32 %r4, %lanemask_le;
+  mov.u32 %r5, %lanemask_ge;
+  mov.u32 %r6, %lanemask_gt;
+  BARRIER
+  st.global.v4.u32 [%rd2], {%r2, %r3, %r4, %r5};
+  st.global.u32 [%rd2+16], %r6;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("barrier", [True, False], ids=["a CTA at a time", "a thread at a time"])
+def test_lanemasks(barrier):
+    """%lanemask_eq/lt/le/ge/gt (CUB's onesweep reads %lanemask_le) of a 2-D block with a partial last warp, as
+    runtime/special.py computes them from the lane in the warp."""
+    ptx = LANEMASKS.replace("BARRIER", "bar.sync 0;" if barrier else "")
+    out = []
+    for mode in (CTA, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(ptx, mode, mem)
+        p = mem.alloc(32 * 200)
+        mod.launch("masks", (1, 1, 1), (20, 10, 1), 0, struct.pack("<Q", p))
+        out.append(_u32(mem, p, 8 * 200).reshape(-1, 8)[:, :5])
+        if mode is CTA:
+            code = mod.kernel("masks").native_make()
+            assert isinstance(code, ctagen.CtaCode if barrier else threadgen.ThreadCode)
+    lane = np.arange(200, dtype=np.uint64) % 32
+    eq = np.uint64(1) << lane
+    exp = np.stack([eq, eq - 1, (eq << np.uint64(1)) - 1, ~(eq - 1), ~((eq << np.uint64(1)) - 1)], 1) & 0xFFFFFFFF
+    assert (out[0] == exp).all() and (out[0] == out[1]).all()

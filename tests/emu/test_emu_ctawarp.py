@@ -379,3 +379,20 @@ def test_kernels_with_warp_operations_run_a_cta_at_a_time_by_default(monkeypatch
             assert _cta(mod, _kernels(mod)[short]) == cta, short
         mod = _load(MEET_AGAIN, limits, mem)
         assert _cta(mod, "ma") == cta
+
+
+def test_a_source_too_large_for_the_compiler_keeps_the_other_paths(monkeypatch, reduce_ptx):
+    """ctagen.MAX_SOURCE_BYTES (CUB's onesweep kernel: 5.6 MB of C the compiler does not finish): the kernel runs
+    on the lockstep path, with the same sums."""
+    monkeypatch.setattr(ctagen, "MAX_SOURCE_BYTES", 1000)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _load(reduce_ptx, CTA, mem)
+    k = _kernels(mod)["k7/256"]
+    assert not _cta(mod, k) and mod.kernel(k).native_make() is not None
+    n = 5000
+    data = ((np.arange(n, dtype=np.uint64) * 2654435761 >> 24) & 0xFF).astype(np.int32) - 128
+    din, dout = mem.alloc(4 * n), mem.alloc(4 * 3)
+    mem.write(din, data.tobytes())
+    mod.launch(k, (3, 1, 1), (256, 1, 1), 36, struct.pack("<QQI", din, dout, n))
+    got = np.frombuffer(bytes(mem.read(dout, 12)), np.int32)
+    assert int(got.astype(np.int64).sum()) == int(data.astype(np.int64).sum())

@@ -134,6 +134,7 @@ FORMS = [
     *[(f"shl.{t} %d0, %a0, %a1", [t, "u32"], [t]) for t in ("b32", "b64", "b16")],
     *[(f"shr.{t} %d0, %a0, %a1", [t, "u32"], [t]) for t in ("b32", "u64", "s32", "s64", "s16")],
     ("shl.b32 %d0, %a0, 3", ["b32"], ["b32"]), ("shr.s32 %d0, %a0, 40", ["s32"], ["s32"]),
+    *[(f"{op}.{t} %d0, %a0", [t], ["u32"]) for op in ("popc", "clz") for t in ("b32", "b64")],
     *[(f"setp.{c}.{t} %d0, %a0, %a1", [t, t], ["pred"]) for t in F
       for c in ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")],
     *[(f"setp.{c}.{t} %d0, %a0, %a1", [t, t], ["pred"]) for t in ("s32", "u32", "s64", "u64", "b32")

@@ -654,6 +654,21 @@ def _logic(e: CEmitter, ins: ir.Instr) -> None:
     e.write(ins.dsts[0], ut, f"({ctype(ut)})({a} {op} {b})", ins)
 
 
+def _count_bits(e: CEmitter, ins: ir.Instr) -> None:
+    """popc / clz .b32 .b64 (ops/bits.py: a u32 count; clz of 0 is the width)."""
+    t, flags = _one_type(ins, ("b32", "b64"))
+    if flags:
+        raise NoC
+    ut = _unsigned(t)
+    a = e.src(ins.srcs[0], ut, ins)
+    ll = "ll" if t == "b64" else ""
+    if ins.opcode == "popc":
+        r = f"(uint32_t)__builtin_popcount{ll}({a})"
+    else:
+        r = f"({a} ? (uint32_t)__builtin_clz{ll}({a}) : {BITS[t]}u)"
+    e.write(ins.dsts[0], "u32", r, ins)
+
+
 def _shift(e: CEmitter, ins: ir.Instr) -> None:
     """shl / shr with ops/bits.build_shift's clamp: counts >= width give 0 (sign fill for shr.s)."""
     left = ins.opcode == "shl"
@@ -918,7 +933,7 @@ _EMITTERS = {
     "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div, "rem": _int_divrem,
     "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "ex2": _ex2_lg2, "lg2": _ex2_lg2, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
     "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
-    "setp": _setp, "selp": _selp, "cvt": _cvt,
+    "setp": _setp, "selp": _selp, "cvt": _cvt, "popc": _count_bits, "clz": _count_bits,
 }
 # the C forms whose result is a function of their operands only (no memory, no thread position)
 PURE_OPCODES = frozenset(_EMITTERS) - {"ld", "ldu", "st"}

@@ -89,11 +89,12 @@ def emit(e, ins: ir.Instr) -> None:
     b = _operand(e, ins.srcs[1], t, ins)
     c = _operand(e, ins.srcs[2], t, ins) if op == "cas" else None
     ob, nb, q = e.fresh("ao"), e.fresh("an"), e.fresh("aq")
-    rmw = (f"memcpy(&{ob}, {q}, {size}); {ut} {nb} = {_combine(op, t, ob, b, c)}; memcpy({q}, &{nb}, {size});")
     ask = threadgen._request(slow, size, True).replace(f"st[{ST_WRITE}] = 1;", f"st[{ST_WRITE}] = {W_ATOMIC};")
-    # the slow path's address is used once (the pointer stays 0: a later access through it checks again)
-    code = (f"{decl} if (__builtin_expect({p} != 0, 1)) {{ uint8_t *{q} = {p}; {rmw} }} else {{ "
-            f"{e.suspend(R_SLOW, ask)} {p} = 0; uint8_t *{q} = (uint8_t *)(uintptr_t)st[{ST_VAL}]; {rmw} }}")
+    # the slow path's address is used once (the pointer stays 0: a later access through it checks again); one
+    # copy of the read-modify-write (CUB's onesweep kernel has 92 atomics, each in two copies of its loop)
+    code = (f"{decl} uint8_t *{q} = {p}; if (__builtin_expect(!{q}, 0)) {{ "
+            f"{e.suspend(R_SLOW, ask)} {p} = 0; {q} = (uint8_t *)(uintptr_t)st[{ST_VAL}]; }} "
+            f"memcpy(&{ob}, {q}, {size}); {ut} {nb} = {_combine(op, t, ob, b, c)}; memcpy({q}, &{nb}, {size});")
     e.lines.append(f"{ut} {ob} = 0;")
     if ins.guard is None:
         e.lines.append(code)
@@ -138,17 +139,22 @@ def _combine(op: str, t: str, ob: str, b: str, c: str | None) -> str:
 @dataclass
 class CtaRegisters:
     """Where a CTA's state lies in ctagen's register file: (byte offset, bytes per thread) of each array (the
-    threads' PCs, the threads at the block run, the threads' states, then every register's)."""
+    threads' PCs, the threads at the block run, the threads' states, bar.red's sites and predicates, then every
+    register's), and (byte offset, bytes) of what it holds once per CTA."""
     nbytes: int
     arrays: list[tuple[int, int]] = field(default_factory=list)
     talking: bool = False         # the kernel's CTAs talk (not Kernel.independent_ctas): run_talking runs them
+    once: list[tuple[int, int]] = field(default_factory=list)
+
+    def _spans(self, cs: int):
+        return [(o, w * cs) for o, w in self.arrays] + self.once
 
     def save(self, rf: np.ndarray, cs: int) -> list[np.ndarray]:
-        return [rf[o:o + w * cs].copy() for o, w in self.arrays]
+        return [rf[o:o + n].copy() for o, n in self._spans(cs)]
 
     def restore(self, rf: np.ndarray, cs: int, saved: list[np.ndarray]) -> None:
-        for (o, w), a in zip(self.arrays, saved):
-            rf[o:o + w * cs] = a
+        for (o, n), a in zip(self._spans(cs), saved):
+            rf[o:o + n] = a
 
 
 def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:

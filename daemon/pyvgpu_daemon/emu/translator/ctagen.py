@@ -89,6 +89,10 @@ T_RUN, T_BAR, T_EXIT, T_WAIT = 0, 1, 2, 3      # (T_WAIT: parked at a warp opera
 MAX_CTA = 1024
 RF_PC, RF_ACT, RF_TS, RF_RSITE, RF_RPRED = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128, 9 * MAX_CTA + 192, 10 * MAX_CTA + 256
 RF_FIXED = 11 * MAX_CTA + 320
+# The largest CTA-at-a-time source built: CUB's radix histogram (0.4 MB) took the C compiler 90 s at -O3 under load,
+# onesweep's (5.6 MB) does not finish within native.COMPILE_TIMEOUT (bench/README.md, "ninth step"); a kernel whose
+# source is larger keeps the other paths instead of spending that in every daemon run, holding the build lock.
+MAX_SOURCE_BYTES = 512 << 10
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
 _RED_SITE, _RED_PRED = f"(rf + {RF_RSITE})", f"(rf + {RF_RPRED})"
 
@@ -454,6 +458,8 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    return rc;\n}}\n")
     regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
         (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas)
+    if len(src) > MAX_SOURCE_BYTES:
+        raise NoC
     return src, STATE_WORDS, regfile
 
 

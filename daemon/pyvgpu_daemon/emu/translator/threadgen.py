@@ -69,7 +69,7 @@ K_GLOBAL, K_SHARED, K_LOCAL, K_PARAM, K_KPARAM = range(5)
 # The special registers a thread's position gives (computed per thread from the chunk's geometry, as
 # runtime/special.py computes them per lane); a kernel reading any other is not eligible.
 _POSITION = {f"%{k}.{a}" for k in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"} | {
-    "%laneid", "%warpid", "%nwarpid", "%nsmid", "%smid"}
+    "%laneid", "%warpid", "%nwarpid", "%nsmid", "%smid"} | {f"%lanemask_{k}" for k in ("eq", "lt", "le", "ge", "gt")}
 
 PRELUDE_T = PRELUDE + f"""
 typedef struct {{ int64_t cs, bx, by, bz, gx, gy, gz, cta0, nsm, every; }} TX;
@@ -512,6 +512,10 @@ def _special_c(name: str) -> str:
         if axis == "y":
             return f"(({lin} / {d}x) % {d}y)"
         return f"({lin} / ({d}x * {d}y))"
+    if kind.startswith("lanemask_"):      # (runtime/special.py's _lanemask: bits of the lanes below, at, above)
+        eq = "((uint64_t)1 << (lic % 32))"
+        return {"lanemask_eq": eq, "lanemask_lt": f"({eq} - 1)", "lanemask_le": f"(({eq} << 1) - 1)",
+                "lanemask_ge": f"(~({eq} - 1) & 0xFFFFFFFFu)", "lanemask_gt": f"(~(({eq} << 1) - 1) & 0xFFFFFFFFu)"}[kind]
     return {"%laneid": "(lic % 32)", "%warpid": "(lic / 32)", "%nwarpid": "32", "%nsmid": "X->nsm",
             "%smid": "(cta % X->nsm)"}[name]
 
