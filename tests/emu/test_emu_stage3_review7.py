@@ -27,7 +27,7 @@ def every_stage3_kernel(monkeypatch):
     monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
 
 
-def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, require=True, **kw):
+def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, require=True, codes=None, **kw):
     """(what params' read-back returns, or (error code, read-back) after an error); require: the kernel must run a
     CTA at a time in mode CTA."""
     mem = mem or DeviceMemory(1 << 40, 1 << 24)
@@ -39,13 +39,16 @@ def _launch(ptx, name, mode, grid, block, params, shared=0, mem=None, require=Tr
         mod.launch(name, grid, block, shared, raw)
     except CudaError as e:
         return ("error", e.code, read(mem))
+    finally:
+        if codes is not None and mode is CTA:
+            codes.append(mod.kernel(name).native_make())
     if mode is CTA and require:
         assert isinstance(mod.kernel(name).native_make(), ctagen.CtaCode), "the kernel did not run a CTA at a time"
     return read(mem)
 
 
-def _both(ptx, name, grid, block, params, shared=0, **kw):
-    on = _launch(ptx, name, CTA, grid, block, params, shared, **kw)
+def _both(ptx, name, grid, block, params, shared=0, codes=None, **kw):
+    on = _launch(ptx, name, CTA, grid, block, params, shared, codes=codes, **kw)
     off = _launch(ptx, name, OFF, grid, block, params, shared, **kw)
     return on, off
 
@@ -94,6 +97,72 @@ def test_a_register_read_before_its_one_definition_is_per_thread(block):
     want = np.ones(grid * block, np.uint32)
     assert (off == want).all()
     assert (on == want).all(), np.nonzero(on != want)
+
+
+# A converged loop of global loads and stores without suspensions (ctagen._fast_code) launched twice by one module:
+# between the launches the source allocation is freed (the second launch's loads must fault as on the lockstep
+# path, not read through the first launch's allocation hint), or a neighbouring allocation holds the second half of
+# the addresses (each address checked against the allocation its pointer used last: another one is served by the
+# loop with suspensions).
+COPY = HEAD + """
+.visible .entry cp(.param .u64 out, .param .u64 in, .param .u64 in2, .param .u32 split)
+{
+  .reg .pred %p<3>; .reg .b32 %r<20>; .reg .b64 %rd<12>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in]; ld.param.u64 %rd9, [in2]; ld.param.u32 %r10, [split];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 4;
+  setp.ge.u32 %p1, %r4, %r10;
+  selp.b64 %rd10, %rd9, %rd2, %p1;
+  add.s64 %rd4, %rd10, %rd3;
+  ld.global.u32 %r5, [%rd4];
+  mov.u32 %r6, sh; shl.b32 %r7, %r1, 2; add.s32 %r8, %r6, %r7;
+  st.shared.u32 [%r8], %r5;
+  bar.sync 0;
+  ld.shared.u32 %r9, [%r8];
+  add.s32 %r9, %r9, 1;
+  add.s64 %rd7, %rd1, %rd3;
+  st.global.u32 [%rd7], %r9;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["freed", "neighbour"])
+def test_a_pointer_hint_does_not_outlive_its_launch_or_allocation(case):
+    grid, block = 4, 64
+    n = grid * block
+    data = np.arange(n, dtype=np.uint32) * 11 + 5
+    results = []
+    for mode in (CTA, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(COPY, mode, mem)
+        src, out = mem.alloc(4 * n), mem.alloc(4 * n)
+        mem.write(src, data.tobytes())
+        mod.launch("cp", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QQQI", out, src, src, n))
+        first = np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32).copy()
+        assert (first == data + 1).all()
+        if mode is CTA:
+            assert isinstance(mod.kernel("cp").native_make(), ctagen.CtaCode)
+        if case == "freed":
+            mem.free(src)
+            args = struct.pack("<QQQI", out, src, src, n)
+        else:
+            # the second half of the threads read another allocation at the same offsets
+            other = mem.alloc(4 * n)
+            mem.write(other, (data * 3).tobytes())
+            args = struct.pack("<QQQI", out, src, other, n // 2 + 7)
+        try:
+            mod.launch("cp", (grid, 1, 1), (block, 1, 1), 0, args)
+            results.append(np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32).copy())
+        except CudaError as e:
+            results.append(e.code)
+    if case == "freed":
+        assert results[0] == results[1] == code_of("cudaErrorIllegalAddress")
+    else:
+        want = np.where(np.arange(n) >= n // 2 + 7, data * 3, data) + 1
+        assert (results[0] == want).all() and (results[1] == want).all()
 
 
 HEAD80 = ".version 8.0\n.target sm_80\n.address_size 64\n"
@@ -317,3 +386,95 @@ def _atoms_case(block: int, floats: bool) -> None:
     for got in (off, on):
         assert (got[0] == want[0]).all(), np.nonzero(got[0] != want[0])
         assert (got[1] == want[1]).all(), np.nonzero(got[1] != want[1])
+
+
+# A grid barrier made by hand (each CTA's thread 0 adds 1 to a global count, then spins on a volatile load of it
+# until every CTA has come): a CTA a time must set the early CTAs aside (ctaatomic.run_talking) and resume them
+# with their registers (32/64-bit, a predicate, a register kept once per CTA, %ctaid), shared and local memory as
+# they left them. After the barrier each thread reads what a thread of the next CTA stored before it; thread 5 of
+# CTA `bad` then loads at a bad address (no CTA: none does).
+GRID_BARRIER = HEAD80 + """
+.visible .entry gbar(.param .u64 out, .param .u64 count, .param .u64 in, .param .u32 bad, .param .u64 mid)
+{
+  .local .align 8 .b8 loc[16];
+  .reg .pred %p<6>; .reg .b32 %r<40>; .reg .b64 %rd<40>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [count]; ld.param.u64 %rd3, [in]; ld.param.u32 %r30, [bad];
+  ld.param.u64 %rd30, [mid];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x; mov.u32 %r4, %nctaid.x;
+  mad.lo.s32 %r5, %r3, %r2, %r1;
+  mul.wide.u32 %rd4, %r5, 4; add.s64 %rd5, %rd3, %rd4;
+  ld.global.u32 %r6, [%rd5];
+  mul.lo.u32 %r7, %r6, 3;
+  mov.u32 %r8, sh; shl.b32 %r9, %r1, 2; add.s32 %r10, %r8, %r9;
+  st.shared.u32 [%r10], %r7;
+  mul.wide.u32 %rd6, %r6, 0x10001;
+  st.local.u64 [loc], %rd6;
+  setp.eq.u32 %p1, %r3, %r30;
+  and.b32 %r31, %r1, 1; setp.eq.u32 %p2, %r31, 1;
+  add.s64 %rd7, %rd30, %rd4;
+  st.global.u32 [%rd7], %r6;
+  bar.sync 0;
+  setp.ne.u32 %p3, %r1, 0;
+  @%p3 bra WAITED;
+  atom.global.add.u32 %r11, [%rd2], 1;
+SPIN:
+  ld.volatile.global.u32 %r12, [%rd2];
+  setp.lt.u32 %p4, %r12, %r4;
+  @%p4 bra SPIN;
+WAITED:
+  bar.sync 0;
+  add.u32 %r13, %r3, 1; setp.eq.u32 %p4, %r13, %r4; selp.u32 %r13, 0, %r13, %p4;
+  mad.lo.s32 %r14, %r13, %r2, %r1;
+  mul.wide.u32 %rd8, %r14, 4; add.s64 %rd9, %rd30, %rd8;
+  ld.global.u32 %r15, [%rd9];
+  add.u32 %r16, %r1, 1; setp.eq.u32 %p4, %r16, %r2; selp.u32 %r16, 0, %r16, %p4; shl.b32 %r16, %r16, 2; add.s32 %r16, %r8, %r16;
+  ld.shared.u32 %r17, [%r16];
+  ld.local.u64 %rd10, [loc];
+  selp.u32 %r18, 1, 0, %p2;
+  setp.eq.and.u32 %p5, %r1, 5, %p1;
+  @%p5 mov.u64 %rd9, 8;
+  ld.global.u32 %r19, [%rd9];
+  mul.wide.u32 %rd11, %r5, 32; add.s64 %rd12, %rd1, %rd11;
+  st.global.v4.u32 [%rd12], {%r15, %r17, %r18, %r19};
+  st.global.u64 [%rd12+16], %rd10;
+  st.global.v2.u32 [%rd12+24], {%r3, %r30};
+  ret;
+}
+"""
+
+
+def _gbar_host(data: np.ndarray, grid: int, block: int, bad: int) -> np.ndarray:
+    out = np.zeros((grid * block, 8), np.uint32)
+    for c in range(grid):
+        for t in range(block):
+            g = c * block + t
+            nxt = ((c + 1) % grid) * block + t
+            loc = int(data[g]) * 0x10001
+            out[g] = [data[nxt], (int(data[c * block + (t + 1) % block]) * 3) & 0xFFFFFFFF, t & 1, data[nxt],
+                      loc & 0xFFFFFFFF, loc >> 32, c, bad & 0xFFFFFFFF]
+    return out.reshape(-1)
+
+
+@pytest.mark.parametrize("bad", [-1, 0, 2], ids=["no fault", "fault in CTA 0 (set aside)", "fault in CTA 2"])
+@pytest.mark.parametrize("tick", [64, 1000])
+def test_a_grid_barrier_made_by_hand(monkeypatch, bad, tick):
+    monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    grid, block = 4, 48
+    data = np.random.default_rng(5).integers(0, 1 << 32, grid * block, dtype=np.uint32)
+
+    def params(mem):
+        out, count, src, mid = mem.alloc(32 * grid * block), mem.alloc(4), mem.alloc(data.nbytes), mem.alloc(data.nbytes)
+        mem.write(src, data.tobytes())
+        mem.fill(count, 0, 4)
+        return struct.pack("<QQQIIQ", out, count, src, bad & 0xFFFFFFFF, 0, mid), \
+            lambda m: np.frombuffer(bytes(m.read(out, 32 * grid * block)), np.uint32).copy()
+    codes = []
+    on, off = _both(GRID_BARRIER, "gbar", grid, block, params, codes=codes)
+    assert isinstance(codes[0], ctagen.CtaCode) and codes[0].set_aside > 0     # (CTAs set aside and resumed)
+    if bad < 0:
+        want = _gbar_host(data, grid, block, bad)
+        assert (off == want).all(), np.nonzero(off != want)
+        assert (on == want).all(), np.nonzero(on != want)
+    else:
+        assert on[:2] == off[:2] == ("error", code_of("cudaErrorIllegalAddress"))
