@@ -148,6 +148,8 @@ LEFT_OUT = {
     "device_time.cu": "its kernels are loaded as PTX by tests/daemon/test_device_time.py, never run as a program",
     "emu_ml.cu": "its kernels are loaded into the emulator directly (tests/emu/test_emu_kernels.py), never "
                  "through a daemon",
+    "emu_cta_talk.cu": "its kernels are loaded into the emulator directly (tests/emu/test_emu_ctaatomic.py, "
+                       "bench/emu_cta_talk_bench.py), never through a daemon",
     "drv_procaddr.c": "it resolves the driver's exports (cuGetProcAddress) with no daemon: it sends no frames",
     "nvml_check.c": "NVML is answered in the client library: it sends no frames",
 }

@@ -501,10 +501,10 @@ def test_a_runaway_thread_before_a_barrier_ends_in_a_launch_timeout(mode):
 
 # ---------------------------------------------------------------- which kernels, the switch
 # (atomics, volatile and scoped accesses, fences and bar.red run a CTA at a time since ctaatomic.py:
-# tests/emu/test_emu_ctaatomic.py)
+# tests/emu/test_emu_ctaatomic.py; warp operations since ctawarp.py: tests/emu/test_emu_ctawarp.py)
 @pytest.mark.parametrize("body", ["bar.sync 1;", "barrier.sync 0, 64;", "bar.arrive 1, 64;", "@%p1 bar.sync 0;",
-                                  "shfl.sync.bfly.b32 %r2, %r1, 1, 31, -1;", "st.mmio.relaxed.sys.global.u32 [%rd1], %r1;"],
-                         ids=["named barrier", "counted barrier", "arrive", "guarded barrier", "shuffle", "mmio"])
+                                  "st.mmio.relaxed.sys.global.u32 [%rd1], %r1;"],
+                         ids=["named barrier", "counted barrier", "arrive", "guarded barrier", "mmio"])
 def test_kernels_that_could_tell_keep_the_other_paths(body):
     ptx = HEAD + f""".visible .entry k(.param .u64 out)
 {{

@@ -43,9 +43,9 @@ class EmuLimits:
     # `bar.sync 0`: translator/threadgen.py, eligible_reason and slower_reason); "0" keeps such kernels
     # on the lockstep native runs above. Applies wherever native code does (PYVGPU_EMU_NATIVE).
     threadgen: bool = os.environ.get("PYVGPU_EMU_THREADGEN", "1") != "0"
-    # Native code for a kernel with `bar.sync 0` run a CTA at a time, its threads inner (translator/ctagen.py:
-    # eligible_reason and preferred_reason); "0" leaves such kernels to the paths above. Applies wherever native
-    # code does (PYVGPU_EMU_NATIVE).
+    # Native code for a kernel with `bar.sync 0` or warp operations run a CTA at a time, its threads inner
+    # (translator/ctagen.py and ctawarp.py: eligible_reason and preferred_reason); "0" leaves such kernels to the
+    # paths above. Applies wherever native code does (PYVGPU_EMU_NATIVE).
     ctagen: bool = os.environ.get("PYVGPU_EMU_CTAGEN", "1") != "0"
     # A diverged block runs over its active lanes alone (translator/kernel.py's sparse variant, runtime/sparse.py)
     # when they are at most 1/sparse_divisor of the chunk's lanes; 0: always over the whole chunk, masked. The

@@ -357,9 +357,36 @@ def _ftz(e: "CEmitter", x: str, t: str, on: bool) -> str:
 
 def _mov(e: CEmitter, ins: ir.Instr) -> None:
     t, flags = _one_type(ins, _LOGIC + ("f32", "f64"))
-    if flags or not isinstance(ins.dsts[0], ir.Reg) or isinstance(ins.srcs[0], (ir.Vec, ir.Sym, ir.Addr)):
+    d, s = ins.dsts[0], ins.srcs[0]
+    if not flags and t in ("b32", "b64") and (isinstance(d, ir.Vec) or isinstance(s, ir.Vec)):
+        _mov_vector(e, ins, BITS[t])
+        return
+    if flags or not isinstance(d, ir.Reg) or isinstance(s, (ir.Vec, ir.Sym, ir.Addr)):
         raise NoC
-    e.write(ins.dsts[0], t, e.src(ins.srcs[0], t, ins), ins)
+    e.write(d, t, e.src(s, t, ins), ins)
+
+
+def _mov_vector(e: CEmitter, ins: ir.Instr, tw: int) -> None:
+    """mov.b32/b64 packing elements into a register or unpacking one into elements, as instrs._mov_pack and
+    _mov_unpack (an element of 8 bits written as b16)."""
+    d, s = ins.dsts[0], ins.srcs[0]
+    if isinstance(d, ir.Vec) == isinstance(s, ir.Vec):
+        raise NoC
+    vec = d if isinstance(d, ir.Vec) else s
+    ew = tw // len(vec.elems)
+    if ew not in (8, 16, 32) or ew * len(vec.elems) != tw:
+        raise NoC
+    if isinstance(s, ir.Vec):
+        parts = [f"((uint{tw}_t)({e.src(x, f'b{ew}', ins)}) << {k * ew})" for k, x in enumerate(s.elems)]
+        e.write(d, f"b{tw}", f"({' | '.join(parts)})", ins)
+        return
+    e.unpacks = getattr(e, "unpacks", 0) + 1
+    x = f"mvx{e.unpacks}"
+    e.lines.append(f"const uint{tw}_t {x} = {e.src(s, f'b{tw}', ins)};")
+    for k, el in enumerate(d.elems):
+        if isinstance(el, ir.Reg) and el.name == "_":
+            continue
+        e.write(el, f"b{max(ew, 16)}", f"(uint{ew}_t)({x} >> {k * ew})", ins)
 
 
 def _cvta(e: CEmitter, ins: ir.Instr) -> None:
@@ -468,6 +495,9 @@ def _div(e: CEmitter, ins: ir.Instr) -> None:
     """div.rn / .full (f32; .rn for f64) {.ftz}: IEEE division (ops/floating._div); div.approx.f32: a * (1/b) with a
     subnormal reciprocal flushed (ops/floating._div_approx)."""
     types, _ = _types_and_flags(ins)
+    if types and types[0] in _INTS:
+        _int_divrem(e, ins)
+        return
     if not types or types[0] not in ("f32", "f64"):
         raise NoC
     t, flags = _one_type(ins, ("f32", "f64"))
@@ -480,6 +510,26 @@ def _div(e: CEmitter, ins: ir.Instr) -> None:
     a, b = (_ftz(e, e.src(s, t, ins), t, z) for s in ins.srcs[:2])
     q = f"({a} * FTZ32(1.0f / {b}))" if "approx" in mode else f"({a} / {b})"
     e.write(ins.dsts[0], t, _gpu_nan(_ftz(e, q, t, z), t, a, b), ins)
+
+
+def _int_divrem(e: CEmitter, ins: ir.Instr) -> None:
+    """div / rem of 16-, 32- and 64-bit integers as ops/integer._divrem: by zero the quotient is all ones and the
+    remainder the dividend; MIN / -1 = MIN, MIN % -1 = 0; otherwise C's truncating division."""
+    t, flags = _one_type(ins, _INTS)
+    if flags:
+        raise NoC
+    w, ct = BITS[t], ctype(t)
+    a, b = (e.src(s, t, ins) for s in ins.srcs[:2])
+    x, y = f"(({ct}){a})", f"(({ct}){b})"
+    rem = ins.opcode == "rem"
+    if t in SIGNED:
+        mn = f"(({ct})((uint{w}_t)1 << {w - 1}))"
+        odd = f"({x} == {mn} && {y} == ({ct})-1)"
+        r = (f"({y} == 0 ? {x} : {odd} ? ({ct})0 : ({ct})({x} % {y}))" if rem else
+             f"({y} == 0 ? ({ct})-1 : {odd} ? {mn} : ({ct})({x} / {y}))")
+    else:
+        r = f"({y} == 0 ? {x} : ({ct})({x} % {y}))" if rem else f"({y} == 0 ? ({ct})~({ct})0 : ({ct})({x} / {y}))"
+    e.write(ins.dsts[0], t, r, ins)
 
 
 def _unary_float(e: CEmitter, ins: ir.Instr, fn, allowed_modes, ftz_types=("f32",)) -> None:
@@ -880,7 +930,7 @@ def _st(e: CEmitter, ins: ir.Instr) -> None:
 
 _EMITTERS = {
     "ld": _ld, "ldu": _ld, "st": _st,
-    "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div,
+    "mov": _mov, "cvta": _cvta, "add": _arith, "sub": _arith, "mul": _arith, "mad": _arith, "fma": _fma, "div": _div, "rem": _int_divrem,
     "rcp": _rcp, "sqrt": _sqrt, "rsqrt": _rsqrt, "ex2": _ex2_lg2, "lg2": _ex2_lg2, "abs": _abs_neg, "neg": _abs_neg, "min": _min_max,
     "max": _min_max, "and": _logic, "or": _logic, "xor": _logic, "not": _logic, "shl": _shift, "shr": _shift,
     "setp": _setp, "selp": _selp, "cvt": _cvt, "popc": _count_bits, "clz": _count_bits,

@@ -41,11 +41,13 @@ cancellation and fair-sharing turn apply as for the thread code (ThreadCode._run
 it off.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
-is no warp operation, call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded;
-every instruction with a C form. Atomics, volatile and scoped accesses and fences are ctaatomic.py's (an atomic is
-a loop's one store; CTAs that talk run one after the other, one that waits set aside). bar.red reduces at once
-when the CTA is converged; diverged, a thread parks with its site and predicate, and the release reduces each
-site's parked threads (runtime/barriers.py's rule).
+is no call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded; every instruction
+with a C form. Atomics, volatile and scoped accesses and fences are ctaatomic.py's (an atomic is a loop's one store;
+CTAs that talk run one after the other, one that waits set aside). bar.red reduces at once when the CTA is
+converged; diverged, a thread parks with its site and predicate, and the release reduces each site's parked threads
+(runtime/barriers.py's rule). Warp operations (shfl, vote, redux, match, activemask, bar.warp.sync; not wmma/mma)
+are ctawarp.py's: a thread waiting at one is parked (T_WAIT), and when no thread of the CTA runs the waiting ones
+are woken first (the lockstep chunk's `forced` release), then barriers.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import control, ctaatomic, threadgen
+from . import control, ctaatomic, ctawarp, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -76,24 +78,30 @@ FLAGS = ("-mtune=generic",)      # (threadgen.FLAGS: the same reason; the conver
 # ST_LIC, the CTA in the chunk in ST_CTA, the block run (P) in ST_PH, the threads at it (n) in ST_NARR, converged
 # in ST_REGS.
 ST_J, ST_CL, ST_P, ST_N, ST_CONV = ST_LIC, ST_CTA, ST_PH, ST_NARR, ST_REGS
-STATE_WORDS = ST_REGS + 1
+ST_FORCED = ST_REGS + 1          # the CTA's `forced` flag (ctawarp.py): in the state, which a CTA set aside keeps
+STATE_WORDS = ST_REGS + 2
 RES_DISPATCH = 1 << 30           # a resume site: the step that was about to run (after an R_TICK)
 # a thread's state in the CTA's ts array
-T_RUN, T_BAR, T_EXIT = 0, 1, 2
+T_RUN, T_BAR, T_EXIT, T_WAIT = 0, 1, 2, 3      # (T_WAIT: parked at a warp operation, ctawarp.py)
 # The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, the
 # bar.red site each parked thread waits at (0: a plain barrier) and its predicate, then one array per register
 # (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
 MAX_CTA = 1024
 RF_PC, RF_ACT, RF_TS, RF_RSITE, RF_RPRED = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128, 9 * MAX_CTA + 192, 10 * MAX_CTA + 256
 RF_FIXED = 11 * MAX_CTA + 320
+# The largest CTA-at-a-time source built: CUB's radix histogram (0.4 MB) took the C compiler 90 s at -O3 under load,
+# onesweep's (5.6 MB) does not finish within native.COMPILE_TIMEOUT (bench/README.md, "ninth step"); a kernel whose
+# source is larger keeps the other paths instead of spending that in every daemon run, holding the build lock.
+MAX_SOURCE_BYTES = 512 << 10
+PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
 _RED_SITE, _RED_PRED = f"(rf + {RF_RSITE})", f"(rf + {RF_RPRED})"
 
 
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
     rest): threadgen's rules but the warp-synchronous one, whose order this code keeps, and with atomics,
-    volatile or scoped accesses and fences allowed (ctaatomic.py)."""
-    return threadgen.blocks_reason(kernel, ctaatomic.sharing_reason, bar_red=True)
+    volatile or scoped accesses and fences allowed (ctaatomic.py) and warp operations (ctawarp.py)."""
+    return threadgen.blocks_reason(kernel, ctaatomic.sharing_reason, bar_red=True, warp_ok=ctawarp.supported)
 
 
 def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
@@ -102,8 +110,10 @@ def preferred_reason(kernel, threadgen_on: bool = True) -> str | None:
     a barrier runs a thread at a time (threadgen.py: no steps to schedule, registers in C locals), and so does one
     with a loop between two barriers where thread mode is on (threadgen.slower_reason: a grid-stride sum before a
     block reduction ran 1.25x faster there); the rest (short phases between barriers: scan_batches' scanTiles) ran
-    1.7x faster than the lockstep native code and 2.7x faster than a thread at a time."""
-    if not any(b.kind == "bar" for b in kernel.blocks):
+    1.7x faster than the lockstep native code and 2.7x faster than a thread at a time. A kernel with warp
+    operations (which thread mode refuses) runs here, barriers or not: the reduction sample's warp reductions ran
+    1.6-2.6x faster than the lockstep native code (bench/emu_warp_modes_bench.py, bench/README.md "ninth step")."""
+    if not any(b.kind in ("bar", "warp") for b in kernel.blocks):
         return "no barrier (a thread at a time is faster)"
     if threadgen_on and threadgen.eligible_reason(kernel) is None and threadgen.slower_reason(kernel) is None:
         return "a loop between two barriers (a thread at a time is faster)"
@@ -260,7 +270,8 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
                     bad.add(r)
     for b in kernel.blocks:
         if b.term is not None:
-            bad |= set(reads_writes(b.term, regs, True)[0])
+            reads, writes = reads_writes(b.term, regs, True)
+            bad |= set(reads) | set(writes)     # (a warp operation reads other threads' registers)
     return set(where) - bad
 
 
@@ -319,6 +330,9 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                     f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; {code} }} }}")
         t = b.term
         nxt = b.index + 1
+        if b.kind == "warp":
+            out(ctawarp.block_code(e, t, nxt))
+            continue
         if t is None:
             out(f"P = {nxt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {nxt}; goto sched;")
             continue
@@ -365,8 +379,15 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
         decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
     decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
-              f"uint8_t *restrict ts = rf + {RF_TS};"]
-    entry = set(kernel.live[0]) if kernel.live else set()
+              f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
+    # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
+    warps = any(b.kind == "warp" for b in kernel.blocks)
+    count_wait = f" nwait += ts[lic] == {T_WAIT};" if warps else ""
+    if warps:
+        decls.append(ctawarp.SCRATCH)
+    wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
+            f"wf[0] = 1; goto sched; }}\n") if warps else ""
+    entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)
     init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
     init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
     # (a CTA's registers kept once: set once, before its threads')
@@ -401,15 +422,17 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    for (; cl < c1; cl++) {{\n"
            f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
            f"        {' '.join(once)} for (lic = 0; lic < cs; lic++) {{ pc[lic] = 0; ts[lic] = {T_RUN}; {' '.join(init)} }}\n"
-           f"        conv = 1; P = 0; n = cs;\n"
+           f"        conv = 1; P = 0; n = cs; wf[0] = 0;\n"
            f"        goto dispatch;\n"
            f"    sched: ;\n"
            f"        {{   /* the lowest PC of the running threads; none: release the parked ones, or the CTA is done */\n"
-           f"            int64_t lo = INT64_MAX, nbar = 0;\n"
+           f"            int64_t lo = INT64_MAX, nbar = 0, nwait = 0; (void)nwait;\n"
            f"            for (lic = 0; lic < cs; lic++) {{\n"
-           f"                if (ts[lic] == {T_RUN}) {{ if (pc[lic] < lo) lo = pc[lic]; }} else nbar += ts[lic] == {T_BAR};\n"
+           f"                if (ts[lic] == {T_RUN}) {{ if (pc[lic] < lo) lo = pc[lic]; }}\n"
+           f"                else {{ nbar += ts[lic] == {T_BAR};{count_wait} }}\n"
            f"            }}\n"
            f"            if (lo == INT64_MAX) {{\n"
+           f"{wake}"
            f"                if (!nbar) goto cta_done;\n"
            + "".join(f"                {{ /* bar.red site {k + 1} */ {code} }}\n" for k, code in enumerate(reds)) +
            f"                for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_BAR}) ts[lic] = {T_RUN};\n"
@@ -435,6 +458,8 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
            f"    return rc;\n}}\n")
     regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
         (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas)
+    if len(src) > MAX_SOURCE_BYTES:
+        raise NoC
     return src, STATE_WORDS, regfile
 
 

@@ -129,11 +129,12 @@ def eligible_reason(kernel) -> str | None:
     return blocks_reason(kernel) or _warp_synchronous_reason(kernel)
 
 
-def blocks_reason(kernel, sharing=None, bar_red: bool = False) -> str | None:
+def blocks_reason(kernel, sharing=None, bar_red: bool = False, warp_ok=None) -> str | None:
     """Why a kernel's blocks cannot run as whole-kernel C code (this module's and ctagen.py's): a sharing access
     (`sharing`, default _sharing_reason; ctagen.py passes ctaatomic.sharing_reason), a call, a barrier other than
     `bar.sync 0` for all threads (or `bar.red` on barrier 0 for all threads, where bar_red: ctagen.py), a warp
-    operation, another terminator than a branch or exit (None: none of those)."""
+    operation (but those warp_ok(terminator) accepts: ctawarp.supported for ctagen.py), another terminator than a
+    branch or exit (None: none of those)."""
     why = (sharing or _sharing_reason)(kernel)
     if why is not None:
         return why
@@ -142,7 +143,7 @@ def blocks_reason(kernel, sharing=None, bar_red: bool = False) -> str | None:
     for b in kernel.blocks:
         if b.kind == "bar" and not _plain_sync(kernel, b.term, bar_red):
             return f"a barrier other than bar.sync 0 for all threads at line {b.term.line}"
-        if b.kind == "warp":
+        if b.kind == "warp" and not (warp_ok is not None and warp_ok(b.term)):
             return f"a warp operation at line {b.term.line}"
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             return f"{b.term.opcode} at line {b.term.line}"
