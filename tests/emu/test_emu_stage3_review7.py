@@ -5,7 +5,8 @@ lockstep NumPy path (native="off") or a host model without an error; each is com
 a register read before its one definition in the first block (kept once per CTA, a thread read another's: fixed),
 a pointer's allocation hint across launches and allocations, atomics through generic addresses of every width
 with contention, float atomic adds of NaNs (the C add kept the other NaN: fixed), a grid barrier made by hand
-(CTAs set aside and resumed; faults in them)."""
+(CTAs set aside and resumed; faults in them); shfl in four modes, vote, redux, match and activemask in 2-D
+blocks, partial warps, exited lanes, two paths and a loop lanes leave, under run-time member masks."""
 from __future__ import annotations
 
 import struct
@@ -160,6 +161,342 @@ def test_a_pointer_hint_does_not_outlive_its_launch_or_allocation(case):
 
 
 HEAD80 = ".version 8.0\n.target sm_80\n.address_size 64\n"
+
+
+# ---------------------------------------------------------------- ctawarp7: warp operations a CTA at a time
+
+
+def _shfl_lane(mode: str, lane: int, b: int, c: int) -> tuple[int, bool]:
+    """The PTX ISA's shfl.sync pseudo-code: (source lane, in range); out of range, the lane itself."""
+    b, clamp, seg = b & 31, c & 31, (c >> 8) & 31
+    maxl, minl = (lane & seg) | (clamp & ~seg), lane & seg
+    if mode == "up":
+        j = lane - b
+        p = j >= maxl
+    elif mode == "down":
+        j = lane + b
+        p = j <= maxl
+    elif mode == "bfly":
+        j = lane ^ b
+        p = j <= maxl
+    else:
+        j = minl | (b & ~seg)
+        p = j <= maxl
+    return (j if p else lane), p
+
+
+def _value(lin: np.ndarray, cta: int) -> np.ndarray:
+    return ((lin.astype(np.uint64) * 2654435761) & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(0x5BD1E995 + cta)
+
+
+# 2-D blocks (warps of consecutive linear thread indices), lanes with (lin & 7) == 3 exited, shared stores before
+# the shuffles and after, the member mask activemask's (a run-time register), b per lane for idx, c a parameter;
+# per thread 8 words: up (value, predicate), down (value, predicate), bfly, idx, the mask, and the neighbour's
+# value stored in shared memory before the shuffles, read after a barrier.
+SHFL = HEAD80 + """
+.visible .entry wshfl(.param .u64 out, .param .u32 cval)
+{
+  .reg .pred %p<6>; .reg .b32 %r<40>; .reg .b64 %rd<8>;
+  .shared .align 4 .b8 sh[8192];
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r20, [cval];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %tid.y; mov.u32 %r3, %ntid.x; mov.u32 %r4, %ctaid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r1;
+  mov.u32 %r6, %ntid.y; mul.lo.s32 %r7, %r3, %r6;
+  mad.lo.s32 %r8, %r4, %r7, %r5;
+  mul.wide.u32 %rd2, %r8, 32;
+  add.s64 %rd3, %rd1, %rd2;
+  mul.lo.u32 %r9, %r8, -1640531535; add.u32 %r30, %r4, 0x5BD1E995; xor.b32 %r9, %r9, %r30;
+  mov.u32 %r31, sh; shl.b32 %r32, %r5, 2; add.s32 %r33, %r31, %r32;
+  and.b32 %r10, %r5, 7; setp.eq.u32 %p1, %r10, 3;
+  @%p1 bra DONE;
+  st.shared.u32 [%r33], %r9;
+  activemask.b32 %r11;
+  and.b32 %r12, %r5, 31; mul.lo.u32 %r13, %r12, 7; and.b32 %r13, %r13, 31;
+  shfl.sync.up.b32 %r14|%p2, %r9, 3, %r20, %r11;
+  shfl.sync.down.b32 %r15|%p3, %r9, 5, %r20, %r11;
+  shfl.sync.bfly.b32 %r16, %r9, 6, %r20, %r11;
+  shfl.sync.idx.b32 %r17, %r9, %r13, %r20, %r11;
+  st.shared.u32 [%r33+4096], %r17;
+  selp.u32 %r18, 1, 0, %p2; selp.u32 %r19, 1, 0, %p3;
+  st.global.v4.u32 [%rd3], {%r14, %r18, %r15, %r19};
+DONE:
+  bar.sync 0;
+  @%p1 exit;
+  xor.b32 %r34, %r32, 4; add.s32 %r35, %r31, %r34;
+  ld.shared.u32 %r36, [%r35];
+  ld.shared.u32 %r37, [%r33+4096];
+  st.global.v4.u32 [%rd3+16], {%r16, %r17, %r11, %r36};
+  ret;
+}
+"""
+
+
+def _shfl_host(grid: int, bx: int, by: int, c: int) -> np.ndarray:
+    cs = bx * by
+    out = np.zeros((grid * cs, 8), np.uint32)
+    for cta in range(grid):
+        lin = np.arange(cs)
+        v = _value(cta * cs + lin, cta)
+        live = (lin & 7) != 3
+        for w0 in range(0, cs, 32):
+            lanes = [x for x in range(32) if w0 + x < cs]
+            ex = {x for x in lanes if live[w0 + x]}
+            mask = sum(1 << x for x in ex)
+            for x in ex:
+                row = out[cta * cs + w0 + x]
+                res = []
+                for mode, b in (("up", 3), ("down", 5), ("bfly", 6), ("idx", (x * 7) & 31)):
+                    j, p = _shfl_lane(mode, x, b, c)
+                    res.append((int(v[w0 + j]) if j in ex else 0, int(p)))
+                row[:] = [res[0][0], res[0][1], res[1][0], res[1][1], res[2][0], res[3][0], mask, 0]
+                nb = (w0 + x) ^ 1
+                row[7] = int(v[nb]) if nb < cs and live[nb] else 0
+    return out.reshape(-1)
+
+
+@pytest.mark.parametrize("block", [(32, 1), (33, 1), (12, 5), (8, 6), (48, 2)])
+@pytest.mark.parametrize("cval", [0x1F, 0x0, 0x181F, 0x1800, 0x0C07])
+def test_shuffles_in_2d_blocks_with_exited_lanes_and_stores_around(block, cval):
+    grid = 2
+    n = grid * block[0] * block[1]
+    on, off = _both(SHFL, "wshfl", grid, block + (1,), _out(32 * n, pack=struct.pack("<I", cval).decode("latin-1")))
+    want = _shfl_host(grid, *block, cval)
+    assert (off == want).all(), np.nonzero(off != want)
+    assert (on == want).all(), np.nonzero(on != want)
+
+
+# Two paths of a warp at two PCs (lanes split by (lane * 5) & 31 < split), each with its own warp operations over
+# the member mask a parameter gives (kept once per CTA: ctagen._uniform) and'ed with activemask, guarded ones among
+# them; 8 words per thread: activemask, ballot, vote.any/all/uni bits, redux add/min/max/xor, match.any,
+# match.all (value, predicate).
+VOTES = HEAD80 + """
+.visible .entry wvote(.param .u64 out, .param .u32 pmask, .param .u32 split)
+{
+  .reg .pred %p<12>; .reg .b32 %r<50>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r20, [pmask]; ld.param.u32 %r21, [split];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %tid.y; mov.u32 %r3, %ntid.x; mov.u32 %r4, %ctaid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r1;
+  mov.u32 %r6, %ntid.y; mul.lo.s32 %r7, %r3, %r6;
+  mad.lo.s32 %r8, %r4, %r7, %r5;
+  mul.wide.u32 %rd2, %r8, 48;
+  add.s64 %rd3, %rd1, %rd2;
+  mul.lo.u32 %r9, %r8, -1640531535; add.u32 %r30, %r4, 0x5BD1E995; xor.b32 %r9, %r9, %r30;
+  and.b32 %r12, %r5, 31;
+  and.b32 %r10, %r5, 7; setp.eq.u32 %p1, %r10, 6;
+  @%p1 exit;
+  mul.lo.u32 %r13, %r12, 5; and.b32 %r13, %r13, 31;
+  setp.lt.u32 %p2, %r13, %r21;
+  and.b32 %r14, %r9, 1; setp.ne.u32 %p3, %r14, 0;
+  and.b32 %r15, %r9, 3;
+  shr.u32 %r16, %r12, 4;
+  and.b32 %r17, %r9, 0x80000FFF;
+  setp.ne.u32 %p4, %r10, 1;
+  @%p2 bra A;
+  activemask.b32 %r22;
+  and.b32 %r23, %r22, %r20;
+  vote.sync.ballot.b32 %r24, %p3, %r23;
+  @%p4 vote.sync.any.pred %p5, %p3, %r23;
+  vote.sync.all.pred %p6, %p3, %r23;
+  vote.sync.uni.pred %p7, %p4, %r23;
+  redux.sync.add.u32 %r25, %r9, %r23;
+  @%p4 redux.sync.min.s32 %r26, %r17, %r23;
+  redux.sync.max.u32 %r27, %r9, %r23;
+  redux.sync.xor.b32 %r28, %r9, %r23;
+  match.any.sync.b32 %r29, %r15, %r23;
+  match.all.sync.b32 %r31|%p8, %r16, %r23;
+  vote.sync.ballot.b32 %r10, !%p3, %r23;
+  bra.uni J;
+A:
+  activemask.b32 %r22;
+  and.b32 %r23, %r22, %r20;
+  @%p4 vote.sync.ballot.b32 %r24, %p3, %r23;
+  vote.sync.any.pred %p5, %p3, %r23;
+  @!%p4 vote.sync.all.pred %p6, %p3, %r23;
+  vote.sync.uni.pred %p7, %p3, %r23;
+  @%p4 redux.sync.add.u32 %r25, %r17, %r23;
+  redux.sync.min.u32 %r26, %r9, %r23;
+  redux.sync.max.s32 %r27, %r17, %r23;
+  redux.sync.and.b32 %r28, %r9, %r23;
+  @!%p4 match.any.sync.b32 %r29, %r16, %r23;
+  match.all.sync.b32 %r31|%p8, %r15, %r23;
+  @%p4 activemask.b32 %r10;
+J:
+  selp.u32 %r40, 1, 0, %p5; selp.u32 %r41, 2, 0, %p6; selp.u32 %r42, 4, 0, %p7; selp.u32 %r43, 8, 0, %p8;
+  or.b32 %r40, %r40, %r41; or.b32 %r42, %r42, %r43; or.b32 %r40, %r40, %r42;
+  st.global.v4.u32 [%rd3], {%r22, %r24, %r40, %r25};
+  st.global.v4.u32 [%rd3+16], {%r26, %r27, %r28, %r29};
+  st.global.v4.u32 [%rd3+32], {%r31, %r23, %r9, %r10};
+  ret;
+}
+"""
+
+
+def _votes_host(grid: int, bx: int, by: int, pmask: int, split: int) -> np.ndarray:
+    """The lockstep path's (runtime/collective.py) warp semantics: a warp operation's executing threads are the
+    warp's threads at it whose guard holds; vote/redux/match reduce over those whose member-mask bit is set and
+    write every executing thread; unwritten registers read 0."""
+    cs = bx * by
+    out = np.zeros((grid * cs, 12), np.uint32)
+    s32 = lambda x: x - (1 << 32) if x & 0x80000000 else x        # noqa: E731
+    for cta in range(grid):
+        for w0 in range(0, cs, 32):
+            lanes = [x for x in range(32) if w0 + x < cs and ((w0 + x) & 7) != 6]
+            lin = {x: w0 + x for x in lanes}
+            v = {x: int(_value(np.array([cta * cs + lin[x]]), cta)[0]) for x in lanes}
+            g = {x: ((x * 5) & 31) < split for x in lanes}
+            p3 = {x: v[x] & 1 == 1 for x in lanes}
+            p4 = {x: (lin[x] & 7) != 1 for x in lanes}
+            k15 = {x: v[x] & 3 for x in lanes}
+            k16 = {x: x >> 4 for x in lanes}
+            k17 = {x: v[x] & 0x80000FFF for x in lanes}
+            for path in (False, True):
+                at = [x for x in lanes if g[x] == path]
+                if not at:
+                    continue
+                am = sum(1 << x for x in at)
+                m23 = am & pmask
+
+                def ex(guard):
+                    return [x for x in at if guard is None or guard[x]]
+
+                def mem(guard):
+                    return [x for x in ex(guard) if (m23 >> x) & 1]
+
+                r = {x: dict(r22=am, r23=m23) for x in at}
+                if not path:
+                    ops = [("ballot", "r24", p3, None), ("any", "p5", p3, p4), ("all", "p6", p3, None),
+                           ("uni", "p7", p4, None)]
+                    reds = [("add", "r25", v, None, False), ("min", "r26", k17, p4, True),
+                            ("max", "r27", v, None, False), ("xor", "r28", v, None, False)]
+                    many = ("r29", k15, None)
+                    mall = k16
+                else:
+                    notp4 = {x: not p4[x] for x in lanes}
+                    ops = [("ballot", "r24", p3, p4), ("any", "p5", p3, None), ("all", "p6", p3, notp4),
+                           ("uni", "p7", p3, None)]
+                    reds = [("add", "r25", k17, p4, False), ("min", "r26", v, None, False),
+                            ("max", "r27", k17, None, True), ("and", "r28", v, None, False)]
+                    many = ("r29", k16, notp4)
+                    mall = k15
+                for mode, dst, src, guard in ops:
+                    ms = mem(guard)
+                    bal = sum(1 << x for x in ms if src[x])
+                    full = sum(1 << x for x in ms)
+                    val = {"ballot": bal, "any": bal != 0, "all": bal == full, "uni": bal == 0 or bal == full}[mode]
+                    for x in ex(guard):
+                        r[x][dst] = int(val)
+                for op, dst, src, guard, signed in reds:
+                    ms = mem(guard)
+                    vals = [s32(src[x]) if signed else src[x] for x in ms]
+                    if not vals:
+                        val = 0
+                    elif op == "add":
+                        val = sum(vals) & 0xFFFFFFFF
+                    elif op == "min":
+                        val = min(vals) & 0xFFFFFFFF
+                    elif op == "max":
+                        val = max(vals) & 0xFFFFFFFF
+                    else:
+                        val = vals[0]
+                        for y in vals[1:]:
+                            val = val ^ y if op == "xor" else val & y
+                    for x in ex(guard):
+                        r[x][dst] = val
+                dst, src, guard = many
+                ms = mem(guard)
+                for x in ex(guard):
+                    r[x][dst] = sum(1 << q for q in ms if src[q] == src[x]) if x in ms else 0
+                ms = mem(None)
+                same = len({mall[x] for x in ms}) <= 1
+                for x in at:
+                    inn = x in ms
+                    r[x]["r31"] = m23 if inn and same else 0
+                    r[x]["p8"] = int(inn and same)
+                for x in at:
+                    if not path:
+                        r[x]["r10"] = sum(1 << y for y in mem(None) if not p3[y])
+                    else:
+                        r[x]["r10"] = am if p4[x] else lin[x] & 7
+                for x in at:
+                    q = r[x]
+                    flags = q.get("p5", 0) | 2 * q.get("p6", 0) | 4 * q.get("p7", 0) | 8 * q.get("p8", 0)
+                    out[cta * cs + lin[x]] = [q["r22"], q.get("r24", 0), flags, q.get("r25", 0), q.get("r26", 0),
+                                              q.get("r27", 0), q.get("r28", 0), q.get("r29", 0), q["r31"],
+                                              q["r23"], v[x], q["r10"]]
+    return out.reshape(-1)
+
+
+@pytest.mark.parametrize("block", [(32, 1), (35, 1), (12, 5), (16, 4)])
+@pytest.mark.parametrize("pmask, split", [(0xFFFFFFFF, 13), (0xF0F0F0F3, 13), (0xFFFFFFFF, 0), (0x7FFFFFFE, 32),
+                                          (0x00010001, 20)])
+def test_votes_reductions_and_matches_on_two_paths(block, pmask, split):
+    grid = 2
+    n = grid * block[0] * block[1]
+    on, off = _both(VOTES, "wvote", grid, block + (1,), _out(48 * n, pack=struct.pack("<II", pmask, split)
+                                                              .decode("latin-1")))
+    want = _votes_host(grid, *block, pmask, split)
+    assert (off == want).all(), np.nonzero(off != want)
+    assert (on == want).all(), np.nonzero(on != want)
+
+
+# A loop whose trip count differs per lane (1 + (lane * 7) % 5 + cta), a shfl.down over activemask each round (the
+# lanes still in the loop): the lanes that left read as 0, lane 31 (out of range) reads itself.
+LOOPED = HEAD80 + """
+.visible .entry wloop(.param .u64 out)
+{
+  .reg .pred %p<4>; .reg .b32 %r<40>; .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x; mov.u32 %r3, %ntid.x; mov.u32 %r4, %ctaid.x;
+  mad.lo.s32 %r8, %r4, %r3, %r1;
+  mul.wide.u32 %rd2, %r8, 8;
+  add.s64 %rd3, %rd1, %rd2;
+  mul.lo.u32 %r9, %r8, -1640531535; add.u32 %r30, %r4, 0x5BD1E995; xor.b32 %r9, %r9, %r30;
+  and.b32 %r12, %r1, 31; mul.lo.u32 %r13, %r12, 7; rem.u32 %r13, %r13, 5; add.u32 %r13, %r13, 1;
+  add.u32 %r13, %r13, %r4;
+  mov.u32 %r14, 0; mov.u32 %r16, 0;
+LOOP:
+  activemask.b32 %r11;
+  shfl.sync.down.b32 %r15, %r9, 1, 31, %r11;
+  add.u32 %r9, %r9, %r15;
+  xor.b32 %r16, %r16, %r11;
+  add.u32 %r14, %r14, 1;
+  setp.lt.u32 %p1, %r14, %r13;
+  @%p1 bra LOOP;
+  st.global.v2.u32 [%rd3], {%r9, %r16};
+  ret;
+}
+"""
+
+
+def _loop_host(grid: int, block: int) -> np.ndarray:
+    out = np.zeros((grid * block, 2), np.uint32)
+    for cta in range(grid):
+        lin = np.arange(block)
+        x = _value(cta * block + lin, cta).astype(np.uint64)
+        trips = 1 + ((lin & 31) * 7) % 5 + cta
+        acc = np.zeros(block, np.uint64)
+        for t in range(int(trips.max())):
+            for w0 in range(0, block, 32):
+                e = [q for q in range(32) if w0 + q < block and trips[w0 + q] > t]
+                mask = sum(1 << q for q in e)
+                y = {}
+                for q in e:
+                    j = q + 1 if q + 1 <= 31 else q
+                    y[q] = int(x[w0 + j]) if j in e else 0
+                for q in e:
+                    x[w0 + q] = (int(x[w0 + q]) + y[q]) & 0xFFFFFFFF
+                    acc[w0 + q] ^= mask
+        out[cta * block:(cta + 1) * block] = np.stack([x, acc], 1)
+    return out.reshape(-1)
+
+
+@pytest.mark.parametrize("block", [32, 45, 96])
+def test_a_shuffle_in_a_loop_lanes_leave(block):
+    grid = 3
+    on, off = _both(LOOPED, "wloop", grid, block, _out(8 * grid * block))
+    want = _loop_host(grid, block)
+    assert (off == want).all(), np.nonzero(off != want)
+    assert (on == want).all(), np.nonzero(on != want)
 
 
 # ---------------------------------------------------------------- ctaatom7: atomics a CTA at a time
