@@ -205,18 +205,9 @@ DONT_CARE = 0xFFFFFFFF
 DONT_CARE, compare() skips it)."""
 
 
-def _shfl(case: Case, t: int, execs: set) -> tuple[int, bool]:
-    """shfl.sync's pseudo-code (PTX ISA 9.0, "shfl.sync"), source values of lanes not executing it: 0."""
-    inp, name = case.inp.astype(np.int64), case.form.name
-    lane = t % 32
-    w0 = t - lane
-    mode = name.split(".")[1]
-    if name == "shfl.down.imm":
-        b, c = 3, 31
-    elif name == "shfl.idx.width8":
-        b, c = int(inp[t, 1]), 0x181F
-    else:
-        b, c = int(inp[t, 1]), int(inp[t, 2])
+def shfl_source(mode: str, lane: int, b: int, c: int) -> tuple[int, bool]:
+    """shfl.sync's pseudo-code (PTX ISA 9.0, "shfl.sync"): (the source lane, whether it is in range); out of range,
+    the lane itself."""
     bval, cval, segmask = b & 31, c & 31, (c >> 8) & 31
     max_lane = (lane & segmask) | (cval & ~segmask)
     min_lane = lane & segmask
@@ -232,8 +223,22 @@ def _shfl(case: Case, t: int, execs: set) -> tuple[int, bool]:
     else:
         j = min_lane | (bval & ~segmask)
         pval = j <= max_lane
-    if not pval:
-        j = lane
+    return (j if pval else lane), pval
+
+
+def _shfl(case: Case, t: int, execs: set) -> tuple[int, bool]:
+    """shfl.sync's pseudo-code (PTX ISA 9.0, "shfl.sync"), source values of lanes not executing it: 0."""
+    inp, name = case.inp.astype(np.int64), case.form.name
+    lane = t % 32
+    w0 = t - lane
+    mode = name.split(".")[1]
+    if name == "shfl.down.imm":
+        b, c = 3, 31
+    elif name == "shfl.idx.width8":
+        b, c = int(inp[t, 1]), 0x181F
+    else:
+        b, c = int(inp[t, 1]), int(inp[t, 2])
+    j, pval = shfl_source(mode, lane, b, c)
     src = w0 + j
     return (int(inp[src, 0]) if src in execs else 0), pval
 

@@ -18,6 +18,7 @@ from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.translator import ctagen, threadgen
 from pyvgpu_daemon.errors import CudaError, code_of
 
+from differential.warp_cases import shfl_source
 from test_emu_stage3_review import CTA, OFF, every_barrier_kernel  # noqa: F401 (an autouse fixture: a CTA at a time)
 from test_emu_threadgen import HEAD, _module
 
@@ -166,25 +167,6 @@ HEAD80 = ".version 8.0\n.target sm_80\n.address_size 64\n"
 # ---------------------------------------------------------------- ctawarp7: warp operations a CTA at a time
 
 
-def _shfl_lane(mode: str, lane: int, b: int, c: int) -> tuple[int, bool]:
-    """The PTX ISA's shfl.sync pseudo-code: (source lane, in range); out of range, the lane itself."""
-    b, clamp, seg = b & 31, c & 31, (c >> 8) & 31
-    maxl, minl = (lane & seg) | (clamp & ~seg), lane & seg
-    if mode == "up":
-        j = lane - b
-        p = j >= maxl
-    elif mode == "down":
-        j = lane + b
-        p = j <= maxl
-    elif mode == "bfly":
-        j = lane ^ b
-        p = j <= maxl
-    else:
-        j = minl | (b & ~seg)
-        p = j <= maxl
-    return (j if p else lane), p
-
-
 def _value(lin: np.ndarray, cta: int) -> np.ndarray:
     return ((lin.astype(np.uint64) * 2654435761) & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(0x5BD1E995 + cta)
 
@@ -246,7 +228,7 @@ def _shfl_host(grid: int, bx: int, by: int, c: int) -> np.ndarray:
                 row = out[cta * cs + w0 + x]
                 res = []
                 for mode, b in (("up", 3), ("down", 5), ("bfly", 6), ("idx", (x * 7) & 31)):
-                    j, p = _shfl_lane(mode, x, b, c)
+                    j, p = shfl_source(mode, x, b, c)
                     res.append((int(v[w0 + j]) if j in ex else 0, int(p)))
                 row[:] = [res[0][0], res[0][1], res[1][0], res[1][1], res[2][0], res[3][0], mask, 0]
                 nb = (w0 + x) ^ 1
