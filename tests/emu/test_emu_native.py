@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import struct
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -676,3 +678,95 @@ def test_chunks_run_again_for_later_ctas_start_from_zeroed_state(mode, threads):
         mod.launch("ctas", (ncta, 1, 1), (ntid, 1, 1), 0, struct.pack("<Q", dst))
         out = np.frombuffer(bytes(mem.read(dst, 4 * ncta * ntid)), np.uint32).reshape(ncta, ntid)
         assert (out == np.arange(1, ncta + 1, dtype=np.uint32)[:, None] + np.arange(ntid, dtype=np.uint32)).all()
+
+
+# ------------------------------------------------------------------------------------- failed builds are remembered
+def _fake_cc(tmp_path, body: str):
+    """A compiler (PYVGPU_EMU_CC) that logs each run to tmp_path/runs, then runs `body` (sh)."""
+    cc = tmp_path / "fake-cc"
+    cc.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\n{body}\n")
+    cc.chmod(0o755)
+    return cc
+
+
+def _failures(caplog) -> list[str]:
+    return [r.message for r in caplog.records if "(failed " in r.message]
+
+
+def _runs(tmp_path) -> int:
+    p = tmp_path / "runs"
+    return len(p.read_text().splitlines()) if p.exists() else 0
+
+
+def test_a_failed_build_is_tried_once_and_kernels_still_run(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "echo 'error: too big' >&2; exit 1")))
+    monkeypatch.setattr(native, "_warned", set())
+    data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
+    off = _launch(EmuLimits(threadgen=False, ctagen=False, native="off"), data)[0]
+    with caplog.at_level("WARNING", logger="pyvgpu.daemon"):
+        for limits in (EmuLimits(threadgen=False, ctagen=False, native="on"), EmuLimits(native="on")):
+            for _ in range(2):                      # two loads of the module: the second finds the marker
+                out, mod = _launch(limits, data)
+                assert mod.kernel("k").native_make() is None
+                assert out == off
+        runs = _runs(tmp_path)
+        assert runs == 1                            # one build of its source (the kernel's lockstep runs)
+        (marker,) = (tmp_path / "cache" / "pyvgpu" / "emu-native").glob("*.failed")
+        assert "exited 1: error: too big" in marker.read_text()
+        (first,) = _failures(caplog)                # logged once, with the kernel's name
+        assert "k: " in first and "exited 1" in first
+        monkeypatch.setattr(native, "_warned", set())      # another daemon: it does not try again either
+        assert _launch(EmuLimits(native="on"), data)[0] == off and _runs(tmp_path) == runs
+        (again,) = _failures(caplog)[1:]
+        assert "k: its build failed before" in again
+    marker.unlink()                                 # a cache clear tries again
+    _launch(EmuLimits(native="on"), data)
+    assert _runs(tmp_path) == runs + 1
+
+
+def test_a_marker_is_per_compiler_and_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "exit 1")))
+    src = "int f(void) { return 1; }\n"
+    assert native.load(src, tmp_path) is None and native.load(src, tmp_path) is None
+    assert _runs(tmp_path) == 1
+    assert native.load(src, tmp_path, extra=("-O1",)) is None and _runs(tmp_path) == 2    # other flags: tried
+    monkeypatch.delenv("PYVGPU_EMU_CC")                                                    # another compiler: built
+    assert native.load(src, tmp_path).f() == 1
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_build_past_the_timeout_is_stopped_with_its_subprocesses_and_remembered(tmp_path, monkeypatch):
+    # the driver's child (cc1 for a real compiler) must not go on compiling after the driver is killed
+    cc = _fake_cc(tmp_path, f"sleep 60 & echo $! > {tmp_path / 'child'}\nwait")
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(cc))
+    monkeypatch.setattr(native, "COMPILE_TIMEOUT", 1)
+    src = "int f(void) { return 2; }\n"
+    t0 = time.monotonic()
+    assert native.load(src, tmp_path) is None
+    assert time.monotonic() - t0 < 30
+    child = int((tmp_path / "child").read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(child)
+    (marker,) = tmp_path.glob("*.failed")
+    assert marker.read_text().startswith("timeout 1 s")
+    assert native.load(src, tmp_path) is None and _runs(tmp_path) == 1      # remembered
+    monkeypatch.setattr(native, "COMPILE_TIMEOUT", 2)                       # a longer timeout tries again
+    assert native.load(src, tmp_path) is None and _runs(tmp_path) == 2
+
+
+def test_several_translation_units_link_into_one_library(tmp_path):
+    units = ["int g(int x);\nint f(int x) { return g(x) + 1; }\n", "int g(int x) { return 2 * x; }\n"]
+    lib = native.load(units, tmp_path, extra=("-O1",), jobs=2)
+    assert lib.f(20) == 41 and lib.g(3) == 6
+    assert len(list(tmp_path.glob("*.so"))) == 1 and not list(tmp_path.glob("*.[co]"))
+    bad = native.load([units[0], "int g(int x) { return x }\n"], tmp_path, jobs=2)      # one unit fails: remembered
+    assert bad is None and len(list(tmp_path.glob("*.failed"))) == 1

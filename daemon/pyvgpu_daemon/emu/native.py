@@ -1,5 +1,5 @@
-"""Native code for the interpreter (translator/cgen.py writes it): C compiled by the host's C compiler into a shared
-library, cached on disk, loaded with ctypes (the standard library: no extra dependency).
+"""Native code for the interpreter (translator/cgen.py, threadgen.py, ctagen.py write it): C compiled by the host's C
+compiler into a shared library, cached on disk, loaded with ctypes (the standard library: no extra dependency).
 
 Optional by design: a daemon host need not have a compiler. When none is found, or compiling or loading fails,
 `load` answers None (logged once per reason) and kernels keep running as NumPy code, with identical results.
@@ -8,8 +8,17 @@ The library is built for this machine (-march=native: the vector units decide th
 IEEE semantics (-ffp-contract=off: no fused multiply-adds the PTX did not ask for; no -ffast-math), and cached
 under the XDG cache dir by a hash of the source, the compiler, the flags and the CPU's feature flags, written
 under a temporary name and renamed, so concurrent daemons share it safely. PYVGPU_EMU_CC names the compiler.
-The cache holds at most MAX_CACHED libraries (each kernel a client loads may add one): the least recently used
-go first (a library in use stays mapped after its file is removed).
+A caller may add flags (`extra`, after FLAGS: a later -O wins, so a generator picks the optimisation level by its
+source's size) and may hand over several translation units, compiled at once (at most `jobs`) into objects and
+linked into one library.
+
+A build that fails or times out is remembered beside the cache by its key (`<key>.failed`, its reason inside), so
+no daemon spends COMPILE_TIMEOUT on the same source again: `load` then answers None at once, logged once per
+process with the kernel's name. Another compiler or other flags make another key (tried afresh); clearing the
+cache, or a longer COMPILE_TIMEOUT than the one a timeout was recorded under, tries again.
+
+The cache holds at most MAX_CACHED libraries and markers (each kernel a client loads may add one): the least
+recently used go first (a library in use stays mapped after its file is removed).
 """
 from __future__ import annotations
 
@@ -19,20 +28,29 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Sequence
 
 from pyvgpu.config import cache_dir, private_dir
 
 log = logging.getLogger("pyvgpu.daemon")
 
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fPIC", "-shared")
-COMPILE_TIMEOUT = 120           # seconds one compiler run may take
-MAX_CACHED = 1024               # libraries kept in the cache directory (about 15-30 KB each)
+COMPILE_TIMEOUT = 120           # seconds one build may take (every translation unit and the link)
+MAX_CACHED = 1024               # libraries and failure markers kept in the cache directory (about 15-30 KB each)
+FAILED = ".failed"              # suffix of a failure marker
 
 _lock = threading.Lock()        # one build at a time per process (the daemon runs launches on several threads)
 _warned: set[str] = set()
+
+
+class BuildFailed(Exception):
+    """The compiler exited with an error or ran past the timeout: remembered (a marker) so it is not run again."""
 
 
 def compiler() -> str | None:
@@ -58,28 +76,46 @@ def _warn_once(reason: str, detail: str) -> None:
         log.warning("emulated GPU: native code unavailable (%s), kernels run as NumPy code: %s", reason, detail)
 
 
-def load(source: str, directory: Path | None = None, extra: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    """The shared library of a C source (built once per machine and source, with FLAGS and `extra` flags), or
-    None."""
+def library_key(sources: Sequence[str], cc: str, flags: tuple[str, ...]) -> str:
+    """The cache key of a library: its sources, compiler, flags and this CPU's features."""
+    return hashlib.sha256("\0".join((*sources, cc, " ".join(flags), _cpu_signature())).encode()).hexdigest()[:24]
+
+
+def load(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = (), name: str = "",
+         jobs: int = 1) -> ctypes.CDLL | None:
+    """The shared library of C `source` (one translation unit, or a sequence of them, each compiled on its own, at
+    most `jobs` at once, then linked together), built once per machine with FLAGS and then `extra`; or None.
+    `name` (the kernel's) goes into the log when the build fails."""
     cc = compiler()
     if cc is None:
         _warn_once("no C compiler", "set PYVGPU_EMU_CC or install cc")
         return None
+    units = (source,) if isinstance(source, str) else tuple(source)
     flags = FLAGS + tuple(extra)
-    key = hashlib.sha256("\0".join((source, cc, " ".join(flags), _cpu_signature())).encode()).hexdigest()[:24]
+    key = library_key(units, cc, flags)
     directory = directory or cache_dir() / "emu-native"
     path = directory / f"{key}.so"
+    marker = directory / f"{key}{FAILED}"
     with _lock:
         if path.exists():
             _touch(path)
+        elif _failed_before(marker):
+            _warn_once(f"failed {key}", f"{name or 'a kernel'}: its build failed before, not tried again "
+                       f"({_read(marker)}; {marker})")
+            return None
         else:
             try:
                 private_dir(directory)      # shared libraries this daemon loads: nobody else may plant one
-                _compile(cc, source, path, flags)
-                _prune(directory, MAX_CACHED)
+                _build(cc, units, path, flags, jobs)
+            except BuildFailed as e:
+                _remember(marker, str(e))
+                _warn_once(f"failed {key}", f"{name or 'a kernel'}: {e}")
+                return None
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
                 _warn_once("compiler failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
                 return None
+            finally:
+                _prune(directory, MAX_CACHED)
         try:
             return ctypes.CDLL(str(path))
         except OSError as e:
@@ -87,22 +123,93 @@ def load(source: str, directory: Path | None = None, extra: tuple[str, ...] = ()
             return None
 
 
-def _compile(cc: str, source: str, path: Path, flags: tuple[str, ...] = FLAGS) -> None:
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}")
-    src = tmp.with_suffix(".c")
-    src.write_text(source)
+def _failed_before(marker: Path) -> bool:
+    """Whether a build of this key failed before, for a reason that holds now (a timeout recorded under a shorter
+    COMPILE_TIMEOUT than today's does not)."""
     try:
-        proc = subprocess.run([cc, *flags, "-o", str(tmp), str(src), "-lm"], capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{cc} exited {proc.returncode}: {proc.stderr.strip()[:500]}")
+        reason = marker.read_text()
+    except (OSError, ValueError):
+        return False
+    if reason.startswith("timeout "):
+        try:
+            if float(reason.split()[1]) < COMPILE_TIMEOUT:
+                return False
+        except (IndexError, ValueError):
+            pass
+    _touch(marker)
+    return True
+
+
+def _read(marker: Path) -> str:
+    try:
+        return marker.read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _remember(marker: Path, reason: str) -> None:
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        tmp.write_text(reason + "\n")
+        os.replace(tmp, marker)
+    except OSError:
+        pass
+
+
+def _build(cc: str, units: tuple[str, ...], path: Path, flags: tuple[str, ...], jobs: int) -> None:
+    """Compile and link `units` into `path` within COMPILE_TIMEOUT (BuildFailed when the compiler says no or runs
+    too long)."""
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}")
+    srcs = [tmp.with_name(f"{tmp.name}.{i}.c") for i in range(len(units))]
+    objs = [s.with_suffix(".o") for s in srcs]
+    try:
+        for s, text in zip(srcs, units):
+            s.write_text(text)
+        if len(units) == 1:
+            _run([cc, *flags, "-o", str(tmp), str(srcs[0]), "-lm"], COMPILE_TIMEOUT)
+        else:
+            deadline = time.monotonic() + COMPILE_TIMEOUT
+            cflags = [f for f in flags if f != "-shared"]
+            with ThreadPoolExecutor(max(1, min(jobs, len(units)))) as ex:
+                for f in [ex.submit(lambda s=s, o=o: _run([cc, *cflags, "-c", "-o", str(o), str(s)],
+                                                          deadline - time.monotonic())) for s, o in zip(srcs, objs)]:
+                    f.result()
+            _run([cc, *flags, "-o", str(tmp), *map(str, objs), "-lm"], deadline - time.monotonic())
         os.replace(tmp, path)
     finally:
-        for f in (src, tmp):
+        for f in (*srcs, *objs, tmp):
             try:
                 f.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _run(cmd: list[str], timeout: float) -> None:
+    """Run the compiler in a process group of its own, so that a timeout stops its subprocesses too (cc1 goes on
+    after its driver is killed)."""
+    if timeout <= 0:
+        raise BuildFailed(f"timeout {COMPILE_TIMEOUT} s")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise BuildFailed(f"timeout {COMPILE_TIMEOUT} s") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if proc.returncode < 0:             # killed by a signal (not ours: the OOM killer, an operator): try again later
+        raise RuntimeError(f"{cmd[0]} killed by signal {-proc.returncode}")
+    if proc.returncode != 0:
+        raise BuildFailed(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
 
 
 def _touch(path: Path) -> None:
@@ -114,10 +221,10 @@ def _touch(path: Path) -> None:
 
 
 def _prune(directory: Path, keep: int) -> None:
-    """Remove the least recently used libraries beyond `keep` (another daemon may prune at the same time: a file
-    already gone is fine)."""
+    """Remove the least recently used libraries and failure markers beyond `keep` (another daemon may prune at the
+    same time: a file already gone is fine)."""
     entries = []
-    for f in directory.glob("*.so"):
+    for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}")):
         try:
             entries.append((f.stat().st_mtime, f))
         except FileNotFoundError:

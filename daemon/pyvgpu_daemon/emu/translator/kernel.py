@@ -165,8 +165,7 @@ class Kernel:
                 return code
         g = Codegen(self)
         regs = g.reg_width
-        import os
-        addr = g.address if os.environ.get("X_LOADS", "1") == "1" else None
+        addr = g.address
         plans = {b.index: plan_runs(b.instrs, b.term, regs, g.imm, self.global_regs, addr)
                  for b in self.blocks}
         if not any(plans.values()):
@@ -177,7 +176,7 @@ class Kernel:
                 e = c_body(run.instrs, regs, g.imm, addr)
                 run.choose_lanes(e)
                 c_funcs.append(function_source(run, e, regs, f"nr{bi}_{run.index}"))
-        lib = native.load(PRELUDE + "\n".join(c_funcs))
+        lib = native.load(PRELUDE + "\n".join(c_funcs), name=self.name)
         if lib is None:
             return None
         self.native_runs: list[NativeRun] = []
@@ -222,7 +221,7 @@ class Kernel:
             native.log.warning("emulated GPU: no %s code for %s (%s: %s); it runs %s", what, self.name,
                                type(e).__name__, e, instead)
             return None
-        lib = native.load(prelude + source, extra=flags)
+        lib = native.load(prelude + source, extra=flags, name=self.name)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
