@@ -188,9 +188,11 @@ def test_only_launched_loop_free_small_kernels_are_tiny(mod, monkeypatch):
     assert not m.tiny("ids", (2000, 1, 1), (1, 1, 1), 0)     # more threads than TINY_LANES
 
 
-def test_a_small_configuration_gets_native_code_once_its_launches_took_long(monkeypatch):
+def test_a_small_configuration_gets_native_code_once_its_launches_took_long(monkeypatch, tmp_path):
     """Fewer threads than native_min_threads: NumPy code until the configuration's launches have spent about what
-    compiling the kernel costs, then native code (built in the background), with the same results."""
+    compiling the kernel costs, then native code (built in the background), with the same results. The next
+    daemon on this machine (a new module load, the record beside the cache) builds it at the first launch."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))         # (no record of an earlier run)
     mem = DeviceMemory(1 << 40, 1 << 24)
     m = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
     out = m.memory.alloc(16 * 1000)
@@ -210,6 +212,18 @@ def test_a_small_configuration_gets_native_code_once_its_launches_took_long(monk
     assert m.kernel("ids").native_make(wait=True) is not None
     _, v = _ids(m, mem, out, (8, 1, 1), (128, 1, 1), 5)
     assert (v == np.arange(1000) + 5).all()
+    (record,) = (tmp_path / "pyvgpu" / "emu-native").glob("*.wanted")
+    monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 3600.0)
+    m2 = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    assert m2._plan("ids", (4, 1, 1), (256, 1, 1), 0, None, None, False).native == "auto"    # wanted here before
+    _, v = _ids(m2, mem, out, (4, 1, 1), (256, 1, 1), 7)
+    assert m2.kernel("ids").native_make(wait=True) is not None and (v == np.arange(1000) + 7).all()
+    record.unlink()                                         # a cache clear forgets it
+    m3 = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    assert m3._plan("ids", (4, 1, 1), (256, 1, 1), 0, None, None, False).native is None
+    m4 = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto", threadgen=False))
+    (tmp_path / "pyvgpu" / "emu-native" / f"{m2.kernel('ids').native_key}.wanted").touch()
+    assert m4._plan("ids", (4, 1, 1), (256, 1, 1), 0, None, None, False).native is None      # other paths: not it
 
 
 VOLATILE_PTX = """.version 9.0

@@ -17,8 +17,14 @@ no daemon spends COMPILE_TIMEOUT on the same source again: `load` then answers N
 process with the kernel's name. Another compiler or other flags make another key (tried afresh); clearing the
 cache, or a longer COMPILE_TIMEOUT than the one a timeout was recorded under, tries again.
 
-The cache holds at most MAX_CACHED libraries and markers (each kernel a client loads may add one): the least
-recently used go first (a library in use stays mapped after its file is removed).
+A kernel whose native code the launch policy found worth building (runtime/launch.py: its launches ran long
+enough) is recorded beside the cache too (`<kernel key>.wanted`, by the kernel's name and code, the paths allowed
+and the generator's own source), so that the next daemon starts that build at the kernel's first launch, in the
+background: with the library cached, it costs only the source's generation (a warm cache, as CUDA's
+~/.nv/ComputeCache for its PTX JIT).
+
+The cache holds at most MAX_CACHED libraries, markers and records (each kernel a client loads may add one): the
+least recently used go first (a library in use stays mapped after its file is removed).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-t
 COMPILE_TIMEOUT = 120           # seconds one build may take (every translation unit and the link)
 MAX_CACHED = 1024               # libraries and failure markers kept in the cache directory (about 15-30 KB each)
 FAILED = ".failed"              # suffix of a failure marker
+WANTED = ".wanted"              # suffix of a kernel's record: its native code was worth building here (`wanted`)
 
 _lock = threading.Lock()        # one build at a time per process (the daemon runs launches on several threads)
 _warned: set[str] = set()
@@ -121,6 +128,47 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
         except OSError as e:
             _warn_once("library failed to load", str(e))
             return None
+
+
+def generator_signature() -> str:
+    """A hash of the code that writes native code (emu/translator/*.py and this file), once per process: a
+    kernel's record (`wanted`) holds for the generator that made it only."""
+    global _generator
+    if _generator is None:
+        h = hashlib.sha256()
+        here = Path(__file__).resolve().parent
+        for f in sorted((here / "translator").glob("*.py")) + [Path(__file__).resolve()]:
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        _generator = h.hexdigest()
+    return _generator
+
+
+_generator: str | None = None
+
+
+def kernel_key(*parts: str) -> str:
+    """The key of a kernel's record (`wanted`): what identifies it (its name, its code, the paths the limits allow),
+    the generator, the compiler, the flags and this CPU's features."""
+    return library_key((*parts, generator_signature()), compiler() or "", FLAGS)
+
+
+def wanted(key: str, directory: Path | None = None) -> bool:
+    """Whether the kernel of `key` had its native code built here before because its launches were worth it (the
+    launch policy may then start the build at its first launch: a cached library costs only its generation)."""
+    path = (directory or cache_dir() / "emu-native") / f"{key}{WANTED}"
+    if path.exists():
+        _touch(path)
+        return True
+    return False
+
+
+def mark_wanted(key: str, directory: Path | None = None) -> None:
+    directory = directory or cache_dir() / "emu-native"
+    try:
+        private_dir(directory)
+        (directory / f"{key}{WANTED}").touch()
+    except OSError:
+        pass
 
 
 def _failed_before(marker: Path) -> bool:
@@ -221,10 +269,10 @@ def _touch(path: Path) -> None:
 
 
 def _prune(directory: Path, keep: int) -> None:
-    """Remove the least recently used libraries and failure markers beyond `keep` (another daemon may prune at the
+    """Remove the least recently used libraries, failure markers and kernel records beyond `keep` (another daemon may prune at the
     same time: a file already gone is fine)."""
     entries = []
-    for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}")):
+    for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}"), *directory.glob(f"*{WANTED}")):
         try:
             entries.append((f.stat().st_mtime, f))
         except FileNotFoundError:

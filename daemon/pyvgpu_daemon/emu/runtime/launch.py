@@ -58,7 +58,9 @@ TINY_SECONDS = 500e-6
 # NATIVE_S_PER_INSTR per instruction: the C compiler took 4-6 ms per instruction on the 2-core VM, 47 s for CUB's
 # 8,600-instruction onesweep kernel): small launches that run long or often (a one-thread kernel looping over a
 # 32 KB parameter block, launched 1000 times) would pay the interpreter's cost per instruction in every launch, the
-# compiler only once (in the background), and a short program never waits for a compiler it does not need.
+# compiler only once (in the background), and a short program never waits for a compiler it does not need. A kernel
+# whose native code was worth it on this machine before (emu/native.py's record: another daemon run) starts its
+# build at the first launch: with the library cached, that costs only the source's generation.
 NATIVE_AFTER_S = 0.25
 NATIVE_S_PER_INSTR = 0.005
 SHARED_CHECK_S = 2e-4        # while another session uses the device, a launch checks (and yields the GIL) this often
@@ -120,6 +122,8 @@ class LaunchPlan:
         self.native = "on" if limits.native == "on" else \
             "auto" if limits.native == "auto" and self.ncta * self.ctasize >= limits.native_min_threads else None
         self.native_later = limits.native == "auto" and self.native is None     # after native_after seconds
+        if self.native_later and kernel.native_wanted():     # worth it here before: build (or find) it now
+            self.native, self.native_later = "auto", False
         self.native_after = max(NATIVE_AFTER_S, NATIVE_S_PER_INSTR * sum(self.sizes))
         self.spent = 0.0                      # seconds its completed launches took, in all
         # Bounded whatever the arguments: each thread runs each block at most once (Kernel.straight) and no

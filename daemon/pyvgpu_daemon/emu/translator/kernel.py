@@ -109,6 +109,8 @@ class Kernel:
         self._native = None          # None: not tried yet; False: no native code; else its make(S)
         self._native_thread: threading.Thread | None = None
         self._native_lock = threading.Lock()
+        self._native_key: str | None = None
+        self._wanted: bool | None = None
 
     @property
     def make(self):
@@ -144,6 +146,23 @@ class Kernel:
 
     def _background_build(self) -> None:
         self._native = self._build_native_or_false()
+        if self._native:                # (only the launch policy builds in the background: it found it worth it)
+            native.mark_wanted(self.native_key)
+
+    @property
+    def native_key(self) -> str:
+        """The key of this kernel's record of native code wanted here (emu/native.py: `wanted`)."""
+        if self._native_key is None:
+            self._native_key = native.kernel_key(self.name, self.source,
+                                                 f"threadgen={self.limits.threadgen} ctagen={self.limits.ctagen}")
+        return self._native_key
+
+    def native_wanted(self) -> bool:
+        """Whether the launch policy built this kernel's native code on this machine before (the next daemon then
+        builds it at the first launch, in the background)."""
+        if self._wanted is None:
+            self._wanted = native.compiler() is not None and native.wanted(self.native_key)
+        return self._wanted
 
     def _build_native_or_false(self):
         try:
