@@ -4,7 +4,7 @@
 (user + system, /proc/PID/stat) beside it: on a shared machine it moves less with the other jobs than wall time.
 
     python bench/emu_programs_bench.py [--quick] [--reps N] [--program NAME] [--timeout S] \\
-        [--baseline DIR] [--env KEY=VALUE ...] [--load N]
+        [--baseline DIR] [--env KEY=VALUE ...] [--load N] [--cache cold|warm|both]
 
 Programs (bench/cuda/): black_scholes (4M options x 512 launches, the default of NVIDIA's BlackScholes sample) and
 streams_overlap (16M ints, 4 streams, 10 repetitions, as NVIDIA's simpleStreams); the workloads of issue 19 part 6 at
@@ -19,12 +19,19 @@ printed. A run longer than --timeout seconds is stopped and shown as "> S". --en
 (e.g. PYVGPU_EMU_NATIVE=off). --load N keeps N processes spinning on the CPU (at the bench's own priority) for
 the whole invocation: issue 19 part 6 asks for its times "under load", and a load of its own makes that load the
 same from run to run (the load average is printed at the end: other jobs add to it).
+
+--cache says which native-code cache (emu/native.py, under XDG_CACHE_HOME) each daemon starts with: "cold" an empty
+one (the first run on a machine: every compile included), "warm" one that a run of the same program and arguments
+of the same tree filled (made by an untimed run first when build/bench-programs/ has none yet; as CUDA's own PTX
+JIT has ~/.nv/ComputeCache), "both" a cold run and then a warm one on what it left, each timed (the default). The
+caller's own cache is never used.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,6 +117,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another tree whose daemon runs the same programs")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the daemon (repeatable)")
     ap.add_argument("--load", type=int, default=0, help="processes spinning on the CPU during the runs")
+    ap.add_argument("--cache", choices=("cold", "warm", "both"), default="both",
+                    help="the daemons' native-code cache: empty, filled by the same run before, or one run of each")
     args = ap.parse_args()
     with cpu_load(args.load):
         run_all(args)
@@ -120,37 +129,51 @@ def run_all(args: argparse.Namespace) -> None:
     workdir = ROOT / "build" / "bench-programs"
     workdir.mkdir(parents=True, exist_ok=True)
     trees = {"this tree": None} if args.baseline is None else {"baseline": args.baseline.resolve(), "this tree": None}
+    modes = ("cold", "warm") if args.cache == "both" else (args.cache,)
     rows = []
     for name in args.program or list(PROGRAMS):
         exe = harness.build_cuda(ROOT / "bench" / "cuda" / f"{name}.cu")
         pargs = PROGRAMS[name][1 if args.quick else 0]
-        res = {label: ([], [], "") for label in trees}
+        res = {(label, mode): ([], [], "") for label in trees for mode in modes}
         for _ in range(args.reps):
             for label, tree in trees.items():          # alternating, so a change of load hits both
-                secs, cpu, out = run_once(exe, pargs, workdir, tree, env, args.timeout)
-                res[label][0].append(secs)
-                res[label][1].append(cpu)
-                res[label] = (res[label][0], res[label][1], out)
-                print(f"  {name} [{label}]: wall {'> %.0f' % args.timeout if secs is None else '%.1f' % secs} s, "
-                      f"daemon CPU {cpu:.1f} s; {out}", flush=True)
-        rows.append((name, pargs, res))
+                # one cache directory per tree, program and arguments: "warm" is what the same run left
+                cache = workdir / "cache" / f"{label.replace(' ', '-')}-{name}-{'-'.join(pargs)}"
+                if "cold" in modes:
+                    shutil.rmtree(cache, ignore_errors=True)
+                elif not cache.exists():
+                    print(f"  {name} [{label}]: filling the warm cache (untimed)", flush=True)
+                    run_once(exe, pargs, workdir, tree, {**env, "XDG_CACHE_HOME": str(cache)}, args.timeout)
+                for mode in modes:
+                    secs, cpu, out = run_once(exe, pargs, workdir, tree, {**env, "XDG_CACHE_HOME": str(cache)},
+                                              args.timeout)
+                    r = res[label, mode]
+                    r[0].append(secs)
+                    r[1].append(cpu)
+                    res[label, mode] = (r[0], r[1], out)
+                    print(f"  {name} [{label}, {mode} cache]: wall "
+                          f"{'> %.0f' % args.timeout if secs is None else '%.1f' % secs} s, "
+                          f"daemon CPU {cpu:.1f} s; {out}", flush=True)
+        rows.extend((name, pargs, mode, res) for mode in modes)
     if args.load:
         print(f"\n{args.load} process(es) spinning on the CPU during the runs (--load)")
     print(f"\nload average now: {os.getloadavg()[0]:.1f}, {os.getloadavg()[1]:.1f}, {os.getloadavg()[2]:.1f}")
-    print(f"{'program':<16} {'arguments':<20} " + " ".join(f"{lb + ' wall s':>16} {lb + ' CPU s':>15}" for lb in trees)
+    print(f"{'program':<16} {'arguments':<20} {'cache':<6} "
+          + " ".join(f"{lb + ' wall s':>16} {lb + ' CPU s':>15}" for lb in trees)
           + ("  wall ratio" if len(trees) > 1 else ""))
-    for name, pargs, res in rows:
-        cols = " ".join(f"{fmt(res[lb][0], args.timeout):>16} {statistics.median(res[lb][1]):>15.1f}" for lb in trees)
+    for name, pargs, mode, res in rows:
+        cols = " ".join(f"{fmt(res[lb, mode][0], args.timeout):>16} {statistics.median(res[lb, mode][1]):>15.1f}"
+                        for lb in trees)
         ratio = ""
         if len(trees) > 1:
-            base, cur = res["baseline"][0], res["this tree"][0]
+            base, cur = res["baseline", mode][0], res["this tree", mode][0]
             if None in cur:
                 ratio = "  n/a"
             elif None in base:
                 ratio = f"  > {args.timeout / statistics.median(cur):.1f}x"
             else:
                 ratio = f"  {statistics.median(base) / statistics.median(cur):.1f}x"
-        print(f"{name:<16} {' '.join(pargs):<20} {cols}{ratio}")
+        print(f"{name:<16} {' '.join(pargs):<20} {mode:<6} {cols}{ratio}")
 
 
 if __name__ == "__main__":
