@@ -22,7 +22,7 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import bytecode_cache, control, ctagen, instrs, threadgen
+from . import bytecode_cache, control, ctagen, instrs, pycompile, threadgen
 from .cfg import Block, shares_across_ctas, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
@@ -270,7 +270,7 @@ def _bytecode(source: str, name: str):
     disk = bytecode_cache.shared() if len(source) >= bytecode_cache.MIN_SOURCE else None
     code = disk.get(source, filename) if disk is not None else None
     if code is None:
-        code = compile(source, filename, "exec")
+        code = pycompile.compile_source(source, filename)      # (a large one off the GIL)
         if disk is not None:
             disk.put(source, filename, code)
     with _bytecode_lock:
