@@ -58,7 +58,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import control, ctaatomic, ctawarp, threadgen
+from . import control, ctaaffine, ctaatomic, ctawarp, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -171,6 +171,13 @@ class CtaEmitter(ThreadEmitter):
         self.shared_sizes: set[int] = set()     # access sizes of _fast_shared_offset (their bounds: kernel_source)
         self.loop_sizes: set[int] = set()       # those of the loop being emitted (_fast_code)
         self.loop_conds: set[str] = set()       # C conditions of its loop without suspensions (hints, parameters)
+        # a contiguous attempt (ctaaffine.py): its accesses' bases by id(access), the body being emitted ("first",
+        # "affine", "affcheck"; "" the usual passes), the range checks "first" made, the attempts' flags
+        self.affine: bool = True
+        self.aff: dict[int, str] = {}
+        self.aff_mode = ""
+        self.aff_ranges: list[str] = []
+        self.aff_flags: list[str] = []
 
     def var(self, name: str) -> str:
         v = super().var(name)
@@ -280,7 +287,13 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     lanes i0..n-1 of the chunk (whole CTAs) one after the other, from the start (st[ST_RESUME] 0) or resumed where
     it suspended; R_DONE when all ran, else R_SLOW / R_TICK with st filled (threadgen's protocol); the length of its
     state array; the bytes of its register file `rf`). Raises NoC when the kernel is not
-    eligible or some instruction has no C form."""
+    eligible or some instruction has no C form. Loops get contiguous attempts (ctaaffine.py) unless that makes
+    the source larger than ctaaffine.MAX_BYTES."""
+    out = _kernel_source(kernel, g, name, True)
+    return out if len(out[0]) <= ctaaffine.MAX_BYTES else _kernel_source(kernel, g, name, False)
+
+
+def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     if eligible_reason(kernel) is not None:
         raise NoC
     regs = threadgen.register_widths(kernel, g)
@@ -292,6 +305,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     # (CTAs that talk are set aside with their registers' arrays, CtaRegisters: no register is kept once for them)
     uniform = _uniform(kernel, g.address) if kernel.independent_ctas else set()
     e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), uniform)
+    e.affine = affine
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
@@ -315,6 +329,8 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
                 loop = '_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++)'
                 passes = (f"{loop} {{ {fast[0]} }}" if fast[2] is None else
                           f"{loop} {{ {fast[2]} }} if (!bad) {{ {loop} {{ {fast[0]} }} }}")
+                if fast[4] is not None:    # (contiguous accesses first, the usual passes when they are not)
+                    passes = f"uint32_t dev = 1; {fast[4]} if (dev) {{ {passes} }}"
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
                     f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
@@ -378,6 +394,7 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     for z in sorted(e.shared_sizes):
         decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
+    decls += [f"uint32_t {f} = 1;" for f in e.aff_flags]     # (ctaaffine.attempt: until one fails, per call)
     decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
               f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
@@ -514,7 +531,28 @@ def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str
     # (a window smaller than an access: no offset 0 to read or write at, the loop with suspensions serves; a pointer
     # without a hint yet: that loop makes one)
     conds = [f"shok{z}" for z in sorted(e.loop_sizes)] + sorted(e.loop_conds)
-    return code, " && ".join(conds) or "1", check, pre
+    return code, " && ".join(conds) or "1", check, pre, _affine_attempt(e, rest)
+
+
+def _affine_attempt(e: CtaEmitter, rest: list[ir.Instr]) -> str | None:
+    """The C code of a loop's contiguous attempt (ctaaffine.py), or None (no access it could make contiguous)."""
+    cands = ctaaffine.candidates(e, rest) if e.affine else []
+    if not cands:
+        return None
+    e.aff = {id(ins): e.fresh("ab") for ins in cands}
+    e.aff_ranges = []
+    try:
+        first = _body_code(e, rest, fast="first")
+        ranges = list(e.aff_ranges)
+        affine = _body_code(e, rest, fast="affine")
+        store = any(ins.opcode == "st" for ins in cands)
+        affcheck = _body_code(e, rest, fast="affcheck") if store else None
+    finally:
+        bases, e.aff, e.aff_ranges = list(e.aff.values()), {}, []
+    flag = e.fresh("aff")
+    e.aff_flags.append(flag)
+    loop = '_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++)'
+    return ctaaffine.attempt(first, loop, affine, affcheck, bases, ranges, flag)
 
 
 def _once_first(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[list[ir.Instr], list[ir.Instr]]:
@@ -558,9 +596,11 @@ def _fast_kind(e: CtaEmitter, ins: ir.Instr) -> str | None:
 
 def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) -> str:
     """The C code of one thread's part of a loop (with suspension sites of its own: each copy of a loop is emitted
-    anew); fast: accesses without them (_fast_code), "check": global stores only checked (_fast_global_store)."""
+    anew); fast: accesses without them (_fast_code), "check": global stores only checked (_fast_global_store);
+    "first", "affine", "affcheck": the bodies of a contiguous attempt (ctaaffine.py)."""
     e.label()                          # (a pointer checked in another loop is another thread's)
     start = len(e.lines)
+    e.aff_mode = fast if fast in ("first", "affine", "affcheck") else ""
     try:
         for ins in body:
             if ins.opcode in ("ld", "ldu", "st") and "mmio" in ins.mods:
@@ -571,12 +611,14 @@ def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) ->
             elif kind == "kparam":
                 _fast_kparam_load(e, ins)
             elif kind == "global":
-                (_fast_global_store if ins.opcode == "st" else _fast_global_load)(e, ins, fast == "check")
+                (_fast_global_store if ins.opcode == "st" else _fast_global_load)(
+                    e, ins, fast in ("check", "first", "affcheck"))
             else:
                 e.emit(ins)
         return " ".join(e.lines[start:])
     finally:
         del e.lines[start:]
+        e.aff_mode = ""
 
 
 def _rerunnable(body: list[ir.Instr], regs) -> bool:
@@ -618,7 +660,20 @@ def _fast_shared_offset(e: CtaEmitter, ins: ir.Instr, vsize: int) -> tuple[str, 
     e.shared_sizes.add(vsize)
     e.loop_sizes.add(vsize)
     o, ok = e.fresh("fo"), e.fresh("fk")
-    if kind == "reg" and e.regs.get(ins.srcs[0].base.name) == 32:
+    ab = e.aff.get(id(ins))
+    narrow = kind == "reg" and e.regs.get(ins.srcs[0].base.name) == 32
+    if ab is not None and e.aff_mode in ("affine", "affcheck"):
+        # (the attempt's offset; the thread's own compared with it, but in a store's second pass, after affcheck)
+        if ins.opcode != "st" or e.aff_mode == "affcheck":
+            if narrow:
+                a = f"(uint32_t)({e.src(ir.Reg(ins.srcs[0].base.name), 'u32', ins)} + UINT32_C({off & 0xFFFFFFFF:#x}))"
+                e.lines.append(f"dev |= {a} ^ (uint32_t){ctaaffine.affine_offset(ab, vsize)};")
+            else:
+                e.lines.append(f"dev |= (uint64_t)({address_expr(e, ins, kind, off)}) ^ "
+                               f"{ctaaffine.affine_offset(ab, vsize)};")
+        e.lines.append(f"uint64_t {o}i = {ctaaffine.affine_offset(ab, vsize)};")
+        return o, "1"
+    if narrow:
         a = f"(uint32_t)({e.src(ir.Reg(ins.srcs[0].base.name), 'u32', ins)} + UINT32_C({off & 0xFFFFFFFF:#x}))"
         e.lines.append(f"uint32_t {o} = {a}; uint32_t {ok} = ({o} <= shlim{vsize}) & "
                        f"(({o} & {vsize - 1}u) == 0) & shok{vsize}; bad |= {ok} ^ 1; "
@@ -627,6 +682,9 @@ def _fast_shared_offset(e: CtaEmitter, ins: ir.Instr, vsize: int) -> tuple[str, 
         a = address_expr(e, ins, kind, off)
         e.lines.append(f"int64_t {o} = (int64_t)({a}); uint32_t {ok} = ({o} >= 0) & ({o} <= shl - {vsize}) & "
                        f"(({o} & {vsize - 1}) == 0); bad |= {ok} ^ 1; int64_t {o}i = {ok} ? {o} : 0;")
+    if ab is not None and e.aff_mode == "first":
+        e.lines.append(f"{ab} = (uint64_t){o};")
+        e.aff_ranges.append(ctaaffine.shared_range(ab, vsize))
     return o, ok
 
 
@@ -636,6 +694,8 @@ def _fast_shared_store(e: CtaEmitter, ins: ir.Instr) -> None:
     space, size, ct, vals = threadgen.store_form(e, ins)
     vec = len(vals)
     o, ok = _fast_shared_offset(e, ins, size * vec)
+    if e.aff_mode in ("first", "affcheck"):
+        return                         # (an attempt's address only: ctaaffine.py)
     for k, v in enumerate(vals):
         x = e.fresh("fv")
         e.lines.append(f"{ct} {x} = {v}; memcpy(sb + {o}i + {k * size}, &{x}, {size});")
@@ -654,7 +714,17 @@ def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool =
     hint = e.hint((ins.srcs[0].base.name if kind == "reg" else off, vsize))
     e.loop_conds.add(f"{hint}lim")
     a, p = e.fresh("ga"), e.fresh("gp")
+    ab = e.aff.get(id(ins))
+    if ab is not None and e.aff_mode in ("affine", "affcheck"):
+        # (the attempt's address; the thread's own compared with it, but in a store's second pass, after affcheck)
+        if ins.opcode != "st" or e.aff_mode == "affcheck":
+            e.lines.append(f"dev |= (uint64_t)({address_expr(e, ins, kind, off)}) ^ "
+                           f"{ctaaffine.affine_offset(ab, vsize)};")
+        return f"(hb + {ctaaffine.affine_offset(ab, vsize)})"
     e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
+    if ab is not None and e.aff_mode == "first":
+        e.lines.append(f"{ab} = {a};")
+        e.aff_ranges.append(ctaaffine.global_range(ab, vsize, hint))
     if not check:
         return f"(hb + {a})"
     ok = e.fresh("gk")
