@@ -382,8 +382,9 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
             # converged: the guard counted first (a loop the compiler vectorises), the CTA stays converged when
             # it is uniform; else every PC written (converged too): a branch that splits the CTA leaves it diverged
             out(f"{{ int64_t tk = 0; if (conv) {{ uint32_t tu = 0; for (lic = 0; lic < cs; lic++) tu += ({guard} != 0); "
-                f"if (tu == 0 || tu == cs) {{ P = tu ? {tgt} : {nxt}; goto dispatch; }} }} "
-                f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; int64_t y = {guard}; "
+                f"if (tu == 0 || tu == cs) {{ P = tu ? {tgt} : {nxt}; goto dispatch; }} "
+                f"for (lic = 0; lic < cs; lic++) pc[lic] = {guard} ? {tgt} : {nxt}; conv = 0; goto sched; }} "
+                f"for (j = 0; j < n; j++) {{ lic = act[j]; int64_t y = {guard}; "
                 f"pc[lic] = y ? {tgt} : {nxt}; tk += y; }} "
                 f"if (conv && (tk == 0 || tk == n)) {{ P = tk ? {tgt} : {nxt}; goto dispatch; }} "
                 f"conv = 0; goto sched; }}")
@@ -399,7 +400,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
               f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
     warps = any(b.kind == "warp" for b in kernel.blocks)
-    count_wait = f" nwait += ts[lic] == {T_WAIT};" if warps else ""
+    count_wait = f" nw += t == {T_WAIT};" if warps else ""
     if warps:
         decls.append(ctawarp.SCRATCH)
     wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
@@ -444,9 +445,14 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
            f"    sched: ;\n"
            f"        {{   /* the lowest PC of the running threads; none: release the parked ones, or the CTA is done */\n"
            f"            int64_t lo = INT64_MAX, nbar = 0, nwait = 0; (void)nwait;\n"
-           f"            for (lic = 0; lic < cs; lic++) {{\n"
-           f"                if (ts[lic] == {T_RUN}) {{ if (pc[lic] < lo) lo = pc[lic]; }}\n"
-           f"                else {{ nbar += ts[lic] == {T_BAR};{count_wait} }}\n"
+           f"            {{  /* (branch-free: the compiler vectorises it; a PC is a block's index, below INT32_MAX) */\n"
+           f"                int32_t lo32 = INT32_MAX, nb = 0, nw = 0;\n"
+           f"                for (lic = 0; lic < cs; lic++) {{\n"
+           f"                    const int32_t t = ts[lic], p = t == {T_RUN} ? pc[lic] : INT32_MAX;\n"
+           f"                    lo32 = p < lo32 ? p : lo32; nb += t == {T_BAR};{count_wait}\n"
+           f"                }}\n"
+           f"                if (lo32 != INT32_MAX) lo = lo32;\n"
+           f"                nbar = nb; nwait = nw; (void)nw;\n"
            f"            }}\n"
            f"            if (lo == INT64_MAX) {{\n"
            f"{wake}"
@@ -456,8 +462,13 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
            f"                goto sched;\n"
            f"            }}\n"
            f"            P = lo; n = 0;\n"
-           f"            for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_RUN} && pc[lic] == P) act[n++] = (int32_t)lic;\n"
-           f"            conv = n == cs;\n"
+           f"            /* the threads at P counted first (vectorised): all of them, the CTA is converged and its list\n"
+           f"               of threads is not read; else the list made */\n"
+           f"            {{ const int32_t p32 = (int32_t)P; int32_t n32 = 0;\n"
+           f"              for (lic = 0; lic < cs; lic++) n32 += (ts[lic] == {T_RUN}) & (pc[lic] == p32);\n"
+           f"              n = n32; conv = n32 == cs; }}\n"
+           f"            if (!conv) {{ n = 0; for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_RUN} && pc[lic] == P) "
+           f"act[n++] = (int32_t)lic; }}\n"
            f"        }}\n"
            f"    dispatch:\n"
            f"        if (cnt >= lim) {{ st[{ST_RESUME}] = {RES_DISPATCH}; rc = {R_TICK}; goto suspend; }}\n"
