@@ -20,20 +20,22 @@ from pyvgpu_daemon.errors import CudaError
 from test_emu_ctagen import CTA, OFF, _cta_code
 from test_emu_threadgen import HEAD, _module
 
-# out[g'] = {s[t + dl + sofs/4], sum of in[g + d0], in[g + d0].x, g}, s[t + ds + sofs/4] = sum of in[g + d0]: thread
-# `who` of CTA `cta` adds d to the index of the accesses whose bit is set in `what` (1 global load, 2 shared store,
-# 4 shared load, 8 global store: g' = g + d).
+# out[g'] = {s[t' + dl + sofs/4], sum of in[g' + d0], in[g' + d0].x, g}, s[t' + ds + sofs/4] = sum of in[g' + d0]:
+# thread `who` of CTA `cta` adds d to the index of the accesses whose bit is set in `what` (1 global load, 2 shared
+# store, 4 shared load, 8 global store: g'' = g' + d); t' = t + gap x (t / 16), g' = g + gap x (t / 16): with a gap,
+# contiguous by groups of 16 threads only (ctaaffine.GROUP), the CTA as a whole not.
 AFF = HEAD + """
 .visible .entry af(.param .u64 out, .param .u64 in, .param .u32 who, .param .u32 cta, .param .u32 what,
-                   .param .u32 d, .param .u32 sofs)
+                   .param .u32 d, .param .u32 sofs, .param .u32 gap)
 {
   .reg .pred %p<4>; .reg .b32 %r<40>; .reg .b64 %rd<8>;
   .shared .align 16 .b8 sh[1024];
   ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
   ld.param.u32 %r10, [who]; ld.param.u32 %r11, [cta]; ld.param.u32 %r12, [what]; ld.param.u32 %r13, [d];
-  ld.param.u32 %r9, [sofs];
+  ld.param.u32 %r9, [sofs]; ld.param.u32 %r31, [gap];
   mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
   mad.lo.s32 %r4, %r3, %r2, %r1;
+  shr.u32 %r32, %r1, 4; mul.lo.u32 %r32, %r32, %r31;
   setp.eq.u32 %p1, %r1, %r10;
   setp.eq.and.u32 %p1, %r3, %r11, %p1;
   selp.b32 %r14, %r13, 0, %p1;
@@ -41,18 +43,18 @@ AFF = HEAD + """
   and.b32 %r15, %r12, 2; setp.ne.u32 %p2, %r15, 0; selp.b32 %r17, %r14, 0, %p2;
   and.b32 %r15, %r12, 4; setp.ne.u32 %p2, %r15, 0; selp.b32 %r18, %r14, 0, %p2;
   and.b32 %r15, %r12, 8; setp.ne.u32 %p2, %r15, 0; selp.b32 %r19, %r14, 0, %p2;
-  add.s32 %r20, %r4, %r16;
+  add.s32 %r20, %r4, %r16; add.s32 %r20, %r20, %r32;
   mul.wide.s32 %rd3, %r20, 16;
   add.s64 %rd4, %rd2, %rd3;
   ld.global.v4.u32 {%r21, %r22, %r23, %r24}, [%rd4];
   add.s32 %r25, %r21, %r22; add.s32 %r25, %r25, %r23; add.s32 %r25, %r25, %r24;
   mov.u32 %r26, sh; add.s32 %r26, %r26, %r9;
-  add.s32 %r27, %r1, %r17; shl.b32 %r27, %r27, 2; add.s32 %r27, %r26, %r27;
+  add.s32 %r27, %r1, %r17; add.s32 %r27, %r27, %r32; shl.b32 %r27, %r27, 2; add.s32 %r27, %r26, %r27;
   st.shared.u32 [%r27], %r25;
   bar.sync 0;
-  add.s32 %r28, %r1, %r18; shl.b32 %r28, %r28, 2; add.s32 %r28, %r26, %r28;
+  add.s32 %r28, %r1, %r18; add.s32 %r28, %r28, %r32; shl.b32 %r28, %r28, 2; add.s32 %r28, %r26, %r28;
   ld.shared.u32 %r29, [%r28];
-  add.s32 %r30, %r4, %r19;
+  add.s32 %r30, %r4, %r19; add.s32 %r30, %r30, %r32;
   mul.wide.s32 %rd5, %r30, 16;
   add.s64 %rd6, %rd1, %rd5;
   st.global.v4.u32 [%rd6], {%r29, %r25, %r21, %r4};
@@ -63,18 +65,19 @@ GRID, BLOCK = 4, 64
 N = GRID * BLOCK
 
 
-def _launch(mode: dict, who: int, cta: int, what: int, d: int, sofs: int = 0, short: int = 0):
+def _launch(mode: dict, who: int, cta: int, what: int, d: int, sofs: int = 0, short: int = 0, gap: int = 0):
     """(out's words or (error code, out's words), the CTA code or None); `in` is allocated last, `short` elements
     shorter than the grid (past it, no allocation)."""
     mem = DeviceMemory(1 << 40, 1 << 24)
     mod = _module(AFF, mode, mem)
     out = mem.alloc(16 * (N + 64))
-    src = mem.alloc(16 * (N - short))
-    data = (np.arange(4 * (N - short), dtype=np.uint32) * 2654435761) >> 7
+    size = N + 3 * gap - short
+    src = mem.alloc(16 * size)
+    data = (np.arange(4 * size, dtype=np.uint32) * 2654435761) >> 7
     mem.write(src, data.tobytes())
     try:
         mod.launch("af", (GRID, 1, 1), (BLOCK, 1, 1), 0,
-                   struct.pack("<QQIIIII", out, src, who, cta, what, d & 0xFFFFFFFF, sofs))
+                   struct.pack("<QQIIIIII", out, src, who, cta, what, d & 0xFFFFFFFF, sofs, gap))
         result = np.frombuffer(bytes(mem.read(out, 16 * (N + 64))), np.uint32).copy()
     except CudaError as e:
         result = (e.code, np.frombuffer(bytes(mem.read(out, 16 * (N + 64))), np.uint32).copy())
@@ -118,11 +121,12 @@ def test_the_source_has_attempts_unless_too_large(monkeypatch):
                          ids=["first thread, first CTA", "first thread, a later CTA", "a middle thread, first CTA",
                               "a middle thread, the last CTA", "the last thread, a later CTA",
                               "the last thread onto the first"])
-def test_one_thread_off_the_contiguous_addresses(monkeypatch, tick, what, who, cta, d):
+@pytest.mark.parametrize("gap", [0, 1], ids=["whole CTA", "groups of 16"])
+def test_one_thread_off_the_contiguous_addresses(monkeypatch, tick, what, who, cta, d, gap):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
-    on, code, _ = _launch(CTA, who, cta, what, d)
-    off, _, _ = _launch(OFF, who, cta, what, d)
+    on, code, _ = _launch(CTA, who, cta, what, d, gap=gap)
+    off, _, _ = _launch(OFF, who, cta, what, d, gap=gap)
     assert code is not None
     assert not isinstance(off, tuple)
     assert _same(on, off), np.nonzero(on != off)
@@ -132,13 +136,15 @@ def test_one_thread_off_the_contiguous_addresses(monkeypatch, tick, what, who, c
 @pytest.mark.parametrize("sofs, short", [(1024 - 128, 0), (1024 - 4 * BLOCK, 0), (0, 8), (0, BLOCK), (0, 0)],
                          ids=["shared window passed by half", "shared window exactly", "allocation passed by 8",
                               "allocation passed by a CTA", "neither"])
-def test_a_range_past_the_window_or_the_allocation(monkeypatch, tick, sofs, short):
+@pytest.mark.parametrize("gap", [0, 1], ids=["whole CTA", "groups of 16"])
+def test_a_range_past_the_window_or_the_allocation(monkeypatch, tick, sofs, short, gap):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
-    on, code, _ = _launch(CTA, 0, 0, 0, 0, sofs, short)
-    off, _, _ = _launch(OFF, 0, 0, 0, 0, sofs, short)
+    sofs = max(sofs - 12 * gap, 0) if sofs == 1024 - 4 * BLOCK else sofs
+    on, code, _ = _launch(CTA, 0, 0, 0, 0, sofs, short, gap)
+    off, _, _ = _launch(OFF, 0, 0, 0, 0, sofs, short, gap)
     monkeypatch.setattr(ctaaffine, "MAX_BYTES", 0)
-    before, _, _ = _launch(CTA, 0, 0, 0, 0, sofs, short)
+    before, _, _ = _launch(CTA, 0, 0, 0, 0, sofs, short, gap)
     assert code is not None
     assert isinstance(off, tuple) == (sofs == 1024 - 128 or short > 0)
     if isinstance(off, tuple):

@@ -9,7 +9,8 @@ x access size` (scan_batches' uint4 loads and stores, its shared scan at the til
 cannot see: the base comes from registers. So such a loop gets, before its usual passes, an attempt that checks
 that shape at run time:
 - "first": the loop's body for thread 0 alone, its loads and address checks as the usual pass makes them, no
-  store: each access's address is that thread's, the base (`ab`);
+  store: each access's address is that thread's, the base (`ab`); when the CTA as a whole is not contiguous,
+  the attempt is made again by groups of 16 threads, each with the base of its first thread (GROUP);
 - the range every thread would address from that base (base + stride x thread, the stride being the access's
   size) is checked whole against what the usual checks allow (the CTA's shared window; the allocation of the
   pointer's hint), aligned;
@@ -51,33 +52,55 @@ def candidates(e, body: list[ir.Instr]) -> list[ir.Instr]:
     return out
 
 
+GROUP = 16                      # threads of a group with a base of its own (AVX-512: 16 lanes of 32 bits)
+
+
 def shared_range(ab: str, vsize: int) -> str:
-    """C condition: every thread's shared offset ab + vsize x thread inside the CTA's window, aligned, below 2^32
-    (a 32-bit offset register compared in 32 bits cannot have wrapped)."""
-    return (f"({ab} <= UINT64_C(0xFFFFFFFF) && {ab} + (uint64_t){vsize} * (uint64_t)cs <= UINT64_C(0xFFFFFFFF) && "
-            f"{ab} + (uint64_t){vsize} * (uint64_t)cs <= (uint64_t)shl && ({ab} & {vsize - 1}) == 0)")
+    """C condition: every offset of a group, its base `ab`g + vsize x thread, inside the CTA's window, aligned,
+    below 2^32 (a 32-bit offset register compared in 32 bits cannot have wrapped)."""
+    b = f"{ab}g"
+    return (f"({b} <= UINT64_C(0xFFFFFFFF) && {b} + (uint64_t){vsize} * (uint64_t)gs <= UINT64_C(0xFFFFFFFF) && "
+            f"{b} + (uint64_t){vsize} * (uint64_t)gs <= (uint64_t)shl && ({b} & {vsize - 1}) == 0)")
 
 
 def global_range(ab: str, vsize: int, hint: str) -> str:
-    """C condition: every thread's address ab + vsize x thread inside the allocation of the pointer's hint (the
-    first and the last thread's checked as TG checks one: the range between them is inside), aligned."""
-    last = f"{ab} + (uint64_t){vsize} * (uint64_t)(cs - 1)"
-    return (f"({ab} - {hint}lo < {hint}lim && {ab} <= UINT64_MAX - (uint64_t){vsize} * (uint64_t)cs && "
-            f"{last} - {hint}lo < {hint}lim && ({ab} & {vsize - 1}) == 0)")
+    """C condition: every address of a group, its base `ab`g + vsize x thread, inside the allocation of the
+    pointer's hint (the first and the last checked as TG checks one: the range between them is inside), aligned."""
+    b = f"{ab}g"
+    last = f"{b} + (uint64_t){vsize} * (uint64_t)(gs - 1)"
+    return (f"({b} - {hint}lo < {hint}lim && {b} <= UINT64_MAX - (uint64_t){vsize} * (uint64_t)gs && "
+            f"{last} - {hint}lo < {hint}lim && ({b} & {vsize - 1}) == 0)")
+
+
+def record(ab: str, o: str) -> str:
+    """C statement (in "first"): the base of the group of the thread run, its own address."""
+    return f"{ab}[lg / {GROUP}] = (uint64_t)({o});"
 
 
 def affine_offset(ab: str, vsize: int) -> str:
-    """C expression (uint64_t) of a thread's offset from the base of an attempt."""
-    return f"({ab} + (uint64_t){vsize} * (uint64_t)lic)"
+    """C expression (uint64_t) of a thread's offset from its group's base."""
+    return f"({ab}g + (uint64_t){vsize} * (uint64_t)(lic - lg))"
 
 
-def attempt(first: str, loop: str, affine: str, affcheck: str | None, bases: list[str], ranges: list[str],
-            flag: str) -> str:
-    """The C code of an attempt, run before a loop's usual passes (which run when `dev` is left set): thread 0's
-    body (first), the range check, then the loop at base + stride x thread (with a store: its comparisons first,
-    the stores only when all matched)."""
-    decl = "uint64_t " + ", ".join(f"{b} = 0" for b in bases) + ";"
-    passes = (f"{loop} {{ {affine} }}" if affcheck is None else
-              f"{loop} {{ {affcheck} }} if (!dev) {{ {loop} {{ {affine} }} }}")
-    return (f"if ({flag}) {{ {decl} {{ lic = 0; {first} }} "
-            f"if (!bad && {' && '.join(ranges)}) {{ dev = 0; {passes} }} bad = 0; if (dev) {flag} = 0; }}")
+def attempt(first: str, loop_pragma: str, affine: str, affcheck: str | None, bases: list[str], ranges: list[str],
+            flag: str, max_cta: int) -> str:
+    """The C code of an attempt, run before a loop's usual passes (which run when `dev` is left set). `flag` 2:
+    the CTA as one group; 1: groups of GROUP threads (when the CTA's size is a multiple), each with the base of
+    its first thread (the scan's narrower tiles: contiguous by 16 or more threads); 0: no attempt. For each group
+    its first thread's body (first), then the ranges, then the loop by groups (with a store: the comparisons
+    first, the stores only when all matched); an attempt that fails steps the flag down."""
+    decl = " ".join(f"uint64_t {b}[{max_cta // GROUP}]; uint64_t {b}g = 0; (void){b}g;" for b in bases)
+    load = " ".join(f"{b}g = {b}[lg / {GROUP}];" for b in bases)
+    # (the groups of GROUP threads a loop of a constant count, which the compiler makes one vector step)
+    whole = f"for (lg = 0; lg < cs; lg += gs) {{ {load} {loop_pragma} for (lic = lg; lic < lg + gs; lic++)"
+    part = f"for (lg = 0; lg < cs; lg += {GROUP}) {{ {load} {loop_pragma} for (lic = lg; lic < lg + {GROUP}; lic++)"
+
+    def both(body: str) -> str:
+        return f"if (gs == cs) {{ {whole} {{ {body} }} }} }} else {{ {part} {{ {body} }} }} }}"
+    passes = both(affine) if affcheck is None else f"{both(affcheck)} if (!dev) {{ {both(affine)} }}"
+    return (f"if ({flag}) {{ {decl} int64_t lg = 0, gs = {flag} == 2 ? cs : {GROUP}; "
+            f"if (cs % gs == 0) {{ "
+            f"for (lg = 0; lg < cs && !bad; lg += gs) {{ lic = lg; {first} }} "
+            f"uint32_t rok = !bad; for (lg = 0; lg < cs && rok; lg += gs) {{ {load} rok = {' && '.join(ranges)}; }} "
+            f"if (rok) {{ dev = 0; {passes} }} }} "
+            f"bad = 0; if (dev) {flag} -= 1; }}")

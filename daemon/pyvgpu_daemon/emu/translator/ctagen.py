@@ -395,7 +395,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     for z in sorted(e.shared_sizes):
         decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
-    decls += [f"uint32_t {f} = 1;" for f in e.aff_flags]     # (ctaaffine.attempt: until one fails, per call)
+    decls += [f"uint32_t {f} = 2;" for f in e.aff_flags]     # (ctaaffine.attempt: the CTA as one group first)
     decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
               f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
@@ -562,8 +562,7 @@ def _affine_attempt(e: CtaEmitter, rest: list[ir.Instr]) -> str | None:
         bases, e.aff, e.aff_ranges = list(e.aff.values()), {}, []
     flag = e.fresh("aff")
     e.aff_flags.append(flag)
-    loop = '_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++)'
-    return ctaaffine.attempt(first, loop, affine, affcheck, bases, ranges, flag)
+    return ctaaffine.attempt(first, '_Pragma("GCC ivdep")', affine, affcheck, bases, ranges, flag, MAX_CTA)
 
 
 def _once_first(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[list[ir.Instr], list[ir.Instr]]:
@@ -694,7 +693,7 @@ def _fast_shared_offset(e: CtaEmitter, ins: ir.Instr, vsize: int) -> tuple[str, 
         e.lines.append(f"int64_t {o} = (int64_t)({a}); uint32_t {ok} = ({o} >= 0) & ({o} <= shl - {vsize}) & "
                        f"(({o} & {vsize - 1}) == 0); bad |= {ok} ^ 1; int64_t {o}i = {ok} ? {o} : 0;")
     if ab is not None and e.aff_mode == "first":
-        e.lines.append(f"{ab} = (uint64_t){o};")
+        e.lines.append(ctaaffine.record(ab, o))
         e.aff_ranges.append(ctaaffine.shared_range(ab, vsize))
     return o, ok
 
@@ -734,7 +733,7 @@ def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool =
         return f"(hb + {ctaaffine.affine_offset(ab, vsize)})"
     e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
     if ab is not None and e.aff_mode == "first":
-        e.lines.append(f"{ab} = {a};")
+        e.lines.append(ctaaffine.record(ab, a))
         e.aff_ranges.append(ctaaffine.global_range(ab, vsize, hint))
     if not check:
         return f"(hb + {a})"
