@@ -406,11 +406,12 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
             f"wf[0] = 1; goto sched; }}\n") if warps else ""
     entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)
-    init = [f"{e.var(r)} = ({utype(regs[r])}){_special_c(r)};" for r, v in named if r in SPECIAL_REGISTERS]
-    init += [f"{e.var(r)} = 0;" for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]
-    # (a CTA's registers kept once: set once, before its threads')
-    once = [x for x in init if x.startswith(tuple(f"{e.array(r)}[0]" for r, v in named if r in e.uniform))]
-    init = [x for x in init if x not in once]
+    # each thread's starting registers, and those of the CTA's registers kept once (set once, before its threads')
+    init: list[str] = []
+    once: list[str] = []
+    for r, value in [(r, f"({utype(regs[r])}){_special_c(r)}") for r, v in named if r in SPECIAL_REGISTERS] + \
+            [(r, "0") for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]:
+        (once if r in e.uniform and r not in e.local else init).append(f"{e.var(r)} = {value};")
     cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
     blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
     hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
