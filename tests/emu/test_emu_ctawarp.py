@@ -382,9 +382,9 @@ def test_kernels_with_warp_operations_run_a_cta_at_a_time_by_default(monkeypatch
 
 
 def test_a_source_too_large_for_the_compiler_keeps_the_other_paths(monkeypatch, reduce_ptx):
-    """ctagen.MAX_SOURCE_BYTES (CUB's onesweep kernel: 5.6 MB of C the compiler does not finish): the kernel runs
-    on the lockstep path, with the same sums."""
-    monkeypatch.setattr(ctagen, "MAX_SOURCE_BYTES", 1000)
+    """ctagen.MAX_COMPILE_S (a source whose compile-time estimate is larger: CUB's onesweep kernel was 5.6 MB of C
+    the compiler did not finish): the kernel runs on the lockstep path, with the same sums."""
+    monkeypatch.setattr(ctagen, "MAX_COMPILE_S", 0.001)
     mem = DeviceMemory(1 << 40, 1 << 24)
     mod = _load(reduce_ptx, CTA, mem)
     k = _kernels(mod)["k7/256"]

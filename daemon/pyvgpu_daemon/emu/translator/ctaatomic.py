@@ -20,7 +20,10 @@ CTAs that talk run one after the other in ascending order (a schedule a GPU may 
 CTAs finds them done). A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid
 barrier among the chunk's CTAs) would never finish that way, where the lockstep path, which steps all of a
 chunk's CTAs together, does. So a CTA that has run SLICE_TICKS of the C code's R_TICK suspensions (each
-threadgen.TICK_EVERY thread-instructions) without finishing is set aside while others of its chunk wait: its
+threadgen.TICK_EVERY thread-instructions), and at least as many thread-instructions as its threads running each
+instruction of the kernel once (CtaRegisters.instructions: a CTA of a large straight-line kernel, CUB's onesweep,
+is not set aside before it had the time to finish, which cost more in copies than its run), without finishing
+is set aside while others of its chunk wait: its
 threads' PCs and states and its registers (CtaRegisters: ctasize elements of each array) are copied into memory
 Python owns, and the next CTA runs; set-aside CTAs resume in turn (round robin) until all are done. The memory is
 at most the chunk's CTAs times their registers, what the lockstep chunk holds for the same lanes; a kernel that
@@ -144,6 +147,7 @@ class CtaRegisters:
     nbytes: int
     arrays: list[tuple[int, int]] = field(default_factory=list)
     talking: bool = False         # the kernel's CTAs talk (not Kernel.independent_ctas): run_talking runs them
+    instructions: int = 0         # the kernel's instructions (run_talking's slice: module docstring)
     once: list[tuple[int, int]] = field(default_factory=list)
 
     def _spans(self, cs: int):
@@ -167,6 +171,7 @@ def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> 
     rf = st[words:].view(np.uint8)
     rfp = stp + 8 * words
     queue = deque(range(ncta))
+    slice_ticks = max(SLICE_TICKS, -(-code.registers.instructions * cs // threadgen.TICK_EVERY))
     aside: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}
     untold = 0                           # thread-instructions run and not yet told to the launch (< T)
     while queue:
@@ -196,7 +201,7 @@ def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> 
                 ctx = S.memctx()
             elif rc == R_TICK:
                 ticks += 1
-                if ticks >= SLICE_TICKS and queue and int(st[ST_RESUME]) == code.res_dispatch:
+                if ticks >= slice_ticks and queue and int(st[ST_RESUME]) == code.res_dispatch:
                     aside[cl] = (st[:words].copy(), code.registers.save(rf, cs))
                     code.set_aside += 1
                     queue.append(cl)

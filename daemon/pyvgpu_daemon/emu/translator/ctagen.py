@@ -21,10 +21,11 @@ at most one store, or only loads, of the memory threads share (global, shared, g
 and every load reads memory as the lockstep NumPy code's instruction-after-instruction, lane-after-lane order has
 it, volatile shared accesses included (warp-synchronous code gets the lockstep answer, which is a GPU warp's).
 ALU instructions (cgen.py's C forms, which a differential test ties to the NumPy ops) and accesses private to a
-thread (local memory, parameters, constants) join any loop. Each loop is emitted twice, a converged copy over
-0..ctasize-1 and one over the list of the threads at the block; a converged loop of ALU instructions only is
-vectorised by the C compiler, and one whose accesses are all unguarded shared, global or kernel-parameter ones gets
-a third copy without suspensions that checks them without a branch (_fast_code: shared offsets against the CTA's
+thread (local memory, parameters, constants) join any loop. A loop of ALU instructions only is emitted twice, a
+converged copy over 0..ctasize-1 (vectorised by the C compiler) and one over the list of the threads at the block; a
+loop with accesses once, over the threads at the block or all of them (its suspension sites are most of a large
+kernel's C), and one whose accesses are all unguarded shared, global or kernel-parameter ones gets a second copy,
+converged, without suspensions, that checks them without a branch (_fast_code: shared offsets against the CTA's
 window, global addresses against the allocation their pointer used last, a global store's loop checked in a first
 pass and stored in a second; a bad access runs the loop again with suspensions, which serves it or raises its
 fault). A guarded branch of a converged CTA counts its guard in a vectorised loop first and writes PCs only when
@@ -40,6 +41,11 @@ and suspends with R_TICK every CtaCode.tick_scale * threadgen.TICK_EVERY of them
 cancellation and fair-sharing turn apply as for the thread code (ThreadCode._run_chunk). PYVGPU_EMU_CTAGEN=0 turns
 it off.
 
+A large kernel (over LARGE_INSTRUCTIONS: CUB's radix-sort kernels) is emitted for the C compiler's time: each loop
+once (no converged copy, no copy without suspensions: at -O1 neither paid for itself), its guarded branches as
+calls of BRANCH, its blocks in region functions (ctasplit.py), compiled at the optimisation level its size gets
+(OPT_BY_SIZE); one whose compile-time estimate exceeds MAX_COMPILE_S keeps the other paths.
+
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
 is no call, or barrier other than `bar.sync 0` or `bar.red` on barrier 0 for all threads unguarded; every instruction
 with a C form. Atomics, volatile and scoped accesses and fences are ctaatomic.py's (an atomic is a loop's one store;
@@ -51,6 +57,8 @@ are woken first (the lockstep chunk's `forced` release), then barriers.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from pyvgpu_daemon.errors import CudaError
 
 from ..ptx import ir
@@ -58,7 +66,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import control, ctaaffine, ctaatomic, ctawarp, threadgen
+from . import control, ctaaffine, ctaatomic, ctasplit, ctawarp, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -72,7 +80,55 @@ static inline uint8_t *TSC(uint8_t *sb, int64_t lim, uint64_t off, uint64_t s, i
     return (x < 0 || x > lim - (int64_t)s || (x & (int64_t)(s - 1))) ? 0 : sb + x;
 }}
 """
+# A guarded branch's terminator in a large kernel (kernel_source): the guard g[lic * gi] (gi 0: kept once per CTA),
+# negated where neg; the block the CTA goes on at when it stays converged, else -1 (each thread's PC written)
+PRELUDE_C += """
+static __attribute__((noinline)) int64_t BRANCH(const uint8_t *g, int64_t gi, int neg, int64_t cs, int64_t conv,
+        int64_t n, const int32_t *act, int32_t *pc, int32_t tgt, int32_t nxt) {
+    int64_t tk = 0, lic;
+    if (conv) {
+        uint32_t tu = 0;
+        for (lic = 0; lic < cs; lic++) tu += ((neg ? !g[lic * gi] : g[lic * gi]) != 0);
+        if (tu == 0 || tu == cs) return tu ? tgt : nxt;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        lic = conv ? j : act[j];
+        int64_t y = neg ? !g[lic * gi] : g[lic * gi];
+        pc[lic] = y ? tgt : nxt; tk += y;
+    }
+    if (conv && (tk == 0 || tk == n)) return tk ? tgt : nxt;
+    return -1;
+}
+"""
 FLAGS = ("-mtune=generic",)      # (threadgen.FLAGS: the same reason; the converged ALU loops still vectorise)
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class OptLevel:
+    """The optimisation level of sources of at least `size` bytes, and the compiler's seconds per MB of them there
+    (measured on the 2-core machine, idle: bench/emu_stage3_compile_bench.py, bench/README.md "eleventh step")."""
+    size: int
+    flags: tuple[str, ...]
+    s_per_mb: float
+
+
+# Largest first. -O1 for CUB's onesweep (2.4 MB): 15 s against 35 s at -O2 and 1.3x slower a launch; -O2 for CUB's
+# histogram (0.18 MB): 1.7 s against 2.9 s at -O3, and as fast a launch. (native.FLAGS has -O3: a later -O wins.)
+OPT_BY_SIZE = (OptLevel(1 << 20, ("-O1",), 7.0), OptLevel(128 << 10, ("-O2",), 15.0), OptLevel(0, (), 40.0))
+# A kernel whose source's compile-time estimate is larger keeps the other paths (the build would hold native.py's
+# build lock that long in every daemon run that loads it: a failed or slow build is not remembered across runs)
+MAX_COMPILE_S = 60.0
+
+
+def opt_level(source: str) -> OptLevel:
+    return next(o for o in OPT_BY_SIZE if len(source) >= o.size)
+
+
+def flags(source: str) -> tuple[str, ...]:
+    """The compiler's extra flags for a kernel's source: FLAGS and its size's optimisation level (OPT_BY_SIZE)."""
+    return FLAGS + opt_level(source).flags
 
 # The state array's words (threadgen's ST_* where they mean the same; the others reused): the loop position j in
 # ST_LIC, the CTA in the chunk in ST_CTA, the block run (P) in ST_PH, the threads at it (n) in ST_NARR, converged
@@ -89,10 +145,9 @@ T_RUN, T_BAR, T_EXIT, T_WAIT = 0, 1, 2, 3      # (T_WAIT: parked at a warp opera
 MAX_CTA = 1024
 RF_PC, RF_ACT, RF_TS, RF_RSITE, RF_RPRED = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128, 9 * MAX_CTA + 192, 10 * MAX_CTA + 256
 RF_FIXED = 11 * MAX_CTA + 320
-# The largest CTA-at-a-time source built: CUB's radix histogram (0.4 MB) took the C compiler 90 s at -O3 under load,
-# onesweep's (5.6 MB) does not finish within native.COMPILE_TIMEOUT (bench/README.md, "ninth step"); a kernel whose
-# source is larger keeps the other paths instead of spending that in every daemon run, holding the build lock.
-MAX_SOURCE_BYTES = 512 << 10
+# A kernel of more instructions is "large" (kernel_source: its loops without memory accesses and with them emitted
+# once, guarded branches as calls of BRANCH): CUB's histogram kernel (692) and onesweep kernel (8,629) are
+LARGE_INSTRUCTIONS = 400
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
 _RED_SITE, _RED_PRED = f"(rf + {RF_RSITE})", f"(rf + {RF_RPRED})"
 
@@ -282,6 +337,11 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
     return set(where) - bad
 
 
+# A loop with suspension sites, converged or not: one copy (the scalar loop costs the same either way, and its
+# suspension sites are most of a large kernel's C); resuming sets lic from j as it does
+_SLOW_LOOP = "for (j = 0; j < n; j++) { lic = conv ? j : act[j]; i = ib + lic;"
+
+
 def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st, uint8_t *rf)`: the CTAs of
     lanes i0..n-1 of the chunk (whole CTAs) one after the other, from the start (st[ST_RESUME] 0) or resumed where
@@ -302,6 +362,9 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     labels = kernel.labels
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
+    # a large kernel: each loop without memory accesses once and guarded branches as calls of BRANCH (the converged
+    # copy that vectorises costs more compile time than it saves at run time: bench/README.md, "eleventh step")
+    large = sum(len(b.instrs) + 1 for b in kernel.blocks) > LARGE_INSTRUCTIONS
     # (CTAs that talk are set aside with their registers' arrays, CtaRegisters: no register is kept once for them)
     uniform = _uniform(kernel, g.address) if kernel.independent_ctas else set()
     e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), uniform)
@@ -310,20 +373,23 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     lines: list[str] = []
     out = lines.append
     reds: list[str] = []                   # bar.red sites 1, 2, ...: their release code (_bar_red)
+    marks: list[tuple[int, int, int]] = []  # per block: where its code starts in lines, e.sites and e.tail then
     for b in kernel.blocks:
+        marks.append((len(lines), e.sites, len(e.tail)))
         if b.kind == "plain" and b.term is not None and b.term.opcode not in ("bra", "ret", "exit"):
             raise NoC
         out(f"B{b.index}: cnt += n * {len(b.instrs) + 1};")
         for body in loops[b.index]:
             code = _body_code(e, body)
-            fast = _fast_code(e, body, real) if any(x.opcode in ("ld", "ldu", "st") for x in body) and \
-                not any(x.opcode in ctaatomic.ATOMIC_OPCODES for x in body) else None
+            # (a large kernel has none: at -O1 a loop with suspensions alone ran its launch faster, and the copies
+            # cost compile time; bench/README.md, "eleventh step")
+            fast = None if large or not any(x.opcode in ("ld", "ldu", "st") for x in body) or \
+                any(x.opcode in ctaatomic.ATOMIC_OPCODES for x in body) else _fast_code(e, body, real)
             if fast is not None:
                 # converged: a pass without suspensions that the compiler may vectorise; an access it could not
                 # make (a fault ahead, an address outside the allocation its pointer last used) runs the loop again
                 # with them (fast_code: the loop can run twice); a global store's loop checks every address in a
                 # first pass and stores in a second, so that a bad access leaves memory as the loop found it
-                code2 = _body_code(e, body)
                 # (ivdep: the compiler cannot tell the register file, shared memory and the heap apart through
                 # their byte pointers; they are distinct, and in a loop holds one store at most: _loops)
                 loop = '_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++)'
@@ -332,14 +398,11 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
                 if fast[4] is not None:    # (contiguous accesses first, the usual passes when they are not)
                     passes = f"uint32_t dev = 1; {fast[4]} if (dev) {{ {passes} }}"
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
-                    f"if (conv && bad) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
-                    f"else if (!conv) {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }} }}")
+                    f"if (bad) {{ {_SLOW_LOOP} {_shared_at_cta(code)} }} }} }}")
             elif any(x.opcode in ACCESS_OPCODES for x in body):
-                # two copies too, each with its own suspension sites (labels inside the loop; resuming sets lic
-                # from j as the copy does)
-                code2 = _body_code(e, body)
-                out(f"if (conv) {{ for (j = 0; j < n; j++) {{ lic = j; i = ib + j; {_shared_at_cta(code)} }} }} "
-                    f"else {{ for (j = 0; j < n; j++) {{ lic = act[j]; i = ib + lic; {_shared_at_cta(code2)} }} }}")
+                out(f"{_SLOW_LOOP} {_shared_at_cta(code)} }}")
+            elif large:
+                out(f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; {code} }}")
             else:
                 once, rest = _once_first(e, body, real)
                 out(f"if (conv) {{ {_body_code(e, once)} for (lic = 0; lic < cs; lic++) {{ {_body_code(e, rest)} }} }} "
@@ -378,6 +441,11 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
         tgt = labels[t.srcs[0].name]
         if guard is None:
             out(f"P = {tgt}; if (conv) goto dispatch; for (j = 0; j < n; j++) pc[act[j]] = {tgt}; goto sched;")
+        elif large:
+            gname, gneg = t.guard
+            g = e.var(gname)
+            out(f"{{ int64_t t = BRANCH(&{g[:g.rindex('[')]}[0], {int(gname not in e.uniform)}, {int(gneg)}, cs, conv, "
+                f"n, act, pc, {tgt}, {nxt}); if (t >= 0) {{ P = t; goto dispatch; }} conv = 0; goto sched; }}")
         else:
             # converged: the guard counted first (a loop the compiler vectorises), the CTA stays converged when
             # it is uniform; else every PC written (converged too): a branch that splits the CTA leaves it diverged
@@ -391,13 +459,16 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     # a CTA starts: its position's special registers, and the registers read before written (zero, as the
     # lockstep runtime's) set; every thread at block 0, running
     named = [(r, v) for r, v in e.names.items() if not r.startswith("__")]
-    decls = [f"{utype(regs[r])} {v} = 0;" for r, v in named if r in e.local]
+    local_decls = {v: f"{utype(regs[r])} {v} = 0;" for r, v in named if r in e.local}
+    consts: list[str] = []
     for z in sorted(e.shared_sizes):
-        decls.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
+        consts.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
-    decls += [f"uint32_t {f} = 2;" for f in e.aff_flags]     # (ctaaffine.attempt: the CTA as one group first)
-    decls += [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
-              f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
+    aff = [f"uint32_t {f} = 2;" for f in e.aff_flags]      # (ctaaffine.attempt: the CTA as one group first)
+    views = [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
+             f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
+    decls = list(local_decls.values()) + consts + aff + views
+    consts += views
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
     warps = any(b.kind == "warp" for b in kernel.blocks)
     count_wait = f" nw += t == {T_WAIT};" if warps else ""
@@ -412,17 +483,27 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     for r, value in [(r, f"({utype(regs[r])}){_special_c(r)}") for r, v in named if r in SPECIAL_REGISTERS] + \
             [(r, "0") for r, v in named if r not in SPECIAL_REGISTERS and r in entry and r not in e.local]:
         (once if r in e.uniform and r not in e.local else init).append(f"{e.var(r)} = {value};")
-    cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
-    blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
-    hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
+    header = (f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n"
+              f"    uint8_t *const hb = (uint8_t *)hd; (void)hb;    /* (heap - base: + a global address, its byte) */\n"
+              f"{_SHAPE}")
     ind = "\n    "
-    body = "\n        ".join(lines)
-    src = (f"int64_t {name}(int64_t i0, int64_t n0, const MemCtx *restrict M, const TX *restrict X, "
+    if sum(map(len, lines)) > ctasplit.SPLIT_BYTES:
+        # (a large kernel: its blocks in functions of their own, ctasplit.py; the scheduler stays here)
+        sp = ctasplit.split(name, ctasplit.regions(lines, marks, e.sites, e.tail), e.hints, header, e.prologue,
+                            consts, local_decls, ctawarp.SCRATCH, ST_RESUME, e.aff_flags)
+        pre, hints, prologue, decls = sp.functions, "", [], consts + [sp.frame]
+        resume, dispatch, tail = sp.resume, sp.dispatch, []
+    else:
+        cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
+        blocks = " ".join(f"case {k}: goto B{k};" for k in range(nblocks))
+        pre, prologue, tail = "", e.prologue, e.tail
+        hints = "".join(f"    uint64_t hint{k}lo = 0, hint{k}lim = 0;\n" for k in range(e.hints))
+        resume = f"switch (st[{ST_RESUME}]) {{ {cases} default: return -1; }}"
+        dispatch = f"switch (P) {{ {blocks} default: return -2; }}\n        " + "\n        ".join(lines)
+    src = (f"{pre}int64_t {name}(int64_t i0, int64_t n0, const MemCtx *restrict M, const TX *restrict X, "
            f"uint64_t *restrict st, uint8_t *restrict rf) {{\n{hints}"
-           f"    const uintptr_t hd = (uintptr_t)M->heap - (uintptr_t)M->base; (void)hd;\n"
-           f"    uint8_t *const hb = (uint8_t *)hd; (void)hb;    /* (heap - base: + a global address, its byte) */\n"
-           f"{_SHAPE}"
-           + "".join(f"    {x}\n" for x in e.prologue) +
+           f"{header}"
+           + "".join(f"    {x}\n" for x in prologue) +
            f"    {ind.join(decls)}\n"
            f"    int64_t rc = {R_DONE}, cnt = 0, lim = X->every, cl = i0 / cs, c1 = n0 / cs, cta = 0, ib = 0;\n"
            f"    int64_t j = 0, n = 0, lic = 0, i = 0, P = 0, conv = 0;\n"
@@ -436,7 +517,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
            f"        sb = M->smem + M->cta_off[ib];\n"
            f"        if (st[{ST_RESUME}] == {RES_DISPATCH}) goto dispatch;\n"
            f"        lic = conv ? j : act[j]; i = ib + lic;\n"
-           f"        switch (st[{ST_RESUME}]) {{ {cases} default: return -1; }}\n"
+           f"        {resume}\n"
            f"    }}\n"
            f"    for (; cl < c1; cl++) {{\n"
            f"        cta = X->cta0 + cl; ib = cl * cs; sb = M->smem + M->cta_off[ib];\n"
@@ -473,21 +554,21 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
            f"        }}\n"
            f"    dispatch:\n"
            f"        if (cnt >= lim) {{ st[{ST_RESUME}] = {RES_DISPATCH}; rc = {R_TICK}; goto suspend; }}\n"
-           f"        switch (P) {{ {blocks} default: return -2; }}\n"
-           f"        {body}\n"
+           f"        {dispatch}\n"
            f"    cta_done: ;\n"
            f"    }}\n"
            f"    st[{ST_CNT}] = (uint64_t)cnt; st[{ST_RESUME}] = 0;\n"
            f"    return {R_DONE};\n"
-           + "".join(f"{x}\n" for x in e.tail) +
+           + "".join(f"{x}\n" for x in tail) +
            f"suspend:\n"
            f"    st[{ST_I}] = (uint64_t)i; st[{ST_CNT}] = (uint64_t)cnt; st[{ST_CL}] = (uint64_t)cl; "
            f"st[{ST_J}] = (uint64_t)j;\n"
            f"    st[{ST_N}] = (uint64_t)n; st[{ST_P}] = (uint64_t)P; st[{ST_CONV}] = (uint64_t)conv;\n"
            f"    return rc;\n}}\n")
     regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
-        (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas)
-    if len(src) > MAX_SOURCE_BYTES:
+        (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas,
+        instructions=sum(len(b.instrs) + 1 for b in kernel.blocks))
+    if len(src) / 1e6 * opt_level(src).s_per_mb > MAX_COMPILE_S:
         raise NoC
     return src, STATE_WORDS, regfile
 

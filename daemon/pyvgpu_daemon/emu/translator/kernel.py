@@ -220,7 +220,7 @@ class Kernel:
     def _build_cta_code(self):
         """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
         form there (thread mode or the lockstep native runs then serve)."""
-        return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.FLAGS, ctagen.CtaCode,
+        return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.flags, ctagen.CtaCode,
                                  "CTA-at-a-time", "on the other paths")
 
     def _build_thread_code(self):
@@ -229,9 +229,10 @@ class Kernel:
         return self._build_whole(threadgen.kernel_source, threadgen.PRELUDE_T, threadgen.FLAGS,
                                  threadgen.ThreadCode, "thread-at-a-time", "in lockstep")
 
-    def _build_whole(self, kernel_source, prelude: str, flags: tuple, code_class, what: str, instead: str):
+    def _build_whole(self, kernel_source, prelude: str, flags, code_class, what: str, instead: str):
         """The kernel as one C function `fn` of a whole-kernel generator (kernel_source(kernel, g, "fn") -> (source,
-        state words, its extra array's size)), wrapped in code_class; None where it has no C form."""
+        state words, its extra array's size)), wrapped in code_class; None where it has no C form. flags: the
+        compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size)."""
         try:
             source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
@@ -240,7 +241,8 @@ class Kernel:
             native.log.warning("emulated GPU: no %s code for %s (%s: %s); it runs %s", what, self.name,
                                type(e).__name__, e, instead)
             return None
-        lib = native.load(prelude + source, extra=flags, name=self.name)
+        lib = native.load(prelude + source, extra=flags if isinstance(flags, tuple) else flags(source),
+                          name=self.name)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
