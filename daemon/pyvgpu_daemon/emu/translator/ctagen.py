@@ -108,7 +108,7 @@ FLAGS = ("-mtune=generic",)      # (threadgen.FLAGS: the same reason; the conver
 @dataclasses.dataclass(frozen=True)
 class OptLevel:
     """The optimisation level of sources of at least `size` bytes, and the compiler's seconds per MB of them there
-    (measured on the 2-core machine, idle: bench/emu_stage3_compile_bench.py, bench/README.md "eleventh step")."""
+    (measured on the 2-core machine, idle: bench/emu_stage3_compile_bench.py, bench/README.md "twelfth step")."""
     size: int
     flags: tuple[str, ...]
     s_per_mb: float
@@ -363,7 +363,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     real = g.reg_width
     loops = {b.index: _loops(b.instrs, real) for b in kernel.blocks}
     # a large kernel: each loop without memory accesses once and guarded branches as calls of BRANCH (the converged
-    # copy that vectorises costs more compile time than it saves at run time: bench/README.md, "eleventh step")
+    # copy that vectorises costs more compile time than it saves at run time: bench/README.md, "twelfth step")
     large = sum(len(b.instrs) + 1 for b in kernel.blocks) > LARGE_INSTRUCTIONS
     # (CTAs that talk are set aside with their registers' arrays, CtaRegisters: no register is kept once for them)
     uniform = _uniform(kernel, g.address) if kernel.independent_ctas else set()
@@ -382,7 +382,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
         for body in loops[b.index]:
             code = _body_code(e, body)
             # (a large kernel has none: at -O1 a loop with suspensions alone ran its launch faster, and the copies
-            # cost compile time; bench/README.md, "eleventh step")
+            # cost compile time; bench/README.md, "twelfth step")
             fast = None if large or not any(x.opcode in ("ld", "ldu", "st") for x in body) or \
                 any(x.opcode in ctaatomic.ATOMIC_OPCODES for x in body) else _fast_code(e, body, real)
             if fast is not None:

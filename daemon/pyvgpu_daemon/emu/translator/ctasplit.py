@@ -2,7 +2,7 @@
 region a function of its own that the kernel's function calls from its dispatch.
 
 The C compiler's cost grows faster than linearly with one function's size (its data-flow passes over the whole
-control-flow graph: PRE, live registers, CSE after reload; bench/README.md, "Issue 19 part 6, eleventh step"): CUB's
+control-flow graph: PRE, live registers, CSE after reload; bench/README.md, "Issue 19 part 6, twelfth step"): CUB's
 onesweep kernel as one function (1,920 blocks) did not compile in 300 s. Split into regions of about REGION_BYTES
 of C, the cost is about linear in the kernel's size.
 
@@ -24,7 +24,7 @@ import dataclasses
 import re
 
 # Above this many bytes of block code a kernel is split (below, one function: no call per dispatch, and the C of
-# small kernels as it was); regions hold about REGION_BYTES each (bench/README.md, "eleventh step": GCC's time per
+# small kernels as it was); regions hold about REGION_BYTES each (bench/README.md, "twelfth step": GCC's time per
 # byte is about flat up to 64 KB in one function)
 SPLIT_BYTES = 96 << 10
 REGION_BYTES = 48 << 10

@@ -1,0 +1,169 @@
+"""Emulated GPU: what stage 3's C (translator/ctagen.py, a CTA at a time) costs to compile, and what CUB's onesweep
+kernel (radix_sort_thrust's sort time) costs a launch a CTA at a time against the lockstep native code.
+
+    python bench/emu_stage3_compile_bench.py --compile-times [--opt -O1 -O2 ...] [--program PATH.cu ...]
+    python bench/emu_stage3_compile_bench.py --launches N [--keys N]
+
+(--skip-over BYTES: larger sources are listed, not compiled; with PYTHONPATH set to another tree's daemon, that
+tree's sources are measured: e.g. main before this step, whose onesweep source does not compile in 300 s.)
+--compile-times: for every kernel of the programs (default: bench/cuda/radix_sort_thrust.cu and scan_batches.cu,
+tests/cuda/emu_reduce.cu and emu_cta_talk.cu) that stage 3 takes, its CTA-at-a-time source (ctagen.kernel_source,
+its compile-time cap lifted) is generated and compiled by the C compiler as emu/native.py does (native.FLAGS,
+then ctagen.flags(source): the optimisation level its size gets, or each --opt level given), timed by the
+compiler's user CPU seconds (what moves least with other jobs on a shared machine; wall seconds beside).
+Columns: bytes, blocks, PTX instructions, bytes per instruction, region functions (ctasplit.py), seconds.
+--launches: CPU seconds per launch of one onesweep pass (1M keys and values, bits 0..7; `--keys`) run a CTA at a
+time and as the lockstep native code (PYVGPU_EMU_CTAGEN=0), best of N after one that builds the code, each result
+checked against a stable sort by the digit; and CUB's histogram kernel (160 CTAs over the same keys) likewise.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "daemon"), str(ROOT), str(ROOT / "tests")]
+
+import numpy as np  # noqa: E402
+
+from harness import ptx_of  # noqa: E402
+from pyvgpu_daemon.emu import native  # noqa: E402
+from pyvgpu_daemon.emu.limits import EmuLimits  # noqa: E402
+from pyvgpu_daemon.emu.memory import DeviceMemory  # noqa: E402
+from pyvgpu_daemon.emu.module import EmuModule  # noqa: E402
+from pyvgpu_daemon.emu.translator import ctagen  # noqa: E402
+from pyvgpu_daemon.emu.translator.cgen import NoC  # noqa: E402
+from pyvgpu_daemon.emu.translator.codegen import Codegen  # noqa: E402
+
+SORT = ROOT / "bench" / "cuda" / "radix_sort_thrust.cu"
+PROGRAMS = [str(SORT), str(ROOT / "bench" / "cuda" / "scan_batches.cu"), "emu_reduce.cu", "emu_cta_talk.cu"]
+TILE = 11776                      # onesweep's tile: 256 threads x 46 keys
+
+
+def _short(name: str) -> str:
+    for key in ("Onesweep", "HistogramKernel", "ExclusiveSum", "scanTiles", "scanTotals", "addOffsets"):
+        if key in name:
+            return key
+    return name[:40]
+
+
+def _compile_seconds(source: str, flags: tuple[str, ...]) -> tuple[float, float]:
+    """(the compiler's user CPU seconds, wall seconds) for a source, as native.load builds it (not cached)."""
+    cc = native.compiler()
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k.c"
+        src.write_text(source)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+        t = time.perf_counter()
+        subprocess.run([cc, *native.FLAGS, *flags, "-o", str(Path(d) / "k.so"), str(src), "-lm"], check=True,
+                       capture_output=True)
+        return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before, time.perf_counter() - t
+
+
+def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
+    # (this tree's cap, or the MAX_SOURCE_BYTES of a tree before it, lifted; such a tree has no ctagen.flags: -O3)
+    ctagen.MAX_COMPILE_S = ctagen.MAX_SOURCE_BYTES = float("inf")
+    tree_flags = getattr(ctagen, "flags", lambda source: ctagen.FLAGS)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    print("| kernel | bytes | blocks | instructions | bytes / instr | regions | flags | compiler user s | wall s |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+    for prog in programs:
+        mod = EmuModule.load(ptx_of(prog), mem, limits=EmuLimits())
+        for name in mod.kernels:
+            k = mod.kernel(name)
+            if ctagen.eligible_reason(k) is not None:
+                continue
+            try:
+                src = ctagen.kernel_source(k, Codegen(k), "fn")[0]
+            except NoC:
+                continue
+            full = ctagen.PRELUDE_C + src
+            ninstr = sum(len(b.instrs) + 1 for b in k.blocks)
+            regions = src.count("static __attribute__((noinline)) int64_t fn_r")
+            for opt in opts or [None]:
+                flags = tree_flags(full) if opt is None else ctagen.FLAGS + (opt,)
+                user, wall = _compile_seconds(full, flags) if len(src) <= skip_over else (None, None)
+                took = "not run" if user is None else f"{user:.1f} | {wall:.1f}"
+                print(f"| {Path(prog).stem}: {_short(name)} | {len(src)} | {len(k.blocks)} | {ninstr} | "
+                      f"{len(src) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
+
+
+def _best(launches: int, launch) -> float:
+    launch()
+    times = []
+    for _ in range(launches):
+        t = time.process_time()
+        launch()
+        times.append(time.process_time() - t)
+    return min(times)
+
+
+def launch_times(launches: int, n: int) -> None:
+    keys = np.random.default_rng(1).integers(0, 1 << 32, n, dtype=np.uint32)
+    order = np.argsort(keys & 255, kind="stable")
+    for mode in ("CTA", "lockstep native"):
+        mem = DeviceMemory(1 << 40, 1 << 28)
+        mod = EmuModule.load(ptx_of(str(SORT)), mem, limits=EmuLimits(native="on", ctagen=mode == "CTA"))
+        one = next(k for k in mod.kernels if "Onesweep" in k)
+        histo = next(k for k in mod.kernels if "HistogramKernel" in k)
+        t = time.perf_counter()
+        code = mod.kernel(one).native_make()
+        built = time.perf_counter() - t
+        if (mode == "CTA") != isinstance(code, ctagen.CtaCode):
+            raise SystemExit(f"{mode}: onesweep did not take the path asked for ({type(code).__name__})")
+        nb = -(-n // TILE)
+        kin, kout, vin, vout = (mem.alloc(4 * n) for _ in range(4))
+        look, ctrs, bout, bins = mem.alloc(4 * 256 * nb), mem.alloc(64), mem.alloc(8 * 256), mem.alloc(8 * 256)
+        hist = mem.alloc(8 * 4 * 256)
+        mem.write(kin, keys.tobytes())
+        mem.write(vin, np.arange(n, dtype=np.uint32).tobytes())
+        count = np.bincount(keys & 255, minlength=256).astype(np.uint64)
+        mem.write(bins, (np.cumsum(count) - count).astype(np.uint64).tobytes())
+
+        def onesweep():
+            mem.write(look, bytes(4 * 256 * nb))
+            mem.write(ctrs, bytes(64))
+            mod.launch(one, (nb, 1, 1), (256, 1, 1), 0,
+                       struct.pack("<8QiiiB", look, ctrs, bout, bins, kout, kin, vout, vin, n, 0, 8, 0))
+
+        def histogram():
+            mem.write(hist, bytes(8 * 4 * 256))
+            mod.launch(histo, (160, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", hist, kin, n, 0, 32, 0))
+
+        s1 = _best(launches, onesweep)
+        ok = bytes(mem.read(kout, 4 * n)) == keys[order].tobytes() and \
+            bytes(mem.read(vout, 4 * n)) == order.astype(np.uint32).tobytes()
+        s2 = _best(launches, histogram)
+        exp = np.stack([np.bincount((keys >> (8 * p)) & 255, minlength=256) for p in range(4)]).astype(np.uint64)
+        ok = ok and (n % 4096 != 0 or bytes(mem.read(hist, 8 * 4 * 256)) == exp.tobytes())
+        if not ok:
+            raise SystemExit(f"{mode}: wrong result")
+        print(f"{mode}: onesweep {s1:.3f} s per launch (its code built in {built:.1f} s), histogram {s2:.3f} s",
+              flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile-times", action="store_true")
+    ap.add_argument("--opt", nargs="*", default=[], help="optimisation levels to time (default: ctagen.flags')")
+    ap.add_argument("--program", nargs="*", default=PROGRAMS)
+    ap.add_argument("--skip-over", type=int, default=1 << 60, help="sources larger than this many bytes: not compiled")
+    ap.add_argument("--launches", type=int, default=0)
+    ap.add_argument("--keys", type=int, default=1 << 20)
+    a = ap.parse_args()
+    if a.compile_times:
+        compile_times(a.program, a.opt, a.skip_over)
+    if a.launches:
+        launch_times(a.launches, a.keys)
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
