@@ -14,8 +14,10 @@ linked into one library.
 
 A build that fails or times out is remembered beside the cache by its key (`<key>.failed`, its reason inside), so
 no daemon spends COMPILE_TIMEOUT on the same source again: `load` then answers None at once, logged once per
-process with the kernel's name. Another compiler or other flags make another key (tried afresh); clearing the
-cache, or a longer COMPILE_TIMEOUT than the one a timeout was recorded under, tries again.
+process with the kernel's name. A failure that says nothing about the source (the compiler or its cc1 killed by a
+signal from outside, memory or disk exhausted: _TRANSIENT) is not remembered. Another compiler or other flags make
+another key (tried afresh); clearing the cache, or a longer COMPILE_TIMEOUT than the one a timeout was recorded
+under, tries again.
 
 A kernel whose native code the launch policy found worth building (runtime/launch.py: its launches ran long
 enough) is recorded beside the cache too (`<kernel key>.wanted`, by the kernel's name and code, the paths allowed
@@ -33,6 +35,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -232,6 +235,14 @@ def _build(cc: str, units: tuple[str, ...], path: Path, flags: tuple[str, ...], 
                 pass
 
 
+# What a compiler's driver prints when a failure says nothing about the source: its subprocess (cc1, as, ld) killed
+# by a signal from outside (the OOM killer, an operator: GCC's driver then exits 1, not by the signal), memory or
+# disk exhausted. Such a build is tried again later, not remembered as failed.
+_TRANSIENT = re.compile(r"(Killed|Terminated|Hangup|Interrupt) signal terminated program|"
+                        r"unable to execute command: (Killed|Terminated)|internal compiler error: (Killed|Terminated)|"
+                        r"out of memory|memory exhausted|Cannot allocate memory|No space left on device")
+
+
 def _run(cmd: list[str], timeout: float) -> None:
     """Run the compiler in a process group of its own, so that a timeout stops its subprocesses too (cc1 goes on
     after its driver is killed)."""
@@ -248,6 +259,8 @@ def _run(cmd: list[str], timeout: float) -> None:
         raise
     if proc.returncode < 0:             # killed by a signal (not ours: the OOM killer, an operator): try again later
         raise RuntimeError(f"{cmd[0]} killed by signal {-proc.returncode}")
+    if proc.returncode != 0 and _TRANSIENT.search(err):
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
     if proc.returncode != 0:
         raise BuildFailed(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
 
