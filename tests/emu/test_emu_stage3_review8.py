@@ -2,7 +2,17 @@
 or broke a guarantee, each failing on the code before its fix."""
 from __future__ import annotations
 
+import struct
+
+import numpy as np
+import pytest
+
 from pyvgpu_daemon.emu import native
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.errors import CudaError
+
+from test_emu_ctagen import CTA, OFF, _cta_code
+from test_emu_threadgen import HEAD, _module
 
 
 # --------------------------------------------------------------------------- native.py: failures worth remembering
@@ -37,3 +47,119 @@ def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, mo
     # a real error in the source is still remembered
     monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "echo 'x.c:1:1: error: expected ;' >&2; exit 1")))
     assert native.load("int g(void) { return 4 }\n", tmp_path) is None and len(list(tmp_path.glob("*.failed"))) == 1
+
+
+# ----------------------------------------------------------------- contiguous accesses of every width, every space
+# out[g] = sh[t' + sofs] (stored there from in[g'' + shift]): thread `who` (a global index) adds d to the index of the
+# accesses whose bit is set in `what` (1 global load, 2 shared store, 4 shared load, 8 global store); `shift` bytes
+# added to in's address (misaligned bases, a range into the next allocation); shared addresses through 32- or 64-bit
+# registers; every access type and vector width (8 to 64 bits, v2, v4)
+TYPES = {"u8": (1, "r"), "u16": (2, "r"), "u32": (4, "r"), "u64": (8, "rd"), "f32": (4, "f"), "f64": (8, "fd")}
+
+
+def _kernel(t: str, vec: int, wide_shared: bool) -> tuple[str, int]:
+    size, reg = TYPES[t]
+    vs = size * vec
+    vt = (f"v{vec}." if vec > 1 else "") + t
+
+    def regs(k0: int) -> str:
+        names = [f"%{reg}{k0 + k}" for k in range(vec)]
+        return "{" + ", ".join(names) + "}" if vec > 1 else names[0]
+    if wide_shared:
+        sh = ("mov.u64 %rd10, sh; cvt.u64.u32 %rd11, %r9; add.s64 %rd10, %rd10, %rd11;\n"
+              "  mul.wide.s32 %rd12, %r27, {vs}; add.s64 %rd12, %rd10, %rd12;\n"
+              "  mul.wide.s32 %rd13, %r28, {vs}; add.s64 %rd13, %rd10, %rd13;\n").format(vs=vs)
+        a1, a2 = "%rd12", "%rd13"
+    else:
+        sh = ("mov.u32 %r30, sh; add.s32 %r30, %r30, %r9;\n"
+              "  mul.lo.s32 %r31, %r27, {vs}; add.s32 %r31, %r30, %r31;\n"
+              "  mul.lo.s32 %r32, %r28, {vs}; add.s32 %r32, %r30, %r32;\n").format(vs=vs)
+        a1, a2 = "%r31", "%r32"
+    ptx = HEAD + f"""
+.visible .entry k(.param .u64 out, .param .u64 in, .param .u32 who, .param .u32 what, .param .u32 d,
+                  .param .u64 shift, .param .u32 sofs)
+{{
+  .reg .pred %p<4>; .reg .b32 %r<64>; .reg .b64 %rd<64>; .reg .f32 %f<64>; .reg .f64 %fd<64>;
+  .shared .align 16 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in]; ld.param.u32 %r10, [who]; ld.param.u32 %r12, [what];
+  ld.param.u32 %r13, [d]; ld.param.u64 %rd9, [shift]; ld.param.u32 %r9, [sofs];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  setp.eq.u32 %p1, %r4, %r10;
+  selp.b32 %r14, %r13, 0, %p1;
+  and.b32 %r15, %r12, 1; setp.ne.u32 %p2, %r15, 0; selp.b32 %r16, %r14, 0, %p2;
+  and.b32 %r15, %r12, 2; setp.ne.u32 %p2, %r15, 0; selp.b32 %r17, %r14, 0, %p2;
+  and.b32 %r15, %r12, 4; setp.ne.u32 %p2, %r15, 0; selp.b32 %r18, %r14, 0, %p2;
+  and.b32 %r15, %r12, 8; setp.ne.u32 %p2, %r15, 0; selp.b32 %r19, %r14, 0, %p2;
+  add.s32 %r20, %r4, %r16; mul.wide.s32 %rd3, %r20, {vs}; add.s64 %rd4, %rd2, %rd3; add.s64 %rd4, %rd4, %rd9;
+  add.s32 %r27, %r1, %r17; add.s32 %r28, %r1, %r18;
+  {sh}  ld.global.{vt} {regs(40)}, [%rd4];
+  st.shared.{vt} [{a1}], {regs(40)};
+  bar.sync 0;
+  ld.shared.{vt} {regs(50)}, [{a2}];
+  add.s32 %r21, %r4, %r19; mul.wide.s32 %rd5, %r21, {vs}; add.s64 %rd6, %rd1, %rd5;
+  st.global.{vt} [%rd6], {regs(50)};
+  ret;
+}}
+"""
+    return ptx, vs
+
+
+GRID8, BLOCK8 = 3, 64
+N8 = GRID8 * BLOCK8
+
+
+def _launch8(ptx: str, vs: int, mode: dict, who=0, what=0, d=0, shift=0, sofs=0, extra=0, adjacent=False):
+    """(out's bytes, or (error code, out's bytes); whether the CTA code ran). `in` holds N8 + extra elements; with
+    `adjacent`, another allocation follows it directly (its bytes other than in's)."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(ptx, mode, mem)
+    nout = vs * (N8 + 64)
+    out = mem.alloc(nout)
+    nin = vs * (N8 + extra)
+    if adjacent:                                        # (the allocator's granule: 256 bytes)
+        nin = -(-nin // 256) * 256
+    src = mem.alloc(nin)
+    rng = np.random.default_rng(vs * 131 + extra)
+    data = rng.integers(0, 256, nin, dtype=np.uint8)
+    mem.write(src, data.tobytes())
+    if adjacent:
+        nxt = mem.alloc(4096)
+        assert nxt == src + nin, "allocations not adjacent"
+        mem.write(nxt, (rng.integers(0, 256, 4096, dtype=np.uint8)).tobytes())
+    try:
+        mod.launch("k", (GRID8, 1, 1), (BLOCK8, 1, 1), 0,
+                   struct.pack("<QQIII4xQI", out, src, who, what, d & 0xFFFFFFFF, shift & (2**64 - 1), sofs))
+        result = bytes(mem.read(out, nout))
+    except CudaError as e:
+        result = (e.code, bytes(mem.read(out, nout)))
+    return result, (_cta_code(mod, "k") is not None if mode is CTA else None), data
+
+
+CASES8 = [dict(), dict(who=5, what=15, d=1), dict(who=64, what=1, d=-1), dict(who=127, what=6, d=-64),
+          dict(who=191, what=8, d=3), dict(shift=1), dict(shift=-1), dict(shift=64, extra=0, adjacent=True),
+          dict(sofs=-1), dict(sofs=1), dict(who=0, what=1, d=-(1 << 20))]
+
+
+@pytest.mark.parametrize("wide_shared", [False, True], ids=["shared via u32", "shared via u64"])
+@pytest.mark.parametrize("t, vec", [("u8", 1), ("u8", 4), ("u16", 2), ("u32", 1), ("u32", 4), ("u64", 1),
+                                    ("u64", 2), ("f32", 2), ("f64", 1), ("f64", 2)])
+def test_contiguous_accesses_of_every_width_match_the_lockstep_path(t, vec, wide_shared):
+    ptx, vs = _kernel(t, vec, wide_shared)
+    for case in CASES8:
+        case = dict(case)
+        if case.get("sofs") == -1:                           # (past the window by one element, aligned)
+            case["sofs"] = 4096 - BLOCK8 * vs + vs
+        if case.get("shift") == 64:
+            # (the last CTA's second half into the next allocation)
+            case["shift"] = -(-vs * N8 // 256) * 256 - vs * N8 + vs * BLOCK8 // 2
+        on, ran, data = _launch8(ptx, vs, CTA, **case)
+        off, _, _ = _launch8(ptx, vs, OFF, **case)
+        assert ran, "the kernel did not run a CTA at a time"
+        assert type(on) is type(off), (case, on if isinstance(on, tuple) else off)
+        if isinstance(on, tuple):
+            assert on[0] == off[0], case
+        else:
+            assert on == off, (case, np.nonzero(np.frombuffer(on, np.uint8) != np.frombuffer(off, np.uint8)))
+        if not case:
+            assert on[:vs * N8] == data[:vs * N8].tobytes()
