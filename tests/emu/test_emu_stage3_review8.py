@@ -163,3 +163,66 @@ def test_contiguous_accesses_of_every_width_match_the_lockstep_path(t, vec, wide
             assert on == off, (case, np.nonzero(np.frombuffer(on, np.uint8) != np.frombuffer(off, np.uint8)))
         if not case:
             assert on[:vs * N8] == data[:vs * N8].tobytes()
+
+
+# ---------------------------------------------------------------- optimisation levels chosen by size (ctasize8)
+FP = HEAD + """
+.visible .entry fp(.param .u64 out, .param .u64 in)
+{
+  .reg .b32 %r<10>; .reg .b64 %rd<10>; .reg .f32 %f<20>; .reg .f64 %fd<10>;
+  .shared .align 8 .b8 sh[2048];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ctaid.x; mov.u32 %r3, %ntid.x; mad.lo.s32 %r4, %r2, %r3, %r1;
+  mul.wide.u32 %rd3, %r4, 8; add.s64 %rd4, %rd2, %rd3;
+  ld.global.v2.f32 {%f1, %f2}, [%rd4];
+  mul.f32 %f3, %f1, %f2; add.f32 %f4, %f3, %f1; sub.f32 %f5, %f4, %f2; div.rn.f32 %f6, %f5, %f2;
+  fma.rn.f32 %f7, %f1, %f2, %f6; abs.f32 %f8, %f7; sqrt.rn.f32 %f8, %f8; mul.f32 %f9, %f8, 0f3F800001;
+  cvt.f64.f32 %fd1, %f1; cvt.f64.f32 %fd2, %f2; mul.f64 %fd3, %fd1, %fd2; add.f64 %fd4, %fd3, %fd1;
+  div.rn.f64 %fd5, %fd4, %fd2; mul.f64 %fd6, %fd5, %fd5; add.f64 %fd6, %fd6, %fd3; cvt.rn.f32.f64 %f10, %fd6;
+  add.f32 %f11, %f10, %f9;
+  shl.b32 %r5, %r1, 2; mov.u32 %r6, sh; add.s32 %r6, %r6, %r5; st.shared.f32 [%r6], %f11;
+  bar.sync 0;
+  xor.b32 %r7, %r1, 1; shl.b32 %r7, %r7, 2; mov.u32 %r8, sh; add.s32 %r8, %r8, %r7; ld.shared.f32 %f12, [%r8];
+  mul.f32 %f13, %f12, %f1; add.f32 %f14, %f13, %f11; mul.f32 %f15, %f14, %f2; sub.f32 %f15, %f15, %f3;
+  mul.wide.u32 %rd5, %r4, 8; add.s64 %rd6, %rd1, %rd5; st.global.v2.f32 [%rd6], {%f14, %f15};
+  ret;
+}
+"""
+
+
+def _fp_inputs(n: int) -> np.ndarray:
+    rng = np.random.default_rng(19)
+    x = (rng.standard_normal(2 * n) * np.exp2(rng.integers(-140, 120, 2 * n))).astype(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, 1.1754942e-38, 1.0 + 2 ** -23],
+                       np.float32)
+    x[:len(special)] = special
+    x[-len(special):] = special[::-1]
+    return x
+
+
+@pytest.mark.parametrize("level", ["-O1", "-O2", "-O3"])
+def test_every_optimisation_level_keeps_the_lockstep_bits(monkeypatch, level):
+    from pyvgpu_daemon.emu.translator import ctagen
+    if hasattr(ctagen, "OPT_BY_SIZE"):                  # (ctasize8: the level by the source's size)
+        monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, (level,), 1.0),))
+        flags = ctagen.flags("")
+    else:
+        monkeypatch.setattr(ctagen, "FLAGS", ctagen.FLAGS + (level,))
+        flags = ctagen.FLAGS
+    every = native.FLAGS + tuple(flags)
+    assert "-ffp-contract=off" in every and not {"-ffast-math", "-Ofast", "-funsafe-math-optimizations"} & set(every)
+    assert [f for f in every if f.startswith("-O")][-1] == level
+    n = 4 * 128
+    data = _fp_inputs(n)
+
+    def run(mode):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(FP, mode, mem)
+        out, src = mem.alloc(8 * n), mem.alloc(8 * n)
+        mem.write(src, data.tobytes())
+        mod.launch("fp", (4, 1, 1), (128, 1, 1), 0, struct.pack("<QQ", out, src))
+        return bytes(mem.read(out, 8 * n)), (_cta_code(mod, "fp") is not None if mode is CTA else None)
+    on, ran = run(CTA)
+    off, _ = run(OFF)
+    assert ran
+    assert on == off, np.nonzero(np.frombuffer(on, np.uint32) != np.frombuffer(off, np.uint32))
