@@ -141,10 +141,26 @@ CASES8 = [dict(), dict(who=5, what=15, d=1), dict(who=64, what=1, d=-1), dict(wh
           dict(sofs=-1), dict(sofs=1), dict(who=0, what=1, d=-(1 << 20))]
 
 
+def _split_everything(monkeypatch) -> None:
+    """Every kernel split into regions of one block and emitted as a large kernel (ctasplit.py, as
+    test_emu_ctasplit.py does), where that code exists."""
+    from pyvgpu_daemon.emu.translator import ctagen
+    try:
+        from pyvgpu_daemon.emu.translator import ctasplit
+    except ImportError:
+        pytest.skip("no ctasplit")
+    monkeypatch.setattr(ctasplit, "SPLIT_BYTES", 0)
+    monkeypatch.setattr(ctasplit, "REGION_BYTES", 1)
+    monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["", "split"])
 @pytest.mark.parametrize("wide_shared", [False, True], ids=["shared via u32", "shared via u64"])
 @pytest.mark.parametrize("t, vec", [("u8", 1), ("u8", 4), ("u16", 2), ("u32", 1), ("u32", 4), ("u64", 1),
                                     ("u64", 2), ("f32", 2), ("f64", 1), ("f64", 2)])
-def test_contiguous_accesses_of_every_width_match_the_lockstep_path(t, vec, wide_shared):
+def test_contiguous_accesses_of_every_width_match_the_lockstep_path(monkeypatch, t, vec, wide_shared, split):
+    if split:
+        _split_everything(monkeypatch)
     ptx, vs = _kernel(t, vec, wide_shared)
     for case in CASES8:
         case = dict(case)
@@ -200,8 +216,11 @@ def _fp_inputs(n: int) -> np.ndarray:
     return x
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["", "split"])
 @pytest.mark.parametrize("level", ["-O1", "-O2", "-O3"])
-def test_every_optimisation_level_keeps_the_lockstep_bits(monkeypatch, level):
+def test_every_optimisation_level_keeps_the_lockstep_bits(monkeypatch, level, split):
+    if split:
+        _split_everything(monkeypatch)
     from pyvgpu_daemon.emu.translator import ctagen
     if hasattr(ctagen, "OPT_BY_SIZE"):                  # (ctasize8: the level by the source's size)
         monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, (level,), 1.0),))
