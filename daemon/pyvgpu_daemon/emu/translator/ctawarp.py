@@ -86,15 +86,17 @@ static __attribute__((noinline)) int WREADY(uint32_t *hm, int64_t cs, int64_t co
     if (!miss) *wf = 0;
     return left != 0;
 }
+/* (bit loops without branches, masked after: the lanes' bits are data, a branch per lane mispredicts half the time;
+ * an element of a lane not at the block is read, never used: the scratch arrays hold 1024) */
 static inline uint32_t WEX(const uint32_t *hm, int64_t w, const uint8_t *g) {
-    uint32_t ex = 0, h = hm[w];
-    for (int l = 0; l < 32; l++) if (((h >> l) & 1) && g[32 * w + l]) ex |= 1u << l;
-    return ex;
+    uint32_t ex = 0;
+    for (int l = 0; l < 32; l++) ex |= (uint32_t)(g[32 * w + l] != 0) << l;
+    return ex & hm[w];
 }
 static inline uint32_t WMEM(uint32_t ex, int64_t b0, const uint32_t *mk) {
     uint32_t m = 0;
-    for (int l = 0; l < 32; l++) if (((ex >> l) & 1) && ((mk[b0 + l] >> l) & 1)) m |= 1u << l;
-    return m;
+    for (int l = 0; l < 32; l++) m |= ((mk[b0 + l] >> l) & 1u) << l;
+    return m & ex;
 }
 /* shfl.sync (mode 0 up, 1 down, 2 bfly, 3 idx): runtime/collective._shfl_lanes; a source not executing it reads 0 */
 static __attribute__((noinline)) void WSHFL(int mode, const uint32_t *hm, int64_t cs, const uint8_t *g,
@@ -126,7 +128,8 @@ static __attribute__((noinline)) void WVOTE(int mode, const uint32_t *hm, int64_
         const int64_t b0 = 32 * w;
         const uint32_t mem = WMEM(ex, b0, mk);
         uint32_t bal = 0;
-        for (int l = 0; l < 32; l++) if (((mem >> l) & 1) && pr[b0 + l]) bal |= 1u << l;
+        for (int l = 0; l < 32; l++) bal |= (uint32_t)(pr[b0 + l] != 0) << l;
+        bal &= mem;
         const uint32_t v = mode == 0 ? bal : mode == 1 ? bal != 0 : mode == 2 ? bal == mem : (bal == 0 || bal == mem);
         for (int l = 0; l < 32; l++) if ((ex >> l) & 1) d[b0 + l] = v;
     }
