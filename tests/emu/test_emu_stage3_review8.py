@@ -49,6 +49,22 @@ def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, mo
     assert native.load("int g(void) { return 4 }\n", tmp_path) is None and len(list(tmp_path.glob("*.failed"))) == 1
 
 
+def test_a_timeout_on_a_loaded_machine_is_not_remembered(tmp_path, monkeypatch):
+    # a build that fits COMPILE_TIMEOUT alone ran past it with more runnable processes than cores (the bench's
+    # --load, four engineers on two cores): remembered, no daemon on this machine built it again, loaded or idle
+    monkeypatch.setattr(native, "_warned", set())
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "sleep 30")))
+    monkeypatch.setattr(native, "COMPILE_TIMEOUT", 1)
+    monkeypatch.setattr(native.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    monkeypatch.setattr(native.os, "cpu_count", lambda: 2)
+    src = "int f(void) { return 5; }\n"
+    assert native.load(src, tmp_path) is None and not list(tmp_path.glob("*.failed"))
+    monkeypatch.delenv("PYVGPU_EMU_CC")                     # (the same compiler's success later: here the real one)
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, 'exec cc "$@"')))
+    monkeypatch.setattr(native, "COMPILE_TIMEOUT", 60)
+    assert native.load(src, tmp_path).f() == 5
+
+
 # ----------------------------------------------------------------- contiguous accesses of every width, every space
 # out[g] = sh[t' + sofs] (stored there from in[g'' + shift]): thread `who` (a global index) adds d to the index of the
 # accesses whose bit is set in `what` (1 global load, 2 shared store, 4 shared load, 8 global store); `shift` bytes

@@ -17,7 +17,8 @@ no daemon spends COMPILE_TIMEOUT on the same source again: `load` then answers N
 process with the kernel's name. A failure that says nothing about the source (the compiler or its cc1 killed by a
 signal from outside, memory or disk exhausted: _TRANSIENT) is not remembered. Another compiler or other flags make
 another key (tried afresh); clearing the cache, or a longer COMPILE_TIMEOUT than the one a timeout was recorded
-under, tries again.
+under, tries again; a timeout while the machine had more runnable processes than cores is not remembered either
+(on a loaded machine a build that fits COMPILE_TIMEOUT alone may not).
 
 A kernel whose native code the launch policy found worth building (runtime/launch.py: its launches ran long
 enough) is recorded beside the cache too (`<kernel key>.wanted`, by the kernel's name and code, the paths allowed
@@ -247,13 +248,13 @@ def _run(cmd: list[str], timeout: float) -> None:
     """Run the compiler in a process group of its own, so that a timeout stops its subprocesses too (cc1 goes on
     after its driver is killed)."""
     if timeout <= 0:
-        raise BuildFailed(f"timeout {COMPILE_TIMEOUT} s")
+        raise _timeout()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        raise BuildFailed(f"timeout {COMPILE_TIMEOUT} s") from None
+        raise _timeout() from None
     except BaseException:
         _kill_group(proc)
         raise
@@ -263,6 +264,18 @@ def _run(cmd: list[str], timeout: float) -> None:
         raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
     if proc.returncode != 0:
         raise BuildFailed(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
+
+
+def _timeout() -> Exception:
+    """A build past COMPILE_TIMEOUT: remembered (BuildFailed) when the machine had a core for it; with more runnable
+    processes than cores (the 1-minute load average), the same build may finish in time later: not remembered."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    if load > (os.cpu_count() or 1):
+        return RuntimeError(f"timeout {COMPILE_TIMEOUT} s at load {load:.1f} (not remembered)")
+    return BuildFailed(f"timeout {COMPILE_TIMEOUT} s")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
