@@ -22,7 +22,6 @@ import argparse
 import os
 import resource
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,7 @@ from pyvgpu_daemon.emu.translator.codegen import Codegen  # noqa: E402
 SORT = ROOT / "bench" / "cuda" / "radix_sort_thrust.cu"
 PROGRAMS = [str(SORT), str(ROOT / "bench" / "cuda" / "scan_batches.cu"), "emu_reduce.cu", "emu_cta_talk.cu"]
 TILE = 11776                      # onesweep's tile: 256 threads x 46 keys
+JOBS = 2                          # (ctasplit.JOBS where this tree has it)
 
 
 def _short(name: str) -> str:
@@ -54,16 +54,16 @@ def _short(name: str) -> str:
     return name[:40]
 
 
-def _compile_seconds(source: str, flags: tuple[str, ...]) -> tuple[float, float]:
-    """(the compiler's user CPU seconds, wall seconds) for a source, as native.load builds it (not cached)."""
-    cc = native.compiler()
+def _compile_seconds(source: str | list[str], flags: tuple[str, ...]) -> tuple[float, float]:
+    """(the compiler's user CPU seconds, wall seconds) for a source or translation units (ctasplit.JOBS at once),
+    built by native.load into an empty directory (not cached)."""
+    units = ctagen.PRELUDE_C + source if isinstance(source, str) else [ctagen.PRELUDE_C + s for s in source]
     with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "k.c"
-        src.write_text(source)
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
         t = time.perf_counter()
-        subprocess.run([cc, *native.FLAGS, *flags, "-o", str(Path(d) / "k.so"), str(src), "-lm"], check=True,
-                       capture_output=True)
+        jobs = {} if isinstance(source, str) else {"jobs": JOBS}      # (a tree before native.load's jobs: one unit)
+        if native.load(units, directory=Path(d), extra=flags, **jobs) is None:
+            raise SystemExit("the build failed")
         return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before, time.perf_counter() - t
 
 
@@ -84,15 +84,15 @@ def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
                 src = ctagen.kernel_source(k, Codegen(k), "fn")[0]
             except NoC:
                 continue
-            full = ctagen.PRELUDE_C + src
+            text = src if isinstance(src, str) else "".join(src)
             ninstr = sum(len(b.instrs) + 1 for b in k.blocks)
-            regions = src.count("static __attribute__((noinline)) int64_t fn_r")
+            regions = text.count(") int64_t fn_r") - text.count("_fr *restrict F, int64_t res);")
             for opt in opts or [None]:
-                flags = tree_flags(full) if opt is None else ctagen.FLAGS + (opt,)
-                user, wall = _compile_seconds(full, flags) if len(src) <= skip_over else (None, None)
+                flags = tree_flags(src) if opt is None else ctagen.FLAGS + (opt,)
+                user, wall = _compile_seconds(src, flags) if len(text) <= skip_over else (None, None)
                 took = "not run" if user is None else f"{user:.1f} | {wall:.1f}"
-                print(f"| {Path(prog).stem}: {_short(name)} | {len(src)} | {len(k.blocks)} | {ninstr} | "
-                      f"{len(src) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
+                print(f"| {Path(prog).stem}: {_short(name)} | {len(text)} | {len(k.blocks)} | {ninstr} | "
+                      f"{len(text) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
 
 
 def _best(launches: int, launch) -> float:

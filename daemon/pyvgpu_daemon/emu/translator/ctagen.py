@@ -122,11 +122,16 @@ OPT_BY_SIZE = (OptLevel(1 << 20, ("-O1",), 7.0), OptLevel(128 << 10, ("-O2",), 1
 MAX_COMPILE_S = 60.0
 
 
-def opt_level(source: str) -> OptLevel:
-    return next(o for o in OPT_BY_SIZE if len(source) >= o.size)
+def _size(source: str | list[str]) -> int:
+    return len(source) if isinstance(source, str) else sum(map(len, source))
 
 
-def flags(source: str) -> tuple[str, ...]:
+def opt_level(source: str | list[str]) -> OptLevel:
+    """The level of a source (or of translation units: their bytes together)."""
+    return next(o for o in OPT_BY_SIZE if _size(source) >= o.size)
+
+
+def flags(source: str | list[str]) -> tuple[str, ...]:
     """The compiler's extra flags for a kernel's source: FLAGS and its size's optimisation level (OPT_BY_SIZE)."""
     return FLAGS + opt_level(source).flags
 
@@ -342,7 +347,7 @@ def _locals(kernel, loops: dict[int, list[list[ir.Instr]]], regs) -> set[str]:
 _SLOW_LOOP = "for (j = 0; j < n; j++) { lic = conv ? j : act[j]; i = ib + lic;"
 
 
-def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
+def kernel_source(kernel, g, name: str) -> tuple[str | list[str], int, int]:
     """(`int64_t name(int64_t i0, int64_t n, const MemCtx *M, const TX *X, uint64_t *st, uint8_t *rf)`: the CTAs of
     lanes i0..n-1 of the chunk (whole CTAs) one after the other, from the start (st[ST_RESUME] 0) or resumed where
     it suspended; R_DONE when all ran, else R_SLOW / R_TICK with st filled (threadgen's protocol); the length of its
@@ -350,10 +355,10 @@ def kernel_source(kernel, g, name: str) -> tuple[str, int, int]:
     eligible or some instruction has no C form. Loops get contiguous attempts (ctaaffine.py) unless that makes
     the source larger than ctaaffine.MAX_BYTES."""
     out = _kernel_source(kernel, g, name, True)
-    return out if len(out[0]) <= ctaaffine.MAX_BYTES else _kernel_source(kernel, g, name, False)
+    return out if _size(out[0]) <= ctaaffine.MAX_BYTES else _kernel_source(kernel, g, name, False)
 
 
-def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
+def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str], int, int]:
     if eligible_reason(kernel) is not None:
         raise NoC
     regs = threadgen.register_widths(kernel, g)
@@ -487,11 +492,12 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
               f"    uint8_t *const hb = (uint8_t *)hd; (void)hb;    /* (heap - base: + a global address, its byte) */\n"
               f"{_SHAPE}")
     ind = "\n    "
-    if sum(map(len, lines)) > ctasplit.SPLIT_BYTES:
+    split = sum(map(len, lines)) > ctasplit.SPLIT_BYTES
+    if split:
         # (a large kernel: its blocks in functions of their own, ctasplit.py; the scheduler stays here)
         sp = ctasplit.split(name, ctasplit.regions(lines, marks, e.sites, e.tail), e.hints, header, e.prologue,
                             consts, local_decls, ctawarp.SCRATCH, ST_RESUME, e.aff_flags)
-        pre, hints, prologue, decls = sp.functions, "", [], consts + [sp.frame]
+        pre, hints, prologue, decls = sp.declarations, "", [], consts + [sp.frame]
         resume, dispatch, tail = sp.resume, sp.dispatch, []
     else:
         cases = " ".join(f"case {k}: goto R{k};" for k in range(1, e.sites + 1))
@@ -568,7 +574,9 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str, int, int]:
     regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
         (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas,
         instructions=sum(len(b.instrs) + 1 for b in kernel.blocks))
-    if len(src) / 1e6 * opt_level(src).s_per_mb > MAX_COMPILE_S:
+    if split:
+        src = [src] + sp.units              # (translation units: the kernel function's first)
+    if _size(src) / 1e6 * opt_level(src).s_per_mb > MAX_COMPILE_S:
         raise NoC
     return src, STATE_WORDS, regfile
 

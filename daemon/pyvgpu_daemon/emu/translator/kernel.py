@@ -22,7 +22,7 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import bytecode_cache, control, ctagen, instrs, pycompile, threadgen
+from . import bytecode_cache, control, ctagen, ctasplit, instrs, pycompile, threadgen
 from .cfg import Block, shares_across_ctas, split_blocks
 from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
@@ -241,12 +241,14 @@ class Kernel:
             native.log.warning("emulated GPU: no %s code for %s (%s: %s); it runs %s", what, self.name,
                                type(e).__name__, e, instead)
             return None
-        lib = native.load(prelude + source, extra=flags if isinstance(flags, tuple) else flags(source),
-                          name=self.name)
+        # (several translation units: ctasplit.py's region functions, built ctasplit.JOBS at once)
+        units = prelude + source if isinstance(source, str) else [prelude + s for s in source]
+        lib = native.load(units, extra=flags if isinstance(flags, tuple) else flags(source), name=self.name,
+                          jobs=1 if isinstance(source, str) else ctasplit.JOBS)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
-        self.native_source = source
+        self.native_source = source if isinstance(source, str) else "\n".join(source)
         return code_class(lib.fn, self.name, state, extra)
 
 
