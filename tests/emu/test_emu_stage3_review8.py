@@ -29,7 +29,7 @@ def _runs(tmp_path) -> int:
     return len(p.read_text().splitlines()) if p.exists() else 0
 
 
-def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, monkeypatch):
+def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, monkeypatch, caplog):
     # GCC's driver exits 1 (not by a signal) when the OOM killer kills cc1, with this message (checked with gcc 12:
     # cc1 killed by SIGKILL during a build): remembered, the kernel never got native code on this machine again
     monkeypatch.setattr(native, "_warned", set())
@@ -41,9 +41,12 @@ def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, mo
                                                                    f"terminated.' >&2; exit 1")))
         src = "int f(void) { return 3; }\n"
         before = _runs(tmp_path)
-        assert native.load(src, cache) is None and not list(cache.glob("*.failed"))
+        with caplog.at_level("WARNING", logger="pyvgpu.daemon"):
+            assert native.load(src, cache, name="kern") is None and not list(cache.glob("*.failed"))
         assert native.load(src, cache) is None and _runs(tmp_path) == before + 2       # tried again
         monkeypatch.delenv("PYVGPU_EMU_CC")
+    (logged,) = [r.message for r in caplog.records if "compiler failed" in r.message]     # once, with the name
+    assert "kern: " in logged and "Killed signal" in logged and "tried again" in logged
     # a real error in the source is still remembered
     monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "echo 'x.c:1:1: error: expected ;' >&2; exit 1")))
     assert native.load("int g(void) { return 4 }\n", tmp_path) is None and len(list(tmp_path.glob("*.failed"))) == 1
@@ -261,3 +264,24 @@ def test_every_optimisation_level_keeps_the_lockstep_bits(monkeypatch, level, sp
     off, _ = run(OFF)
     assert ran
     assert on == off, np.nonzero(np.frombuffer(on, np.uint32) != np.frombuffer(off, np.uint32))
+
+
+def test_what_a_killed_daemons_build_left_is_removed_once_stale(tmp_path):
+    # a daemon killed during a build leaves its C sources, objects and library under temporary names (its compiler,
+    # in a session of its own, even finishes them): never loaded, but never removed either (2.4 MB a time for CUB's
+    # onesweep); those of a build that may still run stay
+    import os
+    import time
+    key = "0123456789abcdef01234567"
+    left = [f"{key}.4242.1399.0.c", f"{key}.4242.1399.0.o", f"{key}.4242.1399", f"{key}.failed.4242.1399"]
+    old = time.time() - 2 * native.COMPILE_TIMEOUT - 3600
+    for name in left:
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (old, old))
+    (tmp_path / f"{key}.4243.1400.0.c").write_text("a build still running")
+    (tmp_path / f"{key}.so").write_text("")
+    os.utime(tmp_path / f"{key}.so", (old, old))
+    assert native.load("int f(void) { return 6; }\n", tmp_path).f() == 6
+    names = {f.name for f in tmp_path.iterdir()}
+    assert not names & set(left)
+    assert {f"{key}.4243.1400.0.c", f"{key}.so"} <= names

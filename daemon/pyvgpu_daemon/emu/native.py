@@ -27,7 +27,8 @@ background: with the library cached, it costs only the source's generation (a wa
 ~/.nv/ComputeCache for its PTX JIT).
 
 The cache holds at most MAX_CACHED libraries, markers and records (each kernel a client loads may add one): the
-least recently used go first (a library in use stays mapped after its file is removed).
+least recently used go first (a library in use stays mapped after its file is removed); what the build of a daemon
+killed meanwhile left under temporary names goes once no build can be writing it.
 """
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
                 _warn_once(f"failed {key}", f"{name or 'a kernel'}: {e}")
                 return None
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
-                _warn_once("compiler failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
+                _warn_once("compiler failed", f"{name or 'a kernel'}: "
+                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (not remembered: tried again)")
                 return None
             finally:
                 _prune(directory, MAX_CACHED)
@@ -294,9 +296,20 @@ def _touch(path: Path) -> None:
         pass
 
 
+_TEMPORARY = re.compile(rf"[0-9a-f]{{24}}(\{FAILED})?\.\d+\.\d+(\.\d+\.[co])?$")    # (_build's, _remember's names)
+
+
 def _prune(directory: Path, keep: int) -> None:
-    """Remove the least recently used libraries, failure markers and kernel records beyond `keep` (another daemon may prune at the
-    same time: a file already gone is fine)."""
+    """Remove the least recently used libraries, failure markers and kernel records beyond `keep` (another daemon may
+    prune at the same time: a file already gone is fine), and what builds left under their temporary names (`_build`,
+    `_remember`: `<key>.<pid>.<thread>...`) when their daemon was killed, once no build can still be writing them."""
+    stale = time.time() - 2 * COMPILE_TIMEOUT - 60
+    for f in directory.glob("*.*.*"):
+        try:
+            if _TEMPORARY.match(f.name) and f.stat().st_mtime < stale:
+                f.unlink()
+        except FileNotFoundError:
+            pass
     entries = []
     for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}"), *directory.glob(f"*{WANTED}")):
         try:
