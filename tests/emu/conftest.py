@@ -1,6 +1,8 @@
 """Fixtures of the emulator's tests."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pyvgpu_daemon.emu.runtime.chunk import Chunk
@@ -18,3 +20,26 @@ def sparse_calls(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(Chunk, "sparse", counted)
     return calls
+
+
+class FakeCompiler:
+    """A compiler for PYVGPU_EMU_CC: a shell script that logs each run, then runs the body it was made with."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def __call__(self, body: str) -> Path:
+        cc = self.directory / "fake-cc"
+        cc.write_text(f"#!/bin/sh\necho run >> {self.directory / 'runs'}\n{body}\n")
+        cc.chmod(0o755)
+        return cc
+
+    def runs(self) -> int:
+        """How many times a compiler made here ran."""
+        p = self.directory / "runs"
+        return len(p.read_text().splitlines()) if p.exists() else 0
+
+
+@pytest.fixture
+def fake_cc(tmp_path) -> FakeCompiler:
+    return FakeCompiler(tmp_path)

@@ -119,7 +119,7 @@ FORMS = [
     *[(f"{op}.NaN.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]) for op in ("min", "max")],
     ("max.ftz.f32 %d0, %a0, %a1", ["f32"] * 2, ["f32"]),
     *[(f"{op}.{t} %d0, %a0, %a1", [t, t], [t]) for op in ("add", "sub") for t in ("s32", "u32", "s64", "u16")],
-    *[(f"mul.lo.{t} %d0, %a0, %a1", [t, t], [t]) for t in ("s32", "u32", "u64", "s16")],
+    *[(f"mul.lo.{t} %d0, %a0, %a1", [t, t], [t]) for t in ("s32", "u32", "u64", "s16", "u16")],
     *[(f"mul.hi.{t} %d0, %a0, %a1", [t, t], [t]) for t in ("s32", "u32", "s64", "u64")],
     ("mul.wide.s32 %d0, %a0, %a1", ["s32"] * 2, ["s64"]), ("mul.wide.u32 %d0, %a0, 4", ["u32"], ["u64"]),
     ("mul.wide.s16 %d0, %a0, %a1", ["s16"] * 2, ["s32"]),
@@ -127,6 +127,7 @@ FORMS = [
     *[(f"{op}.{t} %d0, %a0, {b}", [t], [t]) for op in ("div", "rem") for t, b in (("s32", "-1"), ("s64", "-1"),
                                                                                  ("u32", "0"), ("s16", "0"))],
     ("mad.lo.s32 %d0, %a0, %a1, %a2", ["s32"] * 3, ["s32"]),
+    ("mad.lo.u16 %d0, %a0, %a1, %a2", ["u16"] * 3, ["u16"]),
     ("mad.wide.u32 %d0, %a0, %a1, %a2", ["u32", "u32", "u64"], ["u64"]),
     ("mad.hi.u32 %d0, %a0, %a1, %a2", ["u32"] * 3, ["u32"]),
     *[(f"{op}.{t} %d0, %a0", [t], [t]) for op in ("neg", "abs") for t in ("s32", "s64")],
@@ -681,26 +682,13 @@ def test_chunks_run_again_for_later_ctas_start_from_zeroed_state(mode, threads):
 
 
 # ------------------------------------------------------------------------------------- failed builds are remembered
-def _fake_cc(tmp_path, body: str):
-    """A compiler (PYVGPU_EMU_CC) that logs each run to tmp_path/runs, then runs `body` (sh)."""
-    cc = tmp_path / "fake-cc"
-    cc.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\n{body}\n")
-    cc.chmod(0o755)
-    return cc
-
-
 def _failures(caplog) -> list[str]:
     return [r.message for r in caplog.records if "(failed " in r.message]
 
 
-def _runs(tmp_path) -> int:
-    p = tmp_path / "runs"
-    return len(p.read_text().splitlines()) if p.exists() else 0
-
-
-def test_a_failed_build_is_tried_once_and_kernels_still_run(tmp_path, monkeypatch, caplog):
+def test_a_failed_build_is_tried_once_and_kernels_still_run(fake_cc, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "echo 'error: too big' >&2; exit 1")))
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc("echo 'error: too big' >&2; exit 1")))
     monkeypatch.setattr(native, "_warned", set())
     data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
     off = _launch(EmuLimits(threadgen=False, ctagen=False, native="off"), data)[0]
@@ -710,27 +698,27 @@ def test_a_failed_build_is_tried_once_and_kernels_still_run(tmp_path, monkeypatc
                 out, mod = _launch(limits, data)
                 assert mod.kernel("k").native_make() is None
                 assert out == off
-        runs = _runs(tmp_path)
+        runs = fake_cc.runs()
         assert runs == 1                            # one build of its source (the kernel's lockstep runs)
         (marker,) = (tmp_path / "cache" / "pyvgpu" / "emu-native").glob("*.failed")
         assert "exited 1: error: too big" in marker.read_text()
         (first,) = _failures(caplog)                # logged once, with the kernel's name
         assert "k: " in first and "exited 1" in first
         monkeypatch.setattr(native, "_warned", set())      # another daemon: it does not try again either
-        assert _launch(EmuLimits(native="on"), data)[0] == off and _runs(tmp_path) == runs
+        assert _launch(EmuLimits(native="on"), data)[0] == off and fake_cc.runs() == runs
         (again,) = _failures(caplog)[1:]
         assert "k: its build failed before" in again
     marker.unlink()                                 # a cache clear tries again
     _launch(EmuLimits(native="on"), data)
-    assert _runs(tmp_path) == runs + 1
+    assert fake_cc.runs() == runs + 1
 
 
-def test_a_marker_is_per_compiler_and_flags(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "exit 1")))
+def test_a_marker_is_per_compiler_and_flags(fake_cc, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc("exit 1")))
     src = "int f(void) { return 1; }\n"
     assert native.load(src, tmp_path) is None and native.load(src, tmp_path) is None
-    assert _runs(tmp_path) == 1
-    assert native.load(src, tmp_path, extra=("-O1",)) is None and _runs(tmp_path) == 2    # other flags: tried
+    assert fake_cc.runs() == 1
+    assert native.load(src, tmp_path, extra=("-O1",)) is None and fake_cc.runs() == 2    # other flags: tried
     monkeypatch.delenv("PYVGPU_EMU_CC")                                                    # another compiler: built
     assert native.load(src, tmp_path).f() == 1
 
@@ -742,9 +730,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_build_past_the_timeout_is_stopped_with_its_subprocesses_and_remembered(tmp_path, monkeypatch):
+def test_a_build_past_the_timeout_is_stopped_with_its_subprocesses_and_remembered(fake_cc, tmp_path, monkeypatch):
     # the driver's child (cc1 for a real compiler) must not go on compiling after the driver is killed
-    cc = _fake_cc(tmp_path, f"sleep 60 & echo $! > {tmp_path / 'child'}\nwait")
+    cc = fake_cc(f"sleep 60 & echo $! > {tmp_path / 'child'}\nwait")
     monkeypatch.setenv("PYVGPU_EMU_CC", str(cc))
     monkeypatch.setattr(native, "COMPILE_TIMEOUT", 1)
     monkeypatch.setattr(native.os, "getloadavg", lambda: (0.0, 0.0, 0.0))     # (an idle machine: remembered)
@@ -759,9 +747,9 @@ def test_a_build_past_the_timeout_is_stopped_with_its_subprocesses_and_remembere
     assert _gone(child)
     (marker,) = tmp_path.glob("*.failed")
     assert marker.read_text().startswith("timeout 1 s")
-    assert native.load(src, tmp_path) is None and _runs(tmp_path) == 1      # remembered
+    assert native.load(src, tmp_path) is None and fake_cc.runs() == 1      # remembered
     monkeypatch.setattr(native, "COMPILE_TIMEOUT", 2)                       # a longer timeout tries again
-    assert native.load(src, tmp_path) is None and _runs(tmp_path) == 2
+    assert native.load(src, tmp_path) is None and fake_cc.runs() == 2
 
 
 def test_several_translation_units_link_into_one_library(tmp_path):

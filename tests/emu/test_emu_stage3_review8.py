@@ -16,20 +16,7 @@ from test_emu_threadgen import HEAD, _module
 
 
 # --------------------------------------------------------------------------- native.py: failures worth remembering
-def _fake_cc(tmp_path, body: str):
-    """A compiler (PYVGPU_EMU_CC) that logs each run to tmp_path/runs, then runs `body` (sh)."""
-    cc = tmp_path / "fake-cc"
-    cc.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\n{body}\n")
-    cc.chmod(0o755)
-    return cc
-
-
-def _runs(tmp_path) -> int:
-    p = tmp_path / "runs"
-    return len(p.read_text().splitlines()) if p.exists() else 0
-
-
-def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, monkeypatch, caplog):
+def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(fake_cc, tmp_path, monkeypatch, caplog):
     # GCC's driver exits 1 (not by a signal) when the OOM killer kills cc1, with this message (checked with gcc 12:
     # cc1 killed by SIGKILL during a build): remembered, the kernel never got native code on this machine again
     monkeypatch.setattr(native, "_warned", set())
@@ -37,33 +24,33 @@ def test_a_compiler_killed_from_outside_is_not_remembered_as_failed(tmp_path, mo
                     "/usr/bin/ld: final link failed: No space left on device"):
         cache = tmp_path / message.split()[1].strip(":")
         cache.mkdir()
-        monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, f"echo '{message}' >&2; echo 'compilation "
+        monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc(f"echo '{message}' >&2; echo 'compilation "
                                                                    f"terminated.' >&2; exit 1")))
         src = "int f(void) { return 3; }\n"
-        before = _runs(tmp_path)
+        before = fake_cc.runs()
         with caplog.at_level("WARNING", logger="pyvgpu.daemon"):
             assert native.load(src, cache, name="kern") is None and not list(cache.glob("*.failed"))
-        assert native.load(src, cache) is None and _runs(tmp_path) == before + 2       # tried again
+        assert native.load(src, cache) is None and fake_cc.runs() == before + 2       # tried again
         monkeypatch.delenv("PYVGPU_EMU_CC")
     (logged,) = [r.message for r in caplog.records if "compiler failed" in r.message]     # once, with the name
     assert "kern: " in logged and "Killed signal" in logged and "tried again" in logged
     # a real error in the source is still remembered
-    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "echo 'x.c:1:1: error: expected ;' >&2; exit 1")))
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc("echo 'x.c:1:1: error: expected ;' >&2; exit 1")))
     assert native.load("int g(void) { return 4 }\n", tmp_path) is None and len(list(tmp_path.glob("*.failed"))) == 1
 
 
-def test_a_timeout_on_a_loaded_machine_is_not_remembered(tmp_path, monkeypatch):
+def test_a_timeout_on_a_loaded_machine_is_not_remembered(fake_cc, tmp_path, monkeypatch):
     # a build that fits COMPILE_TIMEOUT alone ran past it with more runnable processes than cores (the bench's
     # --load, four engineers on two cores): remembered, no daemon on this machine built it again, loaded or idle
     monkeypatch.setattr(native, "_warned", set())
-    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, "sleep 30")))
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc("sleep 30")))
     monkeypatch.setattr(native, "COMPILE_TIMEOUT", 1)
     monkeypatch.setattr(native.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
     monkeypatch.setattr(native.os, "cpu_count", lambda: 2)
     src = "int f(void) { return 5; }\n"
     assert native.load(src, tmp_path) is None and not list(tmp_path.glob("*.failed"))
     monkeypatch.delenv("PYVGPU_EMU_CC")                     # (the same compiler's success later: here the real one)
-    monkeypatch.setenv("PYVGPU_EMU_CC", str(_fake_cc(tmp_path, 'exec cc "$@"')))
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc('exec cc "$@"')))
     monkeypatch.setattr(native, "COMPILE_TIMEOUT", 60)
     assert native.load(src, tmp_path).f() == 5
 

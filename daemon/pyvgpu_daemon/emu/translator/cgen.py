@@ -446,6 +446,8 @@ def _int_arith(e: CEmitter, ins: ir.Instr) -> None:
     mode = next(iter(flags))
     if mode == "lo":
         a, b = (e.src(s, ut, ins) for s in ins.srcs[:2])
+        if w < 32:      # C promotes 16-bit operands to int, where 0xFFFF * 0xFFFF overflows (undefined)
+            a, b = f"(uint32_t){a}", f"(uint32_t){b}"
         r, rt = f"({ctype(ut)})({a} * {b})", ut
     elif mode == "wide":
         if w == 64:

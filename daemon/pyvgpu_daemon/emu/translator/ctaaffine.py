@@ -29,7 +29,7 @@ from ..ptx import ir
 
 # A kernel whose CTA-at-a-time source with these attempts is larger is built without them: each adds two or
 # three copies of a loop's body, and the largest kernels' compile time grows faster than their size
-# (ctagen.MAX_SOURCE_BYTES).
+# (ctagen.MAX_COMPILE_S).
 MAX_BYTES = 160 << 10
 
 
