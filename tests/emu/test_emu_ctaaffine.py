@@ -153,3 +153,30 @@ def test_a_range_past_the_window_or_the_allocation(monkeypatch, tick, sofs, shor
         assert isinstance(on, tuple) and on[0] == off[0] and _same(on, before)
     else:
         assert _same(on, off) and _same(on, before)
+
+
+def test_a_source_too_large_with_attempts_is_made_without_them(monkeypatch):
+    """ctagen.MAX_COMPILE_S applies to the source without attempts: a kernel whose compile-time estimate only the
+    attempts make too large still runs a CTA at a time, without them; one with more than ctaaffine.MAX_INSTRUCTIONS
+    instructions gets none."""
+    from pyvgpu_daemon.emu.translator import ctagen
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(AFF, CTA, mem)
+    assert _cta_code(mod, "af") is not None
+    large = mod.kernel("af").native_source
+    monkeypatch.setattr(ctaaffine, "MAX_BYTES", 0)
+    mod = _module(AFF, CTA, mem)
+    assert _cta_code(mod, "af") is not None
+    small = mod.kernel("af").native_source
+
+    def estimate(src: str) -> float:
+        return len(src) / 1e6 * ctagen.opt_level(src).s_per_mb
+    assert estimate(small) < estimate(large)
+    monkeypatch.setattr(ctaaffine, "MAX_BYTES", 1 << 30)
+    monkeypatch.setattr(ctagen, "MAX_COMPILE_S", (estimate(small) + estimate(large)) / 2)
+    mod = _module(AFF, CTA, mem)
+    assert _cta_code(mod, "af") is not None and "if (aff" not in mod.kernel("af").native_source
+    monkeypatch.undo()
+    monkeypatch.setattr(ctaaffine, "MAX_INSTRUCTIONS", 10)
+    mod = _module(AFF, CTA, mem)
+    assert _cta_code(mod, "af") is not None and "if (aff" not in mod.kernel("af").native_source

@@ -31,6 +31,8 @@ from ..ptx import ir
 # three copies of a loop's body, and the largest kernels' compile time grows faster than their size
 # (ctagen.MAX_COMPILE_S).
 MAX_BYTES = 160 << 10
+# A kernel with more instructions is built without them at once (not generated twice: CUB's onesweep has 6,709).
+MAX_INSTRUCTIONS = 400
 
 
 def candidates(e, body: list[ir.Instr]) -> list[ir.Instr]:

@@ -352,10 +352,22 @@ def kernel_source(kernel, g, name: str) -> tuple[str | list[str], int, int]:
     lanes i0..n-1 of the chunk (whole CTAs) one after the other, from the start (st[ST_RESUME] 0) or resumed where
     it suspended; R_DONE when all ran, else R_SLOW / R_TICK with st filled (threadgen's protocol); the length of its
     state array; the bytes of its register file `rf`). Raises NoC when the kernel is not
-    eligible or some instruction has no C form. Loops get contiguous attempts (ctaaffine.py) unless that makes
-    the source larger than ctaaffine.MAX_BYTES."""
-    out = _kernel_source(kernel, g, name, True)
-    return out if _size(out[0]) <= ctaaffine.MAX_BYTES else _kernel_source(kernel, g, name, False)
+    eligible or some instruction has no C form, or its source's compile-time estimate (without attempts) is over
+    MAX_COMPILE_S. Loops get contiguous attempts (ctaaffine.py) unless the kernel has over
+    ctaaffine.MAX_INSTRUCTIONS instructions or they make the source larger than ctaaffine.MAX_BYTES or its estimate
+    over MAX_COMPILE_S (then it is made again without them)."""
+    affine = sum(len(b.instrs) for b in kernel.blocks) <= ctaaffine.MAX_INSTRUCTIONS
+    out = _kernel_source(kernel, g, name, affine)
+    if affine and (_size(out[0]) > ctaaffine.MAX_BYTES or _compile_too_long(out[0])):
+        out = _kernel_source(kernel, g, name, False)
+    if _compile_too_long(out[0]):
+        raise NoC
+    return out
+
+
+def _compile_too_long(src: str | list[str]) -> bool:
+    """Whether a source's (or translation units') compile-time estimate (opt_level) is over MAX_COMPILE_S."""
+    return _size(src) / 1e6 * opt_level(src).s_per_mb > MAX_COMPILE_S
 
 
 def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str], int, int]:
@@ -576,8 +588,6 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
         instructions=sum(len(b.instrs) + 1 for b in kernel.blocks))
     if split:
         src = [src] + sp.units              # (translation units: the kernel function's first)
-    if _size(src) / 1e6 * opt_level(src).s_per_mb > MAX_COMPILE_S:
-        raise NoC
     return src, STATE_WORDS, regfile
 
 
