@@ -180,3 +180,15 @@ def test_a_source_too_large_with_attempts_is_made_without_them(monkeypatch):
     monkeypatch.setattr(ctaaffine, "MAX_INSTRUCTIONS", 10)
     mod = _module(AFF, CTA, mem)
     assert _cta_code(mod, "af") is not None and "if (aff" not in mod.kernel("af").native_source
+
+
+@pytest.mark.parametrize("what", [1, 8], ids=["global load", "global store"])
+@pytest.mark.parametrize("gap", [0, 1], ids=["whole CTA", "groups of 16"])
+def test_an_address_4_gib_off(what, gap):
+    """A thread's address differing from the attempt's only above bit 31 (d x 16 bytes = 2^32): outside every
+    allocation, the lockstep path's fault, not the attempt's read or write at the low 32 bits' address."""
+    # (in a CTA that makes an attempt: the second, the whole CTA; the third, by groups, after the second's failed)
+    on, code, _ = _launch(CTA, 5, 1 + gap, what, 1 << 28, gap=gap)
+    off, _, _ = _launch(OFF, 5, 1 + gap, what, 1 << 28, gap=gap)
+    assert code is not None
+    assert isinstance(off, tuple) and isinstance(on, tuple) and on[0] == off[0]

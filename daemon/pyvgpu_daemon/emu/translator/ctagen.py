@@ -413,7 +413,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
                 passes = (f"{loop} {{ {fast[0]} }}" if fast[2] is None else
                           f"{loop} {{ {fast[2]} }} if (!bad) {{ {loop} {{ {fast[0]} }} }}")
                 if fast[4] is not None:    # (contiguous accesses first, the usual passes when they are not)
-                    passes = f"uint32_t dev = 1; {fast[4]} if (dev) {{ {passes} }}"
+                    passes = f"uint64_t dev = 1; {fast[4]} if (dev) {{ {passes} }}"
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (bad) {{ {_SLOW_LOOP} {_shared_at_cta(code)} }} }} }}")
             elif any(x.opcode in ACCESS_OPCODES for x in body):
