@@ -99,10 +99,11 @@ def attempt(first: str, loop_pragma: str, affine: str, affcheck: str | None, bas
 
     def both(body: str) -> str:
         return f"if (gs == cs) {{ {whole} {{ {body} }} }} }} else {{ {part} {{ {body} }} }} }}"
-    passes = both(affine) if affcheck is None else f"{both(affcheck)} if (!dev) {{ {both(affine)} }}"
+    # (an access made as usual in those passes, not one of the attempt's, may set `bad`: counted as a difference)
+    passes = both(affine) if affcheck is None else f"{both(affcheck)} if (!dev && !bad) {{ {both(affine)} }}"
     return (f"if ({flag}) {{ {decl} int64_t lg = 0, gs = {flag} == 2 ? cs : {GROUP}; "
             f"if (cs % gs == 0) {{ "
             f"for (lg = 0; lg < cs && !bad; lg += gs) {{ lic = lg; {first} }} "
             f"uint32_t rok = !bad; for (lg = 0; lg < cs && rok; lg += gs) {{ {load} rok = {' && '.join(ranges)}; }} "
-            f"if (rok) {{ dev = 0; {passes} }} }} "
+            f"if (rok) {{ dev = 0; {passes} dev |= bad; }} }} "
             f"bad = 0; if (dev) {flag} -= 1; }}")
