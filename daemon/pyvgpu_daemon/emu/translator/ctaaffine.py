@@ -25,6 +25,8 @@ from the same addresses.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ..ptx import ir
 
 # A kernel whose CTA-at-a-time source with these attempts is larger is built without them: each adds two or
@@ -35,13 +37,13 @@ MAX_BYTES = 160 << 10
 MAX_INSTRUCTIONS = 400
 
 
-def candidates(e, body: list[ir.Instr]) -> list[ir.Instr]:
+def candidates(e, body: list[ir.Instr], fast_kind: Callable[[object, ir.Instr], str | None]) -> list[ir.Instr]:
     """The accesses of a loop without suspensions that an attempt makes contiguous: shared or global ones
-    (ctagen._fast_kind) through a register every thread may hold differently (not kept once per CTA)."""
-    from .ctagen import _fast_kind
+    (fast_kind: ctagen._fast_kind, passed in, since ctagen imports this module) through a register every thread may
+    hold differently (not kept once per CTA)."""
     out = []
     for ins in body:
-        if ins.opcode not in ("ld", "ldu", "st") or _fast_kind(e, ins) not in ("shared", "global"):
+        if ins.opcode not in ("ld", "ldu", "st") or fast_kind(e, ins) not in ("shared", "global"):
             continue
         src = ins.srcs[0]
         base = getattr(src, "base", None)

@@ -647,7 +647,7 @@ def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str
 
 def _affine_attempt(e: CtaEmitter, rest: list[ir.Instr]) -> str | None:
     """The C code of a loop's contiguous attempt (ctaaffine.py), or None (no access it could make contiguous)."""
-    cands = ctaaffine.candidates(e, rest) if e.affine else []
+    cands = ctaaffine.candidates(e, rest, _fast_kind) if e.affine else []
     if not cands:
         return None
     e.aff = {id(ins): e.fresh("ab") for ins in cands}
