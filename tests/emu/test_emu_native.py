@@ -275,6 +275,19 @@ def test_kernel_gives_the_same_bits_with_native_code_on_and_off():
     assert on == off
 
 
+def test_a_build_says_in_one_log_line_which_path_the_kernel_takes(monkeypatch, caplog):
+    data = np.concatenate([values("f32"), values("f32")]).view(np.float32)
+    limits = EmuLimits(threadgen=False, ctagen=False, native="on")
+    for cc, path in ((None, "lockstep with native runs"), ("/nonexistent/cc", "NumPy code (no native code)")):
+        if cc:
+            monkeypatch.setenv("PYVGPU_EMU_CC", cc)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="pyvgpu.daemon"):
+            _launch(limits, data)
+        (line,) = [r.message for r in caplog.records if "from now on" in r.message]
+        assert f"kernel k runs {path} from now on (build " in line, line
+
+
 def test_without_a_compiler_kernels_run_as_numpy(monkeypatch, caplog):
     monkeypatch.setenv("PYVGPU_EMU_CC", "/nonexistent/cc")
     monkeypatch.setattr(native, "_warned", set())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import OrderedDict
 
 from pyvgpu_daemon.errors import CudaError
@@ -165,12 +166,20 @@ class Kernel:
         return self._wanted
 
     def _build_native_or_false(self):
+        t0 = time.monotonic()
         try:
-            return self._build_native() or False
+            code = self._build_native() or False
         except Exception as e:  # noqa: BLE001 - native code is an optimisation: a generator bug costs only speed
             native.log.warning("emulated GPU: no native code for %s (%s: %s); it runs as NumPy code", self.name,
                                type(e).__name__, e)
             return False
+        # one line a build: which path the kernel's launches take from now on, and what getting there cost (a
+        # large kernel's build takes minutes under load, its launches run as NumPy code meanwhile)
+        kind = {ctagen.CtaCode: "a CTA at a time", threadgen.ThreadCode: "a thread at a time"}.get(
+            type(code), "lockstep with native runs" if code else "NumPy code (no native code)")
+        native.log.info("emulated GPU: kernel %s runs %s from now on (build %.1f s)", self.name[:80], kind,
+                        time.monotonic() - t0)
+        return code
 
     def _build_native(self):
         if self.limits.ctagen and ctagen.eligible_reason(self) is None and \
