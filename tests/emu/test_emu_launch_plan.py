@@ -273,3 +273,23 @@ def test_volatile_shared_accesses_leave_ctas_independent(space):
     got = np.frombuffer(bytes(mem.read(out, 4 * 1024)), np.uint32)
     if space == "shared":                       # each thread reads its pair's global index
         assert (got == (np.arange(1024) ^ 1)).all()
+
+
+def test_a_kernel_built_a_cta_at_a_time_waits_for_that_build_cost(monkeypatch):
+    """The interpreting a configuration spends before its background build starts is the build's estimated cost:
+    per instruction NATIVE_S_PER_INSTR_CTA for a kernel built a CTA at a time (scanTiles: barriers), which compiles
+    faster than the lockstep runs' C, NATIVE_S_PER_INSTR for the others."""
+    from test_emu_threadgen import SCAN_TILES
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 0.0)
+    monkeypatch.setattr(emu_launch, "NATIVE_S_PER_INSTR", 1000.0)
+    monkeypatch.setattr(emu_launch, "NATIVE_S_PER_INSTR_CTA", 1.0)
+    limits = EmuLimits(native="auto")
+    scan = EmuModule.load(SCAN_TILES.encode(), mem, limits=limits)
+    assert scan.kernel("scanTiles").tries_cta_code()
+    plan = scan._plan("scanTiles", (4, 1, 1), (256, 1, 1), 0, None, None, False)
+    assert plan.native_later and plan.native_after == sum(plan.sizes) * 1.0
+    ids = EmuModule.load(PTX.encode(), mem, limits=limits)
+    assert not ids.kernel("ids").tries_cta_code()
+    plan = ids._plan("ids", (8, 1, 1), (128, 1, 1), 0, None, None, False)
+    assert plan.native_later and plan.native_after == sum(plan.sizes) * 1000.0

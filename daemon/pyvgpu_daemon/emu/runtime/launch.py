@@ -53,16 +53,18 @@ _REUSE_MAX_BYTES = 1 << 20   # a plan keeps its chunk for the next launch when t
 TINY_LANES = 1024
 TINY_INSTRS = 256
 TINY_SECONDS = 500e-6
-# Native code (limits.native "auto") also for a configuration of fewer threads than limits.native_min_threads once
-# its launches have spent interpreting about what compiling the kernel costs (NATIVE_AFTER_S, and
-# NATIVE_S_PER_INSTR per instruction: the C compiler took 4-6 ms per instruction on the 2-core VM, 47 s for CUB's
-# 8,600-instruction onesweep kernel): small launches that run long or often (a one-thread kernel looping over a
-# 32 KB parameter block, launched 1000 times) would pay the interpreter's cost per instruction in every launch, the
-# compiler only once (in the background), and a short program never waits for a compiler it does not need. A kernel
-# whose native code was worth it on this machine before (emu/native.py's record: another daemon run) starts its
-# build at the first launch: with the library cached, that costs only the source's generation.
+# Native code (limits.native "auto") also for a configuration of fewer threads than limits.native_min_threads once its
+# launches have spent interpreting about what compiling the kernel costs (NATIVE_AFTER_S, and NATIVE_S_PER_INSTR per
+# instruction: the C compiler took 4-6 ms per instruction on the 2-core VM, 47 s for CUB's 8,600-instruction onesweep
+# kernel; NATIVE_S_PER_INSTR_CTA for a CTA-at-a-time build, split and compiled at a level chosen by size:
+# translator/ctasplit.py, ctagen.OPT_BY_SIZE, 21 s for onesweep): small launches that run long or often (a one-thread
+# kernel looping over a 32 KB parameter block, launched 1000 times) would pay the interpreter's cost per instruction
+# in every launch, the compiler only once (in the background), and a short program never waits for a compiler it does
+# not need. A kernel whose native code was worth it on this machine before (emu/native.py's record: another daemon
+# run) starts its build at the first launch: with the library cached, that costs only the source's generation.
 NATIVE_AFTER_S = 0.25
 NATIVE_S_PER_INSTR = 0.005
+NATIVE_S_PER_INSTR_CTA = 0.0025
 SHARED_CHECK_S = 2e-4        # while another session uses the device, a launch checks (and yields the GIL) this often
 
 
@@ -124,7 +126,8 @@ class LaunchPlan:
         self.native_later = limits.native == "auto" and self.native is None     # after native_after seconds
         if self.native_later and kernel.native_wanted():     # worth it here before: build (or find) it now
             self.native, self.native_later = "auto", False
-        self.native_after = max(NATIVE_AFTER_S, NATIVE_S_PER_INSTR * sum(self.sizes))
+        self.native_after = 0.0 if not self.native_later else max(NATIVE_AFTER_S, sum(self.sizes) * (
+            NATIVE_S_PER_INSTR_CTA if kernel.tries_cta_code() else NATIVE_S_PER_INSTR))
         self.spent = 0.0                      # seconds its completed launches took, in all
         # Bounded whatever the arguments: each thread runs each block at most once (Kernel.straight) and no
         # barrier or warp operation parks threads, so the scheduler takes at most one step per block: at most

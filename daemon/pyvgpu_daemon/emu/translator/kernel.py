@@ -181,9 +181,13 @@ class Kernel:
                         time.monotonic() - t0)
         return code
 
+    def tries_cta_code(self) -> bool:
+        """Whether its native build tries a CTA at a time first (translator/ctagen.py)."""
+        return self.limits.ctagen and ctagen.eligible_reason(self) is None and \
+            ctagen.preferred_reason(self, self.limits.threadgen) is None
+
     def _build_native(self):
-        if self.limits.ctagen and ctagen.eligible_reason(self) is None and \
-                ctagen.preferred_reason(self, self.limits.threadgen) is None:
+        if self.tries_cta_code():
             code = self._build_cta_code()
             if code is not None:
                 return code
