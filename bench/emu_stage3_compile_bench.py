@@ -32,6 +32,7 @@ sys.path[:0] = [str(ROOT / "daemon"), str(ROOT), str(ROOT / "tests")]
 
 import numpy as np  # noqa: E402
 
+from emu_sample_kernels_bench import best_cpu_seconds  # noqa: E402
 from harness import ptx_of  # noqa: E402
 from pyvgpu_daemon.emu import native  # noqa: E402
 from pyvgpu_daemon.emu.limits import EmuLimits  # noqa: E402
@@ -95,16 +96,6 @@ def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
                       f"{len(text) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
 
 
-def _best(launches: int, launch) -> float:
-    launch()
-    times = []
-    for _ in range(launches):
-        t = time.process_time()
-        launch()
-        times.append(time.process_time() - t)
-    return min(times)
-
-
 def launch_times(launches: int, n: int) -> None:
     keys = np.random.default_rng(1).integers(0, 1 << 32, n, dtype=np.uint32)
     order = np.argsort(keys & 255, kind="stable")
@@ -137,10 +128,10 @@ def launch_times(launches: int, n: int) -> None:
             mem.write(hist, bytes(8 * 4 * 256))
             mod.launch(histo, (160, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", hist, kin, n, 0, 32, 0))
 
-        s1 = _best(launches, onesweep)
+        s1 = best_cpu_seconds(launches, onesweep)
         ok = bytes(mem.read(kout, 4 * n)) == keys[order].tobytes() and \
             bytes(mem.read(vout, 4 * n)) == order.astype(np.uint32).tobytes()
-        s2 = _best(launches, histogram)
+        s2 = best_cpu_seconds(launches, histogram)
         exp = np.stack([np.bincount((keys >> (8 * p)) & 255, minlength=256) for p in range(4)]).astype(np.uint64)
         ok = ok and (n % 4096 != 0 or bytes(mem.read(hist, 8 * 4 * 256)) == exp.tobytes())
         if not ok:
