@@ -33,6 +33,7 @@ killed meanwhile left under temporary names goes once no build can be writing it
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -121,14 +122,14 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
                 _build(cc, units, path, flags, jobs)
             except BuildFailed as e:
                 _remember(marker, str(e))
+                _prune(directory, MAX_CACHED)
                 _warn_once(f"failed {key}", f"{name or 'a kernel'}: {e}")
                 return None
             except (OSError, subprocess.SubprocessError, RuntimeError) as e:
                 _warn_once("compiler failed", f"{name or 'a kernel'}: "
                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (not remembered: tried again)")
                 return None
-            finally:
-                _prune(directory, MAX_CACHED)
+            _prune(directory, MAX_CACHED)   # (only when this build added a file: a library or a failure marker)
         try:
             return ctypes.CDLL(str(path))
         except OSError as e:
@@ -136,20 +137,15 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
             return None
 
 
+@functools.cache
 def generator_signature() -> str:
     """A hash of the code that writes native code (emu/translator/*.py and this file), once per process: a
     kernel's record (`wanted`) holds for the generator that made it only."""
-    global _generator
-    if _generator is None:
-        h = hashlib.sha256()
-        here = Path(__file__).resolve().parent
-        for f in sorted((here / "translator").glob("*.py")) + [Path(__file__).resolve()]:
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-        _generator = h.hexdigest()
-    return _generator
-
-
-_generator: str | None = None
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for f in sorted((here / "translator").glob("*.py")) + [Path(__file__).resolve()]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def kernel_key(*parts: str) -> str:
@@ -262,10 +258,9 @@ def _run(cmd: list[str], timeout: float) -> None:
         raise
     if proc.returncode < 0:             # killed by a signal (not ours: the OOM killer, an operator): try again later
         raise RuntimeError(f"{cmd[0]} killed by signal {-proc.returncode}")
-    if proc.returncode != 0 and _TRANSIENT.search(err):
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
     if proc.returncode != 0:
-        raise BuildFailed(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
+        failure = RuntimeError if _TRANSIENT.search(err) else BuildFailed
+        raise failure(f"{cmd[0]} exited {proc.returncode}: {' '.join(err.strip().split())[:300]}")
 
 
 def _timeout() -> Exception:
