@@ -40,6 +40,7 @@ from .special import SpecialRegisters
 from .texunit import TextureUnit
 
 _CHECK_EVERY = 64          # scheduler steps between checks of the instruction budget and cancellation
+GEO_BYTES_PER_LANE = 80    # Launch.geometry's arrays, bytes per lane (at most: a chunk holds them)
 _STARVATION = 128          # backward diverged steps before the highest-PC lanes get one turn
 
 
@@ -126,13 +127,31 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
             self._bound[4]()
 
     def rebind(self, cta0: int) -> None:
-        """Run the CTAs from cta0 next, in the same launch (Launch._chunk_run): reset as reuse() does, and the
+        """Run the CTAs from cta0 next, in the same launch (Launch._chunk_for): reset as reuse() does, and the
         special registers that depend on the chunk's CTAs recomputed in place (the bound block functions hold
-        those arrays)."""
+        those arrays), or dropped where no block function is bound."""
         self.cta0 = cta0
         self.reuse()
+        if self._bound is None:               # nothing holds them: made again when read (a CTA-at-a-time kernel's
+            self._own_special.clear()         # chunks read none: 65,536 lanes' %ctaid are 4 % of scan_batches)
+            return
         for name, v in self._own_special.items():
             np.copyto(v, self._special_value(name), casting="unsafe")
+
+    def retarget(self, launch, cta0: int) -> None:
+        """Run the CTAs from cta0 in `launch`, a later launch of the plan this chunk ran in (LaunchPlan.keep):
+        rebind's reset and the launch's memories; lockstep block functions are bound again (as for a new chunk:
+        they were bound for the last launch); the lane geometry and the state's buffer stay, and a kernel run a
+        thread or a CTA at a time has nothing bound."""
+        self.launch = launch
+        self.mem = launch.mem
+        self._bound = None                        # (conservative: what make(S) captured is make's business)
+        self._handlers = ()
+        self.rebind(cta0)
+
+    def kept_bytes(self) -> int:
+        """Bytes a plan keeping this chunk holds: its state buffer and (bounded by) its lane geometry."""
+        return self._state.buf.nbytes + self.T * GEO_BYTES_PER_LANE
 
     # ---------------------------------------------------------------- driver
     def bind_blocks(self):

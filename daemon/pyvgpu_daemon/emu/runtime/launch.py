@@ -7,8 +7,10 @@ chunk size, printf output, the instruction count and the deadline that bound the
 
 Chunks run one after the other, in CTA order, unless the kernel cannot observe other CTAs (Kernel.independent_ctas:
 no atomics, fences, volatile (but of the CTA's shared memory) or scoped memory accesses, printf or assert): then up
-to `EmuLimits.threads` chunks run at once on a thread pool (NumPy and native code release the GIL), with the same
-results, since nothing one CTA does is visible to another.
+to `EmuLimits.threads` chunks run at once, on the launching thread and helpers of its own kept between launches
+(crew.py; NumPy and native code release the GIL), with the same results, since nothing one CTA does is visible to
+another. Finished chunks are kept by the plan for its later launches (LaunchPlan.keep): a chunk's arrays, geometry
+and fresh pages cost more than a simple kernel's chunk run.
 
 The time limit holds for any grid and any kernel: the deadline (and the session's cancellation) is checked
 before every chunk, so a huge grid of cheap CTAs stops on time, and after every scheduler step inside a chunk
@@ -29,8 +31,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from ..layout import align
 from ..limits import EmuLimits
 from ..translator.threadgen import ThreadCode
 from .chunk import Chunk, state_bytes
+from .crew import crew_of_this_thread
 from .special import ParamBuffer
 
 _MAX_CHUNK_LOCAL = 256 << 20
@@ -49,6 +50,9 @@ MISALIGNED_ADDRESS = code_of("cudaErrorMisalignedAddress")
 
 _PLAN_GEO_LANES = 1024       # geometries of chunks up to this many lanes are kept with the plan (small, reused)
 _REUSE_MAX_BYTES = 1 << 20   # a plan keeps its chunk for the next launch when that chunk's state is at most this
+# A plan of several chunks keeps finished chunks for its next launches (LaunchPlan.keep) up to this many bytes of
+# their state and lane geometry (Chunk.kept_bytes): scan_batches' scanTiles, 2 chunks of 65,536 lanes, 13 MB.
+_KEEP_BYTES = 16 << 20
 # A tiny launch (LaunchPlan.tiny): at most this many threads and instructions, and its fastest run took less.
 TINY_LANES = 1024
 TINY_INSTRS = 256
@@ -80,7 +84,7 @@ class LaunchPlan:
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
                  "per", "threads", "native", "bounded", "best", "cooperative", "workspace", "reusable", "spare",
-                 "native_later", "native_after", "spent")
+                 "native_later", "native_after", "spent", "kept", "kept_bytes", "_keep_lock")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
                  cooperative: bool = False):
@@ -143,6 +147,28 @@ class LaunchPlan:
             not self.workspace and \
             state_bytes(T, self.ncta, self.shared_size, self.frame) <= _REUSE_MAX_BYTES
         self.spare: list[Launch] = []         # at most one launch that ran, ready to start again
+        self.kept: list[Chunk] = []           # finished chunks of earlier launches (keep, take)
+        self.kept_bytes = 0
+        self._keep_lock = threading.Lock()    # (two streams may launch the plan at once)
+
+    def keep(self, chunk: Chunk) -> None:
+        """A launch's chunk that finished (without a failure), kept for a later launch within _KEEP_BYTES; it is
+        taken by one launch at a time (take), and reset before it runs again (Chunk.retarget)."""
+        size = chunk.kept_bytes()
+        with self._keep_lock:
+            if self.kept_bytes + size <= _KEEP_BYTES:
+                self.kept.append(chunk)
+                self.kept_bytes += size
+
+    def take(self, ncta: int) -> Chunk | None:
+        """A kept chunk of ncta CTAs, now the caller's alone, or None."""
+        with self._keep_lock:
+            for k, chunk in enumerate(self.kept):
+                if chunk.ncta == ncta:
+                    del self.kept[k]
+                    self.kept_bytes -= chunk.kept_bytes()
+                    return chunk
+        return None
 
     @property
     def tiny(self) -> bool:
@@ -317,10 +343,18 @@ class Launch:
                     self.check_time()
                 chunk.run()
             else:
-                free: list[Chunk] = []
-                for cta in range(0, ncta_total, per):
-                    self.check_time()
-                    self._chunk_run(free, cta, min(per, ncta_total - cta))
+                chunk = None
+                try:
+                    for cta in range(0, ncta_total, per):
+                        self.check_time()
+                        chunk = self._chunk_for(chunk, cta, min(per, ncta_total - cta))
+                        chunk.run()
+                except BaseException:
+                    chunk = None              # (a failed chunk is not used again)
+                    raise
+                finally:
+                    if chunk is not None:
+                        plan.keep(chunk)
             plan.ran(time.perf_counter() - t0)
         except IndexError as e:
             err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
@@ -336,34 +370,52 @@ class Launch:
                 self.turn.on_waiter(None)
         return bytes(self.stdout)
 
-    def _chunk_run(self, free: list, cta0: int, ncta: int) -> None:
-        """Run CTAs [cta0, cta0 + ncta) on a chunk of this launch that has finished (`free`: of the full size, at
-        most as many as run at once), reset and moved to them (Chunk.rebind), else on a new one: its arrays'
-        fresh pages and its bound block functions cost more than the run of a simple kernel's chunk."""
-        with self._lock:
-            chunk = free.pop() if free and free[-1].ncta == ncta else None
-        if chunk is None:
-            chunk = Chunk(self, cta0, ncta)
-        else:
-            chunk.rebind(cta0)
-        chunk.run()
-        if ncta == self.plan.per:             # (a failed chunk raised: it is not used again)
-            with self._lock:
-                free.append(chunk)
+    def _chunk_for(self, chunk: Chunk | None, cta0: int, ncta: int) -> Chunk:
+        """A chunk for CTAs [cta0, cta0 + ncta): `chunk` (the one this thread ran last, finished) when it has ncta
+        CTAs, reset and moved to them (Chunk.rebind); else one the plan kept from a launch before (Chunk.retarget),
+        else a new one: its arrays' fresh pages, its lane geometry and its bound block functions cost more than
+        the run of a simple kernel's chunk (scan_batches: 26 chunks of about 1 ms a launch)."""
+        if chunk is not None:
+            if chunk.ncta == ncta:
+                chunk.rebind(cta0)
+                return chunk
+            self.plan.keep(chunk)
+        kept = self.plan.take(ncta)
+        if kept is None:
+            return Chunk(self, cta0, ncta)
+        kept.retarget(self, cta0)
+        return kept
 
     def _run_parallel(self, ncta_total: int, per: int, threads: int) -> None:
-        """The chunks on a pool of `threads`, at most 2 * threads queued at a time (a grid may have billions of
-        CTAs); the first failure, in chunk order, is the launch's and stops the rest."""
-        ex = ThreadPoolExecutor(threads, thread_name_prefix="emu-chunk")
-        pending: deque = deque()
-        free: list[Chunk] = []
-        try:
-            for cta in range(0, ncta_total, per):
-                self.check_time()
-                if len(pending) >= 2 * threads:
-                    pending.popleft().result()
-                pending.append(ex.submit(lambda c=cta: self._chunk_run(free, c, min(per, ncta_total - c))))
-            while pending:
-                pending.popleft().result()
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)
+        """The chunks on this thread and `threads - 1` helpers (crew.py: kept from one launch to the next), each
+        taking the next chunk in CTA order. The first failure in chunk order is the launch's: after a failure no
+        chunk starts, those running end, and the failure of the lowest chunk is raised (every chunk below it
+        completed: they were taken first)."""
+        starts = iter(range(0, ncta_total, per))
+        lock = threading.Lock()
+        failed: list[tuple[int, BaseException]] = []
+
+        def work() -> None:
+            chunk = None
+            try:
+                while not failed:
+                    with lock:
+                        cta = next(starts, None)
+                    if cta is None:
+                        return
+                    try:
+                        self.check_time()
+                        chunk = self._chunk_for(chunk, cta, min(per, ncta_total - cta))
+                        chunk.run()
+                    except BaseException as e:  # noqa: BLE001 - the launch's failure (the lowest chunk's), raised below
+                        chunk = None          # (a failed chunk is not used again)
+                        with lock:
+                            failed.append((cta, e))
+                        return
+            finally:
+                if chunk is not None:
+                    self.plan.keep(chunk)
+
+        crew_of_this_thread().run(work, threads - 1)
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]
