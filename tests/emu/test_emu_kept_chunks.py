@@ -242,3 +242,40 @@ def test_of_two_chunks_failing_at_once_the_lower_ones_failure_is_the_launchs(mon
     with pytest.raises(CudaError) as e:
         m.launch("state", (GRID, 1, 1), (BLOCK, 1, 1), 0, struct.pack("<QII", out, 0, 0))
     assert "chunk of CTA 4" in e.value.message
+
+
+def test_kept_chunks_are_charged_to_the_sessions_budget_and_given_back():
+    """What a plan keeps is charged to the module's CodeBudget (16 plans a module, 1,024 modules a session would
+    otherwise hold 256 GB uncharged): charged while kept, given back when taken or when the plan is dropped; a
+    budget without room keeps nothing and the launch is as right."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = _module(mem, native="off", threads=1)
+    _check(_state(m, mem, 1, 0), 1, 0)
+    plan = next(iter(m._plans.values()))
+    assert plan.kept and plan.kept_bytes == sum(c.kept_bytes() for c in plan.kept)
+    before, kept = m.budget.used, plan.kept_bytes
+    plan.release()
+    assert not plan.kept and plan.kept_bytes == 0 and m.budget.used == before - kept
+    held = m.budget.used
+    _check(_state(m, mem, 0, 3), 0, 3)                        # kept again, charged again
+    assert m.budget.used == held + plan.kept_bytes > held
+    # the oldest of _MAX_PLANS plans is dropped for a new configuration: its kept bytes go back
+    from pyvgpu_daemon.emu import module as emu_module
+    used = m.budget.used
+    kept = plan.kept_bytes
+    for g in range(1, emu_module._MAX_PLANS + 1):
+        m.plan_for("state", (g, 1, 1), (1, 1, 1), 0)
+    assert plan not in m._plans.values()
+    assert m.budget.used == used - kept
+
+
+def test_a_budget_without_room_keeps_no_chunk_and_the_launch_is_right():
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = _module(mem, native="off", threads=2)
+    _state(m, mem, 0, 0)
+    plan = next(iter(m._plans.values()))
+    plan.release()
+    m.budget.limit = used = m.budget.used    # no byte more
+    for w, a in ((1, 4), (0, 2)):
+        _check(_state(m, mem, w, a), w, a)
+        assert not plan.kept and m.budget.used == used

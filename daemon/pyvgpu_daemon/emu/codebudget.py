@@ -5,6 +5,8 @@ Two kinds of holdings are charged (docs/security.md, "PTX and translated kernels
   (emu/module.py `EmuModule.held`); held until the module is unloaded;
 - a translated kernel: its IR, generated code and bytecode, estimated from its size (emu/module.py); while it is
   being translated, the larger peak of that work (Python's compiler builds a syntax tree of the generated source);
+  with what its launch plans keep (finished chunks for the next launch, LaunchPlan.keep: `charge`, only while
+  they fit);
   a cache: the least recently launched translations are dropped to make room for a new one (their module translates
   them again at their next launch).
 Past the bound (EmuLimits.max_code_bytes) a load or a first launch fails with cudaErrorMemoryAllocation.
@@ -77,6 +79,19 @@ class CodeBudget:
                 self.used += nbytes - entry[0]
                 self.cached += nbytes - entry[0]
                 self._lru[key] = (nbytes, entry[1])
+
+    def charge(self, key: Hashable, nbytes: int) -> bool:
+        """Add nbytes (< 0: give back) to an admitted translation's holding, for what its launch plans keep
+        (LaunchPlan.keep: finished chunks); False, nothing charged, when they do not fit without dropping another
+        translation or the translation is gone (dropped with what its plans kept: a late give-back is ignored)."""
+        with self._lock:
+            entry = self._lru.get(key)
+            if entry is None or (nbytes > 0 and self.used + nbytes > self.limit):
+                return False
+            self._lru[key] = (entry[0] + nbytes, entry[1])
+            self.used += nbytes
+            self.cached += nbytes
+            return True
 
     def touch(self, key: Hashable) -> None:
         """A translation was used: it is dropped last."""

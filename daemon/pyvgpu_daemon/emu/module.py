@@ -292,7 +292,7 @@ class EmuModule:
         else:
             plan = self._plan(kernel, grid, block, shmem, max_dynamic_shared, stack_size, cooperative)
             if len(self._plans) >= _MAX_PLANS:
-                del self._plans[next(iter(self._plans))]       # the oldest: a few configurations repeat
+                self._plans.pop(next(iter(self._plans))).release()    # the oldest: a few configurations repeat
             self._plans[key] = plan
         return plan
 
@@ -354,7 +354,9 @@ class EmuModule:
             self.limits.check_cooperative(kernel, grid, block, regs=info["num_regs"],
                                           shared=k.layout.static_shared + shmem,
                                           kernel_max_threads=info["max_threads_per_block"])
-        return LaunchPlan(k, grid, block, shmem, self.limits, stack_size, cooperative)
+        key = (id(self), kernel)
+        return LaunchPlan(k, grid, block, shmem, self.limits, stack_size, cooperative,
+                          charge=lambda n: self.budget.charge(key, n))
 
 
 def _ptx_text(image: bytes, sm: int, limits: EmuLimits) -> str:

@@ -32,6 +32,8 @@ import os
 import threading
 import time
 
+from typing import Callable
+
 import numpy as np
 
 from pyvgpu_daemon.errors import CudaError, code_of
@@ -84,11 +86,14 @@ class LaunchPlan:
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
                  "per", "threads", "native", "bounded", "best", "cooperative", "workspace", "reusable", "spare",
-                 "native_later", "native_after", "spent", "kept", "kept_bytes", "_keep_lock")
+                 "native_later", "native_after", "spent", "kept", "kept_bytes", "_keep_lock", "charge")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
-                 cooperative: bool = False):
+                 cooperative: bool = False, charge: Callable[[int], bool] | None = None):
+        """`charge(n)`: charge n more bytes (n < 0: give them back) to the session's budget, False when they do
+        not fit (the module's CodeBudget.charge, for its kept chunks); None: nothing is kept."""
         self.kernel = kernel
+        self.charge = charge
         self.grid = tuple(int(x) for x in grid)
         self.block = tuple(int(x) for x in block)
         self.ctasize = self.block[0] * self.block[1] * self.block[2]
@@ -152,11 +157,12 @@ class LaunchPlan:
         self._keep_lock = threading.Lock()    # (two streams may launch the plan at once)
 
     def keep(self, chunk: Chunk) -> None:
-        """A launch's chunk that finished (without a failure), kept for a later launch within _KEEP_BYTES; it is
-        taken by one launch at a time (take), and reset before it runs again (Chunk.retarget)."""
+        """A launch's chunk that finished (without a failure), kept for a later launch within _KEEP_BYTES and what
+        the session's budget allows (`charge`: 16 plans a module, 1,024 modules a session would otherwise hold
+        256 GB); it is taken by one launch at a time (take), and reset before it runs again (Chunk.retarget)."""
         size = chunk.kept_bytes()
         with self._keep_lock:
-            if self.kept_bytes + size <= _KEEP_BYTES:
+            if self.charge is not None and self.kept_bytes + size <= _KEEP_BYTES and self.charge(size):
                 self.kept.append(chunk)
                 self.kept_bytes += size
 
@@ -166,9 +172,19 @@ class LaunchPlan:
             for k, chunk in enumerate(self.kept):
                 if chunk.ncta == ncta:
                     del self.kept[k]
-                    self.kept_bytes -= chunk.kept_bytes()
+                    size = chunk.kept_bytes()
+                    self.kept_bytes -= size
+                    self.charge(-size)
                     return chunk
         return None
+
+    def release(self) -> None:
+        """The plan is dropped by its module: its kept chunks go, and their bytes back to the budget."""
+        with self._keep_lock:
+            self.kept.clear()
+            if self.kept_bytes and self.charge is not None:
+                self.charge(-self.kept_bytes)
+            self.kept_bytes = 0
 
     @property
     def tiny(self) -> bool:
