@@ -18,7 +18,8 @@ from pyvgpu_daemon.emu.runtime import crew as emu_crew
 from pyvgpu_daemon.errors import CudaError, code_of
 
 # state: each thread reads its shared word, a local word and a register that only `write` launches set, then
-# writes them; with %gridid and its parameter `add`. fault: CTAs from `bad` on store at an unmapped address.
+# writes them, with its parameter `add` (run a CTA at a time where native code is on). gid: each thread's %gridid
+# (lockstep code only). fault: CTAs from `bad` on store at an unmapped address.
 PTX = """.version 9.0
 .target sm_75
 .address_size 64
@@ -53,8 +54,20 @@ KEEP:
   st.global.u32 [%rd3+4], %r6;
   st.global.u32 [%rd3+8], %r7;
   st.global.u32 [%rd3+12], %r1;
+  ret;
+}
+.visible .entry gid(.param .u64 out)
+{
+  .reg .b32 %r<4>; .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, %ntid.x;
+  mad.lo.u32 %r1, %r2, %r3, %r1;
+  mul.wide.u32 %rd2, %r1, 8;
+  add.s64 %rd3, %rd1, %rd2;
   mov.u64 %rd4, %gridid;
-  st.global.u64 [%rd3+16], %rd4;
+  st.global.u64 [%rd3], %rd4;
   ret;
 }
 .visible .entry fault(.param .u64 out, .param .u32 bad)
@@ -75,7 +88,7 @@ OK:
 }
 """
 GRID, BLOCK = 16, 64              # with lanes_per_chunk 128: 8 chunks of 2 CTAs
-REC = np.dtype([("sh", "<u4"), ("loc", "<u4"), ("reg", "<u4"), ("i", "<u4"), ("grid", "<u8")])
+REC = np.dtype([("sh", "<u4"), ("loc", "<u4"), ("reg", "<u4"), ("i", "<u4"), ("pad", "<u8")])
 LIMITS = {
     "lockstep, 2 threads": dict(native="off", threads=2),
     "lockstep, 1 thread": dict(native="off", threads=1),
@@ -104,7 +117,14 @@ def _check(got: np.ndarray, write: int, add: int) -> None:
     assert (got["i"] == np.arange(GRID * BLOCK)).all()
     assert (got["sh"] == 0).all() and (got["loc"] == 0).all(), "a launch read what an earlier one left"
     assert (got["reg"] == (1234 if write else 0) + add).all()
-    assert len(set(got["grid"].tolist())) == 1
+
+
+def _grid_ids(m, mem) -> np.ndarray:
+    out = m.memory.alloc(8 * GRID * BLOCK)
+    m.launch("gid", (GRID, 1, 1), (BLOCK, 1, 1), 0, struct.pack("<Q", out))
+    got = np.frombuffer(bytes(mem.read(out, 8 * GRID * BLOCK)), np.uint64).copy()
+    m.memory.free(out)
+    return got
 
 
 @pytest.mark.parametrize("kind", list(LIMITS))
@@ -118,8 +138,11 @@ def test_a_kept_chunk_runs_a_later_launch_as_a_fresh_one(kind):
     kept = list(plan.kept)
     _state(m, mem, 0, 0)
     assert any(c is k for c in plan.kept for k in kept)       # a kept chunk ran again
-    grids = [g["grid"][0] for g in got]
-    assert grids == sorted(set(grids))                        # a new %gridid each launch
+    if LIMITS[kind]["native"] == "on":                        # (the path this test is about there)
+        assert type(kept[0].launch.thread_code).__name__ == "CtaCode"
+    grids = [_grid_ids(m, mem) for _ in range(4)]
+    assert all(len(set(g.tolist())) == 1 for g in grids)       # every chunk's %gridid is its launch's
+    assert [g[0] for g in grids] == sorted({g[0] for g in grids})
     for (w, a), g in zip(runs, got):
         _check(g, w, a)
         fm = _module(mem, **LIMITS[kind])
@@ -127,7 +150,7 @@ def test_a_kept_chunk_runs_a_later_launch_as_a_fresh_one(kind):
             want = _state(fm, mem, w, a)
         finally:
             fm.unload()
-        assert (g[["sh", "loc", "reg", "i"]] == want[["sh", "loc", "reg", "i"]]).all()
+        assert (g == want).all()
 
 
 @pytest.mark.parametrize("kind", list(LIMITS))
@@ -279,3 +302,69 @@ def test_a_budget_without_room_keeps_no_chunk_and_the_launch_is_right():
     for w, a in ((1, 4), (0, 2)):
         _check(_state(m, mem, w, a), w, a)
         assert not plan.kept and m.budget.used == used
+
+
+@pytest.mark.parametrize("kind", list(LIMITS))
+def test_a_kept_chunks_launch_counts_its_own_instructions(kind, monkeypatch):
+    """The launch's instruction budget counts what this launch ran: a CTA-at-a-time chunk's state array (its
+    count of thread-instructions among it) is zeroed for each run, not carried from the chunk's last launch."""
+    from pyvgpu_daemon.emu.runtime import launch as emu_launch
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = _module(mem, **LIMITS[kind])
+    steps: list[int] = []
+    run = emu_launch.Launch.run
+
+    def counted(self, checked: bool = False):
+        out = run(self, checked)
+        steps.append(self.steps)
+        return out
+
+    monkeypatch.setattr(emu_launch.Launch, "run", counted)
+    for _ in range(4):
+        _state(m, mem, 1, 0)
+    assert steps[0] > 0 and len(set(steps)) == 1, steps
+
+
+LOCAL_PTX = """.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry generic(.param .u64 p)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [p];
+  mov.u32 %r1, 5;
+  st.u32 [%rd1], %r1;
+  ret;
+}
+.visible .entry atoms(.param .u64 p)
+{
+  .reg .b32 %r<4>; .reg .b64 %rd<2>;
+  .shared .align 4 .b8 sh[16];
+  ld.param.u64 %rd1, [p];
+  mov.u32 %r3, sh;
+  atom.shared.add.u32 %r1, [%r3], 1;
+  atom.global.add.u32 %r2, [%rd1], %r1;
+  bar.sync 0;
+  ret;
+}
+.visible .entry atom_generic(.param .u64 p)
+{
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [p];
+  atom.add.u32 %r1, [%rd1], 1;
+  ret;
+}
+"""
+
+
+def test_only_a_kernel_that_may_write_local_memory_has_it_cleared_between_runs():
+    """Kernel.writes_local: a store or atomic naming no space (generic: any window) or the local space may write it;
+    one naming the global or shared space, loads and arithmetic may not (its chunk's local memory then stays zero,
+    and Chunk.reuse leaves it)."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = _module(mem)
+    assert m.kernel("state").writes_local                    # st.local
+    assert not m.kernel("fault").writes_local and not m.kernel("gid").writes_local
+    lm = EmuModule.load(LOCAL_PTX.encode(), mem)
+    assert lm.kernel("generic").writes_local and lm.kernel("atom_generic").writes_local
+    assert not lm.kernel("atoms").writes_local

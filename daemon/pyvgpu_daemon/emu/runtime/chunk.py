@@ -90,6 +90,7 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self.forced = False
         self._bound = None                        # (make, converged, masked, handlers, reset, sparse blocks)
         self._ones = None                         # T trues, read-only (SparseLanes.ones)
+        self.code_state = None                    # (code, state array, TX, its address): threadgen.ThreadCode.run
         self._lanes_written = False               # the lockstep code ran here (reuse: its lane arrays zeroed too)
 
     @property
@@ -107,7 +108,8 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
     def reuse(self) -> None:
         """The next launch of the same plan runs this chunk again (LaunchPlan.reusable: the launch's only chunk,
         cta0 0): every array a launch writes back to zero (one fill; only shared and local memory where only
-        whole-kernel native code ran, which writes no lane array), shared initializers, caches of the last
+        whole-kernel native code ran, which writes no lane array; local memory only where the kernel may write it:
+        Kernel.writes_local), shared initializers, caches of the last
         launch (address checks, views of its parameter buffer) dropped, registers back to zero (the generated
         reset()); the lane geometry and the bound block functions stay."""
         if self._lanes_written:
@@ -115,7 +117,8 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
             self._lanes_written = False
         else:                                 # (whole-kernel native code writes shared and local memory only)
             self.smem.fill(0)
-            self.lmem.fill(0)
+            if self.kernel.writes_local:      # (else it is zero still: every kernel has 16 B of it a thread, 1 MB
+                self.lmem.fill(0)             # a chunk of 65,536: a third of scan_batches' resets)
         if self.kernel.layout.shared_inits:
             self._init_shared()
         self.peer_mems = self.launch.peers
@@ -131,7 +134,9 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         special registers that depend on the chunk's CTAs recomputed in place (the bound block functions hold
         those arrays), or dropped where no block function is bound."""
         self.cta0 = cta0
+        ctx = self._memctx
         self.reuse()
+        self._memctx = ctx                    # (the same launch's: memctx checks the allocations and parameters)
         if self._bound is None:               # nothing holds them: made again when read (a CTA-at-a-time kernel's
             self._own_special.clear()         # chunks read none: 65,536 lanes' %ctaid are 4 % of scan_batches)
             return
@@ -145,6 +150,7 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         thread or a CTA at a time has nothing bound."""
         self.launch = launch
         self.mem = launch.mem
+        self._memctx = None
         self._bound = None                        # (conservative: what make(S) captured is make's business)
         self._handlers = ()
         self.rebind(cta0)

@@ -24,8 +24,8 @@ from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
 from . import bytecode_cache, control, ctagen, ctasplit, instrs, pycompile, threadgen
-from .cfg import Block, shares_across_ctas, split_blocks
-from .cgen import PRELUDE, NativeRun, NoC, c_body, function_source, plan_runs
+from .cfg import BRANCHES, Block, is_bar, is_warp, shares_across_ctas, split_blocks
+from .cgen import PRELUDE, PURE_OPCODES, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
 from .liveness import AnyRegister, live_in, reads_writes
@@ -45,6 +45,7 @@ class Kernel:
         self.maxntid = entry.maxntid
         self.read_regs = _read_registers(self.flat.body)   # atom results nobody reads take the fast path
         self.independent_ctas = _independent_ctas(self.flat.body)
+        self.writes_local = _writes_local(self.flat.body)  # else a chunk's local memory stays zero (Chunk.reuse)
         self.calls_heap = _calls_heap(self.flat.body)     # the launch needs the device heap (emu/device_heap.py)
         self.blocks, self.labels = split_blocks(self.flat.body)
         self.live = live_in(self.blocks, self.labels, self.flat.regs)
@@ -305,6 +306,28 @@ def _independent_ctas(body: list) -> bool:
     no atomics or fences, no volatile (but of the CTA's shared memory) or memory-model-scoped accesses, no
     device-side calls (printf output and assert order follow the threads)."""
     return not any(isinstance(ins, ir.Instr) and shares_across_ctas(ins) for ins in body)
+
+
+# Spaces a store or atomic may name and still not reach a thread's local memory (the .param space does: the
+# parameters of call sequences live in the local frame, emu/layout.py; no space is generic: any window).
+_NOT_LOCAL_SPACES = frozenset({"global", "shared", "shared::cta", "shared::cluster"})
+
+
+def _writes_local(body: list) -> bool:
+    """Whether some thread may write its local memory, conservatively: every instruction does but pure arithmetic
+    (cgen.PURE_OPCODES), loads, branches, barriers, warp operations, and stores and atomics that name the global or
+    shared space (not local, param or none)."""
+    for ins in body:
+        if not isinstance(ins, ir.Instr):
+            continue
+        op = ins.opcode
+        if op in PURE_OPCODES or op in ("ld", "ldu") or op in BRANCHES or is_bar(ins) or is_warp(ins):
+            continue
+        if op in ("st", "atom", "red") and any(m in _NOT_LOCAL_SPACES for m in ins.mods) and \
+                not any(m in ("local", "param") for m in ins.mods):
+            continue
+        return True
+    return False
 
 
 def _calls_heap(body: list) -> bool:

@@ -792,11 +792,21 @@ class ThreadCode:
         L = S.launch
         T = S.T
         # the state array, then the barrier array: one record per thread of a CTA (kernel_source), owned here so
-        # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024
-        st = np.zeros(self.state_words(S.ctasize), np.uint64)
-        tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
-                gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY * self.tick_scale)
-        ctx, txp, stp = S.memctx(), ctypes.addressof(tx), st.ctypes.data
+        # that it outlives a suspension in the middle of a phase; bounded by the kernel's registers times 1024.
+        # The chunk keeps both for its next CTAs and launches (of one plan: the same grid, block and code), zeroed
+        # (a new 100 KB array a chunk cost more than its zeroing: fresh pages each time)
+        kept = S.code_state
+        if kept is not None and kept[0] is self:
+            _, st, tx, txp = kept
+            st.fill(0)
+            tx.cta0 = S.cta0
+        else:
+            st = np.zeros(self.state_words(S.ctasize), np.uint64)
+            tx = TX(cs=S.ctasize, bx=L.block[0], by=L.block[1], bz=L.block[2], gx=L.grid[0], gy=L.grid[1],
+                    gz=L.grid[2], cta0=S.cta0, nsm=L.sm_count, every=TICK_EVERY * self.tick_scale)
+            txp = ctypes.addressof(tx)
+            S.code_state = (self, st, tx, txp)
+        ctx, stp = S.memctx(), st.ctypes.data
         told = 0                      # vector instructions the launch was told of (thread-instructions / lanes)
         slow0 = self.suspended
         try:
