@@ -6,7 +6,9 @@ the program does. Per launch: process CPU, wall, and the CPU its chunks spent in
 daemon package (e.g. a `git archive` of the base) for a before/after in one invocation; --threads sets
 PYVGPU_EMU_THREADS (chunk threads).
 
-    python bench/emu_launch_fixed_bench.py [--launches N] [--reps N] [--tree DIR] [--threads N]
+    python bench/emu_launch_fixed_bench.py [--launches N] [--reps N] [--tree DIR] [--threads N] [--elements N]
+
+--elements sets the scan's size (a multiple of 8192): 655360 makes launches of 1-2 ms (640 CTAs, 3 chunks).
 """
 from __future__ import annotations
 
@@ -20,10 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-N = 6815744
 
 
-def measure(tree: Path, launches: int) -> dict[str, tuple[float, float, float]]:
+def measure(tree: Path, launches: int, N: int) -> dict[str, tuple[float, float, float]]:
     sys.path[:0] = [str(tree / "daemon"), str(tree), str(ROOT / "tests")]
     import numpy as np  # noqa: PLC0415
 
@@ -54,7 +55,7 @@ def measure(tree: Path, launches: int) -> dict[str, tuple[float, float, float]]:
     kernels = {
         "scanTiles, tiles of 4": ("_Z9scanTilesP5uint4PKS_j", (ntiles, 1, 1), struct.pack("<QQI", dst, src, 4)),
         "scanTiles, tiles of 1024": ("_Z9scanTilesP5uint4PKS_j", (ntiles, 1, 1), struct.pack("<QQI", dst, src, 1024)),
-        "scanTotals (26 CTAs)": ("_Z10scanTotalsPjPKjS1_jj", (-(-ntiles // 256), 1, 1),
+        "scanTotals": ("_Z10scanTotalsPjPKjS1_jj", (-(-ntiles // 256), 1, 1),
                                  struct.pack("<QQQII", buf, dst, src, ntiles, 8)),
         "addOffsets": ("_Z10addOffsetsP5uint4PKj", (ntiles, 1, 1), struct.pack("<QQ", dst, buf)),
     }
@@ -84,10 +85,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tree", type=Path, action="append", help="a tree to measure (repeatable; default: this one)")
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--elements", type=int, default=6815744)
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        for label, v in measure(a.child, a.launches).items():
+        for label, v in measure(a.child, a.launches, a.elements).items():
             print(f"{label}\t{v[0]}\t{v[1]}\t{v[2]}")
         return
     trees = [t.resolve() for t in a.tree or [ROOT]]
@@ -98,12 +100,14 @@ def main() -> None:
     res: dict = {}
     for _ in range(a.reps):
         for t in trees:                          # alternating: a change of load hits every tree
-            p = subprocess.run([sys.executable, __file__, "--child", str(t), "--launches", str(a.launches)],
+            p = subprocess.run([sys.executable, __file__, "--child", str(t), "--launches", str(a.launches),
+                                "--elements", str(a.elements)],
                                capture_output=True, text=True, env=env, check=True)
             for line in p.stdout.splitlines():
                 label, *v = line.split("\t")
                 res.setdefault((str(t), label), []).append(tuple(map(float, v)))
-    print(f"load average {os.getloadavg()[0]:.1f}; ms per launch, median of {a.reps} runs of {a.launches} launches")
+    print(f"load average {os.getloadavg()[0]:.1f}; {a.elements} elements, {a.threads or 'default'} chunk threads; "
+          f"ms per launch, median of {a.reps} runs of {a.launches} launches")
     print(f"{'tree':<28} {'kernel':<26} {'CPU':>7} {'wall':>7} {'native':>7} {'outside':>8}")
     for (t, label), vals in res.items():
         cpu, wall, nat = (statistics.median(v[k] for v in vals) * 1e3 for k in range(3))

@@ -201,42 +201,56 @@ def test_two_threads_launching_one_plan_get_their_own_chunks_and_results():
     assert crews[0] is not crews[1]
 
 
-def test_a_crew_runs_a_job_on_its_thread_and_helpers_and_hands_back_their_failure():
+def test_a_crews_helpers_run_what_it_offers_and_are_kept():
     crew = emu_crew.Crew()
     seen: list = []
-    lock = threading.Lock()
+    done = threading.Semaphore(0)
 
     def job() -> None:
-        with lock:
-            seen.append(threading.get_ident())
-
-    crew.run(job, 2)
-    assert len(seen) == 3 and threading.get_ident() in seen and len(set(seen)) == 3
-    crew.run(job, 1)                          # the helpers are kept: no new thread
-    assert len(set(seen)) == 3
+        seen.append(threading.get_ident())
+        done.release()
 
     def bad() -> None:
-        if threading.get_ident() != me:
-            raise ValueError("helper")
+        done.release()
+        raise ValueError("a job's own failure: the helper goes on")
 
-    me = threading.get_ident()
-    with pytest.raises(ValueError):
-        crew.run(bad, 2)
-    crew.run(job, 2)                          # usable after a failure, the failure not raised again
-    assert len(seen) == 8
+    crew.offer(job, 2)
+    for _ in range(2):
+        assert done.acquire(timeout=10)
+    assert len(set(seen)) == 2 and threading.get_ident() not in seen
+    crew.offer(bad, 2)
+    for _ in range(2):
+        assert done.acquire(timeout=10)
+    crew.offer(job, 1)                        # the helpers are kept: no new thread
+    assert done.acquire(timeout=10)
+    assert len(set(seen)) == 2 and len(crew.threads) == 2
 
 
 def test_a_dropped_crew_ends_its_helpers():
-    before = set(threading.enumerate())
     crew = emu_crew.Crew()
-    crew.run(lambda: None, 2)
-    helpers = set(threading.enumerate()) - before
+    crew.offer(lambda: None, 2)
+    helpers = list(crew.threads)
     assert len(helpers) == 2
     del crew
     gc.collect()
     for t in helpers:
         t.join(5)
         assert not t.is_alive()
+
+
+def test_a_launch_never_waits_for_a_helper_to_start(monkeypatch):
+    """On a loaded machine a helper may get a CPU long after it was woken: the launching thread runs every chunk
+    itself meanwhile and returns (a helper that starts late finds nothing left)."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = _module(mem, native="off", threads=2)
+    offered: list = []
+    monkeypatch.setattr(emu_crew.Crew, "offer", lambda self, job, n: offered.append(job))   # no helper starts
+    out = m.memory.alloc(REC.itemsize * GRID * BLOCK)
+    for w in (1, 0):
+        _check(_state(m, mem, w, 3, out), w, 3)
+    assert len(offered) == 2
+    offered[0]()                              # a helper of the first launch starting now: nothing to do
+    _check(_state(m, mem, 0, 4, out), 0, 4)
 
 
 def test_of_two_chunks_failing_at_once_the_lower_ones_failure_is_the_launchs(monkeypatch):

@@ -404,34 +404,50 @@ class Launch:
 
     def _run_parallel(self, ncta_total: int, per: int, threads: int) -> None:
         """The chunks on this thread and `threads - 1` helpers (crew.py: kept from one launch to the next), each
-        taking the next chunk in CTA order. The first failure in chunk order is the launch's: after a failure no
-        chunk starts, those running end, and the failure of the lowest chunk is raised (every chunk below it
-        completed: they were taken first)."""
+        taking the next chunk in CTA order; this thread waits for the chunks a helper took, never for a helper to
+        start. The first failure in chunk order is the launch's: after a failure no chunk starts, those running
+        end, and the failure of the lowest chunk is raised (every chunk below it completed: they were taken
+        first)."""
         starts = iter(range(0, ncta_total, per))
         lock = threading.Lock()
+        ended = threading.Condition(lock)
         failed: list[tuple[int, BaseException]] = []
+        running = [0]                           # threads that took a chunk and have not ended (nor kept it)
 
         def work() -> None:
             chunk = None
+            took = False
             try:
-                while not failed:
+                while True:
                     with lock:
-                        cta = next(starts, None)
-                    if cta is None:
-                        return
+                        cta = None if failed else next(starts, None)
+                        if cta is None:
+                            return
+                        if not took:
+                            took = True
+                            running[0] += 1
                     try:
                         self.check_time()
                         chunk = self._chunk_for(chunk, cta, min(per, ncta_total - cta))
                         chunk.run()
                     except BaseException as e:  # noqa: BLE001 - the launch's failure (the lowest chunk's), raised below
-                        chunk = None          # (a failed chunk is not used again)
+                        chunk = None            # (a failed chunk is not used again)
                         with lock:
                             failed.append((cta, e))
                         return
             finally:
-                if chunk is not None:
+                if chunk is not None:           # (before the launch ends: the plan may be dropped after it)
                     self.plan.keep(chunk)
+                if took:
+                    with lock:
+                        running[0] -= 1
+                        if not running[0]:
+                            ended.notify_all()
 
-        crew_of_this_thread().run(work, threads - 1)
+        crew_of_this_thread().offer(work, threads - 1)
+        work()
+        with lock:
+            while running[0]:
+                ended.wait()
         if failed:
             raise min(failed, key=lambda f: f[0])[1]
