@@ -7,7 +7,10 @@ translator/ctagen.py have their own tests (test_emu_threadgen.py, test_emu_ctage
 from __future__ import annotations
 
 import os
+import signal
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -763,6 +766,32 @@ def test_a_build_past_the_timeout_is_stopped_with_its_subprocesses_and_remembere
     assert native.load(src, tmp_path) is None and fake_cc.runs() == 1      # remembered
     monkeypatch.setattr(native, "COMPILE_TIMEOUT", 2)                       # a longer timeout tries again
     assert native.load(src, tmp_path) is None and fake_cc.runs() == 2
+
+
+def test_a_process_that_exits_stops_the_compilers_of_its_builds(fake_cc, tmp_path):
+    # a build on a background thread (the launch policy's) when the daemon exits: its compiler, in a process group
+    # of its own, and the compiler's child (cc1) must not go on compiling for nobody
+    cc = fake_cc(f"sleep 60 & echo $! > {tmp_path / 'child'}\nwait")
+    script = (f"import threading, time\n"
+              f"from pathlib import Path\n"
+              f"from pyvgpu_daemon.emu import native\n"
+              f"threading.Thread(target=native.load, args=('int f(void) {{ return 3; }}\\n', Path({str(tmp_path)!r})),"
+              f" daemon=True).start()\n"
+              f"while not Path({str(tmp_path / 'child')!r}).exists(): time.sleep(0.02)\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYVGPU_EMU_CC": str(cc),
+           "PYTHONPATH": os.pathsep.join([str(root / "daemon"), str(root), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", script], env=env, timeout=30, check=True)
+    child = int((tmp_path / "child").read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert _gone(child)
+    finally:
+        if not _gone(child):                            # (broken: leave no compiler behind the test either)
+            os.killpg(os.getpgid(child), signal.SIGKILL)
+    assert not list(tmp_path.glob("*.failed"))          # stopped by its own process's exit: nothing to remember
 
 
 def test_several_translation_units_link_into_one_library(tmp_path):

@@ -29,9 +29,14 @@ background: with the library cached, it costs only the source's generation (a wa
 The cache holds at most MAX_CACHED libraries, markers and records (each kernel a client loads may add one): the
 least recently used go first (a library in use stays mapped after its file is removed); what the build of a daemon
 killed meanwhile left under temporary names goes once no build can be writing it.
+
+A compiler runs in a process group of its own (so that a timeout stops cc1 too), which a signal to the daemon does
+not reach: a daemon that exits stops its compilers (atexit), or a build it no longer waits for went on compiling for
+minutes after it (CUB's onesweep: 20 s of CPU in 4 units) on a machine the next daemon shares.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -60,6 +65,8 @@ WANTED = ".wanted"              # suffix of a kernel's record: its native code w
 
 _lock = threading.Lock()        # one build at a time per process (the daemon runs launches on several threads)
 _warned: set[str] = set()
+_running: set[subprocess.Popen] = set()     # compilers running now (each its process group), stopped at exit
+_running_lock = threading.Lock()
 
 
 class BuildFailed(Exception):
@@ -248,6 +255,8 @@ def _run(cmd: list[str], timeout: float) -> None:
     if timeout <= 0:
         raise _timeout()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with _running_lock:
+        _running.add(proc)
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -256,6 +265,9 @@ def _run(cmd: list[str], timeout: float) -> None:
     except BaseException:
         _kill_group(proc)
         raise
+    finally:
+        with _running_lock:
+            _running.discard(proc)
     if proc.returncode < 0:             # killed by a signal (not ours: the OOM killer, an operator): try again later
         raise RuntimeError(f"{cmd[0]} killed by signal {-proc.returncode}")
     if proc.returncode != 0:
@@ -281,6 +293,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.communicate()
+
+
+@atexit.register
+def _stop_builds() -> None:
+    """At the process's exit: kill the compilers of builds still running (their threads are daemon threads, gone
+    with the process; the compilers' process groups are not)."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _touch(path: Path) -> None:
