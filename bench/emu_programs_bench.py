@@ -1,7 +1,9 @@
 """Emulated-GPU speed on whole programs: CUDA programs of the kinds that were too slow (issue 13 part 4), built with
 `nvcc -cudart shared`, run unmodified through libvcudart against a fresh emulated-GPU daemon, timed by wall clock
 (start of the program to its exit, so module load, copies and every launch count), with the daemon's CPU time
-(user + system, /proc/PID/stat) beside it: on a shared machine it moves less with the other jobs than wall time.
+(user + system, /proc/PID/stat) beside it: on a shared machine it moves less with the other jobs than wall time;
+and its children's (the C compilers of native builds and the child that compiles large Python sources, reaped by
+the daemon), which a cold cache adds and the daemon's own figure leaves out.
 
     python bench/emu_programs_bench.py [--quick] [--reps N] [--program NAME] [--timeout S] \\
         [--baseline DIR] [--env KEY=VALUE ...] [--load N] [--cache cold|warm|both]
@@ -54,15 +56,16 @@ PROGRAMS = {
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (every thread)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of a live process (every thread), and of its children it waited for."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
 
 
 def run_once(exe: Path, args: tuple[str, ...], workdir: Path, tree: Path | None, env: dict[str, str],
-             timeout: float) -> tuple[float | None, float, str]:
-    """(wall seconds or None when stopped at the timeout, daemon CPU seconds, the program's result line)."""
+             timeout: float) -> tuple[float | None, tuple[float, float], str]:
+    """(wall seconds or None when stopped at the timeout, (daemon CPU seconds, its children's), the program's result
+    line)."""
     denv = dict(env)
     penv = None
     # the tree's own daemon package first (without it, "this tree" ran whatever copy site-packages holds:
@@ -134,7 +137,7 @@ def run_all(args: argparse.Namespace) -> None:
     for name in args.program or list(PROGRAMS):
         exe = harness.build_cuda(ROOT / "bench" / "cuda" / f"{name}.cu")
         pargs = PROGRAMS[name][1 if args.quick else 0]
-        res = {(label, mode): ([], [], "") for label in trees for mode in modes}
+        res = {(label, mode): ([], [], []) for label in trees for mode in modes}     # wall, CPU, children's CPU
         for _ in range(args.reps):
             for label, tree in trees.items():          # alternating, so a change of load hits both
                 # one cache directory per tree, program and arguments: "warm" is what the same run left
@@ -149,21 +152,22 @@ def run_all(args: argparse.Namespace) -> None:
                                               args.timeout)
                     r = res[label, mode]
                     r[0].append(secs)
-                    r[1].append(cpu)
-                    res[label, mode] = (r[0], r[1], out)
+                    r[1].append(cpu[0])
+                    r[2].append(cpu[1])
                     print(f"  {name} [{label}, {mode} cache]: wall "
                           f"{'> %.0f' % args.timeout if secs is None else '%.1f' % secs} s, "
-                          f"daemon CPU {cpu:.1f} s; {out}", flush=True)
+                          f"daemon CPU {cpu[0]:.1f} s (+ {cpu[1]:.1f} s in its children: compilers); {out}",
+                          flush=True)
         rows.extend((name, pargs, mode, res) for mode in modes)
     if args.load:
         print(f"\n{args.load} process(es) spinning on the CPU during the runs (--load)")
     print(f"\nload average now: {os.getloadavg()[0]:.1f}, {os.getloadavg()[1]:.1f}, {os.getloadavg()[2]:.1f}")
     print(f"{'program':<16} {'arguments':<20} {'cache':<6} "
-          + " ".join(f"{lb + ' wall s':>16} {lb + ' CPU s':>15}" for lb in trees)
+          + " ".join(f"{lb + ' wall s':>16} {lb + ' CPU s':>15} {'+ cc s':>7}" for lb in trees)
           + ("  wall ratio" if len(trees) > 1 else ""))
     for name, pargs, mode, res in rows:
-        cols = " ".join(f"{fmt(res[lb, mode][0], args.timeout):>16} {statistics.median(res[lb, mode][1]):>15.1f}"
-                        for lb in trees)
+        cols = " ".join(f"{fmt(res[lb, mode][0], args.timeout):>16} {statistics.median(res[lb, mode][1]):>15.1f} "
+                        f"{statistics.median(res[lb, mode][2]):>7.1f}" for lb in trees)
         ratio = ""
         if len(trees) > 1:
             base, cur = res["baseline", mode][0], res["this tree", mode][0]
