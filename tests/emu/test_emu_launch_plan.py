@@ -4,15 +4,18 @@ kept, the bound on kept plans, and which launches are tiny enough for the daemon
 from __future__ import annotations
 
 import struct
+import time
 
 import numpy as np
 import pytest
 
 from pyvgpu_daemon.emu import module as emu_module
+from pyvgpu_daemon.emu import native as native_mod
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.runtime import launch as emu_launch
+from pyvgpu_daemon.emu.translator.kernel import Kernel
 from pyvgpu_daemon.errors import CudaError, code_of
 
 PTX = """.version 9.0
@@ -224,6 +227,51 @@ def test_a_small_configuration_gets_native_code_once_its_launches_took_long(monk
     m4 = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto", threadgen=False))
     (tmp_path / "pyvgpu" / "emu-native" / f"{m2.kernel('ids').native_key}.wanted").touch()
     assert m4._plan("ids", (4, 1, 1), (256, 1, 1), 0, None, None, False).native is None      # other paths: not it
+
+
+def _count_numpy_runs(monkeypatch, kernel) -> list[int]:
+    """[chunks bound to the kernel's NumPy block code], counted from now on."""
+    runs, make = [0], kernel.make
+
+    def counted(S):
+        runs[0] += 1
+        return make(S)
+
+    monkeypatch.setattr(kernel, "_make", counted)
+    return runs
+
+
+def test_the_first_launch_of_a_kernel_wanted_here_waits_briefly_for_its_build(monkeypatch, tmp_path):
+    """A kernel whose native code was built here before: its first launch waits (WANTED_WAIT_S at most) for the
+    build, which finds the library cached, and runs native code, never compiling its NumPy code; a build that takes
+    longer (the library gone) is not waited for beyond that: NumPy code, the same results."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    out = mem.alloc(16 * 1000)
+    monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 3600.0)
+    m = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    assert m.kernel("ids").native_make(wait=True) is not None     # built (the library cached) ...
+    native_mod.mark_wanted(m.kernel("ids").native_key)              # ... and worth it here (the launch policy's record)
+    m2 = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    numpy_runs = _count_numpy_runs(monkeypatch, m2.kernel("ids"))
+    _, v = _ids(m2, mem, out, (4, 1, 1), (256, 1, 1), 7)
+    assert numpy_runs == [0] and m2.kernel("ids").native_make(wait=False) is not None     # native from the first
+    assert (v == np.arange(1000) + 7).all()
+    slow = Kernel._build_native_or_false
+
+    def slower(self):
+        time.sleep(1.0)
+        return slow(self)
+
+    monkeypatch.setattr(Kernel, "_build_native_or_false", slower)
+    monkeypatch.setattr(emu_launch, "WANTED_WAIT_S", 0.1)
+    m3 = EmuModule.load(PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    numpy_runs = _count_numpy_runs(monkeypatch, m3.kernel("ids"))
+    t0 = time.monotonic()
+    _, v = _ids(m3, mem, out, (4, 1, 1), (256, 1, 1), 9)
+    assert time.monotonic() - t0 < 0.9 and numpy_runs[0] > 0       # not waited for: NumPy code
+    assert (v == np.arange(1000) + 9).all()
+    assert m3.kernel("ids").native_make(wait=True) is not None
 
 
 VOLATILE_PTX = """.version 9.0

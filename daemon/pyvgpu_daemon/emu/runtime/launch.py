@@ -71,6 +71,11 @@ TINY_SECONDS = 500e-6
 NATIVE_AFTER_S = 0.25
 NATIVE_S_PER_INSTR = 0.005
 NATIVE_S_PER_INSTR_CTA = 0.0025
+# The first launch of a kernel worth native code here before waits this long for its build rather than running its
+# NumPy code meanwhile: with the library cached the build is the source's generation (CUB's onesweep: 0.4-1.3 s,
+# against 0.42 s of CPU, 1.15 s of wall at load 4.6, a NumPy launch); a library no longer cached costs this once a
+# daemon (bench/README.md, "thirteenth step: radix_sort_thrust outside onesweep").
+WANTED_WAIT_S = 3.0
 SHARED_CHECK_S = 2e-4        # while another session uses the device, a launch checks (and yields the GIL) this often
 
 
@@ -86,7 +91,8 @@ class LaunchPlan:
 
     __slots__ = ("kernel", "grid", "block", "ctasize", "ncta", "dyn_shared", "shared_size", "frame", "geo", "sizes",
                  "per", "threads", "native", "bounded", "best", "cooperative", "workspace", "reusable", "spare",
-                 "native_later", "native_after", "spent", "kept", "kept_bytes", "_keep_lock", "charge")
+                 "native_later", "native_after", "spent", "kept", "kept_bytes", "_keep_lock", "charge",
+                 "patience")
 
     def __init__(self, kernel, grid, block, shmem: int, limits: EmuLimits, stack_size: int | None = None,
                  cooperative: bool = False, charge: Callable[[int], bool] | None = None):
@@ -133,8 +139,10 @@ class LaunchPlan:
         self.native = "on" if limits.native == "on" else \
             "auto" if limits.native == "auto" and self.ncta * self.ctasize >= limits.native_min_threads else None
         self.native_later = limits.native == "auto" and self.native is None     # after native_after seconds
-        if self.native_later and kernel.native_wanted():     # worth it here before: build (or find) it now
+        wanted = limits.native == "auto" and kernel.native_wanted()
+        if self.native_later and wanted:     # worth it here before: build (or find) it now
             self.native, self.native_later = "auto", False
+        self.patience = WANTED_WAIT_S if wanted else 0.0      # (the build's first launch waits that long for it)
         self.native_after = 0.0 if not self.native_later else max(NATIVE_AFTER_S, sum(self.sizes) * (
             NATIVE_S_PER_INSTR_CTA if kernel.tries_cta_code() else NATIVE_S_PER_INSTR))
         self.spent = 0.0                      # seconds its completed launches took, in all
@@ -339,7 +347,7 @@ class Launch:
         run_fast)."""
         plan = self.plan
         ncta_total, per, threads = plan.ncta, plan.per, plan.threads
-        native = plan.native and self.kernel.native_make(wait=plan.native == "on")
+        native = plan.native and self.kernel.native_make(wait=plan.native == "on", patience=plan.patience)
         # a whole kernel a thread at a time (translator/threadgen.py): its chunks bind no block functions
         self.thread_code = native if isinstance(native, ThreadCode) else None
         self.make = None if self.thread_code else native or self.kernel.make   # (compiles the block code once)

@@ -127,12 +127,15 @@ class Kernel:
         return self._make
 
 
-    def native_make(self, wait: bool = True):
+    def native_make(self, wait: bool = True, patience: float = 0.0):
         """The kernel's threadgen.ThreadCode where it can run a thread at a time (Kernel._build_thread_code), else
         make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
         (translator/cgen.py, emu/native.py); None when the kernel has no runs or no native code can be built
         (the NumPy make then serves, with the same results). wait=False starts the build on a background thread
-        and answers None until it is done, so a launch never waits for the compiler."""
+        and answers None until it is done, so a launch never waits for the compiler; the call that starts it waits
+        up to `patience` seconds for it (a kernel built here before: its library is cached, the build is only the
+        source's generation, shorter than a launch of the kernel's NumPy code)."""
+        started = False
         with self._native_lock:
             if self._native is None and self._native_thread is None:
                 if wait:
@@ -141,9 +144,12 @@ class Kernel:
                     self._native_thread = threading.Thread(target=self._background_build, daemon=True,
                                                            name=f"emu-native {self.name[:40]}")
                     self._native_thread.start()
+                    started = True
             thread = self._native_thread
         if wait and thread is not None:
             thread.join()
+        elif started and patience > 0:
+            thread.join(patience)
         return self._native or None
 
     def _background_build(self) -> None:
