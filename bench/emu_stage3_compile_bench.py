@@ -45,6 +45,7 @@ from pyvgpu_daemon.emu.translator.codegen import Codegen  # noqa: E402
 SORT = ROOT / "bench" / "cuda" / "radix_sort_thrust.cu"
 PROGRAMS = [str(SORT), str(ROOT / "bench" / "cuda" / "scan_batches.cu"), "emu_reduce.cu", "emu_cta_talk.cu"]
 TILE = 11776                      # onesweep's tile: 256 threads x 46 keys
+MODES = ("CTA", "lockstep native")  # (--launches: a CTA at a time, the lockstep native code)
 JOBS = 2                          # (ctasplit.JOBS where this tree has it)
 
 
@@ -96,10 +97,10 @@ def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
                       f"{len(text) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
 
 
-def launch_times(launches: int, n: int) -> None:
+def launch_times(launches: int, n: int, modes: list[str]) -> None:
     keys = np.random.default_rng(1).integers(0, 1 << 32, n, dtype=np.uint32)
     order = np.argsort(keys & 255, kind="stable")
-    for mode in ("CTA", "lockstep native"):
+    for mode in modes:
         mem = DeviceMemory(1 << 40, 1 << 28)
         mod = EmuModule.load(ptx_of(str(SORT)), mem, limits=EmuLimits(native="on", ctagen=mode == "CTA"))
         one = next(k for k in mod.kernels if "Onesweep" in k)
@@ -148,11 +149,13 @@ def main() -> None:
     ap.add_argument("--skip-over", type=int, default=1 << 60, help="sources larger than this many bytes: not compiled")
     ap.add_argument("--launches", type=int, default=0)
     ap.add_argument("--keys", type=int, default=1 << 20)
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES,
+                    help="--launches: the paths to time (default both)")
     a = ap.parse_args()
     if a.compile_times:
         compile_times(a.program, a.opt, a.skip_over)
     if a.launches:
-        launch_times(a.launches, a.keys)
+        launch_times(a.launches, a.keys, a.modes)
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
