@@ -66,7 +66,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import control, ctaaffine, ctaatomic, ctasplit, ctawarp, threadgen
+from . import control, ctaaffine, ctaatomic, ctaregs, ctasplit, ctawarp, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -146,15 +146,56 @@ RES_DISPATCH = 1 << 30           # a resume site: the step that was about to run
 T_RUN, T_BAR, T_EXIT, T_WAIT = 0, 1, 2, 3      # (T_WAIT: parked at a warp operation, ctawarp.py)
 # The register file (bytes): the threads' PCs, the list of the threads at the block run, the threads' states, the
 # bar.red site each parked thread waits at (0: a plain barrier) and its predicate, then one array per register
-# (CtaEmitter.array); sized for the largest CTA, so that every offset is a constant
+# (CtaEmitter.array); sized for the kernel's largest CTA (cta_cap), so that every offset is a constant
 MAX_CTA = 1024
-RF_PC, RF_ACT, RF_TS, RF_RSITE, RF_RPRED = 0, 4 * MAX_CTA + 64, 8 * MAX_CTA + 128, 9 * MAX_CTA + 192, 10 * MAX_CTA + 256
-RF_FIXED = 11 * MAX_CTA + 320
+RF_PC = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisterFile:
+    """The fixed arrays' byte offsets in the register file of a kernel whose CTAs have at most `cap` threads (each
+    array 64 bytes past the end of the last: see CtaEmitter.array)."""
+    cap: int
+
+    @property
+    def act(self) -> int:
+        return 4 * self.cap + 64
+
+    @property
+    def ts(self) -> int:
+        return 8 * self.cap + 128
+
+    @property
+    def rsite(self) -> int:
+        return 9 * self.cap + 192
+
+    @property
+    def rpred(self) -> int:
+        return 10 * self.cap + 256
+
+    @property
+    def fixed(self) -> int:
+        """Where the registers' arrays start."""
+        return 11 * self.cap + 320
+
+
+def cta_cap(kernel) -> int:
+    """The most threads a CTA of the kernel has: its .maxntid / .reqntid (a launch with more is refused:
+    limits.check_launch) or MAX_CTA, rounded up to 64 (every array stays aligned to 64 bytes). A register array
+    holds that many elements: CUB's onesweep kernel (.maxntid 256, 3,100 register arrays) touched a 12 MB register
+    file with a 4 KB stride between arrays at 1024 (bench/README.md, "thirteenth step")."""
+    n = MAX_CTA
+    if getattr(kernel, "maxntid", None):
+        n = 1
+        for d in kernel.maxntid:
+            n *= d
+    return min(MAX_CTA, -(-max(n, 1) // 64) * 64)
+
+
 # A kernel of more instructions is "large" (kernel_source: its loops without memory accesses and with them emitted
 # once, guarded branches as calls of BRANCH): CUB's histogram kernel (692) and onesweep kernel (8,629) are
 LARGE_INSTRUCTIONS = 400
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
-_RED_SITE, _RED_PRED = f"(rf + {RF_RSITE})", f"(rf + {RF_RPRED})"
 
 
 def eligible_reason(kernel) -> str | None:
@@ -222,12 +263,16 @@ class CtaEmitter(ThreadEmitter):
     inside one loop only (_locals), a C local; suspensions save only the loop's position (the registers are in
     memory Python owns)."""
 
-    def __init__(self, regs, imm, address, kernel, local: set[str], uniform: set[str] = frozenset()) -> None:
+    def __init__(self, regs, imm, address, kernel, local: set[str], uniform: set[str] = frozenset(),
+                 rf: RegisterFile = RegisterFile(MAX_CTA)) -> None:
         super().__init__(regs, imm, address, kernel)
         self.local = local
         self.uniform = uniform                  # registers kept once per CTA (_uniform)
+        self.rf = rf                            # the register file's layout (its arrays' elements: rf.cap)
         self.offsets: dict[str, int] = {}       # register -> its array's byte offset in rf
-        self.rf_bytes = RF_FIXED
+        self.shared: dict[str, tuple[int, int]] = {}   # register -> the array it shares (ctaregs.shared_arrays)
+        self._slots: dict[object, int] = {}     # an array (a register's name, or a shared array's key) -> offset
+        self.rf_bytes = rf.fixed
         self.shared_sizes: set[int] = set()     # access sizes of _fast_shared_offset (their bounds: kernel_source)
         self.loop_sizes: set[int] = set()       # those of the loop being emitted (_fast_code)
         self.loop_conds: set[str] = set()       # C conditions of its loop without suspensions (hints, parameters)
@@ -246,12 +291,15 @@ class CtaEmitter(ThreadEmitter):
         return f"{self.array(name)}[{0 if name in self.uniform else 'lic'}]"
 
     def array(self, name: str) -> str:
-        """The C expression of a register's array (MAX_CTA elements; each array 64 bytes past a multiple of 1 KiB
-        from the last, so that the arrays' elements of one thread fall in different sets of the L1 cache; a
-        register kept once per CTA has 64 bytes: every array stays aligned to 64)."""
+        """The C expression of a register's array (rf.cap elements; each array 64 bytes past a multiple of 64 bytes
+        times its elements from the last, so that the arrays' elements of one thread fall in different sets of the
+        L1 cache; a register kept once per CTA has 64 bytes: every array stays aligned to 64)."""
         if name not in self.offsets:
-            self.offsets[name] = self.rf_bytes
-            self.rf_bytes += 64 if name in self.uniform else MAX_CTA * _bytes(self.regs[name]) + 64
+            key = self.shared.get(name, name)
+            if key not in self._slots:
+                self._slots[key] = self.rf_bytes
+                self.rf_bytes += 64 if name in self.uniform else self.rf.cap * _bytes(self.regs[name]) + 64
+            self.offsets[name] = self._slots[key]
         return f"(({utype(self.regs[name])} *)(rf + {self.offsets[name]}))"
 
     def emit(self, ins: ir.Instr) -> None:
@@ -384,8 +432,15 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
     large = sum(len(b.instrs) + 1 for b in kernel.blocks) > LARGE_INSTRUCTIONS
     # (CTAs that talk are set aside with their registers' arrays, CtaRegisters: no register is kept once for them)
     uniform = _uniform(kernel, g.address) if kernel.independent_ctas else set()
-    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), uniform)
+    rfl = RegisterFile(cta_cap(kernel))
+    e = CtaEmitter(regs, g.imm, g.address, kernel, _locals(kernel, loops, real), uniform, rfl)
     e.affine = affine
+    entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)
+    if large:
+        # (registers never live together in a thread share an array, ctaregs.py: a large kernel's loops never
+        # run a thread twice)
+        own = e.local | e.uniform | entry | set(SPECIAL_REGISTERS)
+        e.shared = ctaregs.shared_arrays(kernel, regs, set(regs) - own, _bytes)
     nblocks = len(kernel.blocks)
     lines: list[str] = []
     out = lines.append
@@ -482,8 +537,8 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
         consts.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
     aff = [f"uint32_t {f} = 2;" for f in e.aff_flags]      # (ctaaffine.attempt: the CTA as one group first)
-    views = [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {RF_ACT});",
-             f"uint8_t *restrict ts = rf + {RF_TS}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
+    views = [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {rfl.act});",
+             f"uint8_t *restrict ts = rf + {rfl.ts}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
     decls = list(local_decls.values()) + consts + aff + views
     consts += views
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
@@ -493,7 +548,6 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
         decls.append(ctawarp.SCRATCH)
     wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
             f"wf[0] = 1; goto sched; }}\n") if warps else ""
-    entry = (set(kernel.live[0]) if kernel.live else set()) | ctawarp.read_across(kernel, regs)
     # each thread's starting registers, and those of the CTA's registers kept once (set once, before its threads')
     init: list[str] = []
     once: list[str] = []
@@ -527,7 +581,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
            f"    int64_t j = 0, n = 0, lic = 0, i = 0, P = 0, conv = 0;\n"
            f"    uint8_t *sb = 0; const int64_t shl = M->shsize;\n"
            f"    (void)i; (void)cta; (void)sb; (void)shl;\n"
-           f"    if (cs > {MAX_CTA}) return -1;     /* (the register file's arrays hold {MAX_CTA} threads) */\n"
+           f"    if (cs > {rfl.cap}) return -1;     /* (the register file's arrays hold {rfl.cap} threads) */\n"
            f"    if (st[{ST_RESUME}]) {{\n"
            f"        cl = (int64_t)st[{ST_CL}]; cnt = (int64_t)st[{ST_CNT}]; lim = cnt + X->every;\n"
            f"        j = (int64_t)st[{ST_J}]; n = (int64_t)st[{ST_N}]; P = (int64_t)st[{ST_P}];\n"
@@ -583,8 +637,9 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
            f"st[{ST_J}] = (uint64_t)j;\n"
            f"    st[{ST_N}] = (uint64_t)n; st[{ST_P}] = (uint64_t)P; st[{ST_CONV}] = (uint64_t)conv;\n"
            f"    return rc;\n}}\n")
-    regfile = ctaatomic.CtaRegisters(e.rf_bytes, [(RF_PC, 4), (RF_ACT, 4), (RF_TS, 1), (RF_RSITE, 1), (RF_RPRED, 1)] + [
-        (off, _bytes(regs[r])) for r, off in e.offsets.items()], talking=not kernel.independent_ctas,
+    fixed = [(RF_PC, 4), (rfl.act, 4), (rfl.ts, 1), (rfl.rsite, 1), (rfl.rpred, 1)]
+    arrays = sorted({off: _bytes(regs[r]) for r, off in e.offsets.items()}.items())   # (shared arrays once)
+    regfile = ctaatomic.CtaRegisters(e.rf_bytes, fixed + arrays, talking=not kernel.independent_ctas,
         instructions=sum(len(b.instrs) + 1 for b in kernel.blocks))
     if split:
         src = [src] + sp.units              # (translation units: the kernel function's first)
@@ -599,7 +654,7 @@ def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
     true predicates (u32), and/or reduce them (pred)."""
     kind, red, _a, _cnt, pred_op = control.bar_form(t)
     if red is None:
-        return "", f"{_RED_SITE}[lic] = 0;"
+        return "", f"(rf + {e.rf.rsite})[lic] = 0;"
     if len(reds) >= 255:
         raise NoC
     k = len(reds) + 1
@@ -613,10 +668,11 @@ def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
     init = "1" if red == "and" else "0"
     conv = (f"{{ uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) {{ uint32_t x = {p}; {step} }} "
             f"for (lic = 0; lic < cs; lic++) {{ {write} }} }}")
-    at = f"ts[lic] == {T_BAR} && {_RED_SITE}[lic] == {k}"
-    reds.append(f"uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) if ({at}) {{ uint32_t x = {_RED_PRED}[lic]; "
+    site, pred = f"(rf + {e.rf.rsite})", f"(rf + {e.rf.rpred})"
+    at = f"ts[lic] == {T_BAR} && {site}[lic] == {k}"
+    reds.append(f"uint32_t acc = {init}; for (lic = 0; lic < cs; lic++) if ({at}) {{ uint32_t x = {pred}[lic]; "
                 f"{step} }} for (lic = 0; lic < cs; lic++) if ({at}) {{ {write} }}")
-    return conv, f"{_RED_SITE}[lic] = {k}; {_RED_PRED}[lic] = {p};"
+    return conv, f"{site}[lic] = {k}; {pred}[lic] = {p};"
 
 
 def _fast_code(e: CtaEmitter, body: list[ir.Instr], regs) -> tuple[str, str, str | None, str] | None:
