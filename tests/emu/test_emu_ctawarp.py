@@ -287,6 +287,47 @@ def test_converged_partial_warps(nthreads):
             assert r[5] == (1 << len(lanes)) - 1 if len(lanes) < 32 else r[5] == 0xFFFFFFFF
 
 
+# Votes of the whole warp, unguarded, in a converged CTA (ctawarp._converged_vote: no gathers, no waiting): %p1 false
+# in warp 0 and true after, %p2 true below thread 40 (warp 1 split), each in all four modes
+CONVERGED_VOTES = HEAD + """
+.visible .entry cvv(.param .u64 out)
+{
+  .reg .b32 %r<24>; .reg .pred %p<12>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  setp.ge.u32 %p1, %r1, 32;
+  setp.lt.u32 %p2, %r1, 40;
+  vote.sync.all.pred %p3, %p1, -1;
+  vote.sync.uni.pred %p4, %p1, 0xffffffff;
+  vote.sync.any.pred %p5, %p1, -1;
+  vote.sync.ballot.b32 %r2, %p1, -1;
+  vote.sync.all.pred %p6, %p2, -1;
+  vote.sync.uni.pred %p7, %p2, -1;
+  vote.sync.any.pred %p8, %p2, -1;
+  vote.sync.ballot.b32 %r3, !%p2, -1;
+  selp.u32 %r4, 1, 0, %p3; selp.u32 %r5, 1, 0, %p4; selp.u32 %r6, 1, 0, %p5;
+  selp.u32 %r7, 1, 0, %p6; selp.u32 %r8, 1, 0, %p7; selp.u32 %r9, 1, 0, %p8;
+  mul.wide.u32 %rd2, %r1, 32;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {%r4, %r5, %r6, %r2};
+  st.global.v4.u32 [%rd3+16], {%r7, %r8, %r9, %r3};
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("nthreads", [1, 32, 33, 70, 96])
+def test_converged_votes_of_the_whole_warp_in_every_mode(nthreads):
+    got = _both_out(CONVERGED_VOTES, "cvv", nthreads, 2, 8)
+    t = np.arange(nthreads)
+    for p, neg, cols in ((t >= 32, False, slice(0, 4)), (t < 40, True, slice(4, 8))):
+        for w0 in range(0, nthreads, 32):
+            w = p[w0:w0 + 32]
+            bits = sum(1 << k for k, x in enumerate(w) if x != neg)
+            exp = [int(w.all()), int(w.all() or not w.any()), int(w.any()), bits]
+            assert (got[w0:w0 + 32, cols] == exp).all(), (nthreads, w0, got[w0, cols], exp)
+
+
 # ---------------------------------------------------------------- the reduction sample's patterns (emu_reduce.cu)
 @pytest.fixture(scope="module")
 def reduce_ptx() -> str:

@@ -17,6 +17,9 @@ is not a multiple of 32 has a short last warp):
   whose guard holds; shfl reads 0 from a source lane that does not (NVIDIA's GPUs; runtime/collective.py), and
   vote/redux/match count the executing threads whose own member-mask bit is set.
 
+An unguarded vote whose member mask is the whole warp, in a converged CTA, needs none of this (no warp waits, every
+thread executes it): each warp's ballot is made from the predicates and written in one pass (_converged_vote).
+
 Restricted to one CTA, these are the lockstep chunk's steps; the chunk's `forced` flag is the chunk's, here the
 CTA's: a warp whose threads wait at different warp operations (undefined in the ISA) could be released in another
 order when a chunk holds several CTAs. wmma/mma are not served here (eligible: the kernel keeps the other paths).
@@ -239,10 +242,32 @@ def block_code(e, t: ir.Instr, nxt: int) -> str:
     elif op == "activemask":
         writes = [(t.dsts[0], "b32", "W_h[lic >> 5]")]
     write = " ".join(_write(e, plain, d, typ, v) for d, typ, v in writes)
-    return (f"{{ {pre}if (!WREADY(W_h, cs, conv, act, n, ts, wf, W_m, {int(waits)})) goto sched; "
+    fast = _converged_vote(e, t, plain, msk, nxt) if op == "vote" else ""
+    return (f"{{ {fast}{pre}if (!WREADY(W_h, cs, conv, act, n, ts, wf, W_m, {int(waits)})) goto sched; "
             f"{at}{' '.join(gather)} }} {compute} "
             f"{at}if (W_g[lic]) {{ {write} }} if (!conv) pc[lic] = {nxt}; }} "
             f"if (conv) {{ P = {nxt}; goto dispatch; }} goto sched; }}")
+
+
+def _converged_vote(e, t: ir.Instr, plain: ir.Instr, msk, nxt: int) -> str:
+    """C statements running an unguarded vote whose member mask is the whole warp (none, or the immediate
+    0xFFFFFFFF) when the CTA is converged, then going on at block nxt; "" for other votes. Converged, no warp waits
+    (WREADY: every thread is at the block) and every thread executes it, a member of its warp (lanes past the CTA's
+    last thread are none): the ballot of each warp straight from the predicates, the result straight into the
+    destination, one pass each instead of WREADY, the gathers, WVOTE and the writes (CUB's onesweep: 371 ballots a
+    CTA, a third of its native time; bench/README.md, "thirteenth step")."""
+    full = msk is None or (isinstance(msk, ir.Imm) and isinstance(msk.value, int) and
+                           not msk.is_float_bits and msk.value & 0xFFFFFFFF == 0xFFFFFFFF)
+    if t.guard is not None or not full:
+        return ""
+    pred = e.src(t.srcs[0], "pred", t)
+    mem = "(uint32_t)((UINT64_C(1) << (we - w0)) - 1)"
+    v = {"ballot": "bal", "any": "(uint32_t)(bal != 0)", "all": f"(uint32_t)(bal == {mem})",
+         "uni": f"(uint32_t)(bal == 0 || bal == {mem})"}[t.mods[1]]
+    write = _write(e, plain, t.dsts[0], t.mods[2], "v")
+    return (f"if (conv) {{ for (int64_t w0 = 0; w0 < cs; w0 += 32) {{ const int64_t we = cs - w0 < 32 ? cs : w0 + 32; "
+            f"uint32_t bal = 0; for (lic = w0; lic < we; lic++) bal |= (uint32_t)(({pred}) != 0) << (lic - w0); "
+            f"const uint32_t v = {v}; for (lic = w0; lic < we; lic++) {{ {write} }} }} P = {nxt}; goto dispatch; }} ")
 
 
 def _write(e, t: ir.Instr, dst, typ: str, value: str) -> str:
