@@ -101,6 +101,24 @@ static inline uint32_t WMEM(uint32_t ex, int64_t b0, const uint32_t *mk) {
     for (int l = 0; l < 32; l++) m |= ((mk[b0 + l] >> l) & 1u) << l;
     return m & ex;
 }
+/* a converged CTA's whole-warp ballot (_converged_vote): per warp, bit l of each of its lanes' result set where lane
+ * l's predicate byte is nonzero (lanes past the CTA's last thread: none); 8 lanes at a time (each nonzero byte's top
+ * bit, gathered by a multiply), the results stored two at a time */
+static __attribute__((noinline)) void WBALLOT(const uint8_t *p, uint32_t *d, int64_t cs) {
+    for (int64_t w0 = 0; w0 < cs; w0 += 32) {
+        const int64_t nl = cs - w0 < 32 ? cs - w0 : 32;
+        uint32_t b = 0; int64_t l = 0;
+        for (; l + 8 <= nl; l += 8) {
+            uint64_t x; memcpy(&x, p + w0 + l, 8);
+            x = (((x & UINT64_C(0x7F7F7F7F7F7F7F7F)) + UINT64_C(0x7F7F7F7F7F7F7F7F)) | x) & UINT64_C(0x8080808080808080);
+            b |= (uint32_t)(((x >> 7) * UINT64_C(0x0102040810204080)) >> 56) << l;
+        }
+        for (; l < nl; l++) b |= (uint32_t)(p[w0 + l] != 0) << l;
+        const uint64_t bb = (uint64_t)b << 32 | b;
+        for (l = 0; l + 2 <= nl; l += 2) memcpy(d + w0 + l, &bb, 8);
+        if (l < nl) d[w0 + l] = b;
+    }
+}
 /* shfl.sync (mode 0 up, 1 down, 2 bfly, 3 idx): runtime/collective._shfl_lanes; a source not executing it reads 0 */
 static __attribute__((noinline)) void WSHFL(int mode, const uint32_t *hm, int64_t cs, const uint8_t *g,
         const uint32_t *a, const uint32_t *b, const uint32_t *c, uint32_t *d, uint8_t *p) {
@@ -260,7 +278,12 @@ def _converged_vote(e, t: ir.Instr, plain: ir.Instr, msk, nxt: int) -> str:
                            not msk.is_float_bits and msk.value & 0xFFFFFFFF == 0xFFFFFFFF)
     if t.guard is not None or not full:
         return ""
-    pred = e.src(t.srcs[0], "pred", t)
+    src, dst = t.srcs[0], t.dsts[0]
+    if t.mods[1] == "ballot" and _array(e, src, 1) and _array(e, dst, 32):
+        # (a predicate's array and a 32-bit register's: WBALLOT, 8 lanes at a time; CUB's ballots are all such)
+        return (f"if (conv) {{ WBALLOT((const uint8_t *){e.array(src.name)}, (uint32_t *){e.array(dst.name)}, cs); "
+                f"P = {nxt}; goto dispatch; }} ")
+    pred = e.src(src, "pred", t)
     mem = "(uint32_t)((UINT64_C(1) << (we - w0)) - 1)"
     v = {"ballot": "bal", "any": "(uint32_t)(bal != 0)", "all": f"(uint32_t)(bal == {mem})",
          "uni": f"(uint32_t)(bal == 0 || bal == {mem})"}[t.mods[1]]
@@ -268,6 +291,13 @@ def _converged_vote(e, t: ir.Instr, plain: ir.Instr, msk, nxt: int) -> str:
     return (f"if (conv) {{ for (int64_t w0 = 0; w0 < cs; w0 += 32) {{ const int64_t we = cs - w0 < 32 ? cs : w0 + 32; "
             f"uint32_t bal = 0; for (lic = w0; lic < we; lic++) bal |= (uint32_t)(({pred}) != 0) << (lic - w0); "
             f"const uint32_t v = {v}; for (lic = w0; lic < we; lic++) {{ {write} }} }} P = {nxt}; goto dispatch; }} ")
+
+
+def _array(e, o, bits: int) -> bool:
+    """Whether operand o is a register of `bits` bits held in an array over the CTA's threads (ctagen.CtaEmitter:
+    not a C local, not kept once per CTA), not negated."""
+    return isinstance(o, ir.Reg) and o.name in e.regs and e.regs[o.name] == bits and o.name not in e.local and \
+        o.name not in e.uniform
 
 
 def _write(e, t: ir.Instr, dst, typ: str, value: str) -> str:
