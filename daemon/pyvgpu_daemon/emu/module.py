@@ -171,6 +171,8 @@ class EmuModule:
         for name in list(self._compiled):
             self.budget.forget((id(self), name))
         self._compiled.clear()
+        for plan in self._plans.values():
+            plan.drop()
         self._plans.clear()
         self.budget.release(self.held)
         self.held = 0
@@ -256,7 +258,7 @@ class EmuModule:
         """The budget needs the room of this kernel's translation: forget it and its launch plans."""
         self._compiled.pop(name, None)
         for key in [key for key in self._plans if key[0] == name]:
-            del self._plans[key]
+            self._plans.pop(key).drop()         # (its translation's entry is gone: nothing is given back)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
                params: bytes, max_dynamic_shared: int | None = None, resources=None, peers=(),
@@ -292,7 +294,7 @@ class EmuModule:
         else:
             plan = self._plan(kernel, grid, block, shmem, max_dynamic_shared, stack_size, cooperative)
             if len(self._plans) >= _MAX_PLANS:
-                self._plans.pop(next(iter(self._plans))).release()    # the oldest: a few configurations repeat
+                self._plans.pop(next(iter(self._plans))).drop()       # the oldest: a few configurations repeat
             self._plans[key] = plan
         return plan
 

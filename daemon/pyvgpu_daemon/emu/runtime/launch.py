@@ -194,6 +194,17 @@ class LaunchPlan:
                 self.charge(-self.kept_bytes)
             self.kept_bytes = 0
 
+    def drop(self) -> None:
+        """The module let the plan go (evicted, its translation dropped, the module unloaded): release, and keep
+        nothing from now on. A launch of it may still run (another stream's; a run of launches holds its plans,
+        backends/emu.py _RunLaunches): its chunks would be kept, and charged, in a plan no one takes them from."""
+        with self._keep_lock:
+            charge, self.charge = self.charge, None
+            self.kept.clear()
+            if self.kept_bytes and charge is not None:
+                charge(-self.kept_bytes)
+            self.kept_bytes = 0
+
     @property
     def tiny(self) -> bool:
         """Whether a launch of this configuration is certain to be short, so that the daemon's event loop may run
