@@ -43,3 +43,58 @@ def test_a_plan_the_module_let_go_keeps_nothing_charged_from_a_launch_still_runn
         used = m2.budget.used
         m2.run_plan(plan, "state", params)
         assert not plan.kept and m2.budget.used == used, let_go
+
+
+# ------------------------------------------------------------------ the first launch's wait for a wanted build
+def _wanted_module_with_a_slow_build(monkeypatch, tmp_path, **limits):
+    """A module whose kernel `ids` was built here before (wanted) and whose build now takes 10 s (its library gone)."""
+    import time as _time
+
+    from pyvgpu_daemon.emu import native as native_mod
+    from pyvgpu_daemon.emu.limits import EmuLimits
+    from pyvgpu_daemon.emu.module import EmuModule
+    from pyvgpu_daemon.emu.runtime import launch as emu_launch
+    from pyvgpu_daemon.emu.translator.kernel import Kernel
+
+    from test_emu_launch_plan import PTX as IDS_PTX
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 3600.0)
+    monkeypatch.setattr(emu_launch, "WANTED_WAIT_S", 5.0)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = EmuModule.load(IDS_PTX.encode(), mem, limits=EmuLimits(native="auto"))
+    native_mod.mark_wanted(m.kernel("ids").native_key)
+    slow = Kernel._build_native_or_false
+
+    def slower(self):
+        _time.sleep(10.0)
+        return slow(self)
+
+    monkeypatch.setattr(Kernel, "_build_native_or_false", slower)
+    return EmuModule.load(IDS_PTX.encode(), mem, limits=EmuLimits(native="auto", **limits)), mem
+
+
+def test_a_launch_waiting_for_its_build_is_cancelled_and_timed_as_one_running(monkeypatch, tmp_path):
+    # The first launch of a wanted kernel waited WANTED_WAIT_S for its build without a check: a session whose client
+    # left (cancel set) held on for it, and a launch with a time limit below it failed with cudaErrorLaunchTimeout
+    # where its NumPy code ran well within the limit.
+    import threading
+    import time
+
+    from pyvgpu_daemon.errors import CudaError
+    m, mem = _wanted_module_with_a_slow_build(monkeypatch, tmp_path)
+    out = mem.alloc(16 * 1000)
+    cancel = threading.Event()
+    cancel.set()
+    t0 = time.monotonic()
+    try:
+        m.launch("ids", (4, 1, 1), (256, 1, 1), 0, struct.pack("<QI", out, 3) + b"\0" * 4, cancel=cancel)
+    except CudaError as e:
+        assert "cancelled" in str(e)
+    else:
+        raise AssertionError("a cancelled launch ran")
+    assert time.monotonic() - t0 < 1.5, "the cancelled launch waited for the build"
+    m, mem = _wanted_module_with_a_slow_build(monkeypatch, tmp_path, max_seconds=2.0)
+    out = mem.alloc(16 * 1000)
+    m.launch("ids", (4, 1, 1), (256, 1, 1), 0, struct.pack("<QI", out, 3) + b"\0" * 4)      # (no timeout)
+    v = np.frombuffer(bytes(mem.read(out, 16 * 1000)), np.dtype([("g", "<u8"), ("v", "<u4"), ("p", "<u4")]))["v"]
+    assert (v == np.arange(1000) + 3).all()

@@ -358,7 +358,10 @@ class Launch:
         run_fast)."""
         plan = self.plan
         ncta_total, per, threads = plan.ncta, plan.per, plan.threads
-        native = plan.native and self.kernel.native_make(wait=plan.native == "on", patience=plan.patience)
+        # (a build waited for: at most half the time left to the deadline, the launch's checks made meanwhile)
+        patience = min(plan.patience, max(0.0, (self.deadline - time.monotonic()) / 2)) if plan.patience else 0.0
+        native = plan.native and self.kernel.native_make(wait=plan.native == "on", patience=patience,
+                                                         check=self.check_time)
         # a whole kernel a thread at a time (translator/threadgen.py): its chunks bind no block functions
         self.thread_code = native if isinstance(native, ThreadCode) else None
         self.make = None if self.thread_code else native or self.kernel.make   # (compiles the block code once)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from typing import Callable
 from collections import OrderedDict
 
 from pyvgpu_daemon.errors import CudaError
@@ -30,6 +31,9 @@ from .codegen import Codegen, err_ptx
 from .inline import FP, entry_label, inline
 from .liveness import AnyRegister, live_in, reads_writes
 
+
+# A launch waiting for its kernel's build (native_make's patience) checks its cancellation and turn this often.
+PATIENCE_SLICE_S = 0.05
 
 class Kernel:
     """One .entry compiled for the interpreter."""
@@ -127,14 +131,16 @@ class Kernel:
         return self._make
 
 
-    def native_make(self, wait: bool = True, patience: float = 0.0):
+    def native_make(self, wait: bool = True, patience: float = 0.0, check: Callable[[], None] | None = None):
         """The kernel's threadgen.ThreadCode where it can run a thread at a time (Kernel._build_thread_code), else
         make(S) with every run of ALU instructions in converged block code replaced by one call of compiled C
         (translator/cgen.py, emu/native.py); None when the kernel has no runs or no native code can be built
         (the NumPy make then serves, with the same results). wait=False starts the build on a background thread
         and answers None until it is done, so a launch never waits for the compiler; the call that starts it waits
         up to `patience` seconds for it (a kernel built here before: its library is cached, the build is only the
-        source's generation, shorter than a launch of the kernel's NumPy code)."""
+        source's generation, shorter than a launch of the kernel's NumPy code), calling `check()` every
+        PATIENCE_SLICE_S meanwhile (the launch's check_time: its cancellation and the session's turn are served
+        while it waits, as while it runs; check may raise)."""
         started = False
         with self._native_lock:
             if self._native is None and self._native_thread is None:
@@ -149,7 +155,13 @@ class Kernel:
         if wait and thread is not None:
             thread.join()
         elif started and patience > 0:
-            thread.join(patience)
+            end = time.monotonic() + patience
+            while True:
+                thread.join(max(0.0, min(PATIENCE_SLICE_S, end - time.monotonic())))
+                if not thread.is_alive() or time.monotonic() >= end:
+                    break
+                if check is not None:
+                    check()
         return self._native or None
 
     def _background_build(self) -> None:
