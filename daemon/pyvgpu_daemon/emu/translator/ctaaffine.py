@@ -58,6 +58,23 @@ def candidates(e, body: list[ir.Instr], fast_kind: Callable[[object, ir.Instr], 
 
 GROUP = 16                      # threads of a group with a base of its own (AVX-512: 16 lanes of 32 bits)
 
+# The comparisons' accumulators, declared before an attempt: `dev` (32 bits) takes the comparisons of 32-bit
+# addresses and the outcome, `dew` (64 bits) those of 64-bit addresses, folded into `dev` after each pass. One 64-bit
+# accumulator for all made every comparison a 64-bit vector reduction (16 lanes as two vectors of 8, each 32-bit
+# difference widened first): up to a quarter of a grouped tile's launch (bench/README.md, "thirteenth step").
+DECLS = "uint32_t dev = 1; uint64_t dew = 0;"
+
+
+def compare32(a: str, expected: str) -> str:
+    """C statement (in "affine", "affcheck"): a thread's 32-bit address `a` compared with the attempt's."""
+    return f"dev |= {a} ^ {expected};"
+
+
+def compare64(a: str, expected: str) -> str:
+    """C statement: a thread's 64-bit address `a` compared with the attempt's, every bit (an address that differs
+    only above bit 31 is a difference: test_an_address_4_gib_off)."""
+    return f"dew |= {a} ^ {expected};"
+
 
 def shared_range(ab: str, vsize: int) -> str:
     """C condition: every offset of a group, its base `ab`g + vsize x thread, inside the CTA's window, aligned,
@@ -102,10 +119,12 @@ def attempt(first: str, loop_pragma: str, affine: str, affcheck: str | None, bas
     def both(body: str) -> str:
         return f"if (gs == cs) {{ {whole} {{ {body} }} }} }} else {{ {part} {{ {body} }} }} }}"
     # (an access made as usual in those passes, not one of the attempt's, may set `bad`: counted as a difference)
-    passes = both(affine) if affcheck is None else f"{both(affcheck)} if (!dev && !bad) {{ {both(affine)} }}"
+    fold = "dev |= (uint32_t)(dew != 0);"
+    passes = (f"{both(affine)} {fold}" if affcheck is None else
+              f"{both(affcheck)} {fold} if (!dev && !bad) {{ {both(affine)} {fold} }}")
     return (f"if ({flag}) {{ {decl} int64_t lg = 0, gs = {flag} == 2 ? cs : {GROUP}; "
             f"if (cs % gs == 0) {{ "
             f"for (lg = 0; lg < cs && !bad; lg += gs) {{ lic = lg; {first} }} "
             f"uint32_t rok = !bad; for (lg = 0; lg < cs && rok; lg += gs) {{ {load} rok = {' && '.join(ranges)}; }} "
-            f"if (rok) {{ dev = 0; {passes} dev |= bad; }} }} "
+            f"if (rok) {{ dev = 0; dew = 0; {passes} dev |= bad; }} }} "
             f"bad = 0; if (dev) {flag} -= 1; }}")

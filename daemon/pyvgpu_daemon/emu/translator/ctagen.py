@@ -468,7 +468,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
                 passes = (f"{loop} {{ {fast[0]} }}" if fast[2] is None else
                           f"{loop} {{ {fast[2]} }} if (!bad) {{ {loop} {{ {fast[0]} }} }}")
                 if fast[4] is not None:    # (contiguous accesses first, the usual passes when they are not)
-                    passes = f"uint64_t dev = 1; {fast[4]} if (dev) {{ {passes} }}"
+                    passes = f"{ctaaffine.DECLS} {fast[4]} if (dev) {{ {passes} }}"
                 out(f"{{ uint32_t bad = 1; if (conv && {fast[1]}) {{ bad = 0; {fast[3]} {passes} }} "
                     f"if (bad) {{ {_SLOW_LOOP} {_shared_at_cta(code)} }} }} }}")
             elif any(x.opcode in ACCESS_OPCODES for x in body):
@@ -833,10 +833,10 @@ def _fast_shared_offset(e: CtaEmitter, ins: ir.Instr, vsize: int) -> tuple[str, 
         if ins.opcode != "st" or e.aff_mode == "affcheck":
             if narrow:
                 a = f"(uint32_t)({e.src(ir.Reg(ins.srcs[0].base.name), 'u32', ins)} + UINT32_C({off & 0xFFFFFFFF:#x}))"
-                e.lines.append(f"dev |= {a} ^ (uint32_t){ctaaffine.affine_offset(ab, vsize)};")
+                e.lines.append(ctaaffine.compare32(a, f"(uint32_t){ctaaffine.affine_offset(ab, vsize)}"))
             else:
-                e.lines.append(f"dev |= (uint64_t)({address_expr(e, ins, kind, off)}) ^ "
-                               f"{ctaaffine.affine_offset(ab, vsize)};")
+                e.lines.append(ctaaffine.compare64(f"(uint64_t)({address_expr(e, ins, kind, off)})",
+                                                   ctaaffine.affine_offset(ab, vsize)))
         e.lines.append(f"uint64_t {o}i = {ctaaffine.affine_offset(ab, vsize)};")
         return o, "1"
     if narrow:
@@ -884,8 +884,8 @@ def _fast_global_address(e: CtaEmitter, ins: ir.Instr, vsize: int, check: bool =
     if ab is not None and e.aff_mode in ("affine", "affcheck"):
         # (the attempt's address; the thread's own compared with it, but in a store's second pass, after affcheck)
         if ins.opcode != "st" or e.aff_mode == "affcheck":
-            e.lines.append(f"dev |= (uint64_t)({address_expr(e, ins, kind, off)}) ^ "
-                           f"{ctaaffine.affine_offset(ab, vsize)};")
+            e.lines.append(ctaaffine.compare64(f"(uint64_t)({address_expr(e, ins, kind, off)})",
+                                               ctaaffine.affine_offset(ab, vsize)))
         return f"(hb + {ctaaffine.affine_offset(ab, vsize)})"
     e.lines.append(f"uint64_t {a} = (uint64_t)({address_expr(e, ins, kind, off)});")
     if ab is not None and e.aff_mode == "first":
