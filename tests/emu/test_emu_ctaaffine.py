@@ -22,20 +22,21 @@ from test_emu_threadgen import HEAD, _module
 
 # out[g'] = {s[t' + dl + sofs/4], sum of in[g' + d0], in[g' + d0].x, g}, s[t' + ds + sofs/4] = sum of in[g' + d0]:
 # thread `who` of CTA `cta` adds d to the index of the accesses whose bit is set in `what` (1 global load, 2 shared
-# store, 4 shared load, 8 global store: g'' = g' + d); t' = t + gap x (t / 16), g' = g + gap x (t / 16): with a gap,
-# contiguous by groups of 16 threads only (ctaaffine.GROUP), the CTA as a whole not.
+# store, 4 shared load, 8 global store: g'' = g' + d); t' = t + gap x (t >> gsh), g' = g + gap x (t >> gsh): with a
+# gap, contiguous by groups of 2^gsh threads only (16: ctaaffine.GROUP; 32: a larger size of the attempts' steps),
+# the CTA as a whole not.
 AFF = HEAD + """
 .visible .entry af(.param .u64 out, .param .u64 in, .param .u32 who, .param .u32 cta, .param .u32 what,
-                   .param .u32 d, .param .u32 sofs, .param .u32 gap)
+                   .param .u32 d, .param .u32 sofs, .param .u32 gap, .param .u32 gsh)
 {
   .reg .pred %p<4>; .reg .b32 %r<40>; .reg .b64 %rd<8>;
   .shared .align 16 .b8 sh[1024];
   ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
   ld.param.u32 %r10, [who]; ld.param.u32 %r11, [cta]; ld.param.u32 %r12, [what]; ld.param.u32 %r13, [d];
-  ld.param.u32 %r9, [sofs]; ld.param.u32 %r31, [gap];
+  ld.param.u32 %r9, [sofs]; ld.param.u32 %r31, [gap]; ld.param.u32 %r33, [gsh];
   mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
   mad.lo.s32 %r4, %r3, %r2, %r1;
-  shr.u32 %r32, %r1, 4; mul.lo.u32 %r32, %r32, %r31;
+  shr.u32 %r32, %r1, %r33; mul.lo.u32 %r32, %r32, %r31;
   setp.eq.u32 %p1, %r1, %r10;
   setp.eq.and.u32 %p1, %r3, %r11, %p1;
   selp.b32 %r14, %r13, 0, %p1;
@@ -63,21 +64,26 @@ AFF = HEAD + """
 """
 GRID, BLOCK = 4, 64
 N = GRID * BLOCK
+# (gap, gsh, block): contiguous as a whole CTA; by groups of 16 (ctaaffine.GROUP, after the whole CTA and groups of
+# 32 failed); by groups of 32 (after the whole CTA failed); by 16 in a CTA of 48 threads (not a multiple of 32)
+GROUPS = [(0, 4, BLOCK), (1, 4, BLOCK), (1, 5, BLOCK), (1, 4, 48)]
+GROUP_IDS = ["whole CTA", "groups of 16", "groups of 32", "groups of 16 in a CTA of 48"]
 
 
-def _launch(mode: dict, who: int, cta: int, what: int, d: int, sofs: int = 0, short: int = 0, gap: int = 0):
+def _launch(mode: dict, who: int, cta: int, what: int, d: int, sofs: int = 0, short: int = 0, gap: int = 0,
+            gsh: int = 4, block: int = BLOCK):
     """(out's words or (error code, out's words), the CTA code or None); `in` is allocated last, `short` elements
-    shorter than the grid (past it, no allocation)."""
+    shorter than the grid (past it, no allocation); `block` threads a CTA (N in all when BLOCK)."""
     mem = DeviceMemory(1 << 40, 1 << 24)
     mod = _module(AFF, mode, mem)
     out = mem.alloc(16 * (N + 64))
-    size = N + 3 * gap - short
+    size = GRID * block + ((block - 1) >> gsh) * gap - short
     src = mem.alloc(16 * size)
     data = (np.arange(4 * size, dtype=np.uint32) * 2654435761) >> 7
     mem.write(src, data.tobytes())
     try:
-        mod.launch("af", (GRID, 1, 1), (BLOCK, 1, 1), 0,
-                   struct.pack("<QQIIIIII", out, src, who, cta, what, d & 0xFFFFFFFF, sofs, gap))
+        mod.launch("af", (GRID, 1, 1), (block, 1, 1), 0,
+                   struct.pack("<QQIIIIIII", out, src, who, cta, what, d & 0xFFFFFFFF, sofs, gap, gsh))
         result = np.frombuffer(bytes(mem.read(out, 16 * (N + 64))), np.uint32).copy()
     except CudaError as e:
         result = (e.code, np.frombuffer(bytes(mem.read(out, 16 * (N + 64))), np.uint32).copy())
@@ -121,12 +127,13 @@ def test_the_source_has_attempts_unless_too_large(monkeypatch):
                          ids=["first thread, first CTA", "first thread, a later CTA", "a middle thread, first CTA",
                               "a middle thread, the last CTA", "the last thread, a later CTA",
                               "the last thread onto the first"])
-@pytest.mark.parametrize("gap", [0, 1], ids=["whole CTA", "groups of 16"])
-def test_one_thread_off_the_contiguous_addresses(monkeypatch, tick, what, who, cta, d, gap):
+@pytest.mark.parametrize("gap, gsh, block", GROUPS, ids=GROUP_IDS)
+def test_one_thread_off_the_contiguous_addresses(monkeypatch, tick, what, who, cta, d, gap, gsh, block):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
-    on, code, _ = _launch(CTA, who, cta, what, d, gap=gap)
-    off, _, _ = _launch(OFF, who, cta, what, d, gap=gap)
+    who, d = min(who, block - 1), max(d, -min(who, block - 1))    # (a CTA of 48: its last thread, onto its first)
+    on, code, _ = _launch(CTA, who, cta, what, d, gap=gap, gsh=gsh, block=block)
+    off, _, _ = _launch(OFF, who, cta, what, d, gap=gap, gsh=gsh, block=block)
     assert code is not None
     assert not isinstance(off, tuple)
     assert _same(on, off), np.nonzero(on != off)
@@ -136,15 +143,17 @@ def test_one_thread_off_the_contiguous_addresses(monkeypatch, tick, what, who, c
 @pytest.mark.parametrize("sofs, short", [(1024 - 128, 0), (1024 - 4 * BLOCK, 0), (0, 8), (0, BLOCK), (0, 0)],
                          ids=["shared window passed by half", "shared window exactly", "allocation passed by 8",
                               "allocation passed by a CTA", "neither"])
-@pytest.mark.parametrize("gap", [0, 1], ids=["whole CTA", "groups of 16"])
-def test_a_range_past_the_window_or_the_allocation(monkeypatch, tick, sofs, short, gap):
+@pytest.mark.parametrize("gap, gsh, block", GROUPS, ids=GROUP_IDS)
+def test_a_range_past_the_window_or_the_allocation(monkeypatch, tick, sofs, short, gap, gsh, block):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
-    sofs = max(sofs - 12 * gap, 0) if sofs == 1024 - 4 * BLOCK else sofs
-    on, code, _ = _launch(CTA, 0, 0, 0, 0, sofs, short, gap)
-    off, _, _ = _launch(OFF, 0, 0, 0, 0, sofs, short, gap)
+    if sofs == 1024 - 4 * BLOCK:        # (the last thread's word the window's last)
+        sofs = 1024 - 4 * block - 4 * gap * ((block - 1) >> gsh)
+    short = min(short, block)
+    on, code, _ = _launch(CTA, 0, 0, 0, 0, sofs, short, gap, gsh, block)
+    off, _, _ = _launch(OFF, 0, 0, 0, 0, sofs, short, gap, gsh, block)
     monkeypatch.setattr(ctaaffine, "MAX_BYTES", 0)
-    before, _, _ = _launch(CTA, 0, 0, 0, 0, sofs, short, gap)
+    before, _, _ = _launch(CTA, 0, 0, 0, 0, sofs, short, gap, gsh, block)
     assert code is not None
     assert isinstance(off, tuple) == (sofs == 1024 - 128 or short > 0)
     if isinstance(off, tuple):
@@ -183,12 +192,15 @@ def test_a_source_too_large_with_attempts_is_made_without_them(monkeypatch):
 
 
 @pytest.mark.parametrize("what", [1, 8], ids=["global load", "global store"])
-@pytest.mark.parametrize("gap", [0, 1], ids=["whole CTA", "groups of 16"])
-def test_an_address_4_gib_off(what, gap):
+@pytest.mark.parametrize("gap, gsh, block, cta", [(0, 4, 64, 1), (1, 4, 64, 3), (1, 5, 64, 2), (1, 4, 48, 3)],
+                         ids=GROUP_IDS)
+def test_an_address_4_gib_off(what, gap, gsh, block, cta):
     """A thread's address differing from the attempt's only above bit 31 (d x 16 bytes = 2^32): outside every
     allocation, the lockstep path's fault, not the attempt's read or write at the low 32 bits' address."""
-    # (in a CTA that makes an attempt: the second, the whole CTA; the third, by groups, after the second's failed)
-    on, code, _ = _launch(CTA, 5, 1 + gap, what, 1 << 28, gap=gap)
-    off, _, _ = _launch(OFF, 5, 1 + gap, what, 1 << 28, gap=gap)
+    # (in a CTA that makes an attempt at the size that fits: the first CTA makes none, its pointers without a hint
+    # yet; the whole CTA in the second; groups of 32 in the third, after the second's whole CTA failed; groups of 16
+    # in the fourth, after whole and 32 failed, or 32 was not tried: 48 threads)
+    on, code, _ = _launch(CTA, 5, cta, what, 1 << 28, gap=gap, gsh=gsh, block=block)
+    off, _, _ = _launch(OFF, 5, cta, what, 1 << 28, gap=gap, gsh=gsh, block=block)
     assert code is not None
     assert isinstance(off, tuple) and isinstance(on, tuple) and on[0] == off[0]

@@ -10,18 +10,19 @@ cannot see: the base comes from registers. So such a loop gets, before its usual
 that shape at run time:
 - "first": the loop's body for thread 0 alone, its loads and address checks as the usual pass makes them, no
   store: each access's address is that thread's, the base (`ab`); when the CTA as a whole is not contiguous,
-  the attempt is made again by groups of 16 threads, each with the base of its first thread (GROUP);
+  the attempt is made again by smaller groups, each with the base of its first thread: powers of two that divide
+  the CTA's size, the largest first, down to GROUP (16) threads (the fewer groups, the fewer scalar first runs);
 - the range every thread would address from that base (base + stride x thread, the stride being the access's
   size) is checked whole against what the usual checks allow (the CTA's shared window; the allocation of the
   pointer's hint), aligned;
 - "affine": the loop with each access at base + stride x thread, and each thread's own address compared with
-  it (`dev`); a loop with a store runs "affcheck" first (the comparisons only) and stores only when none
+  it (`dev`, `dew`); a loop with a store runs "affcheck" first (the comparisons only) and stores only when none
   differed.
 When an address differs, or the range fails, the attempt's register writes are dropped by running the usual passes
 (the loop can run twice: ctagen._rerunnable), which also serve every bad access as before; the attempt is not made
-again for that loop in this call of the function (`aff` flags: a kernel whose addresses are not contiguous, such
-as the scan's narrower tiles, pays one attempt per call). So every result is the usual passes' or the same bits
-from the same addresses.
+again at that size for that loop in this call of the function (`aff` flags: a kernel whose addresses are not
+contiguous, such as the scan's narrowest tiles, pays one attempt per size and call). So every result is the usual
+passes' or the same bits from the same addresses.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def candidates(e, body: list[ir.Instr], fast_kind: Callable[[object, ir.Instr], 
     return out
 
 
-GROUP = 16                      # threads of a group with a base of its own (AVX-512: 16 lanes of 32 bits)
+GROUP = 16                      # the fewest threads of a group with a base of its own (AVX-512: 16 lanes of 32 bits)
+FIRST_FLAG = "UINT32_MAX"       # an attempt's flag at the start of a call: the CTA as one group first (attempt)
 
 # The comparisons' accumulators, declared before an attempt: `dev` (32 bits) takes the comparisons of 32-bit
 # addresses and the outcome, `dew` (64 bits) those of 64-bit addresses, folded into `dev` after each pass. One 64-bit
@@ -105,26 +107,31 @@ def affine_offset(ab: str, vsize: int) -> str:
 
 def attempt(first: str, loop_pragma: str, affine: str, affcheck: str | None, bases: list[str], ranges: list[str],
             flag: str, max_cta: int) -> str:
-    """The C code of an attempt, run before a loop's usual passes (which run when `dev` is left set). `flag` 2:
-    the CTA as one group; 1: groups of GROUP threads (when the CTA's size is a multiple), each with the base of
-    its first thread (the scan's narrower tiles: contiguous by 16 or more threads); 0: no attempt. For each group
-    its first thread's body (first), then the ranges, then the loop by groups (with a store: the comparisons
-    first, the stores only when all matched); an attempt that fails steps the flag down."""
+    """The C code of an attempt, run before a loop's usual passes (which run when `dev` is left set). `flag`: the
+    size of the groups to try, each with the base of its first thread (FIRST_FLAG or any size from the CTA's up:
+    the CTA as one group; then powers of two from below the CTA's size down to GROUP, those that divide it: the
+    scan's tiles of 64-512 elements are contiguous by 16-128 threads); 0: no attempt. For each group its first
+    thread's body (first), then the ranges, then the loop by groups (with a store: the comparisons first, the
+    stores only when all matched); an attempt that fails steps the flag down to the next size (a group's first
+    thread runs alone, scalar: the larger the groups, the fewer such runs)."""
     decl = " ".join(f"uint64_t {b}[{max_cta // GROUP}]; uint64_t {b}g = 0; (void){b}g;" for b in bases)
     load = " ".join(f"{b}g = {b}[lg / {GROUP}];" for b in bases)
-    # (the groups of GROUP threads a loop of a constant count, which the compiler makes one vector step)
     whole = f"for (lg = 0; lg < cs; lg += gs) {{ {load} {loop_pragma} for (lic = lg; lic < lg + gs; lic++)"
+    # (groups of GROUP threads a loop of a constant count, which the compiler makes one vector step)
     part = f"for (lg = 0; lg < cs; lg += {GROUP}) {{ {load} {loop_pragma} for (lic = lg; lic < lg + {GROUP}; lic++)"
 
     def both(body: str) -> str:
-        return f"if (gs == cs) {{ {whole} {{ {body} }} }} }} else {{ {part} {{ {body} }} }} }}"
+        return f"if (gs != {GROUP}) {{ {whole} {{ {body} }} }} }} else {{ {part} {{ {body} }} }} }}"
     # (an access made as usual in those passes, not one of the attempt's, may set `bad`: counted as a difference)
     fold = "dev |= (uint32_t)(dew != 0);"
     passes = (f"{both(affine)} {fold}" if affcheck is None else
               f"{both(affcheck)} {fold} if (!dev && !bad) {{ {both(affine)} {fold} }}")
-    return (f"if ({flag}) {{ {decl} int64_t lg = 0, gs = {flag} == 2 ? cs : {GROUP}; "
+    # (the next size: the largest power of two below this one; below GROUP none. Every size but the CTA's is a
+    # power of two of at least GROUP, so a group's index lg / GROUP is exact)
+    step = f"{flag} = gs > {GROUP} ? UINT32_C(1) << (31 - __builtin_clz((uint32_t)gs - 1)) : 0;"
+    return (f"if ({flag}) {{ {decl} int64_t lg = 0, gs = {flag} >= (uint64_t)cs ? cs : {flag}; "
             f"if (cs % gs == 0) {{ "
             f"for (lg = 0; lg < cs && !bad; lg += gs) {{ lic = lg; {first} }} "
             f"uint32_t rok = !bad; for (lg = 0; lg < cs && rok; lg += gs) {{ {load} rok = {' && '.join(ranges)}; }} "
             f"if (rok) {{ dev = 0; dew = 0; {passes} dev |= bad; }} }} "
-            f"bad = 0; if (dev) {flag} -= 1; }}")
+            f"bad = 0; if (dev) {{ {step} }} }}")

@@ -536,7 +536,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
     for z in sorted(e.shared_sizes):
         consts.append(f"const uint32_t shlim{z} = M->shsize >= {z} ? (uint32_t)(M->shsize - {z} > 0xFFFFFFFF ? "
                      f"0xFFFFFFFF : M->shsize - {z}) : 0, shok{z} = M->shsize >= {z};")
-    aff = [f"uint32_t {f} = 2;" for f in e.aff_flags]      # (ctaaffine.attempt: the CTA as one group first)
+    aff = [f"uint32_t {f} = {ctaaffine.FIRST_FLAG};" for f in e.aff_flags]     # (ctaaffine.attempt)
     views = [f"int32_t *restrict pc = (int32_t *)(rf + {RF_PC}), *restrict act = (int32_t *)(rf + {rfl.act});",
              f"uint8_t *restrict ts = rf + {rfl.ts}; uint64_t *restrict wf = st + {ST_FORCED}; (void)wf;"]
     decls = list(local_decls.values()) + consts + aff + views

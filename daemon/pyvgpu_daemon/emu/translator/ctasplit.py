@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from . import ctaaffine
+
 # Above this many bytes of block code a kernel is split (below, one function: no call per dispatch, and the C of
 # small kernels as it was); regions hold about REGION_BYTES each (bench/README.md, "twelfth step": GCC's time per
 # byte is about flat up to 64 KB in one function)
@@ -91,7 +93,7 @@ def split(name: str, rs: list[Region], nhints: int, header: str, prologue: list[
     prologue: threadgen's per-call statements (kernel parameters' pointers), each kept where a region uses it;
     decls: the constant declarations of the kernel's function (shared memory's bounds, the register file's
     arrays); local_decls: C-local register name -> its declaration; scratch: the warp operations' arrays;
-    attempts: ctaaffine's per-call flags (2 at the call's start), kept in the frame as the hints are."""
+    attempts: ctaaffine's per-call flags (FIRST_FLAG at the call's start), kept in the frame as the hints are."""
     fr = f"{name}_fr"
     args = "i0, n0, M, X, st, rf, &F"
     typedef = (f"typedef struct {{ int64_t {', '.join(FRAME)}; uint8_t *sb; uint64_t h[{2 * nhints + 2}]; "
@@ -114,7 +116,8 @@ def split(name: str, rs: list[Region], nhints: int, header: str, prologue: list[
                         for k, r in enumerate(rs))
     return Split(
         typedef + protos, [typedef + "\n".join(u) + "\n" for u in units],
-        f"{fr} F = {{0}}; int64_t rr = 0;" + "".join(f" F.a[{k}] = 2;" for k in range(len(attempts))),
+        f"{fr} F = {{0}}; int64_t rr = 0;" +
+        "".join(f" F.a[{k}] = {ctaaffine.FIRST_FLAG};" for k in range(len(attempts))),
         f"{put} switch (st[{resume_word}]) {{ {at_site} default: return -1; }} goto answered;",
         f"{put} switch (P) {{ {at_block} default: return -2; }}\n"
         f"    answered: {get}\n"
