@@ -66,3 +66,53 @@ def test_threads_that_exited_inside_a_loop_stay_exited(k):
     turns = np.maximum(np.tile(np.arange(BLOCK), GRID) % k, 1)
     want = (turns * (turns + 1) // 2).astype(np.uint32)
     assert (results[0] == want).all() and (results[1] == want).all()
+
+
+# A converged CTA split by a guard (tid % k == 0 to A: none, some, all), the other side split again by tid & 4: the
+# split's PCs written branch-free, the lower block's list of threads made at once (ctagen.ACTS: 16 threads a vector
+# step, then the rest one by one; CTAs of 16, 50, 64 and 256 threads), the scheduler's lists after it.
+SPLITS = HEAD + """
+.visible .entry sp(.param .u64 out, .param .u32 k)
+{
+  .reg .pred %p<3>; .reg .b32 %r<10>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out]; ld.param.u32 %r8, [k];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd2, %r4, 4; add.s64 %rd3, %rd1, %rd2;
+  bar.sync 0;
+  rem.u32 %r5, %r1, %r8;
+  setp.eq.u32 %p1, %r5, 0;
+  @%p1 bra A;
+  mul.lo.u32 %r6, %r4, 3; add.u32 %r6, %r6, 1;
+  and.b32 %r9, %r1, 4; setp.ne.u32 %p2, %r9, 0;
+  @%p2 bra C;
+  xor.b32 %r6, %r6, 256;
+C:
+  bra.uni D;
+A:
+  xor.b32 %r6, %r4, 85;
+D:
+  st.global.u32 [%rd3], %r6;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [16, 50, 64, 256])
+@pytest.mark.parametrize("k", [1, 2, 3, 17, 1000])
+def test_a_converged_cta_split_by_a_guard(block, k):
+    n = GRID * block
+    results = []
+    for mode in (CTA, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(SPLITS, mode, mem)
+        out = mem.alloc(4 * n)
+        mod.launch("sp", (GRID, 1, 1), (block, 1, 1), 0, struct.pack("<QI", out, k))
+        results.append(np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32).copy())
+        if mode is CTA:
+            assert _cta_code(mod, "sp") is not None
+    g = np.arange(n, dtype=np.uint32)
+    t = g % block
+    other = (g * 3 + 1) ^ np.where(t & 4, 0, 256).astype(np.uint32)
+    want = np.where(t % k == 0, g ^ 85, other).astype(np.uint32)
+    assert (results[0] == want).all() and (results[1] == want).all()

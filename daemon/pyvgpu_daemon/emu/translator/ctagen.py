@@ -196,6 +196,41 @@ def cta_cap(kernel) -> int:
 # once, guarded branches as calls of BRANCH): CUB's histogram kernel (692) and onesweep kernel (8,629) are
 LARGE_INSTRUCTIONS = 400
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
+# The scheduler's list of the running threads at block p of a diverged CTA (act: ascending, as the scalar loop
+# makes it), their count returned. With AVX-512 16 threads a step: a mask of those at p compressed into their
+# indices (vpcompressd, register form: its memory form is slow on AMD's Zen 4), stored whole at act + n (below
+# act + cs, since n <= lic); the scalar loop the rest. GCC's builtins, not <immintrin.h>: that header adds about
+# 0.2 s of CPU to every translation unit's build; another compiler takes the scalar loop. addOffsets made the list
+# three times per CTA, 256 threads one by one: about a fifth of its function (bench/README.md, "thirteenth step").
+PRELUDE_C += f"""
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 7 && defined(__AVX512F__) && defined(__AVX512BW__) && \\
+    defined(__AVX512VL__)
+#define ACTS_AVX512 1
+typedef int acts_v16si __attribute__((vector_size(64)));
+typedef char acts_v16qi __attribute__((vector_size(16)));
+#endif
+static inline int64_t ACTS(const uint8_t *restrict ts, const int32_t *restrict pc, int32_t p, int64_t cs,
+        int32_t *restrict act) {{
+    int64_t n = 0, lic = 0;
+#ifdef ACTS_AVX512
+    acts_v16si idx = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}, v, c;
+    const acts_v16si pv = {{p, p, p, p, p, p, p, p, p, p, p, p, p, p, p, p}}, zero = {{0}};
+    const acts_v16qi run = {{{", ".join([str(T_RUN)] * 16)}}};
+    acts_v16qi t;
+    for (; lic + 16 <= cs; lic += 16) {{
+        memcpy(&v, pc + lic, 64); memcpy(&t, ts + lic, 16);
+        const unsigned m = (unsigned)__builtin_ia32_pcmpeqd512_mask(v, pv, 0xFFFF) &
+            (unsigned)__builtin_ia32_pcmpeqb128_mask(t, run, 0xFFFF);
+        c = __builtin_ia32_compresssi512_mask(idx, zero, (uint16_t)m);
+        memcpy(act + n, &c, 64);
+        n += __builtin_popcount(m);
+        idx += 16;
+    }}
+#endif
+    for (; lic < cs; lic++) if (ts[lic] == {T_RUN} && pc[lic] == p) act[n++] = (int32_t)lic;
+    return n;
+}}
+"""
 
 
 def eligible_reason(kernel) -> str | None:
@@ -519,11 +554,19 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
             out(f"{{ int64_t t = BRANCH(&{g[:g.rindex('[')]}[0], {int(gname not in e.uniform)}, {int(gneg)}, cs, conv, "
                 f"n, act, pc, {tgt}, {nxt}); if (t >= 0) {{ P = t; goto dispatch; }} conv = 0; goto sched; }}")
         else:
-            # converged: the guard counted first (a loop the compiler vectorises), the CTA stays converged when
-            # it is uniform; else every PC written (converged too): a branch that splits the CTA leaves it diverged
-            out(f"{{ int64_t tk = 0; if (conv) {{ uint32_t tu = 0; for (lic = 0; lic < cs; lic++) tu += ({guard} != 0); "
-                f"if (tu == 0 || tu == cs) {{ P = tu ? {tgt} : {nxt}; goto dispatch; }} "
-                f"for (lic = 0; lic < cs; lic++) pc[lic] = {guard} ? {tgt} : {nxt}; conv = 0; goto sched; }} "
+            # converged: the guard read first (a loop the compiler vectorises: whether any thread takes it and
+            # whether all do, byte reductions, 64 threads a vector step, not a 32-bit count), the CTA stays
+            # converged when it is uniform; else every PC written (branch-free: a select did not vectorise;
+            # ivdep: the PCs and the registers are distinct parts of rf) and the threads at the lower of the two
+            # blocks run next, as the scheduler would choose them (every thread of a converged CTA runs, so its
+            # scans would find that block): a branch that splits the CTA leaves it diverged
+            lo = min(tgt, nxt)
+            out(f"{{ int64_t tk = 0; if (conv) {{ uint8_t tany = 0, tall = 1; for (lic = 0; lic < cs; lic++) "
+                f"{{ const uint8_t y = ({guard}) != 0; tany |= y; tall &= y; }} "
+                f"if (!tany || tall) {{ P = tany ? {tgt} : {nxt}; goto dispatch; }} "
+                f'_Pragma("GCC ivdep") for (lic = 0; lic < cs; lic++) {{ const int32_t y = ({guard}) != 0; '
+                f"pc[lic] = {nxt} ^ ({tgt ^ nxt} & -y); }} "
+                f"P = {lo}; n = ACTS(ts, pc, {lo}, cs, act); conv = 0; goto dispatch; }} "
                 f"for (j = 0; j < n; j++) {{ lic = act[j]; int64_t y = {guard}; "
                 f"pc[lic] = y ? {tgt} : {nxt}; tk += y; }} "
                 f"if (conv && (tk == 0 || tk == n)) {{ P = tk ? {tgt} : {nxt}; goto dispatch; }} "
@@ -621,8 +664,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
            f"            {{ const int32_t p32 = (int32_t)P; int32_t n32 = 0;\n"
            f"              for (lic = 0; lic < cs; lic++) n32 += (ts[lic] == {T_RUN}) & (pc[lic] == p32);\n"
            f"              n = n32; conv = n32 == cs; }}\n"
-           f"            if (!conv) {{ n = 0; for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_RUN} && pc[lic] == P) "
-           f"act[n++] = (int32_t)lic; }}\n"
+           f"            if (!conv) n = ACTS(ts, pc, (int32_t)P, cs, act);\n"
            f"        }}\n"
            f"    dispatch:\n"
            f"        if (cnt >= lim) {{ st[{ST_RESUME}] = {RES_DISPATCH}; rc = {R_TICK}; goto suspend; }}\n"
