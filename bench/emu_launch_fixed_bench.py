@@ -4,9 +4,11 @@ addOffsets 6,656 CTAs of 256 threads, 26 chunks; scanTotals one chunk), each lau
 the program does. Per launch: process CPU, wall, and the CPU its chunks spent in the kernel's native code
 (threadgen.ThreadCode._run_chunk, timed per thread); "outside" is CPU minus native. --tree DIR runs another tree's
 daemon package (e.g. a `git archive` of the base) for a before/after in one invocation; --threads sets
-PYVGPU_EMU_THREADS (chunk threads).
+PYVGPU_EMU_THREADS (chunk threads); --tiles the scanTiles tile sizes measured (4 and 1024 unless given: the program
+runs every power of two from 4 to 1024).
 
-    python bench/emu_launch_fixed_bench.py [--launches N] [--reps N] [--tree DIR] [--threads N] [--elements N]
+    python bench/emu_launch_fixed_bench.py [--launches N] [--reps N] [--tree DIR] [--threads N] [--elements N] \
+        [--tiles 4,64,..]
 
 --elements sets the scan's size (a multiple of 8192): 655360 makes launches of 1-2 ms (640 CTAs, 3 chunks).
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(tree: Path, launches: int, N: int) -> dict[str, tuple[float, float, float]]:
+def measure(tree: Path, launches: int, N: int, tiles: list[int]) -> dict[str, tuple[float, float, float]]:
     sys.path[:0] = [str(tree / "daemon"), str(tree), str(ROOT / "tests")]
     import numpy as np  # noqa: PLC0415
 
@@ -53,8 +55,8 @@ def measure(tree: Path, launches: int, N: int) -> dict[str, tuple[float, float, 
     mem.write(src, data.tobytes())
     ntiles = N // 1024
     kernels = {
-        "scanTiles, tiles of 4": ("_Z9scanTilesP5uint4PKS_j", (ntiles, 1, 1), struct.pack("<QQI", dst, src, 4)),
-        "scanTiles, tiles of 1024": ("_Z9scanTilesP5uint4PKS_j", (ntiles, 1, 1), struct.pack("<QQI", dst, src, 1024)),
+        **{f"scanTiles, tiles of {t}": ("_Z9scanTilesP5uint4PKS_j", (ntiles, 1, 1), struct.pack("<QQI", dst, src, t))
+           for t in tiles},
         "scanTotals": ("_Z10scanTotalsPjPKjS1_jj", (-(-ntiles // 256), 1, 1),
                                  struct.pack("<QQQII", buf, dst, src, ntiles, 8)),
         "addOffsets": ("_Z10addOffsetsP5uint4PKj", (ntiles, 1, 1), struct.pack("<QQ", dst, buf)),
@@ -68,10 +70,11 @@ def measure(tree: Path, launches: int, N: int) -> dict[str, tuple[float, float, 
             mod.launch(name, grid, (256, 1, 1), 0, params)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         out[label] = (cpu / launches, wall / launches, sum(native) / launches)
-    for label in kernels:                          # one scan of arrays of 8K, checked
+    kernels["scanTiles, tiles of 1024"] = ("_Z9scanTilesP5uint4PKS_j", (ntiles, 1, 1),
+                                           struct.pack("<QQI", dst, src, 1024))
+    for label in ("scanTiles, tiles of 1024", "scanTotals", "addOffsets"):     # one scan of arrays of 8K, checked
         name, grid, params = kernels[label]
-        if label != "scanTiles, tiles of 4":
-            mod.launch(name, grid, (256, 1, 1), 0, params)
+        mod.launch(name, grid, (256, 1, 1), 0, params)
     got = np.frombuffer(bytes(mem.read(dst, 4 * N)), np.uint32).reshape(-1, 8192)
     d = data.reshape(-1, 8192)
     if not np.array_equal(got, np.cumsum(d, axis=1, dtype=np.uint32) - d):
@@ -86,10 +89,11 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, action="append", help="a tree to measure (repeatable; default: this one)")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--elements", type=int, default=6815744)
+    ap.add_argument("--tiles", default="4,1024", help="scanTiles' tile sizes, comma-separated")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        for label, v in measure(a.child, a.launches, a.elements).items():
+        for label, v in measure(a.child, a.launches, a.elements, [int(t) for t in a.tiles.split(",")]).items():
             print(f"{label}\t{v[0]}\t{v[1]}\t{v[2]}")
         return
     trees = [t.resolve() for t in a.tree or [ROOT]]
@@ -101,7 +105,7 @@ def main() -> None:
     for _ in range(a.reps):
         for t in trees:                          # alternating: a change of load hits every tree
             p = subprocess.run([sys.executable, __file__, "--child", str(t), "--launches", str(a.launches),
-                                "--elements", str(a.elements)],
+                                "--elements", str(a.elements), "--tiles", a.tiles],
                                capture_output=True, text=True, env=env, check=True)
             for line in p.stdout.splitlines():
                 label, *v = line.split("\t")
