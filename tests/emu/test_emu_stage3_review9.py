@@ -46,10 +46,9 @@ def test_a_plan_the_module_let_go_keeps_nothing_charged_from_a_launch_still_runn
 
 
 # ------------------------------------------------------------------ the first launch's wait for a wanted build
-def _wanted_module_with_a_slow_build(monkeypatch, tmp_path, **limits):
-    """A module whose kernel `ids` was built here before (wanted) and whose build now takes 10 s (its library gone)."""
-    import time as _time
-
+def _wanted_module_with_a_slow_build(monkeypatch, tmp_path, done, **limits):
+    """A module whose kernel `ids` was built here before (wanted) and whose build now takes until `done` is set (then
+    fails: nothing built, nothing recorded; the test's cache directory is gone by then)."""
     from pyvgpu_daemon.emu import native as native_mod
     from pyvgpu_daemon.emu.limits import EmuLimits
     from pyvgpu_daemon.emu.module import EmuModule
@@ -63,13 +62,7 @@ def _wanted_module_with_a_slow_build(monkeypatch, tmp_path, **limits):
     mem = DeviceMemory(1 << 40, 1 << 24)
     m = EmuModule.load(IDS_PTX.encode(), mem, limits=EmuLimits(native="auto"))
     native_mod.mark_wanted(m.kernel("ids").native_key)
-    slow = Kernel._build_native_or_false
-
-    def slower(self):
-        _time.sleep(10.0)
-        return slow(self)
-
-    monkeypatch.setattr(Kernel, "_build_native_or_false", slower)
+    monkeypatch.setattr(Kernel, "_build_native_or_false", lambda self: done.wait(10.0) and False)
     return EmuModule.load(IDS_PTX.encode(), mem, limits=EmuLimits(native="auto", **limits)), mem
 
 
@@ -81,65 +74,29 @@ def test_a_launch_waiting_for_its_build_is_cancelled_and_timed_as_one_running(mo
     import time
 
     from pyvgpu_daemon.errors import CudaError
-    m, mem = _wanted_module_with_a_slow_build(monkeypatch, tmp_path)
-    out = mem.alloc(16 * 1000)
-    cancel = threading.Event()
-    cancel.set()
-    t0 = time.monotonic()
+    done = threading.Event()
+    built = []
     try:
-        m.launch("ids", (4, 1, 1), (256, 1, 1), 0, struct.pack("<QI", out, 3) + b"\0" * 4, cancel=cancel)
-    except CudaError as e:
-        assert "cancelled" in str(e)
-    else:
-        raise AssertionError("a cancelled launch ran")
-    assert time.monotonic() - t0 < 1.5, "the cancelled launch waited for the build"
-    m, mem = _wanted_module_with_a_slow_build(monkeypatch, tmp_path, max_seconds=2.0)
-    out = mem.alloc(16 * 1000)
-    m.launch("ids", (4, 1, 1), (256, 1, 1), 0, struct.pack("<QI", out, 3) + b"\0" * 4)      # (no timeout)
-    v = np.frombuffer(bytes(mem.read(out, 16 * 1000)), np.dtype([("g", "<u8"), ("v", "<u4"), ("p", "<u4")]))["v"]
-    assert (v == np.arange(1000) + 3).all()
-
-
-# ------------------------------------------------------------------ stage 3's shared register arrays (ctaregs.py)
-# %r1 holds %tid.x from the start; a guarded write (`@%p1 mov %r1, 5`, even threads) leaves it in the odd ones. In
-# the guarded write's block %r2 lives before it only, across a load (a suspension site: not a C local). Were a guarded
-# write taken within a block as the end of the old value's life (as an unguarded one is; the blocks' live-in sets are
-# liveness.py's), %r1 would share %r2's array and the odd threads read 7 x tid. (Not a fault found: ctaregs reads a
-# guarded write's destination and does not kill it, either enough; no test failed with both removed.)
-GUARDED_KEEPS = """.version 9.0
-.target sm_75
-.address_size 64
-.visible .entry keeps(.param .u64 out, .param .u64 in)
-{
-  .reg .pred %p<3>; .reg .b32 %r<8>; .reg .b64 %rd<6>;
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r5, %tid.x;
-  and.b32 %r4, %r5, 1;
-  setp.eq.u32 %p1, %r4, 0;
-  ld.param.u64 %rd4, [in];
-  bar.sync 0;
-  mul.lo.u32 %r2, %r5, 7;
-  ld.global.u32 %r6, [%rd4];
-  add.u32 %r3, %r2, %r6;
-  @%p1 mov.u32 %r1, 5;
-  ld.param.u64 %rd1, [out];
-  mul.wide.u32 %rd2, %r5, 8;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.u32 [%rd3], %r1;
-  st.global.u32 [%rd3+4], %r3;
-  ret;
-}
-"""
-
-
-def test_a_guarded_write_keeps_the_old_value_live_in_shared_register_arrays(monkeypatch):
-    from pyvgpu_daemon.emu.translator import ctagen
-
-    from test_emu_ctagen import _both, _io
-    monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)       # (registers share arrays in large kernels only)
-    monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
-    for block in (32, 48):
-        on, off, code = _both(GUARDED_KEEPS, "keeps", 1, block, _io(np.zeros(1, np.uint32), 2 * block))
-        t = np.arange(block, dtype=np.uint32)
-        assert (off.reshape(-1, 2)[:, 0] == np.where(t % 2 == 0, 5, t)).all()
-        assert (on == off).all(), block
+        m, mem = _wanted_module_with_a_slow_build(monkeypatch, tmp_path, done)
+        built.append(m)
+        out = mem.alloc(16 * 1000)
+        cancel = threading.Event()
+        cancel.set()
+        t0 = time.monotonic()
+        try:
+            m.launch("ids", (4, 1, 1), (256, 1, 1), 0, struct.pack("<QI", out, 3) + b"\0" * 4, cancel=cancel)
+        except CudaError as e:
+            assert "cancelled" in str(e)
+        else:
+            raise AssertionError("a cancelled launch ran")
+        assert time.monotonic() - t0 < 1.5, "the cancelled launch waited for the build"
+        m, mem = _wanted_module_with_a_slow_build(monkeypatch, tmp_path, done, max_seconds=2.0)
+        built.append(m)
+        out = mem.alloc(16 * 1000)
+        m.launch("ids", (4, 1, 1), (256, 1, 1), 0, struct.pack("<QI", out, 3) + b"\0" * 4)      # (no timeout)
+        v = np.frombuffer(bytes(mem.read(out, 16 * 1000)), np.dtype([("g", "<u8"), ("v", "<u4"), ("p", "<u4")]))
+        assert (v["v"] == np.arange(1000) + 3).all()
+    finally:
+        done.set()                    # (the builds end here, within the test's cache directory)
+        for m in built:
+            m.kernel("ids").native_make(wait=True)
