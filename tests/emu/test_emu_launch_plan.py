@@ -323,11 +323,13 @@ def test_volatile_shared_accesses_leave_ctas_independent(space):
         assert (got == (np.arange(1024) ^ 1)).all()
 
 
-def test_a_kernel_built_a_cta_at_a_time_waits_for_that_build_cost(monkeypatch):
+def test_a_kernel_built_a_cta_at_a_time_waits_for_that_build_cost(monkeypatch, tmp_path):
     """The interpreting a configuration spends before its background build starts is the build's estimated cost:
     per instruction NATIVE_S_PER_INSTR_CTA for a kernel built a CTA at a time (scanTiles: barriers), which compiles
     faster than the lockstep runs' C, NATIVE_S_PER_INSTR for the others."""
     from test_emu_threadgen import SCAN_TILES
+    # (a cache of its own: a `.wanted` record another run left for these kernels would start their builds at once)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     mem = DeviceMemory(1 << 40, 1 << 24)
     monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 0.0)
     monkeypatch.setattr(emu_launch, "NATIVE_S_PER_INSTR", 1000.0)
