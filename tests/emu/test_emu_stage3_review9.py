@@ -100,3 +100,25 @@ def test_a_launch_waiting_for_its_build_is_cancelled_and_timed_as_one_running(mo
         done.set()                    # (the builds end here, within the test's cache directory)
         for m in built:
             m.kernel("ids").native_make(wait=True)
+
+
+def test_a_kept_chunk_is_charged_for_its_native_codes_state_too():
+    # A chunk that ran native code a thread or a CTA at a time keeps that code's state array (Chunk.code_state: a
+    # CTA's register file, an array of up to 1,024 elements per register) for its next run; kept_bytes counted its
+    # lane state and geometry only: the plan's 16 MB and the session's budget missed most of what kept chunks hold
+    # (here 46 KB uncharged beside 15 KB charged a chunk; a kernel of 1,000 registers: 4 MB a chunk).
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    m = _module(mem, native="on", threads=2)
+    out = m.memory.alloc(REC.itemsize * GRID * BLOCK)
+    params = struct.pack("<QII", out, 1, 0)
+    plan = m.plan_for("state", (GRID, 1, 1), (BLOCK, 1, 1), 0)
+    before = m.budget.used
+    m.run_plan(plan, "state", params)
+    _check(np.frombuffer(bytes(mem.read(out, REC.itemsize * GRID * BLOCK)), REC), 1, 0)
+    assert plan.kept and all(c.code_state is not None for c in plan.kept)
+    held = sum(c._state.buf.nbytes + c.code_state[1].nbytes for c in plan.kept)
+    assert plan.kept_bytes >= held and m.budget.used - before == plan.kept_bytes
+    m.run_plan(plan, "state", params)                   # taken, run, kept again: the same charge
+    assert m.budget.used - before == plan.kept_bytes >= held
+    plan.release()
+    assert m.budget.used == before

@@ -156,8 +156,11 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self.rebind(cta0)
 
     def kept_bytes(self) -> int:
-        """Bytes a plan keeping this chunk holds: its state buffer and (bounded by) its lane geometry."""
-        return self._state.buf.nbytes + self.T * GEO_BYTES_PER_LANE
+        """Bytes a plan keeping this chunk holds: its state buffer, (bounded by) its lane geometry, and the state
+        array of native code run a thread or a CTA at a time (code_state: a CTA's register file, one array of
+        ctagen.cta_cap elements per register, often the largest part)."""
+        code = 0 if self.code_state is None else self.code_state[1].nbytes
+        return self._state.buf.nbytes + self.T * GEO_BYTES_PER_LANE + code
 
     # ---------------------------------------------------------------- driver
     def bind_blocks(self):
