@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Callable
 from collections import OrderedDict
+from typing import Callable
 
 from pyvgpu_daemon.errors import CudaError
 
@@ -34,6 +34,7 @@ from .liveness import AnyRegister, live_in, reads_writes
 
 # A launch waiting for its kernel's build (native_make's patience) checks its cancellation and turn this often.
 PATIENCE_SLICE_S = 0.05
+
 
 class Kernel:
     """One .entry compiled for the interpreter."""
