@@ -411,3 +411,29 @@ def test_lanemasks(barrier):
     eq = np.uint64(1) << lane
     exp = np.stack([eq, eq - 1, (eq << np.uint64(1)) - 1, ~(eq - 1), ~((eq << np.uint64(1)) - 1)], 1) & 0xFFFFFFFF
     assert (out[0] == exp).all() and (out[0] == out[1]).all()
+
+
+def test_accesses_other_ctas_see_are_c11_atomics():
+    """The C code stays correct with other CTAs running on another OS thread (module docstring): global atomics
+    as one atomic read-modify-write (a fetch-op, a CAS loop), volatile/acquire loads and volatile/release stores as
+    __atomic loads and stores of their order, __threadfence as a sequentially consistent fence; the shared
+    histogram's atomics plain (one OS thread runs a CTA), its global ones atomic."""
+    ptx = _talk_ptx()
+    srcs = {}
+    for name, args, grid in (("wait_later", 3, 2), ("histo", 4, 2), ("lookback", 6, 2)):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _module(ptx, CTA, mem, max_vector_instructions=2_000_000)
+        bufs = [mem.alloc(1 << 12) for _ in range(args)]
+        for b in bufs:
+            mem.write(b, bytes(1 << 12))
+        raw = struct.pack(f"<{args}Q", *bufs) if name != "histo" else struct.pack("<QQQi", *bufs[:3], 16)
+        mod.launch(name, (grid, 1, 1), (64, 1, 1), 0, raw)
+        assert isinstance(mod.kernel(name).native_make(), ctagen.CtaCode)
+        srcs[name] = mod.kernel(name).native_source
+    wait = srcs["wait_later"]
+    assert "__atomic_fetch_add(" in wait and "__ATOMIC_ACQUIRE)" in wait and "__ATOMIC_RELEASE)" in wait
+    assert "__atomic_thread_fence(__ATOMIC_SEQ_CST)" in wait and "__atomic_load_n(" in wait
+    look = srcs["lookback"]
+    assert look.count("__atomic_store_n(") >= 4 and "__atomic_thread_fence(__ATOMIC_SEQ_CST)" in look
+    histo = srcs["histo"]
+    assert histo.count("__atomic_fetch_add(") == 2      # the global u32 and u64 adds; 2 shared adds plain

@@ -11,10 +11,18 @@ bytes, and the C code does the read-modify-write there. Its semantics are ops/at
 (every operation and type of ops/atomic.ATOMIC_TYPES but the float and half-precision adds, which keep the other
 paths).
 
-Volatile, relaxed, acquire and release loads and stores are plain checked accesses here, and membar/fence and
-nanosleep are nothing: the C function is the only code touching the launch's memory while it runs (a kernel
-whose CTAs talk runs its chunks one at a time: Kernel.independent_ctas), so every load sees the last store in
-this order, which is an order a GPU may give.
+The C code is correct with other CTAs running at once on other OS threads (the PTX memory model mapped onto
+C11's, as GCC's __atomic builtins compile it for x86-TSO): an atomic of global or generic memory is one atomic
+read-modify-write (a fetch-op for add/and/or/xor/exch, one compare-and-swap for cas, a compare-and-swap loop of
+combine's value for min/max/inc/dec) of the order its semantics give (.acquire/.release/.acq_rel; none, as
+PTX's default .relaxed: relaxed); a shared one stays a plain read-modify-write (a CTA's threads run on one OS
+thread; only they reach its shared memory). A volatile, relaxed or acquire load and a volatile, relaxed or
+release store of memory other CTAs reach (cfg.shares_across_ctas: all but a volatile shared one) is an
+__atomic_load_n / __atomic_store_n of each element, relaxed (PTX's .volatile is a relaxed access of system scope)
+or of its order; membar/fence is __atomic_thread_fence, sequentially consistent (membar.gl/.sys, fence.sc) or
+acquire-release (fence.acq_rel), at CTA scope only the compiler's (__atomic_signal_fence); nanosleep is nothing.
+Plain accesses stay plain: a kernel whose CTAs race on them has undefined results on a GPU too. An access
+served by Python (R_SLOW) is a copy made while the C code waits, the same bytes at once.
 
 CTAs that talk run one after the other in ascending order (a schedule a GPU may pick: a look-back over earlier
 CTAs finds them done). A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid
@@ -43,8 +51,8 @@ from pyvgpu_daemon.errors import CudaError
 from ..ops.atomic import HALF_ADD
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED
-from .cfg import SHARING_OPCODES
-from .cgen import NoC, ctype
+from .cfg import SHARING_OPCODES, shares_across_ctas
+from .cgen import NoC, ctype, load_form
 from .instrs import _atom_mods
 from . import threadgen
 from .threadgen import R_DONE, R_SLOW, R_TICK, ST_CNT, ST_RESUME, ST_VAL, ST_WRITE, W_ATOMIC
@@ -70,13 +78,93 @@ def sharing_reason(kernel) -> str | None:
 
 
 def handles(ins: ir.Instr) -> bool:
-    return ins.opcode in ATOMIC_OPCODES or ins.opcode in NOTHING_OPCODES
+    """An atomic, a fence, or a load or store another CTA may see in order (volatile, relaxed, acquire, release,
+    of memory other CTAs reach: cfg.shares_across_ctas; mmio ones keep the other paths)."""
+    return ins.opcode in ATOMIC_OPCODES or ins.opcode in NOTHING_OPCODES or \
+        (ins.opcode in ("ld", "ldu", "st") and "mmio" not in ins.mods and shares_across_ctas(ins))
+
+
+def _order(ins: ir.Instr, default: str = "__ATOMIC_RELAXED") -> str:
+    """The C11 order of an access's or atomic's PTX semantics (.volatile and none: relaxed; module docstring)."""
+    mods = set(ins.mods)
+    if "acq_rel" in mods:
+        return "__ATOMIC_ACQ_REL"
+    if "acquire" in mods:
+        return "__ATOMIC_ACQUIRE"
+    if "release" in mods:
+        return "__ATOMIC_RELEASE"
+    return default
+
+
+def _fence(ins: ir.Instr) -> str:
+    """membar/fence as a C fence: a CTA's threads run on one OS thread (cta scope: the compiler's order only);
+    otherwise sequentially consistent (membar.gl/sys, fence.sc) or acquire-release (fence.acq_rel)."""
+    if ins.opcode == "nanosleep":
+        return ""
+    mods = set(ins.mods)
+    if "cta" in mods:
+        return "__atomic_signal_fence(__ATOMIC_SEQ_CST);"
+    return f"__atomic_thread_fence({'__ATOMIC_ACQ_REL' if 'acq_rel' in mods else '__ATOMIC_SEQ_CST'});"
+
+
+def _ordered_load(e, ins: ir.Instr) -> None:
+    """A volatile/relaxed/acquire ld of memory other CTAs reach: threadgen's checked load, each element read by
+    one __atomic_load_n of its order (another OS thread may run other CTAs meanwhile: run_talking)."""
+    space, t, dsts, size, lt = load_form(e, ins)
+    if size not in (1, 2, 4, 8):
+        raise NoC
+    ut, order = f"uint{8 * size}_t", _order(ins)
+    decl, p, slow = threadgen._access(e, ins, space, size * len(dsts), False)
+    xs = [e.fresh("tx") for _ in dsts]
+    ask = threadgen._request(slow, size * len(dsts), False)
+    load = (f"if (__builtin_expect({p} != 0, 1)) {{ " +
+            " ".join(f"{{ {ut} v = __atomic_load_n(({ut} *)({p} + {k * size}), {order}); memcpy(&{x}, &v, {size}); }}"
+                     for k, x in enumerate(xs)) +
+            f" }} else {{ {e.suspend(R_SLOW, ask)} {p} = 0; " +
+            " ".join(f"memcpy(&{x}, (uint8_t *)(st + {ST_VAL}) + {k * size}, {size});" for k, x in enumerate(xs)) +
+            " }")
+    body = [f"{ctype(lt)} {x} = 0;" for x in xs]
+    if ins.guard is None:
+        body += [decl, load]
+    else:
+        body.append(f"if ({'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}) {{ {decl} {load} }}")
+    e.lines.extend(body)
+    for d, x in zip(dsts, xs):
+        if not (isinstance(d, ir.Reg) and d.name == "_"):
+            e.write(d, lt, x, ins)
+
+
+def _ordered_store(e, ins: ir.Instr) -> None:
+    """A volatile/relaxed/release st of memory other CTAs reach: each element one __atomic_store_n."""
+    space, size, ct, vals = threadgen.store_form(e, ins)
+    if size not in (1, 2, 4, 8):
+        raise NoC
+    order = _order(ins)
+    decl, p, slow = threadgen._access(e, ins, space, size * len(vals), True)
+    svs = [e.fresh("sv") for _ in vals]
+    values = " ".join(f"{ct} {x} = {v};" for x, v in zip(svs, vals))
+    fast = " ".join(f"__atomic_store_n(({ct} *)({p} + {k * size}), {x}, {order});" for k, x in enumerate(svs))
+    fill = " ".join(f"memcpy((uint8_t *)(st + {ST_VAL}) + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
+    ask = threadgen._request(slow, size * len(vals), True) + " " + fill
+    store = (f"{{ {values} if (__builtin_expect({p} != 0, 1)) {{ {fast} }} else {{ {e.suspend(R_SLOW, ask)} "
+             f"{p} = 0; }} }}")
+    if ins.guard is None:
+        e.lines += [decl, store]
+    else:
+        e.lines.append(f"if ({'!' if ins.guard[1] else ''}{e.var(ins.guard[0])}) {{ {decl} {store} }}")
 
 
 def emit(e, ins: ir.Instr) -> None:
-    """C for an atom/red (a checked read-modify-write; module docstring) or a fence (nothing)."""
+    """C for an atom/red (a checked read-modify-write; module docstring), a fence, or an ordered ld/st."""
     if ins.opcode in NOTHING_OPCODES:
+        fence = _fence(ins)
+        if fence:
+            e.lines.append(fence)
         return
+    if ins.opcode in ("ld", "ldu"):
+        return _ordered_load(e, ins)
+    if ins.opcode == "st":
+        return _ordered_store(e, ins)
     try:
         space, op, t = _atom_mods(ins)
     except CudaError:
@@ -96,8 +184,12 @@ def emit(e, ins: ir.Instr) -> None:
     # the slow path's address is used once (the pointer stays 0: a later access through it checks again); one
     # copy of the read-modify-write (CUB's onesweep kernel has 92 atomics, each in two copies of its loop)
     code = (f"{decl} uint8_t *{q} = {p}; if (__builtin_expect(!{q}, 0)) {{ "
-            f"{e.suspend(R_SLOW, ask)} {p} = 0; {q} = (uint8_t *)(uintptr_t)st[{ST_VAL}]; }} "
-            f"memcpy(&{ob}, {q}, {size}); {ut} {nb} = {_combine(op, t, ob, b, c)}; memcpy({q}, &{nb}, {size});")
+            f"{e.suspend(R_SLOW, ask)} {p} = 0; {q} = (uint8_t *)(uintptr_t)st[{ST_VAL}]; }} ")
+    if space == "shared":          # (the CTA's own memory: one OS thread runs the CTA)
+        code += (f"memcpy(&{ob}, {q}, {size}); {ut} {nb} = {_combine(op, t, ob, b, c)}; "
+                 f"memcpy({q}, &{nb}, {size});")
+    else:
+        code += _shared_rmw(op, t, f"(({ut} *){q})", ob, nb, b, c, _order(ins))
     e.lines.append(f"{ut} {ob} = 0;")
     if ins.guard is None:
         e.lines.append(code)
@@ -113,6 +205,25 @@ def _operand(e, o, t: str, ins: ir.Instr) -> str:
     v = e.src(o, t, ins)
     w = BITS[t]
     return f"B{w}({v})" if t in ("f32", "f64") else f"(uint{w}_t)({v})"
+
+
+_FETCH = {"add": "__atomic_fetch_add", "and": "__atomic_fetch_and", "or": "__atomic_fetch_or",
+          "xor": "__atomic_fetch_xor", "exch": "__atomic_exchange_n"}
+
+
+def _shared_rmw(op: str, t: str, q: str, ob: str, nb: str, b: str, c: str | None, order: str) -> str:
+    """A read-modify-write of memory other CTAs (on another OS thread: run_talking) reach, as one atomic
+    instruction: a fetch-op, or a compare-and-swap loop of _combine's value (min, max, inc, dec); the old value
+    into ob."""
+    fail = "__ATOMIC_ACQUIRE" if order in ("__ATOMIC_ACQUIRE", "__ATOMIC_ACQ_REL") else "__ATOMIC_RELAXED"
+    if op in _FETCH:
+        return f"{ob} = {_FETCH[op]}({q}, {b}, {order});"
+    if op == "cas":
+        return f"{ob} = {b}; __atomic_compare_exchange_n({q}, &{ob}, {c}, 0, {order}, {fail});"
+    ut = f"uint{BITS[t]}_t"
+    return (f"{ob} = __atomic_load_n({q}, __ATOMIC_RELAXED); {ut} {nb}; "
+            f"do {{ {nb} = {_combine(op, t, ob, b, c)}; }} "
+            f"while (!__atomic_compare_exchange_n({q}, &{ob}, {nb}, 1, {order}, {fail}));")
 
 
 def _combine(op: str, t: str, ob: str, b: str, c: str | None) -> str:
