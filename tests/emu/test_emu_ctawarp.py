@@ -238,11 +238,16 @@ CONVERGED = HEAD + """
 """
 
 
-def _both_out(ptx: str, name: str, nthreads: int, grid: int, words: int) -> np.ndarray:
+def _both_out(ptx: str, name: str, nthreads: int, grid: int, words: int, before: int = 0) -> np.ndarray:
+    """(before: a launch of that many threads first, on the same module: its registers' values past the CTA's last
+    thread stay in a register file the next launch reuses)"""
     outs = []
     for mode in (CTA, OFF):
         mem = DeviceMemory(1 << 40, 1 << 24)
         mod = _load(ptx, mode, mem)
+        if before:
+            first = mem.alloc(4 * words * before)
+            mod.launch(name, (grid, 1, 1), (before, 1, 1), 0, struct.pack("<Q", first))
         out = mem.alloc(4 * words * nthreads)
         mod.launch(name, (grid, 1, 1), (nthreads, 1, 1), 0, struct.pack("<Q", out))
         outs.append(np.frombuffer(bytes(mem.read(out, 4 * words * nthreads)), np.uint32).reshape(nthreads, words))
@@ -326,6 +331,63 @@ def test_converged_votes_of_the_whole_warp_in_every_mode(nthreads):
             bits = sum(1 << k for k, x in enumerate(w) if x != neg)
             exp = [int(w.all()), int(w.all() or not w.any()), int(w.any()), bits]
             assert (got[w0:w0 + 32, cols] == exp).all(), (nthreads, w0, got[w0, cols], exp)
+
+
+# Shuffles and bar.warp.sync in a converged CTA (ctawarp._converged_shfl, WSHFLC: no mask pass, no waiting, the
+# operands' arrays read and the results' written in place): every mode; operands in arrays (a per-thread lane, a
+# per-thread clamp and segment, a member mask in a register), immediates and a register kept once per CTA
+# (gathered first), a destination that is the source (other lanes read its old value: written after), a predicate
+# destination or none, sources past a partial warp's last thread (0), then a guarded shuffle (the usual passes)
+CONVERGED_SHUFFLES = HEAD + """
+.visible .entry csh(.param .u64 out)
+{
+  .reg .b32 %r<24>; .reg .pred %p<4>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mad.lo.u32 %r2, %r1, 7, 1;
+  and.b32 %r3, %r1, 7;
+  and.b32 %r4, %r1, 31;
+  and.b32 %r5, %r1, 24;
+  shl.b32 %r5, %r5, 8;
+  or.b32 %r7, %r4, %r5;
+  or.b32 %r8, %r1, -1;
+  shfl.sync.up.b32 %r6|%p1, %r2, %r3, %r7, %r8;
+  shfl.sync.down.b32 %r9|%p2, %r2, 5, 31, -1;
+  bar.warp.sync %r8;
+  shr.u32 %r10, %r1, 2;
+  mov.u32 %r11, 0x181f;
+  shfl.sync.idx.b32 %r12, %r6, %r10, %r11, %r8;
+  shfl.sync.bfly.b32 %r2, %r2, 1, 31, -1;
+  bar.warp.sync -1;
+  @%p1 shfl.sync.idx.b32 %r13, %r9, 0, 31, -1;
+  @!%p1 mov.u32 %r13, 99;
+  selp.u32 %r14, 1, 0, %p1; selp.u32 %r15, 1, 0, %p2;
+  mul.wide.u32 %rd2, %r1, 32;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {%r6, %r14, %r9, %r15};
+  st.global.v4.u32 [%rd3+16], {%r12, %r2, %r13, %r1};
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+@pytest.mark.parametrize("nthreads", [1, 32, 33, 70, 96])
+def test_converged_shuffles_in_every_mode(monkeypatch, nthreads, large):
+    if large:
+        monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)   # (registers share arrays in large kernels only)
+    got = _both_out(CONVERGED_SHUFFLES, "csh", nthreads, 2, 8, before=128)
+    for u in range(nthreads):
+        w0, l = u - u % 32, u % 32
+        nl = min(32, nthreads - w0)
+        val = lambda lane: 7 * (w0 + lane) + 1 if lane < nl else 0    # (a lane past the CTA's last thread: 0)
+        b, clamp, seg = u & 7, u & 31, u & 24
+        up = l - b
+        q1 = up >= ((l & seg) | (clamp & ~seg))
+        exp_up = val(up) if q1 else val(l)
+        q2 = l + 5 <= 31
+        assert list(got[u, :4]) == [exp_up, int(q1), val(l + 5) if q2 else val(l), int(q2)], (nthreads, u)
+        assert got[u, 5] == val(l ^ 1)
 
 
 # ---------------------------------------------------------------- the reduction sample's patterns (emu_reduce.cu)

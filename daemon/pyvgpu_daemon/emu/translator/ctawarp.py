@@ -19,6 +19,9 @@ is not a multiple of 32 has a short last warp):
 
 An unguarded vote whose member mask is the whole warp, in a converged CTA, needs none of this (no warp waits, every
 thread executes it): each warp's ballot is made from the predicates and written in one pass (_converged_vote).
+Likewise an unguarded shuffle in a converged CTA, whatever its member mask (a shuffle reads no mask but to wait):
+one call over the CTA reading the operands' arrays and writing the results' (_converged_shfl); and a
+bar.warp.sync in a converged CTA, guarded or not, has nothing to do (it only waits).
 
 Restricted to one CTA, these are the lockstep chunk's steps; the chunk's `forced` flag is the chunk's, here the
 CTA's: a warp whose threads wait at different warp operations (undefined in the ISA) could be released in another
@@ -137,6 +140,28 @@ static __attribute__((noinline)) void WSHFL(int mode, const uint32_t *hm, int64_
             else { j = minl | (bv & ~seg); q = j <= maxl; }
             if (!q) j = l;
             d[b0 + l] = ((ex >> j) & 1) ? a[b0 + j] : 0u;
+            p[b0 + l] = (uint8_t)q;
+        }
+    }
+}
+/* a converged CTA's unguarded shfl.sync (_converged_shfl): every lane of each warp executes it (lanes past the CTA's
+ * last thread: none, a source there reads 0); WSHFL's lanes and results. a, b, c the operands' arrays or gathered
+ * copies, d and p the results' arrays or scratch (d never a's: other lanes read a after d is written) */
+static __attribute__((noinline)) void WSHFLC(int mode, int64_t cs, const uint32_t *a, const uint32_t *b,
+        const uint32_t *c, uint32_t *d, uint8_t *p) {
+    for (int64_t b0 = 0; b0 < cs; b0 += 32) {
+        const int32_t nl = cs - b0 < 32 ? (int32_t)(cs - b0) : 32;
+        for (int32_t l = 0; l < nl; l++) {
+            const int32_t bv = (int32_t)(b[b0 + l] & 31), clamp = (int32_t)(c[b0 + l] & 31),
+                          seg = (int32_t)((c[b0 + l] >> 8) & 31);
+            const int32_t maxl = (l & seg) | (clamp & ~seg), minl = l & seg;
+            int32_t j; int q;
+            if (mode == 0) { j = l - bv; q = j >= maxl; }
+            else if (mode == 1) { j = l + bv; q = j <= maxl; }
+            else if (mode == 2) { j = l ^ bv; q = j <= maxl; }
+            else { j = minl | (bv & ~seg); q = j <= maxl; }
+            if (!q) j = l;
+            d[b0 + l] = j < nl ? a[b0 + j] : 0u;
             p[b0 + l] = (uint8_t)q;
         }
     }
@@ -260,7 +285,9 @@ def block_code(e, t: ir.Instr, nxt: int) -> str:
     elif op == "activemask":
         writes = [(t.dsts[0], "b32", "W_h[lic >> 5]")]
     write = " ".join(_write(e, plain, d, typ, v) for d, typ, v in writes)
-    fast = _converged_vote(e, t, plain, msk, nxt) if op == "vote" else ""
+    fast = _converged_vote(e, t, plain, msk, nxt) if op == "vote" else \
+        _converged_shfl(e, t, plain, nxt) if op == "shfl" else \
+        f"if (conv) {{ P = {nxt}; goto dispatch; }} " if op == "bar" else ""   # (converged: no warp waits)
     return (f"{{ {fast}{pre}if (!WREADY(W_h, cs, conv, act, n, ts, wf, W_m, {int(waits)})) goto sched; "
             f"{at}{' '.join(gather)} }} {compute} "
             f"{at}if (W_g[lic]) {{ {write} }} if (!conv) pc[lic] = {nxt}; }} "
@@ -291,6 +318,41 @@ def _converged_vote(e, t: ir.Instr, plain: ir.Instr, msk, nxt: int) -> str:
     return (f"if (conv) {{ for (int64_t w0 = 0; w0 < cs; w0 += 32) {{ const int64_t we = cs - w0 < 32 ? cs : w0 + 32; "
             f"uint32_t bal = 0; for (lic = w0; lic < we; lic++) bal |= (uint32_t)(({pred}) != 0) << (lic - w0); "
             f"const uint32_t v = {v}; for (lic = w0; lic < we; lic++) {{ {write} }} }} P = {nxt}; goto dispatch; }} ")
+
+
+def _converged_shfl(e, t: ir.Instr, plain: ir.Instr, nxt: int) -> str:
+    """C statements running an unguarded shfl.sync when the CTA is converged, then going on at block nxt; "" for a
+    guarded one. Converged, no warp waits whatever the member masks (WREADY) and every thread executes it (WSHFL
+    reads no mask): WSHFLC over the CTA, reading the operands' arrays where they are 32-bit registers' (else
+    gathered first) and writing the destinations' arrays where they are such and not the source's (else scratch
+    copied after), instead of the mask pass, WREADY, the gathers over the running threads, WSHFL and the writes
+    (CUB's onesweep: its warp scans' shuffles, a tenth of its native time; bench/README.md, "fourteenth step")."""
+    if t.guard is not None:
+        return ""
+    pre, ins, post = [], [], []
+    for o, scratch in zip(t.srcs[:3], ("W_a", "W_b", "W_c")):
+        if _array(e, o, 32):
+            ins.append(f"(const uint32_t *){e.array(o.name)}")
+        else:
+            pre.append(f"{scratch}[lic] = (uint32_t)({e.src(o, 'b32' if scratch == 'W_a' else 'u32', t)});")
+            ins.append(scratch)
+    d = t.dsts[0]
+    p = t.dsts[1] if len(t.dsts) > 1 else None
+    if _array(e, d, 32) and not (_array(e, t.srcs[0], 32) and e.array(d.name) == e.array(t.srcs[0].name)):
+        outs = [f"(uint32_t *){e.array(d.name)}"]
+    else:
+        outs = ["W_d"]
+        post.append(_write(e, plain, d, "b32", "W_d[lic]"))
+    if p is None or _array(e, p, 1):
+        outs.append("W_p" if p is None else f"(uint8_t *){e.array(p.name)}")
+    else:
+        outs.append("W_p")
+        post.append(_write(e, plain, p, "pred", "W_p[lic]"))
+    mode = ("up", "down", "bfly", "idx").index(t.mods[1])
+    loop = "for (lic = 0; lic < cs; lic++)"
+    return (f"if (conv) {{ {f'{loop} {{ {chr(32).join(pre)} }} ' if pre else ''}"
+            f"WSHFLC({mode}, cs, {', '.join(ins)}, {', '.join(outs)}); "
+            f"{f'{loop} {{ {chr(32).join(post)} }} ' if post else ''}P = {nxt}; goto dispatch; }} ")
 
 
 def _array(e, o, bits: int) -> bool:
