@@ -2,7 +2,7 @@
 kernel (radix_sort_thrust's sort time) costs a launch a CTA at a time against the lockstep native code.
 
     python bench/emu_stage3_compile_bench.py --compile-times [--opt -O1 -O2 ...] [--program PATH.cu ...]
-    python bench/emu_stage3_compile_bench.py --launches N [--keys N]
+    python bench/emu_stage3_compile_bench.py --launches N [--keys N] [--threads 1 2]
 
 (--skip-over BYTES: larger sources are listed, not compiled; with PYTHONPATH set to another tree's daemon, that
 tree's sources are measured: e.g. main before this step, whose onesweep source does not compile in 300 s.)
@@ -15,6 +15,8 @@ Columns: bytes, blocks, PTX instructions, bytes per instruction, region function
 --launches: CPU seconds per launch of one onesweep pass (1M keys and values, bits 0..7; `--keys`) run a CTA at a
 time and as the lockstep native code (PYVGPU_EMU_CTAGEN=0), best of N after one that builds the code, each result
 checked against a stable sort by the digit; and CUB's histogram kernel (160 CTAs over the same keys) likewise.
+With --threads, each path on each number of threads (EmuLimits.threads: a talking kernel's CTAs run on that many,
+translator/ctaatomic.py), the wall seconds of a launch beside its CPU seconds (best of N each).
 """
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ sys.path[:0] = [str(ROOT / "daemon"), str(ROOT), str(ROOT / "tests")]
 
 import numpy as np  # noqa: E402
 
-from emu_sample_kernels_bench import best_cpu_seconds  # noqa: E402
 from harness import ptx_of  # noqa: E402
 from pyvgpu_daemon.emu import native  # noqa: E402
 from pyvgpu_daemon.emu.limits import EmuLimits  # noqa: E402
@@ -97,12 +98,25 @@ def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
                       f"{len(text) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
 
 
-def launch_times(launches: int, n: int, modes: list[str]) -> None:
+def best_wall_cpu(launches: int, launch) -> tuple[float, float]:
+    """(least wall seconds, least CPU seconds) of `launches` calls of launch(), after one that builds the code."""
+    launch()
+    walls, cpus = [], []
+    for _ in range(launches):
+        t, c = time.perf_counter(), time.process_time()
+        launch()
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return min(walls), min(cpus)
+
+
+def launch_times(launches: int, n: int, modes: list[str], threads: list[int | None]) -> None:
     keys = np.random.default_rng(1).integers(0, 1 << 32, n, dtype=np.uint32)
     order = np.argsort(keys & 255, kind="stable")
-    for mode in modes:
+    for mode, nthreads in [(m, t) for m in modes for t in threads]:
         mem = DeviceMemory(1 << 40, 1 << 28)
-        mod = EmuModule.load(ptx_of(str(SORT)), mem, limits=EmuLimits(native="on", ctagen=mode == "CTA"))
+        kw = {} if nthreads is None else {"threads": nthreads}
+        mod = EmuModule.load(ptx_of(str(SORT)), mem, limits=EmuLimits(native="on", ctagen=mode == "CTA", **kw))
         one = next(k for k in mod.kernels if "Onesweep" in k)
         histo = next(k for k in mod.kernels if "HistogramKernel" in k)
         t = time.perf_counter()
@@ -129,16 +143,17 @@ def launch_times(launches: int, n: int, modes: list[str]) -> None:
             mem.write(hist, bytes(8 * 4 * 256))
             mod.launch(histo, (160, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", hist, kin, n, 0, 32, 0))
 
-        s1 = best_cpu_seconds(launches, onesweep)
+        w1, s1 = best_wall_cpu(launches, onesweep)
         ok = bytes(mem.read(kout, 4 * n)) == keys[order].tobytes() and \
             bytes(mem.read(vout, 4 * n)) == order.astype(np.uint32).tobytes()
-        s2 = best_cpu_seconds(launches, histogram)
+        w2, s2 = best_wall_cpu(launches, histogram)
         exp = np.stack([np.bincount((keys >> (8 * p)) & 255, minlength=256) for p in range(4)]).astype(np.uint64)
         ok = ok and (n % 4096 != 0 or bytes(mem.read(hist, 8 * 4 * 256)) == exp.tobytes())
         if not ok:
             raise SystemExit(f"{mode}: wrong result")
-        print(f"{mode}: onesweep {s1:.3f} s per launch (its code built in {built:.1f} s), histogram {s2:.3f} s",
-              flush=True)
+        on = "" if nthreads is None else f", {nthreads} thread{'s' if nthreads > 1 else ''}"
+        print(f"{mode}{on}: onesweep {w1:.3f} s wall, {s1:.3f} s CPU per launch (its code built in {built:.1f} s), "
+              f"histogram {w2:.3f} s wall, {s2:.3f} s CPU", flush=True)
 
 
 def main() -> None:
@@ -151,11 +166,13 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1 << 20)
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES,
                     help="--launches: the paths to time (default both)")
+    ap.add_argument("--threads", nargs="*", type=int, default=[None],
+                    help="--launches: EmuLimits.threads to time each path on (default: EmuLimits')")
     a = ap.parse_args()
     if a.compile_times:
         compile_times(a.program, a.opt, a.skip_over)
     if a.launches:
-        launch_times(a.launches, a.keys, a.modes)
+        launch_times(a.launches, a.keys, a.modes, a.threads)
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

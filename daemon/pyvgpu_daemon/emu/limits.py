@@ -51,7 +51,8 @@ class EmuLimits:
     # when they are at most 1/sparse_divisor of the chunk's lanes; 0: always over the whole chunk, masked. The
     # results are the same bits either way.
     sparse_divisor: int = max(0, _env_int("PYVGPU_EMU_SPARSE_DIVISOR", 4))
-    # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
+    # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other; a
+    # chunk's CTAs when they talk and run a CTA at a time (translator/ctaatomic.py: 1 keeps their one-thread order).
     threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))

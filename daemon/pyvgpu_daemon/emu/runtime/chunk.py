@@ -91,6 +91,8 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
         self._bound = None                        # (make, converged, masked, handlers, reset, sparse blocks)
         self._ones = None                         # T trues, read-only (SparseLanes.ones)
         self.code_state = None                    # (code, state array, TX, its address): threadgen.ThreadCode.run
+        self.talk_states = None                   # the state arrays of the helpers running its talking CTAs
+                                                  # (translator/ctaatomic._Talk), kept as code_state
         self._lanes_written = False               # the lockstep code ran here (reuse: its lane arrays zeroed too)
 
     @property
@@ -158,8 +160,9 @@ class Chunk(SpecialRegisters, LaneMemory, CtaBarriers, Collectives, DeviceCalls,
     def kept_bytes(self) -> int:
         """Bytes a plan keeping this chunk holds: its state buffer, (bounded by) its lane geometry, and the state
         array of native code run a thread or a CTA at a time (code_state: a CTA's register file, one array of
-        ctagen.cta_cap elements per register, often the largest part)."""
+        ctagen.cta_cap elements per register, often the largest part), and its helpers' (talk_states)."""
         code = 0 if self.code_state is None else self.code_state[1].nbytes
+        code += sum(a.nbytes for a in self.talk_states or ())
         return self._state.buf.nbytes + self.T * GEO_BYTES_PER_LANE + code
 
     # ---------------------------------------------------------------- driver

@@ -24,23 +24,33 @@ acquire-release (fence.acq_rel), at CTA scope only the compiler's (__atomic_sign
 Plain accesses stay plain: a kernel whose CTAs race on them has undefined results on a GPU too. An access
 served by Python (R_SLOW) is a copy made while the C code waits, the same bytes at once.
 
-CTAs that talk run one after the other in ascending order (a schedule a GPU may pick: a look-back over earlier
-CTAs finds them done). A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid
-barrier among the chunk's CTAs) would never finish that way, where the lockstep path, which steps all of a
-chunk's CTAs together, does. So a CTA that has run SLICE_TICKS of the C code's R_TICK suspensions (each
+CTAs that talk run in ascending order (CTA k starts no earlier than k - 1: a schedule a GPU may pick, and a
+look-back over earlier CTAs finds them started or done) on EmuLimits.threads threads (PYVGPU_EMU_THREADS; _Talk):
+the launching thread and helpers of its crew (runtime/crew.py), each with a state array of its own, take CTAs from
+one queue. A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid barrier among
+the chunk's CTAs) would never finish where every thread runs such a CTA, where the lockstep path, which steps all
+of a chunk's CTAs together, does. So a CTA that has run SLICE_TICKS of the C code's R_TICK suspensions (each
 threadgen.TICK_EVERY thread-instructions), and at least as many thread-instructions as its threads running each
 instruction of the kernel once (CtaRegisters.instructions: a CTA of a large straight-line kernel, CUB's onesweep,
 is not set aside before it had the time to finish, which cost more in copies than its run), without finishing
-is set aside while others of its chunk wait: its
-threads' PCs and states and its registers (CtaRegisters: ctasize elements of each array) are copied into memory
-Python owns, and the next CTA runs; set-aside CTAs resume in turn (round robin) until all are done. The memory is
+is set aside while others of its chunk wait in the queue: its threads' PCs and states and its registers
+(CtaRegisters: ctasize elements of each array) are copied into memory Python owns, the CTA goes to the queue's
+end, and whichever thread is free resumes it on its own arrays (round robin) until all are done. The memory is
 at most the chunk's CTAs times their registers, what the lockstep chunk holds for the same lanes; a kernel that
 never finishes still ends at the launch's instruction budget or deadline (Launch.account), as on the lockstep path.
 Chunks still run in CTA order, one at a time, as on the lockstep path: a CTA waiting for one of a later chunk
 times out on both.
+
+Determinism: on several threads the order in which CTAs' atomics and ordered accesses meet depends on the
+schedule, as on a GPU (which CTA's atomic returns which old value; a float sum's rounding would too, but float
+adds keep the other paths). A kernel whose results do not depend on it (a sort by CUB's onesweep, a look-back
+scan, counters' totals, a histogram) gives the lockstep path's bits; one whose results do (old values stored,
+a winner taken by exch) gives one result a GPU may give. PYVGPU_EMU_THREADS=1 (EmuLimits.threads = 1) keeps the
+one-thread order, the CTAs one after the other as set out above, the same results run after run.
 """
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -49,6 +59,7 @@ import numpy as np
 from pyvgpu_daemon.errors import CudaError
 
 from ..ops.atomic import HALF_ADD
+from ..runtime.crew import crew_of_this_thread
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED
 from .cfg import SHARING_OPCODES, shares_across_ctas
@@ -273,16 +284,29 @@ class CtaRegisters:
 
 
 def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:
-    """The chunk's CTAs one after the other in ascending order, one set aside after SLICE_TICKS ticks while
-    others wait and resumed in turn (module docstring); faults, bounds and accesses served by Python as
-    ThreadCode._run_chunk has them."""
+    """The chunk's CTAs in ascending order on EmuLimits.threads threads (one: one after the other), one set aside
+    after its slice while others wait and resumed in turn (module docstring); faults, bounds and accesses served by
+    Python as ThreadCode._run_chunk has them."""
+    threads = min(L.limits.threads, T // S.ctasize)
+    if threads <= 1:
+        _run_alone(code, S, L, T, st, ctx, txp, stp)
+    else:
+        _Talk(code, S, L, T, threads, txp).run(st)
+
+
+def _slice_ticks(code, cs: int) -> int:
+    return max(SLICE_TICKS, -(-code.registers.instructions * cs // threadgen.TICK_EVERY))
+
+
+def _run_alone(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:
+    """One thread: the CTAs one after the other (PYVGPU_EMU_THREADS=1: the one-thread order, reproducible)."""
     cs = S.ctasize
     ncta = T // cs
     words = code.state
     rf = st[words:].view(np.uint8)
     rfp = stp + 8 * words
     queue = deque(range(ncta))
-    slice_ticks = max(SLICE_TICKS, -(-code.registers.instructions * cs // threadgen.TICK_EVERY))
+    slice_ticks = _slice_ticks(code, cs)
     aside: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}
     untold = 0                           # thread-instructions run and not yet told to the launch (< T)
     while queue:
@@ -317,5 +341,126 @@ def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> 
                     code.set_aside += 1
                     queue.append(cl)
                     break
+            else:
+                raise CudaError("cudaErrorLaunchFailure", f"{code.name}: native code returned {rc}")
+
+
+class _Talk:
+    """A chunk's talking CTAs on several threads: this one and crew helpers (runtime/crew.py), each with a state
+    array of its own (the chunk keeps the helpers': Chunk.talk_states), taking CTAs from one queue in ascending
+    order; a CTA set aside goes to the queue's end with its saved state, and whichever thread is free resumes it
+    on its own arrays. The first failure stops the others at their next return from the C code (each tick at the
+    latest); the lowest CTA's failure is raised. Accounting (Launch.account: the budget, deadline, cancellation,
+    the session's turn) is made under one lock, so one thread pausing for the turn pauses the other at its next
+    tick; accesses served by Python under another (one at a time, as on one thread)."""
+
+    def __init__(self, code, S, L, T: int, threads: int, txp: int) -> None:
+        self.code, self.S, self.L, self.T = code, S, L, T
+        self.cs = S.ctasize
+        self.threads = threads
+        self.queue = deque(range(T // self.cs))
+        self.aside: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}
+        self.lock = threading.Lock()
+        self.ended = threading.Condition(self.lock)
+        self.account_lock = threading.Lock()
+        self.slow_lock = threading.Lock()
+        self.failed: list[tuple[int, BaseException]] = []
+        self.running = 0
+        self.slice_ticks = _slice_ticks(code, self.cs)
+        self.txp = txp
+        self.spare: list[np.ndarray] = []
+
+    def run(self, st: np.ndarray) -> None:
+        S = self.S
+        kept = getattr(S, "talk_states", None)
+        if kept is None or len(kept) < self.threads - 1 or kept[0].shape != st.shape:
+            kept = S.talk_states = [np.zeros_like(st) for _ in range(self.threads - 1)]
+        self.spare = list(kept[:self.threads - 1])
+        crew_of_this_thread().offer(self.work, self.threads - 1)
+        self.work(st)
+        with self.lock:
+            while self.running:
+                self.ended.wait()
+        if self.failed:
+            raise min(self.failed, key=lambda f: f[0])[1]
+
+    def work(self, st: np.ndarray | None = None) -> None:
+        """Take CTAs until none is left (or one failed); st: this thread's state array (None: a helper's spare)."""
+        took = False
+        helper = st is None
+        cl = -1
+        untold = [0]
+        try:
+            while True:
+                with self.lock:
+                    if self.failed or not self.queue:
+                        return
+                    cl = self.queue.popleft()
+                    if not took:
+                        took = True
+                        self.running += 1
+                        if st is None:
+                            st = self.spare.pop()
+                            st.fill(0)
+                    saved = self.aside.pop(cl, None)
+                    self.code.helped += helper
+                self._cta(st, cl, saved, untold)
+        except BaseException as e:  # noqa: BLE001 - the launch's failure (the lowest CTA's), raised by run
+            with self.lock:
+                self.failed.append((cl, e))
+        finally:
+            if took:
+                with self.lock:
+                    self.running -= 1
+                    if not self.running:
+                        self.ended.notify_all()
+
+    def _cta(self, st: np.ndarray, cl: int, saved, untold: list[int]) -> None:
+        """CTA cl on state array st until it is done, set aside, or another thread failed."""
+        code, S, L, T, cs = self.code, self.S, self.L, self.T, self.cs
+        words = code.state
+        rf = st[words:].view(np.uint8)
+        stp = st.ctypes.data
+        rfp = stp + 8 * words
+        if saved is not None:
+            st[:words] = saved[0]
+            code.registers.restore(rf, cs, saved[1])
+        else:
+            st[:words] = 0
+        with self.slow_lock:
+            ctx = S.memctx()
+            _hold = S._memctx             # (the MemCtx this thread's C code reads: kept alive while it runs)
+        ran = int(st[ST_CNT])
+        ticks = 0
+        while True:
+            if self.failed:
+                return
+            rc = code.fn(cl * cs, (cl + 1) * cs, ctx, self.txp, stp, rfp)
+            cnt = int(st[ST_CNT])
+            untold[0] += cnt - ran
+            ran = cnt
+            steps, untold[0] = divmod(untold[0], T)
+            if steps > 0 or rc != R_SLOW:
+                with self.account_lock:
+                    L.account(code.name, steps)
+            if rc == R_DONE:
+                return
+            if rc == R_SLOW:
+                with self.slow_lock:
+                    code.suspended += 1
+                    threadgen._slow_access(S, int(st[threadgen.ST_I]), int(st[threadgen.ST_KIND]),
+                                           int(st[ST_WRITE]), int(st[threadgen.ST_ADDR]),
+                                           int(st[threadgen.ST_SIZE]), stp + 8 * ST_VAL)
+                    ctx = S.memctx()
+                    _hold = S._memctx
+            elif rc == R_TICK:
+                ticks += 1
+                if ticks >= self.slice_ticks and int(st[ST_RESUME]) == code.res_dispatch:
+                    with self.lock:
+                        if self.queue:
+                            self.aside[cl] = (st[:words].copy(), code.registers.save(rf, cs))
+                            code.set_aside += 1
+                            self.queue.append(cl)
+                            return
             else:
                 raise CudaError("cudaErrorLaunchFailure", f"{code.name}: native code returned {rc}")

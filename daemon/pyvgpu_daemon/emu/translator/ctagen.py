@@ -1016,6 +1016,7 @@ class CtaCode(ThreadCode):
         self.registers = registers
         self.rf_bytes = registers.nbytes
         self.set_aside = 0            # CTAs set aside while others ran (ctaatomic.run_talking), all chunks together
+        self.helped = 0               # CTAs (and resumptions) a helper thread ran (ctaatomic._Talk), all chunks together
 
     def state_words(self, ctasize: int) -> int:
         return self.state + (self.rf_bytes + 7) // 8

@@ -1,0 +1,270 @@
+"""Stage 3's CTAs that talk on two threads (translator/ctaatomic.py: _Talk, the atomic C): CUB's onesweep and
+histogram against host sorts and counts, a look-back scan across many CTAs, atomics' totals under contention, a
+CTA waiting for a later one, a fault in one thread's CTA while the other spins, and the time limit of CTAs that
+spin forever. Results that do not depend on the schedule are compared bit for bit (with the host, the one-thread
+order, the lockstep path); each test checks that a helper thread ran CTAs (CtaCode.helped)."""
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from pyvgpu_daemon.emu.limits import EmuLimits
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.emu.module import EmuModule
+from pyvgpu_daemon.emu.translator import ctaatomic, ctagen
+from pyvgpu_daemon.errors import CudaError, code_of
+
+from harness import ptx_of
+from test_emu_ctaatomic import _talk_ptx, _u32
+from test_emu_ctasplit import SORT, TILE
+from test_emu_threadgen import HEAD
+
+TWO = dict(native="on", ctagen=True, threads=2)
+ONE = dict(native="on", ctagen=True, threads=1)
+OFF = dict(native="off", ctagen=False)
+
+
+def _load(ptx: bytes | str, mode: dict, mem: DeviceMemory, **kw) -> EmuModule:
+    return EmuModule.load(ptx.encode() if isinstance(ptx, str) else ptx, mem, limits=EmuLimits(**mode, **kw))
+
+
+def _cta_code(mod: EmuModule, name: str) -> ctagen.CtaCode:
+    code = mod.kernel(name).native_make()
+    assert isinstance(code, ctagen.CtaCode), f"{name} did not run a CTA at a time"
+    return code
+
+
+# ---------------------------------------------------------------- CUB's kernels
+def _onesweep(mode: dict, keys: np.ndarray, bit: int) -> tuple[list[bytes], object]:
+    """test_emu_ctasplit._onesweep's pass, launched with `mode`'s limits: (every buffer it writes, the kernel)."""
+    n = len(keys)
+    mem = DeviceMemory(1 << 40, 1 << 26)
+    mod = _load(ptx_of(str(SORT)), mode, mem)
+    name = next(k for k in mod.kernels if "Onesweep" in k)
+    nb = -(-n // TILE)
+    kin, kout, vin, vout = (mem.alloc(4 * n) for _ in range(4))
+    look, ctrs, bout, bins = mem.alloc(4 * 256 * nb), mem.alloc(64), mem.alloc(8 * 256), mem.alloc(8 * 256)
+    mem.write(kin, keys.tobytes())
+    mem.write(vin, np.arange(n, dtype=np.uint32).tobytes())
+    for a, size in ((look, 4 * 256 * nb), (ctrs, 64), (bout, 8 * 256)):
+        mem.write(a, bytes(size))
+    count = np.bincount((keys >> bit) & 255, minlength=256).astype(np.uint64)
+    mem.write(bins, (np.cumsum(count) - count).astype(np.uint64).tobytes())
+    mod.launch(name, (nb, 1, 1), (256, 1, 1), 0,
+               struct.pack("<8QiiiB", look, ctrs, bout, bins, kout, kin, vout, vin, n, bit, 8, 0))
+    out = [bytes(mem.read(a, s)) for a, s in ((kout, 4 * n), (vout, 4 * n), (look, 4 * 256 * nb), (ctrs, 64),
+                                             (bout, 8 * 256))]
+    return out, mod.kernel(name)
+
+
+def test_cub_onesweep_on_two_threads_against_the_host():
+    """Eight CTAs (the last one partial) of a pass over bits 16..23 on two threads: the keys and values as a stable
+    sort by the digit has them, and every buffer it writes (look-back words, tile counter) as the one-thread order
+    writes them."""
+    n = 7 * TILE + 3000
+    keys = np.random.default_rng(11).integers(0, 1 << 32, n, dtype=np.uint32)
+    order = np.argsort((keys >> 16) & 255, kind="stable")
+    one, _ = _onesweep(ONE, keys, 16)
+    helped = 0
+    for _ in range(3):                    # (a helper that starts late on a loaded machine may take no CTA)
+        got, kernel = _onesweep(TWO, keys, 16)
+        assert got[0] == keys[order].tobytes() and got[1] == order.astype(np.uint32).tobytes()
+        assert got == one
+        helped += kernel.native_make().helped
+        if helped:
+            break
+    assert helped, "no CTA ran on a helper thread"
+
+
+def test_cub_histogram_on_two_threads_against_the_host():
+    """CUB's radix histogram (shared and global atomics), 40 CTAs on two threads: every digit count of the four
+    passes as the host's bincount."""
+    n = 40 * 8192
+    keys = np.random.default_rng(5).integers(0, 1 << 32, n, dtype=np.uint32)
+    exp = np.stack([np.bincount((keys >> (8 * p)) & 255, minlength=256) for p in range(4)]).astype(np.uint64)
+    helped = 0
+    for _ in range(3):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(ptx_of(str(SORT)), TWO, mem)
+        name = next(k for k in mod.kernels if "HistogramKernel" in k)
+        src, bins = mem.alloc(4 * n), mem.alloc(8 * 4 * 256)
+        mem.write(src, keys.tobytes())
+        mem.write(bins, bytes(8 * 4 * 256))
+        mod.launch(name, (40, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", bins, src, n, 0, 32, 0))
+        assert bytes(mem.read(bins, 8 * 4 * 256)) == exp.tobytes()
+        helped += _cta_code(mod, name).helped
+        if helped:
+            break
+    assert helped, "no CTA ran on a helper thread"
+
+
+# ---------------------------------------------------------------- tests/cuda/emu_cta_talk.cu
+def test_a_look_back_scan_across_many_ctas():
+    """tests/cuda/emu_cta_talk.cu's decoupled look-back over 600 tiles on two threads (tile numbers from an atomic
+    counter, volatile flags, fences): every thread's tile prefix is the host's."""
+    grid, block = 600, 64
+    data = np.random.default_rng(6).integers(0, 1000, grid * block, dtype=np.uint32)
+    sums = data.reshape(grid, block).sum(1, dtype=np.uint32)
+    exp = np.repeat(np.cumsum(sums, dtype=np.uint32) - sums, block)
+    helped = 0
+    for _ in range(3):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(_talk_ptx(), TWO, mem)
+        a, o = mem.alloc(data.nbytes), mem.alloc(data.nbytes)
+        mem.write(a, data.tobytes())
+        c, f, ag, inc = (mem.alloc(4 * grid) for _ in range(4))
+        for x in (c, f):
+            mem.write(x, bytes(4 * grid))
+        mod.launch("lookback", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<6Q", a, o, c, f, ag, inc))
+        assert (_u32(mem, o, data.size) == exp).all()
+        helped += _cta_code(mod, "lookback").helped
+        if helped:
+            break
+    assert helped, "no CTA ran on a helper thread"
+
+
+@pytest.mark.parametrize("mode", [TWO, ONE], ids=["two threads", "one thread"])
+def test_a_cta_waiting_for_a_later_one_completes(mode):
+    """CTA 0 spins until the chunk's last CTA sets a flag, then all meet at a hand-made grid barrier: it ends,
+    with the lockstep path's result, on two threads and one."""
+    grid = 12
+    res = []
+    for m in (mode, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(_talk_ptx(), m, mem, max_vector_instructions=20_000_000)
+        f, c, o = mem.alloc(8), mem.alloc(4), mem.alloc(4 * (grid + 1))
+        mod.launch("wait_later", (grid, 1, 1), (64, 1, 1), 0, struct.pack("<QQQ", f, c, o))
+        res.append(_u32(mem, o, grid + 1))
+    assert res[0][0] == 12345 and (res[0][1:] == grid).all() and (res[0] == res[1]).all()
+
+
+# ---------------------------------------------------------------- PTX written here
+# Every thread runs k rounds of global atomics on one set of words shared by every CTA: add (u32, a red of u64),
+# inc (bound 0xFFFFFFFF: +1), max, min (s32), xor, an add through a generic address, and thread 0 of each CTA a
+# compare-and-swap loop (an increment made by hand).
+CONTEND = HEAD + """
+.visible .entry contend(.param .u64 w, .param .u32 k)
+{
+  .reg .pred %p<3>; .reg .b32 %r<16>; .reg .b64 %rd<4>;
+  ld.param.u64 %rd2, [w]; ld.param.u32 %r1, [k];
+  cvta.to.global.u64 %rd1, %rd2;
+  bar.sync 0;
+  mov.u32 %r2, %ctaid.x; mov.u32 %r3, %ntid.x; mov.u32 %r4, %tid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r4;
+  neg.s32 %r12, %r5;
+  mov.u32 %r6, 0;
+LOOP:
+  atom.global.add.u32 %r7, [%rd1], 1;
+  red.global.add.u64 [%rd1+8], 3;
+  atom.global.inc.u32 %r8, [%rd1+16], -1;
+  atom.global.max.u32 %r8, [%rd1+20], %r5;
+  atom.global.min.s32 %r8, [%rd1+24], %r12;
+  atom.global.xor.b32 %r8, [%rd1+28], %r5;
+  atom.add.u32 %r8, [%rd2+36], 2;
+  setp.ne.u32 %p1, %r4, 0;
+  @%p1 bra NEXT;
+CAS:
+  ld.volatile.global.u32 %r9, [%rd1+32];
+  add.u32 %r10, %r9, 1;
+  atom.global.cas.b32 %r11, [%rd1+32], %r9, %r10;
+  setp.ne.u32 %p2, %r11, %r9;
+  @%p2 bra CAS;
+NEXT:
+  add.u32 %r6, %r6, 1;
+  setp.lt.u32 %p1, %r6, %r1;
+  @%p1 bra LOOP;
+  ret;
+}
+"""
+
+
+def test_atomics_totals_under_contention():
+    """16 CTAs of 64 threads, 2001 rounds each, on two threads: every word's total is the host's (a
+    read-modify-write that is not one atomic instruction loses updates when the other thread's CTA makes one at
+    once)."""
+    grid, block, k = 16, 64, 2001
+    n = grid * block
+    helped = 0
+    for _ in range(3):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(CONTEND, TWO, mem)
+        w = mem.alloc(64)
+        mem.write(w, bytes(64))
+        mod.launch("contend", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QI", w, k))
+        got = bytes(mem.read(w, 40))
+        add, red = struct.unpack_from("<IxxxxQ", got)
+        inc, mx, mn, xr, cas, gen = struct.unpack_from("<IIiIII", got, 16)
+        want_xor = 0
+        for i in range(n):
+            want_xor ^= i
+        assert (add, red, inc, cas, gen) == (n * k, 3 * n * k, n * k, grid * k, 2 * n * k)
+        assert (mx, mn, xr) == (n - 1, -(n - 1), want_xor)
+        helped += _cta_code(mod, "contend").helped
+        if helped:
+            break
+    assert helped, "no CTA ran on a helper thread"
+
+
+# CTA 1 stores at p + off (off misaligned: a fault); every other CTA spins on a flag no one sets.
+SPIN = HEAD + """
+.visible .entry spin(.param .u64 flag, .param .u64 p, .param .u64 off)
+{
+  .reg .pred %p<3>; .reg .b32 %r<6>; .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [flag]; ld.param.u64 %rd2, [p]; ld.param.u64 %rd3, [off];
+  cvta.to.global.u64 %rd1, %rd1; cvta.to.global.u64 %rd2, %rd2;
+  bar.sync 0;
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %tid.x;
+  setp.ne.u32 %p1, %r1, 1;
+  @%p1 bra SPIN;
+  add.s64 %rd4, %rd2, %rd3;
+  st.global.u32 [%rd4], %r2;
+  ret;
+SPIN:
+  ld.volatile.global.u32 %r3, [%rd1];
+  setp.eq.u32 %p2, %r3, 0;
+  @%p2 bra SPIN;
+  ret;
+}
+"""
+
+
+def _spin(mode: dict, off: int, **kw) -> tuple[CudaError, ctagen.CtaCode | None]:
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _load(SPIN, mode, mem, **kw)
+    f, p = mem.alloc(4), mem.alloc(64 * 4 + 8)
+    mem.write(f, bytes(4))
+    with pytest.raises(CudaError) as ei:
+        mod.launch("spin", (4, 1, 1), (64, 1, 1), 0, struct.pack("<QQQ", f, p, off))
+    return ei.value, (_cta_code(mod, "spin") if mode is not OFF else None)
+
+
+def test_a_fault_in_one_threads_cta_stops_the_other_spinning(monkeypatch):
+    """CTA 1 faults (a misaligned store) while CTA 0 spins on the other thread, never set aside (a slice past the
+    budget): the launch fails with the fault, as on one thread and the lockstep path, not with the budget the spin
+    would exhaust."""
+    fault = code_of("cudaErrorMisalignedAddress")
+    assert [_spin(m, 2, max_vector_instructions=3_000_000)[0].code for m in (ONE, OFF)] == [fault] * 2
+    monkeypatch.setattr(ctaatomic, "SLICE_TICKS", 1 << 40)
+    helped = 0
+    for _ in range(3):
+        err, code = _spin(TWO, 2, max_vector_instructions=3_000_000)
+        assert err.code == fault, err.message
+        helped += code.helped
+        if helped:
+            break
+    assert helped, "no CTA ran on a helper thread"
+
+
+def test_ctas_spinning_forever_end_at_the_time_limit_on_two_threads():
+    """Three CTAs spin forever on two threads (CTA 1 ends): the launch ends with cudaErrorLaunchTimeout at its
+    deadline (a budget no spin reaches first) and at its instruction budget."""
+    t0 = time.monotonic()
+    err, code = _spin(TWO, 0, max_seconds=1.5, max_vector_instructions=1 << 60)
+    assert err.code == code_of("cudaErrorLaunchTimeout") and "ran longer than" in err.message
+    assert time.monotonic() - t0 < 60
+    err, code = _spin(TWO, 0, max_vector_instructions=2_000_000)
+    assert err.code == code_of("cudaErrorLaunchTimeout") and "instruction budget" in err.message
