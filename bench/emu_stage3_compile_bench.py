@@ -15,14 +15,15 @@ Columns: bytes, blocks, PTX instructions, bytes per instruction, region function
 --launches: CPU seconds per launch of one onesweep pass (1M keys and values, bits 0..7; `--keys`) run a CTA at a
 time and as the lockstep native code (PYVGPU_EMU_CTAGEN=0), best of N after one that builds the code, each result
 checked against a stable sort by the digit; and CUB's histogram kernel (160 CTAs over the same keys) likewise.
-With --threads, each path on each number of threads (EmuLimits.threads: a talking kernel's CTAs run on that many,
-translator/ctaatomic.py), the wall seconds of a launch beside its CPU seconds (best of N each).
+With --threads, each path on each number of threads (EmuLimits.talk_threads: a talking kernel's CTAs run on that
+many, translator/ctaatomic.py), the wall seconds of a launch beside its CPU seconds (best of N each; and the median).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import resource
+import statistics
 import struct
 import sys
 import tempfile
@@ -98,8 +99,9 @@ def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
                       f"{len(text) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
 
 
-def best_wall_cpu(launches: int, launch) -> tuple[float, float]:
-    """(least wall seconds, least CPU seconds) of `launches` calls of launch(), after one that builds the code."""
+def best_wall_cpu(launches: int, launch) -> tuple[float, float, float, float]:
+    """(least wall seconds, least CPU seconds, their medians) of `launches` calls of launch(), after one that builds
+    the code."""
     launch()
     walls, cpus = [], []
     for _ in range(launches):
@@ -107,7 +109,7 @@ def best_wall_cpu(launches: int, launch) -> tuple[float, float]:
         launch()
         walls.append(time.perf_counter() - t)
         cpus.append(time.process_time() - c)
-    return min(walls), min(cpus)
+    return min(walls), min(cpus), statistics.median(walls), statistics.median(cpus)
 
 
 def launch_times(launches: int, n: int, modes: list[str], threads: list[int | None]) -> None:
@@ -115,7 +117,7 @@ def launch_times(launches: int, n: int, modes: list[str], threads: list[int | No
     order = np.argsort(keys & 255, kind="stable")
     for mode, nthreads in [(m, t) for m in modes for t in threads]:
         mem = DeviceMemory(1 << 40, 1 << 28)
-        kw = {} if nthreads is None else {"threads": nthreads}
+        kw = {} if nthreads is None else {"talk_threads": nthreads}
         mod = EmuModule.load(ptx_of(str(SORT)), mem, limits=EmuLimits(native="on", ctagen=mode == "CTA", **kw))
         one = next(k for k in mod.kernels if "Onesweep" in k)
         histo = next(k for k in mod.kernels if "HistogramKernel" in k)
@@ -143,17 +145,17 @@ def launch_times(launches: int, n: int, modes: list[str], threads: list[int | No
             mem.write(hist, bytes(8 * 4 * 256))
             mod.launch(histo, (160, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", hist, kin, n, 0, 32, 0))
 
-        w1, s1 = best_wall_cpu(launches, onesweep)
+        w1, s1, mw1, ms1 = best_wall_cpu(launches, onesweep)
         ok = bytes(mem.read(kout, 4 * n)) == keys[order].tobytes() and \
             bytes(mem.read(vout, 4 * n)) == order.astype(np.uint32).tobytes()
-        w2, s2 = best_wall_cpu(launches, histogram)
+        w2, s2, _, _ = best_wall_cpu(launches, histogram)
         exp = np.stack([np.bincount((keys >> (8 * p)) & 255, minlength=256) for p in range(4)]).astype(np.uint64)
         ok = ok and (n % 4096 != 0 or bytes(mem.read(hist, 8 * 4 * 256)) == exp.tobytes())
         if not ok:
             raise SystemExit(f"{mode}: wrong result")
         on = "" if nthreads is None else f", {nthreads} thread{'s' if nthreads > 1 else ''}"
-        print(f"{mode}{on}: onesweep {w1:.3f} s wall, {s1:.3f} s CPU per launch (its code built in {built:.1f} s), "
-              f"histogram {w2:.3f} s wall, {s2:.3f} s CPU", flush=True)
+        print(f"{mode}{on}: onesweep {w1:.3f} s wall, {s1:.3f} s CPU per launch (median {mw1:.3f}, {ms1:.3f}; its code "
+              f"built in {built:.1f} s), histogram {w2:.3f} s wall, {s2:.3f} s CPU", flush=True)
 
 
 def main() -> None:
@@ -167,7 +169,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES,
                     help="--launches: the paths to time (default both)")
     ap.add_argument("--threads", nargs="*", type=int, default=[None],
-                    help="--launches: EmuLimits.threads to time each path on (default: EmuLimits')")
+                    help="--launches: EmuLimits.talk_threads to time each path on (default: EmuLimits')")
     a = ap.parse_args()
     if a.compile_times:
         compile_times(a.program, a.opt, a.skip_over)

@@ -22,8 +22,8 @@ from test_emu_ctaatomic import _talk_ptx, _u32
 from test_emu_ctasplit import SORT, TILE
 from test_emu_threadgen import HEAD
 
-TWO = dict(native="on", ctagen=True, threads=2)
-ONE = dict(native="on", ctagen=True, threads=1)
+TWO = dict(native="on", ctagen=True, talk_threads=2)
+ONE = dict(native="on", ctagen=True, talk_threads=1)
 OFF = dict(native="off", ctagen=False)
 
 

@@ -51,9 +51,13 @@ class EmuLimits:
     # when they are at most 1/sparse_divisor of the chunk's lanes; 0: always over the whole chunk, masked. The
     # results are the same bits either way.
     sparse_divisor: int = max(0, _env_int("PYVGPU_EMU_SPARSE_DIVISOR", 4))
-    # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other; a
-    # chunk's CTAs when they talk and run a CTA at a time (translator/ctaatomic.py: 1 keeps their one-thread order).
+    # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
     threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
+    # A chunk's CTAs that talk (CUB's onesweep), run a CTA at a time, on this many threads (translator/ctaatomic.py);
+    # 1, the default: one after the other, the same order run after run. Two were slower a launch on the loaded
+    # 2-core VM (a CTA spins on the look-back while its predecessor's thread waits for a CPU: bench/README.md,
+    # "fourteenth step").
+    talk_threads: int = max(1, _env_int("PYVGPU_EMU_TALK_THREADS", 1))
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))
     # Inlining depth for .func calls (recursive functions are not inlined: they run on the call stack).

@@ -9,8 +9,8 @@ Chunks run one after the other, in CTA order, unless the kernel cannot observe o
 no atomics, fences, volatile (but of the CTA's shared memory) or scoped memory accesses, printf or assert): then up
 to `EmuLimits.threads` chunks run at once, on the launching thread and helpers of its own kept between launches
 (crew.py; NumPy and native code release the GIL), with the same results, since nothing one CTA does is visible to
-another. (A kernel whose CTAs talk, run a CTA at a time in native code, runs a chunk's CTAs on those threads
-instead: translator/ctaatomic.py.) Finished chunks are kept by the plan for its later launches (LaunchPlan.keep): a chunk's arrays, geometry
+another. (A kernel whose CTAs talk, run a CTA at a time in native code, may run a chunk's CTAs on several
+threads instead: EmuLimits.talk_threads, translator/ctaatomic.py.) Finished chunks are kept by the plan for its later launches (LaunchPlan.keep): a chunk's arrays, geometry
 and fresh pages cost more than a simple kernel's chunk run.
 
 The time limit holds for any grid and any kernel: the deadline (and the session's cancellation) is checked

@@ -25,7 +25,8 @@ Plain accesses stay plain: a kernel whose CTAs race on them has undefined result
 served by Python (R_SLOW) is a copy made while the C code waits, the same bytes at once.
 
 CTAs that talk run in ascending order (CTA k starts no earlier than k - 1: a schedule a GPU may pick, and a
-look-back over earlier CTAs finds them started or done) on EmuLimits.threads threads (PYVGPU_EMU_THREADS; _Talk):
+look-back over earlier CTAs finds them started or done) on EmuLimits.talk_threads threads (PYVGPU_EMU_TALK_THREADS,
+1 by default; _Talk):
 the launching thread and helpers of its crew (runtime/crew.py), each with a state array of its own, take CTAs from
 one queue. A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid barrier among
 the chunk's CTAs) would never finish where every thread runs such a CTA, where the lockstep path, which steps all
@@ -45,7 +46,7 @@ Determinism: on several threads the order in which CTAs' atomics and ordered acc
 schedule, as on a GPU (which CTA's atomic returns which old value; a float sum's rounding would too, but float
 adds keep the other paths). A kernel whose results do not depend on it (a sort by CUB's onesweep, a look-back
 scan, counters' totals, a histogram) gives the lockstep path's bits; one whose results do (old values stored,
-a winner taken by exch) gives one result a GPU may give. PYVGPU_EMU_THREADS=1 (EmuLimits.threads = 1) keeps the
+a winner taken by exch) gives one result a GPU may give. PYVGPU_EMU_TALK_THREADS=1, the default, keeps the
 one-thread order, the CTAs one after the other as set out above, the same results run after run.
 """
 from __future__ import annotations
@@ -284,10 +285,10 @@ class CtaRegisters:
 
 
 def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:
-    """The chunk's CTAs in ascending order on EmuLimits.threads threads (one: one after the other), one set aside
+    """The chunk's CTAs in ascending order on EmuLimits.talk_threads threads (one: one after the other), one set aside
     after its slice while others wait and resumed in turn (module docstring); faults, bounds and accesses served by
     Python as ThreadCode._run_chunk has them."""
-    threads = min(L.limits.threads, T // S.ctasize)
+    threads = min(L.limits.talk_threads, T // S.ctasize)
     if threads <= 1:
         _run_alone(code, S, L, T, st, ctx, txp, stp)
     else:
@@ -299,7 +300,7 @@ def _slice_ticks(code, cs: int) -> int:
 
 
 def _run_alone(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:
-    """One thread: the CTAs one after the other (PYVGPU_EMU_THREADS=1: the one-thread order, reproducible)."""
+    """One thread: the CTAs one after the other (talk_threads 1: the one-thread order, reproducible)."""
     cs = S.ctasize
     ncta = T // cs
     words = code.state
