@@ -259,9 +259,9 @@ def test_the_first_launch_of_a_kernel_wanted_here_waits_briefly_for_its_build(mo
     assert (v == np.arange(1000) + 7).all()
     slow = Kernel._build_native_or_false
 
-    def slower(self):
+    def slower(self, *a, **k):
         time.sleep(1.0)
-        return slow(self)
+        return slow(self, *a, **k)
 
     monkeypatch.setattr(Kernel, "_build_native_or_false", slower)
     monkeypatch.setattr(emu_launch, "WANTED_WAIT_S", 0.1)

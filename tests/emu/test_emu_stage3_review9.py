@@ -62,7 +62,7 @@ def _wanted_module_with_a_slow_build(monkeypatch, tmp_path, done, **limits):
     mem = DeviceMemory(1 << 40, 1 << 24)
     m = EmuModule.load(IDS_PTX.encode(), mem, limits=EmuLimits(native="auto"))
     native_mod.mark_wanted(m.kernel("ids").native_key)
-    monkeypatch.setattr(Kernel, "_build_native_or_false", lambda self: done.wait(10.0) and False)
+    monkeypatch.setattr(Kernel, "_build_native_or_false", lambda self, *a, **k: done.wait(10.0) and False)
     return EmuModule.load(IDS_PTX.encode(), mem, limits=EmuLimits(native="auto", **limits)), mem
 
 

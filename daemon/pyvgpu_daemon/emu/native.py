@@ -20,6 +20,9 @@ another key (tried afresh); clearing the cache, or a longer COMPILE_TIMEOUT than
 under, tries again; a timeout while the machine had more runnable processes than cores is not remembered either
 (on a loaded machine a build that fits COMPILE_TIMEOUT alone may not).
 
+A caller may ask whether a library is cached (`cached`: a kernel builds a quick tier at a lower level first only
+when its full build is not) and remove one (`discard`: the quick tier once the full build is cached).
+
 A kernel whose native code the launch policy found worth building (runtime/launch.py: its launches ran long
 enough) is recorded beside the cache too (`<kernel key>.wanted`, by the kernel's name and code, the paths allowed
 and the generator's own source), so that the next daemon starts that build at the kernel's first launch, in the
@@ -110,10 +113,7 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
     if cc is None:
         _warn_once("no C compiler", "set PYVGPU_EMU_CC or install cc")
         return None
-    units = (source,) if isinstance(source, str) else tuple(source)
-    flags = FLAGS + tuple(extra)
-    key = library_key(units, cc, flags)
-    directory = directory or cache_dir() / "emu-native"
+    units, flags, key, directory = _keyed(source, extra, directory, cc)
     path = directory / f"{key}.so"
     marker = directory / f"{key}{FAILED}"
     with _lock:
@@ -142,6 +142,38 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
         except OSError as e:
             _warn_once("library failed to load", str(e))
             return None
+
+
+def _keyed(source: str | Sequence[str], extra: tuple[str, ...], directory: Path | None,
+           cc: str) -> tuple[tuple[str, ...], tuple[str, ...], str, Path]:
+    """(units, flags, key, directory) of a library as `load` builds it."""
+    units = (source,) if isinstance(source, str) else tuple(source)
+    flags = FLAGS + tuple(extra)
+    return units, flags, library_key(units, cc, flags), directory or cache_dir() / "emu-native"
+
+
+def cached(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = ()) -> bool:
+    """Whether `load(source, directory, extra)` would find its library built (in the cache): a caller with a quicker
+    build to run meanwhile (a lower optimisation level: translator/kernel.py's quick tier) skips it then."""
+    cc = compiler()
+    if cc is None:
+        return False
+    _, _, key, directory = _keyed(source, extra, directory, cc)
+    return (directory / f"{key}.so").exists()
+
+
+def discard(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = ()) -> None:
+    """Remove the cached library of `load(source, directory, extra)` (a quick tier once its full build is cached:
+    the cache keeps the one a later daemon uses). A process that loaded it keeps it mapped."""
+    cc = compiler()
+    if cc is None:
+        return
+    _, _, key, directory = _keyed(source, extra, directory, cc)
+    with _lock:
+        try:
+            (directory / f"{key}.so").unlink()
+        except OSError:
+            pass
 
 
 @functools.cache

@@ -41,6 +41,7 @@ from pyvgpu_daemon.errors import CudaError, code_of
 
 from ..layout import align
 from ..limits import EmuLimits
+from ..translator import ctagen
 from ..translator.threadgen import ThreadCode
 from .chunk import Chunk, state_bytes
 from .crew import crew_of_this_thread
@@ -72,6 +73,10 @@ TINY_SECONDS = 500e-6
 NATIVE_AFTER_S = 0.25
 NATIVE_S_PER_INSTR = 0.005
 NATIVE_S_PER_INSTR_CTA = 0.0025
+# A kernel large enough for a quick tier (ctagen.quick_flags: built at -O0 first, its full level after, in the
+# background) pays its quick build's cost: onesweep's source generated and compiled at -O0 in about 4 s of CPU, 10 of
+# its NumPy launches (bench/README.md, "fourteenth step: radix_sort_thrust cold").
+NATIVE_S_PER_INSTR_QUICK = 0.0004
 # The first launch of a kernel worth native code here before waits this long for its build rather than running its
 # NumPy code meanwhile: with the library cached the build is the source's generation (CUB's onesweep: 0.4-1.3 s,
 # against 0.42 s of CPU, 1.15 s of wall at load 4.6, a NumPy launch); a library no longer cached costs this once a
@@ -145,7 +150,8 @@ class LaunchPlan:
             self.native, self.native_later = "auto", False
         self.patience = WANTED_WAIT_S if wanted else 0.0      # (the build's first launch waits that long for it)
         self.native_after = 0.0 if not self.native_later else max(NATIVE_AFTER_S, sum(self.sizes) * (
-            NATIVE_S_PER_INSTR_CTA if kernel.tries_cta_code() else NATIVE_S_PER_INSTR))
+            NATIVE_S_PER_INSTR if not kernel.tries_cta_code() else
+            NATIVE_S_PER_INSTR_QUICK if ctagen.quick_flags(sum(self.sizes)) else NATIVE_S_PER_INSTR_CTA))
         self.spent = 0.0                      # seconds its completed launches took, in all
         # Bounded whatever the arguments: each thread runs each block at most once (Kernel.straight) and no
         # barrier or warp operation parks threads, so the scheduler takes at most one step per block: at most

@@ -117,6 +117,13 @@ class OptLevel:
 # Largest first. -O1 for CUB's onesweep (2.4 MB): 15 s against 35 s at -O2 and 1.3x slower a launch; -O2 for CUB's
 # histogram (0.18 MB): 1.7 s against 2.9 s at -O3, and as fast a launch. (native.FLAGS has -O3: a later -O wins.)
 OPT_BY_SIZE = (OptLevel(1 << 20, ("-O1",), 7.0), OptLevel(128 << 10, ("-O2",), 15.0), OptLevel(0, (), 40.0))
+# A kernel of at least QUICK_MIN_INSTRS PTX instructions and blocks (the launch policy's count: runtime/launch.py) whose
+# library is not cached is built twice in the background (translator/kernel.py): first at QUICK's level, its launches
+# running that while the build at its size's level (OPT_BY_SIZE: -O1 or -O2 there) runs, which alone stays cached.
+# CUB's onesweep (10,549): -O0 3.1 s of compiler CPU against -O1's 13.1 s, 0.26 s a launch against -O1's 0.093 s and
+# the NumPy code's 0.42 s (bench/README.md, "fourteenth step: radix_sort_thrust cold").
+QUICK = OptLevel(0, ("-O0",), 1.3)
+QUICK_MIN_INSTRS = 3000
 # A kernel whose source's compile-time estimate is larger keeps the other paths (the build would hold native.py's
 # build lock that long in every daemon run that loads it: a failed or slow build is not remembered across runs)
 MAX_COMPILE_S = 60.0
@@ -134,6 +141,13 @@ def opt_level(source: str | list[str]) -> OptLevel:
 def flags(source: str | list[str]) -> tuple[str, ...]:
     """The compiler's extra flags for a kernel's source: FLAGS and its size's optimisation level (OPT_BY_SIZE)."""
     return FLAGS + opt_level(source).flags
+
+
+def quick_flags(instrs: int) -> tuple[str, ...] | None:
+    """The compiler's extra flags of a quick tier for a kernel of `instrs` instructions and blocks, or None (none:
+    its build at its size's level is short enough)."""
+    return FLAGS + QUICK.flags if instrs >= QUICK_MIN_INSTRS else None
+
 
 # The state array's words (threadgen's ST_* where they mean the same; the others reused): the loop position j in
 # ST_LIC, the CTA in the chunk in ST_CTA, the block run (P) in ST_PH, the threads at it (n) in ST_NARR, converged

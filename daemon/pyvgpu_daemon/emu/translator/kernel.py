@@ -12,6 +12,7 @@ The runtime then calls `kernel.make(chunk)` once per chunk (see codegen.py for t
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -118,6 +119,14 @@ class Kernel:
         self._native_lock = threading.Lock()
         self._native_key: str | None = None
         self._wanted: bool | None = None
+        self._full: _FullBuild | None = None     # the build after a quick tier's (_build_whole), until it runs
+        self._quick_lib = None                   # the quick tier's library, loaded while its code may run
+
+    @property
+    def instructions(self) -> int:
+        """Its instructions and blocks (the vector instructions of one step over every block: LaunchPlan.sizes), what
+        its C's compile time grows with."""
+        return sum(len(b.instrs) + 1 for b in self.blocks)
 
     @property
     def make(self):
@@ -141,11 +150,13 @@ class Kernel:
         up to `patience` seconds for it (a kernel built here before: its library is cached, the build is only the
         source's generation, shorter than a launch of the kernel's NumPy code), calling `check()` every
         PATIENCE_SLICE_S meanwhile (the launch's check_time: its cancellation and the session's turn are served
-        while it waits, as while it runs; check may raise)."""
+        while it waits, as while it runs; check may raise). A background build of a large CTA-at-a-time kernel whose
+        library is not cached answers a quick tier's code first (-O0: ctagen.quick_flags), then, from a later launch
+        on, the code at its size's level (_build_full): the same C, the same results."""
         started = False
         with self._native_lock:
             if self._native is None and self._native_thread is None:
-                if wait:
+                if wait:                # (the full build at once: no quick tier)
                     self._native = self._build_native_or_false()
                 else:
                     self._native_thread = threading.Thread(target=self._background_build, daemon=True,
@@ -159,16 +170,39 @@ class Kernel:
             end = time.monotonic() + patience
             while True:
                 thread.join(max(0.0, min(PATIENCE_SLICE_S, end - time.monotonic())))
-                if not thread.is_alive() or time.monotonic() >= end:
-                    break
+                if not thread.is_alive() or self._native or time.monotonic() >= end:
+                    break           # (a quick tier ready: its full build goes on in the background)
                 if check is not None:
                     check()
         return self._native or None
 
     def _background_build(self) -> None:
-        self._native = self._build_native_or_false()
-        if self._native:                # (only the launch policy builds in the background: it found it worth it)
+        code = self._native = self._build_native_or_false(quick=True)
+        if code:                        # (only the launch policy builds in the background: it found it worth it)
             native.mark_wanted(self.native_key)
+        full, self._full = self._full, None
+        if full is not None and code:   # a quick tier runs meanwhile: launches take the full build when it is ready
+            self._native = self._build_full(full, code)
+
+    def _build_full(self, full: _FullBuild, quick):
+        """The code of `full` (the build at its size's level after a quick tier's), or `quick` where it fails (the
+        same C: the same results, slower); the quick tier's library leaves the cache once the full one is in it."""
+        t0 = time.monotonic()
+        lib = native.load(full.units, extra=full.flags, name=self.name, jobs=full.jobs)
+        if lib is None:
+            native.log.info("emulated GPU: kernel %s keeps its quick build (its full build failed)", self.name[:80])
+            return quick
+        try:
+            code = full.code_class(lib.fn, self.name, full.state, full.extra)
+        except Exception as e:  # noqa: BLE001 - (as _build_native_or_false: the quick tier serves)
+            native.log.warning("emulated GPU: %s: full build unusable (%s: %s)", self.name, type(e).__name__, e)
+            return quick
+        code.unfit = quick.unfit        # (the kernel's memory, not its code, made it unfit)
+        self._quick_lib, self._native_lib = self._native_lib, lib
+        native.log.info("emulated GPU: kernel %s runs its full build from now on (%.1f s)", self.name[:80],
+                        time.monotonic() - t0)
+        native.discard(full.units, extra=full.quick)
+        return code
 
     @property
     def native_key(self) -> str:
@@ -185,10 +219,10 @@ class Kernel:
             self._wanted = native.compiler() is not None and native.wanted(self.native_key)
         return self._wanted
 
-    def _build_native_or_false(self):
+    def _build_native_or_false(self, quick: bool = False):
         t0 = time.monotonic()
         try:
-            code = self._build_native() or False
+            code = self._build_native(quick) or False
         except Exception as e:  # noqa: BLE001 - native code is an optimisation: a generator bug costs only speed
             native.log.warning("emulated GPU: no native code for %s (%s: %s); it runs as NumPy code", self.name,
                                type(e).__name__, e)
@@ -206,9 +240,9 @@ class Kernel:
         return self.limits.ctagen and ctagen.eligible_reason(self) is None and \
             ctagen.preferred_reason(self, self.limits.threadgen) is None
 
-    def _build_native(self):
+    def _build_native(self, quick: bool = False):
         if self.tries_cta_code():
-            code = self._build_cta_code()
+            code = self._build_cta_code(quick)
             if code is not None:
                 return code
         if self.limits.threadgen and threadgen.eligible_reason(self) is None and threadgen.slower_reason(self) is None:
@@ -250,11 +284,13 @@ class Kernel:
         return g.ns["make"]
 
 
-    def _build_cta_code(self):
+    def _build_cta_code(self, quick: bool = False):
         """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
-        form there (thread mode or the lockstep native runs then serve)."""
+        form there (thread mode or the lockstep native runs then serve). quick: a large kernel whose library is not
+        cached is built at a quick tier's level first (ctagen.quick_flags; its full build then in _full)."""
         return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.flags, ctagen.CtaCode,
-                                 "CTA-at-a-time", "on the other paths")
+                                 "CTA-at-a-time", "on the other paths",
+                                 ctagen.quick_flags(self.instructions) if quick else None)
 
     def _build_thread_code(self):
         """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction
@@ -262,10 +298,13 @@ class Kernel:
         return self._build_whole(threadgen.kernel_source, threadgen.PRELUDE_T, threadgen.FLAGS,
                                  threadgen.ThreadCode, "thread-at-a-time", "in lockstep")
 
-    def _build_whole(self, kernel_source, prelude: str, flags, code_class, what: str, instead: str):
+    def _build_whole(self, kernel_source, prelude: str, flags, code_class, what: str, instead: str,
+                     quick: tuple[str, ...] | None = None):
         """The kernel as one C function `fn` of a whole-kernel generator (kernel_source(kernel, g, "fn") -> (source,
         state words, its extra array's size)), wrapped in code_class; None where it has no C form. flags: the
-        compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size)."""
+        compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size). quick: the
+        flags of a quick tier, built instead when the library of `flags` is not cached (the build at `flags` then
+        left in self._full: `_background_build` runs it next)."""
         try:
             source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
@@ -276,13 +315,32 @@ class Kernel:
             return None
         # (several translation units: ctasplit.py's region functions, built ctasplit.JOBS at once)
         units = prelude + source if isinstance(source, str) else [prelude + s for s in source]
-        lib = native.load(units, extra=flags if isinstance(flags, tuple) else flags(source), name=self.name,
-                          jobs=1 if isinstance(source, str) else ctasplit.JOBS)
+        full = flags if isinstance(flags, tuple) else flags(source)
+        jobs = 1 if isinstance(source, str) else ctasplit.JOBS
+        lib = None
+        if quick is not None and quick != full and not native.cached(units, extra=full):
+            lib = native.load(units, extra=quick, name=self.name, jobs=jobs)
+            if lib is not None:
+                self._full = _FullBuild(units, full, quick, jobs, code_class, state, extra)
+        if lib is None:
+            lib = native.load(units, extra=full, name=self.name, jobs=jobs)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
         self.native_source = source if isinstance(source, str) else "\n".join(source)
         return code_class(lib.fn, self.name, state, extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FullBuild:
+    """What a kernel's build at its full level needs after its quick tier's (Kernel._build_whole)."""
+    units: str | list[str]
+    flags: tuple[str, ...]
+    quick: tuple[str, ...]          # (the quick tier's flags: its library leaves the cache after)
+    jobs: int
+    code_class: type
+    state: int
+    extra: object
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()
