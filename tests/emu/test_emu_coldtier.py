@@ -21,6 +21,7 @@ from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.runtime import launch as emu_launch
 from pyvgpu_daemon.emu.translator import ctagen
+from pyvgpu_daemon.emu.translator import kernel as kernel_mod
 
 HEAD = ".version 9.0\n.target sm_75\n.address_size 64\n"
 # Floats through a barrier: products, sums, a quotient and a square root (NaN payloads, infinities, subnormals
@@ -111,7 +112,7 @@ class Builds:
         tier = threading.local()
 
         def counted_load(source, directory=None, extra=(), name="", jobs=1):
-            tier.now = "quick" if "-O0" in extra else "full"
+            tier.now = "quick" if ctagen.QUICK.flags[-1] in extra else "full"
             self.calls.append(tier.now)
             if tier.now == "full":
                 assert self.gate.wait(60)
@@ -131,6 +132,7 @@ class Builds:
 def builds(monkeypatch, tmp_path) -> Builds:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))            # an empty cache: a cold machine
     monkeypatch.setattr(ctagen, "QUICK_MIN_INSTRS", 0)               # (fmix is small: a quick tier all the same)
+    monkeypatch.setattr(kernel_mod, "FULL_AFTER_QUICK", 0.0)          # the full build at the quick tier's first launch
     monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
     if native_mod.compiler() is None:
         pytest.skip("no C compiler")
@@ -159,10 +161,11 @@ def test_launches_run_the_quick_tier_then_the_full_build_bit_for_bit(builds, tmp
     assert _launch(mod, mem, x) == want                 # (starts the build; NumPy code or the quick tier)
     _wait_for(lambda: kernel._native)
     quick = kernel._native
-    assert isinstance(quick, ctagen.CtaCode) and builds.calls == ["quick", "full"] and builds.compiled == ["quick"]
+    assert isinstance(quick, ctagen.CtaCode) and builds.calls == ["quick"] and builds.compiled == ["quick"]
     for _ in range(3):
         assert _launch(mod, mem, x) == want
         assert kernel.native_make(wait=False) is quick
+    assert builds.calls == ["quick", "full"] and builds.compiled == ["quick"]     # (started, waiting at the gate)
     assert ".wanted" in _cache(tmp_path)                # worth it here: the next daemon builds at its first launch
     builds.gate.set()
     kernel._native_thread.join(120)
@@ -189,9 +192,12 @@ def test_a_full_build_that_fails_leaves_the_quick_tier_running(builds, tmp_path)
     mod = _auto(mem)
     kernel = mod.kernel("fmix")
     assert _launch(mod, mem, x) == want
-    _wait_for(lambda: not kernel._native_thread.is_alive())
+    _wait_for(lambda: kernel._native)
     quick = kernel._native
-    assert isinstance(quick, ctagen.CtaCode) and builds.calls == ["quick", "full"]
+    assert isinstance(quick, ctagen.CtaCode) and builds.calls == ["quick"]
+    assert _launch(mod, mem, x) == want                 # (starts the full build, which fails)
+    kernel._native_thread.join(120)
+    assert builds.calls == ["quick", "full"]
     assert _launch(mod, mem, x) == want and kernel.native_make(wait=False) is quick
     assert _cache(tmp_path) == [".so", ".wanted"]       # (the quick tier's: no full build to replace it)
     # the next daemon finds only the quick tier cached: it runs that at once (not compiled again), builds the full
@@ -199,6 +205,8 @@ def test_a_full_build_that_fails_leaves_the_quick_tier_running(builds, tmp_path)
     builds.calls.clear()
     mod2 = _auto(mem)
     kernel2 = mod2.kernel("fmix")
+    assert _launch(mod2, mem, x) == want
+    _wait_for(lambda: kernel2._native)
     assert _launch(mod2, mem, x) == want
     kernel2._native_thread.join(120)
     assert builds.calls == ["quick", "full"] and builds.compiled == ["quick", "full"]
@@ -211,7 +219,8 @@ def test_a_full_build_the_compiler_refuses_is_remembered_and_the_quick_tier_kept
     again, and both daemons run the quick tier, with the lockstep code's results."""
     cc = tmp_path / "cc"
     real = native_mod.compiler()
-    cc.write_text(f'#!/bin/sh\nfor a in "$@"; do case "$a" in -O0) exec {real} "$@";; esac; done\n'
+    level = ctagen.QUICK.flags[-1]
+    cc.write_text(f'#!/bin/sh\nfor a in "$@"; do case "$a" in {level}) exec {real} "$@";; esac; done\n'
                   'echo "refused" >&2; exit 1\n')
     os.chmod(cc, 0o755)
     monkeypatch.setenv("PYVGPU_EMU_CC", str(cc))
@@ -223,7 +232,9 @@ def test_a_full_build_the_compiler_refuses_is_remembered_and_the_quick_tier_kept
         mod = _auto(mem)
         kernel = mod.kernel("fmix")
         assert _launch(mod, mem, x) == want
-        _wait_for(lambda: not kernel._native_thread.is_alive())
+        _wait_for(lambda: kernel._native)
+        assert _launch(mod, mem, x) == want             # (starts the full build)
+        kernel._native_thread.join(120)
         assert isinstance(kernel._native, ctagen.CtaCode)
         assert _launch(mod, mem, x) == want
         assert builds.compiled == (["quick", "full"] if daemon == 0 else [])
@@ -249,3 +260,24 @@ def test_the_rent_of_a_kernel_with_a_quick_tier_is_the_quick_builds(monkeypatch,
         monkeypatch.setattr(ctagen, "QUICK_MIN_INSTRS", least)
         plan = emu_launch.LaunchPlan(mod.kernel("fmix"), (1, 1, 1), (64, 1, 1), 0, EmuLimits(native="auto"))
         assert sum(plan.sizes) == instrs and plan.native_later and plan.native_after == instrs * rate
+
+
+def test_the_full_build_waits_until_the_quick_tier_ran_as_long_as_its_build_took(builds, monkeypatch):
+    """A short program that got a quick tier for its last few launches does not pay the full build too."""
+    monkeypatch.setattr(kernel_mod, "FULL_AFTER_QUICK", 1e6)
+    x = _inputs(6)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    for _ in range(3):
+        assert _launch(mod, mem, x) == want
+    assert builds.calls == ["quick"] and kernel._full is not None and kernel._full_rent > 0
+    rent = kernel._full_rent
+    kernel._full_rent = 1e-9                            # (its rent all but spent: the next launch starts it)
+    assert rent > 1e3 and _launch(mod, mem, x) == want
+    kernel._native_thread.join(120)
+    assert builds.calls == ["quick", "full"] and kernel._full is None
+    assert _launch(mod, mem, x) == want and kernel.native_make(wait=False) is kernel._native

@@ -400,7 +400,10 @@ class Launch:
                 finally:
                     if chunk is not None:
                         plan.keep(chunk)
-            plan.ran(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            plan.ran(took)
+            if native:
+                self.kernel.native_ran(native, took)      # (a quick tier's launches start its full build)
         except IndexError as e:
             err = CudaError("cudaErrorIllegalAddress", f"{self.kernel.name}: access outside emulated memory ({e})")
             err.stdout = bytes(self.stdout)

@@ -35,6 +35,11 @@ from .liveness import AnyRegister, live_in, reads_writes
 
 # A launch waiting for its kernel's build (native_make's patience) checks its cancellation and turn this often.
 PATIENCE_SLICE_S = 0.05
+# A quick tier's full build starts once the quick tier's launches ran this many times as long as the quick build took
+# (a doubling, as the launch policy's rent before the quick build: a short program that needed native code for a few
+# launches does not pay a build four times the quick one's, CUB's onesweep 13 s of compiler CPU at -O1; a long one
+# pays a few launches at the quick tier's speed: onesweep 0.29 s at -O0 against 0.093 s).
+FULL_AFTER_QUICK = 1.0
 
 
 class Kernel:
@@ -119,7 +124,9 @@ class Kernel:
         self._native_lock = threading.Lock()
         self._native_key: str | None = None
         self._wanted: bool | None = None
-        self._full: _FullBuild | None = None     # the build after a quick tier's (_build_whole), until it runs
+        self._pending: _FullBuild | None = None  # the build after a quick tier's (_build_whole), until it is ready
+        self._full: _FullBuild | None = None     # that build, waiting for the quick tier's launches (native_ran)
+        self._full_rent = 0.0                    # seconds of the quick tier's launches before it starts
         self._quick_lib = None                   # the quick tier's library, loaded while its code may run
 
     @property
@@ -152,7 +159,8 @@ class Kernel:
         PATIENCE_SLICE_S meanwhile (the launch's check_time: its cancellation and the session's turn are served
         while it waits, as while it runs; check may raise). A background build of a large CTA-at-a-time kernel whose
         library is not cached answers a quick tier's code first (-O0: ctagen.quick_flags), then, from a later launch
-        on, the code at its size's level (_build_full): the same C, the same results."""
+        on, the code at its size's level (_build_full, started by native_ran once the quick tier's launches ran
+        FULL_AFTER_QUICK times as long as the quick build took): the same C, the same results."""
         started = False
         with self._native_lock:
             if self._native is None and self._native_thread is None:
@@ -177,12 +185,36 @@ class Kernel:
         return self._native or None
 
     def _background_build(self) -> None:
-        code = self._native = self._build_native_or_false(quick=True)
+        t0 = time.monotonic()
+        code = self._build_native_or_false(quick=True)
+        with self._native_lock:
+            self._native = code
+            full, self._pending = self._pending, None
+            if full is not None and code:   # a quick tier: its launches start the full build (native_ran)
+                self._full_rent = FULL_AFTER_QUICK * (time.monotonic() - t0)
+                self._full = full
         if code:                        # (only the launch policy builds in the background: it found it worth it)
             native.mark_wanted(self.native_key)
-        full, self._full = self._full, None
-        if full is not None and code:   # a quick tier runs meanwhile: launches take the full build when it is ready
-            self._native = self._build_full(full, code)
+
+    def native_ran(self, code, seconds: float) -> None:
+        """A launch ran `code` (what native_make answered it) for `seconds`: a quick tier's launches start its full
+        build in the background once they ran its rent (FULL_AFTER_QUICK); later launches take it when it is ready."""
+        if self._full is None or code is not self._native:
+            return
+        with self._native_lock:
+            full = self._full
+            if full is None or code is not self._native:
+                return
+            self._full_rent -= seconds
+            if self._full_rent > 0:
+                return
+            self._full = None
+            self._native_thread = threading.Thread(target=self._upgrade, args=(full, code), daemon=True,
+                                                   name=f"emu-native {self.name[:40]}")
+            self._native_thread.start()
+
+    def _upgrade(self, full: _FullBuild, quick) -> None:
+        self._native = self._build_full(full, quick)
 
     def _build_full(self, full: _FullBuild, quick):
         """The code of `full` (the build at its size's level after a quick tier's), or `quick` where it fails (the
@@ -287,7 +319,7 @@ class Kernel:
     def _build_cta_code(self, quick: bool = False):
         """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
         form there (thread mode or the lockstep native runs then serve). quick: a large kernel whose library is not
-        cached is built at a quick tier's level first (ctagen.quick_flags; its full build then in _full)."""
+        cached is built at a quick tier's level first (ctagen.quick_flags; its full build then in _pending)."""
         return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.flags, ctagen.CtaCode,
                                  "CTA-at-a-time", "on the other paths",
                                  ctagen.quick_flags(self.instructions) if quick else None)
@@ -304,7 +336,7 @@ class Kernel:
         state words, its extra array's size)), wrapped in code_class; None where it has no C form. flags: the
         compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size). quick: the
         flags of a quick tier, built instead when the library of `flags` is not cached (the build at `flags` then
-        left in self._full: `_background_build` runs it next)."""
+        left in self._pending: `_background_build` hands it to the quick tier's launches, native_ran)."""
         try:
             source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
@@ -321,7 +353,7 @@ class Kernel:
         if quick is not None and quick != full and not native.cached(units, extra=full):
             lib = native.load(units, extra=quick, name=self.name, jobs=jobs)
             if lib is not None:
-                self._full = _FullBuild(units, full, quick, jobs, code_class, state, extra)
+                self._pending = _FullBuild(units, full, quick, jobs, code_class, state, extra)
         if lib is None:
             lib = native.load(units, extra=full, name=self.name, jobs=jobs)
         if lib is None:
