@@ -246,6 +246,56 @@ static inline int64_t ACTS(const uint8_t *restrict ts, const int32_t *restrict p
 }}
 """
 
+# The scheduler's passes over a CTA (kernel_source's `sched`): the lowest PC of its running threads (INT32_MAX: none)
+# with the threads at a barrier and those parked at a warp operation counted (SLOW), then the running threads at
+# that PC (SCOUNT). 8 threads a step in GCC's generic vectors (each compare -1 or 0 a lane): -O1 does not vectorise
+# the loops, and onesweep's diverged steps spent 5 % of its native time in them (bench/README.md, "fourteenth step");
+# another compiler, and the last cs % 8 threads, the scalar loop.
+PRELUDE_C += f"""
+#if defined(__GNUC__) && (__GNUC__ >= 9 || defined(__clang__))
+#define SCHED_VEC 1
+typedef int32_t sched_v8si __attribute__((vector_size(32)));
+typedef uint8_t sched_v8qi __attribute__((vector_size(8)));
+#endif
+static inline int32_t SLOW(const uint8_t *restrict ts, const int32_t *restrict pc, int64_t cs, int32_t *nb,
+        int32_t *nw) {{
+    int32_t lo = INT32_MAX, b = 0, w = 0; int64_t lic = 0;
+#ifdef SCHED_VEC
+    const sched_v8si none = (sched_v8si){{0}} + INT32_MAX, run = (sched_v8si){{0}} + {T_RUN},
+        bar = (sched_v8si){{0}} + {T_BAR}, wait = (sched_v8si){{0}} + {T_WAIT};
+    sched_v8si lov = none, bv = {{0}}, wv = {{0}};
+    for (; lic + 8 <= cs; lic += 8) {{
+        sched_v8qi t8; sched_v8si p; memcpy(&t8, ts + lic, 8); memcpy(&p, pc + lic, 32);
+        const sched_v8si t = __builtin_convertvector(t8, sched_v8si), r = t == run;
+        p = (p & r) | (none & ~r);
+        const sched_v8si lt = p < lov;
+        lov = (p & lt) | (lov & ~lt); bv -= t == bar; wv -= t == wait;
+    }}
+    for (int k = 0; k < 8; k++) {{ lo = lov[k] < lo ? lov[k] : lo; b += bv[k]; w += wv[k]; }}
+#endif
+    for (; lic < cs; lic++) {{
+        const int32_t t = ts[lic], p = t == {T_RUN} ? pc[lic] : INT32_MAX;
+        lo = p < lo ? p : lo; b += t == {T_BAR}; w += t == {T_WAIT};
+    }}
+    *nb = b; *nw = w;
+    return lo;
+}}
+static inline int32_t SCOUNT(const uint8_t *restrict ts, const int32_t *restrict pc, int64_t cs, int32_t p) {{
+    int32_t n = 0; int64_t lic = 0;
+#ifdef SCHED_VEC
+    const sched_v8si run = (sched_v8si){{0}} + {T_RUN}, pv = (sched_v8si){{0}} + p;
+    sched_v8si nv = {{0}};
+    for (; lic + 8 <= cs; lic += 8) {{
+        sched_v8qi t8; sched_v8si q; memcpy(&t8, ts + lic, 8); memcpy(&q, pc + lic, 32);
+        nv -= (__builtin_convertvector(t8, sched_v8si) == run) & (q == pv);
+    }}
+    for (int k = 0; k < 8; k++) n += nv[k];
+#endif
+    for (; lic < cs; lic++) n += (ts[lic] == {T_RUN}) & (pc[lic] == p);
+    return n;
+}}
+"""
+
 
 def eligible_reason(kernel) -> str | None:
     """Why a kernel cannot run a CTA at a time (None: it can, as far as its blocks go; the C forms decide the
@@ -600,7 +650,6 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
     consts += views
     # threads parked at warp operations: woken (forced) when no thread of the CTA runs, before any barrier's release
     warps = any(b.kind == "warp" for b in kernel.blocks)
-    count_wait = f" nw += t == {T_WAIT};" if warps else ""
     if warps:
         decls.append(ctawarp.SCRATCH)
     wake = (f"                if (nwait) {{ for (lic = 0; lic < cs; lic++) if (ts[lic] == {T_WAIT}) ts[lic] = {T_RUN}; "
@@ -656,12 +705,8 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
            f"    sched: ;\n"
            f"        {{   /* the lowest PC of the running threads; none: release the parked ones, or the CTA is done */\n"
            f"            int64_t lo = INT64_MAX, nbar = 0, nwait = 0; (void)nwait;\n"
-           f"            {{  /* (branch-free: the compiler vectorises it; a PC is a block's index, below INT32_MAX) */\n"
-           f"                int32_t lo32 = INT32_MAX, nb = 0, nw = 0;\n"
-           f"                for (lic = 0; lic < cs; lic++) {{\n"
-           f"                    const int32_t t = ts[lic], p = t == {T_RUN} ? pc[lic] : INT32_MAX;\n"
-           f"                    lo32 = p < lo32 ? p : lo32; nb += t == {T_BAR};{count_wait}\n"
-           f"                }}\n"
+           f"            {{  /* (a PC is a block's index, below INT32_MAX) */\n"
+           f"                int32_t nb = 0, nw = 0; const int32_t lo32 = SLOW(ts, pc, cs, &nb, &nw);\n"
            f"                if (lo32 != INT32_MAX) lo = lo32;\n"
            f"                nbar = nb; nwait = nw; (void)nw;\n"
            f"            }}\n"
@@ -673,11 +718,9 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
            f"                goto sched;\n"
            f"            }}\n"
            f"            P = lo; n = 0;\n"
-           f"            /* the threads at P counted first (vectorised): all of them, the CTA is converged and its list\n"
-           f"               of threads is not read; else the list made */\n"
-           f"            {{ const int32_t p32 = (int32_t)P; int32_t n32 = 0;\n"
-           f"              for (lic = 0; lic < cs; lic++) n32 += (ts[lic] == {T_RUN}) & (pc[lic] == p32);\n"
-           f"              n = n32; conv = n32 == cs; }}\n"
+           f"            /* the threads at P counted first: all of them, the CTA is converged and its list of threads\n"
+           f"               is not read; else the list made */\n"
+           f"            {{ const int32_t n32 = SCOUNT(ts, pc, cs, (int32_t)P); n = n32; conv = n32 == cs; }}\n"
            f"            if (!conv) n = ACTS(ts, pc, (int32_t)P, cs, act);\n"
            f"        }}\n"
            f"    dispatch:\n"
