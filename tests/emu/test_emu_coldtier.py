@@ -253,6 +253,7 @@ def test_the_rent_of_a_kernel_with_a_quick_tier_is_the_quick_builds(monkeypatch,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
     monkeypatch.setattr(emu_launch, "NATIVE_AFTER_S", 0.0)
+    monkeypatch.setattr(emu_launch, "NATIVE_MIN_S_CTA", 0.0)
     mem = DeviceMemory(1 << 40, 1 << 24)
     mod = EmuModule.load(FMIX.encode(), mem, limits=EmuLimits(native="auto"))
     instrs = mod.kernel("fmix").instructions
@@ -281,3 +282,23 @@ def test_the_full_build_waits_until_the_quick_tier_ran_as_long_as_its_build_took
     kernel._native_thread.join(120)
     assert builds.calls == ["quick", "full"] and kernel._full is None
     assert _launch(mod, mem, x) == want and kernel.native_make(wait=False) is kernel._native
+
+
+def test_a_small_kernel_built_a_cta_at_a_time_pays_at_least_its_schedulers_build(monkeypatch, tmp_path):
+    """Its C holds the CTA's scheduler whatever its instructions (CUB's exclusive sum: 135 of them, 127 KB of C, 5-6 s
+    of compiler CPU): its rent is at least NATIVE_MIN_S_CTA; a kernel of the other paths keeps NATIVE_AFTER_S."""
+    from test_emu_launch_plan import PTX as IDS_PTX
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    limits = EmuLimits(native="auto")
+    ids = EmuModule.load(IDS_PTX.encode(), mem, limits=limits).kernel("ids")
+    assert not ids.tries_cta_code()
+    plan = emu_launch.LaunchPlan(ids, (1, 1, 1), (64, 1, 1), 0, limits)
+    assert plan.native_later and plan.native_after == max(emu_launch.NATIVE_AFTER_S,
+                                                          ids.instructions * emu_launch.NATIVE_S_PER_INSTR)
+    monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
+    fmix = EmuModule.load(FMIX.encode(), mem, limits=limits).kernel("fmix")
+    assert fmix.tries_cta_code()
+    plan = emu_launch.LaunchPlan(fmix, (1, 1, 1), (64, 1, 1), 0, limits)
+    assert plan.native_later and plan.native_after == emu_launch.NATIVE_MIN_S_CTA > fmix.instructions * max(
+        emu_launch.NATIVE_S_PER_INSTR_CTA, emu_launch.NATIVE_S_PER_INSTR_QUICK)

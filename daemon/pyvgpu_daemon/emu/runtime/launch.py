@@ -77,6 +77,11 @@ NATIVE_S_PER_INSTR_CTA = 0.0025
 # background) pays its quick build's cost: onesweep's source generated and compiled at -O0 in about 4 s of CPU, 10 of
 # its NumPy launches (bench/README.md, "fourteenth step: radix_sort_thrust cold").
 NATIVE_S_PER_INSTR_QUICK = 0.0004
+# ... and at least this for any kernel built a CTA at a time: its C holds the CTA's scheduler and helpers whatever its
+# size (25-130 KB at -O3's 40 s per MB): CUB's exclusive sum, 135 instructions and blocks (0.34 s at
+# NATIVE_S_PER_INSTR_CTA), is 127 KB of C, 5-6 s of compiler CPU, for 3 ms a launch (bench/README.md, "fourteenth
+# step: radix_sort_thrust cold").
+NATIVE_MIN_S_CTA = 2.0
 # The first launch of a kernel worth native code here before waits this long for its build rather than running its
 # NumPy code meanwhile: with the library cached the build is the source's generation (CUB's onesweep: 0.4-1.3 s,
 # against 0.42 s of CPU, 1.15 s of wall at load 4.6, a NumPy launch); a library no longer cached costs this once a
@@ -149,9 +154,11 @@ class LaunchPlan:
         if self.native_later and wanted:     # worth it here before: build (or find) it now
             self.native, self.native_later = "auto", False
         self.patience = WANTED_WAIT_S if wanted else 0.0      # (the build's first launch waits that long for it)
-        self.native_after = 0.0 if not self.native_later else max(NATIVE_AFTER_S, sum(self.sizes) * (
-            NATIVE_S_PER_INSTR if not kernel.tries_cta_code() else
-            NATIVE_S_PER_INSTR_QUICK if ctagen.quick_flags(sum(self.sizes)) else NATIVE_S_PER_INSTR_CTA))
+        cta = self.native_later and kernel.tries_cta_code()
+        self.native_after = 0.0 if not self.native_later else max(
+            NATIVE_AFTER_S, NATIVE_MIN_S_CTA if cta else 0.0, sum(self.sizes) * (
+                NATIVE_S_PER_INSTR if not cta else
+                NATIVE_S_PER_INSTR_QUICK if ctagen.quick_flags(sum(self.sizes)) else NATIVE_S_PER_INSTR_CTA))
         self.spent = 0.0                      # seconds its completed launches took, in all
         # Bounded whatever the arguments: each thread runs each block at most once (Kernel.straight) and no
         # barrier or warp operation parks threads, so the scheduler takes at most one step per block: at most
