@@ -18,8 +18,9 @@ combine's value for min/max/inc/dec) of the order its semantics give (.acquire/.
 PTX's default .relaxed: relaxed); a shared one stays a plain read-modify-write (a CTA's threads run on one OS
 thread; only they reach its shared memory). A volatile, relaxed or acquire load and a volatile, relaxed or
 release store of memory other CTAs reach (cfg.shares_across_ctas: all but a volatile shared one) is an
-__atomic_load_n / __atomic_store_n of each element, relaxed (PTX's .volatile is a relaxed access of system scope)
-or of its order; membar/fence is __atomic_thread_fence, sequentially consistent (membar.gl/.sys, fence.sc) or
+__atomic_load_n / __atomic_store_n, relaxed (PTX's .volatile is a relaxed access of system scope) or of its
+order, of each element, or of the whole vector where it is 2 to 16 bytes (a GPU makes an aligned vector access
+whole, and CUB's look-back relies on it: PRELUDE); membar/fence is __atomic_thread_fence, sequentially consistent (membar.gl/.sys, fence.sc) or
 acquire-release (fence.acq_rel), at CTA scope only the compiler's (__atomic_signal_fence); nanosleep is nothing.
 Plain accesses stay plain: a kernel whose CTAs race on them has undefined results on a GPU too. An access
 served by Python (R_SLOW) is a copy made while the C code waits, the same bytes at once.
@@ -76,6 +77,35 @@ ATOMIC_OPCODES = frozenset({"atom", "red"})
 NOTHING_OPCODES = frozenset({"membar", "fence", "nanosleep"})
 ACCESS_OPCODES = frozenset({"ld", "ldu", "st"}) | ATOMIC_OPCODES      # each may suspend (R_SLOW)
 
+# An ordered vector access of 16 bytes made whole (_ordered_load/_ordered_store): CUB's decoupled look-back over
+# 8-byte values stores and loads each tile's {status, value} as one st/ld.relaxed.v2.u64, and a GPU makes an aligned
+# 16-byte access whole; elements made one by one, a CTA on the other OS thread read a new status beside an old
+# value (a wrong prefix). With AVX an aligned 16-byte move is single-copy atomic on x86 (Intel SDM 3A 9.1.1, AMD
+# APM 7.3.2), x86 orders it as TSO (acquire loads, release stores) and the compiler's fences keep it in place;
+# else a 16-byte compare-and-swap (cmpxchg16b); a machine with neither cannot build the kernel's C (NumPy code).
+PRELUDE = r"""
+#if defined(__x86_64__) && defined(__AVX__)
+typedef uint64_t OV16 __attribute__((vector_size(16), aligned(16)));
+static inline void OLD16(const uint8_t *p, uint8_t *v) {
+    OV16 x = *(const volatile OV16 *)p; __atomic_signal_fence(__ATOMIC_SEQ_CST); memcpy(v, &x, 16);
+}
+static inline void OST16(uint8_t *p, const uint8_t *v) {
+    OV16 x; memcpy(&x, v, 16); __atomic_signal_fence(__ATOMIC_SEQ_CST); *(volatile OV16 *)p = x;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+#elif defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+static inline void OLD16(const uint8_t *p, uint8_t *v) {
+    unsigned __int128 x = __sync_val_compare_and_swap((unsigned __int128 *)p, 0, 0); memcpy(v, &x, 16);
+}
+static inline void OST16(uint8_t *p, const uint8_t *v) {
+    unsigned __int128 o = 0, n, r; memcpy(&n, v, 16);
+    while ((r = __sync_val_compare_and_swap((unsigned __int128 *)p, o, n)) != o) o = r;
+}
+#else
+#error "no whole 16-byte access for an ordered vector access (ctaatomic.PRELUDE)"
+#endif
+"""
+
 
 def sharing_reason(kernel) -> str | None:
     """Why a kernel's CTAs talk in a way the C code does not serve (None: atomics, volatile or scoped accesses
@@ -121,7 +151,8 @@ def _fence(ins: ir.Instr) -> str:
 
 def _ordered_load(e, ins: ir.Instr) -> None:
     """A volatile/relaxed/acquire ld of memory other CTAs reach: threadgen's checked load, each element read by
-    one __atomic_load_n of its order (another OS thread may run other CTAs meanwhile: run_talking)."""
+    one __atomic_load_n of its order, a vector of 2 to 16 bytes as a whole (PRELUDE), since another OS thread
+    may run other CTAs meanwhile (run_talking)."""
     space, t, dsts, size, lt = load_form(e, ins)
     if size not in (1, 2, 4, 8):
         raise NoC
@@ -129,9 +160,16 @@ def _ordered_load(e, ins: ir.Instr) -> None:
     decl, p, slow = threadgen._access(e, ins, space, size * len(dsts), False)
     xs = [e.fresh("tx") for _ in dsts]
     ask = threadgen._request(slow, size * len(dsts), False)
-    load = (f"if (__builtin_expect({p} != 0, 1)) {{ " +
-            " ".join(f"{{ {ut} v = __atomic_load_n(({ut} *)({p} + {k * size}), {order}); memcpy(&{x}, &v, {size}); }}"
-                     for k, x in enumerate(xs)) +
+    total = size * len(dsts)
+    if len(dsts) > 1 and total in (2, 4, 8, 16):       # (a vector made whole: PRELUDE; aligned to its size)
+        whole = f"OLD16({p}, v);" if total == 16 else \
+            f"{{ uint{8 * total}_t w = __atomic_load_n((uint{8 * total}_t *){p}, {order}); memcpy(v, &w, {total}); }}"
+        fast = (f"{{ uint8_t v[{total}]; {whole} " +
+                " ".join(f"memcpy(&{x}, v + {k * size}, {size});" for k, x in enumerate(xs)) + " }")
+    else:
+        fast = " ".join(f"{{ {ut} v = __atomic_load_n(({ut} *)({p} + {k * size}), {order}); "
+                        f"memcpy(&{x}, &v, {size}); }}" for k, x in enumerate(xs))
+    load = (f"if (__builtin_expect({p} != 0, 1)) {{ {fast}" +
             f" }} else {{ {e.suspend(R_SLOW, ask)} {p} = 0; " +
             " ".join(f"memcpy(&{x}, (uint8_t *)(st + {ST_VAL}) + {k * size}, {size});" for k, x in enumerate(xs)) +
             " }")
@@ -147,7 +185,8 @@ def _ordered_load(e, ins: ir.Instr) -> None:
 
 
 def _ordered_store(e, ins: ir.Instr) -> None:
-    """A volatile/relaxed/release st of memory other CTAs reach: each element one __atomic_store_n."""
+    """A volatile/relaxed/release st of memory other CTAs reach: each element one __atomic_store_n, a vector of 2
+    to 16 bytes one store of the whole (PRELUDE)."""
     space, size, ct, vals = threadgen.store_form(e, ins)
     if size not in (1, 2, 4, 8):
         raise NoC
@@ -155,7 +194,14 @@ def _ordered_store(e, ins: ir.Instr) -> None:
     decl, p, slow = threadgen._access(e, ins, space, size * len(vals), True)
     svs = [e.fresh("sv") for _ in vals]
     values = " ".join(f"{ct} {x} = {v};" for x, v in zip(svs, vals))
-    fast = " ".join(f"__atomic_store_n(({ct} *)({p} + {k * size}), {x}, {order});" for k, x in enumerate(svs))
+    total = size * len(vals)
+    if len(vals) > 1 and total in (2, 4, 8, 16):       # (a vector made whole: PRELUDE; aligned to its size)
+        fill_v = " ".join(f"memcpy(v + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
+        whole = "OST16(" + p + ", v);" if total == 16 else \
+            f"{{ uint{8 * total}_t w; memcpy(&w, v, {total}); __atomic_store_n((uint{8 * total}_t *){p}, w, {order}); }}"
+        fast = f"{{ uint8_t v[{total}]; {fill_v} {whole} }}"
+    else:
+        fast = " ".join(f"__atomic_store_n(({ct} *)({p} + {k * size}), {x}, {order});" for k, x in enumerate(svs))
     fill = " ".join(f"memcpy((uint8_t *)(st + {ST_VAL}) + {k * size}, &{x}, {size});" for k, x in enumerate(svs))
     ask = threadgen._request(slow, size * len(vals), True) + " " + fill
     store = (f"{{ {values} if (__builtin_expect({p} != 0, 1)) {{ {fast} }} else {{ {e.suspend(R_SLOW, ask)} "

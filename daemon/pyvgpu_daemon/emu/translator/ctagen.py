@@ -210,6 +210,7 @@ def cta_cap(kernel) -> int:
 # once, guarded branches as calls of BRANCH): CUB's histogram kernel (692) and onesweep kernel (8,629) are
 LARGE_INSTRUCTIONS = 400
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
+PRELUDE_C += ctaatomic.PRELUDE
 # The scheduler's list of the running threads at block p of a diverged CTA (act: ascending, as the scalar loop
 # makes it), their count returned. With AVX-512 16 threads a step: a mask of those at p compressed into their
 # indices (vpcompressd, register form: its memory form is slow on AMD's Zen 4), stored whole at act + n (below
