@@ -9,7 +9,7 @@ import pytest
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
-from pyvgpu_daemon.emu.translator import ctagen
+from pyvgpu_daemon.emu.translator import ctaatomic, ctagen
 
 from test_emu_threadgen import HEAD
 
@@ -117,3 +117,25 @@ def test_ordered_vector_accesses_are_whole_on_two_threads(st, sv, ld, lv):
         helped += _cta_code(mod, "tear").helped
     assert torn == 0, f"{torn} torn loads"
     assert helped, "no CTA ran on a helper thread"
+
+
+def test_whole_16_byte_helpers_at_any_host_alignment(tmp_path):
+    """ctaatomic.PRELUDE's OLD16/OST16 as the kernel's C builds them: a store then a load at host addresses 16-byte
+    aligned and 8 bytes off (a window of shared or local memory may be: an aligned 16-byte move or cmpxchg16b
+    there would end the daemon), the bytes round-tripped."""
+    import ctypes
+
+    from pyvgpu_daemon.emu import native
+
+    if native.compiler() is None:
+        pytest.skip("no C compiler")
+    src = ("#include <stdint.h>\n#include <string.h>\n" + ctaatomic.PRELUDE +
+           "int rt(uint8_t *b, int64_t off) { uint8_t v[16], w[16]; for (int k = 0; k < 16; k++) v[k] = 3 * k + 1;\n"
+           "  OST16(b + off, v); OLD16(b + off, w); return !memcmp(v, w, 16) && !memcmp(b + off, v, 16); }\n")
+    lib = native.load(src, tmp_path, extra=ctagen.FLAGS)
+    assert lib is not None
+    buf = (ctypes.c_uint8 * 64)()
+    base = ctypes.addressof(buf)
+    for off in range(0, 32, 8):
+        at = (-base) % 16 + off                   # (16-byte aligned at off 0 and 16, 8 bytes off at 8 and 24)
+        assert lib.rt(ctypes.c_void_p(base + at), ctypes.c_int64(0)) == 1, off

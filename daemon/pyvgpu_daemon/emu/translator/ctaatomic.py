@@ -82,27 +82,41 @@ ACCESS_OPCODES = frozenset({"ld", "ldu", "st"}) | ATOMIC_OPCODES      # each may
 # 16-byte access whole; elements made one by one, a CTA on the other OS thread read a new status beside an old
 # value (a wrong prefix). With AVX an aligned 16-byte move is single-copy atomic on x86 (Intel SDM 3A 9.1.1, AMD
 # APM 7.3.2), x86 orders it as TSO (acquire loads, release stores) and the compiler's fences keep it in place;
-# else a 16-byte compare-and-swap (cmpxchg16b); a machine with neither cannot build the kernel's C (NumPy code).
+# else a 16-byte compare-and-swap (cmpxchg16b); on a machine with neither a kernel making such accesses is not built
+# (its other paths serve).
+# Both fault on a host address not 16-byte aligned (the daemon's end): such a one (a window of shared or local
+# memory, which one OS thread reaches: the heap is page-aligned) takes two 8-byte accesses.
 PRELUDE = r"""
 #if defined(__x86_64__) && defined(__AVX__)
 typedef uint64_t OV16 __attribute__((vector_size(16), aligned(16)));
+#define OLD16_WHOLE(p, v) do { OV16 x_ = *(const volatile OV16 *)(p); memcpy((v), &x_, 16); } while (0)
+#define OST16_WHOLE(p, v) do { OV16 x_; memcpy(&x_, (v), 16); *(volatile OV16 *)(p) = x_; } while (0)
+#elif defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+#define OLD16_WHOLE(p, v) do { unsigned __int128 x_ = __sync_val_compare_and_swap((unsigned __int128 *)(p), 0, 0); \
+    memcpy((v), &x_, 16); } while (0)
+#define OST16_WHOLE(p, v) do { unsigned __int128 o_ = 0, n_, r_; memcpy(&n_, (v), 16); \
+    while ((r_ = __sync_val_compare_and_swap((unsigned __int128 *)(p), o_, n_)) != o_) o_ = r_; } while (0)
+#endif
+#ifdef OLD16_WHOLE
 static inline void OLD16(const uint8_t *p, uint8_t *v) {
-    OV16 x = *(const volatile OV16 *)p; __atomic_signal_fence(__ATOMIC_SEQ_CST); memcpy(v, &x, 16);
-}
-static inline void OST16(uint8_t *p, const uint8_t *v) {
-    OV16 x; memcpy(&x, v, 16); __atomic_signal_fence(__ATOMIC_SEQ_CST); *(volatile OV16 *)p = x;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (__builtin_expect(((uintptr_t)p & 15) == 0, 1)) OLD16_WHOLE(p, v);
+    else for (int k = 0; k < 16; k += 8) {
+        uint64_t x = __atomic_load_n((const uint64_t *)(p + k), __ATOMIC_ACQUIRE); memcpy(v + k, &x, 8);
+    }
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
-#elif defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
-static inline void OLD16(const uint8_t *p, uint8_t *v) {
-    unsigned __int128 x = __sync_val_compare_and_swap((unsigned __int128 *)p, 0, 0); memcpy(v, &x, 16);
-}
 static inline void OST16(uint8_t *p, const uint8_t *v) {
-    unsigned __int128 o = 0, n, r; memcpy(&n, v, 16);
-    while ((r = __sync_val_compare_and_swap((unsigned __int128 *)p, o, n)) != o) o = r;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (__builtin_expect(((uintptr_t)p & 15) == 0, 1)) OST16_WHOLE(p, v);
+    else for (int k = 0; k < 16; k += 8) {
+        uint64_t x; memcpy(&x, v + k, 8); __atomic_store_n((uint64_t *)(p + k), x, __ATOMIC_RELEASE);
+    }
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
-#else
-#error "no whole 16-byte access for an ordered vector access (ctaatomic.PRELUDE)"
+#else       /* (a kernel using them does not build) */
+#define OLD16(p, v) _Static_assert(0, "no whole 16-byte access (ctaatomic.PRELUDE)")
+#define OST16(p, v) _Static_assert(0, "no whole 16-byte access (ctaatomic.PRELUDE)")
 #endif
 """
 
