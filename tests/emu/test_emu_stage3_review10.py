@@ -139,3 +139,64 @@ def test_whole_16_byte_helpers_at_any_host_alignment(tmp_path):
     for off in range(0, 32, 8):
         at = (-base) % 16 + off                   # (16-byte aligned at off 0 and 16, 8 bytes off at 8 and 24)
         assert lib.rt(ctypes.c_void_p(base + at), ctypes.c_int64(0)) == 1, off
+
+
+# ---------------------------------------------------------------- ordered vector accesses' elements
+# Each thread loads its 128 bytes with ordered vector loads of every element size and 2 to 16 bytes (sign-extending,
+# floats, a sink, a guarded one) and stores them back swapped with ordered vector stores (a guarded one).
+ORDERED_VECTORS = HEAD + """
+.visible .entry k(.param .u64 w, .param .u64 in)
+{
+  .reg .pred %p<4>; .reg .b16 %h<8>; .reg .b32 %r<40>; .reg .b64 %rd<40>; .reg .f32 %f<8>; .reg .f64 %fd<4>;
+  ld.param.u64 %rd1, [w]; ld.param.u64 %rd2, [in];
+  cvta.to.global.u64 %rd1, %rd1; cvta.to.global.u64 %rd2, %rd2;
+  bar.sync 0;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x;
+  mad.lo.s32 %r4, %r1, %r2, %r3;
+  mul.wide.u32 %rd3, %r4, 128;
+  add.s64 %rd4, %rd1, %rd3;
+  add.s64 %rd5, %rd2, %rd3;
+  setp.eq.u32 %p1, %r3, 5;
+  ld.volatile.global.v2.s8 {%r5, %r6}, [%rd5];
+  ld.relaxed.gpu.global.v4.s8 {%r7, %r8, %r9, %r10}, [%rd5+4];
+  ld.acquire.gpu.global.v4.u16 {%h1, %h2, %h3, %h4}, [%rd5+8];
+  ld.volatile.global.v2.f32 {%f1, %f2}, [%rd5+16];
+  ld.relaxed.gpu.global.v2.f64 {%fd1, %fd2}, [%rd5+32];
+  ld.volatile.global.v4.f32 {%f3, %f4, %f5, %f6}, [%rd5+48];
+  ld.volatile.global.v2.s16 {%r11, %r12}, [%rd5+64];
+  @%p1 ld.volatile.global.v4.u32 {%r5, %r6, %r7, %r8}, [%rd5+80];
+  ld.volatile.global.v2.u64 {%rd6, _}, [%rd5+96];
+  st.volatile.global.v2.u8 [%rd4], {%r5, %r6};
+  st.relaxed.gpu.global.v4.u8 [%rd4+4], {%r7, %r8, %r9, %r10};
+  st.release.gpu.global.v4.u16 [%rd4+8], {%h4, %h3, %h2, %h1};
+  st.volatile.global.v2.f32 [%rd4+16], {%f2, %f1};
+  st.relaxed.gpu.global.v2.f64 [%rd4+32], {%fd2, %fd1};
+  st.volatile.global.v4.f32 [%rd4+48], {%f6, %f5, %f4, %f3};
+  st.volatile.global.v2.u32 [%rd4+64], {%r11, %r12};
+  @!%p1 st.volatile.global.v4.u32 [%rd4+80], {%r8, %r7, %r6, %r5};
+  st.volatile.global.v2.u64 [%rd4+96], {%rd6, %rd6};
+  ret;
+}
+"""
+
+@pytest.mark.parametrize("mode", [ONE, TWO], ids=["one thread", "two threads"])
+def test_ordered_vector_accesses_against_the_lockstep_path(mode):
+    """The whole-vector accesses' elements (split from one 2- to 16-byte access) as the lockstep path has them,
+    bit for bit."""
+    import numpy as np
+
+    grid, block = 3, 64
+    n = grid * block
+    data = np.random.default_rng(3).integers(0, 256, 128 * n, dtype=np.uint8).tobytes()
+    out = []
+    for m in (mode, OFF):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(ORDERED_VECTORS, m, mem)
+        w, i = mem.alloc(128 * n), mem.alloc(128 * n)
+        mem.write(w, bytes(128 * n))
+        mem.write(i, data)
+        mod.launch("k", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QQ", w, i))
+        out.append(bytes(mem.read(w, 128 * n)))
+        if m is mode:
+            _cta_code(mod, "k")
+    assert out[0] == out[1]
