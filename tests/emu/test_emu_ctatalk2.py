@@ -1,16 +1,21 @@
 """Stage 3's CTAs that talk on two threads (translator/ctaatomic.py: _Talk, the atomic C): CUB's onesweep and
 histogram against host sorts and counts, a look-back scan across many CTAs, atomics' totals under contention, a
 CTA waiting for a later one, a fault in one thread's CTA while the other spins, and the time limit of CTAs that
-spin forever. Results that do not depend on the schedule are compared bit for bit (with the host, the one-thread
+spin forever, and the default number of threads. Results that do not depend on the schedule are compared bit for bit (with the host, the one-thread
 order, the lockstep path); each test checks that a helper thread ran CTAs (CtaCode.helped)."""
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pyvgpu_daemon.emu import limits
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
@@ -268,3 +273,21 @@ def test_ctas_spinning_forever_end_at_the_time_limit_on_two_threads():
     assert time.monotonic() - t0 < 60
     err, code = _spin(TWO, 0, max_vector_instructions=2_000_000)
     assert err.code == code_of("cudaErrorLaunchTimeout") and "instruction budget" in err.message
+
+
+# ---------------------------------------------------------------- the default
+def test_two_talking_threads_by_default_one_where_a_launch_has_one():
+    """EmuLimits.talk_threads unset (0): 2 where a launch may use several threads, 1 where PYVGPU_EMU_THREADS (or
+    EmuLimits.threads) is 1, so that a one-thread daemon keeps the one-thread order; a number set is kept."""
+    assert EmuLimits(threads=4, talk_threads=0).talk_threads == 2
+    assert EmuLimits(threads=1, talk_threads=0).talk_threads == 1
+    assert EmuLimits(threads=4, talk_threads=1).talk_threads == 1
+    assert EmuLimits(threads=1, talk_threads=3).talk_threads == 3
+    probe = "from pyvgpu_daemon.emu.limits import EmuLimits as L; print(L().talk_threads, L(threads=1).talk_threads)"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYVGPU_EMU_TALK_THREADS", "PYVGPU_EMU_THREADS")}
+    env["PYTHONPATH"] = str(Path(limits.__file__).parents[2])      # (this tree's daemon package, not an installed one)
+    got = [subprocess.run([sys.executable, "-c", probe], env={**env, **extra}, capture_output=True, text=True,
+                          check=True).stdout.split() for extra in ({"PYVGPU_EMU_THREADS": "2"},
+                                                                    {"PYVGPU_EMU_THREADS": "1"},
+                                                                    {"PYVGPU_EMU_TALK_THREADS": "1"})]
+    assert got == [["2", "1"], ["1", "1"], ["1", "1"]]

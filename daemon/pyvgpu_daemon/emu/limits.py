@@ -54,10 +54,11 @@ class EmuLimits:
     # Chunks of one launch run at once on this many threads when the kernel's CTAs cannot observe each other.
     threads: int = max(1, _env_int("PYVGPU_EMU_THREADS", min(os.cpu_count() or 1, 4)))
     # A chunk's CTAs that talk (CUB's onesweep), run a CTA at a time, on this many threads (translator/ctaatomic.py);
-    # 1, the default: one after the other, the same order run after run. Two were slower a launch on the loaded
-    # 2-core VM (a CTA spins on the look-back while its predecessor's thread waits for a CPU: bench/README.md,
-    # "fourteenth step").
-    talk_threads: int = max(1, _env_int("PYVGPU_EMU_TALK_THREADS", 1))
+    # 1: one after the other, the same order run after run. 0 (the default): 2 when `threads` > 1, else 1. Two
+    # cut onesweep's wall time a launch by about a half beside two busy threads for about 7 % more CPU (measured at
+    # nice 0 beside two spinners; at higher loads a CTA spins on the look-back while its predecessor's thread waits
+    # for a CPU: bench/README.md, "fourteenth step"); more than two would spin more.
+    talk_threads: int = max(0, _env_int("PYVGPU_EMU_TALK_THREADS", 0))
     # Wall-clock seconds one launch may run.
     max_seconds: float = float(_env_int("PYVGPU_EMU_MAX_SECONDS", 600))
     # Inlining depth for .func calls (recursive functions are not inlined: they run on the call stack).
@@ -108,6 +109,10 @@ class EmuLimits:
     max_sync_depth: int = 24                 # cudaLimitDevRuntimeSyncDepth maximum
     max_l2_fetch_granularity: int = 128      # cudaLimitMaxL2FetchGranularity maximum
     persisting_l2_bytes: int = 0             # no persisting L2 on the emulated device
+
+    def __post_init__(self) -> None:
+        if self.talk_threads < 1:             # (resolved here, so that EmuLimits(threads=1) talks on one thread)
+            self.talk_threads = 2 if self.threads > 1 else 1
 
     def occupancy(self, threads: int, regs: int, shared: int, kernel_max_threads: int) -> int:
         """cudaOccupancyMaxActiveBlocksPerMultiprocessor: the blocks of `threads` threads, `regs` registers per

@@ -26,8 +26,8 @@ Plain accesses stay plain: a kernel whose CTAs race on them has undefined result
 served by Python (R_SLOW) is a copy made while the C code waits, the same bytes at once.
 
 CTAs that talk run in ascending order (CTA k starts no earlier than k - 1: a schedule a GPU may pick, and a
-look-back over earlier CTAs finds them started or done) on EmuLimits.talk_threads threads (PYVGPU_EMU_TALK_THREADS,
-1 by default; _Talk):
+look-back over earlier CTAs finds them started or done) on EmuLimits.talk_threads threads (PYVGPU_EMU_TALK_THREADS;
+by default 2, or 1 where EmuLimits.threads is 1; _Talk):
 the launching thread and helpers of its crew (runtime/crew.py), each with a state array of its own, take CTAs from
 one queue. A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid barrier among
 the chunk's CTAs) would never finish where every thread runs such a CTA, where the lockstep path, which steps all
@@ -47,8 +47,8 @@ Determinism: on several threads the order in which CTAs' atomics and ordered acc
 schedule, as on a GPU (which CTA's atomic returns which old value; a float sum's rounding would too, but float
 adds keep the other paths). A kernel whose results do not depend on it (a sort by CUB's onesweep, a look-back
 scan, counters' totals, a histogram) gives the lockstep path's bits; one whose results do (old values stored,
-a winner taken by exch) gives one result a GPU may give. PYVGPU_EMU_TALK_THREADS=1, the default, keeps the
-one-thread order, the CTAs one after the other as set out above, the same results run after run.
+a winner taken by exch) gives one result a GPU may give. PYVGPU_EMU_TALK_THREADS=1 (or PYVGPU_EMU_THREADS=1) keeps
+the one-thread order, the CTAs one after the other as set out above, the same results run after run.
 """
 from __future__ import annotations
 
