@@ -24,14 +24,16 @@ same from run to run (the load average is printed at the end: other jobs add to 
 
 --cache says which native-code cache (emu/native.py, under XDG_CACHE_HOME) each daemon starts with: "cold" an empty
 one (the first run on a machine: every compile included), "warm" one that a run of the same program and arguments
-of the same tree filled (made by an untimed run first when build/bench-programs/ has none yet; as CUDA's own PTX
-JIT has ~/.nv/ComputeCache), "both" a cold run and then a warm one on what it left, each timed (the default). The
+of the same tree filled (made by an untimed run first when build/bench-programs/ has none yet for the tree's
+emulator code as it is now: a cache left by other code would have the warm run compile; as CUDA's own PTX JIT has
+~/.nv/ComputeCache), "both" a cold run and then a warm one on what it left, each timed (the default). The
 caller's own cache is never used.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import shutil
 import statistics
@@ -127,6 +129,15 @@ def main() -> None:
         run_all(args)
 
 
+def emu_digest(tree: Path | None) -> str:
+    """A digest of a tree's emulator code (what its native-code cache depends on): a warm cache is kept per digest."""
+    root = (tree or ROOT) / "daemon" / "pyvgpu_daemon" / "emu"
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def run_all(args: argparse.Namespace) -> None:
     env = dict(kv.split("=", 1) for kv in args.env)
     workdir = ROOT / "build" / "bench-programs"
@@ -140,8 +151,13 @@ def run_all(args: argparse.Namespace) -> None:
         res = {(label, mode): ([], [], []) for label in trees for mode in modes}     # wall, CPU, children's CPU
         for _ in range(args.reps):
             for label, tree in trees.items():          # alternating, so a change of load hits both
-                # one cache directory per tree, program and arguments: "warm" is what the same run left
-                cache = workdir / "cache" / f"{label.replace(' ', '-')}-{name}-{'-'.join(pargs)}"
+                # one cache directory per tree, program, arguments and emulator code: "warm" is what the same run
+                # left (one left by the tree's code before a change is removed)
+                stem = f"{label.replace(' ', '-')}-{name}-{'-'.join(pargs)}-"
+                cache = workdir / "cache" / (stem + emu_digest(tree))
+                for old in (workdir / "cache").glob(stem + "*"):
+                    if old != cache and len(old.name) == len(cache.name):
+                        shutil.rmtree(old, ignore_errors=True)
                 if "cold" in modes:
                     shutil.rmtree(cache, ignore_errors=True)
                 elif not cache.exists():
