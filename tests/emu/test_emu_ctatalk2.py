@@ -36,6 +36,22 @@ def _load(ptx: bytes | str, mode: dict, mem: DeviceMemory, **kw) -> EmuModule:
     return EmuModule.load(ptx.encode() if isinstance(ptx, str) else ptx, mem, limits=EmuLimits(**mode, **kw))
 
 
+@pytest.fixture
+def helper_first(monkeypatch):
+    """The launching thread takes its first CTA only once a helper took one (or after 10 s): on a loaded machine a
+    helper woken late may find no CTA left, and the test would have checked one thread only."""
+    work = ctaatomic._Talk.work
+
+    def work_after_a_helper(self, st=None):
+        if st is not None:
+            end = time.monotonic() + 10.0
+            while not self.code.helped and self.queue and time.monotonic() < end:
+                time.sleep(0.001)
+        return work(self, st)
+
+    monkeypatch.setattr(ctaatomic._Talk, "work", work_after_a_helper)
+
+
 def _cta_code(mod: EmuModule, name: str) -> ctagen.CtaCode:
     code = mod.kernel(name).native_make()
     assert isinstance(code, ctagen.CtaCode), f"{name} did not run a CTA at a time"
@@ -65,7 +81,7 @@ def _onesweep(mode: dict, keys: np.ndarray, bit: int) -> tuple[list[bytes], obje
     return out, mod.kernel(name)
 
 
-def test_cub_onesweep_on_two_threads_against_the_host():
+def test_cub_onesweep_on_two_threads_against_the_host(helper_first):
     """Eight CTAs (the last one partial) of a pass over bits 16..23 on two threads: the keys and values as a stable
     sort by the digit has them, and every buffer it writes (look-back words, tile counter) as the one-thread order
     writes them."""
@@ -73,62 +89,47 @@ def test_cub_onesweep_on_two_threads_against_the_host():
     keys = np.random.default_rng(11).integers(0, 1 << 32, n, dtype=np.uint32)
     order = np.argsort((keys >> 16) & 255, kind="stable")
     one, _ = _onesweep(ONE, keys, 16)
-    helped = 0
-    for _ in range(3):                    # (a helper that starts late on a loaded machine may take no CTA)
-        got, kernel = _onesweep(TWO, keys, 16)
-        assert got[0] == keys[order].tobytes() and got[1] == order.astype(np.uint32).tobytes()
-        assert got == one
-        helped += kernel.native_make().helped
-        if helped:
-            break
-    assert helped, "no CTA ran on a helper thread"
+    got, kernel = _onesweep(TWO, keys, 16)
+    assert got[0] == keys[order].tobytes() and got[1] == order.astype(np.uint32).tobytes()
+    assert got == one
+    assert kernel.native_make().helped, "no CTA ran on a helper thread"
 
 
-def test_cub_histogram_on_two_threads_against_the_host():
+def test_cub_histogram_on_two_threads_against_the_host(helper_first):
     """CUB's radix histogram (shared and global atomics), 40 CTAs on two threads: every digit count of the four
     passes as the host's bincount."""
     n = 40 * 8192
     keys = np.random.default_rng(5).integers(0, 1 << 32, n, dtype=np.uint32)
     exp = np.stack([np.bincount((keys >> (8 * p)) & 255, minlength=256) for p in range(4)]).astype(np.uint64)
-    helped = 0
-    for _ in range(3):
-        mem = DeviceMemory(1 << 40, 1 << 24)
-        mod = _load(ptx_of(str(SORT)), TWO, mem)
-        name = next(k for k in mod.kernels if "HistogramKernel" in k)
-        src, bins = mem.alloc(4 * n), mem.alloc(8 * 4 * 256)
-        mem.write(src, keys.tobytes())
-        mem.write(bins, bytes(8 * 4 * 256))
-        mod.launch(name, (40, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", bins, src, n, 0, 32, 0))
-        assert bytes(mem.read(bins, 8 * 4 * 256)) == exp.tobytes()
-        helped += _cta_code(mod, name).helped
-        if helped:
-            break
-    assert helped, "no CTA ran on a helper thread"
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _load(ptx_of(str(SORT)), TWO, mem)
+    name = next(k for k in mod.kernels if "HistogramKernel" in k)
+    src, bins = mem.alloc(4 * n), mem.alloc(8 * 4 * 256)
+    mem.write(src, keys.tobytes())
+    mem.write(bins, bytes(8 * 4 * 256))
+    mod.launch(name, (40, 1, 1), (256, 1, 1), 0, struct.pack("<QQQiiB", bins, src, n, 0, 32, 0))
+    assert bytes(mem.read(bins, 8 * 4 * 256)) == exp.tobytes()
+    assert _cta_code(mod, name).helped, "no CTA ran on a helper thread"
 
 
 # ---------------------------------------------------------------- tests/cuda/emu_cta_talk.cu
-def test_a_look_back_scan_across_many_ctas():
+def test_a_look_back_scan_across_many_ctas(helper_first):
     """tests/cuda/emu_cta_talk.cu's decoupled look-back over 600 tiles on two threads (tile numbers from an atomic
     counter, volatile flags, fences): every thread's tile prefix is the host's."""
     grid, block = 600, 64
     data = np.random.default_rng(6).integers(0, 1000, grid * block, dtype=np.uint32)
     sums = data.reshape(grid, block).sum(1, dtype=np.uint32)
     exp = np.repeat(np.cumsum(sums, dtype=np.uint32) - sums, block)
-    helped = 0
-    for _ in range(3):
-        mem = DeviceMemory(1 << 40, 1 << 24)
-        mod = _load(_talk_ptx(), TWO, mem)
-        a, o = mem.alloc(data.nbytes), mem.alloc(data.nbytes)
-        mem.write(a, data.tobytes())
-        c, f, ag, inc = (mem.alloc(4 * grid) for _ in range(4))
-        for x in (c, f):
-            mem.write(x, bytes(4 * grid))
-        mod.launch("lookback", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<6Q", a, o, c, f, ag, inc))
-        assert (_u32(mem, o, data.size) == exp).all()
-        helped += _cta_code(mod, "lookback").helped
-        if helped:
-            break
-    assert helped, "no CTA ran on a helper thread"
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _load(_talk_ptx(), TWO, mem)
+    a, o = mem.alloc(data.nbytes), mem.alloc(data.nbytes)
+    mem.write(a, data.tobytes())
+    c, f, ag, inc = (mem.alloc(4 * grid) for _ in range(4))
+    for x in (c, f):
+        mem.write(x, bytes(4 * grid))
+    mod.launch("lookback", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<6Q", a, o, c, f, ag, inc))
+    assert (_u32(mem, o, data.size) == exp).all()
+    assert _cta_code(mod, "lookback").helped, "no CTA ran on a helper thread"
 
 
 @pytest.mark.parametrize("mode", [TWO, ONE], ids=["two threads", "one thread"])
@@ -186,31 +187,26 @@ NEXT:
 """
 
 
-def test_atomics_totals_under_contention():
+def test_atomics_totals_under_contention(helper_first):
     """16 CTAs of 64 threads, 2001 rounds each, on two threads: every word's total is the host's (a
     read-modify-write that is not one atomic instruction loses updates when the other thread's CTA makes one at
     once)."""
     grid, block, k = 16, 64, 2001
     n = grid * block
-    helped = 0
-    for _ in range(3):
-        mem = DeviceMemory(1 << 40, 1 << 24)
-        mod = _load(CONTEND, TWO, mem)
-        w = mem.alloc(64)
-        mem.write(w, bytes(64))
-        mod.launch("contend", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QI", w, k))
-        got = bytes(mem.read(w, 40))
-        add, red = struct.unpack_from("<IxxxxQ", got)
-        inc, mx, mn, xr, cas, gen = struct.unpack_from("<IIiIII", got, 16)
-        want_xor = 0
-        for i in range(n):
-            want_xor ^= i
-        assert (add, red, inc, cas, gen) == (n * k, 3 * n * k, n * k, grid * k, 2 * n * k)
-        assert (mx, mn, xr) == (n - 1, -(n - 1), want_xor)
-        helped += _cta_code(mod, "contend").helped
-        if helped:
-            break
-    assert helped, "no CTA ran on a helper thread"
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _load(CONTEND, TWO, mem)
+    w = mem.alloc(64)
+    mem.write(w, bytes(64))
+    mod.launch("contend", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QI", w, k))
+    got = bytes(mem.read(w, 40))
+    add, red = struct.unpack_from("<IxxxxQ", got)
+    inc, mx, mn, xr, cas, gen = struct.unpack_from("<IIiIII", got, 16)
+    want_xor = 0
+    for i in range(n):
+        want_xor ^= i
+    assert (add, red, inc, cas, gen) == (n * k, 3 * n * k, n * k, grid * k, 2 * n * k)
+    assert (mx, mn, xr) == (n - 1, -(n - 1), want_xor)
+    assert _cta_code(mod, "contend").helped, "no CTA ran on a helper thread"
 
 
 # CTA 1 stores at p + off (off misaligned: a fault); every other CTA spins on a flag no one sets.
@@ -247,21 +243,16 @@ def _spin(mode: dict, off: int, **kw) -> tuple[CudaError, ctagen.CtaCode | None]
     return ei.value, (_cta_code(mod, "spin") if mode is not OFF else None)
 
 
-def test_a_fault_in_one_threads_cta_stops_the_other_spinning(monkeypatch):
+def test_a_fault_in_one_threads_cta_stops_the_other_spinning(monkeypatch, helper_first):
     """CTA 1 faults (a misaligned store) while CTA 0 spins on the other thread, never set aside (a slice past the
     budget): the launch fails with the fault, as on one thread and the lockstep path, not with the budget the spin
     would exhaust."""
     fault = code_of("cudaErrorMisalignedAddress")
     assert [_spin(m, 2, max_vector_instructions=3_000_000)[0].code for m in (ONE, OFF)] == [fault] * 2
     monkeypatch.setattr(ctaatomic, "SLICE_TICKS", 1 << 40)
-    helped = 0
-    for _ in range(3):
-        err, code = _spin(TWO, 2, max_vector_instructions=3_000_000)
-        assert err.code == fault, err.message
-        helped += code.helped
-        if helped:
-            break
-    assert helped, "no CTA ran on a helper thread"
+    err, code = _spin(TWO, 2, max_vector_instructions=3_000_000)
+    assert err.code == fault, err.message
+    assert code.helped, "no CTA ran on a helper thread"
 
 
 def test_ctas_spinning_forever_end_at_the_time_limit_on_two_threads():
