@@ -42,14 +42,16 @@ def split_everything(request, monkeypatch):
         monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)
 
 
-def _sort_module(cta: bool, mem: DeviceMemory) -> EmuModule:
-    limits = EmuLimits(native="on", ctagen=True) if cta else EmuLimits(native="off", ctagen=False)
+def _sort_module(cta: bool | EmuLimits, mem: DeviceMemory) -> EmuModule:
+    """The sort's module: a CTA at a time (cta True), the lockstep NumPy path (False), or with the limits given."""
+    limits = cta if isinstance(cta, EmuLimits) else \
+        EmuLimits(native="on", ctagen=True) if cta else EmuLimits(native="off", ctagen=False)
     return EmuModule.load(ptx_of(str(SORT)), mem, limits=limits)
 
 
-def _onesweep(cta: bool, keys: np.ndarray, bit: int) -> tuple[list[bytes], object]:
-    """One onesweep pass (digit bits bit..bit+7) of keys with values 0..n-1: (every buffer it writes, the kernel's
-    native code)."""
+def _onesweep(cta: bool | EmuLimits, keys: np.ndarray, bit: int) -> tuple[list[bytes], object]:
+    """One onesweep pass (digit bits bit..bit+7) of keys with values 0..n-1, run as _sort_module(cta) runs it:
+    (every buffer it writes, the kernel)."""
     n = len(keys)
     mem = DeviceMemory(1 << 40, 1 << 26)
     mod = _sort_module(cta, mem)

@@ -24,7 +24,7 @@ from pyvgpu_daemon.errors import CudaError, code_of
 
 from harness import ptx_of
 from test_emu_ctaatomic import _talk_ptx, _u32
-from test_emu_ctasplit import SORT, TILE
+from test_emu_ctasplit import SORT, TILE, _onesweep as split_onesweep
 from test_emu_threadgen import HEAD
 
 TWO = dict(native="on", ctagen=True, talk_threads=2)
@@ -61,24 +61,7 @@ def _cta_code(mod: EmuModule, name: str) -> ctagen.CtaCode:
 # ---------------------------------------------------------------- CUB's kernels
 def _onesweep(mode: dict, keys: np.ndarray, bit: int) -> tuple[list[bytes], object]:
     """test_emu_ctasplit._onesweep's pass, launched with `mode`'s limits: (every buffer it writes, the kernel)."""
-    n = len(keys)
-    mem = DeviceMemory(1 << 40, 1 << 26)
-    mod = _load(ptx_of(str(SORT)), mode, mem)
-    name = next(k for k in mod.kernels if "Onesweep" in k)
-    nb = -(-n // TILE)
-    kin, kout, vin, vout = (mem.alloc(4 * n) for _ in range(4))
-    look, ctrs, bout, bins = mem.alloc(4 * 256 * nb), mem.alloc(64), mem.alloc(8 * 256), mem.alloc(8 * 256)
-    mem.write(kin, keys.tobytes())
-    mem.write(vin, np.arange(n, dtype=np.uint32).tobytes())
-    for a, size in ((look, 4 * 256 * nb), (ctrs, 64), (bout, 8 * 256)):
-        mem.write(a, bytes(size))
-    count = np.bincount((keys >> bit) & 255, minlength=256).astype(np.uint64)
-    mem.write(bins, (np.cumsum(count) - count).astype(np.uint64).tobytes())
-    mod.launch(name, (nb, 1, 1), (256, 1, 1), 0,
-               struct.pack("<8QiiiB", look, ctrs, bout, bins, kout, kin, vout, vin, n, bit, 8, 0))
-    out = [bytes(mem.read(a, s)) for a, s in ((kout, 4 * n), (vout, 4 * n), (look, 4 * 256 * nb), (ctrs, 64),
-                                             (bout, 8 * 256))]
-    return out, mod.kernel(name)
+    return split_onesweep(EmuLimits(**mode), keys, bit)
 
 
 def test_cub_onesweep_on_two_threads_against_the_host(helper_first):

@@ -136,6 +136,19 @@ static __attribute__((noinline)) void WBALLOT(const uint8_t *p, uint32_t *d, int
         if (l < nl) d[w0 + l] = b;
     }
 }
+/* the source lane *j of lane l of a shfl.sync in `mode` (0 up, 1 down, 2 bfly, 3 idx; b its lane operand, c its
+ * clamp and segment mask) and whether it lies in the lane's segment (else *j is l), as the PTX ISA's pseudocode */
+static inline int WSRC(int mode, int32_t l, uint32_t b, uint32_t c, int32_t *j) {
+    const int32_t bv = (int32_t)(b & 31), clamp = (int32_t)(c & 31), seg = (int32_t)((c >> 8) & 31);
+    const int32_t maxl = (l & seg) | (clamp & ~seg), minl = l & seg;
+    int q;
+    if (mode == 0) { *j = l - bv; q = *j >= maxl; }
+    else if (mode == 1) { *j = l + bv; q = *j <= maxl; }
+    else if (mode == 2) { *j = l ^ bv; q = *j <= maxl; }
+    else { *j = minl | (bv & ~seg); q = *j <= maxl; }
+    if (!q) *j = l;
+    return q;
+}
 /* shfl.sync (mode 0 up, 1 down, 2 bfly, 3 idx): runtime/collective._shfl_lanes; a source not executing it reads 0 */
 static __attribute__((noinline)) void WSHFL(int mode, const uint32_t *hm, int64_t cs, const uint8_t *g,
         const uint32_t *a, const uint32_t *b, const uint32_t *c, uint32_t *d, uint8_t *p) {
@@ -144,15 +157,7 @@ static __attribute__((noinline)) void WSHFL(int mode, const uint32_t *hm, int64_
         const int64_t b0 = 32 * w;
         for (int32_t l = 0; l < 32; l++) {
             if (!((ex >> l) & 1)) continue;
-            const int32_t bv = (int32_t)(b[b0 + l] & 31), clamp = (int32_t)(c[b0 + l] & 31),
-                          seg = (int32_t)((c[b0 + l] >> 8) & 31);
-            const int32_t maxl = (l & seg) | (clamp & ~seg), minl = l & seg;
-            int32_t j; int q;
-            if (mode == 0) { j = l - bv; q = j >= maxl; }
-            else if (mode == 1) { j = l + bv; q = j <= maxl; }
-            else if (mode == 2) { j = l ^ bv; q = j <= maxl; }
-            else { j = minl | (bv & ~seg); q = j <= maxl; }
-            if (!q) j = l;
+            int32_t j; const int q = WSRC(mode, l, b[b0 + l], c[b0 + l], &j);
             d[b0 + l] = ((ex >> j) & 1) ? a[b0 + j] : 0u;
             p[b0 + l] = (uint8_t)q;
         }
@@ -166,15 +171,7 @@ static __attribute__((noinline)) void WSHFLC(int mode, int64_t cs, const uint32_
     for (int64_t b0 = 0; b0 < cs; b0 += 32) {
         const int32_t nl = cs - b0 < 32 ? (int32_t)(cs - b0) : 32;
         for (int32_t l = 0; l < nl; l++) {
-            const int32_t bv = (int32_t)(b[b0 + l] & 31), clamp = (int32_t)(c[b0 + l] & 31),
-                          seg = (int32_t)((c[b0 + l] >> 8) & 31);
-            const int32_t maxl = (l & seg) | (clamp & ~seg), minl = l & seg;
-            int32_t j; int q;
-            if (mode == 0) { j = l - bv; q = j >= maxl; }
-            else if (mode == 1) { j = l + bv; q = j <= maxl; }
-            else if (mode == 2) { j = l ^ bv; q = j <= maxl; }
-            else { j = minl | (bv & ~seg); q = j <= maxl; }
-            if (!q) j = l;
+            int32_t j; const int q = WSRC(mode, l, b[b0 + l], c[b0 + l], &j);
             d[b0 + l] = j < nl ? a[b0 + j] : 0u;
             p[b0 + l] = (uint8_t)q;
         }
