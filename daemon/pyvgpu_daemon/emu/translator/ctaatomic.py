@@ -489,8 +489,9 @@ class _Talk:
         else:
             st[:words] = 0
         with self.slow_lock:
-            ctx = S.memctx()
-            _hold = S._memctx             # (the MemCtx this thread's C code reads: kept alive while it runs)
+            # (the MemCtx this thread's C code reads, kept alive while it runs: another thread's slow access may
+            # make S a new one)
+            ctx, held = S.memctx(), [S._memctx]
         ran = int(st[ST_CNT])
         ticks = 0
         while True:
@@ -512,8 +513,7 @@ class _Talk:
                     threadgen._slow_access(S, int(st[threadgen.ST_I]), int(st[threadgen.ST_KIND]),
                                            int(st[ST_WRITE]), int(st[threadgen.ST_ADDR]),
                                            int(st[threadgen.ST_SIZE]), stp + 8 * ST_VAL)
-                    ctx = S.memctx()
-                    _hold = S._memctx
+                    ctx, held[0] = S.memctx(), S._memctx
             elif rc == R_TICK:
                 ticks += 1
                 if ticks >= self.slice_ticks and int(st[ST_RESUME]) == code.res_dispatch:
