@@ -200,3 +200,77 @@ def test_ordered_vector_accesses_against_the_lockstep_path(mode):
         if m is mode:
             _cta_code(mod, "k")
     assert out[0] == out[1]
+
+
+# ---------------------------------------------------------------- atomics of every width under contention
+# Every thread of 8 CTAs, 301 rounds: signed and unsigned 64-bit min/max of values past 32 bits (negative ones
+# too), dec and inc wrapping at their bounds, and/or/exch/add of 64 bits, a 64-bit compare-and-swap loop, a
+# signed 32-bit max.
+CONTEND64 = HEAD + """
+.visible .entry c64(.param .u64 w, .param .u32 k)
+{
+  .reg .pred %p<3>; .reg .b32 %r<16>; .reg .b64 %rd<16>;
+  ld.param.u64 %rd1, [w]; ld.param.u32 %r1, [k];
+  cvta.to.global.u64 %rd1, %rd1;
+  bar.sync 0;
+  mov.u32 %r2, %ctaid.x; mov.u32 %r3, %ntid.x; mov.u32 %r4, %tid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r4;
+  cvt.s64.s32 %rd2, %r5;
+  mul.lo.s64 %rd3, %rd2, -4294967311;
+  mov.u32 %r6, 0;
+LOOP:
+  atom.global.max.s64 %rd4, [%rd1], %rd3;
+  atom.global.min.s64 %rd4, [%rd1+8], %rd3;
+  atom.global.min.u64 %rd4, [%rd1+16], %rd3;
+  atom.global.max.u64 %rd4, [%rd1+24], %rd3;
+  atom.global.dec.u32 %r7, [%rd1+32], 9;
+  atom.global.inc.u32 %r7, [%rd1+36], 6;
+  atom.global.and.b64 %rd4, [%rd1+40], -2;
+  not.b64 %rd5, %rd2;
+  atom.global.or.b64 %rd4, [%rd1+48], %rd2;
+  atom.global.exch.b64 %rd4, [%rd1+56], %rd3;
+  atom.global.add.s64 %rd4, [%rd1+64], -3;
+CAS:
+  ld.relaxed.gpu.global.u64 %rd6, [%rd1+72];
+  add.s64 %rd7, %rd6, 5;
+  atom.global.cas.b64 %rd8, [%rd1+72], %rd6, %rd7;
+  setp.ne.s64 %p2, %rd8, %rd6;
+  @%p2 bra CAS;
+  atom.global.max.s32 %r8, [%rd1+80], %r5;
+  add.u32 %r6, %r6, 1;
+  setp.lt.u32 %p1, %r6, %r1;
+  @%p1 bra LOOP;
+  ret;
+}
+"""
+
+def test_atomics_of_every_width_under_contention_on_two_threads():
+    """Each word's final value is the host's whatever the schedule (the exchanged one: a value some thread
+    exchanged); a CTA on each OS thread (CtaCode.helped)."""
+    import numpy as np
+
+    grid, block, k = 8, 64, 301
+    n = grid * block
+    vals = np.arange(n, dtype=np.int64) * np.int64(-4294967311)
+    fmt = "<qqQQIIQQQqQi"
+    init = struct.pack(fmt, 0, 0, (1 << 64) - 1, 0, 5, 2, (1 << 64) - 1, 0, 0, 0, 0, -1)
+    orv = 0
+    for i in range(n):
+        orv |= i
+    u = vals.astype(np.uint64)
+    want = (max(0, int(vals.max())), min(0, int(vals.min())), int(u.min()), int(u.max()), (5 - n * k) % 10,
+            (2 + n * k) % 7, (1 << 64) - 2, orv, None, -3 * n * k, 5 * n * k, n - 1)
+    helped = 0
+    for _ in range(3):
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(CONTEND64, TWO, mem)
+        w = mem.alloc(128)
+        mem.write(w, init + bytes(128 - len(init)))
+        mod.launch("c64", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<QI", w, k))
+        got = struct.unpack_from(fmt, bytes(mem.read(w, 128)))
+        assert [g for g, x in zip(got, want) if x is not None] == [x for x in want if x is not None]
+        assert got[8] in {int(x) for x in u}
+        helped += _cta_code(mod, "c64").helped
+        if helped:
+            break
+    assert helped, "no CTA ran on a helper thread"
