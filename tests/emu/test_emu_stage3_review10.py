@@ -11,11 +11,13 @@ from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.translator import ctaatomic, ctagen
 
+import test_emu_ctatalk2
 from test_emu_threadgen import HEAD
 
 TWO = dict(native="on", ctagen=True, talk_threads=2)
 ONE = dict(native="on", ctagen=True, talk_threads=1)
 OFF = dict(native="off", ctagen=False)
+helper_first = test_emu_ctatalk2.helper_first      # (the fixture: the launching thread waits for a helper's CTA)
 
 
 def _load(ptx: str, mode: dict, mem: DeviceMemory, **kw) -> EmuModule:
@@ -100,6 +102,7 @@ DONE:
     ("st.volatile", "v4.u32", "ld.volatile", "v4.u32"),
     ("st.relaxed.gpu", "v2.u32", "ld.relaxed.gpu", "u64"),
 ], ids=["v2.u64 relaxed", "v2.u64 release/acquire", "v4.u32 volatile", "v2.u32 read as u64"])
+@pytest.mark.usefixtures("helper_first")
 def test_ordered_vector_accesses_are_whole_on_two_threads(st, sv, ld, lv):
     """A CTA on one OS thread stores a vector while a CTA on the other loads it 400,000 times: no load sees
     elements of two different stores (before: each element its own __atomic access, about 3 % of the loads torn
@@ -244,6 +247,7 @@ CAS:
 }
 """
 
+@pytest.mark.usefixtures("helper_first")
 def test_atomics_of_every_width_under_contention_on_two_threads():
     """Each word's final value is the host's whatever the schedule (the exchanged one: a value some thread
     exchanged); a CTA on each OS thread (CtaCode.helped)."""
