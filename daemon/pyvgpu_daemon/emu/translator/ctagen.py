@@ -120,10 +120,9 @@ OPT_BY_SIZE = (OptLevel(1 << 20, ("-O1",), 7.0), OptLevel(128 << 10, ("-O2",), 1
 # A kernel of at least QUICK_MIN_INSTRS PTX instructions and blocks (the launch policy's count: runtime/launch.py) whose
 # library is not cached is built twice in the background (translator/kernel.py): first at QUICK's level, its launches
 # running that while the build at its size's level (OPT_BY_SIZE: -O1 or -O2 there) runs, which alone stays cached.
-# CUB's onesweep (10,549): -Og 5.7 s of compiler CPU against -O1's 13.1 s, 0.108 s a launch against -O1's 0.093 s and
-# the NumPy code's 0.42 s (-O0: 3.1 s, 0.26-0.29 s a launch; bench/README.md, "fourteenth step: radix_sort_thrust
-# cold" and "this stop as a whole (stop 33)": -Og with kernel.FULL_AFTER_QUICK 16, a cold run 10 s shorter).
-QUICK = OptLevel(0, ("-Og",), 2.4)
+# CUB's onesweep (10,549): -O0 3.1 s of compiler CPU against -O1's 13.1 s, 0.26 s a launch against -O1's 0.093 s and
+# the NumPy code's 0.42 s (bench/README.md, "fourteenth step: radix_sort_thrust cold").
+QUICK = OptLevel(0, ("-O0",), 1.3)
 QUICK_MIN_INSTRS = 3000
 # A kernel whose source's compile-time estimate is larger keeps the other paths (the build would hold native.py's
 # build lock that long in every daemon run that loads it: a failed or slow build is not remembered across runs)

@@ -35,13 +35,11 @@ from .liveness import AnyRegister, live_in, reads_writes
 
 # A launch waiting for its kernel's build (native_make's patience) checks its cancellation and turn this often.
 PATIENCE_SLICE_S = 0.05
-# A quick tier's full build starts once the quick tier's launches ran this many times as long as the quick build took:
-# a rent of what the full build saves. At -Og CUB's onesweep runs within 1.15-1.3x of -O1 (0.108 against 0.093 s a
-# launch) for 5.7 s of compiler CPU against 13.1 (under load twice that, beside the launches): the full build pays
-# after about 16 quick builds' time of launches, which a 100-sort radix_sort_thrust (40 s of them) does not reach
-# in its first run; a run that finds the quick tier cached pays its rent from its generation's time (about 1 s) and
-# builds the full one early (bench/README.md, "this stop as a whole (stop 33)").
-FULL_AFTER_QUICK = 16.0
+# A quick tier's full build starts once the quick tier's launches ran this many times as long as the quick build took
+# (a doubling, as the launch policy's rent before the quick build: a short program that needed native code for a few
+# launches does not pay a build four times the quick one's, CUB's onesweep 13 s of compiler CPU at -O1; a long one
+# pays a few launches at the quick tier's speed: onesweep 0.29 s at -O0 against 0.093 s).
+FULL_AFTER_QUICK = 1.0
 
 
 class Kernel:
@@ -160,7 +158,7 @@ class Kernel:
         source's generation, shorter than a launch of the kernel's NumPy code), calling `check()` every
         PATIENCE_SLICE_S meanwhile (the launch's check_time: its cancellation and the session's turn are served
         while it waits, as while it runs; check may raise). A background build of a large CTA-at-a-time kernel whose
-        library is not cached answers a quick tier's code first (-Og: ctagen.quick_flags), then, from a later launch
+        library is not cached answers a quick tier's code first (-O0: ctagen.quick_flags), then, from a later launch
         on, the code at its size's level (_build_full, started by native_ran once the quick tier's launches ran
         FULL_AFTER_QUICK times as long as the quick build took): the same C, the same results."""
         started = False
