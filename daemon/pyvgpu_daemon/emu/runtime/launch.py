@@ -315,6 +315,12 @@ class Launch:
         """Another session waits for the device: check (and maybe pause) at the next step."""
         self.check_at = 0.0
 
+    def offer_helpers(self, job: Callable[[], None], n: int) -> None:
+        """job() on n helper threads of the launching thread (crew.py), started as they get a CPU: the parallel
+        chunks here and the talking CTAs of a chunk (translator/ctaatomic.py, which reaches the crew through the
+        launch: the translator does not import the runtime)."""
+        crew_of_this_thread().offer(job, n)
+
     def check_time(self) -> None:
         """cudaErrorLaunchTimeout past the deadline or once the launch is cancelled; then, when another session
         waits for the device, the turn is offered (the launch may pause here)."""
@@ -483,7 +489,7 @@ class Launch:
                         if not running[0]:
                             ended.notify_all()
 
-        crew_of_this_thread().offer(work, threads - 1)
+        self.offer_helpers(work, threads - 1)
         work()
         with lock:
             while running[0]:

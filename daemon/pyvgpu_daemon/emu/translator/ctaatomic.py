@@ -61,7 +61,6 @@ import numpy as np
 from pyvgpu_daemon.errors import CudaError
 
 from ..ops.atomic import HALF_ADD
-from ..runtime.crew import crew_of_this_thread
 from ..ptx import ir
 from ..ptx.types import BITS, SIGNED
 from .cfg import SHARING_OPCODES, shares_across_ctas
@@ -437,7 +436,7 @@ class _Talk:
         if kept is None or len(kept) < self.threads - 1 or kept[0].shape != st.shape:
             kept = S.talk_states = [np.zeros_like(st) for _ in range(self.threads - 1)]
         self.spare = list(kept[:self.threads - 1])
-        crew_of_this_thread().offer(self.work, self.threads - 1)
+        self.L.offer_helpers(self.work, self.threads - 1)
         self.work(st)
         with self.lock:
             while self.running:
