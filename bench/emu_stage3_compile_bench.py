@@ -71,6 +71,12 @@ def _compile_seconds(source: str | list[str], flags: tuple[str, ...]) -> tuple[f
         return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before, time.perf_counter() - t
 
 
+def _shown(flags: tuple[str, ...]) -> str:
+    """An optimisation level's flags in a table: the -O level and how many -f flags follow it."""
+    rest = [f for f in flags if not f.startswith("-O")]
+    return " ".join([f for f in flags if f.startswith("-O")] or ["-O3"]) + (f" + {len(rest)} -f" if rest else "")
+
+
 def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
     # (this tree's cap, or the MAX_SOURCE_BYTES of a tree before it, lifted; such a tree has no ctagen.flags: -O3)
     ctagen.MAX_COMPILE_S = ctagen.MAX_SOURCE_BYTES = float("inf")
@@ -92,11 +98,11 @@ def compile_times(programs: list[str], opts: list[str], skip_over: int) -> None:
             ninstr = sum(len(b.instrs) + 1 for b in k.blocks)
             regions = text.count(") int64_t fn_r") - text.count("_fr *restrict F, int64_t res);")
             for opt in opts or [None]:
-                flags = tree_flags(src) if opt is None else ctagen.FLAGS + (opt,)
+                flags = tree_flags(src) if opt is None else ctagen.FLAGS + tuple(opt.split())
                 user, wall = _compile_seconds(src, flags) if len(text) <= skip_over else (None, None)
                 took = "not run" if user is None else f"{user:.1f} | {wall:.1f}"
                 print(f"| {Path(prog).stem}: {_short(name)} | {len(text)} | {len(k.blocks)} | {ninstr} | "
-                      f"{len(text) / ninstr:.0f} | {regions} | {' '.join(flags[1:]) or '-O3'} | {took} |", flush=True)
+                      f"{len(text) / ninstr:.0f} | {regions} | {_shown(flags[1:])} | {took} |", flush=True)
 
 
 def best_wall_cpu(launches: int, launch) -> tuple[float, float, float, float]:
@@ -161,7 +167,9 @@ def launch_times(launches: int, n: int, modes: list[str], threads: list[int | No
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile-times", action="store_true")
-    ap.add_argument("--opt", nargs="*", default=[], help="optimisation levels to time (default: ctagen.flags')")
+    ap.add_argument("--opt", nargs="*", default=[],
+                    help="optimisation levels to time, each one argument of flags split at spaces: --opt='-O1 "
+                         "-fno-tree-ccp' (default: ctagen.flags')")
     ap.add_argument("--program", nargs="*", default=PROGRAMS)
     ap.add_argument("--skip-over", type=int, default=1 << 60, help="sources larger than this many bytes: not compiled")
     ap.add_argument("--launches", type=int, default=0)

@@ -223,16 +223,19 @@ def _fp_inputs(n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["", "split"])
-@pytest.mark.parametrize("level", ["-O1", "-O2", "-O3"])
+@pytest.mark.parametrize("level", ["-O1", "-O2", "-O3", "LEAN_O1"])
 def test_every_optimisation_level_keeps_the_lockstep_bits(monkeypatch, level, split):
     if split:
         _split_everything(monkeypatch)
     from pyvgpu_daemon.emu.translator import ctagen
+    # (LEAN_O1: onesweep's level, -O1 less the passes that cost its build)
+    opts = tuple(getattr(ctagen, "LEAN_O1", ("-O1",))) if level == "LEAN_O1" else (level,)
+    level = opts[0]
     if hasattr(ctagen, "OPT_BY_SIZE"):                  # (ctasize8: the level by the source's size)
-        monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, (level,), 1.0),))
+        monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, opts, 1.0),))
         flags = ctagen.flags("")
     else:
-        monkeypatch.setattr(ctagen, "FLAGS", ctagen.FLAGS + (level,))
+        monkeypatch.setattr(ctagen, "FLAGS", ctagen.FLAGS + opts)
         flags = ctagen.FLAGS
     every = native.FLAGS + tuple(flags)
     assert "-ffp-contract=off" in every and not {"-ffast-math", "-Ofast", "-funsafe-math-optimizations"} & set(every)

@@ -114,12 +114,24 @@ class OptLevel:
     s_per_mb: float
 
 
-# Largest first. -O1 for CUB's onesweep (2.4 MB): 15 s against 35 s at -O2 and 1.3x slower a launch; -O2 for CUB's
-# histogram (0.18 MB): 1.7 s against 2.9 s at -O3, and as fast a launch. (native.FLAGS has -O3: a later -O wins.)
-OPT_BY_SIZE = (OptLevel(1 << 20, ("-O1",), 7.0), OptLevel(128 << 10, ("-O2",), 15.0), OptLevel(0, (), 40.0))
+# -O1's passes that cost a large source's build CPU and not its launches: with them off CUB's onesweep (2.4 MB) builds
+# in half the compiler CPU and runs a launch as fast (bench/README.md, "fifteenth step: onesweep's build CPU"). GCC's
+# time report spreads -O1 over many passes (dominator opts with their jump threading, CCP, FRE, alias walking,
+# register allocation's regions); turned off together they halve it. Kept on, as they pay a launch back (7 % slower
+# without them): DSE, copy propagation, if-conversion, loop invariant motion, branch probabilities and block order.
+# (Optimisation passes only: the C's results are the same with or without them.)
+LEAN_O1 = ("-O1", "-fno-tree-dominator-opts", "-fno-tree-ccp", "-fno-tree-fre", "-fno-tree-pta", "-fno-tree-sink",
+           "-fno-ivopts", "-fno-tree-forwprop", "-fno-tree-reassoc", "-fno-tree-slsr", "-fno-tree-ch",
+           "-fno-tree-loop-optimize", "-fno-move-loop-invariants", "-fno-ipa-modref", "-fno-ipa-pure-const",
+           "-fno-ipa-reference", "-fno-sched-interblock", "-fno-shrink-wrap", "-fno-split-wide-types",
+           "-fno-asynchronous-unwind-tables", "-fira-region=one")
+# Largest first. LEAN_O1 for CUB's onesweep (2.4 MB): 7.3 s of compiler CPU against -O1's 15.0 s (both at load 11),
+# -O2's 35 s (1.3x slower a launch); -O2 for CUB's histogram (0.18 MB): 1.7 s against 2.9 s at -O3, and as fast a
+# launch. (native.FLAGS has -O3: a later -O wins.)
+OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0), OptLevel(128 << 10, ("-O2",), 15.0), OptLevel(0, (), 40.0))
 # A kernel of at least QUICK_MIN_INSTRS PTX instructions and blocks (the launch policy's count: runtime/launch.py) whose
 # library is not cached is built twice in the background (translator/kernel.py): first at QUICK's level, its launches
-# running that while the build at its size's level (OPT_BY_SIZE: -O1 or -O2 there) runs, which alone stays cached.
+# running that while the build at its size's level (OPT_BY_SIZE: LEAN_O1 or -O2 there) runs, which alone stays cached.
 # CUB's onesweep (10,549): -O0 3.1 s of compiler CPU against -O1's 13.1 s, 0.26 s a launch against -O1's 0.093 s and
 # the NumPy code's 0.42 s (bench/README.md, "fourteenth step: radix_sort_thrust cold").
 QUICK = OptLevel(0, ("-O0",), 1.3)
