@@ -81,13 +81,24 @@ typedef struct {{ uint8_t *p; uint64_t lo, hi; }} Hit;
 static __attribute__((noinline)) Hit GMISS(const MemCtx *M, uint64_t a, uint64_t s) {{
     Span h = {{1, 0}}; Hit r; r.p = (uint8_t *)PGS(M, a, s, &h); r.lo = h.lo; r.hi = h.hi; return r;
 }}
-static inline uint8_t *TG(const MemCtx *M, uintptr_t hd, uint64_t a, uint64_t s, uint64_t *lo, uint64_t *lim,
-                          int64_t *k, uint64_t *o) {{
+static __attribute__((noinline)) uint8_t *TGMISS(const MemCtx *M, uint64_t a, uint64_t s, uint64_t *lo,
+        uint64_t *lim, int64_t *k, uint64_t *o) {{
     *k = {K_GLOBAL}; *o = a;
-    if (__builtin_expect(a - *lo < *lim && !(a & (s - 1)), 1)) return (uint8_t *)(uintptr_t)(a + hd);
     Hit r = GMISS(M, a, s);
     if (r.p) {{ *lo = r.lo; *lim = r.hi - r.lo - s + 1; }}
     return r.p;
+}}
+/* (the hint's check inlined wherever the compiler optimises, -Og included: called there, it was a tenth of onesweep's
+ * time at -Og, bench/README.md "fifteenth step"; its miss out of line. (*k, *o) are read only where it returns 0) */
+#ifdef __OPTIMIZE__
+#define TG_INLINE __attribute__((always_inline))
+#else
+#define TG_INLINE
+#endif
+static inline TG_INLINE uint8_t *TG(const MemCtx *M, uintptr_t hd, uint64_t a, uint64_t s, uint64_t *lo,
+        uint64_t *lim, int64_t *k, uint64_t *o) {{
+    if (__builtin_expect(a - *lo < *lim && !(a & (s - 1)), 1)) return (uint8_t *)(uintptr_t)(a + hd);
+    return TGMISS(M, a, s, lo, lim, k, o);
 }}
 static inline uint8_t *TS(const MemCtx *M, int64_t i, uint64_t off, uint64_t s, int64_t *k, uint64_t *o) {{
     *k = {K_SHARED}; *o = off; return (uint8_t *)PS(M, (int64_t)off, (int64_t)s, i);
