@@ -4,7 +4,9 @@ level runs, then that one; only the full build stays cached. Every launch, which
 launches of one kernel, its kept chunks moving from one tier's code to the other's), is bit for bit the lockstep
 NumPy code's; a full build that fails leaves the quick tier running; a cache that holds only the quick tier serves it
 at once and builds the full one; a cached full build is loaded without a quick tier; the launch policy's rent for
-such a kernel is the quick build's cost (runtime/launch.py NATIVE_S_PER_INSTR_QUICK)."""
+such a kernel is the quick build's cost (runtime/launch.py NATIVE_S_PER_INSTR_QUICK); the full build's rent is its
+estimated compile time, paid by what the quick tier's launches would have saved, across daemon runs (a record beside
+the cache: one that is corrupt or of another version counts as nothing)."""
 from __future__ import annotations
 
 import os
@@ -132,7 +134,7 @@ class Builds:
 def builds(monkeypatch, tmp_path) -> Builds:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))            # an empty cache: a cold machine
     monkeypatch.setattr(ctagen, "QUICK_MIN_INSTRS", 0)               # (fmix is small: a quick tier all the same)
-    monkeypatch.setattr(kernel_mod, "FULL_AFTER_QUICK", 0.0)          # the full build at the quick tier's first launch
+    monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 0.0)          # the full build at the quick tier's first launch
     monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
     if native_mod.compiler() is None:
         pytest.skip("no C compiler")
@@ -199,7 +201,8 @@ def test_a_full_build_that_fails_leaves_the_quick_tier_running(builds, tmp_path)
     kernel._native_thread.join(120)
     assert builds.calls == ["quick", "full"]
     assert _launch(mod, mem, x) == want and kernel.native_make(wait=False) is quick
-    assert _cache(tmp_path) == [".so", ".wanted"]       # (the quick tier's: no full build to replace it)
+    # (the quick tier's: no full build to replace it; the record of its rent, paid: the next daemon builds at once)
+    assert _cache(tmp_path) == [".rent", ".so", ".wanted"]
     # the next daemon finds only the quick tier cached: it runs that at once (not compiled again), builds the full
     builds.fail_full = False
     builds.calls.clear()
@@ -238,7 +241,7 @@ def test_a_full_build_the_compiler_refuses_is_remembered_and_the_quick_tier_kept
         assert isinstance(kernel._native, ctagen.CtaCode)
         assert _launch(mod, mem, x) == want
         assert builds.compiled == (["quick", "full"] if daemon == 0 else [])
-        assert _cache(tmp_path / "") == [".failed", ".so", ".wanted"]
+        assert _cache(tmp_path / "") == [".failed", ".rent", ".so", ".wanted"]
 
 
 def test_native_on_builds_the_full_level_at_once(builds):
@@ -263,9 +266,9 @@ def test_the_rent_of_a_kernel_with_a_quick_tier_is_the_quick_builds(monkeypatch,
         assert sum(plan.sizes) == instrs and plan.native_later and plan.native_after == instrs * rate
 
 
-def test_the_full_build_waits_until_the_quick_tier_ran_as_long_as_its_build_took(builds, monkeypatch):
+def test_the_full_build_waits_until_the_quick_tiers_launches_paid_for_it(builds, monkeypatch):
     """A short program that got a quick tier for its last few launches does not pay the full build too."""
-    monkeypatch.setattr(kernel_mod, "FULL_AFTER_QUICK", 1e6)
+    monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e6)
     x = _inputs(6)
     want = _reference(x)
     mem = DeviceMemory(1 << 40, 1 << 24)
@@ -302,3 +305,86 @@ def test_a_small_kernel_built_a_cta_at_a_time_pays_at_least_its_schedulers_build
     plan = emu_launch.LaunchPlan(fmix, (1, 1, 1), (64, 1, 1), 0, limits)
     assert plan.native_later and plan.native_after == emu_launch.NATIVE_MIN_S_CTA > fmix.instructions * max(
         emu_launch.NATIVE_S_PER_INSTR_CTA, emu_launch.NATIVE_S_PER_INSTR_QUICK)
+
+
+def _record(kernel) -> "os.PathLike":
+    return kernel._full.record
+
+
+def test_the_full_builds_rent_is_its_estimated_cost_paid_by_the_quick_tiers_savings(builds, monkeypatch, tmp_path):
+    monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
+    monkeypatch.setattr(kernel_mod, "RENT_SAVE_S", 0.0)               # (every launch writes its record)
+    x = _inputs(7)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    full = kernel._full
+    assert full.rent == 1e3 * ctagen.compile_seconds(full.units) > 0 and kernel._full_rent == full.rent
+    kernel.native_ran(kernel._native, 10.0)             # a launch of 10 s pays what the full build saves of it
+    paid = 10.0 * (1 - kernel_mod.FULL_LAUNCH_SHARE)
+    assert kernel._full_rent == pytest.approx(full.rent - paid)
+    assert native_mod.rent_paid(full.record) == pytest.approx(paid, abs=1e-3)
+    kernel.native_ran(object(), 10.0)                   # (another tier's launch pays nothing)
+    assert kernel._full_rent == pytest.approx(full.rent - paid)
+    assert _launch(mod, mem, x) == want
+    assert builds.calls == ["quick"] and _cache(tmp_path) == [".rent", ".so", ".wanted"]
+    assert paid < native_mod.rent_paid(full.record) < full.rent
+
+
+def test_the_rent_paid_is_kept_across_daemon_runs(builds, monkeypatch, tmp_path):
+    """A daemon that finds only the quick tier cached and its rent paid by earlier runs starts the full build at its
+    quick tier's first launch; every launch, whichever tier, is the lockstep code's."""
+    monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
+    x = _inputs(8)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    for _ in range(2):
+        assert _launch(mod, mem, x) == want
+    record, rent = kernel._full.record, kernel._full.rent
+    assert builds.calls == ["quick"]
+    native_mod.save_rent(record, rent - 1e-6)           # (earlier runs paid all but a microsecond)
+    for daemon in range(2):
+        builds.calls.clear()
+        mod2 = _auto(mem)
+        kernel2 = mod2.kernel("fmix")
+        assert _launch(mod2, mem, x) == want            # (it waits for its build: worth it here before)
+        _wait_for(lambda: kernel2._native)
+        assert _launch(mod2, mem, x) == want            # (its quick tier's first launch starts the full build)
+        kernel2._native_thread.join(120)
+        assert builds.calls == (["quick", "full"] if daemon == 0 else ["full"])
+        assert builds.compiled == ["quick", "full"]
+        assert _launch(mod2, mem, x) == want and kernel2.native_make(wait=False) is kernel2._native
+    assert _cache(tmp_path) == [".so", ".wanted"] and not record.exists()    # (the full build alone, no record)
+
+
+@pytest.mark.parametrize("text", [b"", b"garbage\n", b"pyvgpu-rent 0\n1e6\n", b"pyvgpu-rent 1\nnan\n",
+                                  b"pyvgpu-rent 1\n-5\n", b"pyvgpu-rent 1\n1e300\n", b"pyvgpu-rent 1\n\xff\xfe\n",
+                                  b"pyvgpu-rent 1\n" + b"9" * 100000])
+def test_a_corrupt_or_foreign_rent_record_counts_as_nothing_paid(builds, monkeypatch, tmp_path, text):
+    monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
+    x = _inputs(9)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    record = kernel._full.record
+    record.write_bytes(text)
+    assert native_mod.rent_paid(record) == 0.0
+    builds.calls.clear()
+    mod2 = _auto(mem)                                   # the next daemon: quick tier cached, nothing paid
+    kernel2 = mod2.kernel("fmix")
+    assert _launch(mod2, mem, x) == want
+    _wait_for(lambda: kernel2._native)
+    for _ in range(2):
+        assert _launch(mod2, mem, x) == want
+    assert builds.calls == ["quick"] and kernel2._full is not None
+    assert kernel2._full_rent > kernel2._full.rent - 1.0

@@ -21,7 +21,10 @@ under, tries again; a timeout while the machine had more runnable processes than
 (on a loaded machine a build that fits COMPILE_TIMEOUT alone may not).
 
 A caller may ask whether a library is cached (`cached`: a kernel builds a quick tier at a lower level first only
-when its full build is not) and remove one (`discard`: the quick tier once the full build is cached).
+when its full build is not) and remove one (`discard`: the quick tier once the full build is cached). Beside a full
+build not yet made, by its library's key, a record of the seconds its quick tier's launches would have saved running
+it (`<key>.rent`: `rent_paid`, `save_rent`), so that the full build's rent accrues across daemon runs, as a JIT with
+a persistent cache counts a method's calls; a record that is unreadable or of another version counts as nothing.
 
 A kernel whose native code the launch policy found worth building (runtime/launch.py: its launches ran long
 enough) is recorded beside the cache too (`<kernel key>.wanted`, by the kernel's name and code, the paths allowed
@@ -40,6 +43,7 @@ minutes after it (CUB's onesweep: 20 s of CPU in 4 units) on a machine the next 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -65,6 +69,8 @@ COMPILE_TIMEOUT = 120           # seconds one build may take (every translation 
 MAX_CACHED = 1024               # libraries and failure markers kept in the cache directory (about 15-30 KB each)
 FAILED = ".failed"              # suffix of a failure marker
 WANTED = ".wanted"              # suffix of a kernel's record: its native code was worth building here (`wanted`)
+RENT = ".rent"                  # suffix of a library's record: what its quick tier's launches saved so far (`rent_paid`)
+RENT_VERSION = "pyvgpu-rent 1"  # (a record of another version, or unreadable, counts as nothing saved)
 
 _lock = threading.Lock()        # one build at a time per process (the daemon runs launches on several threads)
 _warned: set[str] = set()
@@ -212,6 +218,62 @@ def mark_wanted(key: str, directory: Path | None = None) -> None:
         pass
 
 
+def rent_path(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = ()) -> Path | None:
+    """Where the rent record of `load(source, directory, extra)`'s library lives (None: no compiler)."""
+    cc = compiler()
+    if cc is None:
+        return None
+    _, _, key, directory = _keyed(source, extra, directory, cc)
+    return directory / f"{key}{RENT}"
+
+
+def rent_paid(path: Path | None) -> float:
+    """The seconds recorded at `path` (rent_path), 0.0 when there is no record or it is not one of this version's
+    (unreadable, corrupt, another version's, not a finite non-negative number)."""
+    if path is None:
+        return 0.0
+    try:
+        with open(path, "rb") as f:
+            text = f.read(128).decode("ascii")
+    except (OSError, ValueError):
+        return 0.0
+    head, _, value = text.strip().partition("\n")
+    try:
+        seconds = float(value) if head == RENT_VERSION else 0.0
+    except ValueError:
+        return 0.0
+    if not 0.0 <= seconds < 1e9:      # (NaN too)
+        return 0.0
+    _touch(path)
+    return seconds
+
+
+def save_rent(path: Path | None, seconds: float) -> None:
+    """Record `seconds` at `path` (written under a temporary name and renamed: a daemon that reads it meanwhile sees
+    the old record or the new one); the cache's bound counts it."""
+    if path is None:
+        return
+    new = not path.exists()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        private_dir(path.parent)
+        tmp.write_text(f"{RENT_VERSION}\n{float(seconds)!r}\n")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return
+    if new:
+        _prune(path.parent, MAX_CACHED)
+
+
+def drop_rent(path: Path | None) -> None:
+    """Remove a rent record (its full build is cached)."""
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def _failed_before(marker: Path) -> bool:
     """Whether a build of this key failed before, for a reason that holds now (a timeout recorded under a shorter
     COMPILE_TIMEOUT than today's does not)."""
@@ -348,11 +410,11 @@ def _touch(path: Path) -> None:
         pass
 
 
-_TEMPORARY = re.compile(rf"[0-9a-f]{{24}}(\{FAILED})?\.\d+\.\d+(\.\d+\.[co])?$")    # (_build's, _remember's names)
+_TEMPORARY = re.compile(rf"[0-9a-f]{{24}}(\{FAILED}|\{RENT})?\.\d+\.\d+(\.\d+\.[co])?$")  # (_build's, _remember's, save_rent's)
 
 
 def _prune(directory: Path, keep: int) -> None:
-    """Remove the least recently used libraries, failure markers and kernel records beyond `keep` (another daemon may
+    """Remove the least recently used libraries, failure markers, kernel and rent records beyond `keep` (another daemon may
     prune at the same time: a file already gone is fine), and what builds left under their temporary names (`_build`,
     `_remember`: `<key>.<pid>.<thread>...`) when their daemon was killed, once no build can still be writing them."""
     stale = time.time() - 2 * COMPILE_TIMEOUT - 60
@@ -363,7 +425,8 @@ def _prune(directory: Path, keep: int) -> None:
         except FileNotFoundError:
             pass
     entries = []
-    for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}"), *directory.glob(f"*{WANTED}")):
+    for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}"), *directory.glob(f"*{WANTED}"),
+              *directory.glob(f"*{RENT}")):
         try:
             entries.append((f.stat().st_mtime, f))
         except FileNotFoundError:

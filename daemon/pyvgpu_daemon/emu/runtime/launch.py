@@ -73,10 +73,11 @@ TINY_SECONDS = 500e-6
 NATIVE_AFTER_S = 0.25
 NATIVE_S_PER_INSTR = 0.005
 NATIVE_S_PER_INSTR_CTA = 0.0025
-# A kernel large enough for a quick tier (ctagen.quick_flags: built at -O0 first, its full level after, in the
-# background) pays its quick build's cost: onesweep's source generated and compiled at -O0 in about 4 s of CPU, 10 of
-# its NumPy launches (bench/README.md, "fourteenth step: radix_sort_thrust cold").
-NATIVE_S_PER_INSTR_QUICK = 0.0004
+# A kernel large enough for a quick tier (ctagen.quick_flags: built at ctagen.QUICK's level first, its full level
+# after, in the background, once the quick tier's launches paid for it: translator/kernel.py) pays its quick build's
+# cost: onesweep's source generated and compiled at -Og in about 5.7 s of CPU, 13 of its NumPy launches
+# (bench/README.md, "fourteenth step: radix_sort_thrust cold", "fifteenth step: tier policy").
+NATIVE_S_PER_INSTR_QUICK = 0.0005
 # ... and at least this for any kernel built a CTA at a time: its C holds the CTA's scheduler and helpers whatever its
 # size (25-130 KB at -O3's 40 s per MB): CUB's exclusive sum, 135 instructions and blocks (0.34 s at
 # NATIVE_S_PER_INSTR_CTA), is 127 KB of C, 5-6 s of compiler CPU, for 3 ms a launch (bench/README.md, "fourteenth

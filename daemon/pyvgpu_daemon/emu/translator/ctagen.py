@@ -132,9 +132,11 @@ OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0), OptLevel(128 << 10, ("-O2",), 15
 # A kernel of at least QUICK_MIN_INSTRS PTX instructions and blocks (the launch policy's count: runtime/launch.py) whose
 # library is not cached is built twice in the background (translator/kernel.py): first at QUICK's level, its launches
 # running that while the build at its size's level (OPT_BY_SIZE: LEAN_O1 or -O2 there) runs, which alone stays cached.
-# CUB's onesweep (10,549): -O0 3.1 s of compiler CPU against -O1's 13.1 s, 0.26 s a launch against -O1's 0.093 s and
-# the NumPy code's 0.42 s (bench/README.md, "fourteenth step: radix_sort_thrust cold").
-QUICK = OptLevel(0, ("-O0",), 1.3)
+# CUB's onesweep (10,549): -Og 5.7 s of compiler CPU, 0.092 s a launch against -O1's 0.089 s (LEAN_O1's as -O1's) and
+# the NumPy code's 0.42 s (-O0: 3.1 s, 0.29 s a launch); a program that launches it often enough pays for the full
+# build later, perhaps in a later run (kernel.py: the full build's rent; bench/README.md, "fourteenth step:
+# radix_sort_thrust cold" and "fifteenth step: tier policy").
+QUICK = OptLevel(0, ("-Og",), 2.4)
 QUICK_MIN_INSTRS = 3000
 # A kernel whose source's compile-time estimate is larger keeps the other paths (the build would hold native.py's
 # build lock that long in every daemon run that loads it: a failed or slow build is not remembered across runs)
@@ -525,9 +527,14 @@ def kernel_source(kernel, g, name: str) -> tuple[str | list[str], int, int]:
     return out
 
 
+def compile_seconds(src: str | list[str]) -> float:
+    """A source's (or translation units') compile-time estimate at its size's level (opt_level), idle CPU seconds."""
+    return _size(src) / 1e6 * opt_level(src).s_per_mb
+
+
 def _compile_too_long(src: str | list[str]) -> bool:
     """Whether a source's (or translation units') compile-time estimate (opt_level) is over MAX_COMPILE_S."""
-    return _size(src) / 1e6 * opt_level(src).s_per_mb > MAX_COMPILE_S
+    return compile_seconds(src) > MAX_COMPILE_S
 
 
 def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str], int, int]:

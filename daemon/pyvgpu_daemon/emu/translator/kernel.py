@@ -35,11 +35,17 @@ from .liveness import AnyRegister, live_in, reads_writes
 
 # A launch waiting for its kernel's build (native_make's patience) checks its cancellation and turn this often.
 PATIENCE_SLICE_S = 0.05
-# A quick tier's full build starts once the quick tier's launches ran this many times as long as the quick build took
-# (a doubling, as the launch policy's rent before the quick build: a short program that needed native code for a few
-# launches does not pay a build four times the quick one's, CUB's onesweep 13 s of compiler CPU at -O1; a long one
-# pays a few launches at the quick tier's speed: onesweep 0.29 s at -O0 against 0.093 s).
-FULL_AFTER_QUICK = 1.0
+# A quick tier's full build starts once what the quick tier's launches would have saved running it pays for it, as a
+# JIT with a persistent cache would: its rent is its estimated compile time (ctagen.compile_seconds: the source's size
+# x its level's OptLevel.s_per_mb) x FULL_RENT_FACTOR; each launch of the quick tier pays its own time x
+# (1 - FULL_LAUNCH_SHARE), what the full build would have saved of it; what was paid is kept across daemon runs beside
+# the cache (native.rent_paid: keyed by the full library's key, written at most every RENT_SAVE_S and when paid), so a
+# program that launches a kernel often builds it on the run where its launches paid for it, and a short one never.
+# CUB's onesweep: 2.4 MB at -O1's 7 s/MB, 17 s; its -Og launches 0.092 s of CPU against -O1's 0.089-0.090 (bench/README.md,
+# "fifteenth step: tier policy").
+FULL_RENT_FACTOR = 1.0
+FULL_LAUNCH_SHARE = 0.95        # the full build's launch time, a share of the quick tier's (ctagen.QUICK's level)
+RENT_SAVE_S = 2.0
 
 
 class Kernel:
@@ -126,7 +132,8 @@ class Kernel:
         self._wanted: bool | None = None
         self._pending: _FullBuild | None = None  # the build after a quick tier's (_build_whole), until it is ready
         self._full: _FullBuild | None = None     # that build, waiting for the quick tier's launches (native_ran)
-        self._full_rent = 0.0                    # seconds of the quick tier's launches before it starts
+        self._full_rent = 0.0                    # seconds its launches must still save before it starts
+        self._rent_saved = 0.0                   # (when the rent record was last written, time.monotonic())
         self._quick_lib = None                   # the quick tier's library, loaded while its code may run
 
     @property
@@ -158,9 +165,9 @@ class Kernel:
         source's generation, shorter than a launch of the kernel's NumPy code), calling `check()` every
         PATIENCE_SLICE_S meanwhile (the launch's check_time: its cancellation and the session's turn are served
         while it waits, as while it runs; check may raise). A background build of a large CTA-at-a-time kernel whose
-        library is not cached answers a quick tier's code first (-O0: ctagen.quick_flags), then, from a later launch
-        on, the code at its size's level (_build_full, started by native_ran once the quick tier's launches ran
-        FULL_AFTER_QUICK times as long as the quick build took): the same C, the same results."""
+        library is not cached answers a quick tier's code first (ctagen.quick_flags), then, from a later launch on,
+        the code at its size's level (_build_full, started by native_ran once the quick tier's launches, in this
+        daemon run and earlier ones, paid its rent: FULL_RENT_FACTOR): the same C, the same results."""
         started = False
         with self._native_lock:
             if self._native is None and self._native_thread is None:
@@ -185,27 +192,34 @@ class Kernel:
         return self._native or None
 
     def _background_build(self) -> None:
-        t0 = time.monotonic()
         code = self._build_native_or_false(quick=True)
         with self._native_lock:
             self._native = code
             full, self._pending = self._pending, None
             if full is not None and code:   # a quick tier: its launches start the full build (native_ran)
-                self._full_rent = FULL_AFTER_QUICK * (time.monotonic() - t0)
+                self._full_rent = full.rent - native.rent_paid(full.record)
+                self._rent_saved = time.monotonic()
                 self._full = full
         if code:                        # (only the launch policy builds in the background: it found it worth it)
             native.mark_wanted(self.native_key)
 
     def native_ran(self, code, seconds: float) -> None:
         """A launch ran `code` (what native_make answered it) for `seconds`: a quick tier's launches start its full
-        build in the background once they ran its rent (FULL_AFTER_QUICK); later launches take it when it is ready."""
+        build in the background once what they would have saved running it paid its rent (FULL_RENT_FACTOR, kept
+        across daemon runs: native.rent_paid); later launches take it when it is ready."""
         if self._full is None or code is not self._native:
             return
         with self._native_lock:
             full = self._full
             if full is None or code is not self._native:
                 return
-            self._full_rent -= seconds
+            self._full_rent -= seconds * (1.0 - FULL_LAUNCH_SHARE)
+            now = time.monotonic()
+            if self._full_rent > 0 and now - self._rent_saved < RENT_SAVE_S:
+                return
+            # (bounded: at most the rent, so that a record says "paid" and no more)
+            native.save_rent(full.record, max(0.0, min(full.rent, full.rent - self._full_rent)))
+            self._rent_saved = now
             if self._full_rent > 0:
                 return
             self._full = None
@@ -234,6 +248,7 @@ class Kernel:
         native.log.info("emulated GPU: kernel %s runs its full build from now on (%.1f s)", self.name[:80],
                         time.monotonic() - t0)
         native.discard(full.units, extra=full.quick)
+        native.drop_rent(full.record)
         return code
 
     @property
@@ -353,7 +368,9 @@ class Kernel:
         if quick is not None and quick != full and not native.cached(units, extra=full):
             lib = native.load(units, extra=quick, name=self.name, jobs=jobs)
             if lib is not None:
-                self._pending = _FullBuild(units, full, quick, jobs, code_class, state, extra)
+                self._pending = _FullBuild(units, full, quick, jobs, code_class, state, extra,
+                                           FULL_RENT_FACTOR * ctagen.compile_seconds(units),
+                                           native.rent_path(units, extra=full))
         if lib is None:
             lib = native.load(units, extra=full, name=self.name, jobs=jobs)
         if lib is None:
@@ -373,6 +390,8 @@ class _FullBuild:
     code_class: type
     state: int
     extra: object
+    rent: float                     # seconds the quick tier's launches must save before it starts (its estimated cost)
+    record: object                  # where what they saved is kept across daemon runs (native.rent_path; None: nowhere)
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()
