@@ -388,3 +388,21 @@ def test_a_corrupt_or_foreign_rent_record_counts_as_nothing_paid(builds, monkeyp
         assert _launch(mod2, mem, x) == want
     assert builds.calls == ["quick"] and kernel2._full is not None
     assert kernel2._full_rent > kernel2._full.rent - 1.0
+
+
+def test_a_quick_tier_launch_pays_its_cpu_time_not_its_wall_time(builds, monkeypatch):
+    """On a loaded machine a launch's wall time is mostly waiting for a CPU, which the full build's estimate (CPU
+    seconds) does not hold: a launch that used no CPU pays nothing."""
+    monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
+    x = _inputs(10)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    assert kernel.rent_due
+    monkeypatch.setattr(emu_launch.time, "process_time", lambda: 1.0)     # (no CPU used, whatever the wall)
+    for _ in range(3):
+        assert _launch(mod, mem, x) == want
+    assert kernel._full_rent == kernel._full.rent

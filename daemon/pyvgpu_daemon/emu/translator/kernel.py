@@ -37,12 +37,12 @@ from .liveness import AnyRegister, live_in, reads_writes
 PATIENCE_SLICE_S = 0.05
 # A quick tier's full build starts once what the quick tier's launches would have saved running it pays for it, as a
 # JIT with a persistent cache would: its rent is its estimated compile time (ctagen.compile_seconds: the source's size
-# x its level's OptLevel.s_per_mb) x FULL_RENT_FACTOR; each launch of the quick tier pays its own time x
-# (1 - FULL_LAUNCH_SHARE), what the full build would have saved of it; what was paid is kept across daemon runs beside
-# the cache (native.rent_paid: keyed by the full library's key, written at most every RENT_SAVE_S and when paid), so a
-# program that launches a kernel often builds it on the run where its launches paid for it, and a short one never.
-# CUB's onesweep: 2.4 MB at -O1's 7 s/MB, 17 s; its -Og launches 0.092 s of CPU against -O1's 0.089-0.090 (bench/README.md,
-# "fifteenth step: tier policy").
+# x its level's OptLevel.s_per_mb) x FULL_RENT_FACTOR; each launch of the quick tier pays its own time (the daemon's
+# CPU seconds while it ran, at most its wall time: runtime/launch.py) x (1 - FULL_LAUNCH_SHARE), what the full build
+# would have saved of it; what was paid is kept across daemon runs beside the cache (native.rent_paid: keyed by the
+# full library's key, written at most every RENT_SAVE_S and when paid), so a program that launches a kernel often
+# builds it on the run where its launches paid for it, and a short one never. CUB's onesweep: 2.4 MB at -O1's 7 s/MB,
+# 17 s; its -Og launches 0.092 s of CPU against -O1's 0.089-0.090 (bench/README.md, "fifteenth step: tier policy").
 FULL_RENT_FACTOR = 1.0
 FULL_LAUNCH_SHARE = 0.95        # the full build's launch time, a share of the quick tier's (ctagen.QUICK's level)
 RENT_SAVE_S = 2.0
@@ -202,6 +202,11 @@ class Kernel:
                 self._full = full
         if code:                        # (only the launch policy builds in the background: it found it worth it)
             native.mark_wanted(self.native_key)
+
+    @property
+    def rent_due(self) -> bool:
+        """Whether a quick tier's launches are paying its full build's rent (native_ran)."""
+        return self._full is not None
 
     def native_ran(self, code, seconds: float) -> None:
         """A launch ran `code` (what native_make answered it) for `seconds`: a quick tier's launches start its full
