@@ -1,7 +1,7 @@
 """Emulated GPU: what stage 3's C (translator/ctagen.py, a CTA at a time) costs to compile, and what CUB's onesweep
 kernel (radix_sort_thrust's sort time) costs a launch a CTA at a time against the lockstep native code.
 
-    python bench/emu_stage3_compile_bench.py --compile-times [--opt -O1 -O2 ...] [--program PATH.cu ...]
+    python bench/emu_stage3_compile_bench.py --compile-times [--opt=-O1 --opt='-O1 -fno-tree-ccp' ...] [--program PATH.cu ...]
     python bench/emu_stage3_compile_bench.py --launches N [--keys N] [--threads 1 2]
 
 (--skip-over BYTES: larger sources are listed, not compiled; with PYTHONPATH set to another tree's daemon, that
@@ -167,9 +167,9 @@ def launch_times(launches: int, n: int, modes: list[str], threads: list[int | No
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile-times", action="store_true")
-    ap.add_argument("--opt", nargs="*", default=[],
-                    help="optimisation levels to time, each one argument of flags split at spaces: --opt='-O1 "
-                         "-fno-tree-ccp' (default: ctagen.flags')")
+    ap.add_argument("--opt", action="append", default=[],
+                    help="an optimisation level to time (repeatable), its flags split at spaces: --opt=-O2 "
+                         "--opt='-O1 -fno-tree-ccp' (default: ctagen.flags')")
     ap.add_argument("--program", nargs="*", default=PROGRAMS)
     ap.add_argument("--skip-over", type=int, default=1 << 60, help="sources larger than this many bytes: not compiled")
     ap.add_argument("--launches", type=int, default=0)
