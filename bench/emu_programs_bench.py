@@ -21,6 +21,11 @@ printed. A run longer than --timeout seconds is stopped and shown as "> S". --en
 (e.g. PYVGPU_EMU_NATIVE=off). --load N keeps N processes spinning on the CPU (at the bench's own priority) for
 the whole invocation: issue 19 part 6 asks for its times "under load", and a load of its own makes that load the
 same from run to run (the load average is printed at the end: other jobs add to it).
+--profile DIR samples each daemon with py-spy (every thread while runnable, not pausing it) into
+DIR/TREE-PROGRAM-CACHE.txt (py-spy's raw collapsed stacks: Python functions) and the machine with perf's CPU clock into
+DIR/TREE-PROGRAM-CACHE.perf (`perf report --pid PID --sort dso`: CPU time by shared object, the interpreter, NumPy,
+each kernel's library); bench/emu_cpu_breakdown.py sorts them into a table. The program's own CPU (the client's:
+libvcudart's calls, its copies) is printed with every run.
 
 --cache says which native-code cache (emu/native.py, under XDG_CACHE_HOME) each daemon starts with: "cold" an empty
 one (the first run on a machine: every compile included), "warm" one that a run of the same program and arguments
@@ -36,6 +41,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,9 +71,9 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def run_once(exe: Path, args: tuple[str, ...], workdir: Path, tree: Path | None, env: dict[str, str],
-             timeout: float) -> tuple[float | None, tuple[float, float], str]:
-    """(wall seconds or None when stopped at the timeout, (daemon CPU seconds, its children's), the program's result
-    line)."""
+             timeout: float, profile: Path | None = None) -> tuple[float | None, tuple[float, float, float], str]:
+    """(wall seconds or None when stopped at the timeout, (daemon CPU seconds, its children's, the program's), the
+    program's result line). `profile`: a file for py-spy's samples of the daemon."""
     denv = dict(env)
     penv = None
     # the tree's own daemon package first (without it, "this tree" ran whatever copy site-packages holds:
@@ -80,15 +86,32 @@ def run_once(exe: Path, args: tuple[str, ...], workdir: Path, tree: Path | None,
             penv = {"LD_PRELOAD": str(lib / "libvcudart.so"),
                     "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("LD_LIBRARY_PATH")]))}
     d = harness.start_daemon(workdir, env=denv, cwd=Path("/") if tree is not None else None)
+    spy = perf = None
     try:
+        if profile is not None:
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(d.proc.pid), "--format", "raw", "--threads",
+                                    "--nonblocking", "--rate", "50", "-o", str(profile)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # and perf's CPU-clock samples (py-spy counts a thread waiting for a CPU as busy: perf only CPU time)
+            perf = shutil.which("perf") and subprocess.Popen(
+                ["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", "199",     # (-p misses later threads)
+                 "-o", str(profile.with_suffix(".perf"))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0 = time.perf_counter()
+        c0 = os.times()
         try:
             proc = harness.run_cuda(exe, [d], *args, timeout=timeout, env=penv)
             secs, out = time.perf_counter() - t0, proc.stdout
         except subprocess.TimeoutExpired:
             secs, out = None, ""
-        cpu = cpu_seconds(d.proc.pid)
+        c1 = os.times()      # the program is the only child reaped in between (the daemon is reaped by stop())
+        cpu = (*cpu_seconds(d.proc.pid), c1.children_user + c1.children_system - c0.children_user - c0.children_system)
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)          # py-spy writes its file on SIGINT
+            spy.wait(timeout=60)
+        if perf:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(timeout=60)
         d.stop()
     last = [ln for ln in out.splitlines() if ln and not ln.startswith("PASS")]
     return secs, cpu, (last[-1] if last else f"stopped after {timeout:.0f} s")
@@ -122,6 +145,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another tree whose daemon runs the same programs")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the daemon (repeatable)")
     ap.add_argument("--load", type=int, default=0, help="processes spinning on the CPU during the runs")
+    ap.add_argument("--profile", type=Path, help="a folder for py-spy's samples of each daemon")
     ap.add_argument("--cache", choices=("cold", "warm", "both"), default="both",
                     help="the daemons' native-code cache: empty, filled by the same run before, or one run of each")
     args = ap.parse_args()
@@ -164,15 +188,20 @@ def run_all(args: argparse.Namespace) -> None:
                     print(f"  {name} [{label}]: filling the warm cache (untimed)", flush=True)
                     run_once(exe, pargs, workdir, tree, {**env, "XDG_CACHE_HOME": str(cache)}, args.timeout)
                 for mode in modes:
+                    prof = None
+                    if args.profile is not None:
+                        args.profile.mkdir(parents=True, exist_ok=True)
+                        prof = args.profile / f"{label.replace(' ', '-')}-{name}-{mode}.txt"
                     secs, cpu, out = run_once(exe, pargs, workdir, tree, {**env, "XDG_CACHE_HOME": str(cache)},
-                                              args.timeout)
+                                              args.timeout, prof)
                     r = res[label, mode]
                     r[0].append(secs)
                     r[1].append(cpu[0])
                     r[2].append(cpu[1])
                     print(f"  {name} [{label}, {mode} cache]: wall "
                           f"{'> %.0f' % args.timeout if secs is None else '%.1f' % secs} s, "
-                          f"daemon CPU {cpu[0]:.1f} s (+ {cpu[1]:.1f} s in its children: compilers); {out}",
+                          f"daemon CPU {cpu[0]:.1f} s (+ {cpu[1]:.1f} s in its children: compilers), "
+                          f"the program's {cpu[2]:.1f} s; {out}",
                           flush=True)
         rows.extend((name, pargs, mode, res) for mode in modes)
     if args.load:
