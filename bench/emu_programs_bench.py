@@ -24,7 +24,7 @@ same from run to run (the load average is printed at the end: other jobs add to 
 --profile DIR samples each daemon with py-spy (every thread while runnable, not pausing it) into
 DIR/TREE-PROGRAM-CACHE.txt (py-spy's raw collapsed stacks: Python functions) and the machine with perf's CPU clock into
 DIR/TREE-PROGRAM-CACHE.perf (`perf report --pid PID --sort dso`: CPU time by shared object, the interpreter, NumPy,
-each kernel's library); bench/emu_cpu_breakdown.py sorts them into a table. The program's own CPU (the client's:
+each kernel's library; bench/README.md, "a cold run's CPU"). The program's own CPU (the client's:
 libvcudart's calls, its copies) is printed with every run.
 
 --cache says which native-code cache (emu/native.py, under XDG_CACHE_HOME) each daemon starts with: "cold" an empty

@@ -440,3 +440,30 @@ def test_accesses_other_ctas_see_are_c11_atomics():
     assert look.count("__atomic_store_n(") >= 4 and "__atomic_thread_fence(__ATOMIC_SEQ_CST)" in look
     histo = srcs["histo"]
     assert histo.count("__atomic_fetch_add(") == 2      # the global u32 and u64 adds; 2 shared adds plain
+
+
+
+@pytest.mark.parametrize("cs", [256, 64, 1])
+def test_set_aside_copies_every_array_of_the_cta(cs):
+    """A CTA set aside keeps every byte of its arrays and of what it holds once (CtaRegisters: neighbours less than
+    MERGE_GAP apart copied as one span, padding with them; far ones apart), and gets them back on another thread's
+    register file, however they lie (widths 1-8 bytes, 64 bytes of padding at a capacity of 256 threads; a CTA of
+    fewer threads; an array far from the rest; something held once between)."""
+    cap = 256
+    arrays, off = [], 0
+    for w in (4, 4, 1, 8, 8, 2, 4, 1, 8):
+        arrays.append((off, w))
+        off += cap * w + 64
+    arrays.append((off + 3 * ctaatomic.MERGE_GAP, 4))          # far from the rest: a span of its own
+    once = [(off + 16, 24)]
+    regs = ctaatomic.CtaRegisters(off + 3 * ctaatomic.MERGE_GAP + 4 * cap + 64, arrays, talking=True, once=once)
+    rng = np.random.default_rng(cs)
+    mine = rng.integers(0, 256, regs.nbytes, dtype=np.uint8)
+    want = mine.copy()
+    saved = regs.save(mine, cs)
+    assert 2 <= len(saved) <= 3                                  # (merged, not one copy an array; far ones apart)
+    mine[:] = 0                                                  # (its thread runs other CTAs meanwhile)
+    other = rng.integers(0, 256, regs.nbytes, dtype=np.uint8)   # another thread's register file resumes it
+    regs.restore(other, cs, saved)
+    for o, n in [(o, w * cs) for o, w in arrays] + once:
+        assert other[o:o + n].tobytes() == want[o:o + n].tobytes(), (o, n)
