@@ -36,12 +36,12 @@ threadgen.TICK_EVERY thread-instructions), and at least as many thread-instructi
 instruction of the kernel once (CtaRegisters.instructions: a CTA of a large straight-line kernel, CUB's onesweep,
 is not set aside before it had the time to finish, which cost more in copies than its run), without finishing
 is set aside while others of its chunk wait in the queue: its threads' PCs and states and its registers
-(CtaRegisters: ctasize elements of each array) are copied into memory Python owns, the CTA goes to the queue's
-end, and whichever thread is free resumes it on its own arrays (round robin) until all are done. The memory is
-at most the chunk's CTAs times their registers, what the lockstep chunk holds for the same lanes; a kernel that
-never finishes still ends at the launch's instruction budget or deadline (Launch.account), as on the lockstep path.
-Chunks still run in CTA order, one at a time, as on the lockstep path: a CTA waiting for one of a later chunk
-times out on both.
+(CtaRegisters: ctasize elements of each array, neighbours in one copy) are copied into memory Python owns, the CTA
+goes to the queue's end, and whichever thread is free resumes it on its own arrays (round robin) until all are done.
+The memory is at most the chunk's CTAs times their registers, what the lockstep chunk holds for the same lanes; a
+kernel that never finishes still ends at the launch's instruction budget or deadline (Launch.account), as on the
+lockstep path. Chunks still run in CTA order, one at a time, as on the lockstep path: a CTA waiting for one of a
+later chunk times out on both.
 
 Determinism: on several threads the order in which CTAs' atomics and ordered accesses meet depends on the
 schedule, as on a GPU (which CTA's atomic returns which old value; a float sum's rounding would too, but float
