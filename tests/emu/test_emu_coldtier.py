@@ -406,3 +406,37 @@ def test_a_quick_tier_launch_pays_its_cpu_time_not_its_wall_time(builds, monkeyp
     for _ in range(3):
         assert _launch(mod, mem, x) == want
     assert kernel._full_rent == kernel._full.rent
+
+
+def test_a_quick_tier_only_where_it_is_much_cheaper_than_the_full_build(monkeypatch):
+    """ctagen.quick_flags with the source: a quick level that costs more than QUICK_MAX_SHARE of the full level's
+    compile time (LEAN_O1's 3.0 s/MB against -Og's 2.4) gives no quick tier; without the source, the size rule."""
+    monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(1000, ("-O1",), 3.0),
+                                                ctagen.OptLevel(0, ("-O3",), 40.0)))
+    monkeypatch.setattr(ctagen, "QUICK", ctagen.OptLevel(0, ("-Og",), 2.4))
+    monkeypatch.setattr(ctagen, "QUICK_MIN_INSTRS", 3000)
+    quick = ctagen.FLAGS + ("-Og",)
+    assert ctagen.quick_flags(5000, "x" * 2000) is None
+    assert ctagen.quick_flags(5000, ["x" * 600, "y" * 600]) is None       # (translation units: their bytes together)
+    assert ctagen.quick_flags(5000, "x" * 10) == quick
+    assert ctagen.quick_flags(5000) == quick
+    assert ctagen.quick_flags(2999, "x" * 10) is None
+    monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(1000, ("-O1",), 5.0),
+                                                ctagen.OptLevel(0, ("-O3",), 40.0)))
+    assert ctagen.quick_flags(5000, "x" * 2000) == quick
+
+
+def test_a_kernel_whose_full_build_costs_about_the_quick_one_builds_it_at_once(builds, monkeypatch, tmp_path):
+    """No quick tier where it would only delay the full code: one build, the full level's, bit for bit."""
+    monkeypatch.setattr(ctagen, "QUICK", ctagen.OptLevel(0, ctagen.QUICK.flags, 1e9))
+    x = _inputs(12)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    for _ in range(2):
+        assert _launch(mod, mem, x) == want
+    assert builds.calls == ["full"] and builds.compiled == ["full"] and kernel._full is None
+    assert not kernel.rent_due

@@ -74,9 +74,10 @@ NATIVE_AFTER_S = 0.25
 NATIVE_S_PER_INSTR = 0.005
 NATIVE_S_PER_INSTR_CTA = 0.0025
 # A kernel large enough for a quick tier (ctagen.quick_flags: built at ctagen.QUICK's level first, its full level
-# after, in the background, once the quick tier's launches paid for it: translator/kernel.py) pays its quick build's
-# cost: onesweep's source generated and compiled at -Og in about 5.7 s of CPU, 13 of its NumPy launches
-# (bench/README.md, "fourteenth step: radix_sort_thrust cold", "fifteenth step: tier policy").
+# after, in the background, once the quick tier's launches paid for it: translator/kernel.py) pays about its first
+# build's cost: onesweep's source generated and compiled at -Og in about 5.7 s of CPU, 13 of its NumPy launches
+# (bench/README.md, "fourteenth step: radix_sort_thrust cold", "fifteenth step: tier policy"); at LEAN_O1, built at
+# once where a quick tier would cost about as much (ctagen.QUICK_MAX_SHARE), 7 s.
 NATIVE_S_PER_INSTR_QUICK = 0.0005
 # ... and at least this for any kernel built a CTA at a time: its C holds the CTA's scheduler and helpers whatever its
 # size (25-130 KB at -O3's 40 s per MB): CUB's exclusive sum, 135 instructions and blocks (0.34 s at

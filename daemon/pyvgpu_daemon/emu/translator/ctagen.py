@@ -138,6 +138,11 @@ OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0), OptLevel(128 << 10, ("-O2",), 15
 # radix_sort_thrust cold" and "fifteenth step: tier policy").
 QUICK = OptLevel(0, ("-Og",), 2.4)
 QUICK_MIN_INSTRS = 3000
+# ... and whose full level compiles in at least 1 / QUICK_MAX_SHARE times the quick level's time: a quick tier that
+# costs about what the full build does only delays the full code by its own build (LEAN_O1's 3.0 s/MB against -Og's
+# 2.4: onesweep builds at LEAN_O1 at once, and runs 0.080 s a launch from the first native launch on instead of -Og's
+# 0.085-0.092; bench/README.md, "fifteenth step: this stop as a whole").
+QUICK_MAX_SHARE = 0.5
 # A kernel whose source's compile-time estimate is larger keeps the other paths (the build would hold native.py's
 # build lock that long in every daemon run that loads it: a failed or slow build is not remembered across runs)
 MAX_COMPILE_S = 60.0
@@ -157,10 +162,15 @@ def flags(source: str | list[str]) -> tuple[str, ...]:
     return FLAGS + opt_level(source).flags
 
 
-def quick_flags(instrs: int) -> tuple[str, ...] | None:
-    """The compiler's extra flags of a quick tier for a kernel of `instrs` instructions and blocks, or None (none:
-    its build at its size's level is short enough)."""
-    return FLAGS + QUICK.flags if instrs >= QUICK_MIN_INSTRS else None
+def quick_flags(instrs: int, source: str | list[str] | None = None) -> tuple[str, ...] | None:
+    """The compiler's extra flags of a quick tier for a kernel of `instrs` instructions and blocks (and, given, its
+    source or translation units), or None (none: its build at its size's level is short enough, or not much longer
+    than the quick tier's)."""
+    if instrs < QUICK_MIN_INSTRS:
+        return None
+    if source is not None and QUICK.s_per_mb > QUICK_MAX_SHARE * opt_level(source).s_per_mb:
+        return None
+    return FLAGS + QUICK.flags
 
 
 # The state array's words (threadgen's ST_* where they mean the same; the others reused): the loop position j in

@@ -342,7 +342,7 @@ class Kernel:
         cached is built at a quick tier's level first (ctagen.quick_flags; its full build then in _pending)."""
         return self._build_whole(ctagen.kernel_source, ctagen.PRELUDE_C, ctagen.flags, ctagen.CtaCode,
                                  "CTA-at-a-time", "on the other paths",
-                                 ctagen.quick_flags(self.instructions) if quick else None)
+                                 (lambda source: ctagen.quick_flags(self.instructions, source)) if quick else None)
 
     def _build_thread_code(self):
         """The kernel as one thread-at-a-time C function (translator/threadgen.py), or None when some instruction
@@ -351,12 +351,13 @@ class Kernel:
                                  threadgen.ThreadCode, "thread-at-a-time", "in lockstep")
 
     def _build_whole(self, kernel_source, prelude: str, flags, code_class, what: str, instead: str,
-                     quick: tuple[str, ...] | None = None):
+                     quick: tuple[str, ...] | Callable[[object], tuple[str, ...] | None] | None = None):
         """The kernel as one C function `fn` of a whole-kernel generator (kernel_source(kernel, g, "fn") -> (source,
         state words, its extra array's size)), wrapped in code_class; None where it has no C form. flags: the
         compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size). quick: the
         flags of a quick tier, built instead when the library of `flags` is not cached (the build at `flags` then
-        left in self._pending: `_background_build` hands it to the quick tier's launches, native_ran)."""
+        left in self._pending: `_background_build` hands it to the quick tier's launches, native_ran), or a function
+        of the source answering them or None (ctagen.quick_flags)."""
         try:
             source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
@@ -368,6 +369,8 @@ class Kernel:
         # (several translation units: ctasplit.py's region functions, built ctasplit.JOBS at once)
         units = prelude + source if isinstance(source, str) else [prelude + s for s in source]
         full = flags if isinstance(flags, tuple) else flags(source)
+        if callable(quick):
+            quick = quick(source)
         jobs = 1 if isinstance(source, str) else ctasplit.JOBS
         lib = None
         if quick is not None and quick != full and not native.cached(units, extra=full):
