@@ -131,3 +131,24 @@ def test_every_tiers_level_keeps_the_lockstep_bits_at_the_edges(monkeypatch, lev
     bad = np.argwhere(a != b)
     assert not len(bad), [(int(t), int(w), hex(a[t, w]), hex(b[t, w]), hex(data[2 * t]), hex(data[2 * t + 1]))
                           for t, w in bad[:8]]
+
+
+# ------------------------------------------------- CUB's onesweep at the quick tier's level, its CTAs on two threads
+@pytest.mark.parametrize("level", ["quick", "-Og"])
+def test_cub_onesweep_at_the_quick_tiers_level_on_two_threads_keeps_the_lockstep_bits(monkeypatch, level):
+    """The cold run's code: onesweep (talking CTAs: set aside and resumed on the other thread's register file,
+    ctaatomic.CtaRegisters) built at the quick tier's level (-O0 where the global accesses' hint check is a call,
+    -Og where it is inlined: threadgen.TG), every buffer as the lockstep path writes it and the sort as the host's."""
+    from pyvgpu_daemon.emu.limits import EmuLimits
+    from pyvgpu_daemon.emu.translator import ctagen
+    from test_emu_ctasplit import TILE, _onesweep
+    monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, _levels()[level], 1.0),))
+    n = 3 * TILE + 77
+    keys = np.random.default_rng(11).integers(0, 1 << 32, n, dtype=np.uint32)
+    keys[::5] = keys[0]                                   # (a digit that many keys share: long runs per CTA)
+    got, kernel = _onesweep(EmuLimits(native="on", ctagen=True, talk_threads=2), keys, 16)
+    assert isinstance(kernel.native_make(), ctagen.CtaCode), "onesweep did not run a CTA at a time"
+    order = np.argsort((keys >> 16) & 255, kind="stable")
+    assert got[0] == keys[order].tobytes() and got[1] == order.astype(np.uint32).tobytes()
+    want, _ = _onesweep(False, keys, 16)
+    assert got == want
