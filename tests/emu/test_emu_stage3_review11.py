@@ -152,3 +152,37 @@ def test_cub_onesweep_at_the_quick_tiers_level_on_two_threads_keeps_the_lockstep
     assert got[0] == keys[order].tobytes() and got[1] == order.astype(np.uint32).tobytes()
     want, _ = _onesweep(False, keys, 16)
     assert got == want
+
+
+# ----------------------------------------------------- a compiler that does not know one of LEAN_O1's flags (ccflags11)
+OLD_GCC = ("case \" $* \" in *' -fno-ipa-modref '*) echo \"cc1: error: unrecognized command-line option "
+           "'-fno-ipa-modref'\" >&2; exit 1;; esac; exec cc \"$@\"")
+
+
+def test_a_compiler_without_a_lean_o1_flag_builds_at_its_o_level(fake_cc, tmp_path, monkeypatch):
+    # LEAN_O1's -f flags are GCC 12's: GCC before 11 has no -fno-ipa-modref (clang none of the -fno-tree-* and IPA
+    # ones) and refuses the whole command, so every build at that level (onesweep's, 2.4 MB) failed and was
+    # remembered as failed: the kernel never left the quick tier, or the NumPy code, on that machine
+    from pyvgpu_daemon.emu.translator import ctagen
+    monkeypatch.setattr(native, "_warned", set())
+    big = "x" * (4 << 20)
+    assert ctagen.flags(big)[-len(ctagen.LEAN_O1):] == ctagen.LEAN_O1       # (this machine's GCC takes them)
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc(OLD_GCC)))
+    flags = ctagen.flags(big)
+    assert "-fno-ipa-modref" not in flags and [f for f in flags if f.startswith("-O")][-1] == "-O1"
+    lib = native.load("int f(void) { return 7; }\n", tmp_path, extra=flags)
+    assert lib is not None and lib.f() == 7 and not list(tmp_path.glob("*.failed"))
+
+
+def test_a_kernel_at_lean_o1_runs_native_with_a_compiler_without_its_flags(fake_cc, monkeypatch, tmp_path):
+    from pyvgpu_daemon.emu.translator import ctagen
+    monkeypatch.setattr(native, "_warned", set())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc(OLD_GCC)))
+    monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, ctagen.LEAN_O1, 1.0),))
+    n = 16 * 128
+    data = _edge_inputs(n)
+    on, ran = _run_edges(CTA, data, n)
+    off, _ = _run_edges(OFF, data, n)
+    assert ran, "the kernel did not run a CTA at a time"
+    assert on == off

@@ -89,6 +89,24 @@ def compiler() -> str | None:
     return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
+def accepts(flags: tuple[str, ...]) -> bool:
+    """Whether this machine's compiler takes `flags` (an empty unit compiled with them: once per compiler and flags
+    in a process; no compiler, or one that cannot be run now: True, its build says why). A flag a compiler does not
+    know is an error (GCC: "unrecognized command-line option"), which `load` remembers as the source's failure."""
+    cc = compiler()
+    return cc is None or _accepts(cc, tuple(flags))
+
+
+@functools.lru_cache(maxsize=64)
+def _accepts(cc: str, flags: tuple[str, ...]) -> bool:
+    try:
+        r = subprocess.run([cc, *flags, "-x", "c", "-c", "-o", os.devnull, "-"], input=b"", capture_output=True,
+                           timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return r.returncode == 0
+
+
 def _cpu_signature() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -61,6 +61,7 @@ import dataclasses
 
 from pyvgpu_daemon.errors import CudaError
 
+from .. import native
 from ..ptx import ir
 from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
@@ -158,8 +159,13 @@ def opt_level(source: str | list[str]) -> OptLevel:
 
 
 def flags(source: str | list[str]) -> tuple[str, ...]:
-    """The compiler's extra flags for a kernel's source: FLAGS and its size's optimisation level (OPT_BY_SIZE)."""
-    return FLAGS + opt_level(source).flags
+    """The compiler's extra flags for a kernel's source: FLAGS and its size's optimisation level (OPT_BY_SIZE); its
+    -O level alone where the compiler refuses the level's other flags (native.accepts: LEAN_O1's are GCC 12's, and
+    -fno-ipa-modref an error to GCC before 11 or to clang: every build at that level failed, and was remembered)."""
+    level = opt_level(source).flags
+    if len(level) > 1 and not native.accepts(level):
+        level = tuple(f for f in level if f.startswith("-O"))[-1:]
+    return FLAGS + level
 
 
 def quick_flags(instrs: int, source: str | list[str] | None = None) -> tuple[str, ...] | None:
