@@ -100,6 +100,19 @@ def _auto(mem: DeviceMemory) -> EmuModule:
                                                                lanes_per_chunk=128))
 
 
+def _first_native(seed: int) -> tuple[DeviceMemory, np.ndarray, bytes, EmuModule, object]:
+    """A daemon's fmix on inputs of `seed` (their lockstep result: `want`), once its first launch, bit for bit,
+    started a build whose code is now in."""
+    x = _inputs(seed)
+    want = _reference(x)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _auto(mem)
+    kernel = mod.kernel("fmix")
+    assert _launch(mod, mem, x) == want
+    _wait_for(lambda: kernel._native)
+    return mem, x, want, mod, kernel
+
+
 class Builds:
     """native.load's calls, by tier ("quick", "full"), in order; `gate` holds full builds until set; `fail_full`
     makes them answer None (a build that failed and was not remembered: its compiler killed from outside)."""
@@ -269,13 +282,7 @@ def test_the_rent_of_a_kernel_with_a_quick_tier_is_the_quick_builds(monkeypatch,
 def test_the_full_build_waits_until_the_quick_tiers_launches_paid_for_it(builds, monkeypatch):
     """A short program that got a quick tier for its last few launches does not pay the full build too."""
     monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e6)
-    x = _inputs(6)
-    want = _reference(x)
-    mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _auto(mem)
-    kernel = mod.kernel("fmix")
-    assert _launch(mod, mem, x) == want
-    _wait_for(lambda: kernel._native)
+    mem, x, want, mod, kernel = _first_native(6)
     for _ in range(3):
         assert _launch(mod, mem, x) == want
     assert builds.calls == ["quick"] and kernel._full is not None and kernel._full_rent > 0
@@ -314,13 +321,7 @@ def _record(kernel) -> "os.PathLike":
 def test_the_full_builds_rent_is_its_estimated_cost_paid_by_the_quick_tiers_savings(builds, monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
     monkeypatch.setattr(kernel_mod, "RENT_SAVE_S", 0.0)               # (every launch writes its record)
-    x = _inputs(7)
-    want = _reference(x)
-    mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _auto(mem)
-    kernel = mod.kernel("fmix")
-    assert _launch(mod, mem, x) == want
-    _wait_for(lambda: kernel._native)
+    mem, x, want, mod, kernel = _first_native(7)
     full = kernel._full
     assert full.rent == 1e3 * ctagen.compile_seconds(full.units) > 0 and kernel._full_rent == full.rent
     kernel.native_ran(kernel._native, 10.0)             # a launch of 10 s pays what the full build saves of it
@@ -338,13 +339,7 @@ def test_the_rent_paid_is_kept_across_daemon_runs(builds, monkeypatch, tmp_path)
     """A daemon that finds only the quick tier cached and its rent paid by earlier runs starts the full build at its
     quick tier's first launch; every launch, whichever tier, is the lockstep code's."""
     monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
-    x = _inputs(8)
-    want = _reference(x)
-    mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _auto(mem)
-    kernel = mod.kernel("fmix")
-    assert _launch(mod, mem, x) == want
-    _wait_for(lambda: kernel._native)
+    mem, x, want, mod, kernel = _first_native(8)
     for _ in range(2):
         assert _launch(mod, mem, x) == want
     record, rent = kernel._full.record, kernel._full.rent
@@ -369,13 +364,7 @@ def test_the_rent_paid_is_kept_across_daemon_runs(builds, monkeypatch, tmp_path)
                                   b"pyvgpu-rent 1\n" + b"9" * 100000])
 def test_a_corrupt_or_foreign_rent_record_counts_as_nothing_paid(builds, monkeypatch, tmp_path, text):
     monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
-    x = _inputs(9)
-    want = _reference(x)
-    mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _auto(mem)
-    kernel = mod.kernel("fmix")
-    assert _launch(mod, mem, x) == want
-    _wait_for(lambda: kernel._native)
+    mem, x, want, mod, kernel = _first_native(9)
     record = kernel._full.record
     record.write_bytes(text)
     assert native_mod.rent_paid(record) == 0.0
@@ -394,13 +383,7 @@ def test_a_quick_tier_launch_pays_its_cpu_time_not_its_wall_time(builds, monkeyp
     """On a loaded machine a launch's wall time is mostly waiting for a CPU, which the full build's estimate (CPU
     seconds) does not hold: a launch that used no CPU pays nothing."""
     monkeypatch.setattr(kernel_mod, "FULL_RENT_FACTOR", 1e3)
-    x = _inputs(10)
-    want = _reference(x)
-    mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _auto(mem)
-    kernel = mod.kernel("fmix")
-    assert _launch(mod, mem, x) == want
-    _wait_for(lambda: kernel._native)
+    mem, x, want, mod, kernel = _first_native(10)
     assert kernel.rent_due
     monkeypatch.setattr(emu_launch.time, "process_time", lambda: 1.0)     # (no CPU used, whatever the wall)
     for _ in range(3):
@@ -429,13 +412,7 @@ def test_a_quick_tier_only_where_it_is_much_cheaper_than_the_full_build(monkeypa
 def test_a_kernel_whose_full_build_costs_about_the_quick_one_builds_it_at_once(builds, monkeypatch, tmp_path):
     """No quick tier where it would only delay the full code: one build, the full level's, bit for bit."""
     monkeypatch.setattr(ctagen, "QUICK", ctagen.OptLevel(0, ctagen.QUICK.flags, 1e9))
-    x = _inputs(12)
-    want = _reference(x)
-    mem = DeviceMemory(1 << 40, 1 << 24)
-    mod = _auto(mem)
-    kernel = mod.kernel("fmix")
-    assert _launch(mod, mem, x) == want
-    _wait_for(lambda: kernel._native)
+    mem, x, want, mod, kernel = _first_native(12)
     for _ in range(2):
         assert _launch(mod, mem, x) == want
     assert builds.calls == ["full"] and builds.compiled == ["full"] and kernel._full is None
