@@ -74,6 +74,15 @@ class Instr:
         return tuple(m for m in self.mods if m in TYPES)
 
 
+def guard_overwritten(ins: Instr) -> bool:
+    """Whether a guarded instruction writes its guard before its last destination (`@%p1 setp.lt.s32 %p1|%p2`):
+    the guard is read once, before the instruction, so the later destinations' writes need its old value."""
+    if ins.guard is None:
+        return False
+    names = [getattr(x, "name", None) for o in ins.dsts[:-1] for x in (o.elems if isinstance(o, Vec) else [o])]
+    return ins.guard[0] in names
+
+
 @dataclass
 class RegDecl:
     """`.reg .f32 %f<12>;` -> RegDecl('f32', '%f', 12); `.reg .pred p;` -> RegDecl('pred', 'p', None)."""

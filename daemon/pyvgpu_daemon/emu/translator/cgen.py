@@ -240,6 +240,7 @@ class CEmitter:
         self.gathers = False          # it loads from shared, local or .param memory through a register
         self.hints = 0                # global/generic accesses: one Span hint each (its allocation last time)
         self.stores: list[tuple[str, list[tuple[str, str]], int]] = []   # (pointers, [(values, C type)], size)
+        self.guard_c: str | None = None   # the guard's value before the instruction, where it overwrites it (emit)
 
     def var(self, name: str) -> str:
         if name not in self.names:
@@ -321,14 +322,24 @@ class CEmitter:
             g, gneg = ins.guard
             if g not in self.regs or self.regs[g] != 1:
                 raise NoC
-            self.lines.append(f"{v} = ({'!' if gneg else ''}{self.var(g)}) ? {bits} : {v};")
+            self.lines.append(f"{v} = ({'!' if gneg else ''}{self.guard_c or self.var(g)}) ? {bits} : {v};")
 
     # ---------------------------------------------------------------- instructions
     def emit(self, ins: ir.Instr) -> None:
         h = _EMITTERS.get(ins.opcode)
         if h is None:
             raise NoC
-        h(self, ins)
+        if ir.guard_overwritten(ins):
+            g = ins.guard[0]
+            if g not in self.regs or self.regs[g] != 1:
+                raise NoC
+            # (the guard is read before the instruction: its first destination may be the guard itself)
+            self.guard_c = self.var(f"__g{len(self.lines)}")
+            self.lines.append(f"const uint8_t {self.guard_c} = {self.var(g)};")
+        try:
+            h(self, ins)
+        finally:
+            self.guard_c = None
 
 
 def _types_and_flags(ins: ir.Instr) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -727,7 +738,9 @@ def _setp(e: CEmitter, ins: ir.Instr) -> None:
     e.lines.append(f"uint8_t {rv} = (uint8_t)({r});")
     results = [rv, f"(uint8_t)({rv} ^ 1)"][:len(ins.dsts)]
     if boolop:
-        c = e.src(ins.srcs[2], "pred", ins)
+        # (c read once, before the writes: `setp.lt.and.s32 %p1|%p2, a, b, %p1` combines both with the old %p1)
+        c = e.var(f"__c{len(e.lines)}")
+        e.lines.append(f"const uint8_t {c} = {e.src(ins.srcs[2], 'pred', ins)};")
         cop = {"and": "&", "or": "|", "xor": "^"}[next(iter(boolop))]
         results = [f"({x} {cop} {c})" for x in results]
     for d, x in zip(ins.dsts, results):

@@ -33,6 +33,9 @@ _SPACES = {"global", "shared", "local", "param", "const"}
 def emit(g: Codegen, ins: ir.Instr, lines: list, masked: bool) -> None:
     gexpr = g.guard(ins, masked)
     lines.append(f"# {ins.line}: {ins.text}")
+    if gexpr is not None and ir.guard_overwritten(ins):
+        lines.append(f"_g = {gexpr}")      # (the guard before the instruction: a destination overwrites it)
+        gexpr = "_g"
     if is_alu(ins.opcode):
         _emit_alu(g, ins, lines, gexpr)
         return
