@@ -11,7 +11,7 @@ import pytest
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.translator import ctagen, threadgen
 
-from test_emu_ctagen import _run, every_barrier_kernel  # noqa: F401 (autouse fixture)
+from test_emu_ctagen import _both, _run, every_barrier_kernel  # noqa: F401 (autouse fixture)
 from test_emu_threadgen import HEAD, _module
 
 # the paths: CTA at a time (ctagen), a thread at a time (threadgen), the lockstep path's runs of C (cgen), NumPy
@@ -95,3 +95,127 @@ def test_setp_reads_its_combining_predicate_and_guard_before_it_writes(monkeypat
     p1 = (data[:, 0] & 1) != 0
     want = np.stack(model(p1, ~p1, data[:, 0] < data[:, 1]), axis=1).astype(np.uint32)
     assert (got == want).all()
+
+
+# ---------------------------------------------------------------- random ALU blocks (vecalu12's vector steps)
+_NR, _NP = 12, 6
+_SPECIAL = [0, 1, 2, 7, 31, 32, 33, 40, 255, 0x7FFFFFFF, 0x80000000, 0x80000001, 0xFFFFFFFE, 0xFFFFFFFF]
+
+
+def _random_alu(rng: np.random.Generator, count: int) -> str:
+    """`count` instructions of the forms stage 3's vector steps cover (32-bit and predicate mov, logic, add/sub,
+    shifts with counts past the width and negative ones, integer setp with both destinations and c, selp, popc,
+    clz), random registers (a destination that is also a source, the guard or c), random guards, immediates of
+    PTX's edge values, a register kept once per CTA (%r20, a parameter) and %tid.x."""
+    def reg() -> str:
+        return f"%r{rng.integers(1, _NR + 1)}"
+
+    def pred() -> str:
+        return f"%p{rng.integers(1, _NP + 1)}"
+
+    def src() -> str:
+        x = rng.random()
+        if x < 0.15:
+            return str(int(rng.choice(_SPECIAL + [-1, -5, 3])))
+        return "%r20" if x < 0.2 else "%tid.x" if x < 0.25 else reg()
+
+    lines = []
+    for _ in range(count):
+        k = int(rng.integers(0, 11))
+        w = ("b32", "u32", "s32")[rng.integers(0, 3)]
+        if k == 0:
+            ins = f"mov.{w} {reg()}, {src()};"
+        elif k == 1 and rng.random() < 0.3:
+            ins = f"{('and', 'or', 'xor')[rng.integers(0, 3)]}.pred {pred()}, {pred()}, " \
+                  f"{'!' if rng.random() < .3 else ''}{pred()};"
+        elif k == 1:
+            ins = f"{('and', 'or', 'xor')[rng.integers(0, 3)]}.{w} {reg()}, {src()}, {src()};"
+        elif k == 2:
+            ins = f"not.pred {pred()}, {pred()};" if rng.random() < .3 else f"not.{w} {reg()}, {src()};"
+        elif k == 3:
+            ins = f"{('add', 'sub')[rng.integers(0, 2)]}.{('u32', 's32')[rng.integers(0, 2)]} {reg()}, {src()}, {src()};"
+        elif k == 4:
+            c = str(int(rng.choice([0, 1, 5, 31, 32, 33, 40, 255, 0xFFFFFFFF]))) if rng.random() < .4 else src()
+            ins = f"shl.b32 {reg()}, {src()}, {c};" if rng.random() < .4 else f"shr.{w} {reg()}, {src()}, {c};"
+        elif k in (5, 6):
+            cmp = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs")[rng.integers(0, 10)]
+            bo = ("", ".and", ".or", ".xor")[rng.integers(0, 4)]
+            d = f"{pred()}|{pred()}" if rng.random() < .5 else pred()
+            c = f", {'!' if rng.random() < .3 else ''}{pred()}" if bo else ""
+            ins = f"setp.{cmp}.{w}{bo} {d}, {src()}, {src()}{c};"
+        elif k == 7:
+            ins = f"selp.{w} {reg()}, {src()}, {src()}, {pred()};"
+        elif k == 8:
+            ins = f"{('popc', 'clz')[rng.integers(0, 2)]}.b32 {reg()}, {src()};"
+        elif k == 9:
+            ins = f"mov.pred {pred()}, {pred() if rng.random() < .8 else int(rng.integers(0, 2))};"
+        else:
+            r = reg()
+            ins = f"shr.s32 {r}, {r}, {r};"
+        if rng.random() < 0.3:
+            ins = f"@{'!' if rng.random() < .4 else ''}{pred()} {ins}"
+        lines.append("  " + ins)
+    return "\n".join(lines)
+
+
+def _random_kernel(body: str) -> str:
+    """Each thread loads _NR words, sets _NP predicates from their low bits; the threads below `lim` skip the
+    block (the CTA diverged there), the others run it; every register and predicate is stored."""
+    loads = "".join(f"  ld.global.u32 %r{k}, [%rd4+{4 * (k - 1)}];\n" for k in range(1, _NR + 1))
+    preds = "".join(f"  and.b32 %r30, %r{k}, 1;\n  setp.ne.u32 %p{k}, %r30, 0;\n" for k in range(1, _NP + 1))
+    stores = "".join(f"  st.global.u32 [%rd6+{4 * (k - 1)}], %r{k};\n" for k in range(1, _NR + 1)) + "".join(
+        f"  selp.u32 %r30, 1, 0, %p{k};\n  st.global.u32 [%rd6+{4 * (_NR + k - 1)}], %r30;\n"
+        for k in range(1, _NP + 1))
+    return HEAD + f"""
+.visible .entry k(.param .u64 out, .param .u64 in, .param .u32 u, .param .u32 lim)
+{{
+  .reg .pred %p<20>; .reg .b32 %r<40>; .reg .b64 %rd<10>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u64 %rd2, [in];
+  ld.param.u32 %r20, [u];
+  ld.param.u32 %r22, [lim];
+  mov.u32 %r21, %tid.x;
+  mov.u32 %r31, %ntid.x;
+  mov.u32 %r32, %ctaid.x;
+  mad.lo.s32 %r33, %r32, %r31, %r21;
+  mul.wide.u32 %rd3, %r33, {4 * _NR};
+  add.s64 %rd4, %rd2, %rd3;
+{loads}{preds}  mul.wide.u32 %rd5, %r33, {4 * (_NR + _NP)};
+  add.s64 %rd6, %rd1, %rd5;
+  bar.sync 0;
+  setp.lt.u32 %p19, %r21, %r22;
+  @%p19 bra ALT;
+{body}
+  bra JOIN;
+ALT:
+  xor.b32 %r1, %r1, 12345;
+JOIN:
+  bar.sync 0;
+{stores}  ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("seed, cs, lim", [(1, 9, 0), (2, 23, 0), (3, 16, 0), (4, 37, 5), (5, 8, 0), (6, 31, 0),
+                                           (7, 44, 0), (8, 13, 2)])
+def test_random_alu_blocks_of_a_large_kernel_keep_the_lockstep_bits(monkeypatch, seed, cs, lim):
+    """A large kernel's ALU block (its vector steps where every instruction has a vector form: ctavec.py), run by
+    CTAs of sizes that are and are not multiples of the vector width, converged and diverged: the lockstep path's
+    bits for every register and predicate."""
+    monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)
+    rng = np.random.default_rng(seed)
+    ptx = _random_kernel(_random_alu(rng, 40))
+    ctas, n = 2, 2 * cs
+    data = rng.integers(0, 1 << 32, (n, _NR), dtype=np.uint64).astype(np.uint32)
+    pick = rng.random((n, _NR)) < 0.4
+    data[pick] = rng.choice(np.array(_SPECIAL, np.uint32), int(pick.sum()))
+    u = int(rng.choice(_SPECIAL))
+
+    def params(mem: DeviceMemory):
+        out, src = mem.alloc(4 * (_NR + _NP) * n), mem.alloc(4 * _NR * n)
+        mem.write(src, data.tobytes())
+        return struct.pack("<QQII", out, src, u, lim), \
+            lambda m: np.frombuffer(bytes(m.read(out, 4 * (_NR + _NP) * n)), np.uint32).reshape(n, -1).copy()
+    on, off, code = _both(ptx, "k", ctas, cs, params)
+    assert code is not None
+    assert (on == off).all(), np.argwhere(on != off)[:8].tolist()
