@@ -42,8 +42,9 @@ cancellation and fair-sharing turn apply as for the thread code (ThreadCode._run
 it off.
 
 A large kernel (over LARGE_INSTRUCTIONS: CUB's radix-sort kernels) is emitted for the C compiler's time: each loop
-once (no converged copy, no copy without suspensions: at -O1 neither paid for itself), its guarded branches as
-calls of BRANCH, its blocks in region functions (ctasplit.py), compiled at the optimisation level its size gets
+once (no converged copy, no copy without suspensions: at -O1 neither paid for itself; but a loop of ALU
+instructions with vector forms gets converged vector steps written out, ctavec.py, which -O1 does not make), its
+guarded branches as calls of BRANCH, its blocks in region functions (ctasplit.py), compiled at the optimisation level its size gets
 (OPT_BY_SIZE); one whose compile-time estimate exceeds MAX_COMPILE_S keeps the other paths.
 
 Eligible (eligible_reason): threadgen's rules but its warp-synchronous one (the lockstep order is kept here), that
@@ -67,7 +68,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import control, ctaaffine, ctaatomic, ctaregs, ctasplit, ctawarp, threadgen
+from . import control, ctaaffine, ctaatomic, ctaregs, ctasplit, ctavec, ctawarp, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -241,6 +242,9 @@ def cta_cap(kernel) -> int:
 LARGE_INSTRUCTIONS = 400
 PRELUDE_C += ctawarp.prelude({"T_RUN": T_RUN, "T_WAIT": T_WAIT})
 PRELUDE_C += ctaatomic.PRELUDE
+PRELUDE_C += ctavec.PRELUDE
+# A large kernel's converged ALU loops as vector code (ctavec.py; False: scalar loops only, as before)
+VECTOR_ALU = True
 # The scheduler's list of the running threads at block p of a diverged CTA (act: ascending, as the scalar loop
 # makes it), their count returned. With AVX-512 16 threads a step: a mask of those at p compressed into their
 # indices (vpcompressd, register form: its memory form is slow on AMD's Zen 4), stored whole at act + n (below
@@ -609,7 +613,7 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
             elif any(x.opcode in ACCESS_OPCODES for x in body):
                 out(f"{_SLOW_LOOP} {_shared_at_cta(code)} }}")
             elif large:
-                out(f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; {code} }}")
+                out(_large_alu_loop(e, body, code))
             else:
                 once, rest = _once_first(e, body, real)
                 out(f"if (conv) {{ {_body_code(e, once)} for (lic = 0; lic < cs; lic++) {{ {_body_code(e, rest)} }} }} "
@@ -779,6 +783,17 @@ def _kernel_source(kernel, g, name: str, affine: bool) -> tuple[str | list[str],
     if split:
         src = [src] + sp.units              # (translation units: the kernel function's first)
     return src, STATE_WORDS, regfile
+
+
+def _large_alu_loop(e: CtaEmitter, body: list[ir.Instr], code: str) -> str:
+    """A large kernel's loop of ALU instructions: the scalar loop over the threads at the block (code: a thread's
+    part), after a converged CTA's vector steps where every instruction has a vector form (ctavec.py: W threads a
+    step; the scalar loop runs the last n % W threads)."""
+    step = ctavec.loop_code(e, body) if VECTOR_ALU else None
+    if step is None:
+        return f"for (j = 0; j < n; j++) {{ lic = conv ? j : act[j]; {code} }}"
+    return (f"j = 0; if (conv) {{ for (lic = 0; lic + {ctavec.W} <= n; lic += {ctavec.W}) {{ {step} }} j = lic; }} "
+            f"for (; j < n; j++) {{ lic = conv ? j : act[j]; {code} }}")
 
 
 def _bar_red(e: CtaEmitter, t: ir.Instr, reds: list[str]) -> tuple[str, str]:
