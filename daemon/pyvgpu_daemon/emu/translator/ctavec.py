@@ -7,8 +7,8 @@ at -O1; -O2 -ftree-vectorize with ivdep would, at a compile time a cold run cann
 its native launch time in such loops (bench/README.md, "fifteenth step: onesweep's launch CPU"), all of them run
 converged. So a loop whose instructions all have a form here gets a converged copy written as vectors (`loop_code`):
 W threads a step, each instruction over W threads' elements, the scalar loop for the last n % W threads and for a
-diverged CTA. SSE2 only (no -march flags: the cache may be shared between machines); GCC lowers a vector wider than
-its registers into several.
+diverged CTA. Generic vectors, no target builtins or flags of its own: native.FLAGS' -march=native picks the
+registers (x86-64's SSE2 at least), and GCC lowers a vector wider than them into several.
 
 The forms give the scalar C forms' bits (cgen.py, which a differential test ties to the NumPy ops), lane for lane:
 - the covered instructions: mov, and/or/xor/not, add/sub (no .sat/.cc), shl/shr (immediate or register count with
