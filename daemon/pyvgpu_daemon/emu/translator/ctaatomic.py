@@ -31,11 +31,11 @@ by default 2, or 1 where EmuLimits.threads is 1; _Talk):
 the launching thread and helpers of its crew (runtime/crew.py), each with a state array of its own, take CTAs from
 one queue. A CTA that waits for a *later* one (a spin on a flag another CTA sets, a hand-made grid barrier among
 the chunk's CTAs) would never finish where every thread runs such a CTA, where the lockstep path, which steps all
-of a chunk's CTAs together, does. So a CTA that has run SLICE_TICKS of the C code's R_TICK suspensions (each
-threadgen.TICK_EVERY thread-instructions), and at least as many thread-instructions as its threads running each
-instruction of the kernel once (CtaRegisters.instructions: a CTA of a large straight-line kernel, CUB's onesweep,
-is not set aside before it had the time to finish, which cost more in copies than its run), without finishing
-is set aside while others of its chunk wait in the queue: its threads' PCs and states and its registers
+of a chunk's CTAs together, does. So a CTA that has run SLICE_TICKS * threadgen.TICK_EVERY thread-instructions
+(counted in the C code's R_TICK suspensions, each TALK_TICK_SCALE * TICK_EVERY of them: _slice_ticks), and at least
+as many as its threads running each instruction of the kernel once (CtaRegisters.instructions: a CTA of a large
+straight-line kernel, CUB's onesweep, is not set aside before it had the time to finish, which cost more in copies
+than its run), without finishing is set aside while others of its chunk wait in the queue: its threads' PCs and states and its registers
 (CtaRegisters: ctasize elements of each array, neighbours in one copy) are copied into memory Python owns, the CTA
 goes to the queue's end, and whichever thread is free resumes it on its own arrays (round robin) until all are done.
 The memory is at most the chunk's CTAs times their registers, what the lockstep chunk holds for the same lanes; a
@@ -69,7 +69,13 @@ from .instrs import _atom_mods
 from . import threadgen
 from .threadgen import R_DONE, R_SLOW, R_TICK, ST_CNT, ST_RESUME, ST_VAL, ST_WRITE, W_ATOMIC
 
-SLICE_TICKS = 4                  # R_TICK suspensions a CTA runs before it is set aside while others wait
+SLICE_TICKS = 4                  # TICK_EVERYs of thread-instructions a CTA runs before it is set aside while others wait
+# A talking CTA's R_TICK every TALK_TICK_SCALE * threadgen.TICK_EVERY thread-instructions (2^20: 0.1-0.4 ms of its
+# loops; CtaCode.tick_scale): each return costs a ctypes call, the launch's accounting (its lock, deadline,
+# cancellation and turn) and the loop's Python, a few microseconds with the interpreter's caches cold after the C
+# code, and CUB's onesweep returned about 6 times a CTA at 2^18. 4: the slice stays what it was (SLICE_TICKS at
+# 2^18 is one tick) and a runaway CTA still returns every 2^20, a quarter of what CTAs that do not talk run (16).
+TALK_TICK_SCALE = 4
 # What the C code serves of the instructions that let CTAs talk; the rest of cfg.SHARING_OPCODES (calls, traps,
 # bulk copies, mbarriers) keeps the other paths.
 ATOMIC_OPCODES = frozenset({"atom", "red"})
@@ -370,7 +376,11 @@ def run_talking(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> 
 
 
 def _slice_ticks(code, cs: int) -> int:
-    return max(SLICE_TICKS, -(-code.registers.instructions * cs // threadgen.TICK_EVERY))
+    """R_TICK suspensions (each code.tick_scale * TICK_EVERY thread-instructions) a CTA runs before it may be set
+    aside: SLICE_TICKS * TICK_EVERY thread-instructions, and the kernel's instructions once a thread (module
+    docstring), whatever the tick."""
+    every = threadgen.TICK_EVERY
+    return -(-max(SLICE_TICKS * every, code.registers.instructions * cs) // (every * code.tick_scale))
 
 
 def _run_alone(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> None:
@@ -465,6 +475,7 @@ class _Talk:
         helper = st is None
         cl = -1
         untold = [0]
+        arrays = None
         try:
             while True:
                 with self.lock:
@@ -479,7 +490,11 @@ class _Talk:
                             st.fill(0)
                     saved = self.aside.pop(cl, None)
                     self.code.helped += helper
-                self._cta(st, cl, saved, untold)
+                if arrays is None:            # (this thread's state array, its register file and their addresses:
+                    words = self.code.state   # once a launch, not once a CTA: st.ctypes alone costs 2-3 us)
+                    stp = st.ctypes.data
+                    arrays = (st, st[words:].view(np.uint8), stp, stp + 8 * words)
+                self._cta(arrays, cl, saved, untold)
         except BaseException as e:  # noqa: BLE001 - the launch's failure (the lowest CTA's), raised by run
             with self.lock:
                 self.failed.append((cl, e))
@@ -490,13 +505,12 @@ class _Talk:
                     if not self.running:
                         self.ended.notify_all()
 
-    def _cta(self, st: np.ndarray, cl: int, saved, untold: list[int]) -> None:
-        """CTA cl on state array st until it is done, set aside, or another thread failed."""
+    def _cta(self, arrays: tuple, cl: int, saved, untold: list[int]) -> None:
+        """CTA cl on this thread's state array (arrays: it, its register file's bytes, their addresses) until it is
+        done, set aside, or another thread failed."""
         code, S, L, T, cs = self.code, self.S, self.L, self.T, self.cs
+        st, rf, stp, rfp = arrays
         words = code.state
-        rf = st[words:].view(np.uint8)
-        stp = st.ctypes.data
-        rfp = stp + 8 * words
         if saved is not None:
             st[:words] = saved[0]
             code.registers.restore(rf, cs, saved[1])
@@ -508,10 +522,11 @@ class _Talk:
             ctx, held = S.memctx(), [S._memctx]
         ran = int(st[ST_CNT])
         ticks = 0
+        fn, lo, hi, txp, failed = code.fn, cl * cs, (cl + 1) * cs, self.txp, self.failed
         while True:
-            if self.failed:
+            if failed:
                 return
-            rc = code.fn(cl * cs, (cl + 1) * cs, ctx, self.txp, stp, rfp)
+            rc = fn(lo, hi, ctx, txp, stp, rfp)
             cnt = int(st[ST_CNT])
             untold[0] += cnt - ran
             ran = cnt

@@ -1115,9 +1115,9 @@ class CtaCode(ThreadCode):
         10-20 ms at worst in scalar diverged ones): a thread-instruction costs 0.1-0.4 ns here against 1-6 ns a
         thread at a time, and at 2^18 the returns to Python (accounting, the turn, the chunk's MemCtx, the
         allocation hints found again) took a third of scan_batches' chunk time in the daemon (py-spy:
-        bench/README.md, "tenth step"). CTAs that talk keep threadgen's (ctaatomic.run_talking sets a waiting CTA
-        aside after SLICE_TICKS of them)."""
-        return 1 if self.registers.talking else 16
+        bench/README.md, "tenth step"). CTAs that talk: every ctaatomic.TALK_TICK_SCALE * TICK_EVERY (2^20), their
+        slice before a waiting CTA is set aside counted in thread-instructions (ctaatomic._slice_ticks)."""
+        return ctaatomic.TALK_TICK_SCALE if self.registers.talking else 16
 
     def __init__(self, fn, name: str, state: int, registers: ctaatomic.CtaRegisters) -> None:
         super().__init__(fn, name, state)
