@@ -19,7 +19,9 @@ from pyvgpu_daemon.emu import limits
 from pyvgpu_daemon.emu.limits import EmuLimits
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
-from pyvgpu_daemon.emu.translator import ctaatomic, ctagen
+from pyvgpu_daemon.emu.runtime.launch import Launch
+from pyvgpu_daemon.emu.translator import ctaatomic, ctagen, threadgen
+from pyvgpu_daemon.emu.translator.threadgen import R_TICK
 from pyvgpu_daemon.errors import CudaError, code_of
 
 from harness import ptx_of
@@ -265,3 +267,46 @@ def test_two_talking_threads_by_default_one_where_a_launch_has_one():
                                                                     {"PYVGPU_EMU_THREADS": "1"},
                                                                     {"PYVGPU_EMU_TALK_THREADS": "1"})]
     assert got == [["2", "1"], ["1", "1"], ["1", "1"]]
+
+
+@pytest.mark.parametrize("mode", [ONE, TWO], ids=["one thread", "two threads"])
+def test_a_runaway_talking_kernel_returns_every_tick_and_stops_within_one_of_its_budget(monkeypatch, mode):
+    """Three CTAs spin forever (CTA 1 ends): a talking CTA returns to Python every TALK_TICK_SCALE * TICK_EVERY
+    thread-instructions (R_TICK: fewer returns than at TICK_EVERY, bench/README.md "sixteenth step"), and each
+    return is accounted, so the launch stops at its instruction budget having run past it by at most one tick a
+    thread (as at TICK_EVERY, by four times as many thread-instructions)."""
+    told, ticks = [], [0]
+    account = Launch.account
+
+    def account_seen(self, kernel: str, steps: int) -> None:
+        try:
+            account(self, kernel, steps)
+        except CudaError:
+            told.append(self.steps)
+            raise
+
+    monkeypatch.setattr(Launch, "account", account_seen)
+    make = ctagen.CtaCode.__init__
+
+    def counted(self, *a, **kw):
+        make(self, *a, **kw)
+        fn = self.fn
+
+        def fn_counted(*args):
+            rc = fn(*args)
+            ticks[0] += rc == R_TICK
+            return rc
+        self.fn = fn_counted
+    monkeypatch.setattr(ctagen.CtaCode, "__init__", counted)
+    budget = 3_000_000
+    err, code = _spin(mode, 0, max_vector_instructions=budget)
+    assert err.code == code_of("cudaErrorLaunchTimeout") and "instruction budget" in err.message
+    assert code.tick_scale == ctaatomic.TALK_TICK_SCALE > 1
+    every = threadgen.TICK_EVERY * ctaatomic.TALK_TICK_SCALE
+    lanes = 4 * 64                                          # (one chunk: the launch's 4 CTAs of 64)
+    threads = mode["talk_threads"]
+    assert budget < told[0] <= budget + threads * (every // lanes + 8)
+    # a spinning CTA's every return is a tick of `every` (each entry starts one: set aside at its slice's end, one
+    # tick here); the thread that did not raise may have ended one more meanwhile
+    assert told[0] * lanes // every - threads - 2 <= ticks[0] <= told[0] * lanes // every + threads
+    assert ctaatomic._slice_ticks(code, 64) * every >= ctaatomic.SLICE_TICKS * threadgen.TICK_EVERY
