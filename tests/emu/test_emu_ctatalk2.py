@@ -310,3 +310,46 @@ def test_a_runaway_talking_kernel_returns_every_tick_and_stops_within_one_of_its
     # tick here); the thread that did not raise may have ended one more meanwhile
     assert told[0] * lanes // every - threads - 2 <= ticks[0] <= told[0] * lanes // every + threads
     assert ctaatomic._slice_ticks(code, 64) * every >= ctaatomic.SLICE_TICKS * threadgen.TICK_EVERY
+
+
+@pytest.mark.parametrize("mode", [ONE, TWO], ids=["one thread", "two threads"])
+def test_many_short_talking_ctas_stop_within_a_tick_of_their_budget(monkeypatch, mode):
+    """256 CTAs of atomics, each far shorter than a tick: a thread tells the launch what it ran at a CTA's end only
+    once it ran a tick's worth of steps since it last told (_Talk), so the launch still stops at its instruction
+    budget, past it by at most a tick's steps and a CTA's a thread; with the budget its CTAs need, the totals are
+    the host's."""
+    told, total = [], [0]
+    account = Launch.account
+
+    def account_seen(self, kernel: str, steps: int) -> None:
+        try:
+            account(self, kernel, steps)
+        except CudaError:
+            told.append(self.steps)
+            raise
+        total[0] = self.steps
+
+    monkeypatch.setattr(Launch, "account", account_seen)
+    grid, block, k = 256, 64, 200
+
+    def launch(budget: int) -> tuple[EmuModule, DeviceMemory, int]:
+        mem = DeviceMemory(1 << 40, 1 << 24)
+        mod = _load(CONTEND, mode, mem, max_vector_instructions=budget, lanes_per_chunk=grid * block)
+        w = mem.alloc(64)
+        mem.write(w, bytes(64))
+        mod.launch("contend", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<Qi", w, k))
+        return mod, mem, w
+
+    mod, mem, w = launch(1 << 40)
+    n = grid * block
+    assert struct.unpack_from("<I", bytes(mem.read(w, 4)))[0] == n * k
+    code = _cta_code(mod, "contend")
+    lanes = grid * block
+    due = threadgen.TICK_EVERY * code.tick_scale // lanes
+    per_cta = 40 * k * block // lanes + 1                  # (a CTA's steps, at most: under 40 instructions a round)
+    budget = total[0] // 3                                  # (the whole launch: about 2,400 steps)
+    assert budget > 4 * (due + per_cta)
+    with pytest.raises(CudaError) as ei:
+        launch(budget)
+    assert ei.value.code == code_of("cudaErrorLaunchTimeout") and "instruction budget" in ei.value.message
+    assert budget < told[0] <= budget + mode["talk_threads"] * (due + per_cta)

@@ -53,6 +53,7 @@ the one-thread order, the CTAs one after the other as set out above, the same re
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -430,6 +431,13 @@ def _run_alone(code, S, L, T: int, st: np.ndarray, ctx, txp: int, stp: int) -> N
                 raise CudaError("cudaErrorLaunchFailure", f"{code.name}: native code returned {rc}")
 
 
+@dataclass(slots=True)
+class _Told:
+    """What one talking thread ran and has not told the launch yet (_Talk: Launch.account)."""
+    lanes: int = 0                # thread-instructions short of a whole step (< T)
+    steps: int = 0                # steps (T thread-instructions each)
+
+
 class _Talk:
     """A chunk's talking CTAs on several threads: this one and crew helpers (runtime/crew.py), each with a state
     array of its own (the chunk keeps the helpers': Chunk.talk_states), taking CTAs from one queue in ascending
@@ -437,7 +445,10 @@ class _Talk:
     on its own arrays. The first failure stops the others at their next return from the C code (each tick at the
     latest); the lowest CTA's failure is raised. Accounting (Launch.account: the budget, deadline, cancellation,
     the session's turn) is made under one lock, so one thread pausing for the turn pauses the other at its next
-    tick; accesses served by Python under another (one at a time, as on one thread)."""
+    tick; accesses served by Python under another (one at a time, as on one thread). A thread tells the launch at
+    every tick, and at a CTA's end or an access only once it ran a tick's worth of steps since it last told (or
+    the launch's check_at passed: its deadline, another session waiting, a shared device's next check), so every
+    bound holds within a tick's thread-instructions a thread, as at the ticks (_Told)."""
 
     def __init__(self, code, S, L, T: int, threads: int, txp: int) -> None:
         self.code, self.S, self.L, self.T = code, S, L, T
@@ -452,6 +463,7 @@ class _Talk:
         self.failed: list[tuple[int, BaseException]] = []
         self.running = 0
         self.slice_ticks = _slice_ticks(code, self.cs)
+        self.due = max(1, threadgen.TICK_EVERY * code.tick_scale // T)     # steps a thread tells at least this often
         self.txp = txp
         self.spare: list[np.ndarray] = []
 
@@ -474,13 +486,13 @@ class _Talk:
         took = False
         helper = st is None
         cl = -1
-        untold = [0]
+        told = _Told()
         arrays = None
         try:
             while True:
                 with self.lock:
                     if self.failed or not self.queue:
-                        return
+                        break
                     cl = self.queue.popleft()
                     if not took:
                         took = True
@@ -494,7 +506,10 @@ class _Talk:
                     words = self.code.state   # once a launch, not once a CTA: st.ctypes alone costs 2-3 us)
                     stp = st.ctypes.data
                     arrays = (st, st[words:].view(np.uint8), stp, stp + 8 * words)
-                self._cta(arrays, cl, saved, untold)
+                self._cta(arrays, cl, saved, told)
+            if told.steps and not self.failed:    # (what it did not tell yet: the budget and deadline checked)
+                with self.account_lock:
+                    self.L.account(self.code.name, told.steps)
         except BaseException as e:  # noqa: BLE001 - the launch's failure (the lowest CTA's), raised by run
             with self.lock:
                 self.failed.append((cl, e))
@@ -505,7 +520,7 @@ class _Talk:
                     if not self.running:
                         self.ended.notify_all()
 
-    def _cta(self, arrays: tuple, cl: int, saved, untold: list[int]) -> None:
+    def _cta(self, arrays: tuple, cl: int, saved, told: "_Told") -> None:
         """CTA cl on this thread's state array (arrays: it, its register file's bytes, their addresses) until it is
         done, set aside, or another thread failed."""
         code, S, L, T, cs = self.code, self.S, self.L, self.T, self.cs
@@ -522,18 +537,22 @@ class _Talk:
             ctx, held = S.memctx(), [S._memctx]
         ran = int(st[ST_CNT])
         ticks = 0
-        fn, lo, hi, txp, failed = code.fn, cl * cs, (cl + 1) * cs, self.txp, self.failed
+        fn, lo, hi, txp, failed, due, clock = code.fn, cl * cs, (cl + 1) * cs, self.txp, self.failed, self.due, \
+            time.monotonic
         while True:
             if failed:
                 return
             rc = fn(lo, hi, ctx, txp, stp, rfp)
             cnt = int(st[ST_CNT])
-            untold[0] += cnt - ran
+            steps, told.lanes = divmod(told.lanes + cnt - ran, T)
             ran = cnt
-            steps, untold[0] = divmod(untold[0], T)
-            if steps > 0 or rc != R_SLOW:
+            steps += told.steps
+            if rc == R_TICK or steps >= due or clock() > L.check_at:
+                told.steps = 0
                 with self.account_lock:
                     L.account(code.name, steps)
+            else:
+                told.steps = steps
             if rc == R_DONE:
                 return
             if rc == R_SLOW:
