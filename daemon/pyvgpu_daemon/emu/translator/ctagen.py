@@ -114,6 +114,8 @@ class OptLevel:
     size: int
     flags: tuple[str, ...]
     s_per_mb: float
+    # the level used where the compiler refuses `flags` (native.accepts): its -O level alone, at that level's cost
+    fallback: OptLevel | None = None
 
 
 # -O1's passes that cost a large source's build CPU and not its launches: with them off CUB's onesweep (2.4 MB) builds
@@ -130,7 +132,10 @@ LEAN_O1 = ("-O1", "-fno-tree-dominator-opts", "-fno-tree-ccp", "-fno-tree-fre", 
 # Largest first. LEAN_O1 for CUB's onesweep (2.4 MB): 7.3 s of compiler CPU against -O1's 15.0 s (both at load 11),
 # -O2's 35 s (1.3x slower a launch); -O2 for CUB's histogram (0.18 MB): 1.7 s against 2.9 s at -O3, and as fast a
 # launch. (native.FLAGS has -O3: a later -O wins.)
-OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0), OptLevel(128 << 10, ("-O2",), 15.0), OptLevel(0, (), 40.0))
+# (A compiler that refuses LEAN_O1's -f flags builds at -O1: 7.0 s/MB, bench/README.md "fifteenth step: onesweep's
+# build CPU".)
+OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0, OptLevel(1 << 20, ("-O1",), 7.0)), OptLevel(128 << 10, ("-O2",), 15.0),
+               OptLevel(0, (), 40.0))
 # A kernel of at least QUICK_MIN_INSTRS PTX instructions and blocks (the launch policy's count: runtime/launch.py) whose
 # library is not cached is built twice in the background (translator/kernel.py): first at QUICK's level, its launches
 # running that while the build at its size's level (OPT_BY_SIZE: LEAN_O1 or -O2 there) runs, which alone stays cached.
@@ -155,18 +160,21 @@ def _size(source: str | list[str]) -> int:
 
 
 def opt_level(source: str | list[str]) -> OptLevel:
-    """The level of a source (or of translation units: their bytes together)."""
-    return next(o for o in OPT_BY_SIZE if _size(source) >= o.size)
+    """The level a source (or translation units: their bytes together) is built at: its size's (OPT_BY_SIZE), or
+    where the compiler refuses that level's flags (native.accepts: LEAN_O1's are GCC 12's, and -fno-ipa-modref an
+    error to GCC before 11 or to clang: every build at that level failed, and was remembered) its fallback, the -O
+    level alone, with that level's cost: the estimates (compile_seconds, MAX_COMPILE_S, QUICK_MAX_SHARE) are of the
+    build that runs."""
+    level = next(o for o in OPT_BY_SIZE if _size(source) >= o.size)
+    if len(level.flags) > 1 and not native.accepts(level.flags):
+        return level.fallback or dataclasses.replace(level, flags=tuple(f for f in level.flags
+                                                                        if f.startswith("-O"))[-1:])
+    return level
 
 
 def flags(source: str | list[str]) -> tuple[str, ...]:
-    """The compiler's extra flags for a kernel's source: FLAGS and its size's optimisation level (OPT_BY_SIZE); its
-    -O level alone where the compiler refuses the level's other flags (native.accepts: LEAN_O1's are GCC 12's, and
-    -fno-ipa-modref an error to GCC before 11 or to clang: every build at that level failed, and was remembered)."""
-    level = opt_level(source).flags
-    if len(level) > 1 and not native.accepts(level):
-        level = tuple(f for f in level if f.startswith("-O"))[-1:]
-    return FLAGS + level
+    """The compiler's extra flags for a kernel's source: FLAGS and its level's (opt_level)."""
+    return FLAGS + opt_level(source).flags
 
 
 def quick_flags(instrs: int, source: str | list[str] | None = None) -> tuple[str, ...] | None:
