@@ -23,14 +23,16 @@ def sparse_calls(monkeypatch) -> list[int]:
 
 
 class FakeCompiler:
-    """A compiler for PYVGPU_EMU_CC: a shell script that logs each run, then runs the body it was made with."""
+    """A compiler for PYVGPU_EMU_CC: a shell script that logs each run, then runs the body it was made with; asked
+    for its version (native.compiler_identity, once a process), it answers without either."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
     def __call__(self, body: str) -> Path:
         cc = self.directory / "fake-cc"
-        cc.write_text(f"#!/bin/sh\necho run >> {self.directory / 'runs'}\n{body}\n")
+        cc.write_text(f"#!/bin/sh\n[ \"$*\" = --version ] && {{ echo fake-cc 1; exit 0; }}\n"
+                      f"echo run >> {self.directory / 'runs'}\n{body}\n")
         cc.chmod(0o755)
         return cc
 

@@ -3,7 +3,17 @@ cache's key, and a kernel's record beside its library (native.py) that lets a wa
 generating its C."""
 from __future__ import annotations
 
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
 from pyvgpu_daemon.emu import native
+from pyvgpu_daemon.emu.limits import EmuLimits
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.translator import ctagen
 
 # a GCC before 11: -fno-ipa-modref (one of LEAN_O1's flags) is an error
@@ -33,3 +43,195 @@ def test_a_level_without_a_measured_fallback_falls_back_to_its_o_level(fake_cc, 
     monkeypatch.setenv("PYVGPU_EMU_CC", str(fake_cc(OLD_GCC)))
     assert ctagen.opt_level("int x;").flags == ("-O2",)
     assert ctagen.flags("int x;") == ctagen.FLAGS + ("-O2",)
+
+
+# ------------------------------------------------------------------------------------- the compiler in the key
+def _versioned(tmp_path, version: str):
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\n[ "$*" = --version ] && {{ echo "{version}"; exit 0; }}\nexec cc "$@"\n')
+    cc.chmod(0o755)
+    return str(cc)
+
+
+def test_the_compilers_version_is_in_the_librarys_key(tmp_path):
+    # the same compiler path, another version behind it (an upgrade, a wrapper pointed elsewhere): another key
+    cc = _versioned(tmp_path, "gcc 12.2.0")
+    native._compiler_identity.cache_clear()
+    a = native.library_key(["int f;"], cc, native.FLAGS)
+    assert "gcc 12.2.0" in native.compiler_identity(cc)
+    _versioned(tmp_path, "gcc 12.3.0")
+    native._compiler_identity.cache_clear()
+    assert native.library_key(["int f;"], cc, native.FLAGS) != a
+    _versioned(tmp_path, "gcc 12.2.0")
+    native._compiler_identity.cache_clear()
+    assert native.library_key(["int f;"], cc, native.FLAGS) == a
+
+
+# ------------------------------------------------------------------------- a kernel's record beside its library
+HEAD = ".version 9.0\n.target sm_75\n.address_size 64\n"
+# products, a quotient and a square root in a loop, through a barrier: each thread's result read by its neighbour
+FMIX = HEAD + """
+.visible .entry fmix(.param .u64 out, .param .u64 in)
+{
+  .reg .pred %p<2>; .reg .b32 %r<12>; .reg .f32 %f<10>; .reg .b64 %rd<6>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.f32 %f1, [%rd4];
+  mov.f32 %f8, %f1;
+  mov.u32 %r9, 0;
+LOOP:
+  mul.f32 %f2, %f8, 0f3F8CCCCD;
+  add.f32 %f3, %f2, %f1;
+  div.rn.f32 %f4, %f3, 0f40400000;
+  sqrt.rn.f32 %f5, %f4;
+  sub.f32 %f8, %f5, %f2;
+  add.s32 %r9, %r9, 1;
+  setp.lt.u32 %p1, %r9, 5;
+  @%p1 bra LOOP;
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 2;
+  add.s32 %r8, %r6, %r7;
+  st.shared.f32 [%r8], %f8;
+  bar.sync 0;
+  xor.b32 %r7, %r7, 4;
+  add.s32 %r8, %r6, %r7;
+  ld.shared.f32 %f6, [%r8];
+  mul.f32 %f7, %f6, %f1;
+  add.s64 %rd5, %rd1, %rd3;
+  st.global.f32 [%rd5], %f7;
+  ret;
+}
+"""
+N = 8 * 64
+
+
+def _inputs() -> np.ndarray:
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(N).astype(np.float32) * np.float32(1e3)
+    x[::17] = np.float32(1e-40)
+    x[5::23] = np.inf
+    x[::31] = np.frombuffer(np.uint32(0x7FC12345).tobytes(), np.float32)[0]     # a NaN with a payload
+    return x
+
+
+def _daemon(native_mode: str = "on") -> tuple[EmuModule, DeviceMemory]:
+    """A daemon's module (a fresh load: its kernel translated and built anew)."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    return EmuModule.load(FMIX.encode(), mem, limits=EmuLimits(native=native_mode, threads=1)), mem
+
+
+def _run(mod: EmuModule, mem: DeviceMemory, x: np.ndarray) -> bytes:
+    src, out = mem.alloc(4 * N), mem.alloc(4 * N)
+    mem.write(src, x.tobytes())
+    mod.launch("fmix", (8, 1, 1), (64, 1, 1), 0, struct.pack("<QQ", out, src))
+    return bytes(mem.read(out, 4 * N))
+
+
+@pytest.fixture
+def generated(monkeypatch, tmp_path) -> list[int]:
+    """An empty cache; ctagen.kernel_source's calls counted ([calls]), from before the first daemon on (the
+    settings, hence the record's key, stay the same throughout)."""
+    if native.compiler() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
+    calls = [0]
+    orig = ctagen.kernel_source
+
+    def counted(*a, **k):
+        calls[0] += 1
+        return orig(*a, **k)
+
+    monkeypatch.setattr(ctagen, "kernel_source", counted)
+    return calls
+
+
+def _records(tmp_path) -> list[Path]:
+    return sorted((tmp_path / "pyvgpu" / "emu-native").glob(f"*{native.RECORD}"))
+
+
+def _want(x: np.ndarray) -> bytes:
+    return _run(*_daemon("off"), x)
+
+
+def test_a_warm_daemon_finds_the_library_by_the_kernels_record_without_generating_its_c(generated, tmp_path):
+    x = _inputs()
+    want = _want(x)
+    mod, mem = _daemon()
+    assert _run(mod, mem, x) == want and generated == [1]
+    first = mod.kernel("fmix")
+    assert isinstance(first._native, ctagen.CtaCode)
+    [path] = _records(tmp_path)
+    rec = json.loads(path.read_text())
+    assert rec["version"] == native.RECORD_VERSION and rec["key"] == path.stem and rec["class"] == "CtaCode"
+    assert (path.parent / f"{rec['library']}.so").exists()
+    mod2, mem2 = _daemon()                              # the next daemon: the record names the library
+    assert _run(mod2, mem2, x) == want and generated == [1]
+    k = mod2.kernel("fmix")
+    assert isinstance(k._native, ctagen.CtaCode) and k._native.state == first._native.state
+    assert k._native.registers == first._native.registers
+    assert k.native_source == first.native_source and generated == [2]     # (made again when asked)
+
+
+CORRUPT = {
+    "empty": lambda path, rec: path.write_bytes(b""),
+    "garbage": lambda path, rec: path.write_bytes(b"\x00\xffnot json"),
+    "truncated": lambda path, rec: path.write_text(json.dumps(rec)[:-7]),
+    "other version": lambda path, rec: path.write_text(json.dumps({**rec, "version": "pyvgpu-kernel-record 0"})),
+    "other key": lambda path, rec: path.write_text(json.dumps({**rec, "key": "0" * 24})),
+    "library not cached": lambda path, rec: path.write_text(json.dumps({**rec, "library": "0" * 24})),
+    "library not a key": lambda path, rec: path.write_text(json.dumps({**rec, "library": "../../x"})),
+    "other class": lambda path, rec: path.write_text(json.dumps({**rec, "class": "ThreadCode"})),
+    "state not a count": lambda path, rec: path.write_text(json.dumps({**rec, "state": "7"})),
+    "layout not pairs": lambda path, rec: path.write_text(json.dumps(
+        {**rec, "extra": {"cta": {**rec["extra"]["cta"], "arrays": [[0, 1, 2]]}}})),
+    "layout missing": lambda path, rec: path.write_text(json.dumps({**rec, "extra": {"cta": {}}})),
+    "too large": lambda path, rec: path.write_text(json.dumps(rec) + " " * native.MAX_RECORD_BYTES),
+}
+
+
+@pytest.mark.parametrize("damage", list(CORRUPT))
+def test_a_record_that_is_not_one_of_this_version_and_key_is_a_miss(generated, tmp_path, damage):
+    # a record that could name the wrong library or layout runs the wrong code: anything unreadable, of another
+    # version or key, or not well formed is a miss (the C generated, its library found by the C's own key) and
+    # the record is written again
+    x = _inputs()
+    want = _want(x)
+    mod, mem = _daemon()
+    assert _run(mod, mem, x) == want and generated == [1]
+    [path] = _records(tmp_path)
+    rec = json.loads(path.read_text())
+    CORRUPT[damage](path, rec)
+    mod2, mem2 = _daemon()
+    assert _run(mod2, mem2, x) == want and generated == [2]
+    assert isinstance(mod2.kernel("fmix")._native, ctagen.CtaCode)
+    assert json.loads(path.read_text()) == rec                  # written again
+    mod3, mem3 = _daemon()
+    assert _run(mod3, mem3, x) == want and generated == [2]     # (and found)
+
+
+def test_a_changed_setting_makes_another_records_key(generated, tmp_path, monkeypatch):
+    # the C the same PTX makes depends on the generator's settings (a level, a bound, a function replaced): the
+    # record of other settings is not found
+    x = _inputs()
+    want = _want(x)
+    mod, mem = _daemon()
+    assert _run(mod, mem, x) == want and generated == [1]
+    monkeypatch.setattr(ctagen, "OPT_BY_SIZE", (ctagen.OptLevel(0, ("-O1",), 7.0),))
+    mod2, mem2 = _daemon()
+    assert _run(mod2, mem2, x) == want and generated == [2] and len(_records(tmp_path)) == 2
+    monkeypatch.setattr(ctagen, "_shared_at_cta", lambda code: code.replace("TS(M, i, ", "TSC(sb, shl, "))
+    mod3, mem3 = _daemon()
+    assert _run(mod3, mem3, x) == want and generated == [3] and len(_records(tmp_path)) == 3
+
+
+def test_a_kernel_without_its_ptxs_identity_keeps_no_record(generated, tmp_path, monkeypatch):
+    from pyvgpu_daemon.emu.translator import kernel as kernel_mod
+    x = _inputs()
+    mod, mem = _daemon()
+    monkeypatch.setattr(kernel_mod.Kernel, "_record_key", lambda self, code_class: None)
+    assert _run(mod, mem, x) == _want(x) and generated == [1] and _records(tmp_path) == []

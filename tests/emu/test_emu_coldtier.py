@@ -189,13 +189,14 @@ def test_launches_run_the_quick_tier_then_the_full_build_bit_for_bit(builds, tmp
     for seed in (1, 2):                                 # the chunks kept from the quick tier's launches run full code
         assert _launch(mod, mem, _inputs(seed)) == (want if seed == 1 else _reference(_inputs(seed)))
         assert kernel.native_make(wait=False) is full
-    assert _cache(tmp_path) == [".so", ".wanted"]       # the full build alone stays cached
-    # the next daemon: its first launch finds the full build cached, no quick tier, nothing compiled
+    assert _cache(tmp_path) == [".kernel", ".so", ".wanted"]     # the full build alone stays cached (and its record)
+    # the next daemon: its first launch finds the full build cached by the kernel's record (native.record: no C
+    # generated, no load by the C's key), no quick tier, nothing compiled
     builds.calls.clear()
     mod2 = _auto(mem)
     assert _launch(mod2, mem, x) == want
     mod2.kernel("fmix")._native_thread.join(120)
-    assert builds.calls == ["full"] and builds.compiled == ["quick", "full"]
+    assert builds.calls == [] and builds.compiled == ["quick", "full"]
     assert _launch(mod2, mem, x) == want and isinstance(mod2.kernel("fmix")._native, ctagen.CtaCode)
 
 
@@ -227,7 +228,7 @@ def test_a_full_build_that_fails_leaves_the_quick_tier_running(builds, tmp_path)
     kernel2._native_thread.join(120)
     assert builds.calls == ["quick", "full"] and builds.compiled == ["quick", "full"]
     assert _launch(mod2, mem, x) == want
-    assert _cache(tmp_path) == [".so", ".wanted"]
+    assert _cache(tmp_path) == [".kernel", ".so", ".wanted"]
 
 
 def test_a_full_build_the_compiler_refuses_is_remembered_and_the_quick_tier_kept(builds, tmp_path, monkeypatch):
@@ -353,10 +354,10 @@ def test_the_rent_paid_is_kept_across_daemon_runs(builds, monkeypatch, tmp_path)
         _wait_for(lambda: kernel2._native)
         assert _launch(mod2, mem, x) == want            # (its quick tier's first launch starts the full build)
         kernel2._native_thread.join(120)
-        assert builds.calls == (["quick", "full"] if daemon == 0 else ["full"])
+        assert builds.calls == (["quick", "full"] if daemon == 0 else [])    # (then by its record)
         assert builds.compiled == ["quick", "full"]
         assert _launch(mod2, mem, x) == want and kernel2.native_make(wait=False) is kernel2._native
-    assert _cache(tmp_path) == [".so", ".wanted"] and not record.exists()    # (the full build alone, no record)
+    assert _cache(tmp_path) == [".kernel", ".so", ".wanted"] and not record.exists()   # (the full build alone, no rent)
 
 
 @pytest.mark.parametrize("text", [b"", b"garbage\n", b"pyvgpu-rent 0\n1e6\n", b"pyvgpu-rent 1\nnan\n",

@@ -380,7 +380,7 @@ def _translate(index: ModuleIndex, name: str, symbols: dict, limits: EmuLimits) 
     """Parse the kernel and the functions it may call, and translate it."""
     try:
         mod = index.view(name)
-        return Kernel(mod, mod.functions[name], symbols, limits)
+        return Kernel(mod, mod.functions[name], symbols, limits, ptx=index.digest)
     except CudaError:
         raise
     except Exception as e:  # noqa: BLE001 - a translator bug: the kernel fails, naming it and the cause

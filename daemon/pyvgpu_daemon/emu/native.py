@@ -45,8 +45,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import hashlib
+import importlib
+import json
 import logging
 import os
 import platform
@@ -71,6 +74,10 @@ FAILED = ".failed"              # suffix of a failure marker
 WANTED = ".wanted"              # suffix of a kernel's record: its native code was worth building here (`wanted`)
 RENT = ".rent"                  # suffix of a library's record: what its quick tier's launches saved so far (`rent_paid`)
 RENT_VERSION = "pyvgpu-rent 1"  # (a record of another version, or unreadable, counts as nothing saved)
+RECORD = ".kernel"              # suffix of a kernel's record: its library's key and what its code needs (`record`)
+RECORD_VERSION = "pyvgpu-kernel-record 1"
+MAX_RECORD_BYTES = 1 << 20      # a record larger than this is not one (read bounded: onesweep's is about 6 KB)
+VERSION_TIMEOUT = 10            # seconds `cc --version` may take (compiler_identity)
 
 _lock = threading.Lock()        # one build at a time per process (the daemon runs launches on several threads)
 _warned: set[str] = set()
@@ -123,9 +130,41 @@ def _warn_once(reason: str, detail: str) -> None:
         log.warning("emulated GPU: native code unavailable (%s), kernels run as NumPy code: %s", reason, detail)
 
 
+def compiler_identity(cc: str) -> str:
+    """What names the compiler `cc` for the cache's keys: its path and what `cc --version` prints (another version
+    at the same path, or a wrapper that runs another compiler, makes other keys), once per process and compiler
+    file; a compiler that cannot say is named by its path and file alone."""
+    try:
+        st = os.stat(cc)
+        stamp = (os.path.realpath(cc), st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = (cc, 0, 0)
+    return _compiler_identity(cc, stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiler_identity(cc: str, stamp: tuple) -> str:
+    head = f"{cc} {stamp[0]}"
+    try:
+        proc = subprocess.Popen([cc, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    except OSError as e:
+        return f"{head} ({type(e).__name__}) {stamp[1]} {stamp[2]}"
+    try:
+        out, _ = proc.communicate(timeout=VERSION_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return f"{head} (no version) {stamp[1]} {stamp[2]}"
+    if proc.returncode != 0:
+        return f"{head} (exit {proc.returncode}) {stamp[1]} {stamp[2]}"
+    return f"{head}\n{out.strip()}"
+
+
 def library_key(sources: Sequence[str], cc: str, flags: tuple[str, ...]) -> str:
-    """The cache key of a library: its sources, compiler, flags and this CPU's features."""
-    return hashlib.sha256("\0".join((*sources, cc, " ".join(flags), _cpu_signature())).encode()).hexdigest()[:24]
+    """The cache key of a library: its sources, compiler (compiler_identity: its version), flags and this CPU's
+    features."""
+    return hashlib.sha256("\0".join((*sources, compiler_identity(cc), " ".join(flags), _cpu_signature())
+                                     ).encode()).hexdigest()[:24]
 
 
 def load(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = (), name: str = "",
@@ -202,13 +241,67 @@ def discard(source: str | Sequence[str], directory: Path | None = None, extra: t
 
 @functools.cache
 def generator_signature() -> str:
-    """A hash of the code that writes native code (emu/translator/*.py and this file), once per process: a
-    kernel's record (`wanted`) holds for the generator that made it only."""
+    """A hash of the code that writes native code (the emulator's Python: emu/**/*.py, the PTX parser and the
+    layout included), once per process: a kernel's records (`wanted`, `record`) hold for the generator that made
+    them only."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for f in sorted((here / "translator").glob("*.py")) + [Path(__file__).resolve()]:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in sorted(here.rglob("*.py")):
+        h.update(str(f.relative_to(here)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
+
+
+def settings_signature() -> str:
+    """A hash of the emulator's settings as this process has them now: every module-level constant (an upper-case
+    name) of the emulator's modules, and which function each module-level function and class method is (a test
+    or an operator that replaces one, or changes a level or a bound, changes the C the same PTX makes). Read at
+    each call (settings may change while a process runs); about a millisecond."""
+    h = hashlib.sha256()
+    for name in _generator_modules():
+        mod = importlib.import_module(name)
+        h.update(name.encode() + b"\0")
+        for attr, value in sorted(vars(mod).items()):
+            h.update(f"{attr}={_setting(value, mod.__name__)}\0".encode())
+    return h.hexdigest()
+
+
+@functools.cache
+def _generator_modules() -> tuple[str, ...]:
+    """The modules whose settings make a kernel's C: the translator's, the PTX parser's, the layout, the limits and
+    this one (always the same set, whatever a process imported so far)."""
+    here = Path(__file__).resolve().parent
+    package = __name__.rpartition(".")[0]
+    names = [f"{package}.{sub}.{f.stem}" for sub in ("translator", "ptx") for f in sorted((here / sub).glob("*.py"))
+             if f.stem != "__init__"]
+    return tuple(sorted(names + [f"{package}.{m}" for m in ("layout", "limits", "native")]))
+
+
+def _setting(value, module: str) -> str:
+    """A setting's canonical text (the same in every process: sets sorted; functions and classes by name)."""
+    if isinstance(value, type):
+        if value.__module__ != module:
+            return f"class {value.__module__}.{value.__qualname__}"
+        return f"class {value.__qualname__}(" + ",".join(
+            f"{a}={_setting(v, module)}" for a, v in sorted(vars(value).items())
+            if callable(v) or isinstance(v, (staticmethod, classmethod, property)) or a.isupper()) + ")"
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        value = value.fget
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"fn {getattr(value, '__module__', '?')}.{value.__qualname__}"
+    if isinstance(value, (bool, int, float, str, bytes, type(None))):
+        return repr(value)
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(_setting(v, module) for v in value)) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(_setting(v, module) for v in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ",".join(sorted(f"{_setting(k, module)}:{_setting(v, module)}" for k, v in value.items())) + "}"
+    if dataclasses.is_dataclass(value):
+        return f"{type(value).__qualname__}(" + ",".join(
+            _setting(getattr(value, f.name), module) for f in dataclasses.fields(value)) + ")"
+    return type(value).__qualname__           # (objects: their state is no setting; their class names them)
 
 
 def kernel_key(*parts: str) -> str:
@@ -234,6 +327,75 @@ def mark_wanted(key: str, directory: Path | None = None) -> None:
         (directory / f"{key}{WANTED}").touch()
     except OSError:
         pass
+
+
+def record_key(*parts: str) -> str:
+    """The key of a kernel's record (`record`): what its C is generated from (the caller's parts: its PTX, name,
+    the limits, the path), the generator (its code, generator_signature, and its settings now,
+    settings_signature), the compiler (compiler_identity), FLAGS and this CPU's features, not the C itself: a warm
+    run finds the library without generating it."""
+    return library_key((*parts, "record", generator_signature(), settings_signature()), compiler() or "", FLAGS)
+
+
+def record(key: str, directory: Path | None = None) -> dict | None:
+    """The record saved under `key` (save_record), or None: none, unreadable, larger than MAX_RECORD_BYTES, not
+    JSON, of another version or another key (a record that could name the wrong library or layout is a miss:
+    the caller generates the C and finds its library by the C's own key)."""
+    path = (directory or cache_dir() / "emu-native") / f"{key}{RECORD}"
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECORD_BYTES + 1)
+        if len(raw) > MAX_RECORD_BYTES:
+            return None
+        rec = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("version") != RECORD_VERSION or rec.get("key") != key or \
+            not isinstance(rec.get("library"), str) or not re.fullmatch(r"[0-9a-f]{24}", rec["library"]):
+        return None
+    _touch(path)
+    return rec
+
+
+def save_record(key: str, fields: dict, directory: Path | None = None) -> None:
+    """Save `fields` (JSON) as the record of `key`, with its version and key (written under a temporary name and
+    renamed); the cache's bound counts it."""
+    directory = directory or cache_dir() / "emu-native"
+    path = directory / f"{key}{RECORD}"
+    new = not path.exists()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        private_dir(directory)
+        tmp.write_text(json.dumps({"version": RECORD_VERSION, "key": key, **fields}))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return
+    if new:
+        _prune(directory, MAX_CACHED)
+
+
+def library_of(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = ()) -> str | None:
+    """The key of `load(source, directory, extra)`'s library (None: no compiler), for a record."""
+    cc = compiler()
+    return None if cc is None else _keyed(source, extra, directory, cc)[2]
+
+
+def load_cached(key: str, directory: Path | None = None) -> ctypes.CDLL | None:
+    """The cached library of key `key` (library_of), loaded, or None when it is not in the cache (nothing built)."""
+    if compiler() is None or not re.fullmatch(r"[0-9a-f]{24}", key):
+        return None
+    path = (directory or cache_dir() / "emu-native") / f"{key}.so"
+    with _lock:
+        if not path.exists():
+            return None
+        _touch(path)
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as e:
+            _warn_once("library failed to load", str(e))
+            return None
 
 
 def rent_path(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = ()) -> Path | None:
@@ -428,7 +590,8 @@ def _touch(path: Path) -> None:
         pass
 
 
-_TEMPORARY = re.compile(rf"[0-9a-f]{{24}}(\{FAILED}|\{RENT})?\.\d+\.\d+(\.\d+\.[co])?$")  # (_build's, _remember's, save_rent's)
+_TEMPORARY = re.compile(rf"[0-9a-f]{{24}}(\{FAILED}|\{RENT}|\{RECORD})?\.\d+\.\d+(\.\d+\.[co])?$")  # (_build's,
+# _remember's, save_rent's, save_record's)
 
 
 def _prune(directory: Path, keep: int) -> None:
@@ -444,7 +607,7 @@ def _prune(directory: Path, keep: int) -> None:
             pass
     entries = []
     for f in (*directory.glob("*.so"), *directory.glob(f"*{FAILED}"), *directory.glob(f"*{WANTED}"),
-              *directory.glob(f"*{RENT}")):
+              *directory.glob(f"*{RENT}"), *directory.glob(f"*{RECORD}")):
         try:
             entries.append((f.stat().st_mtime, f))
         except FileNotFoundError:

@@ -16,6 +16,8 @@ before anything is refused, and a statement the scan does not see is still parse
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import operator
 import re
 from collections import Counter
@@ -221,6 +223,12 @@ class ModuleIndex:
             return memo[f]
 
         return min(cap, size(kernel, 0) + sum(self.scans[f].statements for f in self.reach(kernel) if f in ool))
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A hash of the module's PTX text: with a kernel's name, what its translation is made from (the native
+        cache's kernel records: emu/native.py's `record_key`)."""
+        return hashlib.sha256(self.src.encode()).hexdigest()
 
     # ---------------------------------------------------------------- parsing on demand
     def function(self, name: str) -> ir.Function:

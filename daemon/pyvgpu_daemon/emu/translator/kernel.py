@@ -25,7 +25,7 @@ from .. import native
 from ..layout import PAR_WIN, kernel_layout
 from ..limits import EmuLimits
 from ..ptx import ir
-from . import bytecode_cache, control, ctagen, ctasplit, instrs, pycompile, threadgen
+from . import bytecode_cache, control, ctaatomic, ctagen, ctasplit, instrs, pycompile, threadgen
 from .cfg import BRANCHES, Block, is_bar, is_warp, shares_across_ctas, split_blocks
 from .cgen import PRELUDE, PURE_OPCODES, NativeRun, NoC, c_body, function_source, plan_runs
 from .codegen import Codegen, err_ptx
@@ -51,9 +51,14 @@ RENT_SAVE_S = 2.0
 class Kernel:
     """One .entry compiled for the interpreter."""
 
-    def __init__(self, mod: ir.Module, entry: ir.Function, symbols: dict[str, int], limits: EmuLimits):
+    def __init__(self, mod: ir.Module, entry: ir.Function, symbols: dict[str, int], limits: EmuLimits,
+                 ptx: str = ""):
+        """`ptx`: an identity of the module's PTX text (ModuleIndex.digest), which with the kernel's name, symbols
+        and limits determines its translation: its native code's record (native.record) is kept by it; "" (unknown):
+        no record, the C is generated to find the library."""
         self.externs = mod.externs             # (the IR itself is not kept: `flat` holds what the kernel runs)
         self.limits = limits
+        self.ptx = ptx
         self.symbols = symbols                 # module .global/.const variable -> device address
         self.flat = inline(mod, entry, limits)
         self.name = entry.name
@@ -135,6 +140,8 @@ class Kernel:
         self._full_rent = 0.0                    # seconds its launches must still save before it starts
         self._rent_saved = 0.0                   # (when the rent record was last written, time.monotonic())
         self._quick_lib = None                   # the quick tier's library, loaded while its code may run
+        self._native_source: str | None = None   # the C of its native code (None: not generated)
+        self._regenerate: Callable[[], str] | None = None   # (its C made again on demand: a build from a record)
 
     @property
     def instructions(self) -> int:
@@ -250,11 +257,26 @@ class Kernel:
             return quick
         code.unfit = quick.unfit        # (the kernel's memory, not its code, made it unfit)
         self._quick_lib, self._native_lib = self._native_lib, lib
+        if full.kernel_record:
+            _save_record(full.kernel_record, full.code_class, native.library_of(full.units, extra=full.flags),
+                         full.state, full.extra)
         native.log.info("emulated GPU: kernel %s runs its full build from now on (%.1f s)", self.name[:80],
                         time.monotonic() - t0)
         native.discard(full.units, extra=full.quick)
         native.drop_rent(full.record)
         return code
+
+    @property
+    def native_source(self) -> str | None:
+        """The source of its native code (None: none built): a library found by its record (native.record) was
+        not generated in this process, and is generated again here when asked (tests read it)."""
+        if self._native_source is None and self._regenerate is not None:
+            self._native_source = self._regenerate()
+        return self._native_source
+
+    @native_source.setter
+    def native_source(self, source: str) -> None:
+        self._native_source = source
 
     @property
     def native_key(self) -> str:
@@ -336,6 +358,35 @@ class Kernel:
         return g.ns["make"]
 
 
+    def _record_key(self, code_class: type) -> str | None:
+        """The key of this kernel's record for code of `code_class` (native.record_key: from the PTX, not the C),
+        None without the PTX's identity or a compiler."""
+        if not self.ptx or native.compiler() is None:
+            return None
+        return native.record_key(code_class.__name__, self.name, self.ptx, repr(sorted(self.symbols.items())),
+                                 repr(self.limits))
+
+    def _from_record(self, key: str, code_class: type, kernel_source):
+        """The code of the library this kernel's record names, when the record is of this version and key, its
+        fields are well formed and the library is cached (no C generated); else None (a miss: the caller
+        generates the C, finds or builds its library by the C's key, and writes the record again)."""
+        rec = native.record(key)
+        if rec is None or rec.get("class") != code_class.__name__:
+            return None
+        state, extra = rec.get("state"), _extra_from_json(rec.get("extra"))
+        if type(state) is not int or not 0 < state < 1 << 20 or extra is None:
+            return None
+        lib = native.load_cached(rec["library"])
+        if lib is None:
+            return None
+        try:
+            code = code_class(lib.fn, self.name, state, extra)
+        except Exception:  # noqa: BLE001 - (a library without its function: generate the C as without a record)
+            return None
+        self._native_lib = lib
+        self._regenerate = lambda: _joined(kernel_source(self, Codegen(self), "fn")[0])
+        return code
+
     def _build_cta_code(self, quick: bool = False):
         """The kernel as one CTA-at-a-time C function (translator/ctagen.py), or None when some instruction has no C
         form there (thread mode or the lockstep native runs then serve). quick: a large kernel whose library is not
@@ -358,6 +409,10 @@ class Kernel:
         flags of a quick tier, built instead when the library of `flags` is not cached (the build at `flags` then
         left in self._pending: `_background_build` hands it to the quick tier's launches, native_ran), or a function
         of the source answering them or None (ctagen.quick_flags)."""
+        record = self._record_key(code_class)
+        code = self._from_record(record, code_class, kernel_source) if record else None
+        if code is not None:
+            return code
         try:
             source, state, extra = kernel_source(self, Codegen(self), "fn")
         except NoC:
@@ -378,13 +433,15 @@ class Kernel:
             if lib is not None:
                 self._pending = _FullBuild(units, full, quick, jobs, code_class, state, extra,
                                            FULL_RENT_FACTOR * ctagen.compile_seconds(units),
-                                           native.rent_path(units, extra=full))
+                                           native.rent_path(units, extra=full), record)
         if lib is None:
             lib = native.load(units, extra=full, name=self.name, jobs=jobs)
+            if lib is not None and record:
+                _save_record(record, code_class, native.library_of(units, extra=full), state, extra)
         if lib is None:
             return None
         self._native_lib = lib              # keeps the library loaded as long as the kernel
-        self.native_source = source if isinstance(source, str) else "\n".join(source)
+        self.native_source = _joined(source)
         return code_class(lib.fn, self.name, state, extra)
 
 
@@ -400,6 +457,50 @@ class _FullBuild:
     extra: object
     rent: float                     # seconds the quick tier's launches must save before it starts (its estimated cost)
     record: object                  # where what they saved is kept across daemon runs (native.rent_path; None: nowhere)
+    kernel_record: str | None = None    # the key of the kernel's record, written once it is built (Kernel._record_key)
+
+
+def _joined(source: str | list[str]) -> str:
+    return source if isinstance(source, str) else "\n".join(source)
+
+
+def _extra_to_json(extra) -> object:
+    """A code class's extra argument as a record holds it (ThreadCode's barrier words, CtaCode's register layout),
+    or None (not one a record can hold)."""
+    if type(extra) is int:
+        return {"int": extra}
+    if isinstance(extra, ctaatomic.CtaRegisters):
+        return {"cta": {"nbytes": extra.nbytes, "arrays": [list(a) for a in extra.arrays], "talking": extra.talking,
+                        "instructions": extra.instructions, "once": [list(a) for a in extra.once]}}
+    return None
+
+
+def _extra_from_json(value) -> object:
+    """_extra_to_json's inverse, or None where `value` is not well formed (a record that is not: a miss)."""
+    def count(x) -> bool:
+        return type(x) is int and 0 <= x < 1 << 40
+
+    def pairs(x) -> bool:
+        return isinstance(x, list) and all(isinstance(p, list) and len(p) == 2 and all(map(count, p)) for p in x)
+
+    if not isinstance(value, dict) or len(value) != 1:
+        return None
+    if "int" in value:
+        return value["int"] if count(value["int"]) else None
+    c = value.get("cta")
+    if not isinstance(c, dict) or set(c) != {"nbytes", "arrays", "talking", "instructions", "once"} or \
+            not (count(c["nbytes"]) and pairs(c["arrays"]) and type(c["talking"]) is bool and
+                 count(c["instructions"]) and pairs(c["once"])):
+        return None
+    return ctaatomic.CtaRegisters(c["nbytes"], [tuple(p) for p in c["arrays"]], c["talking"], c["instructions"],
+                                  [tuple(p) for p in c["once"]])
+
+
+def _save_record(key: str, code_class: type, library: str | None, state: int, extra) -> None:
+    """Keep what `code_class(lib.fn, name, state, extra)` needs beside the library of key `library` (native.record)."""
+    value = _extra_to_json(extra)
+    if library is not None and value is not None and type(state) is int:
+        native.save_record(key, {"class": code_class.__name__, "library": library, "state": state, "extra": value})
 
 
 _BYTECODE: OrderedDict[tuple[str, str], object] = OrderedDict()
