@@ -130,15 +130,15 @@ LEAN_O1 = ("-O1", "-fno-tree-dominator-opts", "-fno-tree-ccp", "-fno-tree-fre", 
            "-fno-ipa-reference", "-fno-sched-interblock", "-fno-shrink-wrap", "-fno-split-wide-types",
            "-fno-asynchronous-unwind-tables", "-fira-region=one")
 # Largest first. LEAN_O1 for CUB's onesweep (2.4 MB): 7.3 s of compiler CPU against -O1's 15.0 s (both at load 11),
-# -O2's 35 s (1.3x slower a launch); -O2 for CUB's histogram (0.18 MB): 1.7 s against 2.9 s at -O3, and as fast a
-# launch. (native.FLAGS has -O3: a later -O wins.)
-# (A compiler that refuses LEAN_O1's -f flags builds at -O1: 7.0 s/MB, bench/README.md "fifteenth step: onesweep's
-# build CPU".)
-OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0, OptLevel(1 << 20, ("-O1",), 7.0)), OptLevel(128 << 10, ("-O2",), 15.0),
-               OptLevel(0, (), 40.0))
+# -O2's 35 s (1.3x slower a launch); and from 128 KB: CUB's histogram (0.28 MB in 4 units) 0.5 s against -O2's 1.5 s
+# (2.9 s at -O3), as fast a launch (0.017 s), 100 launches in radix_sort_thrust (bench/README.md, "sixteenth step").
+# (native.FLAGS has -O3: a later -O wins.) A compiler that refuses LEAN_O1's -f flags builds at the level before it:
+# -O1 (7.0 s/MB, "fifteenth step: onesweep's build CPU") from 1 MB, -O2 (15.0) from 128 KB.
+OPT_BY_SIZE = (OptLevel(1 << 20, LEAN_O1, 3.0, OptLevel(1 << 20, ("-O1",), 7.0)),
+               OptLevel(128 << 10, LEAN_O1, 3.0, OptLevel(128 << 10, ("-O2",), 15.0)), OptLevel(0, (), 40.0))
 # A kernel of at least QUICK_MIN_INSTRS PTX instructions and blocks (the launch policy's count: runtime/launch.py) whose
 # library is not cached is built twice in the background (translator/kernel.py): first at QUICK's level, its launches
-# running that while the build at its size's level (OPT_BY_SIZE: LEAN_O1 or -O2 there) runs, which alone stays cached.
+# running that while the build at its size's level (OPT_BY_SIZE: LEAN_O1 there) runs, which alone stays cached.
 # CUB's onesweep (10,549): -Og 5.7 s of compiler CPU, 0.092 s a launch against -O1's 0.089 s (LEAN_O1's as -O1's) and
 # the NumPy code's 0.42 s (-O0: 3.1 s, 0.29 s a launch); a program that launches it often enough pays for the full
 # build later, perhaps in a later run (kernel.py: the full build's rent; bench/README.md, "fourteenth step:
