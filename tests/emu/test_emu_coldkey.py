@@ -235,3 +235,16 @@ def test_a_kernel_without_its_ptxs_identity_keeps_no_record(generated, tmp_path,
     mod, mem = _daemon()
     monkeypatch.setattr(kernel_mod.Kernel, "_record_key", lambda self, code_class: None)
     assert _run(mod, mem, x) == _want(x) and generated == [1] and _records(tmp_path) == []
+
+
+def test_what_a_module_keeps_as_it_runs_is_no_setting(monkeypatch):
+    # the records' key must be the same in the run that writes a record and the run that reads it, whatever each
+    # compiled or logged before (kernel.py's bytecode cache and its count, native's warnings); a setting changes it
+    from pyvgpu_daemon.emu.translator import kernel as kernel_mod
+    before = native.settings_signature()
+    monkeypatch.setattr(kernel_mod, "_bytecode_held", kernel_mod._bytecode_held + 5)
+    monkeypatch.setitem(kernel_mod._BYTECODE, ("source", "name"), None)
+    monkeypatch.setattr(native, "_warned", {"a reason"})
+    assert native.settings_signature() == before
+    monkeypatch.setattr(ctagen, "MAX_COMPILE_S", ctagen.MAX_COMPILE_S + 1)
+    assert native.settings_signature() != before

@@ -253,16 +253,34 @@ def generator_signature() -> str:
 
 def settings_signature() -> str:
     """A hash of the emulator's settings as this process has them now: every module-level constant (an upper-case
-    name) of the emulator's modules, and which function each module-level function and class method is (a test
-    or an operator that replaces one, or changes a level or a bound, changes the C the same PTX makes). Read at
-    each call (settings may change while a process runs); about a millisecond."""
+    name: _is_setting) of the modules that make a kernel's C, and which function each module-level function and
+    class method is (a test or an operator that replaces one, or changes a level or a bound, changes the C the
+    same PTX makes). Read at each call (settings may change while a process runs): tens of ms, once a build."""
     h = hashlib.sha256()
     for name in _generator_modules():
         mod = importlib.import_module(name)
         h.update(name.encode() + b"\0")
         for attr, value in sorted(vars(mod).items()):
-            h.update(f"{attr}={_setting(value, mod.__name__)}\0".encode())
+            if _is_setting(attr, value):
+                h.update(f"{attr}={_setting(value, mod.__name__)}\0".encode())
     return h.hexdigest()
+
+
+_IMMUTABLE = (bool, int, float, str, bytes, type(None), tuple, frozenset)
+
+
+def _is_setting(attr: str, value) -> bool:
+    """Whether a module attribute is a setting: a function or class, a public upper-case name, or a private one of
+    an immutable value (not what a module keeps as it runs: kernel.py's _BYTECODE, this one's _warned, counts)."""
+    if attr.startswith("__"):
+        return False
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return True
+    name = attr.lstrip("_")
+    if not name or not name.isupper():
+        return False
+    return not attr.startswith("_") or isinstance(value, _IMMUTABLE) or (
+        dataclasses.is_dataclass(value) and value.__dataclass_params__.frozen)
 
 
 @functools.cache
