@@ -83,6 +83,7 @@ _lock = threading.Lock()        # one build at a time per process (the daemon ru
 _warned: set[str] = set()
 _running: set[subprocess.Popen] = set()     # compilers running now (each its process group), stopped at exit
 _running_lock = threading.Lock()
+_stopping = False               # the process is exiting: no compiler starts (_stop_builds)
 
 
 class BuildFailed(Exception):
@@ -546,8 +547,13 @@ def _run(cmd: list[str], timeout: float) -> None:
     after its driver is killed)."""
     if timeout <= 0:
         raise _timeout()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # (started and registered under one lock: a process exiting meanwhile (_stop_builds) finds it, or it never
+    # starts; registered after its start, a compiler the exit did not see yet went on compiling for nobody)
     with _running_lock:
+        if _stopping:
+            raise RuntimeError("the process is exiting (not remembered)")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         _running.add(proc)
     try:
         _, err = proc.communicate(timeout=timeout)
@@ -591,7 +597,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _stop_builds() -> None:
     """At the process's exit: kill the compilers of builds still running (their threads are daemon threads, gone
     with the process; the compilers' process groups are not)."""
+    global _stopping
     with _running_lock:
+        _stopping = True
         procs = list(_running)
     for proc in procs:
         try:
