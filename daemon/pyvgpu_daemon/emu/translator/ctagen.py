@@ -68,7 +68,7 @@ from ..ptx.predefined import SPECIAL_REGISTERS
 from .cfg import SHARING_MODS
 from .cgen import PURE_OPCODES, NoC, address_expr, ctype, load_form, utype
 from .liveness import AnyRegister, reads_writes
-from . import control, ctaaffine, ctaatomic, ctaregs, ctasplit, ctavec, ctawarp, threadgen
+from . import control, ctaaffine, ctaatomic, ctaregs, ctarun, ctasplit, ctavec, ctawarp, threadgen
 from .ctaatomic import ACCESS_OPCODES
 from .threadgen import (K_SHARED, PRELUDE_T, R_DONE, R_TICK, ST_CNT, ST_CTA, ST_I, ST_LIC, ST_NARR, ST_PH, ST_REGS,
                         ST_RESUME, ThreadCode, ThreadEmitter, _SHAPE, _shared_space, _special_c)
@@ -926,9 +926,17 @@ def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) ->
     start = len(e.lines)
     e.aff_mode = fast if fast in ("first", "affine", "affcheck") else ""
     try:
-        for ins in body:
+        i = 0
+        while i < len(body):
+            ins = body[i]
+            i += 1
             if ins.opcode in ("ld", "ldu", "st") and "mmio" in ins.mods:
                 raise NoC              # (volatile and scoped accesses: plain ones here, ctaatomic.py)
+            run = 0 if fast else ctarun.run_length(e, body, i - 1)
+            if run:                    # (accesses through one register: one range check, ctarun.py)
+                ctarun.emit_run(e, body[i - 1:i - 1 + run])
+                i += run - 1
+                continue
             kind = _fast_kind(e, ins) if fast and ins.opcode in ("ld", "ldu", "st") else None
             if kind == "shared":
                 (_fast_shared_store if ins.opcode == "st" else _fast_shared_load)(e, ins)

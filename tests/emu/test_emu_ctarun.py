@@ -1,0 +1,146 @@
+"""Stage 3's runs of global accesses through one register (translator/ctarun.py: one range check of the run, then
+plain accesses; each access checked and suspending where the check fails). Every case against the lockstep path:
+its bits, or its error (the access that faults, its address and kind); a run that crosses the end of its
+allocation (into nothing: a fault on the first bad access; into the next allocation: no fault), before its start,
+misaligned, in another allocation, a base register changed between two runs and one that a load of the block
+writes; in loops with suspensions only (a large kernel) and as a small kernel's loop with suspensions (its converged
+loop's fallback), with and without a suspension every 7 thread-instructions."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from pyvgpu_daemon.emu.memory import DeviceMemory
+from pyvgpu_daemon.emu.translator import ctagen, threadgen
+from pyvgpu_daemon.emu.translator.codegen import Codegen
+from pyvgpu_daemon.errors import CudaError, code_of
+
+from test_emu_ctagen import CTA, OFF, _cta_code
+from test_emu_threadgen import HEAD, _module
+
+GRID, BLOCK = 4, 64
+N = GRID * BLOCK
+STRIDE = 4 * N                  # bytes between a thread's loads: in[g], in[g + N], in[g + 2N], in[g + 3N]
+
+# out[g] = in[g] + 3 in[g + N] + 5 in[g + 2N] + 7 in[g + 3N] (four loads through %rd5: one run); then %rd5 moves
+# by 4 bytes and two more loads (another run through the changed register) add 11 in[g + 1] + 13 in[g + N + 1];
+# then a 64-bit load writes %rd5 itself (a run ends before it) and two loads through the new value (in's address
+# again, from the pointer table) add 17 in[0] + 19 in[N]; a barrier (a CTA at a time). Thread `who` of CTA `cta`
+# adds `delta` to its base.
+RUNS = HEAD + """
+.visible .entry runs(.param .u64 out, .param .u64 in, .param .u64 delta, .param .u32 who, .param .u32 cta,
+                     .param .u64 table)
+{
+  .reg .pred %p<4>; .reg .b32 %r<40>; .reg .b64 %rd<16>;
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in]; ld.param.u64 %rd9, [delta];
+  ld.param.u32 %r10, [who]; ld.param.u32 %r11, [cta]; ld.param.u64 %rd12, [table];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 4;
+  setp.eq.u32 %p1, %r1, %r10;
+  setp.eq.and.u32 %p1, %r3, %r11, %p1;
+  selp.b64 %rd10, %rd9, 0, %p1;
+  add.s64 %rd4, %rd2, %rd3;
+  add.s64 %rd5, %rd4, %rd10;
+  ld.global.u32 %r20, [%rd5];
+  ld.global.u32 %r21, [%rd5+1024];
+  ld.global.u32 %r22, [%rd5+2048];
+  ld.global.u32 %r23, [%rd5+3072];
+  add.s64 %rd5, %rd5, 4;
+  ld.global.u32 %r24, [%rd5];
+  ld.global.u32 %r25, [%rd5+1024];
+  ld.global.u64 %rd5, [%rd12];
+  ld.global.u32 %r26, [%rd5];
+  ld.global.u32 %r27, [%rd5+1024];
+  bar.sync 0;
+  mad.lo.s32 %r30, %r21, 3, %r20;
+  mad.lo.s32 %r30, %r22, 5, %r30;
+  mad.lo.s32 %r30, %r23, 7, %r30;
+  mad.lo.s32 %r30, %r24, 11, %r30;
+  mad.lo.s32 %r30, %r25, 13, %r30;
+  mad.lo.s32 %r30, %r26, 17, %r30;
+  mad.lo.s32 %r30, %r27, 19, %r30;
+  add.s64 %rd7, %rd1, %rd3;
+  st.global.u32 [%rd7], %r30;
+  ret;
+}
+"""
+
+
+def _launch(mode: dict, delta, who: int, cta: int, after: bool):
+    """(out's words, or the error's code and message; the CTA code or None). in is allocated last (nothing after
+    it) or, `after`, followed by another allocation; delta "end": the bad thread's last load of the first run just
+    past in's end, its others inside; "other": its base in the next allocation."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(RUNS, mode, mem)
+    data = np.arange(4 * N, dtype=np.uint32) * 7 + 3
+    out, table = mem.alloc(4 * N), mem.alloc(8)
+    src = mem.alloc(4 * 4 * N)
+    nxt = mem.alloc(4 * 4 * N) if after else None
+    mem.write(src, data.tobytes())
+    if nxt is not None:
+        mem.write(nxt, (data + 1000).tobytes())
+    mem.write(table, struct.pack("<Q", src))
+    g = cta * BLOCK + who
+    if delta == "end":              # base + 3 * STRIDE == the end of in, the run's other loads inside it
+        delta = 4 * 4 * N - 3 * STRIDE - 4 * g
+    elif delta == "other":
+        delta = 4 * 4 * N
+    try:
+        mod.launch("runs", (GRID, 1, 1), (BLOCK, 1, 1), 0,
+                   struct.pack("<QQqIIQ", out, src, delta, who & 0xFFFFFFFF, cta, table))
+        result = np.frombuffer(bytes(mem.read(out, 4 * N)), np.uint32).copy()
+    except CudaError as e:
+        result = (e.code, e.message)
+    return result, (_cta_code(mod, "runs") if mode is CTA else None)
+
+
+@pytest.fixture(autouse=True)
+def every_barrier_kernel(monkeypatch):
+    """A CTA at a time (ctagen.preferred_reason: thread mode would take this kernel by default)."""
+    monkeypatch.setattr(ctagen, "preferred_reason", lambda kernel, threadgen_on=True: None)
+
+
+@pytest.fixture(params=["large", "small"])
+def large(request, monkeypatch):
+    if request.param == "large":        # (loops with suspensions only: CUB's onesweep's form)
+        monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("tick", [None, 7], ids=["plain", "suspended every 7"])
+@pytest.mark.parametrize("delta, who, cta, after, fault", [
+    (0, 0, 0, False, None),
+    ("end", 5, 2, False, "cudaErrorIllegalAddress"), ("end", 0, 0, False, "cudaErrorIllegalAddress"),
+    ("end", 63, 3, False, "cudaErrorIllegalAddress"), ("end", 5, 2, True, None), ("end", 0, 0, True, None),
+    (-(1 << 20), 9, 2, False, "cudaErrorIllegalAddress"), (2, 17, 1, False, "cudaErrorMisalignedAddress"),
+    ("other", 33, 2, True, None), ("other", 0, 0, True, None)],
+    ids=["none bad", "past its end, a later CTA", "past its end, the first thread", "past its end, the last thread",
+         "into the next allocation", "into the next allocation, the first thread", "before it", "misaligned",
+         "another allocation", "another allocation, the first thread"])
+def test_a_run_of_loads_through_one_register(monkeypatch, large, tick, delta, who, cta, after, fault):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    on, code = _launch(CTA, delta, who, cta, after)
+    off, _ = _launch(OFF, delta, who, cta, after)
+    assert code is not None, "the kernel did not run a CTA at a time"
+    if fault is None:
+        assert not isinstance(on, tuple), on
+        assert (on == off).all(), np.nonzero(on != off)
+        return
+    # the lockstep path's error: the same access faults, with its address and kind
+    assert isinstance(on, tuple) and isinstance(off, tuple) and on == off
+    assert on[0] == code_of(fault)
+
+
+def test_the_runs_are_checked_once(large):
+    """The kernel's loads make three runs (the changed base register starts another; the load that writes it ends
+    one), each with one range check of its span."""
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    k = _module(RUNS, CTA, mem).kernel("runs")
+    src = ctagen.kernel_source(k, Codegen(k), "fn")[0]
+    text = src if isinstance(src, str) else "".join(src)
+    spans = sorted(s for s in ("0xc00", "0x400") for _ in range(text.count(f"lim > UINT64_C({s})")))
+    assert spans == ["0x400", "0x400", "0xc00"]
