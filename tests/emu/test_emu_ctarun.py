@@ -1,10 +1,11 @@
-"""Stage 3's runs of global accesses through one register (translator/ctarun.py: one range check of the run, then
-plain accesses; each access checked and suspending where the check fails). Every case against the lockstep path:
-its bits, or its error (the access that faults, its address and kind); a run that crosses the end of its
+"""Stage 3's runs of accesses through one register (translator/ctarun.py: one range check of the run, then plain
+accesses; each access checked and suspending where the check fails). Every case against the lockstep path: its
+bits, or its error (the access that faults, its address and kind). Global loads: a run that crosses the end of its
 allocation (into nothing: a fault on the first bad access; into the next allocation: no fault), before its start,
 misaligned, in another allocation, a base register changed between two runs and one that a load of the block
-writes; in loops with suspensions only (a large kernel) and as a small kernel's loop with suspensions (its converged
-loop's fallback), with and without a suspension every 7 thread-instructions."""
+writes. Shared loads with ALU instructions between them: at the window's last word, one past it, before the window,
+misaligned. In loops with suspensions only (a large kernel) and as a small kernel's loop with suspensions (its
+converged loop's fallback), with and without a suspension every 7 thread-instructions."""
 from __future__ import annotations
 
 import struct
@@ -144,3 +145,98 @@ def test_the_runs_are_checked_once(large):
     text = src if isinstance(src, str) else "".join(src)
     spans = sorted(s for s in ("0xc00", "0x400") for _ in range(text.count(f"lim > UINT64_C({s})")))
     assert spans == ["0x400", "0x400", "0xc00"]
+
+
+# Shared memory: every thread stores 16 words of in (sh[t + 64 k] = in[64 k + t + 1024 c], c its CTA); after a
+# barrier, four loads through %r8 = sh + 4 t (+ delta for thread `who` of CTA `cta`) at 0, 1024, 2048, 3072 bytes
+# with ALU instructions between them (one run), %r8 moved by 4 bytes, two more (another run); out[g] their mix.
+SHARED = HEAD + """
+.visible .entry shruns(.param .u64 out, .param .u64 in, .param .u32 delta, .param .u32 who, .param .u32 cta)
+{
+  .reg .pred %p<4>; .reg .b32 %r<40>; .reg .b64 %rd<16>;
+  .shared .align 4 .b8 sh[4096];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in]; ld.param.u32 %r9, [delta];
+  ld.param.u32 %r10, [who]; ld.param.u32 %r11, [cta];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mad.lo.s32 %r5, %r3, 1024, %r1;
+  mul.wide.u32 %rd3, %r5, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  mov.u32 %r6, sh;
+  shl.b32 %r7, %r1, 2;
+  add.s32 %r7, %r6, %r7;
+""" + "".join(f"""  ld.global.u32 %r12, [%rd4+{256 * k}];
+  st.shared.u32 [%r7+{256 * k}], %r12;
+""" for k in range(16)) + """  bar.sync 0;
+  setp.eq.u32 %p1, %r1, %r10;
+  setp.eq.and.u32 %p1, %r3, %r11, %p1;
+  selp.b32 %r13, %r9, 0, %p1;
+  add.s32 %r8, %r7, %r13;
+  ld.shared.u32 %r20, [%r8];
+  shr.u32 %r30, %r20, 3;
+  ld.shared.u32 %r21, [%r8+1024];
+  mad.lo.s32 %r30, %r21, 3, %r30;
+  ld.shared.u32 %r22, [%r8+2048];
+  and.b32 %r31, %r22, 255;
+  mad.lo.s32 %r30, %r31, 5, %r30;
+  ld.shared.u32 %r23, [%r8+3072];
+  mad.lo.s32 %r30, %r23, 7, %r30;
+  add.s32 %r8, %r8, 4;
+  ld.shared.u32 %r24, [%r8];
+  xor.b32 %r30, %r30, %r24;
+  ld.shared.u32 %r25, [%r8+1024];
+  mad.lo.s32 %r30, %r25, 13, %r30;
+  mul.wide.u32 %rd5, %r4, 4;
+  add.s64 %rd7, %rd1, %rd5;
+  st.global.u32 [%rd7], %r30;
+  ret;
+}
+"""
+
+
+def _launch_shared(mode: dict, delta, who: int, cta: int):
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(SHARED, mode, mem)
+    data = np.arange(1024 * GRID, dtype=np.uint32) * 2654435761 + 12345
+    out, src = mem.alloc(4 * N), mem.alloc(4 * 1024 * GRID)
+    mem.write(src, data.tobytes())
+    if delta in ("edge", "past the edge"):  # the bad thread's last load of the first run at the window's last word
+        delta = 4096 - 4 - 3072 - 4 * who + (4 if delta == "past the edge" else 0)
+    try:
+        mod.launch("shruns", (GRID, 1, 1), (BLOCK, 1, 1), 0,
+                   struct.pack("<QQIII", out, src, delta & 0xFFFFFFFF, who & 0xFFFFFFFF, cta))
+        result = np.frombuffer(bytes(mem.read(out, 4 * N)), np.uint32).copy()
+    except CudaError as e:
+        result = (e.code, e.message)
+    return result, (_cta_code(mod, "shruns") if mode is CTA else None)
+
+
+@pytest.mark.parametrize("tick", [None, 7], ids=["plain", "suspended every 7"])
+@pytest.mark.parametrize("delta, who, cta, fault", [
+    (0, 0, 0, None), ("edge", 5, 2, None), ("edge", 0, 0, None), ("edge", 63, 3, None),
+    ("past the edge", 5, 2, "cudaErrorIllegalAddress"), ("past the edge", 0, 0, "cudaErrorIllegalAddress"),
+    ("past the edge", 63, 3, "cudaErrorIllegalAddress"), (-4, 0, 1, "cudaErrorIllegalAddress"),
+    (-(1 << 20), 9, 2, "cudaErrorIllegalAddress"), (2, 17, 1, "cudaErrorMisalignedAddress")],
+    ids=["none bad", "at the window's edge", "at the edge, the first thread", "at the edge, the last thread",
+         "past the edge", "past the edge, the first thread", "past the edge, the last thread",
+         "before the window", "far before it", "misaligned"])
+def test_a_run_of_shared_loads_with_alu_between(monkeypatch, large, tick, delta, who, cta, fault):
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    on, code = _launch_shared(CTA, delta, who, cta)
+    off, _ = _launch_shared(OFF, delta, who, cta)
+    assert code is not None, "the kernel did not run a CTA at a time"
+    if fault is None:
+        assert not isinstance(on, tuple), on
+        assert (on == off).all(), np.nonzero(on != off)
+        return
+    assert isinstance(on, tuple) and isinstance(off, tuple) and on == off
+    assert on[0] == code_of(fault)
+
+
+def test_the_shared_runs_are_checked_once(large):
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    k = _module(SHARED, CTA, mem).kernel("shruns")
+    src = ctagen.kernel_source(k, Codegen(k), "fn")[0]
+    text = src if isinstance(src, str) else "".join(src)
+    assert text.count("<= shl - 3076") == 1 and text.count("<= shl - 1028") == 1
