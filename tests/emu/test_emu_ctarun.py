@@ -240,3 +240,63 @@ def test_the_shared_runs_are_checked_once(large):
     src = ctagen.kernel_source(k, Codegen(k), "fn")[0]
     text = src if isinstance(src, str) else "".join(src)
     assert text.count("<= shl - 3076") == 1 and text.count("<= shl - 1028") == 1
+
+
+# out[g] loaded twice (its pointer checked once, reused by the second load) around loads of in through other
+# registers (each with a suspension site of its own), then stored.
+REUSE = HEAD + """
+.visible .entry reuse(.param .u64 out, .param .u64 in)
+{
+  .reg .b32 %r<20>; .reg .b64 %rd<12>;
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  add.s64 %rd5, %rd2, %rd3;
+  bar.sync 0;
+  ld.global.u32 %r5, [%rd4];
+  ld.global.u32 %r6, [%rd5];
+  add.s64 %rd6, %rd5, 1024;
+  ld.global.u32 %r7, [%rd6];
+  ld.global.u32 %r8, [%rd4];
+  add.s32 %r5, %r5, %r6;
+  add.s32 %r5, %r5, %r7;
+  mad.lo.s32 %r5, %r8, 3, %r5;
+  st.global.u32 [%rd4], %r5;
+  ret;
+}
+"""
+
+
+def test_a_reused_pointer_is_reset_at_every_resumption_before_its_reuse(large):
+    """A pointer checked once and reused by a later access of the loop (`tpB = tpA; if (!tpB) ...`) is reset at
+    every suspension site's resumption between them (the function's locals do not survive a suspension); the other
+    pointers are not (each resumption resets only those a later access may reuse: no O(n^2) lists)."""
+    import re
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    k = _module(REUSE, CTA, mem).kernel("reuse")
+    src = ctagen.kernel_source(k, Codegen(k), "fn")[0]
+    text = src if isinstance(src, str) else "".join(src)
+    reuses = re.findall(r"uint8_t \*(tp\d+) = (tp\d+); if \(!\1\)", text)
+    assert reuses, "no pointer reused"
+    for b, a in reuses:
+        between = text[text.index(f"uint8_t *{a} = "):text.index(f"uint8_t *{b} = ")]
+        sites = re.findall(r"R\d+: ;((?: tp\d+ = 0;)*)", between)
+        assert sites and all(f" {a} = 0;" in s for s in sites), (a, b, sites)
+    for resets in re.findall(r"R\d+: ;((?: tp\d+ = 0;)*)", text):   # (the last: the access's own pointer)
+        assert all(p in {x for pair in reuses for x in pair} for p in re.findall(r"(tp\d+) = 0;", resets)[:-1]), \
+            resets
+    on, _ = _run_reuse(CTA)
+    assert (on == _run_reuse(OFF)[0]).all()
+
+
+def _run_reuse(mode: dict):
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(REUSE, mode, mem)
+    data = np.arange(2 * N, dtype=np.uint32) * 5 + 1
+    out, src = mem.alloc(4 * N), mem.alloc(4 * 2 * N)
+    mem.write(src, data.tobytes())
+    mem.write(out, data[:N].tobytes())
+    mod.launch("reuse", (GRID, 1, 1), (BLOCK, 1, 1), 0, struct.pack("<QQ", out, src))
+    return np.frombuffer(bytes(mem.read(out, 4 * N)), np.uint32).copy(), None

@@ -925,6 +925,8 @@ def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) ->
     e.label()                          # (a pointer checked in another loop is another thread's)
     start = len(e.lines)
     e.aff_mode = fast if fast in ("first", "affine", "affcheck") else ""
+    if not fast:                       # (each resumption resets only the pointers a later access may reuse)
+        e.reusable = _reused(body)
     try:
         i = 0
         while i < len(body):
@@ -951,6 +953,18 @@ def _body_code(e: CtaEmitter, body: list[ir.Instr], fast: bool | str = False) ->
     finally:
         del e.lines[start:]
         e.aff_mode = ""
+        e.reusable = None
+
+
+def _reused(body: list[ir.Instr]) -> set[str]:
+    """The address operands (threadgen.reuse_key) of more than one access of a loop's body."""
+    seen: set[str] = set()
+    again: set[str] = set()
+    for ins in body:
+        if ins.opcode in ("ld", "ldu", "st") and ins.srcs:
+            k = threadgen.reuse_key(ins)
+            (again if k in seen else seen).add(k)
+    return again
 
 
 def _rerunnable(body: list[ir.Instr], regs) -> bool:

@@ -307,6 +307,9 @@ class ThreadEmitter(CEmitter):
         # block, through the same unchanged register: another access there needs no new check (0: not served by the
         # C code: the check runs again)
         self.checked: dict = {}
+        # the address operands (reuse_key) of accesses a later access of the code being emitted may reuse, None:
+        # any; only their pointers are kept in `checked` (and reset at each later suspension site's resumption)
+        self.reusable: set | None = None
 
     def emit(self, ins: ir.Instr) -> None:
         if ins.opcode in ("ld", "ldu"):
@@ -420,8 +423,14 @@ def _access(e: ThreadEmitter, ins: ir.Instr, space: str, vsize: int, store: bool
         old = e.checked.get(key)
         if old is not None:
             decl = f"int64_t {k}; uint64_t {o}; uint8_t *{p} = {old}; if (!{p}) {p} = {where};"
-        e.checked[key] = p
+        if e.reusable is None or reuse_key(ins) in e.reusable:
+            e.checked[key] = p
     return decl, p, (k, o)
+
+
+def reuse_key(ins: ir.Instr) -> str:
+    """An access's address operand as written: accesses whose keys differ never reuse each other's check."""
+    return repr(ins.srcs[0])
 
 
 def kparam_pointer(e: ThreadEmitter, off: int, vsize: int) -> str:
