@@ -8,10 +8,13 @@ import struct
 import numpy as np
 import pytest
 
+from pyvgpu_daemon.emu import native
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.translator import ctagen, threadgen
 
 from test_emu_ctagen import _both, _run, every_barrier_kernel  # noqa: F401 (autouse fixture)
+from test_emu_coldkey import _daemon, _inputs, _records, _want, generated  # noqa: F401 (fixture)
+from test_emu_coldkey import _run as _run_fmix
 from test_emu_threadgen import HEAD, _module
 
 # the paths: CTA at a time (ctagen), a thread at a time (threadgen), the lockstep path's runs of C (cgen), NumPy
@@ -219,3 +222,20 @@ def test_random_alu_blocks_of_a_large_kernel_keep_the_lockstep_bits(monkeypatch,
     on, off, code = _both(ptx, "k", ctas, cs, params)
     assert code is not None
     assert (on == off).all(), np.argwhere(on != off)[:8].tolist()
+
+
+# ---------------------------------------------------------------- a kernel's record (coldkey12's native.record)
+@pytest.mark.parametrize("depth", [100_000, native.MAX_RECORD_BYTES // 2 - 8], ids=["deep", "as deep as the bound"])
+def test_a_record_nested_past_the_parsers_recursion_limit_is_a_miss(generated, tmp_path, depth):
+    """A record of deeply nested JSON (within MAX_RECORD_BYTES): json.loads raises RecursionError, not ValueError;
+    it escaped native.record, the kernel's build failed and its launches ran as NumPy code from then on, in every
+    daemon that read the record, instead of a miss that generates the C and writes the record again."""
+    x = _inputs()
+    want = _want(x)
+    mod, mem = _daemon()
+    assert _run_fmix(mod, mem, x) == want and generated == [1]
+    [path] = _records(tmp_path)
+    path.write_text("[" * depth + "]" * depth)
+    mod2, mem2 = _daemon()
+    assert _run_fmix(mod2, mem2, x) == want and generated == [2]
+    assert native.record(path.stem) is not None                      # (written again)

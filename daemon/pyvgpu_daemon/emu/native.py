@@ -367,7 +367,7 @@ def record(key: str, directory: Path | None = None) -> dict | None:
         if len(raw) > MAX_RECORD_BYTES:
             return None
         rec = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):     # (RecursionError: JSON nested past the parser's limit)
         return None
     if not isinstance(rec, dict) or rec.get("version") != RECORD_VERSION or rec.get("key") != key or \
             not isinstance(rec.get("library"), str) or not re.fullmatch(r"[0-9a-f]{24}", rec["library"]):
