@@ -12,7 +12,9 @@ from pyvgpu_daemon.emu import native
 from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.translator import ctagen, threadgen
 
-from test_emu_ctagen import _both, _run, every_barrier_kernel  # noqa: F401 (autouse fixture)
+from pyvgpu_daemon.errors import CudaError
+
+from test_emu_ctagen import CTA, _both, _cta_code, _run, every_barrier_kernel  # noqa: F401 (autouse fixture)
 from test_emu_coldkey import _daemon, _inputs, _records, _want, generated  # noqa: F401 (fixture)
 from test_emu_coldkey import _run as _run_fmix
 from test_emu_threadgen import HEAD, _module
@@ -239,3 +241,98 @@ def test_a_record_nested_past_the_parsers_recursion_limit_is_a_miss(generated, t
     mod2, mem2 = _daemon()
     assert _run_fmix(mod2, mem2, x) == want and generated == [2]
     assert native.record(path.stem) is not None                      # (written again)
+
+
+# ---------------------------------------------------------------- runs through one register (memloop12's ctarun.py)
+# Each thread g owns 32 bytes of buf: %rd5 = buf + 8 + 32 g (+ delta for thread `who` of CTA `cta`): a run of global
+# loads through %rd5 (16, 0, 8: its least offset not its first), then stores and loads at offsets -8 .. 16 (a load
+# reading what a store wrote; ALU between); then shared stores and loads through a 64-bit register (sh + 16 tid at
+# 0, 4, 8); out[g] a mix.
+STORE_RUNS = HEAD + """
+.visible .entry st(.param .u64 out, .param .u64 buf, .param .u64 delta, .param .u32 who, .param .u32 cta)
+{
+  .reg .pred %p<4>; .reg .b32 %r<40>; .reg .b64 %rd<16>;
+  .shared .align 8 .b8 sh[1024];
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [buf]; ld.param.u64 %rd9, [delta];
+  ld.param.u32 %r10, [who]; ld.param.u32 %r11, [cta];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
+  mad.lo.s32 %r4, %r3, %r2, %r1;
+  mul.wide.u32 %rd3, %r4, 32;
+  setp.eq.u32 %p1, %r1, %r10;
+  setp.eq.and.u32 %p1, %r3, %r11, %p1;
+  selp.b64 %rd10, %rd9, 0, %p1;
+  add.s64 %rd4, %rd2, %rd3;
+  add.s64 %rd5, %rd4, %rd10;
+  bar.sync 0;
+  ld.global.u32 %r24, [%rd5+16];
+  ld.global.u32 %r25, [%rd5];
+  ld.global.u32 %r20, [%rd5+8];
+  add.s32 %r21, %r20, %r4;
+  st.global.u32 [%rd5+-8], %r21;
+  ld.global.u32 %r22, [%rd5+-8];
+  xor.b32 %r23, %r22, 0x5555;
+  st.global.u32 [%rd5+16], %r23;
+  ld.global.u32 %r26, [%rd5+16];
+  xor.b32 %r24, %r24, %r26;
+  bar.sync 0;
+  mov.u64 %rd11, sh;
+  cvt.u64.u32 %rd12, %r1;
+  shl.b64 %rd12, %rd12, 4;
+  add.s64 %rd13, %rd11, %rd12;
+  st.shared.u32 [%rd13+8], %r24;
+  ld.shared.u32 %r26, [%rd13+8];
+  st.shared.u32 [%rd13], %r25;
+  add.s32 %r27, %r26, 1;
+  st.shared.u32 [%rd13+4], %r27;
+  ld.shared.u32 %r28, [%rd13+4];
+  ld.shared.u32 %r29, [%rd13];
+  bar.sync 0;
+  mad.lo.s32 %r30, %r28, 3, %r29;
+  mad.lo.s32 %r30, %r22, 5, %r30;
+  mul.wide.u32 %rd14, %r4, 4;
+  add.s64 %rd7, %rd1, %rd14;
+  st.global.u32 [%rd7], %r30;
+  ret;
+}
+"""
+_SG, _SB = 4, 64
+
+
+def _store_runs(mode: dict, delta: int, who: int, cta: int):
+    """(out's and buf's words, or the error's code and message; the CTA code or None)."""
+    n = _SG * _SB
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _module(STORE_RUNS, mode, mem)
+    out, buf = mem.alloc(4 * n), mem.alloc(32 * n)
+    mem.write(buf, (np.arange(8 * n, dtype=np.uint32) * np.uint32(2654435761)).tobytes())
+    try:
+        mod.launch("st", (_SG, 1, 1), (_SB, 1, 1), 0, struct.pack("<QQqII", out, buf + 8, delta, who, cta))
+        result = (np.frombuffer(bytes(mem.read(out, 4 * n)), np.uint32).copy(),
+                  np.frombuffer(bytes(mem.read(buf, 32 * n)), np.uint32).copy())
+    except CudaError as e:
+        result = (e.code, e.message)
+    return result, (_cta_code(mod, "st") if mode is CTA else None)
+
+
+@pytest.mark.parametrize("large", [True, False], ids=["large", "small"])
+@pytest.mark.parametrize("tick", [None, 5], ids=["plain", "suspended every 5"])
+@pytest.mark.parametrize("delta, who, cta", [(0, 0, 0), (8, 63, 3), (12, 63, 3), (16, 63, 3), (-8, 0, 0),
+                                             (4, 7, 1), (2, 7, 1), (-(1 << 30), 3, 2)],
+                         ids=["inside", "the run past the end", "the run 4 past", "the run 8 past",
+                              "before: the previous allocation", "shifted", "misaligned", "far before"])
+def test_runs_of_stores_and_loads_keep_the_lockstep_bits_and_errors(monkeypatch, large, tick, delta, who, cta):
+    """A run whose first access is not its least offset, past its allocation's end by 0-8 bytes or before it, beside
+    global stores at negative offsets and loads of what they wrote, and a 64-bit shared base (ctarun.py): the
+    lockstep path's memory and results, or its error (the access that faults, its address and kind)."""
+    if large:
+        monkeypatch.setattr(ctagen, "LARGE_INSTRUCTIONS", 0)
+    if tick is not None:
+        monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
+    on, code = _store_runs(CTA, delta, who, cta)
+    off, _ = _store_runs(PATHS["numpy"], delta, who, cta)
+    assert code is not None
+    if isinstance(off[0], np.ndarray):
+        assert isinstance(on[0], np.ndarray), on
+        assert (on[0] == off[0]).all() and (on[1] == off[1]).all()
+    else:
+        assert on == off
