@@ -442,7 +442,6 @@ def test_accesses_other_ctas_see_are_c11_atomics():
     assert histo.count("__atomic_fetch_add(") == 2      # the global u32 and u64 adds; 2 shared adds plain
 
 
-
 @pytest.mark.parametrize("cs", [256, 64, 1])
 def test_set_aside_copies_every_array_of_the_cta(cs):
     """A CTA set aside keeps every byte of its arrays and of what it holds once (CtaRegisters: neighbours less than

@@ -329,6 +329,8 @@ def _combine(op: str, t: str, ob: str, b: str, c: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------- set aside
 MERGE_GAP = 4096    # bytes between a CTA's arrays copied with them when it is set aside (one copy less costs more)
+
+
 @dataclass
 class CtaRegisters:
     """Where a CTA's state lies in ctagen's register file: (byte offset, bytes per thread) of each array (the

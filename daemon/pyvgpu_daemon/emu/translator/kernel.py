@@ -402,13 +402,13 @@ class Kernel:
                                  threadgen.ThreadCode, "thread-at-a-time", "in lockstep")
 
     def _build_whole(self, kernel_source, prelude: str, flags, code_class, what: str, instead: str,
-                     quick: tuple[str, ...] | Callable[[object], tuple[str, ...] | None] | None = None):
+                     quick: Callable[[object], tuple[str, ...] | None] | None = None):
         """The kernel as one C function `fn` of a whole-kernel generator (kernel_source(kernel, g, "fn") -> (source,
         state words, its extra array's size)), wrapped in code_class; None where it has no C form. flags: the
-        compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size). quick: the
-        flags of a quick tier, built instead when the library of `flags` is not cached (the build at `flags` then
-        left in self._pending: `_background_build` hands it to the quick tier's launches, native_ran), or a function
-        of the source answering them or None (ctagen.quick_flags)."""
+        compiler's extra flags, or a function of the source answering them (ctagen.flags: by its size). quick: a
+        function of the source answering the flags of a quick tier or None (ctagen.quick_flags); a quick tier is
+        built instead when the library of `flags` is not cached (the build at `flags` then left in self._pending:
+        `_background_build` hands it to the quick tier's launches, native_ran)."""
         record = self._record_key(code_class)
         code = self._from_record(record, code_class, kernel_source) if record else None
         if code is not None:
@@ -424,8 +424,7 @@ class Kernel:
         # (several translation units: ctasplit.py's region functions, built ctasplit.JOBS at once)
         units = prelude + source if isinstance(source, str) else [prelude + s for s in source]
         full = flags if isinstance(flags, tuple) else flags(source)
-        if callable(quick):
-            quick = quick(source)
+        quick = quick(source) if quick is not None else None
         jobs = 1 if isinstance(source, str) else ctasplit.JOBS
         lib = None
         if quick is not None and quick != full and not native.cached(units, extra=full):
