@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -353,3 +354,35 @@ def test_many_short_talking_ctas_stop_within_a_tick_of_their_budget(monkeypatch,
         launch(budget)
     assert ei.value.code == code_of("cudaErrorLaunchTimeout") and "instruction budget" in ei.value.message
     assert budget < told[0] <= budget + mode["talk_threads"] * (due + per_cta)
+
+
+@pytest.mark.parametrize("mode", [ONE, TWO], ids=["one thread", "two threads"])
+def test_a_cancelled_launch_of_short_talking_ctas_stops_at_its_next_return(monkeypatch, mode):
+    """The session's client leaves while 256 short CTAs of atomics run (each far shorter than the tick after which
+    a thread tells the launch what it ran, _Talk): a thread notices at its next return from the C code, a CTA's end,
+    not a tick's worth of steps later (which is more than the whole launch here: it ran to its end before)."""
+    grid, block, k = 256, 64, 200
+    cancel = threading.Event()
+    ran = [0]
+    fn_of = ctagen.CtaCode.__init__
+
+    def counted(self, *a, **kw):
+        fn_of(self, *a, **kw)
+        fn = self.fn
+
+        def fn_counted(*args):
+            ran[0] += 1
+            if ran[0] == 4:
+                cancel.set()                # (the client is gone from the fourth return on)
+            return fn(*args)
+        self.fn = fn_counted
+    monkeypatch.setattr(ctagen.CtaCode, "__init__", counted)
+    mem = DeviceMemory(1 << 40, 1 << 24)
+    mod = _load(CONTEND, mode, mem, max_vector_instructions=1 << 40, lanes_per_chunk=grid * block)
+    w = mem.alloc(64)
+    mem.write(w, bytes(64))
+    with pytest.raises(CudaError) as ei:
+        mod.launch("contend", (grid, 1, 1), (block, 1, 1), 0, struct.pack("<Qi", w, k), cancel=cancel)
+    assert ei.value.code == code_of("cudaErrorLaunchTimeout") and "cancelled" in ei.value.message
+    assert ran[0] <= 4 + 2 * mode["talk_threads"], ran[0]
+    assert struct.unpack_from("<I", bytes(mem.read(w, 4)))[0] < grid * block * k // 4

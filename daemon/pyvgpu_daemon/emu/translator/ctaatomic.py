@@ -449,7 +449,8 @@ class _Talk:
     the session's turn) is made under one lock, so one thread pausing for the turn pauses the other at its next
     tick; accesses served by Python under another (one at a time, as on one thread). A thread tells the launch at
     every tick, and at a CTA's end or an access only once it ran a tick's worth of steps since it last told (or
-    the launch's check_at passed: its deadline, another session waiting, a shared device's next check), so every
+    the launch's check_at passed: its deadline, another session waiting, a shared device's next check; or the
+    session's client left: the launch's cancel event, read at every return), so every
     bound holds within a tick's thread-instructions a thread, as at the ticks (_Told)."""
 
     def __init__(self, code, S, L, T: int, threads: int, txp: int) -> None:
@@ -541,6 +542,7 @@ class _Talk:
         ticks = 0
         fn, lo, hi, txp, failed, due, clock = code.fn, cl * cs, (cl + 1) * cs, self.txp, self.failed, self.due, \
             time.monotonic
+        gone = L.cancel.is_set if L.cancel is not None else bool    # (a client that left: told at the next return)
         while True:
             if failed:
                 return
@@ -549,7 +551,7 @@ class _Talk:
             steps, told.lanes = divmod(told.lanes + cnt - ran, T)
             ran = cnt
             steps += told.steps
-            if rc == R_TICK or steps >= due or clock() > L.check_at:
+            if rc == R_TICK or steps >= due or clock() > L.check_at or gone():
                 told.steps = 0
                 with self.account_lock:
                     L.account(code.name, steps)
