@@ -248,3 +248,21 @@ def test_what_a_module_keeps_as_it_runs_is_no_setting(monkeypatch):
     assert native.settings_signature() == before
     monkeypatch.setattr(ctagen, "MAX_COMPILE_S", ctagen.MAX_COMPILE_S + 1)
     assert native.settings_signature() != before
+
+
+def test_the_generator_signature_of_an_install_without_sources(tmp_path, monkeypatch):
+    """Records hold for the generator that made them: an install of compiled files only is hashed by those files
+    (another build of them, another signature); one with neither sources nor such files never matches a record
+    (before, it hashed nothing: every version of the emulator had the same signature)."""
+    monkeypatch.setattr(native, "__file__", str(tmp_path / "native.py"))
+    signature = native.generator_signature.__wrapped__
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "native.cpython-311.pyc").write_bytes(b"cache")
+    assert signature() != signature()                   # (a cache directory's files are not the install)
+    (tmp_path / "native.pyc").write_bytes(b"one")
+    first = signature()
+    assert first == signature()
+    (tmp_path / "native.pyc").write_bytes(b"two")
+    assert signature() != first
+    (tmp_path / "native.py").write_text("x = 1\n")
+    assert signature() == signature() != first

@@ -244,10 +244,15 @@ def discard(source: str | Sequence[str], directory: Path | None = None, extra: t
 def generator_signature() -> str:
     """A hash of the code that writes native code (the emulator's Python: emu/**/*.py, the PTX parser and the
     layout included), once per process: a kernel's records (`wanted`, `record`) hold for the generator that made
-    them only."""
+    them only. An install without sources (compiled files in their place) is hashed by those; one with neither gets
+    a signature of its own each process, so its records never match (a miss costs a build, a wrong match would run
+    another generator's layout)."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for f in sorted(here.rglob("*.py")):
+    files = sorted(here.rglob("*.py")) or sorted(f for f in here.rglob("*.pyc") if f.parent.name != "__pycache__")
+    if not files:
+        return "no sources " + os.urandom(16).hex()
+    for f in files:
         h.update(str(f.relative_to(here)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
 
