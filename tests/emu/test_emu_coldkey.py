@@ -16,6 +16,8 @@ from pyvgpu_daemon.emu.memory import DeviceMemory
 from pyvgpu_daemon.emu.module import EmuModule
 from pyvgpu_daemon.emu.translator import ctagen
 
+from test_emu_coldtier import FMIX   # (products, a quotient and a square root in a loop, through a barrier)
+
 # a GCC before 11: -fno-ipa-modref (one of LEAN_O1's flags) is an error
 OLD_GCC = ("case \" $* \" in *' -fno-ipa-modref '*) echo \"cc1: error: unrecognized command-line option "
            "'-fno-ipa-modref'\" >&2; exit 1;; esac; exec cc \"$@\"")
@@ -68,44 +70,6 @@ def test_the_compilers_version_is_in_the_librarys_key(tmp_path):
 
 
 # ------------------------------------------------------------------------- a kernel's record beside its library
-HEAD = ".version 9.0\n.target sm_75\n.address_size 64\n"
-# products, a quotient and a square root in a loop, through a barrier: each thread's result read by its neighbour
-FMIX = HEAD + """
-.visible .entry fmix(.param .u64 out, .param .u64 in)
-{
-  .reg .pred %p<2>; .reg .b32 %r<12>; .reg .f32 %f<10>; .reg .b64 %rd<6>;
-  .shared .align 4 .b8 sh[4096];
-  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [in];
-  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %ctaid.x;
-  mad.lo.s32 %r4, %r3, %r2, %r1;
-  mul.wide.u32 %rd3, %r4, 4;
-  add.s64 %rd4, %rd2, %rd3;
-  ld.global.f32 %f1, [%rd4];
-  mov.f32 %f8, %f1;
-  mov.u32 %r9, 0;
-LOOP:
-  mul.f32 %f2, %f8, 0f3F8CCCCD;
-  add.f32 %f3, %f2, %f1;
-  div.rn.f32 %f4, %f3, 0f40400000;
-  sqrt.rn.f32 %f5, %f4;
-  sub.f32 %f8, %f5, %f2;
-  add.s32 %r9, %r9, 1;
-  setp.lt.u32 %p1, %r9, 5;
-  @%p1 bra LOOP;
-  mov.u32 %r6, sh;
-  shl.b32 %r7, %r1, 2;
-  add.s32 %r8, %r6, %r7;
-  st.shared.f32 [%r8], %f8;
-  bar.sync 0;
-  xor.b32 %r7, %r7, 4;
-  add.s32 %r8, %r6, %r7;
-  ld.shared.f32 %f6, [%r8];
-  mul.f32 %f7, %f6, %f1;
-  add.s64 %rd5, %rd1, %rd3;
-  st.global.f32 [%rd5], %f7;
-  ret;
-}
-"""
 N = 8 * 64
 
 

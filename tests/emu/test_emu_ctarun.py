@@ -124,14 +124,17 @@ def large(request, monkeypatch):
 def test_a_run_of_loads_through_one_register(monkeypatch, large, tick, delta, who, cta, after, fault):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
-    on, code = _launch(CTA, delta, who, cta, after)
-    off, _ = _launch(OFF, delta, who, cta, after)
+    _same_as_lockstep(*_launch(CTA, delta, who, cta, after), _launch(OFF, delta, who, cta, after)[0], fault)
+
+
+def _same_as_lockstep(on, code, off, fault: str | None) -> None:
+    """A CTA-at-a-time launch's result `on` (its code `code`) is the lockstep path's `off`: the same memory, or the
+    same error (the same access faults, with its address and kind), `fault`'s."""
     assert code is not None, "the kernel did not run a CTA at a time"
     if fault is None:
         assert not isinstance(on, tuple), on
         assert (on == off).all(), np.nonzero(on != off)
         return
-    # the lockstep path's error: the same access faults, with its address and kind
     assert isinstance(on, tuple) and isinstance(off, tuple) and on == off
     assert on[0] == code_of(fault)
 
@@ -223,15 +226,7 @@ def _launch_shared(mode: dict, delta, who: int, cta: int):
 def test_a_run_of_shared_loads_with_alu_between(monkeypatch, large, tick, delta, who, cta, fault):
     if tick is not None:
         monkeypatch.setattr(threadgen, "TICK_EVERY", tick)
-    on, code = _launch_shared(CTA, delta, who, cta)
-    off, _ = _launch_shared(OFF, delta, who, cta)
-    assert code is not None, "the kernel did not run a CTA at a time"
-    if fault is None:
-        assert not isinstance(on, tuple), on
-        assert (on == off).all(), np.nonzero(on != off)
-        return
-    assert isinstance(on, tuple) and isinstance(off, tuple) and on == off
-    assert on[0] == code_of(fault)
+    _same_as_lockstep(*_launch_shared(CTA, delta, who, cta), _launch_shared(OFF, delta, who, cta)[0], fault)
 
 
 def test_the_shared_runs_are_checked_once(large):

@@ -270,13 +270,10 @@ def test_two_talking_threads_by_default_one_where_a_launch_has_one():
     assert got == [["2", "1"], ["1", "1"], ["1", "1"]]
 
 
-@pytest.mark.parametrize("mode", [ONE, TWO], ids=["one thread", "two threads"])
-def test_a_runaway_talking_kernel_returns_every_tick_and_stops_within_one_of_its_budget(monkeypatch, mode):
-    """Three CTAs spin forever (CTA 1 ends): a talking CTA returns to Python every TALK_TICK_SCALE * TICK_EVERY
-    thread-instructions (R_TICK: fewer returns than at TICK_EVERY, bench/README.md "sixteenth step"), and each
-    return is accounted, so the launch stops at its instruction budget having run past it by at most one tick a
-    thread (as at TICK_EVERY, by four times as many thread-instructions)."""
-    told, ticks = [], [0]
+def _accounts_seen(monkeypatch) -> tuple[list[int], list[int]]:
+    """([the launch's steps when Launch.account raised], [its steps at the last account that did not]), as launches
+    run."""
+    told, total = [], [0]
     account = Launch.account
 
     def account_seen(self, kernel: str, steps: int) -> None:
@@ -285,8 +282,20 @@ def test_a_runaway_talking_kernel_returns_every_tick_and_stops_within_one_of_its
         except CudaError:
             told.append(self.steps)
             raise
+        total[0] = self.steps
 
     monkeypatch.setattr(Launch, "account", account_seen)
+    return told, total
+
+
+@pytest.mark.parametrize("mode", [ONE, TWO], ids=["one thread", "two threads"])
+def test_a_runaway_talking_kernel_returns_every_tick_and_stops_within_one_of_its_budget(monkeypatch, mode):
+    """Three CTAs spin forever (CTA 1 ends): a talking CTA returns to Python every TALK_TICK_SCALE * TICK_EVERY
+    thread-instructions (R_TICK: fewer returns than at TICK_EVERY, bench/README.md "sixteenth step"), and each
+    return is accounted, so the launch stops at its instruction budget having run past it by at most one tick a
+    thread (as at TICK_EVERY, by four times as many thread-instructions)."""
+    told, _ = _accounts_seen(monkeypatch)
+    ticks = [0]
     make = ctagen.CtaCode.__init__
 
     def counted(self, *a, **kw):
@@ -319,18 +328,7 @@ def test_many_short_talking_ctas_stop_within_a_tick_of_their_budget(monkeypatch,
     once it ran a tick's worth of steps since it last told (_Talk), so the launch still stops at its instruction
     budget, past it by at most a tick's steps and a CTA's a thread; with the budget its CTAs need, the totals are
     the host's."""
-    told, total = [], [0]
-    account = Launch.account
-
-    def account_seen(self, kernel: str, steps: int) -> None:
-        try:
-            account(self, kernel, steps)
-        except CudaError:
-            told.append(self.steps)
-            raise
-        total[0] = self.steps
-
-    monkeypatch.setattr(Launch, "account", account_seen)
+    told, total = _accounts_seen(monkeypatch)
     grid, block, k = 256, 64, 200
 
     def launch(budget: int) -> tuple[EmuModule, DeviceMemory, int]:
