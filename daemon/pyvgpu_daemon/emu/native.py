@@ -201,11 +201,16 @@ def load(source: str | Sequence[str], directory: Path | None = None, extra: tupl
                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (not remembered: tried again)")
                 return None
             _prune(directory, MAX_CACHED)   # (only when this build added a file: a library or a failure marker)
-        try:
-            return ctypes.CDLL(str(path))
-        except OSError as e:
-            _warn_once("library failed to load", str(e))
-            return None
+        return _open(path)
+
+
+def _open(path: Path) -> ctypes.CDLL | None:
+    """The library at `path`, loaded, or None where it fails to load (said once)."""
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as e:
+        _warn_once("library failed to load", str(e))
+        return None
 
 
 def _keyed(source: str | Sequence[str], extra: tuple[str, ...], directory: Path | None,
@@ -415,11 +420,7 @@ def load_cached(key: str, directory: Path | None = None) -> ctypes.CDLL | None:
         if not path.exists():
             return None
         _touch(path)
-        try:
-            return ctypes.CDLL(str(path))
-        except OSError as e:
-            _warn_once("library failed to load", str(e))
-            return None
+        return _open(path)
 
 
 def rent_path(source: str | Sequence[str], directory: Path | None = None, extra: tuple[str, ...] = ()) -> Path | None:
