@@ -357,7 +357,6 @@ class Kernel:
         self.native_source = source
         return g.ns["make"]
 
-
     def _record_key(self, code_class: type) -> str | None:
         """The key of this kernel's record for code of `code_class` (native.record_key: from the PTX, not the C),
         None without the PTX's identity or a compiler."""
